@@ -1,0 +1,128 @@
+"""XTC's control core: pure controllers that turn a measured packet rate into the next CPU cap.
+
+Public entry point::
+
+    from xtc.control import make_controller
+    ctl = make_controller(models.PAPER_MODEL)          # XTC's own controller
+    ctl.start(current_cap_percent)                     # bumpless activation
+    cap_percent = ctl.step(measured_pps, setpoint_pps)  # once per control period
+
+Kinds:
+
+``"pi"``
+    The paper's PI (section 6): gains from the model file's ``[controller.pi]``
+    (or pole placement), dead zone 10% of the setpoint, caps 1..100 (cap_min 1).
+``"deadbeat"``
+    The paper's dead-beat gains ``Kp = a/b``, ``Ki = (1-a)/b`` (section 7.2.1);
+    pass ``cap_min_percent=3`` for section 7.2.3's variant.
+``"fixed"``
+    The paper's Fixed Cap baseline (Table 1 mapping, open loop).
+``"xtc"`` (also ``None``, the default)
+    The project's controller: a gain-scheduled PI in log-rate/log-cap space
+    (:class:`~xtc.control.laws.XtcController`).
+
+Nothing here reads a clock or does I/O; the daemon, the simulator and the
+benchmarks drive the same objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from models import CapBounds, ModelFile
+
+from .design import deadbeat_gains
+from .laws import (
+    FIXED_CAP_TABLE1,
+    ControllerError,
+    FixedCap,
+    PaperPI,
+    XtcController,
+    XtcTuning,
+)
+
+__all__ = [
+    "Controller",
+    "ControllerError",
+    "KINDS",
+    "DEFAULT_KIND",
+    "make_controller",
+    "FIXED_CAP_TABLE1",
+    "PaperPI",
+    "FixedCap",
+    "XtcController",
+    "XtcTuning",
+]
+
+KINDS = ("xtc", "pi", "deadbeat", "fixed")
+DEFAULT_KIND = "xtc"
+
+
+class Controller(Protocol):
+    """What every controller offers."""
+
+    kind: str
+
+    @property
+    def cap_percent(self) -> float: ...
+
+    def start(self, cap_percent: float) -> None: ...
+
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float: ...
+
+    def to_state(self) -> dict[str, Any]: ...
+
+    def restore_state(self, state: dict[str, Any]) -> None: ...
+
+
+def make_controller(
+    model: ModelFile,
+    kind: str | None = None,
+    *,
+    cap_min_percent: float | None = None,
+    cap_max_percent: float | None = None,
+    dead_zone_fraction: float | None = None,
+    tuning: XtcTuning | None = None,
+) -> Controller:
+    """Build a controller for a VR from a model file.
+
+    Parameters
+    ----------
+    model : ModelFile
+        The loaded model file (:func:`models.load_model`).
+    kind : {"xtc", "pi", "deadbeat", "fixed"} or None
+        None gives XTC's own controller (``"xtc"``).
+    cap_min_percent, cap_max_percent : float, optional
+        Cap bounds in percent of one CPU (1..100); default from the model file.
+    dead_zone_fraction : float, optional
+        Dead zone as a fraction of the setpoint; default: the model file's value
+        (0.10, the paper's) for "pi"/"deadbeat", 0.02 for "xtc".
+    tuning : XtcTuning, optional
+        Tuning of the "xtc" controller.
+    """
+    k = DEFAULT_KIND if kind is None else kind
+    if k not in KINDS:
+        raise ControllerError(f"unknown controller kind {kind!r} (known: {', '.join(KINDS)})")
+    caps = CapBounds(
+        model.caps.min_percent if cap_min_percent is None else cap_min_percent,
+        model.caps.max_percent if cap_max_percent is None else cap_max_percent,
+    )
+    if dead_zone_fraction is not None and not (0.0 <= dead_zone_fraction < 1.0):
+        raise ControllerError(f"dead_zone_fraction must be within 0..1, got {dead_zone_fraction}")
+    if k == "fixed":
+        return FixedCap(caps)
+    if k in ("pi", "deadbeat"):
+        if k == "pi":
+            if model.pi is None:
+                raise ControllerError(f"model {model.name!r} has no [controller.pi] gains")
+            gains = model.pi
+        else:
+            gains = model.deadbeat if model.deadbeat is not None else deadbeat_gains(model.model)
+        dz = model.dead_zone_fraction if dead_zone_fraction is None else dead_zone_fraction
+        return PaperPI(gains, caps, dz, kind=k)
+    t = tuning or XtcTuning(design_lag=model.model.a)
+    if dead_zone_fraction is not None:
+        from dataclasses import replace
+
+        t = replace(t, dead_zone_fraction=dead_zone_fraction)
+    return XtcController(model.model, caps, t)

@@ -1,0 +1,350 @@
+"""Control laws: the paper's PI and dead-beat, Fixed Cap, and XTC's own controller.
+
+Every controller here is pure: no I/O and no clock.  It is stepped once per
+control period with the measured rate and the setpoint, both in packets/s (pps),
+and returns the next cap in percent of one CPU, always finite and within
+``[cap_min_percent, cap_max_percent]``.  A bad input (NaN, infinite or negative
+rate) raises :class:`ValueError` and leaves the controller's state unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from models import CapBounds, Gains, LogCapModel
+
+__all__ = [
+    "ControllerError",
+    "PaperPI",
+    "FixedCap",
+    "XtcController",
+    "FIXED_CAP_TABLE1",
+]
+
+
+class ControllerError(ValueError):
+    """Bad input to a controller (the controller's state is unchanged)."""
+
+
+def check_rate(name: str, value: Any) -> float:
+    """Validate a rate in pps: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ControllerError(f"{name} must be a number of packets/s, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ControllerError(f"{name} must be finite, got {v}")
+    if v < 0:
+        raise ControllerError(f"{name} must be >= 0 packets/s, got {v}")
+    return v
+
+
+def check_cap(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ControllerError(f"{name} must be a cap in percent of one CPU, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise ControllerError(f"{name} must be a finite cap > 0 percent, got {v}")
+    return v
+
+
+class _Bounded:
+    """Common cap bookkeeping: bounds, clamping, bumpless start."""
+
+    kind = "base"
+
+    def __init__(self, caps: CapBounds):
+        self.caps = caps
+        self._u_min = math.log10(caps.min_percent)
+        self._u_max = math.log10(caps.max_percent)
+        # Until started, a controller sits at the top of its range (what an uncontrolled VR has).
+        self._u = self._u_max
+        self.steps = 0
+
+    @property
+    def cap_percent(self) -> float:
+        """The current cap, percent of one CPU."""
+        return self._clamp_cap(10.0 ** self._u)
+
+    def _clamp_u(self, u: float) -> float:
+        return min(self._u_max, max(self._u_min, u))
+
+    def _clamp_cap(self, cap: float) -> float:
+        return min(self.caps.max_percent, max(self.caps.min_percent, cap))
+
+    def start(self, cap_percent: float) -> None:
+        """Bumpless activation: continue from the VR's current cap (clamped to the bounds)."""
+        cap = check_cap("cap_percent", cap_percent)
+        self._u = self._clamp_u(math.log10(cap))
+        self._reset_memory()
+
+    def _reset_memory(self) -> None:  # pragma: no cover - overridden
+        pass
+
+    def to_state(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot of the controller's state (for the daemon's state file)."""
+        return {"kind": self.kind, "u": self._u, "steps": self.steps}
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a snapshot taken with :meth:`to_state` (the kind must match)."""
+        if state.get("kind") != self.kind:
+            raise ControllerError(f"state is for controller kind {state.get('kind')!r}, not {self.kind!r}")
+        u = float(state["u"])
+        if not math.isfinite(u):
+            raise ControllerError("state has a non-finite u")
+        self._u = self._clamp_u(u)
+        self.steps = int(state.get("steps", 0))
+
+
+class PaperPI(_Bounded):
+    """The paper's PI law in log-cap space (Equation 2), also used for dead-beat gains.
+
+    ``u(k) = u(k-1) + (Kp + Ki) e(k) - Kp e(k-1)`` with ``u = log10(cap)`` and
+    ``e = setpoint - measured`` in kp/s.  No actuation while ``|e|`` is below
+    ``dead_zone_fraction`` of the setpoint (section 6).  ``u`` is clamped to
+    ``[log10 cap_min, log10 cap_max]`` after every step, which in this velocity
+    form is the anti-windup: the state is the cap itself, so it cannot run away
+    while the cap is pinned at a bound.
+
+    At activation (:meth:`start`), the previous error is taken equal to the
+    first measured error, so the first move is ``Ki e(k)``: no proportional kick.
+    """
+
+    def __init__(self, gains: Gains, caps: CapBounds, dead_zone_fraction: float = 0.10, kind: str = "pi"):
+        super().__init__(caps)
+        self.gains = gains
+        self.dead_zone_fraction = dead_zone_fraction
+        self.kind = kind
+        self._e_prev: float | None = None
+
+    def _reset_memory(self) -> None:
+        self._e_prev = None
+
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+        """Next cap (percent of one CPU) from the measured and wanted forwarding rate (pps).
+
+        ``offered_pps`` is accepted for interface compatibility and ignored (the
+        paper's law does not use it).
+        """
+        y = check_rate("measured_pps", measured_pps) / 1000.0
+        r = check_rate("setpoint_pps", setpoint_pps) / 1000.0
+        if offered_pps is not None:
+            check_rate("offered_pps", offered_pps)
+        e = r - y
+        e_prev = e if self._e_prev is None else self._e_prev
+        if abs(e) >= self.dead_zone_fraction * r:
+            du = (self.gains.kp + self.gains.ki) * e - self.gains.kp * e_prev
+            self._u = self._clamp_u(self._u + du)
+        self._e_prev = e
+        self.steps += 1
+        return self.cap_percent
+
+    def to_state(self) -> dict[str, Any]:
+        s = super().to_state()
+        s["e_prev_kpps"] = self._e_prev
+        return s
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        super().restore_state(state)
+        e = state.get("e_prev_kpps")
+        self._e_prev = None if e is None else float(e)
+
+
+# Table 1 of the paper: setpoint (kp/s) -> cap (%), measured at 100 kp/s UDP offered.
+FIXED_CAP_TABLE1: tuple[tuple[float, float], ...] = (
+    (16.0, 5.0),
+    (32.0, 10.0),
+    (50.0, 15.0),
+    (65.0, 20.0),
+    (77.0, 25.0),
+    (85.0, 30.0),
+    (91.0, 35.0),
+    (94.0, 40.0),
+    (96.0, 45.0),
+    (98.0, 50.0),
+)
+
+
+class FixedCap(_Bounded):
+    """The paper's Fixed Cap baseline: a static setpoint -> cap mapping (Table 1).
+
+    The cap is interpolated linearly between table rows; below the first row it
+    is extrapolated through the origin (throughput is about proportional to the
+    cap there), above the last row it is the last row's cap.  The measurement is
+    ignored: this is open-loop control, the reference a feedback controller must
+    match for noise and beat under disturbances.
+    """
+
+    kind = "fixed"
+
+    def __init__(self, caps: CapBounds, table: Sequence[tuple[float, float]] = FIXED_CAP_TABLE1):
+        super().__init__(caps)
+        rows = sorted((float(s), float(c)) for s, c in table)
+        if len(rows) < 2:
+            raise ControllerError("a Fixed Cap table needs at least two rows")
+        self.table = tuple(rows)
+
+    def cap_for_setpoint(self, setpoint_pps: float) -> float:
+        s = setpoint_pps / 1000.0
+        rows = self.table
+        if s <= rows[0][0]:
+            cap = rows[0][1] * s / rows[0][0]
+        elif s >= rows[-1][0]:
+            cap = rows[-1][1]
+        else:
+            for (s0, c0), (s1, c1) in zip(rows, rows[1:]):
+                if s0 <= s <= s1:
+                    cap = c0 + (c1 - c0) * (s - s0) / (s1 - s0)
+                    break
+        return self._clamp_cap(max(cap, self.caps.min_percent))
+
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+        check_rate("measured_pps", measured_pps)
+        r = check_rate("setpoint_pps", setpoint_pps)
+        if offered_pps is not None:
+            check_rate("offered_pps", offered_pps)
+        self._u = self._clamp_u(math.log10(self.cap_for_setpoint(r)))
+        self.steps += 1
+        return self.cap_percent
+
+
+@dataclass(frozen=True)
+class XtcTuning:
+    """Tuning of :class:`XtcController` (see its docstring for what each does).
+
+    Attributes
+    ----------
+    design_lag : float
+        Plant pole the loop is designed for, dimensionless (0 <= design_lag < 1).
+        ``None`` in :func:`make_controller` means the model's ``a``.
+    dead_zone_fraction : float
+        No actuation while the filtered relative error is below this fraction.
+    filter_alpha : float
+        Weight of the newest sample in the measurement's exponential filter
+        (1 = no filtering).
+    max_step_decades : float
+        Largest change of ``log10(cap)`` in one period (rate limit).
+    unconstrained_fraction : float
+        The VR counts as not cap-limited when it forwards at least this fraction
+        of its offered rate; the cap is then not raised (conditional integration).
+    """
+
+    design_lag: float = 0.0915
+    dead_zone_fraction: float = 0.02
+    filter_alpha: float = 1.0
+    max_step_decades: float = 0.5
+    unconstrained_fraction: float = 0.97
+    min_elasticity: float = 0.25
+
+
+class XtcController(_Bounded):
+    """XTC's own controller: a PI in log-rate / log-cap space, gain-scheduled by the model.
+
+    Why log-log.  Below saturation a VR forwards about in proportion to the CPU
+    it gets (Table 1 of the paper: 3.2 kp/s per percent from cap 5 to 20), so
+    ``log y = log k + e(y) log cap`` with an elasticity ``e`` near 1.  In these
+    coordinates the hardware speed ``k`` and a CPU hog inside the VR (which
+    scales ``k`` by ``1 - hog``) are *additive offsets* that the integrator
+    removes, whatever their size: no retraining for faster or slower hardware.
+    The paper's semi-log law instead sees its loop gain change with ``y``
+    (``dy/dlog cap = y ln 10``), which is why it fails below about 15-20 kp/s.
+
+    Gain scheduling.  Near the knee the VR's rate saturates at the offered rate
+    and the elasticity falls.  The model file's semi-log slope
+    ``G = b / (1 - a)`` (kp/s per decade, fitted near the knee) gives the
+    elasticity there, ``G / (y ln 10)``; the controller uses
+    ``e(y) = clip(G / (y ln 10), min_elasticity, 1)`` so that it is 1 in the
+    proportional region and follows the model near the operating point.
+
+    The law.  With ``E = log10(r) - log10(y_f)`` (decades, ``y_f`` the filtered
+    measurement) the velocity-form PI is
+    ``u(k) = u(k-1) + [(Kp + Ki) E(k) - Kp E(k-1)] / e(y)``, with the
+    dead-beat gains of the normalised plant ``y(k+1) = a y(k) + (1 - a) u(k)``,
+    ``Kp = a / (1 - a)``, ``Ki = 1`` (poles at ``{0, a}``, ``a = design_lag``).
+
+    Guards.
+    - Dead zone on the relative error (2% by default instead of the paper's
+      10%): steady-state error stays within 2%, and noise does not move the cap
+      every period.
+    - Rate limit of ``max_step_decades`` per period.
+    - Anti-windup: ``u`` is clamped to the cap bounds; and when the offered rate
+      is known and the VR forwards nearly all of it, the cap is not limiting,
+      so it is never raised (it would only wind up and let a burst through when
+      traffic returns).
+    - A measured rate of 0 is treated as 1 pps in the logarithm.
+    """
+
+    kind = "xtc"
+
+    def __init__(self, model: LogCapModel, caps: CapBounds, tuning: XtcTuning | None = None):
+        super().__init__(caps)
+        self.model = model
+        self.tuning = tuning or XtcTuning(design_lag=model.a)
+        t = self.tuning
+        if not (0.0 <= t.design_lag < 1.0):
+            raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
+        if not (0.0 < t.filter_alpha <= 1.0):
+            raise ControllerError(f"filter_alpha must be within (0, 1], got {t.filter_alpha}")
+        self.kp = t.design_lag / (1.0 - t.design_lag)
+        self.ki = 1.0
+        self._slope_kpps_per_decade = model.static_gain_kpps_per_decade
+        self._E_prev: float | None = None
+        self._y_f: float | None = None
+
+    def _reset_memory(self) -> None:
+        self._E_prev = None
+        self._y_f = None
+
+    def elasticity(self, y_pps: float) -> float:
+        """Scheduled elasticity d log y / d log cap at rate ``y_pps``."""
+        y_kpps = max(y_pps, 1.0) / 1000.0
+        e = abs(self._slope_kpps_per_decade) / (y_kpps * math.log(10.0))
+        return min(1.0, max(self.tuning.min_elasticity, e))
+
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+        """Next cap (percent of one CPU).
+
+        Parameters
+        ----------
+        measured_pps : float
+            Rate the VR forwarded over the last period, packets/s.
+        setpoint_pps : float
+            Wanted rate, packets/s.
+        offered_pps : float, optional
+            Rate offered to the VR over the last period, packets/s; enables the
+            "not cap-limited" guard.
+        """
+        y = check_rate("measured_pps", measured_pps)
+        r = check_rate("setpoint_pps", setpoint_pps)
+        offered = None if offered_pps is None else check_rate("offered_pps", offered_pps)
+        t = self.tuning
+        y_f = y if self._y_f is None else t.filter_alpha * y + (1.0 - t.filter_alpha) * self._y_f
+        E = math.log10(max(r, 1.0)) - math.log10(max(y_f, 1.0))
+        E_prev = E if self._E_prev is None else self._E_prev
+        u = self._u
+        if abs(r - y_f) >= t.dead_zone_fraction * r:
+            du = ((self.kp + self.ki) * E - self.kp * E_prev) / self.elasticity(y_f)
+            du = max(-t.max_step_decades, min(t.max_step_decades, du))
+            not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
+            if du > 0 and not_limited:
+                du = 0.0
+            u = self._clamp_u(u + du)
+        self._u = u
+        self._E_prev = E
+        self._y_f = y_f
+        self.steps += 1
+        return self.cap_percent
+
+    def to_state(self) -> dict[str, Any]:
+        s = super().to_state()
+        s["E_prev_decades"] = self._E_prev
+        s["y_filtered_pps"] = self._y_f
+        return s
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        super().restore_state(state)
+        e = state.get("E_prev_decades")
+        yf = state.get("y_filtered_pps")
+        self._E_prev = None if e is None else float(e)
+        self._y_f = None if yf is None else float(yf)
