@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up everything XTC needs on this host, then run one job.
+#
+#   bash scripts/bootstrap.sh demo [ARGS]   # the main job (xtc demo)
+#   bash scripts/bootstrap.sh test [ARGS]   # the whole test suite (pytest)
+#
+# As root on Debian it installs the Debian packages the lab and the libvirt tests need
+# (libvirt with the LXC driver, iperf3, a C compiler); everywhere it creates a virtual
+# environment (.venv, or $XTC_VENV) and installs XTC with its Python dependencies into it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+job=${1:-}
+[ $# -gt 0 ] && shift
+case "$job" in demo|test) ;; *) echo "usage: bash scripts/bootstrap.sh demo|test [ARGS]" >&2; exit 2;; esac
+
+venv=${XTC_VENV:-.venv}
+debs=(libvirt-daemon libvirt-daemon-driver-lxc libvirt-clients libvirt-dev pkg-config iperf3 iproute2 iputils-ping gcc libc6-dev)
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  missing=()
+  for p in "${debs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bootstrap: installing Debian packages: ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+py=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "bootstrap: creating virtual environment $venv" >&2
+  "$py" -m venv "$venv"
+fi
+extras="test,net"
+if pkg-config --exists libvirt 2>/dev/null; then extras="$extras,libvirt"; fi
+stamp="$venv/.xtc-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing XTC[$extras] into $venv" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]"
+  touch "$stamp"
+fi
+
+case "$job" in
+  demo) exec "$venv/bin/xtc" demo "$@" ;;
+  test) exec "$venv/bin/python" -m pytest "$@" ;;
+esac
