@@ -216,62 +216,62 @@ class XtcTuning:
     Attributes
     ----------
     design_lag : float
-        Plant pole the loop is designed for, dimensionless (0 <= design_lag < 1).
-        ``None`` in :func:`make_controller` means the model's ``a``.
+        Plant pole the loop is designed for, dimensionless
+        (0 <= design_lag < 1); :func:`make_controller` passes the model's ``a``.
     dead_zone_fraction : float
-        No actuation while the filtered relative error is below this fraction.
-    filter_alpha : float
-        Weight of the newest sample in the measurement's exponential filter
-        (1 = no filtering).
+        No actuation while ``|setpoint - measured|`` is below this fraction of
+        the setpoint.
     max_step_decades : float
         Largest change of ``log10(cap)`` in one period (rate limit).
     unconstrained_fraction : float
-        The VR counts as not cap-limited when it forwards at least this fraction
-        of its offered rate; the cap is then not raised (conditional integration).
+        The VR counts as not cap-limited when it forwards at least this
+        fraction of its offered rate; the cap is then not raised.
     """
 
     design_lag: float = 0.0915
     dead_zone_fraction: float = 0.02
-    filter_alpha: float = 1.0
-    max_step_decades: float = 0.5
+    max_step_decades: float = 1.0
     unconstrained_fraction: float = 0.97
-    min_elasticity: float = 0.25
 
 
 class XtcController(_Bounded):
-    """XTC's own controller: a PI in log-rate / log-cap space, gain-scheduled by the model.
+    """XTC's own controller: a dead-beat PI in log-rate / log-cap space.
 
     Why log-log.  Below saturation a VR forwards about in proportion to the CPU
     it gets (Table 1 of the paper: 3.2 kp/s per percent from cap 5 to 20), so
-    ``log y = log k + e(y) log cap`` with an elasticity ``e`` near 1.  In these
-    coordinates the hardware speed ``k`` and a CPU hog inside the VR (which
-    scales ``k`` by ``1 - hog``) are *additive offsets* that the integrator
-    removes, whatever their size: no retraining for faster or slower hardware.
-    The paper's semi-log law instead sees its loop gain change with ``y``
-    (``dy/dlog cap = y ln 10``), which is why it fails below about 15-20 kp/s.
+    ``log10 y = log10 k + log10 cap``.  In these coordinates the hardware speed
+    ``k`` and a CPU hog inside the VR (which scales ``k`` by ``1 - hog``) are
+    *additive offsets* that the integrator removes whatever their size: no
+    retraining for faster or slower hardware, and the loop gain is the same at
+    5 kp/s as at 50 kp/s.  The paper's semi-log law instead sees its loop gain
+    change with ``y`` (``dy / dlog10 cap = y ln 10``), which is why it fails
+    below about 15-20 kp/s.
 
-    Gain scheduling.  Near the knee the VR's rate saturates at the offered rate
-    and the elasticity falls.  The model file's semi-log slope
-    ``G = b / (1 - a)`` (kp/s per decade, fitted near the knee) gives the
-    elasticity there, ``G / (y ln 10)``; the controller uses
-    ``e(y) = clip(G / (y ln 10), min_elasticity, 1)`` so that it is 1 in the
-    proportional region and follows the model near the operating point.
+    The law.  With ``E = log10(r) - log10(y)`` (decades) the velocity-form PI is
+    ``u(k) = u(k-1) + (Kp + Ki) E(k) - Kp E(k-1)``, ``u = log10(cap)``, with the
+    dead-beat gains of the normalised plant ``Y(k+1) = a Y(k) + (1 - a) U(k)``:
+    ``Kp = a / (1 - a)``, ``Ki = 1`` (closed-loop poles at ``{0, a}``, the
+    pole at ``a`` cancelled: ``F(z) = 1/z``, as the paper's dead-beat), ``a``
+    being the model file's pole (``design_lag``).
 
-    The law.  With ``E = log10(r) - log10(y_f)`` (decades, ``y_f`` the filtered
-    measurement) the velocity-form PI is
-    ``u(k) = u(k-1) + [(Kp + Ki) E(k) - Kp E(k-1)] / e(y)``, with the
-    dead-beat gains of the normalised plant ``y(k+1) = a y(k) + (1 - a) u(k)``,
-    ``Kp = a / (1 - a)``, ``Ki = 1`` (poles at ``{0, a}``, ``a = design_lag``).
+    The elasticity ``d log y / d log cap`` is taken as 1, its largest value
+    (the proportional region).  Near saturation it is smaller (about 0.35 at
+    90% of the offered rate in Table 1), which lowers the loop gain there:
+    slower but monotone convergence, never overshoot from a gain too high.
+    Scheduling the elasticity from the model file's semi-log slope
+    ``b / (1 - a)`` was tried and rejected: that slope is an average over the
+    whole fitted region, so between 40% and 80% of the offered rate it
+    schedules a smaller elasticity than the plant has and the loop oscillates.
 
     Guards.
     - Dead zone on the relative error (2% by default instead of the paper's
-      10%): steady-state error stays within 2%, and noise does not move the cap
-      every period.
+      10%): steady-state error stays within 2%, and noise does not move the
+      cap every period.
     - Rate limit of ``max_step_decades`` per period.
-    - Anti-windup: ``u`` is clamped to the cap bounds; and when the offered rate
-      is known and the VR forwards nearly all of it, the cap is not limiting,
-      so it is never raised (it would only wind up and let a burst through when
-      traffic returns).
+    - Anti-windup: ``u`` is clamped to the cap bounds; and when the offered
+      rate is known and the VR forwards nearly all of it, the cap is not the
+      limit, so it is never raised (it would only wind up and let a burst
+      through when traffic returns).
     - A measured rate of 0 is treated as 1 pps in the logarithm.
     """
 
@@ -284,23 +284,14 @@ class XtcController(_Bounded):
         t = self.tuning
         if not (0.0 <= t.design_lag < 1.0):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
-        if not (0.0 < t.filter_alpha <= 1.0):
-            raise ControllerError(f"filter_alpha must be within (0, 1], got {t.filter_alpha}")
+        if not (t.max_step_decades > 0):
+            raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
-        self._slope_kpps_per_decade = model.static_gain_kpps_per_decade
         self._E_prev: float | None = None
-        self._y_f: float | None = None
 
     def _reset_memory(self) -> None:
         self._E_prev = None
-        self._y_f = None
-
-    def elasticity(self, y_pps: float) -> float:
-        """Scheduled elasticity d log y / d log cap at rate ``y_pps``."""
-        y_kpps = max(y_pps, 1.0) / 1000.0
-        e = abs(self._slope_kpps_per_decade) / (y_kpps * math.log(10.0))
-        return min(1.0, max(self.tuning.min_elasticity, e))
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
         """Next cap (percent of one CPU).
@@ -319,32 +310,25 @@ class XtcController(_Bounded):
         r = check_rate("setpoint_pps", setpoint_pps)
         offered = None if offered_pps is None else check_rate("offered_pps", offered_pps)
         t = self.tuning
-        y_f = y if self._y_f is None else t.filter_alpha * y + (1.0 - t.filter_alpha) * self._y_f
-        E = math.log10(max(r, 1.0)) - math.log10(max(y_f, 1.0))
+        not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
+        E = math.log10(max(r, 1.0)) - math.log10(max(y, 1.0))
         E_prev = E if self._E_prev is None else self._E_prev
-        u = self._u
-        if abs(r - y_f) >= t.dead_zone_fraction * r:
-            du = ((self.kp + self.ki) * E - self.kp * E_prev) / self.elasticity(y_f)
+        if abs(r - y) >= t.dead_zone_fraction * r:
+            du = (self.kp + self.ki) * E - self.kp * E_prev
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
-            not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
             if du > 0 and not_limited:
                 du = 0.0
-            u = self._clamp_u(u + du)
-        self._u = u
+            self._u = self._clamp_u(self._u + du)
         self._E_prev = E
-        self._y_f = y_f
         self.steps += 1
         return self.cap_percent
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()
         s["E_prev_decades"] = self._E_prev
-        s["y_filtered_pps"] = self._y_f
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
         super().restore_state(state)
         e = state.get("E_prev_decades")
-        yf = state.get("y_filtered_pps")
         self._E_prev = None if e is None else float(e)
-        self._y_f = None if yf is None else float(yf)
