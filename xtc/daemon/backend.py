@@ -1,0 +1,53 @@
+"""What the daemon needs from the world it controls: one small interface, several backends.
+
+A backend says which VRs exist and which host interfaces belong to each (the collector's job),
+gives the meter its counter source (``/proc/net/dev`` or a synthetic one), and reads and writes
+caps through an actuator.  Every method raises only
+:class:`~xtc.daemon.host_errors.HostAdapterError` subclasses for failures of the outside system.
+
+Caps are in percent of one CPU; ``None`` means *unlimited* (a Xen cap of 0, an LXC
+``vcpu_quota`` of -1, a cgroup ``max``).  :meth:`Backend.write_cap` never takes ``None``: XTC writes
+a finite cap >= 1; only :meth:`Backend.restore_cap` may hand a VR back an unlimited cap, because
+that is what it had before XTC.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Protocol
+
+from .meter import CounterSource
+
+__all__ = ["Backend"]
+
+
+class Backend(Protocol):
+    """The daemon's view of one host."""
+
+    name: str
+
+    def counter_source(self) -> CounterSource:
+        """Where the meter reads the interface counters."""
+        ...
+
+    def discover(self) -> Mapping[str, tuple[str, ...]]:
+        """The VRs present now and the host-side interfaces of each."""
+        ...
+
+    def read_cap(self, vr: str) -> float | None:
+        """The VR's cap now (percent of one CPU; None = unlimited)."""
+        ...
+
+    def write_cap(self, vr: str, cap_percent: float) -> None:
+        """Set the VR's cap (a finite cap >= 1 percent)."""
+        ...
+
+    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
+        """Give the VR back the cap it had before XTC (None = unlimited)."""
+        ...
+
+    def tick(self, now_s: float) -> None:
+        """Let time pass up to ``now_s`` (the simulated plant advances; real hosts do nothing)."""
+        ...
+
+    def close(self) -> None:
+        ...

@@ -1,0 +1,147 @@
+"""Subcommands ``xtc daemon``, ``xtc ctl`` and ``xtc check-config``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["register"]
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:7700"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("daemon", help="run the XTC daemon (foreground; systemd supervises it)")
+    p.add_argument("--config", "-c", required=True, help="TOML configuration file")
+    p.set_defaults(func=_cmd_daemon)
+
+    p = subparsers.add_parser("check-config", help="validate a daemon configuration file without starting")
+    p.add_argument("file", help="TOML configuration file")
+    p.add_argument("--show", action="store_true", help="print the effective configuration as JSON")
+    p.set_defaults(func=_cmd_check_config)
+
+    p = subparsers.add_parser("ctl", help="talk to a running XTC daemon")
+    p.add_argument("--endpoint", "-e", default=None,
+                   help=f"manager endpoint (default: from --config, else {DEFAULT_ENDPOINT})")
+    p.add_argument("--config", "-c", default=None, help="read the endpoints from this daemon configuration")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+    p.add_argument("--json", action="store_true", help="print the raw JSON reply")
+    sub = p.add_subparsers(dest="ctl_command", metavar="ACTION", required=True)
+    s = sub.add_parser("status", help="table of VRs and instances (or one VR)")
+    s.add_argument("vr", nargs="?")
+    sub.add_parser("ping", help="is the daemon there?")
+    s = sub.add_parser("activate", help="start controlling a VR at a setpoint")
+    s.add_argument("vr")
+    s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
+    for name, text in (("deactivate", "stop controlling a VR and restore its original cap"),
+                       ("pause", "stop adjusting a VR's cap (it stays where it is)"),
+                       ("resume", "adjust a paused VR's cap again")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("vr")
+    s = sub.add_parser("setpoint", help="change an instance's setpoint on the fly")
+    s.add_argument("vr")
+    s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
+    s = sub.add_parser("watch", help="print the published per-VR samples")
+    s.add_argument("vr", nargs="?")
+    s.add_argument("--pub-endpoint", default=None, help="PUB endpoint (default: from --config)")
+    s.add_argument("--count", type=int, default=0, help="stop after this many samples (0 = never)")
+    sub.add_parser("schema", help="print the manager API's JSON Schema")
+    p.set_defaults(func=_cmd_ctl)
+
+
+def _cmd_daemon(args: argparse.Namespace) -> int:
+    from .service import run_daemon
+
+    return run_daemon(args.config)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.file)
+    except ConfigError as e:
+        print(f"xtc check-config: {e}", file=sys.stderr)
+        return 1
+    if args.show:
+        print(json.dumps(cfg.flat(), indent=1, default=list))
+    else:
+        print(f"{args.file}: OK (backend {cfg.daemon.backend}, period {cfg.daemon.control_period_s:g} s, "
+              f"controller {cfg.controller.kind}, model {cfg.controller.model})")
+    return 0
+
+
+def parse_setpoint(text: str) -> float:
+    """``"20000"`` or ``"20k"`` -> packets/s (validation of the value is the daemon's job)."""
+    t = text.strip().lower()
+    scale = 1.0
+    if t.endswith("k"):
+        t, scale = t[:-1], 1000.0
+    elif t.endswith("m"):
+        t, scale = t[:-1], 1e6
+    try:
+        return float(t) * scale
+    except ValueError:
+        raise SystemExit(f"xtc ctl: setpoint {text!r} is not a number of packets/s (e.g. 20000 or 20k)") from None
+
+
+def _cmd_ctl(args: argparse.Namespace) -> int:
+    from .api import json_schema
+    from .ctl import ManagerClient, ManagerError, format_table, watch_samples
+
+    if args.ctl_command == "schema":
+        print(json.dumps(json_schema(), indent=1))
+        return 0
+    endpoint, pub = args.endpoint, None
+    if args.config:
+        from .config import ConfigError, load_config
+
+        try:
+            cfg = load_config(args.config)
+        except ConfigError as e:
+            print(f"xtc ctl: {e}", file=sys.stderr)
+            return 2
+        endpoint = endpoint or cfg.manager.endpoint
+        pub = cfg.manager.pub_endpoint
+    endpoint = endpoint or DEFAULT_ENDPOINT
+    if args.ctl_command == "watch":
+        pub = args.pub_endpoint or pub
+        if not pub:
+            print("xtc ctl watch: give --pub-endpoint or --config", file=sys.stderr)
+            return 2
+        n = 0
+        for s in watch_samples(pub, args.vr):
+            print(json.dumps(s), flush=True)
+            n += 1
+            if args.count and n >= args.count:
+                break
+        return 0
+    fields: dict = {}
+    cmd = args.ctl_command
+    if cmd == "status":
+        cmd = "status" if args.vr else "list"
+        if args.vr:
+            fields["vr"] = args.vr
+    elif cmd in ("activate", "deactivate", "pause", "resume", "setpoint"):
+        fields["vr"] = args.vr
+        if cmd in ("activate", "setpoint"):
+            fields["setpoint_pps"] = parse_setpoint(args.setpoint)
+    with ManagerClient(endpoint, timeout_s=args.timeout) as c:
+        try:
+            rep = c.request(cmd, **fields)
+        except ManagerError as e:
+            print(f"xtc ctl: {e}", file=sys.stderr)
+            return 3
+    if args.json:
+        print(json.dumps(rep, indent=1))
+    elif not rep.get("ok"):
+        err = rep.get("error") or {}
+        print(f"xtc ctl: refused ({err.get('code')}): {err.get('message')}", file=sys.stderr)
+    elif cmd == "list":
+        print(format_table(rep["result"]["vrs"]))
+    elif cmd == "ping":
+        print(f"daemon at {endpoint}: {rep['result']['instances']} instance(s)")
+    else:
+        print(format_table([rep["result"]]))
+    return 0 if rep.get("ok") else 1

@@ -1,0 +1,450 @@
+"""The daemon's decision logic: XTC instances, manager requests and the control period.  Pure.
+
+Nothing here reads a clock, a file or a socket.  The service layer (:mod:`xtc.daemon.service`)
+hands :class:`DaemonCore` the time, the measured rates and the VRs' current caps, and applies the
+actions it returns (:class:`SetCap`, :class:`RestoreCap`); it then reports back whether each
+action worked (:meth:`DaemonCore.cap_written`, :meth:`DaemonCore.cap_failed`, ...), so that a failed
+write is retried next period and never forgotten.
+
+Instances
+---------
+One instance per VR, in one of three states::
+
+    inactive --activate--> active --pause--> paused --resume--> active
+        ^                    |                  |
+        +----deactivate------+------------------+
+
+- activate: the VR's current cap is recorded as its *original* cap (``None`` = unlimited) and
+  the controller starts from it (bumpless).  The original is part of the persisted state before
+  the first cap is written, so even a SIGKILL cannot lose it.
+- pause: the controller stops; the cap stays where it is.
+- resume: the controller restarts from the cap it left (bumpless).
+- deactivate: the instance goes; the original cap is written back.  Until that write has
+  succeeded the VR stays in :attr:`DaemonCore.pending_restores` (persisted, retried every period).
+
+Caps are written only when they change, and again when a VR reappears, when its counters reset
+(a reboot may have reset its cap) and every ``reassert_period_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from xtc.control import Controller
+
+from .api import ApiError, Request
+
+__all__ = [
+    "STATE_SCHEMA",
+    "VrReading",
+    "SetCap",
+    "RestoreCap",
+    "Instance",
+    "DaemonCore",
+    "StateError",
+]
+
+STATE_SCHEMA = "xtc-daemon-state/1"
+ACTIVE, PAUSED, INACTIVE = "active", "paused", "inactive"
+
+ControllerFactory = Callable[[], Controller]
+
+
+class StateError(ValueError):
+    """A state file cannot be used (it names the problem)."""
+
+
+@dataclass(frozen=True)
+class VrReading:
+    """What the meter saw of one VR over the last control period.
+
+    Attributes
+    ----------
+    forwarded_pps : float or None
+        Packets/s the VR forwarded (host-side RX of its interfaces), None if unknown.
+    offered_pps : float or None
+        Packets/s offered to the VR (host-side TX of its interfaces), None if unknown.
+    counter_reset : bool
+        A counter went backwards or an interface came or went during the period.
+    """
+
+    forwarded_pps: float | None
+    offered_pps: float | None = None
+    counter_reset: bool = False
+
+
+@dataclass(frozen=True)
+class SetCap:
+    """Write ``cap_percent`` (percent of one CPU, never 0) as the VR's cap."""
+
+    vr: str
+    cap_percent: float
+
+
+@dataclass(frozen=True)
+class RestoreCap:
+    """Give the VR back its original cap (``None`` = unlimited, as it was before XTC)."""
+
+    vr: str
+    cap_percent: float | None
+
+
+Action = SetCap | RestoreCap
+
+
+@dataclass
+class Instance:
+    """The XTC instance of one VR (runtime state, persisted by :meth:`DaemonCore.to_state`)."""
+
+    vr: str
+    state: str
+    setpoint_pps: float
+    original_cap_percent: float | None
+    controller: Controller
+    cap_percent: float
+    applied_cap_percent: float | None = None
+    last_write_s: float | None = None
+    actuation_error: str | None = None
+
+
+@dataclass
+class _VrView:
+    present: bool = False
+    measured_pps: float | None = None
+    offered_pps: float | None = None
+
+
+def _cap_value(name: str, v: Any, allow_none: bool) -> float | None:
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise StateError(f"{name} must be a cap > 0 percent{' or null' if allow_none else ''}, got {v!r}")
+    return float(v)
+
+
+@dataclass
+class DaemonCore:
+    """All instances of one daemon and the rules that drive them.
+
+    Parameters
+    ----------
+    controller_factory : callable
+        Returns a fresh, unstarted controller (:func:`xtc.control.make_controller`).
+    max_setpoint_pps : float
+        Largest setpoint accepted, packets/s.
+    reassert_period_s : float
+        Rewrite every controlled cap at least this often, seconds (0 = never).
+    """
+
+    controller_factory: ControllerFactory
+    max_setpoint_pps: float = 1e8
+    reassert_period_s: float = 30.0
+    instances: dict[str, Instance] = field(default_factory=dict)
+    pending_restores: dict[str, float | None] = field(default_factory=dict)
+    vrs: dict[str, _VrView] = field(default_factory=dict)
+    #: Set when something that must survive a crash changed; the service saves and clears it.
+    dirty: bool = False
+
+    # ------------------------------------------------------------------------- VR inventory
+    def set_present(self, names: set[str] | frozenset[str]) -> None:
+        """The VRs the backend sees now.  A VR that (re)appears gets its cap rewritten."""
+        for name in names:
+            v = self.vrs.setdefault(name, _VrView())
+            if not v.present:
+                v.present = True
+                inst = self.instances.get(name)
+                if inst is not None:
+                    inst.applied_cap_percent = None
+        for name, v in self.vrs.items():
+            if name not in names and v.present:
+                v.present = False
+                v.measured_pps = v.offered_pps = None
+                inst = self.instances.get(name)
+                if inst is not None:
+                    inst.applied_cap_percent = None
+        for name in [n for n, v in self.vrs.items() if not v.present and n not in self.instances]:
+            if name not in self.pending_restores:
+                del self.vrs[name]
+
+    # ---------------------------------------------------------------------------- requests
+    @staticmethod
+    def needs_current_cap(req: Request) -> bool:
+        """True when :meth:`handle` needs the VR's current cap (read by the service)."""
+        return req.cmd == "activate"
+
+    def handle(self, req: Request, now_s: float, current_cap_percent: float | None = None) -> tuple[dict[str, Any], list[Action]]:
+        """Apply a validated request.
+
+        Parameters
+        ----------
+        req : Request
+            From :func:`xtc.daemon.api.parse_request`.
+        now_s : float
+            Monotonic time, seconds.
+        current_cap_percent : float or None
+            For ``activate``: the VR's cap now, percent of one CPU (None = unlimited).
+
+        Returns
+        -------
+        result, actions
+            The reply's ``result`` object and the cap writes to perform.
+
+        Raises
+        ------
+        ApiError
+            The request does not apply; nothing was changed.
+        """
+        cmd = req.cmd
+        if cmd == "ping":
+            return {"pong": True, "instances": len(self.instances)}, []
+        if cmd == "list":
+            return {"vrs": [self.describe(n) for n in sorted(self._names())]}, []
+        assert req.vr is not None
+        vr = req.vr
+        if cmd == "status":
+            if vr not in self.vrs and vr not in self.instances:
+                raise ApiError("unknown_vr", f"no VR named {vr!r}")
+            return self.describe(vr), []
+        if cmd == "activate":
+            return self._activate(vr, req.setpoint_pps, now_s, current_cap_percent)
+        inst = self.instances.get(vr)
+        if inst is None:
+            if vr not in self.vrs:
+                raise ApiError("unknown_vr", f"no VR named {vr!r}")
+            raise ApiError("bad_state", f"VR {vr!r} has no XTC instance (state inactive); activate it first")
+        if cmd == "setpoint":
+            assert req.setpoint_pps is not None
+            inst.setpoint_pps = req.setpoint_pps
+            self.dirty = True
+            return self.describe(vr), []
+        if cmd == "pause":
+            if inst.state != ACTIVE:
+                raise ApiError("bad_state", f"VR {vr!r} is {inst.state}, not active")
+            inst.state = PAUSED
+            self.dirty = True
+            return self.describe(vr), []
+        if cmd == "resume":
+            if inst.state != PAUSED:
+                raise ApiError("bad_state", f"VR {vr!r} is {inst.state}, not paused")
+            inst.controller.start(inst.cap_percent)
+            inst.state = ACTIVE
+            self.dirty = True
+            return self.describe(vr), []
+        if cmd == "deactivate":
+            del self.instances[vr]
+            self.pending_restores[vr] = inst.original_cap_percent
+            self.dirty = True
+            return self.describe(vr), [RestoreCap(vr, inst.original_cap_percent)]
+        raise ApiError("unknown_command", f"unknown command {cmd!r}")  # pragma: no cover
+
+    def _activate(
+        self, vr: str, setpoint_pps: float | None, now_s: float, current_cap_percent: float | None
+    ) -> tuple[dict[str, Any], list[Action]]:
+        assert setpoint_pps is not None
+        view = self.vrs.get(vr)
+        if view is None or not view.present:
+            raise ApiError("unknown_vr", f"no running VR named {vr!r}")
+        if vr in self.instances:
+            raise ApiError("bad_state", f"VR {vr!r} is already {self.instances[vr].state}; use 'setpoint' or 'resume'")
+        if current_cap_percent is not None:
+            try:
+                _cap_value("current cap", current_cap_percent, allow_none=False)
+            except StateError as e:
+                raise ApiError("backend", str(e)) from None
+        # A VR whose restore is still pending has not got its original back: keep that original.
+        original = self.pending_restores.pop(vr) if vr in self.pending_restores else current_cap_percent
+        ctl = self.controller_factory()
+        ctl.start(current_cap_percent if current_cap_percent is not None else 100.0)
+        inst = Instance(
+            vr=vr,
+            state=ACTIVE,
+            setpoint_pps=setpoint_pps,
+            original_cap_percent=original,
+            controller=ctl,
+            cap_percent=ctl.cap_percent,
+            applied_cap_percent=None,
+        )
+        self.instances[vr] = inst
+        self.dirty = True
+        return self.describe(vr), [SetCap(vr, inst.cap_percent)]
+
+    # ------------------------------------------------------------------------ control period
+    def period(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
+        """One control period: step the active instances' controllers and say which caps to write.
+
+        Parameters
+        ----------
+        now_s : float
+            Monotonic time, seconds.
+        readings : mapping of VR name to VrReading
+            Rates over the period just ended, for the VRs that could be measured.
+
+        Returns
+        -------
+        list of SetCap and RestoreCap
+            Caps to write (changed, never written, failed before, or due for re-assertion) and
+            original caps still to restore.
+        """
+        for name, r in readings.items():
+            view = self.vrs.get(name)
+            if view is None:
+                continue
+            view.measured_pps = r.forwarded_pps
+            view.offered_pps = r.offered_pps
+        actions: list[Action] = []
+        for name, inst in self.instances.items():
+            view = self.vrs.get(name)
+            if view is None or not view.present:
+                continue
+            r = readings.get(name)
+            if r is not None and r.counter_reset:
+                inst.applied_cap_percent = None
+            if inst.state == ACTIVE and r is not None and r.forwarded_pps is not None:
+                try:
+                    inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
+                except ValueError as e:
+                    inst.actuation_error = f"measurement refused by the controller: {e}"
+            if (
+                self.reassert_period_s > 0
+                and inst.last_write_s is not None
+                and now_s - inst.last_write_s >= self.reassert_period_s
+            ):
+                inst.applied_cap_percent = None
+            if inst.applied_cap_percent is None or not math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9):
+                actions.append(SetCap(name, inst.cap_percent))
+        for name, cap in self.pending_restores.items():
+            view = self.vrs.get(name)
+            if view is not None and view.present:
+                actions.append(RestoreCap(name, cap))
+        return actions
+
+    # ----------------------------------------------------------------- outcome of actions
+    def cap_written(self, vr: str, cap_percent: float, now_s: float) -> None:
+        inst = self.instances.get(vr)
+        if inst is not None:
+            inst.applied_cap_percent = cap_percent
+            inst.last_write_s = now_s
+            inst.actuation_error = None
+
+    def cap_failed(self, vr: str, error: str) -> None:
+        inst = self.instances.get(vr)
+        if inst is not None:
+            inst.applied_cap_percent = None
+            inst.actuation_error = error
+
+    def restored(self, vr: str) -> None:
+        if vr in self.pending_restores and vr not in self.instances:
+            del self.pending_restores[vr]
+            self.dirty = True
+
+    def shutdown_actions(self) -> list[RestoreCap]:
+        """Caps to hand back when the daemon stops (instances are kept in the state file)."""
+        out = [RestoreCap(n, i.original_cap_percent) for n, i in sorted(self.instances.items())]
+        out += [RestoreCap(n, c) for n, c in sorted(self.pending_restores.items())]
+        return out
+
+    def replace_controllers(self, factory: ControllerFactory) -> None:
+        """Use a new controller factory (config reload); running instances restart bumpless."""
+        self.controller_factory = factory
+        for inst in self.instances.values():
+            ctl = factory()
+            ctl.start(inst.cap_percent)
+            inst.controller = ctl
+            inst.cap_percent = ctl.cap_percent
+        self.dirty = True
+
+    # ------------------------------------------------------------------------------ views
+    def _names(self) -> set[str]:
+        return set(self.vrs) | set(self.instances)
+
+    def describe(self, vr: str) -> dict[str, Any]:
+        """The public view of one VR (the ``instance`` object of the API schema)."""
+        view = self.vrs.get(vr, _VrView())
+        inst = self.instances.get(vr)
+        return {
+            "vr": vr,
+            "state": inst.state if inst else INACTIVE,
+            "present": view.present,
+            "setpoint_pps": inst.setpoint_pps if inst else None,
+            "measured_pps": view.measured_pps,
+            "offered_pps": view.offered_pps,
+            "cap_percent": inst.cap_percent if inst else None,
+            "original_cap_percent": inst.original_cap_percent if inst else self.pending_restores.get(vr),
+            "actuation_error": inst.actuation_error if inst else None,
+        }
+
+    def samples(self, t_unix_s: float, period_s: float) -> list[dict[str, Any]]:
+        """Per-VR samples of the period just ended, for the PUB socket and the metrics."""
+        return [{**self.describe(n), "t_unix_s": t_unix_s, "period_s": period_s} for n in sorted(self._names())]
+
+    # ---------------------------------------------------------------------- persistence
+    def to_state(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot of everything a restart must know."""
+        return {
+            "schema": STATE_SCHEMA,
+            "instances": {
+                n: {
+                    "state": i.state,
+                    "setpoint_pps": i.setpoint_pps,
+                    "original_cap_percent": i.original_cap_percent,
+                    "cap_percent": i.cap_percent,
+                    "controller": i.controller.to_state(),
+                }
+                for n, i in sorted(self.instances.items())
+            },
+            "pending_restores": dict(sorted(self.pending_restores.items())),
+        }
+
+    def load_state(self, doc: Any) -> list[str]:
+        """Take over a snapshot written by :meth:`to_state` (at start-up, before anything runs).
+
+        Returns notes (e.g. a controller state that did not fit the configured controller and was
+        restarted from the saved cap).  Raises :class:`StateError` (and changes nothing) if the
+        snapshot is malformed.
+        """
+        notes: list[str] = []
+        if not isinstance(doc, dict) or doc.get("schema") != STATE_SCHEMA:
+            raise StateError(f"not an {STATE_SCHEMA} document")
+        raw_inst, raw_pend = doc.get("instances", {}), doc.get("pending_restores", {})
+        if not isinstance(raw_inst, dict) or not isinstance(raw_pend, dict):
+            raise StateError("'instances' and 'pending_restores' must be objects")
+        instances: dict[str, Instance] = {}
+        for name, d in raw_inst.items():
+            if not isinstance(d, dict):
+                raise StateError(f"instance {name!r} must be an object")
+            state = d.get("state")
+            if state not in (ACTIVE, PAUSED):
+                raise StateError(f"instance {name!r}: state must be active or paused, got {state!r}")
+            sp = d.get("setpoint_pps")
+            if isinstance(sp, bool) or not isinstance(sp, (int, float)) or not math.isfinite(sp) or sp <= 0:
+                raise StateError(f"instance {name!r}: bad setpoint_pps {sp!r}")
+            if "original_cap_percent" not in d:
+                raise StateError(f"instance {name!r}: missing original_cap_percent")
+            original = _cap_value(f"instance {name!r}: original_cap_percent", d["original_cap_percent"], True)
+            cap = _cap_value(f"instance {name!r}: cap_percent", d.get("cap_percent"), False)
+            assert cap is not None
+            ctl = self.controller_factory()
+            ctl.start(cap)
+            cstate = d.get("controller")
+            if isinstance(cstate, dict):
+                try:
+                    ctl.restore_state(cstate)
+                except (ValueError, KeyError, TypeError) as e:
+                    ctl.start(cap)
+                    notes.append(f"instance {name!r}: controller state not reused ({e}); restarted from cap {cap:g}")
+            instances[name] = Instance(
+                vr=name,
+                state=state,
+                setpoint_pps=float(sp),
+                original_cap_percent=original,
+                controller=ctl,
+                cap_percent=ctl.cap_percent,
+            )
+        pending = {n: _cap_value(f"pending restore {n!r}", c, True) for n, c in raw_pend.items()}
+        self.instances = instances
+        self.pending_restores = pending
+        for n in [*instances, *pending]:
+            self.vrs.setdefault(n, _VrView())
+        return notes

@@ -1,0 +1,133 @@
+"""``xtc ctl``: a client of a running daemon's manager API (ZeroMQ REQ), and a sample watcher.
+
+:class:`ManagerClient` is also what the policer and the tests use::
+
+    with ManagerClient("tcp://127.0.0.1:7700") as c:
+        c.call("activate", vr="vr1", setpoint_pps=20000)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import zmq
+
+from .api import API_VERSION
+
+__all__ = ["ManagerClient", "ManagerError", "format_table"]
+
+
+class ManagerError(RuntimeError):
+    """The daemon refused a request (``code``) or did not answer in time (``code`` = "timeout")."""
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+class ManagerClient:
+    """Requests to one daemon.  A timed-out socket is replaced, so the client stays usable."""
+
+    def __init__(self, endpoint: str, timeout_s: float = 5.0, context: zmq.Context | None = None):
+        self.endpoint = endpoint
+        self.timeout_ms = int(timeout_s * 1000)
+        self.ctx = context or zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            s = self.ctx.socket(zmq.REQ)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
+            s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+            s.connect(self.endpoint)
+            self._sock = s
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def __enter__(self) -> "ManagerClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes | list[bytes]) -> dict[str, Any]:
+        """Send raw frames and return the decoded reply (raises ManagerError on timeout)."""
+        s = self._socket()
+        try:
+            if isinstance(data, list):
+                s.send_multipart(data)
+            else:
+                s.send(data)
+            reply = s.recv()
+        except zmq.Again:
+            self.close()
+            raise ManagerError("timeout", f"no answer from {self.endpoint} within {self.timeout_ms} ms") from None
+        return json.loads(reply)
+
+    def request(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """Send a request; returns the whole reply (``ok`` true or false)."""
+        doc = {"v": API_VERSION, "cmd": cmd, **fields}
+        return self.send_raw(json.dumps(doc).encode())
+
+    def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """Send a request; returns ``result`` or raises :class:`ManagerError`."""
+        rep = self.request(cmd, **fields)
+        if not rep.get("ok"):
+            err = rep.get("error") or {}
+            raise ManagerError(str(err.get("code")), str(err.get("message")))
+        return rep["result"]
+
+
+def watch_samples(pub_endpoint: str, vr: str | None = None, context: zmq.Context | None = None,
+                  timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+    """Yield published samples (all VRs, or one) until the timeout passes without one."""
+    ctx = context or zmq.Context.instance()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt_string(zmq.SUBSCRIBE, f"sample.{vr}" if vr else "sample.")
+    if timeout_s is not None:
+        s.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+    s.connect(pub_endpoint)
+    try:
+        while True:
+            try:
+                topic, body = s.recv_multipart()
+            except zmq.Again:
+                return
+            if vr is not None and topic != f"sample.{vr}".encode():
+                continue
+            yield json.loads(body)
+    finally:
+        s.close(0)
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    return f"{v / scale:.{digits}f}"
+
+
+def format_table(vrs: list[dict[str, Any]]) -> str:
+    """The status table of ``xtc ctl status`` (rates in kp/s, caps in percent)."""
+    head = f"{'VR':<16} {'STATE':<9} {'SETPOINT':>9} {'MEASURED':>9} {'OFFERED':>9} {'CAP%':>7} {'ORIG%':>7}  NOTE"
+    rows = [head, f"{'':<16} {'':<9} {'kp/s':>9} {'kp/s':>9} {'kp/s':>9} {'':>7} {'':>7}"]
+    for v in vrs:
+        orig = v.get("original_cap_percent")
+        orig_s = _fmt(orig) if orig is not None else ("unl." if v["state"] != "inactive" else "-")
+        note = []
+        if not v.get("present", True):
+            note.append("VR missing")
+        if v.get("actuation_error"):
+            note.append(f"actuation: {v['actuation_error']}")
+        rows.append(
+            f"{v['vr']:<16} {v['state']:<9} {_fmt(v.get('setpoint_pps'), 1000):>9} {_fmt(v.get('measured_pps'), 1000):>9} "
+            f"{_fmt(v.get('offered_pps'), 1000):>9} {_fmt(v.get('cap_percent')):>7} {orig_s:>7}  {'; '.join(note)}"
+        )
+    return "\n".join(rows)

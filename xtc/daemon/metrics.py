@@ -1,0 +1,68 @@
+"""Prometheus metrics of the daemon (prometheus_client, its own registry, HTTP port configurable).
+
+Per VR (label ``vr``): ``xtc_vr_setpoint_pps``, ``xtc_vr_measured_pps``, ``xtc_vr_offered_pps``,
+``xtc_vr_cap_percent``, ``xtc_vr_active`` (1 active, 0.5 paused, 0 inactive).
+Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_actuations_total{outcome}``,
+``xtc_periods_total``, ``xtc_period_work_seconds`` (CPU-side work of one period),
+``xtc_meter_errors_total``, ``xtc_reloads_total{outcome}``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = ["DaemonMetrics"]
+
+_STATE_VALUE = {"active": 1.0, "paused": 0.5, "inactive": 0.0}
+
+
+class DaemonMetrics:
+    """All metrics of one daemon, in a registry of their own (so tests can make several)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.setpoint = Gauge("xtc_vr_setpoint_pps", "Setpoint of the VR's instance, packets/s", ["vr"], registry=r)
+        self.measured = Gauge("xtc_vr_measured_pps", "Packets/s the VR forwarded over the last period", ["vr"], registry=r)
+        self.offered = Gauge("xtc_vr_offered_pps", "Packets/s offered to the VR over the last period", ["vr"], registry=r)
+        self.cap = Gauge("xtc_vr_cap_percent", "CPU cap XTC holds for the VR, percent of one CPU", ["vr"], registry=r)
+        self.active = Gauge("xtc_vr_active", "1 active, 0.5 paused, 0 inactive", ["vr"], registry=r)
+        self.requests = Counter("xtc_requests", "Manager requests", ["cmd", "outcome"], registry=r)
+        self.actuations = Counter("xtc_actuations", "Cap writes", ["outcome"], registry=r)
+        self.periods = Counter("xtc_periods", "Control periods run", registry=r)
+        self.meter_errors = Counter("xtc_meter_errors", "Failed meter reads", registry=r)
+        self.reloads = Counter("xtc_reloads", "Configuration reloads", ["outcome"], registry=r)
+        self.work = Histogram(
+            "xtc_period_work_seconds",
+            "Wall time of one control period's work (controllers, actuation, publishing), seconds",
+            buckets=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0),
+            registry=r,
+        )
+        self._vrs: set[str] = set()
+
+    def serve(self, address: str, port: int) -> int:
+        """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        return int(server.server_address[1])
+
+    def update(self, samples: Iterable[Mapping[str, Any]]) -> None:
+        """Set the per-VR gauges from the period's samples; drop VRs no longer listed."""
+        seen = set()
+        for s in samples:
+            vr = s["vr"]
+            seen.add(vr)
+            for g, key in ((self.setpoint, "setpoint_pps"), (self.measured, "measured_pps"),
+                           (self.offered, "offered_pps"), (self.cap, "cap_percent")):
+                v = s.get(key)
+                g.labels(vr).set(float(v) if v is not None else math.nan)
+            self.active.labels(vr).set(_STATE_VALUE.get(s["state"], 0.0))
+        for vr in self._vrs - seen:
+            for g in (self.setpoint, self.measured, self.offered, self.cap, self.active):
+                try:
+                    g.remove(vr)
+                except KeyError:
+                    pass
+        self._vrs = seen

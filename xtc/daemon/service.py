@@ -1,0 +1,466 @@
+"""The daemon process: the thin layer that applies :class:`~xtc.daemon.core.DaemonCore`'s decisions.
+
+One thread runs everything on a monotonic clock: meter samples (10/s by default), the control
+period (1 s by default), manager requests (ZeroMQ REP) as they come, the per-VR sample stream
+(ZeroMQ PUB) after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
+(caps restored, state kept), SIGHUP reloads the configuration (a bad one is refused and the old
+one kept).  An unexpected exception saves the state, leaves the caps as XTC set them and exits
+non-zero, so that systemd restarts the daemon and it resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import zmq
+
+from models import PAPER_MODEL, ModelFile, load_model
+from xtc.control import Controller, make_controller
+
+from . import api
+from .api import ApiError
+from .backend import Backend
+from .config import ConfigError, DaemonConfig, load_config, reload_diff
+from .core import DaemonCore, RestoreCap, SetCap, StateError, VrReading
+from .host_errors import HostAdapterError, VRNotRunning
+from .logs import event, setup_logging
+from .meter import Meter, RateTracker
+from .metrics import DaemonMetrics
+from .state import StateFileError, read_state, save_state
+
+__all__ = ["DaemonService", "controller_factory", "make_backend", "run_daemon"]
+
+log = logging.getLogger("xtc.daemon")
+
+#: ZeroMQ drops (with the connection) messages larger than this many times max_message_bytes;
+#: messages between 1x and this get an error reply "too_large".
+TRANSPORT_LIMIT_FACTOR = 16
+#: Controller state is saved at least this often even when no request changed anything, seconds.
+STATE_SAVE_PERIOD_S = 10.0
+#: VR discovery (libvirt domain list, interfaces) is refreshed this often, seconds.
+DISCOVERY_PERIOD_S = 5.0
+
+
+def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
+    """A function returning fresh controllers as the ``[controller]`` section says."""
+    c = cfg.controller
+    mf: ModelFile = PAPER_MODEL if c.model == "paper" else load_model(c.model)
+    # Validate once now, so a bad combination fails at load and not at activation.
+    make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent)
+
+    def factory() -> Controller:
+        return make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent)
+
+    return factory
+
+
+def make_backend(cfg: DaemonConfig) -> Backend:
+    """The backend the configuration names."""
+    if cfg.daemon.backend == "sim":
+        from .sim_backend import SimBackend
+
+        return SimBackend.from_config(cfg)
+    from .libvirt_backend import LibvirtBackend
+
+    return LibvirtBackend.from_config(cfg)
+
+
+@dataclass
+class _Flags:
+    stop: bool = False
+    reload: bool = False
+    stop_signal: int | None = None
+
+
+class DaemonService:
+    """One running daemon.
+
+    Parameters
+    ----------
+    cfg : DaemonConfig
+        The loaded configuration.
+    backend : Backend
+        Where VRs, counters and caps come from.
+    config_path : path, optional
+        Re-read on SIGHUP (or :meth:`request_reload`).
+    clock, wall_clock : callable
+        Monotonic and wall-clock time in seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        cfg: DaemonConfig,
+        backend: Backend,
+        config_path: str | Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        context: zmq.Context | None = None,
+    ):
+        self.cfg = cfg
+        self.backend = backend
+        self.config_path = config_path
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.ctx = context or zmq.Context.instance()
+        self.flags = _Flags()
+        self.metrics = DaemonMetrics()
+        self.core = DaemonCore(
+            controller_factory(cfg),
+            max_setpoint_pps=cfg.daemon.max_setpoint_pps,
+            reassert_period_s=cfg.daemon.reassert_period_s,
+        )
+        self.meter = Meter(backend.counter_source(), RateTracker(max_window_s=self._window_s(cfg)))
+        self._vr_ifaces: dict[str, tuple[str, ...]] = {}
+        self._if_owner: dict[str, str] = {}
+        self._reset_ifs: set[str] = set()
+        self._last_save_s = -math.inf
+        self._last_discovery_s = -math.inf
+        self.rep: zmq.Socket | None = None
+        self.pub: zmq.Socket | None = None
+        self.metrics_port: int | None = None
+
+    @staticmethod
+    def _window_s(cfg: DaemonConfig) -> float:
+        return cfg.daemon.control_period_s * 1.5 + 2.0 / cfg.daemon.meter_samples_per_s
+
+    # ------------------------------------------------------------------------ start / stop
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, _frame: Any) -> None:
+            self.flags.stop = True
+            self.flags.stop_signal = signum
+
+        def on_hup(_signum: int, _frame: Any) -> None:
+            self.flags.reload = True
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+
+    def request_stop(self) -> None:
+        self.flags.stop = True
+
+    def request_reload(self) -> None:
+        self.flags.reload = True
+
+    def open(self) -> None:
+        """Load the saved state, bind the sockets, start the metrics endpoint."""
+        cfg = self.cfg
+        try:
+            doc = read_state(cfg.state_path)
+        except StateFileError as e:
+            raise SystemExit(f"xtc daemon: {e}; move it away to start without state") from None
+        if doc is not None:
+            try:
+                notes = self.core.load_state(doc)
+            except StateError as e:
+                raise SystemExit(f"xtc daemon: state file {cfg.state_path}: {e}; move it away to start without state") from None
+            for n in notes:
+                event(log, logging.WARNING, "state_note", note=n)
+            event(log, logging.INFO, "state_loaded", path=str(cfg.state_path),
+                  instances=sorted(self.core.instances), pending_restores=sorted(self.core.pending_restores))
+        # Fail now, not at the first activation, if the state cannot be written.
+        save_state(cfg.state_path, self.core.to_state())
+        self._last_save_s = self.clock()
+        hard = cfg.manager.max_message_bytes * TRANSPORT_LIMIT_FACTOR
+        self.rep = self.ctx.socket(zmq.REP)
+        self.rep.setsockopt(zmq.MAXMSGSIZE, hard)
+        self.rep.setsockopt(zmq.LINGER, 0)
+        self.rep.bind(cfg.manager.endpoint)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 10000)
+        self.pub.bind(cfg.manager.pub_endpoint)
+        endpoints = {
+            "endpoint": self.rep.getsockopt_string(zmq.LAST_ENDPOINT),
+            "pub_endpoint": self.pub.getsockopt_string(zmq.LAST_ENDPOINT),
+        }
+        if cfg.metrics.enabled:
+            self.metrics_port = self.metrics.serve(cfg.metrics.address, cfg.metrics.port)
+        self._discover(self.clock(), force=True)
+        event(log, logging.INFO, "started", backend=self.backend.name, pid=os.getpid(),
+              period_s=cfg.daemon.control_period_s, meter_samples_per_s=cfg.daemon.meter_samples_per_s,
+              metrics_port=self.metrics_port, vrs=sorted(self._vr_ifaces), **endpoints)
+
+    def close(self) -> int:
+        """Give every controlled VR its original cap back, save the state, close.  Returns rc."""
+        failed = 0
+        for act in self.core.shutdown_actions():
+            try:
+                self.backend.restore_cap(act.vr, act.cap_percent)
+                event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
+            except HostAdapterError as e:
+                failed += 1
+                event(log, logging.ERROR, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+        self._save(force=True)
+        for s in (self.rep, self.pub):
+            if s is not None:
+                s.close(0)
+        self.backend.close()
+        event(log, logging.INFO, "stopped", restore_failures=failed, signal=self.flags.stop_signal)
+        return 1 if failed else 0
+
+    # -------------------------------------------------------------------------------- loop
+    def run(self) -> int:
+        """Run until stopped.  Returns the exit code."""
+        self.open()
+        try:
+            self.loop()
+        except BaseException as e:
+            event(log, logging.CRITICAL, "crashed", error=repr(e))
+            try:
+                self._save(force=True)
+            finally:
+                raise
+        return self.close()
+
+    def loop(self, until_s: float | None = None) -> None:
+        """The scheduler: meter samples, control periods and requests, until stopped."""
+        assert self.rep is not None
+        poller = zmq.Poller()
+        poller.register(self.rep, zmq.POLLIN)
+        now = self.clock()
+        sample_dt = 1.0 / self.cfg.daemon.meter_samples_per_s
+        next_sample = now
+        period_start = now
+        next_period = now + self.cfg.daemon.control_period_s
+        while not self.flags.stop:
+            if until_s is not None and now >= until_s:
+                return
+            if self.flags.reload:
+                self.flags.reload = False
+                self.reload()
+                sample_dt = 1.0 / self.cfg.daemon.meter_samples_per_s
+                next_period = min(next_period, period_start + self.cfg.daemon.control_period_s)
+            timeout_ms = max(0.0, min(next_sample, next_period) - self.clock()) * 1000.0
+            if poller.poll(timeout=math.ceil(timeout_ms)):
+                self._serve_requests()
+            now = self.clock()
+            if now >= next_sample:
+                self._sample(now)
+                next_sample += sample_dt
+                if next_sample <= now:  # fell behind: skip the missed samples, do not burst
+                    next_sample = now + sample_dt
+            if now >= next_period:
+                self.run_period(now, now - period_start)
+                period_start = now
+                next_period += self.cfg.daemon.control_period_s
+                if next_period <= now:
+                    next_period = now + self.cfg.daemon.control_period_s
+
+    # ------------------------------------------------------------------------------ meter
+    def _discover(self, now: float, force: bool = False) -> None:
+        if not force and now - self._last_discovery_s < DISCOVERY_PERIOD_S:
+            return
+        self._last_discovery_s = now
+        try:
+            vrs = dict(self.backend.discover())
+        except HostAdapterError as e:
+            event(log, logging.WARNING, "discovery_failed", error=str(e))
+            return
+        if vrs != self._vr_ifaces:
+            event(log, logging.INFO, "vrs_changed", vrs=sorted(vrs))
+        self._vr_ifaces = vrs
+        self._if_owner = {i: vr for vr, ifs in vrs.items() for i in ifs}
+        self.core.set_present(frozenset(vrs))
+
+    def _sample(self, now: float) -> None:
+        try:
+            self.backend.tick(now)
+            rep = self.meter.sample(now)
+        except HostAdapterError as e:
+            self.metrics.meter_errors.inc()
+            event(log, logging.WARNING, "meter_failed", error=str(e))
+            return
+        if rep.accepted:
+            for name in (*rep.appeared, *rep.vanished):
+                self._reset_ifs.add(name)
+            for name, verdicts in rep.anomalies.items():
+                if "reset" in verdicts or "jump" in verdicts:
+                    self._reset_ifs.add(name)
+
+    def readings(self, period_s: float) -> dict[str, VrReading]:
+        """Per-VR rates over the last ``period_s`` seconds (the collector: sum of interfaces)."""
+        rates = self.meter.rates(min(max(period_s, 1e-3), self.meter.tracker.max_window_s))
+        out: dict[str, VrReading] = {}
+        for vr, ifs in self._vr_ifaces.items():
+            fwd = off = 0.0
+            seen = 0
+            for i in ifs:
+                r = rates.get(i)
+                if r is not None:
+                    fwd += r.rx_pps
+                    off += r.tx_pps
+                    seen += 1
+            reset = any(i in self._reset_ifs for i in ifs)
+            if seen == 0:
+                out[vr] = VrReading(None, None, reset)
+            else:
+                out[vr] = VrReading(fwd, off, reset)
+        self._reset_ifs.clear()
+        return out
+
+    # ----------------------------------------------------------------------------- period
+    def run_period(self, now: float, period_s: float) -> None:
+        """One control period: discovery, controllers, cap writes, samples, metrics, state."""
+        t0 = time.perf_counter()
+        self._discover(now)
+        actions = self.core.period(now, self.readings(period_s))
+        self._apply(actions, now)
+        samples = self.core.samples(self.wall_clock(), period_s)
+        assert self.pub is not None
+        for s in samples:
+            try:
+                self.pub.send_multipart(api.sample_message(s), flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        self.metrics.update(samples)
+        self.metrics.periods.inc()
+        self._save(force=False)
+        self.metrics.work.observe(time.perf_counter() - t0)
+        if log.isEnabledFor(logging.DEBUG):
+            for s in samples:
+                event(log, logging.DEBUG, "sample", **s)
+
+    def _apply(self, actions: list[SetCap | RestoreCap], now: float) -> None:
+        for act in actions:
+            if isinstance(act, SetCap):
+                try:
+                    self.backend.write_cap(act.vr, act.cap_percent)
+                except HostAdapterError as e:
+                    self.core.cap_failed(act.vr, str(e))
+                    self.metrics.actuations.labels("failed").inc()
+                    event(log, logging.WARNING, "cap_write_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+                else:
+                    self.core.cap_written(act.vr, act.cap_percent, now)
+                    self.metrics.actuations.labels("ok").inc()
+                    event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent)
+            else:
+                try:
+                    self.backend.restore_cap(act.vr, act.cap_percent)
+                except HostAdapterError as e:
+                    self.metrics.actuations.labels("failed").inc()
+                    event(log, logging.WARNING, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+                else:
+                    self.core.restored(act.vr)
+                    self.metrics.actuations.labels("ok").inc()
+                    event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
+
+    def _save(self, force: bool) -> None:
+        now = self.clock()
+        if not (force or self.core.dirty or now - self._last_save_s >= STATE_SAVE_PERIOD_S):
+            return
+        try:
+            save_state(self.cfg.state_path, self.core.to_state())
+        except StateFileError as e:
+            event(log, logging.ERROR, "state_save_failed", error=str(e))
+            return
+        self.core.dirty = False
+        self._last_save_s = now
+
+    # --------------------------------------------------------------------------- requests
+    def _serve_requests(self, budget: int = 100) -> None:
+        assert self.rep is not None
+        for _ in range(budget):
+            try:
+                frames = self.rep.recv_multipart(flags=zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            reply = self.handle_message(frames)
+            self.rep.send(reply)
+
+    def handle_message(self, frames: list[bytes]) -> bytes:
+        """Answer one request message (all frames as received).  Never raises."""
+        cfg = self.cfg
+        cmd = "?"
+        try:
+            if len(frames) != 1:
+                raise ApiError("bad_json", f"a request is one frame, got {len(frames)}")
+            req = api.parse_request(frames[0], cfg.manager.max_message_bytes, cfg.daemon.max_setpoint_pps)
+            cmd = req.cmd
+            now = self.clock()
+            cap: float | None = None
+            if self.core.needs_current_cap(req) and self._can_activate(req.vr):
+                assert req.vr is not None
+                try:
+                    cap = self.backend.read_cap(req.vr)
+                except VRNotRunning as e:
+                    raise ApiError("unknown_vr", str(e)) from None
+                except HostAdapterError as e:
+                    raise ApiError("backend", f"cannot read the cap of {req.vr!r}: {e}") from None
+            result, actions = self.core.handle(req, now, cap)
+            if self.core.dirty:
+                self._save(force=True)
+            self._apply(actions, now)
+            if req.vr is not None and req.vr in self.core.pending_restores and req.cmd == "deactivate":
+                result = {**result, "restore_pending": True}
+            if cmd not in ("list", "status", "ping"):
+                event(log, logging.INFO, "request", cmd=cmd, vr=req.vr, setpoint_pps=req.setpoint_pps, ok=True)
+            self.metrics.requests.labels(cmd, "ok").inc()
+            return api.ok_reply(result, req.id)
+        except ApiError as e:
+            self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", e.code).inc()
+            event(log, logging.INFO, "request_refused", cmd=cmd, code=e.code, error=e.message)
+            return api.error_reply(e)
+        except Exception as e:  # a bug must not take the API down; it changes nothing it did not finish
+            log.exception("request handler failed")
+            self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", "internal").inc()
+            return api.error_reply(ApiError("internal", f"{type(e).__name__}: {e}"[:300]))
+
+    def _can_activate(self, vr: str | None) -> bool:
+        v = self.core.vrs.get(vr or "")
+        return v is not None and v.present and vr not in self.core.instances
+
+    # ----------------------------------------------------------------------------- reload
+    def reload(self) -> bool:
+        """Re-read the configuration file; a bad or incompatible one is refused, the old kept."""
+        if self.config_path is None:
+            return False
+        try:
+            new = load_config(self.config_path)
+            fixed = reload_diff(self.cfg, new)
+            if fixed:
+                raise ConfigError(fixed[0], "cannot change without a restart" + (
+                    f" (also: {', '.join(fixed[1:])})" if len(fixed) > 1 else ""), str(self.config_path))
+            factory = controller_factory(new) if new.controller != self.cfg.controller else None
+        except (ConfigError, ValueError) as e:
+            self.metrics.reloads.labels("refused").inc()
+            event(log, logging.ERROR, "reload_refused", error=str(e))
+            return False
+        if factory is not None:
+            self.core.replace_controllers(factory)
+        self.core.max_setpoint_pps = new.daemon.max_setpoint_pps
+        self.core.reassert_period_s = new.daemon.reassert_period_s
+        if self._window_s(new) > self.meter.tracker.max_window_s:
+            self.meter.tracker.max_window_s = self._window_s(new)
+        if new.log != self.cfg.log:
+            setup_logging(new.log.format, new.log.level)
+        changed = sorted(k for k, v in new.flat().items() if self.cfg.flat()[k] != v)
+        self.cfg = new
+        self.metrics.reloads.labels("ok").inc()
+        event(log, logging.INFO, "reloaded", changed=changed)
+        return True
+
+
+def run_daemon(config_path: str | Path) -> int:
+    """``xtc daemon --config FILE``: load, run until SIGTERM, restore caps.  Returns the exit code."""
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as e:
+        print(f"xtc daemon: {e}", flush=True)
+        return 2
+    setup_logging(cfg.log.format, cfg.log.level)
+    try:
+        backend = make_backend(cfg)
+    except (HostAdapterError, ConfigError, ImportError) as e:
+        event(log, logging.CRITICAL, "backend_failed", backend=cfg.daemon.backend, error=str(e))
+        return 1
+    svc = DaemonService(cfg, backend, config_path=config_path)
+    svc.install_signal_handlers()
+    return svc.run()
