@@ -226,12 +226,19 @@ class XtcTuning:
     unconstrained_fraction : float
         The VR counts as not cap-limited when it forwards at least this
         fraction of its offered rate; the cap is then not raised.
+    fine_band_fraction : float
+        Within this relative error the controller uses the gentle integral
+        gain ``fine_gain`` instead of the dead-beat gains.
+    fine_gain : float
+        Integral gain (decades of cap per decade of rate) inside the fine band.
     """
 
     design_lag: float = 0.0915
     dead_zone_fraction: float = 0.02
     max_step_decades: float = 1.0
     unconstrained_fraction: float = 0.97
+    fine_band_fraction: float = 0.10
+    fine_gain: float = 0.3
 
 
 class XtcController(_Bounded):
@@ -262,6 +269,16 @@ class XtcController(_Bounded):
     ``b / (1 - a)`` was tried and rejected: that slope is an average over the
     whole fitted region, so between 40% and 80% of the offered rate it
     schedules a smaller elasticity than the plant has and the loop oscillates.
+
+    Two gains.  Far from the setpoint (relative error above
+    ``fine_band_fraction``, 10%) the dead-beat gains act; inside that band a
+    gentle integral gain ``fine_gain`` (0.3) takes over.  One-second rate
+    samples of a capped VR are noisy (several percent, more the more it
+    drops); a dead-beat loop would copy each noise sample into the cap and
+    add its own variance to the plant's.  With gain ``g`` the loop adds about
+    ``g / (2 - g)`` of the noise variance (18% for 0.3, i.e. +8% of RMSE),
+    while large steps and disturbances (a 15% hog) are still corrected at once.
+    The velocity form makes the switch between the two gains bumpless.
 
     Guards.
     - Dead zone on the relative error (2% by default instead of the paper's
@@ -314,7 +331,10 @@ class XtcController(_Bounded):
         E = math.log10(max(r, 1.0)) - math.log10(max(y, 1.0))
         E_prev = E if self._E_prev is None else self._E_prev
         if abs(r - y) >= t.dead_zone_fraction * r:
-            du = (self.kp + self.ki) * E - self.kp * E_prev
+            if abs(r - y) < t.fine_band_fraction * r:
+                du = t.fine_gain * E
+            else:
+                du = (self.kp + self.ki) * E - self.kp * E_prev
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0
