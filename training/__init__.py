@@ -1,0 +1,1 @@
+"""XTC training tool."""
