@@ -1,0 +1,103 @@
+"""The daemon's TOML configuration: defaults, validation, unknown keys, reload rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from xtc.daemon import config as C
+from xtc.daemon.config import ConfigError, loads_config, load_config, reload_diff
+
+SIM = '[[sim.vr]]\nname = "vr1"\n'
+
+
+def test_docstring_example_is_a_valid_config():
+    doc = C.__doc__
+    example = doc.split("::", 1)[1].split("\n:func:")[0]
+    text = "\n".join(line[4:] for line in example.splitlines())
+    cfg = loads_config(text)
+    assert cfg.daemon.backend == "sim"
+    assert cfg.sim.vr[0].name == "vr1"
+    assert cfg.controller.cap_min_percent is None
+
+
+def test_defaults_and_frozen():
+    cfg = loads_config(SIM)
+    assert cfg.daemon.control_period_s == 1.0
+    assert cfg.daemon.meter_samples_per_s == 10.0
+    assert cfg.controller.kind == "xtc"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.daemon.control_period_s = 2.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "text, key, words",
+    [
+        ("bogus = 1\n" + SIM, "bogus", "unknown key"),
+        ("[daemon]\nperiod_ms = 5\n" + SIM, "daemon.period_ms", "unknown key"),
+        ("[daemon]\ncontrol_period_ms = 500\n" + SIM, "daemon.control_period_ms", "control_period_s"),
+        ("[daemon]\ncontrol_period_s = 0.01\n" + SIM, "daemon.control_period_s", "0.1..60"),
+        ("[daemon]\ncontrol_period_s = \"1\"\n" + SIM, "daemon.control_period_s", "number"),
+        ("[daemon]\ncontrol_period_s = nan\n" + SIM, "daemon.control_period_s", "finite"),
+        ("[daemon]\ncontrol_period_s = 0.2\nmeter_samples_per_s = 2\n" + SIM, "daemon.meter_samples_per_s", "one meter sample"),
+        ("[daemon]\nbackend = \"xen\"\n" + SIM, "daemon.backend", "one of"),
+        ("[controller]\nkind = \"pid\"\n" + SIM, "controller.kind", "one of"),
+        ("[controller]\ncap_min_percent = 0\n" + SIM, "controller.cap_min_percent", "1..100"),
+        ("[controller]\ncap_min_percent = 50\ncap_max_percent = 10\n" + SIM, "controller.cap_min_percent", "exceed"),
+        ("[controller]\nmodel = \"/nonexistent/model.toml\"\n" + SIM, "controller.model", "cannot read"),
+        ("[manager]\nendpoint = \"http://x\"\n" + SIM, "manager.endpoint", "ZeroMQ endpoint"),
+        ("[manager]\nendpoint = \"tcp://127.0.0.1:1\"\npub_endpoint = \"tcp://127.0.0.1:1\"\n" + SIM, "manager.pub_endpoint", "differ"),
+        ("[manager]\nmax_message_bytes = 10\n" + SIM, "manager.max_message_bytes", "256"),
+        ("[metrics]\nport = 70000\n" + SIM, "metrics.port", "0..65535"),
+        ("[metrics]\nenabled = 1\n" + SIM, "metrics.enabled", "true or false"),
+        ("[log]\nlevel = \"loud\"\n" + SIM, "log.level", "one of"),
+        ("", "sim.vr", "at least one"),
+        ("[[sim.vr]]\noffered_pps = 5\n", "sim.vr[0].name", "missing"),
+        ("[[sim.vr]]\nname = \"a b\"\n", "sim.vr[0].name", "letters"),
+        ("[[sim.vr]]\nname = \"a\"\n[[sim.vr]]\nname = \"a\"\n", "sim.vr", "twice"),
+        ("[[sim.vr]]\nname = \"a\"\ninitial_cap_percent = 0\n", "sim.vr[0].initial_cap_percent", "1..100"),
+        ("[[sim.vr]]\nname = \"a\"\noffered_kpps = 5\n", "sim.vr[0].offered_kpps", "offered_pps"),
+        ("[daemon]\nbackend = \"libvirt\"\n" + SIM, "sim.vr", "only meaningful"),
+        ("schema = \"xtc-daemon/9\"\n" + SIM, "schema", "xtc-daemon/1"),
+        ("[daemon\n", "<file>", "not valid TOML"),
+        ("daemon = 3\n" + SIM, "daemon", "table"),
+    ],
+)
+def test_bad_configs_name_the_key(text, key, words):
+    with pytest.raises(ConfigError) as ei:
+        loads_config(text, source="x.toml")
+    assert ei.value.key == key
+    assert words in str(ei.value)
+    assert str(ei.value).startswith("x.toml: ")
+
+
+def test_load_config_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_load_config_reads_file(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[daemon]\ncontrol_period_s = 0.5\n" + SIM)
+    cfg = load_config(p)
+    assert cfg.daemon.control_period_s == 0.5
+    assert cfg.source == str(p)
+    assert cfg.state_path == cfg.state_path.parent / "state.json"
+
+
+def test_reload_diff_separates_reloadable_keys():
+    a = loads_config(SIM)
+    b = loads_config("[daemon]\ncontrol_period_s = 0.5\n[controller]\nkind = \"pi\"\n[log]\nlevel = \"debug\"\n" + SIM)
+    assert reload_diff(a, b) == []
+    c = loads_config("[manager]\nendpoint = \"tcp://127.0.0.1:9999\"\n[metrics]\nport = 1234\n" + SIM)
+    assert reload_diff(a, c) == ["manager.endpoint", "metrics.port"]
+    d = loads_config('[[sim.vr]]\nname = "vr2"\n')
+    assert reload_diff(a, d) == ["sim.vr"]
+
+
+def test_every_reloadable_key_exists():
+    keys = set(loads_config(SIM).flat())
+    assert C.RELOADABLE <= keys
+    assert all(re.fullmatch(r"[a-z_]+\.[a-z_]+", k) for k in keys)

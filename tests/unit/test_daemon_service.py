@@ -1,0 +1,154 @@
+"""The daemon's service layer on the simulated backend, driven by a fake clock (no sleeping)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from xtc.daemon.config import loads_config
+from xtc.daemon.service import DaemonService
+from xtc.daemon.sim_backend import SimBackend, render_proc_net_dev
+from xtc.daemon.meter import parse_proc_net_dev
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(tmp_path, extra: str = "", vrs: str = '[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0\n'):
+    text = f"""
+[daemon]
+backend = "sim"
+control_period_s = 1.0
+state_dir = "{tmp_path}/state"
+{extra}
+[manager]
+endpoint = "ipc://{tmp_path}/m.sock"
+pub_endpoint = "ipc://{tmp_path}/p.sock"
+[metrics]
+enabled = false
+{vrs}
+"""
+    cfg = loads_config(text)
+    clock = Clock()
+    svc = DaemonService(cfg, SimBackend.from_config(cfg), clock=clock, wall_clock=lambda: 0.0)
+    svc.open()
+    return svc, clock
+
+
+def drive(svc, clock, seconds: float, trace=None):
+    """Meter samples every 0.1 s, a control period every 1 s, on the fake clock."""
+    n = int(round(seconds * 10))
+    for k in range(1, n + 1):
+        clock.t += 0.1
+        svc._sample(clock.t)
+        if k % 10 == 0:
+            svc.run_period(clock.t, 1.0)
+            if trace is not None:
+                trace.append(svc.core.describe("vr1"))
+
+
+def ask(svc, **doc):
+    doc.setdefault("v", 1)
+    return json.loads(svc.handle_message([json.dumps(doc).encode()]))
+
+
+def test_render_is_parsed_by_the_real_parser():
+    text = render_proc_net_dev({"vif1.0": (0, 123), "vif1.1": (456, 0)})
+    c = parse_proc_net_dev(text)
+    assert c["vif1.0"].tx_packets == 123 and c["vif1.1"].rx_packets == 456 and "lo" in c
+
+
+def test_closed_loop_holds_setpoint_and_follows_a_change(tmp_path):
+    svc, clock = make(tmp_path)
+    try:
+        drive(svc, clock, 3)
+        assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=30000)["ok"]
+        trace: list = []
+        drive(svc, clock, 20, trace)
+        m = np.array([s["measured_pps"] for s in trace[10:]])
+        assert np.all(np.abs(m - 30000) <= 0.10 * 30000), m
+        assert ask(svc, cmd="setpoint", vr="vr1", setpoint_pps=60000)["ok"]
+        trace = []
+        drive(svc, clock, 20, trace)
+        m = np.array([s["measured_pps"] for s in trace[10:]])
+        assert np.all(np.abs(m - 60000) <= 0.10 * 60000), m
+        assert svc.backend.caps["vr1"] == pytest.approx(svc.core.instances["vr1"].cap_percent)
+    finally:
+        svc.close()
+    # Stopping hands the original back; the instance stays in the state file for a restart.
+    assert json.loads((tmp_path / "state" / "sim-hypervisor.json").read_text())["caps"] == {"vr1": 80.0}
+    st = json.loads((tmp_path / "state" / "state.json").read_text())
+    assert st["instances"]["vr1"]["setpoint_pps"] == 60000
+
+
+def test_refused_message_changes_nothing(tmp_path):
+    svc, clock = make(tmp_path)
+    try:
+        drive(svc, clock, 2)
+        assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=30000)["ok"]
+        before = ask(svc, cmd="list")["result"]
+        state_before = json.dumps(svc.core.to_state(), sort_keys=True)
+        for doc in ({"cmd": "setpoint", "vr": "vr1", "setpoint_pps": -1},
+                    {"cmd": "setpoint", "vr": "nope", "setpoint_pps": 100},
+                    {"cmd": "activate", "vr": "vr1", "setpoint_pps": 100},
+                    {"cmd": "explode"}):
+            rep = ask(svc, **doc)
+            assert rep["ok"] is False and rep["error"]["message"]
+        assert not json.loads(svc.handle_message([b"{"]))["ok"]
+        assert json.loads(svc.handle_message([b"a", b"b"]))["error"]["code"] == "bad_json"
+        assert ask(svc, cmd="list")["result"] == before
+        assert json.dumps(svc.core.to_state(), sort_keys=True) == state_before
+    finally:
+        svc.close()
+
+
+class FlakyBackend(SimBackend):
+    fail = False
+
+    def write_cap(self, vr, cap_percent):
+        from xtc.daemon.host_errors import HypervisorUnavailable
+
+        if self.fail:
+            raise HypervisorUnavailable("libvirtd restarting")
+        super().write_cap(vr, cap_percent)
+
+
+def test_failed_actuation_keeps_instance_and_retries(tmp_path):
+    svc, clock = make(tmp_path)
+    svc.backend.__class__ = FlakyBackend
+    try:
+        drive(svc, clock, 2)
+        assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=30000)["ok"]
+        drive(svc, clock, 3)
+        svc.backend.fail = True
+        drive(svc, clock, 3)
+        st = ask(svc, cmd="status", vr="vr1")["result"]
+        assert st["state"] == "active" and "libvirtd restarting" in st["actuation_error"]
+        svc.backend.fail = False
+        drive(svc, clock, 2)
+        st = ask(svc, cmd="status", vr="vr1")["result"]
+        assert st["actuation_error"] is None
+        assert svc.backend.caps["vr1"] == pytest.approx(st["cap_percent"])
+    finally:
+        svc.close()
+
+
+def test_reload_refuses_bad_and_fixed_keys(tmp_path):
+    svc, clock = make(tmp_path)
+    cfgfile = tmp_path / "c.toml"
+    svc.config_path = cfgfile
+    try:
+        cfgfile.write_text("[daemon\n")
+        assert svc.reload() is False
+        cfgfile.write_text(f'[daemon]\nstate_dir = "{tmp_path}/other"\n[[sim.vr]]\nname = "vr1"\n')
+        assert svc.reload() is False
+        assert svc.cfg.daemon.state_dir == f"{tmp_path}/state"
+    finally:
+        svc.close()
