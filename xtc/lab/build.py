@@ -1,4 +1,7 @@
-"""Build the lab's userspace forwarder (forwarder.c) with the system C compiler.
+"""Build the lab's C programs with the system C compiler.
+
+Two small programs ship as source beside this module: ``forwarder.c`` (the VR's
+userspace packet forwarder) and ``udpsend.c`` (a paced UDP source).
 
 The binary is cached under a directory chosen, in order, from the ``cache_dir``
 argument, the ``XTC_CACHE`` environment variable, ``/var/cache/xtc`` (when it can
@@ -18,12 +21,13 @@ import tempfile
 from pathlib import Path
 
 FORWARDER_SOURCE = Path(__file__).with_name("forwarder.c")
+UDPSEND_SOURCE = Path(__file__).with_name("udpsend.c")
 CFLAGS: tuple[str, ...] = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 COMPILERS: tuple[str, ...] = ("cc", "gcc", "clang")
 
 
 class BuildError(RuntimeError):
-    """The forwarder could not be built (no compiler, unwritable cache, compile error)."""
+    """A lab program could not be built (no compiler, unwritable cache, compile error)."""
 
 
 def default_cache_dir(env: dict[str, str] | None = None) -> Path:
@@ -51,16 +55,28 @@ def find_compiler(cc: str | None = None, env: dict[str, str] | None = None) -> s
             return path
     raise BuildError(
         f"no C compiler found (looked for {', '.join(candidates)}); the lab builds its packet "
-        "forwarder at run time: install one (Debian: apt-get install gcc) or set CC"
+        "forwarder and sender at run time: install one (Debian: apt-get install gcc) or set CC"
     )
 
 
-def build_forwarder(
+def build_forwarder(cache_dir: Path | str | None = None, cc: str | None = None) -> Path:
+    """Build (if needed) the VR forwarder; return the executable's path (see :func:`build_program`)."""
+    return build_program(FORWARDER_SOURCE, cache_dir, cc)
+
+
+def build_udpsend(cache_dir: Path | str | None = None, cc: str | None = None) -> Path:
+    """Build (if needed) the paced UDP sender; return the executable's path (see :func:`build_program`)."""
+    return build_program(UDPSEND_SOURCE, cache_dir, cc)
+
+
+def build_program(
+    source: Path | str,
     cache_dir: Path | str | None = None,
     cc: str | None = None,
-    source: Path | str = FORWARDER_SOURCE,
 ) -> Path:
-    """Compile the forwarder if needed and return the path of the executable.
+    """Compile a single-file C program if needed and return the path of the executable.
+
+    The executable is ``<cache_dir>/xtc-<source stem>-<hash>``.
 
     Parameters
     ----------
@@ -69,7 +85,7 @@ def build_forwarder(
     cc
         C compiler to use (default: ``$CC``, then cc, gcc, clang on ``PATH``).
     source
-        The C source (default: the ``forwarder.c`` shipped beside this module).
+        The C source (one file, no libraries beyond libc).
 
     Raises
     ------
@@ -81,16 +97,16 @@ def build_forwarder(
     try:
         code = source.read_bytes()
     except OSError as e:
-        raise BuildError(f"cannot read forwarder source {source}: {e}") from e
+        raise BuildError(f"cannot read C source {source}: {e}") from e
     compiler = find_compiler(cc)
     digest = hashlib.sha256(code + repr((compiler, CFLAGS)).encode()).hexdigest()[:16]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = cache / f"xtc-forwarder-{digest}"
+    target = cache / f"xtc-{source.stem}-{digest}"
     if target.is_file() and os.access(target, os.X_OK):
         return target
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".xtc-forwarder-", dir=cache)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".xtc-{source.stem}-", dir=cache)
         os.close(fd)
     except OSError as e:
         raise BuildError(f"cannot write to the build cache {cache}: {e}") from e
