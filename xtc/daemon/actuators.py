@@ -509,8 +509,8 @@ class _CgroupBase(_ActuatorBase):
     def _write_file(self, name: str, value: str) -> None:
         p = self._file(name)
         try:
-            # One write() call: cgroup files take the whole value at once.
-            fd = os.open(p, os.O_WRONLY)
+            # One write() call: cgroup files take the whole value at once (O_TRUNC as a shell does).
+            fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
             try:
                 os.write(fd, value.encode())
             finally:
