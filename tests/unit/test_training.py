@@ -1,0 +1,251 @@
+"""Training tool: sweep CSV, fit, design analysis, cap_min, CLI and its refusals."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from models import PAPER_MODEL, LogCapModel, load_model
+from training.analysis import (
+    PAPER_PI_POLES,
+    choose_cap_min,
+    design_deadbeat,
+    design_pi,
+    is_stable,
+    mismatch_margins,
+    parse_poles,
+    stability_grid,
+)
+from training.cli import EXIT_ERROR, EXIT_POOR_FIT, main
+from training.collect import SweepPlan, VirtualClock, parse_caps, run_sweep
+from training.fit import CapLevel, find_cap_threshold, fit_sweep
+from training.hosts import make_sim_host
+from training.sweep import Sample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
+from training.synth import model_sweep
+
+PAPER = PAPER_MODEL.model
+CAPS = [float(c) for c in range(5, 101, 5)]
+
+
+def _sweep(**kw) -> Sweep:
+    return Sweep(tuple(model_sweep(PAPER, kw.pop("caps", CAPS), **kw)))
+
+
+# ------------------------------------------------------------------------------- the proof
+@pytest.mark.parametrize("method", ["steps", "samples"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fit_recovers_the_papers_model_from_data_generated_by_it(method: str, seed: int) -> None:
+    # Caps swept up then down (twice the steps), 30 settled samples per cap as in the paper, 0.5 kp/s
+    # equation noise.  Tolerance: 4 standard errors of the estimate (computed by the fit from its
+    # residuals; 4 sigma keeps a false failure below 1e-4), and the standard errors are themselves
+    # checked to be small (a within +-0.06, b within +-6 %), so the tolerance cannot be loose.
+    caps = CAPS + CAPS[::-1]
+    fit = fit_sweep(_sweep(caps=caps, samples_per_cap=30, noise_kpps=0.5, seed=seed), method=method)
+    assert fit.a_stderr < 0.015 and fit.b_stderr < 1.0
+    assert_allclose(fit.model.a, 0.0915, atol=4 * fit.a_stderr)
+    assert_allclose(fit.model.b_kpps_per_decade, 63.0051, atol=4 * fit.b_stderr)
+    assert fit.r_squared > 0.99
+
+
+def test_fit_without_noise_is_exact() -> None:
+    fit = fit_sweep(_sweep(noise_kpps=0.0))
+    assert_allclose(fit.model.a, 0.0915, atol=2e-3)
+    assert_allclose(fit.model.b_kpps_per_decade, 63.0051, rtol=2e-3)
+
+
+def test_paper_sweep_region_gives_the_papers_ubar() -> None:
+    # The paper's caps 5..55 below a threshold of 60 have mean log10(cap) = 1.39 (its ubar).
+    levels = [CapLevel(c, 99.8 if c >= 60 else 16 + 1.4 * c, 0.1, 10) for c in CAPS]
+    assert find_cap_threshold(levels, 1.0) == 60.0
+    region = [c for c in CAPS if c < 60]
+    assert_allclose(np.mean(np.log10(region)), 1.39, atol=5e-3)
+
+
+def test_threshold_rule() -> None:
+    lv = lambda ms: [CapLevel(float(10 * (i + 1)), m, 0.0, 1) for i, m in enumerate(ms)]  # noqa: E731
+    assert find_cap_threshold(lv([10, 20, 30, 99.2, 99.5, 99.9])) == 40.0
+    assert find_cap_threshold(lv([10, 20, 30, 40])) is None  # no plateau
+    assert find_cap_threshold(lv([50, 50.2, 50.1])) == 10.0  # flat: threshold at the lowest cap
+    with pytest.raises(TrainingError):
+        find_cap_threshold(lv([1, 2]), 0.0)
+
+
+# ------------------------------------------------------------------------------- CSV schema
+def test_csv_round_trip_keeps_samples_and_metadata() -> None:
+    s = model_sweep(PAPER, [5, 10, 20], noise_kpps=0.3, seed=4)
+    sw = parse_sweep_csv(format_sweep_csv(s, {"hardware": "test rig", "date": "2024-05-01"}))
+    assert sw.metadata["hardware"] == "test rig" and sw.metadata["schema"] == "xtc-sweep/1"
+    assert len(sw) == len(s)
+    assert_allclose([x.forwarded_pps for x in sw.samples], [x.forwarded_pps for x in s], atol=1e-3)
+    assert [x.settling for x in sw.samples] == [x.settling for x in s]
+
+
+HEADER = "offered_pps,cap_percent,sample_index,forwarded_pps,duration_s\n"
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("offered_pps,cap_percent,forwarded_pps,duration_s\n100000,5,16000,1\n", ["missing column", "sample_index"]),
+        (HEADER + "100000,5,0,lots,1\n", ["line 2", "forwarded_pps", "not a number"]),
+        (HEADER + "100000,0,0,16000,1\n", ["outside 1..100"]),
+        (HEADER + "100000,150,0,16000,1\n", ["outside 1..100"]),
+        (HEADER + "100000,5,0,-3,1\n", ["negative"]),
+        (HEADER + "100000,5,0,16000,0\n", ["duration_s"]),
+        (HEADER + "100000,5,0,nan,1\n", ["not finite"]),
+        (HEADER, ["no samples"]),
+        ("", ["no header"]),
+    ],
+)
+def test_bad_csv_is_refused_with_a_clear_error(text: str, words: list[str]) -> None:
+    with pytest.raises(SweepError) as e:
+        parse_sweep_csv(text)
+    for w in words:
+        assert w in str(e.value)
+
+
+# ------------------------------------------------------------------------ unusable sweeps
+def test_flat_sweep_is_refused() -> None:
+    flat = [Sample(100000, c, i, 50000 + 10 * i, 1.0) for c in CAPS for i in range(5)]
+    with pytest.raises(TrainingError, match="does not change with the cap"):
+        fit_sweep(Sweep(tuple(flat)))
+
+
+def test_too_few_caps_below_threshold_is_refused() -> None:
+    # Offered rate so low that the VR saturates at cap 10: only cap 5 below the threshold.
+    with pytest.raises(TrainingError, match="cap\\(s\\) below the cap threshold"):
+        fit_sweep(_sweep(offered_pps=40_000.0))
+
+
+def test_no_plateau_uses_all_caps_with_a_warning() -> None:
+    fit = fit_sweep(_sweep(caps=[5.0, 10, 15, 20, 25, 30], noise_kpps=0.2))
+    assert fit.cap_threshold_percent is None
+    assert any("no plateau" in w for w in fit.warnings)
+    assert fit.region_caps_percent == (5.0, 10, 15, 20, 25, 30)
+
+
+def test_noisy_sweep_is_poor() -> None:
+    fit = fit_sweep(_sweep(noise_kpps=25.0, seed=3, caps=CAPS[:10]), plateau_tol_kpps=1.0)
+    assert fit.r_squared < 0.9 and fit.poor
+
+
+# --------------------------------------------------------------------------------- design
+def test_pi_with_paper_poles_on_paper_model_gives_paper_gains() -> None:
+    d = design_pi(PAPER, PAPER_PI_POLES)
+    assert_allclose([d.gains.kp, d.gains.ki], [-1.747e-3, 11.311e-3], rtol=1e-6)
+    db = design_deadbeat(PAPER)
+    assert_allclose([db.gains.kp, db.gains.ki], [1.452e-3, 14.419e-3], rtol=2e-3)
+    assert db.settling_time_s == 1.0 and db.overshoot_percent < 1e-6
+
+
+def test_margins_match_the_jury_conditions() -> None:
+    # For gains (Kp, Ki) and a as fitted, z^2 + c1 z + c0 is stable iff 1 + c1 + c0 > 0,
+    # 1 - c1 + c0 > 0 and |c0| < 1; linear in b, so the largest b is the first bound crossed.
+    g = PAPER_MODEL.pi
+    a, b = PAPER.a, PAPER.b_kpps_per_decade
+    bounds = [(2 + 2 * a) / (2 * g.kp + g.ki), (1 - a) / -g.kp]  # 1-c1+c0 = 0 and c0 = 1 (kp < 0)
+    m = mismatch_margins(PAPER, g)
+    assert_allclose(m.b_factor_max, min(bounds) / b, rtol=1e-6)
+    assert m.b_factor_min == 0.0
+    assert is_stable(PAPER, g, 1.0, 0.999 * m.b_factor_max)
+    assert not is_stable(PAPER, g, 1.0, 1.001 * m.b_factor_max)
+    grid = stability_grid(PAPER, g, [1.0], [0.5 * m.b_factor_max, 2 * m.b_factor_max])
+    assert grid[:, 0].tolist() == [True, False]
+
+
+@pytest.mark.parametrize("text, ok", [("0.5,0.6", True), ("0.24+0.38j", True), ("1.2,0.1", False),
+                                      ("0.3+0.2j,0.3+0.2j", False), ("x", False), ("0.1", False)])
+def test_parse_poles(text: str, ok: bool) -> None:
+    if ok:
+        assert len(parse_poles(text)) == 2
+    else:
+        with pytest.raises(TrainingError):
+            parse_poles(text)
+
+
+def test_cap_min_on_paper_table1() -> None:
+    caps = [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]
+    kpps = [16, 32, 50, 65, 77, 85, 91, 94, 96, 98]
+    lv = [CapLevel(float(c), float(k), 0.0, 1) for c, k in zip(caps, kpps)]
+    ch = choose_cap_min(lv, 100_000, PAPER)
+    assert ch.method == "extrapolated" and ch.cap_min_percent == 4.0  # 10 kp/s at about 3.4 %
+    ch = choose_cap_min(lv, 100_000, PAPER, useful_fraction=0.4)  # 40 kp/s between caps 10 and 15
+    assert ch.method == "interpolated" and 10 < ch.raw_cap_percent < 15 and ch.cap_min_percent == 12.0
+
+
+# ------------------------------------------------------------------------ collect (sim) + CLI
+def test_sim_sweep_through_the_daemons_sim_backend() -> None:
+    host, offered = make_sim_host(seed=2)
+    before = host.read_cap("vr1")
+    plan = SweepPlan(parse_caps("5:100:5"), (100_000.0,), samples_per_cap=5, settle_samples=2)
+    samples = run_sweep(plan, host, "vr1", VirtualClock(), offered)
+    assert len(samples) == plan.total_samples
+    assert host.read_cap("vr1") == before  # the original cap is given back
+    fit = fit_sweep(Sweep(tuple(samples)))
+    assert 45 <= (fit.cap_threshold_percent or 0) <= 70
+    assert 0 < fit.model.a < 0.6 and fit.r_squared > 0.95
+
+
+def test_cli_all_on_sim_writes_model_report_and_plots(tmp_path: Path) -> None:
+    rc = main(["all", "--backend", "sim", "--offered-pps", "50000,100000", "--samples", "5", "--quiet",
+               "--out-dir", str(tmp_path), "--date", "2024-05-01", "--name", "sim-test"])
+    assert rc == 0
+    mf = load_model(tmp_path / "model.toml")
+    assert mf.name == "sim-test" and mf.fitted_on["date"] == "2024-05-01" and mf.fitted_on["samples"] == 2 * 20 * (5 + 2)
+    assert len(mf.fitted_on["sha256"]) == 64
+    assert set(mf.extra["operating_points"]) == {"offered_50000_pps", "offered_100000_pps"}
+    assert mf.pi is not None and mf.deadbeat is not None and 1 <= mf.caps.min_percent <= 10
+    for f in ("report.md", "throughput-vs-cap.png", "residuals.png", "step-response.png", "stability-region.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    assert "R^2" in (tmp_path / "report.md").read_text()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "sweep.csv"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text", [
+    "offered_pps,cap_percent,forwarded_pps,duration_s\n1,5,1,1\n",
+    HEADER + "100000,5,0,abc,1\n",
+    HEADER + "100000,101,0,5000,1\n",
+])
+def test_cli_design_refuses_bad_csv_and_writes_nothing(tmp_path: Path, text: str, capsys) -> None:
+    out = tmp_path / "model.toml"
+    assert main(["design", str(_write(tmp_path, text)), "--out", str(out)]) == EXIT_ERROR
+    assert not out.exists()
+    assert "error:" in capsys.readouterr().err
+
+
+def test_cli_design_refuses_flat_and_short_sweeps(tmp_path: Path) -> None:
+    out = tmp_path / "model.toml"
+    flat = [Sample(100000, c, i, 50000.0, 1.0) for c in CAPS for i in range(5)]
+    assert main(["design", str(_write(tmp_path, format_sweep_csv(flat))), "--out", str(out)]) == EXIT_ERROR
+    short = model_sweep(PAPER, CAPS, offered_pps=40_000.0)
+    assert main(["design", str(_write(tmp_path, format_sweep_csv(short))), "--out", str(out)]) == EXIT_ERROR
+    assert not out.exists()
+
+
+def test_cli_poor_fit_needs_the_flag(tmp_path: Path) -> None:
+    out = tmp_path / "model.toml"
+    csv = _write(tmp_path, format_sweep_csv(model_sweep(PAPER, CAPS[:10], noise_kpps=25.0, seed=3)))
+    assert main(["design", str(csv), "--out", str(out)]) == EXIT_POOR_FIT
+    assert not out.exists()
+    assert main(["design", str(csv), "--out", str(out), "--accept-poor-fit"]) == 0
+    assert load_model(out).r_squared < 0.9
+
+
+def test_cli_redesign_of_a_model_file(tmp_path: Path) -> None:
+    out = tmp_path / "re.toml"
+    from models import PAPER_MODEL_PATH
+
+    assert main(["design", str(PAPER_MODEL_PATH), "--out", str(out), "--poles", "0.5,0.5"]) == 0
+    mf = load_model(out)
+    from xtc.control.design import closed_loop_poles
+
+    assert_allclose(closed_loop_poles(mf.model, mf.pi), [0.5, 0.5], atol=1e-6)
