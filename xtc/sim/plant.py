@@ -30,11 +30,14 @@ What is modelled, per sub-step of ``dt_s`` seconds:
    traversal even when the VR then drops it (the waste of section 7.3 of the
    paper), a packet the VR forwards costs the rest, and a TCP flow's ACKs add
    ``tcp_ack_work`` traversals per data packet.  When the work asked of a Dom0
-   exceeds its capacity, Dom0 delivers to **every VR of the group the same
-   fraction** ``f`` of the packets its source sends (proportional cut, the
-   largest ``f`` whose work fits, found by bisection); the rest are dropped
-   before the VR.  So a source that sends more (a UDP flow that does not back
-   off) keeps a larger share of Dom0, as the paper observes.
+   exceeds its capacity, the packets it cannot move are dropped before the VRs.
+   Who loses is the Dom0's ``sharing``: ``"fair"`` (the default) is Xen's
+   round-robin between the VRs' backends, a max-min fair split of Dom0's work
+   (a VR that asks for less than an equal share gets all it asks, the others
+   share the rest equally); ``"proportional"`` delivers the same fraction of
+   every source's packets (the heavier sender keeps the larger share).  Either
+   way a UDP source keeps sending what Dom0 drops while a TCP source backs off,
+   so UDP takes more than TCP (section 7.3).
 4. **Dynamics.**  The achieved forwarding rate follows the rate the VR can
    forward with a first-order lag of time constant ``tau_s``; the nominal
    ``tau_s = -1 / ln(0.0915)`` s (about 0.42 s) gives the paper's model pole
@@ -351,16 +354,24 @@ class Dom0Config:
         Packet traversals per second (a packet in and out of a VR) Dom0 can do.
     rx_work_fraction : float
         Share of a traversal spent delivering a packet to a VR (spent even if the VR drops it).
+    sharing : {"fair", "proportional"}
+        How an overloaded Dom0 splits its work: "fair" is round-robin between
+        the VRs (max-min fair split of the work; what a VR does not use goes to
+        the others), "proportional" delivers the same fraction of every
+        source's packets (so the heavier sender keeps the larger share).
     """
 
     capacity_pps: float = 120_000.0
-    rx_work_fraction: float = 0.6
+    rx_work_fraction: float = 0.3
+    sharing: Literal["fair", "proportional"] = "fair"
 
     def __post_init__(self) -> None:
         if _finite("capacity_pps", self.capacity_pps) <= 0:
             raise PlantError(f"capacity_pps must be > 0, got {self.capacity_pps}")
         if not (0 < _finite("rx_work_fraction", self.rx_work_fraction) < 1):
             raise PlantError(f"rx_work_fraction must be within (0, 1), got {self.rx_work_fraction}")
+        if self.sharing not in ("fair", "proportional"):
+            raise PlantError(f"sharing must be 'fair' or 'proportional', got {self.sharing!r}")
 
 
 @dataclass(frozen=True)
@@ -493,6 +504,7 @@ class Plant:
         self._n_groups = len(config.dom0s)
         self._dom0_cap = np.array([d.capacity_pps for d in config.dom0s], dtype=float)
         rxw = np.array([d.rx_work_fraction for d in config.dom0s], dtype=float)
+        self._fair_group = np.array([d.sharing == "fair" for d in config.dom0s])
         self._rxw = rxw[self._group]
         self._txw = 1.0 - self._rxw
         # State.
@@ -600,33 +612,68 @@ class Plant:
         soft = _soft_min(lam, c, self._knee)
         return np.where(self._is_tcp, np.minimum(lam, c), soft)
 
-    def _work(self, share: np.ndarray, lam_src: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        lam = lam_src * share[self._group]
+    def _work(self, share_vr: np.ndarray, lam_src: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-VR Dom0 work (traversals/s), delivered rate and forwarding target for a delivered share."""
+        lam = lam_src * share_vr
         y = self._forward_target(lam, c)
         w = self._rxw * lam + (self._txw + self._ack) * y
-        per_group = np.bincount(self._group, weights=w, minlength=self._n_groups)
-        return per_group, lam, y
+        return w, lam, y
+
+    def _group_sum(self, w: np.ndarray) -> np.ndarray:
+        return np.bincount(self._group, weights=w, minlength=self._n_groups)
+
+    def _dom0_shares(self, lam_src: np.ndarray, c: np.ndarray, demand: np.ndarray, over: np.ndarray) -> np.ndarray:
+        """Share of each source's packets Dom0 delivers, for the overloaded groups ``over``."""
+        cap = self._dom0_cap
+        ones = np.ones(self.n)
+        prop = over & ~self._fair_group
+        if np.any(prop):
+            # Proportional: one delivered fraction f per group, the largest whose work fits.
+            lo, hi = np.zeros(self._n_groups), np.ones(self._n_groups)
+            for _ in range(30):
+                mid = 0.5 * (lo + hi)
+                w, _, _ = self._work(mid[self._group], lam_src, c)
+                fits = self._group_sum(w) <= cap
+                lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
+            f_vr = np.where(prop[self._group], lo[self._group], 1.0)
+        else:
+            f_vr = ones
+        fair = over & self._fair_group
+        if not np.any(fair):
+            return f_vr
+        # Fair (round-robin) sharing: max-min fair split of Dom0's work between the VRs of a group
+        # (water-filling level L: sum(min(demand, L)) = capacity), then each VR gets the largest
+        # share of its source's packets whose work fits its budget.
+        lo = np.zeros(self._n_groups)
+        hi = self._group_sum(demand)
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            fits = self._group_sum(np.minimum(demand, mid[self._group])) <= cap
+            lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
+        in_fair = fair[self._group]
+        budget = np.where(in_fair, np.minimum(demand, lo[self._group]), np.inf)
+        slo, shi = np.zeros(self.n), np.ones(self.n)
+        for _ in range(30):
+            mid = 0.5 * (slo + shi)
+            w, _, _ = self._work(mid, lam_src, c)
+            fits = w <= budget
+            slo, shi = np.where(fits, mid, slo), np.where(fits, shi, mid)
+        return np.where(in_fair, np.where(demand <= budget, 1.0, slo), f_vr)
 
     def step(self) -> None:
         """Advance the plant by one sub-step of ``dt_s`` seconds."""
         dt = self.dt_s
         c = self.capacity_pps()
         lam_src = self._send.copy()
-        ones = np.ones(self._n_groups)
-        work, lam, y_tgt = self._work(ones, lam_src, c)
-        share = ones
+        w, lam, y_tgt = self._work(np.ones(self.n), lam_src, c)
+        work = self._group_sum(w)
+        share = np.ones(self._n_groups)
         over = work > self._dom0_cap
         if np.any(over):
-            lo = np.zeros(self._n_groups)
-            hi = ones.copy()
-            for _ in range(30):
-                mid = 0.5 * (lo + hi)
-                w_mid, _, _ = self._work(mid, lam_src, c)
-                fits = w_mid <= self._dom0_cap
-                lo = np.where(fits, mid, lo)
-                hi = np.where(fits, hi, mid)
-            share = np.where(over, lo, 1.0)
-            work, lam, y_tgt = self._work(share, lam_src, c)
+            share_vr = self._dom0_shares(lam_src, c, w, over)
+            w, lam, y_tgt = self._work(share_vr, lam_src, c)
+            work = self._group_sum(w)
+            share = np.where(over, self._group_sum(lam) / np.maximum(self._group_sum(lam_src), 1e-300), 1.0)
         # First-order lag of the achieved rate.
         self._y = self._y + self._alpha * (y_tgt - self._y)
         # Noise (std for a 1 s average -> per sub-step), grows with the drop fraction.
