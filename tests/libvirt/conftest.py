@@ -1,0 +1,81 @@
+"""Fixtures for tests against a real libvirtd with real LXC VRs forwarding real packets.
+
+* ``libvirtd`` (session): makes sure a libvirtd serving ``lxc:///`` runs (reuses a running
+  one, or starts one the way the host lab needs, see ``xtc.lab.libvirtd``) and holds a shared
+  lease on it.  At the end of the session it stops the daemon only if the lab started it, no
+  other process holds a lease and no domain runs; set ``XTC_LAB_KEEP_LIBVIRTD=1`` to keep it.
+* ``vr_lab`` (function): a factory ``vr_lab(n_vrs=1, work_iters=0, vcpu_quota_us=-1)`` that
+  returns a :class:`xtc.lab.netlab.NetLab` with ``n_vrs`` LXC VRs (``lab.vrs``), each between
+  its own generator and receiver namespaces.  Every lab made is torn down after the test,
+  also when it fails.
+
+Both skip, with the reason, when not run as root or when libvirt is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+def require_lab_host() -> None:
+    """Skip the calling test unless this host can run the LXC lab."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates namespaces, bridges and libvirt LXC domains")
+    try:
+        import libvirt  # noqa: F401
+    except ImportError:
+        pytest.skip("libvirt-python is not installed (pip install libvirt-python)")
+    from xtc.lab.libvirtd import LibvirtdPaths
+
+    if not LibvirtdPaths().libvirtd.exists():
+        pytest.skip("libvirtd is not installed (Debian: libvirt-daemon libvirt-daemon-driver-lxc)")
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    if not Path("/usr/lib/libvirt/libvirt_lxc").exists():
+        pytest.skip("the libvirt LXC driver is not installed (Debian: libvirt-daemon-driver-lxc)")
+
+
+@pytest.fixture(scope="session")
+def libvirtd() -> Iterator[object]:
+    """A running libvirtd accepting ``lxc:///`` (an ``xtc.lab.libvirtd.Libvirtd``)."""
+    require_lab_host()
+    from xtc.lab.libvirtd import Libvirtd
+
+    daemon = Libvirtd()
+    with daemon.lease():
+        yield daemon
+    if os.environ.get("XTC_LAB_KEEP_LIBVIRTD") != "1":
+        daemon.stop_if_unused()
+
+
+@pytest.fixture
+def vr_lab(libvirtd: object) -> Iterator[Callable[..., object]]:
+    """Factory of labs with LXC VRs; everything it made is removed after the test."""
+    from xtc.lab.netlab import NetLab
+
+    labs: list[NetLab] = []
+
+    def make(n_vrs: int = 1, work_iters: int = 0, vcpu_quota_us: int = -1, prefix: str | None = None) -> NetLab:
+        lab = NetLab(prefix=prefix, uri=libvirtd.uri)  # type: ignore[attr-defined]
+        labs.append(lab)  # before building: a half-built lab is removed too
+        for _ in range(n_vrs):
+            lab.add_vr(work_iters=work_iters, vcpu_quota_us=vcpu_quota_us)
+        return lab
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for lab in labs:
+            try:
+                lab.teardown()
+            except Exception as e:  # noqa: BLE001 - tear down the others, then report
+                errors.append(f"{lab.prefix}: {e}")
+        if errors:
+            raise RuntimeError("lab teardown failed: " + "; ".join(errors))
