@@ -120,3 +120,16 @@ def test_interface_targets_from_xml() -> None:
         interface_targets_from_xml("<domain><devices>")
     with pytest.raises(ValueError, match="root <network>"):
         interface_targets_from_xml("<network/>")
+
+
+def test_running_domains_and_driver_kind(hv: FakeHypervisor) -> None:
+    hv.define("a-vr", domid=2, interfaces=["vif2.0"])
+    c = LibvirtConn(open_fn=hv.open)
+    doms = c.running_domains()
+    assert [d.name for d in doms] == ["a-vr", "vr1"]  # "off" is not running
+    assert doms[0] == DomainInfo("a-vr", True, 2, ("vif2.0",))
+    assert c.driver_kind() == "lxc"
+    hv.restart_daemon()
+    assert len(c.running_domains()) == 2 and c.connects == 2
+    assert LibvirtConn(open_fn=FakeHypervisor("xen").open).driver_kind() == "xen"
+    assert LibvirtConn(open_fn=FakeHypervisor("qemu").open).driver_kind() == "qemu"

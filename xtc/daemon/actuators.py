@@ -8,7 +8,9 @@ CapActuator (Protocol)
     ``set_cap(cap_percent) -> float`` (clamp, write only on change, return the cap
     read back from the hypervisor/kernel);
     ``original() -> OriginalCap | None``; ``adopt_original(record)``;
-    ``restore() -> bool`` (write the original back exactly; True if anything was written).
+    ``restore() -> bool`` (write the original back exactly; True if anything was written);
+    ``original_from_cap(cap_percent | None) -> OriginalCap`` (a record for a daemon
+    that persisted only a cap in percent).
 OriginalCap
     Serialisable record of a VR's setting before XTC touched it:
     ``to_dict()`` / ``OriginalCap.from_dict(d)`` (JSON-friendly).
@@ -193,6 +195,8 @@ class CapActuator(Protocol):
 
     def restore(self) -> bool: ...
 
+    def original_from_cap(self, cap_percent: float | None) -> OriginalCap: ...
+
 
 class _ActuatorBase:
     """Clamping, write-on-change, read-back and original bookkeeping; backends fill in the I/O."""
@@ -227,6 +231,9 @@ class _ActuatorBase:
 
     def _check_original(self, params: Params) -> None:
         pass
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        raise NotImplementedError
 
     # --- the contract --------------------------------------------------------------
     def read_cap(self) -> float | None:
@@ -280,6 +287,23 @@ class _ActuatorBase:
             )
         self._check_original(record.values)
         self._original = record
+
+    def original_from_cap(self, cap_percent: float | None) -> OriginalCap:
+        """An original record meaning "cap_percent" (None = unlimited) for this VR.
+
+        For a daemon that persisted only a cap in percent: ``adopt_original(
+        original_from_cap(c))`` then ``restore()`` gives the VR that cap back
+        (quota backends keep the period they find now).  Prefer persisting
+        :meth:`original` itself, which restores the exact raw setting.
+        """
+        if cap_percent is not None:
+            if isinstance(cap_percent, bool) or not isinstance(cap_percent, numbers.Real):
+                raise TypeError(f"original cap must be a real number or None, got {cap_percent!r}")
+            if not math.isfinite(float(cap_percent)) or cap_percent <= 0:
+                raise ValueError(f"original cap must be finite and > 0 percent (None = unlimited), got {cap_percent!r}")
+        params = self._original_params_for(None if cap_percent is None else float(cap_percent), self._read())
+        self._check_original(params)
+        return OriginalCap(self.backend, self.target, tuple(sorted(params.items())))
 
     def restore(self) -> bool:
         """Write the original setting back exactly; forget it afterwards.
@@ -371,6 +395,9 @@ class XenCapActuator(_ActuatorBase):
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0 or set(params) != {"cap"}:
             raise ValueError(f"Xen original must be {{'cap': int >= 0}}, got {params}")
 
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        return {"cap": 0 if cap_percent is None else max(1, int(round(cap_percent)))}
+
     def _write(self, changes: Params, restoring: bool) -> None:
         cap = changes["cap"]
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
@@ -454,6 +481,11 @@ class LibvirtQuotaActuator(_ActuatorBase):
                 raise ValueError(f"libvirt quota original: {k}={v!r} is not an integer")
         if int(params[self.period_param]) <= 0:
             raise ValueError(f"libvirt quota original: {self.period_param} must be > 0, got {params}")
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        period = int(current[self.period_param])
+        quota = -1 if cap_percent is None else max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
+        return {self.quota_param: quota, self.period_param: period}
 
     def _restore_params(self, original: Params, current: Params) -> Params:
         out: Params = {}
@@ -575,6 +607,11 @@ class CgroupV1Actuator(_CgroupBase):
         if int(params[self.PERIOD]) <= 0:
             raise ValueError(f"cgroup v1 original: {self.PERIOD} must be > 0, got {params}")
 
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        period = int(current[self.PERIOD])
+        quota = -1 if cap_percent is None else max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
+        return {self.QUOTA: quota, self.PERIOD: period}
+
     def _write(self, changes: Params, restoring: bool) -> None:
         if not restoring and int(changes.get(self.QUOTA, QUOTA_MIN_US)) < QUOTA_MIN_US:
             raise ActuatorError(f"refusing to write {changes} to {self.dir} outside restore")
@@ -641,6 +678,12 @@ class CgroupV2Actuator(_CgroupBase):
         if set(params) != {self.FILE} or not isinstance(v, str):
             raise ValueError(f"cgroup v2 original must be {{'cpu.max': str}}, got {params}")
         self.parse_cpu_max(v)
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        _, period = self.parse_cpu_max(str(current[self.FILE]))
+        if cap_percent is None:
+            return {self.FILE: f"max {period}"}
+        return {self.FILE: f"{max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))} {period}"}
 
     def _write(self, changes: Params, restoring: bool) -> None:
         line = str(changes[self.FILE])

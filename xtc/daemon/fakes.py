@@ -237,7 +237,8 @@ class FakeConnect:
 
     def listAllDomains(self, flags: int = 0) -> list["FakeDomain"]:
         self._check("listAllDomains")
-        return [FakeDomain(self, n) for n in self._hv.domains]
+        active_only = bool(flags & 1)  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+        return [FakeDomain(self, n) for n, d in self._hv.domains.items() if d.active or not active_only]
 
 
 class FakeDomain:

@@ -23,7 +23,8 @@ LibvirtConn(uri=None, open_fn=None)
     ``call(what, fn)`` runs ``fn(virConnect)`` with the error rule above;
     ``with_domain(name, fn, what)`` runs ``fn(virDomain)`` on a running domain;
     ``domain_info(name) -> DomainInfo`` (never raises for a missing domain);
-    ``close()``.  ``open_fn(uri)`` defaults to ``libvirt.open`` and is
+    ``running_domains() -> list[DomainInfo]``; ``driver_kind() -> "xen" | "lxc" | "qemu" | ...``
+    (the actuator kind for :func:`xtc.daemon.actuators.make_actuator`); ``close()``.  ``open_fn(uri)`` defaults to ``libvirt.open`` and is
     injectable (see :mod:`xtc.daemon.fakes`).
 DomainInfo
     name, running, domid (``dom.ID()``; None when not running), interfaces
@@ -78,6 +79,10 @@ VIR_ERR_OPERATION_INVALID = 55
 VIR_FROM_RPC = 7
 VIR_DOMAIN_AFFECT_LIVE = 1
 VIR_DOMAIN_AFFECT_CONFIG = 2
+VIR_CONNECT_LIST_DOMAINS_ACTIVE = 1
+
+# virConnectGetType() -> actuator kind.
+_DRIVER_KINDS = {"xen": "xen", "lxc": "lxc", "qemu": "qemu", "kvm": "qemu"}
 
 try:  # pragma: no branch
     import libvirt as _libvirt
@@ -309,3 +314,31 @@ class LibvirtConn:
             return self.with_domain(name, info, "read domain info")
         except VRNotRunning as e:
             return DomainInfo(name, False, reason=e.reason)
+
+    def running_domains(self) -> list[DomainInfo]:
+        """Every running domain with its domid and interfaces (for "every domain is a VR")."""
+
+        def listing(conn: Any) -> list[DomainInfo]:
+            out = []
+            for dom in conn.listAllDomains(VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                name = dom.name()
+                try:
+                    if not dom.isActive():
+                        continue
+                    domid = int(dom.ID())
+                    ifaces = interface_targets_from_xml(dom.XMLDesc(0))
+                except LibvirtErrorBase as e:
+                    if classify_libvirt_error(e, conn) == "not_running":
+                        continue  # stopped while we were listing
+                    raise
+                except ValueError as e:
+                    raise LibvirtOperationError(f"domain {name!r}: {e}") from None
+                out.append(DomainInfo(name, True, domid if domid >= 0 else None, ifaces))
+            return sorted(out, key=lambda d: d.name)
+
+        return self.call("list running domains", listing)
+
+    def driver_kind(self) -> str:
+        """``virConnectGetType()`` as an actuator kind: "xen", "lxc", "qemu" (lower-case otherwise)."""
+        t = str(self.call("get hypervisor type", lambda conn: conn.getType())).lower()
+        return _DRIVER_KINDS.get(t, t)
