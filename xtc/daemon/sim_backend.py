@@ -14,7 +14,8 @@ It goes through the same paths as a real host:
   atomically on every change) that a restarted daemon finds again, and that tests read to check
   what caps the VRs were left with.  ``null`` there means unlimited.
 
-Time: :meth:`SimBackend.tick` advances the plant in its own sub-steps (0.1 s) up to the monotonic
+Time: :meth:`SimBackend.tick` advances the plant in its own sub-steps (one per meter sample, at
+most 0.1 s) up to the monotonic
 time the daemon passes, so the plant runs in real time beside the daemon.
 """
 
@@ -72,7 +73,7 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None):
+    def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None, dt_s: float = 0.1):
         self.vr_names = [v.name for v in vrs]
         self._index = {n: i for i, n in enumerate(self.vr_names)}
         self._nif = {v.name: v.interfaces for v in vrs}
@@ -90,6 +91,7 @@ class SimBackend:
                     for v in vrs
                 ),
                 seed=seed,
+                dt_s=dt_s,
             )
         )
         self._t0: float | None = None
@@ -97,7 +99,9 @@ class SimBackend:
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> "SimBackend":
-        return cls(cfg.sim.vr, cfg.sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE)
+        # One plant sub-step per meter sample (at most 0.1 s), so every sample sees fresh counters.
+        dt_s = min(0.1, 1.0 / cfg.daemon.meter_samples_per_s)
+        return cls(cfg.sim.vr, cfg.sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE, dt_s=dt_s)
 
     # -------------------------------------------------------------- the hypervisor's memory
     def _load_hypervisor(self, names: set[str]) -> dict[str, float | None]:
