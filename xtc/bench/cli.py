@@ -1,0 +1,25 @@
+"""``xtc bench ...``: benchmarks.  Each benchmark module provides ``add_<name>(sub)``.
+
+To add a benchmark: import its ``add_<name>`` and append it to ``_ADDERS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .control_bench import add_control
+from .daemon_bench import add_daemon
+
+__all__ = ["register"]
+
+# One entry per ``xtc bench`` subcommand.
+_ADDERS: list[Callable[[Any], None]] = [add_control, add_daemon]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bench`` and its subcommands to the ``xtc`` command."""
+    p = subparsers.add_parser("bench", help="benchmarks (control: controllers on the simulated plant)")
+    sub = p.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    for add in _ADDERS:
+        add(sub)
+    p.set_defaults(func=lambda _args: (p.print_help(), 2)[1])
