@@ -68,7 +68,7 @@ def iperf3_udp_argv(server: str, rate_pps: float, duration_s: float, payload_byt
             "-b", str(bits_per_s), "-t", str(int(round(duration_s))), "--json"]
 
 
-def _listening(pid: int, port: int, proc: Path = Path("/proc")) -> bool:
+def tcp_listening(pid: int, port: int, proc: Path = Path("/proc")) -> bool:
     """True if a TCP socket in ``pid``'s network namespace listens on ``port``."""
     for table in ("tcp", "tcp6"):
         try:
@@ -187,7 +187,7 @@ def start_udp_stream(lab: NetLab, vr: VR, rate_pps: float, duration_s: float, pa
     argv = iperf3_udp_argv(vr.tr_addr, rate_pps, duration_s, payload_bytes, port)
     server = lab.spawn_in(vr.tr_ns, ["iperf3", "-s", "-1", "-B", vr.tr_addr, "-p", str(port)])
     deadline = time.monotonic() + listen_timeout_s
-    while not _listening(server.pid, port):
+    while not tcp_listening(server.pid, port):
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
             raise LabError(f"iperf3 server in {vr.tr_ns} did not start listening on port {port}")
