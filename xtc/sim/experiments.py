@@ -471,6 +471,7 @@ def sixvr(
     tcp_max_kpps: float = 60.0,
     actuation: str = "paper",
     warmup_s: float = 20.0,
+    calibration_s: float = 60.0,
     model: ModelFile = models.PAPER_MODEL,
     progress: Progress = _noop,
 ) -> ExperimentResult:
@@ -483,7 +484,7 @@ def sixvr(
     specs = [controller_spec(c) for c in controllers]
     tcp_vr = VRConfig(traffic=tcp(tcp_max_kpps * 1000.0))
     progress("sixvr: calibrating Dom0", 0.0)
-    capacity = calibrate_dom0_capacity([tcp_vr] * 6, target_aggregate_kpps, seed=seed)
+    capacity = calibrate_dom0_capacity([tcp_vr] * 6, target_aggregate_kpps, seed=seed, duration_s=calibration_s)
     skip = int(round(warmup_s))
 
     def run(spec: ControllerSpec | None, setpoints_kpps: Sequence[float] | None, label: str) -> dict[str, Any]:
@@ -567,6 +568,7 @@ def tcpudp(
     target_aggregate_kpps: float = 100.0,
     actuation: str = "paper",
     warmup_s: float = 20.0,
+    calibration_s: float = 60.0,
     model: ModelFile = models.PAPER_MODEL,
     progress: Progress = _noop,
 ) -> ExperimentResult:
@@ -581,7 +583,7 @@ def tcpudp(
     specs = [controller_spec(c) for c in controllers]
     pair = (VRConfig(traffic=udp(udp_kpps * 1000.0)), VRConfig(traffic=tcp(tcp_max_kpps * 1000.0)))
     progress("tcpudp: calibrating Dom0", 0.0)
-    capacity = calibrate_dom0_capacity(pair, target_aggregate_kpps, seed=seed)
+    capacity = calibrate_dom0_capacity(pair, target_aggregate_kpps, seed=seed, duration_s=calibration_s)
     skip = int(round(warmup_s))
     rxw = Dom0Config().rx_work_fraction
 
