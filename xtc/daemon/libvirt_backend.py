@@ -1,0 +1,110 @@
+"""The libvirt backend: VRs are running libvirt domains (Xen, LXC or QEMU).
+
+Glue only: the errors, reconnects and cap arithmetic live in the adapters it uses
+(:class:`~xtc.daemon.libvirt_conn.LibvirtConn`, :func:`~xtc.daemon.actuators.make_actuator`,
+:func:`~xtc.daemon.collector.xen_vif_names`, :class:`~xtc.daemon.meter.ProcNetDevSource`).
+
+- VRs: the running domains (or only those listed in ``[libvirt] domains``).
+- Interfaces: the ``<interface><target dev=.../>`` names of the live XML (LXC/QEMU), or Xen's
+  ``vif<domid>.<n>`` among the interfaces the meter saw last.
+- Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` otherwise.  Restoring
+  an original writes the cap the daemon persisted (``None`` = unlimited) through
+  ``actuator.original_from_cap`` and ``restore()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .actuators import CapActuator, make_actuator
+from .collector import xen_vif_names
+from .config import DaemonConfig
+from .host_errors import HostAdapterError
+from .libvirt_conn import LibvirtConn
+from .meter import IfCounters, ProcNetDevSource
+
+__all__ = ["LibvirtBackend"]
+
+
+class _RememberingSource:
+    """``/proc/net/dev`` reader that remembers the interface names of the last read (for Xen)."""
+
+    def __init__(self, path: str):
+        self.src = ProcNetDevSource(path)
+        self.names: frozenset[str] = frozenset()
+
+    def read(self) -> dict[str, IfCounters]:
+        c = self.src.read()
+        self.names = frozenset(c)
+        return c
+
+
+class LibvirtBackend:
+    """The :class:`~xtc.daemon.backend.Backend` of a libvirt host."""
+
+    name = "libvirt"
+
+    def __init__(self, conn: LibvirtConn, kind: str, domains: tuple[str, ...], proc_net_dev: str,
+                 cap_min_percent: float = 1.0, cap_max_percent: float = 100.0):
+        self.conn = conn
+        self.kind = kind
+        self.domains = domains
+        self.source = _RememberingSource(proc_net_dev)
+        self.cap_min = cap_min_percent
+        self.cap_max = cap_max_percent
+        self._acts: dict[str, CapActuator] = {}
+
+    @classmethod
+    def from_config(cls, cfg: DaemonConfig) -> "LibvirtBackend":
+        uri = cfg.libvirt.uri
+        kind = "xen" if uri.startswith("xen") else ("lxc" if uri.startswith("lxc") else "qemu")
+        return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, cfg.daemon.proc_net_dev)
+
+    def counter_source(self) -> _RememberingSource:
+        return self.source
+
+    def discover(self) -> dict[str, tuple[str, ...]]:
+        def running(c: Any) -> list[str]:
+            return [d.name() for d in c.listAllDomains(0) if d.isActive()]
+
+        names = self.conn.call("list domains", running)
+        if self.domains:
+            names = [n for n in names if n in self.domains]
+        out: dict[str, tuple[str, ...]] = {}
+        for n in names:
+            info = self.conn.domain_info(n)
+            if not info.running:
+                continue
+            ifs = info.interfaces
+            if self.kind == "xen" and info.domid is not None:
+                ifs = xen_vif_names(info.domid, self.source.names) or ifs
+            out[n] = tuple(ifs)
+        return out
+
+    def _act(self, vr: str) -> CapActuator:
+        a = self._acts.get(vr)
+        if a is None:
+            a = make_actuator(self.kind, vr, conn=self.conn)
+            self._acts[vr] = a
+        return a
+
+    def read_cap(self, vr: str) -> float | None:
+        return self._act(vr).read_cap()
+
+    def write_cap(self, vr: str, cap_percent: float) -> None:
+        self._act(vr).set_cap(cap_percent)
+
+    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
+        a = self._act(vr)
+        try:
+            a.adopt_original(a.original_from_cap(cap_percent))  # type: ignore[attr-defined]
+        except (ValueError, TypeError) as e:
+            raise HostAdapterError(f"cannot restore cap {cap_percent!r} of {vr!r}: {e}") from None
+        a.restore()
+
+    def tick(self, now_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        self.conn.close()
+
