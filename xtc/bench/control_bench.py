@@ -396,9 +396,10 @@ def bench_plot(data: dict[str, Any], path: Any) -> None:
                     ax.plot(x[k] + (j - (len(ctls) - 1) / 2) * w, 0, "kx")
         ax.set_title(title + (" (x = never / none)" if key in ("worst_settling_periods", "worst_hog_recovery_periods", "lowest_held_kpps") else ""))
         ax.set_xticks(x, plants, fontsize=8)
-    axes.flat[0].legend(fontsize=8)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(ctls), fontsize=9)
     fig.suptitle(f"xtc bench control (seed {data['seed']})")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
