@@ -7,7 +7,7 @@
 * ``vr_lab`` (function): a factory ``vr_lab(n_vrs=1, work_iters=0, vcpu_quota_us=-1)`` that
   returns a :class:`xtc.lab.netlab.NetLab` with ``n_vrs`` LXC VRs (``lab.vrs``), each between
   its own generator and receiver namespaces.  Every lab made is torn down after the test,
-  also when it fails.
+  also when it fails; labs left behind by a crashed run are removed when the session starts.
 
 Both skip, with the reason, when not run as root or when libvirt is not installed.
 """
@@ -46,7 +46,9 @@ def libvirtd() -> Iterator[object]:
     """A running libvirtd accepting ``lxc:///`` (an ``xtc.lab.libvirtd.Libvirtd``)."""
     require_lab_host()
     from xtc.lab.libvirtd import Libvirtd
+    from xtc.lab.netlab import teardown_orphans
 
+    teardown_orphans()  # labs left by runs that crashed (never those of live processes)
     daemon = Libvirtd()
     with daemon.lease():
         yield daemon

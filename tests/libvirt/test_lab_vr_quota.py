@@ -72,7 +72,7 @@ def test_bad_quota_is_refused_and_changes_nothing(vr_lab) -> None:
     assert lab.domain(vr).schedulerParameters()["vcpu_quota"] == 20_000
 
 
-def test_teardown_removes_everything_by_prefix(vr_lab) -> None:
+def test_two_vrs_forward_and_teardown_removes_everything_by_prefix(vr_lab) -> None:
     from pathlib import Path
 
     from pyroute2 import netns
@@ -83,6 +83,9 @@ def test_teardown_removes_everything_by_prefix(vr_lab) -> None:
     a, b = lab.vrs
     assert {a.tr_addr, b.tr_addr} == {"198.18.1.2", "198.18.2.2"}
     assert len({*a.vifs, *b.vifs}) == 4
+    for vr in (a, b):  # both VRs forward, each between its own pair of bridges
+        ping = lab.run_in(vr.tg_ns, ["ping", "-c", "2", "-i", "0.2", "-W", "2", vr.tr_addr], timeout_s=10)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
     # As after a crash: forget the lab object, find everything by its prefix.
     removed = teardown_prefix(lab.prefix)
     assert f"domain {a.name}" in removed and f"domain {b.name}" in removed

@@ -42,6 +42,15 @@ def test_forwarder_carries_udp_and_tcp_and_stops_on_sigterm(netns_lab) -> None:
     vr = lab.add_netns_vr(work_iters=0)
     assert vr.process is not None and vr.process.poll() is None
 
+    # Idle, it sleeps in poll(): (almost) no CPU time over half a second.
+    def cpu_ticks() -> int:
+        f = Path(f"/proc/{vr.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])  # utime + stime, clock ticks
+
+    t0 = cpu_ticks()
+    time.sleep(0.5)
+    assert cpu_ticks() - t0 <= 2
+
     ping = lab.run_in(vr.tg_ns, ["ping", "-c", "2", "-i", "0.2", "-W", "2", vr.tr_addr], timeout_s=10)
     assert ping.returncode == 0, ping.stdout + ping.stderr
 
@@ -82,3 +91,46 @@ def test_teardown_leaves_nothing(netns_lab) -> None:
     assert not [n for n in netns.listnetns() if n.startswith(lab.prefix + "-")]
     assert not [p for p in Path("/sys/class/net").iterdir() if p.name.startswith(lab.prefix + "-")]
     assert not any(Path(f"/sys/class/net/{v}").exists() for v in vr.vifs)
+
+
+def test_orphaned_lab_is_found_and_removed_after_its_owner_is_killed(netns_lab, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from pyroute2 import netns
+
+    from xtc.lab.libvirtd import process_start_time
+    from xtc.lab.netlab import pids_in_netns, teardown_orphans
+
+    registry = tmp_path / "labs"
+    owner = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from pathlib import Path\n"
+         "from xtc.lab.netlab import NetLab\n"
+         f"lab = NetLab(registry=Path({str(registry)!r}))\n"
+         "vr = lab.add_netns_vr()\n"
+         "print(lab.prefix, vr.name, flush=True)\n"
+         "time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        prefix, vr_ns = owner.stdout.readline().split()
+        assert [p.name for p in registry.iterdir()] == [prefix]
+        assert teardown_orphans(registry) == {}  # owner alive: its lab is left alone
+        assert vr_ns in netns.listnetns()
+        owner.kill()  # a crash: no teardown runs
+        owner.wait(timeout=5)
+        forwarder_pids = pids_in_netns(vr_ns)
+        assert forwarder_pids  # the forwarder outlived its owner
+        removed = teardown_orphans(registry)
+        assert f"netns {vr_ns}" in removed[prefix]
+        assert not [n for n in netns.listnetns() if n.startswith(prefix + "-")]
+        assert not [p for p in Path("/sys/class/net").iterdir() if p.name.startswith(prefix + "-")]
+        assert all(process_start_time(p) is None for p in forwarder_pids)  # gone (or an unreaped zombie)
+        assert list(registry.iterdir()) == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        teardown_orphans(registry)

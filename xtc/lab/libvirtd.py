@@ -104,6 +104,22 @@ def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
     return cgroup2[0]
 
 
+def process_start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """Kernel start time of ``pid`` (field 22 of /proc/<pid>/stat, clock ticks since boot).
+
+    None if there is no such process or it is a zombie.  (pid, start time) names one process
+    for good, where a pid alone may be reused.
+    """
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
 def _default_probe(uri: str) -> str | None:
     """Try to open ``uri``; return None on success, else libvirt's error message."""
     import libvirt
@@ -392,15 +408,7 @@ class Libvirtd:
         return None
 
     def _start_time(self, pid: int) -> int | None:
-        """Kernel start time of ``pid`` (field 22 of /proc/<pid>/stat), None if gone or a zombie."""
-        try:
-            stat = (self.paths.proc / str(pid) / "stat").read_text()
-        except OSError:
-            return None
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z":
-            return None
-        return int(fields[19])
+        return process_start_time(pid, self.paths.proc)
 
     def _alive(self, rec: dict[str, int]) -> bool:
         return self._start_time(rec["pid"]) == rec["start"]

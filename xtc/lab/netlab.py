@@ -32,7 +32,9 @@ each VR's counters and traffic independent, while the VRs still share the host's
 
 Everything the lab creates is named ``<prefix>-...`` (domains, bridges, namespaces, host
 veth ends; vifs are removed with their domain or namespace), so :func:`teardown_prefix`
-finds and removes all of it, also after a crash.  Network namespaces are created and
+finds and removes all of it, also after a crash.  Each lab records its owner process in
+``/run/xtc/labs/<prefix>``; :func:`teardown_orphans` removes the labs whose owner died
+without tearing down, and leaves the labs of live processes (other test runs) alone.  Network namespaces are created and
 removed with ``pyroute2.netns`` (bind mounts under /run/netns, as ``ip netns`` does).
 Programs are run inside them with ``ip netns exec``.
 """
@@ -53,12 +55,14 @@ from pathlib import Path
 from typing import Any
 
 from xtc.lab.build import build_forwarder
+from xtc.lab.libvirtd import process_start_time
 
 LAB_NET = ipaddress.ip_network("198.18.0.0/15")
 MAX_VRS = 250
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]{1,8}$")
 PREFIX_MAX_LEN = 10  # "<prefix>-a250" must fit in IFNAMSIZ - 1 = 15 characters
 NETNS_DIR = Path("/run/netns")
+LAB_REGISTRY = Path("/run/xtc/labs")
 DEFAULT_PERIOD_US = 100_000
 
 
@@ -323,6 +327,27 @@ def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:
     return removed
 
 
+def teardown_orphans(registry: Path = LAB_REGISTRY) -> dict[str, list[str]]:
+    """Tear down every registered lab whose owner process is gone; return what was removed."""
+    import json
+
+    out: dict[str, list[str]] = {}
+    if not registry.is_dir():
+        return out
+    for entry in sorted(registry.iterdir()):
+        try:
+            owner = json.loads(entry.read_text())
+            pid, start, uri = int(owner["pid"]), int(owner["start"]), owner.get("uri")
+            check_prefix(entry.name)
+        except (OSError, ValueError, KeyError, TypeError, LabError):
+            continue  # not a lab record
+        if process_start_time(pid) == start:
+            continue  # its owner is alive: someone else's running lab
+        out[entry.name] = teardown_prefix(entry.name, uri)
+        entry.unlink(missing_ok=True)
+    return out
+
+
 class NetLab:
     """Builds VRs with their generator/receiver namespaces; removes all of it on :meth:`teardown`.
 
@@ -336,10 +361,12 @@ class NetLab:
         Path of the forwarder executable (default: built on first use, see ``build.py``).
     """
 
-    def __init__(self, prefix: str | None = None, uri: str = "lxc:///", forwarder: Path | None = None) -> None:
+    def __init__(self, prefix: str | None = None, uri: str = "lxc:///", forwarder: Path | None = None,
+                 registry: Path = LAB_REGISTRY) -> None:
         self.prefix = check_prefix(prefix or random_prefix())
         self.uri = uri
         self._forwarder = forwarder
+        self._registry = registry
         self._conn: Any = None
         self.vrs: list[VR] = []
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -482,6 +509,7 @@ class NetLab:
                 pass
             self._conn = None
         self.vrs.clear()
+        (self._registry / self.prefix).unlink(missing_ok=True)
         return removed
 
     def __enter__(self) -> NetLab:
@@ -503,6 +531,8 @@ class NetLab:
 
         k = len(self.vrs) + 1
         tg_addr, tr_addr = vr_addresses(k)
+        if not self.vrs:
+            self._register_owner()
         p = self.prefix
         vr = VR(k=k, name=f"{p}-vr{k}", kind=kind, tg_ns=f"{p}-tg{k}", tr_ns=f"{p}-tr{k}",
                 bridges=(f"{p}-a{k}", f"{p}-b{k}"), vifs=("", ""), tg_addr=tg_addr, tr_addr=tr_addr)
@@ -520,6 +550,19 @@ class NetLab:
         self._static_neigh(vr.tg_ns, tr_addr, macs[1])
         self._static_neigh(vr.tr_ns, tg_addr, macs[0])
         return vr
+
+    def _register_owner(self) -> None:
+        """Record this process as the lab's owner (for :func:`teardown_orphans`)."""
+        import json
+
+        pid = os.getpid()
+        try:
+            self._registry.mkdir(parents=True, exist_ok=True)
+            (self._registry / self.prefix).write_text(
+                json.dumps({"pid": pid, "start": process_start_time(pid), "uri": self.uri})
+            )
+        except OSError as e:
+            raise LabError(f"cannot record the lab in {self._registry}: {e}") from e
 
     @staticmethod
     def _nl(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
