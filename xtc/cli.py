@@ -25,7 +25,10 @@ _COMMAND_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     from xtc import __version__
 
-    parser = argparse.ArgumentParser(prog="xtc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="xtc",
+        description="XTC: hold each virtual router at a packet-rate setpoint by adjusting only its CPU cap.",
+    )
     parser.add_argument("--version", action="version", version=f"xtc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
