@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         "vcpu_period_us": 100000,
         "sample_s": 1.0,
         "measured_at": "host-side RX of the VR's receiver-side vif in /proc/net/dev",
+        "note": "the VR, the sender and the host's softirq work share the host's CPUs with whatever "
+                "else runs there (see loadavg): at high quotas the forwarded rate is limited by that "
+                "competition, not by the quota, and is noisy",
         "max_offered_pps_when_asking_400k": max_rates,
         "rows": rows,
     }
