@@ -1,0 +1,207 @@
+"""A bounded load test of the REST API on loopback: ``xtc policer bench``.
+
+Starts a throw-away policer (``xtc policer serve`` in a child process, a temporary SQLite file, an
+ephemeral port, one generated token), seeds it (networks with SLAs, routers whose daemons do not
+exist and are therefore polled and marked unreachable, as in a real outage), then offers requests
+open-loop at ``rate_per_s`` for ``duration_s`` seconds with at most ``concurrency`` in flight: a mix
+of reads (lists of routers, VRs, networks, one network, the audit log) and writes (SLA changes,
+router capacity changes, new networks).  Latency is measured per request from the moment it is
+sent.  Returns (and the CLI prints) JSON: requests/s achieved, latency percentiles in milliseconds,
+errors and status counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+__all__ = ["run_bench", "start_policer"]
+
+
+def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0,
+                  extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Start ``xtc policer serve`` on an ephemeral loopback port; returns (process, base URL)."""
+    tmp = Path(tmpdir)
+    cfg = tmp / "policer.toml"
+    cfg.write_text(
+        'schema = "xtc-policer/1"\n[server]\nhost = "127.0.0.1"\nport = 0\n'
+        f'[database]\nurl = "sqlite:///{tmp / "policer.db"}"\n'
+        f"[engine]\nperiod_s = {period_s}\nrequest_timeout_s = 0.3\n"
+    )
+    env = {**os.environ, "XTC_POLICER_TOKENS": token, **(extra_env or {})}
+    proc = subprocess.Popen([sys.executable, "-m", "xtc.cli", "policer", "serve", "-c", str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        err = proc.stderr.read() if proc.stderr else ""
+        proc.wait(5)
+        raise RuntimeError(f"policer did not start: {err[-2000:]}")
+    url = json.loads(line)["url"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    proc.terminate()
+    raise RuntimeError("policer did not answer /health within 10 s")
+
+
+class _Conn:
+    """One keep-alive HTTP/1.1 connection (a minimal client: the load generator must cost little CPU)."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.r: asyncio.StreamReader | None = None
+        self.w: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None) -> int:
+        if self.w is None:
+            self.r, self.w = await asyncio.open_connection(self.host, self.port)
+        assert self.r is not None
+        data = json.dumps(body).encode() if body is not None else b""
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(data)}\r\n"
+        if body is not None:
+            head += "Content-Type: application/json\r\n"
+        for k, v in (headers or {}).items():
+            head += f"{k}: {v}\r\n"
+        self.w.write(head.encode() + b"\r\n" + data)
+        try:
+            status_line = await self.r.readline()
+            length = 0
+            while True:
+                line = await self.r.readline()
+                if line in (b"\r\n", b""):
+                    break
+                k, _, v = line.decode("latin-1").partition(":")
+                if k.lower() == "content-length":
+                    length = int(v)
+            if length:
+                await self.r.readexactly(length)
+            return int(status_line.split()[1])
+        except (ValueError, IndexError, asyncio.IncompleteReadError):
+            self.close()
+            raise ConnectionError(f"bad or no response to {method} {path}") from None
+
+    def close(self) -> None:
+        if self.w is not None:
+            self.w.close()
+        self.r = self.w = None
+
+
+async def _load(url: str, token: str, rate_per_s: float, duration_s: float, concurrency: int,
+                write_fraction: float, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    auth = {"Authorization": f"Bearer {token}"}
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    lat_s: list[float] = []
+    statuses: dict[str, int] = {}
+    errors = 0
+    async with httpx.AsyncClient(base_url=url, timeout=10.0) as c:
+        for i in range(8):
+            await c.post("/networks", json={"name": f"net{i}"}, headers=auth)
+            await c.put(f"/networks/net{i}/sla", json={"min_pps": 1000, "max_pps": 50000, "weight": 1 + i}, headers=auth)
+        for i in range(4):
+            await c.post("/routers", json={"name": f"r{i}", "endpoint": f"tcp://127.0.0.1:{1 + i}",
+                                           "capacity_pps": 100000, "control_mode": "off"}, headers=auth)
+    idle: asyncio.Queue[_Conn] = asyncio.Queue()
+    for _ in range(concurrency):
+        idle.put_nowait(_Conn(host, int(port)))
+
+    def make(i: int) -> tuple[str, str, dict[str, Any] | None, dict[str, str] | None]:
+        if rng.random() < write_fraction:
+            k = int(rng.integers(3))
+            if k == 0:
+                n = int(rng.integers(8))
+                return "PUT", f"/networks/net{n}/sla", {"min_pps": 1000, "max_pps": float(rng.integers(20000, 90000)),
+                                                      "weight": float(rng.integers(1, 10))}, auth
+            if k == 1:
+                return "PATCH", f"/routers/r{int(rng.integers(4))}", {"capacity_pps": float(rng.integers(50000, 200000))}, auth
+            return "POST", "/networks", {"name": f"b{i}-{int(rng.integers(1 << 30))}"}, auth
+        k = int(rng.integers(5))
+        path = ["/routers", "/vrs", "/networks/net0", f"/networks/net{int(rng.integers(8))}", "/actions?limit=20"][k]
+        return "GET", path, None, None
+
+    async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None) -> None:
+        nonlocal errors
+        conn = await idle.get()
+        t0 = time.perf_counter()
+        try:
+            status = await conn.request(method, path, body, headers)
+            code = str(status)
+            if status >= 400:
+                errors += 1
+        except OSError as e:
+            code = type(e).__name__
+            errors += 1
+        lat_s.append(time.perf_counter() - t0)
+        statuses[code] = statuses.get(code, 0) + 1
+        idle.put_nowait(conn)
+
+    n = int(rate_per_s * duration_s)
+    tasks = []
+    t_start = time.perf_counter()
+    for i in range(n):
+        delay = t_start + i / rate_per_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(*make(i))))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - t_start
+    while not idle.empty():
+        idle.get_nowait().close()
+    lat_ms = np.array(lat_s) * 1000.0
+    return {
+        "offered_rate_per_s": rate_per_s,
+        "duration_s": round(elapsed, 3),
+        "requests": n,
+        "requests_per_s": round(n / elapsed, 1),
+        "write_fraction": write_fraction,
+        "concurrency": concurrency,
+        "latency_ms": {
+            "p50": round(float(np.percentile(lat_ms, 50)), 2),
+            "p90": round(float(np.percentile(lat_ms, 90)), 2),
+            "p99": round(float(np.percentile(lat_ms, 99)), 2),
+            "max": round(float(lat_ms.max()), 2),
+        },
+        "errors": errors,
+        "statuses": statuses,
+    }
+
+
+def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: int = 32,
+              write_fraction: float = 0.2, seed: int = 1, url: str | None = None, token: str | None = None) -> dict[str, Any]:
+    """Run the load test (against ``url`` if given, else a throw-away policer).  Returns the results."""
+    if not (0 < rate_per_s <= 100000 and 0 < duration_s <= 600 and 1 <= concurrency <= 1000 and 0 <= write_fraction <= 1):
+        raise ValueError("bench: need 0 < rate <= 1e5, 0 < duration <= 600 s, 1 <= concurrency <= 1000, 0 <= write_fraction <= 1")
+    if url is not None:
+        if token is None:
+            raise ValueError("bench: give the token of the policer at url")
+        return asyncio.run(_load(url, token, rate_per_s, duration_s, concurrency, write_fraction, seed))
+    token = secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory(prefix="xtc-policer-bench-") as tmp:
+        proc, base = start_policer(tmp, token)
+        try:
+            res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return res

@@ -1,0 +1,243 @@
+"""``xtc policer``: serve the REST API, print its OpenAPI document, a small client, a load test.
+
+Client commands talk to a running policer (``--url``, default http://127.0.0.1:8080) with the
+token from ``--token-file`` or ``$XTC_POLICER_TOKEN``; they print the JSON answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("policer", help="the policing service (REST API over many hosts' daemons)")
+    sub = p.add_subparsers(dest="policer_command", metavar="ACTION", required=True)
+
+    s = sub.add_parser("serve", help="run the service (foreground)")
+    s.add_argument("--config", "-c", help="TOML configuration (see policer/config.py)")
+    s.add_argument("--host", help="override server.host")
+    s.add_argument("--port", type=int, help="override server.port (0 = ephemeral)")
+    s.add_argument("--db", help="override database.url (sqlite:///path)")
+    s.add_argument("--access-log", action="store_true", help="log every request (never the headers)")
+    s.set_defaults(func=_cmd_serve)
+
+    s = sub.add_parser("check-config", help="validate a configuration file without starting")
+    s.add_argument("file")
+    s.set_defaults(func=_cmd_check)
+
+    s = sub.add_parser("openapi", help="print the OpenAPI document (docs/policer-openapi.json)")
+    s.set_defaults(func=_cmd_openapi)
+
+    s = sub.add_parser("keygen", help="write a CURVE key pair (<name>.key, <name>.key_secret)")
+    s.add_argument("directory")
+    s.add_argument("name")
+    s.set_defaults(func=_cmd_keygen)
+
+    s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)")
+    s.add_argument("--rate", type=float, default=500.0, help="requests/s to offer (default 500)")
+    s.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
+    s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")
+    s.add_argument("--write-fraction", type=float, default=0.2, help="share of writes (default 0.2)")
+    s.add_argument("--json", action="store_true", help="JSON only (the default output is JSON too)")
+    s.set_defaults(func=_cmd_bench)
+
+    def client(name: str, help_: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("--url", default=os.environ.get("XTC_POLICER_URL", DEFAULT_URL))
+        c.add_argument("--token-file", help="file holding the bearer token (else $XTC_POLICER_TOKEN)")
+        c.set_defaults(func=_cmd_client, op=name)
+        return c
+
+    c = client("routers", "list routers")
+    c = client("router-add", "register a router")
+    c.add_argument("name")
+    c.add_argument("endpoint", help="the daemon's manager endpoint, tcp://host:port")
+    c.add_argument("capacity_pps", type=float, help="the host's forwarding capacity, packets/s")
+    c.add_argument("--mode", choices=("auto", "on", "off"), default="auto")
+    c.add_argument("--curve-server-key", help="the daemon's CURVE public key (Z85, 40 characters)")
+    c = client("router-rm", "mark a router removed")
+    c.add_argument("name")
+    c = client("router-mode", "set a router's control mode")
+    c.add_argument("name")
+    c.add_argument("mode", choices=("auto", "on", "off"))
+    c = client("vrs", "list VRs")
+    c.add_argument("--router")
+    c.add_argument("--network")
+    c = client("network-add", "create a virtual network")
+    c.add_argument("name")
+    c.add_argument("--description", default="")
+    c = client("networks", "list networks")
+    c = client("sla", "set a network's SLA")
+    c.add_argument("network")
+    c.add_argument("--min", type=float, default=0.0, dest="min_pps", help="guaranteed minimum, packets/s")
+    c.add_argument("--max", type=float, default=1e10, dest="max_pps", help="maximum, packets/s")
+    c.add_argument("--weight", type=float, default=1.0)
+    c = client("assign", "put a VR in a network")
+    c.add_argument("router")
+    c.add_argument("vr")
+    c.add_argument("network", help="network name, or '-' for none")
+    c = client("setpoint", "set (or with '-' clear) a VR's manual setpoint")
+    c.add_argument("router")
+    c.add_argument("vr")
+    c.add_argument("setpoint", help="packets/s (suffix k for kp/s), or '-' to clear")
+    c = client("setpoints", "list setpoints")
+    c = client("policies", "show the policies")
+    c = client("policy", "change one policy: NAME key=value ...")
+    c.add_argument("name", choices=("activation", "allocation", "misbehaviour"))
+    c.add_argument("values", nargs="*", help="key=value (JSON values), e.g. enabled=false hold_s=5")
+    c = client("actions", "the audit log")
+    c.add_argument("--router")
+    c.add_argument("--vr")
+    c.add_argument("--kind")
+    c.add_argument("--after-id", type=int, default=0)
+    c.add_argument("--limit", type=int, default=100)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .config import ConfigError, PolicerConfig, load_config, loads_config
+    from .service import run_server
+    from .store import StoreError, parse_db_url
+
+    try:
+        cfg = load_config(args.config) if args.config else loads_config("")
+        if args.db:
+            parse_db_url(args.db)
+            cfg = replace(cfg, db_url=args.db)
+    except (ConfigError, StoreError) as e:
+        print(f"xtc policer: {e}", file=sys.stderr)
+        return 2
+    if args.host:
+        cfg = replace(cfg, host=args.host)
+    if args.port is not None:
+        cfg = replace(cfg, port=args.port)
+    assert isinstance(cfg, PolicerConfig)
+    return run_server(cfg, access_log=args.access_log)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.file)
+    except ConfigError as e:
+        print(f"xtc policer check-config: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(cfg.describe()))
+    return 0
+
+
+def _cmd_openapi(_args: argparse.Namespace) -> int:
+    from .app import openapi_document
+
+    print(json.dumps(openapi_document(), indent=1, sort_keys=True))
+    return 0
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from xtc.daemon.curve import generate_keypair
+
+    pub, sec = generate_keypair(args.directory, args.name)
+    print(json.dumps({"public": str(pub), "secret": str(sec), "public_key": pub.read_text().split('public-key = "')[1][:40]}))
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
+                    write_fraction=args.write_fraction)
+    print(json.dumps(res, indent=1))
+    return 0 if res["errors"] == 0 else 1
+
+
+def _setpoint(text: str) -> float:
+    t = text.strip().lower()
+    scale = 1000.0 if t.endswith("k") else 1.0
+    try:
+        return float(t.rstrip("k")) * scale
+    except ValueError:
+        raise SystemExit(f"xtc policer: setpoint {text!r} is not a number of packets/s") from None
+
+
+def _request(op: str, a: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]:
+    """(method, path, query, body) of a client command."""
+    if op == "routers":
+        return "GET", "/routers", None, None
+    if op == "router-add":
+        body = {"name": a.name, "endpoint": a.endpoint, "capacity_pps": a.capacity_pps, "control_mode": a.mode}
+        if a.curve_server_key:
+            body["curve_server_key"] = a.curve_server_key
+        return "POST", "/routers", None, body
+    if op == "router-rm":
+        return "DELETE", f"/routers/{a.name}", None, None
+    if op == "router-mode":
+        return "PATCH", f"/routers/{a.name}", None, {"control_mode": a.mode}
+    if op == "vrs":
+        return "GET", "/vrs", {k: v for k, v in (("router", a.router), ("network", a.network)) if v}, None
+    if op == "network-add":
+        return "POST", "/networks", None, {"name": a.name, "description": a.description}
+    if op == "networks":
+        return "GET", "/networks", None, None
+    if op == "sla":
+        return "PUT", f"/networks/{a.network}/sla", None, {"min_pps": a.min_pps, "max_pps": a.max_pps, "weight": a.weight}
+    if op == "assign":
+        return "PUT", f"/vrs/{a.router}/{a.vr}/network", None, {"network": None if a.network == "-" else a.network}
+    if op == "setpoint":
+        if a.setpoint == "-":
+            return "DELETE", f"/vrs/{a.router}/{a.vr}/setpoint", None, None
+        return "PUT", f"/vrs/{a.router}/{a.vr}/setpoint", None, {"setpoint_pps": _setpoint(a.setpoint)}
+    if op == "setpoints":
+        return "GET", "/setpoints", None, None
+    if op == "policies":
+        return "GET", "/policies", None, None
+    if op == "policy":
+        return "PUT", f"/policies/{a.name}", None, None  # body filled in by _cmd_client
+    if op == "actions":
+        q = {k: v for k, v in (("router", a.router), ("vr", a.vr), ("kind", a.kind)) if v}
+        return "GET", "/actions", {**q, "after_id": a.after_id, "limit": a.limit}, None
+    raise SystemExit(f"unknown operation {op}")  # pragma: no cover
+
+
+def _cmd_client(args: argparse.Namespace) -> int:
+    import httpx
+
+    token = os.environ.get("XTC_POLICER_TOKEN")
+    if args.token_file:
+        try:
+            token = open(args.token_file, encoding="utf-8").read().strip()
+        except OSError as e:
+            print(f"xtc policer: cannot read {args.token_file}: {e.strerror}", file=sys.stderr)
+            return 2
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    method, path, query, body = _request(args.op, args)
+    with httpx.Client(base_url=args.url, headers=headers, timeout=10.0) as c:
+        try:
+            if args.op == "policy":
+                body = c.get("/policies").raise_for_status().json()[args.name]
+                for kv in args.values:
+                    k, _, v = kv.partition("=")
+                    try:
+                        body[k] = json.loads(v)
+                    except ValueError:
+                        body[k] = v
+            r = c.request(method, path, params=query, json=body)
+        except httpx.HTTPError as e:
+            print(f"xtc policer: {args.url}: {e}", file=sys.stderr)
+            return 3
+    if r.status_code == 204:
+        return 0
+    try:
+        print(json.dumps(r.json(), indent=1))
+    except ValueError:
+        print(r.text)
+    return 0 if r.is_success else 1

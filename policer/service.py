@@ -1,0 +1,76 @@
+"""``xtc policer serve``: the store, the daemon links, the engine and the REST API in one process.
+
+The engine runs in a thread beside uvicorn's event loop; if it fails unexpectedly the server is told
+to exit and the process returns 1, so that its supervisor (systemd) restarts it.  SIGTERM and SIGINT
+are uvicorn's: it stops serving, then the engine stops and the database is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+from typing import Any
+
+import uvicorn
+
+from .app import create_app
+from .config import PolicerConfig
+from .engine import Engine
+from .link import LinkPool
+from .store import Store, StoreError
+
+__all__ = ["run_server", "bind_socket"]
+
+log = logging.getLogger("policer")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 = an ephemeral port, see ``getsockname()``)."""
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections (it checks proto);
+    # without it every small response waits for the client's delayed ACK (about 40 ms).
+    s = socket.socket(fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.bind((host, port))
+    s.listen(2048)
+    s.set_inheritable(True)
+    return s
+
+
+def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
+    """Serve until SIGTERM.  Prints one JSON line with the bound address first.  Returns the exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        store = Store(cfg.db_url)
+    except StoreError as e:
+        print(f"xtc policer: {e}", file=sys.stderr)
+        return 2
+    if not cfg.tokens:
+        log.warning("no bearer tokens configured: every write will be refused (401)")
+    server: dict[str, Any] = {}
+    failed: list[BaseException] = []
+
+    def on_crash(e: BaseException) -> None:
+        failed.append(e)
+        srv = server.get("srv")
+        if srv is not None:
+            srv.should_exit = True
+
+    engine = Engine(store, LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file), period_s=cfg.period_s,
+                    on_crash=on_crash)
+    app = create_app(cfg, store, engine)
+    sock = bind_socket(cfg.host, cfg.port)
+    host, port = sock.getsockname()[:2]
+    print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port, "db": cfg.db_url,
+                      "tokens": len(cfg.tokens)}), flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
+    srv = uvicorn.Server(config)
+    server["srv"] = srv
+    try:
+        srv.run(sockets=[sock])
+    finally:
+        store.close()
+    return 1 if failed else 0

@@ -1,0 +1,524 @@
+"""The policer's state in SQLite (the standard library's sqlite3): the only module that touches it.
+
+Database URLs follow SQLAlchemy's spelling: ``sqlite:///relative/path.db``,
+``sqlite:////absolute/path.db``, ``sqlite://`` (in memory, for tests).  The file is opened in WAL
+mode so that readers do not wait for the policer's periodic writes.  One connection is shared by the
+API and the engine under a lock; every public method is one transaction.
+
+Tables: ``routers`` (a host and its daemon; a router that goes away is marked, never forgotten),
+``vrs`` (as the daemons report them, plus the policer's per-VR state), ``networks`` (with their SLA),
+``actions`` (the audit log), ``settings`` (the policies' switches and parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .planner import Settings
+from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
+
+__all__ = ["Store", "StoreError", "NotFound", "Conflict", "parse_db_url", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS routers (
+    name TEXT PRIMARY KEY,
+    endpoint TEXT NOT NULL,
+    capacity_pps REAL NOT NULL,
+    control_mode TEXT NOT NULL DEFAULT 'auto',
+    curve_server_key TEXT,
+    status TEXT NOT NULL DEFAULT 'unknown',
+    last_seen_unix_s REAL,
+    last_error TEXT,
+    control_on INTEGER NOT NULL DEFAULT 0,
+    activation_pending_since_s REAL,
+    demand_pps REAL,
+    created_unix_s REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS networks (
+    name TEXT PRIMARY KEY,
+    description TEXT NOT NULL DEFAULT '',
+    sla_min_pps REAL,
+    sla_max_pps REAL,
+    sla_weight REAL
+);
+CREATE TABLE IF NOT EXISTS vrs (
+    router TEXT NOT NULL REFERENCES routers(name),
+    name TEXT NOT NULL,
+    network TEXT REFERENCES networks(name),
+    present INTEGER NOT NULL DEFAULT 1,
+    state TEXT NOT NULL DEFAULT 'inactive',
+    daemon_setpoint_pps REAL,
+    measured_pps REAL,
+    offered_pps REAL,
+    cap_percent REAL,
+    last_seen_unix_s REAL,
+    manual_setpoint_pps REAL,
+    derived_setpoint_pps REAL,
+    wanted_state TEXT,
+    wanted_setpoint_pps REAL,
+    punish_level INTEGER NOT NULL DEFAULT 0,
+    punish_bad_since_s REAL,
+    punish_good_since_s REAL,
+    punish_base_pps REAL,
+    PRIMARY KEY (router, name)
+);
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    t_unix_s REAL NOT NULL,
+    kind TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    router TEXT,
+    vr TEXT,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_router ON actions(router, vr);
+CREATE INDEX IF NOT EXISTS actions_kind ON actions(kind);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class StoreError(Exception):
+    """The database cannot be opened or used."""
+
+
+class NotFound(StoreError):
+    """No such router, VR or network."""
+
+
+class Conflict(StoreError):
+    """The change contradicts the current state (a duplicate name, a network still in use)."""
+
+
+def parse_db_url(url: str) -> str:
+    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs.db`` -> ``/abs.db``; ``sqlite://`` -> ``:memory:``."""
+    if not isinstance(url, str) or not url.startswith("sqlite://"):
+        raise StoreError(f"database URL must start with sqlite:// (only SQLite is supported), got {url!r}")
+    rest = url[len("sqlite://"):]
+    if rest == "":
+        return ":memory:"
+    if not rest.startswith("/") or rest == "/":
+        raise StoreError(f"database URL must be sqlite:///<path> or sqlite://, got {url!r}")
+    return rest[1:]
+
+
+def _f(v: Any) -> float | None:
+    """A finite float or None (SQLite has no NaN; the API never returns one)."""
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+class Store:
+    """The policer's database.
+
+    Parameters
+    ----------
+    url : str
+        See :func:`parse_db_url`.
+    clock : callable
+        Wall-clock time in seconds (timestamps of records).
+    """
+
+    def __init__(self, url: str, clock: Callable[[], float] = time.time):
+        self.url = url
+        self.path = parse_db_url(url)
+        self.clock = clock
+        if self.path != ":memory:":
+            parent = Path(self.path).parent
+            if not parent.is_dir():
+                raise StoreError(f"database directory {parent} does not exist")
+        try:
+            self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(_SCHEMA)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StoreError(f"database {self.path} has schema version {row[0]}, this policer needs {SCHEMA_VERSION}")
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open database {self.path}: {e}") from None
+        self.lock = threading.RLock()
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    # ----------------------------------------------------------------------------- plumbing
+    class _Tx:
+        def __init__(self, store: "Store"):
+            self.store = store
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.store.lock.acquire()
+            self.store.db.execute("BEGIN IMMEDIATE")
+            return self.store.db
+
+        def __exit__(self, exc_type: Any, *_: Any) -> None:
+            try:
+                self.store.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            finally:
+                self.store.lock.release()
+
+    def tx(self) -> "Store._Tx":
+        return Store._Tx(self)
+
+    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
+
+    def _audit(self, db: sqlite3.Connection, kind: str, actor: str, router: str | None, vr: str | None,
+               detail: dict[str, Any]) -> None:
+        db.execute(
+            "INSERT INTO actions (t_unix_s, kind, actor, router, vr, detail) VALUES (?,?,?,?,?,?)",
+            (self.clock(), kind, actor, router, vr, json.dumps(detail, allow_nan=False, default=str)),
+        )
+
+    def audit(self, kind: str, actor: str, router: str | None = None, vr: str | None = None,
+              detail: dict[str, Any] | None = None) -> None:
+        """Append one record to the audit log."""
+        with self.tx() as db:
+            self._audit(db, kind, actor, router, vr, detail or {})
+
+    # ------------------------------------------------------------------------------ routers
+    @staticmethod
+    def _router(r: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "name": r["name"],
+            "endpoint": r["endpoint"],
+            "capacity_pps": r["capacity_pps"],
+            "control_mode": r["control_mode"],
+            "curve_server_key": r["curve_server_key"],
+            "status": r["status"],
+            "last_seen_unix_s": r["last_seen_unix_s"],
+            "last_error": r["last_error"],
+            "control_on": bool(r["control_on"]),
+            "demand_pps": r["demand_pps"],
+            "created_unix_s": r["created_unix_s"],
+        }
+
+    def list_routers(self, include_removed: bool = True) -> list[dict[str, Any]]:
+        rows = self._read("SELECT * FROM routers ORDER BY name")
+        return [self._router(r) for r in rows if include_removed or r["status"] != "removed"]
+
+    def get_router(self, name: str) -> dict[str, Any]:
+        rows = self._read("SELECT * FROM routers WHERE name=?", (name,))
+        if not rows:
+            raise NotFound(f"no router named {name!r}")
+        return self._router(rows[0])
+
+    def add_router(self, name: str, endpoint: str, capacity_pps: float, control_mode: str,
+                   curve_server_key: str | None, actor: str) -> dict[str, Any]:
+        with self.tx() as db:
+            row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()
+            if row is not None and row["status"] != "removed":
+                raise Conflict(f"router {name!r} is already registered")
+            if row is not None:  # a removed router registered again: keep its history
+                db.execute(
+                    "UPDATE routers SET endpoint=?, capacity_pps=?, control_mode=?, curve_server_key=?, status='unknown',"
+                    " last_error=NULL, control_on=0, activation_pending_since_s=NULL WHERE name=?",
+                    (endpoint, capacity_pps, control_mode, curve_server_key, name),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO routers (name, endpoint, capacity_pps, control_mode, curve_server_key, created_unix_s)"
+                    " VALUES (?,?,?,?,?,?)",
+                    (name, endpoint, capacity_pps, control_mode, curve_server_key, self.clock()),
+                )
+            self._audit(db, "router_registered", actor, name, None,
+                        {"endpoint": endpoint, "capacity_pps": capacity_pps, "control_mode": control_mode,
+                         "curve": curve_server_key is not None})
+        return self.get_router(name)
+
+    def update_router(self, name: str, changes: dict[str, Any], actor: str) -> dict[str, Any]:
+        allowed = {"endpoint", "capacity_pps", "control_mode", "curve_server_key"}
+        assert set(changes) <= allowed, changes
+        with self.tx() as db:
+            row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no router named {name!r}")
+            if row["status"] == "removed":
+                raise Conflict(f"router {name!r} was removed; register it again")
+            for k, v in changes.items():
+                db.execute(f"UPDATE routers SET {k}=? WHERE name=?", (v, name))
+            if changes:
+                shown = {k: (v if k != "curve_server_key" else v is not None) for k, v in changes.items()}
+                self._audit(db, "router_updated", actor, name, None, shown)
+        return self.get_router(name)
+
+    def remove_router(self, name: str, actor: str) -> dict[str, Any]:
+        with self.tx() as db:
+            row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no router named {name!r}")
+            if row["status"] != "removed":
+                db.execute("UPDATE routers SET status='removed', control_on=0 WHERE name=?", (name,))
+                db.execute("UPDATE vrs SET present=0 WHERE router=?", (name,))
+                self._audit(db, "router_removed", actor, name, None, {})
+        return self.get_router(name)
+
+    def set_router_status(self, name: str, status: str, error: str | None, seen: bool) -> str | None:
+        """Record a poll's outcome; returns the previous status."""
+        with self.tx() as db:
+            row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()
+            if row is None or row["status"] == "removed":
+                return None
+            if seen:
+                db.execute("UPDATE routers SET status=?, last_error=?, last_seen_unix_s=? WHERE name=?",
+                           (status, error, self.clock(), name))
+            else:
+                db.execute("UPDATE routers SET status=?, last_error=? WHERE name=?", (status, error, name))
+            return str(row["status"])
+
+    # --------------------------------------------------------------------------------- vrs
+    @staticmethod
+    def _vr(r: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "router": r["router"],
+            "name": r["name"],
+            "network": r["network"],
+            "present": bool(r["present"]),
+            "state": r["state"],
+            "setpoint_pps": r["daemon_setpoint_pps"],
+            "measured_pps": r["measured_pps"],
+            "offered_pps": r["offered_pps"],
+            "cap_percent": r["cap_percent"],
+            "last_seen_unix_s": r["last_seen_unix_s"],
+            "manual_setpoint_pps": r["manual_setpoint_pps"],
+            "derived_setpoint_pps": r["derived_setpoint_pps"],
+            "wanted_state": r["wanted_state"],
+            "wanted_setpoint_pps": r["wanted_setpoint_pps"],
+            "punishment_level": r["punish_level"],
+            "flagged": r["punish_level"] >= 3,
+        }
+
+    def list_vrs(self, router: str | None = None, network: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM vrs", []
+        conds = []
+        if router is not None:
+            conds.append("router=?")
+            args.append(router)
+        if network is not None:
+            conds.append("network=?")
+            args.append(network)
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        return [self._vr(r) for r in self._read(sql + " ORDER BY router, name", tuple(args))]
+
+    def get_vr(self, router: str, name: str) -> dict[str, Any]:
+        rows = self._read("SELECT * FROM vrs WHERE router=? AND name=?", (router, name))
+        if not rows:
+            raise NotFound(f"no VR {name!r} on router {router!r}")
+        return self._vr(rows[0])
+
+    def set_vr_network(self, router: str, name: str, network: str | None, actor: str) -> dict[str, Any]:
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM vrs WHERE router=? AND name=?", (router, name)).fetchone() is None:
+                raise NotFound(f"no VR {name!r} on router {router!r}")
+            if network is not None and db.execute("SELECT 1 FROM networks WHERE name=?", (network,)).fetchone() is None:
+                raise NotFound(f"no network named {network!r}")
+            db.execute("UPDATE vrs SET network=? WHERE router=? AND name=?", (network, router, name))
+            self._audit(db, "vr_network", actor, router, name, {"network": network})
+        return self.get_vr(router, name)
+
+    def set_manual_setpoint(self, router: str, name: str, setpoint_pps: float | None, actor: str) -> dict[str, Any]:
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM vrs WHERE router=? AND name=?", (router, name)).fetchone() is None:
+                raise NotFound(f"no VR {name!r} on router {router!r}")
+            db.execute("UPDATE vrs SET manual_setpoint_pps=? WHERE router=? AND name=?", (setpoint_pps, router, name))
+            self._audit(db, "manual_setpoint", actor, router, name, {"setpoint_pps": setpoint_pps})
+        return self.get_vr(router, name)
+
+    def list_setpoints(self) -> list[dict[str, Any]]:
+        out = []
+        for v in self.list_vrs():
+            if v["manual_setpoint_pps"] is not None:
+                sp, src = v["manual_setpoint_pps"], "manual"
+            elif v["derived_setpoint_pps"] is not None:
+                sp, src = v["derived_setpoint_pps"], "allocation"
+            else:
+                continue
+            out.append({"router": v["router"], "vr": v["name"], "setpoint_pps": sp, "source": src,
+                        "effective_setpoint_pps": v["wanted_setpoint_pps"], "wanted_state": v["wanted_state"],
+                        "punishment_level": v["punishment_level"]})
+        return out
+
+    # ------------------------------------------------------------------------------ networks
+    @staticmethod
+    def _net(r: sqlite3.Row) -> dict[str, Any]:
+        sla = None
+        if r["sla_weight"] is not None:
+            sla = {"min_pps": r["sla_min_pps"], "max_pps": r["sla_max_pps"], "weight": r["sla_weight"]}
+        return {"name": r["name"], "description": r["description"], "sla": sla}
+
+    def list_networks(self) -> list[dict[str, Any]]:
+        return [self._net(r) for r in self._read("SELECT * FROM networks ORDER BY name")]
+
+    def get_network(self, name: str) -> dict[str, Any]:
+        rows = self._read("SELECT * FROM networks WHERE name=?", (name,))
+        if not rows:
+            raise NotFound(f"no network named {name!r}")
+        return self._net(rows[0])
+
+    def add_network(self, name: str, description: str, actor: str) -> dict[str, Any]:
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM networks WHERE name=?", (name,)).fetchone() is not None:
+                raise Conflict(f"network {name!r} already exists")
+            db.execute("INSERT INTO networks (name, description) VALUES (?,?)", (name, description))
+            self._audit(db, "network_created", actor, None, None, {"network": name})
+        return self.get_network(name)
+
+    def remove_network(self, name: str, actor: str) -> None:
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM networks WHERE name=?", (name,)).fetchone() is None:
+                raise NotFound(f"no network named {name!r}")
+            n = db.execute("SELECT COUNT(*) FROM vrs WHERE network=?", (name,)).fetchone()[0]
+            if n:
+                raise Conflict(f"network {name!r} still has {n} VR(s); move them first")
+            db.execute("DELETE FROM networks WHERE name=?", (name,))
+            self._audit(db, "network_removed", actor, None, None, {"network": name})
+
+    def set_sla(self, name: str, sla: dict[str, float] | None, actor: str) -> dict[str, Any]:
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM networks WHERE name=?", (name,)).fetchone() is None:
+                raise NotFound(f"no network named {name!r}")
+            if sla is None:
+                db.execute("UPDATE networks SET sla_min_pps=NULL, sla_max_pps=NULL, sla_weight=NULL WHERE name=?", (name,))
+            else:
+                db.execute("UPDATE networks SET sla_min_pps=?, sla_max_pps=?, sla_weight=? WHERE name=?",
+                           (sla["min_pps"], sla["max_pps"], sla["weight"], name))
+            self._audit(db, "sla_set" if sla else "sla_removed", actor, None, None, {"network": name, "sla": sla})
+        return self.get_network(name)
+
+    # ------------------------------------------------------------------------------- actions
+    def list_actions(self, router: str | None = None, vr: str | None = None, kind: str | None = None,
+                     after_id: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM actions WHERE id > ?"
+        args: list[Any] = [after_id]
+        for col, val in (("router", router), ("vr", vr), ("kind", kind)):
+            if val is not None:
+                sql += f" AND {col}=?"
+                args.append(val)
+        sql += " ORDER BY id LIMIT ?"
+        args.append(limit)
+        return [
+            {"id": r["id"], "t_unix_s": r["t_unix_s"], "kind": r["kind"], "actor": r["actor"], "router": r["router"],
+             "vr": r["vr"], "detail": json.loads(r["detail"])}
+            for r in self._read(sql, tuple(args))
+        ]
+
+    # ------------------------------------------------------------------------------ settings
+    def settings(self) -> Settings:
+        rows = {r["key"]: json.loads(r["value"]) for r in self._read("SELECT * FROM settings")}
+        s = Settings()
+        a = rows.get("activation", {})
+        al = rows.get("allocation", {})
+        m = rows.get("misbehaviour", {})
+        return Settings(
+            activation_enabled=a.get("enabled", s.activation_enabled),
+            activation=ActivationParams(**{k: v for k, v in a.items() if k != "enabled"}),
+            allocation_enabled=al.get("enabled", s.allocation_enabled),
+            target_fraction=al.get("target_fraction", s.target_fraction),
+            min_setpoint_pps=al.get("min_setpoint_pps", s.min_setpoint_pps),
+            demand_headroom=al.get("demand_headroom", s.demand_headroom),
+            misbehaviour_enabled=m.get("enabled", s.misbehaviour_enabled),
+            misbehaviour=MisbehaviourParams(**{k: v for k, v in m.items() if k != "enabled"}),
+        )
+
+    def policies(self) -> dict[str, dict[str, Any]]:
+        s = self.settings()
+        return {
+            "activation": {"enabled": s.activation_enabled, **asdict(s.activation)},
+            "allocation": {"enabled": s.allocation_enabled, "target_fraction": s.target_fraction,
+                           "min_setpoint_pps": s.min_setpoint_pps, "demand_headroom": s.demand_headroom},
+            "misbehaviour": {"enabled": s.misbehaviour_enabled, **asdict(s.misbehaviour)},
+        }
+
+    def set_policy(self, name: str, values: dict[str, Any], actor: str) -> dict[str, Any]:
+        """Store a policy's full parameter set (validated by the caller)."""
+        assert name in ("activation", "allocation", "misbehaviour"), name
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (name, json.dumps(values)))
+            self._audit(db, "policy_changed", actor, None, None, {"policy": name, **values})
+        return self.policies()[name]
+
+    # ------------------------------------------------------------------------ engine's view
+    def router_state(self, name: str) -> tuple[ActivationState, dict[str, dict[str, Any]]]:
+        """A router's activation state and its VRs' raw rows (with SLA columns joined)."""
+        with self.lock:
+            r = self.db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone()
+            if r is None:
+                raise NotFound(f"no router named {name!r}")
+            rows = self.db.execute(
+                "SELECT v.*, n.sla_min_pps, n.sla_max_pps, n.sla_weight FROM vrs v LEFT JOIN networks n"
+                " ON v.network = n.name WHERE v.router=?", (name,)).fetchall()
+        act = ActivationState(bool(r["control_on"]), r["activation_pending_since_s"])
+        return act, {row["name"]: dict(row) for row in rows}
+
+    def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+        """Upsert the VRs a daemon reported; mark the others absent.  Returns (appeared, vanished)."""
+        now = self.clock()
+        appeared, vanished = [], []
+        with self.tx() as db:
+            known = {r["name"]: bool(r["present"]) for r in db.execute("SELECT name, present FROM vrs WHERE router=?", (router,))}
+            seen = set()
+            for v in vrs:
+                n = v["vr"]
+                seen.add(n)
+                present = bool(v.get("present", True))
+                vals = (present, v.get("state", "inactive"), _f(v.get("setpoint_pps")), _f(v.get("measured_pps")),
+                        _f(v.get("offered_pps")), _f(v.get("cap_percent")), now)
+                if n in known:
+                    db.execute("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
+                               " cap_percent=?, last_seen_unix_s=? WHERE router=? AND name=?", (*vals, router, n))
+                else:
+                    db.execute("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
+                               " last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?)", (*vals, router, n))
+                if present and not known.get(n, False):
+                    appeared.append(n)
+                    self._audit(db, "vr_appeared", "policer", router, n, {})
+                if not present and known.get(n, False):
+                    vanished.append(n)
+                    self._audit(db, "vr_vanished", "policer", router, n, {})
+            for n, was in known.items():
+                if n not in seen and was:
+                    db.execute("UPDATE vrs SET present=0 WHERE router=? AND name=?", (router, n))
+                    vanished.append(n)
+                    self._audit(db, "vr_vanished", "policer", router, n, {})
+        return appeared, vanished
+
+    def save_plan(self, router: str, act: ActivationState, demand_pps: float, per_vr: dict[str, dict[str, Any]],
+                  events: list[tuple[str, str | None, dict[str, Any]]]) -> None:
+        """Store a router's new policy state and the events of its plan, in one transaction."""
+        with self.tx() as db:
+            if db.execute("SELECT status FROM routers WHERE name=?", (router,)).fetchone()["status"] == "removed":
+                return
+            db.execute("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=? WHERE name=?",
+                       (int(act.on), act.pending_since_s, _f(demand_pps), router))
+            for n, d in per_vr.items():
+                ms: MisbehaviourState = d["misbehaviour"]
+                db.execute(
+                    "UPDATE vrs SET derived_setpoint_pps=?, wanted_state=?, wanted_setpoint_pps=?, punish_level=?,"
+                    " punish_bad_since_s=?, punish_good_since_s=?, punish_base_pps=? WHERE router=? AND name=?",
+                    (_f(d["derived_setpoint_pps"]), d["wanted_state"], _f(d["wanted_setpoint_pps"]), ms.level,
+                     ms.bad_since_s, ms.good_since_s, _f(d["punish_base_pps"]), router, n),
+                )
+            for kind, vr, detail in events:
+                self._audit(db, kind, "policer", router, vr, detail)
+
+    def iter_routers_to_poll(self) -> Iterator[dict[str, Any]]:
+        yield from self.list_routers(include_removed=False)

@@ -1,0 +1,211 @@
+"""Pure tests of the policer's policies: allocation properties, activation hysteresis, punishment steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policer.planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
+from policer.policy import (
+    MAX_LEVEL,
+    ActivationParams,
+    ActivationState,
+    Claim,
+    MisbehaviourParams,
+    MisbehaviourState,
+    PolicyError,
+    activation_step,
+    misbehaviour_step,
+    weighted_max_min,
+)
+
+EPS = 1e-6
+
+
+@st.composite
+def claim_sets(draw: st.DrawFn) -> tuple[float, list[Claim]]:
+    n = draw(st.integers(1, 8))
+    claims = []
+    for i in range(n):
+        lo = draw(st.floats(0, 50_000))
+        hi = draw(st.one_of(st.just(math.inf), st.floats(lo, 200_000)))
+        w = draw(st.floats(0.1, 10))
+        d = draw(st.one_of(st.none(), st.floats(0, 200_000)))
+        claims.append(Claim(f"vr{i}", w, lo, hi, d))
+    cap = draw(st.floats(0, 500_000))
+    return cap, claims
+
+
+@settings(max_examples=300, deadline=None)
+@given(claim_sets())
+def test_weighted_max_min_properties(case: tuple[float, list[Claim]]) -> None:
+    cap, claims = case
+    x = weighted_max_min(cap, claims)
+    assert set(x) == {c.key for c in claims}
+    total = sum(x.values())
+    tol = EPS * max(1.0, cap)
+    assert total <= cap + tol
+    total_min = sum(c.min_pps for c in claims)
+    by = {c.key: c for c in claims}
+    if total_min <= cap:
+        for k, v in x.items():
+            assert v >= by[k].min_pps - tol, "a feasible minimum is honoured"
+            assert v <= by[k].upper_pps() + tol, "no share above max / demand"
+        if total < cap - tol:
+            # Work conservation: capacity is left over only when every VR is at its ceiling.
+            for k, v in x.items():
+                assert v >= by[k].upper_pps() - tol
+        # Weighted max-min: a VR below its ceiling has at least the weighted share of any VR above its floor.
+        for i, ci in by.items():
+            for j, cj in by.items():
+                if x[i] < ci.upper_pps() - tol and x[j] > cj.min_pps + tol:
+                    assert x[i] / ci.weight >= x[j] / cj.weight - 1e-6 * max(1.0, x[j] / cj.weight)
+    else:
+        # Minimums do not fit: scaled in proportion, all of the capacity used.
+        assert total == pytest.approx(cap, rel=1e-9, abs=1e-9)
+        for k, v in x.items():
+            assert v == pytest.approx(by[k].min_pps * cap / total_min, rel=1e-9, abs=1e-9)
+
+
+def test_weighted_max_min_examples() -> None:
+    # Equal weights, no limits: equal shares.
+    x = weighted_max_min(90_000, [Claim("a"), Claim("b"), Claim("c")])
+    assert x == pytest.approx({"a": 30_000, "b": 30_000, "c": 30_000})
+    # Weights 1:2, one capped by its demand: the other takes the rest.
+    x = weighted_max_min(90_000, [Claim("a", 1, demand_pps=10_000), Claim("b", 2), Claim("c", 1)])
+    assert x == pytest.approx({"a": 10_000, "b": 80_000 * 2 / 3, "c": 80_000 / 3})
+    # A minimum above the fair share is honoured.
+    x = weighted_max_min(90_000, [Claim("a", 1, min_pps=50_000), Claim("b"), Claim("c")])
+    assert x == pytest.approx({"a": 50_000, "b": 20_000, "c": 20_000})
+    # Everyone below capacity: all at their maximum, capacity left over.
+    x = weighted_max_min(90_000, [Claim("a", max_pps=10_000), Claim("b", max_pps=5_000)])
+    assert x == pytest.approx({"a": 10_000, "b": 5_000})
+
+
+@pytest.mark.parametrize(
+    "cap, claims, msg",
+    [
+        (-1.0, [Claim("a")], "capacity_pps"),
+        (math.nan, [Claim("a")], "capacity_pps"),
+        (1.0, [Claim("a"), Claim("a")], "twice"),
+        (1.0, [Claim("a", weight=0)], "weight"),
+        (1.0, [Claim("a", min_pps=5, max_pps=4)], "below min_pps"),
+        (1.0, [Claim("a", demand_pps=-1)], "demand_pps"),
+    ],
+)
+def test_weighted_max_min_refuses_bad_input(cap: float, claims: list[Claim], msg: str) -> None:
+    with pytest.raises(PolicyError, match=msg):
+        weighted_max_min(cap, claims)
+
+
+def test_activation_hysteresis() -> None:
+    p = ActivationParams(on_fraction=0.9, off_fraction=0.7, hold_s=2.0)
+    s = ActivationState()
+    cap = 100_000.0
+    s, sw = activation_step(p, s, 95_000, cap, 0.0)
+    assert sw is None and not s.on and s.pending_since_s == 0.0
+    s, sw = activation_step(p, s, 95_000, cap, 1.0)
+    assert sw is None and not s.on
+    s, sw = activation_step(p, s, 95_000, cap, 2.0)
+    assert sw is True and s.on
+    # Between the thresholds nothing changes, however long.
+    for t in range(3, 20):
+        s, sw = activation_step(p, s, 80_000, cap, float(t))
+        assert sw is None and s.on
+    # A dip below off that does not last is forgiven.
+    s, sw = activation_step(p, s, 50_000, cap, 20.0)
+    s, sw = activation_step(p, s, 80_000, cap, 21.0)
+    assert s.pending_since_s is None
+    s, sw = activation_step(p, s, 50_000, cap, 22.0)
+    s, sw = activation_step(p, s, 50_000, cap, 24.0)
+    assert sw is False and not s.on
+    with pytest.raises(PolicyError):
+        ActivationParams(on_fraction=0.5, off_fraction=0.7)
+    with pytest.raises(PolicyError):
+        activation_step(p, s, 1.0, 0.0, 0.0)
+
+
+def test_misbehaviour_steps_and_restore() -> None:
+    p = MisbehaviourParams(ratio=1.5, min_excess_pps=5000, hold_s=2.0, restore_hold_s=3.0, step_factor=0.5)
+    s = MisbehaviourState()
+    levels = []
+    for t in range(0, 12):
+        s, ev = misbehaviour_step(p, s, 100_000, 30_000, float(t))
+        levels.append((s.level, ev))
+    assert [lv for lv, _ in levels] == [0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3]
+    assert sum(ev == "punish" for _, ev in levels) == MAX_LEVEL
+    # Small excess is not misbehaviour (min_excess_pps), nor is a low ratio.
+    s2, ev = misbehaviour_step(p, MisbehaviourState(), 4000, 1000, 0.0)
+    assert s2.bad_since_s is None and ev is None
+    # No measurement: nothing changes.
+    assert misbehaviour_step(p, s, None, 1.0, 100.0) == (s, None)
+    # Good behaviour for restore_hold_s restores at once.
+    s, ev = misbehaviour_step(p, s, 30_000, 29_000, 20.0)
+    assert ev is None and s.level == 3
+    s, ev = misbehaviour_step(p, s, 30_000, 29_000, 22.0)
+    assert ev is None
+    s, ev = misbehaviour_step(p, s, 30_000, 29_000, 23.0)
+    assert ev == "restore" and s == MisbehaviourState()
+
+
+def _rin(vrs: dict[str, VrObs], pols: dict[str, VrPolicy] | None = None, on: bool = True, mode: str = "auto") -> RouterInput:
+    return RouterInput("r1", 120_000, mode, ActivationState(on), vrs, pols or {})
+
+
+def test_plan_activates_and_allocates() -> None:
+    st_ = Settings(activation=ActivationParams(hold_s=0.0))
+    vrs = {n: VrObs(n, True, "inactive", None, 40_000, 50_000) for n in ("a", "b", "c")}
+    plan = plan_router(st_, _rin(vrs, on=False), 0.0)
+    assert plan.control_on and plan.events[0].kind == "control_on"
+    sps = {c.vr: c.setpoint_pps for c in plan.commands}
+    assert [c.cmd for c in plan.commands] == ["activate"] * 3
+    assert sum(sps.values()) == pytest.approx(120_000 * 0.9)
+    # The daemon now holds those setpoints: nothing to send.
+    vrs2 = {n: VrObs(n, True, "active", sps[n], 36_000, 50_000) for n in vrs}
+    plan2 = plan_router(st_, _rin(vrs2, plan.policies, on=True), 1.0)
+    assert plan2.commands == []
+    # Forced off: every instance is deactivated.
+    plan3 = plan_router(st_, _rin(vrs2, plan.policies, on=True, mode="off"), 2.0)
+    assert [c.cmd for c in plan3.commands] == ["deactivate"] * 3
+
+
+def test_plan_punishes_then_pauses_then_restores() -> None:
+    mp = MisbehaviourParams(hold_s=1.0, restore_hold_s=2.0)
+    st_ = Settings(activation_enabled=False, misbehaviour=mp)
+    pols = {n: VrPolicy(derived_setpoint_pps=36_000) for n in ("a", "b", "c")}
+    t = 0.0
+    seen = []
+    sp_c = 36_000.0
+    state_c = "active"
+    for _ in range(8):
+        vrs = {"a": VrObs("a", True, "active", 36_000, 36_000, 37_000),
+               "b": VrObs("b", True, "active", 36_000, 36_000, 37_000),
+               "c": VrObs("c", True, state_c, sp_c, sp_c, 100_000)}
+        plan = plan_router(st_, _rin(vrs, pols, mode="on"), t)
+        pols = plan.policies
+        for c in plan.commands:
+            if c.vr == "c":
+                seen.append(c.cmd)
+                if c.setpoint_pps is not None:
+                    sp_c = c.setpoint_pps
+                if c.cmd == "pause":
+                    state_c = "paused"
+        t += 1.0
+    assert pols["c"].misbehaviour.level == MAX_LEVEL
+    assert seen.count("setpoint") >= 2 and "pause" in seen
+    assert sp_c == pytest.approx(36_000 * 0.25)
+    # The freed capacity went to the others.
+    assert pols["a"].derived_setpoint_pps > 36_000
+    # c backs off: restored after restore_hold_s, resumed at a full share.
+    for _ in range(4):
+        vrs["c"] = VrObs("c", True, state_c, sp_c, 9_000, 9_500)
+        plan = plan_router(st_, _rin(vrs, pols, mode="on"), t)
+        pols = plan.policies
+        t += 1.0
+        if any(e.kind == "restore" for e in plan.events):
+            break
+    assert pols["c"].misbehaviour.level == 0
+    assert [c.cmd for c in plan.commands if c.vr == "c"][0] == "resume"
