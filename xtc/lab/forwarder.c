@@ -136,15 +136,18 @@ int main(int argc, char **argv)
     if (stop_requested)
         return 0;
 
-    int ctl = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    /* Sockets first, then the links up: once a link is up (which the lab waits for),
+     * no frame that arrives on it is missed. */
     int fds[2] = {-1, -1};
+    for (int i = 0; i < 2; i++)
+        if ((fds[i] = open_port(names[i], idx[i])) < 0)
+            return 1;
+    int ctl = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     for (int i = 0; i < 2; i++) {
         if (ctl < 0 || set_up_promisc(ctl, names[i]) < 0) {
             fprintf(stderr, "xtc-forwarder: cannot bring %s up: %s\n", names[i], strerror(errno));
             return 1;
         }
-        if ((fds[i] = open_port(names[i], idx[i])) < 0)
-            return 1;
     }
     close(ctl);
     fprintf(stderr, "xtc-forwarder: forwarding %s <-> %s, work %lu\n", names[0], names[1], work);
