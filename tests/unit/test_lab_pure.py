@@ -186,6 +186,7 @@ def test_build_program_caches_and_rebuilds_on_change(tmp_path: Path) -> None:
     src.write_text('#include <stdio.h>\nint main(void){puts("two");return 0;}\n')
     second = build_program(src, cache)
     assert second != first and subprocess.run([second], capture_output=True, text=True).stdout == "two\n"
+    assert not first.exists()  # the build of the old source is gone
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 

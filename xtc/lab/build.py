@@ -127,4 +127,7 @@ def build_program(
     finally:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)
+    for old in cache.glob(f"xtc-{source.stem}-*"):
+        if old != target:  # builds of earlier sources (running copies keep their inode)
+            old.unlink(missing_ok=True)
     return target
