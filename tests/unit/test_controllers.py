@@ -176,3 +176,27 @@ def test_cap_is_always_finite_and_within_bounds(kind, cap_min, span, start, seq)
         cap = c.step(measured, setpoint, offered)
         assert math.isfinite(cap)
         assert cap_min - 1e-9 <= cap <= cap_max + 1e-9
+
+
+def test_xtc_noise_estimate_tracks_the_measurement_noise_and_a_step_still_acts():
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    c = make_controller(PAPER)
+    c.start(10.0)
+    for _ in range(200):
+        c.step(30_000 * (1 + 0.08 * rng.standard_normal()), 30_000)
+    assert 0.05 < c.noise_fraction < 0.11
+    assert c.fine_band() > 0.10  # widened beyond 10%: noise alone does not trigger dead-beat moves
+    before = c.cap_percent
+    # A real disturbance (rate halves) is far outside the band: the cap moves by about a factor 2 at once.
+    after = c.step(15_000, 30_000)
+    assert after / before > 1.7
+
+
+def test_xtc_quiet_measurement_keeps_the_band_at_ten_percent():
+    c = make_controller(PAPER)
+    c.start(10.0)
+    for _ in range(50):
+        c.step(30_000, 30_000)
+    assert c.fine_band() == pytest.approx(0.10)

@@ -231,6 +231,13 @@ class XtcTuning:
         gain ``fine_gain`` instead of the dead-beat gains.
     fine_gain : float
         Integral gain (decades of cap per decade of rate) inside the fine band.
+    noise_band_sigmas : float
+        The fine band widens to this many estimated noise standard deviations
+        when the measurement is noisier than ``fine_band_fraction`` allows.
+    noise_initial_fraction : float
+        Starting estimate of the relative noise of one period's rate sample.
+    noise_smoothing : float
+        Weight of the newest sample in the noise estimate's moving average.
     """
 
     design_lag: float = 0.0915
@@ -239,6 +246,9 @@ class XtcTuning:
     unconstrained_fraction: float = 0.97
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
+    noise_band_sigmas: float = 2.5
+    noise_initial_fraction: float = 0.02
+    noise_smoothing: float = 0.1
 
 
 class XtcController(_Bounded):
@@ -280,6 +290,16 @@ class XtcController(_Bounded):
     while large steps and disturbances (a 15% hog) are still corrected at once.
     The velocity form makes the switch between the two gains bumpless.
 
+    Noise-adaptive band.  The noise grows as the cap bites (a VR that drops
+    90% of what it is offered jitters by 8% or more from one second to the
+    next).  The controller keeps a running estimate of the relative noise from
+    the period-to-period changes of its error (for Gaussian noise the mean
+    absolute difference of two samples is ``2 sigma / sqrt(pi)``; each change is
+    clipped at three estimated sigmas so that a real step does not inflate the
+    estimate) and widens the fine band to ``noise_band_sigmas`` (2.5) sigmas
+    when that is wider than 10%: the dead-beat gains then act only on errors
+    the noise cannot explain.
+
     Guards.
     - Dead zone on the relative error (2% by default instead of the paper's
       10%): steady-state error stays within 2%, and noise does not move the
@@ -306,9 +326,21 @@ class XtcController(_Bounded):
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
         self._E_prev: float | None = None
+        self._noise_log = t.noise_initial_fraction / math.log(10.0)
 
     def _reset_memory(self) -> None:
         self._E_prev = None
+        self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
+
+    @property
+    def noise_fraction(self) -> float:
+        """Estimated relative noise (standard deviation) of one period's rate sample."""
+        return self._noise_log * math.log(10.0)
+
+    def fine_band(self) -> float:
+        """Current half-width of the fine band, as a fraction of the setpoint."""
+        t = self.tuning
+        return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
         """Next cap (percent of one CPU).
@@ -330,8 +362,14 @@ class XtcController(_Bounded):
         not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
         E = math.log10(max(r, 1.0)) - math.log10(max(y, 1.0))
         E_prev = E if self._E_prev is None else self._E_prev
+        if self._E_prev is not None:
+            # Noise estimate from the change of the error (clipped: a real step must not inflate it).
+            change = min(abs(E - E_prev), 3.0 * self._noise_log * math.sqrt(2.0))
+            sigma_sample = change * math.sqrt(math.pi) / 2.0
+            self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
+            self._noise_log = max(self._noise_log, 1e-4)
         if abs(r - y) >= t.dead_zone_fraction * r:
-            if abs(r - y) < t.fine_band_fraction * r:
+            if abs(r - y) < self.fine_band() * r:
                 du = t.fine_gain * E
             else:
                 du = (self.kp + self.ki) * E - self.kp * E_prev
@@ -346,9 +384,13 @@ class XtcController(_Bounded):
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()
         s["E_prev_decades"] = self._E_prev
+        s["noise_decades"] = self._noise_log
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
         super().restore_state(state)
         e = state.get("E_prev_decades")
         self._E_prev = None if e is None else float(e)
+        n = state.get("noise_decades")
+        if n is not None and math.isfinite(float(n)) and float(n) > 0:
+            self._noise_log = float(n)
