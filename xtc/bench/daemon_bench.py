@@ -19,7 +19,7 @@ import json
 import math
 import platform
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -64,7 +64,10 @@ class _BenchBackend:
     def write_cap(self, vr: str, cap_percent: float) -> None:
         self.writes += 1
 
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
+    def read_original(self, vr: str) -> dict[str, Any]:
+        return {"backend": self.name, "target": vr, "params": {"cap_percent": 100.0}}
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
         self.writes += 1
 
     def tick(self, now_s: float) -> None:

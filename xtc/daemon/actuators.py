@@ -8,6 +8,7 @@ CapActuator (Protocol)
     ``set_cap(cap_percent) -> float`` (clamp, write only on change, return the cap
     read back from the hypervisor/kernel);
     ``original() -> OriginalCap | None``; ``adopt_original(record)``;
+    ``current_setting() -> OriginalCap`` (the setting now, as a record, without writing);
     ``restore() -> bool`` (write the original back exactly; True if anything was written);
     ``original_from_cap(cap_percent | None) -> OriginalCap`` (a record for a daemon
     that persisted only a cap in percent).
@@ -42,6 +43,9 @@ Common behaviour
   ``adopt_original(record)`` (after a daemon restart) replaces it so that
   ``restore()`` gives back the true original, not a cap XTC set before it
   was killed.  ``restore()`` forgets the original once it is written back.
+  ``current_setting()`` is the record of the setting now (what the first
+  ``set_cap`` would record): a daemon takes it before its first write and
+  persists it, so that not even a crash between the two can lose it.
 * Xen: ``cap`` is an integer; 0 means UNLIMITED in Xen.  ``set_cap`` rounds to
   the nearest integer inside the bounds and can never produce 0 (the write
   path refuses a 0 except from ``restore()`` of an original 0).
@@ -191,6 +195,8 @@ class CapActuator(Protocol):
 
     def original(self) -> OriginalCap | None: ...
 
+    def current_setting(self) -> OriginalCap: ...
+
     def adopt_original(self, record: OriginalCap) -> None: ...
 
     def restore(self) -> bool: ...
@@ -271,6 +277,16 @@ class _ActuatorBase:
     def original(self) -> OriginalCap | None:
         """The setting found before XTC's first write (None if XTC has not touched this VR)."""
         return self._original
+
+    def current_setting(self) -> OriginalCap:
+        """The VR's setting now as a record (one read, nothing written).
+
+        The record the first :meth:`set_cap` would take as the original; raises
+        ValueError if the setting found cannot serve as one (e.g. a malformed period).
+        """
+        current = self._read()
+        self._check_original(current)
+        return OriginalCap(self.backend, self.target, tuple(sorted(current.items())))
 
     def adopt_original(self, record: OriginalCap) -> None:
         """Take ``record`` (persisted by an earlier daemon run) as this VR's original.

@@ -241,6 +241,10 @@ _INSTANCE_SCHEMA: dict[str, Any] = {
         "offered_pps": {"type": ["number", "null"], "description": "packets/s offered to the VR over the last period"},
         "cap_percent": {"type": ["number", "null"], "description": "current cap; null = unlimited or unknown"},
         "original_cap_percent": {"type": ["number", "null"], "description": "cap to restore; null = unlimited"},
+        "original_record": {
+            "type": ["object", "null"],
+            "description": "the backend's exact record of the setting to restore (e.g. raw vcpu_quota and vcpu_period); null = none kept",
+        },
         "actuation_error": {"type": ["string", "null"]},
     },
 }

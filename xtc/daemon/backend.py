@@ -9,11 +9,18 @@ Caps are in percent of one CPU; ``None`` means *unlimited* (a Xen cap of 0, an L
 ``vcpu_quota`` of -1, a cgroup ``max``).  :meth:`Backend.write_cap` never takes ``None``: XTC writes
 a finite cap >= 1; only :meth:`Backend.restore_cap` may hand a VR back an unlimited cap, because
 that is what it had before XTC.
+
+Exact originals: a percentage loses what the hypervisor really had (an LXC ``vcpu_period``
+other than the default, libvirt's "no limit" spelling, a Xen cap of 0).  At activation the
+daemon therefore also takes :meth:`Backend.read_original`, the backend's exact record of the
+setting as a JSON object, persists it beside the percentage, and hands it back to
+:meth:`Backend.restore_cap`, which writes exactly that record back.  The daemon never looks
+inside a record.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 from .meter import CounterSource
 
@@ -41,8 +48,20 @@ class Backend(Protocol):
         """Set the VR's cap (a finite cap >= 1 percent)."""
         ...
 
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
-        """Give the VR back the cap it had before XTC (None = unlimited)."""
+    def read_original(self, vr: str) -> dict[str, Any]:
+        """The VR's cap setting now, exactly, as a non-empty JSON object (its *original* record).
+
+        Taken when an instance is activated, before XTC writes a cap, and persisted.
+        """
+        ...
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
+        """Give the VR back the setting it had before XTC.
+
+        ``original`` is a record from :meth:`read_original` (of this VR, maybe from an earlier
+        daemon run): that exact setting is written back.  Without one (a state file from before
+        records were kept) the cap ``cap_percent`` is restored (None = unlimited).
+        """
         ...
 
     def tick(self, now_s: float) -> None:

@@ -15,8 +15,12 @@ One instance per VR, in one of three states::
         +----deactivate------+------------------+
 
 - activate: the VR's current cap is recorded as its *original* cap (``None`` = unlimited) and
-  the controller starts from it (bumpless).  The original is part of the persisted state before
-  the first cap is written, so even a SIGKILL cannot lose it.
+  the controller starts from it (bumpless).  Beside the percentage, the backend's exact record
+  of the setting (:meth:`xtc.daemon.backend.Backend.read_original`: e.g. the raw
+  ``vcpu_quota`` and ``vcpu_period``) is kept as ``original_record``; it is opaque here and is
+  handed back unchanged in :class:`RestoreCap`, so the VR gets exactly its setting back, not a
+  setting rebuilt from a percentage.  Both are part of the persisted state before the first cap
+  is written, so even a SIGKILL cannot lose them.
 - pause: the controller stops; the cap stays where it is.
 - resume: the controller restarts from the cap it left (bumpless).
 - deactivate: the instance goes; the original cap is written back.  Until that write has
@@ -28,6 +32,7 @@ Caps are written only when they change, and again when a VR reappears, when its 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -85,10 +90,15 @@ class SetCap:
 
 @dataclass(frozen=True)
 class RestoreCap:
-    """Give the VR back its original cap (``None`` = unlimited, as it was before XTC)."""
+    """Give the VR back its original cap (``None`` = unlimited, as it was before XTC).
+
+    ``original_record`` is the backend's exact record of that setting (None when only the
+    percentage is known, e.g. a state file written before records were kept).
+    """
 
     vr: str
     cap_percent: float | None
+    original_record: Mapping[str, Any] | None = None
 
 
 Action = SetCap | RestoreCap
@@ -107,6 +117,8 @@ class Instance:
     applied_cap_percent: float | None = None
     last_write_s: float | None = None
     actuation_error: str | None = None
+    #: The backend's exact record of the original setting (opaque JSON object), or None.
+    original_record: dict[str, Any] | None = None
 
 
 @dataclass
@@ -122,6 +134,21 @@ def _cap_value(name: str, v: Any, allow_none: bool) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise StateError(f"{name} must be a cap > 0 percent{' or null' if allow_none else ''}, got {v!r}")
     return float(v)
+
+
+def _record_value(name: str, v: Any) -> dict[str, Any] | None:
+    """An original record: None or a JSON object (str keys, JSON values); a deep copy."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not v:
+        raise StateError(f"{name} must be a non-empty JSON object or null, got {v!r}"[:300])
+    try:
+        out = json.loads(json.dumps(v, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise StateError(f"{name} is not plain JSON: {e}") from None
+    if not isinstance(out, dict) or any(not isinstance(k, str) for k in v):
+        raise StateError(f"{name} must have string keys")
+    return out
 
 
 @dataclass
@@ -143,6 +170,8 @@ class DaemonCore:
     reassert_period_s: float = 30.0
     instances: dict[str, Instance] = field(default_factory=dict)
     pending_restores: dict[str, float | None] = field(default_factory=dict)
+    #: Exact original records of the pending restores that have one (see :class:`RestoreCap`).
+    pending_records: dict[str, dict[str, Any]] = field(default_factory=dict)
     vrs: dict[str, _VrView] = field(default_factory=dict)
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
@@ -174,7 +203,13 @@ class DaemonCore:
         """True when :meth:`handle` needs the VR's current cap (read by the service)."""
         return req.cmd == "activate"
 
-    def handle(self, req: Request, now_s: float, current_cap_percent: float | None = None) -> tuple[dict[str, Any], list[Action]]:
+    def handle(
+        self,
+        req: Request,
+        now_s: float,
+        current_cap_percent: float | None = None,
+        current_record: Mapping[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], list[Action]]:
         """Apply a validated request.
 
         Parameters
@@ -185,6 +220,9 @@ class DaemonCore:
             Monotonic time, seconds.
         current_cap_percent : float or None
             For ``activate``: the VR's cap now, percent of one CPU (None = unlimited).
+        current_record : mapping, optional
+            For ``activate``: the backend's exact record of the VR's setting now (a JSON
+            object, kept opaque and restored as is); None if the backend has none.
 
         Returns
         -------
@@ -208,7 +246,7 @@ class DaemonCore:
                 raise ApiError("unknown_vr", f"no VR named {vr!r}")
             return self.describe(vr), []
         if cmd == "activate":
-            return self._activate(vr, req.setpoint_pps, now_s, current_cap_percent)
+            return self._activate(vr, req.setpoint_pps, now_s, current_cap_percent, current_record)
         inst = self.instances.get(vr)
         if inst is None:
             if vr not in self.vrs:
@@ -235,12 +273,19 @@ class DaemonCore:
         if cmd == "deactivate":
             del self.instances[vr]
             self.pending_restores[vr] = inst.original_cap_percent
+            if inst.original_record is not None:
+                self.pending_records[vr] = inst.original_record
             self.dirty = True
-            return self.describe(vr), [RestoreCap(vr, inst.original_cap_percent)]
+            return self.describe(vr), [RestoreCap(vr, inst.original_cap_percent, inst.original_record)]
         raise ApiError("unknown_command", f"unknown command {cmd!r}")  # pragma: no cover
 
     def _activate(
-        self, vr: str, setpoint_pps: float | None, now_s: float, current_cap_percent: float | None
+        self,
+        vr: str,
+        setpoint_pps: float | None,
+        now_s: float,
+        current_cap_percent: float | None,
+        current_record: Mapping[str, Any] | None,
     ) -> tuple[dict[str, Any], list[Action]]:
         assert setpoint_pps is not None
         view = self.vrs.get(vr)
@@ -248,13 +293,18 @@ class DaemonCore:
             raise ApiError("unknown_vr", f"no running VR named {vr!r}")
         if vr in self.instances:
             raise ApiError("bad_state", f"VR {vr!r} is already {self.instances[vr].state}; use 'setpoint' or 'resume'")
-        if current_cap_percent is not None:
-            try:
+        try:
+            if current_cap_percent is not None:
                 _cap_value("current cap", current_cap_percent, allow_none=False)
-            except StateError as e:
-                raise ApiError("backend", str(e)) from None
+            record = _record_value("current original record", None if current_record is None else dict(current_record))
+        except StateError as e:
+            raise ApiError("backend", str(e)) from None
         # A VR whose restore is still pending has not got its original back: keep that original.
-        original = self.pending_restores.pop(vr) if vr in self.pending_restores else current_cap_percent
+        if vr in self.pending_restores:
+            original = self.pending_restores.pop(vr)
+            record = self.pending_records.pop(vr, None)
+        else:
+            original = current_cap_percent
         ctl = self.controller_factory()
         ctl.start(current_cap_percent if current_cap_percent is not None else 100.0)
         inst = Instance(
@@ -265,6 +315,7 @@ class DaemonCore:
             controller=ctl,
             cap_percent=ctl.cap_percent,
             applied_cap_percent=None,
+            original_record=record,
         )
         self.instances[vr] = inst
         self.dirty = True
@@ -317,7 +368,7 @@ class DaemonCore:
         for name, cap in self.pending_restores.items():
             view = self.vrs.get(name)
             if view is not None and view.present:
-                actions.append(RestoreCap(name, cap))
+                actions.append(RestoreCap(name, cap, self.pending_records.get(name)))
         return actions
 
     # ----------------------------------------------------------------- outcome of actions
@@ -337,12 +388,13 @@ class DaemonCore:
     def restored(self, vr: str) -> None:
         if vr in self.pending_restores and vr not in self.instances:
             del self.pending_restores[vr]
+            self.pending_records.pop(vr, None)
             self.dirty = True
 
     def shutdown_actions(self) -> list[RestoreCap]:
         """Caps to hand back when the daemon stops (instances are kept in the state file)."""
-        out = [RestoreCap(n, i.original_cap_percent) for n, i in sorted(self.instances.items())]
-        out += [RestoreCap(n, c) for n, c in sorted(self.pending_restores.items())]
+        out = [RestoreCap(n, i.original_cap_percent, i.original_record) for n, i in sorted(self.instances.items())]
+        out += [RestoreCap(n, c, self.pending_records.get(n)) for n, c in sorted(self.pending_restores.items())]
         return out
 
     def replace_controllers(self, factory: ControllerFactory) -> None:
@@ -372,6 +424,7 @@ class DaemonCore:
             "offered_pps": view.offered_pps,
             "cap_percent": inst.cap_percent if inst else None,
             "original_cap_percent": inst.original_cap_percent if inst else self.pending_restores.get(vr),
+            "original_record": inst.original_record if inst else self.pending_records.get(vr),
             "actuation_error": inst.actuation_error if inst else None,
         }
 
@@ -389,12 +442,14 @@ class DaemonCore:
                     "state": i.state,
                     "setpoint_pps": i.setpoint_pps,
                     "original_cap_percent": i.original_cap_percent,
+                    "original_record": i.original_record,
                     "cap_percent": i.cap_percent,
                     "controller": i.controller.to_state(),
                 }
                 for n, i in sorted(self.instances.items())
             },
             "pending_restores": dict(sorted(self.pending_restores.items())),
+            "pending_records": dict(sorted(self.pending_records.items())),
         }
 
     def load_state(self, doc: Any) -> list[str]:
@@ -423,6 +478,8 @@ class DaemonCore:
             if "original_cap_percent" not in d:
                 raise StateError(f"instance {name!r}: missing original_cap_percent")
             original = _cap_value(f"instance {name!r}: original_cap_percent", d["original_cap_percent"], True)
+            # Absent in state files written before exact records were kept: the percentage is used.
+            record = _record_value(f"instance {name!r}: original_record", d.get("original_record"))
             cap = _cap_value(f"instance {name!r}: cap_percent", d.get("cap_percent"), False)
             assert cap is not None
             ctl = self.controller_factory()
@@ -441,10 +498,22 @@ class DaemonCore:
                 original_cap_percent=original,
                 controller=ctl,
                 cap_percent=ctl.cap_percent,
+                original_record=record,
             )
         pending = {n: _cap_value(f"pending restore {n!r}", c, True) for n, c in raw_pend.items()}
+        raw_rec = doc.get("pending_records", {})
+        if not isinstance(raw_rec, dict):
+            raise StateError("'pending_records' must be an object")
+        records: dict[str, dict[str, Any]] = {}
+        for n, r in raw_rec.items():
+            if n not in pending:
+                raise StateError(f"pending record {n!r} has no pending restore")
+            rec = _record_value(f"pending record {n!r}", r)
+            if rec is not None:
+                records[n] = rec
         self.instances = instances
         self.pending_restores = pending
+        self.pending_records = records
         for n in [*instances, *pending]:
             self.vrs.setdefault(n, _VrView())
         return notes

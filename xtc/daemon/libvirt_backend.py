@@ -7,16 +7,22 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
 - VRs: the running domains (or only those listed in ``[libvirt] domains``).
 - Interfaces: the ``<interface><target dev=.../>`` names of the live XML (LXC/QEMU), or Xen's
   ``vif<domid>.<n>`` among the interfaces the meter saw last.
-- Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` otherwise.  Restoring
-  an original writes the cap the daemon persisted (``None`` = unlimited) through
-  ``actuator.original_from_cap`` and ``restore()``.
+- Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` otherwise.
+- Originals: :meth:`LibvirtBackend.read_original` is the actuator's exact record of the
+  setting (``OriginalCap.to_dict()``: e.g. ``{"backend": "libvirt-quota", "target": "vr1",
+  "params": {"vcpu_period": 50000, "vcpu_quota": -1}}``, or Xen's ``{"cap": 0}``).  The daemon
+  persists it and :meth:`LibvirtBackend.restore_cap` hands it to ``actuator.adopt_original``
+  and ``restore()``, which write exactly those values back, also in a daemon started after a
+  SIGKILL, whose actuators never saw the original.  Only without a record (a state file from
+  before records were kept) is the original rebuilt from the percentage
+  (``actuator.original_from_cap``, keeping the period found now).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
-from .actuators import CapActuator, make_actuator
+from .actuators import CapActuator, OriginalCap, make_actuator
 from .collector import xen_vif_names
 from .config import DaemonConfig
 from .host_errors import HostAdapterError
@@ -94,12 +100,27 @@ class LibvirtBackend:
     def write_cap(self, vr: str, cap_percent: float) -> None:
         self._act(vr).set_cap(cap_percent)
 
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
+    def read_original(self, vr: str) -> dict[str, Any]:
+        a = self._act(vr)
+        # An actuator that has written since its last restore knows the setting before that write.
+        rec = a.original()
+        if rec is None:
+            try:
+                rec = a.current_setting()
+            except ValueError as e:
+                raise HostAdapterError(f"the cap setting of {vr!r} cannot serve as an original: {e}") from None
+        return rec.to_dict()
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
         a = self._act(vr)
         try:
-            a.adopt_original(a.original_from_cap(cap_percent))  # type: ignore[attr-defined]
+            if original is not None:
+                a.adopt_original(OriginalCap.from_dict(original))
+            else:
+                a.adopt_original(a.original_from_cap(cap_percent))
         except (ValueError, TypeError) as e:
-            raise HostAdapterError(f"cannot restore cap {cap_percent!r} of {vr!r}: {e}") from None
+            what = f"original {dict(original)!r}" if original is not None else f"cap {cap_percent!r}"
+            raise HostAdapterError(f"cannot restore {what} of {vr!r}: {e}") from None
         a.restore()
 
     def tick(self, now_s: float) -> None:

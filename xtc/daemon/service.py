@@ -193,7 +193,7 @@ class DaemonService:
         failed = 0
         for act in self.core.shutdown_actions():
             try:
-                self.backend.restore_cap(act.vr, act.cap_percent)
+                self.backend.restore_cap(act.vr, act.cap_percent, act.original_record)
                 event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
             except HostAdapterError as e:
                 failed += 1
@@ -343,7 +343,7 @@ class DaemonService:
                     event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent)
             else:
                 try:
-                    self.backend.restore_cap(act.vr, act.cap_percent)
+                    self.backend.restore_cap(act.vr, act.cap_percent, act.original_record)
                 except HostAdapterError as e:
                     self.metrics.actuations.labels("failed").inc()
                     event(log, logging.WARNING, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
@@ -386,15 +386,17 @@ class DaemonService:
             cmd = req.cmd
             now = self.clock()
             cap: float | None = None
+            record: dict[str, Any] | None = None
             if self.core.needs_current_cap(req) and self._can_activate(req.vr):
                 assert req.vr is not None
                 try:
+                    record = self.backend.read_original(req.vr)
                     cap = self.backend.read_cap(req.vr)
                 except VRNotRunning as e:
                     raise ApiError("unknown_vr", str(e)) from None
                 except HostAdapterError as e:
                     raise ApiError("backend", f"cannot read the cap of {req.vr!r}: {e}") from None
-            result, actions = self.core.handle(req, now, cap)
+            result, actions = self.core.handle(req, now, cap, record)
             if self.core.dirty:
                 self._save(force=True)
             self._apply(actions, now)

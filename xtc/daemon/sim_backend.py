@@ -9,6 +9,9 @@ It goes through the same paths as a real host:
   sums over a VR's interfaces are what they are on a real host.
 - **Actuator**: caps go through :meth:`SimBackend.write_cap` / :meth:`SimBackend.restore_cap`
   with the same checks as a real actuator (a finite cap >= 1 percent; never 0).
+- **Original records**: :meth:`SimBackend.read_original` is
+  ``{"backend": "sim", "target": <vr>, "params": {"cap_percent": <cap or null>}}``; restoring it
+  writes that cap back (``null``: unlimited).
 - **The hypervisor's memory**: a VR's cap outlives the daemon on a real host.  The simulated
   caps are therefore kept in a small JSON file (``<state_dir>/sim-hypervisor.json``, written
   atomically on every change) that a restarted daemon finds again, and that tests read to check
@@ -24,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from xtc.sim.plant import Plant, PlantConfig, PlantError, Traffic, VRConfig
 
@@ -173,7 +176,21 @@ class SimBackend:
         self.caps[vr] = applied
         self._save_hypervisor()
 
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
+    def read_original(self, vr: str) -> dict[str, Any]:
+        self._vr(vr)
+        return {"backend": self.name, "target": vr, "params": {"cap_percent": self.caps[vr]}}
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
+        if original is not None:
+            params = original.get("params")
+            cap = params.get("cap_percent", "?") if isinstance(params, Mapping) else "?"
+            if (
+                original.get("backend") != self.name
+                or original.get("target") != vr
+                or not (cap is None or (isinstance(cap, (int, float)) and not isinstance(cap, bool)))
+            ):
+                raise ActuatorError(f"original record {dict(original)!r} is not a simulated cap of {vr!r}")
+            cap_percent = None if cap is None else float(cap)
         if cap_percent is None:
             i = self._vr(vr)
             self.plant.set_cap(i, 100.0)
