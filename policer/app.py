@@ -27,6 +27,7 @@ __all__ = ["create_app", "API_DESCRIPTION"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 VR_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 MAX_PPS = 1e10
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 API_DESCRIPTION = """
 The XTC policing service: the global view over the hosts (physical routers) whose daemons hold each
@@ -80,7 +81,7 @@ VrPath = Annotated[str, Path(pattern=VR_PATTERN, description="VR name as its dae
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Error(BaseModel):
@@ -244,6 +245,29 @@ _E404 = {404: {"model": Error, "description": "no such object"}}
 _E409 = {409: {"model": Error, "description": "conflicts with the current state"}}
 
 
+class _AuthFirst:
+    """ASGI middleware: a write (POST, PUT, PATCH, DELETE) without a valid bearer token gets 401 at once."""
+
+    def __init__(self, app: Any, check: Any):
+        self.app = app
+        self.check = check
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] in WRITE_METHODS:
+            cred = None
+            for k, v in scope["headers"]:
+                if k == b"authorization":
+                    scheme, _, tok = v.decode("latin-1").partition(" ")
+                    cred = HTTPAuthorizationCredentials(scheme=scheme, credentials=tok.strip())
+                    break
+            try:
+                self.check(cred)
+            except HTTPException as e:
+                await JSONResponse({"detail": e.detail}, status_code=401, headers=e.headers)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     """The application.  ``engine`` (optional) is started and stopped with the app's lifespan."""
 
@@ -262,6 +286,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         version="1",
         description=API_DESCRIPTION,
         lifespan=lifespan,
+        responses={400: {"model": Error, "description": "the body is not valid JSON"}},
     )
     bearer = HTTPBearer(auto_error=False, description="one of the tokens the policer is configured with")
     tokens = [t.encode() for t in cfg.tokens]
@@ -280,12 +305,19 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     async def writer(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
         return _check(cred)
 
-    async def reader(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
-        return _check(cred) if cfg.protect_reads else None
+    if cfg.protect_reads:
+        async def reader(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
+            return _check(cred)
+    else:  # no security requirement on reads (and none in the OpenAPI document)
+        async def reader() -> str | None:
+            return None
 
     Writer = Annotated[str, Depends(writer)]
     Reader = Annotated[str | None, Depends(reader)]
     rd = _E401 if cfg.protect_reads else {}
+
+    # Writes are refused before their body is even parsed: no token, no 422 either.
+    app.add_middleware(_AuthFirst, check=_check)
 
     @app.exception_handler(NotFound)
     async def _nf(_r: Request, e: NotFound) -> JSONResponse:

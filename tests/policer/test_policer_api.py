@@ -1,0 +1,135 @@
+"""The REST API in-process (no daemons): auth, errors, persistence, and the committed OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from policer.app import create_app, openapi_document
+from policer.config import ConfigError, PolicerConfig, loads_config
+from policer.store import Store, StoreError, parse_db_url
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "tok-" + "a" * 28
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'policer.db'}"
+
+
+def client(url: str, protect_reads: bool = False) -> tuple[TestClient, Store]:
+    store = Store(url)
+    cfg = PolicerConfig(tokens=frozenset({TOKEN}), protect_reads=protect_reads)
+    return TestClient(create_app(cfg, store)), store
+
+
+def test_committed_openapi_matches_the_app() -> None:
+    committed = json.loads((ROOT / "docs" / "policer-openapi.json").read_text())
+    assert committed == openapi_document(), "regenerate with: xtc policer openapi > docs/policer-openapi.json"
+
+
+def _write_ops() -> list[tuple[str, str]]:
+    doc = openapi_document()
+    return [(m.upper(), p) for p, ops in doc["paths"].items() for m in ops if m != "get"]
+
+
+def test_every_write_needs_a_token(db_url: str) -> None:
+    c, store = client(db_url)
+    ops = _write_ops()
+    assert len(ops) >= 12
+    for method, path in ops:
+        concrete = path.replace("{router}", "r1").replace("{vr}", "v1").replace("{network}", "n1")
+        for headers in ({}, {"Authorization": "Bearer wrong-token-000000000"}, {"Authorization": "Basic dXNlcjpwdw=="}):
+            r = c.request(method, concrete, json={}, headers=headers)
+            assert r.status_code == 401, (method, path, headers, r.text)
+            assert r.json()["detail"] and r.headers["www-authenticate"] == "Bearer"
+    # Nothing was written, not even to the audit log.
+    assert store.list_actions() == [] and store.list_routers() == [] and store.list_networks() == []
+
+
+def test_reads_open_or_protected(db_url: str) -> None:
+    c, _ = client(db_url)
+    assert c.get("/routers").status_code == 200
+    c2, _ = client(db_url, protect_reads=True)
+    assert c2.get("/routers").status_code == 401
+    assert c2.get("/routers", headers=AUTH).status_code == 200
+
+
+def test_resources_errors_and_restart(db_url: str) -> None:
+    c, store = client(db_url)
+    r = c.post("/routers", json={"name": "r1", "endpoint": "tcp://127.0.0.1:7700", "capacity_pps": 120000}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    assert r.json()["status"] == "unknown" and r.json()["control_mode"] == "auto"
+    assert c.post("/routers", json={"name": "r1", "endpoint": "tcp://127.0.0.1:7700", "capacity_pps": 1}, headers=AUTH).status_code == 409
+    for bad in ({"name": "r2", "endpoint": "http://x:1", "capacity_pps": 1}, {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 0},
+                {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 1, "extra": 1}, {"name": "-bad", "endpoint": "tcp://h:1", "capacity_pps": 1}):
+        r = c.post("/routers", json=bad, headers=AUTH)
+        assert r.status_code == 422 and r.json()["detail"][0]["msg"], bad
+    assert c.get("/routers/nope").status_code == 404
+    assert c.post("/networks", json={"name": "blue"}, headers=AUTH).status_code == 201
+    r = c.put("/networks/blue/sla", json={"min_pps": 20000, "max_pps": 10000}, headers=AUTH)
+    assert r.status_code == 422 and "must not exceed" in r.json()["detail"][0]["msg"]
+    assert c.put("/networks/blue/sla", json={"min_pps": 10000, "max_pps": 50000, "weight": 2}, headers=AUTH).status_code == 200
+    # A VR appears when its daemon reports it; then it can join the network and get a manual setpoint.
+    assert c.put("/vrs/r1/vr1/network", json={"network": "blue"}, headers=AUTH).status_code == 404
+    store.record_poll("r1", [{"vr": "vr1", "state": "inactive", "measured_pps": 1000.0, "offered_pps": 1000.0}])
+    assert c.put("/vrs/r1/vr1/network", json={"network": "nope"}, headers=AUTH).status_code == 404
+    assert c.put("/vrs/r1/vr1/network", json={"network": "blue"}, headers=AUTH).json()["network"] == "blue"
+    assert c.put("/vrs/r1/vr1/setpoint", json={"setpoint_pps": -5}, headers=AUTH).status_code == 422
+    assert c.put("/vrs/r1/vr1/setpoint", json={"setpoint_pps": 25000}, headers=AUTH).json()["manual_setpoint_pps"] == 25000
+    assert c.get("/setpoints").json() == [{"router": "r1", "vr": "vr1", "setpoint_pps": 25000.0, "source": "manual",
+                                           "effective_setpoint_pps": None, "wanted_state": None, "punishment_level": 0}]
+    assert c.delete("/networks/blue", headers=AUTH).status_code == 409
+    r = c.put("/policies/activation", json={"enabled": True, "on_fraction": 0.5, "off_fraction": 0.6, "hold_s": 1}, headers=AUTH)
+    assert r.status_code == 422 and "off_fraction" in r.json()["detail"][0]["msg"]
+    assert c.put("/policies/misbehaviour", json={"enabled": False}, headers=AUTH).json()["enabled"] is False
+    assert c.patch("/routers/r1", json={"control_mode": "on"}, headers=AUTH).json()["control_mode"] == "on"
+    assert c.patch("/routers/r1", json={"capacity_pps": None}, headers=AUTH).status_code == 422
+    assert c.delete("/routers/r1", headers=AUTH).json()["status"] == "removed"
+    kinds = [a["kind"] for a in c.get("/actions").json()]
+    assert kinds == ["router_registered", "network_created", "sla_set", "vr_appeared", "vr_network", "manual_setpoint",
+                     "policy_changed", "router_updated", "router_removed"]
+    assert all(a["actor"].startswith("api:token-") and TOKEN not in a["actor"] for a in c.get("/actions").json()
+               if a["kind"] != "vr_appeared")
+    assert [a["kind"] for a in c.get("/actions", params={"kind": "sla_set"}).json()] == ["sla_set"]
+    before = {p: c.get(p).json() for p in ("/routers", "/vrs", "/networks", "/setpoints", "/policies", "/actions")}
+    store.close()
+    # A new process on the same file finds everything as it was; the removed router is still there.
+    c2, store2 = client(db_url)
+    after = {p: c2.get(p).json() for p in before}
+    assert after == before
+    assert after["/routers"][0]["status"] == "removed"
+    # Registering it again keeps its history.
+    r = c2.post("/routers", json={"name": "r1", "endpoint": "tcp://127.0.0.1:7701", "capacity_pps": 1000}, headers=AUTH)
+    assert r.status_code == 201 and r.json()["endpoint"] == "tcp://127.0.0.1:7701"
+    store2.close()
+
+
+def test_config_and_db_url(tmp_path: Path) -> None:
+    assert parse_db_url("sqlite:////var/x.db") == "/var/x.db"
+    assert parse_db_url("sqlite:///x.db") == "x.db"
+    assert parse_db_url("sqlite://") == ":memory:"
+    for bad in ("postgresql://h/db", "sqlite:/x", "sqlite:///"):
+        with pytest.raises(StoreError):
+            parse_db_url(bad)
+    with pytest.raises(StoreError, match="does not exist"):
+        Store(f"sqlite:///{tmp_path}/missing/dir/p.db")
+    tf = tmp_path / "tokens"
+    tf.write_text("# operators\n" + TOKEN + "\n")
+    cfg = loads_config(f'[auth]\ntokens_file = "{tf}"\nprotect_reads = true\n[engine]\nperiod_s = 0.5\n', env={})
+    assert cfg.tokens == {TOKEN} and cfg.protect_reads and cfg.period_s == 0.5
+    assert TOKEN not in repr(cfg) and TOKEN not in json.dumps(cfg.describe())
+    assert loads_config("", env={"XTC_POLICER_TOKENS": f"{TOKEN},{'b' * 20}"}).tokens == {TOKEN, "b" * 20}
+    for text, key in (("[server]\nprot = 1\n", "server.prot"), ("[engine]\nperiod_s = 0\n", "engine.period_s"),
+                      ('[database]\nurl = "mysql://x"\n', "database.url"), ("[bogus]\n", "bogus")):
+        with pytest.raises(ConfigError) as ei:
+            loads_config(text, env={})
+        assert ei.value.key == key
+    with pytest.raises(ConfigError, match="at least 16"):
+        loads_config("", env={"XTC_POLICER_TOKENS": "short"})
