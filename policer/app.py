@@ -51,6 +51,7 @@ engine period for every reachable router):
   fairness: every VR first gets its SLA minimum, the rest is shared in proportion to the weights,
   no VR gets more than its SLA maximum or its demand (max(offered, forwarded) x `demand_headroom`,
   so that flows that back off can grow).  Manual setpoints and punished VRs are taken out first.
+  A VR keeps its derived setpoint while its new share stays within `hysteresis` (relative) of it.
   The resulting setpoints are pushed to the daemons while control is on.
 * **misbehaviour**: a VR whose offered rate stays above `ratio` x its forwarded rate (and by more
   than `min_excess_pps`) for `hold_s` seconds, i.e. traffic that does not back off, is punished one
@@ -199,6 +200,7 @@ class AllocationPolicy(_In):
     target_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
     min_setpoint_pps: Annotated[float, Field(ge=1, le=MAX_PPS, allow_inf_nan=False)] = 1000.0
     demand_headroom: Annotated[float, Field(ge=1, le=10, allow_inf_nan=False)] = 1.2
+    hysteresis: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = 0.1
 
 
 class MisbehaviourPolicy(_In):

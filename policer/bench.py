@@ -29,15 +29,15 @@ import numpy as np
 __all__ = ["run_bench", "start_policer"]
 
 
-def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0,
-                  extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_env: dict[str, str] | None = None,
+                  request_timeout_s: float = 1.0, extra_config: str = "") -> tuple[subprocess.Popen, str]:
     """Start ``xtc policer serve`` on an ephemeral loopback port; returns (process, base URL)."""
     tmp = Path(tmpdir)
     cfg = tmp / "policer.toml"
     cfg.write_text(
         'schema = "xtc-policer/1"\n[server]\nhost = "127.0.0.1"\nport = 0\n'
         f'[database]\nurl = "sqlite:///{tmp / "policer.db"}"\n'
-        f"[engine]\nperiod_s = {period_s}\nrequest_timeout_s = 0.3\n"
+        f"[engine]\nperiod_s = {period_s}\nrequest_timeout_s = {request_timeout_s}\n" + extra_config
     )
     env = {**os.environ, "XTC_POLICER_TOKENS": token, **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "xtc.cli", "policer", "serve", "-c", str(cfg)],

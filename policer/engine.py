@@ -2,7 +2,7 @@
 
 Every ``period_s`` the engine asks each registered router's daemon for its VRs (``list``), records
 what it saw, runs :func:`policer.planner.plan_router` on the stored state, saves the new state and
-the decisions, and sends the commands that bring the daemon to the wanted state.  Routers are polled
+the decisions, and sends the commands that bring the daemon to the wanted state.  Routers are handled
 in parallel, so one that does not answer (marked ``unreachable``, with the error) delays no other;
 when it answers again the same reconciliation catches it up.
 """
@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from .link import DaemonRefused, LinkDown, LinkPool
@@ -71,6 +71,7 @@ class Engine:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._inflight: dict[str, Future] = {}
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="policer-link")
 
     # ------------------------------------------------------------------------------- thread
@@ -104,16 +105,39 @@ class Engine:
             self._stop.wait(delay)
 
     # -------------------------------------------------------------------------------- cycle
-    def run_cycle(self) -> None:
-        """One cycle over every registered router (in parallel)."""
+    def run_cycle(self, wait: bool = False) -> None:
+        """Start one cycle for every registered router whose previous cycle has finished.
+
+        Routers are handled in parallel and independently: one whose daemon hangs holds up only
+        itself (its next cycle starts when its request has timed out).  ``wait``: return only
+        when all of them are done (for tests and tools).
+        """
         settings = self.store.settings()
         now = self.clock()
         routers = self.store.list_routers(include_removed=False)
-        futures = [self._pool.submit(self.cycle_router, r, settings, now) for r in routers]
-        for f in futures:
-            f.result()
+        started = []
+        for r in routers:
+            prev = self._inflight.get(r["name"])
+            if prev is not None and not prev.done():
+                continue
+            f = self._pool.submit(self.cycle_router, r, settings, now)
+            f.add_done_callback(self._check_failure)
+            self._inflight[r["name"]] = f
+            started.append(f)
+        if wait:
+            for f in started:
+                f.result()
         self.cycles += 1
         self.last_cycle_s = now
+
+    def _check_failure(self, f: Future) -> None:
+        e = f.exception()
+        if e is not None and self.error is None:
+            self.error = e
+            log.critical("router cycle failed", exc_info=e)
+            self._stop.set()
+            if self.on_crash is not None:
+                self.on_crash(e)
 
     def _unreachable(self, name: str, err: str) -> None:
         prev = self.store.set_router_status(name, "unreachable", err, seen=False)

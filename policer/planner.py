@@ -56,6 +56,9 @@ class Settings:
     min_setpoint_pps: float = 1000.0
     #: A VR's demand is taken as max(offered, forwarded) times this (lets backing-off flows grow).
     demand_headroom: float = 1.2
+    #: A derived setpoint is kept while the new share is within this relative distance of it
+    #: (as long as the kept setpoints still fit): no setpoint churn from measurement noise.
+    hysteresis: float = 0.1
     misbehaviour_enabled: bool = True
     misbehaviour: MisbehaviourParams = field(default_factory=MisbehaviourParams)
 
@@ -243,6 +246,11 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                 dem = None if d is None else max(settings.min_setpoint_pps, d * settings.demand_headroom)
                 claims.append(Claim(n, p.weight, p.min_pps, p.max_pps, dem))
         shares = weighted_max_min(max(0.0, budget), claims)
+        kept = {n: pol[n].derived_setpoint_pps if pol[n].derived_setpoint_pps is not None
+                and abs(sh - pol[n].derived_setpoint_pps) <= settings.hysteresis * pol[n].derived_setpoint_pps else sh
+                for n, sh in shares.items()}
+        if sum(kept.values()) <= max(0.0, budget) * (1 + 1e-9):
+            shares = kept
         for n, s in shares.items():
             p = pol[n]
             pol[n] = VrPolicy(p.weight, p.min_pps, p.max_pps, p.manual_setpoint_pps, p.misbehaviour,

@@ -435,6 +435,7 @@ class Store:
             target_fraction=al.get("target_fraction", s.target_fraction),
             min_setpoint_pps=al.get("min_setpoint_pps", s.min_setpoint_pps),
             demand_headroom=al.get("demand_headroom", s.demand_headroom),
+            hysteresis=al.get("hysteresis", s.hysteresis),
             misbehaviour_enabled=m.get("enabled", s.misbehaviour_enabled),
             misbehaviour=MisbehaviourParams(**{k: v for k, v in m.items() if k != "enabled"}),
         )
@@ -444,7 +445,8 @@ class Store:
         return {
             "activation": {"enabled": s.activation_enabled, **asdict(s.activation)},
             "allocation": {"enabled": s.allocation_enabled, "target_fraction": s.target_fraction,
-                           "min_setpoint_pps": s.min_setpoint_pps, "demand_headroom": s.demand_headroom},
+                           "min_setpoint_pps": s.min_setpoint_pps, "demand_headroom": s.demand_headroom,
+                           "hysteresis": s.hysteresis},
             "misbehaviour": {"enabled": s.misbehaviour_enabled, **asdict(s.misbehaviour)},
         }
 

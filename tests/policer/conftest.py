@@ -1,0 +1,173 @@
+"""Helpers for the policer's end-to-end tests: real daemons (sim backend) and a real policer process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from policer.bench import start_policer
+from xtc.daemon.ctl import ManagerClient, ManagerError
+
+TOKEN = "e2e-token-" + "7" * 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float, what: str, step_s: float = 0.1) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(step_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+
+
+class Daemon:
+    """An ``xtc daemon`` process on the sim backend with its own state directory and ports."""
+
+    def __init__(self, tmp: Path, name: str, vrs: list[dict[str, Any]], period_s: float = 0.5,
+                 argv_prefix: list[str] | None = None):
+        self.dir = tmp / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.port, self.pub_port = free_port(), free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.period_s = period_s
+        self.argv_prefix = argv_prefix
+        self.proc: subprocess.Popen | None = None
+        self.write_config(vrs)
+
+    def write_config(self, vrs: list[dict[str, Any]]) -> None:
+        lines = ['schema = "xtc-daemon/1"', "[daemon]", 'backend = "sim"', f"control_period_s = {self.period_s}",
+                 "meter_samples_per_s = 10.0", f'state_dir = "{self.dir}"', "[manager]",
+                 f'endpoint = "{self.endpoint}"', f'pub_endpoint = "tcp://127.0.0.1:{self.pub_port}"',
+                 "[metrics]", "enabled = false", "[log]", 'level = "warning"']
+        for v in vrs:
+            lines += ["[[sim.vr]]"] + [f"{k} = {v[k]!r}".replace("'", '"') for k in v]
+        self.config = self.dir / "daemon.toml"
+        self.config.write_text("\n".join(lines) + "\n")
+
+    def start(self) -> None:
+        argv = self.argv_prefix or [sys.executable, "-m", "xtc.cli", "daemon"]
+        self.proc = subprocess.Popen([*argv, "-c", str(self.config)], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.dir / "daemon.log", "a"))
+        wait_for(self.ping, 15, f"daemon {self.name} to answer")
+
+    def client(self, timeout_s: float = 1.0) -> ManagerClient:
+        return ManagerClient(self.endpoint, timeout_s=timeout_s)
+
+    def ping(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon {self.name} exited: {(self.dir / 'daemon.log').read_text()[-2000:]}")
+        with self.client(0.5) as c:
+            try:
+                return bool(c.call("ping")["pong"])
+            except ManagerError:
+                return False
+
+    def vrs(self) -> dict[str, dict[str, Any]]:
+        with self.client() as c:
+            return {v["vr"]: v for v in c.call("list")["vrs"]}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class Policer:
+    """A ``xtc policer serve`` process on an ephemeral loopback port, and an authenticated client."""
+
+    def __init__(self, tmp: Path, period_s: float = 0.5, extra_env: dict[str, str] | None = None,
+                 extra_config: str = ""):
+        self.tmp = tmp
+        self.extra_config = extra_config
+        self.period_s = period_s
+        self.extra_env = extra_env
+        self.proc: subprocess.Popen | None = None
+        self.http: httpx.Client | None = None
+
+    def start(self) -> None:
+        self.proc, self.url = start_policer(self.tmp, TOKEN, self.period_s, self.extra_env,
+                                             extra_config=self.extra_config)
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        assert self.http is not None
+        r = self.http.request(method, path, **kw)
+        assert r.is_success, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json() if r.status_code != 204 else None
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.call("GET", path, **kw)
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    made: list[Daemon] = []
+
+    def make(name: str, vrs: list[dict[str, Any]], **kw: Any) -> Daemon:
+        d = Daemon(tmp_path, name, vrs, **kw)
+        made.append(d)
+        d.start()
+        return d
+
+    try:
+        yield make
+    finally:
+        for d in made:
+            d.stop()
+
+
+@pytest.fixture
+def make_policer(tmp_path: Path) -> Iterator[Callable[..., Policer]]:
+    made: list[Policer] = []
+
+    def make(**kw: Any) -> Policer:
+        p = Policer(tmp_path / "policer", **kw)
+        p.tmp.mkdir(exist_ok=True)
+        made.append(p)
+        p.start()
+        return p
+
+    try:
+        yield make
+    finally:
+        for p in made:
+            p.stop()
