@@ -26,7 +26,7 @@ import numpy as np
 from xtc.daemon.api import Request
 from xtc.daemon.config import loads_config
 from xtc.daemon.core import SetCap
-from xtc.daemon.meter import IfCounters, parse_proc_net_dev
+from xtc.daemon.meter import CounterTable, IfCounters, ProcNetDevParser
 from xtc.daemon.service import DaemonService
 from xtc.daemon.sim_backend import render_proc_net_dev
 
@@ -46,14 +46,19 @@ class _BenchBackend:
         self.texts = texts
         self.i = 0
         self.writes = 0
+        self.parser = ProcNetDevParser()
 
     def counter_source(self) -> "_BenchBackend":
         return self
 
     def read(self) -> dict[str, IfCounters]:
+        return self.read_table().to_dict()
+
+    def read_table(self) -> CounterTable:
+        """What :class:`~xtc.daemon.meter.ProcNetDevSource` does with the file's text."""
         text = self.texts[self.i]
         self.i += 1
-        return parse_proc_net_dev(text)
+        return self.parser.parse(text)
 
     def discover(self) -> dict[str, tuple[str, ...]]:
         return {f"vr{k}": tuple(f"vif{k}.{j}" for j in range(IFACES_PER_VR)) for k in range(1, self.n + 1)}

@@ -27,7 +27,7 @@ from .collector import xen_vif_names
 from .config import DaemonConfig
 from .host_errors import HostAdapterError
 from .libvirt_conn import LibvirtConn
-from .meter import IfCounters, ProcNetDevSource
+from .meter import CounterTable, IfCounters, ProcNetDevSource
 
 __all__ = ["LibvirtBackend"]
 
@@ -38,11 +38,17 @@ class _RememberingSource:
     def __init__(self, path: str):
         self.src = ProcNetDevSource(path)
         self.names: frozenset[str] = frozenset()
+        self._names: tuple[str, ...] = ()
 
     def read(self) -> dict[str, IfCounters]:
-        c = self.src.read()
-        self.names = frozenset(c)
-        return c
+        return self.read_table().to_dict()
+
+    def read_table(self) -> CounterTable:
+        t = self.src.read_table()
+        if t.names is not self._names:  # the parser hands back the same tuple while nothing changes
+            self._names = t.names
+            self.names = frozenset(t.names)
+        return t
 
 
 class LibvirtBackend:

@@ -31,7 +31,7 @@ from .config import ConfigError, DaemonConfig, load_config, reload_diff
 from .core import DaemonCore, RestoreCap, SetCap, StateError, VrReading
 from .host_errors import HostAdapterError, VRNotRunning
 from .logs import event, setup_logging
-from .meter import Meter, RateTracker
+from .meter import GroupRateSums, Meter, RateTracker
 from .metrics import DaemonMetrics
 from .state import StateFileError, read_state, save_state
 
@@ -120,6 +120,7 @@ class DaemonService:
         self._vr_ifaces: dict[str, tuple[str, ...]] = {}
         self._if_owner: dict[str, str] = {}
         self._reset_ifs: set[str] = set()
+        self._sums = GroupRateSums()
         self._last_save_s = -math.inf
         self._last_discovery_s = -math.inf
         self.rep: zmq.Socket | None = None
@@ -287,22 +288,13 @@ class DaemonService:
 
     def readings(self, period_s: float) -> dict[str, VrReading]:
         """Per-VR rates over the last ``period_s`` seconds (the collector: sum of interfaces)."""
-        rates = self.meter.rates(min(max(period_s, 1e-3), self.meter.tracker.max_window_s))
+        table = self.meter.rates_table(min(max(period_s, 1e-3), self.meter.tracker.max_window_s))
+        vrs, fwd, off, seen = self._sums.sums(table, self._vr_ifaces)
+        reset_ifs = self._reset_ifs
         out: dict[str, VrReading] = {}
-        for vr, ifs in self._vr_ifaces.items():
-            fwd = off = 0.0
-            seen = 0
-            for i in ifs:
-                r = rates.get(i)
-                if r is not None:
-                    fwd += r.rx_pps
-                    off += r.tx_pps
-                    seen += 1
-            reset = any(i in self._reset_ifs for i in ifs)
-            if seen == 0:
-                out[vr] = VrReading(None, None, reset)
-            else:
-                out[vr] = VrReading(fwd, off, reset)
+        for vr, f, o, n in zip(vrs, fwd, off, seen):
+            reset = bool(reset_ifs) and any(i in reset_ifs for i in self._vr_ifaces[vr])
+            out[vr] = VrReading(f, o, reset) if n else VrReading(None, None, reset)
         self._reset_ifs.clear()
         return out
 

@@ -33,7 +33,7 @@ from xtc.sim.plant import Plant, PlantConfig, PlantError, Traffic, VRConfig
 
 from .config import DaemonConfig, SimVr
 from .host_errors import ActuatorError, VRNotRunning
-from .meter import IfCounters, parse_proc_net_dev
+from .meter import CounterTable, IfCounters, ProcNetDevParser
 from .state import StateFileError, save_state
 
 __all__ = ["SimBackend", "SimNetDev", "render_proc_net_dev", "HYPERVISOR_FILE"]
@@ -62,13 +62,17 @@ class SimNetDev:
     def __init__(self, backend: "SimBackend"):
         self.backend = backend
         self.last_text = ""
+        self.parser = ProcNetDevParser()
 
     def text(self) -> str:
         return render_proc_net_dev(self.backend.interface_counters())
 
     def read(self) -> dict[str, IfCounters]:
+        return self.read_table().to_dict()
+
+    def read_table(self) -> CounterTable:
         self.last_text = self.text()
-        return parse_proc_net_dev(self.last_text)
+        return self.parser.parse(self.last_text)
 
 
 class SimBackend:
