@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from policer.bench import start_policer
+from policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
 
 TOKEN = "e2e-token-" + "7" * 24
@@ -42,7 +43,7 @@ class Daemon:
     """An ``xtc daemon`` process on the sim backend with its own state directory and ports."""
 
     def __init__(self, tmp: Path, name: str, vrs: list[dict[str, Any]], period_s: float = 0.5,
-                 argv_prefix: list[str] | None = None):
+                 argv_prefix: list[str] | None = None, curve: tuple[Path, str] | None = None):
         self.dir = tmp / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -50,6 +51,7 @@ class Daemon:
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.period_s = period_s
         self.argv_prefix = argv_prefix
+        self.curve = curve  # (client .key_secret file, server public key) for the test's own requests
         self.proc: subprocess.Popen | None = None
         self.write_config(vrs)
 
@@ -69,22 +71,28 @@ class Daemon:
                                      stderr=open(self.dir / "daemon.log", "a"))
         wait_for(self.ping, 15, f"daemon {self.name} to answer")
 
-    def client(self, timeout_s: float = 1.0) -> ManagerClient:
-        return ManagerClient(self.endpoint, timeout_s=timeout_s)
+    def call(self, cmd: str, timeout_s: float = 1.0, **fields: Any) -> dict[str, Any]:
+        """One request to the daemon (its own ctl client; the policer's link when CURVE is on)."""
+        if self.curve is None:
+            with ManagerClient(self.endpoint, timeout_s=timeout_s) as c:
+                return c.call(cmd, **fields)
+        link = DaemonLink(self.endpoint, timeout_s, self.curve[0], self.curve[1])
+        try:
+            return link.call(cmd, **fields)
+        finally:
+            link.close()
 
     def ping(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"daemon {self.name} exited: {(self.dir / 'daemon.log').read_text()[-2000:]}")
-        with self.client(0.5) as c:
-            try:
-                return bool(c.call("ping")["pong"])
-            except ManagerError:
-                return False
+        try:
+            return bool(self.call("ping", timeout_s=0.5)["pong"])
+        except (ManagerError, LinkDown):
+            return False
 
     def vrs(self) -> dict[str, dict[str, Any]]:
-        with self.client() as c:
-            return {v["vr"]: v for v in c.call("list")["vrs"]}
+        return {v["vr"]: v for v in self.call("list")["vrs"]}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
