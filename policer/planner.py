@@ -9,7 +9,7 @@ makes the policer catch up by itself after a daemon or the policer was away.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from .policy import (
@@ -211,8 +211,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                     "control off" if not control_on else "VR not present")
                 events.append(Event("restore", n, {"from_level": ms.level, "reason": why}))
             if ms != MisbehaviourState() or p.punish_base_pps is not None:
-                pol[n] = VrPolicy(p.weight, p.min_pps, p.max_pps, p.manual_setpoint_pps, MisbehaviourState(), None,
-                                  p.derived_setpoint_pps)
+                pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
             continue
         new, ev = misbehaviour_step(mp, ms, o.offered_pps, o.measured_pps, now_s)
         base = p.punish_base_pps
@@ -229,7 +228,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             events.append(Event("restore", n, {"from_level": ms.level, "offered_pps": o.offered_pps,
                                                "forwarded_pps": o.measured_pps}))
             base = None
-        pol[n] = VrPolicy(p.weight, p.min_pps, p.max_pps, p.manual_setpoint_pps, new, base, p.derived_setpoint_pps)
+        pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
 
     # Allocation over the unpunished, present VRs without a manual setpoint; the rest are fixed.
     if settings.allocation_enabled and present:
@@ -252,9 +251,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
         if sum(kept.values()) <= max(0.0, budget) * (1 + 1e-9):
             shares = kept
         for n, s in shares.items():
-            p = pol[n]
-            pol[n] = VrPolicy(p.weight, p.min_pps, p.max_pps, p.manual_setpoint_pps, p.misbehaviour,
-                              p.punish_base_pps, max(settings.min_setpoint_pps, s))
+            pol[n] = replace(pol[n], derived_setpoint_pps=max(settings.min_setpoint_pps, s))
 
     wanted: dict[str, tuple[str, float | None]] = {}
     commands: list[Command] = []

@@ -209,3 +209,28 @@ def test_plan_punishes_then_pauses_then_restores() -> None:
             break
     assert pols["c"].misbehaviour.level == 0
     assert [c.cmd for c in plan.commands if c.vr == "c"][0] == "resume"
+
+
+def test_plan_manual_setpoint_and_hysteresis() -> None:
+    st_ = Settings(activation_enabled=False, misbehaviour_enabled=False)
+    vrs = {n: VrObs(n, True, "active", 30_000, 30_000, 60_000) for n in ("a", "b", "c")}
+    pols = {"a": VrPolicy(manual_setpoint_pps=12_000)}
+    plan = plan_router(st_, _rin(vrs, pols, mode="on"), 0.0)
+    # The manual setpoint is taken out first; the rest shares what is left.
+    assert plan.wanted["a"] == ("active", 12_000)
+    assert plan.wanted["b"][1] == pytest.approx((108_000 - 12_000) / 2)
+    # A small change of the shares (demand noise) does not move the setpoints...
+    vrs2 = {**vrs, "c": VrObs("c", True, "active", 30_000, 30_000, 41_000)}  # demand 49.2k, share 48k
+    plan2 = plan_router(st_, _rin(vrs2, plan.policies, mode="on"), 1.0)
+    assert plan2.wanted["b"] == plan.wanted["b"] and plan2.wanted["c"] == plan.wanted["c"]
+    # ... a large one does, and what is kept never exceeds the budget.
+    vrs3 = {**vrs, "c": VrObs("c", True, "active", 30_000, 10_000, 10_000)}
+    plan3 = plan_router(st_, _rin(vrs3, plan2.policies, mode="on"), 2.0)
+    assert plan3.wanted["c"][1] == pytest.approx(12_000)
+    # b would get 84 kp/s but its demand (60 kp/s offered, times the 1.2 headroom) caps it.
+    assert plan3.wanted["b"][1] == pytest.approx(60_000 * 1.2)
+    assert sum(w[1] for w in plan3.wanted.values()) <= 108_000 * (1 + 1e-9)
+    # Control off: no instance is wanted, and a missing VR gets no command.
+    vrs4 = {**vrs, "c": VrObs("c", False, "active", 30_000, None, None)}
+    plan4 = plan_router(st_, _rin(vrs4, plan3.policies, mode="off"), 3.0)
+    assert sorted(c.vr for c in plan4.commands if c.cmd == "deactivate") == ["a", "b"]
