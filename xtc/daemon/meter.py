@@ -446,10 +446,9 @@ class ProcNetDevParser:
         self.fast_parses = 0
         self.careful_parses = 0
         self._header: tuple[str, int, tuple[int, ...]] | None = None
-        self._names_key: bytes | None = None
+        self._names_key: np.ndarray | None = None
         self._names: tuple[str, ...] = ()
         self._scratch: dict[str, np.ndarray] = {}
-        self._positions = np.zeros(0, dtype=np.intp)
         self._buf: bytearray | None = None
         self._buf_u8: np.ndarray | None = None
         self._buf_w8: np.ndarray | None = None
@@ -551,9 +550,7 @@ class ProcNetDevParser:
         nedges = 2 * nlines * k
         if np.count_nonzero(edge) != nedges:
             return None
-        if len(self._positions) < blen + 1:
-            self._positions = np.arange(blen + 1 + blen // 4, dtype=np.intp)
-        edges = np.compress(edge, self._positions[: blen + 1], out=self._scratch_array("edges", nedges, np.intp))
+        edges = np.flatnonzero(edge)
         ws = edges[0::2].reshape(nlines, k)
         we = edges[1::2].reshape(nlines, k)
         # Word group i lies inside line i, and its first word (the name) ends at the line's only colon.
@@ -581,15 +578,14 @@ class ProcNetDevParser:
         np.less(shifted, 10, out=flag[:blen])
         if np.count_nonzero(flag[:blen]) - name_digits != int(vlen.sum()):
             return None
-        key_bytes = key.tobytes()
-        if key_bytes == self._names_key:
+        if self._names_key is not None and np.array_equal(key, self._names_key):
             names = self._names
         else:
             names = tuple(b.decode("ascii") for b in key.view("S16").ravel().tolist())
             if len(set(names)) != nlines:
                 return None  # duplicates: the careful parser reports them
             if self.remember:
-                self._names_key, self._names = key_bytes, names
+                self._names_key, self._names = key, names
         # Values of the six columns used: right-aligned chunks ending at each value's last digit.
         nf = len(_FIELD_NAMES)
         nv = nlines * nf
