@@ -4,8 +4,10 @@ Set-up (shared by the tests of this module): one LXC VR under the lab's libvirtd
 (:mod:`xtc.lab.netlab`: its only process is the userspace forwarder, so its CPU cap limits what it
 forwards) between two host bridges, a paced stream of 64-byte UDP packets from a generator
 namespace (``OFFERED_PPS``, about 100 kp/s).  The VR's original CPU setting is deliberately not
-libvirt's default: ``vcpu_period`` 50000 us with no quota (``vcpu_quota`` -1), so that restoring
-"the original" from a percentage and from the exact record would differ.
+the one in its domain XML (libvirt's default ``vcpu_period`` 100000 us): before each test it is set
+live to ``vcpu_period`` 50000 us with no quota (``vcpu_quota`` -1), as an operator might.  A VR that
+restarts comes back with its XML's period, so restoring "the original" from a percentage (which
+keeps the period found) and from the daemon's exact record differ.
 
 ``xtc daemon -c FILE`` runs as a separate process with the libvirt backend on ``lxc:///``, the VR
 named in ``[libvirt] domains``; the tests talk to it only through its manager API (ZeroMQ:
@@ -21,9 +23,11 @@ What is proved:
   setpoint at 30% of the rate the unlimited VR forwards; then within 10% of a second setpoint set
   live with ``xtc ctl setpoint``; SIGTERM gives the domain back exactly ``vcpu_period`` 50000 and
   ``vcpu_quota`` -1;
-* SIGKILL: the cap stays as XTC set it (the VR stays limited), a new daemon resumes the same
-  instance and setpoint with the exact original record, holds the setpoint, and its SIGTERM
-  restores the original from before XTC ever touched the VR (not the cap found at restart);
+* SIGKILL: the cap stays as XTC set it (the VR stays limited); the VR then restarts while no
+  daemon runs (unlimited again, with its XML's period); a new daemon resumes the same instance and
+  setpoint with the exact original record, caps the VR again, holds the setpoint, and its SIGTERM
+  restores the original from before XTC ever touched the VR (period 50000, no quota: not the cap
+  found at restart, nor the period found at stop);
 * the VR destroyed and started again, first with the same host interface names (to the daemon:
   counters that fall back to zero, a counter reset) then with new ones (a new domain id and new
   vifs, found again in the live domain XML): no published rate is ever huge, no cap outside
@@ -67,8 +71,9 @@ pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow, pytest.ma
 
 OFFERED_PPS = 100_000
 PAYLOAD_BYTES = 64
-ORIG_PERIOD_US = 50_000  # not libvirt's default 100000: the original must come back exactly
+ORIG_PERIOD_US = 50_000  # set live; the domain XML has libvirt's default 100000
 ORIG_QUOTA_US = -1
+XML_PERIOD_US = 100_000
 ORIGINAL = {"vcpu_period": ORIG_PERIOD_US, "vcpu_quota": ORIG_QUOTA_US}
 TOLERANCE = 0.10  # the mean forwarded rate must be within 10% of the setpoint
 
@@ -164,6 +169,12 @@ def quota_limited(p: dict[str, int] | None) -> bool:
     return p is not None and 1000 <= p["vcpu_quota"] < 17592186044415
 
 
+def cap_percent(p: dict[str, int] | None) -> float:
+    """The quota as a cap in percent of one CPU (period-independent)."""
+    assert p is not None and quota_limited(p), p
+    return 100.0 * p["vcpu_quota"] / p["vcpu_period"]
+
+
 def until(pred: Callable[[], bool], timeout_s: float, dt_s: float = 0.2) -> float | None:
     """Seconds until ``pred()`` holds (None if it did not within ``timeout_s``)."""
     t0 = time.monotonic()
@@ -203,7 +214,7 @@ class Lab:
             if new_vifs:
                 self.vr.vifs = NetLab._free_vifs()
             init = [str(self.netlab.forwarder), "-w", "0", "eth0", "eth1"]
-            xml = lxc_domain_xml(self.vr.name, init, self.vr.bridges, self.vr.vifs, ORIG_QUOTA_US, ORIG_PERIOD_US)
+            xml = lxc_domain_xml(self.vr.name, init, self.vr.bridges, self.vr.vifs, ORIG_QUOTA_US, XML_PERIOD_US)
             conn.createXML(xml, 0)
         finally:
             conn.close()
@@ -221,7 +232,7 @@ def lab(libvirtd: Any) -> Iterator[Lab]:
 
     netlab = NetLab(uri=libvirtd.uri)  # type: ignore[attr-defined]
     try:
-        netlab.add_vr(vcpu_quota_us=ORIG_QUOTA_US, vcpu_period_us=ORIG_PERIOD_US)
+        netlab.add_vr(vcpu_quota_us=ORIG_QUOTA_US, vcpu_period_us=XML_PERIOD_US)
         lab = Lab(netlab, libvirtd.uri, libvirtd)  # type: ignore[attr-defined]
         with lab.stream(6) as s:
             time.sleep(1.5)
@@ -236,13 +247,24 @@ def lab(libvirtd: Any) -> Iterator[Lab]:
         netlab.teardown()
 
 
+def set_live(uri: str, name: str, params: dict[str, int]) -> None:
+    import libvirt
+
+    conn = libvirt.open(uri)
+    try:
+        conn.lookupByName(name).setSchedulerParametersFlags(dict(params), libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 def at_original(lab: Lab) -> Lab:
-    """The VR runs with its original setting (a failed earlier test may have left a cap)."""
+    """The VR runs with its original live setting (period 50000 us, no quota), not its XML's."""
     p = sched_params(lab.uri, lab.vr.name)
     assert p is not None, f"domain {lab.vr.name} not running"
-    if (p["vcpu_period"], p["vcpu_quota"]) != (ORIG_PERIOD_US, ORIG_QUOTA_US):
-        lab.netlab.set_vcpu_quota(lab.vr, ORIG_QUOTA_US)
+    if {k: p[k] for k in ORIGINAL} != ORIGINAL:
+        set_live(lab.uri, lab.vr.name, ORIGINAL)
+    assert_original(lab)
     return lab
 
 
@@ -395,24 +417,32 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
     with lab.stream(60) as stream:
         d1 = daemon()
         settle_s = activate_and_settle(lab, d1, sp)
-        q_before = sched_params(lab.uri, lab.vr.name)
         d1.signal(signal.SIGKILL)
         assert d1.wait(10) == -signal.SIGKILL
         # Nobody restored anything: the VR stays capped while no daemon runs.
         q_dead = sched_params(lab.uri, lab.vr.name)
         rate_dead = forwarded_pps(lab.vifs, 2.0)
-        assert quota_limited(q_dead) and q_dead == q_before
+        assert quota_limited(q_dead) and sched_params(lab.uri, lab.vr.name) == q_dead
+        # The VR restarts meanwhile: unlimited, with its XML's period.
+        lab.restart_vr(new_vifs=False)
+        q_reboot = sched_params(lab.uri, lab.vr.name)
+        assert q_reboot is not None and (q_reboot["vcpu_period"], q_reboot["vcpu_quota"]) == (XML_PERIOD_US, -1)
         d2 = daemon()
         st = d2.client.call("status", vr=lab.vr.name)
         assert st["state"] == "active" and st["setpoint_pps"] == sp
-        assert st["original_record"]["params"] == ORIGINAL  # not the quota found at restart
+        assert st["original_record"]["params"] == ORIGINAL  # not what it finds at restart
+        recapped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 10.0)
+        assert recapped is not None, d2.client.call("status", vr=lab.vr.name)
         time.sleep(3.0)
         mean = forwarded_pps(lab.vifs, 8.0)
+        q_run = sched_params(lab.uri, lab.vr.name)
         d2.signal(signal.SIGTERM)
         assert d2.wait(20) == 0
         stream.stop()
-    say(f"SIGKILL: settled in {settle_s:.1f} s, quota left {q_dead['vcpu_quota']} us, {rate_dead:.0f} pps while no daemon ran; "
-        f"restarted daemon holds {mean:.0f} pps for setpoint {sp:.0f} (error {100 * (mean - sp) / sp:+.1f}%)")
+    say(f"SIGKILL: settled in {settle_s:.1f} s, quota left {q_dead['vcpu_quota']} us / {q_dead['vcpu_period']} us, "
+        f"{rate_dead:.0f} pps while no daemon ran; VR restarted unlimited; new daemon capped it in {recapped:.1f} s "
+        f"({q_run and q_run['vcpu_quota']} us / {q_run and q_run['vcpu_period']} us) and holds {mean:.0f} pps for setpoint "
+        f"{sp:.0f} (error {100 * (mean - sp) / sp:+.1f}%)")
     assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp  # still limited, near the setpoint
     assert abs(mean - sp) <= TOLERANCE * sp
     assert_original(lab)
@@ -445,7 +475,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
                 assert abs(rate - sp) <= TOLERANCE * sp, (rate, sp)
                 # The cap it settles at is of the same order as before (no bogus rate drove it away).
                 q = sched_params(lab.uri, lab.vr.name)
-                assert q is not None and 0.5 <= q["vcpu_quota"] / old["vcpu_quota"] <= 2.0, (old, q)  # type: ignore[index]
+                assert q is not None and 0.5 <= cap_percent(q) / cap_percent(old) <= 2.0, (old, q)
             status = d.client.call("status", vr=lab.vr.name)
         d.signal(signal.SIGTERM)
         assert d.wait(20) == 0
@@ -486,6 +516,8 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
         q_after = sched_params(lab.uri, lab.vr.name)
         time.sleep(2.0)
         during = trace.between(t0, time.monotonic())
+        back = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 20.0, 0.0)
+        assert back is not None, f"rate not back within 10% of {sp:.0f} pps: {d.client.call('status', vr=lab.vr.name)}"
         rate = forwarded_pps(lab.vifs, 8.0)
         # Reconnected: a higher setpoint needs a clearly larger quota, written through a new connection.
         d.client.call("setpoint", vr=lab.vr.name, setpoint_pps=sp_after)
@@ -499,7 +531,8 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
         assert d.wait(20) == 0
         stream.stop()
     say(f"libvirtd restart (pid {pid_before} -> {pid_after}) took {t_up - t0:.1f} s; quota {q_before['vcpu_quota']} -> {q_after and q_after['vcpu_quota']} us; "
-        f"largest 0.5 s rate meanwhile {max(during, default=0):.0f} pps; afterwards {rate:.0f} pps for setpoint {sp:.0f} "
+        f"largest 0.5 s rate meanwhile {max(during, default=0):.0f} pps; 2 s mean within 10% after {2.0 + back:.1f} s, "
+        f"then {rate:.0f} pps over 8 s for setpoint {sp:.0f} "
         f"(error {100 * (rate - sp) / sp:+.1f}%); new setpoint {sp_after:.0f} written after {moved if moved is None else round(moved, 1)} s "
         f"(quota {q_new and q_new['vcpu_quota']} us)")
     assert pid_before is not None and pid_after is not None and pid_after != pid_before
