@@ -141,6 +141,10 @@ class ManagerSection:
     endpoint: str = "tcp://127.0.0.1:7700"
     pub_endpoint: str = "tcp://127.0.0.1:7701"
     max_message_bytes: int = 65536
+    # CURVE (optional): the daemon's secret key file and a directory of the clients' public keys
+    # (zmq.auth certificate files, as written by `xtc policer keygen`).  Both or neither.
+    curve_secret_key_file: str | None = None
+    curve_clients_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -351,6 +355,13 @@ def _parse_manager(t: Mapping[str, Any]) -> ManagerSection:
             kw[k] = _endpoint(f"manager.{k}", t[k])
     if "max_message_bytes" in t:
         kw["max_message_bytes"] = _integer("manager.max_message_bytes", t["max_message_bytes"], 256, 16 * 1024 * 1024)
+    for k in ("curve_secret_key_file", "curve_clients_dir"):
+        if k in t:
+            if not isinstance(t[k], str) or not t[k]:
+                raise ConfigError(f"manager.{k}", "must be a non-empty path")
+            kw[k] = t[k]
+    if ("curve_secret_key_file" in kw) != ("curve_clients_dir" in kw):
+        raise ConfigError("manager.curve_clients_dir", "curve_secret_key_file and curve_clients_dir go together")
     m = ManagerSection(**kw)
     if m.endpoint == m.pub_endpoint:
         raise ConfigError("manager.pub_endpoint", f"must differ from manager.endpoint ({m.endpoint})")

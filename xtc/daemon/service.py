@@ -455,6 +455,15 @@ def run_daemon(config_path: str | Path) -> int:
     except (HostAdapterError, ConfigError, ImportError) as e:
         event(log, logging.CRITICAL, "backend_failed", backend=cfg.daemon.backend, error=str(e))
         return 1
-    svc = DaemonService(cfg, backend, config_path=config_path)
+    ctx = None
+    if cfg.manager.curve_secret_key_file:
+        from . import curve
+
+        try:
+            ctx = curve.secure_context(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")[0]
+        except (curve.CurveError, OSError, ValueError) as e:
+            event(log, logging.CRITICAL, "curve_failed", error=str(e))
+            return 2
+    svc = DaemonService(cfg, backend, config_path=config_path, context=ctx)
     svc.install_signal_handlers()
     return svc.run()
