@@ -385,9 +385,9 @@ class CounterTable:
 
 
 # --- the parser's fast path ---------------------------------------------------------------
-# The text is copied into a zero-padded byte buffer; an unaligned uint64 view of it with a
-# stride of one byte gives, for any position p, the 8 bytes starting at p as one integer
-# (little-endian: the first byte of the text is the lowest byte).  Values are read as at most
+# The text is copied into a zero-padded byte buffer; for any position p, the 8 bytes starting at p
+# are read as one integer (little-endian: the first byte of the text is the lowest byte) from the
+# two aligned 8-byte words they straddle.  Values are read as at most
 # three such 8-byte chunks ending at the value's last digit; bytes before the value's first
 # digit are masked off and the eight digits of a chunk are combined with three multiply-add
 # steps (SWAR).
@@ -408,6 +408,29 @@ _SWAR = (
 )
 _E8 = np.uint64(10**8)
 _E16 = np.uint64(10**16)
+
+
+def _read8(words: np.ndarray, at: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The 8 bytes at each byte position ``at`` of the buffer whose aligned words are ``words``.
+
+    Written into ``out`` (uint64, as long as ``at``); ``scratch`` is (intp, uint64, uint64)
+    arrays at least as long, so that no temporary is allocated.
+    """
+    n = len(at)
+    q, bits, hi = scratch[0][:n], scratch[1][:n], scratch[2][:n]
+    np.right_shift(at, 3, out=q)
+    np.bitwise_and(at, 7, out=bits, casting="unsafe")
+    bits <<= np.uint64(3)
+    np.take(words, q, out=out, mode="clip")
+    q += 1
+    np.take(words, q, out=hi, mode="clip")
+    out >>= bits
+    # hi << (64 - bits), written as two shifts so that no shift reaches 64 bits.
+    np.subtract(np.uint64(56), bits, out=bits)
+    hi <<= bits
+    hi <<= np.uint64(8)
+    out |= hi
+    return out
 
 
 def _swar8(x: np.ndarray, digits: np.ndarray) -> np.ndarray:
@@ -452,6 +475,8 @@ class ProcNetDevParser:
         self._buf: bytearray | None = None
         self._buf_u8: np.ndarray | None = None
         self._buf_w8: np.ndarray | None = None
+        self._vindex_key: tuple[int, int, tuple[int, ...]] | None = None
+        self._vindex = (np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp))
 
     def parse(self, text: str, problems: list[str] | None = None) -> CounterTable:
         """Parse ``text`` (as :func:`parse_proc_net_dev`, same errors and reports)."""
@@ -492,12 +517,13 @@ class ProcNetDevParser:
         return a[:size]
 
     def _buffer(self, raw: bytes) -> tuple[np.ndarray, np.ndarray]:
-        """``raw`` between zero pads: (its bytes, the unaligned uint64 view at every byte)."""
+        """``raw`` between zero pads: (its bytes, the same memory as aligned uint64 words)."""
         need = len(raw) + 2 * _PAD
         if self._buf is None or len(self._buf) < need:
-            self._buf = bytearray(need + need // 4)
+            size = (need + need // 4 + 16) // 8 * 8
+            self._buf = bytearray(size)
             self._buf_u8 = np.frombuffer(self._buf, dtype=np.uint8)
-            self._buf_w8 = np.ndarray((len(self._buf) - 7,), dtype="<u8", buffer=self._buf, strides=(1,))
+            self._buf_w8 = np.frombuffer(self._buf, dtype="<u8")
         self._buf[_PAD : _PAD + len(raw)] = raw
         self._buf[_PAD + len(raw) : need] = bytes(_PAD)
         assert self._buf_u8 is not None and self._buf_w8 is not None
@@ -509,14 +535,13 @@ class ProcNetDevParser:
             return None
         raw = text.encode("ascii")
         nbytes = len(raw)
-        arr, words8 = self._buffer(raw)
+        arr, words = self._buffer(raw)
         txt = arr[_PAD : _PAD + nbytes]
         flag = self._scratch_array("flag", nbytes + 2, np.bool_)
-        np.equal(txt, 10, out=flag[:nbytes])
-        nl = np.flatnonzero(flag[:nbytes])
-        # Only newlines below 0x20: then splitlines() and str.split() cut where this code does.
+        # No control character but newlines: then splitlines() and str.split() cut where this code does.
         np.less(txt, 32, out=flag[:nbytes])
-        if len(nl) < 3 or np.count_nonzero(flag[:nbytes]) != len(nl):
+        nl = np.flatnonzero(flag[:nbytes])
+        if len(nl) < 3 or not np.all(txt[nl] == 10):
             return None
         h = int(nl[1]) + 1
         columns = self._columns(text[: h - 1])
@@ -525,6 +550,7 @@ class ProcNetDevParser:
         ncols, cols = columns
         body = txt[h:]
         blen = len(body)
+        at0 = _PAD + h  # buffer position of the body's first byte
         ends = nl[2:] - h  # newline positions in body coordinates
         if body[-1] != 10:
             ends = np.append(ends, blen)
@@ -532,51 +558,57 @@ class ProcNetDevParser:
         starts = np.empty(nlines, dtype=ends.dtype)
         starts[0] = 0
         starts[1:] = ends[:-1] + 1
-        # Words: maximal runs of bytes other than space, newline and colon.
+        # Words: maximal runs of bytes other than space, newline and colon; k per line.
         inword = self._scratch_array("inword", blen + 2, np.bool_)
         inword[0] = inword[-1] = False
         mid = inword[1:-1]
         np.greater(body, 32, out=mid)
         colon = flag[:blen]
         np.equal(body, 58, out=colon)
-        colons = np.flatnonzero(colon)
-        if len(colons) != nlines:
+        if np.count_nonzero(colon) != nlines:
             return None
         np.logical_not(colon, out=colon)
         mid &= colon
         edge = flag[: blen + 1]
         np.not_equal(inword[1:], inword[:-1], out=edge)
-        k = ncols + 1  # name + values
-        nedges = 2 * nlines * k
-        if np.count_nonzero(edge) != nedges:
+        edges = np.flatnonzero(edge)  # start, end, start, end, ... of every word
+        k = ncols + 1
+        if len(edges) != 2 * nlines * k:
             return None
-        edges = np.flatnonzero(edge)
-        ws = edges[0::2].reshape(nlines, k)
-        we = edges[1::2].reshape(nlines, k)
-        # Word group i lies inside line i, and its first word (the name) ends at the line's only colon.
-        if np.any(ws[:, 0] < starts) or np.any(we[:, -1] > ends) or not np.array_equal(we[:, 0], colons):
+        # Word group i lies inside line i and its first word (the name) is followed by a colon, the
+        # line's only one (there are as many colons as lines).
+        name_at = edges[0 :: 2 * k]
+        name_end = edges[1 :: 2 * k]
+        if np.any(name_at < starts) or np.any(edges[2 * k - 1 :: 2 * k] > ends) or not np.all(arr[name_end + at0] == 58):
             return None
         wlen = self._scratch_array("wlen", nlines * k, np.intp)
         np.subtract(edges[1::2], edges[0::2], out=wlen)
-        wlen = wlen.reshape(nlines, k)
-        vlen = wlen[:, 1:]
-        if int(vlen.max()) > _MAX_FAST_DIGITS:
+        name_len = wlen[0::k]
+        if int(wlen.max()) > _MAX_FAST_DIGITS or int(name_len.max()) > _MAX_FAST_NAME:
             return None
-        # Names: up to 16 bytes, read as two chunks from their first byte.
-        name_at = ws[:, 0] + (_PAD + h)
-        name_len = wlen[:, 0]
-        if int(name_len.max()) > _MAX_FAST_NAME:
-            return None
-        key = np.empty((nlines, 2), dtype=np.uint64)
-        key[:, 0] = words8[name_at] & _BYTES_FIRST[np.minimum(name_len, 8)]
-        key[:, 1] = words8[name_at + 8] & _BYTES_FIRST[np.clip(name_len - 8, 0, 8)]
+        # Names: up to 16 bytes, read as two 8-byte chunks from their first byte.
+        nv = nlines * len(_FIELD_NAMES)
+        scratch = (
+            self._scratch_array("q", nv, np.intp),
+            self._scratch_array("bits", nv, np.uint64),
+            self._scratch_array("hi", nv, np.uint64),
+        )
+        name_at = name_at + at0
+        key = np.empty((2, nlines), dtype=np.uint64)
+        _read8(words, name_at, key[0], scratch)
+        key[0] &= _BYTES_FIRST[np.minimum(name_len, 8)]
+        name_at += 8
+        _read8(words, name_at, key[1], scratch)
+        key[1] &= _BYTES_FIRST[np.clip(name_len - 8, 0, 8)]
+        key = key.T.copy()
         # Every value is all digits: the digits of the body are those of the names and the values.
         name_bytes = key.view(np.uint8)
         name_digits = np.count_nonzero((name_bytes - np.uint8(48)) < 10)
+        value_bytes = int(wlen.sum()) - int(name_len.sum())
         shifted = self._scratch_array("shifted", blen, np.uint8)
         np.subtract(body, np.uint8(48), out=shifted)
         np.less(shifted, 10, out=flag[:blen])
-        if np.count_nonzero(flag[:blen]) - name_digits != int(vlen.sum()):
+        if np.count_nonzero(flag[:blen]) - name_digits != value_bytes:
             return None
         if self._names_key is not None and np.array_equal(key, self._names_key):
             names = self._names
@@ -587,32 +619,37 @@ class ProcNetDevParser:
             if self.remember:
                 self._names_key, self._names = key, names
         # Values of the six columns used: right-aligned chunks ending at each value's last digit.
-        nf = len(_FIELD_NAMES)
-        nv = nlines * nf
-        pick = np.asarray(cols, dtype=np.intp)
-        at = self._scratch_array("at", nv, np.intp)
-        np.take(we, pick + 1, axis=1, out=at.reshape(nlines, nf), mode="clip")
-        at += _PAD + h - 8
-        vl = self._scratch_array("vl", nv, np.intp)
-        np.take(vlen, pick, axis=1, out=vl.reshape(nlines, nf), mode="clip")
-        maxlen = int(vl.max())
-        nd = self._scratch_array("nd", nv, np.intp)
+        end_index, len_index = self._value_index(nlines, k, cols)
+        vlen = np.take(wlen, len_index, out=self._scratch_array("vlen", nv, np.intp), mode="clip")
+        at = np.take(edges, end_index, out=self._scratch_array("at", nv, np.intp), mode="clip")
+        at += at0 - 8
+        maxlen = int(vlen.max())
+        ndig = self._scratch_array("ndig", nv, np.intp)
         digits = self._scratch_array("digits", nv, np.uint64)
-        np.minimum(vl, 8, out=nd)
-        vals = _swar8(np.take(words8, at, mode="clip"), np.take(_DIGITS_LAST, nd, out=digits, mode="clip"))
+        np.minimum(vlen, 8, out=ndig)
+        vals = _read8(words, at, np.empty(nv, dtype=np.uint64), scratch)
+        _swar8(vals, np.take(_DIGITS_LAST, ndig, out=digits, mode="clip"))
         for chunk, scale in ((1, _E8), (2, _E16)):
             if maxlen <= 8 * chunk:
                 break
             at -= 8
-            np.subtract(vl, 8 * chunk, out=nd)
-            np.clip(nd, 0, 8, out=nd)
-            hi = self._scratch_array("hi", nv, np.uint64)
-            np.take(words8, at, out=hi, mode="clip")
-            _swar8(hi, np.take(_DIGITS_LAST, nd, out=digits, mode="clip"))
+            np.subtract(vlen, 8 * chunk, out=ndig)
+            np.clip(ndig, 0, 8, out=ndig)
+            hi = _read8(words, at, self._scratch_array("chunk", nv, np.uint64), scratch)
+            _swar8(hi, np.take(_DIGITS_LAST, ndig, out=digits, mode="clip"))
             hi *= scale
             vals += hi
         self.fast_parses += 1
-        return CounterTable._trusted(names, vals.reshape(nlines, nf))
+        return CounterTable._trusted(names, vals.reshape(nlines, len(_FIELD_NAMES)))
+
+    def _value_index(self, nlines: int, k: int, cols: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Where the used values end (index into the word edges) and their word numbers (cached)."""
+        key = (nlines, k, cols)
+        if self._vindex_key != key:
+            word = (np.arange(nlines)[:, None] * k + (np.asarray(cols) + 1)[None, :]).ravel()
+            self._vindex = (2 * word + 1, word)
+            self._vindex_key = key
+        return self._vindex
 
 
 def parse_proc_net_dev_table(
@@ -777,9 +814,6 @@ class _IfView:
         self.accs = accs
 
 
-_EXACT_F64 = np.uint64(2**53)
-
-
 class RateTracker:
     """Per-interface packet and byte rates from timestamped counter samples. Pure.
 
@@ -832,6 +866,7 @@ class RateTracker:
         self._born = np.zeros(0, dtype=np.int64)  # sequence number of each interface's first sample
         # Retained samples: (time, sequence number, totals of every row at that time).
         self._hist: deque[tuple[float, int, np.ndarray]] = deque()
+        self._spare: np.ndarray | None = None  # totals array of a sample that left the window
         self._seq = 0
         self._last_t: float | None = None
         # Input name order -> row order, for inputs whose order differs from the rows'.
@@ -919,31 +954,42 @@ class RateTracker:
             self._in_names, self._in_perm = (None, None) if identity else (names, perm)
             if identity:
                 perm = None
+        # The new totals go into the array of the sample that left the window last, if it fits.
+        spare = self._spare
+        new_acc = spare if spare is not None and spare.shape == acc.shape else np.empty_like(acc)
+        self._spare = None
         if nkeep and self._last_t is not None:
-            acc = acc.copy()
             dt = now_s - self._last_t
             cur = vals[:nkeep]
-            delta = cur - raw  # modulo 2**64; only used where cur >= raw
+            delta = new_acc[:nkeep]
+            np.subtract(cur, raw, out=delta)  # modulo 2**64; only used where cur >= raw
+            # An integer is <= limit iff it is <= floor(limit); capped at 2**53, where floats stop
+            # being exact (larger increases take the careful path, which compares exactly).
+            limit = np.minimum(np.floor(self._limits_arr * dt), 2.0**53).astype(np.uint64)
             ok = cur >= raw
-            ok &= delta <= _EXACT_F64  # beyond 2**53 the float comparison below is not exact
-            ok &= delta <= self._limits_arr * dt
-            odd_rows = np.flatnonzero(~ok.all(axis=1))
-            if len(odd_rows):
+            ok &= delta <= limit
+            odd_rows = None if ok.all() else np.unique(np.flatnonzero(~ok) // len(_FIELD_NAMES))
+            if odd_rows is not None:
                 order = odd_rows if perm is None else odd_rows[np.argsort(perm[odd_rows], kind="stable")]
                 for r in order.tolist():
                     d, odd = self._careful_row(raw[r].tolist(), cur[r].tolist(), dt)
                     delta[r] = d
                     if odd:
                         report.anomalies[self._names[r]] = odd
-            acc[:nkeep] += delta
-        self._raw = np.array(vals)  # a copy: never a view on the caller's table
+            delta += acc[:nkeep]
+            new_acc[nkeep:] = acc[nkeep:]
+        else:
+            new_acc[:] = acc
+        acc = new_acc
+        # Tables are read-only: the counters are kept without a copy.
+        self._raw = vals if not vals.flags.writeable else vals.copy()
         self._acc = acc
         self._born = born
         self._seq += 1
         self._hist.append((now_s, self._seq, acc))
         cutoff = now_s - self.max_window_s
         while len(self._hist) >= 2 and self._hist[1][0] <= cutoff:
-            self._hist.popleft()
+            self._spare = self._hist.popleft()[2]
         self._last_t = now_s
         return report
 
