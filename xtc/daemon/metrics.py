@@ -42,6 +42,8 @@ class DaemonMetrics:
             registry=r,
         )
         self._vrs: set[str] = set()
+        # Each VR's labelled gauges (setpoint, measured, offered, cap, active), looked up once.
+        self._children: dict[str, tuple[Any, ...]] = {}
 
     def serve(self, address: str, port: int) -> int:
         """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""
@@ -51,16 +53,20 @@ class DaemonMetrics:
     def update(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Set the per-VR gauges from the period's samples; drop VRs no longer listed."""
         seen = set()
+        gauges = (self.setpoint, self.measured, self.offered, self.cap, self.active)
         for s in samples:
             vr = s["vr"]
             seen.add(vr)
-            for g, key in ((self.setpoint, "setpoint_pps"), (self.measured, "measured_pps"),
-                           (self.offered, "offered_pps"), (self.cap, "cap_percent")):
+            children = self._children.get(vr)
+            if children is None:
+                children = self._children[vr] = tuple(g.labels(vr) for g in gauges)
+            for child, key in zip(children, ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent")):
                 v = s.get(key)
-                g.labels(vr).set(float(v) if v is not None else math.nan)
-            self.active.labels(vr).set(_STATE_VALUE.get(s["state"], 0.0))
+                child.set(float(v) if v is not None else math.nan)
+            children[4].set(_STATE_VALUE.get(s["state"], 0.0))
         for vr in self._vrs - seen:
-            for g in (self.setpoint, self.measured, self.offered, self.cap, self.active):
+            self._children.pop(vr, None)
+            for g in gauges:
                 try:
                     g.remove(vr)
                 except KeyError:

@@ -1,0 +1,49 @@
+"""Per-period publishing shortcuts: JSON encoding of finite documents, cached per-VR gauges."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xtc.daemon.api import _finite, encode
+from xtc.daemon.metrics import DaemonMetrics
+
+leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=5))
+docs = st.dictionaries(
+    st.text(max_size=5),
+    st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3), st.tuples(inner, inner),
+                                                st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=8),
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs)
+def test_encode_is_the_finite_encoding(doc: dict) -> None:
+    want = json.dumps(_finite(doc), separators=(",", ":"), allow_nan=False).encode("utf-8")
+    assert encode(doc) == want
+
+
+def test_encode_writes_non_finite_as_null() -> None:
+    assert encode({"a": math.nan, "b": [1.5, math.inf], "c": {"d": -math.inf}}) == b'{"a":null,"b":[1.5,null],"c":{"d":null}}'
+
+
+def _value(m: DaemonMetrics, name: str, vr: str) -> float | None:
+    v = m.registry.get_sample_value(name, {"vr": vr})
+    return v
+
+
+def test_metrics_follow_vrs_that_come_go_and_come_back() -> None:
+    m = DaemonMetrics()
+    s = {"vr": "a", "state": "active", "setpoint_pps": 1000.0, "measured_pps": 900.0, "offered_pps": None, "cap_percent": 20.0}
+    m.update([s, {**s, "vr": "b", "state": "paused"}])
+    assert _value(m, "xtc_vr_measured_pps", "a") == 900.0 and _value(m, "xtc_vr_active", "b") == 0.5
+    assert math.isnan(_value(m, "xtc_vr_offered_pps", "a"))  # type: ignore[arg-type]
+    m.update([{**s, "measured_pps": 950.0}])
+    assert _value(m, "xtc_vr_measured_pps", "a") == 950.0 and _value(m, "xtc_vr_cap_percent", "b") is None
+    m.update([{**s, "vr": "b", "cap_percent": 33.0, "state": "inactive"}])
+    assert _value(m, "xtc_vr_cap_percent", "b") == 33.0 and _value(m, "xtc_vr_active", "b") == 0.0
+    assert _value(m, "xtc_vr_setpoint_pps", "a") is None
