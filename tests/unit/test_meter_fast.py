@@ -473,3 +473,17 @@ def test_meter_through_tables_equals_meter_through_dicts() -> None:
         assert a.sample(k * 0.1) == b.sample(k * 0.1)
     assert a.rates(0.3) == b.rates(0.3)
     assert a.last_counters == b.last_counters == {"eth0": IfCounters(50, 5, 3200, 0, 0, 0)}
+
+
+def test_daemon_sources_take_the_fast_path() -> None:
+    """The simulated backend's and the benchmark's files are read on the fast path, 4000 interfaces too."""
+    from xtc.bench.daemon_bench import _BenchBackend, _texts
+    from xtc.daemon.sim_backend import render_proc_net_dev
+
+    text = render_proc_net_dev({f"vif{k}.{j}": (k * 1000 + j, 7 * k) for k in range(1, 1001) for j in range(4)})
+    parser, fast, _, careful, _ = both(text)
+    assert parser.fast_parses == 1 and len(fast) == 4001
+    assert_same(fast, careful)
+    bench = _BenchBackend(50, _texts(50, 3, 0.1, 1))
+    tables = [bench.read_table() for _ in range(3)]
+    assert bench.parser.fast_parses == 3 and tables[2].names is tables[0].names

@@ -341,9 +341,8 @@ class CounterTable:
             )
         if len(set(names)) != len(names):
             raise ValueError("CounterTable: duplicate interface names")
-        if arr.flags.writeable:
-            arr = arr.copy()
-            arr.flags.writeable = False
+        arr = arr.copy()  # the caller keeps no handle on the table's counters
+        arr.flags.writeable = False
         self.names: tuple[str, ...] = names
         self.values: np.ndarray = arr
 
@@ -387,10 +386,9 @@ class CounterTable:
 # --- the parser's fast path ---------------------------------------------------------------
 # The text is copied into a zero-padded byte buffer; for any position p, the 8 bytes starting at p
 # are read as one integer (little-endian: the first byte of the text is the lowest byte) from the
-# two aligned 8-byte words they straddle.  Values are read as at most
-# three such 8-byte chunks ending at the value's last digit; bytes before the value's first
-# digit are masked off and the eight digits of a chunk are combined with three multiply-add
-# steps (SWAR).
+# two aligned 8-byte words they straddle.  Values are read as at most three such 8-byte chunks
+# ending at the value's last digit; bytes before the value's first digit are masked off and the
+# eight digits of a chunk are combined with three multiply-add steps (SWAR).
 _PAD = 24
 _MAX_FAST_DIGITS = 19  # 10**19 - 1 < 2**64: no overflow check needed
 _MAX_FAST_NAME = 16
@@ -410,7 +408,9 @@ _E8 = np.uint64(10**8)
 _E16 = np.uint64(10**16)
 
 
-def _read8(words: np.ndarray, at: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+def _read8(
+    words: np.ndarray, at: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> np.ndarray:
     """The 8 bytes at each byte position ``at`` of the buffer whose aligned words are ``words``.
 
     Written into ``out`` (uint64, as long as ``at``); ``scratch`` is (intp, uint64, uint64)
@@ -462,6 +462,12 @@ class ProcNetDevParser:
     ----------
     fast_parses, careful_parses : int
         How many texts each path has parsed (for tests and diagnostics).
+
+    Notes
+    -----
+    A parser reuses its work buffers from one text to the next (so that a
+    sample allocates almost nothing): use one parser per reader, not one
+    parser from several threads.
     """
 
     def __init__(self, remember: bool = True) -> None:
