@@ -28,6 +28,7 @@ from xtc.daemon.meter import (
     IfCounters,
     IfRates,
     Meter,
+    ProcNetDevSource,
     ProcNetDevParser,
     RateTracker,
     UpdateReport,
@@ -487,3 +488,26 @@ def test_daemon_sources_take_the_fast_path() -> None:
     bench = _BenchBackend(50, _texts(50, 3, 0.1, 1))
     tables = [bench.read_table() for _ in range(3)]
     assert bench.parser.fast_parses == 3 and tables[2].names is tables[0].names
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        HEADER.encode() + b"  eth0: 1 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\n",
+        HEADER.replace("\n", "\r\n").encode() + b"  eth0: 1 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\r\n  eth1: 5 6 0 0 0 0 0 0 7 8 0 0 0 0 0 0",
+        HEADER.replace("\n", "\r").encode() + b"  eth0: 1 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\r",
+        HEADER.encode() + "  éth0: 1 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\n  eth1: 5 6 0 0 0 0 0 0 7 8 0 0 0 0 0 0\n".encode(),
+        HEADER.encode() + b"  eth0: 1 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\n  eth1: 5 \xff 0 0 0 0 0 0 7 8 0 0 0 0 0 0\n",
+        HEADER.encode() + b"  eth0: 1 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\r\n\r\n",
+    ],
+)
+def test_source_reads_bytes_as_ascii_text(tmp_path: Path, content: bytes) -> None:
+    """The source parses the file's bytes exactly as it parsed read_text(encoding="ascii", errors="replace")."""
+    f = tmp_path / "dev"
+    f.write_bytes(content)
+    src = ProcNetDevSource(f)
+    got = src.read_table().to_dict()
+    problems: list[str] = []
+    want = parse_proc_net_dev(f.read_text(encoding="ascii", errors="replace"), problems, fast=False)
+    assert_same(got, want)
+    assert src.last_problems == problems

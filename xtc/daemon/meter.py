@@ -484,13 +484,23 @@ class ProcNetDevParser:
         self._vindex_key: tuple[int, int, tuple[int, ...]] | None = None
         self._vindex = (np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp))
 
-    def parse(self, text: str, problems: list[str] | None = None) -> CounterTable:
-        """Parse ``text`` (as :func:`parse_proc_net_dev`, same errors and reports)."""
-        if not isinstance(text, str):
+    def parse(self, text: str | bytes, problems: list[str] | None = None) -> CounterTable:
+        """Parse ``text`` (as :func:`parse_proc_net_dev`, same errors and reports).
+
+        ``text`` may also be the file's bytes, read as ASCII: a byte outside
+        ASCII stands for U+FFFD, a ``\\r\\n`` or a lone ``\\r`` for a newline
+        (what reading the file as ASCII text with ``errors="replace"`` gives).
+        """
+        if not isinstance(text, (str, bytes)):
             raise TypeError(f"parse_proc_net_dev needs str, got {type(text).__name__}")
         table = self._fast(text)
         if table is not None:
             return table
+        if isinstance(text, bytes):
+            text = text.decode("ascii", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+            table = self._fast(text)
+            if table is not None:
+                return table
         return self.parse_careful(text, problems)
 
     def parse_careful(self, text: str, problems: list[str] | None = None) -> CounterTable:
@@ -535,11 +545,11 @@ class ProcNetDevParser:
         assert self._buf_u8 is not None and self._buf_w8 is not None
         return self._buf_u8, self._buf_w8
 
-    def _fast(self, text: str) -> CounterTable | None:
+    def _fast(self, text: str | bytes) -> CounterTable | None:
         """The table of ``text`` if every line has the exact expected shape, else None."""
         if not text.isascii():
             return None
-        raw = text.encode("ascii")
+        raw = text if isinstance(text, bytes) else text.encode("ascii")
         nbytes = len(raw)
         arr, words = self._buffer(raw)
         txt = arr[_PAD : _PAD + nbytes]
@@ -550,7 +560,7 @@ class ProcNetDevParser:
         if len(nl) < 3 or not np.all(txt[nl] == 10):
             return None
         h = int(nl[1]) + 1
-        columns = self._columns(text[: h - 1])
+        columns = self._columns(raw[: h - 1].decode("ascii"))
         if columns is None:
             return None
         ncols, cols = columns
@@ -701,7 +711,7 @@ class ProcNetDevSource:
     def read_table(self) -> CounterTable:
         """The counters of every interface as a :class:`CounterTable`."""
         try:
-            text = self.path.read_text(encoding="ascii", errors="replace")
+            text = self.path.read_bytes()  # parsed as ASCII text, as read_text(errors="replace") would
         except OSError as e:
             raise MeterError(f"cannot read interface counters from {self.path}: {e}") from e
         problems: list[str] = []
