@@ -638,23 +638,44 @@ class ProcNetDevParser:
         end_index, len_index = self._value_index(nlines, k, cols)
         vlen = np.take(wlen, len_index, out=self._scratch_array("vlen", nv, np.intp), mode="clip")
         at = np.take(edges, end_index, out=self._scratch_array("at", nv, np.intp), mode="clip")
-        at += at0 - 8
+        at += at0 - 8  # where the last 8 bytes of each value start
         maxlen = int(vlen.max())
         ndig = self._scratch_array("ndig", nv, np.intp)
         digits = self._scratch_array("digits", nv, np.uint64)
+        # Chunk c holds the bytes [at - 8c, at - 8c + 8): the aligned word q - c shifted down by
+        # `bits`, joined with the top of word q - c + 1 (the lower word of chunk c - 1).
+        q, bits, hi = scratch[0][:nv], scratch[1][:nv], scratch[2][:nv]
+        up = self._scratch_array("up", nv, np.uint64)
+        word = self._scratch_array("word", nv, np.uint64)
+        np.right_shift(at, 3, out=q)
+        np.bitwise_and(at, 7, out=bits, casting="unsafe")
+        bits <<= np.uint64(3)
+        np.subtract(np.uint64(56), bits, out=up)  # hi << (64 - bits) as two shifts, none of 64
+        np.take(words, q, out=word, mode="clip")
+        q += 1
+        np.take(words, q, out=hi, mode="clip")
+        vals = np.right_shift(word, bits, out=np.empty(nv, dtype=np.uint64))
+        hi <<= up
+        hi <<= np.uint64(8)
+        vals |= hi
         np.minimum(vlen, 8, out=ndig)
-        vals = _read8(words, at, np.empty(nv, dtype=np.uint64), scratch)
         _swar8(vals, np.take(_DIGITS_LAST, ndig, out=digits, mode="clip"))
-        for chunk, scale in ((1, _E8), (2, _E16)):
-            if maxlen <= 8 * chunk:
+        q -= 1
+        chunk = self._scratch_array("chunk", nv, np.uint64)
+        for c, scale in ((1, _E8), (2, _E16)):
+            if maxlen <= 8 * c:
                 break
-            at -= 8
-            np.subtract(vlen, 8 * chunk, out=ndig)
+            np.left_shift(word, up, out=hi)
+            hi <<= np.uint64(8)
+            q -= 1
+            np.take(words, q, out=word, mode="clip")
+            np.right_shift(word, bits, out=chunk)
+            chunk |= hi
+            np.subtract(vlen, 8 * c, out=ndig)
             np.clip(ndig, 0, 8, out=ndig)
-            hi = _read8(words, at, self._scratch_array("chunk", nv, np.uint64), scratch)
-            _swar8(hi, np.take(_DIGITS_LAST, ndig, out=digits, mode="clip"))
-            hi *= scale
-            vals += hi
+            _swar8(chunk, np.take(_DIGITS_LAST, ndig, out=digits, mode="clip"))
+            chunk *= scale
+            vals += chunk
         self.fast_parses += 1
         return CounterTable._trusted(names, vals.reshape(nlines, len(_FIELD_NAMES)))
 
