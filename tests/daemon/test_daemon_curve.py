@@ -7,7 +7,7 @@ import signal
 import pytest
 import zmq
 
-from tests.daemon.conftest import write_config
+from .conftest import write_config
 from xtc.daemon.ctl import ManagerClient, ManagerError
 from xtc.daemon.curve import generate_keypair, load_public, load_secret
 
