@@ -8,15 +8,13 @@ router unreachable; :class:`DaemonRefused` (the daemon answered ``ok: false``) i
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from xtc.daemon.api import API_VERSION
-from xtc.daemon.curve import CurveError, client_options
+from xtc.daemon.ctl import ManagerClient, ManagerError
 
 __all__ = ["LinkDown", "DaemonRefused", "DaemonLink", "LinkPool"]
 
@@ -35,7 +33,8 @@ class DaemonRefused(Exception):
 
 
 class DaemonLink:
-    """Requests to one daemon's manager endpoint.
+    """Requests to one daemon's manager endpoint, over the daemon's own client
+    (:class:`xtc.daemon.ctl.ManagerClient`), with its errors sorted for the policer.
 
     Parameters
     ----------
@@ -46,67 +45,33 @@ class DaemonLink:
     curve_secret_file : path or None
         The policer's ``.key_secret`` file (CURVE client keys).
     server_key : str or None
-        The daemon's Z85 public key; CURVE is used when both are given.
+        The daemon's Z85 public key; CURVE is used when it is given.
     """
 
     def __init__(self, endpoint: str, timeout_s: float, curve_secret_file: str | Path | None = None,
                  server_key: str | None = None, context: zmq.Context | None = None):
         self.endpoint = endpoint
-        self.timeout_ms = max(1, int(timeout_s * 1000))
-        self.curve_secret_file = curve_secret_file
         self.server_key = server_key
-        self.ctx = context or zmq.Context.instance()
-        self._sock: zmq.Socket | None = None
+        self._client = ManagerClient(endpoint, timeout_s, context, curve_secret_file, server_key)
         self._seq = 0
         self.lock = threading.Lock()
 
-    def _socket(self) -> zmq.Socket:
-        if self._sock is None:
-            s = self.ctx.socket(zmq.REQ)
-            try:
-                s.setsockopt(zmq.LINGER, 0)
-                s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
-                s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
-                if self.server_key:
-                    if not self.curve_secret_file:
-                        raise LinkDown("the router has a CURVE server key but the policer has no client key pair")
-                    client_options(s, self.curve_secret_file, self.server_key)
-                s.connect(self.endpoint)
-            except (zmq.ZMQError, CurveError) as e:
-                s.close(0)
-                raise LinkDown(f"cannot connect to {self.endpoint}: {e}") from None
-            except LinkDown:
-                s.close(0)
-                raise
-            self._sock = s
-        return self._sock
-
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close(0)
-            self._sock = None
+        self._client.close()
 
     def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
         """Send one request; the reply's ``result``.  Raises :class:`LinkDown` or :class:`DaemonRefused`."""
         with self.lock:
             self._seq += 1
-            rid = self._seq
-            s = self._socket()
             try:
-                s.send(json.dumps({"v": API_VERSION, "cmd": cmd, "id": rid, **fields}).encode())
-                raw = s.recv()
-            except zmq.Again:
-                self.close()
-                raise LinkDown(f"no answer from {self.endpoint} within {self.timeout_ms} ms") from None
-            except zmq.ZMQError as e:
-                self.close()
-                raise LinkDown(f"{self.endpoint}: {e}") from None
-        try:
-            rep = json.loads(raw)
-            ok = rep["ok"]
-        except (ValueError, KeyError, TypeError):
-            raise LinkDown(f"{self.endpoint} sent a reply that is not manager-API JSON") from None
-        if not ok:
+                rep = self._client.request(cmd, id=self._seq, **fields)
+            except ManagerError as e:
+                raise LinkDown(e.message) from None
+            except ValueError:
+                raise LinkDown(f"{self.endpoint} sent a reply that is not manager-API JSON") from None
+        if not isinstance(rep, dict) or "ok" not in rep:
+            raise LinkDown(f"{self.endpoint} sent a reply that is not manager-API JSON")
+        if not rep["ok"]:
             err = rep.get("error") or {}
             raise DaemonRefused(str(err.get("code")), str(err.get("message")))
         result = rep.get("result")

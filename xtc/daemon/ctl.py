@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Iterator
 
 import zmq
@@ -28,21 +29,45 @@ class ManagerError(RuntimeError):
 
 
 class ManagerClient:
-    """Requests to one daemon.  A timed-out socket is replaced, so the client stays usable."""
+    """Requests to one daemon.  A timed-out socket is replaced, so the client stays usable.
 
-    def __init__(self, endpoint: str, timeout_s: float = 5.0, context: zmq.Context | None = None):
+    With ``curve_secret_file`` (the client's ``.key_secret``) and ``server_key`` (the daemon's Z85
+    public key) the socket is a CURVE client.  Transport failures raise :class:`ManagerError` with
+    code ``"timeout"`` (no answer in time) or ``"transport"`` (cannot connect, bad keys, socket error).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float = 5.0,
+        context: zmq.Context | None = None,
+        curve_secret_file: str | Path | None = None,
+        server_key: str | None = None,
+    ):
         self.endpoint = endpoint
-        self.timeout_ms = int(timeout_s * 1000)
+        self.timeout_ms = max(1, int(timeout_s * 1000))
         self.ctx = context or zmq.Context.instance()
+        self.curve_secret_file = curve_secret_file
+        self.server_key = server_key
         self._sock: zmq.Socket | None = None
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
+            if self.server_key and not self.curve_secret_file:
+                raise ManagerError("transport", "the daemon has a CURVE server key but this client has no client key pair")
             s = self.ctx.socket(zmq.REQ)
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
-            s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
-            s.connect(self.endpoint)
+            try:
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
+                s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+                if self.server_key:
+                    from .curve import client_options
+
+                    client_options(s, self.curve_secret_file, self.server_key)  # type: ignore[arg-type]
+                s.connect(self.endpoint)
+            except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
+                s.close(0)
+                raise ManagerError("transport", f"cannot connect to {self.endpoint}: {e}") from None
             self._sock = s
         return self._sock
 
@@ -69,6 +94,9 @@ class ManagerClient:
         except zmq.Again:
             self.close()
             raise ManagerError("timeout", f"no answer from {self.endpoint} within {self.timeout_ms} ms") from None
+        except zmq.ZMQError as e:
+            self.close()
+            raise ManagerError("transport", f"{self.endpoint}: {e}") from None
         return json.loads(reply)
 
     def request(self, cmd: str, **fields: Any) -> dict[str, Any]:
