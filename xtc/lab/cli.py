@@ -22,8 +22,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("lab", help="the host lab (real LXC VRs, real packets) and the paper's experiments on it")
     sub = p.add_subparsers(dest="lab_cmd", metavar="{up,status,down,run,list}")
     sub.required = True
+    import importlib
+
     try:
-        from xtc.lab import lifecycle
+        lifecycle = importlib.import_module("xtc.lab.lifecycle")
     except ModuleNotFoundError as e:
         if e.name != "xtc.lab.lifecycle":
             raise
