@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             with measurement_lock(say=ctx.say):
                 host = host_description()
                 outcome = exps[name].run(ctx, args)
-        except (LabError, OSError) as e:
+        except (LabError, OSError, ValueError) as e:
             print(f"xtc lab run {name}: {e}", file=sys.stderr)
             return EXIT_ERROR
         outcome.result.setdefault("experiment", name)
