@@ -26,15 +26,35 @@ Addressing plan (all inside 198.18.0.0/15, RFC 2544, benchmarking only):
 * Neighbour entries between generator and receiver are static (permanent), so ARP never
   competes with the measured stream when a VR is throttled.
 
+* Chains of routers (:meth:`NetLab.add_chain`, the line TG-TF1-TF2-TF3-TR of section 8.2 of
+  the paper): chain ``c`` (1..9) uses 198.19.c.0/24: generator 198.19.c.1, receiver
+  198.19.c.2, and the probe namespace after router ``h`` (on the bridge between router ``h``
+  and ``h+1``) 198.19.c.(10+h).  198.19.0.0/16 is the upper half of the benchmark range, so
+  chain subnets never meet the per-VR subnets 198.18.k.0/24.
+
+Topology of chain ``c`` with ``n`` routers (one VR per router, router ``i`` is ``tf<i>``)::
+
+    <prefix>-cg<c>  --  bridge h<c>0 -- VR tf1 -- bridge h<c>1 -- VR tf2 -- ... -- VR tf<n> -- bridge h<c><n> -- <prefix>-cr<c>
+    (generator)                                     |                                                         (receiver)
+                                              <prefix>-p<c>1 (probe after tf1), ...
+
 Each VR has its own pair of bridges.  Two L2 forwarders between one shared pair of bridges
 would form a forwarding loop (a broadcast would circle forever); separate pairs also keep
 each VR's counters and traffic independent, while the VRs still share the host's CPU.
 
+A netns VR may also get its own cgroup (``add_netns_vr(cgroup=True)``): the forwarder is
+started inside ``<cpu cgroup root>/<prefix>-vr<k>`` (cgroup v1 ``cpu`` controller, e.g.
+``/sys/fs/cgroup/cpu/<prefix>-vr1``, or cgroup v2 with ``cpu.max``; see
+:func:`find_cpu_cgroup`), so its CPU can be capped without libvirt, as the lab's LXC domains are.
+
 Everything the lab creates is named ``<prefix>-...`` (domains, bridges, namespaces, host
-veth ends; vifs are removed with their domain or namespace), so :func:`teardown_prefix`
+veth ends, cgroups; vifs are removed with their domain or namespace), so :func:`teardown_prefix`
 finds and removes all of it, also after a crash.  Each lab records its owner process in
 ``/run/xtc/labs/<prefix>``; :func:`teardown_orphans` removes the labs whose owner died
-without tearing down, and leaves the labs of live processes (other test runs) alone.  Network namespaces are created and
+without tearing down, and leaves the labs of live processes (other test runs) alone.  A
+*persistent* lab (``xtc lab up``, :mod:`xtc.lab.lifecycle`) is owned by nobody but itself: its
+record says ``"persistent": true`` and :func:`teardown_orphans` never removes it (``xtc lab
+down`` does).  Network namespaces are created and
 removed with ``pyroute2.netns`` (bind mounts under /run/netns, as ``ip netns`` does).
 Programs are run inside them with ``ip netns exec``.
 """
@@ -59,6 +79,9 @@ from xtc.lab.libvirtd import process_start_time
 
 LAB_NET = ipaddress.ip_network("198.18.0.0/15")
 MAX_VRS = 250
+MAX_CHAINS = 9  # chain and hop numbers are single digits in the 15-character interface names
+MAX_HOPS = 8
+MODES = ("lxc", "netns")
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]{1,8}$")
 PREFIX_MAX_LEN = 10  # "<prefix>-a250" must fit in IFNAMSIZ - 1 = 15 characters
 NETNS_DIR = Path("/run/netns")
@@ -92,6 +115,171 @@ def vr_addresses(k: int) -> tuple[str, str]:
     net = ipaddress.ip_network(f"198.18.{k}.0/24")
     assert net.subnet_of(LAB_NET)  # type: ignore[arg-type]
     return str(net[1]), str(net[2])
+
+
+def chain_addresses(c: int, hops: int) -> tuple[str, str, tuple[str, ...]]:
+    """Addresses of chain ``c`` with ``hops`` routers (see the addressing plan).
+
+    Returns
+    -------
+    tuple
+        (generator, receiver, probes), where ``probes[h-1]`` is the address of the probe
+        after router ``h`` (h = 1 .. hops-1), all in 198.19.c.0/24.
+    """
+    if not 1 <= c <= MAX_CHAINS:
+        raise LabError(f"chain number {c} out of range 1..{MAX_CHAINS}")
+    if not 1 <= hops <= MAX_HOPS:
+        raise LabError(f"a chain has 1..{MAX_HOPS} routers, got {hops}")
+    net = ipaddress.ip_network(f"198.19.{c}.0/24")
+    assert net.subnet_of(LAB_NET)  # type: ignore[arg-type]
+    return str(net[1]), str(net[2]), tuple(str(net[10 + h]) for h in range(1, hops))
+
+
+# ------------------------------------------------------------------------------ cgroups
+@dataclass(frozen=True)
+class CpuCgroup:
+    """The root of the cgroup hierarchy whose cpu controller caps the lab's netns VRs.
+
+    ``version`` 1: the v1 ``cpu`` hierarchy (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``);
+    ``version`` 2: the unified hierarchy with the cpu controller enabled for children
+    (``cpu.max``).
+    """
+
+    version: int
+    root: Path
+
+    @property
+    def quota_file(self) -> str:
+        """The file that holds a cgroup's CPU limit."""
+        return "cpu.cfs_quota_us" if self.version == 1 else "cpu.max"
+
+    def path(self, name: str) -> Path:
+        """The directory of the cgroup ``name`` (a direct child of the root)."""
+        if not name or "/" in name or name in (".", ".."):
+            raise LabError(f"bad cgroup name {name!r}")
+        return self.root / name
+
+
+def cpu_cgroup_mounts(mountinfo_text: str) -> tuple[str | None, str | None]:
+    """Mount points of the cgroup v1 hierarchy holding ``cpu`` and of the cgroup2 tree.
+
+    Parameters
+    ----------
+    mountinfo_text
+        Contents of ``/proc/self/mountinfo``.
+
+    Returns
+    -------
+    tuple
+        (v1 cpu mount point or None, cgroup2 mount point or None).  Whether the cgroup2 tree
+        offers the cpu controller is not in mountinfo (see :func:`find_cpu_cgroup`).
+    """
+    v1: str | None = None
+    v2: str | None = None
+    for line in mountinfo_text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields_l, fields_r = left.split(), right.split()
+        if not sep or len(fields_l) < 5 or len(fields_r) < 3:
+            continue
+        if fields_r[0] == "cgroup" and v1 is None and "cpu" in fields_r[2].split(","):
+            v1 = fields_l[4]
+        elif fields_r[0] == "cgroup2" and v2 is None:
+            v2 = fields_l[4]
+    return v1, v2
+
+
+def find_cpu_cgroup(mountinfo: Path = Path("/proc/self/mountinfo")) -> CpuCgroup:
+    """The cgroup hierarchy in which the lab can cap netns VRs (v1 ``cpu`` first, else v2).
+
+    Raises
+    ------
+    LabError
+        No hierarchy offers a usable cpu controller (the message says what was found).
+    """
+    try:
+        v1, v2 = cpu_cgroup_mounts(mountinfo.read_text())
+    except OSError as e:
+        raise LabError(f"cannot read {mountinfo}: {e}") from e
+    if v1 is not None:
+        root = Path(v1)
+        if not (root / "cpu.cfs_quota_us").exists():
+            raise LabError(f"the cgroup v1 cpu hierarchy at {root} has no cpu.cfs_quota_us (kernel without CFS bandwidth control)")
+        return CpuCgroup(1, root)
+    if v2 is None:
+        raise LabError("no cgroup cpu controller: neither a cgroup v1 'cpu' hierarchy nor a cgroup2 tree is mounted")
+    root = Path(v2)
+    try:
+        controllers = (root / "cgroup.controllers").read_text().split()
+        enabled = (root / "cgroup.subtree_control").read_text().split()
+    except OSError as e:
+        raise LabError(f"cannot read the cgroup2 controllers at {root}: {e}") from e
+    if "cpu" not in controllers:
+        raise LabError(f"the cgroup2 tree at {root} has no cpu controller (controllers: {' '.join(controllers) or 'none'})")
+    if "cpu" not in enabled:
+        raise LabError(f"the cpu controller is not enabled for children of {root}; "
+                       f"enable it with: echo +cpu > {root / 'cgroup.subtree_control'}")
+    return CpuCgroup(2, root)
+
+
+def create_cgroup(cg: CpuCgroup, name: str) -> Path:
+    """Create the cgroup ``name`` under ``cg`` (unlimited at first); return its directory."""
+    d = cg.path(name)
+    try:
+        d.mkdir()
+    except FileExistsError:
+        raise LabError(f"cgroup {d} already exists") from None
+    except OSError as e:
+        raise LabError(f"cannot create cgroup {d}: {e}") from e
+    if not (d / cg.quota_file).exists():
+        _rmdir_quietly(d)
+        raise LabError(f"cgroup {d} has no {cg.quota_file}: the cpu controller is not available there")
+    return d
+
+
+def cgroup_pids(d: Path) -> list[int]:
+    """Pids of the processes in cgroup directory ``d`` (empty if it does not exist)."""
+    try:
+        return [int(p) for p in (d / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def remove_cgroup(d: Path, timeout_s: float = 3.0) -> bool:
+    """Kill the processes in cgroup ``d`` and remove it; True if it existed."""
+    if not d.is_dir():
+        return False
+    _kill_pids(cgroup_pids(d))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise LabError(f"cannot remove cgroup {d}: {e} (processes: {cgroup_pids(d)})") from e
+            _kill_pids(cgroup_pids(d), timeout_s=0.2)
+            time.sleep(0.02)
+
+
+def _rmdir_quietly(d: Path) -> None:
+    try:
+        d.rmdir()
+    except OSError:
+        pass
+
+
+def _lab_cgroups(prefix: str) -> list[Path]:
+    """The cgroups named ``<prefix>-...`` in the host's cpu hierarchy (none if it has none)."""
+    try:
+        cg = find_cpu_cgroup()
+    except LabError:
+        return []
+    try:
+        return sorted(d for d in cg.root.iterdir() if d.is_dir() and d.name.startswith(prefix + "-"))
+    except OSError:
+        return []
 
 
 def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
@@ -195,6 +383,8 @@ class VR:
     tg_addr: str
     tr_addr: str
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    cgroup: str | None = None  # netns VR in its own cgroup: the cgroup directory
+    router: str | None = None  # VR of a chain: the router it runs on ("tf1", ...)
 
     def counters(self, path: Path | str = "/proc/net/dev") -> dict[str, int]:
         """Host-side packet counters of this VR (packets since its vifs were created).
@@ -212,6 +402,50 @@ class VR:
             "forwarded_to_tr": c[self.vifs[1]][0],
             "offered_from_tg": c[self.vifs[0]][1],
         }
+
+
+@dataclass
+class Probe:
+    """A namespace with one address on the bridge after router ``after`` (answers pings)."""
+
+    after: str  # router name, e.g. "tf1"
+    ns: str
+    addr: str
+    bridge: str
+
+
+@dataclass
+class Chain:
+    """A line of routers, one VR each: generator -> tf1 -> tf2 -> ... -> receiver.
+
+    ``bridges[0]`` is the generator's bridge, ``bridges[-1]`` the receiver's; ``vrs[i]`` runs on
+    router ``routers[i]`` between ``bridges[i]`` and ``bridges[i+1]``; ``probes[h-1]`` sits on
+    ``bridges[h]``, after router ``h``.
+    """
+
+    c: int
+    tg_ns: str
+    tr_ns: str
+    tg_addr: str
+    tr_addr: str
+    bridges: tuple[str, ...]
+    routers: tuple[str, ...]
+    vrs: list[VR] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+
+    def targets(self) -> list[tuple[str, str]]:
+        """(label, address) of everything to probe from the generator, nearest first.
+
+        The probe after each router but the last, then the receiver (``"tr"``).
+        """
+        return [(f"after-{p.after}", p.addr) for p in self.probes] + [("tr", self.tr_addr)]
+
+    def router_vr(self, router: str) -> VR:
+        """The VR of router ``router`` (e.g. ``"tf2"``)."""
+        for vr in self.vrs:
+            if vr.router == router:
+                return vr
+        raise LabError(f"no router {router!r} in chain {self.c} (routers: {', '.join(self.routers)})")
 
 
 def _netlink_error() -> type[Exception]:
@@ -269,8 +503,9 @@ def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:
     """Remove every lab object whose name starts with ``<prefix>-`` (also after a crash).
 
     Destroys (and undefines) LXC domains on ``uri`` (skipped if ``uri`` is None or cannot be
-    reached), kills processes in the lab's namespaces, removes the namespaces and deletes
-    bridges and host veth ends.  Returns what was removed, for the log.
+    reached), kills processes in the lab's namespaces, removes the namespaces, kills the
+    processes left in the lab's cgroups and removes those, and deletes bridges and host veth
+    ends.  Returns what was removed, for the log.
     """
     check_prefix(prefix)
     stem = prefix + "-"
@@ -314,6 +549,9 @@ def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:
                 removed.append(f"netns {ns}")
             except OSError as e:
                 raise LabError(f"cannot remove network namespace {ns}: {e}") from e
+    for d in _lab_cgroups(prefix):
+        if remove_cgroup(d):
+            removed.append(f"cgroup {d}")
     with IPRoute() as ipr:
         for link in ipr.link("dump"):
             name = link.get("ifname") or ""
@@ -328,7 +566,11 @@ def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:
 
 
 def teardown_orphans(registry: Path = LAB_REGISTRY) -> dict[str, list[str]]:
-    """Tear down every registered lab whose owner process is gone; return what was removed."""
+    """Tear down every registered lab whose owner process is gone; return what was removed.
+
+    Persistent labs (``"persistent": true`` in their record, made by ``xtc lab up``) are
+    owned by no process and are never removed here; ``xtc lab down`` removes them.
+    """
     import json
 
     out: dict[str, list[str]] = {}
@@ -337,6 +579,8 @@ def teardown_orphans(registry: Path = LAB_REGISTRY) -> dict[str, list[str]]:
     for entry in sorted(registry.iterdir()):
         try:
             owner = json.loads(entry.read_text())
+            if isinstance(owner, dict) and owner.get("persistent") is True:
+                continue  # an operator's lab: it owns itself
             pid, start, uri = int(owner["pid"]), int(owner["start"]), owner.get("uri")
             check_prefix(entry.name)
         except (OSError, ValueError, KeyError, TypeError, LabError):
@@ -368,7 +612,9 @@ class NetLab:
         self._forwarder = forwarder
         self._registry = registry
         self._conn: Any = None
+        self._cpu_cgroup: CpuCgroup | None = None
         self.vrs: list[VR] = []
+        self.chains: list[Chain] = []
         self.processes: list[subprocess.Popen[bytes]] = []
 
     # ------------------------------------------------------------- public API
@@ -406,43 +652,120 @@ class NetLab:
         vcpu_quota_us, vcpu_period_us, memory_mib
             See :func:`lxc_domain_xml`.
         """
-        import libvirt
-
+        self._check_work(work_iters)
         vr = self._add_segments("lxc")
-        init = [str(self.forwarder), "-w", str(self._check_work(work_iters)), "eth0", "eth1"]
-        conn = self.connection()
-        for _attempt in range(5):
-            vr.vifs = self._free_vifs()
-            xml = lxc_domain_xml(vr.name, init, vr.bridges, vr.vifs, vcpu_quota_us, vcpu_period_us, memory_mib)
-            try:
-                conn.createXML(xml, 0)
-                break
-            except libvirt.libvirtError as e:
-                if "exists" in str(e).lower() and any(Path(f"/sys/class/net/{v}").exists() for v in vr.vifs):
-                    continue  # another lab took these vif names meanwhile
-                raise LabError(f"cannot start LXC domain {vr.name}: {e}") from e
-        else:
-            raise LabError(f"cannot find free vif names for {vr.name}")
-        self._wait_links(vr.vifs)
+        self._start_lxc(vr, work_iters, vcpu_quota_us, vcpu_period_us, memory_mib)
         return vr
 
-    def add_netns_vr(self, work_iters: int = 0) -> VR:
+    def add_netns_vr(self, work_iters: int = 0, cgroup: bool = False, detach: bool = False) -> VR:
         """Create the next VR as the forwarder in a plain network namespace ``<prefix>-vr<k>``.
 
-        No libvirt needed.  The forwarder's pid is ``vr.process.pid`` (e.g. to put it in a cgroup).
+        No libvirt needed.  The forwarder's pid is ``vr.process.pid``.
+
+        Parameters
+        ----------
+        work_iters
+            Busy-work iterations per forwarded frame.
+        cgroup
+            Start the forwarder in its own cgroup ``<cpu cgroup root>/<prefix>-vr<k>``
+            (``vr.cgroup``; see :func:`find_cpu_cgroup`), so that its CPU can be capped.
+        detach
+            Start the forwarder in its own session, so it outlives this process and its
+            terminal (a persistent lab); :meth:`teardown` still stops it.
+        """
+        self._check_work(work_iters)
+        cg = self.cpu_cgroup() if cgroup else None  # before anything exists: no cgroup, nothing made
+        vr = self._add_segments("netns")
+        self._start_netns(vr, work_iters, cg, detach)
+        return vr
+
+    def add_chain(self, hops: int = 3, mode: str = "lxc", work_iters: int = 0, cgroup: bool = True,
+                  detach: bool = False, vcpu_period_us: int = DEFAULT_PERIOD_US) -> Chain:
+        """Build a line of ``hops`` routers with one VR each: TG -> VR tf1 -> ... -> VR tf<hops> -> TR.
+
+        The routers stand for the physical routers of section 8.2 of the paper (TG-TF1-TF2-TF3-TR):
+        each VR is a separate LXC domain (``mode="lxc"``) or netns VR (``mode="netns"``, in its
+        own cgroup unless ``cgroup`` is False), so each router can run its own daemon.  Between
+        router ``h`` and ``h+1`` a probe namespace with one address answers pings, so RTT and
+        loss can be measured from the generator up to each hop and to the receiver.
+        Addresses: see the module docstring (chain ``c`` uses 198.19.c.0/24).
+
+        The chain's VRs are also appended to :attr:`vrs` (numbered on from the VRs before
+        them); each has ``router`` set, ``tg_ns``/``tr_ns``/``tg_addr``/``tr_addr`` of the
+        chain's generator and receiver (so a stream started "through" ``chain.vrs[0]`` crosses
+        the whole chain), and ``bridges`` = (upstream, downstream) bridge.
+
+        Parameters
+        ----------
+        hops
+            Number of routers, 1..8.
+        mode
+            ``"lxc"`` or ``"netns"``.
+        work_iters
+            Busy-work iterations per frame in every router's forwarder.
+        cgroup, detach
+            netns mode: as for :meth:`add_netns_vr`.
+        vcpu_period_us
+            lxc mode: the domains' scheduler period, microseconds.
+
+        Returns
+        -------
+        Chain
         """
         from pyroute2 import IPRoute
 
-        vr = self._add_segments("netns")
-        vr.vifs = self._free_vifs()
-        self._create_netns(vr.name)
+        if mode not in MODES:
+            raise LabError(f"unknown VR mode {mode!r}: want 'lxc' or 'netns'")
+        if isinstance(hops, bool) or not isinstance(hops, int):
+            raise LabError(f"hops must be an integer, got {hops!r}")
+        self._check_work(work_iters)
+        c = len(self.chains) + 1
+        tg_addr, tr_addr, probe_addrs = chain_addresses(c, hops)
+        cg = self.cpu_cgroup() if mode == "netns" and cgroup else None
+        p = self.prefix
+        if not self.vrs and not self.chains:
+            self._register_owner()
+        routers = tuple(f"tf{i}" for i in range(1, hops + 1))
+        chain = Chain(c=c, tg_ns=f"{p}-cg{c}", tr_ns=f"{p}-cr{c}", tg_addr=tg_addr, tr_addr=tr_addr,
+                      bridges=tuple(f"{p}-h{c}{j}" for j in range(hops + 1)), routers=routers)
+        self.chains.append(chain)  # tracked before anything exists: teardown covers a half-built chain
+        ends = [(chain.tg_ns, f"{p}-cg{c}", chain.bridges[0], tg_addr),
+                (chain.tr_ns, f"{p}-cr{c}", chain.bridges[-1], tr_addr)]
+        for h, addr in enumerate(probe_addrs, start=1):
+            probe = Probe(after=routers[h - 1], ns=f"{p}-p{c}{h}", addr=addr, bridge=chain.bridges[h])
+            chain.probes.append(probe)
+            ends.append((probe.ns, f"{p}-p{c}{h}", probe.bridge, addr))
+        macs: dict[str, str] = {}
         with IPRoute() as ipr:
-            for i, (vif, br) in enumerate(zip(vr.vifs, vr.bridges)):
-                self._veth_into_ns(ipr, vif, f"eth{i}", vr.name, master=br)
-        argv = [str(self.forwarder), "-w", str(self._check_work(work_iters)), "-t", "10", "eth0", "eth1"]
-        vr.process = self.spawn_in(vr.name, argv)
-        self._wait_links(vr.vifs)
-        return vr
+            for br in chain.bridges:
+                self._nl(f"create bridge {br}", ipr.link, "add", ifname=br, kind="bridge")
+                self._nl(f"bring up {br}", ipr.link, "set", index=self._index(ipr, br), state="up")
+            for ns, host_end, br, addr in ends:
+                self._create_netns(ns)
+                self._veth_into_ns(ipr, host_end, "eth0", ns, master=br)
+                macs[ns] = self._configure_ns_end(ns, addr)
+        # Static neighbours: the generator knows the receiver and every probe, they know it.
+        for ns, _end, _br, addr in ends[1:]:
+            self._static_neigh(chain.tg_ns, addr, macs[ns])
+            self._static_neigh(ns, tg_addr, macs[chain.tg_ns])
+        for i, router in enumerate(routers):
+            k = len(self.vrs) + 1
+            vr = VR(k=k, name=f"{p}-vr{k}", kind=mode, tg_ns=chain.tg_ns, tr_ns=chain.tr_ns,
+                    bridges=(chain.bridges[i], chain.bridges[i + 1]), vifs=("", ""),
+                    tg_addr=tg_addr, tr_addr=tr_addr, router=router)
+            self.vrs.append(vr)
+            chain.vrs.append(vr)
+            if mode == "lxc":
+                self._start_lxc(vr, work_iters, -1, vcpu_period_us, 64)
+            else:
+                self._start_netns(vr, work_iters, cg, detach)
+        return chain
+
+    def cpu_cgroup(self) -> CpuCgroup:
+        """The cgroup hierarchy used for netns VRs (found on first use, see :func:`find_cpu_cgroup`)."""
+        if self._cpu_cgroup is None:
+            self._cpu_cgroup = find_cpu_cgroup()
+        return self._cpu_cgroup
 
     def spawn_in(self, ns: str, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` inside namespace ``ns`` (``ip netns exec``); tracked, stopped on teardown."""
@@ -509,6 +832,7 @@ class NetLab:
                 pass
             self._conn = None
         self.vrs.clear()
+        self.chains.clear()
         (self._registry / self.prefix).unlink(missing_ok=True)
         return removed
 
@@ -525,13 +849,62 @@ class NetLab:
             raise LabError(f"work_iters must be a non-negative integer, got {work_iters!r}")
         return work_iters
 
+    def _start_lxc(self, vr: VR, work_iters: int, vcpu_quota_us: int, vcpu_period_us: int, memory_mib: int) -> None:
+        """Start ``vr`` as an LXC domain on its bridges (its vifs are chosen here)."""
+        import libvirt
+
+        init = [str(self.forwarder), "-w", str(work_iters), "eth0", "eth1"]
+        conn = self.connection()
+        for _attempt in range(5):
+            vr.vifs = self._free_vifs()
+            xml = lxc_domain_xml(vr.name, init, vr.bridges, vr.vifs, vcpu_quota_us, vcpu_period_us, memory_mib)
+            try:
+                conn.createXML(xml, 0)
+                break
+            except libvirt.libvirtError as e:
+                if "exists" in str(e).lower() and any(Path(f"/sys/class/net/{v}").exists() for v in vr.vifs):
+                    continue  # another lab took these vif names meanwhile
+                raise LabError(f"cannot start LXC domain {vr.name}: {e}") from e
+        else:
+            raise LabError(f"cannot find free vif names for {vr.name}")
+        self._wait_links(vr.vifs)
+
+    def _start_netns(self, vr: VR, work_iters: int, cg: CpuCgroup | None, detach: bool) -> None:
+        """Start ``vr`` as the forwarder in namespace ``vr.name`` (in a new cgroup if ``cg``)."""
+        from pyroute2 import IPRoute
+
+        vr.vifs = self._free_vifs()
+        self._create_netns(vr.name)
+        with IPRoute() as ipr:
+            for i, (vif, br) in enumerate(zip(vr.vifs, vr.bridges)):
+                self._veth_into_ns(ipr, vif, f"eth{i}", vr.name, master=br)
+        popen: dict[str, Any] = {}
+        if cg is not None:
+            d = create_cgroup(cg, vr.name)
+            vr.cgroup = str(d)
+            procs = str(d / "cgroup.procs")
+
+            def enter_cgroup() -> None:  # runs in the child between fork and exec
+                fd = os.open(procs, os.O_WRONLY)
+                try:
+                    os.write(fd, str(os.getpid()).encode())
+                finally:
+                    os.close(fd)
+
+            popen["preexec_fn"] = enter_cgroup
+        if detach:
+            popen["start_new_session"] = True
+        argv = [str(self.forwarder), "-w", str(work_iters), "-t", "10", "eth0", "eth1"]
+        vr.process = self.spawn_in(vr.name, argv, **popen)
+        self._wait_links(vr.vifs)
+
     def _add_segments(self, kind: str) -> VR:
         """Bridges and generator/receiver namespaces of the next VR (no VR yet)."""
         from pyroute2 import IPRoute
 
         k = len(self.vrs) + 1
         tg_addr, tr_addr = vr_addresses(k)
-        if not self.vrs:
+        if not self.vrs and not self.chains:
             self._register_owner()
         p = self.prefix
         vr = VR(k=k, name=f"{p}-vr{k}", kind=kind, tg_ns=f"{p}-tg{k}", tr_ns=f"{p}-tr{k}",
