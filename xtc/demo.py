@@ -1,6 +1,10 @@
 """``xtc demo``: two virtual routers held at two different setpoints, with a live table.
 
-Two VRs share one Dom0, each offered a 100 kp/s UDP stream of 64-byte packets
+On a host that can run the lab (root, libvirt with the LXC driver) the demo is real: two LXC
+VRs forward real packets and the XTC daemon holds them (:mod:`xtc.lab.demo`).  Elsewhere, or
+with ``--sim``, it says why and runs the simulated demo below.
+
+Simulated demo: two VRs share one Dom0, each offered a 100 kp/s UDP stream of 64-byte packets
 (the paper's worst case: a source that never backs off).  XTC holds VR "red" at
 20 kp/s and VR "blue" at 60 kp/s, then swaps the setpoints half-way, while a CPU
 hog takes 15% of "blue"'s CPU for a while.  Each control period the demo prints
@@ -119,6 +123,24 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if not args.sim:
+        from xtc.lab.harness import lab_host_problem
+
+        problem = lab_host_problem("lxc")
+        if problem is None:
+            from xtc.lab import demo as lab_demo
+            from xtc.lab.netlab import LabError
+
+            try:
+                return lab_demo.main(Path(args.out), args.lab_duration_s, args.offered_pps)
+            except LabError as e:
+                print(f"xtc demo: the lab demo failed: {e}", file=sys.stderr)
+                return 1
+        print(f"xtc demo: the real lab cannot run here ({problem}); running the simulated demo instead.\n")
+    return main_sim(args)
+
+
+def main_sim(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(
@@ -153,8 +175,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="two VRs held at two setpoints, live table and plot (simulated plant)")
-    p.add_argument("--duration-s", type=float, default=60.0, help="simulated seconds (default 60)")
+    p = sub.add_parser("demo", help="two VRs held at two setpoints, live table and plot (host lab, else simulated)")
+    p.add_argument("--sim", action="store_true", help="run the simulated demo even where the lab could run")
+    p.add_argument("--lab-duration-s", type=float, default=40.0, help="lab demo: seconds of control (default 40)")
+    p.add_argument("--offered-pps", type=float, default=80_000.0, help="lab demo: offered UDP rate per VR, packets/s (default 80000)")
+    p.add_argument("--duration-s", type=float, default=60.0, help="simulated demo: simulated seconds (default 60)")
     p.add_argument("--controller", choices=KINDS, default=None, help="controller kind (default: XTC's own)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--speed", type=float, default=10.0, help="simulated seconds per wall second on a terminal (0 = no wait)")

@@ -16,7 +16,7 @@ def test_demo_loop_holds_both_setpoints():
 
 
 def test_demo_command_writes_json_and_png(tmp_path, capsys):
-    rc = main(["demo", "--duration-s", "12", "--speed", "0", "--out", str(tmp_path)])
+    rc = main(["demo", "--sim", "--duration-s", "12", "--speed", "0", "--out", str(tmp_path)])
     assert rc == 0
     data = json.loads((tmp_path / "demo.json").read_text())
     assert len(data["periods"]) == 12

@@ -122,6 +122,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "model": model, "tolerance": TOLERANCE, "controllers": {}}
     with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
         vr = lab.vrs[0]
+        result["lab_prefix"] = lab.prefix
         caps = CapReader(lab.uri)
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(2.0, "stream starting", ctx.say)
