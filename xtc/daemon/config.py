@@ -5,11 +5,11 @@ A complete example (every key shown with its default unless marked required)::
     schema = "xtc-daemon/1"
 
     [daemon]
-    backend = "sim"                  # "sim" (simulated plant, no root) or "libvirt"
+    backend = "sim"                  # "sim" (simulated plant, no root), "libvirt" or "cgroup"
     control_period_s = 1.0           # 0.1 .. 60 s, on a monotonic clock
     meter_samples_per_s = 10.0       # /proc/net/dev reads per second (>= 1 per period)
     state_dir = "/var/lib/xtc"       # where state.json lives (atomic writes)
-    proc_net_dev = "/proc/net/dev"   # libvirt backend: the file the meter reads
+    proc_net_dev = "/proc/net/dev"   # libvirt and cgroup backends: the file the meter reads
     max_setpoint_pps = 100000000.0   # larger setpoints are refused
     reassert_period_s = 30.0         # rewrite every cap this often (0 = never), see below
 
@@ -51,6 +51,23 @@ A complete example (every key shown with its default unless marked required)::
 reloads the file; only the keys in :data:`RELOADABLE` may change without a restart
 (:func:`reload_diff` names the first one that may not).
 
+The cgroup backend (``backend = "cgroup"``, :mod:`xtc.daemon.cgroup_backend`) controls VRs
+that are cgroups, with no hypervisor: hosts without libvirt, and the lab's netns VRs (``xtc lab
+up --mode netns``; ``xtc lab status --daemon-config`` prints this section for a lab)::
+
+    [[cgroup.vr]]
+    name = "vr1"                               # required
+    path = "/sys/fs/cgroup/cpu/xtc-lab-vr1"    # required: the VR's cgroup directory (absolute):
+                                               # cgroup v1 (cpu.cfs_quota_us, cpu.cfs_period_us)
+                                               # or v2 (cpu.max), whichever files it has
+    interfaces = ["vif123.0", "vif123.1"]      # required: host-side interfaces in /proc/net/dev;
+                                               # their RX packets are the packets the VR forwarded
+
+A VR whose directory does not exist is reported missing (not an error); the cap is written as a
+CFS quota with the period found, never "no limit" except to restore an unlimited original, and
+the exact original setting is restored on stop.  Each interface belongs to one VR; VR names and
+paths are unique.  ``[[cgroup.vr]]`` is refused with any other backend.
+
 ``reassert_period_s``: the daemon writes a cap only when it changes, but a VR that reboots (or a
 hypervisor that restarts) may come back with its configured cap; the daemon therefore also
 rewrites every controlled cap this often, and at once when it sees a VR's counters reset.
@@ -75,6 +92,8 @@ __all__ = [
     "LibvirtSection",
     "SimVr",
     "SimSection",
+    "CgroupVr",
+    "CgroupSection",
     "DaemonConfig",
     "load_config",
     "loads_config",
@@ -83,7 +102,7 @@ __all__ = [
 ]
 
 SCHEMA = "xtc-daemon/1"
-BACKENDS = ("sim", "libvirt")
+BACKENDS = ("sim", "libvirt", "cgroup")
 CONTROLLER_KINDS = ("xtc", "pi", "deadbeat", "fixed")
 LOG_FORMATS = ("json", "kv")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -182,6 +201,18 @@ class SimSection:
 
 
 @dataclass(frozen=True)
+class CgroupVr:
+    name: str
+    path: str
+    interfaces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CgroupSection:
+    vr: tuple[CgroupVr, ...] = ()
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     """The whole configuration, frozen.  Runtime state never lives here."""
 
@@ -192,6 +223,7 @@ class DaemonConfig:
     log: LogSection = field(default_factory=LogSection)
     libvirt: LibvirtSection = field(default_factory=LibvirtSection)
     sim: SimSection = field(default_factory=SimSection)
+    cgroup: CgroupSection = field(default_factory=CgroupSection)
     source: str | None = None
 
     @property
@@ -221,6 +253,7 @@ _SECTIONS: dict[str, type] = {
     "log": LogSection,
     "libvirt": LibvirtSection,
     "sim": SimSection,
+    "cgroup": CgroupSection,
 }
 
 # Keys that look like a unit mistake get a specific hint.
@@ -234,7 +267,11 @@ _HINTS = {
     "cap_max": "cap_max_percent",
     "offered_kpps": "offered_pps (packets/s)",
     "initial_cap": "initial_cap_percent",
-    "vrs": "vr (as [[sim.vr]])",
+    "vrs": "vr (as [[sim.vr]] or [[cgroup.vr]])",
+    "cgroup": "path (the VR's cgroup directory)",
+    "dir": "path (the VR's cgroup directory)",
+    "ifaces": "interfaces",
+    "vifs": "interfaces",
 }
 
 
@@ -438,6 +475,56 @@ def _parse_sim(t: Mapping[str, Any]) -> SimSection:
     return SimSection(seed=seed, vr=tuple(vrs))
 
 
+_IFNAME_BAD = set("/: \t\n\r\x00")
+
+
+def _parse_cgroup(t: Mapping[str, Any]) -> CgroupSection:
+    _unknown("cgroup", set(t), {"vr"})
+    raw = t.get("vr", [])
+    if not isinstance(raw, list):
+        raise ConfigError("cgroup.vr", "must be an array of tables ([[cgroup.vr]])")
+    vrs = []
+    owner: dict[str, str] = {}
+    paths: dict[str, str] = {}
+    for i, v in enumerate(raw):
+        p = f"cgroup.vr[{i}]"
+        if not isinstance(v, dict):
+            raise ConfigError(p, "must be a table")
+        _unknown(p, set(v), {f.name for f in fields(CgroupVr)})
+        for k in ("name", "path", "interfaces"):
+            if k not in v:
+                raise ConfigError(f"{p}.{k}", "missing")
+        name = _vr_name(f"{p}.name", v["name"])
+        path = _string(f"{p}.path", v["path"])
+        if not path.startswith("/") or "\x00" in path or any(part == ".." for part in path.split("/")):
+            raise ConfigError(f"{p}.path", f"must be an absolute directory path without '..', got {path!r}")
+        norm = str(Path(path))
+        if norm in paths:
+            raise ConfigError(f"{p}.path", f"{norm} is already the cgroup of VR {paths[norm]!r}")
+        paths[norm] = name
+        ifs = v["interfaces"]
+        if not isinstance(ifs, list) or not ifs:
+            raise ConfigError(f"{p}.interfaces", "must be a non-empty list of interface names")
+        names = []
+        for j, n in enumerate(ifs):
+            key = f"{p}.interfaces[{j}]"
+            n = _string(key, n)
+            if len(n) > 15 or n in (".", "..") or _IFNAME_BAD & set(n):
+                raise ConfigError(key, f"not an interface name (1..15 characters, no '/', ':' or spaces): {n!r}")
+            if n in names:
+                raise ConfigError(key, f"interface {n!r} listed twice")
+            if n in owner:
+                raise ConfigError(key, f"interface {n!r} already belongs to VR {owner[n]!r}")
+            owner[n] = name
+            names.append(n)
+        vrs.append(CgroupVr(name=name, path=norm, interfaces=tuple(names)))
+    seen = [v.name for v in vrs]
+    dup = sorted({n for n in seen if seen.count(n) > 1})
+    if dup:
+        raise ConfigError("cgroup.vr", f"names a VR twice: {dup[0]!r}")
+    return CgroupSection(vr=tuple(vrs))
+
+
 def _from_doc(doc: Mapping[str, Any]) -> DaemonConfig:
     _unknown("", set(doc), {"schema", *_SECTIONS})
     schema = doc.get("schema", SCHEMA)
@@ -451,11 +538,16 @@ def _from_doc(doc: Mapping[str, Any]) -> DaemonConfig:
         log=_parse_log(_table(doc, "log")),
         libvirt=_parse_libvirt(_table(doc, "libvirt")),
         sim=_parse_sim(_table(doc, "sim")),
+        cgroup=_parse_cgroup(_table(doc, "cgroup")),
     )
     if cfg.daemon.backend == "sim" and not cfg.sim.vr:
         raise ConfigError("sim.vr", "backend 'sim' needs at least one [[sim.vr]]")
     if cfg.daemon.backend != "sim" and cfg.sim.vr:
         raise ConfigError("sim.vr", f"only meaningful with backend 'sim' (backend is {cfg.daemon.backend!r})")
+    if cfg.daemon.backend == "cgroup" and not cfg.cgroup.vr:
+        raise ConfigError("cgroup.vr", "backend 'cgroup' needs at least one [[cgroup.vr]]")
+    if cfg.daemon.backend != "cgroup" and cfg.cgroup.vr:
+        raise ConfigError("cgroup.vr", f"only meaningful with backend 'cgroup' (backend is {cfg.daemon.backend!r})")
     _check_model(cfg.controller)
     return cfg
 

@@ -67,6 +67,10 @@ def make_backend(cfg: DaemonConfig) -> Backend:
         from .sim_backend import SimBackend
 
         return SimBackend.from_config(cfg)
+    if cfg.daemon.backend == "cgroup":
+        from .cgroup_backend import CgroupBackend
+
+        return CgroupBackend.from_config(cfg)
     from .libvirt_backend import LibvirtBackend
 
     return LibvirtBackend.from_config(cfg)
