@@ -292,8 +292,14 @@ def build_model_file(
     fitted_on: Mapping[str, Any],
     operating_points: Mapping[str, Mapping[str, Any]] | None = None,
     description: str = "",
+    caps_min_percent: float | None = None,
 ) -> ModelFile:
-    """The model file for ``fit`` with its gains, cap_min and provenance."""
+    """The model file for ``fit`` with its gains, cap_min and provenance.
+
+    ``caps.min_percent`` (the floor every controller of the daemon keeps to) is the chosen
+    cap_min, or ``caps_min_percent`` when given (e.g. 1, the actuator's floor, as in the
+    paper's model file); the chosen cap_min is kept under ``[extra.cap_min]`` either way.
+    """
     extra: dict[str, Any] = {
         "fit": {
             "a_stderr": fit.a_stderr,
@@ -302,6 +308,7 @@ def build_model_file(
             "region_caps_percent": [float(c) for c in fit.region_caps_percent],
         },
         "cap_min": {
+            "chosen_percent": cap_min.cap_min_percent,
             "useful_kpps": cap_min.useful_kpps,
             "method": cap_min.method,
             "raw_cap_percent": cap_min.raw_cap_percent,
@@ -322,7 +329,8 @@ def build_model_file(
         return ModelFile(
             name=name,
             model=fit.model,
-            caps=CapBounds(min_percent=cap_min.cap_min_percent, max_percent=100.0),
+            caps=CapBounds(min_percent=cap_min.cap_min_percent if caps_min_percent is None else caps_min_percent,
+                           max_percent=100.0),
             pi=pi.gains,
             deadbeat=deadbeat.gains,
             r_squared=fit.r_squared,

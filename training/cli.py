@@ -7,9 +7,14 @@ Exit status: 0 done; 1 bad input or unusable data (nothing written); 3 poor fit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 __all__ = ["register", "main"]
 
@@ -33,7 +38,8 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--traffic", choices=("udp", "tcp"), default="udp", help="sim: traffic kind (default udp)")
     p.add_argument("--domain", help="libvirt: domain name")
     p.add_argument("--uri", default="lxc:///", help="libvirt: connection URI (default lxc:///)")
-    p.add_argument("--kind", choices=("lxc", "qemu", "xen"), default="lxc", help="libvirt: cap kind (default lxc)")
+    p.add_argument("--kind", choices=("lxc", "qemu", "xen"), default=None,
+                   help="libvirt: how the cap is written (default: from the connection's driver)")
     p.add_argument("--cgroup", help="cgroup: the VR's cgroup directory")
     p.add_argument("--interfaces", default="",
                    help="host-side interfaces of the VR, comma-separated (libvirt: default from the domain XML)")
@@ -42,6 +48,9 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", default=None, help="description of the hardware, recorded in the CSV")
     p.add_argument("--traffic-desc", default=None, help="description of the traffic, recorded in the CSV")
     p.add_argument("--date", default=None, help="date of the run (recorded; e.g. 2024-05-01)")
+    p.add_argument("--no-traffic-check", action="store_true",
+                   help="real backends: sweep even when the first sample sees less than 10%% of --offered-pps "
+                        "handed to the VR (host-side TX of its interfaces)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -61,6 +70,9 @@ def _add_design_args(p: argparse.ArgumentParser) -> None:
                    help="PI closed-loop poles, e.g. 0.5,0.6 or 0.24+0.38j (default: the paper's pole locations)")
     p.add_argument("--useful-fraction", type=float, default=0.10,
                    help="cap_min is the lowest cap forwarding this fraction of the offered rate (default 0.10)")
+    p.add_argument("--caps-min", type=float, default=None,
+                   help="caps.min_percent of the model file, the floor every controller keeps to (default: the "
+                        "chosen cap_min; e.g. 1 to leave cap_min as a recorded recommendation, like the paper)")
 
 
 def register(subparsers: Any) -> None:
@@ -109,9 +121,11 @@ def _collect(args: argparse.Namespace, out: Path) -> None:
     from training.sweep import write_sweep_csv
 
     plan = SweepPlan(parse_caps(args.caps), parse_rates(args.offered_pps), args.samples, args.settle, args.period)
+    _check_writable(out)
     ifaces = tuple(i.strip() for i in args.interfaces.split(",") if i.strip())
     meta: dict[str, str] = {"backend": args.backend, "period_s": f"{args.period:g}",
                             "settle_samples": str(args.settle), "samples_per_cap": str(args.samples)}
+    min_offered = 0.0
     if args.backend == "sim":
         from training.hosts import make_sim_host
 
@@ -120,33 +134,72 @@ def _collect(args: argparse.Namespace, out: Path) -> None:
         clock: Any = VirtualClock()
         meta.update(hardware=args.hardware or "simulated plant (xtc.sim.plant, calibrated to the XTC paper's Table 1)",
                     traffic=args.traffic_desc or f"simulated {args.traffic.upper()}", seed=str(args.seed))
-    elif args.backend == "libvirt":
-        from training.hosts import make_libvirt_host
-
-        if not args.domain:
-            raise _Usage("--domain is required with --backend libvirt")
-        vr = args.domain
-        host, offered = make_libvirt_host(args.domain, args.uri, args.kind, ifaces, args.proc_net_dev)
-        clock = WallClock()
     else:
-        from training.hosts import make_cgroup_host
+        from training.hosts import make_cgroup_host, make_libvirt_host, this_hardware
 
-        if not args.cgroup:
-            raise _Usage("--cgroup is required with --backend cgroup")
-        vr = args.vr or Path(args.cgroup).name
-        host, offered = make_cgroup_host(args.cgroup, ifaces, vr, args.proc_net_dev)
+        if args.backend == "libvirt":
+            if not args.domain:
+                raise _Usage("--domain is required with --backend libvirt")
+            vr = args.domain
+            host, offered = make_libvirt_host(args.domain, args.uri, args.kind, ifaces, args.proc_net_dev)
+        else:
+            if not args.cgroup:
+                raise _Usage("--cgroup is required with --backend cgroup")
+            vr = args.vr or Path(args.cgroup).name
+            host, offered = make_cgroup_host(args.cgroup, ifaces, vr, args.proc_net_dev)
         clock = WallClock()
-    if args.backend != "sim":
-        if args.hardware:
-            meta["hardware"] = args.hardware
-        if args.traffic_desc:
-            meta["traffic"] = args.traffic_desc
+        meta.update(
+            hardware=args.hardware or this_hardware(),
+            traffic=args.traffic_desc or "generated outside the tool (not described: give --traffic-desc)",
+            offered_pps_source="external: offered_pps is the rate given with --offered-pps, not generated by the "
+                               "tool; measured_offered_pps is the host-side TX of the VR's interfaces",
+            date=args.date or datetime.date.today().isoformat(),
+        )
+        describe = getattr(host, "metadata", None)
+        if describe is not None:
+            meta.update(describe())
+        if not args.no_traffic_check:
+            min_offered = 0.1
     if args.date:
         meta["date"] = args.date
     progress = None if args.quiet else ProgressBar(plan.total_samples)
-    samples = run_sweep(plan, host, vr, clock, offered, progress)
+    try:
+        with _signals_raise():
+            samples = run_sweep(plan, host, vr, clock, offered, progress, min_offered_fraction=min_offered)
+    finally:
+        close = getattr(host, "close", None)
+        if close is not None:
+            close()
     write_sweep_csv(out, samples, meta)
     print(f"wrote {len(samples)} samples to {out}")
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse, before a sweep of minutes, an output path that cannot be written."""
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise _Usage(f"directory {parent} of --out does not exist")
+    if out.is_dir():
+        raise _Usage(f"--out {out} is a directory; give a file name")
+    if not os.access(parent, os.W_OK):
+        raise _Usage(f"cannot write into {parent} (--out)")
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the sweep like Ctrl-C: the VR's cap is given back before the process exits."""
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 class _Usage(Exception):
@@ -229,6 +282,7 @@ def _design_from_csv(args: argparse.Namespace, csv: Path, out: Path, plots_dir: 
         plateau_tol_kpps=args.plateau_tol_kpps,
         method=args.method,
         accept_poor_fit=args.accept_poor_fit,
+        caps_min_percent=args.caps_min,
     )
     return t, _write_outputs(t, out, plots_dir)
 
@@ -262,7 +316,8 @@ def _print_design(t, out: Path) -> None:  # noqa: ANN001
         print(f"{d.name:<9} Kp = {d.gains.kp:.4e}  Ki = {d.gains.ki:.4e}  settling {d.settling_time_s:g} s  "
               f"overshoot {d.overshoot_percent:.1f} %  stable for b x {m.b_factor_min:.3g}..{m.b_factor_max:.3g}, "
               f"a x {m.a_factor_min:.3g}..{m.a_factor_max:.3g}")
-    print(f"cap_min   {t.cap_min.cap_min_percent:g} % ({t.cap_min.method}, {t.cap_min.useful_kpps:g} kp/s useful)")
+    print(f"cap_min   {t.cap_min.cap_min_percent:g} % ({t.cap_min.method}, {t.cap_min.useful_kpps:g} kp/s useful); "
+          f"model floor caps.min_percent = {t.model_file.caps.min_percent:g} %")
     print(f"wrote {out}")
 
 
@@ -289,6 +344,10 @@ def _redesign_model(args: argparse.Namespace, src: Path, out: Path, plots_dir: P
     poles = parse_poles(args.poles) if args.poles else PAPER_PI_POLES
     pi, db = design_pi(mf.model, poles), design_deadbeat(mf.model)
     new = replace(mf, name=args.name or mf.name, pi=pi.gains, deadbeat=db.gains)
+    if args.caps_min is not None:
+        if not (1.0 <= args.caps_min <= mf.caps.max_percent):
+            raise _Usage(f"--caps-min {args.caps_min:g} must be within 1..{mf.caps.max_percent:g} percent of one CPU")
+        new = new.with_caps(min_percent=args.caps_min)
     plots_dir.mkdir(parents=True, exist_ok=True)
     plots.save(plots.step_responses(mf.model, [pi, db]), plots_dir / "step-response.png")
     plots.save(plots.stability_region(mf.model, [pi, db]), plots_dir / "stability-region.png")
@@ -297,7 +356,9 @@ def _redesign_model(args: argparse.Namespace, src: Path, out: Path, plots_dir: P
         m = d.margins
         print(f"{d.name:<9} Kp = {d.gains.kp:.4e}  Ki = {d.gains.ki:.4e}  settling {d.settling_time_s:g} s  "
               f"overshoot {d.overshoot_percent:.1f} %  stable for b x {m.b_factor_min:.3g}..{m.b_factor_max:.3g}")
-    print(f"cap_min kept at {mf.caps.min_percent:g} % (a model file has no sweep to choose it from)")
+    print(f"caps.min_percent {new.caps.min_percent:g} % ("
+          + ("--caps-min" if args.caps_min is not None else "kept: a model file has no sweep to choose cap_min from")
+          + ")")
     print(f"wrote {out}")
     return 0
 

@@ -11,7 +11,15 @@ Time is injected (:class:`Clock`): :class:`VirtualClock` for the simulated plant
 waiting; ``backend.tick`` advances the plant) and :class:`WallClock` for real hosts.
 The offered rate is set through an :class:`OfferedRate` (the simulated traffic
 source, a lab traffic generator) or only recorded (:class:`RecordOnlyOffered`) when
-the traffic is generated outside the tool.
+the traffic is generated outside the tool.  Either way the rate actually handed to
+the VR is measured too (host-side TX packets of its interfaces) and kept beside the
+nominal one (``measured_offered_pps``); with ``min_offered_fraction`` a sweep whose
+first sample sees less than that fraction of the nominal rate offered stops at once
+(no traffic: the sweep would only measure an idle VR).
+
+The cap recorded with each sample is the cap in force as the host reads it back
+after the write (a quota backend rounds to whole microseconds and to at least
+1000 us per period, Xen to whole percent), not the one asked for.
 
 For every cap, ``settle_samples`` samples are taken and flagged ``settling`` (the
 transient after the cap step, kept because it is what identifies the plant's pole
@@ -49,7 +57,7 @@ class _BackendLike(Protocol):  # the parts of xtc.daemon.backend.Backend used he
     def counter_source(self): ...  # noqa: ANN201
     def discover(self) -> Mapping[str, tuple[str, ...]]: ...
     def read_cap(self, vr: str) -> float | None: ...
-    def write_cap(self, vr: str, cap_percent: float) -> None: ...
+    def write_cap(self, vr: str, cap_percent: float) -> float | None: ...
     def restore_cap(self, vr: str, cap_percent: float | None) -> None: ...
     def tick(self, now_s: float) -> None: ...
 
@@ -202,14 +210,24 @@ class ProgressBar:
         self.stream.flush()
 
 
-def _rx_packets(counters: Mapping[str, object], ifaces: Sequence[str]) -> dict[str, int]:
+def _packets(counters: Mapping[str, object], ifaces: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``{interface: (rx packets, tx packets)}`` of the VR's host-side interfaces."""
     out = {}
     for name in ifaces:
         c = counters.get(name)
         if c is None:
             raise TrainingError(f"interface {name} of the VR is not in the counters; is the VR running?")
-        out[name] = int(c.rx_packets)  # type: ignore[attr-defined]
+        out[name] = (int(c.rx_packets), int(c.tx_packets))  # type: ignore[attr-defined]
     return out
+
+
+def _cap_in_force(asked: float, applied: float | None) -> float:
+    """The cap to record: what the host read back after the write (rounded to 1e-6 %), else the one asked for."""
+    if applied is None:
+        return float(asked)
+    if not math.isfinite(applied) or not (0 < applied <= 100.0 + 1e-9):
+        raise TrainingError(f"the host reports cap {applied!r} % after setting {asked:g} %; the cap was not applied")
+    return round(float(applied), 6)
 
 
 def run_sweep(
@@ -219,6 +237,7 @@ def run_sweep(
     clock: Clock,
     offered: OfferedRate | None = None,
     progress: Callable[[int, str], None] | None = None,
+    min_offered_fraction: float = 0.0,
 ) -> list[Sample]:
     """Sweep the caps of one VR and return the samples in the order they were taken.
 
@@ -235,6 +254,10 @@ def run_sweep(
         Sets the offered rate; default :class:`RecordOnlyOffered`.
     progress : callable, optional
         Called as ``progress(samples_done, label)`` after each sample.
+    min_offered_fraction : float
+        If > 0: stop with :class:`~training.sweep.TrainingError` (the cap given back) when
+        the first sample at an offered rate measures less than this fraction of it handed
+        to the VR (host-side TX of its interfaces).
 
     Returns
     -------
@@ -243,6 +266,8 @@ def run_sweep(
     from xtc.daemon.host_errors import HostAdapterError
     from xtc.daemon.meter import counter_delta
 
+    if not (0.0 <= min_offered_fraction < 1.0):
+        raise TrainingError(f"min_offered_fraction must be within 0..1, got {min_offered_fraction!r}")
     offered = offered or RecordOnlyOffered()
     vrs = backend.discover()
     if vr not in vrs:
@@ -259,27 +284,36 @@ def run_sweep(
     try:
         for rate in plan.offered_pps:
             offered.set_offered_pps(vr, rate)
+            first_at_rate = True
             for cap in plan.caps_percent:
-                backend.write_cap(vr, cap)
+                in_force = _cap_in_force(cap, backend.write_cap(vr, cap))
                 t = clock.now()
                 backend.tick(t)
-                prev = _rx_packets(source.read(), ifaces)
+                prev = _packets(source.read(), ifaces)
                 for i in range(plan.settle_samples + plan.samples_per_cap):
                     clock.sleep_until(t + plan.period_s)
                     t_end = clock.now()
                     backend.tick(t_end)
-                    cur = _rx_packets(source.read(), ifaces)
+                    cur = _packets(source.read(), ifaces)
                     dt = t_end - t
                     if dt <= 0:
                         raise TrainingError("the clock did not advance during a sample")
-                    pkts = sum(counter_delta(prev[n], cur[n], dt, 150e6)[0] for n in ifaces)
+                    rx = sum(counter_delta(prev[n][0], cur[n][0], dt, 150e6)[0] for n in ifaces)
+                    tx = sum(counter_delta(prev[n][1], cur[n][1], dt, 150e6)[0] for n in ifaces)
+                    if first_at_rate and min_offered_fraction > 0 and tx / dt < min_offered_fraction * rate:
+                        raise TrainingError(
+                            f"only {tx / dt:.0f} pps were handed to VR '{vr}' (host-side TX of "
+                            f"{', '.join(ifaces)}) while {rate:g} pps are said to be offered: is the traffic "
+                            "running through this VR? Start it before the sweep (the tool does not generate it)"
+                        )
+                    first_at_rate = False
                     samples.append(
-                        Sample(rate, float(cap), i, pkts / dt, dt, i < plan.settle_samples, t_end - t_start)
+                        Sample(rate, in_force, i, rx / dt, dt, i < plan.settle_samples, t_end - t_start, tx / dt)
                     )
                     prev, t = cur, t_end
                     done += 1
                     if progress is not None:
-                        progress(done, f"{rate / 1e3:g} kp/s, cap {cap:g} %, {pkts / dt / 1e3:.1f} kp/s")
+                        progress(done, f"{rate / 1e3:g} kp/s, cap {in_force:g} %, {rx / dt / 1e3:.1f} kp/s")
     finally:
         try:
             backend.restore_cap(vr, original_cap)

@@ -46,8 +46,13 @@ The steps, all pure (a :class:`~training.sweep.Sweep` in, a :class:`FitResult` o
 
    ``R^2 = 1 - SS_res / SS_tot`` of the one-step predictions over all pairs, for
    either estimator (the paper's Figure 4 plots these predictions).  A fitted ``a``
-   slightly below 0 (within two standard errors) is set to 0 (``b = G``);
-   further below 0, or ``a >= 1``, is an error.
+   slightly below 0 (within two standard errors) is set to 0 (``b = G``).  With
+   ``steps``, an ``a`` down to ``-0.5`` is also set to 0, with a warning: the first
+   sample after a step went past the new level (up to 1.5 times the step), which a
+   plant that follows its cap within one period shows when that sample is noisy or
+   the cap change itself gives a short burst of CPU (a CFS quota change refills the
+   current period's runtime); 0 is the pole of such a plant.  Below that (or below
+   two standard errors with ``samples``), or ``a >= 1``, is an error.
 
 Units: rates in the model are kp/s (the CSV is packets/s), ``u`` in decades of cap.
 """
@@ -76,6 +81,9 @@ __all__ = [
 
 R_SQUARED_POOR = 0.9
 """Fits with R-squared below this are reported as poor and are not written without an explicit flag."""
+
+STEPS_OVERSHOOT_LIMIT = 0.5
+"""With ``method="steps"``, a fitted ``a`` in ``[-STEPS_OVERSHOOT_LIMIT, 0)`` is taken as 0 (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -308,8 +316,16 @@ def fit_sweep(
     resid = target - x @ np.array([a, b])
     a_orig = a
     if a < 0:
-        if a > -2 * a_se - 1e-12:
-            warnings.append(f"fitted a = {a:.4f} (+- {a_se:.4f}) is below 0 within noise; set to 0 and b refitted")
+        within_noise = a > -2 * a_se - 1e-12
+        if within_noise or (method == "steps" and a >= -STEPS_OVERSHOOT_LIMIT):
+            if within_noise:
+                warnings.append(f"fitted a = {a:.4f} (+- {a_se:.4f}) is below 0 within noise; set to 0 and b refitted")
+            else:
+                warnings.append(
+                    f"fitted a = {a:.4f} (+- {a_se:.4f}): the first sample after a cap step went on average "
+                    f"{-a:.0%} of the step past the new level; the rate follows the cap within one period, so a "
+                    "is set to 0 and b refitted"
+                )
             a = 0.0
             if method == "samples":
                 xb = x[:, 1]

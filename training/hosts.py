@@ -9,29 +9,85 @@
 
 For the real hosts the traffic comes from outside (a lab generator, a test bench): the
 offered rate is recorded, not set.  :class:`ActuatorHost` turns an actuator plus a counter
-source into the small host interface that :func:`training.collect.run_sweep` needs.
+source into the small host interface that :func:`training.collect.run_sweep` needs, and
+says what it is (:meth:`ActuatorHost.metadata`: the domain or cgroup, its interfaces and
+its scheduler setting before the sweep) for the CSV's metadata.
+:func:`describe_hardware` is the default ``hardware`` line of a sweep recorded here.
 """
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from training.collect import OfferedRate, RecordOnlyOffered
 from training.sweep import TrainingError
 
-__all__ = ["ActuatorHost", "SimOffered", "make_sim_host", "make_libvirt_host", "make_cgroup_host"]
+__all__ = [
+    "ActuatorHost",
+    "SimOffered",
+    "make_sim_host",
+    "make_libvirt_host",
+    "make_cgroup_host",
+    "describe_hardware",
+    "format_setting",
+]
+
+
+def describe_hardware(cpuinfo_text: str, cpus: int | None, kernel: str, hostname: str = "") -> str:
+    """One line naming the machine a sweep ran on (pure: the caller reads ``/proc/cpuinfo``).
+
+    >>> describe_hardware("model name\t: Intel(R) Xeon(R) CPU E5440\n", 2, "6.1.0")
+    '2 CPUs (Intel(R) Xeon(R) CPU E5440), Linux 6.1.0'
+    """
+    model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo_text.splitlines()
+                  if ln.startswith("model name") and ":" in ln), "") or "unknown CPU model"
+    n = f"{cpus} CPUs" if cpus else "unknown number of CPUs"
+    host = f"{hostname}: " if hostname else ""
+    return f"{host}{n} ({model}), Linux {kernel}"
+
+
+def this_hardware(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """:func:`describe_hardware` of the machine this runs on."""
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        text = ""
+    return describe_hardware(text, os.cpu_count(), platform.release())
+
+
+def format_setting(values: Mapping[str, object]) -> str:
+    """A scheduler setting as one metadata value, e.g. ``vcpu_period=100000 vcpu_quota=-1``."""
+    return " ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
 class ActuatorHost:
-    """One VR behind a cap actuator, with the host-side interfaces whose counters are read."""
+    """One VR behind a cap actuator, with the host-side interfaces whose counters are read.
 
-    def __init__(self, name: str, vr: str, actuator, source, interfaces: Sequence[str]) -> None:  # noqa: ANN001
+    The actuator's setting at construction is kept (:attr:`setting_before`) for the CSV's
+    metadata; the actuator itself records the exact original on its first write and
+    gives it back in :meth:`restore_cap`.
+    """
+
+    def __init__(self, name: str, vr: str, actuator, source, interfaces: Sequence[str],  # noqa: ANN001
+                 details: Mapping[str, str] | None = None, conn=None) -> None:  # noqa: ANN001
         self.name = name
         self.vr = vr
         self.actuator = actuator
         self.source = source
         self.interfaces = tuple(interfaces)
+        self.details = dict(details or {})
+        self.conn = conn
+        try:
+            self.setting_before = format_setting(actuator.current_setting().values)
+        except ValueError as e:  # a setting that could not be given back after the sweep
+            raise TrainingError(f"{name} VR '{vr}': its current cap setting cannot be restored afterwards: {e}") from None
+
+    def metadata(self) -> dict[str, str]:
+        """What was swept, for the CSV's ``# key: value`` lines."""
+        return {**self.details, "interfaces": ",".join(self.interfaces), "setting_before": self.setting_before}
 
     def counter_source(self):  # noqa: ANN201
         return self.source
@@ -42,8 +98,9 @@ class ActuatorHost:
     def read_cap(self, vr: str) -> float | None:
         return self.actuator.read_cap()
 
-    def write_cap(self, vr: str, cap_percent: float) -> None:
-        self.actuator.set_cap(cap_percent)
+    def write_cap(self, vr: str, cap_percent: float) -> float:
+        """Set the cap; return the cap in force as the host reads it back (percent of one CPU)."""
+        return self.actuator.set_cap(cap_percent)
 
     def restore_cap(self, vr: str, cap_percent: float | None) -> None:
         # The actuator recorded the original setting on its first write and restores it exactly.
@@ -53,7 +110,8 @@ class ActuatorHost:
         return None
 
     def close(self) -> None:
-        return None
+        if self.conn is not None:
+            self.conn.close()
 
 
 class SimOffered:
@@ -78,25 +136,58 @@ def make_sim_host(vr: str = "vr1", seed: int = 1, traffic: str = "udp", offered_
 
 
 def make_libvirt_host(
-    domain: str, uri: str = "lxc:///", kind: str = "lxc", interfaces: Sequence[str] = (),
+    domain: str, uri: str = "lxc:///", kind: str | None = None, interfaces: Sequence[str] = (),
     proc_net_dev: str = "/proc/net/dev",
 ) -> tuple[ActuatorHost, OfferedRate]:
-    """A libvirt domain (``kind`` lxc, qemu or xen); interfaces default to the live XML's targets."""
+    """A running libvirt domain as a sweep host.
+
+    Parameters
+    ----------
+    domain : str
+        Domain name; it must be running.
+    uri : str
+        libvirt connection URI.
+    kind : {"lxc", "qemu", "xen"}, optional
+        How its cap is written (``vcpu_quota`` per ``vcpu_period``, ``global_quota`` per
+        ``global_period``, or Xen's ``cap``); default: from the connection's driver.
+    interfaces : sequence of str
+        Host-side interfaces to count; default: the ``<target dev>`` of every
+        ``<interface>`` in the live domain XML.
+    proc_net_dev : str
+        Counter file.
+
+    Raises
+    ------
+    TrainingError
+        The domain does not exist or does not run, has no interfaces, or the kind is unknown.
+    xtc.daemon.host_errors.HostAdapterError
+        libvirt cannot be reached, or the domain's scheduler parameters cannot be read.
+    """
     from xtc.daemon.actuators import make_actuator
     from xtc.daemon.libvirt_conn import LibvirtConn
     from xtc.daemon.meter import ProcNetDevSource
 
+    if not domain:
+        raise TrainingError("give the libvirt domain to sweep (--domain)")
     conn = LibvirtConn(uri)
-    ifaces = tuple(interfaces)
-    if not ifaces:
+    try:
         info = conn.domain_info(domain)
         if not info.running:
-            raise TrainingError(f"libvirt domain '{domain}' is not running ({info.reason}); start it first")
-        ifaces = tuple(info.interfaces)
+            raise TrainingError(f"libvirt domain '{domain}' at {uri} is not running ({info.reason}); start it first")
+        ifaces = tuple(interfaces) or tuple(info.interfaces)
         if not ifaces:
             raise TrainingError(f"libvirt domain '{domain}' has no <interface><target dev=...>; give --interfaces")
-    act = make_actuator(kind, domain, conn=conn)
-    return ActuatorHost(f"libvirt-{kind}", domain, act, ProcNetDevSource(proc_net_dev), ifaces), RecordOnlyOffered()
+        if kind is None:
+            kind = conn.driver_kind()
+        if kind not in ("lxc", "qemu", "xen"):
+            raise TrainingError(f"libvirt driver '{kind}' at {uri}: give --kind lxc, qemu or xen")
+        act = make_actuator(kind, domain, conn=conn)
+        details = {"domain": domain, "uri": uri, "cap_kind": kind}
+        host = ActuatorHost(f"libvirt-{kind}", domain, act, ProcNetDevSource(proc_net_dev), ifaces, details, conn)
+    except BaseException:
+        conn.close()
+        raise
+    return host, RecordOnlyOffered()
 
 
 def make_cgroup_host(

@@ -49,7 +49,7 @@ def provenance(sweep: Sweep, csv_path: str, sha256: str, date: str | None) -> di
     d = date or sweep.metadata.get("date")
     if d:
         out["date"] = d
-    for k in ("backend", "hardware", "traffic", "packet_bytes", "period_s", "seed"):
+    for k in ("backend", "hardware", "traffic", "offered_pps_source", "packet_bytes", "period_s", "seed"):
         if k in sweep.metadata:
             out[k] = sweep.metadata[k]
     return out
@@ -65,8 +65,12 @@ def train_from_sweep(
     plateau_tol_kpps: float = 1.0,
     method: str = "steps",
     accept_poor_fit: bool = False,
+    caps_min_percent: float | None = None,
 ) -> Training:
     """Fit the sweep, design PI and dead-beat gains, choose cap_min, assemble the model file.
+
+    ``caps_min_percent``: the model file's ``caps.min_percent`` (default: the chosen cap_min,
+    which is recorded under ``[extra.cap_min]`` either way).
 
     Raises
     ------
@@ -75,6 +79,8 @@ def train_from_sweep(
     PoorFitError
         When R-squared is below 0.9 and ``accept_poor_fit`` is False.
     """
+    if caps_min_percent is not None and not (1.0 <= caps_min_percent <= 100.0):
+        raise TrainingError(f"--caps-min {caps_min_percent:g} must be within 1..100 percent of one CPU")
     rate = primary_offered_pps(sweep) if offered_pps is None else offered_pps
     fit = fit_sweep(sweep, rate, plateau_tol_kpps=plateau_tol_kpps, method=method)
     if fit.poor and not accept_poor_fit:
@@ -95,8 +101,10 @@ def train_from_sweep(
     desc = (
         f"Log-cap model fitted at {rate / 1e3:g} kp/s offered on {fitted_on.get('csv', 'a sweep')} "
         f"(R^2 {fit.r_squared:.4f}, method {method})."
+        + (" A POOR fit (R^2 below 0.9), written because it was explicitly accepted." if fit.poor else "")
     )
-    mf = build_model_file(name, fit, pi, db, cap_min, fitted_on, points if len(points) > 1 else None, desc)
+    mf = build_model_file(name, fit, pi, db, cap_min, fitted_on, points if len(points) > 1 else None, desc,
+                          caps_min_percent)
     return Training(fit, pi, db, cap_min, mf, {r: f for r, f in others.items() if r != rate}, failed)
 
 
@@ -159,7 +167,8 @@ def markdown_report(t: Training, plots: Mapping[str, str], model_path: str, csv_
         "## cap_min",
         "",
         f"cap_min = {t.cap_min.cap_min_percent:g} %: the lowest cap forwarding {t.cap_min.useful_kpps:g} kp/s "
-        f"({t.cap_min.method}, raw {t.cap_min.raw_cap_percent:.2f} %, rounded up).",
+        f"({t.cap_min.method}, raw {t.cap_min.raw_cap_percent:.2f} %, rounded up). The model file's floor "
+        f"(`caps.min_percent`, kept by every controller) is {t.model_file.caps.min_percent:g} %.",
         "",
         "## Plots",
         "",

@@ -13,8 +13,11 @@ schema in ``docs/training-csv.md``:
 Required columns: ``offered_pps``, ``cap_percent``, ``sample_index``,
 ``forwarded_pps``, ``duration_s``.  Optional: ``settling`` (1 for samples
 taken while the VR was still settling after a cap change, 0 otherwise; default
-0) and ``time_s`` (seconds since the start of the sweep at the end of the
-sample; default: the running sum of ``duration_s``).
+0), ``time_s`` (seconds since the start of the sweep at the end of the
+sample; default: the running sum of ``duration_s``) and ``measured_offered_pps``
+(the rate actually handed to the VR during the sample, host-side TX of its
+interfaces, packets/s; ``offered_pps`` is the nominal rate that groups the
+samples).
 
 Parsing is pure (:func:`parse_sweep_csv` takes text); :func:`read_sweep_csv`
 and :func:`write_sweep_csv` are the thin file layer.  Any defect raises
@@ -50,7 +53,7 @@ __all__ = [
 
 SWEEP_SCHEMA = "xtc-sweep/1"
 REQUIRED_COLUMNS = ("offered_pps", "cap_percent", "sample_index", "forwarded_pps", "duration_s")
-OPTIONAL_COLUMNS = ("settling", "time_s")
+OPTIONAL_COLUMNS = ("settling", "time_s", "measured_offered_pps")
 CAP_MIN_PERCENT = 1.0
 CAP_MAX_PERCENT = 100.0
 
@@ -83,6 +86,9 @@ class Sample:
         True when the sample was taken during the settle time after a cap change.
     time_s : float
         Seconds since the start of the sweep at the end of the sample.
+    measured_offered_pps : float
+        Packet rate actually handed to the VR during the sample (host-side TX of its
+        interfaces), packets/s; NaN when not measured.
     """
 
     offered_pps: float
@@ -92,6 +98,7 @@ class Sample:
     duration_s: float
     settling: bool = False
     time_s: float = math.nan
+    measured_offered_pps: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,7 @@ class Sweep:
             "duration_s": np.array([s.duration_s for s in self.samples], dtype=float),
             "settling": np.array([s.settling for s in self.samples], dtype=bool),
             "time_s": np.array([s.time_s for s in self.samples], dtype=float),
+            "measured_offered_pps": np.array([s.measured_offered_pps for s in self.samples], dtype=float),
         }
 
 
@@ -220,8 +228,8 @@ def parse_sweep_csv(text: str, source: str = "<sweep>") -> Sweep:
                 f"{source}: line {line}: cap_percent {cap:g} is outside 1..100 (percent of one CPU); "
                 "caps are percent of one CPU, e.g. 25 for a quarter of a core"
             )
-        for name in ("offered_pps", "forwarded_pps"):
-            if v[name] < 0:
+        for name in ("offered_pps", "forwarded_pps", "measured_offered_pps"):
+            if v.get(name, 0.0) < 0:
                 raise SweepError(f"{source}: line {line}: {name} {v[name]:g} is negative; rates are packets/s >= 0")
         if v["offered_pps"] == 0:
             raise SweepError(f"{source}: line {line}: offered_pps is 0; a sweep needs traffic offered to the VR")
@@ -243,6 +251,7 @@ def parse_sweep_csv(text: str, source: str = "<sweep>") -> Sweep:
                 duration_s=v["duration_s"],
                 settling=bool(settling),
                 time_s=v.get("time_s", elapsed),
+                measured_offered_pps=v.get("measured_offered_pps", math.nan),
             )
         )
     if not samples:
@@ -265,7 +274,12 @@ def read_sweep_csv(path: str | Path) -> Sweep:
 
 
 def format_sweep_csv(samples: Iterable[Sample], metadata: Mapping[str, str] | None = None) -> str:
-    """The CSV text of a sweep (metadata lines, header, rows), readable by :func:`parse_sweep_csv`."""
+    """The CSV text of a sweep (metadata lines, header, rows), readable by :func:`parse_sweep_csv`.
+
+    The ``measured_offered_pps`` column is written only when every sample has a finite value.
+    """
+    samples = list(samples)
+    with_offered = bool(samples) and all(math.isfinite(s.measured_offered_pps) for s in samples)
     out = io.StringIO()
     out.write(f"# {SWEEP_SCHEMA}\n")
     for k, v in (metadata or {}).items():
@@ -275,12 +289,18 @@ def format_sweep_csv(samples: Iterable[Sample], metadata: Mapping[str, str] | No
             raise SweepError(f"metadata key {k!r} or its value cannot be written as a '# key: value' line")
         out.write(f"# {k}: {v}\n")
     w = csv.writer(out, lineterminator="\n")
-    w.writerow([*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS])
+    columns = [*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS]
+    if not with_offered:
+        columns.remove("measured_offered_pps")
+    w.writerow(columns)
     for s in samples:
-        w.writerow([
+        row = [
             f"{s.offered_pps:.6g}", f"{s.cap_percent:.6g}", s.sample_index, f"{s.forwarded_pps:.3f}",
             f"{s.duration_s:.6g}", int(s.settling), f"{s.time_s:.3f}",
-        ])
+        ]
+        if with_offered:
+            row.append(f"{s.measured_offered_pps:.3f}")
+        w.writerow(row)
     return out.getvalue()
 
 

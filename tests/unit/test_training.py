@@ -249,3 +249,143 @@ def test_cli_redesign_of_a_model_file(tmp_path: Path) -> None:
     from xtc.control.design import closed_loop_poles
 
     assert_allclose(closed_loop_poles(mf.model, mf.pi), [0.5, 0.5], atol=1e-6)
+
+
+# ----------------------------------------------- real-host sweep logic (fake host, no clock)
+class _Counters:
+    def __init__(self, rx: int, tx: int) -> None:
+        self.rx_packets, self.tx_packets = rx, tx
+
+
+class _FakeQuotaHost:
+    """A quota host as the real one behaves: caps rounded to whole microseconds of a 50 ms period
+    (at least 1000 us), a fixed packet rate per percent of CPU, the original restored exactly."""
+
+    name = "fake-quota"
+
+    def __init__(self, offered_pps: float, pps_per_percent: float = 1900.0, period_us: int = 50_000) -> None:
+        self.offered_pps, self.k, self.period_us = offered_pps, pps_per_percent, period_us
+        self.quota_us = 40_000  # the original
+        self.rx = self.tx = 0
+        self.t = 0.0
+        self.restored_to: float | None = None
+
+    def cap(self) -> float:
+        return 100.0 * self.quota_us / self.period_us
+
+    def discover(self) -> dict[str, tuple[str, ...]]:
+        return {"vr": ("vif1.0", "vif1.1")}
+
+    def counter_source(self):  # noqa: ANN201
+        host = self
+
+        class Source:
+            def read(self) -> dict[str, _Counters]:
+                return {"vif1.0": _Counters(host.rx, host.tx), "vif1.1": _Counters(0, 0), "lo": _Counters(5, 5)}
+
+        return Source()
+
+    def read_cap(self, vr: str) -> float:
+        return self.cap()
+
+    def write_cap(self, vr: str, cap_percent: float) -> float:
+        self.quota_us = max(1000, round(cap_percent / 100 * self.period_us))
+        return self.cap()
+
+    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
+        self.quota_us = 40_000
+        self.restored_to = self.cap()
+
+    def tick(self, now_s: float) -> None:
+        dt, self.t = now_s - self.t, now_s
+        self.tx += int(self.offered_pps * dt)
+        self.rx += int(min(self.offered_pps, self.k * self.cap()) * dt)
+
+
+def test_real_host_sweep_records_the_cap_read_back_and_the_offered_rate() -> None:
+    host = _FakeQuotaHost(100_000.0)
+    plan = SweepPlan((1.0, 1.5, 10.0), (100_000.0,), samples_per_cap=2, settle_samples=1)
+    samples = run_sweep(plan, host, "vr", VirtualClock(), min_offered_fraction=0.1)
+    # 1 % of a 50 ms period is 500 us, raised to the 1000 us minimum: 2 % is in force, and so for 1.5 %.
+    assert [s.cap_percent for s in samples] == [2.0] * 6 + [10.0] * 3
+    assert_allclose([s.forwarded_pps for s in samples], [3800.0] * 6 + [19000.0] * 3)
+    assert_allclose([s.measured_offered_pps for s in samples], 100_000.0)
+    assert host.restored_to == 80.0
+    text = format_sweep_csv(samples)
+    assert "measured_offered_pps" in text.splitlines()[1]
+    back = parse_sweep_csv(text)
+    assert_allclose(back.arrays()["measured_offered_pps"], 100_000.0)
+
+
+def test_sweep_without_traffic_stops_after_the_first_sample_and_restores() -> None:
+    host = _FakeQuotaHost(0.0)
+    plan = SweepPlan((5.0, 10.0), (100_000.0,), samples_per_cap=5, settle_samples=1)
+    clock = VirtualClock()
+    with pytest.raises(TrainingError, match="is the traffic running"):
+        run_sweep(plan, host, "vr", clock, min_offered_fraction=0.1)
+    assert clock.now() == 1.0 and host.restored_to == 80.0
+    assert len(run_sweep(plan, _FakeQuotaHost(0.0), "vr", VirtualClock())) == 12  # no check asked for
+
+
+def test_csv_without_measured_offered_rate_omits_the_column() -> None:
+    s = model_sweep(PAPER, [5.0, 10.0], samples_per_cap=2)
+    text = format_sweep_csv(s)
+    assert "measured_offered_pps" not in text
+    assert all(math.isnan(x) for x in parse_sweep_csv(text).arrays()["measured_offered_pps"])
+    with pytest.raises(SweepError, match="negative"):
+        parse_sweep_csv("offered_pps,cap_percent,sample_index,forwarded_pps,duration_s,measured_offered_pps\n"
+                        "100000,5,0,3,1,-2\n")
+
+
+def test_describe_hardware_is_pure() -> None:
+    from training.hosts import describe_hardware
+
+    cpuinfo = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n"
+    assert describe_hardware(cpuinfo, 2, "6.1.0-18") == "2 CPUs (AMD EPYC 7B13), Linux 6.1.0-18"
+    assert describe_hardware("", None, "6.1") == "unknown number of CPUs (unknown CPU model), Linux 6.1"
+
+
+def _overshooting_sweep(overshoot: float) -> Sweep:
+    """A static plant (a = 0) whose first sample after each cap step goes ``overshoot`` of the step past it."""
+    out, t, prev = [], 0.0, None
+    for cap in CAPS[:10]:
+        level = PAPER.steady_state_kpps(cap) * 1e3
+        for i in range(6):
+            y = level + (overshoot * (level - prev) if i == 0 and prev is not None else 0.0)
+            y += 50.0 * ((i * 7 + int(cap)) % 3 - 1)  # a little deterministic noise
+            t += 1.0
+            out.append(Sample(100_000.0, cap, i, y, 1.0, i < 1, t))
+        prev = level
+    return Sweep(tuple(out))
+
+
+def test_steps_fit_takes_a_fast_plant_that_overshoots_as_a_equal_0() -> None:
+    fit = fit_sweep(_overshooting_sweep(0.25))
+    assert fit.model.a == 0.0 and any("past the new level" in w for w in fit.warnings)
+    assert_allclose(fit.model.b_kpps_per_decade, PAPER.static_gain_kpps_per_decade, rtol=0.02)
+    with pytest.raises(TrainingError, match="negative"):
+        fit_sweep(_overshooting_sweep(0.8))  # far past it: not a first-order plant
+
+
+def test_caps_min_sets_the_model_floor_and_keeps_cap_min_recorded(tmp_path: Path) -> None:
+    from training.pipeline import train_from_sweep
+
+    sw = _sweep(noise_kpps=0.3, seed=4)
+    t = train_from_sweep(sw, {}, caps_min_percent=1.0)
+    assert t.model_file.caps.min_percent == 1.0
+    assert t.model_file.extra["cap_min"]["chosen_percent"] == t.cap_min.cap_min_percent > 1.0
+    assert train_from_sweep(sw, {}).model_file.caps.min_percent == t.cap_min.cap_min_percent
+    with pytest.raises(TrainingError):
+        train_from_sweep(sw, {}, caps_min_percent=0.5)
+    csv = _write(tmp_path, format_sweep_csv(sw.samples))
+    out = tmp_path / "m.toml"
+    assert main(["design", str(csv), "--out", str(out), "--caps-min", "1"]) == 0
+    assert load_model(out).caps.min_percent == 1.0
+
+
+def test_cli_collect_refuses_an_unwritable_output_before_sweeping(tmp_path: Path, capsys) -> None:
+    rc = main(["collect", "--backend", "sim", "--quiet", "--out", str(tmp_path / "no" / "such" / "dir.csv")])
+    assert rc == EXIT_ERROR and "does not exist" in capsys.readouterr().err
+    rc = main(["collect", "--backend", "libvirt", "--quiet", "--out", str(tmp_path / "s.csv")])
+    assert rc == EXIT_ERROR and "--domain is required" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
