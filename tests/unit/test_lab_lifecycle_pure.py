@@ -355,3 +355,30 @@ def test_find_cpu_cgroup_explains_what_is_missing(tmp_path: Path) -> None:
     assert copy.copy(CpuCgroup(1, Path("/x"))).quota_file == "cpu.cfs_quota_us"
     with pytest.raises(LabError, match="bad cgroup name"):
         CpuCgroup(1, Path("/x")).path("../etc")
+
+
+def test_a_host_that_cannot_run_the_mode_is_refused_before_anything_is_made(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import xtc.lab.harness as harness
+    import xtc.lab.netlab as netlab
+
+    def no_build(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("nothing may be built")
+
+    monkeypatch.setattr(L, "build_lab", no_build)
+    monkeypatch.setattr(L, "lab_lock", no_build)
+    monkeypatch.setattr(harness, "lab_host_problem", lambda mode: None)
+
+    def no_cpu() -> None:
+        raise LabError("the cgroup2 tree at /sys/fs/cgroup has no cpu controller (controllers: memory)")
+
+    monkeypatch.setattr(netlab, "find_cpu_cgroup", no_cpu)
+    args = parser().parse_args(["up", "--name", "xtct-0002", "--mode", "netns"])
+    assert args.func(args) == L.EXIT_UNSUPPORTED
+    err = capsys.readouterr().err
+    assert "cannot build a lab in netns mode" in err and "needs a cgroup cpu controller" in err and "no cpu controller" in err
+    monkeypatch.setattr(harness, "lab_host_problem",
+                        lambda mode: "libvirt-python is not installed (pip install 'xtc[libvirt]')" if mode == "lxc" else None)
+    args = parser().parse_args(["up", "--name", "xtct-0002", "--mode", "lxc"])
+    assert args.func(args) == L.EXIT_UNSUPPORTED
+    assert "cannot build a lab in lxc mode on this host: libvirt-python is not installed" in capsys.readouterr().err

@@ -862,7 +862,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _fail("up", str(e), EXIT_USAGE)
     problem = host_problem(shape.mode)
     if problem:
-        return _fail("up", f"cannot build a {shape.mode} lab on this host: {problem}", EXIT_UNSUPPORTED)
+        return _fail("up", f"cannot build a lab in {shape.mode} mode on this host: {problem}", EXIT_UNSUPPORTED)
     with lab_lock(name):
         record, other = read_record(name)
         uri: str | None = DEFAULT_URI
