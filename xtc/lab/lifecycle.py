@@ -959,9 +959,11 @@ def _persistent_labs(registry: Path = LAB_REGISTRY) -> list[str]:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    if args.all and args.name is not None:
+        return _fail("down", "give --name or --all, not both", EXIT_USAGE)
+    if os.geteuid() != 0:
+        return _fail("down", "needs root (removes namespaces, links, cgroups and domains)", EXIT_UNSUPPORTED)
     if args.all:
-        if args.name is not None:
-            return _fail("down", "give --name or --all, not both", EXIT_USAGE)
         names = _persistent_labs()
         rc = EXIT_OK
         any_lxc = False
@@ -990,8 +992,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def _down_one(name: str) -> int:
-    if os.geteuid() != 0:
-        return _fail("down", "needs root (removes namespaces, links, cgroups and domains)", EXIT_UNSUPPORTED)
     with lab_lock(name):
         record, other = read_record(name)
         if other is not None and other.endswith("alive"):
