@@ -202,4 +202,5 @@ def make_cgroup_host(
     if not interfaces:
         raise TrainingError("--interfaces is required with --backend cgroup (the VR's host-side interfaces)")
     act = make_actuator("cgroup", vr, cgroup_dir=cgroup_dir)
-    return ActuatorHost("cgroup", vr, act, ProcNetDevSource(proc_net_dev), interfaces), RecordOnlyOffered()
+    host = ActuatorHost("cgroup", vr, act, ProcNetDevSource(proc_net_dev), interfaces, {"cgroup": str(cgroup_dir)})
+    return host, RecordOnlyOffered()

@@ -389,3 +389,15 @@ def test_cli_collect_refuses_an_unwritable_output_before_sweeping(tmp_path: Path
     rc = main(["collect", "--backend", "libvirt", "--quiet", "--out", str(tmp_path / "s.csv")])
     assert rc == EXIT_ERROR and "--domain is required" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_cgroup_host_says_what_it_sweeps(tmp_path: Path) -> None:
+    from training.hosts import make_cgroup_host
+
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    host, _ = make_cgroup_host(str(tmp_path), ["vif9.0", "vif9.1"], "vr9")
+    md = host.metadata()
+    assert md == {"cgroup": str(tmp_path), "interfaces": "vif9.0,vif9.1", "setting_before": "cpu.max=max 100000"}
+    assert host.write_cap("vr9", 25.0) == 25.0 and (tmp_path / "cpu.max").read_text().split() == ["25000", "100000"]
+    host.restore_cap("vr9", None)
+    assert (tmp_path / "cpu.max").read_text().split() == ["max", "100000"]
