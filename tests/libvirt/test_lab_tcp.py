@@ -35,7 +35,8 @@ def _leftovers(prefix: str) -> list[str]:
 
     links = [p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(prefix + "-")]
     spaces = [n for n in netns.listnetns() if n.startswith(prefix + "-")]
-    out = subprocess.run(["virsh", "-c", "lxc:///", "list", "--all", "--name"], capture_output=True, text=True, check=False)
+    out = subprocess.run(["virsh", "-c", "lxc:///", "list", "--all", "--name"], capture_output=True, text=True,
+                         check=False)
     return links + spaces + [d for d in out.stdout.split() if d.startswith(prefix + "-")]
 
 
@@ -81,7 +82,8 @@ def _finite_pos(x: float) -> bool:
 @pytest.mark.timeout(80)
 def test_lab_run_tcpudp_quick(libvirtd, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "xtc.cli", "lab", "run", "tcpudp", "--quick", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=75, env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+                       capture_output=True, text=True, timeout=75, check=False,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["experiment"] == "tcpudp"
