@@ -64,7 +64,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from xtc.lab.experiments import available
+    from xtc.daemon.ctl import ManagerError
     from xtc.lab.harness import RunContext, host_description, lab_host_problem, measurement_lock, write_outputs
+    from xtc.lab.libvirtd import LibvirtdError
     from xtc.lab.netlab import LabError
 
     problem = lab_host_problem("lxc")
@@ -88,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             with measurement_lock(say=ctx.say):
                 host = host_description()
                 outcome = exps[name].run(ctx, args)
-        except (LabError, OSError, ValueError) as e:
+        except (LabError, LibvirtdError, ManagerError, OSError, ValueError) as e:
             print(f"xtc lab run {name}: {e}", file=sys.stderr)
             return EXIT_ERROR
         outcome.result.setdefault("experiment", name)
