@@ -767,15 +767,25 @@ class NetLab:
             self._cpu_cgroup = find_cpu_cgroup()
         return self._cpu_cgroup
 
-    def spawn_in(self, ns: str, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
-        """Start ``argv`` inside namespace ``ns`` (``ip netns exec``); tracked, stopped on teardown."""
+    def spawn_in(self, ns: str, argv: Sequence[str], cgroup_procs: Path | None = None,
+                 **popen: Any) -> subprocess.Popen[bytes]:
+        """Start ``argv`` inside namespace ``ns`` (``ip netns exec``); tracked, stopped on teardown.
+
+        With ``cgroup_procs`` (a cgroup's ``cgroup.procs`` file) the process enters that cgroup
+        before it becomes ``ip netns exec`` and then ``argv`` (same pid throughout: a shell writes
+        its own pid there and execs), so everything it runs is charged to the cgroup.
+        """
         if not ns.startswith(self.prefix + "-"):
             raise LabError(f"namespace {ns!r} does not belong to lab {self.prefix}")
         popen.setdefault("stdin", subprocess.DEVNULL)
         popen.setdefault("stdout", subprocess.DEVNULL)
         popen.setdefault("stderr", subprocess.DEVNULL)
+        cmd = ["ip", "netns", "exec", ns, *argv]
+        if cgroup_procs is not None:
+            # Outside the namespace: ip netns exec mounts its own /sys, without the cgroup tree.
+            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *cmd]
         try:
-            p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], **popen)
+            p = subprocess.Popen(cmd, **popen)
         except OSError as e:
             raise LabError(f"cannot run {argv[0]} in {ns}: {e}") from e
         self.processes.append(p)
@@ -878,24 +888,13 @@ class NetLab:
         with IPRoute() as ipr:
             for i, (vif, br) in enumerate(zip(vr.vifs, vr.bridges)):
                 self._veth_into_ns(ipr, vif, f"eth{i}", vr.name, master=br)
-        popen: dict[str, Any] = {}
+        procs = None
         if cg is not None:
             d = create_cgroup(cg, vr.name)
             vr.cgroup = str(d)
-            procs = str(d / "cgroup.procs")
-
-            def enter_cgroup() -> None:  # runs in the child between fork and exec
-                fd = os.open(procs, os.O_WRONLY)
-                try:
-                    os.write(fd, str(os.getpid()).encode())
-                finally:
-                    os.close(fd)
-
-            popen["preexec_fn"] = enter_cgroup
-        if detach:
-            popen["start_new_session"] = True
+            procs = d / "cgroup.procs"
         argv = [str(self.forwarder), "-w", str(work_iters), "-t", "10", "eth0", "eth1"]
-        vr.process = self.spawn_in(vr.name, argv, **popen)
+        vr.process = self.spawn_in(vr.name, argv, cgroup_procs=procs, start_new_session=detach)
         self._wait_links(vr.vifs)
 
     def _add_segments(self, kind: str) -> VR:
