@@ -56,7 +56,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -736,42 +736,49 @@ def host_problem(mode: str) -> str | None:
 
 
 def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: Path = LAB_REGISTRY) -> dict[str, Any]:
-    """Build the lab and write its persistent record; on any failure remove what was built."""
-    uri: str | None = None
-    if shape.mode == "lxc":
-        from xtc.lab.libvirtd import Libvirtd, LibvirtdError
+    """Build the lab and write its persistent record; on any failure remove what was built.
 
-        daemon = Libvirtd()
+    In lxc mode a shared lease on the lab's libvirtd is held while building, so no other
+    process stops the daemon before the lab's domains run (afterwards they keep it in use).
+    """
+    with ExitStack() as stack:
+        uri: str | None = None
+        if shape.mode == "lxc":
+            from xtc.lab.libvirtd import Libvirtd, LibvirtdError
+
+            daemon = Libvirtd()
+            try:
+                started_before = bool(daemon.started_here()) or daemon.reachable() is None
+                stack.enter_context(daemon.lease())
+                if not started_before:
+                    say(f"started libvirtd for {daemon.uri}")
+            except LibvirtdError as e:
+                raise LabError(f"lxc mode needs libvirtd: {e}") from e
+            uri = daemon.uri
+        lab = NetLab(prefix=name, uri=uri or DEFAULT_URI, registry=registry)
+        chain: Chain | None = None
         try:
-            if daemon.ensure_running():
-                say(f"started libvirtd for {daemon.uri}")
-        except LibvirtdError as e:
-            raise LabError(f"lxc mode needs libvirtd: {e}") from e
-        uri = daemon.uri
-    lab = NetLab(prefix=name, uri=uri or DEFAULT_URI, registry=registry)
-    chain: Chain | None = None
-    try:
-        if shape.hops == 1:
-            for i in range(shape.n_vrs):
-                say(f"creating VR {i + 1}/{shape.n_vrs} ({shape.mode})")
-                if shape.mode == "lxc":
-                    lab.add_vr(work_iters=shape.work_iters)
-                else:
-                    lab.add_netns_vr(work_iters=shape.work_iters, cgroup=True, detach=True)
-        else:
-            say(f"creating {shape.hops} routers in a line ({shape.mode})")
-            chain = lab.add_chain(hops=shape.hops, mode=shape.mode, work_iters=shape.work_iters,
-                                  cgroup=True, detach=True)
-        record = _record_of(name, shape, lab, chain, uri)
-        write_record(record, registry)
-    except BaseException:
-        say("build failed: removing what was made")
-        try:
-            lab.teardown()
-        except LabError as e:
-            say(f"cleanup: {e}")
-        raise
-    return record
+            if shape.hops == 1:
+                for i in range(shape.n_vrs):
+                    say(f"creating VR {i + 1}/{shape.n_vrs} ({shape.mode})")
+                    if shape.mode == "lxc":
+                        lab.add_vr(work_iters=shape.work_iters)
+                    else:
+                        lab.add_netns_vr(work_iters=shape.work_iters, cgroup=True, detach=True)
+            else:
+                say(f"creating {shape.hops} routers in a line ({shape.mode})")
+                chain = lab.add_chain(hops=shape.hops, mode=shape.mode, work_iters=shape.work_iters,
+                                      cgroup=True, detach=True)
+            record = _record_of(name, shape, lab, chain, uri)
+            write_record(record, registry)
+        except BaseException:
+            say("build failed: removing what was made")
+            try:
+                lab.teardown()
+            except LabError as e:
+                say(f"cleanup: {e}")
+            raise
+        return record
 
 
 def _record_of(name: str, shape: LabShape, lab: NetLab, chain: Chain | None, uri: str | None) -> dict[str, Any]:
