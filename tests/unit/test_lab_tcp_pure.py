@@ -212,6 +212,20 @@ def test_compare_phases_reproduces_the_papers_arithmetic() -> None:
     assert c["min_max_with"] == pytest.approx(20 / 47)
 
 
+def test_path_rates_split_the_directions() -> None:
+    c0 = {"forwarded": 1_000, "forwarded_to_tr": 800, "offered_from_tg": 900}
+    # over 2 s: 20000 data segments handed in, 18000 passed on, 6000 ACKs sent back
+    c1 = {"forwarded": 1_000 + 18_000 + 6_000, "forwarded_to_tr": 800 + 18_000, "offered_from_tg": 900 + 20_000}
+    r = tcpudp.path_rates(c0, c1, 2.0)
+    assert r == {"into_vr_pps": 10_000.0, "out_to_receiver_pps": 9_000.0, "out_to_generator_pps": 3_000.0,
+                 "dropped_in_vr_fraction": pytest.approx(0.1)}
+    assert tcpudp.lost_in_vr_text({"path": r}) == "10.0%"
+    assert tcpudp.lost_in_vr_text({"path": None}) == "-"
+    assert math.isnan(tcpudp.path_rates(c0, c0, 1.0)["dropped_in_vr_fraction"])
+    with pytest.raises(ValueError, match="dt_s"):
+        tcpudp.path_rates(c0, c1, 0.0)
+
+
 def test_summarise_vr_uses_the_window_only() -> None:
     series = {"t_s": [1, 2, 3, 4], "forwarded_pps": [5, 10, 20, 99], "offered_pps": [50, 50, 50, 50],
               "cap_percent": [None, 10.0, 20.0, 30.0]}
@@ -233,6 +247,8 @@ def _tcpudp_phase(tcp_fwd: float, udp_fwd: float, udp_cap: float, tcp_cap: float
     tcp = _vr(tcp_fwd, 0.8 * tcp_fwd, tcp_cap, 60.0)
     tcp.update(goodput_bits_per_s=9e7, iperf3={"seconds": 10.0, "received_bits_per_s": 9e7, "retransmits": 100,
                                                "mss_bytes": 470})
+    tcp["path"] = {"into_vr_pps": 0.8 * tcp_fwd, "out_to_receiver_pps": 0.72 * tcp_fwd,
+                   "out_to_generator_pps": 0.28 * tcp_fwd, "dropped_in_vr_fraction": 0.1}
     udp = _vr(udp_fwd, 99_000, udp_cap, 40.0)
     udp.update(sender={"sent_pps": 99_000, "seconds": 10.0})
     return {"tcp": tcp, "udp": udp, "aggregate_pps": tcp_fwd + udp_fwd, "host_cpu_percent": _host_cpu(),
@@ -259,6 +275,7 @@ def test_tcpudp_outcome_report_goals_and_plot(tmp_path: Path) -> None:
     assert [g.met for g in out.goals] == [True, True, True, True]
     assert "+10.0 kp/s" in out.report_md and "-49.5 kp/s" in out.report_md
     assert "~100" in out.report_md and "| 68 |" in out.report_md  # the paper's numbers beside the lab's
+    assert "10.0% of its data segments were lost inside the VR" in out.report_md
     # with XTC the UDP VR missing its setpoint is a missed goal
     phases["with"]["udp"]["forwarded_pps"] = 30_000
     result["comparison"] = tcpudp.compare_phases(phases["without"], phases["with"], sp)

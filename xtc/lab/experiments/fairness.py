@@ -35,6 +35,7 @@ from xtc.lab.experiments.tcpudp import (
     PhaseTimes,
     controller_model,
     goodput_in_window,
+    lost_in_vr_text,
     min_max_ratio,
     run_phase,
     summarise_vr,
@@ -197,6 +198,7 @@ def _phase_summary(rec: Recorder, times: PhaseTimes, res: Sequence[TcpResult], c
     for key, vr, r in (("one", one_vr, res[0]), ("many", many_vr, res[1])):
         s = summarise_vr(rec.series[vr.name].to_json(), t0, t1)
         s["cpu_percent"] = cpu["vr_percent"].get(vr.name, math.nan)
+        s["path"] = cpu["paths"].get(vr.name)
         s["goodput_bits_per_s"] = goodput_in_window(r, times.start_s, t0, t1)
         s["iperf3"] = {"flows": r.flows, "seconds": r.seconds, "received_bits_per_s": r.received_bits_per_s,
                        "retransmits": r.retransmits, "flow_min_max_ratio": r.flow_min_max_ratio}
@@ -238,7 +240,8 @@ def _outcome(result: dict[str, Any]) -> Outcome:
                            _f(x["one"]["cpu_percent"], "{:.0f}"), _f(x["many"]["cpu_percent"], "{:.0f}"),
                            _f(x["one"]["goodput_bits_per_s"] / 1e6, "{:.0f}"),
                            _f(x["many"]["goodput_bits_per_s"] / 1e6, "{:.0f}"),
-                           _f(x["many"]["iperf3"]["flow_min_max_ratio"]),
+                           _f(x["many"]["iperf3"]["flow_min_max_ratio"]), lost_in_vr_text(x["one"]),
+                           lost_in_vr_text(x["many"]),
                            _f(hc["softirq"], "{:.0f}"), _f(hc["system"], "{:.0f}"), _f(hc["user"], "{:.0f}"),
                            _f(hc["idle"], "{:.0f}"), _f(x["others_cpu_percent"], "{:.0f}"),
                            _f(x["daemon_cpu_percent"], "{:.0f}")))
@@ -248,9 +251,9 @@ def _outcome(result: dict[str, Any]) -> Outcome:
 Two LXC VRs on one {result['n_cpus']}-core host: VR 1 forwards one iperf3 TCP flow, VR 2 forwards n parallel
 flows (n = {', '.join(str(n) for n in result['flows'])}), {result['frame_bytes']}-byte segments
 (MSS {result['tcp_mss_bytes']}), one segment per packet.  For each n: without XTC, then with the daemon holding
-both VRs at half the aggregate measured without XTC (as the paper does); {result['hold_s']:.0f} s measured per phase (1 s samples), the XTC phase
-after {result['settle_s']:.0f} s of settling.  Throughput = {result['throughput']}.  Min-max ratio = lower VR
-throughput / higher.
+both VRs at half the aggregate measured without XTC (as the paper does); {result['hold_s']:.0f} s measured per
+phase (1 s samples), the XTC phase after {result['settle_s']:.0f} s of settling.  Throughput =
+{result['throughput']}.  Min-max ratio = lower VR throughput / higher.
 
 The paper (Figure 18, no numbers in its text): without XTC the min-max ratio falls as the flow ratio grows; with
 XTC it stays near 1, and the aggregate is slightly lower than without.
@@ -260,10 +263,12 @@ XTC it stays near 1, and the aggregate is slightly lower than without.
 
 Per phase (caps and CPU in percent of one CPU; host CPU from /proc/stat, {100 * result['n_cpus']}% = all cores;
 "other processes" = CPU of processes outside the lab, load this experiment does not control on a shared host;
-"flow min-max" = lowest/highest goodput among VR 2's flows):
+"flow min-max" = lowest/highest goodput among VR 2's flows; "lost in VR" = share of the data segments handed to a
+VR that it did not pass on, losses TCP's congestion control reacts to):
 
 {markdown_table(['flows', 'phase', 'VR1 kp/s', 'VR2 kp/s', 'VR1 cap', 'VR2 cap', 'VR1 CPU', 'VR2 CPU',
-                 'VR1 Mbit/s', 'VR2 Mbit/s', 'VR2 flow min-max', 'host softirq', 'host system', 'host user',
+                 'VR1 Mbit/s', 'VR2 Mbit/s', 'VR2 flow min-max', 'VR1 data lost in VR', 'VR2 data lost in VR',
+                 'host softirq', 'host system', 'host user',
                  'host idle', 'other processes', 'XTC daemon'], detail)}
 
 ## What it shows

@@ -197,6 +197,24 @@ def goodput_in_window(tcp: TcpResult, t_start_s: float, t0_s: float, t1_s: float
     return mean([b for t, b in tcp.interval_bits_per_s if t0_s <= t_start_s + t <= t1_s + 0.5])
 
 
+def path_rates(c0: Mapping[str, int], c1: Mapping[str, int], dt_s: float) -> dict[str, float]:
+    """One VR's packets/s in each direction between two readings of ``VR.counters()`` ``dt_s`` apart.
+
+    ``into_vr_pps``: handed to the VR from the generator's side; ``out_to_receiver_pps``: what
+    it sent on towards the receiver; ``out_to_generator_pps``: what it sent back (TCP's ACKs);
+    ``dropped_in_vr_fraction``: the share of the packets handed to it that it did not pass on
+    (its socket overflowed or its send failed; for TCP these are the losses its congestion
+    control reacts to).  Packets in flight at the edges make it slightly inexact.
+    """
+    if dt_s <= 0:
+        raise ValueError(f"dt_s must be positive, got {dt_s!r}")
+    into = (c1["offered_from_tg"] - c0["offered_from_tg"]) / dt_s
+    to_tr = (c1["forwarded_to_tr"] - c0["forwarded_to_tr"]) / dt_s
+    back = ((c1["forwarded"] - c1["forwarded_to_tr"]) - (c0["forwarded"] - c0["forwarded_to_tr"])) / dt_s
+    return {"into_vr_pps": into, "out_to_receiver_pps": to_tr, "out_to_generator_pps": back,
+            "dropped_in_vr_fraction": 1.0 - to_tr / into if into > 0 else math.nan}
+
+
 def min_max_ratio(rates_pps: Sequence[float]) -> float:
     """The paper's fairness: lowest over highest throughput (1 = equal; NaN without a positive rate)."""
     rs = [r for r in rates_pps if not math.isnan(r)]
@@ -271,7 +289,8 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
 
     ``streams(duration_s)`` starts the phase's streams and returns them (each with ``wait``
     and ``stop``).  ``daemon_pid``: the XTC daemon, whose CPU is reported on its own.  Returns
-    the phase's times, the streams' results and its CPU picture.
+    the phase's times, the streams' results and its host picture over the measured window: the
+    CPU use of :func:`cpu_use` plus ``"paths"``, each VR's per-direction rates (:func:`path_rates`).
     """
     duration_s = math.ceil(warm_s + settle_s + hold_s + 2)
     t_start = rec.mark(f"{label}: streams start")
@@ -283,16 +302,18 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
             rec.mark(f"{label}: XTC on")
         if settle_s > 0:
             wait_with_progress(settle_s, f"{label}: settling", ctx.say)
-        c0 = cpu_snapshot(lab, lab.vrs, daemon_pid)
+        c0, k0 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
         t0 = rec.mark(f"{label}: measure")
         wait_with_progress(hold_s, f"{label}: measuring", ctx.say)
         t1 = rec.mark(f"{label}: end")
-        c1 = cpu_snapshot(lab, lab.vrs, daemon_pid)
+        c1, k1 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
         results = [s.wait() for s in running]
     finally:
         for s in running:
             s.stop()
-    return PhaseTimes(t_start, t0, t1), results, cpu_use(c0, c1, os.cpu_count() or 1, os.sysconf("SC_CLK_TCK"))
+    picture = cpu_use(c0, c1, os.cpu_count() or 1, os.sysconf("SC_CLK_TCK"))
+    picture["paths"] = {name: path_rates(k0[name], k1[name], c1.t_s - c0.t_s) for name in k0 if name in k1}
+    return PhaseTimes(t_start, t0, t1), results, picture
 
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
@@ -366,6 +387,7 @@ def _phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res
     for key, vr in (("tcp", tcp_vr), ("udp", udp_vr)):
         out[key] = summarise_vr(rec.series[vr.name].to_json(), t0, t1)
         out[key]["cpu_percent"] = cpu["vr_percent"].get(vr.name, math.nan)
+        out[key]["path"] = cpu["paths"].get(vr.name)
     out["tcp"]["goodput_bits_per_s"] = goodput_in_window(tcp_res, times.start_s, t0, t1)
     out["tcp"]["iperf3"] = {"seconds": tcp_res.seconds, "received_bits_per_s": tcp_res.received_bits_per_s,
                             "retransmits": tcp_res.retransmits, "mss_bytes": tcp_res.mss_bytes}
@@ -386,6 +408,14 @@ def _say_phase(ctx: RunContext, label: str, ph: Mapping[str, Any]) -> None:
 # ------------------------------------------------------------------------------ report
 def _pct(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.0f}"
+
+
+def lost_in_vr_text(vr: Mapping[str, Any]) -> str:
+    """The share of packets a VR did not pass on, as a percentage string ("-" if not measured)."""
+    path = vr.get("path")
+    if not path or path.get("dropped_in_vr_fraction") is None or math.isnan(path["dropped_in_vr_fraction"]):
+        return "-"
+    return f"{100 * path['dropped_in_vr_fraction']:.1f}%"
 
 
 def _k(pps: float) -> str:
@@ -409,7 +439,8 @@ def _outcome(result: dict[str, Any]) -> Outcome:
         detail.append((label, _k(p["tcp"]["offered_pps"]), _k(p["tcp"]["forwarded_pps"]),
                        _pct(p["tcp"]["goodput_bits_per_s"] / 1e6),
                        p["tcp"]["iperf3"]["retransmits"],
-                       _k(p["udp"]["offered_pps"]), _k(p["udp"]["forwarded_pps"]),
+                       lost_in_vr_text(p["tcp"]), _k(p["udp"]["offered_pps"]), _k(p["udp"]["forwarded_pps"]),
+                       lost_in_vr_text(p["udp"]),
                        _pct(p["tcp"]["cap_percent"]), _pct(p["udp"]["cap_percent"]),
                        f"{p['tcp']['cpu_percent']:.0f}", f"{p['udp']['cpu_percent']:.0f}",
                        f"{hc['softirq']:.0f}", f"{hc['system']:.0f}", f"{hc['user']:.0f}", f"{hc['idle']:.0f}",
@@ -435,12 +466,14 @@ XTC's effect: TCP VR **{gain_k:+.1f} kp/s** (paper +{paper['tcp_gain']:g}), UDP 
 {cmp_['min_max_without']:.2f} without, {cmp_['min_max_with']:.2f} with.  Under XTC the host still handed the UDP
 VR {_k(cmp_['udp_offered_with_pps'])} kp/s, of which the VR dropped {_k(cmp_['udp_dropped_by_vr_pps'])} kp/s.
 
-Per phase (TCP "offered" = data segments handed to the VR; caps and CPU in percent of one CPU; host CPU from
+Per phase (TCP "offered" = data segments handed to the VR; "lost in VR" = share of the packets handed to a VR
+that it did not pass on; caps and CPU in percent of one CPU; host CPU from
 /proc/stat, {100 * result['n_cpus']}% = all cores; "other processes" = CPU of processes outside the lab, load this
 experiment does not control on a shared host):
 
 {markdown_table(['phase', 'TCP offered kp/s', 'TCP fwd kp/s', 'TCP goodput Mbit/s', 'TCP retransmits (whole stream)',
-                 'UDP offered kp/s', 'UDP fwd kp/s', 'TCP cap', 'UDP cap', 'TCP VR CPU', 'UDP VR CPU',
+                 'TCP data lost in VR', 'UDP offered kp/s', 'UDP fwd kp/s', 'UDP lost in VR', 'TCP cap', 'UDP cap',
+                 'TCP VR CPU', 'UDP VR CPU',
                  'host softirq', 'host system', 'host user', 'host idle', 'other processes', 'XTC daemon'], detail)}
 
 ## What it shows
@@ -489,8 +522,11 @@ def _explanation(result: Mapping[str, Any]) -> str:
                  f"({_k(w['tcp']['forwarded_pps'])} kp/s, its forwarder at {w['tcp']['cpu_percent']:.0f}% of a CPU)"
                  + (f"; its cap is {tcp_cap:.0f}%." if tcp_capped else
                     f"; its cap stays at {_pct(tcp_cap)}%, so XTC does not limit it: the TCP flow is held back by "
-                    "the host's per-packet work and by its own congestion control (it retransmitted "
-                    f"{w['tcp']['iperf3']['retransmits']} segments during that stream)."))
+                    "its own congestion control (it retransmitted "
+                    f"{w['tcp']['iperf3']['retransmits']} segments during that stream; "
+                    f"{lost_in_vr_text(w['tcp'])} of its data "
+                    "segments were lost inside the VR: its forwarder's receive socket overflows, or a send fails, "
+                    "when it is not scheduled in time on the busy cores) and by the host's per-packet work."))
     o_wo, o_w = wo.get("others_cpu_percent", math.nan), w.get("others_cpu_percent", math.nan)
     if not (math.isnan(o_w) or math.isnan(o_wo)) and abs(o_w - o_wo) > 10:
         lines.append(f"Processes outside the lab used {o_wo:.0f}% of a CPU in phase 1 and {o_w:.0f}% in phase 2: "
