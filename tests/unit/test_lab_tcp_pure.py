@@ -152,6 +152,45 @@ def test_parse_proc_stat_and_pid_stat() -> None:
     assert tcpudp.parse_pid_stat_ticks(line) == 100
 
 
+def _stat_line(pid: int, comm: str, utime: int, stime: int, flags: int = 0x400000) -> str:
+    return f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 {utime} {stime} 0 0 20 0 1 0 100 1000 10\n"
+
+
+def test_kernel_threads_are_told_apart() -> None:
+    assert tcpudp.pid_stat_is_kernel_thread(_stat_line(14, "ksoftirqd/0", 1, 800, flags=0x04208040))
+    assert not tcpudp.pid_stat_is_kernel_thread(_stat_line(99, "python3", 50, 10))
+
+
+def test_other_process_ticks_leaves_out_the_lab(tmp_path: Path) -> None:
+    import os
+
+    proc, netns = tmp_path / "proc", tmp_path / "netns"
+    netns.mkdir()
+    (netns / "xtcx-ab12-tg1").write_text("")
+    (netns / "xtco-9999-tg1").write_text("")  # another lab: its load is not ours
+    host_ns = tmp_path / "host-ns"
+    host_ns.write_text("")
+
+    def pid(n: int, comm: str, ticks: tuple[int, int], ns: Path, cgroup: str = "1:cpu:/\n",
+            flags: int = 0x400000) -> None:
+        d = proc / str(n)
+        (d / "ns").mkdir(parents=True)
+        (d / "stat").write_text(_stat_line(n, comm, *ticks, flags=flags))
+        (d / "cgroup").write_text(cgroup)
+        os.link(ns, d / "ns" / "net")  # same inode as the namespace it is in
+
+    pid(101, "make", (300, 100), host_ns)                               # outside the lab: counted
+    pid(102, "iperf3", (5, 900), netns / "xtcx-ab12-tg1")               # the lab's traffic tool
+    pid(103, "xtc-forwarder", (10, 700), host_ns,
+        cgroup="1:cpu:/machine/lxc-103-xtcx-ab12-vr1.libvirt-lxc\n")    # the lab's VR
+    pid(104, "ksoftirqd/1", (0, 500), host_ns, flags=0x04208040)        # kernel thread
+    pid(105, "python", (40, 2), host_ns)                                # the daemon, excluded by pid
+    pid(106, "iperf3", (7, 70), netns / "xtco-9999-tg1")                # another lab's tool: counted
+    (proc / "self").mkdir()
+    out = tcpudp.other_process_ticks("xtcx-ab12", exclude=[105], proc=proc, netns_dir=netns)
+    assert out == {101: 400, 106: 77}
+
+
 def test_cpu_use_in_percent_of_one_cpu() -> None:
     a = CpuSnapshot(t_s=10.0, vr_cpu_ns={"vr1": 0, "vr2": 5_000_000_000},
                     host_ticks={"user": 0, "nice": 0, "system": 0, "idle": 0, "iowait": 0, "irq": 0, "softirq": 0,
@@ -336,14 +375,23 @@ def test_fairness_outcome_goals_explanation_and_plot(tmp_path: Path) -> None:
                                        "x-vr2": _series(10, 36_000, 30_000, 60.0)}}}
     out = fairness._outcome(result)
     assert [g.met for g in out.goals] == [True, True, True]
-    assert "XTC capped VR 2 (4 flows) to a cap of 60%" in out.report_md
-    assert "XTC capped neither VR" in out.report_md  # 1:1: both under their setpoint
+    assert "VR 2 (4 flows) 33.0 kp/s, cap 60% with its forwarder at 55% (the cap binds)" in out.report_md
+    assert "stayed under" not in out.report_md
+    assert fairness.cap_binds(60.0, 55.0) and not fairness.cap_binds(60.0, 40.0)
+    assert not fairness.cap_binds(100.0, 99.0) and not fairness.cap_binds(math.nan, 50.0)
     # a disturbed XTC phase: the aggregate falls, the other processes' CPU is named
     phases["4"]["with"] = _fair_phase(25_000, 31_000, 100.0, 100.0, others=40.0)
     pts[1] = fairness.fairness_point(4, phases["4"]["without"], phases["4"]["with"], 33_000)
     out = fairness._outcome(result)
     assert [g.met for g in out.goals] == [False, False, True]
     assert "outside the lab used 40%" in out.report_md
+    assert "Both VRs stayed under their setpoints with no binding cap" in out.report_md
+    phases["4"]["with"] = _fair_phase(25_000, 33_000, 100.0, 60.0)
+    phases["4"]["with"]["one"]["path"] = {"dropped_in_vr_fraction": 0.08}
+    pts[1] = fairness.fairness_point(4, phases["4"]["without"], phases["4"]["with"], 33_000)
+    out = fairness._outcome(result)
+    assert "VR 1 (1 flow) stayed under its setpoint with no binding cap" in out.report_md
+    assert "(8.0% of its data segments were lost inside the VR)" in out.report_md
     png = tmp_path / "fairness.png"
     out.plot(png)  # type: ignore[misc]
     assert png.stat().st_size > 10_000

@@ -107,6 +107,13 @@ def fairness_point(n: int, without: Mapping[str, Any], with_xtc: Mapping[str, An
     }
 
 
+def cap_binds(cap_percent: float | None, cpu_percent: float | None) -> bool:
+    """True if a VR's cap limits it: set below 95% and its forwarder uses at least 90% of it."""
+    if cap_percent is None or cpu_percent is None or math.isnan(cap_percent) or math.isnan(cpu_percent):
+        return False
+    return cap_percent < 95 and cpu_percent >= 0.9 * cap_percent
+
+
 def unfairness_grows(points: Sequence[Mapping[str, Any]]) -> bool | None:
     """The paper's observation: without XTC, the min-max ratio at the most flows is below that at the fewest.
 
@@ -309,8 +316,14 @@ def _explanation(result: Mapping[str, Any]) -> str:
     cpu_wo = "; ".join(f"1:{p['flows']}: {_f(phases[str(p['flows'])]['without']['one']['cpu_percent'], '{:.0f}')}% and "
                        f"{_f(phases[str(p['flows'])]['without']['many']['cpu_percent'], '{:.0f}')}%" for p in pts)
     if unfairness_grows(pts):
+        losses = [phases[str(p["flows"])]["without"][k].get("path") or {} for p in pts for k in ("one", "many")]
+        lost = [100 * x["dropped_in_vr_fraction"] for x in losses
+                if x.get("dropped_in_vr_fraction") is not None and not math.isnan(x["dropped_in_vr_fraction"])]
+        why = ("  Both VRs lose a similar share of their data segments inside the VR "
+               f"({min(lost):.0f}-{max(lost):.0f}%); each of n flows halves only its own window at a loss, so together they back off less than one "
+               "flow does." if lost else "")
         lines.append(f"Without XTC the VR with more flows takes more: min-max ratio {wo}, the direction of the paper's "
-                     "Figure 18(a).")
+                     f"Figure 18(a).{why}")
     else:
         lines.append(f"Without XTC the min-max ratio does not fall as n grows ({wo}): on this host the paper's "
                      "unfairness does not appear.")
@@ -328,19 +341,29 @@ def _explanation(result: Mapping[str, Any]) -> str:
                      f"{min(idle):.0f}-{max(idle):.0f}%.")
     for p in pts:
         x = phases[str(p["flows"])]["with"]
-        capped = [k for k in ("one", "many") if not math.isnan(x[k]["cap_percent"]) and x[k]["cap_percent"] < 95]
+        sp_k = _f(p["setpoint_pps"] / 1000, "{:.1f}")
         names = {"one": "VR 1 (1 flow)", "many": f"VR 2 ({p['flows']} flows)"}
-        if capped:
-            what = ", ".join(f"{names[k]} to a cap of {x[k]['cap_percent']:.0f}%" for k in capped)
-            lines.append(f"1:{p['flows']} with XTC: XTC capped {what}; the VRs forwarded {_k(x['one'])} and "
-                         f"{_k(x['many'])} kp/s against {_f(p['setpoint_pps'] / 1000, '{:.1f}')} each: "
-                         f"min-max {_f(p['min_max_with'])}.")
-        else:
-            lines.append(f"1:{p['flows']} with XTC: XTC capped neither VR: both stayed under their setpoint of "
-                         f"{_f(p['setpoint_pps'] / 1000, '{:.1f}')} kp/s ({_k(x['one'])} and {_k(x['many'])}), "
-                         "so the split stayed the host's "
-                         f"(min-max {_f(p['min_max_with'])}).  XTC only takes CPU away from a VR above its setpoint: "
-                         "when the host forwards less than the sum of the setpoints, it cannot equalise.")
+        parts, short = [], []
+        for k in ("one", "many"):
+            cap, cpu = x[k]["cap_percent"], x[k]["cpu_percent"]
+            binding = cap_binds(cap, cpu)
+            parts.append(f"{names[k]} {_k(x[k])} kp/s, cap {_f(cap, '{:.0f}')}% with its forwarder at "
+                         f"{_f(cpu, '{:.0f}')}%{' (the cap binds)' if binding else ''}")
+            if x[k]["forwarded_pps"] < 0.95 * p["setpoint_pps"] and not binding:
+                short.append(k)
+        line = (f"1:{p['flows']} with XTC (setpoints {sp_k} kp/s each): {'; '.join(parts)}; "
+                f"min-max {_f(p['min_max_with'])}.")
+        if len(short) == 2:
+            line += ("  Both VRs stayed under their setpoints with no binding cap: the host forwarded less than the "
+                     "sum of the setpoints, and XTC, which only takes CPU away from a VR above its setpoint, had "
+                     "nothing to equalise.")
+        elif short:
+            k = short[0]
+            line += (f"  {names[k]} stayed under its setpoint with no binding cap: its TCP "
+                     f"sender{'s' if k == 'many' else ''} did not send more ({lost_in_vr_text(x[k])} of its data "
+                     "segments were lost inside the VR); XTC "
+                     "can take CPU from the other VR but cannot make a TCP sender send more.")
+        lines.append(line)
         o_wo = phases[str(p["flows"])]["without"]["others_cpu_percent"]
         o_w = x["others_cpu_percent"]
         if not math.isnan(o_w) and not math.isnan(o_wo) and o_w - o_wo > 10:

@@ -107,10 +107,18 @@ def parse_proc_stat_cpu(text: str) -> dict[str, int]:
     raise ValueError("/proc/stat has no aggregate 'cpu' line")
 
 
+PF_KTHREAD = 0x00200000  # a kernel thread (its time is the kernel's work: softirq, ...)
+
+
 def parse_pid_stat_ticks(text: str) -> int:
     """User + system ticks of a process from its ``/proc/<pid>/stat`` line (all its threads)."""
     f = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
     return int(f[11]) + int(f[12])
+
+
+def pid_stat_is_kernel_thread(text: str) -> bool:
+    """True if the ``/proc/<pid>/stat`` line is a kernel thread's (flags has PF_KTHREAD)."""
+    return bool(int(text.rsplit(")", 1)[1].split()[6]) & PF_KTHREAD)
 
 
 def cpu_use(a: CpuSnapshot, b: CpuSnapshot, n_cpus: int, ticks_per_s: float = 100.0) -> dict[str, Any]:
@@ -135,27 +143,38 @@ def cpu_use(a: CpuSnapshot, b: CpuSnapshot, n_cpus: int, ticks_per_s: float = 10
             "daemon_percent": daemon}
 
 
-def other_process_ticks(exclude: Sequence[int] = (), proc: Path = Path("/proc")) -> dict[int, int]:
-    """CPU ticks of every process in this process's network namespace, except ``exclude`` and this one.
+def other_process_ticks(lab_prefix: str, exclude: Sequence[int] = (), proc: Path = Path("/proc"),
+                        netns_dir: Path = Path("/run/netns")) -> dict[int, int]:
+    """CPU ticks of every user process that is not part of the lab ``lab_prefix`` (load from outside it).
 
-    The lab's own traffic tools and VRs run in the lab's namespaces, so what is left is load
-    from outside the lab (other work on a shared host), plus libvirtd.
+    Left out: this process, ``exclude`` (the daemon), kernel threads (their time is the
+    kernel's packet work, in the host's softirq and system time), processes in the lab's
+    network namespaces (its traffic tools) and in its VRs' cgroups (the forwarders).
     """
+    lab_ns = set()
     try:
-        here = os.stat(proc / "self" / "ns" / "net").st_ino
+        for e in netns_dir.iterdir():
+            if e.name.startswith(lab_prefix + "-"):
+                try:
+                    lab_ns.add(os.stat(e).st_ino)
+                except OSError:
+                    continue
     except OSError:
-        return {}
+        pass
     skip = {os.getpid(), *exclude}
     out = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit() or int(entry.name) in skip:
             continue
         try:
-            if os.stat(entry / "ns" / "net").st_ino != here:
+            stat = (entry / "stat").read_text()
+            if pid_stat_is_kernel_thread(stat) or os.stat(entry / "ns" / "net").st_ino in lab_ns:
                 continue
-            out[int(entry.name)] = parse_pid_stat_ticks((entry / "stat").read_text())
+            if f"-{lab_prefix}-" in (entry / "cgroup").read_text():  # .../lxc-<pid>-<prefix>-vr1.libvirt-lxc
+                continue
+            out[int(entry.name)] = parse_pid_stat_ticks(stat)
         except (OSError, ValueError, IndexError):
-            continue  # gone, or a kernel thread without a namespace link
+            continue  # gone meanwhile
     return out
 
 
@@ -178,7 +197,7 @@ def cpu_snapshot(lab: NetLab, vrs: Sequence[VR], daemon_pid: int | None = None,
         except (OSError, ValueError, IndexError):
             daemon = None
     return CpuSnapshot(t_s=t, vr_cpu_ns=vr_ns, host_ticks=parse_proc_stat_cpu((proc / "stat").read_text()),
-                       other_ticks=other_process_ticks([] if daemon_pid is None else [daemon_pid], proc),
+                       other_ticks=other_process_ticks(lab.prefix, [] if daemon_pid is None else [daemon_pid], proc),
                        daemon_ticks=daemon)
 
 
