@@ -320,8 +320,8 @@ def _explanation(result: Mapping[str, Any]) -> str:
         lost = [100 * x["dropped_in_vr_fraction"] for x in losses
                 if x.get("dropped_in_vr_fraction") is not None and not math.isnan(x["dropped_in_vr_fraction"])]
         why = ("  Both VRs lose a similar share of their data segments inside the VR "
-               f"({min(lost):.0f}-{max(lost):.0f}%); each of n flows halves only its own window at a loss, so together they back off less than one "
-               "flow does." if lost else "")
+               f"({min(lost):.0f}-{max(lost):.0f}%); each of n flows halves only its own window at a loss, so "
+               "together they back off less than one flow does." if lost else "")
         lines.append(f"Without XTC the VR with more flows takes more: min-max ratio {wo}, the direction of the paper's "
                      f"Figure 18(a).{why}")
     else:
