@@ -269,7 +269,9 @@ def test_summarise_vr_uses_the_window_only() -> None:
     series = {"t_s": [1, 2, 3, 4], "forwarded_pps": [5, 10, 20, 99], "offered_pps": [50, 50, 50, 50],
               "cap_percent": [None, 10.0, 20.0, 30.0]}
     s = tcpudp.summarise_vr(series, 2, 3)
-    assert s == {"forwarded_pps": 15.0, "offered_pps": 50.0, "cap_percent": 15.0}
+    assert s == {"forwarded_pps": 15.0, "offered_pps": 50.0, "cap_percent": 15.0,
+                 "forwarded_cv": pytest.approx(math.sqrt(50) / 15)}
+    assert math.isnan(tcpudp.summarise_vr(series, 2, 2)["forwarded_cv"])
 
 
 def _series(n: int, fwd: float, off: float, cap: float | None) -> dict[str, list[Any]]:
@@ -375,23 +377,30 @@ def test_fairness_outcome_goals_explanation_and_plot(tmp_path: Path) -> None:
                                        "x-vr2": _series(10, 36_000, 30_000, 60.0)}}}
     out = fairness._outcome(result)
     assert [g.met for g in out.goals] == [True, True, True]
-    assert "VR 2 (4 flows) 33.0 kp/s, cap 60% with its forwarder at 55% (the cap binds)" in out.report_md
+    assert "VR 2 (4 flows) 33.0 kp/s, cap 60% (its forwarder used 55%)" in out.report_md
     assert "stayed under" not in out.report_md
-    assert fairness.cap_binds(60.0, 55.0) and not fairness.cap_binds(60.0, 40.0)
-    assert not fairness.cap_binds(100.0, 99.0) and not fairness.cap_binds(math.nan, 50.0)
+    assert fairness.is_capped(60.0) and not fairness.is_capped(99.0)
+    assert not fairness.is_capped(None) and not fairness.is_capped(math.nan)
     # a disturbed XTC phase: the aggregate falls, the other processes' CPU is named
     phases["4"]["with"] = _fair_phase(25_000, 31_000, 100.0, 100.0, others=40.0)
     pts[1] = fairness.fairness_point(4, phases["4"]["without"], phases["4"]["with"], 33_000)
     out = fairness._outcome(result)
     assert [g.met for g in out.goals] == [False, False, True]
     assert "outside the lab used 40%" in out.report_md
-    assert "Both VRs stayed under their setpoints with no binding cap" in out.report_md
+    assert "Both VRs stayed under their setpoints, uncapped" in out.report_md
     phases["4"]["with"] = _fair_phase(25_000, 33_000, 100.0, 60.0)
     phases["4"]["with"]["one"]["path"] = {"dropped_in_vr_fraction": 0.08}
     pts[1] = fairness.fairness_point(4, phases["4"]["without"], phases["4"]["with"], 33_000)
     out = fairness._outcome(result)
-    assert "VR 1 (1 flow) stayed under its setpoint with no binding cap" in out.report_md
+    assert "VR 1 (1 flow) stayed under its setpoint, uncapped" in out.report_md
     assert "(8.0% of its data segments were lost inside the VR)" in out.report_md
+    assert "above its setpoint" not in out.report_md
+    phases["4"]["with"]["many"]["forwarded_pps"] = 36_300
+    phases["4"]["with"]["many"]["forwarded_cv"] = 0.12
+    pts[1] = fairness.fairness_point(4, phases["4"]["without"], phases["4"]["with"], 33_000)
+    out = fairness._outcome(result)
+    assert "VR 2 (4 flows) sat 10% above its setpoint; its 1 s rates scattered by 12%" in out.report_md
+    assert "VR 2 (1 flow) " in out.report_md
     png = tmp_path / "fairness.png"
     out.plot(png)  # type: ignore[misc]
     assert png.stat().st_size > 10_000

@@ -277,11 +277,17 @@ def compare_phases(without: Mapping[str, Any], with_xtc: Mapping[str, Any],
 
 
 def summarise_vr(series: Mapping[str, Sequence[Any]], t0_s: float, t1_s: float) -> dict[str, float]:
-    """Mean forwarded and offered pps and cap over [t0_s, t1_s] of one VR's recorded series (JSON form)."""
+    """Mean forwarded and offered pps and cap over [t0_s, t1_s] of one VR's recorded series (JSON form).
+
+    ``forwarded_cv`` is the scatter of the forwarded samples (standard deviation over mean;
+    NaN with fewer than two samples): TCP's sawtooth makes it large.
+    """
     t = series["t_s"]
-    return {"forwarded_pps": window_mean(t, series["forwarded_pps"], t0_s, t1_s),
-            "offered_pps": window_mean(t, series["offered_pps"], t0_s, t1_s),
-            "cap_percent": window_mean(t, series["cap_percent"], t0_s, t1_s)}
+    fwd = [v for tt, v in zip(t, series["forwarded_pps"]) if t0_s <= tt <= t1_s and v is not None]
+    m = mean(fwd)
+    cv = (math.sqrt(sum((v - m) ** 2 for v in fwd) / (len(fwd) - 1)) / m) if len(fwd) > 1 and m > 0 else math.nan
+    return {"forwarded_pps": m, "offered_pps": window_mean(t, series["offered_pps"], t0_s, t1_s),
+            "cap_percent": window_mean(t, series["cap_percent"], t0_s, t1_s), "forwarded_cv": cv}
 
 
 # ------------------------------------------------------------------------------ the run
@@ -525,8 +531,8 @@ def _explanation(result: Mapping[str, Any]) -> str:
     if wo["udp"]["forwarded_pps"] > wo["tcp"]["forwarded_pps"]:
         lines.append(f"Without XTC the UDP VR takes the larger share ({_k(wo['udp']['forwarded_pps'])} vs "
                      f"{_k(wo['tcp']['forwarded_pps'])} kp/s), as in the paper: its sender does not back off when "
-                     "packets are lost, while TCP's congestion control halves its window at every loss the busy "
-                     "host causes.")
+                     "packets are lost, while TCP's congestion control cuts its window at every loss "
+                     f"({lost_in_vr_text(wo['tcp'])} of its data segments were lost inside the VR).")
     else:
         lines.append(f"Without XTC the TCP VR forwards as much as or more than the UDP VR "
                      f"({_k(wo['tcp']['forwarded_pps'])} vs {_k(wo['udp']['forwarded_pps'])} kp/s); unlike the "
@@ -598,7 +604,8 @@ def plot_tcpudp(result: Mapping[str, Any], path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax2.set_ylim(0, 105)
     ax.legend(loc="center left", fontsize=7)
-    ax.set_title("forwarded packets/s per VR; grey: measured windows; dashed: setpoints", fontsize=9)
+    ax.set_title("forwarded packets/s per VR; grey: measured windows; dashed: setpoints; thick pale: caps (right)",
+                 fontsize=9)
 
     ph, sp = result["phases"], result["setpoints_pps"]
     groups = ["without XTC", "with XTC", "setpoint"]
