@@ -190,6 +190,9 @@ def test_sixvr_report_goals_and_plot(tmp_path: Path) -> None:
     out = sixvr._outcome(_sixvr_result({"without": w, **held}, after_factor=0.94))
     assert out.result["reference_aggregate_pps"] == pytest.approx(0.97 * sum(w))
     assert "-6.0% against before" in out.report_md
+    tcp = _sixvr_result({"without": w, **held})
+    tcp.update(traffic="tcp", offered_pps_per_vr=None, work_iters=0)
+    assert "one TCP flow (iperf3" in sixvr._outcome(tcp).report_md
 
 
 # ------------------------------------------------------------------ helpers

@@ -46,6 +46,8 @@ def test_recorded_ping_outputs_parse_to_pings_own_statistics(name: str, tx: int,
     assert r.elapsed_s == pytest.approx(elapsed_s)
     assert len(r.reply_times_s) == n_replies and r.reply_times_s == sorted(r.reply_times_s)
     assert len(set(r.seq)) == len(r.seq) and all(1 <= s <= tx for s in r.seq)
+    # iputils sends about 62-66 requests/s with "-i 0.010" (whole milliseconds, plus a few from 10 ms up)
+    assert 55 < r.request_rate_pps < 75
 
 
 def test_capped_probe_shows_the_throttled_vrs_queueing_delay() -> None:
@@ -90,7 +92,7 @@ def test_not_ping_output_is_refused() -> None:
 def test_ping_argv_and_its_checks() -> None:
     argv = ping_argv("198.18.1.2", 0.01, 500)
     assert argv[:1] == ["ping"] and argv[-1] == "198.18.1.2"
-    assert argv[argv.index("-i") + 1] == "0.010" and argv[argv.index("-c") + 1] == "500" and "-D" in argv
+    assert argv[argv.index("-i") + 1] == "0.01" and argv[argv.index("-c") + 1] == "500" and "-D" in argv
     assert ping_count(0.01, duration_s=12) == 1200 and ping_count(0.01, count=7) == 7
     for bad in ({"dest": "10.0.0.1"}, {"dest": "example.org"}, {"interval_s": 0.0005}, {"count": 0},
                 {"payload_bytes": 9000}, {"reply_timeout_s": 0}):

@@ -74,6 +74,21 @@ class PingResult:
     elapsed_s: float = math.nan
 
     @property
+    def request_rate_pps(self) -> float:
+        """Echo requests per second ping actually sent, from the replies' sequence numbers and times.
+
+        It is not always ``1 / interval_s``: iputils ping (20221126, measured on the lab host)
+        keeps the interval in whole milliseconds and, from 10 ms up, waits a few milliseconds
+        more each time: ``-i 0.01`` sends about 62 requests/s, ``-i 0.011`` 62, ``-i 0.02``
+        42, while ``-i 0.009`` sends 111 and ``-i 0.005`` 200.  NaN with fewer than two
+        timestamped replies.
+        """
+        if len(self.reply_times_s) < 2 or len(self.reply_times_s) != len(self.seq):
+            return math.nan
+        span = self.reply_times_s[-1] - self.reply_times_s[0]
+        return (self.seq[-1] - self.seq[0]) / span if span > 0 else math.nan
+
+    @property
     def loss_ratio(self) -> float:
         """Fraction of echo requests without a reply (NaN if none was sent)."""
         if self.transmitted <= 0:
@@ -101,7 +116,8 @@ class PingResult:
                 "min_rtt_ms": min(self.rtt_ms) if self.rtt_ms else math.nan,
                 "p50_rtt_ms": self.rtt_percentile_ms(50), "p95_rtt_ms": self.rtt_percentile_ms(95),
                 "max_rtt_ms": max(self.rtt_ms) if self.rtt_ms else math.nan,
-                "elapsed_s": self.elapsed_s, "summary_found": self.summary_found}
+                "elapsed_s": self.elapsed_s, "request_rate_pps": self.request_rate_pps,
+                "summary_found": self.summary_found}
 
 
 def parse_ping_output(text: str) -> PingResult:
@@ -168,7 +184,8 @@ def ping_argv(dest: str, interval_s: float, count: int, payload_bytes: int = 56,
     dest
         Destination, an IPv4 address in 198.18.0.0/15 (the lab's range; anything else is refused).
     interval_s
-        Time between requests, s (at least 0.002; 0.01 is the paper's 0.1 kp/s).
+        Time between requests, s (at least 0.002; 0.01 is the paper's 0.1 kp/s, although iputils
+        sends only about 62 requests/s with it, see :attr:`PingResult.request_rate_pps`).
     count
         Requests to send.
     payload_bytes
@@ -190,7 +207,7 @@ def ping_argv(dest: str, interval_s: float, count: int, payload_bytes: int = 56,
         raise LabError(f"ping payload_bytes {payload_bytes} out of range 0..1472")
     if not 0.1 <= reply_timeout_s <= 60:
         raise LabError(f"ping reply_timeout_s {reply_timeout_s!r} out of range 0.1..60")
-    return ["ping", "-n", "-D", "-i", f"{interval_s:.3f}", "-c", str(count), "-s", str(payload_bytes),
+    return ["ping", "-n", "-D", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(payload_bytes),
             "-W", f"{reply_timeout_s:g}", str(addr)]
 
 
@@ -209,7 +226,10 @@ class PingRun:
         return self.process.poll() is None
 
     def result(self, timeout_s: float | None = None) -> PingResult:
-        """Wait for ping to finish (default: its expected length + 10 s) and parse its output.
+        """Wait for ping to finish and parse its output.
+
+        The default timeout is twice its nominal length plus 10 s: on a busy host ping sends
+        more slowly than ``1 / interval_s`` (see :attr:`PingResult.request_rate_pps`).
 
         Raises
         ------
@@ -218,7 +238,7 @@ class PingRun:
         """
         if self._result is not None:
             return self._result
-        timeout_s = self.expected_s + 10.0 if timeout_s is None else timeout_s
+        timeout_s = 2 * self.expected_s + 10.0 if timeout_s is None else timeout_s
         try:
             self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -271,7 +291,7 @@ def start_ping(lab: NetLab, ns: str, dest: str, interval_s: float = 0.01, count:
         Time between echo requests, s (0.01 = 100 requests/s, the paper's 0.1 kp/s).
     count, duration_s
         Exactly one: the number of requests, or how long to send them (``duration_s / interval_s``
-        requests).
+        requests; on a busy host ping sends more slowly and takes longer).
     payload_bytes, reply_timeout_s
         See :func:`ping_argv`.
     """

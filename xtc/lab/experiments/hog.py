@@ -271,6 +271,10 @@ def _fmt_periods(p: int | None) -> str:
     return "never" if p is None else str(p)
 
 
+def _periods_words(p: int | None) -> str:
+    return "never back" if p is None else f"{p} period{'' if p == 1 else 's'}"
+
+
 def _outcome(result: dict[str, Any]) -> Outcome:
     sp = result["setpoint_pps"]
     runs = result["runs"]
@@ -307,12 +311,17 @@ Paper: {PAPER_OBSERVATION}.  Lab: Fixed Cap ends {_fmt_pct(fx['error_under_hog']
 XTC {_fmt_pct(xt['error_under_hog'])} (XTC raised the cap from {xt['cap_before_percent']:.2f}% to
 {xt['cap_under_hog_percent']:.2f}%).
 """
+    if abs(fx["error_before"]) > TOLERANCE:
+        md += (f"\nFixed Cap missed the setpoint by {_fmt_pct(fx['error_before'])} already before the hog, with the cap "
+               "that held it a minute earlier under XTC: the host is shared, and what one percent of CPU forwards "
+               "drifts with the other work on it; an open-loop cap cannot follow that either.  Its drop under the hog "
+               "is therefore also given against its own rate before the hog.\n")
     goals = [
         Goal(f"XTC back within 5% of the setpoint within {RECOVERY_GOAL_PERIODS} control periods after the hog starts",
-             f"{_fmt_periods(xt['recovery_periods_hog_on'])} periods",
+             _periods_words(xt["recovery_periods_hog_on"]),
              xt["recovery_periods_hog_on"] is not None and xt["recovery_periods_hog_on"] <= RECOVERY_GOAL_PERIODS),
         Goal(f"XTC back within 5% of the setpoint within {RECOVERY_GOAL_PERIODS} control periods after the hog stops",
-             f"{_fmt_periods(xt['recovery_periods_hog_off'])} periods",
+             _periods_words(xt["recovery_periods_hog_off"]),
              xt["recovery_periods_hog_off"] is not None and xt["recovery_periods_hog_off"] <= RECOVERY_GOAL_PERIODS),
         Goal("under the hog XTC holds the setpoint (within 5%) where Fixed Cap falls short (paper, Figure 6(b))",
              f"XTC {_fmt_pct(xt['error_under_hog'])}, Fixed Cap {_fmt_pct(fx['error_under_hog'])} from the setpoint",
@@ -338,7 +347,7 @@ XTC {_fmt_pct(xt['error_under_hog'])} (XTC raised the cap from {xt['cap_before_p
                        label=f"hog ({r['hog']['cpu_percent']:.1f}% CPU)")
             ax.set_ylabel("forwarded (kp/s)")
             ax.set_title(label, fontsize=10)
-            ax.set_ylim(0, 1.15 * max([sp, *s["forwarded_pps"]]) / 1000)
+            ax.set_ylim(0, 1.6 * sp / 1000)  # the same scale for both runs (XTC's start from unlimited is off it)
             ax2 = ax.twinx()
             cap_series = [math.nan if c is None else c for c in s["cap_percent"]]
             ax2.plot(ts, cap_series, color="tab:orange", alpha=0.8, label="cap")

@@ -6,15 +6,22 @@ unevenly with XTC: configuration A (10 kp/s for five VRs, 28 for the sixth) and 
 8, 8, 8).  Table 2: 77.97 kp/s aggregate without XTC, 74.96 with A, 75.49 with B (a loss of
 about 4-5%), and the VRs with the highest setpoints fall short most.
 
-Here six LXC VRs, each between its own generator and receiver, each offered its own steady
-64-byte **UDP** stream (``udpsend``; the paper used TCP flows, which adapt their rate, where a
-UDP source keeps offering what the VR drops).  So that the host is the bottleneck, as Dom0 was,
-and so that one VR can reach the largest share (28/78 of the aggregate) of its own offered rate,
-the forwarders do per-packet work (``--sixvr-work``, default 6000 iterations: on the 2-core
-development host six VRs then forward about 66 kp/s of 180 offered, ~11 kp/s each, close to the
-paper's 78 and 13; with no work the host forwards well over 150 kp/s and one sender cannot push
-a VR past 28/78 of that).  Every VR is offered ``--sixvr-offered-pps`` (default 30000, more
-than any setpoint).
+Here six LXC VRs, each between its own generator and receiver, each with its own stream
+(``--sixvr-traffic``):
+
+* ``udp`` (the default): a steady 64-byte UDP stream (``udpsend``) of ``--sixvr-offered-pps``
+  (default 30000, more than any setpoint).  The paper used TCP flows, which adapt their rate,
+  where a UDP source keeps offering what the VR drops.  So that the host is the bottleneck, as
+  Dom0 was, and one VR can still reach the largest share (28/78 of the aggregate) of its own
+  offered rate, the forwarders do per-packet work (``--sixvr-work``, default 6000 iterations
+  for UDP: on the 2-core development host six VRs then forward about 55-70 kp/s of 180
+  offered, ~11 kp/s each, close to the paper's 78 and 13; with no work the host forwards well
+  over 150 kp/s and one sender cannot push a VR past 28/78 of that).
+* ``tcp``: one iperf3 TCP flow per VR (524-byte segments, one segment per packet; see
+  :func:`xtc.lab.traffic.start_tcp_stream`), as in the paper; no per-packet work by default.
+  The flows adapt to what the host forwards (about 58 kp/s in aggregate on the development
+  host, data segments and ACKs counted, as the daemon counts them), so the host is the
+  bottleneck as Dom0 was.
 
 1. Without XTC: every VR unlimited; per-VR rates and the aggregate.
 2. Configuration A, then B: one ``xtc daemon`` controls all six, with setpoints = the paper's
@@ -51,7 +58,7 @@ from xtc.lab.harness import (
     wait_with_progress,
 )
 from xtc.lab.probe import PingRun, start_ping
-from xtc.lab.traffic import start_udp_stream
+from xtc.lab.traffic import start_tcp_stream, start_udp_stream
 
 TITLE = "traffic differentiation between six VRs (configurations A and B) with one daemon"
 PAPER = "Figure 15, Table 2"
@@ -70,10 +77,13 @@ AGGREGATE_LOSS_GOAL = 0.03
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sixvr")
+    g.add_argument("--sixvr-traffic", choices=("udp", "tcp"), default="udp",
+                   help="one UDP stream (udpsend, default) or one TCP flow (iperf3, as in the paper) per VR")
     g.add_argument("--sixvr-offered-pps", type=float, default=30_000.0,
-                   help="UDP packets/s offered to each of the six VRs (default 30000)")
-    g.add_argument("--sixvr-work", type=int, default=6000,
-                   help="busy-work iterations per frame in the six forwarders (default 6000; see the module doc)")
+                   help="UDP packets/s offered to each of the six VRs (default 30000; not used with tcp)")
+    g.add_argument("--sixvr-work", type=int, default=None,
+                   help="busy-work iterations per frame in the six forwarders (default 6000 with udp, 0 with tcp; "
+                        "see the module doc)")
     g.add_argument("--sixvr-settle-s", type=float, default=None,
                    help="seconds to settle before each measurement (default 25; quick 9; without XTC 3)")
     g.add_argument("--sixvr-measure-s", type=float, default=None, help="seconds measured per phase (default 20; quick 5)")
@@ -117,8 +127,12 @@ def _model(args: argparse.Namespace) -> str:
 
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
+    traffic = getattr(args, "sixvr_traffic", "udp")
+    if traffic not in ("udp", "tcp"):
+        raise ValueError(f"--sixvr-traffic {traffic!r}: want udp or tcp")
     offered = float(getattr(args, "sixvr_offered_pps", 30_000.0))
-    work = int(getattr(args, "sixvr_work", 6000))
+    work_arg = getattr(args, "sixvr_work", None)
+    work = int(work_arg) if work_arg is not None else (6000 if traffic == "udp" else 0)
     settle_s = getattr(args, "sixvr_settle_s", None) or (9.0 if ctx.quick else 25.0)
     measure_s = getattr(args, "sixvr_measure_s", None) or (5.0 if ctx.quick else 20.0)
     ping_interval = float(getattr(args, "sixvr_ping_interval_s", 0.01) or 0.0)
@@ -132,10 +146,12 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         raise ValueError(f"--sixvr-ping-interval-s {ping_interval:g}: want 0 (no probe) or 0.002..1")
     model = _model(args)
     free_settle = 3.0
-    total_s = 2 * (free_settle + measure_s) + len(CONFIGS) * (settle_s + measure_s) + 40
+    # ping may send more slowly than 1 / interval and so outlast measure_s: room for that (the
+    # streams are stopped when the run ends anyway).
+    total_s = 2 * (2 * (free_settle + measure_s) + len(CONFIGS) * (settle_s + measure_s)) + 40
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "paper_table2_kpps": PAPER_TABLE2,
-                              "paper_configs_kpps": CONFIGS, "traffic": "udp (udpsend; the paper used one TCP flow per VR)",
-                              "offered_pps_per_vr": offered, "work_iters": work, "model": model, "settle_s": settle_s,
+                              "paper_configs_kpps": CONFIGS, "traffic": traffic,
+                              "offered_pps_per_vr": offered if traffic == "udp" else None, "work_iters": work, "model": model, "settle_s": settle_s,
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
                               "phases": {}}
     ctx.say(f"building {N_VRS} VRs (forwarder work {work} iterations per frame)")
@@ -145,8 +161,12 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         caps = CapReader(lab.uri)
         result["lab_prefix"] = lab.prefix
         for vr in vrs:
-            streams.enter_context(start_udp_stream(lab, vr, offered, duration_s=total_s))
-        ctx.say(f"{N_VRS} streams of {offered:.0f} pps started ({N_VRS * offered:.0f} pps offered in all)")
+            if traffic == "udp":
+                streams.enter_context(start_udp_stream(lab, vr, offered, duration_s=total_s))
+            else:
+                streams.enter_context(start_tcp_stream(lab, vr, duration_s=total_s))
+        ctx.say(f"{N_VRS} UDP streams of {offered:.0f} pps started ({N_VRS * offered:.0f} pps offered in all)"
+                if traffic == "udp" else f"{N_VRS} TCP flows started (iperf3, 524-byte segments)")
         with Recorder(vrs, dt_s=1.0, caps=caps) as rec:
 
             def measure(label: str) -> dict[str, Any]:
@@ -156,6 +176,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     pings = [start_ping(lab, vr.tg_ns, vr.tr_addr, interval_s=ping_interval, duration_s=measure_s)
                              for vr in vrs]
                 wait_with_progress(measure_s, f"measuring {label}", ctx.say)
+                rtts = [p.result().summary() for p in pings]  # the rates below cover the probes' whole time
                 t1 = rec.now()
                 per_vr, offered_seen, cap_means = [], [], []
                 for vr in vrs:
@@ -164,7 +185,6 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     offered_seen.append(mean([r for t, r in zip(s.t_s, s.offered_pps) if t0 < t <= t1]))
                     cs = [c for t, c in zip(s.t_s, s.cap_percent) if t0 < t <= t1 and c is not None]
                     cap_means.append(mean(cs) if cs else None)
-                rtts = [p.result().summary() for p in pings]
                 return {"t0_s": t0, "t1_s": t1, "per_vr_pps": per_vr, "offered_pps": offered_seen,
                         "cap_percent": cap_means, "ping": rtts}
 
@@ -247,11 +267,16 @@ def _outcome(result: dict[str, Any]) -> Outcome:
         rtt_md = ("\nPing probe through each VR during each measurement (average RTT in ms, probe loss in brackets; "
                   "the paper's Figure 16, with TCP flows: at most about 70 ms):\n\n"
                   + markdown_table(["VR", "without XTC (before)", *[f"configuration {c}" for c in CONFIGS]], rtt_rows) + "\n")
+    if result.get("traffic", "udp") == "udp":
+        traffic_md = (f"Six LXC VRs, each offered {result['offered_pps_per_vr']:.0f} pps of 64-byte UDP "
+                      f"({N_VRS * result['offered_pps_per_vr']:.0f} pps in all; the paper used one TCP flow per VR)")
+    else:
+        traffic_md = ("Six LXC VRs, each forwarding one TCP flow (iperf3, 524-byte segments, one segment per packet; "
+                      "forwarded = data segments and ACKs, as the paper's)")
     md = f"""# Traffic differentiation between six VRs ({PAPER})
 
-Six LXC VRs, each offered {result['offered_pps_per_vr']:.0f} pps of 64-byte UDP ({N_VRS * result['offered_pps_per_vr']:.0f}
-pps in all; the paper used one TCP flow per VR), forwarders doing {result['work_iters']} busy-work iterations per frame,
-so that the host is the bottleneck as the paper's Dom0 was.  **Without XTC the host forwarded {agg0 / 1000:.1f} kp/s in
+{traffic_md}, forwarders doing {result['work_iters']} busy-work iterations per frame, so that the host is the
+bottleneck as the paper's Dom0 was.  **Without XTC the host forwarded {agg0 / 1000:.1f} kp/s in
 aggregate** (the paper's Dom0: {PAPER_TABLE2['without'][0]:.2f}).  With XTC (one daemon, six instances) the paper's setpoints
 are scaled by {agg0 / 1000:.1f} / {PAPER_AGGREGATE_KPPS:g}.  Means over the last {result['measure_s']:g} s of each phase,
 after {result['settle_s']:g} s to settle.
