@@ -93,20 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (LabError, LibvirtdError, ManagerError, OSError, ValueError) as e:
             print(f"xtc lab run {name}: {e}", file=sys.stderr)
             return EXIT_ERROR
-        outcome.result.setdefault("experiment", name)
-        outcome.result.setdefault("host", host)
-        outcome.result["quick"] = args.quick
-        outcome.result["duration_s"] = round(time.monotonic() - t0, 1)
-        outcome.result["goals"] = [{"goal": g.goal, "measured": g.measured, "met": g.met} for g in outcome.goals]
-        md = outcome.report_md
-        if outcome.goals:
-            from xtc.lab.harness import markdown_table
-
-            md = md.rstrip() + "\n\n## Goals\n\n" + markdown_table(
-                ["goal", "measured", "met"], [(g.goal, g.measured, "yes" if g.met else "**no**") for g in outcome.goals])
-        md += (f"\n\nCommand: `xtc lab run {name}{' --quick' if args.quick else ''}`; host: {host['cpus']} CPUs "
-               f"({host['cpu_model']}), kernel {host['kernel']}, load {host['load_avg_1m']} at the start; "
-               f"took {outcome.result['duration_s']:.0f} s.\n")
+        md = finish(name, outcome, host, display_command(sys.argv[1:]), time.monotonic() - t0, args.quick)
         paths = write_outputs(ctx, name, outcome.result, md, outcome.plot)
         summary = {"experiment": name, "goals_met": all(g.met for g in outcome.goals),
                    "files": {k: str(v) for k, v in paths.items()}}
@@ -117,3 +104,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.check:
             return EXIT_GOALS
     return EXIT_OK
+
+
+def display_command(argv: list[str]) -> str:
+    """The command line as a report shows it (``--out DIR`` left out: it does not change the result)."""
+    import shlex
+
+    shown, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        if a.startswith("--out="):
+            continue
+        shown.append(a)
+    return "xtc " + shlex.join(shown)
+
+
+def finish(name: str, outcome: Any, host: dict[str, Any], command: str, duration_s: float, quick: bool) -> str:
+    """Complete ``outcome.result`` (experiment, host, command, duration, goals); return the full markdown report."""
+    from xtc.lab.harness import markdown_table
+
+    outcome.result.setdefault("experiment", name)
+    outcome.result.setdefault("host", host)
+    outcome.result["quick"] = quick
+    outcome.result["command"] = command
+    outcome.result["duration_s"] = round(duration_s, 1)
+    outcome.result["goals"] = [{"goal": g.goal, "measured": g.measured, "met": g.met} for g in outcome.goals]
+    md = outcome.report_md
+    if outcome.goals:
+        md = md.rstrip() + "\n\n## Goals\n\n" + markdown_table(
+            ["goal", "measured", "met"], [(g.goal, g.measured, "yes" if g.met else "**no**") for g in outcome.goals])
+    md += (f"\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), kernel {host['kernel']}, "
+           f"load {host['load_avg_1m']} at the start; took {duration_s:.0f} s.\n")
+    return md

@@ -79,13 +79,16 @@ def settling_periods(t_s: list[float], rate_pps: list[float], t_step_s: float, t
 
 def summarise_step(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: float,
                    setpoint_pps: float) -> dict[str, Any]:
-    """Steady-state mean (second half of [t0, t1]), relative error and settling time of one setpoint step."""
+    """Steady state of one setpoint step: mean over the second half of [t0, t1], its relative error, the
+    scatter of the 1 s rates around it (standard deviation / setpoint: a limit cycle shows here, not in
+    the mean) and the settling time."""
     half = t0_s + (t1_s - t0_s) / 2
     steady = [r for t, r in zip(t_s, rate_pps) if half <= t <= t1_s]
     m = mean(steady)
+    sd = math.sqrt(mean([(r - m) ** 2 for r in steady])) if len(steady) > 1 else math.nan
     settling = settling_periods(t_s, rate_pps, t0_s, t1_s, setpoint_pps)
     err = (m - setpoint_pps) / setpoint_pps if steady else math.nan
-    return {"setpoint_pps": setpoint_pps, "mean_pps": m, "rel_error": err,
+    return {"setpoint_pps": setpoint_pps, "mean_pps": m, "rel_error": err, "rel_scatter": sd / setpoint_pps,
             "within_tolerance": bool(steady) and abs(err) <= TOLERANCE,
             "settling_s": None if settling is None else round(settling, 1)}
 
@@ -119,7 +122,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     model = _model(args)
     total_s = len(names) * (len(fractions) * hold_s + 10) + 20
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
-                              "model": model, "tolerance": TOLERANCE, "controllers": {}}
+                              "model": "models/lab.toml" if model == str(DEFAULT_LAB_MODEL) else model, "tolerance": TOLERANCE, "controllers": {}}
     with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
         vr = lab.vrs[0]
         result["lab_prefix"] = lab.prefix
@@ -157,22 +160,41 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     return _outcome(result, ctx)
 
 
-def _outcome(result: dict[str, Any], ctx: RunContext) -> Outcome:
+def rerender(json_path: Path) -> Outcome:
+    """The outcome of a recorded run (its JSON), with the analysis of this version recomputed."""
+    import json
+
+    result = json.loads(Path(json_path).read_text())
+    for c in result["controllers"].values():
+        s = next(iter(c["recording"]["series"].values()))
+        marks = c["recording"]["marks"]
+        ends = [m["t_s"] for m in marks[1:]] + [s["t_s"][-1]]
+        c["steps"] = [summarise_step(s["t_s"], s["forwarded_pps"], m["t_s"], end, st["setpoint_pps"])
+                      for m, end, st in zip(marks, ends, c["steps"])]
+        c["lowest_held_pps"] = lowest_held(c["steps"])
+    return _outcome(result, None)
+
+
+def _outcome(result: dict[str, Any], ctx: RunContext | None) -> Outcome:
     rows = []
     for name, c in result["controllers"].items():
         errs = [abs(s["rel_error"]) for s in c["steps"] if not math.isnan(s["rel_error"])]
         settle = [s["settling_s"] for s in c["steps"] if s["settling_s"] is not None]
+        scatter = [s.get("rel_scatter", math.nan) for s in c["steps"]]
+        scatter = [x for x in scatter if not math.isnan(x)]
         lowest = c["lowest_held_pps"]
         paper = PAPER_LOWEST_KPPS.get(name)
         rows.append((name, "-" if paper is None else f"{paper:g} kp/s of 100 ({paper:g}%)",
                      "none" if lowest is None else f"{lowest / 1000:.1f} kp/s ({100 * lowest / result['offered_pps']:.0f}%)",
                      f"{100 * max(errs):.1f}%" if errs else "-",
+                     f"{100 * max(scatter):.1f}%" if scatter else "-",
                      f"{max(settle):.0f} s" if settle else "-",
                      f"{sum(1 for s in c['steps'] if s['settling_s'] is None)}/{len(c['steps'])}"))
     per_step = []
     for name, c in result["controllers"].items():
         for s in c["steps"]:
             per_step.append((name, f"{s['setpoint_pps']:.0f}", f"{s['mean_pps']:.0f}", f"{100 * s['rel_error']:+.1f}%",
+                             f"{100 * s.get('rel_scatter', math.nan):.1f}%",
                              "-" if s["settling_s"] is None else f"{s['settling_s']:.0f}"))
     md = f"""# Setpoint tracking on a real VR ({PAPER})
 
@@ -180,13 +202,16 @@ One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({r
 reached the VR; unlimited it forwarded {result['free_pps']:.0f} pps); the daemon holds it at setpoints from
 10% to 90% of that, {result['hold_s']:g} s each, with each controller in turn (model: `{result['model']}`).
 Steady state = mean of the 1 s rates over the second half of each hold; tolerance {100 * TOLERANCE:g}%.
+Scatter = standard deviation of those 1 s rates / setpoint: a controller in a limit cycle can have a
+small mean error and a large scatter.
 
 {markdown_table(['controller', 'paper: lowest setpoint held', 'lab: lowest held (within 5%, and all above)',
-                 'largest steady error', 'slowest settling', 'never settled'], rows)}
+                 'largest steady error (mean)', 'largest scatter of 1 s rates (sd/setpoint)', 'slowest settling',
+                 'never settled'], rows)}
 
 Per setpoint:
 
-{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'settling (s)'], per_step)}
+{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'scatter', 'settling (s)'], per_step)}
 """
     goals = []
     if "xtc" in result["controllers"]:
