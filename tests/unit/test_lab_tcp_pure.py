@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -188,24 +189,28 @@ def test_other_process_ticks_leaves_out_the_lab(tmp_path: Path) -> None:
     pid(106, "iperf3", (7, 70), netns / "xtco-9999-tg1")                # another lab's tool: counted
     (proc / "self").mkdir()
     out = tcpudp.other_process_ticks("xtcx-ab12", exclude=[105], proc=proc, netns_dir=netns)
-    assert out == {101: 400, 106: 77}
+    assert out == {101: (400, 100), 106: (77, 100)}
+    assert tcpudp.parse_pid_stat_start_ticks(_stat_line(7, "x", 1, 1)) == 100
 
 
 def test_cpu_use_in_percent_of_one_cpu() -> None:
     a = CpuSnapshot(t_s=10.0, vr_cpu_ns={"vr1": 0, "vr2": 5_000_000_000},
                     host_ticks={"user": 0, "nice": 0, "system": 0, "idle": 0, "iowait": 0, "irq": 0, "softirq": 0,
                                 "steal": 0},
-                    other_ticks={1: 100, 2: 50}, daemon_ticks=10)
+                    other_ticks={1: (100, 5), 2: (50, 5)}, daemon_ticks=10, uptime_s=500.0)
     b = CpuSnapshot(t_s=12.0, vr_cpu_ns={"vr1": 1_000_000_000, "vr2": 5_500_000_000},
                     host_ticks={"user": 40, "nice": 0, "system": 60, "idle": 100, "iowait": 0, "irq": 0,
                                 "softirq": 200, "steal": 0},
-                    other_ticks={1: 150, 3: 999}, daemon_ticks=14)
+                    other_ticks={1: (150, 5), 3: (999, 1000), 4: (30, 50_050)}, daemon_ticks=14,
+                    uptime_s=502.0)
     u = tcpudp.cpu_use(a, b, n_cpus=2, ticks_per_s=100)
     assert u["vr_percent"] == {"vr1": pytest.approx(50.0), "vr2": pytest.approx(25.0)}
     assert sum(u["host_percent"].values()) == pytest.approx(200.0)
     assert u["host_percent"]["softirq"] == pytest.approx(100.0)
-    # pid 2 exited, pid 3 started: only pid 1's 50 ticks over 2 s count
-    assert u["others_percent"] == pytest.approx(25.0)
+    # pid 2 exited (missed), pid 3 is new to the snapshot but started long before (tick 1000 = 10 s
+    # after boot: a pid that was skipped before), pid 4 started in between: 50 + 30 ticks over 2 s
+    assert u["others_percent"] == pytest.approx(40.0)
+    assert tcpudp.cpu_use(replace(a, uptime_s=None), b, n_cpus=2)["others_percent"] == pytest.approx(25.0)
     assert u["daemon_percent"] == pytest.approx(2.0)
     with pytest.raises(ValueError, match="out of order"):
         tcpudp.cpu_use(b, a, n_cpus=2)
@@ -263,6 +268,16 @@ def test_path_rates_split_the_directions() -> None:
     assert math.isnan(tcpudp.path_rates(c0, c0, 1.0)["dropped_in_vr_fraction"])
     with pytest.raises(ValueError, match="dt_s"):
         tcpudp.path_rates(c0, c1, 0.0)
+
+
+def test_outside_load_note() -> None:
+    quiet = {"others_cpu_percent": 1.0, "host_cpu_percent": {"user": 4.0}}
+    busy_user = {"others_cpu_percent": 1.0, "host_cpu_percent": {"user": 63.0}}
+    assert tcpudp.outside_load_note(quiet, quiet, "a", "b") == ""
+    note = tcpudp.outside_load_note(quiet, busy_user, "phase 1", "phase 2")
+    assert "host user time 4% in phase 1 and 63% in phase 2" in note and note.endswith("in phase 2.")
+    assert tcpudp.outside_load_note(busy_user, quiet, "phase 1", "phase 2").endswith("in phase 1.")
+    assert tcpudp.outside_load_note({}, busy_user, "a", "b") == ""  # nothing to compare with
 
 
 def test_summarise_vr_uses_the_window_only() -> None:
@@ -386,7 +401,8 @@ def test_fairness_outcome_goals_explanation_and_plot(tmp_path: Path) -> None:
     pts[1] = fairness.fairness_point(4, phases["4"]["without"], phases["4"]["with"], 33_000)
     out = fairness._outcome(result)
     assert [g.met for g in out.goals] == [False, False, True]
-    assert "outside the lab used 40%" in out.report_md
+    assert "processes outside the lab: 2% and 40%" in out.report_md
+    assert "less to give the VRs in 1:4 with XTC" in out.report_md
     assert "Both VRs stayed under their setpoints, uncapped" in out.report_md
     phases["4"]["with"] = _fair_phase(25_000, 33_000, 100.0, 60.0)
     phases["4"]["with"]["one"]["path"] = {"dropped_in_vr_fraction": 0.08}

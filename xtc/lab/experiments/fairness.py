@@ -37,6 +37,7 @@ from xtc.lab.experiments.tcpudp import (
     goodput_in_window,
     lost_in_vr_text,
     min_max_ratio,
+    outside_load_note,
     run_phase,
     summarise_vr,
 )
@@ -372,11 +373,10 @@ def _explanation(result: Mapping[str, Any]) -> str:
                      "segments were lost inside the VR); XTC "
                      "can take CPU from the other VR but cannot make a TCP sender send more.")
         lines.append(line)
-        o_wo = phases[str(p["flows"])]["without"]["others_cpu_percent"]
-        o_w = x["others_cpu_percent"]
-        if not math.isnan(o_w) and not math.isnan(o_wo) and o_w - o_wo > 10:
-            lines.append(f"During that XTC phase processes outside the lab used {o_w:.0f}% of a CPU (without XTC: "
-                         f"{o_wo:.0f}%): the host had less to give both VRs, which lowers the aggregate.")
+        note = outside_load_note(phases[str(p["flows"])]["without"], x, f"1:{p['flows']} without XTC",
+                                 f"1:{p['flows']} with XTC")
+        if note:
+            lines.append(note)
     kept = ", ".join(f"{_f(100 * (p['aggregate_kept'] - 1), '{:+.0f}%')} (1:{p['flows']})" for p in pts)
     daemon = [phases[str(p["flows"])]["with"]["daemon_cpu_percent"] for p in pts]
     daemon_s = ", ".join(_f(d, "{:.1f}") for d in daemon)

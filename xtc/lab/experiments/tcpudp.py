@@ -92,7 +92,8 @@ class CpuSnapshot:
     t_s: float  # monotonic clock, s
     vr_cpu_ns: Mapping[str, int]
     host_ticks: Mapping[str, int]
-    other_ticks: Mapping[int, int] = field(default_factory=dict)
+    other_ticks: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # pid -> (ticks, start tick)
+    uptime_s: float | None = None  # /proc/uptime when taken (process start ticks count from boot)
     daemon_ticks: int | None = None
 
 
@@ -116,6 +117,11 @@ def parse_pid_stat_ticks(text: str) -> int:
     return int(f[11]) + int(f[12])
 
 
+def parse_pid_stat_start_ticks(text: str) -> int:
+    """When a process started, clock ticks after boot, from its ``/proc/<pid>/stat`` line."""
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
 def pid_stat_is_kernel_thread(text: str) -> bool:
     """True if the ``/proc/<pid>/stat`` line is a kernel thread's (flags has PF_KTHREAD)."""
     return bool(int(text.rsplit(")", 1)[1].split()[6]) & PF_KTHREAD)
@@ -126,8 +132,9 @@ def cpu_use(a: CpuSnapshot, b: CpuSnapshot, n_cpus: int, ticks_per_s: float = 10
 
     Returns ``{"vr_percent": {vr: %}, "host_percent": {field: %}, "others_percent": %,
     "daemon_percent": % or None}``; a VR missing from either snapshot is left out;
-    ``others_percent`` counts the processes outside the lab present in both snapshots (load the
-    lab does not control).
+    ``others_percent`` counts the processes outside the lab (load the lab does not control):
+    those in both snapshots, and those that started between them (all their time) if ``a`` has
+    its ``uptime_s``; a process that started and ended between them is missed.
     """
     dt = b.t_s - a.t_s
     if dt <= 0:
@@ -136,7 +143,10 @@ def cpu_use(a: CpuSnapshot, b: CpuSnapshot, n_cpus: int, ticks_per_s: float = 10
     d = {k: b.host_ticks[k] - a.host_ticks[k] for k in HOST_CPU_FIELDS}
     total = sum(d.values())
     host = {k: (100.0 * n_cpus * v / total if total > 0 else math.nan) for k, v in d.items()}
-    other = sum(max(0, b.other_ticks[p] - t) for p, t in a.other_ticks.items() if p in b.other_ticks)
+    other = sum(max(0, b.other_ticks[p][0] - t) for p, (t, _) in a.other_ticks.items() if p in b.other_ticks)
+    if a.uptime_s is not None:  # processes that started between the snapshots: all their time
+        other += sum(t for p, (t, start) in b.other_ticks.items()
+                     if p not in a.other_ticks and start / ticks_per_s >= a.uptime_s)
     daemon = (None if a.daemon_ticks is None or b.daemon_ticks is None
               else 100.0 * max(0, b.daemon_ticks - a.daemon_ticks) / ticks_per_s / dt)
     return {"vr_percent": vr, "host_percent": host, "others_percent": 100.0 * other / ticks_per_s / dt,
@@ -144,8 +154,8 @@ def cpu_use(a: CpuSnapshot, b: CpuSnapshot, n_cpus: int, ticks_per_s: float = 10
 
 
 def other_process_ticks(lab_prefix: str, exclude: Sequence[int] = (), proc: Path = Path("/proc"),
-                        netns_dir: Path = Path("/run/netns")) -> dict[int, int]:
-    """CPU ticks of every user process that is not part of the lab ``lab_prefix`` (load from outside it).
+                        netns_dir: Path = Path("/run/netns")) -> dict[int, tuple[int, int]]:
+    """(CPU ticks, start tick) of every user process not part of the lab ``lab_prefix`` (load from outside it).
 
     Left out: this process, ``exclude`` (the daemon), kernel threads (their time is the
     kernel's packet work, in the host's softirq and system time), processes in the lab's
@@ -172,7 +182,7 @@ def other_process_ticks(lab_prefix: str, exclude: Sequence[int] = (), proc: Path
                 continue
             if f"-{lab_prefix}-" in (entry / "cgroup").read_text():  # .../lxc-<pid>-<prefix>-vr1.libvirt-lxc
                 continue
-            out[int(entry.name)] = parse_pid_stat_ticks(stat)
+            out[int(entry.name)] = (parse_pid_stat_ticks(stat), parse_pid_stat_start_ticks(stat))
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return out
@@ -196,9 +206,13 @@ def cpu_snapshot(lab: NetLab, vrs: Sequence[VR], daemon_pid: int | None = None,
             daemon = parse_pid_stat_ticks((proc / str(daemon_pid) / "stat").read_text())
         except (OSError, ValueError, IndexError):
             daemon = None
+    try:
+        uptime: float | None = float((proc / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        uptime = None
     return CpuSnapshot(t_s=t, vr_cpu_ns=vr_ns, host_ticks=parse_proc_stat_cpu((proc / "stat").read_text()),
                        other_ticks=other_process_ticks(lab.prefix, [] if daemon_pid is None else [daemon_pid], proc),
-                       daemon_ticks=daemon)
+                       daemon_ticks=daemon, uptime_s=uptime)
 
 
 # ------------------------------------------------------------------------------ pure analysis
@@ -431,6 +445,32 @@ def _say_phase(ctx: RunContext, label: str, ph: Mapping[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------ report
+def outside_load_note(a: Mapping[str, Any], b: Mapping[str, Any], label_a: str, label_b: str) -> str:
+    """A sentence naming load from outside the lab that differed between two phases ("" if none).
+
+    Two signs: the processes outside the lab (``others_cpu_percent``) and the host's
+    user time; the lab's own tools and forwarders spend their time in the kernel (a quiet phase
+    shows a few percent of user time), so a jump in user time is work the lab did not do, e.g.
+    processes that started and ended within the window, which the per-process count misses.
+    """
+    def get(ph: Mapping[str, Any], *keys: str) -> float:
+        v: Any = ph
+        for k in keys:
+            v = v.get(k) if isinstance(v, Mapping) else None
+        return math.nan if v is None else float(v)
+
+    oa, ob = get(a, "others_cpu_percent"), get(b, "others_cpu_percent")
+    ua, ub = get(a, "host_cpu_percent", "user"), get(b, "host_cpu_percent", "user")
+    diffs = [abs(ob - oa) > 10 if not (math.isnan(oa) or math.isnan(ob)) else False,
+             abs(ub - ua) > 15 if not (math.isnan(ua) or math.isnan(ub)) else False]
+    if not any(diffs):
+        return ""
+    busier = label_b if (ub - ua if diffs[1] else ob - oa) > 0 else label_a
+    return (f"Load from outside the lab differed between the phases: host user time {_pct(ua)}% in {label_a} and "
+            f"{_pct(ub)}% in {label_b} (processes outside the lab: {_pct(oa)}% and {_pct(ob)}%; the lab's "
+            f"own tools run mostly in the kernel), so the host had less to give the VRs in {busier}.")
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.0f}"
 
@@ -552,10 +592,9 @@ def _explanation(result: Mapping[str, Any]) -> str:
                     f"{lost_in_vr_text(w['tcp'])} of its data "
                     "segments were lost inside the VR: its forwarder's receive socket overflows, or a send fails, "
                     "when it is not scheduled in time on the busy cores) and by the host's per-packet work."))
-    o_wo, o_w = wo.get("others_cpu_percent", math.nan), w.get("others_cpu_percent", math.nan)
-    if not (math.isnan(o_w) or math.isnan(o_wo)) and abs(o_w - o_wo) > 10:
-        lines.append(f"Processes outside the lab used {o_wo:.0f}% of a CPU in phase 1 and {o_w:.0f}% in phase 2: "
-                     "the host's capacity for the VRs differed between the phases by about that much.")
+    note = outside_load_note(wo, w, "phase 1 (without XTC)", "phase 2 (with XTC)")
+    if note:
+        lines.append(note)
     lines.append(f"The TCP gain ({cmp_['tcp_gain_pps'] / 1000:+.1f} kp/s) is "
                  f"{'smaller' if cmp_['tcp_gain_pps'] < cmp_['udp_loss_pps'] else 'not smaller'} than the UDP loss "
                  f"({cmp_['udp_loss_pps'] / 1000:.1f} kp/s): the UDP source does not slow down, so the host (the lab's "
