@@ -167,8 +167,14 @@ def _sixvr_result(per_vr: dict[str, list[float]], after_factor: float = 1.0) -> 
         phases[cfg] = {"per_vr_pps": per_vr[cfg], "cap_percent": [10.0] * 6, "ping": [ping] * 6,
                        **sixvr.summarise_phase(per_vr[cfg], sps, ref),
                        "aggregate_loss_vs_before": 1 - sum(per_vr[cfg]) / w}
+    for i, ph in enumerate(phases.values()):
+        ph.update(t0_s=100.0 * i, t1_s=100.0 * i + 20)
+    vrs = [f"vr{i + 1}" for i in range(6)]
+    recording = {"dt_s": 1.0, "marks": [], "series": {
+        v: {"t_s": [100.0 * i + 10 for i in range(4)], "forwarded_pps": [1.0] * 4, "offered_pps": [1.0] * 4,
+            "cap_percent": [None if i in (0, 3) else 10.0 for i in range(4)]} for v in vrs}}
     return {"offered_pps_per_vr": 30_000.0, "work_iters": 6000, "measure_s": 20.0, "settle_s": 25.0, "phases": phases,
-            "reference_aggregate_pps": ref}
+            "reference_aggregate_pps": ref, "vrs": vrs, "recording": recording}
 
 
 def test_sixvr_report_goals_and_plot(tmp_path: Path) -> None:
@@ -186,6 +192,9 @@ def test_sixvr_report_goals_and_plot(tmp_path: Path) -> None:
     assert not met["configuration A: every VR within 5% of its setpoint"]
     assert not met["configuration A: aggregate loss against no XTC under 3%"]
     assert met["configuration B: every VR within 5% of its setpoint"]
+    assert "configuration A, VR6: -19.2% (mean cap 10%); its cap stayed below the largest" in out.report_md
+    caps = [[10.0, 12.0]] * 5 + [[60.0, 99.5, 100.0]]
+    assert [(sf["vr"], sf["at_cap_max"]) for sf in sixvr.shortfalls(out.result["phases"]["A"], caps)] == [(6, True)]
     # The host forwarding 6% less without XTC after the run than before: the reference is the mean of the two.
     out = sixvr._outcome(_sixvr_result({"without": w, **held}, after_factor=0.94))
     assert out.result["reference_aggregate_pps"] == pytest.approx(0.97 * sum(w))

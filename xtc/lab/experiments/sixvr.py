@@ -119,6 +119,34 @@ def summarise_phase(per_vr_pps: list[float], setpoints_pps: list[float] | None,
     return out
 
 
+def shortfalls(phase: dict[str, Any], caps_in_window: list[list[float]],
+               tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
+    """The VRs of a phase that fell more than ``tolerance`` short of their setpoint, and why.
+
+    ``caps_in_window`` holds each VR's recorded caps (percent of one CPU) during the phase's
+    measurement.  ``at_cap_max``: the cap reached the largest, 100% of one CPU (99 or more), so
+    XTC could give that VR no more.  Otherwise the cap was not what held it back (XTC's
+    controller does not raise the cap of a VR that forwards all it is offered, see
+    ``xtc/control/laws.py``): its stream was limited elsewhere.
+    """
+    out = []
+    for i, (err, caps) in enumerate(zip(phase["rel_errors"], caps_in_window)):
+        if err < -tolerance:
+            top = max(caps, default=None)
+            out.append({"vr": i + 1, "error": err, "cap_mean_percent": mean(caps) if caps else None,
+                        "cap_max_percent": top, "at_cap_max": top is not None and top >= 99.0})
+    return out
+
+
+def caps_in_window(recording: dict[str, Any], vrs: list[str], t0_s: float, t1_s: float) -> list[list[float]]:
+    """Each VR's recorded caps (percent of one CPU) in (t0, t1] of a :class:`Recorder` recording."""
+    out = []
+    for name in vrs:
+        s = recording["series"][name]
+        out.append([c for t, c in zip(s["t_s"], s["cap_percent"]) if t0_s < t <= t1_s and c is not None])
+    return out
+
+
 # ------------------------------------------------------------------------------ the run
 def _model(args: argparse.Namespace) -> str:
     if getattr(args, "sixvr_model", None):
@@ -273,6 +301,18 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     else:
         traffic_md = ("Six LXC VRs, each forwarding one TCP flow (iperf3, 524-byte segments, one segment per packet; "
                       "forwarded = data segments and ACKs, as the paper's)")
+    short_lines = []
+    for cfg in CONFIGS:
+        caps = caps_in_window(result["recording"], result["vrs"], ph[cfg]["t0_s"], ph[cfg]["t1_s"])
+        for sf in shortfalls(ph[cfg], caps):
+            why = ("its cap reached the largest, 100% of one CPU, so XTC could give it no more; what it still lacked, "
+                   "the host did not forward"
+                   if sf["at_cap_max"] else
+                   "its cap stayed below the largest: the cap did not hold it back (XTC does not raise the cap of a VR "
+                   "that forwards all it is offered); its stream was limited elsewhere on the host")
+            cap = "-" if sf["cap_mean_percent"] is None else f"{sf['cap_mean_percent']:.0f}%"
+            short_lines.append(f"- configuration {cfg}, VR{sf['vr']}: {100 * sf['error']:+.1f}% (mean cap {cap}); {why}.")
+    short_md = ("\nShort of the setpoint by more than 5%:\n\n" + "\n".join(short_lines) + "\n") if short_lines else ""
     md = f"""# Traffic differentiation between six VRs ({PAPER})
 
 {traffic_md}, forwarders doing {result['work_iters']} busy-work iterations per frame, so that the host is the
@@ -295,7 +335,7 @@ Without XTC after A and B the host forwarded {wa['aggregate_pps'] / 1000:.1f} kp
 
 Paper: XTC differentiates the VRs; the achieved rates fall a little short of the highest setpoints, and the aggregate
 loses about 4-5% against the run without XTC.
-"""
+{short_md}"""
     goals = []
     for cfg in CONFIGS:
         p = ph[cfg]
