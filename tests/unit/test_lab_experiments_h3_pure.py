@@ -88,6 +88,17 @@ def test_hog_report_goals_and_plot(tmp_path: Path) -> None:
     _write_and_check(tmp_path, "hog", out)
 
 
+def test_hog_warns_when_caps_are_missing_or_moved() -> None:
+    res = _hog_result()
+    assert hog.cap_warnings(res) == []
+    s = next(iter(res["runs"]["xtc"]["recording"]["series"].values()))
+    s["cap_percent"] = [None] * len(s["cap_percent"])
+    f = next(iter(res["runs"]["fixed"]["recording"]["series"].values()))
+    f["cap_percent"][-1] = 30.0
+    w = hog.cap_warnings(res)
+    assert len(w) == 2 and w[0].startswith("XTC: the VR's cap could not be read") and "16.00..30.00%" in w[1]
+
+
 def test_fixed_cap_is_the_median_of_the_steady_caps() -> None:
     assert hog.fixed_cap_from([10.0, None, 12.0, 50.0]) == 12.0
     with pytest.raises(Exception, match="no cap"):
@@ -137,6 +148,9 @@ def test_rtt_report_loss_follows_the_stream_and_rtt_grows(tmp_path: Path) -> Non
         r["ping"]["avg_rtt_ms"] = 0.1
     out = rtt._outcome(res)
     assert [g.met for g in out.goals] == [False, False]
+    assert out.result["warnings"] == []
+    rows[1]["cap_percent"] = None
+    assert "at 50: the VR's cap could not be read" in rtt._outcome(res).report_md
 
 
 # ------------------------------------------------------------------ sixvr
@@ -172,7 +186,7 @@ def _sixvr_result(per_vr: dict[str, list[float]], after_factor: float = 1.0) -> 
     vrs = [f"vr{i + 1}" for i in range(6)]
     recording = {"dt_s": 1.0, "marks": [], "series": {
         v: {"t_s": [100.0 * i + 10 for i in range(4)], "forwarded_pps": [1.0] * 4, "offered_pps": [1.0] * 4,
-            "cap_percent": [None if i in (0, 3) else 10.0 for i in range(4)]} for v in vrs}}
+            "cap_percent": [None if i in (0, 1) else 10.0 for i in range(4)]} for v in vrs}}
     return {"offered_pps_per_vr": 30_000.0, "work_iters": 6000, "measure_s": 20.0, "settle_s": 25.0, "phases": phases,
             "reference_aggregate_pps": ref, "vrs": vrs, "recording": recording}
 
@@ -202,6 +216,19 @@ def test_sixvr_report_goals_and_plot(tmp_path: Path) -> None:
     tcp = _sixvr_result({"without": w, **held})
     tcp.update(traffic="tcp", offered_pps_per_vr=None, work_iters=0)
     assert "one TCP flow (iperf3" in sixvr._outcome(tcp).report_md
+    assert "Warning" not in out.report_md and out.result["warnings"] == []
+
+
+def test_sixvr_warns_when_caps_are_missing_or_left_behind() -> None:
+    w = [11_000.0] * 6
+    held = {cfg: [s * 1.01 for s in sixvr.scaled_setpoints(cfg, sum(w))] for cfg in sixvr.CONFIGS}
+    res = _sixvr_result({"without": w, **held})
+    for s in res["recording"]["series"].values():
+        s["cap_percent"] = [None, 8.0, 10.0, None]  # a cap left after "before"; none readable in B
+    out = sixvr._outcome(res)
+    assert len(out.result["warnings"]) == 2
+    assert "configuration B: no cap could be read for VR1" in out.report_md
+    assert "without XTC (after): VR1 (8%)" in out.report_md
 
 
 # ------------------------------------------------------------------ helpers

@@ -162,6 +162,31 @@ def fixed_cap_from(caps: list[float | None]) -> float:
     return float(statistics.median(xs))
 
 
+def cap_warnings(result: dict[str, Any]) -> list[str]:
+    """What the recorded caps say is wrong with a run (empty when nothing is).
+
+    Under XTC the VR must have a cap most of the time (a cap that cannot be read means libvirt
+    was unreachable, so the daemon could not actuate either); under Fixed Cap it must have the
+    Fixed Cap throughout.
+    """
+    out = []
+    for key, label in (("xtc", "XTC"), ("fixed", "Fixed Cap")):
+        r = result["runs"].get(key)
+        if r is None:
+            continue
+        s = next(iter(r["recording"]["series"].values()))
+        t0, t1 = r["times_s"]["steady"], r["times_s"]["end"]
+        caps = [c for t, c in zip(s["t_s"], s["cap_percent"]) if t0 < t <= t1]
+        known = [c for c in caps if c is not None]
+        if caps and len(known) < 0.5 * len(caps):
+            out.append(f"{label}: the VR's cap could not be read for most of the run (libvirt unreachable, e.g. "
+                       "libvirtd restarted by other work on the host): these numbers are not trustworthy")
+        elif key == "fixed" and any(abs(c - result["fixed_cap_percent"]) > 0.5 for c in known):
+            out.append(f"Fixed Cap: the VR's cap left {result['fixed_cap_percent']:.2f}% during the run "
+                       f"({min(known):.2f}..{max(known):.2f}%): something else changed it")
+    return out
+
+
 # ------------------------------------------------------------------------------ the run
 def _model(args: argparse.Namespace) -> str:
     if getattr(args, "hog_model", None):
@@ -290,8 +315,10 @@ def _outcome(result: dict[str, Any]) -> Outcome:
                      _fmt_periods(r["recovery_periods_hog_on"]) if key == "xtc" else "-",
                      _fmt_periods(r["recovery_periods_hog_off"]) if key == "xtc" else "-"))
     fx, xt = runs["fixed"], runs["xtc"]
+    warnings = result["warnings"] = cap_warnings(result)
+    warn_md = "".join(f"\n**Warning:** {w}.\n" for w in warnings)
     md = f"""# Fixed Cap vs XTC with a CPU hog inside the VR ({PAPER})
-
+{warn_md}
 One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
 reached it; unlimited it forwarded {result['free_pps']:.0f} pps).  Setpoint {sp:.0f} pps
 ({100 * result['setpoint_fraction']:.0f}% of the unlimited rate).  Fixed Cap = the median cap XTC used to hold the

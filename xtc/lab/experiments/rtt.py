@@ -98,6 +98,18 @@ def loss_follows_stream(rows: list[dict[str, Any]], tolerance: float = LOSS_MATC
     return worst <= tolerance, worst
 
 
+def cap_warnings(result: dict[str, Any]) -> list[str]:
+    """What the recorded caps say is wrong with a run: no cap under XTC, or one without it (empty if fine)."""
+    out = []
+    if result["without_xtc"]["cap_percent"] is not None:
+        out.append("without XTC: the VR had a cap: these are not the numbers of an unlimited VR")
+    missing = [r["label"] for r in result["setpoints"] if r["cap_percent"] is None]
+    if missing:
+        out.append(f"at {', '.join(missing)}: the VR's cap could not be read (libvirt unreachable, e.g. libvirtd "
+                   "restarted by other work on the host), so the daemon could not control it: not XTC's numbers")
+    return out
+
+
 def rank_correlation(xs: list[float], ys: list[float]) -> float:
     """Spearman's rank correlation of two equally long sequences (NaN for fewer than 3 pairs; ties averaged)."""
     if len(xs) != len(ys):
@@ -225,8 +237,10 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     lowest = min(sps, key=lambda r: r["setpoint_pps"])
     highest = max(sps, key=lambda r: r["setpoint_pps"])
     free = result["without_xtc"]
+    warnings = result["warnings"] = cap_warnings(result)
+    warn_md = "".join(f"\n**Warning:** {w}.\n" for w in warnings)
     md = f"""# Ping loss and RTT through a VR held by XTC ({PAPER})
-
+{warn_md}
 One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
 reached it; unlimited it forwarded {result['free_pps']:.0f} pps during the probe without XTC).  XTC holds it at each
 setpoint (fractions of that unlimited rate, highest first); after {result['settle_s']:g} s to settle, a ping probe runs for {result['ping_s']:g} s

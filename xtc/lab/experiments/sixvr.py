@@ -85,10 +85,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="busy-work iterations per frame in the six forwarders (default 6000 with udp, 0 with tcp; "
                         "see the module doc)")
     g.add_argument("--sixvr-settle-s", type=float, default=None,
-                   help="seconds to settle before each measurement (default 25; quick 9; without XTC 3)")
-    g.add_argument("--sixvr-measure-s", type=float, default=None, help="seconds measured per phase (default 20; quick 5)")
-    g.add_argument("--sixvr-ping-interval-s", type=float, default=0.01,
-                   help="ping probe through every VR during each measurement, s between requests (0: no probe)")
+                   help="seconds to settle before each measurement (default 25; quick 8; without XTC 3)")
+    g.add_argument("--sixvr-measure-s", type=float, default=None, help="seconds measured per phase (default 20; quick 4)")
+    g.add_argument("--sixvr-ping-interval-s", type=float, default=None,
+                   help="ping probe through every VR during each measurement, s between requests "
+                        "(default 0.01; quick: 0, no probe)")
     g.add_argument("--sixvr-model", default=None,
                    help="model file for XTC's controller (default models/lab.toml if present, else the paper's)")
 
@@ -147,6 +148,37 @@ def caps_in_window(recording: dict[str, Any], vrs: list[str], t0_s: float, t1_s:
     return out
 
 
+def cap_warnings(result: dict[str, Any]) -> list[str]:
+    """What the recorded caps say is wrong with a run (empty when nothing is).
+
+    Under XTC every VR must have a cap most of the time; without XTC none may have one.  A cap
+    that cannot be read means libvirt was unreachable (e.g. libvirtd restarted by other work on
+    the host): the daemon could not actuate either, so that phase's numbers are not XTC's.
+    """
+    out = []
+    vrs, rec, ph = result["vrs"], result["recording"], result["phases"]
+    checks = [("without", "without XTC (before)", False), *[(c, f"configuration {c}", True) for c in CONFIGS],
+              ("without_after", "without XTC (after)", False)]
+    for key, label, controlled in checks:
+        p = ph.get(key)
+        if p is None:
+            continue
+        caps = caps_in_window(rec, vrs, p["t0_s"], p["t1_s"])
+        n = [sum(1 for t in rec["series"][v]["t_s"] if p["t0_s"] < t <= p["t1_s"]) for v in vrs]
+        if controlled:
+            bad = [f"VR{i + 1}" for i, (c, k) in enumerate(zip(caps, n)) if k and len(c) < 0.5 * k]
+            if bad:
+                out.append(f"{label}: no cap could be read for {', '.join(bad)} during most of the measurement "
+                           "(libvirt unreachable, e.g. libvirtd restarted by other work on the host): the daemon "
+                           "could not control them, so these numbers are not XTC's")
+        else:
+            bad = [f"VR{i + 1} ({max(c):.0f}%)" for i, c in enumerate(caps) if c]
+            if bad:
+                out.append(f"{label}: {', '.join(bad)} had a cap where none should be (the original was not "
+                           "restored): these numbers are not those of unlimited VRs")
+    return out
+
+
 # ------------------------------------------------------------------------------ the run
 def _model(args: argparse.Namespace) -> str:
     if getattr(args, "sixvr_model", None):
@@ -161,9 +193,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     offered = float(getattr(args, "sixvr_offered_pps", 30_000.0))
     work_arg = getattr(args, "sixvr_work", None)
     work = int(work_arg) if work_arg is not None else (6000 if traffic == "udp" else 0)
-    settle_s = getattr(args, "sixvr_settle_s", None) or (9.0 if ctx.quick else 25.0)
-    measure_s = getattr(args, "sixvr_measure_s", None) or (5.0 if ctx.quick else 20.0)
-    ping_interval = float(getattr(args, "sixvr_ping_interval_s", 0.01) or 0.0)
+    settle_s = getattr(args, "sixvr_settle_s", None) or (8.0 if ctx.quick else 25.0)
+    measure_s = getattr(args, "sixvr_measure_s", None) or (4.0 if ctx.quick else 20.0)
+    ping_arg = getattr(args, "sixvr_ping_interval_s", None)
+    ping_interval = float(ping_arg) if ping_arg is not None else (0.0 if ctx.quick else 0.01)
     if not 1_000 <= offered <= 500_000:
         raise ValueError(f"--sixvr-offered-pps {offered:g} out of range 1000..500000")
     if work < 0:
@@ -313,8 +346,10 @@ def _outcome(result: dict[str, Any]) -> Outcome:
             cap = "-" if sf["cap_mean_percent"] is None else f"{sf['cap_mean_percent']:.0f}%"
             short_lines.append(f"- configuration {cfg}, VR{sf['vr']}: {100 * sf['error']:+.1f}% (mean cap {cap}); {why}.")
     short_md = ("\nShort of the setpoint by more than 5%:\n\n" + "\n".join(short_lines) + "\n") if short_lines else ""
+    warnings = result["warnings"] = cap_warnings(result)
+    warn_md = "".join(f"\n**Warning:** {w}.\n" for w in warnings)
     md = f"""# Traffic differentiation between six VRs ({PAPER})
-
+{warn_md}
 {traffic_md}, forwarders doing {result['work_iters']} busy-work iterations per frame, so that the host is the
 bottleneck as the paper's Dom0 was.  **Without XTC the host forwarded {agg0 / 1000:.1f} kp/s in
 aggregate** (the paper's Dom0: {PAPER_TABLE2['without'][0]:.2f}).  With XTC (one daemon, six instances) the paper's setpoints
