@@ -88,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ctx.say(f"== {name}: {exps[name].TITLE} ({exps[name].PAPER})")
         try:
             with measurement_lock(say=ctx.say):
+                t0 = time.monotonic()  # the time the experiment took, not the wait for the lock
                 host = host_description()
                 outcome = exps[name].run(ctx, args)
         except (LabError, LibvirtdError, ManagerError, OSError, ValueError) as e:
