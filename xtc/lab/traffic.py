@@ -131,47 +131,31 @@ class UdpResult:
         return self.sent_packets / self.seconds if self.seconds > 0 else 0.0
 
 
-class UdpStream:
-    """A running iperf3 UDP stream through one VR; use :meth:`wait` for its result.
+class _Stream:
+    """A running traffic client (and its server, if any) through one VR; stopped on exit."""
 
-    Start it with :func:`start_udp_stream`.
-    """
+    label = "traffic"
 
-    def __init__(self, lab: NetLab, vr: VR, server: subprocess.Popen[bytes] | None,
-                 client: subprocess.Popen[bytes], duration_s: float, tool: str) -> None:
-        self.lab, self.vr, self.server, self.client = lab, vr, server, client
+    def __init__(self, vr: VR, server: subprocess.Popen[bytes] | None, client: subprocess.Popen[bytes],
+                 duration_s: float) -> None:
+        self.vr, self.server, self.client = vr, server, client
         self.duration_s = duration_s
-        self.tool = tool
 
     def running(self) -> bool:
         return self.client.poll() is None
 
-    def wait(self, timeout_s: float | None = None) -> UdpResult:
-        """Wait for the client to finish; return its report.
-
-        Raises
-        ------
-        LabError
-            iperf3 failed or did not finish within ``timeout_s`` (default: duration + 15 s).
-        """
+    def _report(self, timeout_s: float | None) -> dict[str, Any]:
+        """Wait for the client (default: duration + 15 s) and return its JSON report."""
         timeout_s = self.duration_s + 15 if timeout_s is None else timeout_s
         try:
             out, err = self.client.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             self.stop()
-            raise LabError(f"{self.tool} through {self.vr.name} did not finish within {timeout_s:.0f} s") from e
+            raise LabError(f"{self.label} through {self.vr.name} did not finish within {timeout_s:.0f} s") from e
         try:
-            report = json.loads(out.decode(errors="replace"))
+            return json.loads(out.decode(errors="replace"))
         except ValueError as e:
-            raise LabError(f"{self.tool} through {self.vr.name} printed no report: {err.decode()[-300:]}") from e
-        if "error" in report:
-            raise LabError(f"{self.tool} through {self.vr.name}: {report['error']}")
-        if self.tool == "udpsend":
-            return UdpResult(sent_packets=int(report["sent_packets"]), lost_packets=None,
-                             seconds=float(report["seconds"]), raw=report)
-        s = report.get("end", {}).get("sum", {})
-        return UdpResult(sent_packets=int(s.get("packets", 0)), lost_packets=int(s.get("lost_packets", 0)),
-                         seconds=float(s.get("seconds", 0.0)), raw=report)
+            raise LabError(f"{self.label} through {self.vr.name} printed no report: {err.decode()[-300:]}") from e
 
     def stop(self) -> None:
         """Stop client and server now (idempotent)."""
@@ -184,11 +168,55 @@ class UdpStream:
                     p.kill()
                     p.wait()
 
-    def __enter__(self) -> UdpStream:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class UdpStream(_Stream):
+    """A running UDP stream (udpsend or iperf3) through one VR; use :meth:`wait` for its result.
+
+    Start it with :func:`start_udp_stream`.
+    """
+
+    def __init__(self, lab: NetLab, vr: VR, server: subprocess.Popen[bytes] | None,
+                 client: subprocess.Popen[bytes], duration_s: float, tool: str) -> None:
+        super().__init__(vr, server, client, duration_s)
+        self.lab = lab
+        self.tool = self.label = tool
+
+    def wait(self, timeout_s: float | None = None) -> UdpResult:
+        """Wait for the client to finish; return its report.
+
+        Raises
+        ------
+        LabError
+            The tool failed or did not finish within ``timeout_s`` (default: duration + 15 s).
+        """
+        report = self._report(timeout_s)
+        if "error" in report:
+            raise LabError(f"{self.tool} through {self.vr.name}: {report['error']}")
+        if self.tool == "udpsend":
+            return UdpResult(sent_packets=int(report["sent_packets"]), lost_packets=None,
+                             seconds=float(report["seconds"]), raw=report)
+        s = report.get("end", {}).get("sum", {})
+        return UdpResult(sent_packets=int(s.get("packets", 0)), lost_packets=int(s.get("lost_packets", 0)),
+                         seconds=float(s.get("seconds", 0.0)), raw=report)
+
+
+def _start_iperf3_server(lab: NetLab, vr: VR, port: int, listen_timeout_s: float) -> subprocess.Popen[bytes]:
+    """A one-shot iperf3 server in ``vr``'s receiver namespace, returned once it listens on ``port``."""
+    server = lab.spawn_in(vr.tr_ns, ["iperf3", "-s", "-1", "-B", vr.tr_addr, "-p", str(port)])
+    deadline = time.monotonic() + listen_timeout_s
+    while not tcp_listening(server.pid, port):
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            server.wait()
+            raise LabError(f"iperf3 server in {vr.tr_ns} did not start listening on port {port}")
+        time.sleep(0.02)
+    return server
 
 
 def start_udp_stream(lab: NetLab, vr: VR, rate_pps: float, duration_s: float, payload_bytes: int = 64,
@@ -215,13 +243,7 @@ def start_udp_stream(lab: NetLab, vr: VR, rate_pps: float, duration_s: float, pa
     if tool != "iperf3":
         raise LabError(f"unknown traffic tool {tool!r}: want 'udpsend' or 'iperf3'")
     argv = iperf3_udp_argv(vr.tr_addr, rate_pps, duration_s, payload_bytes, port)
-    server = lab.spawn_in(vr.tr_ns, ["iperf3", "-s", "-1", "-B", vr.tr_addr, "-p", str(port)])
-    deadline = time.monotonic() + listen_timeout_s
-    while not tcp_listening(server.pid, port):
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            raise LabError(f"iperf3 server in {vr.tr_ns} did not start listening on port {port}")
-        time.sleep(0.02)
+    server = _start_iperf3_server(lab, vr, port, listen_timeout_s)
     client = lab.spawn_in(vr.tg_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return UdpStream(lab, vr, server, client, duration_s, tool)
 
@@ -413,20 +435,18 @@ def one_segment_per_packet(lab: NetLab, vr: VR) -> None:
             raise LabError(f"cannot set gso_max_segs on eth0 in {ns}: {e}") from e
 
 
-class TcpStream:
+class TcpStream(_Stream):
     """A running iperf3 TCP stream (one or more flows) through one VR; :meth:`wait` for its result.
 
     Start it with :func:`start_tcp_stream`.
     """
 
+    label = "iperf3 TCP"
+
     def __init__(self, vr: VR, server: subprocess.Popen[bytes], client: subprocess.Popen[bytes],
                  duration_s: float, flows: int) -> None:
-        self.vr, self.server, self.client = vr, server, client
-        self.duration_s = duration_s
+        super().__init__(vr, server, client, duration_s)
         self.flows = flows
-
-    def running(self) -> bool:
-        return self.client.poll() is None
 
     def wait(self, timeout_s: float | None = None) -> TcpResult:
         """Wait for the client to finish; return its parsed report.
@@ -437,37 +457,11 @@ class TcpStream:
             iperf3 failed, printed no report, or did not finish within ``timeout_s``
             (default: duration + 15 s).
         """
-        timeout_s = self.duration_s + 15 if timeout_s is None else timeout_s
-        try:
-            out, err = self.client.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired as e:
-            self.stop()
-            raise LabError(f"iperf3 TCP through {self.vr.name} did not finish within {timeout_s:.0f} s") from e
-        try:
-            report = json.loads(out.decode(errors="replace"))
-        except ValueError as e:
-            raise LabError(f"iperf3 TCP through {self.vr.name} printed no report: {err.decode()[-300:]}") from e
+        report = self._report(timeout_s)
         try:
             return parse_iperf3_tcp(report)
         except LabError as e:
             raise LabError(f"iperf3 TCP through {self.vr.name}: {e}") from e
-
-    def stop(self) -> None:
-        """Stop client and server now (idempotent)."""
-        for p in (self.client, self.server):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=3)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-
-    def __enter__(self) -> TcpStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_tcp_stream(lab: NetLab, vr: VR, duration_s: float, flows: int = 1,
@@ -494,13 +488,6 @@ def start_tcp_stream(lab: NetLab, vr: VR, duration_s: float, flows: int = 1,
     argv = iperf3_tcp_argv(vr.tr_addr, duration_s, flows, mss, port)
     if segment_per_packet:
         one_segment_per_packet(lab, vr)
-    server = lab.spawn_in(vr.tr_ns, ["iperf3", "-s", "-1", "-B", vr.tr_addr, "-p", str(port)])
-    deadline = time.monotonic() + listen_timeout_s
-    while not tcp_listening(server.pid, port):
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            server.wait()
-            raise LabError(f"iperf3 server in {vr.tr_ns} did not start listening on port {port}")
-        time.sleep(0.02)
+    server = _start_iperf3_server(lab, vr, port, listen_timeout_s)
     client = lab.spawn_in(vr.tg_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return TcpStream(vr, server, client, duration_s, flows)
