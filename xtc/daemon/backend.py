@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
+from .actuators import CapActuator, OriginalCap
+from .host_errors import HostAdapterError
 from .meter import CounterSource
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "ActuatorCaps"]
 
 
 class Backend(Protocol):
@@ -70,3 +72,46 @@ class Backend(Protocol):
 
     def close(self) -> None:
         ...
+
+
+class ActuatorCaps:
+    """The cap methods of a backend with one actuator per VR (``self._act(vr)`` builds or finds it).
+
+    ``restore_prefers_own_original``: without a persisted record, restore the setting the actuator
+    itself took before its first write, if it has one, rather than the percentage (the cgroup
+    backend); otherwise the percentage is always used then (the libvirt backend).
+    """
+
+    restore_prefers_own_original = False
+
+    def _act(self, vr: str) -> CapActuator:
+        raise NotImplementedError
+
+    def read_cap(self, vr: str) -> float | None:
+        return self._act(vr).read_cap()
+
+    def write_cap(self, vr: str, cap_percent: float) -> None:
+        self._act(vr).set_cap(cap_percent)
+
+    def read_original(self, vr: str) -> dict[str, Any]:
+        a = self._act(vr)
+        # An actuator that has written since its last restore knows the setting before that write.
+        rec = a.original()
+        if rec is None:
+            try:
+                rec = a.current_setting()
+            except ValueError as e:
+                raise HostAdapterError(f"the cap setting of {vr!r} cannot serve as an original: {e}") from None
+        return rec.to_dict()
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
+        a = self._act(vr)
+        try:
+            if original is not None:
+                a.adopt_original(OriginalCap.from_dict(original))
+            elif not (self.restore_prefers_own_original and a.original() is not None):
+                a.adopt_original(a.original_from_cap(cap_percent))
+        except (ValueError, TypeError) as e:
+            what = f"original {dict(original)!r}" if original is not None else f"cap {cap_percent!r}"
+            raise HostAdapterError(f"cannot restore {what} of {vr!r}: {e}") from None
+        a.restore()

@@ -33,17 +33,18 @@ and the counters in :class:`~xtc.daemon.meter.ProcNetDevSource`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
-from .actuators import CapActuator, CgroupV1Actuator, CgroupV2Actuator, OriginalCap, make_actuator
+from .actuators import CapActuator, CgroupV1Actuator, CgroupV2Actuator, make_actuator
+from .backend import ActuatorCaps
 from .config import CgroupVr, DaemonConfig
-from .host_errors import ActuatorError, HostAdapterError, VRNotRunning
+from .host_errors import ActuatorError, VRNotRunning
 from .meter import ProcNetDevSource
 
 __all__ = ["CgroupBackend"]
 
 
-class CgroupBackend:
+class CgroupBackend(ActuatorCaps):
     """The :class:`~xtc.daemon.backend.Backend` of VRs that are cgroups.
 
     Parameters
@@ -57,6 +58,7 @@ class CgroupBackend:
     """
 
     name = "cgroup"
+    restore_prefers_own_original = True
 
     def __init__(self, vrs: Sequence[CgroupVr], proc_net_dev: str = "/proc/net/dev",
                  cap_min_percent: float = 1.0, cap_max_percent: float = 100.0) -> None:
@@ -88,43 +90,11 @@ class CgroupBackend:
         d = Path(spec.path)
         if not d.is_dir():
             raise VRNotRunning(vr, f"cgroup {d} does not exist")
-        if (d / CgroupV2Actuator.FILE).exists():
-            kind = "cgroup2"
-        elif (d / CgroupV1Actuator.QUOTA).exists():
-            kind = "cgroup1"
-        else:
+        if not ((d / CgroupV2Actuator.FILE).exists() or (d / CgroupV1Actuator.QUOTA).exists()):
             raise ActuatorError(f"cgroup {d} of VR {vr!r} has neither cpu.max nor cpu.cfs_quota_us: no cpu controller there")
-        a = make_actuator(kind, vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max)
+        a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max)
         self._acts[vr] = a
         return a
-
-    def read_cap(self, vr: str) -> float | None:
-        return self._act(vr).read_cap()
-
-    def write_cap(self, vr: str, cap_percent: float) -> None:
-        self._act(vr).set_cap(cap_percent)
-
-    def read_original(self, vr: str) -> dict[str, Any]:
-        a = self._act(vr)
-        rec = a.original()  # written since the last restore: the setting before that write
-        if rec is None:
-            try:
-                rec = a.current_setting()
-            except ValueError as e:
-                raise HostAdapterError(f"the cap setting of {vr!r} cannot serve as an original: {e}") from None
-        return rec.to_dict()
-
-    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
-        a = self._act(vr)
-        try:
-            if original is not None:
-                a.adopt_original(OriginalCap.from_dict(original))
-            elif a.original() is None:
-                a.adopt_original(a.original_from_cap(cap_percent))
-        except (ValueError, TypeError) as e:
-            what = f"original {dict(original)!r}" if original is not None else f"cap {cap_percent!r}"
-            raise HostAdapterError(f"cannot restore {what} of {vr!r}: {e}") from None
-        a.restore()
 
     def tick(self, now_s: float) -> None:
         pass

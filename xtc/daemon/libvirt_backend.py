@@ -20,12 +20,12 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
-from .actuators import CapActuator, OriginalCap, make_actuator
+from .actuators import CapActuator, make_actuator
+from .backend import ActuatorCaps
 from .collector import xen_vif_names
 from .config import DaemonConfig
-from .host_errors import HostAdapterError
 from .libvirt_conn import LibvirtConn
 from .meter import CounterTable, IfCounters, ProcNetDevSource
 
@@ -51,7 +51,7 @@ class _RememberingSource:
         return t
 
 
-class LibvirtBackend:
+class LibvirtBackend(ActuatorCaps):
     """The :class:`~xtc.daemon.backend.Backend` of a libvirt host."""
 
     name = "libvirt"
@@ -99,35 +99,6 @@ class LibvirtBackend:
             a = make_actuator(self.kind, vr, conn=self.conn)
             self._acts[vr] = a
         return a
-
-    def read_cap(self, vr: str) -> float | None:
-        return self._act(vr).read_cap()
-
-    def write_cap(self, vr: str, cap_percent: float) -> None:
-        self._act(vr).set_cap(cap_percent)
-
-    def read_original(self, vr: str) -> dict[str, Any]:
-        a = self._act(vr)
-        # An actuator that has written since its last restore knows the setting before that write.
-        rec = a.original()
-        if rec is None:
-            try:
-                rec = a.current_setting()
-            except ValueError as e:
-                raise HostAdapterError(f"the cap setting of {vr!r} cannot serve as an original: {e}") from None
-        return rec.to_dict()
-
-    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
-        a = self._act(vr)
-        try:
-            if original is not None:
-                a.adopt_original(OriginalCap.from_dict(original))
-            else:
-                a.adopt_original(a.original_from_cap(cap_percent))
-        except (ValueError, TypeError) as e:
-            what = f"original {dict(original)!r}" if original is not None else f"cap {cap_percent!r}"
-            raise HostAdapterError(f"cannot restore {what} of {vr!r}: {e}") from None
-        a.restore()
 
     def tick(self, now_s: float) -> None:
         pass
