@@ -42,6 +42,8 @@ from typing import Any
 from xtc.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_counters
 
 MEASURE_LOCK = Path("/run/xtc/lab-measure.lock")
+#: The model fitted on the lab's own cap sweep (``xtc lab run capsweep``; shipped in the repository).
+LAB_MODEL_FILE = Path(__file__).resolve().parents[2] / "models" / "lab.toml"
 UNLIMITED_QUOTA_MIN = 17_592_186_044_415  # libvirt's "no limit" for vcpu_quota (or -1)
 
 
@@ -152,6 +154,13 @@ def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
         finally:
             lab.teardown()
     daemon.stop_if_unused()
+
+
+def controller_model(chosen: str | Path | None = None) -> str:
+    """The daemon's ``[controller] model``: ``chosen`` if given, else the lab's model if present, else "paper"."""
+    if chosen:
+        return str(chosen)
+    return str(LAB_MODEL_FILE) if LAB_MODEL_FILE.exists() else "paper"
 
 
 # ------------------------------------------------------------------------------ libvirt reads

@@ -400,7 +400,7 @@ def daemon_config_toml(record: Mapping[str, Any], router: str | None = None,
         f"# xtc daemon configuration for lab {record['name']}" + (f", router {router}" if router else "")
         + f" ({record['mode']} mode), written by xtc lab status --daemon-config.",
         "# The VRs' interfaces change when the lab is rebuilt: write this file again after xtc lab up repairs it.",
-        f'schema = "xtc-daemon/1"',
+        'schema = "xtc-daemon/1"',
         "",
         "[daemon]",
         f'backend = "{"libvirt" if record["mode"] == "lxc" else "cgroup"}"',

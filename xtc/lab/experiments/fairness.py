@@ -33,7 +33,6 @@ from typing import Any
 from xtc.lab.experiments import Goal, Outcome
 from xtc.lab.experiments.tcpudp import (
     PhaseTimes,
-    controller_model,
     goodput_in_window,
     lost_in_vr_text,
     min_max_ratio,
@@ -41,7 +40,7 @@ from xtc.lab.experiments.tcpudp import (
     run_phase,
     summarise_vr,
 )
-from xtc.lab.harness import CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table
+from xtc.lab.harness import CapReader, LabDaemon, Recorder, RunContext, controller_model, lab_session, markdown_table
 from xtc.lab.netlab import VR, LabError
 from xtc.lab.traffic import MAX_TCP_FLOWS, PAPER_TCP_FRAME_BYTES, TcpResult, start_tcp_stream, tcp_mss_for_frame
 
@@ -137,7 +136,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     warm_s, settle_s = (2.0, 6.0) if ctx.quick else (3.0, 10.0)
     frame = PAPER_TCP_FRAME_BYTES
     mss = tcp_mss_for_frame(frame)
-    model = controller_model(args)
+    model = controller_model(getattr(args, "model", None))
     result: dict[str, Any] = {
         "title": TITLE, "paper": PAPER, "flows": flows, "frame_bytes": frame, "tcp_mss_bytes": mss,
         "hold_s": hold_s, "warm_s": warm_s, "settle_s": settle_s, "model": model, "n_cpus": os.cpu_count() or 1,

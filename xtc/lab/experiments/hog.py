@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from xtc.lab.experiments import Goal, Outcome
-from xtc.lab.experiments.tracking import DEFAULT_LAB_MODEL
 from xtc.lab.harness import (
+    controller_model,
     CapReader,
     LabDaemon,
     Recorder,
@@ -188,11 +188,6 @@ def cap_warnings(result: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ the run
-def _model(args: argparse.Namespace) -> str:
-    if getattr(args, "hog_model", None):
-        return str(args.hog_model)
-    return str(DEFAULT_LAB_MODEL) if DEFAULT_LAB_MODEL.exists() else "paper"
-
 
 def _phase(ctx: RunContext, name: str) -> float:
     full, quick = PHASES[name]
@@ -207,7 +202,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     if not 0.02 <= share <= 0.45:
         raise ValueError(f"--hog-share {share:g}: want a fraction of the Fixed Cap in 0.02..0.45 "
                          "(a hog wanting half the cap or more shares it evenly with the forwarder)")
-    model = _model(args)
+    model = controller_model(getattr(args, "hog_model", None))
     ph = {k: _phase(ctx, k) for k in PHASES}
     total_s = (ph["xtc_settle"] + ph["xtc_steady"] + ph["fixed_steady"] + 2 * (ph["hog"] + ph["after"])) + 30
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "paper_observation": PAPER_OBSERVATION,

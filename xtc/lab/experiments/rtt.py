@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from xtc.lab.experiments import Goal, Outcome
-from xtc.lab.experiments.tracking import DEFAULT_LAB_MODEL
 from xtc.lab.harness import (
+    controller_model,
     CapReader,
     LabDaemon,
     Recorder,
@@ -140,11 +140,6 @@ def rank_correlation(xs: list[float], ys: list[float]) -> float:
 
 
 # ------------------------------------------------------------------------------ the run
-def _model(args: argparse.Namespace) -> str:
-    if getattr(args, "rtt_model", None):
-        return str(args.rtt_model)
-    return str(DEFAULT_LAB_MODEL) if DEFAULT_LAB_MODEL.exists() else "paper"
-
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     fractions = parse_fractions(getattr(args, "rtt_setpoints", None), ctx.quick)
@@ -155,7 +150,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         raise ValueError(f"--rtt-settle-s {settle_s:g} / --rtt-ping-s {ping_s:g}: want at least 2 s each")
     if not 0.002 <= interval_s <= 1.0:
         raise ValueError(f"--rtt-interval-s {interval_s:g} out of range 0.002..1")
-    model = _model(args)
+    model = controller_model(getattr(args, "rtt_model", None))
     # ping may send more slowly than 1 / interval (see PingResult.request_rate_pps): room for that;
     # the stream is stopped when the run ends anyway.
     total_s = 2 * (ping_s + 3 + len(fractions) * (settle_s + ping_s + 3)) + 30

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from xtc.lab.experiments import Goal, Outcome
-from xtc.lab.experiments.tracking import DEFAULT_LAB_MODEL
 from xtc.lab.harness import (
+    controller_model,
     CapReader,
     LabDaemon,
     Recorder,
@@ -180,11 +180,6 @@ def cap_warnings(result: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ the run
-def _model(args: argparse.Namespace) -> str:
-    if getattr(args, "sixvr_model", None):
-        return str(args.sixvr_model)
-    return str(DEFAULT_LAB_MODEL) if DEFAULT_LAB_MODEL.exists() else "paper"
-
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     traffic = getattr(args, "sixvr_traffic", "udp")
@@ -205,7 +200,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         raise ValueError(f"--sixvr-settle-s {settle_s:g} / --sixvr-measure-s {measure_s:g}: want at least 2 s each")
     if ping_interval and not 0.002 <= ping_interval <= 1.0:
         raise ValueError(f"--sixvr-ping-interval-s {ping_interval:g}: want 0 (no probe) or 0.002..1")
-    model = _model(args)
+    model = controller_model(getattr(args, "sixvr_model", None))
     free_settle = 3.0
     # ping may send more slowly than 1 / interval and so outlast measure_s: room for that (the
     # streams are stopped when the run ends anyway).

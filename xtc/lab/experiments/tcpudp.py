@@ -39,6 +39,7 @@ from typing import Any
 
 from xtc.lab.experiments import Goal, Outcome
 from xtc.lab.harness import (
+    controller_model,
     CapReader,
     LabDaemon,
     Recorder,
@@ -64,7 +65,6 @@ PAPER = "Figure 17"
 #: The paper's numbers (section 7.3, kp/s): aggregate without and with XTC, setpoints, TCP gain, UDP loss.
 PAPER_KPPS = {"aggregate_without": 100.0, "aggregate_with": 68.0, "setpoint_udp": 20.0, "setpoint_tcp": 80.0,
               "tcp_gain": 16.0, "udp_loss": 49.0}
-DEFAULT_LAB_MODEL = Path(__file__).resolve().parents[3] / "models" / "lab.toml"
 #: Tolerance for "held at its setpoint" (the paper's controllers have a 10% dead zone).
 HOLD_TOLERANCE = 0.10
 HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -305,13 +305,6 @@ def summarise_vr(series: Mapping[str, Sequence[Any]], t0_s: float, t1_s: float) 
 
 
 # ------------------------------------------------------------------------------ the run
-def controller_model(args: argparse.Namespace) -> str:
-    """The daemon's model: ``--model`` if given, else the lab's fitted model if present, else the paper's."""
-    if getattr(args, "model", None):
-        return str(args.model)
-    return str(DEFAULT_LAB_MODEL) if DEFAULT_LAB_MODEL.exists() else "paper"
-
-
 @dataclass
 class PhaseTimes:
     """Where a phase's parts fall on the recorder's clock (s)."""
@@ -365,7 +358,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     frame = args.tcpudp_frame
     mss, payload = tcp_mss_for_frame(frame), udp_payload_for_frame(frame)
     warm_s, settle_s = (2.0, 6.0) if ctx.quick else (3.0, 12.0)
-    model = controller_model(args)
+    model = controller_model(getattr(args, "model", None))
     result: dict[str, Any] = {
         "title": TITLE, "paper": PAPER, "paper_kpps": PAPER_KPPS, "udp_offered_pps": ctx.offered_pps,
         "frame_bytes": frame, "tcp_mss_bytes": mss, "tcp_payload_bytes": mss - 12, "udp_payload_bytes": payload,

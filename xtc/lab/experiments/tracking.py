@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc.lab.experiments import Goal, Outcome
-from xtc.lab.harness import (CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
+from xtc.lab.harness import (LAB_MODEL_FILE, controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
                              measure_pps, wait_with_progress)
 from xtc.lab.traffic import start_udp_stream
 
@@ -41,7 +41,6 @@ PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xt
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.5, 0.2)
 TOLERANCE = 0.05
-DEFAULT_LAB_MODEL = Path(__file__).resolve().parents[3] / "models" / "lab.toml"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,11 +103,6 @@ def lowest_held(steps: list[dict[str, Any]]) -> float | None:
 
 
 # ------------------------------------------------------------------------------ the run
-def _model(args: argparse.Namespace) -> str:
-    if getattr(args, "model", None):
-        return str(args.model)
-    return str(DEFAULT_LAB_MODEL) if DEFAULT_LAB_MODEL.exists() else "paper"
-
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     names = [c.strip() for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
@@ -119,10 +113,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     hold_s = min(args.hold, 8.0) if ctx.quick else args.hold
     if hold_s < 4:
         raise ValueError(f"--hold {hold_s:g}: want at least 4 s")
-    model = _model(args)
+    model = controller_model(getattr(args, "model", None))
     total_s = len(names) * (len(fractions) * hold_s + 10) + 20
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
-                              "model": "models/lab.toml" if model == str(DEFAULT_LAB_MODEL) else model, "tolerance": TOLERANCE, "controllers": {}}
+                              "model": "models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "controllers": {}}
     with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
         vr = lab.vrs[0]
         result["lab_prefix"] = lab.prefix
