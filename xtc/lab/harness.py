@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xtc.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_counters
+from xtc.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_counters, vr_totals
 
 MEASURE_LOCK = Path("/run/xtc/lab-measure.lock")
 #: The model fitted on the lab's own cap sweep (``xtc lab run capsweep``; shipped in the repository).
 LAB_MODEL_FILE = Path(__file__).resolve().parents[2] / "models" / "lab.toml"
-UNLIMITED_QUOTA_MIN = 17_592_186_044_415  # libvirt's "no limit" for vcpu_quota (or -1)
 
 
 # ----------------------------------------------------------------------------- host check
@@ -165,35 +164,32 @@ def controller_model(chosen: str | Path | None = None) -> str:
 
 # ------------------------------------------------------------------------------ libvirt reads
 class CapReader:
-    """Reads LXC VRs' caps (percent of one CPU; None = unlimited or not running) on its own connection."""
+    """Reads LXC VRs' caps through the daemon's own actuator on its own connection.
+
+    Returns percent of one CPU; None = unlimited, not running or unreadable.
+    """
 
     def __init__(self, uri: str):
+        from xtc.daemon.libvirt_conn import LibvirtConn
+
         self.uri = uri
-        self._conn: Any = None
+        self._conn = LibvirtConn(uri)
+        self._acts: dict[str, Any] = {}
 
     def __call__(self, vr: VR) -> float | None:
-        import libvirt
+        from xtc.daemon.actuators import make_actuator
+        from xtc.daemon.host_errors import HostAdapterError
 
+        act = self._acts.get(vr.name)
+        if act is None:
+            act = self._acts[vr.name] = make_actuator("lxc", vr.name, conn=self._conn)
         try:
-            if self._conn is None:
-                libvirt.registerErrorHandler(lambda _c, _e: None, None)
-                self._conn = libvirt.open(self.uri)
-            p = self._conn.lookupByName(vr.name).schedulerParameters()
-        except libvirt.libvirtError:
-            self.close()
+            return act.read_cap()
+        except (HostAdapterError, ValueError):
             return None
-        quota, period = int(p["vcpu_quota"]), int(p["vcpu_period"])
-        if quota < 0 or quota >= UNLIMITED_QUOTA_MIN or period <= 0:
-            return None
-        return 100.0 * quota / period
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # noqa: BLE001 - a dead connection
-                pass
-            self._conn = None
+        self._conn.close()
 
 
 def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100_000) -> None:
@@ -373,14 +369,9 @@ class Recorder:
 
     def _read(self) -> dict[str, tuple[int, int]] | None:
         try:
-            c = read_packet_counters(self.proc_net_dev)
+            return read_packet_counters(self.proc_net_dev)
         except (OSError, ValueError):
             return None
-        out = {}
-        for vr in self.vrs:
-            if vr.vifs[0] in c and vr.vifs[1] in c:
-                out[vr.name] = (c[vr.vifs[0]][0] + c[vr.vifs[1]][0], c[vr.vifs[0]][1])
-        return out
 
     def _run(self) -> None:
         prev, t_prev = self._read(), time.monotonic()
@@ -389,15 +380,14 @@ class Recorder:
             next_t += self.dt_s
             cur, t = self._read(), time.monotonic()
             if cur is not None and prev is not None:
-                dt = t - t_prev
                 for vr in self.vrs:
-                    a, b = prev.get(vr.name), cur.get(vr.name)
-                    if a is None or b is None or b[0] < a[0] or b[1] < a[1] or dt <= 0:
+                    r = pps_between(prev, cur, t - t_prev, vr.vifs)
+                    if r is None:
                         continue
                     s = self.series[vr.name]
                     s.t_s.append(t - self._t0)
-                    s.forwarded_pps.append((b[0] - a[0]) / dt)
-                    s.offered_pps.append((b[1] - a[1]) / dt)
+                    s.forwarded_pps.append(r[0])
+                    s.offered_pps.append(r[1])
                     s.cap_percent.append(self.caps(vr) if self.caps is not None else None)
             prev, t_prev = cur, t
 
@@ -420,6 +410,18 @@ def mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def pps_between(c0: dict[str, tuple[int, int]], c1: dict[str, tuple[int, int]], dt_s: float,
+                vifs: Sequence[str]) -> tuple[float, float] | None:
+    """(forwarded, offered) packets/s of a VR between two counter readings ``dt_s`` apart.
+
+    None if a vif is missing from either reading or a counter went backwards (a vif recreated).
+    """
+    a, b = vr_totals(c0, vifs), vr_totals(c1, vifs)
+    if a is None or b is None or b[0] < a[0] or b[1] < a[1] or dt_s <= 0:
+        return None
+    return (b[0] - a[0]) / dt_s, (b[1] - a[1]) / dt_s
+
+
 def measure_pps(vrs: Sequence[VR], seconds: float) -> dict[str, tuple[float, float]]:
     """(forwarded, offered) packets/s of each VR over the next ``seconds``."""
     c0, t0 = read_packet_counters(), time.monotonic()
@@ -427,12 +429,10 @@ def measure_pps(vrs: Sequence[VR], seconds: float) -> dict[str, tuple[float, flo
     c1, t1 = read_packet_counters(), time.monotonic()
     out = {}
     for vr in vrs:
-        try:
-            fwd = (c1[vr.vifs[0]][0] + c1[vr.vifs[1]][0]) - (c0[vr.vifs[0]][0] + c0[vr.vifs[1]][0])
-            off = c1[vr.vifs[0]][1] - c0[vr.vifs[0]][1]
-        except KeyError as e:
-            raise LabError(f"VR {vr.name}: interface {e} vanished during the measurement") from None
-        out[vr.name] = (fwd / (t1 - t0), off / (t1 - t0))
+        r = pps_between(c0, c1, t1 - t0, vr.vifs)
+        if r is None:
+            raise LabError(f"VR {vr.name}: an interface of {list(vr.vifs)} vanished or was recreated during the measurement")
+        out[vr.name] = r
     return out
 
 

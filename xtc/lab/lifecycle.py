@@ -663,42 +663,35 @@ def gather_facts(record: Mapping[str, Any]) -> HostFacts:
 
 
 def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
-    """Each VR's cap now: percent of one CPU, None (unlimited) or the reason it cannot be read."""
-    out: dict[str, float | None | str] = {}
-    if record["mode"] == "netns":
-        from xtc.daemon.actuators import make_actuator
-        from xtc.daemon.host_errors import HostAdapterError
+    """Each VR's cap now, read through the daemon's actuators: percent of one CPU, None (unlimited)
+    or the reason it cannot be read."""
+    from xtc.daemon.actuators import make_actuator
+    from xtc.daemon.host_errors import HostAdapterError
 
+    conn = None
+    if record["mode"] != "netns":
+        from xtc.daemon.libvirt_conn import LibvirtConn
+
+        conn = LibvirtConn(record["uri"])
+    out: dict[str, float | None | str] = {}
+    try:
         for v in record["vrs"]:
             try:
-                out[v["name"]] = make_actuator("cgroup", v["name"], cgroup_dir=v["cgroup"]).read_cap()
+                act = (make_actuator("cgroup", v["name"], cgroup_dir=v["cgroup"]) if conn is None
+                       else make_actuator("lxc", v["domain"], conn=conn))
+                out[v["name"]] = act.read_cap()
             except (HostAdapterError, ValueError) as e:
                 out[v["name"]] = str(e)
-        return out
-    try:
-        import libvirt
-    except ImportError:
-        return {v["name"]: "libvirt-python is not installed" for v in record["vrs"]}
-    libvirt.registerErrorHandler(lambda _c, _e: None, None)
-    try:
-        conn = libvirt.open(record["uri"])
-    except libvirt.libvirtError as e:
-        return {v["name"]: f"libvirt: {e}" for v in record["vrs"]}
-    try:
-        for v in record["vrs"]:
-            try:
-                p = conn.lookupByName(v["domain"]).schedulerParameters()
-                quota, period = int(p["vcpu_quota"]), int(p["vcpu_period"])
-                out[v["name"]] = None if quota <= 0 or quota >= 17_592_186_044_415 else 100.0 * quota / period
-            except (libvirt.libvirtError, KeyError, ValueError, ZeroDivisionError) as e:
-                out[v["name"]] = str(e)
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
     return out
 
 
 def measure_rates(record: Mapping[str, Any], seconds: float) -> dict[str, tuple[float, float] | None]:
     """(forwarded, offered) packets/s of each VR over ``seconds`` (None if a vif is missing)."""
+    from xtc.lab.harness import pps_between
+
     out: dict[str, tuple[float, float] | None] = {v["name"]: None for v in record["vrs"]}
     if seconds <= 0:
         return out
@@ -709,12 +702,7 @@ def measure_rates(record: Mapping[str, Any], seconds: float) -> dict[str, tuple[
     except OSError:
         return out
     for v in record["vrs"]:
-        a, b = v["vifs"]
-        if all(x in c0 and x in c1 for x in (a, b)):
-            fwd = (c1[a][0] + c1[b][0]) - (c0[a][0] + c0[b][0])
-            off = c1[a][1] - c0[a][1]
-            if fwd >= 0 and off >= 0:
-                out[v["name"]] = (fwd / (t1 - t0), off / (t1 - t0))
+        out[v["name"]] = pps_between(c0, c1, t1 - t0, v["vifs"])
     return out
 
 

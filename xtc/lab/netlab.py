@@ -302,6 +302,17 @@ def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+def vr_totals(counters: dict[str, tuple[int, int]], vifs: Sequence[str]) -> tuple[int, int] | None:
+    """(forwarded, offered) packet totals of a VR from :func:`parse_proc_net_dev` output.
+
+    Forwarded: host-side RX summed over the VR's vifs (what the VR sent out); offered: host-side
+    TX of its generator-side vif ``vifs[0]`` (what was handed to it).  None if a vif is missing.
+    """
+    if any(v not in counters for v in vifs):
+        return None
+    return sum(counters[v][0] for v in vifs), counters[vifs[0]][1]
+
+
 def read_packet_counters(path: Path | str = "/proc/net/dev") -> dict[str, tuple[int, int]]:
     """Read (rx_packets, tx_packets) of every interface from ``path`` (see :func:`parse_proc_net_dev`)."""
     return parse_proc_net_dev(Path(path).read_text())
@@ -394,14 +405,10 @@ class VR:
         (TX of the generator-side vif: what was handed to the VR).
         """
         c = read_packet_counters(path)
-        missing = [v for v in self.vifs if v not in c]
-        if missing:
-            raise LabError(f"VR {self.name}: interfaces {missing} not in {path}")
-        return {
-            "forwarded": c[self.vifs[0]][0] + c[self.vifs[1]][0],
-            "forwarded_to_tr": c[self.vifs[1]][0],
-            "offered_from_tg": c[self.vifs[0]][1],
-        }
+        totals = vr_totals(c, self.vifs)
+        if totals is None:
+            raise LabError(f"VR {self.name}: interfaces {[v for v in self.vifs if v not in c]} not in {path}")
+        return {"forwarded": totals[0], "forwarded_to_tr": c[self.vifs[1]][0], "offered_from_tg": totals[1]}
 
 
 @dataclass
