@@ -91,14 +91,9 @@ def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
         e.g. ``"/sys/fs/cgroup/unified"`` on a hybrid host; None on a pure cgroup v2 host
         (``/sys/fs/cgroup`` itself is cgroup2) or a host without cgroup2.
     """
-    cgroup2: list[str] = []
-    for line in mountinfo_text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields = left.split()
-        if not sep or len(fields) < 5 or not right:
-            continue
-        if right.split()[0] == "cgroup2":
-            cgroup2.append(fields[4])
+    from xtc.lab.cgroups import parse_cgroup_mounts
+
+    cgroup2 = [m.mount_point for m in parse_cgroup_mounts(mountinfo_text) if m.version == 2]
     if "/sys/fs/cgroup" in cgroup2 or not cgroup2:
         return None
     return cgroup2[0]

@@ -174,17 +174,11 @@ def cpu_cgroup_mounts(mountinfo_text: str) -> tuple[str | None, str | None]:
         (v1 cpu mount point or None, cgroup2 mount point or None).  Whether the cgroup2 tree
         offers the cpu controller is not in mountinfo (see :func:`find_cpu_cgroup`).
     """
-    v1: str | None = None
-    v2: str | None = None
-    for line in mountinfo_text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields_l, fields_r = left.split(), right.split()
-        if not sep or len(fields_l) < 5 or len(fields_r) < 3:
-            continue
-        if fields_r[0] == "cgroup" and v1 is None and "cpu" in fields_r[2].split(","):
-            v1 = fields_l[4]
-        elif fields_r[0] == "cgroup2" and v2 is None:
-            v2 = fields_l[4]
+    from xtc.lab.cgroups import parse_cgroup_mounts
+
+    mounts = parse_cgroup_mounts(mountinfo_text)
+    v1 = next((m.mount_point for m in mounts if m.version == 1 and "cpu" in m.controllers), None)
+    v2 = next((m.mount_point for m in mounts if m.version == 2), None)
     return v1, v2
 
 
