@@ -15,30 +15,18 @@ Both skip, with the reason, when not run as root or when libvirt is not installe
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 
 def require_lab_host() -> None:
-    """Skip the calling test unless this host can run the LXC lab."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates namespaces, bridges and libvirt LXC domains")
-    try:
-        import libvirt  # noqa: F401
-    except ImportError:
-        pytest.skip("libvirt-python is not installed (pip install libvirt-python)")
-    from xtc.lab.libvirtd import LibvirtdPaths
+    """Skip the calling test unless this host can run the LXC lab (the reason is the lab's own)."""
+    from xtc.lab.harness import lab_host_problem
 
-    if not LibvirtdPaths().libvirtd.exists():
-        pytest.skip("libvirtd is not installed (Debian: libvirt-daemon libvirt-daemon-driver-lxc)")
-    for tool in ("ip", "unshare"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
-    if not Path("/usr/lib/libvirt/libvirt_lxc").exists():
-        pytest.skip("the libvirt LXC driver is not installed (Debian: libvirt-daemon-driver-lxc)")
+    problem = lab_host_problem("lxc")
+    if problem:
+        pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")
