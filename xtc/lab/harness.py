@@ -138,7 +138,10 @@ def measurement_lock(path: Path = MEASURE_LOCK, say: Callable[[str], None] | Non
 @contextmanager
 def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
                 vcpu_period_us: int = 100_000) -> Iterator[NetLab]:
-    """A lab with ``n_vrs`` LXC VRs (unlimited at first) under the lab's libvirtd; removed afterwards."""
+    """A lab with ``n_vrs`` LXC VRs (unlimited at first) under the lab's libvirtd; removed afterwards.
+
+    ``n_vrs`` may be 0 for a caller that builds its own shape (e.g. :meth:`NetLab.add_chain`).
+    """
     from xtc.lab.libvirtd import Libvirtd
     from xtc.lab.netlab import teardown_orphans
 

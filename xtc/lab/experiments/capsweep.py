@@ -145,11 +145,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     """Run the sweep on a fresh one-VR lab; fit and design on it (see the module docstring)."""
     from training.sweep import TrainingError
     from xtc.daemon.host_errors import HostAdapterError
-    from xtc.lab.libvirtd import LibvirtdError
 
     try:
         return _run(ctx, args)
-    except (TrainingError, HostAdapterError, LibvirtdError) as e:
+    except (TrainingError, HostAdapterError) as e:
         raise LabError(f"capsweep: {e}") from None
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from xtc.lab.experiments import Goal, Outcome
-from xtc.lab.harness import CapReader, LabDaemon, Recorder, RunContext, markdown_table, mean, wait_with_progress
+from xtc.lab.harness import (CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
+                             wait_with_progress)
 from xtc.lab.probe import start_ping
 from xtc.lab.traffic import start_udp_stream
 
@@ -51,9 +52,6 @@ def steady_mean(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: floa
 
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
-    from xtc.lab.libvirtd import Libvirtd
-    from xtc.lab.netlab import NetLab, random_prefix, teardown_orphans
-
     fractions = QUICK_FRACTIONS if ctx.quick else FRACTIONS
     hold_s = min(args.hop_hold, 12.0) if ctx.quick else args.hop_hold
     if hold_s < 8:
@@ -62,57 +60,50 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = (len(fractions) + 1) * (hold_s + 6) + 30
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": []}
-    teardown_orphans()
-    daemon = Libvirtd()
-    with daemon.lease(), tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
-        lab = NetLab(prefix=random_prefix("xtcx"), uri=daemon.uri)
-        try:
-            chain = lab.add_chain(hops=3, mode="lxc", work_iters=ctx.work_iters)
-            result["lab_prefix"] = lab.prefix
-            vrs = list(chain.vrs)
-            result["routers"] = {vr.router: vr.name for vr in vrs}
-            caps = CapReader(lab.uri)
-            with start_udp_stream(lab, vrs[0], ctx.offered_pps, duration_s=total_s):
-                time.sleep(2.0)
-                with Recorder(vrs, dt_s=1.0, caps=caps) as rec, ExitStack() as daemons:
-                    ds = {vr.router: daemons.enter_context(
-                        LabDaemon(Path(tmp) / vr.router, lab.uri, [vr.name], kind="xtc")) for vr in vrs}
-                    base = 0.0  # pps the chain delivers without XTC (measured in the first phase)
-                    for fr in (None, *fractions):
-                        sp = None if fr is None else round(fr * base, -2)
-                        label = "without XTC" if sp is None else f"setpoint {sp / 1000:g} kp/s"
-                        ctx.say(f"-- {label} on every router")
-                        t0 = rec.mark(label)
-                        if sp is not None:
-                            for vr in vrs:
-                                d = ds[vr.router]
-                                if fr == fractions[0]:
-                                    d.activate(vr.name, sp)
-                                else:
-                                    d.setpoint(vr.name, sp)
-                        wait_with_progress(settle_s, f"{label}: settling", ctx.say)
-                        ping_s = hold_s - settle_s
-                        pings = {name: start_ping(lab, chain.tg_ns, addr, interval_s=PING_INTERVAL_S,
-                                                  duration_s=ping_s) for name, addr in chain.targets()}
-                        wait_with_progress(ping_s, f"{label}: probing", ctx.say)
-                        probes = {name: p.result().summary() for name, p in pings.items()}
-                        t1 = rec.now()
-                        rates = {vr.router: steady_mean(rec.series[vr.name].t_s, rec.series[vr.name].forwarded_pps,
-                                                        t0, t1) for vr in vrs}
-                        caps_now = {vr.router: (rec.series[vr.name].cap_percent or [None])[-1] for vr in vrs}
-                        result["phases"].append({"setpoint_pps": sp, "forwarded_pps": rates, "cap_percent": caps_now,
-                                                 "probes": probes})
-                        if sp is None:  # what the chain delivers unlimited: the base of the setpoints
-                            base = min(rates.values())
-                            result["unlimited"] = {r: {"forwarded_pps": v} for r, v in rates.items()}
-                        ctx.say("   " + ", ".join(f"{r}: {v:.0f} pps" for r, v in rates.items()) + "; " +
-                                ", ".join(f"{n}: loss {100 * p['loss_ratio']:.1f}% rtt {p['avg_rtt_ms']:.2f} ms"
-                                          for n, p in probes.items()))
-                result["recording"] = rec.to_json()
-            caps.close()
-        finally:
-            lab.teardown()
-    daemon.stop_if_unused()
+    with lab_session(0) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:  # the chain is built below
+        chain = lab.add_chain(hops=3, mode="lxc", work_iters=ctx.work_iters)
+        result["lab_prefix"] = lab.prefix
+        vrs = list(chain.vrs)
+        result["routers"] = {vr.router: vr.name for vr in vrs}
+        caps = CapReader(lab.uri)
+        with start_udp_stream(lab, vrs[0], ctx.offered_pps, duration_s=total_s):
+            time.sleep(2.0)
+            with Recorder(vrs, dt_s=1.0, caps=caps) as rec, ExitStack() as daemons:
+                ds = {vr.router: daemons.enter_context(
+                    LabDaemon(Path(tmp) / vr.router, lab.uri, [vr.name], kind="xtc")) for vr in vrs}
+                base = 0.0  # pps the chain delivers without XTC (measured in the first phase)
+                for fr in (None, *fractions):
+                    sp = None if fr is None else round(fr * base, -2)
+                    label = "without XTC" if sp is None else f"setpoint {sp / 1000:g} kp/s"
+                    ctx.say(f"-- {label} on every router")
+                    t0 = rec.mark(label)
+                    if sp is not None:
+                        for vr in vrs:
+                            d = ds[vr.router]
+                            if fr == fractions[0]:
+                                d.activate(vr.name, sp)
+                            else:
+                                d.setpoint(vr.name, sp)
+                    wait_with_progress(settle_s, f"{label}: settling", ctx.say)
+                    ping_s = hold_s - settle_s
+                    pings = {name: start_ping(lab, chain.tg_ns, addr, interval_s=PING_INTERVAL_S,
+                                              duration_s=ping_s) for name, addr in chain.targets()}
+                    wait_with_progress(ping_s, f"{label}: probing", ctx.say)
+                    probes = {name: p.result().summary() for name, p in pings.items()}
+                    t1 = rec.now()
+                    rates = {vr.router: steady_mean(rec.series[vr.name].t_s, rec.series[vr.name].forwarded_pps,
+                                                    t0, t1) for vr in vrs}
+                    caps_now = {vr.router: (rec.series[vr.name].cap_percent or [None])[-1] for vr in vrs}
+                    result["phases"].append({"setpoint_pps": sp, "forwarded_pps": rates, "cap_percent": caps_now,
+                                             "probes": probes})
+                    if sp is None:  # what the chain delivers unlimited: the base of the setpoints
+                        base = min(rates.values())
+                        result["unlimited"] = {r: {"forwarded_pps": v} for r, v in rates.items()}
+                    ctx.say("   " + ", ".join(f"{r}: {v:.0f} pps" for r, v in rates.items()) + "; " +
+                            ", ".join(f"{n}: loss {100 * p['loss_ratio']:.1f}% rtt {p['avg_rtt_ms']:.2f} ms"
+                                      for n, p in probes.items()))
+            result["recording"] = rec.to_json()
+        caps.close()
     return _outcome(result)
 
 
