@@ -279,6 +279,9 @@ def _lab_cgroups(prefix: str) -> list[Path]:
 def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
     """Parse ``/proc/net/dev``.
 
+    The lab's own few-line parser, deliberately not the daemon's meter
+    (:mod:`xtc.daemon.meter`): the lab checks what the daemon controls with code it does not share.
+
     Returns
     -------
     dict
