@@ -228,3 +228,18 @@ def test_udpsend_paces_to_the_requested_rate(tmp_path: Path) -> None:
     assert total >= 0.6 * 2000 * 0.5  # and near it (slack for a busy host stalling the sender)
     assert report["sent_packets"] > 0
     assert r.returncode == 0
+
+
+def test_process_start_time_counts_a_process_whose_main_thread_exited_as_running(tmp_path: Path) -> None:
+    """libvirtd after SIGTERM: the leader is a zombie while other threads finish the shutdown."""
+    from xtc.lab.libvirtd import process_start_time
+
+    stat = "4242 (libvirtd) Z 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0\n"
+    (tmp_path / "4242" / "task" / "4242").mkdir(parents=True)
+    (tmp_path / "4242" / "stat").write_text(stat)
+    assert process_start_time(4242, tmp_path) is None  # a plain zombie: exited
+    (tmp_path / "4242" / "task" / "4250").mkdir()
+    assert process_start_time(4242, tmp_path) == 777  # threads still run: not gone yet
+    (tmp_path / "4242" / "stat").write_text(stat.replace(" Z ", " S "))
+    assert process_start_time(4242, tmp_path) == 777
+    assert process_start_time(4243, tmp_path) is None

@@ -102,8 +102,10 @@ def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
 def process_start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
     """Kernel start time of ``pid`` (field 22 of /proc/<pid>/stat, clock ticks since boot).
 
-    None if there is no such process or it is a zombie.  (pid, start time) names one process
-    for good, where a pid alone may be reused.
+    None if there is no such process or it has exited (a zombie).  A process whose main thread
+    has exited while other threads still run (libvirtd shutting down after SIGTERM shows this for
+    seconds) is still running: its leader reads as a zombie but its task list has other threads.
+    (pid, start time) names one process for good, where a pid alone may be reused.
     """
     try:
         stat = (proc / str(pid) / "stat").read_text()
@@ -111,7 +113,11 @@ def process_start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] == "Z":
-        return None
+        try:
+            if len(os.listdir(proc / str(pid) / "task")) <= 1:
+                return None
+        except OSError:
+            return None
     return int(fields[19])
 
 
@@ -398,7 +404,7 @@ class Libvirtd:
                 comm = (entry / "comm").read_text().strip()
             except OSError:
                 continue
-            if comm == "libvirtd":
+            if comm == "libvirtd" and self._start_time(int(entry.name)) is not None:  # not one that has exited
                 return int(entry.name)
         return None
 
