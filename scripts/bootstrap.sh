@@ -33,7 +33,7 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "bootstrap: creating virtual environment $venv" >&2
   "$py" -m venv "$venv"
 fi
-extras="test,net"
+extras="test,lab"
 if pkg-config --exists libvirt 2>/dev/null; then extras="$extras,libvirt"; fi
 stamp="$venv/.xtc-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then

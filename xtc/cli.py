@@ -1,7 +1,9 @@
 """The ``xtc`` command: one entry point with a subcommand per part of the project.
 
-Each part registers its own subcommands through ``register(subparsers)`` in its
-``cli`` module; the list below is the complete, fixed set of parts.
+Each part registers its own subcommands through ``register(subparsers)`` in its ``cli`` module.
+The product's parts are listed below; the testbed beside it (:mod:`xtc_lab`: ``xtc lab``,
+``xtc simulate``, ``xtc bench``, ``xtc demo``) adds its commands through the ``xtc.commands``
+entry points of the installed distribution, so the product never imports it.
 """
 
 from __future__ import annotations
@@ -9,17 +11,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import entry_points
 
-# Modules that provide ``register(subparsers)``.  Fixed here on purpose (no plugins).
+# The product's parts, each a module with ``register(subparsers)``.
 _COMMAND_MODULES = (
-    "xtc.sim.cli",  # xtc simulate ...
-    "xtc.bench.cli",  # xtc bench control | daemon
     "xtc.daemon.cli",  # xtc daemon, xtc ctl, xtc check-config
-    "xtc.lab.cli",  # xtc lab up | status | down | run
-    "xtc.demo",  # xtc demo
-    "training.cli",  # xtc train collect | fit | design | all
-    "policer.cli",  # xtc policer serve ...
+    "xtc.training.cli",  # xtc train collect | fit | design | all
+    "xtc.policer.cli",  # xtc policer serve ...
 )
+ENTRY_POINT_GROUP = "xtc.commands"
+# Third-party packages that only an extra installs: a part that needs a missing one is left out.
+_OPTIONAL_DEPENDENCIES = frozenset({"libvirt", "fastapi", "uvicorn", "matplotlib", "scipy", "control",
+                                    "pyroute2", "httpx", "sqlalchemy"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,11 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            # A part that is not built yet (or an optional dependency that is not installed).
-            if e.name and (name.startswith(e.name) or e.name in ("libvirt", "fastapi", "uvicorn")):
+            # A part whose optional dependencies (an extra) are not installed.
+            if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES:
                 continue
             raise
         mod.register(sub)
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            register = ep.load()
+        except ModuleNotFoundError as e:
+            if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES:
+                continue
+            raise
+        register(sub)
     return parser
 
 

@@ -1,11 +1,11 @@
 """Fixtures for tests against a real libvirtd with real LXC VRs forwarding real packets.
 
 * ``libvirtd`` (session): makes sure a libvirtd serving ``lxc:///`` runs (reuses a running
-  one, or starts one the way the host lab needs, see ``xtc.lab.libvirtd``) and holds a shared
+  one, or starts one the way the host lab needs, see ``xtc_lab.lab.libvirtd``) and holds a shared
   lease on it.  At the end of the session it stops the daemon only if the lab started it, no
   other process holds a lease and no domain runs; set ``XTC_LAB_KEEP_LIBVIRTD=1`` to keep it.
 * ``vr_lab`` (function): a factory ``vr_lab(n_vrs=1, work_iters=0, vcpu_quota_us=-1)`` that
-  returns a :class:`xtc.lab.netlab.NetLab` with ``n_vrs`` LXC VRs (``lab.vrs``), each between
+  returns a :class:`xtc_lab.lab.netlab.NetLab` with ``n_vrs`` LXC VRs (``lab.vrs``), each between
   its own generator and receiver namespaces.  Every lab made is torn down after the test,
   also when it fails; labs left behind by a crashed run are removed when the session starts.
 
@@ -22,7 +22,7 @@ import pytest
 
 def require_lab_host() -> None:
     """Skip the calling test unless this host can run the LXC lab (the reason is the lab's own)."""
-    from xtc.lab.harness import lab_host_problem
+    from xtc_lab.lab.harness import lab_host_problem
 
     problem = lab_host_problem("lxc")
     if problem:
@@ -31,10 +31,10 @@ def require_lab_host() -> None:
 
 @pytest.fixture(scope="session")
 def libvirtd() -> Iterator[object]:
-    """A running libvirtd accepting ``lxc:///`` (an ``xtc.lab.libvirtd.Libvirtd``)."""
+    """A running libvirtd accepting ``lxc:///`` (an ``xtc_lab.lab.libvirtd.Libvirtd``)."""
     require_lab_host()
-    from xtc.lab.libvirtd import Libvirtd
-    from xtc.lab.netlab import teardown_orphans
+    from xtc_lab.lab.libvirtd import Libvirtd
+    from xtc_lab.lab.netlab import teardown_orphans
 
     teardown_orphans()  # labs left by runs that crashed (never those of live processes)
     daemon = Libvirtd()
@@ -47,7 +47,7 @@ def libvirtd() -> Iterator[object]:
 @pytest.fixture
 def vr_lab(libvirtd: object) -> Iterator[Callable[..., object]]:
     """Factory of labs with LXC VRs; everything it made is removed after the test."""
-    from xtc.lab.netlab import NetLab
+    from xtc_lab.lab.netlab import NetLab
 
     labs: list[NetLab] = []
 

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from xtc.daemon.actuators import LibvirtQuotaActuator
+from xtc.host.actuators import LibvirtQuotaActuator
 from xtc.daemon.collector import Collector, LibvirtDomainInterfaces
-from xtc.daemon.libvirt_conn import LibvirtConn
+from xtc.host.libvirt_conn import LibvirtConn
 from xtc.daemon.meter import Meter, ProcNetDevSource, RateTracker
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.timeout(90)]
@@ -37,7 +37,7 @@ def forwarded_pps(meter: Meter, col: Collector, seconds: float) -> tuple[float, 
 
 
 def test_meter_collector_and_quota_actuator_on_a_real_lxc_vr(vr_lab, libvirtd) -> None:
-    from xtc.lab.traffic import start_udp_stream
+    from xtc_lab.lab.traffic import start_udp_stream
 
     lab = vr_lab(n_vrs=1)
     vr = lab.vrs[0]

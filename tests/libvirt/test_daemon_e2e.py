@@ -1,7 +1,7 @@
 """The XTC daemon, as a process, holds a real LXC VR at its setpoint under a real libvirtd, and survives faults.
 
 Set-up (shared by the tests of this module): one LXC VR under the lab's libvirtd
-(:mod:`xtc.lab.netlab`: its only process is the userspace forwarder, so its CPU cap limits what it
+(:mod:`xtc_lab.lab.netlab`: its only process is the userspace forwarder, so its CPU cap limits what it
 forwards) between two host bridges, a paced stream of 64-byte UDP packets from a generator
 namespace (``OFFERED_PPS``, about 100 kp/s).  The VR's original CPU setting is deliberately not
 the one in its domain XML (libvirt's default ``vcpu_period`` 100000 us): before each test it is set
@@ -13,7 +13,7 @@ keeps the period found) and from the daemon's exact record differ.
 named in ``[libvirt] domains``; the tests talk to it only through its manager API (ZeroMQ:
 :class:`~xtc.daemon.ctl.ManagerClient` and the ``xtc ctl`` command line), its PUB stream and its
 signals.  Rates are measured independently of the daemon: the test reads ``/proc/net/dev``
-itself (:func:`xtc.lab.netlab.read_packet_counters`, the lab's own parser) and sums the host-side
+itself (:func:`xtc_lab.lab.netlab.read_packet_counters`, the lab's own parser) and sums the host-side
 RX packets of the VR's two vifs (what the VR forwarded), which is the quantity XTC controls.  Caps
 are read back through libvirt (``schedulerParameters()`` on a fresh connection).
 
@@ -32,7 +32,7 @@ What is proved:
   counters that fall back to zero, a counter reset) then with new ones (a new domain id and new
   vifs, found again in the live domain XML): no published rate is ever huge, no cap outside
   1..100%, the cap is written again to each new domain, and the setpoint is held again;
-* libvirtd restarted under the running daemon (:meth:`xtc.lab.libvirtd.Libvirtd.restart`): the
+* libvirtd restarted under the running daemon (:meth:`xtc_lab.lab.libvirtd.Libvirtd.restart`): the
   quota stays set throughout (never unlimited, the rate never jumps), the rate is within 10% of
   the setpoint afterwards, and the daemon reconnects (a new setpoint is written through the new
   connection).
@@ -93,7 +93,7 @@ def say(msg: str) -> None:
 # ------------------------------------------------------------------------ host measurement
 def forwarded_counter(vifs: tuple[str, ...]) -> int | None:
     """Host-side RX packets summed over ``vifs`` (None if one of them is missing)."""
-    from xtc.lab.netlab import read_packet_counters
+    from xtc_lab.lab.netlab import read_packet_counters
 
     c = read_packet_counters()
     if any(v not in c for v in vifs):
@@ -204,7 +204,7 @@ class Lab:
         """Destroy the VR's domain and start it again (same XML; new vif names if ``new_vifs``)."""
         import libvirt
 
-        from xtc.lab.netlab import NetLab, lxc_domain_xml
+        from xtc_lab.lab.netlab import NetLab, lxc_domain_xml
 
         conn = libvirt.open(self.uri)
         try:
@@ -221,14 +221,14 @@ class Lab:
         NetLab._wait_links(self.vr.vifs)
 
     def stream(self, seconds: float) -> Any:
-        from xtc.lab.traffic import start_udp_stream
+        from xtc_lab.lab.traffic import start_udp_stream
 
         return start_udp_stream(self.netlab, self.vr, OFFERED_PPS, duration_s=seconds, payload_bytes=PAYLOAD_BYTES)
 
 
 @pytest.fixture(scope="module")
 def lab(libvirtd: Any) -> Iterator[Lab]:
-    from xtc.lab.netlab import NetLab
+    from xtc_lab.lab.netlab import NetLab
 
     netlab = NetLab(uri=libvirtd.uri)  # type: ignore[attr-defined]
     try:
@@ -497,7 +497,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
 
 
 def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at_original: Lab, daemon) -> None:
-    from xtc.lab.libvirtd import LibvirtdError
+    from xtc_lab.lab.libvirtd import LibvirtdError
 
     lab = at_original
     sp, sp_after = setpoint_for(lab, 0.30), setpoint_for(lab, 0.45)

@@ -86,7 +86,7 @@ def _assert_lab_removed(prefix: str, libvirtd: Any) -> None:
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
-                if b"xtc.lab.hog" in (p / "cmdline").read_bytes():
+                if b"xtc_lab.lab.hog" in (p / "cmdline").read_bytes():
                     leftover.append(int(p.name))
             except OSError:
                 pass

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from xtc.lab.harness import measure_pps, set_cap
-from xtc.lab.hog import (
+from xtc_lab.lab.harness import measure_pps, set_cap
+from xtc_lab.lab.hog import (
     hog_in_vr,
     process_cpu_cgroup,
     vr_cpu_cgroup,
     vr_forwarder_pids,
 )
-from xtc.lab.netlab import NetLab
-from xtc.lab.probe import start_ping
-from xtc.lab.traffic import start_udp_stream
+from xtc_lab.lab.netlab import NetLab
+from xtc_lab.lab.probe import start_ping
+from xtc_lab.lab.traffic import start_udp_stream
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.timeout(90)]
 
@@ -94,7 +94,7 @@ def test_hog_is_killed_by_the_labs_teardown_and_when_its_starter_dies(vr_lab) ->
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from xtc.lab.hog import CpuCgroupDir, CpuHog
+        from xtc_lab.lab.hog import CpuCgroupDir, CpuHog
         hog = CpuHog(CpuCgroupDir({cg.version}, Path({str(cg.path)!r})), 5.0).start()
         print(hog.pid, flush=True)
         time.sleep(60)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from xtc.lab.netlab import NetLab
-from xtc.lab.traffic import TcpResult, start_tcp_stream
+from xtc_lab.lab.netlab import NetLab
+from xtc_lab.lab.traffic import TcpResult, start_tcp_stream
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from xtc.lab.netlab import VR, LabError, NetLab
-from xtc.lab.traffic import start_udp_stream
+from xtc_lab.lab.netlab import VR, LabError, NetLab
+from xtc_lab.lab.traffic import start_udp_stream
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.timeout(60)]
 
@@ -77,7 +77,7 @@ def test_two_vrs_forward_and_teardown_removes_everything_by_prefix(vr_lab) -> No
 
     from pyroute2 import netns
 
-    from xtc.lab.netlab import teardown_prefix
+    from xtc_lab.lab.netlab import teardown_prefix
 
     lab: NetLab = vr_lab(n_vrs=2)
     a, b = lab.vrs

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from training.fit import cap_levels
-from training.sweep import read_sweep_csv
-from xtc.lab.netlab import NetLab
-from xtc.lab.traffic import start_udp_stream
+from xtc.training.fit import cap_levels
+from xtc.training.sweep import read_sweep_csv
+from xtc_lab.lab.netlab import NetLab
+from xtc_lab.lab.traffic import start_udp_stream
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.timeout(90)]
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
-from policer.bench import start_policer
-from policer.link import DaemonLink, LinkDown
+from xtc.policer.bench import start_policer
+from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
 
 TOKEN = "e2e-token-" + "7" * 24

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from policer.app import create_app, openapi_document
-from policer.config import ConfigError, PolicerConfig, loads_config
-from policer.store import Store, StoreError, parse_db_url
+from xtc.policer.app import create_app, openapi_document
+from xtc.policer.config import ConfigError, PolicerConfig, loads_config
+from xtc.policer.store import Store, StoreError, parse_db_url
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "tok-" + "a" * 28

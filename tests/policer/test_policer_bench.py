@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from policer.bench import run_bench
+from xtc.policer.bench import run_bench
 
 pytestmark = pytest.mark.slow
 

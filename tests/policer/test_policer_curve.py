@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from conftest import wait_for
-from policer.link import DaemonLink, LinkDown
+from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
 from xtc.daemon.curve import CurveError, generate_keypair, load_public, secure_context
 

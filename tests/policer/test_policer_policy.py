@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policer.planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
-from policer.policy import (
+from xtc.policer.planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
+from xtc.policer.policy import (
     MAX_LEVEL,
     ActivationParams,
     ActivationState,

@@ -13,9 +13,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from policer.app import create_app
-from policer.config import PolicerConfig
-from policer.store import Store
+from xtc.policer.app import create_app
+from xtc.policer.config import PolicerConfig
+from xtc.policer.store import Store
 
 TOKEN = "schemathesis-token-0123456789"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from xtc.daemon.actuators import CgroupV1Actuator, CgroupV2Actuator, make_actuator
-from xtc.daemon.host_errors import ActuatorError, VRNotRunning
+from xtc.host.actuators import CgroupV1Actuator, CgroupV2Actuator, make_actuator
+from xtc.host.errors import ActuatorError, VRNotRunning
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 

@@ -1,6 +1,6 @@
 """The XTC daemon, as a process on the cgroup backend, holds a real netns VR in a real cgroup.
 
-Set-up: one netns VR (:meth:`xtc.lab.netlab.NetLab.add_netns_vr` with ``cgroup=True``: the lab's
+Set-up: one netns VR (:meth:`xtc_lab.lab.netlab.NetLab.add_netns_vr` with ``cgroup=True``: the lab's
 userspace forwarder in its own network namespace and its own cgroup v1 ``cpu`` / v2 ``cpu.max``
 cgroup), between a generator and a receiver namespace, offered a paced stream of 64-byte UDP
 packets (about 100 kp/s).  Before the daemon starts, the cgroup's original setting is made
@@ -58,7 +58,7 @@ def say(msg: str) -> None:
 
 
 def forwarded_pps(vifs: tuple[str, str], seconds: float) -> float:
-    from xtc.lab.netlab import read_packet_counters
+    from xtc_lab.lab.netlab import read_packet_counters
 
     c0, t0 = read_packet_counters(), time.monotonic()
     time.sleep(seconds)
@@ -90,7 +90,7 @@ def until(pred: Any, timeout_s: float, dt_s: float = 0.2) -> bool:
 def netns_lab() -> Iterator[Any]:
     if os.geteuid() != 0:
         pytest.skip("needs root: creates namespaces, bridges and cgroups")
-    from xtc.lab.netlab import LabError, NetLab, find_cpu_cgroup, random_prefix
+    from xtc_lab.lab.netlab import LabError, NetLab, find_cpu_cgroup, random_prefix
 
     try:
         find_cpu_cgroup()
@@ -104,7 +104,7 @@ def netns_lab() -> Iterator[Any]:
 
 
 def test_daemon_holds_a_netns_vr_through_its_cgroup(netns_lab: Any, tmp_path: Path) -> None:
-    from xtc.lab.traffic import start_udp_stream
+    from xtc_lab.lab.traffic import start_udp_stream
 
     lab = netns_lab
     vr = lab.add_netns_vr(cgroup=True)

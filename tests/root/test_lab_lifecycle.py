@@ -2,7 +2,7 @@
 cgroups, bridges, forwarders and (lxc mode) real LXC domains under the lab's libvirtd.
 
 Each test uses its own random lab name and removes the lab afterwards, also when it fails
-(``xtc lab down`` and then :func:`xtc.lab.netlab.teardown_prefix` on the name).
+(``xtc lab down`` and then :func:`xtc_lab.lab.netlab.teardown_prefix` on the name).
 
 What is proved:
 
@@ -52,7 +52,7 @@ def status(name: str) -> tuple[int, dict[str, Any]]:
 
 
 def leftovers(name: str) -> list[str]:
-    from xtc.lab.lifecycle import leftovers as left
+    from xtc_lab.lab.lifecycle import leftovers as left
 
     return left(name) + ([f"record {name}"] if (REGISTRY / name).exists() else [])
 
@@ -66,7 +66,7 @@ def ping(ns: str, addr: str, count: int = 2) -> bool:
 def need(mode: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root: creates namespaces, bridges, cgroups and domains")
-    from xtc.lab.lifecycle import host_problem
+    from xtc_lab.lab.lifecycle import host_problem
 
     problem = host_problem(mode)
     if problem:
@@ -75,7 +75,7 @@ def need(mode: str) -> None:
 
 @pytest.fixture
 def lab_name() -> Iterator[str]:
-    from xtc.lab.netlab import random_prefix, teardown_prefix
+    from xtc_lab.lab.netlab import random_prefix, teardown_prefix
 
     name = random_prefix("xtcl")
     try:
@@ -88,8 +88,8 @@ def lab_name() -> Iterator[str]:
 
 def test_netns_lab_cycle(lab_name: str) -> None:
     need("netns")
-    from xtc.lab.libvirtd import process_start_time
-    from xtc.lab.netlab import teardown_orphans
+    from xtc_lab.lab.libvirtd import process_start_time
+    from xtc_lab.lab.netlab import teardown_orphans
 
     name = lab_name
     bad = xtc_lab("up", "--name", name, "--mode", "netns", "--vrs", "0")
@@ -202,7 +202,7 @@ def test_three_routers_in_a_line(lab_name: str) -> None:
     import libvirt
 
     from xtc.daemon.config import loads_config
-    from xtc.lab.lifecycle import load_lab
+    from xtc_lab.lab.lifecycle import load_lab
 
     name = lab_name
     up = xtc_lab("up", "--name", name, "--mode", "lxc", "--hops", "3")

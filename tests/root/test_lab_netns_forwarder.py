@@ -25,7 +25,7 @@ def netns_lab() -> Iterator[object]:
         pytest.skip("needs root: creates network namespaces and bridges")
     if shutil.which("ip") is None:
         pytest.skip("iproute2 (ip) is not installed")
-    from xtc.lab.netlab import NetLab
+    from xtc_lab.lab.netlab import NetLab
 
     lab = NetLab()
     try:
@@ -35,8 +35,8 @@ def netns_lab() -> Iterator[object]:
 
 
 def test_forwarder_carries_udp_and_tcp_and_stops_on_sigterm(netns_lab) -> None:
-    from xtc.lab.netlab import NetLab
-    from xtc.lab.traffic import start_udp_stream, tcp_listening
+    from xtc_lab.lab.netlab import NetLab
+    from xtc_lab.lab.traffic import start_udp_stream, tcp_listening
 
     lab: NetLab = netns_lab  # type: ignore[assignment]
     vr = lab.add_netns_vr(work_iters=0)
@@ -81,7 +81,7 @@ def test_forwarder_carries_udp_and_tcp_and_stops_on_sigterm(netns_lab) -> None:
 def test_teardown_leaves_nothing(netns_lab) -> None:
     from pyroute2 import netns
 
-    from xtc.lab.netlab import NetLab, pids_in_netns
+    from xtc_lab.lab.netlab import NetLab, pids_in_netns
 
     lab: NetLab = netns_lab  # type: ignore[assignment]
     vr = lab.add_netns_vr()
@@ -99,15 +99,15 @@ def test_orphaned_lab_is_found_and_removed_after_its_owner_is_killed(netns_lab, 
 
     from pyroute2 import netns
 
-    from xtc.lab.libvirtd import process_start_time
-    from xtc.lab.netlab import pids_in_netns, teardown_orphans
+    from xtc_lab.lab.libvirtd import process_start_time
+    from xtc_lab.lab.netlab import pids_in_netns, teardown_orphans
 
     registry = tmp_path / "labs"
     owner = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
          "from pathlib import Path\n"
-         "from xtc.lab.netlab import NetLab\n"
+         "from xtc_lab.lab.netlab import NetLab\n"
          f"lab = NetLab(registry=Path({str(registry)!r}))\n"
          "vr = lab.add_netns_vr()\n"
          "print(lab.prefix, vr.name, flush=True)\n"

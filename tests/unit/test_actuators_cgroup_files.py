@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from xtc.daemon.actuators import (
+from xtc.host.actuators import (
     CgroupV1Actuator,
     CgroupV2Actuator,
     OriginalCap,
     make_actuator,
 )
-from xtc.daemon.host_errors import ActuatorError, VRNotRunning
+from xtc.host.errors import ActuatorError, VRNotRunning
 
 
 def v1(tmp_path: Path, quota: str = "-1", period: str = "100000") -> Path:

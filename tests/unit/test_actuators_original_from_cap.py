@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from xtc.daemon.actuators import CgroupV1Actuator, CgroupV2Actuator, LibvirtQuotaActuator, XenCapActuator
-from xtc.daemon.fakes import FakeHypervisor
-from xtc.daemon.libvirt_conn import LibvirtConn
+from xtc.host.actuators import CgroupV1Actuator, CgroupV2Actuator, LibvirtQuotaActuator, XenCapActuator
+from fakes.libvirt import FakeHypervisor
+from xtc.host.libvirt_conn import LibvirtConn
 
 
 def xen(cap: int):

@@ -12,10 +12,10 @@ import math
 
 import pytest
 
-from xtc.daemon.actuators import LibvirtQuotaActuator, OriginalCap, make_actuator
-from xtc.daemon.fakes import FakeHypervisor
-from xtc.daemon.host_errors import ActuatorError, VRNotRunning
-from xtc.daemon.libvirt_conn import LibvirtConn
+from xtc.host.actuators import LibvirtQuotaActuator, OriginalCap, make_actuator
+from fakes.libvirt import FakeHypervisor
+from xtc.host.errors import ActuatorError, VRNotRunning
+from xtc.host.libvirt_conn import LibvirtConn
 
 
 def setup(kind: str = "lxc", **sched: int):

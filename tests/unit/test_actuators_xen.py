@@ -1,7 +1,7 @@
 """Xen credit-scheduler cap through libvirt, tested against its contract with a fake.
 
 Xen cannot run on the machines these tests run on (no Xen hypervisor), so the
-backend is exercised against :class:`xtc.daemon.fakes.FakeHypervisor` ("xen"),
+backend is exercised against :class:`fakes.libvirt.FakeHypervisor` ("xen"),
 which behaves like libvirt's libxl driver with the credit scheduler: parameters
 ``weight`` and ``cap``, ``cap`` an unsigned integer in 0..100*vcpus where 0
 means UNLIMITED, floats refused by the Python binding.  The key property: a cap
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xtc.daemon.actuators import CapActuator, OriginalCap, XenCapActuator, make_actuator
-from xtc.daemon.fakes import FakeHypervisor
-from xtc.daemon.host_errors import ActuatorError, VRNotRunning
-from xtc.daemon.libvirt_conn import VIR_DOMAIN_AFFECT_LIVE, LibvirtConn
+from xtc.host.actuators import CapActuator, OriginalCap, XenCapActuator, make_actuator
+from fakes.libvirt import FakeHypervisor
+from xtc.host.errors import ActuatorError, VRNotRunning
+from xtc.host.libvirt_conn import VIR_DOMAIN_AFFECT_LIVE, LibvirtConn
 
 
 def setup(cap: int = 0, cap_min: float = 1.0, cap_max: float = 100.0, vcpus: int = 1):

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from xtc.bench.control_bench import ScenarioTimes, bench_table, run_control_bench
-from xtc.sim.metrics import (
+from xtc_lab.bench.control_bench import ScenarioTimes, bench_table, run_control_bench
+from xtc_lab.sim.metrics import (
     confidence_half_width,
     lowest_held_setpoint,
     periods_to_stay_within,

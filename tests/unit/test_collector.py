@@ -13,8 +13,8 @@ from xtc.daemon.collector import (
     needs_resolve,
     xen_vif_names,
 )
-from xtc.daemon.fakes import FakeHypervisor
-from xtc.daemon.libvirt_conn import LibvirtConn
+from fakes.libvirt import FakeHypervisor
+from xtc.host.libvirt_conn import LibvirtConn
 from xtc.daemon.meter import IfCounters, IfRates, RateTracker
 
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import models
+import xtc.models
 from xtc.control import KINDS, ControllerError, make_controller
 
-PAPER = models.PAPER_MODEL
+PAPER = xtc.models.PAPER_MODEL
 
 
 @pytest.mark.parametrize("kind", KINDS)

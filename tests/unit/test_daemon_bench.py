@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xtc.bench.daemon_bench import bench_daemon
+from xtc_lab.bench.daemon_bench import bench_daemon
 
 
 def test_bench_daemon_small():

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xtc.daemon.cgroup_backend import CgroupBackend
+from xtc.host.cgroup import CgroupBackend
 from xtc.daemon.config import CgroupVr, ConfigError, loads_config
-from xtc.daemon.host_errors import HostAdapterError, VRNotRunning
+from xtc.host.errors import HostAdapterError, VRNotRunning
 from xtc.daemon.service import DaemonService, make_backend
-from xtc.daemon.sim_backend import render_proc_net_dev
+from xtc_lab.sim.host import render_proc_net_dev
 
 
 def v1_dir(root: Path, name: str = "vr1", quota: str = "-1", period: str = "100000") -> Path:

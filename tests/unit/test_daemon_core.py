@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from models import PAPER_MODEL
+from xtc.models import PAPER_MODEL
 from xtc.control import make_controller
 from xtc.daemon import api
 from xtc.daemon.api import ApiError, Request

@@ -4,7 +4,7 @@ A percentage loses what the hypervisor had (an LXC ``vcpu_period`` other than th
 restore time, libvirt's spelling of "no limit"), so the core keeps the backend's record
 (:meth:`Backend.read_original`) opaque beside the percentage, persists it, and hands it back in
 :class:`RestoreCap`; the libvirt backend adopts it in the actuator and restores it.  Runs on the
-fake hypervisor of :mod:`xtc.daemon.fakes`, no root.
+fake hypervisor of :mod:`fakes.libvirt`, no root.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import json
 
 import pytest
 
-from models import PAPER_MODEL
+from xtc.models import PAPER_MODEL
 from xtc.control import make_controller
 from xtc.daemon.api import Request
 from xtc.daemon.config import SimVr, loads_config
 from xtc.daemon.core import DaemonCore, RestoreCap, StateError
-from xtc.daemon.fakes import FakeHypervisor
-from xtc.daemon.host_errors import HostAdapterError
-from xtc.daemon.libvirt_backend import LibvirtBackend
-from xtc.daemon.libvirt_conn import LibvirtConn
+from fakes.libvirt import FakeHypervisor
+from xtc.host.errors import HostAdapterError
+from xtc.host.libvirt import LibvirtBackend
+from xtc.host.libvirt_conn import LibvirtConn
 from xtc.daemon.service import DaemonService
-from xtc.daemon.sim_backend import SimBackend, render_proc_net_dev
+from xtc_lab.sim.host import SimBackend, render_proc_net_dev
 
 
 def factory():

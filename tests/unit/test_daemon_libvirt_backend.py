@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from xtc.daemon.fakes import FakeHypervisor
-from xtc.daemon.libvirt_backend import LibvirtBackend
-from xtc.daemon.libvirt_conn import LibvirtConn
+from fakes.libvirt import FakeHypervisor
+from xtc.host.libvirt import LibvirtBackend
+from xtc.host.libvirt_conn import LibvirtConn
 
 
 def backend(kind="lxc", domains=()):

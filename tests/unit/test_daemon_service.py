@@ -9,7 +9,7 @@ import pytest
 
 from xtc.daemon.config import loads_config
 from xtc.daemon.service import DaemonService
-from xtc.daemon.sim_backend import SimBackend, render_proc_net_dev
+from xtc_lab.sim.host import SimBackend, render_proc_net_dev
 from xtc.daemon.meter import parse_proc_net_dev
 
 
@@ -119,7 +119,7 @@ class FlakyBackend(SimBackend):
     fail = False
 
     def write_cap(self, vr, cap_percent):
-        from xtc.daemon.host_errors import HypervisorUnavailable
+        from xtc.host.errors import HypervisorUnavailable
 
         if self.fail:
             raise HypervisorUnavailable("libvirtd restarting")

@@ -3,7 +3,7 @@
 import json
 
 from xtc.cli import main
-from xtc.demo import _summary, run_demo
+from xtc_lab.demo import _summary, run_demo
 
 
 def test_demo_loop_holds_both_setpoints():

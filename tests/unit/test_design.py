@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-import models
-from models import Gains, LogCapModel
+import xtc.models
+from xtc.models import Gains, LogCapModel
 from xtc.control import design
 
-PAPER = models.PAPER_MODEL.model
+PAPER = xtc.models.PAPER_MODEL.model
 
 
 def test_deadbeat_gains_reproduce_the_paper():

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from numpy.testing import assert_allclose
 
-from models import PAPER_MODEL, load_model
-from training.sweep import Sample, write_sweep_csv
-from training.synth import model_sweep
-from xtc.lab.experiments import capsweep
-from xtc.lab.harness import RunContext, json_safe
+from xtc.models import PAPER_MODEL, load_model
+from xtc.training.sweep import Sample, write_sweep_csv
+from xtc.training.synth import model_sweep
+from xtc_lab.lab.experiments import capsweep
+from xtc_lab.lab.harness import RunContext, json_safe
 
 
 def test_static_fits_tell_a_proportional_plant_from_a_logarithmic_one() -> None:

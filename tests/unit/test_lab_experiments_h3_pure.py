@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from xtc.lab.experiments import hog, rtt, sixvr
-from xtc.lab.harness import RunContext, write_outputs
+from xtc_lab.lab.experiments import hog, rtt, sixvr
+from xtc_lab.lab.harness import RunContext, write_outputs
 
 
 # ------------------------------------------------------------------ hog

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from xtc.daemon.config import loads_config
-from xtc.lab import lifecycle as L
-from xtc.lab.netlab import LAB_NET, LabError, chain_addresses, cpu_cgroup_mounts, teardown_orphans, vr_addresses
+from xtc_lab.lab import lifecycle as L
+from xtc_lab.lab.netlab import LAB_NET, LabError, chain_addresses, cpu_cgroup_mounts, teardown_orphans, vr_addresses
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -334,7 +334,7 @@ def test_cpu_cgroup_mounts_on_recorded_hosts() -> None:
 
 
 def test_find_cpu_cgroup_explains_what_is_missing(tmp_path: Path) -> None:
-    from xtc.lab.netlab import CpuCgroup, find_cpu_cgroup
+    from xtc_lab.lab.netlab import CpuCgroup, find_cpu_cgroup
 
     root = tmp_path / "cg2"
     root.mkdir()
@@ -359,8 +359,8 @@ def test_find_cpu_cgroup_explains_what_is_missing(tmp_path: Path) -> None:
 
 def test_a_host_that_cannot_run_the_mode_is_refused_before_anything_is_made(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import xtc.lab.harness as harness
-    import xtc.lab.netlab as netlab
+    import xtc_lab.lab.harness as harness
+    import xtc_lab.lab.netlab as netlab
 
     def no_build(*_a: Any, **_k: Any) -> None:
         raise AssertionError("nothing may be built")

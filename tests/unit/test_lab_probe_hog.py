@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xtc.lab.hog import (
+from xtc_lab.lab.hog import (
     CpuCgroupDir,
     cpu_cgroup_of,
     cpu_seconds_of,
@@ -22,8 +22,8 @@ from xtc.lab.hog import (
     parse_cgroup_mounts,
     parse_proc_cgroup,
 )
-from xtc.lab.netlab import LabError
-from xtc.lab.probe import parse_ping_output, ping_argv, ping_count
+from xtc_lab.lab.netlab import LabError
+from xtc_lab.lab.probe import parse_ping_output, ping_argv, ping_count
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lab"
 
@@ -227,11 +227,11 @@ def test_hog_settings_are_checked() -> None:
     with pytest.raises(LabError, match="period_s"):
         hog_argv(10, period_s=5)
     argv = hog_argv(12.5, 0.1, parent=99, python="/usr/bin/python3")
-    assert argv[:3] == ["/usr/bin/python3", "-m", "xtc.lab.hog"] and "12.5" in argv and argv[-1] == "99"
+    assert argv[:3] == ["/usr/bin/python3", "-m", "xtc_lab.lab.hog"] and "12.5" in argv and argv[-1] == "99"
 
 
 def test_a_hog_that_cannot_be_placed_is_killed_before_it_burns(tmp_path: Path) -> None:
-    from xtc.lab.hog import CpuHog
+    from xtc_lab.lab.hog import CpuHog
 
     hog = CpuHog(CpuCgroupDir(1, tmp_path / "no-such-cgroup"), 5.0)
     with pytest.raises(LabError, match="cannot move the hog"):

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from xtc.lab.build import FORWARDER_SOURCE, UDPSEND_SOURCE, BuildError, build_program, find_compiler
-from xtc.lab.libvirtd import Libvirtd, LibvirtdPaths, hybrid_cgroup2_mount
-from xtc.lab.netlab import (
+from xtc_lab.lab.build import FORWARDER_SOURCE, UDPSEND_SOURCE, BuildError, build_program, find_compiler
+from xtc_lab.lab.libvirtd import Libvirtd, LibvirtdPaths, hybrid_cgroup2_mount
+from xtc_lab.lab.netlab import (
     LAB_NET,
     MAX_VRS,
     LabError,
@@ -26,7 +26,7 @@ from xtc.lab.netlab import (
     random_prefix,
     vr_addresses,
 )
-from xtc.lab.traffic import iperf3_udp_argv, udpsend_argv
+from xtc_lab.lab.traffic import iperf3_udp_argv, udpsend_argv
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -91,7 +91,7 @@ def test_stop_only_kills_the_recorded_process_not_a_recycled_pid(tmp_path: Path)
 
 
 def test_restart_refuses_a_daemon_the_lab_did_not_start(tmp_path: Path) -> None:
-    from xtc.lab.libvirtd import LibvirtdError
+    from xtc_lab.lab.libvirtd import LibvirtdError
 
     d = Libvirtd(paths=_paths(tmp_path), probe=lambda uri: None)
     with pytest.raises(LibvirtdError, match="not started by the XTC lab"):
@@ -232,7 +232,7 @@ def test_udpsend_paces_to_the_requested_rate(tmp_path: Path) -> None:
 
 def test_process_start_time_counts_a_process_whose_main_thread_exited_as_running(tmp_path: Path) -> None:
     """libvirtd after SIGTERM: the leader is a zombie while other threads finish the shutdown."""
-    from xtc.lab.libvirtd import process_start_time
+    from xtc_lab.lab.libvirtd import process_start_time
 
     stat = "4242 (libvirtd) Z 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0\n"
     (tmp_path / "4242" / "task" / "4242").mkdir(parents=True)

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from xtc.lab.experiments import fairness, tcpudp
-from xtc.lab.experiments.tcpudp import CpuSnapshot
-from xtc.lab.harness import RunContext
-from xtc.lab.netlab import LabError
-from xtc.lab.traffic import (
+from xtc_lab.lab.experiments import fairness, tcpudp
+from xtc_lab.lab.experiments.tcpudp import CpuSnapshot
+from xtc_lab.lab.harness import RunContext
+from xtc_lab.lab.netlab import LabError
+from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
     TcpResult,
     iperf3_tcp_argv,

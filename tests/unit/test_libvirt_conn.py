@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from xtc.daemon.fakes import FakeHypervisor, FakeLibvirtError
-from xtc.daemon.host_errors import HypervisorUnavailable, LibvirtOperationError, VRNotRunning
-from xtc.daemon.libvirt_conn import (
+from fakes.libvirt import FakeHypervisor, FakeLibvirtError
+from xtc.host.errors import HypervisorUnavailable, LibvirtOperationError, VRNotRunning
+from xtc.host.libvirt_conn import (
     VIR_ERR_INVALID_ARG,
     VIR_ERR_SYSTEM_ERROR,
     DomainInfo,

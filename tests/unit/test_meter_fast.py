@@ -478,8 +478,8 @@ def test_meter_through_tables_equals_meter_through_dicts() -> None:
 
 def test_daemon_sources_take_the_fast_path() -> None:
     """The simulated backend's and the benchmark's files are read on the fast path, 4000 interfaces too."""
-    from xtc.bench.daemon_bench import _BenchBackend, _texts
-    from xtc.daemon.sim_backend import render_proc_net_dev
+    from xtc_lab.bench.daemon_bench import _BenchBackend, _texts
+    from xtc_lab.sim.host import render_proc_net_dev
 
     text = render_proc_net_dev({f"vif{k}.{j}": (k * 1000 + j, 7 * k) for k in range(1, 1001) for j in range(4)})
     parser, fast, _, careful, _ = both(text)

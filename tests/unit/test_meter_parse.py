@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xtc.daemon.host_errors import MeterError
+from xtc.host.errors import MeterError
 from xtc.daemon.meter import (
     IfCounters,
     ProcNetDevFormatError,

@@ -4,12 +4,12 @@ import math
 
 import pytest
 
-import models
-from models import ModelError, load_model, loads_model
+import xtc.models
+from xtc.models import ModelError, load_model, loads_model
 
 
 def test_paper_model_holds_the_papers_numbers():
-    m = models.PAPER_MODEL
+    m = xtc.models.PAPER_MODEL
     assert m.model.a == 0.0915
     assert m.model.b_kpps_per_decade == 63.0051
     assert m.model.ybar_kpps == 78.14
@@ -23,13 +23,13 @@ def test_paper_model_holds_the_papers_numbers():
 
 def test_round_trip(tmp_path):
     p = tmp_path / "m.toml"
-    models.save_model(models.PAPER_MODEL, p)
+    xtc.models.save_model(xtc.models.PAPER_MODEL, p)
     back = load_model(p)
-    assert back == models.PAPER_MODEL
+    assert back == xtc.models.PAPER_MODEL
 
 
 def test_steady_state_is_consistent():
-    m = models.PAPER_MODEL.model
+    m = xtc.models.PAPER_MODEL.model
     cap = m.cap_for_kpps(50.0)
     assert math.isclose(m.steady_state_kpps(cap), 50.0)
     assert math.isclose(m.steady_state_kpps(10 ** m.ubar_log10_cap), m.ybar_kpps)
@@ -86,10 +86,10 @@ def test_missing_file_is_a_model_error(tmp_path):
 
 def test_failed_save_leaves_old_file(tmp_path):
     p = tmp_path / "m.toml"
-    models.save_model(models.PAPER_MODEL, p)
+    xtc.models.save_model(xtc.models.PAPER_MODEL, p)
     before = p.read_text()
-    bad = models.ModelFile.__new__(models.ModelFile)
+    bad = xtc.models.ModelFile.__new__(xtc.models.ModelFile)
     object.__setattr__(bad, "__dict__", {})
     with pytest.raises(Exception):
-        models.save_model(bad, p)
+        xtc.models.save_model(bad, p)
     assert p.read_text() == before

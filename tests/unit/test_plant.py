@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from xtc.sim.plant import (
+from xtc_lab.sim.plant import (
     NOMINAL_TAU_S,
     averaged_pole,
     tau_for_pole,

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import models
+import xtc.models
 from xtc.control import make_controller
-from xtc.sim.closed_loop import run_closed_loop
-from xtc.sim.experiments import PaperActuation, calibrate_dom0_capacity, sweep, tcpudp
-from xtc.sim.plant import Dom0Config, Plant, PlantConfig, PlantError, VRConfig, tcp
+from xtc_lab.sim.closed_loop import run_closed_loop
+from xtc_lab.sim.experiments import PaperActuation, calibrate_dom0_capacity, sweep, tcpudp
+from xtc_lab.sim.plant import Dom0Config, Plant, PlantConfig, PlantError, VRConfig, tcp
 
 
 def test_paper_actuation_reproduces_the_paper_operating_ranges() -> None:
@@ -29,7 +29,7 @@ def test_paper_actuation_reproduces_the_paper_operating_ranges() -> None:
 
 
 def test_paper_actuation_rounds_and_resyncs_the_controller() -> None:
-    ctl = PaperActuation(make_controller(models.PAPER_MODEL, kind="pi"))
+    ctl = PaperActuation(make_controller(xtc.models.PAPER_MODEL, kind="pi"))
     ctl.start(1.0)
     cap = ctl.step(3_300.0, 15_000.0)
     assert cap == 1.0  # the move is below log10(1.5): rounds back to 1
@@ -40,7 +40,7 @@ def test_paper_actuation_rounds_and_resyncs_the_controller() -> None:
 
 def test_closed_loop_holds_a_setpoint_and_validates_input() -> None:
     plant = Plant(PlantConfig(vrs=(VRConfig(),), seed=1))
-    tr = run_closed_loop(plant, [make_controller(models.PAPER_MODEL, kind="deadbeat")], [40_000.0], 40.0)
+    tr = run_closed_loop(plant, [make_controller(xtc.models.PAPER_MODEL, kind="deadbeat")], [40_000.0], 40.0)
     assert tr.measured_pps.shape == (40, 1)
     assert abs(tr.measured_pps[20:, 0].mean() - 40_000.0) < 4_000.0
     assert np.all((tr.cap_percent >= 1.0) & (tr.cap_percent <= 100.0))

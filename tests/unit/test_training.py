@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from models import PAPER_MODEL, LogCapModel, load_model
-from training.analysis import (
+from xtc.models import PAPER_MODEL, LogCapModel, load_model
+from xtc.training.analysis import (
     PAPER_PI_POLES,
     choose_cap_min,
     design_deadbeat,
@@ -20,12 +20,12 @@ from training.analysis import (
     parse_poles,
     stability_grid,
 )
-from training.cli import EXIT_ERROR, EXIT_POOR_FIT, main
-from training.collect import SweepPlan, VirtualClock, parse_caps, run_sweep
-from training.fit import CapLevel, find_cap_threshold, fit_sweep
-from training.hosts import make_sim_host
-from training.sweep import Sample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
-from training.synth import model_sweep
+from xtc.training.cli import EXIT_ERROR, EXIT_POOR_FIT, main
+from xtc.training.collect import SweepPlan, VirtualClock, parse_caps, run_sweep
+from xtc.training.fit import CapLevel, find_cap_threshold, fit_sweep
+from xtc.training.hosts import make_sim_host
+from xtc.training.sweep import Sample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
+from xtc.training.synth import model_sweep
 
 PAPER = PAPER_MODEL.model
 CAPS = [float(c) for c in range(5, 101, 5)]
@@ -242,7 +242,7 @@ def test_cli_poor_fit_needs_the_flag(tmp_path: Path) -> None:
 
 def test_cli_redesign_of_a_model_file(tmp_path: Path) -> None:
     out = tmp_path / "re.toml"
-    from models import PAPER_MODEL_PATH
+    from xtc.models import PAPER_MODEL_PATH
 
     assert main(["design", str(PAPER_MODEL_PATH), "--out", str(out), "--poles", "0.5,0.5"]) == 0
     mf = load_model(out)
@@ -338,7 +338,7 @@ def test_csv_without_measured_offered_rate_omits_the_column() -> None:
 
 
 def test_describe_hardware_is_pure() -> None:
-    from training.hosts import describe_hardware
+    from xtc.training.hosts import describe_hardware
 
     cpuinfo = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n"
     assert describe_hardware(cpuinfo, 2, "6.1.0-18") == "2 CPUs (AMD EPYC 7B13), Linux 6.1.0-18"
@@ -368,7 +368,7 @@ def test_steps_fit_takes_a_fast_plant_that_overshoots_as_a_equal_0() -> None:
 
 
 def test_caps_min_sets_the_model_floor_and_keeps_cap_min_recorded(tmp_path: Path) -> None:
-    from training.pipeline import train_from_sweep
+    from xtc.training.pipeline import train_from_sweep
 
     sw = _sweep(noise_kpps=0.3, seed=4)
     t = train_from_sweep(sw, {}, caps_min_percent=1.0)
@@ -392,7 +392,7 @@ def test_cli_collect_refuses_an_unwritable_output_before_sweeping(tmp_path: Path
 
 
 def test_cgroup_host_says_what_it_sweeps(tmp_path: Path) -> None:
-    from training.hosts import make_cgroup_host
+    from xtc.training.hosts import make_cgroup_host
 
     (tmp_path / "cpu.max").write_text("max 100000\n")
     host, _ = make_cgroup_host(str(tmp_path), ["vif9.0", "vif9.1"], "vr9")

@@ -3,7 +3,7 @@
 Public entry point::
 
     from xtc.control import make_controller
-    ctl = make_controller(models.PAPER_MODEL)          # XTC's own controller
+    ctl = make_controller(xtc.models.PAPER_MODEL)          # XTC's own controller
     ctl.start(current_cap_percent)                     # bumpless activation
     cap_percent = ctl.step(measured_pps, setpoint_pps)  # once per control period
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from models import CapBounds, ModelFile
+from xtc.models import CapBounds, ModelFile
 
 from .design import deadbeat_gains
 from .laws import (
@@ -89,7 +89,7 @@ def make_controller(
     Parameters
     ----------
     model : ModelFile
-        The loaded model file (:func:`models.load_model`).
+        The loaded model file (:func:`xtc.models.load_model`).
     kind : {"xtc", "pi", "deadbeat", "fixed"} or None
         None gives XTC's own controller (``"xtc"``).
     cap_min_percent, cap_max_percent : float, optional

@@ -28,7 +28,7 @@ from typing import Sequence
 import control
 import numpy as np
 
-from models import Gains, LogCapModel
+from xtc.models import Gains, LogCapModel
 
 __all__ = [
     "augmented_system",

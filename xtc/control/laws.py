@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from models import CapBounds, Gains, LogCapModel
+from xtc.models import CapBounds, Gains, LogCapModel
 
 __all__ = [
     "ControllerError",

@@ -55,8 +55,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol
 
-from xtc.daemon.host_errors import HostAdapterError
-from xtc.daemon.libvirt_conn import LibvirtConn
+from xtc.host.errors import HostAdapterError
+from xtc.host.libvirt_conn import LibvirtConn
 from xtc.daemon.meter import IfRates
 
 __all__ = [

@@ -51,7 +51,7 @@ A complete example (every key shown with its default unless marked required)::
 reloads the file; only the keys in :data:`RELOADABLE` may change without a restart
 (:func:`reload_diff` names the first one that may not).
 
-The cgroup backend (``backend = "cgroup"``, :mod:`xtc.daemon.cgroup_backend`) controls VRs
+The cgroup backend (``backend = "cgroup"``, :mod:`xtc.host.cgroup`) controls VRs
 that are cgroups, with no hypervisor: hosts without libvirt, and the lab's netns VRs (``xtc lab
 up --mode netns``; ``xtc lab status --daemon-config`` prints this section for a lab)::
 
@@ -554,7 +554,7 @@ def _from_doc(doc: Mapping[str, Any]) -> DaemonConfig:
 
 def _check_model(c: ControllerSection) -> None:
     """The model file must load and the cap overrides must fit it."""
-    from models import ModelError, PAPER_MODEL, load_model
+    from xtc.models import ModelError, PAPER_MODEL, load_model
 
     try:
         mf = PAPER_MODEL if c.model == "paper" else load_model(c.model)

@@ -16,7 +16,7 @@ One instance per VR, in one of three states::
 
 - activate: the VR's current cap is recorded as its *original* cap (``None`` = unlimited) and
   the controller starts from it (bumpless).  Beside the percentage, the backend's exact record
-  of the setting (:meth:`xtc.daemon.backend.Backend.read_original`: e.g. the raw
+  of the setting (:meth:`xtc.host.base.Backend.read_original`: e.g. the raw
   ``vcpu_quota`` and ``vcpu_period``) is kept as ``original_record``; it is opaque here and is
   handed back unchanged in :class:`RestoreCap`, so the VR gets exactly its setting back, not a
   setting rebuilt from a percentage.  Both are part of the persisted state before the first cap

@@ -19,7 +19,7 @@ ProcNetDevParser() / parse_proc_net_dev_table(text, problems=None, *, fast=True)
 ProcNetDevSource(path="/proc/net/dev")
     The adapter that reads the file; ``read() -> dict[str, IfCounters]`` and
     ``read_table() -> CounterTable``.  Raises
-    :class:`~xtc.daemon.host_errors.MeterError`.  Read ``/proc/<pid>/net/dev``
+    :class:`~xtc.host.errors.MeterError`.  Read ``/proc/<pid>/net/dev``
     to see another network namespace.
 RateTracker(max_window_s=1.0, max_pps=..., max_bytes_per_s=...)
     Pure: ``update(now_s, counters) -> UpdateReport`` with samples (10 per
@@ -110,7 +110,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from xtc.daemon.host_errors import MeterError
+from xtc.host.errors import MeterError
 
 __all__ = [
     "IfCounters",

@@ -21,15 +21,15 @@ from typing import Any, Callable
 
 import zmq
 
-from models import PAPER_MODEL, ModelFile, load_model
+from xtc.models import PAPER_MODEL, ModelFile, load_model
 from xtc.control import Controller, make_controller
 
 from . import api
 from .api import ApiError
-from .backend import Backend
+from xtc.host.base import Backend
 from .config import ConfigError, DaemonConfig, load_config, reload_diff
 from .core import DaemonCore, RestoreCap, SetCap, StateError, VrReading
-from .host_errors import HostAdapterError, VRNotRunning
+from xtc.host.errors import HostAdapterError, VRNotRunning
 from .logs import event, setup_logging
 from .meter import GroupRateSums, Meter, RateTracker
 from .metrics import DaemonMetrics
@@ -64,14 +64,14 @@ def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
 def make_backend(cfg: DaemonConfig) -> Backend:
     """The backend the configuration names."""
     if cfg.daemon.backend == "sim":
-        from .sim_backend import SimBackend
+        from xtc_lab.sim.host import SimBackend
 
         return SimBackend.from_config(cfg)
     if cfg.daemon.backend == "cgroup":
-        from .cgroup_backend import CgroupBackend
+        from xtc.host.cgroup import CgroupBackend
 
         return CgroupBackend.from_config(cfg)
-    from .libvirt_backend import LibvirtBackend
+    from xtc.host.libvirt import LibvirtBackend
 
     return LibvirtBackend.from_config(cfg)
 

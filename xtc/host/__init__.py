@@ -1,0 +1,1 @@
+"""Host backends: the one interface XTC uses to see and cap a host's VRs, and its implementations."""

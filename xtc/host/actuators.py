@@ -1,0 +1,748 @@
+"""Actuators: set a VR's CPU cap (percent of one CPU) through one small interface.
+
+Public API
+----------
+CapActuator (Protocol)
+    ``vr``, ``backend``, ``cap_min``, ``cap_max``;
+    ``read_cap() -> float | None`` (current cap in percent of one CPU, None = unlimited);
+    ``set_cap(cap_percent) -> float`` (clamp, write only on change, return the cap
+    read back from the hypervisor/kernel);
+    ``original() -> OriginalCap | None``; ``adopt_original(record)``;
+    ``current_setting() -> OriginalCap`` (the setting now, as a record, without writing);
+    ``restore() -> bool`` (write the original back exactly; True if anything was written);
+    ``original_from_cap(cap_percent | None) -> OriginalCap`` (a record for a daemon
+    that persisted only a cap in percent).
+OriginalCap
+    Serialisable record of a VR's setting before XTC touched it:
+    ``to_dict()`` / ``OriginalCap.from_dict(d)`` (JSON-friendly).
+XenCapActuator(conn, domain, cap_min=1, cap_max=100)
+    libvirt + Xen credit scheduler, parameter ``cap``.
+LibvirtQuotaActuator(conn, domain, cap_min=1, cap_max=100, quota_param="vcpu_quota", period_param="vcpu_period")
+    libvirt LXC/QEMU, ``vcpu_quota`` us per ``vcpu_period`` us.
+CgroupV1Actuator(cgroup_dir, vr=None, ...)
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in a cgroup v1 cpu directory.
+CgroupV2Actuator(cgroup_dir, vr=None, ...)
+    ``cpu.max`` (``"quota period"`` or ``"max period"``) in a cgroup v2 directory.
+make_actuator(kind, vr, *, conn=None, cgroup_dir=None, cap_min=1, cap_max=100) -> CapActuator
+    kind in ``"xen"``, ``"lxc"``, ``"qemu"``, ``"cgroup1"``, ``"cgroup2"``, ``"cgroup"``
+    (v1 or v2, whichever files the directory has).
+clamp_cap(cap_percent, cap_min, cap_max) -> float
+    The pure clamp with its input checks.
+
+Common behaviour
+----------------
+* ``cap_percent`` must be a real finite number (NaN, inf, bools and strings are
+  refused with :class:`ValueError`/:class:`TypeError`, and nothing is written);
+  it is clamped to ``[cap_min, cap_max]`` where ``1 <= cap_min <= cap_max <= 100``.
+* Every ``set_cap`` reads the current setting first (one libvirt call or one
+  file read), so a setting changed behind XTC's back, or reset by a VR reboot,
+  is noticed; it writes only if the wanted value differs; then it reads back
+  what was accepted and returns that cap.
+* The first ``set_cap`` on a VR records the setting it found as the
+  *original*.  ``original()`` returns it for the daemon to persist;
+  ``adopt_original(record)`` (after a daemon restart) replaces it so that
+  ``restore()`` gives back the true original, not a cap XTC set before it
+  was killed.  ``restore()`` forgets the original once it is written back.
+  ``current_setting()`` is the record of the setting now (what the first
+  ``set_cap`` would record): a daemon takes it before its first write and
+  persists it, so that not even a crash between the two can lose it.
+* Xen: ``cap`` is an integer; 0 means UNLIMITED in Xen.  ``set_cap`` rounds to
+  the nearest integer inside the bounds and can never produce 0 (the write
+  path refuses a 0 except from ``restore()`` of an original 0).
+* Quota backends write ``quota_us = round(cap/100 * period_us)``, at least
+  1000 us (the kernel's and libvirt's minimum), keeping the period as found.
+  An unlimited quota (-1 / ``max``, 0, absent, or libvirt's huge "no limit"
+  numbers) reads as ``None``.
+
+Errors: :class:`~xtc.host.errors.VRNotRunning` (domain or cgroup gone),
+:class:`~xtc.host.errors.ActuatorError` (refused write, nonsense read-back),
+:class:`~xtc.host.errors.HypervisorUnavailable`,
+:class:`~xtc.host.errors.LibvirtOperationError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import numbers
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from xtc.host.errors import ActuatorError, VRNotRunning
+from xtc.host.libvirt_conn import VIR_DOMAIN_AFFECT_LIVE, LibvirtConn
+
+__all__ = [
+    "CapActuator",
+    "OriginalCap",
+    "XenCapActuator",
+    "LibvirtQuotaActuator",
+    "CgroupV1Actuator",
+    "CgroupV2Actuator",
+    "make_actuator",
+    "clamp_cap",
+    "CAP_FLOOR_PERCENT",
+    "CAP_CEILING_PERCENT",
+    "QUOTA_MIN_US",
+]
+
+#: Lowest and highest cap XTC ever sets, percent of one CPU.
+CAP_FLOOR_PERCENT = 1.0
+CAP_CEILING_PERCENT = 100.0
+#: Smallest CFS quota the kernel (and libvirt) accept, microseconds.
+QUOTA_MIN_US = 1000
+#: libvirt's largest vcpu_quota (VIR_CGROUP_CPU_QUOTA_MAX); anything at or above means "no limit".
+LIBVIRT_QUOTA_MAX = 17592186044415
+
+Params = dict[str, "int | str"]
+
+
+def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
+    """Clamp a cap to ``[cap_min, cap_max]`` after checking it is a real finite number.
+
+    Parameters
+    ----------
+    cap_percent : float
+        Wanted cap, percent of one CPU.
+    cap_min, cap_max : float
+        Bounds, percent of one CPU.
+
+    Raises
+    ------
+    TypeError
+        ``cap_percent`` is not a real number (bools are refused too).
+    ValueError
+        ``cap_percent`` is NaN or infinite.
+    """
+    if isinstance(cap_percent, bool) or not isinstance(cap_percent, numbers.Real):
+        raise TypeError(f"cap_percent must be a real number, got {type(cap_percent).__name__} {cap_percent!r}")
+    c = float(cap_percent)
+    if not math.isfinite(c):
+        raise ValueError(f"cap_percent must be finite, got {cap_percent!r}; nothing written")
+    return min(max(c, cap_min), cap_max)
+
+
+def _check_bounds(cap_min: float, cap_max: float) -> tuple[float, float]:
+    for name, v in (("cap_min", cap_min), ("cap_max", cap_max)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise ValueError(f"{name} must be a finite number, got {v!r}")
+    lo, hi = float(cap_min), float(cap_max)
+    if not CAP_FLOOR_PERCENT <= lo <= hi <= CAP_CEILING_PERCENT:
+        raise ValueError(
+            f"cap bounds must satisfy {CAP_FLOOR_PERCENT:g} <= cap_min <= cap_max <= "
+            f"{CAP_CEILING_PERCENT:g} (percent of one CPU), got cap_min={lo:g}, cap_max={hi:g}"
+        )
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class OriginalCap:
+    """A VR's CPU-limit setting before XTC touched it.
+
+    ``backend`` is the actuator kind (``"xen"``, ``"libvirt-quota"``,
+    ``"cgroup1"``, ``"cgroup2"``), ``target`` the domain name or cgroup
+    directory, ``params`` the raw values as the hypervisor/kernel reported them
+    (e.g. ``{"cap": 0}``, ``{"vcpu_quota": -1, "vcpu_period": 100000}``,
+    ``{"cpu.max": "max 100000"}``).
+    """
+
+    backend: str
+    target: str
+    params: tuple[tuple[str, int | str], ...]
+
+    @property
+    def values(self) -> dict[str, int | str]:
+        return dict(self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form: ``{"backend": ..., "target": ..., "params": {...}}``."""
+        return {"backend": self.backend, "target": self.target, "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OriginalCap":
+        """Inverse of :meth:`to_dict`; raises ValueError naming what is wrong."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"original cap record must be a mapping, got {type(d).__name__}")
+        extra = set(d) - {"backend", "target", "params"}
+        if extra:
+            raise ValueError(f"original cap record has unknown keys {sorted(extra)}")
+        backend, target, params = d.get("backend"), d.get("target"), d.get("params")
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(f"original cap record: 'backend' must be a non-empty string, got {backend!r}")
+        if not isinstance(target, str) or not target:
+            raise ValueError(f"original cap record: 'target' must be a non-empty string, got {target!r}")
+        if not isinstance(params, Mapping) or not params:
+            raise ValueError(f"original cap record: 'params' must be a non-empty mapping, got {params!r}")
+        for k, v in params.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, str)):
+                raise ValueError(f"original cap record: parameter {k!r}={v!r} must be str -> int|str")
+        return cls(backend, target, tuple(sorted(params.items())))
+
+
+@runtime_checkable
+class CapActuator(Protocol):
+    """Sets one VR's CPU cap; see the module docstring for the contract."""
+
+    vr: str
+    backend: str
+    cap_min: float
+    cap_max: float
+
+    def read_cap(self) -> float | None: ...
+
+    def set_cap(self, cap_percent: float) -> float: ...
+
+    def original(self) -> OriginalCap | None: ...
+
+    def current_setting(self) -> OriginalCap: ...
+
+    def adopt_original(self, record: OriginalCap) -> None: ...
+
+    def restore(self) -> bool: ...
+
+    def original_from_cap(self, cap_percent: float | None) -> OriginalCap: ...
+
+
+class _ActuatorBase:
+    """Clamping, write-on-change, read-back and original bookkeeping; backends fill in the I/O."""
+
+    backend = "?"
+
+    def __init__(self, vr: str, target: str, cap_min: float, cap_max: float) -> None:
+        if not isinstance(vr, str) or not vr:
+            raise ValueError(f"VR name must be a non-empty string, got {vr!r}")
+        self.vr = vr
+        self.target = target
+        self.cap_min, self.cap_max = _check_bounds(cap_min, cap_max)
+        self._original: OriginalCap | None = None
+        #: Number of writes made (for status and tests).
+        self.write_count = 0
+
+    # --- backend hooks ---------------------------------------------------------
+    def _read(self) -> Params:
+        raise NotImplementedError
+
+    def _write(self, changes: Params, restoring: bool) -> None:
+        raise NotImplementedError
+
+    def _wanted(self, cap_percent: float, current: Params) -> Params:
+        raise NotImplementedError
+
+    def _cap_of(self, params: Params) -> float | None:
+        raise NotImplementedError
+
+    def _restore_params(self, original: Params, current: Params) -> Params:
+        return {k: v for k, v in original.items() if current.get(k) != v}
+
+    def _check_original(self, params: Params) -> None:
+        pass
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        raise NotImplementedError
+
+    # --- the contract --------------------------------------------------------------
+    def read_cap(self) -> float | None:
+        """Current cap, percent of one CPU; None when unlimited."""
+        return self._cap_of(self._read())
+
+    def set_cap(self, cap_percent: float) -> float:
+        """Clamp, write if different from the current setting, return the cap read back.
+
+        Returns
+        -------
+        float
+            The cap now in force, percent of one CPU, as the hypervisor/kernel
+            reports it after the write (or without a write when unchanged).
+        """
+        c = clamp_cap(cap_percent, self.cap_min, self.cap_max)
+        current = self._read()
+        if self._original is None:
+            self._check_original(current)
+            self._original = OriginalCap(self.backend, self.target, tuple(sorted(current.items())))
+        wanted = self._wanted(c, current)
+        changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if changes:
+            self._write(changes, restoring=False)
+            self.write_count += 1
+            current = self._read()
+        got = self._cap_of(current)
+        if got is None or not math.isfinite(got) or got <= 0:
+            raise ActuatorError(
+                f"{self.backend} {self.target!r}: after setting {wanted} the setting reads back as "
+                f"{current} (no limit); the cap was not applied"
+            )
+        return got
+
+    def original(self) -> OriginalCap | None:
+        """The setting found before XTC's first write (None if XTC has not touched this VR)."""
+        return self._original
+
+    def current_setting(self) -> OriginalCap:
+        """The VR's setting now as a record (one read, nothing written).
+
+        The record the first :meth:`set_cap` would take as the original; raises
+        ValueError if the setting found cannot serve as one (e.g. a malformed period).
+        """
+        current = self._read()
+        self._check_original(current)
+        return OriginalCap(self.backend, self.target, tuple(sorted(current.items())))
+
+    def adopt_original(self, record: OriginalCap) -> None:
+        """Take ``record`` (persisted by an earlier daemon run) as this VR's original.
+
+        Raises ValueError, and changes nothing, if the record belongs to another
+        backend or target or its values are not valid for this backend.
+        """
+        if not isinstance(record, OriginalCap):
+            raise TypeError(f"adopt_original needs an OriginalCap, got {type(record).__name__}")
+        if record.backend != self.backend or record.target != self.target:
+            raise ValueError(
+                f"original cap record is for {record.backend} {record.target!r}, "
+                f"this actuator is {self.backend} {self.target!r}"
+            )
+        self._check_original(record.values)
+        self._original = record
+
+    def original_from_cap(self, cap_percent: float | None) -> OriginalCap:
+        """An original record meaning "cap_percent" (None = unlimited) for this VR.
+
+        For a daemon that persisted only a cap in percent: ``adopt_original(
+        original_from_cap(c))`` then ``restore()`` gives the VR that cap back
+        (quota backends keep the period they find now).  Prefer persisting
+        :meth:`original` itself, which restores the exact raw setting.
+        """
+        if cap_percent is not None:
+            if isinstance(cap_percent, bool) or not isinstance(cap_percent, numbers.Real):
+                raise TypeError(f"original cap must be a real number or None, got {cap_percent!r}")
+            if not math.isfinite(float(cap_percent)) or cap_percent <= 0:
+                raise ValueError(f"original cap must be finite and > 0 percent (None = unlimited), got {cap_percent!r}")
+        params = self._original_params_for(None if cap_percent is None else float(cap_percent), self._read())
+        self._check_original(params)
+        return OriginalCap(self.backend, self.target, tuple(sorted(params.items())))
+
+    def restore(self) -> bool:
+        """Write the original setting back exactly; forget it afterwards.
+
+        Returns True if something was written, False if the VR was never touched
+        or already has its original setting.  Raises VRNotRunning when the VR is
+        gone (the original is kept, in case it comes back).
+        """
+        if self._original is None:
+            return False
+        orig = self._original.values
+        current = self._read()
+        changes = self._restore_params(orig, current)
+        if changes:
+            self._write(changes, restoring=True)
+            self.write_count += 1
+            after = self._read()
+            wrong = {k: after.get(k) for k in changes if not self._restored_ok(k, orig, after)}
+            if wrong:
+                raise ActuatorError(
+                    f"{self.backend} {self.target!r}: restoring {orig} left {wrong}"
+                )
+        self._original = None
+        return bool(changes)
+
+    def _restored_ok(self, key: str, orig: Params, after: Params) -> bool:
+        return after.get(key) == orig.get(key)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vr={self.vr!r}, target={self.target!r}, cap=[{self.cap_min:g}, {self.cap_max:g}])"
+
+
+def _int_param(params: Mapping[str, Any], key: str, where: str) -> int:
+    v = params.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ActuatorError(f"{where}: scheduler parameter {key!r} missing or not an integer (got {params})")
+    return v
+
+
+class XenCapActuator(_ActuatorBase):
+    """Xen credit scheduler ``cap`` through libvirt.
+
+    ``cap`` is an integer percent of one physical CPU; 0 means UNLIMITED, so
+    this actuator writes 0 only when restoring an original 0.  Wanted caps are
+    rounded to the nearest integer within the bounds (at least 1).  Writes use
+    ``setSchedulerParametersFlags({"cap": n}, VIR_DOMAIN_AFFECT_LIVE)`` and read
+    back through ``schedulerParameters()``.
+
+    Parameters
+    ----------
+    conn : LibvirtConn
+    domain : str
+        libvirt domain name of the VR.
+    cap_min, cap_max : float
+        Bounds in percent of one CPU; there must be an integer between them.
+    """
+
+    backend = "xen"
+
+    def __init__(self, conn: LibvirtConn, domain: str, cap_min: float = 1.0, cap_max: float = 100.0) -> None:
+        super().__init__(domain, domain, cap_min, cap_max)
+        self.conn = conn
+        self._int_min = max(1, math.ceil(self.cap_min - 1e-9))
+        self._int_max = math.floor(self.cap_max + 1e-9)
+        if self._int_min > self._int_max:
+            raise ValueError(
+                f"Xen caps are integers: no integer cap in [{self.cap_min:g}, {self.cap_max:g}]"
+            )
+
+    def _read(self) -> Params:
+        params = self.conn.with_domain(self.vr, lambda d: d.schedulerParameters(), "read scheduler parameters")
+        if "cap" not in params:
+            raise ActuatorError(
+                f"domain {self.vr!r} has no 'cap' scheduler parameter (has {sorted(params)}): "
+                "not a Xen credit-scheduler domain"
+            )
+        return {"cap": _int_param(params, "cap", f"domain {self.vr!r}")}
+
+    def _wanted(self, cap_percent: float, current: Params) -> Params:
+        n = min(max(int(round(cap_percent)), self._int_min), self._int_max)
+        return {"cap": n}
+
+    def _cap_of(self, params: Params) -> float | None:
+        cap = int(params["cap"])
+        return None if cap == 0 else float(cap)
+
+    def _check_original(self, params: Params) -> None:
+        cap = params.get("cap")
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0 or set(params) != {"cap"}:
+            raise ValueError(f"Xen original must be {{'cap': int >= 0}}, got {params}")
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        return {"cap": 0 if cap_percent is None else max(1, int(round(cap_percent)))}
+
+    def _write(self, changes: Params, restoring: bool) -> None:
+        cap = changes["cap"]
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise ActuatorError(f"refusing to write Xen cap {cap!r} to {self.vr!r}")
+        if cap == 0 and not restoring:
+            # Defence in depth: 0 would lift every limit.
+            raise ActuatorError(f"refusing to write Xen cap 0 (UNLIMITED) to {self.vr!r} outside restore")
+        self.conn.with_domain(
+            self.vr,
+            lambda d: d.setSchedulerParametersFlags({"cap": cap}, VIR_DOMAIN_AFFECT_LIVE),
+            f"set cap={cap}",
+        )
+
+
+def _quota_unlimited(quota: int) -> bool:
+    return quota <= 0 or quota >= LIBVIRT_QUOTA_MAX
+
+
+class LibvirtQuotaActuator(_ActuatorBase):
+    """libvirt LXC/QEMU: ``vcpu_quota`` microseconds per ``vcpu_period`` microseconds.
+
+    cap_percent = quota / period * 100.  For LXC the quota limits the whole
+    container; for QEMU ``vcpu_quota`` applies to each vCPU, so pass
+    ``quota_param="global_quota", period_param="global_period"`` to cap a
+    multi-vCPU guest as a whole.  Writes use ``setSchedulerParametersFlags``
+    with ``VIR_DOMAIN_AFFECT_LIVE``.
+
+    An unlimited original (-1, 0, absent, or a value at or above libvirt's
+    maximum 17592186044415, as libvirt reports cgroup v2 ``max``) is restored by
+    writing -1, libvirt's "no limit"; any other original is written back as it was.
+    """
+
+    backend = "libvirt-quota"
+
+    def __init__(
+        self,
+        conn: LibvirtConn,
+        domain: str,
+        cap_min: float = 1.0,
+        cap_max: float = 100.0,
+        quota_param: str = "vcpu_quota",
+        period_param: str = "vcpu_period",
+    ) -> None:
+        super().__init__(domain, domain, cap_min, cap_max)
+        self.conn = conn
+        self.quota_param = quota_param
+        self.period_param = period_param
+
+    def _read(self) -> Params:
+        params = self.conn.with_domain(self.vr, lambda d: d.schedulerParameters(), "read scheduler parameters")
+        where = f"domain {self.vr!r}"
+        if self.period_param not in params:
+            raise ActuatorError(
+                f"{where} has no {self.period_param!r} scheduler parameter (has {sorted(params)})"
+            )
+        out: Params = {self.period_param: _int_param(params, self.period_param, where)}
+        # An absent quota means no limit.
+        out[self.quota_param] = _int_param(params, self.quota_param, where) if self.quota_param in params else -1
+        return out
+
+    def _wanted(self, cap_percent: float, current: Params) -> Params:
+        period = int(current[self.period_param])
+        if period <= 0:
+            raise ActuatorError(f"domain {self.vr!r}: {self.period_param}={period} is not a period")
+        quota = max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
+        return {self.quota_param: quota}
+
+    def _cap_of(self, params: Params) -> float | None:
+        quota, period = int(params[self.quota_param]), int(params[self.period_param])
+        if _quota_unlimited(quota):
+            return None
+        return quota / period * 100.0
+
+    def _check_original(self, params: Params) -> None:
+        if set(params) != {self.quota_param, self.period_param}:
+            raise ValueError(
+                f"libvirt quota original must have exactly {self.quota_param!r} and {self.period_param!r}, got {params}"
+            )
+        for k, v in params.items():
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"libvirt quota original: {k}={v!r} is not an integer")
+        if int(params[self.period_param]) <= 0:
+            raise ValueError(f"libvirt quota original: {self.period_param} must be > 0, got {params}")
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        period = int(current[self.period_param])
+        quota = -1 if cap_percent is None else max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
+        return {self.quota_param: quota, self.period_param: period}
+
+    def _restore_params(self, original: Params, current: Params) -> Params:
+        out: Params = {}
+        if current.get(self.period_param) != original[self.period_param]:
+            out[self.period_param] = original[self.period_param]
+        oq, cq = int(original[self.quota_param]), int(current[self.quota_param])
+        if _quota_unlimited(oq):
+            if not _quota_unlimited(cq):
+                out[self.quota_param] = -1
+        elif oq != cq:
+            out[self.quota_param] = oq
+        return out
+
+    def _restored_ok(self, key: str, orig: Params, after: Params) -> bool:
+        if key == self.quota_param and _quota_unlimited(int(orig[key])):
+            return _quota_unlimited(int(after[key]))
+        return after.get(key) == orig.get(key)
+
+    def _write(self, changes: Params, restoring: bool) -> None:
+        for k, v in changes.items():
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ActuatorError(f"refusing to write {k}={v!r} to {self.vr!r}")
+        if not restoring:
+            q = int(changes[self.quota_param])
+            if not QUOTA_MIN_US <= q < LIBVIRT_QUOTA_MAX:
+                raise ActuatorError(f"refusing to write {self.quota_param}={q} to {self.vr!r} outside restore")
+        self.conn.with_domain(
+            self.vr,
+            lambda d: d.setSchedulerParametersFlags(dict(changes), VIR_DOMAIN_AFFECT_LIVE),
+            f"set {changes}",
+        )
+
+
+class _CgroupBase(_ActuatorBase):
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None, cap_min: float, cap_max: float) -> None:
+        self.dir = Path(cgroup_dir)
+        super().__init__(vr or str(self.dir), str(self.dir), cap_min, cap_max)
+
+    def _file(self, name: str) -> Path:
+        return self.dir / name
+
+    def _read_file(self, name: str) -> str:
+        p = self._file(name)
+        try:
+            return p.read_text().strip()
+        except FileNotFoundError:
+            if not self.dir.is_dir():
+                raise VRNotRunning(self.vr, f"cgroup {self.dir} does not exist") from None
+            raise ActuatorError(f"{p} does not exist: no cpu controller in cgroup {self.dir}") from None
+        except OSError as e:
+            raise ActuatorError(f"cannot read {p}: {e.strerror or e}") from None
+
+    def _write_file(self, name: str, value: str) -> None:
+        p = self._file(name)
+        try:
+            # One write() call: cgroup files take the whole value at once (O_TRUNC as a shell does).
+            fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+            try:
+                os.write(fd, value.encode())
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            if not self.dir.is_dir():
+                raise VRNotRunning(self.vr, f"cgroup {self.dir} does not exist") from None
+            raise ActuatorError(f"{p} does not exist: no cpu controller in cgroup {self.dir}") from None
+        except OSError as e:
+            hint = " (kernel refused the value)" if e.errno == errno.EINVAL else ""
+            raise ActuatorError(f"cannot write {value!r} to {p}: {e.strerror or e}{hint}") from None
+
+
+def _parse_int(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ActuatorError(f"{where}: expected an integer, got {text!r}") from None
+
+
+class CgroupV1Actuator(_CgroupBase):
+    """cgroup v1 cpu controller: ``cpu.cfs_quota_us`` per ``cpu.cfs_period_us``.
+
+    cap_percent = quota / period * 100; quota -1 = no limit.  The period is left
+    as found; the original (quota and period) is restored exactly.
+
+    Parameters
+    ----------
+    cgroup_dir : path
+        The VR's cgroup directory, e.g. ``/sys/fs/cgroup/cpu/machine/vr1``.
+    vr : str, optional
+        VR name for messages (default: the directory).
+    """
+
+    backend = "cgroup1"
+    QUOTA = "cpu.cfs_quota_us"
+    PERIOD = "cpu.cfs_period_us"
+
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min: float = 1.0, cap_max: float = 100.0) -> None:
+        super().__init__(cgroup_dir, vr, cap_min, cap_max)
+
+    def _read(self) -> Params:
+        q = _parse_int(self._read_file(self.QUOTA), str(self._file(self.QUOTA)))
+        p = _parse_int(self._read_file(self.PERIOD), str(self._file(self.PERIOD)))
+        if p <= 0:
+            raise ActuatorError(f"{self._file(self.PERIOD)}: period {p} is not > 0")
+        return {self.QUOTA: q, self.PERIOD: p}
+
+    def _wanted(self, cap_percent: float, current: Params) -> Params:
+        period = int(current[self.PERIOD])
+        return {self.QUOTA: max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))}
+
+    def _cap_of(self, params: Params) -> float | None:
+        q, p = int(params[self.QUOTA]), int(params[self.PERIOD])
+        return None if q < 0 else q / p * 100.0
+
+    def _check_original(self, params: Params) -> None:
+        if set(params) != {self.QUOTA, self.PERIOD} or any(
+            isinstance(v, bool) or not isinstance(v, int) for v in params.values()
+        ):
+            raise ValueError(f"cgroup v1 original must be integer {self.QUOTA} and {self.PERIOD}, got {params}")
+        if int(params[self.PERIOD]) <= 0:
+            raise ValueError(f"cgroup v1 original: {self.PERIOD} must be > 0, got {params}")
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        period = int(current[self.PERIOD])
+        quota = -1 if cap_percent is None else max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
+        return {self.QUOTA: quota, self.PERIOD: period}
+
+    def _write(self, changes: Params, restoring: bool) -> None:
+        if not restoring and int(changes.get(self.QUOTA, QUOTA_MIN_US)) < QUOTA_MIN_US:
+            raise ActuatorError(f"refusing to write {changes} to {self.dir} outside restore")
+        # Restoring "no limit": lift the quota before touching the period; otherwise
+        # set the period first so the quota is judged against the right one.
+        order = [self.PERIOD, self.QUOTA]
+        if int(changes.get(self.QUOTA, 0)) < 0:
+            order.reverse()
+        for k in order:
+            if k in changes:
+                self._write_file(k, str(int(changes[k])))
+
+
+class CgroupV2Actuator(_CgroupBase):
+    """cgroup v2 cpu controller: ``cpu.max`` = ``"<quota_us> <period_us>"`` or ``"max <period_us>"``.
+
+    cap_percent = quota / period * 100.  XTC writes ``"<quota> <period>"`` with
+    the period as found; ``restore()`` writes the original line back verbatim.
+    """
+
+    backend = "cgroup2"
+    FILE = "cpu.max"
+
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min: float = 1.0, cap_max: float = 100.0) -> None:
+        super().__init__(cgroup_dir, vr, cap_min, cap_max)
+
+    @staticmethod
+    def parse_cpu_max(text: str) -> tuple[int | None, int]:
+        """``"max 100000"`` -> (None, 100000); ``"20000 100000"`` -> (20000, 100000)."""
+        parts = text.split()
+        if len(parts) == 1:
+            parts.append("100000")  # the kernel accepts a lone quota; period defaults to 100 ms
+        if len(parts) != 2:
+            raise ValueError(f"cpu.max must be '<quota|max> <period>', got {text!r}")
+        q, p = parts
+        try:
+            period = int(p)
+            quota = None if q == "max" else int(q)
+        except ValueError:
+            raise ValueError(f"cpu.max must be '<quota|max> <period>', got {text!r}") from None
+        if period <= 0 or (quota is not None and quota <= 0):
+            raise ValueError(f"cpu.max values must be > 0, got {text!r}")
+        return quota, period
+
+    def _read(self) -> Params:
+        text = self._read_file(self.FILE)
+        try:
+            self.parse_cpu_max(text)
+        except ValueError as e:
+            raise ActuatorError(f"{self._file(self.FILE)}: {e}") from None
+        return {self.FILE: " ".join(text.split())}
+
+    def _wanted(self, cap_percent: float, current: Params) -> Params:
+        _, period = self.parse_cpu_max(str(current[self.FILE]))
+        quota = max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
+        return {self.FILE: f"{quota} {period}"}
+
+    def _cap_of(self, params: Params) -> float | None:
+        quota, period = self.parse_cpu_max(str(params[self.FILE]))
+        return None if quota is None else quota / period * 100.0
+
+    def _check_original(self, params: Params) -> None:
+        v = params.get(self.FILE)
+        if set(params) != {self.FILE} or not isinstance(v, str):
+            raise ValueError(f"cgroup v2 original must be {{'cpu.max': str}}, got {params}")
+        self.parse_cpu_max(v)
+
+    def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
+        _, period = self.parse_cpu_max(str(current[self.FILE]))
+        if cap_percent is None:
+            return {self.FILE: f"max {period}"}
+        return {self.FILE: f"{max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))} {period}"}
+
+    def _write(self, changes: Params, restoring: bool) -> None:
+        line = str(changes[self.FILE])
+        quota, _ = self.parse_cpu_max(line)
+        if not restoring and (quota is None or quota < QUOTA_MIN_US):
+            raise ActuatorError(f"refusing to write cpu.max {line!r} to {self.dir} outside restore")
+        self._write_file(self.FILE, line)
+
+
+def make_actuator(
+    kind: str,
+    vr: str,
+    *,
+    conn: LibvirtConn | None = None,
+    cgroup_dir: str | os.PathLike[str] | None = None,
+    cap_min: float = 1.0,
+    cap_max: float = 100.0,
+) -> CapActuator:
+    """Build the actuator for a VR of the given kind.
+
+    Parameters
+    ----------
+    kind : str
+        ``"xen"``, ``"lxc"``, ``"qemu"`` (need ``conn``; ``vr`` is the domain
+        name; qemu uses ``global_quota``/``global_period`` so the whole guest is
+        capped), ``"cgroup1"``, ``"cgroup2"`` or ``"cgroup"`` (need ``cgroup_dir``;
+        ``"cgroup"`` picks v2 if the directory has ``cpu.max``, else v1).
+    """
+    if kind in ("xen", "lxc", "qemu"):
+        if conn is None:
+            raise ValueError(f"actuator kind {kind!r} needs a libvirt connection")
+        if kind == "xen":
+            return XenCapActuator(conn, vr, cap_min, cap_max)
+        if kind == "lxc":
+            return LibvirtQuotaActuator(conn, vr, cap_min, cap_max)
+        return LibvirtQuotaActuator(conn, vr, cap_min, cap_max, "global_quota", "global_period")
+    if kind in ("cgroup", "cgroup1", "cgroup2"):
+        if cgroup_dir is None:
+            raise ValueError(f"actuator kind {kind!r} needs cgroup_dir")
+        if kind == "cgroup":
+            kind = "cgroup2" if (Path(cgroup_dir) / CgroupV2Actuator.FILE).exists() else "cgroup1"
+        cls = CgroupV2Actuator if kind == "cgroup2" else CgroupV1Actuator
+        return cls(cgroup_dir, vr, cap_min, cap_max)
+    raise ValueError(
+        f"unknown actuator kind {kind!r}; expected xen, lxc, qemu, cgroup, cgroup1 or cgroup2"
+    )

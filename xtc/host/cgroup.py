@@ -1,0 +1,103 @@
+"""The cgroup backend: VRs are cgroups (v1 ``cpu`` or v2 ``cpu.max``), with no hypervisor.
+
+For hosts without libvirt, and for the lab's netns VRs (``xtc lab up --mode netns``): a VR is
+whatever runs in one cgroup directory (e.g. a forwarder process in a network namespace), and
+its traffic is counted on host-side interfaces named in the configuration::
+
+    [daemon]
+    backend = "cgroup"
+
+    [[cgroup.vr]]
+    name = "vr1"
+    path = "/sys/fs/cgroup/cpu/xtc-lab-vr1"   # the VR's cgroup directory (v1 cpu or v2)
+    interfaces = ["vif123.0", "vif123.1"]    # host-side interfaces: their RX packets are what it forwarded
+
+Glue only: the cap arithmetic, the refusals and the errors live in the actuators
+(:class:`~xtc.host.actuators.CgroupV1Actuator`, :class:`~xtc.host.actuators.CgroupV2Actuator`)
+and the counters in :class:`~xtc.daemon.meter.ProcNetDevSource`.
+
+- VRs: those of the configuration whose cgroup directory exists now.  A directory that
+  disappears (the VR stopped) makes the VR absent, and every cap read or write on it raises
+  :class:`~xtc.host.errors.VRNotRunning`; the daemon reports the VR missing and carries on.
+- Caps: ``cpu.cfs_quota_us`` per ``cpu.cfs_period_us`` (v1) or ``cpu.max`` (v2), whichever the
+  directory has, the period kept as found.  XTC never writes "no limit" (-1, ``max``) except
+  when restoring an original that was unlimited.
+- Originals: :meth:`CgroupBackend.read_original` is the actuator's exact record
+  (``{"backend": "cgroup1", "target": "<dir>", "params": {"cpu.cfs_period_us": 100000,
+  "cpu.cfs_quota_us": -1}}`` or ``{"backend": "cgroup2", ..., "params": {"cpu.max": "max 100000"}}``);
+  :meth:`CgroupBackend.restore_cap` writes exactly that back, also in a daemon started after a
+  SIGKILL.  Without a record it restores the original the actuator took before its own first
+  write (exact), or else the cap in percent (keeping the period found now).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .actuators import CapActuator, CgroupV1Actuator, CgroupV2Actuator, make_actuator
+from .base import ActuatorCaps
+from xtc.daemon.config import CgroupVr, DaemonConfig
+from .errors import ActuatorError, VRNotRunning
+from xtc.daemon.meter import ProcNetDevSource
+
+__all__ = ["CgroupBackend"]
+
+
+class CgroupBackend(ActuatorCaps):
+    """The :class:`~xtc.host.base.Backend` of VRs that are cgroups.
+
+    Parameters
+    ----------
+    vrs
+        The VRs: name, cgroup directory, host-side interfaces.
+    proc_net_dev
+        The counter file the meter reads.
+    cap_min_percent, cap_max_percent
+        Bounds every written cap is clamped to, percent of one CPU.
+    """
+
+    name = "cgroup"
+    restore_prefers_own_original = True
+
+    def __init__(self, vrs: Sequence[CgroupVr], proc_net_dev: str = "/proc/net/dev",
+                 cap_min_percent: float = 1.0, cap_max_percent: float = 100.0) -> None:
+        self.vrs: dict[str, CgroupVr] = {v.name: v for v in vrs}
+        if len(self.vrs) != len(vrs):
+            raise ValueError("a VR is named twice")
+        self.source = ProcNetDevSource(proc_net_dev)
+        self.cap_min = cap_min_percent
+        self.cap_max = cap_max_percent
+        self._acts: dict[str, CapActuator] = {}
+
+    @classmethod
+    def from_config(cls, cfg: DaemonConfig) -> CgroupBackend:
+        return cls(cfg.cgroup.vr, cfg.daemon.proc_net_dev)
+
+    def counter_source(self) -> ProcNetDevSource:
+        return self.source
+
+    def discover(self) -> dict[str, tuple[str, ...]]:
+        return {name: v.interfaces for name, v in self.vrs.items() if Path(v.path).is_dir()}
+
+    def _act(self, vr: str) -> CapActuator:
+        spec = self.vrs.get(vr)
+        if spec is None:
+            raise VRNotRunning(vr, "not a VR of this daemon's [[cgroup.vr]] list")
+        a = self._acts.get(vr)
+        if a is not None:
+            return a
+        d = Path(spec.path)
+        if not d.is_dir():
+            raise VRNotRunning(vr, f"cgroup {d} does not exist")
+        if not ((d / CgroupV2Actuator.FILE).exists() or (d / CgroupV1Actuator.QUOTA).exists()):
+            raise ActuatorError(f"cgroup {d} of VR {vr!r} has neither cpu.max nor cpu.cfs_quota_us: no cpu controller there")
+        a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max)
+        self._acts[vr] = a
+        return a
+
+    def tick(self, now_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,344 @@
+"""The daemon's one adapter to libvirt: connection, reconnection, domain lookups.
+
+All libvirt errors are sorted here, and nowhere else, into:
+
+* connection lost (libvirtd restarted or died: ``VIR_ERR_NO_CONNECT``,
+  ``VIR_ERR_INVALID_CONN``, any error from libvirt's RPC layer, or
+  ``VIR_ERR_SYSTEM_ERROR`` on a connection that is no longer alive): the
+  connection is dropped, reopened and the operation retried once; if that
+  fails too, :class:`~xtc.host.errors.HypervisorUnavailable`;
+* domain not found (``VIR_ERR_NO_DOMAIN``) or not running
+  (``VIR_ERR_OPERATION_INVALID``, or ``isActive()`` false):
+  :class:`~xtc.host.errors.VRNotRunning`, a normal result;
+* anything else: :class:`~xtc.host.errors.LibvirtOperationError` with
+  libvirt's message and code.
+
+Domain handles are never cached across calls: after libvirtd restarts the old
+``virDomain`` objects are dead, so every operation looks the domain up by name
+(one cheap RPC; the daemon does this about once per control period per VR).
+
+Public API
+----------
+LibvirtConn(uri=None, open_fn=None)
+    ``call(what, fn)`` runs ``fn(virConnect)`` with the error rule above;
+    ``with_domain(name, fn, what)`` runs ``fn(virDomain)`` on a running domain;
+    ``domain_info(name) -> DomainInfo`` (never raises for a missing domain);
+    ``running_domains() -> list[DomainInfo]``; ``driver_kind() -> "xen" | "lxc" | "qemu" | ...``
+    (the actuator kind for :func:`xtc.host.actuators.make_actuator`); ``close()``.  ``open_fn(uri)`` defaults to ``libvirt.open`` and is
+    injectable (see ``tests/fakes/libvirt.py``).
+DomainInfo
+    name, running, domid (``dom.ID()``; None when not running), interfaces
+    (``<interface><target dev=.../>`` of the live XML), reason.
+interface_targets_from_xml(xml) -> tuple[str, ...]
+    Pure parse of a domain XML (xml.etree).
+LibvirtErrorBase
+    ``libvirt.libvirtError`` when libvirt-python is installed, else a stand-in
+    with the same ``get_error_code()`` / ``get_error_domain()`` methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from xtc.host.errors import HypervisorUnavailable, LibvirtOperationError, VRNotRunning
+
+__all__ = [
+    "LibvirtConn",
+    "DomainInfo",
+    "interface_targets_from_xml",
+    "classify_libvirt_error",
+    "LibvirtErrorBase",
+    "VIR_ERR_INTERNAL_ERROR",
+    "VIR_ERR_NO_CONNECT",
+    "VIR_ERR_INVALID_CONN",
+    "VIR_ERR_INVALID_ARG",
+    "VIR_ERR_SYSTEM_ERROR",
+    "VIR_ERR_RPC",
+    "VIR_ERR_NO_DOMAIN",
+    "VIR_ERR_OPERATION_INVALID",
+    "VIR_FROM_RPC",
+    "VIR_DOMAIN_AFFECT_LIVE",
+    "VIR_DOMAIN_AFFECT_CONFIG",
+]
+
+log = logging.getLogger(__name__)
+
+# libvirt's stable error numbers and flags (virterror.h, libvirt-domain.h); kept here
+# so that the adapter and the fakes work without libvirt-python installed.
+VIR_ERR_INTERNAL_ERROR = 1
+VIR_ERR_NO_CONNECT = 5
+VIR_ERR_INVALID_CONN = 6
+VIR_ERR_INVALID_ARG = 8
+VIR_ERR_SYSTEM_ERROR = 38
+VIR_ERR_RPC = 39
+VIR_ERR_NO_DOMAIN = 42
+VIR_ERR_OPERATION_INVALID = 55
+VIR_FROM_RPC = 7
+VIR_DOMAIN_AFFECT_LIVE = 1
+VIR_DOMAIN_AFFECT_CONFIG = 2
+VIR_CONNECT_LIST_DOMAINS_ACTIVE = 1
+
+# virConnectGetType() -> actuator kind.
+_DRIVER_KINDS = {"xen": "xen", "lxc": "lxc", "qemu": "qemu", "kvm": "qemu"}
+
+try:  # pragma: no branch
+    import libvirt as _libvirt
+
+    LibvirtErrorBase: type[Exception] = _libvirt.libvirtError
+except ImportError:  # libvirt-python is optional
+    _libvirt = None
+
+    class _LibvirtErrorStandIn(Exception):
+        """Stand-in for ``libvirt.libvirtError`` when libvirt-python is absent."""
+
+        err: tuple[Any, ...] | None = None
+
+        def get_error_code(self) -> int | None:
+            return self.err[0] if self.err else None
+
+        def get_error_domain(self) -> int | None:
+            return self.err[1] if self.err else None
+
+        def get_error_message(self) -> str | None:
+            return self.err[2] if self.err else None
+
+    LibvirtErrorBase = _LibvirtErrorStandIn
+
+T = TypeVar("T")
+
+_CONNECTION_CODES = frozenset({VIR_ERR_NO_CONNECT, VIR_ERR_INVALID_CONN})
+_NOT_RUNNING_CODES = frozenset({VIR_ERR_NO_DOMAIN, VIR_ERR_OPERATION_INVALID})
+
+
+def _alive(conn: Any) -> bool:
+    try:
+        return bool(conn.isAlive())
+    except Exception:  # noqa: BLE001 - a connection that cannot answer is not alive
+        return False
+
+
+def classify_libvirt_error(e: BaseException, conn: Any | None = None) -> str:
+    """Sort a libvirt error: ``"connection"``, ``"not_running"`` or ``"other"``.
+
+    ``conn`` (the connection the error came from) is asked ``isAlive()`` to tell
+    a dead connection from an ordinary ``VIR_ERR_SYSTEM_ERROR`` (e.g. a cgroup
+    write that failed inside libvirtd).
+    """
+    code = e.get_error_code() if hasattr(e, "get_error_code") else None
+    domain = e.get_error_domain() if hasattr(e, "get_error_domain") else None
+    if code in _CONNECTION_CODES or code == VIR_ERR_RPC or domain == VIR_FROM_RPC:
+        return "connection"
+    if code in _NOT_RUNNING_CODES:
+        return "not_running"
+    if code in (VIR_ERR_SYSTEM_ERROR, VIR_ERR_INTERNAL_ERROR) and conn is not None and not _alive(conn):
+        return "connection"
+    return "other"
+
+
+def _message(e: BaseException) -> str:
+    msg = e.get_error_message() if hasattr(e, "get_error_message") else None
+    return str(msg or e)
+
+
+def interface_targets_from_xml(xml: str) -> tuple[str, ...]:
+    """Host-side interface names of a domain: ``<devices><interface><target dev=.../>``.
+
+    Interfaces without a ``<target dev>`` (an inactive domain's XML) are left out.
+
+    Raises
+    ------
+    ValueError
+        The text is not XML or its root is not ``<domain>``.
+    """
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise ValueError(f"domain XML does not parse: {e}") from None
+    if root.tag != "domain":
+        raise ValueError(f"domain XML has root <{root.tag}>, expected <domain>")
+    out: list[str] = []
+    for iface in root.findall("./devices/interface"):
+        target = iface.find("target")
+        dev = target.get("dev") if target is not None else None
+        if dev:
+            out.append(dev)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class DomainInfo:
+    """What the daemon needs to know about one domain, as of one lookup.
+
+    ``domid`` is ``dom.ID()`` of a running domain (Xen's domid, which names
+    its backend interfaces ``vif<domid>.<n>``), None otherwise.  ``interfaces``
+    are the host-side interface names in the live XML.  ``reason`` says why
+    ``running`` is False.
+    """
+
+    name: str
+    running: bool
+    domid: int | None = None
+    interfaces: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def _default_open(uri: str | None) -> Any:
+    if _libvirt is None:
+        raise HypervisorUnavailable("libvirt-python is not installed (pip install libvirt-python)")
+    # libvirt prints every error to stderr by default; the adapter reports them itself.
+    _libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    return _libvirt.open(uri)
+
+
+class LibvirtConn:
+    """A libvirt connection that reconnects after libvirtd restarts.
+
+    Parameters
+    ----------
+    uri : str, optional
+        libvirt URI (``"xen:///system"``, ``"lxc:///system"``, ``"qemu:///system"``);
+        None lets libvirt choose.
+    open_fn : callable, optional
+        ``open_fn(uri) -> virConnect``; default ``libvirt.open``.
+    """
+
+    def __init__(self, uri: str | None = None, open_fn: Callable[[str | None], Any] | None = None) -> None:
+        self.uri = uri
+        self._open = open_fn or _default_open
+        self._conn: Any | None = None
+        #: Number of successful (re)connections, for status and tests.
+        self.connects = 0
+
+    def _connect(self) -> Any:
+        if self._conn is not None:
+            return self._conn
+        try:
+            conn = self._open(self.uri)
+        except HypervisorUnavailable:
+            raise
+        except LibvirtErrorBase as e:
+            raise HypervisorUnavailable(f"cannot connect to libvirt at {self.uri!r}: {_message(e)}") from None
+        if conn is None:
+            raise HypervisorUnavailable(f"cannot connect to libvirt at {self.uri!r}")
+        self._conn = conn
+        self.connects += 1
+        return conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection may fail; nothing to do
+                pass
+
+    def close(self) -> None:
+        """Close the connection (the next call opens a new one)."""
+        self._drop()
+
+    def call(self, what: str, fn: Callable[[Any], T], vr: str | None = None) -> T:
+        """Run ``fn(conn)``; reconnect and retry once if the connection was lost.
+
+        Parameters
+        ----------
+        what : str
+            Description of the operation for error messages.
+        fn : callable
+            Gets the ``virConnect``; its libvirt errors are sorted by this adapter.
+        vr : str, optional
+            The VR (domain name) concerned, for :class:`VRNotRunning`.
+
+        Raises
+        ------
+        HypervisorUnavailable, VRNotRunning, LibvirtOperationError
+        """
+        for attempt in (1, 2):
+            conn = self._connect()
+            try:
+                return fn(conn)
+            except LibvirtErrorBase as e:
+                kind = classify_libvirt_error(e, conn)
+                if kind == "connection":
+                    self._drop()
+                    if attempt == 1:
+                        log.warning("libvirt connection lost during %s (%s); reconnecting", what, _message(e))
+                        continue
+                    raise HypervisorUnavailable(
+                        f"libvirt at {self.uri!r} unavailable during {what}: {_message(e)}"
+                    ) from None
+                if kind == "not_running":
+                    raise VRNotRunning(vr or "?", _message(e)) from None
+                raise LibvirtOperationError(f"{what}: {_message(e)}", e.get_error_code()) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def with_domain(self, name: str, fn: Callable[[Any], T], what: str = "domain operation") -> T:
+        """Look up the running domain ``name`` and run ``fn(virDomain)`` on it.
+
+        Raises :class:`VRNotRunning` when the domain does not exist or is not active.
+        """
+
+        def run(conn: Any) -> T:
+            dom = conn.lookupByName(name)
+            if not dom.isActive():
+                raise VRNotRunning(name, "domain is defined but not running")
+            return fn(dom)
+
+        return self.call(f"{what} on domain {name!r}", run, vr=name)
+
+    def domain_info(self, name: str) -> DomainInfo:
+        """Running state, domid and interface names of domain ``name``.
+
+        A missing or stopped domain gives ``DomainInfo(running=False, reason=...)``.
+
+        Raises
+        ------
+        HypervisorUnavailable
+            libvirtd cannot be reached even after reconnecting.
+        LibvirtOperationError
+            Any other libvirt failure, or a live XML that does not parse.
+        """
+
+        def info(dom: Any) -> DomainInfo:
+            domid = int(dom.ID())
+            xml = dom.XMLDesc(0)
+            try:
+                ifaces = interface_targets_from_xml(xml)
+            except ValueError as e:
+                raise LibvirtOperationError(f"domain {name!r}: {e}") from None
+            return DomainInfo(name, True, domid if domid >= 0 else None, ifaces)
+
+        try:
+            return self.with_domain(name, info, "read domain info")
+        except VRNotRunning as e:
+            return DomainInfo(name, False, reason=e.reason)
+
+    def running_domains(self) -> list[DomainInfo]:
+        """Every running domain with its domid and interfaces (for "every domain is a VR")."""
+
+        def listing(conn: Any) -> list[DomainInfo]:
+            out = []
+            for dom in conn.listAllDomains(VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                name = dom.name()
+                try:
+                    if not dom.isActive():
+                        continue
+                    domid = int(dom.ID())
+                    ifaces = interface_targets_from_xml(dom.XMLDesc(0))
+                except LibvirtErrorBase as e:
+                    if classify_libvirt_error(e, conn) == "not_running":
+                        continue  # stopped while we were listing
+                    raise
+                except ValueError as e:
+                    raise LibvirtOperationError(f"domain {name!r}: {e}") from None
+                out.append(DomainInfo(name, True, domid if domid >= 0 else None, ifaces))
+            return sorted(out, key=lambda d: d.name)
+
+        return self.call("list running domains", listing)
+
+    def driver_kind(self) -> str:
+        """``virConnectGetType()`` as an actuator kind: "xen", "lxc", "qemu" (lower-case otherwise)."""
+        t = str(self.call("get hypervisor type", lambda conn: conn.getType())).lower()
+        return _DRIVER_KINDS.get(t, t)

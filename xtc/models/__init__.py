@@ -1,0 +1,419 @@
+"""The log-cap model of a virtual router and the model files the daemon loads.
+
+The model (section 5 of the XTC paper) is a first-order linear system around an
+operating point ``(ybar, ubar)``::
+
+    y(k+1) = a * y(k) + b * u(k)
+
+where ``y`` is the packet rate the VR forwards minus ``ybar`` (kp/s, thousands
+of packets per second) and ``u`` is ``log10(cap) - ubar`` (cap in percent of one
+CPU, so ``u`` is in decades of cap).  ``a`` is dimensionless, ``b`` is in kp/s
+per decade of cap.
+
+A model file (TOML) records the model, the hardware and traffic it was fitted
+on, the controller gains derived from it and the cap bounds.  See
+``xtc/models/paper.toml`` for a complete example and ``docs`` in the README for the
+schema.  :func:`load_model` validates a file and raises :class:`ModelError`
+naming the offending field; nothing is returned for a bad file.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = [
+    "SCHEMA",
+    "ModelError",
+    "LogCapModel",
+    "Gains",
+    "CapBounds",
+    "ModelFile",
+    "load_model",
+    "loads_model",
+    "dumps_model",
+    "save_model",
+    "PAPER_MODEL",
+    "PAPER_MODEL_PATH",
+]
+
+SCHEMA = "xtc-model/1"
+CAP_FLOOR_PERCENT = 1.0
+CAP_CEILING_PERCENT = 100.0
+
+
+class ModelError(ValueError):
+    """A model file or model value is invalid.  ``field`` names the culprit."""
+
+    def __init__(self, field_name: str, problem: str, source: str | None = None):
+        self.field = field_name
+        self.problem = problem
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}field '{field_name}': {problem}")
+
+
+@dataclass(frozen=True)
+class LogCapModel:
+    """First-order log-cap model ``y(k+1) = a y(k) + b u(k)``.
+
+    Parameters
+    ----------
+    a : float
+        Pole of the plant, dimensionless, ``0 <= a < 1``.
+    b_kpps_per_decade : float
+        Input gain, kp/s of throughput per decade (factor 10) of cap.
+    ybar_kpps : float
+        Operating-point throughput, kp/s.
+    ubar_log10_cap : float
+        Operating-point input, ``log10`` of the cap in percent of one CPU.
+    period_s : float
+        Sampling (control) period the model was fitted at, seconds.
+    """
+
+    a: float
+    b_kpps_per_decade: float
+    ybar_kpps: float
+    ubar_log10_cap: float
+    period_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_finite("model.a", self.a)
+        if self.a < 0 or self.a >= 1:
+            raise ModelError("model.a", f"must satisfy 0 <= a < 1 (a stable, non-oscillating plant), got {self.a}")
+        _check_finite("model.b_kpps_per_decade", self.b_kpps_per_decade)
+        if self.b_kpps_per_decade == 0:
+            raise ModelError("model.b_kpps_per_decade", "must not be 0 (the cap would not affect throughput)")
+        _check_finite("model.ybar_kpps", self.ybar_kpps)
+        if self.ybar_kpps <= 0:
+            raise ModelError("model.ybar_kpps", f"must be > 0 kp/s, got {self.ybar_kpps}")
+        _check_finite("model.ubar_log10_cap", self.ubar_log10_cap)
+        if not (0.0 <= self.ubar_log10_cap <= 2.0):
+            raise ModelError(
+                "model.ubar_log10_cap",
+                f"must be log10 of a cap in 1..100 percent, i.e. within 0..2, got {self.ubar_log10_cap}",
+            )
+        _check_finite("model.period_s", self.period_s)
+        if not (0.01 <= self.period_s <= 60):
+            raise ModelError("model.period_s", f"must be within 0.01..60 s, got {self.period_s}")
+
+    @property
+    def static_gain_kpps_per_decade(self) -> float:
+        """Steady-state throughput change per decade of cap, ``b / (1 - a)`` (kp/s)."""
+        return self.b_kpps_per_decade / (1.0 - self.a)
+
+    def steady_state_kpps(self, cap_percent: float) -> float:
+        """Throughput the linear model predicts at equilibrium for a cap (kp/s)."""
+        u = math.log10(cap_percent) - self.ubar_log10_cap
+        return self.ybar_kpps + self.static_gain_kpps_per_decade * u
+
+    def cap_for_kpps(self, kpps: float) -> float:
+        """Cap (percent, unclamped) the linear model says gives ``kpps`` at equilibrium."""
+        u = (kpps - self.ybar_kpps) / self.static_gain_kpps_per_decade
+        return 10.0 ** (u + self.ubar_log10_cap)
+
+
+@dataclass(frozen=True)
+class Gains:
+    """PI gains of the paper's law, in decades of cap per kp/s of error."""
+
+    kp: float
+    ki: float
+
+    def __post_init__(self) -> None:
+        _check_finite("kp", self.kp)
+        _check_finite("ki", self.ki)
+
+
+@dataclass(frozen=True)
+class CapBounds:
+    """Cap bounds in percent of one CPU, within 1..100.
+
+    ``min_percent`` is the paper's cap_min (section 7.2.2).
+    """
+
+    min_percent: float = 1.0
+    max_percent: float = 100.0
+
+    def __post_init__(self) -> None:
+        for name in ("min_percent", "max_percent"):
+            v = getattr(self, name)
+            _check_finite(f"caps.{name}", v)
+            if not (CAP_FLOOR_PERCENT <= v <= CAP_CEILING_PERCENT):
+                raise ModelError(f"caps.{name}", f"must be within 1..100 percent of one CPU, got {v}")
+        if self.min_percent > self.max_percent:
+            raise ModelError(
+                "caps.min_percent",
+                f"must not exceed caps.max_percent ({self.min_percent} > {self.max_percent})",
+            )
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """Everything a model file holds."""
+
+    name: str
+    model: LogCapModel
+    caps: CapBounds = field(default_factory=CapBounds)
+    pi: Gains | None = None
+    deadbeat: Gains | None = None
+    dead_zone_fraction: float = 0.10
+    r_squared: float | None = None
+    cap_threshold_percent: float | None = None
+    fitted_on: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ModelError("name", "must be a non-empty string")
+        _check_finite("controller.dead_zone_fraction", self.dead_zone_fraction)
+        if not (0.0 <= self.dead_zone_fraction < 1.0):
+            raise ModelError(
+                "controller.dead_zone_fraction",
+                f"must be a fraction of the setpoint within 0..1, got {self.dead_zone_fraction}",
+            )
+        if self.r_squared is not None:
+            _check_finite("model.r_squared", self.r_squared)
+            if not (-1e9 < self.r_squared <= 1.0):
+                raise ModelError("model.r_squared", f"must be <= 1, got {self.r_squared}")
+        if self.cap_threshold_percent is not None:
+            _check_finite("model.cap_threshold_percent", self.cap_threshold_percent)
+            if not (1.0 <= self.cap_threshold_percent <= 100.0):
+                raise ModelError(
+                    "model.cap_threshold_percent", f"must be within 1..100 percent, got {self.cap_threshold_percent}"
+                )
+
+    def with_caps(self, min_percent: float | None = None, max_percent: float | None = None) -> "ModelFile":
+        """A copy with other cap bounds."""
+        caps = CapBounds(
+            self.caps.min_percent if min_percent is None else min_percent,
+            self.caps.max_percent if max_percent is None else max_percent,
+        )
+        return replace(self, caps=caps)
+
+
+def _check_finite(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModelError(name, f"must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ModelError(name, f"must be finite, got {value}")
+
+
+_TOP_KEYS = {"schema", "name", "description", "model", "fitted_on", "controller", "caps", "extra"}
+_MODEL_KEYS = {
+    "a",
+    "b_kpps_per_decade",
+    "ybar_kpps",
+    "ubar_log10_cap",
+    "period_s",
+    "r_squared",
+    "cap_threshold_percent",
+}
+_MODEL_REQUIRED = ("a", "b_kpps_per_decade", "ybar_kpps", "ubar_log10_cap")
+_CAPS_KEYS = {"min_percent", "max_percent"}
+_CONTROLLER_KEYS = {"dead_zone_fraction", "pi", "deadbeat"}
+_GAIN_KEYS = {"kp_decades_per_kpps", "ki_decades_per_kpps"}
+
+# Keys that look like a unit mistake get a specific hint.
+_UNIT_HINTS = {
+    "b": "b_kpps_per_decade",
+    "ybar": "ybar_kpps",
+    "ybar_pps": "ybar_kpps (kp/s, not packets/s)",
+    "ubar": "ubar_log10_cap",
+    "ubar_percent": "ubar_log10_cap (log10 of the cap, not the cap itself)",
+    "kp": "kp_decades_per_kpps",
+    "ki": "ki_decades_per_kpps",
+    "min": "min_percent",
+    "max": "max_percent",
+    "period_ms": "period_s",
+}
+
+
+def _unknown(section: str, keys: set[str], allowed: set[str], source: str | None) -> None:
+    bad = sorted(keys - allowed)
+    if bad:
+        k = bad[0]
+        hint = _UNIT_HINTS.get(k)
+        name = f"{section}.{k}" if section else k
+        msg = f"unknown key; did you mean '{hint}'?" if hint else f"unknown key (allowed: {', '.join(sorted(allowed))})"
+        raise ModelError(name, msg, source)
+
+
+def _table(doc: Mapping[str, Any], key: str, source: str | None, required: bool) -> Mapping[str, Any]:
+    if key not in doc:
+        if required:
+            raise ModelError(key, "missing table", source)
+        return {}
+    t = doc[key]
+    if not isinstance(t, dict):
+        raise ModelError(key, f"must be a table, got {type(t).__name__}", source)
+    return t
+
+
+def _gains(tbl: Mapping[str, Any], name: str, source: str | None) -> Gains | None:
+    if not tbl:
+        return None
+    _unknown(f"controller.{name}", set(tbl), _GAIN_KEYS, source)
+    for k in _GAIN_KEYS:
+        if k not in tbl:
+            raise ModelError(f"controller.{name}.{k}", "missing", source)
+    try:
+        return Gains(float(_num(tbl, "kp_decades_per_kpps", f"controller.{name}")),
+                     float(_num(tbl, "ki_decades_per_kpps", f"controller.{name}")))
+    except ModelError as e:
+        raise ModelError(f"controller.{name}.{e.field}", e.problem, source) from None
+
+
+def _num(tbl: Mapping[str, Any], key: str, section: str) -> float:
+    v = tbl[key]
+    _check_finite(f"{section}.{key}", v)
+    return float(v)
+
+
+def _from_doc(doc: Mapping[str, Any], source: str | None) -> ModelFile:
+    try:
+        _unknown("", set(doc), _TOP_KEYS, source)
+        schema = doc.get("schema")
+        if schema != SCHEMA:
+            raise ModelError("schema", f"must be '{SCHEMA}', got {schema!r}", source)
+        name = doc.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("name", "missing or not a non-empty string", source)
+        m = _table(doc, "model", source, required=True)
+        _unknown("model", set(m), _MODEL_KEYS, source)
+        for k in _MODEL_REQUIRED:
+            if k not in m:
+                raise ModelError(f"model.{k}", "missing", source)
+        model = LogCapModel(
+            a=_num(m, "a", "model"),
+            b_kpps_per_decade=_num(m, "b_kpps_per_decade", "model"),
+            ybar_kpps=_num(m, "ybar_kpps", "model"),
+            ubar_log10_cap=_num(m, "ubar_log10_cap", "model"),
+            period_s=_num(m, "period_s", "model") if "period_s" in m else 1.0,
+        )
+        c = _table(doc, "caps", source, required=False)
+        _unknown("caps", set(c), _CAPS_KEYS, source)
+        caps = CapBounds(
+            min_percent=_num(c, "min_percent", "caps") if "min_percent" in c else 1.0,
+            max_percent=_num(c, "max_percent", "caps") if "max_percent" in c else 100.0,
+        )
+        ctl = _table(doc, "controller", source, required=False)
+        _unknown("controller", set(ctl), _CONTROLLER_KEYS, source)
+        for sub in ("pi", "deadbeat"):
+            if sub in ctl and not isinstance(ctl[sub], dict):
+                raise ModelError(f"controller.{sub}", "must be a table", source)
+        fitted_on = _table(doc, "fitted_on", source, required=False)
+        extra = _table(doc, "extra", source, required=False)
+        desc = doc.get("description", "")
+        if not isinstance(desc, str):
+            raise ModelError("description", "must be a string", source)
+        return ModelFile(
+            name=name,
+            model=model,
+            caps=caps,
+            pi=_gains(ctl.get("pi", {}), "pi", source),
+            deadbeat=_gains(ctl.get("deadbeat", {}), "deadbeat", source),
+            dead_zone_fraction=_num(ctl, "dead_zone_fraction", "controller") if "dead_zone_fraction" in ctl else 0.10,
+            r_squared=_num(m, "r_squared", "model") if "r_squared" in m else None,
+            cap_threshold_percent=_num(m, "cap_threshold_percent", "model") if "cap_threshold_percent" in m else None,
+            fitted_on=dict(fitted_on),
+            description=desc,
+            extra=dict(extra),
+        )
+    except ModelError as e:
+        if e.source is None and source is not None:
+            raise ModelError(e.field, e.problem, source) from None
+        raise
+
+
+def loads_model(text: str, source: str | None = None) -> ModelFile:
+    """Parse and validate a model file's text.  Raises :class:`ModelError`."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ModelError("<file>", f"not valid TOML: {e}", source) from None
+    return _from_doc(doc, source)
+
+
+def load_model(path: str | Path) -> ModelFile:
+    """Load and validate a model file.  Raises :class:`ModelError` naming the bad field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ModelError("<file>", f"cannot read: {e.strerror or e}", str(p)) from None
+    except UnicodeDecodeError:
+        raise ModelError("<file>", "not UTF-8 text", str(p)) from None
+    return loads_model(text, source=str(p))
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to a model file")
+
+
+def _emit_table(lines: list[str], name: str, tbl: Mapping[str, Any]) -> None:
+    scalars = {k: v for k, v in tbl.items() if not isinstance(v, dict)}
+    subs = {k: v for k, v in tbl.items() if isinstance(v, dict)}
+    lines.append(f"\n[{name}]")
+    for k, v in scalars.items():
+        lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in subs.items():
+        _emit_table(lines, f"{name}.{k}", v)
+
+
+def dumps_model(mf: ModelFile) -> str:
+    """Serialise a :class:`ModelFile` to TOML text that :func:`loads_model` reads back."""
+    lines = [
+        f"# XTC model file ({SCHEMA}). Units: throughput in kp/s, u = log10(cap in percent of one CPU).",
+        f"schema = {_toml_value(SCHEMA)}",
+        f"name = {_toml_value(mf.name)}",
+    ]
+    if mf.description:
+        lines.append(f"description = {_toml_value(mf.description)}")
+    model: dict[str, Any] = {k: v for k, v in asdict(mf.model).items()}
+    if mf.r_squared is not None:
+        model["r_squared"] = mf.r_squared
+    if mf.cap_threshold_percent is not None:
+        model["cap_threshold_percent"] = mf.cap_threshold_percent
+    _emit_table(lines, "model", model)
+    if mf.fitted_on:
+        _emit_table(lines, "fitted_on", dict(mf.fitted_on))
+    _emit_table(lines, "caps", {"min_percent": mf.caps.min_percent, "max_percent": mf.caps.max_percent})
+    ctl: dict[str, Any] = {"dead_zone_fraction": mf.dead_zone_fraction}
+    for nm in ("pi", "deadbeat"):
+        g = getattr(mf, nm)
+        if g is not None:
+            ctl[nm] = {"kp_decades_per_kpps": g.kp, "ki_decades_per_kpps": g.ki}
+    _emit_table(lines, "controller", ctl)
+    if mf.extra:
+        _emit_table(lines, "extra", dict(mf.extra))
+    text = "\n".join(lines) + "\n"
+    loads_model(text)  # never write what we could not read back
+    return text
+
+
+def save_model(mf: ModelFile, path: str | Path) -> None:
+    """Write a model file atomically (write to a temporary file, then rename)."""
+    p = Path(path)
+    text = dumps_model(mf)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(p)
+
+
+PAPER_MODEL_PATH = Path(__file__).with_name("paper.toml")
+PAPER_MODEL: ModelFile = load_model(PAPER_MODEL_PATH)

@@ -1,0 +1,467 @@
+"""The REST API (FastAPI): routers, VRs, virtual networks and their SLAs, setpoints, policies, actions.
+
+:func:`create_app` builds the application around a :class:`~xtc.policer.store.Store` and, when serving,
+an :class:`~xtc.policer.engine.Engine` that runs the policies in the background.  Every write needs a
+bearer token (``Authorization: Bearer <token>``); reads need one only when the configuration says
+``protect_reads``.  Bad requests are answered 4xx with a message: 401 (no or wrong token), 404 (no
+such object), 409 (conflicts with the current state), 422 (the body, path or query is invalid; the
+FastAPI validation format, a list of ``{loc, msg, type}``).
+"""
+
+
+import hmac
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, AsyncIterator, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from .config import PolicerConfig
+from .policy import ActivationParams, MisbehaviourParams, PolicyError
+from .store import Conflict, NotFound, Store
+
+__all__ = ["create_app", "API_DESCRIPTION"]
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+VR_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+MAX_PPS = 1e10
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+API_DESCRIPTION = """
+The XTC policing service: the global view over the hosts (physical routers) whose daemons hold each
+virtual router (VR) at a packet-rate setpoint.  Rates are packets/s (pps).
+
+**Resources.** *Routers* are hosts with an XTC daemon (its ZeroMQ manager endpoint, the host's
+forwarding capacity in packets/s); a router that stops answering is marked `unreachable`, one that
+is deleted is marked `removed`, never forgotten.  *VRs* appear as the daemons report them.  Each VR
+belongs to at most one *virtual network*; a network's *SLA* gives its VRs a guaranteed minimum rate,
+a maximum and a weight.  *Setpoints* are manual (set per VR) or derived by the allocation policy.
+*Actions* is the audit log of everything the policer and its operators did.
+
+**Policies** (each can be switched off and tuned under `/policies`; the policer evaluates them every
+engine period for every reachable router):
+
+* **activation**: XTC goes on for a host's VRs when the host's aggregate demand (sum over its VRs of
+  max(offered, forwarded) packets/s) stays at or above `on_fraction` x capacity for `hold_s`
+  seconds, and off again when it stays below `off_fraction` x capacity for `hold_s` (hysteresis).
+  A router's `control_mode` overrides it: `on` or `off` force the state, `auto` follows the policy.
+* **allocation**: `target_fraction` x capacity is split among the host's VRs by weighted max-min
+  fairness: every VR first gets its SLA minimum, the rest is shared in proportion to the weights,
+  no VR gets more than its SLA maximum or its demand (max(offered, forwarded) x `demand_headroom`,
+  so that flows that back off can grow).  Manual setpoints and punished VRs are taken out first.
+  A VR keeps its derived setpoint while its new share stays within `hysteresis` (relative) of it.
+  The resulting setpoints are pushed to the daemons while control is on.
+* **misbehaviour**: a VR whose offered rate stays above `ratio` x its forwarded rate (and by more
+  than `min_excess_pps`) for `hold_s` seconds, i.e. traffic that does not back off, is punished one
+  level: levels 1 and 2 multiply its setpoint by `step_factor` each, level 3 pauses its XTC instance
+  (its cap stays where it is) and flags the VR for an operator.  Each further `hold_s` of the same
+  behaviour climbs a level.  After `restore_hold_s` seconds of good behaviour it is restored.  Every
+  step is in the audit log.
+
+**Security.** Every write needs `Authorization: Bearer <token>` (401 otherwise); reads are open
+unless the service is configured with `protect_reads`.
+"""
+
+
+def _utf8(s: str) -> str:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return s
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1..64 letters, digits, '_', '.', ':', '-'")]
+Pps = Annotated[float, Field(gt=0, le=MAX_PPS, allow_inf_nan=False, description="packets/s")]
+RouterPath = Annotated[str, Path(pattern=NAME_PATTERN, description="router name")]
+NetworkPath = Annotated[str, Path(pattern=NAME_PATTERN, description="network name")]
+VrPath = Annotated[str, Path(pattern=VR_PATTERN, description="VR name as its daemon reports it")]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Error(BaseModel):
+    detail: str
+
+
+class RouterIn(_In):
+    name: Name
+    endpoint: Annotated[str, Field(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256,
+                                   description="the daemon's manager (REP) endpoint, tcp://host:port or ipc://path")]
+    capacity_pps: Pps = Field(description="what the host's Dom0 can forward, packets/s (measured or from its model)")
+    control_mode: Literal["auto", "on", "off"] = "auto"
+    curve_server_key: Annotated[str | None, Field(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$",
+                                                  description="the daemon's CURVE public key (Z85); enables CURVE")] = None
+
+
+class RouterPatch(_In):
+    endpoint: Annotated[str | None, Field(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256)] = None
+    capacity_pps: Pps | None = None
+    control_mode: Literal["auto", "on", "off"] | None = None
+    curve_server_key: Annotated[str | None, Field(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$")] = None
+
+
+class Router(BaseModel):
+    name: str
+    endpoint: str
+    capacity_pps: float
+    control_mode: str
+    curve: bool = Field(description="the link to this router's daemon uses CURVE")
+    status: Literal["unknown", "reachable", "unreachable", "removed"]
+    last_seen_unix_s: float | None
+    last_error: str | None
+    control_on: bool = Field(description="XTC is on for this router's VRs")
+    demand_pps: float | None = Field(description="aggregate demand at the last cycle, packets/s")
+    created_unix_s: float
+
+
+class Vr(BaseModel):
+    router: str
+    name: str
+    network: str | None
+    present: bool
+    state: str = Field(description="the daemon's instance state: inactive, active or paused")
+    setpoint_pps: float | None = Field(description="the daemon's current setpoint")
+    measured_pps: float | None
+    offered_pps: float | None
+    cap_percent: float | None
+    last_seen_unix_s: float | None
+    manual_setpoint_pps: float | None
+    derived_setpoint_pps: float | None
+    wanted_state: str | None
+    wanted_setpoint_pps: float | None
+    punishment_level: int
+    flagged: bool = Field(description="punished to the last level: an operator should look")
+
+
+class VrNetworkIn(_In):
+    network: Name | None = Field(description="the network the VR belongs to (null: none)")
+
+
+class SetpointIn(_In):
+    setpoint_pps: Pps
+
+
+class NetworkIn(_In):
+    name: Name
+    description: Annotated[Text, Field(max_length=500)] = ""
+
+
+class Sla(_In):
+    min_pps: Annotated[float, Field(ge=0, le=MAX_PPS, allow_inf_nan=False, description="guaranteed minimum, packets/s")] = 0.0
+    max_pps: Annotated[float, Field(gt=0, le=MAX_PPS, allow_inf_nan=False, description="maximum, packets/s")] = MAX_PPS
+    weight: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="share weight")] = 1.0
+
+    @model_validator(mode="after")
+    def _order(self) -> "Sla":
+        if self.min_pps > self.max_pps:
+            raise ValueError(f"min_pps ({self.min_pps:g}) must not exceed max_pps ({self.max_pps:g})")
+        return self
+
+
+class Network(BaseModel):
+    name: str
+    description: str
+    sla: Sla | None
+
+
+class Setpoint(BaseModel):
+    router: str
+    vr: str
+    setpoint_pps: float
+    source: Literal["manual", "allocation"]
+    effective_setpoint_pps: float | None = Field(description="after punishment; what the daemon is told")
+    wanted_state: str | None
+    punishment_level: int
+
+
+class ActivationPolicy(_In):
+    enabled: bool = True
+    on_fraction: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 0.9
+    off_fraction: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 0.7
+    hold_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] = 2.0
+
+    @model_validator(mode="after")
+    def _check(self) -> "ActivationPolicy":
+        try:
+            ActivationParams(self.on_fraction, self.off_fraction, self.hold_s)
+        except PolicyError as e:
+            raise ValueError(str(e)) from None
+        return self
+
+
+class AllocationPolicy(_In):
+    enabled: bool = True
+    target_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
+    min_setpoint_pps: Annotated[float, Field(ge=1, le=MAX_PPS, allow_inf_nan=False)] = 1000.0
+    demand_headroom: Annotated[float, Field(ge=1, le=10, allow_inf_nan=False)] = 1.2
+    hysteresis: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = 0.1
+
+
+class MisbehaviourPolicy(_In):
+    enabled: bool = True
+    ratio: Annotated[float, Field(gt=1, le=1000, allow_inf_nan=False)] = 1.5
+    min_excess_pps: Annotated[float, Field(ge=0, le=MAX_PPS, allow_inf_nan=False)] = 5000.0
+    hold_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] = 3.0
+    restore_hold_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] = 5.0
+    step_factor: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.5
+
+
+class Policies(BaseModel):
+    activation: ActivationPolicy
+    allocation: AllocationPolicy
+    misbehaviour: MisbehaviourPolicy
+
+
+class Action(BaseModel):
+    id: int
+    t_unix_s: float
+    kind: str
+    actor: str
+    router: str | None
+    vr: str | None
+    detail: dict[str, Any]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "failed"]
+    engine_running: bool
+    engine_cycles: int
+    routers: int
+    unreachable: list[str]
+
+
+def _router_out(r: dict[str, Any]) -> dict[str, Any]:
+    out = dict(r)
+    out["curve"] = out.pop("curve_server_key") is not None
+    return out
+
+
+_E401 = {401: {"model": Error, "description": "no bearer token, or not a valid one"}}
+_E404 = {404: {"model": Error, "description": "no such object"}}
+_E409 = {409: {"model": Error, "description": "conflicts with the current state"}}
+
+
+class _AuthFirst:
+    """ASGI middleware: a write (POST, PUT, PATCH, DELETE) without a valid bearer token gets 401 at once."""
+
+    def __init__(self, app: Any, check: Any):
+        self.app = app
+        self.check = check
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] in WRITE_METHODS:
+            cred = None
+            for k, v in scope["headers"]:
+                if k == b"authorization":
+                    scheme, _, tok = v.decode("latin-1").partition(" ")
+                    cred = HTTPAuthorizationCredentials(scheme=scheme, credentials=tok.strip())
+                    break
+            try:
+                self.check(cred)
+            except HTTPException as e:
+                await JSONResponse({"detail": e.detail}, status_code=401, headers=e.headers)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
+    """The application.  ``engine`` (optional) is started and stopped with the app's lifespan."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if engine is not None:
+            engine.start()
+        try:
+            yield
+        finally:
+            if engine is not None:
+                engine.stop()
+
+    app = FastAPI(
+        title="XTC policer",
+        version="1",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        responses={400: {"model": Error, "description": "the body is not valid JSON"}},
+    )
+    bearer = HTTPBearer(auto_error=False, description="one of the tokens the policer is configured with")
+    tokens = [t.encode() for t in cfg.tokens]
+
+    def _check(cred: HTTPAuthorizationCredentials | None) -> str:
+        if cred is None or cred.scheme.lower() != "bearer":
+            raise HTTPException(401, "this request needs 'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
+        given = cred.credentials.encode("utf-8", "replace")
+        ok = False
+        for t in tokens:  # compare with every token in constant time
+            ok |= hmac.compare_digest(given, t)
+        if not ok:
+            raise HTTPException(401, "the bearer token is not valid", {"WWW-Authenticate": "Bearer"})
+        return "api:token-" + hmac.new(given, b"xtc-policer-actor", "sha256").hexdigest()[:8]
+
+    async def writer(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+        return _check(cred)
+
+    if cfg.protect_reads:
+        async def reader(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
+            return _check(cred)
+    else:  # no security requirement on reads (and none in the OpenAPI document)
+        async def reader() -> str | None:
+            return None
+
+    Writer = Annotated[str, Depends(writer)]
+    Reader = Annotated[str | None, Depends(reader)]
+    rd = _E401 if cfg.protect_reads else {}
+
+    # Writes are refused before their body is even parsed: no token, no 422 either.
+    app.add_middleware(_AuthFirst, check=_check)
+
+    @app.exception_handler(NotFound)
+    async def _nf(_r: Request, e: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _cf(_r: Request, e: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=409)
+
+    # ------------------------------------------------------------------------------ health
+    @app.get("/health", response_model=Health, tags=["service"], summary="Is the service and its engine running?")
+    async def health() -> dict[str, Any]:
+        routers = store.list_routers(include_removed=False)
+        running = engine is not None and engine.error is None
+        return {"status": "failed" if engine is not None and engine.error is not None else "ok",
+                "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
+                "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"]}
+
+    # ----------------------------------------------------------------------------- routers
+    @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd, summary="All routers")
+    async def list_routers(_a: Reader) -> list[dict[str, Any]]:
+        return [_router_out(r) for r in store.list_routers()]
+
+    @app.post("/routers", response_model=Router, status_code=201, tags=["routers"],
+              responses={**_E401, **_E409}, summary="Register a router (a host and its daemon)")
+    async def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
+        return _router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
+                                            body.curve_server_key, actor))
+
+    @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
+    async def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
+        return _router_out(store.get_router(router))
+
+    @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
+               summary="Change a router's endpoint, capacity, control mode or CURVE key")
+    async def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
+        changes = body.model_dump(exclude_unset=True)
+        for k in ("endpoint", "capacity_pps", "control_mode"):
+            if k in changes and changes[k] is None:
+                raise HTTPException(422, [{"loc": ["body", k], "msg": f"{k} may not be null", "type": "value_error"}])
+        return _router_out(store.update_router(router, changes, actor))
+
+    @app.delete("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404},
+                summary="Mark a router removed (kept, with its history; no longer polled)")
+    async def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
+        return _router_out(store.remove_router(router, actor))
+
+    # --------------------------------------------------------------------------------- vrs
+    @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd, summary="VRs as the daemons report them")
+    async def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+                       network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None) -> list[dict[str, Any]]:
+        return store.list_vrs(router, network)
+
+    @app.get("/vrs/{router}/{vr}", response_model=Vr, tags=["vrs"], responses={**rd, **_E404})
+    async def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
+        return store.get_vr(router, vr)
+
+    @app.put("/vrs/{router}/{vr}/network", response_model=Vr, tags=["vrs"], responses={**_E401, **_E404},
+             summary="Put a VR in a virtual network (or in none)")
+    async def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> dict[str, Any]:
+        return store.set_vr_network(router, vr, body.network, actor)
+
+    @app.put("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**_E401, **_E404},
+             summary="Set a manual setpoint (overrides the allocation policy for this VR)")
+    async def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> dict[str, Any]:
+        return store.set_manual_setpoint(router, vr, body.setpoint_pps, actor)
+
+    @app.delete("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**_E401, **_E404},
+                summary="Drop a manual setpoint (the allocation policy decides again)")
+    async def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
+        return store.set_manual_setpoint(router, vr, None, actor)
+
+    @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
+             summary="Every VR's setpoint and where it comes from")
+    async def list_setpoints(_a: Reader) -> list[dict[str, Any]]:
+        return store.list_setpoints()
+
+    # ---------------------------------------------------------------------------- networks
+    @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd)
+    async def list_networks(_a: Reader) -> list[dict[str, Any]]:
+        return store.list_networks()
+
+    @app.post("/networks", response_model=Network, status_code=201, tags=["networks"], responses={**_E401, **_E409})
+    async def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:
+        return store.add_network(body.name, body.description, actor)
+
+    @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **_E404})
+    async def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
+        return store.get_network(network)
+
+    @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**_E401, **_E404, **_E409},
+                summary="Delete a network that no VR belongs to")
+    async def remove_network(network: NetworkPath, actor: Writer) -> None:
+        store.remove_network(network, actor)
+
+    @app.put("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**_E401, **_E404},
+             summary="Set the network's SLA: guaranteed minimum, maximum (packets/s per VR) and weight")
+    async def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> dict[str, Any]:
+        return store.set_sla(network, body.model_dump(), actor)
+
+    @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**_E401, **_E404})
+    async def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
+        return store.set_sla(network, None, actor)
+
+    # ---------------------------------------------------------------------------- policies
+    @app.get("/policies", response_model=Policies, tags=["policies"], responses=rd)
+    async def get_policies(_a: Reader) -> dict[str, Any]:
+        return store.policies()
+
+    @app.put("/policies/activation", response_model=ActivationPolicy, tags=["policies"], responses=_E401)
+    async def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
+        return store.set_policy("activation", body.model_dump(), actor)
+
+    @app.put("/policies/allocation", response_model=AllocationPolicy, tags=["policies"], responses=_E401)
+    async def put_allocation(body: AllocationPolicy, actor: Writer) -> dict[str, Any]:
+        return store.set_policy("allocation", body.model_dump(), actor)
+
+    @app.put("/policies/misbehaviour", response_model=MisbehaviourPolicy, tags=["policies"], responses=_E401)
+    async def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> dict[str, Any]:
+        return store.set_policy("misbehaviour", body.model_dump(), actor)
+
+    # ----------------------------------------------------------------------------- actions
+    @app.get("/actions", response_model=list[Action], tags=["actions"], responses=rd,
+             summary="The audit log, oldest first (page with after_id)")
+    async def list_actions(
+        _a: Reader,
+        router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+        vr: Annotated[str | None, Query(pattern=VR_PATTERN)] = None,
+        kind: Annotated[str | None, Query(pattern=r"^[a-z_]{1,40}$")] = None,
+        after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[dict[str, Any]]:
+        return store.list_actions(router, vr, kind, after_id, limit)
+
+    return app
+
+
+def openapi_document(cfg: PolicerConfig | None = None) -> dict[str, Any]:
+    """The OpenAPI document of the app (as committed in docs/policer-openapi.json)."""
+    s = Store("sqlite://")
+    try:
+        return create_app(cfg or PolicerConfig(), s).openapi()
+    finally:
+        s.close()
+

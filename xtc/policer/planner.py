@@ -1,0 +1,274 @@
+"""One host's plan, pure: what the daemon reports + the policer's state + now -> new state, commands.
+
+:func:`plan_router` runs the three policies of :mod:`xtc.policer.policy` for one host and reconciles the
+VRs' wanted state (inactive / active at a setpoint / paused) with what its daemon reports, as a list
+of manager-API commands.  Reconciling against the report (not against what was sent last) is what
+makes the policer catch up by itself after a daemon or the policer was away.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from .policy import (
+    MAX_LEVEL,
+    ActivationParams,
+    ActivationState,
+    Claim,
+    MisbehaviourParams,
+    MisbehaviourState,
+    activation_step,
+    misbehaviour_step,
+    punished_setpoint_pps,
+    weighted_max_min,
+)
+
+__all__ = [
+    "CONTROL_MODES",
+    "Settings",
+    "VrObs",
+    "VrPolicy",
+    "RouterInput",
+    "Command",
+    "Event",
+    "RouterPlan",
+    "plan_router",
+    "SETPOINT_TOLERANCE",
+]
+
+CONTROL_MODES = ("auto", "on", "off")
+#: A daemon's setpoint within this relative distance of the wanted one is left alone.
+SETPOINT_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The policies' switches and parameters (stored in the database, changed through the API)."""
+
+    activation_enabled: bool = True
+    activation: ActivationParams = field(default_factory=ActivationParams)
+    allocation_enabled: bool = True
+    #: Share this fraction of a host's capacity (headroom for Dom0's own work).
+    target_fraction: float = 0.9
+    #: No setpoint below this, packets/s.
+    min_setpoint_pps: float = 1000.0
+    #: A VR's demand is taken as max(offered, forwarded) times this (lets backing-off flows grow).
+    demand_headroom: float = 1.2
+    #: A derived setpoint is kept while the new share is within this relative distance of it
+    #: (as long as the kept setpoints still fit): no setpoint churn from measurement noise.
+    hysteresis: float = 0.1
+    misbehaviour_enabled: bool = True
+    misbehaviour: MisbehaviourParams = field(default_factory=MisbehaviourParams)
+
+
+@dataclass(frozen=True)
+class VrObs:
+    """A VR as its daemon reported it (rates in packets/s; ``state`` of its XTC instance)."""
+
+    name: str
+    present: bool = True
+    state: str = "inactive"
+    setpoint_pps: float | None = None
+    measured_pps: float | None = None
+    offered_pps: float | None = None
+
+
+@dataclass(frozen=True)
+class VrPolicy:
+    """The policer's view of one VR: its SLA (from its network), manual setpoint, punishment."""
+
+    weight: float = 1.0
+    min_pps: float = 0.0
+    max_pps: float = math.inf
+    manual_setpoint_pps: float | None = None
+    misbehaviour: MisbehaviourState = field(default_factory=MisbehaviourState)
+    #: The unpunished setpoint when punishment began, packets/s.
+    punish_base_pps: float | None = None
+    derived_setpoint_pps: float | None = None
+
+
+@dataclass(frozen=True)
+class RouterInput:
+    """Everything :func:`plan_router` needs about one host."""
+
+    name: str
+    capacity_pps: float
+    control_mode: str
+    activation: ActivationState
+    vrs: Mapping[str, VrObs]
+    policies: Mapping[str, VrPolicy]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One manager-API request to the host's daemon."""
+
+    cmd: str
+    vr: str
+    setpoint_pps: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"vr": self.vr}
+        if self.setpoint_pps is not None:
+            out["setpoint_pps"] = self.setpoint_pps
+        return out
+
+
+@dataclass(frozen=True)
+class Event:
+    """A decision worth an audit record."""
+
+    kind: str
+    vr: str | None
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RouterPlan:
+    activation: ActivationState
+    control_on: bool
+    policies: dict[str, VrPolicy]
+    wanted: dict[str, tuple[str, float | None]]
+    commands: list[Command]
+    events: list[Event]
+    demand_pps: float
+
+
+def _demand(o: VrObs) -> float | None:
+    vals = [v for v in (o.offered_pps, o.measured_pps) if v is not None]
+    return max(vals) if vals else None
+
+
+def _reconcile(o: VrObs, want: str, sp: float | None) -> list[Command]:
+    def differs() -> bool:
+        return sp is not None and (o.setpoint_pps is None or abs(o.setpoint_pps - sp) > SETPOINT_TOLERANCE * sp)
+
+    if want == "inactive":
+        return [Command("deactivate", o.name)] if o.state in ("active", "paused") else []
+    assert sp is not None
+    if o.state == "inactive":
+        return [Command("activate", o.name, sp)] + ([Command("pause", o.name)] if want == "paused" else [])
+    out: list[Command] = []
+    if want == "active":
+        if o.state == "paused":
+            out.append(Command("resume", o.name))
+        if differs():
+            out.append(Command("setpoint", o.name, sp))
+    else:  # paused
+        if o.state == "active":
+            if differs():
+                out.append(Command("setpoint", o.name, sp))
+            out.append(Command("pause", o.name))
+    return out
+
+
+def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPlan:
+    """Run the policies for one reachable host.
+
+    Parameters
+    ----------
+    settings : Settings
+    rin : RouterInput
+        The host, its VRs as its daemon reported them now, the policer's state of each.
+    now_s : float
+        Time, seconds (the same clock on every call).
+
+    Returns
+    -------
+    RouterPlan
+        New activation and per-VR state, the wanted state of every present VR, the commands that
+        bring the daemon there, and the events to record.
+    """
+    events: list[Event] = []
+    present = {n: o for n, o in rin.vrs.items() if o.present}
+    demand = sum(d for d in (_demand(o) for o in present.values()) if d is not None)
+
+    act = rin.activation
+    if settings.activation_enabled:
+        act, switch = activation_step(settings.activation, act, demand, rin.capacity_pps, now_s)
+        if switch is not None and rin.control_mode == "auto":
+            events.append(Event("control_on" if switch else "control_off", None,
+                                {"demand_pps": demand, "capacity_pps": rin.capacity_pps}))
+    if rin.control_mode == "on":
+        control_on = True
+    elif rin.control_mode == "off":
+        control_on = False
+    else:
+        control_on = act.on
+
+    mp = settings.misbehaviour
+    pol: dict[str, VrPolicy] = {n: rin.policies.get(n, VrPolicy()) for n in set(rin.policies) | set(present)}
+
+    # Misbehaviour: only while the host is under control (that is when the shared Dom0 is scarce).
+    for n, p in pol.items():
+        o = present.get(n)
+        ms = p.misbehaviour
+        if not (settings.misbehaviour_enabled and control_on and o is not None):
+            if ms.level > 0:
+                why = "policy disabled" if not settings.misbehaviour_enabled else (
+                    "control off" if not control_on else "VR not present")
+                events.append(Event("restore", n, {"from_level": ms.level, "reason": why}))
+            if ms != MisbehaviourState() or p.punish_base_pps is not None:
+                pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
+            continue
+        new, ev = misbehaviour_step(mp, ms, o.offered_pps, o.measured_pps, now_s)
+        base = p.punish_base_pps
+        if ev == "punish":
+            if base is None:
+                base = p.manual_setpoint_pps or p.derived_setpoint_pps or o.setpoint_pps or o.measured_pps or settings.min_setpoint_pps
+            detail: dict[str, Any] = {"level": new.level, "offered_pps": o.offered_pps, "forwarded_pps": o.measured_pps}
+            if new.level < MAX_LEVEL:
+                detail["setpoint_pps"] = max(settings.min_setpoint_pps, punished_setpoint_pps(mp, new.level, base))
+            else:
+                detail["action"] = "instance paused; VR flagged for an operator"
+            events.append(Event("punish", n, detail))
+        elif ev == "restore":
+            events.append(Event("restore", n, {"from_level": ms.level, "offered_pps": o.offered_pps,
+                                               "forwarded_pps": o.measured_pps}))
+            base = None
+        pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
+
+    # Allocation over the unpunished, present VRs without a manual setpoint; the rest are fixed.
+    if settings.allocation_enabled and present:
+        budget = rin.capacity_pps * settings.target_fraction
+        claims: list[Claim] = []
+        for n in sorted(present):
+            p = pol[n]
+            if p.misbehaviour.level > 0:
+                budget -= max(settings.min_setpoint_pps, punished_setpoint_pps(mp, p.misbehaviour.level, p.punish_base_pps or 0.0))
+            elif p.manual_setpoint_pps is not None:
+                budget -= p.manual_setpoint_pps
+            else:
+                d = _demand(present[n])
+                dem = None if d is None else max(settings.min_setpoint_pps, d * settings.demand_headroom)
+                claims.append(Claim(n, p.weight, p.min_pps, p.max_pps, dem))
+        shares = weighted_max_min(max(0.0, budget), claims)
+        kept = {n: pol[n].derived_setpoint_pps if pol[n].derived_setpoint_pps is not None
+                and abs(sh - pol[n].derived_setpoint_pps) <= settings.hysteresis * pol[n].derived_setpoint_pps else sh
+                for n, sh in shares.items()}
+        if sum(kept.values()) <= max(0.0, budget) * (1 + 1e-9):
+            shares = kept
+        for n, s in shares.items():
+            pol[n] = replace(pol[n], derived_setpoint_pps=max(settings.min_setpoint_pps, s))
+
+    wanted: dict[str, tuple[str, float | None]] = {}
+    commands: list[Command] = []
+    for n in sorted(present):
+        p = pol[n]
+        base = p.manual_setpoint_pps if p.manual_setpoint_pps is not None else p.derived_setpoint_pps
+        lvl = p.misbehaviour.level
+        if lvl > 0:
+            sp: float | None = max(settings.min_setpoint_pps, punished_setpoint_pps(mp, lvl, p.punish_base_pps or base or 0.0))
+        else:
+            sp = base
+        if not control_on or sp is None:
+            want = ("inactive", None)
+        elif lvl >= MAX_LEVEL:
+            want = ("paused", sp)
+        else:
+            want = ("active", sp)
+        wanted[n] = want
+        commands.extend(_reconcile(present[n], *want))
+    return RouterPlan(act, control_on, pol, wanted, commands, events, demand)

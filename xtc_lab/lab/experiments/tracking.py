@@ -1,0 +1,258 @@
+"""Setpoint tracking on a real VR: the paper's PI, dead-beat, dead-beat with cap_min, and XTC's controller.
+
+The paper (section 7.1, Figures 5 and 9-14) steps the throughput setpoint of one VR that forwards a
+100 kp/s UDP flow and reports, per controller, the lowest setpoint it can hold: PI from 20 kp/s,
+dead-beat from 15 kp/s, dead-beat with cap_min = 3 from 10 kp/s.  Here one LXC VR forwards a
+steady stream of 64-byte UDP packets (``--offered-pps``); for each controller an ``xtc daemon``
+(libvirt backend, ``[controller] kind``) holds it at setpoints from 10% to 90% of the offered rate,
+``--hold`` seconds each.  The forwarded rate is read from the host-side counters here, not from
+the daemon.  Per setpoint: the mean over the second half of the hold (the steady state), its error,
+and the settling time (seconds until the mean of three 1 s samples stays within 5%).
+
+The controllers use the lab's fitted model (``xtc/models/lab.toml``, from ``xtc lab run capsweep``)
+when there is one, else the paper's; ``--model`` picks another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from xtc_lab.lab.experiments import Goal, Outcome
+from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
+                             measure_pps, wait_with_progress)
+from xtc_lab.lab.traffic import start_udp_stream
+
+TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and XTC's controller"
+PAPER = "Figures 5, 9-14"
+
+#: (label, [controller] kind, cap_min_percent)
+CONTROLLERS: dict[str, tuple[str, float | None]] = {
+    "pi": ("pi", None),
+    "deadbeat": ("deadbeat", None),
+    "deadbeat-capmin3": ("deadbeat", 3.0),
+    "xtc": ("xtc", None),
+}
+#: Lowest setpoint each controller holds in the paper (100 kp/s UDP; section 7.1), kp/s.
+PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xtc": None}
+FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+QUICK_FRACTIONS = (0.5, 0.2)
+TOLERANCE = 0.05
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tracking")
+    g.add_argument("--controllers", default=None,
+                   help=f"comma-separated, from {', '.join(CONTROLLERS)} (default: all; quick: xtc)")
+    g.add_argument("--hold", type=float, default=15.0, help="seconds per setpoint (default 15; quick: 8)")
+    g.add_argument("--model", default=None,
+                   help="model file for the controllers (default xtc/models/lab.toml if present, else the paper's)")
+
+
+# ------------------------------------------------------------------------------ pure analysis
+def settling_periods(t_s: list[float], rate_pps: list[float], t_step_s: float, t_end_s: float,
+                     setpoint_pps: float, tolerance: float = TOLERANCE, smooth: int = 3) -> float | None:
+    """Seconds after ``t_step_s`` until the rate enters the band and stays there until ``t_end_s``.
+
+    The rate is the trailing mean of ``smooth`` consecutive samples (1 s samples of a real VR
+    scatter by several percent around their mean; a single sample is not a steady state).
+    ``None`` if it never settles (or is outside the band at the end).
+    """
+    pts = [(t, r) for t, r in zip(t_s, rate_pps) if t_step_s < t <= t_end_s]
+    smoothed = [(pts[i][0], mean([r for _, r in pts[max(0, i - smooth + 1):i + 1]]))
+                for i in range(smooth - 1, len(pts))]
+    if not smoothed:
+        return None
+    last_out = None
+    for t, r in smoothed:
+        if abs(r - setpoint_pps) > tolerance * setpoint_pps:
+            last_out = t
+    if last_out is None:
+        return smoothed[0][0] - t_step_s
+    after = [t for t, _ in smoothed if t > last_out]
+    return (after[0] - t_step_s) if after else None
+
+
+def summarise_step(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: float,
+                   setpoint_pps: float) -> dict[str, Any]:
+    """Steady state of one setpoint step: mean over the second half of [t0, t1], its relative error, the
+    scatter of the 1 s rates around it (standard deviation / setpoint: a limit cycle shows here, not in
+    the mean) and the settling time."""
+    half = t0_s + (t1_s - t0_s) / 2
+    steady = [r for t, r in zip(t_s, rate_pps) if half <= t <= t1_s]
+    m = mean(steady)
+    sd = math.sqrt(mean([(r - m) ** 2 for r in steady])) if len(steady) > 1 else math.nan
+    settling = settling_periods(t_s, rate_pps, t0_s, t1_s, setpoint_pps)
+    err = (m - setpoint_pps) / setpoint_pps if steady else math.nan
+    return {"setpoint_pps": setpoint_pps, "mean_pps": m, "rel_error": err, "rel_scatter": sd / setpoint_pps,
+            "within_tolerance": bool(steady) and abs(err) <= TOLERANCE,
+            "settling_s": None if settling is None else round(settling, 1)}
+
+
+def lowest_held(steps: list[dict[str, Any]]) -> float | None:
+    """The lowest setpoint from which every higher one was held within the tolerance (pps)."""
+    ok = None
+    for s in sorted(steps, key=lambda s: -s["setpoint_pps"]):
+        if not s["within_tolerance"]:
+            break
+        ok = s["setpoint_pps"]
+    return ok
+
+
+# ------------------------------------------------------------------------------ the run
+
+def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
+    names = [c.strip() for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
+    bad = [n for n in names if n not in CONTROLLERS]
+    if bad:
+        raise ValueError(f"unknown controllers {bad}: choose from {', '.join(CONTROLLERS)}")
+    fractions = QUICK_FRACTIONS if ctx.quick else FRACTIONS
+    hold_s = min(args.hold, 8.0) if ctx.quick else args.hold
+    if hold_s < 4:
+        raise ValueError(f"--hold {hold_s:g}: want at least 4 s")
+    model = controller_model(getattr(args, "model", None))
+    total_s = len(names) * (len(fractions) * hold_s + 10) + 20
+    result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
+                              "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "controllers": {}}
+    with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+        vr = lab.vrs[0]
+        result["lab_prefix"] = lab.prefix
+        caps = CapReader(lab.uri)
+        with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
+            wait_with_progress(2.0, "stream starting", ctx.say)
+            free_pps, offered_seen = measure_pps([vr], 3.0)[vr.name]
+            ctx.say(f"unlimited VR forwards {free_pps:.0f} pps of {offered_seen:.0f} pps offered")
+            result["free_pps"], result["offered_seen_pps"] = free_pps, offered_seen
+            base = min(free_pps, offered_seen)
+            setpoints = [round(f * base, -2) for f in fractions]
+            for name in names:
+                kind, cap_min = CONTROLLERS[name]
+                ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
+                        f"{hold_s:g} s each")
+                with LabDaemon(Path(tmp) / name, lab.uri, [vr.name], kind=kind, model=model,
+                               cap_min_percent=cap_min) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
+                    steps_t = []
+                    for i, sp in enumerate(setpoints):
+                        t0 = rec.mark(f"setpoint {sp:.0f}")
+                        if i == 0:
+                            d.activate(vr.name, sp)
+                        else:
+                            d.setpoint(vr.name, sp)
+                        wait_with_progress(hold_s, f"{name} at {sp / 1000:g} kp/s", ctx.say)
+                        steps_t.append((t0, rec.now(), sp))
+                s = rec.series[vr.name]
+                steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp) for t0, t1, sp in steps_t]
+                for st in steps:
+                    ctx.say(f"   {name} {st['setpoint_pps']:.0f} pps: mean {st['mean_pps']:.0f} "
+                            f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_s']} s")
+                result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
+                                               "lowest_held_pps": lowest_held(steps), "recording": rec.to_json()}
+        caps.close()
+    return _outcome(result, ctx)
+
+
+def rerender(json_path: Path) -> Outcome:
+    """The outcome of a recorded run (its JSON), with the analysis of this version recomputed."""
+    import json
+
+    result = json.loads(Path(json_path).read_text())
+    for c in result["controllers"].values():
+        s = next(iter(c["recording"]["series"].values()))
+        marks = c["recording"]["marks"]
+        ends = [m["t_s"] for m in marks[1:]] + [s["t_s"][-1]]
+        c["steps"] = [summarise_step(s["t_s"], s["forwarded_pps"], m["t_s"], end, st["setpoint_pps"])
+                      for m, end, st in zip(marks, ends, c["steps"])]
+        c["lowest_held_pps"] = lowest_held(c["steps"])
+    return _outcome(result, None)
+
+
+def _outcome(result: dict[str, Any], ctx: RunContext | None) -> Outcome:
+    rows = []
+    for name, c in result["controllers"].items():
+        errs = [abs(s["rel_error"]) for s in c["steps"] if not math.isnan(s["rel_error"])]
+        settle = [s["settling_s"] for s in c["steps"] if s["settling_s"] is not None]
+        scatter = [s.get("rel_scatter", math.nan) for s in c["steps"]]
+        scatter = [x for x in scatter if not math.isnan(x)]
+        lowest = c["lowest_held_pps"]
+        paper = PAPER_LOWEST_KPPS.get(name)
+        rows.append((name, "-" if paper is None else f"{paper:g} kp/s of 100 ({paper:g}%)",
+                     "none" if lowest is None else f"{lowest / 1000:.1f} kp/s ({100 * lowest / result['offered_pps']:.0f}%)",
+                     f"{100 * max(errs):.1f}%" if errs else "-",
+                     f"{100 * max(scatter):.1f}%" if scatter else "-",
+                     f"{max(settle):.0f} s" if settle else "-",
+                     f"{sum(1 for s in c['steps'] if s['settling_s'] is None)}/{len(c['steps'])}"))
+    per_step = []
+    for name, c in result["controllers"].items():
+        for s in c["steps"]:
+            per_step.append((name, f"{s['setpoint_pps']:.0f}", f"{s['mean_pps']:.0f}", f"{100 * s['rel_error']:+.1f}%",
+                             f"{100 * s.get('rel_scatter', math.nan):.1f}%",
+                             "-" if s["settling_s"] is None else f"{s['settling_s']:.0f}"))
+    md = f"""# Setpoint tracking on a real VR ({PAPER})
+
+One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
+reached the VR; unlimited it forwarded {result['free_pps']:.0f} pps); the daemon holds it at setpoints from
+10% to 90% of that, {result['hold_s']:g} s each, with each controller in turn (model: `{result['model']}`).
+Steady state = mean of the 1 s rates over the second half of each hold; tolerance {100 * TOLERANCE:g}%.
+Scatter = standard deviation of those 1 s rates / setpoint: a controller in a limit cycle can have a
+small mean error and a large scatter.
+
+{markdown_table(['controller', 'paper: lowest setpoint held', 'lab: lowest held (within 5%, and all above)',
+                 'largest steady error (mean)', 'largest scatter of 1 s rates (sd/setpoint)', 'slowest settling',
+                 'never settled'], rows)}
+
+Per setpoint:
+
+{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'scatter', 'settling (s)'], per_step)}
+"""
+    goals = []
+    if "xtc" in result["controllers"]:
+        steps = result["controllers"]["xtc"]["steps"]
+        worst = max((abs(s["rel_error"]) for s in steps), default=math.nan)
+        goals.append(Goal(f"XTC's controller holds every setpoint from {100 * min(s['setpoint_pps'] for s in steps) / result['offered_pps']:.0f}% "
+                          f"to {100 * max(s['setpoint_pps'] for s in steps) / result['offered_pps']:.0f}% of the offered rate within 5%",
+                          f"worst steady error {100 * worst:.1f}% over {len(steps)} setpoints",
+                          all(s["within_tolerance"] for s in steps)))
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ctrls = result["controllers"]
+        fig, axes = plt.subplots(len(ctrls) + 1, 1, figsize=(10, 2.6 * (len(ctrls) + 1)), squeeze=False)
+        for ax, (name, c) in zip(axes[:, 0], ctrls.items()):
+            s = next(iter(c["recording"]["series"].values()))
+            ax.plot(s["t_s"], [r / 1000 for r in s["forwarded_pps"]], label="forwarded", color="tab:blue")
+            ts, sps = [], []
+            for st, m in zip(c["steps"], c["recording"]["marks"]):
+                ts.append(m["t_s"])
+                sps.append(st["setpoint_pps"] / 1000)
+            if ts:
+                ax.step(ts + [s["t_s"][-1] if s["t_s"] else ts[-1]], sps + [sps[-1]], where="post",
+                        color="black", ls="--", label="setpoint")
+            ax.set_ylabel("kp/s")
+            ax.set_title(f"{name}", fontsize=10)
+            ax2 = ax.twinx()
+            ax2.plot(s["t_s"], [float("nan") if c_ is None else c_ for c_ in s["cap_percent"]], color="tab:orange",
+                     alpha=0.6, label="cap")
+            ax2.set_ylabel("cap (% CPU)")
+            ax.legend(loc="upper left", fontsize=8)
+        ax = axes[-1, 0]
+        for name, c in ctrls.items():
+            ax.plot([s["setpoint_pps"] / 1000 for s in c["steps"]], [100 * s["rel_error"] for s in c["steps"]],
+                    "o-", label=name)
+        ax.axhspan(-100 * TOLERANCE, 100 * TOLERANCE, color="green", alpha=0.1)
+        ax.set_xlabel("setpoint (kp/s)")
+        ax.set_ylabel("steady error (%)")
+        ax.set_xlim(left=0)
+        ax.legend(fontsize=8)
+        axes[-2, 0].set_xlabel("time (s)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+
+    return Outcome(result=result, report_md=md, plot=plot, goals=goals)

@@ -1,0 +1,662 @@
+"""The XTC paper's experiments (section 7) on the simulated plant.
+
+Each experiment is a pure function of its parameters and seed that returns an
+:class:`ExperimentResult` (JSON-able data, a readable table, and a plot built on
+demand).  ``xtc simulate <name>`` (:mod:`xtc_lab.sim.cli`) runs them and writes the
+files.
+
+Experiments
+-----------
+``sweep``      Setpoint sweep at 100 kp/s UDP (Figures 5, 9, 11, 13): achieved
+               rate and relative RMSE vs setpoint for PI, dead-beat, dead-beat
+               with cap_min 3 and the project's controller.
+``fixedcap``   Fixed Cap (Table 1) vs feedback, with and without a 15% CPU hog
+               (Figure 6).
+``sixvr``      Six TCP VRs on one Dom0, configurations A and B (Figure 15,
+               Table 2), Dom0 calibrated so the aggregate without XTC is 78 kp/s.
+``tcpudp``     A TCP VR beside a UDP VR at 100 kp/s; XTC at 20 (UDP) / 80 (TCP)
+               kp/s (Figure 17).
+
+Actuation.  ``actuation="paper"`` models the paper's prototype: Xen's cap is an
+integer percent and the controller continues from the cap actually applied
+(its ``u`` is re-read as ``log10`` of the rounded cap every period).  With it,
+a controller starting at cap 1 cannot leave cap 1 while its per-period move is
+below ``log10(1.5)``: about 19 kp/s for the paper's PI and 15 kp/s for
+dead-beat at 100 kp/s offered, the operating ranges the paper reports (it says
+the controller "could not leave the initial state where cap = 1").  This is
+our explanation of the paper's numbers, not something the paper states.
+``actuation="exact"`` applies the controller's cap as is (libvirt LXC/QEMU
+quotas, cgroups).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import xtc.models
+from xtc.models import ModelFile
+
+from .closed_loop import StepController, Trace, run_closed_loop
+from .metrics import confidence_half_width, relative_rmse
+from .plant import Dom0Config, Plant, PlantConfig, VRConfig, tcp, udp
+
+__all__ = [
+    "ControllerSpec",
+    "PAPER_CONTROLLERS",
+    "controller_spec",
+    "PaperActuation",
+    "ExperimentResult",
+    "EXPERIMENTS",
+    "sweep",
+    "fixedcap",
+    "sixvr",
+    "tcpudp",
+    "calibrate_dom0_capacity",
+    "StderrProgress",
+]
+
+Progress = Callable[[str, float], None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Controllers
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ControllerSpec:
+    """A controller of :func:`xtc.control.make_controller` with a label.
+
+    ``kind`` None is the project's own controller.
+    """
+
+    label: str
+    kind: str | None
+    cap_min_percent: float | None = None
+
+    def make(self, model: ModelFile = xtc.models.PAPER_MODEL) -> StepController:
+        from xtc.control import make_controller
+
+        return make_controller(model, kind=self.kind, cap_min_percent=self.cap_min_percent)
+
+
+PAPER_CONTROLLERS: dict[str, ControllerSpec] = {
+    s.label: s
+    for s in (
+        ControllerSpec("pi", "pi"),
+        ControllerSpec("deadbeat", "deadbeat"),
+        ControllerSpec("deadbeat+capmin3", "deadbeat", 3.0),
+        ControllerSpec("fixed", "fixed"),
+        ControllerSpec("xtc", None),
+    )
+}
+
+
+def controller_spec(label: str) -> ControllerSpec:
+    """The spec for a label of :data:`PAPER_CONTROLLERS` (ValueError naming the known ones)."""
+    try:
+        return PAPER_CONTROLLERS[label]
+    except KeyError:
+        raise ValueError(f"unknown controller {label!r} (known: {', '.join(PAPER_CONTROLLERS)})") from None
+
+
+class PaperActuation:
+    """The paper's actuation: integer caps, and the controller continues from the applied cap.
+
+    Wraps a controller that offers ``to_state``/``restore_state`` with a ``u``
+    (log10 of the cap).  After every step the cap is rounded to a whole percent
+    (never below 1: in Xen 0 means unlimited) and the controller's ``u`` is set
+    to ``log10`` of that applied cap.
+    """
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def start(self, cap_percent: float) -> None:
+        self.inner.start(max(1.0, float(round(cap_percent))))
+
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+        cap = self.inner.step(measured_pps, setpoint_pps, offered_pps=offered_pps)
+        applied = max(1.0, float(round(cap)))
+        state = self.inner.to_state()
+        if "u" in state:
+            state["u"] = math.log10(applied)
+            self.inner.restore_state(state)
+        return applied
+
+
+def _make_controllers(spec: ControllerSpec, n: int, actuation: str, model: ModelFile) -> list[StepController]:
+    if actuation not in ("paper", "exact"):
+        raise ValueError(f"actuation must be 'paper' or 'exact', got {actuation!r}")
+    ctls = [spec.make(model) for _ in range(n)]
+    if actuation == "paper":
+        return [PaperActuation(c) for c in ctls]
+    return ctls
+
+
+def _cap_resolution(actuation: str) -> float:
+    return 1.0 if actuation == "paper" else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class ExperimentResult:
+    """What an experiment produced."""
+
+    name: str
+    params: dict[str, Any]
+    data: dict[str, Any]
+    table: str
+    plot: Callable[[Any], None] | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment": self.name, "params": self.params, **self.data}
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>.json`` and ``<name>.png`` into ``out_dir``; returns the paths."""
+        import json
+
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = [d / f"{self.name}.json"]
+        paths[0].write_text(json.dumps(_jsonable(self.to_json()), indent=2) + "\n", encoding="utf-8")
+        if self.plot is not None:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig = plt.figure(figsize=(11, 4.5))
+            self.plot(fig)
+            fig.tight_layout()
+            png = d / f"{self.name}.png"
+            fig.savefig(png, dpi=100)
+            plt.close(fig)
+            paths.append(png)
+        return paths
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        f = float(x)
+        return None if not math.isfinite(f) else round(f, 6)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+class StderrProgress:
+    """A one-line progress display on stderr (``\\r`` updated, finished with a newline)."""
+
+    def __init__(self, stream: Any = None, enabled: bool = True):
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self._last = ""
+
+    def __call__(self, label: str, fraction: float) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        done = int(round(width * max(0.0, min(1.0, fraction))))
+        line = f"\r{label:<40.40s} [{'#' * done}{'.' * (width - done)}] {int(100 * fraction):3d}%"
+        if line != self._last:
+            self.stream.write(line)
+            self.stream.flush()
+            self._last = line
+
+    def done(self) -> None:
+        if self.enabled and self._last:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._last = ""
+
+
+def _noop(_label: str, _f: float) -> None:
+    return None
+
+
+def _independent_plant(vrs: Sequence[VRConfig], seed: int, actuation: str, dom0: Dom0Config | None = None) -> Plant:
+    """One VR per Dom0 (independent hosts side by side, for vectorised runs)."""
+    d = dom0 or Dom0Config(capacity_pps=1e9)
+    vrs = tuple(replace(v, dom0=i) for i, v in enumerate(vrs))
+    return Plant(PlantConfig(vrs=vrs, dom0s=tuple(d for _ in vrs), seed=seed, cap_resolution_percent=_cap_resolution(actuation)))
+
+
+def _mean_ci(x: np.ndarray) -> tuple[float, float]:
+    return float(np.mean(x)), confidence_half_width(x)
+
+
+# ----------------------------------------------------------------------------------------------
+# sweep
+# ----------------------------------------------------------------------------------------------
+SWEEP_SETPOINTS_KPPS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 80, 90, 95)
+SWEEP_CONTROLLERS = ("pi", "deadbeat", "deadbeat+capmin3", "xtc")
+
+
+def sweep(
+    seed: int = 1,
+    duration_s: float = 120.0,
+    runs: int = 3,
+    setpoints_kpps: Sequence[float] = SWEEP_SETPOINTS_KPPS,
+    controllers: Sequence[str] = SWEEP_CONTROLLERS,
+    offered_kpps: float = 100.0,
+    actuation: str = "paper",
+    initial_cap_percent: float = 1.0,
+    warmup_s: float = 10.0,
+    model: ModelFile = xtc.models.PAPER_MODEL,
+    progress: Progress = _noop,
+) -> ExperimentResult:
+    """Setpoint sweep (Figures 5, 9, 11, 13): achieved rate and relative RMSE vs setpoint.
+
+    One UDP flow at ``offered_kpps`` through one VR, ``runs`` repetitions per
+    setpoint (different noise), ``duration_s`` per run; the first ``warmup_s``
+    are left out of the mean and the RMSE.
+    """
+    specs = [controller_spec(c) for c in controllers]
+    sps = np.repeat(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
+    skip = int(round(warmup_s))
+    if not (0 <= skip < duration_s):
+        raise ValueError("warmup_s must be within [0, duration_s)")
+    out: dict[str, Any] = {"setpoints_kpps": list(setpoints_kpps), "controllers": {}}
+    for ci, spec in enumerate(specs):
+        vr = VRConfig(traffic=udp(offered_kpps * 1000.0), initial_cap_percent=initial_cap_percent)
+        plant = _independent_plant([vr] * sps.size, seed, actuation)
+        ctls = _make_controllers(spec, sps.size, actuation, model)
+        label = f"sweep {spec.label} ({ci + 1}/{len(specs)})"
+        tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f, lb=label: progress(lb, f))
+        y = tr.measured_pps[skip:]
+        mean = y.mean(axis=0).reshape(-1, runs)
+        rr = np.array([relative_rmse(y[:, j]) for j in range(sps.size)]).reshape(-1, runs)
+        caps = tr.cap_percent[skip:].mean(axis=0).reshape(-1, runs)
+        out["controllers"][spec.label] = {
+            "achieved_kpps": [_mean_ci(m / 1000.0)[0] for m in mean],
+            "achieved_ci_kpps": [_mean_ci(m / 1000.0)[1] for m in mean],
+            "relative_rmse": [float(np.mean(r)) for r in rr],
+            "relative_rmse_ci": [confidence_half_width(r) for r in rr],
+            "mean_cap_percent": [float(np.mean(c)) for c in caps],
+            "lowest_held_kpps": _lowest_within(setpoints_kpps, [float(np.mean(m)) / 1000.0 for m in mean], 0.10),
+        }
+    progress("sweep done", 1.0)
+    params = dict(
+        seed=seed, duration_s=duration_s, runs=runs, offered_kpps=offered_kpps, actuation=actuation,
+        initial_cap_percent=initial_cap_percent, warmup_s=warmup_s, model=model.name,
+    )
+    out["paper"] = {"operating_range_kpps": {"pi": 20, "deadbeat": 15, "deadbeat+capmin3": 10}}
+    table = _sweep_table(out)
+    return ExperimentResult("sweep", params, out, table, plot=lambda fig: _sweep_plot(fig, out))
+
+
+def _lowest_within(setpoints: Sequence[float], achieved: Sequence[float], tol: float) -> float | None:
+    from .metrics import lowest_held_setpoint
+
+    return lowest_held_setpoint(setpoints, achieved, tol)
+
+
+def _sweep_table(out: dict[str, Any]) -> str:
+    sps = out["setpoints_kpps"]
+    names = list(out["controllers"])
+    lines = ["Achieved rate (kp/s) and relative RMSE vs setpoint, UDP 100 kp/s offered", ""]
+    head = f"{'setpoint':>9} " + " ".join(f"{n:>22}" for n in names)
+    lines += [head, "-" * len(head)]
+    for i, s in enumerate(sps):
+        cells = []
+        for n in names:
+            c = out["controllers"][n]
+            cells.append(f"{c['achieved_kpps'][i]:7.1f} ±{c['achieved_ci_kpps'][i]:4.1f}  rr {c['relative_rmse'][i]:5.3f}")
+        lines.append(f"{s:>9g} " + " ".join(f"{x:>22}" for x in cells))
+    lines.append("")
+    lines.append(
+        "lowest setpoint held within 10% (paper: PI 20, dead-beat 15, dead-beat+cap_min 3 10 kp/s): "
+        + ", ".join(f"{n} {out['controllers'][n]['lowest_held_kpps']}" for n in names)
+    )
+    return "\n".join(lines)
+
+
+def _sweep_plot(fig: Any, out: dict[str, Any]) -> None:
+    sps = out["setpoints_kpps"]
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.plot(sps, sps, "k:", label="setpoint")
+    for n, c in out["controllers"].items():
+        ax1.errorbar(sps, c["achieved_kpps"], yerr=c["achieved_ci_kpps"], marker="o", ms=3, capsize=2, label=n)
+        ax2.errorbar(sps, c["relative_rmse"], yerr=c["relative_rmse_ci"], marker="o", ms=3, capsize=2, label=n)
+    ax1.set_xlabel("throughput setpoint (kp/s)")
+    ax1.set_ylabel("achieved throughput (kp/s)")
+    ax2.set_xlabel("throughput setpoint (kp/s)")
+    ax2.set_ylabel("relative RMSE")
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    ax1.set_title("achieved (cf. Fig. 5a/9a/11a/13a)")
+    ax2.set_title("oscillation (cf. Fig. 5b/9b/11b/13b)")
+
+
+# ----------------------------------------------------------------------------------------------
+# fixedcap
+# ----------------------------------------------------------------------------------------------
+FIXEDCAP_SETPOINTS_KPPS = (16, 32, 50, 65, 77, 85, 91, 94, 96, 98)
+
+
+def fixedcap(
+    seed: int = 1,
+    duration_s: float = 120.0,
+    runs: int = 3,
+    controllers: Sequence[str] = ("fixed", "pi", "xtc"),
+    hog_fraction: float = 0.15,
+    actuation: str = "paper",
+    initial_cap_percent: float = 1.0,
+    warmup_s: float = 10.0,
+    model: ModelFile = xtc.models.PAPER_MODEL,
+    progress: Progress = _noop,
+) -> ExperimentResult:
+    """Fixed Cap (Table 1) vs feedback at the Table 1 setpoints, without and with a CPU hog (Figure 6)."""
+    specs = [controller_spec(c) for c in controllers]
+    sp_k = FIXEDCAP_SETPOINTS_KPPS
+    sps = np.repeat(np.asarray(sp_k, dtype=float) * 1000.0, runs)
+    skip = int(round(warmup_s))
+    out: dict[str, Any] = {"setpoints_kpps": list(sp_k), "hog_fraction": hog_fraction, "results": {}}
+    total = 2 * len(specs)
+    done = 0
+    for hog in (0.0, hog_fraction):
+        key = "no_hog" if hog == 0 else "hog"
+        out["results"][key] = {}
+        for spec in specs:
+            vr = VRConfig(traffic=udp(100_000.0), initial_cap_percent=initial_cap_percent, hog_fraction=hog)
+            plant = _independent_plant([vr] * sps.size, seed, actuation)
+            ctls = _make_controllers(spec, sps.size, actuation, model)
+            label = f"fixedcap {key} {spec.label} ({done + 1}/{total})"
+            tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f, lb=label: progress(lb, f))
+            done += 1
+            y = tr.measured_pps[skip:]
+            mean = (y.mean(axis=0) / 1000.0).reshape(-1, runs)
+            rr = np.array([relative_rmse(y[:, j]) for j in range(sps.size)]).reshape(-1, runs)
+            out["results"][key][spec.label] = {
+                "achieved_kpps": [float(np.mean(m)) for m in mean],
+                "achieved_ci_kpps": [confidence_half_width(m) for m in mean],
+                "relative_rmse": [float(np.mean(r)) for r in rr],
+                "relative_rmse_ci": [confidence_half_width(r) for r in rr],
+            }
+    progress("fixedcap done", 1.0)
+    params = dict(seed=seed, duration_s=duration_s, runs=runs, actuation=actuation, warmup_s=warmup_s, model=model.name)
+    lines = [f"Fixed Cap vs feedback at the Table 1 setpoints (UDP 100 kp/s); hog = {hog_fraction:.0%} of the VR's CPU", ""]
+    names = [s.label for s in specs]
+    head = f"{'setpoint':>9} | " + " ".join(f"{n + ' rr':>12}" for n in names) + " | " + " ".join(
+        f"{n + ' hog':>14}" for n in names
+    )
+    lines += [head + "   (rr: relative RMSE without hog; hog: achieved kp/s with hog)", "-" * len(head)]
+    for i, s in enumerate(sp_k):
+        a = " ".join(f"{out['results']['no_hog'][n]['relative_rmse'][i]:>12.3f}" for n in names)
+        b = " ".join(f"{out['results']['hog'][n]['achieved_kpps'][i]:>14.1f}" for n in names)
+        lines.append(f"{s:>9g} | {a} | {b}")
+    return ExperimentResult("fixedcap", params, out, "\n".join(lines), plot=lambda fig: _fixedcap_plot(fig, out))
+
+
+def _fixedcap_plot(fig: Any, out: dict[str, Any]) -> None:
+    sps = out["setpoints_kpps"]
+    ax1, ax2 = fig.subplots(1, 2)
+    for n, c in out["results"]["no_hog"].items():
+        ax1.errorbar(sps, c["relative_rmse"], yerr=c["relative_rmse_ci"], marker="o", ms=3, capsize=2, label=n)
+    ax2.plot(sps, sps, "k:", label="setpoint")
+    for n, c in out["results"]["hog"].items():
+        ax2.errorbar(sps, c["achieved_kpps"], yerr=c["achieved_ci_kpps"], marker="o", ms=3, capsize=2, label=n)
+    ax1.set_title("relative RMSE, no disturbance (cf. Fig. 6a)")
+    ax2.set_title(f"achieved with a {out['hog_fraction']:.0%} CPU hog (cf. Fig. 6b)")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("throughput setpoint (kp/s)")
+        ax.legend(fontsize=8)
+    ax1.set_ylabel("relative RMSE")
+    ax2.set_ylabel("achieved throughput (kp/s)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Dom0 calibration, sixvr, tcpudp
+# ----------------------------------------------------------------------------------------------
+def _uncontrolled_aggregate_kpps(vrs: Sequence[VRConfig], capacity_pps: float, seed: int, duration_s: float, rx_work_fraction: float) -> float:
+    plant = Plant(PlantConfig(vrs=tuple(vrs), dom0s=(Dom0Config(capacity_pps, rx_work_fraction),), seed=seed))
+    plant.advance(10.0)
+    m = plant.measure(duration_s)
+    return float(m.forwarded_pps.sum() / 1000.0)
+
+
+def calibrate_dom0_capacity(
+    vrs: Sequence[VRConfig],
+    target_kpps: float,
+    seed: int = 1,
+    duration_s: float = 60.0,
+    rx_work_fraction: float = 0.6,
+    tolerance: float = 0.005,
+) -> float:
+    """Dom0 capacity (traversals/s) at which the uncontrolled ``vrs`` forward ``target_kpps`` in aggregate.
+
+    Secant iterations on the simulated aggregate (it grows about in proportion to
+    the capacity); raises ValueError if the target cannot be reached.
+    """
+    c0 = 100_000.0
+    a0 = _uncontrolled_aggregate_kpps(vrs, c0, seed, duration_s, rx_work_fraction)
+    c1 = c0 * target_kpps / max(a0, 1e-9)
+    for _ in range(8):
+        a1 = _uncontrolled_aggregate_kpps(vrs, c1, seed, duration_s, rx_work_fraction)
+        if abs(a1 - target_kpps) <= tolerance * target_kpps:
+            return c1
+        slope = (a1 - a0) / (c1 - c0) if c1 != c0 else a1 / c1
+        if slope <= 0:
+            break
+        c0, a0 = c1, a1
+        c1 = max(1_000.0, c1 + (target_kpps - a1) / slope)
+    raise ValueError(f"cannot calibrate Dom0 capacity to an aggregate of {target_kpps} kp/s (got {a1:.1f} at {c1:.0f})")
+
+
+SIXVR_CONFIGS_KPPS: dict[str, tuple[float, ...]] = {
+    "A": (10, 10, 10, 10, 10, 28),
+    "B": (22, 18, 14, 8, 8, 8),
+}
+
+
+def sixvr(
+    seed: int = 1,
+    duration_s: float = 120.0,
+    runs: int = 3,
+    controllers: Sequence[str] = ("deadbeat+capmin3", "xtc"),
+    target_aggregate_kpps: float = 78.0,
+    tcp_max_kpps: float = 60.0,
+    actuation: str = "paper",
+    warmup_s: float = 20.0,
+    calibration_s: float = 60.0,
+    model: ModelFile = xtc.models.PAPER_MODEL,
+    progress: Progress = _noop,
+) -> ExperimentResult:
+    """Six VRs with one TCP flow each on one Dom0: without XTC, and with configurations A and B.
+
+    Figure 15 and Table 2.  Dom0's capacity is calibrated first so that the
+    aggregate without XTC is ``target_aggregate_kpps`` (the paper's 77.97).
+    Each run is repeated ``runs`` times as independent hosts (different noise).
+    """
+    specs = [controller_spec(c) for c in controllers]
+    tcp_vr = VRConfig(traffic=tcp(tcp_max_kpps * 1000.0))
+    progress("sixvr: calibrating Dom0", 0.0)
+    capacity = calibrate_dom0_capacity([tcp_vr] * 6, target_aggregate_kpps, seed=seed, duration_s=calibration_s)
+    skip = int(round(warmup_s))
+
+    def run(spec: ControllerSpec | None, setpoints_kpps: Sequence[float] | None, label: str) -> dict[str, Any]:
+        vrs = tuple(replace(tcp_vr, dom0=r) for r in range(runs) for _ in range(6))
+        dom0 = Dom0Config(capacity_pps=capacity)
+        plant = Plant(PlantConfig(vrs=vrs, dom0s=(dom0,) * runs, seed=seed, cap_resolution_percent=_cap_resolution(actuation)))
+        if spec is None:
+            ctls: list[Any] = [None] * len(vrs)
+            sps = np.zeros(len(vrs))
+        else:
+            ctls = _make_controllers(spec, len(vrs), actuation, model)
+            sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
+        plant.advance(5.0)
+        tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f: progress(label, f))
+        per_vr = (tr.measured_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 6)
+        agg = per_vr.sum(axis=1)
+        return {
+            "setpoints_kpps": None if setpoints_kpps is None else list(setpoints_kpps),
+            "achieved_kpps": per_vr.mean(axis=0).tolist(),
+            "achieved_ci_kpps": [confidence_half_width(per_vr[:, i]) for i in range(6)],
+            "aggregate_kpps": float(agg.mean()),
+            "aggregate_ci_kpps": confidence_half_width(agg),
+            "dom0_utilisation": float(tr.dom0_utilisation[skip:].mean()),
+        }
+
+    out: dict[str, Any] = {"dom0_capacity_pps": capacity, "without_xtc": run(None, None, "sixvr without XTC"), "with": {}}
+    for spec in specs:
+        out["with"][spec.label] = {}
+        for cfg, sp in SIXVR_CONFIGS_KPPS.items():
+            out["with"][spec.label][cfg] = run(spec, sp, f"sixvr {spec.label} config {cfg}")
+    progress("sixvr done", 1.0)
+    out["paper"] = {"aggregate_kpps": {"without_xtc": 77.97, "A": 74.96, "B": 75.49}}
+    params = dict(
+        seed=seed, duration_s=duration_s, runs=runs, target_aggregate_kpps=target_aggregate_kpps,
+        tcp_max_kpps=tcp_max_kpps, actuation=actuation, warmup_s=warmup_s, model=model.name,
+    )
+    lines = [f"Six TCP VRs on one Dom0 (capacity calibrated to {capacity:.0f} traversals/s)", ""]
+    w = out["without_xtc"]
+    lines.append(f"{'without XTC':<28} per VR {_fmt(w['achieved_kpps'])}  aggregate {w['aggregate_kpps']:6.2f} ± {w['aggregate_ci_kpps']:.2f}  (paper 77.97)")
+    for n, cfgs in out["with"].items():
+        for cfg, r in cfgs.items():
+            lines.append(
+                f"{n + ' config ' + cfg:<28} per VR {_fmt(r['achieved_kpps'])}  aggregate {r['aggregate_kpps']:6.2f} ± {r['aggregate_ci_kpps']:.2f}"
+                f"  (paper {out['paper']['aggregate_kpps'][cfg]})"
+            )
+            lines.append(f"{'':<28} setpts {_fmt(r['setpoints_kpps'])}")
+    return ExperimentResult("sixvr", params, out, "\n".join(lines), plot=lambda fig: _sixvr_plot(fig, out))
+
+
+def _fmt(xs: Sequence[float]) -> str:
+    return " ".join(f"{x:5.1f}" for x in xs)
+
+
+def _sixvr_plot(fig: Any, out: dict[str, Any]) -> None:
+    axes = fig.subplots(1, 2, sharey=True)
+    x = np.arange(6)
+    names = list(out["with"])
+    width = 0.8 / (len(names) + 2)
+    for ax, cfg in zip(axes, ("A", "B")):
+        ax.bar(x - width * (len(names) + 1) / 2, out["without_xtc"]["achieved_kpps"], width, label="without XTC")
+        sp = out["with"][names[0]][cfg]["setpoints_kpps"] if names else None
+        if sp:
+            ax.bar(x - width * (len(names) - 1) / 2, sp, width, label="setpoint", color="0.7")
+        for j, n in enumerate(names):
+            r = out["with"][n][cfg]
+            ax.bar(x + width * (j + 1 - (len(names) - 1) / 2), r["achieved_kpps"], width, yerr=r["achieved_ci_kpps"], label=f"with {n}")
+        ax.set_title(f"configuration {cfg} (cf. Fig. 15)")
+        ax.set_xticks(x, [f"VR{i + 1}" for i in x])
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("achieved throughput (kp/s)")
+
+
+def tcpudp(
+    seed: int = 1,
+    duration_s: float = 120.0,
+    runs: int = 3,
+    controllers: Sequence[str] = ("deadbeat+capmin3", "xtc"),
+    udp_kpps: float = 100.0,
+    tcp_max_kpps: float = 100.0,
+    setpoints_kpps: tuple[float, float] = (20.0, 80.0),
+    target_aggregate_kpps: float = 100.0,
+    actuation: str = "paper",
+    warmup_s: float = 20.0,
+    calibration_s: float = 60.0,
+    model: ModelFile = xtc.models.PAPER_MODEL,
+    progress: Progress = _noop,
+) -> ExperimentResult:
+    """A UDP VR (100 kp/s, never backs off) beside a TCP VR on one Dom0 (Figure 17).
+
+    Dom0's capacity is calibrated so that the aggregate without XTC is
+    ``target_aggregate_kpps`` (the paper's "approximately 100 kp/s" with 524-byte
+    packets).  Then XTC holds the UDP VR at ``setpoints_kpps[0]`` and the TCP VR
+    at ``setpoints_kpps[1]``.  Reports what Dom0 still spends on UDP packets the
+    capped VR drops.
+    """
+    specs = [controller_spec(c) for c in controllers]
+    pair = (VRConfig(traffic=udp(udp_kpps * 1000.0)), VRConfig(traffic=tcp(tcp_max_kpps * 1000.0)))
+    progress("tcpudp: calibrating Dom0", 0.0)
+    capacity = calibrate_dom0_capacity(pair, target_aggregate_kpps, seed=seed, duration_s=calibration_s)
+    skip = int(round(warmup_s))
+    rxw = Dom0Config().rx_work_fraction
+
+    def run(spec: ControllerSpec | None, label: str) -> dict[str, Any]:
+        vrs = tuple(replace(v, dom0=r) for r in range(runs) for v in pair)
+        plant = Plant(
+            PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity, rxw),) * runs, seed=seed, cap_resolution_percent=_cap_resolution(actuation))
+        )
+        if spec is None:
+            ctls: list[Any] = [None] * len(vrs)
+        else:
+            ctls = _make_controllers(spec, len(vrs), actuation, model)
+        sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
+        plant.advance(5.0)
+        tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f: progress(label, f))
+        fwd = (tr.measured_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
+        to_vr = (tr.to_vr_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
+        wasted = (to_vr[:, 0] - fwd[:, 0]) * rxw  # Dom0 traversals/s spent on UDP packets the VR drops
+        agg = fwd.sum(axis=1)
+        return {
+            "udp_kpps": float(fwd[:, 0].mean()),
+            "udp_ci_kpps": confidence_half_width(fwd[:, 0]),
+            "tcp_kpps": float(fwd[:, 1].mean()),
+            "tcp_ci_kpps": confidence_half_width(fwd[:, 1]),
+            "aggregate_kpps": float(agg.mean()),
+            "udp_delivered_to_vr_kpps": float(to_vr[:, 0].mean()),
+            "dom0_wasted_kpps": float(wasted.mean()),
+            "dom0_wasted_share": float((wasted * 1000.0 / capacity).mean()),
+        }
+
+    out: dict[str, Any] = {"dom0_capacity_pps": capacity, "setpoints_kpps": {"udp": setpoints_kpps[0], "tcp": setpoints_kpps[1]}}
+    out["without_xtc"] = run(None, "tcpudp without XTC")
+    out["with"] = {s.label: run(s, f"tcpudp {s.label}") for s in specs}
+    progress("tcpudp done", 1.0)
+    out["paper"] = {"without_xtc_aggregate_kpps": 100, "with_xtc_aggregate_kpps": 68, "tcp_gain_kpps": 16, "udp_loss_kpps": 49}
+    w = out["without_xtc"]
+    lines = [f"TCP VR beside a UDP VR at {udp_kpps:g} kp/s (Dom0 capacity calibrated to {capacity:.0f} traversals/s)", ""]
+    lines.append(f"{'':<24}{'UDP':>8}{'TCP':>8}{'aggregate':>11}{'TCP gain':>10}{'UDP loss':>10}{'Dom0 wasted':>13}")
+    lines.append(f"{'without XTC':<24}{w['udp_kpps']:8.1f}{w['tcp_kpps']:8.1f}{w['aggregate_kpps']:11.1f}{'':>10}{'':>10}{w['dom0_wasted_share']:12.0%}")
+    for n, r in out["with"].items():
+        r["tcp_gain_kpps"] = r["tcp_kpps"] - w["tcp_kpps"]
+        r["udp_loss_kpps"] = w["udp_kpps"] - r["udp_kpps"]
+        lines.append(
+            f"{'with ' + n:<24}{r['udp_kpps']:8.1f}{r['tcp_kpps']:8.1f}{r['aggregate_kpps']:11.1f}"
+            f"{r['tcp_gain_kpps']:10.1f}{r['udp_loss_kpps']:10.1f}{r['dom0_wasted_share']:12.0%}"
+        )
+    lines.append(f"{'paper (XTC)':<24}{20:8.0f}{'':>8}{68:11.0f}{16:10.0f}{49:10.0f}")
+    lines.append(f"setpoints: UDP {setpoints_kpps[0]:g} kp/s, TCP {setpoints_kpps[1]:g} kp/s")
+    params = dict(
+        seed=seed, duration_s=duration_s, runs=runs, udp_kpps=udp_kpps, tcp_max_kpps=tcp_max_kpps,
+        target_aggregate_kpps=target_aggregate_kpps, actuation=actuation, warmup_s=warmup_s, model=model.name,
+    )
+    return ExperimentResult("tcpudp", params, out, "\n".join(lines), plot=lambda fig: _tcpudp_plot(fig, out))
+
+
+def _tcpudp_plot(fig: Any, out: dict[str, Any]) -> None:
+    ax = fig.subplots(1, 1)
+    groups = [("without XTC", out["without_xtc"])] + [(f"with {n}", r) for n, r in out["with"].items()]
+    x = np.arange(2)
+    width = 0.8 / (len(groups) + 1)
+    for j, (lab, r) in enumerate(groups):
+        ax.bar(x + j * width, [r["udp_kpps"], r["tcp_kpps"]], width, yerr=[r["udp_ci_kpps"], r["tcp_ci_kpps"]], label=lab)
+    sp = out["setpoints_kpps"]
+    ax.bar(x + len(groups) * width, [sp["udp"], sp["tcp"]], width, color="0.7", label="setpoint")
+    ax.set_xticks(x + width * len(groups) / 2, ["UDP VR", "TCP VR"])
+    ax.set_ylabel("achieved throughput (kp/s)")
+    ax.set_title("TCP beside UDP on one Dom0 (cf. Fig. 17)")
+    ax.legend(fontsize=8)
+
+
+EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
+    "sweep": sweep,
+    "fixedcap": fixedcap,
+    "sixvr": sixvr,
+    "tcpudp": tcpudp,
+}

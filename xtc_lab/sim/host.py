@@ -1,0 +1,218 @@
+"""The simulated backend: the daemon drives :class:`xtc_lab.sim.plant.Plant` instead of a hypervisor.
+
+It goes through the same paths as a real host:
+
+- **Meter**: :class:`SimNetDev` renders the plant's cumulative counters as ``/proc/net/dev`` text
+  and the real parser (:func:`xtc.daemon.meter.parse_proc_net_dev`) reads it.  VR number ``i``
+  (from 1) has Xen-style host interfaces ``vif<i>.0 .. vif<i>.<n-1>``: packets offered to the VR
+  are host-side TX of ``vif<i>.0``, packets it forwards are host-side RX of the last one, so the
+  sums over a VR's interfaces are what they are on a real host.
+- **Actuator**: caps go through :meth:`SimBackend.write_cap` / :meth:`SimBackend.restore_cap`
+  with the same checks as a real actuator (a finite cap >= 1 percent; never 0).
+- **Original records**: :meth:`SimBackend.read_original` is
+  ``{"backend": "sim", "target": <vr>, "params": {"cap_percent": <cap or null>}}``; restoring it
+  writes that cap back (``null``: unlimited).
+- **The hypervisor's memory**: a VR's cap outlives the daemon on a real host.  The simulated
+  caps are therefore kept in a small JSON file (``<state_dir>/sim-hypervisor.json``, written
+  atomically on every change) that a restarted daemon finds again, and that tests read to check
+  what caps the VRs were left with.  ``null`` there means unlimited.
+
+Time: :meth:`SimBackend.tick` advances the plant in its own sub-steps (one per meter sample, at
+most 0.1 s) up to the monotonic
+time the daemon passes, so the plant runs in real time beside the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from xtc_lab.sim.plant import Plant, PlantConfig, PlantError, Traffic, VRConfig
+
+from xtc.daemon.config import DaemonConfig, SimVr
+from xtc.host.errors import ActuatorError, VRNotRunning
+from xtc.daemon.meter import CounterTable, IfCounters, ProcNetDevParser
+from xtc.daemon.state import StateFileError, save_state
+
+__all__ = ["SimBackend", "SimNetDev", "render_proc_net_dev", "HYPERVISOR_FILE"]
+
+HYPERVISOR_FILE = "sim-hypervisor.json"
+_HEADER = (
+    "Inter-|   Receive                                                |  Transmit\n"
+    " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n"
+)
+_FRAME_BYTES = 64
+
+
+def render_proc_net_dev(counters: Mapping[str, tuple[int, int]]) -> str:
+    """``/proc/net/dev`` text for ``{ifname: (rx_packets, tx_packets)}`` (64-byte frames)."""
+    lines = [_HEADER, "    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n"]
+    for name, (rx, tx) in counters.items():
+        lines.append(
+            f"{name:>6}: {rx * _FRAME_BYTES} {rx} 0 0 0 0 0 0 {tx * _FRAME_BYTES} {tx} 0 0 0 0 0 0\n"
+        )
+    return "".join(lines)
+
+
+class SimNetDev:
+    """A counter source (``read()``) whose text comes from the plant; parsed by the real parser."""
+
+    def __init__(self, backend: "SimBackend"):
+        self.backend = backend
+        self.last_text = ""
+        self.parser = ProcNetDevParser()
+
+    def text(self) -> str:
+        return render_proc_net_dev(self.backend.interface_counters())
+
+    def read(self) -> dict[str, IfCounters]:
+        return self.read_table().to_dict()
+
+    def read_table(self) -> CounterTable:
+        self.last_text = self.text()
+        return self.parser.parse(self.last_text)
+
+
+class SimBackend:
+    """The :class:`~xtc.host.base.Backend` of the simulated plant."""
+
+    name = "sim"
+
+    def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None, dt_s: float = 0.1):
+        self.vr_names = [v.name for v in vrs]
+        self._index = {n: i for i, n in enumerate(self.vr_names)}
+        self._nif = {v.name: v.interfaces for v in vrs}
+        self.hypervisor_path = Path(hypervisor_path) if hypervisor_path is not None else None
+        caps: dict[str, float | None] = {v.name: v.initial_cap_percent for v in vrs}
+        caps.update(self._load_hypervisor(set(caps)))
+        self.caps: dict[str, float | None] = caps
+        self.plant = Plant(
+            PlantConfig(
+                vrs=tuple(
+                    VRConfig(
+                        traffic=Traffic(v.traffic, v.offered_pps),
+                        initial_cap_percent=caps[v.name] if caps[v.name] is not None else 100.0,
+                    )
+                    for v in vrs
+                ),
+                seed=seed,
+                dt_s=dt_s,
+            )
+        )
+        self._t0: float | None = None
+        self._save_hypervisor()
+
+    @classmethod
+    def from_config(cls, cfg: DaemonConfig) -> "SimBackend":
+        # One plant sub-step per meter sample (at most 0.1 s), so every sample sees fresh counters.
+        dt_s = min(0.1, 1.0 / cfg.daemon.meter_samples_per_s)
+        return cls(cfg.sim.vr, cfg.sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE, dt_s=dt_s)
+
+    # -------------------------------------------------------------- the hypervisor's memory
+    def _load_hypervisor(self, names: set[str]) -> dict[str, float | None]:
+        if self.hypervisor_path is None or not self.hypervisor_path.exists():
+            return {}
+        try:
+            doc = json.loads(self.hypervisor_path.read_text())
+            caps = doc["caps"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ActuatorError(f"simulated hypervisor file {self.hypervisor_path} unreadable: {e}") from None
+        out: dict[str, float | None] = {}
+        for n, c in caps.items():
+            if n in names and (c is None or (isinstance(c, (int, float)) and math.isfinite(c) and 1 <= c <= 100)):
+                out[n] = None if c is None else float(c)
+        return out
+
+    def _save_hypervisor(self) -> None:
+        if self.hypervisor_path is None:
+            return
+        try:
+            save_state(self.hypervisor_path, {"caps": self.caps})
+        except StateFileError as e:
+            raise ActuatorError(str(e)) from None
+
+    # ---------------------------------------------------------------------------- backend
+    def counter_source(self) -> SimNetDev:
+        return SimNetDev(self)
+
+    def discover(self) -> dict[str, tuple[str, ...]]:
+        return {n: self.interfaces(n) for n in self.vr_names}
+
+    def interfaces(self, vr: str) -> tuple[str, ...]:
+        i = self._index[vr] + 1
+        return tuple(f"vif{i}.{k}" for k in range(self._nif[vr]))
+
+    def interface_counters(self) -> dict[str, tuple[int, int]]:
+        """``{ifname: (host rx packets, host tx packets)}`` from the plant's counters."""
+        c = self.plant.counters()
+        out: dict[str, tuple[int, int]] = {}
+        for vr, i in self._index.items():
+            ifs = self.interfaces(vr)
+            fwd = int(c.forwarded_packets[i])
+            off = int(c.to_vr_packets[i])
+            for k, name in enumerate(ifs):
+                rx = fwd if k == len(ifs) - 1 else 0
+                tx = off if k == 0 else 0
+                out[name] = (rx, tx)
+        return out
+
+    def _vr(self, vr: str) -> int:
+        i = self._index.get(vr)
+        if i is None:
+            raise VRNotRunning(vr, "no such simulated VR")
+        return i
+
+    def read_cap(self, vr: str) -> float | None:
+        self._vr(vr)
+        return self.caps[vr]
+
+    def write_cap(self, vr: str, cap_percent: float) -> None:
+        i = self._vr(vr)
+        if isinstance(cap_percent, bool) or not isinstance(cap_percent, (int, float)) or not math.isfinite(cap_percent) or not (1.0 <= cap_percent <= 100.0):
+            # 0 would mean UNLIMITED to Xen: refuse anything outside 1..100.
+            raise ActuatorError(f"refusing cap {cap_percent!r} for {vr!r}: must be within 1..100 percent of one CPU")
+        try:
+            applied = self.plant.set_cap(i, float(cap_percent))
+        except PlantError as e:
+            raise ActuatorError(f"simulated plant refused cap for {vr!r}: {e}") from None
+        self.caps[vr] = applied
+        self._save_hypervisor()
+
+    def read_original(self, vr: str) -> dict[str, Any]:
+        self._vr(vr)
+        return {"backend": self.name, "target": vr, "params": {"cap_percent": self.caps[vr]}}
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
+        if original is not None:
+            params = original.get("params")
+            cap = params.get("cap_percent", "?") if isinstance(params, Mapping) else "?"
+            if (
+                original.get("backend") != self.name
+                or original.get("target") != vr
+                or not (cap is None or (isinstance(cap, (int, float)) and not isinstance(cap, bool)))
+            ):
+                raise ActuatorError(f"original record {dict(original)!r} is not a simulated cap of {vr!r}")
+            cap_percent = None if cap is None else float(cap)
+        if cap_percent is None:
+            i = self._vr(vr)
+            self.plant.set_cap(i, 100.0)
+            self.caps[vr] = None
+            self._save_hypervisor()
+        else:
+            self.write_cap(vr, cap_percent)
+
+    def tick(self, now_s: float) -> None:
+        if self._t0 is None:
+            self._t0 = now_s
+        target_steps = int((now_s - self._t0) / self.plant.dt_s)
+        # Never simulate more than 60 s at once (a suspended process must not stall the loop).
+        todo = min(max(0, target_steps - self.plant.steps), int(60.0 / self.plant.dt_s))
+        for _ in range(todo):
+            self.plant.step()
+        if target_steps - self.plant.steps > 0:
+            self._t0 = now_s - self.plant.steps * self.plant.dt_s
+
+    def close(self) -> None:
+        pass
