@@ -745,7 +745,7 @@ class NetlinkCounters:
         except rtnl_codec.NetlinkReplyError as e:
             self.close()
             kind = StatsUnsupportedError if e.errno in _NO_GETSTATS and "GETSTATS" in what else CounterReadError
-            raise kind(what, self.netns, str(e), e.errno) from None
+            raise kind(what, self.netns, e.reason, e.errno) from None
         except rtnl_codec.NetlinkDecodeError as e:
             self.close()
             raise CounterReadError(what, self.netns, f"malformed kernel reply: {e}") from None

@@ -131,12 +131,15 @@ class NetlinkReplyError(Exception):
     ----------
     errno : int
         Positive error number (``errno.EOPNOTSUPP`` ...).
+    reason : str
+        The error without the context ("kernel replied ENOMEM (...)").
     """
 
     def __init__(self, errno: int, context: str) -> None:
         self.errno = errno
         name = _errno.errorcode.get(errno, "?")
-        super().__init__(f"{context}: kernel replied {name} ({os.strerror(errno)})")
+        self.reason = f"kernel replied {name} ({os.strerror(errno)})"
+        super().__init__(f"{context}: {self.reason}")
 
 
 @dataclass(slots=True)
