@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xtc.daemon.host_errors import MeterError
+from xtc.host.errors import MeterError
 from xtc.host import rtnl_codec
 from xtc.host.counters import (
     CounterDelta,

@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Protocol, TypeVar, runtime_checkable
 
-from xtc.daemon.host_errors import MeterError
+from xtc.host.errors import MeterError
 from xtc.host import rtnl_codec
 from xtc.host.ifcounters import IfCounters
 
