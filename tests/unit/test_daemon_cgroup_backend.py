@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xtc.host.counters import ProcNetDevCounters
 from xtc.host.cgroup import CgroupBackend
 from xtc.daemon.config import CgroupVr, ConfigError, loads_config
 from xtc.host.errors import HostAdapterError, VRNotRunning
-from xtc.daemon.service import DaemonService, make_backend
+from xtc.daemon.service import DaemonService, make_host
 from xtc_lab.sim.host import render_proc_net_dev
 
 
@@ -116,28 +117,28 @@ def test_cgroup_vrs_refused_with_another_backend(tmp_path: Path) -> None:
     assert e.value.key == "cgroup.vr"
 
 
-def test_make_backend_builds_the_cgroup_backend(tmp_path: Path) -> None:
+def test_make_host_builds_the_cgroup_backend(tmp_path: Path) -> None:
     cfg = loads_config(cgroup_config(tmp_path, VR1.format(d=tmp_path / "cg" / "vr1")))
-    b = make_backend(cfg)
+    b = make_host(cfg)
     assert isinstance(b, CgroupBackend) and b.name == "cgroup"
-    assert b.discover() == {}  # the cgroup does not exist (yet): the VR is absent, no error
+    assert b.list_vrs() == {}  # the cgroup does not exist (yet): the VR is absent, no error
     v1_dir(tmp_path / "cg")
-    assert b.discover() == {"vr1": ("vif7.0", "vif7.1")}
+    assert b.list_vrs() == {"vr1": ("vif7.0", "vif7.1")}
 
 
 # ------------------------------------------------------------------------------------ backend
 def backend(*vrs: tuple[str, Path, tuple[str, ...]]) -> CgroupBackend:
-    return CgroupBackend([CgroupVr(n, str(p), ifs) for n, p, ifs in vrs], proc_net_dev="/nonexistent")
+    return CgroupBackend([CgroupVr(n, str(p), ifs) for n, p, ifs in vrs], ProcNetDevCounters("/nonexistent"))
 
 
 def test_v1_cap_written_read_and_exact_original_restored(tmp_path: Path) -> None:
     d = v1_dir(tmp_path, quota="-1", period="50000")
     b = backend(("vr1", d, ("a",)))
     assert b.read_cap("vr1") is None
-    rec = b.read_original("vr1")
+    rec = b.snapshot("vr1")
     assert rec == {"backend": "cgroup1", "target": str(d),
                    "params": {"cpu.cfs_period_us": 50000, "cpu.cfs_quota_us": -1}}
-    b.write_cap("vr1", 30.0)
+    b.apply_cap("vr1", 30.0)
     assert (d / "cpu.cfs_quota_us").read_text() == "15000"  # the period found is kept
     assert b.read_cap("vr1") == pytest.approx(30.0)
     # Someone changes the period behind XTC's back; the exact record still restores both.
@@ -151,9 +152,9 @@ def test_v1_cap_written_read_and_exact_original_restored(tmp_path: Path) -> None
 def test_v2_original_line_restored_verbatim(tmp_path: Path) -> None:
     d = v2_dir(tmp_path, cpu_max="max 50000")
     b = backend(("vr2", d, ("a",)))
-    rec = b.read_original("vr2")
+    rec = b.snapshot("vr2")
     assert rec["backend"] == "cgroup2" and rec["params"] == {"cpu.max": "max 50000"}
-    b.write_cap("vr2", 20.0)
+    b.apply_cap("vr2", 20.0)
     assert (d / "cpu.max").read_text() == "10000 50000"
     b.restore_cap("vr2", None, rec)
     assert (d / "cpu.max").read_text() == "max 50000"
@@ -163,11 +164,11 @@ def test_never_unlimited_by_accident(tmp_path: Path) -> None:
     d = v1_dir(tmp_path)
     b = backend(("vr1", d, ("a",)))
     for cap in (0.0, -5.0, 0.001):
-        b.write_cap("vr1", cap)  # clamped up to 1 %: a quota, never -1 or 0
+        b.apply_cap("vr1", cap)  # clamped up to 1 %: a quota, never -1 or 0
         assert int((d / "cpu.cfs_quota_us").read_text()) == 1000
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValueError):
-            b.write_cap("vr1", bad)
+            b.apply_cap("vr1", bad)
         assert int((d / "cpu.cfs_quota_us").read_text()) == 1000
     assert b.read_cap("vr1") == pytest.approx(1.0)
 
@@ -175,10 +176,10 @@ def test_never_unlimited_by_accident(tmp_path: Path) -> None:
 def test_restore_without_record_uses_the_actuators_own_original(tmp_path: Path) -> None:
     d = v1_dir(tmp_path, quota="70000", period="100000")
     b = backend(("vr1", d, ("a",)))
-    b.write_cap("vr1", 10.0)
+    b.apply_cap("vr1", 10.0)
     b.restore_cap("vr1", 55.0)  # the percentage is only a fallback: the exact original wins
     assert (d / "cpu.cfs_quota_us").read_text() == "70000"
-    b.write_cap("vr1", 10.0)
+    b.apply_cap("vr1", 10.0)
     b3 = backend(("vr1", d, ("a",)))  # no original known: the percentage, period as found
     b3.restore_cap("vr1", 55.0)
     assert (d / "cpu.cfs_quota_us").read_text() == "55000"
@@ -187,7 +188,7 @@ def test_restore_without_record_uses_the_actuators_own_original(tmp_path: Path) 
 def test_bad_record_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     d = v1_dir(tmp_path)
     b = backend(("vr1", d, ("a",)))
-    b.write_cap("vr1", 10.0)
+    b.apply_cap("vr1", 10.0)
     for rec in ({"backend": "cgroup2", "target": str(d), "params": {"cpu.max": "max 100000"}},
                 {"backend": "cgroup1", "target": "/elsewhere", "params": {"cpu.cfs_quota_us": -1, "cpu.cfs_period_us": 1}},
                 {"backend": "cgroup1", "target": str(d), "params": {"cpu.cfs_quota_us": -1}}):
@@ -199,19 +200,19 @@ def test_bad_record_is_refused_and_changes_nothing(tmp_path: Path) -> None:
 def test_removed_cgroup_is_a_missing_vr_not_a_crash(tmp_path: Path) -> None:
     d1, d2 = v1_dir(tmp_path, "vr1"), v1_dir(tmp_path, "vr2")
     b = backend(("vr1", d1, ("a",)), ("vr2", d2, ("b",)))
-    b.write_cap("vr1", 20.0)
+    b.apply_cap("vr1", 20.0)
     shutil.rmtree(d1)
-    assert b.discover() == {"vr2": ("b",)}
-    for call in (lambda: b.write_cap("vr1", 30.0), lambda: b.read_cap("vr1"), lambda: b.restore_cap("vr1", None)):
+    assert b.list_vrs() == {"vr2": ("b",)}
+    for call in (lambda: b.apply_cap("vr1", 30.0), lambda: b.read_cap("vr1"), lambda: b.restore_cap("vr1", None)):
         with pytest.raises(VRNotRunning, match="vr1"):
             call()
     # The original taken before XTC's first write is still known (kept for when the VR returns).
-    assert b.read_original("vr1")["params"] == {"cpu.cfs_period_us": 100000, "cpu.cfs_quota_us": -1}
+    assert b.snapshot("vr1")["params"] == {"cpu.cfs_period_us": 100000, "cpu.cfs_quota_us": -1}
     with pytest.raises(VRNotRunning, match="vr1"):
-        backend(("vr1", d1, ("a",))).read_original("vr1")
+        backend(("vr1", d1, ("a",))).snapshot("vr1")
     with pytest.raises(VRNotRunning, match="not a VR"):
         b.read_cap("vr9")
-    b.write_cap("vr2", 20.0)  # the other VR is unaffected
+    b.apply_cap("vr2", 20.0)  # the other VR is unaffected
 
 
 def test_directory_without_cpu_files_is_an_actuator_error(tmp_path: Path) -> None:
@@ -254,7 +255,7 @@ def test_daemon_holds_a_setpoint_through_the_cgroup_and_survives_its_removal(tmp
     plant = Plant(d, tmp_path / "net_dev")
     cfg = loads_config(cgroup_config(tmp_path, VR1.format(d=d)))
     t = [1000.0]
-    svc = DaemonService(cfg, make_backend(cfg), clock=lambda: t[0], wall_clock=lambda: 0.0)
+    svc = DaemonService(cfg, make_host(cfg), clock=lambda: t[0], wall_clock=lambda: 0.0)
     svc.open()
 
     def drive(seconds: float) -> list[dict]:
@@ -262,7 +263,6 @@ def test_daemon_holds_a_setpoint_through_the_cgroup_and_survives_its_removal(tmp
         for k in range(1, int(round(seconds * 10)) + 1):
             t[0] += 0.1
             plant.step(0.1)
-            svc._sample(t[0])
             if k % 10 == 0:
                 svc.run_period(t[0], 1.0)
                 out.append(svc.core.describe("vr1"))

@@ -2,7 +2,7 @@
 
 A percentage loses what the hypervisor had (an LXC ``vcpu_period`` other than the one found at
 restore time, libvirt's spelling of "no limit"), so the core keeps the backend's record
-(:meth:`Backend.read_original`) opaque beside the percentage, persists it, and hands it back in
+(:meth:`Backend.snapshot`) opaque beside the percentage, persists it, and hands it back in
 :class:`RestoreCap`; the libvirt backend adopts it in the actuator and restores it.  Runs on the
 fake hypervisor of :mod:`fakes.libvirt`, no root.
 """
@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from xtc.host.counters import ProcNetDevCounters
 from xtc.models import PAPER_MODEL
 from xtc.control import make_controller
 from xtc.daemon.api import Request
@@ -23,7 +24,7 @@ from xtc.host.errors import HostAdapterError
 from xtc.host.libvirt import LibvirtBackend
 from xtc.host.libvirt_conn import LibvirtConn
 from xtc.daemon.service import DaemonService
-from xtc_lab.sim.host import SimBackend, render_proc_net_dev
+from xtc_lab.sim.host import SimHost, render_proc_net_dev
 
 
 def factory():
@@ -112,7 +113,7 @@ def test_activation_refuses_a_record_that_is_not_a_json_object():
 
 # ------------------------------------------------------------------------ libvirt backend
 def lxc_backend(hv: FakeHypervisor, proc_net_dev: str = "/proc/net/dev") -> LibvirtBackend:
-    return LibvirtBackend(LibvirtConn("lxc:///", open_fn=hv.open), "lxc", (), proc_net_dev)
+    return LibvirtBackend(LibvirtConn("lxc:///", open_fn=hv.open), "lxc", (), ProcNetDevCounters(proc_net_dev))
 
 
 def test_backend_record_restores_a_period_that_a_percentage_loses():
@@ -120,18 +121,18 @@ def test_backend_record_restores_a_period_that_a_percentage_loses():
     hv.define("vr1", interfaces=["a"])
     hv.domains["vr1"].live_params.update(vcpu_period=50000, vcpu_quota=20000)  # set live by an operator
     b = lxc_backend(hv)
-    original = b.read_original("vr1")
+    original = b.snapshot("vr1")
     assert original == rec(50000, 20000)
-    b.write_cap("vr1", 10.0)
+    b.apply_cap("vr1", 10.0)
     assert hv.params("vr1")["vcpu_quota"] == 5000
     hv.reboot("vr1")  # live parameters back to the defined ones: period 100000, no quota
-    b.write_cap("vr1", 10.0)
+    b.apply_cap("vr1", 10.0)
     # A restarted daemon (new backend, no actuator memory) restores from the record...
     b2 = lxc_backend(hv)
     b2.restore_cap("vr1", 40.0, original)
     assert hv.params("vr1")["vcpu_period"] == 50000 and hv.params("vr1")["vcpu_quota"] == 20000
     # ...where the percentage alone keeps the period it finds: not the VR's original setting.
-    b2.write_cap("vr1", 10.0)
+    b2.apply_cap("vr1", 10.0)
     hv.reboot("vr1")
     lxc_backend(hv).restore_cap("vr1", 40.0, None)
     assert (hv.params("vr1")["vcpu_period"], hv.params("vr1")["vcpu_quota"]) == (100000, 40000)
@@ -141,15 +142,15 @@ def test_backend_read_original_of_a_touched_vr_is_its_first_original():
     hv = FakeHypervisor("lxc")
     hv.define("vr1", interfaces=["a"], vcpu_quota=70000)
     b = lxc_backend(hv)
-    b.write_cap("vr1", 10.0)
-    assert b.read_original("vr1") == rec(100000, 70000)
+    b.apply_cap("vr1", 10.0)
+    assert b.snapshot("vr1") == rec(100000, 70000)
 
 
 def test_backend_refuses_a_record_of_another_vr_and_writes_nothing():
     hv = FakeHypervisor("lxc")
     hv.define("vr1", interfaces=["a"])
     b = lxc_backend(hv)
-    b.write_cap("vr1", 10.0)
+    b.apply_cap("vr1", 10.0)
     n = len(hv.writes)
     for bad in (rec(50000, 20000, target="vr2"), {"backend": "xen", "target": "vr1", "params": {"cap": 0}}, {"x": 1}):
         with pytest.raises(HostAdapterError, match="cannot restore"):
@@ -160,20 +161,20 @@ def test_backend_refuses_a_record_of_another_vr_and_writes_nothing():
 def test_xen_record_restores_cap_zero_only_from_the_record():
     hv = FakeHypervisor("xen")
     hv.define("vr1")
-    b = LibvirtBackend(LibvirtConn("xen:///", open_fn=hv.open), "xen", (), "/proc/net/dev")
-    original = b.read_original("vr1")
+    b = LibvirtBackend(LibvirtConn("xen:///", open_fn=hv.open), "xen", (), ProcNetDevCounters("/proc/net/dev"))
+    original = b.snapshot("vr1")
     assert original == {"backend": "xen", "target": "vr1", "params": {"cap": 0}}
-    b.write_cap("vr1", 0.2)
+    b.apply_cap("vr1", 0.2)
     assert hv.params("vr1")["cap"] == 1  # never 0 (= unlimited) by accident
-    restarted = LibvirtBackend(LibvirtConn("xen:///", open_fn=hv.open), "xen", (), "/proc/net/dev")
+    restarted = LibvirtBackend(LibvirtConn("xen:///", open_fn=hv.open), "xen", (), ProcNetDevCounters("/proc/net/dev"))
     restarted.restore_cap("vr1", None, original)
     assert hv.params("vr1")["cap"] == 0
 
 
 def test_sim_backend_record_round_trip(tmp_path):
-    b = SimBackend((SimVr(name="vr1", initial_cap_percent=80.0),), seed=1, hypervisor_path=None)
-    original = b.read_original("vr1")
-    b.write_cap("vr1", 10.0)
+    b = SimHost((SimVr(name="vr1", initial_cap_percent=80.0),), seed=1, hypervisor_path=None)
+    original = b.snapshot("vr1")
+    b.apply_cap("vr1", 10.0)
     b.restore_cap("vr1", None, original)  # the record wins over the percentage
     assert b.read_cap("vr1") == 80.0
     with pytest.raises(HostAdapterError):
@@ -224,7 +225,6 @@ def test_service_restores_the_exact_original_after_a_crash_and_a_vr_reboot(tmp_p
     assert state["instances"]["vr1"]["original_record"] == rec(50000, 20000)
     for _ in range(5):  # nothing forwarded: the controller opens the cap
         clock.t += 1.0
-        svc._sample(clock.t)
         svc.run_period(clock.t, 1.0)
     assert hv.params("vr1")["vcpu_quota"] > 20000
     # SIGKILL: no restore, the sockets die with the process.
@@ -234,7 +234,6 @@ def test_service_restores_the_exact_original_after_a_crash_and_a_vr_reboot(tmp_p
     hv.reboot("vr1")  # and the VR restarts meanwhile with its defined parameters
     svc2, clock2 = service(tmp_path, hv)
     clock2.t += 1.0
-    svc2._sample(clock2.t)
     svc2.run_period(clock2.t, 1.0)
     assert 1000 <= hv.params("vr1")["vcpu_quota"] <= 100000  # controlled again, not unlimited
     assert svc2.close() == 0

@@ -9,8 +9,8 @@ import pytest
 
 from xtc.daemon.config import loads_config
 from xtc.daemon.service import DaemonService
-from xtc_lab.sim.host import SimBackend, render_proc_net_dev
-from xtc.daemon.meter import parse_proc_net_dev
+from xtc_lab.sim.host import SimHost, render_proc_net_dev
+from xtc.host.counters import parse_proc_net_dev
 
 
 class Clock:
@@ -37,21 +37,18 @@ enabled = false
 """
     cfg = loads_config(text)
     clock = Clock()
-    svc = DaemonService(cfg, SimBackend.from_config(cfg), clock=clock, wall_clock=lambda: 0.0)
+    svc = DaemonService(cfg, SimHost.from_config(cfg, clock=clock), clock=clock, wall_clock=lambda: 0.0)
     svc.open()
     return svc, clock
 
 
 def drive(svc, clock, seconds: float, trace=None):
-    """Meter samples every 0.1 s, a control period every 1 s, on the fake clock."""
-    n = int(round(seconds * 10))
-    for k in range(1, n + 1):
-        clock.t += 0.1
-        svc._sample(clock.t)
-        if k % 10 == 0:
-            svc.run_period(clock.t, 1.0)
-            if trace is not None:
-                trace.append(svc.core.describe("vr1"))
+    """A control period every 1 s, on the fake clock (the simulated plant follows it)."""
+    for _ in range(int(round(seconds))):
+        clock.t += 1.0
+        svc.run_period(clock.t, 1.0)
+        if trace is not None:
+            trace.append(svc.core.describe("vr1"))
 
 
 def ask(svc, **doc):
@@ -85,7 +82,7 @@ def test_closed_loop_holds_setpoint_and_follows_a_change(tmp_path):
         # noise (about 6% at 30 kp/s of 100 offered), so they get a 3-sigma band.
         assert abs(m.mean() - 60000) <= 0.05 * 60000, m
         assert np.all(np.abs(m - 60000) <= 0.20 * 60000), m
-        assert svc.backend.caps["vr1"] == pytest.approx(svc.core.instances["vr1"].cap_percent)
+        assert svc.host.caps["vr1"] == pytest.approx(svc.core.instances["vr1"].cap_percent)
     finally:
         svc.close()
     # Stopping hands the original back; the instance stays in the state file for a restart.
@@ -115,33 +112,33 @@ def test_refused_message_changes_nothing(tmp_path):
         svc.close()
 
 
-class FlakyBackend(SimBackend):
+class FlakyBackend(SimHost):
     fail = False
 
-    def write_cap(self, vr, cap_percent):
+    def apply_cap(self, vr, cap_percent):
         from xtc.host.errors import HypervisorUnavailable
 
         if self.fail:
             raise HypervisorUnavailable("libvirtd restarting")
-        super().write_cap(vr, cap_percent)
+        return super().apply_cap(vr, cap_percent)
 
 
 def test_failed_actuation_keeps_instance_and_retries(tmp_path):
     svc, clock = make(tmp_path)
-    svc.backend.__class__ = FlakyBackend
+    svc.host.__class__ = FlakyBackend
     try:
         drive(svc, clock, 2)
         assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=30000)["ok"]
         drive(svc, clock, 3)
-        svc.backend.fail = True
+        svc.host.fail = True
         drive(svc, clock, 3)
         st = ask(svc, cmd="status", vr="vr1")["result"]
         assert st["state"] == "active" and "libvirtd restarting" in st["actuation_error"]
-        svc.backend.fail = False
+        svc.host.fail = False
         drive(svc, clock, 2)
         st = ask(svc, cmd="status", vr="vr1")["result"]
         assert st["actuation_error"] is None
-        assert svc.backend.caps["vr1"] == pytest.approx(st["cap_percent"])
+        assert svc.host.caps["vr1"] == pytest.approx(st["cap_percent"])
     finally:
         svc.close()
 

@@ -288,7 +288,7 @@ class _FakeQuotaHost:
     def read_cap(self, vr: str) -> float:
         return self.cap()
 
-    def write_cap(self, vr: str, cap_percent: float) -> float:
+    def apply_cap(self, vr: str, cap_percent: float) -> float:
         self.quota_us = max(1000, round(cap_percent / 100 * self.period_us))
         return self.cap()
 
@@ -398,6 +398,6 @@ def test_cgroup_host_says_what_it_sweeps(tmp_path: Path) -> None:
     host, _ = make_cgroup_host(str(tmp_path), ["vif9.0", "vif9.1"], "vr9")
     md = host.metadata()
     assert md == {"cgroup": str(tmp_path), "interfaces": "vif9.0,vif9.1", "setting_before": "cpu.max=max 100000"}
-    assert host.write_cap("vr9", 25.0) == 25.0 and (tmp_path / "cpu.max").read_text().split() == ["25000", "100000"]
+    assert host.apply_cap("vr9", 25.0) == 25.0 and (tmp_path / "cpu.max").read_text().split() == ["25000", "100000"]
     host.restore_cap("vr9", None)
     assert (tmp_path / "cpu.max").read_text().split() == ["max", "100000"]

@@ -6,6 +6,7 @@ Public entry point::
     ctl = make_controller(xtc.models.PAPER_MODEL)          # XTC's own controller
     ctl.start(current_cap_percent)                     # bumpless activation
     cap_percent = ctl.step(measured_pps, setpoint_pps)  # once per control period
+    ctl.applied(cap_in_force_percent)                  # what the actuator put in force
 
 Kinds:
 
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 
 from xtc.models import CapBounds, ModelFile
 
-from .design import deadbeat_gains
+from .period import PeriodError, deadbeat_gains, rescale_gains, rescale_model
 from .laws import (
     FIXED_CAP_TABLE1,
     ControllerError,
@@ -44,6 +45,7 @@ from .laws import (
 __all__ = [
     "Controller",
     "ControllerError",
+    "PeriodError",
     "KINDS",
     "DEFAULT_KIND",
     "make_controller",
@@ -70,6 +72,8 @@ class Controller(Protocol):
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float: ...
 
+    def applied(self, cap_in_force_percent: float) -> None: ...
+
     def to_state(self) -> dict[str, Any]: ...
 
     def restore_state(self, state: dict[str, Any]) -> None: ...
@@ -83,6 +87,7 @@ def make_controller(
     cap_max_percent: float | None = None,
     dead_zone_fraction: float | None = None,
     tuning: XtcTuning | None = None,
+    period_s: float | None = None,
 ) -> Controller:
     """Build a controller for a VR from a model file.
 
@@ -99,6 +104,11 @@ def make_controller(
         (0.10, the paper's) for "pi"/"deadbeat", 0.02 for "xtc".
     tuning : XtcTuning, optional
         Tuning of the "xtc" controller.
+    period_s : float, optional
+        The control period the controller will be stepped at, seconds; default: the model's.
+        Gains identified at the model's period are resampled to it (:mod:`xtc.control.period`:
+        the same closed-loop poles in continuous time); a period the model cannot be resampled
+        to raises :class:`PeriodError`.
     """
     k = DEFAULT_KIND if kind is None else kind
     if k not in KINDS:
@@ -111,18 +121,21 @@ def make_controller(
         raise ControllerError(f"dead_zone_fraction must be within 0..1, got {dead_zone_fraction}")
     if k == "fixed":
         return FixedCap(caps)
+    period = model.model.period_s if period_s is None else period_s
+    plant = rescale_model(model.model, period)
     if k in ("pi", "deadbeat"):
         if k == "pi":
             if model.pi is None:
                 raise ControllerError(f"model {model.name!r} has no [controller.pi] gains")
-            gains = model.pi
+            gains = rescale_gains(model.model, model.pi, period)
         else:
-            gains = model.deadbeat if model.deadbeat is not None else deadbeat_gains(model.model)
+            base = model.deadbeat if model.deadbeat is not None else deadbeat_gains(model.model)
+            gains = rescale_gains(model.model, base, period)
         dz = model.dead_zone_fraction if dead_zone_fraction is None else dead_zone_fraction
         return PaperPI(gains, caps, dz, kind=k)
-    t = tuning or XtcTuning(design_lag=model.model.a)
+    t = tuning or XtcTuning(design_lag=max(0.0, plant.a))
     if dead_zone_fraction is not None:
         from dataclasses import replace
 
         t = replace(t, dead_zone_fraction=dead_zone_fraction)
-    return XtcController(model.model, caps, t)
+    return XtcController(plant, caps, t)

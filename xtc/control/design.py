@@ -91,7 +91,8 @@ def deadbeat_gains(model: LogCapModel) -> Gains:
 
     They place the closed-loop poles at ``{0, a}``; the pole at ``a`` cancels the
     zero of Equation 3, so that ``F(z) = 1/z``: from rest, the output reaches a
-    setpoint step in one period.
+    setpoint step in one period.  (Pole placement with python-control; the daemon uses the
+    closed form :func:`xtc.control.period.deadbeat_gains`, and the tests check they agree.)
     """
     return pi_gains_by_pole_placement(model, [0.0, model.a])
 

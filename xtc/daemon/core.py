@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping
 from xtc.control import Controller
 
 from .api import ApiError, Request
+from .meter import VrReading
 
 __all__ = [
     "STATE_SCHEMA",
@@ -59,25 +60,6 @@ ControllerFactory = Callable[[], Controller]
 
 class StateError(ValueError):
     """A state file cannot be used (it names the problem)."""
-
-
-@dataclass(frozen=True)
-class VrReading:
-    """What the meter saw of one VR over the last control period.
-
-    Attributes
-    ----------
-    forwarded_pps : float or None
-        Packets/s the VR forwarded (host-side RX of its interfaces), None if unknown.
-    offered_pps : float or None
-        Packets/s offered to the VR (host-side TX of its interfaces), None if unknown.
-    counter_reset : bool
-        A counter went backwards or an interface came or went during the period.
-    """
-
-    forwarded_pps: float | None
-    offered_pps: float | None = None
-    counter_reset: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,7 +96,10 @@ class Instance:
     original_cap_percent: float | None
     controller: Controller
     cap_percent: float
+    #: The command last written successfully (None: to be written).
     applied_cap_percent: float | None = None
+    #: The cap the host reported in force after that write, percent of one CPU.
+    cap_in_force_percent: float | None = None
     last_write_s: float | None = None
     actuation_error: str | None = None
     #: The backend's exact record of the original setting (opaque JSON object), or None.
@@ -372,12 +357,27 @@ class DaemonCore:
         return actions
 
     # ----------------------------------------------------------------- outcome of actions
-    def cap_written(self, vr: str, cap_percent: float, now_s: float) -> None:
+    def cap_written(self, vr: str, cap_in_force_percent: float, now_s: float,
+                    commanded_percent: float | None = None) -> None:
+        """A :class:`SetCap` succeeded: the host now has ``cap_in_force_percent`` in force.
+
+        ``commanded_percent`` is the cap the action asked for (default: the instance's current
+        command); the same command is not written again until it changes or is due for
+        re-assertion.  The controller is told the cap in force (:meth:`Controller.applied`), so
+        that a quantising actuator (whole Xen percents, quota microseconds) is dithered around.
+        """
         inst = self.instances.get(vr)
         if inst is not None:
-            inst.applied_cap_percent = cap_percent
+            inst.applied_cap_percent = inst.cap_percent if commanded_percent is None else commanded_percent
+            inst.cap_in_force_percent = cap_in_force_percent
             inst.last_write_s = now_s
             inst.actuation_error = None
+            if inst.state == ACTIVE:
+                try:
+                    inst.controller.applied(cap_in_force_percent)
+                except ValueError as e:
+                    inst.actuation_error = f"cap in force refused by the controller: {e}"
+                inst.cap_percent = inst.controller.cap_percent
 
     def cap_failed(self, vr: str, error: str) -> None:
         inst = self.instances.get(vr)

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from .config import ConfigError, load_config
     from .logs import setup_logging
-    from .service import DaemonService, make_backend
+    from .service import DaemonService, make_host
 
     try:
         cfg = load_config(args.config)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(cfg.log.format, cfg.log.level)
     try:
-        svc = DaemonService(cfg, make_backend(cfg), config_path=args.config, context=ctx)
+        svc = DaemonService(cfg, make_host(cfg), config_path=args.config, context=ctx)
         svc.install_signal_handlers()
         return svc.run()
     finally:

@@ -1,8 +1,9 @@
-"""The daemon process: the thin layer that applies :class:`~xtc.daemon.core.DaemonCore`'s decisions.
+"""The daemon process: the closed loop (:mod:`xtc.daemon.loop`) in real time, with its API.
 
-One thread runs everything on a monotonic clock: meter samples (10/s by default), the control
-period (1 s by default), manager requests (ZeroMQ REP) as they come, the per-VR sample stream
-(ZeroMQ PUB) after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
+One thread runs everything on a monotonic clock: the control period (1 s by default: the host's
+counters are read once, the controllers step, changed caps are written), manager requests
+(ZeroMQ REP) as they come, the per-VR sample stream (ZeroMQ PUB), the metrics and the state file
+after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
 (caps restored, state kept), SIGHUP reloads the configuration (a bad one is refused and the old
 one kept).  An unexpected exception saves the state, leaves the caps as XTC set them and exits
 non-zero, so that systemd restarts the daemon and it resumes.
@@ -26,16 +27,17 @@ from xtc.control import Controller, make_controller
 
 from . import api
 from .api import ApiError
-from xtc.host.base import Backend
+from xtc.host.base import Host
+from xtc.host.errors import HostAdapterError
+
 from .config import ConfigError, DaemonConfig, load_config, reload_diff
-from .core import DaemonCore, RestoreCap, SetCap, StateError, VrReading
-from xtc.host.errors import HostAdapterError, VRNotRunning
+from .core import DaemonCore, StateError
 from .logs import event, setup_logging
-from .meter import GroupRateSums, Meter, RateTracker
+from .loop import ActionOutcomes, ControlLoop
 from .metrics import DaemonMetrics
 from .state import StateFileError, read_state, save_state
 
-__all__ = ["DaemonService", "controller_factory", "make_backend", "run_daemon"]
+__all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
 
 log = logging.getLogger("xtc.daemon")
 
@@ -44,29 +46,30 @@ log = logging.getLogger("xtc.daemon")
 TRANSPORT_LIMIT_FACTOR = 16
 #: Controller state is saved at least this often even when no request changed anything, seconds.
 STATE_SAVE_PERIOD_S = 10.0
-#: VR discovery (libvirt domain list, interfaces) is refreshed this often, seconds.
-DISCOVERY_PERIOD_S = 5.0
 
 
 def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
     """A function returning fresh controllers as the ``[controller]`` section says."""
     c = cfg.controller
     mf: ModelFile = PAPER_MODEL if c.model == "paper" else load_model(c.model)
-    # Validate once now, so a bad combination fails at load and not at activation.
-    make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent)
+    period_s = cfg.daemon.control_period_s
+    # Validate once now, so a bad combination (or a period the model cannot serve) fails at load
+    # and not at activation.
+    make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent, period_s=period_s)
 
     def factory() -> Controller:
-        return make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent)
+        return make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent,
+                               period_s=period_s)
 
     return factory
 
 
-def make_backend(cfg: DaemonConfig) -> Backend:
-    """The backend the configuration names."""
+def make_host(cfg: DaemonConfig) -> Host:
+    """The host backend the configuration names."""
     if cfg.daemon.backend == "sim":
-        from xtc_lab.sim.host import SimBackend
+        from xtc_lab.sim.host import SimHost
 
-        return SimBackend.from_config(cfg)
+        return SimHost.from_config(cfg)
     if cfg.daemon.backend == "cgroup":
         from xtc.host.cgroup import CgroupBackend
 
@@ -90,7 +93,7 @@ class DaemonService:
     ----------
     cfg : DaemonConfig
         The loaded configuration.
-    backend : Backend
+    host : Host
         Where VRs, counters and caps come from.
     config_path : path, optional
         Re-read on SIGHUP (or :meth:`request_reload`).
@@ -101,14 +104,14 @@ class DaemonService:
     def __init__(
         self,
         cfg: DaemonConfig,
-        backend: Backend,
+        host: Host,
         config_path: str | Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         context: zmq.Context | None = None,
     ):
         self.cfg = cfg
-        self.backend = backend
+        self.host = host
         self.config_path = config_path
         self.clock = clock
         self.wall_clock = wall_clock
@@ -120,20 +123,11 @@ class DaemonService:
             max_setpoint_pps=cfg.daemon.max_setpoint_pps,
             reassert_period_s=cfg.daemon.reassert_period_s,
         )
-        self.meter = Meter(backend.counter_source(), RateTracker(max_window_s=self._window_s(cfg)))
-        self._vr_ifaces: dict[str, tuple[str, ...]] = {}
-        self._if_owner: dict[str, str] = {}
-        self._reset_ifs: set[str] = set()
-        self._sums = GroupRateSums()
+        self.control = ControlLoop(self.core, host)
         self._last_save_s = -math.inf
-        self._last_discovery_s = -math.inf
         self.rep: zmq.Socket | None = None
         self.pub: zmq.Socket | None = None
         self.metrics_port: int | None = None
-
-    @staticmethod
-    def _window_s(cfg: DaemonConfig) -> float:
-        return cfg.daemon.control_period_s * 1.5 + 2.0 / cfg.daemon.meter_samples_per_s
 
     # ------------------------------------------------------------------------ start / stop
     def install_signal_handlers(self) -> None:
@@ -188,26 +182,22 @@ class DaemonService:
         }
         if cfg.metrics.enabled:
             self.metrics_port = self.metrics.serve(cfg.metrics.address, cfg.metrics.port)
-        self._discover(self.clock(), force=True)
-        event(log, logging.INFO, "started", backend=self.backend.name, pid=os.getpid(),
-              period_s=cfg.daemon.control_period_s, meter_samples_per_s=cfg.daemon.meter_samples_per_s,
-              metrics_port=self.metrics_port, vrs=sorted(self._vr_ifaces), **endpoints)
+        now = self.clock()
+        self.control.discover(now, force=True)
+        # The first counter reading starts the first period.
+        self.control.period(now)
+        event(log, logging.INFO, "started", backend=self.host.name, pid=os.getpid(),
+              period_s=cfg.daemon.control_period_s, counters=getattr(self.host, "counter_source_name", None),
+              metrics_port=self.metrics_port, vrs=sorted(self.control.vrs), **endpoints)
 
     def close(self) -> int:
         """Give every controlled VR its original cap back, save the state, close.  Returns rc."""
-        failed = 0
-        for act in self.core.shutdown_actions():
-            try:
-                self.backend.restore_cap(act.vr, act.cap_percent, act.original_record)
-                event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
-            except HostAdapterError as e:
-                failed += 1
-                event(log, logging.ERROR, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+        failed = self.control.restore_all().restores_failed
         self._save(force=True)
         for s in (self.rep, self.pub):
             if s is not None:
                 s.close(0)
-        self.backend.close()
+        self.host.close()
         event(log, logging.INFO, "stopped", restore_failures=failed, signal=self.flags.stop_signal)
         return 1 if failed else 0
 
@@ -226,13 +216,11 @@ class DaemonService:
         return self.close()
 
     def loop(self, until_s: float | None = None) -> None:
-        """The scheduler: meter samples, control periods and requests, until stopped."""
+        """The scheduler: control periods and requests, until stopped."""
         assert self.rep is not None
         poller = zmq.Poller()
         poller.register(self.rep, zmq.POLLIN)
         now = self.clock()
-        sample_dt = 1.0 / self.cfg.daemon.meter_samples_per_s
-        next_sample = now
         period_start = now
         next_period = now + self.cfg.daemon.control_period_s
         while not self.flags.stop:
@@ -241,74 +229,26 @@ class DaemonService:
             if self.flags.reload:
                 self.flags.reload = False
                 self.reload()
-                sample_dt = 1.0 / self.cfg.daemon.meter_samples_per_s
                 next_period = min(next_period, period_start + self.cfg.daemon.control_period_s)
-            timeout_ms = max(0.0, min(next_sample, next_period) - self.clock()) * 1000.0
+            timeout_ms = max(0.0, next_period - self.clock()) * 1000.0
             if poller.poll(timeout=math.ceil(timeout_ms)):
                 self._serve_requests()
             now = self.clock()
-            if now >= next_sample:
-                self._sample(now)
-                next_sample += sample_dt
-                if next_sample <= now:  # fell behind: skip the missed samples, do not burst
-                    next_sample = now + sample_dt
             if now >= next_period:
                 self.run_period(now, now - period_start)
                 period_start = now
                 next_period += self.cfg.daemon.control_period_s
-                if next_period <= now:
+                if next_period <= now:  # fell behind: skip the missed periods, do not burst
                     next_period = now + self.cfg.daemon.control_period_s
-
-    # ------------------------------------------------------------------------------ meter
-    def _discover(self, now: float, force: bool = False) -> None:
-        if not force and now - self._last_discovery_s < DISCOVERY_PERIOD_S:
-            return
-        self._last_discovery_s = now
-        try:
-            vrs = dict(self.backend.discover())
-        except HostAdapterError as e:
-            event(log, logging.WARNING, "discovery_failed", error=str(e))
-            return
-        if vrs != self._vr_ifaces:
-            event(log, logging.INFO, "vrs_changed", vrs=sorted(vrs))
-        self._vr_ifaces = vrs
-        self._if_owner = {i: vr for vr, ifs in vrs.items() for i in ifs}
-        self.core.set_present(frozenset(vrs))
-
-    def _sample(self, now: float) -> None:
-        try:
-            self.backend.tick(now)
-            rep = self.meter.sample(now)
-        except HostAdapterError as e:
-            self.metrics.meter_errors.inc()
-            event(log, logging.WARNING, "meter_failed", error=str(e))
-            return
-        if rep.accepted:
-            for name in (*rep.appeared, *rep.vanished):
-                self._reset_ifs.add(name)
-            for name, verdicts in rep.anomalies.items():
-                if "reset" in verdicts or "jump" in verdicts:
-                    self._reset_ifs.add(name)
-
-    def readings(self, period_s: float) -> dict[str, VrReading]:
-        """Per-VR rates over the last ``period_s`` seconds (the collector: sum of interfaces)."""
-        table = self.meter.rates_table(min(max(period_s, 1e-3), self.meter.tracker.max_window_s))
-        vrs, fwd, off, seen = self._sums.sums(table, self._vr_ifaces)
-        reset_ifs = self._reset_ifs
-        out: dict[str, VrReading] = {}
-        for vr, f, o, n in zip(vrs, fwd, off, seen):
-            reset = bool(reset_ifs) and any(i in reset_ifs for i in self._vr_ifaces[vr])
-            out[vr] = VrReading(f, o, reset) if n else VrReading(None, None, reset)
-        self._reset_ifs.clear()
-        return out
 
     # ----------------------------------------------------------------------------- period
     def run_period(self, now: float, period_s: float) -> None:
-        """One control period: discovery, controllers, cap writes, samples, metrics, state."""
+        """One control period (:meth:`ControlLoop.period`), then samples, metrics and state."""
         t0 = time.perf_counter()
-        self._discover(now)
-        actions = self.core.period(now, self.readings(period_s))
-        self._apply(actions, now)
+        report = self.control.period(now)
+        if report.meter_error is not None:
+            self.metrics.meter_errors.inc()
+        self._count(report.outcomes)
         samples = self.core.samples(self.wall_clock(), period_s)
         assert self.pub is not None
         for s in samples:
@@ -324,29 +264,13 @@ class DaemonService:
             for s in samples:
                 event(log, logging.DEBUG, "sample", **s)
 
-    def _apply(self, actions: list[SetCap | RestoreCap], now: float) -> None:
-        for act in actions:
-            if isinstance(act, SetCap):
-                try:
-                    self.backend.write_cap(act.vr, act.cap_percent)
-                except HostAdapterError as e:
-                    self.core.cap_failed(act.vr, str(e))
-                    self.metrics.actuations.labels("failed").inc()
-                    event(log, logging.WARNING, "cap_write_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
-                else:
-                    self.core.cap_written(act.vr, act.cap_percent, now)
-                    self.metrics.actuations.labels("ok").inc()
-                    event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent)
-            else:
-                try:
-                    self.backend.restore_cap(act.vr, act.cap_percent, act.original_record)
-                except HostAdapterError as e:
-                    self.metrics.actuations.labels("failed").inc()
-                    event(log, logging.WARNING, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
-                else:
-                    self.core.restored(act.vr)
-                    self.metrics.actuations.labels("ok").inc()
-                    event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
+    def _count(self, outcomes: ActionOutcomes) -> None:
+        ok = outcomes.writes_ok + outcomes.restores_ok
+        failed = outcomes.writes_failed + outcomes.restores_failed
+        if ok:
+            self.metrics.actuations.labels("ok").inc(ok)
+        if failed:
+            self.metrics.actuations.labels("failed").inc(failed)
 
     def _save(self, force: bool) -> None:
         now = self.clock()
@@ -381,21 +305,10 @@ class DaemonService:
             req = api.parse_request(frames[0], cfg.manager.max_message_bytes, cfg.daemon.max_setpoint_pps)
             cmd = req.cmd
             now = self.clock()
-            cap: float | None = None
-            record: dict[str, Any] | None = None
-            if self.core.needs_current_cap(req) and self._can_activate(req.vr):
-                assert req.vr is not None
-                try:
-                    record = self.backend.read_original(req.vr)
-                    cap = self.backend.read_cap(req.vr)
-                except VRNotRunning as e:
-                    raise ApiError("unknown_vr", str(e)) from None
-                except HostAdapterError as e:
-                    raise ApiError("backend", f"cannot read the cap of {req.vr!r}: {e}") from None
-            result, actions = self.core.handle(req, now, cap, record)
+            result, actions = self.control.decide(req, now)
             if self.core.dirty:
                 self._save(force=True)
-            self._apply(actions, now)
+            self._count(self.control.apply(actions, now))
             if req.vr is not None and req.vr in self.core.pending_restores and req.cmd == "deactivate":
                 result = {**result, "restore_pending": True}
             if cmd not in ("list", "status", "ping"):
@@ -411,10 +324,6 @@ class DaemonService:
             self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", "internal").inc()
             return api.error_reply(ApiError("internal", f"{type(e).__name__}: {e}"[:300]))
 
-    def _can_activate(self, vr: str | None) -> bool:
-        v = self.core.vrs.get(vr or "")
-        return v is not None and v.present and vr not in self.core.instances
-
     # ----------------------------------------------------------------------------- reload
     def reload(self) -> bool:
         """Re-read the configuration file; a bad or incompatible one is refused, the old kept."""
@@ -426,7 +335,8 @@ class DaemonService:
             if fixed:
                 raise ConfigError(fixed[0], "cannot change without a restart" + (
                     f" (also: {', '.join(fixed[1:])})" if len(fixed) > 1 else ""), str(self.config_path))
-            factory = controller_factory(new) if new.controller != self.cfg.controller else None
+            changed_period = new.daemon.control_period_s != self.cfg.daemon.control_period_s
+            factory = controller_factory(new) if (new.controller != self.cfg.controller or changed_period) else None
         except (ConfigError, ValueError) as e:
             self.metrics.reloads.labels("refused").inc()
             event(log, logging.ERROR, "reload_refused", error=str(e))
@@ -435,8 +345,6 @@ class DaemonService:
             self.core.replace_controllers(factory)
         self.core.max_setpoint_pps = new.daemon.max_setpoint_pps
         self.core.reassert_period_s = new.daemon.reassert_period_s
-        if self._window_s(new) > self.meter.tracker.max_window_s:
-            self.meter.tracker.max_window_s = self._window_s(new)
         if new.log != self.cfg.log:
             setup_logging(new.log.format, new.log.level)
         changed = sorted(k for k, v in new.flat().items() if self.cfg.flat()[k] != v)
@@ -455,7 +363,7 @@ def run_daemon(config_path: str | Path) -> int:
         return 2
     setup_logging(cfg.log.format, cfg.log.level)
     try:
-        backend = make_backend(cfg)
+        host = make_host(cfg)
     except (HostAdapterError, ConfigError, ImportError) as e:
         event(log, logging.CRITICAL, "backend_failed", backend=cfg.daemon.backend, error=str(e))
         return 1
@@ -468,6 +376,6 @@ def run_daemon(config_path: str | Path) -> int:
         except (curve.CurveError, OSError, ValueError) as e:
             event(log, logging.CRITICAL, "curve_failed", error=str(e))
             return 2
-    svc = DaemonService(cfg, backend, config_path=config_path, context=ctx)
+    svc = DaemonService(cfg, host, config_path=config_path, context=ctx)
     svc.install_signal_handlers()
     return svc.run()

@@ -1,21 +1,27 @@
-"""What the daemon needs from the world it controls: one small interface, several backends.
+"""The one interface through which XTC sees and caps a host's VRs.
 
-A backend says which VRs exist and which host interfaces belong to each (the collector's job),
-gives the meter its counter source (``/proc/net/dev`` or a synthetic one), and reads and writes
-caps through an actuator.  Every method raises only
-:class:`~xtc.host.errors.HostAdapterError` subclasses for failures of the outside system.
+Every consumer of a host talks to it through :class:`Host`: the daemon's control loop
+(:mod:`xtc.daemon.loop`), the training sweep (:mod:`xtc.training.collect`), the lab's recorder and
+the simulator's experiments (:mod:`xtc_lab`).  Backends: libvirt (:mod:`xtc.host.libvirt`: Xen
+``cap``, LXC/QEMU ``vcpu_quota``), plain cgroups (:mod:`xtc.host.cgroup`: v1 ``cpu.cfs_quota_us``,
+v2 ``cpu.max``) and, beside the product, the simulated plant (:mod:`xtc_lab.sim.host`), which keeps
+its own clock: real hosts have no notion of time to be advanced.
 
-Caps are in percent of one CPU; ``None`` means *unlimited* (a Xen cap of 0, an LXC
-``vcpu_quota`` of -1, a cgroup ``max``).  :meth:`Backend.write_cap` never takes ``None``: XTC writes
-a finite cap >= 1; only :meth:`Backend.restore_cap` may hand a VR back an unlimited cap, because
-that is what it had before XTC.
+Every method raises only :class:`~xtc.host.errors.HostAdapterError` subclasses for failures of the
+outside system.
 
-Exact originals: a percentage loses what the hypervisor really had (an LXC ``vcpu_period``
-other than the default, libvirt's "no limit" spelling, a Xen cap of 0).  At activation the
-daemon therefore also takes :meth:`Backend.read_original`, the backend's exact record of the
-setting as a JSON object, persists it beside the percentage, and hands it back to
-:meth:`Backend.restore_cap`, which writes exactly that record back.  The daemon never looks
-inside a record.
+Caps are in percent of one CPU; ``None`` means *unlimited* (a Xen cap of 0, an LXC ``vcpu_quota``
+of -1, a cgroup ``max``).  :meth:`Host.apply_cap` never takes ``None``: XTC writes a finite cap
+>= 1 and gets back the cap *actually in force* (a Xen cap is a whole percent; a quota is a whole
+number of microseconds), which the control loop hands back to the controller every period.  Only
+:meth:`Host.restore_cap` may hand a VR back an unlimited cap, because that is what it had before
+XTC.
+
+Exact originals: a percentage loses what the hypervisor really had (an LXC ``vcpu_period`` other
+than the default, libvirt's "no limit" spelling, a Xen cap of 0).  At activation the daemon
+therefore also takes :meth:`Host.snapshot`, the backend's exact record of the setting as a JSON
+object, persists it beside the percentage, and hands it back to :meth:`Host.restore_cap`, which
+writes exactly that record back.  The daemon never looks inside a record.
 """
 
 from __future__ import annotations
@@ -24,33 +30,40 @@ from typing import Any, Mapping, Protocol
 
 from .actuators import CapActuator, OriginalCap
 from .errors import HostAdapterError
-from xtc.daemon.meter import CounterSource
+from .ifcounters import IfCounters
 
-__all__ = ["Backend", "ActuatorCaps"]
+__all__ = ["Host", "ActuatorCaps"]
 
 
-class Backend(Protocol):
-    """The daemon's view of one host."""
+class Host(Protocol):
+    """One host's VRs, their interface counters and their caps."""
 
+    #: The backend's name (``libvirt``, ``cgroup``, ``sim``), for logs and records.
     name: str
+    #: Width of the counters :meth:`read_counters` returns (64, or 32 on a 32-bit kernel).
+    counter_bits: int
 
-    def counter_source(self) -> CounterSource:
-        """Where the meter reads the interface counters."""
+    def list_vrs(self) -> Mapping[str, tuple[str, ...]]:
+        """The VRs running now and the host-side interfaces of each."""
         ...
 
-    def discover(self) -> Mapping[str, tuple[str, ...]]:
-        """The VRs present now and the host-side interfaces of each."""
+    def read_counters(self) -> Mapping[str, IfCounters]:
+        """The cumulative counters of the host's interfaces now (at least those of the VRs)."""
         ...
 
     def read_cap(self, vr: str) -> float | None:
         """The VR's cap now (percent of one CPU; None = unlimited)."""
         ...
 
-    def write_cap(self, vr: str, cap_percent: float) -> None:
-        """Set the VR's cap (a finite cap >= 1 percent)."""
+    def apply_cap(self, vr: str, cap_percent: float) -> float:
+        """Set the VR's cap (a finite cap >= 1 percent); return the cap now in force, percent.
+
+        A cap that resolves to the setting already in force (the same whole Xen percent, the same
+        quota in microseconds) is not written again.
+        """
         ...
 
-    def read_original(self, vr: str) -> dict[str, Any]:
+    def snapshot(self, vr: str) -> dict[str, Any]:
         """The VR's cap setting now, exactly, as a non-empty JSON object (its *original* record).
 
         Taken when an instance is activated, before XTC writes a cap, and persisted.
@@ -60,14 +73,10 @@ class Backend(Protocol):
     def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
         """Give the VR back the setting it had before XTC.
 
-        ``original`` is a record from :meth:`read_original` (of this VR, maybe from an earlier
-        daemon run): that exact setting is written back.  Without one (a state file from before
-        records were kept) the cap ``cap_percent`` is restored (None = unlimited).
+        ``original`` is a record from :meth:`snapshot` (of this VR, maybe from an earlier daemon
+        run): that exact setting is written back.  Without one (a state file from before records
+        were kept) the cap ``cap_percent`` is restored (None = unlimited).
         """
-        ...
-
-    def tick(self, now_s: float) -> None:
-        """Let time pass up to ``now_s`` (the simulated plant advances; real hosts do nothing)."""
         ...
 
     def close(self) -> None:
@@ -75,7 +84,7 @@ class Backend(Protocol):
 
 
 class ActuatorCaps:
-    """The cap methods of a backend with one actuator per VR (``self._act(vr)`` builds or finds it).
+    """The cap methods of a host with one actuator per VR (``self._act(vr)`` builds or finds it).
 
     ``restore_prefers_own_original``: without a persisted record, restore the setting the actuator
     itself took before its first write, if it has one, rather than the percentage (the cgroup
@@ -90,10 +99,15 @@ class ActuatorCaps:
     def read_cap(self, vr: str) -> float | None:
         return self._act(vr).read_cap()
 
-    def write_cap(self, vr: str, cap_percent: float) -> None:
-        self._act(vr).set_cap(cap_percent)
+    def apply_cap(self, vr: str, cap_percent: float) -> float:
+        return self._act(vr).set_cap(cap_percent)
 
-    def read_original(self, vr: str) -> dict[str, Any]:
+    def cap_writes(self) -> int:
+        """Writes made by this host's actuators so far (a cap that resolved to the one in force is not one)."""
+        acts: dict[str, CapActuator] = getattr(self, "_acts", {})
+        return sum(getattr(a, "write_count", 0) for a in acts.values())
+
+    def snapshot(self, vr: str) -> dict[str, Any]:
         a = self._act(vr)
         # An actuator that has written since its last restore knows the setting before that write.
         rec = a.original()

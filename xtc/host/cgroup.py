@@ -14,7 +14,7 @@ its traffic is counted on host-side interfaces named in the configuration::
 
 Glue only: the cap arithmetic, the refusals and the errors live in the actuators
 (:class:`~xtc.host.actuators.CgroupV1Actuator`, :class:`~xtc.host.actuators.CgroupV2Actuator`)
-and the counters in :class:`~xtc.daemon.meter.ProcNetDevSource`.
+and the counters in :mod:`xtc.host.counters` (netlink, or the ``proc_net_dev`` file).
 
 - VRs: those of the configuration whose cgroup directory exists now.  A directory that
   disappears (the VR stopped) makes the VR absent, and every cap read or write on it raises
@@ -22,7 +22,7 @@ and the counters in :class:`~xtc.daemon.meter.ProcNetDevSource`.
 - Caps: ``cpu.cfs_quota_us`` per ``cpu.cfs_period_us`` (v1) or ``cpu.max`` (v2), whichever the
   directory has, the period kept as found.  XTC never writes "no limit" (-1, ``max``) except
   when restoring an original that was unlimited.
-- Originals: :meth:`CgroupBackend.read_original` is the actuator's exact record
+- Originals: :meth:`CgroupBackend.snapshot` is the actuator's exact record
   (``{"backend": "cgroup1", "target": "<dir>", "params": {"cpu.cfs_period_us": 100000,
   "cpu.cfs_quota_us": -1}}`` or ``{"backend": "cgroup2", ..., "params": {"cpu.max": "max 100000"}}``);
   :meth:`CgroupBackend.restore_cap` writes exactly that back, also in a daemon started after a
@@ -33,13 +33,14 @@ and the counters in :class:`~xtc.daemon.meter.ProcNetDevSource`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .actuators import CapActuator, CgroupV1Actuator, CgroupV2Actuator, make_actuator
 from .base import ActuatorCaps
 from xtc.daemon.config import CgroupVr, DaemonConfig
 from .errors import ActuatorError, VRNotRunning
-from xtc.daemon.meter import ProcNetDevSource
+from .counters import CounterSource, counters_from_config
+from .ifcounters import IfCounters
 
 __all__ = ["CgroupBackend"]
 
@@ -51,8 +52,8 @@ class CgroupBackend(ActuatorCaps):
     ----------
     vrs
         The VRs: name, cgroup directory, host-side interfaces.
-    proc_net_dev
-        The counter file the meter reads.
+    counters
+        Where the interfaces' counters are read.
     cap_min_percent, cap_max_percent
         Bounds every written cap is clamped to, percent of one CPU.
     """
@@ -60,24 +61,25 @@ class CgroupBackend(ActuatorCaps):
     name = "cgroup"
     restore_prefers_own_original = True
 
-    def __init__(self, vrs: Sequence[CgroupVr], proc_net_dev: str = "/proc/net/dev",
+    def __init__(self, vrs: Sequence[CgroupVr], counters: CounterSource,
                  cap_min_percent: float = 1.0, cap_max_percent: float = 100.0) -> None:
         self.vrs: dict[str, CgroupVr] = {v.name: v for v in vrs}
         if len(self.vrs) != len(vrs):
             raise ValueError("a VR is named twice")
-        self.source = ProcNetDevSource(proc_net_dev)
+        self.counters = counters
+        self.counter_bits = counters.counter_bits
         self.cap_min = cap_min_percent
         self.cap_max = cap_max_percent
         self._acts: dict[str, CapActuator] = {}
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> CgroupBackend:
-        return cls(cfg.cgroup.vr, cfg.daemon.proc_net_dev)
+        return cls(cfg.cgroup.vr, counters_from_config(cfg.daemon.proc_net_dev))
 
-    def counter_source(self) -> ProcNetDevSource:
-        return self.source
+    def read_counters(self) -> Mapping[str, IfCounters]:
+        return self.counters.read()
 
-    def discover(self) -> dict[str, tuple[str, ...]]:
+    def list_vrs(self) -> dict[str, tuple[str, ...]]:
         return {name: v.interfaces for name, v in self.vrs.items() if Path(v.path).is_dir()}
 
     def _act(self, vr: str) -> CapActuator:
@@ -96,8 +98,5 @@ class CgroupBackend(ActuatorCaps):
         self._acts[vr] = a
         return a
 
-    def tick(self, now_s: float) -> None:
-        pass
-
     def close(self) -> None:
-        pass
+        self.counters.close()

@@ -905,3 +905,15 @@ def open_counters(
     proc = ProcNetDevCounters(path, netns)
     proc.fallback_reason = reason
     return proc
+
+
+def counters_from_config(proc_net_dev: str | os.PathLike[str] = "/proc/net/dev") -> NetlinkCounters | ProcNetDevCounters:
+    """The counter source a daemon configuration asks for (``[daemon] proc_net_dev``).
+
+    The default path means "this host's counters": netlink, or ``/proc/net/dev`` where netlink
+    cannot be had (:func:`open_counters`).  Any other path (``/proc/<pid>/net/dev`` of another
+    namespace's process, a recorded file) is read as ``/proc/net/dev`` text.
+    """
+    if str(proc_net_dev) == "/proc/net/dev":
+        return open_counters("netlink")
+    return ProcNetDevCounters(proc_net_dev)

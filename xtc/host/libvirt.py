@@ -2,13 +2,15 @@
 
 Glue only: the errors, reconnects and cap arithmetic live in the adapters it uses
 (:class:`~xtc.host.libvirt_conn.LibvirtConn`, :func:`~xtc.host.actuators.make_actuator`,
-:func:`~xtc.daemon.collector.xen_vif_names`, :class:`~xtc.daemon.meter.ProcNetDevSource`).
+:func:`xen_vif_names`, the counter sources of :mod:`xtc.host.counters`).
 
 - VRs: the running domains (or only those listed in ``[libvirt] domains``).
 - Interfaces: the ``<interface><target dev=.../>`` names of the live XML (LXC/QEMU), or Xen's
-  ``vif<domid>.<n>`` among the interfaces the meter saw last.
+  ``vif<domid>.<n>`` among the interfaces whose counters were read last.
+- Counters: netlink ``RTM_GETSTATS`` (``/proc/net/dev`` where netlink is not available, or the
+  file ``[daemon] proc_net_dev`` names when it is not the default).
 - Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` otherwise.
-- Originals: :meth:`LibvirtBackend.read_original` is the actuator's exact record of the
+- Originals: :meth:`LibvirtBackend.snapshot` is the actuator's exact record of the
   setting (``OriginalCap.to_dict()``: e.g. ``{"backend": "libvirt-quota", "target": "vr1",
   "params": {"vcpu_period": 50000, "vcpu_quota": -1}}``, or Xen's ``{"cap": 0}``).  The daemon
   persists it and :meth:`LibvirtBackend.restore_cap` hands it to ``actuator.adopt_original``
@@ -20,35 +22,34 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Iterable, Mapping
+
+from xtc.daemon.config import DaemonConfig
 
 from .actuators import CapActuator, make_actuator
 from .base import ActuatorCaps
-from xtc.daemon.collector import xen_vif_names
-from xtc.daemon.config import DaemonConfig
+from .counters import CounterSource, counters_from_config
+from .ifcounters import IfCounters
 from .libvirt_conn import LibvirtConn
-from xtc.daemon.meter import CounterTable, IfCounters, ProcNetDevSource
 
-__all__ = ["LibvirtBackend"]
+__all__ = ["LibvirtBackend", "xen_vif_names"]
+
+_VIF_RE = re.compile(r"^vif(\d+)\.(\d+)(-emu)?$")
 
 
-class _RememberingSource:
-    """``/proc/net/dev`` reader that remembers the interface names of the last read (for Xen)."""
+def xen_vif_names(domid: int, present: Iterable[str]) -> tuple[str, ...]:
+    """Xen backend interfaces of domain ``domid`` among ``present``, sorted by device number.
 
-    def __init__(self, path: str):
-        self.src = ProcNetDevSource(path)
-        self.names: frozenset[str] = frozenset()
-        self._names: tuple[str, ...] = ()
-
-    def read(self) -> dict[str, IfCounters]:
-        return self.read_table().to_dict()
-
-    def read_table(self) -> CounterTable:
-        t = self.src.read_table()
-        if t.names is not self._names:  # the parser hands back the same tuple while nothing changes
-            self._names = t.names
-            self.names = frozenset(t.names)
-        return t
+    Matches ``vif<domid>.<n>`` and ``vif<domid>.<n>-emu`` exactly (``vif1.0``
+    is not an interface of domain 11).
+    """
+    found = []
+    for name in present:
+        m = _VIF_RE.match(name)
+        if m and int(m.group(1)) == domid:
+            found.append((int(m.group(2)), m.group(3) or "", name))
+    return tuple(n for _, _, n in sorted(found))
 
 
 class LibvirtBackend(ActuatorCaps):
@@ -56,12 +57,14 @@ class LibvirtBackend(ActuatorCaps):
 
     name = "libvirt"
 
-    def __init__(self, conn: LibvirtConn, kind: str, domains: tuple[str, ...], proc_net_dev: str,
+    def __init__(self, conn: LibvirtConn, kind: str, domains: tuple[str, ...], counters: CounterSource,
                  cap_min_percent: float = 1.0, cap_max_percent: float = 100.0):
         self.conn = conn
         self.kind = kind
         self.domains = domains
-        self.source = _RememberingSource(proc_net_dev)
+        self.counters = counters
+        self.counter_bits = counters.counter_bits
+        self._seen: frozenset[str] = frozenset()
         self.cap_min = cap_min_percent
         self.cap_max = cap_max_percent
         self._acts: dict[str, CapActuator] = {}
@@ -70,12 +73,15 @@ class LibvirtBackend(ActuatorCaps):
     def from_config(cls, cfg: DaemonConfig) -> "LibvirtBackend":
         uri = cfg.libvirt.uri
         kind = "xen" if uri.startswith("xen") else ("lxc" if uri.startswith("lxc") else "qemu")
-        return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, cfg.daemon.proc_net_dev)
+        return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, counters_from_config(cfg.daemon.proc_net_dev))
 
-    def counter_source(self) -> _RememberingSource:
-        return self.source
+    def read_counters(self) -> Mapping[str, IfCounters]:
+        c = self.counters.read()
+        if len(c) != len(self._seen) or not self._seen.issuperset(c):
+            self._seen = frozenset(c)
+        return c
 
-    def discover(self) -> dict[str, tuple[str, ...]]:
+    def list_vrs(self) -> dict[str, tuple[str, ...]]:
         def running(c: Any) -> list[str]:
             return [d.name() for d in c.listAllDomains(0) if d.isActive()]
 
@@ -89,7 +95,9 @@ class LibvirtBackend(ActuatorCaps):
                 continue
             ifs = info.interfaces
             if self.kind == "xen" and info.domid is not None:
-                ifs = xen_vif_names(info.domid, self.source.names) or ifs
+                if not self._seen:
+                    self.read_counters()
+                ifs = xen_vif_names(info.domid, self._seen) or ifs
             out[n] = tuple(ifs)
         return out
 
@@ -100,9 +108,7 @@ class LibvirtBackend(ActuatorCaps):
             self._acts[vr] = a
         return a
 
-    def tick(self, now_s: float) -> None:
-        pass
-
     def close(self) -> None:
         self.conn.close()
+        self.counters.close()
 

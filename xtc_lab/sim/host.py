@@ -1,15 +1,16 @@
-"""The simulated backend: the daemon drives :class:`xtc_lab.sim.plant.Plant` instead of a hypervisor.
+"""The simulated host: the control loop drives :class:`xtc_lab.sim.plant.Plant` instead of a hypervisor.
 
-It goes through the same paths as a real host:
+A :class:`~xtc.host.base.Host` like the real ones, so the daemon's loop runs unchanged on it:
 
-- **Meter**: :class:`SimNetDev` renders the plant's cumulative counters as ``/proc/net/dev`` text
-  and the real parser (:func:`xtc.daemon.meter.parse_proc_net_dev`) reads it.  VR number ``i``
+- **Counters**: :meth:`SimHost.read_counters` renders the plant's cumulative counters as
+  ``/proc/net/dev`` text and the real parser (:func:`xtc.host.counters.parse_proc_net_dev`) reads it.  VR number ``i``
   (from 1) has Xen-style host interfaces ``vif<i>.0 .. vif<i>.<n-1>``: packets offered to the VR
   are host-side TX of ``vif<i>.0``, packets it forwards are host-side RX of the last one, so the
   sums over a VR's interfaces are what they are on a real host.
-- **Actuator**: caps go through :meth:`SimBackend.write_cap` / :meth:`SimBackend.restore_cap`
-  with the same checks as a real actuator (a finite cap >= 1 percent; never 0).
-- **Original records**: :meth:`SimBackend.read_original` is
+- **Actuator**: caps go through :meth:`SimHost.apply_cap` / :meth:`SimHost.restore_cap` with the
+  same checks as a real actuator (a finite cap >= 1 percent; never 0); ``cap_step_percent``
+  quantises them as a hypervisor would (1 = Xen's whole percents) and the cap in force is returned.
+- **Original records**: :meth:`SimHost.snapshot` is
   ``{"backend": "sim", "target": <vr>, "params": {"cap_percent": <cap or null>}}``; restoring it
   writes that cap back (``null``: unlimited).
 - **The hypervisor's memory**: a VR's cap outlives the daemon on a real host.  The simulated
@@ -17,26 +18,29 @@ It goes through the same paths as a real host:
   atomically on every change) that a restarted daemon finds again, and that tests read to check
   what caps the VRs were left with.  ``null`` there means unlimited.
 
-Time: :meth:`SimBackend.tick` advances the plant in its own sub-steps (one per meter sample, at
-most 0.1 s) up to the monotonic
-time the daemon passes, so the plant runs in real time beside the daemon.
+Time: the host has its own clock (``clock``, seconds).  Before every counter read and cap write
+it advances the plant in its own sub-steps (``dt_s``, 0.1 s) up to ``clock()``: with
+``time.monotonic`` the plant runs in real time beside a daemon; with a :class:`SimClock` an
+experiment or a benchmark runs as fast as the CPU allows, advancing the clock itself.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from xtc_lab.sim.plant import Plant, PlantConfig, PlantError, Traffic, VRConfig
 
 from xtc.daemon.config import DaemonConfig, SimVr
-from xtc.host.errors import ActuatorError, VRNotRunning
-from xtc.daemon.meter import CounterTable, IfCounters, ProcNetDevParser
 from xtc.daemon.state import StateFileError, save_state
+from xtc.host.counters import parse_proc_net_dev
+from xtc.host.errors import ActuatorError, VRNotRunning
+from xtc.host.ifcounters import IfCounters
 
-__all__ = ["SimBackend", "SimNetDev", "render_proc_net_dev", "HYPERVISOR_FILE"]
+__all__ = ["SimHost", "SimClock", "render_proc_net_dev", "HYPERVISOR_FILE"]
 
 HYPERVISOR_FILE = "sim-hypervisor.json"
 _HEADER = (
@@ -56,31 +60,51 @@ def render_proc_net_dev(counters: Mapping[str, tuple[int, int]]) -> str:
     return "".join(lines)
 
 
-class SimNetDev:
-    """A counter source (``read()``) whose text comes from the plant; parsed by the real parser."""
+class SimClock:
+    """A clock that moves only when told to (seconds): simulated time for experiments and benchmarks."""
 
-    def __init__(self, backend: "SimBackend"):
-        self.backend = backend
-        self.last_text = ""
-        self.parser = ProcNetDevParser()
+    def __init__(self, t0_s: float = 0.0) -> None:
+        self.t_s = float(t0_s)
 
-    def text(self) -> str:
-        return render_proc_net_dev(self.backend.interface_counters())
+    def __call__(self) -> float:
+        return self.t_s
 
-    def read(self) -> dict[str, IfCounters]:
-        return self.read_table().to_dict()
-
-    def read_table(self) -> CounterTable:
-        self.last_text = self.text()
-        return self.parser.parse(self.last_text)
+    def advance(self, dt_s: float) -> float:
+        """Move the clock ``dt_s`` seconds forward; returns the new time."""
+        if not dt_s >= 0:
+            raise ValueError(f"a clock only moves forward, got {dt_s!r} s")
+        self.t_s += dt_s
+        return self.t_s
 
 
-class SimBackend:
-    """The :class:`~xtc.host.base.Backend` of the simulated plant."""
+class SimHost:
+    """The :class:`~xtc.host.base.Host` of the simulated plant.
+
+    Parameters
+    ----------
+    vrs : tuple of SimVr
+        The simulated VRs (traffic, offered rate, interfaces, initial cap).
+    seed : int
+        Seed of the plant's noise.
+    hypervisor_path : path or None
+        Where the caps outlive the host object (see the module docstring).
+    dt_s : float
+        The plant's sub-step, seconds.
+    clock : callable, optional
+        The host's clock, seconds (default ``time.monotonic``: real time).
+    cap_step_percent : float, optional
+        Quantum of the caps put in force (1 = Xen's whole percents); None = exact.
+    """
 
     name = "sim"
+    counter_bits = 64
 
-    def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None, dt_s: float = 0.1):
+    def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None, dt_s: float = 0.1,
+                 clock: Callable[[], float] | None = None, cap_step_percent: float | None = None):
+        self.clock: Callable[[], float] = clock or time.monotonic
+        if cap_step_percent is not None and not (cap_step_percent > 0):
+            raise ValueError(f"cap_step_percent must be > 0, got {cap_step_percent!r}")
+        self.cap_step_percent = cap_step_percent
         self.vr_names = [v.name for v in vrs]
         self._index = {n: i for i, n in enumerate(self.vr_names)}
         self._nif = {v.name: v.interfaces for v in vrs}
@@ -102,13 +126,12 @@ class SimBackend:
             )
         )
         self._t0: float | None = None
+        self.writes = 0
         self._save_hypervisor()
 
     @classmethod
-    def from_config(cls, cfg: DaemonConfig) -> "SimBackend":
-        # One plant sub-step per meter sample (at most 0.1 s), so every sample sees fresh counters.
-        dt_s = min(0.1, 1.0 / cfg.daemon.meter_samples_per_s)
-        return cls(cfg.sim.vr, cfg.sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE, dt_s=dt_s)
+    def from_config(cls, cfg: DaemonConfig, clock: Callable[[], float] | None = None) -> "SimHost":
+        return cls(cfg.sim.vr, cfg.sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE, clock=clock)
 
     # -------------------------------------------------------------- the hypervisor's memory
     def _load_hypervisor(self, names: set[str]) -> dict[str, float | None]:
@@ -133,12 +156,14 @@ class SimBackend:
         except StateFileError as e:
             raise ActuatorError(str(e)) from None
 
-    # ---------------------------------------------------------------------------- backend
-    def counter_source(self) -> SimNetDev:
-        return SimNetDev(self)
-
-    def discover(self) -> dict[str, tuple[str, ...]]:
+    # ------------------------------------------------------------------------------- host
+    def list_vrs(self) -> dict[str, tuple[str, ...]]:
         return {n: self.interfaces(n) for n in self.vr_names}
+
+    def read_counters(self) -> dict[str, IfCounters]:
+        """The plant's counters now, as ``/proc/net/dev`` text read by the real parser."""
+        self.advance()
+        return parse_proc_net_dev(render_proc_net_dev(self.interface_counters()))
 
     def interfaces(self, vr: str) -> tuple[str, ...]:
         i = self._index[vr] + 1
@@ -168,19 +193,32 @@ class SimBackend:
         self._vr(vr)
         return self.caps[vr]
 
-    def write_cap(self, vr: str, cap_percent: float) -> None:
+    def apply_cap(self, vr: str, cap_percent: float) -> float:
         i = self._vr(vr)
         if isinstance(cap_percent, bool) or not isinstance(cap_percent, (int, float)) or not math.isfinite(cap_percent) or not (1.0 <= cap_percent <= 100.0):
             # 0 would mean UNLIMITED to Xen: refuse anything outside 1..100.
             raise ActuatorError(f"refusing cap {cap_percent!r} for {vr!r}: must be within 1..100 percent of one CPU")
+        cap = float(cap_percent)
+        if self.cap_step_percent is not None:
+            q = self.cap_step_percent
+            cap = min(100.0, max(q * math.ceil(1.0 / q - 1e-9), q * round(cap / q)))
+        if self.caps[vr] is not None and cap == self.caps[vr]:
+            return cap  # the setting in force already: nothing to write
+        self.advance()
         try:
-            applied = self.plant.set_cap(i, float(cap_percent))
+            applied = self.plant.set_cap(i, cap)
         except PlantError as e:
             raise ActuatorError(f"simulated plant refused cap for {vr!r}: {e}") from None
         self.caps[vr] = applied
+        self.writes += 1
         self._save_hypervisor()
+        return applied
 
-    def read_original(self, vr: str) -> dict[str, Any]:
+    def cap_writes(self) -> int:
+        """Caps written so far (a cap equal to the one in force is not written)."""
+        return self.writes
+
+    def snapshot(self, vr: str) -> dict[str, Any]:
         self._vr(vr)
         return {"backend": self.name, "target": vr, "params": {"cap_percent": self.caps[vr]}}
 
@@ -197,16 +235,19 @@ class SimBackend:
             cap_percent = None if cap is None else float(cap)
         if cap_percent is None:
             i = self._vr(vr)
+            self.advance()
             self.plant.set_cap(i, 100.0)
             self.caps[vr] = None
             self._save_hypervisor()
         else:
-            self.write_cap(vr, cap_percent)
+            self.apply_cap(vr, cap_percent)
 
-    def tick(self, now_s: float) -> None:
+    def advance(self) -> None:
+        """Step the plant up to the host's clock (at most 60 s of simulated time at once)."""
+        now_s = self.clock()
         if self._t0 is None:
             self._t0 = now_s
-        target_steps = int((now_s - self._t0) / self.plant.dt_s)
+        target_steps = int((now_s - self._t0) / self.plant.dt_s + 1e-9)
         # Never simulate more than 60 s at once (a suspended process must not stall the loop).
         todo = min(max(0, target_steps - self.plant.steps), int(60.0 / self.plant.dt_s))
         for _ in range(todo):

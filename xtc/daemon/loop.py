@@ -1,0 +1,207 @@
+"""The closed loop: one control period of every XTC instance on one host.
+
+:class:`ControlLoop` steps the pure core (:class:`~xtc.daemon.core.DaemonCore`) with a host
+(:class:`~xtc.host.base.Host`) and the time it is given::
+
+    counters = host.read_counters()                 # once per period (netlink or /proc/net/dev)
+    readings = meter.update(now, counters, vrs)     # forwarded / offered pps per VR
+    actions = core.period(now, readings)            # controllers step; caps to write
+    in_force = host.apply_cap(vr, cap)              # for each cap that changed
+    core.cap_written(vr, in_force, now)             # the controller learns the cap in force
+
+The daemon (:mod:`xtc.daemon.service`, real time, ZeroMQ, metrics, state), the simulator's
+experiments, the demo and the benchmarks (:mod:`xtc_lab`, on the simulated plant or on real
+interfaces and cgroups) all run this loop, so what is benchmarked is what runs.  It reads no
+clock: the caller passes ``now_s`` (monotonic seconds), from the wall or from a simulated plant.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from xtc.host.base import Host
+from xtc.host.errors import HostAdapterError, VRNotRunning
+
+from .api import ApiError, Request
+from .core import Action, DaemonCore, SetCap
+from .logs import event
+from .meter import PeriodMeter, VrReading
+
+__all__ = ["ControlLoop", "PeriodReport", "ActionOutcomes", "DISCOVERY_PERIOD_S"]
+
+log = logging.getLogger("xtc.daemon")
+
+#: VR discovery (libvirt domain list, interfaces) is refreshed this often, seconds.
+DISCOVERY_PERIOD_S = 5.0
+
+
+@dataclass
+class ActionOutcomes:
+    """What became of the cap writes and restores of one batch of actions."""
+
+    writes_ok: int = 0
+    writes_failed: int = 0
+    restores_ok: int = 0
+    restores_failed: int = 0
+
+    def add(self, other: "ActionOutcomes") -> None:
+        self.writes_ok += other.writes_ok
+        self.writes_failed += other.writes_failed
+        self.restores_ok += other.restores_ok
+        self.restores_failed += other.restores_failed
+
+
+@dataclass
+class PeriodReport:
+    """One control period: the readings, what was written, and what failed."""
+
+    now_s: float
+    readings: dict[str, VrReading] = field(default_factory=dict)
+    outcomes: ActionOutcomes = field(default_factory=ActionOutcomes)
+    #: The counters could not be read (the message); the controllers did not step.
+    meter_error: str | None = None
+
+
+class ControlLoop:
+    """Every XTC instance of one host, stepped once per control period.
+
+    Parameters
+    ----------
+    core : DaemonCore
+        The instances and their controllers.
+    host : Host
+        The VRs, their counters and their caps.
+    meter : PeriodMeter, optional
+        Rates from consecutive counter readings.
+    discovery_period_s : float
+        How often :meth:`period` refreshes the VR list, seconds.
+    """
+
+    def __init__(self, core: DaemonCore, host: Host, meter: PeriodMeter | None = None,
+                 discovery_period_s: float = DISCOVERY_PERIOD_S) -> None:
+        self.core = core
+        self.host = host
+        self.meter = meter or PeriodMeter()
+        self.discovery_period_s = discovery_period_s
+        self.vrs: dict[str, tuple[str, ...]] = {}
+        self._last_discovery_s: float | None = None
+
+    # ------------------------------------------------------------------------ VR inventory
+    def discover(self, now_s: float, force: bool = False) -> bool:
+        """Refresh the VR list from the host (every ``discovery_period_s``).  False if it failed."""
+        if not force and self._last_discovery_s is not None and now_s - self._last_discovery_s < self.discovery_period_s:
+            return True
+        self._last_discovery_s = now_s
+        try:
+            vrs = {name: tuple(ifs) for name, ifs in self.host.list_vrs().items()}
+        except HostAdapterError as e:
+            event(log, logging.WARNING, "discovery_failed", error=str(e))
+            return False
+        if vrs != self.vrs:
+            event(log, logging.INFO, "vrs_changed", vrs=sorted(vrs))
+        self.vrs = vrs
+        self.core.set_present(frozenset(vrs))
+        return True
+
+    # ----------------------------------------------------------------------------- period
+    def period(self, now_s: float) -> PeriodReport:
+        """One control period ending at ``now_s``: counters, controllers, caps."""
+        self.discover(now_s)
+        report = PeriodReport(now_s)
+        try:
+            counters = self.host.read_counters()
+        except HostAdapterError as e:
+            # No rates this period; the next reading starts a new one.  Caps still get rewritten.
+            self.meter.reset()
+            report.meter_error = str(e)
+            event(log, logging.WARNING, "meter_failed", error=str(e))
+            readings: dict[str, VrReading] = {}
+        else:
+            readings = self.meter.update(now_s, counters, self.vrs, getattr(self.host, "counter_bits", 64))
+        report.readings = readings
+        report.outcomes = self.apply(self.core.period(now_s, readings), now_s)
+        return report
+
+    def apply(self, actions: list[Action], now_s: float) -> ActionOutcomes:
+        """Carry out the core's actions on the host and report each outcome back to the core."""
+        out = ActionOutcomes()
+        for act in actions:
+            if isinstance(act, SetCap):
+                try:
+                    in_force = self.host.apply_cap(act.vr, act.cap_percent)
+                except HostAdapterError as e:
+                    self.core.cap_failed(act.vr, str(e))
+                    out.writes_failed += 1
+                    event(log, logging.WARNING, "cap_write_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+                else:
+                    self.core.cap_written(act.vr, in_force, now_s, commanded_percent=act.cap_percent)
+                    out.writes_ok += 1
+                    event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent,
+                          cap_in_force_percent=in_force)
+            else:
+                try:
+                    self.host.restore_cap(act.vr, act.cap_percent, act.original_record)
+                except HostAdapterError as e:
+                    out.restores_failed += 1
+                    event(log, logging.WARNING, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+                else:
+                    self.core.restored(act.vr)
+                    out.restores_ok += 1
+                    event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
+        return out
+
+    # --------------------------------------------------------------------------- requests
+    def current_setting(self, req: Request) -> tuple[float | None, dict[str, Any] | None]:
+        """What :meth:`DaemonCore.handle` needs from the host for ``req`` (the cap and its record).
+
+        Raises
+        ------
+        ApiError
+            The VR is not running, or the host cannot tell its cap.
+        """
+        if not self.core.needs_current_cap(req):
+            return None, None
+        v = self.core.vrs.get(req.vr or "")
+        if v is None or not v.present or req.vr in self.core.instances:
+            return None, None
+        assert req.vr is not None
+        try:
+            record = self.host.snapshot(req.vr)
+            cap = self.host.read_cap(req.vr)
+        except VRNotRunning as e:
+            raise ApiError("unknown_vr", str(e)) from None
+        except HostAdapterError as e:
+            raise ApiError("backend", f"cannot read the cap of {req.vr!r}: {e}") from None
+        return cap, record
+
+    def decide(self, req: Request, now_s: float) -> tuple[dict[str, Any], list[Action]]:
+        """Validate ``req`` against the state and the host; nothing is written to the host yet.
+
+        The caller persists the core's state (when it must survive a crash) and then calls
+        :meth:`apply` with the actions.  Raises :class:`ApiError` and changes nothing when the
+        request does not apply.
+        """
+        cap, record = self.current_setting(req)
+        return self.core.handle(req, now_s, cap, record)
+
+    def handle(self, req: Request, now_s: float) -> dict[str, Any]:
+        """:meth:`decide` and :meth:`apply` in one (for callers with no state file)."""
+        result, actions = self.decide(req, now_s)
+        self.apply(actions, now_s)
+        return result
+
+    # ---------------------------------------------------------------------------- stopping
+    def restore_all(self) -> ActionOutcomes:
+        """Give every controlled VR its original cap back (instances stay in the core's state)."""
+        out = ActionOutcomes()
+        for act in self.core.shutdown_actions():
+            try:
+                self.host.restore_cap(act.vr, act.cap_percent, act.original_record)
+                out.restores_ok += 1
+                event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
+            except HostAdapterError as e:
+                out.restores_failed += 1
+                event(log, logging.ERROR, "restore_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
+        return out
