@@ -311,6 +311,12 @@ class Topology:
         self._cache[key] = arr
         return arr
 
+    def path_tuple(self, s: int, d: int) -> tuple[int, ...]:
+        """The path ``P_sd`` as a tuple of directed link ids (not cached per pair; no numpy)."""
+        if s == d:
+            raise ValueError(f"no path from host {self.hosts[s]} to itself")
+        return (2 * s, *self._switch_path(self._host_sw[s], self._host_sw[d]), 2 * d + 1)
+
     def path_names(self, src: str, dst: str) -> list[str]:
         """The path between two hosts given by name, as link names (for people and tests)."""
         return [self.link_names[i] for i in self.path(self.host_id(src), self.host_id(dst))]

@@ -61,7 +61,7 @@ class FastScheduler(SchedulerBase):
         return frozenset(self.B[x])
 
     def _path(self, x: int, d: int) -> tuple[int, ...]:
-        return tuple(self.topo.path(x, d).tolist())
+        return self.topo.path_tuple(x, d)
 
     def _set_waiting(self, x: int, waiting: bool) -> None:
         if self._waiting[x] == waiting:
