@@ -1,0 +1,23 @@
+"""The lab's Figure 27 generator and the scheduler benchmark, on a small size."""
+
+from xtc.xco.topology import parse_topology
+from xtc_lab.xco.bench import bench_one
+from xtc_lab.xco.topologies import fig27, fig27_pairs
+
+
+def test_fig27_shape_and_paths():
+    topo = parse_topology(fig27(4))
+    assert topo.n_hosts == 800
+    pairs = fig27_pairs(4)
+    x, d = pairs[0]
+    assert topo.hosts[x] == "h0_0_0" and topo.hosts[d] == "h2_0_0"
+    assert topo.path_names("h0_0_0", "h2_0_0") == [
+        "h0_0_0>tor0_0", "tor0_0>eor0", "eor0>core", "core>eor2", "eor2>tor2_0", "tor2_0>h2_0_0"]
+    assert topo.slow_paths == ()
+
+
+def test_bench_reports_every_field_and_fills_the_core():
+    r = bench_one(800, n_events=50)
+    assert set(r) >= {"hosts", "mode", "event_p50_us", "event_p99_us", "events_per_s_one_core", "full_schedule_ms"}
+    # 4 rows, each row's 10 Gb/s uplink takes ten 1 Gb/s senders
+    assert r["hosts"] == 800 and r["transmitting_per_slot"] == 40

@@ -1,0 +1,13 @@
+"""XCo: explicit coordination of the transmissions between hosts.
+
+A central controller tells each host, timeslice by timeslice, to which destination host it may
+send, so that the sum of the NIC rates admitted on every link stays within the link's capacity
+(papers/xco-paper.txt, section 3).  This package holds the product side:
+
+- :mod:`xtc.xco.topology`: the ``xco-topology/1`` file, validated; spanning tree; paths as arrays
+  of directed link ids.
+- :mod:`xtc.xco.scheduler`: the pure scheduler (Algorithm 1), a reference implementation written
+  with sets like the paper and a fast one with the same policy.
+- :mod:`xtc.xco.replay`: replays an event file through the scheduler and writes the directives.
+- :mod:`xtc.xco.cli`: the ``xtc xco`` subcommands.
+"""

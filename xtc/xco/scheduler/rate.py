@@ -1,0 +1,114 @@
+"""The paper's rate-limiting mode (section 3.3), pure.
+
+Every backlogged V2V flow ``(x, d)`` may send at any time, at
+``min over the links l of P_xd of C_l // n_l`` bits/s, where ``n_l`` is the number of backlogged
+flows whose path crosses ``l`` (the paper divides the bottleneck's capacity by the number of
+senders through it; counting flows is the same when every sender has one destination and keeps
+the sum on every link within its capacity when a sender has several), and at most
+``C_x // |B_x|`` so that a host's flows together stay within its NIC.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ..topology import Topology
+from .base import Directive, EventError
+
+__all__ = ["RateLimiter"]
+
+
+class RateLimiter:
+    """Rate-limiting mode: one rate per backlogged flow, recomputed at every event.
+
+    Parameters
+    ----------
+    topo : Topology
+        The network.
+    """
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self.n = topo.n_hosts
+        self.now_us = 0
+        self.B: list[dict[int, None]] = [{} for _ in range(self.n)]
+        self.rate_bps: dict[tuple[int, int], int] = {}
+        self._n_flows = np.zeros(topo.n_links, dtype=np.int64)
+
+    def _check(self, t_us: int, *hosts: int) -> None:
+        if isinstance(t_us, bool) or not isinstance(t_us, (int, np.integer)) or t_us < self.now_us:
+            raise EventError(f"t_us={t_us!r} must be an int >= {self.now_us}")
+        for x in hosts:
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < self.n:
+                raise EventError(f"no host with id {x!r}")
+
+    def _flow(self, x: int, d: int, add: bool) -> None:
+        p = self.topo.path(x, d)
+        self._n_flows[p] += 1 if add else -1
+        if add:
+            self.B[x][d] = None
+        else:
+            del self.B[x][d]
+
+    def _recompute(self, t_us: int) -> list[Directive]:
+        caps = self.topo.link_bps
+        nic = self.topo.nic_bps
+        share = np.where(self._n_flows > 0, caps // np.maximum(self._n_flows, 1), caps)
+        new: dict[tuple[int, int], int] = {}
+        for x in range(self.n):
+            if not self.B[x]:
+                continue
+            own = int(nic[x]) // len(self.B[x])
+            for d in self.B[x]:
+                new[(x, d)] = min(own, int(share[self.topo.path(x, d)].min()))
+        out = [Directive(t_us, x, d, None, r) for (x, d), r in new.items() if self.rate_bps.get((x, d)) != r]
+        out += [Directive(t_us, x, d, None, 0) for (x, d) in self.rate_bps if (x, d) not in new]
+        self.rate_bps = new
+        self.now_us = int(t_us)
+        return out
+
+    def advance(self, t_us: int) -> list[Directive]:
+        """Rates do not expire; only checks the time."""
+        self._check(t_us)
+        self.now_us = int(t_us)
+        return []
+
+    def next_expiry_us(self) -> int | None:
+        return None
+
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+        """Flows from ``x`` to ``dests`` become backlogged."""
+        dests = list(dests)
+        self._check(t_us, x, *dests)
+        if x in dests:
+            raise EventError(f"host {self.topo.hosts[x]} cannot be backlogged towards itself")
+        for d in dict.fromkeys(dests):
+            if d not in self.B[x]:
+                self._flow(x, d, True)
+        return self._recompute(int(t_us))
+
+    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+        """Flow ``(x, d)`` has nothing more to send (its rate goes to 0)."""
+        self._check(t_us, x, d)
+        if d in self.B[x]:
+            self._flow(x, d, False)
+        return self._recompute(int(t_us))
+
+    def leave(self, t_us: int, x: int) -> list[Directive]:
+        """Host ``x`` leaves: its flows and the flows towards it are dropped."""
+        self._check(t_us, x)
+        for d in list(self.B[x]):
+            self._flow(x, d, False)
+        for y in range(self.n):
+            if x in self.B[y]:
+                self._flow(y, x, False)
+        return self._recompute(int(t_us))
+
+    def link_load_bps(self) -> np.ndarray:
+        """Sum of the flow rates on every directed link, bits/s."""
+        load = np.zeros(self.topo.n_links, dtype=np.int64)
+        for (x, d), r in self.rate_bps.items():
+            load[self.topo.path(x, d)] += r
+        return load

@@ -1,0 +1,1 @@
+"""Lab side of XCo: topology generators and the scheduler benchmark (not part of the product)."""
