@@ -18,6 +18,7 @@ _COMMAND_MODULES = (
     "xtc.daemon.cli",  # xtc daemon, xtc ctl, xtc check-config
     "xtc.training.cli",  # xtc train collect | fit | design | all
     "xtc.policer.cli",  # xtc policer serve ...
+    "xtc.xco.cli",  # xtc xco replay | check-config
 )
 ENTRY_POINT_GROUP = "xtc.commands"
 # Third-party packages that only an extra installs: a part that needs a missing one is left out.

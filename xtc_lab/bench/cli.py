@@ -9,11 +9,12 @@ from typing import Any, Callable
 
 from .control_bench import add_control
 from .daemon_bench import add_daemon
+from xtc_lab.xco.bench import add_xco
 
 __all__ = ["register"]
 
 # One entry per ``xtc bench`` subcommand.
-_ADDERS: list[Callable[[Any], None]] = [add_control, add_daemon]
+_ADDERS: list[Callable[[Any], None]] = [add_control, add_daemon, add_xco]
 
 
 def register(subparsers: Any) -> None:

@@ -90,22 +90,29 @@ def bench_one(n_hosts: int, n_events: int = 4000, slice_us: int = 10_000, seed: 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, nargs="+", default=[800, 2400, 4800, 48000])
     p.add_argument("--events", type=int, default=4000, help="mid-slot events measured per size")
-    p.add_argument("--json", default=None, help="also write the result to this file")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
 
 
 def run(args: argparse.Namespace) -> int:
     res = {"scheduler": [bench_one(n, args.events) for n in args.hosts]}
     text = json.dumps(res, indent=2)
-    print(text)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+        print(text)
+    else:
+        print(f"{'hosts':>7} {'mode':>10} {'p50 us':>8} {'p99 us':>8} {'events/s':>10} {'full ms':>9}")
+        for r in res["scheduler"]:
+            print(f"{r['hosts']:>7} {r['mode']:>10} {r['event_p50_us']:>8.1f} {r['event_p99_us']:>8.1f} "
+                  f"{r['events_per_s_one_core']:>10.0f} {r['full_schedule_ms']:>9.1f}")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Add ``xco-bench`` (for the lab's command group)."""
-    p = subparsers.add_parser("xco-bench", help="benchmark the XCo scheduler on the Figure 27 topology")
+def add_xco(sub: Any) -> None:
+    """Register ``xtc bench xco``."""
+    p = sub.add_parser("xco", help="the XCo scheduler on the Figure 27 topology (800 to 48,000 hosts)")
     add_arguments(p)
     p.set_defaults(func=run)
 
