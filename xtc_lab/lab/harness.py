@@ -22,6 +22,8 @@ Units: packets/s (pps), percent of one CPU, seconds.
 
 from __future__ import annotations
 
+import xtc.models
+
 import fcntl
 import json
 import math
@@ -43,7 +45,7 @@ from xtc_lab.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_
 
 MEASURE_LOCK = Path("/run/xtc/lab-measure.lock")
 #: The model fitted on the lab's own cap sweep (``xtc lab run capsweep``; shipped in the repository).
-LAB_MODEL_FILE = Path(__file__).resolve().parents[2] / "models" / "lab.toml"
+LAB_MODEL_FILE = Path(xtc.models.__file__).resolve().with_name("lab.toml")
 
 
 # ----------------------------------------------------------------------------- host check
@@ -167,32 +169,31 @@ def controller_model(chosen: str | Path | None = None) -> str:
 
 # ------------------------------------------------------------------------------ libvirt reads
 class CapReader:
-    """Reads LXC VRs' caps through the daemon's own actuator on its own connection.
+    """Reads LXC VRs' caps through the product's host interface (:class:`xtc.host.libvirt.LibvirtBackend`)
+    on its own libvirt connection.
 
     Returns percent of one CPU; None = unlimited, not running or unreadable.
     """
 
     def __init__(self, uri: str):
+        from xtc.host.counters import ProcNetDevCounters
+        from xtc.host.libvirt import LibvirtBackend
         from xtc.host.libvirt_conn import LibvirtConn
 
         self.uri = uri
-        self._conn = LibvirtConn(uri)
-        self._acts: dict[str, Any] = {}
+        # Caps only: the lab counts packets with its own parser (netlab.read_packet_counters).
+        self._host = LibvirtBackend(LibvirtConn(uri), "lxc", (), ProcNetDevCounters())
 
     def __call__(self, vr: VR) -> float | None:
-        from xtc.host.actuators import make_actuator
         from xtc.host.errors import HostAdapterError
 
-        act = self._acts.get(vr.name)
-        if act is None:
-            act = self._acts[vr.name] = make_actuator("lxc", vr.name, conn=self._conn)
         try:
-            return act.read_cap()
+            return self._host.read_cap(vr.name)
         except (HostAdapterError, ValueError):
             return None
 
     def close(self) -> None:
-        self._conn.close()
+        self._host.close()
 
 
 def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100_000) -> None:

@@ -663,28 +663,29 @@ def gather_facts(record: Mapping[str, Any]) -> HostFacts:
 
 
 def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
-    """Each VR's cap now, read through the daemon's actuators: percent of one CPU, None (unlimited)
-    or the reason it cannot be read."""
-    from xtc.host.actuators import make_actuator
+    """Each VR's cap now, read through the product's host interface: percent of one CPU, None
+    (unlimited) or the reason it cannot be read."""
+    from xtc.daemon.config import CgroupVr
+    from xtc.host.cgroup import CgroupBackend
+    from xtc.host.counters import ProcNetDevCounters
     from xtc.host.errors import HostAdapterError
+    from xtc.host.libvirt import LibvirtBackend
+    from xtc.host.libvirt_conn import LibvirtConn
 
-    conn = None
-    if record["mode"] != "netns":
-        from xtc.host.libvirt_conn import LibvirtConn
-
-        conn = LibvirtConn(record["uri"])
+    host: CgroupBackend | LibvirtBackend
+    if record["mode"] == "netns":
+        host = CgroupBackend([CgroupVr(v["name"], v["cgroup"], ()) for v in record["vrs"]], ProcNetDevCounters())
+    else:
+        host = LibvirtBackend(LibvirtConn(record["uri"]), "lxc", (), ProcNetDevCounters())
     out: dict[str, float | None | str] = {}
     try:
         for v in record["vrs"]:
             try:
-                act = (make_actuator("cgroup", v["name"], cgroup_dir=v["cgroup"]) if conn is None
-                       else make_actuator("lxc", v["domain"], conn=conn))
-                out[v["name"]] = act.read_cap()
+                out[v["name"]] = host.read_cap(v["name"] if record["mode"] == "netns" else v["domain"])
             except (HostAdapterError, ValueError) as e:
                 out[v["name"]] = str(e)
     finally:
-        if conn is not None:
-            conn.close()
+        host.close()
     return out
 
 
