@@ -1,10 +1,10 @@
-"""The daemon's host adapters on a real LXC VR under a real libvirtd (root + libvirt).
+"""The product's host interface on a real LXC VR under a real libvirtd (root + libvirt).
 
-The meter reads the host's real /proc/net/dev, the collector finds the VR's
-interfaces in the live domain XML, and the libvirt quota actuator caps the VR
-through ``vcpu_quota``; a 100 kp/s UDP stream through the VR must be forwarded
-at a clearly lower rate under a 5% cap, and ``restore()`` must give the domain
-back its unlimited quota.
+:class:`~xtc.host.libvirt.LibvirtBackend` lists the VR with the interfaces of its live domain XML,
+reads the host's real counters over netlink, and caps the VR through ``vcpu_quota``; the period
+meter turns two readings into rates.  A 100 kp/s UDP stream through the VR must be forwarded at a
+clearly lower rate under a 5% cap, and restoring the snapshot must give the domain back its
+unlimited quota.
 """
 
 from __future__ import annotations
@@ -13,63 +13,57 @@ import time
 
 import pytest
 
-from xtc.host.actuators import LibvirtQuotaActuator
-from xtc.daemon.collector import Collector, LibvirtDomainInterfaces
+from xtc.daemon.meter import PeriodMeter
+from xtc.host.counters import NetlinkCounters
+from xtc.host.libvirt import LibvirtBackend
 from xtc.host.libvirt_conn import LibvirtConn
-from xtc.daemon.meter import Meter, ProcNetDevSource, RateTracker
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.timeout(90)]
 
 OFFERED_PPS = 100_000
 
 
-def forwarded_pps(meter: Meter, col: Collector, seconds: float) -> tuple[float, float]:
-    """Sample the meter at 10/s for ``seconds``; return the VR's (rx_pps, tx_pps) over the last 1 s."""
-    t0 = time.monotonic()
-    while (now := time.monotonic()) - t0 < seconds:
-        meter.sample(now)
-        time.sleep(0.1)
-    now = time.monotonic()
-    meter.sample(now)
-    s = col.collect(now, meter.rates(1.0), meter.tracker.interfaces)["vr"]
-    assert s.running and s.rx_pps is not None, s.reason
-    return s.rx_pps, s.tx_pps  # type: ignore[return-value]
+def rates(host: LibvirtBackend, vr: str, seconds: float) -> tuple[float, float]:
+    """The VR's (forwarded, offered) packets/s over ``seconds``, from two counter readings."""
+    meter = PeriodMeter()
+    vrs = {vr: host.list_vrs()[vr]}
+    meter.update(time.monotonic(), host.read_counters(), vrs)
+    time.sleep(seconds)
+    r = meter.update(time.monotonic(), host.read_counters(), vrs)[vr]
+    assert r.forwarded_pps is not None and not r.counter_reset, r
+    return r.forwarded_pps, r.offered_pps  # type: ignore[return-value]
 
 
-def test_meter_collector_and_quota_actuator_on_a_real_lxc_vr(vr_lab, libvirtd) -> None:
+def test_host_interface_and_meter_on_a_real_lxc_vr(vr_lab, libvirtd) -> None:
     from xtc_lab.lab.traffic import start_udp_stream
 
     lab = vr_lab(n_vrs=1)
     vr = lab.vrs[0]
-    conn = LibvirtConn(uri=libvirtd.uri)
+    host = LibvirtBackend(LibvirtConn(uri=libvirtd.uri), "lxc", (vr.name,), NetlinkCounters())
     try:
-        info = conn.domain_info(vr.name)
-        assert info.running and set(info.interfaces) == set(vr.vifs)
-        assert not conn.domain_info(vr.name + "-nope").running
-
-        col = Collector()
-        col.add("vr", LibvirtDomainInterfaces(conn, vr.name))
-        meter = Meter(ProcNetDevSource(), RateTracker(max_window_s=1.0))
-        act = LibvirtQuotaActuator(conn, vr.name, cap_min=1.0, cap_max=100.0)
-        assert act.read_cap() is None
-
+        assert set(host.list_vrs()[vr.name]) == set(vr.vifs)
+        assert host.read_cap(vr.name) is None
+        original = host.snapshot(vr.name)
         with start_udp_stream(lab, vr, OFFERED_PPS, duration_s=10) as stream:
-            free_rx, free_tx = forwarded_pps(meter, col, 2.5)
-            assert act.set_cap(5.0) == pytest.approx(5.0)
+            free_rx, free_tx = rates(host, vr.name, 2.5)
+            assert host.apply_cap(vr.name, 5.0) == pytest.approx(5.0)
             assert lab.domain(vr).schedulerParameters()["vcpu_quota"] == 5000
-            capped_rx, capped_tx = forwarded_pps(meter, col, 2.5)
-            assert act.restore() is True
-            lifted_rx, _ = forwarded_pps(meter, col, 2.5)
+            # A cap that resolves to the quota in force is not written again.
+            writes = host.cap_writes()
+            assert host.apply_cap(vr.name, 5.000001) == pytest.approx(5.0) and host.cap_writes() == writes
+            capped_rx, capped_tx = rates(host, vr.name, 2.5)
+            host.restore_cap(vr.name, None, original)
+            lifted_rx, _ = rates(host, vr.name, 2.5)
             stream.wait()
         print(
-            f"\nVR forwarded pps (meter+collector): free {free_rx:.0f} (offered {free_tx:.0f}), "
+            f"\nVR forwarded pps (host interface + meter): free {free_rx:.0f} (offered {free_tx:.0f}), "
             f"cap 5% {capped_rx:.0f} (offered {capped_tx:.0f}), restored {lifted_rx:.0f}"
         )
         q = lab.domain(vr).schedulerParameters()["vcpu_quota"]
         assert q < 0 or q >= 17592186044415  # unlimited again
-        assert act.read_cap() is None
+        assert host.read_cap(vr.name) is None
         assert free_rx > 0.5 * free_tx  # one direction forwarded: rx ~ offered
         assert capped_rx < 0.4 * free_rx
         assert lifted_rx > 2.0 * capped_rx
     finally:
-        conn.close()
+        host.close()
