@@ -522,7 +522,7 @@ def validation_problem(
     if kind == "value_error":
         return key, str(cause)
     if kind == "missing":
-        return key, "missing"
+        return key, "missing table" if hasattr(_type_at(root, loc), "__pydantic_fields__") else "missing"
     if kind == "literal_error":
         ann = _type_at(root, loc)
         choices = get_args(ann) if get_origin(ann) is Literal else ()
