@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from xtc.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_counters, vr_totals
 
 MEASURE_LOCK = Path("/run/xtc/lab-measure.lock")
@@ -96,17 +98,12 @@ def lock_holders(path: Path, locks_text: str) -> list[int]:
     return pids
 
 
-def ancestors(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """The parent, grandparent, ... of ``pid`` (up to init)."""
-    out = []
-    while pid > 1:
-        try:
-            stat = (proc / str(pid) / "stat").read_text()
-            pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        out.append(pid)
-    return out
+def ancestors(pid: int) -> list[int]:
+    """The parent, grandparent, ... of ``pid`` (up to init; empty if ``pid`` is gone)."""
+    try:
+        return [p.pid for p in psutil.Process(pid).parents()]
+    except psutil.Error:
+        return []
 
 
 @contextmanager
