@@ -28,7 +28,6 @@ def write_config(d: Path, vrs: str, extra: str = "", period_s: float = 0.5, kind
 [daemon]
 backend = "sim"
 control_period_s = {period_s}
-meter_samples_per_s = 10
 state_dir = "{d}/state"
 {extra}
 [controller]

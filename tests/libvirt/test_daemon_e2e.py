@@ -277,7 +277,6 @@ def daemon(tmp_path: Path, lab: Lab) -> Iterator[Callable[..., Any]]:
 [daemon]
 backend = "libvirt"
 control_period_s = 1.0
-meter_samples_per_s = 10
 state_dir = "{tmp_path}/state"
 proc_net_dev = "/proc/net/dev"
 [controller]

@@ -57,7 +57,7 @@ class Daemon:
 
     def write_config(self, vrs: list[dict[str, Any]]) -> None:
         lines = ['schema = "xtc-daemon/1"', "[daemon]", 'backend = "sim"', f"control_period_s = {self.period_s}",
-                 "meter_samples_per_s = 10.0", f'state_dir = "{self.dir}"', "[manager]",
+                 f'state_dir = "{self.dir}"', "[manager]",
                  f'endpoint = "{self.endpoint}"', f'pub_endpoint = "tcp://127.0.0.1:{self.pub_port}"',
                  "[metrics]", "enabled = false", "[log]", 'level = "warning"']
         for v in vrs:

@@ -121,7 +121,6 @@ def test_daemon_holds_a_netns_vr_through_its_cgroup(netns_lab: Any, tmp_path: Pa
 [daemon]
 backend = "cgroup"
 control_period_s = 1.0
-meter_samples_per_s = 10
 state_dir = "{tmp_path}/state"
 [manager]
 endpoint = "ipc://{tmp_path}/mgr.sock"

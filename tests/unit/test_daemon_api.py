@@ -109,7 +109,8 @@ def test_schema_lists_every_command_and_error():
     s = api.json_schema()
     titles = [v["title"] for v in s["$defs"]["request"]["oneOf"]]
     assert titles == list(api.COMMANDS)
-    assert s["$defs"]["reply"]["properties"]["error"]["properties"]["code"]["enum"] == list(api.ERROR_CODES)
+    assert s["$defs"]["ReplyError"]["properties"]["code"]["enum"] == list(api.ERROR_CODES)
+    assert [v["title"] for v in s["$defs"]["reply"]["oneOf"]] == ["OkReply", "ErrorReply"]
 
 
 _json = st.recursive(

@@ -15,16 +15,22 @@ Reply::
 
 :func:`parse_request` validates a request completely or raises :class:`ApiError` (with an error
 ``code`` from :data:`ERROR_CODES` and a message naming the problem).  :data:`COMMANDS` is the
-machine-readable table of commands and their fields; :func:`json_schema` turns it into a JSON
-Schema (draft 2020-12), committed as docs/manager-api.schema.json.
+machine-readable table of commands and their fields; each command has a pydantic model
+(:data:`REQUEST_MODELS`), as do replies (:class:`OkReply`, :class:`ErrorReply`) and samples
+(:class:`Sample`).  :func:`json_schema` generates a JSON Schema (draft 2020-12) from the models,
+committed as docs/manager-api.schema.json; ``python -m xtc.daemon.api --write`` rewrites it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, create_model, field_validator
 
 __all__ = [
     "API_VERSION",
@@ -39,6 +45,11 @@ __all__ = [
     "sample_message",
     "json_schema",
     "SAMPLE_TOPIC_PREFIX",
+    "REQUEST_MODELS",
+    "OkReply",
+    "ErrorReply",
+    "Instance",
+    "Sample",
 ]
 
 API_VERSION = 1
@@ -98,40 +109,145 @@ class Request:
     id: str | int | None = None
 
 
-def _check_id(v: Any) -> str | int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (str, int)):
-        raise ApiError("bad_field", f"'id' must be a string or an integer, got {type(v).__name__}")
-    if isinstance(v, str) and len(v) > MAX_ID_CHARS:
-        raise ApiError("bad_field", f"'id' must be at most {MAX_ID_CHARS} characters")
-    if isinstance(v, int) and not (-(2**63) <= v < 2**63):
-        raise ApiError("bad_field", "'id' integer out of the 64-bit range")
-    return v
+# ----------------------------------------------------------------------------------- the models
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+VrName = Annotated[str, Field(min_length=1, max_length=MAX_VR_NAME)]
+SetpointPps = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+RequestId = Annotated[str, Field(max_length=MAX_ID_CHARS)] | Annotated[int, Field(ge=-(2**63), lt=2**63)]
+_FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps}
 
 
-def _check_vr(v: Any) -> str:
-    if not isinstance(v, str):
-        raise ApiError("bad_field", f"'vr' must be a string, got {type(v).__name__}")
-    if not v or len(v) > MAX_VR_NAME:
-        raise ApiError("bad_field", f"'vr' must be 1..{MAX_VR_NAME} characters")
-    return v
+class _RequestBase(BaseModel):
+    model_config = _STRICT
+
+    v: Literal[1]
+    id: RequestId | None = None
+
+    @field_validator("setpoint_pps", check_fields=False)
+    @classmethod
+    def _at_most(cls, v: float, info: ValidationInfo) -> float:
+        most = (info.context or {}).get("max_setpoint_pps")
+        if most is not None and v > most:
+            raise ValueError(f"'setpoint_pps' must be at most {most:g} packets/s, got {v:g}")
+        return v
 
 
-def _check_setpoint(v: Any, max_setpoint_pps: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ApiError("bad_field", f"'setpoint_pps' must be a number (packets/s), got {type(v).__name__}")
-    try:
-        f = float(v)
-    except OverflowError:
-        raise ApiError("bad_field", f"'setpoint_pps' must be at most {max_setpoint_pps:g} packets/s") from None
-    if not math.isfinite(f):
-        raise ApiError("bad_field", f"'setpoint_pps' must be finite, got {f}")
-    if f <= 0:
-        raise ApiError("bad_field", f"'setpoint_pps' must be > 0 packets/s, got {f:g}")
-    if f > max_setpoint_pps:
-        raise ApiError("bad_field", f"'setpoint_pps' must be at most {max_setpoint_pps:g} packets/s, got {f:g}")
-    return f
+#: One model per command: ``v``, ``cmd``, the optional ``id`` and the command's fields.
+REQUEST_MODELS: dict[str, type[_RequestBase]] = {
+    cmd: create_model(
+        f"{cmd.capitalize()}Request",
+        __base__=_RequestBase,
+        __doc__=f"The '{cmd}' request.",
+        cmd=(Literal[cmd], ...),  # type: ignore[valid-type]
+        **{
+            name: (Annotated[_FIELD_TYPES[typ], Field(description=desc)], ... if required else None)
+            for name, (typ, required, desc) in spec.items()
+        },
+    )
+    for cmd, spec in COMMANDS.items()
+}
+
+_ID = TypeAdapter(RequestId | None, config=ConfigDict(strict=True))
+
+
+class ReplyError(BaseModel):
+    model_config = _STRICT
+
+    code: Literal[tuple(ERROR_CODES)]  # type: ignore[valid-type]
+    message: str
+
+
+class OkReply(BaseModel):
+    """A success reply; ``result`` depends on the command."""
+
+    model_config = _STRICT
+
+    v: Literal[1]
+    id: str | int | None
+    ok: Literal[True]
+    result: dict[str, Any]
+
+
+class ErrorReply(BaseModel):
+    """An error reply."""
+
+    model_config = _STRICT
+
+    v: Literal[1]
+    id: str | int | None
+    ok: Literal[False]
+    error: ReplyError
+
+
+class Instance(BaseModel):
+    """One VR and its XTC instance. Rates in packets/s, caps in percent of one CPU."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+    vr: str
+    state: Literal["inactive", "active", "paused"]
+    present: bool | None = Field(None, description="the backend currently sees the VR")
+    setpoint_pps: float | None
+    measured_pps: float | None = Field(description="forwarded packets/s over the last period")
+    offered_pps: float | None = Field(description="packets/s offered to the VR over the last period")
+    cap_percent: float | None = Field(description="current cap; null = unlimited or unknown")
+    original_cap_percent: float | None = Field(description="cap to restore; null = unlimited")
+    original_record: dict[str, Any] | None = Field(
+        None,
+        description="the backend's exact record of the setting to restore (e.g. raw vcpu_quota and vcpu_period); "
+        "null = none kept",
+    )
+    actuation_error: str | None = None
+
+
+class Sample(Instance):
+    """Published on the PUB socket under topic 'sample.<vr>' once per control period."""
+
+    v: Literal[1]
+    t_unix_s: float = Field(description="wall-clock time of the sample, seconds")
+    period_s: float = Field(description="length of the period measured, seconds")
+
+
+# ---------------------------------------------------------------------------------------- parsing
+
+
+def _id_problem(e: ValidationError, v: Any) -> str:
+    kinds = {err["type"] for err in e.errors()}
+    if isinstance(v, str) and "string_too_long" in kinds:
+        return f"'id' must be at most {MAX_ID_CHARS} characters"
+    if isinstance(v, int) and not isinstance(v, bool) and kinds & {"greater_than_equal", "less_than"}:
+        return "'id' integer out of the 64-bit range"
+    return f"'id' must be a string or an integer, got {type(v).__name__}"
+
+
+def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str:
+    errors = e.errors()
+    unknown = sorted(str(err["loc"][0]) for err in errors if err["type"] == "extra_forbidden")
+    if unknown:
+        return f"unknown field {unknown[0][:64]!r} for command '{cmd}'"
+    missing = [err for err in errors if err["type"] == "missing"]
+    err = (missing or errors)[0]
+    name, kind, v = str(err["loc"][0]), err["type"], err.get("input")
+    if kind == "missing":
+        return f"missing field '{name}' for command '{cmd}'"
+    if name == "vr":
+        if kind == "string_type":
+            return f"'vr' must be a string, got {type(v).__name__}"
+        return f"'vr' must be 1..{MAX_VR_NAME} characters"
+    if name == "setpoint_pps":
+        if kind == "float_type" and isinstance(v, int) and not isinstance(v, bool):
+            return f"'setpoint_pps' must be at most {max_setpoint_pps:g} packets/s"
+        if kind == "float_type":
+            return f"'setpoint_pps' must be a number (packets/s), got {type(v).__name__}"
+        if kind == "finite_number":
+            return f"'setpoint_pps' must be finite, got {v}"
+        if kind == "greater_than":
+            return f"'setpoint_pps' must be > 0 packets/s, got {v:g}"
+    if kind == "value_error":
+        return str(err["ctx"]["error"])
+    return f"{name!r}: {err['msg']}"
 
 
 def _reject_constant(name: str) -> Any:
@@ -167,7 +283,10 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
         raise ApiError("bad_json", f"not valid UTF-8 JSON: {str(e)[:200]}") from None
     if not isinstance(doc, dict):
         raise ApiError("bad_json", f"must be a JSON object, got {type(doc).__name__}")
-    rid = _check_id(doc.get("id"))
+    try:
+        rid = _ID.validate_python(doc.get("id"))
+    except ValidationError as e:
+        raise ApiError("bad_field", _id_problem(e, doc.get("id"))) from None
     try:
         if "v" not in doc:
             raise ApiError("bad_version", f"missing 'v' (the API version, {API_VERSION})")
@@ -180,19 +299,16 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
         if not isinstance(cmd, str) or cmd not in COMMANDS:
             shown = repr(cmd)[:64]
             raise ApiError("unknown_command", f"unknown command {shown} (known: {', '.join(COMMANDS)})")
-        spec = COMMANDS[cmd]
-        extra = sorted(set(doc) - {"v", "cmd", "id"} - set(spec))
-        if extra:
-            raise ApiError("bad_field", f"unknown field {extra[0][:64]!r} for command '{cmd}'")
-        for name, (_, required, _) in spec.items():
-            if required and name not in doc:
-                raise ApiError("bad_field", f"missing field '{name}' for command '{cmd}'")
-        vr = _check_vr(doc["vr"]) if "vr" in spec else None
-        sp = _check_setpoint(doc["setpoint_pps"], max_setpoint_pps) if "setpoint_pps" in spec else None
+        try:
+            req = REQUEST_MODELS[cmd].model_validate(
+                {**doc, "v": API_VERSION}, context={"max_setpoint_pps": max_setpoint_pps}
+            )
+        except ValidationError as e:
+            raise ApiError("bad_field", _field_problem(e, cmd, max_setpoint_pps)) from None
     except ApiError as e:
         e.request_id = rid  # type: ignore[attr-defined]
         raise
-    return Request(cmd=cmd, vr=vr, setpoint_pps=sp, id=rid)
+    return Request(cmd=cmd, vr=getattr(req, "vr", None), setpoint_pps=getattr(req, "setpoint_pps", None), id=rid)
 
 
 def encode(doc: Mapping[str, Any]) -> bytes:
@@ -232,84 +348,41 @@ def sample_message(sample: Mapping[str, Any]) -> list[bytes]:
 
 # ------------------------------------------------------------------------------ machine-readable
 
-_INSTANCE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "One VR and its XTC instance. Rates in packets/s, caps in percent of one CPU.",
-    "required": ["vr", "state", "setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent"],
-    "properties": {
-        "vr": {"type": "string"},
-        "state": {"enum": ["inactive", "active", "paused"]},
-        "present": {"type": "boolean", "description": "the backend currently sees the VR"},
-        "setpoint_pps": {"type": ["number", "null"]},
-        "measured_pps": {"type": ["number", "null"], "description": "forwarded packets/s over the last period"},
-        "offered_pps": {"type": ["number", "null"], "description": "packets/s offered to the VR over the last period"},
-        "cap_percent": {"type": ["number", "null"], "description": "current cap; null = unlimited or unknown"},
-        "original_cap_percent": {"type": ["number", "null"], "description": "cap to restore; null = unlimited"},
-        "original_record": {
-            "type": ["object", "null"],
-            "description": "the backend's exact record of the setting to restore (e.g. raw vcpu_quota and vcpu_period); null = none kept",
-        },
-        "actuation_error": {"type": ["string", "null"]},
-    },
-}
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "manager-api.schema.json"
 
 
 def json_schema() -> dict[str, Any]:
-    """A JSON Schema (draft 2020-12) of requests, replies and samples, built from :data:`COMMANDS`."""
-    field_types = {
-        "vr": {"type": "string", "minLength": 1, "maxLength": MAX_VR_NAME},
-        "setpoint": {"type": "number", "exclusiveMinimum": 0, "description": "packets/s"},
+    """A JSON Schema (draft 2020-12) of requests, replies and samples, generated from the models."""
+    defs: dict[str, Any] = {}
+
+    def schema_of(model: type[BaseModel], title: str | None = None) -> dict[str, Any]:
+        s = model.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(s.pop("$defs", {}))
+        return {**s, "title": title} if title else s
+
+    top = {
+        "request": {"oneOf": [schema_of(m, cmd) for cmd, m in REQUEST_MODELS.items()]},
+        "reply": {"oneOf": [schema_of(OkReply), schema_of(ErrorReply)]},
+        "instance": schema_of(Instance),
+        "sample": schema_of(Sample),
     }
-    variants = []
-    for cmd, spec in COMMANDS.items():
-        props: dict[str, Any] = {
-            "v": {"const": API_VERSION},
-            "cmd": {"const": cmd},
-            "id": {"type": ["string", "integer"]},
-        }
-        for name, (typ, _, desc) in spec.items():
-            props[name] = {**field_types[typ], "description": desc}
-        variants.append(
-            {
-                "type": "object",
-                "title": cmd,
-                "required": ["v", "cmd", *[n for n, (_, req, _) in spec.items() if req]],
-                "properties": props,
-                "additionalProperties": False,
-            }
-        )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://xtc.example/manager-api/v1.json",
         "title": f"XTC daemon manager API, version {API_VERSION}",
-        "$defs": {
-            "request": {"oneOf": variants},
-            "reply": {
-                "type": "object",
-                "required": ["v", "id", "ok"],
-                "properties": {
-                    "v": {"const": API_VERSION},
-                    "id": {"type": ["string", "integer", "null"]},
-                    "ok": {"type": "boolean"},
-                    "result": {"type": "object"},
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "message"],
-                        "properties": {"code": {"enum": list(ERROR_CODES)}, "message": {"type": "string"}},
-                    },
-                },
-            },
-            "instance": _INSTANCE_SCHEMA,
-            "sample": {
-                **_INSTANCE_SCHEMA,
-                "description": "Published on the PUB socket under topic 'sample.<vr>' once per control period.",
-                "required": [*_INSTANCE_SCHEMA["required"], "v", "t_unix_s", "period_s"],
-                "properties": {
-                    **_INSTANCE_SCHEMA["properties"],
-                    "v": {"const": API_VERSION},
-                    "t_unix_s": {"type": "number", "description": "wall-clock time of the sample, seconds"},
-                    "period_s": {"type": "number", "description": "length of the period measured, seconds"},
-                },
-            },
-        },
+        "$defs": {**top, **defs},
     }
+
+
+def schema_text() -> str:
+    """docs/manager-api.schema.json as it should read."""
+    return json.dumps(json_schema(), indent=1) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] not in ([], ["--write"]):
+        raise SystemExit("usage: python -m xtc.daemon.api [--write]  (print, or write docs/manager-api.schema.json)")
+    if sys.argv[1:] == ["--write"]:
+        SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
+    else:
+        sys.stdout.write(schema_text())

@@ -7,9 +7,10 @@ A complete example (every key shown with its default unless marked required)::
     [daemon]
     backend = "sim"                  # "sim" (simulated plant, no root), "libvirt" or "cgroup"
     control_period_s = 1.0           # 0.1 .. 60 s, on a monotonic clock
-    meter_samples_per_s = 10.0       # /proc/net/dev reads per second (>= 1 per period)
     state_dir = "/var/lib/xtc"       # where state.json lives (atomic writes)
-    proc_net_dev = "/proc/net/dev"   # libvirt and cgroup backends: the file the meter reads
+    proc_net_dev = "/proc/net/dev"   # libvirt and cgroup backends: the default reads the counters
+                                     # over netlink (this file where netlink is not available);
+                                     # another path (/proc/<pid>/net/dev) is read as such
     max_setpoint_pps = 100000000.0   # larger setpoints are refused
     reassert_period_s = 30.0         # rewrite every cap this often (0 = never), see below
 
@@ -75,11 +76,16 @@ rewrites every controlled cap this often, and at once when it sees a VR's counte
 
 from __future__ import annotations
 
-import math
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping, get_args, get_origin
+
+from pydantic import (
+    AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError, WrapValidator, model_validator,
+)
+from pydantic.dataclasses import dataclass
+from pydantic_core import ErrorDetails
 
 __all__ = [
     "SCHEMA",
@@ -102,17 +108,21 @@ __all__ = [
 ]
 
 SCHEMA = "xtc-daemon/1"
-BACKENDS = ("sim", "libvirt", "cgroup")
-CONTROLLER_KINDS = ("xtc", "pi", "deadbeat", "fixed")
-LOG_FORMATS = ("json", "kv")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-TRAFFIC_KINDS = ("udp", "tcp")
+Backend = Literal["sim", "libvirt", "cgroup"]
+ControllerKind = Literal["xtc", "pi", "deadbeat", "fixed"]
+LogFormat = Literal["json", "kv"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+Traffic = Literal["udp", "tcp"]
+BACKENDS = get_args(Backend)
+CONTROLLER_KINDS = get_args(ControllerKind)
+LOG_FORMATS = get_args(LogFormat)
+LOG_LEVELS = get_args(LogLevel)
+TRAFFIC_KINDS = get_args(Traffic)
 
 #: Keys (section.key) that SIGHUP may change; anything else needs a restart.
 RELOADABLE = frozenset(
     {
         "daemon.control_period_s",
-        "daemon.meter_samples_per_s",
         "daemon.max_setpoint_pps",
         "daemon.reassert_period_s",
         "controller.model",
@@ -136,86 +146,240 @@ class ConfigError(ValueError):
         super().__init__(f"{where}'{key}': {problem}")
 
 
-@dataclass(frozen=True)
+# ------------------------------------------------------------------------------------ field types
+
+
+class FieldProblem(ValueError):
+    """Raised by a check about a key other than the one being validated.
+
+    ``where`` is relative to the table the check runs on: ``"pub_endpoint"``, ``"vr[1].path"``,
+    ``"[2]"`` (an element of the list being validated).
+    """
+
+    def __init__(self, where: str, problem: str):
+        self.where = where
+        self.problem = problem
+        super().__init__(problem)
+
+
+def within(lo: float, hi: float) -> WrapValidator:
+    """A range check whose message gives the range and the value as written."""
+    shown = f"{lo}..{hi}" if isinstance(lo, int) and isinstance(hi, int) else f"{lo:g}..{hi:g}"
+
+    def check(v: Any, handler: Callable[[Any], Any]) -> Any:
+        x = handler(v)
+        if not lo <= x <= hi:
+            raise ValueError(f"must be within {shown}, got {v}")
+        return x
+
+    return WrapValidator(check)
+
+
+def _vr_name(s: str) -> str:
+    if len(s) > 64 or not all(c.isalnum() or c in "-_.:" for c in s):
+        raise ValueError(f"must be 1..64 characters of letters, digits, '-', '_', '.', ':', got {s!r}")
+    return s
+
+
+def _endpoint(s: str) -> str:
+    if not s.startswith(("tcp://", "ipc://", "inproc://")):
+        raise ValueError(f"must be a ZeroMQ endpoint (tcp://host:port, ipc://path), got {s!r}")
+    return s
+
+
+def list_of(what: str, nonempty: bool = False) -> BeforeValidator:
+    """A TOML array (of ``what``), refused with a message saying so."""
+
+    def check(v: Any) -> Any:
+        if nonempty and (not isinstance(v, (list, tuple)) or not v):
+            raise ValueError(f"must be a non-empty list of {what}")
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"must be a list of {what}, got {type(v).__name__}")
+        return v
+
+    return BeforeValidator(check)
+
+
+def _path(v: Any) -> Any:
+    if not isinstance(v, str) or not v:
+        raise ValueError("must be a non-empty path")
+    return v
+
+
+def _nonempty(s: str) -> str:
+    if not s:
+        raise ValueError("must not be empty")
+    return s
+
+
+Str = Annotated[str, Strict(), AfterValidator(_nonempty)]
+Bool = Annotated[bool, Strict()]
+Endpoint = Annotated[Str, AfterValidator(_endpoint)]
+VrName = Annotated[Str, AfterValidator(_vr_name)]
+FilePath = Annotated[str, BeforeValidator(_path)]
+
+
+#: A TOML integer or float, as a float (finite: see ``TABLE``); a TOML integer.
+Number = Annotated[float, Strict()]
+Integer = Annotated[int, Strict()]
+
+
+#: Every table: unknown keys refused, frozen, no NaN or infinity.
+TABLE = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _twice(names: list[str], where: str) -> None:
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise FieldProblem(where, f"names a VR twice: {dup[0]!r}")
+
+
+# --------------------------------------------------------------------------------------- sections
+
+
+@dataclass(config=TABLE)
 class DaemonSection:
-    backend: str = "sim"
-    control_period_s: float = 1.0
-    meter_samples_per_s: float = 10.0
-    state_dir: str = "/var/lib/xtc"
-    proc_net_dev: str = "/proc/net/dev"
-    max_setpoint_pps: float = 1e8
-    reassert_period_s: float = 30.0
+    backend: Backend = "sim"
+    control_period_s: Annotated[Number, within(0.1, 60.0)] = 1.0
+    state_dir: Str = "/var/lib/xtc"
+    proc_net_dev: Str = "/proc/net/dev"
+    max_setpoint_pps: Annotated[Number, within(1.0, 1e10)] = 1e8
+    reassert_period_s: Annotated[Number, within(0.0, 86400.0)] = 30.0
 
 
-@dataclass(frozen=True)
+@dataclass(config=TABLE)
 class ControllerSection:
-    model: str = "paper"
-    kind: str = "xtc"
-    cap_min_percent: float | None = None
-    cap_max_percent: float | None = None
+    model: Str = "paper"
+    kind: ControllerKind = "xtc"
+    cap_min_percent: Annotated[Number, within(1.0, 100.0)] | None = None
+    cap_max_percent: Annotated[Number, within(1.0, 100.0)] | None = None
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> ControllerSection:
+        lo, hi = self.cap_min_percent, self.cap_max_percent
+        if lo is not None and hi is not None and lo > hi:
+            raise FieldProblem("cap_min_percent", f"must not exceed cap_max_percent ({lo} > {hi})")
+        return self
 
 
-@dataclass(frozen=True)
+@dataclass(config=TABLE)
 class ManagerSection:
-    endpoint: str = "tcp://127.0.0.1:7700"
-    pub_endpoint: str = "tcp://127.0.0.1:7701"
-    max_message_bytes: int = 65536
+    endpoint: Endpoint = "tcp://127.0.0.1:7700"
+    pub_endpoint: Endpoint = "tcp://127.0.0.1:7701"
+    max_message_bytes: Annotated[Integer, within(256, 16 * 1024 * 1024)] = 65536
     # CURVE (optional): the daemon's secret key file and a directory of the clients' public keys
     # (zmq.auth certificate files, as written by `xtc policer keygen`).  Both or neither.
-    curve_secret_key_file: str | None = None
-    curve_clients_dir: str | None = None
+    curve_secret_key_file: FilePath | None = None
+    curve_clients_dir: FilePath | None = None
+
+    @model_validator(mode="after")
+    def _pairs(self) -> ManagerSection:
+        if (self.curve_secret_key_file is None) != (self.curve_clients_dir is None):
+            raise FieldProblem("curve_clients_dir", "curve_secret_key_file and curve_clients_dir go together")
+        if self.endpoint == self.pub_endpoint:
+            raise FieldProblem("pub_endpoint", f"must differ from manager.endpoint ({self.endpoint})")
+        return self
 
 
-@dataclass(frozen=True)
+@dataclass(config=TABLE)
 class MetricsSection:
-    enabled: bool = True
-    address: str = "127.0.0.1"
-    port: int = 9108
+    enabled: Bool = True
+    address: Str = "127.0.0.1"
+    port: Annotated[Integer, within(0, 65535)] = 9108
 
 
-@dataclass(frozen=True)
+@dataclass(config=TABLE)
 class LogSection:
-    format: str = "json"
-    level: str = "info"
+    format: LogFormat = "json"
+    level: LogLevel = "info"
 
 
-@dataclass(frozen=True)
+def _unique_domains(names: tuple[str, ...]) -> tuple[str, ...]:
+    if len(set(names)) != len(names):
+        raise ValueError("lists a domain twice")
+    return names
+
+
+@dataclass(config=TABLE)
 class LibvirtSection:
-    uri: str = "lxc:///"
-    domains: tuple[str, ...] = ()
+    uri: Str = "lxc:///"
+    domains: Annotated[tuple[VrName, ...], list_of("domain names"), AfterValidator(_unique_domains)] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(config=TABLE)
 class SimVr:
-    name: str
-    offered_pps: float = 100_000.0
-    initial_cap_percent: float = 100.0
-    traffic: str = "udp"
-    interfaces: int = 2
+    name: VrName
+    offered_pps: Annotated[Number, within(0.0, 1e9)] = 100_000.0
+    initial_cap_percent: Annotated[Number, within(1.0, 100.0)] = 100.0
+    traffic: Traffic = "udp"
+    interfaces: Annotated[Integer, within(1, 16)] = 2
 
 
-@dataclass(frozen=True)
+def _unique_sim_vrs(vrs: tuple[SimVr, ...]) -> tuple[SimVr, ...]:
+    _twice([v.name for v in vrs], "")
+    return vrs
+
+
+@dataclass(config=TABLE)
 class SimSection:
-    seed: int = 1
-    vr: tuple[SimVr, ...] = ()
+    seed: Annotated[Integer, within(0, 2**63 - 1)] = 1
+    vr: Annotated[tuple[SimVr, ...], AfterValidator(_unique_sim_vrs)] = ()
 
 
-@dataclass(frozen=True)
+_IFNAME_BAD = set("/: \t\n\r\x00")
+
+
+def _cgroup_path(path: str) -> str:
+    if not path.startswith("/") or "\x00" in path or any(part == ".." for part in path.split("/")):
+        raise ValueError(f"must be an absolute directory path without '..', got {path!r}")
+    return str(Path(path))
+
+
+def _ifname(n: str) -> str:
+    if len(n) > 15 or n in (".", "..") or _IFNAME_BAD & set(n):
+        raise ValueError(f"not an interface name (1..15 characters, no '/', ':' or spaces): {n!r}")
+    return n
+
+
+def _interfaces(ifs: tuple[str, ...]) -> tuple[str, ...]:
+    for j, n in enumerate(ifs):
+        if n in ifs[:j]:
+            raise FieldProblem(f"[{j}]", f"interface {n!r} listed twice")
+    return ifs
+
+
+@dataclass(config=TABLE)
 class CgroupVr:
-    name: str
-    path: str
-    interfaces: tuple[str, ...]
+    name: VrName
+    path: Annotated[Str, AfterValidator(_cgroup_path)]
+    interfaces: Annotated[
+        tuple[Annotated[Str, AfterValidator(_ifname)], ...], list_of("interface names", nonempty=True),
+        AfterValidator(_interfaces),
+    ]
 
 
-@dataclass(frozen=True)
+@dataclass(config=TABLE)
 class CgroupSection:
     vr: tuple[CgroupVr, ...] = ()
 
+    @model_validator(mode="after")
+    def _each_path_and_interface_once(self) -> CgroupSection:
+        owner: dict[str, str] = {}
+        paths: dict[str, str] = {}
+        for i, v in enumerate(self.vr):
+            if v.path in paths:
+                raise FieldProblem(f"vr[{i}].path", f"{v.path} is already the cgroup of VR {paths[v.path]!r}")
+            paths[v.path] = v.name
+            for j, n in enumerate(v.interfaces):
+                if n in owner:
+                    raise FieldProblem(f"vr[{i}].interfaces[{j}]", f"interface {n!r} already belongs to VR {owner[n]!r}")
+                owner[n] = v.name
+        _twice([v.name for v in self.vr], "vr")
+        return self
 
-@dataclass(frozen=True)
-class DaemonConfig:
-    """The whole configuration, frozen.  Runtime state never lives here."""
 
+@dataclass(config=TABLE)
+class _Sections:
     daemon: DaemonSection = field(default_factory=DaemonSection)
     controller: ControllerSection = field(default_factory=ControllerSection)
     manager: ManagerSection = field(default_factory=ManagerSection)
@@ -224,6 +388,29 @@ class DaemonConfig:
     libvirt: LibvirtSection = field(default_factory=LibvirtSection)
     sim: SimSection = field(default_factory=SimSection)
     cgroup: CgroupSection = field(default_factory=CgroupSection)
+
+    @model_validator(mode="after")
+    def _vrs_fit_the_backend(self) -> _Sections:
+        backend = self.daemon.backend
+        for kind, vrs in (("sim", self.sim.vr), ("cgroup", self.cgroup.vr)):
+            if backend == kind and not vrs:
+                raise FieldProblem(f"{kind}.vr", f"backend {kind!r} needs at least one [[{kind}.vr]]")
+            if backend != kind and vrs:
+                raise FieldProblem(f"{kind}.vr", f"only meaningful with backend {kind!r} (backend is {backend!r})")
+        return self
+
+
+@dataclass(config=TABLE)
+class _Document(_Sections):
+    """A configuration file as written: the sections and ``schema``."""
+
+    schema: Literal["xtc-daemon/1"] = SCHEMA
+
+
+@dataclass(config=TABLE)
+class DaemonConfig(_Sections):
+    """The whole configuration, frozen.  Runtime state never lives here."""
+
     source: str | None = None
 
     @property
@@ -243,25 +430,15 @@ class DaemonConfig:
         return out
 
 
-# ---------------------------------------------------------------------------------------- parsing
-
-_SECTIONS: dict[str, type] = {
-    "daemon": DaemonSection,
-    "controller": ControllerSection,
-    "manager": ManagerSection,
-    "metrics": MetricsSection,
-    "log": LogSection,
-    "libvirt": LibvirtSection,
-    "sim": SimSection,
-    "cgroup": CgroupSection,
-}
+# ---------------------------------------------------------------------------------------- errors
 
 # Keys that look like a unit mistake get a specific hint.
 _HINTS = {
     "control_period_ms": "control_period_s (seconds)",
     "period_s": "control_period_s",
     "period": "control_period_s",
-    "meter_hz": "meter_samples_per_s",
+    "meter_hz": "unknown key: the meter reads the counters once per control period; remove it",
+    "meter_samples_per_s": "unknown key: the meter reads the counters once per control period; remove it",
     "max_setpoint_kpps": "max_setpoint_pps (packets/s)",
     "cap_min": "cap_min_percent",
     "cap_max": "cap_max_percent",
@@ -275,281 +452,99 @@ _HINTS = {
 }
 
 
-def _unknown(section: str, keys: set[str], allowed: set[str]) -> None:
-    bad = sorted(keys - allowed)
-    if bad:
-        k = bad[0]
-        name = f"{section}.{k}" if section else k
-        hint = _HINTS.get(k)
-        if hint:
-            raise ConfigError(name, f"unknown key; did you mean '{hint}'?")
-        raise ConfigError(name, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+def key_path(loc: tuple[str | int, ...], where: str = "") -> str:
+    """A TOML key path: ``("sim", "vr", 0, "name")`` is ``sim.vr[0].name``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    if where:
+        out += where if where.startswith("[") or not out else f".{where}"
+    return out
 
 
-def _number(key: str, v: Any, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(key, f"must be a number, got {type(v).__name__} {v!r}")
-    if not math.isfinite(v):
-        raise ConfigError(key, f"must be finite, got {v}")
-    if not (lo <= v <= hi):
-        raise ConfigError(key, f"must be within {lo:g}..{hi:g}, got {v}")
-    return float(v)
-
-
-def _integer(key: str, v: Any, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(key, f"must be an integer, got {type(v).__name__} {v!r}")
-    if not (lo <= v <= hi):
-        raise ConfigError(key, f"must be within {lo}..{hi}, got {v}")
-    return v
-
-
-def _string(key: str, v: Any, choices: tuple[str, ...] | None = None, nonempty: bool = True) -> str:
-    if not isinstance(v, str):
-        raise ConfigError(key, f"must be a string, got {type(v).__name__} {v!r}")
-    if nonempty and not v:
-        raise ConfigError(key, "must not be empty")
-    if choices is not None and v not in choices:
-        raise ConfigError(key, f"must be one of {', '.join(repr(c) for c in choices)}, got {v!r}")
-    return v
-
-
-def _boolean(key: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"must be true or false, got {type(v).__name__} {v!r}")
-    return v
-
-
-def _endpoint(key: str, v: Any) -> str:
-    s = _string(key, v)
-    if not (s.startswith("tcp://") or s.startswith("ipc://") or s.startswith("inproc://")):
-        raise ConfigError(key, f"must be a ZeroMQ endpoint (tcp://host:port, ipc://path), got {s!r}")
-    return s
-
-
-def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    t = doc.get(key, {})
-    if not isinstance(t, dict):
-        raise ConfigError(key, f"must be a table, got {type(t).__name__}")
+def _unwrap(t: Any) -> Any:
+    while get_origin(t) is Annotated:
+        t = get_args(t)[0]
     return t
 
 
-def _vr_name(key: str, v: Any) -> str:
-    s = _string(key, v)
-    if len(s) > 64 or not all(c.isalnum() or c in "-_.:" for c in s):
-        raise ConfigError(key, f"must be 1..64 characters of letters, digits, '-', '_', '.', ':', got {s!r}")
-    return s
+def _type_at(root: type, loc: tuple[str | int, ...]) -> Any:
+    """The declared type of the value at ``loc`` (None if ``loc`` names no declared key)."""
+    t: Any = root
+    for part in loc:
+        t = _unwrap(t)
+        if isinstance(part, int):
+            t = get_args(t)[0] if get_args(t) else None
+        else:
+            info = getattr(t, "__pydantic_fields__", {}).get(part)
+            t = info.annotation if info is not None else None
+        if t is None:
+            return None
+    return _unwrap(t)
 
 
-def _parse_daemon(t: Mapping[str, Any]) -> DaemonSection:
-    _unknown("daemon", set(t), {f.name for f in fields(DaemonSection)})
-    d = DaemonSection()
-    kw: dict[str, Any] = {}
-    if "backend" in t:
-        kw["backend"] = _string("daemon.backend", t["backend"], BACKENDS)
-    if "control_period_s" in t:
-        kw["control_period_s"] = _number("daemon.control_period_s", t["control_period_s"], 0.1, 60.0)
-    if "meter_samples_per_s" in t:
-        kw["meter_samples_per_s"] = _number("daemon.meter_samples_per_s", t["meter_samples_per_s"], 0.1, 100.0)
-    for k in ("state_dir", "proc_net_dev"):
-        if k in t:
-            kw[k] = _string(f"daemon.{k}", t[k])
-    if "max_setpoint_pps" in t:
-        kw["max_setpoint_pps"] = _number("daemon.max_setpoint_pps", t["max_setpoint_pps"], 1.0, 1e10)
-    if "reassert_period_s" in t:
-        kw["reassert_period_s"] = _number("daemon.reassert_period_s", t["reassert_period_s"], 0.0, 86400.0)
-    d = replace(d, **kw)
-    if d.meter_samples_per_s * d.control_period_s < 1.0 - 1e-9:
-        raise ConfigError(
-            "daemon.meter_samples_per_s",
-            f"must give at least one meter sample per control period "
-            f"({d.meter_samples_per_s:g}/s x {d.control_period_s:g} s < 1)",
-        )
-    return d
+def _type_name(v: Any) -> str:
+    return type(v).__name__
 
 
-def _parse_controller(t: Mapping[str, Any]) -> ControllerSection:
-    _unknown("controller", set(t), {f.name for f in fields(ControllerSection)})
-    kw: dict[str, Any] = {}
-    if "model" in t:
-        kw["model"] = _string("controller.model", t["model"])
-    if "kind" in t:
-        kw["kind"] = _string("controller.kind", t["kind"], CONTROLLER_KINDS)
-    for k in ("cap_min_percent", "cap_max_percent"):
-        if k in t:
-            kw[k] = _number(f"controller.{k}", t[k], 1.0, 100.0)
-    c = ControllerSection(**kw)
-    if c.cap_min_percent is not None and c.cap_max_percent is not None and c.cap_min_percent > c.cap_max_percent:
-        raise ConfigError("controller.cap_min_percent", f"must not exceed cap_max_percent ({c.cap_min_percent} > {c.cap_max_percent})")
-    return c
+def validation_problem(
+    exc: ValidationError, root: type, hints: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """The first problem of a pydantic error as ``(key path, readable problem)``.
+
+    An unknown key is reported before anything else (it often explains a missing one).
+    """
+    errors = exc.errors()
+    unknown = [e for e in errors if e["type"] in ("unexpected_keyword_argument", "extra_forbidden")]
+    e: ErrorDetails = (unknown or errors)[0]
+    loc, kind, v = tuple(e["loc"]), e["type"], e.get("input")
+    cause = (e.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldProblem):
+        return key_path(loc, cause.where), cause.problem
+    key = key_path(loc)
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        table = _type_at(root, loc[:-1])
+        hint = (hints or {}).get(str(loc[-1]))
+        if hint:
+            return key, hint if hint.startswith("unknown key") else f"unknown key; did you mean '{hint}'?"
+        allowed = sorted(getattr(table, "__pydantic_fields__", {}))
+        return key, f"unknown key (allowed: {', '.join(allowed)})"
+    if kind == "value_error":
+        return key, str(cause)
+    if kind == "missing":
+        return key, "missing table" if hasattr(_type_at(root, loc), "__pydantic_fields__") else "missing"
+    if kind == "literal_error":
+        ann = _type_at(root, loc)
+        choices = get_args(ann) if get_origin(ann) is Literal else ()
+        if len(choices) > 1 and all(isinstance(c, str) for c in choices) and not isinstance(v, str):
+            return key, f"must be a string, got {_type_name(v)} {v!r}"
+        if len(choices) == 1:
+            return key, f"must be {choices[0]!r}, got {v!r}"
+        if choices:
+            return key, f"must be one of {', '.join(repr(c) for c in choices)}, got {v!r}"
+        return key, f"must be {e['ctx']['expected']}, got {v!r}"
+    if kind in ("float_type", "float_parsing"):
+        return key, f"must be a number, got {_type_name(v)} {v!r}"
+    if kind == "finite_number":
+        return key, f"must be finite, got {v}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return key, f"must be an integer, got {_type_name(v)} {v!r}"
+    if kind == "bool_type":
+        return key, f"must be true or false, got {_type_name(v)} {v!r}"
+    if kind == "string_type":
+        return key, f"must be a string, got {_type_name(v)} {v!r}"
+    if kind in ("dataclass_type", "model_type", "model_attributes_type", "dict_type"):
+        return key, "must be a table" if loc and isinstance(loc[-1], int) else f"must be a table, got {_type_name(v)}"
+    if kind in ("tuple_type", "list_type"):
+        if hasattr(_type_at(root, loc + (0,)), "__pydantic_fields__"):
+            return key, f"must be an array of tables ([[{key}]])"
+        return key, f"must be a list, got {_type_name(v)}"
+    return key, e["msg"]
 
 
-def _parse_manager(t: Mapping[str, Any]) -> ManagerSection:
-    _unknown("manager", set(t), {f.name for f in fields(ManagerSection)})
-    kw: dict[str, Any] = {}
-    for k in ("endpoint", "pub_endpoint"):
-        if k in t:
-            kw[k] = _endpoint(f"manager.{k}", t[k])
-    if "max_message_bytes" in t:
-        kw["max_message_bytes"] = _integer("manager.max_message_bytes", t["max_message_bytes"], 256, 16 * 1024 * 1024)
-    for k in ("curve_secret_key_file", "curve_clients_dir"):
-        if k in t:
-            if not isinstance(t[k], str) or not t[k]:
-                raise ConfigError(f"manager.{k}", "must be a non-empty path")
-            kw[k] = t[k]
-    if ("curve_secret_key_file" in kw) != ("curve_clients_dir" in kw):
-        raise ConfigError("manager.curve_clients_dir", "curve_secret_key_file and curve_clients_dir go together")
-    m = ManagerSection(**kw)
-    if m.endpoint == m.pub_endpoint:
-        raise ConfigError("manager.pub_endpoint", f"must differ from manager.endpoint ({m.endpoint})")
-    return m
+# ---------------------------------------------------------------------------------------- loading
 
-
-def _parse_metrics(t: Mapping[str, Any]) -> MetricsSection:
-    _unknown("metrics", set(t), {f.name for f in fields(MetricsSection)})
-    kw: dict[str, Any] = {}
-    if "enabled" in t:
-        kw["enabled"] = _boolean("metrics.enabled", t["enabled"])
-    if "address" in t:
-        kw["address"] = _string("metrics.address", t["address"])
-    if "port" in t:
-        kw["port"] = _integer("metrics.port", t["port"], 0, 65535)
-    return MetricsSection(**kw)
-
-
-def _parse_log(t: Mapping[str, Any]) -> LogSection:
-    _unknown("log", set(t), {f.name for f in fields(LogSection)})
-    kw: dict[str, Any] = {}
-    if "format" in t:
-        kw["format"] = _string("log.format", t["format"], LOG_FORMATS)
-    if "level" in t:
-        kw["level"] = _string("log.level", t["level"], LOG_LEVELS)
-    return LogSection(**kw)
-
-
-def _parse_libvirt(t: Mapping[str, Any]) -> LibvirtSection:
-    _unknown("libvirt", set(t), {f.name for f in fields(LibvirtSection)})
-    kw: dict[str, Any] = {}
-    if "uri" in t:
-        kw["uri"] = _string("libvirt.uri", t["uri"])
-    if "domains" in t:
-        doms = t["domains"]
-        if not isinstance(doms, list):
-            raise ConfigError("libvirt.domains", f"must be a list of domain names, got {type(doms).__name__}")
-        names = tuple(_vr_name(f"libvirt.domains[{i}]", d) for i, d in enumerate(doms))
-        if len(set(names)) != len(names):
-            raise ConfigError("libvirt.domains", "lists a domain twice")
-        kw["domains"] = names
-    return LibvirtSection(**kw)
-
-
-def _parse_sim(t: Mapping[str, Any]) -> SimSection:
-    _unknown("sim", set(t), {"seed", "vr"})
-    seed = _integer("sim.seed", t["seed"], 0, 2**63 - 1) if "seed" in t else 1
-    raw = t.get("vr", [])
-    if not isinstance(raw, list):
-        raise ConfigError("sim.vr", "must be an array of tables ([[sim.vr]])")
-    vrs = []
-    allowed = {f.name for f in fields(SimVr)}
-    for i, v in enumerate(raw):
-        p = f"sim.vr[{i}]"
-        if not isinstance(v, dict):
-            raise ConfigError(p, "must be a table")
-        _unknown(p, set(v), allowed)
-        if "name" not in v:
-            raise ConfigError(f"{p}.name", "missing")
-        kw: dict[str, Any] = {"name": _vr_name(f"{p}.name", v["name"])}
-        if "offered_pps" in v:
-            kw["offered_pps"] = _number(f"{p}.offered_pps", v["offered_pps"], 0.0, 1e9)
-        if "initial_cap_percent" in v:
-            kw["initial_cap_percent"] = _number(f"{p}.initial_cap_percent", v["initial_cap_percent"], 1.0, 100.0)
-        if "traffic" in v:
-            kw["traffic"] = _string(f"{p}.traffic", v["traffic"], TRAFFIC_KINDS)
-        if "interfaces" in v:
-            kw["interfaces"] = _integer(f"{p}.interfaces", v["interfaces"], 1, 16)
-        vrs.append(SimVr(**kw))
-    names = [v.name for v in vrs]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise ConfigError("sim.vr", f"names a VR twice: {dup[0]!r}")
-    return SimSection(seed=seed, vr=tuple(vrs))
-
-
-_IFNAME_BAD = set("/: \t\n\r\x00")
-
-
-def _parse_cgroup(t: Mapping[str, Any]) -> CgroupSection:
-    _unknown("cgroup", set(t), {"vr"})
-    raw = t.get("vr", [])
-    if not isinstance(raw, list):
-        raise ConfigError("cgroup.vr", "must be an array of tables ([[cgroup.vr]])")
-    vrs = []
-    owner: dict[str, str] = {}
-    paths: dict[str, str] = {}
-    for i, v in enumerate(raw):
-        p = f"cgroup.vr[{i}]"
-        if not isinstance(v, dict):
-            raise ConfigError(p, "must be a table")
-        _unknown(p, set(v), {f.name for f in fields(CgroupVr)})
-        for k in ("name", "path", "interfaces"):
-            if k not in v:
-                raise ConfigError(f"{p}.{k}", "missing")
-        name = _vr_name(f"{p}.name", v["name"])
-        path = _string(f"{p}.path", v["path"])
-        if not path.startswith("/") or "\x00" in path or any(part == ".." for part in path.split("/")):
-            raise ConfigError(f"{p}.path", f"must be an absolute directory path without '..', got {path!r}")
-        norm = str(Path(path))
-        if norm in paths:
-            raise ConfigError(f"{p}.path", f"{norm} is already the cgroup of VR {paths[norm]!r}")
-        paths[norm] = name
-        ifs = v["interfaces"]
-        if not isinstance(ifs, list) or not ifs:
-            raise ConfigError(f"{p}.interfaces", "must be a non-empty list of interface names")
-        names = []
-        for j, n in enumerate(ifs):
-            key = f"{p}.interfaces[{j}]"
-            n = _string(key, n)
-            if len(n) > 15 or n in (".", "..") or _IFNAME_BAD & set(n):
-                raise ConfigError(key, f"not an interface name (1..15 characters, no '/', ':' or spaces): {n!r}")
-            if n in names:
-                raise ConfigError(key, f"interface {n!r} listed twice")
-            if n in owner:
-                raise ConfigError(key, f"interface {n!r} already belongs to VR {owner[n]!r}")
-            owner[n] = name
-            names.append(n)
-        vrs.append(CgroupVr(name=name, path=norm, interfaces=tuple(names)))
-    seen = [v.name for v in vrs]
-    dup = sorted({n for n in seen if seen.count(n) > 1})
-    if dup:
-        raise ConfigError("cgroup.vr", f"names a VR twice: {dup[0]!r}")
-    return CgroupSection(vr=tuple(vrs))
-
-
-def _from_doc(doc: Mapping[str, Any]) -> DaemonConfig:
-    _unknown("", set(doc), {"schema", *_SECTIONS})
-    schema = doc.get("schema", SCHEMA)
-    if schema != SCHEMA:
-        raise ConfigError("schema", f"must be {SCHEMA!r}, got {schema!r}")
-    cfg = DaemonConfig(
-        daemon=_parse_daemon(_table(doc, "daemon")),
-        controller=_parse_controller(_table(doc, "controller")),
-        manager=_parse_manager(_table(doc, "manager")),
-        metrics=_parse_metrics(_table(doc, "metrics")),
-        log=_parse_log(_table(doc, "log")),
-        libvirt=_parse_libvirt(_table(doc, "libvirt")),
-        sim=_parse_sim(_table(doc, "sim")),
-        cgroup=_parse_cgroup(_table(doc, "cgroup")),
-    )
-    if cfg.daemon.backend == "sim" and not cfg.sim.vr:
-        raise ConfigError("sim.vr", "backend 'sim' needs at least one [[sim.vr]]")
-    if cfg.daemon.backend != "sim" and cfg.sim.vr:
-        raise ConfigError("sim.vr", f"only meaningful with backend 'sim' (backend is {cfg.daemon.backend!r})")
-    if cfg.daemon.backend == "cgroup" and not cfg.cgroup.vr:
-        raise ConfigError("cgroup.vr", "backend 'cgroup' needs at least one [[cgroup.vr]]")
-    if cfg.daemon.backend != "cgroup" and cfg.cgroup.vr:
-        raise ConfigError("cgroup.vr", f"only meaningful with backend 'cgroup' (backend is {cfg.daemon.backend!r})")
-    _check_model(cfg.controller)
-    return cfg
+_DOCUMENT = TypeAdapter(_Document)
 
 
 def _check_model(c: ControllerSection) -> None:
@@ -570,10 +565,15 @@ def loads_config(text: str, source: str | None = None) -> DaemonConfig:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("<file>", f"not valid TOML: {e}", source) from None
     try:
-        cfg = _from_doc(doc)
+        parsed = _DOCUMENT.validate_python(doc)
+    except ValidationError as e:
+        raise ConfigError(*validation_problem(e, _Document, _HINTS), source) from None
+    cfg = DaemonConfig(**{f.name: getattr(parsed, f.name) for f in fields(_Sections)}, source=source)
+    try:
+        _check_model(cfg.controller)
     except ConfigError as e:
         raise ConfigError(e.key, e.problem, source) from None
-    return replace(cfg, source=source)
+    return cfg
 
 
 def load_config(path: str | Path) -> DaemonConfig:

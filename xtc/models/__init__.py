@@ -23,7 +23,11 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
+
+import tomli_w
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic import dataclasses as pyd
 
 __all__ = [
     "SCHEMA",
@@ -203,20 +207,65 @@ def _check_finite(name: str, value: Any) -> None:
         raise ModelError(name, f"must be finite, got {value}")
 
 
-_TOP_KEYS = {"schema", "name", "description", "model", "fitted_on", "controller", "caps", "extra"}
-_MODEL_KEYS = {
-    "a",
-    "b_kpps_per_decade",
-    "ybar_kpps",
-    "ubar_log10_cap",
-    "period_s",
-    "r_squared",
-    "cap_threshold_percent",
-}
-_MODEL_REQUIRED = ("a", "b_kpps_per_decade", "ybar_kpps", "ubar_log10_cap")
-_CAPS_KEYS = {"min_percent", "max_percent"}
-_CONTROLLER_KEYS = {"dead_zone_fraction", "pi", "deadbeat"}
-_GAIN_KEYS = {"kp_decades_per_kpps", "ki_decades_per_kpps"}
+# ------------------------------------------------------------------------------ the file's schema
+
+# The tables and keys of a model file as written; the values are checked again by the classes
+# above, which name the same fields.
+_TABLE = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_Number = Annotated[float, Strict()]
+_Text = Annotated[str, Strict()]
+
+
+@pyd.dataclass(config=_TABLE)
+class _ModelTable:
+    a: _Number
+    b_kpps_per_decade: _Number
+    ybar_kpps: _Number
+    ubar_log10_cap: _Number
+    period_s: _Number = 1.0
+    r_squared: _Number | None = None
+    cap_threshold_percent: _Number | None = None
+
+
+@pyd.dataclass(config=_TABLE)
+class _CapsTable:
+    min_percent: _Number = 1.0
+    max_percent: _Number = 100.0
+
+
+@pyd.dataclass(config=_TABLE)
+class _GainsTable:
+    kp_decades_per_kpps: _Number
+    ki_decades_per_kpps: _Number
+
+
+def _empty_is_none(v: Any) -> Any:
+    return None if v == {} else v
+
+
+_OptionalGains = Annotated[_GainsTable | None, BeforeValidator(_empty_is_none)]
+
+
+@pyd.dataclass(config=_TABLE)
+class _ControllerTable:
+    dead_zone_fraction: _Number = 0.10
+    pi: _OptionalGains = None
+    deadbeat: _OptionalGains = None
+
+
+@pyd.dataclass(config=_TABLE)
+class _Document:
+    schema: Literal["xtc-model/1"]
+    name: Annotated[_Text, Field(min_length=1)]
+    model: _ModelTable
+    description: _Text = ""
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+    caps: _CapsTable = field(default_factory=_CapsTable)
+    controller: _ControllerTable = field(default_factory=_ControllerTable)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_DOCUMENT = TypeAdapter(_Document)
 
 # Keys that look like a unit mistake get a specific hint.
 _UNIT_HINTS = {
@@ -233,101 +282,35 @@ _UNIT_HINTS = {
 }
 
 
-def _unknown(section: str, keys: set[str], allowed: set[str], source: str | None) -> None:
-    bad = sorted(keys - allowed)
-    if bad:
-        k = bad[0]
-        hint = _UNIT_HINTS.get(k)
-        name = f"{section}.{k}" if section else k
-        msg = f"unknown key; did you mean '{hint}'?" if hint else f"unknown key (allowed: {', '.join(sorted(allowed))})"
-        raise ModelError(name, msg, source)
-
-
-def _table(doc: Mapping[str, Any], key: str, source: str | None, required: bool) -> Mapping[str, Any]:
-    if key not in doc:
-        if required:
-            raise ModelError(key, "missing table", source)
-        return {}
-    t = doc[key]
-    if not isinstance(t, dict):
-        raise ModelError(key, f"must be a table, got {type(t).__name__}", source)
-    return t
-
-
-def _gains(tbl: Mapping[str, Any], name: str, source: str | None) -> Gains | None:
-    if not tbl:
-        return None
-    _unknown(f"controller.{name}", set(tbl), _GAIN_KEYS, source)
-    for k in _GAIN_KEYS:
-        if k not in tbl:
-            raise ModelError(f"controller.{name}.{k}", "missing", source)
-    try:
-        return Gains(float(_num(tbl, "kp_decades_per_kpps", f"controller.{name}")),
-                     float(_num(tbl, "ki_decades_per_kpps", f"controller.{name}")))
-    except ModelError as e:
-        raise ModelError(f"controller.{name}.{e.field}", e.problem, source) from None
-
-
-def _num(tbl: Mapping[str, Any], key: str, section: str) -> float:
-    v = tbl[key]
-    _check_finite(f"{section}.{key}", v)
-    return float(v)
+def _gains(t: _GainsTable | None) -> Gains | None:
+    return None if t is None else Gains(t.kp_decades_per_kpps, t.ki_decades_per_kpps)
 
 
 def _from_doc(doc: Mapping[str, Any], source: str | None) -> ModelFile:
+    from xtc.daemon.config import validation_problem
+
     try:
-        _unknown("", set(doc), _TOP_KEYS, source)
-        schema = doc.get("schema")
-        if schema != SCHEMA:
-            raise ModelError("schema", f"must be '{SCHEMA}', got {schema!r}", source)
-        name = doc.get("name")
-        if not isinstance(name, str) or not name:
-            raise ModelError("name", "missing or not a non-empty string", source)
-        m = _table(doc, "model", source, required=True)
-        _unknown("model", set(m), _MODEL_KEYS, source)
-        for k in _MODEL_REQUIRED:
-            if k not in m:
-                raise ModelError(f"model.{k}", "missing", source)
-        model = LogCapModel(
-            a=_num(m, "a", "model"),
-            b_kpps_per_decade=_num(m, "b_kpps_per_decade", "model"),
-            ybar_kpps=_num(m, "ybar_kpps", "model"),
-            ubar_log10_cap=_num(m, "ubar_log10_cap", "model"),
-            period_s=_num(m, "period_s", "model") if "period_s" in m else 1.0,
-        )
-        c = _table(doc, "caps", source, required=False)
-        _unknown("caps", set(c), _CAPS_KEYS, source)
-        caps = CapBounds(
-            min_percent=_num(c, "min_percent", "caps") if "min_percent" in c else 1.0,
-            max_percent=_num(c, "max_percent", "caps") if "max_percent" in c else 100.0,
-        )
-        ctl = _table(doc, "controller", source, required=False)
-        _unknown("controller", set(ctl), _CONTROLLER_KEYS, source)
-        for sub in ("pi", "deadbeat"):
-            if sub in ctl and not isinstance(ctl[sub], dict):
-                raise ModelError(f"controller.{sub}", "must be a table", source)
-        fitted_on = _table(doc, "fitted_on", source, required=False)
-        extra = _table(doc, "extra", source, required=False)
-        desc = doc.get("description", "")
-        if not isinstance(desc, str):
-            raise ModelError("description", "must be a string", source)
+        d = _DOCUMENT.validate_python(doc)
+    except ValidationError as e:
+        key, problem = validation_problem(e, _Document, _UNIT_HINTS)
+        raise ModelError(key, "missing or not a non-empty string" if key == "name" else problem, source) from None
+    try:
+        m = d.model
         return ModelFile(
-            name=name,
-            model=model,
-            caps=caps,
-            pi=_gains(ctl.get("pi", {}), "pi", source),
-            deadbeat=_gains(ctl.get("deadbeat", {}), "deadbeat", source),
-            dead_zone_fraction=_num(ctl, "dead_zone_fraction", "controller") if "dead_zone_fraction" in ctl else 0.10,
-            r_squared=_num(m, "r_squared", "model") if "r_squared" in m else None,
-            cap_threshold_percent=_num(m, "cap_threshold_percent", "model") if "cap_threshold_percent" in m else None,
-            fitted_on=dict(fitted_on),
-            description=desc,
-            extra=dict(extra),
+            name=d.name,
+            model=LogCapModel(m.a, m.b_kpps_per_decade, m.ybar_kpps, m.ubar_log10_cap, m.period_s),
+            caps=CapBounds(d.caps.min_percent, d.caps.max_percent),
+            pi=_gains(d.controller.pi),
+            deadbeat=_gains(d.controller.deadbeat),
+            dead_zone_fraction=d.controller.dead_zone_fraction,
+            r_squared=m.r_squared,
+            cap_threshold_percent=m.cap_threshold_percent,
+            fitted_on=d.fitted_on,
+            description=d.description,
+            extra=d.extra,
         )
     except ModelError as e:
-        if e.source is None and source is not None:
-            raise ModelError(e.field, e.problem, source) from None
-        raise
+        raise ModelError(e.field, e.problem, source) from None
 
 
 def loads_model(text: str, source: str | None = None) -> ModelFile:
@@ -351,57 +334,30 @@ def load_model(path: str | Path) -> ModelFile:
     return loads_model(text, source=str(p))
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to a model file")
-
-
-def _emit_table(lines: list[str], name: str, tbl: Mapping[str, Any]) -> None:
-    scalars = {k: v for k, v in tbl.items() if not isinstance(v, dict)}
-    subs = {k: v for k, v in tbl.items() if isinstance(v, dict)}
-    lines.append(f"\n[{name}]")
-    for k, v in scalars.items():
-        lines.append(f"{k} = {_toml_value(v)}")
-    for k, v in subs.items():
-        _emit_table(lines, f"{name}.{k}", v)
-
-
 def dumps_model(mf: ModelFile) -> str:
     """Serialise a :class:`ModelFile` to TOML text that :func:`loads_model` reads back."""
-    lines = [
-        f"# XTC model file ({SCHEMA}). Units: throughput in kp/s, u = log10(cap in percent of one CPU).",
-        f"schema = {_toml_value(SCHEMA)}",
-        f"name = {_toml_value(mf.name)}",
-    ]
+    doc: dict[str, Any] = {"schema": SCHEMA, "name": mf.name}
     if mf.description:
-        lines.append(f"description = {_toml_value(mf.description)}")
-    model: dict[str, Any] = {k: v for k, v in asdict(mf.model).items()}
+        doc["description"] = mf.description
+    model: dict[str, Any] = asdict(mf.model)
     if mf.r_squared is not None:
         model["r_squared"] = mf.r_squared
     if mf.cap_threshold_percent is not None:
         model["cap_threshold_percent"] = mf.cap_threshold_percent
-    _emit_table(lines, "model", model)
+    doc["model"] = model
     if mf.fitted_on:
-        _emit_table(lines, "fitted_on", dict(mf.fitted_on))
-    _emit_table(lines, "caps", {"min_percent": mf.caps.min_percent, "max_percent": mf.caps.max_percent})
+        doc["fitted_on"] = dict(mf.fitted_on)
+    doc["caps"] = {"min_percent": mf.caps.min_percent, "max_percent": mf.caps.max_percent}
     ctl: dict[str, Any] = {"dead_zone_fraction": mf.dead_zone_fraction}
     for nm in ("pi", "deadbeat"):
         g = getattr(mf, nm)
         if g is not None:
             ctl[nm] = {"kp_decades_per_kpps": g.kp, "ki_decades_per_kpps": g.ki}
-    _emit_table(lines, "controller", ctl)
+    doc["controller"] = ctl
     if mf.extra:
-        _emit_table(lines, "extra", dict(mf.extra))
-    text = "\n".join(lines) + "\n"
+        doc["extra"] = dict(mf.extra)
+    header = f"# XTC model file ({SCHEMA}). Units: throughput in kp/s, u = log10(cap in percent of one CPU).\n"
+    text = header + tomli_w.dumps(doc)
     loads_model(text)  # never write what we could not read back
     return text
 

@@ -28,12 +28,16 @@ never logged or shown; :meth:`PolicerConfig.describe` prints how many there are.
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError
+from pydantic import dataclasses as pyd
+
+from xtc.daemon.config import Number, within, validation_problem
 
 __all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV"]
 
@@ -68,19 +72,74 @@ class PolicerConfig:
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file}
 
 
-_KEYS = {
-    "server": {"host", "port"},
-    "database": {"url"},
-    "auth": {"tokens_file", "protect_reads"},
-    "engine": {"period_s", "request_timeout_s"},
-    "curve": {"client_secret_key_file"},
-}
+# ------------------------------------------------------------------------------ the file's schema
 
 
-def _num(key: str, v: Any, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-        raise ConfigError(key, f"must be a number within {lo:g}..{hi:g}, got {v!r}")
-    return float(v)
+def _host(v: Any) -> Any:
+    if not isinstance(v, str) or not v:
+        raise ValueError("must be a non-empty string")
+    return v
+
+
+def _db_url(v: Any) -> Any:
+    from .store import StoreError, parse_db_url
+
+    try:
+        parse_db_url(v)
+    except StoreError as e:
+        raise ValueError(str(e)) from None
+    return v
+
+
+def _existing_file(p: str) -> str:
+    if p and not Path(p).is_file():
+        raise ValueError(f"no such file: {p!r}")
+    return p
+
+
+_TABLE = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_DEFAULT = PolicerConfig()
+
+
+@pyd.dataclass(config=_TABLE)
+class _Server:
+    host: Annotated[str, BeforeValidator(_host)] = _DEFAULT.host
+    port: Annotated[Number, within(0, 65535)] = _DEFAULT.port
+
+
+@pyd.dataclass(config=_TABLE)
+class _Database:
+    url: Annotated[str, BeforeValidator(_db_url)] = _DEFAULT.db_url
+
+
+@pyd.dataclass(config=_TABLE)
+class _Auth:
+    tokens_file: Annotated[str, Strict()] = ""
+    protect_reads: Annotated[bool, Strict()] = _DEFAULT.protect_reads
+
+
+@pyd.dataclass(config=_TABLE)
+class _Engine:
+    period_s: Annotated[Number, within(0.05, 3600)] = _DEFAULT.period_s
+    request_timeout_s: Annotated[Number, within(0.01, 60)] = _DEFAULT.request_timeout_s
+
+
+@pyd.dataclass(config=_TABLE)
+class _Curve:
+    client_secret_key_file: Annotated[str, Strict(), AfterValidator(_existing_file)] = ""
+
+
+@pyd.dataclass(config=_TABLE)
+class _Document:
+    schema: Literal["xtc-policer/1"] = SCHEMA
+    server: _Server = field(default_factory=_Server)
+    database: _Database = field(default_factory=_Database)
+    auth: _Auth = field(default_factory=_Auth)
+    engine: _Engine = field(default_factory=_Engine)
+    curve: _Curve = field(default_factory=_Curve)
+
+
+_DOCUMENT = TypeAdapter(_Document)
 
 
 def read_tokens(path: str | Path) -> frozenset[str]:
@@ -106,60 +165,24 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("<file>", f"not valid TOML: {e}") from None
-    bad = sorted(set(doc) - {"schema", *_KEYS})
-    if bad:
-        raise ConfigError(bad[0], f"unknown key (allowed: schema, {', '.join(sorted(_KEYS))})")
-    if doc.get("schema", SCHEMA) != SCHEMA:
-        raise ConfigError("schema", f"must be {SCHEMA!r}, got {doc.get('schema')!r}")
-    for sec, keys in _KEYS.items():
-        t = doc.get(sec, {})
-        if not isinstance(t, dict):
-            raise ConfigError(sec, "must be a table")
-        extra = sorted(set(t) - keys)
-        if extra:
-            raise ConfigError(f"{sec}.{extra[0]}", f"unknown key (allowed: {', '.join(sorted(keys))})")
-    c = PolicerConfig()
-    kw: dict[str, Any] = {}
-    s = doc.get("server", {})
-    if "host" in s:
-        if not isinstance(s["host"], str) or not s["host"]:
-            raise ConfigError("server.host", "must be a non-empty string")
-        kw["host"] = s["host"]
-    if "port" in s:
-        kw["port"] = int(_num("server.port", s["port"], 0, 65535))
-    d = doc.get("database", {})
-    if "url" in d:
-        from .store import StoreError, parse_db_url
-
-        try:
-            parse_db_url(d["url"])
-        except StoreError as e:
-            raise ConfigError("database.url", str(e)) from None
-        kw["db_url"] = d["url"]
-    a = doc.get("auth", {})
-    tokens: frozenset[str] = frozenset()
-    if a.get("tokens_file"):
-        tokens = read_tokens(a["tokens_file"])
-    if "protect_reads" in a:
-        if not isinstance(a["protect_reads"], bool):
-            raise ConfigError("auth.protect_reads", "must be true or false")
-        kw["protect_reads"] = a["protect_reads"]
+    try:
+        d = _DOCUMENT.validate_python(doc)
+    except ValidationError as e:
+        raise ConfigError(*validation_problem(e, _Document)) from None
+    tokens = read_tokens(d.auth.tokens_file) if d.auth.tokens_file else frozenset()
     env = os.environ if env is None else env
     if env.get(TOKENS_ENV):
         tokens |= check_tokens(TOKENS_ENV, [t.strip() for t in env[TOKENS_ENV].split(",") if t.strip()])
-    kw["tokens"] = tokens
-    e = doc.get("engine", {})
-    if "period_s" in e:
-        kw["period_s"] = _num("engine.period_s", e["period_s"], 0.05, 3600)
-    if "request_timeout_s" in e:
-        kw["request_timeout_s"] = _num("engine.request_timeout_s", e["request_timeout_s"], 0.01, 60)
-    cv = doc.get("curve", {})
-    if cv.get("client_secret_key_file"):
-        p = cv["client_secret_key_file"]
-        if not isinstance(p, str) or not Path(p).is_file():
-            raise ConfigError("curve.client_secret_key_file", f"no such file: {p!r}")
-        kw["curve_secret_key_file"] = p
-    return replace(c, **kw)
+    return PolicerConfig(
+        host=d.server.host,
+        port=int(d.server.port),
+        db_url=d.database.url,
+        tokens=tokens,
+        protect_reads=d.auth.protect_reads,
+        period_s=d.engine.period_s,
+        request_timeout_s=d.engine.request_timeout_s,
+        curve_secret_key_file=d.curve.client_secret_key_file or None,
+    )
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> PolicerConfig:

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from xtc_lab.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_counters, vr_totals
 
 MEASURE_LOCK = Path("/run/xtc/lab-measure.lock")
@@ -98,17 +100,12 @@ def lock_holders(path: Path, locks_text: str) -> list[int]:
     return pids
 
 
-def ancestors(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """The parent, grandparent, ... of ``pid`` (up to init)."""
-    out = []
-    while pid > 1:
-        try:
-            stat = (proc / str(pid) / "stat").read_text()
-            pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        out.append(pid)
-    return out
+def ancestors(pid: int) -> list[int]:
+    """The parent, grandparent, ... of ``pid`` (up to init; empty if ``pid`` is gone)."""
+    try:
+        return [p.pid for p in psutil.Process(pid).parents()]
+    except psutil.Error:
+        return []
 
 
 @contextmanager
@@ -220,8 +217,7 @@ class LabDaemon:
     """
 
     def __init__(self, workdir: Path, uri: str, domains: Sequence[str], kind: str = "xtc",
-                 model: str | Path = "paper", period_s: float = 1.0, cap_min_percent: float | None = None,
-                 meter_samples_per_s: float = 10.0):
+                 model: str | Path = "paper", period_s: float = 1.0, cap_min_percent: float | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.endpoint = f"ipc://{self.dir}/mgr.sock"
@@ -234,7 +230,6 @@ class LabDaemon:
 [daemon]
 backend = "libvirt"
 control_period_s = {float(period_s)!r}
-meter_samples_per_s = {float(meter_samples_per_s)!r}
 state_dir = {json.dumps(str(self.dir / "state"))}
 [controller]
 model = {json.dumps(str(model))}

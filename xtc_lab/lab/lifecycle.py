@@ -61,6 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from xtc_lab.lab.netlab import (
     LAB_REGISTRY,
     MODES,
@@ -396,45 +398,26 @@ def daemon_config_toml(record: Mapping[str, Any], router: str | None = None,
     elif router is not None:
         raise LabError(f"lab {record['name']} has no routers (built with --hops 1); drop --router")
     where = daemon_dir / (record["name"] + (f"-{router}" if router else ""))
-    head = [
-        f"# xtc daemon configuration for lab {record['name']}" + (f", router {router}" if router else "")
-        + f" ({record['mode']} mode), written by xtc lab status --daemon-config.",
-        "# The VRs' interfaces change when the lab is rebuilt: write this file again after xtc lab up repairs it.",
-        'schema = "xtc-daemon/1"',
-        "",
-        "[daemon]",
-        f'backend = "{"libvirt" if record["mode"] == "lxc" else "cgroup"}"',
-        "control_period_s = 1.0",
-        "meter_samples_per_s = 10.0",
-        f"state_dir = {json.dumps(str(where))}",
-        "",
-        "[controller]",
-        'model = "paper"',
-        'kind = "xtc"',
-        "",
-        "[manager]",
-        f"endpoint = {json.dumps(f'ipc://{where}/mgr.sock')}",
-        f"pub_endpoint = {json.dumps(f'ipc://{where}/pub.sock')}",
-        "",
-        "[metrics]",
-        "enabled = true",
-        'address = "127.0.0.1"',
-        "port = 0  # an ephemeral port, logged at start",
-        "",
-        "[log]",
-        'format = "json"',
-        'level = "info"',
-        "",
-    ]
+    doc: dict[str, Any] = {
+        "schema": "xtc-daemon/1",
+        "daemon": {"backend": "libvirt" if record["mode"] == "lxc" else "cgroup", "control_period_s": 1.0,
+                   "state_dir": str(where)},
+        "controller": {"model": "paper", "kind": "xtc"},
+        "manager": {"endpoint": f"ipc://{where}/mgr.sock", "pub_endpoint": f"ipc://{where}/pub.sock"},
+        "metrics": {"enabled": True, "address": "127.0.0.1", "port": 0},
+        "log": {"format": "json", "level": "info"},
+    }
     if record["mode"] == "lxc":
-        doms = ", ".join(json.dumps(v["domain"]) for v in vrs)
-        body = ["[libvirt]", f"uri = {json.dumps(record['uri'])}", f"domains = [{doms}]"]
+        doc["libvirt"] = {"uri": record["uri"], "domains": [v["domain"] for v in vrs]}
     else:
-        body = []
-        for v in vrs:
-            body += ["[[cgroup.vr]]", f"name = {json.dumps(v['name'])}", f"path = {json.dumps(v['cgroup'])}",
-                     f"interfaces = [{', '.join(json.dumps(x) for x in v['vifs'])}]", ""]
-    return "\n".join(head + body).rstrip() + "\n"
+        doc["cgroup"] = {"vr": [{"name": v["name"], "path": v["cgroup"], "interfaces": list(v["vifs"])} for v in vrs]}
+    head = (
+        f"# xtc daemon configuration for lab {record['name']}" + (f", router {router}" if router else "")
+        + f" ({record['mode']} mode), written by xtc lab status --daemon-config.\n"
+        "# The VRs' interfaces change when the lab is rebuilt: write this file again after xtc lab up repairs it.\n"
+        "# metrics.port = 0: an ephemeral port, logged at start.\n"
+    )
+    return head + tomli_w.dumps(doc)
 
 
 def format_lab(record: Mapping[str, Any], checks: Sequence[Check], caps: Mapping[str, float | None | str],

@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from xtc_lab.lab.build import build_forwarder
 from xtc_lab.lab.libvirtd import process_start_time
 
@@ -488,19 +490,19 @@ def _kill_pids(pids: list[int], timeout_s: float = 3.0) -> None:
                 pass
         deadline = time.monotonic() + timeout_s
         while live and time.monotonic() < deadline:
-            live = [p for p in live if Path(f"/proc/{p}").exists() and not _is_zombie(p)]
+            live = [p for p in live if not _is_gone(p)]
             time.sleep(0.02)
         pids = live
         if not pids:
             return
 
 
-def _is_zombie(pid: int) -> bool:
+def _is_gone(pid: int) -> bool:
+    """True if ``pid`` has exited: no such process, or a zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return True
-    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:

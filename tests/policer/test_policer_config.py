@@ -1,0 +1,48 @@
+"""The policer's TOML configuration: each key's type and range, unknown keys, defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xtc.policer.config import ConfigError, PolicerConfig, loads_config
+
+
+def test_empty_file_gives_the_defaults() -> None:
+    assert loads_config("", env={}) == PolicerConfig()
+
+
+@pytest.mark.parametrize(
+    "text, key, words",
+    [
+        ("bogus = 1\n", "bogus", "unknown key (allowed: auth, curve, database, engine, schema, server)"),
+        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: period_s, request_timeout_s)"),
+        ("server = 1\n", "server", "must be a table"),
+        ('schema = "xtc-policer/2"\n', "schema", "must be 'xtc-policer/1', got 'xtc-policer/2'"),
+        ('[server]\nhost = ""\n', "server.host", "must be a non-empty string"),
+        ("[server]\nport = 70000\n", "server.port", "0..65535, got 70000"),
+        ('[server]\nport = "80"\n', "server.port", "must be a number, got str '80'"),
+        ("[engine]\nperiod_s = 0.01\n", "engine.period_s", "0.05..3600, got 0.01"),
+        ("[engine]\nrequest_timeout_s = nan\n", "engine.request_timeout_s", "finite"),
+        ("[auth]\nprotect_reads = 1\n", "auth.protect_reads", "true or false"),
+        ('[auth]\ntokens_file = "/nonexistent/tokens"\n', "auth.tokens_file", "cannot read"),
+        ('[database]\nurl = "mysql://x"\n', "database.url", "sqlite://"),
+        ('[curve]\nclient_secret_key_file = "/nonexistent/k"\n', "curve.client_secret_key_file", "no such file"),
+    ],
+)
+def test_bad_configs_name_the_key(text: str, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        loads_config(text, env={})
+    assert ei.value.key == key
+    assert words in str(ei.value)
+
+
+def test_values_are_carried_over(tmp_path: Path) -> None:
+    k = tmp_path / "p.key_secret"
+    k.write_text("x")
+    cfg = loads_config(f'[server]\nhost = "0.0.0.0"\nport = 9000\n[database]\nurl = "sqlite://"\n'
+                       f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\n[curve]\nclient_secret_key_file = "{k}"\n', env={})
+    assert (cfg.host, cfg.port, cfg.db_url, cfg.period_s, cfg.request_timeout_s) == ("0.0.0.0", 9000, "sqlite://", 2.0, 0.5)
+    assert isinstance(cfg.port, int) and isinstance(cfg.period_s, float)
+    assert cfg.curve_secret_key_file == str(k)
