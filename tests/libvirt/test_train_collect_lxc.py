@@ -7,7 +7,8 @@ default (``vcpu_period`` 50000 us, ``vcpu_quota`` 40000 us), so only an exact re
 back.  Checked: the CSV is a valid sweep with the VR's interfaces and setting in its metadata,
 the forwarded rate grows with the cap, the exact setting is back afterwards (also when the
 sweep stops on an error or on SIGTERM), and a domain that does not exist fails with a clear
-message and no CSV.
+message and no CSV.  The sweep runs on the daemon's own libvirt backend restricted to the domain
+(``xtc.training.hosts.libvirt_target``), with the counters the daemon reads (netlink by default).
 """
 
 from __future__ import annotations

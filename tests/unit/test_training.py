@@ -21,9 +21,9 @@ from xtc.training.analysis import (
     stability_grid,
 )
 from xtc.training.cli import EXIT_ERROR, EXIT_POOR_FIT, main
-from xtc.training.collect import SweepPlan, VirtualClock, parse_caps, run_sweep
+from xtc.host.ifcounters import IfCounters
+from xtc.training.collect import SweepPlan, parse_caps, run_sweep
 from xtc.training.fit import CapLevel, find_cap_threshold, fit_sweep
-from xtc.training.hosts import make_sim_host
 from xtc.training.sweep import Sample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
 from xtc.training.synth import model_sweep
 
@@ -178,13 +178,17 @@ def test_cap_min_on_paper_table1() -> None:
 
 
 # ------------------------------------------------------------------------ collect (sim) + CLI
-def test_sim_sweep_through_the_daemons_sim_backend() -> None:
-    host, offered = make_sim_host(seed=2)
-    before = host.read_cap("vr1")
+def test_sim_sweep_through_the_simulated_host() -> None:
+    from xtc_lab.sim.train import sweep_target
+
+    target = sweep_target(seed=2)
+    host = target.host
+    before, original = host.read_cap("vr1"), host.snapshot("vr1")
     plan = SweepPlan(parse_caps("5:100:5"), (100_000.0,), samples_per_cap=5, settle_samples=2)
-    samples = run_sweep(plan, host, "vr1", VirtualClock(), offered)
+    samples = run_sweep(plan, host, "vr1", target.offered, clock=target.clock, sleep=target.sleep)
     assert len(samples) == plan.total_samples
-    assert host.read_cap("vr1") == before  # the original cap is given back
+    assert host.read_cap("vr1") == before and host.snapshot("vr1") == original  # the original is given back
+    assert target.clock() == pytest.approx(plan.total_samples * plan.period_s)  # the sweep ran on the host's clock
     fit = fit_sweep(Sweep(tuple(samples)))
     assert 45 <= (fit.cap_threshold_percent or 0) <= 70
     assert 0 < fit.model.a < 0.6 and fit.r_squared > 0.95
@@ -251,61 +255,65 @@ def test_cli_redesign_of_a_model_file(tmp_path: Path) -> None:
     assert_allclose(closed_loop_poles(mf.model, mf.pi), [0.5, 0.5], atol=1e-6)
 
 
-# ----------------------------------------------- real-host sweep logic (fake host, no clock)
-class _Counters:
-    def __init__(self, rx: int, tx: int) -> None:
-        self.rx_packets, self.tx_packets = rx, tx
-
-
+# ------------------------------------------------- real-host sweep logic (fake host, its own clock)
 class _FakeQuotaHost:
     """A quota host as the real one behaves: caps rounded to whole microseconds of a 50 ms period
-    (at least 1000 us), a fixed packet rate per percent of CPU, the original restored exactly."""
+    (at least 1000 us), a fixed packet rate per percent of CPU, the original restored exactly from
+    its snapshot.  Its counters follow its own clock, as the simulated host's do."""
 
     name = "fake-quota"
+    counter_bits = 64
 
     def __init__(self, offered_pps: float, pps_per_percent: float = 1900.0, period_us: int = 50_000) -> None:
+        from xtc_lab.sim.host import SimClock
+
         self.offered_pps, self.k, self.period_us = offered_pps, pps_per_percent, period_us
         self.quota_us = 40_000  # the original
         self.rx = self.tx = 0
+        self.clock = SimClock()
         self.t = 0.0
         self.restored_to: float | None = None
 
     def cap(self) -> float:
         return 100.0 * self.quota_us / self.period_us
 
-    def discover(self) -> dict[str, tuple[str, ...]]:
-        return {"vr": ("vif1.0", "vif1.1")}
+    def _advance(self) -> None:
+        dt, self.t = self.clock() - self.t, self.clock()
+        self.tx += int(self.offered_pps * dt)
+        self.rx += int(min(self.offered_pps, self.k * self.cap()) * dt)
 
-    def counter_source(self):  # noqa: ANN201
-        host = self
+    def list_vrs(self) -> dict[str, tuple[str, ...]]:
+        return {"vr": ("vif1.0", "vif1.1"), "other": ("vif2.0",)}
 
-        class Source:
-            def read(self) -> dict[str, _Counters]:
-                return {"vif1.0": _Counters(host.rx, host.tx), "vif1.1": _Counters(0, 0), "lo": _Counters(5, 5)}
-
-        return Source()
+    def read_counters(self) -> dict[str, IfCounters]:
+        self._advance()
+        return {"vif1.0": IfCounters(self.rx, self.tx), "vif1.1": IfCounters(0, 0), "vif2.0": IfCounters(7, 7),
+                "lo": IfCounters(5, 5)}
 
     def read_cap(self, vr: str) -> float:
         return self.cap()
 
     def apply_cap(self, vr: str, cap_percent: float) -> float:
+        self._advance()
         self.quota_us = max(1000, round(cap_percent / 100 * self.period_us))
         return self.cap()
 
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
-        self.quota_us = 40_000
+    def snapshot(self, vr: str) -> dict:
+        return {"backend": self.name, "target": vr, "params": {"period_us": self.period_us, "quota_us": self.quota_us}}
+
+    def restore_cap(self, vr: str, cap_percent: float | None, original: dict | None = None) -> None:
+        assert original is not None and original["target"] == vr  # the sweep hands back its snapshot
+        self.quota_us = original["params"]["quota_us"]
         self.restored_to = self.cap()
 
-    def tick(self, now_s: float) -> None:
-        dt, self.t = now_s - self.t, now_s
-        self.tx += int(self.offered_pps * dt)
-        self.rx += int(min(self.offered_pps, self.k * self.cap()) * dt)
+    def close(self) -> None:
+        pass
 
 
 def test_real_host_sweep_records_the_cap_read_back_and_the_offered_rate() -> None:
     host = _FakeQuotaHost(100_000.0)
     plan = SweepPlan((1.0, 1.5, 10.0), (100_000.0,), samples_per_cap=2, settle_samples=1)
-    samples = run_sweep(plan, host, "vr", VirtualClock(), min_offered_fraction=0.1)
+    samples = run_sweep(plan, host, "vr", min_offered_fraction=0.1, clock=host.clock, sleep=host.clock.advance)
     # 1 % of a 50 ms period is 500 us, raised to the 1000 us minimum: 2 % is in force, and so for 1.5 %.
     assert [s.cap_percent for s in samples] == [2.0] * 6 + [10.0] * 3
     assert_allclose([s.forwarded_pps for s in samples], [3800.0] * 6 + [19000.0] * 3)
@@ -320,11 +328,11 @@ def test_real_host_sweep_records_the_cap_read_back_and_the_offered_rate() -> Non
 def test_sweep_without_traffic_stops_after_the_first_sample_and_restores() -> None:
     host = _FakeQuotaHost(0.0)
     plan = SweepPlan((5.0, 10.0), (100_000.0,), samples_per_cap=5, settle_samples=1)
-    clock = VirtualClock()
     with pytest.raises(TrainingError, match="is the traffic running"):
-        run_sweep(plan, host, "vr", clock, min_offered_fraction=0.1)
-    assert clock.now() == 1.0 and host.restored_to == 80.0
-    assert len(run_sweep(plan, _FakeQuotaHost(0.0), "vr", VirtualClock())) == 12  # no check asked for
+        run_sweep(plan, host, "vr", min_offered_fraction=0.1, clock=host.clock, sleep=host.clock.advance)
+    assert host.clock() == 1.0 and host.restored_to == 80.0
+    other = _FakeQuotaHost(0.0)
+    assert len(run_sweep(plan, other, "vr", clock=other.clock, sleep=other.clock.advance)) == 12  # no check asked for
 
 
 def test_csv_without_measured_offered_rate_omits_the_column() -> None:
@@ -391,13 +399,71 @@ def test_cli_collect_refuses_an_unwritable_output_before_sweeping(tmp_path: Path
     assert not list(tmp_path.iterdir())
 
 
-def test_cgroup_host_says_what_it_sweeps(tmp_path: Path) -> None:
-    from xtc.training.hosts import make_cgroup_host
+def test_cgroup_target_says_what_it_sweeps(tmp_path: Path) -> None:
+    from xtc.training.hosts import cgroup_target
 
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    host, _ = make_cgroup_host(str(tmp_path), ["vif9.0", "vif9.1"], "vr9")
-    md = host.metadata()
+    target = cgroup_target(str(tmp_path), ["vif9.0", "vif9.1"], "vr9")
+    host = target.host
+    md = target.metadata
     assert md == {"cgroup": str(tmp_path), "interfaces": "vif9.0,vif9.1", "setting_before": "cpu.max=max 100000"}
+    assert host.list_vrs() == {"vr9": ("vif9.0", "vif9.1")}
+    original = host.snapshot("vr9")
     assert host.apply_cap("vr9", 25.0) == 25.0 and (tmp_path / "cpu.max").read_text().split() == ["25000", "100000"]
-    host.restore_cap("vr9", None)
+    host.restore_cap("vr9", None, original)
     assert (tmp_path / "cpu.max").read_text().split() == ["max", "100000"]
+    target.close()
+
+
+def test_the_training_tool_does_not_import_the_testbed() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, xtc.training, xtc.training.cli, xtc.training.collect, xtc.training.hosts; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'xtc_lab'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_cli_sim_backend_without_the_testbed_says_how_to_get_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "xtc_lab.sim.train", None)  # as if xtc[lab] were not installed
+    rc = main(["collect", "--backend", "sim", "--quiet", "--out", str(tmp_path / "s.csv")])
+    assert rc == EXIT_ERROR and "part of the testbed (pip install xtc[lab])" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_collect_on_libvirt_uses_the_daemons_backend_and_restores_exactly(tmp_path: Path, capsys,
+                                                                              monkeypatch) -> None:
+    """The libvirt path end to end on the fake libvirt: metadata from the backend and its snapshot,
+    caps read back on the domain's own 50 ms period, the exact setting given back, also on a stop."""
+    from fakes.libvirt import FakeHypervisor
+    from xtc.host import libvirt_conn
+    from xtc.training.sweep import read_sweep_csv
+    from xtc_lab.sim.host import render_proc_net_dev
+
+    hv = FakeHypervisor("lxc")
+    hv.define("vr1", interfaces=["vif1.0", "vif1.1"], vcpu_period=50_000, vcpu_quota=40_000)
+    hv.define("vr2", interfaces=["vif2.0", "vif2.1"])
+    monkeypatch.setattr(libvirt_conn, "_default_open", hv.open)
+    net_dev = tmp_path / "net-dev"  # counters that do not move: no traffic
+    net_dev.write_text(render_proc_net_dev({"vif1.0": (0, 0), "vif1.1": (0, 0), "vif2.0": (0, 0), "vif2.1": (0, 0)}))
+    args = ["collect", "--backend", "libvirt", "--domain", "vr1", "--caps", "5,10", "--samples", "1", "--settle", "0",
+            "--period", "0.01", "--proc-net-dev", str(net_dev), "--quiet"]
+
+    out = tmp_path / "stopped.csv"
+    assert main([*args, "--out", str(out)]) == EXIT_ERROR
+    assert "is the traffic running" in capsys.readouterr().err and not out.exists()
+    assert hv.params("vr1")["vcpu_quota"] == 40_000 and hv.params("vr1")["vcpu_period"] == 50_000
+    assert [w.params for w in hv.writes] == [{"vcpu_quota": 2_500}, {"vcpu_quota": 40_000}]  # 5 %, then back
+
+    out = tmp_path / "sweep.csv"
+    assert main([*args, "--no-traffic-check", "--out", str(out)]) == 0
+    md = read_sweep_csv(out).metadata
+    assert (md["domain"], md["cap_kind"], md["interfaces"]) == ("vr1", "lxc", "vif1.0,vif1.1")
+    assert md["setting_before"] == "vcpu_period=50000 vcpu_quota=40000"
+    assert [s.cap_percent for s in read_sweep_csv(out).samples] == [5.0, 10.0]
+    assert hv.params("vr1")["vcpu_quota"] == 40_000 and hv.params("vr1")["vcpu_period"] == 50_000
+    assert hv.params("vr2") == hv.domains["vr2"].defined_params  # only the one domain is touched

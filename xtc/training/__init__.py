@@ -1,7 +1,8 @@
 """XTC training tool: sweep caps, fit the log-cap model, design the controller, write a model file.
 
 Modules: :mod:`xtc.training.sweep` (the CSV schema), :mod:`xtc.training.collect` (sweeps on a host),
-:mod:`xtc.training.hosts` (sim, libvirt and cgroup hosts from the daemon's adapters),
+:mod:`xtc.training.hosts` (libvirt and cgroup sweep targets on the daemon's own host backends; the
+simulated one is the testbed's ``xtc_lab.sim.train``),
 :mod:`xtc.training.fit` (threshold, regression, R^2), :mod:`xtc.training.analysis` (gains, step
 response, mismatch margins, cap_min, model file), :mod:`xtc.training.plots`,
 :mod:`xtc.training.pipeline` (all of it in one call, the report), :mod:`xtc.training.synth`

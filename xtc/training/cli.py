@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib
 import os
 import signal
 import sys
@@ -116,8 +117,26 @@ def _err(msg: str) -> int:
 
 
 # --------------------------------------------------------------------------------- collect
+def _sim_target(args: argparse.Namespace, offered_pps: float):  # noqa: ANN202 - xtc.training.hosts.SweepTarget
+    """The simulated host, which lives in the testbed: imported here, and only for ``--backend sim``.
+
+    The product (``xtc``) never imports the testbed (``xtc_lab``, which depends on it): a router
+    host installs the product alone.  The simulated plant and its host are testbed code, yet
+    ``xtc train ... --backend sim`` is the way to try the whole training chain without a lab, so
+    the command imports the testbed's :mod:`xtc_lab.sim.train` lazily, when that flag asks for it,
+    and says how to get it when it is not installed.
+    """
+    try:
+        sim = importlib.import_module("xtc_lab.sim.train")
+    except ModuleNotFoundError as e:
+        if e.name is not None and e.name.split(".")[0] == "xtc_lab":
+            raise _Usage("the simulated backend is part of the testbed (pip install xtc[lab])") from None
+        raise
+    return sim.sweep_target(args.vr or "vr1", args.seed, args.traffic, offered_pps)
+
+
 def _collect(args: argparse.Namespace, out: Path) -> None:
-    from xtc.training.collect import ProgressBar, SweepPlan, VirtualClock, WallClock, parse_caps, parse_rates, run_sweep
+    from xtc.training.collect import ProgressBar, SweepPlan, parse_caps, parse_rates, run_sweep
     from xtc.training.sweep import write_sweep_csv
 
     plan = SweepPlan(parse_caps(args.caps), parse_rates(args.offered_pps), args.samples, args.settle, args.period)
@@ -127,27 +146,23 @@ def _collect(args: argparse.Namespace, out: Path) -> None:
                             "settle_samples": str(args.settle), "samples_per_cap": str(args.samples)}
     min_offered = 0.0
     if args.backend == "sim":
-        from xtc.training.hosts import make_sim_host
-
-        vr = args.vr or "vr1"
-        host, offered = make_sim_host(vr, args.seed, args.traffic, plan.offered_pps[0])
-        clock: Any = VirtualClock()
-        meta.update(hardware=args.hardware or "simulated plant (xtc_lab.sim.plant, calibrated to the XTC paper's Table 1)",
-                    traffic=args.traffic_desc or f"simulated {args.traffic.upper()}", seed=str(args.seed))
+        target = _sim_target(args, plan.offered_pps[0])
+        meta.update(target.metadata)
+        if args.hardware:
+            meta["hardware"] = args.hardware
+        if args.traffic_desc:
+            meta["traffic"] = args.traffic_desc
     else:
-        from xtc.training.hosts import make_cgroup_host, make_libvirt_host, this_hardware
+        from xtc.training.hosts import cgroup_target, libvirt_target, this_hardware
 
         if args.backend == "libvirt":
             if not args.domain:
                 raise _Usage("--domain is required with --backend libvirt")
-            vr = args.domain
-            host, offered = make_libvirt_host(args.domain, args.uri, args.kind, ifaces, args.proc_net_dev)
+            target = libvirt_target(args.domain, args.uri, args.kind, ifaces, args.proc_net_dev)
         else:
             if not args.cgroup:
                 raise _Usage("--cgroup is required with --backend cgroup")
-            vr = args.vr or Path(args.cgroup).name
-            host, offered = make_cgroup_host(args.cgroup, ifaces, vr, args.proc_net_dev)
-        clock = WallClock()
+            target = cgroup_target(args.cgroup, ifaces, args.vr or Path(args.cgroup).name, args.proc_net_dev)
         meta.update(
             hardware=args.hardware or this_hardware(),
             traffic=args.traffic_desc or "generated outside the tool (not described: give --traffic-desc)",
@@ -155,9 +170,7 @@ def _collect(args: argparse.Namespace, out: Path) -> None:
                                "tool; measured_offered_pps is the host-side TX of the VR's interfaces",
             date=args.date or datetime.date.today().isoformat(),
         )
-        describe = getattr(host, "metadata", None)
-        if describe is not None:
-            meta.update(describe())
+        meta.update(target.metadata)
         if not args.no_traffic_check:
             min_offered = 0.1
     if args.date:
@@ -165,11 +178,11 @@ def _collect(args: argparse.Namespace, out: Path) -> None:
     progress = None if args.quiet else ProgressBar(plan.total_samples)
     try:
         with _signals_raise():
-            samples = run_sweep(plan, host, vr, clock, offered, progress, min_offered_fraction=min_offered)
+            samples = run_sweep(plan, target.host, target.vr, target.offered, progress,
+                                min_offered_fraction=min_offered, interfaces=target.interfaces,
+                                clock=target.clock, sleep=target.sleep)
     finally:
-        close = getattr(host, "close", None)
-        if close is not None:
-            close()
+        target.close()
     write_sweep_csv(out, samples, meta)
     print(f"wrote {len(samples)} samples to {out}")
 

@@ -1,30 +1,33 @@
-"""Record a cap sweep on a host backend: set each cap, let the VR settle, sample its forwarded rate.
+"""Record a cap sweep on a host: set each cap, let the VR settle, sample its forwarded rate.
 
-The sweep runs on the daemon's own host interface (:class:`xtc.host.base.Backend`):
-the same actuator writes the caps and the same ``/proc/net/dev`` counters are read as
-when XTC runs, so the model is fitted on what the controller will see.  The forwarded
-rate of a VR is the sum, over its host-side interfaces, of the RX packet counters
-(packets the VR sent out), differenced over each sample with the meter's
-wrap/reset rule (:func:`xtc.daemon.meter.counter_delta`).
+The sweep is a consumer of the daemon's own host interface (:class:`xtc.host.base.Host`): the
+same backend writes the caps (:meth:`~xtc.host.base.Host.apply_cap`) and the same counters are
+read (:meth:`~xtc.host.base.Host.read_counters`: netlink, or ``/proc/net/dev``) as when XTC runs,
+so the model is fitted on what the controller will see.  The VR's interfaces are those
+:meth:`~xtc.host.base.Host.list_vrs` reports (or the ones the caller names).  The counters are
+read once at each end of every sample; the mean rates over a sample are the difference of the two
+readings divided by the time between them, through the daemon's meter
+(:class:`xtc.daemon.meter.PeriodMeter`): the forwarded rate is the host-side RX of the VR's
+interfaces, the rate handed to it (``measured_offered_pps``) their host-side TX.
 
-Time is injected (:class:`Clock`): :class:`VirtualClock` for the simulated plant (no
-waiting; ``backend.tick`` advances the plant) and :class:`WallClock` for real hosts.
-The offered rate is set through an :class:`OfferedRate` (the simulated traffic
-source, a lab traffic generator) or only recorded (:class:`RecordOnlyOffered`) when
-the traffic is generated outside the tool.  Either way the rate actually handed to
-the VR is measured too (host-side TX packets of its interfaces) and kept beside the
-nominal one (``measured_offered_pps``); with ``min_offered_fraction`` a sweep whose
-first sample sees less than that fraction of the nominal rate offered stops at once
-(no traffic: the sweep would only measure an idle VR).
+Time is injected: ``clock`` (seconds) and ``sleep`` (seconds), real time by default.  A
+simulated host keeps its own clock (:class:`xtc_lab.sim.host.SimHost`); its sweep passes that
+clock and a ``sleep`` that advances it, so the sweep runs as fast as the CPU allows.
+The offered rate is set through an :class:`OfferedRate` (the simulated traffic source, a lab
+traffic generator) or only recorded (:class:`RecordOnlyOffered`) when the traffic is generated
+outside the tool.  With ``min_offered_fraction`` a sweep whose first sample sees less than that
+fraction of the nominal rate handed to the VR stops at once (no traffic: the sweep would only
+measure an idle VR).
 
-The cap recorded with each sample is the cap in force as the host reads it back
-after the write (a quota backend rounds to whole microseconds and to at least
-1000 us per period, Xen to whole percent), not the one asked for.
+The cap recorded with each sample is the cap in force as the host returns it from
+:meth:`~xtc.host.base.Host.apply_cap` (a quota backend rounds to whole microseconds and to at
+least 1000 us per period, Xen to whole percent), not the one asked for.
 
-For every cap, ``settle_samples`` samples are taken and flagged ``settling`` (the
-transient after the cap step, kept because it is what identifies the plant's pole
-``a``), then ``samples_per_cap`` settled samples.  The VR's cap before the sweep is
-given back at the end, also on error or interruption.
+For every cap, ``settle_samples`` samples are taken and flagged ``settling`` (the transient after
+the cap step, kept because it is what identifies the plant's pole ``a``), then ``samples_per_cap``
+settled samples.  The VR's exact setting before the sweep (:meth:`~xtc.host.base.Host.snapshot`)
+is handed back (:meth:`~xtc.host.base.Host.restore_cap`) at the end, also on error or
+interruption (``xtc train`` turns SIGTERM and SIGHUP into an exception for that).
 """
 
 from __future__ import annotations
@@ -33,15 +36,15 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Callable, Mapping, Protocol, Sequence
+from typing import IO, Callable, Protocol, Sequence
 
+from xtc.daemon.meter import PeriodMeter, VrReading
+from xtc.host.base import Host
+from xtc.host.errors import HostAdapterError
 from xtc.training.sweep import Sample, TrainingError
 
 __all__ = [
     "SweepPlan",
-    "Clock",
-    "VirtualClock",
-    "WallClock",
     "OfferedRate",
     "RecordOnlyOffered",
     "parse_caps",
@@ -49,17 +52,6 @@ __all__ = [
     "run_sweep",
     "ProgressBar",
 ]
-
-
-class _BackendLike(Protocol):  # the parts of xtc.host.base.Backend used here
-    name: str
-
-    def counter_source(self): ...  # noqa: ANN201
-    def discover(self) -> Mapping[str, tuple[str, ...]]: ...
-    def read_cap(self, vr: str) -> float | None: ...
-    def write_cap(self, vr: str, cap_percent: float) -> float | None: ...
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None: ...
-    def tick(self, now_s: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -107,35 +99,6 @@ class SweepPlan:
     @property
     def total_samples(self) -> int:
         return len(self.offered_pps) * len(self.caps_percent) * (self.samples_per_cap + self.settle_samples)
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-    def sleep_until(self, t_s: float) -> None: ...
-
-
-class VirtualClock:
-    """Simulated time: ``sleep_until`` jumps there at once."""
-
-    def __init__(self, start_s: float = 0.0) -> None:
-        self._t = start_s
-
-    def now(self) -> float:
-        return self._t
-
-    def sleep_until(self, t_s: float) -> None:
-        self._t = max(self._t, t_s)
-
-
-class WallClock:
-    """Real time (monotonic)."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep_until(self, t_s: float) -> None:
-        while (d := t_s - time.monotonic()) > 0:
-            time.sleep(min(d, 0.5))
 
 
 class OfferedRate(Protocol):
@@ -210,113 +173,130 @@ class ProgressBar:
         self.stream.flush()
 
 
-def _packets(counters: Mapping[str, object], ifaces: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """``{interface: (rx packets, tx packets)}`` of the VR's host-side interfaces."""
-    out = {}
-    for name in ifaces:
-        c = counters.get(name)
-        if c is None:
-            raise TrainingError(f"interface {name} of the VR is not in the counters; is the VR running?")
-        out[name] = (int(c.rx_packets), int(c.tx_packets))  # type: ignore[attr-defined]
-    return out
 
-
-def _cap_in_force(asked: float, applied: float | None) -> float:
-    """The cap to record: what the host read back after the write (rounded to 1e-6 %), else the one asked for."""
-    if applied is None:
-        return float(asked)
-    if not math.isfinite(applied) or not (0 < applied <= 100.0 + 1e-9):
+def _cap_in_force(asked: float, applied: float) -> float:
+    """The cap to record: the one the host reports in force after the write, rounded to 1e-6 percent."""
+    if not isinstance(applied, (int, float)) or not math.isfinite(applied) or not (0 < applied <= 100.0 + 1e-9):
         raise TrainingError(f"the host reports cap {applied!r} % after setting {asked:g} %; the cap was not applied")
     return round(float(applied), 6)
 
 
+def _wait_until(t_s: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    while (d := t_s - clock()) > 0:
+        sleep(d)
+
+
 def run_sweep(
     plan: SweepPlan,
-    backend: _BackendLike,
+    host: Host,
     vr: str,
-    clock: Clock,
     offered: OfferedRate | None = None,
     progress: Callable[[int, str], None] | None = None,
     min_offered_fraction: float = 0.0,
+    *,
+    interfaces: Sequence[str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> list[Sample]:
     """Sweep the caps of one VR and return the samples in the order they were taken.
 
     Parameters
     ----------
     plan : SweepPlan
-    backend : xtc.host.base.Backend
-        The host (simulated or real) with the VR.
+    host : xtc.host.base.Host
+        The host (real or simulated) with the VR.
     vr : str
-        Name of the VR as the backend's ``discover()`` reports it.
-    clock : Clock
-        Time source; the backend is ``tick``-ed to each sample boundary.
+        Name of the VR as ``host.list_vrs()`` reports it.
     offered : OfferedRate, optional
         Sets the offered rate; default :class:`RecordOnlyOffered`.
     progress : callable, optional
         Called as ``progress(samples_done, label)`` after each sample.
     min_offered_fraction : float
-        If > 0: stop with :class:`~xtc.training.sweep.TrainingError` (the cap given back) when
-        the first sample at an offered rate measures less than this fraction of it handed
-        to the VR (host-side TX of its interfaces).
+        If > 0: stop with :class:`~xtc.training.sweep.TrainingError` (the setting given back) when
+        the first sample at an offered rate measures less than this fraction of it handed to the
+        VR (host-side TX of its interfaces).
+    interfaces : sequence of str, optional
+        The VR's host-side interfaces to count; default: those ``host.list_vrs()`` reports.
+    clock : callable
+        The host's time, seconds (default ``time.monotonic``; a simulated host's own clock).
+    sleep : callable
+        ``sleep(dt_s)`` lets ``dt_s`` seconds of the host's time pass (default ``time.sleep``;
+        for a simulated host, advancing its clock).
 
     Returns
     -------
     list of Sample
-    """
-    from xtc.host.errors import HostAdapterError
-    from xtc.daemon.meter import counter_delta
 
+    Raises
+    ------
+    TrainingError
+        The VR is not on the host or has no interfaces, an interface's counters vanish or restart
+        during the sweep, the host reports an impossible cap, or no traffic reaches the VR.
+    xtc.host.errors.HostAdapterError
+        The host failed (the setting is still given back if it can be).
+    """
     if not (0.0 <= min_offered_fraction < 1.0):
         raise TrainingError(f"min_offered_fraction must be within 0..1, got {min_offered_fraction!r}")
     offered = offered or RecordOnlyOffered()
-    vrs = backend.discover()
+    vrs = host.list_vrs()
     if vr not in vrs:
         known = ", ".join(sorted(vrs)) or "none"
-        raise TrainingError(f"VR '{vr}' not found on backend {backend.name} (VRs: {known})")
-    ifaces = tuple(vrs[vr])
+        raise TrainingError(f"VR '{vr}' not found on backend {host.name} (VRs: {known})")
+    ifaces = tuple(interfaces) if interfaces else tuple(vrs[vr])
     if not ifaces:
         raise TrainingError(f"VR '{vr}' has no interfaces to measure")
-    source = backend.counter_source()
-    original_cap = backend.read_cap(vr)
+    groups = {vr: ifaces}
+    meter = PeriodMeter()
+
+    def read() -> tuple[float, VrReading]:
+        """One reading of the counters into the meter: its time (seconds) and the rates since the last."""
+        t_s = clock()
+        counters = host.read_counters()
+        for name in ifaces:
+            if name not in counters:
+                raise TrainingError(f"interface {name} of VR '{vr}' is not in the counters; is the VR running?")
+        reading = meter.update(t_s, counters, groups, host.counter_bits)[vr]
+        if reading.counter_reset:
+            raise TrainingError(f"the counters of VR '{vr}' ({', '.join(ifaces)}) went backwards or jumped during "
+                                "a sample (did the VR restart?); its rates are unknown: sweep again")
+        return t_s, reading
+
+    original = host.snapshot(vr)
+    original_cap = host.read_cap(vr)
     samples: list[Sample] = []
-    t_start = clock.now()
+    t_start = clock()
     done = 0
     try:
         for rate in plan.offered_pps:
             offered.set_offered_pps(vr, rate)
             first_at_rate = True
             for cap in plan.caps_percent:
-                in_force = _cap_in_force(cap, backend.write_cap(vr, cap))
-                t = clock.now()
-                backend.tick(t)
-                prev = _packets(source.read(), ifaces)
+                in_force = _cap_in_force(cap, host.apply_cap(vr, cap))
+                meter.reset()  # each cap's first sample starts right after the write
+                t, _ = read()
                 for i in range(plan.settle_samples + plan.samples_per_cap):
-                    clock.sleep_until(t + plan.period_s)
-                    t_end = clock.now()
-                    backend.tick(t_end)
-                    cur = _packets(source.read(), ifaces)
-                    dt = t_end - t
-                    if dt <= 0:
+                    _wait_until(t + plan.period_s, clock, sleep)
+                    t_end, r = read()
+                    fwd, handed = r.forwarded_pps, r.offered_pps
+                    if fwd is None or handed is None:
                         raise TrainingError("the clock did not advance during a sample")
-                    rx = sum(counter_delta(prev[n][0], cur[n][0], dt, 150e6)[0] for n in ifaces)
-                    tx = sum(counter_delta(prev[n][1], cur[n][1], dt, 150e6)[0] for n in ifaces)
-                    if first_at_rate and min_offered_fraction > 0 and tx / dt < min_offered_fraction * rate:
+                    if first_at_rate and min_offered_fraction > 0 and handed < min_offered_fraction * rate:
                         raise TrainingError(
-                            f"only {tx / dt:.0f} pps were handed to VR '{vr}' (host-side TX of "
+                            f"only {handed:.0f} pps were handed to VR '{vr}' (host-side TX of "
                             f"{', '.join(ifaces)}) while {rate:g} pps are said to be offered: is the traffic "
                             "running through this VR? Start it before the sweep (the tool does not generate it)"
                         )
                     first_at_rate = False
                     samples.append(
-                        Sample(rate, in_force, i, rx / dt, dt, i < plan.settle_samples, t_end - t_start, tx / dt)
+                        Sample(rate, in_force, i, fwd, t_end - t, i < plan.settle_samples, t_end - t_start, handed)
                     )
-                    prev, t = cur, t_end
+                    t = t_end
                     done += 1
                     if progress is not None:
-                        progress(done, f"{rate / 1e3:g} kp/s, cap {in_force:g} %, {rx / dt / 1e3:.1f} kp/s")
+                        progress(done, f"{rate / 1e3:g} kp/s, cap {in_force:g} %, {fwd / 1e3:.1f} kp/s")
     finally:
         try:
-            backend.restore_cap(vr, original_cap)
+            host.restore_cap(vr, original_cap, original)
         except HostAdapterError as e:  # the sweep's own error (if any) matters more; report this one
             print(f"warning: could not restore the cap of {vr}: {e}", file=sys.stderr)
     return samples

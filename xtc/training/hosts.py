@@ -1,37 +1,41 @@
-"""The hosts a sweep can run on, built from the daemon's own adapters.
+"""Where a sweep runs: the daemon's own host backends, as a :class:`SweepTarget`.
 
-* ``sim``: :class:`xtc_lab.sim.host.SimBackend` (the simulated plant behind the
-  daemon's meter path); the offered rate is the plant's source rate.
-* ``libvirt``: a libvirt domain's cap through :func:`xtc.host.actuators.make_actuator`
-  (``lxc``/``qemu`` quota or ``xen`` cap), its interfaces from the live domain XML, the
-  counters from ``/proc/net/dev``.
-* ``cgroup``: a cgroup directory's quota (v1 or v2) and interfaces named on the command line.
+* ``libvirt``: :func:`libvirt_target`, :class:`xtc.host.libvirt.LibvirtBackend` restricted to
+  one running domain (its cap: ``lxc``/``qemu`` quota or Xen ``cap``; its interfaces: the
+  ``<target dev>`` of the live domain XML unless named).
+* ``cgroup``: :func:`cgroup_target`, :class:`xtc.host.cgroup.CgroupBackend` with one VR, a cgroup
+  directory (v1 or v2) and the host-side interfaces named on the command line.
 
-For the real hosts the traffic comes from outside (a lab generator, a test bench): the
-offered rate is recorded, not set.  :class:`ActuatorHost` turns an actuator plus a counter
-source into the small host interface that :func:`xtc.training.collect.run_sweep` needs, and
-says what it is (:meth:`ActuatorHost.metadata`: the domain or cgroup, its interfaces and
-its scheduler setting before the sweep) for the CSV's metadata.
-:func:`describe_hardware` is the default ``hardware`` line of a sweep recorded here.
+Both read the counters as the daemon does (:func:`xtc.host.counters.counters_from_config`:
+netlink, or the named ``/proc/net/dev``-format file), in real time; the traffic comes from
+outside (a lab generator, a test bench), so the offered rate is recorded, not set.  The
+simulated host is part of the testbed (``xtc_lab.sim.train``), which builds its own target on
+its own clock.  A target's :attr:`SweepTarget.metadata` says what is swept, for the CSV's
+``# key: value`` lines: the domain or cgroup, the interfaces and the exact setting before the
+sweep (from :meth:`xtc.host.base.Host.snapshot`).  :func:`describe_hardware` is the default
+``hardware`` line of a sweep recorded here.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
+from xtc.host.base import Host
 from xtc.training.collect import OfferedRate, RecordOnlyOffered
 from xtc.training.sweep import TrainingError
 
 __all__ = [
-    "ActuatorHost",
-    "SimOffered",
-    "make_sim_host",
-    "make_libvirt_host",
-    "make_cgroup_host",
+    "SweepTarget",
+    "libvirt_target",
+    "cgroup_target",
+    "setting_before",
     "describe_hardware",
+    "this_hardware",
     "format_setting",
 ]
 
@@ -63,83 +67,51 @@ def format_setting(values: Mapping[str, object]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
-class ActuatorHost:
-    """One VR behind a cap actuator, with the host-side interfaces whose counters are read.
+@dataclass
+class SweepTarget:
+    """A VR on a host, and how a sweep of it runs (arguments of :func:`xtc.training.collect.run_sweep`).
 
-    The actuator's setting at construction is kept (:attr:`setting_before`) for the CSV's
-    metadata; the actuator itself records the exact original on its first write and
-    gives it back in :meth:`restore_cap`.
+    Attributes
+    ----------
+    host : xtc.host.base.Host
+        The host; :meth:`close` closes it.
+    vr : str
+        The VR, as ``host.list_vrs()`` names it.
+    metadata : dict of str to str
+        What is swept, for the CSV's metadata.
+    interfaces : tuple of str or None
+        The interfaces to count, if not those ``host.list_vrs()`` reports.
+    offered : OfferedRate
+        Sets the offered rate (real hosts: only recorded).
+    clock : callable
+        The host's time, seconds.
+    sleep : callable
+        Lets that many seconds of the host's time pass.
     """
 
-    def __init__(self, name: str, vr: str, actuator, source, interfaces: Sequence[str],  # noqa: ANN001
-                 details: Mapping[str, str] | None = None, conn=None) -> None:  # noqa: ANN001
-        self.name = name
-        self.vr = vr
-        self.actuator = actuator
-        self.source = source
-        self.interfaces = tuple(interfaces)
-        self.details = dict(details or {})
-        self.conn = conn
-        try:
-            self.setting_before = format_setting(actuator.current_setting().values)
-        except ValueError as e:  # a setting that could not be given back after the sweep
-            raise TrainingError(f"{name} VR '{vr}': its current cap setting cannot be restored afterwards: {e}") from None
-
-    def metadata(self) -> dict[str, str]:
-        """What was swept, for the CSV's ``# key: value`` lines."""
-        return {**self.details, "interfaces": ",".join(self.interfaces), "setting_before": self.setting_before}
-
-    def counter_source(self):  # noqa: ANN201
-        return self.source
-
-    def discover(self) -> dict[str, tuple[str, ...]]:
-        return {self.vr: self.interfaces}
-
-    def read_cap(self, vr: str) -> float | None:
-        return self.actuator.read_cap()
-
-    def write_cap(self, vr: str, cap_percent: float) -> float:
-        """Set the cap; return the cap in force as the host reads it back (percent of one CPU)."""
-        return self.actuator.set_cap(cap_percent)
-
-    def restore_cap(self, vr: str, cap_percent: float | None) -> None:
-        # The actuator recorded the original setting on its first write and restores it exactly.
-        self.actuator.restore()
-
-    def tick(self, now_s: float) -> None:
-        return None
+    host: Host
+    vr: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    interfaces: tuple[str, ...] | None = None
+    offered: OfferedRate = field(default_factory=RecordOnlyOffered)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+        self.host.close()
 
 
-class SimOffered:
-    """Sets the offered rate of a simulated VR's source."""
-
-    def __init__(self, backend) -> None:  # noqa: ANN001
-        self.backend = backend
-
-    def set_offered_pps(self, vr: str, offered_pps: float) -> None:
-        self.backend.plant.set_offered(self.backend.vr_names.index(vr), offered_pps)
+def setting_before(host: Host, vr: str) -> str:
+    """The VR's exact cap setting now (:meth:`~xtc.host.base.Host.snapshot`), as one metadata value."""
+    params = host.snapshot(vr).get("params")
+    return format_setting(params if isinstance(params, Mapping) else {})
 
 
-def make_sim_host(vr: str = "vr1", seed: int = 1, traffic: str = "udp", offered_pps: float = 100_000.0):  # noqa: ANN201
-    """A simulated host with one VR (no root needed); returns ``(host, offered_setter)``."""
-    from xtc.daemon.config import SimVr
-    from xtc_lab.sim.host import SimBackend
-
-    if traffic not in ("udp", "tcp"):
-        raise TrainingError(f"--traffic must be udp or tcp, got {traffic!r}")
-    backend = SimBackend((SimVr(name=vr, offered_pps=offered_pps, traffic=traffic),), seed=seed, hypervisor_path=None)
-    return backend, SimOffered(backend)
-
-
-def make_libvirt_host(
+def libvirt_target(
     domain: str, uri: str = "lxc:///", kind: str | None = None, interfaces: Sequence[str] = (),
     proc_net_dev: str = "/proc/net/dev",
-) -> tuple[ActuatorHost, OfferedRate]:
-    """A running libvirt domain as a sweep host.
+) -> SweepTarget:
+    """A running libvirt domain as a sweep target (the daemon's libvirt backend, restricted to it).
 
     Parameters
     ----------
@@ -148,59 +120,88 @@ def make_libvirt_host(
     uri : str
         libvirt connection URI.
     kind : {"lxc", "qemu", "xen"}, optional
-        How its cap is written (``vcpu_quota`` per ``vcpu_period``, ``global_quota`` per
-        ``global_period``, or Xen's ``cap``); default: from the connection's driver.
+        How its cap is written (``vcpu_quota`` per ``vcpu_period``, or Xen's ``cap``); default:
+        from the connection's driver.
     interfaces : sequence of str
-        Host-side interfaces to count; default: the ``<target dev>`` of every
-        ``<interface>`` in the live domain XML.
+        Host-side interfaces to count; default: those the backend lists (the ``<target dev>`` of
+        every ``<interface>`` in the live domain XML, Xen's ``vif<domid>.<n>``).
     proc_net_dev : str
-        Counter file.
+        Counter file; the default means this host's counters (netlink, else ``/proc/net/dev``).
 
     Raises
     ------
     TrainingError
-        The domain does not exist or does not run, has no interfaces, or the kind is unknown.
+        The domain does not run, has no interfaces, or the kind is unknown.
     xtc.host.errors.HostAdapterError
-        libvirt cannot be reached, or the domain's scheduler parameters cannot be read.
+        libvirt cannot be reached, the domain does not exist, or its setting cannot be read or
+        could not be given back exactly.
     """
-    from xtc.host.actuators import make_actuator
+    from xtc.host.counters import counters_from_config
+    from xtc.host.libvirt import LibvirtBackend
     from xtc.host.libvirt_conn import LibvirtConn
-    from xtc.daemon.meter import ProcNetDevSource
 
     if not domain:
         raise TrainingError("give the libvirt domain to sweep (--domain)")
     conn = LibvirtConn(uri)
+    host: LibvirtBackend | None = None
     try:
         info = conn.domain_info(domain)
         if not info.running:
             raise TrainingError(f"libvirt domain '{domain}' at {uri} is not running ({info.reason}); start it first")
-        ifaces = tuple(interfaces) or tuple(info.interfaces)
-        if not ifaces:
-            raise TrainingError(f"libvirt domain '{domain}' has no <interface><target dev=...>; give --interfaces")
         if kind is None:
             kind = conn.driver_kind()
         if kind not in ("lxc", "qemu", "xen"):
             raise TrainingError(f"libvirt driver '{kind}' at {uri}: give --kind lxc, qemu or xen")
-        act = make_actuator(kind, domain, conn=conn)
-        details = {"domain": domain, "uri": uri, "cap_kind": kind}
-        host = ActuatorHost(f"libvirt-{kind}", domain, act, ProcNetDevSource(proc_net_dev), ifaces, details, conn)
+        host = LibvirtBackend(conn, kind, (domain,), counters_from_config(proc_net_dev))
+        ifaces = tuple(interfaces) or host.list_vrs().get(domain, ())
+        if not ifaces:
+            raise TrainingError(f"libvirt domain '{domain}' has no <interface><target dev=...>; give --interfaces")
+        meta = {"domain": domain, "uri": uri, "cap_kind": kind, "interfaces": ",".join(ifaces),
+                "setting_before": setting_before(host, domain)}
     except BaseException:
-        conn.close()
+        if host is not None:
+            host.close()
+        else:
+            conn.close()
         raise
-    return host, RecordOnlyOffered()
+    return SweepTarget(host, domain, meta, tuple(interfaces) or None)
 
 
-def make_cgroup_host(
+def cgroup_target(
     cgroup_dir: str, interfaces: Sequence[str], vr: str = "vr", proc_net_dev: str = "/proc/net/dev",
-) -> tuple[ActuatorHost, OfferedRate]:
-    """A VR that is a cgroup (v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) with named host-side interfaces."""
-    from xtc.host.actuators import make_actuator
-    from xtc.daemon.meter import ProcNetDevSource
+) -> SweepTarget:
+    """A VR that is a cgroup (v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) with named host-side interfaces.
+
+    Parameters
+    ----------
+    cgroup_dir : str
+        The VR's cgroup directory.
+    interfaces : sequence of str
+        Its host-side interfaces (their RX packets are what it forwarded).
+    vr : str
+        A name for it.
+    proc_net_dev : str
+        Counter file; the default means this host's counters (netlink, else ``/proc/net/dev``).
+
+    Raises
+    ------
+    TrainingError
+        The directory does not exist or no interface is named.
+    xtc.host.errors.HostAdapterError
+        The directory has no cpu controller, or its setting could not be given back exactly.
+    """
+    from xtc.daemon.config import CgroupVr
+    from xtc.host.cgroup import CgroupBackend
+    from xtc.host.counters import counters_from_config
 
     if not Path(cgroup_dir).is_dir():
         raise TrainingError(f"cgroup directory {cgroup_dir} does not exist")
     if not interfaces:
         raise TrainingError("--interfaces is required with --backend cgroup (the VR's host-side interfaces)")
-    act = make_actuator("cgroup", vr, cgroup_dir=cgroup_dir)
-    host = ActuatorHost("cgroup", vr, act, ProcNetDevSource(proc_net_dev), interfaces, {"cgroup": str(cgroup_dir)})
-    return host, RecordOnlyOffered()
+    host = CgroupBackend((CgroupVr(vr, str(cgroup_dir), tuple(interfaces)),), counters_from_config(proc_net_dev))
+    try:
+        meta = {"cgroup": str(cgroup_dir), "interfaces": ",".join(interfaces), "setting_before": setting_before(host, vr)}
+    except BaseException:
+        host.close()
+        raise
+    return SweepTarget(host, vr, meta)

@@ -10,8 +10,8 @@ measurements (Figure 4).
 
 Here one LXC VR of the lab forwards a steady stream (``udpsend``, 64-byte payloads,
 ``--offered-pps``) while the training tool's own sweep (:func:`xtc.training.collect.run_sweep` on
-:func:`xtc.training.hosts.make_libvirt_host`: the daemon's ``vcpu_quota`` actuator and the
-host-side ``/proc/net/dev`` counters) visits the caps, with settling and settled samples of
+:func:`xtc.training.hosts.libvirt_target`: the daemon's libvirt backend, its ``vcpu_quota``
+actuator and the host-side counters) visits the caps, with settling and settled samples of
 1 s each.  The samples are written as ``capsweep.csv`` (schema ``xtc-sweep/1``), fitted and
 designed by the training tool (:func:`xtc.training.pipeline.train_from_sweep`: threshold, ``a``,
 ``b``, R^2, PI and dead-beat gains, cap_min) and the model file is written as
@@ -153,8 +153,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
 
 
 def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
-    from xtc.training.collect import WallClock, run_sweep
-    from xtc.training.hosts import format_setting, make_libvirt_host, this_hardware
+    from xtc.training.collect import run_sweep
+    from xtc.training.hosts import format_setting, libvirt_target, this_hardware
     from xtc.training.sweep import write_sweep_csv
 
     plan = _plan(ctx, args)
@@ -180,7 +180,7 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     with lab_session(1, work_iters=ctx.work_iters) as lab:
         vr = lab.vrs[0]
         timing["lab_up"] = round(time.monotonic() - t0, 1)
-        host, _ = make_libvirt_host(vr.name, lab.uri, "lxc")
+        target = libvirt_target(vr.name, lab.uri, "lxc")
         try:
             before = dict(lab.domain(vr).schedulerParameters())
             with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=sweep_s + 30.0,
@@ -191,11 +191,11 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 result["uncapped_forwarded_pps"], result["uncapped_offered_seen_pps"] = free_pps, offered_seen
                 progress = _progress(ctx, plan)
                 t1 = time.monotonic()
-                samples = run_sweep(plan, host, vr.name, WallClock(), progress=progress, min_offered_fraction=0.5)
+                samples = run_sweep(plan, target.host, vr.name, progress=progress, min_offered_fraction=0.5)
                 timing["sweep"] = round(time.monotonic() - t1, 1)
             after = dict(lab.domain(vr).schedulerParameters())
         finally:
-            host.close()
+            target.close()
         meta = {
             "backend": "libvirt",
             "hardware": f"{this_hardware()}; one LXC VR of the XTC host lab (userspace AF_PACKET forwarder, "
@@ -208,7 +208,7 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             "samples_per_cap": str(plan.samples_per_cap),
             "date": datetime.date.today().isoformat(),
             "load_avg_1m_at_start": f"{os.getloadavg()[0]:.2f}",
-            **host.metadata(),
+            **target.metadata,
         }
         write_sweep_csv(csv_path, samples, meta)
         t2 = time.monotonic()
