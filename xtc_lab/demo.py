@@ -9,7 +9,8 @@ Simulated demo: two VRs share one Dom0, each offered a 100 kp/s UDP stream of 64
 20 kp/s and VR "blue" at 60 kp/s, then swaps the setpoints half-way, while a CPU
 hog takes 15% of "blue"'s CPU for a while.  Each control period the demo prints
 setpoint, measured rate and cap per VR; at the end it writes the time series as
-JSON and a PNG plot.
+JSON and a PNG plot.  The loop is the daemon's own (:func:`xtc_lab.sim.run.run_loop`); ``cap`` is
+the cap in force during the period.
 
 This demo runs on the simulated plant (:mod:`xtc_lab.sim.plant`), so it needs no root
 and no hypervisor; ``--speed`` sets how many simulated seconds pass per wall
@@ -30,6 +31,7 @@ import numpy as np
 import xtc.models
 from xtc.control import KINDS, make_controller
 from xtc_lab.sim.plant import Dom0Config, Plant, PlantConfig, VRConfig, udp
+from xtc_lab.sim.run import run_loop
 
 VR_NAMES = ("red", "blue")
 
@@ -40,36 +42,40 @@ def run_demo(
     seed: int = 1,
     on_period: Any = None,
 ) -> dict[str, Any]:
-    """Run the demo's closed loop; returns the time series (pure apart from ``on_period``)."""
+    """Run the demo on the daemon's loop (:func:`xtc_lab.sim.run.run_loop`); returns the time series.
+
+    ``on_period(row)`` is called with each period's row once the run is done (pure apart from it).
+    """
     model = xtc.models.PAPER_MODEL
-    plant = Plant(
-        PlantConfig(
-            vrs=tuple(VRConfig(traffic=udp(100_000.0)) for _ in VR_NAMES),
-            dom0s=(Dom0Config(capacity_pps=250_000.0),),
-            seed=seed,
-        )
+    plant = PlantConfig(
+        vrs=tuple(VRConfig(traffic=udp(100_000.0)) for _ in VR_NAMES),
+        dom0s=(Dom0Config(capacity_pps=250_000.0),),
+        seed=seed,
     )
-    ctls = [make_controller(model, kind) for _ in VR_NAMES]
-    for i, c in enumerate(ctls):
-        c.start(float(plant.caps_percent[i]))
     periods = int(duration_s)
     half = periods // 2
+    hog_from, hog_to = periods // 4, 3 * periods // 4
+
+    def setpoints(t_end_s: float) -> np.ndarray:
+        k = int(round(t_end_s)) - 1  # the period that ends at t_end_s
+        return np.array([20_000.0, 60_000.0]) if k < half else np.array([60_000.0, 20_000.0])
+
+    def hog(k: int) -> float:
+        return 0.15 if hog_from <= k < hog_to else 0.0
+
+    def events(p: Plant, t_s: float) -> None:
+        p.set_hog(1, hog(int(round(t_s))))
+
+    tr = run_loop(plant, lambda: make_controller(model, kind), setpoints, float(periods), names=VR_NAMES, events=events)
     rows: list[dict[str, Any]] = []
     for k in range(periods):
-        t = float(k + 1)
-        setpoints = np.array([20_000.0, 60_000.0]) if k < half else np.array([60_000.0, 20_000.0])
-        hog = 0.15 if periods // 4 <= k < 3 * periods // 4 else 0.0
-        plant.set_hog(1, hog)
-        m = plant.measure(1.0)
-        caps = [c.step(float(m.forwarded_pps[i]), float(setpoints[i]), float(m.to_vr_pps[i])) for i, c in enumerate(ctls)]
-        plant.set_caps(caps)
         row = {
-            "t_s": t,
-            "setpoint_pps": setpoints.tolist(),
-            "measured_pps": [round(float(x), 1) for x in m.forwarded_pps],
-            "offered_pps": [round(float(x), 1) for x in m.to_vr_pps],
-            "cap_percent": [round(float(c), 3) for c in caps],
-            "hog_fraction_blue": hog,
+            "t_s": float(tr.t_s[k]),
+            "setpoint_pps": tr.setpoint_pps[k].tolist(),
+            "measured_pps": [round(float(x), 1) for x in tr.forwarded_pps[k]],
+            "offered_pps": [round(float(x), 1) for x in tr.offered_pps[k]],
+            "cap_percent": [round(float(c), 3) for c in tr.cap_percent[k]],
+            "hog_fraction_blue": hog(k),
         }
         rows.append(row)
         if on_period is not None:

@@ -6,6 +6,9 @@ Controllers: ``pi``, ``deadbeat``, ``deadbeat+capmin3``, ``fixed`` (Table 1,
 open loop) and ``xtc`` (the project's controller, ``make_controller(kind=None)``),
 all built from the paper's model file.
 
+Every run is the daemon's own loop (:func:`xtc_lab.sim.run.run_loop`: ``ControlLoop`` over the
+simulated host, its meter reading the counters once per period, setpoints as manager requests).
+
 Plants (one UDP flow at 100 kp/s offered, 64-byte packets, exact caps unless said):
 
 ========== ====================================================================
@@ -14,7 +17,7 @@ fast2x     hardware twice as fast (twice the packets per percent of CPU)
 slow2x     hardware twice as slow
 lag4x      achieved-rate time constant 4x the model's (about 1.7 s)
 hog15      a CPU hog takes 15% of the VR's CPU all the time
-xen-int    caps rounded to whole percents (Xen's credit scheduler)
+xen-int    the host puts whole percents in force (Xen's credit scheduler); the controller dithers
 ========== ====================================================================
 
 Scenarios, each run as one vectorised plant with one VR per grid setpoint
@@ -71,10 +74,10 @@ import numpy as np
 
 import xtc.models
 from xtc.models import ModelFile
-from xtc_lab.sim.closed_loop import run_closed_loop
 from xtc_lab.sim.experiments import ControllerSpec, controller_spec
 from xtc_lab.sim.metrics import lowest_held_setpoint, recovery_periods, relative_error, relative_rmse, settling_periods
 from xtc_lab.sim.plant import NOMINAL_TAU_S, Dom0Config, Plant, PlantConfig, VRConfig, udp
+from xtc_lab.sim.run import LoopTrace, run_loop
 
 __all__ = [
     "BenchPlant",
@@ -101,12 +104,12 @@ RMSE_RANGE_KPPS = (20.0, 95.0)
 
 @dataclass(frozen=True)
 class BenchPlant:
-    """A plant variant: the VR's parameters and the cap resolution."""
+    """A plant variant: the VR's parameters and the quantum of the caps the host puts in force."""
 
     name: str
     description: str
     vr: VRConfig
-    cap_resolution_percent: float = 0.0
+    cap_step_percent: float | None = None
 
 
 _NOMINAL_VR = VRConfig(traffic=udp(OFFERED_PPS), initial_cap_percent=100.0)
@@ -119,7 +122,7 @@ BENCH_PLANTS: dict[str, BenchPlant] = {
         BenchPlant("slow2x", "hardware 2x slower", replace(_NOMINAL_VR, speed_factor=0.5)),
         BenchPlant("lag4x", "time constant 4x the model's", replace(_NOMINAL_VR, tau_s=4 * NOMINAL_TAU_S)),
         BenchPlant("hog15", "15% CPU hog in the VR", replace(_NOMINAL_VR, hog_fraction=0.15)),
-        BenchPlant("xen-int", "integer caps (Xen)", _NOMINAL_VR, cap_resolution_percent=1.0),
+        BenchPlant("xen-int", "integer caps (Xen)", _NOMINAL_VR, cap_step_percent=1.0),
     )
 }
 
@@ -138,13 +141,10 @@ class ScenarioTimes:
             raise ValueError("need 0 < steady_from_s < disturb_at_s < end_s")
 
 
-def _plant(bp: BenchPlant, n: int, seed: int, noise: bool = True) -> Plant:
+def _plant(bp: BenchPlant, n: int, seed: int, noise: bool = True) -> PlantConfig:
     vr = bp.vr if noise else replace(bp.vr, noise_rel=0.0, noise_drop_rel=0.0)
     vrs = tuple(replace(vr, dom0=i) for i in range(n))
-    cfg = PlantConfig(
-        vrs=vrs, dom0s=(Dom0Config(capacity_pps=1e9),) * n, seed=seed, cap_resolution_percent=bp.cap_resolution_percent
-    )
-    return Plant(cfg)
+    return PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity_pps=1e9),) * n, seed=seed)
 
 
 def _reachable(bp: BenchPlant, setpoints_pps: np.ndarray, hog_extra: float = 0.0) -> np.ndarray:
@@ -155,46 +155,42 @@ def _reachable(bp: BenchPlant, setpoints_pps: np.ndarray, hog_extra: float = 0.0
     return (setpoints_pps >= lo) & (setpoints_pps <= hi)
 
 
-def _hold(spec: ControllerSpec, bp: BenchPlant, sps: np.ndarray, seed: int, tm: ScenarioTimes, model: ModelFile, prog: Callable[[float], None]) -> Any:
-    plant = _plant(bp, sps.size, seed)
-    plant.advance(tm.settle_plant_s)
-    ctls = [spec.make(model) for _ in range(sps.size)]
-    return run_closed_loop(plant, ctls, sps, tm.disturb_at_s, progress=prog)
+def _loop(spec: ControllerSpec, bp: BenchPlant, n: int, seed: int, noise: bool, tm: ScenarioTimes, model: ModelFile,
+         setpoints: Any, duration_s: float, prog: Callable[[float], None], events: Any = None) -> LoopTrace:
+    return run_loop(
+        _plant(bp, n, seed, noise), lambda: spec.make(model), setpoints, duration_s,
+        cap_step_percent=bp.cap_step_percent, warmup_s=tm.settle_plant_s, events=events, progress=prog,
+    )
 
 
-def _hog(spec: ControllerSpec, bp: BenchPlant, sps: np.ndarray, seed: int, tm: ScenarioTimes, model: ModelFile, prog: Callable[[float], None]) -> Any:
-    plant = _plant(bp, sps.size, seed, noise=False)
-    plant.advance(tm.settle_plant_s)
-    ctls = [spec.make(model) for _ in range(sps.size)]
+def _hold(spec: ControllerSpec, bp: BenchPlant, sps: np.ndarray, seed: int, tm: ScenarioTimes, model: ModelFile, prog: Callable[[float], None]) -> LoopTrace:
+    return _loop(spec, bp, sps.size, seed, True, tm, model, sps, tm.disturb_at_s, prog)
+
+
+def _hog(spec: ControllerSpec, bp: BenchPlant, sps: np.ndarray, seed: int, tm: ScenarioTimes, model: ModelFile, prog: Callable[[float], None]) -> LoopTrace:
     hog_after = min(0.95, bp.vr.hog_fraction + HOG_STEP)
-    t_hog = tm.settle_plant_s + tm.steady_from_s
 
     def events(p: Plant, t_s: float) -> None:
-        if abs(t_s - t_hog) < 1e-6:
+        if abs(t_s - tm.steady_from_s) < 1e-6:
             for i in range(p.n):
                 p.set_hog(i, hog_after)
 
-    return run_closed_loop(plant, ctls, sps, tm.disturb_at_s, events=events, progress=prog)
+    return _loop(spec, bp, sps.size, seed, False, tm, model, sps, tm.disturb_at_s, prog, events=events)
 
 
-def _steps(spec: ControllerSpec, bp: BenchPlant, sps: np.ndarray, seed: int, tm: ScenarioTimes, model: ModelFile, prog: Callable[[float], None]) -> Any:
-    plant = _plant(bp, sps.size, seed, noise=False)
-    plant.advance(tm.settle_plant_s)
-    t0 = plant.t_s
-    ctls = [spec.make(model) for _ in range(sps.size)]
+def _steps(spec: ControllerSpec, bp: BenchPlant, sps: np.ndarray, seed: int, tm: ScenarioTimes, model: ModelFile, prog: Callable[[float], None]) -> LoopTrace:
     base = np.full(sps.size, STEP_BASE_KPPS * 1000.0)
 
-    def schedule(t_end_s: float) -> np.ndarray:
-        t = t_end_s - t0
-        return sps if tm.steady_from_s - 1e-6 <= t < tm.disturb_at_s - 1e-6 else base
+    def schedule(t_s: float) -> np.ndarray:
+        return sps if tm.steady_from_s - 1e-6 <= t_s < tm.disturb_at_s - 1e-6 else base
 
-    return run_closed_loop(plant, ctls, schedule, tm.end_s, progress=prog)
+    return _loop(spec, bp, sps.size, seed, False, tm, model, schedule, tm.end_s, prog)
 
 
 def _evaluate(bp: BenchPlant, grid_kpps: Sequence[float], hold: Any, step: Any, hog: Any, tm: ScenarioTimes) -> dict[str, Any]:
     sps = np.asarray(grid_kpps, dtype=float) * 1000.0
     a, b = tm.steady_from_s, tm.disturb_at_s
-    y_steady = hold.measured_pps[a:b]
+    y_steady = hold.forwarded_pps[a:b]
     means = y_steady.mean(axis=0)
     errs = np.array([relative_error(means[i : i + 1], sps[i]) for i in range(sps.size)])
     rr = np.array([relative_rmse(y_steady[:, i]) for i in range(sps.size)])
@@ -302,7 +298,7 @@ def run_control_bench(
         fx = controller_spec("fixed")
         for pname in plants:
             hold = _hold(fx, BENCH_PLANTS[pname], sps, seed, times, model, lambda f: None)
-            y = hold.measured_pps[times.steady_from_s : times.disturb_at_s]
+            y = hold.forwarded_pps[times.steady_from_s : times.disturb_at_s]
             inr = (sps >= RMSE_RANGE_KPPS[0] * 1000) & (sps <= RMSE_RANGE_KPPS[1] * 1000)
             fixed_rr[pname] = float(np.mean([relative_rmse(y[:, i]) for i in np.flatnonzero(inr)])) if np.any(inr) else math.nan
     else:

@@ -17,16 +17,15 @@ Experiments
 ``tcpudp``     A TCP VR beside a UDP VR at 100 kp/s; XTC at 20 (UDP) / 80 (TCP)
                kp/s (Figure 17).
 
-Actuation.  ``actuation="paper"`` models the paper's prototype: Xen's cap is an
-integer percent and the controller continues from the cap actually applied
-(its ``u`` is re-read as ``log10`` of the rounded cap every period).  With it,
-a controller starting at cap 1 cannot leave cap 1 while its per-period move is
-below ``log10(1.5)``: about 19 kp/s for the paper's PI and 15 kp/s for
-dead-beat at 100 kp/s offered, the operating ranges the paper reports (it says
-the controller "could not leave the initial state where cap = 1").  This is
-our explanation of the paper's numbers, not something the paper states.
-``actuation="exact"`` applies the controller's cap as is (libvirt LXC/QEMU
-quotas, cgroups).
+Every run is the daemon's own loop (:func:`xtc_lab.sim.run.run_loop`).
+
+Actuation.  ``actuation="paper"``: the host puts Xen's whole percents in force, as on the paper's
+prototype; the loop reports the cap in force to the controller, which carries the rounding into
+its next command (:meth:`xtc.control.Controller.applied`), so it dithers between the two
+neighbouring caps.  The paper's prototype did not: its controller, started at cap 1, could not
+leave cap 1 at low setpoints (section 7.1), which gave its operating ranges (PI 20, dead-beat
+15 kp/s).  The product's loop does not reproduce that failure.  ``actuation="exact"`` puts the
+controller's cap in force as is (libvirt LXC/QEMU quotas, cgroups).
 """
 
 from __future__ import annotations
@@ -42,15 +41,16 @@ import numpy as np
 import xtc.models
 from xtc.models import ModelFile
 
-from .closed_loop import StepController, Trace, run_closed_loop
+from xtc.control import Controller
+
 from .metrics import confidence_half_width, relative_rmse
 from .plant import Dom0Config, Plant, PlantConfig, VRConfig, tcp, udp
+from .run import LoopTrace, run_loop
 
 __all__ = [
     "ControllerSpec",
     "PAPER_CONTROLLERS",
     "controller_spec",
-    "PaperActuation",
     "ExperimentResult",
     "EXPERIMENTS",
     "sweep",
@@ -78,7 +78,7 @@ class ControllerSpec:
     kind: str | None
     cap_min_percent: float | None = None
 
-    def make(self, model: ModelFile = xtc.models.PAPER_MODEL) -> StepController:
+    def make(self, model: ModelFile = xtc.models.PAPER_MODEL) -> Controller:
         from xtc.control import make_controller
 
         return make_controller(model, kind=self.kind, cap_min_percent=self.cap_min_percent)
@@ -104,42 +104,17 @@ def controller_spec(label: str) -> ControllerSpec:
         raise ValueError(f"unknown controller {label!r} (known: {', '.join(PAPER_CONTROLLERS)})") from None
 
 
-class PaperActuation:
-    """The paper's actuation: integer caps, and the controller continues from the applied cap.
-
-    Wraps a controller that offers ``to_state``/``restore_state`` with a ``u``
-    (log10 of the cap).  After every step the cap is rounded to a whole percent
-    (never below 1: in Xen 0 means unlimited) and the controller's ``u`` is set
-    to ``log10`` of that applied cap.
-    """
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-
-    def start(self, cap_percent: float) -> None:
-        self.inner.start(max(1.0, float(round(cap_percent))))
-
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
-        cap = self.inner.step(measured_pps, setpoint_pps, offered_pps=offered_pps)
-        applied = max(1.0, float(round(cap)))
-        state = self.inner.to_state()
-        if "u" in state:
-            state["u"] = math.log10(applied)
-            self.inner.restore_state(state)
-        return applied
-
-
-def _make_controllers(spec: ControllerSpec, n: int, actuation: str, model: ModelFile) -> list[StepController]:
+def _cap_step(actuation: str) -> float | None:
+    """The quantum of the caps in force for an ``actuation`` ("paper": whole percents; "exact": none)."""
     if actuation not in ("paper", "exact"):
         raise ValueError(f"actuation must be 'paper' or 'exact', got {actuation!r}")
-    ctls = [spec.make(model) for _ in range(n)]
-    if actuation == "paper":
-        return [PaperActuation(c) for c in ctls]
-    return ctls
+    return 1.0 if actuation == "paper" else None
 
 
-def _cap_resolution(actuation: str) -> float:
-    return 1.0 if actuation == "paper" else 0.0
+def _run(spec: ControllerSpec, model: ModelFile, plant: PlantConfig, setpoints: Any, duration_s: float,
+         actuation: str, progress: Callable[[float], None], warmup_s: float = 0.0) -> LoopTrace:
+    return run_loop(plant, lambda: spec.make(model), setpoints, duration_s, cap_step_percent=_cap_step(actuation),
+                    warmup_s=warmup_s, progress=progress)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,11 +202,11 @@ def _noop(_label: str, _f: float) -> None:
     return None
 
 
-def _independent_plant(vrs: Sequence[VRConfig], seed: int, actuation: str, dom0: Dom0Config | None = None) -> Plant:
+def _independent_plant(vrs: Sequence[VRConfig], seed: int, dom0: Dom0Config | None = None) -> PlantConfig:
     """One VR per Dom0 (independent hosts side by side, for vectorised runs)."""
     d = dom0 or Dom0Config(capacity_pps=1e9)
     vrs = tuple(replace(v, dom0=i) for i, v in enumerate(vrs))
-    return Plant(PlantConfig(vrs=vrs, dom0s=tuple(d for _ in vrs), seed=seed, cap_resolution_percent=_cap_resolution(actuation)))
+    return PlantConfig(vrs=vrs, dom0s=tuple(d for _ in vrs), seed=seed)
 
 
 def _mean_ci(x: np.ndarray) -> tuple[float, float]:
@@ -272,11 +247,10 @@ def sweep(
     out: dict[str, Any] = {"setpoints_kpps": list(setpoints_kpps), "controllers": {}}
     for ci, spec in enumerate(specs):
         vr = VRConfig(traffic=udp(offered_kpps * 1000.0), initial_cap_percent=initial_cap_percent)
-        plant = _independent_plant([vr] * sps.size, seed, actuation)
-        ctls = _make_controllers(spec, sps.size, actuation, model)
+        plant = _independent_plant([vr] * sps.size, seed)
         label = f"sweep {spec.label} ({ci + 1}/{len(specs)})"
-        tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f, lb=label: progress(lb, f))
-        y = tr.measured_pps[skip:]
+        tr = _run(spec, model, plant, sps, duration_s, actuation, lambda f, lb=label: progress(lb, f))
+        y = tr.forwarded_pps[skip:]
         mean = y.mean(axis=0).reshape(-1, runs)
         rr = np.array([relative_rmse(y[:, j]) for j in range(sps.size)]).reshape(-1, runs)
         caps = tr.cap_percent[skip:].mean(axis=0).reshape(-1, runs)
@@ -372,12 +346,11 @@ def fixedcap(
         out["results"][key] = {}
         for spec in specs:
             vr = VRConfig(traffic=udp(100_000.0), initial_cap_percent=initial_cap_percent, hog_fraction=hog)
-            plant = _independent_plant([vr] * sps.size, seed, actuation)
-            ctls = _make_controllers(spec, sps.size, actuation, model)
+            plant = _independent_plant([vr] * sps.size, seed)
             label = f"fixedcap {key} {spec.label} ({done + 1}/{total})"
-            tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f, lb=label: progress(lb, f))
+            tr = _run(spec, model, plant, sps, duration_s, actuation, lambda f, lb=label: progress(lb, f))
             done += 1
-            y = tr.measured_pps[skip:]
+            y = tr.forwarded_pps[skip:]
             mean = (y.mean(axis=0) / 1000.0).reshape(-1, runs)
             rr = np.array([relative_rmse(y[:, j]) for j in range(sps.size)]).reshape(-1, runs)
             out["results"][key][spec.label] = {
@@ -490,16 +463,14 @@ def sixvr(
     def run(spec: ControllerSpec | None, setpoints_kpps: Sequence[float] | None, label: str) -> dict[str, Any]:
         vrs = tuple(replace(tcp_vr, dom0=r) for r in range(runs) for _ in range(6))
         dom0 = Dom0Config(capacity_pps=capacity)
-        plant = Plant(PlantConfig(vrs=vrs, dom0s=(dom0,) * runs, seed=seed, cap_resolution_percent=_cap_resolution(actuation)))
+        plant = PlantConfig(vrs=vrs, dom0s=(dom0,) * runs, seed=seed)
         if spec is None:
-            ctls: list[Any] = [None] * len(vrs)
-            sps = np.zeros(len(vrs))
+            sps = np.full(len(vrs), np.nan)  # no XTC instance
         else:
-            ctls = _make_controllers(spec, len(vrs), actuation, model)
             sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
-        plant.advance(5.0)
-        tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f: progress(label, f))
-        per_vr = (tr.measured_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 6)
+        tr = _run(spec or controller_spec("fixed"), model, plant, sps, duration_s, actuation,
+                  lambda f: progress(label, f), warmup_s=5.0)
+        per_vr = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 6)
         agg = per_vr.sum(axis=1)
         return {
             "setpoints_kpps": None if setpoints_kpps is None else list(setpoints_kpps),
@@ -589,18 +560,14 @@ def tcpudp(
 
     def run(spec: ControllerSpec | None, label: str) -> dict[str, Any]:
         vrs = tuple(replace(v, dom0=r) for r in range(runs) for v in pair)
-        plant = Plant(
-            PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity, rxw),) * runs, seed=seed, cap_resolution_percent=_cap_resolution(actuation))
-        )
-        if spec is None:
-            ctls: list[Any] = [None] * len(vrs)
-        else:
-            ctls = _make_controllers(spec, len(vrs), actuation, model)
+        plant = PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity, rxw),) * runs, seed=seed)
         sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
-        plant.advance(5.0)
-        tr = run_closed_loop(plant, ctls, sps, duration_s, progress=lambda f: progress(label, f))
-        fwd = (tr.measured_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
-        to_vr = (tr.to_vr_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
+        if spec is None:
+            sps = np.full(len(vrs), np.nan)  # no XTC instance
+        tr = _run(spec or controller_spec("fixed"), model, plant, sps, duration_s, actuation,
+                  lambda f: progress(label, f), warmup_s=5.0)
+        fwd = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
+        to_vr = (tr.offered_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
         wasted = (to_vr[:, 0] - fwd[:, 0]) * rxw  # Dom0 traversals/s spent on UDP packets the VR drops
         agg = fwd.sum(axis=1)
         return {

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -94,13 +95,18 @@ class SimHost:
         The host's clock, seconds (default ``time.monotonic``: real time).
     cap_step_percent : float, optional
         Quantum of the caps put in force (1 = Xen's whole percents); None = exact.
+    plant_config : PlantConfig, optional
+        The plant to simulate, one VR of it per entry of ``vrs`` in the same order (Dom0s, speeds,
+        lags, noise, hogs); default: UDP or TCP VRs as ``vrs`` says behind one default Dom0.  Its
+        ``seed`` and ``dt_s`` are then used and ``seed`` and ``dt_s`` are ignored.
     """
 
     name = "sim"
     counter_bits = 64
 
     def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None, dt_s: float = 0.1,
-                 clock: Callable[[], float] | None = None, cap_step_percent: float | None = None):
+                 clock: Callable[[], float] | None = None, cap_step_percent: float | None = None,
+                 plant_config: PlantConfig | None = None):
         self.clock: Callable[[], float] = clock or time.monotonic
         if cap_step_percent is not None and not (cap_step_percent > 0):
             raise ValueError(f"cap_step_percent must be > 0, got {cap_step_percent!r}")
@@ -112,8 +118,8 @@ class SimHost:
         caps: dict[str, float | None] = {v.name: v.initial_cap_percent for v in vrs}
         caps.update(self._load_hypervisor(set(caps)))
         self.caps: dict[str, float | None] = caps
-        self.plant = Plant(
-            PlantConfig(
+        if plant_config is None:
+            plant_config = PlantConfig(
                 vrs=tuple(
                     VRConfig(
                         traffic=Traffic(v.traffic, v.offered_pps),
@@ -124,10 +130,35 @@ class SimHost:
                 seed=seed,
                 dt_s=dt_s,
             )
-        )
+        elif len(plant_config.vrs) != len(vrs):
+            raise ValueError(f"plant_config has {len(plant_config.vrs)} VRs, vrs names {len(vrs)}")
+        else:
+            plant_config = replace(plant_config, vrs=tuple(
+                replace(pv, initial_cap_percent=caps[v.name] if caps[v.name] is not None else 100.0)
+                for pv, v in zip(plant_config.vrs, vrs)
+            ))
+        self.plant = Plant(plant_config)
         self._t0: float | None = None
         self.writes = 0
         self._save_hypervisor()
+
+    @classmethod
+    def for_plant(cls, config: PlantConfig, names: tuple[str, ...] | None = None, interfaces: int = 2,
+                  clock: Callable[[], float] | None = None, cap_step_percent: float | None = None) -> "SimHost":
+        """A host over the plant ``config`` (its VRs named ``names``, default ``vr1``, ``vr2``, ...).
+
+        The VRs start at their configured caps; nothing outlives the host (no hypervisor file).
+        """
+        names = names or tuple(f"vr{i + 1}" for i in range(len(config.vrs)))
+        if len(names) != len(config.vrs) or len(set(names)) != len(names):
+            raise ValueError(f"need {len(config.vrs)} distinct VR names, got {names!r}")
+        vrs = tuple(
+            SimVr(name=n, offered_pps=v.traffic.rate_pps, initial_cap_percent=v.initial_cap_percent,
+                  traffic=v.traffic.kind, interfaces=interfaces)
+            for n, v in zip(names, config.vrs)
+        )
+        return cls(vrs, config.seed, None, dt_s=config.dt_s, clock=clock, cap_step_percent=cap_step_percent,
+                   plant_config=config)
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig, clock: Callable[[], float] | None = None) -> "SimHost":

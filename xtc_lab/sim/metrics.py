@@ -68,17 +68,41 @@ def periods_to_stay_within(y_pps: Sequence[float] | np.ndarray, setpoint_pps: fl
     return 0 if outside.size == 0 else int(outside[-1]) + 1
 
 
-def settling_periods(y_after_step_pps: Sequence[float] | np.ndarray, setpoint_pps: float, band: float = 0.10) -> int | None:
-    """Settling time after a setpoint step, in control periods.
+def settling_periods(
+    y_after_step_pps: Sequence[float] | np.ndarray, setpoint_pps: float, band: float = 0.10, window: int = 1
+) -> int | None:
+    """Settling time after a setpoint step, in control periods (the one definition, simulator and lab).
 
-    ``y_after_step_pps[0]`` is the rate over the first period after the
-    controller was given the new setpoint.  The result is the number of periods
-    from the step to the end of the first period from which the rate stays
-    within ``band`` of the new setpoint: 1 if it is there from the first period
-    on (the best a sampled loop can do), ``None`` if it is not there at the end.
+    Parameters
+    ----------
+    y_after_step_pps : array_like
+        One rate per control period, packets/s; element 0 is the rate over the first period
+        after the controller was given the new setpoint, the last is the last period before the
+        next step (or the end).
+    setpoint_pps : float
+        The new setpoint, packets/s.
+    band : float
+        Relative band around the setpoint (0.10 = 10%); its edges are inside.
+    window : int
+        The rate judged is the trailing mean of ``window`` periods (1: each period's own rate;
+        the lab uses 3, a real VR's one-period rates scattering by several percent); it exists
+        from period ``window`` on.
+
+    Returns
+    -------
+    int or None
+        The number of periods from the step to the end of the first period from which the
+        judged rate stays within the band: ``window`` if it is there from the first judged
+        period on (1 is the best a sampled loop can do), ``None`` if it is not there at the end.
     """
-    j = periods_to_stay_within(y_after_step_pps, setpoint_pps, band)
-    return None if j is None else j + 1
+    y = _series(y_after_step_pps, "y_after_step_pps")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    if y.size < window:
+        return None
+    judged = np.convolve(y, np.ones(window) / window, mode="valid")
+    j = periods_to_stay_within(judged, setpoint_pps, band)
+    return None if j is None else j + window
 
 
 def recovery_periods(y_from_disturbance_pps: Sequence[float] | np.ndarray, setpoint_pps: float, band: float = 0.05) -> int | None:

@@ -7,7 +7,7 @@ steady stream of 64-byte UDP packets (``--offered-pps``); for each controller an
 (libvirt backend, ``[controller] kind``) holds it at setpoints from 10% to 90% of the offered rate,
 ``--hold`` seconds each.  The forwarded rate is read from the host-side counters here, not from
 the daemon.  Per setpoint: the mean over the second half of the hold (the steady state), its error,
-and the settling time (seconds until the mean of three 1 s samples stays within 5%).
+and the settling time (control periods of 1 s until the mean of three 1 s rates stays within 5%).
 
 The controllers use the lab's fitted model (``xtc/models/lab.toml``, from ``xtc lab run capsweep``)
 when there is one, else the paper's; ``--model`` picks another.
@@ -25,6 +25,7 @@ from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
                              measure_pps, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
+from xtc_lab.sim.metrics import settling_periods
 
 TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and XTC's controller"
 PAPER = "Figures 5, 9-14"
@@ -41,6 +42,8 @@ PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xt
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.5, 0.2)
 TOLERANCE = 0.05
+#: Settling judges the trailing mean of this many 1 s rates (one period's rate scatters by several percent).
+SETTLING_WINDOW = 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,29 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------------------ pure analysis
-def settling_periods(t_s: list[float], rate_pps: list[float], t_step_s: float, t_end_s: float,
-                     setpoint_pps: float, tolerance: float = TOLERANCE, smooth: int = 3) -> float | None:
-    """Seconds after ``t_step_s`` until the rate enters the band and stays there until ``t_end_s``.
-
-    The rate is the trailing mean of ``smooth`` consecutive samples (1 s samples of a real VR
-    scatter by several percent around their mean; a single sample is not a steady state).
-    ``None`` if it never settles (or is outside the band at the end).
-    """
-    pts = [(t, r) for t, r in zip(t_s, rate_pps) if t_step_s < t <= t_end_s]
-    smoothed = [(pts[i][0], mean([r for _, r in pts[max(0, i - smooth + 1):i + 1]]))
-                for i in range(smooth - 1, len(pts))]
-    if not smoothed:
-        return None
-    last_out = None
-    for t, r in smoothed:
-        if abs(r - setpoint_pps) > tolerance * setpoint_pps:
-            last_out = t
-    if last_out is None:
-        return smoothed[0][0] - t_step_s
-    after = [t for t, _ in smoothed if t > last_out]
-    return (after[0] - t_step_s) if after else None
-
-
 def summarise_step(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: float,
                    setpoint_pps: float) -> dict[str, Any]:
     """Steady state of one setpoint step: mean over the second half of [t0, t1], its relative error, the
@@ -85,11 +65,13 @@ def summarise_step(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: f
     steady = [r for t, r in zip(t_s, rate_pps) if half <= t <= t1_s]
     m = mean(steady)
     sd = math.sqrt(mean([(r - m) ** 2 for r in steady])) if len(steady) > 1 else math.nan
-    settling = settling_periods(t_s, rate_pps, t0_s, t1_s, setpoint_pps)
+    # The recorder's 1 s samples are the daemon's control periods (period_s = 1).
+    after = [r for t, r in zip(t_s, rate_pps) if t0_s < t <= t1_s]
+    settling = settling_periods(after, setpoint_pps, TOLERANCE, window=SETTLING_WINDOW) if after else None
     err = (m - setpoint_pps) / setpoint_pps if steady else math.nan
     return {"setpoint_pps": setpoint_pps, "mean_pps": m, "rel_error": err, "rel_scatter": sd / setpoint_pps,
             "within_tolerance": bool(steady) and abs(err) <= TOLERANCE,
-            "settling_s": None if settling is None else round(settling, 1)}
+            "settling_periods": settling}
 
 
 def lowest_held(steps: list[dict[str, Any]]) -> float | None:
@@ -147,7 +129,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp) for t0, t1, sp in steps_t]
                 for st in steps:
                     ctx.say(f"   {name} {st['setpoint_pps']:.0f} pps: mean {st['mean_pps']:.0f} "
-                            f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_s']} s")
+                            f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_periods']} periods")
                 result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
                                                "lowest_held_pps": lowest_held(steps), "recording": rec.to_json()}
         caps.close()
@@ -173,7 +155,7 @@ def _outcome(result: dict[str, Any], ctx: RunContext | None) -> Outcome:
     rows = []
     for name, c in result["controllers"].items():
         errs = [abs(s["rel_error"]) for s in c["steps"] if not math.isnan(s["rel_error"])]
-        settle = [s["settling_s"] for s in c["steps"] if s["settling_s"] is not None]
+        settle = [s["settling_periods"] for s in c["steps"] if s["settling_periods"] is not None]
         scatter = [s.get("rel_scatter", math.nan) for s in c["steps"]]
         scatter = [x for x in scatter if not math.isnan(x)]
         lowest = c["lowest_held_pps"]
@@ -182,14 +164,14 @@ def _outcome(result: dict[str, Any], ctx: RunContext | None) -> Outcome:
                      "none" if lowest is None else f"{lowest / 1000:.1f} kp/s ({100 * lowest / result['offered_pps']:.0f}%)",
                      f"{100 * max(errs):.1f}%" if errs else "-",
                      f"{100 * max(scatter):.1f}%" if scatter else "-",
-                     f"{max(settle):.0f} s" if settle else "-",
-                     f"{sum(1 for s in c['steps'] if s['settling_s'] is None)}/{len(c['steps'])}"))
+                     f"{max(settle)} periods" if settle else "-",
+                     f"{sum(1 for s in c['steps'] if s['settling_periods'] is None)}/{len(c['steps'])}"))
     per_step = []
     for name, c in result["controllers"].items():
         for s in c["steps"]:
             per_step.append((name, f"{s['setpoint_pps']:.0f}", f"{s['mean_pps']:.0f}", f"{100 * s['rel_error']:+.1f}%",
                              f"{100 * s.get('rel_scatter', math.nan):.1f}%",
-                             "-" if s["settling_s"] is None else f"{s['settling_s']:.0f}"))
+                             "-" if s["settling_periods"] is None else f"{s['settling_periods']:.0f}"))
     md = f"""# Setpoint tracking on a real VR ({PAPER})
 
 One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
@@ -205,7 +187,7 @@ small mean error and a large scatter.
 
 Per setpoint:
 
-{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'scatter', 'settling (s)'], per_step)}
+{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'scatter', 'settling (periods)'], per_step)}
 """
     goals = []
     if "xtc" in result["controllers"]:
