@@ -186,8 +186,10 @@ class DaemonService:
         self.control.discover(now, force=True)
         # The first counter reading starts the first period.
         self.control.period(now)
+        src = getattr(self.host, "counters", None)
         event(log, logging.INFO, "started", backend=self.host.name, pid=os.getpid(),
-              period_s=cfg.daemon.control_period_s, counters=getattr(self.host, "counter_source_name", None),
+              period_s=cfg.daemon.control_period_s, counters=None if src is None else type(src).__name__,
+              counters_fallback=getattr(src, "fallback_reason", None),
               metrics_port=self.metrics_port, vrs=sorted(self.control.vrs), **endpoints)
 
     def close(self) -> int:
