@@ -1,4 +1,8 @@
-"""``xtc bench daemon`` runs the daemon itself and reports what the issue's goals are stated in."""
+"""``xtc bench daemon`` runs the daemon itself and reports what the issue's goals are stated in.
+
+These tests take the file path (synthetic ``/proc/net/dev``, caps recorded), which needs no root;
+the kernel path is tested in tests/root/test_daemon_bench_kernel.py.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from xtc_lab.bench.daemon_bench import bench_daemon
 
 
 def test_bench_daemon_runs_the_daemon_and_controls_every_vr() -> None:
-    row = bench_daemon(20, seconds=3.0, period_s=1.0)
+    row = bench_daemon(20, seconds=3.0, period_s=1.0, kernel=False)
     assert row["vrs"] == 20 and row["period_s"] == 1.0 and row["daemon_seconds"] == 3.0
     assert row["kernel_included"] is False
+    assert "synthetic" in row["counters"]
     assert 0.0 < row["core_percent"] < 100.0
     # Every VR's rate wanders 30% around a setpoint it cannot hold by itself: the controllers
     # move the caps, so caps are written, but at most once per VR and period.
@@ -19,7 +24,11 @@ def test_bench_daemon_runs_the_daemon_and_controls_every_vr() -> None:
 
 
 def test_bench_daemon_json_rows(capsys) -> None:
-    assert main(["bench", "daemon", "--vrs", "5", "--seconds", "2", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    assert main(["bench", "daemon", "--vrs", "5", "--seconds", "2", "--file", "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
     (row,) = doc["results"]
-    assert {"vrs", "period_s", "core_percent", "kernel_included"} <= set(row)
+    assert {"vrs", "period_s", "core_percent", "kernel_included", "cap_writes_per_s"} <= set(row)
+    assert row["kernel_included"] is False and doc["kernel_included"] is False
+    # The output says that the kernel's cost is left out.
+    assert "NOT included" in captured.err

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 __all__ = ["DaemonMetrics"]
 
 _STATE_VALUE = {"active": 1.0, "paused": 0.5, "inactive": 0.0}
+_KEYS = ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent")
 
 
 class DaemonMetrics:
@@ -44,6 +45,8 @@ class DaemonMetrics:
         self._vrs: set[str] = set()
         # Each VR's labelled gauges (setpoint, measured, offered, cap, active), looked up once.
         self._children: dict[str, tuple[Any, ...]] = {}
+        # Each VR's gauge values as last set (NaN for None), so that unchanged ones are not set again.
+        self._values: dict[str, list[float]] = {}
 
     def serve(self, address: str, port: int) -> int:
         """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""
@@ -60,12 +63,25 @@ class DaemonMetrics:
             children = self._children.get(vr)
             if children is None:
                 children = self._children[vr] = tuple(g.labels(vr) for g in gauges)
-            for child, key in zip(children, ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent")):
+                last = self._values[vr] = [math.nan] * 5
+                fresh = True
+            else:
+                last = self._values[vr]
+                fresh = False
+            for i, key in enumerate(_KEYS):
                 v = s.get(key)
-                child.set(float(v) if v is not None else math.nan)
-            children[4].set(_STATE_VALUE.get(s["state"], 0.0))
+                x = float(v) if v is not None else math.nan
+                # NaN != NaN: a NaN is set again every period (cheap, and rare).
+                if fresh or x != last[i]:
+                    children[i].set(x)
+                    last[i] = x
+            x = _STATE_VALUE.get(s["state"], 0.0)
+            if fresh or x != last[4]:
+                children[4].set(x)
+                last[4] = x
         for vr in self._vrs - seen:
             self._children.pop(vr, None)
+            self._values.pop(vr, None)
             for g in gauges:
                 try:
                     g.remove(vr)

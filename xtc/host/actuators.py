@@ -539,14 +539,35 @@ class _CgroupBase(_ActuatorBase):
     def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None, cap_min: float, cap_max: float) -> None:
         self.dir = Path(cgroup_dir)
         super().__init__(vr or str(self.dir), str(self.dir), cap_min, cap_max)
+        # File name -> path string, built once: set_cap reads two files and writes one every time
+        # the cap changes, for every VR and period.
+        self._paths: dict[str, str] = {}
 
     def _file(self, name: str) -> Path:
         return self.dir / name
 
+    def _path(self, name: str) -> str:
+        p = self._paths.get(name)
+        if p is None:
+            p = self._paths[name] = str(self.dir / name)
+        return p
+
     def _read_file(self, name: str) -> str:
-        p = self._file(name)
+        p = self._path(name)
         try:
-            return p.read_text().strip()
+            # Plain os calls: a cgroup file is a few bytes, and io.open's buffered text layer cost
+            # more than the kernel's read.
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                chunks = []
+                while True:
+                    b = os.read(fd, 4096)
+                    if not b:
+                        break
+                    chunks.append(b)
+            finally:
+                os.close(fd)
+            return b"".join(chunks).decode().strip()
         except FileNotFoundError:
             if not self.dir.is_dir():
                 raise VRNotRunning(self.vr, f"cgroup {self.dir} does not exist") from None
@@ -555,7 +576,7 @@ class _CgroupBase(_ActuatorBase):
             raise ActuatorError(f"cannot read {p}: {e.strerror or e}") from None
 
     def _write_file(self, name: str, value: str) -> None:
-        p = self._file(name)
+        p = self._path(name)
         try:
             # One write() call: cgroup files take the whole value at once (O_TRUNC as a shell does).
             fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
@@ -601,8 +622,8 @@ class CgroupV1Actuator(_CgroupBase):
         super().__init__(cgroup_dir, vr, cap_min, cap_max)
 
     def _read(self) -> Params:
-        q = _parse_int(self._read_file(self.QUOTA), str(self._file(self.QUOTA)))
-        p = _parse_int(self._read_file(self.PERIOD), str(self._file(self.PERIOD)))
+        q = _parse_int(self._read_file(self.QUOTA), self._path(self.QUOTA))
+        p = _parse_int(self._read_file(self.PERIOD), self._path(self.PERIOD))
         if p <= 0:
             raise ActuatorError(f"{self._file(self.PERIOD)}: period {p} is not > 0")
         return {self.QUOTA: q, self.PERIOD: p}
