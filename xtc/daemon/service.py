@@ -64,12 +64,30 @@ def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
     return factory
 
 
-def make_host(cfg: DaemonConfig) -> Host:
-    """The host backend the configuration names."""
-    if cfg.daemon.backend == "sim":
-        from xtc_lab.sim.host import SimHost
+#: Entry points of host backends that live outside the product (the testbed's simulated plant).
+HOST_ENTRY_POINT_GROUP = "xtc.hosts"
 
-        return SimHost.from_config(cfg)
+
+def make_host(cfg: DaemonConfig) -> Host:
+    """The host backend the configuration names.
+
+    ``libvirt`` and ``cgroup`` are the product's; any other backend (``sim``, the simulated plant)
+    is found among the installed distributions' ``xtc.hosts`` entry points (the testbed,
+    :mod:`xtc_lab`, registers it), so that the product never imports the testbed.
+
+    Raises
+    ------
+    ConfigError
+        The backend is not installed.
+    """
+    if cfg.daemon.backend not in ("libvirt", "cgroup"):
+        from importlib.metadata import entry_points
+
+        found = [ep for ep in entry_points(group=HOST_ENTRY_POINT_GROUP) if ep.name == cfg.daemon.backend]
+        if not found:
+            raise ConfigError("daemon.backend", f"backend {cfg.daemon.backend!r} is not installed "
+                              "(the simulated plant is part of the testbed: pip install xtc[lab])")
+        return found[0].load()(cfg)
     if cfg.daemon.backend == "cgroup":
         from xtc.host.cgroup import CgroupBackend
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import importlib
 import os
 import signal
 import sys
@@ -117,22 +116,31 @@ def _err(msg: str) -> int:
 
 
 # --------------------------------------------------------------------------------- collect
+#: Entry points of sweep targets that live outside the product (the testbed's simulated plant).
+TARGET_ENTRY_POINT_GROUP = "xtc.sweep_targets"
+
+
 def _sim_target(args: argparse.Namespace, offered_pps: float):  # noqa: ANN202 - xtc.training.hosts.SweepTarget
-    """The simulated host, which lives in the testbed: imported here, and only for ``--backend sim``.
+    """The simulated host, which lives in the testbed, found through an entry point.
 
     The product (``xtc``) never imports the testbed (``xtc_lab``, which depends on it): a router
-    host installs the product alone.  The simulated plant and its host are testbed code, yet
-    ``xtc train ... --backend sim`` is the way to try the whole training chain without a lab, so
-    the command imports the testbed's :mod:`xtc_lab.sim.train` lazily, when that flag asks for it,
-    and says how to get it when it is not installed.
+    host installs the product alone.  ``xtc train ... --backend sim`` is the way to try the whole
+    training chain without a lab, so the testbed registers its simulated sweep target under the
+    ``xtc.sweep_targets`` entry points, and the command says how to get it when it is missing.
     """
+    from importlib.metadata import entry_points
+
+    missing = _Usage("the simulated backend is part of the testbed (pip install xtc[lab])")
+    found = [ep for ep in entry_points(group=TARGET_ENTRY_POINT_GROUP) if ep.name == "sim"]
+    if not found:
+        raise missing
     try:
-        sim = importlib.import_module("xtc_lab.sim.train")
-    except ModuleNotFoundError as e:
+        make = found[0].load()
+    except ModuleNotFoundError as e:  # registered, but its modules are not installed
         if e.name is not None and e.name.split(".")[0] == "xtc_lab":
-            raise _Usage("the simulated backend is part of the testbed (pip install xtc[lab])") from None
+            raise missing from None
         raise
-    return sim.sweep_target(args.vr or "vr1", args.seed, args.traffic, offered_pps)
+    return make(args.vr or "vr1", args.seed, args.traffic, offered_pps)
 
 
 def _collect(args: argparse.Namespace, out: Path) -> None:
