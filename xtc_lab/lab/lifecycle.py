@@ -657,7 +657,7 @@ def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
 
     host: CgroupBackend | LibvirtBackend
     if record["mode"] == "netns":
-        host = CgroupBackend([CgroupVr(v["name"], v["cgroup"], ()) for v in record["vrs"]], ProcNetDevCounters())
+        host = CgroupBackend([CgroupVr(v["name"], v["cgroup"], tuple(v["vifs"])) for v in record["vrs"]], ProcNetDevCounters())
     else:
         host = LibvirtBackend(LibvirtConn(record["uri"]), "lxc", (), ProcNetDevCounters())
     out: dict[str, float | None | str] = {}
