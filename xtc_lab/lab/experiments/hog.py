@@ -34,19 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    controller_model,
-    CapReader,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    lab_session,
-    markdown_table,
-    mean,
-    measure_pps,
-    set_cap,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, measure_pps, set_cap, wait_with_progress
 from xtc_lab.lab.hog import hog_in_vr
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream

@@ -46,17 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    controller_model,
-    CapReader,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    lab_session,
-    markdown_table,
-    mean,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress
 from xtc_lab.lab.probe import PingRun, start_ping
 from xtc_lab.lab.traffic import start_tcp_stream, start_udp_stream
 
