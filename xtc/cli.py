@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # The product's parts, each a module with ``register(subparsers)``.
 _COMMAND_MODULES = (
@@ -24,6 +28,19 @@ ENTRY_POINT_GROUP = "xtc.commands"
 # Third-party packages that only an extra installs: a part that needs a missing one is left out.
 _OPTIONAL_DEPENDENCIES = frozenset({"libvirt", "fastapi", "uvicorn", "matplotlib", "scipy", "control",
                                     "pyroute2", "httpx", "sqlalchemy"})
+
+
+def load_or_report(load: Callable[[], T], errors: type[Exception] | tuple[type[Exception], ...],
+                   prog: str) -> T | None:
+    """``load()``, or None after printing ``prog: error`` to stderr if it raises one of ``errors``.
+
+    For the ``check-config`` commands: the caller returns its own exit status on None.
+    """
+    try:
+        return load()
+    except errors as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:

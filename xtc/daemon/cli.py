@@ -57,12 +57,12 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    from xtc.cli import load_or_report
+
     from .config import ConfigError, load_config
 
-    try:
-        cfg = load_config(args.file)
-    except ConfigError as e:
-        print(f"xtc check-config: {e}", file=sys.stderr)
+    cfg = load_or_report(lambda: load_config(args.file), ConfigError, "xtc check-config")
+    if cfg is None:
         return 1
     if args.show:
         print(json.dumps(cfg.flat(), indent=1, default=list))

@@ -76,16 +76,14 @@ rewrites every controlled cap this often, and at once when it sees a VR's counte
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping, get_args, get_origin
+from typing import Annotated, Any, Callable, Literal, get_args
 
-from pydantic import (
-    AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError, WrapValidator, model_validator,
-)
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, model_validator
 from pydantic.dataclasses import dataclass
-from pydantic_core import ErrorDetails
+
+from xtc.validation import FieldProblem, Number, parse_document, read_text_file, within
 
 __all__ = [
     "SCHEMA",
@@ -149,32 +147,6 @@ class ConfigError(ValueError):
 # ------------------------------------------------------------------------------------ field types
 
 
-class FieldProblem(ValueError):
-    """Raised by a check about a key other than the one being validated.
-
-    ``where`` is relative to the table the check runs on: ``"pub_endpoint"``, ``"vr[1].path"``,
-    ``"[2]"`` (an element of the list being validated).
-    """
-
-    def __init__(self, where: str, problem: str):
-        self.where = where
-        self.problem = problem
-        super().__init__(problem)
-
-
-def within(lo: float, hi: float) -> WrapValidator:
-    """A range check whose message gives the range and the value as written."""
-    shown = f"{lo}..{hi}" if isinstance(lo, int) and isinstance(hi, int) else f"{lo:g}..{hi:g}"
-
-    def check(v: Any, handler: Callable[[Any], Any]) -> Any:
-        x = handler(v)
-        if not lo <= x <= hi:
-            raise ValueError(f"must be within {shown}, got {v}")
-        return x
-
-    return WrapValidator(check)
-
-
 def _vr_name(s: str) -> str:
     if len(s) > 64 or not all(c.isalnum() or c in "-_.:" for c in s):
         raise ValueError(f"must be 1..64 characters of letters, digits, '-', '_', '.', ':', got {s!r}")
@@ -219,8 +191,7 @@ VrName = Annotated[Str, AfterValidator(_vr_name)]
 FilePath = Annotated[str, BeforeValidator(_path)]
 
 
-#: A TOML integer or float, as a float (finite: see ``TABLE``); a TOML integer.
-Number = Annotated[float, Strict()]
+#: A TOML integer.
 Integer = Annotated[int, Strict()]
 
 
@@ -452,96 +423,6 @@ _HINTS = {
 }
 
 
-def key_path(loc: tuple[str | int, ...], where: str = "") -> str:
-    """A TOML key path: ``("sim", "vr", 0, "name")`` is ``sim.vr[0].name``."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    if where:
-        out += where if where.startswith("[") or not out else f".{where}"
-    return out
-
-
-def _unwrap(t: Any) -> Any:
-    while get_origin(t) is Annotated:
-        t = get_args(t)[0]
-    return t
-
-
-def _type_at(root: type, loc: tuple[str | int, ...]) -> Any:
-    """The declared type of the value at ``loc`` (None if ``loc`` names no declared key)."""
-    t: Any = root
-    for part in loc:
-        t = _unwrap(t)
-        if isinstance(part, int):
-            t = get_args(t)[0] if get_args(t) else None
-        else:
-            info = getattr(t, "__pydantic_fields__", {}).get(part)
-            t = info.annotation if info is not None else None
-        if t is None:
-            return None
-    return _unwrap(t)
-
-
-def _type_name(v: Any) -> str:
-    return type(v).__name__
-
-
-def validation_problem(
-    exc: ValidationError, root: type, hints: Mapping[str, str] | None = None
-) -> tuple[str, str]:
-    """The first problem of a pydantic error as ``(key path, readable problem)``.
-
-    An unknown key is reported before anything else (it often explains a missing one).
-    """
-    errors = exc.errors()
-    unknown = [e for e in errors if e["type"] in ("unexpected_keyword_argument", "extra_forbidden")]
-    e: ErrorDetails = (unknown or errors)[0]
-    loc, kind, v = tuple(e["loc"]), e["type"], e.get("input")
-    cause = (e.get("ctx") or {}).get("error")
-    if isinstance(cause, FieldProblem):
-        return key_path(loc, cause.where), cause.problem
-    key = key_path(loc)
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        table = _type_at(root, loc[:-1])
-        hint = (hints or {}).get(str(loc[-1]))
-        if hint:
-            return key, hint if hint.startswith("unknown key") else f"unknown key; did you mean '{hint}'?"
-        allowed = sorted(getattr(table, "__pydantic_fields__", {}))
-        return key, f"unknown key (allowed: {', '.join(allowed)})"
-    if kind == "value_error":
-        return key, str(cause)
-    if kind == "missing":
-        return key, "missing table" if hasattr(_type_at(root, loc), "__pydantic_fields__") else "missing"
-    if kind == "literal_error":
-        ann = _type_at(root, loc)
-        choices = get_args(ann) if get_origin(ann) is Literal else ()
-        if len(choices) > 1 and all(isinstance(c, str) for c in choices) and not isinstance(v, str):
-            return key, f"must be a string, got {_type_name(v)} {v!r}"
-        if len(choices) == 1:
-            return key, f"must be {choices[0]!r}, got {v!r}"
-        if choices:
-            return key, f"must be one of {', '.join(repr(c) for c in choices)}, got {v!r}"
-        return key, f"must be {e['ctx']['expected']}, got {v!r}"
-    if kind in ("float_type", "float_parsing"):
-        return key, f"must be a number, got {_type_name(v)} {v!r}"
-    if kind == "finite_number":
-        return key, f"must be finite, got {v}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return key, f"must be an integer, got {_type_name(v)} {v!r}"
-    if kind == "bool_type":
-        return key, f"must be true or false, got {_type_name(v)} {v!r}"
-    if kind == "string_type":
-        return key, f"must be a string, got {_type_name(v)} {v!r}"
-    if kind in ("dataclass_type", "model_type", "model_attributes_type", "dict_type"):
-        return key, "must be a table" if loc and isinstance(loc[-1], int) else f"must be a table, got {_type_name(v)}"
-    if kind in ("tuple_type", "list_type"):
-        if hasattr(_type_at(root, loc + (0,)), "__pydantic_fields__"):
-            return key, f"must be an array of tables ([[{key}]])"
-        return key, f"must be a list, got {_type_name(v)}"
-    return key, e["msg"]
-
-
 # ---------------------------------------------------------------------------------------- loading
 
 _DOCUMENT = TypeAdapter(_Document)
@@ -558,16 +439,13 @@ def _check_model(c: ControllerSection) -> None:
         raise ConfigError("controller.model", str(e)) from None
 
 
+def _failing(source: str | None) -> Callable[[str, str], ConfigError]:
+    return lambda key, problem: ConfigError(key, problem, source)
+
+
 def loads_config(text: str, source: str | None = None) -> DaemonConfig:
     """Parse and validate configuration text.  Raises :class:`ConfigError`."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("<file>", f"not valid TOML: {e}", source) from None
-    try:
-        parsed = _DOCUMENT.validate_python(doc)
-    except ValidationError as e:
-        raise ConfigError(*validation_problem(e, _Document, _HINTS), source) from None
+    parsed = parse_document(text, _DOCUMENT, _Document, _failing(source), _HINTS)
     cfg = DaemonConfig(**{f.name: getattr(parsed, f.name) for f in fields(_Sections)}, source=source)
     try:
         _check_model(cfg.controller)
@@ -579,12 +457,7 @@ def loads_config(text: str, source: str | None = None) -> DaemonConfig:
 def load_config(path: str | Path) -> DaemonConfig:
     """Load and validate a configuration file.  Raises :class:`ConfigError` naming the bad key."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError("<file>", f"cannot read: {e.strerror or e}", str(p)) from None
-    except UnicodeDecodeError:
-        raise ConfigError("<file>", "not UTF-8 text", str(p)) from None
+    text = read_text_file(p, _failing(str(p)))
     return loads_config(text, source=str(p))
 
 

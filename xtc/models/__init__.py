@@ -20,14 +20,15 @@ naming the offending field; nothing is returned for a bad file.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
 
 import tomli_w
-from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter
 from pydantic import dataclasses as pyd
+
+from xtc.validation import parse_document, read_text_file
 
 __all__ = [
     "SCHEMA",
@@ -286,14 +287,14 @@ def _gains(t: _GainsTable | None) -> Gains | None:
     return None if t is None else Gains(t.kp_decades_per_kpps, t.ki_decades_per_kpps)
 
 
-def _from_doc(doc: Mapping[str, Any], source: str | None) -> ModelFile:
-    from xtc.daemon.config import validation_problem
+def _failing(source: str | None) -> Callable[[str, str], ModelError]:
+    def fail(key: str, problem: str) -> ModelError:
+        return ModelError(key, "missing or not a non-empty string" if key == "name" else problem, source)
 
-    try:
-        d = _DOCUMENT.validate_python(doc)
-    except ValidationError as e:
-        key, problem = validation_problem(e, _Document, _UNIT_HINTS)
-        raise ModelError(key, "missing or not a non-empty string" if key == "name" else problem, source) from None
+    return fail
+
+
+def _from_doc(d: _Document, source: str | None) -> ModelFile:
     try:
         m = d.model
         return ModelFile(
@@ -315,22 +316,13 @@ def _from_doc(doc: Mapping[str, Any], source: str | None) -> ModelFile:
 
 def loads_model(text: str, source: str | None = None) -> ModelFile:
     """Parse and validate a model file's text.  Raises :class:`ModelError`."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ModelError("<file>", f"not valid TOML: {e}", source) from None
-    return _from_doc(doc, source)
+    return _from_doc(parse_document(text, _DOCUMENT, _Document, _failing(source), _UNIT_HINTS), source)
 
 
 def load_model(path: str | Path) -> ModelFile:
     """Load and validate a model file.  Raises :class:`ModelError` naming the bad field."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ModelError("<file>", f"cannot read: {e.strerror or e}", str(p)) from None
-    except UnicodeDecodeError:
-        raise ModelError("<file>", "not UTF-8 text", str(p)) from None
+    text = read_text_file(p, _failing(str(p)))
     return loads_model(text, source=str(p))
 
 

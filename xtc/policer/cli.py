@@ -125,12 +125,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from xtc.cli import load_or_report
+
     from .config import ConfigError, load_config
 
-    try:
-        cfg = load_config(args.file)
-    except ConfigError as e:
-        print(f"xtc policer check-config: {e}", file=sys.stderr)
+    cfg = load_or_report(lambda: load_config(args.file), ConfigError, "xtc policer check-config")
+    if cfg is None:
         return 1
     print(json.dumps(cfg.describe()))
     return 0

@@ -29,15 +29,14 @@ never logged or shown; :meth:`PolicerConfig.describe` prints how many there are.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter
 from pydantic import dataclasses as pyd
 
-from xtc.daemon.config import Number, within, validation_problem
+from xtc.validation import Number, parse_document, within
 
 __all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV"]
 
@@ -161,14 +160,7 @@ def check_tokens(key: str, toks: list[str]) -> frozenset[str]:
 
 def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConfig:
     """Parse configuration text (and ``XTC_POLICER_TOKENS`` from ``env``)."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("<file>", f"not valid TOML: {e}") from None
-    try:
-        d = _DOCUMENT.validate_python(doc)
-    except ValidationError as e:
-        raise ConfigError(*validation_problem(e, _Document)) from None
+    d = parse_document(text, _DOCUMENT, _Document, ConfigError)
     tokens = read_tokens(d.auth.tokens_file) if d.auth.tokens_file else frozenset()
     env = os.environ if env is None else env
     if env.get(TOKENS_ENV):

@@ -67,12 +67,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from xtc.cli import load_or_report
+
     from .topology import TopologyError, load_topology
 
-    try:
-        topo = load_topology(args.topology)
-    except TopologyError as e:
-        print(f"xtc xco check-config: {e}", file=sys.stderr)
+    topo = load_or_report(lambda: load_topology(args.topology), TopologyError, "xtc xco check-config")
+    if topo is None:
         return 2
     summary = topo.summary()
     if args.json:

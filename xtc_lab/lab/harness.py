@@ -502,6 +502,15 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out a matplotlib figure, write it to ``path`` (PNG, 100 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def write_outputs(ctx: RunContext, name: str, result: Mapping[str, Any], report_md: str,
                   plot: Callable[[Path], None] | None) -> dict[str, Path]:
     """Write ``<name>.json``, ``<name>.png`` (if ``plot``) and ``<name>.md`` into ``ctx.out_dir``."""

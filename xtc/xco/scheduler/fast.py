@@ -33,12 +33,7 @@ __all__ = ["FastScheduler"]
 class FastScheduler(SchedulerBase):
     """Fast implementation of the XCo timeslice policy (see :mod:`xtc.xco.scheduler`).
 
-    Parameters
-    ----------
-    topo : Topology
-        The network.
-    slice_us : int
-        Slot length, microseconds.
+    Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
 
     def __init__(self, topo: Topology, slice_us: int = 10_000):

@@ -40,7 +40,7 @@ from xtc_lab.lab.experiments.tcpudp import (
     run_phase,
     summarise_vr,
 )
-from xtc_lab.lab.harness import CapReader, LabDaemon, Recorder, RunContext, controller_model, lab_session, markdown_table
+from xtc_lab.lab.harness import CapReader, LabDaemon, Recorder, RunContext, controller_model, lab_session, markdown_table, save_figure
 from xtc_lab.lab.netlab import VR, LabError
 from xtc_lab.lab.traffic import MAX_TCP_FLOWS, PAPER_TCP_FRAME_BYTES, TcpResult, start_tcp_stream, tcp_mss_for_frame
 
@@ -441,6 +441,4 @@ def plot_fairness(result: Mapping[str, Any], path: Path) -> None:
         ax_t.set_ylim(bottom=0)
         ax_t.legend(loc="lower left", fontsize=8)
         ax_t.set_title("per-VR forwarded rate; shaded: measured windows (grey without XTC, green with)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -34,19 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    controller_model,
-    CapReader,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    lab_session,
-    markdown_table,
-    mean,
-    measure_pps,
-    set_cap,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, measure_pps, set_cap, wait_with_progress, save_figure
 from xtc_lab.lab.hog import hog_in_vr
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream
@@ -379,8 +367,6 @@ XTC {_fmt_pct(xt['error_under_hog'])} (XTC raised the cap from {xt['cap_before_p
             h2, l2 = ax2.get_legend_handles_labels()
             ax.legend(h1 + h2, l1 + l2, loc="lower left", fontsize=8, ncol=4)
         axes[-1].set_xlabel("time since the steady phase began (s)")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)

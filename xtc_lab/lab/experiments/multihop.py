@@ -26,7 +26,7 @@ from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
-                             wait_with_progress)
+                             save_figure, wait_with_progress)
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -189,8 +189,6 @@ next router's queue.
         axes[2].set_ylabel("forwarded (kp/s)")
         axes[2].legend(fontsize=8)
         fig.suptitle("Three hops, one XTC daemon per router (cf. Figure 20)")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)

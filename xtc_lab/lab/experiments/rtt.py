@@ -26,17 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    controller_model,
-    CapReader,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    lab_session,
-    markdown_table,
-    mean,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -293,9 +283,7 @@ grows with the share of time the VR is throttled.
         a2.set_ylabel("RTT (ms)")
         a2.set_title("(b) probe RTT", fontsize=10)
         a2.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
 

@@ -46,17 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    controller_model,
-    CapReader,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    lab_session,
-    markdown_table,
-    mean,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import PingRun, start_ping
 from xtc_lab.lab.traffic import start_tcp_stream, start_udp_stream
 
@@ -410,9 +400,7 @@ loses about 4-5% against the run without XTC.
         ax.set_ylabel("aggregate, % of without XTC")
         ax.set_title("Table 2: aggregate", fontsize=10)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
 

@@ -38,17 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    controller_model,
-    CapReader,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    lab_session,
-    markdown_table,
-    mean,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
@@ -654,6 +644,4 @@ def plot_tcpudp(result: Mapping[str, Any], path: Path) -> None:
     axb.set_ylabel("kp/s")
     axb.set_title("Figure 17 on the lab (paper: aggregate ~100 -> 68 kp/s)", fontsize=9)
     axb.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

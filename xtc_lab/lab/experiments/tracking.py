@@ -23,7 +23,7 @@ from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
-                             measure_pps, wait_with_progress)
+                             measure_pps, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
 from xtc_lab.sim.metrics import settling_periods
 
@@ -233,8 +233,6 @@ Per setpoint:
         ax.set_xlim(left=0)
         ax.legend(fontsize=8)
         axes[-2, 0].set_xlabel("time (s)")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
