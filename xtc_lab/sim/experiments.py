@@ -209,8 +209,37 @@ def _independent_plant(vrs: Sequence[VRConfig], seed: int, dom0: Dom0Config | No
     return PlantConfig(vrs=vrs, dom0s=tuple(d for _ in vrs), seed=seed)
 
 
-def _mean_ci(x: np.ndarray) -> tuple[float, float]:
-    return float(np.mean(x)), confidence_half_width(x)
+def _setpoint_runs(
+    spec: ControllerSpec, model: ModelFile, vr: VRConfig, setpoints_pps: np.ndarray, runs: int, seed: int,
+    duration_s: float, actuation: str, skip_s: int, label: str, progress: Progress,
+) -> tuple[LoopTrace, dict[str, list[float]]]:
+    """One ``vr`` per setpoint in ``setpoints_pps`` (each setpoint repeated ``runs`` times in a row), on
+    independent hosts, under ``spec``; the trace and the mean and 95% CI over the runs at each setpoint.
+
+    Parameters
+    ----------
+    setpoints_pps : numpy.ndarray
+        Setpoints, packets/s, each repeated ``runs`` times consecutively.
+    skip_s : int
+        Seconds (trace samples) at the start left out of the means and of the relative RMSE.
+
+    Returns
+    -------
+    tuple
+        The :class:`LoopTrace` and ``achieved_kpps``, ``achieved_ci_kpps`` (kp/s), ``relative_rmse``
+        and ``relative_rmse_ci``, one value per setpoint.
+    """
+    plant = _independent_plant([vr] * setpoints_pps.size, seed)
+    tr = _run(spec, model, plant, setpoints_pps, duration_s, actuation, lambda f: progress(label, f))
+    y = tr.forwarded_pps[skip_s:]
+    mean = (y.mean(axis=0) / 1000.0).reshape(-1, runs)
+    rr = np.array([relative_rmse(y[:, j]) for j in range(setpoints_pps.size)]).reshape(-1, runs)
+    return tr, {
+        "achieved_kpps": [float(np.mean(m)) for m in mean],
+        "achieved_ci_kpps": [confidence_half_width(m) for m in mean],
+        "relative_rmse": [float(np.mean(r)) for r in rr],
+        "relative_rmse_ci": [confidence_half_width(r) for r in rr],
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,18 +276,12 @@ def sweep(
     out: dict[str, Any] = {"setpoints_kpps": list(setpoints_kpps), "controllers": {}}
     for ci, spec in enumerate(specs):
         vr = VRConfig(traffic=udp(offered_kpps * 1000.0), initial_cap_percent=initial_cap_percent)
-        plant = _independent_plant([vr] * sps.size, seed)
         label = f"sweep {spec.label} ({ci + 1}/{len(specs)})"
-        tr = _run(spec, model, plant, sps, duration_s, actuation, lambda f, lb=label: progress(lb, f))
-        y = tr.forwarded_pps[skip:]
-        mean = y.mean(axis=0).reshape(-1, runs)
-        rr = np.array([relative_rmse(y[:, j]) for j in range(sps.size)]).reshape(-1, runs)
+        tr, summary = _setpoint_runs(spec, model, vr, sps, runs, seed, duration_s, actuation, skip, label, progress)
+        mean = tr.forwarded_pps[skip:].mean(axis=0).reshape(-1, runs)
         caps = tr.cap_percent[skip:].mean(axis=0).reshape(-1, runs)
         out["controllers"][spec.label] = {
-            "achieved_kpps": [_mean_ci(m / 1000.0)[0] for m in mean],
-            "achieved_ci_kpps": [_mean_ci(m / 1000.0)[1] for m in mean],
-            "relative_rmse": [float(np.mean(r)) for r in rr],
-            "relative_rmse_ci": [confidence_half_width(r) for r in rr],
+            **summary,
             "mean_cap_percent": [float(np.mean(c)) for c in caps],
             "lowest_held_kpps": _lowest_within(setpoints_kpps, [float(np.mean(m)) / 1000.0 for m in mean], 0.10),
         }
@@ -346,19 +369,11 @@ def fixedcap(
         out["results"][key] = {}
         for spec in specs:
             vr = VRConfig(traffic=udp(100_000.0), initial_cap_percent=initial_cap_percent, hog_fraction=hog)
-            plant = _independent_plant([vr] * sps.size, seed)
             label = f"fixedcap {key} {spec.label} ({done + 1}/{total})"
-            tr = _run(spec, model, plant, sps, duration_s, actuation, lambda f, lb=label: progress(lb, f))
+            _, out["results"][key][spec.label] = _setpoint_runs(
+                spec, model, vr, sps, runs, seed, duration_s, actuation, skip, label, progress
+            )
             done += 1
-            y = tr.forwarded_pps[skip:]
-            mean = (y.mean(axis=0) / 1000.0).reshape(-1, runs)
-            rr = np.array([relative_rmse(y[:, j]) for j in range(sps.size)]).reshape(-1, runs)
-            out["results"][key][spec.label] = {
-                "achieved_kpps": [float(np.mean(m)) for m in mean],
-                "achieved_ci_kpps": [confidence_half_width(m) for m in mean],
-                "relative_rmse": [float(np.mean(r)) for r in rr],
-                "relative_rmse_ci": [confidence_half_width(r) for r in rr],
-            }
     progress("fixedcap done", 1.0)
     params = dict(seed=seed, duration_s=duration_s, runs=runs, actuation=actuation, warmup_s=warmup_s, model=model.name)
     lines = [f"Fixed Cap vs feedback at the Table 1 setpoints (UDP 100 kp/s); hog = {hog_fraction:.0%} of the VR's CPU", ""]
