@@ -38,7 +38,7 @@ from xtc_lab.lab.experiments.tcpudp import (
     min_max_ratio,
     outside_load_note,
     run_phase,
-    summarise_vr,
+    summarise_phase,
 )
 from xtc_lab.lab.harness import CapReader, LabDaemon, Recorder, RunContext, controller_model, lab_session, markdown_table, save_figure
 from xtc_lab.lab.netlab import VR, LabError
@@ -202,19 +202,11 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
 
 def _phase_summary(rec: Recorder, times: PhaseTimes, res: Sequence[TcpResult], cpu: Mapping[str, Any],
                    one_vr: VR, many_vr: VR) -> dict[str, Any]:
-    t0, t1 = times.measure_from_s + rec.dt_s, times.measure_to_s
-    out: dict[str, Any] = {"measure_s": [round(times.measure_from_s, 2), round(times.measure_to_s, 2)]}
-    for key, vr, r in (("one", one_vr, res[0]), ("many", many_vr, res[1])):
-        s = summarise_vr(rec.series[vr.name].to_json(), t0, t1)
-        s["cpu_percent"] = cpu["vr_percent"].get(vr.name, math.nan)
-        s["path"] = cpu["paths"].get(vr.name)
-        s["goodput_bits_per_s"] = goodput_in_window(r, times.start_s, t0, t1)
-        s["iperf3"] = {"flows": r.flows, "seconds": r.seconds, "received_bits_per_s": r.received_bits_per_s,
-                       "retransmits": r.retransmits, "flow_min_max_ratio": r.flow_min_max_ratio}
-        out[key] = s
-    out["host_cpu_percent"] = cpu["host_percent"]
-    out["others_cpu_percent"] = cpu["others_percent"]
-    out["daemon_cpu_percent"] = cpu["daemon_percent"]
+    out = summarise_phase(rec, times, cpu, {"one": one_vr, "many": many_vr})
+    for key, r in (("one", res[0]), ("many", res[1])):
+        out[key]["goodput_bits_per_s"] = goodput_in_window(r, times.start_s, *times.window_s(rec.dt_s))
+        out[key]["iperf3"] = {"flows": r.flows, "seconds": r.seconds, "received_bits_per_s": r.received_bits_per_s,
+                              "retransmits": r.retransmits, "flow_min_max_ratio": r.flow_min_max_ratio}
     return out
 
 

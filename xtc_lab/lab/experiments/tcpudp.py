@@ -303,6 +303,38 @@ class PhaseTimes:
     measure_from_s: float
     measure_to_s: float
 
+    def window_s(self, dt_s: float) -> tuple[float, float]:
+        """The measured window (s, recorder's clock): from the first sample of period ``dt_s`` (s)
+        wholly after ``measure_from_s``, to ``measure_to_s``."""
+        return self.measure_from_s + dt_s, self.measure_to_s
+
+
+def summarise_phase(rec: Recorder, times: PhaseTimes, cpu: Mapping[str, Any], vrs: Mapping[str, VR]) -> dict[str, Any]:
+    """A phase's summary: ``measure_s``, one :func:`summarise_vr` per key of ``vrs`` (with the VR's
+    ``cpu_percent`` and per-direction ``path`` rates), and the host's, others' and daemon's CPU.
+
+    Parameters
+    ----------
+    rec : Recorder
+        The phase's recording.
+    times : PhaseTimes
+        The phase's times (s); the VRs are summarised over :meth:`PhaseTimes.window_s`.
+    cpu : Mapping
+        The host picture of :func:`run_phase` (percent of one CPU, and ``"paths"``).
+    vrs : Mapping
+        The summary's key for each VR.
+    """
+    t0, t1 = times.window_s(rec.dt_s)
+    out: dict[str, Any] = {"measure_s": [round(times.measure_from_s, 2), round(times.measure_to_s, 2)]}
+    for key, vr in vrs.items():
+        out[key] = summarise_vr(rec.series[vr.name].to_json(), t0, t1)
+        out[key]["cpu_percent"] = cpu["vr_percent"].get(vr.name, math.nan)
+        out[key]["path"] = cpu["paths"].get(vr.name)
+    out["host_cpu_percent"] = cpu["host_percent"]
+    out["others_cpu_percent"] = cpu["others_percent"]
+    out["daemon_cpu_percent"] = cpu["daemon_percent"]
+    return out
+
 
 def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: Callable[[float], list[Any]],
               warm_s: float, settle_s: float, hold_s: float, on_warm: Callable[[], None] | None = None,
@@ -404,20 +436,12 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
 
 def _phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res: Any, cpu: Mapping[str, Any],
                    tcp_vr: VR, udp_vr: VR) -> dict[str, Any]:
-    t0, t1 = times.measure_from_s + rec.dt_s, times.measure_to_s
-    out: dict[str, Any] = {"measure_s": [round(times.measure_from_s, 2), round(times.measure_to_s, 2)]}
-    for key, vr in (("tcp", tcp_vr), ("udp", udp_vr)):
-        out[key] = summarise_vr(rec.series[vr.name].to_json(), t0, t1)
-        out[key]["cpu_percent"] = cpu["vr_percent"].get(vr.name, math.nan)
-        out[key]["path"] = cpu["paths"].get(vr.name)
-    out["tcp"]["goodput_bits_per_s"] = goodput_in_window(tcp_res, times.start_s, t0, t1)
+    out = summarise_phase(rec, times, cpu, {"tcp": tcp_vr, "udp": udp_vr})
+    out["tcp"]["goodput_bits_per_s"] = goodput_in_window(tcp_res, times.start_s, *times.window_s(rec.dt_s))
     out["tcp"]["iperf3"] = {"seconds": tcp_res.seconds, "received_bits_per_s": tcp_res.received_bits_per_s,
                             "retransmits": tcp_res.retransmits, "mss_bytes": tcp_res.mss_bytes}
     out["udp"]["sender"] = {"sent_pps": udp_res.sent_pps, "seconds": udp_res.seconds}
     out["aggregate_pps"] = out["tcp"]["forwarded_pps"] + out["udp"]["forwarded_pps"]
-    out["host_cpu_percent"] = cpu["host_percent"]
-    out["others_cpu_percent"] = cpu["others_percent"]
-    out["daemon_cpu_percent"] = cpu["daemon_percent"]
     return out
 
 
