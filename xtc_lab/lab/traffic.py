@@ -39,7 +39,7 @@ import json
 import math
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,22 @@ class _Stream:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_streams(*starts: Callable[[], _Stream]) -> list[Any]:
+    """Start streams in order, each by calling one of ``starts``, and return them.
+
+    If one fails to start, the ones already started are stopped and the error is raised.
+    """
+    started: list[_Stream] = []
+    try:
+        for start in starts:
+            started.append(start())
+    except Exception:
+        for s in started:
+            s.stop()
+        raise
+    return started
 
 
 class UdpStream(_Stream):

@@ -42,7 +42,8 @@ from xtc_lab.lab.experiments.tcpudp import (
 )
 from xtc_lab.lab.harness import CapReader, LabDaemon, Recorder, RunContext, controller_model, lab_session, markdown_table, save_figure
 from xtc_lab.lab.netlab import VR, LabError
-from xtc_lab.lab.traffic import MAX_TCP_FLOWS, PAPER_TCP_FRAME_BYTES, TcpResult, start_tcp_stream, tcp_mss_for_frame
+from xtc_lab.lab.traffic import (MAX_TCP_FLOWS, PAPER_TCP_FRAME_BYTES, TcpResult, start_streams, start_tcp_stream,
+                                 tcp_mss_for_frame)
 
 TITLE = "fairness between a VR with 1 TCP flow and a VR with n flows, without and with XTC"
 PAPER = "Figure 18"
@@ -155,13 +156,9 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             dpid = None if d.proc is None else d.proc.pid
             for i, n in enumerate(flows):
                 def streams(duration_s: float, n: int = n) -> list[Any]:
-                    a = start_tcp_stream(lab, one_vr, duration_s, flows=1, frame_bytes=frame)
-                    try:
-                        b = start_tcp_stream(lab, many_vr, duration_s, flows=n, frame_bytes=frame)
-                    except Exception:
-                        a.stop()
-                        raise
-                    return [a, b]
+                    return start_streams(
+                        lambda: start_tcp_stream(lab, one_vr, duration_s, flows=1, frame_bytes=frame),
+                        lambda: start_tcp_stream(lab, many_vr, duration_s, flows=n, frame_bytes=frame))
 
                 ctx.say(f"-- [{i + 1}/{len(flows)}] 1 vs {n} flows, without XTC")
                 label = f"n={n} without XTC"

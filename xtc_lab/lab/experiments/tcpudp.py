@@ -43,6 +43,7 @@ from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
     TcpResult,
+    start_streams,
     start_tcp_stream,
     start_udp_stream,
     tcp_mss_for_frame,
@@ -397,13 +398,9 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         caps = CapReader(lab.uri)
 
         def streams(duration_s: float) -> list[Any]:
-            tcp = start_tcp_stream(lab, tcp_vr, duration_s, flows=1, frame_bytes=frame)
-            try:
-                udp = start_udp_stream(lab, udp_vr, ctx.offered_pps, duration_s, payload_bytes=payload)
-            except Exception:
-                tcp.stop()
-                raise
-            return [tcp, udp]
+            return start_streams(
+                lambda: start_tcp_stream(lab, tcp_vr, duration_s, flows=1, frame_bytes=frame),
+                lambda: start_udp_stream(lab, udp_vr, ctx.offered_pps, duration_s, payload_bytes=payload))
 
         phases: dict[str, Any] = {}
         with Recorder([tcp_vr, udp_vr], dt_s=1.0, caps=caps) as rec:
