@@ -444,6 +444,35 @@ def calibrate_dom0_capacity(
     raise ValueError(f"cannot calibrate Dom0 capacity to an aggregate of {target_kpps} kp/s (got {a1:.1f} at {c1:.0f})")
 
 
+def _shared_dom0_runs(
+    group: Sequence[VRConfig], capacity_pps: float, runs: int, spec: ControllerSpec | None,
+    setpoints_kpps: Sequence[float] | None, seed: int, model: ModelFile, duration_s: float, actuation: str,
+    label: str, progress: Progress,
+) -> LoopTrace:
+    """``runs`` independent hosts, each the VRs of ``group`` on one Dom0, under ``spec`` (None: without XTC).
+
+    Parameters
+    ----------
+    capacity_pps : float
+        Each Dom0's capacity, traversals/s (the default ``rx_work_fraction``).
+    setpoints_kpps : sequence of float or None
+        The setpoint of each VR of ``group``, kp/s (not used without XTC).
+
+    Returns
+    -------
+    LoopTrace
+        Host ``r``'s VRs are columns ``r * len(group)`` onwards, in the order of ``group``.
+    """
+    vrs = tuple(replace(v, dom0=r) for r in range(runs) for v in group)
+    plant = PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity_pps),) * runs, seed=seed)
+    if spec is None:
+        sps = np.full(len(vrs), np.nan)  # no XTC instance
+    else:
+        sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
+    return _run(spec or controller_spec("fixed"), model, plant, sps, duration_s, actuation,
+                lambda f: progress(label, f), warmup_s=5.0)
+
+
 SIXVR_CONFIGS_KPPS: dict[str, tuple[float, ...]] = {
     "A": (10, 10, 10, 10, 10, 28),
     "B": (22, 18, 14, 8, 8, 8),
@@ -476,15 +505,8 @@ def sixvr(
     skip = int(round(warmup_s))
 
     def run(spec: ControllerSpec | None, setpoints_kpps: Sequence[float] | None, label: str) -> dict[str, Any]:
-        vrs = tuple(replace(tcp_vr, dom0=r) for r in range(runs) for _ in range(6))
-        dom0 = Dom0Config(capacity_pps=capacity)
-        plant = PlantConfig(vrs=vrs, dom0s=(dom0,) * runs, seed=seed)
-        if spec is None:
-            sps = np.full(len(vrs), np.nan)  # no XTC instance
-        else:
-            sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
-        tr = _run(spec or controller_spec("fixed"), model, plant, sps, duration_s, actuation,
-                  lambda f: progress(label, f), warmup_s=5.0)
+        tr = _shared_dom0_runs([tcp_vr] * 6, capacity, runs, spec, setpoints_kpps, seed, model, duration_s,
+                               actuation, label, progress)
         per_vr = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 6)
         agg = per_vr.sum(axis=1)
         return {
@@ -574,13 +596,8 @@ def tcpudp(
     rxw = Dom0Config().rx_work_fraction
 
     def run(spec: ControllerSpec | None, label: str) -> dict[str, Any]:
-        vrs = tuple(replace(v, dom0=r) for r in range(runs) for v in pair)
-        plant = PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity, rxw),) * runs, seed=seed)
-        sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
-        if spec is None:
-            sps = np.full(len(vrs), np.nan)  # no XTC instance
-        tr = _run(spec or controller_spec("fixed"), model, plant, sps, duration_s, actuation,
-                  lambda f: progress(label, f), warmup_s=5.0)
+        tr = _shared_dom0_runs(pair, capacity, runs, spec, setpoints_kpps, seed, model, duration_s, actuation,
+                               label, progress)
         fwd = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
         to_vr = (tr.offered_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
         wasted = (to_vr[:, 0] - fwd[:, 0]) * rxw  # Dom0 traversals/s spent on UDP packets the VR drops
