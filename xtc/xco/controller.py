@@ -26,6 +26,7 @@ import secrets
 import select
 import signal
 import socket
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -415,6 +416,10 @@ class ControllerService:
         self.stop_signal: int | None = None
         self.metrics_port: int | None = None
         self._last_save = -math.inf
+        self._save_cv = threading.Condition()
+        self._save_doc: dict[str, Any] | None = None
+        self._writer_stop = False
+        self._writer_thread: threading.Thread | None = None
 
     def open(self) -> None:
         """Load the state, bind the socket, start the metrics endpoint, send the restored directives."""
@@ -439,6 +444,8 @@ class ControllerService:
                 raise SystemExit(f"xtc xco controller: state file {self.cfg.state_file}: {e}; "
                                  "move it away to start without state") from None
         save_state(self.cfg.state_file, self.core.to_state())
+        self._writer_thread = threading.Thread(target=self._writer, name="xco-state-writer", daemon=True)
+        self._writer_thread.start()
         if self.cfg.metrics.enabled:
             self.metrics_port = self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         self._flush_notes()
@@ -468,17 +475,30 @@ class ControllerService:
         self.core.notes.clear()
 
     def _save(self, force: bool) -> None:
-        from xtc.daemon.logs import event
-        from xtc.daemon.state import StateFileError, save_state
-
+        """Hand a changed state to the writer thread (fsync must not delay a slot boundary)."""
         now = time.monotonic()
         if not (force or (self.core.dirty and now - self._last_save >= self.cfg.state_save_interval_s)):
             return
-        try:
-            save_state(self.cfg.state_file, self.core.to_state())
-            self._last_save = now
-        except StateFileError as e:
-            event(log, logging.ERROR, "state_save_failed", error=str(e))
+        self._last_save = now
+        with self._save_cv:
+            self._save_doc = self.core.to_state()
+            self._save_cv.notify()
+
+    def _writer(self) -> None:
+        from xtc.daemon.logs import event
+        from xtc.daemon.state import StateFileError, save_state
+
+        while True:
+            with self._save_cv:
+                while self._save_doc is None and not self._writer_stop:
+                    self._save_cv.wait()
+                doc, self._save_doc = self._save_doc, None
+                if doc is None:
+                    return
+            try:
+                save_state(self.cfg.state_file, doc)
+            except StateFileError as e:
+                event(log, logging.ERROR, "state_save_failed", error=str(e))
 
     def _timed(self, f: Callable[[], list[Send]]) -> list[Send]:
         n0 = sum(self.core.events.values())
@@ -529,6 +549,11 @@ class ControllerService:
         from xtc.daemon.logs import event
 
         self._save(force=True)
+        with self._save_cv:
+            self._writer_stop = True
+            self._save_cv.notify()
+        if self._writer_thread is not None:
+            self._writer_thread.join()  # the last state is written before the controller exits
         if self.sock is not None:
             self.sock.close()
         event(log, logging.INFO, "stopped", signal=self.stop_signal, dropped=dict(self.core.dropped),
