@@ -29,14 +29,14 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
 from .controller_config import ControllerConfig
 from .scheduler import Directive as SchedDirective
-from .scheduler import EventError, FastScheduler, RateLimiter
+from .scheduler import FastScheduler, RateLimiter
 from .topology import Topology
 
 __all__ = ["DROP_REASONS", "Send", "ControllerCore", "ControllerService", "run_controller", "STATE_SCHEMA"]
