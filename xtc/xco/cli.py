@@ -1,4 +1,4 @@
-"""Subcommands ``xtc xco replay`` and ``xtc xco check-config``."""
+"""Subcommands ``xtc xco replay``, ``xtc xco check-config`` and ``xtc xco controller``."""
 
 from __future__ import annotations
 
@@ -26,10 +26,16 @@ def register(subparsers: Any) -> None:
     s.add_argument("--output", "-o", default="-", help="where to write the directives ('-' = stdout)")
     s.set_defaults(func=_cmd_replay)
 
-    s = sub.add_parser("check-config", help="validate a topology file without starting anything")
-    s.add_argument("topology", help="xco-topology/1 TOML file")
+    s = sub.add_parser("check-config",
+                       help="validate a topology or a controller configuration file without starting anything")
+    s.add_argument("topology", metavar="FILE",
+                   help="xco-topology/1 or xco-controller/1 TOML file (told apart by its schema key)")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=_cmd_check)
+
+    s = sub.add_parser("controller", help="run the XCo controller (UDP, foreground; see docs/xco-protocol.md)")
+    s.add_argument("-c", "--config", required=True, help="xco-controller/1 TOML file")
+    s.set_defaults(func=_cmd_controller)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -66,11 +72,56 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_controller(args: argparse.Namespace) -> int:
+    from .controller import run_controller
+
+    return run_controller(args.config)
+
+
+def _schema_of(path: str) -> str | None:
+    """The ``schema`` value of a TOML file, or None if it cannot be read (the loader then says why)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            v = tomllib.load(f).get("schema")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return v if isinstance(v, str) else None
+
+
+def _cmd_check_controller(args: argparse.Namespace) -> int:
+    from xtc.cli import load_or_report
+
+    from .controller_config import ControllerConfigError, load_controller_config
+    from .topology import TopologyError, load_topology
+
+    prog = "xtc xco check-config"
+    cfg = load_or_report(lambda: load_controller_config(args.topology), ControllerConfigError, prog)
+    if cfg is None:
+        return 2
+    topo = load_or_report(lambda: load_topology(cfg.topology), TopologyError, f"{prog}: {args.topology}: 'topology'")
+    if topo is None:
+        return 2
+    summary = {"config": cfg.model_dump(by_alias=True), "topology": topo.summary()}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{args.topology}: OK: {cfg.mode} mode, slice {cfg.slice_us} us, lead {cfg.lead_us} us, "
+              f"listening on {cfg.listen}; topology {cfg.topology}: {topo.n_hosts} hosts")
+        for s in topo.slow_paths:
+            print(f"warning: {s}")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from xtc.cli import load_or_report
 
+    from .controller_config import SCHEMA as CONTROLLER_SCHEMA
     from .topology import TopologyError, load_topology
 
+    if _schema_of(args.topology) == CONTROLLER_SCHEMA:
+        return _cmd_check_controller(args)
     topo = load_or_report(lambda: load_topology(args.topology), TopologyError, "xtc xco check-config")
     if topo is None:
         return 2

@@ -1,0 +1,600 @@
+"""The XCo controller: a pure core (datagrams and time in, datagrams out) and a thin UDP service.
+
+:class:`ControllerCore` holds the registered hosts and the scheduler (:class:`FastScheduler` in
+timeslice mode, :class:`RateLimiter` in rate mode) and takes time as an argument: wall-clock
+microseconds since the Unix epoch.  The scheduler runs ``lead_us`` ahead of the wall clock, so
+every directive is sent ``lead_us`` before it takes effect; scheduler time ``0`` is the wall time
+``epoch_us`` (a multiple of ``slice_us``), so slots start at wall-clock multiples of ``slice_us``
+on every host.  An event received when the scheduler has already moved past ``now + lead`` (the
+next slot was computed ahead) takes effect at the scheduler's time.
+
+Every datagram is checked (docs/xco-protocol.md); one that fails is dropped and counted in
+:attr:`ControllerCore.dropped` by reason, never raised, and no directive ever goes to a host that
+is not registered.
+
+:class:`ControllerService` is the loop around it: one UDP socket, a timer for the next slot
+boundary (minus the lead) and the heartbeat check, Prometheus metrics, structured logs, the state
+file (registered hosts and their backlogs, written atomically).  ``xtc xco controller -c FILE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import select
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from . import protocol as P
+from .controller_config import ControllerConfig
+from .scheduler import Directive as SchedDirective
+from .scheduler import FastScheduler, RateLimiter
+from .topology import Topology
+
+__all__ = ["DROP_REASONS", "Send", "ControllerCore", "ControllerService", "run_controller", "STATE_SCHEMA"]
+
+log = logging.getLogger("xtc.xco.controller")
+
+STATE_SCHEMA = "xco-controller-state/1"
+
+#: Why a datagram is dropped.
+DROP_REASONS = (
+    "malformed",          # not a protocol-1 message (length, magic, type, fields)
+    "version",            # another protocol version
+    "unknown_host",       # host id not in the topology, name not matching it, or not registered
+    "topology",           # register with another topology's digest
+    "stale",              # t_us further than clock_window_us from the controller's clock
+    "replay",             # seq not above the last one of the session, or an older register
+    "session",            # a session other than the host's registered one
+    "address",            # from another address than the host registered from
+    "invalid",            # a well-formed message that makes no sense (self as dest, unknown dest,
+                          # a controller-to-host type, VM addresses not the topology's)
+    "unregistered_dest",  # a backlog or give-up towards a host that is not registered
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """A datagram to send: to ``addr`` (ip, port), for host id ``host``."""
+
+    addr: tuple[str, int]
+    host: int
+    data: bytes
+
+
+@dataclass(slots=True)
+class _Host:
+    name: str
+    addr: tuple[str, int]
+    session: int
+    seq: int
+    registered_t_us: int
+    last_heard_us: int
+    vms: tuple[str, ...]
+    out_seq: int = 0
+
+
+class ControllerCore:
+    """The controller's decisions, pure: no I/O, no clock.
+
+    Parameters
+    ----------
+    topo : Topology
+        The network.
+    digest : bytes
+        The topology file's 8-byte digest (:func:`xtc.xco.protocol.topology_digest`).
+    now_us : int
+        Wall clock at start, microseconds since the Unix epoch.
+    slice_us, lead_us : int
+        Timeslot, and how long before its start a directive is sent, microseconds.
+    mode : {"timeslice", "rate"}
+        Scheduler.
+    heartbeat_interval_us, heartbeat_misses : int
+        A host not heard for ``interval * misses`` microseconds is dropped from every group.
+    clock_window_us : int
+        Largest accepted difference between a message's ``t_us`` and ``now_us``, microseconds.
+    session : int
+        The controller's session number (directives carry it).
+    """
+
+    def __init__(self, topo: Topology, digest: bytes, now_us: int, *, slice_us: int = 10_000,
+                 lead_us: int = 500, mode: str = "timeslice", heartbeat_interval_us: int = 100_000,
+                 heartbeat_misses: int = 3, clock_window_us: int = 1_000_000, session: int = 1):
+        self.topo = topo
+        self.digest = digest
+        self.slice_us = slice_us
+        self.lead_us = lead_us
+        self.mode = mode
+        self.heartbeat_interval_us = heartbeat_interval_us
+        self.silence_us = heartbeat_interval_us * heartbeat_misses
+        self.clock_window_us = clock_window_us
+        self.session = session
+        self.epoch_us = (now_us // slice_us) * slice_us
+        self.sched: Any = FastScheduler(topo, slice_us) if mode == "timeslice" else RateLimiter(topo)
+        self.hosts: dict[int, _Host] = {}
+        self.dropped: Counter[str] = Counter()
+        self.events: Counter[str] = Counter()
+        self.received: Counter[str] = Counter()
+        self.directives_sent = 0
+        #: Log events for the service to write: (name, fields).
+        self.notes: list[tuple[str, dict[str, Any]]] = []
+        #: Registered hosts or backlogs changed since the last :meth:`to_state`.
+        self.dirty = False
+        self._next_hb_check_us = now_us
+
+    # -- time ----------------------------------------------------------------------------------------
+    def _sched_t(self, now_us: int) -> int:
+        return max(now_us + self.lead_us - self.epoch_us, self.sched.now_us)
+
+    def next_deadline_us(self) -> int:
+        """Wall time of the next :meth:`tick` that has work: slot boundary minus lead, or heartbeat check."""
+        t = self._next_hb_check_us
+        e = self.sched.next_expiry_us()
+        if e is not None:
+            t = min(t, self.epoch_us + e - self.lead_us)
+        return t
+
+    # -- directives ----------------------------------------------------------------------------------
+    def _sends(self, ds: Iterable[SchedDirective], now_us: int) -> list[Send]:
+        out: list[Send] = []
+        if self.mode == "rate":
+            by_host: dict[int, list[SchedDirective]] = {}
+            for d in ds:
+                by_host.setdefault(d.host, []).append(d)
+            items = [(x, ds_) for x, ds_ in by_host.items()]
+        else:
+            items = [(d.host, [d]) for d in ds]
+        for x, group in items:
+            h = self.hosts.get(x)
+            if h is None:
+                self.dropped["unregistered_directive"] += 1  # never happens: nobody unregistered is backlogged
+                continue
+            h.out_seq += 1
+            hdr = P.Header(x, self.session, h.out_seq, now_us)
+            d0 = group[0]
+            start = self.epoch_us + d0.t_us
+            if self.mode == "rate":
+                msg: P.Message = P.RateDirective(hdr, start, tuple((d.dest, d.rate_bps or 0) for d in group))
+            else:
+                length = 0 if d0.end_us is None else d0.end_us - d0.t_us
+                msg = P.Directive(hdr, d0.dest, start, length)
+            out.append(Send(h.addr, x, P.encode(msg)))
+        self.directives_sent += len(out)
+        return out
+
+    def _event(self, kind: str, now_us: int, run: Callable[[int], list[SchedDirective]]) -> list[Send]:
+        self.events[kind] += 1
+        return self._sends(run(self._sched_t(now_us)), now_us)
+
+    # -- datagrams -----------------------------------------------------------------------------------
+    def _drop(self, reason: str) -> list[Send]:
+        self.dropped[reason] += 1
+        return []
+
+    def handle(self, data: bytes, addr: tuple[str, int], now_us: int) -> list[Send]:
+        """Take one datagram from ``addr`` at wall time ``now_us``; returns the datagrams to send.
+
+        Expired slots are handled first (as by :meth:`tick`).  A bad datagram is dropped and
+        counted in :attr:`dropped`; this never raises on any input bytes.
+        """
+        out = self.tick(now_us)
+        try:
+            m = P.decode(data)
+        except P.DecodeError as e:
+            return out + self._drop(e.reason)
+        self.received[type(m).__name__.lower()] += 1
+        h = m.header
+        if abs(h.t_us - now_us) > self.clock_window_us:
+            return out + self._drop("stale")
+        if isinstance(m, (P.Directive, P.RateDirective, P.Welcome)):
+            return out + self._drop("invalid")
+        if not h.host < self.topo.n_hosts:
+            return out + self._drop("unknown_host")
+        if isinstance(m, P.Register):
+            return out + self._register(m, addr, now_us)
+        st = self.hosts.get(h.host)
+        if st is None:
+            return out + self._drop("unknown_host")
+        if h.session != st.session:
+            return out + self._drop("session")
+        if h.seq <= st.seq:
+            return out + self._drop("replay")
+        if addr != st.addr:
+            return out + self._drop("address")
+        x = h.host
+        if isinstance(m, P.Backlog):
+            for d in m.dests:
+                if d >= self.topo.n_hosts or d == x:
+                    return out + self._drop("invalid")
+            if any(d not in self.hosts for d in m.dests):
+                return out + self._drop("unregistered_dest")
+        elif isinstance(m, P.GiveUp):
+            if m.dest >= self.topo.n_hosts or m.dest == x:
+                return out + self._drop("invalid")
+        st.seq = h.seq
+        st.last_heard_us = now_us
+        if isinstance(m, P.Backlog):
+            self.dirty = True
+            return out + self._event("backlog", now_us, lambda t: self.sched.backlog(t, x, m.dests))
+        if isinstance(m, P.GiveUp):
+            self.dirty = True
+            return out + self._event("giveup", now_us, lambda t: self.sched.giveup(t, x, m.dest))
+        if isinstance(m, P.Leave):
+            return out + self._remove(x, now_us, "host_left")
+        return out  # heartbeat
+
+    def _register(self, m: P.Register, addr: tuple[str, int], now_us: int) -> list[Send]:
+        h = m.header
+        x = h.host
+        if self.topo.hosts[x] != m.name:
+            return self._drop("unknown_host")
+        if m.topology != self.digest:
+            return self._drop("topology")
+        if any(self.topo.vms.get(a, m.name) != m.name for a in m.vms):
+            return self._drop("invalid")  # an address the topology puts behind another host
+        out: list[Send] = []
+        st = self.hosts.get(x)
+        if st is not None:
+            if h.session == st.session:
+                if h.seq <= st.seq:
+                    return self._drop("replay")
+                if addr != st.addr:
+                    return self._drop("address")
+            else:
+                if h.t_us <= st.registered_t_us:
+                    return self._drop("replay")
+                # The host restarted: what it had backlogged before is gone.
+                out += self._remove(x, now_us, "host_restarted")
+        if x not in self.hosts:
+            self.notes.append(("host_registered", {"host": m.name, "addr": f"{addr[0]}:{addr[1]}",
+                                                   "vms": list(m.vms)}))
+        self.hosts[x] = _Host(m.name, addr, h.session, h.seq, h.t_us, now_us, m.vms,
+                              st.out_seq if st is not None else 0)
+        self.dirty = True
+        hs = self.hosts[x]
+        hs.out_seq += 1
+        w = P.Welcome(P.Header(x, self.session, hs.out_seq, now_us), self.slice_us, self.mode,
+                      self.heartbeat_interval_us)
+        return out + [Send(addr, x, P.encode(w))]
+
+    def _remove(self, x: int, now_us: int, why: str) -> list[Send]:
+        st = self.hosts.pop(x)
+        self.dirty = True
+        self.notes.append((why, {"host": st.name}))
+        return self._event("leave", now_us, lambda t: self.sched.leave(t, x))
+
+    def tick(self, now_us: int) -> list[Send]:
+        """Slot expiries due by ``now_us + lead_us`` and hosts silent for too long."""
+        out: list[Send] = []
+        e = self.sched.next_expiry_us()
+        if e is not None and self.epoch_us + e - self.lead_us <= now_us:
+            out += self._event("expiry", now_us, self.sched.advance)
+        if now_us >= self._next_hb_check_us:
+            self._next_hb_check_us = now_us + max(1, self.heartbeat_interval_us // 4)
+            for x in [x for x, h in self.hosts.items() if now_us - h.last_heard_us > self.silence_us]:
+                out += self._remove(x, now_us, "host_lost")
+        return out
+
+    # -- state ---------------------------------------------------------------------------------------
+    def backlog_of(self, x: int) -> list[int]:
+        """``B_x``, the destinations host ``x`` is backlogged towards (sorted host ids)."""
+        s = self.sched
+        return sorted(s.backlog_group(x) if hasattr(s, "backlog_group") else s.B[x])
+
+    def to_state(self) -> dict[str, Any]:
+        """The registered hosts and their backlogs, as a JSON-able document; clears :attr:`dirty`."""
+        self.dirty = False
+        names = self.topo.hosts
+        return {
+            "schema": STATE_SCHEMA,
+            "topology_digest": self.digest.hex(),
+            "hosts": [{"name": h.name, "addr": [h.addr[0], h.addr[1]], "session": h.session, "seq": h.seq,
+                       "registered_t_us": h.registered_t_us, "vms": list(h.vms),
+                       "backlog": [names[d] for d in self.backlog_of(x)]}
+                      for x, h in sorted(self.hosts.items())],
+        }
+
+    def load_state(self, doc: dict[str, Any], now_us: int) -> list[Send]:
+        """Take back the hosts and backlogs of :meth:`to_state`; returns the directives they get.
+
+        Hosts are counted as heard at ``now_us``.  Raises ValueError on a document that does not
+        fit (another schema or topology, bad fields); a host the topology no longer has is skipped
+        with a note.
+        """
+        if doc.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"schema must be {STATE_SCHEMA!r}, got {doc.get('schema')!r}")
+        if doc.get("topology_digest") != self.digest.hex():
+            raise ValueError("saved for another topology file (digest differs)")
+        backlogs: dict[int, list[str]] = {}
+        try:
+            for e in doc["hosts"]:
+                name = e["name"]
+                if not self.topo.has_host(name):
+                    self.notes.append(("state_host_skipped", {"host": name}))
+                    continue
+                x = self.topo.host_id(name)
+                addr = (str(e["addr"][0]), int(e["addr"][1]))
+                self.hosts[x] = _Host(name, addr, int(e["session"]), int(e["seq"]), int(e["registered_t_us"]),
+                                      now_us, tuple(str(v) for v in e["vms"]))
+                backlogs[x] = [str(d) for d in e["backlog"]]
+        except (KeyError, TypeError, IndexError, ValueError) as err:
+            self.hosts.clear()
+            raise ValueError(f"bad host entry: {err!r}") from None
+        groups = {x: [self.topo.host_id(d) for d in ds if self.topo.has_host(d) and self.topo.host_id(d) in self.hosts]
+                  for x, ds in backlogs.items()}
+        groups = {x: ds for x, ds in groups.items() if ds}
+        self.notes.append(("state_loaded", {"hosts": len(self.hosts), "backlogged": len(groups)}))
+        if not groups:
+            return []
+        if hasattr(self.sched, "backlog_many"):
+            return self._event("backlog", now_us, lambda t: self.sched.backlog_many(t, groups))
+        out: list[Send] = []
+        for x, ds in groups.items():
+            out += self._event("backlog", now_us, lambda t, x=x, ds=ds: self.sched.backlog(t, x, ds))
+        return out
+
+
+# ----------------------------------------------------------------------------------------- service
+
+
+class _Metrics:
+    def __init__(self, core_ref: Callable[[], ControllerCore]):
+        from prometheus_client import CollectorRegistry, Gauge, Histogram
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        self.registry = r = CollectorRegistry()
+        self.event_seconds = Histogram(
+            "xco_event_seconds", "Wall time to handle one scheduling event (decode, scheduler, encode), seconds",
+            buckets=(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 0.02), registry=r)
+        self.events_per_s = Gauge("xco_events_per_second", "Scheduling events over the last second", registry=r)
+
+        class _Collector:
+            def collect(self_inner: Any) -> Any:
+                core = core_ref()
+                c = CounterMetricFamily("xco_events", "Scheduling events", labels=["kind"])
+                for k, v in list(core.events.items()):
+                    c.add_metric([k], v)
+                yield c
+                c = CounterMetricFamily("xco_messages_dropped", "Datagrams dropped", labels=["reason"])
+                for k in dict.fromkeys((*DROP_REASONS, *core.dropped)):
+                    c.add_metric([k], core.dropped.get(k, 0))
+                yield c
+                c = CounterMetricFamily("xco_messages_received", "Valid datagrams received", labels=["type"])
+                for k, v in list(core.received.items()):
+                    c.add_metric([k], v)
+                yield c
+                yield CounterMetricFamily("xco_directives_sent", "Directives sent (one datagram each)",
+                                          value=core.directives_sent)
+                yield GaugeMetricFamily("xco_hosts_registered", "Registered hosts", value=len(core.hosts))
+
+        r.register(_Collector())
+
+    def serve(self, address: str, port: int) -> int:
+        from prometheus_client import start_http_server
+
+        server, _ = start_http_server(port, addr=address, registry=self.registry)
+        return int(server.server_address[1])
+
+
+def _wall_us() -> int:
+    return time.time_ns() // 1000
+
+
+class ControllerService:
+    """The controller in real time: the core behind one UDP socket.
+
+    Parameters
+    ----------
+    cfg : ControllerConfig
+        The loaded configuration (its ``topology`` path is read here).
+    clock_us : callable
+        Wall clock, microseconds since the Unix epoch (injectable for tests).
+    """
+
+    def __init__(self, cfg: ControllerConfig, clock_us: Callable[[], int] = _wall_us):
+        from .topology import load_topology
+
+        self.cfg = cfg
+        self.clock_us = clock_us
+        self.topo = load_topology(cfg.topology)
+        self.digest = P.topology_digest(Path(cfg.topology).read_bytes())
+        self.core = ControllerCore(
+            self.topo, self.digest, clock_us(), slice_us=cfg.slice_us, lead_us=cfg.lead_us, mode=cfg.mode,
+            heartbeat_interval_us=cfg.heartbeat_interval_us, heartbeat_misses=cfg.heartbeat_misses,
+            clock_window_us=cfg.clock_window_us, session=secrets.randbits(32))
+        self.metrics = _Metrics(lambda: self.core)
+        self.sock: socket.socket | None = None
+        self.stop = False
+        self.stop_signal: int | None = None
+        self.metrics_port: int | None = None
+        self._last_save = -math.inf
+        self._save_cv = threading.Condition()
+        self._save_doc: dict[str, Any] | None = None
+        self._writer_stop = False
+        self._writer_thread: threading.Thread | None = None
+
+    def open(self) -> None:
+        """Load the state, bind the socket, start the metrics endpoint, send the restored directives."""
+        from xtc.daemon.logs import event
+        from xtc.daemon.state import StateFileError, read_state, save_state
+
+        try:
+            doc = read_state(self.cfg.state_file)
+        except StateFileError as e:
+            raise SystemExit(f"xtc xco controller: {e}; move it away to start without state") from None
+        host, port = self.cfg.listen_address
+        fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(fam, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind((host, port))
+        self.sock.setblocking(False)
+        sends: list[Send] = []
+        if doc is not None:
+            try:
+                sends = self.core.load_state(doc, self.clock_us())
+            except ValueError as e:
+                raise SystemExit(f"xtc xco controller: state file {self.cfg.state_file}: {e}; "
+                                 "move it away to start without state") from None
+        save_state(self.cfg.state_file, self.core.to_state())
+        self._writer_thread = threading.Thread(target=self._writer, name="xco-state-writer", daemon=True)
+        self._writer_thread.start()
+        if self.cfg.metrics.enabled:
+            self.metrics_port = self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
+        self._flush_notes()
+        event(log, logging.INFO, "started", pid=os.getpid(), listen="%s:%d" % self.sock.getsockname()[:2],
+              topology=self.cfg.topology, hosts=self.topo.n_hosts, mode=self.cfg.mode,
+              slice_us=self.cfg.slice_us, lead_us=self.cfg.lead_us, session=self.core.session,
+              metrics_port=self.metrics_port)
+        self._send(sends)
+
+    def _send(self, sends: list[Send]) -> None:
+        assert self.sock is not None
+        for s in sends:
+            try:
+                self.sock.sendto(s.data, s.addr)
+            except OSError as e:  # a full buffer or an unreachable host must not stop the controller
+                self.core.dropped["send_error"] += 1
+                if log.isEnabledFor(logging.DEBUG):
+                    from xtc.daemon.logs import event
+
+                    event(log, logging.DEBUG, "send_failed", host=s.host, error=str(e))
+
+    def _flush_notes(self) -> None:
+        from xtc.daemon.logs import event
+
+        for name, fields in self.core.notes:
+            event(log, logging.INFO, name, **fields)
+        self.core.notes.clear()
+
+    def _save(self, force: bool) -> None:
+        """Hand a changed state to the writer thread (fsync must not delay a slot boundary)."""
+        now = time.monotonic()
+        if not (force or (self.core.dirty and now - self._last_save >= self.cfg.state_save_interval_s)):
+            return
+        self._last_save = now
+        with self._save_cv:
+            self._save_doc = self.core.to_state()
+            self._save_cv.notify()
+
+    def _writer(self) -> None:
+        from xtc.daemon.logs import event
+        from xtc.daemon.state import StateFileError, save_state
+
+        while True:
+            with self._save_cv:
+                while self._save_doc is None and not self._writer_stop:
+                    self._save_cv.wait()
+                doc, self._save_doc = self._save_doc, None
+                if doc is None:
+                    return
+            try:
+                save_state(self.cfg.state_file, doc)
+            except StateFileError as e:
+                event(log, logging.ERROR, "state_save_failed", error=str(e))
+
+    def _timed(self, f: Callable[[], list[Send]]) -> list[Send]:
+        n0 = sum(self.core.events.values())
+        t0 = time.perf_counter()
+        out = f()
+        if sum(self.core.events.values()) != n0:
+            self.metrics.event_seconds.observe(time.perf_counter() - t0)
+        return out
+
+    def loop(self, until_us: int | None = None) -> None:
+        """Receive, decide, send; until stopped (or ``until_us``)."""
+        assert self.sock is not None
+        sock = self.sock
+        sec_start, sec_events = time.monotonic(), sum(self.core.events.values())
+        while not self.stop:
+            now = self.clock_us()
+            if until_us is not None and now >= until_us:
+                return
+            timeout_s = max(0.0, (self.core.next_deadline_us() - now) / 1e6)
+            if until_us is not None:
+                timeout_s = min(timeout_s, max(0.0, (until_us - now) / 1e6))
+            try:
+                ready, _, _ = select.select([sock], [], [], min(timeout_s, 0.5))
+            except InterruptedError:
+                continue
+            if ready:
+                for _ in range(256):
+                    try:
+                        data, addr = sock.recvfrom(P.MAX_DATAGRAM + 1)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:  # e.g. ICMP port unreachable reported on the socket
+                        continue
+                    sends = self._timed(lambda: self.core.handle(data, (addr[0], addr[1]), self.clock_us()))
+                    self._send(sends)
+            self._send(self._timed(lambda: self.core.tick(self.clock_us())))
+            if self.core.notes:
+                self._flush_notes()
+            self._save(force=False)
+            m = time.monotonic()
+            if m - sec_start >= 1.0:
+                n = sum(self.core.events.values())
+                self.metrics.events_per_s.set((n - sec_events) / (m - sec_start))
+                sec_start, sec_events = m, n
+
+    def close(self) -> None:
+        """Save the state and close the socket."""
+        from xtc.daemon.logs import event
+
+        self._save(force=True)
+        with self._save_cv:
+            self._writer_stop = True
+            self._save_cv.notify()
+        if self._writer_thread is not None:
+            self._writer_thread.join()  # the last state is written before the controller exits
+        if self.sock is not None:
+            self.sock.close()
+        event(log, logging.INFO, "stopped", signal=self.stop_signal, dropped=dict(self.core.dropped),
+              directives_sent=self.core.directives_sent)
+
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, _frame: Any) -> None:
+            self.stop = True
+            self.stop_signal = signum
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+
+    def run(self) -> int:
+        self.open()
+        try:
+            self.loop()
+        finally:
+            self.close()
+        return 0
+
+
+def run_controller(config_path: str | Path) -> int:
+    """``xtc xco controller -c FILE``: load, validate, run until SIGTERM/SIGINT.  Returns the exit code."""
+    import sys
+
+    from xtc.daemon.logs import setup_logging
+
+    from .controller_config import ControllerConfigError, load_controller_config
+    from .topology import TopologyError
+
+    try:
+        cfg = load_controller_config(config_path)
+    except ControllerConfigError as e:
+        print(f"xtc xco controller: {e}", file=sys.stderr)
+        return 2
+    setup_logging(cfg.log.format, cfg.log.level)
+    try:
+        svc = ControllerService(cfg)
+    except (TopologyError, OSError) as e:
+        print(f"xtc xco controller: topology: {e}", file=sys.stderr)
+        return 2
+    svc.install_signal_handlers()
+    return svc.run()

@@ -1,0 +1,151 @@
+"""The XCo controller's configuration: a TOML file, validated, unknown keys refused naming the key.
+
+A complete example (every key with its default unless marked required)::
+
+    schema = "xco-controller/1"
+    topology = "xco-topology.toml"   # required; relative to this file's directory
+    slice_us = 10000                 # timeslot, microseconds (100 .. 10,000,000)
+    mode = "timeslice"               # "timeslice" (Algorithm 1) or "rate" (rate limiting)
+    lead_us = 500                    # directives are sent this long before their slice starts
+    listen = "0.0.0.0:7800"          # UDP address:port the controller receives on
+    heartbeat_interval_us = 100000   # hosts send a heartbeat this often
+    heartbeat_misses = 3             # a host silent for misses x interval is dropped
+    clock_window_us = 1000000        # a message whose t_us is further than this from now is stale
+    state_file = "/var/lib/xtc/xco-controller.json"
+    state_save_interval_s = 1.0      # save a changed state at most this often (and at stop)
+
+    [metrics]
+    enabled = true
+    address = "127.0.0.1"
+    port = 9110                      # 0 = an ephemeral port (logged at start)
+
+    [log]
+    format = "json"                  # "json" or "kv"
+    level = "info"
+
+:func:`load_controller_config` returns a frozen :class:`ControllerConfig` or raises
+:class:`ControllerConfigError` naming the key (``'heartbeat_misses': must be within 1..100``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
+
+from xtc.validation import parse_document, read_text_file, within
+
+__all__ = ["SCHEMA", "ControllerConfig", "ControllerConfigError", "load_controller_config",
+           "loads_controller_config", "parse_listen"]
+
+SCHEMA = "xco-controller/1"
+
+
+class ControllerConfigError(ValueError):
+    """A controller configuration is invalid.  ``key`` names the culprit."""
+
+    def __init__(self, key: str, problem: str, source: str | None = None):
+        self.key = key
+        self.problem = problem
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}'{key}': {problem}")
+
+
+def parse_listen(s: str) -> tuple[str, int]:
+    """``"addr:port"`` (``"[v6]:port"`` for IPv6) as ``(address, port)``; raises ValueError."""
+    host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be address:port (port 0..65535), got {s!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"must be a numeric IP address and a port, got {s!r}") from None
+    return host, int(port)
+
+
+def _listen(s: str) -> str:
+    parse_listen(s)
+    return s
+
+
+_Int = Annotated[int, Strict()]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class MetricsConfig(_Strict):
+    enabled: bool = True
+    address: Annotated[str, AfterValidator(lambda s: (ipaddress.ip_address(s), s)[1])] = "127.0.0.1"
+    port: Annotated[_Int, within(0, 65535)] = 9110
+
+
+class LogConfig(_Strict):
+    format: Literal["json", "kv"] = "json"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ControllerConfig(_Strict):
+    """The validated configuration (frozen).  ``topology`` is resolved against the file's directory."""
+
+    schema_: Literal["xco-controller/1"] = Field(alias="schema")
+    topology: Annotated[str, Field(min_length=1)]
+    slice_us: Annotated[_Int, within(100, 10_000_000)] = 10_000
+    mode: Literal["timeslice", "rate"] = "timeslice"
+    lead_us: Annotated[_Int, within(0, 1_000_000)] = 500
+    listen: Annotated[str, AfterValidator(_listen)] = "0.0.0.0:7800"
+    heartbeat_interval_us: Annotated[_Int, within(1_000, 60_000_000)] = 100_000
+    heartbeat_misses: Annotated[_Int, within(1, 100)] = 3
+    clock_window_us: Annotated[_Int, within(1_000, 600_000_000)] = 1_000_000
+    state_file: Annotated[str, Field(min_length=1)] = "/var/lib/xtc/xco-controller.json"
+    state_save_interval_s: Annotated[float, within(0.0, 3600.0)] = 1.0
+    metrics: MetricsConfig = MetricsConfig()
+    log: LogConfig = LogConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+
+_ADAPTER = TypeAdapter(ControllerConfig)
+_HINTS = {"slice": "slice_us", "lead": "lead_us", "heartbeat_interval": "heartbeat_interval_us",
+          "topology_file": "topology", "state": "state_file", "metrics_port": "metrics.port"}
+
+
+def _failing(source: str | None) -> Any:
+    return lambda key, problem: ControllerConfigError(key, problem, source)
+
+
+def loads_controller_config(text: str, source: str | None = None, base_dir: str | Path | None = None) -> ControllerConfig:
+    """Parse and validate configuration text; relative paths are resolved against ``base_dir``.
+
+    Raises
+    ------
+    ControllerConfigError
+        Naming the first bad key.
+    """
+    cfg: ControllerConfig = parse_document(text, _ADAPTER, ControllerConfig, _failing(source), _HINTS)
+    if (cfg.lead_us >= cfg.slice_us) and cfg.mode == "timeslice":
+        raise ControllerConfigError("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}", source)
+    if base_dir is not None:
+        upd = {}
+        for k in ("topology", "state_file"):
+            p = Path(getattr(cfg, k))
+            if not p.is_absolute():
+                upd[k] = str(Path(base_dir) / p)
+        cfg = cfg.model_copy(update=upd)
+    return cfg
+
+
+def load_controller_config(path: str | Path) -> ControllerConfig:
+    """Load and validate a configuration file.  Raises :class:`ControllerConfigError` naming the key."""
+    p = Path(path)
+    text = read_text_file(p, _failing(str(p)))
+    return loads_controller_config(text, source=str(p), base_dir=p.parent)
