@@ -330,7 +330,8 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
                 prev_out = out.copy()
                 prev_tot = tot
     res.sent_bytes, res.delivered_bytes, res.dropped_bytes = sent, delivered, dropped
-    res.in_flight_bytes = float(q.sum())
+    # queued, plus what the last step served towards a next hop
+    res.in_flight_bytes = float(q.sum() + out.sum() - out[last].sum())
     res.max_offered_ratio = max_offer
     res.max_queue_fraction = max_qfrac
     res.steps_computed = computed
