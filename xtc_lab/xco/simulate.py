@@ -453,15 +453,17 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     if res["experiment"] == "fig27":
         xs = [r["hosts"] for r in res["rows"]]
-        for m in res["rows"][0]["loss_pct"]:
-            ax.plot(xs, [r["loss_pct"][m] for r in res["rows"]], marker="o", label=f"simulated: {m}")
+        for i, m in enumerate(res["rows"][0]["loss_pct"]):
+            ax.plot(xs, [r["loss_pct"][m] for r in res["rows"]], marker="os^x"[i % 4], ls=("-", "--", ":", "-.")[i % 4],
+                    label=f"simulated: {m}")
         ax.axhline(90, color="grey", ls="--", lw=1, label="paper: no XCo, 'up to 90%'")
         ax.set_xlabel("hosts")
         ax.set_title("Figure 27: packet loss, half the hosts send UDP at line rate")
     else:
         xs = [e["senders"] for e in res["sweep"]]
-        for m in res["sweep"][0]["loss_pct"]:
-            ax.plot(xs, [e["loss_pct"][m] for e in res["sweep"]], marker="o", label=f"simulated: {m}")
+        for i, m in enumerate(res["sweep"][0]["loss_pct"]):
+            ax.plot(xs, [e["loss_pct"][m] for e in res["sweep"]], marker="os^x"[i % 4], ls=("-", "--", ":", "-.")[i % 4],
+                    label=f"simulated: {m}")
         ax.set_xlabel("UDP senders")
         ax.set_title(f"Figure 1({res['experiment'][-1]}): packet loss at the bottleneck (cf. Figures 23/24)")
     ax.set_ylabel("packet loss (%)")
