@@ -1,7 +1,6 @@
 """Hybrid mode: timeslices, rate-limited inside the slice for the hosts with slow paths."""
 
 import json
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,7 +12,6 @@ from xtc.xco.topology import parse_topology
 
 G = 1_000_000_000
 SLICE = 1_000
-DATA = Path(__file__).parent / "data"
 
 
 @st.composite
