@@ -19,8 +19,9 @@ def register(subparsers: Any) -> None:
     s.add_argument("topology", help="xco-topology/1 TOML file")
     s.add_argument("events", help="events, one JSON object per line ('-' = stdin)")
     s.add_argument("--slice-us", type=int, default=10_000, help="timeslice, microseconds (default 10000)")
-    s.add_argument("--mode", choices=("timeslice", "rate"), default="timeslice",
-                   help="timeslice scheduling (Algorithm 1) or the paper's rate limiting")
+    s.add_argument("--mode", choices=("timeslice", "rate", "hybrid"), default="timeslice",
+                   help="timeslice scheduling (Algorithm 1), the paper's rate limiting, or hybrid "
+                        "(timeslices, rate-limited inside the slice for hosts with slow paths)")
     s.add_argument("--until-us", type=int, default=None,
                    help="keep handling slice expiries up to this time after the last event")
     s.add_argument("--output", "-o", default="-", help="where to write the directives ('-' = stdout)")

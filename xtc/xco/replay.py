@@ -13,6 +13,7 @@ the event.  Directives, one per line::
     {"t_us": 0, "host": "h1", "dest": "h2"}       # h1 may send to h2 from t_us on
     {"t_us": 10000, "host": "h1", "dest": null}   # hold
     {"t_us": 0, "host": "h1", "dest": "h2", "rate_bps": 500000000}   # rate mode: one per flow
+    {"t_us": 0, "host": "h1", "dest": "h2", "rate_bps": 1000000000}  # hybrid: a slice, at most this rate
 
 A host may send to the destination of its latest directive until its next one; a directive takes
 effect at its ``t_us`` and the directives of one instant apply together.  This module does no I/O
@@ -25,11 +26,12 @@ import json
 from typing import Any, Iterable, Iterator
 
 from .scheduler import Directive, EventError, FastScheduler, RateLimiter
+from .scheduler.hybrid import HybridScheduler
 from .topology import Topology
 
 __all__ = ["ReplayError", "MODES", "parse_event", "replay"]
 
-MODES = ("timeslice", "rate")
+MODES = ("timeslice", "rate", "hybrid")
 
 _KEYS = {
     "backlog": {"t_us", "host", "event", "dests"},
@@ -110,8 +112,10 @@ def replay(topo: Topology, lines: Iterable[str], *, slice_us: int = 10_000, mode
         The event file's lines.
     slice_us : int
         Slot length, microseconds (timeslice mode).
-    mode : {"timeslice", "rate"}
-        Timeslice scheduling (Algorithm 1, the fast implementation) or the paper's rate limiting.
+    mode : {"timeslice", "rate", "hybrid"}
+        Timeslice scheduling (Algorithm 1, the fast implementation), the paper's rate limiting, or
+        timeslices with a rate limit inside the slice for the hosts with slow paths
+        (:mod:`xtc.xco.scheduler.hybrid`; every directive carries ``rate_bps``, null for a hold).
     until_us : int, optional
         Keep handling slice expiries up to this time after the last event, microseconds (default:
         stop at the last event).
@@ -125,8 +129,14 @@ def replay(topo: Topology, lines: Iterable[str], *, slice_us: int = 10_000, mode
     """
     if mode not in MODES:
         raise ReplayError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    sched = FastScheduler(topo, slice_us) if mode == "timeslice" else RateLimiter(topo)
-    rate = mode == "rate"
+    sched: FastScheduler | RateLimiter | HybridScheduler
+    if mode == "timeslice":
+        sched = FastScheduler(topo, slice_us)
+    elif mode == "hybrid":
+        sched = HybridScheduler(topo, slice_us)
+    else:
+        sched = RateLimiter(topo)
+    rate = mode != "timeslice"
     last = 0
     for no, line in enumerate(lines, 1):
         s = line.strip()

@@ -10,7 +10,7 @@ the sum on every link within its capacity when a sender has several), and at mos
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -87,6 +87,19 @@ class RateLimiter:
         for d in dict.fromkeys(dests):
             if d not in self.B[x]:
                 self._flow(x, d, True)
+        return self._recompute(int(t_us))
+
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+        """Backlog reports of several hosts at one instant (the rates are recomputed once)."""
+        checked = {x: list(ds) for x, ds in groups.items()}
+        for x, ds in checked.items():
+            self._check(t_us, x, *ds)
+            if x in ds:
+                raise EventError(f"host {self.topo.hosts[x]} cannot be backlogged towards itself")
+        for x, ds in checked.items():
+            for d in dict.fromkeys(ds):
+                if d not in self.B[x]:
+                    self._flow(x, d, True)
         return self._recompute(int(t_us))
 
     def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:

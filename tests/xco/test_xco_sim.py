@@ -1,0 +1,108 @@
+"""The XCo switch-queue simulator (xtc_lab.xco.simulate) on small topologies."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from xtc.xco.topology import load_topology, parse_topology
+from xtc_lab.sim import cli as sim_cli
+from xtc_lab.xco.simulate import fig27_flows, simulate
+from xtc_lab.xco.topologies import fig27
+
+DATA = Path(__file__).parent / "data"
+G = 1_000_000_000
+
+
+def fig1(which, n=None):
+    spec = json.loads((DATA / f"fig10{which}.json").read_text())
+    topo = load_topology(DATA / spec["topology"])
+    senders = [topo.host_id(h) for h in spec["senders"]][:n]
+    flows = [(x, topo.host_id(spec["dest"][topo.hosts[x]])) for x in senders]
+    return spec, topo, senders, flows
+
+
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_simulated_schedule_is_figure10_slice_by_slice(which):
+    spec, topo, senders, flows = fig1(which)
+    r = simulate(topo, flows, "timeslice", slice_us=spec["slice_us"],
+                 duration_s=len(spec["slices"]) * spec["slice_us"] / 1e6, record_slots=True)
+    got = [[int(x in s) for x in senders] for s in r.slots]
+    assert got == spec["slices"]
+    assert r.dropped_bytes == 0
+
+
+@pytest.mark.parametrize("which, n, expected_none", [("a", 5, 1 - 1 / 5), ("b", 13, 1 - 10 / 13)])
+def test_loss_without_xco_and_none_with_it(which, n, expected_none):
+    _, topo, _, flows = fig1(which, n)
+    none = simulate(topo, flows, "none", duration_s=0.2)
+    # steady state: the bottleneck delivers its capacity, the rest is dropped (less the buffer filling)
+    assert none.loss_pct == pytest.approx(100 * expected_none, abs=1.0)
+    assert none.max_offered_ratio > 1.0
+    for mode in ("timeslice", "rate", "hybrid"):
+        r = simulate(topo, flows, mode, duration_s=0.05)
+        assert r.dropped_bytes == 0, mode
+        assert r.max_offered_ratio <= 1.0 + 1e-9, mode  # the simulator's own feasibility accounting
+        assert r.max_queue_fraction <= 1e-9, mode
+        assert r.delivered_gbps > 0.9 * (1 if which == "a" else 10), mode
+
+
+def test_no_loss_without_xco_when_no_link_is_oversubscribed():
+    _, topo, _, flows = fig1("b", 10)
+    r = simulate(topo, flows, "none", duration_s=0.02)
+    assert r.dropped_bytes == 0 and r.max_offered_ratio == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("mode", ["none", "timeslice", "rate"])
+def test_bytes_are_conserved_and_fast_forward_changes_nothing(mode):
+    _, topo, _, flows = fig1("a", 5)
+    a = simulate(topo, flows, mode, duration_s=0.03, slice_us=2_000, fast_forward=True)
+    b = simulate(topo, flows, mode, duration_s=0.03, slice_us=2_000, fast_forward=False)
+    assert a.steps_computed < b.steps_computed == b.steps
+    for r in (a, b):
+        assert r.sent_bytes == pytest.approx(r.delivered_bytes + r.dropped_bytes + r.in_flight_bytes, rel=1e-9)
+        assert r.max_queue_fraction <= 1.0 + 1e-9  # drop-tail: a queue never exceeds its buffer
+    for k in ("sent_bytes", "delivered_bytes", "dropped_bytes"):
+        assert getattr(a, k) == pytest.approx(getattr(b, k), rel=1e-6, abs=1.0), k
+
+
+def test_small_figure27_loss_without_xco_and_almost_none_with_it():
+    rows = 4
+    topo = parse_topology(fig27(rows, hosts_per_rack=20, racks_per_row=2))
+    flows = fig27_flows(rows, hosts_per_row=40)
+    none = simulate(topo, flows, "none", duration_s=0.05)
+    # 40 hosts x 1 Gb/s per row squeezed into the row's 10 Gb/s uplink
+    assert none.loss_pct == pytest.approx(75.0, abs=2.0)
+    for mode in ("timeslice", "rate"):
+        r = simulate(topo, flows, mode, duration_s=0.05)
+        assert r.loss_pct <= 0.01 and r.max_offered_ratio <= 1.0 + 1e-9, mode
+        assert r.delivered_gbps == pytest.approx(2 * 10, rel=0.02), mode
+
+
+def test_hybrid_serves_the_host_timeslices_starve():
+    topo = parse_topology({"schema": "xco-topology/1", "switch": [{"name": "a"}, {"name": "b"}],
+                           "link": [{"ends": ["a", "b"], "bps": 2 * G}],
+                           "host": [{"name": "h0", "nic_bps": 10 * G, "switch": "a"},
+                                    {"name": "h1", "nic_bps": G, "switch": "a"},
+                                    {"name": "h2", "nic_bps": G, "switch": "b"},
+                                    {"name": "h3", "nic_bps": G, "switch": "b"}]})
+    flows = [(0, 2), (1, 3)]
+    none = simulate(topo, flows, "none", duration_s=0.02)
+    ts = simulate(topo, flows, "timeslice", duration_s=0.02)
+    hy = simulate(topo, flows, "hybrid", duration_s=0.02)
+    assert none.loss_pct > 50
+    assert ts.delivered_gbps == pytest.approx(1.0, rel=0.02)  # h0 never sends
+    assert hy.dropped_bytes == 0 and hy.max_offered_ratio <= 1.0 + 1e-9
+    assert hy.delivered_gbps == pytest.approx(2.0, rel=0.02)
+
+
+def test_command_prints_the_figure27_json(capsys):
+    parser = argparse.ArgumentParser(prog="xtc")
+    sim_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["simulate", "xco", "fig27", "--rows", "2", "--duration-s", "0.02", "--json", "--quiet"])
+    assert args.func(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert list(res) == ["rows"] and res["rows"][0]["hosts"] == 400
+    assert set(res["rows"][0]["loss_pct"]) == {"none", "timeslice", "rate"}
+    assert res["rows"][0]["loss_pct"]["none"] > 50 and res["rows"][0]["loss_pct"]["timeslice"] <= 0.01

@@ -1,0 +1,564 @@
+"""A simulator of switch queues with finite buffers, driven by the XCo scheduler objects.
+
+The network is a fluid model in discrete time (step ``dt_us``): every directed link of the topology
+is an output port with a drop-tail buffer and a FIFO served at the link's capacity.  Traffic is
+per flow (one sender host, one destination host, the path of the topology); a flow's bytes are
+kept per hop (one cell per flow and link of its path), so what a port serves in one step arrives
+at the next port of each flow's path in the next step.  In one step, per port:
+
+1. arrivals ``A`` (the sources' bytes on first hops, the previous hop's output elsewhere);
+2. drop-tail: if ``A`` exceeds the free buffer, only the free buffer is accepted, shared among the
+   arriving flows in proportion to their arrivals (the rest is dropped);
+3. service: ``min(queue, C * dt)`` leaves, shared among the flows in proportion to what each has
+   queued (fluid FIFO).
+
+Sources are UDP senders that always have data for their destination:
+
+- ``none``: every host sends at its NIC rate, shared equally among its flows, all the time;
+- ``timeslice``: a host sends at its NIC rate to the destination of its latest directive, from the
+  time the directive takes effect until the end of its slice (the host's own clock) or a hold;
+- ``hybrid``: the same, at the directive's ``rate_bps`` (:mod:`xtc.xco.scheduler.hybrid`);
+- ``rate``: every flow sends at the ``rate_bps`` of its latest directive.
+
+The controller side is the product's scheduler objects (:class:`FastScheduler`,
+:class:`RateLimiter`, :class:`HybridScheduler`) through their public event API.  Every flow reports
+its backlog at ``t = 0``.  A directive needs ``delay_us`` to reach its host and takes effect at
+``max(its t_us, issue time + delay_us)``; the controller computes the schedule of a slot boundary
+``lead_us`` ahead of it (default ``lead_us = delay_us``, so that a slot's directives are in force
+at its start).
+
+Work per step is a handful of numpy operations over the cells and the links that carry traffic.
+``fast_forward`` skips steps while the state is at a fixed point (same queues, same per-step drop
+and delivery) until the next directive takes effect; the totals are the same as stepping through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from xtc.xco.scheduler import FastScheduler, RateLimiter
+from xtc.xco.scheduler.hybrid import HybridScheduler
+from xtc.xco.topology import Topology, load_topology, parse_topology
+
+from .topologies import fig27
+
+__all__ = ["SimResult", "simulate", "fig27_flows", "run_fig27", "run_fig1", "add_xco", "main", "MODES"]
+
+MODES = ("none", "timeslice", "rate", "hybrid")
+DATA = Path(__file__).resolve().parents[2] / "tests" / "xco" / "data"
+
+
+@dataclass
+class SimResult:
+    """What one simulated run measured.
+
+    Attributes
+    ----------
+    mode : str
+        ``none``, ``timeslice``, ``rate`` or ``hybrid``.
+    sent_bytes, delivered_bytes, dropped_bytes, in_flight_bytes : float
+        Bytes the sources sent, the destinations received, the ports dropped, and still queued at
+        the end.
+    loss_pct : float
+        ``100 * dropped / (dropped + delivered)``.
+    max_offered_ratio : float
+        Largest, over time and links, of the sum of the source rates of the flows crossing a link
+        divided by its capacity (the simulator's own feasibility accounting; <= 1 means no link was
+        ever offered more than its capacity).
+    max_queue_fraction : float
+        Largest queue seen on any port, as a fraction of its buffer.
+    slots : list of list of int
+        With ``record_slots``: for each slot, the hosts that sent in it (sorted host ids).
+    wall_s : float
+        Wall time of the run, seconds.
+    steps, steps_computed : int
+        Steps simulated, and steps actually computed (the others were fast-forwarded).
+    """
+
+    mode: str
+    sim_s: float
+    sent_bytes: float = 0.0
+    delivered_bytes: float = 0.0
+    dropped_bytes: float = 0.0
+    in_flight_bytes: float = 0.0
+    max_offered_ratio: float = 0.0
+    max_queue_fraction: float = 0.0
+    slots: list[list[int]] = field(default_factory=list)
+    wall_s: float = 0.0
+    steps: int = 0
+    steps_computed: int = 0
+    directives: int = 0
+
+    @property
+    def loss_pct(self) -> float:
+        tot = self.dropped_bytes + self.delivered_bytes
+        return 100.0 * self.dropped_bytes / tot if tot > 0 else 0.0
+
+    @property
+    def delivered_gbps(self) -> float:
+        return self.delivered_bytes * 8 / self.sim_s / 1e9
+
+
+def _make_scheduler(topo: Topology, mode: str, slice_us: int):
+    if mode == "timeslice":
+        return FastScheduler(topo, slice_us)
+    if mode == "hybrid":
+        return HybridScheduler(topo, slice_us)
+    if mode == "rate":
+        return RateLimiter(topo)
+    raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+
+
+def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, duration_s: float = 1.0,
+             slice_us: int = 10_000, delay_us: int = 100, lead_us: int | None = None, dt_us: int = 10,
+             buffer_us: float = 1000.0, record_slots: bool = False, fast_forward: bool = True) -> SimResult:
+    """Simulate always-backlogged UDP flows on ``topo`` under one transmission control mode.
+
+    Parameters
+    ----------
+    topo : Topology
+        The network.  A link's buffer is its ``buffer_bytes`` when the file gives one.
+    flows : sequence of (int, int)
+        ``(sender, destination)`` host ids; each flow always has data (UDP at line rate).
+    mode : {"none", "timeslice", "rate", "hybrid"}
+        No coordination, or one of the XCo modes (the scheduler objects of :mod:`xtc.xco`).
+    duration_s : float
+        Simulated time, seconds.
+    slice_us : int
+        Timeslot length, microseconds (a multiple of ``dt_us``).
+    delay_us : int
+        Time a directive takes from the controller to its host, microseconds.
+    lead_us : int, optional
+        How long before a slot boundary the controller computes and sends its directives,
+        microseconds (default ``delay_us``).
+    dt_us : int
+        Time step, microseconds.
+    buffer_us : float
+        Buffer of a port whose link has no ``buffer_bytes``: this many microseconds of its rate.
+    record_slots : bool
+        Record which hosts sent in every slot (for comparing with Figure 10).
+    fast_forward : bool
+        Skip the steps at which the state is at a fixed point.
+
+    Returns
+    -------
+    SimResult
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if dt_us <= 0 or slice_us % dt_us:
+        raise ValueError(f"slice_us ({slice_us}) must be a positive multiple of dt_us ({dt_us})")
+    lead_us = delay_us if lead_us is None else lead_us
+    if not 0 <= lead_us < slice_us or delay_us < 0:
+        raise ValueError("need 0 <= lead_us < slice_us and delay_us >= 0")
+    t_start = time.perf_counter()
+    flows = [(int(x), int(d)) for x, d in flows]
+    nf = len(flows)
+    flow_of = {f: i for i, f in enumerate(flows)}
+    nsteps = int(round(duration_s * 1e6 / dt_us))
+    res = SimResult(mode=mode, sim_s=nsteps * dt_us / 1e6, steps=nsteps)
+
+    # -- cells: flow-major, hop order; links compressed to those that carry a flow -------------
+    paths = [topo.path_tuple(x, d) for x, d in flows]
+    lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=nf)
+    raw = np.fromiter((ln for p in paths for ln in p), dtype=np.int64, count=int(lens.sum()))
+    used, cl = np.unique(raw, return_inverse=True)
+    cl = cl.astype(np.intp)
+    L = used.size
+    first = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.intp)
+    last = (first + lens - 1).astype(np.intp)
+    cell_flow = np.repeat(np.arange(nf), lens)
+    dt_s = dt_us / 1e6
+    cap_bps = topo.link_bps[used].astype(np.float64)
+    cap_step = cap_bps * dt_s / 8.0
+    buf = np.array([topo.link_buffer_bytes[ln] if topo.link_buffer_bytes[ln] is not None
+                    else cap_bps[i] * buffer_us / 1e6 / 8.0 for i, ln in enumerate(used.tolist())])
+    nic = topo.nic_bps.astype(np.float64)
+
+    # -- sources: bytes per step per flow, changed only at "change" steps ----------------------
+    src = np.zeros(nf)
+    changes: list[tuple[int, int, str, Any]] = []  # heap of (step, seq, kind, payload)
+    seq = 0
+
+    def at(step: int, kind: str, payload: Any) -> None:
+        nonlocal seq
+        heapq.heappush(changes, (step, seq, kind, payload))
+        seq += 1
+
+    host_flow = np.full(topo.n_hosts, -1, dtype=np.int64)   # flow a host is sending on (-1: none)
+    host_end = np.zeros(topo.n_hosts, dtype=np.int64)       # step its slice ends
+
+    sched = None
+    if mode == "none":
+        k = np.bincount([x for x, _ in flows], minlength=topo.n_hosts)
+        for i, (x, _) in enumerate(flows):
+            src[i] = nic[x] / k[x] * dt_s / 8.0
+    else:
+        sched = _make_scheduler(topo, mode, slice_us)
+        groups: dict[int, list[int]] = {}
+        for x, d in flows:
+            groups.setdefault(x, []).append(d)
+
+    def issue(directives: list, issue_us: int) -> None:
+        res.directives += len(directives)
+        for dv in directives:
+            eff_us = max(dv.t_us, issue_us + delay_us)
+            at(-(-eff_us // dt_us), "directive", dv)
+
+    def ctrl_boundary() -> None:
+        nxt = sched.next_expiry_us()
+        if nxt is not None:
+            at(max(0, (nxt - lead_us) // dt_us), "boundary", nxt)
+
+    if sched is not None:
+        issue(sched.backlog_many(0, groups), 0)
+        ctrl_boundary()
+
+    def apply(kind: str, payload: Any, step: int) -> None:
+        if kind == "boundary":
+            issue(sched.advance(payload), step * dt_us)
+            ctrl_boundary()
+        elif kind == "directive":
+            dv = payload
+            x = dv.host
+            if mode == "rate":
+                src[flow_of[(x, dv.dest)]] = (dv.rate_bps or 0) * dt_s / 8.0
+                return
+            f = host_flow[x]
+            if f >= 0:
+                src[f] = 0.0
+                host_flow[x] = -1
+            if dv.dest is not None:
+                f = flow_of[(x, dv.dest)]
+                host_flow[x] = f
+                host_end[x] = dv.end_us // dt_us
+                rate = nic[x] if dv.rate_bps is None else float(dv.rate_bps)
+                src[f] = rate * dt_s / 8.0
+                at(int(host_end[x]), "end", (x, f, int(host_end[x])))
+        elif kind == "end":
+            x, f, end = payload
+            if host_flow[x] == f and host_end[x] == end:  # the slice that ends now is still in force
+                src[f] = 0.0
+                host_flow[x] = -1
+
+    # -- state ----------------------------------------------------------------------------------
+    ncell = cl.size
+    q = np.zeros(ncell)
+    Q = np.zeros(L)
+    out = np.zeros(ncell)
+    inp = np.zeros(ncell)
+    ratio = np.zeros(L)
+    sent = delivered = dropped = 0.0
+    max_offer = 0.0
+    max_qfrac = 0.0
+    sending_log: list[tuple[int, np.ndarray]] = []
+    flow_src = np.array([x for x, _ in flows], dtype=np.int64)
+    src_sum = 0.0
+    prev_q: np.ndarray | None = None
+    prev_out: np.ndarray | None = None
+    prev_tot = (-1.0, -1.0)
+    k = 0
+    computed = 0
+    while k < nsteps:
+        changed = False
+        while changes and changes[0][0] <= k:
+            _, _, kind, payload = heapq.heappop(changes)
+            apply(kind, payload, k)
+            changed = True
+        if changed or k == 0:
+            src_sum = float(src.sum())
+            offered = np.bincount(cl, src[cell_flow], minlength=L)
+            max_offer = max(max_offer, float((offered / cap_step).max()) if L else 0.0)
+            if record_slots:
+                sending_log.append((k, np.unique(flow_src[src > 0])))
+            prev_q = None
+        # one step
+        inp[1:] = out[:-1]
+        inp[first] = src
+        A = np.bincount(cl, inp, minlength=L)
+        space = buf - Q
+        over = A > space
+        d_step = 0.0
+        if over.any():
+            f = np.ones(L)
+            f[over] = np.maximum(space[over], 0.0) / A[over]
+            d_step = float((A - np.minimum(A, np.maximum(space, 0.0))).sum())
+            inp *= f[cl]
+            A = np.minimum(A, np.maximum(space, 0.0))
+        q += inp
+        Q += A
+        S = np.minimum(Q, cap_step)
+        np.divide(S, Q, out=ratio, where=Q > 0)
+        ratio[Q <= 0] = 0.0
+        np.multiply(q, ratio[cl], out=out)
+        q -= out
+        np.maximum(Q - S, 0.0, out=Q)
+        dl_step = float(out[last].sum())
+        sent += src_sum
+        dropped += d_step
+        delivered += dl_step
+        computed += 1
+        qf = float((Q / buf).max()) if L else 0.0
+        if qf > max_qfrac:
+            max_qfrac = qf
+        k += 1
+        if fast_forward:
+            tot = (d_step, dl_step)
+            if prev_q is not None and np.allclose(q, prev_q, rtol=1e-12, atol=1e-6) \
+                    and np.allclose(out, prev_out, rtol=1e-12, atol=1e-6) \
+                    and np.isclose(tot[0], prev_tot[0], rtol=1e-12, atol=1e-9) \
+                    and np.isclose(tot[1], prev_tot[1], rtol=1e-12, atol=1e-9):
+                nxt = changes[0][0] if changes else nsteps
+                skip = min(nxt, nsteps) - k
+                if skip > 0:
+                    sent += src_sum * skip
+                    dropped += d_step * skip
+                    delivered += dl_step * skip
+                    k += skip
+                prev_q = None
+            else:
+                prev_q = q.copy()
+                prev_out = out.copy()
+                prev_tot = tot
+    res.sent_bytes, res.delivered_bytes, res.dropped_bytes = sent, delivered, dropped
+    # queued, plus what the last step served towards a next hop
+    res.in_flight_bytes = float(q.sum() + out.sum() - out[last].sum())
+    res.max_offered_ratio = max_offer
+    res.max_queue_fraction = max_qfrac
+    res.steps_computed = computed
+    if record_slots:
+        steps_per_slot = slice_us // dt_us
+        n_slots = -(-nsteps // steps_per_slot)
+        slots: list[set[int]] = [set() for _ in range(n_slots)]
+        marks = sending_log + [(nsteps, np.array([], dtype=np.int64))]
+        for (k0, hosts), (k1, _) in zip(marks, marks[1:]):
+            if k1 <= k0 or hosts.size == 0:
+                continue
+            for s in range(k0 // steps_per_slot, (k1 - 1) // steps_per_slot + 1):
+                slots[s].update(hosts.tolist())
+        res.slots = [sorted(s) for s in slots]
+    res.wall_s = time.perf_counter() - t_start
+    return res
+
+
+# -- experiments ------------------------------------------------------------------------------------
+
+def fig27_flows(rows: int, hosts_per_row: int = 200) -> list[tuple[int, int]]:
+    """Figure 27's traffic: the hosts of the first ``rows // 2`` rows each send to the host at the
+    same place ``rows // 2`` rows further on (half the hosts send to the other half)."""
+    half = rows // 2 * hosts_per_row
+    return [(x, x + half) for x in range(half)]
+
+
+PAPER_FIG27 = {"none": "up to 90", "timeslice": "almost none", "rate": "not simulated"}
+
+
+def run_fig27(rows_list: Sequence[int], modes: Sequence[str] = ("none", "timeslice", "rate"),
+              progress: bool = False, **kw: Any) -> dict[str, Any]:
+    """Figure 27: loss on the rack/row/core tree as the number of rows grows."""
+    out_rows = []
+    for rows in rows_list:
+        topo = parse_topology(fig27(rows))
+        flows = fig27_flows(rows)
+        row: dict[str, Any] = {"rows": rows, "hosts": topo.n_hosts, "loss_pct": {}, "delivered_gbps": {},
+                               "max_offered_ratio": {}, "wall_s": {}}
+        for m in modes:
+            r = simulate(topo, flows, m, **kw)
+            row["loss_pct"][m] = round(r.loss_pct, 4)
+            row["delivered_gbps"][m] = round(r.delivered_gbps, 3)
+            row["max_offered_ratio"][m] = round(r.max_offered_ratio, 4)
+            row["wall_s"][m] = round(r.wall_s, 2)
+            if progress:
+                print(f"fig27 rows={rows} hosts={topo.n_hosts} {m}: loss {r.loss_pct:.4f}% "
+                      f"delivered {r.delivered_gbps:.1f} Gb/s wall {r.wall_s:.1f} s", file=sys.stderr)
+        out_rows.append(row)
+    return {"experiment": "fig27", "params": _params(kw), "paper_loss_pct": PAPER_FIG27, "rows": out_rows}
+
+
+def _params(kw: dict[str, Any]) -> dict[str, Any]:
+    sig = {"duration_s": 1.0, "slice_us": 10_000, "delay_us": 100, "lead_us": None, "dt_us": 10, "buffer_us": 1000.0}
+    sig.update({k: v for k, v in kw.items() if k in sig})
+    return sig
+
+
+def run_fig1(which: str, modes: Sequence[str] = ("none", "timeslice", "rate"), **kw: Any) -> dict[str, Any]:
+    """Figures 1(a)/1(b) with N = 1.. UDP senders (the loss of Figures 23/24) and the schedule of
+    all senders slot by slot, compared with Figure 10."""
+    spec = json.loads((DATA / f"fig10{which}.json").read_text())
+    topo = load_topology(DATA / spec["topology"])
+    senders = [topo.host_id(h) for h in spec["senders"]]
+    dest = {topo.host_id(h): topo.host_id(spec["dest"][h]) for h in spec["senders"]}
+    sweep = []
+    for n in range(1, len(senders) + 1):
+        flows = [(x, dest[x]) for x in senders[:n]]
+        e: dict[str, Any] = {"senders": n, "loss_pct": {}, "delivered_gbps": {}}
+        for m in modes:
+            r = simulate(topo, flows, m, **kw)
+            e["loss_pct"][m] = round(r.loss_pct, 4)
+            e["delivered_gbps"][m] = round(r.delivered_gbps, 3)
+        sweep.append(e)
+    sk = dict(kw, slice_us=spec["slice_us"], duration_s=len(spec["slices"]) * spec["slice_us"] / 1e6)
+    r = simulate(topo, [(x, dest[x]) for x in senders], "timeslice", record_slots=True, **sk)
+    matrix = [[int(x in set(s)) for x in senders] for s in r.slots]
+    return {"experiment": f"fig1{which}", "params": _params(kw), "sweep": sweep,
+            "schedule": {"senders": spec["senders"], "slices": matrix,
+                         "equals_figure10": matrix == spec["slices"]}}
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+def fig27_table(res: dict[str, Any]) -> str:
+    modes = list(res["rows"][0]["loss_pct"]) if res["rows"] else []
+    head = "| rows | hosts | " + " | ".join(f"loss {m} (%)" for m in modes) + " | " + \
+        " | ".join(f"delivered {m} (Gb/s)" for m in modes) + " |"
+    lines = [head, "|" + "---:|" * (2 + 2 * len(modes))]
+    for r in res["rows"]:
+        lines.append(f"| {r['rows']} | {r['hosts']} | " + " | ".join(f"{r['loss_pct'][m]:.4f}" for m in modes)
+                     + " | " + " | ".join(f"{r['delivered_gbps'][m]:.1f}" for m in modes) + " |")
+    lines.append("")
+    lines.append("Paper (Figure 27, text of section 5): without XCo up to 90 % loss; with XCo almost none.")
+    return "\n".join(lines)
+
+
+def fig1_table(res: dict[str, Any]) -> str:
+    modes = list(res["sweep"][0]["loss_pct"])
+    lines = ["| senders | " + " | ".join(f"loss {m} (%)" for m in modes) + " | "
+             + " | ".join(f"delivered {m} (Gb/s)" for m in modes) + " |",
+             "|" + "---:|" * (1 + 2 * len(modes))]
+    for e in res["sweep"]:
+        lines.append(f"| {e['senders']} | " + " | ".join(f"{e['loss_pct'][m]:.4f}" for m in modes) + " | "
+                     + " | ".join(f"{e['delivered_gbps'][m]:.3f}" for m in modes) + " |")
+    s = res["schedule"]
+    lines += ["", f"Schedule, one row per slot (1 = may send), {' '.join(s['senders'])}; "
+              f"equal to Figure 10({res['experiment'][-1]}): {s['equals_figure10']}", ""]
+    lines += ["    " + " ".join(str(v) for v in row) for row in s["slices"]]
+    return "\n".join(lines)
+
+
+def _plot(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    if res["experiment"] == "fig27":
+        xs = [r["hosts"] for r in res["rows"]]
+        for i, m in enumerate(res["rows"][0]["loss_pct"]):
+            ax.plot(xs, [r["loss_pct"][m] for r in res["rows"]], marker="os^x"[i % 4], ls=("-", "--", ":", "-.")[i % 4],
+                    label=f"simulated: {m}")
+        ax.axhline(90, color="grey", ls="--", lw=1, label="paper: no XCo, 'up to 90%'")
+        ax.set_xlabel("hosts")
+        ax.set_title("Figure 27: packet loss, half the hosts send UDP at line rate")
+    else:
+        xs = [e["senders"] for e in res["sweep"]]
+        for i, m in enumerate(res["sweep"][0]["loss_pct"]):
+            ax.plot(xs, [e["loss_pct"][m] for e in res["sweep"]], marker="os^x"[i % 4], ls=("-", "--", ":", "-.")[i % 4],
+                    label=f"simulated: {m}")
+        ax.set_xlabel("UDP senders")
+        ax.set_title(f"Figure 1({res['experiment'][-1]}): packet loss at the bottleneck (cf. Figures 23/24)")
+    ax.set_ylabel("packet loss (%)")
+    ax.set_ylim(-2, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not vals or any(v < 2 or v % 2 for v in vals):
+        raise argparse.ArgumentTypeError("rows must be even integers >= 2")
+    return vals
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("figure", choices=("fig27", "fig1a", "fig1b"), help="which experiment")
+    p.add_argument("--rows", type=_int_list, default=list(range(4, 25, 2)),
+                   help="fig27: comma-separated numbers of rows (default 4,6,...,24 = 800..4800 hosts)")
+    p.add_argument("--modes", default="none,timeslice,rate",
+                   help="comma-separated modes among none, timeslice, rate, hybrid")
+    p.add_argument("--duration-s", type=float, default=1.0, help="simulated seconds per run (default 1)")
+    p.add_argument("--slice-us", type=int, default=10_000, help="timeslot, microseconds (default 10000)")
+    p.add_argument("--delay-us", type=int, default=100, help="controller-to-host directive delay, us (default 100)")
+    p.add_argument("--lead-us", type=int, default=None, help="how early a boundary's directives are sent, us (default: the delay)")
+    p.add_argument("--dt-us", type=int, default=10, help="time step, microseconds (default 10)")
+    p.add_argument("--buffer-us", type=float, default=1000.0,
+                   help="buffer of a port without buffer_bytes, in microseconds of its rate (default 1000)")
+    p.add_argument("--no-fast-forward", action="store_true", help="compute every step")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--out", type=Path, default=None, help="write JSON, table (.md) and PNG to this directory")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        print(f"xtc simulate xco: --modes: unknown mode(s) {bad}; choose among {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    kw = {"duration_s": args.duration_s, "slice_us": args.slice_us, "delay_us": args.delay_us,
+          "lead_us": args.lead_us, "dt_us": args.dt_us, "buffer_us": args.buffer_us,
+          "fast_forward": not args.no_fast_forward}
+    t0 = time.perf_counter()
+    try:
+        if args.figure == "fig27":
+            res = run_fig27(args.rows, modes, progress=not args.quiet, **kw)
+            table = fig27_table(res)
+        else:
+            res = run_fig1(args.figure[-1], modes, **kw)
+            table = fig1_table(res)
+    except ValueError as e:
+        print(f"xtc simulate xco: {e}", file=sys.stderr)
+        return 2
+    res["wall_s_total"] = round(time.perf_counter() - t0, 1)
+    res["params"]["fast_forward"] = not args.no_fast_forward
+    text = json.dumps(res, indent=2)
+    if args.json:
+        if args.figure == "fig27":
+            print(json.dumps({"rows": [{"hosts": r["hosts"], "loss_pct": r["loss_pct"]} for r in res["rows"]]}))
+        else:
+            print(text)
+    else:
+        print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.figure}.json").write_text(text + "\n")
+        (args.out / f"{args.figure}.md").write_text(table + "\n")
+        _plot(res, args.out / f"{args.figure}.png")
+        if not args.json:
+            print(f"\nwrote {args.out}/{args.figure}.json, .md, .png")
+    return 0
+
+
+def add_xco(sub: Any) -> None:
+    """Register ``xtc simulate xco FIG`` on the ``simulate`` subparsers."""
+    p = sub.add_parser("xco", help="XCo: switch queues with finite buffers under the XCo scheduler (Figures 27, 1(a), 1(b))",
+                       description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xtc_lab.xco.simulate", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
