@@ -10,6 +10,10 @@ Measured, per size:
 - ``event_p50_us`` / ``event_p99_us``: mid-slot events at steady state, alternately a give-up by a
   transmitting host (its slice is handed on) and the same host's new backlog a little later.
 - ``events_per_s_one_core``: 1e6 / mean of those events.
+
+And once (``--load-hosts``, default 4,800; ``load`` in the JSON): the issue's throughput goal as a
+load test, ``cpu_pct``: the CPU time (this process, ``time.process_time``) spent on one simulated
+second with 2 ms slots (500 slot boundaries) and 60,000 mid-slot events, in percent of one core.
 """
 
 from __future__ import annotations
@@ -87,23 +91,86 @@ def bench_one(n_hosts: int, n_events: int = 4000, slice_us: int = 10_000, seed: 
     }
 
 
+def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, sim_s: float = 1.0,
+              seed: int = 1) -> dict[str, Any]:
+    """CPU spent scheduling ``sim_s`` of simulated time at ``events_per_s`` mid-slot events.
+
+    Parameters
+    ----------
+    n_hosts : int
+        Figure 27 size (every host backlogged).
+    events_per_s : int
+        Mid-slot events (give-ups of a transmitting host, and its backlog again) per simulated second.
+    slice_us : int
+        Slot length, microseconds (every slot boundary is handled too).
+    sim_s : float
+        Simulated time, seconds.
+
+    Returns
+    -------
+    dict
+        ``cpu_pct`` (CPU time / simulated time, percent of one core), ``boundaries``, ``events``.
+    """
+    rows = max(2, n_hosts // 200)
+    topo = parse_topology(fig27(rows))
+    sched = FastScheduler(topo, slice_us)
+    sched.backlog_many(0, {x: [d] for x, d in fig27_pairs(rows)})
+    rng = random.Random(seed)
+    n_ev = int(events_per_s * sim_s)
+    end_us = int(sim_s * 1e6)
+    gave_up: list[tuple[int, int]] = []
+    events = boundaries = 0
+    c0 = time.process_time()
+    senders = [x for x, d in enumerate(sched.dest) if d is not None]
+    for i in range(n_ev):
+        t_us = i * end_us // n_ev
+        nxt = sched.next_expiry_us()
+        if nxt is not None and nxt <= t_us:
+            granted = [dv.host for dv in sched.advance(t_us) if dv.dest is not None]
+            senders = granted or senders
+            boundaries += 1
+        if gave_up and i % 2:
+            x, d = gave_up.pop()
+            sched.backlog(t_us, x, [d])
+        else:
+            x = senders[rng.randrange(len(senders))]
+            d = sched.dest[x]
+            if d is None:
+                continue  # it gave up earlier in this slot
+            sched.giveup(t_us, x, d)
+            gave_up.append((x, d))
+        events += 1
+    sched.advance(end_us)
+    cpu_s = time.process_time() - c0
+    return {"hosts": topo.n_hosts, "slice_us": slice_us, "events_per_s": events_per_s, "events": events,
+            "boundaries": boundaries, "sim_s": sim_s, "cpu_pct": round(100 * cpu_s / sim_s, 1)}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, nargs="+", default=[800, 2400, 4800, 48000])
     p.add_argument("--events", type=int, default=4000, help="mid-slot events measured per size")
+    p.add_argument("--load-hosts", type=int, default=4800,
+                   help="size of the 60,000 events/s, 2 ms slot load test (0: skip)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
 
 
 def run(args: argparse.Namespace) -> int:
-    res = {"scheduler": [bench_one(n, args.events) for n in args.hosts]}
+    res: dict[str, Any] = {"scheduler": [bench_one(n, args.events) for n in args.hosts]}
+    if args.load_hosts:
+        res["load"] = load_test(args.load_hosts)
     text = json.dumps(res, indent=2)
     if args.json:
         print(text)
     else:
-        print(f"{'hosts':>7} {'mode':>10} {'p50 us':>8} {'p99 us':>8} {'events/s':>10} {'full ms':>9}")
+        print(f"{'hosts':>7} {'mode':>10} {'p50 us':>8} {'p99 us':>8} {'events/s':>10} {'full ms':>9} {'bound. ms':>9}")
         for r in res["scheduler"]:
             print(f"{r['hosts']:>7} {r['mode']:>10} {r['event_p50_us']:>8.1f} {r['event_p99_us']:>8.1f} "
-                  f"{r['events_per_s_one_core']:>10.0f} {r['full_schedule_ms']:>9.1f}")
+                  f"{r['events_per_s_one_core']:>10.0f} {r['full_schedule_ms']:>9.1f} {r['boundary_ms'] or 0:>9.2f}")
+        if "load" in res:
+            ld = res["load"]
+            print(f"load: {ld['hosts']} hosts, {ld['events']} mid-slot events and {ld['boundaries']} slot boundaries "
+                  f"({ld['slice_us']} us slots) in {ld['sim_s']} s simulated: {ld['cpu_pct']} % of one core")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")

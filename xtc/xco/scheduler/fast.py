@@ -20,12 +20,12 @@ others are visited in the same order with the same destination order and the sam
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, insort
-from typing import Sequence
+from heapq import heapify, heappop, heappush
+from typing import Iterable, Mapping, Sequence
 
 from ..topology import Topology
-from .base import SchedulerBase
+from .base import Directive, SchedulerBase
 
 __all__ = ["FastScheduler"]
 
@@ -46,9 +46,9 @@ class FastScheduler(SchedulerBase):
         self.B: list[dict[int, tuple[int, ...]]] = [{} for _ in range(n)]
         # Links crossed by x's backlog, with multiplicity (x is in beta_l iff lc[x][l] > 0).
         self._lc: list[dict[int, int]] = [{} for _ in range(n)]
-        # Per link: sorted rotation keys of the waiting senders in beta_l.
+        # Per link: sorted entries ``key * n + host`` of the waiting senders in beta_l (sorting the
+        # entries sorts by rotation key, keys being unique; ``entry % n`` is the host).
         self._W: list[list[int]] = [[] for _ in range(topo.n_links)]
-        self._host_of_key: dict[int, int] = {k: x for x, k in enumerate(self.key)}
         self._waiting: list[bool] = [False] * n
 
     # -- backlog bookkeeping ----------------------------------------------------------------------
@@ -62,97 +62,197 @@ class FastScheduler(SchedulerBase):
         if self._waiting[x] == waiting:
             return
         self._waiting[x] = waiting
-        k = self.key[x]
+        e = self.key[x] * self.n + x
         W = self._W
         if waiting:
-            self._host_of_key[k] = x
             for ln in self._lc[x]:
-                insort(W[ln], k)
+                insort(W[ln], e)
         else:
-            self._host_of_key.pop(k, None)
             for ln in self._lc[x]:
                 lst = W[ln]
-                del lst[bisect_left(lst, k)]
+                del lst[bisect_left(lst, e)]
 
     def _add(self, x: int, d: int) -> None:
         p = self._path(x, d)
         self.B[x][d] = p
         lc = self._lc[x]
-        k = self.key[x]
+        waiting = self._waiting[x]
+        e = self.key[x] * self.n + x
         for ln in p:
             c = lc.get(ln, 0)
             lc[ln] = c + 1
-            if c == 0 and self._waiting[x]:
-                insort(self._W[ln], k)
+            if c == 0 and waiting:
+                insort(self._W[ln], e)
 
     def _remove(self, x: int, d: int) -> None:
         p = self.B[x].pop(d, None)
         if p is None:
             return
         lc = self._lc[x]
-        k = self.key[x]
+        waiting = self._waiting[x]
+        e = self.key[x] * self.n + x
         for ln in p:
             c = lc[ln] - 1
             if c:
                 lc[ln] = c
             else:
                 del lc[ln]
-                if self._waiting[x]:
+                if waiting:
                     lst = self._W[ln]
-                    del lst[bisect_left(lst, k)]
+                    del lst[bisect_left(lst, e)]
+
+    # -- the frequent events, without the generic bookkeeping -------------------------------------
+    # Same semantics as SchedulerBase.giveup / backlog: they only skip building frozensets and
+    # running advance() when no slot boundary is due.
+    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+        n = self.n
+        if type(t_us) is not int or type(x) is not int or type(d) is not int \
+                or not (0 <= x < n and 0 <= d < n) or t_us < self.now_us:
+            return super().giveup(t_us, x, d)  # validation errors, numpy ints
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        if d not in self.B[x]:
+            self.now_us = t_us
+            return out
+        trig = [x] if self.dest[x] == d else []
+        out += self._run(t_us, trig, "giveup", (), [(x, d)])
+        return out
+
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+        n = self.n
+        if type(t_us) is not int or type(x) is not int or t_us < self.now_us or not 0 <= x < n:
+            return super().backlog(t_us, x, dests)
+        ds = list(dests)
+        for d in ds:
+            if type(d) is not int or not 0 <= d < n or d == x:
+                return super().backlog(t_us, x, ds)  # raises the generic error
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        Bx = self.B[x]
+        new = [d for d in dict.fromkeys(ds) if d not in Bx]
+        if not new:
+            self.now_us = t_us
+            return out
+        trig = [x] if self.dest[x] is None else []
+        out += self._run(t_us, trig, "backlog", [(x, d) for d in new], ())
+        return out
+
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+        n = self.n
+        if type(t_us) is not int or t_us < self.now_us:
+            return super().backlog_many(t_us, groups)
+        checked: list[tuple[int, list[int]]] = []
+        for x, dests in groups.items():
+            ds = list(dests)
+            if type(x) is not int or not 0 <= x < n:
+                return super().backlog_many(t_us, groups)  # raises the generic error
+            for d in ds:
+                if type(d) is not int or not 0 <= d < n or d == x:
+                    return super().backlog_many(t_us, groups)
+            checked.append((x, ds))
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        adds: list[tuple[int, int]] = []
+        trig: list[int] = []
+        B, dest = self.B, self.dest
+        for x, ds in checked:
+            Bx = B[x]
+            new = [d for d in dict.fromkeys(ds) if d not in Bx] if len(ds) != 1 or ds[0] in Bx else ds
+            if not new:
+                continue
+            adds += [(x, d) for d in new]
+            if dest[x] is None:
+                trig.append(x)
+        if adds:
+            out += self._run(t_us, trig, "backlog", adds, ())
+        else:
+            self.now_us = t_us
+        return out
+
+    def _run(self, t_us: int, trig: Sequence[int], kind: str,
+             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
+        # SchedulerBase._run with the loops written out (same directives, same bookkeeping).
+        grants = self._algorithm1(t_us, trig, kind, adds, removals)
+        end = (t_us // self.slice_us + 1) * self.slice_us
+        out: list[Directive] = []
+        dest, slice_end, key, dest_key, active = self.dest, self.slice_end, self.key, self._dest_key, self._active
+        seq = self._seq
+        tset = set(trig) if len(trig) > 1 else trig
+        granted: set[int] = set()
+        for x, d in grants:
+            granted.add(x)
+            if dest[x] == d and x not in tset:
+                continue  # unchanged: keeps its directive and its slice
+            dest[x] = d
+            slice_end[x] = end
+            key[x] = seq
+            dest_key[x][d] = seq
+            seq += 1
+            active[x] = None
+            out.append(Directive(t_us, x, d, end))
+        self._seq = seq
+        for t in trig:
+            if t not in granted and dest[t] is not None:
+                dest[t] = None
+                slice_end[t] = None
+                del active[t]
+                out.append(Directive(t_us, t, None, None))
+        self._slot_end = end if active else None
+        self.now_us = int(t_us)
+        return out
 
     # -- Algorithm 1 ------------------------------------------------------------------------------
     def _algorithm1(self, t_us: int, trig: Sequence[int], kind: str,
                     adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        B = self.B
+        dest = self.dest
         for x, d in adds:
             self._add(x, d)
         for x, _ in adds:
-            if self.dest[x] is None and self.B[x]:
+            if dest[x] is None:
                 self._set_waiting(x, True)
         res = self.res
         nic = self.nic
-        dest = self.dest
         freed: set[int] = set()
         for t in trig:  # lines 18-21: t's old path is released
             d0 = dest[t]
             if d0 is not None:
                 c = nic[t]
-                p = self.B[t].get(d0) or self._path(t, d0)
+                p = B[t].get(d0) or self._path(t, d0)
                 for ln in p:
                     res[ln] += c
                 freed.update(p)
         for x, d in removals:
             self._remove(x, d)
-            if not self.B[x]:
+            if not B[x]:
                 self._set_waiting(x, False)
 
         key = self.key
-        heap: list[tuple[int, int, int]] = [(key[t], -1, t) for t in trig]
+        n = self.n
+        # Heap entries (rotation entry, link or -1, position in the link's list).
+        heap: list[tuple[int, int, int]] = [(key[t] * n + t, -1, 0) for t in trig]
         W = self._W
         min_nic = self._min_nic
         for ln in freed:
             lst = W[ln]
             if lst and res[ln] >= min_nic:
                 heap.append((lst[0], ln, 0))
-        heapq.heapify(heap)
-        host_of_key = self._host_of_key
+        heapify(heap)
         seen: set[int] = set()
         grants: list[tuple[int, int]] = []
         dest_key = self._dest_key
-        n = self.n
         while heap:
-            k, ln, pos = heapq.heappop(heap)
-            if ln < 0:
-                x = pos
-            else:
-                x = host_of_key[k]
+            e, ln, pos = heappop(heap)
+            if ln >= 0:
                 lst = W[ln]
-                if pos + 1 < len(lst) and res[ln] >= min_nic:
-                    heapq.heappush(heap, (lst[pos + 1], ln, pos + 1))
+                pos += 1
+                if pos < len(lst) and res[ln] >= min_nic:
+                    heappush(heap, (lst[pos], ln, pos))
+            x = e % n
             if x in seen:
                 continue
             seen.add(x)
-            Bx = self.B[x]
+            Bx = B[x]
             if not Bx:
                 continue
             c = nic[x]
@@ -177,6 +277,6 @@ class FastScheduler(SchedulerBase):
         for x in granted:
             self._set_waiting(x, False)
         for t in trig:
-            if t not in granted and self.B[t]:
+            if t not in granted and B[t]:
                 self._set_waiting(t, True)
         return grants
