@@ -303,15 +303,17 @@ def test_controller_process_schedules_real_hosts_drops_silent_ones_and_keeps_sta
         pump(agents, 0.5)
         # Directives: to r1 or hold; slices end on wall-clock multiples of 20 ms; sent ahead.
         grants = {}
+        late = 0
         for a in agents[:5]:
             ds = _directives(a)
             assert ds, a.name
             for _, m in ds:
                 assert m.header.host == a.x and m.dest in (r1, None)
+                # Sent ahead of the slot (nominally lead_us = 5 ms); on a loaded machine a late timer
+                # wake-up can send one after its slot began: the controller must then count it.
+                late += m.start_us <= m.header.t_us
                 if m.dest is not None:
                     assert (m.start_us + m.length_us) % 20_000 == 0 and 0 < m.length_us <= 20_000
-                    # Sent ahead of the slot (nominally lead_us = 5 ms; a late timer wake-up eats into it).
-                    assert m.start_us - m.header.t_us > 0
                     grants.setdefault(m.start_us, []).append(a.x)
         assert not _directives(agents[5])  # r1 sends nothing
         # One sender per slot (r1's cable is the bottleneck), and all five get their turn.
@@ -321,6 +323,7 @@ def test_controller_process_schedules_real_hosts_drops_silent_ones_and_keeps_sta
         assert m["xco_hosts_registered"] == 6
         assert m['xco_events_total{kind="backlog"}'] == 5 and m["xco_directives_sent_total"] >= 10
         assert m["xco_event_seconds_count"] >= 10
+        assert m["xco_directives_late_total"] >= late
 
         # A replayed and a malformed datagram are dropped and counted.
         agents[0].sock.send(agents[0].last_sent)

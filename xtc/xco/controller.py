@@ -124,6 +124,9 @@ class ControllerCore:
         self.events: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
         self.directives_sent = 0
+        #: Directives sent after the start of the slice they grant (the service woke up late: a
+        #: loaded controller host).  The host applies such a directive at once.
+        self.directives_late = 0
         #: Log events for the service to write: (name, fields).
         self.notes: list[tuple[str, dict[str, Any]]] = []
         #: Registered hosts or backlogs changed since the last :meth:`to_state`.
@@ -161,6 +164,8 @@ class ControllerCore:
             hdr = P.Header(x, self.session, h.out_seq, now_us)
             d0 = group[0]
             start = self.epoch_us + d0.t_us
+            if start <= now_us:
+                self.directives_late += 1
             if self.mode == "rate":
                 msg: P.Message = P.RateDirective(hdr, start, tuple((d.dest, d.rate_bps or 0) for d in group))
             else:
@@ -373,6 +378,8 @@ class _Metrics:
                 yield c
                 yield CounterMetricFamily("xco_directives_sent", "Directives sent (one datagram each)",
                                           value=core.directives_sent)
+                yield CounterMetricFamily("xco_directives_late", "Directives sent after their slice began",
+                                          value=core.directives_late)
                 yield GaugeMetricFamily("xco_hosts_registered", "Registered hosts", value=len(core.hosts))
 
         r.register(_Collector())
