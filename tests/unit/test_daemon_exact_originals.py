@@ -10,6 +10,7 @@ fake hypervisor of :mod:`fakes.libvirt`, no root.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -231,6 +232,7 @@ def test_service_restores_the_exact_original_after_a_crash_and_a_vr_reboot(tmp_p
     svc._save(force=True)
     for s in (svc.rep, svc.pub):
         s.close(0)
+    os.close(svc.state_lock)  # the kernel drops a killed process's lock on the state directory
     hv.reboot("vr1")  # and the VR restarts meanwhile with its defined parameters
     svc2, clock2 = service(tmp_path, hv)
     clock2.t += 1.0

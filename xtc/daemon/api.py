@@ -54,6 +54,8 @@ __all__ = [
 
 API_VERSION = 1
 SAMPLE_TOPIC_PREFIX = "sample."
+#: Smallest accepted setpoint, packets/s.
+MIN_SETPOINT_PPS = 1.0
 MAX_VR_NAME = 64
 MAX_ID_CHARS = 128
 
@@ -85,6 +87,7 @@ ERROR_CODES = {
     "unknown_vr": "no VR of that name",
     "bad_state": "the command does not apply to the instance's state",
     "backend": "the backend (hypervisor, cgroups, simulator) failed; nothing was changed",
+    "state_not_saved": "the change could not be written to the state file (e.g. a full disk); nothing was changed",
     "internal": "an unexpected error; nothing was changed",
 }
 
@@ -114,7 +117,7 @@ class Request:
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 VrName = Annotated[str, Field(min_length=1, max_length=MAX_VR_NAME)]
-SetpointPps = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+SetpointPps = Annotated[float, Field(ge=MIN_SETPOINT_PPS, allow_inf_nan=False)]
 RequestId = Annotated[str, Field(max_length=MAX_ID_CHARS)] | Annotated[int, Field(ge=-(2**63), lt=2**63)]
 _FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps}
 
@@ -243,8 +246,8 @@ def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str
             return f"'setpoint_pps' must be a number (packets/s), got {type(v).__name__}"
         if kind == "finite_number":
             return f"'setpoint_pps' must be finite, got {v}"
-        if kind == "greater_than":
-            return f"'setpoint_pps' must be > 0 packets/s, got {v:g}"
+        if kind == "greater_than_equal":
+            return f"'setpoint_pps' must be at least {MIN_SETPOINT_PPS:g} packet/s, got {v:g}"
     if kind == "value_error":
         return str(err["ctx"]["error"])
     return f"{name!r}: {err['msg']}"
@@ -252,6 +255,15 @@ def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {dup[:64]!r}")
+    return doc
 
 
 def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Request:
@@ -278,7 +290,7 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
     if len(raw) > max_bytes:
         raise ApiError("too_large", f"message of {len(raw)} bytes exceeds the maximum of {max_bytes}")
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ApiError("bad_json", f"not valid UTF-8 JSON: {str(e)[:200]}") from None
     if not isinstance(doc, dict):
@@ -291,7 +303,7 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
         if "v" not in doc:
             raise ApiError("bad_version", f"missing 'v' (the API version, {API_VERSION})")
         v = doc["v"]
-        if isinstance(v, bool) or v != API_VERSION:
+        if type(v) is not int or v != API_VERSION:  # not True, not 1.0
             raise ApiError("bad_version", f"'v' must be {API_VERSION}, got {v!r}"[:200])
         if "cmd" not in doc:
             raise ApiError("unknown_command", "missing 'cmd'")

@@ -32,6 +32,7 @@ Caps are written only when they change, and again when a VR reappears, when its 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ __all__ = [
     "Instance",
     "DaemonCore",
     "StateError",
+    "Checkpoint",
 ]
 
 STATE_SCHEMA = "xtc-daemon-state/1"
@@ -104,6 +106,21 @@ class Instance:
     actuation_error: str | None = None
     #: The backend's exact record of the original setting (opaque JSON object), or None.
     original_record: dict[str, Any] | None = None
+
+
+#: "Not in the table" in a :class:`Checkpoint`.
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One VR's part of a :class:`DaemonCore` before a request (see :meth:`DaemonCore.checkpoint`)."""
+
+    vr: str | None
+    instance: Any
+    pending_restore: Any
+    pending_record: Any
+    dirty: bool
 
 
 @dataclass
@@ -306,6 +323,35 @@ class DaemonCore:
         self.dirty = True
         return self.describe(vr), [SetCap(vr, inst.cap_percent)]
 
+    # ------------------------------------------------------------------------ transactions
+    def checkpoint(self, vr: str | None) -> "Checkpoint":
+        """What :meth:`handle` may change for a request about ``vr`` (a deep copy), and ``dirty``.
+
+        :meth:`rollback` puts it back: a request whose change could not be saved is undone.
+        """
+        missing = _MISSING
+        if vr is None:
+            return Checkpoint(None, missing, missing, missing, self.dirty)
+        return Checkpoint(
+            vr,
+            copy.deepcopy(self.instances[vr]) if vr in self.instances else missing,
+            self.pending_restores.get(vr, missing),
+            copy.deepcopy(self.pending_records[vr]) if vr in self.pending_records else missing,
+            self.dirty,
+        )
+
+    def rollback(self, cp: "Checkpoint") -> None:
+        """Undo everything :meth:`handle` changed since ``cp`` was taken."""
+        self.dirty = cp.dirty
+        if cp.vr is None:
+            return
+        for table, value in ((self.instances, cp.instance), (self.pending_restores, cp.pending_restore),
+                             (self.pending_records, cp.pending_record)):
+            if value is _MISSING:
+                table.pop(cp.vr, None)
+            else:
+                table[cp.vr] = value
+
     # ------------------------------------------------------------------------ control period
     def period(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
         """One control period: step the active instances' controllers and say which caps to write.
@@ -488,7 +534,7 @@ class DaemonCore:
             if isinstance(cstate, dict):
                 try:
                     ctl.restore_state(cstate)
-                except (ValueError, KeyError, TypeError) as e:
+                except (ValueError, KeyError, TypeError, OverflowError) as e:
                     ctl.start(cap)
                     notes.append(f"instance {name!r}: controller state not reused ({e}); restarted from cap {cap:g}")
             instances[name] = Instance(

@@ -7,14 +7,22 @@ after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loo
 (caps restored, state kept), SIGHUP reloads the configuration (a bad one is refused and the old
 one kept).  An unexpected exception saves the state, leaves the caps as XTC set them and exits
 non-zero, so that systemd restarts the daemon and it resumes.
+
+Nothing acknowledged is lost: a request that changes an instance is answered only after the state
+file holds the change, and before any cap is written; when the file cannot be written (a full
+disk) the request is refused (``state_not_saved``) and undone.  One daemon owns a state directory
+(:func:`xtc.daemon.state.lock_state_dir`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +43,7 @@ from .core import DaemonCore, StateError
 from .logs import event, setup_logging
 from .loop import ActionOutcomes, ControlLoop
 from .metrics import DaemonMetrics
-from .state import StateFileError, read_state, save_state
+from .state import StateFileError, lock_state_dir, read_state, save_state
 
 __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
 
@@ -46,6 +54,21 @@ log = logging.getLogger("xtc.daemon")
 TRANSPORT_LIMIT_FACTOR = 16
 #: Controller state is saved at least this often even when no request changed anything, seconds.
 STATE_SAVE_PERIOD_S = 10.0
+#: Blocks of at least this many bytes are mmapped by glibc's malloc (and so go back to the system
+#: when freed), bytes.  ZeroMQ allocates each received frame; without a fixed threshold, glibc
+#: raises it after the first large free and keeps the memory of large messages for ever.
+MMAP_THRESHOLD_BYTES = 64 * 1024
+_M_MMAP_THRESHOLD = -3
+
+
+def release_large_blocks() -> bool:
+    """Make glibc return freed large blocks (received messages) to the system.  False if not glibc."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
@@ -127,8 +150,11 @@ class DaemonService:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         context: zmq.Context | None = None,
+        state_lock: int | None = None,
     ):
         self.cfg = cfg
+        #: The open lock file of the state directory (taken by :meth:`open` if not given).
+        self.state_lock = state_lock
         self.host = host
         self.config_path = config_path
         self.clock = clock
@@ -169,6 +195,11 @@ class DaemonService:
     def open(self) -> None:
         """Load the saved state, bind the sockets, start the metrics endpoint."""
         cfg = self.cfg
+        if self.state_lock is None:
+            try:
+                self.state_lock = lock_state_dir(cfg.state_path.parent)
+            except StateFileError as e:
+                raise SystemExit(f"xtc daemon: {e}") from None
         try:
             doc = read_state(cfg.state_path)
         except StateFileError as e:
@@ -183,23 +214,31 @@ class DaemonService:
             event(log, logging.INFO, "state_loaded", path=str(cfg.state_path),
                   instances=sorted(self.core.instances), pending_restores=sorted(self.core.pending_restores))
         # Fail now, not at the first activation, if the state cannot be written.
-        save_state(cfg.state_path, self.core.to_state())
+        try:
+            save_state(cfg.state_path, self.core.to_state())
+        except StateFileError as e:
+            raise SystemExit(f"xtc daemon: {e}; requests could not be saved, not starting") from None
         self._last_save_s = self.clock()
         hard = cfg.manager.max_message_bytes * TRANSPORT_LIMIT_FACTOR
         self.rep = self.ctx.socket(zmq.REP)
         self.rep.setsockopt(zmq.MAXMSGSIZE, hard)
         self.rep.setsockopt(zmq.LINGER, 0)
-        self.rep.bind(cfg.manager.endpoint)
+        self._bind(self.rep, "manager.endpoint", cfg.manager.endpoint)
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 10000)
-        self.pub.bind(cfg.manager.pub_endpoint)
+        self._bind(self.pub, "manager.pub_endpoint", cfg.manager.pub_endpoint)
         endpoints = {
             "endpoint": self.rep.getsockopt_string(zmq.LAST_ENDPOINT),
             "pub_endpoint": self.pub.getsockopt_string(zmq.LAST_ENDPOINT),
         }
         if cfg.metrics.enabled:
-            self.metrics_port = self.metrics.serve(cfg.metrics.address, cfg.metrics.port)
+            try:
+                self.metrics_port = self.metrics.serve(cfg.metrics.address, cfg.metrics.port)
+            except OSError as e:
+                self._close_sockets()
+                raise SystemExit(f"xtc daemon: cannot serve metrics on {cfg.metrics.address}:{cfg.metrics.port} "
+                                 f"(metrics.port): {e.strerror or e}") from None
         now = self.clock()
         self.control.discover(now, force=True)
         # The first counter reading starts the first period.
@@ -210,14 +249,30 @@ class DaemonService:
               counters_fallback=getattr(src, "fallback_reason", None),
               metrics_port=self.metrics_port, vrs=sorted(self.control.vrs), **endpoints)
 
+    def _bind(self, sock: zmq.Socket, key: str, endpoint: str) -> None:
+        """Bind ``sock``, or exit with a message naming the endpoint in use."""
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError as e:
+            self._close_sockets()
+            raise SystemExit(f"xtc daemon: cannot bind {key} {endpoint}: {e.strerror}"
+                             + (" (another daemon or program is listening there)" if e.errno == zmq.EADDRINUSE else "")
+                             ) from None
+
+    def _close_sockets(self) -> None:
+        for s in (self.rep, self.pub):
+            if s is not None:
+                s.close(0)
+
     def close(self) -> int:
         """Give every controlled VR its original cap back, save the state, close.  Returns rc."""
         failed = self.control.restore_all().restores_failed
         self._save(force=True)
-        for s in (self.rep, self.pub):
-            if s is not None:
-                s.close(0)
+        self._close_sockets()
         self.host.close()
+        if self.state_lock is not None:
+            os.close(self.state_lock)
+            self.state_lock = None
         event(log, logging.INFO, "stopped", restore_failures=failed, signal=self.flags.stop_signal)
         return 1 if failed else 0
 
@@ -292,31 +347,73 @@ class DaemonService:
         if failed:
             self.metrics.actuations.labels("failed").inc(failed)
 
-    def _save(self, force: bool) -> None:
+    def _save(self, force: bool) -> str | None:
+        """Write the state file when due (or ``force``).  Returns None, or why it could not be written."""
         now = self.clock()
         if not (force or self.core.dirty or now - self._last_save_s >= STATE_SAVE_PERIOD_S):
-            return
+            return None
         try:
             save_state(self.cfg.state_path, self.core.to_state())
         except StateFileError as e:
             event(log, logging.ERROR, "state_save_failed", error=str(e))
-            return
+            return str(e)
         self.core.dirty = False
         self._last_save_s = now
+        return None
 
     # --------------------------------------------------------------------------- requests
     def _serve_requests(self, budget: int = 100) -> None:
         assert self.rep is not None
         for _ in range(budget):
             try:
-                frames = self.rep.recv_multipart(flags=zmq.NOBLOCK, copy=True)
+                frames = self._recv_request()
             except zmq.Again:
                 return
-            reply = self.handle_message(frames)
+            if isinstance(frames, ApiError):
+                reply = self._refused(frames, "?")
+            else:
+                reply = self.handle_message(frames)
             self.rep.send(reply)
 
+    def _recv_request(self) -> list[bytes] | ApiError:
+        """One request message, read frame by frame; raises ``zmq.Again`` when there is none.
+
+        The whole message (all its frames) is bounded by ``manager.max_message_bytes``: the frames
+        of a larger one are dropped as they are read, never gathered, and it gets ``too_large``.
+        """
+        assert self.rep is not None
+        limit = self.cfg.manager.max_message_bytes
+        frames: list[bytes] = []
+        total = count = 0
+        frame = self.rep.recv(flags=zmq.NOBLOCK, copy=False)
+        while True:
+            count += 1
+            total += len(frame)
+            if total <= limit:
+                frames.append(frame.bytes)
+            elif frames:
+                frames = []
+            del frame
+            if not self.rep.getsockopt(zmq.RCVMORE):
+                break
+            # ZeroMQ delivers a message's frames together: the rest is already here.
+            frame = self.rep.recv(copy=False)
+        if total > limit:
+            return ApiError("too_large", f"message of {total} bytes in {count} frame(s) exceeds the maximum of {limit}")
+        return frames
+
+    def _refused(self, e: ApiError, cmd: str) -> bytes:
+        self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", e.code).inc()
+        event(log, logging.INFO, "request_refused", cmd=cmd, code=e.code, error=e.message)
+        return api.error_reply(e)
+
     def handle_message(self, frames: list[bytes]) -> bytes:
-        """Answer one request message (all frames as received).  Never raises."""
+        """Answer one request message (all frames as received).  Never raises.
+
+        A request that changes an instance is saved to the state file before any cap is written;
+        if the file cannot be written the change is undone and the request refused
+        (``state_not_saved``).
+        """
         cfg = self.cfg
         cmd = "?"
         try:
@@ -325,9 +422,24 @@ class DaemonService:
             req = api.parse_request(frames[0], cfg.manager.max_message_bytes, cfg.daemon.max_setpoint_pps)
             cmd = req.cmd
             now = self.clock()
-            result, actions = self.control.decide(req, now)
-            if self.core.dirty:
-                self._save(force=True)
+            was_dirty = self.core.dirty
+            cp = self.core.checkpoint(req.vr) if cmd not in ("ping", "list", "status") else None
+            self.core.dirty = False  # so that it tells whether this request changed anything
+            try:
+                result, actions = self.control.decide(req, now)
+                changed = self.core.dirty
+                error = self._save(force=True) if changed else None
+            except BaseException:
+                if cp is not None:
+                    self.core.rollback(cp)
+                self.core.dirty = True  # whatever happened, the next save writes everything
+                raise
+            if error is not None:
+                assert cp is not None
+                self.core.rollback(cp)  # dirty as it was, too
+                raise ApiError("state_not_saved", f"{error}; nothing was changed")
+            if not changed:
+                self.core.dirty = was_dirty
             self._count(self.control.apply(actions, now))
             if req.vr is not None and req.vr in self.core.pending_restores and req.cmd == "deactivate":
                 result = {**result, "restore_pending": True}
@@ -336,9 +448,7 @@ class DaemonService:
             self.metrics.requests.labels(cmd, "ok").inc()
             return api.ok_reply(result, req.id)
         except ApiError as e:
-            self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", e.code).inc()
-            event(log, logging.INFO, "request_refused", cmd=cmd, code=e.code, error=e.message)
-            return api.error_reply(e)
+            return self._refused(e, cmd)
         except Exception as e:  # a bug must not take the API down; it changes nothing it did not finish
             log.exception("request handler failed")
             self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", "internal").inc()
@@ -355,6 +465,12 @@ class DaemonService:
             if fixed:
                 raise ConfigError(fixed[0], "cannot change without a restart" + (
                     f" (also: {', '.join(fixed[1:])})" if len(fixed) > 1 else ""), str(self.config_path))
+            above = sorted((n, i.setpoint_pps) for n, i in self.core.instances.items()
+                           if i.setpoint_pps > new.daemon.max_setpoint_pps)
+            if above:
+                raise ConfigError("daemon.max_setpoint_pps", f"{new.daemon.max_setpoint_pps:g} is below the setpoint of VR "
+                                  f"{above[0][0]!r} ({above[0][1]:g} packets/s); lower that setpoint first",
+                                  str(self.config_path))
             changed_period = new.daemon.control_period_s != self.cfg.daemon.control_period_s
             factory = controller_factory(new) if (new.controller != self.cfg.controller or changed_period) else None
         except (ConfigError, ValueError) as e:
@@ -382,6 +498,13 @@ def run_daemon(config_path: str | Path) -> int:
         print(f"xtc daemon: {e}", flush=True)
         return 2
     setup_logging(cfg.log.format, cfg.log.level)
+    release_large_blocks()
+    try:
+        # Before the backend: the simulated one keeps its hypervisor file in the state directory.
+        state_lock = lock_state_dir(cfg.state_path.parent)
+    except StateFileError as e:
+        print(f"xtc daemon: {e}", file=sys.stderr, flush=True)
+        return 1
     try:
         host = make_host(cfg)
     except (HostAdapterError, ConfigError, ImportError) as e:
@@ -396,6 +519,6 @@ def run_daemon(config_path: str | Path) -> int:
         except (curve.CurveError, OSError, ValueError) as e:
             event(log, logging.CRITICAL, "curve_failed", error=str(e))
             return 2
-    svc = DaemonService(cfg, host, config_path=config_path, context=ctx)
+    svc = DaemonService(cfg, host, config_path=config_path, context=ctx, state_lock=state_lock)
     svc.install_signal_handlers()
     return svc.run()
