@@ -69,7 +69,7 @@ def run_lab_demo(out: Path, duration_s: float = 40.0, offered_pps: float = 80_00
                     while rec.now() < t0 + phase_s:
                         time.sleep(0.25)
                         s = [rec.series[v.name] for v in vrs]
-                        n = min(len(x.t_s) for x in s)
+                        n = min(len(x.cap_percent) for x in s)  # the list the recorder appends last
                         while shown < n:
                             if s[0].t_s[shown] > t0:
                                 cells = []

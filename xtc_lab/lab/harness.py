@@ -383,11 +383,13 @@ class Recorder:
                     r = pps_between(prev, cur, t - t_prev, vr.vifs)
                     if r is None:
                         continue
+                    cap = self.caps(vr) if self.caps is not None else None
                     s = self.series[vr.name]
                     s.t_s.append(t - self._t0)
                     s.forwarded_pps.append(r[0])
                     s.offered_pps.append(r[1])
-                    s.cap_percent.append(self.caps(vr) if self.caps is not None else None)
+                    # Appended last: a reader that sees k caps sees k entries in every list.
+                    s.cap_percent.append(cap)
             prev, t_prev = cur, t
 
     def __enter__(self) -> Recorder:
