@@ -470,10 +470,12 @@ class XenCapActuator(_ActuatorBase):
         if cap == 0 and not restoring:
             # Defence in depth: 0 would lift every limit.
             raise ActuatorError(f"refusing to write Xen cap 0 (UNLIMITED) to {self.vr!r} outside restore")
+        # libvirt refuses a live write on a domain that is not running: no isActive call first.
         self.conn.with_domain(
             self.vr,
             lambda d: d.setSchedulerParametersFlags({"cap": cap}, VIR_DOMAIN_AFFECT_LIVE),
             f"set cap={cap}",
+            check_active=False,
         )
 
 
@@ -512,7 +514,16 @@ class LibvirtQuotaActuator(_ActuatorBase):
         self.period_param = period_param
 
     def _read(self) -> Params:
-        params = self.conn.with_domain(self.vr, lambda d: d.schedulerParameters(), "read scheduler parameters")
+        return self._params(self.conn.with_domain(self.vr, lambda d: d.schedulerParameters(),
+                                                  "read scheduler parameters"))
+
+    def _read_back(self, known: Params) -> Params:
+        # One call: the live parameters (libvirt refuses AFFECT_LIVE on a domain not running).
+        return self._params(self.conn.with_domain(
+            self.vr, lambda d: d.schedulerParametersFlags(VIR_DOMAIN_AFFECT_LIVE), "read live scheduler parameters",
+            check_active=False))
+
+    def _params(self, params: Mapping[str, Any]) -> Params:
         where = f"domain {self.vr!r}"
         if self.period_param not in params:
             raise ActuatorError(
@@ -577,10 +588,12 @@ class LibvirtQuotaActuator(_ActuatorBase):
             q = int(changes[self.quota_param])
             if not QUOTA_MIN_US <= q < LIBVIRT_QUOTA_MAX:
                 raise ActuatorError(f"refusing to write {self.quota_param}={q} to {self.vr!r} outside restore")
+        # libvirt refuses a live write on a domain that is not running: no isActive call first.
         self.conn.with_domain(
             self.vr,
             lambda d: d.setSchedulerParametersFlags(dict(changes), VIR_DOMAIN_AFFECT_LIVE),
             f"set {changes}",
+            check_active=False,
         )
 
 

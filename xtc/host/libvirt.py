@@ -86,17 +86,13 @@ class LibvirtBackend(ActuatorCaps):
         return c
 
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
-        def running(c: Any) -> list[str]:
-            return [d.name() for d in c.listAllDomains(0) if d.isActive()]
-
-        names = self.conn.call("list domains", running)
+        # One listing call; XML only for new or restarted domains (LibvirtConn.running_domains).
+        infos = self.conn.running_domains()
         if self.domains:
-            names = [n for n in names if n in self.domains]
+            infos = [i for i in infos if i.name in self.domains]
         out: dict[str, tuple[str, ...]] = {}
-        for n in names:
-            info = self.conn.domain_info(n)
-            if not info.running:
-                continue
+        for info in infos:
+            n = info.name
             ifs = info.interfaces
             if self.kind == "xen" and info.domid is not None:
                 if not self._seen:
