@@ -45,6 +45,7 @@ FakeConnect, FakeDomain, FakeLibvirtError
 
 from __future__ import annotations
 
+import collections
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,8 @@ class FakeHypervisor:
         self.down = False
         self.writes: list[WriteRecord] = []
         self.opens = 0
+        #: Calls that reach libvirtd (one RPC each in real libvirt), by method name.
+        self.calls: collections.Counter[str] = collections.Counter()
         self._failures: list[tuple[str, int, str, int]] = []
         self._next_id = 1
 
@@ -214,6 +217,8 @@ class FakeConnect:
             raise FakeLibvirtError("invalid connection pointer in " + method, 6, VIR_FROM_DOM)
         if self._gen != self._hv.generation or self._hv.down:
             raise FakeLibvirtError("Cannot write data: Broken pipe", VIR_ERR_SYSTEM_ERROR, VIR_FROM_RPC)
+        if method != "ID":  # virDomainGetID answers from the handle, without libvirtd
+            self._hv.calls[method] += 1
         self._hv._maybe_fail(method)
 
     def isAlive(self) -> int:

@@ -42,6 +42,13 @@ def test_kernel_path_measures_and_removes_everything() -> None:
     assert _leftovers() == []
 
 
+def test_kernel_path_steady_workload_writes_no_cap() -> None:
+    _need_root()
+    row = bench_daemon(10, seconds=2.0, period_s=1.0, kernel=True, workload="steady")
+    assert row["workload"] == "steady" and row["cap_writes_per_s"] == 0
+    assert _leftovers() == []
+
+
 def test_kernel_path_cleans_up_after_a_failure(monkeypatch) -> None:
     _need_root()
 

@@ -127,3 +127,85 @@ def test_factory_picks_the_version(tmp_path: Path) -> None:
     assert isinstance(make_actuator("cgroup", "b", cgroup_dir=v2(tmp_path)), CgroupV2Actuator)
     with pytest.raises(ValueError, match="cgroup_dir"):
         make_actuator("cgroup2", "c")
+
+
+class _Counted(CgroupV1Actuator):
+    """A v1 actuator that logs its file operations and runs on a clock the test moves."""
+
+    def __init__(self, d: Path) -> None:
+        super().__init__(d, "vr1")
+        self.ops: list[str] = []
+        self.now_s = 0.0
+        self.clock = lambda: self.now_s
+
+    def _read_file(self, name: str) -> str:
+        self.ops.append(f"read {name}")
+        return super()._read_file(name)
+
+    def _write_file(self, name: str, value: str) -> None:
+        self.ops.append(f"write {name}")
+        super()._write_file(name, value)
+
+
+def test_v1_write_costs_the_write_and_one_quota_read_back(tmp_path: Path) -> None:
+    act = _Counted(v1(tmp_path))
+    assert act.set_cap(40) == 40.0
+    # The first write reads both files (the original), writes, reads the quota back.
+    assert act.ops == ["read cpu.cfs_quota_us", "read cpu.cfs_period_us", "write cpu.cfs_quota_us",
+                       "read cpu.cfs_quota_us"]
+    act.ops.clear()
+    assert act.set_cap(41) == 41.0
+    assert act.ops == ["write cpu.cfs_quota_us", "read cpu.cfs_quota_us"]
+    act.ops.clear()
+    # A cap that resolves to the quota in force: the quota is read to make sure, nothing written.
+    assert act.set_cap(41.0000001) == 41.0
+    assert act.ops == ["read cpu.cfs_quota_us"] and act.write_count == 2
+
+
+def test_v1_quota_reset_behind_our_back_is_seen_and_rewritten(tmp_path: Path) -> None:
+    d = v1(tmp_path)
+    act = _Counted(d)
+    act.set_cap(30)
+    (d / "cpu.cfs_quota_us").write_text("-1")  # e.g. the VR's cgroup was re-created
+    assert act.set_cap(30) == 30.0
+    assert (d / "cpu.cfs_quota_us").read_text() == "30000" and act.write_count == 2
+
+
+def test_v1_period_changed_behind_our_back_is_caught_within_refresh_s(tmp_path: Path) -> None:
+    d = v1(tmp_path, period="100000")
+    act = _Counted(d)
+    act.refresh_s = 30.0
+    act.set_cap(20)
+    (d / "cpu.cfs_period_us").write_text("50000")
+    act.now_s = 29.0
+    act.set_cap(21)  # the remembered period is still trusted
+    assert (d / "cpu.cfs_quota_us").read_text() == "21000"
+    act.now_s = 30.0
+    act.ops.clear()
+    # After refresh_s everything is read again: the quota is computed on the period in force.
+    assert act.set_cap(21) == 21.0
+    assert "read cpu.cfs_period_us" in act.ops
+    assert (d / "cpu.cfs_quota_us").read_text() == "10500"
+
+
+def test_v1_failed_write_forgets_the_remembered_setting(tmp_path: Path) -> None:
+    d = v1(tmp_path)
+    act = _Counted(d)
+    act.set_cap(20)
+    (d / "cpu.cfs_period_us").write_text("50000")
+    real_write = CgroupV1Actuator._write_file
+
+    def refuse(self: CgroupV1Actuator, name: str, value: str) -> None:
+        raise ActuatorError("refused")
+
+    CgroupV1Actuator._write_file = refuse  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ActuatorError):
+            act.set_cap(25)
+    finally:
+        CgroupV1Actuator._write_file = real_write  # type: ignore[method-assign]
+    act.ops.clear()
+    # The next write reads the whole setting again, so the new period is used.
+    assert act.set_cap(25) == 25.0
+    assert act.ops[:2] == ["read cpu.cfs_quota_us", "read cpu.cfs_period_us"]
+    assert (d / "cpu.cfs_quota_us").read_text() == "12500"

@@ -23,11 +23,25 @@ def test_bench_daemon_runs_the_daemon_and_controls_every_vr() -> None:
     assert 0 < row["cap_writes_per_s"] <= 20
 
 
+def test_bench_daemon_steady_workload_writes_no_cap() -> None:
+    row = bench_daemon(20, seconds=3.0, period_s=1.0, kernel=False, workload="steady")
+    assert row["workload"] == "steady"
+    assert 0.0 < row["core_percent"] < 100.0
+    # Every VR forwards its setpoint: inside the dead zone, no cap moves after the first write.
+    assert row["cap_writes_per_s"] == 0
+
+
 def test_bench_daemon_json_rows(capsys) -> None:
     assert main(["bench", "daemon", "--vrs", "5", "--seconds", "2", "--file", "--json"]) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
+    # One row per workload by default.
+    assert [r["workload"] for r in doc["results"]] == ["steady", "moving"]
+    assert main(["bench", "daemon", "--vrs", "5", "--seconds", "2", "--file", "--json", "--workload", "moving"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
     (row,) = doc["results"]
+    assert row["workload"] == "moving"
     assert {"vrs", "period_s", "core_percent", "kernel_included", "cap_writes_per_s"} <= set(row)
     assert row["kernel_included"] is False and doc["kernel_included"] is False
     # The output says that the kernel's cost is left out.

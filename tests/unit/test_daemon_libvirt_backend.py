@@ -67,3 +67,86 @@ def test_xen_vif_names_match_exactly() -> None:
     assert xen_vif_names(1, present) == ("vif1.0", "vif1.1", "vif1.2-emu", "vif1.10")
     assert xen_vif_names(11, present) == ("vif11.0",)
     assert xen_vif_names(2, present) == ()
+
+
+# --- RPCs per period (FakeHypervisor.calls counts the calls that reach libvirtd) -------------
+
+def test_listing_is_one_call_and_xml_only_for_new_or_restarted_domains():
+    hv, b = backend()
+    for k in range(1, 4):
+        hv.define(f"vr{k}", interfaces=[f"v{k}"])
+    hv.define("off", interfaces=["x"], active=False)
+    assert b.list_vrs() == {"vr1": ("v1",), "vr2": ("v2",), "vr3": ("v3",)}
+    assert hv.calls == {"listAllDomains": 1, "XMLDesc": 3}
+    hv.calls.clear()
+    assert b.list_vrs() == {"vr1": ("v1",), "vr2": ("v2",), "vr3": ("v3",)}
+    assert hv.calls == {"listAllDomains": 1}
+    hv.calls.clear()
+    hv.reboot("vr2", interfaces=["w2"])  # a new id: its XML is read again
+    assert b.list_vrs() == {"vr1": ("v1",), "vr2": ("w2",), "vr3": ("v3",)}
+    assert hv.calls == {"listAllDomains": 1, "XMLDesc": 1}
+    hv.stop("vr3")
+    assert "vr3" not in b.list_vrs()
+
+
+def test_lxc_cap_write_is_two_calls_once_the_setting_is_known():
+    hv, b = backend()
+    hv.define("vr1", interfaces=["a"])
+    b.list_vrs()
+    b.apply_cap("vr1", 20.0)  # the first write reads everything (the original)
+    hv.calls.clear()
+    assert b.apply_cap("vr1", 30.0) == pytest.approx(30.0)
+    assert hv.calls == {"setSchedulerParametersFlags": 1, "schedulerParametersFlags": 1}
+    hv.calls.clear()
+    # A cap that resolves to the quota in force: one read to make sure, no write.
+    assert b.apply_cap("vr1", 30.0000001) == pytest.approx(30.0)
+    assert hv.calls == {"schedulerParametersFlags": 1}
+    assert hv.params("vr1")["vcpu_quota"] == 30000
+
+
+def test_handles_are_looked_up_once_and_again_after_a_reconnect():
+    hv, b = backend()
+    hv.define("vr1", interfaces=["a"])
+    b.apply_cap("vr1", 20.0)
+    b.apply_cap("vr1", 25.0)
+    assert hv.calls["lookupByName"] == 1
+    hv.restart_daemon()  # the handles died with the connection
+    assert b.apply_cap("vr1", 30.0) == pytest.approx(30.0)
+    assert hv.calls["lookupByName"] == 2 and hv.params("vr1")["vcpu_quota"] == 30000
+
+
+def test_a_redefined_domain_is_looked_up_again():
+    hv, b = backend()
+    hv.define("vr1", interfaces=["a"])
+    b.apply_cap("vr1", 20.0)
+    hv.undefine("vr1")
+    with pytest.raises(Exception):
+        b.apply_cap("vr1", 25.0)
+    hv.define("vr1", interfaces=["a"])
+    assert b.apply_cap("vr1", 25.0) == pytest.approx(25.0)
+    assert hv.params("vr1")["vcpu_quota"] == 25000
+
+
+def test_write_to_a_stopped_domain_is_vr_not_running():
+    from xtc.host.errors import VRNotRunning
+
+    hv, b = backend()
+    hv.define("vr1", interfaces=["a"])
+    b.apply_cap("vr1", 20.0)
+    hv.stop("vr1")
+    with pytest.raises(VRNotRunning):
+        b.apply_cap("vr1", 25.0)
+    hv.start("vr1")  # the live parameters are the defined ones again: everything is read again
+    assert b.apply_cap("vr1", 25.0) == pytest.approx(25.0)
+    assert hv.params("vr1")["vcpu_quota"] == 25000
+    assert b.snapshot("vr1")["params"] == {"vcpu_period": 100000, "vcpu_quota": -1}
+
+
+def test_xen_cap_write_is_three_calls_once_the_setting_is_known():
+    hv, b = backend("xen")
+    hv.define("vr1", interfaces=[])
+    b.apply_cap("vr1", 20.0)
+    hv.calls.clear()
+    assert b.apply_cap("vr1", 30.0) == 30.0
+    # Xen reads back with isActive + schedulerParameters (libxl takes no flags on reads).
+    assert hv.calls == {"setSchedulerParametersFlags": 1, "isActive": 1, "schedulerParameters": 1}

@@ -33,7 +33,9 @@ class StateFileError(OSError):
 def save_state(path: str | Path, doc: dict[str, Any]) -> None:
     """Write ``doc`` as JSON to ``path`` atomically.  Raises :class:`StateFileError`."""
     p = Path(path)
-    data = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).encode("utf-8")
+    # Compact: json's C encoder serves only documents without indentation (1000 instances: ~15 ms
+    # instead of ~100 ms with indent=1).  Sorted keys: the same document gives the same bytes.
+    data = json.dumps(doc, sort_keys=True, allow_nan=False, separators=(",", ":")).encode("utf-8")
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -34,10 +34,19 @@ Common behaviour
 * ``cap_percent`` must be a real finite number (NaN, inf, bools and strings are
   refused with :class:`ValueError`/:class:`TypeError`, and nothing is written);
   it is clamped to ``[cap_min, cap_max]`` where ``1 <= cap_min <= cap_max <= 100``.
-* Every ``set_cap`` reads the current setting first (one libvirt call or one
-  file read), so a setting changed behind XTC's back, or reset by a VR reboot,
-  is noticed; it writes only if the wanted value differs; then it reads back
-  what was accepted and returns that cap.
+* ``set_cap`` writes only if the wanted value differs from the setting in
+  force, then reads back what was accepted and returns that cap.  The setting
+  it compares with is the one it last read or read back, trusted for
+  ``refresh_s`` seconds (default 30, the daemon's ``reassert_period_s``): a
+  write then costs the write and one read-back (cgroup v1: of the quota only;
+  the kernel reports the quota it accepted, the period is the one remembered).
+  When the remembered setting says no write is needed, the setting is read
+  again to make sure (so a VR reboot or a change behind XTC's back that the
+  daemon re-asserts against is always seen).  After ``refresh_s``, after any
+  failure and before the first write (the original) everything is read again,
+  as before every write: a period changed behind XTC's back is therefore
+  noticed at the next write after ``refresh_s``, and the daemon re-asserts
+  every cap at least every ``reassert_period_s``.
 * The first ``set_cap`` on a VR records the setting it found as the
   *original*.  ``original()`` returns it for the daemon to persist;
   ``adopt_original(record)`` (after a daemon restart) replaces it so that
@@ -66,6 +75,7 @@ import errno
 import math
 import numbers
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
@@ -85,6 +95,8 @@ __all__ = [
     "CAP_FLOOR_PERCENT",
     "CAP_CEILING_PERCENT",
     "QUOTA_MIN_US",
+    "DEFAULT_REFRESH_S",
+    "refresh_of",
 ]
 
 #: Lowest and highest cap XTC ever sets, percent of one CPU.
@@ -92,10 +104,21 @@ CAP_FLOOR_PERCENT = 1.0
 CAP_CEILING_PERCENT = 100.0
 #: Smallest CFS quota the kernel (and libvirt) accept, microseconds.
 QUOTA_MIN_US = 1000
+#: Seconds :meth:`CapActuator.set_cap` trusts the setting it last read (the daemon's default
+#: ``reassert_period_s``).
+DEFAULT_REFRESH_S = 30.0
 #: libvirt's largest vcpu_quota (VIR_CGROUP_CPU_QUOTA_MAX); anything at or above means "no limit".
 LIBVIRT_QUOTA_MAX = 17592186044415
 
 Params = dict[str, "int | str"]
+
+
+def refresh_of(reassert_period_s: float) -> float:
+    """The actuators' ``refresh_s`` for a daemon re-asserting caps every ``reassert_period_s``.
+
+    The same period, or :data:`DEFAULT_REFRESH_S` when the daemon never re-asserts (0).
+    """
+    return reassert_period_s if reassert_period_s > 0 else DEFAULT_REFRESH_S
 
 
 def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
@@ -188,6 +211,7 @@ class CapActuator(Protocol):
     backend: str
     cap_min: float
     cap_max: float
+    refresh_s: float
 
     def read_cap(self) -> float | None: ...
 
@@ -218,6 +242,13 @@ class _ActuatorBase:
         self._original: OriginalCap | None = None
         #: Number of writes made (for status and tests).
         self.write_count = 0
+        #: Seconds a setting read (or read back) is trusted by :meth:`set_cap` instead of reading it again.
+        self.refresh_s = DEFAULT_REFRESH_S
+        #: Monotonic clock of ``refresh_s``, seconds (injectable for tests).
+        self.clock = time.monotonic
+        # The setting as last read or read back by set_cap, and when it was last read in full.
+        self._known: Params | None = None
+        self._known_s = -math.inf
 
     # --- backend hooks ---------------------------------------------------------
     def _read(self) -> Params:
@@ -231,6 +262,10 @@ class _ActuatorBase:
 
     def _cap_of(self, params: Params) -> float | None:
         raise NotImplementedError
+
+    def _read_back(self, known: Params) -> Params:
+        """The setting after a write of ``known``'s quota (default: a full :meth:`_read`)."""
+        return self._read()
 
     def _restore_params(self, original: Params, current: Params) -> Params:
         return {k: v for k, v in original.items() if current.get(k) != v}
@@ -256,22 +291,35 @@ class _ActuatorBase:
             reports it after the write (or without a write when unchanged).
         """
         c = clamp_cap(cap_percent, self.cap_min, self.cap_max)
-        current = self._read()
-        if self._original is None:
-            self._check_original(current)
-            self._original = OriginalCap(self.backend, self.target, tuple(sorted(current.items())))
-        wanted = self._wanted(c, current)
-        changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+        known, self._known = self._known, None  # trusted again only once this call has succeeded
+        now = self.clock()
+        if known is None or self._original is None or now - self._known_s >= self.refresh_s:
+            current = self._read()
+            self._known_s = now
+            if self._original is None:
+                self._check_original(current)
+                self._original = OriginalCap(self.backend, self.target, tuple(sorted(current.items())))
+            wanted = self._wanted(c, current)
+            changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+        else:
+            current = known
+            wanted = self._wanted(c, current)
+            changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+            if not changes:
+                # Nothing to write by the remembered setting: check it is still the one in force.
+                current = self._read_back(known)
+                changes = {k: v for k, v in wanted.items() if current.get(k) != v}
         if changes:
             self._write(changes, restoring=False)
             self.write_count += 1
-            current = self._read()
+            current = self._read_back(current)
         got = self._cap_of(current)
         if got is None or not math.isfinite(got) or got <= 0:
             raise ActuatorError(
                 f"{self.backend} {self.target!r}: after setting {wanted} the setting reads back as "
                 f"{current} (no limit); the cap was not applied"
             )
+        self._known = current
         return got
 
     def original(self) -> OriginalCap | None:
@@ -331,6 +379,7 @@ class _ActuatorBase:
         if self._original is None:
             return False
         orig = self._original.values
+        self._known = None
         current = self._read()
         changes = self._restore_params(orig, current)
         if changes:
@@ -421,10 +470,12 @@ class XenCapActuator(_ActuatorBase):
         if cap == 0 and not restoring:
             # Defence in depth: 0 would lift every limit.
             raise ActuatorError(f"refusing to write Xen cap 0 (UNLIMITED) to {self.vr!r} outside restore")
+        # libvirt refuses a live write on a domain that is not running: no isActive call first.
         self.conn.with_domain(
             self.vr,
             lambda d: d.setSchedulerParametersFlags({"cap": cap}, VIR_DOMAIN_AFFECT_LIVE),
             f"set cap={cap}",
+            check_active=False,
         )
 
 
@@ -463,7 +514,16 @@ class LibvirtQuotaActuator(_ActuatorBase):
         self.period_param = period_param
 
     def _read(self) -> Params:
-        params = self.conn.with_domain(self.vr, lambda d: d.schedulerParameters(), "read scheduler parameters")
+        return self._params(self.conn.with_domain(self.vr, lambda d: d.schedulerParameters(),
+                                                  "read scheduler parameters"))
+
+    def _read_back(self, known: Params) -> Params:
+        # One call: the live parameters (libvirt refuses AFFECT_LIVE on a domain not running).
+        return self._params(self.conn.with_domain(
+            self.vr, lambda d: d.schedulerParametersFlags(VIR_DOMAIN_AFFECT_LIVE), "read live scheduler parameters",
+            check_active=False))
+
+    def _params(self, params: Mapping[str, Any]) -> Params:
         where = f"domain {self.vr!r}"
         if self.period_param not in params:
             raise ActuatorError(
@@ -528,10 +588,12 @@ class LibvirtQuotaActuator(_ActuatorBase):
             q = int(changes[self.quota_param])
             if not QUOTA_MIN_US <= q < LIBVIRT_QUOTA_MAX:
                 raise ActuatorError(f"refusing to write {self.quota_param}={q} to {self.vr!r} outside restore")
+        # libvirt refuses a live write on a domain that is not running: no isActive call first.
         self.conn.with_domain(
             self.vr,
             lambda d: d.setSchedulerParametersFlags(dict(changes), VIR_DOMAIN_AFFECT_LIVE),
             f"set {changes}",
+            check_active=False,
         )
 
 
@@ -627,6 +689,12 @@ class CgroupV1Actuator(_CgroupBase):
         if p <= 0:
             raise ActuatorError(f"{self._file(self.PERIOD)}: period {p} is not > 0")
         return {self.QUOTA: q, self.PERIOD: p}
+
+    def _read_back(self, known: Params) -> Params:
+        # The quota only: the kernel reports the quota it accepted; the period is the one read
+        # last (XTC never writes it outside restore).
+        return {self.QUOTA: _parse_int(self._read_file(self.QUOTA), self._path(self.QUOTA)),
+                self.PERIOD: known[self.PERIOD]}
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         period = int(current[self.PERIOD])

@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .actuators import CapActuator, CgroupV1Actuator, CgroupV2Actuator, make_actuator
+from .actuators import DEFAULT_REFRESH_S, CapActuator, CgroupV1Actuator, CgroupV2Actuator, make_actuator, refresh_of
 from .base import ActuatorCaps
 from xtc.daemon.config import CgroupVr, DaemonConfig
 from .errors import ActuatorError, VRNotRunning
@@ -56,13 +56,17 @@ class CgroupBackend(ActuatorCaps):
         Where the interfaces' counters are read.
     cap_min_percent, cap_max_percent
         Bounds every written cap is clamped to, percent of one CPU.
+    refresh_s : float
+        Seconds an actuator trusts the setting it last read (the daemon's ``reassert_period_s``):
+        see :mod:`xtc.host.actuators`.
     """
 
     name = "cgroup"
     restore_prefers_own_original = True
 
     def __init__(self, vrs: Sequence[CgroupVr], counters: CounterSource,
-                 cap_min_percent: float = 1.0, cap_max_percent: float = 100.0) -> None:
+                 cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
+                 refresh_s: float = DEFAULT_REFRESH_S) -> None:
         self.vrs: dict[str, CgroupVr] = {v.name: v for v in vrs}
         if len(self.vrs) != len(vrs):
             raise ValueError("a VR is named twice")
@@ -70,11 +74,13 @@ class CgroupBackend(ActuatorCaps):
         self.counter_bits = counters.counter_bits
         self.cap_min = cap_min_percent
         self.cap_max = cap_max_percent
+        self.refresh_s = refresh_s
         self._acts: dict[str, CapActuator] = {}
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> CgroupBackend:
-        return cls(cfg.cgroup.vr, counters_from_config(cfg.daemon.proc_net_dev))
+        return cls(cfg.cgroup.vr, counters_from_config(cfg.daemon.proc_net_dev),
+                   refresh_s=refresh_of(cfg.daemon.reassert_period_s))
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         return self.counters.read()
@@ -95,6 +101,7 @@ class CgroupBackend(ActuatorCaps):
         if not ((d / CgroupV2Actuator.FILE).exists() or (d / CgroupV1Actuator.QUOTA).exists()):
             raise ActuatorError(f"cgroup {d} of VR {vr!r} has neither cpu.max nor cpu.cfs_quota_us: no cpu controller there")
         a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max)
+        a.refresh_s = self.refresh_s
         self._acts[vr] = a
         return a
 

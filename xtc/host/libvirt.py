@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from xtc.daemon.config import DaemonConfig
 
-from .actuators import CapActuator, make_actuator
+from .actuators import DEFAULT_REFRESH_S, CapActuator, make_actuator, refresh_of
 from .base import ActuatorCaps
 from .counters import CounterSource, counters_from_config
 from .ifcounters import IfCounters
@@ -58,7 +58,8 @@ class LibvirtBackend(ActuatorCaps):
     name = "libvirt"
 
     def __init__(self, conn: LibvirtConn, kind: str, domains: tuple[str, ...], counters: CounterSource,
-                 cap_min_percent: float = 1.0, cap_max_percent: float = 100.0):
+                 cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
+                 refresh_s: float = DEFAULT_REFRESH_S):
         self.conn = conn
         self.kind = kind
         self.domains = domains
@@ -67,13 +68,16 @@ class LibvirtBackend(ActuatorCaps):
         self._seen: frozenset[str] = frozenset()
         self.cap_min = cap_min_percent
         self.cap_max = cap_max_percent
+        #: Seconds an actuator trusts the setting it last read (see :mod:`xtc.host.actuators`).
+        self.refresh_s = refresh_s
         self._acts: dict[str, CapActuator] = {}
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> "LibvirtBackend":
         uri = cfg.libvirt.uri
         kind = "xen" if uri.startswith("xen") else ("lxc" if uri.startswith("lxc") else "qemu")
-        return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, counters_from_config(cfg.daemon.proc_net_dev))
+        return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, counters_from_config(cfg.daemon.proc_net_dev),
+                   refresh_s=refresh_of(cfg.daemon.reassert_period_s))
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         c = self.counters.read()
@@ -82,17 +86,13 @@ class LibvirtBackend(ActuatorCaps):
         return c
 
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
-        def running(c: Any) -> list[str]:
-            return [d.name() for d in c.listAllDomains(0) if d.isActive()]
-
-        names = self.conn.call("list domains", running)
+        # One listing call; XML only for new or restarted domains (LibvirtConn.running_domains).
+        infos = self.conn.running_domains()
         if self.domains:
-            names = [n for n in names if n in self.domains]
+            infos = [i for i in infos if i.name in self.domains]
         out: dict[str, tuple[str, ...]] = {}
-        for n in names:
-            info = self.conn.domain_info(n)
-            if not info.running:
-                continue
+        for info in infos:
+            n = info.name
             ifs = info.interfaces
             if self.kind == "xen" and info.domid is not None:
                 if not self._seen:
@@ -105,6 +105,7 @@ class LibvirtBackend(ActuatorCaps):
         a = self._acts.get(vr)
         if a is None:
             a = make_actuator(self.kind, vr, conn=self.conn)
+            a.refresh_s = self.refresh_s
             self._acts[vr] = a
         return a
 

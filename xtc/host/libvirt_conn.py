@@ -211,6 +211,12 @@ class LibvirtConn:
         self._conn: Any | None = None
         #: Number of successful (re)connections, for status and tests.
         self.connects = 0
+        # Domain handles of this connection, by name (looked up once, refreshed by every listing
+        # and when a call through a kept handle says the domain is gone).
+        self._doms: dict[str, Any] = {}
+        # What the last listing learnt of each running domain (its XML is read again only when
+        # its id changes: a new or restarted domain).
+        self._infos: dict[str, DomainInfo] = {}
 
     def _connect(self) -> Any:
         if self._conn is not None:
@@ -228,6 +234,7 @@ class LibvirtConn:
         return conn
 
     def _drop(self) -> None:
+        self._doms.clear()  # handles belong to the connection
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -274,17 +281,38 @@ class LibvirtConn:
                 raise LibvirtOperationError(f"{what}: {_message(e)}", e.get_error_code()) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def with_domain(self, name: str, fn: Callable[[Any], T], what: str = "domain operation") -> T:
-        """Look up the running domain ``name`` and run ``fn(virDomain)`` on it.
+    def with_domain(self, name: str, fn: Callable[[Any], T], what: str = "domain operation",
+                    check_active: bool = True) -> T:
+        """Run ``fn(virDomain)`` on the running domain ``name``.
+
+        The domain's handle is looked up once (``lookupByName``) and kept for this connection;
+        when a call through a kept handle says the domain does not exist or is not running, the
+        handle is looked up again and the call repeated once (the domain may have been
+        redefined).  ``check_active=False`` skips the ``isActive`` call, for operations that
+        libvirt itself refuses on a domain that is not running (``VIR_DOMAIN_AFFECT_LIVE``).
 
         Raises :class:`VRNotRunning` when the domain does not exist or is not active.
         """
 
-        def run(conn: Any) -> T:
-            dom = conn.lookupByName(name)
-            if not dom.isActive():
+        def on(dom: Any) -> T:
+            if check_active and not dom.isActive():
                 raise VRNotRunning(name, "domain is defined but not running")
             return fn(dom)
+
+        def run(conn: Any) -> T:
+            dom = self._doms.get(name)
+            if dom is not None:
+                try:
+                    return on(dom)
+                except VRNotRunning:
+                    pass
+                except LibvirtErrorBase as e:
+                    if classify_libvirt_error(e, conn) != "not_running":
+                        raise
+                self._doms.pop(name, None)
+            dom = conn.lookupByName(name)
+            self._doms[name] = dom
+            return on(dom)
 
         return self.call(f"{what} on domain {name!r}", run, vr=name)
 
@@ -316,24 +344,36 @@ class LibvirtConn:
             return DomainInfo(name, False, reason=e.reason)
 
     def running_domains(self) -> list[DomainInfo]:
-        """Every running domain with its domid and interfaces (for "every domain is a VR")."""
+        """Every running domain with its domid and interfaces (for "every domain is a VR").
+
+        One ``listAllDomains`` call (running domains only); a domain's XML is read only when it
+        is new or its id changed (it was restarted) since the last listing.  The listed handles
+        replace the kept ones (:meth:`with_domain`).
+        """
 
         def listing(conn: Any) -> list[DomainInfo]:
             out = []
+            doms: dict[str, Any] = {}
             for dom in conn.listAllDomains(VIR_CONNECT_LIST_DOMAINS_ACTIVE):
                 name = dom.name()
                 try:
-                    if not dom.isActive():
-                        continue
                     domid = int(dom.ID())
-                    ifaces = interface_targets_from_xml(dom.XMLDesc(0))
+                    known = self._infos.get(name)
+                    if known is not None and domid >= 0 and known.domid == domid:
+                        info = known
+                    else:
+                        ifaces = interface_targets_from_xml(dom.XMLDesc(0))
+                        info = DomainInfo(name, True, domid if domid >= 0 else None, ifaces)
                 except LibvirtErrorBase as e:
                     if classify_libvirt_error(e, conn) == "not_running":
                         continue  # stopped while we were listing
                     raise
                 except ValueError as e:
                     raise LibvirtOperationError(f"domain {name!r}: {e}") from None
-                out.append(DomainInfo(name, True, domid if domid >= 0 else None, ifaces))
+                doms[name] = dom
+                out.append(info)
+            self._infos = {d.name: d for d in out}
+            self._doms.update(doms)
             return sorted(out, key=lambda d: d.name)
 
         return self.call("list running domains", listing)

@@ -54,9 +54,11 @@ from xtc.host.counters import NetlinkCounters, ProcNetDevCounters, _Netns
 from xtc.host.ifcounters import IfCounters
 from xtc_lab.sim.host import render_proc_net_dev
 
-__all__ = ["bench_daemon", "add_daemon", "IFACES_PER_VR", "CGROUP_V1_CPU", "bench_names"]
+__all__ = ["bench_daemon", "add_daemon", "IFACES_PER_VR", "CGROUP_V1_CPU", "bench_names", "WORKLOADS"]
 
 IFACES_PER_VR = 4
+#: The traffic patterns measured (see :func:`bench_daemon`).
+WORKLOADS = ("steady", "moving")
 #: Where the throw-away cgroup v1 directories are made.
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 _ETHERTYPE = 0x88B5
@@ -115,15 +117,16 @@ class _FileHost:
 class _Traffic:
     """Counters of ``n_vrs`` VRs whose forwarding rate wanders around 20-60 kp/s."""
 
-    def __init__(self, n_vrs: int, seed: int) -> None:
+    def __init__(self, n_vrs: int, seed: int, noise: float = 0.3) -> None:
         self.rng = np.random.default_rng(seed)
         self.base = self.rng.uniform(20e3, 60e3, n_vrs)
+        self.noise = noise
         self.rx = np.zeros((n_vrs, IFACES_PER_VR))
         self.tx = np.zeros((n_vrs, IFACES_PER_VR))
 
     def advance(self, dt_s: float) -> dict[str, tuple[int, int]]:
         n = len(self.base)
-        rate = self.base * (1.0 + 0.3 * self.rng.standard_normal(n)).clip(0.1)
+        rate = self.base * (1.0 + self.noise * self.rng.standard_normal(n)).clip(0.1)
         self.rx += (rate / IFACES_PER_VR * dt_s)[:, None]
         self.tx += 100e3 / IFACES_PER_VR * dt_s
         return {f"vif{k + 1}.{j}": (int(self.rx[k, j]), int(self.tx[k, j])) for k in range(n) for j in range(IFACES_PER_VR)}
@@ -200,8 +203,9 @@ class _KernelLab:
 class _Frames:
     """Raw frames sent on the veth pairs: host side = offered (host TX), VR side = forwarded (host RX)."""
 
-    def __init__(self, lab: _KernelLab, seed: int) -> None:
+    def __init__(self, lab: _KernelLab, seed: int, noise: float = 0.3) -> None:
         self.rng = np.random.default_rng(seed)
+        self.noise = noise
         self.n = lab.n_vrs
         #: Mean frames per VR and period from the VR side (the setpoint is this per period).
         self.base = self.rng.integers(4, 9, self.n).astype(float)
@@ -212,7 +216,7 @@ class _Frames:
 
     def send(self) -> None:
         """One period's frames."""
-        forwarded = np.rint(self.base * (1.0 + 0.3 * self.rng.standard_normal(self.n))).clip(1).astype(int)
+        forwarded = np.rint(self.base * (1.0 + self.noise * self.rng.standard_normal(self.n))).clip(1).astype(int)
         host_send, vr_send, frame = self.host.sendto, self.vr.sendto, _FRAME
         for k in range(1, self.n + 1):
             for j in range(IFACES_PER_VR):
@@ -264,7 +268,8 @@ def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clo
 
 
 def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: str = "xtc",
-                 seed: int = 1, kernel: bool | None = None, profile: str | None = None) -> dict[str, Any]:
+                 seed: int = 1, kernel: bool | None = None, profile: str | None = None,
+                 workload: str = "moving") -> dict[str, Any]:
     """CPU cost of the daemon for ``n_vrs`` VRs (see the module docstring).
 
     Parameters
@@ -284,6 +289,12 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         real when running as root.
     profile : str, optional
         Write a cProfile of the measured periods to this file.
+    workload : {"moving", "steady"}
+        ``"moving"``: each VR's forwarded rate varies +-30 % around its setpoint, so most caps
+        move every period (the worst case for cap writes).  ``"steady"``: each VR forwards exactly
+        its setpoint, inside the controller's dead zone, so no cap moves after the first write
+        (the normal state of a controlled host; only a re-assertion, every ``reassert_period_s``,
+        writes again).
 
     Returns
     -------
@@ -292,6 +303,9 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         percent of one core), ``kernel_included``, ``cap_writes_per_s`` (cap writes made per
         second of daemon time), ``counters`` and ``caps`` (what was read and written).
     """
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
+    noise = 0.3 if workload == "moving" else 0.0
     if kernel is None:
         kernel = os.geteuid() == 0
     if kernel and os.geteuid() != 0:
@@ -299,14 +313,14 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     n_periods = max(1, int(round(seconds / period_s))) + 1  # +1 warm-up
     clock_s = [1000.0]
     row: dict[str, Any] = {"vrs": n_vrs, "interfaces": n_vrs * IFACES_PER_VR, "controller": kind,
-                           "period_s": period_s}
+                           "period_s": period_s, "workload": workload}
     with tempfile.TemporaryDirectory(prefix="xtc-bench-") as tmp, ExitStack() as stack:
         cfg = _config(tmp, period_s, kind)
         if kernel:
             lab = _KernelLab(n_vrs)
             stack.callback(_check_removed, lab)
             lab.create()
-            frames = _Frames(lab, seed)
+            frames = _Frames(lab, seed, noise)
             stack.callback(frames.close)
             host: Any = CgroupBackend(lab.vrs(), NetlinkCounters(lab.host_ns))
             setpoints = frames.base / period_s
@@ -314,11 +328,11 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
             row.update(counters=f"netlink RTM_GETSTATS in netns {lab.host_ns} (veth, {n_vrs * IFACES_PER_VR} + lo)",
                        caps=f"cgroup v1 cpu.cfs_quota_us under {lab.cg_root}")
         else:
-            traffic = _Traffic(n_vrs, seed)
+            traffic = _Traffic(n_vrs, seed, noise)
             dev = Path(tmp) / "net_dev"
             dev.write_text(render_proc_net_dev(traffic.advance(period_s)))
             host = _FileHost(n_vrs, dev)
-            setpoints = np.full(n_vrs, 40e3)
+            setpoints = traffic.base.copy() if workload == "steady" else np.full(n_vrs, 40e3)
             between = lambda: dev.write_text(render_proc_net_dev(traffic.advance(period_s)))  # noqa: E731
             row.update(counters="synthetic /proc/net/dev file (kernel cost not included)", caps="recorded, not written")
         svc = DaemonService(cfg, host, clock=lambda: clock_s[0], wall_clock=time.time)
@@ -348,9 +362,13 @@ def add_daemon(sub: Any) -> None:
     p.add_argument("--period-s", type=float, default=1.0, help="control period, seconds")
     p.add_argument("--seconds", type=float, default=5.0, help="daemon seconds per measurement")
     p.add_argument("--controller", default="xtc", choices=["xtc", "pi", "deadbeat", "fixed"])
+    p.add_argument("--workload", choices=WORKLOADS, action="append",
+                   help="steady: every VR at its setpoint, inside the dead zone (no cap writes); moving: rates "
+                        "+-30%% around the setpoints, caps moving every period (default: both, one row each)")
     p.add_argument("--file", action="store_true",
                    help="synthetic /proc/net/dev file even as root (kernel cost not included)")
-    p.add_argument("--profile", metavar="PATH", help="write a cProfile of the measured periods (last VR count)")
+    p.add_argument("--profile", metavar="PATH",
+                   help="write a cProfile of the measured periods (last VR count; one file per workload)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
 
@@ -361,15 +379,26 @@ def _run(args: argparse.Namespace) -> int:
         why = "--file" if args.file else "not root"
         print(f"xtc bench daemon: {why}: counters from a synthetic /proc/net/dev file, caps recorded; "
               "the kernel's cost is NOT included", file=sys.stderr)
+    workloads = args.workload or list(WORKLOADS)
     rows = [bench_daemon(n, seconds=args.seconds, period_s=args.period_s, kind=args.controller, kernel=kernel,
-                         profile=args.profile) for n in args.vrs]
+                         profile=None if args.profile is None else _profile_path(args.profile, w, len(workloads)),
+                         workload=w)
+            for n in args.vrs for w in workloads]
     if args.json:
         print(json.dumps({"benchmark": "daemon", "python": platform.python_version(),
                           "kernel": platform.release(), "machine": platform.machine(),
                           "kernel_included": kernel, "results": rows}, indent=1))
     else:
-        print(f"{'VRs':>6} {'ifaces':>7} {'period s':>9} {'core %':>8} {'writes/s':>9}  counters")
+        print(f"{'VRs':>6} {'ifaces':>7} {'period s':>9} {'workload':>8} {'core %':>8} {'writes/s':>9}  counters")
         for r in rows:
-            print(f"{r['vrs']:>6} {r['interfaces']:>7} {r['period_s']:>9.2f} {r['core_percent']:>8.3f} "
+            print(f"{r['vrs']:>6} {r['interfaces']:>7} {r['period_s']:>9.2f} {r['workload']:>8} {r['core_percent']:>8.3f} "
                   f"{r['cap_writes_per_s']:>9.1f}  {r['counters']}")
     return 0
+
+
+def _profile_path(path: str, workload: str, n_workloads: int) -> str:
+    """One profile file per workload when several are measured (``x.prof`` -> ``x.steady.prof``)."""
+    if n_workloads == 1:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{workload}.{ext}" if dot else f"{path}.{workload}"
