@@ -150,3 +150,15 @@ def test_xen_cap_write_is_three_calls_once_the_setting_is_known():
     assert b.apply_cap("vr1", 30.0) == 30.0
     # Xen reads back with isActive + schedulerParameters (libxl takes no flags on reads).
     assert hv.calls == {"setSchedulerParametersFlags": 1, "isActive": 1, "schedulerParameters": 1}
+
+
+def test_an_interface_hot_plugged_into_a_running_domain_is_found_by_a_later_listing() -> None:
+    from xtc.host.libvirt_conn import XML_REFRESH_LISTINGS
+
+    hv, b = backend("lxc")
+    hv.define("vr1", interfaces=["veth0"])
+    assert b.list_vrs() == {"vr1": ("veth0",)}
+    hv.domains["vr1"].interfaces.append("veth1")  # hot-plugged: same domain id
+    seen = [b.list_vrs()["vr1"] for _ in range(XML_REFRESH_LISTINGS)]
+    assert seen[0] == ("veth0",)  # the cached XML serves the listings in between
+    assert seen[-1] == ("veth0", "veth1")

@@ -168,6 +168,10 @@ def interface_targets_from_xml(xml: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: Every this many listings the domains' XML is read again (interfaces hot-plugged while running).
+XML_REFRESH_LISTINGS = 12
+
+
 @dataclass(frozen=True, slots=True)
 class DomainInfo:
     """What the daemon needs to know about one domain, as of one lookup.
@@ -217,6 +221,7 @@ class LibvirtConn:
         # What the last listing learnt of each running domain (its XML is read again only when
         # its id changes: a new or restarted domain).
         self._infos: dict[str, DomainInfo] = {}
+        self._listings = 0
 
     def _connect(self) -> Any:
         if self._conn is not None:
@@ -346,10 +351,14 @@ class LibvirtConn:
     def running_domains(self) -> list[DomainInfo]:
         """Every running domain with its domid and interfaces (for "every domain is a VR").
 
-        One ``listAllDomains`` call (running domains only); a domain's XML is read only when it
-        is new or its id changed (it was restarted) since the last listing.  The listed handles
-        replace the kept ones (:meth:`with_domain`).
+        One ``listAllDomains`` call (running domains only); a domain's XML is read when it is new
+        or its id changed (it was restarted) since the last listing, and every
+        :data:`XML_REFRESH_LISTINGS` listings for every domain (so that an interface hot-plugged
+        into a running domain is found within that many listings).  The listed handles replace
+        the kept ones (:meth:`with_domain`).
         """
+        self._listings += 1
+        refresh = self._listings % XML_REFRESH_LISTINGS == 0
 
         def listing(conn: Any) -> list[DomainInfo]:
             out = []
@@ -359,7 +368,7 @@ class LibvirtConn:
                 try:
                     domid = int(dom.ID())
                     known = self._infos.get(name)
-                    if known is not None and domid >= 0 and known.domid == domid:
+                    if known is not None and domid >= 0 and known.domid == domid and not refresh:
                         info = known
                     else:
                         ifaces = interface_targets_from_xml(dom.XMLDesc(0))
