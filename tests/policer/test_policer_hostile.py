@@ -31,11 +31,12 @@ def _ok(result: dict[str, Any]) -> bytes:
 
 
 class Peer:
-    """A REP server in a thread: ``answer(request) -> list of frames`` (or None: stay silent)."""
+    """A misbehaving daemon: a ROUTER socket (a REP that may also stay silent) in a thread,
+    ``answer(request) -> list of frames`` (or None: no answer at all)."""
 
     def __init__(self) -> None:
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.REP)
+        self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
@@ -52,16 +53,11 @@ class Peer:
         while not self._stop.is_set():
             if not self.sock.poll(50):
                 continue
-            req = json.loads(self.sock.recv())
+            ident, empty, body = self.sock.recv_multipart()
             self.requests += 1
-            frames = self.answer(req)
-            if frames is None:  # silent: a REP socket must answer before the next request, so start over
-                self.sock.close(0)
-                self.sock = self.ctx.socket(zmq.REP)
-                self.sock.setsockopt(zmq.LINGER, 0)
-                self.sock.bind(self.endpoint)
-                continue
-            self.sock.send_multipart(frames)
+            frames = self.answer(json.loads(body))
+            if frames is not None:
+                self.sock.send_multipart([ident, empty, *frames])
 
     def close(self) -> None:
         self._stop.set()
