@@ -80,7 +80,7 @@ def _router(pol: Any, name: str) -> dict[str, Any]:
 def test_a_misbehaving_daemon_is_dropped_counted_and_the_rest_goes_on(make_daemon: Any, make_policer: Any,
                                                                         peer: Peer) -> None:
     good = make_daemon("good", [{"name": "g1", "traffic": "tcp", "offered_pps": 20000.0}])
-    pol = make_policer(period_s=0.2, extra_config="max_vrs_per_router = 4096\n")
+    pol = make_policer(period_s=0.2)  # default max_vrs_per_router = 4096
     pol.call("POST", "/routers", json={"name": "good", "endpoint": good.endpoint, "capacity_pps": 100000})
     pol.call("POST", "/routers", json={"name": "bad", "endpoint": peer.endpoint, "capacity_pps": 100000})
     wait_for(lambda: _router(pol, "bad")["status"] == "reachable" and _router(pol, "good")["status"] == "reachable",
