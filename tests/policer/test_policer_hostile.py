@@ -184,6 +184,14 @@ def _raw(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _complete(resp: bytes) -> bool:
+    head_end = resp.find(b"\r\n\r\n")
+    if head_end < 0:
+        return False
+    length = [ln.split(b":")[1] for ln in resp[:head_end].lower().split(b"\r\n") if ln.startswith(b"content-length:")]
+    return bool(length) and len(resp) >= head_end + 4 + int(length[0])
+
+
 def _send_stream(url: str, head: bytes, chunk: bytes, total: int, deadline_s: float) -> tuple[bytes, int, float]:
     """Send ``head`` then ``chunk`` repeatedly up to ``total`` bytes; returns (response, bytes sent, seconds)."""
     t0 = time.monotonic()
@@ -209,7 +217,7 @@ def _send_stream(url: str, head: bytes, chunk: bytes, total: int, deadline_s: fl
         s.setblocking(True)
         s.settimeout(max(0.5, deadline_s - (time.monotonic() - t0)))
         try:
-            while True:
+            while not _complete(resp):
                 b = s.recv(65536)
                 if not b:
                     break

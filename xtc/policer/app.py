@@ -310,13 +310,15 @@ class _BodyLimit:
                 return
         received = 0
         started = False
+        too_large = False
 
         async def limited_receive() -> Any:
-            nonlocal received
+            nonlocal received, too_large
             msg = await receive()
             if msg["type"] == "http.request":
                 received += len(msg.get("body", b""))
                 if received > self.max_bytes:
+                    too_large = True
                     raise _BodyTooLarge()
             return msg
 
@@ -324,6 +326,8 @@ class _BodyLimit:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
+                if too_large:  # the rest of the body is not read: the connection is closed after the 413
+                    msg = {**msg, "headers": [*msg.get("headers", []), (b"connection", b"close")]}
             await send(msg)
 
         try:
