@@ -122,6 +122,7 @@ def test_config_and_db_url(tmp_path: Path) -> None:
         Store(f"sqlite:///{tmp_path}/missing/dir/p.db")
     tf = tmp_path / "tokens"
     tf.write_text("# operators\n" + TOKEN + "\n")
+    tf.chmod(0o640)
     cfg = loads_config(f'[auth]\ntokens_file = "{tf}"\nprotect_reads = true\n[engine]\nperiod_s = 0.5\n', env={})
     assert cfg.tokens == {TOKEN} and cfg.protect_reads and cfg.period_s == 0.5
     assert TOKEN not in repr(cfg) and TOKEN not in json.dumps(cfg.describe())

@@ -5,28 +5,35 @@ an :class:`~xtc.policer.engine.Engine` that runs the policies in the background.
 bearer token (``Authorization: Bearer <token>``); reads need one only when the configuration says
 ``protect_reads``.  Bad requests are answered 4xx with a message: 401 (no or wrong token), 404 (no
 such object), 409 (conflicts with the current state), 422 (the body, path or query is invalid; the
-FastAPI validation format, a list of ``{loc, msg, type}``).
+FastAPI validation format, a list of ``{loc, msg, type}``, which never repeats the input), 413
+(the body is larger than :data:`MAX_BODY_BYTES`).  A body must be strict JSON: no duplicate keys,
+no NaN or Infinity, no number that overflows.
 """
 
 
 import hmac
+import json
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .config import PolicerConfig
+from .link import VR_PATTERN, strict_json
 from .policy import ActivationParams, MisbehaviourParams, PolicyError
 from .store import Conflict, NotFound, Store
 
-__all__ = ["create_app", "API_DESCRIPTION"]
+__all__ = ["create_app", "API_DESCRIPTION", "MAX_BODY_BYTES"]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
-VR_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 MAX_PPS = 1e10
+#: Largest request body accepted, bytes (the largest valid one is well under 2 KiB).
+MAX_BODY_BYTES = 64 * 1024
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 API_DESCRIPTION = """
@@ -73,9 +80,17 @@ def _utf8(s: str) -> str:
     return s
 
 
+def _digits(v: object) -> object:
+    """A query's integer written as digits only (not ``1.0``, ``1e3`` or ``true``)."""
+    if isinstance(v, str) and not (v.isascii() and v.isdigit() and len(v) <= 19):
+        raise ValueError("must be a whole number written in decimal digits")
+    return v
+
+
 Text = Annotated[str, AfterValidator(_utf8)]
+QueryInt = Annotated[int, BeforeValidator(_digits)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1..64 letters, digits, '_', '.', ':', '-'")]
-Pps = Annotated[float, Field(gt=0, le=MAX_PPS, allow_inf_nan=False, description="packets/s")]
+Pps = Annotated[float, Field(ge=1, le=MAX_PPS, allow_inf_nan=False, description="packets/s")]
 RouterPath = Annotated[str, Path(pattern=NAME_PATTERN, description="router name")]
 NetworkPath = Annotated[str, Path(pattern=NAME_PATTERN, description="network name")]
 VrPath = Annotated[str, Path(pattern=VR_PATTERN, description="VR name as its daemon reports it")]
@@ -154,7 +169,7 @@ class NetworkIn(_In):
 
 class Sla(_In):
     min_pps: Annotated[float, Field(ge=0, le=MAX_PPS, allow_inf_nan=False, description="guaranteed minimum, packets/s")] = 0.0
-    max_pps: Annotated[float, Field(gt=0, le=MAX_PPS, allow_inf_nan=False, description="maximum, packets/s")] = MAX_PPS
+    max_pps: Annotated[float, Field(ge=1, le=MAX_PPS, allow_inf_nan=False, description="maximum, packets/s")] = MAX_PPS
     weight: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, description="share weight")] = 1.0
 
     @model_validator(mode="after")
@@ -229,11 +244,14 @@ class Action(BaseModel):
 
 
 class Health(BaseModel):
+    """With ``protect_reads``, a caller without a valid token gets ``status`` only."""
+
     status: Literal["ok", "failed"]
-    engine_running: bool
-    engine_cycles: int
-    routers: int
-    unreachable: list[str]
+    engine_running: bool | None = None
+    engine_cycles: int | None = None
+    routers: int | None = None
+    unreachable: list[str] | None = None
+    bad_replies: int | None = Field(None, description="daemon replies dropped as invalid since the start")
 
 
 def _router_out(r: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +288,94 @@ class _AuthFirst:
         await self.app(scope, receive, send)
 
 
+class _BodyTooLarge(HTTPException):
+    def __init__(self) -> None:
+        super().__init__(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
+
+
+class _BodyLimit:
+    """ASGI middleware: a body announced or streamed beyond ``max_bytes`` gets 413; no more of it is read."""
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope["headers"]:
+            if k == b"content-length" and (not v.isdigit() or len(v) > 18 or int(v) > self.max_bytes):
+                await self._refuse(scope, receive, send)
+                return
+        received = 0
+        started = False
+        too_large = False
+
+        async def limited_receive() -> Any:
+            nonlocal received, too_large
+            msg = await receive()
+            if msg["type"] == "http.request":
+                received += len(msg.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True
+                    raise _BodyTooLarge()
+            return msg
+
+        async def watched_send(msg: Any) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+                if too_large:  # the rest of the body is not read: the connection is closed after the 413
+                    msg = {**msg, "headers": [*msg.get("headers", []), (b"connection", b"close")]}
+            await send(msg)
+
+        try:
+            await self.app(scope, limited_receive, watched_send)
+        except _BodyTooLarge:
+            if started:
+                raise
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Any, receive: Any, send: Any) -> None:
+        e = _BodyTooLarge()
+        await JSONResponse({"detail": e.detail}, status_code=413, headers={"Connection": "close"})(scope, receive, send)
+
+
+class _StrictJsonRequest(Request):
+    """A request whose JSON body is parsed strictly (:func:`xtc.policer.link.strict_json`)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = strict_json(await self.body())
+            except (ValueError, UnicodeDecodeError) as e:
+                raise json.JSONDecodeError(str(e)[:200], "", 0) from None
+        return self._json
+
+
+class _StrictJsonRoute(APIRoute):
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Any:
+            return await handler(_StrictJsonRequest(request.scope, request.receive))
+
+        return strict_handler
+
+
+def _problems(e: RequestValidationError) -> list[dict[str, Any]]:
+    """The validation errors without their ``input`` (a body is never echoed), loc and msg bounded."""
+    out = []
+    for err in e.errors()[:20]:
+        msg = str(err.get("msg", ""))
+        if err.get("type") == "json_invalid" and isinstance(err.get("ctx"), dict):
+            msg = f"{msg}: {err['ctx'].get('error')}"
+        loc = [p if isinstance(p, int) else str(p)[:64] for p in err.get("loc", ())]
+        out.append({"loc": loc, "msg": msg[:300], "type": str(err.get("type"))})
+    return out
+
+
 def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     """The application.  ``engine`` (optional) is started and stopped with the app's lifespan."""
 
@@ -290,6 +396,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         lifespan=lifespan,
         responses={400: {"model": Error, "description": "the body is not valid JSON"}},
     )
+    app.router.route_class = _StrictJsonRoute
     bearer = HTTPBearer(auto_error=False, description="one of the tokens the policer is configured with")
     tokens = [t.encode() for t in cfg.tokens]
 
@@ -320,6 +427,12 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     # Writes are refused before their body is even parsed: no token, no 422 either.
     app.add_middleware(_AuthFirst, check=_check)
+    # Outermost: a body larger than the limit is refused before more of it is read.
+    app.add_middleware(_BodyLimit, max_bytes=MAX_BODY_BYTES)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_r: Request, e: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _problems(e)}, status_code=422)
 
     @app.exception_handler(NotFound)
     async def _nf(_r: Request, e: NotFound) -> JSONResponse:
@@ -330,13 +443,21 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return JSONResponse({"detail": str(e)}, status_code=409)
 
     # ------------------------------------------------------------------------------ health
-    @app.get("/health", response_model=Health, tags=["service"], summary="Is the service and its engine running?")
-    async def health() -> dict[str, Any]:
+    @app.get("/health", response_model=Health, response_model_exclude_none=True, tags=["service"],
+             summary="Is the service and its engine running? (only 'status' without a token when reads are protected)")
+    async def health(request: Request) -> dict[str, Any]:
+        status = "failed" if engine is not None and engine.error is not None else "ok"
+        if cfg.protect_reads:
+            scheme, _, tok = request.headers.get("authorization", "").partition(" ")
+            try:
+                _check(HTTPAuthorizationCredentials(scheme=scheme, credentials=tok.strip()) if scheme else None)
+            except HTTPException:
+                return {"status": status}
         routers = store.list_routers(include_removed=False)
         running = engine is not None and engine.error is None
-        return {"status": "failed" if engine is not None and engine.error is not None else "ok",
-                "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
-                "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"]}
+        return {"status": status, "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
+                "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
+                "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0}
 
     # ----------------------------------------------------------------------------- routers
     @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd, summary="All routers")
@@ -449,8 +570,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
         vr: Annotated[str | None, Query(pattern=VR_PATTERN)] = None,
         kind: Annotated[str | None, Query(pattern=r"^[a-z_]{1,40}$")] = None,
-        after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after_id: Annotated[QueryInt, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[QueryInt, Query(ge=1, le=1000)] = 100,
     ) -> list[dict[str, Any]]:
         return store.list_actions(router, vr, kind, after_id, limit)
 

@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("keygen", help="write a CURVE key pair (<name>.key, <name>.key_secret)")
     s.add_argument("directory")
     s.add_argument("name")
+    s.add_argument("--force", action="store_true", help="replace an existing key pair of that name")
     s.set_defaults(func=_cmd_keygen)
 
     s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)")
@@ -144,9 +145,25 @@ def _cmd_openapi(_args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from xtc.daemon.curve import generate_keypair
 
-    pub, sec = generate_keypair(args.directory, args.name)
+    d = Path(args.directory)
+    pair = [d / f"{args.name}.key", d / f"{args.name}.key_secret"]
+    existing = [str(p) for p in pair if p.exists() or p.is_symlink()]
+    if existing and not args.force:
+        print(f"xtc policer keygen: {', '.join(existing)} already exist(s); --force replaces the key pair",
+              file=sys.stderr)
+        return 1
+    for p in pair:  # never write a secret into an old file (its mode, its other links)
+        p.unlink(missing_ok=True)
+    old = os.umask(0o077)  # the secret file is private from its creation
+    try:
+        pub, sec = generate_keypair(d, args.name)
+    finally:
+        os.umask(old)
+    pub.chmod(0o644)
     print(json.dumps({"public": str(pub), "secret": str(sec), "public_key": pub.read_text().split('public-key = "')[1][:40]}))
     return 0
 

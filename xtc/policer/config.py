@@ -18,11 +18,14 @@ A complete example (defaults shown)::
     [engine]
     period_s = 1.0            # seconds between policy cycles
     request_timeout_s = 1.0   # seconds to wait for a daemon's answer
+    max_vrs_per_router = 4096 # a daemon listing more VRs is marked and its reply dropped
+    max_reply_bytes = 8388608 # a daemon's reply larger than this (bytes) is dropped
 
     [curve]
     client_secret_key_file = ""   # the policer's CURVE .key_secret (used for routers with a server key)
 
-Tokens may also come from the environment, ``XTC_POLICER_TOKENS`` (comma-separated).  Tokens are
+The tokens file must not be readable or writable by other users (mode ``o-rw``): such a file is
+refused (its tokens are no longer secret).  Tokens may also come from the environment, ``XTC_POLICER_TOKENS`` (comma-separated).  Tokens are
 never logged or shown; :meth:`PolicerConfig.describe` prints how many there are.
 """
 
@@ -63,12 +66,15 @@ class PolicerConfig:
     period_s: float = 1.0
     request_timeout_s: float = 1.0
     curve_secret_key_file: str | None = None
+    max_vrs_per_router: int = 4096
+    max_reply_bytes: int = 8 * 1024 * 1024
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration without secrets."""
         return {"host": self.host, "port": self.port, "db_url": self.db_url, "tokens": len(self.tokens),
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
-                "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file}
+                "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
+                "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes}
 
 
 # ------------------------------------------------------------------------------ the file's schema
@@ -121,6 +127,8 @@ class _Auth:
 class _Engine:
     period_s: Annotated[Number, within(0.05, 3600)] = _DEFAULT.period_s
     request_timeout_s: Annotated[Number, within(0.01, 60)] = _DEFAULT.request_timeout_s
+    max_vrs_per_router: Annotated[int, Strict(), within(1, 1_000_000)] = _DEFAULT.max_vrs_per_router
+    max_reply_bytes: Annotated[int, Strict(), within(1024, 1 << 30)] = _DEFAULT.max_reply_bytes
 
 
 @pyd.dataclass(config=_TABLE)
@@ -144,9 +152,13 @@ _DOCUMENT = TypeAdapter(_Document)
 def read_tokens(path: str | Path) -> frozenset[str]:
     """Tokens from a file: one per line, blank lines and '#' comments ignored."""
     try:
+        mode = os.stat(path).st_mode
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("auth.tokens_file", f"cannot read {path}: {e}") from None
+    if mode & 0o006:
+        raise ConfigError("auth.tokens_file", f"{path} is readable or writable by every user (mode {mode & 0o777:o});"
+                                              f" make it private: chmod o-rw {path}")
     toks = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     return check_tokens("auth.tokens_file", toks)
 
@@ -174,6 +186,8 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         period_s=d.engine.period_s,
         request_timeout_s=d.engine.request_timeout_s,
         curve_secret_key_file=d.curve.client_secret_key_file or None,
+        max_vrs_per_router=d.engine.max_vrs_per_router,
+        max_reply_bytes=d.engine.max_reply_bytes,
     )
 
 

@@ -5,6 +5,17 @@ what it saw, runs :func:`xtc.policer.planner.plan_router` on the stored state, s
 the decisions, and sends the commands that bring the daemon to the wanted state.  Routers are handled
 in parallel, so one that does not answer (marked ``unreachable``, with the error) delays no other;
 when it answers again the same reconciliation catches it up.
+
+A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
+VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
+a VR the API cannot address, or list more than ``max_vrs_per_router``), is dropped whole and
+counted (:attr:`Engine.bad_replies`); the router is marked ``unreachable`` with the problem as its
+``last_error``, and every other router goes on.
+
+Every duration the policies measure (activation hold, punishment and restoration timers) is on
+``clock``, a monotonic clock (``CLOCK_MONOTONIC`` is system-wide, so the timers stored in the
+database survive a restart of the policer; a timer stored in the future of the clock, i.e. from
+before a reboot, restarts from now).  Wall time is used only for the records' timestamps.
 """
 
 from __future__ import annotations
@@ -16,9 +27,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from .link import DaemonRefused, LinkDown, LinkPool
+from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
-from .policy import MisbehaviourState
+from .policy import ActivationState, MisbehaviourState
 from .store import Store
 
 __all__ = ["Engine"]
@@ -26,13 +37,19 @@ __all__ = ["Engine"]
 log = logging.getLogger("xtc.policer.engine")
 
 
-def _vr_policy(row: dict[str, Any]) -> VrPolicy:
+def _not_after(t: float | None, now: float) -> float | None:
+    """A stored timer start; one in the future of the monotonic clock (from before a reboot) restarts now."""
+    return None if t is None else min(t, now)
+
+
+def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
     return VrPolicy(
         weight=row["sla_weight"] if row["sla_weight"] is not None else 1.0,
         min_pps=row["sla_min_pps"] if row["sla_min_pps"] is not None else 0.0,
         max_pps=row["sla_max_pps"] if row["sla_max_pps"] is not None else math.inf,
         manual_setpoint_pps=row["manual_setpoint_pps"],
-        misbehaviour=MisbehaviourState(row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"]),
+        misbehaviour=MisbehaviourState(row["punish_level"], _not_after(row["punish_bad_since_s"], now),
+                                       _not_after(row["punish_good_since_s"], now)),
         punish_base_pps=row["punish_base_pps"],
         derived_setpoint_pps=row["derived_setpoint_pps"],
     )
@@ -53,20 +70,27 @@ class Engine:
     period_s : float
         Seconds between cycles.
     clock : callable
-        Wall-clock seconds; the policies' timers use it, so they survive a restart.
+        Monotonic seconds (default :func:`time.monotonic`); every timer of the policies uses it.
+    max_vrs_per_router : int
+        Most VRs accepted in one router's ``list`` reply; a longer one is dropped and the router marked.
     on_crash : callable, optional
         Called with the exception when a cycle fails unexpectedly (the service then exits so that
         its supervisor restarts it).
     """
 
-    def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.time,
-                 on_crash: Callable[[BaseException], None] | None = None, max_workers: int = 8):
+    def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 on_crash: Callable[[BaseException], None] | None = None, max_workers: int = 8,
+                 max_vrs_per_router: int = 4096):
         self.store = store
         self.links = links
         self.period_s = period_s
         self.clock = clock
         self.on_crash = on_crash
+        self.max_vrs_per_router = max_vrs_per_router
         self.cycles = 0
+        #: Replies dropped because they were not valid (per router, and in all).
+        self.bad_replies: dict[str, int] = {}
+        self._count_lock = threading.Lock()
         self.last_cycle_s: float | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -144,14 +168,20 @@ class Engine:
         if prev is not None and prev != "unreachable":
             self.store.audit("router_unreachable", "policer", name, None, {"error": err})
 
+    def _bad_reply(self, name: str, err: str) -> None:
+        with self._count_lock:
+            self.bad_replies[name] = self.bad_replies.get(name, 0) + 1
+        log.warning("router %s: reply dropped: %s", name, err)
+        self._unreachable(name, "invalid reply dropped: " + err)
+
     def cycle_router(self, r: dict[str, Any], settings: Settings, now: float) -> None:
         name = r["name"]
         link = self.links.get(name, r["endpoint"], r["curve_server_key"])
         try:
-            result = link.call("list")
-            vrs = result.get("vrs")
-            if not isinstance(vrs, list) or not all(isinstance(v, dict) and isinstance(v.get("vr"), str) for v in vrs):
-                raise LinkDown("the daemon's 'list' reply has no valid 'vrs' array")
+            vrs = parse_vr_list(link.call("list"), self.max_vrs_per_router)
+        except BadReply as e:
+            self._bad_reply(name, str(e))
+            return
         except (LinkDown, DaemonRefused) as e:
             self._unreachable(name, str(e))
             return
@@ -162,10 +192,11 @@ class Engine:
             self.store.audit("router_reachable", "policer", name, None, {})
         self.store.record_poll(name, vrs)
         act, rows = self.store.router_state(name)
+        act = ActivationState(act.on, _not_after(act.pending_since_s, now))
         rin = RouterInput(
             name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
             vrs={n: _vr_obs(row) for n, row in rows.items()},
-            policies={n: _vr_policy(row) for n, row in rows.items()},
+            policies={n: _vr_policy(row, now) for n, row in rows.items()},
         )
         plan = plan_router(settings, rin, now)
         per_vr = {}
@@ -184,6 +215,9 @@ class Engine:
             except DaemonRefused as e:
                 self.store.audit("command_refused", "policer", name, cmd.vr, {**detail, "code": e.code, "error": e.message})
                 continue
+            except BadReply as e:
+                self._bad_reply(name, str(e))
+                return
             except LinkDown as e:
                 self._unreachable(name, str(e))
                 return

@@ -1,8 +1,9 @@
 """``xtc policer serve``: the store, the daemon links, the engine and the REST API in one process.
 
 The engine runs in a thread beside uvicorn's event loop; if it fails unexpectedly the server is told
-to exit and the process returns 1, so that its supervisor (systemd) restarts it.  SIGTERM and SIGINT
-are uvicorn's: it stops serving, then the engine stops and the database is closed.
+to exit and the process returns 1, so that its supervisor (systemd) restarts it.  HTTP input is bounded: a request head
+over :data:`MAX_HEADER_BYTES` is refused by the HTTP parser (h11), a body over
+:data:`xtc.policer.app.MAX_BODY_BYTES` by the app.  SIGTERM and SIGINT are uvicorn's: it stops serving, then the engine stops and the database is closed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from .store import Store, StoreError
 __all__ = ["run_server", "bind_socket"]
 
 log = logging.getLogger("policer")
+
+#: Largest request line plus headers accepted, bytes (a bigger head is refused before it is read on).
+MAX_HEADER_BYTES = 16 * 1024
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -59,14 +63,18 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         if srv is not None:
             srv.should_exit = True
 
-    engine = Engine(store, LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file), period_s=cfg.period_s,
-                    on_crash=on_crash)
+    links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
+    engine = Engine(store, links, period_s=cfg.period_s, on_crash=on_crash, max_vrs_per_router=cfg.max_vrs_per_router)
     app = create_app(cfg, store, engine)
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port, "db": cfg.db_url,
                       "tokens": len(cfg.tokens)}), flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
+    # h11 (not httptools): it bounds what it buffers of a request's head (MAX_HEADER_BYTES).
+    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on", http="h11",
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+    if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     srv = uvicorn.Server(config)
     server["srv"] = srv
     try:

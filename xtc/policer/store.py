@@ -1,7 +1,8 @@
 """The policer's state in SQLite (the standard library's sqlite3): the only module that touches it.
 
 Database URLs follow SQLAlchemy's spelling: ``sqlite:///relative/path.db``,
-``sqlite:////absolute/path.db``, ``sqlite://`` (in memory, for tests).  The file is opened in WAL
+``sqlite:////absolute/path.db``, ``sqlite://`` (in memory, for tests).  A new database file is
+created with mode 0600 (it holds the audit log), and so are its -wal and -shm files.  The file is opened in WAL
 mode so that readers do not wait for the policer's periodic writes.  One connection is shared by the
 API and the engine under a lock; every public method is one transaction.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -138,6 +140,10 @@ class Store:
             parent = Path(self.path).parent
             if not parent.is_dir():
                 raise StoreError(f"database directory {parent} does not exist")
+            try:  # created private (0600); SQLite gives its -wal and -shm files the same mode
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            except OSError as e:
+                raise StoreError(f"cannot open database {self.path}: {e.strerror}") from None
         try:
             self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
             self.db.row_factory = sqlite3.Row
