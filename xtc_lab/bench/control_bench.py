@@ -16,9 +16,18 @@ nominal    the plant calibrated to the paper (Table 1, pole a = 0.0915)
 fast2x     hardware twice as fast (twice the packets per percent of CPU)
 slow2x     hardware twice as slow
 lag4x      achieved-rate time constant 4x the model's (about 1.7 s)
+laghalf    achieved-rate time constant half a period (0.5 s)
 hog15      a CPU hog takes 15% of the VR's CPU all the time
+gradual    a knee that bends gradually into saturation (exponent 2; also grad-fast2x,
+           grad-slow2x, grad-laghalf)
 xen-int    the host puts whole percents in force (Xen's credit scheduler); the controller dithers
+           (xen-grad: the same on the gradual knee)
 ========== ====================================================================
+
+Settling (``worst_settling_periods``) is judged over every setpoint the plant can reach with caps
+1..100: from the uncapped start (the hog run before the hog), the step to it and the step back;
+on integer caps the judged rate is the trailing mean of :data:`DITHER_WINDOW` periods (and hog
+recovery likewise), ``settle_window_periods`` in the JSON.
 
 Scenarios, each run as one vectorised plant with one VR per grid setpoint
 (independent hosts), starting uncapped (cap 100) with the plant settled:
