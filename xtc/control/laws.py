@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 
 from xtc.models import CapBounds, Gains, LogCapModel
 
+from .estimate import EstimatorTuning, GainEstimator
+
 __all__ = [
     "ControllerError",
     "PaperPI",
@@ -75,6 +77,10 @@ class _Bounded:
         # Until started, a controller sits at the top of its range (what an uncontrolled VR has).
         self._u = self._u_max
         self._carry = 0.0
+        # log10 of the cap in force during the period now being measured, and log10(wanted / in force)
+        # for it (decades; 0 on an exact actuator): what the quantisation did to that period.
+        self._u_force = self._u_max
+        self._quant_decades = 0.0
         self.steps = 0
 
     @property
@@ -98,6 +104,8 @@ class _Bounded:
         cap = check_cap("cap_percent", cap_percent)
         self._u = self._clamp_u(math.log10(cap))
         self._carry = 0.0
+        self._u_force = math.log10(cap)
+        self._quant_decades = 0.0
         self._reset_memory()
 
     def applied(self, cap_in_force_percent: float) -> None:
@@ -110,11 +118,14 @@ class _Bounded:
         want = 10.0 ** self._u
         carry = self._carry + want - got
         limit = max(self.CARRY_LIMIT_PERCENT, self.CARRY_LIMIT_FRACTION * got)
+        self._u_force = math.log10(got)
         if abs(carry) > limit:
             self._u = self._clamp_u(math.log10(got))
             self._carry = 0.0
+            self._quant_decades = 0.0
         else:
             self._carry = carry
+            self._quant_decades = math.log10(want) - math.log10(got)
 
     def _reset_memory(self) -> None:  # pragma: no cover - overridden
         pass
@@ -279,6 +290,11 @@ class XtcTuning:
         Starting estimate of the relative noise of one period's rate sample.
     noise_smoothing : float
         Weight of the newest sample in the noise estimate's moving average.
+    adaptive : bool
+        Use the online estimate of the local elasticity and lag
+        (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
+    estimator : EstimatorTuning
+        Tuning of that estimate.
     """
 
     design_lag: float = 0.0915
@@ -290,6 +306,8 @@ class XtcTuning:
     noise_band_sigmas: float = 2.5
     noise_initial_fraction: float = 0.02
     noise_smoothing: float = 0.1
+    adaptive: bool = False
+    estimator: EstimatorTuning = EstimatorTuning()
 
 
 class XtcController(_Bounded):
@@ -368,10 +386,12 @@ class XtcController(_Bounded):
         self.ki = 1.0
         self._E_prev: float | None = None
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
+        self.estimator = GainEstimator(t.design_lag, t.estimator)
 
     def _reset_memory(self) -> None:
         self._E_prev = None
         self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
+        self.estimator.reset()
 
     @property
     def noise_fraction(self) -> float:
@@ -401,7 +421,18 @@ class XtcController(_Bounded):
         offered = None if offered_pps is None else check_rate("offered_pps", offered_pps)
         t = self.tuning
         not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
-        E = math.log10(max(r, 1.0)) - math.log10(max(y, 1.0))
+        log_y = math.log10(max(y, 1.0))
+        if t.adaptive:
+            self.estimator.update(log_y, self._u_force, self._noise_log)
+        eps = self.estimator.elasticity if t.adaptive else 1.0
+        a = self.estimator.lag if t.adaptive else t.design_lag
+        kp = a / (1.0 - a)
+        # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
+        # on a whole-percent actuator the dithered periods then all say the same, and the integrator
+        # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
+        log_y_wanted = log_y + eps * self._quant_decades
+        y_wanted = 10.0**log_y_wanted if y > 0 else y
+        E = math.log10(max(r, 1.0)) - log_y_wanted
         E_prev = E if self._E_prev is None else self._E_prev
         if self._E_prev is not None:
             # Noise estimate from the change of the error (clipped: a real step must not inflate it).
@@ -409,11 +440,11 @@ class XtcController(_Bounded):
             sigma_sample = change * math.sqrt(math.pi) / 2.0
             self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
             self._noise_log = max(self._noise_log, 1e-4)
-        if abs(r - y) >= t.dead_zone_fraction * r:
-            if abs(r - y) < self.fine_band() * r:
-                du = t.fine_gain * E
+        if abs(r - y_wanted) >= t.dead_zone_fraction * r:
+            if abs(r - y_wanted) < self.fine_band() * r:
+                du = t.fine_gain * E / eps
             else:
-                du = (self.kp + self.ki) * E - self.kp * E_prev
+                du = ((kp + self.ki) * E - kp * E_prev) / eps
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0
@@ -426,6 +457,9 @@ class XtcController(_Bounded):
         s = super().to_state()
         s["E_prev_decades"] = self._E_prev
         s["noise_decades"] = self._noise_log
+        s["force_decades"] = self._u_force
+        s["quant_decades"] = self._quant_decades
+        s["estimator"] = self.estimator.to_state()
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
@@ -435,3 +469,13 @@ class XtcController(_Bounded):
         n = state.get("noise_decades")
         if n is not None and math.isfinite(float(n)) and float(n) > 0:
             self._noise_log = float(n)
+        f, q = state.get("force_decades"), state.get("quant_decades")
+        if f is not None and math.isfinite(float(f)):
+            self._u_force = float(f)
+        if q is not None and math.isfinite(float(q)) and abs(float(q)) <= 1.0:
+            self._quant_decades = float(q)
+        est = state.get("estimator")
+        if isinstance(est, Mapping):
+            self.estimator.restore_state(est)
+        else:
+            self.estimator.reset()

@@ -203,6 +203,12 @@ class Instance(BaseModel):
         "null = none kept",
     )
     actuation_error: str | None = None
+    saturated: Literal["cap_max", "cap_min"] | None = Field(
+        None,
+        description="the setpoint is out of reach: the cap has sat at its maximum with the rate more than 3% below "
+        "the setpoint (cap_max), or at its minimum with the rate more than 3% above it (cap_min), for 5 periods "
+        "or more; null = neither",
+    )
 
 
 class Sample(Instance):

@@ -106,6 +106,41 @@ class Instance:
     actuation_error: str | None = None
     #: The backend's exact record of the original setting (opaque JSON object), or None.
     original_record: dict[str, Any] | None = None
+    #: Consecutive periods the cap sat at its maximum below the setpoint (> 0) or at its minimum
+    #: above it (< 0); see :data:`SATURATED_AFTER_PERIODS`.
+    saturated_periods: int = 0
+
+
+#: An instance is flagged "saturated" (its setpoint unreachable with caps in range) after its cap
+#: has sat at a bound for this many consecutive periods with the rate more than
+#: :data:`SATURATED_TOLERANCE` short of (cap at its maximum) or above (cap at its minimum) the setpoint.
+SATURATED_AFTER_PERIODS = 5
+SATURATED_TOLERANCE = 0.03
+
+
+def _saturation_step(inst: Instance, measured_pps: float) -> None:
+    caps = getattr(inst.controller, "caps", None)
+    if caps is None:
+        return
+    cap = inst.cap_percent
+    r = inst.setpoint_pps
+    if cap >= caps.max_percent * (1 - 1e-9) and measured_pps < (1 - SATURATED_TOLERANCE) * r:
+        inst.saturated_periods = max(inst.saturated_periods, 0) + 1
+    elif cap <= caps.min_percent * (1 + 1e-9) and measured_pps > (1 + SATURATED_TOLERANCE) * r:
+        inst.saturated_periods = min(inst.saturated_periods, 0) - 1
+    else:
+        inst.saturated_periods = 0
+
+
+def saturation_of(inst: Instance | None) -> str | None:
+    """``"cap_max"``, ``"cap_min"`` or None: is the instance's setpoint out of reach of its caps?"""
+    if inst is None or inst.state != ACTIVE:
+        return None
+    if inst.saturated_periods >= SATURATED_AFTER_PERIODS:
+        return "cap_max"
+    if inst.saturated_periods <= -SATURATED_AFTER_PERIODS:
+        return "cap_min"
+    return None
 
 
 #: "Not in the table" in a :class:`Checkpoint`.
@@ -386,8 +421,11 @@ class DaemonCore:
             if inst.state == ACTIVE and r is not None and r.forwarded_pps is not None:
                 try:
                     inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
+                    _saturation_step(inst, r.forwarded_pps)
                 except ValueError as e:
                     inst.actuation_error = f"measurement refused by the controller: {e}"
+            elif inst.state != ACTIVE:
+                inst.saturated_periods = 0
             if (
                 self.reassert_period_s > 0
                 and inst.last_write_s is not None
@@ -472,6 +510,7 @@ class DaemonCore:
             "original_cap_percent": inst.original_cap_percent if inst else self.pending_restores.get(vr),
             "original_record": inst.original_record if inst else self.pending_records.get(vr),
             "actuation_error": inst.actuation_error if inst else None,
+            "saturated": saturation_of(inst),
         }
 
     def samples(self, t_unix_s: float, period_s: float) -> list[dict[str, Any]]:

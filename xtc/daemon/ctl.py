@@ -152,6 +152,10 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
         note = []
         if not v.get("present", True):
             note.append("VR missing")
+        sat = v.get("saturated")
+        if sat:
+            side = "below" if sat == "cap_max" else "above"
+            note.append(f"saturated at cap {_fmt(v.get('cap_percent'), 1, 0)}% ({side} setpoint)")
         if v.get("actuation_error"):
             note.append(f"actuation: {v['actuation_error']}")
         rows.append(

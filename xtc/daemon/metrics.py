@@ -1,7 +1,8 @@
 """Prometheus metrics of the daemon (prometheus_client, its own registry, HTTP port configurable).
 
 Per VR (label ``vr``): ``xtc_vr_setpoint_pps``, ``xtc_vr_measured_pps``, ``xtc_vr_offered_pps``,
-``xtc_vr_cap_percent``, ``xtc_vr_active`` (1 active, 0.5 paused, 0 inactive).
+``xtc_vr_cap_percent``, ``xtc_vr_active`` (1 active, 0.5 paused, 0 inactive), ``xtc_vr_saturated``
+(1: cap at its maximum below the setpoint, -1: at its minimum above it, 0: neither).
 Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_actuations_total{outcome}``,
 ``xtc_periods_total``, ``xtc_period_work_seconds`` (CPU-side work of one period),
 ``xtc_meter_errors_total``, ``xtc_reloads_total{outcome}``.
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 __all__ = ["DaemonMetrics"]
 
 _STATE_VALUE = {"active": 1.0, "paused": 0.5, "inactive": 0.0}
+_SATURATED_VALUE = {"cap_max": 1.0, "cap_min": -1.0}
 _KEYS = ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent")
 
 
@@ -31,6 +33,9 @@ class DaemonMetrics:
         self.offered = Gauge("xtc_vr_offered_pps", "Packets/s offered to the VR over the last period", ["vr"], registry=r)
         self.cap = Gauge("xtc_vr_cap_percent", "CPU cap XTC holds for the VR, percent of one CPU", ["vr"], registry=r)
         self.active = Gauge("xtc_vr_active", "1 active, 0.5 paused, 0 inactive", ["vr"], registry=r)
+        self.saturated = Gauge(
+            "xtc_vr_saturated", "1: cap at its maximum below the setpoint, -1: at its minimum above it, 0: neither", ["vr"], registry=r
+        )
         self.requests = Counter("xtc_requests", "Manager requests", ["cmd", "outcome"], registry=r)
         self.actuations = Counter("xtc_actuations", "Cap writes", ["outcome"], registry=r)
         self.periods = Counter("xtc_periods", "Control periods run", registry=r)
@@ -56,14 +61,14 @@ class DaemonMetrics:
     def update(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Set the per-VR gauges from the period's samples; drop VRs no longer listed."""
         seen = set()
-        gauges = (self.setpoint, self.measured, self.offered, self.cap, self.active)
+        gauges = (self.setpoint, self.measured, self.offered, self.cap, self.active, self.saturated)
         for s in samples:
             vr = s["vr"]
             seen.add(vr)
             children = self._children.get(vr)
             if children is None:
                 children = self._children[vr] = tuple(g.labels(vr) for g in gauges)
-                last = self._values[vr] = [math.nan] * 5
+                last = self._values[vr] = [math.nan] * 6
                 fresh = True
             else:
                 last = self._values[vr]
@@ -79,6 +84,10 @@ class DaemonMetrics:
             if fresh or x != last[4]:
                 children[4].set(x)
                 last[4] = x
+            x = _SATURATED_VALUE.get(s.get("saturated") or "", 0.0)
+            if fresh or x != last[5]:
+                children[5].set(x)
+                last[5] = x
         for vr in self._vrs - seen:
             self._children.pop(vr, None)
             self._values.pop(vr, None)
