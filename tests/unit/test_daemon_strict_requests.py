@@ -8,6 +8,7 @@ import pytest
 
 from xtc.daemon.api import ApiError, parse_request
 
+from fakes.daemon import daemon_toml
 from unit.test_daemon_service import ask, drive, make
 
 
@@ -42,28 +43,19 @@ def test_the_smallest_setpoint_and_integer_version_still_pass():
     assert parse(b'{"v": 1, "cmd": "activate", "vr": "a", "setpoint_pps": 1}').setpoint_pps == 1.0
 
 
+def lowered_max_toml(tmp_path):
+    """The configuration of :func:`make` with the maximum setpoint lowered to 40 kp/s."""
+    return daemon_toml(tmp_path, 'backend = "sim"\ncontrol_period_s = 1.0\nmax_setpoint_pps = 40000',
+                       '[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0')
+
+
 def test_reload_lowering_max_setpoint_below_a_live_setpoint_is_refused(tmp_path):
     """Chosen: refuse (naming the VR) rather than clamp; the operator lowers the setpoint first."""
     svc, clock = make(tmp_path)
     try:
         assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=50000)["ok"]
         cfg_path = tmp_path / "xtcd.toml"
-        text = f"""
-[daemon]
-backend = "sim"
-control_period_s = 1.0
-state_dir = "{tmp_path}/state"
-max_setpoint_pps = 40000
-[manager]
-endpoint = "ipc://{tmp_path}/m.sock"
-pub_endpoint = "ipc://{tmp_path}/p.sock"
-[metrics]
-enabled = false
-[[sim.vr]]
-name = "vr1"
-initial_cap_percent = 80.0
-"""
-        cfg_path.write_text(text)
+        cfg_path.write_text(lowered_max_toml(tmp_path))
         svc.config_path = cfg_path
         assert svc.reload() is False
         assert svc.cfg.daemon.max_setpoint_pps == 1e8 and svc.core.max_setpoint_pps == 1e8
@@ -83,21 +75,7 @@ def test_reload_refusal_names_the_vr(tmp_path, caplog):
     try:
         assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=50000)["ok"]
         p = tmp_path / "x.toml"
-        p.write_text(f"""
-[daemon]
-backend = "sim"
-control_period_s = 1.0
-state_dir = "{tmp_path}/state"
-max_setpoint_pps = 40000
-[manager]
-endpoint = "ipc://{tmp_path}/m.sock"
-pub_endpoint = "ipc://{tmp_path}/p.sock"
-[metrics]
-enabled = false
-[[sim.vr]]
-name = "vr1"
-initial_cap_percent = 80.0
-""")
+        p.write_text(lowered_max_toml(tmp_path))
         svc.config_path = p
         with caplog.at_level("ERROR", logger="xtc.daemon"):
             assert svc.reload() is False
