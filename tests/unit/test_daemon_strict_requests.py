@@ -43,46 +43,40 @@ def test_the_smallest_setpoint_and_integer_version_still_pass():
     assert parse(b'{"v": 1, "cmd": "activate", "vr": "a", "setpoint_pps": 1}').setpoint_pps == 1.0
 
 
-def lowered_max_toml(tmp_path):
-    """The configuration of :func:`make` with the maximum setpoint lowered to 40 kp/s."""
-    return daemon_toml(tmp_path, 'backend = "sim"\ncontrol_period_s = 1.0\nmax_setpoint_pps = 40000',
-                       '[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0')
-
-
-def test_reload_lowering_max_setpoint_below_a_live_setpoint_is_refused(tmp_path):
-    """Chosen: refuse (naming the VR) rather than clamp; the operator lowers the setpoint first."""
+@pytest.fixture()
+def lowered(tmp_path):
+    """``(service, clock)``: vr1 held at 50 kp/s; the config file lowers the maximum setpoint to 40 kp/s."""
     svc, clock = make(tmp_path)
     try:
         assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=50000)["ok"]
-        cfg_path = tmp_path / "xtcd.toml"
-        cfg_path.write_text(lowered_max_toml(tmp_path))
-        svc.config_path = cfg_path
+        svc.config_path = tmp_path / "xtcd.toml"
+        svc.config_path.write_text(daemon_toml(tmp_path, 'backend = "sim"\ncontrol_period_s = 1.0\nmax_setpoint_pps = 40000',
+                                               '[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0'))
+        yield svc, clock
+    finally:
+        svc.close()
+
+
+def test_reload_lowering_max_setpoint_below_a_live_setpoint_is_refused(lowered):
+    """Chosen: refuse (naming the VR) rather than clamp; the operator lowers the setpoint first."""
+    svc, clock = lowered
+    assert svc.reload() is False
+    assert svc.cfg.daemon.max_setpoint_pps == 1e8 and svc.core.max_setpoint_pps == 1e8
+    assert ask(svc, cmd="status", vr="vr1")["result"]["setpoint_pps"] == 50000
+    # Once the setpoint is below the new maximum, the same file is taken.
+    assert ask(svc, cmd="setpoint", vr="vr1", setpoint_pps=30000)["ok"]
+    assert svc.reload() is True
+    assert svc.core.max_setpoint_pps == 40000
+    assert ask(svc, cmd="setpoint", vr="vr1", setpoint_pps=45000)["error"]["code"] == "bad_field"
+    drive(svc, clock, 2)
+
+
+def test_reload_refusal_names_the_vr(lowered, caplog):
+    svc, _ = lowered
+    with caplog.at_level("ERROR", logger="xtc.daemon"):
         assert svc.reload() is False
-        assert svc.cfg.daemon.max_setpoint_pps == 1e8 and svc.core.max_setpoint_pps == 1e8
-        assert ask(svc, cmd="status", vr="vr1")["result"]["setpoint_pps"] == 50000
-        # Once the setpoint is below the new maximum, the same file is taken.
-        assert ask(svc, cmd="setpoint", vr="vr1", setpoint_pps=30000)["ok"]
-        assert svc.reload() is True
-        assert svc.core.max_setpoint_pps == 40000
-        assert ask(svc, cmd="setpoint", vr="vr1", setpoint_pps=45000)["error"]["code"] == "bad_field"
-        drive(svc, clock, 2)
-    finally:
-        svc.close()
-
-
-def test_reload_refusal_names_the_vr(tmp_path, caplog):
-    svc, _ = make(tmp_path)
-    try:
-        assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=50000)["ok"]
-        p = tmp_path / "x.toml"
-        p.write_text(lowered_max_toml(tmp_path))
-        svc.config_path = p
-        with caplog.at_level("ERROR", logger="xtc.daemon"):
-            assert svc.reload() is False
-        text = "\n".join(str(getattr(r, "xtc_fields", {})) for r in caplog.records)
-        assert "daemon.max_setpoint_pps" in text and "'vr1'" in text and "50000" in text, text
-    finally:
-        svc.close()
+    text = "\n".join(str(getattr(r, "xtc_fields", {})) for r in caplog.records)
+    assert "daemon.max_setpoint_pps" in text and "'vr1'" in text and "50000" in text, text
 
 
 def test_a_change_that_cannot_be_saved_is_refused_and_undone(tmp_path, monkeypatch):
