@@ -23,6 +23,35 @@ Fail = Callable[[str, str], Exception]
 Number = Annotated[float, Strict()]
 
 
+class DocumentError(ValueError):
+    """A document (configuration or model file) is invalid; the base of each loader's error class.
+
+    Parameters
+    ----------
+    key : str
+        Key path of the culprit (``"daemon.control_period_s"``), or ``"<file>"``.
+    problem : str
+        What is wrong with it, readable.
+    source : str or None
+        File the text came from, if any (leads the message).
+    """
+
+    #: Words before the quoted key in the message (``"field "`` gives ``field 'a': ...``).
+    key_label = ""
+
+    def __init__(self, key: str, problem: str, source: str | None = None):
+        self.key = key
+        self.problem = problem
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{self.key_label}'{key}': {problem}")
+
+    @classmethod
+    def failing(cls, source: str | None) -> Fail:
+        """The ``fail(key, problem)`` callable that builds this error about ``source``."""
+        return lambda key, problem: cls(key, problem, source)
+
+
 class FieldProblem(ValueError):
     """Raised by a check about a key other than the one being validated.
 

@@ -59,6 +59,18 @@ def test_good_requests():
         ({"v": 1, "cmd": "activate", "vr": "a", "setpoint_pps": None}, "bad_field", "must be a number"),
         ({"v": 1, "cmd": "list", "id": [1]}, "bad_field", "'id'"),
         ({"v": 1, "cmd": "list", "id": "x" * 200}, "bad_field", "'id'"),
+        # Loose semantics the adversarial probe found (issue 13, low 13).
+        # The last key used to win: the request said two things.
+        (b'{"v": 1, "cmd": "setpoint", "vr": "vr1", "setpoint_pps": 100, "setpoint_pps": 9e7}', "bad_json",
+         "duplicate key 'setpoint_pps'"),
+        (b'{"v": 1, "cmd": "list", "cmd": "ping"}', "bad_json", "duplicate key 'cmd'"),
+        (b'{"v": 1, "cmd": "status", "vr": "a", "x": {"k": 1, "k": 2}}', "bad_json", "duplicate key 'k'"),
+        # The version is the integer 1, not a float equal to it.
+        (b'{"v": 1.0, "cmd": "list"}', "bad_version", "'v' must be 1, got 1.0"),
+        (b'{"v": true, "cmd": "list"}', "bad_version", "got True"),
+        # A setpoint below one packet per second is no setpoint.
+        (b'{"v": 1, "cmd": "activate", "vr": "a", "setpoint_pps": 5e-324}', "bad_field", "at least 1 packet/s"),
+        (b'{"v": 1, "cmd": "setpoint", "vr": "a", "setpoint_pps": 0.999}', "bad_field", "at least 1 packet/s"),
     ],
 )
 def test_bad_requests(raw, code, words):

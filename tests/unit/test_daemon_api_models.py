@@ -15,6 +15,8 @@ from xtc.daemon.config import loads_config
 from xtc.daemon.service import DaemonService
 from xtc_lab.sim.host import SimHost
 
+from fakes.daemon import daemon_toml
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,17 +43,7 @@ def test_every_command_has_a_model_with_its_fields() -> None:
 
 @pytest.fixture()
 def service(tmp_path: Path):  # noqa: ANN201
-    cfg = loads_config(f"""
-[daemon]
-state_dir = "{tmp_path}/state"
-[manager]
-endpoint = "ipc://{tmp_path}/m.sock"
-pub_endpoint = "ipc://{tmp_path}/p.sock"
-[metrics]
-enabled = false
-[[sim.vr]]
-name = "vr1"
-""")
+    cfg = loads_config(daemon_toml(tmp_path, tables='[[sim.vr]]\nname = "vr1"'))
     t = [1000.0]
     clock = lambda: t[0]  # noqa: E731
     svc = DaemonService(cfg, SimHost.from_config(cfg, clock=clock), clock=clock, wall_clock=lambda: 5.0)

@@ -22,6 +22,8 @@ from xtc.host.errors import HostAdapterError, VRNotRunning
 from xtc.daemon.service import DaemonService, make_host
 from xtc_lab.sim.host import render_proc_net_dev
 
+from fakes.daemon import daemon_toml
+
 
 def v1_dir(root: Path, name: str = "vr1", quota: str = "-1", period: str = "100000") -> Path:
     d = root / name
@@ -39,19 +41,7 @@ def v2_dir(root: Path, name: str = "vr2", cpu_max: str = "max 100000") -> Path:
 
 
 def cgroup_config(tmp_path: Path, vrs: str, extra: str = "") -> str:
-    return f"""
-[daemon]
-backend = "cgroup"
-state_dir = "{tmp_path}/state"
-proc_net_dev = "{tmp_path}/net_dev"
-{extra}
-[manager]
-endpoint = "ipc://{tmp_path}/m.sock"
-pub_endpoint = "ipc://{tmp_path}/p.sock"
-[metrics]
-enabled = false
-{vrs}
-"""
+    return daemon_toml(tmp_path, f'backend = "cgroup"\nproc_net_dev = "{tmp_path}/net_dev"\n{extra}', vrs)
 
 
 VR1 = '[[cgroup.vr]]\nname = "vr1"\npath = "{d}"\ninterfaces = ["vif7.0", "vif7.1"]\n'

@@ -20,6 +20,7 @@ from xtc.control import make_controller
 from xtc.daemon.api import Request
 from xtc.daemon.config import SimVr, loads_config
 from xtc.daemon.core import DaemonCore, RestoreCap, StateError
+from fakes.daemon import Clock, daemon_toml
 from fakes.libvirt import FakeHypervisor
 from xtc.host.errors import HostAdapterError
 from xtc.host.libvirt import LibvirtBackend
@@ -183,32 +184,10 @@ def test_sim_backend_record_round_trip(tmp_path):
 
 
 # ------------------------------------------------------------------------------- service
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def service(tmp_path, hv: FakeHypervisor) -> tuple[DaemonService, Clock]:
     dev = tmp_path / "net_dev"
     dev.write_text(render_proc_net_dev({"vif1.0": (0, 0), "vif1.1": (0, 0)}))
-    cfg = loads_config(
-        f"""
-[daemon]
-backend = "libvirt"
-state_dir = "{tmp_path}/state"
-proc_net_dev = "{dev}"
-[manager]
-endpoint = "ipc://{tmp_path}/m.sock"
-pub_endpoint = "ipc://{tmp_path}/p.sock"
-[metrics]
-enabled = false
-[libvirt]
-uri = "lxc:///"
-"""
-    )
+    cfg = loads_config(daemon_toml(tmp_path, f'backend = "libvirt"\nproc_net_dev = "{dev}"', '[libvirt]\nuri = "lxc:///"'))
     clock = Clock()
     svc = DaemonService(cfg, lxc_backend(hv, str(dev)), clock=clock, wall_clock=lambda: 0.0)
     svc.open()

@@ -12,30 +12,11 @@ from xtc.daemon.service import DaemonService
 from xtc_lab.sim.host import SimHost, render_proc_net_dev
 from xtc.host.counters import parse_proc_net_dev
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
+from fakes.daemon import Clock, daemon_toml
 
 
 def make(tmp_path, extra: str = "", vrs: str = '[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0\n'):
-    text = f"""
-[daemon]
-backend = "sim"
-control_period_s = 1.0
-state_dir = "{tmp_path}/state"
-{extra}
-[manager]
-endpoint = "ipc://{tmp_path}/m.sock"
-pub_endpoint = "ipc://{tmp_path}/p.sock"
-[metrics]
-enabled = false
-{vrs}
-"""
-    cfg = loads_config(text)
+    cfg = loads_config(daemon_toml(tmp_path, f'backend = "sim"\ncontrol_period_s = 1.0\n{extra}', vrs))
     clock = Clock()
     svc = DaemonService(cfg, SimHost.from_config(cfg, clock=clock), clock=clock, wall_clock=lambda: 0.0)
     svc.open()

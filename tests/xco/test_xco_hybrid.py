@@ -3,50 +3,18 @@
 import json
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from xtc.xco.replay import replay
 from xtc.xco.scheduler import FastScheduler
 from xtc.xco.scheduler.hybrid import HybridScheduler, slice_rates_bps
 from xtc.xco.topology import parse_topology
-
-G = 1_000_000_000
-SLICE = 1_000
-
-
-@st.composite
-def topologies(draw):
-    n_sw = draw(st.integers(1, 4))
-    switches = [{"name": f"w{i}"} for i in range(n_sw)]
-    links = [{"ends": [f"w{i}", f"w{draw(st.integers(0, i - 1))}"], "bps": draw(st.sampled_from([1, 2, 3, 10])) * G}
-             for i in range(1, n_sw)]
-    hosts = []
-    for i in range(draw(st.integers(2, 8))):
-        h = {"name": f"h{i}", "nic_bps": draw(st.sampled_from([1, 1, 2, 5, 10])) * G,
-             "switch": f"w{draw(st.integers(0, n_sw - 1))}"}
-        if draw(st.integers(0, 4)) == 0:
-            h["port_bps"] = draw(st.sampled_from([1, 2, 10])) * G
-        hosts.append(h)
-    return parse_topology({"schema": "xco-topology/1", "switch": switches, "host": hosts, "link": links})
+from xco import strategies
+from xco.strategies import G, SLICE
 
 
-@st.composite
-def scenarios(draw):
-    topo = draw(topologies())
-    n = topo.n_hosts
-    events = []
-    for _ in range(draw(st.integers(1, 40))):
-        kind = draw(st.sampled_from(["backlog", "backlog", "giveup", "tick", "tick", "leave", "wait"]))
-        x = draw(st.integers(0, n - 1))
-        if kind == "backlog":
-            events.append((kind, x, draw(st.lists(st.integers(0, n - 1).filter(lambda d, x=x: d != x), min_size=1, max_size=3))))
-        elif kind == "giveup":
-            events.append((kind, x, draw(st.integers(0, n - 1))))
-        elif kind == "wait":
-            events.append((kind, x, draw(st.integers(1, SLICE - 1))))
-        else:
-            events.append((kind, x, None))
-    return topo, events
+def scenarios():
+    return strategies.scenarios(strategies.topologies(),
+                                ["backlog", "backlog", "giveup", "tick", "tick", "leave", "wait"], 40)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -7,56 +7,17 @@ every sender in force ends its slice at the next slot boundary.  Over the run: a
 sender that waits is served within the bound stated in xtc.xco.scheduler.
 """
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from xtc.xco.scheduler import FastScheduler, RateLimiter, ReferenceScheduler
-from xtc.xco.topology import parse_topology
-
-G = 1_000_000_000
-SLICE = 1_000
+from xco import strategies
+from xco.strategies import SLICE
 
 
-@st.composite
-def topologies(draw):
-    n_sw = draw(st.integers(1, 4))
-    switches = [{"name": f"w{i}"} for i in range(n_sw)]
-    links = [{"ends": [f"w{i}", f"w{draw(st.integers(0, i - 1))}"], "bps": draw(st.sampled_from([1, 2, 3, 10])) * G}
-             for i in range(1, n_sw)]
-    if n_sw >= 3 and draw(st.booleans()):  # a loop: the loader must compute a spanning tree
-        pair = {frozenset(link["ends"]) for link in links}
-        if frozenset(("w0", f"w{n_sw - 1}")) not in pair:
-            links.append({"ends": ["w0", f"w{n_sw - 1}"], "bps": G})
-    n_h = draw(st.integers(2, 8))
-    hosts = []
-    for i in range(n_h):
-        h = {"name": f"h{i}", "nic_bps": draw(st.sampled_from([1, 1, 1, 2, 5])) * G,
-             "switch": f"w{draw(st.integers(0, n_sw - 1))}"}
-        if draw(st.integers(0, 4)) == 0:
-            h["port_bps"] = draw(st.sampled_from([1, 2, 10])) * G
-        hosts.append(h)
-    return parse_topology({"schema": "xco-topology/1", "switch": switches, "host": hosts, "link": links})
-
-
-@st.composite
-def scenarios(draw):
-    topo = draw(topologies())
-    n = topo.n_hosts
-    events = []
-    for _ in range(draw(st.integers(1, 60))):
-        kind = draw(st.sampled_from(["backlog", "backlog", "giveup", "giveup_current", "tick", "tick", "tick", "leave", "wait"]))
-        x = draw(st.integers(0, n - 1))
-        if kind == "backlog":
-            dests = draw(st.lists(st.integers(0, n - 1).filter(lambda d, x=x: d != x), min_size=1, max_size=3))
-            events.append((kind, x, dests))
-        elif kind in ("giveup", "giveup_current"):
-            events.append((kind, x, draw(st.integers(0, n - 1))))
-        elif kind == "wait":
-            events.append((kind, x, draw(st.integers(1, SLICE - 1))))
-        else:
-            events.append((kind, x, None))
-    return topo, events
+def scenarios():
+    return strategies.scenarios(
+        strategies.topologies(nic_gbps=(1, 1, 1, 2, 5), loops=True),
+        ["backlog", "backlog", "giveup", "giveup_current", "tick", "tick", "tick", "leave", "wait"], 60)
 
 
 def schedulable(topo, x, group):

@@ -78,12 +78,12 @@ from __future__ import annotations
 
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, model_validator
 from pydantic.dataclasses import dataclass
 
-from xtc.validation import FieldProblem, Number, parse_document, read_text_file, within
+from xtc.validation import DocumentError, FieldProblem, Number, parse_document, read_text_file, within
 
 __all__ = [
     "SCHEMA",
@@ -133,15 +133,8 @@ RELOADABLE = frozenset(
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(DocumentError):
     """A configuration is invalid.  ``key`` names the culprit (``section.key``)."""
-
-    def __init__(self, key: str, problem: str, source: str | None = None):
-        self.key = key
-        self.problem = problem
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}'{key}': {problem}")
 
 
 # ------------------------------------------------------------------------------------ field types
@@ -439,13 +432,9 @@ def _check_model(c: ControllerSection) -> None:
         raise ConfigError("controller.model", str(e)) from None
 
 
-def _failing(source: str | None) -> Callable[[str, str], ConfigError]:
-    return lambda key, problem: ConfigError(key, problem, source)
-
-
 def loads_config(text: str, source: str | None = None) -> DaemonConfig:
     """Parse and validate configuration text.  Raises :class:`ConfigError`."""
-    parsed = parse_document(text, _DOCUMENT, _Document, _failing(source), _HINTS)
+    parsed = parse_document(text, _DOCUMENT, _Document, ConfigError.failing(source), _HINTS)
     cfg = DaemonConfig(**{f.name: getattr(parsed, f.name) for f in fields(_Sections)}, source=source)
     try:
         _check_model(cfg.controller)
@@ -457,7 +446,7 @@ def loads_config(text: str, source: str | None = None) -> DaemonConfig:
 def load_config(path: str | Path) -> DaemonConfig:
     """Load and validate a configuration file.  Raises :class:`ConfigError` naming the bad key."""
     p = Path(path)
-    text = read_text_file(p, _failing(str(p)))
+    text = read_text_file(p, ConfigError.failing(str(p)))
     return loads_config(text, source=str(p))
 
 

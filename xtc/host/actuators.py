@@ -92,6 +92,7 @@ __all__ = [
     "CgroupV2Actuator",
     "make_actuator",
     "clamp_cap",
+    "quota_for",
     "CAP_FLOOR_PERCENT",
     "CAP_CEILING_PERCENT",
     "QUOTA_MIN_US",
@@ -119,6 +120,19 @@ def refresh_of(reassert_period_s: float) -> float:
     The same period, or :data:`DEFAULT_REFRESH_S` when the daemon never re-asserts (0).
     """
     return reassert_period_s if reassert_period_s > 0 else DEFAULT_REFRESH_S
+
+
+def quota_for(cap_percent: float, period_us: int) -> int:
+    """The CFS quota that caps at ``cap_percent`` of one CPU, microseconds per ``period_us``.
+
+    Rounded to the microsecond and at least :data:`QUOTA_MIN_US`.
+    """
+    return max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period_us)))
+
+
+def _quota_period_params(cap_percent: float | None, period_us: int, quota_key: str, period_key: str) -> Params:
+    """A quota-and-period setting of ``cap_percent`` (None: no limit, quota -1) on ``period_us``."""
+    return {quota_key: -1 if cap_percent is None else quota_for(cap_percent, period_us), period_key: period_us}
 
 
 def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
@@ -538,8 +552,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
         period = int(current[self.period_param])
         if period <= 0:
             raise ActuatorError(f"domain {self.vr!r}: {self.period_param}={period} is not a period")
-        quota = max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
-        return {self.quota_param: quota}
+        return {self.quota_param: quota_for(cap_percent, period)}
 
     def _cap_of(self, params: Params) -> float | None:
         quota, period = int(params[self.quota_param]), int(params[self.period_param])
@@ -559,9 +572,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
             raise ValueError(f"libvirt quota original: {self.period_param} must be > 0, got {params}")
 
     def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
-        period = int(current[self.period_param])
-        quota = -1 if cap_percent is None else max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
-        return {self.quota_param: quota, self.period_param: period}
+        return _quota_period_params(cap_percent, int(current[self.period_param]), self.quota_param, self.period_param)
 
     def _restore_params(self, original: Params, current: Params) -> Params:
         out: Params = {}
@@ -698,7 +709,7 @@ class CgroupV1Actuator(_CgroupBase):
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         period = int(current[self.PERIOD])
-        return {self.QUOTA: max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))}
+        return {self.QUOTA: quota_for(cap_percent, period)}
 
     def _cap_of(self, params: Params) -> float | None:
         q, p = int(params[self.QUOTA]), int(params[self.PERIOD])
@@ -713,9 +724,7 @@ class CgroupV1Actuator(_CgroupBase):
             raise ValueError(f"cgroup v1 original: {self.PERIOD} must be > 0, got {params}")
 
     def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
-        period = int(current[self.PERIOD])
-        quota = -1 if cap_percent is None else max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
-        return {self.QUOTA: quota, self.PERIOD: period}
+        return _quota_period_params(cap_percent, int(current[self.PERIOD]), self.QUOTA, self.PERIOD)
 
     def _write(self, changes: Params, restoring: bool) -> None:
         if not restoring and int(changes.get(self.QUOTA, QUOTA_MIN_US)) < QUOTA_MIN_US:
@@ -771,8 +780,7 @@ class CgroupV2Actuator(_CgroupBase):
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         _, period = self.parse_cpu_max(str(current[self.FILE]))
-        quota = max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))
-        return {self.FILE: f"{quota} {period}"}
+        return {self.FILE: f"{quota_for(cap_percent, period)} {period}"}
 
     def _cap_of(self, params: Params) -> float | None:
         quota, period = self.parse_cpu_max(str(params[self.FILE]))
@@ -788,7 +796,7 @@ class CgroupV2Actuator(_CgroupBase):
         _, period = self.parse_cpu_max(str(current[self.FILE]))
         if cap_percent is None:
             return {self.FILE: f"max {period}"}
-        return {self.FILE: f"{max(QUOTA_MIN_US, int(round(cap_percent / 100.0 * period)))} {period}"}
+        return {self.FILE: f"{quota_for(cap_percent, period)} {period}"}
 
     def _write(self, changes: Params, restoring: bool) -> None:
         line = str(changes[self.FILE])

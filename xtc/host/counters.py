@@ -758,41 +758,28 @@ class NetlinkCounters:
             self.close()
             raise CounterReadError(what, self.netns, str(e), e.errno) from None
 
-    def _refresh_names(self) -> dict[int, str]:
-        what = "netlink RTM_GETLINK dump"
+    def _complete_dump(self, what: str, encode: Callable[[int], bytes],
+                       decode: Callable[..., rtnl_codec.DumpStatus], **kw: object) -> dict:
+        """One dump the kernel did not interrupt (up to ``_MAX_ATTEMPTS`` tries), decoded into a dict."""
         for _ in range(self._MAX_ATTEMPTS):
-            names: dict[int, str] = {}
+            out: dict = {}
             seq = self._next_seq()
-            interrupted = self._with_errors(
-                what,
-                lambda: self._dump(what, rtnl_codec.encode_getlink_dump(seq), rtnl_codec.decode_link_into, names, seq),
-            )
-            if not interrupted:
-                self._names = names
-                self.name_refreshes += 1
-                return names
+            if not self._with_errors(what, lambda: self._dump(what, encode(seq), decode, out, seq, **kw)):
+                return out
         raise CounterReadError(what, self.netns, f"interrupted {self._MAX_ATTEMPTS} times in a row")
 
+    def _refresh_names(self) -> dict[int, str]:
+        names = self._complete_dump("netlink RTM_GETLINK dump", rtnl_codec.encode_getlink_dump,
+                                    rtnl_codec.decode_link_into)
+        self._names = names
+        self.name_refreshes += 1
+        return names
+
     def _read_stats(self) -> dict[int, IfCounters]:
-        what = "netlink RTM_GETSTATS dump"
-        for _ in range(self._MAX_ATTEMPTS):
-            stats: dict[int, IfCounters] = {}
-            seq = self._next_seq()
-            interrupted = self._with_errors(
-                what,
-                lambda: self._dump(
-                    what,
-                    rtnl_codec.encode_getstats_dump(seq),
-                    rtnl_codec.decode_stats_into,
-                    stats,
-                    seq,
-                    reuse=self._last,
-                ),
-            )
-            if not interrupted:
-                self._last = stats
-                return stats
-        raise CounterReadError(what, self.netns, f"interrupted {self._MAX_ATTEMPTS} times in a row")
+        stats = self._complete_dump("netlink RTM_GETSTATS dump", rtnl_codec.encode_getstats_dump,
+                                    rtnl_codec.decode_stats_into, reuse=self._last)
+        self._last = stats
+        return stats
 
     def _links_changed(self) -> bool:
         """Drain the link-notification socket; True when anything (or an overflow) arrived."""

@@ -28,7 +28,7 @@ import tomli_w
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter
 from pydantic import dataclasses as pyd
 
-from xtc.validation import parse_document, read_text_file
+from xtc.validation import DocumentError, parse_document, read_text_file
 
 __all__ = [
     "SCHEMA",
@@ -50,15 +50,15 @@ CAP_FLOOR_PERCENT = 1.0
 CAP_CEILING_PERCENT = 100.0
 
 
-class ModelError(ValueError):
+class ModelError(DocumentError):
     """A model file or model value is invalid.  ``field`` names the culprit."""
 
-    def __init__(self, field_name: str, problem: str, source: str | None = None):
-        self.field = field_name
-        self.problem = problem
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}field '{field_name}': {problem}")
+    key_label = "field "
+
+    @property
+    def field(self) -> str:
+        """The culprit's key path (``model.a``)."""
+        return self.key
 
 
 @dataclass(frozen=True)

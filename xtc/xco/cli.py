@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 __all__ = ["register"]
 
@@ -105,14 +108,9 @@ def _cmd_check_controller(args: argparse.Namespace) -> int:
     if topo is None:
         return 2
     summary = {"config": cfg.model_dump(by_alias=True), "topology": topo.summary()}
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(f"{args.topology}: OK: {cfg.mode} mode, slice {cfg.slice_us} us, lead {cfg.lead_us} us, "
-              f"listening on {cfg.listen}; topology {cfg.topology}: {topo.n_hosts} hosts")
-        for s in topo.slow_paths:
-            print(f"warning: {s}")
-    return 0
+    return _report_ok(args, summary, topo,
+                      f"{args.topology}: OK: {cfg.mode} mode, slice {cfg.slice_us} us, lead {cfg.lead_us} us, "
+                      f"listening on {cfg.listen}; topology {cfg.topology}: {topo.n_hosts} hosts")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -127,11 +125,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if topo is None:
         return 2
     summary = topo.summary()
+    return _report_ok(args, summary, topo,
+                      f"{args.topology}: OK: {summary['hosts']} hosts, {summary['switches']} switches, "
+                      f"{summary['directed_links']} directed links, spanning tree rooted at {summary['root']}")
+
+
+def _report_ok(args: argparse.Namespace, summary: dict, topo: Topology, line: str) -> int:
+    """What check-config prints for a valid file: ``summary`` as JSON (``--json``), else ``line`` and a
+    warning for each host the timeslices starve; returns the exit status 0."""
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{args.topology}: OK: {summary['hosts']} hosts, {summary['switches']} switches, "
-              f"{summary['directed_links']} directed links, spanning tree rooted at {summary['root']}")
+        print(line)
         for s in topo.slow_paths:
             print(f"warning: {s}")
     return 0

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
 
-from xtc.validation import parse_document, read_text_file, within
+from xtc.validation import DocumentError, parse_document, read_text_file, within
 
 __all__ = ["SCHEMA", "ControllerConfig", "ControllerConfigError", "load_controller_config",
            "loads_controller_config", "parse_listen"]
@@ -43,15 +43,8 @@ __all__ = ["SCHEMA", "ControllerConfig", "ControllerConfigError", "load_controll
 SCHEMA = "xco-controller/1"
 
 
-class ControllerConfigError(ValueError):
+class ControllerConfigError(DocumentError):
     """A controller configuration is invalid.  ``key`` names the culprit."""
-
-    def __init__(self, key: str, problem: str, source: str | None = None):
-        self.key = key
-        self.problem = problem
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}'{key}': {problem}")
 
 
 def parse_listen(s: str) -> tuple[str, int]:
@@ -119,10 +112,6 @@ _HINTS = {"slice": "slice_us", "lead": "lead_us", "heartbeat_interval": "heartbe
           "topology_file": "topology", "state": "state_file", "metrics_port": "metrics.port"}
 
 
-def _failing(source: str | None) -> Any:
-    return lambda key, problem: ControllerConfigError(key, problem, source)
-
-
 def loads_controller_config(text: str, source: str | None = None, base_dir: str | Path | None = None) -> ControllerConfig:
     """Parse and validate configuration text; relative paths are resolved against ``base_dir``.
 
@@ -131,7 +120,7 @@ def loads_controller_config(text: str, source: str | None = None, base_dir: str 
     ControllerConfigError
         Naming the first bad key.
     """
-    cfg: ControllerConfig = parse_document(text, _ADAPTER, ControllerConfig, _failing(source), _HINTS)
+    cfg: ControllerConfig = parse_document(text, _ADAPTER, ControllerConfig, ControllerConfigError.failing(source), _HINTS)
     if (cfg.lead_us >= cfg.slice_us) and cfg.mode == "timeslice":
         raise ControllerConfigError("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}", source)
     if base_dir is not None:
@@ -147,5 +136,5 @@ def loads_controller_config(text: str, source: str | None = None, base_dir: str 
 def load_controller_config(path: str | Path) -> ControllerConfig:
     """Load and validate a configuration file.  Raises :class:`ControllerConfigError` naming the key."""
     p = Path(path)
-    text = read_text_file(p, _failing(str(p)))
+    text = read_text_file(p, ControllerConfigError.failing(str(p)))
     return loads_controller_config(text, source=str(p), base_dir=p.parent)
