@@ -21,6 +21,7 @@ before a reboot, restarts from now).  Wall time is used only for the records' ti
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import queue
@@ -111,7 +112,8 @@ class Engine:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._worker: threading.Thread | None = None
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._work: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
         self._busy: dict[str, threading.Event] = {}
         self._busy_lock = threading.Lock()
         self._backoff: dict[str, tuple[float, float]] = {}  # router -> (retry at, current backoff), clock seconds
@@ -128,7 +130,7 @@ class Engine:
             self._thread.join(timeout=10)
         self.links.close()
         if self._worker is not None:
-            self._work.put(None)
+            self._work.put((-1, 0, None))
             self._worker.join(timeout=10)
 
     def _ensure_worker(self) -> None:
@@ -183,7 +185,7 @@ class Engine:
                 done = self._busy[name] = threading.Event()
             started.append(done)
             self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
-                                lambda _n, res, r=r, t0=time.monotonic(): self._work.put(("list", r, settings, now, res, t0)))
+                                lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0)))
         for gone in set(self._backoff) - names:
             self._backoff.pop(gone, None)
         if wait:
@@ -194,9 +196,14 @@ class Engine:
         self.cycles += 1
         self.last_cycle_s = now
 
+    def _put(self, item: tuple) -> None:
+        # Failures first: marking a router unreachable is cheap and must not wait behind planning.
+        failed = any(isinstance(x, (LinkDown, DaemonRefused)) for x in item[-2])
+        self._work.put((0 if failed else 1, next(self._seq), item))
+
     def _work_loop(self) -> None:
         while True:
-            item = self._work.get()
+            item = self._work.get()[2]
             if item is None:
                 return
             name = item[1] if item[0] == "cmds" else item[1]["name"]
@@ -271,22 +278,28 @@ class Engine:
             return False
         cmds = list(plan.commands)
         self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
-                            lambda _n, res: self._work.put(("cmds", name, cmds, res, t0)))
+                            lambda _n, res: self._put(("cmds", name, cmds, res, t0)))
         return True
 
     def _handle_commands(self, name: str, cmds: list[Any], results: list[Any], t0: float) -> None:
         self.router_s[name] = time.monotonic() - t0
+        records = []
+        failure = None
         for cmd, res in zip(cmds, results):
             detail: dict[str, Any] = {"cmd": cmd.cmd}
             if cmd.setpoint_pps is not None:
                 detail["setpoint_pps"] = cmd.setpoint_pps
             if isinstance(res, DaemonRefused):
-                self.store.audit("command_refused", "policer", name, cmd.vr, {**detail, "code": res.code, "error": res.message})
-            elif isinstance(res, BadReply):
-                self._bad_reply(name, str(res))
-                return
-            elif isinstance(res, LinkDown):
-                self._unreachable(name, str(res))
-                return
+                records.append(("command_refused", cmd.vr, {**detail, "code": res.code, "error": res.message}))
+            elif isinstance(res, LinkDown):  # a BadReply too
+                failure = res
+                break
             else:
-                self.store.audit(cmd.cmd, "policer", name, cmd.vr, detail)
+                records.append((cmd.cmd, cmd.vr, detail))
+        with self.store.tx() as db:  # the router's commands in one transaction
+            for kind, vr, detail in records:
+                self.store._audit(db, kind, "policer", name, vr, detail)
+        if isinstance(failure, BadReply):
+            self._bad_reply(name, str(failure))
+        elif failure is not None:
+            self._unreachable(name, str(failure))
