@@ -254,6 +254,15 @@ class Health(BaseModel):
     routers: int | None = None
     unreachable: list[str] | None = None
     bad_replies: int | None = Field(None, description="daemon replies dropped as invalid since the start")
+    cycle_ms: dict[str, float] | None = Field(
+        None, description="policy cycle time over the recent cycles, milliseconds (p50, p99, max): from a cycle's "
+        "start until its last answering router is polled, planned and its commands answered")
+
+
+def _percentiles_ms(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    pick = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    return {"p50": round(pick(0.5) * 1000, 1), "p99": round(pick(0.99) * 1000, 1), "max": round(xs[-1] * 1000, 1)}
 
 
 def _router_out(r: dict[str, Any]) -> dict[str, Any]:
@@ -459,7 +468,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         running = engine is not None and engine.error is None
         return {"status": status, "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
-                "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0}
+                "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
+                "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
 
     Limit = Annotated[QueryInt, Query(ge=1, le=MAX_PAGE, description=f"page size: at most this many items (1..{MAX_PAGE})")]
     Offset = Annotated[QueryInt, Query(ge=0, le=2**62, description="page start: items skipped, in the list's order")]

@@ -21,6 +21,7 @@ before a reboot, restarts from now).  Wall time is used only for the records' ti
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import math
@@ -108,6 +109,10 @@ class Engine:
         self.router_s: dict[str, float] = {}
         #: Seconds the worker spent on the last few cycles' store and planning work, and routers handled.
         self.polled = 0
+        #: Seconds from each recent cycle's start until its last answering router was handled (planned,
+        #: commands answered): the policy cycle's time, newest last (at most 600 cycles).
+        self.cycle_s: collections.deque[float] = collections.deque(maxlen=600)
+        self._cycle: list[float] = [0.0, 0.0]  # the running cycle's start and its last answering router's end
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,6 +173,9 @@ class Engine:
         ``wait``: return only when all of them are done (for tests and tools).
         """
         self._ensure_worker()
+        if self._cycle[1] > self._cycle[0]:
+            self.cycle_s.append(self._cycle[1] - self._cycle[0])
+        self._cycle = [time.monotonic(), 0.0]
         settings = self.store.settings()
         now = self.clock()
         routers = self.store.list_routers(include_removed=False)
@@ -275,6 +283,7 @@ class Engine:
                              [(e.kind, e.vr, e.detail) for e in plan.events])
         if not plan.commands:
             self.router_s[name] = time.monotonic() - t0
+            self._cycle[1] = time.monotonic()
             return False
         cmds = list(plan.commands)
         self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
@@ -299,6 +308,8 @@ class Engine:
         with self.store.tx() as db:  # the router's commands in one transaction
             for kind, vr, detail in records:
                 self.store._audit(db, kind, "policer", name, vr, detail)
+        if failure is None:
+            self._cycle[1] = time.monotonic()
         if isinstance(failure, BadReply):
             self._bad_reply(name, str(failure))
         elif failure is not None:
