@@ -134,3 +134,31 @@ def test_config_and_db_url(tmp_path: Path) -> None:
         assert ei.value.key == key
     with pytest.raises(ConfigError, match="at least 16"):
         loads_config("", env={"XTC_POLICER_TOKENS": "short"})
+
+
+def test_lists_page_and_filter(db_url: str) -> None:
+    c, store = client(db_url)
+    for i in range(7):
+        assert c.post("/routers", json={"name": f"r{i}", "endpoint": f"tcp://127.0.0.1:{9000 + i}",
+                                        "capacity_pps": 1e5}, headers=AUTH).status_code == 201
+        store.record_poll(f"r{i}", [{"vr": "a", "state": "active" if i % 2 else "inactive"}, {"vr": "b"}])
+    for i in range(3):
+        c.post("/networks", json={"name": f"n{i}"}, headers=AUTH)
+    store.set_router_status("r3", "unreachable", "x", seen=False)
+    pages = [c.get("/routers", params={"limit": 3, "offset": o}).json() for o in (0, 3, 6, 9)]
+    assert [[r["name"] for r in p] for p in pages] == [["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6"], []]
+    assert [r["name"] for r in c.get("/routers", params={"status": "unreachable"}).json()] == ["r3"]
+    assert len(c.get("/vrs").json()) == 14
+    page = c.get("/vrs", params={"limit": 4, "offset": 2}).json()
+    assert [(v["router"], v["name"]) for v in page] == [("r1", "a"), ("r1", "b"), ("r2", "a"), ("r2", "b")]
+    assert {v["router"] for v in c.get("/vrs", params={"state": "active"}).json()} == {"r1", "r3", "r5"}
+    assert c.get("/vrs", params={"flagged": "true"}).json() == []
+    assert len(c.get("/vrs", params={"flagged": "false", "router": "r2"}).json()) == 2
+    c.put("/vrs/r2/a/setpoint", json={"setpoint_pps": 5000}, headers=AUTH)
+    c.put("/vrs/r4/b/setpoint", json={"setpoint_pps": 6000}, headers=AUTH)
+    assert [s["vr"] for s in c.get("/setpoints", params={"router": "r4"}).json()] == ["b"]
+    assert [s["router"] for s in c.get("/setpoints", params={"limit": 1, "offset": 1}).json()] == ["r4"]
+    assert [n["name"] for n in c.get("/networks", params={"limit": 2, "offset": 1}).json()] == ["n1", "n2"]
+    for bad in ({"limit": 0}, {"limit": 5001}, {"offset": -1}, {"limit": "1e3"}, {"status": "dead"}):
+        assert c.get("/routers", params=bad).status_code == 422, bad
+    store.close()

@@ -88,6 +88,8 @@ def _digits(v: object) -> object:
 
 
 Text = Annotated[str, AfterValidator(_utf8)]
+#: Paging of the lists: at most ``limit`` items after skipping ``offset`` (in the list's order).
+MAX_PAGE = 5000
 QueryInt = Annotated[int, BeforeValidator(_digits)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1..64 letters, digits, '_', '.', ':', '-'")]
 Pps = Annotated[float, Field(ge=1, le=MAX_PPS, allow_inf_nan=False, description="packets/s")]
@@ -252,6 +254,15 @@ class Health(BaseModel):
     routers: int | None = None
     unreachable: list[str] | None = None
     bad_replies: int | None = Field(None, description="daemon replies dropped as invalid since the start")
+    cycle_ms: dict[str, float] | None = Field(
+        None, description="policy cycle time over the recent cycles, milliseconds (p50, p99, max): from a cycle's "
+        "start until its last answering router is polled, planned and its commands answered")
+
+
+def _percentiles_ms(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    pick = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    return {"p50": round(pick(0.5) * 1000, 1), "p99": round(pick(0.99) * 1000, 1), "max": round(xs[-1] * 1000, 1)}
 
 
 def _router_out(r: dict[str, Any]) -> dict[str, Any]:
@@ -453,16 +464,24 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 _check(HTTPAuthorizationCredentials(scheme=scheme, credentials=tok.strip()) if scheme else None)
             except HTTPException:
                 return {"status": status}
-        routers = store.list_routers(include_removed=False)
+        routers = store.list_routers(include_removed=False)  # counted; only the unreachable ones are named
         running = engine is not None and engine.error is None
         return {"status": status, "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
-                "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0}
+                "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
+                "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
+
+    Limit = Annotated[QueryInt, Query(ge=1, le=MAX_PAGE, description=f"page size: at most this many items (1..{MAX_PAGE})")]
+    Offset = Annotated[QueryInt, Query(ge=0, le=2**62, description="page start: items skipped, in the list's order")]
+    Flagged = Annotated[bool | None, Query(description="only VRs punished to the last level (true) or only the others (false)")]
 
     # ----------------------------------------------------------------------------- routers
-    @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd, summary="All routers")
-    async def list_routers(_a: Reader) -> list[dict[str, Any]]:
-        return [_router_out(r) for r in store.list_routers()]
+    @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd,
+             summary="Routers by name, one page (limit, offset), optionally of one status")
+    async def list_routers(_a: Reader,
+                           status: Annotated[Literal["unknown", "reachable", "unreachable", "removed"] | None, Query()] = None,
+                           limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
+        return [_router_out(r) for r in store.list_routers(status=status, limit=limit, offset=offset)]
 
     @app.post("/routers", response_model=Router, status_code=201, tags=["routers"],
               responses={**_E401, **_E409}, summary="Register a router (a host and its daemon)")
@@ -489,10 +508,13 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return _router_out(store.remove_router(router, actor))
 
     # --------------------------------------------------------------------------------- vrs
-    @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd, summary="VRs as the daemons report them")
+    @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
+             summary="VRs as the daemons report them, by router and name, one page (limit, offset), filtered")
     async def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-                       network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None) -> list[dict[str, Any]]:
-        return store.list_vrs(router, network)
+                       network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+                       state: Annotated[Literal["inactive", "active", "paused"] | None, Query()] = None,
+                       flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
+        return store.list_vrs(router, network, state, flagged, limit, offset)
 
     @app.get("/vrs/{router}/{vr}", response_model=Vr, tags=["vrs"], responses={**rd, **_E404})
     async def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
@@ -514,14 +536,17 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return store.set_manual_setpoint(router, vr, None, actor)
 
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
-             summary="Every VR's setpoint and where it comes from")
-    async def list_setpoints(_a: Reader) -> list[dict[str, Any]]:
-        return store.list_setpoints()
+             summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
+    async def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+                             network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+                             flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
+        return store.list_setpoints(router, network, flagged, limit, offset)
 
     # ---------------------------------------------------------------------------- networks
-    @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd)
-    async def list_networks(_a: Reader) -> list[dict[str, Any]]:
-        return store.list_networks()
+    @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd,
+             summary="Networks by name, one page (limit, offset)")
+    async def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
+        return store.list_networks(limit, offset)
 
     @app.post("/networks", response_model=Network, status_code=201, tags=["networks"], responses={**_E401, **_E409})
     async def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:

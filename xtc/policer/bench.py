@@ -205,3 +205,66 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
                 proc.kill()
                 proc.wait()
     return res
+
+
+def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,
+                    duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
+                    request_timeout_s: float = 0.9) -> dict[str, Any]:
+    """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
+    process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
+    warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
+    gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
+    time (``/health``), when the dead routers were marked, the resident memory of both processes (MB)
+    and the API's requests/s and latency."""
+    import psutil
+
+    token = secrets.token_urlsafe(24)
+    out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
+                           "period_s": period_s}
+    with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
+        fl_file = Path(tmp) / "fleet.json"
+        warm = 6.0 + routers / 500
+        fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers), "--vrs",
+                                  str(vrs_per_router), "--dead", str(dead_fraction), "--out", str(fl_file),
+                                  "--warmup-s", str(warm + routers / 1000)], stdout=subprocess.PIPE, text=True)
+        proc = None
+        try:
+            t = time.monotonic()
+            while not fl_file.exists():
+                if fleet.poll() is not None or time.monotonic() - t > 120:
+                    raise RuntimeError("the fleet did not start")
+                time.sleep(0.1)
+            fl = json.loads(fl_file.read_text())
+            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s)
+            auth = {"Authorization": f"Bearer {token}"}
+            t_reg = time.monotonic()
+            with httpx.Client(base_url=base, timeout=30) as c:
+                for r in fl:
+                    c.post("/routers", json={"name": r["name"], "endpoint": r["endpoint"],
+                                             "capacity_pps": r["capacity_pps"], "control_mode": "on"}, headers=auth)
+                out["register_s"] = round(time.monotonic() - t_reg, 1)
+                dead = {r["name"] for r in fl if r["mode"] == "dead"}
+                marked: dict[str, float] = {}
+                while time.monotonic() - t_reg < out["register_s"] + 4 * period_s:
+                    for r in c.get("/routers", params={"status": "unreachable", "limit": 5000}).json():
+                        marked.setdefault(r["name"], time.monotonic() - t_reg)
+                    time.sleep(0.2)
+                out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
+                time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
+                h = c.get("/health").json()
+                out["policy_cycle_ms"] = h.get("cycle_ms")
+                out["rss_mb"] = {"policer": round(psutil.Process(proc.pid).memory_info().rss / 1e6),
+                                 "fleet": round(psutil.Process(fleet.pid).memory_info().rss / 1e6)}
+            fleet.terminate()
+            stats_line = fleet.communicate(timeout=60)[0].strip().splitlines()
+            out["fleet"] = json.loads(stats_line[-1]) if stats_line else None
+            out["api"] = asyncio.run(_load(base, token, api_rate_per_s, 5.0, 32, 0.2, 1))
+        finally:
+            for p in (proc, fleet):
+                if p is not None and p.poll() is None:
+                    p.terminate()
+                    try:
+                        p.wait(10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+    return out

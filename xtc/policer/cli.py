@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")
     s.add_argument("--write-fraction", type=float, default=0.2, help="share of writes (default 0.2)")
     s.add_argument("--json", action="store_true", help="JSON only (the default output is JSON too)")
+    s.add_argument("--fleet", type=int, default=0, metavar="ROUTERS",
+                   help="police a fleet of this many stand-in daemons (xtc_lab) first, then load the API")
+    s.add_argument("--vrs", type=int, default=16, help="VRs per fleet router (default 16)")
+    s.add_argument("--dead", type=float, default=0.1, help="share of the fleet's routers that are dead (default 0.1)")
     s.set_defaults(func=_cmd_bench)
 
     def client(name: str, help_: str) -> argparse.ArgumentParser:
@@ -169,8 +173,12 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench
+    from .bench import run_bench, run_fleet_bench
 
+    if args.fleet:
+        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate)
+        print(json.dumps(res, indent=1))
+        return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
                     write_fraction=args.write_fraction)
     print(json.dumps(res, indent=1))

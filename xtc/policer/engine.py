@@ -3,8 +3,9 @@
 Every ``period_s`` the engine asks each registered router's daemon for its VRs (``list``), records
 what it saw, runs :func:`xtc.policer.planner.plan_router` on the stored state, saves the new state and
 the decisions, and sends the commands that bring the daemon to the wanted state.  Routers are handled
-in parallel, so one that does not answer (marked ``unreachable``, with the error) delays no other;
-when it answers again the same reconciliation catches it up.
+concurrently, so one that does not answer (marked ``unreachable``, with the error, at its deadline,
+then retried with exponential backoff) delays no other; when it answers again the same
+reconciliation catches it up.
 
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
@@ -20,11 +21,13 @@ before a reboot, restarts from now).  Wall time is used only for the records' ti
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import math
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
@@ -63,6 +66,14 @@ def _vr_obs(row: dict[str, Any]) -> VrObs:
 class Engine:
     """Runs the policies every ``period_s`` seconds in a background thread (or one cycle on demand).
 
+    Each cycle sends ``list`` to every registered router that is not already being handled and not
+    waiting out a backoff, all at once through the :class:`~xtc.policer.link.LinkPool` (one event
+    loop over every exchange in flight, each with its own deadline, so silent daemons delay no
+    other).  As each reply arrives, one worker thread records it, plans the router and sends its
+    commands (setpoints, activation) in one more exchange.  A router that does not answer is marked
+    ``unreachable`` at its deadline and retried after ``period_s``, then twice as long each time, up
+    to ``max_backoff_s``; one answer resets that.
+
     Parameters
     ----------
     store : Store
@@ -76,30 +87,45 @@ class Engine:
     on_crash : callable, optional
         Called with the exception when a cycle fails unexpectedly (the service then exits so that
         its supervisor restarts it).
+    max_backoff_s : float
+        Longest wait between two attempts at an unreachable router, seconds.
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                 on_crash: Callable[[BaseException], None] | None = None, max_workers: int = 8,
-                 max_vrs_per_router: int = 4096):
+                 on_crash: Callable[[BaseException], None] | None = None, max_vrs_per_router: int = 4096,
+                 max_backoff_s: float = 30.0):
         self.store = store
         self.links = links
         self.period_s = period_s
         self.clock = clock
         self.on_crash = on_crash
         self.max_vrs_per_router = max_vrs_per_router
+        self.max_backoff_s = max_backoff_s
         self.cycles = 0
         #: Replies dropped because they were not valid (per router, and in all).
         self.bad_replies: dict[str, int] = {}
-        self._count_lock = threading.Lock()
         self.last_cycle_s: float | None = None
+        #: Wall seconds each router took from its ``list`` being sent to its commands' replies (last cycle).
+        self.router_s: dict[str, float] = {}
+        #: Seconds the worker spent on the last few cycles' store and planning work, and routers handled.
+        self.polled = 0
+        #: Seconds from each recent cycle's start until its last answering router was handled (planned,
+        #: commands answered): the policy cycle's time, newest last (at most 600 cycles).
+        self.cycle_s: collections.deque[float] = collections.deque(maxlen=600)
+        self._cycle: list[float] = [0.0, 0.0]  # the running cycle's start and its last answering router's end
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._inflight: dict[str, Future] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="policer-link")
+        self._worker: threading.Thread | None = None
+        self._work: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._busy: dict[str, threading.Event] = {}
+        self._busy_lock = threading.Lock()
+        self._backoff: dict[str, tuple[float, float]] = {}  # router -> (retry at, current backoff), clock seconds
 
     # ------------------------------------------------------------------------------- thread
     def start(self) -> None:
+        self._ensure_worker()
         self._thread = threading.Thread(target=self._run, name="policer-engine", daemon=True)
         self._thread.start()
 
@@ -107,8 +133,15 @@ class Engine:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._pool.shutdown(wait=True)
         self.links.close()
+        if self._worker is not None:
+            self._work.put((-1, 0, None))
+            self._worker.join(timeout=10)
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work_loop, name="policer-worker", daemon=True)
+            self._worker.start()
 
     def _run(self) -> None:
         next_t = time.monotonic()
@@ -116,10 +149,7 @@ class Engine:
             try:
                 self.run_cycle()
             except BaseException as e:  # a bug: stop, and let the service exit
-                self.error = e
-                log.critical("engine cycle failed", exc_info=True)
-                if self.on_crash is not None:
-                    self.on_crash(e)
+                self._crash(e)
                 return
             next_t += self.period_s
             delay = next_t - time.monotonic()
@@ -128,68 +158,113 @@ class Engine:
                 delay = 0
             self._stop.wait(delay)
 
-    # -------------------------------------------------------------------------------- cycle
-    def run_cycle(self, wait: bool = False) -> None:
-        """Start one cycle for every registered router whose previous cycle has finished.
-
-        Routers are handled in parallel and independently: one whose daemon hangs holds up only
-        itself (its next cycle starts when its request has timed out).  ``wait``: return only
-        when all of them are done (for tests and tools).
-        """
-        settings = self.store.settings()
-        now = self.clock()
-        routers = self.store.list_routers(include_removed=False)
-        started = []
-        for r in routers:
-            prev = self._inflight.get(r["name"])
-            if prev is not None and not prev.done():
-                continue
-            f = self._pool.submit(self.cycle_router, r, settings, now)
-            f.add_done_callback(self._check_failure)
-            self._inflight[r["name"]] = f
-            started.append(f)
-        if wait:
-            for f in started:
-                f.result()
-        self.cycles += 1
-        self.last_cycle_s = now
-
-    def _check_failure(self, f: Future) -> None:
-        e = f.exception()
-        if e is not None and self.error is None:
+    def _crash(self, e: BaseException) -> None:
+        if self.error is None:
             self.error = e
-            log.critical("router cycle failed", exc_info=e)
+            log.critical("engine cycle failed", exc_info=e)
             self._stop.set()
             if self.on_crash is not None:
                 self.on_crash(e)
 
+    # -------------------------------------------------------------------------------- cycle
+    def run_cycle(self, wait: bool = False) -> None:
+        """Start one cycle for every registered router whose previous cycle has finished.
+
+        ``wait``: return only when all of them are done (for tests and tools).
+        """
+        self._ensure_worker()
+        if self._cycle[1] > self._cycle[0]:
+            self.cycle_s.append(self._cycle[1] - self._cycle[0])
+        self._cycle = [time.monotonic(), 0.0]
+        settings = self.store.settings()
+        now = self.clock()
+        routers = self.store.list_routers(include_removed=False)
+        started = []
+        names = set()
+        for r in routers:
+            name = r["name"]
+            names.add(name)
+            retry = self._backoff.get(name)
+            if retry is not None and retry[0] > now:
+                continue
+            with self._busy_lock:
+                if name in self._busy:
+                    continue
+                done = self._busy[name] = threading.Event()
+            started.append(done)
+            self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
+                                lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0)))
+        for gone in set(self._backoff) - names:
+            self._backoff.pop(gone, None)
+        if wait:
+            for done in started:
+                while not done.wait(0.1):
+                    if self.error is not None:
+                        raise RuntimeError("engine failed") from self.error
+        self.cycles += 1
+        self.last_cycle_s = now
+
+    def _put(self, item: tuple) -> None:
+        # Failures first: marking a router unreachable is cheap and must not wait behind planning.
+        failed = any(isinstance(x, (LinkDown, DaemonRefused)) for x in item[-2])
+        self._work.put((0 if failed else 1, next(self._seq), item))
+
+    def _work_loop(self) -> None:
+        while True:
+            item = self._work.get()[2]
+            if item is None:
+                return
+            name = item[1] if item[0] == "cmds" else item[1]["name"]
+            try:
+                if item[0] == "list":
+                    _, r, settings, now, results, t0 = item
+                    if self._handle_list(r, settings, now, results[0], t0):
+                        continue  # commands in flight: the router stays busy
+                else:
+                    _, name, cmds, results, t0 = item
+                    self._handle_commands(name, cmds, results, t0)
+            except BaseException as e:
+                self._crash(e)
+            with self._busy_lock:
+                done = self._busy.pop(name, None)
+            if done is not None:
+                done.set()
+
     def _unreachable(self, name: str, err: str) -> None:
+        now = self.clock()
+        prev_backoff = self._backoff.get(name, (0.0, 0.0))[1]
+        backoff = min(self.max_backoff_s, max(self.period_s, 2 * prev_backoff))
+        self._backoff[name] = (now + backoff - 0.5 * self.period_s, backoff)
         prev = self.store.set_router_status(name, "unreachable", err, seen=False)
         if prev is not None and prev != "unreachable":
             self.store.audit("router_unreachable", "policer", name, None, {"error": err})
 
     def _bad_reply(self, name: str, err: str) -> None:
-        with self._count_lock:
-            self.bad_replies[name] = self.bad_replies.get(name, 0) + 1
+        self.bad_replies[name] = self.bad_replies.get(name, 0) + 1
         log.warning("router %s: reply dropped: %s", name, err)
         self._unreachable(name, "invalid reply dropped: " + err)
 
-    def cycle_router(self, r: dict[str, Any], settings: Settings, now: float) -> None:
+    def _handle_list(self, r: dict[str, Any], settings: Settings, now: float, result: Any, t0: float) -> bool:
+        """Record a ``list`` reply, plan the router, send its commands; True if commands are in flight."""
         name = r["name"]
-        link = self.links.get(name, r["endpoint"], r["curve_server_key"])
+        if isinstance(result, BadReply):
+            self._bad_reply(name, str(result))
+            return False
+        if isinstance(result, (LinkDown, DaemonRefused)):
+            self._unreachable(name, str(result))
+            return False
         try:
-            vrs = parse_vr_list(link.call("list"), self.max_vrs_per_router)
+            vrs = parse_vr_list(result, self.max_vrs_per_router)
         except BadReply as e:
             self._bad_reply(name, str(e))
-            return
-        except (LinkDown, DaemonRefused) as e:
-            self._unreachable(name, str(e))
-            return
+            return False
+        self._backoff.pop(name, None)
         prev = self.store.set_router_status(name, "reachable", None, seen=True)
         if prev is None:  # removed meanwhile
-            return
+            return False
         if prev == "unreachable":
             self.store.audit("router_reachable", "policer", name, None, {})
+        self.polled += 1
         self.store.record_poll(name, vrs)
         act, rows = self.store.router_state(name)
         act = ActivationState(act.on, _not_after(act.pending_since_s, now))
@@ -206,19 +281,36 @@ class Engine:
                          "punish_base_pps": p.punish_base_pps, "wanted_state": want[0], "wanted_setpoint_pps": want[1]}
         self.store.save_plan(name, plan.activation, plan.demand_pps, per_vr,
                              [(e.kind, e.vr, e.detail) for e in plan.events])
-        for cmd in plan.commands:
+        if not plan.commands:
+            self.router_s[name] = time.monotonic() - t0
+            self._cycle[1] = time.monotonic()
+            return False
+        cmds = list(plan.commands)
+        self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
+                            lambda _n, res: self._put(("cmds", name, cmds, res, t0)))
+        return True
+
+    def _handle_commands(self, name: str, cmds: list[Any], results: list[Any], t0: float) -> None:
+        self.router_s[name] = time.monotonic() - t0
+        records = []
+        failure = None
+        for cmd, res in zip(cmds, results):
             detail: dict[str, Any] = {"cmd": cmd.cmd}
             if cmd.setpoint_pps is not None:
                 detail["setpoint_pps"] = cmd.setpoint_pps
-            try:
-                link.call(cmd.cmd, **cmd.fields())
-            except DaemonRefused as e:
-                self.store.audit("command_refused", "policer", name, cmd.vr, {**detail, "code": e.code, "error": e.message})
-                continue
-            except BadReply as e:
-                self._bad_reply(name, str(e))
-                return
-            except LinkDown as e:
-                self._unreachable(name, str(e))
-                return
-            self.store.audit(cmd.cmd, "policer", name, cmd.vr, detail)
+            if isinstance(res, DaemonRefused):
+                records.append(("command_refused", cmd.vr, {**detail, "code": res.code, "error": res.message}))
+            elif isinstance(res, LinkDown):  # a BadReply too
+                failure = res
+                break
+            else:
+                records.append((cmd.cmd, cmd.vr, detail))
+        with self.store.tx() as db:  # the router's commands in one transaction
+            for kind, vr, detail in records:
+                self.store._audit(db, kind, "policer", name, vr, detail)
+        if failure is None:
+            self._cycle[1] = time.monotonic()
+        if isinstance(failure, BadReply):
+            self._bad_reply(name, str(failure))
+        elif failure is not None:
+            self._unreachable(name, str(failure))

@@ -1,7 +1,10 @@
 """The policer's side of the ZeroMQ link to the host daemons: the only module that talks to them.
 
-One :class:`DaemonLink` per router: a REQ socket (CURVE client when the router has a server key and
-the policer a key pair), replaced after a timeout so that a daemon that comes back is found again.
+The engine's link is :class:`LinkPool`: every exchange with every daemon in flight at once over one
+event loop (one poller), each on a DEALER socket opened for it and closed at its end or deadline
+(CURVE client when the router has a server key and the policer a key pair), so that no socket is
+held per router and silent daemons delay no other.  :class:`DaemonLink` is one blocking REQ client
+(tools and tests).
 A daemon's reply is untrusted input: its size is bounded on the socket (``MAXMSGSIZE``: a bigger
 frame drops the connection, seen here as no answer) and as a whole message (one frame of at most
 ``max_reply_bytes``), it must be strict JSON (no NaN, no Infinity, no duplicate keys, bounded
@@ -14,18 +17,21 @@ unreachable; :class:`DaemonRefused` (the daemon answered ``ok: false``) is a ref
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 from pydantic import ValidationError
 
 from xtc.daemon.api import API_VERSION, MAX_VR_NAME, ErrorReply, Instance, OkReply
 
-__all__ = ["LinkDown", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
+log = logging.getLogger("xtc.policer.link")
+
+__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
            "strict_json", "parse_vr_list", "VR_PATTERN"]
 
 DEFAULT_MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -115,7 +121,10 @@ class DaemonLink:
         if self._sock is None:
             if self.server_key and not self.curve_secret_file:
                 raise LinkDown("the daemon has a CURVE server key but the policer has no client key pair")
-            s = self.ctx.socket(zmq.REQ)
+            try:
+                s = self.ctx.socket(zmq.REQ)
+            except zmq.ZMQError as e:  # EMFILE: an error of this router, never of the process
+                raise LinkDown(f"cannot open a socket for {self.endpoint}: {e}") from None
             try:
                 s.setsockopt(zmq.LINGER, 0)
                 s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
@@ -162,17 +171,23 @@ class DaemonLink:
         with self.lock:
             self._seq += 1
             raw = self._exchange({"v": API_VERSION, "cmd": cmd, "id": self._seq, **fields})
-        try:
-            rep = strict_json(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise BadReply(f"{self.endpoint} sent a reply that is not strict JSON: {str(e)[:200]}") from None
-        try:
-            if isinstance(rep, dict) and rep.get("ok") is False:
-                err = ErrorReply.model_validate(rep).error
-                raise DaemonRefused(err.code, err.message[:1000])
-            return OkReply.model_validate(rep).result
-        except ValidationError as e:
-            raise BadReply(f"{self.endpoint} sent a reply that is not a manager-API reply: {_first_error(e)}") from None
+        return parse_reply(self.endpoint, raw)
+
+
+def parse_reply(endpoint: str, raw: bytes) -> dict[str, Any]:
+    """A daemon's reply (one frame) checked as a manager-API reply: its ``result``.  Raises
+    :class:`BadReply` (not strict JSON, not a reply) or :class:`DaemonRefused` (``ok: false``)."""
+    try:
+        rep = strict_json(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadReply(f"{endpoint} sent a reply that is not strict JSON: {str(e)[:200]}") from None
+    try:
+        if isinstance(rep, dict) and rep.get("ok") is False:
+            err = ErrorReply.model_validate(rep).error
+            raise DaemonRefused(err.code, err.message[:1000])
+        return OkReply.model_validate(rep).result
+    except ValidationError as e:
+        raise BadReply(f"{endpoint} sent a reply that is not a manager-API reply: {_first_error(e)}") from None
 
 
 def _first_error(e: ValidationError) -> str:
@@ -182,34 +197,220 @@ def _first_error(e: ValidationError) -> str:
     return f"{loc or '<reply>'}: {err['msg'][:200]} ({e.error_count()} problem(s))"
 
 
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit; returns the soft limit."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return 1024
+
+
+Callback = Callable[[str, list[Any]], None]
+
+
 class LinkPool:
-    """One :class:`DaemonLink` per router, rebuilt when its endpoint or keys change."""
+    """Every request to every daemon, in flight concurrently over one event loop (one poller).
+
+    :meth:`exchange` sends a list of requests to one router's daemon on a DEALER socket of its own,
+    opened for that exchange and closed when the replies are in or at the exchange's deadline
+    (``timeout_s`` after it was sent): no socket is kept per router, and a daemon that does not
+    answer holds up only its own exchange, whatever the number of silent ones.  At most
+    ``max_in_flight`` exchanges are open at once (the others wait their turn, their deadline
+    starting when they are sent); the ZeroMQ context's ``MAX_SOCKETS`` and the process's open-files
+    limit are raised to match, and a socket that still cannot be opened (EMFILE) is an error of
+    that router (:class:`LinkDown`), never of the process.  Each reply is checked as
+    :class:`DaemonLink` does (one frame of at most ``max_reply_bytes``, strict JSON, a manager-API
+    reply).
+
+    Parameters
+    ----------
+    timeout_s : float
+        Deadline of one exchange, seconds from its sending.
+    curve_secret_file : path or None
+        The policer's ``.key_secret`` (CURVE client keys), for routers that have a server key.
+    context : zmq.Context, optional
+    max_reply_bytes : int
+        Largest reply accepted, bytes.
+    max_in_flight : int, optional
+        Most exchanges open at once (default: what a third of the open-files limit allows, at most 8192).
+    """
 
     def __init__(self, timeout_s: float, curve_secret_file: str | Path | None = None,
-                 context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES):
+                 context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+                 max_in_flight: int | None = None):
         self.timeout_s = timeout_s
         self.curve_secret_file = curve_secret_file
         self.max_reply_bytes = max_reply_bytes
-        self.ctx = context or zmq.Context.instance()
-        self._links: dict[str, DaemonLink] = {}
-        self._lock = threading.Lock()
+        nofile = raise_open_files_limit()
+        self.max_in_flight = max_in_flight or max(16, min(8192, (nofile - 512) // 3))
+        self._own_ctx = context is None
+        self.ctx = context or zmq.Context()
+        try:
+            self.ctx.set(zmq.MAX_SOCKETS, max(self.ctx.get(zmq.MAX_SOCKETS), self.max_in_flight + 64))
+        except zmq.ZMQError:
+            pass
+        #: Sockets that could not be opened (EMFILE and the like) since the start.
+        self.socket_errors = 0
+        self.in_flight = 0
+        self._seq = 0
+        self._loop: Any = None
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
 
-    def get(self, router: str, endpoint: str, server_key: str | None) -> DaemonLink:
-        with self._lock:
-            link = self._links.get(router)
-            if link is None or link.endpoint != endpoint or link.server_key != server_key:
-                if link is not None:
-                    link.close()
-                link = DaemonLink(endpoint, self.timeout_s, self.curve_secret_file, server_key, self.ctx,
-                                  self.max_reply_bytes)
-                self._links[router] = link
-            return link
+    # ------------------------------------------------------------------------- the I/O thread
+    def _ensure_loop(self) -> Any:
+        import asyncio
+
+        with self._start_lock:
+            if self._closed:
+                raise RuntimeError("the link pool is closed")
+            if self._loop is None:
+                import zmq.asyncio
+
+                self._actx = zmq.asyncio.Context.shadow(self.ctx)
+                self._loop = asyncio.new_event_loop()
+                self._sem = asyncio.Semaphore(self.max_in_flight)
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(self._loop)
+                    self._loop.call_soon(ready.set)
+                    self._loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name="policer-links", daemon=True)
+                self._thread.start()
+                ready.wait()
+            return self._loop
+
+    def exchange(self, router: str, endpoint: str, server_key: str | None, requests: list[dict[str, Any]],
+                 callback: Callback) -> None:
+        """Send ``requests`` (``{"cmd": ..., fields}``) to a router's daemon, in order, without waiting.
+
+        ``callback(router, results)`` is called from the I/O thread once, with one entry per request:
+        the reply's ``result`` or the exception (:class:`LinkDown`, :class:`BadReply`,
+        :class:`DaemonRefused`); requests without an answer at the deadline get :class:`LinkDown`.
+        """
+        import asyncio
+
+        loop = self._ensure_loop()
+        asyncio.run_coroutine_threadsafe(self._exchange(router, endpoint, server_key, requests, callback), loop)
+
+    def _open(self, endpoint: str, server_key: str | None) -> Any:
+        if server_key and not self.curve_secret_file:
+            raise LinkDown("the daemon has a CURVE server key but the policer has no client key pair")
+        try:
+            s = self._actx.socket(zmq.DEALER)
+        except zmq.ZMQError as e:  # EMFILE, too many sockets: this router's error
+            self.socket_errors += 1
+            raise LinkDown(f"cannot open a socket for {endpoint}: {e}") from None
+        try:
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.MAXMSGSIZE, self.max_reply_bytes)
+            s.setsockopt(zmq.RCVHWM, 64)
+            if server_key:
+                from xtc.daemon.curve import client_options
+
+                client_options(s, self.curve_secret_file, server_key)  # type: ignore[arg-type]
+            s.connect(endpoint)
+        except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
+            s.close(0)
+            raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
+        return s
+
+    async def _exchange(self, router: str, endpoint: str, server_key: str | None, requests: list[dict[str, Any]],
+                        callback: Callback) -> None:
+        import asyncio
+
+        results: list[Any] = []
+        try:
+            async with self._sem:
+                self.in_flight += 1
+                try:
+                    results = await self._talk(endpoint, server_key, requests)
+                finally:
+                    self.in_flight -= 1
+        except LinkDown as e:
+            results = results or []
+            results += [e] * (len(requests) - len(results))
+        except asyncio.CancelledError:
+            return
+        try:
+            callback(router, results)
+        except BaseException:  # the callback's owner records its own failures
+            log.exception("link callback failed")
+
+    async def _talk(self, endpoint: str, server_key: str | None, requests: list[dict[str, Any]]) -> list[Any]:
+        import asyncio
+
+        s = self._open(endpoint, server_key)
+        results: list[Any] = []
+        deadline = self._loop.time() + self.timeout_s
+        try:
+            for doc in requests:
+                self._seq += 1
+                await s.send_multipart([b"", json.dumps({"v": API_VERSION, "id": self._seq, **doc}).encode()])
+            while len(results) < len(requests):
+                left = deadline - self._loop.time()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                frames = await asyncio.wait_for(s.recv_multipart(copy=True), left)
+                if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
+                    size = sum(len(f) for f in frames)
+                    raise BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
+                                   f"(one frame of at most {self.max_reply_bytes} bytes expected)")
+                try:
+                    results.append(parse_reply(endpoint, frames[1]))
+                except (BadReply, DaemonRefused) as e:
+                    results.append(e)
+                    if isinstance(e, BadReply):
+                        break
+        except asyncio.TimeoutError:
+            err = LinkDown(f"no answer from {endpoint} within {int(self.timeout_s * 1000)} ms")
+            return results + [err] * (len(requests) - len(results))
+        except BadReply as e:
+            return results + [e] * (len(requests) - len(results))
+        except zmq.ZMQError as e:
+            err = LinkDown(f"{endpoint}: {e}")
+            return results + [err] * (len(requests) - len(results))
+        finally:
+            s.close(0)
+        if results and isinstance(results[-1], BadReply):
+            results += [results[-1]] * (len(requests) - len(results))
+        return results
 
     def close(self) -> None:
-        with self._lock:
-            for link in self._links.values():
-                link.close()
-            self._links.clear()
+        """Stop the I/O thread (exchanges in flight get no callback) and close the sockets."""
+        import asyncio
+
+        with self._start_lock:
+            self._closed = True
+            loop = self._loop
+        if loop is None:
+            if self._own_ctx:
+                self.ctx.term()
+            return
+
+        async def _cancel() -> None:
+            for t in asyncio.all_tasks():
+                if t is not asyncio.current_task():
+                    t.cancel()
+            await asyncio.sleep(0)
+
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel(), loop).result(5)
+        except Exception:
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._own_ctx:
+            self.ctx.destroy(0)
 
 
 #: A VR name the policer stores: what its API's paths can address (the daemon's limit of

@@ -217,9 +217,20 @@ class Store:
             "created_unix_s": r["created_unix_s"],
         }
 
-    def list_routers(self, include_removed: bool = True) -> list[dict[str, Any]]:
-        rows = self._read("SELECT * FROM routers ORDER BY name")
-        return [self._router(r) for r in rows if include_removed or r["status"] != "removed"]
+    def list_routers(self, include_removed: bool = True, status: str | None = None, limit: int = -1,
+                     offset: int = 0) -> list[dict[str, Any]]:
+        """Routers by name; ``status`` filters, ``limit`` (-1: all) and ``offset`` page."""
+        sql, args = "SELECT * FROM routers", []
+        conds = []
+        if not include_removed:
+            conds.append("status != 'removed'")
+        if status is not None:
+            conds.append("status = ?")
+            args.append(status)
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        rows = self._read(sql + " ORDER BY name LIMIT ? OFFSET ?", (*args, limit, offset))
+        return [self._router(r) for r in rows]
 
     def get_router(self, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM routers WHERE name=?", (name,))
@@ -312,18 +323,25 @@ class Store:
             "flagged": r["punish_level"] >= 3,
         }
 
-    def list_vrs(self, router: str | None = None, network: str | None = None) -> list[dict[str, Any]]:
+    def list_vrs(self, router: str | None = None, network: str | None = None, state: str | None = None,
+                 flagged: bool | None = None, limit: int = -1, offset: int = 0,
+                 with_setpoint: bool = False) -> list[dict[str, Any]]:
+        """VRs by router and name; filters (``with_setpoint``: a manual or derived setpoint), then a page
+        (``limit`` -1: all)."""
         sql, args = "SELECT * FROM vrs", []
         conds = []
-        if router is not None:
-            conds.append("router=?")
-            args.append(router)
-        if network is not None:
-            conds.append("network=?")
-            args.append(network)
+        for col, val in (("router", router), ("network", network), ("state", state)):
+            if val is not None:
+                conds.append(f"{col}=?")
+                args.append(val)
+        if flagged is not None:
+            conds.append("punish_level >= 3" if flagged else "punish_level < 3")
+        if with_setpoint:
+            conds.append("(manual_setpoint_pps IS NOT NULL OR derived_setpoint_pps IS NOT NULL)")
         if conds:
             sql += " WHERE " + " AND ".join(conds)
-        return [self._vr(r) for r in self._read(sql + " ORDER BY router, name", tuple(args))]
+        rows = self._read(sql + " ORDER BY router, name LIMIT ? OFFSET ?", (*args, limit, offset))
+        return [self._vr(r) for r in rows]
 
     def get_vr(self, router: str, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM vrs WHERE router=? AND name=?", (router, name))
@@ -349,9 +367,10 @@ class Store:
             self._audit(db, "manual_setpoint", actor, router, name, {"setpoint_pps": setpoint_pps})
         return self.get_vr(router, name)
 
-    def list_setpoints(self) -> list[dict[str, Any]]:
+    def list_setpoints(self, router: str | None = None, network: str | None = None, flagged: bool | None = None,
+                       limit: int = -1, offset: int = 0) -> list[dict[str, Any]]:
         out = []
-        for v in self.list_vrs():
+        for v in self.list_vrs(router, network, None, flagged, limit, offset, with_setpoint=True):
             if v["manual_setpoint_pps"] is not None:
                 sp, src = v["manual_setpoint_pps"], "manual"
             elif v["derived_setpoint_pps"] is not None:
@@ -371,8 +390,8 @@ class Store:
             sla = {"min_pps": r["sla_min_pps"], "max_pps": r["sla_max_pps"], "weight": r["sla_weight"]}
         return {"name": r["name"], "description": r["description"], "sla": sla}
 
-    def list_networks(self) -> list[dict[str, Any]]:
-        return [self._net(r) for r in self._read("SELECT * FROM networks ORDER BY name")]
+    def list_networks(self, limit: int = -1, offset: int = 0) -> list[dict[str, Any]]:
+        return [self._net(r) for r in self._read("SELECT * FROM networks ORDER BY name LIMIT ? OFFSET ?", (limit, offset))]
 
     def get_network(self, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM networks WHERE name=?", (name,))

@@ -1,0 +1,323 @@
+"""A fleet of stand-in XTC daemons in one process, for testing and benchmarking the policer at scale.
+
+Each :class:`FakeDaemon` answers the manager API (docs/manager-api.md) on its own ROUTER socket
+(a REP for its clients): requests are validated by the daemon's own :func:`xtc.daemon.api.parse_request`
+and answered with :func:`~xtc.daemon.api.ok_reply` / :func:`~xtc.daemon.api.error_reply`, with the
+same command semantics (``activate`` only an inactive VR, ``setpoint`` only an active or paused one,
+``unknown_vr``, ``bad_state``...).  Its VRs are cheap stand-ins, not the simulated plant: a VR is
+offered a fixed rate (a few with traffic that does not back off) and forwards
+``min(offered, setpoint)`` while active, with a cap proportional to it.  With ``publish`` each
+daemon also publishes its samples every period on a PUB socket, as the real one does.
+
+Some daemons misbehave, as a real network's do: ``dead`` ones never bind (no answer at all),
+``slow`` ones answer after ``slow_s``, ``flapping`` ones answer for ``flap_s`` then stay silent for
+``flap_s``.  Every daemon runs as a coroutine on one asyncio loop (epoll over all the sockets), in a
+thread (:meth:`Fleet.start`) or as a process (``python -m xtc_lab.policer_fleet``: writes the
+routers to a JSON file, serves until SIGTERM, then prints its statistics as one JSON line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from xtc.daemon import api
+
+__all__ = ["Fleet", "FakeDaemon", "FakeVr"]
+
+MAX_SETPOINT_PPS = 1e8
+
+
+class FakeVr:
+    """A cheap stand-in VR: offered ``offered_pps``, forwards ``min(offered, setpoint)`` while active."""
+
+    __slots__ = ("name", "offered_pps", "state", "setpoint_pps")
+
+    def __init__(self, name: str, offered_pps: float):
+        self.name = name
+        self.offered_pps = offered_pps
+        self.state = "inactive"
+        self.setpoint_pps: float | None = None
+
+    def instance(self) -> dict[str, Any]:
+        """The VR as the manager API's ``Instance`` object."""
+        on = self.state != "inactive"
+        fwd = min(self.offered_pps, self.setpoint_pps) if self.state == "active" and self.setpoint_pps else self.offered_pps
+        return {"vr": self.name, "state": self.state, "present": True, "setpoint_pps": self.setpoint_pps,
+                "measured_pps": float(fwd), "offered_pps": float(self.offered_pps),
+                "cap_percent": round(fwd / 1000.0, 3) if on else None, "original_cap_percent": None,
+                "original_record": None, "actuation_error": None}
+
+
+class FakeDaemon:
+    """One stand-in daemon: its name, endpoint, behaviour (``ok``, ``dead``, ``slow``, ``flapping``) and VRs."""
+
+    def __init__(self, name: str, endpoint: str, mode: str, vrs: list[FakeVr], pub_endpoint: str | None = None):
+        self.name = name
+        self.endpoint = endpoint
+        self.pub_endpoint = pub_endpoint
+        self.mode = mode
+        self.vrs = {v.name: v for v in vrs}
+        #: Monotonic times of the ``list`` requests answered, and counts of the other commands.
+        self.list_times: list[float] = []
+        self.commands: dict[str, int] = {}
+        self.silent = False
+
+    def handle(self, raw: bytes) -> bytes:
+        """One request -> one reply, as the daemon's REP socket would answer it."""
+        try:
+            req = api.parse_request(raw, 65536, MAX_SETPOINT_PPS)
+        except api.ApiError as e:
+            return api.error_reply(e)
+        try:
+            return api.ok_reply(self._do(req), req.id)
+        except api.ApiError as e:
+            return api.error_reply(e, req.id)
+
+    def _do(self, req: api.Request) -> dict[str, Any]:
+        if req.cmd == "ping":
+            return {"pong": True, "instances": sum(v.state != "inactive" for v in self.vrs.values())}
+        if req.cmd == "list":
+            self.list_times.append(time.monotonic())
+            return {"vrs": [v.instance() for v in self.vrs.values()]}
+        self.commands[req.cmd] = self.commands.get(req.cmd, 0) + 1
+        v = self.vrs.get(req.vr or "")
+        if v is None:
+            raise api.ApiError("unknown_vr", f"no VR named {req.vr!r}")
+        allowed = {"status": ("inactive", "active", "paused"), "activate": ("inactive",), "pause": ("active",),
+                   "resume": ("paused",), "deactivate": ("active", "paused"), "setpoint": ("active", "paused")}
+        if v.state not in allowed[req.cmd]:
+            raise api.ApiError("bad_state", f"'{req.cmd}' does not apply to a VR that is {v.state}")
+        if req.cmd == "activate":
+            v.state, v.setpoint_pps = "active", req.setpoint_pps
+        elif req.cmd == "setpoint":
+            v.setpoint_pps = req.setpoint_pps
+        elif req.cmd == "pause":
+            v.state = "paused"
+        elif req.cmd == "resume":
+            v.state = "active"
+        elif req.cmd == "deactivate":
+            v.state, v.setpoint_pps = "inactive", None
+        return v.instance()
+
+
+class Fleet:
+    """Thousands of stand-in daemons on one event loop.
+
+    Parameters
+    ----------
+    n_routers : int
+    vrs_per_router : int
+    dead_fraction, slow_fraction, flapping_fraction : float
+        Shares of the routers that never answer, answer after ``slow_s``, or flap every ``flap_s``.
+    transport : str
+        ``ipc`` (sockets in ``directory``) or ``tcp`` (loopback, ephemeral ports).
+    period_s : float
+        Seconds between published samples (with ``publish``).
+    seed : int
+        Which routers misbehave and the VRs' offered rates.
+    """
+
+    def __init__(self, n_routers: int, vrs_per_router: int = 16, dead_fraction: float = 0.1,
+                 slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
+                 flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
+                 publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0):
+        rng = random.Random(seed)
+        self.capacity_pps = capacity_pps
+        self.slow_s = slow_s
+        self.flap_s = flap_s
+        self.period_s = period_s
+        self.publish = publish
+        self._tmp = None
+        if transport == "ipc" and directory is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="xfl")
+            directory = self._tmp.name
+        modes = (["dead"] * round(n_routers * dead_fraction) + ["slow"] * round(n_routers * slow_fraction)
+                 + ["flapping"] * round(n_routers * flapping_fraction))
+        modes += ["ok"] * (n_routers - len(modes))
+        rng.shuffle(modes)
+        self.daemons: list[FakeDaemon] = []
+        for i, mode in enumerate(modes):
+            name = f"r{i:05d}"
+            ep = f"ipc://{directory}/{i}" if transport == "ipc" else "tcp://127.0.0.1:*"
+            pub = (f"ipc://{directory}/{i}.pub" if transport == "ipc" else "tcp://127.0.0.1:*") if publish else None
+            share = capacity_pps / vrs_per_router
+            vrs = [FakeVr(f"vr{j}", round(share * rng.uniform(0.3, 1.4) * (3.0 if rng.random() < 0.02 else 1.0)))
+                   for j in range(vrs_per_router)]
+            self.daemons.append(FakeDaemon(name, ep, mode, vrs, pub))
+        self.ctx = zmq.asyncio.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, 4 * n_routers + 1024)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # ---------------------------------------------------------------------------- serving
+    async def _bind_all(self) -> None:
+        from xtc.policer.link import raise_open_files_limit
+
+        raise_open_files_limit()
+        for d in self.daemons:
+            if d.mode == "dead":
+                if d.endpoint.startswith("tcp"):  # a port nobody listens on
+                    s = self.ctx.socket(zmq.ROUTER)
+                    port = s.bind_to_random_port("tcp://127.0.0.1")
+                    s.close(0)
+                    d.endpoint = f"tcp://127.0.0.1:{port}"
+                continue
+            s = self.ctx.socket(zmq.ROUTER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.bind(d.endpoint)
+            d.endpoint = s.getsockopt_string(zmq.LAST_ENDPOINT)
+            self._tasks.append(asyncio.ensure_future(self._serve(d, s)))
+            if d.pub_endpoint:
+                p = self.ctx.socket(zmq.PUB)
+                p.setsockopt(zmq.LINGER, 0)
+                p.bind(d.pub_endpoint)
+                d.pub_endpoint = p.getsockopt_string(zmq.LAST_ENDPOINT)
+                self._tasks.append(asyncio.ensure_future(self._publish(d, p)))
+            if d.mode == "flapping":
+                self._tasks.append(asyncio.ensure_future(self._flap(d)))
+
+    async def _serve(self, d: FakeDaemon, s: zmq.asyncio.Socket) -> None:
+        try:
+            while True:
+                frames = await s.recv_multipart()
+                if d.silent:
+                    continue
+                if d.mode == "slow":
+                    asyncio.get_running_loop().call_later(self.slow_s, self._reply_later, d, s, frames)
+                    continue
+                self._reply(d, s, frames)
+        finally:
+            s.close(0)
+
+    def _reply(self, d: FakeDaemon, s: zmq.asyncio.Socket, frames: list[bytes]) -> None:
+        try:
+            delim = frames.index(b"")
+        except ValueError:
+            return
+        body = frames[delim + 1] if len(frames) == delim + 2 else b"\xff"  # more than one frame: bad_json
+        s.send_multipart([*frames[:delim + 1], d.handle(body)], flags=zmq.NOBLOCK)
+
+    def _reply_later(self, d: FakeDaemon, s: zmq.asyncio.Socket, frames: list[bytes]) -> None:
+        try:
+            self._reply(d, s, frames)
+        except zmq.ZMQError:
+            pass
+
+    async def _publish(self, d: FakeDaemon, p: zmq.asyncio.Socket) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.period_s)
+                t = time.time()
+                for v in d.vrs.values():
+                    p.send_multipart(api.sample_message({**v.instance(), "t_unix_s": t, "period_s": self.period_s}),
+                                     flags=zmq.NOBLOCK)
+        finally:
+            p.close(0)
+
+    async def _flap(self, d: FakeDaemon) -> None:
+        while True:
+            await asyncio.sleep(self.flap_s)
+            d.silent = not d.silent
+
+    def start(self) -> "Fleet":
+        """Serve in a background thread; returns once every socket is bound."""
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._bind_all())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="policer-fleet", daemon=True)
+        self._thread.start()
+        ready.wait(120)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            async def _cancel() -> None:
+                for t in self._tasks:
+                    t.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+            asyncio.run_coroutine_threadsafe(_cancel(), self._loop).result(30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(10)
+        self.ctx.destroy(0)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    # ------------------------------------------------------------------------------ reports
+    def routers(self) -> list[dict[str, Any]]:
+        """What to register with the policer: name, endpoint, capacity, and the behaviour."""
+        return [{"name": d.name, "endpoint": d.endpoint, "capacity_pps": self.capacity_pps, "mode": d.mode,
+                 "pub_endpoint": d.pub_endpoint} for d in self.daemons]
+
+    def stats(self, since_s: float = 0.0) -> dict[str, Any]:
+        """Per behaviour: routers, ``list`` requests answered after monotonic ``since_s``, the longest
+        gap between two of one router's ``list`` requests (seconds), routers never polled, and commands."""
+        out: dict[str, Any] = {}
+        for d in self.daemons:
+            m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {}})
+            m["routers"] += 1
+            times = [t for t in d.list_times if t >= since_s]
+            m["lists"] += len(times)
+            if not times:
+                m["never_polled"] += 1
+            for a, b in zip(times, times[1:]):
+                m["max_gap_s"] = max(m["max_gap_s"], round(b - a, 3))
+            for k, n in d.commands.items():
+                m["commands"][k] = m["commands"].get(k, 0) + n
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a fleet as a process: write its routers to ``--out`` (JSON), serve until SIGTERM, print statistics."""
+    p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_fleet", description=main.__doc__)
+    p.add_argument("--routers", type=int, default=1000)
+    p.add_argument("--vrs", type=int, default=16)
+    p.add_argument("--dead", type=float, default=0.1)
+    p.add_argument("--slow", type=float, default=0.0)
+    p.add_argument("--flapping", type=float, default=0.0)
+    p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
+    p.add_argument("--publish", action="store_true")
+    p.add_argument("--out", required=True, help="JSON file the routers are written to")
+    p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")
+    args = p.parse_args(argv)
+    fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, transport=args.transport,
+                  publish=args.publish).start()
+    tmp = Path(args.out + ".tmp")
+    tmp.write_text(json.dumps(fleet.routers()))
+    tmp.rename(args.out)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    since = time.monotonic() + args.warmup_s
+    while not stop.wait(0.2):
+        pass
+    stats = fleet.stats(since)
+    fleet.stop()
+    print(json.dumps(stats), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
