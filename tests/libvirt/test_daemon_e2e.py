@@ -69,7 +69,8 @@ import pytest
 
 from xtc.daemon.ctl import ManagerClient, watch_samples
 
-pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(150)]
+TEST_TIMEOUT_S = 150
+pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 OFFERED_PPS = 100_000
 PAYLOAD_BYTES = 64
@@ -81,6 +82,10 @@ TOLERANCE = 0.10  # the mean forwarded rate must be within 10% of the setpoint
 # The lowest free rate the tests run at: a 30% setpoint is then >= 1500 pps, 3000 packets in a 2 s
 # mean, so a 10% error is 300 packets, far above the counting noise (a few packets).
 MIN_FREE_PPS = 5_000
+# Every test's stream outlasts the test's time limit (it is stopped when the test ends): on a busy
+# host the daemon's start and ``xtc ctl`` take seconds, and a stream that ended mid-test would
+# read as a setpoint missed.
+STREAM_S = TEST_TIMEOUT_S
 
 _spec = importlib.util.spec_from_file_location(
     "xtc_daemon_process_helpers", Path(__file__).resolve().parents[1] / "daemon" / "conftest.py"
@@ -388,7 +393,7 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
     sp1, sp2 = setpoint_for(lab, 0.30), setpoint_for(lab, 0.55)
     assert_original(lab)
     run_s = 30.0
-    with lab.stream(2 * run_s + 15) as stream, RateTrace(lambda: lab.vifs) as trace:
+    with lab.stream(STREAM_S) as stream, RateTrace(lambda: lab.vifs) as trace:
         d = daemon()
         time.sleep(1.0)
         t_act = time.monotonic()
@@ -430,7 +435,7 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
 def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_original: Lab, daemon) -> None:
     lab = at_original
     sp = setpoint_for(lab, 0.30)
-    with lab.stream(90) as stream:
+    with lab.stream(STREAM_S) as stream:
         d1 = daemon()
         settle_s = activate_and_settle(lab, d1, sp)
         d1.signal(signal.SIGKILL)
@@ -470,7 +475,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
     lab = at_original
     sp = setpoint_for(lab, 0.30)
     report = []
-    with lab.stream(90) as stream:
+    with lab.stream(STREAM_S) as stream:
         d = daemon()
         with Samples(f"ipc://{d.dir}/pub.sock", lab.vr.name) as samples:
             activate_and_settle(lab, d, sp)
@@ -519,7 +524,7 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
 
     lab = at_original
     sp, sp_after = setpoint_for(lab, 0.30), setpoint_for(lab, 0.45)
-    with lab.stream(80) as stream, RateTrace(lambda: lab.vifs, dt_s=0.5) as trace:
+    with lab.stream(STREAM_S) as stream, RateTrace(lambda: lab.vifs, dt_s=0.5) as trace:
         d = daemon()
         activate_and_settle(lab, d, sp)
         q_before = sched_params(lab.uri, lab.vr.name)
