@@ -51,11 +51,13 @@ MIN_FREE_PPS = 5_000
 
 @pytest.mark.timeout(3 * 150)
 def test_lab_run_tracking_quick(libvirtd, tmp_path: Path) -> None:
-    # The experiment's setpoints scale to the free rate measured at its start; a burst of other
-    # work later in the run can still take the VR's CPU below a setpoint.  So a run that misses a
-    # setpoint is repeated (up to 3 runs, all recorded and printed) and the tolerance is asserted
-    # on the first run that holds them, else on the last: load can only lower the forwarded rate,
-    # never make a controller that cannot track look like one that does.
+    # The experiment's setpoints scale to the free rate measured at its start, but the load of a
+    # shared host changes during a run: a burst of other work takes the VR's CPU, and when it ends
+    # the cap the controller raised meanwhile overshoots until the next periods correct it (seen:
+    # +16.5% over an 8 s step).  So a run that misses a setpoint is repeated (up to 3 runs, all
+    # recorded and printed) and the tolerance is asserted on the first run that holds them, else
+    # on the last: a change of load disturbs a run by chance, a controller that cannot track
+    # misses in every run.
     runs = []
     for i in range(3):
         out = tmp_path / f"run{i}"
