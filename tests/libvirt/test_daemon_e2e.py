@@ -442,7 +442,15 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         assert d1.wait(10) == -signal.SIGKILL
         # Nobody restored anything: the VR stays capped while no daemon runs.
         q_dead = sched_params(lab.uri, lab.vr.name)
-        rate_dead = forwarded_pps(lab.vifs, 4.0)
+        # At a fixed cap the rate follows the host's load (no controller corrects it now): up to 3
+        # samples of 4 s, all recorded; every one must stay limited (the upper bound), the one
+        # closest to the setpoint must be near it (a burst of other work lowers a sample).
+        dead = []
+        for _ in range(3):
+            dead.append(forwarded_pps(lab.vifs, 4.0))
+            if abs(dead[-1] - sp) <= 2 * TOLERANCE * sp:
+                break
+        rate_dead = min(dead, key=lambda r: abs(r - sp))
         assert quota_limited(q_dead) and sched_params(lab.uri, lab.vr.name) == q_dead
         # The VR restarts meanwhile: unlimited, with its XML's period.
         lab.restart_vr(new_vifs=False)
@@ -466,7 +474,8 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         f"{rate_dead:.0f} pps while no daemon ran; VR restarted unlimited; new daemon capped it in {recapped:.1f} s "
         f"({q_run and q_run['vcpu_quota']} us / {q_run and q_run['vcpu_period']} us) and holds {mean:.0f} pps for setpoint "
         f"{sp:.0f} (error {100 * (mean - sp) / sp:+.1f}%)")
-    assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp  # still limited, near the setpoint
+    assert max(dead) <= (1 + 2 * TOLERANCE) * sp, dead  # still limited ...
+    assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp, dead  # ... near the setpoint
     assert abs(mean - sp) <= TOLERANCE * sp
     assert_original(lab)
 
