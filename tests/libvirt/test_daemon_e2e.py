@@ -19,7 +19,9 @@ are read back through libvirt (``schedulerParameters()`` on a fresh connection).
 
 What is proved:
 
-* setpoints: the forwarded rate, averaged over the second half of a ~30 s run, is within 10% of a
+* setpoints (scaled to what the unlimited VR forwards at the start of each test, the median of
+  three 2 s samples, so the tests run at whatever rate a busy host forwards): the forwarded rate,
+  averaged over the second half of a ~30 s run, is within 10% of a
   setpoint at 30% of the rate the unlimited VR forwards; then within 10% of a second setpoint set
   live with ``xtc ctl setpoint``; SIGTERM gives the domain back exactly ``vcpu_period`` 50000 and
   ``vcpu_quota`` -1;
@@ -67,7 +69,8 @@ import pytest
 
 from xtc.daemon.ctl import ManagerClient, watch_samples
 
-pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(150)]
+TEST_TIMEOUT_S = 150
+pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 OFFERED_PPS = 100_000
 PAYLOAD_BYTES = 64
@@ -76,6 +79,13 @@ ORIG_QUOTA_US = -1
 XML_PERIOD_US = 100_000
 ORIGINAL = {"vcpu_period": ORIG_PERIOD_US, "vcpu_quota": ORIG_QUOTA_US}
 TOLERANCE = 0.10  # the mean forwarded rate must be within 10% of the setpoint
+# The lowest free rate the tests run at: a 30% setpoint is then >= 1500 pps, 3000 packets in a 2 s
+# mean, so a 10% error is 300 packets, far above the counting noise (a few packets).
+MIN_FREE_PPS = 5_000
+# Every test's stream outlasts the test's time limit (it is stopped when the test ends): on a busy
+# host the daemon's start and ``xtc ctl`` take seconds, and a stream that ended mid-test would
+# read as a setpoint missed.
+STREAM_S = TEST_TIMEOUT_S
 
 _spec = importlib.util.spec_from_file_location(
     "xtc_daemon_process_helpers", Path(__file__).resolve().parents[1] / "daemon" / "conftest.py"
@@ -220,6 +230,26 @@ class Lab:
             conn.close()
         NetLab._wait_links(self.vr.vifs)
 
+    def measure_free(self) -> None:
+        """Measure what the unlimited VR forwards now (``free_pps``): the median of 3 samples of 2 s.
+
+        Measured before every test, not once per module: the setpoints scale to what this host
+        forwards at the time (a shared machine's load changes between tests).  The median, not the
+        best, because the setpoints must stay reachable for the whole test: one sample disturbed in
+        either direction (a burst of other work, or a quiet moment) does not set them.
+        """
+        with self.stream(10) as s:
+            time.sleep(1.5)
+            samples = [forwarded_pps(self.vifs, 2.0) for _ in range(3)]
+            s.stop()
+        self.free_pps = sorted(samples)[1]
+        say(f"lab {self.netlab.prefix}: VR {self.vr.name}, offered {OFFERED_PPS} pps of {PAYLOAD_BYTES}-byte UDP, "
+            f"unlimited VR forwards {', '.join(f'{r:.0f}' for r in samples)} pps (median {self.free_pps:.0f})")
+        # Not a skip: the setpoints scale to any rate; below this floor the lab itself is broken
+        # (a forwarder that does not forward), or a 2 s mean of a 30% setpoint has too few packets.
+        assert self.free_pps >= MIN_FREE_PPS, (
+            f"the unlimited VR forwards only {samples} pps (floor {MIN_FREE_PPS}): the lab does not forward")
+
     def stream(self, seconds: float) -> Any:
         from xtc_lab.lab.traffic import start_udp_stream
 
@@ -233,16 +263,7 @@ def lab(libvirtd: Any) -> Iterator[Lab]:
     netlab = NetLab(uri=libvirtd.uri)  # type: ignore[attr-defined]
     try:
         netlab.add_vr(vcpu_quota_us=ORIG_QUOTA_US, vcpu_period_us=XML_PERIOD_US)
-        lab = Lab(netlab, libvirtd.uri, libvirtd)  # type: ignore[attr-defined]
-        with lab.stream(6) as s:
-            time.sleep(1.5)
-            lab.free_pps = forwarded_pps(lab.vifs, 3.0)
-            s.stop()
-        say(f"lab {netlab.prefix}: VR {lab.vr.name}, offered {OFFERED_PPS} pps of {PAYLOAD_BYTES}-byte UDP, "
-            f"unlimited VR forwards {lab.free_pps:.0f} pps")
-        if lab.free_pps < 20_000:
-            pytest.skip(f"this host forwards only {lab.free_pps:.0f} pps through an unlimited VR: too busy to test control")
-        yield lab
+        yield Lab(netlab, libvirtd.uri, libvirtd)  # type: ignore[attr-defined]
     finally:
         netlab.teardown()
 
@@ -265,6 +286,7 @@ def at_original(lab: Lab) -> Lab:
     if {k: p[k] for k in ORIGINAL} != ORIGINAL:
         set_live(lab.uri, lab.vr.name, ORIGINAL)
     assert_original(lab)
+    lab.measure_free()  # unlimited now: the setpoints scale to what it forwards at this time
     return lab
 
 
@@ -371,7 +393,7 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
     sp1, sp2 = setpoint_for(lab, 0.30), setpoint_for(lab, 0.55)
     assert_original(lab)
     run_s = 30.0
-    with lab.stream(2 * run_s + 15) as stream, RateTrace(lambda: lab.vifs) as trace:
+    with lab.stream(STREAM_S) as stream, RateTrace(lambda: lab.vifs) as trace:
         d = daemon()
         time.sleep(1.0)
         t_act = time.monotonic()
@@ -413,14 +435,22 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
 def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_original: Lab, daemon) -> None:
     lab = at_original
     sp = setpoint_for(lab, 0.30)
-    with lab.stream(60) as stream:
+    with lab.stream(STREAM_S) as stream:
         d1 = daemon()
         settle_s = activate_and_settle(lab, d1, sp)
         d1.signal(signal.SIGKILL)
         assert d1.wait(10) == -signal.SIGKILL
         # Nobody restored anything: the VR stays capped while no daemon runs.
         q_dead = sched_params(lab.uri, lab.vr.name)
-        rate_dead = forwarded_pps(lab.vifs, 2.0)
+        # At a fixed cap the rate follows the host's load (no controller corrects it now): up to 3
+        # samples of 4 s, all recorded; every one must stay limited (the upper bound), the one
+        # closest to the setpoint must be near it (a burst of other work lowers a sample).
+        dead = []
+        for _ in range(3):
+            dead.append(forwarded_pps(lab.vifs, 4.0))
+            if abs(dead[-1] - sp) <= 2 * TOLERANCE * sp:
+                break
+        rate_dead = min(dead, key=lambda r: abs(r - sp))
         assert quota_limited(q_dead) and sched_params(lab.uri, lab.vr.name) == q_dead
         # The VR restarts meanwhile: unlimited, with its XML's period.
         lab.restart_vr(new_vifs=False)
@@ -432,7 +462,9 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         assert st["original_record"]["params"] == ORIGINAL  # not what it finds at restart
         recapped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 10.0)
         assert recapped is not None, d2.client.call("status", vr=lab.vr.name)
-        time.sleep(3.0)
+        # Settled (a 2 s mean within 10%, as after the other restarts), then held over 8 s.
+        held = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 20.0, 0.0)
+        assert held is not None, f"setpoint not held after the restart: {d2.client.call('status', vr=lab.vr.name)}"
         mean = forwarded_pps(lab.vifs, 8.0)
         q_run = sched_params(lab.uri, lab.vr.name)
         d2.signal(signal.SIGTERM)
@@ -442,7 +474,8 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         f"{rate_dead:.0f} pps while no daemon ran; VR restarted unlimited; new daemon capped it in {recapped:.1f} s "
         f"({q_run and q_run['vcpu_quota']} us / {q_run and q_run['vcpu_period']} us) and holds {mean:.0f} pps for setpoint "
         f"{sp:.0f} (error {100 * (mean - sp) / sp:+.1f}%)")
-    assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp  # still limited, near the setpoint
+    assert max(dead) <= (1 + 2 * TOLERANCE) * sp, dead  # still limited ...
+    assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp, dead  # ... near the setpoint
     assert abs(mean - sp) <= TOLERANCE * sp
     assert_original(lab)
 
@@ -451,7 +484,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
     lab = at_original
     sp = setpoint_for(lab, 0.30)
     report = []
-    with lab.stream(90) as stream:
+    with lab.stream(STREAM_S) as stream:
         d = daemon()
         with Samples(f"ipc://{d.dir}/pub.sock", lab.vr.name) as samples:
             activate_and_settle(lab, d, sp)
@@ -500,7 +533,7 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
 
     lab = at_original
     sp, sp_after = setpoint_for(lab, 0.30), setpoint_for(lab, 0.45)
-    with lab.stream(80) as stream, RateTrace(lambda: lab.vifs, dt_s=0.5) as trace:
+    with lab.stream(STREAM_S) as stream, RateTrace(lambda: lab.vifs, dt_s=0.5) as trace:
         d = daemon()
         activate_and_settle(lab, d, sp)
         q_before = sched_params(lab.uri, lab.vr.name)
