@@ -46,12 +46,6 @@ class ActionOutcomes:
     restores_ok: int = 0
     restores_failed: int = 0
 
-    def add(self, other: "ActionOutcomes") -> None:
-        self.writes_ok += other.writes_ok
-        self.writes_failed += other.writes_failed
-        self.restores_ok += other.restores_ok
-        self.restores_failed += other.restores_failed
-
 
 @dataclass
 class PeriodReport:
