@@ -1,0 +1,96 @@
+"""The XCo agent's view of its uplink: a gate per VM-to-VM flow (the contract, no I/O here).
+
+The local coordinator (:mod:`xtc.xco.agent`) decides, slice by slice, which flows may leave the
+host; a :class:`Gate` enforces that on the host's uplink.  The production gate,
+:class:`xtc.host.tcgate.TcGate`, does it with stock Linux queueing over netlink (an HTB root, one
+class per flow with a TBF leaf that is opened, closed or rate-limited; see notes on the kernel in
+docs/xco.md); tests of the agent's logic use an in-memory gate.
+
+Flows are VM-to-VM: classified by source and destination VM address.  A flow the gate has not been
+told about, and every ICMP packet, goes through an unheld default class.
+
+Rates are bits per second.  ``OPEN`` means "no limit but the link"; ``CLOSED`` means hold
+everything (the packets queue in the flow's leaf until it opens).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Union
+
+__all__ = ["Flow", "FlowStats", "Gate", "OPEN", "CLOSED", "GateError"]
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+
+#: A flow's state: ``OPEN`` (line rate), ``CLOSED`` (held), or a positive rate limit in bits/s.
+OPEN: int = -1
+CLOSED: int = 0
+
+
+class GateError(RuntimeError):
+    """A gate operation failed; the message names the interface, the flow and the kernel's error."""
+
+
+@dataclass(frozen=True, order=True)
+class Flow:
+    """One VM-to-VM flow leaving this host.
+
+    Attributes
+    ----------
+    src, dst : IPv4Address | IPv6Address
+        The source VM's address (a VM of this host) and the destination VM's address.
+    dest_host : int
+        The destination VM's host id (its index in the topology): what directives name.
+    """
+
+    src: IPAddress
+    dst: IPAddress
+    dest_host: int
+
+
+@dataclass(frozen=True)
+class FlowStats:
+    """A flow's counters, read from the kernel in one dump.
+
+    Attributes
+    ----------
+    sent_bytes, sent_packets : int
+        Everything the flow's class has let out since the flow was added.
+    backlog_bytes, backlog_packets : int
+        What is queued in the flow's class now (held, or waiting for the link).
+    """
+
+    sent_bytes: int
+    sent_packets: int
+    backlog_bytes: int
+    backlog_packets: int
+
+
+class Gate(Protocol):
+    """Per-flow gating on one uplink.  Every method raises :class:`GateError` on failure."""
+
+    def install(self) -> None:
+        """Take over the uplink's root qdisc (remembering the original), with every flow open."""
+
+    def add_flow(self, flow: Flow, state: int = OPEN) -> None:
+        """Give ``flow`` its own class and classifier, in ``state``."""
+
+    def remove_flow(self, flow: Flow) -> None:
+        """Remove the flow's class; its packets go through the default class again."""
+
+    def set_states(self, states: Mapping[Flow, int]) -> None:
+        """Set each flow's state (``OPEN``, ``CLOSED`` or a rate in bits/s) and wake the uplink.
+
+        Flows not named keep their state.  Only changes reach the kernel; after any change a
+        packet is sent out of the device so that a newly opened flow leaves at once.
+        """
+
+    def stats(self) -> dict[Flow, FlowStats]:
+        """Every flow's counters and backlog, from one netlink dump."""
+
+    def restore(self) -> None:
+        """Put the uplink's original root qdisc back (idempotent)."""
+
+    def close(self) -> None:
+        """Release sockets; does not restore (call :meth:`restore` for that)."""
