@@ -10,7 +10,7 @@ import pytest
 
 import xtc.models
 from xtc.control import make_controller
-from xtc_lab.sim.experiments import calibrate_dom0_capacity, sweep, tcpudp
+from xtc_lab.sim.experiments import RunSettings, calibrate_dom0_capacity, sweep, tcpudp
 from xtc_lab.sim.run import run_loop
 from xtc_lab.sim.plant import Dom0Config, Plant, PlantConfig, PlantError, VRConfig, tcp
 
@@ -18,7 +18,8 @@ from xtc_lab.sim.plant import Dom0Config, Plant, PlantConfig, PlantError, VRConf
 def test_integer_caps_dither_where_the_paper_stuck_at_cap_1() -> None:
     # The paper's PI and dead-beat, started at cap 1 on whole-percent caps, could not leave cap 1
     # below 20 / 15 kp/s.  The product's loop tells the controller the cap in force; it dithers.
-    r = sweep(seed=2, duration_s=60.0, runs=1, setpoints_kpps=(10, 17, 30), controllers=("pi", "deadbeat"), warmup_s=30.0)
+    rs = RunSettings(seed=2, duration_s=60.0, runs=1, warmup_s=30.0)
+    r = sweep(rs, setpoints_kpps=(10, 17, 30), controllers=("pi", "deadbeat"))
     for name in ("pi", "deadbeat"):
         got = r.data["controllers"][name]["achieved_kpps"]
         assert got[0] > 8.0 and abs(got[1] - 17) < 2 and abs(got[2] - 30) < 3, (name, got)
@@ -57,7 +58,7 @@ def test_dom0_calibration_hits_the_target() -> None:
 
 
 def test_tcpudp_xtc_gives_tcp_less_than_udp_loses() -> None:
-    r = tcpudp(seed=1, duration_s=30.0, runs=1, controllers=("xtc",), warmup_s=15.0, calibration_s=20.0)
+    r = tcpudp(RunSettings(seed=1, duration_s=30.0, runs=1, warmup_s=15.0), controllers=("xtc",), calibration_s=20.0)
     w = r.data["without_xtc"]
     x = r.data["with"]["xtc"]
     assert w["udp_kpps"] > w["tcp_kpps"]  # UDP does not back off

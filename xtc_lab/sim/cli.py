@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
     name = args.experiment_name
-    kw: dict[str, Any] = {"seed": args.seed, "duration_s": args.duration_s, "runs": args.runs, "actuation": args.actuation}
+    kw: dict[str, Any] = {}
     if args.controllers is not None:
         try:
             for c in args.controllers:
@@ -110,11 +110,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"xtc simulate fixedcap: --hog must be within [0, 1), got {args.hog}", file=sys.stderr)
             return 2
         kw["hog_fraction"] = args.hog
-    if args.duration_s <= 25.0:
-        kw["warmup_s"] = min(5.0, args.duration_s / 4)
     progress = ex.StderrProgress(enabled=not args.quiet)
+    rs = ex.RunSettings(seed=args.seed, duration_s=args.duration_s, runs=args.runs, actuation=args.actuation,
+                        warmup_s=min(5.0, args.duration_s / 4) if args.duration_s <= 25.0 else None,
+                        progress=progress)
     try:
-        result = ex.EXPERIMENTS[name](progress=progress, **kw)
+        result = ex.EXPERIMENTS[name](rs, **kw)
     except ValueError as e:
         progress.done()
         print(f"xtc simulate {name}: {e}", file=sys.stderr)

@@ -52,6 +52,7 @@ __all__ = [
     "PAPER_CONTROLLERS",
     "controller_spec",
     "ExperimentResult",
+    "RunSettings",
     "EXPERIMENTS",
     "sweep",
     "fixedcap",
@@ -111,10 +112,11 @@ def _cap_step(actuation: str) -> float | None:
     return 1.0 if actuation == "paper" else None
 
 
-def _run(spec: ControllerSpec, model: ModelFile, plant: PlantConfig, setpoints: Any, duration_s: float,
-         actuation: str, progress: Callable[[float], None], warmup_s: float = 0.0) -> LoopTrace:
-    return run_loop(plant, lambda: spec.make(model), setpoints, duration_s, cap_step_percent=_cap_step(actuation),
-                    warmup_s=warmup_s, progress=progress)
+def _run(spec: ControllerSpec, plant: PlantConfig, setpoints: Any, rs: "RunSettings", label: str,
+         warmup_s: float = 0.0) -> LoopTrace:
+    return run_loop(plant, lambda: spec.make(rs.model), setpoints, rs.duration_s,
+                    cap_step_percent=_cap_step(rs.actuation), warmup_s=warmup_s,
+                    progress=lambda f: rs.progress(label, f))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,6 +204,51 @@ def _noop(_label: str, _f: float) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What every experiment takes: the noise, the length and repetitions of its runs, the actuation.
+
+    Attributes
+    ----------
+    seed : int
+        Seed of the plant's noise.
+    duration_s : float
+        Seconds per run (the paper's 120).
+    runs : int
+        Repetitions per point, as independent hosts (different noise).
+    actuation : str
+        ``"paper"`` (whole-percent caps in force, as on Xen) or ``"exact"``.
+    warmup_s : float or None
+        Seconds at the start of each run left out of the means; None: the experiment's own default.
+    model : ModelFile
+        The log-cap model the controllers are designed from.
+    progress : callable
+        ``progress(label, fraction)``, called as the runs go.
+    """
+
+    seed: int = 1
+    duration_s: float = 120.0
+    runs: int = 3
+    actuation: str = "paper"
+    warmup_s: float | None = None
+    model: ModelFile = xtc.models.PAPER_MODEL
+    progress: Progress = _noop
+
+    def skip_s(self, default_warmup_s: float) -> int:
+        """Trace samples (seconds) left out of the means: the warm-up, checked against the run's length."""
+        warmup = default_warmup_s if self.warmup_s is None else self.warmup_s
+        skip = int(round(warmup))
+        if not (0 <= skip < self.duration_s):
+            raise ValueError("warmup_s must be within [0, duration_s)")
+        return skip
+
+    def params(self, default_warmup_s: float, **extra: Any) -> dict[str, Any]:
+        """The JSON ``params`` of a result: these settings (the warm-up in force) and ``extra``."""
+        return dict(seed=self.seed, duration_s=self.duration_s, runs=self.runs, actuation=self.actuation,
+                    warmup_s=default_warmup_s if self.warmup_s is None else self.warmup_s,
+                    model=self.model.name, **extra)
+
+
 def _independent_plant(vrs: Sequence[VRConfig], seed: int, dom0: Dom0Config | None = None) -> PlantConfig:
     """One VR per Dom0 (independent hosts side by side, for vectorised runs)."""
     d = dom0 or Dom0Config(capacity_pps=1e9)
@@ -210,8 +257,7 @@ def _independent_plant(vrs: Sequence[VRConfig], seed: int, dom0: Dom0Config | No
 
 
 def _setpoint_runs(
-    spec: ControllerSpec, model: ModelFile, vr: VRConfig, setpoints_pps: np.ndarray, runs: int, seed: int,
-    duration_s: float, actuation: str, skip_s: int, label: str, progress: Progress,
+    spec: ControllerSpec, vr: VRConfig, setpoints_pps: np.ndarray, rs: RunSettings, skip_s: int, label: str,
 ) -> tuple[LoopTrace, dict[str, list[float]]]:
     """One ``vr`` per setpoint in ``setpoints_pps`` (each setpoint repeated ``runs`` times in a row), on
     independent hosts, under ``spec``; the trace and the mean and 95% CI over the runs at each setpoint.
@@ -219,7 +265,7 @@ def _setpoint_runs(
     Parameters
     ----------
     setpoints_pps : numpy.ndarray
-        Setpoints, packets/s, each repeated ``runs`` times consecutively.
+        Setpoints, packets/s, each repeated ``rs.runs`` times consecutively.
     skip_s : int
         Seconds (trace samples) at the start left out of the means and of the relative RMSE.
 
@@ -229,11 +275,11 @@ def _setpoint_runs(
         The :class:`LoopTrace` and ``achieved_kpps``, ``achieved_ci_kpps`` (kp/s), ``relative_rmse``
         and ``relative_rmse_ci``, one value per setpoint.
     """
-    plant = _independent_plant([vr] * setpoints_pps.size, seed)
-    tr = _run(spec, model, plant, setpoints_pps, duration_s, actuation, lambda f: progress(label, f))
+    plant = _independent_plant([vr] * setpoints_pps.size, rs.seed)
+    tr = _run(spec, plant, setpoints_pps, rs, label)
     y = tr.forwarded_pps[skip_s:]
-    mean = (y.mean(axis=0) / 1000.0).reshape(-1, runs)
-    rr = np.array([relative_rmse(y[:, j]) for j in range(setpoints_pps.size)]).reshape(-1, runs)
+    mean = (y.mean(axis=0) / 1000.0).reshape(-1, rs.runs)
+    rr = np.array([relative_rmse(y[:, j]) for j in range(setpoints_pps.size)]).reshape(-1, rs.runs)
     return tr, {
         "achieved_kpps": [float(np.mean(m)) for m in mean],
         "achieved_ci_kpps": [confidence_half_width(m) for m in mean],
@@ -250,46 +296,36 @@ SWEEP_CONTROLLERS = ("pi", "deadbeat", "deadbeat+capmin3", "xtc")
 
 
 def sweep(
-    seed: int = 1,
-    duration_s: float = 120.0,
-    runs: int = 3,
+    rs: RunSettings = RunSettings(),
+    *,
     setpoints_kpps: Sequence[float] = SWEEP_SETPOINTS_KPPS,
     controllers: Sequence[str] = SWEEP_CONTROLLERS,
     offered_kpps: float = 100.0,
-    actuation: str = "paper",
     initial_cap_percent: float = 1.0,
-    warmup_s: float = 10.0,
-    model: ModelFile = xtc.models.PAPER_MODEL,
-    progress: Progress = _noop,
 ) -> ExperimentResult:
     """Setpoint sweep (Figures 5, 9, 11, 13): achieved rate and relative RMSE vs setpoint.
 
-    One UDP flow at ``offered_kpps`` through one VR, ``runs`` repetitions per
-    setpoint (different noise), ``duration_s`` per run; the first ``warmup_s``
-    are left out of the mean and the RMSE.
+    One UDP flow at ``offered_kpps`` through one VR, ``rs.runs`` repetitions per setpoint
+    (different noise), ``rs.duration_s`` per run; the first ``rs.warmup_s`` (default 10 s) are
+    left out of the mean and the RMSE.
     """
     specs = [controller_spec(c) for c in controllers]
-    sps = np.repeat(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
-    skip = int(round(warmup_s))
-    if not (0 <= skip < duration_s):
-        raise ValueError("warmup_s must be within [0, duration_s)")
+    sps = np.repeat(np.asarray(setpoints_kpps, dtype=float) * 1000.0, rs.runs)
+    skip = rs.skip_s(10.0)
     out: dict[str, Any] = {"setpoints_kpps": list(setpoints_kpps), "controllers": {}}
     for ci, spec in enumerate(specs):
         vr = VRConfig(traffic=udp(offered_kpps * 1000.0), initial_cap_percent=initial_cap_percent)
         label = f"sweep {spec.label} ({ci + 1}/{len(specs)})"
-        tr, summary = _setpoint_runs(spec, model, vr, sps, runs, seed, duration_s, actuation, skip, label, progress)
-        mean = tr.forwarded_pps[skip:].mean(axis=0).reshape(-1, runs)
-        caps = tr.cap_percent[skip:].mean(axis=0).reshape(-1, runs)
+        tr, summary = _setpoint_runs(spec, vr, sps, rs, skip, label)
+        mean = tr.forwarded_pps[skip:].mean(axis=0).reshape(-1, rs.runs)
+        caps = tr.cap_percent[skip:].mean(axis=0).reshape(-1, rs.runs)
         out["controllers"][spec.label] = {
             **summary,
             "mean_cap_percent": [float(np.mean(c)) for c in caps],
             "lowest_held_kpps": _lowest_within(setpoints_kpps, [float(np.mean(m)) / 1000.0 for m in mean], 0.10),
         }
-    progress("sweep done", 1.0)
-    params = dict(
-        seed=seed, duration_s=duration_s, runs=runs, offered_kpps=offered_kpps, actuation=actuation,
-        initial_cap_percent=initial_cap_percent, warmup_s=warmup_s, model=model.name,
-    )
+    rs.progress("sweep done", 1.0)
+    params = rs.params(10.0, offered_kpps=offered_kpps, initial_cap_percent=initial_cap_percent)
     out["paper"] = {"operating_range_kpps": {"pi": 20, "deadbeat": 15, "deadbeat+capmin3": 10}}
     table = _sweep_table(out)
     return ExperimentResult("sweep", params, out, table, plot=lambda fig: _sweep_plot(fig, out))
@@ -345,22 +381,20 @@ FIXEDCAP_SETPOINTS_KPPS = (16, 32, 50, 65, 77, 85, 91, 94, 96, 98)
 
 
 def fixedcap(
-    seed: int = 1,
-    duration_s: float = 120.0,
-    runs: int = 3,
+    rs: RunSettings = RunSettings(),
+    *,
     controllers: Sequence[str] = ("fixed", "pi", "xtc"),
     hog_fraction: float = 0.15,
-    actuation: str = "paper",
     initial_cap_percent: float = 1.0,
-    warmup_s: float = 10.0,
-    model: ModelFile = xtc.models.PAPER_MODEL,
-    progress: Progress = _noop,
 ) -> ExperimentResult:
-    """Fixed Cap (Table 1) vs feedback at the Table 1 setpoints, without and with a CPU hog (Figure 6)."""
+    """Fixed Cap (Table 1) vs feedback at the Table 1 setpoints, without and with a CPU hog (Figure 6).
+
+    The first ``rs.warmup_s`` (default 10 s) of each run are left out of the means.
+    """
     specs = [controller_spec(c) for c in controllers]
     sp_k = FIXEDCAP_SETPOINTS_KPPS
-    sps = np.repeat(np.asarray(sp_k, dtype=float) * 1000.0, runs)
-    skip = int(round(warmup_s))
+    sps = np.repeat(np.asarray(sp_k, dtype=float) * 1000.0, rs.runs)
+    skip = rs.skip_s(10.0)
     out: dict[str, Any] = {"setpoints_kpps": list(sp_k), "hog_fraction": hog_fraction, "results": {}}
     total = 2 * len(specs)
     done = 0
@@ -370,12 +404,10 @@ def fixedcap(
         for spec in specs:
             vr = VRConfig(traffic=udp(100_000.0), initial_cap_percent=initial_cap_percent, hog_fraction=hog)
             label = f"fixedcap {key} {spec.label} ({done + 1}/{total})"
-            _, out["results"][key][spec.label] = _setpoint_runs(
-                spec, model, vr, sps, runs, seed, duration_s, actuation, skip, label, progress
-            )
+            _, out["results"][key][spec.label] = _setpoint_runs(spec, vr, sps, rs, skip, label)
             done += 1
-    progress("fixedcap done", 1.0)
-    params = dict(seed=seed, duration_s=duration_s, runs=runs, actuation=actuation, warmup_s=warmup_s, model=model.name)
+    rs.progress("fixedcap done", 1.0)
+    params = rs.params(10.0, hog_fraction=hog_fraction)
     lines = [f"Fixed Cap vs feedback at the Table 1 setpoints (UDP 100 kp/s); hog = {hog_fraction:.0%} of the VR's CPU", ""]
     names = [s.label for s in specs]
     head = f"{'setpoint':>9} | " + " ".join(f"{n + ' rr':>12}" for n in names) + " | " + " ".join(
@@ -445,11 +477,10 @@ def calibrate_dom0_capacity(
 
 
 def _shared_dom0_runs(
-    group: Sequence[VRConfig], capacity_pps: float, runs: int, spec: ControllerSpec | None,
-    setpoints_kpps: Sequence[float] | None, seed: int, model: ModelFile, duration_s: float, actuation: str,
-    label: str, progress: Progress,
+    group: Sequence[VRConfig], capacity_pps: float, spec: ControllerSpec | None,
+    setpoints_kpps: Sequence[float] | None, rs: RunSettings, label: str,
 ) -> LoopTrace:
-    """``runs`` independent hosts, each the VRs of ``group`` on one Dom0, under ``spec`` (None: without XTC).
+    """``rs.runs`` independent hosts, each the VRs of ``group`` on one Dom0, under ``spec`` (None: without XTC).
 
     Parameters
     ----------
@@ -463,14 +494,13 @@ def _shared_dom0_runs(
     LoopTrace
         Host ``r``'s VRs are columns ``r * len(group)`` onwards, in the order of ``group``.
     """
-    vrs = tuple(replace(v, dom0=r) for r in range(runs) for v in group)
-    plant = PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity_pps),) * runs, seed=seed)
+    vrs = tuple(replace(v, dom0=r) for r in range(rs.runs) for v in group)
+    plant = PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity_pps),) * rs.runs, seed=rs.seed)
     if spec is None:
         sps = np.full(len(vrs), np.nan)  # no XTC instance
     else:
-        sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, runs)
-    return _run(spec or controller_spec("fixed"), model, plant, sps, duration_s, actuation,
-                lambda f: progress(label, f), warmup_s=5.0)
+        sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, rs.runs)
+    return _run(spec or controller_spec("fixed"), plant, sps, rs, label, warmup_s=5.0)
 
 
 SIXVR_CONFIGS_KPPS: dict[str, tuple[float, ...]] = {
@@ -480,34 +510,29 @@ SIXVR_CONFIGS_KPPS: dict[str, tuple[float, ...]] = {
 
 
 def sixvr(
-    seed: int = 1,
-    duration_s: float = 120.0,
-    runs: int = 3,
+    rs: RunSettings = RunSettings(),
+    *,
     controllers: Sequence[str] = ("deadbeat+capmin3", "xtc"),
     target_aggregate_kpps: float = 78.0,
     tcp_max_kpps: float = 60.0,
-    actuation: str = "paper",
-    warmup_s: float = 20.0,
     calibration_s: float = 60.0,
-    model: ModelFile = xtc.models.PAPER_MODEL,
-    progress: Progress = _noop,
 ) -> ExperimentResult:
     """Six VRs with one TCP flow each on one Dom0: without XTC, and with configurations A and B.
 
     Figure 15 and Table 2.  Dom0's capacity is calibrated first so that the
     aggregate without XTC is ``target_aggregate_kpps`` (the paper's 77.97).
-    Each run is repeated ``runs`` times as independent hosts (different noise).
+    Each run is repeated ``rs.runs`` times as independent hosts (different noise); the first
+    ``rs.warmup_s`` (default 20 s) are left out of the means.
     """
     specs = [controller_spec(c) for c in controllers]
     tcp_vr = VRConfig(traffic=tcp(tcp_max_kpps * 1000.0))
-    progress("sixvr: calibrating Dom0", 0.0)
-    capacity = calibrate_dom0_capacity([tcp_vr] * 6, target_aggregate_kpps, seed=seed, duration_s=calibration_s)
-    skip = int(round(warmup_s))
+    skip = rs.skip_s(20.0)
+    rs.progress("sixvr: calibrating Dom0", 0.0)
+    capacity = calibrate_dom0_capacity([tcp_vr] * 6, target_aggregate_kpps, seed=rs.seed, duration_s=calibration_s)
 
     def run(spec: ControllerSpec | None, setpoints_kpps: Sequence[float] | None, label: str) -> dict[str, Any]:
-        tr = _shared_dom0_runs([tcp_vr] * 6, capacity, runs, spec, setpoints_kpps, seed, model, duration_s,
-                               actuation, label, progress)
-        per_vr = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 6)
+        tr = _shared_dom0_runs([tcp_vr] * 6, capacity, spec, setpoints_kpps, rs, label)
+        per_vr = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 6)
         agg = per_vr.sum(axis=1)
         return {
             "setpoints_kpps": None if setpoints_kpps is None else list(setpoints_kpps),
@@ -523,12 +548,9 @@ def sixvr(
         out["with"][spec.label] = {}
         for cfg, sp in SIXVR_CONFIGS_KPPS.items():
             out["with"][spec.label][cfg] = run(spec, sp, f"sixvr {spec.label} config {cfg}")
-    progress("sixvr done", 1.0)
+    rs.progress("sixvr done", 1.0)
     out["paper"] = {"aggregate_kpps": {"without_xtc": 77.97, "A": 74.96, "B": 75.49}}
-    params = dict(
-        seed=seed, duration_s=duration_s, runs=runs, target_aggregate_kpps=target_aggregate_kpps,
-        tcp_max_kpps=tcp_max_kpps, actuation=actuation, warmup_s=warmup_s, model=model.name,
-    )
+    params = rs.params(20.0, target_aggregate_kpps=target_aggregate_kpps, tcp_max_kpps=tcp_max_kpps)
     lines = [f"Six TCP VRs on one Dom0 (capacity calibrated to {capacity:.0f} traversals/s)", ""]
     w = out["without_xtc"]
     lines.append(f"{'without XTC':<28} per VR {_fmt(w['achieved_kpps'])}  aggregate {w['aggregate_kpps']:6.2f} ± {w['aggregate_ci_kpps']:.2f}  (paper 77.97)")
@@ -566,19 +588,14 @@ def _sixvr_plot(fig: Any, out: dict[str, Any]) -> None:
 
 
 def tcpudp(
-    seed: int = 1,
-    duration_s: float = 120.0,
-    runs: int = 3,
+    rs: RunSettings = RunSettings(),
+    *,
     controllers: Sequence[str] = ("deadbeat+capmin3", "xtc"),
     udp_kpps: float = 100.0,
     tcp_max_kpps: float = 100.0,
     setpoints_kpps: tuple[float, float] = (20.0, 80.0),
     target_aggregate_kpps: float = 100.0,
-    actuation: str = "paper",
-    warmup_s: float = 20.0,
     calibration_s: float = 60.0,
-    model: ModelFile = xtc.models.PAPER_MODEL,
-    progress: Progress = _noop,
 ) -> ExperimentResult:
     """A UDP VR (100 kp/s, never backs off) beside a TCP VR on one Dom0 (Figure 17).
 
@@ -586,20 +603,19 @@ def tcpudp(
     ``target_aggregate_kpps`` (the paper's "approximately 100 kp/s" with 524-byte
     packets).  Then XTC holds the UDP VR at ``setpoints_kpps[0]`` and the TCP VR
     at ``setpoints_kpps[1]``.  Reports what Dom0 still spends on UDP packets the
-    capped VR drops.
+    capped VR drops.  The first ``rs.warmup_s`` (default 20 s) are left out of the means.
     """
     specs = [controller_spec(c) for c in controllers]
     pair = (VRConfig(traffic=udp(udp_kpps * 1000.0)), VRConfig(traffic=tcp(tcp_max_kpps * 1000.0)))
-    progress("tcpudp: calibrating Dom0", 0.0)
-    capacity = calibrate_dom0_capacity(pair, target_aggregate_kpps, seed=seed, duration_s=calibration_s)
-    skip = int(round(warmup_s))
+    skip = rs.skip_s(20.0)
+    rs.progress("tcpudp: calibrating Dom0", 0.0)
+    capacity = calibrate_dom0_capacity(pair, target_aggregate_kpps, seed=rs.seed, duration_s=calibration_s)
     rxw = Dom0Config().rx_work_fraction
 
     def run(spec: ControllerSpec | None, label: str) -> dict[str, Any]:
-        tr = _shared_dom0_runs(pair, capacity, runs, spec, setpoints_kpps, seed, model, duration_s, actuation,
-                               label, progress)
-        fwd = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
-        to_vr = (tr.offered_pps[skip:].mean(axis=0) / 1000.0).reshape(runs, 2)
+        tr = _shared_dom0_runs(pair, capacity, spec, setpoints_kpps, rs, label)
+        fwd = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 2)
+        to_vr = (tr.offered_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 2)
         wasted = (to_vr[:, 0] - fwd[:, 0]) * rxw  # Dom0 traversals/s spent on UDP packets the VR drops
         agg = fwd.sum(axis=1)
         return {
@@ -616,7 +632,7 @@ def tcpudp(
     out: dict[str, Any] = {"dom0_capacity_pps": capacity, "setpoints_kpps": {"udp": setpoints_kpps[0], "tcp": setpoints_kpps[1]}}
     out["without_xtc"] = run(None, "tcpudp without XTC")
     out["with"] = {s.label: run(s, f"tcpudp {s.label}") for s in specs}
-    progress("tcpudp done", 1.0)
+    rs.progress("tcpudp done", 1.0)
     out["paper"] = {"without_xtc_aggregate_kpps": 100, "with_xtc_aggregate_kpps": 68, "tcp_gain_kpps": 16, "udp_loss_kpps": 49}
     w = out["without_xtc"]
     lines = [f"TCP VR beside a UDP VR at {udp_kpps:g} kp/s (Dom0 capacity calibrated to {capacity:.0f} traversals/s)", ""]
@@ -631,10 +647,8 @@ def tcpudp(
         )
     lines.append(f"{'paper (XTC)':<24}{20:8.0f}{'':>8}{68:11.0f}{16:10.0f}{49:10.0f}")
     lines.append(f"setpoints: UDP {setpoints_kpps[0]:g} kp/s, TCP {setpoints_kpps[1]:g} kp/s")
-    params = dict(
-        seed=seed, duration_s=duration_s, runs=runs, udp_kpps=udp_kpps, tcp_max_kpps=tcp_max_kpps,
-        target_aggregate_kpps=target_aggregate_kpps, actuation=actuation, warmup_s=warmup_s, model=model.name,
-    )
+    params = rs.params(20.0, udp_kpps=udp_kpps, tcp_max_kpps=tcp_max_kpps, setpoints_kpps=list(setpoints_kpps),
+                       target_aggregate_kpps=target_aggregate_kpps)
     return ExperimentResult("tcpudp", params, out, "\n".join(lines), plot=lambda fig: _tcpudp_plot(fig, out))
 
 
