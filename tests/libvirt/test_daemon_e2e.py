@@ -53,8 +53,6 @@ the measured rates and recovery times.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
 import signal
 import subprocess
@@ -67,6 +65,8 @@ from typing import Any
 
 import pytest
 
+from procs import DaemonProc
+from xtc_lab.lab.harness import daemon_config_text
 from xtc.daemon.ctl import ManagerClient, watch_samples
 
 TEST_TIMEOUT_S = 150
@@ -87,13 +87,6 @@ MIN_FREE_PPS = 5_000
 # read as a setpoint missed.
 STREAM_S = TEST_TIMEOUT_S
 
-_spec = importlib.util.spec_from_file_location(
-    "xtc_daemon_process_helpers", Path(__file__).resolve().parents[1] / "daemon" / "conftest.py"
-)
-assert _spec is not None and _spec.loader is not None
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-DaemonProc = _helpers.DaemonProc
 
 
 def say(msg: str) -> None:
@@ -294,29 +287,7 @@ def at_original(lab: Lab) -> Lab:
 def daemon(tmp_path: Path, lab: Lab) -> Iterator[Callable[..., Any]]:
     """Start ``xtc daemon`` processes on one config/state directory; all killed at the end."""
     cfg = tmp_path / "xtcd.toml"
-    cfg.write_text(
-        f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "libvirt"
-control_period_s = 1.0
-state_dir = "{tmp_path}/state"
-proc_net_dev = "/proc/net/dev"
-[controller]
-model = "paper"
-kind = "xtc"
-[manager]
-endpoint = "ipc://{tmp_path}/mgr.sock"
-pub_endpoint = "ipc://{tmp_path}/pub.sock"
-[metrics]
-enabled = false
-[log]
-format = "json"
-level = "info"
-[libvirt]
-uri = "{lab.uri}"
-domains = ["{lab.vr.name}"]
-"""
-    )
+    cfg.write_text(daemon_config_text(tmp_path, lab.uri, [lab.vr.name], daemon_extra={"proc_net_dev": "/proc/net/dev"}))
     procs: list[Any] = []
     clients: list[ManagerClient] = []
 

@@ -27,7 +27,6 @@ under a random prefix and removed afterwards, also on failure.  Run with ``-s`` 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import time
@@ -37,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from procs import DaemonProc
 from xtc.daemon.ctl import ManagerClient
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]
@@ -44,13 +44,6 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]
 OFFERED_PPS = 100_000
 TOLERANCE = 0.10
 
-_spec = importlib.util.spec_from_file_location(
-    "xtc_daemon_process_helpers", Path(__file__).resolve().parents[1] / "daemon" / "conftest.py"
-)
-assert _spec is not None and _spec.loader is not None
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-DaemonProc = _helpers.DaemonProc
 
 
 def say(msg: str) -> None:

@@ -199,6 +199,31 @@ def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100
 
 
 # ------------------------------------------------------------------------------ the daemon
+def daemon_config_text(workdir: Path, uri: str, domains: Sequence[str], kind: str = "xtc", model: str | Path = "paper",
+                       period_s: float = 1.0, cap_min_percent: float | None = None,
+                       daemon_extra: dict[str, Any] | None = None) -> str:
+    """An ``xtc-daemon/1`` file for the libvirt backend, its state and ipc:// sockets in ``workdir``.
+
+    ``daemon_extra`` adds keys to ``[daemon]`` (for instance ``proc_net_dev``).
+    """
+    import tomli_w
+
+    controller: dict[str, Any] = {"model": str(model), "kind": kind}
+    if cap_min_percent is not None:
+        controller["cap_min_percent"] = float(cap_min_percent)
+    doc = {
+        "schema": "xtc-daemon/1",
+        "daemon": {"backend": "libvirt", "control_period_s": float(period_s), "state_dir": str(Path(workdir) / "state"),
+                   **(daemon_extra or {})},
+        "controller": controller,
+        "manager": {"endpoint": f"ipc://{workdir}/mgr.sock", "pub_endpoint": f"ipc://{workdir}/pub.sock"},
+        "metrics": {"enabled": False},
+        "log": {"format": "json", "level": "info"},
+        "libvirt": {"uri": uri, "domains": list(domains)},
+    }
+    return tomli_w.dumps(doc)
+
+
 class LabDaemon:
     """``xtc daemon`` as a separate process on the libvirt backend, controlling ``domains``.
 
@@ -223,30 +248,8 @@ class LabDaemon:
         self.endpoint = f"ipc://{self.dir}/mgr.sock"
         self.pub_endpoint = f"ipc://{self.dir}/pub.sock"
         self.config = self.dir / "xtcd.toml"
-        cap_min = "" if cap_min_percent is None else f"cap_min_percent = {float(cap_min_percent)!r}\n"
-        doms = ", ".join(json.dumps(d) for d in domains)
-        self.config.write_text(
-            f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "libvirt"
-control_period_s = {float(period_s)!r}
-state_dir = {json.dumps(str(self.dir / "state"))}
-[controller]
-model = {json.dumps(str(model))}
-kind = {json.dumps(kind)}
-{cap_min}[manager]
-endpoint = {json.dumps(self.endpoint)}
-pub_endpoint = {json.dumps(self.pub_endpoint)}
-[metrics]
-enabled = false
-[log]
-format = "json"
-level = "info"
-[libvirt]
-uri = {json.dumps(uri)}
-domains = [{doms}]
-"""
-        )
+        self.config.write_text(daemon_config_text(self.dir, uri, domains, kind=kind, model=model, period_s=period_s,
+                                                  cap_min_percent=cap_min_percent))
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: Any = None
 
