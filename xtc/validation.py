@@ -161,6 +161,10 @@ def validation_problem(
         return key, f"must be a string, got {_type_name(v)} {v!r}"
     if kind in ("dataclass_type", "model_type", "model_attributes_type", "dict_type"):
         return key, "must be a table" if loc and isinstance(loc[-1], int) else f"must be a table, got {_type_name(v)}"
+    if kind in ("too_short", "too_long"):
+        ctx = e.get("ctx") or {}
+        bound = f"at least {ctx.get('min_length')}" if kind == "too_short" else f"at most {ctx.get('max_length')}"
+        return key, f"must have {bound} entries, got {ctx.get('actual_length')}"
     if kind in ("tuple_type", "list_type"):
         if hasattr(_type_at(root, loc + (0,)), "__pydantic_fields__"):
             return key, f"must be an array of tables ([[{key}]])"

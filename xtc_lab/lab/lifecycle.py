@@ -59,9 +59,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, field_validator, model_validator
+
+from xtc.validation import FieldProblem, Number, validation_problem, within
 
 from xtc_lab.lab.netlab import (
     LAB_REGISTRY,
@@ -156,119 +159,167 @@ class LabRecordError(LabError):
     """A lab record is not what ``xtc lab up`` writes (the message names the key)."""
 
 
-_VR_KEYS = {"k", "name", "kind", "router", "domain", "netns", "cgroup", "vifs", "bridges",
-            "tg_ns", "tr_ns", "tg_addr", "tr_addr", "forwarder"}
-_TOP_KEYS = {"schema", "persistent", "owner", "name", "mode", "n_vrs", "hops", "work_iters", "uri",
-             "cpu_cgroup", "created_unix_s", "vrs", "chain", "links"}
-_CHAIN_KEYS = {"c", "tg_ns", "tr_ns", "tg_addr", "tr_addr", "bridges", "routers", "probes"}
+class _Record(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-def _want(cond: bool, key: str, problem: str) -> None:
-    if not cond:
-        raise LabRecordError(f"lab record: '{key}' {problem}")
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+PositiveInt = Annotated[int, Field(gt=0)]
 
 
-def _str(d: Mapping[str, Any], key: str, where: str, optional: bool = False) -> None:
-    v = d.get(key)
-    if optional and v is None:
-        return
-    _want(isinstance(v, str) and bool(v), f"{where}{key}", f"must be a non-empty string, got {v!r}")
+class _Forwarder(_Record):
+    pid: PositiveInt
+    start: PositiveInt
 
 
-def _strs(d: Mapping[str, Any], key: str, where: str, n: int | None = None) -> None:
-    v = d.get(key)
-    _want(isinstance(v, list) and all(isinstance(x, str) and x for x in v), f"{where}{key}",
-          f"must be a list of names, got {v!r}")
-    if n is not None:
-        _want(len(v) == n, f"{where}{key}", f"must have {n} entries, got {len(v)}")
+class _CpuCgroup(_Record):
+    version: Literal[1, 2]
+    root: str
+
+
+class _VrRecord(_Record):
+    k: int
+    name: NonEmpty
+    kind: Literal["lxc", "netns"]
+    router: str | None
+    domain: str | None
+    netns: str | None
+    cgroup: NonEmpty | None
+    vifs: Annotated[list[NonEmpty], Field(min_length=2, max_length=2)]
+    bridges: Annotated[list[NonEmpty], Field(min_length=2, max_length=2)]
+    tg_ns: NonEmpty
+    tr_ns: NonEmpty
+    tg_addr: NonEmpty
+    tr_addr: NonEmpty
+    forwarder: _Forwarder | None
+
+
+class _ProbeRecord(_Record):
+    after: NonEmpty
+    ns: NonEmpty
+    addr: NonEmpty
+    bridge: NonEmpty
+
+
+class _RouterRecord(_Record):
+    name: NonEmpty
+    vr: NonEmpty
+
+
+class _ChainRecord(_Record):
+    c: int
+    tg_ns: NonEmpty
+    tr_ns: NonEmpty
+    tg_addr: NonEmpty
+    tr_addr: NonEmpty
+    bridges: list[NonEmpty]
+    routers: list[_RouterRecord]
+    probes: list[_ProbeRecord]
+
+
+class LabRecord(_Record):
+    """A persistent lab record as ``xtc lab up`` writes it (``/run/xtc/labs/<name>``).
+
+    Field checks are pydantic's; :meth:`_consistent` checks what ties the fields together (the
+    shape, the VRs' names and kinds, the chain).
+    """
+
+    schema_: Literal["xtc-lab/1"] = Field(alias="schema")
+    persistent: Literal[True]
+    owner: Literal["lab"]
+    name: str
+    mode: Literal["lxc", "netns"]
+    n_vrs: Annotated[int, within(1, MAX_LAB_VRS)]
+    hops: Literal[1, 3]
+    work_iters: Annotated[int, within(0, 1_000_000)]
+    uri: NonEmpty | None
+    cpu_cgroup: _CpuCgroup | None
+    created_unix_s: Number
+    vrs: list[_VrRecord]
+    chain: _ChainRecord | None
+    links: list[NonEmpty]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_name(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LabRecord:
+        try:
+            shape = check_shape(self.mode, self.n_vrs, self.hops, self.work_iters)
+        except LabError as e:
+            raise FieldProblem("n_vrs", str(e)) from None
+        if shape.mode == "lxc" and self.uri is None:
+            raise FieldProblem("uri", "must be a libvirt URI in lxc mode")
+        if shape.mode == "netns" and self.cpu_cgroup is None:
+            raise FieldProblem("cpu_cgroup", "must be {'version': 1|2, 'root': path} in netns mode")
+        if shape.mode == "lxc" and self.cpu_cgroup is not None:
+            raise FieldProblem("cpu_cgroup", "must be null in lxc mode")
+        if len(self.vrs) != shape.total_vrs:
+            raise FieldProblem("vrs", f"must list {shape.total_vrs} VRs, got {len(self.vrs)}")
+        names: set[str] = set()
+        for i, v in enumerate(self.vrs):
+            w = f"vrs[{i}]."
+            if v.k != i + 1:
+                raise FieldProblem(w + "k", f"must be {i + 1}, got {v.k}")
+            if not v.name.startswith(self.name + "-"):
+                raise FieldProblem(w + "name", f"must start with '{self.name}-'")
+            if v.name in names:
+                raise FieldProblem(w + "name", "names a VR twice")
+            names.add(v.name)
+            if v.kind != shape.mode:
+                raise FieldProblem(w + "kind", f"must be {shape.mode!r}, got {v.kind!r}")
+            if shape.mode == "lxc":
+                if not (v.domain == v.name and v.netns is None and v.cgroup is None and v.forwarder is None):
+                    raise FieldProblem(w + "domain", "an lxc VR has domain = its name and no netns, cgroup or forwarder")
+            else:
+                if not (v.netns == v.name and v.domain is None):
+                    raise FieldProblem(w + "netns", "a netns VR has netns = its name, no domain")
+                if v.cgroup is None or v.forwarder is None:
+                    raise FieldProblem(w + "forwarder", "a netns VR has a cgroup and a forwarder {pid, start}")
+            want_router = None if shape.hops == 1 else f"tf{i + 1}"
+            if v.router != want_router:
+                raise FieldProblem(w + "router", f"must be {want_router!r} when hops is {shape.hops}, got {v.router!r}")
+        self._check_chain(shape)
+        return self
+
+    def _check_chain(self, shape: LabShape) -> None:
+        ch = self.chain
+        if shape.hops == 1:
+            if ch is not None:
+                raise FieldProblem("chain", "must be null when hops is 1")
+            return
+        if ch is None:
+            raise FieldProblem("chain", "must be an object when hops > 1")
+        if len(ch.bridges) != shape.hops + 1:
+            raise FieldProblem("chain.bridges", f"must have {shape.hops + 1} entries, got {len(ch.bridges)}")
+        if [r.name for r in ch.routers] != [f"tf{i}" for i in range(1, shape.hops + 1)]:
+            raise FieldProblem("chain.routers", "must be tf1..tfN in order")
+        if [r.vr for r in ch.routers] != [v.name for v in self.vrs]:
+            raise FieldProblem("chain.routers", "must map router i to VR i")
+        if len(ch.probes) != shape.hops - 1:
+            raise FieldProblem("chain.probes", f"must list {shape.hops - 1} probes")
+
+
+_RECORD = TypeAdapter(LabRecord)
 
 
 def validate_record(doc: Any) -> dict[str, Any]:
-    """Check that ``doc`` is a persistent lab record as ``up`` writes it; return it.
+    """Check that ``doc`` is a persistent lab record as ``up`` writes it (:class:`LabRecord`); return it.
 
     Raises
     ------
     LabRecordError
         Naming the first key that is missing, unknown or wrong.
     """
-    _want(isinstance(doc, dict), "<record>", "must be a JSON object")
-    unknown = sorted(set(doc) - _TOP_KEYS)
-    _want(not unknown, unknown[0] if unknown else "", "is an unknown key")
-    missing = sorted(_TOP_KEYS - set(doc))
-    _want(not missing, missing[0] if missing else "", "is missing")
-    _want(doc["schema"] == LAB_SCHEMA, "schema", f"must be {LAB_SCHEMA!r}, got {doc['schema']!r}")
-    _want(doc["persistent"] is True and doc["owner"] == "lab", "persistent",
-          "must be true with owner 'lab' (a lab made by xtc lab up)")
+    if not isinstance(doc, dict):
+        raise LabRecordError("lab record: '<record>' must be a JSON object")
     try:
-        check_name(doc["name"])
-        shape = check_shape(doc["mode"], doc["n_vrs"], doc["hops"], doc["work_iters"])
-    except LabError as e:
-        raise LabRecordError(f"lab record: {e}") from None
-    _str(doc, "uri", "", optional=shape.mode == "netns")
-    cg = doc["cpu_cgroup"]
-    if shape.mode == "netns":
-        _want(isinstance(cg, dict) and cg.get("version") in (1, 2) and isinstance(cg.get("root"), str),
-              "cpu_cgroup", f"must be {{'version': 1|2, 'root': path}} in netns mode, got {cg!r}")
-    else:
-        _want(cg is None, "cpu_cgroup", "must be null in lxc mode")
-    _want(isinstance(doc["created_unix_s"], (int, float)) and not isinstance(doc["created_unix_s"], bool),
-          "created_unix_s", "must be a number")
-    _strs(doc, "links", "")
-    vrs = doc["vrs"]
-    _want(isinstance(vrs, list) and len(vrs) == shape.total_vrs, "vrs",
-          f"must list {shape.total_vrs} VRs, got {len(vrs) if isinstance(vrs, list) else vrs!r}")
-    names = set()
-    for i, v in enumerate(vrs):
-        w = f"vrs[{i}]."
-        _want(isinstance(v, dict), f"vrs[{i}]", "must be an object")
-        bad = sorted(set(v) ^ _VR_KEYS)
-        _want(not bad, w + (bad[0] if bad else ""), "is unknown or missing")
-        _want(v["k"] == i + 1, w + "k", f"must be {i + 1}, got {v['k']!r}")
-        for key in ("name", "tg_ns", "tr_ns", "tg_addr", "tr_addr"):
-            _str(v, key, w)
-        _want(v["name"].startswith(doc["name"] + "-"), w + "name", f"must start with '{doc['name']}-'")
-        _want(v["name"] not in names, w + "name", "names a VR twice")
-        names.add(v["name"])
-        _want(v["kind"] == shape.mode, w + "kind", f"must be {shape.mode!r}, got {v['kind']!r}")
-        _strs(v, "vifs", w, 2)
-        _strs(v, "bridges", w, 2)
-        if shape.mode == "lxc":
-            _want(v["domain"] == v["name"] and v["netns"] is None and v["cgroup"] is None and v["forwarder"] is None,
-                  w + "domain", "an lxc VR has domain = its name and no netns, cgroup or forwarder")
-        else:
-            fw = v["forwarder"]
-            _want(v["netns"] == v["name"] and v["domain"] is None, w + "netns", "a netns VR has netns = its name, no domain")
-            _str(v, "cgroup", w)
-            _want(isinstance(fw, dict) and set(fw) == {"pid", "start"} and all(
-                isinstance(fw[x], int) and not isinstance(fw[x], bool) and fw[x] > 0 for x in fw),
-                w + "forwarder", f"must be {{'pid': int, 'start': int}}, got {fw!r}")
-        if shape.hops == 1:
-            _want(v["router"] is None, w + "router", "must be null when hops is 1")
-        else:
-            _want(v["router"] == f"tf{i + 1}", w + "router", f"must be 'tf{i + 1}', got {v['router']!r}")
-    ch = doc["chain"]
-    if shape.hops == 1:
-        _want(ch is None, "chain", "must be null when hops is 1")
-    else:
-        _want(isinstance(ch, dict), "chain", "must be an object when hops > 1")
-        bad = sorted(set(ch) ^ _CHAIN_KEYS)
-        _want(not bad, "chain." + (bad[0] if bad else ""), "is unknown or missing")
-        for key in ("tg_ns", "tr_ns", "tg_addr", "tr_addr"):
-            _str(ch, key, "chain.")
-        _strs(ch, "bridges", "chain.", shape.hops + 1)
-        routers = ch["routers"]
-        _want(isinstance(routers, list) and [r.get("name") if isinstance(r, dict) else None for r in routers]
-              == [f"tf{i}" for i in range(1, shape.hops + 1)], "chain.routers", "must be tf1..tfN in order")
-        _want([r.get("vr") for r in routers] == [v["name"] for v in vrs], "chain.routers",
-              "must map router i to VR i")
-        probes = ch["probes"]
-        _want(isinstance(probes, list) and len(probes) == shape.hops - 1, "chain.probes",
-              f"must list {shape.hops - 1} probes")
-        for j, p in enumerate(probes):
-            _want(isinstance(p, dict) and set(p) == {"after", "ns", "addr", "bridge"}, f"chain.probes[{j}]",
-                  "must be {after, ns, addr, bridge}")
-            for key in ("after", "ns", "addr", "bridge"):
-                _str(p, key, f"chain.probes[{j}].")
+        _RECORD.validate_python(doc)
+    except ValidationError as e:
+        key, problem = validation_problem(e, LabRecord)
+        raise LabRecordError(f"lab record: '{key}' {problem}") from None
     return doc
 
 
