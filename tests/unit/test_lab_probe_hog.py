@@ -15,10 +15,8 @@ import pytest
 from xtc_lab.lab.hog import (
     CpuCgroupDir,
     cpu_cgroup_of,
-    cpu_seconds_of,
     hog_argv,
     hog_loop,
-    parent_pid,
     parse_cgroup_mounts,
     parse_proc_cgroup,
 )
@@ -149,12 +147,6 @@ def test_a_process_without_a_cgroup_of_its_own_is_refused() -> None:
     with pytest.raises(LabError, match="unexpected line"):
         parse_proc_cgroup("garbage\n")
     assert parse_proc_cgroup(LXC_V1)[0] == (9, frozenset({"name=systemd"}), "/")
-
-
-def test_proc_stat_fields_with_an_awkward_command_name() -> None:
-    stat = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 12345 0 0"
-    assert parent_pid(stat) == 17
-    assert cpu_seconds_of(stat, 100) == pytest.approx(3.0)
 
 
 # ------------------------------------------------------------------ the burn loop

@@ -145,17 +145,6 @@ def cpu_cgroup_of(proc_cgroup_text: str, mountinfo_text: str) -> CpuCgroupDir:
     raise LabError(f"the process's cgroup v2 path {v2} is not under a mounted cgroup2 tree")
 
 
-def parent_pid(stat_text: str) -> int:
-    """The parent pid from ``/proc/<pid>/stat`` text (the comm may contain spaces and parentheses)."""
-    return int(stat_text[stat_text.rindex(")") + 2:].split()[1])
-
-
-def cpu_seconds_of(stat_text: str, clock_ticks_per_s: float) -> float:
-    """CPU time (user + system) in seconds from ``/proc/<pid>/stat`` text."""
-    fields = stat_text[stat_text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / clock_ticks_per_s
-
-
 # ------------------------------------------------------------------------------ pure: the burn loop
 def hog_loop(cpu_percent: float, period_s: float, keep_going: Callable[[], bool],
              cpu_clock: Callable[[], float], wall_clock: Callable[[], float],
@@ -202,21 +191,17 @@ def hog_argv(cpu_percent: float, period_s: float = DEFAULT_PERIOD_S, parent: int
 
 
 # ------------------------------------------------------------------------------ adapters
-def child_pids(ppid: int, proc: Path = PROC) -> list[int]:
-    """Pids whose parent is ``ppid`` (live processes only)."""
-    out = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if parent_pid((entry / "stat").read_text()) == ppid:
-                out.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return sorted(out)
+def child_pids(ppid: int) -> list[int]:
+    """Pids whose parent is ``ppid`` (live processes only; none if ``ppid`` is gone)."""
+    import psutil
+
+    try:
+        return sorted(c.pid for c in psutil.Process(ppid).children())
+    except psutil.Error:
+        return []
 
 
-def vr_forwarder_pids(lab: NetLab, vr: VR, proc: Path = PROC) -> list[int]:
+def vr_forwarder_pids(lab: NetLab, vr: VR) -> list[int]:
     """The pids of ``vr``'s forwarder (LXC: the domain's init, a child of its libvirt_lxc controller)."""
     if vr.kind == "netns":
         if vr.process is None or vr.process.poll() is not None:
@@ -231,7 +216,7 @@ def vr_forwarder_pids(lab: NetLab, vr: VR, proc: Path = PROC) -> list[int]:
         raise LabError(f"VR {vr.name}: cannot read its domain: {e}") from e
     if controller <= 0:
         raise LabError(f"VR {vr.name} is not running")
-    pids = child_pids(controller, proc)
+    pids = child_pids(controller)
     if not pids:
         raise LabError(f"VR {vr.name}: its libvirt_lxc controller (pid {controller}) has no init process")
     return pids
@@ -249,7 +234,7 @@ def process_cpu_cgroup(pid: int, proc: Path = PROC, mountinfo: Path = MOUNTINFO)
 
 def vr_cpu_cgroup(lab: NetLab, vr: VR, proc: Path = PROC, mountinfo: Path = MOUNTINFO) -> CpuCgroupDir:
     """The cpu cgroup of ``vr``'s forwarder (where a hog must go to share the VR's cap)."""
-    pids = vr_forwarder_pids(lab, vr, proc)
+    pids = vr_forwarder_pids(lab, vr)
     cg = process_cpu_cgroup(pids[0], proc, mountinfo)
     if not cg.procs_file.exists():
         raise LabError(f"VR {vr.name}: its cpu cgroup {cg.path} has no cgroup.procs")
@@ -337,10 +322,12 @@ class CpuHog:
         """CPU time the hog process has used so far, s (its last value once it is stopped)."""
         if self.process is None or self.process.poll() is not None:
             return self._cpu_s
+        import psutil
+
         try:
-            self._cpu_s = cpu_seconds_of((self.proc_dir / str(self.process.pid) / "stat").read_text(),
-                                         os.sysconf("SC_CLK_TCK"))
-        except OSError:
+            t = psutil.Process(self.process.pid).cpu_times()
+            self._cpu_s = t.user + t.system
+        except psutil.Error:
             pass
         return self._cpu_s
 
