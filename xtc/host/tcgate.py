@@ -12,10 +12,10 @@ prio 11 (IPv6, 0x86DD) hold one filter per flow matching its source AND destinat
 
 A flow's state is its TBF leaf's parameters: ``OPEN`` = the link rate with a burst of
 ``open_burst_bytes``; ``CLOSED`` = a few bytes per second (``closed_rate_bps``) with a burst of
-``closed_burst_bytes`` (one packet: TBF drops packets bigger than its burst, so it cannot be
-smaller); a rate limit = that rate with a burst of ``max(closed_burst_bytes, 1 ms at the rate)``.
-Every TBF change refills the bucket, so closing a flow lets at most one packet (of up to
-``closed_burst_bytes``) through at the moment it closes.  A TBF change does not wake the device,
+``closed_burst_bytes`` (one whole frame, MTU + 18: TBF drops packets bigger than its burst, so it
+cannot be smaller); a rate limit = that rate with a burst of ``max(closed_burst_bytes, 1 ms at the rate)``.
+Every TBF change refills the bucket, so closing a flow lets up to ``closed_burst_bytes`` through
+at the moment it closes (one full-size packet, or several small ones); held packets stay held.  A TBF change does not wake the device,
 so after every change :meth:`TcGate.set_states` sends one 60-byte frame (Ethernet type 0x88B5,
 local experimental, to the locally administered MAC ``02:00:00:00:07:c0``) out of the uplink; it
 goes through the default class and the peer drops it.
@@ -45,6 +45,7 @@ ROOT_HANDLE
 from __future__ import annotations
 
 import errno as _errno
+import fcntl
 import math
 import os
 import socket
@@ -82,6 +83,8 @@ RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
 RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
+TCA_TBF_BURST = 6
+_SIOCGIFMTU = 0x8921
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
 NLMSGERR_ATTR_MSG = 1
 
@@ -148,6 +151,28 @@ def encode_tc(command: str, seq: int, **kwarg: object) -> bytes:
         msg["attrs"].extend(rf["attrs"])
     msg.encode()
     return bytes(msg.data[: msg["header"]["length"]])
+
+
+def _append_option(msg: bytes, atype: int, payload: bytes) -> bytes:
+    """Append an attribute inside the message's TCA_OPTIONS (its last attribute); fix the lengths.
+
+    pyroute2's TBF encoder has no ``TCA_TBF_BURST``; without it the kernel derives the largest
+    packet from the buffer in ticks, which at a few bytes per second drops every packet.
+    """
+    start = _NLMSGHDR.size + _TCMSG.size
+    last = None
+    for t, a, _b in _attrs(msg, start, len(msg)):
+        last = (t, a - 4)
+    if last is None or last[0] != TCA_OPTIONS:
+        raise ValueError("no trailing TCA_OPTIONS attribute to extend")
+    extra = _NLATTR.pack(4 + len(payload), atype) + payload
+    extra += b"\0" * (_align4(len(extra)) - len(extra))
+    out = bytearray(msg) + extra
+    at = last[1]
+    (olen,) = struct.unpack_from("=H", out, at)
+    struct.pack_into("=H", out, at, _align4(olen) + len(extra))
+    struct.pack_into("=I", out, 0, len(out))
+    return bytes(out)
 
 
 def _encode_plain(msg_type: int, flags: int, seq: int, ifindex: int, handle: int = 0, parent: int = 0, info: int = 0,
@@ -404,9 +429,11 @@ class TcGate:
     closed_rate_bps : int
         The rate of ``CLOSED`` in bits/s (raised if needed so that the TBF buffer, in kernel
         ticks, fits in 32 bits).
-    closed_burst_bytes : int
+    closed_burst_bytes : int, optional
         The burst of ``CLOSED`` (and the least burst of a rate limit), in bytes: at least the
-        largest frame (MTU + 14), else TBF drops bigger packets instead of holding them.
+        largest frame, else TBF drops bigger packets instead of holding them; default the
+        device's MTU + 18 (Ethernet header and a VLAN tag).  This is also what a flow lets out
+        at the moment it closes (the TBF change refills the bucket).
     open_burst_bytes : int, optional
         The burst of ``OPEN`` in bytes; default 1 ms at the link rate, at least 64 KiB.
     queue_limit_bytes : int
@@ -427,7 +454,7 @@ class TcGate:
         link_bps: int,
         netns: str | None = None,
         closed_rate_bps: int = 64,
-        closed_burst_bytes: int = 1600,
+        closed_burst_bytes: int | None = None,
         open_burst_bytes: int | None = None,
         queue_limit_bytes: int = 4 << 20,
         default_limit_packets: int = 1000,
@@ -438,18 +465,14 @@ class TcGate:
         self._where = where
         if not 8_000 <= link_bps < 8 * 2**32:
             raise GateError(f"{where}: link_bps {link_bps} out of range [8000, {8 * 2**32})")
-        if closed_burst_bytes < 64:
+        if closed_burst_bytes is not None and closed_burst_bytes < 64:
             raise GateError(f"{where}: closed_burst_bytes {closed_burst_bytes} < 64")
         self.link_bps = int(link_bps)
-        self.closed_burst_bytes = int(closed_burst_bytes)
-        # TBF's buffer is burst/rate in ticks (1/64 us here: /proc/net/psched) as a u32.
-        min_closed_Bps = math.ceil(closed_burst_bytes * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
-        self.closed_rate_bps = max(int(closed_rate_bps), 8 * min_closed_Bps)
         self.open_burst_bytes = int(open_burst_bytes or max(64 * 1024, self.link_bps // 8 // 1000))
         self.queue_limit_bytes = int(queue_limit_bytes)
         self.default_limit_packets = int(default_limit_packets)
 
-        def open_sockets() -> tuple[_Rtnl, socket.socket, int, bytes]:
+        def open_sockets() -> tuple[_Rtnl, socket.socket, int, bytes, int]:
             try:
                 index = socket.if_nametoindex(ifname)
             except OSError:
@@ -458,14 +481,20 @@ class TcGate:
             pk = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
             pk.bind((ifname, 0))
             mac = pk.getsockname()[4][:6].ljust(6, b"\0")
-            return nl, pk, index, mac
+            ifreq = fcntl.ioctl(pk.fileno(), _SIOCGIFMTU, struct.pack("16si12x", ifname.encode(), 0))
+            return nl, pk, index, mac, struct.unpack_from("16si", ifreq)[1]
 
         try:
-            self._nl, self._pk, self.ifindex, mac = _in_netns(netns, open_sockets)
+            self._nl, self._pk, self.ifindex, mac, self.mtu = _in_netns(netns, open_sockets)
         except GateError:
             raise
         except OSError as e:
             raise GateError(f"{where}: cannot open sockets: {e.strerror or e}") from None
+        # TBF drops a packet bigger than its burst: one whole frame (MTU + Ethernet + VLAN tag).
+        self.closed_burst_bytes = int(closed_burst_bytes or self.mtu + 18)
+        # TBF's buffer is burst/rate in ticks (1/64 us here: /proc/net/psched) as a u32.
+        min_closed_Bps = math.ceil(self.closed_burst_bytes * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
+        self.closed_rate_bps = max(int(closed_rate_bps), 8 * min_closed_Bps)
         self._wake = _WAKE_DST + mac + struct.pack("!H", WAKE_ETHERTYPE) + b"xco-wake".ljust(46, b"\0")
         self._flows: dict[Flow, _FlowEntry] = {}
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change
@@ -502,8 +531,9 @@ class TcGate:
         else:
             rate_bps = int(state)
             burst = max(self.closed_burst_bytes, rate_bps // 8 // 1000)
-        return self._tc(command, kind="tbf", handle=(_LEAF_MAJOR_BASE + minor) << 16, parent=ROOT_HANDLE | minor,
-                        rate=rate_bps // 8, burst=burst, limit=self.queue_limit_bytes)
+        msg = self._tc(command, kind="tbf", handle=(_LEAF_MAJOR_BASE + minor) << 16, parent=ROOT_HANDLE | minor,
+                       rate=rate_bps // 8, burst=burst, limit=self.queue_limit_bytes)
+        return _append_option(msg, TCA_TBF_BURST, struct.pack("=I", burst))
 
     def _check_state(self, state: int, flow: Flow) -> None:
         if not isinstance(state, int) or not (state in (OPEN, CLOSED) or 8 <= state < 8 * 2**32):
