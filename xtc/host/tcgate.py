@@ -498,6 +498,7 @@ class TcGate:
         self._wake = _WAKE_DST + mac + struct.pack("!H", WAKE_ETHERTYPE) + b"xco-wake".ljust(46, b"\0")
         self._flows: dict[Flow, _FlowEntry] = {}
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change
+        self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
         self._original: _TcObject | None = None
         self._installed = False
         self._closed = False
@@ -523,7 +524,22 @@ class TcGate:
     def _tc(self, command: str, **kwarg: object) -> bytes:
         return encode_tc(command, self._nl.next_seq(), index=self.ifindex, **kwarg)
 
+    def _patched(self, key: tuple, make: Callable[[], bytes], handle: int, parent: int) -> bytes:
+        """A message encoded once per ``key`` by pyroute2, with its sequence, handle and parent set."""
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = make()
+        out = bytearray(template)
+        _SEQ.pack_into(out, 8, self._nl.next_seq())
+        struct.pack_into("=II", out, _NLMSGHDR.size + 8, handle, parent)  # tcmsg handle, parent
+        return bytes(out)
+
     def _tbf(self, command: str, minor: int, state: int) -> bytes:
+        """The TBF leaf message of class ``7c0:minor`` in ``state`` (pyroute2 encodes each state once)."""
+        return self._patched(("tbf", command, state), lambda: self._encode_tbf(command, state),
+                             (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor)
+
+    def _encode_tbf(self, command: str, state: int) -> bytes:
         if state == OPEN:
             rate_bps, burst = self.link_bps, self.open_burst_bytes
         elif state == CLOSED:
@@ -531,7 +547,7 @@ class TcGate:
         else:
             rate_bps = int(state)
             burst = max(self.closed_burst_bytes, rate_bps // 8 // 1000)
-        msg = self._tc(command, kind="tbf", handle=(_LEAF_MAJOR_BASE + minor) << 16, parent=ROOT_HANDLE | minor,
+        msg = self._tc(command, kind="tbf", handle=_LEAF_MAJOR_BASE << 16, parent=ROOT_HANDLE,
                        rate=rate_bps // 8, burst=burst, limit=self.queue_limit_bytes)
         return _append_option(msg, TCA_TBF_BURST, struct.pack("=I", burst))
 
@@ -550,9 +566,12 @@ class TcGate:
         return None
 
     def _htb_class(self, minor: int) -> bytes:
-        return self._tc("add-class", kind="htb", handle=ROOT_HANDLE | minor, parent=ROOT_HANDLE,
-                        rate=self.link_bps // 8, ceil=self.link_bps // 8, burst=self.open_burst_bytes,
-                        cburst=self.open_burst_bytes, quantum=60000, mtu=2048)
+        def make() -> bytes:
+            return self._tc("add-class", kind="htb", handle=ROOT_HANDLE, parent=ROOT_HANDLE,
+                            rate=self.link_bps // 8, ceil=self.link_bps // 8, burst=self.open_burst_bytes,
+                            cburst=self.open_burst_bytes, quantum=60000, mtu=2048)
+
+        return self._patched(("class",), make, ROOT_HANDLE | minor, ROOT_HANDLE)
 
     # ------------------------------------------------------------------ Gate
 
@@ -694,8 +713,9 @@ class TcGate:
             msg = cache.get(key)
             if msg is None:
                 self._check_state(state, flow)
-                if len(cache) > 16 * (len(flows) + 16):
+                if len(cache) > 16 * (len(flows) + 16):  # many distinct rate limits
                     cache.clear()
+                    self._templates = {k: v for k, v in self._templates.items() if k[0] != "tbf" or k[-1] in (OPEN, CLOSED)}
                 msg = cache[key] = self._tbf("change", entry.minor, state)
             changes.append((flow, entry, state, msg))
         if not changes:
