@@ -57,7 +57,8 @@ from typing import TypeVar
 
 from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
 
-__all__ = ["TcGate", "cleanup", "ROOT_HANDLE", "DEFAULT_CLASS", "WAKE_ETHERTYPE", "decode_class_dump"]
+__all__ = ["TcGate", "cleanup", "ROOT_HANDLE", "DEFAULT_CLASS", "WAKE_ETHERTYPE", "decode_class_dump",
+           "decode_class_counters", "encode_tc"]
 
 #: Handle of our root HTB qdisc (major 0x7c0): how :func:`cleanup` recognises it.
 ROOT_HANDLE = 0x07C0_0000
@@ -249,6 +250,55 @@ def decode_class_dump(buf: bytes | memoryview) -> list[_TcObject]:
     return out
 
 
+_CLASS_HEAD = struct.Struct("=IH10x8xII4x")  # nlmsghdr len, type; tcmsg handle, parent
+_U32X2 = struct.Struct("=II")
+_QI = struct.Struct("=QI")
+
+
+def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[int, int, int, int]]:
+    """The counters of the classes of qdisc ``qdisc`` (its handle, ``major:0``) in an RTM_GETTCLASS
+    dump: the hot path of :meth:`TcGate.stats`.
+
+    Returns
+    -------
+    dict
+        ``{class handle: (sent bytes, sent packets, backlog bytes, backlog packets)}``.
+    """
+    out = {}
+    off, end = 0, len(buf)
+    head = _CLASS_HEAD.unpack_from
+    while off + 36 <= end:
+        mlen, mtype, handle, _parent = head(buf, off)
+        if mlen < 16 or off + mlen > end:
+            raise GateError(f"netlink: malformed dump message of {mlen} bytes")
+        if mtype == RTM_NEWTCLASS and handle & 0xFFFF0000 == qdisc:
+            sb = sp = ql = bl = 0
+            a, mend = off + 36, off + mlen
+            while a + 4 <= mend:
+                alen, atype = _NLATTR.unpack_from(buf, a)
+                if alen < 4:
+                    break
+                if atype & 0x3FFF == TCA_STATS2:
+                    c, cend = a + 4, a + alen
+                    while c + 4 <= cend:
+                        slen, stype = _NLATTR.unpack_from(buf, c)
+                        if slen < 4:
+                            break
+                        if stype == TCA_STATS_BASIC and slen >= 16:
+                            sb, p32 = _QI.unpack_from(buf, c + 4)
+                            sp = sp or p32
+                        elif stype == TCA_STATS_PKT64 and slen >= 12:
+                            (sp,) = struct.unpack_from("=Q", buf, c + 4)
+                        elif stype == TCA_STATS_QUEUE and slen >= 12:
+                            ql, bl = _U32X2.unpack_from(buf, c + 4)
+                        c += (slen + 3) & ~3
+                    break
+                a += (alen + 3) & ~3
+            out[handle] = (sb, sp, bl, ql)
+        off += (mlen + 3) & ~3
+    return out
+
+
 # --------------------------------------------------------------------------- namespaces
 
 _T = TypeVar("_T")
@@ -356,26 +406,31 @@ class _Rtnl:
         return acks, echoed
 
     def dump(self, msg_type: int, ifindex: int) -> bytes:
-        """One dump of qdiscs or classes (``msg_type`` RTM_GETQDISC/RTM_GETTCLASS) of ``ifindex``."""
+        """One dump of qdiscs or classes (``msg_type`` RTM_GETQDISC/RTM_GETTCLASS) of ``ifindex``.
+
+        Returns the reply datagrams concatenated (whole messages; NLMSG_DONE included).
+        """
         seq = self.next_seq()
         self.sock.send(_encode_plain(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex))
         chunks: list[bytes] = []
+        buf = self._buf
         while True:
-            n = self.sock.recv_into(self._buf)
-            view = memoryview(self._buf)[:n]
+            n = self.sock.recv_into(buf)
             off = 0
-            while off + _NLMSGHDR.size <= n:
-                mlen, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(view, off)
-                if mlen < _NLMSGHDR.size:
+            done = False
+            while off + 16 <= n:
+                mlen, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
+                if mlen < 16:
                     raise GateError("netlink: malformed dump reply")
                 if mseq == seq:
-                    if mtype == NLMSG_DONE:
-                        return b"".join(chunks)
                     if mtype == NLMSG_ERROR:
-                        (err,) = _ERR.unpack_from(view, off + 16)
+                        (err,) = _ERR.unpack_from(buf, off + 16)
                         raise OSError(-err, os.strerror(-err))
-                    chunks.append(bytes(view[off : off + mlen]))
+                    done = done or mtype == NLMSG_DONE
                 off += _align4(mlen)
+            chunks.append(bytes(buf[:n]))
+            if done:
+                return b"".join(chunks)
 
     def close(self) -> None:
         self.sock.close()
@@ -755,16 +810,15 @@ class TcGate:
         """Every flow's sent bytes/packets and backlog, from one RTM_GETTCLASS dump."""
         self._require_installed()
         try:
-            objs = decode_class_dump(self._nl.dump(RTM_GETTCLASS, self.ifindex))
+            counters = decode_class_counters(self._nl.dump(RTM_GETTCLASS, self.ifindex), ROOT_HANDLE)
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
-        by_handle = {o.handle: o for o in objs if o.msg_type == RTM_NEWTCLASS and o.ifindex == self.ifindex}
         out = {}
         for flow, entry in self._flows.items():
-            o = by_handle.get(ROOT_HANDLE | entry.minor)
-            if o is None:
+            c = counters.get(ROOT_HANDLE | entry.minor)
+            if c is None:
                 raise self._fail("stats: class missing", _errno.ENOENT, "", flow)
-            out[flow] = FlowStats(o.sent_bytes, o.sent_packets, o.backlog, o.qlen)
+            out[flow] = FlowStats(*c)
         return out
 
     def states(self) -> dict[Flow, int]:
