@@ -198,6 +198,28 @@ def test_closed_flow_is_held_and_released_when_opened(lab: Lab) -> None:
         gate.close()
 
 
+def test_rate_limited_flow(lab: Lab) -> None:
+    rate_bps = 2_000_000  # 250 kB/s
+    gate = lab.gate()
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, OPEN)
+        gate.set_states({lab.flow: rate_bps})
+        sock = udp_sender(lab.snd)
+        start = time.monotonic()
+        send(sock, 100)  # 24 kB at once
+        time.sleep(0.05)
+        st = gate.stats()[lab.flow]
+        elapsed = time.monotonic() - start
+        burst = gate.closed_burst_bytes  # a rate limit's burst: max(closed burst, 1 ms at the rate)
+        assert 0.5 * rate_bps / 8 * 0.05 <= st.sent_bytes <= burst + rate_bps / 8 * elapsed + FRAME
+        assert st.backlog_packets == 100 - st.sent_packets > 0
+        sock.close()
+    finally:
+        gate.restore()
+        gate.close()
+
+
 def test_icmp_and_unknown_flows_pass_a_closed_flow(lab: Lab) -> None:
     gate = lab.gate()
     try:
@@ -315,6 +337,8 @@ def test_cleanup_after_a_crash_leaves_nothing(lab: Lab) -> None:
     for n in range(5):
         gate.add_flow(Flow(ipaddress.ip_address(SRC), ipaddress.ip_address(f"198.18.21.{100 + n}"), n), CLOSED)
     gate.close()  # as if SIGKILLed: nothing restored
+    with pytest.raises(GateError, match="closed before restore"):
+        gate.restore()
     with pytest.raises(GateError, match="already installed"):
         again = lab.gate()
         try:

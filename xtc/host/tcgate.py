@@ -374,10 +374,17 @@ class _Rtnl:
         seqs = [_SEQ.unpack_from(m, 8)[0] for m in messages]
         return self.send_batch(b"".join(messages) if len(messages) > 1 else messages[0], seqs)
 
-    def send_batch(self, payload: bytes | bytearray, seqs: list[int]) -> tuple[dict[int, tuple[int, str]], list[_TcObject]]:
-        """Send ``payload`` (whole messages with sequence numbers ``seqs``) and read their ACKs."""
+    def send_batch(self, payload: bytes | bytearray, seqs: list[int], then: Callable[[], object] | None = None,
+                   ) -> tuple[dict[int, tuple[int, str]], list[_TcObject]]:
+        """Send ``payload`` (whole messages with sequence numbers ``seqs``) and read their ACKs.
+
+        The kernel has applied every message when ``send`` returns (rtnetlink runs in the
+        sender's context); ``then`` is called at that point, before the ACKs are read.
+        """
         pending = set(seqs)
         self.sock.send(payload)
+        if then is not None:
+            then()
         acks: dict[int, tuple[int, str]] = {}
         echoed: list[_TcObject] = []
         buf = self._buf
@@ -785,8 +792,7 @@ class TcGate:
             seqs.append(seq)
             off += len(c[3])
         try:
-            acks, _ = nl.send_batch(batch, seqs)
-            self._pk.send(self._wake)
+            acks, _ = nl.send_batch(batch, seqs, self._send_wake)
         except OSError as e:
             raise GateError(f"{self._where}: set_states: {_errtext(e.errno or 0, '')}") from None
         errors = []
@@ -798,6 +804,9 @@ class TcGate:
                 entry.state = state
         if errors:
             raise GateError(f"{self._where}: set_states: " + "; ".join(errors))
+
+    def _send_wake(self) -> None:
+        self._pk.send(self._wake)
 
     def wake(self) -> None:
         """Send one wake frame out of the uplink (what :meth:`set_states` does after a change)."""
@@ -833,6 +842,8 @@ class TcGate:
         """
         if not self._installed:
             return
+        if self._closed:
+            raise GateError(f"{self._where}: gate closed before restore; run cleanup()")
         self._delete_root()
         self._installed = False
         self._flows.clear()
