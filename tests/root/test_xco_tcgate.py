@@ -24,10 +24,19 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from xtc.host.tcgate import ROOT_HANDLE, TcGate, _in_netns, cleanup
+from xtc.host import tcgate
+from xtc.host.tcgate import (
+    ROOT_HANDLE,
+    TcGate,
+    _in_netns,
+    cleanup,
+    decode_class_counters,
+    encode_tc,
+)
 from xtc.xco.gate import CLOSED, OPEN, Flow, GateError
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
+root = pytest.mark.root  # every test that builds the namespaces; the codec tests at the end need nothing
 
 SRC, DST, OTHER_SRC = "198.18.21.1", "198.18.21.2", "198.18.21.11"
 LINK_BPS = 1_000_000_000
@@ -166,6 +175,7 @@ def wait_for(pred, timeout_s: float = 1.0) -> bool:
     return pred()
 
 
+@root
 def test_closed_flow_is_held_and_released_when_opened(lab: Lab) -> None:
     gate = lab.gate()
     try:
@@ -198,6 +208,7 @@ def test_closed_flow_is_held_and_released_when_opened(lab: Lab) -> None:
         gate.close()
 
 
+@root
 def test_rate_limited_flow(lab: Lab) -> None:
     rate_bps = 2_000_000  # 250 kB/s
     gate = lab.gate()
@@ -220,6 +231,7 @@ def test_rate_limited_flow(lab: Lab) -> None:
         gate.close()
 
 
+@root
 def test_icmp_and_unknown_flows_pass_a_closed_flow(lab: Lab) -> None:
     gate = lab.gate()
     try:
@@ -240,6 +252,7 @@ def test_icmp_and_unknown_flows_pass_a_closed_flow(lab: Lab) -> None:
         gate.close()
 
 
+@root
 def test_gating_by_10ms_slices(lab: Lab) -> None:
     """Open 10 ms / closed 10 ms for 1.6 s under a paced UDP stream; arrivals vs the open windows."""
     from xtc_lab.lab.build import build_udpsend
@@ -306,6 +319,7 @@ def test_gating_by_10ms_slices(lab: Lab) -> None:
         gate.close()
 
 
+@root
 def test_restore_gives_back_the_default_root(lab: Lab) -> None:
     assert lab.root()["kind"] == "noqueue"
     gate = lab.gate()
@@ -319,6 +333,7 @@ def test_restore_gives_back_the_default_root(lab: Lab) -> None:
     assert lab.tc_json("filter") == []
 
 
+@root
 def test_restore_gives_back_a_recorded_root(lab: Lab) -> None:
     sh("ip", "netns", "exec", lab.snd, "tc", "qdisc", "add", "dev", "gs0", "root", "handle", "5:", "bfifo",
        "limit", "12345")
@@ -331,6 +346,7 @@ def test_restore_gives_back_a_recorded_root(lab: Lab) -> None:
     assert (q["kind"], q["handle"], q["options"]["limit"]) == ("bfifo", "5:", 12345)
 
 
+@root
 def test_cleanup_after_a_crash_leaves_nothing(lab: Lab) -> None:
     gate = lab.gate()
     gate.install()
@@ -356,6 +372,7 @@ def test_cleanup_after_a_crash_leaves_nothing(lab: Lab) -> None:
     assert lab.root()["handle"] == "1:"
 
 
+@root
 def test_bad_input_is_named_and_changes_nothing(lab: Lab) -> None:
     with pytest.raises(GateError, match="nosuch0.*no such interface"):
         TcGate("nosuch0", link_bps=LINK_BPS, netns=lab.snd)
@@ -392,6 +409,7 @@ def test_bad_input_is_named_and_changes_nothing(lab: Lab) -> None:
         gate.close()
 
 
+@root
 def test_flows_ipv6_and_remove(lab: Lab) -> None:
     gate = lab.gate()
     try:
@@ -422,3 +440,59 @@ def test_flows_ipv6_and_remove(lab: Lab) -> None:
     finally:
         gate.restore()
         gate.close()
+
+
+# --------------------------------------------------------------------------- codec (no root)
+
+
+def _attr(atype: int, payload: bytes) -> bytes:
+    a = struct.pack("=HH", 4 + len(payload), atype) + payload
+    return a + b"\0" * (-len(a) % 4)
+
+
+def _class_msg(handle: int, parent: int, sent: tuple[int, int], queue: tuple[int, int], pkt64: int | None = None) -> bytes:
+    stats = _attr(1, struct.pack("=QI", *sent) + b"\0" * 4) + _attr(3, struct.pack("=5I", queue[0], queue[1], 0, 0, 0))
+    if pkt64 is not None:
+        stats += _attr(8, struct.pack("=Q", pkt64))
+    body = struct.pack("=BxxxiIII", 0, 2, handle, parent, 0) + _attr(1, b"htb\0") + _attr(2, b"") + _attr(7, stats)
+    return struct.pack("=IHHII", 16 + len(body), 40, 2, 9, 0) + body
+
+
+def test_decode_class_counters() -> None:
+    buf = (
+        _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (1442 * 3, 3), (2, 2884))
+        + _class_msg(ROOT_HANDLE | 3, 0xFFFFFFFF, (10, 1), (0, 0), pkt64=2**33)
+        + _class_msg(0x10020001, 0x10020000, (99, 9), (9, 99))  # the TBF leaf's own class: not ours
+        + struct.pack("=IHHIIi", 20, 3, 2, 9, 0, 0)  # NLMSG_DONE
+    )
+    got = decode_class_counters(buf, ROOT_HANDLE)
+    assert got == {ROOT_HANDLE | 2: (4326, 3, 2884, 2), ROOT_HANDLE | 3: (10, 2**33, 0, 0)}
+    bad = bytearray(buf)
+    struct.pack_into("=I", bad, 0, len(buf) + 100)  # a message longer than the buffer
+    with pytest.raises(tcgate.GateError, match="malformed"):
+        decode_class_counters(bytes(bad), ROOT_HANDLE)
+
+
+def test_tbf_message_carries_its_burst() -> None:
+    msg = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
+                    limit=1 << 20)
+    out = tcgate._append_option(msg, tcgate.TCA_TBF_BURST, struct.pack("=I", 1518))
+    length, mtype, flags, seq = struct.unpack_from("=IHHI", out)
+    assert (length, mtype, seq) == (len(out), tcgate.RTM_NEWQDISC, 7)
+    assert flags & tcgate.NLM_F_REPLACE and not flags & tcgate.NLM_F_CREATE
+    attrs = list(tcgate._attrs(out, 36, len(out)))
+    assert [a[0] for a in attrs] == [tcgate.TCA_KIND, tcgate.TCA_OPTIONS]
+    _t, a, b = attrs[1]
+    assert b == len(out)
+    nested = list(tcgate._attrs(out, a, b))
+    assert [n[0] for n in nested] == [1, 2, tcgate.TCA_TBF_BURST]  # PARMS, RTAB, BURST
+    _t, c, _d = nested[-1]
+    assert struct.unpack_from("=I", out, c)[0] == 1518
+
+
+def test_u32_keys_match_source_and_destination() -> None:
+    f4 = Flow(ipaddress.ip_address("198.18.21.1"), ipaddress.ip_address("198.18.21.2"), 1)
+    assert tcgate._u32_keys(f4) == ["0xc6121501/0xffffffff+12", "0xc6121502/0xffffffff+16"]
+    f6 = Flow(ipaddress.ip_address("2001:db8::1"), ipaddress.ip_address("2001:db8::2"), 1)
+    keys = tcgate._u32_keys(f6)
+    assert len(keys) == 8 and keys[0] == "0x20010db8/0xffffffff+8" and keys[7] == "0x00000002/0xffffffff+36"
