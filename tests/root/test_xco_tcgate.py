@@ -373,6 +373,37 @@ def test_cleanup_after_a_crash_leaves_nothing(lab: Lab) -> None:
 
 
 @root
+def test_cleanup_after_sigkill(lab: Lab) -> None:
+    """A process that installed the gate and holds a flow is SIGKILLed; cleanup() removes it all."""
+    import sys
+
+    code = (
+        "import ipaddress, sys, time\n"
+        "from xtc.host.tcgate import TcGate\n"
+        "from xtc.xco.gate import CLOSED, Flow\n"
+        f"g = TcGate('gs0', link_bps={LINK_BPS}, netns={lab.snd!r})\n"
+        "g.install()\n"
+        f"g.add_flow(Flow(ipaddress.ip_address({SRC!r}), ipaddress.ip_address({DST!r}), 1), CLOSED)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.kill()
+        proc.wait(timeout=10)
+        assert lab.root()["handle"] == "7c0:" and len(lab.classes()) == 2
+        assert cleanup("gs0", netns=lab.snd) is True
+        assert [q["kind"] for q in lab.tc_json("qdisc")] == ["noqueue"]
+        assert lab.classes() == [] and lab.tc_json("filter") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@root
 def test_bad_input_is_named_and_changes_nothing(lab: Lab) -> None:
     with pytest.raises(GateError, match="nosuch0.*no such interface"):
         TcGate("nosuch0", link_bps=LINK_BPS, netns=lab.snd)
