@@ -36,11 +36,12 @@ reads one ACK per message and names the flow of any error (with the kernel's ext
 Stats are one ``RTM_GETTCLASS`` dump, decoded here (:func:`decode_class_counters`: each HTB
 class's bytes/packets sent, and its leaf's queue length and backlog).
 
-Measured on this 2-core host, shared and loaded (``python -m xtc_lab.xco.gate_bench``, 64 flows,
-veth): add_flow p50 0.5 ms (p99 9-12 ms under load); a one-flow set_states 12-16 us p50, 64
-changes in one call 425 us (6.6 us each); stats 0.26-0.4 ms; directive to the first packet out
-p50 39-48 us, p99 0.11 ms when the host is quiet enough, several ms when other work holds the
-CPU or the rtnl lock.
+Measured on this 2-core host, shared and loaded (load average 7-9; ``python -m
+xtc_lab.xco.gate_bench``, 64 flows, veth): add_flow p50 0.3-0.5 ms (p99 9-19 ms); a one-flow
+set_states 12-16 us p50, 64 changes in one call 0.32-0.44 ms (5-7 us each); stats 0.3-0.46 ms;
+directive to the first packet out p50 36-46 us, p99 0.11 ms in the quieter runs and 9-15 ms when
+other work held the CPU or the rtnl lock.  A 2 ms slice loop with 4 changes per slice costs 6-10 %
+of a core (2 % of it the loop's own sleeping), 16-21 % with a stats() every slice.
 
 With ``netns``, the sockets are opened inside ``/run/netns/<netns>`` (a helper thread enters it
 with ``setns``), so every operation happens there.
