@@ -10,7 +10,9 @@ Flows are VM-to-VM: classified by source and destination VM address.  A flow the
 told about, and every ICMP packet, goes through an unheld default class.
 
 Rates are bits per second.  ``OPEN`` means "no limit but the link"; ``CLOSED`` means hold
-everything (the packets queue in the flow's leaf until it opens).
+everything (the packets queue in the flow's leaf until it opens).  On stock Linux a flow that
+closes still lets out one frame's worth of bytes (MTU + 18) at that moment: every TBF change
+refills its bucket (see :mod:`xtc.host.tcgate`).
 """
 
 from __future__ import annotations

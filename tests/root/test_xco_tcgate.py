@@ -1,0 +1,529 @@
+"""TcGate (the XCo gate: HTB + TBF + u32 over netlink) on a real kernel, with real UDP traffic.
+
+Needs root and iproute2.  Two namespaces ``xtcgt-<random>-s`` (sender, the gated uplink ``gs0``)
+and ``-r`` (receiver, ``gr0``) joined by a veth pair; addresses 198.18.21.0/24 only; both
+namespaces are removed at the end, also when a test fails.  The traffic is small UDP datagrams
+(no GSO: one datagram is one frame).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from xtc.host import tcgate
+from xtc.host.tcgate import (
+    ROOT_HANDLE,
+    TcGate,
+    _in_netns,
+    cleanup,
+    decode_class_counters,
+    encode_tc,
+)
+from xtc.xco.gate import CLOSED, OPEN, Flow, GateError
+
+pytestmark = [pytest.mark.timeout(120)]
+root = pytest.mark.root  # every test that builds the namespaces; the codec tests at the end need nothing
+
+SRC, DST, OTHER_SRC = "198.18.21.1", "198.18.21.2", "198.18.21.11"
+LINK_BPS = 1_000_000_000
+PORT = 5301
+FRAME = 200 + 8 + 20 + 14  # a 200-byte UDP datagram on the wire
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # asm-generic/socket.h (x86_64, arm64)
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+
+
+def sh(*args: str) -> str:
+    return subprocess.run(list(args), check=True, capture_output=True, text=True).stdout
+
+
+@dataclass
+class Lab:
+    snd: str
+    rcv: str
+    ifname: str = "gs0"
+    flow: Flow = field(default_factory=lambda: Flow(ipaddress.ip_address(SRC), ipaddress.ip_address(DST), 1))
+
+    def tc_json(self, *what: str) -> list[dict]:
+        out = sh("ip", "netns", "exec", self.snd, "tc", "-j", *what, "show", "dev", self.ifname)
+        return json.loads(out) if out.strip() else []
+
+    def classes(self) -> list[str]:
+        """The HTB classes (``tc class show`` has no JSON output)."""
+        out = sh("ip", "netns", "exec", self.snd, "tc", "class", "show", "dev", self.ifname)
+        return [line for line in out.splitlines() if line.startswith("class htb")]
+
+    def root(self) -> dict:
+        return next(q for q in self.tc_json("qdisc") if q.get("root"))
+
+    def gate(self, **kw: object) -> TcGate:
+        return TcGate(self.ifname, link_bps=LINK_BPS, netns=self.snd, **kw)
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates network namespaces")
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("iproute2 (ip, tc) is not installed")
+    tag = secrets.token_hex(3)
+    lab = Lab(f"xtcgt-{tag}-s", f"xtcgt-{tag}-r")
+    try:
+        for ns in (lab.snd, lab.rcv):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", "gs0", "netns", lab.snd, "type", "veth", "peer", "name", "gr0", "netns", lab.rcv)
+        sh("ip", "-n", lab.snd, "addr", "add", f"{SRC}/24", "dev", "gs0")
+        sh("ip", "-n", lab.snd, "addr", "add", f"{OTHER_SRC}/24", "dev", "gs0")
+        sh("ip", "-n", lab.rcv, "addr", "add", f"{DST}/24", "dev", "gr0")
+        for ns, dev in ((lab.snd, "gs0"), (lab.rcv, "gr0")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        mac = json.loads(sh("ip", "-n", lab.rcv, "-j", "link", "show", "gr0"))[0]["address"]
+        sh("ip", "-n", lab.snd, "neigh", "replace", DST, "lladdr", mac, "dev", "gs0")
+        yield lab
+    finally:
+        for ns in (lab.snd, lab.rcv):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+class Receiver:
+    """A UDP socket in the receiver namespace; a thread keeps each datagram's kernel receive time."""
+
+    def __init__(self, netns: str, port: int = PORT) -> None:
+        def make() -> socket.socket:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            # RCVBUFFORCE (root): held packets leave in bursts of hundreds; nothing may be lost here
+            s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            s.bind((DST, port))
+            return s
+
+        self.sock = _in_netns(netns, make)
+        self.sock.settimeout(0.2)
+        self.arrivals_ns: list[int] = []
+        self.sources: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                _data, anc, _flags, addr = self.sock.recvmsg(2048, 64)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("=qq", payload[:16])
+                    self.arrivals_ns.append(sec * 1_000_000_000 + nsec)
+                    self.sources.append(addr[0])
+
+    def count(self) -> int:
+        return len(self.arrivals_ns)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def receiver(netns: str) -> Iterator[Receiver]:
+    r = Receiver(netns)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def udp_sender(netns: str, src: str = SRC) -> socket.socket:
+    def make() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((src, 0))
+        return s
+
+    return _in_netns(netns, make)
+
+
+def send(sock: socket.socket, n: int, payload: int = 200) -> None:
+    for i in range(n):
+        sock.sendto(i.to_bytes(4, "big").ljust(payload, b"x"), (DST, PORT))
+
+
+def wait_for(pred, timeout_s: float = 1.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.005)
+    return pred()
+
+
+@root
+def test_closed_flow_is_held_and_released_when_opened(lab: Lab) -> None:
+    gate = lab.gate()
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, CLOSED)
+        sock = udp_sender(lab.snd)
+        with receiver(lab.rcv) as rx:
+            send(sock, 50)
+            time.sleep(0.1)
+            held = gate.stats()[lab.flow]
+            # A new (or just changed) TBF starts with a full bucket: up to closed_burst_bytes
+            # (MTU + 18 = 1518 here: 6 of these 242-byte frames) get out when a flow closes.
+            assert gate.closed_burst_bytes == 1518
+            assert rx.count() == gate.closed_burst_bytes // FRAME
+            assert held.backlog_packets == 50 - rx.count()
+            assert held.backlog_bytes == held.backlog_packets * FRAME
+            time.sleep(0.1)
+            assert gate.stats()[lab.flow] == held  # nothing more leaves
+            gate.set_states({lab.flow: OPEN})
+            assert wait_for(lambda: rx.count() == 50), rx.count()
+            st = gate.stats()[lab.flow]
+            assert (st.sent_packets, st.backlog_packets) == (50, 0)
+            assert st.sent_bytes == 50 * FRAME
+            # open stays open: the next packets go straight through
+            send(sock, 10)
+            assert wait_for(lambda: rx.count() == 60)
+        sock.close()
+    finally:
+        gate.restore()
+        gate.close()
+
+
+@root
+def test_rate_limited_flow(lab: Lab) -> None:
+    rate_bps = 2_000_000  # 250 kB/s
+    gate = lab.gate()
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, OPEN)
+        gate.set_states({lab.flow: rate_bps})
+        sock = udp_sender(lab.snd)
+        start = time.monotonic()
+        send(sock, 100)  # 24 kB at once
+        time.sleep(0.05)
+        st = gate.stats()[lab.flow]
+        elapsed = time.monotonic() - start
+        burst = gate.closed_burst_bytes  # a rate limit's burst: max(closed burst, 1 ms at the rate)
+        assert 0.5 * rate_bps / 8 * 0.05 <= st.sent_bytes <= burst + rate_bps / 8 * elapsed + FRAME
+        assert st.backlog_packets == 100 - st.sent_packets > 0
+        sock.close()
+    finally:
+        gate.restore()
+        gate.close()
+
+
+@root
+def test_icmp_and_unknown_flows_pass_a_closed_flow(lab: Lab) -> None:
+    gate = lab.gate()
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, CLOSED)
+        ping = subprocess.run(["ip", "netns", "exec", lab.snd, "ping", "-c", "3", "-i", "0.2", "-W", "1", DST],
+                              capture_output=True, text=True, check=False)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        other = udp_sender(lab.snd, OTHER_SRC)  # 198.18.21.11 -> .2: a flow the gate does not know
+        with receiver(lab.rcv) as rx:
+            send(other, 20)
+            assert wait_for(lambda: rx.count() == 20), rx.count()
+            assert set(rx.sources) == {OTHER_SRC}
+        other.close()
+        assert gate.stats()[lab.flow].sent_packets == 0  # the pings went through the default class
+    finally:
+        gate.restore()
+        gate.close()
+
+
+@root
+def test_gating_by_10ms_slices(lab: Lab) -> None:
+    """Open 10 ms / closed 10 ms for 1.6 s under a paced UDP stream; arrivals vs the open windows."""
+    from xtc_lab.lab.build import build_udpsend
+    from xtc_lab.lab.traffic import udpsend_argv
+
+    try:
+        program = str(build_udpsend())
+    except Exception as e:  # noqa: BLE001 - no compiler: nothing to test with
+        pytest.skip(f"cannot build udpsend: {e}")
+    gate = lab.gate()
+    slice_ns, n_slices = 10_000_000, 80
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, CLOSED)
+        with receiver(lab.rcv) as rx:
+            proc = subprocess.Popen(["ip", "netns", "exec", lab.snd, *udpsend_argv(program, DST, 20000, 2.4, 1400, PORT)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                time.sleep(0.3)
+                windows, backlogged = [], []
+                t0 = time.time_ns()
+                for i in range(n_slices):
+                    while time.time_ns() < t0 + 2 * i * slice_ns:
+                        pass
+                    backlogged.append(gate.stats()[lab.flow].backlog_packets > 0)
+                    start = time.time_ns()
+                    gate.set_states({lab.flow: OPEN})
+                    while time.time_ns() < t0 + (2 * i + 1) * slice_ns:
+                        pass
+                    gate.set_states({lab.flow: CLOSED})
+                    windows.append((start, time.time_ns()))
+                end = time.time_ns()
+            finally:
+                # held datagrams count against the sender's socket buffer: open, or it blocks
+                gate.set_states({lab.flow: OPEN})
+                proc.wait(timeout=10)
+            arrivals = [t for t in rx.arrivals_ns if windows[0][0] <= t <= end]
+        inside = outside = 0
+        j = 0
+        for t in sorted(arrivals):
+            while j < len(windows) and windows[j][1] < t:
+                j += 1
+            if j < len(windows) and windows[j][0] <= t <= windows[j][1]:
+                inside += 1
+            else:
+                outside += 1
+        used = [any(a <= t <= b for t in arrivals) for a, b in windows]
+        held_but_empty = sum(1 for u, b in zip(used, backlogged) if b and not u)
+        fraction = inside / max(1, inside + outside)
+        print(f"\nslices: {inside} inside / {outside} outside open windows ({100 * fraction:.2f}%), "
+              f"{sum(used)}/{n_slices} open slices carried packets, {sum(backlogged)} opened on a backlog, "
+              f"{held_but_empty} of those carried nothing")
+        assert inside + outside > 2000  # the stream ran: about 200 packets per open slice
+        # Measured 99.76-99.90 % (outside: what a closing TBF lets out, one 1442-byte frame per
+        # close); the issue's goal is 98 %.
+        assert fraction >= 0.98
+        # the wake frame: a slice that opens on held packets lets them out at once (the notes
+        # measured 69 of 150 open slices empty without it; with the wake frame switched off here,
+        # 72-79 of 73-80).  How many slices open on a backlog depends on how much CPU the sender
+        # gets (29-76 of 80 on the shared 2-core host).
+        assert sum(backlogged) >= 10 and held_but_empty == 0
+    finally:
+        gate.restore()
+        gate.close()
+
+
+@root
+def test_restore_gives_back_the_default_root(lab: Lab) -> None:
+    assert lab.root()["kind"] == "noqueue"
+    gate = lab.gate()
+    gate.install()
+    gate.add_flow(lab.flow, CLOSED)
+    assert lab.root()["kind"] == "htb" and lab.root()["handle"] == "7c0:"
+    gate.restore()
+    gate.restore()  # idempotent
+    gate.close()
+    assert [q["kind"] for q in lab.tc_json("qdisc")] == ["noqueue"]
+    assert lab.tc_json("filter") == []
+
+
+@root
+def test_restore_gives_back_a_recorded_root(lab: Lab) -> None:
+    sh("ip", "netns", "exec", lab.snd, "tc", "qdisc", "add", "dev", "gs0", "root", "handle", "5:", "bfifo",
+       "limit", "12345")
+    gate = lab.gate()
+    gate.install()
+    gate.add_flow(lab.flow, OPEN)
+    gate.restore()
+    gate.close()
+    (q,) = lab.tc_json("qdisc")
+    assert (q["kind"], q["handle"], q["options"]["limit"]) == ("bfifo", "5:", 12345)
+
+
+@root
+def test_cleanup_after_a_crash_leaves_nothing(lab: Lab) -> None:
+    gate = lab.gate()
+    gate.install()
+    for n in range(5):
+        gate.add_flow(Flow(ipaddress.ip_address(SRC), ipaddress.ip_address(f"198.18.21.{100 + n}"), n), CLOSED)
+    gate.close()  # as if SIGKILLed: nothing restored
+    with pytest.raises(GateError, match="closed before restore"):
+        gate.restore()
+    with pytest.raises(GateError, match="already installed"):
+        again = lab.gate()
+        try:
+            again.install()
+        finally:
+            again.close()
+    assert lab.root()["handle"] == "7c0:"
+    assert cleanup("gs0", netns=lab.snd) is True
+    assert [q["kind"] for q in lab.tc_json("qdisc")] == ["noqueue"]
+    assert lab.classes() == [] and lab.tc_json("filter") == []
+    assert cleanup("gs0", netns=lab.snd) is False
+    # a root that is not ours is left alone
+    sh("ip", "netns", "exec", lab.snd, "tc", "qdisc", "add", "dev", "gs0", "root", "handle", "1:", "htb")
+    assert cleanup("gs0", netns=lab.snd) is False
+    assert lab.root()["handle"] == "1:"
+
+
+@root
+def test_cleanup_after_sigkill(lab: Lab) -> None:
+    """A process that installed the gate and holds a flow is SIGKILLed; cleanup() removes it all."""
+    import sys
+
+    code = (
+        "import ipaddress, sys, time\n"
+        "from xtc.host.tcgate import TcGate\n"
+        "from xtc.xco.gate import CLOSED, Flow\n"
+        f"g = TcGate('gs0', link_bps={LINK_BPS}, netns={lab.snd!r})\n"
+        "g.install()\n"
+        f"g.add_flow(Flow(ipaddress.ip_address({SRC!r}), ipaddress.ip_address({DST!r}), 1), CLOSED)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.kill()
+        proc.wait(timeout=10)
+        assert lab.root()["handle"] == "7c0:" and len(lab.classes()) == 2
+        assert cleanup("gs0", netns=lab.snd) is True
+        assert [q["kind"] for q in lab.tc_json("qdisc")] == ["noqueue"]
+        assert lab.classes() == [] and lab.tc_json("filter") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@root
+def test_bad_input_is_named_and_changes_nothing(lab: Lab) -> None:
+    with pytest.raises(GateError, match="nosuch0.*no such interface"):
+        TcGate("nosuch0", link_bps=LINK_BPS, netns=lab.snd)
+    with pytest.raises(GateError, match="netns"):
+        TcGate("gs0", link_bps=LINK_BPS, netns=lab.snd + "-missing")
+    with pytest.raises(GateError, match="nosuch0"):
+        cleanup("nosuch0", netns=lab.snd)
+    gate = lab.gate()
+    try:
+        with pytest.raises(GateError, match="not installed"):
+            gate.add_flow(lab.flow)
+        gate.install()
+        gate.add_flow(lab.flow, CLOSED)
+        before = (lab.tc_json("qdisc"), lab.classes(), lab.tc_json("filter"))
+        with pytest.raises(GateError, match=r"gs0.*198\.18\.21\.1->198\.18\.21\.2 already added"):
+            gate.add_flow(lab.flow)
+        other = Flow(ipaddress.ip_address(SRC), ipaddress.ip_address("198.18.21.50"), 2)
+        with pytest.raises(GateError, match="unknown"):
+            gate.set_states({other: OPEN})
+        with pytest.raises(GateError, match="bad state"):
+            gate.set_states({lab.flow: -7})
+        with pytest.raises(GateError, match="mixes"):
+            gate.add_flow(Flow(ipaddress.ip_address(SRC), ipaddress.ip_address("2001:db8::2"), 2))
+        after = (lab.tc_json("qdisc"), lab.classes(), lab.tc_json("filter"))
+        assert before == after
+        assert gate.states() == {lab.flow: CLOSED}
+        # a kernel error names the interface, the flow and the errno
+        sh("ip", "netns", "exec", lab.snd, "tc", "filter", "del", "dev", "gs0", "parent", "7c0:", "prio", "10")
+        sh("ip", "netns", "exec", lab.snd, "tc", "class", "del", "dev", "gs0", "classid", "7c0:2")
+        with pytest.raises(GateError, match=r"gs0.*198\.18\.21\.1->198\.18\.21\.2.*(ENOENT|EINVAL)"):
+            gate.set_states({lab.flow: OPEN})
+    finally:
+        gate.restore()
+        gate.close()
+
+
+@root
+def test_flows_ipv6_and_remove(lab: Lab) -> None:
+    gate = lab.gate()
+    try:
+        gate.install()
+        f6 = Flow(ipaddress.ip_address("2001:db8::1"), ipaddress.ip_address("2001:db8::2"), 3)
+        times = []
+        flows = [Flow(ipaddress.ip_address(SRC), ipaddress.ip_address(f"198.18.21.{100 + n}"), n) for n in range(32)]
+        for f in flows:
+            t = time.perf_counter()
+            gate.add_flow(f, CLOSED)
+            times.append(time.perf_counter() - t)
+        gate.add_flow(f6, OPEN)
+        times.sort()
+        print(f"\nadd_flow: p50 {1e3 * times[len(times) // 2]:.2f} ms, max {1e3 * times[-1]:.2f} ms")
+        assert times[len(times) // 2] <= 0.005  # the issue's goal: a class set up in <= 5 ms
+        filters = [f for f in lab.tc_json("filter") if f.get("options", {}).get("flowid")]
+        assert len(filters) == 2 + 33  # ICMP, ICMPv6, one per flow
+        gate.set_states({f: OPEN for f in flows[::2]} | {f6: CLOSED})
+        assert gate.states()[f6] == CLOSED and gate.states()[flows[0]] == OPEN
+        for f in flows[1:]:
+            gate.remove_flow(f)
+        gate.remove_flow(f6)
+        assert len(lab.classes()) == 2  # default + flows[0]
+        assert set(gate.stats()) == {flows[0]}
+        with pytest.raises(GateError, match="unknown"):
+            gate.remove_flow(f6)
+        assert lab.root()["handle"] == f"{ROOT_HANDLE >> 16:x}:"
+    finally:
+        gate.restore()
+        gate.close()
+
+
+# --------------------------------------------------------------------------- codec (no root)
+
+
+def _attr(atype: int, payload: bytes) -> bytes:
+    a = struct.pack("=HH", 4 + len(payload), atype) + payload
+    return a + b"\0" * (-len(a) % 4)
+
+
+def _class_msg(handle: int, parent: int, sent: tuple[int, int], queue: tuple[int, int], pkt64: int | None = None) -> bytes:
+    stats = _attr(1, struct.pack("=QI", *sent) + b"\0" * 4) + _attr(3, struct.pack("=5I", queue[0], queue[1], 0, 0, 0))
+    if pkt64 is not None:
+        stats += _attr(8, struct.pack("=Q", pkt64))
+    body = struct.pack("=BxxxiIII", 0, 2, handle, parent, 0) + _attr(1, b"htb\0") + _attr(2, b"") + _attr(7, stats)
+    return struct.pack("=IHHII", 16 + len(body), 40, 2, 9, 0) + body
+
+
+def test_decode_class_counters() -> None:
+    buf = (
+        _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (1442 * 3, 3), (2, 2884))
+        + _class_msg(ROOT_HANDLE | 3, 0xFFFFFFFF, (10, 1), (0, 0), pkt64=2**33)
+        + _class_msg(0x10020001, 0x10020000, (99, 9), (9, 99))  # the TBF leaf's own class: not ours
+        + struct.pack("=IHHIIi", 20, 3, 2, 9, 0, 0)  # NLMSG_DONE
+    )
+    got = decode_class_counters(buf, ROOT_HANDLE)
+    assert got == {ROOT_HANDLE | 2: (4326, 3, 2884, 2), ROOT_HANDLE | 3: (10, 2**33, 0, 0)}
+    bad = bytearray(buf)
+    struct.pack_into("=I", bad, 0, len(buf) + 100)  # a message longer than the buffer
+    with pytest.raises(tcgate.GateError, match="malformed"):
+        decode_class_counters(bytes(bad), ROOT_HANDLE)
+
+
+def test_tbf_message_carries_its_burst() -> None:
+    msg = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
+                    limit=1 << 20)
+    out = tcgate._append_option(msg, tcgate.TCA_TBF_BURST, struct.pack("=I", 1518))
+    length, mtype, flags, seq = struct.unpack_from("=IHHI", out)
+    assert (length, mtype, seq) == (len(out), tcgate.RTM_NEWQDISC, 7)
+    assert flags & tcgate.NLM_F_REPLACE and not flags & tcgate.NLM_F_CREATE
+    attrs = list(tcgate._attrs(out, 36, len(out)))
+    assert [a[0] for a in attrs] == [tcgate.TCA_KIND, tcgate.TCA_OPTIONS]
+    _t, a, b = attrs[1]
+    assert b == len(out)
+    nested = list(tcgate._attrs(out, a, b))
+    assert [n[0] for n in nested] == [1, 2, tcgate.TCA_TBF_BURST]  # PARMS, RTAB, BURST
+    _t, c, _d = nested[-1]
+    assert struct.unpack_from("=I", out, c)[0] == 1518
+
+
+def test_u32_keys_match_source_and_destination() -> None:
+    f4 = Flow(ipaddress.ip_address("198.18.21.1"), ipaddress.ip_address("198.18.21.2"), 1)
+    assert tcgate._u32_keys(f4) == ["0xc6121501/0xffffffff+12", "0xc6121502/0xffffffff+16"]
+    f6 = Flow(ipaddress.ip_address("2001:db8::1"), ipaddress.ip_address("2001:db8::2"), 1)
+    keys = tcgate._u32_keys(f6)
+    assert len(keys) == 8 and keys[0] == "0x20010db8/0xffffffff+8" and keys[7] == "0x00000002/0xffffffff+36"
