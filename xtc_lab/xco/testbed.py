@@ -492,10 +492,12 @@ class Testbed:
         self.procs.append(p)
         return p
 
-    def run(self, ns: str, argv: Sequence[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def run(self, ns: str, argv: Sequence[str], timeout_s: float = 60.0, **kw: Any) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in namespace ``ns`` to completion (text output captured)."""
         if ns not in self.record["namespaces"]:
             raise LabError(f"{ns} is not a namespace of lab {self.record['name']}")
-        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=timeout_s)
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True,
+                              timeout=timeout_s, **kw)
 
     def stop_all(self) -> None:
         live = [p for p in self.procs if p.poll() is None]
