@@ -15,7 +15,7 @@ PAPER = "Figures 8 and 18"
 TOPOLOGY = "fig1a"
 # 3 TCP and 2 UDP senders: the paper's "mix of TCP and UDP netperf traffic"
 BACKGROUND = [("s1", "tcp"), ("s2", "tcp"), ("s3", "tcp"), ("s4", "udp"), ("s5", "udp")]
-PAPER_NOTE = ("setup 1(b), 10 Gb/s shared link): idle 86 us, almost constant; congested, without "
+PAPER_NOTE = ("in setup 1(b) (a shared 10 Gb/s link): idle 86 us, almost constant; congested, without "
               "XCo 100 us to 20 ms; with XCo 100 us to 2 ms")
 
 
