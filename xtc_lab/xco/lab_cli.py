@@ -126,7 +126,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                port_buffer_bytes=args.port_buffer, command=command,
                                say=lambda m: print(m, file=sys.stderr))
     except XcoUnavailable as e:
-        return _err(str(e)) and 4
+        _err(str(e))
+        return 4
     except (TopologyError, LabError) as e:
         return _err(str(e))
     print(json.dumps({k: str(v) for k, v in paths.items()}))

@@ -47,11 +47,34 @@ from pathlib import Path
 from typing import Any
 
 from xtc.xco.topology import Topology, TopologyError, load_topology, parse_topology
-from xtc_lab.lab.netlab import LAB_NET, NETNS_DIR, LabError, _kill_pids, pids_in_netns, teardown_prefix
+from xtc_lab.lab.netlab import (
+    LAB_NET,
+    NETNS_DIR,
+    LabError,
+    _kill_pids,
+    pids_in_netns,
+    teardown_prefix,
+)
 
-__all__ = ["DEFAULT_SCALE", "DEFAULT_PORT_BUFFER_BYTES", "HOST_QUEUE_BYTES", "STATE_DIR", "BUILTIN",
-           "Port", "Plan", "plan_lab", "resolve_topology", "Testbed", "build_lab", "remove_lab",
-           "read_record", "list_records", "leftover_prefixes", "lab_status", "random_prefix"]
+__all__ = [
+    "BUILTIN",
+    "DEFAULT_PORT_BUFFER_BYTES",
+    "DEFAULT_SCALE",
+    "HOST_QUEUE_BYTES",
+    "STATE_DIR",
+    "Plan",
+    "Port",
+    "Testbed",
+    "build_lab",
+    "lab_status",
+    "leftover_prefixes",
+    "list_records",
+    "plan_lab",
+    "random_prefix",
+    "read_record",
+    "remove_lab",
+    "resolve_topology",
+]
 
 DEFAULT_SCALE = 0.1
 DEFAULT_PORT_BUFFER_BYTES = 131_072  # a shallow commodity switch port (the paper does not give its switches')
@@ -206,7 +229,7 @@ def plan_lab(topo: Topology, prefix: str, scale: float = DEFAULT_SCALE,
     link_id = {n: i for i, n in enumerate(topo.link_names)}
 
     def scaled(bps: int) -> int:
-        return max(8_000, int(round(bps * scale)))
+        return max(8_000, round(bps * scale))
 
     for i, h in enumerate(topo.hosts):
         ns = f"{p}-h{i}"
@@ -496,7 +519,7 @@ class Testbed:
         """Run ``argv`` in namespace ``ns`` to completion (text output captured)."""
         if ns not in self.record["namespaces"]:
             raise LabError(f"{ns} is not a namespace of lab {self.record['name']}")
-        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True,
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], check=False, capture_output=True, text=True,
                               timeout=timeout_s, **kw)
 
     def stop_all(self) -> None:

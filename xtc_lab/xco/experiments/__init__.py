@@ -13,17 +13,24 @@ import contextlib
 import importlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from xtc_lab.lab.harness import host_description
 from xtc_lab.lab.netlab import LabError
-from xtc_lab.xco.testbed import DEFAULT_PORT_BUFFER_BYTES, DEFAULT_SCALE, Testbed, build_lab, remove_lab, resolve_topology
+from xtc_lab.xco.testbed import (
+    DEFAULT_PORT_BUFFER_BYTES,
+    DEFAULT_SCALE,
+    Testbed,
+    build_lab,
+    remove_lab,
+    resolve_topology,
+)
 
-__all__ = ["MODES", "EXPERIMENTS", "available", "Context", "XcoUnavailable", "start_xco", "run_experiment"]
+__all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "run_experiment", "start_xco"]
 
 MODES = ("none", "timeslice", "rate")
 EXPERIMENTS = {
@@ -62,17 +69,24 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = 10_000) -> Iterator[dict[s
     :meth:`Testbed.spawn` in ``record["hosts"][h]["ns"]``) are started, and stopped on exit.  Until
     the agent exists this raises :class:`XcoUnavailable`.
     """
+    check_mode(mode)
     if mode == "none":
         yield {"mode": "none"}
         return
+    raise XcoUnavailable(f"mode {mode!r}: starting the controller and the agents is not wired in yet")
+
+
+def check_mode(mode: str) -> None:
+    """Raise if ``mode`` cannot run here (before any lab is built)."""
     if mode not in MODES:
         raise LabError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    if mode == "none":
+        return
     try:
         importlib.import_module("xtc.xco.agent")
     except ModuleNotFoundError:
         raise XcoUnavailable(f"mode {mode!r} needs the XCo agent (xtc xco agent), which is not built yet; "
                              "only --mode none runs") from None
-    raise XcoUnavailable(f"mode {mode!r}: starting the controller and the agents is not wired in yet")
 
 
 def _plot_path(out: Path, stem: str) -> Path:
@@ -87,6 +101,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
 
     matplotlib.use("Agg")
     mod = available()[name]
+    check_mode(mode)
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
     lab_name = f"run-{name}-{int(time.time())}-{id(mod) % 10000}"
     host = host_description()
@@ -103,7 +118,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         remove_lab(lab_name)
     took = time.monotonic() - t0
     result.update({"experiment": name, "title": mod.TITLE, "paper": mod.PAPER, "mode": mode, "quick": quick,
-                   "scale": scale, "topology": mod.TOPOLOGY, "port_buffer_bytes": port_buffer_bytes,
+                   "scale": scale, "topology": mod.TOPOLOGY, "lab_prefix": record["prefix"], "port_buffer_bytes": port_buffer_bytes,
                    "xco": xco, "command": command, "host": host, "duration_s": round(took, 1)})
     out.mkdir(parents=True, exist_ok=True)
     stem = name if mode == "none" else f"{name}-{mode}"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,60 +43,85 @@ def wait_listening(tb: Testbed, ns: str, ports: Sequence[int], timeout_s: float 
     raise LabError(f"iperf3 servers on {sorted(ports)} not listening in {ns} within {timeout_s} s")
 
 
+def package_env() -> dict[str, str]:
+    """The environment for this package's helper programs in the namespaces (importable however it was found)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+
+def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    try:
+        return json.loads(out.decode().strip().splitlines()[-1]), ""
+    except (ValueError, IndexError) as e:
+        return None, f"output unusable ({e}): {err.decode(errors='replace')[-300:]}"
+
+
 def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, duration_s: int,
               udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES) -> list[dict[str, Any]]:
     """Start ``senders`` ((host, "tcp"|"udp")) towards ``receiver``'s VM together; wait; return per-flow results.
 
-    UDP senders send ``udp_rate_bps`` (the NIC rate: netperf sends as fast as it can) in datagrams of
-    ``udp_payload_bytes`` (above 1472 a datagram leaves as IP fragments, and losing one loses the
-    datagram); TCP is one iperf3 connection each.  Goodput is what the receiver got
-    (iperf3's ``sum_received``), bits/s.
+    TCP: one iperf3 connection each, goodput from iperf3's ``sum_received``.  UDP: a paced sender
+    at ``udp_rate_bps`` (the NIC rate: netperf sends as fast as it can) of ``udp_payload_bytes``
+    datagrams (above 1472 a datagram leaves as IP fragments, and losing one loses the datagram) and a
+    counting sink at the receiver (:mod:`xtc_lab.xco.experiments.udpflow`); goodput is what the
+    sink got over ``duration_s``.  Bits/s.
     """
     raddr, rns = tb.vm(receiver)
+    env = package_env()
     flows = []
     for k, (h, proto) in enumerate(senders):
         port = BASE_PORT + k
-        srv = tb.spawn(rns, ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        if proto == "tcp":
+            srv = tb.spawn(rns, ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        else:
+            srv = tb.spawn(rns, [sys.executable, "-m", "xtc_lab.xco.experiments.udpflow", "sink", str(port),
+                                 str(duration_s)], env=env)
+            assert srv.stdout is not None
+            if srv.stdout.readline().strip() != b"ready":
+                raise LabError(f"UDP sink on port {port} did not start")
         flows.append(Flow(h, proto, port, srv))
-    wait_listening(tb, rns, [f.port for f in flows])
+    wait_listening(tb, rns, [f.port for f in flows if f.proto == "tcp"])
     for f in flows:
         _addr, sns = tb.vm(f.sender)
         if f.proto == "tcp":
-            argv = iperf3_tcp_argv(raddr, duration_s, port=f.port)
+            f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port))
         else:
-            argv = ["iperf3", "-c", raddr, "-p", str(f.port), "-u", "-l", str(udp_payload_bytes),
-                    "-b", str(udp_rate_bps), "-t", str(duration_s), "--json"]
-        f.client = tb.spawn(sns, argv)
+            f.client = tb.spawn(sns, [sys.executable, "-m", "xtc_lab.xco.experiments.udpflow", "send", raddr,
+                                      str(f.port), str(udp_rate_bps), str(udp_payload_bytes), str(duration_s)],
+                                env=env)
     out = []
     for f in flows:
         assert f.client is not None
-        try:
-            stdout, stderr = f.client.communicate(timeout=duration_s + 30)
-        except subprocess.TimeoutExpired:
-            f.client.kill()
-            stdout, stderr = f.client.communicate()
-        rec: dict[str, Any] = {"sender": f.sender, "proto": f.proto}
-        try:
-            doc = json.loads(stdout)
-            end = doc["end"]
-            recv = end.get("sum_received") or end["sum"]
-            rec["goodput_bps"] = float(recv["bits_per_second"])
-            if f.proto == "udp":
-                s = end["sum"]
-                rec["sent_bps"] = float(s["bits_per_second"])
-                rec["lost_percent"] = float(recv.get("lost_percent", s.get("lost_percent", 0.0)))
-            else:
+        rec: dict[str, Any] = {"sender": f.sender, "proto": f.proto, "goodput_bps": 0.0}
+        doc, err = _json_of(f.client, duration_s + 30)
+        if f.proto == "tcp":
+            try:
+                end = doc["end"]  # type: ignore[index]
+                rec["goodput_bps"] = float(end["sum_received"]["bits_per_second"])
                 rec["retransmits"] = int(end.get("sum_sent", {}).get("retransmits", 0))
-        except (ValueError, KeyError, TypeError) as e:
-            rec["error"] = f"iperf3 output unusable ({e}): {stderr.decode(errors='replace')[-300:]}"
-            rec["goodput_bps"] = 0.0
+            except (KeyError, TypeError, ValueError) as e:
+                rec["error"] = err or f"iperf3 output unusable ({e})"
+            try:
+                f.server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                f.server.kill()
+        else:
+            got, err2 = _json_of(f.server, 15)
+            if doc is None or got is None:
+                rec["error"] = err or err2
+            else:
+                rec["sent_bps"] = doc["bytes"] * 8 / duration_s
+                rec["goodput_bps"] = got["bytes"] * 8 / duration_s
+                rec["datagrams_sent"] = doc["datagrams"]
+                rec["datagrams_received"] = got["datagrams"]
+                rec["lost_percent"] = 100.0 * (1 - got["datagrams"] / doc["datagrams"]) if doc["datagrams"] else 0.0
         out.append(rec)
-    for f in flows:
-        try:
-            f.server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            f.server.kill()
     return out
 
 

@@ -9,7 +9,6 @@ bytes) of a 1 MB block over TCP, and asks for the next block only when all have 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import numpy as np
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
-from xtc_lab.xco.experiments.flows import port_delta, wait_listening
+from xtc_lab.xco.experiments.flows import package_env, port_delta, wait_listening
 
 NAME = "incast"
 TITLE = "incast: striped reads from N servers with a barrier"
@@ -38,10 +37,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     tb = ctx.tb
     ns_list = (1, 4) if ctx.quick else (1, 2, 4, 6, 8, 10)
     total = (4 if ctx.quick else 24) * BLOCK_BYTES
-    raddr, rns = tb.vm("r1")
-    # the stripe program is this package's: make it importable in the namespaces however it was found here
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    _raddr, rns = tb.vm("r1")
+    env = package_env()
     servers = {}
     for k in range(1, 11):
         addr, sns = tb.vm(f"s{k}")

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments.flows import port_delta, ping_rtts, run_flows
+from xtc_lab.xco.experiments.flows import ping_rtts, port_delta, run_flows
 
 NAME = "fig18"
 TITLE = "ping RTT under congestion"

@@ -72,8 +72,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
           f"{r['switch_port']['loss_percent']:.2f}%") for r in rows])
     md = (f"Senders s1..s5 each on its own host, receiver r1; bottleneck `{bottleneck}` at {rate / 1e6:g} Mb/s "
           f"(TBF, {tb.record['port_buffer_bytes']} bytes). UDP senders send at their NIC rate "
-          f"({udp_rate / 1e6:g} Mb/s) in {UDP_MESSAGE_BYTES}-byte datagrams, as netperf's 64 KB messages (IP fragments:
-a lost fragment loses the datagram); TCP is one iperf3 connection each; "
+          f"({udp_rate / 1e6:g} Mb/s) in {UDP_MESSAGE_BYTES}-byte datagrams, as netperf's 64 KB messages "
+          f"(IP fragments: a lost fragment loses the datagram); TCP is one iperf3 connection each; "
           f"{dur} s per point. Goodput is what the receiver's iperf3 got; drops are the TBF's on the switch "
           f"port (netlink qdisc stats).\n\n{table}\n\nThe paper: {PAPER_NOTE}.")
     return result, fig, md
