@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ class Flow:
     client: subprocess.Popen[bytes] | None = None
 
 
-def wait_listening(tb: Testbed, ns: str, ports: Sequence[int], timeout_s: float = 5.0) -> None:
+def wait_listening(tb: Testbed, ns: str, ports: Sequence[int], timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     want = {f":{p}" for p in ports}
     while time.monotonic() < deadline:
@@ -43,10 +43,10 @@ def wait_listening(tb: Testbed, ns: str, ports: Sequence[int], timeout_s: float 
     raise LabError(f"iperf3 servers on {sorted(ports)} not listening in {ns} within {timeout_s} s")
 
 
-def package_env() -> dict[str, str]:
-    """The environment for this package's helper programs in the namespaces (importable however it was found)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+def helper(name: str) -> list[str]:
+    """The command that runs one of this directory's helper programs as a script (``udpflow``,
+    ``stripe``): standard library only, so it starts fast in many namespaces at once."""
+    return [sys.executable, str(Path(__file__).with_name(f"{name}.py"))]
 
 
 def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, Any] | None, str]:
@@ -55,10 +55,13 @@ def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, An
     except subprocess.TimeoutExpired:
         p.kill()
         out, err = p.communicate()
-    try:
-        return json.loads(out.decode().strip().splitlines()[-1]), ""
-    except (ValueError, IndexError) as e:
-        return None, f"output unusable ({e}): {err.decode(errors='replace')[-300:]}"
+    text = out.decode(errors="replace").strip()
+    for candidate in (text, text.splitlines()[-1] if text else ""):  # iperf3's JSON; a helper's last line
+        try:
+            return json.loads(candidate), ""
+        except ValueError:
+            continue
+    return None, f"output unusable: {text[-200:]!r} {err.decode(errors='replace')[-300:]}"
 
 
 def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, duration_s: int,
@@ -72,7 +75,6 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
     sink got over ``duration_s``.  Bits/s.
     """
     raddr, rns = tb.vm(receiver)
-    env = package_env()
     flows = []
     for k, (h, proto) in enumerate(senders):
         port = BASE_PORT + k
@@ -80,8 +82,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
             srv = tb.spawn(rns, ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
         else:
-            srv = tb.spawn(rns, [sys.executable, "-m", "xtc_lab.xco.experiments.udpflow", "sink", str(port),
-                                 str(duration_s)], env=env)
+            srv = tb.spawn(rns, [*helper("udpflow"), "sink", str(port), str(duration_s)])
             assert srv.stdout is not None
             if srv.stdout.readline().strip() != b"ready":
                 raise LabError(f"UDP sink on port {port} did not start")
@@ -92,9 +93,8 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
         if f.proto == "tcp":
             f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port))
         else:
-            f.client = tb.spawn(sns, [sys.executable, "-m", "xtc_lab.xco.experiments.udpflow", "send", raddr,
-                                      str(f.port), str(udp_rate_bps), str(udp_payload_bytes), str(duration_s)],
-                                env=env)
+            f.client = tb.spawn(sns, [*helper("udpflow"), "send", raddr, str(f.port), str(udp_rate_bps),
+                                      str(udp_payload_bytes), str(duration_s)])
     out = []
     for f in flows:
         assert f.client is not None
@@ -134,6 +134,16 @@ def port_delta(before: dict[str, Any], after: dict[str, Any], link: str, seconds
     return {"link": link, "packets": pk, "drops": dr, "bytes": by,
             "loss_percent": 100.0 * dr / (pk + dr) if pk + dr else 0.0,
             "utilisation": by * 8 / seconds / a["rate_bps"]}
+
+
+def ip_reassembly(tb: Testbed, host: str) -> dict[str, int]:
+    """IP reassembly counters of a host's VM (``/proc/net/snmp``: ReasmReqds, ReasmOKs, ReasmFails)."""
+    text = tb.run(tb.vm(host)[1], ["cat", "/proc/net/snmp"]).stdout
+    lines = [ln.split() for ln in text.splitlines() if ln.startswith("Ip:")]
+    if len(lines) < 2:
+        raise LabError(f"no Ip: lines in /proc/net/snmp of {host}'s VM")
+    row = dict(zip(lines[0][1:], lines[1][1:]))
+    return {k: int(row[k]) for k in ("ReasmReqds", "ReasmOKs", "ReasmFails")}
 
 
 _RTT = re.compile(r"time=([\d.]+) ms")

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from typing import Any
 
 import numpy as np
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
-from xtc_lab.xco.experiments.flows import package_env, port_delta, wait_listening
+from xtc_lab.xco.experiments.flows import helper, port_delta, wait_listening
 
 NAME = "incast"
 TITLE = "incast: striped reads from N servers with a barrier"
@@ -38,12 +36,11 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     ns_list = (1, 4) if ctx.quick else (1, 2, 4, 6, 8, 10)
     total = (4 if ctx.quick else 24) * BLOCK_BYTES
     _raddr, rns = tb.vm("r1")
-    env = package_env()
     servers = {}
     for k in range(1, 11):
         addr, sns = tb.vm(f"s{k}")
-        servers[k] = (addr, sns, tb.spawn(sns, [sys.executable, "-m", "xtc_lab.xco.experiments.stripe", "serve",
-                                                str(PORT)], stdout=subprocess.DEVNULL, env=env))
+        servers[k] = (addr, sns, tb.spawn(sns, [*helper("stripe"), "serve", str(PORT)],
+                                                stdout=subprocess.DEVNULL))
     for k in range(1, 11):
         wait_listening(tb, servers[k][1], [PORT])
     rate = tb.rate_bps("sw1>r1")
@@ -51,15 +48,13 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     for n in ns_list:
         ctx.say(f"  {n} servers, {total >> 20} MB in {BLOCK_BYTES >> 20} MB blocks")
         before = tb.port_stats()
-        t0 = time.monotonic()
-        argv = [sys.executable, "-m", "xtc_lab.xco.experiments.stripe", "read", str(BLOCK_BYTES), str(total),
+        argv = [*helper("stripe"), "read", str(BLOCK_BYTES), str(total),
                 *(f"{servers[k][0]}:{PORT}" for k in range(1, n + 1))]
-        p = tb.run(rns, argv, timeout_s=300, env=env)
-        secs = time.monotonic() - t0
+        p = tb.run(rns, argv, timeout_s=300)
         if p.returncode != 0:
             raise LabError(f"striped read with {n} servers failed: {p.stderr[-400:]}")
         doc = json.loads(p.stdout)
-        port = port_delta(before, tb.port_stats(), "sw1>r1", secs)
+        port = port_delta(before, tb.port_stats(), "sw1>r1", doc["seconds"])
         bt = np.asarray(doc["block_s"])
         rows.append({"servers": n, "throughput_bps": doc["bytes"] * 8 / doc["seconds"],
                      "throughput_fraction": doc["bytes"] * 8 / doc["seconds"] / rate,

@@ -1,7 +1,9 @@
 """A striped read with a barrier (the paper's Figure 3 application; stands in for iSCSI over RAID-0).
 
-``python -m xtc_lab.xco.experiments.stripe serve PORT``: answer each 8-byte request ``n`` with ``n`` bytes.
-``python -m xtc_lab.xco.experiments.stripe read BLOCK TOTAL ADDR:PORT...``: read ``TOTAL`` bytes in
+Standard library only: run as a script in the namespaces (fast to start, many at once).
+
+``python stripe.py serve PORT``: answer each 8-byte request ``n`` with ``n`` bytes.
+``python stripe.py read BLOCK TOTAL ADDR:PORT...``: read ``TOTAL`` bytes in
 blocks of ``BLOCK``, each block striped over the servers (``BLOCK / N`` from each); the next block is
 requested only when every server has answered (the barrier).  Prints JSON: bytes, seconds,
 per-block times.

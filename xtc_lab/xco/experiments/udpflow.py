@@ -3,9 +3,9 @@
 iperf3 is not used for UDP here: its results come back over a TCP control connection that crosses
 the same congested port, and under heavy loss they arrive late or not at all.
 
-``python -m xtc_lab.xco.experiments.udpflow sink PORT SECONDS``: count the datagrams that arrive for
+``python udpflow.py sink PORT SECONDS``: count the datagrams that arrive for
 ``SECONDS`` after the first one (or until SECONDS + 5 s pass without any); print JSON.
-``python -m xtc_lab.xco.experiments.udpflow send ADDR PORT RATE_BPS SIZE SECONDS``: send datagrams
+``python udpflow.py send ADDR PORT RATE_BPS SIZE SECONDS``: send datagrams
 of ``SIZE`` bytes paced at ``RATE_BPS``; print JSON.
 """
 
