@@ -10,8 +10,10 @@ built-in topology of :mod:`xtc_lab.xco.testbed`) and ``run(ctx) -> (result, figu
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from xtc_lab.xco.testbed import (
 __all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "run_experiment", "start_xco"]
 
 MODES = ("none", "timeslice", "rate")
+MEASURE_LOCK = Path("/run/xtc/xco-lab-measure.lock")  # one measurement on the host at a time
 EXPERIMENTS = {
     "fig15": "xtc_lab.xco.experiments.senders",
     "fig18": "xtc_lab.xco.experiments.ping",
@@ -89,8 +92,14 @@ def check_mode(mode: str) -> None:
                              "only --mode none runs") from None
 
 
-def _plot_path(out: Path, stem: str) -> Path:
-    return out / f"{stem}.png"
+def _busy(lock: Any) -> bool:
+    """True if another process holds the measurement lock (then the caller waits for it)."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    return False
 
 
 def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float = DEFAULT_SCALE,
@@ -103,19 +112,24 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     mod = available()[name]
     check_mode(mode)
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
-    lab_name = f"run-{name}-{int(time.time())}-{id(mod) % 10000}"
-    host = host_description()
-    t0 = time.monotonic()
-    say(f"{name}: building {mod.TOPOLOGY} at scale {scale} ...")
-    record = build_lab(topo, lab_name, source, scale=scale, port_buffer_bytes=port_buffer_bytes)
-    tb = Testbed(record)
-    try:
-        with start_xco(tb, mode) as xco:
-            ctx = Context(tb=tb, quick=quick, mode=mode, say=say)
-            result, fig, md = mod.run(ctx)
-    finally:
-        tb.stop_all()
-        remove_lab(lab_name)
+    lab_name = f"run-{name}-{os.getpid()}"
+    MEASURE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(MEASURE_LOCK, "w") as lock:
+        if _busy(lock):
+            say(f"{name}: waiting for another measurement on this host ({MEASURE_LOCK}) ...")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        host = host_description()
+        t0 = time.monotonic()
+        say(f"{name}: building {mod.TOPOLOGY} at scale {scale} ...")
+        record = build_lab(topo, lab_name, source, scale=scale, port_buffer_bytes=port_buffer_bytes)
+        tb = Testbed(record)
+        try:
+            with start_xco(tb, mode) as xco:
+                ctx = Context(tb=tb, quick=quick, mode=mode, say=say)
+                result, fig, md = mod.run(ctx)
+        finally:
+            tb.stop_all()
+            remove_lab(lab_name)
     took = time.monotonic() - t0
     result.update({"experiment": name, "title": mod.TITLE, "paper": mod.PAPER, "mode": mode, "quick": quick,
                    "scale": scale, "topology": mod.TOPOLOGY, "lab_prefix": record["prefix"], "port_buffer_bytes": port_buffer_bytes,
@@ -124,7 +138,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     stem = name if mode == "none" else f"{name}-{mode}"
     if quick:
         stem += "-quick"
-    paths = {"json": out / f"{stem}.json", "png": _plot_path(out, stem), "md": out / f"{stem}.md"}
+    paths = {"json": out / f"{stem}.json", "png": out / f"{stem}.png", "md": out / f"{stem}.md"}
     paths["json"].write_text(json.dumps(result, indent=1) + "\n")
     fig.savefig(paths["png"], dpi=110, bbox_inches="tight")
     header = (f"# {mod.TITLE} ({mod.PAPER}), mode {mode}{' (quick)' if quick else ''}\n\n"
