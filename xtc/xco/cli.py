@@ -41,6 +41,28 @@ def register(subparsers: Any) -> None:
     s.add_argument("-c", "--config", required=True, help="xco-controller/1 TOML file")
     s.set_defaults(func=_cmd_controller)
 
+    _register_entry_points(sub)
+
+
+ENTRY_POINT_GROUP = "xtc.xco_commands"
+
+
+def _register_entry_points(sub: Any) -> None:
+    """Subcommands that other distributions add under ``xtc xco`` (group ``xtc.xco_commands``; the
+    testbed's ``lab``), loaded as :mod:`xtc.cli` loads ``xtc.commands``."""
+    from importlib.metadata import entry_points
+
+    from xtc.cli import _OPTIONAL_DEPENDENCIES
+
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            reg = ep.load()
+        except ModuleNotFoundError as e:
+            if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES:
+                continue
+            raise
+        reg(sub)
+
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from .replay import ReplayError, replay

@@ -1,0 +1,80 @@
+"""Figure 15 (and 4): five senders, a mix of TCP and UDP, into one receiver behind one switch port."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xtc_lab.lab.harness import markdown_table
+from xtc_lab.xco.experiments.flows import ip_reassembly, port_delta, run_flows
+
+NAME = "fig15"
+TITLE = "5 TCP/UDP senders into one receiver"
+PAPER = "Figures 4 and 15"
+TOPOLOGY = "fig1a"
+SENDERS = ("s1", "s2", "s3", "s4", "s5")
+# netperf's UDP_STREAM sends 64 KB messages: each leaves as 45 IP fragments, and a lost fragment loses
+# the message ("dropping even a single 1.5KB packet leads the receiver to discard the entire 64KB message")
+UDP_MESSAGE_BYTES = 65_000
+# The paper's Figure 4 (no coordination) and 15 (XCo), read from its text: all-TCP > 900 Mb/s, an
+# immediate drop as UDP senders are added; with timeslices "close to the maximum 1 Gbps" and about
+# 200 Mb/s per TCP flow.
+PAPER_NOTE = ("at 1 Gb/s, without XCo > 900 Mb/s with 5 TCP senders, an immediate drop of the "
+              "application throughput as UDP senders replace them (link use 800-1000 Mb/s); with "
+              "timeslices close to 1 Gb/s at every mix, about 200 Mb/s per TCP flow")
+
+
+def mix(n_udp: int) -> list[tuple[str, str]]:
+    return [(h, "udp" if k >= len(SENDERS) - n_udp else "tcp") for k, h in enumerate(SENDERS)]
+
+
+def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
+    import matplotlib.pyplot as plt
+
+    tb = ctx.tb
+    dur = 3 if ctx.quick else 10
+    points = (0, 3) if ctx.quick else (0, 1, 2, 3, 4, 5)
+    bottleneck = "sw1>r1"
+    rate = tb.rate_bps(bottleneck)
+    udp_rate = tb.rate_bps("s1>sw1")
+    rows = []
+    for n_udp in points:
+        ctx.say(f"  {5 - n_udp} TCP + {n_udp} UDP senders, {dur} s")
+        before, reasm0 = tb.port_stats(), ip_reassembly(tb, "r1")
+        flows = run_flows(tb, mix(n_udp), "r1", dur, udp_rate, UDP_MESSAGE_BYTES)
+        after, reasm1 = tb.port_stats(), ip_reassembly(tb, "r1")
+        port = port_delta(before, after, bottleneck, dur)  # the senders send for dur s
+        reasm = {k: reasm1[k] - reasm0[k] for k in reasm0}
+        tcp = [f["goodput_bps"] for f in flows if f["proto"] == "tcp"]
+        total = sum(f["goodput_bps"] for f in flows)
+        rows.append({"n_udp": n_udp, "n_tcp": 5 - n_udp, "goodput_bps": total,
+                     "goodput_fraction": total / rate, "tcp_per_flow_bps": sum(tcp) / len(tcp) if tcp else None,
+                     "switch_port": port, "receiver_ip_reassembly": reasm, "flows": flows})
+    result = {"bottleneck": bottleneck, "bottleneck_bps": rate, "udp_rate_bps": udp_rate,
+              "udp_message_bytes": UDP_MESSAGE_BYTES, "seconds_per_point": dur, "points": rows,
+              "paper": PAPER_NOTE}
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    xs = [r["n_udp"] for r in rows]
+    ax.plot(xs, [r["goodput_bps"] / 1e6 for r in rows], "o-", label="total goodput")
+    ax.plot(xs, [r["switch_port"]["utilisation"] * rate / 1e6 for r in rows], "s--", label="bottleneck link use")
+    ax.plot(xs, [(r["tcp_per_flow_bps"] or 0) / 1e6 for r in rows], "^-", label="per TCP flow")
+    ax.axhline(rate / 1e6, color="grey", lw=0.8)
+    ax.set_xlabel("UDP senders (of 5)")
+    ax.set_ylabel("Mb/s")
+    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
+    ax.legend(fontsize=8)
+    table = markdown_table(
+        ["TCP+UDP", "goodput Mb/s", "of bottleneck", "per TCP flow Mb/s", "link use", "switch drops", "switch loss",
+         "reassembly fails at r1"],
+        [(f"{r['n_tcp']}+{r['n_udp']}", f"{r['goodput_bps'] / 1e6:.1f}", f"{100 * r['goodput_fraction']:.1f}%",
+          "-" if r["tcp_per_flow_bps"] is None else f"{r['tcp_per_flow_bps'] / 1e6:.1f}",
+          f"{100 * r['switch_port']['utilisation']:.1f}%", r["switch_port"]["drops"],
+          f"{r['switch_port']['loss_percent']:.2f}%", r["receiver_ip_reassembly"]["ReasmFails"]) for r in rows])
+    md = (f"Senders s1..s5 each on its own host, receiver r1; bottleneck `{bottleneck}` at {rate / 1e6:g} Mb/s "
+          f"(TBF, {tb.record['port_buffer_bytes']} bytes). UDP senders send at their NIC rate "
+          f"({udp_rate / 1e6:g} Mb/s) in {UDP_MESSAGE_BYTES}-byte datagrams, as netperf's 64 KB messages "
+          f"(IP fragments: a lost fragment loses the datagram); TCP is one iperf3 connection each; "
+          f"{dur} s per point. Goodput is what the receiver got (TCP: iperf3's receiver; UDP: a counting "
+          f"sink); drops are the TBF's on the switch port (netlink qdisc stats); reassembly fails are the "
+          f"receiving VM's (`/proc/net/snmp`): datagrams that lost a fragment or found the reassembly memory "
+          f"full.\n\n{table}\n\nThe paper: {PAPER_NOTE}.")
+    return result, fig, md

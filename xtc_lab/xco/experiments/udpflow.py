@@ -1,0 +1,72 @@
+"""A paced UDP sender and a counting sink (netperf UDP_STREAM's role, with the count at the receiver).
+
+iperf3 is not used for UDP here: its results come back over a TCP control connection that crosses
+the same congested port, and under heavy loss they arrive late or not at all.
+
+``python udpflow.py sink PORT SECONDS``: count the datagrams that arrive for
+``SECONDS`` after the first one (or until SECONDS + 5 s pass without any); print JSON.
+``python udpflow.py send ADDR PORT RATE_BPS SIZE SECONDS``: send datagrams
+of ``SIZE`` bytes paced at ``RATE_BPS``; print JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+
+
+def sink(port: int, seconds: float) -> dict:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    s.bind(("0.0.0.0", port))
+    print("ready", flush=True)
+    s.settimeout(seconds + 5)
+    n = b = 0
+    first = last = None
+    try:
+        while True:
+            d = s.recv(70000)
+            now = time.monotonic()
+            if first is None:
+                first = now
+                s.settimeout(0.5)
+            elif now - first > seconds:
+                break
+            n += 1
+            b += len(d)
+            last = now
+    except TimeoutError:
+        pass
+    return {"datagrams": n, "bytes": b, "seconds": seconds, "active_s": (last - first) if first and last else 0.0}
+
+
+def send(addr: str, port: int, rate_bps: float, size: int, seconds: float) -> dict:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = b"\0" * size
+    gap = size * 8 / rate_bps
+    t0 = time.monotonic()
+    k = sent = errors = 0
+    while True:
+        due = t0 + k * gap
+        now = time.monotonic()
+        if due - t0 >= seconds:
+            break
+        if due > now:
+            time.sleep(due - now)
+        try:
+            s.sendto(payload, (addr, port))
+            sent += 1
+        except OSError:
+            errors += 1
+        k += 1
+    return {"datagrams": sent, "errors": errors, "bytes": sent * size, "seconds": time.monotonic() - t0}
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "sink":
+        print(json.dumps(sink(int(sys.argv[2]), float(sys.argv[3]))))
+    else:
+        a = sys.argv[2:]
+        print(json.dumps(send(a[0], int(a[1]), float(a[2]), int(a[3]), float(a[4]))))
