@@ -195,6 +195,7 @@ class AgentCore:
         self.received: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()
         self.directives = 0
+        self.fail_opens = 0
         #: Log events for the service to write: (name, fields).
         self.notes: list[tuple[str, dict[str, Any]]] = []
 
@@ -299,6 +300,7 @@ class AgentCore:
 
     def _fail_open(self, now_us: int, silent_us: int) -> None:
         self.failed_open = True
+        self.fail_opens += 1
         self._pending.clear()
         self.dest = None
         self.rates.clear()
