@@ -197,6 +197,25 @@ def test_fails_open_after_three_silent_slices_probing_meanwhile_and_a_directive_
     assert [m.dests for m in _msgs(core.observe(u + 500, _stats(core, sent=SMALL + 1, backlog={5})))] == [(5,)]
 
 
+def test_a_stall_of_the_agent_itself_probes_before_failing_open():
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.handle(ctl.slice(t, 5, t), t)
+    u = t + 5 * SLICE  # the agent's loop did not run for 5 slices
+    out = core.tick(u)
+    assert not core.failed_open and [type(m) for m in _msgs(out)] == [P.Register, P.Backlog]
+    assert core.next_deadline_us() == u + SLICE
+    core.handle(ctl.welcome(u + 300), u + 300)  # the controller is there
+    assert not core.tick(u + SLICE).states and core.under_control
+    core.tick(u + 300 + SLICE)  # probes again (silent a slice)
+    assert core.under_control
+    core.tick(u + 300 + 2 * SLICE)
+    assert core.under_control
+    core.tick(u + 300 + 3 * SLICE)  # 3 slices silent, the last probe unanswered for a slice
+    assert core.failed_open
+
+
 def test_an_idle_host_does_not_fail_open():
     topo, core, ctl = _welcomed()
     core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1))

@@ -23,8 +23,11 @@ a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco
   directive, so silence alone does not mean it is gone.  While this host waits for the controller
   (a reported backlog or a destination in force) and has heard nothing from it for one slice, it
   sends a register of its own session (a probe: the controller answers with a welcome, and keeps
-  the host's groups), at most once a slice.  When nothing at all has come from the controller for
-  ``fail_open_slices`` slices, every flow is OPEN and :attr:`AgentCore.failed_open` is set (a
+  the host's groups) and its backlogged destinations again (a report lost or refused, say
+  because the destination had not registered yet, is not waited for forever), at most once a
+  slice.  When nothing at all has come from the controller for
+  ``fail_open_slices`` slices and the first unanswered probe is a slice old (so a stall of this
+  host's own loop does not fail it open), every flow is OPEN and :attr:`AgentCore.failed_open` is set (a
   ``fail_open`` note); a directive or a welcome resumes control and the backlogs are re-reported.
 - **Controller restart**: a welcome or directive of a new controller session (sent later than the
   last message of the old one) is accepted; the sequence check restarts with it and the backlogged
@@ -180,7 +183,9 @@ class AgentCore:
         self._ctl_t_us = 0
         self.last_heard_us = now_us
         self._last_probe_us = now_us
+        self._first_probe_us: int | None = None  # the first probe not answered yet
         self.failed_open = False
+        self.failed_open_since_us: int | None = None  # when the last fail-open began
         # schedule
         self._pending: list[_Pending] = []
         self.dest: int | None = None          # timeslice destination in force (None = hold / none)
@@ -208,6 +213,8 @@ class AgentCore:
 
     def _register(self, now_us: int) -> bytes:
         self._last_probe_us = now_us
+        if self._first_probe_us is None or self._first_probe_us <= self.last_heard_us:
+            self._first_probe_us = now_us
         return self._msg(P.Register, now_us, topology=self.digest, name=self.name, vms=self.vms)
 
     # -- state ---------------------------------------------------------------------------------------
@@ -252,9 +259,8 @@ class AgentCore:
             if self._waiting() or self.failed_open:
                 if self.failed_open:
                     t = min(t, self._last_probe_us + self.register_interval_us)
-                else:
-                    t = min(t, max(self.last_heard_us, self._last_probe_us) + self.slice_us,
-                            self.last_heard_us + self.fail_open_slices * self.slice_us)
+                else:  # the next probe, or the fail-open check (both come due a slice after a probe)
+                    t = min(t, max(self.last_heard_us, self._last_probe_us) + self.slice_us)
         if self._pending:
             t = min(t, self._pending[0].start_us)
         return t
@@ -290,16 +296,24 @@ class AgentCore:
                 if now_us - self._last_probe_us >= self.register_interval_us:
                     out.sends.append(self._register(now_us))
             elif self._waiting():
-                if silent >= self.fail_open_slices * self.slice_us:
+                # Fail open only after a probe went unanswered for a slice: if this host itself
+                # stalled (a late wake-up), silence says nothing about the controller.  Normally the
+                # first probe goes out after one silent slice, so the controller has two to answer.
+                p0 = self._first_probe_us
+                probed = p0 is not None and p0 > self.last_heard_us and now_us - p0 >= self.slice_us
+                if silent >= self.fail_open_slices * self.slice_us and probed:
                     self._fail_open(now_us, silent)
                 elif min(silent, now_us - self._last_probe_us) >= self.slice_us:
                     out.sends.append(self._register(now_us))
+                    if self.reported:  # a lost or refused report must not leave this host waiting forever
+                        out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(sorted(self.reported))))
         if applied or self.failed_open:
             out.states.update(self._sync())
         return out
 
     def _fail_open(self, now_us: int, silent_us: int) -> None:
         self.failed_open = True
+        self.failed_open_since_us = now_us
         self.fail_opens += 1
         self._pending.clear()
         self.dest = None

@@ -221,38 +221,39 @@ class AgentService:
         assert self.sock is not None
         sock = self.sock
         poll_us = self.cfg.poll_us
-        sel = selectors.DefaultSelector()
+        sel = selectors.SelectSelector()  # one socket; select() sleeps to the microsecond, epoll to the ms
         sel.register(sock, selectors.EVENT_READ)
         next_poll = self.clock_us()
         try:
             while not self.stop:
+                # Datagrams first: after a late wake-up, an answer waiting in the socket must be
+                # heard before the fail-open check of the next tick or poll.
+                for _ in range(64):
+                    try:
+                        data, addr = sock.recvfrom(P.MAX_DATAGRAM + 1)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:  # ICMP port unreachable from a dead controller, reported here
+                        continue
+                    if (addr[0], addr[1]) != self.ctl_addr:
+                        self.core.drop_address()
+                        continue
+                    self._apply(self.core.handle(data, self.clock_us()))
                 now = self.clock_us()
                 if until_us is not None and now >= until_us:
                     return
                 if now >= next_poll:
                     self._poll()
                     next_poll = max(next_poll + poll_us, now + poll_us // 2)
-                    now = self.clock_us()
+                self._apply(self.core.tick(self.clock_us()))
+                now = self.clock_us()
                 wake = min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
                     wake = min(wake, until_us)
                 try:
-                    ready = sel.select(min(max(0, wake - now) / 1e6, 0.5))
+                    sel.select(min(max(0, wake - now) / 1e6, 0.5))
                 except InterruptedError:
                     continue
-                if ready:
-                    for _ in range(64):
-                        try:
-                            data, addr = sock.recvfrom(P.MAX_DATAGRAM + 1)
-                        except (BlockingIOError, InterruptedError):
-                            break
-                        except OSError:  # ICMP port unreachable from a dead controller, reported here
-                            continue
-                        if (addr[0], addr[1]) != self.ctl_addr:
-                            self.core.drop_address()
-                            continue
-                        self._apply(self.core.handle(data, self.clock_us()))
-                self._apply(self.core.tick(self.clock_us()))
         finally:
             sel.close()
 
