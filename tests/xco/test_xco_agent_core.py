@@ -327,3 +327,29 @@ def test_ipv4_and_ipv6_vms_pair_only_with_their_family():
                  {"name": "b", "nic_bps": 10, "switch": "sw", "vms": ["10.0.1.1", "fd00::2"]}]})
     assert [(str(f.src), str(f.dst)) for f in flows_of(topo, 0)] == [("10.0.0.1", "10.0.1.1"), ("fd00::1", "fd00::2")]
     assert isinstance(flows_of(topo, 1)[0].src, ipaddress.IPv4Address)
+
+
+def test_check_config_tells_an_agent_file_apart_and_names_a_bad_key(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "t.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    p = tmp_path / "agent.toml"
+    p.write_text('schema = "xco-agent/1"\ntopology = "t.toml"\nhost = "s2"\nuplink = "eth0"\n'
+                 'controller = "127.0.0.1:7800"\n')
+
+    def check():
+        return subprocess.run([sys.executable, "-m", "xtc.cli", "xco", "check-config", str(p)], capture_output=True,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(root)), timeout=60)
+
+    r = check()
+    assert r.returncode == 0, r.stderr
+    assert "host s2 (id 1) on eth0, 1000000000 b/s, 5 flows" in r.stdout
+    p.write_text(p.read_text().replace('"s2"', '"q9"'))
+    r = check()
+    assert r.returncode == 2 and "'host': no host 'q9'" in r.stderr
+    p.write_text(p.read_text().replace("uplink", "uplinks"))
+    r = check()
+    assert r.returncode == 2 and "'uplinks': unknown key" in r.stderr
