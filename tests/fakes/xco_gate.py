@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
 

@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from . import protocol as P
 from .gate import CLOSED, OPEN, Flow, FlowStats
@@ -74,7 +75,9 @@ def flows_of(topo: Topology, host: int) -> tuple[Flow, ...]:
         This host's id.
     """
     me = topo.hosts[host]
-    key = lambda a: (a.version, int(a))  # noqa: E731  (IPv4 and IPv6 addresses do not compare)
+    def key(a: Any) -> tuple[int, int]:  # IPv4 and IPv6 addresses do not compare
+        return (a.version, int(a))
+
     local = sorted((ipaddress.ip_address(a) for a, h in topo.vms.items() if h == me), key=key)
     remote = sorted(((ipaddress.ip_address(a), topo.host_id(h)) for a, h in topo.vms.items() if h != me),
                     key=lambda p: key(p[0]))
@@ -108,7 +111,7 @@ class AgentOutput:
     states: dict[Flow, int] = field(default_factory=dict)
     applied: list[AppliedDirective] = field(default_factory=list)
 
-    def __iadd__(self, o: "AgentOutput") -> "AgentOutput":
+    def __iadd__(self, o: AgentOutput) -> AgentOutput:
         self.sends += o.sends
         self.states.update(o.states)
         self.applied += o.applied

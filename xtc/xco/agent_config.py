@@ -45,8 +45,14 @@ from .controller_config import LogConfig, parse_listen
 if TYPE_CHECKING:
     from .topology import Topology
 
-__all__ = ["SCHEMA", "AgentConfig", "AgentConfigError", "load_agent_config", "loads_agent_config",
-           "check_against_topology"]
+__all__ = [
+    "SCHEMA",
+    "AgentConfig",
+    "AgentConfigError",
+    "check_against_topology",
+    "load_agent_config",
+    "loads_agent_config",
+]
 
 SCHEMA = "xco-agent/1"
 

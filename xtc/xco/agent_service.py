@@ -24,8 +24,9 @@ import signal
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
@@ -42,7 +43,7 @@ def _wall_us() -> int:
 
 
 class _Metrics:
-    def __init__(self, svc_ref: Callable[[], "AgentService"]):
+    def __init__(self, svc_ref: Callable[[], AgentService]):
         from prometheus_client import CollectorRegistry, Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
