@@ -1,4 +1,4 @@
-"""Subcommands ``xtc xco replay``, ``xtc xco check-config`` and ``xtc xco controller``."""
+"""Subcommands ``xtc xco replay``, ``xtc xco check-config``, ``xtc xco controller`` and ``xtc xco agent``."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=_cmd_replay)
 
     s = sub.add_parser("check-config",
-                       help="validate a topology or a controller configuration file without starting anything")
+                       help="validate a topology, controller or agent configuration file without starting anything")
     s.add_argument("topology", metavar="FILE",
-                   help="xco-topology/1 or xco-controller/1 TOML file (told apart by its schema key)")
+                   help="xco-topology/1, xco-controller/1 or xco-agent/1 TOML file (told apart by its schema key)")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=_cmd_check)
 
@@ -41,6 +41,11 @@ def register(subparsers: Any) -> None:
     s.add_argument("-c", "--config", required=True, help="xco-controller/1 TOML file")
     s.set_defaults(func=_cmd_controller)
 
+    s = sub.add_parser("agent", help="run the XCo local coordinator on this host's uplink (foreground, root)")
+    s.add_argument("-c", "--config", required=True, help="xco-agent/1 TOML file")
+    s.add_argument("--cleanup", action="store_true",
+                   help="remove what a killed agent left on the uplink (its qdiscs) and exit")
+    s.set_defaults(func=_cmd_agent)
     _register_entry_points(sub)
 
 
@@ -104,6 +109,12 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     return run_controller(args.config)
 
 
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from .agent_service import run_agent, run_cleanup
+
+    return run_cleanup(args.config) if args.cleanup else run_agent(args.config)
+
+
 def _schema_of(path: str) -> str | None:
     """The ``schema`` value of a TOML file, or None if it cannot be read (the loader then says why)."""
     import tomllib
@@ -135,14 +146,44 @@ def _cmd_check_controller(args: argparse.Namespace) -> int:
                       f"listening on {cfg.listen}; topology {cfg.topology}: {topo.n_hosts} hosts")
 
 
+def _cmd_check_agent(args: argparse.Namespace) -> int:
+    from xtc.cli import load_or_report
+
+    from .agent import flows_of
+    from .agent_config import AgentConfigError, check_against_topology, load_agent_config
+    from .topology import TopologyError, load_topology
+
+    prog = "xtc xco check-config"
+    cfg = load_or_report(lambda: load_agent_config(args.topology), AgentConfigError, prog)
+    if cfg is None:
+        return 2
+    topo = load_or_report(lambda: load_topology(cfg.topology), TopologyError, f"{prog}: {args.topology}: 'topology'")
+    if topo is None:
+        return 2
+    checked = load_or_report(lambda: check_against_topology(cfg, topo, args.topology), AgentConfigError, prog)
+    if checked is None:
+        return 2
+    x, link_bps = checked
+    n = len(flows_of(topo, x))
+    summary = {"config": cfg.model_dump(by_alias=True), "host_id": x, "link_bps": link_bps, "flows": n,
+               "topology": topo.summary()}
+    return _report_ok(args, summary, topo,
+                      f"{args.topology}: OK: host {cfg.host} (id {x}) on {cfg.uplink}, {link_bps} b/s, {n} flows, "
+                      f"controller {cfg.controller}; topology {cfg.topology}: {topo.n_hosts} hosts")
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from xtc.cli import load_or_report
 
+    from .agent_config import SCHEMA as AGENT_SCHEMA
     from .controller_config import SCHEMA as CONTROLLER_SCHEMA
     from .topology import TopologyError, load_topology
 
-    if _schema_of(args.topology) == CONTROLLER_SCHEMA:
+    schema = _schema_of(args.topology)
+    if schema == CONTROLLER_SCHEMA:
         return _cmd_check_controller(args)
+    if schema == AGENT_SCHEMA:
+        return _cmd_check_agent(args)
     topo = load_or_report(lambda: load_topology(args.topology), TopologyError, "xtc xco check-config")
     if topo is None:
         return 2

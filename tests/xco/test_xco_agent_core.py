@@ -1,0 +1,355 @@
+"""The XCo agent's pure core: registers, directives at their start, holds, backlog reports, give-up
+after the hysteresis, small flows, fail open and back, rate mode, controller restart, bad datagrams."""
+
+import ipaddress
+import random
+from pathlib import Path
+
+import pytest
+
+from xtc.xco import protocol as P
+from xtc.xco.agent import AgentCore, flows_of
+from xtc.xco.agent_config import AgentConfigError, check_against_topology, loads_agent_config
+from xtc.xco.gate import CLOSED, OPEN, FlowStats
+from xtc.xco.topology import load_topology, parse_topology
+
+DATA = Path(__file__).parent / "data"
+NOW = 1_700_000_000_000_000
+SLICE = 10_000
+HB = 100_000
+SMALL = 10_000
+GIVEUP = 2_000
+CTL = 77
+
+
+class Ctl:
+    """The controller's side: directives and welcomes of one session."""
+
+    def __init__(self, host, session=CTL):
+        self.host, self.session, self.seq = host, session, 0
+
+    def __call__(self, make, t, **kw):
+        self.seq += 1
+        return P.encode(make(P.Header(self.host, self.session, self.seq, t), **kw))
+
+    def welcome(self, t, mode="timeslice"):
+        return self(P.Welcome, t, slice_us=SLICE, mode=mode, heartbeat_interval_us=HB)
+
+    def slice(self, t, dest, start, length=SLICE):
+        return self(P.Directive, t, dest=dest, start_us=start, length_us=0 if dest is None else length)
+
+
+def _topo():
+    return load_topology(DATA / "fig1a.toml")
+
+
+def _core(topo=None, host=0, **kw):
+    topo = topo or _topo()
+    kw = {"small_flow_bytes": SMALL, "giveup_after_us": GIVEUP, **kw}
+    return topo, AgentCore(topo, host, b"\x01" * 8, NOW, session=5, **kw)
+
+
+def _msgs(out):
+    return [P.decode(d) for d in out.sends]
+
+
+def _stats(core, sent=0, backlog=None):
+    """Every flow with ``sent`` bytes; ``backlog``: destination host ids with 3000 bytes queued."""
+    return {f: FlowStats(sent, sent // 1500, 3000 if backlog and f.dest_host in backlog else 0,
+                         2 if backlog and f.dest_host in backlog else 0) for f in core.flows}
+
+
+def _welcomed(mode="timeslice", **kw):
+    topo, core = _core(**kw)
+    ctl = Ctl(0)
+    core.tick(NOW)
+    core.handle(ctl.welcome(NOW + 100, mode), NOW + 100)
+    assert core.under_control
+    return topo, core, ctl
+
+
+def _open(core):
+    return {f.dest_host for f, s in core.states.items() if s != CLOSED}
+
+
+def test_flows_are_local_vms_times_remote_vms_with_their_host():
+    topo = _topo()
+    fl = flows_of(topo, 0)
+    assert [(str(f.src), str(f.dst), f.dest_host) for f in fl] == [
+        ("10.0.1.1", "10.0.1.2", 1), ("10.0.1.1", "10.0.1.3", 2), ("10.0.1.1", "10.0.1.4", 3),
+        ("10.0.1.1", "10.0.1.5", 4), ("10.0.1.1", "10.0.2.1", 5)]
+
+
+def test_register_until_welcomed_then_heartbeats():
+    topo, core = _core()
+    (m,) = _msgs(core.tick(NOW))
+    assert isinstance(m, P.Register) and m.name == "s1" and m.vms == ("10.0.1.1",) and m.header.session == 5
+    assert core.next_deadline_us() == NOW + 100_000
+    assert _msgs(core.tick(NOW + 99_999)) == []
+    (m2,) = _msgs(core.tick(NOW + 100_000))
+    assert isinstance(m2, P.Register) and m2.header.seq == m.header.seq + 1
+    ctl = Ctl(0)
+    out = core.handle(ctl.welcome(NOW + 100_100), NOW + 100_100)
+    assert out.sends == [] and core.welcomed and (core.slice_us, core.heartbeat_interval_us) == (SLICE, HB)
+    assert core.next_deadline_us() == NOW + 100_100 + HB
+    assert _msgs(core.tick(NOW + 200_000)) == []
+    (h,) = _msgs(core.tick(NOW + 200_100))
+    assert isinstance(h, P.Heartbeat)
+    assert core.stop(NOW + 300_000) == P.encode(P.Leave(P.Header(0, 5, h.header.seq + 1, NOW + 300_000)))
+
+
+def test_directive_opens_its_destination_at_start_us_and_closes_the_others():
+    topo, core, ctl = _welcomed()
+    r1 = topo.host_id("r1")
+    out = core.observe(NOW + 200, _stats(core, sent=SMALL + 1))
+    assert set(out.states.values()) == {CLOSED} and len(out.states) == 5  # large flows held: no directive yet
+    start = NOW + 5_000
+    out = core.handle(ctl.slice(NOW + 4_500, r1, start), NOW + 4_500)
+    assert out.states == {} and out.applied == [] and core.next_deadline_us() == start
+    assert core.tick(start - 1).states == {}
+    out = core.tick(start)
+    assert {f.dest_host: s for f, s in out.states.items()} == {r1: OPEN}
+    assert [(a.arrival_us, a.start_us, a.dest) for a in out.applied] == [(NOW + 4_500, start, r1)]
+    # The next slice to s2: r1 closes and s2 opens at once, in one change.
+    out = core.handle(ctl.slice(start + SLICE - 500, 1, start + SLICE), start + SLICE - 500)
+    out = core.tick(start + SLICE)
+    assert {f.dest_host: s for f, s in out.states.items()} == {r1: CLOSED, 1: OPEN}
+    # A hold closes every held flow.
+    out = core.handle(ctl.slice(start + SLICE + 10, None, start + SLICE + 10), start + SLICE + 10)
+    assert {f.dest_host: s for f, s in out.states.items()} == {1: CLOSED} and _open(core) == set()
+
+
+def test_a_directive_arriving_late_takes_effect_at_once_and_a_later_one_supersedes_pending():
+    topo, core, ctl = _welcomed()
+    core.observe(NOW + 200, _stats(core, sent=SMALL + 1))
+    out = core.handle(ctl.slice(NOW + 20_000, 2, NOW + 19_000), NOW + 20_000)
+    assert _open(core) == {2} and out.applied[0].arrival_us == NOW + 20_000
+    core.handle(ctl.slice(NOW + 20_100, 3, NOW + 30_000), NOW + 20_100)
+    core.handle(ctl.slice(NOW + 20_200, 4, NOW + 25_000), NOW + 20_200)  # supersedes the one at 30 ms
+    core.tick(NOW + 30_000)
+    assert _open(core) == {4}
+
+
+def test_backlog_reported_once_per_new_destination():
+    topo, core, ctl = _welcomed()
+    out = core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1, backlog={5, 1}))
+    (m,) = _msgs(out)
+    assert isinstance(m, P.Backlog) and m.dests == (1, 5)
+    assert _msgs(core.observe(NOW + 1_500, _stats(core, sent=SMALL + 1, backlog={5, 1}))) == []
+    (m,) = _msgs(core.observe(NOW + 2_000, _stats(core, sent=SMALL + 1, backlog={5, 1, 2})))
+    assert m.dests == (2,)
+
+
+def test_small_flows_stay_open_and_unreported_until_they_pass_the_threshold():
+    topo, core, ctl = _welcomed()
+    out = core.observe(NOW + 1_000, _stats(core, sent=SMALL, backlog={5}))
+    assert out.sends == [] and out.states == {} and _open(core) == {1, 2, 3, 4, 5}
+    out = core.observe(NOW + 2_000, _stats(core, sent=SMALL + 1, backlog={5}))
+    assert _open(core) == set() and [m.dests for m in _msgs(out)] == [(5,)]
+
+
+def test_giveup_after_the_hysteresis_and_not_before():
+    topo, core, ctl = _welcomed()
+    core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.handle(ctl.slice(NOW + 1_100, 5, NOW + 1_100), NOW + 1_100)
+    assert _open(core) == {5}
+    t0 = NOW + 2_000
+    assert _msgs(core.observe(t0, _stats(core, sent=SMALL + 1))) == []  # queue empty: idle from t0
+    assert _msgs(core.observe(t0 + GIVEUP // 2, _stats(core, sent=SMALL + 1, backlog={5}))) == []  # busy again
+    t1 = t0 + GIVEUP
+    assert _msgs(core.observe(t1, _stats(core, sent=SMALL + 1))) == []
+    assert _msgs(core.observe(t1 + GIVEUP - 1, _stats(core, sent=SMALL + 1))) == []
+    (m,) = _msgs(core.observe(t1 + GIVEUP, _stats(core, sent=SMALL + 1)))
+    assert isinstance(m, P.GiveUp) and m.dest == 5 and core.reported == set()
+    assert _msgs(core.observe(t1 + 3 * GIVEUP, _stats(core, sent=SMALL + 1))) == []  # given up once
+    # New backlog afterwards is reported again (beside a probe: silent for a slice with r1 in force).
+    out = _msgs(core.observe(t1 + 4 * GIVEUP, _stats(core, sent=SMALL + 1, backlog={5})))
+    assert [m.dests for m in out if isinstance(m, P.Backlog)] == [(5,)]
+
+
+def test_fails_open_after_three_silent_slices_probing_meanwhile_and_a_directive_resumes_control():
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.handle(ctl.slice(t, 5, t), t)  # heard at t
+    probes = []
+    for u in range(t + 500, t + 3 * SLICE, 500):
+        out = core.observe(u, _stats(core, sent=SMALL + 1, backlog={5}))
+        probes += [(u, m) for m in _msgs(out) if isinstance(m, P.Register)]
+        assert core.under_control and not out.states
+    # One probe (a register of its own session) per silent slice.
+    assert [u for u, _ in probes] == [t + SLICE, t + 2 * SLICE]
+    assert all(m.header.session == 5 for _, m in probes)
+    assert core.next_deadline_us() == t + 3 * SLICE
+    out = core.tick(t + 3 * SLICE)
+    assert core.failed_open and not core.under_control and _open(core) == {1, 2, 3, 4, 5}
+    assert set(out.states.values()) == {OPEN} and len(out.states) == 4
+    assert core.notes[-1][0] == "fail_open"
+    out = core.observe(t + 3 * SLICE + 500, _stats(core, sent=SMALL + 1, backlog={5}))
+    assert out.sends == [] and out.states == {}
+    # While failed open, probes go out every register interval.
+    assert [type(m) for m in _msgs(core.tick(t + 100_000))] == [P.Heartbeat]
+    assert [type(m) for m in _msgs(core.tick(t + 3 * SLICE + 100_000))] == [P.Register]
+    # A directive resumes control; the backlog is reported again at the next observation.
+    u = t + 200_000
+    out = core.handle(ctl.slice(u, 2, u), u)
+    assert core.under_control and _open(core) == {2} and core.notes[-1][0] == "control_resumed"
+    assert [m.dests for m in _msgs(core.observe(u + 500, _stats(core, sent=SMALL + 1, backlog={5})))] == [(5,)]
+
+
+def test_a_stall_of_the_agent_itself_probes_before_failing_open():
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.handle(ctl.slice(t, 5, t), t)
+    u = t + 5 * SLICE  # the agent's loop did not run for 5 slices
+    out = core.tick(u)
+    assert not core.failed_open and [type(m) for m in _msgs(out)] == [P.Register, P.Backlog]
+    assert core.next_deadline_us() == u + SLICE
+    core.handle(ctl.welcome(u + 300), u + 300)  # the controller is there
+    assert not core.tick(u + SLICE).states and core.under_control
+    core.tick(u + 300 + SLICE)  # probes again (silent a slice)
+    assert core.under_control
+    core.tick(u + 300 + 2 * SLICE)
+    assert core.under_control
+    core.tick(u + 300 + 3 * SLICE)  # 3 slices silent, the last probe unanswered for a slice
+    assert core.failed_open
+
+
+def test_an_idle_host_does_not_fail_open():
+    topo, core, ctl = _welcomed()
+    core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1))
+    for u in range(NOW + 1_000, NOW + 50 * SLICE, SLICE // 2):
+        core.observe(u, _stats(core, sent=SMALL + 1))
+    assert core.under_control
+
+
+def _two_vm_topology():
+    return parse_topology({
+        "schema": "xco-topology/1", "switch": [{"name": "sw"}],
+        "host": [{"name": "a", "nic_bps": 1_000_000_000, "switch": "sw", "vms": ["10.0.0.1", "10.0.0.2"]},
+                 {"name": "b", "nic_bps": 1_000_000_000, "switch": "sw", "vms": ["10.0.1.1", "10.0.1.2"]},
+                 {"name": "c", "nic_bps": 1_000_000_000, "switch": "sw", "vms": ["10.0.2.1"]}]})
+
+
+def test_rate_mode_splits_each_destination_rate_over_its_large_flows():
+    topo = _two_vm_topology()
+    _, core = _core(topo)
+    ctl = Ctl(0)
+    core.tick(NOW)
+    core.handle(ctl.welcome(NOW, "rate"), NOW)
+    assert len(core.flows) == 6
+    core.observe(NOW + 100, {f: FlowStats(SMALL + 1, 9, 3000, 2) for f in core.flows})
+    assert _open(core) == set()
+    start = NOW + 1_000
+    core.handle(ctl(P.RateDirective, NOW + 500, start_us=start, rates=((1, 600_000_000), (2, 300_000_000))), NOW + 500)
+    assert _open(core) == set()
+    out = core.tick(start)
+    by = {}
+    for f, s in out.states.items():
+        by.setdefault(f.dest_host, []).append(s)
+    assert by == {1: [150_000_000] * 4, 2: [150_000_000] * 2}
+    # Only the flows named change; rate 0 stops a destination.
+    core.handle(ctl(P.RateDirective, start + 10, start_us=start + 10, rates=((1, 0),)), start + 10)
+    assert {f.dest_host: s for f, s in core.states.items()} == {1: CLOSED, 2: 150_000_000}
+
+
+def test_controller_restart_new_session_accepted_backlog_re_reported_old_session_refused():
+    topo, core, ctl = _welcomed()
+    core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1, backlog={5, 3}))
+    core.handle(ctl.slice(NOW + 1_100, 5, NOW + 1_100), NOW + 1_100)
+    new = Ctl(0, session=CTL + 1)
+    out = core.handle(new.slice(NOW + 2_000, 3, NOW + 2_000), NOW + 2_000)
+    assert core.ctl_session == CTL + 1 and _open(core) == {3}
+    assert [m.dests for m in _msgs(out) if isinstance(m, P.Backlog)] == [(3, 5)]
+    assert ("controller_restarted", {"session": CTL + 1}) in core.notes
+    # The old session, sent before the restart's messages, is refused; so is a new seq 1 replayed.
+    core.handle(ctl.slice(NOW + 1_900, 5, NOW + 2_100), NOW + 2_100)
+    assert core.dropped["replay"] == 1
+    core.handle(P.encode(P.Directive(P.Header(0, CTL + 1, 1, NOW + 2_000), 5, NOW + 2_200, SLICE)), NOW + 2_200)
+    core.tick(NOW + 2_300)
+    assert core.dropped["replay"] == 2 and _open(core) == {3}
+
+
+def test_bad_datagrams_are_dropped_and_counted_never_raised():
+    topo, core, ctl = _welcomed()
+    core.observe(NOW + 200, _stats(core, sent=SMALL + 1))
+    t = NOW + 1_000
+    hdr = lambda host=0, seq=100, tt=t: P.Header(host, CTL, seq, tt)  # noqa: E731
+    cases = {
+        "malformed": [b"", b"XC\x01", b"nonsense" * 5],
+        "version": [b"XC\x02" + P.encode(P.Directive(hdr(), 2, t, SLICE))[3:]],
+        "invalid": [P.encode(P.Backlog(hdr(), (2,))), P.encode(P.Directive(hdr(host=1), 2, t, SLICE)),
+                    P.encode(P.Directive(hdr(), 0, t, SLICE)), P.encode(P.Directive(hdr(), 6, t, SLICE)),
+                    P.encode(P.RateDirective(hdr(), t, ((0, 5),)))],
+        "stale": [P.encode(P.Directive(hdr(tt=t - 2_000_000), 2, t, SLICE))],
+    }
+    for reason, datagrams in cases.items():
+        for d in datagrams:
+            out = core.handle(d, t)
+            assert out.sends == [] and out.states == {}
+        assert core.dropped[reason] == len(datagrams), reason
+    ok = ctl.slice(t, 2, t)
+    core.handle(ok, t)
+    core.handle(ok, t + 10)
+    assert core.dropped["replay"] == 1 and _open(core) == {2}
+    rng = random.Random(1)
+    for _ in range(2_000):
+        b = bytearray(ok)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        core.handle(bytes(b[: rng.randint(0, len(b))] if rng.random() < 0.3 else b), t + 20)
+    assert sum(core.dropped.values()) + core.directives + 1 == 2_000 + 11 + 2
+
+
+def test_config_is_validated_naming_the_key_and_checked_against_the_topology(tmp_path):
+    base = ('schema = "xco-agent/1"\ntopology = "t.toml"\nhost = "s1"\nuplink = "eth0"\n'
+            'controller = "127.0.0.1:7800"\n')
+    cfg = loads_agent_config(base, base_dir=tmp_path)
+    assert cfg.topology == str(tmp_path / "t.toml") and cfg.small_flow_bytes == 100_000 and cfg.metrics.port == 9111
+    assert check_against_topology(cfg, _topo()) == (0, 1_000_000_000)
+    for text, key in [(base + "poll_us = 10\n", "poll_us"), (base + "giveup_us = 5\n", "giveup_us"),
+                      (base.replace('"eth0"', '"a/b"'), "uplink"), (base.replace("7800", "x"), "controller"),
+                      (base + "[metrics]\nport = 70000\n", "metrics.port"),
+                      (base.replace('host = "s1"\n', ""), "host")]:
+        with pytest.raises(AgentConfigError) as e:
+            loads_agent_config(text)
+        assert e.value.key == key, (text, e.value)
+    with pytest.raises(AgentConfigError, match="'host': no host 'zz'"):
+        check_against_topology(loads_agent_config(base.replace('"s1"', '"zz"')), _topo())
+    assert check_against_topology(loads_agent_config(base + "link_bps = 5\n"), _topo())[1] == 5
+
+
+def test_ipv4_and_ipv6_vms_pair_only_with_their_family():
+    topo = parse_topology({
+        "schema": "xco-topology/1", "switch": [{"name": "sw"}],
+        "host": [{"name": "a", "nic_bps": 10, "switch": "sw", "vms": ["10.0.0.1", "fd00::1"]},
+                 {"name": "b", "nic_bps": 10, "switch": "sw", "vms": ["10.0.1.1", "fd00::2"]}]})
+    assert [(str(f.src), str(f.dst)) for f in flows_of(topo, 0)] == [("10.0.0.1", "10.0.1.1"), ("fd00::1", "fd00::2")]
+    assert isinstance(flows_of(topo, 1)[0].src, ipaddress.IPv4Address)
+
+
+def test_check_config_tells_an_agent_file_apart_and_names_a_bad_key(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "t.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    p = tmp_path / "agent.toml"
+    p.write_text('schema = "xco-agent/1"\ntopology = "t.toml"\nhost = "s2"\nuplink = "eth0"\n'
+                 'controller = "127.0.0.1:7800"\n')
+
+    def check():
+        return subprocess.run([sys.executable, "-m", "xtc.cli", "xco", "check-config", str(p)], capture_output=True,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(root)), timeout=60)
+
+    r = check()
+    assert r.returncode == 0, r.stderr
+    assert "host s2 (id 1) on eth0, 1000000000 b/s, 5 flows" in r.stdout
+    p.write_text(p.read_text().replace('"s2"', '"q9"'))
+    r = check()
+    assert r.returncode == 2 and "'host': no host 'q9'" in r.stderr
+    p.write_text(p.read_text().replace("uplink", "uplinks"))
+    r = check()
+    assert r.returncode == 2 and "'uplinks': unknown key" in r.stderr

@@ -1,0 +1,437 @@
+"""The XCo local coordinator (agent), pure: controller datagrams, gate counters and time in;
+datagrams to send and flow states out.  No I/O, no clock: every call takes ``now_us`` (wall clock,
+microseconds since the Unix epoch).
+
+One agent runs on each host.  Its flows are every (local VM, remote VM) pair of the topology, each
+a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco.md, "Agent"):
+
+- **Register** (with the topology digest and this host's VMs) every ``register_interval_us`` until
+  a welcome arrives; then a **heartbeat** every ``heartbeat_interval_us`` of the welcome.
+- **Timeslice directives** take effect at their ``start_us`` (:meth:`AgentCore.next_deadline_us`
+  says when): the flows towards the directive's destination host open, every other flow closes; a
+  hold closes them all.  A directive stays in force until the next one.
+- **Small flows are never held**: a flow stays OPEN until it has sent more than
+  ``small_flow_bytes`` (ICMP is the gate's business: it never enters a flow's class).
+- **Backlog**: a destination host towards which a held-back (large) flow has bytes queued is
+  reported once, in one Backlog message with the other newly backlogged destinations.
+- **Give-up** (work conservation): a reported destination whose flows have had nothing queued at
+  every observation for ``giveup_after_us`` is given up (for the current destination, that hands
+  the rest of the slice to others).
+- **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
+  host (0 = stop); each large flow towards it gets an equal share.
+- **Fail open**: the controller answers nothing to heartbeats and does not re-send an unchanged
+  directive, so silence alone does not mean it is gone.  While this host waits for the controller
+  (a reported backlog or a destination in force) and has heard nothing from it for one slice, it
+  sends a register of its own session (a probe: the controller answers with a welcome, and keeps
+  the host's groups) and its backlogged destinations again (a report lost or refused, say
+  because the destination had not registered yet, is not waited for forever), at most once a
+  slice.  When nothing at all has come from the controller for
+  ``fail_open_slices`` slices and the first unanswered probe is a slice old (so a stall of this
+  host's own loop does not fail it open), every flow is OPEN and :attr:`AgentCore.failed_open` is set (a
+  ``fail_open`` note); a directive or a welcome resumes control and the backlogs are re-reported.
+- **Controller restart**: a welcome or directive of a new controller session (sent later than the
+  last message of the old one) is accepted; the sequence check restarts with it and the backlogged
+  destinations are re-reported.
+- **Leave** on :meth:`AgentCore.stop`.
+
+A controller datagram that fails a check is dropped and counted in :attr:`AgentCore.dropped` by
+reason (:data:`DROP_REASONS`), never raised.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import protocol as P
+from .gate import CLOSED, OPEN, Flow, FlowStats
+from .topology import Topology
+
+__all__ = ["DROP_REASONS", "AgentCore", "AgentOutput", "AppliedDirective", "flows_of"]
+
+#: Why a datagram from the controller is dropped.
+DROP_REASONS = (
+    "malformed",   # not a protocol-1 message
+    "version",     # another protocol version
+    "address",     # not from the controller's address (counted by the service)
+    "invalid",     # a host-to-controller type, addressed to another host, or a destination that is
+                   # this host or not in the topology
+    "stale",       # t_us further than clock_window_us from this host's clock
+    "replay",      # seq not above the last of the controller's session, or an older session
+)
+
+
+def flows_of(topo: Topology, host: int) -> tuple[Flow, ...]:
+    """Every VM-to-VM flow leaving ``host``: its VMs x the VMs of every other host, sorted.
+
+    Parameters
+    ----------
+    topo : Topology
+        The network (its ``vms`` map: address -> host name).
+    host : int
+        This host's id.
+    """
+    me = topo.hosts[host]
+    def key(a: Any) -> tuple[int, int]:  # IPv4 and IPv6 addresses do not compare
+        return (a.version, int(a))
+
+    local = sorted((ipaddress.ip_address(a) for a, h in topo.vms.items() if h == me), key=key)
+    remote = sorted(((ipaddress.ip_address(a), topo.host_id(h)) for a, h in topo.vms.items() if h != me),
+                    key=lambda p: key(p[0]))
+    return tuple(Flow(s, d, x) for s in local for d, x in remote if s.version == d.version)
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedDirective:
+    """A directive that took effect: when it arrived and when it was due (``start_us``), us."""
+
+    arrival_us: int
+    start_us: int
+    dest: int | None  # timeslice destination (None = hold); -1 for a rate directive
+
+
+@dataclass
+class AgentOutput:
+    """What a call of the core asks the service to do.
+
+    Attributes
+    ----------
+    sends : list of bytes
+        Datagrams for the controller, in order.
+    states : dict
+        Flow -> new state (``OPEN``, ``CLOSED`` or a rate, bits/s), only the flows that change.
+    applied : list of AppliedDirective
+        Directives that took effect in this call (the gate change is in ``states``).
+    """
+
+    sends: list[bytes] = field(default_factory=list)
+    states: dict[Flow, int] = field(default_factory=dict)
+    applied: list[AppliedDirective] = field(default_factory=list)
+
+    def __iadd__(self, o: AgentOutput) -> AgentOutput:
+        self.sends += o.sends
+        self.states.update(o.states)
+        self.applied += o.applied
+        return self
+
+
+@dataclass(slots=True)
+class _Pending:
+    start_us: int
+    arrival_us: int
+    dest: int | None = None              # timeslice
+    rates: tuple[tuple[int, int], ...] | None = None  # rate mode
+
+
+class AgentCore:
+    """The agent's decisions, pure.
+
+    Parameters
+    ----------
+    topo : Topology
+        The network; ``host`` is an index into ``topo.hosts``.
+    host : int
+        This host's id.
+    digest : bytes
+        The topology file's 8-byte digest (:func:`xtc.xco.protocol.topology_digest`).
+    now_us : int
+        Wall clock at start, microseconds since the Unix epoch.
+    session : int
+        This agent's session number (random at each start), 0 .. 2**32 - 1.
+    small_flow_bytes : int
+        A flow that has sent this many bytes or fewer is never held.
+    giveup_after_us : int
+        A reported destination with nothing queued for this long is given up.
+    register_interval_us : int
+        Register re-sent this often until welcomed (and the probe period while failed open).
+    fail_open_slices : int
+        Slices of silence from the controller, while waiting for it, before failing open.
+    clock_window_us : int
+        Largest accepted difference between a message's ``t_us`` and ``now_us``.
+    """
+
+    def __init__(self, topo: Topology, host: int, digest: bytes, now_us: int, *, session: int,
+                 small_flow_bytes: int = 100_000, giveup_after_us: int = 2_000,
+                 register_interval_us: int = 100_000, fail_open_slices: int = 3,
+                 clock_window_us: int = 1_000_000):
+        self.topo = topo
+        self.host = host
+        self.name = topo.hosts[host]
+        self.digest = digest
+        self.session = session
+        self.small_flow_bytes = small_flow_bytes
+        self.giveup_after_us = giveup_after_us
+        self.register_interval_us = register_interval_us
+        self.fail_open_slices = fail_open_slices
+        self.clock_window_us = clock_window_us
+        self.flows = flows_of(topo, host)
+        self.vms = tuple(sorted(a for a, h in topo.vms.items() if h == self.name))
+        self._by_dest: dict[int, list[Flow]] = {}
+        for f in self.flows:
+            self._by_dest.setdefault(f.dest_host, []).append(f)
+        # outgoing
+        self._seq = 0
+        self._next_register_us = now_us
+        self._next_heartbeat_us: int | None = None
+        # controller
+        self.welcomed = False
+        self.slice_us = 0
+        self.mode = "timeslice"
+        self.heartbeat_interval_us = 0
+        self.ctl_session: int | None = None
+        self._ctl_seq = 0
+        self._ctl_t_us = 0
+        self.last_heard_us = now_us
+        self._last_probe_us = now_us
+        self._first_probe_us: int | None = None  # the first probe not answered yet
+        self.failed_open = False
+        self.failed_open_since_us: int | None = None  # when the last fail-open began
+        # schedule
+        self._pending: list[_Pending] = []
+        self.dest: int | None = None          # timeslice destination in force (None = hold / none)
+        self.rates: dict[int, int] = {}       # rate mode: destination host -> bits/s in force
+        # flows
+        self.large: set[Flow] = set()
+        self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
+        self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
+        self.states: dict[Flow, int] = {f: OPEN for f in self.flows}
+        # counters and notes
+        self.dropped: Counter[str] = Counter()
+        self.received: Counter[str] = Counter()
+        self.sent: Counter[str] = Counter()
+        self.directives = 0
+        self.fail_opens = 0
+        #: Log events for the service to write: (name, fields).
+        self.notes: list[tuple[str, dict[str, Any]]] = []
+
+    # -- outgoing ------------------------------------------------------------------------------------
+    def _msg(self, make: Any, now_us: int, **kw: Any) -> bytes:
+        self._seq += 1
+        m = make(P.Header(self.host, self.session, self._seq, now_us), **kw)
+        self.sent[type(m).__name__.lower()] += 1
+        return P.encode(m)
+
+    def _register(self, now_us: int) -> bytes:
+        self._last_probe_us = now_us
+        if self._first_probe_us is None or self._first_probe_us <= self.last_heard_us:
+            self._first_probe_us = now_us
+        return self._msg(P.Register, now_us, topology=self.digest, name=self.name, vms=self.vms)
+
+    # -- state ---------------------------------------------------------------------------------------
+    @property
+    def under_control(self) -> bool:
+        """Welcomed and not failed open: the gate follows the directives."""
+        return self.welcomed and not self.failed_open
+
+    def _want(self, f: Flow) -> int:
+        if not self.under_control or f not in self.large:
+            return OPEN
+        if self.mode == "rate":
+            r = self.rates.get(f.dest_host, 0)
+            if r <= 0:
+                return CLOSED
+            n = sum(1 for g in self._by_dest[f.dest_host] if g in self.large)
+            return max(1, r // max(1, n))
+        return OPEN if f.dest_host == self.dest else CLOSED
+
+    def _sync(self) -> dict[Flow, int]:
+        out: dict[Flow, int] = {}
+        for f in self.flows:
+            s = self._want(f)
+            if self.states[f] != s:
+                self.states[f] = s
+                out[f] = s
+        return out
+
+    def _waiting(self) -> bool:
+        """Something here depends on the controller: a reported backlog or a destination in force."""
+        return bool(self.reported) or self.dest is not None or any(self.rates.values())
+
+    # -- time ----------------------------------------------------------------------------------------
+    def next_deadline_us(self) -> int:
+        """Wall time of the next :meth:`tick` that has work (a directive's start, a register,
+        heartbeat, probe or fail-open check)."""
+        if not self.welcomed:
+            t = self._next_register_us
+        else:
+            assert self._next_heartbeat_us is not None
+            t = self._next_heartbeat_us
+            if self._waiting() or self.failed_open:
+                if self.failed_open:
+                    t = min(t, self._last_probe_us + self.register_interval_us)
+                else:  # the next probe, or the fail-open check (both come due a slice after a probe)
+                    t = min(t, max(self.last_heard_us, self._last_probe_us) + self.slice_us)
+        if self._pending:
+            t = min(t, self._pending[0].start_us)
+        return t
+
+    def tick(self, now_us: int) -> AgentOutput:
+        """Directives due by ``now_us``, registers, heartbeats, probes and the fail-open check."""
+        out = AgentOutput()
+        applied = False
+        while self._pending and self._pending[0].start_us <= now_us:
+            p = self._pending.pop(0)
+            if p.rates is None:
+                self.dest = p.dest
+                out.applied.append(AppliedDirective(p.arrival_us, p.start_us, p.dest))
+            else:
+                for d, r in p.rates:
+                    if r > 0:
+                        self.rates[d] = r
+                    else:
+                        self.rates.pop(d, None)
+                out.applied.append(AppliedDirective(p.arrival_us, p.start_us, -1))
+            applied = True
+        if not self.welcomed:
+            if now_us >= self._next_register_us:
+                out.sends.append(self._register(now_us))
+                self._next_register_us = now_us + self.register_interval_us
+        else:
+            assert self._next_heartbeat_us is not None
+            if now_us >= self._next_heartbeat_us:
+                out.sends.append(self._msg(P.Heartbeat, now_us))
+                self._next_heartbeat_us = now_us + self.heartbeat_interval_us
+            silent = now_us - self.last_heard_us
+            if self.failed_open:
+                if now_us - self._last_probe_us >= self.register_interval_us:
+                    out.sends.append(self._register(now_us))
+            elif self._waiting():
+                # Fail open only after a probe went unanswered for a slice: if this host itself
+                # stalled (a late wake-up), silence says nothing about the controller.  Normally the
+                # first probe goes out after one silent slice, so the controller has two to answer.
+                p0 = self._first_probe_us
+                probed = p0 is not None and p0 > self.last_heard_us and now_us - p0 >= self.slice_us
+                if silent >= self.fail_open_slices * self.slice_us and probed:
+                    self._fail_open(now_us, silent)
+                elif min(silent, now_us - self._last_probe_us) >= self.slice_us:
+                    out.sends.append(self._register(now_us))
+                    if self.reported:  # a lost or refused report must not leave this host waiting forever
+                        out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(sorted(self.reported))))
+        if applied or self.failed_open:
+            out.states.update(self._sync())
+        return out
+
+    def _fail_open(self, now_us: int, silent_us: int) -> None:
+        self.failed_open = True
+        self.failed_open_since_us = now_us
+        self.fail_opens += 1
+        self._pending.clear()
+        self.dest = None
+        self.rates.clear()
+        self.reported.clear()
+        self._idle_since.clear()
+        self.notes.append(("fail_open", {"silent_us": silent_us, "slices": silent_us / self.slice_us}))
+
+    # -- controller datagrams ------------------------------------------------------------------------
+    def _drop(self, reason: str) -> AgentOutput:
+        self.dropped[reason] += 1
+        return AgentOutput()
+
+    def drop_address(self) -> None:
+        """Count a datagram that did not come from the controller's address (the service checks)."""
+        self.dropped["address"] += 1
+
+    def handle(self, data: bytes, now_us: int) -> AgentOutput:
+        """Take one datagram from the controller at wall time ``now_us``.
+
+        A bad one is dropped and counted in :attr:`dropped`; this never raises on any bytes.
+        Due directives, registers and heartbeats are handled first (as by :meth:`tick`).
+        """
+        out = self.tick(now_us)
+        try:
+            m = P.decode(data)
+        except P.DecodeError as e:
+            out += self._drop(e.reason)
+            return out
+        h = m.header
+        if not isinstance(m, (P.Directive, P.RateDirective, P.Welcome)) or h.host != self.host:
+            out += self._drop("invalid")
+            return out
+        if abs(h.t_us - now_us) > self.clock_window_us:
+            out += self._drop("stale")
+            return out
+        if isinstance(m, P.Directive) and m.dest is not None and (m.dest == self.host or m.dest >= self.topo.n_hosts):
+            out += self._drop("invalid")
+            return out
+        if isinstance(m, P.RateDirective) and any(d == self.host or d >= self.topo.n_hosts for d, _ in m.rates):
+            out += self._drop("invalid")
+            return out
+        new_session = h.session != self.ctl_session
+        if new_session:
+            if self.ctl_session is not None and h.t_us <= self._ctl_t_us:
+                out += self._drop("replay")
+                return out
+        elif h.seq <= self._ctl_seq:
+            out += self._drop("replay")
+            return out
+        self.received[type(m).__name__.lower()] += 1
+        restarted = new_session and self.ctl_session is not None
+        self.ctl_session, self._ctl_seq, self._ctl_t_us = h.session, h.seq, h.t_us
+        self.last_heard_us = now_us
+        if self.failed_open:  # backlogs were forgotten when failing open: the next observation reports them
+            self.failed_open = False
+            self.notes.append(("control_resumed", {"by": type(m).__name__.lower()}))
+        if restarted:
+            self.notes.append(("controller_restarted", {"session": h.session}))
+        if isinstance(m, P.Welcome):
+            first = not self.welcomed
+            self.slice_us, self.mode, self.heartbeat_interval_us = m.slice_us, m.mode, m.heartbeat_interval_us
+            if first:
+                self.welcomed = True
+                self._next_heartbeat_us = now_us + self.heartbeat_interval_us
+                self.notes.append(("welcomed", {"session": h.session, "slice_us": m.slice_us, "mode": m.mode}))
+        else:
+            self.directives += 1
+            if isinstance(m, P.Directive):
+                p = _Pending(m.start_us, now_us, dest=m.dest)
+            else:
+                p = _Pending(m.start_us, now_us, rates=m.rates)
+            # A later directive supersedes the pending ones that start at or after its start.
+            self._pending = [q for q in self._pending if q.start_us < p.start_us] + [p]
+        if restarted and self.reported:
+            out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(sorted(self.reported))))
+        out += self.tick(now_us)
+        out.states.update(self._sync())
+        return out
+
+    # -- observations --------------------------------------------------------------------------------
+    def observe(self, now_us: int, stats: Mapping[Flow, FlowStats]) -> AgentOutput:
+        """Take the gate's counters read at ``now_us``: large flows, backlogs, give-ups.
+
+        Parameters
+        ----------
+        stats : mapping
+            Flow -> :class:`FlowStats` (flows missing keep their last known counters).
+        """
+        out = self.tick(now_us)
+        for f, s in stats.items():
+            if f in self.states and f not in self.large and s.sent_bytes > self.small_flow_bytes:
+                self.large.add(f)
+        if not self.under_control:
+            out.states.update(self._sync())
+            return out
+        queued: set[int] = set()
+        for f, s in stats.items():
+            if f in self.large and (s.backlog_bytes > 0 or s.backlog_packets > 0):
+                queued.add(f.dest_host)
+        new = sorted(queued - self.reported)
+        if new:
+            self.reported.update(new)
+            out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(new)))
+        for d in queued:
+            self._idle_since.pop(d, None)
+        for d in sorted(self.reported - queued):
+            since = self._idle_since.setdefault(d, now_us)
+            if now_us - since >= self.giveup_after_us:
+                self.reported.discard(d)
+                del self._idle_since[d]
+                out.sends.append(self._msg(P.GiveUp, now_us, dest=d))
+        out.states.update(self._sync())
+        return out
+
+    def stop(self, now_us: int) -> bytes:
+        """The Leave datagram to send when the agent stops."""
+        return self._msg(P.Leave, now_us)

@@ -1,0 +1,158 @@
+"""The XCo agent's configuration: a TOML file, validated, unknown keys refused naming the key.
+
+A complete example (every key with its default unless marked required)::
+
+    schema = "xco-agent/1"
+    topology = "xco-topology.toml"   # required; relative to this file's directory
+    host = "h1"                      # required: this host's name in the topology
+    uplink = "eth0"                  # required: the interface the gate takes over
+    link_bps = 1000000000            # uplink rate, bits/s (default: the host's nic_bps)
+    controller = "10.0.0.254:7800"   # required: the controller's UDP address:port
+    bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
+    small_flow_bytes = 100000        # a flow that has sent no more than this is never held
+    giveup_after_us = 2000           # a destination with nothing queued this long is given up
+    poll_us = 500                    # the gate's counters are read this often
+    register_interval_us = 100000    # register re-sent this often until welcomed
+    fail_open_slices = 3             # slices of controller silence before failing open
+    clock_window_us = 1000000        # a controller message further than this from now is stale
+    netns = "ns1"                    # optional: the uplink's network namespace
+
+    [metrics]
+    enabled = true
+    address = "127.0.0.1"
+    port = 9111                      # 0 = an ephemeral port (logged at start)
+
+    [log]
+    format = "json"                  # "json" or "kv"
+    level = "info"
+
+:func:`load_agent_config` returns a frozen :class:`AgentConfig` or raises :class:`AgentConfigError`
+naming the key; :func:`check_against_topology` checks ``host`` and ``link_bps`` against the topology.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
+
+from xtc.validation import DocumentError, parse_document, read_text_file, within
+
+from .controller_config import LogConfig, parse_listen
+
+if TYPE_CHECKING:
+    from .topology import Topology
+
+__all__ = [
+    "SCHEMA",
+    "AgentConfig",
+    "AgentConfigError",
+    "check_against_topology",
+    "load_agent_config",
+    "loads_agent_config",
+]
+
+SCHEMA = "xco-agent/1"
+
+_Int = Annotated[int, Strict()]
+
+
+def _addr(s: str) -> str:
+    parse_listen(s)
+    return s
+
+
+def _ifname(s: str) -> str:
+    if not 0 < len(s) < 16 or "/" in s or any(c.isspace() for c in s):
+        raise ValueError(f"must be an interface name (1..15 characters, no '/' or spaces), got {s!r}")
+    return s
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class MetricsConfig(_Strict):
+    enabled: bool = True
+    address: Annotated[str, AfterValidator(lambda s: (ipaddress.ip_address(s), s)[1])] = "127.0.0.1"
+    port: Annotated[_Int, within(0, 65535)] = 9111
+
+
+class AgentConfig(_Strict):
+    """The validated configuration (frozen).  ``topology`` is resolved against the file's directory."""
+
+    schema_: Literal["xco-agent/1"] = Field(alias="schema")
+    topology: Annotated[str, Field(min_length=1)]
+    host: Annotated[str, Field(min_length=1, max_length=64)]
+    uplink: Annotated[str, AfterValidator(_ifname)]
+    link_bps: Annotated[_Int, within(1, 10**13)] | None = None
+    controller: Annotated[str, AfterValidator(_addr)]
+    bind: Annotated[str, AfterValidator(_addr)] = "0.0.0.0:0"
+    small_flow_bytes: Annotated[_Int, within(0, 10**12)] = 100_000
+    giveup_after_us: Annotated[_Int, within(0, 10_000_000)] = 2_000
+    poll_us: Annotated[_Int, within(50, 1_000_000)] = 500
+    register_interval_us: Annotated[_Int, within(1_000, 60_000_000)] = 100_000
+    fail_open_slices: Annotated[_Int, within(1, 1000)] = 3
+    clock_window_us: Annotated[_Int, within(1_000, 600_000_000)] = 1_000_000
+    netns: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    metrics: MetricsConfig = MetricsConfig()
+    log: LogConfig = LogConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
+
+    @property
+    def controller_address(self) -> tuple[str, int]:
+        return parse_listen(self.controller)
+
+    @property
+    def bind_address(self) -> tuple[str, int]:
+        return parse_listen(self.bind)
+
+
+class AgentConfigError(DocumentError):
+    """An agent configuration is invalid.  ``key`` names the culprit."""
+
+
+_ADAPTER = TypeAdapter(AgentConfig)
+_HINTS = {"interface": "uplink", "ifname": "uplink", "name": "host", "listen": "bind",
+          "controller_address": "controller", "giveup_us": "giveup_after_us", "metrics_port": "metrics.port"}
+
+
+def loads_agent_config(text: str, source: str | None = None, base_dir: str | Path | None = None) -> AgentConfig:
+    """Parse and validate configuration text; a relative ``topology`` is resolved against ``base_dir``.
+
+    Raises
+    ------
+    AgentConfigError
+        Naming the first bad key.
+    """
+    cfg: AgentConfig = parse_document(text, _ADAPTER, AgentConfig, AgentConfigError.failing(source), _HINTS)
+    if parse_listen(cfg.controller)[1] == 0:
+        raise AgentConfigError("controller", f"port must be 1..65535, got {cfg.controller!r}", source)
+    if base_dir is not None and not Path(cfg.topology).is_absolute():
+        cfg = cfg.model_copy(update={"topology": str(Path(base_dir) / cfg.topology)})
+    return cfg
+
+
+def load_agent_config(path: str | Path) -> AgentConfig:
+    """Load and validate a configuration file.  Raises :class:`AgentConfigError` naming the key."""
+    p = Path(path)
+    text = read_text_file(p, AgentConfigError.failing(str(p)))
+    return loads_agent_config(text, source=str(p), base_dir=p.parent)
+
+
+def check_against_topology(cfg: AgentConfig, topo: Topology, source: str | None = None) -> tuple[int, int]:
+    """This host's id and uplink rate (bits/s): ``host`` must be in the topology.
+
+    Raises
+    ------
+    AgentConfigError
+        On ``host`` if the topology has no such host.
+    """
+    if not topo.has_host(cfg.host):
+        shown = ", ".join(topo.hosts[:5]) + (", ..." if topo.n_hosts > 5 else "")
+        raise AgentConfigError("host", f"no host {cfg.host!r} in the topology ({shown})", source)
+    x = topo.host_id(cfg.host)
+    return x, cfg.link_bps if cfg.link_bps is not None else int(topo.nic_bps[x])

@@ -1,0 +1,375 @@
+"""The XCo agent in real time: :class:`~xtc.xco.agent.AgentCore` behind one UDP socket and a gate.
+
+:class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
+(others are dropped and counted, reason ``address``), reads the gate's counters every ``poll_us``
+and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
+deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
+states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
+directive applied, the time from the moment it could take effect (its arrival, or its
+``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
+``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log`.
+
+SIGTERM or SIGINT: a Leave is sent, the gate restores the uplink's original qdisc, exit 0.
+``xtc xco agent -c FILE`` (:func:`run_agent`); ``xtc xco agent -c FILE --cleanup`` removes what a
+killed agent left on its uplink (:func:`run_cleanup`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import selectors
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import protocol as P
+from .agent import DROP_REASONS, AgentCore, AgentOutput
+from .agent_config import AgentConfig, check_against_topology
+from .gate import CLOSED, Gate, GateError
+
+__all__ = ["AgentService", "run_agent", "run_cleanup"]
+
+log = logging.getLogger("xtc.xco.agent")
+
+
+def _wall_us() -> int:
+    return time.time_ns() // 1000
+
+
+class _Metrics:
+    def __init__(self, svc_ref: Callable[[], AgentService]):
+        from prometheus_client import CollectorRegistry, Histogram
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        self.registry = r = CollectorRegistry()
+        self.directive_to_gate = Histogram(
+            "xco_agent_directive_to_gate_seconds",
+            "From a directive's arrival (or its start_us, if it arrived ahead) to set_states returning, seconds",
+            buckets=(5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 0.05), registry=r)
+        self.set_states_seconds = Histogram(
+            "xco_agent_set_states_seconds", "Wall time of one gate.set_states call, seconds",
+            buckets=(1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.02), registry=r)
+
+        class _Collector:
+            def collect(self_inner: Any) -> Any:
+                svc = svc_ref()
+                core = svc.core
+                c = CounterMetricFamily("xco_agent_messages_dropped", "Controller datagrams dropped", labels=["reason"])
+                for k in dict.fromkeys((*DROP_REASONS, *core.dropped)):
+                    c.add_metric([k], core.dropped.get(k, 0))
+                yield c
+                c = CounterMetricFamily("xco_agent_messages_received", "Valid controller datagrams", labels=["type"])
+                for k, v in list(core.received.items()):
+                    c.add_metric([k], v)
+                yield c
+                c = CounterMetricFamily("xco_agent_messages_sent", "Datagrams sent to the controller", labels=["type"])
+                for k, v in list(core.sent.items()):
+                    c.add_metric([k], v)
+                yield c
+                yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
+                yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
+                yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
+                yield GaugeMetricFamily("xco_agent_failed_open", "1 while every flow is open for want of a controller",
+                                        value=int(core.failed_open))
+                yield GaugeMetricFamily("xco_agent_welcomed", "1 once the controller has welcomed this host",
+                                        value=int(core.welcomed))
+                yield GaugeMetricFamily("xco_agent_flows", "Flows of this host", value=len(core.flows))
+                yield GaugeMetricFamily("xco_agent_flows_held", "Flows closed now",
+                                        value=sum(1 for s in core.states.values() if s == CLOSED))
+                yield GaugeMetricFamily("xco_agent_backlogged_destinations", "Destinations reported backlogged",
+                                        value=len(core.reported))
+
+        r.register(_Collector())
+
+    def serve(self, address: str, port: int) -> int:
+        from prometheus_client import start_http_server
+
+        server, _ = start_http_server(port, addr=address, registry=self.registry)
+        return int(server.server_address[1])
+
+
+class AgentService:
+    """The agent in real time.
+
+    Parameters
+    ----------
+    cfg : AgentConfig
+        The loaded configuration (its ``topology`` path is read here).
+    gate : Gate
+        The uplink's gate (:class:`xtc.host.tcgate.TcGate` in production).
+    clock_us : callable
+        Wall clock, microseconds since the Unix epoch (injectable for tests).
+
+    Raises
+    ------
+    AgentConfigError
+        If ``host`` is not in the topology.
+    """
+
+    def __init__(self, cfg: AgentConfig, gate: Gate, clock_us: Callable[[], int] = _wall_us):
+        from .topology import load_topology
+
+        self.cfg = cfg
+        self.gate = gate
+        self.clock_us = clock_us
+        self.topo = load_topology(cfg.topology)
+        self.host_id, self.link_bps = check_against_topology(cfg, self.topo)
+        self.digest = P.topology_digest(Path(cfg.topology).read_bytes())
+        self.core = AgentCore(
+            self.topo, self.host_id, self.digest, clock_us(), session=secrets.randbits(32),
+            small_flow_bytes=cfg.small_flow_bytes, giveup_after_us=cfg.giveup_after_us,
+            register_interval_us=cfg.register_interval_us, fail_open_slices=cfg.fail_open_slices,
+            clock_window_us=cfg.clock_window_us)
+        self.ctl_addr = cfg.controller_address
+        self.metrics = _Metrics(lambda: self)
+        self.metrics_port: int | None = None
+        self.sock: socket.socket | None = None
+        self.stop = False
+        self.stop_signal: int | None = None
+        self.gate_errors = 0
+        #: (arrival_us, start_us, applied_us) of the last directives applied.
+        self.directive_log: deque[tuple[int, int, int]] = deque(maxlen=100_000)
+        self._installed = False
+
+    # -- set-up --------------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Install the gate with every flow open, bind the socket, start the metrics endpoint.
+
+        Raises
+        ------
+        GateError
+            If the gate cannot take over the uplink (the gate is restored first).
+        """
+        from xtc.daemon.logs import event
+
+        self.gate.install()
+        self._installed = True
+        try:
+            for f in self.core.flows:
+                self.gate.add_flow(f, self.core.states[f])
+        except GateError:
+            self.gate.restore()
+            raise
+        host, port = self.cfg.bind_address
+        fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(fam, socket.SOCK_DGRAM)
+        self.sock.bind((host, port))
+        self.sock.setblocking(False)
+        if self.cfg.metrics.enabled:
+            self.metrics_port = self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
+        event(log, logging.INFO, "started", pid=os.getpid(), host=self.cfg.host, host_id=self.host_id,
+              uplink=self.cfg.uplink, netns=self.cfg.netns, link_bps=self.link_bps, flows=len(self.core.flows),
+              controller=self.cfg.controller, bind="%s:%d" % self.sock.getsockname()[:2],
+              session=self.core.session, metrics_port=self.metrics_port)
+
+    # -- doing what the core says --------------------------------------------------------------------
+    def _apply(self, out: AgentOutput) -> None:
+        assert self.sock is not None
+        for d in out.sends:
+            try:
+                self.sock.sendto(d, self.ctl_addr)
+            except OSError as e:  # an unreachable controller must not stop the agent: it fails open
+                self.core.dropped["send_error"] += 1
+                if log.isEnabledFor(logging.DEBUG):
+                    from xtc.daemon.logs import event
+
+                    event(log, logging.DEBUG, "send_failed", error=str(e))
+        if out.states:
+            t0 = time.perf_counter()
+            try:
+                self.gate.set_states(out.states)
+            except GateError as e:
+                from xtc.daemon.logs import event
+
+                self.gate_errors += 1
+                event(log, logging.ERROR, "gate_error", op="set_states", error=str(e))
+                return
+            self.metrics.set_states_seconds.observe(time.perf_counter() - t0)
+        if out.applied:
+            done = self.clock_us()
+            for a in out.applied:
+                self.directive_log.append((a.arrival_us, a.start_us, done))
+                self.metrics.directive_to_gate.observe(max(0, done - max(a.arrival_us, a.start_us)) / 1e6)
+        if self.core.notes:
+            self._flush_notes()
+
+    def _flush_notes(self) -> None:
+        from xtc.daemon.logs import event
+
+        for name, fields in self.core.notes:
+            event(log, logging.WARNING if name == "fail_open" else logging.INFO, name, **fields)
+        self.core.notes.clear()
+
+    def _poll(self) -> None:
+        try:
+            stats = self.gate.stats()
+        except GateError as e:
+            from xtc.daemon.logs import event
+
+            self.gate_errors += 1
+            event(log, logging.ERROR, "gate_error", op="stats", error=str(e))
+            return
+        self._apply(self.core.observe(self.clock_us(), stats))
+
+    def loop(self, until_us: int | None = None) -> None:
+        """Receive, poll, decide, gate; until stopped (or ``until_us``)."""
+        assert self.sock is not None
+        sock = self.sock
+        poll_us = self.cfg.poll_us
+        sel = selectors.SelectSelector()  # one socket; select() sleeps to the microsecond, epoll to the ms
+        sel.register(sock, selectors.EVENT_READ)
+        next_poll = self.clock_us()
+        try:
+            while not self.stop:
+                # Datagrams first: after a late wake-up, an answer waiting in the socket must be
+                # heard before the fail-open check of the next tick or poll.
+                for _ in range(64):
+                    try:
+                        data, addr = sock.recvfrom(P.MAX_DATAGRAM + 1)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:  # ICMP port unreachable from a dead controller, reported here
+                        continue
+                    if (addr[0], addr[1]) != self.ctl_addr:
+                        self.core.drop_address()
+                        continue
+                    self._apply(self.core.handle(data, self.clock_us()))
+                now = self.clock_us()
+                if until_us is not None and now >= until_us:
+                    return
+                if now >= next_poll:
+                    self._poll()
+                    next_poll = max(next_poll + poll_us, now + poll_us // 2)
+                self._apply(self.core.tick(self.clock_us()))
+                now = self.clock_us()
+                wake = min(self.core.next_deadline_us(), next_poll)
+                if until_us is not None:
+                    wake = min(wake, until_us)
+                try:
+                    sel.select(min(max(0, wake - now) / 1e6, 0.5))
+                except InterruptedError:
+                    continue
+        finally:
+            sel.close()
+
+    def close(self) -> None:
+        """Send a Leave, restore the uplink, release the gate and the socket (idempotent)."""
+        from xtc.daemon.logs import event
+
+        if self.sock is not None:
+            try:
+                self.sock.sendto(self.core.stop(self.clock_us()), self.ctl_addr)
+            except OSError:
+                pass
+        restored = False
+        if self._installed:
+            try:
+                self.gate.restore()
+                restored = True
+            except GateError as e:
+                self.gate_errors += 1
+                event(log, logging.ERROR, "gate_error", op="restore", error=str(e))
+            self._installed = False
+            try:
+                self.gate.close()
+            except GateError:
+                pass
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+            event(log, logging.INFO, "stopped", signal=self.stop_signal, restored=restored,
+                  dropped=dict(self.core.dropped), directives=self.core.directives,
+                  fail_opens=self.core.fail_opens)
+
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, _frame: Any) -> None:
+            self.stop = True
+            self.stop_signal = signum
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+
+    def run(self) -> int:
+        """Open, loop until stopped, close; the exit code (0)."""
+        try:
+            self.open()
+            self.loop()
+        finally:
+            self.close()
+        return 0
+
+
+def _load(config_path: str | Path, prog: str) -> tuple[AgentConfig | None, int]:
+    import sys
+
+    from .agent_config import AgentConfigError, load_agent_config
+
+    try:
+        return load_agent_config(config_path), 0
+    except AgentConfigError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None, 2
+
+
+def run_agent(config_path: str | Path) -> int:
+    """``xtc xco agent -c FILE``: load, validate, take over the uplink, run until SIGTERM/SIGINT.
+
+    Returns the exit code: 0 after a clean stop, 2 for a bad configuration, 1 if the gate fails.
+    """
+    import sys
+
+    from xtc.daemon.logs import setup_logging
+
+    from .agent_config import AgentConfigError
+    from .topology import TopologyError
+
+    prog = "xtc xco agent"
+    cfg, rc = _load(config_path, prog)
+    if cfg is None:
+        return rc
+    setup_logging(cfg.log.format, cfg.log.level)
+    try:
+        from .topology import load_topology
+
+        _, link_bps = check_against_topology(cfg, load_topology(cfg.topology), str(config_path))
+        from xtc.host.tcgate import TcGate  # the real gate: netlink, root
+
+        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns)
+        svc = AgentService(cfg, gate)
+    except (TopologyError, AgentConfigError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    except GateError as e:
+        print(f"{prog}: gate: {e}", file=sys.stderr)
+        return 1
+    svc.install_signal_handlers()
+    try:
+        return svc.run()
+    except GateError as e:
+        print(f"{prog}: gate: {e}", file=sys.stderr)
+        return 1
+
+
+def run_cleanup(config_path: str | Path) -> int:
+    """``xtc xco agent -c FILE --cleanup``: remove what a killed agent left on its uplink."""
+    import sys
+
+    prog = "xtc xco agent --cleanup"
+    cfg, rc = _load(config_path, prog)
+    if cfg is None:
+        return rc
+    from xtc.host.tcgate import cleanup
+
+    try:
+        cleanup(cfg.uplink, cfg.netns)
+    except GateError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    print(f"{cfg.uplink}: XCo gate removed" + (f" (netns {cfg.netns})" if cfg.netns else ""))
+    return 0
