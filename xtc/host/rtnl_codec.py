@@ -19,9 +19,8 @@ Public API
 encode_getstats_dump(seq, filter_mask=STATS_FILTER_LINK_64) -> bytes
 encode_getlink_dump(seq) -> bytes
 decode_stats_into(buf, into, seq=None) -> DumpStatus
-    Hot path: adds ``ifindex -> IfCounters`` to ``into`` for every stats
-    message in ``buf``; reuses the counters object of ``reuse`` when an
-    interface's counters did not change.
+    Adds ``ifindex -> IfCounters`` to ``into`` for every stats message in
+    ``buf`` (messages of any shape).
 decode_stats_dump(buf, seq=None) -> dict[int, IfCounters]
 decode_stats_arrays(buf, seq=None) -> (StatsArrays, DumpStatus)
     Hot path of the control loop: a whole dump (datagrams concatenated) to
@@ -282,7 +281,6 @@ def decode_stats_into(
     buf: bytes | bytearray | memoryview,
     into: dict[int, IfCounters],
     seq: int | None = None,
-    reuse: dict[int, IfCounters] | None = None,
 ) -> DumpStatus:
     """Decode the ``RTM_NEWSTATS`` messages of ``buf`` into ``into``.
 
@@ -296,10 +294,6 @@ def decode_stats_into(
     seq : int, optional
         The request's sequence number; messages with another are skipped and
         counted in ``DumpStatus.foreign``.  None accepts every message.
-    reuse : dict of int to IfCounters, optional
-        The previous dump's result: an interface whose counters are unchanged
-        gets the same (immutable) object back instead of a new one, which
-        saves most of the per-interface cost of idle interfaces.
 
     Returns
     -------
@@ -322,8 +316,6 @@ def decode_stats_into(
     new_object = _new_object
     set_rxp, set_txp, set_rxb = _set_rx_packets, _set_tx_packets, _set_rx_bytes
     set_txb, set_rxd, set_txd = _set_tx_bytes, _set_rx_drops, _set_tx_drops
-    prev = reuse if reuse is not None else {}
-    prev_get = prev.get
     while off < end:
         if off + _FAST_LEN <= end:
             mlen, mtype, mflags, mseq, ifindex, alen, atype, rxp, txp, rxb, txb, rxd, txd, rxm = fast(
@@ -343,27 +335,14 @@ def decode_stats_into(
                 else:
                     if mflags & NLM_F_DUMP_INTR:
                         status.interrupted = True
-                    old = prev_get(ifindex)
-                    rx_drops = (rxd + rxm) & _U64_MASK
-                    if (
-                        old is not None
-                        and old.rx_packets == rxp
-                        and old.tx_packets == txp
-                        and old.rx_bytes == rxb
-                        and old.tx_bytes == txb
-                        and old.rx_drops == rx_drops
-                        and old.tx_drops == txd
-                    ):
-                        into[ifindex] = old
-                    else:
-                        counters = new_object(cls)
-                        set_rxp(counters, rxp)
-                        set_txp(counters, txp)
-                        set_rxb(counters, rxb)
-                        set_txb(counters, txb)
-                        set_rxd(counters, rx_drops)
-                        set_txd(counters, txd)
-                        into[ifindex] = counters
+                    counters = new_object(cls)
+                    set_rxp(counters, rxp)
+                    set_txp(counters, txp)
+                    set_rxb(counters, rxb)
+                    set_txb(counters, txb)
+                    set_rxd(counters, (rxd + rxm) & _U64_MASK)
+                    set_txd(counters, txd)
+                    into[ifindex] = counters
                     status.messages += 1
                 off += mlen
                 continue
