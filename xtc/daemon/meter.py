@@ -41,7 +41,7 @@ __all__ = ["VrReading", "PeriodMeter", "DEFAULT_MAX_PPS"]
 DEFAULT_MAX_PPS = 150e6
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VrReading:
     """What the meter saw of one VR over the last control period.
 
@@ -58,6 +58,20 @@ class VrReading:
     forwarded_pps: float | None
     offered_pps: float | None = None
     counter_reset: bool = False
+
+
+# A reading built without the frozen dataclass's __init__ (three object.__setattr__ calls), for
+# the table path, which builds one per VR and period: the slots' own setters, as rtnl_codec does.
+_new_reading = object.__new__
+_set_fwd, _set_off, _set_reset = (VrReading.__dict__[f].__set__ for f in ("forwarded_pps", "offered_pps", "counter_reset"))
+
+
+def _reading(forwarded_pps: float | None, offered_pps: float | None, counter_reset: bool) -> VrReading:
+    r = _new_reading(VrReading)
+    _set_fwd(r, forwarded_pps)
+    _set_off(r, offered_pps)
+    _set_reset(r, counter_reset)
+    return r
 
 
 class PeriodMeter:
@@ -197,7 +211,7 @@ class PeriodMeter:
                     seen[v] += 1
         out: dict[str, VrReading] = {}
         for name, r, t, s, z in zip(lay.vr_names, rx.tolist(), tx.tolist(), seen.tolist(), reset.tolist()):
-            out[name] = VrReading(r / dt_s, t / dt_s, z) if s else VrReading(None, None, z)
+            out[name] = _reading(r / dt_s, t / dt_s, z) if s else _reading(None, None, z)
         return out
 
 
