@@ -15,10 +15,12 @@ CounterSource
 NetlinkCounters(netns=None)
     Reads the 64-bit counters with one ``RTM_GETSTATS`` dump (link stats
     only) and names them with an ifindex -> name map kept from
-    ``RTM_GETLINK`` dumps.  The preferred source: at 4000 interfaces a read
-    costs about 5-7 ms of CPU (2.7 ms of it in the kernel) where
-    ``/proc/net/dev`` costs about 30 ms (6.6 ms in the kernel, the rest
-    parsing); measured with ``xtc_lab/bench/counters_cost.py``.
+    ``RTM_GETLINK`` dumps; returns a :class:`CounterTable`.  The preferred
+    source: at 4000 interfaces a read costs about 3.3 ms of CPU (3.1 ms of it
+    in the kernel) where ``/proc/net/dev`` costs about 33 ms (7 ms in the
+    kernel, the rest parsing); measured with ``xtc_lab/bench/counters_cost.py``.
+CounterTable
+    One reading as arrays, and a read-only mapping of name to IfCounters.
 ProcNetDevCounters(path="/proc/net/dev", netns=None)
     Reads and parses ``/proc/net/dev`` (or a recorded file at ``path``).
 open_counters(prefer="netlink", netns=None, proc_path=None) -> CounterSource
@@ -702,8 +704,9 @@ class NetlinkCounters:
     -----
     Per read: drain the link-notification socket (a non-blocking ``recv``),
     dump ``RTM_GETSTATS`` (``IFLA_STATS_LINK_64`` only, about 230 bytes per
-    interface), decode it at fixed offsets (:mod:`xtc.host.rtnl_codec`), and
-    name the ifindexes.  The ifindex -> name map is dumped again
+    interface) into one buffer, decode it into arrays at fixed offsets
+    (:func:`xtc.host.rtnl_codec.decode_stats_arrays`), and name the rows (kept
+    while the ifindex list is unchanged).  The ifindex -> name map is dumped again
     (``RTM_GETLINK``) only when a link notification arrived (an interface was
     added, removed, renamed or changed state), when the notification socket
     overflowed, or when the stats name an ifindex the map lacks.  An
