@@ -10,7 +10,7 @@ Public API
 IfCounters
     One interface's cumulative counters (rx/tx packets, bytes, drops).
 CounterSource
-    Protocol: ``read() -> dict[str, IfCounters]`` (interface name -> counters)
+    Protocol: ``read() -> Mapping[str, IfCounters]`` (interface name -> counters)
     of every interface of one network namespace.
 NetlinkCounters(netns=None)
     Reads the 64-bit counters with one ``RTM_GETSTATS`` dump (link stats
@@ -534,7 +534,7 @@ class CounterSource(Protocol):
 
     counter_bits: int
 
-    def read(self) -> dict[str, IfCounters]:
+    def read(self) -> Mapping[str, IfCounters]:
         """Counters per interface name; raises :class:`CounterError` subclasses only."""
         ...
 
