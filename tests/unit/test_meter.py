@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xtc.daemon.meter import DEFAULT_MAX_PPS, PeriodMeter, VrReading
 from xtc.host import rtnl_codec
+from xtc.host.counters import CounterTable
 from xtc.host.ifcounters import IfCounters
 
 NL = Path(__file__).resolve().parents[1] / "data" / "netlink"
@@ -153,11 +155,7 @@ def test_rates_are_never_negative_nor_implausible(values: list[int], steps: list
 # ---------------------------------------------- tables (netlink readings): the arrays' path
 
 
-def _table(counters: dict[str, IfCounters]) -> "CounterTable":
-    import numpy as np
-
-    from xtc.host.counters import CounterTable
-
+def _table(counters: dict[str, IfCounters]) -> CounterTable:
     names = tuple(counters)
     col = lambda f: np.array([getattr(c, f) for c in counters.values()], dtype=np.uint64)  # noqa: E731
     stats = rtnl_codec.StatsArrays(np.arange(1, len(names) + 1, dtype=np.int64), col("rx_packets"), col("tx_packets"),
