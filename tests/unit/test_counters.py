@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from xtc.host.errors import MeterError
 from xtc.host import rtnl_codec
 from xtc.host.counters import (
+    CounterTable,
     CounterDelta,
     CounterReadError,
     CounterSource,
@@ -251,18 +252,6 @@ def test_foreign_sequence_numbers_are_skipped() -> None:
     assert into == {} and not status.done and status.foreign == len(expected_by_index("dom0_veth_t1")) + 1
     with pytest.raises(NetlinkDecodeError, match="no NLMSG_DONE"):
         rtnl_codec.decode_stats_dump(data, seq=1)
-
-
-def test_unchanged_counters_reuse_the_previous_object() -> None:
-    data = (NL / "dom0_veth_t1.stats.bin").read_bytes()
-    first = rtnl_codec.decode_stats_dump(data)
-    second: dict[int, IfCounters] = {}
-    rtnl_codec.decode_stats_into(data, second, reuse=first)
-    assert second == first and all(second[i] is first[i] for i in first)
-    changed = {i: IfCounters(c.rx_packets + 1, c.tx_packets) for i, c in first.items()}
-    third: dict[int, IfCounters] = {}
-    rtnl_codec.decode_stats_into(data, third, reuse=changed)
-    assert third == first
 
 
 def _messages(data: bytes) -> list[tuple[int, int]]:
@@ -541,3 +530,71 @@ def test_other_netlink_errors_do_not_fall_back(monkeypatch: pytest.MonkeyPatch) 
 def test_open_counters_refuses_unknown_preference() -> None:
     with pytest.raises(ValueError, match="prefer"):
         open_counters(prefer="sysfs")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ arrays (the loop's decoder)
+
+
+def _as_dict(arrays: rtnl_codec.StatsArrays) -> dict[int, IfCounters]:
+    cols = [getattr(arrays, f).tolist() for f in ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_drops", "tx_drops")]
+    return {ix: IfCounters(*(c[i] for c in cols)) for i, ix in enumerate(arrays.ifindex.tolist())}
+
+
+@pytest.mark.parametrize("name", NL_RECORDED)
+def test_recorded_stats_dump_decodes_to_the_same_arrays(name: str) -> None:
+    meta = nl_expected(name)["replies"]["stats"]
+    data = (NL / f"{name}.stats.bin").read_bytes()
+    arrays, status = rtnl_codec.decode_stats_arrays(data, seq=meta["seq"])
+    assert status.done and not status.interrupted and status.foreign == 0
+    got = _as_dict(arrays)
+    assert got == expected_by_index(name)
+    assert list(got) == list(rtnl_codec.decode_stats_dump(data, seq=meta["seq"]))
+    sizes = meta["datagram_bytes"]
+    off = 0
+    for i, size in enumerate(sizes):  # only the last datagram ends the dump
+        msg_len = rtnl_codec.stats_msg_len(data)
+        assert rtnl_codec.is_stats_datagram(memoryview(data)[off : off + size], msg_len) == (i < len(sizes) - 1)
+        off += size
+
+
+def _stats_messages(data: bytes) -> tuple[bytes, bytes]:
+    """The first stats message of a recorded dump and its NLMSG_DONE."""
+    (mlen,) = struct.unpack_from("=I", data, 0)
+    return data[:mlen], data[-20:]
+
+
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+                          st.integers(0, 3)), min_size=0, max_size=60))
+def test_arrays_decode_like_the_dict_decoder(rows: list[tuple[int, int, int, int]]) -> None:
+    """Repeated ifindexes, foreign and interrupted messages, a message of another shape: same result."""
+    msg, done = _stats_messages((NL / "dom0_veth_t1.stats.bin").read_bytes())
+    seq = 9
+    out = bytearray()
+    for ifindex, rxp, rxd, kind in rows:
+        m = bytearray(msg)
+        struct.pack_into("=I", m, 8, 8 if kind == 1 else seq)  # kind 1: another request's
+        if kind == 2:
+            struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] | 0x10)  # NLM_F_DUMP_INTR
+        struct.pack_into("=I", m, 20, ifindex)
+        struct.pack_into("=Q", m, 32, rxp)
+        struct.pack_into("=Q", m, 80, rxd)
+        if kind == 3:  # an unknown attribute after the stats: another length, the slow path
+            m += struct.pack("=HHI", 8, 99, 0)
+            struct.pack_into("=I", m, 0, len(m))
+        out += m
+    d = bytearray(done)
+    struct.pack_into("=I", d, 8, seq)
+    out += d
+    want: dict[int, IfCounters] = {}
+    want_status = rtnl_codec.decode_stats_into(bytes(out), want, seq)
+    arrays, status = rtnl_codec.decode_stats_arrays(bytes(out), seq)
+    assert _as_dict(arrays) == want and list(_as_dict(arrays)) == list(want)
+    assert status == want_status
+
+
+def test_netlink_read_is_a_table_that_keeps_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_netlink(monkeypatch)
+    src = NetlinkCounters()
+    a, b = src.read(), src.read()
+    assert isinstance(a, CounterTable) and a.names is b.names and a.index is b.index
+    assert dict(a) == dict(b)

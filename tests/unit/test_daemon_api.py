@@ -166,3 +166,17 @@ def test_fuzz_bytes(raw):
         parse_request(raw, MAX, MAXSP)
     except ApiError as e:
         assert e.code in api.ERROR_CODES
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=8), _JSON, max_size=8))
+def test_encode_gives_the_bytes_of_json_dumps(doc) -> None:
+    """The encoder built once writes what json.dumps writes (non-finite numbers as null)."""
+    want = json.dumps(api._finite(doc), separators=(",", ":"), allow_nan=False).encode("utf-8")
+    assert api.encode(doc) == want

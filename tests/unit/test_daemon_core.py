@@ -265,3 +265,22 @@ def test_fuzz_random_requests_keep_invariants():
                     assert 1.0 <= a.cap_percent <= 100.0
         for n, inst in c.instances.items():
             assert inst.original_cap_percent == caps[n]
+
+
+def test_samples_are_the_descriptions_with_the_time():
+    """Active, paused, saturated, inactive, pending-restore and vanished VRs: each sample is
+    describe() (same keys, same order) followed by t_unix_s and period_s."""
+    c = core_with("a", "b", "c", "d", "e")
+    activate(c, "a", 20e3, 30.0)
+    activate(c, "b", 20e3, None)
+    activate(c, "d", 20e3, 40.0)
+    c.handle(req("pause", "b"), 1.0)
+    c.handle(req("deactivate", "d"), 1.0)
+    c.instances["a"].saturated_periods = 7
+    c.instances["a"].actuation_error = "boom"
+    c.period(2.0, {"a": VrReading(1000.0, 5000.0), "c": VrReading(3.0, None, True)})
+    c.set_present({"a", "b", "d"})
+    got = c.samples(123.5, 0.5)
+    want = [{**c.describe(n), "t_unix_s": 123.5, "period_s": 0.5} for n in sorted(c._names())]
+    assert [list(s.items()) for s in got] == [list(s.items()) for s in want]
+    assert {s["vr"] for s in got} >= {"a", "b", "d"}

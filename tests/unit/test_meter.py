@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xtc.daemon.meter import DEFAULT_MAX_PPS, PeriodMeter, VrReading
 from xtc.host import rtnl_codec
+from xtc.host.counters import CounterTable
 from xtc.host.ifcounters import IfCounters
 
 NL = Path(__file__).resolve().parents[1] / "data" / "netlink"
@@ -148,3 +150,59 @@ def test_rates_are_never_negative_nor_implausible(values: list[int], steps: list
         r = m.update(t, {"e": IfCounters(v, v, v, v, v, v)}, vrs)["vr1"]
         for rate in (r.forwarded_pps, r.offered_pps):
             assert rate is None or 0.0 <= rate <= DEFAULT_MAX_PPS * (1 + 1e-9)
+
+
+# ---------------------------------------------- tables (netlink readings): the arrays' path
+
+
+def _table(counters: dict[str, IfCounters]) -> CounterTable:
+    names = tuple(counters)
+    col = lambda f: np.array([getattr(c, f) for c in counters.values()], dtype=np.uint64)  # noqa: E731
+    stats = rtnl_codec.StatsArrays(np.arange(1, len(names) + 1, dtype=np.int64), col("rx_packets"), col("tx_packets"),
+                                   col("rx_bytes"), col("tx_bytes"), col("rx_drops"), col("tx_drops"))
+    return CounterTable(names, {n: i for i, n in enumerate(names)}, stats)
+
+
+_COUNT = st.one_of(st.integers(0, 10**6), st.integers(0, 2**64 - 1), st.sampled_from([0, 2**64 - 1, 2**63]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.booleans(), _COUNT, _COUNT, st.integers(-3, 10**7), st.integers(-3, 10**7)),
+             min_size=1, max_size=24),
+    st.sampled_from([0.1, 1.0, 2.5]),
+    st.sampled_from([1e6, DEFAULT_MAX_PPS]),
+)
+def test_tables_give_what_mappings_give(ifaces, dt_s, max_pps) -> None:
+    """Same readings from tables as from dicts of the same counters: growth, decreases, jumps,
+    interfaces that came or went, VRs none of whose interfaces were seen, over three periods."""
+    vrs = {f"vr{k}": tuple(f"if{i}" for i in range(k * 3, min(k * 3 + 3, len(ifaces)))) for k in range(len(ifaces) // 3 + 1)}
+    vrs["ghost"] = ("nope",)
+    readings = []
+    for step in range(3):
+        cur = {}
+        for i, (in_a, in_b, rx, tx, drx, dtx) in enumerate(ifaces):
+            if (in_a if step != 1 else in_b):
+                grow = step * 1  # 0, 1, 2 times the increase
+                cur[f"if{i}"] = pk(max(0, min(2**64 - 1, rx + grow * drx)), max(0, min(2**64 - 1, tx + grow * dtx)))
+        readings.append(cur)
+    plain, tabled = PeriodMeter(max_pps), PeriodMeter(max_pps)
+    for step, cur in enumerate(readings):
+        a = plain.update(10.0 + step * dt_s, cur, vrs)
+        b = tabled.update(10.0 + step * dt_s, _table(cur), vrs)
+        assert a == b
+
+
+def test_tables_keep_their_row_map_while_the_lists_stay() -> None:
+    t0 = _table({"a": pk(0, 0), "b": pk(0, 0)})
+    t1 = _table({"a": pk(10, 5), "b": pk(20, 0)})
+    t1 = type(t1)(t0.names, t0.index, t1.stats)
+    m = PeriodMeter()
+    vrs = {"vr": ("a", "b")}
+    m.update(1.0, t0, vrs)
+    assert m.update(2.0, t1, vrs) == {"vr": VrReading(30.0, 5.0, False)}
+    lay = m._layout
+    assert m.update(3.0, t1, dict(vrs)) == {"vr": VrReading(0.0, 0.0, False)}
+    assert m._layout is lay
+    assert m.update(4.0, t1, {"vr": ("a",)}) == {"vr": VrReading(0.0, 0.0, False)}
+    assert m._layout is not lay

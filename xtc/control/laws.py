@@ -42,6 +42,13 @@ def check_rate(name: str, value: Any) -> float:
     return v
 
 
+#: The largest finite float: ``0.0 <= v <= _FLOAT_MAX`` is False for NaN, infinities and negatives.
+_FLOAT_MAX = 1.7976931348623157e308
+_SQRT2 = math.sqrt(2.0)
+_SQRT_PI = math.sqrt(math.pi)
+_LN10 = math.log(10.0)
+
+
 def check_cap(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ControllerError(f"{name} must be a cap in percent of one CPU, got {type(value).__name__}")
@@ -396,7 +403,7 @@ class XtcController(_Bounded):
     @property
     def noise_fraction(self) -> float:
         """Estimated relative noise (standard deviation) of one period's rate sample."""
-        return self._noise_log * math.log(10.0)
+        return self._noise_log * _LN10
 
     def fine_band(self) -> float:
         """Current half-width of the fine band, as a fraction of the setpoint."""
@@ -416,9 +423,13 @@ class XtcController(_Bounded):
             Rate offered to the VR over the last period, packets/s; enables the
             "not cap-limited" guard.
         """
-        y = check_rate("measured_pps", measured_pps)
-        r = check_rate("setpoint_pps", setpoint_pps)
-        offered = None if offered_pps is None else check_rate("offered_pps", offered_pps)
+        # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
+        y = measured_pps if type(measured_pps) is float and 0.0 <= measured_pps <= _FLOAT_MAX \
+            else check_rate("measured_pps", measured_pps)
+        r = setpoint_pps if type(setpoint_pps) is float and 0.0 <= setpoint_pps <= _FLOAT_MAX \
+            else check_rate("setpoint_pps", setpoint_pps)
+        offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
+            else check_rate("offered_pps", offered_pps)
         t = self.tuning
         not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
         log_y = math.log10(max(y, 1.0))
@@ -436,12 +447,12 @@ class XtcController(_Bounded):
         E_prev = E if self._E_prev is None else self._E_prev
         if self._E_prev is not None:
             # Noise estimate from the change of the error (clipped: a real step must not inflate it).
-            change = min(abs(E - E_prev), 3.0 * self._noise_log * math.sqrt(2.0))
-            sigma_sample = change * math.sqrt(math.pi) / 2.0
+            change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
+            sigma_sample = change * _SQRT_PI / 2.0
             self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
             self._noise_log = max(self._noise_log, 1e-4)
         if abs(r - y_wanted) >= t.dead_zone_fraction * r:
-            if abs(r - y_wanted) < self.fine_band() * r:
+            if abs(r - y_wanted) < max(t.fine_band_fraction, t.noise_band_sigmas * (self._noise_log * _LN10)) * r:
                 du = t.fine_gain * E / eps
             else:
                 du = ((kp + self.ki) * E - kp * E_prev) / eps
@@ -451,7 +462,8 @@ class XtcController(_Bounded):
             self._u = self._clamp_u(self._u + du)
         self._E_prev = E
         self.steps += 1
-        return self.cap_percent
+        caps = self.caps  # cap_percent, inline
+        return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()

@@ -329,10 +329,31 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
     return Request(cmd=cmd, vr=getattr(req, "vr", None), setpoint_pps=getattr(req, "setpoint_pps", None), id=rid)
 
 
+def _compact_encoder() -> Any:
+    """``json.dumps(doc, separators=(",", ":"), allow_nan=False)`` of a dict without its per-call set-up.
+
+    The C encoder json.dumps itself builds on every call (same arguments, hence the same bytes),
+    built once; without circular-reference markers (documents here are trees).  None where the C
+    accelerator is missing.
+    """
+    from json import encoder as _enc
+
+    make = getattr(_enc, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has it
+        return None
+    default = json.JSONEncoder().default
+    return make(None, default, _enc.encode_basestring_ascii, None, ":", ",", False, False, False)
+
+
+_ENCODE_DICT = _compact_encoder()
+
+
 def encode(doc: Mapping[str, Any]) -> bytes:
     """Serialise a reply or sample (NaN and infinities are written as null)."""
     try:
         # Almost every document is finite: encode it as it is (the same bytes as below).
+        if _ENCODE_DICT is not None and type(doc) is dict:
+            return "".join(_ENCODE_DICT(doc, 0)).encode("ascii")
         return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except ValueError:
         return json.dumps(_finite(doc), separators=(",", ":"), allow_nan=False).encode("utf-8")

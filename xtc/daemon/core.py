@@ -514,8 +514,30 @@ class DaemonCore:
         }
 
     def samples(self, t_unix_s: float, period_s: float) -> list[dict[str, Any]]:
-        """Per-VR samples of the period just ended, for the PUB socket and the metrics."""
-        return [{**self.describe(n), "t_unix_s": t_unix_s, "period_s": period_s} for n in sorted(self._names())]
+        """Per-VR samples of the period just ended, for the PUB socket and the metrics.
+
+        Each is :meth:`describe` of the VR (same keys, same order) with ``t_unix_s`` and
+        ``period_s`` after them; built in one step per VR (this runs for every VR every period).
+        """
+        out = []
+        vrs, instances = self.vrs, self.instances
+        pending, records = self.pending_restores, self.pending_records
+        empty = _VrView()
+        for n in sorted(self._names()):
+            view = vrs.get(n, empty)
+            inst = instances.get(n)
+            if inst is None:
+                out.append({"vr": n, "state": INACTIVE, "present": view.present, "setpoint_pps": None,
+                            "measured_pps": view.measured_pps, "offered_pps": view.offered_pps, "cap_percent": None,
+                            "original_cap_percent": pending.get(n), "original_record": records.get(n),
+                            "actuation_error": None, "saturated": None, "t_unix_s": t_unix_s, "period_s": period_s})
+            else:
+                out.append({"vr": n, "state": inst.state, "present": view.present, "setpoint_pps": inst.setpoint_pps,
+                            "measured_pps": view.measured_pps, "offered_pps": view.offered_pps,
+                            "cap_percent": inst.cap_percent, "original_cap_percent": inst.original_cap_percent,
+                            "original_record": inst.original_record, "actuation_error": inst.actuation_error,
+                            "saturated": saturation_of(inst), "t_unix_s": t_unix_s, "period_s": period_s})
+        return out
 
     # ---------------------------------------------------------------------- persistence
     def to_state(self) -> dict[str, Any]:

@@ -47,6 +47,10 @@ from .state import StateFileError, lock_state_dir, read_state, save_state
 
 __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
 
+#: zmq flags as plain ints (an enum's ``|`` per message costs more than the send).
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE_NOBLOCK = int(zmq.NOBLOCK | zmq.SNDMORE)
+
 log = logging.getLogger("xtc.daemon")
 
 #: ZeroMQ drops (with the connection) messages larger than this many times max_message_bytes;
@@ -326,9 +330,12 @@ class DaemonService:
         self._count(report.outcomes)
         samples = self.core.samples(self.wall_clock(), period_s)
         assert self.pub is not None
+        send, message = self.pub.send, api.sample_message
         for s in samples:
+            topic, body = message(s)
             try:
-                self.pub.send_multipart(api.sample_message(s), flags=zmq.NOBLOCK)
+                send(topic, _MORE_NOBLOCK)
+                send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
             except zmq.Again:
                 pass
         self.metrics.update(samples)

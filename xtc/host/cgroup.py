@@ -32,6 +32,7 @@ and the counters in :mod:`xtc.host.counters` (netlink, or the ``proc_net_dev`` f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -86,7 +87,8 @@ class CgroupBackend(ActuatorCaps):
         return self.counters.read()
 
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
-        return {name: v.interfaces for name, v in self.vrs.items() if Path(v.path).is_dir()}
+        isdir = os.path.isdir  # on the path string: no Path object per VR and listing
+        return {name: v.interfaces for name, v in self.vrs.items() if isdir(v.path)}
 
     def _act(self, vr: str) -> CapActuator:
         spec = self.vrs.get(vr)

@@ -10,15 +10,17 @@ Public API
 IfCounters
     One interface's cumulative counters (rx/tx packets, bytes, drops).
 CounterSource
-    Protocol: ``read() -> dict[str, IfCounters]`` (interface name -> counters)
+    Protocol: ``read() -> Mapping[str, IfCounters]`` (interface name -> counters)
     of every interface of one network namespace.
 NetlinkCounters(netns=None)
     Reads the 64-bit counters with one ``RTM_GETSTATS`` dump (link stats
     only) and names them with an ifindex -> name map kept from
-    ``RTM_GETLINK`` dumps.  The preferred source: at 4000 interfaces a read
-    costs about 5-7 ms of CPU (2.7 ms of it in the kernel) where
-    ``/proc/net/dev`` costs about 30 ms (6.6 ms in the kernel, the rest
-    parsing); measured with ``xtc_lab/bench/counters_cost.py``.
+    ``RTM_GETLINK`` dumps; returns a :class:`CounterTable`.  The preferred
+    source: at 4000 interfaces a read costs about 3.3 ms of CPU (3.1 ms of it
+    in the kernel) where ``/proc/net/dev`` costs about 33 ms (7 ms in the
+    kernel, the rest parsing); measured with ``xtc_lab/bench/counters_cost.py``.
+CounterTable
+    One reading as arrays, and a read-only mapping of name to IfCounters.
 ProcNetDevCounters(path="/proc/net/dev", netns=None)
     Reads and parses ``/proc/net/dev`` (or a recorded file at ``path``).
 open_counters(prefer="netlink", netns=None, proc_path=None) -> CounterSource
@@ -80,7 +82,9 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Callable, Iterator, Literal, Mapping, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
 
 from xtc.host.errors import MeterError
 from xtc.host import rtnl_codec
@@ -88,6 +92,7 @@ from xtc.host.ifcounters import IfCounters
 
 __all__ = [
     "IfCounters",
+    "CounterTable",
     "CounterSource",
     "NetlinkCounters",
     "ProcNetDevCounters",
@@ -108,6 +113,54 @@ log = logging.getLogger(__name__)
 #: Where ``ip netns`` keeps the named network namespaces.
 NETNS_RUN_DIR = "/run/netns"
 _U64_MAX = 2**64 - 1
+
+
+# ---------------------------------------------------------------------------- table
+
+
+class CounterTable(Mapping[str, IfCounters]):
+    """One reading of many interfaces as arrays: a read-only mapping of name to :class:`IfCounters`.
+
+    What :meth:`NetlinkCounters.read` returns.  As a mapping it is what every counter source
+    returns (an :class:`IfCounters` is built when an entry is looked up); the meter
+    (:class:`xtc.daemon.meter.PeriodMeter`) reads the arrays instead, a whole period in a few
+    numpy operations.
+
+    Parameters
+    ----------
+    names : tuple of str
+        Interface name of each row.  Consecutive readings of an unchanged interface list share
+        the same tuple object (and ``index``), which the meter uses to keep its row maps.
+    index : dict of str to int
+        Row of each name.
+    stats : rtnl_codec.StatsArrays
+        The counters, row by row (``stats.ifindex``: each row's ifindex).
+    """
+
+    __slots__ = ("names", "index", "stats")
+
+    def __init__(self, names: tuple[str, ...], index: dict[str, int], stats: rtnl_codec.StatsArrays) -> None:
+        self.names = names
+        self.index = index
+        self.stats = stats
+
+    def __getitem__(self, name: str) -> IfCounters:
+        i = self.index[name]
+        s = self.stats
+        return IfCounters(int(s.rx_packets[i]), int(s.tx_packets[i]), int(s.rx_bytes[i]), int(s.tx_bytes[i]),
+                          int(s.rx_drops[i]), int(s.tx_drops[i]))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"CounterTable({len(self.names)} interfaces)"
 
 
 # --------------------------------------------------------------------------- errors
@@ -481,7 +534,7 @@ class CounterSource(Protocol):
 
     counter_bits: int
 
-    def read(self) -> dict[str, IfCounters]:
+    def read(self) -> Mapping[str, IfCounters]:
         """Counters per interface name; raises :class:`CounterError` subclasses only."""
         ...
 
@@ -651,8 +704,9 @@ class NetlinkCounters:
     -----
     Per read: drain the link-notification socket (a non-blocking ``recv``),
     dump ``RTM_GETSTATS`` (``IFLA_STATS_LINK_64`` only, about 230 bytes per
-    interface), decode it at fixed offsets (:mod:`xtc.host.rtnl_codec`), and
-    name the ifindexes.  The ifindex -> name map is dumped again
+    interface) into one buffer, decode it into arrays at fixed offsets
+    (:func:`xtc.host.rtnl_codec.decode_stats_arrays`), and name the rows (kept
+    while the ifindex list is unchanged).  The ifindex -> name map is dumped again
     (``RTM_GETLINK``) only when a link notification arrived (an interface was
     added, removed, renamed or changed state), when the notification socket
     overflowed, or when the stats name an ifindex the map lacks.  An
@@ -669,17 +723,28 @@ class NetlinkCounters:
         self.netns = netns
         self.timeout_s = timeout_s
         self.counter_bits = kernel_counter_bits()
-        self.ifindex: dict[str, int] = {}
         self.name_refreshes = 0
         self._ns = _Netns(netns, "opening a netlink route socket") if netns is not None else None
         self._sock: socket.socket | None = None
         self._monitor: socket.socket | None = None
         self._names: dict[int, str] | None = None
-        self._last: dict[int, IfCounters] = {}
         self._seq = 0
         self._buf = bytearray(self._RECV_BYTES)
         self._view = memoryview(self._buf)
+        # The whole stats dump, datagrams back to back (grown as needed).
+        self._dump_buf = bytearray(8 * self._RECV_BYTES)
+        self._dump_view = memoryview(self._dump_buf)
+        # The rows of the last reading: its ifindexes, and the names and row map built for them.
+        self._rows: tuple[np.ndarray, tuple[str, ...], dict[str, int]] | None = None
         self._open()
+
+    @property
+    def ifindex(self) -> dict[str, int]:
+        """The ifindex of each interface name of the last read."""
+        if self._rows is None:
+            return {}
+        idx, names, index = self._rows
+        return {name: int(idx[row]) for name, row in index.items()}
 
     # -- sockets
 
@@ -701,7 +766,7 @@ class NetlinkCounters:
             kind = StatsUnsupportedError if e.errno in _NO_NETLINK else CounterReadError
             raise kind("opening a netlink route socket", self.netns, str(e), e.errno) from None
         self._names = None
-        self._last = {}
+        self._rows = None
 
     def close(self) -> None:
         """Close the sockets; idempotent.  A later :meth:`read` reopens them."""
@@ -775,11 +840,42 @@ class NetlinkCounters:
         self.name_refreshes += 1
         return names
 
-    def _read_stats(self) -> dict[int, IfCounters]:
-        stats = self._complete_dump("netlink RTM_GETSTATS dump", rtnl_codec.encode_getstats_dump,
-                                    rtnl_codec.decode_stats_into, reuse=self._last)
-        self._last = stats
-        return stats
+    def _dump_stats(self, seq: int) -> tuple[rtnl_codec.StatsArrays, bool]:
+        """One stats dump, received whole and decoded at once; return it and whether it was interrupted."""
+        sock = self._sock
+        assert sock is not None
+        sock.send(rtnl_codec.encode_getstats_dump(seq))
+        step = self._RECV_BYTES
+        pos = 0
+        msg_len = 0
+        while True:
+            if pos + step > len(self._dump_buf):
+                grown = bytearray(2 * len(self._dump_buf))
+                grown[:pos] = self._dump_buf[:pos]
+                self._dump_buf, self._dump_view = grown, memoryview(grown)
+            view = self._dump_view
+            n = sock.recv_into(view[pos : pos + step], step, socket.MSG_TRUNC)
+            if n > step:
+                raise rtnl_codec.NetlinkDecodeError(
+                    f"netlink RTM_GETSTATS dump reply datagram of {n} bytes exceeds the {step}-byte buffer")
+            if pos == 0:
+                msg_len = rtnl_codec.stats_msg_len(view[:n])
+            pos += n
+            # Only stats messages: more datagrams follow.  Otherwise it may be the end: decode.
+            if rtnl_codec.is_stats_datagram(view[pos - n : pos], msg_len):
+                continue
+            arrays, status = rtnl_codec.decode_stats_arrays(view[:pos], seq)
+            if status.done:
+                return arrays, status.interrupted
+
+    def _read_stats(self) -> rtnl_codec.StatsArrays:
+        what = "netlink RTM_GETSTATS dump"
+        for _ in range(self._MAX_ATTEMPTS):
+            seq = self._next_seq()
+            arrays, interrupted = self._with_errors(what, lambda: self._dump_stats(seq))
+            if not interrupted:
+                return arrays
+        raise CounterReadError(what, self.netns, f"interrupted {self._MAX_ATTEMPTS} times in a row")
 
     def _links_changed(self) -> bool:
         """Drain the link-notification socket; True when anything (or an overflow) arrived."""
@@ -800,8 +896,8 @@ class NetlinkCounters:
                 self.close()
                 raise CounterReadError("reading link notifications", self.netns, str(e), e.errno) from None
 
-    def read(self) -> dict[str, IfCounters]:
-        """Counters per interface name, in ifindex dump order.
+    def read(self) -> CounterTable:
+        """Counters per interface name, in dump order (a :class:`CounterTable`).
 
         Raises
         ------
@@ -821,25 +917,22 @@ class NetlinkCounters:
             names = self._refresh_names()
             refreshed = True
         stats = self._read_stats()
-        out: dict[str, IfCounters] = {}
-        ifindex: dict[str, int] = {}
-        unknown: list[int] = []
-        for index, counters in stats.items():
-            name = names.get(index)
-            if name is None:
-                unknown.append(index)
-            else:
-                out[name] = counters
-                ifindex[name] = index
-        if unknown and not refreshed:
+        rows = self._rows
+        if not refreshed and rows is not None and np.array_equal(rows[0], stats.ifindex):
+            return CounterTable(rows[1], rows[2], stats)
+        known = [names.get(ix) for ix in stats.ifindex.tolist()]
+        if None in known and not refreshed:
             names = self._refresh_names()
-            for index in unknown:
-                name = names.get(index)
-                if name is not None:
-                    out[name] = stats[index]
-                    ifindex[name] = index
-        self.ifindex = ifindex
-        return out
+            known = [names.get(ix) for ix in stats.ifindex.tolist()]
+        if None in known:  # appeared between the link and the stats dump: left out of this read
+            keep = np.array([n is not None for n in known])
+            stats = rtnl_codec.StatsArrays(*(getattr(stats, f)[keep] for f in rtnl_codec.StatsArrays.__slots__))
+            known = [n for n in known if n is not None]
+        # Two ifindexes cannot share a name in one namespace; a dict keeps the last if they did.
+        index = {name: row for row, name in enumerate(known)}
+        table_names = tuple(index)
+        self._rows = (stats.ifindex, table_names, index)
+        return CounterTable(table_names, index, stats)
 
 
 def open_counters(

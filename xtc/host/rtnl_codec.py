@@ -19,10 +19,17 @@ Public API
 encode_getstats_dump(seq, filter_mask=STATS_FILTER_LINK_64) -> bytes
 encode_getlink_dump(seq) -> bytes
 decode_stats_into(buf, into, seq=None) -> DumpStatus
-    Hot path: adds ``ifindex -> IfCounters`` to ``into`` for every stats
-    message in ``buf``; reuses the counters object of ``reuse`` when an
-    interface's counters did not change.
+    Adds ``ifindex -> IfCounters`` to ``into`` for every stats message in
+    ``buf`` (messages of any shape).
 decode_stats_dump(buf, seq=None) -> dict[int, IfCounters]
+decode_stats_arrays(buf, seq=None) -> (StatsArrays, DumpStatus)
+    Hot path of the control loop: a whole dump (datagrams concatenated) to
+    one array per counter, in dump order; the messages of the exact
+    ``IFLA_STATS_LINK_64``-only shape are read at fixed offsets with one
+    numpy view, anything else through :func:`decode_stats_into`.
+is_stats_datagram(buf, msg_len) -> bool
+    Whether a datagram holds only stats messages of one length (no
+    ``NLMSG_DONE``: more datagrams follow).
 decode_link_into(buf, into, seq=None) -> DumpStatus
 decode_link_dump(buf, seq=None) -> dict[int, str]
 DumpStatus
@@ -55,6 +62,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from xtc.host.ifcounters import IfCounters
 
 __all__ = [
@@ -74,6 +83,10 @@ __all__ = [
     "encode_getlink_dump",
     "decode_stats_into",
     "decode_stats_dump",
+    "decode_stats_arrays",
+    "is_stats_datagram",
+    "stats_msg_len",
+    "StatsArrays",
     "decode_link_into",
     "decode_link_dump",
 ]
@@ -268,7 +281,6 @@ def decode_stats_into(
     buf: bytes | bytearray | memoryview,
     into: dict[int, IfCounters],
     seq: int | None = None,
-    reuse: dict[int, IfCounters] | None = None,
 ) -> DumpStatus:
     """Decode the ``RTM_NEWSTATS`` messages of ``buf`` into ``into``.
 
@@ -282,10 +294,6 @@ def decode_stats_into(
     seq : int, optional
         The request's sequence number; messages with another are skipped and
         counted in ``DumpStatus.foreign``.  None accepts every message.
-    reuse : dict of int to IfCounters, optional
-        The previous dump's result: an interface whose counters are unchanged
-        gets the same (immutable) object back instead of a new one, which
-        saves most of the per-interface cost of idle interfaces.
 
     Returns
     -------
@@ -308,8 +316,6 @@ def decode_stats_into(
     new_object = _new_object
     set_rxp, set_txp, set_rxb = _set_rx_packets, _set_tx_packets, _set_rx_bytes
     set_txb, set_rxd, set_txd = _set_tx_bytes, _set_rx_drops, _set_tx_drops
-    prev = reuse if reuse is not None else {}
-    prev_get = prev.get
     while off < end:
         if off + _FAST_LEN <= end:
             mlen, mtype, mflags, mseq, ifindex, alen, atype, rxp, txp, rxb, txb, rxd, txd, rxm = fast(
@@ -329,27 +335,14 @@ def decode_stats_into(
                 else:
                     if mflags & NLM_F_DUMP_INTR:
                         status.interrupted = True
-                    old = prev_get(ifindex)
-                    rx_drops = (rxd + rxm) & _U64_MASK
-                    if (
-                        old is not None
-                        and old.rx_packets == rxp
-                        and old.tx_packets == txp
-                        and old.rx_bytes == rxb
-                        and old.tx_bytes == txb
-                        and old.rx_drops == rx_drops
-                        and old.tx_drops == txd
-                    ):
-                        into[ifindex] = old
-                    else:
-                        counters = new_object(cls)
-                        set_rxp(counters, rxp)
-                        set_txp(counters, txp)
-                        set_rxb(counters, rxb)
-                        set_txb(counters, txb)
-                        set_rxd(counters, rx_drops)
-                        set_txd(counters, txd)
-                        into[ifindex] = counters
+                    counters = new_object(cls)
+                    set_rxp(counters, rxp)
+                    set_txp(counters, txp)
+                    set_rxb(counters, rxb)
+                    set_txb(counters, txb)
+                    set_rxd(counters, (rxd + rxm) & _U64_MASK)
+                    set_txd(counters, txd)
+                    into[ifindex] = counters
                     status.messages += 1
                 off += mlen
                 continue
@@ -509,3 +502,148 @@ def decode_link_dump(buf: bytes | bytearray | memoryview, seq: int | None = None
     status = decode_link_into(buf, out, seq)
     _check_complete(status, "RTM_GETLINK")
     return out
+
+
+# ------------------------------------------------------------------------------ arrays
+
+#: Offsets of the fields of one LINK_64-only RTM_NEWSTATS message (those :data:`_FAST` reads).
+_ARRAY_FIELDS = (
+    ("len", "=u4", 0), ("type", "=u2", 4), ("flags", "=u2", 6), ("seq", "=u4", 8),
+    ("ifindex", "=u4", 20), ("alen", "=u2", 28), ("atype", "=u2", 30),
+    ("rx_packets", "=u8", 32), ("tx_packets", "=u8", 40), ("rx_bytes", "=u8", 48), ("tx_bytes", "=u8", 56),
+    ("rx_dropped", "=u8", 80), ("tx_dropped", "=u8", 88), ("rx_missed", "=u8", 152),
+)
+_dtypes: dict[int, np.dtype] = {}
+
+
+def _stats_dtype(msg_len: int) -> np.dtype:
+    """A numpy record of one stats message of ``msg_len`` bytes (fields at fixed offsets)."""
+    dt = _dtypes.get(msg_len)
+    if dt is None:
+        names, formats, offsets = zip(*_ARRAY_FIELDS)
+        dt = _dtypes[msg_len] = np.dtype({"names": list(names), "formats": list(formats),
+                                          "offsets": list(offsets), "itemsize": msg_len})
+    return dt
+
+
+@dataclass(frozen=True, slots=True)
+class StatsArrays:
+    """The counters of one ``RTM_GETSTATS`` dump, one array per field, one row per interface.
+
+    Attributes
+    ----------
+    ifindex : numpy.ndarray of int64
+        Interface index of each row, in dump order, each at most once.
+    rx_packets, tx_packets, rx_bytes, tx_bytes, rx_drops, tx_drops : numpy.ndarray of uint64
+        The :class:`~xtc.host.ifcounters.IfCounters` fields of each row (same mapping).
+    """
+
+    ifindex: np.ndarray
+    rx_packets: np.ndarray
+    tx_packets: np.ndarray
+    rx_bytes: np.ndarray
+    tx_bytes: np.ndarray
+    rx_drops: np.ndarray
+    tx_drops: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ifindex)
+
+
+def stats_msg_len(buf: bytes | bytearray | memoryview) -> int:
+    """Length (bytes) of the first message of ``buf`` when it has the exact LINK_64-only shape, else 0."""
+    if len(buf) < _FAST_LEN:
+        return 0
+    mlen, mtype, _, _, _, alen, atype = _FAST.unpack_from(buf, 0)[:7]
+    if (mtype == RTM_NEWSTATS and (atype & NLA_TYPE_MASK) == IFLA_STATS_LINK_64 and alen >= 4 + STATS64_MIN_LEN
+            and mlen == _STATS_ATTRS_AT + ((alen + 3) & ~3) and mlen <= len(buf)):
+        return mlen
+    return 0
+
+
+def is_stats_datagram(buf: bytes | bytearray | memoryview, msg_len: int) -> bool:
+    """True when ``buf`` is only RTM_NEWSTATS messages of ``msg_len`` bytes each (0: never).
+
+    A datagram that ends the dump (``NLMSG_DONE`` or an error after the stats) is never one: a
+    control message is shorter than a stats message, so the lengths no longer add up.
+    """
+    n = len(buf)
+    if msg_len <= 0 or n == 0 or n % msg_len:
+        return False
+    lens = np.frombuffer(buf, dtype=_stats_dtype(msg_len), count=n // msg_len)
+    return bool((lens["len"] == msg_len).all() and (lens["type"] == RTM_NEWSTATS).all())
+
+
+def _arrays_from_dict(d: dict[int, IfCounters]) -> StatsArrays:
+    def col(name: str) -> np.ndarray:
+        return np.fromiter((getattr(c, name) for c in d.values()), dtype=np.uint64, count=len(d))
+
+    return StatsArrays(np.fromiter(d.keys(), dtype=np.int64, count=len(d)), col("rx_packets"), col("tx_packets"),
+                       col("rx_bytes"), col("tx_bytes"), col("rx_drops"), col("tx_drops"))
+
+
+def decode_stats_arrays(buf: bytes | bytearray | memoryview, seq: int | None = None) -> tuple[StatsArrays, DumpStatus]:
+    """Decode a whole ``RTM_GETSTATS`` reply (its datagrams concatenated) into arrays.
+
+    Same values, errors and :class:`DumpStatus` as :func:`decode_stats_into` over the same bytes
+    (a later message for an ifindex replaces an earlier one; messages with another ``seq`` are
+    skipped and counted), returned as :class:`StatsArrays` in dump order.  The leading run of
+    messages of the exact LINK_64-only shape and one length is read through one numpy view of
+    ``buf`` (no per-message Python); whatever follows (``NLMSG_DONE``, an error, another shape)
+    goes through :func:`decode_stats_into`.
+
+    Parameters
+    ----------
+    buf : bytes-like
+        Whole netlink messages.
+    seq : int, optional
+        The request's sequence number (None accepts every message).
+
+    Returns
+    -------
+    StatsArrays, DumpStatus
+    """
+    status = DumpStatus()
+    mlen = stats_msg_len(buf)
+    k = 0
+    if mlen:
+        recs = np.frombuffer(buf, dtype=_stats_dtype(mlen), count=len(buf) // mlen)
+        alen0 = recs["alen"][0]
+        good = ((recs["len"] == mlen) & (recs["type"] == RTM_NEWSTATS) & (recs["alen"] == alen0)
+                & ((recs["atype"] & NLA_TYPE_MASK) == IFLA_STATS_LINK_64))
+        # Every record up to the first bad one is a message (each starts where the last ended).
+        k = len(good) if good.all() else int(np.argmin(good))
+        recs = recs[:k]
+        if bool((recs["flags"] & NLM_F_DUMP_INTR).any()):
+            mine = recs if seq is None else recs[recs["seq"] == seq]
+            status.interrupted = bool((mine["flags"] & NLM_F_DUMP_INTR).any())
+        if seq is not None:
+            mine_mask = recs["seq"] == seq
+            if not mine_mask.all():
+                status.foreign += int(k - mine_mask.sum())
+                recs = recs[mine_mask]
+        status.messages += len(recs)
+        fast = StatsArrays(recs["ifindex"].astype(np.int64), recs["rx_packets"].copy(), recs["tx_packets"].copy(),
+                           recs["rx_bytes"].copy(), recs["tx_bytes"].copy(),
+                           recs["rx_dropped"] + recs["rx_missed"],  # u64 sum modulo 2**64, as the kernel's
+                           recs["tx_dropped"].copy())
+    rest: dict[int, IfCounters] = {}
+    if k * mlen < len(buf):
+        tail = decode_stats_into(memoryview(buf)[k * mlen:], rest, seq)
+        status.done = tail.done
+        status.interrupted = status.interrupted or tail.interrupted
+        status.foreign += tail.foreign
+        status.messages += tail.messages
+    if not mlen:
+        return _arrays_from_dict(rest), status
+    idx = fast.ifindex
+    if rest or (len(idx) > 1 and not bool((idx[1:] > idx[:-1]).all()) and len(np.unique(idx)) != len(idx)):
+        # Repeated ifindexes or a tail of other shapes: the dict's rules (last message wins, order of first).
+        merged: dict[int, IfCounters] = {}
+        cols = [a.tolist() for a in (fast.rx_packets, fast.tx_packets, fast.rx_bytes, fast.tx_bytes,
+                                     fast.rx_drops, fast.tx_drops)]
+        for i, ix in enumerate(idx.tolist()):
+            merged[ix] = IfCounters(*(c[i] for c in cols))
+        merged.update(rest)
+        return _arrays_from_dict(merged), status
+    return fast, status
