@@ -10,12 +10,8 @@ Creates a throw-away network namespace ``xtcct-bench-<random>`` holding
 kernel, ``time.process_time``; the kernel formats ``/proc/net/dev`` and fills
 the netlink dump in the reader's context, so its work is included):
 
-* ``netlink``: :meth:`xtc.host.counters.NetlinkCounters.read` in steady state
-  (counters unchanged since the last read, as for idle interfaces: the
-  decoder reuses the previous ``IfCounters`` objects);
-* ``netlink_all_changed``: the same with the previous result forgotten before
-  each read, so every interface gets a new ``IfCounters`` (the cost when every
-  interface carries traffic);
+* ``netlink``: :meth:`xtc.host.counters.NetlinkCounters.read` (the dump received
+  into one buffer and decoded into arrays, as the daemon's loop reads it);
 * ``netlink_dump_only``: the ``RTM_GETSTATS`` dump received into a buffer and
   nothing decoded (the kernel's and the socket's share);
 * ``proc``: :meth:`xtc.host.counters.ProcNetDevCounters.read` (read and parse
@@ -34,7 +30,6 @@ import json
 import os
 import resource
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,16 +49,12 @@ def make_namespace(name: str, pairs: int) -> float:
     return time.monotonic() - t0
 
 
-def cpu_per_call_ms(
-    call: Callable[[], object], reps: int, before: Callable[[], None] | None = None
-) -> dict[str, float]:
+def cpu_per_call_ms(call: Callable[[], object], reps: int) -> dict[str, float]:
     """Per-call process CPU time: median and percentiles (ms), and the user/kernel split."""
     call()  # warm up (first name dump, page faults of the buffers)
     samples = []
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(reps):
-        if before is not None:
-            before()
         t0 = time.process_time()
         call()
         samples.append((time.process_time() - t0) * 1e3)
@@ -73,7 +64,6 @@ def cpu_per_call_ms(
         "median_ms": round(statistics.median(samples), 3),
         "p10_ms": round(samples[len(samples) // 10], 3),
         "p90_ms": round(samples[(len(samples) * 9) // 10], 3),
-        # getrusage includes the ``before`` hook; it is tiny next to a read.
         "user_ms_mean": round((ru1.ru_utime - ru0.ru_utime) * 1e3 / reps, 3),
         "kernel_ms_mean": round((ru1.ru_stime - ru0.ru_stime) * 1e3 / reps, 3),
     }
@@ -116,15 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             if n_nl != 2 * args.pairs + 1 or n_proc != n_nl:
                 raise SystemExit(f"expected {2 * args.pairs + 1} interfaces, netlink saw {n_nl}, /proc {n_proc}")
 
-            def forget() -> None:
-                nl._last = {}
-
             result = {
                 "interfaces": n_nl,
                 "reps": args.reps,
                 "setup_s": round(setup_s, 2),
                 "netlink": cpu_per_call_ms(nl.read, args.reps),
-                "netlink_all_changed": cpu_per_call_ms(nl.read, args.reps, before=forget),
                 "netlink_dump_only": cpu_per_call_ms(dump_only(nl), args.reps),
                 "proc": cpu_per_call_ms(proc.read, args.reps),
                 "kernel": os.uname().release,
