@@ -36,6 +36,13 @@ class FastScheduler(SchedulerBase):
     Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
 
+    #: Events adding more flows than this update the waiting lists in bulk (sorted once).
+    bulk_adds = 8
+    #: The first fit walks every waiting sender instead of merging the freed links' lists when
+    #: ``len(trig) + sum of those lists' lengths > scan_all_ratio * number of waiting senders``
+    #: (None: never).  Both give the same directives; the thresholds are only about speed.
+    scan_all_ratio: float | None = 1.0
+
     def __init__(self, topo: Topology, slice_us: int = 10_000):
         super().__init__(topo, slice_us)
         n = self.n
@@ -50,6 +57,11 @@ class FastScheduler(SchedulerBase):
         # entries sorts by rotation key, keys being unique; ``entry % n`` is the host).
         self._W: list[list[int]] = [[] for _ in range(topo.n_links)]
         self._waiting: list[bool] = [False] * n
+        #: Sorted entries of every waiting sender (the union of the ``_W`` lists), for large events.
+        self._Wall: list[int] = []
+        # Per host with one backlogged destination: a link of that path that had no room for it the
+        # last time it was tried (-1: none known).  Checked first; reset when B_x changes.
+        self._wit: list[int] = [-1] * n
 
     # -- backlog bookkeeping ----------------------------------------------------------------------
     def backlog_group(self, x: int) -> frozenset[int]:
@@ -67,14 +79,18 @@ class FastScheduler(SchedulerBase):
         if waiting:
             for ln in self._lc[x]:
                 insort(W[ln], e)
+            insort(self._Wall, e)
         else:
             for ln in self._lc[x]:
                 lst = W[ln]
                 del lst[bisect_left(lst, e)]
+            lst = self._Wall
+            del lst[bisect_left(lst, e)]
 
     def _add(self, x: int, d: int) -> None:
         p = self._path(x, d)
         self.B[x][d] = p
+        self._wit[x] = -1
         lc = self._lc[x]
         waiting = self._waiting[x]
         e = self.key[x] * self.n + x
@@ -88,6 +104,7 @@ class FastScheduler(SchedulerBase):
         p = self.B[x].pop(d, None)
         if p is None:
             return
+        self._wit[x] = -1
         lc = self._lc[x]
         waiting = self._waiting[x]
         e = self.key[x] * self.n + x
@@ -202,15 +219,53 @@ class FastScheduler(SchedulerBase):
         return out
 
     # -- Algorithm 1 ------------------------------------------------------------------------------
+    def _add_bulk(self, adds: Sequence[tuple[int, int]]) -> None:
+        """:meth:`_add` for many flows, then the senders without a destination start waiting: the
+        waiting lists get every new entry appended and are sorted once."""
+        B, lc_all, waiting, dest, key, wit = self.B, self._lc, self._waiting, self.dest, self.key, self._wit
+        n = self.n
+        path = self.topo.path_tuple
+        new: dict[int, list[int]] = {}
+        for x, d in adds:
+            p = path(x, d)
+            B[x][d] = p
+            wit[x] = -1
+            lc = lc_all[x]
+            w = waiting[x]
+            for ln in p:
+                c = lc.get(ln, 0)
+                lc[ln] = c + 1
+                if c == 0 and w:
+                    new.setdefault(ln, []).append(key[x] * n + x)
+        wall = self._Wall
+        n_wall = len(wall)
+        for x in dict.fromkeys(x for x, _ in adds):
+            if dest[x] is None and not waiting[x]:
+                waiting[x] = True
+                e = key[x] * n + x
+                wall.append(e)
+                for ln in lc_all[x]:
+                    new.setdefault(ln, []).append(e)
+        W = self._W
+        for ln, es in new.items():
+            lst = W[ln]
+            lst += es
+            lst.sort()
+        if len(wall) != n_wall:
+            wall.sort()
+
     def _algorithm1(self, t_us: int, trig: Sequence[int], kind: str,
                     adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
         B = self.B
         dest = self.dest
-        for x, d in adds:
-            self._add(x, d)
-        for x, _ in adds:
-            if dest[x] is None:
-                self._set_waiting(x, True)
+        if len(adds) > self.bulk_adds:
+            self._add_bulk(adds)
+        else:
+            for x, d in adds:
+                self._add(x, d)
+            for x, _ in adds:
+                if dest[x] is None:
+                    self._set_waiting(x, True)
         res = self.res
         nic = self.nic
         freed: set[int] = set()
@@ -227,20 +282,66 @@ class FastScheduler(SchedulerBase):
             if not B[x]:
                 self._set_waiting(x, False)
 
-        key = self.key
-        n = self.n
-        # Heap entries (rotation entry, link or -1, position in the link's list).
-        heap: list[tuple[int, int, int]] = [(key[t] * n + t, -1, 0) for t in trig]
         W = self._W
         min_nic = self._min_nic
-        for ln in freed:
-            lst = W[ln]
-            if lst and res[ln] >= min_nic:
-                heap.append((lst[0], ln, 0))
+        lists = [ln for ln in freed if W[ln] and res[ln] >= min_nic]
+        ratio = self.scan_all_ratio
+        if ratio is not None and len(trig) + sum(len(W[ln]) for ln in lists) >= ratio * len(self._Wall):
+            grants = self._first_fit_all(trig)
+        else:
+            grants = self._first_fit_freed(trig, lists)
+
+        # Waiting lists: the granted stop waiting; triggering senders left without a destination
+        # and still backlogged start waiting (with their rotation key, which did not change).
+        granted = {x for x, _ in grants}
+        for x in granted:
+            self._set_waiting(x, False)
+        for t in trig:
+            if t not in granted and B[t]:
+                self._set_waiting(t, True)
+        return grants
+
+    def _fits(self, x: int) -> int | None:
+        """The first destination of ``x`` (in its rotation order) whose path has room for its NIC;
+        that room is taken.  None if there is none (then, with one destination, the full link is
+        remembered as the witness)."""
+        Bx = self.B[x]
+        res = self.res
+        c = self.nic[x]
+        if len(Bx) == 1:
+            for d, p in Bx.items():
+                for l2 in p:
+                    if res[l2] < c:
+                        self._wit[x] = l2
+                        return None
+                for l2 in p:
+                    res[l2] -= c
+                return d
+            return None
+        dk = self._dest_key[x]
+        n = self.n
+        for d, p in sorted(Bx.items(), key=lambda item: dk.get(item[0], item[0] - n)):
+            for l2 in p:
+                if res[l2] < c:
+                    break
+            else:
+                for l2 in p:
+                    res[l2] -= c
+                return d
+        return None
+
+    def _first_fit_freed(self, trig: Sequence[int], lists: list[int]) -> list[tuple[int, int]]:
+        """First fit over the triggering senders and the waiting senders on the freed links that
+        have room (merged, least recently granted first; a list is left when its link fills)."""
+        key, n, res, W, min_nic = self.key, self.n, self.res, self._W, self._min_nic
+        nic, wit = self.nic, self._wit
+        # Heap entries (rotation entry, link or -1, position in the link's list).
+        heap: list[tuple[int, int, int]] = [(key[t] * n + t, -1, 0) for t in trig]
+        heap += [(W[ln][0], ln, 0) for ln in lists]
         heapify(heap)
         seen: set[int] = set()
         grants: list[tuple[int, int]] = []
-        dest_key = self._dest_key
+        fits = self._fits
         while heap:
             e, ln, pos = heappop(heap)
             if ln >= 0:
@@ -252,31 +353,34 @@ class FastScheduler(SchedulerBase):
             if x in seen:
                 continue
             seen.add(x)
-            Bx = B[x]
-            if not Bx:
+            w = wit[x]
+            if w >= 0 and res[w] < nic[x]:
                 continue
-            c = nic[x]
-            if len(Bx) == 1:
-                order = Bx.items()
-            else:
-                dk = dest_key[x]
-                order = sorted(Bx.items(), key=lambda item: dk.get(item[0], item[0] - n))
-            for d, p in order:
-                for l2 in p:
-                    if res[l2] < c:
-                        break
-                else:
-                    for l2 in p:
-                        res[l2] -= c
-                    grants.append((x, d))
-                    break
+            d = fits(x)
+            if d is not None:
+                grants.append((x, d))
+        return grants
 
-        # Waiting lists: the granted stop waiting; triggering senders left without a destination
-        # and still backlogged start waiting (with their rotation key, which did not change).
-        granted = {x for x, _ in grants}
-        for x in granted:
-            self._set_waiting(x, False)
-        for t in trig:
-            if t not in granted and B[t]:
-                self._set_waiting(t, True)
+    def _first_fit_all(self, trig: Sequence[int]) -> list[tuple[int, int]]:
+        """First fit over every waiting sender and the triggering senders, least recently granted
+        first: a superset of :meth:`_first_fit_freed`'s senders, taken when the freed links' lists
+        are longer than the list of all waiting senders (slot boundaries, the first schedule).  The
+        extra senders cannot fit (the schedule was maximal before the event and no link they cross
+        got room), so the grants are the same."""
+        key, n, res, nic, wit, waiting = self.key, self.n, self.res, self.nic, self._wit, self._waiting
+        extra = [key[t] * n + t for t in trig if not waiting[t]]
+        entries = self._Wall
+        if extra:
+            extra.sort()
+            entries = sorted(entries + extra)
+        grants: list[tuple[int, int]] = []
+        fits = self._fits
+        for e in entries:
+            x = e % n
+            w = wit[x]
+            if w >= 0 and res[w] < nic[x]:
+                continue
+            d = fits(x)
+            if d is not None:
+                grants.append((x, d))
         return grants
