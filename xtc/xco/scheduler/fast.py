@@ -49,6 +49,7 @@ class FastScheduler(SchedulerBase):
         self.nic: list[int] = [int(c) for c in topo.nic_bps]
         self.res: list[int] = [int(c) for c in topo.link_bps]
         self._min_nic = min(self.nic)
+        self._max_nic = max(self.nic)
         #: B_x: destination -> path (tuple of directed link ids), insertion ordered.
         self.B: list[dict[int, tuple[int, ...]]] = [{} for _ in range(n)]
         # Links crossed by x's backlog, with multiplicity (x is in beta_l iff lc[x][l] > 0).
@@ -228,9 +229,17 @@ class FastScheduler(SchedulerBase):
         new: dict[int, list[int]] = {}
         for x, d in adds:
             p = path(x, d)
-            B[x][d] = p
+            Bx = B[x]
+            Bx[d] = p
             wit[x] = -1
             lc = lc_all[x]
+            if not lc and len(Bx) == 1 and len(set(p)) == len(p):
+                lc_all[x] = dict.fromkeys(p, 1)  # the common case: x's first flow
+                if waiting[x]:
+                    e = key[x] * n + x
+                    for ln in p:
+                        new.setdefault(ln, []).append(e)
+                continue
             w = waiting[x]
             for ln in p:
                 c = lc.get(ln, 0)
@@ -268,15 +277,18 @@ class FastScheduler(SchedulerBase):
                     self._set_waiting(x, True)
         res = self.res
         nic = self.nic
-        freed: set[int] = set()
+        # Released links -> their residual before the event.
+        before: dict[int, int] = {}
         for t in trig:  # lines 18-21: t's old path is released
             d0 = dest[t]
             if d0 is not None:
                 c = nic[t]
                 p = B[t].get(d0) or self._path(t, d0)
                 for ln in p:
-                    res[ln] += c
-                freed.update(p)
+                    r = res[ln]
+                    if ln not in before:
+                        before[ln] = r
+                    res[ln] = r + c
         for x, d in removals:
             self._remove(x, d)
             if not B[x]:
@@ -284,7 +296,11 @@ class FastScheduler(SchedulerBase):
 
         W = self._W
         min_nic = self._min_nic
-        lists = [ln for ln in freed if W[ln] and res[ln] >= min_nic]
+        # A waiting sender that fits now had, before the event, a link without room for it on the
+        # path it fits on (the schedule was maximal), and that link was released: so only the lists
+        # of released links that were too full for the fastest NIC need merging.
+        max_nic = self._max_nic
+        lists = [ln for ln, r in before.items() if r < max_nic and W[ln] and res[ln] >= min_nic]
         ratio = self.scan_all_ratio
         if ratio is not None and len(trig) + sum(len(W[ln]) for ln in lists) >= ratio * len(self._Wall):
             grants = self._first_fit_all(trig)
@@ -296,8 +312,9 @@ class FastScheduler(SchedulerBase):
         granted = {x for x, _ in grants}
         for x in granted:
             self._set_waiting(x, False)
+        waiting = self._waiting
         for t in trig:
-            if t not in granted and B[t]:
+            if not waiting[t] and t not in granted and B[t]:
                 self._set_waiting(t, True)
         return grants
 
