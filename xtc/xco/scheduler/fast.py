@@ -8,14 +8,23 @@ What makes it fast:
   whose backlog crosses it, kept sorted: the contention group minus the active group, already in
   the order Algorithm 1 visits it.
 - Only the senders that can use capacity freed by the event are looked at: the triggering senders,
-  and the waiting senders on the freed links, visited least recently granted first by merging the
-  freed links' lists; a link's list is abandoned as soon as its residual is below the slowest NIC.
+  and the waiting senders on the released links that were too full for the fastest NIC before the
+  event, visited least recently granted first by merging those links' lists; a link's list is
+  abandoned as soon as its residual is below the slowest NIC.
+- When those lists are longer than the list of all waiting senders (a slot boundary, the first
+  schedule), every waiting sender is visited instead, in rotation order, from one sorted list.
+- A host with one backlogged destination remembers a link that had no room for it; while that link
+  is still too full, the host is skipped without walking its path.
+- An event adding many flows updates the waiting lists in bulk (appended, then sorted once).
 
 Why that gives the reference's directives: within one event, capacity is freed only before the
 loop (the triggering senders' old paths); in the loop residuals only go down, because a sender
-that is transmitting and not triggering keeps its destination.  So a waiting sender none of whose
-paths crosses a freed link with room for it cannot be granted, in either implementation; the
-others are visited in the same order with the same destination order and the same test.
+that is transmitting and not triggering keeps its destination.  Before the event the schedule was
+maximal, so a waiting sender that fits now had, on the path it fits on, a link without room for
+its NIC, and that link was released by the event: it is on one of the merged lists.  Visiting
+more waiting senders (the walk over all of them) changes nothing, since the test is pure and the
+order is the same.  Everything else is visited in the reference's order with the same
+destination order and the same test.
 """
 
 from __future__ import annotations
