@@ -1,29 +1,27 @@
-"""The fast scheduler's alternative code paths (bulk waiting-list updates, first fit over every
-waiting sender or over the freed links' lists) each issue the reference's directives."""
+"""The fast scheduler's alternative code paths (waiting lists updated in bulk or flow by flow) each
+issue the reference's directives, on random small networks and on many hosts backlogged at once."""
 
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from xco import strategies
+from xco.strategies import SLICE
 
 from xtc.xco.scheduler import FastScheduler, ReferenceScheduler
 from xtc.xco.topology import parse_topology
-from xco import strategies
-from xco.strategies import SLICE
 from xtc_lab.xco.topologies import fig27, fig27_pairs
 
 
-class AlwaysBulkScanAll(FastScheduler):
+class AlwaysBulk(FastScheduler):
     bulk_adds = 0
-    scan_all_ratio = 0.0
 
 
-class NeverBulkNeverScanAll(FastScheduler):
+class NeverBulk(FastScheduler):
     bulk_adds = 10**9
-    scan_all_ratio = None
 
 
-VARIANTS = [AlwaysBulkScanAll, NeverBulkNeverScanAll, FastScheduler]
+VARIANTS = [AlwaysBulk, NeverBulk, FastScheduler]
 
 
 def run_events(sched, events):

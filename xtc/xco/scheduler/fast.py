@@ -11,8 +11,6 @@ What makes it fast:
   and the waiting senders on the released links that were too full for the fastest NIC before the
   event, visited least recently granted first by merging those links' lists; a link's list is
   abandoned as soon as its residual is below the slowest NIC.
-- When those lists are longer than the list of all waiting senders (a slot boundary, the first
-  schedule), every waiting sender is visited instead, in rotation order, from one sorted list.
 - A host with one backlogged destination remembers a link that had no room for it; while that link
   is still too full, the host is skipped without walking its path.
 - An event adding many flows updates the waiting lists in bulk (appended, then sorted once).
@@ -21,17 +19,15 @@ Why that gives the reference's directives: within one event, capacity is freed o
 loop (the triggering senders' old paths); in the loop residuals only go down, because a sender
 that is transmitting and not triggering keeps its destination.  Before the event the schedule was
 maximal, so a waiting sender that fits now had, on the path it fits on, a link without room for
-its NIC, and that link was released by the event: it is on one of the merged lists.  Visiting
-more waiting senders (the walk over all of them) changes nothing, since the test is pure and the
-order is the same.  Everything else is visited in the reference's order with the same
-destination order and the same test.
+its NIC, and that link was released by the event: it is on one of the merged lists.  Everything
+else is visited in the reference's order with the same destination order and the same test.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping, Sequence
 from heapq import heapify, heappop, heappush
-from typing import Iterable, Mapping, Sequence
 
 from ..topology import Topology
 from .base import Directive, SchedulerBase
@@ -47,10 +43,6 @@ class FastScheduler(SchedulerBase):
 
     #: Events adding more flows than this update the waiting lists in bulk (sorted once).
     bulk_adds = 8
-    #: The first fit walks every waiting sender instead of merging the freed links' lists when
-    #: ``len(trig) + sum of those lists' lengths > scan_all_ratio * number of waiting senders``
-    #: (None: never).  Both give the same directives; the thresholds are only about speed.
-    scan_all_ratio: float | None = 1.0
 
     def __init__(self, topo: Topology, slice_us: int = 10_000):
         super().__init__(topo, slice_us)
@@ -67,8 +59,6 @@ class FastScheduler(SchedulerBase):
         # entries sorts by rotation key, keys being unique; ``entry % n`` is the host).
         self._W: list[list[int]] = [[] for _ in range(topo.n_links)]
         self._waiting: list[bool] = [False] * n
-        #: Sorted entries of every waiting sender (the union of the ``_W`` lists), for large events.
-        self._Wall: list[int] = []
         # Per host with one backlogged destination: a link of that path that had no room for it the
         # last time it was tried (-1: none known).  Checked first; reset when B_x changes.
         self._wit: list[int] = [-1] * n
@@ -89,13 +79,10 @@ class FastScheduler(SchedulerBase):
         if waiting:
             for ln in self._lc[x]:
                 insort(W[ln], e)
-            insort(self._Wall, e)
         else:
             for ln in self._lc[x]:
                 lst = W[ln]
                 del lst[bisect_left(lst, e)]
-            lst = self._Wall
-            del lst[bisect_left(lst, e)]
 
     def _add(self, x: int, d: int) -> None:
         p = self._path(x, d)
@@ -255,13 +242,10 @@ class FastScheduler(SchedulerBase):
                 lc[ln] = c + 1
                 if c == 0 and w:
                     new.setdefault(ln, []).append(key[x] * n + x)
-        wall = self._Wall
-        n_wall = len(wall)
         for x in dict.fromkeys(x for x, _ in adds):
             if dest[x] is None and not waiting[x]:
                 waiting[x] = True
                 e = key[x] * n + x
-                wall.append(e)
                 for ln in lc_all[x]:
                     new.setdefault(ln, []).append(e)
         W = self._W
@@ -269,8 +253,6 @@ class FastScheduler(SchedulerBase):
             lst = W[ln]
             lst += es
             lst.sort()
-        if len(wall) != n_wall:
-            wall.sort()
 
     def _algorithm1(self, t_us: int, trig: Sequence[int], kind: str,
                     adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -310,11 +292,7 @@ class FastScheduler(SchedulerBase):
         # of released links that were too full for the fastest NIC need merging.
         max_nic = self._max_nic
         lists = [ln for ln, r in before.items() if r < max_nic and W[ln] and res[ln] >= min_nic]
-        ratio = self.scan_all_ratio
-        if ratio is not None and len(trig) + sum(len(W[ln]) for ln in lists) >= ratio * len(self._Wall):
-            grants = self._first_fit_all(trig)
-        else:
-            grants = self._first_fit_freed(trig, lists)
+        grants = self._first_fit_freed(trig, lists)
 
         # Waiting lists: the granted stop waiting; triggering senders left without a destination
         # and still backlogged start waiting (with their rotation key, which did not change).
@@ -360,7 +338,7 @@ class FastScheduler(SchedulerBase):
         """First fit over the triggering senders and the waiting senders on the freed links that
         have room (merged, least recently granted first; a list is left when its link fills)."""
         key, n, res, W, min_nic = self.key, self.n, self.res, self._W, self._min_nic
-        nic, wit = self.nic, self._wit
+        nic, wit, B = self.nic, self._wit, self.B
         # Heap entries (rotation entry, link or -1, position in the link's list).
         heap: list[tuple[int, int, int]] = [(key[t] * n + t, -1, 0) for t in trig]
         heap += [(W[ln][0], ln, 0) for ln in lists]
@@ -379,34 +357,23 @@ class FastScheduler(SchedulerBase):
             if x in seen:
                 continue
             seen.add(x)
+            c = nic[x]
             w = wit[x]
-            if w >= 0 and res[w] < nic[x]:
+            if w >= 0 and res[w] < c:
                 continue
-            d = fits(x)
-            if d is not None:
-                grants.append((x, d))
-        return grants
-
-    def _first_fit_all(self, trig: Sequence[int]) -> list[tuple[int, int]]:
-        """First fit over every waiting sender and the triggering senders, least recently granted
-        first: a superset of :meth:`_first_fit_freed`'s senders, taken when the freed links' lists
-        are longer than the list of all waiting senders (slot boundaries, the first schedule).  The
-        extra senders cannot fit (the schedule was maximal before the event and no link they cross
-        got room), so the grants are the same."""
-        key, n, res, nic, wit, waiting = self.key, self.n, self.res, self.nic, self._wit, self._waiting
-        extra = [key[t] * n + t for t in trig if not waiting[t]]
-        entries = self._Wall
-        if extra:
-            extra.sort()
-            entries = sorted(entries + extra)
-        grants: list[tuple[int, int]] = []
-        fits = self._fits
-        for e in entries:
-            x = e % n
-            w = wit[x]
-            if w >= 0 and res[w] < nic[x]:
-                continue
-            d = fits(x)
-            if d is not None:
-                grants.append((x, d))
+            Bx = B[x]
+            if len(Bx) == 1:  # _fits, inlined for the common case
+                for d, p in Bx.items():
+                    for l2 in p:
+                        if res[l2] < c:
+                            wit[x] = l2
+                            break
+                    else:
+                        for l2 in p:
+                            res[l2] -= c
+                        grants.append((x, d))
+            elif Bx:
+                d = fits(x)
+                if d is not None:
+                    grants.append((x, d))
         return grants
