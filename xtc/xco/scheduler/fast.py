@@ -8,21 +8,26 @@ What makes it fast:
   whose backlog crosses it, kept sorted: the contention group minus the active group, already in
   the order Algorithm 1 visits it.
 - Only the senders that can use capacity freed by the event are looked at: the triggering senders,
-  and the waiting senders on the freed links, visited least recently granted first by merging the
-  freed links' lists; a link's list is abandoned as soon as its residual is below the slowest NIC.
+  and the waiting senders on the released links that were too full for the fastest NIC before the
+  event, visited least recently granted first by merging those links' lists; a link's list is
+  abandoned as soon as its residual is below the slowest NIC.
+- A host with one backlogged destination remembers a link that had no room for it; while that link
+  is still too full, the host is skipped without walking its path.
+- An event adding many flows updates the waiting lists in bulk (appended, then sorted once).
 
 Why that gives the reference's directives: within one event, capacity is freed only before the
 loop (the triggering senders' old paths); in the loop residuals only go down, because a sender
-that is transmitting and not triggering keeps its destination.  So a waiting sender none of whose
-paths crosses a freed link with room for it cannot be granted, in either implementation; the
-others are visited in the same order with the same destination order and the same test.
+that is transmitting and not triggering keeps its destination.  Before the event the schedule was
+maximal, so a waiting sender that fits now had, on the path it fits on, a link without room for
+its NIC, and that link was released by the event: it is on one of the merged lists.  Everything
+else is visited in the reference's order with the same destination order and the same test.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping, Sequence
 from heapq import heapify, heappop, heappush
-from typing import Iterable, Mapping, Sequence
 
 from ..topology import Topology
 from .base import Directive, SchedulerBase
@@ -36,12 +41,16 @@ class FastScheduler(SchedulerBase):
     Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
 
+    #: Events adding more flows than this update the waiting lists in bulk (sorted once).
+    bulk_adds = 8
+
     def __init__(self, topo: Topology, slice_us: int = 10_000):
         super().__init__(topo, slice_us)
         n = self.n
         self.nic: list[int] = [int(c) for c in topo.nic_bps]
         self.res: list[int] = [int(c) for c in topo.link_bps]
         self._min_nic = min(self.nic)
+        self._max_nic = max(self.nic)
         #: B_x: destination -> path (tuple of directed link ids), insertion ordered.
         self.B: list[dict[int, tuple[int, ...]]] = [{} for _ in range(n)]
         # Links crossed by x's backlog, with multiplicity (x is in beta_l iff lc[x][l] > 0).
@@ -50,6 +59,9 @@ class FastScheduler(SchedulerBase):
         # entries sorts by rotation key, keys being unique; ``entry % n`` is the host).
         self._W: list[list[int]] = [[] for _ in range(topo.n_links)]
         self._waiting: list[bool] = [False] * n
+        # Per host with one backlogged destination: a link of that path that had no room for it the
+        # last time it was tried (-1: none known).  Checked first; reset when B_x changes.
+        self._wit: list[int] = [-1] * n
 
     # -- backlog bookkeeping ----------------------------------------------------------------------
     def backlog_group(self, x: int) -> frozenset[int]:
@@ -75,6 +87,7 @@ class FastScheduler(SchedulerBase):
     def _add(self, x: int, d: int) -> None:
         p = self._path(x, d)
         self.B[x][d] = p
+        self._wit[x] = -1
         lc = self._lc[x]
         waiting = self._waiting[x]
         e = self.key[x] * self.n + x
@@ -88,6 +101,7 @@ class FastScheduler(SchedulerBase):
         p = self.B[x].pop(d, None)
         if p is None:
             return
+        self._wit[x] = -1
         lc = self._lc[x]
         waiting = self._waiting[x]
         e = self.key[x] * self.n + x
@@ -202,45 +216,136 @@ class FastScheduler(SchedulerBase):
         return out
 
     # -- Algorithm 1 ------------------------------------------------------------------------------
+    def _add_bulk(self, adds: Sequence[tuple[int, int]]) -> None:
+        """:meth:`_add` for many flows, then the senders without a destination start waiting: the
+        waiting lists get every new entry appended and are sorted once."""
+        B, lc_all, waiting, dest, key, wit = self.B, self._lc, self._waiting, self.dest, self.key, self._wit
+        n = self.n
+        path = self.topo.path_tuple
+        new: dict[int, list[int]] = {}
+        for x, d in adds:
+            p = path(x, d)
+            Bx = B[x]
+            Bx[d] = p
+            wit[x] = -1
+            lc = lc_all[x]
+            if not lc and len(Bx) == 1 and len(set(p)) == len(p):
+                lc_all[x] = dict.fromkeys(p, 1)  # the common case: x's first flow
+                if waiting[x]:
+                    e = key[x] * n + x
+                    for ln in p:
+                        new.setdefault(ln, []).append(e)
+                continue
+            w = waiting[x]
+            for ln in p:
+                c = lc.get(ln, 0)
+                lc[ln] = c + 1
+                if c == 0 and w:
+                    new.setdefault(ln, []).append(key[x] * n + x)
+        for x in dict.fromkeys(x for x, _ in adds):
+            if dest[x] is None and not waiting[x]:
+                waiting[x] = True
+                e = key[x] * n + x
+                for ln in lc_all[x]:
+                    new.setdefault(ln, []).append(e)
+        W = self._W
+        for ln, es in new.items():
+            lst = W[ln]
+            lst += es
+            lst.sort()
+
     def _algorithm1(self, t_us: int, trig: Sequence[int], kind: str,
                     adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
         B = self.B
         dest = self.dest
-        for x, d in adds:
-            self._add(x, d)
-        for x, _ in adds:
-            if dest[x] is None:
-                self._set_waiting(x, True)
+        if len(adds) > self.bulk_adds:
+            self._add_bulk(adds)
+        else:
+            for x, d in adds:
+                self._add(x, d)
+            for x, _ in adds:
+                if dest[x] is None:
+                    self._set_waiting(x, True)
         res = self.res
         nic = self.nic
-        freed: set[int] = set()
+        # Released links -> their residual before the event.
+        before: dict[int, int] = {}
         for t in trig:  # lines 18-21: t's old path is released
             d0 = dest[t]
             if d0 is not None:
                 c = nic[t]
                 p = B[t].get(d0) or self._path(t, d0)
                 for ln in p:
-                    res[ln] += c
-                freed.update(p)
+                    r = res[ln]
+                    if ln not in before:
+                        before[ln] = r
+                    res[ln] = r + c
         for x, d in removals:
             self._remove(x, d)
             if not B[x]:
                 self._set_waiting(x, False)
 
-        key = self.key
-        n = self.n
-        # Heap entries (rotation entry, link or -1, position in the link's list).
-        heap: list[tuple[int, int, int]] = [(key[t] * n + t, -1, 0) for t in trig]
         W = self._W
         min_nic = self._min_nic
-        for ln in freed:
-            lst = W[ln]
-            if lst and res[ln] >= min_nic:
-                heap.append((lst[0], ln, 0))
+        # A waiting sender that fits now had, before the event, a link without room for it on the
+        # path it fits on (the schedule was maximal), and that link was released: so only the lists
+        # of released links that were too full for the fastest NIC need merging.
+        max_nic = self._max_nic
+        lists = [ln for ln, r in before.items() if r < max_nic and W[ln] and res[ln] >= min_nic]
+        grants = self._first_fit_freed(trig, lists)
+
+        # Waiting lists: the granted stop waiting; triggering senders left without a destination
+        # and still backlogged start waiting (with their rotation key, which did not change).
+        granted = {x for x, _ in grants}
+        for x in granted:
+            self._set_waiting(x, False)
+        waiting = self._waiting
+        for t in trig:
+            if not waiting[t] and t not in granted and B[t]:
+                self._set_waiting(t, True)
+        return grants
+
+    def _fits(self, x: int) -> int | None:
+        """The first destination of ``x`` (in its rotation order) whose path has room for its NIC;
+        that room is taken.  None if there is none (then, with one destination, the full link is
+        remembered as the witness)."""
+        Bx = self.B[x]
+        res = self.res
+        c = self.nic[x]
+        if len(Bx) == 1:
+            for d, p in Bx.items():
+                for l2 in p:
+                    if res[l2] < c:
+                        self._wit[x] = l2
+                        return None
+                for l2 in p:
+                    res[l2] -= c
+                return d
+            return None
+        dk = self._dest_key[x]
+        n = self.n
+        for d, p in sorted(Bx.items(), key=lambda item: dk.get(item[0], item[0] - n)):
+            for l2 in p:
+                if res[l2] < c:
+                    break
+            else:
+                for l2 in p:
+                    res[l2] -= c
+                return d
+        return None
+
+    def _first_fit_freed(self, trig: Sequence[int], lists: list[int]) -> list[tuple[int, int]]:
+        """First fit over the triggering senders and the waiting senders on the freed links that
+        have room (merged, least recently granted first; a list is left when its link fills)."""
+        key, n, res, W, min_nic = self.key, self.n, self.res, self._W, self._min_nic
+        nic, wit, B = self.nic, self._wit, self.B
+        # Heap entries (rotation entry, link or -1, position in the link's list).
+        heap: list[tuple[int, int, int]] = [(key[t] * n + t, -1, 0) for t in trig]
+        heap += [(W[ln][0], ln, 0) for ln in lists]
         heapify(heap)
         seen: set[int] = set()
         grants: list[tuple[int, int]] = []
-        dest_key = self._dest_key
+        fits = self._fits
         while heap:
             e, ln, pos = heappop(heap)
             if ln >= 0:
@@ -252,31 +357,23 @@ class FastScheduler(SchedulerBase):
             if x in seen:
                 continue
             seen.add(x)
-            Bx = B[x]
-            if not Bx:
-                continue
             c = nic[x]
-            if len(Bx) == 1:
-                order = Bx.items()
-            else:
-                dk = dest_key[x]
-                order = sorted(Bx.items(), key=lambda item: dk.get(item[0], item[0] - n))
-            for d, p in order:
-                for l2 in p:
-                    if res[l2] < c:
-                        break
-                else:
+            w = wit[x]
+            if w >= 0 and res[w] < c:
+                continue
+            Bx = B[x]
+            if len(Bx) == 1:  # _fits, inlined for the common case
+                for d, p in Bx.items():
                     for l2 in p:
-                        res[l2] -= c
+                        if res[l2] < c:
+                            wit[x] = l2
+                            break
+                    else:
+                        for l2 in p:
+                            res[l2] -= c
+                        grants.append((x, d))
+            elif Bx:
+                d = fits(x)
+                if d is not None:
                     grants.append((x, d))
-                    break
-
-        # Waiting lists: the granted stop waiting; triggering senders left without a destination
-        # and still backlogged start waiting (with their rotation key, which did not change).
-        granted = {x for x, _ in grants}
-        for x in granted:
-            self._set_waiting(x, False)
-        for t in trig:
-            if t not in granted and B[t]:
-                self._set_waiting(t, True)
         return grants
