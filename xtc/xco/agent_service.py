@@ -259,8 +259,8 @@ class AgentService:
                 wake = min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
                     wake = min(wake, until_us)
-                try:
-                    sel.select(min(max(0, wake - now) / 1e6, 0.5))
+                try:  # never less than 50 us: at a real-time priority a spin would starve the host
+                    sel.select(min(max(50, wake - now) / 1e6, 0.5))
                 except InterruptedError:
                     continue
         finally:
