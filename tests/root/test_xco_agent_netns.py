@@ -27,6 +27,7 @@ What is checked, in one run (about 30 s):
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -279,6 +280,24 @@ def open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int) -> lis
     return out
 
 
+def first_packet_after_open_us(events: list[dict], dest: int, arrivals_us: list[int]) -> list[int]:
+    """For each directive that opened ``dest`` (after one that did not) within the arrivals: from
+    when it was due (``start_us``, or its arrival if later) to the first packet at the receiver."""
+    import bisect
+
+    out, prev = [], None
+    ts = sorted(arrivals_us)
+    for e in sorted((e for e in events if e["event"] == "directive_applied"),
+                    key=lambda e: max(e["start_us"], e["arrival_us"])):
+        due = max(e["start_us"], e["arrival_us"])
+        if e["dest"] == dest and prev != dest and ts and ts[0] < due < ts[-1]:
+            i = bisect.bisect_left(ts, due)
+            if ts[i] - due < 20_000:  # a sender with nothing queued is not measured
+                out.append(ts[i] - due)
+        prev = e["dest"]
+    return out
+
+
 def share_inside(arrivals_us: list[int], intervals: list[tuple[int, int]], after_close_us: int) -> float:
     """Share of ``arrivals_us`` inside an interval, or at most ``after_close_us`` after its end."""
     import bisect
@@ -331,7 +350,7 @@ def test_agents_gate_real_links(net, tmp_path):
         senders = {h: _udpsend(net, h, run_s) for h in SENDERS}
         time.sleep(1.5)
         ping = subprocess.run(["ip", "netns", "exec", net.ns["s2"], "ping", "-c", "20", "-i", "0.05", "-W", "1", RCV],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         small = _in_netns(net.ns["s2"], lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
         small_sent = []
         for _ in range(20):
@@ -351,7 +370,7 @@ def test_agents_gate_real_links(net, tmp_path):
             iv = open_intervals(agents[h].events, r1, t_a0 // 1000 - 50_000, t_a1 // 1000 + 50_000)
             arr = [t // 1000 for src, t in rx_a if src == HOSTS[h][0]]
             strict, share = share_inside(arr, iv, 0), share_inside(arr, iv, AFTER_CLOSE_US)
-            closed = [b[0] - a[1] for a, b in zip(iv, iv[1:])]
+            closed = [b[0] - a[1] for a, b in itertools.pairwise(iv)]
             print(f"{h}: {len(arr)} packets, {len(iv)} open intervals (mean {sum(b - a for a, b in iv) / len(iv) / 1000:.2f} ms),"
                   f" longest closed {max(closed) / 1000:.1f} ms; inside {strict:.4f}, "
                   f"inside or <= {AFTER_CLOSE_US} us after {share:.4f}")
@@ -359,6 +378,11 @@ def test_agents_gate_real_links(net, tmp_path):
             assert len(iv) >= 0.5 * 2.0e6 / SLICE_US / len(SENDERS), (h, len(iv))  # slots alternate
             assert max(closed) < 10 * SLICE_US, (h, max(closed))  # nobody held for long
         print(f"sent {sent}")
+        lat = sorted(first_packet_after_open_us(agents[h].events, r1, [t // 1000 for src, t in rx_a if src == HOSTS[h][0]])
+                     for h in SENDERS)
+        lat = sorted(x for xs in lat for x in xs)
+        print(f"slice due (start_us, or arrival if later) -> first packet at r1: {len(lat)} slices, p50 {lat[len(lat) // 2]} us,"
+              f" p99 {lat[int(len(lat) * 0.99)]} us, max {lat[-1]} us")
         assert ping.returncode == 0 and " 0% packet loss" in ping.stdout, ping.stdout
         rtts = [float(x.split("time=")[1].split()[0]) for x in ping.stdout.splitlines() if "time=" in x]
         smalls = [(int.from_bytes(h8, "big"), t) for _s, d, t, h8 in list(rcv.rx) if d == SMALL_DST]
@@ -424,7 +448,7 @@ def test_agents_gate_real_links(net, tmp_path):
         agents["s2"].stop(signal.SIGKILL)
         assert net.root_qdisc("s2")["kind"] == "htb"  # what the killed agent left
         out = subprocess.run([*py, "agent", "-c", str(cfgs["s2"]), "--cleanup"], capture_output=True, text=True,
-                             env=_env())
+                             env=_env(), check=False)
         assert out.returncode == 0, out.stderr
         assert net.root_qdisc("s2")["kind"] == "noqueue"
         assert net.tc_lines("s2", "class") == [] and net.tc_lines("s2", "filter") == []
