@@ -162,33 +162,33 @@ def test_giveup_after_the_hysteresis_and_not_before():
     (m,) = _msgs(core.observe(t1 + GIVEUP, _stats(core, sent=SMALL + 1)))
     assert isinstance(m, P.GiveUp) and m.dest == 5 and core.reported == set()
     assert _msgs(core.observe(t1 + 3 * GIVEUP, _stats(core, sent=SMALL + 1))) == []  # given up once
-    # New backlog afterwards is reported again (beside a probe: silent for a slice with r1 in force).
+    # New backlog afterwards is reported again (beside a heartbeat: silent for a slice with r1 in force).
     out = _msgs(core.observe(t1 + 4 * GIVEUP, _stats(core, sent=SMALL + 1, backlog={5})))
     assert [m.dests for m in out if isinstance(m, P.Backlog)] == [(5,)]
 
 
-def test_fails_open_after_three_silent_slices_probing_meanwhile_and_a_directive_resumes_control():
+def test_fails_open_after_three_silent_slices_heartbeating_meanwhile_and_a_directive_resumes_control():
     topo, core, ctl = _welcomed()
     t = NOW + 1_000
     core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
     core.handle(ctl.slice(t, 5, t), t)  # heard at t
-    probes = []
+    beats = []
     for u in range(t + 500, t + 3 * SLICE, 500):
         out = core.observe(u, _stats(core, sent=SMALL + 1, backlog={5}))
-        probes += [(u, m) for m in _msgs(out) if isinstance(m, P.Register)]
+        beats += [(u, m) for m in _msgs(out)]
         assert core.under_control and not out.states
-    # One probe (a register of its own session) per silent slice.
-    assert [u for u, _ in probes] == [t + SLICE, t + 2 * SLICE]
-    assert all(m.header.session == 5 for _, m in probes)
+    # While waiting: one heartbeat per silent slice, nothing else.
+    assert [(u, type(m)) for u, m in beats] == [(t + SLICE, P.Heartbeat), (t + 2 * SLICE, P.Heartbeat)]
     assert core.next_deadline_us() == t + 3 * SLICE
     out = core.tick(t + 3 * SLICE)
     assert core.failed_open and not core.under_control and _open(core) == {1, 2, 3, 4, 5}
     assert set(out.states.values()) == {OPEN} and len(out.states) == 4
-    assert core.notes[-1][0] == "fail_open"
+    assert core.notes[-1][0] == "fail_open" and [type(m) for m in _msgs(out)] == [P.Register]
     out = core.observe(t + 3 * SLICE + 500, _stats(core, sent=SMALL + 1, backlog={5}))
     assert out.sends == [] and out.states == {}
-    # While failed open, probes go out every register interval.
-    assert [type(m) for m in _msgs(core.tick(t + 100_000))] == [P.Heartbeat]
+    # Failed open, it registers every register interval (a restarted controller forgot it), no heartbeats.
+    assert core.next_deadline_us() == t + 3 * SLICE + 100_000
+    assert _msgs(core.tick(t + 100_000)) == []
     assert [type(m) for m in _msgs(core.tick(t + 3 * SLICE + 100_000))] == [P.Register]
     # A directive resumes control; the backlog is reported again at the next observation.
     u = t + 200_000
@@ -197,22 +197,57 @@ def test_fails_open_after_three_silent_slices_probing_meanwhile_and_a_directive_
     assert [m.dests for m in _msgs(core.observe(u + 500, _stats(core, sent=SMALL + 1, backlog={5})))] == [(5,)]
 
 
-def test_a_stall_of_the_agent_itself_probes_before_failing_open():
+def test_acks_keep_a_waiting_host_under_control():
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))  # reported, then no directive for long
+    for u in range(t + 500, t + 20 * SLICE, 500):
+        for m in _msgs(core.observe(u, _stats(core, sent=SMALL + 1, backlog={5}))):
+            assert isinstance(m, P.Heartbeat)
+            core.handle(ctl(P.Ack, u + 200, seq=m.header.seq, backlog=(5,)), u + 200)
+        assert core.under_control
+    assert core.sent["heartbeat"] >= 18 and core.received["ack"] == core.sent["heartbeat"]
+
+
+def test_an_ack_without_a_reported_destination_has_it_reported_again_and_a_stale_one_given_up():
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    (rep,) = _msgs(core.observe(t, _stats(core, sent=SMALL + 1, backlog={5})))
+    hb = P.decode(core.tick(t + SLICE).sends[0])
+    assert isinstance(hb, P.Heartbeat) and hb.header.seq > rep.header.seq
+    # The report was lost: the ack of a later heartbeat lacks 5 -> reported again.
+    out = _msgs(core.handle(ctl(P.Ack, t + SLICE + 100, seq=hb.header.seq, backlog=()), t + SLICE + 100))
+    assert [m.dests for m in out if isinstance(m, P.Backlog)] == [(5,)]
+    # An ack of a heartbeat sent before that report does not count against it.
+    out = _msgs(core.handle(ctl(P.Ack, t + SLICE + 200, seq=hb.header.seq, backlog=()), t + SLICE + 200))
+    assert out == []
+    # The controller holds 3, which this host never reported (or gave up): given up again.
+    hb2 = P.decode(core.tick(t + 3 * SLICE).sends[0])
+    out = _msgs(core.handle(ctl(P.Ack, t + 3 * SLICE + 100, seq=hb2.header.seq, backlog=(3, 5)), t + 3 * SLICE + 100))
+    assert [(type(m), getattr(m, "dest", None)) for m in out] == [(P.GiveUp, 3)]
+    # Bad acks are dropped: this host or an unknown host in the backlog.
+    core.handle(ctl(P.Ack, t + 3 * SLICE + 200, seq=1, backlog=(0,)), t + 3 * SLICE + 200)
+    core.handle(ctl(P.Ack, t + 3 * SLICE + 300, seq=1, backlog=(99,)), t + 3 * SLICE + 300)
+    assert core.dropped["invalid"] == 2
+
+
+def test_a_stall_of_the_agent_itself_heartbeats_before_failing_open():
     topo, core, ctl = _welcomed()
     t = NOW + 1_000
     core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
     core.handle(ctl.slice(t, 5, t), t)
     u = t + 5 * SLICE  # the agent's loop did not run for 5 slices
     out = core.tick(u)
-    assert not core.failed_open and [type(m) for m in _msgs(out)] == [P.Register, P.Backlog]
+    (hb,) = _msgs(out)
+    assert not core.failed_open and isinstance(hb, P.Heartbeat)
     assert core.next_deadline_us() == u + SLICE
-    core.handle(ctl.welcome(u + 300), u + 300)  # the controller is there
+    core.handle(ctl(P.Ack, u + 300, seq=hb.header.seq, backlog=(5,)), u + 300)  # the controller is there
     assert not core.tick(u + SLICE).states and core.under_control
-    core.tick(u + 300 + SLICE)  # probes again (silent a slice)
+    core.tick(u + 300 + SLICE)  # heartbeats again (silent a slice)
     assert core.under_control
     core.tick(u + 300 + 2 * SLICE)
     assert core.under_control
-    core.tick(u + 300 + 3 * SLICE)  # 3 slices silent, the last probe unanswered for a slice
+    core.tick(u + 300 + 3 * SLICE)  # 3 slices silent, the first heartbeat since unanswered for 2
     assert core.failed_open
 
 

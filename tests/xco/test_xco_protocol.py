@@ -27,12 +27,18 @@ MESSAGES = [
     P.Directive(H, None, NOW + 500, 0),
     P.RateDirective(H, NOW, ((1, 200_000_000), (2, 0))),
     P.Welcome(H, 10_000, "rate", 100_000),
+    P.Ack(H, 41, ()),
+    P.Ack(H, 0xFFFFFFFF, (0, 5, 0xFFFFFFFE)),
 ]
 
 
 @pytest.mark.parametrize("m", MESSAGES, ids=lambda m: type(m).__name__)
 def test_every_message_survives_a_round_trip(m):
     assert P.decode(P.encode(m)) == m
+
+
+def test_ack_is_30_bytes_plus_4_per_destination():
+    assert len(P.encode(P.Ack(H, 9, ()))) == 30 and len(P.encode(P.Ack(H, 9, (1, 2)))) == 38
 
 
 def test_directive_is_41_bytes():
@@ -49,6 +55,10 @@ def test_directive_is_41_bytes():
     (P.encode(P.Directive(H, None, NOW, 0))[:-1] + b"\x01", "a hold has no slice length"),
     (P.encode(P.Register(H, b"\x01" * 8, "s1", ("10.0.1.1",))) + b"\0", "trailing bytes"),
     (P.encode(P.Welcome(H, 10_000, "rate", 1))[:-5] + b"\x09" + b"\0\0\0\1", "bad mode"),
+    (P.encode(P.Ack(H, 1, (3,)))[:-1], "ack of seq 1 with 1 destinations"),
+    (P.encode(P.Ack(H, 1, (3,))) + b"\0", "ack of seq 1 with 1 destinations"),
+    (P.encode(P.Ack(H, 1, ()))[:-1], "ack too short"),
+    (P.encode(P.Ack(H, 1, ()))[:-6] + b"\0\0\0\0\0\0", "ack of seq 0"),
 ])
 def test_malformed_datagrams_are_refused_with_the_reason(data, why):
     with pytest.raises(P.DecodeError, match=why) as e:
@@ -175,3 +185,16 @@ def test_stale_replayed_unknown_and_spoofed_messages_are_counted_by_reason():
         assert core.handle(P.encode(m), a, NOW + 1) == [], (m, reason)
         assert core.dropped[reason] == before + 1, (m, reason, core.dropped)
     assert set(core.hosts) == {0, 5}
+
+
+def test_the_controller_acks_each_heartbeat_with_the_backlog_it_holds():
+    core, digest = _core()
+    (s,) = core.handle(P.encode(P.Heartbeat(P.Header(0, 9, 3, NOW + 10))), ("127.0.0.1", 9000), NOW + 10)
+    ack = P.decode(s.data)
+    assert s.addr == ("127.0.0.1", 9000) and isinstance(ack, P.Ack)
+    assert (ack.header.host, ack.header.session, ack.seq, ack.backlog) == (0, core.session, 3, (5,))
+    (s,) = core.handle(P.encode(P.Heartbeat(P.Header(5, 9, 2, NOW + 20))), ("127.0.0.1", 9005), NOW + 20)
+    assert P.decode(s.data).backlog == ()
+    # an ack sent to the controller is refused
+    assert core.handle(P.encode(P.Ack(P.Header(0, 9, 4, NOW), 1, ())), ("127.0.0.1", 9000), NOW + 30) == []
+    assert core.dropped["invalid"] == 1

@@ -15,8 +15,13 @@ A flow's state is its TBF leaf's parameters: ``OPEN`` = the link rate with a bur
 ``closed_burst_bytes`` (one whole frame, MTU + 18: TBF drops packets bigger than its burst, so it
 cannot be smaller); a rate limit = that rate with a burst of ``max(closed_burst_bytes, 1 ms at
 the rate)``.  Every TBF change refills the bucket, so closing a flow lets up to
-``closed_burst_bytes`` through at the moment it closes (one full-size packet, or several small
-ones); after that it holds.  A TBF change does not wake the device, so after every change :meth:`TcGate.set_states` sends one 60-byte frame (Ethernet type 0x88B5,
+``closed_burst_bytes`` through after it closes (one full-size packet, or several small ones: on
+a paced flow whose queue is empty at the close, they left 1-2 ms later, in someone else's slot).
+So right after a close :meth:`TcGate.set_states` sends *drain frames* into the flow's class: frames
+of the device's MTU from the packet socket, IP from the flow's source to its destination,
+protocol 253, TTL 1, to the locally administered MAC of the wake frames (the peer drops them);
+they take the refilled tokens (or, behind held packets, wait in the queue and leave at the next
+open).  ``drain_on_close=False`` turns this off.  A TBF change does not wake the device, so after every change :meth:`TcGate.set_states` sends one 60-byte frame (Ethernet type 0x88B5,
 local experimental, to the locally administered MAC ``02:00:00:00:07:c0``) out of the uplink; it
 goes through the default class and the peer drops it.
 
@@ -76,6 +81,7 @@ __all__ = [
     "cleanup",
     "decode_class_counters",
     "decode_class_dump",
+    "drain_frame",
     "encode_tc",
 ]
 
@@ -493,6 +499,32 @@ class _FlowEntry:
     minor: int
     state: int
     filter_handle: int = 0
+    drain: bytes = b""  # the drain frame (built at the first close)
+
+
+#: IP protocol / IPv6 next header of drain frames (253: RFC 3692 experimentation).
+DRAIN_IP_PROTO = 253
+
+
+def drain_frame(flow: Flow, src_mac: bytes, frame_bytes: int) -> bytes:
+    """A ``frame_bytes``-byte Ethernet frame that the gate's u32 filter puts in ``flow``'s class.
+
+    Ethernet to the wake frames' locally administered MAC (no host has it: whoever receives it
+    drops it as not for itself), IP from ``flow.src`` to ``flow.dst``, protocol 253, TTL 1.
+    """
+    if flow.src.version == 4:
+        n = frame_bytes - 14
+        head = struct.pack("!BBHHHBBH4s4s", 0x45, 0, n, 0, 0x4000, 1, DRAIN_IP_PROTO, 0,
+                           flow.src.packed, flow.dst.packed)
+        words = struct.unpack("!10H", head)
+        c = sum(words)
+        c = (c & 0xFFFF) + (c >> 16)
+        c = (c & 0xFFFF) + (c >> 16)
+        head = head[:10] + struct.pack("!H", ~c & 0xFFFF) + head[12:]
+        return _WAKE_DST + src_mac + struct.pack("!H", ETH_P_IP) + head + bytes(n - 20)
+    n = frame_bytes - 14 - 40
+    head = struct.pack("!IHBB16s16s", 6 << 28, n, DRAIN_IP_PROTO, 1, flow.src.packed, flow.dst.packed)
+    return _WAKE_DST + src_mac + struct.pack("!H", ETH_P_IPV6) + head + bytes(n)
 
 
 class TcGate:
@@ -520,6 +552,9 @@ class TcGate:
         How many bytes a flow's leaf holds while closed before it drops.
     default_limit_packets : int
         Queue length of the default class's pfifo.
+    drain_on_close : bool
+        Send drain frames into a flow's class right after it closes, so that the refilled
+        bucket does not let the flow's next packets out (see the module docstring).
 
     Raises
     ------
@@ -538,6 +573,7 @@ class TcGate:
         open_burst_bytes: int | None = None,
         queue_limit_bytes: int = 4 << 20,
         default_limit_packets: int = 1000,
+        drain_on_close: bool = True,
     ) -> None:
         self.ifname = ifname
         self.netns = netns
@@ -576,6 +612,10 @@ class TcGate:
         min_closed_Bps = math.ceil(self.closed_burst_bytes * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
         self.closed_rate_bps = max(int(closed_rate_bps), 8 * min_closed_Bps)
         self._wake = _WAKE_DST + mac + struct.pack("!H", WAKE_ETHERTYPE) + b"xco-wake".ljust(46, b"\0")
+        self._mac = mac
+        #: Send drain frames into a flow's class when it closes (see the module docstring).
+        self.drain_on_close = drain_on_close
+        self._drains = max(1, math.ceil((self.closed_burst_bytes - 63) / (self.mtu + 14)))
         self._flows: dict[Flow, _FlowEntry] = {}
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
@@ -808,8 +848,15 @@ class TcGate:
             _SEQ.pack_into(batch, off + 8, seq)
             seqs.append(seq)
             off += len(c[3])
+        closing = [c[1] for c in changes if c[2] == CLOSED]
+        then = self._send_wake
+        if closing and self.drain_on_close:
+            def then() -> None:
+                self._pk.send(self._wake)
+                for entry in closing:
+                    self._send_drain(entry)
         try:
-            acks, _ = nl.send_batch(batch, seqs, self._send_wake)
+            acks, _ = nl.send_batch(batch, seqs, then)
         except OSError as e:
             raise GateError(f"{self._where}: set_states: {_errtext(e.errno or 0, '')}") from None
         errors = []
@@ -824,6 +871,14 @@ class TcGate:
 
     def _send_wake(self) -> None:
         self._pk.send(self._wake)
+
+    def _send_drain(self, entry: _FlowEntry) -> None:
+        if not entry.drain:
+            flow = next(f for f, e in self._flows.items() if e is entry)
+            entry.drain = drain_frame(flow, self._mac, self.mtu + 14)
+        proto = ETH_P_IP if entry.drain[12:14] == b"\x08\x00" else ETH_P_IPV6
+        for _ in range(self._drains):  # skb->protocol must be IP for the u32 filter to match
+            self._pk.sendto(entry.drain, (self.ifname, proto))
 
     def wake(self) -> None:
         """Send one wake frame out of the uplink (what :meth:`set_states` does after a change)."""

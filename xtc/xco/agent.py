@@ -19,16 +19,19 @@ a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco
   the rest of the slice to others).
 - **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
   host (0 = stop); each large flow towards it gets an equal share.
-- **Fail open**: the controller answers nothing to heartbeats and does not re-send an unchanged
-  directive, so silence alone does not mean it is gone.  While this host waits for the controller
-  (a reported backlog or a destination in force) and has heard nothing from it for one slice, it
-  sends a register of its own session (a probe: the controller answers with a welcome, and keeps
-  the host's groups) and its backlogged destinations again (a report lost or refused, say
-  because the destination had not registered yet, is not waited for forever), at most once a
-  slice.  When nothing at all has come from the controller for
-  ``fail_open_slices`` slices and the first unanswered probe is a slice old (so a stall of this
-  host's own loop does not fail it open), every flow is OPEN and :attr:`AgentCore.failed_open` is set (a
-  ``fail_open`` note); a directive or a welcome resumes control and the backlogs are re-reported.
+- **Heartbeats and acks**: the controller answers every heartbeat with an ack carrying this
+  host's backlog as it holds it.  While this host waits for the controller (a reported backlog or
+  a destination in force) it sends a heartbeat every slice (else every ``heartbeat_interval_us``);
+  an ack that lacks a destination reported before the heartbeat (a report lost, or refused because
+  the destination had not registered yet) has it reported again, and one that holds a destination
+  given up before the heartbeat has the give-up sent again.
+- **Fail open**: while waiting, when nothing at all has come from the controller for
+  ``fail_open_slices`` slices and the first heartbeat sent since is a slice old (so a stall of
+  this host's own loop does not fail it open), every flow is OPEN and :attr:`AgentCore.failed_open`
+  is set (a ``fail_open`` note).  Failed open, it registers at once and then every
+  ``register_interval_us``
+  (a restarted controller knows it no more); a directive, welcome or ack resumes control and the
+  backlogs are re-reported.
 - **Controller restart**: a welcome or directive of a new controller session (sent later than the
   last message of the old one) is accepted; the sequence check restarts with it and the backlogged
   destinations are re-reported.
@@ -146,7 +149,7 @@ class AgentCore:
     giveup_after_us : int
         A reported destination with nothing queued for this long is given up.
     register_interval_us : int
-        Register re-sent this often until welcomed (and the probe period while failed open).
+        Register re-sent this often until welcomed (and while failed open).
     fail_open_slices : int
         Slices of silence from the controller, while waiting for it, before failing open.
     clock_window_us : int
@@ -185,8 +188,10 @@ class AgentCore:
         self._ctl_seq = 0
         self._ctl_t_us = 0
         self.last_heard_us = now_us
-        self._last_probe_us = now_us
-        self._first_probe_us: int | None = None  # the first probe not answered yet
+        self._last_register_us = now_us
+        self._first_unanswered_us: int | None = None  # the first heartbeat sent since last_heard_us
+        self._last_heartbeat_us = now_us
+        self._changed_seq: dict[int, int] = {}  # destination -> seq of its last backlog or give-up
         self.failed_open = False
         self.failed_open_since_us: int | None = None  # when the last fail-open began
         # schedule
@@ -197,7 +202,14 @@ class AgentCore:
         self.large: set[Flow] = set()
         self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
         self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
-        self.states: dict[Flow, int] = {f: OPEN for f in self.flows}
+        # The same, by flow index, for the hot path (hashing a Flow hashes two ipaddress objects,
+        # which cost most of the agent's CPU at 64 flows and 2 ms slices): flows are found by the
+        # id() of the objects the gate was given (its stats() keys), else by value.
+        self._index = {f: i for i, f in enumerate(self.flows)}
+        self._index_by_id = {id(f): i for i, f in enumerate(self.flows)}
+        self._dest_i = [f.dest_host for f in self.flows]
+        self._large_i = [False] * len(self.flows)
+        self._state_i = [OPEN] * len(self.flows)
         # counters and notes
         self.dropped: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
@@ -215,36 +227,72 @@ class AgentCore:
         return P.encode(m)
 
     def _register(self, now_us: int) -> bytes:
-        self._last_probe_us = now_us
-        if self._first_probe_us is None or self._first_probe_us <= self.last_heard_us:
-            self._first_probe_us = now_us
+        self._last_register_us = now_us
         return self._msg(P.Register, now_us, topology=self.digest, name=self.name, vms=self.vms)
 
+    def _heartbeat(self, now_us: int) -> bytes:
+        if self._first_unanswered_us is None:
+            self._first_unanswered_us = now_us
+        self._last_heartbeat_us = now_us
+        self._next_heartbeat_us = now_us + self._heartbeat_period_us()
+        return self._msg(P.Heartbeat, now_us)
+
+    def _heartbeat_period_us(self) -> int:
+        if self._waiting():
+            return min(self.heartbeat_interval_us, self.slice_us)
+        return self.heartbeat_interval_us
+
+    def _backlog(self, now_us: int, dests: tuple[int, ...]) -> bytes:
+        d = self._msg(P.Backlog, now_us, dests=dests)
+        for x in dests:
+            self._changed_seq[x] = self._seq
+        return d
+
+    def _giveup(self, now_us: int, dest: int) -> bytes:
+        d = self._msg(P.GiveUp, now_us, dest=dest)
+        self._changed_seq[dest] = self._seq
+        return d
+
     # -- state ---------------------------------------------------------------------------------------
+    @property
+    def states(self) -> dict[Flow, int]:
+        """Flow -> the state last given to the gate (a new dict at each access)."""
+        return dict(zip(self.flows, self._state_i))
+
     @property
     def under_control(self) -> bool:
         """Welcomed and not failed open: the gate follows the directives."""
         return self.welcomed and not self.failed_open
 
-    def _want(self, f: Flow) -> int:
-        if not self.under_control or f not in self.large:
-            return OPEN
-        if self.mode == "rate":
-            r = self.rates.get(f.dest_host, 0)
-            if r <= 0:
-                return CLOSED
-            n = sum(1 for g in self._by_dest[f.dest_host] if g in self.large)
-            return max(1, r // max(1, n))
-        return OPEN if f.dest_host == self.dest else CLOSED
-
     def _sync(self) -> dict[Flow, int]:
         out: dict[Flow, int] = {}
-        for f in self.flows:
-            s = self._want(f)
-            if self.states[f] != s:
-                self.states[f] = s
-                out[f] = s
+        flows, st, large, dests = self.flows, self._state_i, self._large_i, self._dest_i
+        uc = self.welcomed and not self.failed_open
+        rate = self.mode == "rate"
+        cur = self.dest
+        shares: dict[int, int] = {}
+        for i in range(len(flows)):
+            if not uc or not large[i]:
+                want = OPEN
+            elif rate:
+                d = dests[i]
+                want = shares.get(d, -1)
+                if want < 0:
+                    r = self.rates.get(d, 0)
+                    n = sum(1 for j in range(len(flows)) if dests[j] == d and large[j])
+                    want = shares[d] = CLOSED if r <= 0 else max(1, r // max(1, n))
+            else:
+                want = OPEN if dests[i] == cur else CLOSED
+            if st[i] != want:
+                st[i] = want
+                out[flows[i]] = want
         return out
+
+    def _flow_index(self, f: Flow) -> int | None:
+        i = self._index_by_id.get(id(f))
+        if i is not None and self.flows[i] is f:
+            return i
+        return self._index.get(f)
 
     def _waiting(self) -> bool:
         """Something here depends on the controller: a reported backlog or a destination in force."""
@@ -253,23 +301,26 @@ class AgentCore:
     # -- time ----------------------------------------------------------------------------------------
     def next_deadline_us(self) -> int:
         """Wall time of the next :meth:`tick` that has work (a directive's start, a register,
-        heartbeat, probe or fail-open check)."""
+        heartbeat or fail-open check)."""
         if not self.welcomed:
             t = self._next_register_us
         else:
             assert self._next_heartbeat_us is not None
             t = self._next_heartbeat_us
-            if self._waiting() or self.failed_open:
-                if self.failed_open:
-                    t = min(t, self._last_probe_us + self.register_interval_us)
-                else:  # the next probe, or the fail-open check (both come due a slice after a probe)
-                    t = min(t, max(self.last_heard_us, self._last_probe_us) + self.slice_us)
+            if self.failed_open:  # no heartbeats then: registers
+                t = self._last_register_us + self.register_interval_us
+            elif self._waiting():
+                # a heartbeat after a slice of silence, at most one a slice
+                t = min(t, max(self.last_heard_us, self._last_heartbeat_us) + self.slice_us)
+                if self._first_unanswered_us is not None:
+                    t = min(t, max(self.last_heard_us + self.fail_open_slices * self.slice_us,
+                                   self._first_unanswered_us + self.slice_us))
         if self._pending:
             t = min(t, self._pending[0].start_us)
         return t
 
     def tick(self, now_us: int) -> AgentOutput:
-        """Directives due by ``now_us``, registers, heartbeats, probes and the fail-open check."""
+        """Directives due by ``now_us``, registers, heartbeats and the fail-open check."""
         out = AgentOutput()
         applied = False
         while self._pending and self._pending[0].start_us <= now_us:
@@ -291,25 +342,22 @@ class AgentCore:
                 self._next_register_us = now_us + self.register_interval_us
         else:
             assert self._next_heartbeat_us is not None
-            if now_us >= self._next_heartbeat_us:
-                out.sends.append(self._msg(P.Heartbeat, now_us))
-                self._next_heartbeat_us = now_us + self.heartbeat_interval_us
-            silent = now_us - self.last_heard_us
             if self.failed_open:
-                if now_us - self._last_probe_us >= self.register_interval_us:
+                if now_us - self._last_register_us >= self.register_interval_us:
                     out.sends.append(self._register(now_us))
             elif self._waiting():
-                # Fail open only after a probe went unanswered for a slice: if this host itself
-                # stalled (a late wake-up), silence says nothing about the controller.  Normally the
-                # first probe goes out after one silent slice, so the controller has two to answer.
-                p0 = self._first_probe_us
-                probed = p0 is not None and p0 > self.last_heard_us and now_us - p0 >= self.slice_us
-                if silent >= self.fail_open_slices * self.slice_us and probed:
+                silent = now_us - self.last_heard_us
+                p0 = self._first_unanswered_us
+                # Fail open only after a heartbeat went unanswered for a slice: if this host itself
+                # stalled (a late wake-up), silence says nothing about the controller.
+                if silent >= self.fail_open_slices * self.slice_us and p0 is not None and now_us - p0 >= self.slice_us:
                     self._fail_open(now_us, silent)
-                elif min(silent, now_us - self._last_probe_us) >= self.slice_us:
-                    out.sends.append(self._register(now_us))
-                    if self.reported:  # a lost or refused report must not leave this host waiting forever
-                        out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(sorted(self.reported))))
+                    out.sends.append(self._register(now_us))  # a restarted controller answers at once
+                elif now_us >= self._next_heartbeat_us or (
+                        silent >= self.slice_us and now_us - self._last_heartbeat_us >= self.slice_us):
+                    out.sends.append(self._heartbeat(now_us))
+            if not self.failed_open and now_us >= self._next_heartbeat_us:
+                out.sends.append(self._heartbeat(now_us))
         if applied or self.failed_open:
             out.states.update(self._sync())
         return out
@@ -347,13 +395,16 @@ class AgentCore:
             out += self._drop(e.reason)
             return out
         h = m.header
-        if not isinstance(m, (P.Directive, P.RateDirective, P.Welcome)) or h.host != self.host:
+        if not isinstance(m, (P.Directive, P.RateDirective, P.Welcome, P.Ack)) or h.host != self.host:
             out += self._drop("invalid")
             return out
         if abs(h.t_us - now_us) > self.clock_window_us:
             out += self._drop("stale")
             return out
         if isinstance(m, P.Directive) and m.dest is not None and (m.dest == self.host or m.dest >= self.topo.n_hosts):
+            out += self._drop("invalid")
+            return out
+        if isinstance(m, P.Ack) and any(d == self.host or d >= self.topo.n_hosts for d in m.backlog):
             out += self._drop("invalid")
             return out
         if isinstance(m, P.RateDirective) and any(d == self.host or d >= self.topo.n_hosts for d, _ in m.rates):
@@ -371,6 +422,7 @@ class AgentCore:
         restarted = new_session and self.ctl_session is not None
         self.ctl_session, self._ctl_seq, self._ctl_t_us = h.session, h.seq, h.t_us
         self.last_heard_us = now_us
+        self._first_unanswered_us = None
         if self.failed_open:  # backlogs were forgotten when failing open: the next observation reports them
             self.failed_open = False
             self.notes.append(("control_resumed", {"by": type(m).__name__.lower()}))
@@ -383,6 +435,16 @@ class AgentCore:
                 self.welcomed = True
                 self._next_heartbeat_us = now_us + self.heartbeat_interval_us
                 self.notes.append(("welcomed", {"session": h.session, "slice_us": m.slice_us, "mode": m.mode}))
+        elif isinstance(m, P.Ack):
+            if self.welcomed and not restarted:
+                held = set(m.backlog)
+                older = self._changed_seq.get
+                lost = tuple(sorted(d for d in self.reported - held if older(d, 0) < m.seq))
+                if lost:
+                    out.sends.append(self._backlog(now_us, lost))
+                for d in sorted(held - self.reported):
+                    if older(d, 0) < m.seq:
+                        out.sends.append(self._giveup(now_us, d))
         else:
             self.directives += 1
             if isinstance(m, P.Directive):
@@ -392,7 +454,7 @@ class AgentCore:
             # A later directive supersedes the pending ones that start at or after its start.
             self._pending = [q for q in self._pending if q.start_us < p.start_us] + [p]
         if restarted and self.reported:
-            out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(sorted(self.reported))))
+            out.sends.append(self._backlog(now_us, tuple(sorted(self.reported))))
         out += self.tick(now_us)
         out.states.update(self._sync())
         return out
@@ -407,20 +469,26 @@ class AgentCore:
             Flow -> :class:`FlowStats` (flows missing keep their last known counters).
         """
         out = self.tick(now_us)
+        large, dests, small = self._large_i, self._dest_i, self.small_flow_bytes
+        queued: set[int] = set()
         for f, s in stats.items():
-            if f in self.states and f not in self.large and s.sent_bytes > self.small_flow_bytes:
+            i = self._flow_index(f)
+            if i is None:
+                continue
+            if not large[i]:
+                if s.sent_bytes <= small:
+                    continue
+                large[i] = True
                 self.large.add(f)
+            if s.backlog_bytes > 0 or s.backlog_packets > 0:
+                queued.add(dests[i])
         if not self.under_control:
             out.states.update(self._sync())
             return out
-        queued: set[int] = set()
-        for f, s in stats.items():
-            if f in self.large and (s.backlog_bytes > 0 or s.backlog_packets > 0):
-                queued.add(f.dest_host)
         new = sorted(queued - self.reported)
         if new:
             self.reported.update(new)
-            out.sends.append(self._msg(P.Backlog, now_us, dests=tuple(new)))
+            out.sends.append(self._backlog(now_us, tuple(new)))
         for d in queued:
             self._idle_since.pop(d, None)
         for d in sorted(self.reported - queued):
@@ -428,7 +496,7 @@ class AgentCore:
             if now_us - since >= self.giveup_after_us:
                 self.reported.discard(d)
                 del self._idle_since[d]
-                out.sends.append(self._msg(P.GiveUp, now_us, dest=d))
+                out.sends.append(self._giveup(now_us, d))
         out.states.update(self._sync())
         return out
 

@@ -7,7 +7,9 @@ deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-o
 states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
 directive applied, the time from the moment it could take effect (its arrival, or its
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
-``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log`.
+``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
+level ``debug``, written as a ``directive_applied`` event: ``dest`` (None = hold, -1 = rates),
+``start_us``, ``arrival_us``, ``applied_us``).
 
 SIGTERM or SIGINT: a Leave is sent, the gate restores the uplink's original qdisc, exit 0.
 ``xtc xco agent -c FILE`` (:func:`run_agent`); ``xtc xco agent -c FILE --cleanup`` removes what a
@@ -193,9 +195,15 @@ class AgentService:
             self.metrics.set_states_seconds.observe(time.perf_counter() - t0)
         if out.applied:
             done = self.clock_us()
+            debug = log.isEnabledFor(logging.DEBUG)
             for a in out.applied:
                 self.directive_log.append((a.arrival_us, a.start_us, done))
                 self.metrics.directive_to_gate.observe(max(0, done - max(a.arrival_us, a.start_us)) / 1e6)
+                if debug:
+                    from xtc.daemon.logs import event
+
+                    event(log, logging.DEBUG, "directive_applied", dest=a.dest, start_us=a.start_us,
+                          arrival_us=a.arrival_us, applied_us=done)
         if self.core.notes:
             self._flush_notes()
 
@@ -251,8 +259,8 @@ class AgentService:
                 wake = min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
                     wake = min(wake, until_us)
-                try:
-                    sel.select(min(max(0, wake - now) / 1e6, 0.5))
+                try:  # never less than 50 us: at a real-time priority a spin would starve the host
+                    sel.select(min(max(50, wake - now) / 1e6, 0.5))
                 except InterruptedError:
                     continue
         finally:
@@ -349,6 +357,12 @@ def run_agent(config_path: str | Path) -> int:
         print(f"{prog}: gate: {e}", file=sys.stderr)
         return 1
     svc.install_signal_handlers()
+    if cfg.realtime_priority:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.realtime_priority))
+        except OSError as e:
+            print(f"{prog}: realtime_priority {cfg.realtime_priority}: {e.strerror}", file=sys.stderr)
+            return 2
     try:
         return svc.run()
     except GateError as e:

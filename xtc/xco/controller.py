@@ -199,7 +199,7 @@ class ControllerCore:
         h = m.header
         if abs(h.t_us - now_us) > self.clock_window_us:
             return out + self._drop("stale")
-        if isinstance(m, (P.Directive, P.RateDirective, P.Welcome)):
+        if isinstance(m, (P.Directive, P.RateDirective, P.Welcome, P.Ack)):
             return out + self._drop("invalid")
         if not h.host < self.topo.n_hosts:
             return out + self._drop("unknown_host")
@@ -234,7 +234,10 @@ class ControllerCore:
             return out + self._event("giveup", now_us, lambda t: self.sched.giveup(t, x, m.dest))
         if isinstance(m, P.Leave):
             return out + self._remove(x, now_us, "host_left")
-        return out  # heartbeat
+        # heartbeat: acknowledged with the host's backlog as held here
+        st.out_seq += 1
+        ack = P.Ack(P.Header(x, self.session, st.out_seq, now_us), h.seq, tuple(self.backlog_of(x)))
+        return out + [Send(st.addr, x, P.encode(ack))]
 
     def _register(self, m: P.Register, addr: tuple[str, int], now_us: int) -> list[Send]:
         h = m.header

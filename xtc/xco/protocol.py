@@ -26,6 +26,10 @@ directive   6     controller -> host.  u8 kind: 0 = timeslice: u32 destination (
                   u16 count, then (u32 destination, u64 rate_bps) per flow (rate 0 = stop)
 welcome     7     controller -> host, the answer to a register: u32 slice_us, u8 mode (0
                   timeslice, 1 rate), u32 heartbeat_interval_us
+ack         8     controller -> host, the answer to a heartbeat: u32 seq of the heartbeat, u16
+                  count, then that many u32 destination host ids: the host's backlog as the
+                  controller holds it (added in protocol 1 without a version change: an end
+                  that does not know it drops it as malformed)
 ==========  ====  ==========================================================================
 
 :func:`decode` is strict: it returns a message object or raises :class:`DecodeError` with a
@@ -43,7 +47,7 @@ from typing import Union
 __all__ = [
     "VERSION", "MAGIC", "HEADER", "HOLD", "MAX_DATAGRAM", "DecodeError",
     "Header", "Register", "Backlog", "GiveUp", "Heartbeat", "Leave", "Directive", "RateDirective",
-    "Welcome", "Message", "encode", "decode", "topology_digest",
+    "Welcome", "Ack", "Message", "encode", "decode", "topology_digest",
 ]
 
 VERSION = 1
@@ -55,8 +59,9 @@ HOLD = 0xFFFFFFFF
 MAX_DATAGRAM = 8192
 MAX_NAME_BYTES = 64
 
-T_REGISTER, T_BACKLOG, T_GIVEUP, T_HEARTBEAT, T_LEAVE, T_DIRECTIVE, T_WELCOME = 1, 2, 3, 4, 5, 6, 7
-TYPE_NAMES = {1: "register", 2: "backlog", 3: "giveup", 4: "heartbeat", 5: "leave", 6: "directive", 7: "welcome"}
+T_REGISTER, T_BACKLOG, T_GIVEUP, T_HEARTBEAT, T_LEAVE, T_DIRECTIVE, T_WELCOME, T_ACK = 1, 2, 3, 4, 5, 6, 7, 8
+TYPE_NAMES = {1: "register", 2: "backlog", 3: "giveup", 4: "heartbeat", 5: "leave", 6: "directive", 7: "welcome",
+              8: "ack"}
 MODES = ("timeslice", "rate")
 
 _U8 = struct.Struct(">B")
@@ -66,6 +71,7 @@ _TS = struct.Struct(">BIQI")
 _RATE_HEAD = struct.Struct(">BQH")
 _FLOW = struct.Struct(">IQ")
 _WELCOME = struct.Struct(">IBI")
+_ACK_HEAD = struct.Struct(">IH")
 
 
 class DecodeError(ValueError):
@@ -143,7 +149,17 @@ class Welcome:
     heartbeat_interval_us: int
 
 
-Message = Union[Register, Backlog, GiveUp, Heartbeat, Leave, Directive, RateDirective, Welcome]
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The answer to a heartbeat: its ``seq``, and the host's backlog (destination ids) as the
+    controller holds it."""
+
+    header: Header
+    seq: int
+    backlog: tuple[int, ...] = ()
+
+
+Message = Union[Register, Backlog, GiveUp, Heartbeat, Leave, Directive, RateDirective, Welcome, Ack]
 
 
 def topology_digest(text: bytes) -> bytes:
@@ -195,6 +211,9 @@ def encode(m: Message) -> bytes:
             out = b"".join(parts)
         elif isinstance(m, Welcome):
             out = _head(T_WELCOME, h) + _WELCOME.pack(m.slice_us, MODES.index(m.mode), m.heartbeat_interval_us)
+        elif isinstance(m, Ack):
+            out = _head(T_ACK, h) + _ACK_HEAD.pack(m.seq, len(m.backlog)) + struct.pack(
+                f">{len(m.backlog)}I", *m.backlog)
         else:
             raise ValueError(f"not a message: {m!r}")
     except struct.error as e:
@@ -274,6 +293,13 @@ def decode(data: bytes) -> Message:
         if mode >= len(MODES) or slice_us == 0:
             raise _bad("welcome with a bad mode or slice")
         return Welcome(h, slice_us, MODES[mode], hb)
+    if t == T_ACK:
+        if b < _ACK_HEAD.size:
+            raise _bad("ack too short")
+        acked, k = _ACK_HEAD.unpack_from(body)
+        if acked == 0 or b != _ACK_HEAD.size + 4 * k:
+            raise _bad(f"ack of seq {acked} with {k} destinations in a {b}-byte body")
+        return Ack(h, acked, struct.unpack_from(f">{k}I", body, _ACK_HEAD.size))
     if t == T_REGISTER:
         if b < 8 + 1:
             raise _bad("register too short")

@@ -1,0 +1,239 @@
+"""Cost and timing of the XCo agent on the real gate: ``python -m xtc_lab.xco.agent_bench``.
+
+Builds two namespaces joined by a veth (addresses 198.18.23.0/24), writes a topology with 8 VMs on
+the agent's host and 8 other hosts of one VM each (64 flows), starts ``xtc xco agent -c`` as a
+process on the veth (its gate in the namespace), and plays the controller in this process: a
+welcome, then every slice a timeslice directive towards the next host in turn (8 flows open, 8
+close), sent ``lead_us`` ahead, and an ack for every heartbeat.  One datagram per flow is sent
+first so that every flow is large (``small_flow_bytes = 0``).  Prints one JSON object:
+
+- ``agent_cpu_percent``: the agent process's user+system time over the run, % of one core;
+- ``directive_to_gate_us``: p50/p99/max from the agent's ``directive_applied`` events (from the
+  directive's ``start_us``, or its arrival if later, to ``set_states`` returning), measured in a
+  second run at log level debug (the events cost CPU of their own);
+- ``add_flow_ms``: the 64 classes set up at start (``TcGate.add_flow``, measured here in-process).
+
+Needs root and iproute2.  Everything is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from xtc.xco import protocol as P
+
+NET = "198.18.23"
+N_LOCAL, N_REMOTE = 8, 8
+
+
+def _sh(*args: str) -> str:
+    return subprocess.run(list(args), check=True, capture_output=True, text=True).stdout
+
+
+def _topology() -> str:
+    lines = ['schema = "xco-topology/1"', "[[switch]]", 'name = "sw"', "[[host]]", 'name = "h0"',
+             "nic_bps = 1_000_000_000", 'switch = "sw"',
+             "vms = " + json.dumps([f"{NET}.{1 + k}" for k in range(N_LOCAL)])]
+    for i in range(1, N_REMOTE + 1):
+        lines += ["[[host]]", f'name = "h{i}"', "nic_bps = 1_000_000_000", 'switch = "sw"',
+                  f'vms = ["{NET}.{100 + i}"]']
+    return "\n".join(lines) + "\n"
+
+
+class FakeController:
+    """Welcome, one directive per slice to the next host in turn, an ack per heartbeat."""
+
+    def __init__(self, slice_us: int, lead_us: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.0005)
+        self.port = self.sock.getsockname()[1]
+        self.slice_us, self.lead_us = slice_us, lead_us
+        self.session = secrets.randbits(32)
+        self.seq = 0
+        self.addr: tuple[str, int] | None = None
+        self.stop = False
+        self.directives = 0
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def _send(self, make: Any, **kw: Any) -> None:
+        self.seq += 1
+        assert self.addr is not None
+        self.sock.sendto(P.encode(make(P.Header(0, self.session, self.seq, time.time_ns() // 1000), **kw)), self.addr)
+
+    def run(self) -> None:
+        next_start = None
+        k = 0
+        while not self.stop:
+            try:
+                data, addr = self.sock.recvfrom(9000)
+                m = P.decode(data)
+                if isinstance(m, P.Register):
+                    self.addr = addr
+                    self._send(P.Welcome, slice_us=self.slice_us, mode="timeslice", heartbeat_interval_us=100_000)
+                elif isinstance(m, P.Heartbeat):
+                    self._send(P.Ack, seq=m.header.seq, backlog=())
+            except (TimeoutError, BlockingIOError):
+                pass
+            if self.addr is None:
+                continue
+            now = time.time_ns() // 1000
+            if next_start is None:
+                next_start = (now // self.slice_us + 2) * self.slice_us
+            if now >= next_start - self.lead_us:
+                k += 1
+                self._send(P.Directive, dest=1 + k % N_REMOTE, start_us=next_start, length_us=self.slice_us)
+                self.directives += 1
+                next_start += self.slice_us
+
+
+def _cpu_s(pid: int, tid: str | None = None, which: tuple[int, ...] = (11, 12)) -> float:
+    """User + system (``which``: 11 user, 12 system) CPU seconds of a process or one of its threads."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    f = Path(path).read_text().rsplit(")", 1)[1].split()
+    return sum(int(f[k]) for k in which) / os.sysconf("SC_CLK_TCK")
+
+
+def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, level: str,
+             priority: int) -> dict[str, Any]:
+    ctl = FakeController(slice_us, lead_us=500)
+    cfg = tmp / f"agent-{level}.toml"
+    cfg.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\nnetns = "{ns}"\n'
+                   f'controller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\nsmall_flow_bytes = 0\n'
+                   f'poll_us = {poll_us}\nrealtime_priority = {priority}\n[metrics]\nenabled = false\n'
+                   f'[log]\nlevel = "{level}"\n')
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    prof = ["-m", "cProfile", "-o", os.environ["XAB_PROFILE"]] if os.environ.get("XAB_PROFILE") else []
+    p = subprocess.Popen([sys.executable, *prof, "-m", "xtc.cli", "xco", "agent", "-c", str(cfg)],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    events: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert p.stderr is not None
+        for line in p.stderr:
+            if line.startswith("{"):
+                events.append(json.loads(line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while ctl.addr is None or ctl.directives < 20:
+            if time.monotonic() > deadline or p.poll() is not None:
+                raise RuntimeError(f"agent did not start: {events[-3:]}")
+            time.sleep(0.05)
+        _prime(ns)  # the gate is installed once the agent registered
+        time.sleep(0.5)
+        c0, t0, s0 = _cpu_s(p.pid), time.monotonic(), _cpu_s(p.pid, None, (12,))
+        th0 = {t: _cpu_s(p.pid, t) for t in os.listdir(f"/proc/{p.pid}/task")}
+        time.sleep(seconds)
+        c1, t1, s1 = _cpu_s(p.pid), time.monotonic(), _cpu_s(p.pid, None, (12,))
+        th1 = {t: _cpu_s(p.pid, t) for t in os.listdir(f"/proc/{p.pid}/task")}
+        threads = {t: round(100 * (th1[t] - th0.get(t, 0)) / (t1 - t0), 2) for t in th1}
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+        reader.join(5)
+        ctl.stop = True
+        ctl.t.join(5)
+        ctl.sock.close()
+    lat = sorted(e["applied_us"] - max(e["start_us"], e["arrival_us"]) for e in events
+                 if e["event"] == "directive_applied")
+    out: dict[str, Any] = {"cpu_percent": round(100 * (c1 - c0) / (t1 - t0), 2), "directives": ctl.directives,
+                           "system_cpu_percent": round(100 * (s1 - s0) / (t1 - t0), 2),
+                           "threads_cpu_percent": threads}
+    if lat:
+        out["directive_to_gate_us"] = {"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)], "max": lat[-1],
+                                       "n": len(lat)}
+    return out
+
+
+def _prime(ns: str) -> None:
+    """One datagram on every flow, so that each is large."""
+    from xtc.host.tcgate import _in_netns
+
+    for k in range(N_LOCAL):
+        s = _in_netns(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        s.bind((f"{NET}.{1 + k}", 0))
+        for i in range(1, N_REMOTE + 1):
+            s.sendto(b"x" * 64, (f"{NET}.{100 + i}", 9))
+        s.close()
+
+
+def _add_flow_ms(ns: str) -> list[float]:
+    from xtc.host.tcgate import TcGate
+    from xtc.xco.gate import Flow
+
+    g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
+    g.install()
+    try:
+        out = []
+        for k in range(N_LOCAL):
+            for i in range(1, N_REMOTE + 1):
+                f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
+                t = time.perf_counter()
+                g.add_flow(f)
+                out.append((time.perf_counter() - t) * 1e3)
+        return sorted(out)
+    finally:
+        g.restore()
+        g.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--slice-us", type=int, default=2000)
+    ap.add_argument("--poll-us", type=int, nargs="+", default=[500, 2000, 10000])
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--realtime-priority", type=int, default=10)
+    a = ap.parse_args(argv)
+    tag = secrets.token_hex(3)
+    ns, peer = f"xab{tag}-a", f"xab{tag}-b"
+    result: dict[str, Any] = {"slice_us": a.slice_us, "flows": N_LOCAL * N_REMOTE, "seconds": a.seconds,
+                              "realtime_priority": a.realtime_priority, "load_average": os.getloadavg()}
+    try:
+        for n in (ns, peer):
+            _sh("ip", "netns", "add", n)
+        _sh("ip", "-n", ns, "link", "add", "xb0", "type", "veth", "peer", "name", "xb1", "netns", peer)
+        for k in range(N_LOCAL):
+            _sh("ip", "-n", ns, "addr", "add", f"{NET}.{1 + k}/24", "dev", "xb0")
+        for n, d in ((ns, "xb0"), (peer, "xb1")):
+            _sh("ip", "-n", n, "link", "set", d, "up")
+        mac = json.loads(_sh("ip", "-n", peer, "-j", "link", "show", "xb1"))[0]["address"]
+        for i in range(1, N_REMOTE + 1):
+            _sh("ip", "-n", ns, "neigh", "replace", f"{NET}.{100 + i}", "lladdr", mac, "dev", "xb0")
+        a_ms = _add_flow_ms(ns)
+        result["add_flow_ms"] = {"p50": round(a_ms[len(a_ms) // 2], 3), "p99": round(a_ms[int(len(a_ms) * 0.99)], 3),
+                                 "max": round(a_ms[-1], 3)}
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            (tmp / "topo.toml").write_text(_topology())
+            runs = {}
+            for poll in a.poll_us:
+                runs[f"poll_{poll}us"] = run_once(tmp, ns, a.slice_us, poll, a.seconds, "info", a.realtime_priority)
+            runs["latency_debug_log"] = run_once(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds, "debug",
+                                                 a.realtime_priority)
+            result["runs"] = runs
+    finally:
+        for n in (ns, peer):
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, check=False)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
