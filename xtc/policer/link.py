@@ -262,6 +262,9 @@ class LinkPool:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
+        #: The DEALER sockets open now (made on the I/O thread's shadow context, which the
+        #: context's own ``destroy`` does not see): closed by :meth:`close` whatever is in flight.
+        self._sockets: set[Any] = set()
 
     # ------------------------------------------------------------------------- the I/O thread
     def _ensure_loop(self) -> Any:
@@ -321,6 +324,7 @@ class LinkPool:
         except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
             s.close(0)
             raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
+        self._sockets.add(s)
         return s
 
     async def _exchange(self, router: str, endpoint: str, server_key: str | None, requests: list[dict[str, Any]],
@@ -380,6 +384,7 @@ class LinkPool:
             return results + [err] * (len(requests) - len(results))
         finally:
             s.close(0)
+            self._sockets.discard(s)
         if results and isinstance(results[-1], BadReply):
             results += [results[-1]] * (len(requests) - len(results))
         return results
@@ -409,6 +414,12 @@ class LinkPool:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(5)
+        # An exchange submitted while closing (or one whose cancellation did not run before the
+        # loop stopped) leaves its socket open, and terminating the context would wait for it
+        # for ever: close what is left, with no linger.
+        for sock in list(self._sockets):
+            sock.close(0)
+        self._sockets.clear()
         if self._own_ctx:
             self.ctx.destroy(0)
 
