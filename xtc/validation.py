@@ -182,6 +182,28 @@ def read_text_file(path: str | Path, fail: Fail) -> str:
         raise fail("<file>", "not UTF-8 text") from None
 
 
+def parse_toml(text: str, fail: Fail) -> dict[str, Any]:
+    """The TOML document ``text``; raises ``fail("<file>", problem)`` if it is not valid TOML."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise fail("<file>", f"not valid TOML: {e}") from None
+
+
+def validate_document(
+    doc: Any, adapter: TypeAdapter, root: type, fail: Fail, hints: Mapping[str, str] | None = None
+) -> Any:
+    """Validate a parsed document with ``adapter`` (whose type is ``root``).
+
+    Raises ``fail(key path, problem)`` on the first problem :func:`validation_problem` finds
+    (``hints``: unknown key -> suggested key).
+    """
+    try:
+        return adapter.validate_python(doc)
+    except ValidationError as e:
+        raise fail(*validation_problem(e, root, hints)) from None
+
+
 def parse_document(
     text: str, adapter: TypeAdapter, root: type, fail: Fail, hints: Mapping[str, str] | None = None
 ) -> Any:
@@ -190,11 +212,4 @@ def parse_document(
     Raises ``fail(key path, problem)`` on invalid TOML (key ``"<file>"``) or on the first
     problem :func:`validation_problem` finds (``hints``: unknown key -> suggested key).
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise fail("<file>", f"not valid TOML: {e}") from None
-    try:
-        return adapter.validate_python(doc)
-    except ValidationError as e:
-        raise fail(*validation_problem(e, root, hints)) from None
+    return validate_document(parse_toml(text, fail), adapter, root, fail, hints)

@@ -43,7 +43,7 @@ def test_every_command_has_a_model_with_its_fields() -> None:
 
 @pytest.fixture()
 def service(tmp_path: Path):  # noqa: ANN201
-    cfg = loads_config(daemon_toml(tmp_path, tables='[[sim.vr]]\nname = "vr1"'))
+    cfg = loads_config(daemon_toml(tmp_path, daemon='backend = "sim"', tables='[[sim.vr]]\nname = "vr1"'))
     t = [1000.0]
     clock = lambda: t[0]  # noqa: E731
     svc = DaemonService(cfg, SimHost.from_config(cfg, clock=clock), clock=clock, wall_clock=lambda: 5.0)

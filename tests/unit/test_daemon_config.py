@@ -13,18 +13,39 @@ from xtc.daemon.config import ConfigError, loads_config, load_config, reload_dif
 SIM = '[[sim.vr]]\nname = "vr1"\n'
 
 
+def S(text: str) -> str:
+    """``text`` on the simulated backend (``backend = "sim"`` added to its [daemon] table)."""
+    if "backend =" in text or text.startswith("daemon = "):
+        return text
+    if "[daemon]\n" in text:
+        return text.replace("[daemon]\n", '[daemon]\nbackend = "sim"\n', 1)
+    return text + '\n[daemon]\nbackend = "sim"\n'
+
+
 def test_docstring_example_is_a_valid_config():
     doc = C.__doc__
     example = doc.split("::", 1)[1].split("\n:func:")[0]
     text = "\n".join(line[4:] for line in example.splitlines())
     cfg = loads_config(text)
-    assert cfg.daemon.backend == "sim"
-    assert cfg.sim.vr[0].name == "vr1"
+    assert cfg.daemon.backend == "libvirt" and cfg.libvirt.uri == "lxc:///"
+    assert cfg.backend_options is None
     assert cfg.controller.cap_min_percent is None
 
 
+def test_a_backend_beside_the_product_validates_its_own_table():
+    from xtc_lab.sim.host import SimSection
+
+    cfg = loads_config(S(SIM))
+    assert cfg.daemon.backend == "sim"
+    assert isinstance(cfg.backend_options, SimSection) and cfg.backend_options.vr[0].name == "vr1"
+    assert loads_config("").daemon.backend == "libvirt"  # the default: no [sim] in the product's schema
+    with pytest.raises(ConfigError) as ei:
+        loads_config(SIM)
+    assert (ei.value.key, ei.value.problem) == ("sim", "only meaningful with backend 'sim' (backend is 'libvirt')")
+
+
 def test_defaults_and_frozen():
-    cfg = loads_config(SIM)
+    cfg = loads_config(S(SIM))
     assert cfg.daemon.control_period_s == 1.0
     assert cfg.controller.kind == "xtc"
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -41,7 +62,9 @@ def test_defaults_and_frozen():
         ("[daemon]\ncontrol_period_s = \"1\"\n" + SIM, "daemon.control_period_s", "number"),
         ("[daemon]\ncontrol_period_s = nan\n" + SIM, "daemon.control_period_s", "finite"),
         ("[daemon]\nmeter_samples_per_s = 2\n" + SIM, "daemon.meter_samples_per_s", "once per control period"),
-        ("[daemon]\nbackend = \"xen\"\n" + SIM, "daemon.backend", "one of"),
+        ("[daemon]\nbackend = \"xen\"\n" + SIM, "daemon.backend", "backend 'xen' is not installed"),
+        ("[daemon]\nbackend = \"Xen!\"\n", "daemon.backend", "lowercase"),
+        ("[daemon]\nbackend = \"log\"\n", "daemon.backend", "a section of the configuration"),
         ("[controller]\nkind = \"pid\"\n" + SIM, "controller.kind", "one of"),
         ("[controller]\ncap_min_percent = 0\n" + SIM, "controller.cap_min_percent", "1..100"),
         ("[controller]\ncap_min_percent = 50\ncap_max_percent = 10\n" + SIM, "controller.cap_min_percent", "exceed"),
@@ -58,15 +81,16 @@ def test_defaults_and_frozen():
         ("[[sim.vr]]\nname = \"a\"\n[[sim.vr]]\nname = \"a\"\n", "sim.vr", "twice"),
         ("[[sim.vr]]\nname = \"a\"\ninitial_cap_percent = 0\n", "sim.vr[0].initial_cap_percent", "1..100"),
         ("[[sim.vr]]\nname = \"a\"\noffered_kpps = 5\n", "sim.vr[0].offered_kpps", "offered_pps"),
-        ("[daemon]\nbackend = \"libvirt\"\n" + SIM, "sim.vr", "only meaningful"),
+        ("[daemon]\nbackend = \"libvirt\"\n" + SIM, "sim", "only meaningful with backend 'sim'"),
+        ("[daemon]\nbackend = \"sim\"\n[sim]\nseed = -1\n" + SIM, "sim.seed", "0.."),
         ("schema = \"xtc-daemon/9\"\n" + SIM, "schema", "xtc-daemon/1"),
         ("[daemon\n", "<file>", "not valid TOML"),
-        ("daemon = 3\n" + SIM, "daemon", "table"),
+        ("daemon = 3\n", "daemon", "table"),
     ],
 )
 def test_bad_configs_name_the_key(text, key, words):
     with pytest.raises(ConfigError) as ei:
-        loads_config(text, source="x.toml")
+        loads_config(S(text), source="x.toml")
     assert ei.value.key == key
     assert words in str(ei.value)
     assert str(ei.value).startswith("x.toml: ")
@@ -79,7 +103,7 @@ def test_load_config_missing_file(tmp_path):
 
 def test_load_config_reads_file(tmp_path):
     p = tmp_path / "c.toml"
-    p.write_text("[daemon]\ncontrol_period_s = 0.5\n" + SIM)
+    p.write_text(S("[daemon]\ncontrol_period_s = 0.5\n" + SIM))
     cfg = load_config(p)
     assert cfg.daemon.control_period_s == 0.5
     assert cfg.source == str(p)
@@ -87,16 +111,16 @@ def test_load_config_reads_file(tmp_path):
 
 
 def test_reload_diff_separates_reloadable_keys():
-    a = loads_config(SIM)
-    b = loads_config("[daemon]\ncontrol_period_s = 0.5\n[controller]\nkind = \"pi\"\n[log]\nlevel = \"debug\"\n" + SIM)
+    a = loads_config(S(SIM))
+    b = loads_config(S("[daemon]\ncontrol_period_s = 0.5\n[controller]\nkind = \"pi\"\n[log]\nlevel = \"debug\"\n" + SIM))
     assert reload_diff(a, b) == []
-    c = loads_config("[manager]\nendpoint = \"tcp://127.0.0.1:9999\"\n[metrics]\nport = 1234\n" + SIM)
+    c = loads_config(S("[manager]\nendpoint = \"tcp://127.0.0.1:9999\"\n[metrics]\nport = 1234\n" + SIM))
     assert reload_diff(a, c) == ["manager.endpoint", "metrics.port"]
-    d = loads_config('[[sim.vr]]\nname = "vr2"\n')
-    assert reload_diff(a, d) == ["sim.vr"]
+    d = loads_config(S('[[sim.vr]]\nname = "vr2"\n'))
+    assert reload_diff(a, d) == ["backend_options.vr"]
 
 
 def test_every_reloadable_key_exists():
-    keys = set(loads_config(SIM).flat())
+    keys = set(loads_config(S(SIM)).flat())
     assert C.RELOADABLE <= keys
     assert all(re.fullmatch(r"[a-z_]+\.[a-z_]+", k) for k in keys)

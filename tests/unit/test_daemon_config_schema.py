@@ -11,11 +11,23 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from xtc.daemon import config as C
-from xtc.daemon.config import ConfigError, loads_config
+from xtc.daemon.config import ConfigError
+from xtc.daemon.config import loads_config as _loads_config
+from xtc_lab.sim.host import SimSection, SimVr
 
 SIM = '[[sim.vr]]\nname = "vr1"\n'
+
+
+def loads_config(text: str, source: str | None = None) -> C.DaemonConfig:
+    """``text`` on the simulated backend (``backend = "sim"`` added to its [daemon] table)."""
+    if "backend =" not in text and not text.startswith("daemon = "):
+        if "[daemon]\n" in text:
+            text = text.replace("[daemon]\n", '[daemon]\nbackend = "sim"\n', 1)
+        else:
+            text += '\n[daemon]\nbackend = "sim"\n'
+    return _loads_config(text, source)
 SECTIONS = {"daemon": C.DaemonSection, "controller": C.ControllerSection, "manager": C.ManagerSection,
-            "metrics": C.MetricsSection, "log": C.LogSection, "libvirt": C.LibvirtSection, "sim": C.SimSection}
+            "metrics": C.MetricsSection, "log": C.LogSection, "libvirt": C.LibvirtSection, "sim": SimSection}
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -65,9 +77,9 @@ def test_a_value_of_the_wrong_type_is_refused_by_name(key: str, value: str) -> N
 
 def test_objects_built_in_code_are_validated_and_frozen() -> None:
     with pytest.raises(ValidationError):
-        C.SimVr(name="a b")
+        SimVr(name="a b")
     with pytest.raises(ValidationError):
-        C.SimVr(name="a", traffic="icmp")
+        SimVr(name="a", traffic="icmp")
     with pytest.raises(ValidationError):
         C.CgroupVr("vr1", "relative", ("eth0",))
     vr = C.CgroupVr("vr1", "/a//b/", ["eth0"])

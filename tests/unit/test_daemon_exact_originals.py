@@ -18,7 +18,8 @@ from xtc.host.counters import ProcNetDevCounters
 from xtc.models import PAPER_MODEL
 from xtc.control import make_controller
 from xtc.daemon.api import Request
-from xtc.daemon.config import SimVr, loads_config
+from xtc.daemon.config import loads_config
+from xtc_lab.sim.host import SimVr
 from xtc.daemon.core import DaemonCore, RestoreCap, StateError
 from fakes.daemon import Clock, daemon_toml
 from fakes.libvirt import FakeHypervisor

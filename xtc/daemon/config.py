@@ -5,7 +5,7 @@ A complete example (every key shown with its default unless marked required)::
     schema = "xtc-daemon/1"
 
     [daemon]
-    backend = "sim"                  # "sim" (simulated plant, no root), "libvirt" or "cgroup"
+    backend = "libvirt"              # "libvirt", "cgroup", or an installed backend (below)
     control_period_s = 1.0           # 0.1 .. 60 s, on a monotonic clock
     state_dir = "/var/lib/xtc"       # where state.json lives (atomic writes)
     proc_net_dev = "/proc/net/dev"   # libvirt and cgroup backends: the default reads the counters
@@ -38,19 +38,17 @@ A complete example (every key shown with its default unless marked required)::
     uri = "lxc:///"
     domains = []                     # empty: every running domain is a VR
 
-    [sim]                            # backend = "sim" only
-    seed = 1
-    [[sim.vr]]
-    name = "vr1"                     # required
-    offered_pps = 100000.0
-    initial_cap_percent = 100.0      # the VR's cap before XTC touches it
-    traffic = "udp"                  # "udp" (does not back off) or "tcp" (backs off)
-    interfaces = 2
 
 :func:`load_config` and :func:`loads_config` return a frozen :class:`DaemonConfig` or raise
 :class:`ConfigError` naming the offending key; nothing is half-loaded.  On SIGHUP the daemon
 reloads the file; only the keys in :data:`RELOADABLE` may change without a restart
 (:func:`reload_diff` names the first one that may not).
+
+Other backends are found among the installed distributions' ``xtc.hosts`` entry points
+(:func:`xtc.host.base.host_plugin`); the table named after such a backend (``[sim]`` for
+``backend = "sim"``, the testbed's simulated plant, :mod:`xtc_lab.sim.host`) is that backend's
+own: it validates it with its ``CONFIG_TABLE`` and errors still name the key (``sim.vr[0].name``).
+A table named after another backend than the configured one is refused.
 
 The cgroup backend (``backend = "cgroup"``, :mod:`xtc.host.cgroup`) controls VRs
 that are cgroups, with no hypervisor: hosts without libvirt, and the lab's netns VRs (``xtc lab
@@ -76,14 +74,24 @@ rewrites every controlled cap this often, and at once when it sees a VR's counte
 
 from __future__ import annotations
 
-from dataclasses import field, fields
+from dataclasses import field, fields, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-from xtc.validation import DocumentError, FieldProblem, Number, parse_document, read_text_file, within
+from xtc.validation import (
+    DocumentError,
+    FieldProblem,
+    Number,
+    key_path,
+    parse_toml,
+    read_text_file,
+    validate_document,
+    validation_problem,
+    within,
+)
 
 __all__ = [
     "SCHEMA",
@@ -94,8 +102,6 @@ __all__ = [
     "MetricsSection",
     "LogSection",
     "LibvirtSection",
-    "SimVr",
-    "SimSection",
     "CgroupVr",
     "CgroupSection",
     "DaemonConfig",
@@ -106,16 +112,14 @@ __all__ = [
 ]
 
 SCHEMA = "xtc-daemon/1"
-Backend = Literal["sim", "libvirt", "cgroup"]
+#: The backends of the product; any other name is an installed ``xtc.hosts`` entry point.
+BUILTIN_BACKENDS = ("libvirt", "cgroup")
 ControllerKind = Literal["xtc", "pi", "deadbeat", "fixed"]
 LogFormat = Literal["json", "kv"]
 LogLevel = Literal["debug", "info", "warning", "error"]
-Traffic = Literal["udp", "tcp"]
-BACKENDS = get_args(Backend)
 CONTROLLER_KINDS = get_args(ControllerKind)
 LOG_FORMATS = get_args(LogFormat)
 LOG_LEVELS = get_args(LogLevel)
-TRAFFIC_KINDS = get_args(Traffic)
 
 #: Keys (section.key) that SIGHUP may change; anything else needs a restart.
 RELOADABLE = frozenset(
@@ -143,6 +147,12 @@ class ConfigError(DocumentError):
 def _vr_name(s: str) -> str:
     if len(s) > 64 or not all(c.isalnum() or c in "-_.:" for c in s):
         raise ValueError(f"must be 1..64 characters of letters, digits, '-', '_', '.', ':', got {s!r}")
+    return s
+
+
+def _backend_name(s: str) -> str:
+    if not (s[:1].isascii() and s[:1].isalpha() and s.isascii() and s.replace("_", "").isalnum() and s.islower()):
+        raise ValueError(f"must be 'libvirt', 'cgroup' or the name of an installed backend (lowercase), got {s!r}")
     return s
 
 
@@ -203,7 +213,7 @@ def _twice(names: list[str], where: str) -> None:
 
 @dataclass(config=TABLE)
 class DaemonSection:
-    backend: Backend = "sim"
+    backend: Annotated[Str, AfterValidator(_backend_name)] = "libvirt"
     control_period_s: Annotated[Number, within(0.1, 60.0)] = 1.0
     state_dir: Str = "/var/lib/xtc"
     proc_net_dev: Str = "/proc/net/dev"
@@ -270,26 +280,6 @@ class LibvirtSection:
     domains: Annotated[tuple[VrName, ...], list_of("domain names"), AfterValidator(_unique_domains)] = ()
 
 
-@dataclass(config=TABLE)
-class SimVr:
-    name: VrName
-    offered_pps: Annotated[Number, within(0.0, 1e9)] = 100_000.0
-    initial_cap_percent: Annotated[Number, within(1.0, 100.0)] = 100.0
-    traffic: Traffic = "udp"
-    interfaces: Annotated[Integer, within(1, 16)] = 2
-
-
-def _unique_sim_vrs(vrs: tuple[SimVr, ...]) -> tuple[SimVr, ...]:
-    _twice([v.name for v in vrs], "")
-    return vrs
-
-
-@dataclass(config=TABLE)
-class SimSection:
-    seed: Annotated[Integer, within(0, 2**63 - 1)] = 1
-    vr: Annotated[tuple[SimVr, ...], AfterValidator(_unique_sim_vrs)] = ()
-
-
 _IFNAME_BAD = set("/: \t\n\r\x00")
 
 
@@ -350,17 +340,15 @@ class _Sections:
     metrics: MetricsSection = field(default_factory=MetricsSection)
     log: LogSection = field(default_factory=LogSection)
     libvirt: LibvirtSection = field(default_factory=LibvirtSection)
-    sim: SimSection = field(default_factory=SimSection)
     cgroup: CgroupSection = field(default_factory=CgroupSection)
 
     @model_validator(mode="after")
     def _vrs_fit_the_backend(self) -> _Sections:
         backend = self.daemon.backend
-        for kind, vrs in (("sim", self.sim.vr), ("cgroup", self.cgroup.vr)):
-            if backend == kind and not vrs:
-                raise FieldProblem(f"{kind}.vr", f"backend {kind!r} needs at least one [[{kind}.vr]]")
-            if backend != kind and vrs:
-                raise FieldProblem(f"{kind}.vr", f"only meaningful with backend {kind!r} (backend is {backend!r})")
+        if backend == "cgroup" and not self.cgroup.vr:
+            raise FieldProblem("cgroup.vr", "backend 'cgroup' needs at least one [[cgroup.vr]]")
+        if backend != "cgroup" and self.cgroup.vr:
+            raise FieldProblem("cgroup.vr", f"only meaningful with backend 'cgroup' (backend is {backend!r})")
         return self
 
 
@@ -376,6 +364,8 @@ class DaemonConfig(_Sections):
     """The whole configuration, frozen.  Runtime state never lives here."""
 
     source: str | None = None
+    #: The table of a backend that is not the product's (``[sim]``), as its ``CONFIG_TABLE`` validated it.
+    backend_options: Any = None
 
     @property
     def state_path(self) -> Path:
@@ -389,6 +379,9 @@ class DaemonConfig(_Sections):
             if f.name == "source":
                 continue
             sec = getattr(self, f.name)
+            if not is_dataclass(sec):
+                out[f.name] = sec
+                continue
             for g in fields(sec):
                 out[f"{f.name}.{g.name}"] = getattr(sec, g.name)
         return out
@@ -408,7 +401,7 @@ _HINTS = {
     "cap_max": "cap_max_percent",
     "offered_kpps": "offered_pps (packets/s)",
     "initial_cap": "initial_cap_percent",
-    "vrs": "vr (as [[sim.vr]] or [[cgroup.vr]])",
+    "vrs": "vr (as [[cgroup.vr]], or the table of the backend)",
     "cgroup": "path (the VR's cgroup directory)",
     "dir": "path (the VR's cgroup directory)",
     "ifaces": "interfaces",
@@ -432,10 +425,84 @@ def _check_model(c: ControllerSection) -> None:
         raise ConfigError("controller.model", str(e)) from None
 
 
+def _backend_table(doc: dict[str, Any], fail: Any) -> tuple[str | None, Any]:
+    """Take the table of a backend that is not the product's out of ``doc``: (its name, the table).
+
+    ``(None, None)`` for a product backend, or when ``daemon.backend`` is not a plain name (the
+    schema then says what is wrong with it).
+    """
+    daemon = doc.get("daemon")
+    name = daemon.get("backend") if isinstance(daemon, dict) else None
+    if not isinstance(name, str) or name in BUILTIN_BACKENDS:
+        return None, None
+    try:
+        _backend_name(name)
+    except ValueError:
+        return None, None
+    if name in {f.name for f in fields(_Document)}:
+        raise fail("daemon.backend", f"{name!r} is a section of the configuration, not a backend")
+    return name, doc.pop(name, {})
+
+
+def _refuse_other_backend_tables(doc: dict[str, Any], fail: Any) -> None:
+    """A table named after an installed backend other than the configured one: say so."""
+    from xtc.host.base import HostPluginError, host_plugin
+
+    sections = {f.name for f in fields(_Document)}
+    daemon = doc.get("daemon", {})
+    if not isinstance(daemon, dict):
+        raise fail("daemon", f"must be a table, got {type(daemon).__name__}")
+    backend = daemon.get("backend", "libvirt")
+    for key in list(doc):
+        if key in sections:
+            continue
+        try:
+            host_plugin(key)
+        except (HostPluginError, ValueError):
+            continue
+        if not isinstance(backend, str):
+            del doc[key]  # the schema names what is wrong with daemon.backend
+            continue
+        raise fail(key, f"only meaningful with backend {key!r} (backend is {backend!r})")
+
+
+def _plugin(name: str, fail: Any) -> Any:
+    """The installed backend ``name`` (:func:`xtc.host.base.host_plugin`), or ``daemon.backend``'s error."""
+    from xtc.host.base import HostPluginError, host_plugin
+
+    try:
+        return host_plugin(name)
+    except HostPluginError as e:
+        raise fail("daemon.backend", str(e)) from None
+
+
+def _validate_backend_table(name: str, plugin: Any, table: Any, fail: Any) -> Any:
+    """The backend's own table, validated by the installed backend's ``CONFIG_TABLE``."""
+    schema = getattr(plugin, "CONFIG_TABLE", None)
+    if schema is None:
+        if table:
+            raise fail(name, f"backend {name!r} takes no table")
+        return None
+    if not isinstance(table, dict):
+        raise fail(name, f"must be a table, got {type(table).__name__}")
+    try:
+        return TypeAdapter(schema).validate_python(table)
+    except ValidationError as e:
+        key, problem = validation_problem(e, schema, _HINTS)
+        raise fail(key_path((name,), key), problem) from None
+
+
 def loads_config(text: str, source: str | None = None) -> DaemonConfig:
     """Parse and validate configuration text.  Raises :class:`ConfigError`."""
-    parsed = parse_document(text, _DOCUMENT, _Document, ConfigError.failing(source), _HINTS)
-    cfg = DaemonConfig(**{f.name: getattr(parsed, f.name) for f in fields(_Sections)}, source=source)
+    fail = ConfigError.failing(source)
+    doc = parse_toml(text, fail)
+    name, table = _backend_table(doc, fail)
+    plugin = None if name is None else _plugin(name, fail)
+    _refuse_other_backend_tables(doc, fail)
+    parsed = validate_document(doc, _DOCUMENT, _Document, fail, _HINTS)
+    options = None if name is None else _validate_backend_table(name, plugin, table, fail)
+    cfg = DaemonConfig(**{f.name: getattr(parsed, f.name) for f in fields(_Sections)}, source=source,
+                       backend_options=options)
     try:
         _check_model(cfg.controller)
     except ConfigError as e:

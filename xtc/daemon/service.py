@@ -92,7 +92,6 @@ def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
 
 
 #: Entry points of host backends that live outside the product (the testbed's simulated plant).
-HOST_ENTRY_POINT_GROUP = "xtc.hosts"
 
 
 def make_host(cfg: DaemonConfig) -> Host:
@@ -108,13 +107,12 @@ def make_host(cfg: DaemonConfig) -> Host:
         The backend is not installed.
     """
     if cfg.daemon.backend not in ("libvirt", "cgroup"):
-        from importlib.metadata import entry_points
+        from xtc.host.base import HostPluginError, host_plugin
 
-        found = [ep for ep in entry_points(group=HOST_ENTRY_POINT_GROUP) if ep.name == cfg.daemon.backend]
-        if not found:
-            raise ConfigError("daemon.backend", f"backend {cfg.daemon.backend!r} is not installed "
-                              "(the simulated plant is part of the testbed: pip install xtc[lab])")
-        return found[0].load()(cfg)
+        try:
+            return host_plugin(cfg.daemon.backend).from_config(cfg)
+        except HostPluginError as e:
+            raise ConfigError("daemon.backend", str(e)) from None
     if cfg.daemon.backend == "cgroup":
         from xtc.host.cgroup import CgroupBackend
 

@@ -32,7 +32,34 @@ from .actuators import CapActuator, OriginalCap
 from .errors import HostAdapterError
 from .ifcounters import IfCounters
 
-__all__ = ["Host", "ActuatorCaps"]
+__all__ = ["Host", "ActuatorCaps", "HOST_ENTRY_POINT_GROUP", "HostPluginError", "host_plugin"]
+
+#: Entry points of host backends beside the product's (the testbed's ``sim``).
+HOST_ENTRY_POINT_GROUP = "xtc.hosts"
+
+
+class HostPluginError(LookupError):
+    """No installed host backend of that name."""
+
+
+def host_plugin(name: str) -> Any:
+    """The host backend ``name`` that an installed distribution registers (group ``xtc.hosts``).
+
+    The object has ``from_config(cfg) -> Host`` and optionally ``CONFIG_TABLE``, the pydantic type
+    of its own table in the daemon's configuration (``[<name>]``).
+
+    Raises
+    ------
+    HostPluginError
+        No such backend is installed.
+    """
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group=HOST_ENTRY_POINT_GROUP) if ep.name == name]
+    if not found:
+        hint = " (the simulated plant is part of the testbed: pip install xtc[lab])" if name == "sim" else ""
+        raise HostPluginError(f"backend {name!r} is not installed{hint}")
+    return found[0].load()
 
 
 class Host(Protocol):

@@ -31,17 +31,62 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
+
+from pydantic import model_validator
+from pydantic.dataclasses import dataclass
 
 from xtc_lab.sim.plant import Plant, PlantConfig, PlantError, Traffic, VRConfig
 
-from xtc.daemon.config import DaemonConfig, SimVr
+from xtc.daemon.config import TABLE, DaemonConfig, Integer, VrName
+from xtc.validation import FieldProblem, Number, within
 from xtc.daemon.state import StateFileError, save_state
 from xtc.host.counters import parse_proc_net_dev
 from xtc.host.errors import ActuatorError, VRNotRunning
 from xtc.host.ifcounters import IfCounters
 
-__all__ = ["SimHost", "SimClock", "render_proc_net_dev", "HYPERVISOR_FILE"]
+__all__ = ["SimHost", "SimClock", "SimVr", "SimSection", "render_proc_net_dev", "HYPERVISOR_FILE"]
+
+
+@dataclass(config=TABLE)
+class SimVr:
+    """One simulated VR (``[[sim.vr]]`` in the daemon's configuration)."""
+
+    name: VrName
+    offered_pps: Annotated[Number, within(0.0, 1e9)] = 100_000.0
+    initial_cap_percent: Annotated[Number, within(1.0, 100.0)] = 100.0
+    traffic: Literal["udp", "tcp"] = "udp"
+    interfaces: Annotated[Integer, within(1, 16)] = 2
+
+
+
+
+@dataclass(config=TABLE)
+class SimSection:
+    """The ``[sim]`` table of a daemon with ``backend = "sim"``::
+
+        [sim]
+        seed = 1
+        [[sim.vr]]
+        name = "vr1"                     # required
+        offered_pps = 100000.0
+        initial_cap_percent = 100.0      # the VR's cap before XTC touches it
+        traffic = "udp"                  # "udp" (does not back off) or "tcp" (backs off)
+        interfaces = 2
+    """
+
+    seed: Annotated[Integer, within(0, 2**63 - 1)] = 1
+    vr: tuple[SimVr, ...] = ()
+
+    @model_validator(mode="after")
+    def _some_vrs_each_once(self) -> "SimSection":
+        if not self.vr:
+            raise FieldProblem("vr", "backend 'sim' needs at least one [[sim.vr]]")
+        names = [v.name for v in self.vr]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise FieldProblem("vr", f"names a VR twice: {dup[0]!r}")
+        return self
 
 HYPERVISOR_FILE = "sim-hypervisor.json"
 _HEADER = (
@@ -160,9 +205,14 @@ class SimHost:
         return cls(vrs, config.seed, None, dt_s=config.dt_s, clock=clock, cap_step_percent=cap_step_percent,
                    plant_config=config)
 
+    #: The daemon's configuration validates ``[sim]`` with this (:func:`xtc.host.base.host_plugin`).
+    CONFIG_TABLE = SimSection
+
     @classmethod
     def from_config(cls, cfg: DaemonConfig, clock: Callable[[], float] | None = None) -> "SimHost":
-        return cls(cfg.sim.vr, cfg.sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE, clock=clock)
+        """The host a daemon with ``backend = "sim"`` runs on (its ``[sim]`` table)."""
+        sim: SimSection = cfg.backend_options
+        return cls(sim.vr, sim.seed, Path(cfg.daemon.state_dir) / HYPERVISOR_FILE, clock=clock)
 
     # -------------------------------------------------------------- the hypervisor's memory
     def _load_hypervisor(self, names: set[str]) -> dict[str, float | None]:

@@ -10,7 +10,7 @@ offered rate is set, as the plant's source rate (:class:`SimOffered`).
 
 from __future__ import annotations
 
-from xtc.daemon.config import SimVr
+from xtc_lab.sim.host import SimVr
 from xtc.training.hosts import SweepTarget
 from xtc.training.sweep import TrainingError
 
