@@ -18,11 +18,6 @@ TOKEN = "tok-" + "a" * 28
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'policer.db'}"
-
-
 def client(url: str, protect_reads: bool = False) -> tuple[TestClient, Store]:
     store = Store(url)
     cfg = PolicerConfig(tokens=frozenset({TOKEN}), protect_reads=protect_reads)
@@ -115,7 +110,9 @@ def test_config_and_db_url(tmp_path: Path) -> None:
     assert parse_db_url("sqlite:////var/x.db") == "/var/x.db"
     assert parse_db_url("sqlite:///x.db") == "x.db"
     assert parse_db_url("sqlite://") == ":memory:"
-    for bad in ("postgresql://h/db", "sqlite:/x", "sqlite:///"):
+    # PostgreSQL URLs are accepted (libpq URIs naming a database); a URL without a database is not.
+    assert parse_db_url("postgresql://xtc@/policer?host=/run/postgresql") == "postgresql://xtc@/policer?host=/run/postgresql"
+    for bad in ("postgresql://h", "mysql://x/db", "sqlite:/x", "sqlite:///"):
         with pytest.raises(StoreError):
             parse_db_url(bad)
     with pytest.raises(StoreError, match="does not exist"):
