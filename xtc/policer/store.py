@@ -454,14 +454,15 @@ class Store:
 
     # ---------------------------------------------------------------------------- leadership
     def _fence(self, db: Conn) -> None:
-        """Refuse the engine's write if another policer has taken the lead since this one did (PostgreSQL).
+        """Refuse the engine's write if another policer has taken the lead since this one did.
 
         ``FOR SHARE``: a hand-over (which updates the epoch) waits for this transaction, and this one
         for a hand-over in progress, so no plan is saved under a stale leadership.
         """
         if self.fence_epoch is None:
             return
-        row = db.execute("SELECT value FROM meta WHERE key='leader_epoch' FOR SHARE").fetchone()
+        share = " FOR SHARE" if self.dialect == "postgresql" else ""  # SQLite: BEGIN IMMEDIATE serialises already
+        row = db.execute("SELECT value FROM meta WHERE key='leader_epoch'" + share).fetchone()
         if int(row["value"]) != self.fence_epoch:
             raise NotLeader(f"policer epoch {self.fence_epoch} was superseded by epoch {row['value']}")
 
