@@ -165,11 +165,21 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
             d.stop()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def policer_db(request: pytest.FixtureRequest) -> str:
+    """The store the test's policers run on (every policer of one test shares one database)."""
+    return request.param
+
+
 @pytest.fixture
-def make_policer(tmp_path: Path) -> Iterator[Callable[..., Policer]]:
+def make_policer(tmp_path: Path, policer_db: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Policer]]:
     made: list[Policer] = []
+    env: dict[str, str] = {}
+    if policer_db == "postgresql":  # else the SQLite file start_policer configures
+        env["XTC_POLICER_DB_URL"] = request.getfixturevalue("pg_cluster").new_database()
 
     def make(**kw: Any) -> Policer:
+        kw["extra_env"] = {**env, **(kw.get("extra_env") or {})}
         p = Policer(tmp_path / "policer", **kw)
         p.tmp.mkdir(exist_ok=True)
         made.append(p)

@@ -27,12 +27,12 @@ def _pid(holder: str) -> int:
     return int(holder.rsplit(":", 1)[1])
 
 
-def test_standby_takes_over_when_the_leader_is_killed(pg_cluster: Any, make_daemon: Any, make_policer: Any) -> None:
-    env = {"XTC_POLICER_DB_URL": pg_cluster.new_database()}
+@pytest.mark.parametrize("policer_db", ["postgresql"])
+def test_standby_takes_over_when_the_leader_is_killed(make_daemon: Any, make_policer: Any) -> None:
     d = make_daemon("ra", [{"name": n, **TCP} for n in SETPOINTS])
-    p1 = make_policer(period_s=0.5, extra_env=env)
+    p1 = make_policer(period_s=0.5)
     wait_for(lambda: _leaders(p1), 10, "the first policer to lead")
-    p2 = make_policer(period_s=0.5, extra_env=env)
+    p2 = make_policer(period_s=0.5)
     assert p1.proc is not None and p2.proc is not None
     assert [_pid(x["leader"]) for x in _leaders(p2)] == [p1.proc.pid]
     # Writes through either replica.
