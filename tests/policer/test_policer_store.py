@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_for
 from xtc.policer.db import SCHEMA_VERSION, LeaderLock
 from xtc.policer.policy import ActivationState
 from xtc.policer.store import Conflict, NotLeader, Store, StoreError
@@ -126,11 +127,12 @@ def test_leader_lock_is_one_holder_and_frees_with_its_session(pg_cluster: Any) -
     one, two = LeaderLock(url), LeaderLock(url)
     assert one.try_acquire() and one.alive()
     assert not two.try_acquire() and not two.alive()
-    one.conn.close()  # the session ends (as when the process dies)
+    one.conn.close()  # the session ends (as when the process dies); the server frees the lock as it notices
     assert not one.alive()
-    assert two.try_acquire() and two.alive()
+    wait_for(two.try_acquire, 2.0, "the lock freed with its session", step_s=0.02)
+    assert two.alive()
     assert not one.try_acquire()
     two.close()
-    assert one.try_acquire()
+    wait_for(one.try_acquire, 2.0, "the lock freed by close", step_s=0.02)
     one.close()
     assert json.dumps(url)  # the URL is plain text (no secrets here: trust over the socket)
