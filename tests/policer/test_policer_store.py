@@ -85,7 +85,8 @@ def _writer(url: str, k: int, n: int, q: Any) -> None:
 
 
 def test_several_processes_write_at_once(db_url: str) -> None:
-    Store(db_url).close()  # migrated once
+    # Four processes open the new database at once: it is migrated once (the migration's lock), then
+    # they all write.
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(db_url, k, 40, q)) for k in range(4)]
