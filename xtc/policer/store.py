@@ -20,10 +20,9 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from .db import (SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database,
-                 parse_db_url)
+from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database, parse_db_url
 from .planner import Settings
 from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
 
@@ -485,6 +484,3 @@ class Store:
                                                                    "epoch": epoch})
         self.fence_epoch = epoch
         return epoch
-
-    def iter_routers_to_poll(self) -> Iterator[dict[str, Any]]:
-        yield from self.list_routers(include_removed=False)
