@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -163,11 +165,21 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
             d.stop()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def policer_db(request: pytest.FixtureRequest) -> str:
+    """The store the test's policers run on (every policer of one test shares one database)."""
+    return request.param
+
+
 @pytest.fixture
-def make_policer(tmp_path: Path) -> Iterator[Callable[..., Policer]]:
+def make_policer(tmp_path: Path, policer_db: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Policer]]:
     made: list[Policer] = []
+    env: dict[str, str] = {}
+    if policer_db == "postgresql":  # else the SQLite file start_policer configures
+        env["XTC_POLICER_DB_URL"] = request.getfixturevalue("pg_cluster").new_database()
 
     def make(**kw: Any) -> Policer:
+        kw["extra_env"] = {**env, **(kw.get("extra_env") or {})}
         p = Policer(tmp_path / "policer", **kw)
         p.tmp.mkdir(exist_ok=True)
         made.append(p)
@@ -179,3 +191,91 @@ def make_policer(tmp_path: Path) -> Iterator[Callable[..., Policer]]:
     finally:
         for p in made:
             p.stop()
+
+
+# ------------------------------------------------------------------------------------ PostgreSQL
+def _pg_bindir() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+class PgCluster:
+    """A throw-away PostgreSQL cluster in a temporary directory, on a unix socket there only (no TCP).
+
+    initdb refuses root: as root the cluster belongs to the ``postgres`` system user and its tools run
+    through ``runuser``.  Authentication is ``trust`` (only the socket, in a private directory).
+    """
+
+    def __init__(self, bindir: Path):
+        self.bindir = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="xtc-pg-"))
+        self.data = self.dir / "data"
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.user = "postgres"
+        self.n = 0
+
+    def run(self, *argv: str) -> None:
+        r = subprocess.run([*self.as_user, *argv], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed: {r.stdout[-1000:]} {r.stderr[-1000:]}")
+
+    def start(self) -> None:
+        self.run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync",
+                 "-E", "UTF8")
+        opts = f"-c listen_addresses='' -c unix_socket_directories={self.dir} -c fsync=off -c max_connections=200"
+        self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w",
+                 "-t", "60", "start")
+
+    def stop(self) -> None:
+        try:
+            if (self.data / "postmaster.pid").exists():
+                self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def url(self, db: str) -> str:
+        return f"postgresql://{self.user}@/{db}?host={self.dir}"
+
+    def new_database(self) -> str:
+        """A new empty database's URL."""
+        import psycopg
+
+        self.n += 1
+        name = f"t{os.getpid()}_{self.n}"
+        with psycopg.connect(self.url("postgres"), autocommit=True) as c:
+            c.execute(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One real PostgreSQL server for the session (Debian's package; installed if missing and root)."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg 3 is not installed (pip install 'psycopg[binary,pool]')")
+    bindir = _pg_bindir()
+    if bindir is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], capture_output=True, timeout=600)
+        bindir = _pg_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql/*/bin (apt-get install postgresql)")
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        pytest.skip("running as root without runuser: cannot run initdb as the postgres user")
+    cluster = PgCluster(bindir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database on each store: a SQLite file, or a new database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'policer.db'}"
+    return request.getfixturevalue("pg_cluster").new_database()

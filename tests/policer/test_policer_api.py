@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,11 +15,6 @@ from xtc.policer.store import Store, StoreError, parse_db_url
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "tok-" + "a" * 28
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'policer.db'}"
 
 
 def client(url: str, protect_reads: bool = False) -> tuple[TestClient, Store]:
@@ -115,7 +109,9 @@ def test_config_and_db_url(tmp_path: Path) -> None:
     assert parse_db_url("sqlite:////var/x.db") == "/var/x.db"
     assert parse_db_url("sqlite:///x.db") == "x.db"
     assert parse_db_url("sqlite://") == ":memory:"
-    for bad in ("postgresql://h/db", "sqlite:/x", "sqlite:///"):
+    # PostgreSQL URLs are accepted (libpq URIs naming a database); a URL without a database is not.
+    assert parse_db_url("postgresql://xtc@/policer?host=/run/postgresql") == "postgresql://xtc@/policer?host=/run/postgresql"
+    for bad in ("postgresql://h", "mysql://x/db", "sqlite:/x", "sqlite:///"):
         with pytest.raises(StoreError):
             parse_db_url(bad)
     with pytest.raises(StoreError, match="does not exist"):

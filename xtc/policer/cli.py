@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--config", "-c", help="TOML configuration (see policer/config.py)")
     s.add_argument("--host", help="override server.host")
     s.add_argument("--port", type=int, help="override server.port (0 = ephemeral)")
-    s.add_argument("--db", help="override database.url (sqlite:///path)")
+    s.add_argument("--db", help="override database.url (sqlite:///path or postgresql://user@/db?host=/socket/dir)")
     s.add_argument("--access-log", action="store_true", help="log every request (never the headers)")
     s.set_defaults(func=_cmd_serve)
 

@@ -9,7 +9,8 @@ A complete example (defaults shown)::
     port = 8080
 
     [database]
-    url = "sqlite:////var/lib/xtc/policer.db"   # SQLite only (sqlite:///relative, sqlite:////absolute)
+    url = "sqlite:////var/lib/xtc/policer.db"   # sqlite:///relative, sqlite:////absolute, or
+                                                # postgresql://user@/dbname?host=/run/postgresql
 
     [auth]
     tokens_file = ""          # one bearer token per line ('#' comments); writes need one of them
@@ -26,7 +27,9 @@ A complete example (defaults shown)::
 
 The tokens file must not be readable or writable by other users (mode ``o-rw``): such a file is
 refused (its tokens are no longer secret).  Tokens may also come from the environment, ``XTC_POLICER_TOKENS`` (comma-separated).  Tokens are
-never logged or shown; :meth:`PolicerConfig.describe` prints how many there are.
+never logged or shown; :meth:`PolicerConfig.describe` prints how many there are.  The database URL
+may come from the environment too, ``XTC_POLICER_DB_URL``, which then replaces ``database.url`` (a
+PostgreSQL password is better kept there, or in ``~/.pgpass``, than in the file).
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ from pydantic import dataclasses as pyd
 
 from xtc.validation import Number, parse_document, within
 
-__all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV"]
+__all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV"]
 
 SCHEMA = "xtc-policer/1"
 TOKENS_ENV = "XTC_POLICER_TOKENS"
+DB_URL_ENV = "XTC_POLICER_DB_URL"
 MIN_TOKEN_CHARS = 16
 
 
@@ -171,16 +175,23 @@ def check_tokens(key: str, toks: list[str]) -> frozenset[str]:
 
 
 def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConfig:
-    """Parse configuration text (and ``XTC_POLICER_TOKENS`` from ``env``)."""
+    """Parse configuration text (and ``XTC_POLICER_TOKENS``, ``XTC_POLICER_DB_URL`` from ``env``)."""
     d = parse_document(text, _DOCUMENT, _Document, ConfigError)
     tokens = read_tokens(d.auth.tokens_file) if d.auth.tokens_file else frozenset()
     env = os.environ if env is None else env
     if env.get(TOKENS_ENV):
         tokens |= check_tokens(TOKENS_ENV, [t.strip() for t in env[TOKENS_ENV].split(",") if t.strip()])
+    db_url = d.database.url
+    if env.get(DB_URL_ENV):
+        try:
+            _db_url(env[DB_URL_ENV])
+        except ValueError as e:
+            raise ConfigError(DB_URL_ENV, str(e)) from None
+        db_url = env[DB_URL_ENV]
     return PolicerConfig(
         host=d.server.host,
         port=int(d.server.port),
-        db_url=d.database.url,
+        db_url=db_url,
         tokens=tokens,
         protect_reads=d.auth.protect_reads,
         period_s=d.engine.period_s,

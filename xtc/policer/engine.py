@@ -89,12 +89,16 @@ class Engine:
         its supervisor restarts it).
     max_backoff_s : float
         Longest wait between two attempts at an unreachable router, seconds.
+    is_leader : callable, optional
+        Asked before every background cycle: the cycle runs only while it returns True (several
+        policers on one PostgreSQL: only the lock holder's engine polls and commands).  None: always.
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  on_crash: Callable[[BaseException], None] | None = None, max_vrs_per_router: int = 4096,
-                 max_backoff_s: float = 30.0):
+                 max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None):
         self.store = store
+        self.is_leader = is_leader
         self.links = links
         self.period_s = period_s
         self.clock = clock
@@ -147,7 +151,8 @@ class Engine:
         next_t = time.monotonic()
         while not self._stop.is_set():
             try:
-                self.run_cycle()
+                if self.is_leader is None or self.is_leader():
+                    self.run_cycle()
             except BaseException as e:  # a bug: stop, and let the service exit
                 self._crash(e)
                 return

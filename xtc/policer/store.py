@@ -1,10 +1,11 @@
-"""The policer's state in SQLite (the standard library's sqlite3): the only module that touches it.
+"""The policer's state, in SQLite (embedded default) or PostgreSQL: the only module that queries it.
 
 Database URLs follow SQLAlchemy's spelling: ``sqlite:///relative/path.db``,
-``sqlite:////absolute/path.db``, ``sqlite://`` (in memory, for tests).  A new database file is
-created with mode 0600 (it holds the audit log), and so are its -wal and -shm files.  The file is opened in WAL
-mode so that readers do not wait for the policer's periodic writes.  One connection is shared by the
-API and the engine under a lock; every public method is one transaction.
+``sqlite:////absolute/path.db``, ``sqlite://`` (in memory, for tests), and
+``postgresql://user@/dbname?host=/run/postgresql`` (psycopg 3; see :mod:`xtc.policer.db`).  A new
+SQLite file is created with mode 0600 (it holds the audit log), and so are its -wal and -shm files;
+it is opened in WAL mode so that readers do not wait for the policer's periodic writes.  Every
+public method is one transaction; the schema is migrated at open (:meth:`xtc.policer.db.Database.migrate`).
 
 Tables: ``routers`` (a host and its daemon; a router that goes away is marked, never forgotten),
 ``vrs`` (as the daemons report them, plus the policer's per-VR state), ``networks`` (with their SLA),
@@ -16,102 +17,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import sqlite3
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database, parse_db_url
 from .planner import Settings
 from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
 
-__all__ = ["Store", "StoreError", "NotFound", "Conflict", "parse_db_url", "SCHEMA_VERSION"]
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS routers (
-    name TEXT PRIMARY KEY,
-    endpoint TEXT NOT NULL,
-    capacity_pps REAL NOT NULL,
-    control_mode TEXT NOT NULL DEFAULT 'auto',
-    curve_server_key TEXT,
-    status TEXT NOT NULL DEFAULT 'unknown',
-    last_seen_unix_s REAL,
-    last_error TEXT,
-    control_on INTEGER NOT NULL DEFAULT 0,
-    activation_pending_since_s REAL,
-    demand_pps REAL,
-    created_unix_s REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS networks (
-    name TEXT PRIMARY KEY,
-    description TEXT NOT NULL DEFAULT '',
-    sla_min_pps REAL,
-    sla_max_pps REAL,
-    sla_weight REAL
-);
-CREATE TABLE IF NOT EXISTS vrs (
-    router TEXT NOT NULL REFERENCES routers(name),
-    name TEXT NOT NULL,
-    network TEXT REFERENCES networks(name),
-    present INTEGER NOT NULL DEFAULT 1,
-    state TEXT NOT NULL DEFAULT 'inactive',
-    daemon_setpoint_pps REAL,
-    measured_pps REAL,
-    offered_pps REAL,
-    cap_percent REAL,
-    last_seen_unix_s REAL,
-    manual_setpoint_pps REAL,
-    derived_setpoint_pps REAL,
-    wanted_state TEXT,
-    wanted_setpoint_pps REAL,
-    punish_level INTEGER NOT NULL DEFAULT 0,
-    punish_bad_since_s REAL,
-    punish_good_since_s REAL,
-    punish_base_pps REAL,
-    PRIMARY KEY (router, name)
-);
-CREATE TABLE IF NOT EXISTS actions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    t_unix_s REAL NOT NULL,
-    kind TEXT NOT NULL,
-    actor TEXT NOT NULL,
-    router TEXT,
-    vr TEXT,
-    detail TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS actions_router ON actions(router, vr);
-CREATE INDEX IF NOT EXISTS actions_kind ON actions(kind);
-CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-
-class StoreError(Exception):
-    """The database cannot be opened or used."""
-
-
-class NotFound(StoreError):
-    """No such router, VR or network."""
-
-
-class Conflict(StoreError):
-    """The change contradicts the current state (a duplicate name, a network still in use)."""
-
-
-def parse_db_url(url: str) -> str:
-    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs.db`` -> ``/abs.db``; ``sqlite://`` -> ``:memory:``."""
-    if not isinstance(url, str) or not url.startswith("sqlite://"):
-        raise StoreError(f"database URL must start with sqlite:// (only SQLite is supported), got {url!r}")
-    rest = url[len("sqlite://"):]
-    if rest == "":
-        return ":memory:"
-    if not rest.startswith("/") or rest == "/":
-        raise StoreError(f"database URL must be sqlite:///<path> or sqlite://, got {url!r}")
-    return rest[1:]
-
+__all__ = ["Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
 
 def _f(v: Any) -> float | None:
     """A finite float or None (SQLite has no NaN; the API never returns one)."""
@@ -136,7 +51,7 @@ class Store:
         self.url = url
         self.path = parse_db_url(url)
         self.clock = clock
-        if self.path != ":memory:":
+        if url.startswith("sqlite://") and self.path != ":memory:":
             parent = Path(self.path).parent
             if not parent.is_dir():
                 raise StoreError(f"database directory {parent} does not exist")
@@ -144,50 +59,37 @@ class Store:
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             except OSError as e:
                 raise StoreError(f"cannot open database {self.path}: {e.strerror}") from None
+        self.db = open_database(url)
+        self.dialect = self.db.dialect
+        #: The leadership epoch this process's engine writes under (PostgreSQL, once it leads); None: unfenced.
+        self.fence_epoch: int | None = None
         try:
-            self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.executescript(_SCHEMA)
-            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise StoreError(f"database {self.path} has schema version {row[0]}, this policer needs {SCHEMA_VERSION}")
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot open database {self.path}: {e}") from None
-        self.lock = threading.RLock()
+            self.db.migrate(self.path if self.dialect == "sqlite" else "(postgresql)")
+        except StoreError:
+            self.db.close()
+            raise
+        except Exception as e:
+            self.db.close()
+            raise StoreError(f"cannot open database: {e}") from None
 
     def close(self) -> None:
-        with self.lock:
-            self.db.close()
+        self.db.close()
 
     # ----------------------------------------------------------------------------- plumbing
-    class _Tx:
-        def __init__(self, store: "Store"):
-            self.store = store
+    def tx(self) -> Any:
+        """A write transaction: a context manager yielding a :class:`~xtc.policer.db.Conn`."""
+        return self.db.tx()
 
-        def __enter__(self) -> sqlite3.Connection:
-            self.store.lock.acquire()
-            self.store.db.execute("BEGIN IMMEDIATE")
-            return self.store.db
+    def _read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+        return self.db.read(sql, args)
 
-        def __exit__(self, exc_type: Any, *_: Any) -> None:
-            try:
-                self.store.db.execute("ROLLBACK" if exc_type else "COMMIT")
-            finally:
-                self.store.lock.release()
+    def _page(self, sql: str, args: list[Any] | tuple, limit: int, offset: int) -> tuple[str, list[Any]]:
+        """``sql`` with a page clause (``limit`` < 0: all; SQLite spells that LIMIT -1, PostgreSQL LIMIT ALL)."""
+        if limit >= 0:
+            return sql + " LIMIT ? OFFSET ?", [*args, limit, offset]
+        return sql + (" LIMIT -1" if self.dialect == "sqlite" else " LIMIT ALL") + " OFFSET ?", [*args, offset]
 
-    def tx(self) -> "Store._Tx":
-        return Store._Tx(self)
-
-    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        with self.lock:
-            return self.db.execute(sql, args).fetchall()
-
-    def _audit(self, db: sqlite3.Connection, kind: str, actor: str, router: str | None, vr: str | None,
+    def _audit(self, db: Conn, kind: str, actor: str, router: str | None, vr: str | None,
                detail: dict[str, Any]) -> None:
         db.execute(
             "INSERT INTO actions (t_unix_s, kind, actor, router, vr, detail) VALUES (?,?,?,?,?,?)",
@@ -202,7 +104,7 @@ class Store:
 
     # ------------------------------------------------------------------------------ routers
     @staticmethod
-    def _router(r: sqlite3.Row) -> dict[str, Any]:
+    def _router(r: Any) -> dict[str, Any]:
         return {
             "name": r["name"],
             "endpoint": r["endpoint"],
@@ -229,7 +131,7 @@ class Store:
             args.append(status)
         if conds:
             sql += " WHERE " + " AND ".join(conds)
-        rows = self._read(sql + " ORDER BY name LIMIT ? OFFSET ?", (*args, limit, offset))
+        rows = self._read(*self._page(sql + " ORDER BY name", args, limit, offset))
         return [self._router(r) for r in rows]
 
     def get_router(self, name: str) -> dict[str, Any]:
@@ -303,7 +205,7 @@ class Store:
 
     # --------------------------------------------------------------------------------- vrs
     @staticmethod
-    def _vr(r: sqlite3.Row) -> dict[str, Any]:
+    def _vr(r: Any) -> dict[str, Any]:
         return {
             "router": r["router"],
             "name": r["name"],
@@ -340,7 +242,7 @@ class Store:
             conds.append("(manual_setpoint_pps IS NOT NULL OR derived_setpoint_pps IS NOT NULL)")
         if conds:
             sql += " WHERE " + " AND ".join(conds)
-        rows = self._read(sql + " ORDER BY router, name LIMIT ? OFFSET ?", (*args, limit, offset))
+        rows = self._read(*self._page(sql + " ORDER BY router, name", args, limit, offset))
         return [self._vr(r) for r in rows]
 
     def get_vr(self, router: str, name: str) -> dict[str, Any]:
@@ -384,14 +286,14 @@ class Store:
 
     # ------------------------------------------------------------------------------ networks
     @staticmethod
-    def _net(r: sqlite3.Row) -> dict[str, Any]:
+    def _net(r: Any) -> dict[str, Any]:
         sla = None
         if r["sla_weight"] is not None:
             sla = {"min_pps": r["sla_min_pps"], "max_pps": r["sla_max_pps"], "weight": r["sla_weight"]}
         return {"name": r["name"], "description": r["description"], "sla": sla}
 
     def list_networks(self, limit: int = -1, offset: int = 0) -> list[dict[str, Any]]:
-        return [self._net(r) for r in self._read("SELECT * FROM networks ORDER BY name LIMIT ? OFFSET ?", (limit, offset))]
+        return [self._net(r) for r in self._read(*self._page("SELECT * FROM networks ORDER BY name", [], limit, offset))]
 
     def get_network(self, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM networks WHERE name=?", (name,))
@@ -411,7 +313,7 @@ class Store:
         with self.tx() as db:
             if db.execute("SELECT 1 FROM networks WHERE name=?", (name,)).fetchone() is None:
                 raise NotFound(f"no network named {name!r}")
-            n = db.execute("SELECT COUNT(*) FROM vrs WHERE network=?", (name,)).fetchone()[0]
+            n = db.execute("SELECT COUNT(*) AS n FROM vrs WHERE network=?", (name,)).fetchone()["n"]
             if n:
                 raise Conflict(f"network {name!r} still has {n} VR(s); move them first")
             db.execute("DELETE FROM networks WHERE name=?", (name,))
@@ -479,18 +381,19 @@ class Store:
         """Store a policy's full parameter set (validated by the caller)."""
         assert name in ("activation", "allocation", "misbehaviour"), name
         with self.tx() as db:
-            db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (name, json.dumps(values)))
+            db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+                       (name, json.dumps(values)))
             self._audit(db, "policy_changed", actor, None, None, {"policy": name, **values})
         return self.policies()[name]
 
     # ------------------------------------------------------------------------ engine's view
     def router_state(self, name: str) -> tuple[ActivationState, dict[str, dict[str, Any]]]:
         """A router's activation state and its VRs' raw rows (with SLA columns joined)."""
-        with self.lock:
-            r = self.db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone()
+        with self.tx() as db:  # one consistent snapshot
+            r = db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone()
             if r is None:
                 raise NotFound(f"no router named {name!r}")
-            rows = self.db.execute(
+            rows = db.execute(
                 "SELECT v.*, n.sla_min_pps, n.sla_max_pps, n.sla_weight FROM vrs v LEFT JOIN networks n"
                 " ON v.network = n.name WHERE v.router=?", (name,)).fetchall()
         act = ActivationState(bool(r["control_on"]), r["activation_pending_since_s"])
@@ -507,7 +410,7 @@ class Store:
                 n = v["vr"]
                 seen.add(n)
                 present = bool(v.get("present", True))
-                vals = (present, v.get("state", "inactive"), _f(v.get("setpoint_pps")), _f(v.get("measured_pps")),
+                vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")), _f(v.get("measured_pps")),
                         _f(v.get("offered_pps")), _f(v.get("cap_percent")), now)
                 if n in known:
                     db.execute("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
@@ -532,6 +435,7 @@ class Store:
                   events: list[tuple[str, str | None, dict[str, Any]]]) -> None:
         """Store a router's new policy state and the events of its plan, in one transaction."""
         with self.tx() as db:
+            self._fence(db)
             if db.execute("SELECT status FROM routers WHERE name=?", (router,)).fetchone()["status"] == "removed":
                 return
             db.execute("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=? WHERE name=?",
@@ -547,5 +451,36 @@ class Store:
             for kind, vr, detail in events:
                 self._audit(db, kind, "policer", router, vr, detail)
 
-    def iter_routers_to_poll(self) -> Iterator[dict[str, Any]]:
-        yield from self.list_routers(include_removed=False)
+    # ---------------------------------------------------------------------------- leadership
+    def _fence(self, db: Conn) -> None:
+        """Refuse the engine's write if another policer has taken the lead since this one did.
+
+        ``FOR SHARE``: a hand-over (which updates the epoch) waits for this transaction, and this one
+        for a hand-over in progress, so no plan is saved under a stale leadership.
+        """
+        if self.fence_epoch is None:
+            return
+        share = " FOR SHARE" if self.dialect == "postgresql" else ""  # SQLite: BEGIN IMMEDIATE serialises already
+        row = db.execute("SELECT value FROM meta WHERE key='leader_epoch'" + share).fetchone()
+        if int(row["value"]) != self.fence_epoch:
+            raise NotLeader(f"policer epoch {self.fence_epoch} was superseded by epoch {row['value']}")
+
+    def take_leadership(self, holder: str) -> int:
+        """Record that ``holder`` now runs the engine (call holding the leader lock): one ``leader_changed``
+        record in the audit log, a new epoch under which this store's engine writes are fenced.
+
+        Returns
+        -------
+        int
+            The new epoch.
+        """
+        with self.tx() as db:
+            lock = " FOR UPDATE" if self.dialect == "postgresql" else ""
+            epoch = int(db.execute("SELECT value FROM meta WHERE key='leader_epoch'" + lock).fetchone()["value"]) + 1
+            prev = db.execute("SELECT value FROM meta WHERE key='leader'").fetchone()["value"]
+            db.execute("UPDATE meta SET value=? WHERE key='leader_epoch'", (str(epoch),))
+            db.execute("UPDATE meta SET value=? WHERE key='leader'", (holder,))
+            self._audit(db, "leader_changed", holder, None, None, {"leader": holder, "previous": prev or None,
+                                                                   "epoch": epoch})
+        self.fence_epoch = epoch
+        return epoch

@@ -1,0 +1,137 @@
+"""The store on both databases: the schema-1 file upgraded in place, several writing processes, leadership."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import wait_for
+
+from xtc.policer.db import SCHEMA_VERSION, LeaderLock
+from xtc.policer.policy import ActivationState
+from xtc.policer.store import Conflict, NotLeader, Store, StoreError
+
+DATA = Path(__file__).parent / "data"
+
+
+def _tables(path: Path) -> dict[str, list[tuple]]:
+    db = sqlite3.connect(path)
+    try:
+        return {t: db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("routers", "networks", "vrs", "actions", "settings")}
+    finally:
+        db.close()
+
+
+def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "policer.db"
+    db = sqlite3.connect(path)
+    db.executescript((DATA / "policer-schema1.sql").read_text())
+    db.close()
+    before = _tables(path)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
+    store = Store(f"sqlite:///{path}")
+    store.close()
+    assert SCHEMA_VERSION == 2
+    # Every row as it was, the version recorded, the new indexes and leadership rows there.
+    assert _tables(path) == before
+    raw = sqlite3.connect(path)
+    meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
+    assert meta == {"schema_version": "2", "leader_epoch": "0", "leader": ""}
+    idx = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"vrs_network", "routers_status", "actions_router", "actions_kind"} <= idx
+    raw.close()
+    # The store reads the old data through its API; opening again changes nothing.
+    store = Store(f"sqlite:///{path}")
+    assert [r["name"] for r in store.list_routers()] == ["r1", "r2"] and store.get_router("r2")["status"] == "removed"
+    assert store.get_vr("r1", "a1")["network"] == "gold" and store.get_vr("r1", "a1")["setpoint_pps"] == 30000.5
+    assert store.get_vr("r1", "a2")["manual_setpoint_pps"] == 12345.678
+    assert store.get_network("gold")["sla"] == {"min_pps": 20000.0, "max_pps": 80000.0, "weight": 2.0}
+    assert store.policies()["allocation"]["target_fraction"] == 0.85
+    kinds = [a["kind"] for a in store.list_actions(limit=1000)]
+    assert kinds[0] == "router_registered" and kinds[-1] == "router_removed" and len(kinds) == len(before["actions"])
+    store.add_network("silver", "", "test")  # writable, ids continue
+    assert store.list_actions(kind="network_created")[-1]["id"] == len(before["actions"]) + 1
+    store.close()
+    assert _tables(path)["routers"] == before["routers"]
+
+
+def test_newer_schema_is_refused(db_url: str) -> None:
+    s = Store(db_url)
+    with s.tx() as db:
+        db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    s.close()
+    with pytest.raises(StoreError, match="schema version 99, newer"):
+        Store(db_url)
+
+
+def _writer(url: str, k: int, n: int, q: Any) -> None:
+    s = Store(url)
+    won = 0
+    for i in range(n):
+        s.add_router(f"w{k}-{i:03d}", "tcp://127.0.0.1:1", 1000.0, "auto", None, f"writer{k}")
+        s.set_policy("allocation", {"enabled": True, "target_fraction": 0.5 + k / 100}, f"writer{k}")
+        try:  # every writer races for the same names: one wins each
+            s.add_router(f"dup-{i:03d}", "tcp://127.0.0.1:2", 1000.0, "auto", None, f"writer{k}")
+            won += 1
+        except Conflict:
+            pass
+    s.close()
+    q.put(won)
+
+
+def test_several_processes_write_at_once(db_url: str) -> None:
+    # Four processes open the new database at once: it is migrated once (the migration's lock), then
+    # they all write.
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(db_url, k, 40, q)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert sum(q.get(timeout=5) for _ in procs) == 40  # each duplicate registered exactly once
+    s = Store(db_url)
+    routers = s.list_routers()
+    assert len(routers) == 4 * 40 + 40
+    acts = s.list_actions(limit=10000)
+    assert len(acts) == 4 * 40 * 2 + 40 and len({a["id"] for a in acts}) == len(acts)
+    assert [a["id"] for a in acts] == sorted(a["id"] for a in acts)
+    s.close()
+
+
+def test_leadership_epochs_fence_the_old_leader(db_url: str) -> None:
+    a, b = Store(db_url), Store(db_url)
+    a.add_router("r", "tcp://127.0.0.1:1", 1000.0, "auto", None, "t")
+    assert a.take_leadership("hostA:1") == 1
+    a.save_plan("r", ActivationState(True, None), 10.0, {}, [])
+    assert b.take_leadership("hostB:2") == 2
+    with pytest.raises(NotLeader):  # the deposed leader's engine may not write a plan any more
+        a.save_plan("r", ActivationState(False, None), 20.0, {}, [])
+    b.save_plan("r", ActivationState(False, None), 30.0, {}, [])
+    assert b.get_router("r")["demand_pps"] == 30.0
+    hand = [x["detail"] for x in b.list_actions(kind="leader_changed")]
+    assert hand == [{"leader": "hostA:1", "previous": None, "epoch": 1},
+                    {"leader": "hostB:2", "previous": "hostA:1", "epoch": 2}]
+    a.close()
+    b.close()
+
+
+def test_leader_lock_is_one_holder_and_frees_with_its_session(pg_cluster: Any) -> None:
+    url = pg_cluster.new_database()
+    Store(url).close()
+    one, two = LeaderLock(url), LeaderLock(url)
+    assert one.try_acquire() and one.alive()
+    assert not two.try_acquire() and not two.alive()
+    one.conn.close()  # the session ends (as when the process dies); the server frees the lock as it notices
+    assert not one.alive()
+    wait_for(two.try_acquire, 2.0, "the lock freed with its session", step_s=0.02)
+    assert two.alive()
+    assert not one.try_acquire()
+    two.close()
+    wait_for(one.try_acquire, 2.0, "the lock freed by close", step_s=0.02)
+    one.close()
