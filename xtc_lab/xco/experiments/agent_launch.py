@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", "--config", required=True)
     ap.add_argument("--open-burst-bytes", type=int, required=True)
     args = ap.parse_args(argv)
-    import xtc.host.tcgate as tcgate
+    from xtc.host import tcgate
 
     base = tcgate.TcGate
     burst = args.open_burst_bytes
