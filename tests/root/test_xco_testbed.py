@@ -261,8 +261,9 @@ def test_xco_commands_entry_point_reaches_xtc_xco(monkeypatch: pytest.MonkeyPatc
 def test_run_quick_with_timeslices_holds_the_switch_port() -> None:
     """``run fig15 --quick --mode timeslice``: the controller and 7 agents start, are welcomed and stop
     cleanly, and the switch port is held to the goals' side of the baseline (measured at 10 ms slices:
-    5 TCP senders lose 0.4-0.5 % at the switch, 95 % goodput; 2 TCP + 3 UDP 81-90 % goodput; without
-    XCo 4.2 % loss and 6 % goodput)."""
+    5 TCP senders lose 0.4-0.5 % at the switch, 95 % goodput; with 3 UDP senders each TCP flow gets
+    20-24 Mb/s of 100, the total goodput varies with the load, 46-90 %; without XCo 4.2 % loss, and
+    3 Mb/s per TCP flow with 3 UDP senders)."""
     out = Path(f"/run/xtc/xco-lab-test-{os.getpid()}")
     try:
         p = lab_cli("run", "fig15", "--quick", "--mode", "timeslice", "--out", str(out), timeout_s=220)
@@ -282,6 +283,7 @@ def test_run_quick_with_timeslices_holds_the_switch_port() -> None:
     assert (tcp["n_udp"], mixed["n_udp"]) == (0, 3)
     assert tcp["switch_port"]["loss_percent"] <= 2.0, tcp["switch_port"]
     assert tcp["goodput_fraction"] >= 0.85, tcp["goodput_fraction"]
-    assert mixed["goodput_fraction"] >= 0.6, mixed["goodput_fraction"]  # without XCo: 0.06
+    # each TCP flow keeps its turn against 3 UDP senders at the NIC rate (without XCo: 3 Mb/s of 100)
+    assert mixed["tcp_per_flow_bps"] >= 0.12 * doc["bottleneck_bps"], mixed
     assert mixed["switch_port"]["loss_percent"] <= 5.0, mixed["switch_port"]  # without XCo: 64 %
     assert with_prefix(doc["lab_prefix"]) == []
