@@ -409,6 +409,13 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
               f"Scale {scale}: every rate is the paper's times {scale} (a 1 Gb/s link is "
               f"{scale * 1000:g} Mb/s here); switch buffers stay in bytes ({port_buffer_bytes} per host port). "
               f"Topology `{mod.TOPOLOGY}`.\n\n")
+    if mode != "none":
+        fails = sum(int(m.get("fail_opens", 0)) for m in xco.get("agent_metrics", {}).values())
+        lost = xco.get("log_events", {}).get("controller", {}).get("host_lost", 0)
+        header += (f"XCo: {mode}, {xco['slice_us']} us slices, gates on the {xco['gate_at']}s at "
+                   f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
+                   f"polls every {xco['poll_us']} us); {fails} fail-opens, {lost} hosts lost by the controller "
+                   f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start; took {took:.0f} s.\n")
     paths["md"].write_text(header + md.strip() + footer)
