@@ -124,6 +124,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if "lab" in argv:
         argv = argv[argv.index("lab"):]
     command = "xtc xco " + shlex.join(a for a in argv)
+    import os
+    import signal
+
+    me = os.getpid()
+
+    def on_term(_s: int, _f: object) -> None:
+        # SIGTERM unwinds like Ctrl-C: XCo's processes are stopped and the lab removed (finally
+        # blocks); a forked helper (pyroute2 forks to create namespaces) that inherits this handler
+        # must die at once, not run this process's finally blocks (they would remove the lab)
+        if os.getpid() != me:
+            os._exit(143)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         paths = run_experiment(args.experiment, args.out, quick=args.quick, mode=args.mode, scale=args.scale,
                                port_buffer_bytes=args.port_buffer, command=command, slice_us=args.slice_us, gate_at=args.gate_at,

@@ -250,7 +250,9 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     def spawn(name: str, argv: list[str]) -> None:
         logs[name] = wd / f"{name}.log"
         with open(logs[name], "wb") as f:
-            procs.append((name, subprocess.Popen(["nice", "-n", str(NICE), *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # setpriv: SIGTERM when this process dies (even by SIGKILL), so that an agent restores its
+            # uplink and leaves rather than outliving the run; nice: see NICE
+            procs.append((name, subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "nice", "-n", str(NICE), *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  cwd=wd, start_new_session=True)))
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": LEAD_US, "workdir": str(wd),
