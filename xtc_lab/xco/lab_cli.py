@@ -47,6 +47,9 @@ def register(subparsers: Any) -> None:
     r.add_argument("--quick", action="store_true", help="fewer points, shorter phases")
     r.add_argument("--mode", choices=MODES, default="none", help="without XCo, with timeslices, with rate limiting")
     r.add_argument("--scale", type=float, default=DEFAULT_SCALE)
+    r.add_argument("--gate-at", choices=("uplink", "vm"), default="uplink",
+                   help="XCo's gate on each host's uplink (default) or on each VM's interface")
+    r.add_argument("--slice-us", type=int, default=10_000, help="slice length with XCo, microseconds (default 10000)")
     r.add_argument("--port-buffer", type=int, default=DEFAULT_PORT_BUFFER_BYTES)
     r.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     r.set_defaults(func=cmd_run)
@@ -121,9 +124,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if "lab" in argv:
         argv = argv[argv.index("lab"):]
     command = "xtc xco " + shlex.join(a for a in argv)
+    import os
+    import signal
+
+    me = os.getpid()
+
+    def on_term(_s: int, _f: object) -> None:
+        # SIGTERM unwinds like Ctrl-C: XCo's processes are stopped and the lab removed (finally
+        # blocks); a forked helper (pyroute2 forks to create namespaces) that inherits this handler
+        # must die at once, not run this process's finally blocks (they would remove the lab)
+        if os.getpid() != me:
+            os._exit(143)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         paths = run_experiment(args.experiment, args.out, quick=args.quick, mode=args.mode, scale=args.scale,
-                               port_buffer_bytes=args.port_buffer, command=command,
+                               port_buffer_bytes=args.port_buffer, command=command, slice_us=args.slice_us, gate_at=args.gate_at,
                                say=lambda m: print(m, file=sys.stderr))
     except XcoUnavailable as e:
         _err(str(e))

@@ -14,6 +14,9 @@ import fcntl
 import importlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from typing import Any
 from xtc_lab.lab.harness import host_description
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.xco.testbed import (
+    BUILTIN,
     DEFAULT_PORT_BUFFER_BYTES,
     DEFAULT_SCALE,
     Testbed,
@@ -62,21 +66,282 @@ class Context:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+#: Slice length with XCo on this lab, microseconds.  The paper's 10 ms, not scaled: what a slice
+#: costs here (a directive's trip, the netlink change, the wake frame, a loaded host's scheduling
+#: delay) is absolute time, so an unscaled slice keeps the paper's overhead fraction; a slice scaled
+#: to 100 ms (the same bytes per slice as the paper) would leave each of 5 senders closed for 400 ms,
+#: past TCP's 200 ms minimum retransmission timeout.
+SLICE_US = 10_000
+#: Directives leave the controller this long before their slice (a loaded host wakes late).
+LEAD_US = 1_000
+#: The gate's open burst, bytes: two full frames (the gate's own default, at least 64 KiB, is 5.2 ms
+#: of a 100 Mb/s link; see :mod:`xtc_lab.xco.experiments.agent_launch`).
+OPEN_BURST_BYTES = 2 * 1514
+#: The agents' gates run at this fraction of the scaled NIC rate, so that the switch port (at the
+#: full rate) drains what late closes and open bursts leave in it between slices.
+GATE_RATE_FRACTION = 0.98
+#: The agents read their gate's counters this often.  The agent's default (500 us) costs about
+#: 0.35 ms of CPU per read: seven agents would want more than the two cores (measured: 5 fail-opens
+#: in a 6 s run, switch loss 1.2 %, against none and 0.5 % at 5 ms).
+POLL_US = 5_000
+#: A reported destination with nothing queued this long is given up (two polls).
+GIVEUP_AFTER_US = 10_000
+#: The controller and the agents run at this nice value: the paper's agent is a kernel module in
+#: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
+#: them off the CPU for tens of ms (measured: fail-opens and hosts dropped for missed heartbeats).
+NICE = -10
+#: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
+#: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
+#: slices between its turns, and on this shared host an answer often takes longer (measured on
+#: fig18 --quick: 4-11 fail-opens per sender agent at 3, each one opening every flow of the host).
+FAIL_OPEN_SLICES = 5
+#: Where the agents' gates go: ``"vm"``, the VM's own interface ``eth0`` in the VM's namespace (its
+#: virtual NIC; the host's uplink keeps its NIC TBF), or ``"uplink"``, the host's uplink ``<p>-up``
+#: (the gate replaces the NIC TBF and its classes at the NIC rate are the NIC).  On ``"vm"`` a
+#: held packet is still charged to the sending socket, so a held UDP sender blocks as a Xen guest
+#: does when Dom0 stops taking from its ring; on ``"uplink"`` the packet has left the VM (veth
+#: orphans it) and a held UDP sender overflows the gate's queue, losing fragments of nearly every
+#: 65000-byte datagram (measured: fig15 with 3 UDP senders, 38.5 Mb/s, all of it TCP's).  The
+#: default is ``"uplink"``, the agent's place in the paper; ``"vm"`` did not do better (fig15
+#: --quick, 2 TCP + 3 UDP: 61 Mb/s, 3.8 % switch loss, 66,054 reassembly failures at r1).
+GATE_AT = ("uplink", "vm")
+CONTROLLER_PORT_BASE = 17_800
+WELCOME_TIMEOUT_S = 60.0  # eight Python processes starting on a loaded 2-core host
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def toml_text(doc: dict[str, Any]) -> str:
+    """A flat TOML document: scalars and lists at the top, tables (dicts) and arrays of tables."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, (dict, list)) or
+             (isinstance(v, list) and not (v and isinstance(v[0], dict)))]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                lines += ["", f"[[{k}]]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def scaled_topology(data: dict[str, Any], scale: float) -> dict[str, Any]:
+    """The topology with every rate multiplied by ``scale`` (what the lab's TBFs emulate), so that the
+    controller's rates and the agents' link rates are the lab's."""
+    out = json.loads(json.dumps(data))
+    for h in out.get("host", []):
+        if "nic_bps" in h:
+            h["nic_bps"] = max(8_000, int(h["nic_bps"] * scale))
+    for lk in out.get("link", []):
+        if "bps" in lk:
+            lk["bps"] = max(8_000, int(lk["bps"] * scale))
+    return out
+
+
+def _topology_data(tb: Testbed) -> dict[str, Any]:
+    import tomllib
+
+    src = tb.record["topology"]
+    return BUILTIN[src]() if src in BUILTIN else tomllib.loads(Path(src).read_text())
+
+
+def _xtc_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "xtc.cli", "xco", *args]
+
+
+def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], say: Callable[[str], None]) -> dict[str, int | None]:
+    """SIGTERM every process (agents first: each sends Leave and restores its uplink), then SIGKILL."""
+    for _n, p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    codes: dict[str, int | None] = {}
+    deadline = time.monotonic() + 5.0
+    for n, p in procs:
+        try:
+            codes[n] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            say(f"xco: {n} did not stop on SIGTERM; killed")
+            p.kill()
+            codes[n] = p.wait()
+    return codes
+
+
 @contextlib.contextmanager
-def start_xco(tb: Testbed, mode: str, slice_us: int = 10_000) -> Iterator[dict[str, Any]]:
+def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
+              workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
+              gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink") -> Iterator[dict[str, Any]]:
     """Run the experiment body under XCo in ``mode``; yields what was started (for the report).
 
-    ``none``: nothing (the baseline).  ``timeslice`` / ``rate``: the hook where the controller
-    (``xtc xco controller -c FILE``, one process, reachable over the lab's network) and one agent per
-    host namespace on its uplink ``<p>-up`` (``xtc xco agent -c FILE``, started with
-    :meth:`Testbed.spawn` in ``record["hosts"][h]["ns"]``) are started, and stopped on exit.  Until
-    the agent exists this raises :class:`XcoUnavailable`.
+    ``none``: nothing (the baseline).  ``timeslice`` / ``rate``: writes the lab's topology with its
+    rates scaled (:func:`scaled_topology`), a controller configuration and one agent configuration
+    per host into ``workdir`` (default a fresh directory under ``/run/xtc/xco-lab-run``); starts
+    ``xtc xco controller -c`` in the root namespace on 127.0.0.1 and one ``xtc xco agent -c`` per
+    host, also in the root namespace (the management path: control datagrams never cross the lab's
+    data links), each with its gate where ``gate_at`` says (:data:`GATE_AT`): on the VM's ``eth0``
+    in the VM's namespace (the uplink keeps the NIC's TBF), or on the host's uplink ``<p>-up`` in
+    the host's namespace (the gate replaces the NIC's TBF; its HTB classes at the NIC rate are the
+    NIC).  It waits until every agent is welcomed.  On exit (also on failure) it sends
+    SIGTERM to the agents (Leave, original qdisc restored) and the controller, kills what does not
+    stop, and runs ``xtc xco agent --cleanup`` on every uplink.
+
+    Parameters
+    ----------
+    tb : Testbed
+        The lab (built).
+    mode : str
+        ``"none"``, ``"timeslice"`` or ``"rate"``.
+    slice_us : int
+        Slice length, microseconds.
+    open_burst_bytes : int or None
+        The gates' open burst, bytes (None: the agent's own gate, ``xtc xco agent``, unchanged).
+    gate_rate_fraction : float
+        The agents' ``link_bps`` as a fraction of the scaled NIC rate.
+    gate_at : str
+        ``"vm"`` or ``"uplink"`` (see :data:`GATE_AT`).
+
+    Raises
+    ------
+    LabError
+        A process exits early, or an agent is not welcomed within ``WELCOME_TIMEOUT_S``.
     """
     check_mode(mode)
     if mode == "none":
         yield {"mode": "none"}
         return
-    raise XcoUnavailable(f"mode {mode!r}: starting the controller and the agents is not wired in yet")
+    import tempfile
+
+    base = Path("/run/xtc/xco-lab-run")
+    base.mkdir(parents=True, exist_ok=True)
+    wd = workdir or Path(tempfile.mkdtemp(prefix=f"{tb.prefix}-", dir=base))
+    wd.mkdir(parents=True, exist_ok=True)
+    topo_data = scaled_topology(_topology_data(tb), tb.scale)
+    (wd / "topology.toml").write_text(toml_text(topo_data))
+    port = CONTROLLER_PORT_BASE + int(tb.prefix[-4:], 16) % 2000
+    ctl = {"schema": "xco-controller/1", "topology": "topology.toml", "slice_us": slice_us, "mode": mode,
+           "lead_us": LEAD_US, "listen": f"127.0.0.1:{port}", "state_file": "controller-state.json",
+           "metrics": {"enabled": False}, "log": {"format": "json", "level": "info"}}
+    (wd / "controller.toml").write_text(toml_text(ctl))
+    agents: dict[str, Path] = {}
+    nic_bps = {h["name"]: int(h["nic_bps"]) for h in topo_data["host"]}
+    if gate_at not in GATE_AT:
+        raise LabError(f"gate_at must be one of {', '.join(GATE_AT)}, got {gate_at!r}")
+    for h, hrec in tb.record["hosts"].items():
+        if gate_at == "vm" and len(hrec["vms"]) != 1:
+            raise LabError(f"gate_at='vm' needs one VM per host; {h} has {len(hrec['vms'])}")
+        ifname, ns = ("eth0", hrec["vms"][0]["ns"]) if gate_at == "vm" else (hrec["uplink"], hrec["ns"])
+        cfg = {"schema": "xco-agent/1", "topology": "topology.toml", "host": h, "uplink": ifname,
+               "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
+               "netns": ns, "poll_us": POLL_US,
+               "giveup_after_us": GIVEUP_AFTER_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": "info"}}
+        agents[h] = wd / f"agent-{h}.toml"
+        agents[h].write_text(toml_text(cfg))
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+    logs: dict[str, Path] = {}
+
+    def spawn(name: str, argv: list[str]) -> None:
+        logs[name] = wd / f"{name}.log"
+        with open(logs[name], "wb") as f:
+            # setpriv: SIGTERM when this process dies (even by SIGKILL), so that an agent restores its
+            # uplink and leaves rather than outliving the run; nice: see NICE
+            procs.append((name, subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "nice", "-n", str(NICE), *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 cwd=wd, start_new_session=True)))
+
+    info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": LEAD_US, "workdir": str(wd),
+                            "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
+                            "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
+                            "gate_at": gate_at}
+    try:
+        spawn("controller", _xtc_argv("controller", "-c", str(wd / "controller.toml")))
+        time.sleep(0.5)
+        for h, path in agents.items():
+            if open_burst_bytes is None:
+                spawn(f"agent-{h}", _xtc_argv("agent", "-c", str(path)))
+            else:
+                spawn(f"agent-{h}", [sys.executable, "-m", "xtc_lab.xco.experiments.agent_launch", "-c", str(path),
+                                     "--open-burst-bytes", str(open_burst_bytes)])
+        t0 = time.monotonic()
+        waiting = set(agents)
+        while waiting:
+            for n, p in procs:
+                if p.poll() is not None:
+                    raise LabError(f"xco: {n} exited with {p.returncode} at start: "
+                                   f"{logs[n].read_text(errors='replace')[-600:]}")
+            waiting = {h for h in waiting if '"welcomed"' not in logs[f"agent-{h}"].read_text(errors="replace")}
+            if time.monotonic() - t0 > WELCOME_TIMEOUT_S:
+                raise LabError(f"xco: agents {sorted(waiting)} not welcomed within {WELCOME_TIMEOUT_S} s")
+            time.sleep(0.1)
+        info["start_s"] = round(time.monotonic() - t0, 2)
+        say(f"xco: controller and {len(agents)} agents up ({mode}, {slice_us} us slices) in {info['start_s']} s")
+        yield info
+    finally:
+        info["agent_metrics"] = {h: _agent_metrics(logs.get(f"agent-{h}")) for h in agents}
+        order = [x for x in procs if x[0] != "controller"] + [x for x in procs if x[0] == "controller"]
+        info["exit_codes"] = _stop(order, say)
+        for h, path in agents.items():
+            try:
+                subprocess.run(_xtc_argv("agent", "-c", str(path), "--cleanup"), check=False, capture_output=True,
+                               timeout=60, cwd=wd)
+            except subprocess.TimeoutExpired:  # the lab's removal takes the uplink's qdiscs with it
+                say(f"xco: cleanup of {h}'s uplink timed out")
+        info["log_events"] = {n: _events(logs[n]) for n in logs}
+
+
+def _agent_metrics(log_path: Path | None) -> dict[str, Any]:
+    """An agent's directive-to-gate histogram (bucket upper bounds, seconds) and fail-opens, from its
+    Prometheus endpoint (the port its ``started`` event names)."""
+    import urllib.request
+
+    if log_path is None or not log_path.exists():
+        return {}
+    port = None
+    for line in log_path.read_text(errors="replace").splitlines():
+        if '"started"' in line:
+            with contextlib.suppress(ValueError):
+                port = json.loads(line).get("metrics_port")
+    if not port:
+        return {}
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError as e:
+        return {"error": str(e)}
+    buckets: list[tuple[float, float]] = []
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if line.startswith("xco_agent_directive_to_gate_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
+        elif line.startswith(("xco_agent_fail_opens_total", "xco_agent_directives_total", "xco_agent_gate_errors_total")):
+            out[line.split(" ")[0].removeprefix("xco_agent_").removesuffix("_total")] = float(line.rsplit(" ", 1)[1])
+    n = buckets[-1][1] if buckets else 0
+    out["directive_to_gate_buckets_s"] = buckets
+    for q in (0.5, 0.99):
+        out[f"directive_to_gate_p{int(q * 100)}_at_most_s"] = (
+            next((le for le, c in buckets if c >= q * n), None) if n else None)
+    return out
+
+
+def _events(path: Path) -> dict[str, int]:
+    """How many times each logged event occurs in a JSON log."""
+    out: dict[str, int] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            k = str(ev.get("event") or ev.get("msg") or ev.get("message") or "?")[:60]
+            out[k] = out.get(k, 0) + 1
+    return out
 
 
 def check_mode(mode: str) -> None:
@@ -103,6 +368,7 @@ def _busy(lock: Any) -> bool:
 
 
 def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float = DEFAULT_SCALE,
+                   slice_us: int = SLICE_US, gate_at: str = "uplink",
                    port_buffer_bytes: int = DEFAULT_PORT_BUFFER_BYTES, command: str = "",
                    say: Callable[[str], None] = print) -> dict[str, Path]:
     """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths."""
@@ -124,7 +390,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         record = build_lab(topo, lab_name, source, scale=scale, port_buffer_bytes=port_buffer_bytes)
         tb = Testbed(record)
         try:
-            with start_xco(tb, mode) as xco:
+            with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at) as xco:
                 ctx = Context(tb=tb, quick=quick, mode=mode, say=say)
                 result, fig, md = mod.run(ctx)
         finally:
@@ -145,6 +411,13 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
               f"Scale {scale}: every rate is the paper's times {scale} (a 1 Gb/s link is "
               f"{scale * 1000:g} Mb/s here); switch buffers stay in bytes ({port_buffer_bytes} per host port). "
               f"Topology `{mod.TOPOLOGY}`.\n\n")
+    if mode != "none":
+        fails = sum(int(m.get("fail_opens", 0)) for m in xco.get("agent_metrics", {}).values())
+        lost = xco.get("log_events", {}).get("controller", {}).get("host_lost", 0)
+        header += (f"XCo: {mode}, {xco['slice_us']} us slices, gates on the {xco['gate_at']}s at "
+                   f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
+                   f"polls every {xco['poll_us']} us); {fails} fail-opens, {lost} hosts lost by the controller "
+                   f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start; took {took:.0f} s.\n")
     paths["md"].write_text(header + md.strip() + footer)
