@@ -33,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -155,6 +156,29 @@ def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
         finally:
             lab.teardown()
     daemon.stop_if_unused()
+
+
+@contextmanager
+def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0) -> Iterator[tuple[NetLab, Path]]:
+    """An experiment's lab (:func:`lab_session`) and a scratch directory for its daemons; both removed afterwards.
+
+    The lab's prefix is recorded at once in ``result["lab_prefix"]``: what the leftovers checks look for.
+
+    Parameters
+    ----------
+    result : dict
+        The experiment's result document.
+    n_vrs, work_iters : int
+        As :func:`lab_session`.
+
+    Yields
+    ------
+    (NetLab, Path)
+        The lab and the scratch directory.
+    """
+    with lab_session(n_vrs, work_iters=work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+        result["lab_prefix"] = lab.prefix
+        yield lab, Path(tmp)
 
 
 def controller_model(chosen: str | Path | None = None) -> str:
