@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, measure_pps, set_cap, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, measure_pps, set_cap, wait_with_progress, save_figure
 from xtc_lab.lab.hog import hog_in_vr
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream
@@ -196,9 +196,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "offered_pps": ctx.offered_pps, "setpoint_fraction": fraction, "hog_share": share,
                               "paper_hog_share": PAPER_HOG_SHARE, "model": model, "tolerance": TOLERANCE,
                               "control_period_s": PERIOD_S, "phases_s": ph, "runs": {}}
-    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir):
+    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
         vr = lab.vrs[0]
-        caps = CapReader(lab.uri)
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(1.5, "stream starting", ctx.say)
             free_pps, offered_seen = measure_pps([vr], 3.0)[vr.name]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (CapReader, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
+from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              save_figure, wait_with_progress)
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
@@ -59,11 +59,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = (len(fractions) + 1) * (hold_s + 6) + 30
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": []}
-    with experiment_lab(result, 0) as (lab, workdir):  # the chain is built below
+    with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
         chain = lab.add_chain(hops=3, mode="lxc", work_iters=ctx.work_iters)
         vrs = list(chain.vrs)
         result["routers"] = {vr.router: vr.name for vr in vrs}
-        caps = CapReader(lab.uri)
         with start_udp_stream(lab, vrs[0], ctx.offered_pps, duration_s=total_s):
             time.sleep(2.0)
             with Recorder(vrs, dt_s=1.0, caps=caps) as rec, ExitStack() as daemons:

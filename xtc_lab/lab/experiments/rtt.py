@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -147,9 +147,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "paper_rtt_at_20_kpps_ms": PAPER_RTT_AT_20_KPPS_MS, "offered_pps": ctx.offered_pps,
                               "model": model, "settle_s": settle_s, "ping_s": ping_s, "ping_interval_s": interval_s,
                               "fractions": list(fractions)}
-    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir):
+    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
         vr = lab.vrs[0]
-        caps = CapReader(lab.uri)
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s), \
                 Recorder([vr], dt_s=1.0, caps=caps) as rec:
             wait_with_progress(1.5, "stream starting", ctx.say)

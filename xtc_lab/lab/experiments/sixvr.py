@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import PingRun, start_ping
 from xtc_lab.lab.traffic import start_tcp_stream, start_udp_stream
 
@@ -200,9 +200,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
                               "phases": {}}
     ctx.say(f"building {N_VRS} VRs (forwarder work {work} iterations per frame)")
-    with experiment_lab(result, N_VRS, work_iters=work) as (lab, workdir), ExitStack() as streams:
+    with experiment_lab(result, N_VRS, work_iters=work) as (lab, workdir, caps), ExitStack() as streams:
         vrs = lab.vrs
-        caps = CapReader(lab.uri)
         for vr in vrs:
             if traffic == "udp":
                 streams.enter_context(start_udp_stream(lab, vr, offered, duration_s=total_s))

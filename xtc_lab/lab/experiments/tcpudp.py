@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
@@ -390,10 +390,9 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     }
     ctx.say(f"two VRs: TCP (1 flow, MSS {mss}, {frame}-byte segments) and UDP ({ctx.offered_pps:.0f} pps of "
             f"{frame}-byte packets); {hold_s:g} s measured per phase")
-    with experiment_lab(result, 2, work_iters=ctx.work_iters) as (lab, workdir):
+    with experiment_lab(result, 2, work_iters=ctx.work_iters) as (lab, workdir, caps):
         tcp_vr, udp_vr = lab.vrs
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
-        caps = CapReader(lab.uri)
 
         def streams(duration_s: float) -> list[Any]:
             return start_streams(

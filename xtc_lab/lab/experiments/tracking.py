@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, CapReader, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
+from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              measure_pps, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
 from xtc_lab.sim.metrics import settling_periods
@@ -98,9 +98,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = len(names) * (len(fractions) * hold_s + 10) + 20
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "controllers": {}}
-    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir):
+    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
         vr = lab.vrs[0]
-        caps = CapReader(lab.uri)
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(2.0, "stream starting", ctx.say)
             free_pps, offered_seen = measure_pps([vr], 3.0)[vr.name]
