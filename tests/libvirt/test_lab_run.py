@@ -12,29 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from labruns import lab_run_result, leftovers, run_xtc
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow]
-
-
-def _leftovers(prefix: str) -> list[str]:
-    from pyroute2 import netns
-
-    links = [p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(prefix + "-")]
-    spaces = [n for n in netns.listnetns() if n.startswith(prefix + "-")]
-    out = subprocess.run(["virsh", "-c", "lxc:///", "list", "--all", "--name"], capture_output=True, text=True)
-    doms = [d for d in out.stdout.split() if d.startswith(prefix + "-")]
-    return links + spaces + doms
-
-
-def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "xtc.cli", *argv], capture_output=True, text=True,
-                          timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def _caps_in_range(series: dict) -> list[float]:
@@ -61,14 +44,7 @@ def test_lab_run_tracking_quick(libvirtd, tmp_path: Path) -> None:
     runs = []
     for i in range(3):
         out = tmp_path / f"run{i}"
-        r = _run(["lab", "run", "tracking", "--quick", "--out", str(out)], 140)
-        assert r.returncode == 0, r.stderr[-2000:]
-        summary = json.loads(r.stdout.strip().splitlines()[-1])
-        assert summary["experiment"] == "tracking"
-        for ext in ("json", "md", "png"):
-            assert (out / f"tracking.{ext}").stat().st_size > 200
-        res = json.loads((out / "tracking.json").read_text())
-        assert not _leftovers(res["lab_prefix"])
+        res = lab_run_result(run_xtc(["lab", "run", "tracking", "--quick", "--out", str(out)], 140), out, "tracking")
         assert res["free_pps"] >= MIN_FREE_PPS, f"the unlimited VR forwarded only {res['free_pps']:.0f} pps"
         steps = res["controllers"]["xtc"]["steps"]
         runs.append([(s["setpoint_pps"], round(s["mean_pps"]), round(100 * s["rel_error"], 1)) for s in steps])
@@ -93,13 +69,13 @@ def test_real_demo(libvirtd, tmp_path: Path) -> None:
     runs = []
     for i in range(3):
         out = tmp_path / f"run{i}"
-        r = _run(["demo", "--lab-duration-s", "16", "--out", str(out)], 110)
+        r = run_xtc(["demo", "--lab-duration-s", "16", "--out", str(out)], 110)
         assert r.returncode == 0, r.stderr[-2000:]
         assert "red set" in r.stdout and "blue set" in r.stdout, r.stdout[-1000:]
         res = json.loads((out / "demo.json").read_text())
         assert (out / "demo.png").stat().st_size > 10_000
         assert res["kind"] == "lab"
-        assert not _leftovers(res["lab_prefix"])
+        assert not leftovers(res["lab_prefix"])
         assert min(res["unlimited_pps"].values()) >= MIN_FREE_PPS, f"unlimited VRs forwarded {res['unlimited_pps']}"
         runs.append({label: [round(100 * p["rel_error"], 1) for p in v["phases"]] for label, v in res["vrs"].items()})
         print(f"\nrun {i}: unlimited {res['unlimited_pps']}; error % per phase {runs[-1]}")

@@ -12,15 +12,12 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from labruns import lab_run_result, run_xtc
 
 from xtc_lab.lab.netlab import NetLab
 from xtc_lab.lab.traffic import TcpResult, start_tcp_stream
@@ -28,16 +25,6 @@ from xtc_lab.lab.traffic import TcpResult, start_tcp_stream
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow]
 
 PAYLOAD_BYTES = 524 - 66  # a full data segment's payload with MSS 470 and timestamps
-
-
-def _leftovers(prefix: str) -> list[str]:
-    from pyroute2 import netns
-
-    links = [p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(prefix + "-")]
-    spaces = [n for n in netns.listnetns() if n.startswith(prefix + "-")]
-    out = subprocess.run(["virsh", "-c", "lxc:///", "list", "--all", "--name"], capture_output=True, text=True,
-                         check=False)
-    return links + spaces + [d for d in out.stdout.split() if d.startswith(prefix + "-")]
 
 
 def _stream(lab: NetLab, flows: int, seconds: int) -> tuple[TcpResult, dict[str, int]]:
@@ -81,16 +68,8 @@ def _finite_pos(x: float) -> bool:
 
 @pytest.mark.timeout(80)
 def test_lab_run_tcpudp_quick(libvirtd, tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "xtc.cli", "lab", "run", "tcpudp", "--quick", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=75, check=False,
-                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert r.returncode == 0, r.stderr[-2000:]
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert summary["experiment"] == "tcpudp"
-    for ext in ("json", "md", "png"):
-        assert (tmp_path / f"tcpudp.{ext}").stat().st_size > 200
-    res = json.loads((tmp_path / "tcpudp.json").read_text())
-    assert not _leftovers(res["lab_prefix"])
+    r = run_xtc(["lab", "run", "tcpudp", "--quick", "--out", str(tmp_path)], 75)
+    res = lab_run_result(r, tmp_path, "tcpudp")
     for key in ("phases", "comparison", "setpoints_pps", "recording", "goals", "host", "frame_bytes", "tcp_mss_bytes"):
         assert key in res, key
     assert res["frame_bytes"] == 524 and res["tcp_mss_bytes"] == 470 and res["udp_payload_bytes"] == 482

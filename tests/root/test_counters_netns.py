@@ -11,13 +11,13 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from hostneeds import need_root_and_ip
 
 from xtc.host.counters import (
     CounterReadError,
@@ -48,10 +48,7 @@ class Lab:
 @contextlib.contextmanager
 def veth_lab() -> Iterator[Lab]:
     """Two namespaces joined by two veth pairs with static neighbours, IPv6 off."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates network namespaces")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (ip) is not installed")
+    need_root_and_ip("network namespaces")
     tag = secrets.token_hex(3)
     lab = Lab(f"xtcct-{tag}-h", f"xtcct-{tag}-v")
     try:

@@ -7,7 +7,6 @@ it stops cleanly on SIGTERM, and the lab leaves nothing behind.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import time
@@ -15,16 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hostneeds import need_root_and_ip
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
 
 @pytest.fixture
 def netns_lab() -> Iterator[object]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates network namespaces and bridges")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (ip) is not installed")
+    need_root_and_ip("network namespaces and bridges")
     from xtc_lab.lab.netlab import NetLab
 
     lab = NetLab()

@@ -259,11 +259,19 @@ def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str
     return f"{name!r}: {err['msg']}"
 
 
-def _reject_constant(name: str) -> Any:
+def reject_json_constant(name: str) -> Any:
+    """``json.loads`` hook (``parse_constant``): NaN, Infinity and -Infinity are not JSON."""
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook (``object_pairs_hook``): an object naming a key twice is refused.
+
+    Raises
+    ------
+    ValueError
+        Naming the first repeated key (at most 64 characters of it).
+    """
     doc = dict(pairs)
     if len(doc) != len(pairs):
         seen: set[str] = set()
@@ -296,7 +304,7 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
     if len(raw) > max_bytes:
         raise ApiError("too_large", f"message of {len(raw)} bytes exceeds the maximum of {max_bytes}")
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        doc = json.loads(raw.decode("utf-8"), parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ApiError("bad_json", f"not valid UTF-8 JSON: {str(e)[:200]}") from None
     if not isinstance(doc, dict):

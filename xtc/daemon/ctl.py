@@ -16,7 +16,52 @@ import zmq
 
 from .api import API_VERSION
 
-__all__ = ["ManagerClient", "ManagerError", "format_table"]
+__all__ = ["ManagerClient", "ManagerError", "connect_client", "format_table"]
+
+
+def connect_client(sock: zmq.Socket, endpoint: str, timeout_ms: int, curve_secret_file: str | Path | None,
+                   server_key: str | None, options: dict[int, int] | None = None) -> None:
+    """Connect a fresh REQ socket to a daemon's manager endpoint, as every client of the API does.
+
+    No linger, ``timeout_ms`` for sends and receives, the extra socket ``options`` (``zmq`` option ->
+    value), CURVE client keys when the daemon has a server key.  On failure ``sock`` is closed and the
+    error raised again.
+
+    Parameters
+    ----------
+    sock : zmq.Socket
+        A new, unconnected REQ socket.
+    endpoint : str
+        The daemon's manager endpoint.
+    timeout_ms : int
+        Send and receive timeout, milliseconds.
+    curve_secret_file : path or None
+        The client's ``.key_secret`` file (used when ``server_key`` is set).
+    server_key : str or None
+        The daemon's CURVE public key (Z85), or None for a plain connection.
+    options : dict, optional
+        More socket options to set before connecting.
+
+    Raises
+    ------
+    zmq.ZMQError, ValueError
+        The socket could not be set up or connected (:class:`xtc.daemon.curve.CurveError` is a
+        ValueError).
+    """
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        for option, value in (options or {}).items():
+            sock.setsockopt(option, value)
+        if server_key:
+            from .curve import client_options
+
+            client_options(sock, curve_secret_file, server_key)  # type: ignore[arg-type]
+        sock.connect(endpoint)
+    except (zmq.ZMQError, ValueError):
+        sock.close(0)
+        raise
 
 
 class ManagerError(RuntimeError):
@@ -57,16 +102,8 @@ class ManagerClient:
                 raise ManagerError("transport", "the daemon has a CURVE server key but this client has no client key pair")
             s = self.ctx.socket(zmq.REQ)
             try:
-                s.setsockopt(zmq.LINGER, 0)
-                s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
-                s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
-                if self.server_key:
-                    from .curve import client_options
-
-                    client_options(s, self.curve_secret_file, self.server_key)  # type: ignore[arg-type]
-                s.connect(self.endpoint)
+                connect_client(s, self.endpoint, self.timeout_ms, self.curve_secret_file, self.server_key)
             except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
-                s.close(0)
                 raise ManagerError("transport", f"cannot connect to {self.endpoint}: {e}") from None
             self._sock = s
         return self._sock

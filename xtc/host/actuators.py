@@ -135,6 +135,23 @@ def _quota_period_params(cap_percent: float | None, period_us: int, quota_key: s
     return {quota_key: -1 if cap_percent is None else quota_for(cap_percent, period_us), period_key: period_us}
 
 
+def _check_quota_period_original(params: Params, quota_key: str, period_key: str, what: str) -> None:
+    """Refuse an original quota-and-period setting that is not exactly two integers with a period > 0.
+
+    Raises
+    ------
+    ValueError
+        Naming ``what`` (``"libvirt quota"``, ``"cgroup v1"``) and the setting.
+    """
+    if set(params) != {quota_key, period_key}:
+        raise ValueError(f"{what} original must have exactly {quota_key!r} and {period_key!r}, got {params}")
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{what} original: {k}={v!r} is not an integer")
+    if int(params[period_key]) <= 0:
+        raise ValueError(f"{what} original: {period_key} must be > 0, got {params}")
+
+
 def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
     """Clamp a cap to ``[cap_min, cap_max]`` after checking it is a real finite number.
 
@@ -561,15 +578,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
         return quota / period * 100.0
 
     def _check_original(self, params: Params) -> None:
-        if set(params) != {self.quota_param, self.period_param}:
-            raise ValueError(
-                f"libvirt quota original must have exactly {self.quota_param!r} and {self.period_param!r}, got {params}"
-            )
-        for k, v in params.items():
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"libvirt quota original: {k}={v!r} is not an integer")
-        if int(params[self.period_param]) <= 0:
-            raise ValueError(f"libvirt quota original: {self.period_param} must be > 0, got {params}")
+        _check_quota_period_original(params, self.quota_param, self.period_param, "libvirt quota")
 
     def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
         return _quota_period_params(cap_percent, int(current[self.period_param]), self.quota_param, self.period_param)
@@ -716,12 +725,7 @@ class CgroupV1Actuator(_CgroupBase):
         return None if q < 0 else q / p * 100.0
 
     def _check_original(self, params: Params) -> None:
-        if set(params) != {self.QUOTA, self.PERIOD} or any(
-            isinstance(v, bool) or not isinstance(v, int) for v in params.values()
-        ):
-            raise ValueError(f"cgroup v1 original must be integer {self.QUOTA} and {self.PERIOD}, got {params}")
-        if int(params[self.PERIOD]) <= 0:
-            raise ValueError(f"cgroup v1 original: {self.PERIOD} must be > 0, got {params}")
+        _check_quota_period_original(params, self.QUOTA, self.PERIOD, "cgroup v1")
 
     def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
         return _quota_period_params(cap_percent, int(current[self.PERIOD]), self.QUOTA, self.PERIOD)

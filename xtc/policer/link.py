@@ -27,7 +27,9 @@ from typing import Any, Callable
 import zmq
 from pydantic import ValidationError
 
-from xtc.daemon.api import API_VERSION, MAX_VR_NAME, ErrorReply, Instance, OkReply
+from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, ErrorReply, Instance, OkReply, reject_json_constant,
+                            unique_json_keys)
+from xtc.daemon.ctl import connect_client
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -55,21 +57,6 @@ class DaemonRefused(Exception):
         super().__init__(f"{code}: {message}")
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise ValueError(f"duplicate key {k[:64]!r}")
-            seen.add(k)
-    return d
-
-
 def _finite(text: str) -> float:
     f = float(text)
     if not math.isfinite(f):
@@ -82,7 +69,7 @@ def strict_json(data: bytes | str) -> Any:
 
     Raises ValueError (also for nesting too deep to parse)."""
     try:
-        return json.loads(data, parse_constant=_no_constant, object_pairs_hook=_no_duplicates, parse_float=_finite)
+        return json.loads(data, parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys, parse_float=_finite)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
@@ -126,18 +113,10 @@ class DaemonLink:
             except zmq.ZMQError as e:  # EMFILE: an error of this router, never of the process
                 raise LinkDown(f"cannot open a socket for {self.endpoint}: {e}") from None
             try:
-                s.setsockopt(zmq.LINGER, 0)
-                s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
-                s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
-                s.setsockopt(zmq.MAXMSGSIZE, self.max_reply_bytes)  # per frame, checked while receiving
-                s.setsockopt(zmq.RCVHWM, 4)
-                if self.server_key:
-                    from xtc.daemon.curve import client_options
-
-                    client_options(s, self.curve_secret_file, self.server_key)  # type: ignore[arg-type]
-                s.connect(self.endpoint)
+                # MAXMSGSIZE is per frame, checked while receiving.
+                connect_client(s, self.endpoint, self.timeout_ms, self.curve_secret_file, self.server_key,
+                               {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 4})
             except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
-                s.close(0)
                 raise LinkDown(f"cannot connect to {self.endpoint}: {e}") from None
             self._sock = s
         return self._sock

@@ -33,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -191,6 +192,31 @@ class CapReader:
 
     def close(self) -> None:
         self._host.close()
+
+
+@contextmanager
+def experiment_lab(result: dict[str, Any], n_vrs: int,
+                   work_iters: int = 0) -> Iterator[tuple[NetLab, Path, CapReader]]:
+    """What an experiment runs in: its lab (:func:`lab_session`), a scratch directory for its daemons
+    (both removed afterwards) and a :class:`CapReader` on the lab's libvirtd.
+
+    The lab's prefix is recorded at once in ``result["lab_prefix"]``: what the leftovers checks look for.
+
+    Parameters
+    ----------
+    result : dict
+        The experiment's result document.
+    n_vrs, work_iters : int
+        As :func:`lab_session`.
+
+    Yields
+    ------
+    (NetLab, Path, CapReader)
+        The lab, the scratch directory and the cap reader.
+    """
+    with lab_session(n_vrs, work_iters=work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+        result["lab_prefix"] = lab.prefix
+        yield lab, Path(tmp), CapReader(lab.uri)
 
 
 def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100_000) -> None:

@@ -4,9 +4,10 @@ Each experiment is a module here with:
 
 * ``TITLE`` (one line) and ``PAPER`` (the figures/tables of xtc-paper.txt it reruns);
 * ``add_arguments(parser)`` (optional) for its own options;
-* ``run(ctx, args) -> Outcome``: builds its lab (:func:`xtc_lab.lab.harness.lab_session`), runs the
-  daemon and the traffic, and returns the result; ``xtc lab run`` writes ``NAME.json``,
-  ``NAME.png`` and ``NAME.md`` (see :func:`xtc_lab.lab.harness.write_outputs`).
+* ``run(ctx, args) -> Outcome``: builds its lab (:func:`xtc_lab.lab.harness.experiment_lab`, which
+  records the lab's prefix in the result; or :func:`xtc_lab.lab.harness.lab_session`), runs the daemon
+  and the traffic, and returns the result; ``xtc lab run`` writes ``NAME.json``, ``NAME.png`` and
+  ``NAME.md`` (see :func:`xtc_lab.lab.harness.write_outputs`).
 
 :data:`EXPERIMENTS` maps each name to its module path (imported on use).
 """

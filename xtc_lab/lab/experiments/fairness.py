@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from xtc_lab.lab.experiments.tcpudp import (
     run_phase,
     summarise_phase,
 )
-from xtc_lab.lab.harness import CapReader, LabDaemon, Recorder, RunContext, controller_model, lab_session, markdown_table, save_figure
+from xtc_lab.lab.harness import LabDaemon, Recorder, RunContext, controller_model, experiment_lab, markdown_table, save_figure
 from xtc_lab.lab.netlab import VR, LabError
 from xtc_lab.lab.traffic import (MAX_TCP_FLOWS, PAPER_TCP_FRAME_BYTES, TcpResult, start_streams, start_tcp_stream,
                                  tcp_mss_for_frame)
@@ -146,12 +145,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     }
     ctx.say(f"two VRs: 1 TCP flow vs n = {', '.join(map(str, flows))} flows ({frame}-byte segments); "
             f"{hold_s:g} s measured per phase")
-    with lab_session(2, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with experiment_lab(result, 2, work_iters=ctx.work_iters) as (lab, workdir, caps):
         one_vr, many_vr = lab.vrs
         result["vrs"] = {"one": one_vr.name, "many": many_vr.name}
-        result["lab_prefix"] = lab.prefix
-        caps = CapReader(lab.uri)
-        with LabDaemon(Path(tmp) / "xtcd", lab.uri, [one_vr.name, many_vr.name], kind="xtc", model=model) as d, \
+        with LabDaemon(workdir / "xtcd", lab.uri, [one_vr.name, many_vr.name], kind="xtc", model=model) as d, \
                 Recorder([one_vr, many_vr], dt_s=1.0, caps=caps) as rec:
             dpid = None if d.proc is None else d.proc.pid
             for i, n in enumerate(flows):

@@ -29,12 +29,11 @@ import argparse
 import itertools
 import math
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, measure_pps, set_cap, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, measure_pps, set_cap, wait_with_progress, save_figure
 from xtc_lab.lab.hog import hog_in_vr
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream
@@ -197,10 +196,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "offered_pps": ctx.offered_pps, "setpoint_fraction": fraction, "hog_share": share,
                               "paper_hog_share": PAPER_HOG_SHARE, "model": model, "tolerance": TOLERANCE,
                               "control_period_s": PERIOD_S, "phases_s": ph, "runs": {}}
-    with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
         vr = lab.vrs[0]
-        caps = CapReader(lab.uri)
-        result["lab_prefix"] = lab.prefix
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(1.5, "stream starting", ctx.say)
             free_pps, offered_seen = measure_pps([vr], 3.0)[vr.name]
@@ -212,7 +209,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             # 1. XTC: settle, baseline (-> Fixed Cap), hog on, hog off.
             ctx.say(f"-- XTC: settle {ph['xtc_settle']:g} s, steady {ph['xtc_steady']:g} s, "
                     f"hog {ph['hog']:g} s, after {ph['after']:g} s")
-            with LabDaemon(Path(tmp) / "xtc", lab.uri, [vr.name], kind="xtc", model=model) as d, \
+            with LabDaemon(workdir / "xtc", lab.uri, [vr.name], kind="xtc", model=model) as d, \
                     Recorder([vr], dt_s=PERIOD_S, caps=caps) as rec:
                 times: dict[str, float] = {"start": rec.mark("activate")}
                 d.activate(vr.name, setpoint)

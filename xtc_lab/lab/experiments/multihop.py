@@ -18,14 +18,13 @@ in the first phase, without XTC).
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
+from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              save_figure, wait_with_progress)
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
@@ -60,17 +59,15 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = (len(fractions) + 1) * (hold_s + 6) + 30
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": []}
-    with lab_session(0) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:  # the chain is built below
+    with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
         chain = lab.add_chain(hops=3, mode="lxc", work_iters=ctx.work_iters)
-        result["lab_prefix"] = lab.prefix
         vrs = list(chain.vrs)
         result["routers"] = {vr.router: vr.name for vr in vrs}
-        caps = CapReader(lab.uri)
         with start_udp_stream(lab, vrs[0], ctx.offered_pps, duration_s=total_s):
             time.sleep(2.0)
             with Recorder(vrs, dt_s=1.0, caps=caps) as rec, ExitStack() as daemons:
                 ds = {vr.router: daemons.enter_context(
-                    LabDaemon(Path(tmp) / vr.router, lab.uri, [vr.name], kind="xtc")) for vr in vrs}
+                    LabDaemon(workdir / vr.router, lab.uri, [vr.name], kind="xtc")) for vr in vrs}
                 base = 0.0  # pps the chain delivers without XTC (measured in the first phase)
                 for fr in (None, *fractions):
                     sp = None if fr is None else round(fr * base, -2)

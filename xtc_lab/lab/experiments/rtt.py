@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -148,10 +147,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "paper_rtt_at_20_kpps_ms": PAPER_RTT_AT_20_KPPS_MS, "offered_pps": ctx.offered_pps,
                               "model": model, "settle_s": settle_s, "ping_s": ping_s, "ping_interval_s": interval_s,
                               "fractions": list(fractions)}
-    with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
         vr = lab.vrs[0]
-        caps = CapReader(lab.uri)
-        result["lab_prefix"] = lab.prefix
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s), \
                 Recorder([vr], dt_s=1.0, caps=caps) as rec:
             wait_with_progress(1.5, "stream starting", ctx.say)
@@ -184,7 +181,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             ctx.say(f"-- XTC at {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps: settle {settle_s:g} s, "
                     f"probe {ping_s:g} s each")
             rows = []
-            with LabDaemon(Path(tmp) / "xtc", lab.uri, [vr.name], kind="xtc", model=model) as d:
+            with LabDaemon(workdir / "xtc", lab.uri, [vr.name], kind="xtc", model=model) as d:
                 for i, (f, sp) in enumerate(zip(fractions, setpoints)):
                     rec.mark(f"setpoint {sp:.0f}")
                     if i == 0:

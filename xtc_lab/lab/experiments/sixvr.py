@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import PingRun, start_ping
 from xtc_lab.lab.traffic import start_tcp_stream, start_udp_stream
 
@@ -201,11 +200,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
                               "phases": {}}
     ctx.say(f"building {N_VRS} VRs (forwarder work {work} iterations per frame)")
-    with lab_session(N_VRS, work_iters=work) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp, \
-            ExitStack() as streams:
+    with experiment_lab(result, N_VRS, work_iters=work) as (lab, workdir, caps), ExitStack() as streams:
         vrs = lab.vrs
-        caps = CapReader(lab.uri)
-        result["lab_prefix"] = lab.prefix
         for vr in vrs:
             if traffic == "udp":
                 streams.enter_context(start_udp_stream(lab, vr, offered, duration_s=total_s))
@@ -243,7 +239,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             ctx.say(f"   without XTC: {', '.join(f'{r / 1000:.1f}' for r in m['per_vr_pps'])} kp/s, "
                     f"aggregate {agg0 / 1000:.1f} kp/s of {sum(m['offered_pps']) / 1000:.1f} offered")
             raw: dict[str, tuple[dict[str, Any], list[float]]] = {}
-            with LabDaemon(Path(tmp) / "xtc", lab.uri, [vr.name for vr in vrs], kind="xtc", model=model) as d:
+            with LabDaemon(workdir / "xtc", lab.uri, [vr.name for vr in vrs], kind="xtc", model=model) as d:
                 for i, cfg in enumerate(CONFIGS):
                     sps = scaled_setpoints(cfg, agg0)
                     ctx.say(f"-- configuration {cfg}: setpoints {', '.join(f'{s / 1000:.1f}' for s in sps)} kp/s; "

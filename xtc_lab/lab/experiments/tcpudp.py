@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
@@ -391,11 +390,9 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     }
     ctx.say(f"two VRs: TCP (1 flow, MSS {mss}, {frame}-byte segments) and UDP ({ctx.offered_pps:.0f} pps of "
             f"{frame}-byte packets); {hold_s:g} s measured per phase")
-    with lab_session(2, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with experiment_lab(result, 2, work_iters=ctx.work_iters) as (lab, workdir, caps):
         tcp_vr, udp_vr = lab.vrs
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
-        result["lab_prefix"] = lab.prefix
-        caps = CapReader(lab.uri)
 
         def streams(duration_s: float) -> list[Any]:
             return start_streams(
@@ -414,7 +411,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             sp = setpoints_from_aggregate(agg, share)
             result["setpoints_pps"] = sp
             ctx.say(f"-- phase 2: with XTC (UDP VR {sp['udp']:.0f} pps, TCP VR {sp['tcp']:.0f} pps)")
-            with LabDaemon(Path(tmp) / "xtcd", lab.uri, [tcp_vr.name, udp_vr.name], kind="xtc", model=model) as d:
+            with LabDaemon(workdir / "xtcd", lab.uri, [tcp_vr.name, udp_vr.name], kind="xtc", model=model) as d:
                 def activate() -> None:
                     d.activate(udp_vr.name, sp["udp"])
                     d.activate(tcp_vr.name, sp["tcp"])

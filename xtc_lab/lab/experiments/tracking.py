@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, CapReader, LabDaemon, Recorder, RunContext, lab_session, markdown_table, mean,
+from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              measure_pps, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
 from xtc_lab.sim.metrics import settling_periods
@@ -99,10 +98,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = len(names) * (len(fractions) * hold_s + 10) + 20
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "controllers": {}}
-    with lab_session(1, work_iters=ctx.work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
         vr = lab.vrs[0]
-        result["lab_prefix"] = lab.prefix
-        caps = CapReader(lab.uri)
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(2.0, "stream starting", ctx.say)
             free_pps, offered_seen = measure_pps([vr], 3.0)[vr.name]
@@ -114,7 +111,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 kind, cap_min = CONTROLLERS[name]
                 ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
                         f"{hold_s:g} s each")
-                with LabDaemon(Path(tmp) / name, lab.uri, [vr.name], kind=kind, model=model,
+                with LabDaemon(workdir / name, lab.uri, [vr.name], kind=kind, model=model,
                                cap_min_percent=cap_min) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
                     steps_t = []
                     for i, sp in enumerate(setpoints):
