@@ -456,7 +456,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ------------------------------------------------------------------------------ health
     @app.get("/health", response_model=Health, response_model_exclude_none=True, tags=["service"],
              summary="Is the service and its engine running? (only 'status' without a token when reads are protected)")
-    async def health(request: Request) -> dict[str, Any]:
+    def health(request: Request) -> dict[str, Any]:
         status = "failed" if engine is not None and engine.error is not None else "ok"
         if cfg.protect_reads:
             scheme, _, tok = request.headers.get("authorization", "").partition(" ")
@@ -478,24 +478,24 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ----------------------------------------------------------------------------- routers
     @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd,
              summary="Routers by name, one page (limit, offset), optionally of one status")
-    async def list_routers(_a: Reader,
+    def list_routers(_a: Reader,
                            status: Annotated[Literal["unknown", "reachable", "unreachable", "removed"] | None, Query()] = None,
                            limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return [_router_out(r) for r in store.list_routers(status=status, limit=limit, offset=offset)]
 
     @app.post("/routers", response_model=Router, status_code=201, tags=["routers"],
               responses={**_E401, **_E409}, summary="Register a router (a host and its daemon)")
-    async def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
+    def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
         return _router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
                                             body.curve_server_key, actor))
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
-    async def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
+    def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
         return _router_out(store.get_router(router))
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
                summary="Change a router's endpoint, capacity, control mode or CURVE key")
-    async def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
+    def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
         changes = body.model_dump(exclude_unset=True)
         for k in ("endpoint", "capacity_pps", "control_mode"):
             if k in changes and changes[k] is None:
@@ -504,40 +504,40 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404},
                 summary="Mark a router removed (kept, with its history; no longer polled)")
-    async def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
+    def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
         return _router_out(store.remove_router(router, actor))
 
     # --------------------------------------------------------------------------------- vrs
     @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
              summary="VRs as the daemons report them, by router and name, one page (limit, offset), filtered")
-    async def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        state: Annotated[Literal["inactive", "active", "paused"] | None, Query()] = None,
                        flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return store.list_vrs(router, network, state, flagged, limit, offset)
 
     @app.get("/vrs/{router}/{vr}", response_model=Vr, tags=["vrs"], responses={**rd, **_E404})
-    async def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
+    def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
         return store.get_vr(router, vr)
 
     @app.put("/vrs/{router}/{vr}/network", response_model=Vr, tags=["vrs"], responses={**_E401, **_E404},
              summary="Put a VR in a virtual network (or in none)")
-    async def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> dict[str, Any]:
+    def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> dict[str, Any]:
         return store.set_vr_network(router, vr, body.network, actor)
 
     @app.put("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**_E401, **_E404},
              summary="Set a manual setpoint (overrides the allocation policy for this VR)")
-    async def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> dict[str, Any]:
+    def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> dict[str, Any]:
         return store.set_manual_setpoint(router, vr, body.setpoint_pps, actor)
 
     @app.delete("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**_E401, **_E404},
                 summary="Drop a manual setpoint (the allocation policy decides again)")
-    async def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
+    def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
         return store.set_manual_setpoint(router, vr, None, actor)
 
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
              summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
-    async def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return store.list_setpoints(router, network, flagged, limit, offset)
@@ -545,52 +545,52 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ---------------------------------------------------------------------------- networks
     @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd,
              summary="Networks by name, one page (limit, offset)")
-    async def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
+    def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return store.list_networks(limit, offset)
 
     @app.post("/networks", response_model=Network, status_code=201, tags=["networks"], responses={**_E401, **_E409})
-    async def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:
+    def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:
         return store.add_network(body.name, body.description, actor)
 
     @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **_E404})
-    async def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
+    def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
         return store.get_network(network)
 
     @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**_E401, **_E404, **_E409},
                 summary="Delete a network that no VR belongs to")
-    async def remove_network(network: NetworkPath, actor: Writer) -> None:
+    def remove_network(network: NetworkPath, actor: Writer) -> None:
         store.remove_network(network, actor)
 
     @app.put("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**_E401, **_E404},
              summary="Set the network's SLA: guaranteed minimum, maximum (packets/s per VR) and weight")
-    async def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> dict[str, Any]:
+    def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> dict[str, Any]:
         return store.set_sla(network, body.model_dump(), actor)
 
     @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**_E401, **_E404})
-    async def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
+    def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
         return store.set_sla(network, None, actor)
 
     # ---------------------------------------------------------------------------- policies
     @app.get("/policies", response_model=Policies, tags=["policies"], responses=rd)
-    async def get_policies(_a: Reader) -> dict[str, Any]:
+    def get_policies(_a: Reader) -> dict[str, Any]:
         return store.policies()
 
     @app.put("/policies/activation", response_model=ActivationPolicy, tags=["policies"], responses=_E401)
-    async def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
+    def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
         return store.set_policy("activation", body.model_dump(), actor)
 
     @app.put("/policies/allocation", response_model=AllocationPolicy, tags=["policies"], responses=_E401)
-    async def put_allocation(body: AllocationPolicy, actor: Writer) -> dict[str, Any]:
+    def put_allocation(body: AllocationPolicy, actor: Writer) -> dict[str, Any]:
         return store.set_policy("allocation", body.model_dump(), actor)
 
     @app.put("/policies/misbehaviour", response_model=MisbehaviourPolicy, tags=["policies"], responses=_E401)
-    async def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> dict[str, Any]:
+    def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> dict[str, Any]:
         return store.set_policy("misbehaviour", body.model_dump(), actor)
 
     # ----------------------------------------------------------------------------- actions
     @app.get("/actions", response_model=list[Action], tags=["actions"], responses=rd,
              summary="The audit log, oldest first (page with after_id)")
-    async def list_actions(
+    def list_actions(
         _a: Reader,
         router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
         vr: Annotated[str | None, Query(pattern=VR_PATTERN)] = None,
