@@ -158,3 +158,36 @@ def test_lists_page_and_filter(db_url: str) -> None:
     for bad in ({"limit": 0}, {"limit": 5001}, {"offset": -1}, {"limit": "1e3"}, {"status": "dead"}):
         assert c.get("/routers", params=bad).status_code == 422, bad
     store.close()
+
+
+class _Engine:
+    """What /health reads of an engine (no thread, no daemons)."""
+
+    def __init__(self, is_leader: object = None):
+        self.is_leader, self.error, self.cycles, self.bad_replies, self.cycle_s = is_leader, None, 3, {}, []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def test_health_says_whether_this_process_leads(tmp_path: Path) -> None:
+    cfg = PolicerConfig(tokens=frozenset({TOKEN}))
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    # SQLite: the one process always leads, without an epoch.
+    h = TestClient(create_app(cfg, store, _Engine())).get("/health").json()
+    assert h["engine_running"] is True and h["leader"] is True and "leader_epoch" not in h, h
+    # A standby (the lock is held elsewhere): the engine thread runs, this process does not lead.
+    leads = [False]
+    h = TestClient(create_app(cfg, store, _Engine(lambda: leads[0]))).get("/health").json()
+    assert h["engine_running"] is True and h["leader"] is False and "leader_epoch" not in h, h
+    # Once it leads: the epoch its store writes under.
+    leads[0], store.fence_epoch = True, 7
+    h = TestClient(create_app(cfg, store, _Engine(lambda: leads[0]))).get("/health").json()
+    assert h["leader"] is True and h["leader_epoch"] == 7, h
+    # No engine at all (the API alone): nothing runs, nothing leads.
+    h = TestClient(create_app(cfg, store)).get("/health").json()
+    assert h["engine_running"] is False and h["leader"] is False, h
+    store.close()

@@ -249,7 +249,15 @@ class Health(BaseModel):
     """With ``protect_reads``, a caller without a valid token gets ``status`` only."""
 
     status: Literal["ok", "failed"]
-    engine_running: bool | None = None
+    engine_running: bool | None = Field(
+        None, description="the engine's thread is alive and has not failed; on a standby it runs but skips its "
+        "cycles (see leader)")
+    leader: bool | None = Field(
+        None, description="this process runs the policy engine's cycles: on PostgreSQL it holds the leader lock "
+        "(the other replicas are standbys that serve the API); on SQLite the one process always leads")
+    leader_epoch: int | None = Field(
+        None, description="the leadership epoch this process leads under (PostgreSQL; each hand-over adds 1, "
+        "as in the audit log's leader_changed action); absent on a standby and on SQLite")
     engine_cycles: int | None = None
     routers: int | None = None
     unreachable: list[str] | None = None
@@ -455,7 +463,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     # ------------------------------------------------------------------------------ health
     @app.get("/health", response_model=Health, response_model_exclude_none=True, tags=["service"],
-             summary="Is the service and its engine running? (only 'status' without a token when reads are protected)")
+             summary="Is the service and its engine running, does this process lead? (only 'status' without a token when reads are protected)")
     def health(request: Request) -> dict[str, Any]:
         status = "failed" if engine is not None and engine.error is not None else "ok"
         if cfg.protect_reads:
@@ -466,7 +474,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 return {"status": status}
         routers = store.list_routers(include_removed=False)  # counted; only the unreachable ones are named
         running = engine is not None and engine.error is None
-        return {"status": status, "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
+        leads = running and (engine.is_leader is None or bool(engine.is_leader()))
+        return {"status": status, "engine_running": running, "leader": leads,
+                "leader_epoch": store.fence_epoch if leads else None,
+                "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
                 "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
