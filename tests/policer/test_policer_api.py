@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -191,3 +192,34 @@ def test_health_says_whether_this_process_leads(tmp_path: Path) -> None:
     h = TestClient(create_app(cfg, store)).get("/health").json()
     assert h["engine_running"] is False and h["leader"] is False, h
     store.close()
+
+
+def test_metrics_count_routers_and_punishments(db_url: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape(c: TestClient, **kw: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        r = c.get("/metrics", **kw)
+        assert r.status_code == 200, r.text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(r.text) for s in f.samples}
+
+    c, store = client(db_url)
+    store.add_router("r1", "tcp://127.0.0.1:7701", 1e5, "auto", None, "test")
+    store.add_router("r2", "tcp://127.0.0.1:7702", 1e5, "auto", None, "test")
+    store.set_router_status("r2", "unreachable", "timeout", False)
+    store.audit("punish", "policer", "r1", "v1", {"level": 1})
+    m = scrape(c)
+    assert m[("xtc_policer_router_unreachable", (("router", "r2"),))] == 1.0
+    assert m[("xtc_policer_router_unreachable", (("router", "r1"),))] == 0.0
+    assert m[("xtc_policer_routers", (("status", "unreachable"),))] == 1.0
+    assert m[("xtc_policer_punishments_total", (("level", "1"),))] == 1.0
+    # The counter reads the audit log on from where it stopped: a second scrape counts nothing twice.
+    store.audit("punish", "policer", "r1", "v1", {"level": 2})
+    m = scrape(c)
+    assert m[("xtc_policer_punishments_total", (("level", "1"),))] == 1.0
+    assert m[("xtc_policer_punishments_total", (("level", "2"),))] == 1.0
+    assert m[("xtc_policer_leader", ())] == 0.0  # no engine here
+    # Router names are read data: protected like the other reads.
+    c2, _ = client(db_url, protect_reads=True)
+    assert c2.get("/metrics").status_code == 401
+    assert scrape(c2, headers=AUTH)[("xtc_policer_routers", (("status", "unknown"),))] == 1.0

@@ -13,12 +13,14 @@ no NaN or Infinity, no number that overflows.
 
 import hmac
 import json
+import threading
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, AsyncIterator, Literal
+from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -439,6 +441,81 @@ def _offline_docs(app: FastAPI) -> None:
                               with_google_fonts=False))
 
 
+class PolicerCollector:
+    """The policer's Prometheus metrics, read from the store and the engine at each scrape.
+
+    Gauges: ``xtc_policer_routers{status}``, per router ``xtc_policer_router_unreachable``,
+    ``xtc_policer_router_control_on`` (XTC on for its VRs) and ``xtc_policer_router_demand_pps``;
+    ``xtc_policer_vr_punishment_level{router,vr}`` (punished VRs only); ``xtc_policer_leader``;
+    ``xtc_policer_cycle_seconds{quantile}`` (recent policy cycles).  Counters:
+    ``xtc_policer_punishments_total{level}`` (from the audit log), ``xtc_policer_engine_cycles_total``,
+    ``xtc_policer_bad_replies_total``.
+    """
+
+    def __init__(self, store: Store, engine: Any):
+        self.store, self.engine = store, engine
+        self._lock = threading.Lock()
+        self._punish_after_id = 0
+        self._punishments: dict[str, int] = {"1": 0, "2": 0, "3": 0}
+
+    def _count_punishments(self) -> dict[str, int]:
+        with self._lock:  # the audit log is read on from where the last scrape stopped
+            while True:
+                page = self.store.list_actions(kind="punish", after_id=self._punish_after_id, limit=1000)
+                for a in page:
+                    level = str(a["detail"].get("level"))
+                    self._punishments[level] = self._punishments.get(level, 0) + 1
+                    self._punish_after_id = a["id"]
+                if len(page) < 1000:
+                    return dict(self._punishments)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        routers = self.store.list_routers(include_removed=False)
+        by_status = GaugeMetricFamily("xtc_policer_routers", "Routers by status (removed ones left out)",
+                                      labels=["status"])
+        for st in ("unknown", "reachable", "unreachable"):
+            by_status.add_metric([st], sum(r["status"] == st for r in routers))
+        unreachable = GaugeMetricFamily("xtc_policer_router_unreachable", "1 while the router's daemon does not "
+                                        "answer", labels=["router"])
+        control = GaugeMetricFamily("xtc_policer_router_control_on", "1 while XTC is on for the router's VRs "
+                                    "(activation policy or control_mode)", labels=["router"])
+        demand = GaugeMetricFamily("xtc_policer_router_demand_pps", "Router's aggregate demand at the last cycle, "
+                                   "packets/s", labels=["router"])
+        for r in routers:
+            unreachable.add_metric([r["name"]], float(r["status"] == "unreachable"))
+            control.add_metric([r["name"]], float(bool(r["control_on"])))
+            if r["demand_pps"] is not None:
+                demand.add_metric([r["name"]], float(r["demand_pps"]))
+        yield from (by_status, unreachable, control, demand)
+        level = GaugeMetricFamily("xtc_policer_vr_punishment_level", "Punishment level of a punished VR (1, 2: "
+                                  "setpoint reduced; 3: paused and flagged)", labels=["router", "vr"])
+        # Only the punished VRs (a handful), not the fleet's tens of thousands.
+        for v in self.store._read("SELECT router, name, punish_level FROM vrs WHERE punish_level > 0"):
+            level.add_metric([v["router"], v["name"]], float(v["punish_level"]))
+        yield level
+        pun = CounterMetricFamily("xtc_policer_punishments", "Punishment steps taken (audit log), by level reached",
+                                  labels=["level"])
+        for lv, n in sorted(self._count_punishments().items()):
+            pun.add_metric([lv], n)
+        yield pun
+        e = self.engine
+        leads = e is not None and e.error is None and (e.is_leader is None or bool(e.is_leader()))
+        yield GaugeMetricFamily("xtc_policer_leader", "1 while this process runs the policy engine", value=float(leads))
+        yield CounterMetricFamily("xtc_policer_engine_cycles", "Policy cycles run by this process",
+                                  value=e.cycles if e is not None else 0)
+        yield CounterMetricFamily("xtc_policer_bad_replies", "Daemon replies dropped as invalid",
+                                  value=sum(e.bad_replies.values()) if e is not None else 0)
+        cyc = GaugeMetricFamily("xtc_policer_cycle_seconds", "Policy cycle time over the recent cycles, seconds",
+                                labels=["quantile"])
+        xs = sorted(e.cycle_s) if e is not None else []
+        if xs:
+            for q in (0.5, 0.99, 1.0):
+                cyc.add_metric([str(q)], xs[min(len(xs) - 1, int(q * len(xs)))])
+        yield cyc
+
+
 def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     """The application.  ``engine`` (optional) is started and stopped with the app's lifespan."""
 
@@ -529,6 +606,14 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
                 "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PolicerCollector(store, engine))
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(_a: Reader) -> Response:
+        """Prometheus text format (see :class:`PolicerCollector`)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     Limit = Annotated[QueryInt, Query(ge=1, le=MAX_PAGE, description=f"page size: at most this many items (1..{MAX_PAGE})")]
     Offset = Annotated[QueryInt, Query(ge=0, le=2**62, description="page start: items skipped, in the list's order")]
