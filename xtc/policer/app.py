@@ -531,6 +531,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     app = FastAPI(
         title="XTC policer",
+        # The policer exports its own Prometheus metrics (/metrics); FastAPI's OpenTelemetry hooks would
+        # only cost a check of the tracer providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         version="1",
         description=API_DESCRIPTION,
         lifespan=lifespan,
