@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -158,3 +159,67 @@ def test_lists_page_and_filter(db_url: str) -> None:
     for bad in ({"limit": 0}, {"limit": 5001}, {"offset": -1}, {"limit": "1e3"}, {"status": "dead"}):
         assert c.get("/routers", params=bad).status_code == 422, bad
     store.close()
+
+
+class _Engine:
+    """What /health reads of an engine (no thread, no daemons)."""
+
+    def __init__(self, is_leader: object = None):
+        self.is_leader, self.error, self.cycles, self.bad_replies, self.cycle_s = is_leader, None, 3, {}, []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def test_health_says_whether_this_process_leads(tmp_path: Path) -> None:
+    cfg = PolicerConfig(tokens=frozenset({TOKEN}))
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    # SQLite: the one process always leads, without an epoch.
+    h = TestClient(create_app(cfg, store, _Engine())).get("/health").json()
+    assert h["engine_running"] is True and h["leader"] is True and "leader_epoch" not in h, h
+    # A standby (the lock is held elsewhere): the engine thread runs, this process does not lead.
+    leads = [False]
+    h = TestClient(create_app(cfg, store, _Engine(lambda: leads[0]))).get("/health").json()
+    assert h["engine_running"] is True and h["leader"] is False and "leader_epoch" not in h, h
+    # Once it leads: the epoch its store writes under.
+    leads[0], store.fence_epoch = True, 7
+    h = TestClient(create_app(cfg, store, _Engine(lambda: leads[0]))).get("/health").json()
+    assert h["leader"] is True and h["leader_epoch"] == 7, h
+    # No engine at all (the API alone): nothing runs, nothing leads.
+    h = TestClient(create_app(cfg, store)).get("/health").json()
+    assert h["engine_running"] is False and h["leader"] is False, h
+    store.close()
+
+
+def test_metrics_count_routers_and_punishments(db_url: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape(c: TestClient, **kw: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        r = c.get("/metrics", **kw)
+        assert r.status_code == 200, r.text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(r.text) for s in f.samples}
+
+    c, store = client(db_url)
+    store.add_router("r1", "tcp://127.0.0.1:7701", 1e5, "auto", None, "test")
+    store.add_router("r2", "tcp://127.0.0.1:7702", 1e5, "auto", None, "test")
+    store.set_router_status("r2", "unreachable", "timeout", False)
+    store.audit("punish", "policer", "r1", "v1", {"level": 1})
+    m = scrape(c)
+    assert m[("xtc_policer_router_unreachable", (("router", "r2"),))] == 1.0
+    assert m[("xtc_policer_router_unreachable", (("router", "r1"),))] == 0.0
+    assert m[("xtc_policer_routers", (("status", "unreachable"),))] == 1.0
+    assert m[("xtc_policer_punishments_total", (("level", "1"),))] == 1.0
+    # The counter reads the audit log on from where it stopped: a second scrape counts nothing twice.
+    store.audit("punish", "policer", "r1", "v1", {"level": 2})
+    m = scrape(c)
+    assert m[("xtc_policer_punishments_total", (("level", "1"),))] == 1.0
+    assert m[("xtc_policer_punishments_total", (("level", "2"),))] == 1.0
+    assert m[("xtc_policer_leader", ())] == 0.0  # no engine here
+    # Router names are read data: protected like the other reads.
+    c2, _ = client(db_url, protect_reads=True)
+    assert c2.get("/metrics").status_code == 401
+    assert scrape(c2, headers=AUTH)[("xtc_policer_routers", (("status", "unknown"),))] == 1.0

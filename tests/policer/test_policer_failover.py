@@ -46,8 +46,11 @@ def test_standby_takes_over_when_the_leader_is_killed(make_daemon: Any, make_pol
     def held() -> bool:
         return all(v["state"] == "active" and v["setpoint_pps"] == SETPOINTS[n] for n, v in d.vrs().items())
     wait_for(held, 15, "the daemon holding the manual setpoints")
-    assert p2.get("/health")["engine_cycles"] == 0, "the standby must not run the engine"
-    assert p1.get("/health")["engine_cycles"] > 0
+    h1, h2 = p1.get("/health"), p2.get("/health")
+    assert h2["engine_cycles"] == 0, "the standby must not run the engine"
+    assert h1["engine_cycles"] > 0
+    assert h2["leader"] is False and "leader_epoch" not in h2, h2
+    assert h1["leader"] is True and h1["leader_epoch"] == _leaders(p1)[0]["epoch"], h1
     last_id = p2.get("/actions", params={"limit": 1000})[-1]["id"]
 
     t0 = time.monotonic()
@@ -71,4 +74,5 @@ def test_standby_takes_over_when_the_leader_is_killed(make_daemon: Any, make_pol
     since = max(a["id"] for a in every if a["kind"] == "manual_setpoint")
     assert all(a["detail"]["setpoint_pps"] == SETPOINTS[a["vr"]] for a in every
                if a["id"] > since and a["kind"] in ("setpoint", "activate") and a["router"] == "ra")
-    assert p2.get("/health")["status"] == "ok"
+    h2 = p2.get("/health")
+    assert h2["status"] == "ok" and h2["leader"] is True and h2["leader_epoch"] == leaders[1]["epoch"], h2

@@ -13,12 +13,14 @@ no NaN or Infinity, no number that overflows.
 
 import hmac
 import json
+import threading
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, AsyncIterator, Literal
+from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -249,7 +251,15 @@ class Health(BaseModel):
     """With ``protect_reads``, a caller without a valid token gets ``status`` only."""
 
     status: Literal["ok", "failed"]
-    engine_running: bool | None = None
+    engine_running: bool | None = Field(
+        None, description="the engine's thread is alive and has not failed; on a standby it runs but skips its "
+        "cycles (see leader)")
+    leader: bool | None = Field(
+        None, description="this process runs the policy engine's cycles: on PostgreSQL it holds the leader lock "
+        "(the other replicas are standbys that serve the API); on SQLite the one process always leads")
+    leader_epoch: int | None = Field(
+        None, description="the leadership epoch this process leads under (PostgreSQL; each hand-over adds 1, "
+        "as in the audit log's leader_changed action); absent on a standby and on SQLite")
     engine_cycles: int | None = None
     routers: int | None = None
     unreachable: list[str] | None = None
@@ -387,6 +397,125 @@ def _problems(e: RequestValidationError) -> list[dict[str, Any]]:
     return out
 
 
+#: Where the API pages' scripts, styles and icon are served from (files of the ``fastapi-offline`` package).
+DOCS_ASSETS_PATH = "/docs-assets"
+
+#: The API pages' Content-Security-Policy: everything from this server (inline scripts and styles, as
+#: Swagger UI's page and ReDoc's styles need; ReDoc's search worker from a blob).
+DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'")
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """Serve ``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) with every asset from this server, none from a CDN.
+
+    The assets are the static files of the ``fastapi-offline`` package (Swagger UI, Apache-2.0; ReDoc,
+    MIT), a dependency of the policer extra; only its files are used.  ReDoc's Google fonts are left out.
+    """
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+
+    def local_only(page: HTMLResponse) -> HTMLResponse:
+        # The browser fetches nothing from elsewhere, even what the assets themselves would (ReDoc's logo
+        # from cdn.redoc.ly: the image is then hidden).
+        page.headers["Content-Security-Policy"] = DOCS_CSP
+        return page
+
+    static = files("fastapi_offline") / "static"
+    app.mount(DOCS_ASSETS_PATH, StaticFiles(directory=str(static)), name="docs-assets")
+    a = DOCS_ASSETS_PATH
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> HTMLResponse:
+        return local_only(get_swagger_ui_html(openapi_url="/openapi.json", title="XTC policer - Swagger UI",
+                                   swagger_js_url=f"{a}/swagger-ui-bundle.js", swagger_css_url=f"{a}/swagger-ui.css",
+                                   swagger_favicon_url=f"{a}/favicon.png"))
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return local_only(get_redoc_html(openapi_url="/openapi.json", title="XTC policer - ReDoc",
+                              redoc_js_url=f"{a}/redoc.standalone.js", redoc_favicon_url=f"{a}/favicon.png",
+                              with_google_fonts=False))
+
+
+class PolicerCollector:
+    """The policer's Prometheus metrics, read from the store and the engine at each scrape.
+
+    Gauges: ``xtc_policer_routers{status}``, per router ``xtc_policer_router_unreachable``,
+    ``xtc_policer_router_control_on`` (XTC on for its VRs) and ``xtc_policer_router_demand_pps``;
+    ``xtc_policer_vr_punishment_level{router,vr}`` (punished VRs only); ``xtc_policer_leader``;
+    ``xtc_policer_cycle_seconds{quantile}`` (recent policy cycles).  Counters:
+    ``xtc_policer_punishments_total{level}`` (from the audit log), ``xtc_policer_engine_cycles_total``,
+    ``xtc_policer_bad_replies_total``.
+    """
+
+    def __init__(self, store: Store, engine: Any):
+        self.store, self.engine = store, engine
+        self._lock = threading.Lock()
+        self._punish_after_id = 0
+        self._punishments: dict[str, int] = {"1": 0, "2": 0, "3": 0}
+
+    def _count_punishments(self) -> dict[str, int]:
+        with self._lock:  # the audit log is read on from where the last scrape stopped
+            while True:
+                page = self.store.list_actions(kind="punish", after_id=self._punish_after_id, limit=1000)
+                for a in page:
+                    level = str(a["detail"].get("level"))
+                    self._punishments[level] = self._punishments.get(level, 0) + 1
+                    self._punish_after_id = a["id"]
+                if len(page) < 1000:
+                    return dict(self._punishments)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        routers = self.store.list_routers(include_removed=False)
+        by_status = GaugeMetricFamily("xtc_policer_routers", "Routers by status (removed ones left out)",
+                                      labels=["status"])
+        for st in ("unknown", "reachable", "unreachable"):
+            by_status.add_metric([st], sum(r["status"] == st for r in routers))
+        unreachable = GaugeMetricFamily("xtc_policer_router_unreachable", "1 while the router's daemon does not "
+                                        "answer", labels=["router"])
+        control = GaugeMetricFamily("xtc_policer_router_control_on", "1 while XTC is on for the router's VRs "
+                                    "(activation policy or control_mode)", labels=["router"])
+        demand = GaugeMetricFamily("xtc_policer_router_demand_pps", "Router's aggregate demand at the last cycle, "
+                                   "packets/s", labels=["router"])
+        for r in routers:
+            unreachable.add_metric([r["name"]], float(r["status"] == "unreachable"))
+            control.add_metric([r["name"]], float(bool(r["control_on"])))
+            if r["demand_pps"] is not None:
+                demand.add_metric([r["name"]], float(r["demand_pps"]))
+        yield from (by_status, unreachable, control, demand)
+        level = GaugeMetricFamily("xtc_policer_vr_punishment_level", "Punishment level of a punished VR (1, 2: "
+                                  "setpoint reduced; 3: paused and flagged)", labels=["router", "vr"])
+        # Only the punished VRs (a handful), not the fleet's tens of thousands.
+        for v in self.store._read("SELECT router, name, punish_level FROM vrs WHERE punish_level > 0"):
+            level.add_metric([v["router"], v["name"]], float(v["punish_level"]))
+        yield level
+        pun = CounterMetricFamily("xtc_policer_punishments", "Punishment steps taken (audit log), by level reached",
+                                  labels=["level"])
+        for lv, n in sorted(self._count_punishments().items()):
+            pun.add_metric([lv], n)
+        yield pun
+        e = self.engine
+        leads = e is not None and e.error is None and (e.is_leader is None or bool(e.is_leader()))
+        yield GaugeMetricFamily("xtc_policer_leader", "1 while this process runs the policy engine", value=float(leads))
+        yield CounterMetricFamily("xtc_policer_engine_cycles", "Policy cycles run by this process",
+                                  value=e.cycles if e is not None else 0)
+        yield CounterMetricFamily("xtc_policer_bad_replies", "Daemon replies dropped as invalid",
+                                  value=sum(e.bad_replies.values()) if e is not None else 0)
+        cyc = GaugeMetricFamily("xtc_policer_cycle_seconds", "Policy cycle time over the recent cycles, seconds",
+                                labels=["quantile"])
+        xs = sorted(e.cycle_s) if e is not None else []
+        if xs:
+            for q in (0.5, 0.99, 1.0):
+                cyc.add_metric([str(q)], xs[min(len(xs) - 1, int(q * len(xs)))])
+        yield cyc
+
+
 def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     """The application.  ``engine`` (optional) is started and stopped with the app's lifespan."""
 
@@ -402,9 +531,14 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     app = FastAPI(
         title="XTC policer",
+        # The policer exports its own Prometheus metrics (/metrics); FastAPI's OpenTelemetry hooks would
+        # only cost a check of the tracer providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         version="1",
         description=API_DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served below from local assets, not from a CDN
+        redoc_url=None,
         responses={400: {"model": Error, "description": "the body is not valid JSON"}},
     )
     app.router.route_class = _StrictJsonRoute
@@ -453,10 +587,12 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     async def _cf(_r: Request, e: Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=409)
 
+    _offline_docs(app)
+
     # ------------------------------------------------------------------------------ health
     @app.get("/health", response_model=Health, response_model_exclude_none=True, tags=["service"],
-             summary="Is the service and its engine running? (only 'status' without a token when reads are protected)")
-    async def health(request: Request) -> dict[str, Any]:
+             summary="Is the service and its engine running, does this process lead? (only 'status' without a token when reads are protected)")
+    def health(request: Request) -> dict[str, Any]:
         status = "failed" if engine is not None and engine.error is not None else "ok"
         if cfg.protect_reads:
             scheme, _, tok = request.headers.get("authorization", "").partition(" ")
@@ -466,10 +602,21 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 return {"status": status}
         routers = store.list_routers(include_removed=False)  # counted; only the unreachable ones are named
         running = engine is not None and engine.error is None
-        return {"status": status, "engine_running": running, "engine_cycles": engine.cycles if engine is not None else 0,
+        leads = running and (engine.is_leader is None or bool(engine.is_leader()))
+        return {"status": status, "engine_running": running, "leader": leads,
+                "leader_epoch": store.fence_epoch if leads else None,
+                "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
                 "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PolicerCollector(store, engine))
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(_a: Reader) -> Response:
+        """Prometheus text format (see :class:`PolicerCollector`)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     Limit = Annotated[QueryInt, Query(ge=1, le=MAX_PAGE, description=f"page size: at most this many items (1..{MAX_PAGE})")]
     Offset = Annotated[QueryInt, Query(ge=0, le=2**62, description="page start: items skipped, in the list's order")]
@@ -478,24 +625,24 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ----------------------------------------------------------------------------- routers
     @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd,
              summary="Routers by name, one page (limit, offset), optionally of one status")
-    async def list_routers(_a: Reader,
+    def list_routers(_a: Reader,
                            status: Annotated[Literal["unknown", "reachable", "unreachable", "removed"] | None, Query()] = None,
                            limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return [_router_out(r) for r in store.list_routers(status=status, limit=limit, offset=offset)]
 
     @app.post("/routers", response_model=Router, status_code=201, tags=["routers"],
               responses={**_E401, **_E409}, summary="Register a router (a host and its daemon)")
-    async def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
+    def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
         return _router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
                                             body.curve_server_key, actor))
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
-    async def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
+    def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
         return _router_out(store.get_router(router))
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
                summary="Change a router's endpoint, capacity, control mode or CURVE key")
-    async def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
+    def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
         changes = body.model_dump(exclude_unset=True)
         for k in ("endpoint", "capacity_pps", "control_mode"):
             if k in changes and changes[k] is None:
@@ -504,40 +651,40 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404},
                 summary="Mark a router removed (kept, with its history; no longer polled)")
-    async def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
+    def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
         return _router_out(store.remove_router(router, actor))
 
     # --------------------------------------------------------------------------------- vrs
     @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
              summary="VRs as the daemons report them, by router and name, one page (limit, offset), filtered")
-    async def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        state: Annotated[Literal["inactive", "active", "paused"] | None, Query()] = None,
                        flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return store.list_vrs(router, network, state, flagged, limit, offset)
 
     @app.get("/vrs/{router}/{vr}", response_model=Vr, tags=["vrs"], responses={**rd, **_E404})
-    async def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
+    def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
         return store.get_vr(router, vr)
 
     @app.put("/vrs/{router}/{vr}/network", response_model=Vr, tags=["vrs"], responses={**_E401, **_E404},
              summary="Put a VR in a virtual network (or in none)")
-    async def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> dict[str, Any]:
+    def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> dict[str, Any]:
         return store.set_vr_network(router, vr, body.network, actor)
 
     @app.put("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**_E401, **_E404},
              summary="Set a manual setpoint (overrides the allocation policy for this VR)")
-    async def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> dict[str, Any]:
+    def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> dict[str, Any]:
         return store.set_manual_setpoint(router, vr, body.setpoint_pps, actor)
 
     @app.delete("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**_E401, **_E404},
                 summary="Drop a manual setpoint (the allocation policy decides again)")
-    async def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
+    def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
         return store.set_manual_setpoint(router, vr, None, actor)
 
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
              summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
-    async def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return store.list_setpoints(router, network, flagged, limit, offset)
@@ -545,52 +692,52 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ---------------------------------------------------------------------------- networks
     @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd,
              summary="Networks by name, one page (limit, offset)")
-    async def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
+    def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> list[dict[str, Any]]:
         return store.list_networks(limit, offset)
 
     @app.post("/networks", response_model=Network, status_code=201, tags=["networks"], responses={**_E401, **_E409})
-    async def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:
+    def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:
         return store.add_network(body.name, body.description, actor)
 
     @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **_E404})
-    async def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
+    def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
         return store.get_network(network)
 
     @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**_E401, **_E404, **_E409},
                 summary="Delete a network that no VR belongs to")
-    async def remove_network(network: NetworkPath, actor: Writer) -> None:
+    def remove_network(network: NetworkPath, actor: Writer) -> None:
         store.remove_network(network, actor)
 
     @app.put("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**_E401, **_E404},
              summary="Set the network's SLA: guaranteed minimum, maximum (packets/s per VR) and weight")
-    async def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> dict[str, Any]:
+    def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> dict[str, Any]:
         return store.set_sla(network, body.model_dump(), actor)
 
     @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**_E401, **_E404})
-    async def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
+    def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
         return store.set_sla(network, None, actor)
 
     # ---------------------------------------------------------------------------- policies
     @app.get("/policies", response_model=Policies, tags=["policies"], responses=rd)
-    async def get_policies(_a: Reader) -> dict[str, Any]:
+    def get_policies(_a: Reader) -> dict[str, Any]:
         return store.policies()
 
     @app.put("/policies/activation", response_model=ActivationPolicy, tags=["policies"], responses=_E401)
-    async def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
+    def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
         return store.set_policy("activation", body.model_dump(), actor)
 
     @app.put("/policies/allocation", response_model=AllocationPolicy, tags=["policies"], responses=_E401)
-    async def put_allocation(body: AllocationPolicy, actor: Writer) -> dict[str, Any]:
+    def put_allocation(body: AllocationPolicy, actor: Writer) -> dict[str, Any]:
         return store.set_policy("allocation", body.model_dump(), actor)
 
     @app.put("/policies/misbehaviour", response_model=MisbehaviourPolicy, tags=["policies"], responses=_E401)
-    async def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> dict[str, Any]:
+    def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> dict[str, Any]:
         return store.set_policy("misbehaviour", body.model_dump(), actor)
 
     # ----------------------------------------------------------------------------- actions
     @app.get("/actions", response_model=list[Action], tags=["actions"], responses=rd,
              summary="The audit log, oldest first (page with after_id)")
-    async def list_actions(
+    def list_actions(
         _a: Reader,
         router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
         vr: Annotated[str | None, Query(pattern=VR_PATTERN)] = None,
