@@ -290,7 +290,11 @@ class Fleet:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a fleet as a process: write its routers to ``--out`` (JSON), serve until SIGTERM, print statistics."""
+    """Run a fleet as a process: write its routers to ``--out`` (JSON), serve until SIGTERM, print statistics.
+
+    On SIGUSR1 it prints ``{"window": statistics}`` for the time since the previous SIGUSR1 (or the
+    start) and starts a new window.
+    """
     p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_fleet", description=main.__doc__)
     p.add_argument("--routers", type=int, default=1000)
     p.add_argument("--vrs", type=int, default=16)
@@ -307,12 +311,17 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)
-    stop = threading.Event()
+    stop, mark = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: mark.set())
     since = time.monotonic() + args.warmup_s
-    while not stop.wait(0.2):
-        pass
+    while not stop.wait(0.05):
+        if mark.is_set():  # SIGUSR1: print the statistics since the last mark, start a new window
+            mark.clear()
+            now = time.monotonic()
+            print(json.dumps({"window": fleet.stats(since)}), flush=True)
+            since = now
     stats = fleet.stats(since)
     fleet.stop()
     print(json.dumps(stats), flush=True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,15 +40,30 @@ def test_fake_daemon_answers_the_manager_api() -> None:
 
 
 def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
+    # The fleet runs in a process of its own, as the routers are other machines: the policer's
+    # threads do not share an interpreter with 300 stand-in daemons.
     period_s = 1.0
-    fleet = Fleet(300, vrs_per_router=16, dead_fraction=0.1, directory=tmp_path).start()
+    routers_file = tmp_path / "fleet.json"
+    fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", "300", "--vrs", "16",
+                              "--dead", "0.1", "--out", str(routers_file)], stdout=subprocess.PIPE, text=True)
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
     links = LinkPool(0.8 * period_s)
     eng = Engine(store, links, period_s=period_s)
+
+    def window() -> dict:
+        fleet.send_signal(signal.SIGUSR1)
+        assert fleet.stdout is not None
+        return json.loads(fleet.stdout.readline())["window"]
+
     try:
-        for r in fleet.routers():
+        deadline = time.monotonic() + 120
+        while not routers_file.exists():
+            assert fleet.poll() is None and time.monotonic() < deadline, "the fleet did not start"
+            time.sleep(0.1)
+        routers = json.loads(routers_file.read_text())
+        for r in routers:
             store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test")
-        dead = {r["name"] for r in fleet.routers() if r["mode"] == "dead"}
+        dead = {r["name"] for r in routers if r["mode"] == "dead"}
         assert len(dead) == 30
         t0 = time.monotonic()
         eng.start()
@@ -55,23 +74,23 @@ def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
                     marked_at.setdefault(r["name"], time.monotonic() - t0)
             time.sleep(0.05)
         assert set(marked_at) == dead, f"{len(dead - set(marked_at))} dead routers not marked within 2 periods"
-        # Steady state over 5 periods.  The fleet shares this process (and a busy machine's cores)
-        # with the policer, so a stall of the host can stretch one window: the same measurement is
-        # repeated, up to 3 windows, and one window must meet the bound (all are printed).
-        windows = []
+        # Steady state over 5 periods.  A stall of a busy host can stretch one window: the same
+        # measurement is repeated, up to 3 windows, and one window must meet the bounds (all printed).
+        first = window()["ok"]["commands"]  # everything up to now: the activations
+        gaps = []
         for _ in range(3):
-            warm = time.monotonic()
             time.sleep(5 * period_s)
-            stats = fleet.stats(since_s=warm)
-            windows.append(stats["ok"]["max_gap_s"])
+            stats = window()
+            gaps.append(stats["ok"]["max_gap_s"])
             print(stats, f"dead marked within {max(marked_at.values()):.2f} s")
-            if stats["ok"]["never_polled"] == 0 and stats["ok"]["max_gap_s"] <= 1.5 * period_s:
+            ok = stats["ok"]
+            if ok["never_polled"] == 0 and ok["max_gap_s"] <= 1.5 * period_s and ok["lists"] >= 270 * 4:
                 break
-        ok = stats["ok"]
         assert ok["never_polled"] == 0
-        assert ok["max_gap_s"] <= 1.5 * period_s, f"every healthy router polled every period (windows: {windows})"
+        assert ok["max_gap_s"] <= 1.5 * period_s, f"every healthy router polled every period (windows: {gaps})"
         assert ok["lists"] >= 270 * 4
-        assert ok["commands"].get("activate", 0) + ok["commands"].get("setpoint", 0) > 0, "setpoints pushed"
+        pushed = sum(c.get("activate", 0) + c.get("setpoint", 0) for c in (first, ok["commands"]))
+        assert pushed >= 270 * 16, "setpoints pushed to every VR of the healthy routers"
         assert links.socket_errors == 0 and eng.error is None
         statuses = {r["name"]: r["status"] for r in store.list_routers()}
         assert all(statuses[n] == "reachable" for n in statuses if n not in dead)
@@ -81,4 +100,8 @@ def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
     finally:
         eng.stop()
         store.close()
-        fleet.stop()
+        fleet.terminate()
+        try:
+            fleet.wait(30)
+        except subprocess.TimeoutExpired:
+            fleet.kill()
