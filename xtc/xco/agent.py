@@ -18,7 +18,10 @@ a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco
   every observation for ``giveup_after_us`` is given up (for the current destination, that hands
   the rest of the slice to others).
 - **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
-  host (0 = stop); each large flow towards it gets an equal share.
+  host (0 = stop); each large flow towards it gets an equal share.  Rates are forgotten when
+  failing open; the controller answers every backlog report with all of this host's rates, so the
+  re-report after a fail-open brings them back, and an ack that holds a reported destination for
+  which no rate is in force or pending (a rate directive lost) has it reported again.
 - **Heartbeats and acks**: the controller answers every heartbeat with an ack carrying this
   host's backlog as it holds it.  While this host waits for the controller (a reported backlog or
   a destination in force) it sends a heartbeat every slice (else every ``heartbeat_interval_us``);
@@ -439,7 +442,13 @@ class AgentCore:
             if self.welcomed and not restarted:
                 held = set(m.backlog)
                 older = self._changed_seq.get
-                lost = tuple(sorted(d for d in self.reported - held if older(d, 0) < m.seq))
+                again = {d for d in self.reported - held if older(d, 0) < m.seq}
+                if self.mode == "rate":
+                    # Held there but no rate here, none coming: the rate directive was lost.
+                    coming = {d for q in self._pending if q.rates for d, r in q.rates if r > 0}
+                    again.update(d for d in self.reported & held
+                                if d not in self.rates and d not in coming and older(d, 0) < m.seq)
+                lost = tuple(sorted(again))
                 if lost:
                     out.sends.append(self._backlog(now_us, lost))
                 for d in sorted(held - self.reported):
