@@ -81,6 +81,7 @@ __all__ = [
     "cleanup",
     "decode_class_counters",
     "decode_class_dump",
+    "default_open_burst_bytes",
     "drain_frame",
     "encode_tc",
 ]
@@ -527,6 +528,12 @@ def drain_frame(flow: Flow, src_mac: bytes, frame_bytes: int) -> bytes:
     return _WAKE_DST + src_mac + struct.pack("!H", ETH_P_IPV6) + head + bytes(n)
 
 
+def default_open_burst_bytes(link_bps: int, mtu: int = 1500) -> int:
+    """The default burst of ``OPEN``, bytes: 1 ms at ``link_bps`` (bits/s), at least two frames
+    of ``mtu`` (2 x (MTU + 18))."""
+    return max(2 * (mtu + 18), link_bps // 8 // 1000)
+
+
 class TcGate:
     """Per-flow gating on one uplink with HTB + TBF + u32 (see the module's docstring).
 
@@ -547,7 +554,10 @@ class TcGate:
         device's MTU + 18 (Ethernet header and a VLAN tag).  This is also what a flow lets out
         at the moment it closes (the TBF change refills the bucket).
     open_burst_bytes : int, optional
-        The burst of ``OPEN`` in bytes; default 1 ms at the link rate, at least 64 KiB.
+        The burst of ``OPEN`` in bytes: what an opening flow may send at once on top of the link
+        rate (it lands in the next switch's queue on top of what the previous sender left there);
+        default 1 ms at the link rate, at least two frames (2 x (MTU + 18)).  At least
+        ``closed_burst_bytes`` (TBF drops a packet bigger than its burst).
     queue_limit_bytes : int
         How many bytes a flow's leaf holds while closed before it drops.
     default_limit_packets : int
@@ -584,7 +594,6 @@ class TcGate:
         if closed_burst_bytes is not None and closed_burst_bytes < 64:
             raise GateError(f"{where}: closed_burst_bytes {closed_burst_bytes} < 64")
         self.link_bps = int(link_bps)
-        self.open_burst_bytes = int(open_burst_bytes or max(64 * 1024, self.link_bps // 8 // 1000))
         self.queue_limit_bytes = int(queue_limit_bytes)
         self.default_limit_packets = int(default_limit_packets)
 
@@ -608,6 +617,7 @@ class TcGate:
             raise GateError(f"{where}: cannot open sockets: {e.strerror or e}") from None
         # TBF drops a packet bigger than its burst: one whole frame (MTU + Ethernet + VLAN tag).
         self.closed_burst_bytes = int(closed_burst_bytes or self.mtu + 18)
+        self.open_burst_bytes = int(open_burst_bytes or default_open_burst_bytes(self.link_bps, self.mtu))
         # TBF's buffer is burst/rate in ticks (1/64 us here: /proc/net/psched) as a u32.
         min_closed_Bps = math.ceil(self.closed_burst_bytes * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
         self.closed_rate_bps = max(int(closed_rate_bps), 8 * min_closed_Bps)
@@ -622,6 +632,10 @@ class TcGate:
         self._original: _TcObject | None = None
         self._installed = False
         self._closed = False
+        if self.open_burst_bytes < self.closed_burst_bytes:
+            self.close()
+            raise GateError(f"{where}: open_burst_bytes {self.open_burst_bytes} < one frame "
+                            f"({self.closed_burst_bytes} bytes: TBF would drop bigger packets)")
 
     # ------------------------------------------------------------------ helpers
 

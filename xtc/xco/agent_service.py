@@ -348,7 +348,7 @@ def run_agent(config_path: str | Path) -> int:
         _, link_bps = check_against_topology(cfg, load_topology(cfg.topology), str(config_path))
         from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
-        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns)
+        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes)
         svc = AgentService(cfg, gate)
     except (TopologyError, AgentConfigError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
