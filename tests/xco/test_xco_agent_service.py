@@ -268,3 +268,22 @@ def test_sigterm_sends_leave_and_restores_the_gate(tmp_path):
         assert stopped and stopped[0]["signal"] == signal.SIGTERM and stopped[0]["restored"] is True
     finally:
         ctl.kill()
+
+
+def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(tmp_path):
+    (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    now = [1_700_000_000_000_100]
+    for poll_us, slice_us, want in [(500, 2_000, [1_700, 3_700, 5_700]), (5_000, 2_000, [3_700, 9_700]),  # every 6 ms of the wall clock
+                                    (500, 10_000, [9_700, 19_700])]:
+        cfg = loads_agent_config(_agent_text("s1", 7800, poll_us=poll_us), base_dir=tmp_path)
+        svc = AgentService(cfg, MemoryGate(), clock_us=lambda: now[0])
+        t0 = now[0] - 100
+        assert svc.next_poll_us(now[0]) == now[0] + poll_us  # not welcomed: every poll_us
+        svc.core.welcomed, svc.core.slice_us = True, slice_us
+        t, got = now[0], []
+        for _ in want:
+            t = svc.next_poll_us(t)
+            got.append(t - t0)
+        assert got == want, (poll_us, slice_us, got)
+        # a read just before its time does not read again at once
+        assert svc.next_poll_us(t0 + want[0] - 1) - t0 == want[1]

@@ -67,9 +67,11 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+import numpy as np
 
 from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
 
@@ -77,7 +79,9 @@ __all__ = [
     "DEFAULT_CLASS",
     "ROOT_HANDLE",
     "WAKE_ETHERTYPE",
+    "CounterTable",
     "TcGate",
+    "class_counter_words",
     "cleanup",
     "decode_class_counters",
     "decode_class_dump",
@@ -119,6 +123,7 @@ _NLMSGHDR = struct.Struct("=IHHII")
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
 _NLATTR = struct.Struct("=HH")
 _SEQ = struct.Struct("=I")
+_LEN_TYPE = struct.Struct("=IH")
 _ERR = struct.Struct("=i")
 
 _COMMANDS = {
@@ -325,6 +330,95 @@ def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tupl
     return out
 
 
+def class_counter_words(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[int, int, int]]:
+    """Where the counters of each class of qdisc ``qdisc`` lie in an RTM_GETTCLASS dump, in 32-bit
+    words from the start: ``{class handle: (handle word, sent-bytes word (u64, two words),
+    qlen word (backlog bytes follow))}``; -1 for a counter the class has not.
+
+    The kernel lays a device's class dump out the same way each time while its classes and their
+    attributes stay (the counters change, not their places), so :class:`CounterTable` decodes
+    the next dumps by these offsets alone.
+    """
+    out = {}
+    off, end = 0, len(buf)
+    head = _CLASS_HEAD.unpack_from
+    while off + 36 <= end:
+        mlen, mtype, handle, _parent = head(buf, off)
+        if mlen < 16 or off + mlen > end:
+            raise GateError(f"netlink: malformed dump message of {mlen} bytes")
+        if mtype == RTM_NEWTCLASS and handle & 0xFFFF0000 == qdisc:
+            sb = ql = -1
+            a, mend = off + 36, off + mlen
+            while a + 4 <= mend:
+                alen, atype = _NLATTR.unpack_from(buf, a)
+                if alen < 4:
+                    break
+                if atype & 0x3FFF == TCA_STATS2:
+                    c, cend = a + 4, a + alen
+                    while c + 4 <= cend:
+                        slen, stype = _NLATTR.unpack_from(buf, c)
+                        if slen < 4:
+                            break
+                        if stype == TCA_STATS_BASIC and slen >= 16:
+                            sb = (c + 4) // 4
+                        elif stype == TCA_STATS_QUEUE and slen >= 12:
+                            ql = (c + 4) // 4
+                        c += (slen + 3) & ~3
+                    break
+                a += (alen + 3) & ~3
+            out[handle] = ((off + 24) // 4, sb, ql)
+        off += (mlen + 3) & ~3
+    return out
+
+
+class CounterTable:
+    """Decodes the sent bytes and queue of given classes from RTM_GETTCLASS dumps by precomputed
+    word offsets (numpy gathers: no per-class Python), re-learning the offsets when a dump's length
+    or a class handle at its offset differs from the last layout.
+
+    Parameters
+    ----------
+    handles : sequence of int
+        The classes wanted, in the order of the arrays returned.
+    qdisc : int
+        Their qdisc's handle (``major:0``).
+    """
+
+    def __init__(self, handles: Iterable[int], qdisc: int) -> None:
+        self.handles = np.asarray(list(handles), dtype=np.uint32)
+        self.qdisc = qdisc
+        self.length = -1
+        self.relearned = 0
+
+    def _learn(self, buf: bytes) -> None:
+        words = class_counter_words(buf, self.qdisc)
+        rows = []
+        for h in self.handles.tolist():
+            w = words.get(h)
+            if w is None or w[1] < 0 or w[2] < 0:
+                raise GateError(f"class {h >> 16:x}:{h & 0xFFFF:x} missing from the dump (or without counters)")
+            rows.append(w)
+        idx = np.array(rows, dtype=np.intp).reshape(-1, 3)
+        n = len(idx)
+        self._idx = np.concatenate([idx[:, 0], idx[:, 1], idx[:, 1] + 1, idx[:, 2], idx[:, 2] + 1])
+        self._n = n
+        self.length = len(buf)
+        self.relearned += 1
+
+    def decode(self, buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(sent_bytes, backlog_bytes, backlog_packets)``, int64 arrays in the order of ``handles``."""
+        if len(buf) % 4:
+            buf = buf + bytes(4 - len(buf) % 4)
+        if len(buf) != self.length:
+            self._learn(buf)
+        n = self._n
+        v = np.frombuffer(buf, dtype="<u4")[self._idx].astype(np.int64)  # one gather
+        if (v[:n] != self.handles).any():
+            self._learn(buf)
+            v = np.frombuffer(buf, dtype="<u4")[self._idx].astype(np.int64)
+        return v[n : 2 * n] | (v[2 * n : 3 * n] << 32), v[4 * n :], v[3 * n : 4 * n]
+
+
 # --------------------------------------------------------------------------- namespaces
 
 _T = TypeVar("_T")
@@ -446,23 +540,25 @@ class _Rtnl:
         self.sock.send(_encode_plain(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex))
         chunks: list[bytes] = []
         buf = self._buf
+        head = _LEN_TYPE.unpack_from
+        recv = self.sock.recv_into
         while True:
-            n = self.sock.recv_into(buf)
+            n = recv(buf)
             off = 0
             done = False
-            while off + 16 <= n:
-                mlen, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
+            while off + 16 <= n:  # the agent's hot path: only lengths and types, in a tight loop
+                mlen, mtype = head(buf, off)
                 if mlen < 16:
                     raise GateError("netlink: malformed dump reply")
-                if mseq == seq:
+                if mtype < 16 and _SEQ.unpack_from(buf, off + 8)[0] == seq:  # NLMSG_ERROR, NLMSG_DONE
                     if mtype == NLMSG_ERROR:
                         (err,) = _ERR.unpack_from(buf, off + 16)
                         raise OSError(-err, os.strerror(-err))
                     done = done or mtype == NLMSG_DONE
-                off += _align4(mlen)
+                off += (mlen + 3) & ~3
             chunks.append(bytes(buf[:n]))
             if done:
-                return b"".join(chunks)
+                return b"".join(chunks) if len(chunks) > 1 else chunks[0]
 
     def close(self) -> None:
         self.sock.close()
@@ -627,6 +723,7 @@ class TcGate:
         self.drain_on_close = drain_on_close
         self._drains = max(1, math.ceil((self.closed_burst_bytes - 63) / (self.mtu + 14)))
         self._flows: dict[Flow, _FlowEntry] = {}
+        self._table: tuple[Sequence[Flow], CounterTable] | None = None  # counters(): flows, offsets
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
         self._original: _TcObject | None = None
@@ -791,6 +888,7 @@ class TcGate:
         if not fh:
             raise self._fail("add u32 filter (no echo)", _errno.EPROTO, "", flow)
         self._flows[flow] = _FlowEntry(minor, state, fh)
+        self._table = None
 
     def remove_flow(self, flow: Flow) -> None:
         """Remove the flow's filter and class (its leaf and held packets go with it)."""
@@ -801,6 +899,7 @@ class TcGate:
         self._delete_filter(flow.src.version == 4, entry.filter_handle, flow, strict=True)
         self._delete_class(entry.minor, flow, strict=True)
         del self._flows[flow]
+        self._table = None
         for key in [k for k in self._cache if k[0] == entry.minor]:
             del self._cache[key]
 
@@ -915,6 +1014,25 @@ class TcGate:
                 raise self._fail("stats: class missing", _errno.ENOENT, "", flow)
             out[flow] = FlowStats(*c)
         return out
+
+    def counters(self, flows: Sequence[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sent bytes, backlog bytes and backlog packets of ``flows`` (int64 arrays in that order)
+        from one RTM_GETTCLASS dump, decoded by a :class:`CounterTable` (kept while ``flows`` is
+        the same sequence object and no flow is added or removed)."""
+        self._require_installed()
+        t = self._table
+        if t is None or t[0] is not flows:
+            try:
+                handles = [ROOT_HANDLE | self._flows[f].minor for f in flows]
+            except KeyError as e:
+                raise GateError(f"{self._where}: flow {e.args[0].src}->{e.args[0].dst} unknown") from None
+            t = self._table = (flows, CounterTable(handles, ROOT_HANDLE))
+        try:
+            return t[1].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex))
+        except OSError as e:
+            raise self._fail("dump classes", e.errno or 0, "") from None
+        except GateError as e:
+            raise GateError(f"{self._where}: counters: {e}") from None
 
     def states(self) -> dict[Flow, int]:
         """The state each flow is in, as last set."""

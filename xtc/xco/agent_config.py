@@ -13,7 +13,8 @@ A complete example (every key with its default unless marked required)::
     bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
     small_flow_bytes = 100000        # a flow that has sent no more than this is never held
     giveup_after_us = 2000           # a destination with nothing queued this long is given up
-    poll_us = 500                    # the gate's counters are read this often
+    poll_us = 500                    # counters read this often; once welcomed, rounded up to
+                                     # whole slices, read just before a slot boundary
     register_interval_us = 100000    # register re-sent this often until welcomed
     fail_open_slices = 3             # slices of controller silence before failing open
     clock_window_us = 1000000        # a controller message further than this from now is stale

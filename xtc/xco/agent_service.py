@@ -1,7 +1,8 @@
 """The XCo agent in real time: :class:`~xtc.xco.agent.AgentCore` behind one UDP socket and a gate.
 
 :class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
-(others are dropped and counted, reason ``address``), reads the gate's counters every ``poll_us``
+(others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
+until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
 states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
@@ -135,6 +136,8 @@ class AgentService:
         self.stop = False
         self.stop_signal: int | None = None
         self.gate_errors = 0
+        #: Counter reads so far.
+        self.polls = 0
         #: (arrival_us, start_us, applied_us) of the last directives applied.
         self.directive_log: deque[tuple[int, int, int]] = deque(maxlen=100_000)
         self._installed = False
@@ -215,21 +218,35 @@ class AgentService:
         self.core.notes.clear()
 
     def _poll(self) -> None:
+        core = self.core
         try:
-            stats = self.gate.stats()
+            sent, backlog_bytes, backlog_packets = self.gate.counters(core.flows)
         except GateError as e:
             from xtc.daemon.logs import event
 
             self.gate_errors += 1
-            event(log, logging.ERROR, "gate_error", op="stats", error=str(e))
+            event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
             return
-        self._apply(self.core.observe(self.clock_us(), stats))
+        self.polls += 1
+        self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets))
+
+    def next_poll_us(self, now_us: int) -> int:
+        """When to read the counters next: every ``poll_us`` until welcomed; then every
+        ``poll_us`` rounded up to whole slices (at least one), ``min(slice / 4, 300 us)`` before
+        a slot boundary (slots start at wall-clock multiples of the slice), so that a backlog is
+        reported in time for the controller's next slot and the read is at most one per slice."""
+        poll_us, sl = self.cfg.poll_us, self.core.slice_us
+        if not self.core.welcomed or sl <= 0:
+            return now_us + poll_us
+        period = -(-poll_us // sl) * sl
+        margin = min(sl // 4, 300)
+        t = ((now_us + margin) // period + 1) * period - margin
+        return t if t - now_us >= period // 2 else t + period
 
     def loop(self, until_us: int | None = None) -> None:
         """Receive, poll, decide, gate; until stopped (or ``until_us``)."""
         assert self.sock is not None
         sock = self.sock
-        poll_us = self.cfg.poll_us
         sel = selectors.SelectSelector()  # one socket; select() sleeps to the microsecond, epoll to the ms
         sel.register(sock, selectors.EVENT_READ)
         next_poll = self.clock_us()
@@ -253,7 +270,7 @@ class AgentService:
                     return
                 if now >= next_poll:
                     self._poll()
-                    next_poll = max(next_poll + poll_us, now + poll_us // 2)
+                    next_poll = self.next_poll_us(self.clock_us())
                 self._apply(self.core.tick(self.clock_us()))
                 now = self.clock_us()
                 wake = min(self.core.next_deadline_us(), next_poll)
