@@ -531,13 +531,15 @@ class _Rtnl:
                 off += _align4(mlen)
         return acks, echoed
 
-    def dump(self, msg_type: int, ifindex: int) -> bytes:
-        """One dump of qdiscs or classes (``msg_type`` RTM_GETQDISC/RTM_GETTCLASS) of ``ifindex``.
+    def dump(self, msg_type: int, ifindex: int, parent: int = 0) -> bytes:
+        """One dump of qdiscs or classes (``msg_type`` RTM_GETQDISC/RTM_GETTCLASS) of ``ifindex``;
+        a class dump with ``parent`` (a qdisc handle) holds only that qdisc's classes (the kernel
+        skips the others: for the gate, the TBF leaves' own classes, half the messages).
 
         Returns the reply datagrams concatenated (whole messages; NLMSG_DONE included).
         """
         seq = self.next_seq()
-        self.sock.send(_encode_plain(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex))
+        self.sock.send(_encode_plain(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex, parent=parent))
         chunks: list[bytes] = []
         buf = self._buf
         head = _LEN_TYPE.unpack_from
@@ -1004,7 +1006,7 @@ class TcGate:
         """Every flow's sent bytes/packets and backlog, from one RTM_GETTCLASS dump."""
         self._require_installed()
         try:
-            counters = decode_class_counters(self._nl.dump(RTM_GETTCLASS, self.ifindex), ROOT_HANDLE)
+            counters = decode_class_counters(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE), ROOT_HANDLE)
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
         out = {}
@@ -1028,7 +1030,7 @@ class TcGate:
                 raise GateError(f"{self._where}: flow {e.args[0].src}->{e.args[0].dst} unknown") from None
             t = self._table = (flows, CounterTable(handles, ROOT_HANDLE))
         try:
-            return t[1].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex))
+            return t[1].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
         except GateError as e:

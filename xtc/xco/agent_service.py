@@ -2,7 +2,7 @@
 
 :class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
 (others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
-until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
+until welcomed, then at most once per slice, on a slot boundary: :meth:`AgentService.next_poll_us`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
 states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
@@ -232,15 +232,15 @@ class AgentService:
 
     def next_poll_us(self, now_us: int) -> int:
         """When to read the counters next: every ``poll_us`` until welcomed; then every
-        ``poll_us`` rounded up to whole slices (at least one), ``min(slice / 4, 300 us)`` before
-        a slot boundary (slots start at wall-clock multiples of the slice), so that a backlog is
-        reported in time for the controller's next slot and the read is at most one per slice."""
+        ``poll_us`` rounded up to whole slices (at least one), on a slot boundary (slots start at
+        wall-clock multiples of the slice): the wake-up that applies the boundary's directive
+        reads them too (one wake-up less per slice), and a backlog seen there reaches the
+        controller a slice before the next boundary."""
         poll_us, sl = self.cfg.poll_us, self.core.slice_us
         if not self.core.welcomed or sl <= 0:
             return now_us + poll_us
         period = -(-poll_us // sl) * sl
-        margin = min(sl // 4, 300)
-        t = ((now_us + margin) // period + 1) * period - margin
+        t = (now_us // period + 1) * period
         return t if t - now_us >= period // 2 else t + period
 
     def loop(self, until_us: int | None = None) -> None:
@@ -268,10 +268,10 @@ class AgentService:
                 now = self.clock_us()
                 if until_us is not None and now >= until_us:
                     return
-                if now >= next_poll:
+                self._apply(self.core.tick(now))  # a directive due at a boundary first
+                if now >= next_poll:  # then the counters, in the same wake-up
                     self._poll()
                     next_poll = self.next_poll_us(self.clock_us())
-                self._apply(self.core.tick(self.clock_us()))
                 now = self.clock_us()
                 wake = min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
