@@ -558,6 +558,28 @@ def test_counters_match_stats_and_open_burst_is_applied(lab: Lab) -> None:
         lab.gate(open_burst_bytes=100)
 
 
+@root
+def test_a_change_the_kernel_refuses_is_named_though_no_ack_is_asked(lab: Lab) -> None:
+    gate = lab.gate()
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, OPEN)
+        other = Flow(ipaddress.ip_address(OTHER_SRC), ipaddress.ip_address(DST), 1)
+        gate.add_flow(other, OPEN)
+        gate.set_states({lab.flow: CLOSED, other: CLOSED})
+        gate.set_states({lab.flow: OPEN, other: OPEN})
+        # the leaf of lab.flow's class goes behind the gate's back: its change fails, the other's not
+        minor = gate._flows[lab.flow].minor
+        sh("tc", "-n", lab.snd, "qdisc", "del", "dev", "gs0", "parent", f"7c0:{minor:x}")
+        with pytest.raises(GateError, match=f"flow {SRC}->{DST} to CLOSED: ") as e:
+            gate.set_states({lab.flow: CLOSED, other: CLOSED})  # the cached batch of before
+        assert OTHER_SRC not in str(e.value)
+        assert gate.states() == {lab.flow: OPEN, other: CLOSED}
+    finally:
+        gate.restore()
+        gate.close()
+
+
 def test_tbf_message_carries_its_burst() -> None:
     msg = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
                     limit=1 << 20)
