@@ -287,3 +287,15 @@ def test_counters_are_read_once_per_slice_on_a_boundary_once_welcomed(tmp_path):
         assert got == want, (poll_us, slice_us, got)
         # a read just before its time does not read again at once
         assert svc.next_poll_us(t0 + want[0] - 1) - t0 == want[1]
+
+
+def test_xtc_xco_agent_loads_neither_the_other_parts_nor_the_testbed():
+    """``xtc xco agent`` starts in a fraction of a second: the training part (numpy, scipy,
+    matplotlib, control), the policer and the testbed's commands are not imported for it."""
+    code = ("import sys\nfrom xtc.cli import main\ntry:\n    main(['xco', 'agent', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'scipy', 'control', 'xtc_lab')"
+            " or m.startswith(('xtc.training', 'xtc.policer', 'xtc.daemon.cli'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
