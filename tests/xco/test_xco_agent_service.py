@@ -270,11 +270,11 @@ def test_sigterm_sends_leave_and_restores_the_gate(tmp_path):
         ctl.kill()
 
 
-def test_counters_are_read_once_per_slice_on_a_boundary_once_welcomed(tmp_path):
+def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(tmp_path):
     (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
     now = [1_700_000_000_000_100]
-    for poll_us, slice_us, want in [(500, 2_000, [2_000, 4_000, 6_000]), (5_000, 2_000, [4_000, 10_000]),  # every 6 ms of the wall clock
-                                    (500, 10_000, [10_000, 20_000])]:
+    for poll_us, slice_us, want in [(500, 2_000, [1_700, 3_700, 5_700]), (5_000, 2_000, [3_700, 9_700]),  # every 6 ms of the wall clock
+                                    (500, 10_000, [9_700, 19_700])]:
         cfg = loads_agent_config(_agent_text("s1", 7800, poll_us=poll_us), base_dir=tmp_path)
         svc = AgentService(cfg, MemoryGate(), clock_us=lambda: now[0])
         t0 = now[0] - 100
@@ -287,6 +287,11 @@ def test_counters_are_read_once_per_slice_on_a_boundary_once_welcomed(tmp_path):
         assert got == want, (poll_us, slice_us, got)
         # a read just before its time does not read again at once
         assert svc.next_poll_us(t0 + want[0] - 1) - t0 == want[1]
+        # while a reported destination holds the slot: often enough for the give-up hysteresis
+        svc.core.reported, svc.core.dest = {2}, 2
+        assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))
+        svc.core.dest = 3
+        assert svc.next_poll_us(t0 + 10) - t0 == want[0]
 
 
 def test_xtc_xco_agent_loads_neither_the_other_parts_nor_the_testbed():

@@ -14,7 +14,9 @@ A complete example (every key with its default unless marked required)::
     small_flow_bytes = 100000        # a flow that has sent no more than this is never held
     giveup_after_us = 2000           # a destination with nothing queued this long is given up
     poll_us = 500                    # counters read this often; once welcomed, rounded up to
-                                     # whole slices, read on a slot boundary
+                                     # whole slices, just before a slot boundary (and every
+                                     # max(poll_us, giveup_after_us / 2) while a reported
+                                     # destination is granted)
     register_interval_us = 100000    # register re-sent this often until welcomed
     fail_open_slices = 3             # slices of controller silence before failing open
     clock_window_us = 1000000        # a controller message further than this from now is stale

@@ -2,7 +2,7 @@
 
 :class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
 (others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
-until welcomed, then at most once per slice, on a slot boundary: :meth:`AgentService.next_poll_us`)
+until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
 states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
@@ -231,17 +231,27 @@ class AgentService:
         self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets))
 
     def next_poll_us(self, now_us: int) -> int:
-        """When to read the counters next: every ``poll_us`` until welcomed; then every
-        ``poll_us`` rounded up to whole slices (at least one), on a slot boundary (slots start at
-        wall-clock multiples of the slice): the wake-up that applies the boundary's directive
-        reads them too (one wake-up less per slice), and a backlog seen there reaches the
-        controller a slice before the next boundary."""
-        poll_us, sl = self.cfg.poll_us, self.core.slice_us
-        if not self.core.welcomed or sl <= 0:
+        """When to read the counters next.
+
+        Until welcomed: every ``poll_us``.  Then every ``poll_us`` rounded up to whole slices (at
+        least one), ``min(slice / 4, 300 us)`` before a slot boundary (slots start at wall-clock
+        multiples of the slice), so that a backlog is reported in time for the next slot; and
+        while a destination this host reported is granted (its slot, or a rate), also every
+        ``max(poll_us, giveup_after_us / 2)``, so that a flow that has emptied its queue is given
+        up within the hysteresis and its slot handed on (work conservation).
+        """
+        core = self.core
+        poll_us, sl = self.cfg.poll_us, core.slice_us
+        if not core.welcomed or sl <= 0:
             return now_us + poll_us
         period = -(-poll_us // sl) * sl
-        t = (now_us // period + 1) * period
-        return t if t - now_us >= period // 2 else t + period
+        margin = min(sl // 4, 300)
+        t = ((now_us + margin) // period + 1) * period - margin
+        if t - now_us < period // 2:
+            t += period
+        if core.reported and (core.dest in core.reported or any(d in core.reported for d in core.rates)):
+            t = min(t, now_us + max(poll_us, core.giveup_after_us // 2))
+        return t
 
     def loop(self, until_us: int | None = None) -> None:
         """Receive, poll, decide, gate; until stopped (or ``until_us``)."""
@@ -268,11 +278,13 @@ class AgentService:
                 now = self.clock_us()
                 if until_us is not None and now >= until_us:
                     return
-                self._apply(self.core.tick(now))  # a directive due at a boundary first
-                if now >= next_poll:  # then the counters, in the same wake-up
+                self._apply(self.core.tick(now))  # a directive due first
+                if now >= next_poll:
                     self._poll()
                     next_poll = self.next_poll_us(self.clock_us())
                 now = self.clock_us()
+                # a slot of this host's that began since asks for reads within the give-up hysteresis
+                next_poll = min(next_poll, self.next_poll_us(now))
                 wake = min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
                     wake = min(wake, until_us)
