@@ -290,8 +290,12 @@ def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(t
         # while a reported destination holds the slot: often enough for the give-up hysteresis
         svc.core.reported, svc.core.dest = {2}, 2
         assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))
-        svc.core.dest = 3
+        svc.core.reported = set()  # nothing backlogged: once per slice
         assert svc.next_poll_us(t0 + 10) - t0 == want[0]
+        svc.core.last_giveup_us = t0  # ... unless a give-up was sent lately
+        assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))
+        late = t0 + 2 * slice_us + 10  # two slices after it: once per slice again
+        assert svc.next_poll_us(late) - late >= -(-poll_us // slice_us) * slice_us // 2
 
 
 def test_xtc_xco_agent_loads_neither_the_other_parts_nor_the_testbed():

@@ -207,6 +207,7 @@ class AgentCore:
         self.large: set[Flow] = set()
         self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
         self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
+        self.last_giveup_us: int | None = None  # when the last give-up was sent
         # The same, by flow index, for the hot path (hashing a Flow hashes two ipaddress objects,
         # which cost most of the agent's CPU at 64 flows and 2 ms slices): flows are found by the
         # id() of the objects the gate was given (its stats() keys), else by value.
@@ -257,6 +258,7 @@ class AgentCore:
         return d
 
     def _giveup(self, now_us: int, dest: int) -> bytes:
+        self.last_giveup_us = now_us
         d = self._msg(P.GiveUp, now_us, dest=dest)
         self._changed_seq[dest] = self._seq
         return d

@@ -236,9 +236,11 @@ class AgentService:
         Until welcomed: every ``poll_us``.  Then every ``poll_us`` rounded up to whole slices (at
         least one), ``min(slice / 4, 300 us)`` before a slot boundary (slots start at wall-clock
         multiples of the slice), so that a backlog is reported in time for the next slot; and
-        while a destination this host reported is granted (its slot, or a rate), also every
-        ``max(poll_us, giveup_after_us / 2)``, so that a flow that has emptied its queue is given
-        up within the hysteresis and its slot handed on (work conservation).
+        while this host has a backlog reported, or gave one up less than two slices ago, also
+        every ``max(poll_us, giveup_after_us / 2)``: a flow that has emptied its queue is given up
+        within the hysteresis (work conservation), and one that fills again after its give-up is
+        reported again at once (a lone paced sender is held a slice at most).  A host whose large
+        flows have nothing queued reads once per slice.
         """
         core = self.core
         poll_us, sl = self.cfg.poll_us, core.slice_us
@@ -249,7 +251,8 @@ class AgentService:
         t = ((now_us + margin) // period + 1) * period - margin
         if t - now_us < period // 2:
             t += period
-        if core.reported and (core.dest in core.reported or any(d in core.reported for d in core.rates)):
+        g = core.last_giveup_us
+        if core.reported or (g is not None and now_us - g < 2 * sl):
             t = min(t, now_us + max(poll_us, core.giveup_after_us // 2))
         return t
 
