@@ -498,17 +498,14 @@ class _Rtnl:
         seqs = [_SEQ.unpack_from(m, 8)[0] for m in messages]
         return self.send_batch(b"".join(messages) if len(messages) > 1 else messages[0], seqs)
 
-    def send_batch(self, payload: bytes | bytearray, seqs: list[int], then: Callable[[], object] | None = None,
-                   ) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int]]]:
+    def send_batch(self, payload: bytes | bytearray, seqs: list[int]) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int]]]:
         """Send ``payload`` (whole messages with sequence numbers ``seqs``) and read their ACKs.
 
         The kernel has applied every message when ``send`` returns (rtnetlink runs in the
-        sender's context); ``then`` is called at that point, before the ACKs are read.
+        sender's context).
         """
         pending = set(seqs)
         self.sock.send(payload)
-        if then is not None:
-            then()
         acks: dict[int, tuple[int, str]] = {}
         echoed: list[tuple[int, int]] = []
         buf = self._buf
