@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
+
 from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
 
 
@@ -37,6 +39,7 @@ class MemoryGate:
         self.endless: set[Flow] = set()
         self.history: list[tuple[int, Flow, int]] = []
         self.set_calls = 0
+        self.counter_reads = 0
         self._last_us: int | None = None
         self._lock = threading.Lock()
 
@@ -80,6 +83,14 @@ class MemoryGate:
             self._drain()
             return {f: FlowStats(self.sent[f], self.sent[f] // 1000, int(self.queue[f]), int(self.queue[f] > 0))
                     for f in self.state}
+
+    def counters(self, flows):
+        with self._lock:
+            self._drain()
+            self.counter_reads += 1
+            return (np.array([self.sent[f] for f in flows], dtype=np.int64),
+                    np.array([int(self.queue[f]) for f in flows], dtype=np.int64),
+                    np.array([int(self.queue[f] > 0) for f in flows], dtype=np.int64))
 
     def restore(self) -> None:
         self.restored = True

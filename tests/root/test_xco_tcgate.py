@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -502,6 +503,81 @@ def test_decode_class_counters() -> None:
     struct.pack_into("=I", bad, 0, len(buf) + 100)  # a message longer than the buffer
     with pytest.raises(tcgate.GateError, match="malformed"):
         decode_class_counters(bytes(bad), ROOT_HANDLE)
+
+
+def test_counter_table_decodes_by_offsets_and_relearns_when_the_layout_changes() -> None:
+    done = struct.pack("=IHHIIi", 20, 3, 2, 9, 0, 0)
+    a = _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (1442 * 3, 3), (2, 2884))
+    b = _class_msg(ROOT_HANDLE | 3, 0xFFFFFFFF, (2**40 + 5, 1), (0, 0), pkt64=9)
+    leaf = _class_msg(0x10020001, 0x10020000, (99, 9), (9, 99))
+    t = tcgate.CounterTable([ROOT_HANDLE | 3, ROOT_HANDLE | 2], ROOT_HANDLE)
+    got = t.decode(a + leaf + b + done)
+    assert [x.tolist() for x in got] == [[2**40 + 5, 4326], [0, 2884], [0, 2]] and t.relearned == 1
+    a2 = _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (7, 1), (1, 700))
+    got = t.decode(a2 + leaf + b + done)  # same layout, new counters: no relearning
+    assert [x.tolist() for x in got] == [[2**40 + 5, 7], [0, 700], [0, 1]] and t.relearned == 1
+    got = t.decode(b + a2 + leaf + done)  # same length, classes moved: relearned from the handles
+    assert [x.tolist() for x in got] == [[2**40 + 5, 7], [0, 700], [0, 1]] and t.relearned == 2
+    got = t.decode(b + a + done)  # another length
+    assert got[1].tolist() == [0, 2884] and t.relearned == 3
+    with pytest.raises(tcgate.GateError, match="7c0:2 missing"):
+        t.decode(b + done)
+
+
+@root
+def test_counters_match_stats_and_open_burst_is_applied(lab: Lab) -> None:
+    gate = lab.gate(open_burst_bytes=3036)
+    try:
+        assert gate.open_burst_bytes == 3036
+        gate.install()
+        gate.add_flow(lab.flow, CLOSED)
+        other = Flow(ipaddress.ip_address(OTHER_SRC), ipaddress.ip_address(DST), 1)
+        gate.add_flow(other, OPEN)
+        flows = (other, lab.flow)
+        sock = udp_sender(lab.snd)
+        with receiver(lab.rcv):
+            send(sock, 30)
+            time.sleep(0.1)
+            st = gate.stats()
+            got = gate.counters(flows)
+            assert [x.tolist() for x in got] == [[st[f].sent_bytes for f in flows], [st[f].backlog_bytes for f in flows],
+                                                 [st[f].backlog_packets for f in flows]]
+            assert got[2][1] > 0
+            gate.set_states({lab.flow: OPEN})
+            assert wait_for(lambda: gate.counters(flows)[2][1] == 0)
+            assert gate.counters(flows)[0][1] == 30 * FRAME
+        sock.close()
+        out = sh("tc", "-n", lab.snd, "-d", "qdisc", "show", "dev", "gs0")
+        bursts = [int(b) for b in re.findall(r"qdisc tbf .* burst (\d+)b", out)]
+        # tc shows the burst back from the buffer in ticks: 3000b for 3036 bytes at 1 Gb/s
+        assert len(bursts) == 2 and all(abs(b - 3036) < 64 for b in bursts), out
+    finally:
+        gate.restore()
+        gate.close()
+    with pytest.raises(tcgate.GateError, match="open_burst_bytes 100 < one frame"):
+        lab.gate(open_burst_bytes=100)
+
+
+@root
+def test_a_change_the_kernel_refuses_is_named_though_no_ack_is_asked(lab: Lab) -> None:
+    gate = lab.gate()
+    try:
+        gate.install()
+        gate.add_flow(lab.flow, OPEN)
+        other = Flow(ipaddress.ip_address(OTHER_SRC), ipaddress.ip_address(DST), 1)
+        gate.add_flow(other, OPEN)
+        gate.set_states({lab.flow: CLOSED, other: CLOSED})
+        gate.set_states({lab.flow: OPEN, other: OPEN})
+        # the leaf of lab.flow's class goes behind the gate's back: its change fails, the other's not
+        minor = gate._flows[lab.flow].minor
+        sh("tc", "-n", lab.snd, "qdisc", "del", "dev", "gs0", "parent", f"7c0:{minor:x}")
+        with pytest.raises(GateError, match=f"flow {SRC}->{DST} to CLOSED: ") as e:
+            gate.set_states({lab.flow: CLOSED, other: CLOSED})  # the cached batch of before
+        assert OTHER_SRC not in str(e.value)
+        assert gate.states() == {lab.flow: OPEN, other: CLOSED}
+    finally:
+        gate.restore()
+        gate.close()
 
 
 def test_tbf_message_carries_its_burst() -> None:

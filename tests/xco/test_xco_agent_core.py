@@ -388,3 +388,107 @@ def test_check_config_tells_an_agent_file_apart_and_names_a_bad_key(tmp_path):
     p.write_text(p.read_text().replace("uplink", "uplinks"))
     r = check()
     assert r.returncode == 2 and "'uplinks': unknown key" in r.stderr
+
+
+def test_open_burst_bytes_is_a_key_defaulting_to_one_ms_of_the_link_and_two_frames():
+    from xtc.host.tcgate import default_open_burst_bytes
+
+    base = ('schema = "xco-agent/1"\ntopology = "t.toml"\nhost = "s1"\nuplink = "eth0"\n'
+            'controller = "127.0.0.1:7800"\n')
+    assert loads_agent_config(base).open_burst_bytes is None
+    assert loads_agent_config(base + "open_burst_bytes = 3028\n").open_burst_bytes == 3028
+    for text, key in [(base + "open_burst_bytes = 10\n", "open_burst_bytes"), (base + "burst = 3000\n", "burst")]:
+        with pytest.raises(AgentConfigError) as e:
+            loads_agent_config(text)
+        assert e.value.key == key
+    assert default_open_burst_bytes(1_000_000_000, 1500) == 125_000  # 1 ms at 1 Gb/s
+    assert default_open_burst_bytes(100_000_000, 1500) == 12_500
+    assert default_open_burst_bytes(8_000_000, 1500) == 2 * 1518  # at least two frames
+
+
+class _Net:
+    """A controller core and agent cores joined in memory (datagrams delivered unless ``cut``)."""
+
+    def __init__(self, topo, mode):
+        from xtc.xco.controller import ControllerCore
+
+        self.ctl = ControllerCore(topo, b"\x01" * 8, NOW, slice_us=SLICE, lead_us=500, mode=mode,
+                                  heartbeat_interval_us=HB)
+        self.agents = {}
+        self.cut = set()
+
+    def add(self, topo, host):
+        _, a = _core(topo, host)
+        self.agents[host] = a
+        return a
+
+    def run(self, host, out, t):
+        """Deliver ``out``'s datagrams of ``host`` to the controller and its answers back."""
+        for d in out.sends:
+            if host in self.cut:
+                continue
+            for s in self.ctl.handle(d, ("127.0.0.1", 1000 + host), t):
+                if s.host not in self.cut:
+                    self.run(s.host, self.agents[s.host].handle(s.data, t), t)
+
+
+def test_rate_mode_recovers_its_rates_after_a_fail_open():
+    """A fail-open forgets the rates; the controller's rates have not changed, yet the re-reported
+    backlog must bring them back (else the large flows stay CLOSED for good)."""
+    topo = _topo()
+    net = _Net(topo, "rate")
+    a0, a5 = net.add(topo, 0), net.add(topo, 5)
+    t = NOW + 100
+    for x, a in ((0, a0), (5, a5)):
+        net.run(x, a.tick(t), t)
+    assert a0.under_control and a5.under_control and a0.mode == "rate"
+    busy = lambda a: {f: FlowStats(SMALL + 1, 9, 3000 * (f.dest_host == 5), 2 * (f.dest_host == 5))  # noqa: E731
+                    for f in a.flows}
+    t += 1_000
+    net.run(0, a0.observe(t, busy(a0)), t)
+    t += 1_000
+    a0.tick(t)
+    rate = a0.rates.get(5, 0)
+    assert rate > 0 and all(s == rate for f, s in a0.states.items() if f.dest_host == 5)
+    # The controller goes quiet for this host: it fails open (rates forgotten), then is heard again.
+    net.cut.add(0)
+    while not a0.failed_open:
+        t += 500
+        net.run(0, a0.observe(t, busy(a0)), t)
+        net.run(5, a5.tick(t), t)
+    assert a0.rates == {} and all(s == OPEN for s in a0.states.values())
+    net.cut.discard(0)
+    t += 100_000
+    # A register, welcomed again (same sessions on both sides); the heartbeat sent on the welcome
+    # and the backlog re-reported at the next poll cross the acks on the way.
+    (reg,) = a0.tick(t).sends
+    (welcome,) = net.ctl.handle(reg, ("127.0.0.1", 1000), t)
+    sends = a0.handle(welcome.data, t).sends + a0.observe(t + 200, busy(a0)).sends
+    assert [type(P.decode(d)) for d in sends] == [P.Heartbeat, P.Backlog] and a0.under_control
+    for d in sends:
+        for s in net.ctl.handle(d, ("127.0.0.1", 1000), t + 300):
+            net.run(0, a0.handle(s.data, t + 300), t + 300)
+    for _ in range(4):
+        t += 500
+        net.run(0, a0.observe(t, busy(a0)), t)
+    assert a0.rates.get(5) == rate
+    assert all(s == rate for f, s in a0.states.items() if f.dest_host == 5)
+
+
+def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
+    topo = _topo()
+    net = _Net(topo, "rate")
+    a0, a5 = net.add(topo, 0), net.add(topo, 5)
+    t = NOW + 100
+    for x, a in ((0, a0), (5, a5)):
+        net.run(x, a.tick(t), t)
+    busy = {f: FlowStats(SMALL + 1, 9, 3000 * (f.dest_host == 5), 2 * (f.dest_host == 5)) for f in a0.flows}
+    t += 1_000
+    out = a0.observe(t, busy)
+    sends = [s for d in out.sends for s in net.ctl.handle(d, ("127.0.0.1", 1000), t)]
+    assert [type(P.decode(s.data)) for s in sends] == [P.RateDirective]  # ... and lost
+    assert a0.reported == {5} and 5 not in a0.rates
+    for _ in range(4):
+        t += SLICE
+        net.run(0, a0.observe(t, busy), t)  # heartbeat, ack, backlog again, rates
+    assert a0.rates.get(5, 0) > 0 and a0.under_control

@@ -268,3 +268,43 @@ def test_sigterm_sends_leave_and_restores_the_gate(tmp_path):
         assert stopped and stopped[0]["signal"] == signal.SIGTERM and stopped[0]["restored"] is True
     finally:
         ctl.kill()
+
+
+def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(tmp_path):
+    (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    now = [1_700_000_000_000_100]
+    for poll_us, slice_us, want in [(500, 2_000, [1_700, 3_700, 5_700]), (5_000, 2_000, [3_700, 9_700]),  # every 6 ms of the wall clock
+                                    (500, 10_000, [9_700, 19_700])]:
+        cfg = loads_agent_config(_agent_text("s1", 7800, poll_us=poll_us), base_dir=tmp_path)
+        svc = AgentService(cfg, MemoryGate(), clock_us=lambda: now[0])
+        t0 = now[0] - 100
+        assert svc.next_poll_us(now[0]) == now[0] + poll_us  # not welcomed: every poll_us
+        svc.core.welcomed, svc.core.slice_us = True, slice_us
+        t, got = now[0], []
+        for _ in want:
+            t = svc.next_poll_us(t)
+            got.append(t - t0)
+        assert got == want, (poll_us, slice_us, got)
+        # a read just before its time does not read again at once
+        assert svc.next_poll_us(t0 + want[0] - 1) - t0 == want[1]
+        # while a reported destination holds the slot: often enough for the give-up hysteresis
+        svc.core.reported, svc.core.dest = {2}, 2
+        assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))
+        svc.core.reported = set()  # nothing backlogged: once per slice
+        assert svc.next_poll_us(t0 + 10) - t0 == want[0]
+        svc.core.last_giveup_us = t0  # ... unless a give-up was sent lately
+        assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))
+        late = t0 + 2 * slice_us + 10  # two slices after it: once per slice again
+        assert svc.next_poll_us(late) - late >= -(-poll_us // slice_us) * slice_us // 2
+
+
+def test_xtc_xco_agent_loads_neither_the_other_parts_nor_the_testbed():
+    """``xtc xco agent`` starts in a fraction of a second: the training part (numpy, scipy,
+    matplotlib, control), the policer and the testbed's commands are not imported for it."""
+    code = ("import sys\nfrom xtc.cli import main\ntry:\n    main(['xco', 'agent', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'scipy', 'control', 'xtc_lab')"
+            " or m.startswith(('xtc.training', 'xtc.policer', 'xtc.daemon.cli'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]

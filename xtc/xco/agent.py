@@ -18,7 +18,10 @@ a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco
   every observation for ``giveup_after_us`` is given up (for the current destination, that hands
   the rest of the slice to others).
 - **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
-  host (0 = stop); each large flow towards it gets an equal share.
+  host (0 = stop); each large flow towards it gets an equal share.  Rates are forgotten when
+  failing open; the controller answers every backlog report with all of this host's rates, so the
+  re-report after a fail-open brings them back, and an ack that holds a reported destination for
+  which no rate is in force or pending (a rate directive lost) has it reported again.
 - **Heartbeats and acks**: the controller answers every heartbeat with an ack carrying this
   host's backlog as it holds it.  While this host waits for the controller (a reported backlog or
   a destination in force) it sends a heartbeat every slice (else every ``heartbeat_interval_us``);
@@ -48,6 +51,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from . import protocol as P
 from .gate import CLOSED, OPEN, Flow, FlowStats
@@ -202,6 +207,7 @@ class AgentCore:
         self.large: set[Flow] = set()
         self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
         self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
+        self.last_giveup_us: int | None = None  # when the last give-up was sent
         # The same, by flow index, for the hot path (hashing a Flow hashes two ipaddress objects,
         # which cost most of the agent's CPU at 64 flows and 2 ms slices): flows are found by the
         # id() of the objects the gate was given (its stats() keys), else by value.
@@ -210,6 +216,9 @@ class AgentCore:
         self._dest_i = [f.dest_host for f in self.flows]
         self._large_i = [False] * len(self.flows)
         self._state_i = [OPEN] * len(self.flows)
+        self._large_np = np.zeros(len(self.flows), dtype=bool)
+        self._dest_np = np.array(self._dest_i, dtype=np.int64)
+        self._all_large = not self.flows
         # counters and notes
         self.dropped: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
@@ -249,6 +258,7 @@ class AgentCore:
         return d
 
     def _giveup(self, now_us: int, dest: int) -> bytes:
+        self.last_giveup_us = now_us
         d = self._msg(P.GiveUp, now_us, dest=dest)
         self._changed_seq[dest] = self._seq
         return d
@@ -423,6 +433,7 @@ class AgentCore:
         self.ctl_session, self._ctl_seq, self._ctl_t_us = h.session, h.seq, h.t_us
         self.last_heard_us = now_us
         self._first_unanswered_us = None
+        resumed = self.failed_open
         if self.failed_open:  # backlogs were forgotten when failing open: the next observation reports them
             self.failed_open = False
             self.notes.append(("control_resumed", {"by": type(m).__name__.lower()}))
@@ -439,7 +450,13 @@ class AgentCore:
             if self.welcomed and not restarted:
                 held = set(m.backlog)
                 older = self._changed_seq.get
-                lost = tuple(sorted(d for d in self.reported - held if older(d, 0) < m.seq))
+                again = {d for d in self.reported - held if older(d, 0) < m.seq}
+                if self.mode == "rate":
+                    # Held there but no rate here, none coming: the rate directive was lost.
+                    coming = {d for q in self._pending if q.rates for d, r in q.rates if r > 0}
+                    again.update(d for d in self.reported & held
+                                if d not in self.rates and d not in coming and older(d, 0) < m.seq)
+                lost = tuple(sorted(again))
                 if lost:
                     out.sends.append(self._backlog(now_us, lost))
                 for d in sorted(held - self.reported):
@@ -455,8 +472,9 @@ class AgentCore:
             self._pending = [q for q in self._pending if q.start_us < p.start_us] + [p]
         if restarted and self.reported:
             out.sends.append(self._backlog(now_us, tuple(sorted(self.reported))))
-        out += self.tick(now_us)
-        out.states.update(self._sync())
+        out += self.tick(now_us)  # a directive due already is applied (and synced) here
+        if resumed or isinstance(m, P.Welcome):  # control (or the mode) changed
+            out.states.update(self._sync())
         return out
 
     # -- observations --------------------------------------------------------------------------------
@@ -471,6 +489,7 @@ class AgentCore:
         out = self.tick(now_us)
         large, dests, small = self._large_i, self._dest_i, self.small_flow_bytes
         queued: set[int] = set()
+        turned = False
         for f, s in stats.items():
             i = self._flow_index(f)
             if i is None:
@@ -478,10 +497,37 @@ class AgentCore:
             if not large[i]:
                 if s.sent_bytes <= small:
                     continue
-                large[i] = True
+                large[i] = turned = True
                 self.large.add(f)
+                self._large_np[i] = True
             if s.backlog_bytes > 0 or s.backlog_packets > 0:
                 queued.add(dests[i])
+        return self._observed(now_us, out, queued, turned)
+
+    def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any) -> AgentOutput:
+        """:meth:`observe` with the counters as arrays indexed like :attr:`flows` (the gate's
+        :meth:`~xtc.xco.gate.Gate.counters`): no per-flow Python work unless a flow turns large.
+
+        Parameters
+        ----------
+        sent_bytes, backlog_bytes, backlog_packets : numpy.ndarray
+            One entry per flow of :attr:`flows`, in that order (bytes, bytes, packets).
+        """
+        out = self.tick(now_us)
+        big = self._large_np
+        turned = False
+        if not self._all_large:
+            for i in np.flatnonzero(~big & (sent_bytes > self.small_flow_bytes)).tolist():
+                big[i] = self._large_i[i] = turned = True
+                self.large.add(self.flows[i])
+            self._all_large = bool(big.all())
+        q = np.flatnonzero(big & ((backlog_bytes > 0) | (backlog_packets > 0)))
+        queued = set(self._dest_np[q].tolist()) if q.size else set()
+        return self._observed(now_us, out, queued, turned)
+
+    def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool) -> AgentOutput:
+        """Backlogs and give-ups from the destinations with something queued; a flow that
+        ``turned`` large may have to close (the gate is synced only then: directives sync in tick)."""
         if not self.under_control:
             out.states.update(self._sync())
             return out
@@ -497,7 +543,8 @@ class AgentCore:
                 self.reported.discard(d)
                 del self._idle_since[d]
                 out.sends.append(self._giveup(now_us, d))
-        out.states.update(self._sync())
+        if turned:
+            out.states.update(self._sync())
         return out
 
     def stop(self, now_us: int) -> bytes:

@@ -7,11 +7,16 @@ A complete example (every key with its default unless marked required)::
     host = "h1"                      # required: this host's name in the topology
     uplink = "eth0"                  # required: the interface the gate takes over
     link_bps = 1000000000            # uplink rate, bits/s (default: the host's nic_bps)
+    open_burst_bytes = 125000        # an open flow's burst, bytes (default: 1 ms at link_bps,
+                                     # at least two frames: 2 x (MTU + 18))
     controller = "10.0.0.254:7800"   # required: the controller's UDP address:port
     bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
     small_flow_bytes = 100000        # a flow that has sent no more than this is never held
     giveup_after_us = 2000           # a destination with nothing queued this long is given up
-    poll_us = 500                    # the gate's counters are read this often
+    poll_us = 500                    # counters read this often; once welcomed, rounded up to
+                                     # whole slices, just before a slot boundary (and every
+                                     # max(poll_us, giveup_after_us / 2) while a reported
+                                     # destination is granted)
     register_interval_us = 100000    # register re-sent this often until welcomed
     fail_open_slices = 3             # slices of controller silence before failing open
     clock_window_us = 1000000        # a controller message further than this from now is stale
@@ -89,6 +94,10 @@ class AgentConfig(_Strict):
     host: Annotated[str, Field(min_length=1, max_length=64)]
     uplink: Annotated[str, AfterValidator(_ifname)]
     link_bps: Annotated[_Int, within(1, 10**13)] | None = None
+    #: The burst of an OPEN flow's TBF leaf, bytes: what it may send at once when its slice opens,
+    #: on top of what the previous sender left in the next switch's queue.  None = 1 ms at
+    #: ``link_bps``, at least two frames (:func:`xtc.host.tcgate.default_open_burst_bytes`).
+    open_burst_bytes: Annotated[_Int, within(64, 2**31 - 1)] | None = None
     controller: Annotated[str, AfterValidator(_addr)]
     bind: Annotated[str, AfterValidator(_addr)] = "0.0.0.0:0"
     small_flow_bytes: Annotated[_Int, within(0, 10**12)] = 100_000
@@ -122,7 +131,8 @@ class AgentConfigError(DocumentError):
 
 _ADAPTER = TypeAdapter(AgentConfig)
 _HINTS = {"interface": "uplink", "ifname": "uplink", "name": "host", "listen": "bind",
-          "controller_address": "controller", "giveup_us": "giveup_after_us", "metrics_port": "metrics.port"}
+          "controller_address": "controller", "giveup_us": "giveup_after_us", "metrics_port": "metrics.port",
+          "burst": "open_burst_bytes", "open_burst": "open_burst_bytes"}
 
 
 def loads_agent_config(text: str, source: str | None = None, base_dir: str | Path | None = None) -> AgentConfig:

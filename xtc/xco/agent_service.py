@@ -1,7 +1,8 @@
 """The XCo agent in real time: :class:`~xtc.xco.agent.AgentCore` behind one UDP socket and a gate.
 
 :class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
-(others are dropped and counted, reason ``address``), reads the gate's counters every ``poll_us``
+(others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
+until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
 states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
@@ -135,6 +136,8 @@ class AgentService:
         self.stop = False
         self.stop_signal: int | None = None
         self.gate_errors = 0
+        #: Counter reads so far.
+        self.polls = 0
         #: (arrival_us, start_us, applied_us) of the last directives applied.
         self.directive_log: deque[tuple[int, int, int]] = deque(maxlen=100_000)
         self._installed = False
@@ -215,21 +218,48 @@ class AgentService:
         self.core.notes.clear()
 
     def _poll(self) -> None:
+        core = self.core
         try:
-            stats = self.gate.stats()
+            sent, backlog_bytes, backlog_packets = self.gate.counters(core.flows)
         except GateError as e:
             from xtc.daemon.logs import event
 
             self.gate_errors += 1
-            event(log, logging.ERROR, "gate_error", op="stats", error=str(e))
+            event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
             return
-        self._apply(self.core.observe(self.clock_us(), stats))
+        self.polls += 1
+        self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets))
+
+    def next_poll_us(self, now_us: int) -> int:
+        """When to read the counters next.
+
+        Until welcomed: every ``poll_us``.  Then every ``poll_us`` rounded up to whole slices (at
+        least one), ``min(slice / 4, 300 us)`` before a slot boundary (slots start at wall-clock
+        multiples of the slice), so that a backlog is reported in time for the next slot; and
+        while this host has a backlog reported, or gave one up less than two slices ago, also
+        every ``max(poll_us, giveup_after_us / 2)``: a flow that has emptied its queue is given up
+        within the hysteresis (work conservation), and one that fills again after its give-up is
+        reported again at once (a lone paced sender is held a slice at most).  A host whose large
+        flows have nothing queued reads once per slice.
+        """
+        core = self.core
+        poll_us, sl = self.cfg.poll_us, core.slice_us
+        if not core.welcomed or sl <= 0:
+            return now_us + poll_us
+        period = -(-poll_us // sl) * sl
+        margin = min(sl // 4, 300)
+        t = ((now_us + margin) // period + 1) * period - margin
+        if t - now_us < period // 2:
+            t += period
+        g = core.last_giveup_us
+        if core.reported or (g is not None and now_us - g < 2 * sl):
+            t = min(t, now_us + max(poll_us, core.giveup_after_us // 2))
+        return t
 
     def loop(self, until_us: int | None = None) -> None:
         """Receive, poll, decide, gate; until stopped (or ``until_us``)."""
         assert self.sock is not None
         sock = self.sock
-        poll_us = self.cfg.poll_us
         sel = selectors.SelectSelector()  # one socket; select() sleeps to the microsecond, epoll to the ms
         sel.register(sock, selectors.EVENT_READ)
         next_poll = self.clock_us()
@@ -251,11 +281,13 @@ class AgentService:
                 now = self.clock_us()
                 if until_us is not None and now >= until_us:
                     return
+                self._apply(self.core.tick(now))  # a directive due first
                 if now >= next_poll:
                     self._poll()
-                    next_poll = max(next_poll + poll_us, now + poll_us // 2)
-                self._apply(self.core.tick(self.clock_us()))
+                    next_poll = self.next_poll_us(self.clock_us())
                 now = self.clock_us()
+                # a slot of this host's that began since asks for reads within the give-up hysteresis
+                next_poll = min(next_poll, self.next_poll_us(now))
                 wake = min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
                     wake = min(wake, until_us)
@@ -348,7 +380,7 @@ def run_agent(config_path: str | Path) -> int:
         _, link_bps = check_against_topology(cfg, load_topology(cfg.topology), str(config_path))
         from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
-        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns)
+        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes)
         svc = AgentService(cfg, gate)
     except (TopologyError, AgentConfigError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)

@@ -57,13 +57,16 @@ def _register_entry_points(sub: Any) -> None:
     testbed's ``lab``), loaded as :mod:`xtc.cli` loads ``xtc.commands``."""
     from importlib.metadata import entry_points
 
-    from xtc.cli import _OPTIONAL_DEPENDENCIES
+    from xtc import cli
 
+    argv = cli.ARGV or []
+    if argv[:1] == ["xco"] and len(argv) > 1 and argv[1] in sub.choices:
+        return  # a built-in action runs: the testbed's commands are not loaded
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             reg = ep.load()
         except ModuleNotFoundError as e:
-            if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES:
+            if e.name and e.name.split(".")[0] in cli._OPTIONAL_DEPENDENCIES:
                 continue
             raise
         reg(sub)

@@ -175,6 +175,13 @@ class ControllerCore:
         self.directives_sent += len(out)
         return out
 
+    def _with_rates_of(self, x: int, ds: list[SchedDirective]) -> list[SchedDirective]:
+        """Rate mode: ``ds`` plus the unchanged rates of host ``x`` (its full set, in one directive)."""
+        named = {d.dest for d in ds if d.host == x}
+        t = self.sched.now_us
+        return ds + [SchedDirective(t, x, d, None, r) for (y, d), r in sorted(self.sched.rate_bps.items())
+                     if y == x and d not in named]
+
     def _event(self, kind: str, now_us: int, run: Callable[[int], list[SchedDirective]]) -> list[Send]:
         self.events[kind] += 1
         return self._sends(run(self._sched_t(now_us)), now_us)
@@ -228,6 +235,11 @@ class ControllerCore:
         st.last_heard_us = now_us
         if isinstance(m, P.Backlog):
             self.dirty = True
+            if self.mode == "rate":
+                # The reporting host gets every rate it has, changed or not: a host that failed open
+                # (or lost a rate directive) forgot them, and re-reporting is how it asks again.
+                return out + self._event("backlog", now_us,
+                                         lambda t: self._with_rates_of(x, self.sched.backlog(t, x, m.dests)))
             return out + self._event("backlog", now_us, lambda t: self.sched.backlog(t, x, m.dests))
         if isinstance(m, P.GiveUp):
             self.dirty = True
