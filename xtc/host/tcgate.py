@@ -70,7 +70,7 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -289,16 +289,9 @@ _U32X2 = struct.Struct("=II")
 _QI = struct.Struct("=QI")
 
 
-def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[int, int, int, int]]:
-    """The counters of the classes of qdisc ``qdisc`` (its handle, ``major:0``) in an RTM_GETTCLASS
-    dump: the hot path of :meth:`TcGate.stats`.
-
-    Returns
-    -------
-    dict
-        ``{class handle: (sent bytes, sent packets, backlog bytes, backlog packets)}``.
-    """
-    out = {}
+def _class_stats2(buf: bytes | memoryview, qdisc: int) -> Iterator[tuple[int, int, dict[int, tuple[int, int]]]]:
+    """Each class of qdisc ``qdisc`` in an RTM_GETTCLASS dump: ``(message offset, class handle,
+    {TCA_STATS_* type: (payload offset, payload length)})`` of its TCA_STATS2 attribute."""
     off, end = 0, len(buf)
     head = _CLASS_HEAD.unpack_from
     while off + 36 <= end:
@@ -306,7 +299,7 @@ def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tupl
         if mlen < 16 or off + mlen > end:
             raise GateError(f"netlink: malformed dump message of {mlen} bytes")
         if mtype == RTM_NEWTCLASS and handle & 0xFFFF0000 == qdisc:
-            sb = sp = ql = bl = 0
+            stats: dict[int, tuple[int, int]] = {}
             a, mend = off + 36, off + mlen
             while a + 4 <= mend:
                 alen, atype = _NLATTR.unpack_from(buf, a)
@@ -318,18 +311,36 @@ def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tupl
                         slen, stype = _NLATTR.unpack_from(buf, c)
                         if slen < 4:
                             break
-                        if stype == TCA_STATS_BASIC and slen >= 16:
-                            sb, p32 = _QI.unpack_from(buf, c + 4)
-                            sp = sp or p32
-                        elif stype == TCA_STATS_PKT64 and slen >= 12:
-                            (sp,) = struct.unpack_from("=Q", buf, c + 4)
-                        elif stype == TCA_STATS_QUEUE and slen >= 12:
-                            ql, bl = _U32X2.unpack_from(buf, c + 4)
+                        stats[stype] = (c + 4, slen - 4)
                         c += (slen + 3) & ~3
                     break
                 a += (alen + 3) & ~3
-            out[handle] = (sb, sp, bl, ql)
+            yield off, handle, stats
         off += (mlen + 3) & ~3
+
+
+def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[int, int, int, int]]:
+    """The counters of the classes of qdisc ``qdisc`` (its handle, ``major:0``) in an RTM_GETTCLASS
+    dump: the hot path of :meth:`TcGate.stats`.
+
+    Returns
+    -------
+    dict
+        ``{class handle: (sent bytes, sent packets, backlog bytes, backlog packets)}``.
+    """
+    out = {}
+    for _off, handle, st in _class_stats2(buf, qdisc):
+        sb = sp = ql = bl = 0
+        at, n = st.get(TCA_STATS_BASIC, (0, 0))
+        if n >= 12:
+            sb, sp = _QI.unpack_from(buf, at)
+        at, n = st.get(TCA_STATS_PKT64, (0, 0))
+        if n >= 8:
+            (sp,) = struct.unpack_from("=Q", buf, at)
+        at, n = st.get(TCA_STATS_QUEUE, (0, 0))
+        if n >= 8:
+            ql, bl = _U32X2.unpack_from(buf, at)
+        out[handle] = (sb, sp, bl, ql)
     return out
 
 
@@ -343,34 +354,10 @@ def class_counter_words(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[
     the next dumps by these offsets alone.
     """
     out = {}
-    off, end = 0, len(buf)
-    head = _CLASS_HEAD.unpack_from
-    while off + 36 <= end:
-        mlen, mtype, handle, _parent = head(buf, off)
-        if mlen < 16 or off + mlen > end:
-            raise GateError(f"netlink: malformed dump message of {mlen} bytes")
-        if mtype == RTM_NEWTCLASS and handle & 0xFFFF0000 == qdisc:
-            sb = ql = -1
-            a, mend = off + 36, off + mlen
-            while a + 4 <= mend:
-                alen, atype = _NLATTR.unpack_from(buf, a)
-                if alen < 4:
-                    break
-                if atype & 0x3FFF == TCA_STATS2:
-                    c, cend = a + 4, a + alen
-                    while c + 4 <= cend:
-                        slen, stype = _NLATTR.unpack_from(buf, c)
-                        if slen < 4:
-                            break
-                        if stype == TCA_STATS_BASIC and slen >= 16:
-                            sb = (c + 4) // 4
-                        elif stype == TCA_STATS_QUEUE and slen >= 12:
-                            ql = (c + 4) // 4
-                        c += (slen + 3) & ~3
-                    break
-                a += (alen + 3) & ~3
-            out[handle] = ((off + 24) // 4, sb, ql)
-        off += (mlen + 3) & ~3
+    for off, handle, st in _class_stats2(buf, qdisc):
+        basic, queue = st.get(TCA_STATS_BASIC, (0, 0)), st.get(TCA_STATS_QUEUE, (0, 0))
+        out[handle] = ((off + 24) // 4, basic[0] // 4 if basic[1] >= 12 else -1,
+                       queue[0] // 4 if queue[1] >= 8 else -1)
     return out
 
 

@@ -38,15 +38,15 @@ naming the key; :func:`check_against_topology` checks ``host`` and ``link_bps`` 
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
+from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter
 
 from xtc.validation import DocumentError, parse_document, read_text_file, within
 
-from .controller_config import LogConfig, parse_listen
+from .controller_config import Int, LogConfig, StrictTable, checked_address, parse_listen
+from .controller_config import MetricsConfig as ControllerMetrics
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -62,55 +62,41 @@ __all__ = [
 
 SCHEMA = "xco-agent/1"
 
-_Int = Annotated[int, Strict()]
-
-
-def _addr(s: str) -> str:
-    parse_listen(s)
-    return s
-
-
 def _ifname(s: str) -> str:
     if not 0 < len(s) < 16 or "/" in s or any(c.isspace() for c in s):
         raise ValueError(f"must be an interface name (1..15 characters, no '/' or spaces), got {s!r}")
     return s
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+class MetricsConfig(ControllerMetrics):
+    port: Annotated[Int, within(0, 65535)] = 9111
 
 
-class MetricsConfig(_Strict):
-    enabled: bool = True
-    address: Annotated[str, AfterValidator(lambda s: (ipaddress.ip_address(s), s)[1])] = "127.0.0.1"
-    port: Annotated[_Int, within(0, 65535)] = 9111
-
-
-class AgentConfig(_Strict):
+class AgentConfig(StrictTable):
     """The validated configuration (frozen).  ``topology`` is resolved against the file's directory."""
 
     schema_: Literal["xco-agent/1"] = Field(alias="schema")
     topology: Annotated[str, Field(min_length=1)]
     host: Annotated[str, Field(min_length=1, max_length=64)]
     uplink: Annotated[str, AfterValidator(_ifname)]
-    link_bps: Annotated[_Int, within(1, 10**13)] | None = None
+    link_bps: Annotated[Int, within(1, 10**13)] | None = None
     #: The burst of an OPEN flow's TBF leaf, bytes: what it may send at once when its slice opens,
     #: on top of what the previous sender left in the next switch's queue.  None = 1 ms at
     #: ``link_bps``, at least two frames (:func:`xtc.host.tcgate.default_open_burst_bytes`).
-    open_burst_bytes: Annotated[_Int, within(64, 2**31 - 1)] | None = None
-    controller: Annotated[str, AfterValidator(_addr)]
-    bind: Annotated[str, AfterValidator(_addr)] = "0.0.0.0:0"
-    small_flow_bytes: Annotated[_Int, within(0, 10**12)] = 100_000
-    giveup_after_us: Annotated[_Int, within(0, 10_000_000)] = 2_000
-    poll_us: Annotated[_Int, within(50, 1_000_000)] = 500
-    register_interval_us: Annotated[_Int, within(1_000, 60_000_000)] = 100_000
-    fail_open_slices: Annotated[_Int, within(1, 1000)] = 3
-    clock_window_us: Annotated[_Int, within(1_000, 600_000_000)] = 1_000_000
+    open_burst_bytes: Annotated[Int, within(64, 2**31 - 1)] | None = None
+    controller: Annotated[str, AfterValidator(checked_address)]
+    bind: Annotated[str, AfterValidator(checked_address)] = "0.0.0.0:0"
+    small_flow_bytes: Annotated[Int, within(0, 10**12)] = 100_000
+    giveup_after_us: Annotated[Int, within(0, 10_000_000)] = 2_000
+    poll_us: Annotated[Int, within(50, 1_000_000)] = 500
+    register_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
+    fail_open_slices: Annotated[Int, within(1, 1000)] = 3
+    clock_window_us: Annotated[Int, within(1_000, 600_000_000)] = 1_000_000
     netns: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     #: SCHED_FIFO priority (1..99) for the agent's process, 0 = the normal scheduler.  On a loaded
     #: host the normal scheduler wakes the agent 0.2-1.4 ms late for a slice boundary; a real-time
     #: priority wakes it on time (the agent sleeps between events, so it cannot hog the CPU).
-    realtime_priority: Annotated[_Int, within(0, 99)] = 0
+    realtime_priority: Annotated[Int, within(0, 99)] = 0
     metrics: MetricsConfig = MetricsConfig()
     log: LogConfig = LogConfig()
 

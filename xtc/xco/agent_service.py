@@ -23,7 +23,6 @@ import logging
 import os
 import secrets
 import selectors
-import signal
 import socket
 import time
 from collections import deque
@@ -34,6 +33,7 @@ from typing import Any
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
+from .controller import StopOnSignal
 from .gate import CLOSED, Gate, GateError
 
 __all__ = ["AgentService", "run_agent", "run_cleanup"]
@@ -97,7 +97,7 @@ class _Metrics:
         return int(server.server_address[1])
 
 
-class AgentService:
+class AgentService(StopOnSignal):
     """The agent in real time.
 
     Parameters
@@ -326,14 +326,6 @@ class AgentService:
             event(log, logging.INFO, "stopped", signal=self.stop_signal, restored=restored,
                   dropped=dict(self.core.dropped), directives=self.core.directives,
                   fail_opens=self.core.fail_opens)
-
-    def install_signal_handlers(self) -> None:
-        def on_stop(signum: int, _frame: Any) -> None:
-            self.stop = True
-            self.stop_signal = signum
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
 
     def run(self) -> int:
         """Open, loop until stopped, close; the exit code (0)."""

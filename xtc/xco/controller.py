@@ -410,7 +410,22 @@ def _wall_us() -> int:
     return time.time_ns() // 1000
 
 
-class ControllerService:
+class StopOnSignal:
+    """SIGTERM and SIGINT set ``stop`` (the service's loop ends at its next wake-up) and ``stop_signal``."""
+
+    stop: bool = False
+    stop_signal: int | None = None
+
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, _frame: Any) -> None:
+            self.stop = True
+            self.stop_signal = signum
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+
+
+class ControllerService(StopOnSignal):
     """The controller in real time: the core behind one UDP socket.
 
     Parameters
@@ -580,14 +595,6 @@ class ControllerService:
             self.sock.close()
         event(log, logging.INFO, "stopped", signal=self.stop_signal, dropped=dict(self.core.dropped),
               directives_sent=self.core.directives_sent)
-
-    def install_signal_handlers(self) -> None:
-        def on_stop(signum: int, _frame: Any) -> None:
-            self.stop = True
-            self.stop_signal = signum
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
 
     def run(self) -> int:
         self.open()

@@ -60,41 +60,45 @@ def parse_listen(s: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _listen(s: str) -> str:
+def checked_address(s: str) -> str:
+    """``s`` if it is an ``address:port`` :func:`parse_listen` takes (ValueError otherwise)."""
     parse_listen(s)
     return s
 
 
-_Int = Annotated[int, Strict()]
+#: A TOML integer (no float, no string).
+Int = Annotated[int, Strict()]
 
 
-class _Strict(BaseModel):
+class StrictTable(BaseModel):
+    """A table of the XCo configuration files: unknown keys refused, strict types, frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class MetricsConfig(_Strict):
+class MetricsConfig(StrictTable):
     enabled: bool = True
     address: Annotated[str, AfterValidator(lambda s: (ipaddress.ip_address(s), s)[1])] = "127.0.0.1"
-    port: Annotated[_Int, within(0, 65535)] = 9110
+    port: Annotated[Int, within(0, 65535)] = 9110
 
 
-class LogConfig(_Strict):
+class LogConfig(StrictTable):
     format: Literal["json", "kv"] = "json"
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class ControllerConfig(_Strict):
+class ControllerConfig(StrictTable):
     """The validated configuration (frozen).  ``topology`` is resolved against the file's directory."""
 
     schema_: Literal["xco-controller/1"] = Field(alias="schema")
     topology: Annotated[str, Field(min_length=1)]
-    slice_us: Annotated[_Int, within(100, 10_000_000)] = 10_000
+    slice_us: Annotated[Int, within(100, 10_000_000)] = 10_000
     mode: Literal["timeslice", "rate"] = "timeslice"
-    lead_us: Annotated[_Int, within(0, 1_000_000)] = 500
-    listen: Annotated[str, AfterValidator(_listen)] = "0.0.0.0:7800"
-    heartbeat_interval_us: Annotated[_Int, within(1_000, 60_000_000)] = 100_000
-    heartbeat_misses: Annotated[_Int, within(1, 100)] = 3
-    clock_window_us: Annotated[_Int, within(1_000, 600_000_000)] = 1_000_000
+    lead_us: Annotated[Int, within(0, 1_000_000)] = 500
+    listen: Annotated[str, AfterValidator(checked_address)] = "0.0.0.0:7800"
+    heartbeat_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
+    heartbeat_misses: Annotated[Int, within(1, 100)] = 3
+    clock_window_us: Annotated[Int, within(1_000, 600_000_000)] = 1_000_000
     state_file: Annotated[str, Field(min_length=1)] = "/var/lib/xtc/xco-controller.json"
     state_save_interval_s: Annotated[float, within(0.0, 3600.0)] = 1.0
     metrics: MetricsConfig = MetricsConfig()
