@@ -79,7 +79,6 @@ import errno
 import logging
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Mapping, Protocol, TypeVar, runtime_checkable
@@ -89,6 +88,7 @@ import numpy as np
 from xtc.host.errors import MeterError
 from xtc.host import rtnl_codec
 from xtc.host.ifcounters import IfCounters
+from xtc.host.netns import NetnsOpenError, run_in_netns
 
 __all__ = [
     "IfCounters",
@@ -431,20 +431,6 @@ def parse_proc_net_dev(text: str, problems: list[str] | None = None) -> dict[str
 _T = TypeVar("_T")
 
 
-def _setns_net(fd: int) -> None:
-    """Move the calling thread into the network namespace open at ``fd``."""
-    setns = getattr(os, "setns", None)  # Python >= 3.12
-    if setns is not None:
-        setns(fd, os.CLONE_NEWNET)  # type: ignore[attr-defined]
-        return
-    try:
-        from pyroute2 import netns as pyroute2_netns
-    except ImportError as e:  # pragma: no cover - pyroute2 is a dependency of xtc[net]
-        raise OSError(errno.ENOSYS, "setns needs Python >= 3.12 or pyroute2 (pip install xtc[net])") from e
-    # An int fd: pyroute2 neither creates nor closes anything (flags=0).
-    pyroute2_netns.setns(fd, flags=0)
-
-
 class _Netns:
     """A named network namespace: where it is, whether it is still the same one, and
     how to create things inside it."""
@@ -481,42 +467,19 @@ class _Netns:
         The thread exits right after, so no thread of the process stays in the
         namespace; sockets and files made by ``factory`` stay bound to it.
         """
-        result: list[_T] = []
-        failure: list[BaseException] = []
-        identity: list[tuple[int, int]] = []
-
-        def work() -> None:
-            try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as e:
-                failure.append(e)
-                return
-            try:
-                st = os.fstat(fd)
-                _setns_net(fd)
-                identity.append((st.st_dev, st.st_ino))
-                result.append(factory())
-            except BaseException as e:  # handed to the caller below
-                failure.append(e)
-            finally:
-                os.close(fd)
-
-        thread = threading.Thread(target=work, name=f"xtc-netns-{self.name}", daemon=True)
-        thread.start()
-        thread.join()
-        if failure:
-            e = failure[0]
-            if isinstance(e, CounterError):
-                raise e
-            if isinstance(e, FileNotFoundError) and not identity:
+        try:
+            result, self.identity = run_in_netns(self.path, factory, f"xtc-netns-{self.name}")
+        except NetnsOpenError as e:
+            if e.errno == errno.ENOENT:
                 raise CounterReadError(
                     self.source, self.name, f"no such network namespace ({self.path} does not exist)", e.errno
                 ) from None
-            if isinstance(e, OSError):
-                raise CounterReadError(self.source, self.name, f"cannot open inside the namespace: {e}", e.errno) from None
-            raise e
-        self.identity = identity[0]
-        return result[0]
+            raise CounterReadError(self.source, self.name, f"cannot open inside the namespace: {e}", e.errno) from None
+        except CounterError:
+            raise
+        except OSError as e:
+            raise CounterReadError(self.source, self.name, f"cannot open inside the namespace: {e}", e.errno) from None
+        return result
 
 
 # --------------------------------------------------------------------------- sources

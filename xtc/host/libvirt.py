@@ -23,7 +23,7 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from xtc.daemon.config import DaemonConfig
 

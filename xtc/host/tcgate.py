@@ -69,13 +69,13 @@ import math
 import os
 import socket
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
+from xtc.host.netns import NETNS_DIR, NetnsOpenError, run_in_netns
 from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
 
 __all__ = [
@@ -420,35 +420,10 @@ def _in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
         return factory()
     if not netns or "/" in netns:
         raise GateError(f"netns {netns!r}: not a network namespace name")
-    result: list[_T] = []
-    failure: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            fd = os.open(os.path.join("/run/netns", netns), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            failure.append(GateError(f"netns {netns!r}: cannot open: {e.strerror}"))
-            return
-        try:
-            setns = getattr(os, "setns", None)
-            if setns is not None:  # Python >= 3.12
-                setns(fd, os.CLONE_NEWNET)  # type: ignore[attr-defined]
-            else:
-                from pyroute2 import netns as pyroute2_netns
-
-                pyroute2_netns.setns(fd, flags=0)
-            result.append(factory())
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            failure.append(e)
-        finally:
-            os.close(fd)
-
-    thread = threading.Thread(target=work, name=f"xtc-tcgate-{netns}", daemon=True)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
+    try:
+        return run_in_netns(os.path.join(NETNS_DIR, netns), factory, f"xtc-tcgate-{netns}")[0]
+    except NetnsOpenError as e:
+        raise GateError(f"netns {netns!r}: cannot open: {e.strerror}") from None
 
 
 # --------------------------------------------------------------------------- netlink socket
