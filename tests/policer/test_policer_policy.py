@@ -234,3 +234,24 @@ def test_plan_manual_setpoint_and_hysteresis() -> None:
     vrs4 = {**vrs, "c": VrObs("c", False, "active", 30_000, None, None)}
     plan4 = plan_router(st_, _rin(vrs4, plan3.policies, mode="off"), 3.0)
     assert sorted(c.vr for c in plan4.commands if c.cmd == "deactivate") == ["a", "b"]
+
+
+def test_allocation_counts_a_saturated_vr_at_what_it_forwards() -> None:
+    # Three VRs wanting 50 kp/s each share 108 kp/s (0.9 x 120 kp/s): 36 kp/s each.  When the
+    # daemon says "a" sits at its largest cap forwarding 20 kp/s (it cannot reach 36), its share
+    # shrinks to what it forwards and the other two get the rest; when "a" forwards 45 kp/s at its
+    # smallest cap, the others' shares leave room for it.
+    st_ = Settings(activation_enabled=False, hysteresis=0.0)
+
+    def shares(a: VrObs) -> dict[str, float]:
+        vrs = {"a": a, **{n: VrObs(n, True, "active", 36_000, 36_000, 50_000) for n in ("b", "c")}}
+        plan = plan_router(st_, _rin(vrs, mode="on"), 0.0)
+        return {n: p.derived_setpoint_pps for n, p in plan.policies.items()}
+
+    free = shares(VrObs("a", True, "active", 36_000, 20_000, 50_000))
+    assert free == pytest.approx({"a": 36_000, "b": 36_000, "c": 36_000})
+    capped = shares(VrObs("a", True, "active", 36_000, 20_000, 50_000, "cap_max"))
+    assert capped == pytest.approx({"a": 20_000, "b": 44_000, "c": 44_000})
+    floor = shares(VrObs("a", True, "active", 36_000, 45_000, 50_000, "cap_min"))
+    assert floor == pytest.approx({"a": 45_000, "b": 31_500, "c": 31_500})
+    assert sum(floor.values()) == pytest.approx(108_000)

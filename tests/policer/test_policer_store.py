@@ -35,12 +35,15 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
     store = Store(f"sqlite:///{path}")
     store.close()
-    assert SCHEMA_VERSION == 2
-    # Every row as it was, the version recorded, the new indexes and leadership rows there.
-    assert _tables(path) == before
+    assert SCHEMA_VERSION == 3
+    # Every row as it was (a VR has one new column, the daemon's saturated flag, still null), the
+    # version recorded, the new indexes and leadership rows there.
+    after = _tables(path)
+    assert all(row[-1] is None for row in after["vrs"])
+    assert {**after, "vrs": [row[:-1] for row in after["vrs"]]} == before
     raw = sqlite3.connect(path)
     meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
-    assert meta == {"schema_version": "2", "leader_epoch": "0", "leader": ""}
+    assert meta == {"schema_version": "3", "leader_epoch": "0", "leader": ""}
     idx = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert {"vrs_network", "routers_status", "actions_router", "actions_kind"} <= idx
     raw.close()
@@ -57,6 +60,17 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert store.list_actions(kind="network_created")[-1]["id"] == len(before["actions"]) + 1
     store.close()
     assert _tables(path)["routers"] == before["routers"]
+
+
+def test_the_saturated_flag_is_kept_and_nothing_else_is_taken(db_url: str) -> None:
+    s = Store(db_url)
+    s.add_router("r1", "tcp://127.0.0.1:1", 100_000.0, "auto", None, "test")
+    s.record_poll("r1", [{"vr": "a", "state": "active", "measured_pps": 20_000.0, "saturated": "cap_max"},
+                         {"vr": "b", "state": "active", "saturated": "bogus"}, {"vr": "c"}])
+    assert [s.get_vr("r1", n)["saturated"] for n in "abc"] == ["cap_max", None, None]
+    s.record_poll("r1", [{"vr": "a", "state": "active", "measured_pps": 20_000.0}])
+    assert s.get_vr("r1", "a")["saturated"] is None
+    s.close()
 
 
 def test_newer_schema_is_refused(db_url: str) -> None:

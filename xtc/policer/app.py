@@ -27,7 +27,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from .config import PolicerConfig
 from .link import VR_PATTERN, strict_json
-from .policy import ActivationParams, MisbehaviourParams, PolicyError
+from .policy import ActivationParams, PolicyError
 from .store import Conflict, NotFound, Store
 
 __all__ = ["create_app", "API_DESCRIPTION", "MAX_BODY_BYTES"]
@@ -60,6 +60,9 @@ engine period for every reachable router):
   fairness: every VR first gets its SLA minimum, the rest is shared in proportion to the weights,
   no VR gets more than its SLA maximum or its demand (max(offered, forwarded) x `demand_headroom`,
   so that flows that back off can grow).  Manual setpoints and punished VRs are taken out first.
+  A VR whose daemon reports its setpoint out of reach (`saturated`) is counted at the rate it
+  forwards: at its largest cap (`cap_max`) its share is no more than that, and the rest goes to the
+  others; at its smallest cap (`cap_min`) it gets at least that, so that the others' shares fit.
   A VR keeps its derived setpoint while its new share stays within `hysteresis` (relative) of it.
   The resulting setpoints are pushed to the daemons while control is on.
 * **misbehaviour**: a VR whose offered rate stays above `ratio` x its forwarded rate (and by more
@@ -149,6 +152,10 @@ class Vr(BaseModel):
     measured_pps: float | None
     offered_pps: float | None
     cap_percent: float | None
+    saturated: Literal["cap_max", "cap_min"] | None = Field(
+        None, description="the daemon's flag: the setpoint is out of reach with the cap at its maximum "
+        "(cap_max: the VR forwards all it can, below its setpoint) or at its minimum (cap_min: above it); "
+        "allocation counts such a VR at the rate it forwards")
     last_seen_unix_s: float | None
     manual_setpoint_pps: float | None
     derived_setpoint_pps: float | None

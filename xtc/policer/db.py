@@ -116,6 +116,10 @@ CREATE INDEX IF NOT EXISTS routers_status ON routers(status);
 INSERT INTO meta (key, value) VALUES ('leader_epoch', '0');
 INSERT INTO meta (key, value) VALUES ('leader', '')
 """),
+    # 3: the daemon's "setpoint out of reach" flag of each VR (cap_max, cap_min or null).
+    (3, """
+ALTER TABLE vrs ADD COLUMN saturated TEXT
+"""),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

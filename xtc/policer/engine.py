@@ -60,7 +60,7 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
     return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["measured_pps"],
-                 row["offered_pps"])
+                 row["offered_pps"], row["saturated"])
 
 
 class Engine:

@@ -444,5 +444,5 @@ def parse_vr_list(result: dict[str, Any], max_vrs: int) -> list[dict[str, Any]]:
                 raise BadReply(f"vrs[{i}].{k}: not a finite number")
         out.append({"vr": inst.vr, "state": inst.state, "present": True if inst.present is None else inst.present,
                     "setpoint_pps": inst.setpoint_pps, "measured_pps": inst.measured_pps,
-                    "offered_pps": inst.offered_pps, "cap_percent": inst.cap_percent})
+                    "offered_pps": inst.offered_pps, "cap_percent": inst.cap_percent, "saturated": inst.saturated})
     return out

@@ -73,6 +73,9 @@ class VrObs:
     setpoint_pps: float | None = None
     measured_pps: float | None = None
     offered_pps: float | None = None
+    #: The daemon's flag: the setpoint is out of reach, the cap at its maximum ("cap_max") or
+    #: minimum ("cap_min") (:class:`xtc.daemon.api.Instance`); None = neither.
+    saturated: str | None = None
 
 
 @dataclass(frozen=True)
@@ -241,9 +244,19 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             elif p.manual_setpoint_pps is not None:
                 budget -= p.manual_setpoint_pps
             else:
-                d = _demand(present[n])
+                o = present[n]
+                d = _demand(o)
                 dem = None if d is None else max(settings.min_setpoint_pps, d * settings.demand_headroom)
-                claims.append(Claim(n, p.weight, p.min_pps, p.max_pps, dem))
+                lo = p.min_pps
+                if o.measured_pps is not None and o.saturated == "cap_max":
+                    # All the VR can forward on this host now, whatever its setpoint: a larger share
+                    # would sit unused while other VRs want it.
+                    dem = max(settings.min_setpoint_pps, o.measured_pps) if dem is None else \
+                        min(dem, max(settings.min_setpoint_pps, o.measured_pps))
+                elif o.measured_pps is not None and o.saturated == "cap_min":
+                    # It forwards this much even at its lowest cap: count it, so the others' shares fit.
+                    lo = min(max(lo, o.measured_pps), p.max_pps)
+                claims.append(Claim(n, p.weight, lo, p.max_pps, dem))
         shares = weighted_max_min(max(0.0, budget), claims)
         kept = {n: pol[n].derived_setpoint_pps if pol[n].derived_setpoint_pps is not None
                 and abs(sh - pol[n].derived_setpoint_pps) <= settings.hysteresis * pol[n].derived_setpoint_pps else sh

@@ -26,7 +26,10 @@ from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError,
 from .planner import Settings
 from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
 
-__all__ = ["Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
+#: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
+SATURATION = ("cap_max", "cap_min")
+
+__all__ = ["SATURATION", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
 
 def _f(v: Any) -> float | None:
     """A finite float or None (SQLite has no NaN; the API never returns one)."""
@@ -216,6 +219,7 @@ class Store:
             "measured_pps": r["measured_pps"],
             "offered_pps": r["offered_pps"],
             "cap_percent": r["cap_percent"],
+            "saturated": r["saturated"],
             "last_seen_unix_s": r["last_seen_unix_s"],
             "manual_setpoint_pps": r["manual_setpoint_pps"],
             "derived_setpoint_pps": r["derived_setpoint_pps"],
@@ -410,14 +414,16 @@ class Store:
                 n = v["vr"]
                 seen.add(n)
                 present = bool(v.get("present", True))
+                sat = v.get("saturated")
                 vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")), _f(v.get("measured_pps")),
-                        _f(v.get("offered_pps")), _f(v.get("cap_percent")), now)
+                        _f(v.get("offered_pps")), _f(v.get("cap_percent")), sat if sat in SATURATION else None, now)
                 if n in known:
                     db.execute("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
-                               " cap_percent=?, last_seen_unix_s=? WHERE router=? AND name=?", (*vals, router, n))
+                               " cap_percent=?, saturated=?, last_seen_unix_s=? WHERE router=? AND name=?",
+                               (*vals, router, n))
                 else:
                     db.execute("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
-                               " last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?)", (*vals, router, n))
+                               " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", (*vals, router, n))
                 if present and not known.get(n, False):
                     appeared.append(n)
                     self._audit(db, "vr_appeared", "policer", router, n, {})
