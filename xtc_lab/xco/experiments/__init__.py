@@ -44,6 +44,8 @@ EXPERIMENTS = {
     "fig15": "xtc_lab.xco.experiments.senders",
     "fig18": "xtc_lab.xco.experiments.ping",
     "incast": "xtc_lab.xco.experiments.incast",
+    "fig20": "xtc_lab.xco.experiments.fairness",
+    "fig22": "xtc_lab.xco.experiments.alternate",
 }
 
 
@@ -64,6 +66,8 @@ class Context:
     mode: str
     say: Callable[[str], None]
     params: dict[str, Any] = field(default_factory=dict)
+    #: What :func:`start_xco` started (``workdir`` holds the agents' logs ``agent-HOST.log``).
+    xco: dict[str, Any] = field(default_factory=dict)
 
 
 #: Slice length with XCo on this lab, microseconds.  The paper's 10 ms, not scaled: what a slice
@@ -178,7 +182,8 @@ def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], say: Callable[[str],
 @contextlib.contextmanager
 def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
               workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
-              gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink") -> Iterator[dict[str, Any]]:
+              gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink",
+              agent_log_level: str = "info") -> Iterator[dict[str, Any]]:
     """Run the experiment body under XCo in ``mode``; yields what was started (for the report).
 
     ``none``: nothing (the baseline).  ``timeslice`` / ``rate``: writes the lab's topology with its
@@ -207,6 +212,9 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         The agents' ``link_bps`` as a fraction of the scaled NIC rate.
     gate_at : str
         ``"vm"`` or ``"uplink"`` (see :data:`GATE_AT`).
+    agent_log_level : str
+        The agents' log level; ``"debug"`` logs every directive applied (``directive_applied``:
+        ``dest``, ``start_us``, ``applied_us``), the slice grid of :mod:`.timing`.
 
     Raises
     ------
@@ -241,7 +249,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         cfg = {"schema": "xco-agent/1", "topology": "topology.toml", "host": h, "uplink": ifname,
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US,
-               "giveup_after_us": GIVEUP_AFTER_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": "info"}}
+               "giveup_after_us": GIVEUP_AFTER_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -259,7 +267,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
                             "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
-                            "gate_at": gate_at}
+                            "gate_at": gate_at, "agent_log_level": agent_log_level}
     try:
         spawn("controller", _xtc_argv("controller", "-c", str(wd / "controller.toml")))
         time.sleep(0.5)
@@ -375,7 +383,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     import matplotlib
 
     matplotlib.use("Agg")
-    mod = available()[name]
+    mod = importlib.import_module(EXPERIMENTS[name])
     check_mode(mode)
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
     lab_name = f"run-{name}-{os.getpid()}"
@@ -390,8 +398,9 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         record = build_lab(topo, lab_name, source, scale=scale, port_buffer_bytes=port_buffer_bytes)
         tb = Testbed(record)
         try:
-            with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at) as xco:
-                ctx = Context(tb=tb, quick=quick, mode=mode, say=say)
+            with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
+                           agent_log_level=getattr(mod, "AGENT_LOG_LEVEL", "info")) as xco:
+                ctx = Context(tb=tb, quick=quick, mode=mode, say=say, xco=xco)
                 result, fig, md = mod.run(ctx)
         finally:
             tb.stop_all()
