@@ -125,9 +125,11 @@ def slice_shares(cap: Mapping[str, Any], agent_logs: Mapping[str, Path], addr_of
 
 
 def gaps(times_us: Sequence[int], around_us: Sequence[int], before_us: int = 100_000,
-         after_us: int = 500_000) -> list[dict[str, Any]]:
-    """For each transition time in ``around_us``, the longest stretch without a packet (of ``times_us``,
-    all sources) in ``[T - before_us, T + after_us]``, microseconds, and where it starts relative to T."""
+         after_us: int = 500_000, change_us: int = 50_000) -> list[dict[str, Any]]:
+    """For each transition time T in ``around_us``: ``gap_us``, the longest stretch without a packet (of
+    ``times_us``, all sources) in ``[T - before_us, T + after_us]`` and where it starts relative to T
+    (``gap_starts_at_us``); ``gap_at_change_us``, the longest such stretch that starts before
+    ``T + change_us`` (the change itself, not a later hole in the schedule).  Microseconds."""
     t = np.sort(np.asarray(times_us, dtype=np.int64))
     out = []
     for T in around_us:
@@ -136,5 +138,7 @@ def gaps(times_us: Sequence[int], around_us: Sequence[int], before_us: int = 100
         pts = np.concatenate([[lo], w, [hi]])
         d = np.diff(pts)
         k = int(np.argmax(d))
-        out.append({"t_us": int(T), "gap_us": int(d[k]), "gap_starts_at_us": int(pts[k] - T), "packets": int(w.size)})
+        early = d[pts[:-1] < T + change_us]
+        out.append({"t_us": int(T), "gap_us": int(d[k]), "gap_starts_at_us": int(pts[k] - T),
+                    "gap_at_change_us": int(early.max()) if early.size else 0, "packets": int(w.size)})
     return out
