@@ -45,6 +45,7 @@ EXPERIMENTS = {
     "fig18": "xtc_lab.xco.experiments.ping",
     "incast": "xtc_lab.xco.experiments.incast",
     "fig20": "xtc_lab.xco.experiments.fairness",
+    "fig21": "xtc_lab.xco.experiments.workcons",
     "fig22": "xtc_lab.xco.experiments.alternate",
 }
 
@@ -406,7 +407,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
             tb.stop_all()
             remove_lab(lab_name)
     took = time.monotonic() - t0
-    result.update({"experiment": name, "title": mod.TITLE, "paper": mod.PAPER, "mode": mode, "quick": quick,
+    load_end = round(os.getloadavg()[0], 2)
+    result.update({"load_avg_1m_end": load_end, "experiment": name, "title": mod.TITLE, "paper": mod.PAPER, "mode": mode, "quick": quick,
                    "scale": scale, "topology": mod.TOPOLOGY, "lab_prefix": record["prefix"], "port_buffer_bytes": port_buffer_bytes,
                    "xco": xco, "command": command, "host": host, "duration_s": round(took, 1)})
     out.mkdir(parents=True, exist_ok=True)
@@ -428,6 +430,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    f"polls every {xco['poll_us']} us); {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
-              f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start; took {took:.0f} s.\n")
+              f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
+              f"took {took:.0f} s.\n")
     paths["md"].write_text(header + md.strip() + footer)
     return paths
