@@ -46,7 +46,6 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     raddr, rns = tb.vm("r1")
     bottleneck = "sw1>r1"
     rate = tb.rate_bps(bottleneck)
-    nic = tb.rate_bps("s1>sw1")
     send_bps = int(SENDER_FRACTION * rate)
     total_s = periods * PERIOD_S
     ctx.say(f"  {periods} periods of {PERIOD_S:g} s, sets {SETS[0]} and {SETS[1]}")

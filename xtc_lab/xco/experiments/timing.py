@@ -112,7 +112,7 @@ def slice_shares(cap: Mapping[str, Any], agent_logs: Mapping[str, Path], addr_of
         exact = inside_share(t, iv)
         late = inside_share(t, iv, LATE_TOLERANCE_US)
         gate = inside_share(t, open_intervals(applied_directives(log, "applied_us"), slice_us))
-        per[host] = {"packets": int(t.size), "open_slices": int(len(iv)), "inside": exact,
+        per[host] = {"packets": int(t.size), "open_slices": len(iv), "inside": exact,
                      "inside_or_late_1ms": late, "inside_gate": gate}
         if t.size:
             n_all += int(t.size)
