@@ -379,8 +379,12 @@ def _busy(lock: Any) -> bool:
 def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float = DEFAULT_SCALE,
                    slice_us: int = SLICE_US, gate_at: str = "uplink",
                    port_buffer_bytes: int = DEFAULT_PORT_BUFFER_BYTES, command: str = "",
-                   say: Callable[[str], None] = print) -> dict[str, Path]:
-    """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths."""
+                   params: dict[str, Any] | None = None, say: Callable[[str], None] = print) -> dict[str, Path]:
+    """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths.
+
+    ``params`` go to the experiment (:attr:`Context.params`); ``{"in_slice": True}`` also runs the agents
+    at log level debug (every directive applied is logged) and names the report ``...-capture``."""
+    params = dict(params or {})
     import matplotlib
 
     matplotlib.use("Agg")
@@ -400,8 +404,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         tb = Testbed(record)
         try:
             with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
-                           agent_log_level=getattr(mod, "AGENT_LOG_LEVEL", "info")) as xco:
-                ctx = Context(tb=tb, quick=quick, mode=mode, say=say, xco=xco)
+                           agent_log_level="debug" if params.get("in_slice") else "info") as xco:
+                ctx = Context(tb=tb, quick=quick, mode=mode, say=say, params=params, xco=xco)
                 result, fig, md = mod.run(ctx)
         finally:
             tb.stop_all()
@@ -413,6 +417,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    "xco": xco, "command": command, "host": host, "duration_s": round(took, 1)})
     out.mkdir(parents=True, exist_ok=True)
     stem = name if mode == "none" else f"{name}-{mode}"
+    if params.get("in_slice"):
+        stem += "-capture"
     if quick:
         stem += "-quick"
     paths = {"json": out / f"{stem}.json", "png": out / f"{stem}.png", "md": out / f"{stem}.md"}
