@@ -385,6 +385,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     ``params`` go to the experiment (:attr:`Context.params`); ``{"in_slice": True}`` also runs the agents
     at log level debug (every directive applied is logged) and names the report ``...-capture``."""
     params = dict(params or {})
+    if params.get("in_slice") and (name != "fig15" or mode != "timeslice"):
+        raise LabError("--in-slice measures fig15 with --mode timeslice only")
     import matplotlib
 
     matplotlib.use("Agg")
