@@ -43,8 +43,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     rows = []
     # with timeslices and --in-slice: every packet towards r1 entering the switch (from the senders'
     # gates), kernel-stamped, against the slices each agent applied (agents at log level debug).  Not by
-    # default: the capture adds load (measured: 5 TCP senders lost 5.0-5.3 % at the switch with it,
-    # 0.5-1.5 % without)
+    # default: the capture adds load (measured before its BPF filter: 5 TCP senders lost 5.0-5.3 % at
+    # the switch with it, 0.5-1.5 % without; with the filter 0.84 % in one run)
     in_slice_on = ctx.mode == "timeslice" and bool(ctx.params.get("in_slice"))
     for n_udp in points:
         ctx.say(f"  {5 - n_udp} TCP + {n_udp} UDP senders, {dur} s")
