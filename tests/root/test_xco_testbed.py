@@ -15,6 +15,7 @@ What is proved:
   switch port's loss and the goodput of the mixed senders well on the goals' side of the baseline;
 * ``run fig22 --quick --mode timeslice``: at each change between two alternating sets of UDP
   senders, the receiver sees the new set within tens of ms and no longer hole;
+* the arithmetic of the in-slice share, the fig22 gap and Jain's index, on hand-made numbers;
 * a topology with a VM address outside 198.18.0.0/15 is refused before anything is built; the
   ``xtc.xco_commands`` entry points reach ``xtc xco``.
 
@@ -317,3 +318,34 @@ def test_run_fig22_quick_with_timeslices_switches_sets_within_tens_of_ms() -> No
         assert ch["gap_at_change_us"] <= 50_000, ch
     assert doc["switch_port"]["loss_percent"] <= 5.0, doc["switch_port"]
     assert with_prefix(doc["lab_prefix"]) == []
+
+
+def test_slice_and_gap_arithmetic(tmp_path: Path) -> None:
+    """The pure parts of the in-slice share, the fig22 gap and Jain's index, on hand-made numbers."""
+    import numpy as np
+
+    from xtc_lab.xco.experiments.fairness import jain
+    from xtc_lab.xco.experiments.timing import (
+        applied_directives,
+        gaps,
+        inside_share,
+        open_intervals,
+    )
+
+    log = tmp_path / "agent.log"
+    lines = [{"event": "directive_applied", "dest": 5, "start_us": 0, "applied_us": 2_000},
+             {"event": "directive_applied", "dest": None, "start_us": 10_000, "applied_us": 12_500},
+             {"event": "welcomed"},
+             {"event": "directive_applied", "dest": 5, "start_us": 40_000, "applied_us": 40_100}]
+    log.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    grid = open_intervals(applied_directives(log), 10_000)
+    assert grid.tolist() == [[0, 10_000], [40_000, 50_000]]  # the last one slice long
+    gate = open_intervals(applied_directives(log, "applied_us"), 10_000)
+    assert gate.tolist() == [[2_000, 12_500], [40_100, 50_100]]
+    t = [500, 9_999, 10_000, 10_900, 20_000, 45_000]
+    assert inside_share(t, grid) == 3 / 6
+    assert inside_share(t, grid, late_us=1_000) == 5 / 6  # 10_000 and 10_900 are late by < 1 ms
+    assert inside_share([], grid) is None and inside_share([1], np.zeros((0, 2))) == 0.0
+    g, = gaps([0, 1_000, 9_000, 9_500, 40_000], [5_000], before_us=5_000, after_us=45_000, change_us=4_000)
+    assert (g["gap_at_change_us"], g["gap_us"], g["gap_starts_at_us"]) == (8_000, 30_500, 4_500)
+    assert jain([1.0, 1.0, 1.0]) == 1.0 and jain([1.0, 0.0, 0.0]) == pytest.approx(1 / 3) and jain([0.0]) is None
