@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from xtc.models import PAPER_MODEL, LogCapModel, load_model
+from xtc.models import PAPER_MODEL, load_model
 from xtc.training.analysis import (
     PAPER_PI_POLES,
     choose_cap_min,

@@ -118,7 +118,7 @@ def _margin(x: float) -> str:
 
 def markdown_report(t: Training, plots: Mapping[str, str], model_path: str, csv_path: str) -> str:
     """A short markdown report of a training run (plots referenced by relative path)."""
-    f, m = t.fit, t.fit.model
+    f = t.fit
     lines = [
         f"# XTC training report: {t.model_file.name}",
         "",

@@ -32,7 +32,7 @@ from xtc.xco.topology import parse_topology
 
 from .topologies import fig27, fig27_pairs
 
-__all__ = ["bench_one", "main", "register"]
+__all__ = ["add_xco", "bench_one", "main"]
 
 
 def bench_one(n_hosts: int, n_events: int = 4000, slice_us: int = 10_000, seed: int = 1) -> dict[str, Any]:

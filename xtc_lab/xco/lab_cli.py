@@ -51,6 +51,10 @@ def register(subparsers: Any) -> None:
                    help="XCo's gate on each host's uplink (default) or on each VM's interface")
     r.add_argument("--slice-us", type=int, default=10_000, help="slice length with XCo, microseconds (default 10000)")
     r.add_argument("--port-buffer", type=int, default=DEFAULT_PORT_BUFFER_BYTES)
+    r.add_argument("--in-slice", action="store_true",
+                   help="fig15 with timeslices: also measure the share of packets sent inside the open slices "
+                        "(a capture at the switch, agents at log level debug; it adds load, so the report's "
+                        "name ends in -capture)")
     r.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     r.set_defaults(func=cmd_run)
 
@@ -141,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         paths = run_experiment(args.experiment, args.out, quick=args.quick, mode=args.mode, scale=args.scale,
                                port_buffer_bytes=args.port_buffer, command=command, slice_us=args.slice_us, gate_at=args.gate_at,
-                               say=lambda m: print(m, file=sys.stderr))
+                               params={"in_slice": True} if args.in_slice else None, say=lambda m: print(m, file=sys.stderr))
     except XcoUnavailable as e:
         _err(str(e))
         return 4

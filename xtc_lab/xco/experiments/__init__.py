@@ -44,6 +44,9 @@ EXPERIMENTS = {
     "fig15": "xtc_lab.xco.experiments.senders",
     "fig18": "xtc_lab.xco.experiments.ping",
     "incast": "xtc_lab.xco.experiments.incast",
+    "fig20": "xtc_lab.xco.experiments.fairness",
+    "fig21": "xtc_lab.xco.experiments.workcons",
+    "fig22": "xtc_lab.xco.experiments.alternate",
 }
 
 
@@ -64,6 +67,8 @@ class Context:
     mode: str
     say: Callable[[str], None]
     params: dict[str, Any] = field(default_factory=dict)
+    #: What :func:`start_xco` started (``workdir`` holds the agents' logs ``agent-HOST.log``).
+    xco: dict[str, Any] = field(default_factory=dict)
 
 
 #: Slice length with XCo on this lab, microseconds.  The paper's 10 ms, not scaled: what a slice
@@ -178,7 +183,8 @@ def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], say: Callable[[str],
 @contextlib.contextmanager
 def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
               workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
-              gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink") -> Iterator[dict[str, Any]]:
+              gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink",
+              agent_log_level: str = "info") -> Iterator[dict[str, Any]]:
     """Run the experiment body under XCo in ``mode``; yields what was started (for the report).
 
     ``none``: nothing (the baseline).  ``timeslice`` / ``rate``: writes the lab's topology with its
@@ -207,6 +213,9 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         The agents' ``link_bps`` as a fraction of the scaled NIC rate.
     gate_at : str
         ``"vm"`` or ``"uplink"`` (see :data:`GATE_AT`).
+    agent_log_level : str
+        The agents' log level; ``"debug"`` logs every directive applied (``directive_applied``:
+        ``dest``, ``start_us``, ``applied_us``), the slice grid of :mod:`.timing`.
 
     Raises
     ------
@@ -242,7 +251,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": "info"}}
+               "giveup_after_us": GIVEUP_AFTER_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -260,7 +269,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
                             "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
-                            "gate_at": gate_at}
+                            "gate_at": gate_at, "agent_log_level": agent_log_level}
     try:
         spawn("controller", _xtc_argv("controller", "-c", str(wd / "controller.toml")))
         time.sleep(0.5)
@@ -367,12 +376,18 @@ def _busy(lock: Any) -> bool:
 def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float = DEFAULT_SCALE,
                    slice_us: int = SLICE_US, gate_at: str = "uplink",
                    port_buffer_bytes: int = DEFAULT_PORT_BUFFER_BYTES, command: str = "",
-                   say: Callable[[str], None] = print) -> dict[str, Path]:
-    """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths."""
+                   params: dict[str, Any] | None = None, say: Callable[[str], None] = print) -> dict[str, Path]:
+    """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths.
+
+    ``params`` go to the experiment (:attr:`Context.params`); ``{"in_slice": True}`` also runs the agents
+    at log level debug (every directive applied is logged) and names the report ``...-capture``."""
+    params = dict(params or {})
+    if params.get("in_slice") and (name != "fig15" or mode != "timeslice"):
+        raise LabError("--in-slice measures fig15 with --mode timeslice only")
     import matplotlib
 
     matplotlib.use("Agg")
-    mod = available()[name]
+    mod = importlib.import_module(EXPERIMENTS[name])
     check_mode(mode)
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
     lab_name = f"run-{name}-{os.getpid()}"
@@ -387,18 +402,22 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         record = build_lab(topo, lab_name, source, scale=scale, port_buffer_bytes=port_buffer_bytes)
         tb = Testbed(record)
         try:
-            with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at) as xco:
-                ctx = Context(tb=tb, quick=quick, mode=mode, say=say)
+            with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
+                           agent_log_level="debug" if params.get("in_slice") else "info") as xco:
+                ctx = Context(tb=tb, quick=quick, mode=mode, say=say, params=params, xco=xco)
                 result, fig, md = mod.run(ctx)
         finally:
             tb.stop_all()
             remove_lab(lab_name)
     took = time.monotonic() - t0
-    result.update({"experiment": name, "title": mod.TITLE, "paper": mod.PAPER, "mode": mode, "quick": quick,
+    load_end = round(os.getloadavg()[0], 2)
+    result.update({"load_avg_1m_end": load_end, "experiment": name, "title": mod.TITLE, "paper": mod.PAPER, "mode": mode, "quick": quick,
                    "scale": scale, "topology": mod.TOPOLOGY, "lab_prefix": record["prefix"], "port_buffer_bytes": port_buffer_bytes,
                    "xco": xco, "command": command, "host": host, "duration_s": round(took, 1)})
     out.mkdir(parents=True, exist_ok=True)
     stem = name if mode == "none" else f"{name}-{mode}"
+    if params.get("in_slice"):
+        stem += "-capture"
     if quick:
         stem += "-quick"
     paths = {"json": out / f"{stem}.json", "png": out / f"{stem}.png", "md": out / f"{stem}.md"}
@@ -416,6 +435,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    f"polls every {xco['poll_us']} us); {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
-              f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start; took {took:.0f} s.\n")
+              f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
+              f"took {took:.0f} s.\n")
     paths["md"].write_text(header + md.strip() + footer)
     return paths

@@ -65,14 +65,16 @@ def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, An
 
 
 def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, duration_s: int,
-              udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES) -> list[dict[str, Any]]:
+              udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES,
+              udp_rates_bps: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Start ``senders`` ((host, "tcp"|"udp")) towards ``receiver``'s VM together; wait; return per-flow results.
 
     TCP: one iperf3 connection each, goodput from iperf3's ``sum_received``.  UDP: a paced sender
     at ``udp_rate_bps`` (the NIC rate: netperf sends as fast as it can) of ``udp_payload_bytes``
     datagrams (above 1472 a datagram leaves as IP fragments, and losing one loses the datagram) and a
     counting sink at the receiver (:mod:`xtc_lab.xco.experiments.udpflow`); goodput is what the
-    sink got over ``duration_s``.  Bits/s.
+    sink got over ``duration_s``.  Bits/s.  ``udp_rates_bps``: per sender host, a rate that replaces
+    ``udp_rate_bps``.
     """
     raddr, rns = tb.vm(receiver)
     flows = []
@@ -93,7 +95,8 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
         if f.proto == "tcp":
             f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port))
         else:
-            f.client = tb.spawn(sns, [*helper("udpflow"), "send", raddr, str(f.port), str(udp_rate_bps),
+            rate = (udp_rates_bps or {}).get(f.sender, udp_rate_bps)
+            f.client = tb.spawn(sns, [*helper("udpflow"), "send", raddr, str(f.port), str(rate),
                                       str(udp_payload_bytes), str(duration_s)])
     out = []
     for f in flows:

@@ -7,6 +7,9 @@ the same congested port, and under heavy loss they arrive late or not at all.
 ``SECONDS`` after the first one (or until SECONDS + 5 s pass without any); print JSON.
 ``python udpflow.py send ADDR PORT RATE_BPS SIZE SECONDS``: send datagrams
 of ``SIZE`` bytes paced at ``RATE_BPS``; print JSON.
+``python udpflow.py alt ADDR PORT RATE_BPS SIZE T0 PERIOD PHASE PERIODS``: the same, but only in the
+periods ``k`` (``[T0 + k PERIOD, T0 + (k+1) PERIOD)``, wall-clock seconds, ``k < PERIODS``) with
+``k % 2 == PHASE``; print JSON.
 """
 
 from __future__ import annotations
@@ -64,8 +67,38 @@ def send(addr: str, port: int, rate_bps: float, size: int, seconds: float) -> di
     return {"datagrams": sent, "errors": errors, "bytes": sent * size, "seconds": time.monotonic() - t0}
 
 
+def alternate(addr: str, port: int, rate_bps: float, size: int, t0: float, period: float, phase: int,
+              periods: int) -> dict:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = b"\0" * size
+    gap = size * 8 / rate_bps
+    sent = errors = 0
+    for k in range(phase, periods, 2):
+        start = t0 + k * period
+        end = start + period
+        j = 0
+        while True:
+            due = start + j * gap
+            if due >= end:
+                break
+            now = time.time()
+            if due > now:
+                time.sleep(due - now)
+            try:
+                s.sendto(payload, (addr, port))
+                sent += 1
+            except OSError:
+                errors += 1
+            j += 1
+    return {"datagrams": sent, "errors": errors, "bytes": sent * size}
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "sink":
+    if sys.argv[1] == "alt":
+        a = sys.argv[2:]
+        print(json.dumps(alternate(a[0], int(a[1]), float(a[2]), int(a[3]), float(a[4]), float(a[5]), int(a[6]),
+                                   int(a[7]))))
+    elif sys.argv[1] == "sink":
         print(json.dumps(sink(int(sys.argv[2]), float(sys.argv[3]))))
     else:
         a = sys.argv[2:]
