@@ -130,19 +130,27 @@ def _schema_of(path: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _cmd_check_controller(args: argparse.Namespace) -> int:
+def _config_and_topology(path: str, load: Any, error: type[Exception]) -> tuple[Any, Topology] | None:
+    """A controller or agent file and the topology it names, or None after saying what is wrong."""
     from xtc.cli import load_or_report
 
-    from .controller_config import ControllerConfigError, load_controller_config
     from .topology import TopologyError, load_topology
 
     prog = "xtc xco check-config"
-    cfg = load_or_report(lambda: load_controller_config(args.topology), ControllerConfigError, prog)
+    cfg = load_or_report(lambda: load(path), error, prog)
     if cfg is None:
+        return None
+    topo = load_or_report(lambda: load_topology(cfg.topology), TopologyError, f"{prog}: {path}: 'topology'")
+    return None if topo is None else (cfg, topo)
+
+
+def _cmd_check_controller(args: argparse.Namespace) -> int:
+    from .controller_config import ControllerConfigError, load_controller_config
+
+    loaded = _config_and_topology(args.topology, load_controller_config, ControllerConfigError)
+    if loaded is None:
         return 2
-    topo = load_or_report(lambda: load_topology(cfg.topology), TopologyError, f"{prog}: {args.topology}: 'topology'")
-    if topo is None:
-        return 2
+    cfg, topo = loaded
     summary = {"config": cfg.model_dump(by_alias=True), "topology": topo.summary()}
     return _report_ok(args, summary, topo,
                       f"{args.topology}: OK: {cfg.mode} mode, slice {cfg.slice_us} us, lead {cfg.lead_us} us, "
@@ -154,15 +162,12 @@ def _cmd_check_agent(args: argparse.Namespace) -> int:
 
     from .agent import flows_of
     from .agent_config import AgentConfigError, check_against_topology, load_agent_config
-    from .topology import TopologyError, load_topology
 
     prog = "xtc xco check-config"
-    cfg = load_or_report(lambda: load_agent_config(args.topology), AgentConfigError, prog)
-    if cfg is None:
+    loaded = _config_and_topology(args.topology, load_agent_config, AgentConfigError)
+    if loaded is None:
         return 2
-    topo = load_or_report(lambda: load_topology(cfg.topology), TopologyError, f"{prog}: {args.topology}: 'topology'")
-    if topo is None:
-        return 2
+    cfg, topo = loaded
     checked = load_or_report(lambda: check_against_topology(cfg, topo, args.topology), AgentConfigError, prog)
     if checked is None:
         return 2
