@@ -56,6 +56,20 @@ def lab_cli(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[
                           text=True, timeout=timeout_s, env=ENV, stdin=subprocess.DEVNULL, cwd=ROOT)
 
 
+def run_quick_timeslice(experiment: str) -> dict[str, Any]:
+    """``xtc xco lab run EXPERIMENT --quick --mode timeslice``: its JSON document (written to a
+    directory under /run/xtc, removed afterwards)."""
+    import shutil
+
+    out = Path(f"/run/xtc/xco-lab-test-{experiment}-{os.getpid()}")
+    try:
+        p = lab_cli("run", experiment, "--quick", "--mode", "timeslice", "--out", str(out), timeout_s=220)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads((out / f"{experiment}-timeslice-quick.json").read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def with_prefix(prefix: str) -> list[str]:
     """Namespaces and host interfaces whose names start with ``prefix-``."""
     from pyroute2 import netns
@@ -267,15 +281,7 @@ def test_run_quick_with_timeslices_holds_the_switch_port() -> None:
     5 TCP senders lose 0.4-1.5 % at the switch, 95-96 % goodput; with 3 UDP senders each TCP flow gets
     20-22 Mb/s of 100, the total goodput varies with the load, 46-81 %; without XCo 4.2 % loss, and
     3 Mb/s per TCP flow with 3 UDP senders)."""
-    out = Path(f"/run/xtc/xco-lab-test-{os.getpid()}")
-    try:
-        p = lab_cli("run", "fig15", "--quick", "--mode", "timeslice", "--out", str(out), timeout_s=220)
-        assert p.returncode == 0, p.stderr[-2000:]
-        doc = json.loads((out / "fig15-timeslice-quick.json").read_text())
-    finally:
-        import shutil
-
-        shutil.rmtree(out, ignore_errors=True)
+    doc = run_quick_timeslice("fig15")
     xco = doc["xco"]
     assert doc["mode"] == "timeslice" and xco["slice_us"] == 10_000
     assert set(xco["exit_codes"].values()) == {0}, xco["exit_codes"]  # SIGTERM: Leave, qdisc restored
@@ -299,15 +305,7 @@ def test_run_fig22_quick_with_timeslices_switches_sets_within_tens_of_ms() -> No
     the new set's first frame 0.1-35 ms after the change, the old set's last 57-148 ms after it
     (its held queue), gap at a change 0.5-14 ms in quick runs, 1.5-8.5 ms in a full one; without XCo
     0.1-4 ms and gaps of 0.4-3 ms)."""
-    out = Path(f"/run/xtc/xco-lab-test22-{os.getpid()}")
-    try:
-        p = lab_cli("run", "fig22", "--quick", "--mode", "timeslice", "--out", str(out), timeout_s=220)
-        assert p.returncode == 0, p.stderr[-2000:]
-        doc = json.loads((out / "fig22-timeslice-quick.json").read_text())
-    finally:
-        import shutil
-
-        shutil.rmtree(out, ignore_errors=True)
+    doc = run_quick_timeslice("fig22")
     assert set(doc["xco"]["exit_codes"].values()) == {0}, doc["xco"]["exit_codes"]
     # XCo scheduled both sets: each sender's agent applied directives (measured: 156-277 each)
     assert all(doc["xco"]["agent_metrics"][h]["directives"] >= 50 for h in ("s1", "s2", "s3", "s4", "s5", "q1"))

@@ -45,25 +45,31 @@ def sink(port: int, seconds: float) -> dict:
     return {"datagrams": n, "bytes": b, "seconds": seconds, "active_s": (last - first) if first and last else 0.0}
 
 
-def send(addr: str, port: int, rate_bps: float, size: int, seconds: float) -> dict:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    payload = b"\0" * size
-    gap = size * 8 / rate_bps
-    t0 = time.monotonic()
-    k = sent = errors = 0
+def _paced(s: socket.socket, dest: tuple[str, int], payload: bytes, gap_s: float, start: float, end: float,
+           clock) -> tuple[int, int]:
+    """Send ``payload`` to ``dest`` every ``gap_s`` seconds from ``start`` until ``end`` (times of
+    ``clock``, seconds); return (datagrams sent, send errors)."""
+    sent = errors = j = 0
     while True:
-        due = t0 + k * gap
-        now = time.monotonic()
-        if due - t0 >= seconds:
+        due = start + j * gap_s
+        if due >= end:
             break
+        now = clock()
         if due > now:
             time.sleep(due - now)
         try:
-            s.sendto(payload, (addr, port))
+            s.sendto(payload, dest)
             sent += 1
         except OSError:
             errors += 1
-        k += 1
+        j += 1
+    return sent, errors
+
+
+def send(addr: str, port: int, rate_bps: float, size: int, seconds: float) -> dict:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    t0 = time.monotonic()
+    sent, errors = _paced(s, (addr, port), b"\0" * size, size * 8 / rate_bps, t0, t0 + seconds, time.monotonic)
     return {"datagrams": sent, "errors": errors, "bytes": sent * size, "seconds": time.monotonic() - t0}
 
 
@@ -75,21 +81,9 @@ def alternate(addr: str, port: int, rate_bps: float, size: int, t0: float, perio
     sent = errors = 0
     for k in range(phase, periods, 2):
         start = t0 + k * period
-        end = start + period
-        j = 0
-        while True:
-            due = start + j * gap
-            if due >= end:
-                break
-            now = time.time()
-            if due > now:
-                time.sleep(due - now)
-            try:
-                s.sendto(payload, (addr, port))
-                sent += 1
-            except OSError:
-                errors += 1
-            j += 1
+        n, e = _paced(s, (addr, port), payload, gap, start, start + period, time.time)
+        sent += n
+        errors += e
     return {"datagrams": sent, "errors": errors, "bytes": sent * size}
 
 
