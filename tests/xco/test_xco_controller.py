@@ -101,6 +101,33 @@ def test_core_drops_a_silent_host_from_every_group():
     assert core.dropped["unregistered_dest"] == 1
 
 
+def test_core_numbers_the_messages_to_a_host_lost_and_registered_again_above_the_old_ones():
+    """A host dropped for silence registers again in the same agent session: the welcome and what
+    follows must carry sequence numbers above every one it has seen (an agent drops the others as
+    replays: on the lab, a re-registered host ignored 46 messages for 4.6 s and its senders starved)."""
+    topo, digest, core = _core(heartbeat_interval_us=100_000, heartbeat_misses=3)
+    seq = Seq()
+    _register_all(core, topo, digest, seq)
+    r1 = topo.host_id("r1")
+    seen = []
+    t = NOW
+    for k in range(20):  # r1 hears many acks; the senders keep the counter moving, too
+        t = NOW + k * 10_000
+        for x in range(6):
+            out = core.handle(P.encode(P.Heartbeat(seq(x, t))), ("127.0.0.1", 7000 + x), t)
+            if x == r1:
+                seen += [P.decode(s.data).header.seq for s in out if s.host == r1]
+    t += 400_000
+    for x in range(5):
+        core.handle(P.encode(P.Heartbeat(seq(x, t))), ("127.0.0.1", 7000 + x), t)
+    assert r1 not in core.hosts
+    out = core.handle(P.encode(P.Register(seq(r1, t), digest, "r1", ())), ("127.0.0.1", 7000 + r1), t)
+    (w,) = [P.decode(s.data) for s in out]
+    assert isinstance(w, P.Welcome) and w.header.seq > max(seen)
+    out = core.handle(P.encode(P.Heartbeat(seq(r1, t + 1))), ("127.0.0.1", 7000 + r1), t + 1)
+    assert P.decode(out[0].data).header.seq > w.header.seq
+
+
 def test_core_state_round_trip_keeps_hosts_backlogs_and_sequence_numbers():
     topo, digest, core = _core()
     seq = Seq()

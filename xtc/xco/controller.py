@@ -79,7 +79,6 @@ class _Host:
     registered_t_us: int
     last_heard_us: int
     vms: tuple[str, ...]
-    out_seq: int = 0
 
 
 class ControllerCore:
@@ -132,6 +131,7 @@ class ControllerCore:
         #: Registered hosts or backlogs changed since the last :meth:`to_state`.
         self.dirty = False
         self._next_hb_check_us = now_us
+        self._out_seq = 0
 
     # -- time ----------------------------------------------------------------------------------------
     def _sched_t(self, now_us: int) -> int:
@@ -160,8 +160,7 @@ class ControllerCore:
             if h is None:
                 self.dropped["unregistered_directive"] += 1  # never happens: nobody unregistered is backlogged
                 continue
-            h.out_seq += 1
-            hdr = P.Header(x, self.session, h.out_seq, now_us)
+            hdr = P.Header(x, self.session, self._next_seq(), now_us)
             d0 = group[0]
             start = self.epoch_us + d0.t_us
             if start <= now_us:
@@ -247,8 +246,7 @@ class ControllerCore:
         if isinstance(m, P.Leave):
             return out + self._remove(x, now_us, "host_left")
         # heartbeat: acknowledged with the host's backlog as held here
-        st.out_seq += 1
-        ack = P.Ack(P.Header(x, self.session, st.out_seq, now_us), h.seq, tuple(self.backlog_of(x)))
+        ack = P.Ack(P.Header(x, self.session, self._next_seq(), now_us), h.seq, tuple(self.backlog_of(x)))
         return out + [Send(st.addr, x, P.encode(ack))]
 
     def _register(self, m: P.Register, addr: tuple[str, int], now_us: int) -> list[Send]:
@@ -276,14 +274,18 @@ class ControllerCore:
         if x not in self.hosts:
             self.notes.append(("host_registered", {"host": m.name, "addr": f"{addr[0]}:{addr[1]}",
                                                    "vms": list(m.vms)}))
-        self.hosts[x] = _Host(m.name, addr, h.session, h.seq, h.t_us, now_us, m.vms,
-                              st.out_seq if st is not None else 0)
+        self.hosts[x] = _Host(m.name, addr, h.session, h.seq, h.t_us, now_us, m.vms)
         self.dirty = True
-        hs = self.hosts[x]
-        hs.out_seq += 1
-        w = P.Welcome(P.Header(x, self.session, hs.out_seq, now_us), self.slice_us, self.mode,
+        w = P.Welcome(P.Header(x, self.session, self._next_seq(), now_us), self.slice_us, self.mode,
                       self.heartbeat_interval_us)
         return out + [Send(addr, x, P.encode(w))]
+
+    def _next_seq(self) -> int:
+        """The sequence number of the next message sent, one counter for every host of this session:
+        a host dropped (silent, left) and registered again must not see a number it has already seen,
+        or it drops the welcome and every later message as a replay."""
+        self._out_seq += 1
+        return self._out_seq
 
     def _remove(self, x: int, now_us: int, why: str) -> list[Send]:
         st = self.hosts.pop(x)
