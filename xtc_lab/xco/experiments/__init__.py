@@ -47,6 +47,8 @@ EXPERIMENTS = {
     "fig20": "xtc_lab.xco.experiments.fairness",
     "fig21": "xtc_lab.xco.experiments.workcons",
     "fig22": "xtc_lab.xco.experiments.alternate",
+    "fig19": "xtc_lab.xco.experiments.migration",
+    "fig23": "xtc_lab.xco.experiments.simcheck",
 }
 
 

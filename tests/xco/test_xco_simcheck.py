@@ -1,0 +1,39 @@
+"""Figure 23's simulator side: the lab's topology as the simulator sees it, and the loss it computes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from xtc_lab.xco.experiments.simcheck import lab_topology, simulated_loss
+from xtc_lab.xco.testbed import HOST_QUEUE_BYTES
+
+
+@pytest.fixture(scope="module")
+def topo():
+    tb = SimpleNamespace(record={"topology": "fig1a", "port_buffer_bytes": 131_072}, scale=0.1)
+    return lab_topology(tb)
+
+
+def test_lab_topology_has_the_lab_rates_and_buffers(topo) -> None:
+    lid = {n: i for i, n in enumerate(topo.link_names)}
+    assert int(topo.link_bps[lid["sw1>r1"]]) == 100_000_000  # 1 Gb/s at scale 0.1
+    assert topo.link_buffer_bytes[lid["sw1>r1"]] == 131_072  # a switch port: the lab's port buffer
+    assert topo.link_buffer_bytes[lid["s1>sw1"]] == HOST_QUEUE_BYTES  # a host's uplink: its NIC queue
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_without_xco_n_line_rate_senders_lose_all_but_one_nth(topo, n: int) -> None:
+    senders = [f"s{k}" for k in range(1, n + 1)]
+    r = simulated_loss(topo, senders, "r1", "none", 10_000)
+    # N senders at the bottleneck's own rate: 1/N gets through once the buffer is full (it fills in
+    # 131 kB / (N-1) x 100 Mb/s, about 10 ms of the simulated second at N = 2)
+    assert r["loss_percent"] == pytest.approx(100.0 * (1 - 1 / n), abs=1.5)
+    assert r["delivered_bps"] == pytest.approx(100e6, rel=0.02)
+
+
+def test_with_timeslices_nothing_is_lost(topo) -> None:
+    r = simulated_loss(topo, ["s1", "s2", "s3", "s4", "s5"], "r1", "timeslice", 10_000)
+    assert r["loss_percent"] < 0.01
+    assert r["delivered_bps"] >= 0.95 * 100e6

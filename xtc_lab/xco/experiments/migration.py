@@ -1,0 +1,116 @@
+"""Figure 19: how long a live VM migration takes while other senders congest the receiver's port.
+
+The paper migrates an idle 256 MB VM from S1 to R1 while N = 0..4 netperf senders (S2..S5, all TCP
+or all UDP) send to R1, with and without XCo.  An idle VM's pre-copy migration is one bulk
+transfer of its memory (few pages are dirtied again), so here it is one TCP transfer of the
+memory's size scaled like the links (iperf3 ``-n``, 25.6 MB at scale 0.1: the same 2 s on an idle
+link as the paper's 256 MB at 1 Gb/s); the migration time is the transfer's, as the receiver
+counts it.  The competing senders start with it and send for the point's time limit (their
+goodput is reported over that time); a migration not done by then is reported as not finished.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from typing import Any
+
+from xtc_lab.lab.harness import markdown_table
+from xtc_lab.xco.experiments.flows import _json_of, run_flows, wait_listening
+
+NAME = "fig19"
+TITLE = "live VM migration time under congestion"
+PAPER = "Figure 19"
+TOPOLOGY = "fig1a"
+MIGRATING_FROM = "s1"
+COMPETITORS = ("s2", "s3", "s4", "s5")
+#: The paper's idle VM, bytes (scaled by the lab's scale).
+VM_MEMORY_BYTES = 256 * 1024 * 1024
+MIGRATION_PORT = 5300
+PAPER_NOTE = ("256 MB idle VM S1 -> R1 at 1 Gb/s with 0..4 competing netperf senders: without XCo the migration "
+              "time grows steeply with UDP competitors (exponentially) and clearly with TCP ones (link use < 500 "
+              "Mb/s); with timeslices it grows linearly, about the same for TCP and UDP competitors (link use "
+              "about 950 Mb/s)")
+
+
+def migrate(tb: Any, nbytes: int, limit_s: float) -> dict[str, Any]:
+    """Send ``nbytes`` over one TCP connection from the migrating VM to r1's VM; its time, seconds
+    (None when it did not finish within ``limit_s``)."""
+    raddr, rns = tb.vm("r1")
+    _a, sns = tb.vm(MIGRATING_FROM)
+    srv = tb.spawn(rns, ["iperf3", "-s", "-1", "-p", str(MIGRATION_PORT)], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    wait_listening(tb, rns, [MIGRATION_PORT])
+    t0 = time.monotonic()
+    cli = tb.spawn(sns, ["iperf3", "-c", raddr, "-p", str(MIGRATION_PORT), "-n", str(nbytes), "--json"])
+    doc, err = _json_of(cli, limit_s)
+    wall = time.monotonic() - t0
+    try:
+        srv.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+    try:
+        end = doc["end"]  # type: ignore[index]
+        received = float(end["sum_received"]["bytes"])
+        seconds = float(end["sum_received"]["seconds"])
+    except (KeyError, TypeError, ValueError):
+        return {"seconds": None, "wall_s": wall, "error": err or "iperf3 gave no result (killed at the limit)"}
+    if received < nbytes:
+        return {"seconds": None, "wall_s": wall, "received_bytes": received, "error": "transfer incomplete"}
+    return {"seconds": seconds, "wall_s": wall, "received_bytes": received,
+            "retransmits": int(end.get("sum_sent", {}).get("retransmits", 0))}
+
+
+def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
+    import matplotlib.pyplot as plt
+
+    tb = ctx.tb
+    nbytes = int(VM_MEMORY_BYTES * tb.scale) if not ctx.quick else int(VM_MEMORY_BYTES * tb.scale / 3)
+    limit_s = 10 if ctx.quick else 30
+    counts = (0, 2) if ctx.quick else (0, 1, 2, 3, 4)
+    nic = tb.rate_bps("s2>sw1")
+    rows = []
+    for kind in ("tcp", "udp"):
+        for n in counts:
+            if n == 0 and kind == "udp":
+                rows.append({**next(r for r in rows if r["competitors"] == 0), "kind": "udp"})
+                continue
+            ctx.say(f"  migration of {nbytes / 1e6:.1f} MB with {n} {kind.upper()} competitor(s) (limit {limit_s} s)")
+            box: dict[str, Any] = {}
+            th = None
+            if n:
+                senders = [(h, kind) for h in COMPETITORS[:n]]
+                th = threading.Thread(target=lambda: box.update(flows=run_flows(tb, senders, "r1", limit_s, nic)),
+                                      daemon=True)
+                th.start()
+                time.sleep(0.5)  # the competitors' servers and clients are up
+            mig = migrate(tb, nbytes, limit_s)
+            if th is not None:
+                th.join(timeout=limit_s + 60)
+            rows.append({"kind": kind, "competitors": n, "migration": mig,
+                         "competitor_goodput_bps": sum(f["goodput_bps"] for f in box.get("flows", []))})
+    result = {"vm_memory_bytes": nbytes, "limit_s": limit_s, "nic_bps": nic, "points": rows, "paper": PAPER_NOTE}
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for kind, mk in (("tcp", "o-"), ("udp", "s--")):
+        pts = [(r["competitors"], r["migration"]["seconds"]) for r in rows if r["kind"] == kind]
+        ax.plot([p[0] for p in pts], [p[1] if p[1] is not None else float("nan") for p in pts], mk,
+                label=f"migration + {kind.upper()}")
+    ax.set_xlabel("competing senders")
+    ax.set_ylabel("migration time, s")
+    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
+    ax.legend(fontsize=8)
+
+    def secs(r: dict[str, Any]) -> str:
+        s = r["migration"]["seconds"]
+        return f"> {limit_s} (not finished)" if s is None else f"{s:.2f}"
+
+    table = markdown_table(["competitors", "kind", "migration s", "competitors' goodput Mb/s"],
+                           [(r["competitors"], r["kind"], secs(r), f"{r['competitor_goodput_bps'] / 1e6:.1f}")
+                            for r in rows])
+    md = (f"An idle VM's memory ({nbytes / 1e6:.1f} MB, the paper's 256 MB at scale {tb.scale}) sent from "
+          f"{MIGRATING_FROM} to r1 over one TCP connection while 0..{len(COMPETITORS)} senders "
+          f"({', '.join(COMPETITORS)}; all TCP, iperf3, or all UDP at the NIC rate {nic / 1e6:g} Mb/s) send to r1 "
+          f"for {limit_s} s; migration time as the receiver counts it, mode {ctx.mode}.\n\n{table}\n\n"
+          f"The paper: {PAPER_NOTE}.")
+    return result, fig, md
