@@ -91,11 +91,13 @@ def test_core_drops_a_silent_host_from_every_group():
     out = []
     for x in range(5):
         out += core.handle(P.encode(P.Heartbeat(seq(x, t))), ("127.0.0.1", 7000 + x), t)
+    assert r1 in core.hosts  # silence is judged by tick(), once every waiting datagram is read
+    out += core.tick(t)
     assert r1 not in core.hosts
     assert ("host_lost", {"host": "r1"}) in core.notes
     assert core.backlog_of(0) == []
     holds = [P.decode(s.data) for s in out]
-    assert any(m.header.host == 0 and m.dest is None for m in holds)
+    assert any(isinstance(m, P.Directive) and m.header.host == 0 and m.dest is None for m in holds)
     # A backlog towards the lost host is refused now.
     core.handle(P.encode(P.Backlog(seq(0, t), (r1,))), ("127.0.0.1", 7000), t)
     assert core.dropped["unregistered_dest"] == 1
@@ -120,12 +122,26 @@ def test_core_numbers_the_messages_to_a_host_lost_and_registered_again_above_the
     t += 400_000
     for x in range(5):
         core.handle(P.encode(P.Heartbeat(seq(x, t))), ("127.0.0.1", 7000 + x), t)
+    core.tick(t)
     assert r1 not in core.hosts
     out = core.handle(P.encode(P.Register(seq(r1, t), digest, "r1", ())), ("127.0.0.1", 7000 + r1), t)
     (w,) = [P.decode(s.data) for s in out]
     assert isinstance(w, P.Welcome) and w.header.seq > max(seen)
     out = core.handle(P.encode(P.Heartbeat(seq(r1, t + 1))), ("127.0.0.1", 7000 + r1), t + 1)
     assert P.decode(out[0].data).header.seq > w.header.seq
+
+
+def test_core_after_its_own_stall_reads_the_waiting_heartbeats_before_judging_silence():
+    """The controller wakes 350 ms late (its own stall) with every host's heartbeat waiting in the
+    socket: handling them first and ticking after (the service's order) loses nobody."""
+    topo, digest, core = _core(heartbeat_interval_us=100_000, heartbeat_misses=3)
+    seq = Seq()
+    _register_all(core, topo, digest, seq)
+    t = NOW + 350_000
+    for x in range(6):
+        core.handle(P.encode(P.Heartbeat(seq(x, t - 250_000))), ("127.0.0.1", 7000 + x), t)
+    core.tick(t)
+    assert set(core.hosts) == set(range(6)) and core.notes.count(("host_lost", {"host": "r1"})) == 0
 
 
 def test_core_state_round_trip_keeps_hosts_backlogs_and_sequence_numbers():
