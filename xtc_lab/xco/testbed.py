@@ -124,12 +124,23 @@ def fig1b() -> dict[str, Any]:
     return t
 
 
+def fig6() -> dict[str, Any]:
+    """Figure 6: senders s1, s2 on one switch, receivers r1, r2 on another, joined by 1 Gb/s (the
+    common uplink a long-lived flow s1 -> r1 and short-lived ones s2 -> r2 contend for)."""
+    t = _star([], [])
+    t["switch"] = [{"name": "sw1"}, {"name": "sw2"}]
+    t["host"] = ([{"name": f"s{k}", "nic_bps": G, "switch": "sw1", "vms": [f"198.18.1.{k}"]} for k in (1, 2)]
+                 + [{"name": f"r{k}", "nic_bps": G, "switch": "sw2", "vms": [f"198.18.2.{k}"]} for k in (1, 2)])
+    t["link"] = [{"ends": ["sw1", "sw2"], "bps": G}]
+    return t
+
+
 def small() -> dict[str, Any]:
     """Four hosts on one switch (the tests' lab)."""
     return _star(["a", "b", "c"], ["d"])
 
 
-BUILTIN = {"fig1a": fig1a, "fig1b": fig1b, "incast10": incast10, "small": small}
+BUILTIN = {"fig1a": fig1a, "fig1b": fig1b, "fig6": fig6, "incast10": incast10, "small": small}
 
 
 def resolve_topology(spec: str) -> tuple[Topology, dict[str, Any] | None, str]:

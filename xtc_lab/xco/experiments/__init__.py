@@ -42,6 +42,7 @@ MODES = ("none", "timeslice", "rate")
 MEASURE_LOCK = Path("/run/xtc/xco-lab-measure.lock")  # one measurement on the host at a time
 EXPERIMENTS = {
     "fig15": "xtc_lab.xco.experiments.senders",
+    "fig17": "xtc_lab.xco.experiments.mice",
     "fig18": "xtc_lab.xco.experiments.ping",
     "incast": "xtc_lab.xco.experiments.incast",
     "fig20": "xtc_lab.xco.experiments.fairness",
