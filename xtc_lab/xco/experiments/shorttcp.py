@@ -8,6 +8,10 @@ only (asyncio), so it starts fast inside a lab VM's namespace.
 ``SECONDS`` after the first connection; print JSON.
 ``python shorttcp.py send ADDR PORT K BYTES SECONDS``: run K sequences for ``SECONDS``; print JSON
 (connections completed, failed, bytes sent).
+
+One bulk transfer (a live migration's memory copy): ``python shorttcp.py bulk-sink PORT SECONDS``
+accepts one connection and reads it to its end (at most ``SECONDS``), then prints JSON: bytes and
+the time from its first byte to its end; ``python shorttcp.py bulk-send ADDR PORT BYTES`` sends.
 """
 
 from __future__ import annotations
@@ -70,11 +74,60 @@ async def _send(addr: str, port: int, k: int, nbytes: int, seconds: float) -> di
     return {**stats, "sequences": k, "seconds": seconds}
 
 
+def bulk_sink(port: int, limit_s: float) -> dict:
+    import socket
+
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", port))
+    srv.listen(1)
+    print("ready", flush=True)
+    srv.settimeout(limit_s)
+    conn, _ = srv.accept()
+    deadline = time.monotonic() + limit_s
+    n = 0
+    first = last = None
+    done = False
+    while time.monotonic() < deadline:
+        conn.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = conn.recv(1 << 20)
+        except TimeoutError:
+            break
+        now = time.monotonic()
+        if not data:
+            done = True
+            break
+        if first is None:
+            first = now
+        n += len(data)
+        last = now
+    return {"bytes": n, "complete": done, "seconds": (last - first) if first is not None and last is not None else None}
+
+
+def bulk_send(addr: str, port: int, nbytes: int) -> dict:
+    import socket
+
+    s = socket.create_connection((addr, port), timeout=10)
+    s.settimeout(None)
+    chunk = b"\0" * (1 << 20)
+    left = nbytes
+    while left > 0:
+        left -= s.send(chunk[:min(left, len(chunk))])
+    s.close()
+    return {"bytes": nbytes}
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a[0] == "sink":
         print(json.dumps(asyncio.run(_sink(int(a[1]), float(a[2])))))
     elif a[0] == "send":
         print(json.dumps(asyncio.run(_send(a[1], int(a[2]), int(a[3]), int(a[4]), float(a[5])))))
+    elif a[0] == "bulk-sink":
+        print(json.dumps(bulk_sink(int(a[1]), float(a[2]))))
+    elif a[0] == "bulk-send":
+        print(json.dumps(bulk_send(a[1], int(a[2]), int(a[3]))))
     else:
-        sys.exit(f"usage: {sys.argv[0]} sink PORT SECONDS | send ADDR PORT K BYTES SECONDS")
+        sys.exit(f"usage: {sys.argv[0]} sink PORT SECONDS | send ADDR PORT K BYTES SECONDS | "
+                 "bulk-sink PORT SECONDS | bulk-send ADDR PORT BYTES")
