@@ -41,6 +41,11 @@ def register(subparsers: Any) -> None:
     s.add_argument("-c", "--config", required=True, help="xco-controller/1 TOML file")
     s.set_defaults(func=_cmd_controller)
 
+    s = sub.add_parser("keygen", help="write a new shared key for authenticated datagrams (mode 0600; "
+                                      "auth_key_file in the controller's and agents' configurations)")
+    s.add_argument("file", help="where to write the key (refuses to overwrite)")
+    s.set_defaults(func=_cmd_keygen)
+
     s = sub.add_parser("agent", help="run the XCo local coordinator on this host's uplink (foreground, root)")
     s.add_argument("-c", "--config", required=True, help="xco-agent/1 TOML file")
     s.add_argument("--cleanup", action="store_true",
@@ -106,6 +111,19 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .auth import AuthError, write_key
+
+    try:
+        write_key(args.file)
+    except AuthError as e:
+        print(f"xtc xco keygen: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.file}: a new key; copy it (mode 0600) to the controller and every agent, and name it in "
+          f"their auth_key_file")
+    return 0
+
+
 def _cmd_controller(args: argparse.Namespace) -> int:
     from .controller import run_controller
 
@@ -136,9 +154,15 @@ def _config_and_topology(path: str, load: Any, error: type[Exception]) -> tuple[
 
     from .topology import TopologyError, load_topology
 
+    from .auth import AuthError, load_key
+
     prog = "xtc xco check-config"
     cfg = load_or_report(lambda: load(path), error, prog)
     if cfg is None:
+        return None
+    key_file = getattr(cfg, "auth_key_file", None)
+    if key_file is not None and load_or_report(lambda: load_key(key_file), AuthError,
+                                               f"{prog}: {path}: 'auth_key_file'") is None:
         return None
     topo = load_or_report(lambda: load_topology(cfg.topology), TopologyError, f"{prog}: {path}: 'topology'")
     return None if topo is None else (cfg, topo)

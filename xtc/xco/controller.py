@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
+from .auth import AuthError, load_key, seal, unseal
 from .controller_config import ControllerConfig
 from .scheduler import Directive as SchedDirective
 from .scheduler import FastScheduler, RateLimiter
@@ -58,6 +59,7 @@ DROP_REASONS = (
     "invalid",            # a well-formed message that makes no sense (self as dest, unknown dest,
                           # a controller-to-host type, VM addresses not the topology's)
     "unregistered_dest",  # a backlog or give-up towards a host that is not registered
+    "auth",               # with a shared key: a datagram whose tag does not verify (xtc.xco.auth)
 )
 
 
@@ -457,6 +459,9 @@ class ControllerService(StopOnSignal):
             self.topo, self.digest, clock_us(), slice_us=cfg.slice_us, lead_us=cfg.lead_us, mode=cfg.mode,
             heartbeat_interval_us=cfg.heartbeat_interval_us, heartbeat_misses=cfg.heartbeat_misses,
             clock_window_us=cfg.clock_window_us, session=secrets.randbits(32))
+        #: The shared key (``auth_key_file``): every datagram sent is sealed, every one received must
+        #: verify (:mod:`xtc.xco.auth`); None: no authentication.
+        self.key = load_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
         self.metrics = _Metrics(lambda: self.core)
         self.sock: socket.socket | None = None
         self.stop = False
@@ -504,9 +509,10 @@ class ControllerService(StopOnSignal):
 
     def _send(self, sends: list[Send]) -> None:
         assert self.sock is not None
+        key = self.key
         for s in sends:
             try:
-                self.sock.sendto(s.data, s.addr)
+                self.sock.sendto(s.data if key is None else seal(s.data, key), s.addr)
             except OSError as e:  # a full buffer or an unreachable host must not stop the controller
                 self.core.dropped["send_error"] += 1
                 if log.isEnabledFor(logging.DEBUG):
@@ -579,6 +585,12 @@ class ControllerService(StopOnSignal):
                         break
                     except OSError:  # e.g. ICMP port unreachable reported on the socket
                         continue
+                    if self.key is not None:
+                        opened = unseal(data, self.key)
+                        if opened is None:
+                            self.core.dropped["auth"] += 1
+                            continue
+                        data = opened
                     sends = self._timed(lambda: self.core.handle(data, (addr[0], addr[1]), self.clock_us()))
                     self._send(sends)
             self._send(self._timed(lambda: self.core.tick(self.clock_us())))
@@ -632,6 +644,9 @@ def run_controller(config_path: str | Path) -> int:
     setup_logging(cfg.log.format, cfg.log.level)
     try:
         svc = ControllerService(cfg)
+    except AuthError as e:
+        print(f"xtc xco controller: 'auth_key_file': {e}", file=sys.stderr)
+        return 2
     except (TopologyError, OSError) as e:
         print(f"xtc xco controller: topology: {e}", file=sys.stderr)
         return 2

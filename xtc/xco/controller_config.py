@@ -13,6 +13,8 @@ A complete example (every key with its default unless marked required)::
     clock_window_us = 1000000        # a message whose t_us is further than this from now is stale
     state_file = "/var/lib/xtc/xco-controller.json"
     state_save_interval_s = 1.0      # save a changed state at most this often (and at stop)
+    auth_key_file = "xco.key"        # optional: authenticate every datagram with this shared key
+                                     # (xtc/xco/auth.py; `xtc xco keygen FILE` writes one)
 
     [metrics]
     enabled = true
@@ -101,6 +103,7 @@ class ControllerConfig(StrictTable):
     clock_window_us: Annotated[Int, within(1_000, 600_000_000)] = 1_000_000
     state_file: Annotated[str, Field(min_length=1)] = "/var/lib/xtc/xco-controller.json"
     state_save_interval_s: Annotated[float, within(0.0, 3600.0)] = 1.0
+    auth_key_file: Annotated[str, Field(min_length=1)] | None = None
     metrics: MetricsConfig = MetricsConfig()
     log: LogConfig = LogConfig()
 
@@ -129,7 +132,9 @@ def loads_controller_config(text: str, source: str | None = None, base_dir: str 
         raise ControllerConfigError("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}", source)
     if base_dir is not None:
         upd = {}
-        for k in ("topology", "state_file"):
+        for k in ("topology", "state_file", "auth_key_file"):
+            if getattr(cfg, k) is None:
+                continue
             p = Path(getattr(cfg, k))
             if not p.is_absolute():
                 upd[k] = str(Path(base_dir) / p)
