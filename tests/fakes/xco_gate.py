@@ -1,10 +1,11 @@
-"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow.
+"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per destination.
 
-Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``demand=None`` for an endless
-sender); when :meth:`stats` is read, the time since the last read drains the open flows at the
-link rate (shared equally) or at their rate limit, so a closed flow's backlog grows and an open
-flow's sent bytes grow.  Every ``set_states`` is recorded with its time in :attr:`history`, and
-appended as a JSON line to ``record`` (a path) if given, so that a subprocess's gate can be read.
+Each destination host's class has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an
+endless sender); when the counters are read, the time since the last read drains the open
+classes at the link rate (shared equally) or at their rate limit, so a closed class's backlog
+grows and an open one's sent bytes grow.  Every state change is recorded with its time in
+:attr:`history`, and appended as a JSON line to ``record`` (a path) if given, so that a
+subprocess's gate can be read.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
+from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 
 def _wall_us() -> int:
@@ -33,11 +34,12 @@ class MemoryGate:
         self.installed = False
         self.restored = False
         self.closed = False
-        self.state: dict[Flow, int] = {}
-        self.sent: dict[Flow, int] = {}
-        self.queue: dict[Flow, float] = {}
-        self.endless: set[Flow] = set()
-        self.history: list[tuple[int, Flow, int]] = []
+        self.state: dict[int, int] = {}
+        self.sent: dict[int, int] = {}
+        self.queue: dict[int, float] = {}
+        self.flows: dict[Flow, int] = {}  # flow -> its destination (a class added before)
+        self.endless: set[int] = set()
+        self.history: list[tuple[int, int, int]] = []
         self.set_calls = 0
         self.counter_reads = 0
         self._last_us: int | None = None
@@ -53,44 +55,61 @@ class MemoryGate:
         self.installed = True
         self._log({"event": "install", "t_us": self.clock_us()})
 
-    def add_flow(self, flow: Flow, state: int = OPEN) -> None:
+    def add_dest(self, dest: int, state: int = OPEN) -> None:
         if not self.installed:
-            raise GateError("add_flow before install")
-        self.state[flow] = state
-        self.sent[flow] = 0
-        self.queue[flow] = 0.0
+            raise GateError("add_dest before install")
+        if dest in self.state:
+            raise GateError(f"dest host {dest} already added")
+        self.state[dest] = state
+        self.sent[dest] = 0
+        self.queue[dest] = 0.0
+
+    def add_flow(self, flow: Flow) -> None:
+        if flow.dest_host not in self.state:
+            raise GateError(f"flow {flow.src}->{flow.dst}: dest host {flow.dest_host} not added")
+        if flow in self.flows:
+            raise GateError(f"flow {flow.src}->{flow.dst} already added")
+        self.flows[flow] = flow.dest_host
 
     def remove_flow(self, flow: Flow) -> None:
-        for d in (self.state, self.sent, self.queue):
-            d.pop(flow, None)
+        if self.flows.pop(flow, None) is None:
+            raise GateError(f"flow {flow.src}->{flow.dst} unknown")
 
-    def set_states(self, states: Mapping[Flow, int]) -> None:
+    def remove_dest(self, dest: int) -> None:
+        if dest not in self.state:
+            raise GateError(f"dest host {dest} unknown")
+        for f in [f for f, d in self.flows.items() if d == dest]:
+            del self.flows[f]
+        for d in (self.state, self.sent, self.queue):
+            d.pop(dest, None)
+        self.endless.discard(dest)
+
+    def set_states(self, states: Mapping[int, int]) -> None:
         with self._lock:
             self._drain()
             t = self.clock_us()
             self.set_calls += 1
-            for f, s in states.items():
-                if f not in self.state:
-                    raise GateError(f"unknown flow {f}")
-                if self.state[f] != s:
-                    self.state[f] = s
-                    self.history.append((t, f, s))
-                    self._log({"event": "state", "t_us": t, "src": str(f.src), "dst": str(f.dst),
-                               "dest_host": f.dest_host, "state": s})
+            for d, s in states.items():
+                if d not in self.state:
+                    raise GateError(f"dest host {d} unknown")
+                if self.state[d] != s:
+                    self.state[d] = s
+                    self.history.append((t, d, s))
+                    self._log({"event": "state", "t_us": t, "dest_host": d, "state": s})
 
-    def stats(self) -> dict[Flow, FlowStats]:
+    def stats(self) -> dict[int, DestStats]:
         with self._lock:
             self._drain()
-            return {f: FlowStats(self.sent[f], self.sent[f] // 1000, int(self.queue[f]), int(self.queue[f] > 0))
-                    for f in self.state}
+            return {d: DestStats(self.sent[d], self.sent[d] // 1000, int(self.queue[d]), int(self.queue[d] > 0))
+                    for d in self.state}
 
-    def counters(self, flows):
+    def counters(self, dests):
         with self._lock:
             self._drain()
             self.counter_reads += 1
-            return (np.array([self.sent[f] for f in flows], dtype=np.int64),
-                    np.array([int(self.queue[f]) for f in flows], dtype=np.int64),
-                    np.array([int(self.queue[f] > 0) for f in flows], dtype=np.int64))
+            return (np.array([self.sent[d] for d in dests], dtype=np.int64),
+                    np.array([int(self.queue[d]) for d in dests], dtype=np.int64),
+                    np.array([int(self.queue[d] > 0) for d in dests], dtype=np.int64))
 
     def restore(self) -> None:
         self.restored = True
@@ -100,15 +119,16 @@ class MemoryGate:
         self.closed = True
 
     # -- the toy traffic ---------------------------------------------------------------------------
-    def offer(self, flow: Flow, nbytes: int | None = None) -> None:
-        """Queue ``nbytes`` on ``flow``; ``None``: an endless sender (always something queued)."""
+    def offer(self, dest: int, nbytes: int | None = None) -> None:
+        """Queue ``nbytes`` towards destination host ``dest``; ``None``: an endless sender (always
+        something queued)."""
         with self._lock:
             self._drain()
             if nbytes is None:
-                self.endless.add(flow)
-                self.queue[flow] = max(self.queue[flow], 1500.0)
+                self.endless.add(dest)
+                self.queue[dest] = max(self.queue[dest], 1500.0)
             else:
-                self.queue[flow] += nbytes
+                self.queue[dest] += nbytes
 
     def _drain(self) -> None:
         now = self.clock_us()
@@ -118,20 +138,20 @@ class MemoryGate:
         self._last_us = now
         if dt_s == 0:
             return
-        busy = [f for f, s in self.state.items() if s != CLOSED and (self.queue[f] > 0 or f in self.endless)]
+        busy = [d for d, s in self.state.items() if s != CLOSED and (self.queue[d] > 0 or d in self.endless)]
         if not busy:
             return
         share = self.link_bps / len(busy)
-        for f in busy:
-            s = self.state[f]
+        for d in busy:
+            s = self.state[d]
             rate = share if s == OPEN else min(share, s)
             n = rate * dt_s / 8
-            if f in self.endless:
-                self.sent[f] += int(n)
+            if d in self.endless:
+                self.sent[d] += int(n)
             else:
-                n = min(n, self.queue[f])
-                self.queue[f] -= n
-                self.sent[f] += int(n)
+                n = min(n, self.queue[d])
+                self.queue[d] -= n
+                self.sent[d] += int(n)
 
-    def open_flows(self) -> set[Flow]:
-        return {f for f, s in self.state.items() if s != CLOSED}
+    def open_dests(self) -> set[int]:
+        return {d for d, s in self.state.items() if s != CLOSED}

@@ -1,5 +1,5 @@
 """The XCo agent's pure core: registers, directives at their start, holds, backlog reports, give-up
-after the hysteresis, small flows, fail open and back, rate mode, controller restart, bad datagrams."""
+after the hysteresis, small destinations, fail open and back, rate mode, controller restart, bad datagrams."""
 
 import ipaddress
 import random
@@ -10,7 +10,7 @@ import pytest
 from xtc.xco import protocol as P
 from xtc.xco.agent import AgentCore, flows_of
 from xtc.xco.agent_config import AgentConfigError, check_against_topology, loads_agent_config
-from xtc.xco.gate import CLOSED, OPEN, FlowStats
+from xtc.xco.gate import CLOSED, OPEN, DestStats
 from xtc.xco.topology import load_topology, parse_topology
 
 DATA = Path(__file__).parent / "data"
@@ -54,9 +54,9 @@ def _msgs(out):
 
 
 def _stats(core, sent=0, backlog=None):
-    """Every flow with ``sent`` bytes; ``backlog``: destination host ids with 3000 bytes queued."""
-    return {f: FlowStats(sent, sent // 1500, 3000 if backlog and f.dest_host in backlog else 0,
-                         2 if backlog and f.dest_host in backlog else 0) for f in core.flows}
+    """Every destination with ``sent`` bytes; ``backlog``: destination host ids with 3000 bytes queued."""
+    return {d: DestStats(sent, sent // 1500, 3000 if backlog and d in backlog else 0,
+                         2 if backlog and d in backlog else 0) for d in core.dests}
 
 
 def _welcomed(mode="timeslice", **kw):
@@ -69,7 +69,7 @@ def _welcomed(mode="timeslice", **kw):
 
 
 def _open(core):
-    return {f.dest_host for f, s in core.states.items() if s != CLOSED}
+    return {d for d, s in core.states.items() if s != CLOSED}
 
 
 def test_flows_are_local_vms_times_remote_vms_with_their_host():
@@ -108,15 +108,15 @@ def test_directive_opens_its_destination_at_start_us_and_closes_the_others():
     assert out.states == {} and out.applied == [] and core.next_deadline_us() == start
     assert core.tick(start - 1).states == {}
     out = core.tick(start)
-    assert {f.dest_host: s for f, s in out.states.items()} == {r1: OPEN}
+    assert out.states == {r1: OPEN}
     assert [(a.arrival_us, a.start_us, a.dest) for a in out.applied] == [(NOW + 4_500, start, r1)]
     # The next slice to s2: r1 closes and s2 opens at once, in one change.
     out = core.handle(ctl.slice(start + SLICE - 500, 1, start + SLICE), start + SLICE - 500)
     out = core.tick(start + SLICE)
-    assert {f.dest_host: s for f, s in out.states.items()} == {r1: CLOSED, 1: OPEN}
+    assert out.states == {r1: CLOSED, 1: OPEN}
     # A hold closes every held flow.
     out = core.handle(ctl.slice(start + SLICE + 10, None, start + SLICE + 10), start + SLICE + 10)
-    assert {f.dest_host: s for f, s in out.states.items()} == {1: CLOSED} and _open(core) == set()
+    assert out.states == {1: CLOSED} and _open(core) == set()
 
 
 def test_a_directive_arriving_late_takes_effect_at_once_and_a_later_one_supersedes_pending():
@@ -140,7 +140,7 @@ def test_backlog_reported_once_per_new_destination():
     assert m.dests == (2,)
 
 
-def test_small_flows_stay_open_and_unreported_until_they_pass_the_threshold():
+def test_small_destinations_stay_open_and_unreported_until_they_pass_the_threshold():
     topo, core, ctl = _welcomed()
     out = core.observe(NOW + 1_000, _stats(core, sent=SMALL, backlog={5}))
     assert out.sends == [] and out.states == {} and _open(core) == {1, 2, 3, 4, 5}
@@ -267,26 +267,24 @@ def _two_vm_topology():
                  {"name": "c", "nic_bps": 1_000_000_000, "switch": "sw", "vms": ["10.0.2.1"]}]})
 
 
-def test_rate_mode_splits_each_destination_rate_over_its_large_flows():
+def test_rate_mode_limits_each_large_destination_to_its_rate():
     topo = _two_vm_topology()
     _, core = _core(topo)
     ctl = Ctl(0)
     core.tick(NOW)
     core.handle(ctl.welcome(NOW, "rate"), NOW)
     assert len(core.flows) == 6
-    core.observe(NOW + 100, {f: FlowStats(SMALL + 1, 9, 3000, 2) for f in core.flows})
+    assert core.dests == (1, 2)
+    core.observe(NOW + 100, {d: DestStats(SMALL + 1, 9, 3000, 2) for d in core.dests})
     assert _open(core) == set()
     start = NOW + 1_000
     core.handle(ctl(P.RateDirective, NOW + 500, start_us=start, rates=((1, 600_000_000), (2, 300_000_000))), NOW + 500)
     assert _open(core) == set()
     out = core.tick(start)
-    by = {}
-    for f, s in out.states.items():
-        by.setdefault(f.dest_host, []).append(s)
-    assert by == {1: [150_000_000] * 4, 2: [150_000_000] * 2}
-    # Only the flows named change; rate 0 stops a destination.
-    core.handle(ctl(P.RateDirective, start + 10, start_us=start + 10, rates=((1, 0),)), start + 10)
-    assert {f.dest_host: s for f, s in core.states.items()} == {1: CLOSED, 2: 150_000_000}
+    assert out.states == {1: 600_000_000, 2: 300_000_000}  # the class of 4 flows, of 2 flows
+    # Only the destinations named change; rate 0 stops a destination.
+    out = core.handle(ctl(P.RateDirective, start + 10, start_us=start + 10, rates=((1, 0),)), start + 10)
+    assert out.states == {1: CLOSED} and core.states == {1: CLOSED, 2: 300_000_000}
 
 
 def test_controller_restart_new_session_accepted_backlog_re_reported_old_session_refused():
@@ -442,14 +440,14 @@ def test_rate_mode_recovers_its_rates_after_a_fail_open():
     for x, a in ((0, a0), (5, a5)):
         net.run(x, a.tick(t), t)
     assert a0.under_control and a5.under_control and a0.mode == "rate"
-    busy = lambda a: {f: FlowStats(SMALL + 1, 9, 3000 * (f.dest_host == 5), 2 * (f.dest_host == 5))  # noqa: E731
-                    for f in a.flows}
+    busy = lambda a: {d: DestStats(SMALL + 1, 9, 3000 * (d == 5), 2 * (d == 5))  # noqa: E731
+                    for d in a.dests}
     t += 1_000
     net.run(0, a0.observe(t, busy(a0)), t)
     t += 1_000
     a0.tick(t)
     rate = a0.rates.get(5, 0)
-    assert rate > 0 and all(s == rate for f, s in a0.states.items() if f.dest_host == 5)
+    assert rate > 0 and a0.states[5] == rate
     # The controller goes quiet for this host: it fails open (rates forgotten), then is heard again.
     net.cut.add(0)
     while not a0.failed_open:
@@ -472,7 +470,7 @@ def test_rate_mode_recovers_its_rates_after_a_fail_open():
         t += 500
         net.run(0, a0.observe(t, busy(a0)), t)
     assert a0.rates.get(5) == rate
-    assert all(s == rate for f, s in a0.states.items() if f.dest_host == 5)
+    assert a0.states[5] == rate
 
 
 def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
@@ -482,7 +480,7 @@ def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
     t = NOW + 100
     for x, a in ((0, a0), (5, a5)):
         net.run(x, a.tick(t), t)
-    busy = {f: FlowStats(SMALL + 1, 9, 3000 * (f.dest_host == 5), 2 * (f.dest_host == 5)) for f in a0.flows}
+    busy = {d: DestStats(SMALL + 1, 9, 3000 * (d == 5), 2 * (d == 5)) for d in a0.dests}
     t += 1_000
     out = a0.observe(t, busy)
     sends = [s for d in out.sends for s in net.ctl.handle(d, ("127.0.0.1", 1000), t)]
@@ -492,3 +490,33 @@ def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
         t += SLICE
         net.run(0, a0.observe(t, busy), t)  # heartbeat, ack, backlog again, rates
     assert a0.rates.get(5, 0) > 0 and a0.under_control
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_directive_changes_at_most_two_destinations_and_agrees_with_a_full_sync(seed):
+    """Directives update only the old and the new destination (no sweep over every flow or
+    destination); whatever the order of directives, holds and destinations turning large, the
+    states given to the gate are those a full recomputation gives."""
+    rng = random.Random(seed)
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    sent = dict.fromkeys(core.dests, 0)
+    gate = dict(core.states)
+    mixed = 0
+    for _ in range(300):
+        t += rng.randrange(1, 3_000)
+        if rng.random() < 0.3:
+            d = rng.choice(core.dests)
+            sent[d] += rng.choice((0, SMALL // 2, SMALL))
+            out = core.observe(t, {x: DestStats(sent[x], 1, 0, 0) for x in core.dests})
+        else:
+            dest = rng.choice((None, *core.dests))
+            out = core.handle(ctl.slice(t, dest, t + rng.choice((0, 500))), t)
+            out += core.tick(t + 500)
+            t += 500
+            assert len(out.states) <= 2 * max(1, len(out.applied)), out
+        gate.update(out.states)
+        assert gate == core.states
+        assert [core._want(i) for i in range(len(core.dests))] == list(gate.values())
+        mixed += 0 < len(core.large) < len(core.dests)
+    assert mixed > 20 and core.fail_opens == 0  # small and large destinations side by side

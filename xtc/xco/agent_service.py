@@ -4,8 +4,8 @@
 (others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
 until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
-deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
-states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
+deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).
+Destination states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
 directive applied, the time from the moment it could take effect (its arrival, or its
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
 ``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
@@ -78,12 +78,12 @@ class _Metrics:
                 yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
                 yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
                 yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
-                yield GaugeMetricFamily("xco_agent_failed_open", "1 while every flow is open for want of a controller",
+                yield GaugeMetricFamily("xco_agent_failed_open", "1 while every destination is open for want of a controller",
                                         value=int(core.failed_open))
                 yield GaugeMetricFamily("xco_agent_welcomed", "1 once the controller has welcomed this host",
                                         value=int(core.welcomed))
                 yield GaugeMetricFamily("xco_agent_flows", "Flows of this host", value=len(core.flows))
-                yield GaugeMetricFamily("xco_agent_flows_held", "Flows closed now",
+                yield GaugeMetricFamily("xco_agent_destinations_held", "Destination hosts closed now",
                                         value=sum(1 for s in core.states.values() if s == CLOSED))
                 yield GaugeMetricFamily("xco_agent_backlogged_destinations", "Destinations reported backlogged",
                                         value=len(core.reported))
@@ -144,7 +144,7 @@ class AgentService(StopOnSignal):
 
     # -- set-up --------------------------------------------------------------------------------------
     def open(self) -> None:
-        """Install the gate with every flow open, bind the socket, start the metrics endpoint.
+        """Install the gate (a class per destination, every one open, and its flows' filters), bind the socket, start the metrics endpoint.
 
         Raises
         ------
@@ -156,8 +156,11 @@ class AgentService(StopOnSignal):
         self.gate.install()
         self._installed = True
         try:
+            states = self.core.states
+            for d in self.core.dests:
+                self.gate.add_dest(d, states[d])
             for f in self.core.flows:
-                self.gate.add_flow(f, self.core.states[f])
+                self.gate.add_flow(f)
         except GateError:
             self.gate.restore()
             raise
@@ -170,6 +173,7 @@ class AgentService(StopOnSignal):
             self.metrics_port = self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         event(log, logging.INFO, "started", pid=os.getpid(), host=self.cfg.host, host_id=self.host_id,
               uplink=self.cfg.uplink, netns=self.cfg.netns, link_bps=self.link_bps, flows=len(self.core.flows),
+              dests=len(self.core.dests),
               controller=self.cfg.controller, bind="%s:%d" % self.sock.getsockname()[:2],
               session=self.core.session, metrics_port=self.metrics_port)
 
@@ -220,7 +224,7 @@ class AgentService(StopOnSignal):
     def _poll(self) -> None:
         core = self.core
         try:
-            sent, backlog_bytes, backlog_packets = self.gate.counters(core.flows)
+            sent, backlog_bytes, backlog_packets = self.gate.counters(core.dests)
         except GateError as e:
             from xtc.daemon.logs import event
 
@@ -237,10 +241,10 @@ class AgentService(StopOnSignal):
         least one), ``min(slice / 4, 300 us)`` before a slot boundary (slots start at wall-clock
         multiples of the slice), so that a backlog is reported in time for the next slot; and
         while this host has a backlog reported, or gave one up less than two slices ago, also
-        every ``max(poll_us, giveup_after_us / 2)``: a flow that has emptied its queue is given up
+        every ``max(poll_us, giveup_after_us / 2)``: a destination whose queue has emptied is given up
         within the hysteresis (work conservation), and one that fills again after its give-up is
         reported again at once (a lone paced sender is held a slice at most).  A host whose large
-        flows have nothing queued reads once per slice.
+        destinations have nothing queued reads once per slice.
         """
         core = self.core
         poll_us, sl = self.cfg.poll_us, core.slice_us
