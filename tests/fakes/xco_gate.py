@@ -1,11 +1,12 @@
-"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per destination.
+"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow.
 
-Each destination host's class has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an
-endless sender); when the counters are read, the time since the last read drains the open
-classes at the link rate (shared equally) or at their rate limit, so a closed class's backlog
-grows and an open one's sent bytes grow.  Every state change is recorded with its time in
-:attr:`history`, and appended as a JSON line to ``record`` (a path) if given, so that a
-subprocess's gate can be read.
+Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an endless sender); a
+small flow (not moved to its destination's class) is never held, a moved one is held with its
+destination.  When the counters are read, the time since the last read drains the flows that may
+send at the link rate (shared equally) or at their destination's rate limit (shared among its
+busy flows), so a closed destination's backlog grows and an open one's sent bytes grow.  Every
+state change is recorded with its time in :attr:`history`, and appended as a JSON line to
+``record`` (a path) if given, so that a subprocess's gate can be read.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ class MemoryGate:
         self.installed = False
         self.restored = False
         self.closed = False
-        self.state: dict[int, int] = {}
-        self.sent: dict[int, int] = {}
-        self.queue: dict[int, float] = {}
-        self.flows: dict[Flow, int] = {}  # flow -> its destination (a class added before)
-        self.endless: set[int] = set()
+        self.state: dict[int, int] = {}        # destination -> state
+        self.sent: dict[int | Flow, int] = {}  # destination's class, or a small flow's own class -> bytes
+        self.moved: set[Flow] = set()          # flows in their destination's class
+        self.queue: dict[Flow, float] = {}
+        self.endless: set[Flow] = set()
         self.history: list[tuple[int, int, int]] = []
         self.set_calls = 0
         self.counter_reads = 0
@@ -62,27 +63,37 @@ class MemoryGate:
             raise GateError(f"dest host {dest} already added")
         self.state[dest] = state
         self.sent[dest] = 0
-        self.queue[dest] = 0.0
 
     def add_flow(self, flow: Flow) -> None:
         if flow.dest_host not in self.state:
             raise GateError(f"flow {flow.src}->{flow.dst}: dest host {flow.dest_host} not added")
-        if flow in self.flows:
+        if flow in self.queue:
             raise GateError(f"flow {flow.src}->{flow.dst} already added")
-        self.flows[flow] = flow.dest_host
+        self.queue[flow] = 0.0
+        self.sent[flow] = 0
+
+    def move_to_dest(self, flow: Flow) -> None:
+        with self._lock:
+            self._drain()
+            if flow not in self.queue or flow in self.moved:
+                raise GateError(f"flow {flow.src}->{flow.dst} unknown or already moved")
+            self.moved.add(flow)
+            del self.sent[flow]
+            self._log({"event": "moved", "t_us": self.clock_us(), "src": str(flow.src), "dst": str(flow.dst)})
 
     def remove_flow(self, flow: Flow) -> None:
-        if self.flows.pop(flow, None) is None:
+        if self.queue.pop(flow, None) is None:
             raise GateError(f"flow {flow.src}->{flow.dst} unknown")
+        self.sent.pop(flow, None)
+        self.moved.discard(flow)
+        self.endless.discard(flow)
 
     def remove_dest(self, dest: int) -> None:
         if dest not in self.state:
             raise GateError(f"dest host {dest} unknown")
-        for f in [f for f, d in self.flows.items() if d == dest]:
-            del self.flows[f]
-        for d in (self.state, self.sent, self.queue):
-            d.pop(dest, None)
-        self.endless.discard(dest)
+        for f in [f for f in self.queue if f.dest_host == dest]:
+            self.remove_flow(f)
+        del self.state[dest], self.sent[dest]
 
     def set_states(self, states: Mapping[int, int]) -> None:
         with self._lock:
@@ -97,19 +108,24 @@ class MemoryGate:
                     self.history.append((t, d, s))
                     self._log({"event": "state", "t_us": t, "dest_host": d, "state": s})
 
+    def _backlog(self, dest: int) -> int:
+        return int(sum(q for f, q in self.queue.items() if f in self.moved and f.dest_host == dest))
+
     def stats(self) -> dict[int, DestStats]:
         with self._lock:
             self._drain()
-            return {d: DestStats(self.sent[d], self.sent[d] // 1000, int(self.queue[d]), int(self.queue[d] > 0))
+            return {d: DestStats(self.sent[d], self.sent[d] // 1000, self._backlog(d), int(self._backlog(d) > 0))
                     for d in self.state}
 
-    def counters(self, dests):
+    def counters(self, dests, small=()):
         with self._lock:
             self._drain()
             self.counter_reads += 1
+            backlog = [self._backlog(d) for d in dests]
             return (np.array([self.sent[d] for d in dests], dtype=np.int64),
-                    np.array([int(self.queue[d]) for d in dests], dtype=np.int64),
-                    np.array([int(self.queue[d] > 0) for d in dests], dtype=np.int64))
+                    np.array(backlog, dtype=np.int64),
+                    np.array([int(b > 0) for b in backlog], dtype=np.int64),
+                    np.array([self.sent[f] for f in small], dtype=np.int64))
 
     def restore(self) -> None:
         self.restored = True
@@ -119,16 +135,15 @@ class MemoryGate:
         self.closed = True
 
     # -- the toy traffic ---------------------------------------------------------------------------
-    def offer(self, dest: int, nbytes: int | None = None) -> None:
-        """Queue ``nbytes`` towards destination host ``dest``; ``None``: an endless sender (always
-        something queued)."""
+    def offer(self, flow: Flow, nbytes: int | None = None) -> None:
+        """Queue ``nbytes`` on ``flow``; ``None``: an endless sender (always something queued)."""
         with self._lock:
             self._drain()
             if nbytes is None:
-                self.endless.add(dest)
-                self.queue[dest] = max(self.queue[dest], 1500.0)
+                self.endless.add(flow)
+                self.queue[flow] = max(self.queue[flow], 1500.0)
             else:
-                self.queue[dest] += nbytes
+                self.queue[flow] += nbytes
 
     def _drain(self) -> None:
         now = self.clock_us()
@@ -138,20 +153,24 @@ class MemoryGate:
         self._last_us = now
         if dt_s == 0:
             return
-        busy = [d for d, s in self.state.items() if s != CLOSED and (self.queue[d] > 0 or d in self.endless)]
+        busy = [f for f, q in self.queue.items() if (q > 0 or f in self.endless)
+                and (f not in self.moved or self.state[f.dest_host] != CLOSED)]
         if not busy:
             return
         share = self.link_bps / len(busy)
-        for d in busy:
-            s = self.state[d]
-            rate = share if s == OPEN else min(share, s)
+        per_dest: dict[int, int] = {}
+        for f in busy:
+            if f in self.moved:
+                per_dest[f.dest_host] = per_dest.get(f.dest_host, 0) + 1
+        for f in busy:
+            rate = share
+            if f in self.moved and self.state[f.dest_host] != OPEN:
+                rate = min(share, self.state[f.dest_host] / per_dest[f.dest_host])
             n = rate * dt_s / 8
-            if d in self.endless:
-                self.sent[d] += int(n)
-            else:
-                n = min(n, self.queue[d])
-                self.queue[d] -= n
-                self.sent[d] += int(n)
+            if f not in self.endless:
+                n = min(n, self.queue[f])
+                self.queue[f] -= n
+            self.sent[f.dest_host if f in self.moved else f] += int(n)
 
     def open_dests(self) -> set[int]:
         return {d for d, s in self.state.items() if s != CLOSED}

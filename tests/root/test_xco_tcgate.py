@@ -76,10 +76,12 @@ class Lab:
         return TcGate(self.ifname, link_bps=LINK_BPS, netns=self.snd, **kw)
 
     def hold(self, gate: TcGate, state: int, *flows: Flow) -> None:
-        """Add the destination of :attr:`flow` in ``state`` and :attr:`flow` (or ``flows``) to it."""
+        """Add the destination of :attr:`flow` in ``state``, and :attr:`flow` (or ``flows``) moved
+        into its class (large flows)."""
         gate.add_dest(self.flow.dest_host, state)
         for f in flows or (self.flow,):
             gate.add_flow(f)
+            gate.move_to_dest(f)
 
 
 @pytest.fixture
@@ -429,7 +431,7 @@ def test_cleanup_after_sigkill(lab: Lab) -> None:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         proc.kill()
         proc.wait(timeout=10)
-        assert lab.root()["handle"] == "7c0:" and len(lab.classes()) == 2
+        assert lab.root()["handle"] == "7c0:" and len(lab.classes()) == 3  # default, host 1's, the flow's
         assert cleanup("gs0", netns=lab.snd) is True
         assert [q["kind"] for q in lab.tc_json("qdisc")] == ["noqueue"]
         assert lab.classes() == [] and lab.tc_json("filter") == []
@@ -460,6 +462,8 @@ def test_bad_input_is_named_and_changes_nothing(lab: Lab) -> None:
             gate.add_flow(lab.flow)
         with pytest.raises(GateError, match=r"gs0 \(netns .*\): dest host 1 already added"):
             gate.add_dest(1)
+        with pytest.raises(GateError, match=r"198\.18\.21\.1->198\.18\.21\.2 already moved to dest host 1"):
+            gate.move_to_dest(lab.flow)
         other = Flow(ipaddress.ip_address(SRC), ipaddress.ip_address("198.18.21.50"), 2)
         with pytest.raises(GateError, match=r"198\.18\.21\.1->198\.18\.21\.50: dest host 2 not added"):
             gate.add_flow(other)
@@ -481,6 +485,36 @@ def test_bad_input_is_named_and_changes_nothing(lab: Lab) -> None:
             gate.set_states({1: OPEN})
         with pytest.raises(GateError, match=r"gs0 \(netns .*\): flow 198\.18\.21\.1->198\.18\.21\.2 delete u32 filter: (ENOENT|EINVAL)"):
             gate.remove_dest(1)
+    finally:
+        gate.restore()
+        gate.close()
+
+
+@root
+def test_a_small_flow_passes_a_closed_destination_until_moved_into_it(lab: Lab) -> None:
+    gate = lab.gate()
+    try:
+        gate.install()
+        lab.hold(gate, CLOSED)  # SRC -> DST: large, held
+        small = Flow(ipaddress.ip_address(OTHER_SRC), ipaddress.ip_address(DST), 1)
+        gate.add_flow(small)  # OTHER_SRC -> DST: the same destination host, small
+        sock, other = udp_sender(lab.snd), udp_sender(lab.snd, OTHER_SRC)
+        with receiver(lab.rcv) as rx:
+            send(sock, 20)
+            send(other, 10)
+            assert wait_for(lambda: rx.sources.count(OTHER_SRC) == 10), rx.sources
+            sent, backlog, packets, small_sent = gate.counters((1,), (small,))
+            assert small_sent.tolist() == [10 * FRAME] and packets[0] > 0
+            assert sent[0] + backlog[0] == 20 * FRAME and sent[0] <= gate.closed_burst_bytes
+            gate.move_to_dest(small)  # large now: held with host 1
+            assert len(lab.classes()) == 2  # its own class is gone
+            send(other, 10)
+            time.sleep(0.1)
+            assert rx.sources.count(OTHER_SRC) == 10
+            gate.set_states({1: OPEN})
+            assert wait_for(lambda: rx.count() == 40), rx.count()
+        sock.close()
+        other.close()
     finally:
         gate.restore()
         gate.close()
@@ -512,7 +546,15 @@ def test_destinations_flows_ipv6_and_remove(lab: Lab) -> None:
         assert times[len(times) // 2] <= 0.005  # the issue's goal: a flow's class set up in <= 5 ms
         filters = [f for f in lab.tc_json("filter") if f.get("options", {}).get("flowid")]
         assert len(filters) == 2 + 129  # ICMP, ICMPv6, one per flow
-        assert {f["options"]["flowid"] for f in filters} == {"7c0:1"} | {f"7c0:{m:x}" for m in range(2, 11)}
+        assert len({f["options"]["flowid"] for f in filters}) == 1 + 129  # small: a class each
+        assert len(lab.classes()) == 1 + 9 + 129
+        for f in [*flows, f6]:
+            gate.move_to_dest(f)
+        filters = [f for f in lab.tc_json("filter") if f.get("options", {}).get("flowid")]
+        assert len(filters) == 2 + 129
+        minors = {d: gate._dests[d].minor for d in [*dests, 9]}
+        assert set(minors.values()) == {*range(2, 10), 10 + 128}  # host 9 added after the 128 small flows
+        assert {f["options"]["flowid"] for f in filters} == {"7c0:1"} | {f"7c0:{m:x}" for m in minors.values()}
         assert len(lab.classes()) == 1 + 9
         gate.set_states({d: OPEN for d in dests[::2]} | {9: CLOSED})
         assert gate.states()[9] == CLOSED and gate.states()[1] == OPEN and gate.states()[2] == CLOSED
@@ -601,7 +643,7 @@ def test_counters_match_stats_and_open_burst_is_applied(lab: Lab) -> None:
             send(sock, 30)
             time.sleep(0.1)
             st = gate.stats()
-            got = gate.counters(dests)
+            got = gate.counters(dests)[:3]
             assert [x.tolist() for x in got] == [[st[d].sent_bytes for d in dests], [st[d].backlog_bytes for d in dests],
                                                  [st[d].backlog_packets for d in dests]]
             assert got[2][1] > 0

@@ -106,6 +106,11 @@ class Running:
         self.svc.close()
 
 
+def svc_moved(agent):
+    """The destinations of the flows the agent moved into their destination's class."""
+    return {f.dest_host for f in agent.svc.gate.moved}
+
+
 def _open_intervals(gate, dest, end_us):
     """The intervals during which destination ``dest`` was open after it was first closed (us)."""
     out, start, seen_closed = [], None, False
@@ -143,9 +148,9 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         # 3 slices of silence that fail an agent open; its heartbeats (answered by acks) keep it.
         senders = ["s1", "s2", "s3", "s4", "s5"]
         for n in senders:
-            assert [f.dest_host for f in agents[n].svc.core.flows].count(r1) == 1
-            assert set(agents[n].svc.gate.flows.values()) == set(agents[n].svc.core.dests)
-            agents[n].svc.gate.offer(r1, None)  # an endless sender towards r1
+            (f,) = [f for f in agents[n].svc.core.flows if f.dest_host == r1]
+            assert set(agents[n].svc.gate.queue) == set(agents[n].svc.core.flows)
+            agents[n].svc.gate.offer(f, None)  # an endless sender towards r1
         t_start = time.time_ns() // 1000
         time.sleep(2.5)
         t_end = time.time_ns() // 1000
@@ -153,6 +158,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         for n in senders:
             c = agents[n].svc.core
             assert c.sent["backlog"] >= 1 and r1 in c.reported, n
+            assert c.large == {r1} and svc_moved(agents[n]) == {r1}
             assert c.fail_opens == 0 and c.sent["register"] == 1 and c.received["ack"] > 5, (n, c.fail_opens, c.sent, c.dropped, c.received)
         ivs = {n: [iv for iv in _open_intervals(agents[n].svc.gate, r1, t_end) if iv[0] >= t_start]
                for n in senders}

@@ -5,13 +5,19 @@
     root  htb 7c0:   (default class 7c0:1)
       7c0:1    htb class, rate = ceil = link      -> pfifo 1001:   unknown flows, ICMP, wake frames
       7c0:N    htb class, rate = ceil = link      -> tbf   (0x1000+N):   one per destination host (N >= 2)
+      7c0:M    htb class, rate = ceil = link      -> (default pfifo):  one per small flow (unheld)
 
 Filters on ``7c0:`` (u32): prio 1 sends IPv4 protocol 1 (ICMP) and prio 2 IPv6 next header 58
 (ICMPv6, without extension headers) to ``7c0:1``; prio 10 (IPv4, Ethernet protocol 0x0800) and
 prio 11 (IPv6, 0x86DD) hold one filter per VM-to-VM flow matching its source AND destination
-address, pointing at the class of the flow's destination host.  One class per destination (not
-per flow) keeps a timeslice turn at two TBF changes and one drain, and the counter dump at one
-class per destination, whatever the number of VMs.
+address.  A flow starts *small*: its filter points at a class of its own, never held, whose
+counters say how much it has sent; :meth:`TcGate.move_to_dest` (the agent calls it when the flow
+has sent more than its small-flow threshold) points the filter at the class of the flow's
+destination host instead (``RTM_NEWTFILTER`` with ``NLM_F_REPLACE``: the u32 node keeps its
+match) and deletes the flow's own class (packets still queued there for the link, if any, are
+dropped with it).  One class per destination for the large flows (not per flow) keeps a
+timeslice turn at two TBF changes and one drain, and the counter dump at one class per
+destination (plus the small flows), whatever the number of VMs.
 
 A destination's state is its TBF leaf's parameters: ``OPEN`` = the link rate with a burst of
 ``open_burst_bytes``; ``CLOSED`` = a few bytes per second (``closed_rate_bps``) with a burst of
@@ -101,8 +107,8 @@ ROOT_HANDLE = 0x07C0_0000
 #: The default (unheld) class: unknown flows, ICMP, wake frames.
 DEFAULT_CLASS = ROOT_HANDLE | 1
 _LEAF_MAJOR_BASE = 0x1000  # leaf qdisc of class 7c0:N is (0x1000 + N):
-_FIRST_DEST_MINOR = 2
-_MAX_DEST_MINOR = 0x0FFF  # leaf majors 0x1000 + minor stay below 0x2000
+_FIRST_CLASS_MINOR = 2
+_MAX_CLASS_MINOR = 0x0FFF  # leaf majors 0x1000 + minor stay below 0x2000
 _MAX_FILTER_NODE = 0x0FFF  # u32 node ids are 12 bits
 #: Ethernet type of the wake frame (IEEE local experimental 1).
 WAKE_ETHERTYPE = 0x88B5
@@ -122,6 +128,7 @@ RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 TCA_TBF_BURST = 6
+TCA_U32_CLASSID = 1
 _SIOCGIFMTU = 0x8921
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
 NLMSGERR_ATTR_MSG = 1
@@ -586,8 +593,16 @@ def _u32_keys(flow: Flow) -> list[str]:
 
 
 @dataclass
+class _FlowEntry:
+    """A flow's u32 filter handle and, while it is small, the minor of its own class (else 0)."""
+
+    filter_handle: int
+    minor: int
+
+
+@dataclass
 class _DestEntry:
-    """A destination host's class: its minor, state, flows (in the order added) and drain frame."""
+    """A destination host's class: its minor, state, large flows (in the order moved in) and drain frame."""
 
     dest: int
     minor: int
@@ -731,8 +746,8 @@ class TcGate:
         self.drain_on_close = drain_on_close
         self._drains = max(1, math.ceil((self.closed_burst_bytes - 63) / (self.mtu + 14)))
         self._dests: dict[int, _DestEntry] = {}
-        self._flows: dict[Flow, int] = {}  # flow -> its u32 filter's handle
-        self._table: tuple[Sequence[int], CounterTable] | None = None  # counters(): dests, offsets
+        self._flows: dict[Flow, _FlowEntry] = {}
+        self._table: tuple[Sequence[int], Sequence[Flow], CounterTable] | None = None  # counters(): dests, small, offsets
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change (no ACK)
         self._plans: dict[tuple, _Plan] = {}  # set_states' argument -> its batch
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
@@ -866,10 +881,9 @@ class TcGate:
         if dest in self._dests:
             raise GateError(f"{self._where}: dest host {dest} already added")
         self._check_state(state, dest)
-        used = {e.minor for e in self._dests.values()}
-        minor = next((m for m in range(_FIRST_DEST_MINOR, _MAX_DEST_MINOR + 1) if m not in used), None)
+        minor = self._free_minor()
         if minor is None:
-            raise GateError(f"{self._where}: dest host {dest}: no class left (max {_MAX_DEST_MINOR - 1})")
+            raise GateError(f"{self._where}: dest host {dest}: no class left (max {_MAX_CLASS_MINOR - 1})")
         steps = [("add class", self._htb_class(minor)), ("add tbf leaf", self._tbf("add", minor, state))]
         try:
             acks, _ = self._nl.transact([m for _, m in steps])
@@ -884,56 +898,106 @@ class TcGate:
         self._dests[dest] = _DestEntry(dest, minor, state, [])
         self._table = None
 
+    def _free_minor(self) -> int | None:
+        used = {e.minor for e in self._dests.values()} | {e.minor for e in self._flows.values()}
+        return next((m for m in range(_FIRST_CLASS_MINOR, _MAX_CLASS_MINOR + 1) if m not in used), None)
+
     def add_flow(self, flow: Flow) -> None:
-        """Point a u32 filter matching ``flow``'s source AND destination at its destination's class.
+        """Give ``flow`` a class of its own, never held (the flow is small), and a u32 filter
+        matching its source AND destination pointing at it.
 
         Raises
         ------
         GateError
             Not installed, the flow is already there, its destination host not added, mixed
-            address families, no filter node left, or the kernel refused.
+            address families, no class or filter node left, or the kernel refused (then nothing
+            of the flow is left).
         """
         self._require_installed()
         if flow in self._flows:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} already added")
         if flow.src.version != flow.dst.version:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} mixes IPv4 and IPv6")
-        entry = self._dests.get(flow.dest_host)
-        if entry is None:
+        if flow.dest_host not in self._dests:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: dest host {flow.dest_host} not added")
-        used = {h & 0xFFF for h in self._flows.values()}  # a u32 handle: htid 12 bits, hash 8, node 12
+        minor = self._free_minor()
+        if minor is None:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: no class left (max {_MAX_CLASS_MINOR - 1})")
+        used = {e.filter_handle & 0xFFF for e in self._flows.values()}  # u32 handle: htid 12 bits, hash 8, node 12
         node = next((n for n in range(1, _MAX_FILTER_NODE + 1) if n not in used), None)
         if node is None:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: no filter left (max {_MAX_FILTER_NODE})")
         v4 = flow.src.version == 4
-        msg = self._tc("add-filter", kind="u32", parent=ROOT_HANDLE, prio=_PRIO_FLOW4 if v4 else _PRIO_FLOW6,
-                       protocol=ETH_P_IP if v4 else ETH_P_IPV6, handle=node,
-                       target=ROOT_HANDLE | entry.minor, keys=_u32_keys(flow))
+        steps = [
+            ("add class", self._htb_class(minor)),
+            ("add u32 filter", self._tc("add-filter", kind="u32", parent=ROOT_HANDLE,
+                                        prio=_PRIO_FLOW4 if v4 else _PRIO_FLOW6,
+                                        protocol=ETH_P_IP if v4 else ETH_P_IPV6, handle=node,
+                                        target=ROOT_HANDLE | minor, keys=_u32_keys(flow))),
+        ]
         try:
-            acks, echoed = self._nl.transact([msg])
+            acks, echoed = self._nl.transact([m for _, m in steps])
         except OSError as e:
-            raise self._fail("add u32 filter", e.errno or 0, "", flow) from None
-        seq = _SEQ.unpack_from(msg, 8)[0]
-        code, kmsg = acks[seq]
-        if code:
-            raise self._fail("add u32 filter", code, kmsg, flow)
-        fh = next((h for sq, h in echoed if sq == seq), 0)
-        if not fh:
-            raise self._fail("add u32 filter (no echo)", _errno.EPROTO, "", flow)
-        self._flows[flow] = fh
-        entry.flows.append(flow)
+            raise self._fail("add flow", e.errno or 0, "", flow) from None
+        class_seq, filter_seq = (_SEQ.unpack_from(m, 8)[0] for _, m in steps)
+        fh = next((h for sq, h in echoed if sq == filter_seq), 0)
+        failed = [(what, acks[_SEQ.unpack_from(m, 8)[0]]) for what, m in steps if acks[_SEQ.unpack_from(m, 8)[0]][0]]
+        if failed or not fh:
+            if not acks[filter_seq][0] and fh:
+                self._delete_filter(v4, fh, flow, strict=False)
+            if not acks[class_seq][0]:
+                self._delete_class(minor, flow.dest_host, strict=False)
+            if not failed:
+                raise self._fail("add u32 filter (no echo)", _errno.EPROTO, "", flow)
+            what, (code, kmsg) = failed[0]
+            raise self._fail(what, code, kmsg, flow)
+        self._flows[flow] = _FlowEntry(fh, minor)
+        self._table = None
+
+    def move_to_dest(self, flow: Flow) -> None:
+        """Point the (small) flow's filter at its destination's class and delete its own class:
+        from now on the flow is gated with its destination.
+
+        Raises
+        ------
+        GateError
+            The flow is unknown or already moved, or the kernel refused (the flow stays small
+            if the filter could not be changed).
+        """
+        self._require_installed()
+        e = self._flows.get(flow)
+        if e is None:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} unknown")
+        if not e.minor:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} already moved to dest host {flow.dest_host}")
+        dest = self._dests[flow.dest_host]
+        prio, proto = (_PRIO_FLOW4, ETH_P_IP) if flow.src.version == 4 else (_PRIO_FLOW6, ETH_P_IPV6)
+        options = _NLATTR.pack(8, TCA_U32_CLASSID) + struct.pack("=I", ROOT_HANDLE | dest.minor)
+        msg = _encode_plain(RTM_NEWTFILTER, NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE, self._nl.next_seq(),
+                            self.ifindex, e.filter_handle, ROOT_HANDLE, (prio << 16) | socket.htons(proto),
+                            _attr_str(TCA_KIND, "u32") + _NLATTR.pack(4 + len(options), TCA_OPTIONS) + options)
+        self._run([(f"point u32 filter at dest host {flow.dest_host}", msg)], flow)
+        own, e.minor = e.minor, 0
+        dest.flows.append(flow)
+        self._table = None
+        self._delete_class(own, flow.dest_host, strict=True, flow=flow)
 
     def remove_flow(self, flow: Flow) -> None:
-        """Remove the flow's filter (its packets go through the default class again)."""
+        """Remove the flow's filter (its packets go through the default class again) and its own
+        class if it is still small."""
         self._require_installed()
-        fh = self._flows.get(flow)
-        if fh is None:
+        e = self._flows.get(flow)
+        if e is None:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} unknown")
-        self._delete_filter(flow.src.version == 4, fh, flow, strict=True)
+        self._delete_filter(flow.src.version == 4, e.filter_handle, flow, strict=True)
         del self._flows[flow]
-        entry = self._dests[flow.dest_host]
-        entry.flows.remove(flow)
-        entry.drain = b""  # built again, from the first flow left, at the next close
+        self._table = None
+        if e.minor:
+            self._delete_class(e.minor, flow.dest_host, strict=True, flow=flow)
+        else:
+            entry = self._dests[flow.dest_host]
+            entry.flows.remove(flow)
+            entry.drain = b""  # built again, from the first flow left, at the next close
 
     def remove_dest(self, dest: int) -> None:
         """Remove the filters of the destination's flows and its class (its leaf and held packets go with it)."""
@@ -941,7 +1005,7 @@ class TcGate:
         entry = self._dests.get(dest)
         if entry is None:
             raise GateError(f"{self._where}: dest host {dest} unknown")
-        for flow in list(entry.flows):
+        for flow in [f for f in self._flows if f.dest_host == dest]:
             self.remove_flow(flow)
         self._delete_class(entry.minor, dest, strict=True)
         del self._dests[dest]
@@ -961,11 +1025,11 @@ class TcGate:
             if strict:
                 raise
 
-    def _delete_class(self, minor: int, dest: int, strict: bool) -> None:
+    def _delete_class(self, minor: int, dest: int, strict: bool, flow: Flow | None = None) -> None:
         msg = _encode_plain(RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex,
                             ROOT_HANDLE | minor, ROOT_HANDLE)
         try:
-            self._run([("delete class", msg)], dest=dest)
+            self._run([("delete class", msg)], flow, None if flow is not None else dest)
         except GateError:
             if strict:
                 raise
@@ -1086,24 +1150,32 @@ class TcGate:
             out[dest] = DestStats(*c)
         return out
 
-    def counters(self, dests: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sent bytes, backlog bytes and backlog packets of the classes of ``dests`` (int64 arrays in
-        that order) from one RTM_GETTCLASS dump, decoded by a :class:`CounterTable` (kept while
-        ``dests`` is the same sequence object and no destination is added or removed)."""
+    def counters(self, dests: Sequence[int], small: Sequence[Flow] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sent bytes, backlog bytes and backlog packets of the classes of ``dests``, and sent bytes
+        of the own classes of the ``small`` flows (int64 arrays in those orders), from one
+        RTM_GETTCLASS dump decoded by a :class:`CounterTable` (kept while ``dests`` and ``small``
+        are the same sequence objects and no class is added or removed)."""
         self._require_installed()
         t = self._table
-        if t is None or t[0] is not dests:
+        if t is None or t[0] is not dests or t[1] is not small:
             try:
                 handles = [ROOT_HANDLE | self._dests[d].minor for d in dests]
             except KeyError as e:
                 raise GateError(f"{self._where}: dest host {e.args[0]} unknown") from None
-            t = self._table = (dests, CounterTable(handles, ROOT_HANDLE))
+            for f in small:
+                e = self._flows.get(f)
+                if e is None or not e.minor:
+                    raise GateError(f"{self._where}: flow {f.src}->{f.dst} {'unknown' if e is None else 'not small'}")
+                handles.append(ROOT_HANDLE | e.minor)
+            t = self._table = (dests, small, CounterTable(handles, ROOT_HANDLE))
         try:
-            return t[1].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
+            sent, bb, bp = t[2].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
         except GateError as e:
             raise GateError(f"{self._where}: counters: {e}") from None
+        n = len(dests)
+        return sent[:n], bb[:n], bp[:n], sent[n:]
 
     def states(self) -> dict[int, int]:
         """The state each destination is in, as last set."""

@@ -3,9 +3,9 @@ datagrams to send and destination states out.  No I/O, no clock: every call take
 microseconds since the Unix epoch).
 
 One agent runs on each host.  Its flows are every (local VM, remote VM) pair of the topology, each
-a :class:`~xtc.xco.gate.Flow` with the remote VM's host id; the gate holds them by destination
-host (one class each, :attr:`AgentCore.dests`), which is what directives name, so the core's
-states, counters and decisions are per destination.  The rules (docs/xco.md, "Agent"):
+a :class:`~xtc.xco.gate.Flow` with the remote VM's host id; the gate holds the large ones by
+destination host (one class each, :attr:`AgentCore.dests`), which is what directives name, so the
+core's states, backlogs and decisions are per destination.  The rules (docs/xco.md, "Agent"):
 
 - **Register** (with the topology digest and this host's VMs) every ``register_interval_us`` until
   a welcome arrives; then a **heartbeat** every ``heartbeat_interval_us`` of the welcome.
@@ -13,9 +13,10 @@ states, counters and decisions are per destination.  The rules (docs/xco.md, "Ag
   says when): the directive's destination host opens, every other one closes; a hold closes them
   all.  A directive stays in force until the next one.  The change is precomputed: a directive
   closes the old destination and opens the new one, whatever the number of flows.
-- **Small traffic is never held**: a destination stays OPEN until this host has sent it more
-  than ``small_flow_bytes`` in all (counted by its class; ICMP is the gate's business: it never
-  enters a destination's class).
+- **Small flows are never held**: a flow stays in a class of its own, unheld, until it has sent
+  more than ``small_flow_bytes``; then it is moved into its destination's class
+  (:attr:`AgentOutput.moved`) and the destination is *large* (held by the directives).  ICMP is
+  the gate's business: it never enters a flow's class.
 - **Backlog**: a held-back (large) destination with bytes queued in its class is reported once,
   in one Backlog message with the other newly backlogged destinations.
 - **Give-up** (work conservation): a reported destination whose class has had nothing queued at
@@ -113,6 +114,9 @@ class AgentOutput:
     ----------
     sends : list of bytes
         Datagrams for the controller, in order.
+    moved : list of Flow
+        Flows that turned large: to move into their destination's class
+        (:meth:`~xtc.xco.gate.Gate.move_to_dest`), before the states are set.
     states : dict
         Destination host -> new state (``OPEN``, ``CLOSED`` or a rate, bits/s), only those that
         change.
@@ -123,9 +127,11 @@ class AgentOutput:
     sends: list[bytes] = field(default_factory=list)
     states: dict[int, int] = field(default_factory=dict)
     applied: list[AppliedDirective] = field(default_factory=list)
+    moved: list[Flow] = field(default_factory=list)
 
     def __iadd__(self, o: AgentOutput) -> AgentOutput:
         self.sends += o.sends
+        self.moved += o.moved
         self.states.update(o.states)
         self.applied += o.applied
         return self
@@ -155,7 +161,7 @@ class AgentCore:
     session : int
         This agent's session number (random at each start), 0 .. 2**32 - 1.
     small_flow_bytes : int
-        A destination this host has sent this many bytes or fewer is never held.
+        A flow that has sent this many bytes or fewer is never held.
     giveup_after_us : int
         A reported destination with nothing queued for this long is given up.
     register_interval_us : int
@@ -208,8 +214,12 @@ class AgentCore:
         self._pending: list[_Pending] = []
         self.dest: int | None = None          # timeslice destination in force (None = hold / none)
         self.rates: dict[int, int] = {}       # rate mode: destination host -> bits/s in force
-        # destinations
-        self.large: set[int] = set()         # destinations past small_flow_bytes
+        # flows and destinations
+        #: The flows not moved to their destination's class yet, in the order of :attr:`flows`
+        #: (a new tuple each time one turns large): the gate's counters() reads their own classes.
+        self.small_flows: tuple[Flow, ...] = self.flows
+        self.large_flows: set[Flow] = set()
+        self.large: set[int] = set()         # destinations with a large flow (held by directives)
         self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
         self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
         self.last_giveup_us: int | None = None  # when the last give-up was sent
@@ -219,7 +229,6 @@ class AgentCore:
         self._state_i = [OPEN] * len(self.dests)
         self._large_np = np.zeros(len(self.dests), dtype=bool)
         self._dest_np = np.array(self.dests, dtype=np.int64)
-        self._all_large = not self.dests
         # counters and notes
         self.dropped: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
@@ -479,51 +488,62 @@ class AgentCore:
         return out
 
     # -- observations --------------------------------------------------------------------------------
-    def observe(self, now_us: int, stats: Mapping[int, DestStats]) -> AgentOutput:
-        """Take the gate's counters read at ``now_us``: large destinations, backlogs, give-ups.
+    def _turn_large(self, flows: list[Flow], out: AgentOutput) -> bool:
+        """Move ``flows`` (small ones) to their destinations' classes; True if a destination turned large."""
+        turned = False
+        for f in flows:
+            self.large_flows.add(f)
+            out.moved.append(f)
+            i = self._dindex[f.dest_host]
+            if not self._large_i[i]:
+                self._large_i[i] = self._large_np[i] = turned = True
+                self.large.add(f.dest_host)
+        self.small_flows = tuple(f for f in self.small_flows if f not in self.large_flows)
+        return turned
+
+    def observe(self, now_us: int, stats: Mapping[int, DestStats], sent: Mapping[Flow, int] | None = None) -> AgentOutput:
+        """Take the gate's counters read at ``now_us``: large flows, backlogs, give-ups.
 
         Parameters
         ----------
         stats : mapping
-            Destination host -> :class:`DestStats` (destinations missing keep their last known
-            counters).
+            Destination host -> :class:`DestStats` of its class (destinations missing count as
+            nothing queued).
+        sent : mapping, optional
+            Small flow -> bytes its own class has sent (flows missing stay small).
         """
         out = self.tick(now_us)
-        large, small, di = self._large_i, self.small_flow_bytes, self._dindex
-        queued: set[int] = set()
+        small = self.small_flow_bytes
         turned = False
-        for d, s in stats.items():
-            i = di.get(d)
-            if i is None:
-                continue
-            if not large[i]:
-                if s.sent_bytes <= small:
-                    continue
-                large[i] = turned = True
-                self.large.add(d)
-                self._large_np[i] = True
-            if s.backlog_bytes > 0 or s.backlog_packets > 0:
-                queued.add(d)
+        if sent:
+            grown = [f for f in self.small_flows if sent.get(f, 0) > small]
+            turned = bool(grown) and self._turn_large(grown, out)
+        queued = {d for d, s in stats.items()
+                  if d in self.large and (s.backlog_bytes > 0 or s.backlog_packets > 0)}
         return self._observed(now_us, out, queued, turned)
 
-    def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any) -> AgentOutput:
-        """:meth:`observe` with the counters as arrays indexed like :attr:`dests` (the gate's
-        :meth:`~xtc.xco.gate.Gate.counters`): no per-destination Python work unless one turns large.
+    def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any,
+                         small_sent_bytes: Any = ()) -> AgentOutput:
+        """:meth:`observe` with the counters as arrays (the gate's
+        :meth:`~xtc.xco.gate.Gate.counters` of :attr:`dests` and :attr:`small_flows`): no Python
+        work per destination or flow unless a flow turns large.
 
         Parameters
         ----------
         sent_bytes, backlog_bytes, backlog_packets : numpy.ndarray
             One entry per destination of :attr:`dests`, in that order (bytes, bytes, packets).
+        small_sent_bytes : numpy.ndarray
+            One entry per flow of :attr:`small_flows` as it was when the counters were asked for
+            (bytes its own class has sent).
         """
         out = self.tick(now_us)
-        big = self._large_np
         turned = False
-        if not self._all_large:
-            for i in np.flatnonzero(~big & (sent_bytes > self.small_flow_bytes)).tolist():
-                big[i] = self._large_i[i] = turned = True
-                self.large.add(self.dests[i])
-            self._all_large = bool(big.all())
-        q = np.flatnonzero(big & ((backlog_bytes > 0) | (backlog_packets > 0)))
+        if len(small_sent_bytes):
+            grown = np.flatnonzero(np.asarray(small_sent_bytes) > self.small_flow_bytes)
+            if grown.size:
+                small = self.small_flows
+                turned = self._turn_large([small[i] for i in grown.tolist()], out)
+        q = np.flatnonzero(self._large_np & ((backlog_bytes > 0) | (backlog_packets > 0)))
         queued = set(self._dest_np[q].tolist()) if q.size else set()
         return self._observed(now_us, out, queued, turned)
 

@@ -144,7 +144,8 @@ class AgentService(StopOnSignal):
 
     # -- set-up --------------------------------------------------------------------------------------
     def open(self) -> None:
-        """Install the gate (a class per destination, every one open, and its flows' filters), bind the socket, start the metrics endpoint.
+        """Install the gate (a class per destination, every one open, and each flow in a class of
+        its own, small), bind the socket, start the metrics endpoint.
 
         Raises
         ------
@@ -189,6 +190,14 @@ class AgentService(StopOnSignal):
                     from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "send_failed", error=str(e))
+        for f in out.moved:
+            try:
+                self.gate.move_to_dest(f)
+            except GateError as e:
+                from xtc.daemon.logs import event
+
+                self.gate_errors += 1
+                event(log, logging.ERROR, "gate_error", op="move_to_dest", error=str(e))
         if out.states:
             t0 = time.perf_counter()
             try:
@@ -224,7 +233,7 @@ class AgentService(StopOnSignal):
     def _poll(self) -> None:
         core = self.core
         try:
-            sent, backlog_bytes, backlog_packets = self.gate.counters(core.dests)
+            sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
             from xtc.daemon.logs import event
 
@@ -232,7 +241,7 @@ class AgentService(StopOnSignal):
             event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
             return
         self.polls += 1
-        self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets))
+        self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets, small_sent))
 
     def next_poll_us(self, now_us: int) -> int:
         """When to read the counters next.

@@ -8,7 +8,10 @@ one classifier per VM-to-VM flow pointing at its destination's class; see notes 
 docs/xco.md); tests of the agent's logic use an in-memory gate.
 
 A destination is a host id (its index in the topology: what directives name).  Its flows are
-VM-to-VM: classified by source and destination VM address.  A flow the gate has not been told
+VM-to-VM: classified by source and destination VM address.  A flow starts *small*, in a class of
+its own that is never held (so that what it sends is counted); when it has sent enough to be
+scheduled, the agent moves it into its destination's class (:meth:`Gate.move_to_dest`), where it
+is held and released with the destination's other large flows.  A flow the gate has not been told
 about, and every ICMP packet, goes through an unheld default class.
 
 Rates are bits per second.  ``OPEN`` means "no limit but the link"; ``CLOSED`` means hold
@@ -93,11 +96,15 @@ class Gate(Protocol):
         """Give destination host ``dest`` its own class, in ``state``."""
 
     def add_flow(self, flow: Flow) -> None:
-        """Classify ``flow`` (source AND destination address) into its ``dest_host``'s class
-        (added before)."""
+        """Classify ``flow`` (source AND destination address) into a class of its own, never held
+        (a small flow); its ``dest_host`` must have been added."""
+
+    def move_to_dest(self, flow: Flow) -> None:
+        """Classify the (small) flow into its destination's class from now on; its own class goes."""
 
     def remove_flow(self, flow: Flow) -> None:
-        """Remove the flow's classifier; its packets go through the default class again."""
+        """Remove the flow's classifier (and its own class if small); its packets go through the
+        default class again."""
 
     def remove_dest(self, dest: int) -> None:
         """Remove the destination's class and the classifiers of its flows."""
@@ -112,13 +119,16 @@ class Gate(Protocol):
     def stats(self) -> dict[int, DestStats]:
         """Every destination's counters and backlog, from one netlink dump."""
 
-    def counters(self, dests: Sequence[int]) -> tuple[Any, Any, Any]:
-        """The counters the agent polls, as arrays in the order of ``dests`` (every one added).
+    def counters(self, dests: Sequence[int], small: Sequence[Flow] = ()) -> tuple[Any, Any, Any, Any]:
+        """The counters the agent polls, as arrays in the order of ``dests`` (every one added) and
+        of ``small`` (flows not moved to their destination's class), from one read.
 
         Returns
         -------
         sent_bytes, backlog_bytes, backlog_packets : numpy.ndarray of int64
             What each destination's class has let out (bytes) and has queued now (bytes, packets).
+        small_sent_bytes : numpy.ndarray of int64
+            What each small flow's own class has let out (bytes).
         """
 
     def restore(self) -> None:
