@@ -292,6 +292,10 @@ def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(t
         assert got == want, (poll_us, slice_us, got)
         # a read just before its time does not read again at once
         assert svc.next_poll_us(t0 + want[0] - 1) - t0 == want[1]
+        # a read done early, in the wake-up of a directive sent 500 us ahead of the boundary, neither
+        early = svc.poll_early_us()
+        assert early == min(slice_us // 4, 300)
+        assert svc.next_poll_us(t0 + want[0] - early) - t0 == want[1]
         # while a reported destination holds the slot: often enough for the give-up hysteresis
         svc.core.reported, svc.core.dest = {2}, 2
         assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))

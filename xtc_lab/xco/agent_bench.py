@@ -62,7 +62,8 @@ def _topology() -> str:
 
 
 class FakeController:
-    """Welcome, one directive per slice to the next host in turn, an ack per heartbeat."""
+    """Welcome, one directive per slice to the next host in turn, an ack per heartbeat holding
+    the destinations reported backlogged and not given up (as the controller's acks do)."""
 
     def __init__(self, slice_us: int, lead_us: int) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -75,6 +76,7 @@ class FakeController:
         self.addr: tuple[str, int] | None = None
         self.stop = False
         self.directives = 0
+        self.held: set[int] = set()
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
@@ -94,7 +96,11 @@ class FakeController:
                     self.addr = addr
                     self._send(P.Welcome, slice_us=self.slice_us, mode="timeslice", heartbeat_interval_us=100_000)
                 elif isinstance(m, P.Heartbeat):
-                    self._send(P.Ack, seq=m.header.seq, backlog=())
+                    self._send(P.Ack, seq=m.header.seq, backlog=tuple(sorted(self.held)))
+                elif isinstance(m, P.Backlog):
+                    self.held.update(m.dests)
+                elif isinstance(m, P.GiveUp):
+                    self.held.discard(m.dest)
             except (TimeoutError, BlockingIOError):
                 pass
             if self.addr is None:
