@@ -11,7 +11,7 @@ A complete example (every key with its default unless marked required)::
                                      # at least two frames: 2 x (MTU + 18))
     controller = "10.0.0.254:7800"   # required: the controller's UDP address:port
     bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
-    small_flow_bytes = 100000        # a destination host sent no more than this (bytes) is never held
+    small_flow_bytes = 100000        # a flow that has sent no more than this is never held
     giveup_after_us = 2000           # a destination with nothing queued this long is given up
     poll_us = 500                    # counters read this often; once welcomed, rounded up to
                                      # whole slices, just before a slot boundary (and every
