@@ -14,6 +14,9 @@ large (``small_flow_bytes = 0``).  Prints one JSON object:
   second run at log level debug (the events cost CPU of their own);
 - ``add_flow_ms``: the set-up at start, measured here in-process: each of the 8 destinations'
   class (``TcGate.add_dest``) and each of the 64 flows' filter (``TcGate.add_flow``);
+- ``gate_calls_us`` (with ``--gate-calls``): the gate's calls alone, in this process: a timeslice
+  turn every 2 ms for 400 turns (``set_states`` closing one destination and opening the next,
+  then ``counters``), p50 of each call's thread CPU time (``time.thread_time_ns``), us;
 - ``in_process`` (with ``--sections``): the agent's loop run in a thread of this process (same
   configuration, ``poll_us`` the last of ``--poll-us``), each section's thread CPU time
   (``time.thread_time_ns``) summed: ``gate.counters``, ``gate.set_states``, ``core.handle``
@@ -274,6 +277,38 @@ def _prime(ns: str) -> None:
         s.close()
 
 
+def _gate_calls_us(ns: str, turns: int = 400) -> dict[str, float]:
+    from xtc.host.tcgate import TcGate
+    from xtc.xco.gate import CLOSED, OPEN, Flow
+
+    g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
+    g.install()
+    try:
+        dests = tuple(range(1, N_REMOTE + 1))
+        for i in dests:
+            g.add_dest(i, CLOSED)
+        for k in range(N_LOCAL):
+            for i in dests:
+                f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
+                g.add_flow(f)
+                g.move_to_dest(f)
+        turn, read = [], []
+        for n in range(turns):
+            d = dests[n % len(dests)]
+            states = {dests[n % len(dests) - 1]: CLOSED, d: OPEN} if n else {d: OPEN}
+            t = time.thread_time_ns()
+            g.set_states(states)
+            turn.append(time.thread_time_ns() - t)
+            t = time.thread_time_ns()
+            g.counters(dests, ())
+            read.append(time.thread_time_ns() - t)
+            time.sleep(0.002)
+        return {"set_states_turn_p50": sorted(turn)[turns // 2] / 1e3, "counters_p50": sorted(read)[turns // 2] / 1e3}
+    finally:
+        g.restore()
+        g.close()
+
+
 def _add_flow_ms(ns: str) -> list[float]:
     from xtc.host.tcgate import TcGate
     from xtc.xco.gate import Flow
@@ -305,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--realtime-priority", type=int, default=10)
     ap.add_argument("--sections", action="store_true", help="also time the loop's sections in-process")
+    ap.add_argument("--gate-calls", action="store_true", help="also time the gate's calls alone")
     a = ap.parse_args(argv)
     tag = secrets.token_hex(3)
     ns, peer = f"xab{tag}-a", f"xab{tag}-b"
@@ -322,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         mac = json.loads(_sh("ip", "-n", peer, "-j", "link", "show", "xb1"))[0]["address"]
         for i in range(1, N_REMOTE + 1):
             _sh("ip", "-n", ns, "neigh", "replace", f"{NET}.{100 + i}", "lladdr", mac, "dev", "xb0")
+        if a.gate_calls:
+            result["gate_calls_us"] = _gate_calls_us(ns)
         a_ms = _add_flow_ms(ns)
         result["add_flow_ms"] = {"p50": round(a_ms[len(a_ms) // 2], 3), "p99": round(a_ms[int(len(a_ms) * 0.99)], 3),
                                  "max": round(a_ms[-1], 3)}
