@@ -8,8 +8,9 @@ gate on the sender's side; both removed at the end, also on failure.  Prints JSO
 Each flow here goes to a destination host of its own, so that it has a class of its own (the
 gate keeps one class per destination host): ``--flows`` is the number of classes.
 
-- ``add_flow_ms``: p50/p99 of :meth:`TcGate.add_dest` (class + TBF leaf) and :meth:`TcGate.add_flow`
-  (u32 filter) together, ``--flows`` flows added and removed ``--rounds`` times.
+- ``add_flow_ms``: p50/p99 of :meth:`TcGate.add_dest` (class + TBF leaf), :meth:`TcGate.add_flow`
+  (its own class + u32 filter) and :meth:`TcGate.move_to_dest` together, ``--flows`` flows added
+  and removed ``--rounds`` times.
 - ``set_states_one_change_us``: p50/p99 of a :meth:`TcGate.set_states` call that changes one flow
   of ``--flows`` (netlink change + ACK + wake frame); ``set_states_all_change_us``: a call that
   changes every flow, and ``per_change_us`` its p50 divided by the number of flows.
@@ -107,6 +108,7 @@ def bench(n_flows: int = 64, rounds: int = 5, samples: int = 300, link_bps: int 
                     t = time.perf_counter()
                     gate.add_dest(f.dest_host, CLOSED)
                     gate.add_flow(f)
+                    gate.move_to_dest(f)  # large: held with its destination
                     add_s.append(time.perf_counter() - t)
                 if r < rounds - 1:
                     for f in flows:
