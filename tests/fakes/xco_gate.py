@@ -1,10 +1,12 @@
 """An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow.
 
-Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``demand=None`` for an endless
-sender); when :meth:`stats` is read, the time since the last read drains the open flows at the
-link rate (shared equally) or at their rate limit, so a closed flow's backlog grows and an open
-flow's sent bytes grow.  Every ``set_states`` is recorded with its time in :attr:`history`, and
-appended as a JSON line to ``record`` (a path) if given, so that a subprocess's gate can be read.
+Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an endless sender); a
+small flow (not moved to its destination's class) is never held, a moved one is held with its
+destination.  When the counters are read, the time since the last read drains the flows that may
+send at the link rate (shared equally) or at their destination's rate limit (shared among its
+busy flows), so a closed destination's backlog grows and an open one's sent bytes grow.  Every
+state change is recorded with its time in :attr:`history`, and appended as a JSON line to
+``record`` (a path) if given, so that a subprocess's gate can be read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
+from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 
 def _wall_us() -> int:
@@ -33,11 +35,12 @@ class MemoryGate:
         self.installed = False
         self.restored = False
         self.closed = False
-        self.state: dict[Flow, int] = {}
-        self.sent: dict[Flow, int] = {}
+        self.state: dict[int, int] = {}        # destination -> state
+        self.sent: dict[int | Flow, int] = {}  # destination's class, or a small flow's own class -> bytes
+        self.moved: set[Flow] = set()          # flows in their destination's class
         self.queue: dict[Flow, float] = {}
         self.endless: set[Flow] = set()
-        self.history: list[tuple[int, Flow, int]] = []
+        self.history: list[tuple[int, int, int]] = []
         self.set_calls = 0
         self.counter_reads = 0
         self._last_us: int | None = None
@@ -53,44 +56,76 @@ class MemoryGate:
         self.installed = True
         self._log({"event": "install", "t_us": self.clock_us()})
 
-    def add_flow(self, flow: Flow, state: int = OPEN) -> None:
+    def add_dest(self, dest: int, state: int = OPEN) -> None:
         if not self.installed:
-            raise GateError("add_flow before install")
-        self.state[flow] = state
-        self.sent[flow] = 0
+            raise GateError("add_dest before install")
+        if dest in self.state:
+            raise GateError(f"dest host {dest} already added")
+        self.state[dest] = state
+        self.sent[dest] = 0
+
+    def add_flow(self, flow: Flow) -> None:
+        if flow.dest_host not in self.state:
+            raise GateError(f"flow {flow.src}->{flow.dst}: dest host {flow.dest_host} not added")
+        if flow in self.queue:
+            raise GateError(f"flow {flow.src}->{flow.dst} already added")
         self.queue[flow] = 0.0
+        self.sent[flow] = 0
+
+    def move_to_dest(self, flow: Flow) -> None:
+        with self._lock:
+            self._drain()
+            if flow not in self.queue or flow in self.moved:
+                raise GateError(f"flow {flow.src}->{flow.dst} unknown or already moved")
+            self.moved.add(flow)
+            del self.sent[flow]
+            self._log({"event": "moved", "t_us": self.clock_us(), "src": str(flow.src), "dst": str(flow.dst)})
 
     def remove_flow(self, flow: Flow) -> None:
-        for d in (self.state, self.sent, self.queue):
-            d.pop(flow, None)
+        if self.queue.pop(flow, None) is None:
+            raise GateError(f"flow {flow.src}->{flow.dst} unknown")
+        self.sent.pop(flow, None)
+        self.moved.discard(flow)
+        self.endless.discard(flow)
 
-    def set_states(self, states: Mapping[Flow, int]) -> None:
+    def remove_dest(self, dest: int) -> None:
+        if dest not in self.state:
+            raise GateError(f"dest host {dest} unknown")
+        for f in [f for f in self.queue if f.dest_host == dest]:
+            self.remove_flow(f)
+        del self.state[dest], self.sent[dest]
+
+    def set_states(self, states: Mapping[int, int]) -> None:
         with self._lock:
             self._drain()
             t = self.clock_us()
             self.set_calls += 1
-            for f, s in states.items():
-                if f not in self.state:
-                    raise GateError(f"unknown flow {f}")
-                if self.state[f] != s:
-                    self.state[f] = s
-                    self.history.append((t, f, s))
-                    self._log({"event": "state", "t_us": t, "src": str(f.src), "dst": str(f.dst),
-                               "dest_host": f.dest_host, "state": s})
+            for d, s in states.items():
+                if d not in self.state:
+                    raise GateError(f"dest host {d} unknown")
+                if self.state[d] != s:
+                    self.state[d] = s
+                    self.history.append((t, d, s))
+                    self._log({"event": "state", "t_us": t, "dest_host": d, "state": s})
 
-    def stats(self) -> dict[Flow, FlowStats]:
+    def _backlog(self, dest: int) -> int:
+        return int(sum(q for f, q in self.queue.items() if f in self.moved and f.dest_host == dest))
+
+    def stats(self) -> dict[int, DestStats]:
         with self._lock:
             self._drain()
-            return {f: FlowStats(self.sent[f], self.sent[f] // 1000, int(self.queue[f]), int(self.queue[f] > 0))
-                    for f in self.state}
+            return {d: DestStats(self.sent[d], self.sent[d] // 1000, self._backlog(d), int(self._backlog(d) > 0))
+                    for d in self.state}
 
-    def counters(self, flows):
+    def counters(self, dests, small=()):
         with self._lock:
             self._drain()
             self.counter_reads += 1
-            return (np.array([self.sent[f] for f in flows], dtype=np.int64),
-                    np.array([int(self.queue[f]) for f in flows], dtype=np.int64),
-                    np.array([int(self.queue[f] > 0) for f in flows], dtype=np.int64))
+            backlog = [self._backlog(d) for d in dests]
+            return (np.array([self.sent[d] for d in dests], dtype=np.int64),
+                    np.array(backlog, dtype=np.int64),
+                    np.array([int(b > 0) for b in backlog], dtype=np.int64),
+                    np.array([self.sent[f] for f in small], dtype=np.int64))
 
     def restore(self) -> None:
         self.restored = True
@@ -118,20 +153,24 @@ class MemoryGate:
         self._last_us = now
         if dt_s == 0:
             return
-        busy = [f for f, s in self.state.items() if s != CLOSED and (self.queue[f] > 0 or f in self.endless)]
+        busy = [f for f, q in self.queue.items() if (q > 0 or f in self.endless)
+                and (f not in self.moved or self.state[f.dest_host] != CLOSED)]
         if not busy:
             return
         share = self.link_bps / len(busy)
+        per_dest: dict[int, int] = {}
         for f in busy:
-            s = self.state[f]
-            rate = share if s == OPEN else min(share, s)
+            if f in self.moved:
+                per_dest[f.dest_host] = per_dest.get(f.dest_host, 0) + 1
+        for f in busy:
+            rate = share
+            if f in self.moved and self.state[f.dest_host] != OPEN:
+                rate = min(share, self.state[f.dest_host] / per_dest[f.dest_host])
             n = rate * dt_s / 8
-            if f in self.endless:
-                self.sent[f] += int(n)
-            else:
+            if f not in self.endless:
                 n = min(n, self.queue[f])
                 self.queue[f] -= n
-                self.sent[f] += int(n)
+            self.sent[f.dest_host if f in self.moved else f] += int(n)
 
-    def open_flows(self) -> set[Flow]:
-        return {f for f, s in self.state.items() if s != CLOSED}
+    def open_dests(self) -> set[int]:
+        return {d for d, s in self.state.items() if s != CLOSED}

@@ -1,16 +1,17 @@
 """The XCo agent's pure core: registers, directives at their start, holds, backlog reports, give-up
-after the hysteresis, small flows, fail open and back, rate mode, controller restart, bad datagrams."""
+after the hysteresis, small destinations, fail open and back, rate mode, controller restart, bad datagrams."""
 
 import ipaddress
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from xtc.xco import protocol as P
 from xtc.xco.agent import AgentCore, flows_of
 from xtc.xco.agent_config import AgentConfigError, check_against_topology, loads_agent_config
-from xtc.xco.gate import CLOSED, OPEN, FlowStats
+from xtc.xco.gate import CLOSED, OPEN, DestStats
 from xtc.xco.topology import load_topology, parse_topology
 
 DATA = Path(__file__).parent / "data"
@@ -54,9 +55,11 @@ def _msgs(out):
 
 
 def _stats(core, sent=0, backlog=None):
-    """Every flow with ``sent`` bytes; ``backlog``: destination host ids with 3000 bytes queued."""
-    return {f: FlowStats(sent, sent // 1500, 3000 if backlog and f.dest_host in backlog else 0,
-                         2 if backlog and f.dest_host in backlog else 0) for f in core.flows}
+    """``(destination counters, small flows' sent bytes)``: every small flow has sent ``sent``
+    bytes; ``backlog``: destination host ids with 3000 bytes queued."""
+    return ({d: DestStats(sent, sent // 1500, 3000 if backlog and d in backlog else 0,
+                          2 if backlog and d in backlog else 0) for d in core.dests},
+            dict.fromkeys(core.small_flows, sent))
 
 
 def _welcomed(mode="timeslice", **kw):
@@ -69,7 +72,7 @@ def _welcomed(mode="timeslice", **kw):
 
 
 def _open(core):
-    return {f.dest_host for f, s in core.states.items() if s != CLOSED}
+    return {d for d, s in core.states.items() if s != CLOSED}
 
 
 def test_flows_are_local_vms_times_remote_vms_with_their_host():
@@ -101,27 +104,27 @@ def test_register_until_welcomed_then_heartbeats():
 def test_directive_opens_its_destination_at_start_us_and_closes_the_others():
     topo, core, ctl = _welcomed()
     r1 = topo.host_id("r1")
-    out = core.observe(NOW + 200, _stats(core, sent=SMALL + 1))
+    out = core.observe(NOW + 200, *_stats(core, sent=SMALL + 1))
     assert set(out.states.values()) == {CLOSED} and len(out.states) == 5  # large flows held: no directive yet
     start = NOW + 5_000
     out = core.handle(ctl.slice(NOW + 4_500, r1, start), NOW + 4_500)
     assert out.states == {} and out.applied == [] and core.next_deadline_us() == start
     assert core.tick(start - 1).states == {}
     out = core.tick(start)
-    assert {f.dest_host: s for f, s in out.states.items()} == {r1: OPEN}
+    assert out.states == {r1: OPEN}
     assert [(a.arrival_us, a.start_us, a.dest) for a in out.applied] == [(NOW + 4_500, start, r1)]
     # The next slice to s2: r1 closes and s2 opens at once, in one change.
     out = core.handle(ctl.slice(start + SLICE - 500, 1, start + SLICE), start + SLICE - 500)
     out = core.tick(start + SLICE)
-    assert {f.dest_host: s for f, s in out.states.items()} == {r1: CLOSED, 1: OPEN}
+    assert out.states == {r1: CLOSED, 1: OPEN}
     # A hold closes every held flow.
     out = core.handle(ctl.slice(start + SLICE + 10, None, start + SLICE + 10), start + SLICE + 10)
-    assert {f.dest_host: s for f, s in out.states.items()} == {1: CLOSED} and _open(core) == set()
+    assert out.states == {1: CLOSED} and _open(core) == set()
 
 
 def test_a_directive_arriving_late_takes_effect_at_once_and_a_later_one_supersedes_pending():
     topo, core, ctl = _welcomed()
-    core.observe(NOW + 200, _stats(core, sent=SMALL + 1))
+    core.observe(NOW + 200, *_stats(core, sent=SMALL + 1))
     out = core.handle(ctl.slice(NOW + 20_000, 2, NOW + 19_000), NOW + 20_000)
     assert _open(core) == {2} and out.applied[0].arrival_us == NOW + 20_000
     core.handle(ctl.slice(NOW + 20_100, 3, NOW + 30_000), NOW + 20_100)
@@ -132,49 +135,49 @@ def test_a_directive_arriving_late_takes_effect_at_once_and_a_later_one_supersed
 
 def test_backlog_reported_once_per_new_destination():
     topo, core, ctl = _welcomed()
-    out = core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1, backlog={5, 1}))
+    out = core.observe(NOW + 1_000, *_stats(core, sent=SMALL + 1, backlog={5, 1}))
     (m,) = _msgs(out)
     assert isinstance(m, P.Backlog) and m.dests == (1, 5)
-    assert _msgs(core.observe(NOW + 1_500, _stats(core, sent=SMALL + 1, backlog={5, 1}))) == []
-    (m,) = _msgs(core.observe(NOW + 2_000, _stats(core, sent=SMALL + 1, backlog={5, 1, 2})))
+    assert _msgs(core.observe(NOW + 1_500, *_stats(core, sent=SMALL + 1, backlog={5, 1}))) == []
+    (m,) = _msgs(core.observe(NOW + 2_000, *_stats(core, sent=SMALL + 1, backlog={5, 1, 2})))
     assert m.dests == (2,)
 
 
-def test_small_flows_stay_open_and_unreported_until_they_pass_the_threshold():
+def test_small_destinations_stay_open_and_unreported_until_they_pass_the_threshold():
     topo, core, ctl = _welcomed()
-    out = core.observe(NOW + 1_000, _stats(core, sent=SMALL, backlog={5}))
+    out = core.observe(NOW + 1_000, *_stats(core, sent=SMALL, backlog={5}))
     assert out.sends == [] and out.states == {} and _open(core) == {1, 2, 3, 4, 5}
-    out = core.observe(NOW + 2_000, _stats(core, sent=SMALL + 1, backlog={5}))
+    out = core.observe(NOW + 2_000, *_stats(core, sent=SMALL + 1, backlog={5}))
     assert _open(core) == set() and [m.dests for m in _msgs(out)] == [(5,)]
 
 
 def test_giveup_after_the_hysteresis_and_not_before():
     topo, core, ctl = _welcomed()
-    core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.observe(NOW + 1_000, *_stats(core, sent=SMALL + 1, backlog={5}))
     core.handle(ctl.slice(NOW + 1_100, 5, NOW + 1_100), NOW + 1_100)
     assert _open(core) == {5}
     t0 = NOW + 2_000
-    assert _msgs(core.observe(t0, _stats(core, sent=SMALL + 1))) == []  # queue empty: idle from t0
-    assert _msgs(core.observe(t0 + GIVEUP // 2, _stats(core, sent=SMALL + 1, backlog={5}))) == []  # busy again
+    assert _msgs(core.observe(t0, *_stats(core, sent=SMALL + 1))) == []  # queue empty: idle from t0
+    assert _msgs(core.observe(t0 + GIVEUP // 2, *_stats(core, sent=SMALL + 1, backlog={5}))) == []  # busy again
     t1 = t0 + GIVEUP
-    assert _msgs(core.observe(t1, _stats(core, sent=SMALL + 1))) == []
-    assert _msgs(core.observe(t1 + GIVEUP - 1, _stats(core, sent=SMALL + 1))) == []
-    (m,) = _msgs(core.observe(t1 + GIVEUP, _stats(core, sent=SMALL + 1)))
+    assert _msgs(core.observe(t1, *_stats(core, sent=SMALL + 1))) == []
+    assert _msgs(core.observe(t1 + GIVEUP - 1, *_stats(core, sent=SMALL + 1))) == []
+    (m,) = _msgs(core.observe(t1 + GIVEUP, *_stats(core, sent=SMALL + 1)))
     assert isinstance(m, P.GiveUp) and m.dest == 5 and core.reported == set()
-    assert _msgs(core.observe(t1 + 3 * GIVEUP, _stats(core, sent=SMALL + 1))) == []  # given up once
+    assert _msgs(core.observe(t1 + 3 * GIVEUP, *_stats(core, sent=SMALL + 1))) == []  # given up once
     # New backlog afterwards is reported again (beside a heartbeat: silent for a slice with r1 in force).
-    out = _msgs(core.observe(t1 + 4 * GIVEUP, _stats(core, sent=SMALL + 1, backlog={5})))
+    out = _msgs(core.observe(t1 + 4 * GIVEUP, *_stats(core, sent=SMALL + 1, backlog={5})))
     assert [m.dests for m in out if isinstance(m, P.Backlog)] == [(5,)]
 
 
 def test_fails_open_after_three_silent_slices_heartbeating_meanwhile_and_a_directive_resumes_control():
     topo, core, ctl = _welcomed()
     t = NOW + 1_000
-    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.observe(t, *_stats(core, sent=SMALL + 1, backlog={5}))
     core.handle(ctl.slice(t, 5, t), t)  # heard at t
     beats = []
     for u in range(t + 500, t + 3 * SLICE, 500):
-        out = core.observe(u, _stats(core, sent=SMALL + 1, backlog={5}))
+        out = core.observe(u, *_stats(core, sent=SMALL + 1, backlog={5}))
         beats += [(u, m) for m in _msgs(out)]
         assert core.under_control and not out.states
     # While waiting: one heartbeat per silent slice, nothing else.
@@ -184,7 +187,7 @@ def test_fails_open_after_three_silent_slices_heartbeating_meanwhile_and_a_direc
     assert core.failed_open and not core.under_control and _open(core) == {1, 2, 3, 4, 5}
     assert set(out.states.values()) == {OPEN} and len(out.states) == 4
     assert core.notes[-1][0] == "fail_open" and [type(m) for m in _msgs(out)] == [P.Register]
-    out = core.observe(t + 3 * SLICE + 500, _stats(core, sent=SMALL + 1, backlog={5}))
+    out = core.observe(t + 3 * SLICE + 500, *_stats(core, sent=SMALL + 1, backlog={5}))
     assert out.sends == [] and out.states == {}
     # Failed open, it registers every register interval (a restarted controller forgot it), no heartbeats.
     assert core.next_deadline_us() == t + 3 * SLICE + 100_000
@@ -194,15 +197,15 @@ def test_fails_open_after_three_silent_slices_heartbeating_meanwhile_and_a_direc
     u = t + 200_000
     out = core.handle(ctl.slice(u, 2, u), u)
     assert core.under_control and _open(core) == {2} and core.notes[-1][0] == "control_resumed"
-    assert [m.dests for m in _msgs(core.observe(u + 500, _stats(core, sent=SMALL + 1, backlog={5})))] == [(5,)]
+    assert [m.dests for m in _msgs(core.observe(u + 500, *_stats(core, sent=SMALL + 1, backlog={5})))] == [(5,)]
 
 
 def test_acks_keep_a_waiting_host_under_control():
     topo, core, ctl = _welcomed()
     t = NOW + 1_000
-    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))  # reported, then no directive for long
+    core.observe(t, *_stats(core, sent=SMALL + 1, backlog={5}))  # reported, then no directive for long
     for u in range(t + 500, t + 20 * SLICE, 500):
-        for m in _msgs(core.observe(u, _stats(core, sent=SMALL + 1, backlog={5}))):
+        for m in _msgs(core.observe(u, *_stats(core, sent=SMALL + 1, backlog={5}))):
             assert isinstance(m, P.Heartbeat)
             core.handle(ctl(P.Ack, u + 200, seq=m.header.seq, backlog=(5,)), u + 200)
         assert core.under_control
@@ -212,7 +215,7 @@ def test_acks_keep_a_waiting_host_under_control():
 def test_an_ack_without_a_reported_destination_has_it_reported_again_and_a_stale_one_given_up():
     topo, core, ctl = _welcomed()
     t = NOW + 1_000
-    (rep,) = _msgs(core.observe(t, _stats(core, sent=SMALL + 1, backlog={5})))
+    (rep,) = _msgs(core.observe(t, *_stats(core, sent=SMALL + 1, backlog={5})))
     hb = P.decode(core.tick(t + SLICE).sends[0])
     assert isinstance(hb, P.Heartbeat) and hb.header.seq > rep.header.seq
     # The report was lost: the ack of a later heartbeat lacks 5 -> reported again.
@@ -234,7 +237,7 @@ def test_an_ack_without_a_reported_destination_has_it_reported_again_and_a_stale
 def test_a_stall_of_the_agent_itself_heartbeats_before_failing_open():
     topo, core, ctl = _welcomed()
     t = NOW + 1_000
-    core.observe(t, _stats(core, sent=SMALL + 1, backlog={5}))
+    core.observe(t, *_stats(core, sent=SMALL + 1, backlog={5}))
     core.handle(ctl.slice(t, 5, t), t)
     u = t + 5 * SLICE  # the agent's loop did not run for 5 slices
     out = core.tick(u)
@@ -253,9 +256,9 @@ def test_a_stall_of_the_agent_itself_heartbeats_before_failing_open():
 
 def test_an_idle_host_does_not_fail_open():
     topo, core, ctl = _welcomed()
-    core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1))
+    core.observe(NOW + 1_000, *_stats(core, sent=SMALL + 1))
     for u in range(NOW + 1_000, NOW + 50 * SLICE, SLICE // 2):
-        core.observe(u, _stats(core, sent=SMALL + 1))
+        core.observe(u, *_stats(core, sent=SMALL + 1))
     assert core.under_control
 
 
@@ -267,31 +270,29 @@ def _two_vm_topology():
                  {"name": "c", "nic_bps": 1_000_000_000, "switch": "sw", "vms": ["10.0.2.1"]}]})
 
 
-def test_rate_mode_splits_each_destination_rate_over_its_large_flows():
+def test_rate_mode_limits_each_large_destination_to_its_rate():
     topo = _two_vm_topology()
     _, core = _core(topo)
     ctl = Ctl(0)
     core.tick(NOW)
     core.handle(ctl.welcome(NOW, "rate"), NOW)
     assert len(core.flows) == 6
-    core.observe(NOW + 100, {f: FlowStats(SMALL + 1, 9, 3000, 2) for f in core.flows})
+    assert core.dests == (1, 2)
+    core.observe(NOW + 100, {d: DestStats(SMALL + 1, 9, 3000, 2) for d in core.dests}, dict.fromkeys(core.flows, SMALL + 1))
     assert _open(core) == set()
     start = NOW + 1_000
     core.handle(ctl(P.RateDirective, NOW + 500, start_us=start, rates=((1, 600_000_000), (2, 300_000_000))), NOW + 500)
     assert _open(core) == set()
     out = core.tick(start)
-    by = {}
-    for f, s in out.states.items():
-        by.setdefault(f.dest_host, []).append(s)
-    assert by == {1: [150_000_000] * 4, 2: [150_000_000] * 2}
-    # Only the flows named change; rate 0 stops a destination.
-    core.handle(ctl(P.RateDirective, start + 10, start_us=start + 10, rates=((1, 0),)), start + 10)
-    assert {f.dest_host: s for f, s in core.states.items()} == {1: CLOSED, 2: 150_000_000}
+    assert out.states == {1: 600_000_000, 2: 300_000_000}  # the class of 4 flows, of 2 flows
+    # Only the destinations named change; rate 0 stops a destination.
+    out = core.handle(ctl(P.RateDirective, start + 10, start_us=start + 10, rates=((1, 0),)), start + 10)
+    assert out.states == {1: CLOSED} and core.states == {1: CLOSED, 2: 300_000_000}
 
 
 def test_controller_restart_new_session_accepted_backlog_re_reported_old_session_refused():
     topo, core, ctl = _welcomed()
-    core.observe(NOW + 1_000, _stats(core, sent=SMALL + 1, backlog={5, 3}))
+    core.observe(NOW + 1_000, *_stats(core, sent=SMALL + 1, backlog={5, 3}))
     core.handle(ctl.slice(NOW + 1_100, 5, NOW + 1_100), NOW + 1_100)
     new = Ctl(0, session=CTL + 1)
     out = core.handle(new.slice(NOW + 2_000, 3, NOW + 2_000), NOW + 2_000)
@@ -308,7 +309,7 @@ def test_controller_restart_new_session_accepted_backlog_re_reported_old_session
 
 def test_bad_datagrams_are_dropped_and_counted_never_raised():
     topo, core, ctl = _welcomed()
-    core.observe(NOW + 200, _stats(core, sent=SMALL + 1))
+    core.observe(NOW + 200, *_stats(core, sent=SMALL + 1))
     t = NOW + 1_000
     hdr = lambda host=0, seq=100, tt=t: P.Header(host, CTL, seq, tt)  # noqa: E731
     cases = {
@@ -442,19 +443,19 @@ def test_rate_mode_recovers_its_rates_after_a_fail_open():
     for x, a in ((0, a0), (5, a5)):
         net.run(x, a.tick(t), t)
     assert a0.under_control and a5.under_control and a0.mode == "rate"
-    busy = lambda a: {f: FlowStats(SMALL + 1, 9, 3000 * (f.dest_host == 5), 2 * (f.dest_host == 5))  # noqa: E731
-                    for f in a.flows}
+    busy = lambda a: ({d: DestStats(SMALL + 1, 9, 3000 * (d == 5), 2 * (d == 5))  # noqa: E731
+                     for d in a.dests}, dict.fromkeys(a.small_flows, SMALL + 1))
     t += 1_000
-    net.run(0, a0.observe(t, busy(a0)), t)
+    net.run(0, a0.observe(t, *busy(a0)), t)
     t += 1_000
     a0.tick(t)
     rate = a0.rates.get(5, 0)
-    assert rate > 0 and all(s == rate for f, s in a0.states.items() if f.dest_host == 5)
+    assert rate > 0 and a0.states[5] == rate
     # The controller goes quiet for this host: it fails open (rates forgotten), then is heard again.
     net.cut.add(0)
     while not a0.failed_open:
         t += 500
-        net.run(0, a0.observe(t, busy(a0)), t)
+        net.run(0, a0.observe(t, *busy(a0)), t)
         net.run(5, a5.tick(t), t)
     assert a0.rates == {} and all(s == OPEN for s in a0.states.values())
     net.cut.discard(0)
@@ -463,16 +464,16 @@ def test_rate_mode_recovers_its_rates_after_a_fail_open():
     # and the backlog re-reported at the next poll cross the acks on the way.
     (reg,) = a0.tick(t).sends
     (welcome,) = net.ctl.handle(reg, ("127.0.0.1", 1000), t)
-    sends = a0.handle(welcome.data, t).sends + a0.observe(t + 200, busy(a0)).sends
+    sends = a0.handle(welcome.data, t).sends + a0.observe(t + 200, *busy(a0)).sends
     assert [type(P.decode(d)) for d in sends] == [P.Heartbeat, P.Backlog] and a0.under_control
     for d in sends:
         for s in net.ctl.handle(d, ("127.0.0.1", 1000), t + 300):
             net.run(0, a0.handle(s.data, t + 300), t + 300)
     for _ in range(4):
         t += 500
-        net.run(0, a0.observe(t, busy(a0)), t)
+        net.run(0, a0.observe(t, *busy(a0)), t)
     assert a0.rates.get(5) == rate
-    assert all(s == rate for f, s in a0.states.items() if f.dest_host == 5)
+    assert a0.states[5] == rate
 
 
 def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
@@ -482,13 +483,69 @@ def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
     t = NOW + 100
     for x, a in ((0, a0), (5, a5)):
         net.run(x, a.tick(t), t)
-    busy = {f: FlowStats(SMALL + 1, 9, 3000 * (f.dest_host == 5), 2 * (f.dest_host == 5)) for f in a0.flows}
+    busy = ({d: DestStats(SMALL + 1, 9, 3000 * (d == 5), 2 * (d == 5)) for d in a0.dests},
+            dict.fromkeys(a0.flows, SMALL + 1))
     t += 1_000
-    out = a0.observe(t, busy)
+    out = a0.observe(t, *busy)
     sends = [s for d in out.sends for s in net.ctl.handle(d, ("127.0.0.1", 1000), t)]
     assert [type(P.decode(s.data)) for s in sends] == [P.RateDirective]  # ... and lost
     assert a0.reported == {5} and 5 not in a0.rates
     for _ in range(4):
         t += SLICE
-        net.run(0, a0.observe(t, busy), t)  # heartbeat, ack, backlog again, rates
+        net.run(0, a0.observe(t, *busy), t)  # heartbeat, ack, backlog again, rates
     assert a0.rates.get(5, 0) > 0 and a0.under_control
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_directive_changes_at_most_two_destinations_and_agrees_with_a_full_sync(seed):
+    """Directives update only the old and the new destination (no sweep over every flow or
+    destination); whatever the order of directives, holds and destinations turning large, the
+    states given to the gate are those a full recomputation gives."""
+    rng = random.Random(seed)
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    sent = dict.fromkeys(core.dests, 0)
+    gate = dict(core.states)
+    mixed = 0
+    for _ in range(300):
+        t += rng.randrange(1, 3_000)
+        if rng.random() < 0.3:
+            d = rng.choice(core.dests)
+            sent[d] += rng.choice((0, SMALL // 2, SMALL))
+            out = core.observe(t, {x: DestStats(0, 1, 0, 0) for x in core.dests},
+                               {f: sent[f.dest_host] for f in core.small_flows})
+        else:
+            dest = rng.choice((None, *core.dests))
+            out = core.handle(ctl.slice(t, dest, t + rng.choice((0, 500))), t)
+            out += core.tick(t + 500)
+            t += 500
+            assert len(out.states) <= 2 * max(1, len(out.applied)), out
+        gate.update(out.states)
+        assert gate == core.states
+        assert [core._want(i) for i in range(len(core.dests))] == list(gate.values())
+        mixed += 0 < len(core.large) < len(core.dests)
+    assert mixed > 20 and core.fail_opens == 0  # small and large destinations side by side
+
+
+def test_a_large_flow_is_moved_to_its_destination_a_small_one_to_the_same_host_stays_unheld():
+    topo = _two_vm_topology()
+    _, core = _core(topo)
+    ctl = Ctl(0)
+    core.tick(NOW)
+    core.handle(ctl.welcome(NOW), NOW)
+    big, small = [f for f in core.flows if f.dest_host == 1][:2]  # two flows towards host b
+    assert core.small_flows == core.flows and core.large == set()
+    out = core.observe(NOW + 100, {1: DestStats(0, 0, 0, 0), 2: DestStats(0, 0, 0, 0)}, {big: SMALL + 1, small: SMALL})
+    # the large flow goes into host b's class, which closes (no directive for b); the small one stays in its own
+    assert out.moved == [big] and out.states == {1: CLOSED} and core.large == {1}
+    assert small in core.small_flows and big not in core.small_flows and len(core.small_flows) == 5
+    # arrays by position in small_flows as it was when the counters were read
+    flows_then = core.small_flows
+    arr = np.array([SMALL + 1 if f is small else 0 for f in flows_then])
+    out = core.observe_counters(NOW + 200, np.zeros(2), np.zeros(2), np.zeros(2), arr)
+    assert out.moved == [small] and out.states == {} and core.large == {1}  # host b was held already
+    assert small not in core.small_flows and len(core.small_flows) == 4
+    # a backlog in host b's class is reported; host c (small flows only) is never
+    out = core.observe_counters(NOW + 300, np.zeros(2), np.array([3000, 3000]), np.array([2, 2]),
+                                np.zeros(len(core.small_flows)))
+    assert [m.dests for m in _msgs(out)] == [(1,)]

@@ -106,11 +106,16 @@ class Running:
         self.svc.close()
 
 
-def _open_intervals(gate, flow, end_us):
-    """The intervals during which ``flow`` was open after it was first closed (us)."""
+def svc_moved(agent):
+    """The destinations of the flows the agent moved into their destination's class."""
+    return {f.dest_host for f in agent.svc.gate.moved}
+
+
+def _open_intervals(gate, dest, end_us):
+    """The intervals during which destination ``dest`` was open after it was first closed (us)."""
     out, start, seen_closed = [], None, False
-    for t, f, s in gate.history:
-        if f != flow:
+    for t, d, s in gate.history:
+        if d != dest:
             continue
         if s == CLOSED:
             if start is not None:
@@ -142,10 +147,9 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         # Five senders into r1 (Figure 1(a)): each waits 4 slots between its slots, longer than the
         # 3 slices of silence that fail an agent open; its heartbeats (answered by acks) keep it.
         senders = ["s1", "s2", "s3", "s4", "s5"]
-        flow = {}
         for n in senders:
             (f,) = [f for f in agents[n].svc.core.flows if f.dest_host == r1]
-            flow[n] = f
+            assert set(agents[n].svc.gate.queue) == set(agents[n].svc.core.flows)
             agents[n].svc.gate.offer(f, None)  # an endless sender towards r1
         t_start = time.time_ns() // 1000
         time.sleep(2.5)
@@ -154,8 +158,9 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         for n in senders:
             c = agents[n].svc.core
             assert c.sent["backlog"] >= 1 and r1 in c.reported, n
+            assert c.large == {r1} and svc_moved(agents[n]) == {r1}
             assert c.fail_opens == 0 and c.sent["register"] == 1 and c.received["ack"] > 5, (n, c.fail_opens, c.sent, c.dropped, c.received)
-        ivs = {n: [iv for iv in _open_intervals(agents[n].svc.gate, flow[n], t_end) if iv[0] >= t_start]
+        ivs = {n: [iv for iv in _open_intervals(agents[n].svc.gate, r1, t_end) if iv[0] >= t_start]
                for n in senders}
         for n in senders:
             assert len(ivs[n]) >= 7, (n, ivs[n])  # about 2.5 s / (5 x 50 ms) = 10 slots each
@@ -173,7 +178,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         late = sorted(a % SLICE for n in senders for a, _ in ivs[n])
         print("slots", {n: len(ivs[n]) for n in senders}, "overlap_us", overlap,
               "slot opened late by (us) p50", late[len(late) // 2], "max", late[-1])
-        # Idle flows (to the other senders) stayed open (small), the receiver was never held.
+        # Idle destinations (the other senders) stayed open (small), the receiver was never held.
         assert all(s == OPEN for f, s in agents["r1"].svc.gate.state.items())
         lags = [(done - max(arr, start)) for a in agents.values() for arr, start, done in a.svc.directive_log]
         assert lags, "no directive applied"
@@ -216,7 +221,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         for n in senders:
             svc = agents[n].svc
             assert svc.core.failed_open_since_us - svc.core.last_heard_us <= 3 * SLICE + 15_000
-            assert svc.gate.state[flow[n]] == OPEN and all(s == OPEN for s in svc.gate.state.values())
+            assert svc.gate.state[r1] == OPEN and all(s == OPEN for s in svc.gate.state.values())
         # Fail-open time (the agents' own clocks): at most 3 slices after the last message, plus a
         # poll and the wake-up.
         assert t_all - t_kill <= 3 * SLICE + 15_000, t_all - t_kill
@@ -287,6 +292,10 @@ def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(t
         assert got == want, (poll_us, slice_us, got)
         # a read just before its time does not read again at once
         assert svc.next_poll_us(t0 + want[0] - 1) - t0 == want[1]
+        # a read done early, in the wake-up of a directive sent 500 us ahead of the boundary, neither
+        early = svc.poll_early_us()
+        assert early == min(slice_us // 4, 300)
+        assert svc.next_poll_us(t0 + want[0] - early) - t0 == want[1]
         # while a reported destination holds the slot: often enough for the give-up hysteresis
         svc.core.reported, svc.core.dest = {2}, 2
         assert svc.next_poll_us(t0 + 10) - t0 == min(want[0], 10 + max(poll_us, 20_000 // 2))

@@ -4,21 +4,31 @@
 
     root  htb 7c0:   (default class 7c0:1)
       7c0:1    htb class, rate = ceil = link      -> pfifo 1001:   unknown flows, ICMP, wake frames
-      7c0:N    htb class, rate = ceil = link      -> tbf   (0x1000+N):   one per flow (N >= 2)
+      7c0:N    htb class, rate = ceil = link      -> tbf   (0x1000+N):   one per destination host (N >= 2)
+      7c0:M    htb class, rate = ceil = link      -> (default pfifo):  one per small flow (unheld)
 
 Filters on ``7c0:`` (u32): prio 1 sends IPv4 protocol 1 (ICMP) and prio 2 IPv6 next header 58
 (ICMPv6, without extension headers) to ``7c0:1``; prio 10 (IPv4, Ethernet protocol 0x0800) and
-prio 11 (IPv6, 0x86DD) hold one filter per flow matching its source AND destination address.
+prio 11 (IPv6, 0x86DD) hold one filter per VM-to-VM flow matching its source AND destination
+address.  A flow starts *small*: its filter points at a class of its own, never held, whose
+counters say how much it has sent; :meth:`TcGate.move_to_dest` (the agent calls it when the flow
+has sent more than its small-flow threshold) points the filter at the class of the flow's
+destination host instead (``RTM_NEWTFILTER`` with ``NLM_F_REPLACE``: the u32 node keeps its
+match) and deletes the flow's own class (packets still queued there for the link, if any, are
+dropped with it).  One class per destination for the large flows (not per flow) keeps a
+timeslice turn at two TBF changes and one drain, and the counter dump at one class per
+destination (plus the small flows), whatever the number of VMs.
 
-A flow's state is its TBF leaf's parameters: ``OPEN`` = the link rate with a burst of
+A destination's state is its TBF leaf's parameters: ``OPEN`` = the link rate with a burst of
 ``open_burst_bytes``; ``CLOSED`` = a few bytes per second (``closed_rate_bps``) with a burst of
 ``closed_burst_bytes`` (one whole frame, MTU + 18: TBF drops packets bigger than its burst, so it
 cannot be smaller); a rate limit = that rate with a burst of ``max(closed_burst_bytes, 1 ms at
-the rate)``.  Every TBF change refills the bucket, so closing a flow lets up to
+the rate)``.  Every TBF change refills the bucket, so closing a class lets up to
 ``closed_burst_bytes`` through after it closes (one full-size packet, or several small ones: on
 a paced flow whose queue is empty at the close, they left 1-2 ms later, in someone else's slot).
-So right after a close :meth:`TcGate.set_states` sends *drain frames* into the flow's class: frames
-of the device's MTU from the packet socket, IP from the flow's source to its destination,
+So right after a close :meth:`TcGate.set_states` sends *drain frames* into the class: frames
+of the device's MTU from the packet socket, IP from the source to the destination of the class's
+first flow,
 protocol 253, TTL 1, to the locally administered MAC of the wake frames (the peer drops them);
 they take the refilled tokens (or, behind held packets, wait in the queue and leave at the next
 open).  ``drain_on_close=False`` turns this off.  A TBF change does not wake the device, so after every change :meth:`TcGate.set_states` sends one 60-byte frame (Ethernet type 0x88B5,
@@ -35,21 +45,20 @@ per kind of message (the class, the TBF leaf in each state), then copied with th
 and sequence number patched; pyroute2 has no ``TCA_TBF_BURST``, which is appended here (without
 it the kernel derives the largest packet from the buffer in ticks, and a closed leaf drops every
 packet).  They go out on a raw ``NETLINK_ROUTE`` socket this module owns.  The hot path
-(:meth:`TcGate.set_states`) sends the cached TBF "change" messages of every changed flow in one
+(:meth:`TcGate.set_states`) sends the cached TBF "change" messages of every changed destination in one
 ``send`` (the batch itself cached per change set), without ``NLM_F_ACK``: the kernel has applied
 them when ``send`` returns and has queued an error message for each refused one only; it sends
-the wake frame (and drain frames), then reads the errors already queued and names the flow of
+the wake frame (and drain frames), then reads the errors already queued and names the destination of
 each (with the kernel's extended-ACK text).  Stats are one ``RTM_GETTCLASS`` dump of the root's
 classes, decoded here (:func:`decode_class_counters`: each HTB class's bytes/packets sent, and
 its leaf's queue length and backlog); :meth:`TcGate.counters` (the agent's poll) decodes the same
 dump by word offsets learnt once (:class:`CounterTable`) into arrays.
 
-Measured on this 2-core host, shared and loaded (load average 7-9; ``python -m
-xtc_lab.xco.gate_bench``, 64 flows, veth): add_flow p50 0.3-0.5 ms (p99 9-19 ms); a one-flow
-set_states 12-16 us p50, 64 changes in one call 0.32-0.44 ms (5-7 us each); stats 0.3-0.46 ms;
-directive to the first packet out p50 36-46 us, p99 0.11 ms in the quieter runs and 9-15 ms when
-other work held the CPU or the rtnl lock.  A 2 ms slice loop with 4 changes per slice costs 6-10 %
-of a core (2 % of it the loop's own sleeping), 16-21 % with a stats() every slice.
+Measured on this 2-core host with one class per flow (the shape before), shared and loaded (load
+average 7-9; ``python -m xtc_lab.xco.gate_bench``, 64 classes, veth): class + filter set-up p50
+0.3-0.5 ms (p99 9-19 ms); a one-class set_states 12-16 us p50, 64 changes in one call 0.32-0.44 ms
+(5-7 us each); stats 0.3-0.46 ms; directive to the first packet out p50 36-46 us, p99 0.11 ms in
+the quieter runs and 9-15 ms when other work held the CPU or the rtnl lock.
 
 With ``netns``, the sockets are opened inside ``/run/netns/<netns>`` (a helper thread enters it
 with ``setns``), so every operation happens there.
@@ -76,7 +85,7 @@ from typing import TypeVar
 import numpy as np
 
 from xtc.host.netns import NETNS_DIR, NetnsOpenError, run_in_netns
-from xtc.xco.gate import CLOSED, OPEN, Flow, FlowStats, GateError
+from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 __all__ = [
     "DEFAULT_CLASS",
@@ -98,8 +107,9 @@ ROOT_HANDLE = 0x07C0_0000
 #: The default (unheld) class: unknown flows, ICMP, wake frames.
 DEFAULT_CLASS = ROOT_HANDLE | 1
 _LEAF_MAJOR_BASE = 0x1000  # leaf qdisc of class 7c0:N is (0x1000 + N):
-_FIRST_FLOW_MINOR = 2
-_MAX_FLOW_MINOR = 0x0FFF  # u32 node ids are 12 bits
+_FIRST_CLASS_MINOR = 2
+_MAX_CLASS_MINOR = 0x0FFF  # leaf majors 0x1000 + minor stay below 0x2000
+_MAX_FILTER_NODE = 0x0FFF  # u32 node ids are 12 bits
 #: Ethernet type of the wake frame (IEEE local experimental 1).
 WAKE_ETHERTYPE = 0x88B5
 _WAKE_DST = bytes.fromhex("0200000007c0")
@@ -118,6 +128,7 @@ RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 TCA_TBF_BURST = 6
+TCA_U32_CLASSID = 1
 _SIOCGIFMTU = 0x8921
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
 NLMSGERR_ATTR_MSG = 1
@@ -583,22 +594,32 @@ def _u32_keys(flow: Flow) -> list[str]:
 
 @dataclass
 class _FlowEntry:
+    """A flow's u32 filter handle and, while it is small, the minor of its own class (else 0)."""
+
+    filter_handle: int
+    minor: int
+
+
+@dataclass
+class _DestEntry:
+    """A destination host's class: its minor, state, large flows (in the order moved in) and drain frame."""
+
+    dest: int
     minor: int
     state: int
-    filter_handle: int = 0
-    drain: bytes = b""  # the drain frame (built at the first close)
+    flows: list[Flow]
+    drain: bytes = b""  # the drain frame (built at the first close; from the first flow)
 
 
 @dataclass
 class _Plan:
-    """One :meth:`TcGate.set_states` batch: the flows that change, in order, and their messages."""
+    """One :meth:`TcGate.set_states` batch: the destinations that change, in order, and their messages."""
 
-    flows: list[Flow]
-    entries: list[_FlowEntry]
+    entries: list[_DestEntry]
     states: list[int]
     batch: bytes  # the TBF change messages (without NLM_F_ACK), sequence numbers patched per call
     offsets: list[int]  # where each message's sequence number is
-    closing: list[_FlowEntry]
+    closing: list[_DestEntry]
 
 
 #: IP protocol / IPv6 next header of drain frames (253: RFC 3692 experimentation).
@@ -633,7 +654,7 @@ def default_open_burst_bytes(link_bps: int, mtu: int = 1500) -> int:
 
 
 class TcGate:
-    """Per-flow gating on one uplink with HTB + TBF + u32 (see the module's docstring).
+    """Per-destination gating on one uplink with HTB + TBF + u32 (see the module's docstring).
 
     Parameters
     ----------
@@ -649,20 +670,20 @@ class TcGate:
     closed_burst_bytes : int, optional
         The burst of ``CLOSED`` (and the least burst of a rate limit), in bytes: at least the
         largest frame, else TBF drops bigger packets instead of holding them; default the
-        device's MTU + 18 (Ethernet header and a VLAN tag).  This is also what a flow lets out
+        device's MTU + 18 (Ethernet header and a VLAN tag).  This is also what a class lets out
         at the moment it closes (the TBF change refills the bucket).
     open_burst_bytes : int, optional
-        The burst of ``OPEN`` in bytes: what an opening flow may send at once on top of the link
+        The burst of ``OPEN`` in bytes: what an opening class may send at once on top of the link
         rate (it lands in the next switch's queue on top of what the previous sender left there);
         default 1 ms at the link rate, at least two frames (2 x (MTU + 18)).  At least
         ``closed_burst_bytes`` (TBF drops a packet bigger than its burst).
     queue_limit_bytes : int
-        How many bytes a flow's leaf holds while closed before it drops.
+        How many bytes a destination's leaf holds while closed before it drops.
     default_limit_packets : int
         Queue length of the default class's pfifo.
     drain_on_close : bool
-        Send drain frames into a flow's class right after it closes, so that the refilled
-        bucket does not let the flow's next packets out (see the module docstring).
+        Send drain frames into a destination's class right after it closes, so that the refilled
+        bucket does not let its next packets out (see the module docstring).
 
     Raises
     ------
@@ -724,8 +745,9 @@ class TcGate:
         #: Send drain frames into a flow's class when it closes (see the module docstring).
         self.drain_on_close = drain_on_close
         self._drains = max(1, math.ceil((self.closed_burst_bytes - 63) / (self.mtu + 14)))
+        self._dests: dict[int, _DestEntry] = {}
         self._flows: dict[Flow, _FlowEntry] = {}
-        self._table: tuple[Sequence[Flow], CounterTable] | None = None  # counters(): flows, offsets
+        self._table: tuple[Sequence[int], Sequence[Flow], CounterTable] | None = None  # counters(): dests, small, offsets
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change (no ACK)
         self._plans: dict[tuple, _Plan] = {}  # set_states' argument -> its batch
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
@@ -739,20 +761,20 @@ class TcGate:
 
     # ------------------------------------------------------------------ helpers
 
-    def _fail(self, what: str, code: int, kmsg: str, flow: Flow | None = None) -> GateError:
-        f = f" flow {flow.src}->{flow.dst}" if flow is not None else ""
+    def _fail(self, what: str, code: int, kmsg: str, flow: Flow | None = None, dest: int | None = None) -> GateError:
+        f = f" flow {flow.src}->{flow.dst}" if flow is not None else f" dest host {dest}" if dest is not None else ""
         return GateError(f"{self._where}:{f} {what}: {_errtext(code, kmsg)}")
 
-    def _run(self, items: list[tuple[str, bytes]], flow: Flow | None = None) -> None:
+    def _run(self, items: list[tuple[str, bytes]], flow: Flow | None = None, dest: int | None = None) -> None:
         """Send messages (what, bytes) and raise on the first failed one."""
         try:
             acks, _ = self._nl.transact([m for _, m in items])
         except OSError as e:
-            raise self._fail(items[0][0], e.errno or 0, "", flow) from None
+            raise self._fail(items[0][0], e.errno or 0, "", flow, dest) from None
         for what, m in items:
             code, kmsg = acks.get(_SEQ.unpack_from(m, 8)[0], (0, ""))
             if code:
-                raise self._fail(what, code, kmsg, flow)
+                raise self._fail(what, code, kmsg, flow, dest)
 
     def _tc(self, command: str, **kwarg: object) -> bytes:
         return encode_tc(command, self._nl.next_seq(), index=self.ifindex, **kwarg)
@@ -784,9 +806,9 @@ class TcGate:
                        rate=rate_bps // 8, burst=burst, limit=self.queue_limit_bytes)
         return _append_option(msg, TCA_TBF_BURST, struct.pack("=I", burst))
 
-    def _check_state(self, state: int, flow: Flow) -> None:
+    def _check_state(self, state: int, dest: int) -> None:
         if not isinstance(state, int) or not (state in (OPEN, CLOSED) or 8 <= state < 8 * 2**32):
-            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: bad state {state!r}")
+            raise GateError(f"{self._where}: dest host {dest}: bad state {state!r}")
 
     def _root(self) -> _TcObject | None:
         try:
@@ -846,62 +868,147 @@ class TcGate:
                 self._installed = False
             raise
 
-    def add_flow(self, flow: Flow, state: int = OPEN) -> None:
-        """Give ``flow`` an HTB class, a TBF leaf in ``state`` and a u32 filter (src AND dst).
+    def add_dest(self, dest: int, state: int = OPEN) -> None:
+        """Give destination host ``dest`` an HTB class and a TBF leaf in ``state`` (no flows yet).
 
         Raises
         ------
         GateError
-            Not installed, the flow is already there, mixed address families, no class left,
-            or the kernel refused (then nothing of the flow is left).
+            Not installed, the destination is already there, a bad state, no class left, or the
+            kernel refused (then nothing of the destination is left).
+        """
+        self._require_installed()
+        if dest in self._dests:
+            raise GateError(f"{self._where}: dest host {dest} already added")
+        self._check_state(state, dest)
+        minor = self._free_minor()
+        if minor is None:
+            raise GateError(f"{self._where}: dest host {dest}: no class left (max {_MAX_CLASS_MINOR - 1})")
+        steps = [("add class", self._htb_class(minor)), ("add tbf leaf", self._tbf("add", minor, state))]
+        try:
+            acks, _ = self._nl.transact([m for _, m in steps])
+        except OSError as e:
+            raise self._fail("add dest", e.errno or 0, "", dest=dest) from None
+        failed = [(what, acks[_SEQ.unpack_from(m, 8)[0]]) for what, m in steps if acks[_SEQ.unpack_from(m, 8)[0]][0]]
+        if failed:
+            if not acks[_SEQ.unpack_from(steps[0][1], 8)[0]][0]:
+                self._delete_class(minor, dest, strict=False)
+            what, (code, kmsg) = failed[0]
+            raise self._fail(what, code, kmsg, dest=dest)
+        self._dests[dest] = _DestEntry(dest, minor, state, [])
+        self._table = None
+
+    def _free_minor(self) -> int | None:
+        used = {e.minor for e in self._dests.values()} | {e.minor for e in self._flows.values()}
+        return next((m for m in range(_FIRST_CLASS_MINOR, _MAX_CLASS_MINOR + 1) if m not in used), None)
+
+    def add_flow(self, flow: Flow) -> None:
+        """Give ``flow`` a class of its own, never held (the flow is small), and a u32 filter
+        matching its source AND destination pointing at it.
+
+        Raises
+        ------
+        GateError
+            Not installed, the flow is already there, its destination host not added, mixed
+            address families, no class or filter node left, or the kernel refused (then nothing
+            of the flow is left).
         """
         self._require_installed()
         if flow in self._flows:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} already added")
         if flow.src.version != flow.dst.version:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} mixes IPv4 and IPv6")
-        self._check_state(state, flow)
-        used = {e.minor for e in self._flows.values()}
-        minor = next((m for m in range(_FIRST_FLOW_MINOR, _MAX_FLOW_MINOR + 1) if m not in used), None)
+        if flow.dest_host not in self._dests:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: dest host {flow.dest_host} not added")
+        minor = self._free_minor()
         if minor is None:
-            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: no class left (max {_MAX_FLOW_MINOR - 1})")
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: no class left (max {_MAX_CLASS_MINOR - 1})")
+        used = {e.filter_handle & 0xFFF for e in self._flows.values()}  # u32 handle: htid 12 bits, hash 8, node 12
+        node = next((n for n in range(1, _MAX_FILTER_NODE + 1) if n not in used), None)
+        if node is None:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst}: no filter left (max {_MAX_FILTER_NODE})")
         v4 = flow.src.version == 4
         steps = [
             ("add class", self._htb_class(minor)),
-            ("add tbf leaf", self._tbf("add", minor, state)),
             ("add u32 filter", self._tc("add-filter", kind="u32", parent=ROOT_HANDLE,
                                         prio=_PRIO_FLOW4 if v4 else _PRIO_FLOW6,
-                                        protocol=ETH_P_IP if v4 else ETH_P_IPV6, handle=minor,
+                                        protocol=ETH_P_IP if v4 else ETH_P_IPV6, handle=node,
                                         target=ROOT_HANDLE | minor, keys=_u32_keys(flow))),
         ]
         try:
             acks, echoed = self._nl.transact([m for _, m in steps])
         except OSError as e:
             raise self._fail("add flow", e.errno or 0, "", flow) from None
-        failed = [(what, acks[_SEQ.unpack_from(m, 8)[0]]) for what, m in steps if acks[_SEQ.unpack_from(m, 8)[0]][0]]
-        filter_seq = _SEQ.unpack_from(steps[2][1], 8)[0]
+        class_seq, filter_seq = (_SEQ.unpack_from(m, 8)[0] for _, m in steps)
         fh = next((h for sq, h in echoed if sq == filter_seq), 0)
-        if failed:
+        failed = [(what, acks[_SEQ.unpack_from(m, 8)[0]]) for what, m in steps if acks[_SEQ.unpack_from(m, 8)[0]][0]]
+        if failed or not fh:
             if not acks[filter_seq][0] and fh:
                 self._delete_filter(v4, fh, flow, strict=False)
-            if not acks[_SEQ.unpack_from(steps[0][1], 8)[0]][0]:
-                self._delete_class(minor, flow, strict=False)
+            if not acks[class_seq][0]:
+                self._delete_class(minor, flow.dest_host, strict=False)
+            if not failed:
+                raise self._fail("add u32 filter (no echo)", _errno.EPROTO, "", flow)
             what, (code, kmsg) = failed[0]
             raise self._fail(what, code, kmsg, flow)
-        if not fh:
-            raise self._fail("add u32 filter (no echo)", _errno.EPROTO, "", flow)
-        self._flows[flow] = _FlowEntry(minor, state, fh)
+        self._flows[flow] = _FlowEntry(fh, minor)
         self._table = None
 
-    def remove_flow(self, flow: Flow) -> None:
-        """Remove the flow's filter and class (its leaf and held packets go with it)."""
+    def move_to_dest(self, flow: Flow) -> None:
+        """Point the (small) flow's filter at its destination's class and delete its own class:
+        from now on the flow is gated with its destination.
+
+        Raises
+        ------
+        GateError
+            The flow is unknown or already moved, or the kernel refused (the flow stays small
+            if the filter could not be changed).
+        """
         self._require_installed()
-        entry = self._flows.get(flow)
-        if entry is None:
+        e = self._flows.get(flow)
+        if e is None:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} unknown")
-        self._delete_filter(flow.src.version == 4, entry.filter_handle, flow, strict=True)
-        self._delete_class(entry.minor, flow, strict=True)
+        if not e.minor:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} already moved to dest host {flow.dest_host}")
+        dest = self._dests[flow.dest_host]
+        prio, proto = (_PRIO_FLOW4, ETH_P_IP) if flow.src.version == 4 else (_PRIO_FLOW6, ETH_P_IPV6)
+        options = _NLATTR.pack(8, TCA_U32_CLASSID) + struct.pack("=I", ROOT_HANDLE | dest.minor)
+        msg = _encode_plain(RTM_NEWTFILTER, NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE, self._nl.next_seq(),
+                            self.ifindex, e.filter_handle, ROOT_HANDLE, (prio << 16) | socket.htons(proto),
+                            _attr_str(TCA_KIND, "u32") + _NLATTR.pack(4 + len(options), TCA_OPTIONS) + options)
+        self._run([(f"point u32 filter at dest host {flow.dest_host}", msg)], flow)
+        own, e.minor = e.minor, 0
+        dest.flows.append(flow)
+        self._table = None
+        self._delete_class(own, flow.dest_host, strict=True, flow=flow)
+
+    def remove_flow(self, flow: Flow) -> None:
+        """Remove the flow's filter (its packets go through the default class again) and its own
+        class if it is still small."""
+        self._require_installed()
+        e = self._flows.get(flow)
+        if e is None:
+            raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} unknown")
+        self._delete_filter(flow.src.version == 4, e.filter_handle, flow, strict=True)
         del self._flows[flow]
+        self._table = None
+        if e.minor:
+            self._delete_class(e.minor, flow.dest_host, strict=True, flow=flow)
+        else:
+            entry = self._dests[flow.dest_host]
+            entry.flows.remove(flow)
+            entry.drain = b""  # built again, from the first flow left, at the next close
+
+    def remove_dest(self, dest: int) -> None:
+        """Remove the filters of the destination's flows and its class (its leaf and held packets go with it)."""
+        self._require_installed()
+        entry = self._dests.get(dest)
+        if entry is None:
+            raise GateError(f"{self._where}: dest host {dest} unknown")
+        for flow in [f for f in self._flows if f.dest_host == dest]:
+            self.remove_flow(flow)
+        self._delete_class(entry.minor, dest, strict=True)
+        del self._dests[dest]
         self._table = None
         for key in [k for k in self._cache if k[0] == entry.minor]:
             del self._cache[key]
@@ -918,23 +1025,23 @@ class TcGate:
             if strict:
                 raise
 
-    def _delete_class(self, minor: int, flow: Flow, strict: bool) -> None:
+    def _delete_class(self, minor: int, dest: int, strict: bool, flow: Flow | None = None) -> None:
         msg = _encode_plain(RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex,
                             ROOT_HANDLE | minor, ROOT_HANDLE)
         try:
-            self._run([("delete class", msg)], flow)
+            self._run([("delete class", msg)], flow, None if flow is not None else dest)
         except GateError:
             if strict:
                 raise
 
-    def set_states(self, states: Mapping[Flow, int]) -> None:
-        """Change the TBF leaves of the flows whose state changes (one send), then wake the uplink.
+    def set_states(self, states: Mapping[int, int]) -> None:
+        """Change the TBF leaves of the destinations whose state changes (one send), then wake the uplink.
 
         Raises
         ------
         GateError
-            A flow is unknown or a state is invalid (nothing sent), or the kernel refused a change
-            (the others were applied; the message names every flow that failed).
+            A destination is unknown or a state is invalid (nothing sent), or the kernel refused a
+            change (the others were applied; the message names every destination that failed).
         """
         plan = self._plans.get(tuple(states.items()))  # the same changes as before (a slice's turn)
         if plan is None or any(e.state == st for e, st in zip(plan.entries, plan.states)):
@@ -951,7 +1058,7 @@ class TcGate:
             seqs.append(seq)
         try:
             # No ACK asked: rtnetlink applies the batch in send() and queues an error message for
-            # a refused change only (16 ACKs fewer to build and read per slice).
+            # a refused change only (the ACKs would be built and read for nothing).
             nl.sock.send(batch)
             self._pk.send(self._wake)
             if self.drain_on_close:
@@ -964,47 +1071,47 @@ class TcGate:
             entry.state = state
         if failed:
             errors = []
-            for flow, entry, state, old, seq in zip(plan.flows, plan.entries, plan.states, before, seqs):
+            for entry, state, old, seq in zip(plan.entries, plan.states, before, seqs):
                 if seq in failed:
                     entry.state = old
                     code, kmsg = failed[seq]
-                    errors.append(f"flow {flow.src}->{flow.dst} to {_state_text(state)}: {_errtext(code, kmsg)}")
+                    errors.append(f"dest host {entry.dest} to {_state_text(state)}: {_errtext(code, kmsg)}")
             raise GateError(f"{self._where}: set_states: " + "; ".join(errors))
 
-    def _plan(self, states: Mapping[Flow, int]) -> _Plan | None:
-        """The batch of TBF changes for ``states`` (the flows whose state changes), cached while
-        the same ``states`` come again (a timeslice agent's turns repeat)."""
-        changes: list[tuple[Flow, _FlowEntry, int, bytes]] = []
-        flows = self._flows
+    def _plan(self, states: Mapping[int, int]) -> _Plan | None:
+        """The batch of TBF changes for ``states`` (the destinations whose state changes), cached
+        while the same ``states`` come again (a timeslice agent's turns repeat)."""
+        changes: list[tuple[_DestEntry, int, bytes]] = []
+        dests = self._dests
         cache = self._cache
-        for flow, state in states.items():
-            entry = flows.get(flow)
+        for dest, state in states.items():
+            entry = dests.get(dest)
             if entry is None:
-                raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} unknown")
+                raise GateError(f"{self._where}: dest host {dest} unknown")
             if entry.state == state:
                 continue
             key = (entry.minor, state)
             msg = cache.get(key)
             if msg is None:
-                self._check_state(state, flow)
-                if len(cache) > 16 * (len(flows) + 16):  # many distinct rate limits
+                self._check_state(state, dest)
+                if len(cache) > 16 * (len(dests) + 16):  # many distinct rate limits
                     cache.clear()
                     self._plans.clear()
                     self._templates = {k: v for k, v in self._templates.items() if k[0] != "tbf" or k[-1] in (OPEN, CLOSED)}
                 m = bytearray(self._tbf("change", entry.minor, state))
                 struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] & ~NLM_F_ACK)
                 msg = cache[key] = bytes(m)
-            changes.append((flow, entry, state, msg))
+            changes.append((entry, state, msg))
         if not changes:
             return None
         offsets, off = [], 0
         for c in changes:
             offsets.append(off + 8)
-            off += len(c[3])
-        plan = _Plan([c[0] for c in changes], [c[1] for c in changes], [c[2] for c in changes],
-                     b"".join(c[3] for c in changes), offsets, [c[1] for c in changes if c[2] == CLOSED])
+            off += len(c[2])
+        plan = _Plan([c[0] for c in changes], [c[1] for c in changes], b"".join(c[2] for c in changes), offsets,
+                     [c[0] for c in changes if c[1] == CLOSED])
         if len(changes) == len(states):
-            if len(self._plans) > 4 * len(flows) + 64:
+            if len(self._plans) > 4 * len(dests) + 64:
                 self._plans.clear()
             self._plans[tuple(states.items())] = plan
         return plan
@@ -1012,10 +1119,11 @@ class TcGate:
     def _send_wake(self) -> None:
         self._pk.send(self._wake)
 
-    def _send_drain(self, entry: _FlowEntry) -> None:
+    def _send_drain(self, entry: _DestEntry) -> None:
+        if not entry.flows:  # no filter points at the class: nothing can be queued there
+            return
         if not entry.drain:
-            flow = next(f for f, e in self._flows.items() if e is entry)
-            entry.drain = drain_frame(flow, self._mac, self.mtu + 14)
+            entry.drain = drain_frame(entry.flows[0], self._mac, self.mtu + 14)
         proto = ETH_P_IP if entry.drain[12:14] == b"\x08\x00" else ETH_P_IPV6
         for _ in range(self._drains):  # skb->protocol must be IP for the u32 filter to match
             self._pk.sendto(entry.drain, (self.ifname, proto))
@@ -1027,43 +1135,51 @@ class TcGate:
         except OSError as e:
             raise GateError(f"{self._where}: wake frame: {_errtext(e.errno or 0, '')}") from None
 
-    def stats(self) -> dict[Flow, FlowStats]:
-        """Every flow's sent bytes/packets and backlog, from one RTM_GETTCLASS dump."""
+    def stats(self) -> dict[int, DestStats]:
+        """Every destination's sent bytes/packets and backlog, from one RTM_GETTCLASS dump."""
         self._require_installed()
         try:
             counters = decode_class_counters(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE), ROOT_HANDLE)
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
         out = {}
-        for flow, entry in self._flows.items():
+        for dest, entry in self._dests.items():
             c = counters.get(ROOT_HANDLE | entry.minor)
             if c is None:
-                raise self._fail("stats: class missing", _errno.ENOENT, "", flow)
-            out[flow] = FlowStats(*c)
+                raise self._fail("stats: class missing", _errno.ENOENT, "", dest=dest)
+            out[dest] = DestStats(*c)
         return out
 
-    def counters(self, flows: Sequence[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sent bytes, backlog bytes and backlog packets of ``flows`` (int64 arrays in that order)
-        from one RTM_GETTCLASS dump, decoded by a :class:`CounterTable` (kept while ``flows`` is
-        the same sequence object and no flow is added or removed)."""
+    def counters(self, dests: Sequence[int], small: Sequence[Flow] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sent bytes, backlog bytes and backlog packets of the classes of ``dests``, and sent bytes
+        of the own classes of the ``small`` flows (int64 arrays in those orders), from one
+        RTM_GETTCLASS dump decoded by a :class:`CounterTable` (kept while ``dests`` and ``small``
+        are the same sequence objects and no class is added or removed)."""
         self._require_installed()
         t = self._table
-        if t is None or t[0] is not flows:
+        if t is None or t[0] is not dests or t[1] is not small:
             try:
-                handles = [ROOT_HANDLE | self._flows[f].minor for f in flows]
+                handles = [ROOT_HANDLE | self._dests[d].minor for d in dests]
             except KeyError as e:
-                raise GateError(f"{self._where}: flow {e.args[0].src}->{e.args[0].dst} unknown") from None
-            t = self._table = (flows, CounterTable(handles, ROOT_HANDLE))
+                raise GateError(f"{self._where}: dest host {e.args[0]} unknown") from None
+            for f in small:
+                e = self._flows.get(f)
+                if e is None or not e.minor:
+                    raise GateError(f"{self._where}: flow {f.src}->{f.dst} {'unknown' if e is None else 'not small'}")
+                handles.append(ROOT_HANDLE | e.minor)
+            t = self._table = (dests, small, CounterTable(handles, ROOT_HANDLE))
         try:
-            return t[1].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
+            sent, bb, bp = t[2].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
         except GateError as e:
             raise GateError(f"{self._where}: counters: {e}") from None
+        n = len(dests)
+        return sent[:n], bb[:n], bp[:n], sent[n:]
 
-    def states(self) -> dict[Flow, int]:
-        """The state each flow is in, as last set."""
-        return {f: e.state for f, e in self._flows.items()}
+    def states(self) -> dict[int, int]:
+        """The state each destination is in, as last set."""
+        return {d: e.state for d, e in self._dests.items()}
 
     def restore(self) -> None:
         """Remove our root and give the uplink its original root qdisc back (idempotent).
@@ -1078,6 +1194,7 @@ class TcGate:
         self._delete_root()
         self._installed = False
         self._flows.clear()
+        self._dests.clear()
         self._cache.clear()
         self._plans.clear()
         orig = self._original

@@ -1,24 +1,29 @@
 """The XCo local coordinator (agent), pure: controller datagrams, gate counters and time in;
-datagrams to send and flow states out.  No I/O, no clock: every call takes ``now_us`` (wall clock,
+datagrams to send and destination states out.  No I/O, no clock: every call takes ``now_us`` (wall clock,
 microseconds since the Unix epoch).
 
 One agent runs on each host.  Its flows are every (local VM, remote VM) pair of the topology, each
-a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco.md, "Agent"):
+a :class:`~xtc.xco.gate.Flow` with the remote VM's host id; the gate holds the large ones by
+destination host (one class each, :attr:`AgentCore.dests`), which is what directives name, so the
+core's states, backlogs and decisions are per destination.  The rules (docs/xco.md, "Agent"):
 
 - **Register** (with the topology digest and this host's VMs) every ``register_interval_us`` until
   a welcome arrives; then a **heartbeat** every ``heartbeat_interval_us`` of the welcome.
 - **Timeslice directives** take effect at their ``start_us`` (:meth:`AgentCore.next_deadline_us`
-  says when): the flows towards the directive's destination host open, every other flow closes; a
-  hold closes them all.  A directive stays in force until the next one.
-- **Small flows are never held**: a flow stays OPEN until it has sent more than
-  ``small_flow_bytes`` (ICMP is the gate's business: it never enters a flow's class).
-- **Backlog**: a destination host towards which a held-back (large) flow has bytes queued is
-  reported once, in one Backlog message with the other newly backlogged destinations.
-- **Give-up** (work conservation): a reported destination whose flows have had nothing queued at
+  says when): the directive's destination host opens, every other one closes; a hold closes them
+  all.  A directive stays in force until the next one.  The change is precomputed: a directive
+  closes the old destination and opens the new one, whatever the number of flows.
+- **Small flows are never held**: a flow stays in a class of its own, unheld, until it has sent
+  more than ``small_flow_bytes``; then it is moved into its destination's class
+  (:attr:`AgentOutput.moved`) and the destination is *large* (held by the directives).  ICMP is
+  the gate's business: it never enters a flow's class.
+- **Backlog**: a held-back (large) destination with bytes queued in its class is reported once,
+  in one Backlog message with the other newly backlogged destinations.
+- **Give-up** (work conservation): a reported destination whose class has had nothing queued at
   every observation for ``giveup_after_us`` is given up (for the current destination, that hands
   the rest of the slice to others).
 - **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
-  host (0 = stop); each large flow towards it gets an equal share.  Rates are forgotten when
+  host (0 = stop): its class is limited to that rate.  Rates are forgotten when
   failing open; the controller answers every backlog report with all of this host's rates, so the
   re-report after a fail-open brings them back, and an ack that holds a reported destination for
   which no rate is in force or pending (a rate directive lost) has it reported again.
@@ -30,7 +35,7 @@ a :class:`~xtc.xco.gate.Flow` with the remote VM's host id.  The rules (docs/xco
   given up before the heartbeat has the give-up sent again.
 - **Fail open**: while waiting, when nothing at all has come from the controller for
   ``fail_open_slices`` slices and the first heartbeat sent since is a slice old (so a stall of
-  this host's own loop does not fail it open), every flow is OPEN and :attr:`AgentCore.failed_open`
+  this host's own loop does not fail it open), every destination is OPEN and :attr:`AgentCore.failed_open`
   is set (a ``fail_open`` note).  Failed open, it registers at once and then every
   ``register_interval_us``
   (a restarted controller knows it no more); a directive, welcome or ack resumes control and the
@@ -55,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from . import protocol as P
-from .gate import CLOSED, OPEN, Flow, FlowStats
+from .gate import CLOSED, OPEN, DestStats, Flow
 from .topology import Topology
 
 __all__ = ["DROP_REASONS", "AgentCore", "AgentOutput", "AppliedDirective", "flows_of"]
@@ -109,18 +114,24 @@ class AgentOutput:
     ----------
     sends : list of bytes
         Datagrams for the controller, in order.
+    moved : list of Flow
+        Flows that turned large: to move into their destination's class
+        (:meth:`~xtc.xco.gate.Gate.move_to_dest`), before the states are set.
     states : dict
-        Flow -> new state (``OPEN``, ``CLOSED`` or a rate, bits/s), only the flows that change.
+        Destination host -> new state (``OPEN``, ``CLOSED`` or a rate, bits/s), only those that
+        change.
     applied : list of AppliedDirective
         Directives that took effect in this call (the gate change is in ``states``).
     """
 
     sends: list[bytes] = field(default_factory=list)
-    states: dict[Flow, int] = field(default_factory=dict)
+    states: dict[int, int] = field(default_factory=dict)
     applied: list[AppliedDirective] = field(default_factory=list)
+    moved: list[Flow] = field(default_factory=list)
 
     def __iadd__(self, o: AgentOutput) -> AgentOutput:
         self.sends += o.sends
+        self.moved += o.moved
         self.states.update(o.states)
         self.applied += o.applied
         return self
@@ -177,9 +188,9 @@ class AgentCore:
         self.clock_window_us = clock_window_us
         self.flows = flows_of(topo, host)
         self.vms = tuple(sorted(a for a, h in topo.vms.items() if h == self.name))
-        self._by_dest: dict[int, list[Flow]] = {}
-        for f in self.flows:
-            self._by_dest.setdefault(f.dest_host, []).append(f)
+        #: The destination hosts of :attr:`flows`, sorted: the gate's classes, the index of every
+        #: per-destination array here and of :meth:`observe_counters`' arguments.
+        self.dests: tuple[int, ...] = tuple(sorted({f.dest_host for f in self.flows}))
         # outgoing
         self._seq = 0
         self._next_register_us = now_us
@@ -203,22 +214,21 @@ class AgentCore:
         self._pending: list[_Pending] = []
         self.dest: int | None = None          # timeslice destination in force (None = hold / none)
         self.rates: dict[int, int] = {}       # rate mode: destination host -> bits/s in force
-        # flows
-        self.large: set[Flow] = set()
+        # flows and destinations
+        #: The flows not moved to their destination's class yet, in the order of :attr:`flows`
+        #: (a new tuple each time one turns large): the gate's counters() reads their own classes.
+        self.small_flows: tuple[Flow, ...] = self.flows
+        self.large_flows: set[Flow] = set()
+        self.large: set[int] = set()         # destinations with a large flow (held by directives)
         self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
         self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
         self.last_giveup_us: int | None = None  # when the last give-up was sent
-        # The same, by flow index, for the hot path (hashing a Flow hashes two ipaddress objects,
-        # which cost most of the agent's CPU at 64 flows and 2 ms slices): flows are found by the
-        # id() of the objects the gate was given (its stats() keys), else by value.
-        self._index = {f: i for i, f in enumerate(self.flows)}
-        self._index_by_id = {id(f): i for i, f in enumerate(self.flows)}
-        self._dest_i = [f.dest_host for f in self.flows]
-        self._large_i = [False] * len(self.flows)
-        self._state_i = [OPEN] * len(self.flows)
-        self._large_np = np.zeros(len(self.flows), dtype=bool)
-        self._dest_np = np.array(self._dest_i, dtype=np.int64)
-        self._all_large = not self.flows
+        # The same by index into dests, for the hot path.
+        self._dindex = {d: i for i, d in enumerate(self.dests)}
+        self._large_i = [False] * len(self.dests)
+        self._state_i = [OPEN] * len(self.dests)
+        self._large_np = np.zeros(len(self.dests), dtype=bool)
+        self._dest_np = np.array(self.dests, dtype=np.int64)
         # counters and notes
         self.dropped: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
@@ -265,44 +275,34 @@ class AgentCore:
 
     # -- state ---------------------------------------------------------------------------------------
     @property
-    def states(self) -> dict[Flow, int]:
-        """Flow -> the state last given to the gate (a new dict at each access)."""
-        return dict(zip(self.flows, self._state_i))
+    def states(self) -> dict[int, int]:
+        """Destination host -> the state last given to the gate (a new dict at each access)."""
+        return dict(zip(self.dests, self._state_i))
 
     @property
     def under_control(self) -> bool:
         """Welcomed and not failed open: the gate follows the directives."""
         return self.welcomed and not self.failed_open
 
-    def _sync(self) -> dict[Flow, int]:
-        out: dict[Flow, int] = {}
-        flows, st, large, dests = self.flows, self._state_i, self._large_i, self._dest_i
-        uc = self.welcomed and not self.failed_open
-        rate = self.mode == "rate"
-        cur = self.dest
-        shares: dict[int, int] = {}
-        for i in range(len(flows)):
-            if not uc or not large[i]:
-                want = OPEN
-            elif rate:
-                d = dests[i]
-                want = shares.get(d, -1)
-                if want < 0:
-                    r = self.rates.get(d, 0)
-                    n = sum(1 for j in range(len(flows)) if dests[j] == d and large[j])
-                    want = shares[d] = CLOSED if r <= 0 else max(1, r // max(1, n))
-            else:
-                want = OPEN if dests[i] == cur else CLOSED
+    def _want(self, i: int) -> int:
+        """The state destination ``dests[i]`` should be in now."""
+        if not (self.welcomed and not self.failed_open) or not self._large_i[i]:
+            return OPEN
+        if self.mode == "rate":
+            r = self.rates.get(self.dests[i], 0)
+            return CLOSED if r <= 0 else r
+        return OPEN if self.dests[i] == self.dest else CLOSED
+
+    def _sync(self, which: Any = None) -> dict[int, int]:
+        """The destinations (all, or the indices ``which``) whose state changes, with their new state."""
+        out: dict[int, int] = {}
+        st = self._state_i
+        for i in range(len(st)) if which is None else which:
+            want = self._want(i)
             if st[i] != want:
                 st[i] = want
-                out[flows[i]] = want
+                out[self.dests[i]] = want
         return out
-
-    def _flow_index(self, f: Flow) -> int | None:
-        i = self._index_by_id.get(id(f))
-        if i is not None and self.flows[i] is f:
-            return i
-        return self._index.get(f)
 
     def _waiting(self) -> bool:
         """Something here depends on the controller: a reported backlog or a destination in force."""
@@ -333,9 +333,12 @@ class AgentCore:
         """Directives due by ``now_us``, registers, heartbeats and the fail-open check."""
         out = AgentOutput()
         applied = False
+        touched: set[int] | None = set()  # timeslice: only the old and the new destination change
         while self._pending and self._pending[0].start_us <= now_us:
             p = self._pending.pop(0)
             if p.rates is None:
+                if touched is not None:
+                    touched.update(d for d in (self.dest, p.dest) if d is not None)
                 self.dest = p.dest
                 out.applied.append(AppliedDirective(p.arrival_us, p.start_us, p.dest))
             else:
@@ -345,6 +348,7 @@ class AgentCore:
                     else:
                         self.rates.pop(d, None)
                 out.applied.append(AppliedDirective(p.arrival_us, p.start_us, -1))
+                touched = None
             applied = True
         if not self.welcomed:
             if now_us >= self._next_register_us:
@@ -368,8 +372,14 @@ class AgentCore:
                     out.sends.append(self._heartbeat(now_us))
             if not self.failed_open and now_us >= self._next_heartbeat_us:
                 out.sends.append(self._heartbeat(now_us))
-        if applied or self.failed_open:
+        if self.failed_open:
             out.states.update(self._sync())
+        elif applied:
+            if touched is None or self.mode != "timeslice":
+                out.states.update(self._sync())
+            else:
+                di = self._dindex
+                out.states.update(self._sync([di[d] for d in touched if d in di]))
         return out
 
     def _fail_open(self, now_us: int, silent_us: int) -> None:
@@ -478,55 +488,67 @@ class AgentCore:
         return out
 
     # -- observations --------------------------------------------------------------------------------
-    def observe(self, now_us: int, stats: Mapping[Flow, FlowStats]) -> AgentOutput:
+    def _turn_large(self, flows: list[Flow], out: AgentOutput) -> bool:
+        """Move ``flows`` (small ones) to their destinations' classes; True if a destination turned large."""
+        turned = False
+        for f in flows:
+            self.large_flows.add(f)
+            out.moved.append(f)
+            i = self._dindex[f.dest_host]
+            if not self._large_i[i]:
+                self._large_i[i] = self._large_np[i] = turned = True
+                self.large.add(f.dest_host)
+        self.small_flows = tuple(f for f in self.small_flows if f not in self.large_flows)
+        return turned
+
+    def observe(self, now_us: int, stats: Mapping[int, DestStats], sent: Mapping[Flow, int] | None = None) -> AgentOutput:
         """Take the gate's counters read at ``now_us``: large flows, backlogs, give-ups.
 
         Parameters
         ----------
         stats : mapping
-            Flow -> :class:`FlowStats` (flows missing keep their last known counters).
+            Destination host -> :class:`DestStats` of its class (destinations missing count as
+            nothing queued).
+        sent : mapping, optional
+            Small flow -> bytes its own class has sent (flows missing stay small).
         """
         out = self.tick(now_us)
-        large, dests, small = self._large_i, self._dest_i, self.small_flow_bytes
-        queued: set[int] = set()
+        small = self.small_flow_bytes
         turned = False
-        for f, s in stats.items():
-            i = self._flow_index(f)
-            if i is None:
-                continue
-            if not large[i]:
-                if s.sent_bytes <= small:
-                    continue
-                large[i] = turned = True
-                self.large.add(f)
-                self._large_np[i] = True
-            if s.backlog_bytes > 0 or s.backlog_packets > 0:
-                queued.add(dests[i])
+        if sent:
+            grown = [f for f in self.small_flows if sent.get(f, 0) > small]
+            turned = bool(grown) and self._turn_large(grown, out)
+        queued = {d for d, s in stats.items()
+                  if d in self.large and (s.backlog_bytes > 0 or s.backlog_packets > 0)}
         return self._observed(now_us, out, queued, turned)
 
-    def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any) -> AgentOutput:
-        """:meth:`observe` with the counters as arrays indexed like :attr:`flows` (the gate's
-        :meth:`~xtc.xco.gate.Gate.counters`): no per-flow Python work unless a flow turns large.
+    def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any,
+                         small_sent_bytes: Any = ()) -> AgentOutput:
+        """:meth:`observe` with the counters as arrays (the gate's
+        :meth:`~xtc.xco.gate.Gate.counters` of :attr:`dests` and :attr:`small_flows`): no Python
+        work per destination or flow unless a flow turns large.
 
         Parameters
         ----------
         sent_bytes, backlog_bytes, backlog_packets : numpy.ndarray
-            One entry per flow of :attr:`flows`, in that order (bytes, bytes, packets).
+            One entry per destination of :attr:`dests`, in that order (bytes, bytes, packets).
+        small_sent_bytes : numpy.ndarray
+            One entry per flow of :attr:`small_flows` as it was when the counters were asked for
+            (bytes its own class has sent).
         """
         out = self.tick(now_us)
-        big = self._large_np
         turned = False
-        if not self._all_large:
-            for i in np.flatnonzero(~big & (sent_bytes > self.small_flow_bytes)).tolist():
-                big[i] = self._large_i[i] = turned = True
-                self.large.add(self.flows[i])
-            self._all_large = bool(big.all())
-        q = np.flatnonzero(big & ((backlog_bytes > 0) | (backlog_packets > 0)))
+        if len(small_sent_bytes):
+            grown = np.flatnonzero(np.asarray(small_sent_bytes) > self.small_flow_bytes)
+            if grown.size:
+                small = self.small_flows
+                turned = self._turn_large([small[i] for i in grown.tolist()], out)
+        q = np.flatnonzero(self._large_np & ((backlog_bytes > 0) | (backlog_packets > 0)))
         queued = set(self._dest_np[q].tolist()) if q.size else set()
         return self._observed(now_us, out, queued, turned)
 
     def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool) -> AgentOutput:
-        """Backlogs and give-ups from the destinations with something queued; a flow that
+        """Backlogs and give-ups from the destinations with something queued; a destination that
         ``turned`` large may have to close (the gate is synced only then: directives sync in tick)."""
         if not self.under_control:
             out.states.update(self._sync())

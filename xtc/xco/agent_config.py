@@ -7,7 +7,7 @@ A complete example (every key with its default unless marked required)::
     host = "h1"                      # required: this host's name in the topology
     uplink = "eth0"                  # required: the interface the gate takes over
     link_bps = 1000000000            # uplink rate, bits/s (default: the host's nic_bps)
-    open_burst_bytes = 125000        # an open flow's burst, bytes (default: 1 ms at link_bps,
+    open_burst_bytes = 125000        # an open destination's burst, bytes (default: 1 ms at link_bps,
                                      # at least two frames: 2 x (MTU + 18))
     controller = "10.0.0.254:7800"   # required: the controller's UDP address:port
     bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
@@ -80,7 +80,7 @@ class AgentConfig(StrictTable):
     host: Annotated[str, Field(min_length=1, max_length=64)]
     uplink: Annotated[str, AfterValidator(_ifname)]
     link_bps: Annotated[Int, within(1, 10**13)] | None = None
-    #: The burst of an OPEN flow's TBF leaf, bytes: what it may send at once when its slice opens,
+    #: The burst of an OPEN destination's TBF leaf, bytes: what it may send at once when its slice opens,
     #: on top of what the previous sender left in the next switch's queue.  None = 1 ms at
     #: ``link_bps``, at least two frames (:func:`xtc.host.tcgate.default_open_burst_bytes`).
     open_burst_bytes: Annotated[Int, within(64, 2**31 - 1)] | None = None

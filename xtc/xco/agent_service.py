@@ -4,8 +4,8 @@
 (others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
 until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
-deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).  Flow
-states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
+deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).
+Destination states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
 directive applied, the time from the moment it could take effect (its arrival, or its
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
 ``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
@@ -78,12 +78,12 @@ class _Metrics:
                 yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
                 yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
                 yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
-                yield GaugeMetricFamily("xco_agent_failed_open", "1 while every flow is open for want of a controller",
+                yield GaugeMetricFamily("xco_agent_failed_open", "1 while every destination is open for want of a controller",
                                         value=int(core.failed_open))
                 yield GaugeMetricFamily("xco_agent_welcomed", "1 once the controller has welcomed this host",
                                         value=int(core.welcomed))
                 yield GaugeMetricFamily("xco_agent_flows", "Flows of this host", value=len(core.flows))
-                yield GaugeMetricFamily("xco_agent_flows_held", "Flows closed now",
+                yield GaugeMetricFamily("xco_agent_destinations_held", "Destination hosts closed now",
                                         value=sum(1 for s in core.states.values() if s == CLOSED))
                 yield GaugeMetricFamily("xco_agent_backlogged_destinations", "Destinations reported backlogged",
                                         value=len(core.reported))
@@ -144,7 +144,8 @@ class AgentService(StopOnSignal):
 
     # -- set-up --------------------------------------------------------------------------------------
     def open(self) -> None:
-        """Install the gate with every flow open, bind the socket, start the metrics endpoint.
+        """Install the gate (a class per destination, every one open, and each flow in a class of
+        its own, small), bind the socket, start the metrics endpoint.
 
         Raises
         ------
@@ -156,8 +157,11 @@ class AgentService(StopOnSignal):
         self.gate.install()
         self._installed = True
         try:
+            states = self.core.states
+            for d in self.core.dests:
+                self.gate.add_dest(d, states[d])
             for f in self.core.flows:
-                self.gate.add_flow(f, self.core.states[f])
+                self.gate.add_flow(f)
         except GateError:
             self.gate.restore()
             raise
@@ -170,6 +174,7 @@ class AgentService(StopOnSignal):
             self.metrics_port = self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         event(log, logging.INFO, "started", pid=os.getpid(), host=self.cfg.host, host_id=self.host_id,
               uplink=self.cfg.uplink, netns=self.cfg.netns, link_bps=self.link_bps, flows=len(self.core.flows),
+              dests=len(self.core.dests),
               controller=self.cfg.controller, bind="%s:%d" % self.sock.getsockname()[:2],
               session=self.core.session, metrics_port=self.metrics_port)
 
@@ -185,6 +190,14 @@ class AgentService(StopOnSignal):
                     from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "send_failed", error=str(e))
+        for f in out.moved:
+            try:
+                self.gate.move_to_dest(f)
+            except GateError as e:
+                from xtc.daemon.logs import event
+
+                self.gate_errors += 1
+                event(log, logging.ERROR, "gate_error", op="move_to_dest", error=str(e))
         if out.states:
             t0 = time.perf_counter()
             try:
@@ -220,7 +233,7 @@ class AgentService(StopOnSignal):
     def _poll(self) -> None:
         core = self.core
         try:
-            sent, backlog_bytes, backlog_packets = self.gate.counters(core.flows)
+            sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
             from xtc.daemon.logs import event
 
@@ -228,7 +241,7 @@ class AgentService(StopOnSignal):
             event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
             return
         self.polls += 1
-        self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets))
+        self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets, small_sent))
 
     def next_poll_us(self, now_us: int) -> int:
         """When to read the counters next.
@@ -237,10 +250,10 @@ class AgentService(StopOnSignal):
         least one), ``min(slice / 4, 300 us)`` before a slot boundary (slots start at wall-clock
         multiples of the slice), so that a backlog is reported in time for the next slot; and
         while this host has a backlog reported, or gave one up less than two slices ago, also
-        every ``max(poll_us, giveup_after_us / 2)``: a flow that has emptied its queue is given up
+        every ``max(poll_us, giveup_after_us / 2)``: a destination whose queue has emptied is given up
         within the hysteresis (work conservation), and one that fills again after its give-up is
         reported again at once (a lone paced sender is held a slice at most).  A host whose large
-        flows have nothing queued reads once per slice.
+        destinations have nothing queued reads once per slice.
         """
         core = self.core
         poll_us, sl = self.cfg.poll_us, core.slice_us
@@ -255,6 +268,17 @@ class AgentService(StopOnSignal):
         if core.reported or (g is not None and now_us - g < 2 * sl):
             t = min(t, now_us + max(poll_us, core.giveup_after_us // 2))
         return t
+
+    def poll_early_us(self) -> int:
+        """How long before it is due a poll is done in a wake-up that happens anyway (a datagram,
+        a directive's start): once welcomed, ``min(slice / 4, 300 us)``, else 0.
+
+        A directive sent ``lead_us`` ahead (500 us by default) arrives just before the poll that
+        precedes the slot boundary; reading the counters in that wake-up saves one a slice, and
+        sees the queues at most that much earlier.
+        """
+        sl = self.core.slice_us
+        return min(sl // 4, 300) if self.core.welcomed and sl > 0 else 0
 
     def loop(self, until_us: int | None = None) -> None:
         """Receive, poll, decide, gate; until stopped (or ``until_us``)."""
@@ -282,7 +306,7 @@ class AgentService(StopOnSignal):
                 if until_us is not None and now >= until_us:
                     return
                 self._apply(self.core.tick(now))  # a directive due first
-                if now >= next_poll:
+                if now >= next_poll - self.poll_early_us():
                     self._poll()
                     next_poll = self.next_poll_us(self.clock_us())
                 now = self.clock_us()

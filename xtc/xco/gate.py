@@ -1,17 +1,22 @@
-"""The XCo agent's view of its uplink: a gate per VM-to-VM flow (the contract, no I/O here).
+"""The XCo agent's view of its uplink: a gate per destination host (the contract, no I/O here).
 
-The local coordinator (:mod:`xtc.xco.agent`) decides, slice by slice, which flows may leave the
-host; a :class:`Gate` enforces that on the host's uplink.  The production gate,
-:class:`xtc.host.tcgate.TcGate`, does it with stock Linux queueing over netlink (an HTB root, one
-class per flow with a TBF leaf that is opened, closed or rate-limited; see notes on the kernel in
+The local coordinator (:mod:`xtc.xco.agent`) decides, slice by slice, towards which destination
+hosts this host may send; a :class:`Gate` enforces that on the host's uplink.  The production
+gate, :class:`xtc.host.tcgate.TcGate`, does it with stock Linux queueing over netlink (an HTB
+root, one class per destination host with a TBF leaf that is opened, closed or rate-limited, and
+one classifier per VM-to-VM flow pointing at its destination's class; see notes on the kernel in
 docs/xco.md); tests of the agent's logic use an in-memory gate.
 
-Flows are VM-to-VM: classified by source and destination VM address.  A flow the gate has not been
-told about, and every ICMP packet, goes through an unheld default class.
+A destination is a host id (its index in the topology: what directives name).  Its flows are
+VM-to-VM: classified by source and destination VM address.  A flow starts *small*, in a class of
+its own that is never held (so that what it sends is counted); when it has sent enough to be
+scheduled, the agent moves it into its destination's class (:meth:`Gate.move_to_dest`), where it
+is held and released with the destination's other large flows.  A flow the gate has not been told
+about, and every ICMP packet, goes through an unheld default class.
 
 Rates are bits per second.  ``OPEN`` means "no limit but the link"; ``CLOSED`` means hold
-everything (the packets queue in the flow's leaf until it opens).  On stock Linux a flow that
-closes still lets out one frame's worth of bytes (MTU + 18) at that moment: every TBF change
+everything (the packets queue in the destination's leaf until it opens).  On stock Linux a class
+that closes still lets out one frame's worth of bytes (MTU + 18) at that moment: every TBF change
 refills its bucket (see :mod:`xtc.host.tcgate`).
 """
 
@@ -21,17 +26,18 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence, Union
 
-__all__ = ["Flow", "FlowStats", "Gate", "OPEN", "CLOSED", "GateError"]
+__all__ = ["Flow", "DestStats", "Gate", "OPEN", "CLOSED", "GateError"]
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
-#: A flow's state: ``OPEN`` (line rate), ``CLOSED`` (held), or a positive rate limit in bits/s.
+#: A destination's state: ``OPEN`` (line rate), ``CLOSED`` (held), or a positive rate limit in bits/s.
 OPEN: int = -1
 CLOSED: int = 0
 
 
 class GateError(RuntimeError):
-    """A gate operation failed; the message names the interface, the flow and the kernel's error."""
+    """A gate operation failed; the message names the interface, the destination or flow and the
+    kernel's error."""
 
 
 @dataclass(frozen=True, order=True)
@@ -63,15 +69,15 @@ class Flow:
 
 
 @dataclass(frozen=True)
-class FlowStats:
-    """A flow's counters, read from the kernel in one dump.
+class DestStats:
+    """A destination's counters (its class's), read from the kernel in one dump.
 
     Attributes
     ----------
     sent_bytes, sent_packets : int
-        Everything the flow's class has let out since the flow was added.
+        Everything the destination's class has let out since it was added.
     backlog_bytes, backlog_packets : int
-        What is queued in the flow's class now (held, or waiting for the link).
+        What is queued in the destination's class now (held, or waiting for the link).
     """
 
     sent_bytes: int
@@ -81,34 +87,48 @@ class FlowStats:
 
 
 class Gate(Protocol):
-    """Per-flow gating on one uplink.  Every method raises :class:`GateError` on failure."""
+    """Per-destination gating on one uplink.  Every method raises :class:`GateError` on failure."""
 
     def install(self) -> None:
-        """Take over the uplink's root qdisc (remembering the original), with every flow open."""
+        """Take over the uplink's root qdisc (remembering the original)."""
 
-    def add_flow(self, flow: Flow, state: int = OPEN) -> None:
-        """Give ``flow`` its own class and classifier, in ``state``."""
+    def add_dest(self, dest: int, state: int = OPEN) -> None:
+        """Give destination host ``dest`` its own class, in ``state``."""
+
+    def add_flow(self, flow: Flow) -> None:
+        """Classify ``flow`` (source AND destination address) into a class of its own, never held
+        (a small flow); its ``dest_host`` must have been added."""
+
+    def move_to_dest(self, flow: Flow) -> None:
+        """Classify the (small) flow into its destination's class from now on; its own class goes."""
 
     def remove_flow(self, flow: Flow) -> None:
-        """Remove the flow's class; its packets go through the default class again."""
+        """Remove the flow's classifier (and its own class if small); its packets go through the
+        default class again."""
 
-    def set_states(self, states: Mapping[Flow, int]) -> None:
-        """Set each flow's state (``OPEN``, ``CLOSED`` or a rate in bits/s) and wake the uplink.
+    def remove_dest(self, dest: int) -> None:
+        """Remove the destination's class and the classifiers of its flows."""
 
-        Flows not named keep their state.  Only changes reach the kernel; after any change a
-        packet is sent out of the device so that a newly opened flow leaves at once.
+    def set_states(self, states: Mapping[int, int]) -> None:
+        """Set each destination's state (``OPEN``, ``CLOSED`` or a rate in bits/s) and wake the uplink.
+
+        Destinations not named keep their state.  Only changes reach the kernel; after any change
+        a packet is sent out of the device so that a newly opened class sends at once.
         """
 
-    def stats(self) -> dict[Flow, FlowStats]:
-        """Every flow's counters and backlog, from one netlink dump."""
+    def stats(self) -> dict[int, DestStats]:
+        """Every destination's counters and backlog, from one netlink dump."""
 
-    def counters(self, flows: Sequence[Flow]) -> tuple[Any, Any, Any]:
-        """The counters the agent polls, as arrays in the order of ``flows`` (every one added).
+    def counters(self, dests: Sequence[int], small: Sequence[Flow] = ()) -> tuple[Any, Any, Any, Any]:
+        """The counters the agent polls, as arrays in the order of ``dests`` (every one added) and
+        of ``small`` (flows not moved to their destination's class), from one read.
 
         Returns
         -------
         sent_bytes, backlog_bytes, backlog_packets : numpy.ndarray of int64
-            What each flow has let out (bytes) and has queued now (bytes, packets).
+            What each destination's class has let out (bytes) and has queued now (bytes, packets).
+        small_sent_bytes : numpy.ndarray of int64
+            What each small flow's own class has let out (bytes).
         """
 
     def restore(self) -> None:

@@ -1,17 +1,28 @@
 """Cost and timing of the XCo agent on the real gate: ``python -m xtc_lab.xco.agent_bench``.
 
 Builds two namespaces joined by a veth (addresses 198.18.23.0/24), writes a topology with 8 VMs on
-the agent's host and 8 other hosts of one VM each (64 flows), starts ``xtc xco agent -c`` as a
-process on the veth (its gate in the namespace), and plays the controller in this process: a
-welcome, then every slice a timeslice directive towards the next host in turn (8 flows open, 8
-close), sent ``lead_us`` ahead, and an ack for every heartbeat.  One datagram per flow is sent
-first so that every flow is large (``small_flow_bytes = 0``).  Prints one JSON object:
+the agent's host and 8 other hosts of one VM each (64 flows, 8 destination hosts: the gate's 8
+classes), starts ``xtc xco agent -c`` as a process on the veth (its gate in the namespace), and
+plays the controller in this process: a welcome, then every slice a timeslice directive towards
+the next host in turn (one destination opens, one closes: 8 flows each), sent ``lead_us`` ahead,
+and an ack for every heartbeat.  One datagram per flow is sent first so that every destination is
+large (``small_flow_bytes = 0``).  Prints one JSON object:
 
 - ``agent_cpu_percent``: the agent process's user+system time over the run, % of one core;
 - ``directive_to_gate_us``: p50/p99/max from the agent's ``directive_applied`` events (from the
   directive's ``start_us``, or its arrival if later, to ``set_states`` returning), measured in a
   second run at log level debug (the events cost CPU of their own);
-- ``add_flow_ms``: the 64 classes set up at start (``TcGate.add_flow``, measured here in-process).
+- ``add_flow_ms``: the set-up at start, measured here in-process: each of the 8 destinations'
+  class (``TcGate.add_dest``) and each of the 64 flows' filter (``TcGate.add_flow``);
+- ``gate_calls_us`` (with ``--gate-calls``): the gate's calls alone, in this process: a timeslice
+  turn every 2 ms for 400 turns (``set_states`` closing one destination and opening the next,
+  then ``counters``), p50 of each call's thread CPU time (``time.thread_time_ns``), us;
+- ``in_process`` (with ``--sections``): the agent's loop run in a thread of this process (same
+  configuration, ``poll_us`` the last of ``--poll-us``), each section's thread CPU time
+  (``time.thread_time_ns``) summed: ``gate.counters``, ``gate.set_states``, ``core.handle``
+  (decode, checks, and the directive when already due), ``core.tick`` outside ``handle``,
+  ``core.observe_counters``, and ``other`` (the loop's own Python, ``select``, socket reads and
+  clock reads: the thread's total CPU minus the sections), in % of a core and us per slice.
 
 Needs root and iproute2.  Everything is removed at the end.
 """
@@ -54,7 +65,8 @@ def _topology() -> str:
 
 
 class FakeController:
-    """Welcome, one directive per slice to the next host in turn, an ack per heartbeat."""
+    """Welcome, one directive per slice to the next host in turn, an ack per heartbeat holding
+    the destinations reported backlogged and not given up (as the controller's acks do)."""
 
     def __init__(self, slice_us: int, lead_us: int) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -67,6 +79,7 @@ class FakeController:
         self.addr: tuple[str, int] | None = None
         self.stop = False
         self.directives = 0
+        self.held: set[int] = set()
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
@@ -86,7 +99,11 @@ class FakeController:
                     self.addr = addr
                     self._send(P.Welcome, slice_us=self.slice_us, mode="timeslice", heartbeat_interval_us=100_000)
                 elif isinstance(m, P.Heartbeat):
-                    self._send(P.Ack, seq=m.header.seq, backlog=())
+                    self._send(P.Ack, seq=m.header.seq, backlog=tuple(sorted(self.held)))
+                elif isinstance(m, P.Backlog):
+                    self.held.update(m.dests)
+                elif isinstance(m, P.GiveUp):
+                    self.held.discard(m.dest)
             except (TimeoutError, BlockingIOError):
                 pass
             if self.addr is None:
@@ -155,11 +172,97 @@ def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, le
                  if e["event"] == "directive_applied")
     out: dict[str, Any] = {"cpu_percent": round(100 * (c1 - c0) / (t1 - t0), 2), "directives": ctl.directives,
                            "system_cpu_percent": round(100 * (s1 - s0) / (t1 - t0), 2),
-                           "threads_cpu_percent": threads}
+                           "threads_cpu_percent": threads,
+                           "fail_opens": sum(1 for e in events if e["event"] == "fail_open")}
     if lat:
         out["directive_to_gate_us"] = {"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)], "max": lat[-1],
                                        "n": len(lat)}
     return out
+
+
+class _Timed:
+    """Wraps methods of an object to sum the calling thread's CPU time in them (ns), by name."""
+
+    def __init__(self, sums: dict[str, int], depth: list[int]) -> None:
+        self.sums, self.depth = sums, depth
+
+    def wrap(self, obj: Any, method: str, name: str, nested_only_outside: bool = False) -> None:
+        fn = getattr(obj, method)
+        sums, depth, clock = self.sums, self.depth, time.thread_time_ns
+        sums.setdefault(name, 0)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            if nested_only_outside and depth[0]:
+                return fn(*a, **k)
+            depth[0] += 1
+            t = clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                sums[name] += clock() - t
+                depth[0] -= 1
+
+        setattr(obj, method, timed)
+
+
+def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, priority: int) -> dict[str, Any]:
+    """The agent's loop in a thread of this process, its sections timed (see the module docstring)."""
+    from xtc.host.tcgate import TcGate
+    from xtc.xco.agent_config import load_agent_config
+    from xtc.xco.agent_service import AgentService
+
+    ctl = FakeController(slice_us, lead_us=500)
+    cfg_path = tmp / "agent-sections.toml"
+    cfg_path.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\n'
+                        f'netns = "{ns}"\ncontroller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\n'
+                        f'small_flow_bytes = 0\npoll_us = {poll_us}\n[metrics]\nenabled = false\n')
+    cfg = load_agent_config(cfg_path)
+    svc = AgentService(cfg, TcGate("xb0", link_bps=1_000_000_000, netns=ns))
+    sums: dict[str, int] = {}
+    depth = [0]
+    t = _Timed(sums, depth)
+    t.wrap(svc.gate, "counters", "gate.counters")
+    t.wrap(svc.gate, "set_states", "gate.set_states")
+    t.wrap(svc.core, "handle", "core.handle", nested_only_outside=True)
+    t.wrap(svc.core, "observe_counters", "core.observe_counters", nested_only_outside=True)
+    t.wrap(svc.core, "tick", "core.tick (outside handle)", nested_only_outside=True)
+    tid: list[int] = []
+
+    def body() -> None:
+        tid.append(threading.get_native_id())
+        if priority:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        svc.loop()
+
+    svc.open()
+    th = threading.Thread(target=body, daemon=True)
+    th.start()
+    try:
+        deadline = time.monotonic() + 60
+        while ctl.addr is None or ctl.directives < 20:
+            if time.monotonic() > deadline:
+                raise RuntimeError("agent (in-process) did not start")
+            time.sleep(0.05)
+        _prime(ns)
+        time.sleep(0.5)
+        pid = os.getpid()
+        s0, c0, d0, w0 = dict(sums), _cpu_s(pid, str(tid[0])), ctl.directives, time.monotonic()
+        time.sleep(seconds)
+        s1, c1, d1, w1 = dict(sums), _cpu_s(pid, str(tid[0])), ctl.directives, time.monotonic()
+    finally:
+        svc.stop = True
+        th.join(10)
+        svc.close()
+        ctl.stop = True
+        ctl.t.join(5)
+        ctl.sock.close()
+    wall_s, slices = w1 - w0, max(1, d1 - d0)
+    secs = {k: (s1[k] - s0.get(k, 0)) / 1e9 for k in s1}
+    secs["other"] = max(0.0, (c1 - c0) - sum(secs.values()))
+    return {"poll_us": poll_us, "fail_opens": svc.core.fail_opens,
+            "thread_cpu_percent": round(100 * (c1 - c0) / wall_s, 2), "slices": slices,
+            "sections_percent": {k: round(100 * v / wall_s, 2) for k, v in secs.items()},
+            "sections_us_per_slice": {k: round(1e6 * v / slices, 1) for k, v in secs.items()}}
 
 
 def _prime(ns: str) -> None:
@@ -174,6 +277,38 @@ def _prime(ns: str) -> None:
         s.close()
 
 
+def _gate_calls_us(ns: str, turns: int = 400) -> dict[str, float]:
+    from xtc.host.tcgate import TcGate
+    from xtc.xco.gate import CLOSED, OPEN, Flow
+
+    g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
+    g.install()
+    try:
+        dests = tuple(range(1, N_REMOTE + 1))
+        for i in dests:
+            g.add_dest(i, CLOSED)
+        for k in range(N_LOCAL):
+            for i in dests:
+                f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
+                g.add_flow(f)
+                g.move_to_dest(f)
+        turn, read = [], []
+        for n in range(turns):
+            d = dests[n % len(dests)]
+            states = {dests[n % len(dests) - 1]: CLOSED, d: OPEN} if n else {d: OPEN}
+            t = time.thread_time_ns()
+            g.set_states(states)
+            turn.append(time.thread_time_ns() - t)
+            t = time.thread_time_ns()
+            g.counters(dests, ())
+            read.append(time.thread_time_ns() - t)
+            time.sleep(0.002)
+        return {"set_states_turn_p50": sorted(turn)[turns // 2] / 1e3, "counters_p50": sorted(read)[turns // 2] / 1e3}
+    finally:
+        g.restore()
+        g.close()
+
+
 def _add_flow_ms(ns: str) -> list[float]:
     from xtc.host.tcgate import TcGate
     from xtc.xco.gate import Flow
@@ -182,6 +317,10 @@ def _add_flow_ms(ns: str) -> list[float]:
     g.install()
     try:
         out = []
+        for i in range(1, N_REMOTE + 1):
+            t = time.perf_counter()
+            g.add_dest(i)
+            out.append((time.perf_counter() - t) * 1e3)
         for k in range(N_LOCAL):
             for i in range(1, N_REMOTE + 1):
                 f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
@@ -200,10 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-us", type=int, nargs="+", default=[500, 2000, 10000])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--realtime-priority", type=int, default=10)
+    ap.add_argument("--sections", action="store_true", help="also time the loop's sections in-process")
+    ap.add_argument("--gate-calls", action="store_true", help="also time the gate's calls alone")
     a = ap.parse_args(argv)
     tag = secrets.token_hex(3)
     ns, peer = f"xab{tag}-a", f"xab{tag}-b"
-    result: dict[str, Any] = {"slice_us": a.slice_us, "flows": N_LOCAL * N_REMOTE, "seconds": a.seconds,
+    result: dict[str, Any] = {"slice_us": a.slice_us, "flows": N_LOCAL * N_REMOTE, "dests": N_REMOTE,
+                              "seconds": a.seconds,
                               "realtime_priority": a.realtime_priority, "load_average": os.getloadavg()}
     try:
         for n in (ns, peer):
@@ -216,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         mac = json.loads(_sh("ip", "-n", peer, "-j", "link", "show", "xb1"))[0]["address"]
         for i in range(1, N_REMOTE + 1):
             _sh("ip", "-n", ns, "neigh", "replace", f"{NET}.{100 + i}", "lladdr", mac, "dev", "xb0")
+        if a.gate_calls:
+            result["gate_calls_us"] = _gate_calls_us(ns)
         a_ms = _add_flow_ms(ns)
         result["add_flow_ms"] = {"p50": round(a_ms[len(a_ms) // 2], 3), "p99": round(a_ms[int(len(a_ms) * 0.99)], 3),
                                  "max": round(a_ms[-1], 3)}
@@ -228,9 +372,13 @@ def main(argv: list[str] | None = None) -> int:
             runs["latency_debug_log"] = run_once(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds, "debug",
                                                  a.realtime_priority)
             result["runs"] = runs
+            if a.sections:
+                result["in_process"] = run_sections(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds,
+                                                    a.realtime_priority)
     finally:
         for n in (ns, peer):
             subprocess.run(["ip", "netns", "del", n], capture_output=True, check=False)
+    result["load_average_end"] = os.getloadavg()
     print(json.dumps(result))
     return 0
 

@@ -5,8 +5,12 @@
 Two network namespaces ``xtcgb-<random>-s`` / ``-r`` joined by a veth pair (198.18.22.0/24), the
 gate on the sender's side; both removed at the end, also on failure.  Prints JSON:
 
-- ``add_flow_ms``: p50/p99 of :meth:`TcGate.add_flow` (class + TBF leaf + u32 filter, one netlink
-  batch), ``--flows`` flows added and removed ``--rounds`` times.
+Each flow here goes to a destination host of its own, so that it has a class of its own (the
+gate keeps one class per destination host): ``--flows`` is the number of classes.
+
+- ``add_flow_ms``: p50/p99 of :meth:`TcGate.add_dest` (class + TBF leaf), :meth:`TcGate.add_flow`
+  (its own class + u32 filter) and :meth:`TcGate.move_to_dest` together, ``--flows`` flows added
+  and removed ``--rounds`` times.
 - ``set_states_one_change_us``: p50/p99 of a :meth:`TcGate.set_states` call that changes one flow
   of ``--flows`` (netlink change + ACK + wake frame); ``set_states_all_change_us``: a call that
   changes every flow, and ``per_change_us`` its p50 divided by the number of flows.
@@ -102,33 +106,35 @@ def bench(n_flows: int = 64, rounds: int = 5, samples: int = 300, link_bps: int 
             for r in range(rounds):
                 for f in flows:
                     t = time.perf_counter()
-                    gate.add_flow(f, CLOSED)
+                    gate.add_dest(f.dest_host, CLOSED)
+                    gate.add_flow(f)
+                    gate.move_to_dest(f)  # large: held with its destination
                     add_s.append(time.perf_counter() - t)
                 if r < rounds - 1:
                     for f in flows:
-                        gate.remove_flow(f)
+                        gate.remove_dest(f.dest_host)
             one_s, all_s, stats_s = [], [], []
             for i in range(samples):
                 f = flows[i % len(flows)]
                 t = time.perf_counter()
-                gate.set_states({f: OPEN})
+                gate.set_states({f.dest_host: OPEN})
                 one_s.append(time.perf_counter() - t)
-                gate.set_states({f: CLOSED})
+                gate.set_states({f.dest_host: CLOSED})
             for i in range(max(20, samples // 10)):
                 state = OPEN if i % 2 == 0 else CLOSED
                 t = time.perf_counter()
-                gate.set_states({f: state for f in flows})
+                gate.set_states({f.dest_host: state for f in flows})
                 all_s.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 gate.stats()
                 stats_s.append(time.perf_counter() - t)
-            gate.set_states({f: CLOSED for f in flows})
+            gate.set_states({f.dest_host: CLOSED for f in flows})
             cpu = {
                 "pacing_only": _slice_loop_cpu(gate, flows, with_stats=False, moving=0),
                 "set_states_only": _slice_loop_cpu(gate, flows, with_stats=False),
                 "set_states_and_stats": _slice_loop_cpu(gate, flows, with_stats=True),
             }
-            gate.set_states({f: CLOSED for f in flows})
+            gate.set_states({f.dest_host: CLOSED for f in flows})
             first = _directive_to_first_packet(gate, flows[0], snd, rcv, samples)
         finally:
             gate.restore()
@@ -155,8 +161,8 @@ def _slice_loop_cpu(gate: TcGate, flows: list[Flow], with_stats: bool, slice_s: 
     cpu0, wall0 = time.process_time(), time.monotonic()
     for i in range(int(seconds / slice_s)):
         if moving:
-            states = {flows[(i * moving + k) % n]: CLOSED for k in range(moving)}
-            states.update({flows[((i + 1) * moving + k) % n]: OPEN for k in range(moving)})
+            states = {flows[(i * moving + k) % n].dest_host: CLOSED for k in range(moving)}
+            states.update({flows[((i + 1) * moving + k) % n].dest_host: OPEN for k in range(moving)})
             gate.set_states(states)
         if with_stats:
             gate.stats()
@@ -197,16 +203,16 @@ def _directive_to_first_packet(gate: TcGate, flow: Flow, snd: str, rcv: str, sam
 
     try:
         for _ in range(samples):
-            gate.set_states({flow: CLOSED})
+            gate.set_states({flow.dest_host: CLOSED})
             for _k in range(3):  # the first one leaves with the closing TBF's refill; the rest are held
                 tx.sendto(payload, (DST, PORT))
             time.sleep(0.002)
             drain()
-            if gate.stats()[flow].backlog_packets == 0:
+            if gate.stats()[flow.dest_host].backlog_packets == 0:
                 skipped += 1
                 continue
             t0 = time.time_ns()
-            gate.set_states({flow: OPEN})
+            gate.set_states({flow.dest_host: OPEN})
             t1 = time.time_ns()
             ts = None
             deadline = time.monotonic() + 0.2
