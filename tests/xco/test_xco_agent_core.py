@@ -549,3 +549,45 @@ def test_a_large_flow_is_moved_to_its_destination_a_small_one_to_the_same_host_s
     out = core.observe_counters(NOW + 300, np.zeros(2), np.array([3000, 3000]), np.array([2, 2]),
                                 np.zeros(len(core.small_flows)))
     assert [m.dests for m in _msgs(out)] == [(1,)]
+
+
+def test_an_idle_host_the_controller_dropped_registers_again_and_its_senders_get_slots():
+    """r1 (idle: it sends nothing) goes unheard for a while and the controller drops it; heard again,
+    its heartbeats get no answer, so it registers again, without failing open, and a sender's
+    backlog towards it is accepted and granted (before: r1 never came back and s1 waited)."""
+    topo = _topo()
+    net = _Net(topo, "timeslice")
+    r1 = topo.host_id("r1")
+    s1, rcv = net.add(topo, 0), net.add(topo, r1)
+    t = NOW + 100
+    for x, a in ((0, s1), (r1, rcv)):
+        net.run(x, a.tick(t), t)
+    assert s1.under_control and rcv.under_control
+    net.cut.add(r1)
+    end = t + 5 * HB
+    while t < end:  # r1's heartbeats are lost; s1 keeps talking
+        t += SLICE
+        net.run(0, s1.tick(t), t)
+        net.run(r1, rcv.tick(t), t)
+        net.ctl.tick(t)
+    assert r1 not in net.ctl.hosts
+    net.cut.discard(r1)
+    end = t + 3 * HB
+    while t < end and r1 not in net.ctl.hosts:
+        t += SLICE
+        net.run(r1, rcv.tick(t), t)
+        net.run(0, s1.tick(t), t)
+        net.ctl.tick(t)
+    assert r1 in net.ctl.hosts and rcv.reregisters >= 1
+    assert rcv.fail_opens == 0 and rcv.under_control
+    busy = ({d: DestStats(SMALL + 1, 9, 3000 * (d == r1), 2 * (d == r1)) for d in s1.dests},
+            dict.fromkeys(s1.small_flows, SMALL + 1))
+    net.run(0, s1.observe(t, *busy), t)
+    assert net.ctl.backlog_of(0) == [r1] and net.ctl.dropped["unregistered_dest"] == 0
+    for _ in range(4):
+        t += SLICE
+        net.run(0, s1.observe(t, *busy), t)
+        for s in net.ctl.tick(t):
+            net.run(s.host, net.agents[s.host].handle(s.data, t), t)
+        s1.tick(t)
+    assert s1.dest == r1

@@ -38,12 +38,12 @@ def _free_port():
     return port
 
 
-def _controller_config(tmp_path, port):
+def _controller_config(tmp_path, port, extra=""):
     (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
     p = tmp_path / "xco.toml"
     p.write_text(f'schema = "xco-controller/1"\ntopology = "topo.toml"\nslice_us = {SLICE}\nlead_us = {LEAD}\n'
                  f'listen = "127.0.0.1:{port}"\nheartbeat_interval_us = 100000\nheartbeat_misses = 5\n'
-                 'state_file = "ctl-state.json"\n[metrics]\nenabled = false\n')
+                 f'state_file = "ctl-state.json"\n{extra}[metrics]\nenabled = false\n')
     return p
 
 
@@ -51,10 +51,10 @@ class Controller:
     """``xtc xco controller`` as a process (a thread would share the agents' GIL and stall); its
     JSON log events collected by a reader thread."""
 
-    def __init__(self, tmp_path, port):
+    def __init__(self, tmp_path, port, extra=""):
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.p = subprocess.Popen([sys.executable, "-m", "xtc.cli", "xco", "controller", "-c",
-                                   str(_controller_config(tmp_path, port))],
+                                   str(_controller_config(tmp_path, port, extra))],
                                   stderr=subprocess.PIPE, text=True, env=env)
         self.events = []
         self.t = threading.Thread(target=self._read, daemon=True)
@@ -317,3 +317,38 @@ def test_xtc_xco_agent_loads_neither_the_other_parts_nor_the_testbed():
                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
+
+
+@pytest.mark.timeout(120)
+def test_with_a_shared_key_only_agents_holding_it_are_welcomed_and_scheduled(tmp_path):
+    """The controller and two agents share ``auth_key_file``: they are welcomed and a sender gets its
+    slots; an agent with another key is never welcomed, and each side counts the other's datagrams
+    as ``auth`` drops."""
+    from xtc.xco.auth import write_key
+
+    write_key(tmp_path / "xco.key")
+    write_key(tmp_path / "other.key")
+    port = _free_port()
+    ctl = Controller(tmp_path, port, 'auth_key_file = "xco.key"\n')
+    agents = {}
+    try:
+        for n, key in (("s1", "xco.key"), ("r1", "xco.key"), ("s2", "other.key")):
+            cfg = loads_agent_config(_agent_text(n, port, auth_key_file=f'"{key}"'), base_dir=tmp_path)
+            assert cfg.auth_key_file == str(tmp_path / key)
+            agents[n] = Running(AgentService(cfg, MemoryGate()))
+        ctl.wait_for(lambda e: ctl.registered() == {"s1", "r1"}, timeout=10)
+        s1 = agents["s1"].svc
+        r1 = s1.topo.host_id("r1")
+        (f,) = [f for f in s1.core.flows if f.dest_host == r1]
+        s1.gate.offer(f, None)
+        deadline = time.monotonic() + 10
+        while s1.core.directives < 3:
+            assert time.monotonic() < deadline, (s1.core.sent, s1.core.received, s1.core.dropped)
+            time.sleep(0.02)
+        s2 = agents["s2"].svc.core
+        assert not s2.welcomed and s2.dropped["auth"] == 0 and s2.sent["register"] >= 2
+        assert s1.core.dropped["auth"] == 0 and "s2" not in ctl.registered()
+    finally:
+        for a in agents.values():
+            a.stop()
+        ctl.kill()

@@ -43,6 +43,10 @@ core's states, backlogs and decisions are per destination.  The rules (docs/xco.
 - **Controller restart**: a welcome or directive of a new controller session (sent later than the
   last message of the old one) is accepted; the sequence check restarts with it and the backlogged
   destinations are re-reported.
+- **Register again when idle and unanswered**: an idle host (nothing waits for the controller)
+  does not fail open, but when a heartbeat stays unanswered for a heartbeat interval it registers
+  again (at most every ``register_interval_us``; counted in :attr:`AgentCore.reregisters`): a
+  controller that dropped it answers a register only, and refuses backlogs towards it meanwhile.
 - **Leave** on :meth:`AgentCore.stop`.
 
 A controller datagram that fails a check is dropped and counted in :attr:`AgentCore.dropped` by
@@ -74,6 +78,7 @@ DROP_REASONS = (
                    # this host or not in the topology
     "stale",       # t_us further than clock_window_us from this host's clock
     "replay",      # seq not above the last of the controller's session, or an older session
+    "auth",        # with a shared key: the datagram's tag does not verify (counted by the service)
 )
 
 
@@ -235,6 +240,7 @@ class AgentCore:
         self.sent: Counter[str] = Counter()
         self.directives = 0
         self.fail_opens = 0
+        self.reregisters = 0
         #: Log events for the service to write: (name, fields).
         self.notes: list[tuple[str, dict[str, Any]]] = []
 
@@ -370,6 +376,19 @@ class AgentCore:
                 elif now_us >= self._next_heartbeat_us or (
                         silent >= self.slice_us and now_us - self._last_heartbeat_us >= self.slice_us):
                     out.sends.append(self._heartbeat(now_us))
+            else:
+                # Idle: nothing held waits for the controller, so no fail-open; but a heartbeat
+                # unanswered for a heartbeat interval means the controller dropped this host (its
+                # silence, a restart) and answers it no more.  Only a register brings it back, and
+                # until then the controller refuses every backlog towards this host: the hosts that
+                # send to it would wait (measured on the lab: an idle receiver dropped after a stall
+                # never came back, and its senders were held until the end of the run).
+                p0 = self._first_unanswered_us
+                if (p0 is not None and now_us - p0 >= max(self.slice_us, self.heartbeat_interval_us)
+                        and now_us - self._last_register_us >= self.register_interval_us):
+                    self.reregisters += 1
+                    self.notes.append(("reregister", {"silent_us": now_us - self.last_heard_us}))
+                    out.sends.append(self._register(now_us))
             if not self.failed_open and now_us >= self._next_heartbeat_us:
                 out.sends.append(self._heartbeat(now_us))
         if self.failed_open:

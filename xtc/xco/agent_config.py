@@ -22,6 +22,8 @@ A complete example (every key with its default unless marked required)::
     clock_window_us = 1000000        # a controller message further than this from now is stale
     netns = "ns1"                    # optional: the uplink's network namespace
     realtime_priority = 0            # 1..99: run under SCHED_FIFO at this priority (0 = normal)
+    auth_key_file = "xco.key"        # optional: the controller's shared key (xtc/xco/auth.py);
+                                     # relative to this file's directory
 
     [metrics]
     enabled = true
@@ -97,6 +99,7 @@ class AgentConfig(StrictTable):
     #: host the normal scheduler wakes the agent 0.2-1.4 ms late for a slice boundary; a real-time
     #: priority wakes it on time (the agent sleeps between events, so it cannot hog the CPU).
     realtime_priority: Annotated[Int, within(0, 99)] = 0
+    auth_key_file: Annotated[str, Field(min_length=1)] | None = None
     metrics: MetricsConfig = MetricsConfig()
     log: LogConfig = LogConfig()
 
@@ -132,8 +135,10 @@ def loads_agent_config(text: str, source: str | None = None, base_dir: str | Pat
     cfg: AgentConfig = parse_document(text, _ADAPTER, AgentConfig, AgentConfigError.failing(source), _HINTS)
     if parse_listen(cfg.controller)[1] == 0:
         raise AgentConfigError("controller", f"port must be 1..65535, got {cfg.controller!r}", source)
-    if base_dir is not None and not Path(cfg.topology).is_absolute():
-        cfg = cfg.model_copy(update={"topology": str(Path(base_dir) / cfg.topology)})
+    if base_dir is not None:
+        upd = {k: str(Path(base_dir) / v) for k in ("topology", "auth_key_file")
+               if (v := getattr(cfg, k)) is not None and not Path(v).is_absolute()}
+        cfg = cfg.model_copy(update=upd)
     return cfg
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
+from .auth import AuthError, load_key, seal, unseal
 from .controller import StopOnSignal
 from .gate import CLOSED, Gate, GateError
 
@@ -77,6 +78,8 @@ class _Metrics:
                 yield c
                 yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
                 yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
+                yield CounterMetricFamily("xco_agent_reregisters", "Times the agent, idle and unanswered, registered again",
+                                          value=core.reregisters)
                 yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
                 yield GaugeMetricFamily("xco_agent_failed_open", "1 while every destination is open for want of a controller",
                                         value=int(core.failed_open))
@@ -130,6 +133,9 @@ class AgentService(StopOnSignal):
             register_interval_us=cfg.register_interval_us, fail_open_slices=cfg.fail_open_slices,
             clock_window_us=cfg.clock_window_us)
         self.ctl_addr = cfg.controller_address
+        #: The controller's shared key (``auth_key_file``): every datagram sent is sealed, every one
+        #: received must verify (:mod:`xtc.xco.auth`); None: no authentication.
+        self.key = load_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
         self.metrics = _Metrics(lambda: self)
         self.metrics_port: int | None = None
         self.sock: socket.socket | None = None
@@ -181,9 +187,10 @@ class AgentService(StopOnSignal):
     # -- doing what the core says --------------------------------------------------------------------
     def _apply(self, out: AgentOutput) -> None:
         assert self.sock is not None
+        key = self.key
         for d in out.sends:
             try:
-                self.sock.sendto(d, self.ctl_addr)
+                self.sock.sendto(d if key is None else seal(d, key), self.ctl_addr)
             except OSError as e:  # an unreachable controller must not stop the agent: it fails open
                 self.core.dropped["send_error"] += 1
                 if log.isEnabledFor(logging.DEBUG):
@@ -301,6 +308,12 @@ class AgentService(StopOnSignal):
                     if (addr[0], addr[1]) != self.ctl_addr:
                         self.core.drop_address()
                         continue
+                    if self.key is not None:
+                        opened = unseal(data, self.key)
+                        if opened is None:
+                            self.core.dropped["auth"] += 1
+                            continue
+                        data = opened
                     self._apply(self.core.handle(data, self.clock_us()))
                 now = self.clock_us()
                 if until_us is not None and now >= until_us:
@@ -328,7 +341,8 @@ class AgentService(StopOnSignal):
 
         if self.sock is not None:
             try:
-                self.sock.sendto(self.core.stop(self.clock_us()), self.ctl_addr)
+                leave = self.core.stop(self.clock_us())
+                self.sock.sendto(leave if self.key is None else seal(leave, self.key), self.ctl_addr)
             except OSError:
                 pass
         restored = False
@@ -394,10 +408,15 @@ def run_agent(config_path: str | Path) -> int:
         from .topology import load_topology
 
         _, link_bps = check_against_topology(cfg, load_topology(cfg.topology), str(config_path))
+        if cfg.auth_key_file is not None:
+            load_key(cfg.auth_key_file)  # before the gate takes the uplink
         from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
         gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes)
         svc = AgentService(cfg, gate)
+    except AuthError as e:
+        print(f"{prog}: 'auth_key_file': {e}", file=sys.stderr)
+        return 2
     except (TopologyError, AgentConfigError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
