@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import shutil
+import errno
 import socket
 import struct
 import subprocess
@@ -219,6 +220,52 @@ def test_a_closed_destination_holds_all_its_flows_and_releases_them_when_opened(
             assert wait_for(lambda: rx.count() == 80)
         sock.close()
         sock2.close()
+    finally:
+        gate.restore()
+        gate.close()
+
+
+class _FullClassFrames:
+    """The gate's packet socket, but every frame is refused as a full class refuses it (ENOBUFS)."""
+
+    def __init__(self, real: socket.socket) -> None:
+        self.real = real
+        self.refused = 0
+
+    def send(self, *a: object) -> int:
+        self.refused += 1
+        raise OSError(errno.ENOBUFS, "No buffer space available")
+
+    sendto = send
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_frames_a_full_class_drops_do_not_undo_the_recorded_states(lab: Lab) -> None:
+    """A held class flooded by a UDP sender refuses the drain frames (ENOBUFS; measured on the XCo lab:
+    44-105 such errors per agent in a 3 s run).  The TBF changes were applied by then: set_states
+    must not raise, and the states it records must be the kernel's, else the next turns go wrong."""
+    gate = lab.gate()
+    try:
+        gate.install()
+        lab.hold(gate, CLOSED)
+        sock = udp_sender(lab.snd)
+        with receiver(lab.rcv) as rx:
+            gate._pk = fake = _FullClassFrames(gate._pk)
+            gate.set_states({1: OPEN})
+            gate.set_states({1: CLOSED})  # wake and drain frames refused
+            assert fake.refused >= 2 and gate.frames_dropped == fake.refused
+            assert gate.states()[1] == CLOSED
+            n0 = rx.count()
+            send(sock, 50)
+            time.sleep(0.1)
+            assert rx.count() - n0 <= gate.closed_burst_bytes // FRAME  # closed in the kernel, too
+            gate._pk = fake.real  # frames go out again (a real refusal kicks the qdisc all the same)
+            gate.set_states({1: OPEN})  # recorded CLOSED, so this is sent: everything comes
+            assert gate.states()[1] == OPEN
+            assert wait_for(lambda: rx.count() - n0 == 50), rx.count() - n0
+        sock.close()
     finally:
         gate.restore()
         gate.close()

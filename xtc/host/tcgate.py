@@ -744,6 +744,8 @@ class TcGate:
         self._mac = mac
         #: Send drain frames into a flow's class when it closes (see the module docstring).
         self.drain_on_close = drain_on_close
+        #: Wake and drain frames the qdisc dropped (ENOBUFS: their class was full).
+        self.frames_dropped = 0
         self._drains = max(1, math.ceil((self.closed_burst_bytes - 63) / (self.mtu + 14)))
         self._dests: dict[int, _DestEntry] = {}
         self._flows: dict[Flow, _FlowEntry] = {}
@@ -1060,7 +1062,7 @@ class TcGate:
             # No ACK asked: rtnetlink applies the batch in send() and queues an error message for
             # a refused change only (the ACKs would be built and read for nothing).
             nl.sock.send(batch)
-            self._pk.send(self._wake)
+            self._frame(self._wake, None)
             if self.drain_on_close:
                 for entry in plan.closing:
                     self._send_drain(entry)
@@ -1116,8 +1118,21 @@ class TcGate:
             self._plans[tuple(states.items())] = plan
         return plan
 
-    def _send_wake(self) -> None:
-        self._pk.send(self._wake)
+    def _frame(self, frame: bytes, proto: int | None) -> None:
+        """Send a wake or drain frame.  A frame the qdisc drops (ENOBUFS: the class it falls into is
+        full, as a held class flooded by a UDP sender is) is counted in :attr:`frames_dropped`, not
+        raised: the enqueue attempt has run the qdisc all the same (the wake), and a full class has
+        no room for what a refilled bucket would let out early either.  Raising here would leave
+        the destinations' recorded states behind the kernel's (the batch was applied)."""
+        try:
+            if proto is None:
+                self._pk.send(frame)
+            else:
+                self._pk.sendto(frame, (self.ifname, proto))
+        except OSError as e:
+            if e.errno != _errno.ENOBUFS:
+                raise
+            self.frames_dropped += 1
 
     def _send_drain(self, entry: _DestEntry) -> None:
         if not entry.flows:  # no filter points at the class: nothing can be queued there
@@ -1126,12 +1141,12 @@ class TcGate:
             entry.drain = drain_frame(entry.flows[0], self._mac, self.mtu + 14)
         proto = ETH_P_IP if entry.drain[12:14] == b"\x08\x00" else ETH_P_IPV6
         for _ in range(self._drains):  # skb->protocol must be IP for the u32 filter to match
-            self._pk.sendto(entry.drain, (self.ifname, proto))
+            self._frame(entry.drain, proto)
 
     def wake(self) -> None:
         """Send one wake frame out of the uplink (what :meth:`set_states` does after a change)."""
         try:
-            self._pk.send(self._wake)
+            self._frame(self._wake, None)
         except OSError as e:
             raise GateError(f"{self._where}: wake frame: {_errtext(e.errno or 0, '')}") from None
 
