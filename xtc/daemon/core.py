@@ -38,7 +38,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from xtc.control import Controller
+from xtc.control.bank import ControllerBank
 
 from .api import ApiError, Request
 from .meter import VrReading
@@ -212,6 +215,30 @@ class DaemonCore:
     vrs: dict[str, _VrView] = field(default_factory=dict)
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
+    #: The bank that steps the factory's controllers together (None: the factory's kind has none).
+    _bank: ControllerBank | None = field(default=None, init=False, repr=False, compare=False)
+    _bank_factory: Any = field(default=None, init=False, repr=False, compare=False)
+    #: id(controller) -> (controller, accepted by the bank): the bank's check, once per controller.
+    _bank_seen: dict[int, tuple[Any, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _banked(self, ctl: Controller) -> bool:
+        """Does the bank step ``ctl`` (same class and parameters as the factory's controllers)?"""
+        seen = self._bank_seen.get(id(ctl))
+        if seen is not None and seen[0] is ctl:
+            return seen[1]
+        ok = self._bank is not None and self._bank.accepts(ctl)
+        self._bank_seen[id(ctl)] = (ctl, ok)
+        return ok
+
+    def _refresh_bank(self) -> None:
+        """Build the bank for the current factory (once per factory); forget controllers gone."""
+        if self._bank_factory is not self.controller_factory:
+            self._bank_factory = self.controller_factory
+            self._bank = ControllerBank.like(self.controller_factory())
+            self._bank_seen = {}
+        elif len(self._bank_seen) > 2 * len(self.instances) + 64:
+            live = {id(i.controller) for i in self.instances.values()}
+            self._bank_seen = {k: v for k, v in self._bank_seen.items() if k in live}
 
     # ------------------------------------------------------------------------- VR inventory
     def set_present(self, names: set[str] | frozenset[str]) -> None:
@@ -410,27 +437,47 @@ class DaemonCore:
                 continue
             view.measured_pps = r.forwarded_pps
             view.offered_pps = r.offered_pps
-        actions: list[Action] = []
+        if self.instances:
+            self._refresh_bank()
+        live: list[tuple[str, Instance]] = []
+        # Controllers the bank steps together (equal to stepping each, bit for bit).
+        batch: list[Instance] = []
+        batch_r: list[VrReading] = []
         for name, inst in self.instances.items():
             view = self.vrs.get(name)
             if view is None or not view.present:
                 continue
+            live.append((name, inst))
             r = readings.get(name)
             if r is not None and r.counter_reset:
                 inst.applied_cap_percent = None
             if inst.state == ACTIVE and r is not None and r.forwarded_pps is not None:
-                try:
-                    inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
-                    _saturation_step(inst, r.forwarded_pps)
-                except ValueError as e:
-                    inst.actuation_error = f"measurement refused by the controller: {e}"
+                if self._banked(inst.controller):
+                    batch.append(inst)
+                    batch_r.append(r)
+                    continue
+                self._step_one(inst, r)
             elif inst.state != ACTIVE:
                 inst.saturated_periods = 0
-            if (
-                self.reassert_period_s > 0
-                and inst.last_write_s is not None
-                and now_s - inst.last_write_s >= self.reassert_period_s
-            ):
+        if batch:
+            assert self._bank is not None
+            offered = [r.offered_pps for r in batch_r]
+            caps, ok = self._bank.step(
+                [i.controller for i in batch],
+                np.array([r.forwarded_pps for r in batch_r], dtype=np.float64),
+                np.array([i.setpoint_pps for i in batch], dtype=np.float64),
+                np.array([math.nan if o is None else o for o in offered], dtype=np.float64),
+            )
+            for inst, r, cap, stepped in zip(batch, batch_r, caps.tolist(), ok.tolist()):
+                if stepped:
+                    inst.cap_percent = cap
+                    _saturation_step(inst, r.forwarded_pps)
+                else:
+                    self._step_one(inst, r)  # the scalar step names what it refuses
+        actions: list[Action] = []
+        reassert = self.reassert_period_s
+        for name, inst in live:
+            if reassert > 0 and inst.last_write_s is not None and now_s - inst.last_write_s >= reassert:
                 inst.applied_cap_percent = None
             if inst.applied_cap_percent is None or not math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9):
                 actions.append(SetCap(name, inst.cap_percent))
@@ -440,7 +487,51 @@ class DaemonCore:
                 actions.append(RestoreCap(name, cap, self.pending_records.get(name)))
         return actions
 
+    @staticmethod
+    def _step_one(inst: Instance, r: VrReading) -> None:
+        try:
+            inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
+            _saturation_step(inst, r.forwarded_pps)
+        except ValueError as e:
+            inst.actuation_error = f"measurement refused by the controller: {e}"
+
     # ----------------------------------------------------------------- outcome of actions
+    def caps_written(self, written: list[tuple[str, float, float]], now_s: float) -> None:
+        """:meth:`cap_written` for many writes at once: ``(vr, cap_in_force_percent, commanded_percent)``.
+
+        The same result as calling :meth:`cap_written` for each in turn (the VRs are distinct);
+        the bank's controllers learn their caps in force together.
+        """
+        if self.instances:
+            self._refresh_bank()
+        batch: list[Instance] = []
+        got: list[float] = []
+        for vr, in_force, commanded in written:
+            inst = self.instances.get(vr)
+            if inst is None:
+                continue
+            if inst.state == ACTIVE and self._banked(inst.controller):
+                inst.applied_cap_percent = commanded
+                inst.cap_in_force_percent = in_force
+                inst.last_write_s = now_s
+                inst.actuation_error = None
+                batch.append(inst)
+                got.append(in_force)
+            else:
+                self.cap_written(vr, in_force, now_s, commanded_percent=commanded)
+        if batch:
+            assert self._bank is not None
+            caps, done = self._bank.applied([i.controller for i in batch], np.array(got, dtype=np.float64))
+            for inst, g, cap, ok in zip(batch, got, caps.tolist(), done.tolist()):
+                if ok:
+                    inst.cap_percent = cap
+                else:
+                    try:
+                        inst.controller.applied(g)
+                    except ValueError as e:
+                        inst.actuation_error = f"cap in force refused by the controller: {e}"
+                    inst.cap_percent = inst.controller.cap_percent
+
     def cap_written(self, vr: str, cap_in_force_percent: float, now_s: float,
                     commanded_percent: float | None = None) -> None:
         """A :class:`SetCap` succeeded: the host now has ``cap_in_force_percent`` in force.
