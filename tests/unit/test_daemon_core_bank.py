@@ -66,7 +66,7 @@ def _drive(core: DaemonCore, seed: int, kind: str, n_vrs: int = 12, periods: int
         log.append(("period", acts))
         _answer(core, acts, mode, now + 0.5, rng)
         log.append(("state", json.dumps(core.to_state(), sort_keys=True)))
-        log.append(("samples", json.dumps(core.samples(0.0, 1.0), sort_keys=True)))
+        log.append(("samples", json.dumps(core.sample_rows())))
     return log
 
 

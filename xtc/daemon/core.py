@@ -604,30 +604,28 @@ class DaemonCore:
             "saturated": saturation_of(inst),
         }
 
-    def samples(self, t_unix_s: float, period_s: float) -> list[dict[str, Any]]:
-        """Per-VR samples of the period just ended, for the PUB socket and the metrics.
+    def sample_rows(self) -> list[list[Any]]:
+        """Every known VR's row of the period's samples, sorted by name (for the PUB socket and the metrics).
 
-        Each is :meth:`describe` of the VR (same keys, same order) with ``t_unix_s`` and
-        ``period_s`` after them; built in one step per VR (this runs for every VR every period).
+        A row is :meth:`describe` of the VR without ``original_record``, values only, in the order
+        of :data:`xtc.daemon.api.SAMPLE_FIELDS`; built in one step per VR (this runs for every VR
+        every period).
         """
         out = []
-        vrs, instances = self.vrs, self.instances
-        pending, records = self.pending_restores, self.pending_records
+        vrs, instances, pending = self.vrs, self.instances, self.pending_restores
         empty = _VrView()
         for n in sorted(self._names()):
             view = vrs.get(n, empty)
             inst = instances.get(n)
             if inst is None:
-                out.append({"vr": n, "state": INACTIVE, "present": view.present, "setpoint_pps": None,
-                            "measured_pps": view.measured_pps, "offered_pps": view.offered_pps, "cap_percent": None,
-                            "original_cap_percent": pending.get(n), "original_record": records.get(n),
-                            "actuation_error": None, "saturated": None, "t_unix_s": t_unix_s, "period_s": period_s})
+                out.append([n, INACTIVE, view.present, None, view.measured_pps, view.offered_pps, None,
+                            pending.get(n), None, None])
             else:
-                out.append({"vr": n, "state": inst.state, "present": view.present, "setpoint_pps": inst.setpoint_pps,
-                            "measured_pps": view.measured_pps, "offered_pps": view.offered_pps,
-                            "cap_percent": inst.cap_percent, "original_cap_percent": inst.original_cap_percent,
-                            "original_record": inst.original_record, "actuation_error": inst.actuation_error,
-                            "saturated": saturation_of(inst), "t_unix_s": t_unix_s, "period_s": period_s})
+                p = inst.saturated_periods
+                sat = None if inst.state != ACTIVE or -SATURATED_AFTER_PERIODS < p < SATURATED_AFTER_PERIODS \
+                    else ("cap_max" if p > 0 else "cap_min")
+                out.append([n, inst.state, view.present, inst.setpoint_pps, view.measured_pps, view.offered_pps,
+                            inst.cap_percent, inst.original_cap_percent, inst.actuation_error, sat])
         return out
 
     # ---------------------------------------------------------------------- persistence

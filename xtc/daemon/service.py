@@ -2,7 +2,7 @@
 
 One thread runs everything on a monotonic clock: the control period (1 s by default: the host's
 counters are read once, the controllers step, changed caps are written), manager requests
-(ZeroMQ REP) as they come, the per-VR sample stream (ZeroMQ PUB), the metrics and the state file
+(ZeroMQ REP) as they come, the samples (ZeroMQ PUB, one message per period), the metrics and the state file
 after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
 (caps restored, state kept), SIGHUP reloads the configuration (a bad one is refused and the old
 one kept).  An unexpected exception saves the state, leaves the caps as XTC set them and exits
@@ -326,23 +326,21 @@ class DaemonService:
         if report.meter_error is not None:
             self.metrics.meter_errors.inc()
         self._count(report.outcomes)
-        samples = self.core.samples(self.wall_clock(), period_s)
+        rows = self.core.sample_rows()
         assert self.pub is not None
-        send, message = self.pub.send, api.sample_message
-        for s in samples:
-            topic, body = message(s)
-            try:
-                send(topic, _MORE_NOBLOCK)
-                send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
-            except zmq.Again:
-                pass
-        self.metrics.update(samples)
+        topic, body = api.samples_message(self.wall_clock(), period_s, rows)
+        try:
+            self.pub.send(topic, _MORE_NOBLOCK)
+            self.pub.send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
+        except zmq.Again:
+            pass
+        self.metrics.update(rows)
         self.metrics.periods.inc()
         self._save(force=False)
         self.metrics.work.observe(time.perf_counter() - t0)
         if log.isEnabledFor(logging.DEBUG):
-            for s in samples:
-                event(log, logging.DEBUG, "sample", **s)
+            for row in rows:
+                event(log, logging.DEBUG, "sample", **dict(zip(api.SAMPLE_FIELDS, row)))
 
     def _count(self, outcomes: ActionOutcomes) -> None:
         ok = outcomes.writes_ok + outcomes.restores_ok
