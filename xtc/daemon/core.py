@@ -431,61 +431,96 @@ class DaemonCore:
             Caps to write (changed, never written, failed before, or due for re-assertion) and
             original caps still to restore.
         """
+        vrs = self.vrs
         for name, r in readings.items():
-            view = self.vrs.get(name)
+            view = vrs.get(name)
             if view is None:
                 continue
             view.measured_pps = r.forwarded_pps
             view.offered_pps = r.offered_pps
+        actions: list[Action] = []
         if self.instances:
             self._refresh_bank()
-        live: list[tuple[str, Instance]] = []
-        # Controllers the bank steps together (equal to stepping each, bit for bit).
-        batch: list[Instance] = []
-        batch_r: list[VrReading] = []
-        for name, inst in self.instances.items():
-            view = self.vrs.get(name)
-            if view is None or not view.present:
-                continue
-            live.append((name, inst))
-            r = readings.get(name)
-            if r is not None and r.counter_reset:
-                inst.applied_cap_percent = None
-            if inst.state == ACTIVE and r is not None and r.forwarded_pps is not None:
-                if self._banked(inst.controller):
-                    batch.append(inst)
-                    batch_r.append(r)
-                    continue
-                self._step_one(inst, r)
-            elif inst.state != ACTIVE:
-                inst.saturated_periods = 0
-        if batch:
-            assert self._bank is not None
-            offered = [r.offered_pps for r in batch_r]
-            caps, ok = self._bank.step(
-                [i.controller for i in batch],
-                np.array([r.forwarded_pps for r in batch_r], dtype=np.float64),
-                np.array([i.setpoint_pps for i in batch], dtype=np.float64),
-                np.array([math.nan if o is None else o for o in offered], dtype=np.float64),
-            )
-            for inst, r, cap, stepped in zip(batch, batch_r, caps.tolist(), ok.tolist()):
-                if stepped:
-                    inst.cap_percent = cap
-                    _saturation_step(inst, r.forwarded_pps)
-                else:
-                    self._step_one(inst, r)  # the scalar step names what it refuses
-        actions: list[Action] = []
-        reassert = self.reassert_period_s
-        for name, inst in live:
-            if reassert > 0 and inst.last_write_s is not None and now_s - inst.last_write_s >= reassert:
-                inst.applied_cap_percent = None
-            if inst.applied_cap_percent is None or not math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9):
-                actions.append(SetCap(name, inst.cap_percent))
+            actions = self._period_instances(now_s, readings)
         for name, cap in self.pending_restores.items():
             view = self.vrs.get(name)
             if view is not None and view.present:
                 actions.append(RestoreCap(name, cap, self.pending_records.get(name)))
         return actions
+
+    def _period_instances(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
+        """:meth:`period` for the instances: the controllers step, the caps to write.
+
+        The same decisions, instance by instance, as stepping each controller and testing each
+        cap alone (tests/unit/test_daemon_core_bank.py); done on arrays, with the factory's
+        controllers stepped by the bank (:class:`~xtc.control.bank.ControllerBank`) and the
+        others one by one.
+        """
+        vrs, seen = self.vrs, self._bank_seen
+        live: list[Instance] = []
+        # Controllers the bank steps together (equal to stepping each, bit for bit).
+        batch: list[Instance] = []
+        batch_r: list[VrReading] = []
+        for name, inst in self.instances.items():
+            view = vrs.get(name)
+            if view is None or not view.present:
+                continue
+            live.append(inst)
+            r = readings.get(name)
+            if r is not None and r.counter_reset:
+                inst.applied_cap_percent = None
+            if inst.state == ACTIVE:
+                if r is None or r.forwarded_pps is None:
+                    continue
+                ctl = inst.controller
+                ok = seen.get(id(ctl))  # self._banked(ctl), inline
+                if (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
+                    batch.append(inst)
+                    batch_r.append(r)
+                else:
+                    self._step_one(inst, r)
+            else:
+                inst.saturated_periods = 0
+        if batch:
+            self._step_bank(batch, batch_r)
+        # Which caps to write: never written, failed, changed, or due for re-assertion.
+        nan = math.nan
+        applied = np.array([nan if (v := i.applied_cap_percent) is None else v for i in live], dtype=np.float64)
+        cap = np.array([i.cap_percent for i in live], dtype=np.float64)
+        if self.reassert_period_s > 0:
+            last = np.array([nan if (v := i.last_write_s) is None else v for i in live], dtype=np.float64)
+            due = now_s - last >= self.reassert_period_s  # NaN (never written): False
+            for k in np.flatnonzero(due).tolist():
+                live[k].applied_cap_percent = None
+            applied[due] = nan
+        # not math.isclose(applied, cap, rel_tol=1e-9), as CPython computes it (finite caps)
+        diff = np.abs(cap - applied)
+        same = (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
+        return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
+
+    def _step_bank(self, batch: list[Instance], batch_r: list[VrReading]) -> None:
+        """The bank's controllers of ``batch`` step on their readings; caps and saturation follow."""
+        bank = self._bank
+        assert bank is not None
+        nan = math.nan
+        measured = np.array([r.forwarded_pps for r in batch_r], dtype=np.float64)
+        setpoint = np.array([i.setpoint_pps for i in batch], dtype=np.float64)
+        offered = np.array([nan if (o := r.offered_pps) is None else o for r in batch_r], dtype=np.float64)
+        caps, ok = bank.step([i.controller for i in batch], measured, setpoint, offered)
+        if not ok.all():
+            for k in np.flatnonzero(~ok).tolist():
+                self._step_one(batch[k], batch_r[k])  # the scalar step names what it refuses
+        old = np.array([i.cap_percent for i in batch], dtype=np.float64)
+        for k in np.flatnonzero(ok & (caps != old)).tolist():
+            batch[k].cap_percent = caps[k].item()
+        # _saturation_step of each stepped instance, on arrays
+        b = bank.caps
+        sat = np.array([i.saturated_periods for i in batch], dtype=np.int64)
+        at_max = (caps >= b.max_percent * (1 - 1e-9)) & (measured < (1 - SATURATED_TOLERANCE) * setpoint)
+        at_min = (caps <= b.min_percent * (1 + 1e-9)) & (measured > (1 + SATURATED_TOLERANCE) * setpoint)
+        new = np.where(at_max, np.maximum(sat, 0) + 1, np.where(at_min, np.minimum(sat, 0) - 1, 0))
+        for k in np.flatnonzero(ok & (new != sat)).tolist():
+            batch[k].saturated_periods = int(new[k])
 
     @staticmethod
     def _step_one(inst: Instance, r: VrReading) -> None:
