@@ -127,6 +127,10 @@ class CgroupBackend(ActuatorCaps):
         return a
 
     def close(self) -> None:
+        for a in self._acts.values():
+            close = getattr(a, "close", None)
+            if close is not None:
+                close()
         self.counters.close()
 
 
