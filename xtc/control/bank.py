@@ -22,6 +22,8 @@ caller steps them one by one.
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,11 +38,24 @@ _FLOAT_MAX = 1.7976931348623157e308
 
 def _pow10(x: np.ndarray) -> np.ndarray:
     """``10.0 ** x`` element by element with the C library's pow (what Python's ``**`` uses)."""
-    return np.array([10.0**v for v in x.tolist()], dtype=np.float64)
+    return np.array(list(map(pow, repeat(10.0, len(x)), x.tolist())), dtype=np.float64)
 
 
 def _log10_of(x: np.ndarray) -> np.ndarray:
     return np.array(list(map(_log10, x.tolist())), dtype=np.float64)
+
+
+def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(values with None as 0.0, where not None) of a tuple of floats and Nones."""
+    if None not in values:
+        return np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool)
+    has = np.array([v is not None for v in values], dtype=bool)
+    return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
+
+
+_XTC_STATE = attrgetter("_u", "_carry", "_quant_decades", "_noise_log", "_E_prev")
+_PI_STATE = attrgetter("_u", "_carry", "_e_prev")
+_APPLIED_STATE = attrgetter("_u", "_carry")
 
 
 def _rates_ok(v: np.ndarray) -> np.ndarray:
@@ -126,13 +141,12 @@ class ControllerBank:
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray) -> np.ndarray:
         t = self.tuning
-        u = np.array([c._u for c in ctls])
-        carry = np.array([c._carry for c in ctls])
-        quant = np.array([c._quant_decades for c in ctls])
-        noise = np.array([c._noise_log for c in ctls])
-        e_prev_list = [c._E_prev for c in ctls]
-        has_prev = np.array([e is not None for e in e_prev_list])
-        e_prev = np.array([0.0 if e is None else e for e in e_prev_list])
+        u_t, carry_t, quant_t, noise_t, e_prev_t = zip(*map(_XTC_STATE, ctls))
+        u = np.array(u_t, dtype=np.float64)
+        carry = np.array(carry_t, dtype=np.float64)
+        quant = np.array(quant_t, dtype=np.float64)
+        noise = np.array(noise_t, dtype=np.float64)
+        e_prev, has_prev = _optional(e_prev_t)
 
         # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
@@ -156,26 +170,27 @@ class ControllerBank:
         du = np.where(fine, t.fine_gain * E / 1.0, ((kp + self.params[3]) * E - kp * E_prev) / 1.0)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)
-        u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(u) + carry))
-        for c, uu, ee, nn in zip(ctls, u.tolist(), E.tolist(), noise.tolist()):
-            c._u = uu
+        new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(new_u) + carry))
+        for c, ee, nn in zip(ctls, E.tolist(), noise.tolist()):
             c._E_prev = ee
             c._noise_log = nn
             c.steps += 1
+        for k in np.flatnonzero(new_u != u).tolist():  # inside the dead zone u stays
+            ctls[k]._u = new_u[k].item()
         return caps
 
     def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
-        u = np.array([c._u for c in ctls])
-        carry = np.array([c._carry for c in ctls])
-        e_prev_list = [c._e_prev for c in ctls]
-        has_prev = np.array([e is not None for e in e_prev_list])
+        u_t, carry_t, e_prev_t = zip(*map(_PI_STATE, ctls))
+        u = np.array(u_t, dtype=np.float64)
+        carry = np.array(carry_t, dtype=np.float64)
+        e_prev_v, has_prev = _optional(e_prev_t)
         y = y_pps / 1000.0
         r = r_pps / 1000.0
         e = r - y
-        e_prev = np.where(has_prev, np.array([0.0 if v is None else v for v in e_prev_list]), e)
+        e_prev = np.where(has_prev, e_prev_v, e)
         move = np.abs(e) >= dz * r
         du = (kp + ki) * e - kp * e_prev
         u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
@@ -207,8 +222,9 @@ class ControllerBank:
             return caps, done
         if len(ctls) == 0:
             return np.empty(0), done
-        u = np.array([c._u for c in ctls])
-        carry = np.array([c._carry for c in ctls])
+        u_t, carry_t = zip(*map(_APPLIED_STATE, ctls))
+        u = np.array(u_t, dtype=np.float64)
+        carry = np.array(carry_t, dtype=np.float64)
         want = _pow10(u)
         carry = carry + want - got
         limit = np.maximum(_Bounded.CARRY_LIMIT_PERCENT, _Bounded.CARRY_LIMIT_FRACTION * got)
