@@ -171,3 +171,27 @@ def test_state_saved_when_caps_move_or_after_the_idle_bound(tmp_path, monkeypatc
         assert ask(svc, cmd="pause", vr="vr1")["ok"] and len(saves) == 4
     finally:
         svc.close()
+
+
+def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monkeypatch):
+    import gc
+
+    import xtc.daemon.service as service_mod
+
+    svc, clock = make(tmp_path)
+    full: list[float] = []
+    monkeypatch.setattr(service_mod.gc, "collect", lambda *a: full.append(clock.t) or 0)
+    try:
+        drive(svc, clock, 1)
+        assert full == []  # not managed: the collector left alone
+        svc.manage_gc = True
+        gc.unfreeze()
+        drive(svc, clock, 3)
+        assert gc.get_freeze_count() > 0  # what outlives a period is frozen
+        assert full == [clock.t - 2]  # one full collection, at the first managed period
+        clock.t += service_mod.GC_FULL_PERIOD_S - 3
+        drive(svc, clock, 2)
+        assert len(full) == 2 and full[1] - full[0] >= service_mod.GC_FULL_PERIOD_S
+    finally:
+        gc.unfreeze()
+        svc.close()

@@ -392,6 +392,8 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
             between = lambda: dev.write_text(render_proc_net_dev(traffic.advance(period_s)))  # noqa: E731
             row.update(counters="synthetic /proc/net/dev file (kernel cost not included)", caps="recorded, not written")
         svc = DaemonService(cfg, host, clock=lambda: clock_s[0], wall_clock=time.time)
+        svc.manage_gc = True  # as run_daemon has it
+        stack.callback(gc.unfreeze)
         svc.open()
         try:
             for k in range(1, n_vrs + 1):
