@@ -221,10 +221,9 @@ class Fleet:
         try:
             while True:
                 await asyncio.sleep(self.period_s)
-                t = time.time()
-                for v in d.vrs.values():
-                    p.send_multipart(api.sample_message({**v.instance(), "t_unix_s": t, "period_s": self.period_s}),
-                                     flags=zmq.NOBLOCK)
+                rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
+                p.send_multipart(api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0])),
+                                 flags=zmq.NOBLOCK)
         finally:
             p.close(0)
 

@@ -153,8 +153,12 @@ def test_saturated_flag_in_describe_and_ctl_status() -> None:
 def test_saturated_metric() -> None:
     from xtc.daemon.metrics import DaemonMetrics
 
+    from xtc.daemon.api import SAMPLE_FIELDS
+
     m = DaemonMetrics()
-    base = {"setpoint_pps": 1.0, "measured_pps": 1.0, "offered_pps": 1.0, "cap_percent": 100.0, "state": "active"}
-    m.update([{**base, "vr": "a", "saturated": "cap_max"}, {**base, "vr": "b", "saturated": "cap_min"}, {**base, "vr": "c", "saturated": None}])
+    base = {"setpoint_pps": 1.0, "measured_pps": 1.0, "offered_pps": 1.0, "cap_percent": 100.0, "state": "active",
+            "present": True, "original_cap_percent": None, "actuation_error": None}
+    m.update([[{**base, "vr": vr, "saturated": sat}[k] for k in SAMPLE_FIELDS]
+              for vr, sat in (("a", "cap_max"), ("b", "cap_min"), ("c", None))])
     got = {k: m.registry.get_sample_value("xtc_vr_saturated", {"vr": k}) for k in "abc"}
     assert got == {"a": 1.0, "b": -1.0, "c": 0.0}

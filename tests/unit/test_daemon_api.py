@@ -107,10 +107,23 @@ def test_encode_writes_non_finite_as_null():
     assert json.loads(api.encode({"a": float("nan"), "b": [float("inf"), 1.0]})) == {"a": None, "b": [None, 1.0]}
 
 
-def test_sample_message_topic():
-    topic, body = api.sample_message({"vr": "vr7", "measured_pps": 5.0})
-    assert topic == b"sample.vr7"
-    assert json.loads(body) == {"v": 1, "vr": "vr7", "measured_pps": 5.0}
+def test_samples_message_round_trip():
+    rows = [["vr7", "active", True, 2e4, 5.0, None, 12.5, None, None, "cap_min"],
+            ["vr8", "inactive", False, None, None, None, None, 40.0, "boom", None]]
+    topic, body = api.samples_message(100.5, 1.0, rows)
+    assert topic == b"samples"
+    doc = json.loads(body)
+    assert doc["schema"] == "xtc-samples/1" and doc["fields"] == list(api.SAMPLE_FIELDS) and doc["vrs"] == rows
+    got = api.decode_samples(body)
+    assert got[0] == {"vr": "vr7", "state": "active", "present": True, "setpoint_pps": 2e4, "measured_pps": 5.0,
+                      "offered_pps": None, "cap_percent": 12.5, "original_cap_percent": None, "actuation_error": None,
+                      "saturated": "cap_min", "t_unix_s": 100.5, "period_s": 1.0}
+    assert got[1]["actuation_error"] == "boom" and got[1]["original_cap_percent"] == 40.0
+
+
+def test_decode_samples_refuses_another_format():
+    with pytest.raises(ValueError, match="xtc-samples/1"):
+        api.decode_samples(b'{"v": 1, "vr": "vr7"}')
 
 
 def test_committed_schema_matches_code():

@@ -69,7 +69,9 @@ def test_real_replies_and_samples_fit_the_models(service: DaemonService) -> None
     assert err.error.code == "unknown_vr"
     err = api.ErrorReply.model_validate_json(ask({"cmd": "activate", "vr": "vr1", "setpoint_pps": "x", "id": 3}))
     assert (err.id, err.error.code) == (3, "bad_field") and "setpoint_pps" in err.error.message
-    for sample in service.core.samples(5.0, 1.0):
-        topic, body = api.sample_message(sample)
-        parsed = api.Sample.model_validate_json(body)
-        assert topic == f"sample.{parsed.vr}".encode()
+    topic, body = api.samples_message(5.0, 1.0, service.core.sample_rows())
+    assert topic == b"samples"
+    msg = api.Samples.model_validate_json(body)
+    assert msg.fields == list(api.SAMPLE_FIELDS) and msg.vrs
+    for sample in api.decode_samples(body):
+        api.Sample.model_validate(sample)

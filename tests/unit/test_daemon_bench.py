@@ -46,3 +46,17 @@ def test_bench_daemon_json_rows(capsys) -> None:
     assert row["kernel_included"] is False and doc["kernel_included"] is False
     # The output says that the kernel's cost is left out.
     assert "NOT included" in captured.err
+
+
+def test_bench_daemon_breakdown_times_each_stage_within_the_total() -> None:
+    from xtc.daemon import api
+    from xtc_lab.bench.daemon_bench import _STAGES
+
+    real = api.samples_message
+    row = bench_daemon(20, seconds=3.0, period_s=1.0, kernel=False, breakdown=True)
+    stages = row["breakdown_us_per_period"]
+    assert {"counters", "meter", "core", "sample rows", "sample JSON", "metrics"} <= set(stages) <= {s[0] for s in _STAGES}
+    total_us = row["core_percent"] / 100.0 * 1e6  # per second of daemon time = per period at 1 s
+    # The stages follow one another (the indented one is part of the one above): their sum is within the total.
+    assert 0 < sum(v for k, v in stages.items() if not k.startswith(" ")) <= total_us * 1.05
+    assert api.samples_message is real  # the wrappers are gone afterwards

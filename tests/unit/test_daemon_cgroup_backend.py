@@ -283,3 +283,38 @@ def test_daemon_holds_a_setpoint_through_the_cgroup_and_survives_its_removal(tmp
         rc = svc.close()
     assert rc == 0
     assert (d / "cpu.cfs_quota_us").read_text() == "-1"  # the exact original back on stop
+
+
+def test_listing_says_what_isdir_says_of_each_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Directories, files, symlinks to directories, dangling links, odd path forms, an unlistable parent."""
+    import os
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    for d in ("vr1", "vr3", "real"):
+        (a / d).mkdir()
+    (a / "file").write_text("")
+    (a / "link").symlink_to(a / "real")
+    (a / "dangling").symlink_to(a / "nowhere")
+    (b / "vr9").mkdir()
+    paths = [str(a / "vr1"), str(a / "vr2"), str(a / "vr3") + "/", str(a / "file"), str(a / "link"),
+             str(a / "dangling"), str(a / "." / "vr1"), str(b / "vr9"), str(tmp_path / "c" / "x"), "/"]
+    vrs = [(f"v{k}", p, (f"i{k}",)) for k, p in enumerate(paths)]
+    be = backend(*vrs)
+    want = {n: ifs for n, p, ifs in vrs if os.path.isdir(p)}
+    assert be.list_vrs() == want
+    assert set(want) == {"v0", "v2", "v4", "v6", "v7", "v9"}
+    (a / "vr3").rmdir()
+    (a / "vr2").mkdir()
+    assert set(be.list_vrs()) == {"v0", "v1", "v4", "v6", "v7", "v9"}
+    # A parent that cannot be listed: each of its paths is tested alone.
+    real_scandir = os.scandir
+
+    def refuse(path):
+        if str(path) == str(a):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    assert set(be.list_vrs()) == {"v0", "v1", "v4", "v6", "v7", "v9"}

@@ -267,9 +267,9 @@ def test_fuzz_random_requests_keep_invariants():
             assert inst.original_cap_percent == caps[n]
 
 
-def test_samples_are_the_descriptions_with_the_time():
-    """Active, paused, saturated, inactive, pending-restore and vanished VRs: each sample is
-    describe() (same keys, same order) followed by t_unix_s and period_s."""
+def test_sample_rows_are_the_descriptions_without_the_record():
+    """Active, paused, saturated, inactive, pending-restore and vanished VRs: each row is
+    describe() without original_record, values in SAMPLE_FIELDS order."""
     c = core_with("a", "b", "c", "d", "e")
     activate(c, "a", 20e3, 30.0)
     activate(c, "b", 20e3, None)
@@ -280,7 +280,15 @@ def test_samples_are_the_descriptions_with_the_time():
     c.instances["a"].actuation_error = "boom"
     c.period(2.0, {"a": VrReading(1000.0, 5000.0), "c": VrReading(3.0, None, True)})
     c.set_present({"a", "b", "d"})
-    got = c.samples(123.5, 0.5)
-    want = [{**c.describe(n), "t_unix_s": 123.5, "period_s": 0.5} for n in sorted(c._names())]
-    assert [list(s.items()) for s in got] == [list(s.items()) for s in want]
-    assert {s["vr"] for s in got} >= {"a", "b", "d"}
+    got = c.sample_rows()
+    want = [[c.describe(n)[k] for k in api.SAMPLE_FIELDS] for n in sorted(c._names())]
+    assert got == want
+    assert {r[0] for r in got} >= {"a", "b", "d"}
+    assert got[0][api.SAMPLE_FIELDS.index("saturated")] == "cap_max"
+    c.instances["a"].saturated_periods = -5
+    assert c.sample_rows()[0][api.SAMPLE_FIELDS.index("saturated")] == "cap_min"
+    c.instances["a"].saturated_periods = 4
+    assert c.sample_rows()[0][api.SAMPLE_FIELDS.index("saturated")] is None
+    c.instances["a"].saturated_periods = 9
+    c.handle(req("pause", "a"), 3.0)
+    assert c.sample_rows()[0][api.SAMPLE_FIELDS.index("saturated")] is None

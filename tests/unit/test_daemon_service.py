@@ -136,3 +136,62 @@ def test_reload_refuses_bad_and_fixed_keys(tmp_path):
         assert svc.cfg.daemon.state_dir == f"{tmp_path}/state"
     finally:
         svc.close()
+
+
+def test_state_saved_when_caps_move_or_after_the_idle_bound(tmp_path, monkeypatch):
+    import xtc.daemon.service as service_mod
+
+    svc, clock = make(tmp_path)
+    saves: list[float] = []
+    real = service_mod.save_state
+
+    def counting(path, doc):
+        saves.append(clock.t)
+        real(path, doc)
+
+    monkeypatch.setattr(service_mod, "save_state", counting)
+    try:
+        drive(svc, clock, 1)
+        assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=30000)["ok"]
+        assert len(saves) == 1  # a request that changes an instance is saved at once
+        inst = svc.core.instances["vr1"]
+        clock.t += service_mod.STATE_SAVE_PERIOD_S - 1
+        assert svc._save(force=False) is None and len(saves) == 1  # not due
+        clock.t += 1
+        assert svc._save(force=False) is None and len(saves) == 1  # due, but no cap moved
+        inst.cap_percent *= 1.01
+        assert svc._save(force=False) is None and len(saves) == 2  # a cap moved
+        assert json.loads((tmp_path / "state" / "state.json").read_text())["instances"]["vr1"]["cap_percent"] == inst.cap_percent
+        clock.t += service_mod.STATE_SAVE_PERIOD_S
+        svc._save(force=False)
+        assert len(saves) == 2
+        clock.t += service_mod.STATE_SAVE_IDLE_PERIOD_S - service_mod.STATE_SAVE_PERIOD_S
+        svc._save(force=False)
+        assert len(saves) == 3  # the idle bound: the controllers' memory is saved too
+        assert ask(svc, cmd="pause", vr="vr1")["ok"] and len(saves) == 4
+    finally:
+        svc.close()
+
+
+def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monkeypatch):
+    import gc
+
+    import xtc.daemon.service as service_mod
+
+    svc, clock = make(tmp_path)
+    full: list[float] = []
+    monkeypatch.setattr(service_mod.gc, "collect", lambda *a: full.append(clock.t) or 0)
+    try:
+        drive(svc, clock, 1)
+        assert full == []  # not managed: the collector left alone
+        svc.manage_gc = True
+        gc.unfreeze()
+        drive(svc, clock, 3)
+        assert gc.get_freeze_count() > 0  # what outlives a period is frozen
+        assert full == [clock.t - 2]  # one full collection, at the first managed period
+        clock.t += service_mod.GC_FULL_PERIOD_S - 3
+        drive(svc, clock, 2)
+        assert len(full) == 2 and full[1] - full[0] >= service_mod.GC_FULL_PERIOD_S
+    finally:
+        gc.unfreeze()
+        svc.close()

@@ -1,8 +1,8 @@
 """The manager API's message schema (version 1): requests, replies and published samples.
 
 Transport (see docs/manager-api.md): a ZeroMQ REP socket takes one JSON object per request and
-answers with one JSON object; a PUB socket publishes one two-frame message per VR and control
-period, ``[b"sample.<vr>", <json>]``.  Everything here is pure: bytes in, dataclasses or bytes out.
+answers with one JSON object; a PUB socket publishes one two-frame message per control period,
+``[b"samples", <json>]``, with a row per VR (:class:`Samples`, :func:`decode_samples`).  Everything here is pure: bytes in, dataclasses or bytes out.
 
 Request::
 
@@ -42,18 +42,21 @@ __all__ = [
     "ok_reply",
     "error_reply",
     "encode",
-    "sample_message",
+    "samples_message",
+    "decode_samples",
     "json_schema",
-    "SAMPLE_TOPIC_PREFIX",
+    "SAMPLES_TOPIC",
+    "SAMPLES_SCHEMA",
+    "SAMPLE_FIELDS",
     "REQUEST_MODELS",
     "OkReply",
     "ErrorReply",
     "Instance",
     "Sample",
+    "Samples",
 ]
 
 API_VERSION = 1
-SAMPLE_TOPIC_PREFIX = "sample."
 #: Smallest accepted setpoint, packets/s.
 MIN_SETPOINT_PPS = 1.0
 MAX_VR_NAME = 64
@@ -184,8 +187,8 @@ class ErrorReply(BaseModel):
     error: ReplyError
 
 
-class Instance(BaseModel):
-    """One VR and its XTC instance. Rates in packets/s, caps in percent of one CPU."""
+class _VrFields(BaseModel):
+    """What an instance object and a published sample share."""
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
@@ -197,11 +200,6 @@ class Instance(BaseModel):
     offered_pps: float | None = Field(description="packets/s offered to the VR over the last period")
     cap_percent: float | None = Field(description="current cap; null = unlimited or unknown")
     original_cap_percent: float | None = Field(description="cap to restore; null = unlimited")
-    original_record: dict[str, Any] | None = Field(
-        None,
-        description="the backend's exact record of the setting to restore (e.g. raw vcpu_quota and vcpu_period); "
-        "null = none kept",
-    )
     actuation_error: str | None = None
     saturated: Literal["cap_max", "cap_min"] | None = Field(
         None,
@@ -211,10 +209,40 @@ class Instance(BaseModel):
     )
 
 
-class Sample(Instance):
-    """Published on the PUB socket under topic 'sample.<vr>' once per control period."""
+class Instance(_VrFields):
+    """One VR and its XTC instance. Rates in packets/s, caps in percent of one CPU."""
 
-    v: Literal[1]
+    original_record: dict[str, Any] | None = Field(
+        None,
+        description="the backend's exact record of the setting to restore (e.g. raw vcpu_quota and vcpu_period); "
+        "null = none kept",
+    )
+
+
+#: The topic of the one message published per control period.
+SAMPLES_TOPIC = b"samples"
+#: Its format (the ``schema`` member of its body).
+SAMPLES_SCHEMA = "xtc-samples/1"
+#: The members of each VR's row in it, in order (an instance object's, less ``original_record``).
+SAMPLE_FIELDS: tuple[str, ...] = ("vr", "state", "present", "setpoint_pps", "measured_pps", "offered_pps",
+                                  "cap_percent", "original_cap_percent", "actuation_error", "saturated")
+
+
+class Samples(BaseModel):
+    """Published on the PUB socket under topic ``samples`` once per control period: every known VR."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+    schema_: Literal["xtc-samples/1"] = Field(alias="schema")
+    t_unix_s: float = Field(description="wall-clock time of the samples, seconds")
+    period_s: float = Field(description="length of the period measured, seconds")
+    fields: list[str] = Field(description="the members of each row, in order: " + ", ".join(SAMPLE_FIELDS))
+    vrs: list[list[Any]] = Field(description="one row per VR, sorted by VR name, values in the order of 'fields'")
+
+
+class Sample(_VrFields):
+    """One VR's sample as :func:`decode_samples` gives it: its row, named, with the message's times."""
+
     t_unix_s: float = Field(description="wall-clock time of the sample, seconds")
     period_s: float = Field(description="length of the period measured, seconds")
 
@@ -388,9 +416,29 @@ def error_reply(err: ApiError, request_id: str | int | None = None) -> bytes:
     return encode({"v": API_VERSION, "id": rid, "ok": False, "error": {"code": err.code, "message": err.message}})
 
 
-def sample_message(sample: Mapping[str, Any]) -> list[bytes]:
-    """The two frames of a published per-VR sample: topic ``sample.<vr>`` and the JSON body."""
-    return [f"{SAMPLE_TOPIC_PREFIX}{sample['vr']}".encode(), encode({"v": API_VERSION, **sample})]
+def samples_message(t_unix_s: float, period_s: float, rows: list[list[Any]]) -> list[bytes]:
+    """The two frames of a period's samples: topic ``samples`` and the JSON body (:class:`Samples`).
+
+    ``rows`` are the VRs' rows, values in the order of :data:`SAMPLE_FIELDS`.
+    """
+    return [SAMPLES_TOPIC, encode({"schema": SAMPLES_SCHEMA, "t_unix_s": t_unix_s, "period_s": period_s,
+                                   "fields": list(SAMPLE_FIELDS), "vrs": rows})]
+
+
+def decode_samples(body: bytes | str) -> list[dict[str, Any]]:
+    """One sample per VR from the body of a ``samples`` message (each a :class:`Sample`).
+
+    Raises
+    ------
+    ValueError
+        Not a :data:`SAMPLES_SCHEMA` document.
+    """
+    doc = json.loads(body)
+    if not isinstance(doc, dict) or doc.get("schema") != SAMPLES_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"not an {SAMPLES_SCHEMA} message (schema {got!r})")
+    fields, t, p = doc["fields"], doc["t_unix_s"], doc["period_s"]
+    return [{**dict(zip(fields, row)), "t_unix_s": t, "period_s": p} for row in doc["vrs"]]
 
 
 # ------------------------------------------------------------------------------ machine-readable
@@ -411,6 +459,7 @@ def json_schema() -> dict[str, Any]:
         "request": {"oneOf": [schema_of(m, cmd) for cmd, m in REQUEST_MODELS.items()]},
         "reply": {"oneOf": [schema_of(OkReply), schema_of(ErrorReply)]},
         "instance": schema_of(Instance),
+        "samples": schema_of(Samples),
         "sample": schema_of(Sample),
     }
     return {

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("setpoint", help="change an instance's setpoint on the fly")
     s.add_argument("vr")
     s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
-    s = sub.add_parser("watch", help="print the published per-VR samples")
+    s = sub.add_parser("watch", help="print the published samples (one line per VR and period)")
     s.add_argument("vr", nargs="?")
     s.add_argument("--pub-endpoint", default=None, help="PUB endpoint (default: from --config)")
     s.add_argument("--count", type=int, default=0, help="stop after this many samples (0 = never)")

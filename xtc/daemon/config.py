@@ -22,7 +22,7 @@ A complete example (every key shown with its default unless marked required)::
 
     [manager]
     endpoint = "tcp://127.0.0.1:7700"      # REP socket for requests (ZeroMQ endpoint)
-    pub_endpoint = "tcp://127.0.0.1:7701"  # PUB socket for per-VR samples
+    pub_endpoint = "tcp://127.0.0.1:7701"  # PUB socket for the samples (one message per period)
     max_message_bytes = 65536
 
     [metrics]

@@ -38,7 +38,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from xtc.control import Controller
+from xtc.control.bank import ControllerBank
 
 from .api import ApiError, Request
 from .meter import VrReading
@@ -212,6 +215,30 @@ class DaemonCore:
     vrs: dict[str, _VrView] = field(default_factory=dict)
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
+    #: The bank that steps the factory's controllers together (None: the factory's kind has none).
+    _bank: ControllerBank | None = field(default=None, init=False, repr=False, compare=False)
+    _bank_factory: Any = field(default=None, init=False, repr=False, compare=False)
+    #: id(controller) -> (controller, accepted by the bank): the bank's check, once per controller.
+    _bank_seen: dict[int, tuple[Any, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _banked(self, ctl: Controller) -> bool:
+        """Does the bank step ``ctl`` (same class and parameters as the factory's controllers)?"""
+        seen = self._bank_seen.get(id(ctl))
+        if seen is not None and seen[0] is ctl:
+            return seen[1]
+        ok = self._bank is not None and self._bank.accepts(ctl)
+        self._bank_seen[id(ctl)] = (ctl, ok)
+        return ok
+
+    def _refresh_bank(self) -> None:
+        """Build the bank for the current factory (once per factory); forget controllers gone."""
+        if self._bank_factory is not self.controller_factory:
+            self._bank_factory = self.controller_factory
+            self._bank = ControllerBank.like(self.controller_factory())
+            self._bank_seen = {}
+        elif len(self._bank_seen) > 2 * len(self.instances) + 64:
+            live = {id(i.controller) for i in self.instances.values()}
+            self._bank_seen = {k: v for k, v in self._bank_seen.items() if k in live}
 
     # ------------------------------------------------------------------------- VR inventory
     def set_present(self, names: set[str] | frozenset[str]) -> None:
@@ -404,43 +431,142 @@ class DaemonCore:
             Caps to write (changed, never written, failed before, or due for re-assertion) and
             original caps still to restore.
         """
+        vrs = self.vrs
         for name, r in readings.items():
-            view = self.vrs.get(name)
+            view = vrs.get(name)
             if view is None:
                 continue
             view.measured_pps = r.forwarded_pps
             view.offered_pps = r.offered_pps
         actions: list[Action] = []
-        for name, inst in self.instances.items():
-            view = self.vrs.get(name)
-            if view is None or not view.present:
-                continue
-            r = readings.get(name)
-            if r is not None and r.counter_reset:
-                inst.applied_cap_percent = None
-            if inst.state == ACTIVE and r is not None and r.forwarded_pps is not None:
-                try:
-                    inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
-                    _saturation_step(inst, r.forwarded_pps)
-                except ValueError as e:
-                    inst.actuation_error = f"measurement refused by the controller: {e}"
-            elif inst.state != ACTIVE:
-                inst.saturated_periods = 0
-            if (
-                self.reassert_period_s > 0
-                and inst.last_write_s is not None
-                and now_s - inst.last_write_s >= self.reassert_period_s
-            ):
-                inst.applied_cap_percent = None
-            if inst.applied_cap_percent is None or not math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9):
-                actions.append(SetCap(name, inst.cap_percent))
+        if self.instances:
+            self._refresh_bank()
+            actions = self._period_instances(now_s, readings)
         for name, cap in self.pending_restores.items():
             view = self.vrs.get(name)
             if view is not None and view.present:
                 actions.append(RestoreCap(name, cap, self.pending_records.get(name)))
         return actions
 
+    def _period_instances(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
+        """:meth:`period` for the instances: the controllers step, the caps to write.
+
+        The same decisions, instance by instance, as stepping each controller and testing each
+        cap alone (tests/unit/test_daemon_core_bank.py); done on arrays, with the factory's
+        controllers stepped by the bank (:class:`~xtc.control.bank.ControllerBank`) and the
+        others one by one.
+        """
+        vrs, seen = self.vrs, self._bank_seen
+        live: list[Instance] = []
+        # Controllers the bank steps together (equal to stepping each, bit for bit).
+        batch: list[Instance] = []
+        batch_r: list[VrReading] = []
+        for name, inst in self.instances.items():
+            view = vrs.get(name)
+            if view is None or not view.present:
+                continue
+            live.append(inst)
+            r = readings.get(name)
+            if r is not None and r.counter_reset:
+                inst.applied_cap_percent = None
+            if inst.state == ACTIVE:
+                if r is None or r.forwarded_pps is None:
+                    continue
+                ctl = inst.controller
+                ok = seen.get(id(ctl))  # self._banked(ctl), inline
+                if (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
+                    batch.append(inst)
+                    batch_r.append(r)
+                else:
+                    self._step_one(inst, r)
+            else:
+                inst.saturated_periods = 0
+        if batch:
+            self._step_bank(batch, batch_r)
+        # Which caps to write: never written, failed, changed, or due for re-assertion.
+        nan = math.nan
+        applied = np.array([nan if (v := i.applied_cap_percent) is None else v for i in live], dtype=np.float64)
+        cap = np.array([i.cap_percent for i in live], dtype=np.float64)
+        if self.reassert_period_s > 0:
+            last = np.array([nan if (v := i.last_write_s) is None else v for i in live], dtype=np.float64)
+            due = now_s - last >= self.reassert_period_s  # NaN (never written): False
+            for k in np.flatnonzero(due).tolist():
+                live[k].applied_cap_percent = None
+            applied[due] = nan
+        # not math.isclose(applied, cap, rel_tol=1e-9), as CPython computes it (finite caps)
+        diff = np.abs(cap - applied)
+        same = (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
+        return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
+
+    def _step_bank(self, batch: list[Instance], batch_r: list[VrReading]) -> None:
+        """The bank's controllers of ``batch`` step on their readings; caps and saturation follow."""
+        bank = self._bank
+        assert bank is not None
+        nan = math.nan
+        measured = np.array([r.forwarded_pps for r in batch_r], dtype=np.float64)
+        setpoint = np.array([i.setpoint_pps for i in batch], dtype=np.float64)
+        offered = np.array([nan if (o := r.offered_pps) is None else o for r in batch_r], dtype=np.float64)
+        caps, ok = bank.step([i.controller for i in batch], measured, setpoint, offered)
+        if not ok.all():
+            for k in np.flatnonzero(~ok).tolist():
+                self._step_one(batch[k], batch_r[k])  # the scalar step names what it refuses
+        old = np.array([i.cap_percent for i in batch], dtype=np.float64)
+        for k in np.flatnonzero(ok & (caps != old)).tolist():
+            batch[k].cap_percent = caps[k].item()
+        # _saturation_step of each stepped instance, on arrays
+        b = bank.caps
+        sat = np.array([i.saturated_periods for i in batch], dtype=np.int64)
+        at_max = (caps >= b.max_percent * (1 - 1e-9)) & (measured < (1 - SATURATED_TOLERANCE) * setpoint)
+        at_min = (caps <= b.min_percent * (1 + 1e-9)) & (measured > (1 + SATURATED_TOLERANCE) * setpoint)
+        new = np.where(at_max, np.maximum(sat, 0) + 1, np.where(at_min, np.minimum(sat, 0) - 1, 0))
+        for k in np.flatnonzero(ok & (new != sat)).tolist():
+            batch[k].saturated_periods = int(new[k])
+
+    @staticmethod
+    def _step_one(inst: Instance, r: VrReading) -> None:
+        try:
+            inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
+            _saturation_step(inst, r.forwarded_pps)
+        except ValueError as e:
+            inst.actuation_error = f"measurement refused by the controller: {e}"
+
     # ----------------------------------------------------------------- outcome of actions
+    def caps_written(self, written: list[tuple[str, float, float]], now_s: float) -> None:
+        """:meth:`cap_written` for many writes at once: ``(vr, cap_in_force_percent, commanded_percent)``.
+
+        The same result as calling :meth:`cap_written` for each in turn (the VRs are distinct);
+        the bank's controllers learn their caps in force together.
+        """
+        if self.instances:
+            self._refresh_bank()
+        batch: list[Instance] = []
+        got: list[float] = []
+        for vr, in_force, commanded in written:
+            inst = self.instances.get(vr)
+            if inst is None:
+                continue
+            if inst.state == ACTIVE and self._banked(inst.controller):
+                inst.applied_cap_percent = commanded
+                inst.cap_in_force_percent = in_force
+                inst.last_write_s = now_s
+                inst.actuation_error = None
+                batch.append(inst)
+                got.append(in_force)
+            else:
+                self.cap_written(vr, in_force, now_s, commanded_percent=commanded)
+        if batch:
+            assert self._bank is not None
+            caps, done = self._bank.applied([i.controller for i in batch], np.array(got, dtype=np.float64))
+            for inst, g, cap, ok in zip(batch, got, caps.tolist(), done.tolist()):
+                if ok:
+                    inst.cap_percent = cap
+                else:
+                    try:
+                        inst.controller.applied(g)
+                    except ValueError as e:
+                        inst.actuation_error = f"cap in force refused by the controller: {e}"
+                    inst.cap_percent = inst.controller.cap_percent
+
     def cap_written(self, vr: str, cap_in_force_percent: float, now_s: float,
                     commanded_percent: float | None = None) -> None:
         """A :class:`SetCap` succeeded: the host now has ``cap_in_force_percent`` in force.
@@ -513,30 +639,28 @@ class DaemonCore:
             "saturated": saturation_of(inst),
         }
 
-    def samples(self, t_unix_s: float, period_s: float) -> list[dict[str, Any]]:
-        """Per-VR samples of the period just ended, for the PUB socket and the metrics.
+    def sample_rows(self) -> list[list[Any]]:
+        """Every known VR's row of the period's samples, sorted by name (for the PUB socket and the metrics).
 
-        Each is :meth:`describe` of the VR (same keys, same order) with ``t_unix_s`` and
-        ``period_s`` after them; built in one step per VR (this runs for every VR every period).
+        A row is :meth:`describe` of the VR without ``original_record``, values only, in the order
+        of :data:`xtc.daemon.api.SAMPLE_FIELDS`; built in one step per VR (this runs for every VR
+        every period).
         """
         out = []
-        vrs, instances = self.vrs, self.instances
-        pending, records = self.pending_restores, self.pending_records
+        vrs, instances, pending = self.vrs, self.instances, self.pending_restores
         empty = _VrView()
         for n in sorted(self._names()):
             view = vrs.get(n, empty)
             inst = instances.get(n)
             if inst is None:
-                out.append({"vr": n, "state": INACTIVE, "present": view.present, "setpoint_pps": None,
-                            "measured_pps": view.measured_pps, "offered_pps": view.offered_pps, "cap_percent": None,
-                            "original_cap_percent": pending.get(n), "original_record": records.get(n),
-                            "actuation_error": None, "saturated": None, "t_unix_s": t_unix_s, "period_s": period_s})
+                out.append([n, INACTIVE, view.present, None, view.measured_pps, view.offered_pps, None,
+                            pending.get(n), None, None])
             else:
-                out.append({"vr": n, "state": inst.state, "present": view.present, "setpoint_pps": inst.setpoint_pps,
-                            "measured_pps": view.measured_pps, "offered_pps": view.offered_pps,
-                            "cap_percent": inst.cap_percent, "original_cap_percent": inst.original_cap_percent,
-                            "original_record": inst.original_record, "actuation_error": inst.actuation_error,
-                            "saturated": saturation_of(inst), "t_unix_s": t_unix_s, "period_s": period_s})
+                p = inst.saturated_periods
+                sat = None if inst.state != ACTIVE or -SATURATED_AFTER_PERIODS < p < SATURATED_AFTER_PERIODS \
+                    else ("cap_max" if p > 0 else "cap_min")
+                out.append([n, inst.state, view.present, inst.setpoint_pps, view.measured_pps, view.offered_pps,
+                            inst.cap_percent, inst.original_cap_percent, inst.actuation_error, sat])
         return out
 
     # ---------------------------------------------------------------------- persistence

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import zmq
 
-from .api import API_VERSION
+from .api import API_VERSION, SAMPLES_TOPIC, decode_samples
 
 __all__ = ["ManagerClient", "ManagerError", "connect_client", "format_table"]
 
@@ -152,11 +152,15 @@ class ManagerClient:
 
 def watch_samples(pub_endpoint: str, vr: str | None = None, context: zmq.Context | None = None,
                   timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
-    """Yield published samples (all VRs, or one) until the timeout passes without one."""
+    """Yield published samples (all VRs, or one), one per VR and period, until the timeout passes without one.
+
+    The daemon publishes one ``samples`` message per period (:func:`xtc.daemon.api.decode_samples`);
+    each VR's sample is yielded as a :class:`xtc.daemon.api.Sample` object.
+    """
     ctx = context or zmq.Context.instance()
     s = ctx.socket(zmq.SUB)
     s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt_string(zmq.SUBSCRIBE, f"sample.{vr}" if vr else "sample.")
+    s.setsockopt(zmq.SUBSCRIBE, SAMPLES_TOPIC)
     if timeout_s is not None:
         s.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
     s.connect(pub_endpoint)
@@ -166,9 +170,11 @@ def watch_samples(pub_endpoint: str, vr: str | None = None, context: zmq.Context
                 topic, body = s.recv_multipart()
             except zmq.Again:
                 return
-            if vr is not None and topic != f"sample.{vr}".encode():
+            if topic != SAMPLES_TOPIC:
                 continue
-            yield json.loads(body)
+            for sample in decode_samples(body):
+                if vr is None or sample["vr"] == vr:
+                    yield sample
     finally:
         s.close(0)
 

@@ -121,6 +121,9 @@ class ControlLoop:
     def apply(self, actions: list[Action], now_s: float) -> ActionOutcomes:
         """Carry out the core's actions on the host and report each outcome back to the core."""
         out = ActionOutcomes()
+        # The caps in force go back to the core together, after the writes (each VR at most once).
+        written: list[tuple[str, float, float]] = []
+        debug = log.isEnabledFor(logging.DEBUG)
         for act in actions:
             if isinstance(act, SetCap):
                 try:
@@ -130,10 +133,11 @@ class ControlLoop:
                     out.writes_failed += 1
                     event(log, logging.WARNING, "cap_write_failed", vr=act.vr, cap_percent=act.cap_percent, error=str(e))
                 else:
-                    self.core.cap_written(act.vr, in_force, now_s, commanded_percent=act.cap_percent)
+                    written.append((act.vr, in_force, act.cap_percent))
                     out.writes_ok += 1
-                    event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent,
-                          cap_in_force_percent=in_force)
+                    if debug:
+                        event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent,
+                              cap_in_force_percent=in_force)
             else:
                 try:
                     self.host.restore_cap(act.vr, act.cap_percent, act.original_record)
@@ -144,6 +148,8 @@ class ControlLoop:
                     self.core.restored(act.vr)
                     out.restores_ok += 1
                     event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
+        if written:
+            self.core.caps_written(written, now_s)
         return out
 
     # --------------------------------------------------------------------------- requests

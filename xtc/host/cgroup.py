@@ -77,6 +77,7 @@ class CgroupBackend(ActuatorCaps):
         self.cap_max = cap_max_percent
         self.refresh_s = refresh_s
         self._acts: dict[str, CapActuator] = {}
+        self._groups: tuple[dict[str, list[tuple[str, str, str]]], list[tuple[str, str]]] | None = None
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> CgroupBackend:
@@ -87,8 +88,26 @@ class CgroupBackend(ActuatorCaps):
         return self.counters.read()
 
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
-        isdir = os.path.isdir  # on the path string: no Path object per VR and listing
-        return {name: v.interfaces for name, v in self.vrs.items() if isdir(v.path)}
+        """The VRs whose cgroup directory exists (what ``os.path.isdir`` of each path says).
+
+        One directory listing per parent directory instead of a ``stat`` per VR (a stat on the
+        cgroup file system costs about 10 us: 10 ms per listing at 1000 VRs).  A path whose parent
+        cannot be listed, or whose last component is not a plain name, is tested alone.
+        """
+        if self._groups is None:
+            self._groups = _by_parent(self.vrs)
+        groups, alone = self._groups
+        isdir = os.path.isdir
+        present = {name for name, path in alone if isdir(path)}
+        for parent, members in groups.items():
+            try:
+                with os.scandir(parent) as it:
+                    dirs = {e.name for e in it if e.is_dir()}
+            except OSError:
+                present.update(name for name, path, _ in members if isdir(path))
+                continue
+            present.update(name for name, _, base in members if base in dirs)
+        return {name: v.interfaces for name, v in self.vrs.items() if name in present}
 
     def _act(self, vr: str) -> CapActuator:
         spec = self.vrs.get(vr)
@@ -108,4 +127,22 @@ class CgroupBackend(ActuatorCaps):
         return a
 
     def close(self) -> None:
+        for a in self._acts.values():
+            close = getattr(a, "close", None)
+            if close is not None:
+                close()
         self.counters.close()
+
+
+def _by_parent(vrs: Mapping[str, CgroupVr]) -> tuple[dict[str, list[tuple[str, str, str]]], list[tuple[str, str]]]:
+    """The VRs' cgroup paths by parent directory, ``{parent: [(vr, path, last component)]}``, and
+    those to test alone, ``[(vr, path)]`` (last component ``.``, ``..`` or none, e.g. ``/``)."""
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    alone: list[tuple[str, str]] = []
+    for name, v in vrs.items():
+        parent, base = os.path.split(v.path.rstrip("/"))
+        if base in ("", ".", "..") or not parent:
+            alone.append((name, v.path))
+        else:
+            groups.setdefault(parent, []).append((name, v.path, base))
+    return groups, alone

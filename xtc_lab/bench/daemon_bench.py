@@ -239,11 +239,60 @@ def _config(tmp: str, period_s: float, kind: str) -> Any:
     )
 
 
+#: The stages of a period timed by ``--breakdown``: label -> (object path from the service, attribute).
+_STAGES: tuple[tuple[str, str, str], ...] = (
+    ("counters", "host", "read_counters"),
+    ("meter", "control.meter", "update"),
+    ("core", "core", "_period_instances"),
+    ("  of which controllers (bank)", "core", "_step_bank"),
+    ("cap writes", "control", "apply"),
+    ("sample rows", "core", "sample_rows"),
+    ("sample JSON", "api", "samples_message"),
+    ("metrics", "metrics", "update"),
+    ("state file", "", "_save"),
+    ("discovery", "control", "discover"),
+)
+
+
+def _timed_stages(svc: DaemonService, stack: ExitStack) -> dict[str, int]:
+    """Wrap the stages of :data:`_STAGES` to add up their thread CPU time (ns); undone by ``stack``."""
+    from xtc.daemon import api
+
+    acc: dict[str, int] = {}
+    for label, path, attr in _STAGES:
+        obj: Any = api if path == "api" else svc
+        if path and path != "api":
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        real = getattr(obj, attr)
+
+        def timed(*a: Any, _real: Any = real, _label: str = label, **kw: Any) -> Any:
+            t0 = time.thread_time_ns()
+            try:
+                return _real(*a, **kw)
+            finally:
+                acc[_label] = acc.get(_label, 0) + time.thread_time_ns() - t0
+
+        if obj is api:
+            stack.callback(setattr, api, attr, real)
+            setattr(api, attr, timed)
+        else:
+            stack.callback(obj.__dict__.pop, attr, None)
+            setattr(obj, attr, timed)
+    return acc
+
+
 def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clock_s: list[float],
-             between: Callable[[], None], profile: str | None) -> tuple[float, int]:
-    """Run ``n_periods`` (the first one a warm-up); return the CPU seconds and writes after the warm-up."""
+             between: Callable[[], None], profile: str | None,
+             breakdown: dict[str, float] | None = None) -> tuple[float, int]:
+    """Run ``n_periods`` (the first one a warm-up); return the CPU seconds and writes after the warm-up.
+
+    With ``breakdown`` (a dict), it receives each stage's thread CPU time per period, microseconds.
+    """
     import cProfile
 
+    stages = ExitStack()
+    acc = _timed_stages(svc, stages) if breakdown is not None else {}
     prof = cProfile.Profile() if profile else None
     gc.collect()
     cpu = 0.0
@@ -260,16 +309,20 @@ def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clo
             prof.disable()
         if p == 0:
             writes0 = host.cap_writes()
+            acc.clear()
         else:
             cpu += t1 - t0
+    stages.close()
     if prof is not None and profile:
         prof.dump_stats(profile)
+    if breakdown is not None and n_periods > 1:
+        breakdown.update({k: round(v / 1e3 / (n_periods - 1), 1) for k, v in sorted(acc.items(), key=lambda kv: -kv[1])})
     return cpu, host.cap_writes() - writes0
 
 
 def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: str = "xtc",
                  seed: int = 1, kernel: bool | None = None, profile: str | None = None,
-                 workload: str = "moving") -> dict[str, Any]:
+                 workload: str = "moving", breakdown: bool = False) -> dict[str, Any]:
     """CPU cost of the daemon for ``n_vrs`` VRs (see the module docstring).
 
     Parameters
@@ -289,6 +342,9 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         real when running as root.
     profile : str, optional
         Write a cProfile of the measured periods to this file.
+    breakdown : bool
+        Also time the stages of a period (thread CPU, the wrappers' own cost included) and add
+        them as ``breakdown_us_per_period`` (microseconds per period, by stage).
     workload : {"moving", "steady"}
         ``"moving"``: each VR's forwarded rate varies +-30 % around its setpoint, so most caps
         move every period (the worst case for cap writes).  ``"steady"``: each VR forwards exactly
@@ -336,11 +392,16 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
             between = lambda: dev.write_text(render_proc_net_dev(traffic.advance(period_s)))  # noqa: E731
             row.update(counters="synthetic /proc/net/dev file (kernel cost not included)", caps="recorded, not written")
         svc = DaemonService(cfg, host, clock=lambda: clock_s[0], wall_clock=time.time)
+        svc.manage_gc = True  # as run_daemon has it
+        stack.callback(gc.unfreeze)
         svc.open()
         try:
             for k in range(1, n_vrs + 1):
                 svc.control.handle(Request("activate", f"vr{k}", float(setpoints[k - 1])), clock_s[0])
-            cpu, writes = _measure(svc, host, n_periods, period_s, clock_s, between, profile)
+            stages: dict[str, float] | None = {} if breakdown else None
+            cpu, writes = _measure(svc, host, n_periods, period_s, clock_s, between, profile, stages)
+            if stages is not None:
+                row["breakdown_us_per_period"] = stages
         finally:
             svc.close()  # restores the original caps (quota -1) before the cgroups go
     daemon_s = (n_periods - 1) * period_s
@@ -369,6 +430,8 @@ def add_daemon(sub: Any) -> None:
                    help="synthetic /proc/net/dev file even as root (kernel cost not included)")
     p.add_argument("--profile", metavar="PATH",
                    help="write a cProfile of the measured periods (last VR count; one file per workload)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also time each stage of a period (thread CPU per period, microseconds)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
 
@@ -382,7 +445,7 @@ def _run(args: argparse.Namespace) -> int:
     workloads = args.workload or list(WORKLOADS)
     rows = [bench_daemon(n, seconds=args.seconds, period_s=args.period_s, kind=args.controller, kernel=kernel,
                          profile=None if args.profile is None else _profile_path(args.profile, w, len(workloads)),
-                         workload=w)
+                         workload=w, breakdown=args.breakdown)
             for n in args.vrs for w in workloads]
     if args.json:
         print(json.dumps({"benchmark": "daemon", "python": platform.python_version(),
@@ -393,6 +456,8 @@ def _run(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['vrs']:>6} {r['interfaces']:>7} {r['period_s']:>9.2f} {r['workload']:>8} {r['core_percent']:>8.3f} "
                   f"{r['cap_writes_per_s']:>9.1f}  {r['counters']}")
+            for stage, us in r.get("breakdown_us_per_period", {}).items():
+                print(f"{'':>8}{stage:<30} {us:>10.1f} us/period")
     return 0
 
 

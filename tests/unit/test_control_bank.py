@@ -1,0 +1,138 @@
+"""ControllerBank: the same caps and states as the scalar controllers, bit for bit."""
+
+import copy
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import xtc.models
+from xtc.control import make_controller
+from xtc.control.bank import ControllerBank
+from xtc.control.laws import XtcTuning
+
+PAPER = xtc.models.PAPER_MODEL
+
+
+def _twins(kind, n, rng, **kw):
+    ref = []
+    for _ in range(n):
+        c = make_controller(PAPER, kind, **kw)
+        c.start(rng.choice([100.0, 1.0, rng.uniform(1.0, 100.0), float(rng.randint(1, 100))]))
+        ref.append(c)
+    return ref, [copy.deepcopy(c) for c in ref]
+
+
+def _same(a, b):
+    """Equal JSON states, NaN equal to NaN, floats compared bit for bit (as repr)."""
+    return json_repr(a.to_state()) == json_repr(b.to_state())
+
+
+def json_repr(x):
+    if isinstance(x, dict):
+        return {k: json_repr(v) for k, v in x.items()}
+    if isinstance(x, float):
+        return repr(x)
+    return x
+
+
+def _rate(rng, r):
+    u = rng.random()
+    if u < 0.05:
+        return 0.0
+    if u < 0.10:
+        return r  # at the setpoint: inside the dead zone
+    if u < 0.15:
+        return rng.uniform(0.0, 2.0)  # below 1 pps (log of max(y, 1))
+    return r * math.exp(rng.gauss(0.0, rng.choice([0.01, 0.05, 0.3, 1.0])))
+
+
+def _quantise(cap, mode):
+    if mode == "exact":
+        return cap
+    if mode == "xen":
+        return float(max(1, round(cap)))
+    if mode == "quota":
+        return round(cap * 1000.0) / 1000.0
+    return 100.0  # somebody else set it: far from the command (anti-windup restart)
+
+
+def _run(kind, seed, n=40, periods=60, **kw):
+    rng = random.Random(seed)
+    ref, banked = _twins(kind, n, rng, **kw)
+    bank = ControllerBank.like(ref[0])
+    assert bank is not None and all(bank.accepts(c) for c in banked)
+    setpoints = [rng.choice([rng.uniform(1e3, 1e5), 5e3, 1.0, 0.5]) for _ in range(n)]
+    modes = [rng.choice(["exact", "xen", "quota", "exact", "xen", "other"]) for _ in range(n)]
+    for p in range(periods):
+        for i in range(n):
+            u = rng.random()
+            if u < 0.03:
+                setpoints[i] = rng.uniform(1e3, 1e5)  # setpoint change
+            elif u < 0.05:  # pause / resume: bumpless restart
+                cap = ref[i].cap_percent
+                ref[i].start(cap)
+                banked[i].start(cap)
+        # a subset steps (the others are paused, unmeasured or reset this period)
+        idx = [i for i in range(n) if rng.random() < 0.9]
+        y = [_rate(rng, setpoints[i]) for i in idx]
+        off = [rng.choice([None, 0.0, y[k] * rng.uniform(0.9, 1.5), y[k]]) for k in range(len(idx))]
+        want = [ref[i].step(y[k], setpoints[i], off[k]) for k, i in enumerate(idx)]
+        got, ok = bank.step([banked[i] for i in idx], np.array(y), np.array([setpoints[i] for i in idx]),
+                            np.array([math.nan if o is None else o for o in off]))
+        assert ok.all()
+        assert [repr(v) for v in got.tolist()] == [repr(v) for v in want], (kind, seed, p)
+        # the actuator's answer goes back to the controllers that wrote (and to some that did not)
+        wrote = [i for i in range(n) if rng.random() < 0.7]
+        in_force = [_quantise(ref[i].cap_percent, modes[i]) for i in wrote]
+        for i, g in zip(wrote, in_force):
+            ref[i].applied(g)
+        caps, done = bank.applied([banked[i] for i in wrote], np.array(in_force))
+        assert done.all()
+        assert [repr(v) for v in caps.tolist()] == [repr(ref[i].cap_percent) for i in wrote]
+        for i in range(n):
+            assert _same(ref[i], banked[i]), (kind, seed, p, i, ref[i].to_state(), banked[i].to_state())
+
+
+@pytest.mark.parametrize("kind", ["xtc", "pi", "deadbeat"])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_bank_equals_scalar_controllers(kind, seed):
+    _run(kind, seed)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_with_cap_bounds_and_period(seed):
+    _run("xtc", seed, cap_min_percent=3.0, cap_max_percent=60.0, period_s=0.1)
+
+
+def test_bank_refuses_what_the_scalar_step_refuses():
+    ref, banked = _twins("xtc", 3, random.Random(1))
+    bank = ControllerBank.like(ref[0])
+    before = [c.to_state() for c in banked]
+    caps, ok = bank.step(banked, np.array([1e4, math.nan, 1e4]), np.array([2e4, 2e4, -1.0]), None)
+    assert ok.tolist() == [True, False, False]
+    assert math.isnan(caps[1]) and math.isnan(caps[2])
+    assert caps[0] == ref[0].step(1e4, 2e4)
+    assert [c.to_state() for c in banked[1:]] == before[1:]
+    caps, done = bank.applied(banked, np.array([10.0, 0.0, math.inf]))
+    assert done.tolist() == [True, False, False]
+
+
+def test_no_bank_for_fixed_cap_or_adaptive_controller():
+    assert ControllerBank.like(make_controller(PAPER, "fixed")) is None
+    assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(adaptive=True))) is None
+
+
+def test_accepts_only_the_same_parameters():
+    bank = ControllerBank.like(make_controller(PAPER, "xtc"))
+    assert bank.accepts(make_controller(PAPER, "xtc"))
+    assert not bank.accepts(make_controller(PAPER, "xtc", cap_min_percent=3.0))
+    assert not bank.accepts(make_controller(PAPER, "xtc", dead_zone_fraction=0.05))
+    assert not bank.accepts(make_controller(PAPER, "pi"))
+    pi = ControllerBank.like(make_controller(PAPER, "pi"))
+    assert not pi.accepts(make_controller(PAPER, "deadbeat"))

@@ -1,0 +1,167 @@
+"""The core with its controller bank and array decisions decides exactly what the per-instance code
+decided (kept here as the reference), stepping each controller alone."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xtc.control import bank as bank_mod
+from xtc.control import make_controller
+from xtc.daemon.api import ApiError, Request
+from xtc.daemon.core import DaemonCore, RestoreCap, SetCap, VrReading, _saturation_step
+from xtc.models import PAPER_MODEL
+
+
+class _NoBank:
+    @staticmethod
+    def like(_proto):
+        return None
+
+
+def _quantise(cap: float, mode: str) -> float:
+    return {"exact": cap, "xen": float(max(1, round(cap))), "quota": round(cap * 1000.0) / 1000.0}[mode]
+
+
+def _scalar_period(core: DaemonCore, now_s: float, readings) -> list:
+    """DaemonCore.period as it was written before the bank: one instance at a time (the reference)."""
+    for name, r in readings.items():
+        view = core.vrs.get(name)
+        if view is None:
+            continue
+        view.measured_pps = r.forwarded_pps
+        view.offered_pps = r.offered_pps
+    actions = []
+    for name, inst in core.instances.items():
+        view = core.vrs.get(name)
+        if view is None or not view.present:
+            continue
+        r = readings.get(name)
+        if r is not None and r.counter_reset:
+            inst.applied_cap_percent = None
+        if inst.state == "active" and r is not None and r.forwarded_pps is not None:
+            try:
+                inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
+                _saturation_step(inst, r.forwarded_pps)
+            except ValueError as e:
+                inst.actuation_error = f"measurement refused by the controller: {e}"
+        elif inst.state != "active":
+            inst.saturated_periods = 0
+        if (core.reassert_period_s > 0 and inst.last_write_s is not None
+                and now_s - inst.last_write_s >= core.reassert_period_s):
+            inst.applied_cap_percent = None
+        if inst.applied_cap_percent is None or not math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9):
+            actions.append(SetCap(name, inst.cap_percent))
+    for name, cap in core.pending_restores.items():
+        view = core.vrs.get(name)
+        if view is not None and view.present:
+            actions.append(RestoreCap(name, cap, core.pending_records.get(name)))
+    return actions
+
+
+def _drive(core: DaemonCore, seed: int, kind: str, n_vrs: int = 12, periods: int = 40, scalar: bool = False) -> list:
+    """Random requests, readings and actuator answers; returns everything the core said."""
+    rng = random.Random(seed)
+    names = [f"vr{k}" for k in range(n_vrs)]
+    mode = {n: rng.choice(["exact", "xen", "quota"]) for n in names}
+    core.set_present(frozenset(names))
+    log: list = []
+    for p in range(periods):
+        now = float(p)
+        for _ in range(rng.randint(0, 3)):
+            vr = rng.choice(names)
+            cmd = rng.choice(["activate", "activate", "setpoint", "pause", "resume", "deactivate"])
+            sp = rng.uniform(1e3, 8e4) if cmd in ("activate", "setpoint") else None
+            try:
+                res, acts = core.handle(Request(cmd=cmd, vr=vr, setpoint_pps=sp), now, rng.choice([None, 30.0, 7.5]))
+            except ApiError as e:
+                log.append(("refused", e.code))
+                continue
+            log.append((cmd, json.dumps(res, sort_keys=True), acts))
+            _answer(core, acts, mode, now, rng)
+        if rng.random() < 0.3:  # a cap written long ago: due for re-assertion
+            for inst in core.instances.values():
+                if inst.last_write_s is not None and rng.random() < 0.3:
+                    inst.last_write_s -= core.reassert_period_s
+        if rng.random() < 0.1:  # a VR goes away or comes back
+            core.set_present(frozenset(n for n in names if rng.random() < 0.9))
+        readings = {}
+        for n in names:
+            u = rng.random()
+            if u < 0.05:
+                continue  # not measured
+            if u < 0.1:
+                readings[n] = VrReading(None, None, rng.random() < 0.5)
+                continue
+            inst = core.instances.get(n)
+            sp = inst.setpoint_pps if inst else 2e4
+            y = rng.choice([0.0, sp, sp * math.exp(rng.gauss(0, 0.2)), 1e9])
+            off = rng.choice([None, 0.0, y, y * 1.5])
+            readings[n] = VrReading(y, off, rng.random() < 0.05)
+        acts = (_scalar_period(core, now + 0.5, readings) if scalar else core.period(now + 0.5, readings))
+        log.append(("period", acts))
+        _answer(core, acts, mode, now + 0.5, rng)
+        log.append(("state", json.dumps(core.to_state(), sort_keys=True)))
+        log.append(("samples", json.dumps(core.sample_rows())))
+    return log
+
+
+def _answer(core: DaemonCore, acts, mode, now: float, rng: random.Random) -> None:
+    written = []
+    for a in acts:
+        if isinstance(a, SetCap):
+            if rng.random() < 0.05:
+                core.cap_failed(a.vr, "injected")
+            else:
+                written.append((a.vr, _quantise(a.cap_percent, mode[a.vr]), a.cap_percent))
+        elif isinstance(a, RestoreCap):
+            core.restored(a.vr)
+    if rng.random() < 0.5:
+        core.caps_written(written, now)
+    else:
+        for vr, got, cmd in written:
+            core.cap_written(vr, got, now, commanded_percent=cmd)
+
+
+@pytest.mark.parametrize("kind", ["xtc", "pi", "deadbeat"])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=20, deadline=None)
+def test_core_with_bank_equals_core_without(kind, seed):
+    def factory():
+        return make_controller(PAPER_MODEL, kind)
+
+    banked = DaemonCore(factory)
+    got = _drive(banked, seed, kind)
+    assert banked._bank is not None  # the bank did the stepping
+    ref = DaemonCore(factory)
+    saved = bank_mod.ControllerBank.like
+    try:
+        import xtc.daemon.core as core_mod
+
+        core_mod.ControllerBank.like = _NoBank.like  # type: ignore[method-assign]
+        want = _drive(ref, seed, kind, scalar=True)
+    finally:
+        core_mod.ControllerBank.like = saved  # type: ignore[method-assign]
+    assert ref._bank is None
+    assert got == want
+
+
+def test_controllers_of_other_parameters_are_stepped_alone():
+    """A controller the bank does not accept (e.g. restored from another factory) still steps."""
+    core = DaemonCore(lambda: make_controller(PAPER_MODEL, "xtc"))
+    core.set_present(frozenset(["a", "b"]))
+    for vr in ("a", "b"):
+        core.handle(Request(cmd="activate", vr=vr, setpoint_pps=2e4), 0.0, 50.0)
+    odd = make_controller(PAPER_MODEL, "xtc", cap_min_percent=3.0)
+    odd.start(50.0)
+    core.instances["b"].controller = odd
+    ref = make_controller(PAPER_MODEL, "xtc", cap_min_percent=3.0)
+    ref.start(50.0)
+    core.period(1.0, {"a": VrReading(1e4, None), "b": VrReading(1e4, None)})
+    assert core.instances["b"].cap_percent == ref.step(1e4, 2e4, None)
+    assert core.instances["b"].controller is odd

@@ -1,0 +1,242 @@
+"""Many controllers of one kind and tuning, stepped together on arrays.  Pure.
+
+A daemon steps one controller per VR every period; at 1000 VRs the scalar
+:meth:`~xtc.control.laws.XtcController.step` costs a few microseconds each.  A
+:class:`ControllerBank` runs the same law on numpy arrays for a whole list of controllers at
+once: their state is gathered into arrays, stepped, and written back into the objects, so the
+scalar controllers stay the one reference and everything else (``to_state``, ``applied``,
+``start``, the state file) sees exactly what it would have seen.
+
+Exactness: the arrays go through the same IEEE operations in the same order as the scalar code
+(``+ - * /``, ``abs``, comparisons and min/max are exact in numpy as in Python); ``log10`` and
+``10 ** x`` are computed with :mod:`math` element by element, because numpy's vectorised
+versions may differ from the C library's in the last bit.  So the caps and states are equal to
+the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
+
+Banked: :class:`~xtc.control.laws.XtcController` without the adaptive estimator, and
+:class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  Other controllers (Fixed
+Cap, the adaptive XTC controller) have no bank: :meth:`ControllerBank.like` returns None and the
+caller steps them one by one.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, Sequence
+
+import numpy as np
+
+from .laws import _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
+
+__all__ = ["ControllerBank"]
+
+_log10 = math.log10
+_FLOAT_MAX = 1.7976931348623157e308
+
+
+def _pow10(x: np.ndarray) -> np.ndarray:
+    """``10.0 ** x`` element by element with the C library's pow (what Python's ``**`` uses)."""
+    return np.array(list(map(pow, repeat(10.0, len(x)), x.tolist())), dtype=np.float64)
+
+
+def _log10_of(x: np.ndarray) -> np.ndarray:
+    return np.array(list(map(_log10, x.tolist())), dtype=np.float64)
+
+
+def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(values with None as 0.0, where not None) of a tuple of floats and Nones."""
+    if None not in values:
+        return np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool)
+    has = np.array([v is not None for v in values], dtype=bool)
+    return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
+
+
+_XTC_STATE = attrgetter("_u", "_carry", "_quant_decades", "_noise_log", "_E_prev")
+_PI_STATE = attrgetter("_u", "_carry", "_e_prev")
+_APPLIED_STATE = attrgetter("_u", "_carry")
+
+
+def _rates_ok(v: np.ndarray) -> np.ndarray:
+    """Where a rate is what ``check_rate`` accepts: finite and >= 0 (pps)."""
+    return (v >= 0.0) & (v <= _FLOAT_MAX)
+
+
+class ControllerBank:
+    """The law of one controller kind and tuning, applied to many controllers at once.
+
+    Build one with :meth:`like` from a controller of the kind and tuning wanted; it then steps any
+    list of controllers that :meth:`accepts`.  Nothing is kept between calls but the parameters.
+    """
+
+    def __init__(self, proto: _Bounded) -> None:
+        self.cls = type(proto)
+        self.caps = proto.caps
+        self._u_min = proto._u_min
+        self._u_max = proto._u_max
+        if isinstance(proto, XtcController):
+            t = proto.tuning
+            self.tuning = t
+            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki)
+        else:
+            assert isinstance(proto, PaperPI)
+            self.params = (proto.caps, proto.gains, proto.dead_zone_fraction, proto.kind)
+
+    @classmethod
+    def like(cls, proto: Any) -> "ControllerBank | None":
+        """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
+        if type(proto) is XtcController and not proto.tuning.adaptive:
+            return cls(proto)
+        if type(proto) is PaperPI:
+            return cls(proto)
+        return None
+
+    def accepts(self, ctl: Any) -> bool:
+        """True if ``ctl`` has this bank's class and parameters (the bank steps it exactly)."""
+        if type(ctl) is not self.cls:
+            return False
+        if self.cls is XtcController:
+            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki) == self.params
+        return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind) == self.params
+
+    # ------------------------------------------------------------------------------- step
+    def step(self, ctls: Sequence[Any], measured_pps: np.ndarray, setpoint_pps: np.ndarray,
+             offered_pps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``ctl.step(measured, setpoint, offered)`` for every controller of ``ctls`` at once.
+
+        Parameters
+        ----------
+        ctls : sequence of controllers
+            Each accepted by :meth:`accepts` (not checked here).
+        measured_pps, setpoint_pps : array of float
+            Per controller, packets/s.
+        offered_pps : array of float, optional
+            Per controller, packets/s; NaN where unknown (the scalar ``None``).
+
+        Returns
+        -------
+        caps, stepped : array of float, array of bool
+            The commanded caps (percent of one CPU) and where the step was taken.  Where a rate is
+            not what the scalar step accepts (NaN, infinite, negative), nothing is changed and
+            ``stepped`` is False: step that controller alone to get its error.
+        """
+        n = len(ctls)
+        y = np.asarray(measured_pps, dtype=np.float64)
+        r = np.asarray(setpoint_pps, dtype=np.float64)
+        off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
+        ok = _rates_ok(y) & _rates_ok(r) & (np.isnan(off) | _rates_ok(off))
+        if not ok.all():
+            idx = np.flatnonzero(ok)
+            caps = np.full(n, np.nan)
+            if len(idx):
+                sub = [ctls[i] for i in idx.tolist()]
+                caps[idx] = self.step(sub, y[idx], r[idx], off[idx])[0]
+            return caps, ok
+        if n == 0:
+            return np.empty(0), ok
+        if self.cls is XtcController:
+            return self._step_xtc(ctls, y, r, off), ok
+        return self._step_pi(ctls, y, r), ok
+
+    def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray) -> np.ndarray:
+        t = self.tuning
+        u_t, carry_t, quant_t, noise_t, e_prev_t = zip(*map(_XTC_STATE, ctls))
+        u = np.array(u_t, dtype=np.float64)
+        carry = np.array(carry_t, dtype=np.float64)
+        quant = np.array(quant_t, dtype=np.float64)
+        noise = np.array(noise_t, dtype=np.float64)
+        e_prev, has_prev = _optional(e_prev_t)
+
+        # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
+        not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
+        log_y = _log10_of(np.maximum(y, 1.0))
+        a = t.design_lag
+        kp = a / (1.0 - a)
+        log_y_wanted = log_y + 1.0 * quant  # eps = 1.0 (no estimator)
+        y_wanted = np.where(y > 0, _pow10(log_y_wanted), y)
+        E = _log10_of(np.maximum(r, 1.0)) - log_y_wanted
+        E_prev = np.where(has_prev, e_prev, E)
+        # Noise estimate, only where there was a previous error.
+        change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
+        sigma_sample = change * _SQRT_PI / 2.0
+        new_noise = noise + t.noise_smoothing * (sigma_sample - noise)
+        new_noise = np.maximum(new_noise, 1e-4)
+        noise = np.where(has_prev, new_noise, noise)
+
+        err = np.abs(r - y_wanted)
+        move = err >= t.dead_zone_fraction * r
+        fine = err < np.maximum(t.fine_band_fraction, t.noise_band_sigmas * (noise * _LN10)) * r
+        du = np.where(fine, t.fine_gain * E / 1.0, ((kp + self.params[3]) * E - kp * E_prev) / 1.0)
+        du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
+        du = np.where((du > 0) & not_limited, 0.0, du)
+        new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(new_u) + carry))
+        for c, ee, nn in zip(ctls, E.tolist(), noise.tolist()):
+            c._E_prev = ee
+            c._noise_log = nn
+            c.steps += 1
+        for k in np.flatnonzero(new_u != u).tolist():  # inside the dead zone u stays
+            ctls[k]._u = new_u[k].item()
+        return caps
+
+    def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray) -> np.ndarray:
+        kp, ki = self.params[1].kp, self.params[1].ki
+        dz = self.params[2]
+        u_t, carry_t, e_prev_t = zip(*map(_PI_STATE, ctls))
+        u = np.array(u_t, dtype=np.float64)
+        carry = np.array(carry_t, dtype=np.float64)
+        e_prev_v, has_prev = _optional(e_prev_t)
+        y = y_pps / 1000.0
+        r = r_pps / 1000.0
+        e = r - y
+        e_prev = np.where(has_prev, e_prev_v, e)
+        move = np.abs(e) >= dz * r
+        du = (kp + ki) * e - kp * e_prev
+        u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(u) + carry))
+        for c, uu, ee in zip(ctls, u.tolist(), e.tolist()):
+            c._u = uu
+            c._e_prev = ee
+            c.steps += 1
+        return caps
+
+    # ---------------------------------------------------------------------------- applied
+    def applied(self, ctls: Sequence[Any], cap_in_force_percent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``ctl.applied(cap)`` for every controller at once; returns their ``cap_percent`` after.
+
+        Returns
+        -------
+        caps, done : array of float, array of bool
+            Each controller's :attr:`cap_percent` afterwards, and where the cap was taken.  Where
+            it is not what ``check_cap`` accepts (finite, > 0) nothing is changed and ``done`` is
+            False: call that controller's :meth:`applied` alone to get its error.
+        """
+        got = np.asarray(cap_in_force_percent, dtype=np.float64)
+        done = (got > 0) & (got <= _FLOAT_MAX)
+        if not done.all():
+            idx = np.flatnonzero(done)
+            caps = np.full(len(ctls), np.nan)
+            if len(idx):
+                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx])[0]
+            return caps, done
+        if len(ctls) == 0:
+            return np.empty(0), done
+        u_t, carry_t = zip(*map(_APPLIED_STATE, ctls))
+        u = np.array(u_t, dtype=np.float64)
+        carry = np.array(carry_t, dtype=np.float64)
+        want = _pow10(u)
+        carry = carry + want - got
+        limit = np.maximum(_Bounded.CARRY_LIMIT_PERCENT, _Bounded.CARRY_LIMIT_FRACTION * got)
+        log_got = _log10_of(got)
+        restart = np.abs(carry) > limit
+        u = np.where(restart, np.minimum(self._u_max, np.maximum(self._u_min, log_got)), u)
+        carry = np.where(restart, 0.0, carry)
+        quant = np.where(restart, 0.0, _log10_of(want) - log_got)
+        for c, uu, cc, ff, qq in zip(ctls, u.tolist(), carry.tolist(), log_got.tolist(), quant.tolist()):
+            c._u = uu
+            c._carry = cc
+            c._u_force = ff
+            c._quant_decades = qq
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(u) + carry))
+        return caps, done
