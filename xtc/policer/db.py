@@ -180,6 +180,19 @@ class Conn:
             return self.raw.execute(q, args)
         return self.raw.execute(sql, args)
 
+    def executemany(self, sql: str, rows: list[tuple] | list[list]) -> None:
+        """One statement for many parameter rows (psycopg: pipelined; sqlite3: one prepared statement)."""
+        if not rows:
+            return
+        if self.pg:
+            q = Conn._pg_sql.get(sql)
+            if q is None:
+                q = Conn._pg_sql[sql] = sql.replace("?", "%s")
+            with self.raw.cursor() as cur:
+                cur.executemany(q, rows)
+            return
+        self.raw.executemany(sql, rows)
+
 
 class Database:
     """What the store needs of a database: transactions, reads, migrations."""
