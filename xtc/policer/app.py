@@ -611,7 +611,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         running = engine is not None and engine.error is None
         leads = running and (engine.is_leader is None or bool(engine.is_leader()))
         return {"status": status, "engine_running": running, "leader": leads,
-                "leader_epoch": store.fence_epoch if leads else None,
+                "leader_epoch": getattr(engine, "leader_epoch", store.fence_epoch) if leads else None,
                 "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": len(routers), "unreachable": [r["name"] for r in routers if r["status"] == "unreachable"],
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
