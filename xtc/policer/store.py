@@ -180,6 +180,11 @@ class Store:
         rows = self._read(*self._page(sql + " ORDER BY name", args, limit, offset))
         return [self._router(r) for r in rows]
 
+    def router_census(self) -> tuple[int, list[str]]:
+        """The number of routers not removed, and the names of the unreachable ones (by name)."""
+        n = self._read("SELECT COUNT(*) AS n FROM routers WHERE status != 'removed'")[0]["n"]
+        return int(n), [r["name"] for r in self._read("SELECT name FROM routers WHERE status = 'unreachable' ORDER BY name")]
+
     def get_router(self, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM routers WHERE name=?", (name,))
         if not rows:
