@@ -338,21 +338,19 @@ class LinkPool:
             for doc in requests:
                 self._seq += 1
                 await s.send_multipart([b"", json.dumps({"v": API_VERSION, "id": self._seq, **doc}).encode()])
-            while len(results) < len(requests):
-                left = deadline - self._loop.time()
-                if left <= 0:
-                    raise asyncio.TimeoutError
-                frames = await asyncio.wait_for(s.recv_multipart(copy=True), left)
-                if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
-                    size = sum(len(f) for f in frames)
-                    raise BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
-                                   f"(one frame of at most {self.max_reply_bytes} bytes expected)")
-                try:
-                    results.append(parse_reply(endpoint, frames[1]))
-                except (BadReply, DaemonRefused) as e:
-                    results.append(e)
-                    if isinstance(e, BadReply):
-                        break
+            async with asyncio.timeout_at(deadline):  # one deadline for every reply (no task per receive)
+                while len(results) < len(requests):
+                    frames = await s.recv_multipart(copy=True)
+                    if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
+                        size = sum(len(f) for f in frames)
+                        raise BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
+                                       f"(one frame of at most {self.max_reply_bytes} bytes expected)")
+                    try:
+                        results.append(parse_reply(endpoint, frames[1]))
+                    except (BadReply, DaemonRefused) as e:
+                        results.append(e)
+                        if isinstance(e, BadReply):
+                            break
         except asyncio.TimeoutError:
             err = LinkDown(f"no answer from {endpoint} within {int(self.timeout_s * 1000)} ms")
             return results + [err] * (len(requests) - len(results))
