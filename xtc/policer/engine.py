@@ -196,6 +196,7 @@ class Engine:
         now = self.clock()
         routers = self.store.list_routers(include_removed=False)
         started = []
+        exchanges: list[tuple] = []
         names = set()
         for r in routers:
             name = r["name"]
@@ -208,8 +209,9 @@ class Engine:
                     continue
                 done = self._busy[name] = threading.Event()
             started.append(done)
-            self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
-                                lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0)))
+            exchanges.append((name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
+                              lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0))))
+        self.links.exchange_many(exchanges)
         for gone in set(self._backoff) - names:
             self._backoff.pop(gone, None)
         if wait:
@@ -316,12 +318,11 @@ class Engine:
             else:
                 finished.append((name, t0))
         self.store.save_plans(plans)  # NotLeader: nothing was sent, the engine stops
-        busy = set()
-        for r, cmds, t0 in sends:
-            name = r["name"]
-            busy.add(name)
-            self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
-                                lambda _n, res, name=name, cmds=cmds, t0=t0: self._put(("cmds", name, cmds, res, t0)))
+        busy = {r["name"] for r, _, _ in sends}
+        self.links.exchange_many([
+            (r["name"], r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
+             lambda _n, res, name=r["name"], cmds=cmds, t0=t0: self._put(("cmds", name, cmds, res, t0)))
+            for r, cmds, t0 in sends])
         if finished:
             end = time.monotonic()
             for name, t0 in finished:
