@@ -193,7 +193,10 @@ class Leadership:
 def main() -> int:
     """The child: read the settings line, run the engine (and the leadership) until stdin ends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the parent, which stops us
+    # A terminal's ^C, or a service manager's SIGTERM to the whole group, reaches the parent too, which
+    # stops us by closing our stdin (an engine that ended first would look like a crash to it).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = json.loads(sys.stdin.readline())
     from .engine import Engine
     from .link import LinkPool
