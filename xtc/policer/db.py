@@ -239,9 +239,9 @@ class SqliteDatabase(Database):
 
     Several processes share the file (the API's and the engine's): a write transaction waits for
     another's lock by retrying every 0.2-5 ms, for up to :data:`SQLITE_BUSY_TIMEOUT_S`.  Not SQLite's
-    own busy timeout: built without ``usleep``, as Debian's library is, its busy handler sleeps a
-    whole second between attempts, which stalled the API's writes (and, through the connection's
-    lock, its reads) for 1-2 s behind the engine's short transactions.
+    own busy timeout: Debian's library (3.40) behaves as one built without ``usleep``, whose busy
+    handler sleeps a whole second between attempts, which stalled the API's writes (and, through
+    the connection's lock, its reads) for 1-2 s behind the engine's short transactions.
     """
 
     dialect = "sqlite"
