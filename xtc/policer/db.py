@@ -238,7 +238,7 @@ class SqliteDatabase(Database):
     """One sqlite3 connection under a lock (WAL, foreign keys on).
 
     Several processes share the file (the API's and the engine's): a write transaction waits for
-    another's lock by retrying every 0.2-5 ms, for up to :data:`SQLITE_BUSY_TIMEOUT_S`.  Not SQLite's
+    another's lock by retrying every 0.1-1 ms, for up to :data:`SQLITE_BUSY_TIMEOUT_S`.  Not SQLite's
     own busy timeout: Debian's library (3.40) behaves as one built without ``usleep``, whose busy
     handler sleeps a whole second between attempts, which stalled the API's writes (and, through
     the connection's lock, its reads) for 1-2 s behind the engine's short transactions.
@@ -261,7 +261,7 @@ class SqliteDatabase(Database):
 
     @staticmethod
     def _busy_retry(fn: Any) -> Any:
-        deadline, delay_s = 0.0, 0.0002
+        deadline, delay_s = 0.0, 0.0001
         while True:
             try:
                 return fn()
@@ -274,7 +274,7 @@ class SqliteDatabase(Database):
                 elif now > deadline:
                     raise
                 time.sleep(delay_s)
-                delay_s = min(2 * delay_s, 0.005)
+                delay_s = min(2 * delay_s, 0.001)
 
     @contextmanager
     def tx(self) -> Iterator[Conn]:

@@ -39,6 +39,8 @@ log = logging.getLogger("xtc.policer.engine")
 
 #: Seconds between two reports of the child.
 REPORT_S = 0.25
+#: Longest wait for the child's first report when starting it, seconds.
+START_TIMEOUT_S = 30.0
 
 
 class EngineProcess:
@@ -66,6 +68,7 @@ class EngineProcess:
         self._stopping = False
         self._proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
+        self._reported = threading.Event()
 
     def is_leader(self) -> bool:
         """True while the child runs the policy cycles (on PostgreSQL: holds the leader lock)."""
@@ -76,6 +79,8 @@ class EngineProcess:
         return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
+        """Start the child; return once it has reported (its engine runs) or ended, at most
+        :data:`START_TIMEOUT_S` later."""
         self._proc = subprocess.Popen([sys.executable, "-m", "xtc.policer.engine_proc"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, bufsize=1)
         assert self._proc.stdin is not None
@@ -83,6 +88,9 @@ class EngineProcess:
         self._proc.stdin.flush()
         self._reader = threading.Thread(target=self._read, name="policer-engine-reports", daemon=True)
         self._reader.start()
+        # The API serves once the engine runs (its first report): a load that starts at once does not
+        # meet the child's start-up in its first second.
+        self._reported.wait(START_TIMEOUT_S)
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -96,8 +104,10 @@ class EngineProcess:
             self.cycle_s = rep["cycle_s"]
             self.leader_epoch = rep["epoch"]
             self._leads = rep["leader"]
+            self._reported.set()
             if rep.get("error"):
                 self._fail(RuntimeError(f"policy engine failed: {rep['error']}"))
+        self._reported.set()
         code = self._proc.wait()
         self._leads = False
         if not self._stopping:
@@ -242,6 +252,7 @@ def main() -> int:
     if leadership is not None:
         leadership.start()
     engine.start()
+    report()
     while not done.wait(REPORT_S):
         report()
     report()
