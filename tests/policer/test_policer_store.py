@@ -149,3 +149,47 @@ def test_leader_lock_is_one_holder_and_frees_with_its_session(pg_cluster: Any) -
     two.close()
     wait_for(one.try_acquire, 2.0, "the lock freed by close", step_s=0.02)
     one.close()
+
+
+def test_a_batch_of_outcomes_is_one_transaction_in_order(db_url: str) -> None:
+    """The engine's batch: statuses, VRs and audit records of several routers in one transaction, each
+    router's records in the order of its outcome; a removed router left alone; plans saved together."""
+    from xtc.policer.policy import MisbehaviourState
+    from xtc.policer.store import Outcome
+
+    s = Store(db_url)
+    for n in ("up", "down", "back", "gone"):
+        s.add_router(n, "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
+    s.record_poll("up", [{"vr": "a"}, {"vr": "b"}])
+    s.record_outcomes([Outcome("back", "unreachable", "timeout")])
+    s.remove_router("gone", "test")
+    last = s.list_actions(limit=1000)[-1]["id"]
+    prev = s.record_outcomes([
+        Outcome("up", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}, {"vr": "c"}],
+                records=[("setpoint", "a", {"cmd": "setpoint", "setpoint_pps": 9.0})]),
+        Outcome("down", "unreachable", "no answer"),
+        Outcome("back", "reachable", vrs=[]),
+        Outcome("gone", "reachable", vrs=[{"vr": "x"}]),
+    ])
+    assert prev == {"up": "unknown", "down": "unknown", "back": "unreachable", "gone": None}
+    got = [(a["kind"], a["router"], a["vr"]) for a in s.list_actions(after_id=last, limit=1000)]
+    assert got == [("setpoint", "up", "a"), ("vr_appeared", "up", "c"), ("vr_vanished", "up", "b"),
+                   ("router_unreachable", "down", None), ("router_reachable", "back", None)]
+    st = {r["name"]: r for r in s.list_routers()}
+    assert [st[n]["status"] for n in ("up", "down", "back", "gone")] == ["reachable", "unreachable", "reachable", "removed"]
+    assert st["down"]["last_error"] == "no answer" and st["up"]["last_seen_unix_s"] is not None
+    vrs = {v["name"]: v for v in s.list_vrs(router="up")}
+    assert (vrs["a"]["state"], vrs["a"]["measured_pps"], vrs["b"]["present"], vrs["c"]["present"]) == ("active", 5.0, False, True)
+    assert s.list_vrs(router="gone") == []
+    states = s.router_states(["up", "back", "nope"])
+    assert set(states) == {"up", "back"} and set(states["up"][1]) == {"a", "b", "c"} and states["back"][1] == {}
+    ms = MisbehaviourState(1, 3.0, None)
+    per_vr = {"a": {"derived_setpoint_pps": 7.0, "misbehaviour": ms, "punish_base_pps": 8.0, "wanted_state": "active",
+                    "wanted_setpoint_pps": 3.5}}
+    s.save_plans([("up", ActivationState(True, None), 12.0, per_vr, [("punish", "a", {"level": 1})]),
+                  ("gone", ActivationState(True, None), 1.0, {}, [("punish", "x", {"level": 1})])])
+    a = s.get_vr("up", "a")
+    assert (a["derived_setpoint_pps"], a["wanted_setpoint_pps"], a["punishment_level"]) == (7.0, 3.5, 1)
+    assert s.get_router("up")["control_on"] and not s.get_router("gone")["control_on"]
+    assert [x["router"] for x in s.list_actions(kind="punish")] == ["up"]
+    s.close()

@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-__all__ = ["run_bench", "start_policer"]
+__all__ = ["run_bench", "run_fleet_bench", "start_policer", "PAGE"]
+
+#: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
+PAGE = 100
 
 
 def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_env: dict[str, str] | None = None,
@@ -133,7 +137,8 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
                 return "PATCH", f"/routers/r{int(rng.integers(4))}", {"capacity_pps": float(rng.integers(50000, 200000))}, auth
             return "POST", "/networks", {"name": f"b{i}-{int(rng.integers(1 << 30))}"}, auth
         k = int(rng.integers(5))
-        path = ["/routers", "/vrs", "/networks/net0", f"/networks/net{int(rng.integers(8))}", "/actions?limit=20"][k]
+        path = [f"/routers?limit={PAGE}", f"/vrs?limit={PAGE}", "/networks/net0", f"/networks/net{int(rng.integers(8))}",
+                "/actions?limit=20"][k]
         return "GET", path, None, None
 
     async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None) -> None:
@@ -154,6 +159,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
 
     n = int(rate_per_s * duration_s)
     tasks = []
+    cpu0 = time.process_time()
     t_start = time.perf_counter()
     for i in range(n):
         delay = t_start + i / rate_per_s - time.perf_counter()
@@ -162,6 +168,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         tasks.append(asyncio.create_task(one(*make(i))))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t_start
+    client_cpu_s = time.process_time() - cpu0
     while not idle.empty():
         idle.get_nowait().close()
     lat_ms = np.array(lat_s) * 1000.0
@@ -180,6 +187,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         },
         "errors": errors,
         "statuses": statuses,
+        "client_cpu_ms_per_request": round(1000 * client_cpu_s / n, 3),
     }
 
 
@@ -214,8 +222,10 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
     gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
-    time (``/health``), when the dead routers were marked, the resident memory of both processes (MB)
-    and the API's requests/s and latency."""
+    time (``/health``), when the dead routers were marked, the resident memory of the processes (MB),
+    then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
+    the API's process spent per request, the engine's process per second, the load generator's per
+    request, and the fleet's statistics over that time)."""
     import psutil
 
     token = secrets.token_urlsafe(24)
@@ -253,12 +263,32 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms"] = h.get("cycle_ms")
-                out["rss_mb"] = {"policer": round(psutil.Process(proc.pid).memory_info().rss / 1e6),
+                api_proc = psutil.Process(proc.pid)
+                out["rss_mb"] = {"policer_api": round(api_proc.memory_info().rss / 1e6),
+                                 "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
                                  "fleet": round(psutil.Process(fleet.pid).memory_info().rss / 1e6)}
-            fleet.terminate()
-            stats_line = fleet.communicate(timeout=60)[0].strip().splitlines()
-            out["fleet"] = json.loads(stats_line[-1]) if stats_line else None
+            assert fleet.stdout is not None
+
+            def window() -> Any:  # the fleet's statistics since the previous window (SIGUSR1)
+                fleet.send_signal(signal.SIGUSR1)
+                return json.loads(fleet.stdout.readline())["window"]
+
+            out["fleet"] = window()
+            # The API while the engine goes on policing the fleet.
+            pol = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            cpu0 = [p.cpu_times() for p in pol]
             out["api"] = asyncio.run(_load(base, token, api_rate_per_s, 5.0, 32, 0.2, 1))
+            cpu = [p.cpu_times() for p in pol]
+            n, dur = out["api"]["requests"], out["api"]["duration_s"]
+            out["api"]["policer_api_cpu_ms_per_request"] = round(
+                1000 * (cpu[0].user + cpu[0].system - cpu0[0].user - cpu0[0].system) / n, 3)
+            out["api"]["engine_cpu_s_per_s"] = round(sum(b.user + b.system - a.user - a.system
+                                                         for a, b in zip(cpu0[1:], cpu[1:])) / dur, 2)
+            out["fleet_during_api"] = window()["ok"]
+            with httpx.Client(base_url=base, timeout=30) as c:
+                out["policy_cycle_ms_after_api"] = c.get("/health").json().get("cycle_ms")
+            fleet.terminate()
+            fleet.communicate(timeout=60)
         finally:
             for p in (proc, fleet):
                 if p is not None and p.poll() is None:

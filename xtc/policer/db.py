@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -180,6 +181,19 @@ class Conn:
             return self.raw.execute(q, args)
         return self.raw.execute(sql, args)
 
+    def executemany(self, sql: str, rows: list[tuple] | list[list]) -> None:
+        """One statement for many parameter rows (psycopg: pipelined; sqlite3: one prepared statement)."""
+        if not rows:
+            return
+        if self.pg:
+            q = Conn._pg_sql.get(sql)
+            if q is None:
+                q = Conn._pg_sql[sql] = sql.replace("?", "%s")
+            with self.raw.cursor() as cur:
+                cur.executemany(q, rows)
+            return
+        self.raw.executemany(sql, rows)
+
 
 class Database:
     """What the store needs of a database: transactions, reads, migrations."""
@@ -216,8 +230,19 @@ class Database:
                 db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
 
+#: Longest wait for another process's SQLite write lock, seconds.
+SQLITE_BUSY_TIMEOUT_S = 10.0
+
+
 class SqliteDatabase(Database):
-    """One sqlite3 connection under a lock (WAL, foreign keys on)."""
+    """One sqlite3 connection under a lock (WAL, foreign keys on).
+
+    Several processes share the file (the API's and the engine's): a write transaction waits for
+    another's lock by retrying every 0.1-1 ms, for up to :data:`SQLITE_BUSY_TIMEOUT_S`.  Not SQLite's
+    own busy timeout: Debian's library (3.40) behaves as one built without ``usleep``, whose busy
+    handler sleeps a whole second between attempts, which stalled the API's writes (and, through
+    the connection's lock, its reads) for 1-2 s behind the engine's short transactions.
+    """
 
     dialect = "sqlite"
 
@@ -228,15 +253,33 @@ class SqliteDatabase(Database):
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.execute("PRAGMA busy_timeout=0")  # SQLITE_BUSY at once; _busy_retry waits
         except sqlite3.Error as e:
             raise StoreError(f"cannot open database {path}: {e}") from None
         self.lock = threading.RLock()
         self.conn = Conn(self.db, False)
 
+    @staticmethod
+    def _busy_retry(fn: Any) -> Any:
+        deadline, delay_s = 0.0, 0.0001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + SQLITE_BUSY_TIMEOUT_S
+                elif now > deadline:
+                    raise
+                time.sleep(delay_s)
+                delay_s = min(2 * delay_s, 0.001)
+
     @contextmanager
     def tx(self) -> Iterator[Conn]:
         with self.lock:
-            self.db.execute("BEGIN IMMEDIATE")
+            self._busy_retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
             try:
                 yield self.conn
             except sqlite3.IntegrityError as e:
@@ -245,11 +288,11 @@ class SqliteDatabase(Database):
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
-            self.db.execute("COMMIT")
+            self._busy_retry(lambda: self.db.execute("COMMIT"))
 
     def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
         with self.lock:
-            return self.db.execute(sql, args).fetchall()
+            return self._busy_retry(lambda: self.db.execute(sql, args).fetchall())
 
     def close(self) -> None:
         with self.lock:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import ActivationState, MisbehaviourState
-from .store import Store
+from .store import Outcome, Store
 
 __all__ = ["Engine"]
 
@@ -43,6 +43,11 @@ log = logging.getLogger("xtc.policer.engine")
 def _not_after(t: float | None, now: float) -> float | None:
     """A stored timer start; one in the future of the monotonic clock (from before a reboot) restarts now."""
     return None if t is None else min(t, now)
+
+
+def _finite(v: float | None) -> float | None:
+    """A value as the store keeps it (None for a missing or non-finite one)."""
+    return None if v is None or not math.isfinite(v) else float(v)
 
 
 def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
@@ -69,7 +74,9 @@ class Engine:
     Each cycle sends ``list`` to every registered router that is not already being handled and not
     waiting out a backoff, all at once through the :class:`~xtc.policer.link.LinkPool` (one event
     loop over every exchange in flight, each with its own deadline, so silent daemons delay no
-    other).  As each reply arrives, one worker thread records it, plans the router and sends its
+    other).  One worker thread takes the replies as they arrive, failures first, in batches of what
+    has arrived meanwhile (at most ``batch_size``): it records a batch in one transaction, reads the
+    answering routers' state in one, plans each, saves the plans in one, and sends each router's
     commands (setpoints, activation) in one more exchange.  A router that does not answer is marked
     ``unreachable`` at its deadline and retried after ``period_s``, then twice as long each time, up
     to ``max_backoff_s``; one answer resets that.
@@ -92,12 +99,16 @@ class Engine:
     is_leader : callable, optional
         Asked before every background cycle: the cycle runs only while it returns True (several
         policers on one PostgreSQL: only the lock holder's engine polls and commands).  None: always.
+    batch_size : int
+        Most replies the worker records, plans and saves together (one transaction each for the
+        outcomes, the routers' state and the plans).
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  on_crash: Callable[[BaseException], None] | None = None, max_vrs_per_router: int = 4096,
-                 max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None):
+                 max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None, batch_size: int = 256):
         self.store = store
+        self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
         self.period_s = period_s
@@ -185,6 +196,7 @@ class Engine:
         now = self.clock()
         routers = self.store.list_routers(include_removed=False)
         started = []
+        exchanges: list[tuple] = []
         names = set()
         for r in routers:
             name = r["name"]
@@ -197,8 +209,9 @@ class Engine:
                     continue
                 done = self._busy[name] = threading.Event()
             started.append(done)
-            self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
-                                lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0)))
+            exchanges.append((name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
+                              lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0))))
+        self.links.exchange_many(exchanges)
         for gone in set(self._backoff) - names:
             self._backoff.pop(gone, None)
         if wait:
@@ -216,89 +229,123 @@ class Engine:
 
     def _work_loop(self) -> None:
         while True:
-            item = self._work.get()[2]
-            if item is None:
-                return
-            name = item[1] if item[0] == "cmds" else item[1]["name"]
+            items = [self._work.get()[2]]
+            while len(items) < self.batch_size:  # whatever else has arrived meanwhile, failures first
+                try:
+                    items.append(self._work.get_nowait()[2])
+                except queue.Empty:
+                    break
+            stop = None in items
+            items = [it for it in items if it is not None]
             try:
-                if item[0] == "list":
-                    _, r, settings, now, results, t0 = item
-                    if self._handle_list(r, settings, now, results[0], t0):
-                        continue  # commands in flight: the router stays busy
-                else:
-                    _, name, cmds, results, t0 = item
-                    self._handle_commands(name, cmds, results, t0)
+                busy = self._handle_batch(items)
             except BaseException as e:
                 self._crash(e)
+                busy = set()
             with self._busy_lock:
-                done = self._busy.pop(name, None)
-            if done is not None:
-                done.set()
+                done = [self._busy.pop(n, None) for n in {self._item_router(it) for it in items} - busy]
+            for d in done:
+                if d is not None:
+                    d.set()
+            if stop:
+                return
 
-    def _unreachable(self, name: str, err: str) -> None:
+    @staticmethod
+    def _item_router(item: tuple) -> str:
+        return item[1] if item[0] == "cmds" else item[1]["name"]
+
+    def _handle_batch(self, items: list[tuple]) -> set[str]:
+        """Record a batch of replies (one transaction), plan the routers that answered ``list`` (one read,
+        one write), send their commands.  Returns the routers whose commands are in flight (still busy)."""
+        outcomes: list[Outcome] = []
+        polled: list[tuple[dict[str, Any], Settings, float, float]] = []
+        finished: list[tuple[str, float]] = []  # (router, t0): handled to the end in this batch
+        for item in items:
+            if item[0] == "list":
+                _, r, settings, now, results, t0 = item
+                name, result = r["name"], results[0]
+                if isinstance(result, (LinkDown, DaemonRefused)):  # a BadReply too
+                    outcomes.append(self._failed(name, result))
+                    continue
+                try:
+                    vrs = parse_vr_list(result, self.max_vrs_per_router)
+                except BadReply as e:
+                    outcomes.append(self._failed(name, e))
+                    continue
+                self._backoff.pop(name, None)
+                outcomes.append(Outcome(name, "reachable", None, vrs=vrs))
+                polled.append((r, settings, now, t0))
+            else:
+                _, name, cmds, results, t0 = item
+                outcomes.append(self._commands_outcome(name, cmds, results))
+                self.router_s[name] = time.monotonic() - t0
+                if outcomes[-1].status is None:
+                    finished.append((name, t0))
+        prev = self.store.record_outcomes(outcomes) if outcomes else {}
+        polled = [p for p in polled if prev.get(p[0]["name"]) is not None]  # removed meanwhile: not planned
+        self.polled += len(polled)
+        states = self.store.router_states([p[0]["name"] for p in polled]) if polled else {}
+        plans, sends = [], []
+        for r, settings, now, t0 in polled:
+            name = r["name"]
+            if name not in states:
+                continue
+            act, rows = states[name]
+            act = ActivationState(act.on, _not_after(act.pending_since_s, now))
+            rin = RouterInput(
+                name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
+                vrs={n: _vr_obs(row) for n, row in rows.items()},
+                policies={n: _vr_policy(row, now) for n, row in rows.items()},
+            )
+            plan = plan_router(settings, rin, now)
+            per_vr = {}
+            for n, p in plan.policies.items():
+                want = plan.wanted.get(n, (None, None))
+                ms = p.misbehaviour
+                row = rows.get(n)
+                if row is not None and (row["derived_setpoint_pps"], row["wanted_state"], row["wanted_setpoint_pps"],
+                                        row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"],
+                                        row["punish_base_pps"]) == (
+                        _finite(p.derived_setpoint_pps), want[0], _finite(want[1]), ms.level, ms.bad_since_s,
+                        ms.good_since_s, _finite(p.punish_base_pps)):
+                    continue  # unchanged: not written again
+                per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
+                             "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
+                             "wanted_setpoint_pps": want[1]}
+            plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
+            if plan.commands:
+                sends.append((r, list(plan.commands), t0))
+            else:
+                finished.append((name, t0))
+        self.store.save_plans(plans)  # NotLeader: nothing was sent, the engine stops
+        busy = {r["name"] for r, _, _ in sends}
+        self.links.exchange_many([
+            (r["name"], r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
+             lambda _n, res, name=r["name"], cmds=cmds, t0=t0: self._put(("cmds", name, cmds, res, t0)))
+            for r, cmds, t0 in sends])
+        if finished:
+            end = time.monotonic()
+            for name, t0 in finished:
+                self.router_s[name] = end - t0
+            self._cycle[1] = end
+        return busy
+
+    def _failed(self, name: str, err: BaseException) -> Outcome:
+        """The outcome of an exchange that failed (no answer, a refusal, a reply dropped); backoff updated."""
+        msg = str(err)
+        if isinstance(err, BadReply):
+            self.bad_replies[name] = self.bad_replies.get(name, 0) + 1
+            log.warning("router %s: reply dropped: %s", name, msg)
+            msg = "invalid reply dropped: " + msg
         now = self.clock()
         prev_backoff = self._backoff.get(name, (0.0, 0.0))[1]
         backoff = min(self.max_backoff_s, max(self.period_s, 2 * prev_backoff))
         self._backoff[name] = (now + backoff - 0.5 * self.period_s, backoff)
-        prev = self.store.set_router_status(name, "unreachable", err, seen=False)
-        if prev is not None and prev != "unreachable":
-            self.store.audit("router_unreachable", "policer", name, None, {"error": err})
+        return Outcome(name, "unreachable", msg)
 
-    def _bad_reply(self, name: str, err: str) -> None:
-        self.bad_replies[name] = self.bad_replies.get(name, 0) + 1
-        log.warning("router %s: reply dropped: %s", name, err)
-        self._unreachable(name, "invalid reply dropped: " + err)
-
-    def _handle_list(self, r: dict[str, Any], settings: Settings, now: float, result: Any, t0: float) -> bool:
-        """Record a ``list`` reply, plan the router, send its commands; True if commands are in flight."""
-        name = r["name"]
-        if isinstance(result, BadReply):
-            self._bad_reply(name, str(result))
-            return False
-        if isinstance(result, (LinkDown, DaemonRefused)):
-            self._unreachable(name, str(result))
-            return False
-        try:
-            vrs = parse_vr_list(result, self.max_vrs_per_router)
-        except BadReply as e:
-            self._bad_reply(name, str(e))
-            return False
-        self._backoff.pop(name, None)
-        prev = self.store.set_router_status(name, "reachable", None, seen=True)
-        if prev is None:  # removed meanwhile
-            return False
-        if prev == "unreachable":
-            self.store.audit("router_reachable", "policer", name, None, {})
-        self.polled += 1
-        self.store.record_poll(name, vrs)
-        act, rows = self.store.router_state(name)
-        act = ActivationState(act.on, _not_after(act.pending_since_s, now))
-        rin = RouterInput(
-            name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
-            vrs={n: _vr_obs(row) for n, row in rows.items()},
-            policies={n: _vr_policy(row, now) for n, row in rows.items()},
-        )
-        plan = plan_router(settings, rin, now)
-        per_vr = {}
-        for n, p in plan.policies.items():
-            want = plan.wanted.get(n, (None, None))
-            per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": p.misbehaviour,
-                         "punish_base_pps": p.punish_base_pps, "wanted_state": want[0], "wanted_setpoint_pps": want[1]}
-        self.store.save_plan(name, plan.activation, plan.demand_pps, per_vr,
-                             [(e.kind, e.vr, e.detail) for e in plan.events])
-        if not plan.commands:
-            self.router_s[name] = time.monotonic() - t0
-            self._cycle[1] = time.monotonic()
-            return False
-        cmds = list(plan.commands)
-        self.links.exchange(name, r["endpoint"], r["curve_server_key"], [{"cmd": c.cmd, **c.fields()} for c in cmds],
-                            lambda _n, res: self._put(("cmds", name, cmds, res, t0)))
-        return True
-
-    def _handle_commands(self, name: str, cmds: list[Any], results: list[Any], t0: float) -> None:
-        self.router_s[name] = time.monotonic() - t0
+    def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> Outcome:
+        """The audit records of a router's command results; unreachable if the exchange failed."""
         records = []
-        failure = None
         for cmd, res in zip(cmds, results):
             detail: dict[str, Any] = {"cmd": cmd.cmd}
             if cmd.setpoint_pps is not None:
@@ -306,16 +353,9 @@ class Engine:
             if isinstance(res, DaemonRefused):
                 records.append(("command_refused", cmd.vr, {**detail, "code": res.code, "error": res.message}))
             elif isinstance(res, LinkDown):  # a BadReply too
-                failure = res
-                break
+                out = self._failed(name, res)
+                out.records = records
+                return out
             else:
                 records.append((cmd.cmd, cmd.vr, detail))
-        with self.store.tx() as db:  # the router's commands in one transaction
-            for kind, vr, detail in records:
-                self.store._audit(db, kind, "policer", name, vr, detail)
-        if failure is None:
-            self._cycle[1] = time.monotonic()
-        if isinstance(failure, BadReply):
-            self._bad_reply(name, str(failure))
-        elif failure is not None:
-            self._unreachable(name, str(failure))
+        return Outcome(name, None, records=records)

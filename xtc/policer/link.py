@@ -244,6 +244,7 @@ class LinkPool:
         #: The DEALER sockets open now (made on the I/O thread's shadow context, which the
         #: context's own ``destroy`` does not see): closed by :meth:`close` whatever is in flight.
         self._sockets: set[Any] = set()
+        self._tasks: set[Any] = set()
 
     # ------------------------------------------------------------------------- the I/O thread
     def _ensure_loop(self) -> Any:
@@ -282,6 +283,21 @@ class LinkPool:
 
         loop = self._ensure_loop()
         asyncio.run_coroutine_threadsafe(self._exchange(router, endpoint, server_key, requests, callback), loop)
+
+    def exchange_many(self, exchanges: list[tuple[str, str, str | None, list[dict[str, Any]], Callback]]) -> None:
+        """Several :meth:`exchange` calls, ``(router, endpoint, server_key, requests, callback)`` each, handed
+        to the I/O thread at once (one wake-up of its loop for a whole cycle's ``list`` requests)."""
+        if not exchanges:
+            return
+        loop = self._ensure_loop()
+
+        def start() -> None:
+            for ex in exchanges:
+                t = loop.create_task(self._exchange(*ex))
+                self._tasks.add(t)  # the loop keeps only weak references to its tasks
+                t.add_done_callback(self._tasks.discard)
+
+        loop.call_soon_threadsafe(start)
 
     def _open(self, endpoint: str, server_key: str | None) -> Any:
         if server_key and not self.curve_secret_file:
@@ -338,21 +354,19 @@ class LinkPool:
             for doc in requests:
                 self._seq += 1
                 await s.send_multipart([b"", json.dumps({"v": API_VERSION, "id": self._seq, **doc}).encode()])
-            while len(results) < len(requests):
-                left = deadline - self._loop.time()
-                if left <= 0:
-                    raise asyncio.TimeoutError
-                frames = await asyncio.wait_for(s.recv_multipart(copy=True), left)
-                if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
-                    size = sum(len(f) for f in frames)
-                    raise BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
-                                   f"(one frame of at most {self.max_reply_bytes} bytes expected)")
-                try:
-                    results.append(parse_reply(endpoint, frames[1]))
-                except (BadReply, DaemonRefused) as e:
-                    results.append(e)
-                    if isinstance(e, BadReply):
-                        break
+            async with asyncio.timeout_at(deadline):  # one deadline for every reply (no task per receive)
+                while len(results) < len(requests):
+                    frames = await s.recv_multipart(copy=True)
+                    if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
+                        size = sum(len(f) for f in frames)
+                        raise BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
+                                       f"(one frame of at most {self.max_reply_bytes} bytes expected)")
+                    try:
+                        results.append(parse_reply(endpoint, frames[1]))
+                    except (BadReply, DaemonRefused) as e:
+                        results.append(e)
+                        if isinstance(e, BadReply):
+                            break
         except asyncio.TimeoutError:
             err = LinkDown(f"no answer from {endpoint} within {int(self.timeout_s * 1000)} ms")
             return results + [err] * (len(requests) - len(results))

@@ -1,15 +1,18 @@
-"""``xtc policer serve``: the store, the daemon links, the engine and the REST API in one process.
+"""``xtc policer serve``: the REST API, and the policy engine in a child process.
 
-The engine runs in a thread beside uvicorn's event loop; if it fails unexpectedly the server is told
-to exit and the process returns 1, so that its supervisor (systemd) restarts it.  HTTP input is bounded: a request head
+The engine runs in a process of its own (:mod:`xtc.policer.engine_proc`: the API's requests do not
+wait for its work on one interpreter lock), on the same database; with an in-memory database (tests)
+it runs in a thread beside uvicorn's event loop.  If it fails unexpectedly the server is told to exit
+and the process returns 1, so that its supervisor (systemd) restarts it.  HTTP input is bounded: a request head
 over :data:`MAX_HEADER_BYTES` is refused by the HTTP parser (h11), a body over
 :data:`xtc.policer.app.MAX_BODY_BYTES` by the app.  SIGTERM and SIGINT are uvicorn's: it stops serving, then the engine stops and the database is closed.
 
 On PostgreSQL any number of these processes may serve one database: every one serves the API (and
 writes through it), and only the holder of the leader lock (:class:`~xtc.policer.db.LeaderLock`, a
-session-level advisory lock) runs the engine's cycles.  A standby tries for the lock every
-:data:`LEADER_RETRY_S`; the leader checks its lock's session as often and, if it was lost, exits
-(status 1) so that no two engines command at once.  On SQLite the one process always leads.
+session-level advisory lock, taken by the engine's process) runs the engine's cycles.  A standby
+tries for the lock every :data:`~xtc.policer.engine_proc.LEADER_RETRY_S`; the leader checks its lock's
+session as often and, if it was lost, exits (status 1) so that no two engines command at once.  On
+SQLite the one process always leads.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from typing import Any
 
 import uvicorn
@@ -28,10 +30,10 @@ from .app import create_app
 from .config import PolicerConfig
 from .engine import Engine
 from .link import LinkPool
-from .db import LeaderLock, NotLeader
+from .engine_proc import EngineProcess
 from .store import Store, StoreError
 
-__all__ = ["run_server", "bind_socket", "Leadership", "LEADER_RETRY_S"]
+__all__ = ["run_server", "bind_socket"]
 
 log = logging.getLogger("policer")
 
@@ -53,66 +55,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return s
 
 
-#: Seconds between a standby's attempts at the leader lock (and the leader's checks of it).
-LEADER_RETRY_S = 1.0
-
-
-class Leadership:
-    """Who runs the engine among the policers on one PostgreSQL database (a thread around a :class:`LeaderLock`).
-
-    Parameters
-    ----------
-    store : Store
-        The process's store; on taking the lead, :meth:`Store.take_leadership` writes the hand-over
-        to the audit log once and fences the engine's writes on the new epoch.
-    holder : str
-        This process's name in the audit log (``host:pid``).
-    on_lost : callable
-        Called with :class:`~xtc.policer.db.NotLeader` when a held lock's session is gone.
-    retry_s : float
-        Seconds between attempts / checks.
-    """
-
-    def __init__(self, store: Store, holder: str, on_lost: Any, retry_s: float = LEADER_RETRY_S):
-        self.store, self.holder, self.on_lost, self.retry_s = store, holder, on_lost, retry_s
-        self.lock = LeaderLock(store.url)
-        self._held = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="policer-leader", daemon=True)
-
-    def held(self) -> bool:
-        """True while this process leads (the engine asks before each cycle)."""
-        return self._held
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self._held = False
-        self.lock.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self._held:
-                if not self.lock.alive():
-                    self._held = False
-                    log.critical("leader lock lost: stopping so that no two engines command")
-                    self.on_lost(NotLeader("the leader lock's database session ended"))
-                    return
-            elif self.lock.try_acquire():
-                try:
-                    epoch = self.store.take_leadership(self.holder)
-                except StoreError as e:
-                    log.error("took the leader lock but cannot record it: %s", e)
-                    self.lock.close()
-                else:
-                    log.info("leading (epoch %d): the engine runs here", epoch)
-                    self._held = True
-            self._stop.wait(self.retry_s)
-
-
 def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     """Serve until SIGTERM.  Prints one JSON line with the bound address first.  Returns the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -132,18 +74,23 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         if srv is not None:
             srv.should_exit = True
 
-    leadership = None
-    if store.dialect == "postgresql":
-        leadership = Leadership(store, f"{socket.gethostname()}:{os.getpid()}", on_crash)
-    links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
-    engine = Engine(store, links, period_s=cfg.period_s, on_crash=on_crash, max_vrs_per_router=cfg.max_vrs_per_router,
-                    is_leader=leadership.held if leadership is not None else None)
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    engine: Any
+    if store.path != ":memory:":  # the engine (and on PostgreSQL the leader lock) in a process of its own
+        engine = EngineProcess({"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
+                                "curve_secret_key_file": cfg.curve_secret_key_file,
+                                "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
+                                "holder": holder, "leader_election": store.dialect == "postgresql"}, on_crash)
+    else:  # an in-memory database is this process's alone: the engine runs in a thread beside the API
+        links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
+        engine = Engine(store, links, period_s=cfg.period_s, on_crash=on_crash,
+                        max_vrs_per_router=cfg.max_vrs_per_router)
     app = create_app(cfg, store, engine)
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port,
                       "db": store.dialect if store.dialect != "sqlite" else cfg.db_url, "tokens": len(cfg.tokens),
-                      "leader_election": leadership is not None}), flush=True)
+                      "leader_election": store.dialect == "postgresql"}), flush=True)
     # h11 (not httptools): it bounds what it buffers of a request's head (MAX_HEADER_BYTES).
     config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on", http="h11",
                             h11_max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -151,12 +98,8 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     srv = uvicorn.Server(config)
     server["srv"] = srv
-    if leadership is not None:
-        leadership.start()
     try:
         srv.run(sockets=[sock])
     finally:
-        if leadership is not None:
-            leadership.stop()
         store.close()
     return 1 if failed else 0

@@ -18,7 +18,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,7 +29,7 @@ from .policy import ActivationParams, ActivationState, MisbehaviourParams, Misbe
 #: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
 SATURATION = ("cap_max", "cap_min")
 
-__all__ = ["SATURATION", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
+__all__ = ["SATURATION", "Outcome", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
 
 def _f(v: Any) -> float | None:
     """A finite float or None (SQLite has no NaN; the API never returns one)."""
@@ -37,6 +37,43 @@ def _f(v: Any) -> float | None:
         return None
     f = float(v)
     return f if math.isfinite(f) else None
+
+
+#: Most names in one ``IN (...)`` list (SQLite allows 32766 parameters per statement, PostgreSQL 65535).
+_IN_CHUNK = 500
+
+
+def _chunks(names: list[str]) -> list[list[str]]:
+    return [names[i:i + _IN_CHUNK] for i in range(0, len(names), _IN_CHUNK)]
+
+
+@dataclass
+class Outcome:
+    """What one exchange with a router's daemon gave, for :meth:`Store.record_outcomes`.
+
+    Attributes
+    ----------
+    router : str
+    status : str or None
+        ``reachable`` (it answered: ``last_seen_unix_s`` is now), ``unreachable`` (with ``error``), or
+        None (status unchanged).
+    error : str or None
+        The router's ``last_error`` (None when reachable).
+    vrs : list of dict, optional
+        The VRs of a ``list`` reply (validated instances), upserted.
+    records : list of tuple
+        ``(kind, vr, detail)`` audit records of the policer, written first (a router's command results).
+    appeared, vanished : list of str
+        Filled in by the store: VRs that appeared, disappeared with this poll.
+    """
+
+    router: str
+    status: str | None
+    error: str | None = None
+    vrs: list[dict[str, Any]] | None = None
+    records: list[tuple[str, str | None, dict[str, Any]]] = field(default_factory=list)
+    appeared: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
 
 
 class Store:
@@ -99,6 +136,12 @@ class Store:
             (self.clock(), kind, actor, router, vr, json.dumps(detail, allow_nan=False, default=str)),
         )
 
+    def _audit_many(self, db: Conn, records: list[tuple[str, str, str | None, str | None, dict[str, Any]]]) -> None:
+        """Append ``(kind, actor, router, vr, detail)`` records in their order, one statement."""
+        t = self.clock()
+        db.executemany("INSERT INTO actions (t_unix_s, kind, actor, router, vr, detail) VALUES (?,?,?,?,?,?)",
+                       [(t, k, a, r, v, json.dumps(d, allow_nan=False, default=str)) for k, a, r, v, d in records])
+
     def audit(self, kind: str, actor: str, router: str | None = None, vr: str | None = None,
               detail: dict[str, Any] | None = None) -> None:
         """Append one record to the audit log."""
@@ -136,6 +179,11 @@ class Store:
             sql += " WHERE " + " AND ".join(conds)
         rows = self._read(*self._page(sql + " ORDER BY name", args, limit, offset))
         return [self._router(r) for r in rows]
+
+    def router_census(self) -> tuple[int, list[str]]:
+        """The number of routers not removed, and the names of the unreachable ones (by name)."""
+        n = self._read("SELECT COUNT(*) AS n FROM routers WHERE status != 'removed'")[0]["n"]
+        return int(n), [r["name"] for r in self._read("SELECT name FROM routers WHERE status = 'unreachable' ORDER BY name")]
 
     def get_router(self, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM routers WHERE name=?", (name,))
@@ -194,17 +242,9 @@ class Store:
         return self.get_router(name)
 
     def set_router_status(self, name: str, status: str, error: str | None, seen: bool) -> str | None:
-        """Record a poll's outcome; returns the previous status."""
-        with self.tx() as db:
-            row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()
-            if row is None or row["status"] == "removed":
-                return None
-            if seen:
-                db.execute("UPDATE routers SET status=?, last_error=?, last_seen_unix_s=? WHERE name=?",
-                           (status, error, self.clock(), name))
-            else:
-                db.execute("UPDATE routers SET status=?, last_error=? WHERE name=?", (status, error, name))
-            return str(row["status"])
+        """Record a poll's outcome; returns the previous status (None: no such router, or removed)."""
+        assert seen == (status == "reachable"), (status, seen)
+        return self.record_outcomes([Outcome(name, status, error)])[name]
 
     # --------------------------------------------------------------------------------- vrs
     @staticmethod
@@ -393,69 +433,150 @@ class Store:
     # ------------------------------------------------------------------------ engine's view
     def router_state(self, name: str) -> tuple[ActivationState, dict[str, dict[str, Any]]]:
         """A router's activation state and its VRs' raw rows (with SLA columns joined)."""
+        st = self.router_states([name])
+        if name not in st:
+            raise NotFound(f"no router named {name!r}")
+        return st[name]
+
+    def router_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
+        """Routers' activation states and their VRs' raw rows (SLA columns joined), one snapshot; unknown
+        names are left out."""
+        out: dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]] = {}
         with self.tx() as db:  # one consistent snapshot
-            r = db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone()
-            if r is None:
-                raise NotFound(f"no router named {name!r}")
-            rows = db.execute(
-                "SELECT v.*, n.sla_min_pps, n.sla_max_pps, n.sla_weight FROM vrs v LEFT JOIN networks n"
-                " ON v.network = n.name WHERE v.router=?", (name,)).fetchall()
-        act = ActivationState(bool(r["control_on"]), r["activation_pending_since_s"])
-        return act, {row["name"]: dict(row) for row in rows}
+            for chunk in _chunks(names):
+                marks = ",".join("?" * len(chunk))
+                vrs: dict[str, dict[str, dict[str, Any]]] = {}
+                for row in db.execute(
+                        "SELECT v.*, n.sla_min_pps, n.sla_max_pps, n.sla_weight FROM vrs v LEFT JOIN networks n"
+                        f" ON v.network = n.name WHERE v.router IN ({marks})", chunk).fetchall():
+                    vrs.setdefault(row["router"], {})[row["name"]] = dict(row)
+                for r in db.execute("SELECT name, control_on, activation_pending_since_s FROM routers"
+                                    f" WHERE name IN ({marks})", chunk).fetchall():
+                    out[r["name"]] = (ActivationState(bool(r["control_on"]), r["activation_pending_since_s"]),
+                                      vrs.get(r["name"], {}))
+        return out
 
     def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Upsert the VRs a daemon reported; mark the others absent.  Returns (appeared, vanished)."""
+        out = Outcome(router, None, vrs=vrs)
+        self.record_outcomes([out])
+        return out.appeared, out.vanished
+
+    def record_outcomes(self, outcomes: list["Outcome"]) -> dict[str, str | None]:
+        """Record a batch of the engine's exchanges with routers in one transaction (see :class:`Outcome`).
+
+        For each outcome, in order: its ``records`` go to the audit log; the router's status is set (a
+        change to or from ``unreachable`` is audited); the VRs of a ``list`` reply are upserted, the
+        router's other VRs marked absent (appearances and disappearances audited).  A removed or unknown
+        router is left alone.
+
+        Returns
+        -------
+        dict
+            Each router's status before the batch (None: no such router, or removed).
+        """
         now = self.clock()
-        appeared, vanished = [], []
+        names = list(dict.fromkeys(o.router for o in outcomes))
+        audits: list[tuple[str, str, str | None, str | None, dict[str, Any]]] = []
         with self.tx() as db:
-            known = {r["name"]: bool(r["present"]) for r in db.execute("SELECT name, present FROM vrs WHERE router=?", (router,))}
-            seen = set()
-            for v in vrs:
-                n = v["vr"]
-                seen.add(n)
-                present = bool(v.get("present", True))
-                sat = v.get("saturated")
-                vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")), _f(v.get("measured_pps")),
-                        _f(v.get("offered_pps")), _f(v.get("cap_percent")), sat if sat in SATURATION else None, now)
-                if n in known:
-                    db.execute("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
-                               " cap_percent=?, saturated=?, last_seen_unix_s=? WHERE router=? AND name=?",
-                               (*vals, router, n))
-                else:
-                    db.execute("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
-                               " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", (*vals, router, n))
-                if present and not known.get(n, False):
-                    appeared.append(n)
-                    self._audit(db, "vr_appeared", "policer", router, n, {})
-                if not present and known.get(n, False):
-                    vanished.append(n)
-                    self._audit(db, "vr_vanished", "policer", router, n, {})
-            for n, was in known.items():
-                if n not in seen and was:
-                    db.execute("UPDATE vrs SET present=0 WHERE router=? AND name=?", (router, n))
-                    vanished.append(n)
-                    self._audit(db, "vr_vanished", "policer", router, n, {})
-        return appeared, vanished
+            prev: dict[str, str | None] = dict.fromkeys(names)
+            known: dict[str, dict[str, bool]] = {}
+            polled = [o.router for o in outcomes if o.vrs is not None]
+            for chunk in _chunks(names):
+                marks = ",".join("?" * len(chunk))
+                for r in db.execute(f"SELECT name, status FROM routers WHERE name IN ({marks})", chunk).fetchall():
+                    prev[r["name"]] = None if r["status"] == "removed" else str(r["status"])
+            for chunk in _chunks(polled):
+                marks = ",".join("?" * len(chunk))
+                for r in db.execute(f"SELECT router, name, present FROM vrs WHERE router IN ({marks})", chunk).fetchall():
+                    known.setdefault(r["router"], {})[r["name"]] = bool(r["present"])
+            seen_rows, other_rows, updates, inserts, absent = [], [], [], [], []
+            status = dict(prev)
+            for o in outcomes:
+                name = o.router
+                audits.extend((kind, "policer", name, vr, detail) for kind, vr, detail in o.records)
+                if prev[name] is None:
+                    continue
+                if o.status is not None:
+                    if o.status == "reachable":
+                        seen_rows.append((o.status, o.error, now, name))
+                    else:
+                        other_rows.append((o.status, o.error, name))
+                    if o.status == "unreachable" and status[name] != "unreachable":
+                        audits.append(("router_unreachable", "policer", name, None, {"error": o.error}))
+                    elif o.status == "reachable" and status[name] == "unreachable":
+                        audits.append(("router_reachable", "policer", name, None, {}))
+                    status[name] = o.status
+                if o.vrs is None:
+                    continue
+                was = known.setdefault(name, {})
+                seen = set()
+                for v in o.vrs:
+                    n = v["vr"]
+                    seen.add(n)
+                    present = bool(v.get("present", True))
+                    sat = v.get("saturated")
+                    vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")),
+                            _f(v.get("measured_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
+                            sat if sat in SATURATION else None, now, name, n)
+                    (updates if n in was else inserts).append(vals)
+                    if present and not was.get(n, False):
+                        o.appeared.append(n)
+                        audits.append(("vr_appeared", "policer", name, n, {}))
+                    if not present and was.get(n, False):
+                        o.vanished.append(n)
+                        audits.append(("vr_vanished", "policer", name, n, {}))
+                for n, present in was.items():
+                    if n not in seen and present:
+                        absent.append((name, n))
+                        o.vanished.append(n)
+                        audits.append(("vr_vanished", "policer", name, n, {}))
+                for n in seen:
+                    was[n] = True
+            db.executemany("UPDATE routers SET status=?, last_error=?, last_seen_unix_s=? WHERE name=?", seen_rows)
+            db.executemany("UPDATE routers SET status=?, last_error=? WHERE name=?", other_rows)
+            db.executemany("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
+                           " cap_percent=?, saturated=?, last_seen_unix_s=? WHERE router=? AND name=?", updates)
+            db.executemany("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
+                           " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", inserts)
+            db.executemany("UPDATE vrs SET present=0 WHERE router=? AND name=?", absent)
+            self._audit_many(db, audits)
+        return prev
 
     def save_plan(self, router: str, act: ActivationState, demand_pps: float, per_vr: dict[str, dict[str, Any]],
                   events: list[tuple[str, str | None, dict[str, Any]]]) -> None:
         """Store a router's new policy state and the events of its plan, in one transaction."""
+        self.save_plans([(router, act, demand_pps, per_vr, events)])
+
+    def save_plans(self, plans: list[tuple[str, ActivationState, float, dict[str, dict[str, Any]],
+                                           list[tuple[str, str | None, dict[str, Any]]]]]) -> None:
+        """Store routers' new policy states and their plans' events, ``(router, activation, demand_pps,
+        per_vr, events)`` each, in one transaction (fenced on the leadership epoch; removed routers skipped)."""
+        if not plans:
+            return
         with self.tx() as db:
             self._fence(db)
-            if db.execute("SELECT status FROM routers WHERE name=?", (router,)).fetchone()["status"] == "removed":
-                return
-            db.execute("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=? WHERE name=?",
-                       (int(act.on), act.pending_since_s, _f(demand_pps), router))
-            for n, d in per_vr.items():
-                ms: MisbehaviourState = d["misbehaviour"]
-                db.execute(
-                    "UPDATE vrs SET derived_setpoint_pps=?, wanted_state=?, wanted_setpoint_pps=?, punish_level=?,"
-                    " punish_bad_since_s=?, punish_good_since_s=?, punish_base_pps=? WHERE router=? AND name=?",
-                    (_f(d["derived_setpoint_pps"]), d["wanted_state"], _f(d["wanted_setpoint_pps"]), ms.level,
-                     ms.bad_since_s, ms.good_since_s, _f(d["punish_base_pps"]), router, n),
-                )
-            for kind, vr, detail in events:
-                self._audit(db, kind, "policer", router, vr, detail)
+            names = [p[0] for p in plans]
+            removed = set()
+            for chunk in _chunks(names):
+                marks = ",".join("?" * len(chunk))
+                removed |= {r["name"] for r in db.execute(
+                    f"SELECT name FROM routers WHERE status='removed' AND name IN ({marks})", chunk).fetchall()}
+            rows, vr_rows, audits = [], [], []
+            for router, act, demand_pps, per_vr, events in plans:
+                if router in removed:
+                    continue
+                rows.append((int(act.on), act.pending_since_s, _f(demand_pps), router))
+                for n, d in per_vr.items():
+                    ms: MisbehaviourState = d["misbehaviour"]
+                    vr_rows.append((_f(d["derived_setpoint_pps"]), d["wanted_state"], _f(d["wanted_setpoint_pps"]),
+                                    ms.level, ms.bad_since_s, ms.good_since_s, _f(d["punish_base_pps"]), router, n))
+                audits.extend((kind, "policer", router, vr, detail) for kind, vr, detail in events)
+            db.executemany("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=? WHERE name=?", rows)
+            db.executemany(
+                "UPDATE vrs SET derived_setpoint_pps=?, wanted_state=?, wanted_setpoint_pps=?, punish_level=?,"
+                " punish_bad_since_s=?, punish_good_since_s=?, punish_base_pps=? WHERE router=? AND name=?", vr_rows)
+            self._audit_many(db, audits)
 
     # ---------------------------------------------------------------------------- leadership
     def _fence(self, db: Conn) -> None:
