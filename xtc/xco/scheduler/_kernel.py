@@ -196,15 +196,17 @@ def _sort_by_key(hosts, n, H):
 
 
 @njit(cache=True)
-def run_event(H, T, F, FP, LK, CS, CE, ctr, io, out, fl, full):
+def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     """One scheduling event (see the module docstring for the arrays).
 
     ``full`` = 1 when every sender in force triggers (slot boundary, first schedule): every
-    backlogged host is visited, least recently granted first, and the waiting lists must be rebuilt
-    afterwards (:func:`rebuild`, given the order returned: the hosts visited and not granted, in
-    key order).  Otherwise only the triggering senders and the waiting senders on released links
-    that were too full for the fastest NIC are visited (merged in key order from the waiting lists
-    and the dirty list).  Returns the order for :func:`rebuild` (empty unless ``full``).
+    backlogged host is visited, least recently granted first (``ORD``: the backlogged hosts in
+    key order at the last rebuild, merged with the dirty list), and the waiting lists must be
+    rebuilt afterwards (:func:`rebuild`).  Otherwise only the triggering senders and the waiting
+    senders on released links that were too full for the fastest NIC are visited (merged in key
+    order from the waiting lists and the dirty list).  Returns ``(order, n_waiting)``: with
+    ``full``, every backlogged host in key order after the event, of which the first
+    ``n_waiting`` wait (empty otherwise).
     """
     n = H.shape[1]
     res = LK[L_RES]
@@ -249,27 +251,53 @@ def run_event(H, T, F, FP, LK, CS, CE, ctr, io, out, fl, full):
     min_nic = ctr[C_MIN_NIC]
     max_nic = ctr[C_MAX_NIC]
     if full:
-        m = 0
-        cand = np.empty(n, np.int64)
-        for x in range(n):
+        # every backlogged host, least recently granted first: the clean ones in the order of the
+        # last rebuild (their keys did not change), merged with the dirty ones (sorted here)
+        nd = ctr[C_DIRTY]
+        dc = np.empty(nd, np.int64)
+        ndc = 0
+        for i in range(nd):
+            x = H[H_DLIST, i]
             if H[H_NFL, x] > 0:
-                cand[m] = x
-                m += 1
-        keys = np.empty(m, np.int64)
-        for i in range(m):
-            keys[i] = H[H_KEY, cand[i]]
-        idx = np.argsort(keys, kind="mergesort")
-        order = np.empty(m, np.int64)
+                dc[ndc] = x
+                ndc += 1
+        dc = dc[:ndc]
+        dkeys = np.empty(ndc, np.int64)
+        for i in range(ndc):
+            dkeys[i] = H[H_KEY, dc[i]]
+        dc = dc[np.argsort(dkeys, kind="mergesort")]
+        order = np.empty(ORD.shape[0] + ndc, np.int64)
         k = 0
-        for i in range(m):
-            x = cand[idx[i]]
+        i = 0
+        di = 0
+        no = ORD.shape[0]
+        while True:
+            while i < no and H[H_DIRTY, ORD[i]] != 0:
+                i += 1
+            if i < no:
+                if di < ndc and H[H_KEY, dc[di]] < H[H_KEY, ORD[i]]:
+                    x = dc[di]
+                    di += 1
+                else:
+                    x = ORD[i]
+                    i += 1
+            elif di < ndc:
+                x = dc[di]
+                di += 1
+            else:
+                break
             H[H_SEEN, x] = stamp
             if _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp) == 0:
                 order[k] = x
                 k += 1
-        order = order[:k]
+        g = out[0]
+        order = order[:k + g]
+        for j in range(g):
+            order[k + j] = out[2 + 2 * j]
+        nwait = k
     else:
         order = np.empty(0, np.int64)
+        nwait = 0
         # the released links that were too full for the fastest NIC and still have room
         lists = np.empty(nrel, np.int64)
         nl = 0
@@ -361,7 +389,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ctr, io, out, fl, full):
             out[2 + 2 * g + nh] = t
             nh += 1
     out[1] = nh
-    return order
+    return order, nwait
 
 
 @njit(cache=True)
@@ -409,20 +437,24 @@ def rebuild(H, F, FP, LK, ctr, order):
 
 
 @njit(cache=True)
-def waiting_order(H):
-    """The waiting hosts (backlogged, holding), least recently granted first."""
+def key_order(H):
+    """``(order, n_waiting)``: the backlogged hosts in key order, the waiting ones first."""
     n = H.shape[1]
     m = 0
     w = np.empty(n, np.int64)
+    keys = np.empty(n, np.int64)
     for x in range(n):
-        if H[H_NFL, x] > 0 and H[H_DEST, x] < 0:
+        if H[H_NFL, x] > 0:
             w[m] = x
+            # the waiting first (keys are > -2**61), each part in key order
+            keys[m] = H[H_KEY, x] + (np.int64(1) << 61 if H[H_DEST, x] >= 0 else 0)
             m += 1
     w = w[:m]
-    keys = np.empty(m, np.int64)
-    for i in range(m):
-        keys[i] = H[H_KEY, w[i]]
-    return w[np.argsort(keys, kind="mergesort")]
+    w = w[np.argsort(keys[:m], kind="mergesort")]
+    nw = 0
+    while nw < m and H[H_DEST, w[nw]] < 0:
+        nw += 1
+    return w, nw
 
 
 def warm_up() -> float:
@@ -447,9 +479,9 @@ def warm_up() -> float:
     CS = np.zeros(5, np.int64)
     CE = np.zeros((2, 0), np.int64)
     fl = np.zeros(n, np.int64)
-    order = run_event(H, T, F, FP, LK, CS, CE, ctr, io, out, fl, 1)
-    CS, CE = rebuild(H, F, FP, LK, ctr, order)
+    order, nw = run_event(H, T, F, FP, LK, CS, CE, np.zeros(0, np.int64), ctr, io, out, fl, 1)
+    CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
     io = np.array([1, 0, 0, 0], np.int64)
-    run_event(H, T, F, FP, LK, CS, CE, ctr, io, out, fl, 0)
-    waiting_order(H)
+    run_event(H, T, F, FP, LK, CS, CE, order, ctr, io, out, fl, 0)
+    key_order(H)
     return time.perf_counter() - t0

@@ -416,7 +416,7 @@ class KernelScheduler(PyFastScheduler):
         H[K.H_NIC] = topo.nic_bps
         H[K.H_HEAD] = -1
         H[K.H_DEST] = -1
-        H[K.H_KEY] = self.key
+        H[K.H_KEY] = np.arange(-n, 0)
         self._H = H
         self._PL = 2 * (max(topo._sw_depth, default=0) + 1) + 2
         self._F = np.zeros((K.NF, 0), np.int64)
@@ -428,6 +428,7 @@ class KernelScheduler(PyFastScheduler):
         self._LK = LK
         self._CS = np.zeros(L + 1, np.int64)
         self._CE = np.zeros((2, 0), np.int64)
+        self._ORD = np.zeros(0, np.int64)  # backlogged hosts in key order at the last rebuild
         self._ctr = np.array([0, 0, 0, self._min_nic, self._max_nic, 0], np.int64)
         self._io = np.zeros(64, np.int64)
         self._out = np.zeros(3 * n + 4, np.int64)
@@ -490,40 +491,61 @@ class KernelScheduler(PyFastScheduler):
             full = 0
         else:  # give-up, leave: full if every sender in force triggers
             full = 1 if len(trig) == len(active) else 0
-        order = K.run_event(self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE,
-                            self._ctr, self._io, self._out, self._fl, full)
+        order, nw = K.run_event(self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD,
+                                self._ctr, self._io, self._out, self._fl, full)
         if full or self._ctr[K.C_DIRTY] > self.max_dirty:
             if not full:
-                order = K.waiting_order(self._H)
-            self._CS, self._CE = K.rebuild(self._H, self._F, self._FP, self._LK, self._ctr, order)
+                order, nw = K.key_order(self._H)
+            self._ORD = order
+            self._CS, self._CE = K.rebuild(self._H, self._F, self._FP, self._LK, self._ctr, order[:nw])
         out_arr = self._out
         ng = int(out_arr[0])
         nh = int(out_arr[1])
         o = out_arr[2:2 + 2 * ng + nh].tolist()
         end = (t_us // self.slice_us + 1) * self.slice_us
-        out: list[Directive] = []
-        slice_end, key = self.slice_end, self.key
+        xs = o[0:2 * ng:2]
+        ds = o[1:2 * ng:2]
         seq = self._seq
-        for i in range(0, 2 * ng, 2):
-            x = o[i]
-            d = o[i + 1]
+        for x, d in zip(xs, ds):
             dest[x] = d
-            slice_end[x] = end
-            key[x] = seq
             dest_key[x][d] = seq
             seq += 1
-            active[x] = None
-            out.append(Directive(t_us, x, d, end))
         self._seq = seq
-        for t in o[2 * ng:]:
+        out = [Directive(t_us, x, d, end) for x, d in zip(xs, ds)]
+        holds = o[2 * ng:]
+        for t in holds:
             dest[t] = None
-            slice_end[t] = None
+        out += [Directive(t_us, t, None, None) for t in holds]
+        # (the order of _active is the order of the triggering set at the next slot boundary, and
+        # so of its holds: kept as the base class keeps it)
+        for x in xs:
+            active[x] = None
+        for t in holds:
             del active[t]
-            out.append(Directive(t_us, t, None, None))
         self._slot_end = end if active else None
         self.now_us = int(t_us)
         return out
 
+    # What the base class keeps per grant, derived here on demand (the kernel holds the keys, and
+    # every slice in force ends at the same slot boundary).
+    @property  # type: ignore[override]
+    def key(self) -> list[int]:
+        """Rotation key of every host (a copy; see :class:`SchedulerBase`)."""
+        return self._H[_kernel.H_KEY].tolist()
+
+    @key.setter
+    def key(self, value: list[int]) -> None:
+        pass  # set by SchedulerBase.__init__ (the initial keys, which the kernel starts from too)
+
+    @property  # type: ignore[override]
+    def slice_end(self) -> list[int | None]:
+        """End of every host's current slice, microseconds (None when holding); a copy."""
+        end = self._slot_end
+        return [None if d is None else end for d in self.dest]
+
+    @slice_end.setter
+    def slice_end(self, value: list[int | None]) -> None:
+        pass  # set by SchedulerBase.__init__ (nobody transmits)
 
 #: The implementation the controller uses: compiled kernels when numba is installed.
 FastScheduler: type[PyFastScheduler] = KernelScheduler if _kernel is not None else PyFastScheduler
