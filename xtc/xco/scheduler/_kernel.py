@@ -208,7 +208,6 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     ``full``, every backlogged host in key order after the event, of which the first
     ``n_waiting`` wait (empty otherwise).
     """
-    n = H.shape[1]
     res = LK[L_RES]
     stamp = ctr[C_STAMP] + 1
     ctr[C_STAMP] = stamp
@@ -438,7 +437,7 @@ def rebuild(H, F, FP, LK, ctr, order):
 
 @njit(cache=True)
 def key_order(H):
-    """``(order, n_waiting)``: the backlogged hosts in key order, the waiting ones first."""
+    """``(backlogged, waiting)``: the backlogged hosts in key order, and the waiting ones among them."""
     n = H.shape[1]
     m = 0
     w = np.empty(n, np.int64)
@@ -446,15 +445,16 @@ def key_order(H):
     for x in range(n):
         if H[H_NFL, x] > 0:
             w[m] = x
-            # the waiting first (keys are > -2**61), each part in key order
-            keys[m] = H[H_KEY, x] + (np.int64(1) << 61 if H[H_DEST, x] >= 0 else 0)
+            keys[m] = H[H_KEY, x]
             m += 1
-    w = w[:m]
-    w = w[np.argsort(keys[:m], kind="mergesort")]
+    w = w[:m][np.argsort(keys[:m], kind="mergesort")]
+    wt = np.empty(m, np.int64)
     nw = 0
-    while nw < m and H[H_DEST, w[nw]] < 0:
-        nw += 1
-    return w, nw
+    for x in w:
+        if H[H_DEST, x] < 0:
+            wt[nw] = x
+            nw += 1
+    return w, wt[:nw]
 
 
 def warm_up() -> float:

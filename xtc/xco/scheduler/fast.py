@@ -494,10 +494,12 @@ class KernelScheduler(PyFastScheduler):
         order, nw = K.run_event(self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD,
                                 self._ctr, self._io, self._out, self._fl, full)
         if full or self._ctr[K.C_DIRTY] > self.max_dirty:
-            if not full:
-                order, nw = K.key_order(self._H)
+            if full:  # the backlogged hosts in key order, the first nw waiting
+                waiting = order[:nw]
+            else:
+                order, waiting = K.key_order(self._H)
             self._ORD = order
-            self._CS, self._CE = K.rebuild(self._H, self._F, self._FP, self._LK, self._ctr, order[:nw])
+            self._CS, self._CE = K.rebuild(self._H, self._F, self._FP, self._LK, self._ctr, waiting)
         out_arr = self._out
         ng = int(out_arr[0])
         nh = int(out_arr[1])
