@@ -404,9 +404,15 @@ class KernelScheduler(PyFastScheduler):
     #: Rebuild the waiting lists when more hosts than this changed since the last rebuild.
     max_dirty = 256
 
+    #: Seconds the first construction in this process spent compiling the kernels or loading them
+    #: from numba's cache (None before); paid when the controller starts, not at its first event.
+    warm_up_s: float | None = None
+
     def __init__(self, topo: Topology, slice_us: int = 10_000):
         super().__init__(topo, slice_us)
         K = _kernel
+        if KernelScheduler.warm_up_s is None:
+            KernelScheduler.warm_up_s = K.warm_up()
         n = self.n
         sw_parent = np.asarray(topo._sw_parent, np.int64)
         self._T = np.stack([sw_parent, np.asarray(topo._sw_depth, np.int64),
