@@ -401,8 +401,9 @@ class KernelScheduler(PyFastScheduler):
     Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
 
-    #: Rebuild the waiting lists when more hosts than this changed since the last rebuild.
-    max_dirty = 256
+    #: Rebuild the waiting lists when more hosts than this changed since the last rebuild (None:
+    #: max(256, hosts / 8); every event scans the changed hosts, a rebuild costs every backlog).
+    max_dirty: int | None = None
 
     #: Seconds the first construction in this process spent compiling the kernels or loading them
     #: from numba's cache (None before); paid when the controller starts, not at its first event.
@@ -414,6 +415,8 @@ class KernelScheduler(PyFastScheduler):
         if KernelScheduler.warm_up_s is None:
             KernelScheduler.warm_up_s = K.warm_up()
         n = self.n
+        if self.max_dirty is None:
+            self.max_dirty = max(256, n // 8)
         sw_parent = np.asarray(topo._sw_parent, np.int64)
         self._T = np.stack([sw_parent, np.asarray(topo._sw_depth, np.int64),
                             np.asarray(topo._sw_up, np.int64), np.asarray(topo._sw_down, np.int64)])
