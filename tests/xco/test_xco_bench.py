@@ -21,3 +21,15 @@ def test_bench_reports_every_field_and_fills_the_core():
     assert set(r) >= {"hosts", "mode", "event_p50_us", "event_p99_us", "events_per_s_one_core", "full_schedule_ms"}
     # 4 rows, each row's 10 Gb/s uplink takes ten 1 Gb/s senders
     assert r["hosts"] == 800 and r["transmitting_per_slot"] == 40
+
+
+def test_bench_names_the_implementation_and_its_compile_time():
+    from xtc.xco.scheduler import fast
+    from xtc_lab.xco.bench import kernel_info
+
+    k = kernel_info()
+    assert k["impl"] == fast.IMPL
+    if fast.IMPL == "numba":
+        assert k["warm_up_s"] is not None and k["warm_up_s"] > 0
+    else:
+        assert k["warm_up_s"] is None

@@ -29,6 +29,7 @@ def check_state(topo, ref, fast):
     load = ref.link_load_bps()
     assert (load <= topo.link_bps).all(), "a link is over capacity"
     assert ref.dest == fast.dest and ref.slice_end == fast.slice_end
+    assert ref.key == fast.key  # the same rotation order
     assert [ref.backlog_group(x) for x in range(topo.n_hosts)] == [fast.backlog_group(x) for x in range(topo.n_hosts)]
     # fast bookkeeping: residual = capacity - load
     assert fast.res == (topo.link_bps - load).tolist()

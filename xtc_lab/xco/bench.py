@@ -11,6 +11,10 @@ Measured, per size:
   transmitting host (its slice is handed on) and the same host's new backlog a little later.
 - ``events_per_s_one_core``: 1e6 / mean of those events.
 
+``kernel``: which implementation ran (``"numba"``: the compiled kernels, or ``"python"`` when numba
+is missing) and ``warm_up_s``, the time the first scheduler of the process spent compiling the
+kernels or loading them from numba's on-disk cache (before any measurement).
+
 And once (``--load-hosts``, default 4,800; ``load`` in the JSON): the issue's throughput goal as a
 load test, ``cpu_pct``: the CPU time (this process, ``time.process_time``) spent on one simulated
 second with 2 ms slots (500 slot boundaries) and 60,000 mid-slot events, in percent of one core.
@@ -28,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from xtc.xco.scheduler import FastScheduler
+from xtc.xco.scheduler import fast as fast_mod
 from xtc.xco.topology import parse_topology
 
 from .topologies import fig27, fig27_pairs
@@ -155,14 +160,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="also write the JSON to this file")
 
 
+def kernel_info() -> dict[str, Any]:
+    """Which scheduler implementation runs, and its compile (or cache load) time, seconds."""
+    FastScheduler(parse_topology(fig27(2)), 10_000)  # the first construction compiles the kernels
+    warm = getattr(FastScheduler, "warm_up_s", None)
+    return {"impl": fast_mod.IMPL, "warm_up_s": None if warm is None else round(warm, 3)}
+
+
 def run(args: argparse.Namespace) -> int:
-    res: dict[str, Any] = {"scheduler": [bench_one(n, args.events) for n in args.hosts]}
+    res: dict[str, Any] = {"kernel": kernel_info()}
+    res["scheduler"] = [bench_one(n, args.events) for n in args.hosts]
     if args.load_hosts:
         res["load"] = load_test(args.load_hosts)
     text = json.dumps(res, indent=2)
     if args.json:
         print(text)
     else:
+        k = res["kernel"]
+        print(f"scheduler: {k['impl']} (compile or cache load at the first construction: {k['warm_up_s']} s)")
         print(f"{'hosts':>7} {'mode':>10} {'p50 us':>8} {'p99 us':>8} {'events/s':>10} {'full ms':>9} {'bound. ms':>9}")
         for r in res["scheduler"]:
             print(f"{r['hosts']:>7} {r['mode']:>10} {r['event_p50_us']:>8.1f} {r['event_p99_us']:>8.1f} "

@@ -7,6 +7,9 @@ Two implementations of one policy, which must issue the same directives for the 
 - :class:`FastScheduler` (:mod:`.fast`): integer residual capacity per directed link, per-link
   lists of waiting senders kept in service order, and only the senders that could use capacity
   freed by the event are looked at.  This is the one the controller and the replay command use.
+  With numba installed (extra ``xco``) it is ``KernelScheduler``, Algorithm 1 compiled over
+  arrays (:mod:`._kernel`); without, the pure-Python ``PyFastScheduler``
+  (``xtc.xco.scheduler.fast.IMPL`` says which).
 
 The policy, with the choices the paper leaves open (see docs/xco.md):
 

@@ -29,14 +29,22 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from heapq import heapify, heappop, heappush
 
+import numpy as np
+
 from ..topology import Topology
 from .base import Directive, SchedulerBase
 
-__all__ = ["FastScheduler"]
+try:
+    from . import _kernel
+except ImportError:  # numba missing: the pure-Python implementation
+    _kernel = None  # type: ignore[assignment]
+
+__all__ = ["FastScheduler", "KernelScheduler", "PyFastScheduler", "IMPL"]
 
 
-class FastScheduler(SchedulerBase):
-    """Fast implementation of the XCo timeslice policy (see :mod:`xtc.xco.scheduler`).
+class PyFastScheduler(SchedulerBase):
+    """Fast implementation of the XCo timeslice policy in pure Python (see :mod:`xtc.xco.scheduler`);
+    :data:`FastScheduler` when numba is missing.
 
     Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
@@ -377,3 +385,180 @@ class FastScheduler(SchedulerBase):
                 if d is not None:
                     grants.append((x, d))
         return grants
+
+
+class KernelScheduler(PyFastScheduler):
+    """The fast policy with Algorithm 1 in compiled kernels (:mod:`._kernel`, numba); same directives.
+
+    The Python side keeps what the base class exposes (``dest``, ``slice_end``, ``key``, the
+    backlog groups ``B``) and builds the directives; the kernel holds the flows (per flow its path
+    as an array of link ids), the integer residual capacities and the waiting lists.  An event in
+    which every sender in force triggers (a slot boundary, a schedule from nothing) visits every
+    backlogged host least recently granted first, then rebuilds the waiting lists in bulk; any
+    other event visits the triggering senders and the waiting senders of the released links that
+    were too full for the fastest NIC, as :class:`PyFastScheduler` does.
+
+    Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
+    """
+
+    #: Rebuild the waiting lists when more hosts than this changed since the last rebuild (None:
+    #: max(256, hosts / 8); every event scans the changed hosts, a rebuild costs every backlog).
+    max_dirty: int | None = None
+
+    #: Seconds the first construction in this process spent compiling the kernels or loading them
+    #: from numba's cache (None before); paid when the controller starts, not at its first event.
+    warm_up_s: float | None = None
+
+    def __init__(self, topo: Topology, slice_us: int = 10_000):
+        super().__init__(topo, slice_us)
+        K = _kernel
+        if KernelScheduler.warm_up_s is None:
+            KernelScheduler.warm_up_s = K.warm_up()
+        n = self.n
+        if self.max_dirty is None:
+            self.max_dirty = max(256, n // 8)
+        sw_parent = np.asarray(topo._sw_parent, np.int64)
+        self._T = np.stack([sw_parent, np.asarray(topo._sw_depth, np.int64),
+                            np.asarray(topo._sw_up, np.int64), np.asarray(topo._sw_down, np.int64)])
+        H = np.zeros((K.NH, n), np.int64)
+        H[K.H_SW] = topo._host_sw
+        H[K.H_NIC] = topo.nic_bps
+        H[K.H_HEAD] = -1
+        H[K.H_DEST] = -1
+        H[K.H_KEY] = np.arange(-n, 0)
+        self._H = H
+        self._PL = 2 * (max(topo._sw_depth, default=0) + 1) + 2
+        self._F = np.zeros((K.NF, 0), np.int64)
+        self._FP = np.zeros((0, self._PL), np.int64)
+        L = topo.n_links
+        LK = np.zeros((K.NL, L), np.int64)
+        LK[K.L_RES] = topo.link_bps
+        LK[K.L_CAP] = topo.link_bps
+        self._LK = LK
+        self._CS = np.zeros(L + 1, np.int64)
+        self._CE = np.zeros((2, 0), np.int64)
+        self._ORD = np.zeros(0, np.int64)  # backlogged hosts in key order at the last rebuild
+        self._ctr = np.array([0, 0, 0, self._min_nic, self._max_nic, 0], np.int64)
+        self._io = np.zeros(64, np.int64)
+        self._out = np.zeros(3 * n + 4, np.int64)
+        self._fl = np.zeros(n, np.int64)
+        self._nflows = 0
+
+    @property
+    def res(self) -> list[int]:  # type: ignore[override]
+        """Residual capacity per directed link, bits/s (a copy)."""
+        return self._LK[_kernel.L_RES].tolist()
+
+    @res.setter
+    def res(self, value: list[int]) -> None:
+        pass  # the kernel owns the residuals (set by PyFastScheduler.__init__ only)
+
+    def _grow_flows(self, need: int) -> None:
+        F, FP = self._F, self._FP
+        cap = F.shape[1]
+        if need <= cap:
+            return
+        new = max(need, 2 * cap, 64)
+        F2 = np.zeros((F.shape[0], new), np.int64)
+        F2[:, :cap] = F
+        FP2 = np.zeros((new, self._PL), np.int64)
+        FP2[:cap] = FP
+        # free slots: the old free stack, then the new slots (taken from the top: highest first)
+        ctr = self._ctr
+        nfree = int(ctr[_kernel.C_FREE])
+        old_free = F[_kernel.F_FREE, :nfree].copy()
+        F2[_kernel.F_FREE, :new - cap] = np.arange(new - 1, cap - 1, -1)
+        F2[_kernel.F_FREE, new - cap:new - cap + nfree] = old_free
+        ctr[_kernel.C_FREE] = new - cap + nfree
+        self._F, self._FP = F2, FP2
+
+    def _run(self, t_us: int, trig: Sequence[int], kind: str,
+             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
+        K = _kernel
+        B, dest, n = self.B, self.dest, self.n
+        dest_key = self._dest_key
+        io = [len(trig), len(adds), len(removals), *trig]
+        for x, d in adds:
+            B[x][d] = None
+            dk = dest_key[x]
+            io += (x, d, dk.get(d, d - n) if dk else d - n)
+        for x, d in removals:
+            B[x].pop(d, None)
+            io += (x, d)
+        if adds:
+            self._nflows += len(adds)
+            self._grow_flows(self._nflows)
+        self._nflows -= len(removals)  # (removals of absent flows never reach here)
+        m = len(io)
+        if m > len(self._io):
+            self._io = np.zeros(2 * m, np.int64)
+        self._io[:m] = io
+        active = self._active
+        if kind == "expire" or not active:
+            full = 1
+        elif kind == "backlog":
+            full = 0
+        else:  # give-up, leave: full if every sender in force triggers
+            full = 1 if len(trig) == len(active) else 0
+        order, nw = K.run_event(self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD,
+                                self._ctr, self._io, self._out, self._fl, full)
+        if full or self._ctr[K.C_DIRTY] > self.max_dirty:
+            if full:  # the backlogged hosts in key order, the first nw waiting
+                waiting = order[:nw]
+            else:
+                order, waiting = K.key_order(self._H)
+            self._ORD = order
+            self._CS, self._CE = K.rebuild(self._H, self._F, self._FP, self._LK, self._ctr, waiting)
+        out_arr = self._out
+        ng = int(out_arr[0])
+        nh = int(out_arr[1])
+        o = out_arr[2:2 + 2 * ng + nh].tolist()
+        end = (t_us // self.slice_us + 1) * self.slice_us
+        xs = o[0:2 * ng:2]
+        ds = o[1:2 * ng:2]
+        seq = self._seq
+        for x, d in zip(xs, ds):
+            dest[x] = d
+            dest_key[x][d] = seq
+            seq += 1
+        self._seq = seq
+        out = [Directive(t_us, x, d, end) for x, d in zip(xs, ds)]
+        holds = o[2 * ng:]
+        for t in holds:
+            dest[t] = None
+        out += [Directive(t_us, t, None, None) for t in holds]
+        # (the order of _active is the order of the triggering set at the next slot boundary, and
+        # so of its holds: kept as the base class keeps it)
+        for x in xs:
+            active[x] = None
+        for t in holds:
+            del active[t]
+        self._slot_end = end if active else None
+        self.now_us = int(t_us)
+        return out
+
+    # What the base class keeps per grant, derived here on demand (the kernel holds the keys, and
+    # every slice in force ends at the same slot boundary).
+    @property  # type: ignore[override]
+    def key(self) -> list[int]:
+        """Rotation key of every host (a copy; see :class:`SchedulerBase`)."""
+        return self._H[_kernel.H_KEY].tolist()
+
+    @key.setter
+    def key(self, value: list[int]) -> None:
+        pass  # set by SchedulerBase.__init__ (the initial keys, which the kernel starts from too)
+
+    @property  # type: ignore[override]
+    def slice_end(self) -> list[int | None]:
+        """End of every host's current slice, microseconds (None when holding); a copy."""
+        end = self._slot_end
+        return [None if d is None else end for d in self.dest]
+
+    @slice_end.setter
+    def slice_end(self, value: list[int | None]) -> None:
+        pass  # set by SchedulerBase.__init__ (nobody transmits)
+
+#: The implementation the controller uses: compiled kernels when numba is installed.
+FastScheduler: type[PyFastScheduler] = KernelScheduler if _kernel is not None else PyFastScheduler
+#: Which one :data:`FastScheduler` is: ``"numba"`` or ``"python"``.
+IMPL = "numba" if _kernel is not None else "python"

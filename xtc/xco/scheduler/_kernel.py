@@ -1,0 +1,487 @@
+"""Compiled kernels (numba) of :class:`xtc.xco.scheduler.fast.FastScheduler`: Algorithm 1 over arrays.
+
+Importing this module raises :class:`ImportError` when numba is missing (the scheduler then runs
+its pure-Python code).  The kernels are compiled on first use and cached on disk (``cache=True``:
+next to this file, or, when that directory is not writable, in numba's per-user cache directory or
+``$NUMBA_CACHE_DIR``); :func:`warm_up` compiles (or loads) them all and returns the time it took.
+
+State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
+
+- ``T[4, n_switches]``: switch parent, depth, up link, down link (the tree; paths are computed).
+- ``H[NH, n]`` per host: switch, NIC rate, first flow, number of flows, destination (-1 = hold),
+  rotation key, dirty flag, the dirty list, seen / granted stamps.
+- ``F[NF, F]`` per flow slot: host, destination, next and previous flow of the host, path length,
+  destination rotation key, and the stack of free slots; ``FP[F, PL]``: the flow's path.
+- ``LK[NL, L]`` per link: residual capacity ``C_l - sum of C_x of the senders on l``, capacity,
+  residual before the event, a stamp.
+- The waiting lists, rebuilt in bulk after every event that releases every slice in force:
+  ``CS[L + 1]`` (offsets) and ``CE[2, E]`` (host, rotation key): per link, the senders waiting at
+  that time whose backlog crosses it, least recently granted first.  A host whose key, destination
+  or backlog changed since then is *dirty*: its entries are skipped and it is looked at from the
+  dirty list instead.
+- ``ctr``: sequence number of the next grant, free-slot count, dirty count, slowest and fastest
+  NIC, event stamp.
+- ``io`` (input): number of triggering senders, of added flows, of removed flows, then the
+  triggering senders, the added flows ``(host, dest, dest key)``, the removed flows ``(host, dest)``.
+- ``out`` (output): number of grants, of holds, the grants ``(host, dest)`` in grant order, the
+  senders sent a hold in triggering order.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+# rows of H
+H_SW, H_NIC, H_HEAD, H_NFL, H_DEST, H_KEY, H_DIRTY, H_DLIST, H_SEEN, H_GRANT = range(10)
+NH = 10
+# rows of F
+F_HOST, F_DEST, F_NEXT, F_PREV, F_LEN, F_DKEY, F_FREE = range(7)
+NF = 7
+# rows of LK
+L_RES, L_CAP, L_BEFORE, L_STAMP = range(4)
+NL = 4
+# ctr
+C_SEQ, C_FREE, C_DIRTY, C_MIN_NIC, C_MAX_NIC, C_STAMP = range(6)
+NC = 6
+
+
+@njit(cache=True)
+def _path(s, d, H, T, buf, tmp):
+    """Write the path from host s to host d into buf; return its length."""
+    par = T[0]
+    dep = T[1]
+    up = T[2]
+    dn = T[3]
+    buf[0] = 2 * s
+    k = 1
+    m = 0
+    a = H[H_SW, s]
+    b = H[H_SW, d]
+    while dep[a] > dep[b]:
+        buf[k] = up[a]
+        k += 1
+        a = par[a]
+    while dep[b] > dep[a]:
+        tmp[m] = dn[b]
+        m += 1
+        b = par[b]
+    while a != b:
+        buf[k] = up[a]
+        k += 1
+        a = par[a]
+        tmp[m] = dn[b]
+        m += 1
+        b = par[b]
+    for i in range(m - 1, -1, -1):
+        buf[k] = tmp[i]
+        k += 1
+    buf[k] = 2 * d + 1
+    return k + 1
+
+
+@njit(cache=True)
+def _mark_dirty(H, ctr, x):
+    if H[H_DIRTY, x] == 0:
+        H[H_DIRTY, x] = 1
+        H[H_DLIST, ctr[C_DIRTY]] = x
+        ctr[C_DIRTY] += 1
+
+
+@njit(cache=True)
+def _find_flow(H, F, x, d):
+    f = H[H_HEAD, x]
+    while f >= 0:
+        if F[F_DEST, f] == d:
+            return f
+        f = F[F_NEXT, f]
+    return -1
+
+
+@njit(cache=True)
+def _add_flow(H, T, F, FP, ctr, x, d, dkey, tmp):
+    top = ctr[C_FREE] - 1
+    f = F[F_FREE, top]
+    ctr[C_FREE] = top
+    F[F_HOST, f] = x
+    F[F_DEST, f] = d
+    F[F_DKEY, f] = dkey
+    F[F_LEN, f] = _path(x, d, H, T, FP[f], tmp)
+    h = H[H_HEAD, x]
+    F[F_NEXT, f] = h
+    F[F_PREV, f] = -1
+    if h >= 0:
+        F[F_PREV, h] = f
+    H[H_HEAD, x] = f
+    H[H_NFL, x] += 1
+    _mark_dirty(H, ctr, x)
+
+
+@njit(cache=True)
+def _remove_flow(H, F, ctr, x, d):
+    f = _find_flow(H, F, x, d)
+    if f < 0:
+        return
+    p = F[F_PREV, f]
+    nx = F[F_NEXT, f]
+    if p >= 0:
+        F[F_NEXT, p] = nx
+    else:
+        H[H_HEAD, x] = nx
+    if nx >= 0:
+        F[F_PREV, nx] = p
+    H[H_NFL, x] -= 1
+    F[F_FREE, ctr[C_FREE]] = f
+    ctr[C_FREE] += 1
+    _mark_dirty(H, ctr, x)
+
+
+@njit(cache=True)
+def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
+    """First fit of x: its destinations least recently granted first; grant the first whose path has
+    room for its NIC (that room taken, the grant written to out).  Returns 1 if granted."""
+    c = H[H_NIC, x]
+    res = LK[L_RES]
+    nf = 0
+    f = H[H_HEAD, x]
+    while f >= 0:  # insertion sort by destination key (keys of one host are distinct)
+        k = F[F_DKEY, f]
+        i = nf
+        while i > 0 and F[F_DKEY, fl[i - 1]] > k:
+            fl[i] = fl[i - 1]
+            i -= 1
+        fl[i] = f
+        nf += 1
+        f = F[F_NEXT, f]
+    for j in range(nf):
+        f = fl[j]
+        p = FP[f]
+        ln = F[F_LEN, f]
+        ok = True
+        for i in range(ln):
+            if res[p[i]] < c:
+                ok = False
+                break
+        if ok:
+            for i in range(ln):
+                res[p[i]] -= c
+            d = F[F_DEST, f]
+            s = ctr[C_SEQ]
+            ctr[C_SEQ] = s + 1
+            H[H_DEST, x] = d
+            H[H_KEY, x] = s
+            F[F_DKEY, f] = s
+            H[H_GRANT, x] = stamp
+            _mark_dirty(H, ctr, x)
+            g = out[0]
+            out[2 + 2 * g] = x
+            out[3 + 2 * g] = d
+            out[0] = g + 1
+            return 1
+    return 0
+
+
+@njit(cache=True)
+def _sort_by_key(hosts, n, H):
+    for a in range(1, n):
+        x = hosts[a]
+        k = H[H_KEY, x]
+        i = a
+        while i > 0 and H[H_KEY, hosts[i - 1]] > k:
+            hosts[i] = hosts[i - 1]
+            i -= 1
+        hosts[i] = x
+
+
+@njit(cache=True)
+def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
+    """One scheduling event (see the module docstring for the arrays).
+
+    ``full`` = 1 when every sender in force triggers (slot boundary, first schedule): every
+    backlogged host is visited, least recently granted first (``ORD``: the backlogged hosts in
+    key order at the last rebuild, merged with the dirty list), and the waiting lists must be
+    rebuilt afterwards (:func:`rebuild`).  Otherwise only the triggering senders and the waiting
+    senders on released links that were too full for the fastest NIC are visited (merged in key
+    order from the waiting lists and the dirty list).  Returns ``(order, n_waiting)``: with
+    ``full``, every backlogged host in key order after the event, of which the first
+    ``n_waiting`` wait (empty otherwise).
+    """
+    res = LK[L_RES]
+    stamp = ctr[C_STAMP] + 1
+    ctr[C_STAMP] = stamp
+    ntrig = io[0]
+    nadd = io[1]
+    nrem = io[2]
+    pos = 3
+    trig = io[pos:pos + ntrig]
+    pos += ntrig
+    PL = FP.shape[1]
+    buf = np.empty(PL, np.int64)
+    tmp = np.empty(PL, np.int64)
+    for i in range(nadd):
+        _add_flow(H, T, F, FP, ctr, io[pos], io[pos + 1], io[pos + 2], tmp)
+        pos += 3
+    # lines 18-21: the triggering senders' paths are released (residual before the event kept)
+    released = np.empty(ntrig * PL, np.int64)
+    nrel = 0
+    told = np.empty(ntrig, np.int64)
+    for i in range(ntrig):
+        t = trig[i]
+        d0 = H[H_DEST, t]
+        told[i] = d0
+        if d0 >= 0:
+            c = H[H_NIC, t]
+            ln = _path(t, d0, H, T, buf, tmp)
+            for j in range(ln):
+                lk = buf[j]
+                if LK[L_STAMP, lk] != stamp:
+                    LK[L_STAMP, lk] = stamp
+                    LK[L_BEFORE, lk] = res[lk]
+                    released[nrel] = lk
+                    nrel += 1
+                res[lk] += c
+    for i in range(nrem):
+        _remove_flow(H, F, ctr, io[pos], io[pos + 1])
+        pos += 2
+    out[0] = 0
+    out[1] = 0
+    min_nic = ctr[C_MIN_NIC]
+    max_nic = ctr[C_MAX_NIC]
+    if full:
+        # every backlogged host, least recently granted first: the clean ones in the order of the
+        # last rebuild (their keys did not change), merged with the dirty ones (sorted here)
+        nd = ctr[C_DIRTY]
+        dc = np.empty(nd, np.int64)
+        ndc = 0
+        for i in range(nd):
+            x = H[H_DLIST, i]
+            if H[H_NFL, x] > 0:
+                dc[ndc] = x
+                ndc += 1
+        dc = dc[:ndc]
+        dkeys = np.empty(ndc, np.int64)
+        for i in range(ndc):
+            dkeys[i] = H[H_KEY, dc[i]]
+        dc = dc[np.argsort(dkeys, kind="mergesort")]
+        order = np.empty(ORD.shape[0] + ndc, np.int64)
+        k = 0
+        i = 0
+        di = 0
+        no = ORD.shape[0]
+        while True:
+            while i < no and H[H_DIRTY, ORD[i]] != 0:
+                i += 1
+            if i < no:
+                if di < ndc and H[H_KEY, dc[di]] < H[H_KEY, ORD[i]]:
+                    x = dc[di]
+                    di += 1
+                else:
+                    x = ORD[i]
+                    i += 1
+            elif di < ndc:
+                x = dc[di]
+                di += 1
+            else:
+                break
+            H[H_SEEN, x] = stamp
+            if _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp) == 0:
+                order[k] = x
+                k += 1
+        g = out[0]
+        order = order[:k + g]
+        for j in range(g):
+            order[k + j] = out[2 + 2 * j]
+        nwait = k
+    else:
+        order = np.empty(0, np.int64)
+        nwait = 0
+        # the released links that were too full for the fastest NIC and still have room
+        lists = np.empty(nrel, np.int64)
+        nl = 0
+        for i in range(nrel):
+            lk = released[i]
+            if LK[L_BEFORE, lk] < max_nic and res[lk] >= min_nic:
+                lists[nl] = lk
+                nl += 1
+                LK[L_STAMP, lk] = -stamp  # marks "on a list" for the dirty hosts' check
+        ptr = np.empty(nl, np.int64)
+        end = np.empty(nl, np.int64)
+        for j in range(nl):
+            ptr[j] = CS[lists[j]]
+            end[j] = CS[lists[j] + 1]
+        # the dirty hosts waiting with a flow across a listed link
+        nd = ctr[C_DIRTY]
+        dc = np.empty(nd, np.int64)
+        ndc = 0
+        if nl > 0:
+            for i in range(nd):
+                x = H[H_DLIST, i]
+                if H[H_DEST, x] >= 0 or H[H_NFL, x] == 0:
+                    continue
+                hit = False
+                f = H[H_HEAD, x]
+                while f >= 0 and not hit:
+                    p = FP[f]
+                    for j in range(F[F_LEN, f]):
+                        if LK[L_STAMP, p[j]] == -stamp:
+                            hit = True
+                            break
+                    f = F[F_NEXT, f]
+                if hit:
+                    dc[ndc] = x
+                    ndc += 1
+            _sort_by_key(dc, ndc, H)
+        ts = trig.copy()
+        _sort_by_key(ts, ntrig, H)
+        ti = 0
+        di = 0
+        while True:
+            best = np.int64(1) << 62
+            src = -3
+            x = -1
+            if ti < ntrig:
+                best = H[H_KEY, ts[ti]]
+                src = -2
+                x = ts[ti]
+            if di < ndc and H[H_KEY, dc[di]] < best:
+                best = H[H_KEY, dc[di]]
+                src = -1
+                x = dc[di]
+            for j in range(nl):
+                if res[lists[j]] < min_nic:
+                    continue
+                q = ptr[j]
+                e = end[j]
+                while q < e:
+                    h = CE[0, q]
+                    if H[H_DIRTY, h] == 0 and H[H_SEEN, h] != stamp:
+                        break
+                    q += 1
+                ptr[j] = q
+                if q < e and CE[1, q] < best:
+                    best = CE[1, q]
+                    src = j
+                    x = CE[0, q]
+            if src == -3:
+                break
+            if src == -2:
+                ti += 1
+            elif src == -1:
+                di += 1
+            else:
+                ptr[src] += 1
+            if H[H_SEEN, x] == stamp:
+                continue
+            H[H_SEEN, x] = stamp
+            if H[H_NFL, x] > 0:
+                _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp)
+    # holds: triggering senders in force before the event and given nothing
+    g = out[0]
+    nh = 0
+    for i in range(ntrig):
+        t = trig[i]
+        if told[i] >= 0 and H[H_GRANT, t] != stamp:
+            H[H_DEST, t] = -1
+            _mark_dirty(H, ctr, t)
+            out[2 + 2 * g + nh] = t
+            nh += 1
+    out[1] = nh
+    return order, nwait
+
+
+@njit(cache=True)
+def rebuild(H, F, FP, LK, ctr, order):
+    """The waiting lists from ``order`` (the waiting hosts, least recently granted first); every
+    host is clean afterwards.  Returns ``(CS, CE)``."""
+    for i in range(ctr[C_DIRTY]):
+        H[H_DIRTY, H[H_DLIST, i]] = 0
+    ctr[C_DIRTY] = 0
+    L = LK.shape[1]
+    st = LK[L_STAMP]
+    st[:] = -1
+    cnt = np.zeros(L + 1, np.int64)
+    for x in order:
+        f = H[H_HEAD, x]
+        while f >= 0:
+            p = FP[f]
+            for j in range(F[F_LEN, f]):
+                lk = p[j]
+                if st[lk] != x:
+                    st[lk] = x
+                    cnt[lk + 1] += 1
+            f = F[F_NEXT, f]
+    for i in range(L):
+        cnt[i + 1] += cnt[i]
+    CS = cnt.copy()
+    CE = np.empty((2, cnt[L]), np.int64)
+    st[:] = -1
+    for x in order:
+        k = H[H_KEY, x]
+        f = H[H_HEAD, x]
+        while f >= 0:
+            p = FP[f]
+            for j in range(F[F_LEN, f]):
+                lk = p[j]
+                if st[lk] != x:
+                    st[lk] = x
+                    q = cnt[lk]
+                    CE[0, q] = x
+                    CE[1, q] = k
+                    cnt[lk] = q + 1
+            f = F[F_NEXT, f]
+    st[:] = 0
+    return CS, CE
+
+
+@njit(cache=True)
+def key_order(H):
+    """``(backlogged, waiting)``: the backlogged hosts in key order, and the waiting ones among them."""
+    n = H.shape[1]
+    m = 0
+    w = np.empty(n, np.int64)
+    keys = np.empty(n, np.int64)
+    for x in range(n):
+        if H[H_NFL, x] > 0:
+            w[m] = x
+            keys[m] = H[H_KEY, x]
+            m += 1
+    w = w[:m][np.argsort(keys[:m], kind="mergesort")]
+    wt = np.empty(m, np.int64)
+    nw = 0
+    for x in w:
+        if H[H_DEST, x] < 0:
+            wt[nw] = x
+            nw += 1
+    return w, wt[:nw]
+
+
+def warm_up() -> float:
+    """Compile (or load from the cache) every kernel on a two-host network; returns seconds taken."""
+    t0 = time.perf_counter()
+    n = 2
+    H = np.zeros((NH, n), np.int64)
+    H[H_DEST] = -1
+    H[H_HEAD] = -1
+    H[H_NIC] = 1
+    H[H_KEY] = [-2, -1]
+    T = np.array([[-1], [0], [-1], [-1]], np.int64)
+    F = np.zeros((NF, 2), np.int64)
+    F[F_FREE] = [1, 0]
+    FP = np.zeros((2, 2), np.int64)
+    LK = np.zeros((NL, 4), np.int64)
+    LK[L_RES] = 1
+    LK[L_CAP] = 1
+    ctr = np.array([0, 2, 0, 1, 1, 0], np.int64)
+    io = np.array([1, 1, 0, 0, 0, 1, -1], np.int64)
+    out = np.zeros(16, np.int64)
+    CS = np.zeros(5, np.int64)
+    CE = np.zeros((2, 0), np.int64)
+    fl = np.zeros(n, np.int64)
+    order, nw = run_event(H, T, F, FP, LK, CS, CE, np.zeros(0, np.int64), ctr, io, out, fl, 1)
+    CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
+    io = np.array([1, 0, 0, 0], np.int64)
+    run_event(H, T, F, FP, LK, CS, CE, order, ctr, io, out, fl, 0)
+    key_order(H)
+    return time.perf_counter() - t0
