@@ -44,7 +44,8 @@ def _scalar_period(core: DaemonCore, now_s: float, readings) -> list:
         r = readings.get(name)
         if r is not None and r.counter_reset:
             inst.applied_cap_percent = None
-        if inst.state == "active" and r is not None and r.forwarded_pps is not None:
+        stepped = inst.state == "active" and r is not None and r.forwarded_pps is not None
+        if stepped:
             try:
                 inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
                 _saturation_step(inst, r.forwarded_pps)
@@ -55,7 +56,17 @@ def _scalar_period(core: DaemonCore, now_s: float, readings) -> list:
         if (core.reassert_period_s > 0 and inst.last_write_s is not None
                 and now_s - inst.last_write_s >= core.reassert_period_s):
             inst.applied_cap_percent = None
-        if inst.applied_cap_percent is None or not math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9):
+        def unchanged() -> bool:
+            return inst.applied_cap_percent is not None and math.isclose(inst.applied_cap_percent, inst.cap_percent, rel_tol=1e-9)
+
+        if stepped and unchanged() and inst.cap_in_force_percent is not None:
+            # not written: the controller is still told the cap in force (then its command may move)
+            try:
+                inst.controller.applied(inst.cap_in_force_percent)
+            except ValueError as e:
+                inst.actuation_error = f"cap in force refused by the controller: {e}"
+            inst.cap_percent = inst.controller.cap_percent
+        if not unchanged():
             actions.append(SetCap(name, inst.cap_percent))
     for name, cap in core.pending_restores.items():
         view = core.vrs.get(name)

@@ -458,6 +458,7 @@ class DaemonCore:
         """
         vrs, seen = self.vrs, self._bank_seen
         live: list[Instance] = []
+        stepped: set[int] = set()  # id() of the instances whose controller stepped this period
         # Controllers the bank steps together (equal to stepping each, bit for bit).
         batch: list[Instance] = []
         batch_r: list[VrReading] = []
@@ -472,6 +473,7 @@ class DaemonCore:
             if inst.state == ACTIVE:
                 if r is None or r.forwarded_pps is None:
                     continue
+                stepped.add(id(inst))
                 ctl = inst.controller
                 ok = seen.get(id(ctl))  # self._banked(ctl), inline
                 if (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
@@ -496,6 +498,17 @@ class DaemonCore:
         # not math.isclose(applied, cap, rel_tol=1e-9), as CPython computes it (finite caps)
         diff = np.abs(cap - applied)
         same = (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
+        # A controller that stepped and whose command is not written (unchanged) is still told the
+        # cap in force, as after a write: on a quantising actuator its carry keeps accumulating
+        # until the command crosses to the next whole cap (without it, a command pinned at the
+        # lowest cap froze the carry and the mean cap stayed below the one wanted).
+        kept = [live[k] for k in np.flatnonzero(same).tolist()
+                if id(live[k]) in stepped and live[k].cap_in_force_percent is not None]
+        if kept:
+            self._tell_in_force(kept, [i.cap_in_force_percent for i in kept])
+            cap = np.array([i.cap_percent for i in live], dtype=np.float64)
+            diff = np.abs(cap - applied)
+            same = (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
     def _step_bank(self, batch: list[Instance], batch_r: list[VrReading]) -> None:
@@ -555,17 +568,28 @@ class DaemonCore:
             else:
                 self.cap_written(vr, in_force, now_s, commanded_percent=commanded)
         if batch:
+            self._tell_in_force(batch, got)
+
+    def _tell_in_force(self, insts: list[Instance], got: list[float]) -> None:
+        """Each instance's controller learns its cap in force (the bank's together); caps follow."""
+        banked = [k for k, i in enumerate(insts) if self._banked(i.controller)]
+        alone = [k for k, i in enumerate(insts) if not self._banked(i.controller)]
+        done = [False] * len(insts)
+        caps = [0.0] * len(insts)
+        if banked:
             assert self._bank is not None
-            caps, done = self._bank.applied([i.controller for i in batch], np.array(got, dtype=np.float64))
-            for inst, g, cap, ok in zip(batch, got, caps.tolist(), done.tolist()):
-                if ok:
-                    inst.cap_percent = cap
-                else:
-                    try:
-                        inst.controller.applied(g)
-                    except ValueError as e:
-                        inst.actuation_error = f"cap in force refused by the controller: {e}"
-                    inst.cap_percent = inst.controller.cap_percent
+            c, ok = self._bank.applied([insts[k].controller for k in banked], np.array([got[k] for k in banked], dtype=np.float64))
+            for k, cc, o in zip(banked, c.tolist(), ok.tolist()):
+                caps[k], done[k] = cc, o
+        for k in alone + [k for k in banked if not done[k]]:
+            inst = insts[k]
+            try:
+                inst.controller.applied(got[k])
+            except ValueError as e:
+                inst.actuation_error = f"cap in force refused by the controller: {e}"
+            caps[k] = inst.controller.cap_percent
+        for inst, cap in zip(insts, caps):
+            inst.cap_percent = cap
 
     def cap_written(self, vr: str, cap_in_force_percent: float, now_s: float,
                     commanded_percent: float | None = None) -> None:
