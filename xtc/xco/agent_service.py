@@ -33,7 +33,7 @@ from typing import Any
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
-from .auth import AuthError, load_key, seal, unseal
+from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal
 from .gate import CLOSED, Gate, GateError
 
@@ -308,12 +308,9 @@ class AgentService(StopOnSignal):
                     if (addr[0], addr[1]) != self.ctl_addr:
                         self.core.drop_address()
                         continue
-                    if self.key is not None:
-                        opened = unseal(data, self.key)
-                        if opened is None:
-                            self.core.dropped["auth"] += 1
-                            continue
-                        data = opened
+                    data = opened(data, self.key, self.core.dropped)
+                    if data is None:
+                        continue
                     self._apply(self.core.handle(data, self.clock_us()))
                 now = self.clock_us()
                 if until_us is not None and now >= until_us:

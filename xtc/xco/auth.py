@@ -22,7 +22,7 @@ import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["TAG_BYTES", "KEY_BYTES", "AuthError", "seal", "unseal", "load_key", "write_key"]
+__all__ = ["TAG_BYTES", "KEY_BYTES", "AuthError", "seal", "unseal", "opened", "load_key", "write_key"]
 
 #: Bytes of the tag appended to every datagram (HMAC-SHA256 truncated, as RFC 2104 allows).
 TAG_BYTES = 16
@@ -47,6 +47,17 @@ def unseal(data: bytes, key: bytes) -> bytes | None:
     msg, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
     if not hmac.compare_digest(hmac.digest(key, msg, "sha256")[:TAG_BYTES], tag):
         return None
+    return msg
+
+
+def opened(data: bytes, key: bytes | None, dropped: dict[str, int]) -> bytes | None:
+    """A received datagram's message: ``data`` itself without a key; with one, the message whose
+    tag verifies, or None after counting the datagram in ``dropped["auth"]``."""
+    if key is None:
+        return data
+    msg = unseal(data, key)
+    if msg is None:
+        dropped["auth"] += 1
     return msg
 
 

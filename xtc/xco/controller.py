@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
-from .auth import AuthError, load_key, seal, unseal
+from .auth import AuthError, load_key, opened, seal
 from .controller_config import ControllerConfig
 from .scheduler import Directive as SchedDirective
 from .scheduler import FastScheduler, RateLimiter
@@ -585,12 +585,9 @@ class ControllerService(StopOnSignal):
                         break
                     except OSError:  # e.g. ICMP port unreachable reported on the socket
                         continue
-                    if self.key is not None:
-                        opened = unseal(data, self.key)
-                        if opened is None:
-                            self.core.dropped["auth"] += 1
-                            continue
-                        data = opened
+                    data = opened(data, self.key, self.core.dropped)
+                    if data is None:
+                        continue
                     sends = self._timed(lambda: self.core.handle(data, (addr[0], addr[1]), self.clock_us()))
                     self._send(sends)
             self._send(self._timed(lambda: self.core.tick(self.clock_us())))
