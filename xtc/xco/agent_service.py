@@ -33,6 +33,7 @@ from typing import Any
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
+from ._metrics import labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal
 from .gate import CLOSED, Gate, GateError
@@ -64,18 +65,9 @@ class _Metrics:
             def collect(self_inner: Any) -> Any:
                 svc = svc_ref()
                 core = svc.core
-                c = CounterMetricFamily("xco_agent_messages_dropped", "Controller datagrams dropped", labels=["reason"])
-                for k in dict.fromkeys((*DROP_REASONS, *core.dropped)):
-                    c.add_metric([k], core.dropped.get(k, 0))
-                yield c
-                c = CounterMetricFamily("xco_agent_messages_received", "Valid controller datagrams", labels=["type"])
-                for k, v in list(core.received.items()):
-                    c.add_metric([k], v)
-                yield c
-                c = CounterMetricFamily("xco_agent_messages_sent", "Datagrams sent to the controller", labels=["type"])
-                for k, v in list(core.sent.items()):
-                    c.add_metric([k], v)
-                yield c
+                yield labelled_counter("xco_agent_messages_dropped", "Controller datagrams dropped", "reason", core.dropped, DROP_REASONS)
+                yield labelled_counter("xco_agent_messages_received", "Valid controller datagrams", "type", core.received)
+                yield labelled_counter("xco_agent_messages_sent", "Datagrams sent to the controller", "type", core.sent)
                 yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
                 yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
                 yield CounterMetricFamily("xco_agent_reregisters", "Times the agent, idle and unanswered, registered again",

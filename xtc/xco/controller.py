@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
+from ._metrics import labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller_config import ControllerConfig
 from .scheduler import Directive as SchedDirective
@@ -391,18 +392,9 @@ class _Metrics:
         class _Collector:
             def collect(self_inner: Any) -> Any:
                 core = core_ref()
-                c = CounterMetricFamily("xco_events", "Scheduling events", labels=["kind"])
-                for k, v in list(core.events.items()):
-                    c.add_metric([k], v)
-                yield c
-                c = CounterMetricFamily("xco_messages_dropped", "Datagrams dropped", labels=["reason"])
-                for k in dict.fromkeys((*DROP_REASONS, *core.dropped)):
-                    c.add_metric([k], core.dropped.get(k, 0))
-                yield c
-                c = CounterMetricFamily("xco_messages_received", "Valid datagrams received", labels=["type"])
-                for k, v in list(core.received.items()):
-                    c.add_metric([k], v)
-                yield c
+                yield labelled_counter("xco_events", "Scheduling events", "kind", core.events)
+                yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
+                yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
                 yield CounterMetricFamily("xco_directives_sent", "Directives sent (one datagram each)",
                                           value=core.directives_sent)
                 yield CounterMetricFamily("xco_directives_late", "Directives sent after their slice began",

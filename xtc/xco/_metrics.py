@@ -1,0 +1,17 @@
+"""Prometheus helpers shared by the XCo controller and agent services."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client.core import CounterMetricFamily
+
+
+def labelled_counter(name: str, doc: str, label: str, counts: Mapping[str, int],
+                     always: Iterable[str] = ()) -> CounterMetricFamily:
+    """One counter family with a sample per key of ``counts``; the keys of ``always`` are
+    exported (at 0) even before they are counted, so that a dashboard sees every reason at once."""
+    c = CounterMetricFamily(name, doc, labels=[label])
+    for k in dict.fromkeys((*always, *list(counts))):
+        c.add_metric([k], counts.get(k, 0))
+    return c
