@@ -297,6 +297,10 @@ class XtcTuning:
         Starting estimate of the relative noise of one period's rate sample.
     noise_smoothing : float
         Weight of the newest sample in the noise estimate's moving average.
+    saturation_model_step : bool
+        While the VR forwards nearly all it is offered (the cap is above the knee, the measured
+        rate says nothing about the hardware's speed) and the rate must fall, step at least as
+        far as the model's static gain says the rate difference needs (see the class docstring).
     adaptive : bool
         Use the online estimate of the local elasticity and lag
         (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
@@ -313,6 +317,7 @@ class XtcTuning:
     noise_band_sigmas: float = 2.5
     noise_initial_fraction: float = 0.02
     noise_smoothing: float = 0.1
+    saturation_model_step: bool = True
     adaptive: bool = False
     estimator: EstimatorTuning = EstimatorTuning()
 
@@ -376,6 +381,19 @@ class XtcController(_Bounded):
       limit, so it is never raised (it would only wind up and let a burst
       through when traffic returns).
     - A measured rate of 0 is treated as 1 pps in the logarithm.
+
+    Leaving saturation.  At the uncapped start (cap 100) the VR forwards all it is offered and
+    the elasticity there is near 0, so a step that assumes elasticity 1 (``cap * r / y``) only
+    shaves a few percent off per period: 7-13 periods from cap 100 down to the knee at
+    85-90 kp/s.  While the VR forwards at least ``unconstrained_fraction`` of its offered rate
+    and the dead-beat gains act downwards, the step is at least ``(r - y) / G`` decades, ``G``
+    being the model's static gain ``b / (1 - a)`` (kp/s per decade of cap): the cap the model
+    needs for the setpoint relative to the cap it needs for what is measured.  A ratio of the
+    model's caps does not depend on the hardware's speed (an offset in log cap), and above the
+    knee the measured rate understates the cap in force, so this step stays short of the
+    setpoint where the model is right or the hardware faster.  On slower hardware it can go
+    past it (2x slower, 30 kp/s: from cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3),
+    and the elasticity-1 steps bring it back.
     """
 
     kind = "xtc"
@@ -394,6 +412,9 @@ class XtcController(_Bounded):
         self._E_prev: float | None = None
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
         self.estimator = GainEstimator(t.design_lag, t.estimator)
+        g = model.static_gain_kpps_per_decade
+        #: Decades of cap per pps of the model's static gain (0: no saturation step).
+        self.saturation_decades_per_pps = 1.0 / (1000.0 * g) if t.saturation_model_step and g > 0 else 0.0
 
     def _reset_memory(self) -> None:
         self._E_prev = None
@@ -456,6 +477,8 @@ class XtcController(_Bounded):
                 du = t.fine_gain * E / eps
             else:
                 du = ((kp + self.ki) * E - kp * E_prev) / eps
+                if not_limited and r < y_wanted:
+                    du = min(du, (r - y_wanted) * self.saturation_decades_per_pps)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0
