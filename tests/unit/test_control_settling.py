@@ -1,5 +1,6 @@
-"""XTC's controller leaving saturation: the first moves from an uncapped start (cap 100)."""
+"""XTC's controller: leaving saturation from an uncapped start (cap 100), and a disturbance inside the fine band."""
 
+import math
 
 import numpy as np
 import pytest
@@ -49,3 +50,46 @@ def test_settles_from_uncapped_near_the_knee_within_5_periods(plant):
     settle = [settling_periods(tr.clean_pps[:60, i], sps[i], 0.10) for i in range(sps.size)]
     # Before the model's step out of saturation: 7, 8, 7 (nominal) and 10, 12, 13 (2x faster).
     assert all(s is not None and s <= 5 for s in settle), settle
+
+
+def _fine_moves(measured_fractions, **tuning):
+    """Caps after stepping at 50 kp/s with measured = fraction x setpoint, from cap 20 (offered unknown)."""
+    c = make_controller(PAPER, "xtc", tuning=XtcTuning(design_lag=PAPER.model.a, **tuning))
+    c.start(20.0)
+    return [c.step(f * 50_000.0, 50_000.0) for f in measured_fractions]
+
+
+def test_a_persistent_error_inside_the_fine_band_gets_the_dead_beat_gains():
+    # 8% low twice: the first period is the gentle gain 0.3, the second the dead-beat (Kp + Ki) E - Kp E_prev = E.
+    E = math.log10(1 / 0.92)
+    caps = _fine_moves([1.0, 0.92, 0.92])
+    assert caps[0] == pytest.approx(20.0)
+    assert caps[1] == pytest.approx(20.0 * 10 ** (0.3 * E))
+    assert caps[2] == pytest.approx(caps[1] * 10 ** E)
+    # Switched off: the gentle gain again.
+    off = _fine_moves([1.0, 0.92, 0.92], persist_band_fraction=1.0)
+    assert off[2] == pytest.approx(off[1] * 10 ** (0.3 * E))
+
+
+def test_no_dead_beat_for_an_alternating_or_small_or_step_tail_error():
+    E = math.log10(1 / 0.92)
+    alt = _fine_moves([1.0, 0.92, 1.0 / 0.92])  # alternating sign: noise, the gentle gain
+    assert alt[2] == pytest.approx(alt[1] * 10 ** (-0.3 * E))
+    small = _fine_moves([1.0, 0.96, 0.96])  # 4%: below the persistence band
+    assert small[2] == pytest.approx(small[1] * 10 ** (0.3 * math.log10(1 / 0.96)))
+    # The tail of a large step (previous error 0.3 decades, beyond twice the band): no kick from Kp E_prev.
+    tail = _fine_moves([0.5, 0.92])
+    assert tail[1] == pytest.approx(tail[0] * 10 ** (0.3 * E))
+
+
+@pytest.mark.parametrize("plant", ["nominal", "hog15", "grad-fast2x"])
+def test_hog_near_the_knee_recovers_within_2_periods(plant):
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.experiments import controller_spec
+    from xtc_lab.sim.metrics import recovery_periods
+
+    sps = np.array([45.0, 75.0, 80.0, 85.0]) * 1000.0
+    tr = cb._hog(controller_spec("xtc"), cb.BENCH_PLANTS[plant], sps, 1, cb.ScenarioTimes(), PAPER, lambda f: None)
+    rec = [recovery_periods(tr.clean_pps[60:, i], sps[i], 0.05) for i in range(sps.size)]
+    # With the gentle gain alone inside the fine band: 3 (nominal, 75-85), 4 (hog15, 85), 3-4 (grad-fast2x, 45).
+    assert all(v is not None and v <= 2 for v in rec), rec

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .laws import _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
+from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
 
 __all__ = ["ControllerBank"]
 
@@ -166,7 +166,12 @@ class ControllerBank:
 
         err = np.abs(r - y_wanted)
         move = err >= t.dead_zone_fraction * r
-        fine = err < np.maximum(t.fine_band_fraction, t.noise_band_sigmas * (noise * _LN10)) * r
+        noise_band = t.noise_band_sigmas * (noise * _LN10)
+        band = np.maximum(t.fine_band_fraction, noise_band)
+        # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
+        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0) & (np.abs(E_prev) < _log10_of(1.0 + 2.0 * band)) & (
+            np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_of(1.0 + np.maximum(t.persist_band_fraction, noise_band)))
+        fine = (err < band * r) & ~persist
         du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         du_beat = np.where(not_limited & (r < y_wanted), np.minimum(du_beat, (r - y_wanted) * self.params[4]), du_beat)
