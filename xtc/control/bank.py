@@ -78,7 +78,7 @@ class ControllerBank:
         if isinstance(proto, XtcController):
             t = proto.tuning
             self.tuning = t
-            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki, proto.saturation_decades_per_pps)
+            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki, proto.saturation_elasticity)
         else:
             assert isinstance(proto, PaperPI)
             self.params = (proto.caps, proto.gains, proto.dead_zone_fraction, proto.kind)
@@ -97,7 +97,7 @@ class ControllerBank:
         if type(ctl) is not self.cls:
             return False
         if self.cls is XtcController:
-            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_decades_per_pps) == self.params
+            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity) == self.params
         return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind) == self.params
 
     # ------------------------------------------------------------------------------- step
@@ -174,7 +174,8 @@ class ControllerBank:
         fine = (err < band * r) & ~persist
         du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
-        du_beat = np.where(not_limited & (r < y_wanted), np.minimum(du_beat, (r - y_wanted) * self.params[4]), du_beat)
+        if self.params[4] > 0.0:
+            du_beat = np.where(not_limited & (r < y_wanted), np.minimum(du_beat, E / self.params[4]), du_beat)
         du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)

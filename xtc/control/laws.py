@@ -307,7 +307,8 @@ class XtcTuning:
     saturation_model_step : bool
         While the VR forwards nearly all it is offered (the cap is above the knee, the measured
         rate says nothing about the hardware's speed) and the rate must fall, step at least as
-        far as the model's static gain says the rate difference needs (see the class docstring).
+        far as the model's elasticity at its operating point says the setpoint needs (see the
+        class docstring).
     adaptive : bool
         Use the online estimate of the local elasticity and lag
         (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
@@ -402,14 +403,16 @@ class XtcController(_Bounded):
     the elasticity there is near 0, so a step that assumes elasticity 1 (``cap * r / y``) only
     shaves a few percent off per period: 7-13 periods from cap 100 down to the knee at
     85-90 kp/s.  While the VR forwards at least ``unconstrained_fraction`` of its offered rate
-    and the dead-beat gains act downwards, the step is at least ``(r - y) / G`` decades, ``G``
-    being the model's static gain ``b / (1 - a)`` (kp/s per decade of cap): the cap the model
-    needs for the setpoint relative to the cap it needs for what is measured.  A ratio of the
-    model's caps does not depend on the hardware's speed (an offset in log cap), and above the
-    knee the measured rate understates the cap in force, so this step stays short of the
-    setpoint where the model is right or the hardware faster.  On slower hardware it can go
-    past it (2x slower, 30 kp/s: from cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3),
-    and the elasticity-1 steps bring it back.
+    and the dead-beat gains act downwards, the step is at least ``E / e0`` decades, ``e0`` being
+    the model's elasticity at its operating point, ``b / (1 - a) / (ybar ln 10)`` (0.385 for
+    the paper's model: 78 kp/s at cap 24.5, just below the knee).  It is a ratio, so the step
+    depends neither on the hardware's speed (an offset in log cap) nor on the VR's rate scale
+    (the model's kp/s would: a VR offered 1 Mp/s is not ten times as far from its setpoint as
+    one offered 100 kp/s).  Above the knee the measured rate understates the cap in force, so
+    this step stays short of the setpoint where the model is right or the hardware faster
+    (85 kp/s: cap 100 -> 66); on slower hardware it can go past it (2x slower, 30 kp/s: from
+    cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
+    it back.  No such step if ``e0 >= 1``.
     """
 
     kind = "xtc"
@@ -428,9 +431,9 @@ class XtcController(_Bounded):
         self._E_prev: float | None = None
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
         self.estimator = GainEstimator(t.design_lag, t.estimator)
-        g = model.static_gain_kpps_per_decade
-        #: Decades of cap per pps of the model's static gain (0: no saturation step).
-        self.saturation_decades_per_pps = 1.0 / (1000.0 * g) if t.saturation_model_step and g > 0 else 0.0
+        e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
+        #: The model's elasticity at its operating point, for the step out of saturation (0: none).
+        self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
 
     def _reset_memory(self) -> None:
         self._E_prev = None
@@ -502,8 +505,8 @@ class XtcController(_Bounded):
                 du = t.fine_gain * E / eps
             else:
                 du = ((kp + self.ki) * E - kp * E_prev) / eps
-                if not_limited and r < y_wanted:
-                    du = min(du, (r - y_wanted) * self.saturation_decades_per_pps)
+                if not_limited and r < y_wanted and self.saturation_elasticity > 0.0:
+                    du = min(du, E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0
