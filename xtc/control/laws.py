@@ -301,9 +301,9 @@ class XtcTuning:
         Weight of the newest sample in the noise estimate's moving average.
     persist_band_fraction : float
         An error beyond this fraction of the setpoint (and beyond ``noise_band_sigmas`` estimated
-        noise deviations) in two successive periods, of the same sign, both inside the fine band,
-        gets the dead-beat gains instead of ``fine_gain``: it is a step disturbance (a hog), not
-        noise.  1 switches it off.
+        noise deviations) in two successive periods, of the same sign, inside the fine band (the
+        previous one within twice its width), on an exact actuator, gets the dead-beat gains
+        instead of ``fine_gain``: it is a step disturbance (a hog), not noise.  1 switches it off.
     saturation_model_step : bool
         While the VR forwards nearly all it is offered (the cap is above the knee, the measured
         rate says nothing about the hardware's speed) and the rate must fall, step at least as
@@ -370,10 +370,10 @@ class XtcController(_Bounded):
     while large steps and disturbances (a 15% hog) are still corrected at once.
     The velocity form makes the switch between the two gains bumpless.
     An error that stays beyond ``persist_band_fraction`` (5%, and beyond the noise band) for two
-    periods in a row with the same sign, both inside the fine band, is a disturbance, not
-    noise: it gets the dead-beat gains instead of ``fine_gain`` (a 15% hog near the knee, where
-    the elasticity is a third, came back within 5% in 3-5 periods with the gentle gain alone,
-    2-3 with this).  The previous error must be inside twice the band: after a large step the
+    periods in a row with the same sign, inside the fine band, is a disturbance, not noise: it
+    gets the dead-beat gains instead of ``fine_gain`` (a 15% hog near the knee, where the
+    elasticity is a third, came back within 5% in 3-5 periods with the gentle gain alone, 2-3
+    with this).  The previous error must be inside twice the band: after a large step the
     dead-beat's proportional term on it would kick the cap back.  Not on a quantising actuator's
     dither (the cap in force more than 0.1% from the wanted one), whose periods often err the
     same way twice: there it moved the mean of whole-percent caps by 3% at 5 kp/s.
@@ -494,8 +494,8 @@ class XtcController(_Bounded):
         if abs(r - y_wanted) >= t.dead_zone_fraction * r:
             noise_band = t.noise_band_sigmas * (self._noise_log * _LN10)
             band = max(t.fine_band_fraction, noise_band)
-            # A disturbance inside the fine band: this error and the last one (already inside it,
-            # not a step's tail) beyond the persistence band with the same sign.
+            # A disturbance inside the fine band: this error and the last one (within twice the band:
+            # not a large step's tail) beyond the persistence band with the same sign.
             # Only where the cap in force is the one wanted (within 0.1%): a dither's periods on a
             # quantising actuator often err twice in a row the same way and must keep the gentle gain.
             persist = self._E_prev is not None and abs(self._quant_decades) < _EXACT_DECADES and E * E_prev > 0.0 \
