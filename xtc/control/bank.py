@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .laws import _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
+from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
 
 __all__ = ["ControllerBank"]
 
@@ -78,7 +78,7 @@ class ControllerBank:
         if isinstance(proto, XtcController):
             t = proto.tuning
             self.tuning = t
-            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki)
+            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki, proto.saturation_elasticity)
         else:
             assert isinstance(proto, PaperPI)
             self.params = (proto.caps, proto.gains, proto.dead_zone_fraction, proto.kind)
@@ -97,7 +97,7 @@ class ControllerBank:
         if type(ctl) is not self.cls:
             return False
         if self.cls is XtcController:
-            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki) == self.params
+            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity) == self.params
         return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind) == self.params
 
     # ------------------------------------------------------------------------------- step
@@ -166,8 +166,17 @@ class ControllerBank:
 
         err = np.abs(r - y_wanted)
         move = err >= t.dead_zone_fraction * r
-        fine = err < np.maximum(t.fine_band_fraction, t.noise_band_sigmas * (noise * _LN10)) * r
-        du = np.where(fine, t.fine_gain * E / 1.0, ((kp + self.params[3]) * E - kp * E_prev) / 1.0)
+        noise_band = t.noise_band_sigmas * (noise * _LN10)
+        band = np.maximum(t.fine_band_fraction, noise_band)
+        # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
+        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0) & (np.abs(E_prev) < _log10_of(1.0 + 2.0 * band)) & (
+            np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_of(1.0 + np.maximum(t.persist_band_fraction, noise_band)))
+        fine = (err < band * r) & ~persist
+        du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
+        # Leaving saturation: at least the model's step downwards (XtcController's docstring).
+        if self.params[4] > 0.0:
+            du_beat = np.where(not_limited & (r < y_wanted), np.minimum(du_beat, E / self.params[4]), du_beat)
+        du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)
         new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)

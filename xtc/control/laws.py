@@ -47,6 +47,8 @@ _FLOAT_MAX = 1.7976931348623157e308
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)
 _LN10 = math.log(10.0)
+#: A cap in force within 0.1% of the wanted one counts as exact (decades).
+_EXACT_DECADES = math.log10(1.001)
 
 
 def check_cap(name: str, value: Any) -> float:
@@ -297,6 +299,16 @@ class XtcTuning:
         Starting estimate of the relative noise of one period's rate sample.
     noise_smoothing : float
         Weight of the newest sample in the noise estimate's moving average.
+    persist_band_fraction : float
+        An error beyond this fraction of the setpoint (and beyond ``noise_band_sigmas`` estimated
+        noise deviations) in two successive periods, of the same sign, inside the fine band (the
+        previous one within twice its width), on an exact actuator, gets the dead-beat gains
+        instead of ``fine_gain``: it is a step disturbance (a hog), not noise.  1 switches it off.
+    saturation_model_step : bool
+        While the VR forwards nearly all it is offered (the cap is above the knee, the measured
+        rate says nothing about the hardware's speed) and the rate must fall, step at least as
+        far as the model's elasticity at its operating point says the setpoint needs (see the
+        class docstring).
     adaptive : bool
         Use the online estimate of the local elasticity and lag
         (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
@@ -313,6 +325,8 @@ class XtcTuning:
     noise_band_sigmas: float = 2.5
     noise_initial_fraction: float = 0.02
     noise_smoothing: float = 0.1
+    persist_band_fraction: float = 0.05
+    saturation_model_step: bool = True
     adaptive: bool = False
     estimator: EstimatorTuning = EstimatorTuning()
 
@@ -355,6 +369,14 @@ class XtcController(_Bounded):
     ``g / (2 - g)`` of the noise variance (18% for 0.3, i.e. +8% of RMSE),
     while large steps and disturbances (a 15% hog) are still corrected at once.
     The velocity form makes the switch between the two gains bumpless.
+    An error that stays beyond ``persist_band_fraction`` (5%, and beyond the noise band) for two
+    periods in a row with the same sign, inside the fine band, is a disturbance, not noise: it
+    gets the dead-beat gains instead of ``fine_gain`` (a 15% hog near the knee, where the
+    elasticity is a third, came back within 5% in 3-5 periods with the gentle gain alone, 2-3
+    with this).  The previous error must be inside twice the band: after a large step the
+    dead-beat's proportional term on it would kick the cap back.  Not on a quantising actuator's
+    dither (the cap in force more than 0.1% from the wanted one), whose periods often err the
+    same way twice: there it moved the mean of whole-percent caps by 3% at 5 kp/s.
 
     Noise-adaptive band.  The noise grows as the cap bites (a VR that drops
     90% of what it is offered jitters by 8% or more from one second to the
@@ -376,6 +398,21 @@ class XtcController(_Bounded):
       limit, so it is never raised (it would only wind up and let a burst
       through when traffic returns).
     - A measured rate of 0 is treated as 1 pps in the logarithm.
+
+    Leaving saturation.  At the uncapped start (cap 100) the VR forwards all it is offered and
+    the elasticity there is near 0, so a step that assumes elasticity 1 (``cap * r / y``) only
+    shaves a few percent off per period: 7-13 periods from cap 100 down to the knee at
+    85-90 kp/s.  While the VR forwards at least ``unconstrained_fraction`` of its offered rate
+    and the dead-beat gains act downwards, the step is at least ``E / e0`` decades, ``e0`` being
+    the model's elasticity at its operating point, ``b / (1 - a) / (ybar ln 10)`` (0.385 for
+    the paper's model: 78 kp/s at cap 24.5, just below the knee).  It is a ratio, so the step
+    depends neither on the hardware's speed (an offset in log cap) nor on the VR's rate scale
+    (the model's kp/s would: a VR offered 1 Mp/s is not ten times as far from its setpoint as
+    one offered 100 kp/s).  Above the knee the measured rate understates the cap in force, so
+    this step stays short of the setpoint where the model is right or the hardware faster
+    (85 kp/s: cap 100 -> 66); on slower hardware it can go past it (2x slower, 30 kp/s: from
+    cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
+    it back.  No such step if ``e0 >= 1``.
     """
 
     kind = "xtc"
@@ -394,6 +431,9 @@ class XtcController(_Bounded):
         self._E_prev: float | None = None
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
         self.estimator = GainEstimator(t.design_lag, t.estimator)
+        e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
+        #: The model's elasticity at its operating point, for the step out of saturation (0: none).
+        self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
 
     def _reset_memory(self) -> None:
         self._E_prev = None
@@ -452,10 +492,21 @@ class XtcController(_Bounded):
             self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
             self._noise_log = max(self._noise_log, 1e-4)
         if abs(r - y_wanted) >= t.dead_zone_fraction * r:
-            if abs(r - y_wanted) < max(t.fine_band_fraction, t.noise_band_sigmas * (self._noise_log * _LN10)) * r:
+            noise_band = t.noise_band_sigmas * (self._noise_log * _LN10)
+            band = max(t.fine_band_fraction, noise_band)
+            # A disturbance inside the fine band: this error and the last one (within twice the band:
+            # not a large step's tail) beyond the persistence band with the same sign.
+            # Only where the cap in force is the one wanted (within 0.1%): a dither's periods on a
+            # quantising actuator often err twice in a row the same way and must keep the gentle gain.
+            persist = self._E_prev is not None and abs(self._quant_decades) < _EXACT_DECADES and E * E_prev > 0.0 \
+                and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
+                min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
+            if abs(r - y_wanted) < band * r and not persist:
                 du = t.fine_gain * E / eps
             else:
                 du = ((kp + self.ki) * E - kp * E_prev) / eps
+                if not_limited and r < y_wanted and self.saturation_elasticity > 0.0:
+                    du = min(du, E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0

@@ -1,0 +1,100 @@
+"""XTC's controller: leaving saturation from an uncapped start (cap 100), and a disturbance inside the fine band."""
+
+import math
+
+import numpy as np
+import pytest
+
+import xtc.models
+from xtc.control import make_controller
+from xtc.control.laws import XtcTuning
+
+PAPER = xtc.models.PAPER_MODEL
+
+
+def _ctl(**tuning):
+    c = make_controller(PAPER, "xtc", tuning=XtcTuning(design_lag=PAPER.model.a, **tuning))
+    c.start(100.0)
+    return c
+
+
+def test_saturated_step_uses_the_models_elasticity_at_its_operating_point():
+    # 99.9 of 100 kp/s forwarded at cap 100, 85 kp/s wanted: E = log10(85 / 99.9) over the model's elasticity
+    # at its operating point, b / (1 - a) / (ybar ln 10) = 0.385: cap 66; elasticity 1 alone would say cap 85.
+    m = PAPER.model
+    e0 = m.static_gain_kpps_per_decade / (m.ybar_kpps * math.log(10.0))
+    assert e0 == pytest.approx(0.3854, abs=1e-4)
+    cap = _ctl().step(99_900.0, 85_000.0, 100_000.0)
+    assert cap == pytest.approx(100.0 * 10.0 ** (math.log10(85.0 / 99.9) / e0), rel=1e-9)
+    assert cap < 67.0
+    assert _ctl(saturation_model_step=False).step(99_900.0, 85_000.0, 100_000.0) == pytest.approx(85.0 * 100 / 99.9)
+
+
+def test_no_model_step_when_the_cap_limits_or_the_offered_rate_is_unknown():
+    # Forwarding 90% of what is offered: the cap is the limit, the elasticity-1 step stands.
+    assert _ctl().step(99_900.0, 85_000.0, 111_000.0) == pytest.approx(85.0 * 100 / 99.9)
+    assert _ctl().step(99_900.0, 85_000.0, None) == pytest.approx(85.0 * 100 / 99.9)
+    # Upwards (setpoint above what is forwarded) nothing changes either: the cap is not raised.
+    assert _ctl().step(99_900.0, 120_000.0, 100_000.0) == pytest.approx(100.0)
+
+
+def test_saturated_step_does_not_depend_on_the_rate_scale():
+    # The same situation at 10 kp/s and at 1 Mp/s offered (hardware 10x slower or faster): the same cap.
+    caps = [_ctl().step(0.999 * off, 0.85 * off, off) for off in (10_000.0, 100_000.0, 1_000_000.0)]
+    assert caps[0] == pytest.approx(caps[1], rel=1e-12) and caps[2] == pytest.approx(caps[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("plant, most", [("nominal", 5), ("fast2x", 6)])
+def test_settles_from_uncapped_near_the_knee(plant, most):
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.experiments import controller_spec
+    from xtc_lab.sim.metrics import settling_periods
+
+    sps = np.array([80.0, 85.0, 90.0]) * 1000.0
+    tr = cb._hog(controller_spec("xtc"), cb.BENCH_PLANTS[plant], sps, 1, cb.ScenarioTimes(), PAPER, lambda f: None)
+    settle = [settling_periods(tr.clean_pps[:60, i], sps[i], 0.10) for i in range(sps.size)]
+    # Before the model's step out of saturation: 7, 8, 7 (nominal) and 10, 12, 13 (2x faster).
+    assert all(s is not None and s <= most for s in settle), settle
+
+
+def _fine_moves(measured_fractions, **tuning):
+    """Caps after stepping at 50 kp/s with measured = fraction x setpoint, from cap 20 (offered unknown)."""
+    c = make_controller(PAPER, "xtc", tuning=XtcTuning(design_lag=PAPER.model.a, **tuning))
+    c.start(20.0)
+    return [c.step(f * 50_000.0, 50_000.0) for f in measured_fractions]
+
+
+def test_a_persistent_error_inside_the_fine_band_gets_the_dead_beat_gains():
+    # 8% low twice: the first period is the gentle gain 0.3, the second the dead-beat (Kp + Ki) E - Kp E_prev = E.
+    E = math.log10(1 / 0.92)
+    caps = _fine_moves([1.0, 0.92, 0.92])
+    assert caps[0] == pytest.approx(20.0)
+    assert caps[1] == pytest.approx(20.0 * 10 ** (0.3 * E))
+    assert caps[2] == pytest.approx(caps[1] * 10 ** E)
+    # Switched off: the gentle gain again.
+    off = _fine_moves([1.0, 0.92, 0.92], persist_band_fraction=1.0)
+    assert off[2] == pytest.approx(off[1] * 10 ** (0.3 * E))
+
+
+def test_no_dead_beat_for_an_alternating_or_small_or_step_tail_error():
+    E = math.log10(1 / 0.92)
+    alt = _fine_moves([1.0, 0.92, 1.0 / 0.92])  # alternating sign: noise, the gentle gain
+    assert alt[2] == pytest.approx(alt[1] * 10 ** (-0.3 * E))
+    small = _fine_moves([1.0, 0.96, 0.96])  # 4%: below the persistence band
+    assert small[2] == pytest.approx(small[1] * 10 ** (0.3 * math.log10(1 / 0.96)))
+    # The tail of a large step (previous error 0.3 decades, beyond twice the band): no kick from Kp E_prev.
+    tail = _fine_moves([0.5, 0.92])
+    assert tail[1] == pytest.approx(tail[0] * 10 ** (0.3 * E))
+
+
+@pytest.mark.parametrize("plant", ["nominal", "hog15", "grad-fast2x"])
+def test_hog_near_the_knee_recovers_within_2_periods(plant):
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.experiments import controller_spec
+    from xtc_lab.sim.metrics import recovery_periods
+
+    sps = np.array([45.0, 75.0, 80.0, 85.0]) * 1000.0
+    tr = cb._hog(controller_spec("xtc"), cb.BENCH_PLANTS[plant], sps, 1, cb.ScenarioTimes(), PAPER, lambda f: None)
+    rec = [recovery_periods(tr.clean_pps[60:, i], sps[i], 0.05) for i in range(sps.size)]
+    # With the gentle gain alone inside the fine band: 3 (nominal, 75-85), 4 (hog15, 85), 3-4 (grad-fast2x, 45).
+    assert all(v is not None and v <= 2 for v in rec), rec
