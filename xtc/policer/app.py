@@ -119,6 +119,10 @@ class RouterIn(_In):
     control_mode: Literal["auto", "on", "off"] = "auto"
     curve_server_key: Annotated[str | None, Field(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$",
                                                   description="the daemon's CURVE public key (Z85); enables CURVE")] = None
+    pub_endpoint: Annotated[str | None, Field(
+        pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256,
+        description="the daemon's samples (PUB) endpoint, its manager.pub_endpoint; given, the engine takes the "
+                    "measurements from the samples it publishes and sends 'list' only when they do not do")] = None
 
 
 class RouterPatch(_In):
@@ -126,6 +130,7 @@ class RouterPatch(_In):
     capacity_pps: Pps | None = None
     control_mode: Literal["auto", "on", "off"] | None = None
     curve_server_key: Annotated[str | None, Field(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$")] = None
+    pub_endpoint: Annotated[str | None, Field(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256)] = None
 
 
 class Router(BaseModel):
@@ -134,6 +139,7 @@ class Router(BaseModel):
     capacity_pps: float
     control_mode: str
     curve: bool = Field(description="the link to this router's daemon uses CURVE")
+    pub_endpoint: str | None = Field(None, description="the daemon's samples (PUB) endpoint; null: measured by 'list'")
     status: Literal["unknown", "reachable", "unreachable", "removed"]
     last_seen_unix_s: float | None
     last_error: str | None
@@ -648,14 +654,14 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
               responses={**_E401, **_E409}, summary="Register a router (a host and its daemon)")
     def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
         return _router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
-                                            body.curve_server_key, actor))
+                                            body.curve_server_key, actor, body.pub_endpoint))
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
     def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
         return _router_out(store.get_router(router))
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
-               summary="Change a router's endpoint, capacity, control mode or CURVE key")
+               summary="Change a router's endpoint, capacity, control mode, CURVE key or samples endpoint")
     def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
         changes = body.model_dump(exclude_unset=True)
         for k in ("endpoint", "capacity_pps", "control_mode"):
