@@ -74,6 +74,11 @@ class FakeDaemon:
         self.list_times: list[float] = []
         self.commands: dict[str, int] = {}
         self.silent = False
+        #: Samples messages published; ``pub_silent`` stops publishing; ``inject`` holds raw messages
+        #: (lists of frames) to publish once, before the next period's samples.
+        self.published = 0
+        self.pub_silent = False
+        self.inject: list[list[bytes]] = []
 
     def handle(self, raw: bytes) -> bytes:
         """One request -> one reply, as the daemon's REP socket would answer it."""
@@ -221,6 +226,11 @@ class Fleet:
         try:
             while True:
                 await asyncio.sleep(self.period_s)
+                while d.inject:
+                    p.send_multipart(d.inject.pop(0), flags=zmq.NOBLOCK)
+                if d.pub_silent or d.silent:
+                    continue
+                d.published += 1
                 rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
                 p.send_multipart(api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0])),
                                  flags=zmq.NOBLOCK)
@@ -271,12 +281,15 @@ class Fleet:
                  "pub_endpoint": d.pub_endpoint} for d in self.daemons]
 
     def stats(self, since_s: float = 0.0) -> dict[str, Any]:
-        """Per behaviour: routers, ``list`` requests answered after monotonic ``since_s``, the longest
+        """Per behaviour: routers, ``list`` requests answered after monotonic ``since_s`` (and samples
+        messages published since the start), the longest
         gap between two of one router's ``list`` requests (seconds), routers never polled, and commands."""
         out: dict[str, Any] = {}
         for d in self.daemons:
-            m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {}})
+            m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {},
+                                        "published": 0})
             m["routers"] += 1
+            m["published"] += d.published
             times = [t for t in d.list_times if t >= since_s]
             m["lists"] += len(times)
             if not times:

@@ -171,6 +171,8 @@ class _Engine:
 
     def __init__(self, is_leader: object = None):
         self.is_leader, self.error, self.cycles, self.bad_replies, self.cycle_s = is_leader, None, 3, {}, []
+        self.sampled = self.listed = self.bad_samples = 0
+        self.gap_s: list[float] = []
 
     def start(self) -> None:
         pass

@@ -277,6 +277,13 @@ class Health(BaseModel):
     routers: int | None = None
     unreachable: list[str] | None = None
     bad_replies: int | None = Field(None, description="daemon replies dropped as invalid since the start")
+    sampled: int | None = Field(None, description="router measurements taken from the daemons' sample streams "
+                                "since the start (no 'list' sent)")
+    listed: int | None = Field(None, description="router measurements asked for with 'list' since the start")
+    bad_samples: int | None = Field(None, description="sample messages dropped as invalid since the start")
+    measure_gap_ms: dict[str, float] | None = Field(
+        None, description="per recent cycle, the longest time a router went between two of its measurements "
+        "reaching the store, milliseconds (p50, p99, max over the cycles)")
     cycle_ms: dict[str, float] | None = Field(
         None, description="policy cycle time over the recent cycles, milliseconds (p50, p99, max): from a cycle's "
         "start until its last answering router is polled, planned and its commands answered")
@@ -628,6 +635,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": n_routers, "unreachable": unreachable,
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
+                "sampled": engine.sampled if engine is not None else 0,
+                "listed": engine.listed if engine is not None else 0,
+                "bad_samples": engine.bad_samples if engine is not None else 0,
+                "measure_gap_ms": _percentiles_ms(list(engine.gap_s)) if engine is not None and engine.gap_s else None,
                 "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
 
     registry = CollectorRegistry(auto_describe=False)

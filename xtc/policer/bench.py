@@ -217,7 +217,7 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
 
 def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
-                    request_timeout_s: float = 0.9) -> dict[str, Any]:
+                    request_timeout_s: float = 0.9, samples: bool = True) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
@@ -225,18 +225,21 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     time (``/health``), when the dead routers were marked, the resident memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
-    request, and the fleet's statistics over that time)."""
+    request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
+    samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
+    (``[engine] samples = true``); else every router is measured by ``list``."""
     import psutil
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
-                           "period_s": period_s}
+                           "period_s": period_s, "samples": samples}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         fl_file = Path(tmp) / "fleet.json"
         warm = 6.0 + routers / 500
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers), "--vrs",
                                   str(vrs_per_router), "--dead", str(dead_fraction), "--out", str(fl_file),
-                                  "--warmup-s", str(warm + routers / 1000)], stdout=subprocess.PIPE, text=True)
+                                  "--warmup-s", str(warm + routers / 1000), *(["--publish"] if samples else [])],
+                                 stdout=subprocess.PIPE, text=True)
         proc = None
         try:
             t = time.monotonic()
@@ -245,13 +248,17 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     raise RuntimeError("the fleet did not start")
                 time.sleep(0.1)
             fl = json.loads(fl_file.read_text())
-            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s)
+            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
+                                       extra_config=f"samples = {'true' if samples else 'false'}\n")
             auth = {"Authorization": f"Bearer {token}"}
             t_reg = time.monotonic()
             with httpx.Client(base_url=base, timeout=30) as c:
                 for r in fl:
-                    c.post("/routers", json={"name": r["name"], "endpoint": r["endpoint"],
-                                             "capacity_pps": r["capacity_pps"], "control_mode": "on"}, headers=auth)
+                    reg = {"name": r["name"], "endpoint": r["endpoint"], "capacity_pps": r["capacity_pps"],
+                           "control_mode": "on"}
+                    if samples:
+                        reg["pub_endpoint"] = r["pub_endpoint"]
+                    c.post("/routers", json=reg, headers=auth)
                 out["register_s"] = round(time.monotonic() - t_reg, 1)
                 dead = {r["name"] for r in fl if r["mode"] == "dead"}
                 marked: dict[str, float] = {}
@@ -263,6 +270,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms"] = h.get("cycle_ms")
+                out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples")}
                 api_proc = psutil.Process(proc.pid)
                 out["rss_mb"] = {"policer_api": round(api_proc.memory_info().rss / 1e6),
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),

@@ -1,0 +1,132 @@
+"""The engine measuring routers from the daemons' sample streams (real ZeroMQ PUB/SUB, a fleet of stand-ins)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from xtc.daemon import api
+from xtc.policer.engine import Engine
+from xtc.policer.link import BadReply, LinkPool
+from xtc.policer.samples import SampleStreams, parse_samples
+from xtc.policer.store import Store
+from xtc_lab.policer_fleet import Fleet
+
+pytestmark = pytest.mark.slow
+
+ROW = ["vr0", "active", True, 1000.0, 900.0, 1200.0, 1.5, None, None, None]
+
+
+def _body(**over: object) -> bytes:
+    doc = {"schema": api.SAMPLES_SCHEMA, "t_unix_s": 1.0, "period_s": 1.0, "fields": list(api.SAMPLE_FIELDS),
+           "vrs": [ROW], **over}
+    return json.dumps(doc).encode()
+
+
+MALFORMED = [
+    [b"samples", b"{not json"],
+    [b"samples", b'{"schema": "xtc-samples/1", "t_unix_s": NaN}'],
+    [b"samples", _body(schema="xtc-samples/9")],
+    [b"samples", _body(vrs=[ROW[:3]])],                                      # a short row
+    [b"samples", _body(vrs=[["vr0", "exploded", *ROW[2:]]])],                # not an Instance
+    [b"samples", _body(vrs=[["bad name!", *ROW[1:]]])],                      # a VR the API cannot address
+    [b"samples", _body(vrs=[ROW, ROW])],                                     # a VR twice
+    [b"samples", _body(vrs=[[f"v{i}", *ROW[1:]] for i in range(9)])],       # more than max_vrs (8)
+    [b"samples", _body(period_s=-1)],
+    [b"samples", _body(), b"extra"],                                         # three frames
+]
+
+
+def test_parse_samples_takes_a_valid_message_and_refuses_the_others() -> None:
+    vrs = parse_samples([b"samples", _body()], max_vrs=8)
+    assert vrs == [{"vr": "vr0", "state": "active", "present": True, "setpoint_pps": 1000.0, "measured_pps": 900.0,
+                    "offered_pps": 1200.0, "cap_percent": 1.5, "saturated": None}]
+    # Members added at the end of 'fields' are allowed (docs/manager-api.md).
+    assert parse_samples([b"samples", _body(fields=[*api.SAMPLE_FIELDS, "new"], vrs=[[*ROW, 7]])], 8)[0]["vr"] == "vr0"
+    for frames in MALFORMED:
+        with pytest.raises(BadReply):
+            parse_samples(frames, max_vrs=8)
+    with pytest.raises(BadReply):
+        parse_samples([b"samples", _body()], max_vrs=8, max_bytes=100)
+
+
+def _wait(cond, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_samples_replace_list_and_silent_streams_fall_back(db_url: str) -> None:
+    period_s = 0.5
+    n = 12
+    fleet = Fleet(n, vrs_per_router=8, dead_fraction=0.0, publish=True, period_s=period_s).start()
+    store = Store(db_url)
+    streams = SampleStreams(max_vrs=8)
+    eng = Engine(store, LinkPool(0.8 * period_s), period_s=period_s, max_vrs_per_router=8, samples=streams)
+    by_name = {d.name: d for d in fleet.daemons}
+    try:
+        for r in fleet.routers():
+            store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test", pub_endpoint=r["pub_endpoint"])
+        eng.start()
+        # Warm-up: one 'list' each (never seen), then the samples stand for it.
+        _wait(lambda: all(streams.latest(d.name) for d in fleet.daemons) and eng.sampled >= 2 * n, 20,
+              "every router measured from its samples")
+        lists0 = {d.name: len(d.list_times) for d in fleet.daemons}
+        sampled0, pub0 = eng.sampled, sum(d.published for d in fleet.daemons)
+        # A change of the VRs' traffic reaches the store through the samples alone.
+        by_name["r00003"].vrs["vr2"].offered_pps = 4321.0
+        seen: dict[tuple[str, str], list[float]] = {}
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 6 * period_s:
+            for v in store.list_vrs():
+                ts = seen.setdefault((v["router"], v["name"]), [])
+                if not ts or ts[-1] != v["last_seen_unix_s"]:
+                    ts.append(v["last_seen_unix_s"])
+            time.sleep(0.05)
+        lists = {d.name: len(d.list_times) - lists0[d.name] for d in fleet.daemons}
+        assert lists == {d.name: 0 for d in fleet.daemons}, "no 'list' to a router whose samples flow"
+        assert eng.sampled - sampled0 >= n * 5 and sum(d.published for d in fleet.daemons) - pub0 >= n * 5
+        assert len(seen) == n * 8
+        for key, ts in seen.items():
+            assert len(ts) >= 5, f"{key}: measured {len(ts)} times in 6 periods"
+            assert max(b - a for a, b in zip(ts, ts[1:])) <= 1.6 * period_s, f"{key}: a measurement gap"
+        assert store.get_vr("r00003", "vr2")["offered_pps"] == 4321.0
+        assert eng.error is None and eng.bad_samples == 0
+
+        # Malformed messages on one stream: counted and dropped; its router stays measured, no crash.
+        by_name["r00004"].inject = [list(f) for f in MALFORMED]
+        _wait(lambda: streams.bad.get("r00004", 0) >= len(MALFORMED), 5 * period_s, "bad samples counted")
+        time.sleep(period_s)
+        assert streams.bad == {"r00004": len(MALFORMED)} and eng.bad_samples == len(MALFORMED)
+        assert eng.error is None and store.get_router("r00004")["status"] == "reachable"
+
+        # A router whose PUB goes silent is sent 'list' again (and stays measured);
+        # one that dies whole is marked unreachable soon after its stream went stale.
+        quiet, dead = by_name["r00001"], by_name["r00002"]
+        n_quiet = len(quiet.list_times)
+        quiet.pub_silent = True
+        dead.silent = True
+        t_dead = time.monotonic()
+        _wait(lambda: store.get_router("r00002")["status"] == "unreachable", 4 * period_s,
+              "a dead router marked within 1.5 periods (stale) + 1 period (cycle) + 0.8 period (deadline)")
+        print(f"dead router marked {time.monotonic() - t_dead:.2f} s after it went silent")
+        _wait(lambda: len(quiet.list_times) >= n_quiet + 3, 5 * period_s, "a silent stream's router polled by 'list'")
+        assert store.get_router("r00001")["status"] == "reachable"
+        # Its stream back: its 'list's stop again.
+        quiet.pub_silent = False
+        time.sleep(3 * period_s)
+        n_quiet = len(quiet.list_times)
+        time.sleep(3 * period_s)
+        assert len(quiet.list_times) == n_quiet, "the stream flows again: no more 'list'"
+
+        # A router removed is unsubscribed: its samples are no longer taken.
+        store.remove_router("r00005", "test")
+        _wait(lambda: streams.latest("r00005") is None, 4 * period_s, "the removed router's stream dropped")
+        assert eng.error is None
+    finally:
+        eng.stop()
+        store.close()
+        fleet.stop()
