@@ -270,7 +270,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms"] = h.get("cycle_ms")
-                out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples")}
+                out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
                 api_proc = psutil.Process(proc.pid)
                 out["rss_mb"] = {"policer_api": round(api_proc.memory_info().rss / 1e6),
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
@@ -294,7 +294,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                                                          for a, b in zip(cpu0[1:], cpu[1:])) / dur, 2)
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
-                out["policy_cycle_ms_after_api"] = c.get("/health").json().get("cycle_ms")
+                h = c.get("/health").json()
+                out["policy_cycle_ms_after_api"] = h.get("cycle_ms")
+                out["measurements_after_api"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
             fleet.terminate()
             fleet.communicate(timeout=60)
         finally:
