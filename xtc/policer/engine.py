@@ -7,6 +7,14 @@ concurrently, so one that does not answer (marked ``unreachable``, with the erro
 then retried with exponential backoff) delays no other; when it answers again the same
 reconciliation catches it up.
 
+With a :class:`~xtc.policer.samples.SampleStreams`, a router registered with its daemon's samples
+endpoint (``pub_endpoint``) is measured from the newest message of its PUB stream instead, with no
+request, while that message is at most ``sample_max_age_s`` old and names the VRs the router's last
+``list`` named, and arrived after the replies to the router's last commands (an older one would
+show the VRs as they were and have the commands sent again); a router never listed, whose VR set
+changed, just commanded, or whose stream is stale or silent is sent ``list`` as before (a dead one is then marked at that exchange's deadline).  Both go through
+the same batches, planning and commands.
+
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
 a VR the API cannot address, or list more than ``max_vrs_per_router``), is dropped whole and
@@ -124,6 +132,7 @@ class Engine:
         self.sampled = 0
         self.listed = 0
         self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
+        self._cmds_done: dict[str, float] = {}  # router -> when its last commands' replies arrived (monotonic)
         self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
@@ -255,6 +264,7 @@ class Engine:
             self._backoff.pop(gone, None)
         for gone in set(self._vr_sets) - names:
             self._vr_sets.pop(gone, None)
+            self._cmds_done.pop(gone, None)
         for gone in set(self._measured_at) - names:
             self._measured_at.pop(gone, None)
         if wait:
@@ -273,6 +283,8 @@ class Engine:
         got = self.samples.latest(r["name"])
         if got is None or time.monotonic() - got[0] > self.sample_max_age_s:
             return None  # never seen, or a stale or silent stream
+        if got[0] <= self._cmds_done.get(r["name"], -math.inf):
+            return None  # published before the last commands took effect: it would undo them
         known = self._vr_sets.get(r["name"])
         if known is None or frozenset(v["vr"] for v in got[1]) != known:
             return None  # never listed, or the VR set changed: 'list' tells everything
@@ -339,6 +351,7 @@ class Engine:
                 polled.append((r, settings, now, t0))
             else:
                 _, name, cmds, results, t0 = item
+                self._cmds_done[name] = time.monotonic()
                 outcomes.append(self._commands_outcome(name, cmds, results))
                 self.router_s[name] = time.monotonic() - t0
                 if outcomes[-1].status is None:
