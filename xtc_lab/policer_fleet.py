@@ -172,6 +172,16 @@ class Fleet:
     async def _bind_all(self) -> None:
         from xtc.policer.link import raise_open_files_limit
 
+        if self.publish:  # a PUB socket more per daemon, and the engine's connections to it
+            try:
+                import resource
+
+                want = 8 * len(self.daemons) + 4096
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                if hard != resource.RLIM_INFINITY and hard < want:
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, want))  # root only; else as it is
+            except (ImportError, ValueError, OSError):
+                pass
         raise_open_files_limit()
         for d in self.daemons:
             if d.mode == "dead":

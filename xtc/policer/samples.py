@@ -32,7 +32,7 @@ import zmq
 from xtc.daemon.api import SAMPLES_SCHEMA, SAMPLES_TOPIC, reject_json_constant, unique_json_keys
 from xtc.daemon.curve import client_options
 
-from .link import _VR_NAME, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply
+from .link import _VR_NAME, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
 
 __all__ = ["SampleStreams", "parse_samples"]
 
@@ -145,6 +145,9 @@ class SampleStreams:
         Largest message frame accepted, bytes.
     clock : callable
         Monotonic seconds; the arrival times of :meth:`latest` are on it.
+
+    A stream that cannot be opened (the context's ``MAX_SOCKETS``, a third of the open-files limit,
+    or the limit itself reached) is logged and its router measured by ``list``.
     """
 
     def __init__(self, max_vrs: int = 4096, curve_secret_file: str | Path | None = None,
@@ -154,7 +157,13 @@ class SampleStreams:
         self.curve_secret_file = curve_secret_file
         self.max_bytes = max_bytes
         self.clock = clock
-        self.ctx = context or zmq.Context.instance()
+        self._own_ctx = context is None
+        if context is None:
+            # Each stream holds two descriptors (the socket's mailbox, its connection): a third of the
+            # open-files limit of streams at most, the link pool's exchanges having another third.
+            context = zmq.Context()
+            context.set(zmq.MAX_SOCKETS, max(1024, raise_open_files_limit() // 3))
+        self.ctx = context
         #: Messages dropped as not valid, per router.
         self.bad: dict[str, int] = {}
         #: Valid messages taken, in all.
@@ -185,6 +194,8 @@ class SampleStreams:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        if self._own_ctx and not self._thread.is_alive():
+            self.ctx.term()
 
     # ------------------------------------------------------------------------------- thread
     def _reconcile(self) -> None:
