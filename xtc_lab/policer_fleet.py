@@ -133,12 +133,15 @@ class Fleet:
         Seconds between published samples (with ``publish``).
     seed : int
         Which routers misbehave and the VRs' offered rates.
+    first : int
+        Number of the first router's name (``r00000`` for 0): several fleets, one fleet each.
     """
 
     def __init__(self, n_routers: int, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                  slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
-                 publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0):
+                 publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
+                 first: int = 0):
         rng = random.Random(seed)
         self.capacity_pps = capacity_pps
         self.slow_s = slow_s
@@ -155,7 +158,7 @@ class Fleet:
         rng.shuffle(modes)
         self.daemons: list[FakeDaemon] = []
         for i, mode in enumerate(modes):
-            name = f"r{i:05d}"
+            name = f"r{first + i:05d}"
             ep = f"ipc://{directory}/{i}" if transport == "ipc" else "tcp://127.0.0.1:*"
             pub = (f"ipc://{directory}/{i}.pub" if transport == "ipc" else "tcp://127.0.0.1:*") if publish else None
             share = capacity_pps / vrs_per_router
@@ -325,11 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flapping", type=float, default=0.0)
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--publish", action="store_true")
+    p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
     p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, transport=args.transport,
-                  publish=args.publish).start()
+                  publish=args.publish, seed=args.first, first=args.first).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)
