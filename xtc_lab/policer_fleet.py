@@ -74,6 +74,11 @@ class FakeDaemon:
         self.list_times: list[float] = []
         self.commands: dict[str, int] = {}
         self.silent = False
+        #: Samples messages published; ``pub_silent`` stops publishing; ``inject`` holds raw messages
+        #: (lists of frames) to publish once, before the next period's samples.
+        self.published = 0
+        self.pub_silent = False
+        self.inject: list[list[bytes]] = []
 
     def handle(self, raw: bytes) -> bytes:
         """One request -> one reply, as the daemon's REP socket would answer it."""
@@ -128,12 +133,15 @@ class Fleet:
         Seconds between published samples (with ``publish``).
     seed : int
         Which routers misbehave and the VRs' offered rates.
+    first : int
+        Number of the first router's name (``r00000`` for 0): several fleets, one fleet each.
     """
 
     def __init__(self, n_routers: int, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                  slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
-                 publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0):
+                 publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
+                 first: int = 0):
         rng = random.Random(seed)
         self.capacity_pps = capacity_pps
         self.slow_s = slow_s
@@ -150,7 +158,7 @@ class Fleet:
         rng.shuffle(modes)
         self.daemons: list[FakeDaemon] = []
         for i, mode in enumerate(modes):
-            name = f"r{i:05d}"
+            name = f"r{first + i:05d}"
             ep = f"ipc://{directory}/{i}" if transport == "ipc" else "tcp://127.0.0.1:*"
             pub = (f"ipc://{directory}/{i}.pub" if transport == "ipc" else "tcp://127.0.0.1:*") if publish else None
             share = capacity_pps / vrs_per_router
@@ -167,6 +175,16 @@ class Fleet:
     async def _bind_all(self) -> None:
         from xtc.policer.link import raise_open_files_limit
 
+        if self.publish:  # a PUB socket more per daemon, and the engine's connections to it
+            try:
+                import resource
+
+                want = 8 * len(self.daemons) + 4096
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                if hard != resource.RLIM_INFINITY and hard < want:
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, want))  # root only; else as it is
+            except (ImportError, ValueError, OSError):
+                pass
         raise_open_files_limit()
         for d in self.daemons:
             if d.mode == "dead":
@@ -221,6 +239,11 @@ class Fleet:
         try:
             while True:
                 await asyncio.sleep(self.period_s)
+                while d.inject:
+                    p.send_multipart(d.inject.pop(0), flags=zmq.NOBLOCK)
+                if d.pub_silent or d.silent:
+                    continue
+                d.published += 1
                 rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
                 p.send_multipart(api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0])),
                                  flags=zmq.NOBLOCK)
@@ -271,12 +294,15 @@ class Fleet:
                  "pub_endpoint": d.pub_endpoint} for d in self.daemons]
 
     def stats(self, since_s: float = 0.0) -> dict[str, Any]:
-        """Per behaviour: routers, ``list`` requests answered after monotonic ``since_s``, the longest
+        """Per behaviour: routers, ``list`` requests answered after monotonic ``since_s`` (and samples
+        messages published since the start), the longest
         gap between two of one router's ``list`` requests (seconds), routers never polled, and commands."""
         out: dict[str, Any] = {}
         for d in self.daemons:
-            m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {}})
+            m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {},
+                                        "published": 0})
             m["routers"] += 1
+            m["published"] += d.published
             times = [t for t in d.list_times if t >= since_s]
             m["lists"] += len(times)
             if not times:
@@ -302,11 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flapping", type=float, default=0.0)
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--publish", action="store_true")
+    p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
     p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, transport=args.transport,
-                  publish=args.publish).start()
+                  publish=args.publish, seed=args.first, first=args.first).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)

@@ -60,10 +60,12 @@ def test_resources_errors_and_restart(db_url: str) -> None:
     c, store = client(db_url)
     r = c.post("/routers", json={"name": "r1", "endpoint": "tcp://127.0.0.1:7700", "capacity_pps": 120000}, headers=AUTH)
     assert r.status_code == 201, r.text
-    assert r.json()["status"] == "unknown" and r.json()["control_mode"] == "auto"
+    assert r.json()["status"] == "unknown" and r.json()["control_mode"] == "auto" and r.json()["pub_endpoint"] is None
     assert c.post("/routers", json={"name": "r1", "endpoint": "tcp://127.0.0.1:7700", "capacity_pps": 1}, headers=AUTH).status_code == 409
     for bad in ({"name": "r2", "endpoint": "http://x:1", "capacity_pps": 1}, {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 0},
-                {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 1, "extra": 1}, {"name": "-bad", "endpoint": "tcp://h:1", "capacity_pps": 1}):
+                {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 1, "extra": 1}, {"name": "-bad", "endpoint": "tcp://h:1", "capacity_pps": 1},
+                {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 1, "pub_endpoint": "udp://h:1"},
+                {"name": "r2", "endpoint": "tcp://h:1", "capacity_pps": 1, "pub_endpoint": "ipc://" + "x" * 300}):
         r = c.post("/routers", json=bad, headers=AUTH)
         assert r.status_code == 422 and r.json()["detail"][0]["msg"], bad
     assert c.get("/routers/nope").status_code == 404
@@ -86,10 +88,13 @@ def test_resources_errors_and_restart(db_url: str) -> None:
     assert c.put("/policies/misbehaviour", json={"enabled": False}, headers=AUTH).json()["enabled"] is False
     assert c.patch("/routers/r1", json={"control_mode": "on"}, headers=AUTH).json()["control_mode"] == "on"
     assert c.patch("/routers/r1", json={"capacity_pps": None}, headers=AUTH).status_code == 422
+    assert c.patch("/routers/r1", json={"pub_endpoint": "tcp://h"}, headers=AUTH).status_code == 422
+    r = c.patch("/routers/r1", json={"pub_endpoint": "tcp://127.0.0.1:7701"}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["pub_endpoint"] == "tcp://127.0.0.1:7701"
     assert c.delete("/routers/r1", headers=AUTH).json()["status"] == "removed"
     kinds = [a["kind"] for a in c.get("/actions").json()]
     assert kinds == ["router_registered", "network_created", "sla_set", "vr_appeared", "vr_network", "manual_setpoint",
-                     "policy_changed", "router_updated", "router_removed"]
+                     "policy_changed", "router_updated", "router_updated", "router_removed"]
     assert all(a["actor"].startswith("api:token-") and TOKEN not in a["actor"] for a in c.get("/actions").json()
                if a["kind"] != "vr_appeared")
     assert [a["kind"] for a in c.get("/actions", params={"kind": "sla_set"}).json()] == ["sla_set"]
@@ -166,6 +171,8 @@ class _Engine:
 
     def __init__(self, is_leader: object = None):
         self.is_leader, self.error, self.cycles, self.bad_replies, self.cycle_s = is_leader, None, 3, {}, []
+        self.sampled = self.listed = self.bad_samples = 0
+        self.gap_s: list[float] = []
 
     def start(self) -> None:
         pass

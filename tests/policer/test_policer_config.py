@@ -17,7 +17,7 @@ def test_empty_file_gives_the_defaults() -> None:
     "text, key, words",
     [
         ("bogus = 1\n", "bogus", "unknown key (allowed: auth, curve, database, engine, schema, server)"),
-        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s)"),
+        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, samples)"),
         ("server = 1\n", "server", "must be a table"),
         ('schema = "xtc-policer/2"\n', "schema", "must be 'xtc-policer/1', got 'xtc-policer/2'"),
         ('[server]\nhost = ""\n', "server.host", "must be a non-empty string"),
@@ -26,6 +26,7 @@ def test_empty_file_gives_the_defaults() -> None:
         ("[engine]\nperiod_s = 0.01\n", "engine.period_s", "0.05..3600, got 0.01"),
         ("[engine]\nrequest_timeout_s = nan\n", "engine.request_timeout_s", "finite"),
         ("[auth]\nprotect_reads = 1\n", "auth.protect_reads", "true or false"),
+        ('[engine]\nsamples = "yes"\n', "engine.samples", "true or false"),
         ('[auth]\ntokens_file = "/nonexistent/tokens"\n', "auth.tokens_file", "cannot read"),
         ('[database]\nurl = "mysql://x"\n', "database.url", "sqlite://"),
         ('[curve]\nclient_secret_key_file = "/nonexistent/k"\n', "curve.client_secret_key_file", "no such file"),
@@ -42,7 +43,7 @@ def test_values_are_carried_over(tmp_path: Path) -> None:
     k = tmp_path / "p.key_secret"
     k.write_text("x")
     cfg = loads_config(f'[server]\nhost = "0.0.0.0"\nport = 9000\n[database]\nurl = "sqlite://"\n'
-                       f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\n[curve]\nclient_secret_key_file = "{k}"\n', env={})
+                       f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\nsamples = true\n[curve]\nclient_secret_key_file = "{k}"\n', env={})
     assert (cfg.host, cfg.port, cfg.db_url, cfg.period_s, cfg.request_timeout_s) == ("0.0.0.0", 9000, "sqlite://", 2.0, 0.5)
-    assert isinstance(cfg.port, int) and isinstance(cfg.period_s, float)
+    assert isinstance(cfg.port, int) and isinstance(cfg.period_s, float) and cfg.samples is True
     assert cfg.curve_secret_key_file == str(k)

@@ -35,15 +35,15 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
     store = Store(f"sqlite:///{path}")
     store.close()
-    assert SCHEMA_VERSION == 3
-    # Every row as it was (a VR has one new column, the daemon's saturated flag, still null), the
-    # version recorded, the new indexes and leadership rows there.
+    assert SCHEMA_VERSION == 4
+    # Every row as it was (a VR has one new column, the daemon's saturated flag, and a router one,
+    # its samples endpoint, both still null), the version recorded, the new indexes and leadership rows there.
     after = _tables(path)
-    assert all(row[-1] is None for row in after["vrs"])
-    assert {**after, "vrs": [row[:-1] for row in after["vrs"]]} == before
+    assert all(row[-1] is None for row in after["vrs"]) and all(row[-1] is None for row in after["routers"])
+    assert {**after, "vrs": [row[:-1] for row in after["vrs"]], "routers": [row[:-1] for row in after["routers"]]} == before
     raw = sqlite3.connect(path)
     meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
-    assert meta == {"schema_version": "3", "leader_epoch": "0", "leader": ""}
+    assert meta == {"schema_version": "4", "leader_epoch": "0", "leader": ""}
     idx = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert {"vrs_network", "routers_status", "actions_router", "actions_kind"} <= idx
     raw.close()
@@ -59,7 +59,7 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     store.add_network("silver", "", "test")  # writable, ids continue
     assert store.list_actions(kind="network_created")[-1]["id"] == len(before["actions"]) + 1
     store.close()
-    assert _tables(path)["routers"] == before["routers"]
+    assert [row[:-1] for row in _tables(path)["routers"]] == before["routers"]
 
 
 def test_the_saturated_flag_is_kept_and_nothing_else_is_taken(db_url: str) -> None:

@@ -119,6 +119,10 @@ class RouterIn(_In):
     control_mode: Literal["auto", "on", "off"] = "auto"
     curve_server_key: Annotated[str | None, Field(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$",
                                                   description="the daemon's CURVE public key (Z85); enables CURVE")] = None
+    pub_endpoint: Annotated[str | None, Field(
+        pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256,
+        description="the daemon's samples (PUB) endpoint, its manager.pub_endpoint; given, the engine takes the "
+                    "measurements from the samples it publishes and sends 'list' only when they do not do")] = None
 
 
 class RouterPatch(_In):
@@ -126,6 +130,7 @@ class RouterPatch(_In):
     capacity_pps: Pps | None = None
     control_mode: Literal["auto", "on", "off"] | None = None
     curve_server_key: Annotated[str | None, Field(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$")] = None
+    pub_endpoint: Annotated[str | None, Field(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256)] = None
 
 
 class Router(BaseModel):
@@ -134,6 +139,7 @@ class Router(BaseModel):
     capacity_pps: float
     control_mode: str
     curve: bool = Field(description="the link to this router's daemon uses CURVE")
+    pub_endpoint: str | None = Field(None, description="the daemon's samples (PUB) endpoint; null: measured by 'list'")
     status: Literal["unknown", "reachable", "unreachable", "removed"]
     last_seen_unix_s: float | None
     last_error: str | None
@@ -271,6 +277,13 @@ class Health(BaseModel):
     routers: int | None = None
     unreachable: list[str] | None = None
     bad_replies: int | None = Field(None, description="daemon replies dropped as invalid since the start")
+    sampled: int | None = Field(None, description="router measurements taken from the daemons' sample streams "
+                                "since the start (no 'list' sent)")
+    listed: int | None = Field(None, description="router measurements asked for with 'list' since the start")
+    bad_samples: int | None = Field(None, description="sample messages dropped as invalid since the start")
+    measure_gap_ms: dict[str, float] | None = Field(
+        None, description="per recent cycle, the longest time a router went between two of its measurements "
+        "reaching the store, milliseconds (p50, p99, max over the cycles)")
     cycle_ms: dict[str, float] | None = Field(
         None, description="policy cycle time over the recent cycles, milliseconds (p50, p99, max): from a cycle's "
         "start until its last answering router is polled, planned and its commands answered")
@@ -622,6 +635,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "engine_cycles": engine.cycles if engine is not None else 0,
                 "routers": n_routers, "unreachable": unreachable,
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
+                "sampled": engine.sampled if engine is not None else 0,
+                "listed": engine.listed if engine is not None else 0,
+                "bad_samples": engine.bad_samples if engine is not None else 0,
+                "measure_gap_ms": _percentiles_ms(list(engine.gap_s)) if engine is not None and engine.gap_s else None,
                 "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
 
     registry = CollectorRegistry(auto_describe=False)
@@ -648,14 +665,14 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
               responses={**_E401, **_E409}, summary="Register a router (a host and its daemon)")
     def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
         return _router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
-                                            body.curve_server_key, actor))
+                                            body.curve_server_key, actor, body.pub_endpoint))
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
     def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
         return _router_out(store.get_router(router))
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
-               summary="Change a router's endpoint, capacity, control mode or CURVE key")
+               summary="Change a router's endpoint, capacity, control mode, CURVE key or samples endpoint")
     def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
         changes = body.model_dump(exclude_unset=True)
         for k in ("endpoint", "capacity_pps", "control_mode"):

@@ -217,7 +217,7 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
 
 def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
-                    request_timeout_s: float = 0.9) -> dict[str, Any]:
+                    request_timeout_s: float = 0.9, samples: bool = True) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
@@ -225,33 +225,46 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     time (``/health``), when the dead routers were marked, the resident memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
-    request, and the fleet's statistics over that time)."""
+    request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
+    samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
+    (``[engine] samples = true``); else every router is measured by ``list``."""
     import psutil
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
-                           "period_s": period_s}
+                           "period_s": period_s, "samples": samples}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
-        fl_file = Path(tmp) / "fleet.json"
         warm = 6.0 + routers / 500
-        fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers), "--vrs",
-                                  str(vrs_per_router), "--dead", str(dead_fraction), "--out", str(fl_file),
-                                  "--warmup-s", str(warm + routers / 1000)], stdout=subprocess.PIPE, text=True)
+        # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
+        parts = -(-routers // 2500) if samples else 1
+        shares = [routers // parts + (i < routers % parts) for i in range(parts)]
+        fl_files, fleets = [], []
+        for i, share in enumerate(shares):
+            fl_files.append(Path(tmp) / f"fleet{i}.json")
+            fleets.append(subprocess.Popen(
+                [sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(share), "--vrs", str(vrs_per_router),
+                 "--dead", str(dead_fraction), "--out", str(fl_files[-1]), "--first", str(sum(shares[:i])),
+                 "--warmup-s", str(warm + routers / 1000), *(["--publish"] if samples else [])],
+                stdout=subprocess.PIPE, text=True))
         proc = None
         try:
             t = time.monotonic()
-            while not fl_file.exists():
-                if fleet.poll() is not None or time.monotonic() - t > 120:
+            while not all(f.exists() for f in fl_files):
+                if any(f.poll() is not None for f in fleets) or time.monotonic() - t > 120:
                     raise RuntimeError("the fleet did not start")
                 time.sleep(0.1)
-            fl = json.loads(fl_file.read_text())
-            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s)
+            fl = [r for f in fl_files for r in json.loads(f.read_text())]
+            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
+                                       extra_config=f"samples = {'true' if samples else 'false'}\n")
             auth = {"Authorization": f"Bearer {token}"}
             t_reg = time.monotonic()
             with httpx.Client(base_url=base, timeout=30) as c:
                 for r in fl:
-                    c.post("/routers", json={"name": r["name"], "endpoint": r["endpoint"],
-                                             "capacity_pps": r["capacity_pps"], "control_mode": "on"}, headers=auth)
+                    reg = {"name": r["name"], "endpoint": r["endpoint"], "capacity_pps": r["capacity_pps"],
+                           "control_mode": "on"}
+                    if samples:
+                        reg["pub_endpoint"] = r["pub_endpoint"]
+                    c.post("/routers", json=reg, headers=auth)
                 out["register_s"] = round(time.monotonic() - t_reg, 1)
                 dead = {r["name"] for r in fl if r["mode"] == "dead"}
                 marked: dict[str, float] = {}
@@ -263,15 +276,27 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms"] = h.get("cycle_ms")
+                out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
                 api_proc = psutil.Process(proc.pid)
                 out["rss_mb"] = {"policer_api": round(api_proc.memory_info().rss / 1e6),
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
-                                 "fleet": round(psutil.Process(fleet.pid).memory_info().rss / 1e6)}
-            assert fleet.stdout is not None
+                                 "fleet": round(sum(psutil.Process(f.pid).memory_info().rss for f in fleets) / 1e6)}
 
-            def window() -> Any:  # the fleet's statistics since the previous window (SIGUSR1)
-                fleet.send_signal(signal.SIGUSR1)
-                return json.loads(fleet.stdout.readline())["window"]
+            def window() -> Any:  # the fleets' statistics since the previous window (SIGUSR1), merged
+                merged: dict[str, Any] = {}
+                for f in fleets:
+                    f.send_signal(signal.SIGUSR1)
+                for f in fleets:
+                    assert f.stdout is not None
+                    for mode, m in json.loads(f.stdout.readline())["window"].items():
+                        o = merged.setdefault(mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0,
+                                                  "commands": {}, "published": 0})
+                        for k in ("routers", "lists", "never_polled", "published"):
+                            o[k] += m[k]
+                        o["max_gap_s"] = max(o["max_gap_s"], m["max_gap_s"])
+                        for k, n in m["commands"].items():
+                            o["commands"][k] = o["commands"].get(k, 0) + n
+                return merged
 
             out["fleet"] = window()
             # The API while the engine goes on policing the fleet.
@@ -286,11 +311,14 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                                                          for a, b in zip(cpu0[1:], cpu[1:])) / dur, 2)
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
-                out["policy_cycle_ms_after_api"] = c.get("/health").json().get("cycle_ms")
-            fleet.terminate()
-            fleet.communicate(timeout=60)
+                h = c.get("/health").json()
+                out["policy_cycle_ms_after_api"] = h.get("cycle_ms")
+                out["measurements_after_api"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
+            for f in fleets:
+                f.terminate()
+                f.communicate(timeout=60)
         finally:
-            for p in (proc, fleet):
+            for p in (proc, *fleets):
                 if p is not None and p.poll() is None:
                     p.terminate()
                     try:

@@ -52,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="police a fleet of this many stand-in daemons (xtc_lab) first, then load the API")
     s.add_argument("--vrs", type=int, default=16, help="VRs per fleet router (default 16)")
     s.add_argument("--dead", type=float, default=0.1, help="share of the fleet's routers that are dead (default 0.1)")
+    s.add_argument("--no-samples", dest="samples", action="store_false",
+                   help="fleet: measure every router by 'list' (the daemons publish no samples)")
     s.set_defaults(func=_cmd_bench)
 
     def client(name: str, help_: str) -> argparse.ArgumentParser:
@@ -176,7 +178,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench, run_fleet_bench
 
     if args.fleet:
-        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate)
+        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,

@@ -21,6 +21,7 @@ A complete example (defaults shown)::
     request_timeout_s = 1.0   # seconds to wait for a daemon's answer
     max_vrs_per_router = 4096 # a daemon listing more VRs is marked and its reply dropped
     max_reply_bytes = 8388608 # a daemon's reply larger than this (bytes) is dropped
+    samples = false           # true: measure routers registered with a pub_endpoint from their samples
 
     [curve]
     client_secret_key_file = ""   # the policer's CURVE .key_secret (used for routers with a server key)
@@ -72,13 +73,15 @@ class PolicerConfig:
     curve_secret_key_file: str | None = None
     max_vrs_per_router: int = 4096
     max_reply_bytes: int = 8 * 1024 * 1024
+    samples: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration without secrets."""
         return {"host": self.host, "port": self.port, "db_url": self.db_url, "tokens": len(self.tokens),
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
-                "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes}
+                "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
+                "samples": self.samples}
 
 
 # ------------------------------------------------------------------------------ the file's schema
@@ -133,6 +136,7 @@ class _Engine:
     request_timeout_s: Annotated[Number, within(0.01, 60)] = _DEFAULT.request_timeout_s
     max_vrs_per_router: Annotated[int, Strict(), within(1, 1_000_000)] = _DEFAULT.max_vrs_per_router
     max_reply_bytes: Annotated[int, Strict(), within(1024, 1 << 30)] = _DEFAULT.max_reply_bytes
+    samples: Annotated[bool, Strict()] = _DEFAULT.samples
 
 
 @pyd.dataclass(config=_TABLE)
@@ -199,6 +203,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         curve_secret_key_file=d.curve.client_secret_key_file or None,
         max_vrs_per_router=d.engine.max_vrs_per_router,
         max_reply_bytes=d.engine.max_reply_bytes,
+        samples=d.engine.samples,
     )
 
 

@@ -121,6 +121,10 @@ INSERT INTO meta (key, value) VALUES ('leader', '')
     (3, """
 ALTER TABLE vrs ADD COLUMN saturated TEXT
 """),
+    # 4: the daemon's PUB (samples) endpoint of each router, optional (null: measurements by ``list``).
+    (4, """
+ALTER TABLE routers ADD COLUMN pub_endpoint TEXT
+"""),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -7,6 +7,14 @@ concurrently, so one that does not answer (marked ``unreachable``, with the erro
 then retried with exponential backoff) delays no other; when it answers again the same
 reconciliation catches it up.
 
+With a :class:`~xtc.policer.samples.SampleStreams`, a router registered with its daemon's samples
+endpoint (``pub_endpoint``) is measured from the newest message of its PUB stream instead, with no
+request, while that message is at most ``sample_max_age_s`` old and names the VRs the router's last
+``list`` named, and arrived after the replies to the router's last commands (an older one would
+show the VRs as they were and have the commands sent again); a router never listed, whose VR set
+changed, just commanded, or whose stream is stale or silent is sent ``list`` as before (a dead one is then marked at that exchange's deadline).  Both go through
+the same batches, planning and commands.
+
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
 a VR the API cannot address, or list more than ``max_vrs_per_router``), is dropped whole and
@@ -31,6 +39,7 @@ import time
 from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
+from .samples import SampleStreams
 from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import ActivationState, MisbehaviourState
 from .store import Outcome, Store
@@ -102,12 +111,28 @@ class Engine:
     batch_size : int
         Most replies the worker records, plans and saves together (one transaction each for the
         outcomes, the routers' state and the plans).
+    samples : SampleStreams, optional
+        The daemons' sample streams: a router registered with a ``pub_endpoint`` is subscribed to,
+        and while its newest valid sample is at most ``sample_max_age_s`` old and lists the VRs its
+        last ``list`` did, the cycle takes its measurements from it instead of sending ``list``.
+        None: every router is measured by ``list``.
+    sample_max_age_s : float, optional
+        Oldest sample a cycle uses, seconds (default 1.5 periods); a router whose stream is silent
+        longer is sent ``list`` (and marked at that exchange's deadline if it is dead).
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  on_crash: Callable[[BaseException], None] | None = None, max_vrs_per_router: int = 4096,
-                 max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None, batch_size: int = 256):
+                 max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None, batch_size: int = 256,
+                 samples: SampleStreams | None = None, sample_max_age_s: float | None = None):
         self.store = store
+        self.samples = samples
+        self.sample_max_age_s = 1.5 * period_s if sample_max_age_s is None else sample_max_age_s
+        #: Router measurements taken from a sample stream, and by sending ``list`` (since the start).
+        self.sampled = 0
+        self.listed = 0
+        self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
+        self._cmds_done: dict[str, float] = {}  # router -> when its last commands' replies arrived (monotonic)
         self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
@@ -128,6 +153,11 @@ class Engine:
         #: commands answered): the policy cycle's time, newest last (at most 600 cycles).
         self.cycle_s: collections.deque[float] = collections.deque(maxlen=600)
         self._cycle: list[float] = [0.0, 0.0]  # the running cycle's start and its last answering router's end
+        #: Per recent cycle, the longest time any router went between two of its measurements reaching the
+        #: store (seconds, newest last, at most 600 cycles): every period for a healthy router is <= 1.5 periods.
+        self.gap_s: collections.deque[float] = collections.deque(maxlen=600)
+        self._gap = 0.0
+        self._measured_at: dict[str, float] = {}
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -137,6 +167,11 @@ class Engine:
         self._busy: dict[str, threading.Event] = {}
         self._busy_lock = threading.Lock()
         self._backoff: dict[str, tuple[float, float]] = {}  # router -> (retry at, current backoff), clock seconds
+
+    @property
+    def bad_samples(self) -> int:
+        """Sample messages dropped as not valid since the start."""
+        return sum(self.samples.bad.values()) if self.samples is not None else 0
 
     # ------------------------------------------------------------------------------- thread
     def start(self) -> None:
@@ -149,6 +184,8 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.links.close()
+        if self.samples is not None:
+            self.samples.close()
         if self._worker is not None:
             self._work.put((-1, 0, None))
             self._worker.join(timeout=10)
@@ -191,10 +228,15 @@ class Engine:
         self._ensure_worker()
         if self._cycle[1] > self._cycle[0]:
             self.cycle_s.append(self._cycle[1] - self._cycle[0])
+        if self._gap > 0:
+            self.gap_s.append(self._gap)
+            self._gap = 0.0
         self._cycle = [time.monotonic(), 0.0]
         settings = self.store.settings()
         now = self.clock()
         routers = self.store.list_routers(include_removed=False)
+        if self.samples is not None:
+            self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"]) for r in routers if r["pub_endpoint"]})
         started = []
         exchanges: list[tuple] = []
         names = set()
@@ -209,11 +251,22 @@ class Engine:
                     continue
                 done = self._busy[name] = threading.Event()
             started.append(done)
+            vrs = self._sampled_vrs(r)
+            if vrs is not None:  # measured by the router's sample stream: no 'list'
+                self.sampled += 1
+                self._put(("samples", r, settings, now, vrs, time.monotonic()))
+                continue
+            self.listed += 1
             exchanges.append((name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
                               lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0))))
         self.links.exchange_many(exchanges)
         for gone in set(self._backoff) - names:
             self._backoff.pop(gone, None)
+        for gone in set(self._vr_sets) - names:
+            self._vr_sets.pop(gone, None)
+            self._cmds_done.pop(gone, None)
+        for gone in set(self._measured_at) - names:
+            self._measured_at.pop(gone, None)
         if wait:
             for done in started:
                 while not done.wait(0.1):
@@ -221,6 +274,21 @@ class Engine:
                         raise RuntimeError("engine failed") from self.error
         self.cycles += 1
         self.last_cycle_s = now
+
+    def _sampled_vrs(self, r: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The router's VRs from its newest sample if that can stand for a ``list``: at most
+        ``sample_max_age_s`` old and naming the VRs the router's last ``list`` named; else None."""
+        if self.samples is None or not r["pub_endpoint"]:
+            return None
+        got = self.samples.latest(r["name"])
+        if got is None or time.monotonic() - got[0] > self.sample_max_age_s:
+            return None  # never seen, or a stale or silent stream
+        if got[0] <= self._cmds_done.get(r["name"], -math.inf):
+            return None  # published before the last commands took effect: it would undo them
+        known = self._vr_sets.get(r["name"])
+        if known is None or frozenset(v["vr"] for v in got[1]) != known:
+            return None  # never listed, or the VR set changed: 'list' tells everything
+        return got[1]
 
     def _put(self, item: tuple) -> None:
         # Failures first: marking a router unreachable is cheap and must not wait behind planning.
@@ -273,16 +341,29 @@ class Engine:
                     outcomes.append(self._failed(name, e))
                     continue
                 self._backoff.pop(name, None)
+                self._vr_sets[name] = frozenset(v["vr"] for v in vrs)
                 outcomes.append(Outcome(name, "reachable", None, vrs=vrs))
+                polled.append((r, settings, now, t0))
+            elif item[0] == "samples":  # validated as it arrived (SampleStreams)
+                _, r, settings, now, vrs, t0 = item
+                self._backoff.pop(r["name"], None)
+                outcomes.append(Outcome(r["name"], "reachable", None, vrs=vrs))
                 polled.append((r, settings, now, t0))
             else:
                 _, name, cmds, results, t0 = item
+                self._cmds_done[name] = time.monotonic()
                 outcomes.append(self._commands_outcome(name, cmds, results))
                 self.router_s[name] = time.monotonic() - t0
                 if outcomes[-1].status is None:
                     finished.append((name, t0))
         prev = self.store.record_outcomes(outcomes) if outcomes else {}
         polled = [p for p in polled if prev.get(p[0]["name"]) is not None]  # removed meanwhile: not planned
+        t_rec = time.monotonic()
+        for p in polled:
+            last = self._measured_at.get(p[0]["name"])
+            if last is not None:
+                self._gap = max(self._gap, t_rec - last)
+            self._measured_at[p[0]["name"]] = t_rec
         self.polled += len(polled)
         states = self.store.router_states([p[0]["name"] for p in polled]) if polled else {}
         plans, sends = [], []

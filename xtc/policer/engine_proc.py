@@ -50,7 +50,7 @@ class EngineProcess:
     ----------
     settings : dict
         What the child needs: ``db_url``, ``period_s``, ``request_timeout_s``, ``curve_secret_key_file``,
-        ``max_reply_bytes``, ``max_vrs_per_router``, ``holder`` (this policer's name in the audit log),
+        ``max_reply_bytes``, ``max_vrs_per_router``, ``samples`` (read the daemons' sample streams), ``holder`` (this policer's name in the audit log),
         ``leader_election`` (PostgreSQL: hold the leader lock to run the cycles).
     on_crash : callable, optional
         Called with the exception when the child fails or dies without being stopped.
@@ -61,7 +61,10 @@ class EngineProcess:
         self.on_crash = on_crash
         self.cycles = 0
         self.bad_replies: dict[str, int] = {}
+        #: Router measurements taken from sample streams and by 'list', and sample messages dropped.
+        self.sampled = self.listed = self.bad_samples = 0
         self.cycle_s: list[float] = []
+        self.gap_s: list[float] = []
         self.error: BaseException | None = None
         self.leader_epoch: int | None = None
         self._leads = False
@@ -101,7 +104,9 @@ class EngineProcess:
                 continue
             self.cycles = rep["cycles"]
             self.bad_replies = {"all": rep["bad_replies"]}
+            self.sampled, self.listed, self.bad_samples = rep["sampled"], rep["listed"], rep["bad_samples"]
             self.cycle_s = rep["cycle_s"]
+            self.gap_s = rep["gap_s"]
             self.leader_epoch = rep["epoch"]
             self._leads = rep["leader"]
             self._reported.set()
@@ -210,6 +215,7 @@ def main() -> int:
     cfg = json.loads(sys.stdin.readline())
     from .engine import Engine
     from .link import LinkPool
+    from .samples import SampleStreams
 
     try:
         store = Store(cfg["db_url"])
@@ -226,14 +232,19 @@ def main() -> int:
 
     leadership = Leadership(store, cfg["holder"], on_crash) if cfg["leader_election"] else None
     links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"])
+    streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"])
+               if cfg.get("samples") else None)
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,
-                    max_vrs_per_router=cfg["max_vrs_per_router"],
+                    max_vrs_per_router=cfg["max_vrs_per_router"], samples=streams,
                     is_leader=leadership.held if leadership is not None else None)
 
     def report() -> None:
         leads = engine.error is None and (leadership is None or leadership.held())
         rep = {"cycles": engine.cycles, "bad_replies": sum(engine.bad_replies.values()),
-               "cycle_s": [round(x, 6) for x in engine.cycle_s], "leader": leads,
+               "sampled": engine.sampled, "listed": engine.listed,
+               "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
+               "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
+               "leader": leads,
                "epoch": store.fence_epoch if leads else None,
                "error": repr(failed[0]) if failed else None}
         with out_lock:

@@ -30,6 +30,7 @@ from .app import create_app
 from .config import PolicerConfig
 from .engine import Engine
 from .link import LinkPool
+from .samples import SampleStreams
 from .engine_proc import EngineProcess
 from .store import Store, StoreError
 
@@ -80,11 +81,13 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         engine = EngineProcess({"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
                                 "curve_secret_key_file": cfg.curve_secret_key_file,
                                 "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
-                                "holder": holder, "leader_election": store.dialect == "postgresql"}, on_crash)
+                                "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql"}, on_crash)
     else:  # an in-memory database is this process's alone: the engine runs in a thread beside the API
         links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
+        streams = (SampleStreams(cfg.max_vrs_per_router, cfg.curve_secret_key_file, cfg.max_reply_bytes)
+                   if cfg.samples else None)
         engine = Engine(store, links, period_s=cfg.period_s, on_crash=on_crash,
-                        max_vrs_per_router=cfg.max_vrs_per_router)
+                        max_vrs_per_router=cfg.max_vrs_per_router, samples=streams)
     app = create_app(cfg, store, engine)
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]

@@ -157,6 +157,7 @@ class Store:
             "capacity_pps": r["capacity_pps"],
             "control_mode": r["control_mode"],
             "curve_server_key": r["curve_server_key"],
+            "pub_endpoint": r["pub_endpoint"],
             "status": r["status"],
             "last_seen_unix_s": r["last_seen_unix_s"],
             "last_error": r["last_error"],
@@ -192,30 +193,30 @@ class Store:
         return self._router(rows[0])
 
     def add_router(self, name: str, endpoint: str, capacity_pps: float, control_mode: str,
-                   curve_server_key: str | None, actor: str) -> dict[str, Any]:
+                   curve_server_key: str | None, actor: str, pub_endpoint: str | None = None) -> dict[str, Any]:
         with self.tx() as db:
             row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()
             if row is not None and row["status"] != "removed":
                 raise Conflict(f"router {name!r} is already registered")
             if row is not None:  # a removed router registered again: keep its history
                 db.execute(
-                    "UPDATE routers SET endpoint=?, capacity_pps=?, control_mode=?, curve_server_key=?, status='unknown',"
-                    " last_error=NULL, control_on=0, activation_pending_since_s=NULL WHERE name=?",
-                    (endpoint, capacity_pps, control_mode, curve_server_key, name),
+                    "UPDATE routers SET endpoint=?, capacity_pps=?, control_mode=?, curve_server_key=?, pub_endpoint=?,"
+                    " status='unknown', last_error=NULL, control_on=0, activation_pending_since_s=NULL WHERE name=?",
+                    (endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint, name),
                 )
             else:
                 db.execute(
-                    "INSERT INTO routers (name, endpoint, capacity_pps, control_mode, curve_server_key, created_unix_s)"
-                    " VALUES (?,?,?,?,?,?)",
-                    (name, endpoint, capacity_pps, control_mode, curve_server_key, self.clock()),
+                    "INSERT INTO routers (name, endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint,"
+                    " created_unix_s) VALUES (?,?,?,?,?,?,?)",
+                    (name, endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint, self.clock()),
                 )
             self._audit(db, "router_registered", actor, name, None,
                         {"endpoint": endpoint, "capacity_pps": capacity_pps, "control_mode": control_mode,
-                         "curve": curve_server_key is not None})
+                         "curve": curve_server_key is not None, "pub_endpoint": pub_endpoint})
         return self.get_router(name)
 
     def update_router(self, name: str, changes: dict[str, Any], actor: str) -> dict[str, Any]:
-        allowed = {"endpoint", "capacity_pps", "control_mode", "curve_server_key"}
+        allowed = {"endpoint", "capacity_pps", "control_mode", "curve_server_key", "pub_endpoint"}
         assert set(changes) <= allowed, changes
         with self.tx() as db:
             row = db.execute("SELECT status FROM routers WHERE name=?", (name,)).fetchone()

@@ -1,0 +1,277 @@
+"""The daemons' sample streams as the policer's engine reads them: one SUB socket per router.
+
+A daemon publishes one ``samples`` message per control period (format ``xtc-samples/1``,
+docs/manager-api.md) on its PUB socket (``manager.pub_endpoint``); a router registered with that
+endpoint (``pub_endpoint``) is subscribed to here.  A SUB socket connected to several publishers
+does not say which one a message came from, and the message does not name its host, so each
+router has a SUB socket of its own; one thread waits on all of them at once (``epoll`` on the
+sockets' ``ZMQ_FD``) and keeps, per router, only the newest valid message and when it arrived.
+
+A message is untrusted like a reply: its frame is bounded on the socket (``MAXMSGSIZE``: a bigger
+one drops the connection), it must be two frames (topic ``samples``, one body) of strict JSON in
+format ``xtc-samples/1``, at most ``max_vrs`` rows, each row as long as ``fields`` and valid as
+an :class:`xtc.daemon.api.Instance` (checked member by member here, as the model does, strict
+types, finite numbers, a VR name the API can address, no VR twice: the model per row cost ten
+times more, :func:`xtc.policer.link.parse_vr_list` is what a ``list`` reply goes through).  Anything else is
+counted (:attr:`SampleStreams.bad`) and dropped; the router's previous sample is kept and ages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import selectors
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import zmq
+
+from xtc.daemon.api import SAMPLES_SCHEMA, SAMPLES_TOPIC, reject_json_constant, unique_json_keys
+from xtc.daemon.curve import client_options
+
+from .link import _VR_NAME, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
+
+__all__ = ["SampleStreams", "parse_samples"]
+
+log = logging.getLogger("xtc.policer.samples")
+
+
+_STATES = frozenset(("inactive", "active", "paused"))
+_SATURATED = frozenset((None, "cap_max", "cap_min"))
+#: Members a row must have (the Instance model's required ones) and the numbers among them.
+_REQUIRED = ("vr", "state", "setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent")
+_NUMBERS = ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent")
+
+
+def _number(x: Any) -> bool:
+    """A finite JSON number or null (a bool is not a number)."""
+    return x is None or (type(x) in (float, int) and math.isfinite(x))
+
+
+def _float(x: float | int | None) -> float | None:
+    return None if x is None else float(x)
+
+
+def _json(body: bytes) -> Any:
+    """Strict JSON (no NaN/Infinity, no duplicate keys); numbers too big for a float come out
+    infinite and are refused where they are read."""
+    try:
+        return json.loads(body, parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> list[dict[str, Any]]:
+    """The VRs of one ``samples`` message, in the shape :func:`~xtc.policer.link.parse_vr_list` gives.
+
+    Parameters
+    ----------
+    frames : list of bytes
+        The message's frames (topic, body).
+    max_vrs : int
+        Most rows accepted; a longer message is refused whole.
+    max_bytes : int
+        Largest body accepted, bytes.
+
+    Raises
+    ------
+    BadReply
+        The message is not a valid ``xtc-samples/1`` message (the reason, never echoing the input).
+    """
+    if len(frames) != 2 or frames[0] != SAMPLES_TOPIC:
+        raise BadReply(f"a samples message has {len(frames)} frame(s) and topic {frames[0][:16]!r}"
+                       f" ({SAMPLES_TOPIC!r} and one body expected)" if frames else "an empty samples message")
+    if len(frames[1]) > max_bytes:
+        raise BadReply(f"a samples message of {len(frames[1])} bytes (at most {max_bytes})")
+    try:
+        doc = _json(frames[1])
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadReply(f"a samples message that is not strict JSON: {str(e)[:200]}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SAMPLES_SCHEMA:
+        raise BadReply(f"a samples message not in format {SAMPLES_SCHEMA}")
+    fields, rows, period = doc.get("fields"), doc.get("vrs"), doc.get("period_s")
+    if not (isinstance(fields, list) and all(isinstance(f, str) for f in fields) and len(fields) == len(set(fields))
+            and all(f in fields for f in _REQUIRED) and isinstance(rows, list)):
+        raise BadReply("a samples message without a 'fields' list of distinct names (with "
+                       + ", ".join(_REQUIRED) + ") and a 'vrs' list")
+    if not (isinstance(period, (int, float)) and not isinstance(period, bool) and math.isfinite(period) and period > 0):
+        raise BadReply("a samples message without a positive 'period_s'")
+    if len(rows) > max_vrs:
+        raise BadReply(f"a samples message of {len(rows)} VRs, more than the {max_vrs} accepted per router")
+    vrs = []
+    names: set[str] = set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(fields):
+            raise BadReply(f"vrs[{i}]: a row that is not a list of {len(fields)} values")
+        v = dict(zip(fields, row))
+        name, present, saturated = v["vr"], v.get("present"), v.get("saturated")
+        if not isinstance(name, str) or not _VR_NAME.fullmatch(name):
+            raise BadReply(f"vrs[{i}]: the VR name is not a string matching {VR_PATTERN}")
+        if name in names:
+            raise BadReply(f"vrs[{i}]: VR {name!r} listed twice")
+        names.add(name)
+        if not (isinstance(v["state"], str) and v["state"] in _STATES):
+            raise BadReply(f"vrs[{i}].state: not one of {sorted(_STATES)}")
+        if not (present is None or isinstance(present, bool)):
+            raise BadReply(f"vrs[{i}].present: not a boolean or null")
+        if not (saturated is None or isinstance(saturated, str)) or saturated not in _SATURATED:
+            raise BadReply(f"vrs[{i}].saturated: not cap_max, cap_min or null")
+        if not (v.get("actuation_error") is None or isinstance(v["actuation_error"], str)):
+            raise BadReply(f"vrs[{i}].actuation_error: not a string or null")
+        for k in _NUMBERS:
+            if not _number(v[k]):
+                raise BadReply(f"vrs[{i}].{k}: not a finite number or null")
+        vrs.append({"vr": name, "state": v["state"], "present": True if present is None else present,
+                    "setpoint_pps": _float(v["setpoint_pps"]), "measured_pps": _float(v["measured_pps"]),
+                    "offered_pps": _float(v["offered_pps"]), "cap_percent": _float(v["cap_percent"]),
+                    "saturated": saturated})
+    return vrs
+
+
+class SampleStreams:
+    """Every registered router's sample stream, read by one thread.
+
+    Parameters
+    ----------
+    max_vrs : int
+        Most VRs accepted in one router's message.
+    curve_secret_file : path or None
+        The policer's ``.key_secret`` file (a router with a CURVE server key is subscribed to as a
+        CURVE client; without the file it is not subscribed to at all).
+    max_bytes : int
+        Largest message frame accepted, bytes.
+    clock : callable
+        Monotonic seconds; the arrival times of :meth:`latest` are on it.
+
+    A stream that cannot be opened (the context's ``MAX_SOCKETS``, a third of the open-files limit,
+    or the limit itself reached) is logged and its router measured by ``list``.
+    """
+
+    def __init__(self, max_vrs: int = 4096, curve_secret_file: str | Path | None = None,
+                 max_bytes: int = DEFAULT_MAX_REPLY_BYTES, context: zmq.Context | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_vrs = max_vrs
+        self.curve_secret_file = curve_secret_file
+        self.max_bytes = max_bytes
+        self.clock = clock
+        self._own_ctx = context is None
+        if context is None:
+            # Each stream holds two descriptors (the socket's mailbox, its connection): a third of the
+            # open-files limit of streams at most, the link pool's exchanges having another third.
+            context = zmq.Context()
+            context.set(zmq.MAX_SOCKETS, max(1024, raise_open_files_limit() // 3))
+        self.ctx = context
+        #: Messages dropped as not valid, per router.
+        self.bad: dict[str, int] = {}
+        #: Valid messages taken, in all.
+        self.received = 0
+        self._lock = threading.Lock()
+        self._wanted: dict[str, tuple[str, str | None]] = {}
+        self._latest: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._socks: dict[str, tuple[zmq.Socket, tuple[str, str | None]]] = {}
+        self._by_fd: dict[int, str] = {}
+        self._sel = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._changed = True
+        self._thread = threading.Thread(target=self._run, name="policer-samples", daemon=True)
+        self._thread.start()
+
+    def want(self, routers: dict[str, tuple[str, str | None]]) -> None:
+        """The routers to subscribe to: name -> (PUB endpoint, CURVE server key or None); others are dropped."""
+        with self._lock:
+            if routers != self._wanted:
+                self._wanted = dict(routers)
+                self._changed = True
+
+    def latest(self, name: str) -> tuple[float, list[dict[str, Any]]] | None:
+        """The newest valid sample of a router: (arrival time on ``clock``, its VRs), or None."""
+        with self._lock:
+            return self._latest.get(name)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self._own_ctx and not self._thread.is_alive():
+            self.ctx.term()
+
+    # ------------------------------------------------------------------------------- thread
+    def _reconcile(self) -> None:
+        with self._lock:
+            wanted, self._changed = dict(self._wanted), False
+        for name in [n for n, (_, how) in self._socks.items() if wanted.get(n) != how]:
+            self._drop(name)
+        for name, how in wanted.items():
+            if name not in self._socks:
+                self._open(name, how)
+
+    def _drop(self, name: str) -> None:
+        s, _ = self._socks.pop(name)
+        fd = s.getsockopt(zmq.FD)
+        self._sel.unregister(fd)
+        del self._by_fd[fd]
+        s.close(0)
+        with self._lock:
+            self._latest.pop(name, None)
+
+    def _open(self, name: str, how: tuple[str, str | None]) -> None:
+        endpoint, server_key = how
+        if server_key and not self.curve_secret_file:
+            return  # cannot authenticate: measured by 'list'
+        try:
+            s = self.ctx.socket(zmq.SUB)
+        except zmq.ZMQError as e:  # EMFILE: this router is measured by 'list'
+            log.warning("router %s: cannot open a SUB socket: %s", name, e)
+            return
+        try:
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+            s.setsockopt(zmq.RCVHWM, 4)
+            if server_key:
+                client_options(s, self.curve_secret_file, server_key)  # type: ignore[arg-type]
+            s.setsockopt(zmq.SUBSCRIBE, SAMPLES_TOPIC)
+            s.connect(endpoint)
+        except (zmq.ZMQError, ValueError) as e:
+            log.warning("router %s: cannot subscribe to %s: %s", name, endpoint, e)
+            s.close(0)
+            return
+        fd = s.getsockopt(zmq.FD)
+        self._socks[name] = (s, how)
+        self._by_fd[fd] = name
+        self._sel.register(fd, selectors.EVENT_READ)
+        self._drain(name, s)
+
+    def _drain(self, name: str, s: zmq.Socket) -> None:
+        newest = None
+        while s.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frames = s.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                newest = parse_samples(frames, self.max_vrs, self.max_bytes)
+            except BadReply as e:
+                self.bad[name] = self.bad.get(name, 0) + 1
+                log.warning("router %s: samples dropped: %s", name, e)
+        if newest is not None:
+            self.received += 1
+            with self._lock:
+                self._latest[name] = (self.clock(), newest)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._changed:
+                    self._reconcile()
+                for key, _ in self._sel.select(timeout=0.05) if self._by_fd else ():
+                    name = self._by_fd.get(key.fd)
+                    if name is not None:
+                        self._drain(name, self._socks[name][0])
+                if not self._by_fd:
+                    self._stop.wait(0.05)
+        finally:
+            for name in list(self._socks):
+                self._drop(name)
+            self._sel.close()
