@@ -32,9 +32,18 @@ class KernelNeverRebuild(KernelScheduler):
     max_dirty = 10**9  # only at slot boundaries (every changed host looked at from the dirty list)
 
 
+class KernelBulkReports(KernelScheduler):
+    """Every backlog report, even of one host, recorded by the bulk path of backlog_many."""
+
+    bulk_hosts = 0
+
+    def backlog(self, t_us, x, dests):
+        return self.backlog_many(t_us, {x: dests})
+
+
 VARIANTS = [AlwaysBulk, NeverBulk, PyFastScheduler]
 if IMPL == "numba":
-    VARIANTS += [KernelAlwaysRebuild, KernelNeverRebuild, KernelScheduler]
+    VARIANTS += [KernelAlwaysRebuild, KernelNeverRebuild, KernelBulkReports, KernelScheduler]
 
 
 def test_the_controller_uses_the_compiled_kernels_when_numba_is_installed():
@@ -141,3 +150,66 @@ def test_rotation_order_over_many_slot_boundaries():
             assert s.key == scheds[0].key, (type(s).__name__, step, kind)
             assert s.dest == scheds[0].dest
     assert holds > 1000  # rotation: many senders are sent a hold at the boundaries
+
+
+@pytest.mark.skipif(IMPL != "numba", reason="the bulk path of backlog_many is the kernel's")
+def test_bulk_backlog_reports_take_every_branch_like_the_reference():
+    """backlog_many of many hosts recorded in one kernel call: hosts already sending (no trigger),
+    flows already known and repeated in a report (not added twice), hosts granted before whose
+    destinations keep their rotation keys (a destination served recently goes after one never
+    served), a slot boundary due at the report's time, and reports the generic path takes
+    (numpy ints, iterators) or refuses (same error)."""
+    from xtc.xco.scheduler import EventError
+
+    rows = 2
+    topo = parse_topology(fig27(rows, hosts_per_rack=4, racks_per_row=3))
+    n = topo.n_hosts
+    ref, bulk = ReferenceScheduler(topo, SLICE), KernelBulkReports(topo, SLICE)
+    scheds = [ref, bulk]
+
+    def same(f):
+        outs = [f(s) for s in scheds]
+        assert outs[1] == outs[0]
+        assert [bulk.backlog_group(x) for x in range(n)] == [ref.backlog_group(x) for x in range(n)]
+        assert bulk.key == ref.key and bulk.dest == ref.dest
+        return outs[0]
+
+    # host 0 is served towards 1, then 2; it gives both up (their destination keys stay)
+    same(lambda s: s.backlog_many(0, {0: [1]}))
+    same(lambda s: s.giveup(10, 0, 1))
+    same(lambda s: s.backlog_many(20, {0: [2]}))
+    same(lambda s: s.giveup(30, 0, 2))
+    assert ref.dest[0] is None
+    # host 0 towards 2 (served last), 3 (never) and 1 (served first), with a repeat: it goes to 3,
+    # the destination never served
+    out = same(lambda s: s.backlog_many(40, {0: [2, 3, 1, 3]}))
+    assert ref.dest[0] == 3 and [d.host for d in out] == [0]
+    same(lambda s: s.giveup(50, 0, 3))
+    assert ref.dest[0] == 1  # then 1, served before 2
+    # everybody reports at once, host 0 again (sending: not triggering)
+    groups = {x: [d] for x, d in fig27_pairs(rows, hosts_per_row=12)}
+    groups[0] = [3, 2]
+    same(lambda s: s.backlog_many(60, groups))
+    assert ref.dest[0] == 1
+    # known flows again, new ones for some (some sending, some waiting), at a slot boundary
+    t = ref.next_expiry_us()
+    assert t is not None
+    waiting = [x for x in range(n) if ref.dest[x] is None][:3]
+    sending = [x for x in range(n) if ref.dest[x] is not None][:3]
+    groups2 = {x: list(ref.backlog_group(x)) + [(x + 5) % n] for x in waiting + sending}
+    groups2.update({x: list(ref.backlog_group(x)) for x in range(n) if x not in groups2 and ref.backlog_group(x)})
+    out = same(lambda s: s.backlog_many(t, groups2))
+    assert any(d.dest is None for d in out) and any(d.dest is not None for d in out)  # the boundary ran
+    # nothing new at all: nothing issued
+    assert same(lambda s: s.backlog_many(t + 1, {x: list(ref.backlog_group(x)) for x in range(n)})) == []
+    # numpy ints and iterators take the generic path, with the same result
+    import numpy as np
+    same(lambda s: s.backlog_many(t + 2, {np.int64(x): iter([np.int64((x + 7) % n)]) for x in range(n)}))
+    same(lambda s: s.backlog_many(t + 3, {x: iter([(x + 9) % n]) for x in range(n)}))
+    # refused like the reference, nothing changed
+    for bad in ({x: [x] for x in range(n)}, {x: [n] for x in range(n)}, {x: [-1] for x in range(n)},
+                {n: [0], **{x: [0] for x in range(1, n)}}, {x: [True] for x in range(1, n)}):
+        for s in scheds:
+            with pytest.raises(EventError):
+                s.backlog_many(t + 4, bad)
+    same(lambda s: s.advance(t + 5 * SLICE))

@@ -139,6 +139,35 @@ def _remove_flow(H, F, ctr, x, d):
 
 
 @njit(cache=True)
+def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, dkeys, added, trig):
+    """Record many backlog reports at once: for each host ``xs[i]``, its ``lens[i]`` destinations
+    (next in ``ds``, with their rotation keys in ``dkeys``), each added unless the host already has
+    that flow (earlier in ``ds`` too).  The flows added go to ``added`` (``(host, dest)`` in order),
+    the hosts with a new flow and no destination to ``trig`` (in order).  Returns
+    ``(n_added, n_trig)``; the caller then runs the event (:func:`run_event`, no flows in ``io``)."""
+    tmp = np.empty(FP.shape[1], np.int64)
+    na = 0
+    nt = 0
+    j = 0
+    for i in range(xs.shape[0]):
+        x = xs[i]
+        new = False
+        for _ in range(lens[i]):
+            d = ds[j]
+            if _find_flow(H, F, x, d) < 0:
+                _add_flow(H, T, F, FP, ctr, x, d, dkeys[j], tmp)
+                added[2 * na] = x
+                added[2 * na + 1] = d
+                na += 1
+                new = True
+            j += 1
+        if new and H[H_DEST, x] < 0:
+            trig[nt] = x
+            nt += 1
+    return na, nt
+
+
+@njit(cache=True)
 def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
     """First fit of x: its destinations least recently granted first; grant the first whose path has
     room for its NIC (that room taken, the grant written to out).  Returns 1 if granted."""
@@ -479,6 +508,8 @@ def warm_up() -> float:
     CS = np.zeros(5, np.int64)
     CE = np.zeros((2, 0), np.int64)
     fl = np.zeros(n, np.int64)
+    one = np.ones(1, np.int64)
+    add_backlogs(H, T, F, FP, ctr.copy(), np.zeros(0, np.int64), one[:0], one[:0], one[:0], np.zeros(2, np.int64), one)
     order, nw = run_event(H, T, F, FP, LK, CS, CE, np.zeros(0, np.int64), ctr, io, out, fl, 1)
     CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
     io = np.array([1, 0, 0, 0], np.int64)
