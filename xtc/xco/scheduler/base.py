@@ -8,8 +8,7 @@ directives are returned first, in time order).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -22,9 +21,9 @@ class EventError(ValueError):
     """An event the scheduler cannot take (bad host, time going backwards, ...); nothing changed."""
 
 
-@dataclass(frozen=True, slots=True)
-class Directive:
-    """A transmission directive.
+class Directive(NamedTuple):
+    """A transmission directive (a named tuple: a slot boundary issues hundreds of them, and a
+    tuple is built four times faster than a frozen dataclass).
 
     Attributes
     ----------

@@ -585,11 +585,12 @@ class KernelScheduler(PyFastScheduler):
             seq += 1
         self._seq = seq
         self._dk_hosts.update(xs)
-        out = [Directive(t_us, x, d, end) for x, d in zip(xs, ds)]
+        mk = tuple.__new__  # Directive(t_us, x, d, end), without the argument handling
+        out = [mk(Directive, (t_us, x, d, end, None)) for x, d in zip(xs, ds)]
         holds = o[2 * ng:]
         for t in holds:
             dest[t] = None
-        out += [Directive(t_us, t, None, None) for t in holds]
+        out += [mk(Directive, (t_us, t, None, None, None)) for t in holds]
         # (the order of _active is the order of the triggering set at the next slot boundary, and
         # so of its holds: kept as the base class keeps it)
         for x in xs:
