@@ -88,6 +88,78 @@ def test_every_code_path_issues_the_reference_directives(scenario):
         assert run_events(cls(topo, SLICE), events) == expect, cls.__name__
 
 
+def run_batched(sched, events):
+    """The events of run_events (but ``giveup_current``), with every run of backlog and give-up events
+    at one instant given to events_at: one list of directives per run, then the scheduler's state."""
+    out = []
+    batch = []
+    t = 0
+    for kind, x, arg in events + [("wait", None, 1)]:
+        if kind in ("backlog", "giveup"):
+            batch.append((kind, x, arg))
+            continue
+        if batch:
+            out.append(sched.events_at(t, batch))
+            out.append((list(sched.dest), list(sched.key), [sorted(sched.backlog_group(y)) for y in range(sched.n)]))
+            batch = []
+        if kind == "tick":
+            nxt = sched.next_expiry_us()
+            if nxt is not None:
+                t = nxt
+                out.append(sched.advance(t))
+        elif kind == "wait":
+            t += arg
+            out.append(sched.advance(t))
+        else:
+            out.append(sched.leave(t, x))
+    return out
+
+
+BATCH_VARIANTS = [PyFastScheduler] + ([KernelAlwaysRebuild, KernelNeverRebuild, KernelScheduler]
+                                      if IMPL == "numba" else [])
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(strategies.scenarios(strategies.topologies(nic_gbps=(1, 1, 1, 2, 5), loops=True),
+                            ["backlog", "backlog", "giveup", "giveup", "giveup", "tick", "leave", "wait"], 60))
+def test_events_at_one_instant_issue_the_reference_directives(scenario):
+    """A batch of backlog reports and give-ups at one instant (events_at, one kernel call) issues the
+    directives of the same events one after the other, and leaves the same state."""
+    topo, events = scenario
+    expect = run_batched(ReferenceScheduler(topo, SLICE), events)
+    for cls in BATCH_VARIANTS:
+        assert run_batched(cls(topo, SLICE), events) == expect, cls.__name__
+
+
+@pytest.mark.skipif(IMPL != "numba", reason="run_batch is a kernel")
+def test_events_at_a_flow_reported_again_in_the_batch_keeps_its_new_key():
+    """Host 0 was served towards 1, then 2.  In one batch it is served towards 1 again, gives it up,
+    and reports 1 and 2: 2 (served less recently now) goes first; with the keys known before the
+    batch it would be 1."""
+    topo = parse_topology(fig27(2, hosts_per_rack=4, racks_per_row=3))
+    scheds = [ReferenceScheduler(topo, SLICE), KernelScheduler(topo, SLICE), KernelAlwaysRebuild(topo, SLICE)]
+    for s in scheds:
+        s.backlog(0, 0, [1])
+        s.giveup(10, 0, 1)
+        s.backlog(20, 0, [2])
+        s.giveup(30, 0, 2)
+    outs = []
+    for s in scheds:
+        outs.append(s.events_at(40, [("backlog", 0, [1]), ("giveup", 0, 1), ("backlog", 0, iter([1, 2, 1])),
+                                     ("giveup", 3, 4), ("backlog", 5, [6]), ("backlog", 5, [6])]))
+    assert [(d.host, d.dest) for d in outs[0]] == [(0, 1), (0, None), (0, 2), (5, 6)]
+    for s, o in zip(scheds[1:], outs[1:]):
+        assert o == outs[0]
+        assert s.key == scheds[0].key and s.dest == scheds[0].dest
+        assert [s.backlog_group(x) for x in range(s.n)] == [scheds[0].backlog_group(x) for x in range(s.n)]
+    # anything but a well-formed backlog or give-up: one after the other, same errors
+    from xtc.xco.scheduler import EventError
+    for bad in ([("giveup", 0, 0), ("leave", 1, None)], [("backlog", 0, [0]), ("giveup", 1, 2)]):
+        for s in scheds:
+            with pytest.raises(EventError):
+                s.events_at(50, bad)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_many_hosts_backlogged_at_once_then_slot_boundaries(seed):
     rows = 2

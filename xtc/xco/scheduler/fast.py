@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from heapq import heapify, heappop, heappush
 from itertools import chain
 
@@ -448,6 +449,7 @@ class KernelScheduler(PyFastScheduler):
         self._fl = np.zeros(n, np.int64)
         self._nflows = 0
         self._dk_hosts: set[int] = set()  # hosts ever granted (with destination keys in _dest_key)
+        self._rec = np.empty(64, np.int64)  # run_batch's records (grown by the kernel)
 
     @property
     def res(self) -> list[int]:  # type: ignore[override]
@@ -522,6 +524,71 @@ class KernelScheduler(PyFastScheduler):
         for x, d in zip(a[0::2], a[1::2]):
             B[x][d] = None
         out += self._run(t_us, trig_a[:nt], "backlog", (), ())
+        return out
+
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+        """:meth:`SchedulerBase.events_at` in one kernel call (:func:`._kernel.run_batch`) when every
+        event is a well-formed give-up or backlog report (otherwise one event after the other)."""
+        n = self.n
+        if type(t_us) is not int or t_us < self.now_us or len(events) < 2:
+            return super().events_at(t_us, events)
+        ev = [len(events)]
+        B, dest_key = self.B, self._dest_key
+        flows = 0
+        events = [(k, x, a if k != "backlog" or type(a) is list else list(a)) for k, x, a in events]
+        for kind, x, arg in events:
+            if type(x) is not int or not 0 <= x < n:
+                return super().events_at(t_us, events)
+            if kind == "giveup":
+                if type(arg) is not int or not 0 <= arg < n:
+                    return super().events_at(t_us, events)
+                ev += (0, x, 1, arg)
+            elif kind == "backlog":
+                for d in arg:
+                    if type(d) is not int or not 0 <= d < n or d == x:
+                        return super().events_at(t_us, events)
+                dk = dest_key[x]
+                ev += (1, x, len(arg), *arg)
+                ev += [dk.get(d, d - n) for d in arg] if dk else [d - n for d in arg]
+                flows += len(arg)
+            else:
+                return super().events_at(t_us, events)
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        K = _kernel
+        self._grow_flows(self._nflows + flows)
+        eva = np.array(ev, np.int64)
+        self._CS, self._CE, self._ORD, rec, nrec, dflows = K.run_batch(
+            self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD, self._ctr, eva,
+            self._out, self._fl, len(self._active), self.max_dirty, self._rec)
+        self._rec = rec
+        self._nflows += dflows
+        for kind, x, arg in events:  # the backlog groups, as the kernel changed them
+            if kind == "giveup":
+                B[x].pop(arg, None)
+            else:
+                Bx = B[x]
+                for d in arg:
+                    Bx[d] = None
+        r = rec[:2 * nrec].tolist()
+        end = (t_us // self.slice_us + 1) * self.slice_us
+        dest, active, seq = self.dest, self._active, self._seq
+        mk = tuple.__new__
+        for x, d in zip(r[0::2], r[1::2]):
+            if d >= 0:
+                dest[x] = d
+                dest_key[x][d] = seq
+                seq += 1
+                active[x] = None
+                out.append(mk(Directive, (t_us, x, d, end, None)))
+            else:
+                dest[x] = None
+                del active[x]
+                out.append(mk(Directive, (t_us, x, None, None, None)))
+        self._dk_hosts.update(r[0::2])
+        self._seq = seq
+        self._slot_end = end if active else None
+        self.now_us = t_us
         return out
 
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
