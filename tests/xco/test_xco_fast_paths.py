@@ -152,12 +152,16 @@ def test_events_at_a_flow_reported_again_in_the_batch_keeps_its_new_key():
         assert o == outs[0]
         assert s.key == scheds[0].key and s.dest == scheds[0].dest
         assert [s.backlog_group(x) for x in range(s.n)] == [scheds[0].backlog_group(x) for x in range(s.n)]
+    # a slot boundary due at the batch's instant is handled first
+    assert scheds[0].next_expiry_us() == SLICE
+    outs = [s.events_at(SLICE + 5, [("backlog", 7, [8]), ("giveup", 0, 2)]) for s in scheds]
+    assert [d.t_us for d in outs[0]][:1] == [SLICE] and outs[1] == outs[0] and outs[2] == outs[0]
     # anything but a well-formed backlog or give-up: one after the other, same errors
     from xtc.xco.scheduler import EventError
     for bad in ([("giveup", 0, 0), ("leave", 1, None)], [("backlog", 0, [0]), ("giveup", 1, 2)]):
         for s in scheds:
             with pytest.raises(EventError):
-                s.events_at(50, bad)
+                s.events_at(SLICE + 50, bad)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
