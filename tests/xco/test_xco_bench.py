@@ -33,3 +33,13 @@ def test_bench_names_the_implementation_and_its_compile_time():
         assert k["warm_up_s"] is not None and k["warm_up_s"] > 0
     else:
         assert k["warm_up_s"] is None
+
+
+def test_load_test_batches_what_arrived_during_the_previous_read():
+    from xtc_lab.xco.bench import load_test
+
+    one = load_test(800, sim_s=0.02, batched=False)
+    many = load_test(800, events_per_s=600_000, sim_s=0.02)
+    assert one["mean_batch"] == 1.0 and one["batches"] == one["events"] > 500
+    assert many["batches"] < many["events"] and many["mean_batch"] > 1  # 10x the rate: reads pile up
+    assert many["boundaries"] == one["boundaries"] == 9

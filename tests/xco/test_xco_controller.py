@@ -420,3 +420,60 @@ def test_controller_process_schedules_real_hosts_drops_silent_ones_and_keeps_sta
         if ctl.p.poll() is None:
             ctl.p.kill()
 
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_core_handle_many_sends_what_handle_of_each_in_turn_sends(seed):
+    """The datagrams of one socket read handled at one instant (backlog reports and give-ups batched
+    into one scheduler call; registrations, heartbeats, leaves, slot boundaries and bad datagrams in
+    between) send the same datagrams in the same order, and leave the same state, as one by one."""
+    import random
+
+    rng = random.Random(seed)
+    topo, digest, one = _core()
+    _, _, many = _core()
+    seqs = [Seq(), Seq()]
+    for core, seq in zip((one, many), seqs):
+        _register_all(core, topo, digest, seq)
+    n = topo.n_hosts
+    t = NOW
+    batches = 0
+    for step in range(40):
+        t += rng.choice([1, 50, 2000, SLICE])
+        items = []
+        spec = []
+        for _ in range(rng.randrange(1, 12)):
+            x = rng.randrange(n)
+            kind = rng.choices(["backlog", "giveup", "heartbeat", "bad", "leave", "register"], [6, 4, 1, 1, 0.3, 1])[0]
+            d = rng.sample([y for y in range(n) if y != x], 2)
+            spec.append((kind, x, d))
+        outs = []
+        for core, seq in zip((one, many), seqs):
+            items = []
+            for kind, x, d in spec:
+                if kind == "backlog":
+                    m = P.Backlog(seq(x, t), tuple(d))
+                elif kind == "giveup":
+                    dest = core.sched.dest[x]
+                    m = P.GiveUp(seq(x, t), d[0] if dest is None else dest)
+                elif kind == "heartbeat":
+                    m = P.Heartbeat(seq(x, t))
+                elif kind == "leave":
+                    m = P.Leave(seq(x, t))
+                elif kind == "register":
+                    m = P.Register(seq(x, t), digest, topo.hosts[x], ())
+                else:
+                    items.append((b"\x00junk", ("127.0.0.1", 7000 + x)))
+                    continue
+                items.append((P.encode(m), ("127.0.0.1", 7000 + x)))
+            if core is one:
+                outs.append([s for data, addr in items for s in core.handle(data, addr, t)])
+            else:
+                outs.append(core.handle_many(items, t))
+        assert outs[1] == outs[0], step
+        assert many.sched.dest == one.sched.dest and many.sched.key == one.sched.key
+        assert (many.events, many.dropped, many.received) == (one.events, one.dropped, one.received)
+        batches += sum(1 for k, _, _ in spec if k in ("backlog", "giveup")) > 1
+        assert many.tick(t) == one.tick(t)
+    assert batches > 10
+    assert one.events["backlog"] > 20 and one.events["giveup"] > 10 and one.events["leave"] > 0

@@ -18,6 +18,9 @@ kernels or loading them from numba's on-disk cache (before any measurement).
 And once (``--load-hosts``, default 4,800; ``load`` in the JSON): the issue's throughput goal as a
 load test, ``cpu_pct``: the CPU time (this process, ``time.process_time``) spent on one simulated
 second with 2 ms slots (500 slot boundaries) and 60,000 mid-slot events, in percent of one core.
+The events are batched as the controller batches them (those that arrived while the previous read
+was handled, at one instant: ``mean_batch`` events per scheduler call); ``load_unbatched``: each
+event alone, as before the controller batched.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def bench_one(n_hosts: int, n_events: int = 4000, slice_us: int = 10_000, seed: 
 
 
 def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, sim_s: float = 1.0,
-              seed: int = 1) -> dict[str, Any]:
+              seed: int = 1, batched: bool = True) -> dict[str, Any]:
     """CPU spent scheduling ``sim_s`` of simulated time at ``events_per_s`` mid-slot events.
 
     Parameters
@@ -110,11 +113,19 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
         Slot length, microseconds (every slot boundary is handled too).
     sim_s : float
         Simulated time, seconds.
+    batched : bool
+        As the controller does (:meth:`ControllerCore.handle_many`): the events that arrived while
+        the previous read was being handled (its thread CPU time, slot boundaries included: a
+        controller with a core to itself) are handled together at one instant (``events_at``), or
+        the first one as soon as it arrives when nothing waits.  False: each event alone at its
+        arrival time.
 
     Returns
     -------
     dict
-        ``cpu_pct`` (CPU time / simulated time, percent of one core), ``boundaries``, ``events``.
+        ``cpu_pct`` (CPU time / simulated time, percent of one core), ``boundaries``, ``events``,
+        ``batches`` (scheduler calls for the events), ``mean_batch`` (events per call) and, batched,
+        ``behind_ms``: how late the last read was done after the simulated second (0: kept up).
     """
     rows = max(2, n_hosts // 200)
     topo = parse_topology(fig27(rows))
@@ -124,31 +135,55 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
     n_ev = int(events_per_s * sim_s)
     end_us = int(sim_s * 1e6)
     gave_up: list[tuple[int, int]] = []
-    events = boundaries = 0
+    events = boundaries = batches = 0
+    busy = time.thread_time  # the controller's own CPU time: as if it had a core to itself
     c0 = time.process_time()
     senders = [x for x, d in enumerate(sched.dest) if d is not None]
-    for i in range(n_ev):
+    i = 0
+    free_us = 0.0  # (batched) when the controller is done with the previous read, simulated us
+    while i < n_ev:
         t_us = i * end_us // n_ev
+        if batched:
+            t_us = max(t_us, int(free_us))
+        w0 = busy()
         nxt = sched.next_expiry_us()
-        if nxt is not None and nxt <= t_us:
-            granted = [dv.host for dv in sched.advance(t_us) if dv.dest is not None]
+        while nxt is not None and nxt <= t_us:  # (several when the controller fell behind)
+            granted = [dv.host for dv in sched.advance(nxt) if dv.dest is not None]
             senders = granted or senders
             boundaries += 1
-        if gave_up and i % 2:
-            x, d = gave_up.pop()
-            sched.backlog(t_us, x, [d])
+            nxt = sched.next_expiry_us()
+        batch: list[tuple[str, int, Any]] = []
+        taken: set[int] = set()
+        while i < n_ev and i * end_us // n_ev <= t_us:
+            if gave_up and i % 2:
+                x, d = gave_up.pop()
+                batch.append(("backlog", x, [d]))
+            else:
+                x = senders[rng.randrange(len(senders))]
+                d = sched.dest[x]
+                if d is not None and x not in taken:  # (else it gave up earlier in this slot)
+                    taken.add(x)
+                    batch.append(("giveup", x, d))
+                    gave_up.append((x, d))
+            i += 1
+            if not batched:
+                break
+        if batched:
+            if batch:
+                sched.events_at(t_us, batch)
+                batches += 1
         else:
-            x = senders[rng.randrange(len(senders))]
-            d = sched.dest[x]
-            if d is None:
-                continue  # it gave up earlier in this slot
-            sched.giveup(t_us, x, d)
-            gave_up.append((x, d))
-        events += 1
-    sched.advance(end_us)
+            for kind, x, arg in batch:
+                (sched.backlog if kind == "backlog" else sched.giveup)(t_us, x, arg)
+                batches += 1
+        events += len(batch)
+        free_us = t_us + (busy() - w0) * 1e6
+    sched.advance(max(end_us, sched.now_us))
     cpu_s = time.process_time() - c0
     return {"hosts": topo.n_hosts, "slice_us": slice_us, "events_per_s": events_per_s, "events": events,
-            "boundaries": boundaries, "sim_s": sim_s, "cpu_pct": round(100 * cpu_s / sim_s, 1)}
+            "boundaries": boundaries, "sim_s": sim_s, "batched": batched, "batches": batches,
+            "mean_batch": round(events / max(1, batches), 2), "cpu_pct": round(100 * cpu_s / sim_s, 1),
+            "behind_ms": round(max(0.0, free_us - end_us) / 1e3, 1) if batched else None}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     res["scheduler"] = [bench_one(n, args.events) for n in args.hosts]
     if args.load_hosts:
         res["load"] = load_test(args.load_hosts)
+        res["load_unbatched"] = load_test(args.load_hosts, batched=False)
     text = json.dumps(res, indent=2)
     if args.json:
         print(text)
@@ -183,9 +219,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['hosts']:>7} {r['mode']:>10} {r['event_p50_us']:>8.1f} {r['event_p99_us']:>8.1f} "
                   f"{r['events_per_s_one_core']:>10.0f} {r['full_schedule_ms']:>9.1f} {r['boundary_ms'] or 0:>9.2f}")
         if "load" in res:
-            ld = res["load"]
-            print(f"load: {ld['hosts']} hosts, {ld['events']} mid-slot events and {ld['boundaries']} slot boundaries "
-                  f"({ld['slice_us']} us slots) in {ld['sim_s']} s simulated: {ld['cpu_pct']} % of one core")
+            for name in ("load", "load_unbatched"):
+                ld = res[name]
+                print(f"{name}: {ld['hosts']} hosts, {ld['events']} mid-slot events ({ld['mean_batch']} per call) "
+                      f"and {ld['boundaries']} slot boundaries ({ld['slice_us']} us slots) in {ld['sim_s']} s "
+                      f"simulated: {ld['cpu_pct']} % of one core")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")

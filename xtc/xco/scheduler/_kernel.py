@@ -139,6 +139,35 @@ def _remove_flow(H, F, ctr, x, d):
 
 
 @njit(cache=True)
+def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, dkeys, added, trig):
+    """Record many backlog reports at once: for each host ``xs[i]``, its ``lens[i]`` destinations
+    (next in ``ds``, with their rotation keys in ``dkeys``), each added unless the host already has
+    that flow (earlier in ``ds`` too).  The flows added go to ``added`` (``(host, dest)`` in order),
+    the hosts with a new flow and no destination to ``trig`` (in order).  Returns
+    ``(n_added, n_trig)``; the caller then runs the event (:func:`run_event`, no flows in ``io``)."""
+    tmp = np.empty(FP.shape[1], np.int64)
+    na = 0
+    nt = 0
+    j = 0
+    for i in range(xs.shape[0]):
+        x = xs[i]
+        new = False
+        for _ in range(lens[i]):
+            d = ds[j]
+            if _find_flow(H, F, x, d) < 0:
+                _add_flow(H, T, F, FP, ctr, x, d, dkeys[j], tmp)
+                added[2 * na] = x
+                added[2 * na + 1] = d
+                na += 1
+                new = True
+            j += 1
+        if new and H[H_DEST, x] < 0:
+            trig[nt] = x
+            nt += 1
+    return na, nt
+
+
+@njit(cache=True)
 def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
     """First fit of x: its destinations least recently granted first; grant the first whose path has
     room for its NIC (that room taken, the grant written to out).  Returns 1 if granted."""
@@ -392,6 +421,117 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
 
 
 @njit(cache=True)
+def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirty, rec):
+    """Several give-ups and backlog reports at one instant, each handled as its own event exactly as
+    one :func:`run_event` call per event with the bookkeeping of ``KernelScheduler._run`` between
+    them (the waiting lists rebuilt after an event that releases every slice in force or when more
+    than ``max_dirty`` hosts changed).
+
+    ``ev``: number of events, then per event its kind (0 give-up, 1 backlog), host ``x``, count
+    ``m``, then for a give-up its destination, for a backlog ``m`` destinations and their rotation
+    keys as known before the batch (a flow removed and reported again within the batch takes the
+    key it had when removed).  ``n_active``: senders in force before the batch.  ``rec`` (output):
+    per grant ``(host, dest)`` and per hold ``(host, -1)``, event after event, grants before holds
+    (a larger copy is made when it is full).  Returns ``(CS, CE, ORD, rec, n_records, flows added
+    minus removed)``.
+    """
+    nev = ev[0]
+    p = 1
+    io = np.empty(3 + 1 + 3 * ev.shape[0], np.int64)
+    rmx = np.empty(nev, np.int64)  # flows removed in the batch: host, dest, key when removed
+    rmd = np.empty(nev, np.int64)
+    rmk = np.empty(nev, np.int64)
+    nrm = 0
+    nrec = 0
+    dflows = 0
+    for _ in range(nev):
+        kind = ev[p]
+        x = ev[p + 1]
+        m = ev[p + 2]
+        p += 3
+        ntrig = 0
+        nadd = 0
+        nrem = 0
+        q = 4
+        if kind == 0:
+            d = ev[p]
+            p += 1
+            f = _find_flow(H, F, x, d)
+            if f < 0:
+                continue
+            if H[H_DEST, x] == d:
+                ntrig = 1
+            io[3] = x
+            q = 3 + ntrig
+            io[q] = x
+            io[q + 1] = d
+            nrem = 1
+            rmx[nrm] = x
+            rmd[nrm] = d
+            rmk[nrm] = F[F_DKEY, f]
+            nrm += 1
+            dflows -= 1
+            full = 1 if ntrig == n_active else 0
+        else:
+            q = 4
+            nd = 0
+            for i in range(m):
+                d = ev[p + i]
+                dup = _find_flow(H, F, x, d) >= 0
+                for k in range(nd):
+                    if io[q + 3 * k + 1] == d:
+                        dup = True
+                if dup:
+                    continue
+                k = ev[p + m + i]
+                for r in range(nrm - 1, -1, -1):
+                    if rmx[r] == x and rmd[r] == d:
+                        k = rmk[r]
+                        break
+                io[q + 3 * nd] = x
+                io[q + 3 * nd + 1] = d
+                io[q + 3 * nd + 2] = k
+                nd += 1
+            p += 2 * m
+            if nd == 0:
+                continue
+            ntrig = 0 if H[H_DEST, x] >= 0 else 1
+            io[3] = x
+            if ntrig == 0:
+                for k in range(3 * nd):
+                    io[3 + k] = io[4 + k]
+            nadd = nd
+            dflows += nd
+            full = 1 if n_active == 0 else 0
+        io[0] = ntrig
+        io[1] = nadd
+        io[2] = nrem
+        order, nw = run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full)
+        ng = out[0]
+        nh = out[1]
+        if 2 * (nrec + ng + nh) > rec.shape[0]:
+            rec2 = np.empty(2 * rec.shape[0] + 2 * (ng + nh), np.int64)
+            rec2[:2 * nrec] = rec[:2 * nrec]
+            rec = rec2
+        for j in range(ng):
+            rec[2 * nrec] = out[2 + 2 * j]
+            rec[2 * nrec + 1] = out[3 + 2 * j]
+            nrec += 1
+        for j in range(nh):
+            rec[2 * nrec] = out[2 + 2 * ng + j]
+            rec[2 * nrec + 1] = -1
+            nrec += 1
+        n_active += ng - (1 if kind == 0 and ntrig == 1 else 0)  # a give-up's sender was released
+        if full:
+            ORD = order
+            CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
+        elif ctr[C_DIRTY] > max_dirty:
+            ORD, waiting = key_order(H)
+            CS, CE = rebuild(H, F, FP, LK, ctr, waiting)
+    return CS, CE, ORD, rec, nrec, dflows
+
+
+@njit(cache=True)
 def rebuild(H, F, FP, LK, ctr, order):
     """The waiting lists from ``order`` (the waiting hosts, least recently granted first); every
     host is clean afterwards.  Returns ``(CS, CE)``."""
@@ -479,9 +619,13 @@ def warm_up() -> float:
     CS = np.zeros(5, np.int64)
     CE = np.zeros((2, 0), np.int64)
     fl = np.zeros(n, np.int64)
+    one = np.ones(1, np.int64)
+    add_backlogs(H, T, F, FP, ctr.copy(), np.zeros(0, np.int64), one[:0], one[:0], one[:0], np.zeros(2, np.int64), one)
     order, nw = run_event(H, T, F, FP, LK, CS, CE, np.zeros(0, np.int64), ctr, io, out, fl, 1)
     CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
     io = np.array([1, 0, 0, 0], np.int64)
     run_event(H, T, F, FP, LK, CS, CE, order, ctr, io, out, fl, 0)
+    run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), out, fl, 1, 0,
+              np.empty(4, np.int64))
     key_order(H)
     return time.perf_counter() - t0

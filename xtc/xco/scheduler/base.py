@@ -8,8 +8,7 @@ directives are returned first, in time order).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -22,9 +21,9 @@ class EventError(ValueError):
     """An event the scheduler cannot take (bad host, time going backwards, ...); nothing changed."""
 
 
-@dataclass(frozen=True, slots=True)
-class Directive:
-    """A transmission directive.
+class Directive(NamedTuple):
+    """A transmission directive (a named tuple: a slot boundary issues hundreds of them, and a
+    tuple is built four times faster than a frozen dataclass).
 
     Attributes
     ----------
@@ -153,6 +152,34 @@ class SchedulerBase:
                 trig.append(x)
         if adds:
             out += self._run(int(t_us), trig, "backlog", adds, ())
+        return out
+
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+        """Several events at one instant, handled one after the other (the directives of all of them,
+        in order: the same as calling :meth:`backlog` and :meth:`giveup` in turn).
+
+        Parameters
+        ----------
+        t_us : int
+            When, microseconds.
+        events : sequence of (str, int, object)
+            ``("backlog", x, dests)`` or ``("giveup", x, d)``.
+
+        Returns
+        -------
+        list of Directive
+            Those of the slot boundaries due at ``t_us`` first, then those of every event in turn.
+        """
+        out: list[Directive] = []
+        for kind, x, arg in events:
+            if kind == "backlog":
+                out += self.backlog(t_us, x, arg)
+            elif kind == "giveup":
+                out += self.giveup(t_us, x, arg)
+            else:
+                raise EventError(f"events_at takes backlog and giveup events, not {kind!r}")
+        if not events:
+            out += self.advance(t_us)
         return out
 
     def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:

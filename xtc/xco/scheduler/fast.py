@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from heapq import heapify, heappop, heappush
+from itertools import chain
 
 import numpy as np
 
@@ -405,6 +407,9 @@ class KernelScheduler(PyFastScheduler):
     #: max(256, hosts / 8); every event scans the changed hosts, a rebuild costs every backlog).
     max_dirty: int | None = None
 
+    #: Backlog reports of more hosts than this at one instant are recorded in one kernel call.
+    bulk_hosts = 8
+
     #: Seconds the first construction in this process spent compiling the kernels or loading them
     #: from numba's cache (None before); paid when the controller starts, not at its first event.
     warm_up_s: float | None = None
@@ -443,6 +448,8 @@ class KernelScheduler(PyFastScheduler):
         self._out = np.zeros(3 * n + 4, np.int64)
         self._fl = np.zeros(n, np.int64)
         self._nflows = 0
+        self._dk_hosts: set[int] = set()  # hosts ever granted (with destination keys in _dest_key)
+        self._rec = np.empty(64, np.int64)  # run_batch's records (grown by the kernel)
 
     @property
     def res(self) -> list[int]:  # type: ignore[override]
@@ -472,12 +479,133 @@ class KernelScheduler(PyFastScheduler):
         ctr[_kernel.C_FREE] = new - cap + nfree
         self._F, self._FP = F2, FP2
 
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+        """:meth:`SchedulerBase.backlog_many`; more than :attr:`bulk_hosts` reports are checked with
+        numpy and recorded in one kernel call (the same flows added in the same order)."""
+        n = self.n
+        if len(groups) <= self.bulk_hosts or type(t_us) is not int or t_us < self.now_us:
+            return super().backlog_many(t_us, groups)
+        xs = list(groups)
+        vals = [v if type(v) is list else list(v) for v in groups.values()]
+        flat = list(chain.from_iterable(vals))
+        if not set(map(type, xs)) <= {int} or not set(map(type, flat)) <= {int}:
+            # numpy ints, or the generic error (iterators consumed: the generic path gets the lists)
+            return super().backlog_many(t_us, dict(zip(xs, vals)))
+        xa = np.array(xs, np.int64)
+        lens = np.fromiter(map(len, vals), np.int64, len(vals))
+        da = np.array(flat, np.int64) if flat else np.zeros(0, np.int64)
+        if xa.min() < 0 or xa.max() >= n or (len(da) and (da.min() < 0 or da.max() >= n
+                                                         or (np.repeat(xa, lens) == da).any())):
+            return super().backlog_many(t_us, dict(zip(xs, vals)))  # raises the generic error
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        # destination rotation keys: never granted d - n; the hosts granted before look theirs up
+        dkeys = da - n
+        dest_key = self._dest_key
+        if self._dk_hosts:
+            ends = np.cumsum(lens).tolist()
+            for i, x in enumerate(xs):
+                if x in self._dk_hosts:
+                    dk = dest_key[x]
+                    for j in range(ends[i] - len(vals[i]), ends[i]):
+                        d = flat[j]
+                        dkeys[j] = dk.get(d, d - n)
+        self._grow_flows(self._nflows + len(da))
+        added = np.empty(2 * len(da), np.int64)
+        trig_a = np.empty(len(xa), np.int64)
+        na, nt = _kernel.add_backlogs(self._H, self._T, self._F, self._FP, self._ctr, xa, lens, da, dkeys,
+                                      added, trig_a)
+        if not na:
+            self.now_us = t_us
+            return out
+        self._nflows += na
+        B = self.B
+        a = added[:2 * na].tolist()
+        for x, d in zip(a[0::2], a[1::2]):
+            B[x][d] = None
+        out += self._run(t_us, trig_a[:nt], "backlog", (), ())
+        return out
+
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+        """:meth:`SchedulerBase.events_at` in one kernel call (:func:`._kernel.run_batch`) when every
+        event is a well-formed give-up or backlog report (otherwise one event after the other)."""
+        n = self.n
+        if type(t_us) is not int or t_us < self.now_us or len(events) < 2:
+            return super().events_at(t_us, events)
+        ev = [len(events)]
+        B, dest_key = self.B, self._dest_key
+        flows = 0
+        events = [(k, x, a if k != "backlog" or type(a) is list else list(a)) for k, x, a in events]
+        for kind, x, arg in events:
+            if type(x) is not int or not 0 <= x < n:
+                return super().events_at(t_us, events)
+            if kind == "giveup":
+                if type(arg) is not int or not 0 <= arg < n:
+                    return super().events_at(t_us, events)
+                ev += (0, x, 1, arg)
+            elif kind == "backlog":
+                for d in arg:
+                    if type(d) is not int or not 0 <= d < n or d == x:
+                        return super().events_at(t_us, events)
+                dk = dest_key[x]
+                ev += (1, x, len(arg), *arg)
+                ev += [dk.get(d, d - n) for d in arg] if dk else [d - n for d in arg]
+                flows += len(arg)
+            else:
+                return super().events_at(t_us, events)
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        K = _kernel
+        self._grow_flows(self._nflows + flows)
+        eva = np.array(ev, np.int64)
+        self._CS, self._CE, self._ORD, rec, nrec, dflows = K.run_batch(
+            self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD, self._ctr, eva,
+            self._out, self._fl, len(self._active), self.max_dirty, self._rec)
+        self._rec = rec
+        self._nflows += dflows
+        for kind, x, arg in events:  # the backlog groups, as the kernel changed them
+            if kind == "giveup":
+                B[x].pop(arg, None)
+            else:
+                Bx = B[x]
+                for d in arg:
+                    Bx[d] = None
+        r = rec[:2 * nrec].tolist()
+        end = (t_us // self.slice_us + 1) * self.slice_us
+        dest, active, seq = self.dest, self._active, self._seq
+        mk = tuple.__new__
+        for x, d in zip(r[0::2], r[1::2]):
+            if d >= 0:
+                dest[x] = d
+                dest_key[x][d] = seq
+                seq += 1
+                active[x] = None
+                out.append(mk(Directive, (t_us, x, d, end, None)))
+            else:
+                dest[x] = None
+                del active[x]
+                out.append(mk(Directive, (t_us, x, None, None, None)))
+        self._dk_hosts.update(r[0::2])
+        self._seq = seq
+        self._slot_end = end if active else None
+        self.now_us = t_us
+        return out
+
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
              adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
         K = _kernel
         B, dest, n = self.B, self.dest, self.n
         dest_key = self._dest_key
-        io = [len(trig), len(adds), len(removals), *trig]
+        if isinstance(trig, np.ndarray):  # (many backlog reports: flows recorded, no adds here)
+            m = 3 + len(trig)
+            if m > len(self._io):
+                self._io = np.zeros(2 * m, np.int64)
+            self._io[:3] = (len(trig), 0, 0)
+            self._io[3:m] = trig
+            trig = trig.tolist()
+            io: list[int] = []
+        else:
+            io = [len(trig), len(adds), len(removals), *trig]
         for x, d in adds:
             B[x][d] = None
             dk = dest_key[x]
@@ -489,10 +617,11 @@ class KernelScheduler(PyFastScheduler):
             self._nflows += len(adds)
             self._grow_flows(self._nflows)
         self._nflows -= len(removals)  # (removals of absent flows never reach here)
-        m = len(io)
-        if m > len(self._io):
-            self._io = np.zeros(2 * m, np.int64)
-        self._io[:m] = io
+        if io:
+            m = len(io)
+            if m > len(self._io):
+                self._io = np.zeros(2 * m, np.int64)
+            self._io[:m] = io
         active = self._active
         if kind == "expire" or not active:
             full = 1
@@ -522,11 +651,13 @@ class KernelScheduler(PyFastScheduler):
             dest_key[x][d] = seq
             seq += 1
         self._seq = seq
-        out = [Directive(t_us, x, d, end) for x, d in zip(xs, ds)]
+        self._dk_hosts.update(xs)
+        mk = tuple.__new__  # Directive(t_us, x, d, end), without the argument handling
+        out = [mk(Directive, (t_us, x, d, end, None)) for x, d in zip(xs, ds)]
         holds = o[2 * ng:]
         for t in holds:
             dest[t] = None
-        out += [Directive(t_us, t, None, None) for t in holds]
+        out += [mk(Directive, (t_us, t, None, None, None)) for t in holds]
         # (the order of _active is the order of the triggering set at the next slot boundary, and
         # so of its holds: kept as the base class keeps it)
         for x in xs:

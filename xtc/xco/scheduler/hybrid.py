@@ -79,7 +79,7 @@ class HybridScheduler:
 
     def _rated(self, out: list[Directive]) -> list[Directive]:
         r = self.rate_bps
-        return [d if d.dest is None else dataclasses.replace(d, rate_bps=int(r[d.host])) for d in out]
+        return [d if d.dest is None else d._replace(rate_bps=int(r[d.host])) for d in out]
 
     @property
     def dest(self) -> list[int | None]:
