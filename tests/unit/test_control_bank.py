@@ -110,6 +110,13 @@ def test_bank_equals_scalar_with_cap_bounds_and_period(seed):
     _run("xtc", seed, cap_min_percent=3.0, cap_max_percent=60.0, period_s=0.1)
 
 
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_with_the_persistence_rule(seed):
+    # off by default; the bank must follow the scalar law where a deployment switches it on
+    _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, persist_band_fraction=0.05))
+
+
 def test_bank_refuses_what_the_scalar_step_refuses():
     ref, banked = _twins("xtc", 3, random.Random(1))
     bank = ControllerBank.like(ref[0])
