@@ -121,6 +121,13 @@ SATURATED_AFTER_PERIODS = 5
 SATURATED_TOLERANCE = 0.03
 
 
+def _unchanged(cap: np.ndarray, applied: np.ndarray) -> np.ndarray:
+    """Commands equal to the ones last written: ``math.isclose(applied, cap, rel_tol=1e-9)`` as
+    CPython computes it, element by element (NaN, never written: False)."""
+    diff = np.abs(cap - applied)
+    return (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
+
+
 def _saturation_step(inst: Instance, measured_pps: float) -> None:
     caps = getattr(inst.controller, "caps", None)
     if caps is None:
@@ -495,9 +502,7 @@ class DaemonCore:
             for k in np.flatnonzero(due).tolist():
                 live[k].applied_cap_percent = None
             applied[due] = nan
-        # not math.isclose(applied, cap, rel_tol=1e-9), as CPython computes it (finite caps)
-        diff = np.abs(cap - applied)
-        same = (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
+        same = _unchanged(cap, applied)
         # A controller that stepped and whose command is not written (unchanged) is still told the
         # cap in force, as after a write: on a quantising actuator its carry keeps accumulating
         # until the command crosses to the next whole cap (without it, a command pinned at the
@@ -506,9 +511,7 @@ class DaemonCore:
                 if id(live[k]) in stepped and live[k].cap_in_force_percent is not None]
         if kept:
             self._tell_in_force(kept, [i.cap_in_force_percent for i in kept])
-            cap = np.array([i.cap_percent for i in live], dtype=np.float64)
-            diff = np.abs(cap - applied)
-            same = (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
+            same = _unchanged(np.array([i.cap_percent for i in live], dtype=np.float64), applied)
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
     def _step_bank(self, batch: list[Instance], batch_r: list[VrReading]) -> None:
@@ -607,11 +610,7 @@ class DaemonCore:
             inst.last_write_s = now_s
             inst.actuation_error = None
             if inst.state == ACTIVE:
-                try:
-                    inst.controller.applied(cap_in_force_percent)
-                except ValueError as e:
-                    inst.actuation_error = f"cap in force refused by the controller: {e}"
-                inst.cap_percent = inst.controller.cap_percent
+                self._tell_in_force([inst], [cap_in_force_percent])
 
     def cap_failed(self, vr: str, error: str) -> None:
         inst = self.instances.get(vr)
