@@ -9,9 +9,12 @@ State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
 
 - ``T[4, n_switches]``: switch parent, depth, up link, down link (the tree; paths are computed).
 - ``H[NH, n]`` per host: switch, NIC rate, first flow, number of flows, destination (-1 = hold),
-  rotation key, dirty flag, the dirty list, seen / granted stamps.
+  rotation key, dirty flag, the dirty list, seen / granted stamps, first dormant flow.
 - ``F[NF, F]`` per flow slot: host, destination, next and previous flow of the host, path length,
-  destination rotation key, and the stack of free slots; ``FP[F, PL]``: the flow's path.
+  destination rotation key, and the stack of free slots; ``FP[F, PL]``: the flow's path.  A flow
+  given up after it was granted once stays in its host's *dormant* list (singly linked by the
+  next field) with its destination rotation key, and is revived when reported again: the backlog
+  groups and the destination keys live only here.
 - ``LK[NL, L]`` per link: residual capacity ``C_l - sum of C_x of the senders on l``, capacity,
   residual before the event, a stamp.
 - The waiting lists, rebuilt in bulk after every event that releases every slice in force:
@@ -22,7 +25,7 @@ State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
 - ``ctr``: sequence number of the next grant, free-slot count, dirty count, slowest and fastest
   NIC, event stamp.
 - ``io`` (input): number of triggering senders, of added flows, of removed flows, then the
-  triggering senders, the added flows ``(host, dest, dest key)``, the removed flows ``(host, dest)``.
+  triggering senders, the added flows ``(host, dest)``, the removed flows ``(host, dest)``.
 - ``out`` (output): number of grants, of holds, the grants ``(host, dest)`` in grant order, the
   senders sent a hold in triggering order.
 """
@@ -35,8 +38,8 @@ import numpy as np
 from numba import njit
 
 # rows of H
-H_SW, H_NIC, H_HEAD, H_NFL, H_DEST, H_KEY, H_DIRTY, H_DLIST, H_SEEN, H_GRANT = range(10)
-NH = 10
+H_SW, H_NIC, H_HEAD, H_NFL, H_DEST, H_KEY, H_DIRTY, H_DLIST, H_SEEN, H_GRANT, H_DORM = range(11)
+NH = 11
 # rows of F
 F_HOST, F_DEST, F_NEXT, F_PREV, F_LEN, F_DKEY, F_FREE = range(7)
 NF = 7
@@ -101,14 +104,28 @@ def _find_flow(H, F, x, d):
 
 
 @njit(cache=True)
-def _add_flow(H, T, F, FP, ctr, x, d, dkey, tmp):
-    top = ctr[C_FREE] - 1
-    f = F[F_FREE, top]
-    ctr[C_FREE] = top
-    F[F_HOST, f] = x
-    F[F_DEST, f] = d
-    F[F_DKEY, f] = dkey
-    F[F_LEN, f] = _path(x, d, H, T, FP[f], tmp)
+def _add_flow(H, T, F, FP, ctr, x, d, tmp):
+    """Add the flow ``(x, d)`` (absent): revived from x's dormant flows with its destination key,
+    else in a free slot (the caller made sure there is one) with the key of a destination never
+    granted, ``d - n``."""
+    f = H[H_DORM, x]
+    prev = -1
+    while f >= 0 and F[F_DEST, f] != d:
+        prev = f
+        f = F[F_NEXT, f]
+    if f >= 0:
+        if prev >= 0:
+            F[F_NEXT, prev] = F[F_NEXT, f]
+        else:
+            H[H_DORM, x] = F[F_NEXT, f]
+    else:
+        top = ctr[C_FREE] - 1
+        f = F[F_FREE, top]
+        ctr[C_FREE] = top
+        F[F_HOST, f] = x
+        F[F_DEST, f] = d
+        F[F_DKEY, f] = d - H.shape[1]
+        F[F_LEN, f] = _path(x, d, H, T, FP[f], tmp)
     h = H[H_HEAD, x]
     F[F_NEXT, f] = h
     F[F_PREV, f] = -1
@@ -133,18 +150,22 @@ def _remove_flow(H, F, ctr, x, d):
     if nx >= 0:
         F[F_PREV, nx] = p
     H[H_NFL, x] -= 1
-    F[F_FREE, ctr[C_FREE]] = f
-    ctr[C_FREE] += 1
+    if F[F_DKEY, f] >= 0:  # granted once: dormant, its destination key kept
+        F[F_NEXT, f] = H[H_DORM, x]
+        H[H_DORM, x] = f
+    else:
+        F[F_FREE, ctr[C_FREE]] = f
+        ctr[C_FREE] += 1
     _mark_dirty(H, ctr, x)
 
 
 @njit(cache=True)
-def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, dkeys, added, trig):
-    """Record many backlog reports at once: for each host ``xs[i]``, its ``lens[i]`` destinations
-    (next in ``ds``, with their rotation keys in ``dkeys``), each added unless the host already has
-    that flow (earlier in ``ds`` too).  The flows added go to ``added`` (``(host, dest)`` in order),
-    the hosts with a new flow and no destination to ``trig`` (in order).  Returns
-    ``(n_added, n_trig)``; the caller then runs the event (:func:`run_event`, no flows in ``io``)."""
+def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, trig):
+    """Record many backlog reports at once: for each host ``xs[i]`` (distinct), its ``lens[i]``
+    destinations (next in ``ds``), each added unless the host already has that flow (earlier in
+    ``ds`` too); the caller made sure there are ``len(ds)`` free flow slots.  The hosts with a new
+    flow and no destination go to ``trig`` (in order).  Returns ``(n_added, n_trig)``; the caller
+    then runs the event (:func:`run_event`, no flows in ``io``)."""
     tmp = np.empty(FP.shape[1], np.int64)
     na = 0
     nt = 0
@@ -155,9 +176,7 @@ def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, dkeys, added, trig):
         for _ in range(lens[i]):
             d = ds[j]
             if _find_flow(H, F, x, d) < 0:
-                _add_flow(H, T, F, FP, ctr, x, d, dkeys[j], tmp)
-                added[2 * na] = x
-                added[2 * na + 1] = d
+                _add_flow(H, T, F, FP, ctr, x, d, tmp)
                 na += 1
                 new = True
             j += 1
@@ -250,8 +269,8 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     buf = np.empty(PL, np.int64)
     tmp = np.empty(PL, np.int64)
     for i in range(nadd):
-        _add_flow(H, T, F, FP, ctr, io[pos], io[pos + 1], io[pos + 2], tmp)
-        pos += 3
+        _add_flow(H, T, F, FP, ctr, io[pos], io[pos + 1], tmp)
+        pos += 2
     # lines 18-21: the triggering senders' paths are released (residual before the event kept)
     released = np.empty(ntrig * PL, np.int64)
     nrel = 0
@@ -425,25 +444,19 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
     """Several give-ups and backlog reports at one instant, each handled as its own event exactly as
     one :func:`run_event` call per event with the bookkeeping of ``KernelScheduler._run`` between
     them (the waiting lists rebuilt after an event that releases every slice in force or when more
-    than ``max_dirty`` hosts changed).
+    than ``max_dirty`` hosts changed).  The caller made sure there is a free flow slot per
+    destination reported.
 
     ``ev``: number of events, then per event its kind (0 give-up, 1 backlog), host ``x``, count
-    ``m``, then for a give-up its destination, for a backlog ``m`` destinations and their rotation
-    keys as known before the batch (a flow removed and reported again within the batch takes the
-    key it had when removed).  ``n_active``: senders in force before the batch.  ``rec`` (output):
-    per grant ``(host, dest)`` and per hold ``(host, -1)``, event after event, grants before holds
-    (a larger copy is made when it is full).  Returns ``(CS, CE, ORD, rec, n_records, flows added
-    minus removed)``.
+    ``m``, then for a give-up its destination, for a backlog ``m`` destinations.  ``n_active``:
+    senders in force before the batch.  ``rec`` (output): per grant ``(host, dest)`` and per hold
+    ``(host, -1)``, event after event, grants before holds (a larger copy is made when it is full).
+    Returns ``(CS, CE, ORD, rec, n_records)``.
     """
     nev = ev[0]
     p = 1
-    io = np.empty(3 + 1 + 3 * ev.shape[0], np.int64)
-    rmx = np.empty(nev, np.int64)  # flows removed in the batch: host, dest, key when removed
-    rmd = np.empty(nev, np.int64)
-    rmk = np.empty(nev, np.int64)
-    nrm = 0
+    io = np.empty(3 + 1 + 2 * ev.shape[0], np.int64)
     nrec = 0
-    dflows = 0
     for _ in range(nev):
         kind = ev[p]
         x = ev[p + 1]
@@ -452,12 +465,10 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
         ntrig = 0
         nadd = 0
         nrem = 0
-        q = 4
         if kind == 0:
             d = ev[p]
             p += 1
-            f = _find_flow(H, F, x, d)
-            if f < 0:
+            if _find_flow(H, F, x, d) < 0:
                 continue
             if H[H_DEST, x] == d:
                 ntrig = 1
@@ -466,11 +477,6 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
             io[q] = x
             io[q + 1] = d
             nrem = 1
-            rmx[nrm] = x
-            rmd[nrm] = d
-            rmk[nrm] = F[F_DKEY, f]
-            nrm += 1
-            dflows -= 1
             full = 1 if ntrig == n_active else 0
         else:
             q = 4
@@ -479,29 +485,22 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
                 d = ev[p + i]
                 dup = _find_flow(H, F, x, d) >= 0
                 for k in range(nd):
-                    if io[q + 3 * k + 1] == d:
+                    if io[q + 2 * k + 1] == d:
                         dup = True
                 if dup:
                     continue
-                k = ev[p + m + i]
-                for r in range(nrm - 1, -1, -1):
-                    if rmx[r] == x and rmd[r] == d:
-                        k = rmk[r]
-                        break
-                io[q + 3 * nd] = x
-                io[q + 3 * nd + 1] = d
-                io[q + 3 * nd + 2] = k
+                io[q + 2 * nd] = x
+                io[q + 2 * nd + 1] = d
                 nd += 1
-            p += 2 * m
+            p += m
             if nd == 0:
                 continue
             ntrig = 0 if H[H_DEST, x] >= 0 else 1
             io[3] = x
             if ntrig == 0:
-                for k in range(3 * nd):
+                for k in range(2 * nd):
                     io[3 + k] = io[4 + k]
             nadd = nd
-            dflows += nd
             full = 1 if n_active == 0 else 0
         io[0] = ntrig
         io[1] = nadd
@@ -528,7 +527,32 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
         elif ctr[C_DIRTY] > max_dirty:
             ORD, waiting = key_order(H)
             CS, CE = rebuild(H, F, FP, LK, ctr, waiting)
-    return CS, CE, ORD, rec, nrec, dflows
+    return CS, CE, ORD, rec, nrec
+
+
+@njit(cache=True)
+def backlog_of(H, F, x, out):
+    """Write host ``x``'s backlogged destinations into ``out``; return how many."""
+    k = 0
+    f = H[H_HEAD, x]
+    while f >= 0:
+        out[k] = F[F_DEST, f]
+        k += 1
+        f = F[F_NEXT, f]
+    return k
+
+
+@njit(cache=True)
+def flows_to(H, F, d):
+    """The hosts backlogged towards ``d``, in host order."""
+    n = H.shape[1]
+    out = np.empty(n, np.int64)
+    k = 0
+    for x in range(n):
+        if _find_flow(H, F, x, d) >= 0:
+            out[k] = x
+            k += 1
+    return out[:k]
 
 
 @njit(cache=True)
@@ -604,6 +628,7 @@ def warm_up() -> float:
     H = np.zeros((NH, n), np.int64)
     H[H_DEST] = -1
     H[H_HEAD] = -1
+    H[H_DORM] = -1
     H[H_NIC] = 1
     H[H_KEY] = [-2, -1]
     T = np.array([[-1], [0], [-1], [-1]], np.int64)
@@ -614,13 +639,13 @@ def warm_up() -> float:
     LK[L_RES] = 1
     LK[L_CAP] = 1
     ctr = np.array([0, 2, 0, 1, 1, 0], np.int64)
-    io = np.array([1, 1, 0, 0, 0, 1, -1], np.int64)
+    io = np.array([1, 1, 0, 0, 0, 1], np.int64)
     out = np.zeros(16, np.int64)
     CS = np.zeros(5, np.int64)
     CE = np.zeros((2, 0), np.int64)
     fl = np.zeros(n, np.int64)
     one = np.ones(1, np.int64)
-    add_backlogs(H, T, F, FP, ctr.copy(), np.zeros(0, np.int64), one[:0], one[:0], one[:0], np.zeros(2, np.int64), one)
+    add_backlogs(H, T, F, FP, ctr.copy(), np.zeros(0, np.int64), one[:0], one[:0], one)
     order, nw = run_event(H, T, F, FP, LK, CS, CE, np.zeros(0, np.int64), ctr, io, out, fl, 1)
     CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
     io = np.array([1, 0, 0, 0], np.int64)
@@ -628,4 +653,6 @@ def warm_up() -> float:
     run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), out, fl, 1, 0,
               np.empty(4, np.int64))
     key_order(H)
+    backlog_of(H, F, 0, np.empty(n, np.int64))
+    flows_to(H, F, 1)
     return time.perf_counter() - t0

@@ -154,6 +154,62 @@ class SchedulerBase:
             out += self._run(int(t_us), trig, "backlog", adds, ())
         return out
 
+    def backlog_arrays(self, t_us: int, hosts: np.ndarray, counts: np.ndarray, dests: np.ndarray) -> list[Directive]:
+        """:meth:`backlog_many` with the reports as arrays: host ``hosts[i]`` reports the next
+        ``counts[i]`` destinations of ``dests`` (``{hosts[i]: dests[...]}`` in that order).
+
+        Parameters
+        ----------
+        t_us : int
+            When, microseconds.
+        hosts : array of int
+            The reporting hosts (distinct host ids).
+        counts : array of int
+            How many destinations each reports (>= 0).
+        dests : array of int
+            The destinations, host after host (``len(dests) == sum(counts)``).
+
+        Returns
+        -------
+        list of Directive
+            As :meth:`backlog_many`.
+
+        Raises
+        ------
+        EventError
+            A bad time, host or destination, a repeated host, or arrays that do not match; nothing
+            changed.
+        """
+        xa, la, da = self._check_arrays(t_us, hosts, counts, dests)
+        ends = np.cumsum(la).tolist()
+        ds = da.tolist()
+        return self.backlog_many(t_us, {x: ds[e - c:e] for x, c, e in zip(xa.tolist(), la.tolist(), ends)})
+
+    def _check_arrays(self, t_us: int, hosts: Any, counts: Any, dests: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The arrays of :meth:`backlog_arrays` as int64, checked (:class:`EventError` if not)."""
+        self._check_time(t_us)
+        arrs = []
+        for what, a in (("hosts", hosts), ("counts", counts), ("dests", dests)):
+            a = np.asarray(a)
+            if a.ndim != 1 or not (a.dtype.kind in "iu" or a.size == 0):
+                raise EventError(f"backlog_arrays: {what} must be a 1-D array of ints, got {a.dtype} of shape {a.shape}")
+            arrs.append(a.astype(np.int64, copy=False))
+        xa, la, da = arrs
+        n = self.n
+        if len(xa) != len(la) or (len(la) and la.min() < 0) or int(la.sum()) != len(da):
+            raise EventError(f"backlog_arrays: {len(xa)} hosts, counts summing to {int(la.sum())} (each >= 0)"
+                             f" and {len(da)} destinations do not match")
+        for what, a in (("host", xa), ("dest", da)):
+            bad = a[(a < 0) | (a >= n)]
+            if len(bad):
+                raise EventError(f"{what}: no host with id {int(bad[0])!r}")
+        if len(xa) and np.bincount(xa, minlength=n).max() > 1:
+            raise EventError("backlog_arrays: a host is given twice")
+        selfs = np.flatnonzero(np.repeat(xa, la) == da)
+        if len(selfs):
+            raise EventError(f"host {self.topo.hosts[int(da[selfs[0]])]} cannot be backlogged towards itself")
+        return xa, la, da
+
     def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
         """Several events at one instant, handled one after the other (the directives of all of them,
         in order: the same as calling :meth:`backlog` and :meth:`giveup` in turn).

@@ -34,7 +34,7 @@ from itertools import chain
 import numpy as np
 
 from ..topology import Topology
-from .base import Directive, SchedulerBase
+from .base import Directive, EventError, SchedulerBase
 
 try:
     from . import _kernel
@@ -392,13 +392,14 @@ class PyFastScheduler(SchedulerBase):
 class KernelScheduler(PyFastScheduler):
     """The fast policy with Algorithm 1 in compiled kernels (:mod:`._kernel`, numba); same directives.
 
-    The Python side keeps what the base class exposes (``dest``, ``slice_end``, ``key``, the
-    backlog groups ``B``) and builds the directives; the kernel holds the flows (per flow its path
-    as an array of link ids), the integer residual capacities and the waiting lists.  An event in
-    which every sender in force triggers (a slot boundary, a schedule from nothing) visits every
-    backlogged host least recently granted first, then rebuilds the waiting lists in bulk; any
-    other event visits the triggering senders and the waiting senders of the released links that
-    were too full for the fastest NIC, as :class:`PyFastScheduler` does.
+    The kernel holds the backlog groups (per flow its path as an array of link ids, and its
+    destination rotation key, kept after a give-up for when it is reported again), the integer
+    residual capacities, the rotation keys and the waiting lists; :meth:`backlog_group` reads them
+    from it.  The Python side keeps ``dest`` and the senders in force, and builds the directives.
+    An event in which every sender in force triggers (a slot boundary, a schedule from nothing)
+    visits every backlogged host least recently granted first, then rebuilds the waiting lists in
+    bulk; any other event visits the triggering senders and the waiting senders of the released
+    links that were too full for the fastest NIC, as :class:`PyFastScheduler` does.
 
     Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
@@ -407,19 +408,18 @@ class KernelScheduler(PyFastScheduler):
     #: max(256, hosts / 8); every event scans the changed hosts, a rebuild costs every backlog).
     max_dirty: int | None = None
 
-    #: Backlog reports of more hosts than this at one instant are recorded in one kernel call.
-    bulk_hosts = 8
-
     #: Seconds the first construction in this process spent compiling the kernels or loading them
     #: from numba's cache (None before); paid when the controller starts, not at its first event.
     warm_up_s: float | None = None
 
     def __init__(self, topo: Topology, slice_us: int = 10_000):
-        super().__init__(topo, slice_us)
+        SchedulerBase.__init__(self, topo, slice_us)
         K = _kernel
         if KernelScheduler.warm_up_s is None:
             KernelScheduler.warm_up_s = K.warm_up()
         n = self.n
+        self._min_nic = int(min(topo.nic_bps))
+        self._max_nic = int(max(topo.nic_bps))
         if self.max_dirty is None:
             self.max_dirty = max(256, n // 8)
         sw_parent = np.asarray(topo._sw_parent, np.int64)
@@ -429,6 +429,7 @@ class KernelScheduler(PyFastScheduler):
         H[K.H_SW] = topo._host_sw
         H[K.H_NIC] = topo.nic_bps
         H[K.H_HEAD] = -1
+        H[K.H_DORM] = -1
         H[K.H_DEST] = -1
         H[K.H_KEY] = np.arange(-n, 0)
         self._H = H
@@ -447,83 +448,83 @@ class KernelScheduler(PyFastScheduler):
         self._io = np.zeros(64, np.int64)
         self._out = np.zeros(3 * n + 4, np.int64)
         self._fl = np.zeros(n, np.int64)
-        self._nflows = 0
-        self._dk_hosts: set[int] = set()  # hosts ever granted (with destination keys in _dest_key)
+        self._dbuf = np.zeros(n, np.int64)
         self._rec = np.empty(64, np.int64)  # run_batch's records (grown by the kernel)
 
     @property
-    def res(self) -> list[int]:  # type: ignore[override]
+    def res(self) -> list[int]:
         """Residual capacity per directed link, bits/s (a copy)."""
         return self._LK[_kernel.L_RES].tolist()
 
-    @res.setter
-    def res(self, value: list[int]) -> None:
-        pass  # the kernel owns the residuals (set by PyFastScheduler.__init__ only)
+    def backlog_group(self, x: int) -> frozenset[int]:
+        k = _kernel.backlog_of(self._H, self._F, x, self._dbuf)
+        return frozenset(self._dbuf[:k].tolist())
 
-    def _grow_flows(self, need: int) -> None:
+    def _free_slots(self, need: int) -> None:
+        """Make sure the kernel has ``need`` free flow slots."""
+        ctr = self._ctr
+        nfree = int(ctr[_kernel.C_FREE])
+        if need <= nfree:
+            return
         F, FP = self._F, self._FP
         cap = F.shape[1]
-        if need <= cap:
-            return
-        new = max(need, 2 * cap, 64)
+        new = max(cap + need - nfree, 2 * cap, 64)
         F2 = np.zeros((F.shape[0], new), np.int64)
         F2[:, :cap] = F
         FP2 = np.zeros((new, self._PL), np.int64)
         FP2[:cap] = FP
         # free slots: the old free stack, then the new slots (taken from the top: highest first)
-        ctr = self._ctr
-        nfree = int(ctr[_kernel.C_FREE])
         old_free = F[_kernel.F_FREE, :nfree].copy()
         F2[_kernel.F_FREE, :new - cap] = np.arange(new - 1, cap - 1, -1)
         F2[_kernel.F_FREE, new - cap:new - cap + nfree] = old_free
         ctr[_kernel.C_FREE] = new - cap + nfree
         self._F, self._FP = F2, FP2
 
-    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
-        """:meth:`SchedulerBase.backlog_many`; more than :attr:`bulk_hosts` reports are checked with
-        numpy and recorded in one kernel call (the same flows added in the same order)."""
+    # -- events -----------------------------------------------------------------------------------
+    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
         n = self.n
-        if len(groups) <= self.bulk_hosts or type(t_us) is not int or t_us < self.now_us:
-            return super().backlog_many(t_us, groups)
+        if type(t_us) is not int or type(x) is not int or type(d) is not int \
+                or not (0 <= x < n and 0 <= d < n) or t_us < self.now_us:
+            return SchedulerBase.giveup(self, t_us, x, d)  # validation errors, numpy ints
+        return self._batch(t_us, [1, 0, x, 1, d], 0)
+
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+        n = self.n
+        if type(t_us) is not int or type(x) is not int or t_us < self.now_us or not 0 <= x < n:
+            return SchedulerBase.backlog(self, t_us, x, dests)
+        ds = dests if type(dests) is list else list(dests)
+        for d in ds:
+            if type(d) is not int or not 0 <= d < n or d == x:
+                return SchedulerBase.backlog(self, t_us, x, ds)  # raises the generic error
+        return self._batch(t_us, [1, 1, x, len(ds), *ds], len(ds))
+
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+        """:meth:`SchedulerBase.backlog_many`, through :meth:`backlog_arrays` (one kernel call)."""
         xs = list(groups)
         vals = [v if type(v) is list else list(v) for v in groups.values()]
         flat = list(chain.from_iterable(vals))
-        if not set(map(type, xs)) <= {int} or not set(map(type, flat)) <= {int}:
+        if type(t_us) is not int or not set(map(type, xs)) <= {int} or not set(map(type, flat)) <= {int}:
             # numpy ints, or the generic error (iterators consumed: the generic path gets the lists)
-            return super().backlog_many(t_us, dict(zip(xs, vals)))
-        xa = np.array(xs, np.int64)
-        lens = np.fromiter(map(len, vals), np.int64, len(vals))
-        da = np.array(flat, np.int64) if flat else np.zeros(0, np.int64)
-        if xa.min() < 0 or xa.max() >= n or (len(da) and (da.min() < 0 or da.max() >= n
-                                                         or (np.repeat(xa, lens) == da).any())):
-            return super().backlog_many(t_us, dict(zip(xs, vals)))  # raises the generic error
+            return SchedulerBase.backlog_many(self, t_us, dict(zip(xs, vals)))
+        try:
+            return self.backlog_arrays(t_us, np.array(xs, np.int64), np.fromiter(map(len, vals), np.int64, len(vals)),
+                                       np.array(flat, np.int64))
+        except EventError:
+            return SchedulerBase.backlog_many(self, t_us, dict(zip(xs, vals)))  # raises the generic error
+
+    def backlog_arrays(self, t_us: int, hosts: np.ndarray, counts: np.ndarray, dests: np.ndarray) -> list[Directive]:
+        """:meth:`SchedulerBase.backlog_arrays` in one kernel call (:func:`._kernel.add_backlogs`,
+        then the event)."""
+        xa, la, da = self._check_arrays(t_us, hosts, counts, dests)
         due = self._active and self._slot_end is not None and self._slot_end <= t_us
         out = self.advance(t_us) if due else []
-        # destination rotation keys: never granted d - n; the hosts granted before look theirs up
-        dkeys = da - n
-        dest_key = self._dest_key
-        if self._dk_hosts:
-            ends = np.cumsum(lens).tolist()
-            for i, x in enumerate(xs):
-                if x in self._dk_hosts:
-                    dk = dest_key[x]
-                    for j in range(ends[i] - len(vals[i]), ends[i]):
-                        d = flat[j]
-                        dkeys[j] = dk.get(d, d - n)
-        self._grow_flows(self._nflows + len(da))
-        added = np.empty(2 * len(da), np.int64)
-        trig_a = np.empty(len(xa), np.int64)
-        na, nt = _kernel.add_backlogs(self._H, self._T, self._F, self._FP, self._ctr, xa, lens, da, dkeys,
-                                      added, trig_a)
+        self._free_slots(len(da))
+        trig = np.empty(len(xa), np.int64)
+        na, nt = _kernel.add_backlogs(self._H, self._T, self._F, self._FP, self._ctr, xa, la, da, trig)
         if not na:
-            self.now_us = t_us
+            self.now_us = int(t_us)
             return out
-        self._nflows += na
-        B = self.B
-        a = added[:2 * na].tolist()
-        for x, d in zip(a[0::2], a[1::2]):
-            B[x][d] = None
-        out += self._run(t_us, trig_a[:nt], "backlog", (), ())
+        out += self._run(int(t_us), trig[:nt], "backlog", (), ())
         return out
 
     def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
@@ -531,71 +532,73 @@ class KernelScheduler(PyFastScheduler):
         event is a well-formed give-up or backlog report (otherwise one event after the other)."""
         n = self.n
         if type(t_us) is not int or t_us < self.now_us or len(events) < 2:
-            return super().events_at(t_us, events)
+            return SchedulerBase.events_at(self, t_us, events)
         ev = [len(events)]
-        B, dest_key = self.B, self._dest_key
         flows = 0
         events = [(k, x, a if k != "backlog" or type(a) is list else list(a)) for k, x, a in events]
         for kind, x, arg in events:
             if type(x) is not int or not 0 <= x < n:
-                return super().events_at(t_us, events)
+                return SchedulerBase.events_at(self, t_us, events)
             if kind == "giveup":
                 if type(arg) is not int or not 0 <= arg < n:
-                    return super().events_at(t_us, events)
+                    return SchedulerBase.events_at(self, t_us, events)
                 ev += (0, x, 1, arg)
             elif kind == "backlog":
                 for d in arg:
                     if type(d) is not int or not 0 <= d < n or d == x:
-                        return super().events_at(t_us, events)
-                dk = dest_key[x]
+                        return SchedulerBase.events_at(self, t_us, events)
                 ev += (1, x, len(arg), *arg)
-                ev += [dk.get(d, d - n) for d in arg] if dk else [d - n for d in arg]
                 flows += len(arg)
             else:
-                return super().events_at(t_us, events)
+                return SchedulerBase.events_at(self, t_us, events)
+        return self._batch(t_us, ev, flows)
+
+    def _batch(self, t_us: int, ev: list[int], flows: int) -> list[Directive]:
+        """Well-formed give-ups and backlog reports at ``t_us`` (``ev`` as :func:`._kernel.run_batch`
+        takes it, ``flows`` destinations reported in all), after the slot boundary due if any."""
         due = self._active and self._slot_end is not None and self._slot_end <= t_us
         out = self.advance(t_us) if due else []
-        K = _kernel
-        self._grow_flows(self._nflows + flows)
-        eva = np.array(ev, np.int64)
-        self._CS, self._CE, self._ORD, rec, nrec, dflows = K.run_batch(
-            self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD, self._ctr, eva,
-            self._out, self._fl, len(self._active), self.max_dirty, self._rec)
+        self._free_slots(flows)
+        self._CS, self._CE, self._ORD, rec, nrec = _kernel.run_batch(
+            self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD, self._ctr,
+            np.array(ev, np.int64), self._out, self._fl, len(self._active), self.max_dirty, self._rec)
         self._rec = rec
-        self._nflows += dflows
-        for kind, x, arg in events:  # the backlog groups, as the kernel changed them
-            if kind == "giveup":
-                B[x].pop(arg, None)
-            else:
-                Bx = B[x]
-                for d in arg:
-                    Bx[d] = None
-        r = rec[:2 * nrec].tolist()
-        end = (t_us // self.slice_us + 1) * self.slice_us
-        dest, active, seq = self.dest, self._active, self._seq
-        mk = tuple.__new__
-        for x, d in zip(r[0::2], r[1::2]):
-            if d >= 0:
-                dest[x] = d
-                dest_key[x][d] = seq
-                seq += 1
-                active[x] = None
-                out.append(mk(Directive, (t_us, x, d, end, None)))
-            else:
-                dest[x] = None
-                del active[x]
-                out.append(mk(Directive, (t_us, x, None, None, None)))
-        self._dk_hosts.update(r[0::2])
-        self._seq = seq
-        self._slot_end = end if active else None
+        if nrec:
+            r = rec[:2 * nrec].tolist()
+            end = (t_us // self.slice_us + 1) * self.slice_us
+            dest, active = self.dest, self._active
+            mk = tuple.__new__
+            for x, d in zip(r[0::2], r[1::2]):
+                if d >= 0:
+                    dest[x] = d
+                    active[x] = None
+                    out.append(mk(Directive, (t_us, x, d, end, None)))
+                else:
+                    dest[x] = None
+                    del active[x]
+                    out.append(mk(Directive, (t_us, x, None, None, None)))
+            self._slot_end = end if active else None
         self.now_us = t_us
+        return out
+
+    def leave(self, t_us: int, x: int) -> list[Directive]:
+        self._check_time(t_us)
+        x = self._check_host("host", x)
+        out = self.advance(t_us)
+        removals = [(x, d) for d in sorted(self.backlog_group(x))]
+        trig = [x] if self.dest[x] is not None else []
+        for y in _kernel.flows_to(self._H, self._F, x).tolist():
+            removals.append((y, x))
+            if self.dest[y] == x:
+                trig.append(y)
+        if removals or trig:
+            out += self._run(int(t_us), trig, "leave", (), removals)
         return out
 
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
              adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
         K = _kernel
-        B, dest, n = self.B, self.dest, self.n
-        dest_key = self._dest_key
+        dest = self.dest
         if isinstance(trig, np.ndarray):  # (many backlog reports: flows recorded, no adds here)
             m = 3 + len(trig)
             if m > len(self._io):
@@ -607,16 +610,11 @@ class KernelScheduler(PyFastScheduler):
         else:
             io = [len(trig), len(adds), len(removals), *trig]
         for x, d in adds:
-            B[x][d] = None
-            dk = dest_key[x]
-            io += (x, d, dk.get(d, d - n) if dk else d - n)
+            io += (x, d)
         for x, d in removals:
-            B[x].pop(d, None)
             io += (x, d)
         if adds:
-            self._nflows += len(adds)
-            self._grow_flows(self._nflows)
-        self._nflows -= len(removals)  # (removals of absent flows never reach here)
+            self._free_slots(len(adds))
         if io:
             m = len(io)
             if m > len(self._io):
@@ -645,13 +643,8 @@ class KernelScheduler(PyFastScheduler):
         end = (t_us // self.slice_us + 1) * self.slice_us
         xs = o[0:2 * ng:2]
         ds = o[1:2 * ng:2]
-        seq = self._seq
         for x, d in zip(xs, ds):
             dest[x] = d
-            dest_key[x][d] = seq
-            seq += 1
-        self._seq = seq
-        self._dk_hosts.update(xs)
         mk = tuple.__new__  # Directive(t_us, x, d, end), without the argument handling
         out = [mk(Directive, (t_us, x, d, end, None)) for x, d in zip(xs, ds)]
         holds = o[2 * ng:]
@@ -688,6 +681,7 @@ class KernelScheduler(PyFastScheduler):
     @slice_end.setter
     def slice_end(self, value: list[int | None]) -> None:
         pass  # set by SchedulerBase.__init__ (nobody transmits)
+
 
 #: The implementation the controller uses: compiled kernels when numba is installed.
 FastScheduler: type[PyFastScheduler] = KernelScheduler if _kernel is not None else PyFastScheduler
