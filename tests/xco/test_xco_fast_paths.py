@@ -289,3 +289,67 @@ def test_bulk_backlog_reports_take_every_branch_like_the_reference():
             with pytest.raises(EventError):
                 s.backlog_many(t + 4, bad)
     same(lambda s: s.advance(t + 5 * SLICE))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_backlog_arrays_issue_the_reference_directives(seed):
+    """backlog_arrays (the reports as arrays) against the reference's backlog_many of the same
+    reports as a mapping, from nothing and then at random moments (slot boundaries due, hosts
+    sending, flows known, given up and reported again, repeated destinations, empty reports);
+    bad arrays are refused like the reference refuses the mapping, and change nothing."""
+    import numpy as np
+
+    from xtc.xco.scheduler import EventError
+
+    rows = 2
+    topo = parse_topology(fig27(rows, hosts_per_rack=4, racks_per_row=3))
+    n = topo.n_hosts
+    rng = random.Random(seed)
+    scheds = [ReferenceScheduler(topo, SLICE)] + [cls(topo, SLICE) for cls in VARIANTS]
+    ref = scheds[0]
+
+    def arrays(groups):
+        xs = np.array(list(groups), np.int64)
+        counts = np.array([len(v) for v in groups.values()], np.int64)
+        ds = np.array([d for v in groups.values() for d in v], np.int64)
+        return xs, counts, ds
+
+    t = 0
+    taken = 0
+    for step in range(30):
+        hosts = rng.sample(range(n), rng.randrange(1, n + 1))
+        groups = {x: [rng.choice([d for d in range(n) if d != x]) for _ in range(rng.randrange(0, 4))]
+                  for x in hosts}
+        if step == 0:
+            groups = {x: [d] for x, d in fig27_pairs(rows, hosts_per_row=12)}
+        outs = [ref.backlog_many(t, groups)] + [s.backlog_arrays(t, *arrays(groups)) for s in scheds[1:]]
+        taken += len(outs[0])
+        for s, o in zip(scheds[1:], outs[1:]):
+            assert o == outs[0], (type(s).__name__, step)
+            assert s.key == ref.key and s.dest == ref.dest, (type(s).__name__, step)
+            assert [s.backlog_group(x) for x in range(n)] == [ref.backlog_group(x) for x in range(n)]
+        # between reports: give-ups of the current destination (their keys stay) and time passing
+        for x in rng.sample(range(n), 3):
+            d = ref.dest[x]
+            if d is not None:
+                outs = [s.giveup(t, x, d) for s in scheds]
+                assert all(o == outs[0] for o in outs)
+        t += rng.choice([1, SLICE // 3, SLICE])
+    assert taken > 100
+    # refused: the reference's errors for the same mapping; nothing changed
+    bad = [(np.array([0, 1]), np.array([1, 1]), np.array([1, 1])),        # 1 towards itself
+           (np.array([0, n]), np.array([1, 1]), np.array([1, 2])),        # no host n
+           (np.array([0, 1]), np.array([1, 1]), np.array([1, -1])),       # no host -1
+           (np.array([0, 0]), np.array([1, 1]), np.array([1, 2])),        # host twice
+           (np.array([0, 1]), np.array([1, 2]), np.array([1, 2])),        # counts do not match
+           (np.array([0, 1]), np.array([-1, 3]), np.array([1, 2])),       # negative count
+           (np.array([0.0]), np.array([1]), np.array([1])),               # not ints
+           (np.array([[0]]), np.array([1]), np.array([1]))]               # not 1-D
+    state = [(s.key, s.dest, [s.backlog_group(x) for x in range(n)]) for s in scheds]
+    for arrs in bad:
+        for s in scheds[1:]:
+            with pytest.raises(EventError):
+                s.backlog_arrays(t, *arrs)
+    with pytest.raises(EventError):
+        scheds[1].backlog_arrays(scheds[1].now_us - 1, *arrays({0: [1]}))  # time going backwards
+    assert [(s.key, s.dest, [s.backlog_group(x) for x in range(n)]) for s in scheds] == state

@@ -5,7 +5,9 @@
 Measured, per size:
 
 - ``full_schedule_ms``: from nothing, every host reports its backlog at one instant (one scheduling
-  event), until the first schedule is out.
+  event, the reports as arrays: ``backlog_arrays``), until the first schedule is out;
+  ``full_schedule_cpu_ms`` the same in thread CPU time; ``full_schedule_dict_ms`` /
+  ``full_schedule_dict_cpu_ms``: the same reports as a ``{host: [dests]}`` mapping (``backlog_many``).
 - ``boundary_ms``: one slot boundary at steady state (every slice ends; the next slot's schedule).
 - ``event_p50_us`` / ``event_p99_us``: mid-slot events at steady state, alternately a give-up by a
   transmitting host (its slice is handed on) and the same host's new backlog a little later.
@@ -49,11 +51,18 @@ def bench_one(n_hosts: int, n_events: int = 4000, slice_us: int = 10_000, seed: 
     topo = parse_topology(fig27(rows))
     load_s = time.perf_counter() - t0
     pairs = fig27_pairs(rows)
+    # the full schedule from the reports as a {host: [dests]} mapping, then as arrays
     sched = FastScheduler(topo, slice_us)
     groups = {x: [d] for x, d in pairs}
-    t0 = time.perf_counter_ns()
-    first = sched.backlog_many(0, groups)
-    full_ms = (time.perf_counter_ns() - t0) / 1e6
+    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    sched.backlog_many(0, groups)
+    full_dict = ((time.perf_counter_ns() - t0) / 1e6, (time.thread_time_ns() - c0) / 1e6)
+    sched = FastScheduler(topo, slice_us)
+    xs, ds = (np.array(a, np.int64) for a in zip(*pairs))
+    counts = np.ones(len(xs), np.int64)
+    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    first = sched.backlog_arrays(0, xs, counts, ds)
+    full_ms, full_cpu_ms = (time.perf_counter_ns() - t0) / 1e6, (time.thread_time_ns() - c0) / 1e6
     active0 = sum(1 for d in first if d.dest is not None)
 
     rng = random.Random(seed)
@@ -92,6 +101,9 @@ def bench_one(n_hosts: int, n_events: int = 4000, slice_us: int = 10_000, seed: 
         "event_p99_us": round(float(np.percentile(arr, 99)), 2),
         "events_per_s_one_core": int(1e6 / arr.mean()),
         "full_schedule_ms": round(full_ms, 3),
+        "full_schedule_cpu_ms": round(full_cpu_ms, 3),
+        "full_schedule_dict_ms": round(full_dict[0], 3),
+        "full_schedule_dict_cpu_ms": round(full_dict[1], 3),
         "boundary_ms": round(float(np.median(boundaries)), 3) if boundaries else None,
         "transmitting_per_slot": active0,
         "events": len(lat),
@@ -130,7 +142,8 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
     rows = max(2, n_hosts // 200)
     topo = parse_topology(fig27(rows))
     sched = FastScheduler(topo, slice_us)
-    sched.backlog_many(0, {x: [d] for x, d in fig27_pairs(rows)})
+    xs, ds = (np.array(a, np.int64) for a in zip(*fig27_pairs(rows)))
+    sched.backlog_arrays(0, xs, np.ones(len(xs), np.int64), ds)
     rng = random.Random(seed)
     n_ev = int(events_per_s * sim_s)
     end_us = int(sim_s * 1e6)
