@@ -17,11 +17,12 @@ State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
   groups and the destination keys live only here.
 - ``LK[NL, L]`` per link: residual capacity ``C_l - sum of C_x of the senders on l``, capacity,
   residual before the event, a stamp.
-- The waiting lists, rebuilt in bulk after every event that releases every slice in force:
-  ``CS[L + 1]`` (offsets) and ``CE[2, E]`` (host, rotation key): per link, the senders waiting at
-  that time whose backlog crosses it, least recently granted first.  A host whose key, destination
-  or backlog changed since then is *dirty*: its entries are skipped and it is looked at from the
-  dirty list instead.
+- The waiting lists, refreshed after every event that releases every slice in force (and when
+  many hosts changed): ``CS[L + 1]`` (offsets) and ``CE[2, E]`` (host, rotation key): per link,
+  the senders waiting at that time whose backlog crosses it, least recently granted first.  A
+  host whose key, destination or backlog changed since then is *dirty*: its entries are skipped
+  and it is looked at from the dirty list instead; a refresh (:func:`refresh`) merges the dirty
+  waiting hosts' new entries into the lists.
 - ``ctr``: sequence number of the next grant, free-slot count, dirty count, slowest and fastest
   NIC, event stamp.
 - ``io`` (input): number of triggering senders, of added flows, of removed flows, then the
@@ -249,8 +250,8 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
 
     ``full`` = 1 when every sender in force triggers (slot boundary, first schedule): every
     backlogged host is visited, least recently granted first (``ORD``: the backlogged hosts in
-    key order at the last rebuild, merged with the dirty list), and the waiting lists must be
-    rebuilt afterwards (:func:`rebuild`).  Otherwise only the triggering senders and the waiting
+    key order at the last refresh, merged with the dirty list), and the waiting lists must be
+    refreshed afterwards (:func:`refresh`).  Otherwise only the triggering senders and the waiting
     senders on released links that were too full for the fastest NIC are visited (merged in key
     order from the waiting lists and the dirty list).  Returns ``(order, n_waiting)``: with
     ``full``, every backlogged host in key order after the event, of which the first
@@ -299,7 +300,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     max_nic = ctr[C_MAX_NIC]
     if full:
         # every backlogged host, least recently granted first: the clean ones in the order of the
-        # last rebuild (their keys did not change), merged with the dirty ones (sorted here)
+        # last refresh (their keys did not change), merged with the dirty ones (sorted here)
         nd = ctr[C_DIRTY]
         dc = np.empty(nd, np.int64)
         ndc = 0
@@ -443,8 +444,8 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
 def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirty, rec):
     """Several give-ups and backlog reports at one instant, each handled as its own event exactly as
     one :func:`run_event` call per event with the bookkeeping of ``KernelScheduler._run`` between
-    them (the waiting lists rebuilt after an event that releases every slice in force or when more
-    than ``max_dirty`` hosts changed).  The caller made sure there is a free flow slot per
+    them (the waiting lists refreshed after an event that releases every slice in force or when
+    more than ``max_dirty`` hosts changed).  The caller made sure there is a free flow slot per
     destination reported.
 
     ``ev``: number of events, then per event its kind (0 give-up, 1 backlog), host ``x``, count
@@ -521,12 +522,8 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
             rec[2 * nrec + 1] = -1
             nrec += 1
         n_active += ng - (1 if kind == 0 and ntrig == 1 else 0)  # a give-up's sender was released
-        if full:
-            ORD = order
-            CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
-        elif ctr[C_DIRTY] > max_dirty:
-            ORD, waiting = key_order(H)
-            CS, CE = rebuild(H, F, FP, LK, ctr, waiting)
+        if full or ctr[C_DIRTY] > max_dirty:
+            CS, CE, ORD = refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full)
     return CS, CE, ORD, rec, nrec
 
 
@@ -556,69 +553,127 @@ def flows_to(H, F, d):
 
 
 @njit(cache=True)
-def rebuild(H, F, FP, LK, ctr, order):
-    """The waiting lists from ``order`` (the waiting hosts, least recently granted first); every
-    host is clean afterwards.  Returns ``(CS, CE)``."""
-    for i in range(ctr[C_DIRTY]):
-        H[H_DIRTY, H[H_DLIST, i]] = 0
-    ctr[C_DIRTY] = 0
+def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
+    """Bring the waiting lists and ``ORD`` up to date; every host is clean afterwards.
+
+    A clean host's entries are still right (its key, destination and backlog did not change since
+    the last refresh), so each list is the old one without the dirty hosts' entries, merged by key
+    with the entries of the dirty hosts now waiting: one pass over the old entries, none over the
+    clean hosts' flows.  ``full`` = 1: ``order`` is every backlogged host in key order, the first
+    ``nw`` waiting (what :func:`run_event` returns), and becomes ``ORD``; otherwise ``ORD``'s clean
+    hosts are merged with the dirty backlogged ones.  Returns ``(CS, CE, ORD)``.
+    """
+    nd = ctr[C_DIRTY]
+    # the dirty hosts now waiting, least recently granted first
+    dw = np.empty(nd, np.int64)
+    ndw = 0
+    if full:
+        ORD2 = order
+        for i in range(nw):
+            x = order[i]
+            if H[H_DIRTY, x] != 0:
+                dw[ndw] = x
+                ndw += 1
+    else:
+        dc = np.empty(nd, np.int64)
+        ndc = 0
+        for i in range(nd):
+            x = H[H_DLIST, i]
+            if H[H_NFL, x] > 0:
+                dc[ndc] = x
+                ndc += 1
+        keys = np.empty(ndc, np.int64)
+        for i in range(ndc):
+            keys[i] = H[H_KEY, dc[i]]
+        dc = dc[:ndc][np.argsort(keys, kind="mergesort")]
+        ORD2 = np.empty(ORD.shape[0] + ndc, np.int64)
+        k = 0
+        i = 0
+        di = 0
+        no = ORD.shape[0]
+        while True:
+            while i < no and H[H_DIRTY, ORD[i]] != 0:
+                i += 1
+            if i < no and (di >= ndc or H[H_KEY, ORD[i]] < H[H_KEY, dc[di]]):
+                ORD2[k] = ORD[i]
+                i += 1
+            elif di < ndc:
+                x = dc[di]
+                ORD2[k] = x
+                di += 1
+                if H[H_DEST, x] < 0:
+                    dw[ndw] = x
+                    ndw += 1
+            else:
+                break
+            k += 1
+        ORD2 = ORD2[:k]
+    # the new entries, by link (a stable counting sort: each link's in key order)
     L = LK.shape[1]
     st = LK[L_STAMP]
     st[:] = -1
-    cnt = np.zeros(L + 1, np.int64)
-    for x in order:
+    ncnt = np.zeros(L + 1, np.int64)
+    for j in range(ndw):
+        x = dw[j]
         f = H[H_HEAD, x]
         while f >= 0:
             p = FP[f]
-            for j in range(F[F_LEN, f]):
-                lk = p[j]
+            for i in range(F[F_LEN, f]):
+                lk = p[i]
                 if st[lk] != x:
                     st[lk] = x
-                    cnt[lk + 1] += 1
+                    ncnt[lk + 1] += 1
             f = F[F_NEXT, f]
     for i in range(L):
-        cnt[i + 1] += cnt[i]
-    CS = cnt.copy()
-    CE = np.empty((2, cnt[L]), np.int64)
+        ncnt[i + 1] += ncnt[i]
+    NS = ncnt.copy()
+    NE = np.empty((2, ncnt[L]), np.int64)
     st[:] = -1
-    for x in order:
-        k = H[H_KEY, x]
+    for j in range(ndw):
+        x = dw[j]
+        kx = H[H_KEY, x]
         f = H[H_HEAD, x]
         while f >= 0:
             p = FP[f]
-            for j in range(F[F_LEN, f]):
-                lk = p[j]
+            for i in range(F[F_LEN, f]):
+                lk = p[i]
                 if st[lk] != x:
                     st[lk] = x
-                    q = cnt[lk]
-                    CE[0, q] = x
-                    CE[1, q] = k
-                    cnt[lk] = q + 1
+                    q = ncnt[lk]
+                    NE[0, q] = x
+                    NE[1, q] = kx
+                    ncnt[lk] = q + 1
             f = F[F_NEXT, f]
     st[:] = 0
-    return CS, CE
-
-
-@njit(cache=True)
-def key_order(H):
-    """``(backlogged, waiting)``: the backlogged hosts in key order, and the waiting ones among them."""
-    n = H.shape[1]
-    m = 0
-    w = np.empty(n, np.int64)
-    keys = np.empty(n, np.int64)
-    for x in range(n):
-        if H[H_NFL, x] > 0:
-            w[m] = x
-            keys[m] = H[H_KEY, x]
-            m += 1
-    w = w[:m][np.argsort(keys[:m], kind="mergesort")]
-    wt = np.empty(m, np.int64)
-    nw = 0
-    for x in w:
-        if H[H_DEST, x] < 0:
-            wt[nw] = x
-            nw += 1
-    return w, wt[:nw]
+    # each list: its clean entries merged with its new ones
+    CS2 = np.empty(L + 1, np.int64)
+    CE2 = np.empty((2, CE.shape[1] + NE.shape[1]), np.int64)
+    o = 0
+    for lk in range(L):
+        CS2[lk] = o
+        i = CS[lk]
+        ie = CS[lk + 1]
+        j = NS[lk]
+        je = NS[lk + 1]
+        while True:
+            while i < ie and H[H_DIRTY, CE[0, i]] != 0:
+                i += 1
+            if i < ie and (j >= je or CE[1, i] < NE[1, j]):
+                CE2[0, o] = CE[0, i]
+                CE2[1, o] = CE[1, i]
+                i += 1
+            elif j < je:
+                CE2[0, o] = NE[0, j]
+                CE2[1, o] = NE[1, j]
+                j += 1
+            else:
+                break
+            o += 1
+    CS2[L] = o
+    for i in range(nd):
+        H[H_DIRTY, H[H_DLIST, i]] = 0
+    ctr[C_DIRTY] = 0
+    return CS2, CE2[:, :o], ORD2
 
 
 def warm_up() -> float:
@@ -647,12 +702,12 @@ def warm_up() -> float:
     one = np.ones(1, np.int64)
     add_backlogs(H, T, F, FP, ctr.copy(), np.zeros(0, np.int64), one[:0], one[:0], one)
     order, nw = run_event(H, T, F, FP, LK, CS, CE, np.zeros(0, np.int64), ctr, io, out, fl, 1)
-    CS, CE = rebuild(H, F, FP, LK, ctr, order[:nw])
+    CS, CE, order = refresh(H, F, FP, LK, ctr, CS, CE, order, order, nw, 1)
     io = np.array([1, 0, 0, 0], np.int64)
     run_event(H, T, F, FP, LK, CS, CE, order, ctr, io, out, fl, 0)
     run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), out, fl, 1, 0,
               np.empty(4, np.int64))
-    key_order(H)
+    refresh(H, F, FP, LK, ctr, CS, CE, order, order[:0], 0, 0)
     backlog_of(H, F, 0, np.empty(n, np.int64))
     flows_to(H, F, 1)
     return time.perf_counter() - t0

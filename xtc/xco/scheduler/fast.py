@@ -397,15 +397,15 @@ class KernelScheduler(PyFastScheduler):
     residual capacities, the rotation keys and the waiting lists; :meth:`backlog_group` reads them
     from it.  The Python side keeps ``dest`` and the senders in force, and builds the directives.
     An event in which every sender in force triggers (a slot boundary, a schedule from nothing)
-    visits every backlogged host least recently granted first, then rebuilds the waiting lists in
-    bulk; any other event visits the triggering senders and the waiting senders of the released
+    visits every backlogged host least recently granted first, then refreshes the waiting lists
+    (the changed hosts' entries merged in); any other event visits the triggering senders and the waiting senders of the released
     links that were too full for the fastest NIC, as :class:`PyFastScheduler` does.
 
     Takes the parameters of :class:`SchedulerBase` (the network, and the slot length in microseconds).
     """
 
-    #: Rebuild the waiting lists when more hosts than this changed since the last rebuild (None:
-    #: max(256, hosts / 8); every event scans the changed hosts, a rebuild costs every backlog).
+    #: Refresh the waiting lists when more hosts than this changed since the last refresh (None:
+    #: max(256, hosts / 8); every event scans the changed hosts, a refresh every waiting entry).
     max_dirty: int | None = None
 
     #: Seconds the first construction in this process spent compiling the kernels or loading them
@@ -443,7 +443,7 @@ class KernelScheduler(PyFastScheduler):
         self._LK = LK
         self._CS = np.zeros(L + 1, np.int64)
         self._CE = np.zeros((2, 0), np.int64)
-        self._ORD = np.zeros(0, np.int64)  # backlogged hosts in key order at the last rebuild
+        self._ORD = np.zeros(0, np.int64)  # backlogged hosts in key order at the last refresh
         self._ctr = np.array([0, 0, 0, self._min_nic, self._max_nic, 0], np.int64)
         self._io = np.zeros(64, np.int64)
         self._out = np.zeros(3 * n + 4, np.int64)
@@ -630,12 +630,8 @@ class KernelScheduler(PyFastScheduler):
         order, nw = K.run_event(self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD,
                                 self._ctr, self._io, self._out, self._fl, full)
         if full or self._ctr[K.C_DIRTY] > self.max_dirty:
-            if full:  # the backlogged hosts in key order, the first nw waiting
-                waiting = order[:nw]
-            else:
-                order, waiting = K.key_order(self._H)
-            self._ORD = order
-            self._CS, self._CE = K.rebuild(self._H, self._F, self._FP, self._LK, self._ctr, waiting)
+            self._CS, self._CE, self._ORD = K.refresh(self._H, self._F, self._FP, self._LK, self._ctr, self._CS,
+                                                      self._CE, self._ORD, order, nw, full)
         out_arr = self._out
         ng = int(out_arr[0])
         nh = int(out_arr[1])
