@@ -8,9 +8,9 @@ next to this file, or, when that directory is not writable, in numba's per-user 
 State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
 
 - ``T[4, n_switches]``: switch parent, depth, up link, down link (the tree; paths are computed).
-- ``H[NH, n]`` per host: switch, NIC rate, first flow, number of flows, destination (-1 = hold),
+- ``H[n, NH]`` per host (a host's fields side by side): switch, NIC rate, first flow, number of flows, destination (-1 = hold),
   rotation key, dirty flag, the dirty list, seen / granted stamps, first dormant flow.
-- ``F[NF, F]`` per flow slot: host, destination, next and previous flow of the host, path length,
+- ``F[F, NF]`` per flow slot (a flow's fields side by side): host, destination, next and previous flow of the host, path length,
   destination rotation key, and the stack of free slots; ``FP[F, PL]``: the flow's path.  A flow
   given up after it was granted once stays in its host's *dormant* list (singly linked by the
   next field) with its destination rotation key, and is revived when reported again: the backlog
@@ -62,8 +62,8 @@ def _path(s, d, H, T, buf, tmp):
     buf[0] = 2 * s
     k = 1
     m = 0
-    a = H[H_SW, s]
-    b = H[H_SW, d]
+    a = H[s, H_SW]
+    b = H[d, H_SW]
     while dep[a] > dep[b]:
         buf[k] = up[a]
         k += 1
@@ -88,19 +88,19 @@ def _path(s, d, H, T, buf, tmp):
 
 @njit(cache=True)
 def _mark_dirty(H, ctr, x):
-    if H[H_DIRTY, x] == 0:
-        H[H_DIRTY, x] = 1
-        H[H_DLIST, ctr[C_DIRTY]] = x
+    if H[x, H_DIRTY] == 0:
+        H[x, H_DIRTY] = 1
+        H[ctr[C_DIRTY], H_DLIST] = x
         ctr[C_DIRTY] += 1
 
 
 @njit(cache=True)
 def _find_flow(H, F, x, d):
-    f = H[H_HEAD, x]
+    f = H[x, H_HEAD]
     while f >= 0:
-        if F[F_DEST, f] == d:
+        if F[f, F_DEST] == d:
             return f
-        f = F[F_NEXT, f]
+        f = F[f, F_NEXT]
     return -1
 
 
@@ -109,31 +109,31 @@ def _add_flow(H, T, F, FP, ctr, x, d, tmp):
     """Add the flow ``(x, d)`` (absent): revived from x's dormant flows with its destination key,
     else in a free slot (the caller made sure there is one) with the key of a destination never
     granted, ``d - n``."""
-    f = H[H_DORM, x]
+    f = H[x, H_DORM]
     prev = -1
-    while f >= 0 and F[F_DEST, f] != d:
+    while f >= 0 and F[f, F_DEST] != d:
         prev = f
-        f = F[F_NEXT, f]
+        f = F[f, F_NEXT]
     if f >= 0:
         if prev >= 0:
-            F[F_NEXT, prev] = F[F_NEXT, f]
+            F[prev, F_NEXT] = F[f, F_NEXT]
         else:
-            H[H_DORM, x] = F[F_NEXT, f]
+            H[x, H_DORM] = F[f, F_NEXT]
     else:
         top = ctr[C_FREE] - 1
-        f = F[F_FREE, top]
+        f = F[top, F_FREE]
         ctr[C_FREE] = top
-        F[F_HOST, f] = x
-        F[F_DEST, f] = d
-        F[F_DKEY, f] = d - H.shape[1]
-        F[F_LEN, f] = _path(x, d, H, T, FP[f], tmp)
-    h = H[H_HEAD, x]
-    F[F_NEXT, f] = h
-    F[F_PREV, f] = -1
+        F[f, F_HOST] = x
+        F[f, F_DEST] = d
+        F[f, F_DKEY] = d - H.shape[0]
+        F[f, F_LEN] = _path(x, d, H, T, FP[f], tmp)
+    h = H[x, H_HEAD]
+    F[f, F_NEXT] = h
+    F[f, F_PREV] = -1
     if h >= 0:
-        F[F_PREV, h] = f
-    H[H_HEAD, x] = f
-    H[H_NFL, x] += 1
+        F[h, F_PREV] = f
+    H[x, H_HEAD] = f
+    H[x, H_NFL] += 1
     _mark_dirty(H, ctr, x)
 
 
@@ -142,20 +142,20 @@ def _remove_flow(H, F, ctr, x, d):
     f = _find_flow(H, F, x, d)
     if f < 0:
         return
-    p = F[F_PREV, f]
-    nx = F[F_NEXT, f]
+    p = F[f, F_PREV]
+    nx = F[f, F_NEXT]
     if p >= 0:
-        F[F_NEXT, p] = nx
+        F[p, F_NEXT] = nx
     else:
-        H[H_HEAD, x] = nx
+        H[x, H_HEAD] = nx
     if nx >= 0:
-        F[F_PREV, nx] = p
-    H[H_NFL, x] -= 1
-    if F[F_DKEY, f] >= 0:  # granted once: dormant, its destination key kept
-        F[F_NEXT, f] = H[H_DORM, x]
-        H[H_DORM, x] = f
+        F[nx, F_PREV] = p
+    H[x, H_NFL] -= 1
+    if F[f, F_DKEY] >= 0:  # granted once: dormant, its destination key kept
+        F[f, F_NEXT] = H[x, H_DORM]
+        H[x, H_DORM] = f
     else:
-        F[F_FREE, ctr[C_FREE]] = f
+        F[ctr[C_FREE], F_FREE] = f
         ctr[C_FREE] += 1
     _mark_dirty(H, ctr, x)
 
@@ -181,7 +181,7 @@ def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, trig):
                 na += 1
                 new = True
             j += 1
-        if new and H[H_DEST, x] < 0:
+        if new and H[x, H_DEST] < 0:
             trig[nt] = x
             nt += 1
     return na, nt
@@ -191,23 +191,23 @@ def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, trig):
 def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
     """First fit of x: its destinations least recently granted first; grant the first whose path has
     room for its NIC (that room taken, the grant written to out).  Returns 1 if granted."""
-    c = H[H_NIC, x]
+    c = H[x, H_NIC]
     res = LK[L_RES]
     nf = 0
-    f = H[H_HEAD, x]
+    f = H[x, H_HEAD]
     while f >= 0:  # insertion sort by destination key (keys of one host are distinct)
-        k = F[F_DKEY, f]
+        k = F[f, F_DKEY]
         i = nf
-        while i > 0 and F[F_DKEY, fl[i - 1]] > k:
+        while i > 0 and F[fl[i - 1], F_DKEY] > k:
             fl[i] = fl[i - 1]
             i -= 1
         fl[i] = f
         nf += 1
-        f = F[F_NEXT, f]
+        f = F[f, F_NEXT]
     for j in range(nf):
         f = fl[j]
         p = FP[f]
-        ln = F[F_LEN, f]
+        ln = F[f, F_LEN]
         ok = True
         for i in range(ln):
             if res[p[i]] < c:
@@ -216,13 +216,13 @@ def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
         if ok:
             for i in range(ln):
                 res[p[i]] -= c
-            d = F[F_DEST, f]
+            d = F[f, F_DEST]
             s = ctr[C_SEQ]
             ctr[C_SEQ] = s + 1
-            H[H_DEST, x] = d
-            H[H_KEY, x] = s
-            F[F_DKEY, f] = s
-            H[H_GRANT, x] = stamp
+            H[x, H_DEST] = d
+            H[x, H_KEY] = s
+            F[f, F_DKEY] = s
+            H[x, H_GRANT] = stamp
             _mark_dirty(H, ctr, x)
             g = out[0]
             out[2 + 2 * g] = x
@@ -236,9 +236,9 @@ def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
 def _sort_by_key(hosts, n, H):
     for a in range(1, n):
         x = hosts[a]
-        k = H[H_KEY, x]
+        k = H[x, H_KEY]
         i = a
-        while i > 0 and H[H_KEY, hosts[i - 1]] > k:
+        while i > 0 and H[hosts[i - 1], H_KEY] > k:
             hosts[i] = hosts[i - 1]
             i -= 1
         hosts[i] = x
@@ -278,10 +278,10 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     told = np.empty(ntrig, np.int64)
     for i in range(ntrig):
         t = trig[i]
-        d0 = H[H_DEST, t]
+        d0 = H[t, H_DEST]
         told[i] = d0
         if d0 >= 0:
-            c = H[H_NIC, t]
+            c = H[t, H_NIC]
             ln = _path(t, d0, H, T, buf, tmp)
             for j in range(ln):
                 lk = buf[j]
@@ -305,14 +305,14 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
         dc = np.empty(nd, np.int64)
         ndc = 0
         for i in range(nd):
-            x = H[H_DLIST, i]
-            if H[H_NFL, x] > 0:
+            x = H[i, H_DLIST]
+            if H[x, H_NFL] > 0:
                 dc[ndc] = x
                 ndc += 1
         dc = dc[:ndc]
         dkeys = np.empty(ndc, np.int64)
         for i in range(ndc):
-            dkeys[i] = H[H_KEY, dc[i]]
+            dkeys[i] = H[dc[i], H_KEY]
         dc = dc[np.argsort(dkeys, kind="mergesort")]
         order = np.empty(ORD.shape[0] + ndc, np.int64)
         k = 0
@@ -320,10 +320,10 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
         di = 0
         no = ORD.shape[0]
         while True:
-            while i < no and H[H_DIRTY, ORD[i]] != 0:
+            while i < no and H[ORD[i], H_DIRTY] != 0:
                 i += 1
             if i < no:
-                if di < ndc and H[H_KEY, dc[di]] < H[H_KEY, ORD[i]]:
+                if di < ndc and H[dc[di], H_KEY] < H[ORD[i], H_KEY]:
                     x = dc[di]
                     di += 1
                 else:
@@ -334,7 +334,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
                 di += 1
             else:
                 break
-            H[H_SEEN, x] = stamp
+            H[x, H_SEEN] = stamp
             if _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp) == 0:
                 order[k] = x
                 k += 1
@@ -366,18 +366,18 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
         ndc = 0
         if nl > 0:
             for i in range(nd):
-                x = H[H_DLIST, i]
-                if H[H_DEST, x] >= 0 or H[H_NFL, x] == 0:
+                x = H[i, H_DLIST]
+                if H[x, H_DEST] >= 0 or H[x, H_NFL] == 0:
                     continue
                 hit = False
-                f = H[H_HEAD, x]
+                f = H[x, H_HEAD]
                 while f >= 0 and not hit:
                     p = FP[f]
-                    for j in range(F[F_LEN, f]):
+                    for j in range(F[f, F_LEN]):
                         if LK[L_STAMP, p[j]] == -stamp:
                             hit = True
                             break
-                    f = F[F_NEXT, f]
+                    f = F[f, F_NEXT]
                 if hit:
                     dc[ndc] = x
                     ndc += 1
@@ -391,11 +391,11 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
             src = -3
             x = -1
             if ti < ntrig:
-                best = H[H_KEY, ts[ti]]
+                best = H[ts[ti], H_KEY]
                 src = -2
                 x = ts[ti]
-            if di < ndc and H[H_KEY, dc[di]] < best:
-                best = H[H_KEY, dc[di]]
+            if di < ndc and H[dc[di], H_KEY] < best:
+                best = H[dc[di], H_KEY]
                 src = -1
                 x = dc[di]
             for j in range(nl):
@@ -405,7 +405,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
                 e = end[j]
                 while q < e:
                     h = CE[0, q]
-                    if H[H_DIRTY, h] == 0 and H[H_SEEN, h] != stamp:
+                    if H[h, H_DIRTY] == 0 and H[h, H_SEEN] != stamp:
                         break
                     q += 1
                 ptr[j] = q
@@ -421,18 +421,18 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
                 di += 1
             else:
                 ptr[src] += 1
-            if H[H_SEEN, x] == stamp:
+            if H[x, H_SEEN] == stamp:
                 continue
-            H[H_SEEN, x] = stamp
-            if H[H_NFL, x] > 0:
+            H[x, H_SEEN] = stamp
+            if H[x, H_NFL] > 0:
                 _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp)
     # holds: triggering senders in force before the event and given nothing
     g = out[0]
     nh = 0
     for i in range(ntrig):
         t = trig[i]
-        if told[i] >= 0 and H[H_GRANT, t] != stamp:
-            H[H_DEST, t] = -1
+        if told[i] >= 0 and H[t, H_GRANT] != stamp:
+            H[t, H_DEST] = -1
             _mark_dirty(H, ctr, t)
             out[2 + 2 * g + nh] = t
             nh += 1
@@ -471,7 +471,7 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
             p += 1
             if _find_flow(H, F, x, d) < 0:
                 continue
-            if H[H_DEST, x] == d:
+            if H[x, H_DEST] == d:
                 ntrig = 1
             io[3] = x
             q = 3 + ntrig
@@ -496,7 +496,7 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
             p += m
             if nd == 0:
                 continue
-            ntrig = 0 if H[H_DEST, x] >= 0 else 1
+            ntrig = 0 if H[x, H_DEST] >= 0 else 1
             io[3] = x
             if ntrig == 0:
                 for k in range(2 * nd):
@@ -531,18 +531,18 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
 def backlog_of(H, F, x, out):
     """Write host ``x``'s backlogged destinations into ``out``; return how many."""
     k = 0
-    f = H[H_HEAD, x]
+    f = H[x, H_HEAD]
     while f >= 0:
-        out[k] = F[F_DEST, f]
+        out[k] = F[f, F_DEST]
         k += 1
-        f = F[F_NEXT, f]
+        f = F[f, F_NEXT]
     return k
 
 
 @njit(cache=True)
 def flows_to(H, F, d):
     """The hosts backlogged towards ``d``, in host order."""
-    n = H.shape[1]
+    n = H.shape[0]
     out = np.empty(n, np.int64)
     k = 0
     for x in range(n):
@@ -571,20 +571,20 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
         ORD2 = order
         for i in range(nw):
             x = order[i]
-            if H[H_DIRTY, x] != 0:
+            if H[x, H_DIRTY] != 0:
                 dw[ndw] = x
                 ndw += 1
     else:
         dc = np.empty(nd, np.int64)
         ndc = 0
         for i in range(nd):
-            x = H[H_DLIST, i]
-            if H[H_NFL, x] > 0:
+            x = H[i, H_DLIST]
+            if H[x, H_NFL] > 0:
                 dc[ndc] = x
                 ndc += 1
         keys = np.empty(ndc, np.int64)
         for i in range(ndc):
-            keys[i] = H[H_KEY, dc[i]]
+            keys[i] = H[dc[i], H_KEY]
         dc = dc[:ndc][np.argsort(keys, kind="mergesort")]
         ORD2 = np.empty(ORD.shape[0] + ndc, np.int64)
         k = 0
@@ -592,16 +592,16 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
         di = 0
         no = ORD.shape[0]
         while True:
-            while i < no and H[H_DIRTY, ORD[i]] != 0:
+            while i < no and H[ORD[i], H_DIRTY] != 0:
                 i += 1
-            if i < no and (di >= ndc or H[H_KEY, ORD[i]] < H[H_KEY, dc[di]]):
+            if i < no and (di >= ndc or H[ORD[i], H_KEY] < H[dc[di], H_KEY]):
                 ORD2[k] = ORD[i]
                 i += 1
             elif di < ndc:
                 x = dc[di]
                 ORD2[k] = x
                 di += 1
-                if H[H_DEST, x] < 0:
+                if H[x, H_DEST] < 0:
                     dw[ndw] = x
                     ndw += 1
             else:
@@ -615,15 +615,15 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
     ncnt = np.zeros(L + 1, np.int64)
     for j in range(ndw):
         x = dw[j]
-        f = H[H_HEAD, x]
+        f = H[x, H_HEAD]
         while f >= 0:
             p = FP[f]
-            for i in range(F[F_LEN, f]):
+            for i in range(F[f, F_LEN]):
                 lk = p[i]
                 if st[lk] != x:
                     st[lk] = x
                     ncnt[lk + 1] += 1
-            f = F[F_NEXT, f]
+            f = F[f, F_NEXT]
     for i in range(L):
         ncnt[i + 1] += ncnt[i]
     NS = ncnt.copy()
@@ -631,11 +631,11 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
     st[:] = -1
     for j in range(ndw):
         x = dw[j]
-        kx = H[H_KEY, x]
-        f = H[H_HEAD, x]
+        kx = H[x, H_KEY]
+        f = H[x, H_HEAD]
         while f >= 0:
             p = FP[f]
-            for i in range(F[F_LEN, f]):
+            for i in range(F[f, F_LEN]):
                 lk = p[i]
                 if st[lk] != x:
                     st[lk] = x
@@ -643,7 +643,7 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
                     NE[0, q] = x
                     NE[1, q] = kx
                     ncnt[lk] = q + 1
-            f = F[F_NEXT, f]
+            f = F[f, F_NEXT]
     st[:] = 0
     # each list: its clean entries merged with its new ones
     CS2 = np.empty(L + 1, np.int64)
@@ -656,7 +656,7 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
         j = NS[lk]
         je = NS[lk + 1]
         while True:
-            while i < ie and H[H_DIRTY, CE[0, i]] != 0:
+            while i < ie and H[CE[0, i], H_DIRTY] != 0:
                 i += 1
             if i < ie and (j >= je or CE[1, i] < NE[1, j]):
                 CE2[0, o] = CE[0, i]
@@ -671,7 +671,7 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
             o += 1
     CS2[L] = o
     for i in range(nd):
-        H[H_DIRTY, H[H_DLIST, i]] = 0
+        H[H[i, H_DLIST], H_DIRTY] = 0
     ctr[C_DIRTY] = 0
     return CS2, CE2[:, :o], ORD2
 
@@ -680,15 +680,15 @@ def warm_up() -> float:
     """Compile (or load from the cache) every kernel on a two-host network; returns seconds taken."""
     t0 = time.perf_counter()
     n = 2
-    H = np.zeros((NH, n), np.int64)
-    H[H_DEST] = -1
-    H[H_HEAD] = -1
-    H[H_DORM] = -1
-    H[H_NIC] = 1
-    H[H_KEY] = [-2, -1]
+    H = np.zeros((n, NH), np.int64)
+    H[:, H_DEST] = -1
+    H[:, H_HEAD] = -1
+    H[:, H_DORM] = -1
+    H[:, H_NIC] = 1
+    H[:, H_KEY] = [-2, -1]
     T = np.array([[-1], [0], [-1], [-1]], np.int64)
-    F = np.zeros((NF, 2), np.int64)
-    F[F_FREE] = [1, 0]
+    F = np.zeros((2, NF), np.int64)
+    F[:, F_FREE] = [1, 0]
     FP = np.zeros((2, 2), np.int64)
     LK = np.zeros((NL, 4), np.int64)
     LK[L_RES] = 1

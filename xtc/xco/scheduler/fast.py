@@ -425,16 +425,16 @@ class KernelScheduler(PyFastScheduler):
         sw_parent = np.asarray(topo._sw_parent, np.int64)
         self._T = np.stack([sw_parent, np.asarray(topo._sw_depth, np.int64),
                             np.asarray(topo._sw_up, np.int64), np.asarray(topo._sw_down, np.int64)])
-        H = np.zeros((K.NH, n), np.int64)
-        H[K.H_SW] = topo._host_sw
-        H[K.H_NIC] = topo.nic_bps
-        H[K.H_HEAD] = -1
-        H[K.H_DORM] = -1
-        H[K.H_DEST] = -1
-        H[K.H_KEY] = np.arange(-n, 0)
+        H = np.zeros((n, K.NH), np.int64)
+        H[:, K.H_SW] = topo._host_sw
+        H[:, K.H_NIC] = topo.nic_bps
+        H[:, K.H_HEAD] = -1
+        H[:, K.H_DORM] = -1
+        H[:, K.H_DEST] = -1
+        H[:, K.H_KEY] = np.arange(-n, 0)
         self._H = H
         self._PL = 2 * (max(topo._sw_depth, default=0) + 1) + 2
-        self._F = np.zeros((K.NF, 0), np.int64)
+        self._F = np.zeros((0, K.NF), np.int64)
         self._FP = np.zeros((0, self._PL), np.int64)
         L = topo.n_links
         LK = np.zeros((K.NL, L), np.int64)
@@ -467,16 +467,16 @@ class KernelScheduler(PyFastScheduler):
         if need <= nfree:
             return
         F, FP = self._F, self._FP
-        cap = F.shape[1]
+        cap = F.shape[0]
         new = max(cap + need - nfree, 2 * cap, 64)
-        F2 = np.zeros((F.shape[0], new), np.int64)
-        F2[:, :cap] = F
+        F2 = np.zeros((new, F.shape[1]), np.int64)
+        F2[:cap] = F
         FP2 = np.zeros((new, self._PL), np.int64)
         FP2[:cap] = FP
         # free slots: the old free stack, then the new slots (taken from the top: highest first)
-        old_free = F[_kernel.F_FREE, :nfree].copy()
-        F2[_kernel.F_FREE, :new - cap] = np.arange(new - 1, cap - 1, -1)
-        F2[_kernel.F_FREE, new - cap:new - cap + nfree] = old_free
+        old_free = F[:nfree, _kernel.F_FREE].copy()
+        F2[:new - cap, _kernel.F_FREE] = np.arange(new - 1, cap - 1, -1)
+        F2[new - cap:new - cap + nfree, _kernel.F_FREE] = old_free
         ctr[_kernel.C_FREE] = new - cap + nfree
         self._F, self._FP = F2, FP2
 
@@ -662,7 +662,7 @@ class KernelScheduler(PyFastScheduler):
     @property  # type: ignore[override]
     def key(self) -> list[int]:
         """Rotation key of every host (a copy; see :class:`SchedulerBase`)."""
-        return self._H[_kernel.H_KEY].tolist()
+        return self._H[:, _kernel.H_KEY].tolist()
 
     @key.setter
     def key(self, value: list[int]) -> None:
