@@ -19,7 +19,8 @@ The policy, with the choices the paper leaves open (see docs/xco.md):
   sender whose slice ends there (Algorithm 1 with a set of triggering nodes instead of one).
 - Events: slice expiry (:meth:`advance`), give-up (:meth:`giveup`, work conservation), new backlog
   (:meth:`backlog`), and a host leaving (:meth:`leave`, handled like a give-up of every flow from
-  and to it).  Several at one instant: :meth:`backlog_many` (one event) and :meth:`events_at`
+  and to it).  Several at one instant: :meth:`backlog_many` (one event; :meth:`backlog_arrays`
+  takes the same reports as arrays of hosts, counts and destinations) and :meth:`events_at`
   (backlog reports and give-ups one after the other, in one call: one kernel call with numba).
 - Rotation: the affected set ``A`` is traversed least-recently-granted first (ties: host id), and a
   sender's backlog group least-recently-granted destination first.  Every grant moves the sender
