@@ -441,7 +441,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
 
 
 @njit(cache=True)
-def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirty, rec):
+def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec, obuf):
     """Several give-ups and backlog reports at one instant, each handled as its own event exactly as
     one :func:`run_event` call per event with the bookkeeping of ``KernelScheduler._run`` between
     them (the waiting lists refreshed after an event that releases every slice in force or when
@@ -449,16 +449,25 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
     destination reported.
 
     ``ev``: number of events, then per event its kind (0 give-up, 1 backlog), host ``x``, count
-    ``m``, then for a give-up its destination, for a backlog ``m`` destinations.  ``n_active``:
-    senders in force before the batch.  ``rec`` (output): per grant ``(host, dest)`` and per hold
-    ``(host, -1)``, event after event, grants before holds (a larger copy is made when it is full).
-    Returns ``(CS, CE, ORD, rec, n_records)``.
+    ``m``, then for a give-up its destination, for a backlog ``m`` destinations.  ``st`` (in and
+    out): position of the next event in ``ev``, events left, senders in force, records written;
+    then, when 1 is returned, ``full``, ``n_waiting`` and the length of ``order`` for
+    :func:`refresh`.  ``rec`` (output, at least ``2 * (hosts + 2 * events)`` long: a batch grants
+    at most every host not in force at its start plus one per event, and holds at most one per
+    event): per grant ``(host, dest)`` and per hold ``(host, -1)``, event after event, grants
+    before holds.  ``obuf`` (at least ``hosts`` long): ``order`` for :func:`refresh`.
+
+    Returns 0 when every event is done, 1 when the waiting lists must be refreshed before the next
+    one: the caller calls :func:`refresh` (``order = obuf[:st[6]]``, ``nw = st[5]``, ``full =
+    st[4]``) and then this again.  (Returning only an int: the new arrays come back from
+    :func:`refresh`, not from every call.)
     """
-    nev = ev[0]
-    p = 1
+    p = st[0]
+    nrec = st[3]
+    n_active = st[2]
     io = np.empty(3 + 1 + 2 * ev.shape[0], np.int64)
-    nrec = 0
-    for _ in range(nev):
+    while st[1] > 0:
+        st[1] -= 1
         kind = ev[p]
         x = ev[p + 1]
         m = ev[p + 2]
@@ -510,9 +519,7 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
         ng = out[0]
         nh = out[1]
         if 2 * (nrec + ng + nh) > rec.shape[0]:
-            rec2 = np.empty(2 * rec.shape[0] + 2 * (ng + nh), np.int64)
-            rec2[:2 * nrec] = rec[:2 * nrec]
-            rec = rec2
+            raise ValueError("run_batch: rec too short")
         for j in range(ng):
             rec[2 * nrec] = out[2 + 2 * j]
             rec[2 * nrec + 1] = out[3 + 2 * j]
@@ -523,8 +530,18 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, n_active, max_dirt
             nrec += 1
         n_active += ng - (1 if kind == 0 and ntrig == 1 else 0)  # a give-up's sender was released
         if full or ctr[C_DIRTY] > max_dirty:
-            CS, CE, ORD = refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full)
-    return CS, CE, ORD, rec, nrec
+            st[0] = p
+            st[2] = n_active
+            st[3] = nrec
+            st[4] = full
+            st[5] = nw
+            st[6] = order.shape[0]
+            obuf[:order.shape[0]] = order
+            return 1
+    st[0] = p
+    st[2] = n_active
+    st[3] = nrec
+    return 0
 
 
 @njit(cache=True)
@@ -705,8 +722,8 @@ def warm_up() -> float:
     CS, CE, order = refresh(H, F, FP, LK, ctr, CS, CE, order, order, nw, 1)
     io = np.array([1, 0, 0, 0], np.int64)
     run_event(H, T, F, FP, LK, CS, CE, order, ctr, io, out, fl, 0)
-    run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), out, fl, 1, 0,
-              np.empty(4, np.int64))
+    run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), out, fl,
+              np.array([1, 1, 1, 0, 0, 0, 0], np.int64), 0, np.empty(16, np.int64), np.empty(n, np.int64))
     refresh(H, F, FP, LK, ctr, CS, CE, order, order[:0], 0, 0)
     backlog_of(H, F, 0, np.empty(n, np.int64))
     flows_to(H, F, 1)

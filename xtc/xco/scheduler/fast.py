@@ -449,7 +449,9 @@ class KernelScheduler(PyFastScheduler):
         self._out = np.zeros(3 * n + 4, np.int64)
         self._fl = np.zeros(n, np.int64)
         self._dbuf = np.zeros(n, np.int64)
-        self._rec = np.empty(64, np.int64)  # run_batch's records (grown by the kernel)
+        self._rec = np.empty(4 * n + 64, np.int64)  # run_batch's records (grown before a long batch)
+        self._st = np.zeros(7, np.int64)  # run_batch's position and counts
+        self._obuf = np.empty(n, np.int64)  # run_batch's order of the hosts for a refresh
 
     @property
     def res(self) -> list[int]:
@@ -558,11 +560,22 @@ class KernelScheduler(PyFastScheduler):
         takes it, ``flows`` destinations reported in all), after the slot boundary due if any."""
         due = self._active and self._slot_end is not None and self._slot_end <= t_us
         out = self.advance(t_us) if due else []
-        self._free_slots(flows)
-        self._CS, self._CE, self._ORD, rec, nrec = _kernel.run_batch(
-            self._H, self._T, self._F, self._FP, self._LK, self._CS, self._CE, self._ORD, self._ctr,
-            np.array(ev, np.int64), self._out, self._fl, len(self._active), self.max_dirty, self._rec)
-        self._rec = rec
+        if flows:
+            self._free_slots(flows)
+        K = _kernel
+        nev = ev[0]
+        rec = self._rec
+        if len(rec) < 2 * (self.n + 2 * nev):
+            rec = self._rec = np.empty(4 * (self.n + 2 * nev), np.int64)
+        st = self._st
+        st[:4] = (1, nev, len(self._active), 0)
+        eva = np.array(ev, np.int64)
+        H, F, FP, LK, ctr = self._H, self._F, self._FP, self._LK, self._ctr
+        while K.run_batch(H, self._T, F, FP, LK, self._CS, self._CE, self._ORD, ctr, eva, self._out, self._fl, st,
+                          self.max_dirty, rec, self._obuf):
+            self._CS, self._CE, self._ORD = K.refresh(H, F, FP, LK, ctr, self._CS, self._CE, self._ORD,
+                                                      self._obuf[:st[6]], st[5], st[4])
+        nrec = int(st[3])
         if nrec:
             r = rec[:2 * nrec].tolist()
             end = (t_us // self.slice_us + 1) * self.slice_us
