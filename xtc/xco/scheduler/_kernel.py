@@ -664,7 +664,7 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
     st[:] = 0
     # each list: its clean entries merged with its new ones
     CS2 = np.empty(L + 1, np.int64)
-    CE2 = np.empty((2, CE.shape[1] + NE.shape[1]), np.int64)
+    CE2 = np.empty((2, CS[L] + NE.shape[1]), np.int64)  # (unsliced: the lists end at CS2[L])
     o = 0
     for lk in range(L):
         CS2[lk] = o
@@ -690,7 +690,7 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
     for i in range(nd):
         H[H[i, H_DLIST], H_DIRTY] = 0
     ctr[C_DIRTY] = 0
-    return CS2, CE2[:, :o], ORD2
+    return CS2, CE2, ORD2
 
 
 def warm_up() -> float:
