@@ -151,6 +151,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
             (f,) = [f for f in agents[n].svc.core.flows if f.dest_host == r1]
             assert set(agents[n].svc.gate.queue) == set(agents[n].svc.core.flows)
             agents[n].svc.gate.offer(f, None)  # an endless sender towards r1
+        quiet0 = {n: (agents[n].svc.quiet_polls, agents[n].svc.gate.quiet_probes) for n in senders}
         t_start = time.time_ns() // 1000
         time.sleep(2.5)
         t_end = time.time_ns() // 1000
@@ -160,6 +161,13 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
             assert c.sent["backlog"] >= 1 and r1 in c.reported, n
             assert c.large == {r1} and svc_moved(agents[n]) == {r1}
             assert c.fail_opens == 0 and c.sent["register"] == 1 and c.received["ack"] > 5, (n, c.fail_opens, c.sent, c.dropped, c.received)
+            # An endless sender always has a queue: every read is a dump (not the quiet probe's),
+            # asked for directly (no probe) but the first (a read in progress at the offer: 1 more).
+            q, p = quiet0[n]
+            assert agents[n].svc.quiet_polls <= q + 1 and agents[n].svc.gate.quiet_probes <= p + 2, n
+        # The receiver's flows have nothing queued: its reads are the gate's quiet probes.
+        rsvc = agents["r1"].svc
+        assert rsvc.quiet_polls > 0.8 * rsvc.polls and rsvc.gate.counter_reads < 0.2 * rsvc.polls
         ivs = {n: [iv for iv in _open_intervals(agents[n].svc.gate, r1, t_end) if iv[0] >= t_start]
                for n in senders}
         for n in senders:

@@ -589,6 +589,12 @@ class AgentCore:
         queued = set(self._dest_np[q].tolist()) if q.size else set()
         return self._observed(now_us, out, queued, turned)
 
+    def observe_quiet(self, now_us: int) -> AgentOutput:
+        """:meth:`observe_counters` when the gate says nothing is queued in any class and no small
+        flow can have passed ``small_flow_bytes`` (:meth:`xtc.host.tcgate.TcGate.quiet`): the same
+        decisions, without the counters."""
+        return self._observed(now_us, self.tick(now_us), set(), False)
+
     def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool) -> AgentOutput:
         """Backlogs and give-ups from the destinations with something queued; a destination that
         ``turned`` large may have to close (the gate is synced only then: directives sync in tick)."""

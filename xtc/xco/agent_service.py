@@ -134,8 +134,12 @@ class AgentService(StopOnSignal):
         self.stop = False
         self.stop_signal: int | None = None
         self.gate_errors = 0
-        #: Counter reads so far.
+        #: Counter reads so far, and those of them answered by the gate's ``quiet`` probe (see :meth:`_poll`).
         self.polls = 0
+        self.quiet_polls = 0
+        self._quiet: Callable[[int | None], bool] | None = getattr(gate, "quiet", None)
+        self._idle = False  # the last dump found nothing queued in the agent's classes
+        self._headroom: int | None = None  # small_flow_bytes minus the most a small flow had sent
         #: (arrival_us, start_us, applied_us) of the last directives applied.
         self.directive_log: deque[tuple[int, int, int]] = deque(maxlen=100_000)
         self._installed = False
@@ -230,8 +234,22 @@ class AgentService(StopOnSignal):
         self.core.notes.clear()
 
     def _poll(self) -> None:
+        """Read the gate's counters and let the core observe them.
+
+        A gate with a ``quiet(headroom_bytes)`` probe (:meth:`xtc.host.tcgate.TcGate.quiet`: one
+        message about the root instead of a dump of every class) is asked first while the last
+        read found nothing queued in the agent's classes: when nothing is queued under the root
+        and no small flow can have passed ``small_flow_bytes`` (the headroom: the threshold minus
+        the most a small flow had sent at the last read), the core observes exactly that
+        (:meth:`AgentCore.observe_quiet`) and the dump is skipped.  While something is queued the
+        dump is read directly (no probe)."""
         core = self.core
         try:
+            if self._idle and self._quiet is not None and self._quiet(self._headroom):
+                self.polls += 1
+                self.quiet_polls += 1
+                self._apply(core.observe_quiet(self.clock_us()))
+                return
             sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
             from xtc.daemon.logs import event
@@ -240,6 +258,8 @@ class AgentService(StopOnSignal):
             event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
             return
         self.polls += 1
+        self._idle = not (backlog_bytes.any() or backlog_packets.any())
+        self._headroom = max(0, core.small_flow_bytes - int(small_sent.max())) if len(small_sent) else None
         self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets, small_sent))
 
     def next_poll_us(self, now_us: int) -> int:
