@@ -306,11 +306,13 @@ class AgentService(StopOnSignal):
         sel = selectors.SelectSelector()  # one socket; select() sleeps to the microsecond, epoll to the ms
         sel.register(sock, selectors.EVENT_READ)
         next_poll = self.clock_us()
+        readable = True
         try:
             while not self.stop:
                 # Datagrams first: after a late wake-up, an answer waiting in the socket must be
-                # heard before the fail-open check of the next tick or poll.
-                for _ in range(64):
+                # heard before the fail-open check of the next tick or poll.  A wake-up of the
+                # timer (select saw nothing) skips the read (a recvfrom and its EAGAIN exception).
+                for _ in range(64 if readable else 0):
                     try:
                         data, addr = sock.recvfrom(P.MAX_DATAGRAM + 1)
                     except (BlockingIOError, InterruptedError):
@@ -338,8 +340,9 @@ class AgentService(StopOnSignal):
                 if until_us is not None:
                     wake = min(wake, until_us)
                 try:  # never less than 50 us: at a real-time priority a spin would starve the host
-                    sel.select(min(max(50, wake - now) / 1e6, 0.5))
+                    readable = bool(sel.select(min(max(50, wake - now) / 1e6, 0.5)))
                 except InterruptedError:
+                    readable = True
                     continue
         finally:
             sel.close()
