@@ -2,7 +2,8 @@
 
 :class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
 (others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
-until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
+until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`;
+a gate's ``quiet`` probe first when nothing was queued: :meth:`AgentService._poll`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).
 Destination states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
