@@ -360,3 +360,27 @@ def test_with_a_shared_key_only_agents_holding_it_are_welcomed_and_scheduled(tmp
         for a in agents.values():
             a.stop()
         ctl.kill()
+
+
+def test_a_failing_quiet_probe_falls_back_to_dumps(tmp_path):
+    """The gate's quiet probe is an optimisation: when it fails, the error is counted and every
+    read is a dump from then on (backlogs still seen)."""
+    from xtc.xco.gate import GateError
+
+    class BadProbe(MemoryGate):
+        def quiet(self, headroom_bytes=None):
+            self.quiet_probes += 1
+            raise GateError("probe refused")
+
+    (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    cfg = loads_agent_config(_agent_text("s1", _free_port()), base_dir=tmp_path)
+    gate = BadProbe()
+    svc = AgentService(cfg, gate)
+    svc.open()
+    try:
+        for _ in range(4):
+            svc._poll()
+        assert gate.quiet_probes == 1 and svc.gate_errors == 1 and svc._quiet is None
+        assert gate.counter_reads == 4 and svc.polls == 4 and svc.quiet_polls == 0
+    finally:
+        svc.close()

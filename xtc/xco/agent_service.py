@@ -243,14 +243,25 @@ class AgentService(StopOnSignal):
         and no small flow can have passed ``small_flow_bytes`` (the headroom: the threshold minus
         the most a small flow had sent at the last read), the core observes exactly that
         (:meth:`AgentCore.observe_quiet`) and the dump is skipped.  While something is queued the
-        dump is read directly (no probe)."""
+        dump is read directly (no probe).  A probe that fails is logged (``gate_error``, op
+        ``quiet``) and not asked again: every read is then a dump."""
         core = self.core
-        try:
-            if self._idle and self._quiet is not None and self._quiet(self._headroom):
+        if self._idle and self._quiet is not None:
+            try:
+                quiet = self._quiet(self._headroom)
+            except GateError as e:  # the probe is an optimisation: without it, every read is a dump
+                from xtc.daemon.logs import event
+
+                self.gate_errors += 1
+                self._quiet = None
+                event(log, logging.ERROR, "gate_error", op="quiet", error=str(e))
+                quiet = False
+            if quiet:
                 self.polls += 1
                 self.quiet_polls += 1
                 self._apply(core.observe_quiet(self.clock_us()))
                 return
+        try:
             sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
             from xtc.daemon.logs import event
