@@ -43,6 +43,9 @@ class MemoryGate:
         self.history: list[tuple[int, int, int]] = []
         self.set_calls = 0
         self.counter_reads = 0
+        self.quiet_probes = 0
+        self.total_sent = 0  # every class's bytes (what the root would count)
+        self._quiet_base: int | None = None
         self._last_us: int | None = None
         self._lock = threading.Lock()
 
@@ -171,6 +174,20 @@ class MemoryGate:
                 n = min(n, self.queue[f])
                 self.queue[f] -= n
             self.sent[f.dest_host if f in self.moved else f] += int(n)
+            self.total_sent += int(n)
+
+    def quiet(self, headroom_bytes=None):
+        """As :meth:`xtc.host.tcgate.TcGate.quiet`: nothing queued anywhere and, with
+        ``headroom_bytes``, at most that many bytes sent since the last probe that said False."""
+        with self._lock:
+            self._drain()
+            self.quiet_probes += 1
+            queued = any(q > 0 for q in self.queue.values()) or bool(self.endless)
+            base = self._quiet_base
+            if not queued and base is not None and (headroom_bytes is None or self.total_sent - base <= headroom_bytes):
+                return True
+            self._quiet_base = self.total_sent
+            return False
 
     def open_dests(self) -> set[int]:
         return {d for d, s in self.state.items() if s != CLOSED}

@@ -754,3 +754,41 @@ def test_u32_keys_match_source_and_destination() -> None:
     f6 = Flow(ipaddress.ip_address("2001:db8::1"), ipaddress.ip_address("2001:db8::2"), 1)
     keys = tcgate._u32_keys(f6)
     assert len(keys) == 8 and keys[0] == "0x20010db8/0xffffffff+8" and keys[7] == "0x00000002/0xffffffff+36"
+
+
+@root
+def test_quiet_probe_sees_a_held_queue_and_a_small_flows_bytes(lab: Lab) -> None:
+    """TcGate.quiet: True only when nothing is queued under the root and the root let out at most
+    the headroom since the last probe that said False."""
+    gate = lab.gate()
+    try:
+        gate.install()
+        lab.hold(gate, CLOSED)  # SRC -> DST: large, held
+        small = Flow(ipaddress.ip_address(OTHER_SRC), ipaddress.ip_address(DST), 1)
+        gate.add_flow(small)
+        assert gate.quiet() is False  # no base yet: read the classes
+        assert gate.quiet() is True and gate.quiet(10 * FRAME) is True
+        sock, other = udp_sender(lab.snd), udp_sender(lab.snd, OTHER_SRC)
+        with receiver(lab.rcv) as rx:
+            send(sock, 20)  # held (but the first frames of the closed burst): queued under the root
+            time.sleep(0.05)
+            assert gate.counters((1,), (small,))[2][0] > 0
+            assert gate.quiet() is False and gate.quiet() is False
+            gate.set_states({1: OPEN})
+            assert wait_for(lambda: rx.count() == 20)
+            assert gate.quiet() is True  # nothing queued, no headroom asked
+            assert gate.quiet(1000) is False  # the 20 held frames left since the base: base moved here
+            assert gate.quiet(1000) is True  # (1000: room for a stray frame of the kernel's)
+            send(other, 10)  # the small flow sends 10 frames, unheld
+            assert wait_for(lambda: rx.count() == 30)
+            assert gate.quiet(None) is True  # nothing queued, no headroom asked
+            assert gate.quiet(10 * FRAME + 10_000) is True
+            assert gate.quiet(10 * FRAME - 1) is False  # it may have passed its threshold
+            assert gate.quiet(1000) is True  # base moved to that probe
+        sock.close()
+        other.close()
+    finally:
+        gate.restore()
+        gate.close()
+    with pytest.raises(GateError, match="not installed"):
+        gate.quiet()

@@ -591,3 +591,57 @@ def test_an_idle_host_the_controller_dropped_registers_again_and_its_senders_get
             net.run(s.host, net.agents[s.host].handle(s.data, t), t)
         s1.tick(t)
     assert s1.dest == r1
+
+
+def test_directives_every_slice_need_no_heartbeat_but_an_unacked_report_gets_one_within_a_slice():
+    """While directives keep coming a waiting host heartbeats every heartbeat interval only (the
+    directives say the controller is there); a backlog or give-up sent has a heartbeat within a
+    slice, whose ack finds it if it was lost."""
+    topo, core, ctl = _welcomed()
+    t = NOW + 1_000
+    (rep,) = _msgs(core.observe(t, *_stats(core, sent=SMALL + 1, backlog={5})))
+    assert isinstance(rep, P.Backlog) and core.next_deadline_us() <= t + SLICE
+    beats = []
+
+    def take(out, at):
+        for m in _msgs(out):
+            if isinstance(m, P.Heartbeat):  # acked at once, holding 5
+                beats.append(at)
+                core.handle(ctl(P.Ack, at + 100, seq=m.header.seq, backlog=(5,)), at + 100)
+
+    for k in range(1, 30):  # a directive every slice, 500 us ahead
+        u = t + k * SLICE
+        take(core.handle(ctl.slice(u - 500, 1 + k % 5, u), u - 500), u - 500)
+        take(core.tick(u), u)
+    assert beats[0] <= t + SLICE  # the report's heartbeat
+    assert len(beats) <= 2 + (29 * SLICE) // HB  # then one every heartbeat interval (before: every slice)
+    # A give-up sent has its heartbeat within a slice too.
+    u = t + 30 * SLICE
+    core.observe(u, *_stats(core, sent=SMALL + 1))
+    (g,) = _msgs(core.observe(u + GIVEUP, *_stats(core, sent=SMALL + 1)))
+    assert isinstance(g, P.GiveUp) and core.next_deadline_us() <= u + GIVEUP + SLICE
+    assert core.under_control and not core.failed_open
+
+
+def test_observe_quiet_decides_as_empty_counters_do():
+    """observe_quiet (the gate says nothing is queued, no small flow grown) = observe_counters
+    with zero queues and small flows' bytes unchanged: backlog, give-up and fail-open alike."""
+    cores = [_welcomed()[1] for _ in range(2)]
+    t = NOW + 1_000
+    outs = []
+    for k, core in enumerate(cores):
+        dests, small = core.dests, core.small_flows
+        big = np.full(len(dests), 0, dtype=np.int64)
+        q = np.array([3000 if d == 5 else 0 for d in dests], dtype=np.int64)
+        grown = np.full(len(small), SMALL + 1, dtype=np.int64)
+        out = core.observe_counters(t, big, q, (q > 0).astype(np.int64), grown)  # 5 large and reported
+        seq = [[P.decode(d) for d in out.sends], dict(out.states)]
+        small = core.small_flows
+        for u in range(t + 500, t + 5 * SLICE, 500):
+            zeros = np.zeros(len(dests), dtype=np.int64)
+            out = (core.observe_quiet(u) if k else
+                   core.observe_counters(u, zeros, zeros, zeros, np.zeros(len(small), dtype=np.int64)))
+            seq.append(([(type(m).__name__, getattr(m, "dest", None)) for m in _msgs(out)], dict(out.states)))
+        outs.append((seq[2:], core.reported, core.failed_open, core.states))
+    assert outs[0] == outs[1]
+    assert ("GiveUp", 5) in [m for s, _ in outs[0][0] for m in s] and outs[0][1] == set()

@@ -151,6 +151,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
             (f,) = [f for f in agents[n].svc.core.flows if f.dest_host == r1]
             assert set(agents[n].svc.gate.queue) == set(agents[n].svc.core.flows)
             agents[n].svc.gate.offer(f, None)  # an endless sender towards r1
+        quiet0 = {n: (agents[n].svc.quiet_polls, agents[n].svc.gate.quiet_probes) for n in senders}
         t_start = time.time_ns() // 1000
         time.sleep(2.5)
         t_end = time.time_ns() // 1000
@@ -160,6 +161,13 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
             assert c.sent["backlog"] >= 1 and r1 in c.reported, n
             assert c.large == {r1} and svc_moved(agents[n]) == {r1}
             assert c.fail_opens == 0 and c.sent["register"] == 1 and c.received["ack"] > 5, (n, c.fail_opens, c.sent, c.dropped, c.received)
+            # An endless sender always has a queue: every read is a dump (not the quiet probe's),
+            # asked for directly (no probe) but the first (a read in progress at the offer: 1 more).
+            q, p = quiet0[n]
+            assert agents[n].svc.quiet_polls <= q + 1 and agents[n].svc.gate.quiet_probes <= p + 2, n
+        # The receiver's flows have nothing queued: its reads are the gate's quiet probes.
+        rsvc = agents["r1"].svc
+        assert rsvc.quiet_polls > 0.8 * rsvc.polls and rsvc.gate.counter_reads < 0.2 * rsvc.polls
         ivs = {n: [iv for iv in _open_intervals(agents[n].svc.gate, r1, t_end) if iv[0] >= t_start]
                for n in senders}
         for n in senders:
@@ -352,3 +360,27 @@ def test_with_a_shared_key_only_agents_holding_it_are_welcomed_and_scheduled(tmp
         for a in agents.values():
             a.stop()
         ctl.kill()
+
+
+def test_a_failing_quiet_probe_falls_back_to_dumps(tmp_path):
+    """The gate's quiet probe is an optimisation: when it fails, the error is counted and every
+    read is a dump from then on (backlogs still seen)."""
+    from xtc.xco.gate import GateError
+
+    class BadProbe(MemoryGate):
+        def quiet(self, headroom_bytes=None):
+            self.quiet_probes += 1
+            raise GateError("probe refused")
+
+    (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    cfg = loads_agent_config(_agent_text("s1", _free_port()), base_dir=tmp_path)
+    gate = BadProbe()
+    svc = AgentService(cfg, gate)
+    svc.open()
+    try:
+        for _ in range(4):
+            svc._poll()
+        assert gate.quiet_probes == 1 and svc.gate_errors == 1 and svc._quiet is None
+        assert gate.counter_reads == 4 and svc.polls == 4 and svc.quiet_polls == 0
+    finally:
+        svc.close()

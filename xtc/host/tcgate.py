@@ -52,7 +52,10 @@ the wake frame (and drain frames), then reads the errors already queued and name
 each (with the kernel's extended-ACK text).  Stats are one ``RTM_GETTCLASS`` dump of the root's
 classes, decoded here (:func:`decode_class_counters`: each HTB class's bytes/packets sent, and
 its leaf's queue length and backlog); :meth:`TcGate.counters` (the agent's poll) decodes the same
-dump by word offsets learnt once (:class:`CounterTable`) into arrays.
+dump by word offsets learnt once (:class:`CounterTable`) into arrays.  :meth:`TcGate.quiet` (asked
+before a poll's dump while the last found nothing queued) reads the HTB root alone, one
+``RTM_GETQDISC`` with ``NLM_F_ECHO``: nothing queued under it and few bytes let out since the last
+dump, and the dump can be skipped.
 
 Measured on this 2-core host with one class per flow (the shape before), shared and loaded (load
 average 7-9; ``python -m xtc_lab.xco.gate_bench``, 64 classes, veth): class + filter set-up p50
@@ -65,7 +68,8 @@ with ``setns``), so every operation happens there.
 
 Public API
 ----------
-TcGate(ifname, *, link_bps, netns=None, ...)
+TcGate(ifname, *, link_bps, netns=None, ...)  (install, add_dest, add_flow, move_to_dest, set_states,
+    counters, quiet, stats, restore, close)
 cleanup(ifname, netns=None) -> bool
 ROOT_HANDLE
 """
@@ -298,6 +302,7 @@ def decode_class_dump(buf: bytes | memoryview) -> list[_TcObject]:
 _CLASS_HEAD = struct.Struct("=IH10x8xII4x")  # nlmsghdr len, type; tcmsg handle, parent
 _U32X2 = struct.Struct("=II")
 _QI = struct.Struct("=QI")
+_U64 = struct.Struct("=Q")
 
 
 def _class_stats2(buf: bytes | memoryview, qdisc: int) -> Iterator[tuple[int, int, dict[int, tuple[int, int]]]]:
@@ -420,6 +425,22 @@ class CounterTable:
         return v[n : 2 * n] | (v[2 * n : 3 * n] << 32), v[4 * n :], v[3 * n : 4 * n]
 
 
+def _root_counter_offsets(buf: bytes | bytearray, off: int, mlen: int) -> tuple[int, int]:
+    """Offsets (from the message's start) of the sent bytes (u64) and of the queue length and
+    backlog (two u32) in one RTM_NEWQDISC message's TCA_STATS2."""
+    basic = queue = -1
+    for atype, a, b in _attrs(buf, off + 36, off + mlen):
+        if atype == TCA_STATS2:
+            for stype, c, d in _attrs(buf, a, b):
+                if stype == TCA_STATS_BASIC and d - c >= 8:
+                    basic = c - off
+                elif stype == TCA_STATS_QUEUE and d - c >= 8:
+                    queue = c - off
+    if basic < 0 or queue < 0:
+        raise GateError("netlink: root qdisc without byte or queue counters")
+    return basic, queue
+
+
 # --------------------------------------------------------------------------- namespaces
 
 _T = TypeVar("_T")
@@ -455,6 +476,7 @@ class _Rtnl:
         self.sock.bind((0, 0))
         self.seq = 1
         self._buf = bytearray(1 << 20)
+        self._root_layout: dict[int, tuple[int, int]] = {}  # read_root_counters: length -> offsets
 
     def next_seq(self) -> int:
         self.seq = (self.seq + 1) & 0x7FFF_FFFF or 1
@@ -528,6 +550,32 @@ class _Rtnl:
                             if atype == NLMSGERR_ATTR_MSG:
                                 text = bytes(buf[a:b]).rstrip(b"\0").decode("utf-8", "replace")
                         out[seq] = (-err, text)
+                off += _align4(mlen)
+
+    def read_root_counters(self, seq: int) -> tuple[int, int, int]:
+        """The answer to an ``RTM_GETQDISC`` of one qdisc sent with ``seq`` and ``NLM_F_ECHO``:
+        its ``(sent bytes, queue length, backlog bytes)`` (other messages queued are skipped)."""
+        buf = self._buf
+        while True:
+            n = self.sock.recv_into(buf)
+            off = 0
+            while off + 16 <= n:
+                mlen, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
+                if mlen < 16:
+                    break
+                if mseq == seq:
+                    if mtype == NLMSG_ERROR:
+                        (err,) = _ERR.unpack_from(buf, off + 16)
+                        raise OSError(-err, os.strerror(-err))
+                    if mtype == RTM_NEWQDISC:
+                        # where the counters lie, learnt once per message length (the layout of
+                        # one qdisc's message stays while its options do)
+                        at = self._root_layout.get(mlen)
+                        if at is None:
+                            at = self._root_layout[mlen] = _root_counter_offsets(buf, off, mlen)
+                        (sent,) = _U64.unpack_from(buf, off + at[0])
+                        qlen, backlog = _U32X2.unpack_from(buf, off + at[1])
+                        return sent, qlen, backlog
                 off += _align4(mlen)
 
     def dump(self, msg_type: int, ifindex: int, parent: int = 0) -> bytes:
@@ -754,6 +802,9 @@ class TcGate:
         self._plans: dict[tuple, _Plan] = {}  # set_states' argument -> its batch
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
         self._original: _TcObject | None = None
+        #: quiet(): the root's sent bytes at the last probe that said "read the classes"
+        self._root_sent_base: int | None = None
+        self._get_root: bytearray | None = None
         self._installed = False
         self._closed = False
         if self.open_burst_bytes < self.closed_burst_bytes:
@@ -1192,6 +1243,44 @@ class TcGate:
         n = len(dests)
         return sent[:n], bb[:n], bp[:n], sent[n:]
 
+    def quiet(self, headroom_bytes: int | None = None) -> bool:
+        """Whether a class dump can be skipped: True when nothing at all is queued under the gate's
+        root (its HTB qdisc counts every class's packets) and, with ``headroom_bytes``, the root
+        has let out at most that many bytes since the last probe that returned False.
+
+        One ``RTM_GETQDISC`` of the root (``NLM_F_ECHO``: one message back, about 19 us of thread
+        CPU against 55 us for the class dump and 25 us more to decode it, 64 flows, veth).  The
+        agent asks before each counter read: when True every class has nothing queued, and no
+        small flow can have passed its threshold if ``headroom_bytes`` is the threshold minus the
+        most any small flow had sent at the last :meth:`counters` (every byte a class lets out
+        the root lets out too; wake and drain frames count, which can only ask for a read more).
+        When False, the caller reads :meth:`counters` (the base for the next headroom is this
+        probe's, taken before that read: bytes sent in between are counted twice, never missed).
+
+        Raises
+        ------
+        GateError
+            The gate is not installed, or the kernel refused.
+        """
+        self._require_installed()
+        nl = self._nl
+        req = self._get_root
+        if req is None:  # prebuilt once; its sequence number patched per call
+            req = self._get_root = bytearray(_encode_plain(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ECHO, 0, self.ifindex,
+                                                           ROOT_HANDLE, TC_H_ROOT))
+        seq = nl.next_seq()
+        _SEQ.pack_into(req, 8, seq)
+        try:
+            nl.sock.send(req)
+            sent, qlen, backlog = nl.read_root_counters(seq)
+        except OSError as e:
+            raise self._fail("get root qdisc", e.errno or 0, "") from None
+        base = self._root_sent_base
+        if qlen == 0 and backlog == 0 and base is not None and (headroom_bytes is None or sent - base <= headroom_bytes):
+            return True
+        self._root_sent_base = sent
+        return False
+
     def states(self) -> dict[int, int]:
         """The state each destination is in, as last set."""
         return {d: e.state for d, e in self._dests.items()}
@@ -1208,6 +1297,7 @@ class TcGate:
             raise GateError(f"{self._where}: gate closed before restore; run cleanup()")
         self._delete_root()
         self._installed = False
+        self._root_sent_base = None
         self._flows.clear()
         self._dests.clear()
         self._cache.clear()

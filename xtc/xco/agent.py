@@ -29,8 +29,11 @@ core's states, backlogs and decisions are per destination.  The rules (docs/xco.
   which no rate is in force or pending (a rate directive lost) has it reported again.
 - **Heartbeats and acks**: the controller answers every heartbeat with an ack carrying this
   host's backlog as it holds it.  While this host waits for the controller (a reported backlog or
-  a destination in force) it sends a heartbeat every slice (else every ``heartbeat_interval_us``);
-  an ack that lacks a destination reported before the heartbeat (a report lost, or refused because
+  a destination in force) it sends a heartbeat after each silent slice (nothing heard for a slice
+  and a quarter, at most 500 us more: directives a slice apart, a little late, are not silence);
+  a backlog or give-up sent has a heartbeat within a slice until an ack covers it; else one every
+  ``heartbeat_interval_us`` (before, a waiting host heartbeated every slice even while directives
+  came every slice: a datagram each way and two wake-ups a slice).  An ack that lacks a destination reported before the heartbeat (a report lost, or refused because
   the destination had not registered yet) has it reported again, and one that holds a destination
   given up before the heartbeat has the give-up sent again.
 - **Fail open**: while waiting, when nothing at all has come from the controller for
@@ -213,6 +216,8 @@ class AgentCore:
         self._first_unanswered_us: int | None = None  # the first heartbeat sent since last_heard_us
         self._last_heartbeat_us = now_us
         self._changed_seq: dict[int, int] = {}  # destination -> seq of its last backlog or give-up
+        self._last_change_seq = 0  # seq of the last backlog or give-up sent
+        self._acked_seq = 0        # seq of the last heartbeat acked
         self.failed_open = False
         self.failed_open_since_us: int | None = None  # when the last fail-open began
         # schedule
@@ -263,20 +268,32 @@ class AgentCore:
         return self._msg(P.Heartbeat, now_us)
 
     def _heartbeat_period_us(self) -> int:
-        if self._waiting():
+        """A slice while a backlog or give-up sent is not yet covered by an ack (what acks find
+        lost); else ``heartbeat_interval_us`` (a silent slice while waiting heartbeats too: see
+        :meth:`next_deadline_us`)."""
+        if self._last_change_seq > self._acked_seq:
             return min(self.heartbeat_interval_us, self.slice_us)
         return self.heartbeat_interval_us
+
+    def _changed(self, now_us: int) -> None:
+        """A backlog or give-up was just sent: a heartbeat within a slice, so that its ack finds it
+        if it was lost."""
+        self._last_change_seq = self._seq
+        if self._next_heartbeat_us is not None and self.slice_us > 0:
+            self._next_heartbeat_us = min(self._next_heartbeat_us, now_us + min(self.heartbeat_interval_us, self.slice_us))
 
     def _backlog(self, now_us: int, dests: tuple[int, ...]) -> bytes:
         d = self._msg(P.Backlog, now_us, dests=dests)
         for x in dests:
             self._changed_seq[x] = self._seq
+        self._changed(now_us)
         return d
 
     def _giveup(self, now_us: int, dest: int) -> bytes:
         self.last_giveup_us = now_us
         d = self._msg(P.GiveUp, now_us, dest=dest)
         self._changed_seq[dest] = self._seq
+        self._changed(now_us)
         return d
 
     # -- state ---------------------------------------------------------------------------------------
@@ -310,6 +327,11 @@ class AgentCore:
                 out[self.dests[i]] = want
         return out
 
+    def _quiet_us(self) -> int:
+        """Silence after which a waiting host heartbeats: a slice and a quarter (at most 500 us
+        more), so that directives a slice apart, a little late, do not each bring a heartbeat."""
+        return self.slice_us + min(self.slice_us // 4, 500)
+
     def _waiting(self) -> bool:
         """Something here depends on the controller: a reported backlog or a destination in force."""
         return bool(self.reported) or self.dest is not None or any(self.rates.values())
@@ -327,7 +349,7 @@ class AgentCore:
                 t = self._last_register_us + self.register_interval_us
             elif self._waiting():
                 # a heartbeat after a slice of silence, at most one a slice
-                t = min(t, max(self.last_heard_us, self._last_heartbeat_us) + self.slice_us)
+                t = min(t, max(self.last_heard_us + self._quiet_us(), self._last_heartbeat_us + self.slice_us))
                 if self._first_unanswered_us is not None:
                     t = min(t, max(self.last_heard_us + self.fail_open_slices * self.slice_us,
                                    self._first_unanswered_us + self.slice_us))
@@ -374,7 +396,7 @@ class AgentCore:
                     self._fail_open(now_us, silent)
                     out.sends.append(self._register(now_us))  # a restarted controller answers at once
                 elif now_us >= self._next_heartbeat_us or (
-                        silent >= self.slice_us and now_us - self._last_heartbeat_us >= self.slice_us):
+                        silent >= self._quiet_us() and now_us - self._last_heartbeat_us >= self.slice_us):
                     out.sends.append(self._heartbeat(now_us))
             else:
                 # Idle: nothing held waits for the controller, so no fail-open; but a heartbeat
@@ -476,6 +498,7 @@ class AgentCore:
                 self._next_heartbeat_us = now_us + self.heartbeat_interval_us
                 self.notes.append(("welcomed", {"session": h.session, "slice_us": m.slice_us, "mode": m.mode}))
         elif isinstance(m, P.Ack):
+            self._acked_seq = max(self._acked_seq, m.seq)
             if self.welcomed and not restarted:
                 held = set(m.backlog)
                 older = self._changed_seq.get
@@ -565,6 +588,12 @@ class AgentCore:
         q = np.flatnonzero(self._large_np & ((backlog_bytes > 0) | (backlog_packets > 0)))
         queued = set(self._dest_np[q].tolist()) if q.size else set()
         return self._observed(now_us, out, queued, turned)
+
+    def observe_quiet(self, now_us: int) -> AgentOutput:
+        """:meth:`observe_counters` when the gate says nothing is queued in any class and no small
+        flow can have passed ``small_flow_bytes`` (:meth:`xtc.host.tcgate.TcGate.quiet`): the same
+        decisions, without the counters."""
+        return self._observed(now_us, self.tick(now_us), set(), False)
 
     def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool) -> AgentOutput:
         """Backlogs and give-ups from the destinations with something queued; a destination that

@@ -2,7 +2,8 @@
 
 :class:`AgentService` binds a UDP socket, takes datagrams only from the controller's address
 (others are dropped and counted, reason ``address``), reads the gate's counters (every ``poll_us``
-until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`)
+until welcomed, then at most once per slice, just before a slot boundary: :meth:`AgentService.next_poll_us`;
+a gate's ``quiet`` probe first when nothing was queued: :meth:`AgentService._poll`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).
 Destination states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
@@ -134,8 +135,12 @@ class AgentService(StopOnSignal):
         self.stop = False
         self.stop_signal: int | None = None
         self.gate_errors = 0
-        #: Counter reads so far.
+        #: Counter reads so far, and those of them answered by the gate's ``quiet`` probe (see :meth:`_poll`).
         self.polls = 0
+        self.quiet_polls = 0
+        self._quiet: Callable[[int | None], bool] | None = getattr(gate, "quiet", None)
+        self._idle = False  # the last dump found nothing queued in the agent's classes
+        self._headroom: int | None = None  # small_flow_bytes minus the most a small flow had sent
         #: (arrival_us, start_us, applied_us) of the last directives applied.
         self.directive_log: deque[tuple[int, int, int]] = deque(maxlen=100_000)
         self._installed = False
@@ -230,7 +235,32 @@ class AgentService(StopOnSignal):
         self.core.notes.clear()
 
     def _poll(self) -> None:
+        """Read the gate's counters and let the core observe them.
+
+        A gate with a ``quiet(headroom_bytes)`` probe (:meth:`xtc.host.tcgate.TcGate.quiet`: one
+        message about the root instead of a dump of every class) is asked first while the last
+        read found nothing queued in the agent's classes: when nothing is queued under the root
+        and no small flow can have passed ``small_flow_bytes`` (the headroom: the threshold minus
+        the most a small flow had sent at the last read), the core observes exactly that
+        (:meth:`AgentCore.observe_quiet`) and the dump is skipped.  While something is queued the
+        dump is read directly (no probe).  A probe that fails is logged (``gate_error``, op
+        ``quiet``) and not asked again: every read is then a dump."""
         core = self.core
+        if self._idle and self._quiet is not None:
+            try:
+                quiet = self._quiet(self._headroom)
+            except GateError as e:  # the probe is an optimisation: without it, every read is a dump
+                from xtc.daemon.logs import event
+
+                self.gate_errors += 1
+                self._quiet = None
+                event(log, logging.ERROR, "gate_error", op="quiet", error=str(e))
+                quiet = False
+            if quiet:
+                self.polls += 1
+                self.quiet_polls += 1
+                self._apply(core.observe_quiet(self.clock_us()))
+                return
         try:
             sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
@@ -240,6 +270,8 @@ class AgentService(StopOnSignal):
             event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
             return
         self.polls += 1
+        self._idle = not (backlog_bytes.any() or backlog_packets.any())
+        self._headroom = max(0, core.small_flow_bytes - int(small_sent.max())) if len(small_sent) else None
         self._apply(core.observe_counters(self.clock_us(), sent, backlog_bytes, backlog_packets, small_sent))
 
     def next_poll_us(self, now_us: int) -> int:
@@ -286,11 +318,13 @@ class AgentService(StopOnSignal):
         sel = selectors.SelectSelector()  # one socket; select() sleeps to the microsecond, epoll to the ms
         sel.register(sock, selectors.EVENT_READ)
         next_poll = self.clock_us()
+        readable = True
         try:
             while not self.stop:
                 # Datagrams first: after a late wake-up, an answer waiting in the socket must be
-                # heard before the fail-open check of the next tick or poll.
-                for _ in range(64):
+                # heard before the fail-open check of the next tick or poll.  A wake-up of the
+                # timer (select saw nothing) skips the read (a recvfrom and its EAGAIN exception).
+                for _ in range(64 if readable else 0):
                     try:
                         data, addr = sock.recvfrom(P.MAX_DATAGRAM + 1)
                     except (BlockingIOError, InterruptedError):
@@ -318,8 +352,9 @@ class AgentService(StopOnSignal):
                 if until_us is not None:
                     wake = min(wake, until_us)
                 try:  # never less than 50 us: at a real-time priority a spin would starve the host
-                    sel.select(min(max(50, wake - now) / 1e6, 0.5))
+                    readable = bool(sel.select(min(max(50, wake - now) / 1e6, 0.5)))
                 except InterruptedError:
+                    readable = True
                     continue
         finally:
             sel.close()
