@@ -72,6 +72,27 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
     )
 
 
+#: The VR columns :func:`plan_router` reads (through :func:`_vr_obs` and :func:`_vr_policy`) or writes:
+#: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
+_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated", "sla_weight",
+              "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
+              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
+
+
+def _plan_key(settings: Settings, r: dict[str, Any], act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple:
+    """Everything a router's plan depends on but the time, as one comparable value."""
+    return (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s,
+            tuple((n, tuple(rows[n][c] for c in _PLAN_COLS)) for n in sorted(rows)))
+
+
+def _timeless(act: ActivationState, rows: dict[str, dict[str, Any]]) -> bool:
+    """True if no policy timer runs (no activation pending, no VR's misbehaviour timer started): a plan of
+    these inputs then does not depend on the time (:func:`~xtc.policer.policy.activation_step` and
+    :func:`~xtc.policer.policy.misbehaviour_step` read the time only to start a timer or to compare one)."""
+    return act.pending_since_s is None and all(
+        row["punish_bad_since_s"] is None and row["punish_good_since_s"] is None for row in rows.values())
+
+
 def _vr_obs(row: dict[str, Any]) -> VrObs:
     return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["measured_pps"],
                  row["offered_pps"], row["saturated"])
@@ -132,6 +153,13 @@ class Engine:
         self.sampled = 0
         self.listed = 0
         self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
+        #: router -> the inputs (:func:`_plan_key`) of its last plan, if that plan was a fixed point that
+        #: no time can change (nothing to save, send or record, no timer running): the same inputs
+        #: again give the same nothing, and the router is not planned.
+        self._fixed: dict[str, tuple] = {}
+        #: Routers measured whose plan was skipped that way, and routers planned (since the start).
+        self.plans_skipped = 0
+        self.planned = 0
         self._cmds_done: dict[str, float] = {}  # router -> when its last commands' replies arrived (monotonic)
         self.batch_size = batch_size
         self.is_leader = is_leader
@@ -265,6 +293,8 @@ class Engine:
         for gone in set(self._vr_sets) - names:
             self._vr_sets.pop(gone, None)
             self._cmds_done.pop(gone, None)
+        for gone in set(self._fixed) - names:
+            self._fixed.pop(gone, None)
         for gone in set(self._measured_at) - names:
             self._measured_at.pop(gone, None)
         if wait:
@@ -373,6 +403,12 @@ class Engine:
                 continue
             act, rows = states[name]
             act = ActivationState(act.on, _not_after(act.pending_since_s, now))
+            key = _plan_key(settings, r, act, rows)
+            if self._fixed.get(name) == key:  # the same inputs as a plan that changed nothing: the same again
+                self.plans_skipped += 1
+                finished.append((name, t0))
+                continue
+            self.planned += 1
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
                 vrs={n: _vr_obs(row) for n, row in rows.items()},
@@ -393,6 +429,11 @@ class Engine:
                 per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
                              "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
                              "wanted_setpoint_pps": want[1]}
+            if (not per_vr and not plan.commands and not plan.events and plan.activation == act
+                    and _timeless(act, rows)):
+                self._fixed[name] = key
+            else:
+                self._fixed.pop(name, None)
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
             if plan.commands:
                 sends.append((r, list(plan.commands), t0))
