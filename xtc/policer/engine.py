@@ -33,6 +33,7 @@ import collections
 import itertools
 import logging
 import math
+import operator
 import queue
 import threading
 import time
@@ -77,12 +78,13 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
 _PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated", "sla_weight",
               "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
               "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
+_plan_cols = operator.itemgetter(*_PLAN_COLS)
 
 
 def _plan_key(settings: Settings, r: dict[str, Any], act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple:
     """Everything a router's plan depends on but the time, as one comparable value."""
     return (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s,
-            tuple((n, tuple(rows[n][c] for c in _PLAN_COLS)) for n in sorted(rows)))
+            tuple((n, _plan_cols(rows[n])) for n in sorted(rows)))
 
 
 def _timeless(act: ActivationState, rows: dict[str, dict[str, Any]]) -> bool:
