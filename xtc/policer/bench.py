@@ -222,7 +222,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
     gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
-    time (``/health``), when the dead routers were marked, the resident memory of the processes (MB),
+    time (``/health``), the CPU the engine's process spent per second of the policing, when the dead
+    routers were marked, the resident memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
     request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
@@ -273,7 +274,12 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                         marked.setdefault(r["name"], time.monotonic() - t_reg)
                     time.sleep(0.2)
                 out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
-                time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
+                time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)))
+                engine = psutil.Process(proc.pid).children(recursive=True)
+                cpu0 = [p.cpu_times() for p in engine]
+                time.sleep(duration_s)
+                out["engine_cpu_s_per_s"] = round(sum(b.user + b.system - a.user - a.system for a, b in
+                                                      zip(cpu0, (p.cpu_times() for p in engine))) / duration_s, 2)
                 h = c.get("/health").json()
                 out["policy_cycle_ms"] = h.get("cycle_ms")
                 out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
