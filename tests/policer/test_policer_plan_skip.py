@@ -120,3 +120,38 @@ def test_a_running_misbehaviour_timer_is_planned_every_cycle(world: Any) -> None
     assert level == 0
     tick(4)  # same measurements each cycle; hold_s = 3 s passes
     assert store.get_vr(d.name, "vr0")["punishment_level"] >= 1
+
+
+def test_a_sample_that_differs_only_in_its_time_is_not_parsed_again() -> None:
+    from xtc.daemon import api
+    from xtc.policer.link import BadReply
+    from xtc.policer.samples import parse_newer, parse_samples
+
+    fleet = Fleet(1, vrs_per_router=4, dead_fraction=0.0, seed=5)
+    rows = lambda: sorted(([inst.get(k) for k in api.SAMPLE_FIELDS]  # noqa: E731
+                           for inst in (v.instance() for v in fleet.daemons[0].vrs.values())), key=lambda r: r[0])
+    try:
+        m1 = api.samples_message(1_763_850_000.25, 1.0, rows())
+        vrs1, last = parse_newer(m1, None, 64)
+        assert vrs1 == parse_samples(m1, 64) and last is not None
+        m2 = api.samples_message(1_763_850_001.5e0, 1.0, rows())
+        vrs2, last2 = parse_newer(m2, last, 64)
+        assert vrs2 is vrs1 and last2 is last, "the same VRs at another time: not parsed again"
+        # Anything else in the body changes: parsed (and validated) again.
+        fleet.daemons[0].vrs["vr2"].offered_pps += 1
+        m3 = api.samples_message(1_763_850_002.0, 1.0, rows())
+        vrs3, last3 = parse_newer(m3, last2, 64)
+        assert vrs3 == parse_samples(m3, 64) != vrs1
+        m4 = api.samples_message(1_763_850_003.0, 2.0, rows())
+        assert parse_newer(m4, last3, 64)[0] is not vrs3
+        # A time that is not a plain JSON number is parsed whole (and refused); so is a longer body or a bad frame.
+        for frames in ([api.SAMPLES_TOPIC, m3[1].replace(b'"t_unix_s":1763850002.0', b'"t_unix_s":NaN')],
+                       [api.SAMPLES_TOPIC, m3[1].replace(b'"t_unix_s":1763850002.0', b'"t_unix_s":1763850002.0,"t_unix_s":1')],
+                       [b"other", m3[1]], [api.SAMPLES_TOPIC, m3[1], b""]):
+            with pytest.raises(BadReply):
+                parse_newer(frames, last3, 64)
+        with pytest.raises(BadReply):  # over the size bound, even when the rest matches
+            parse_newer([api.SAMPLES_TOPIC, m3[1].replace(b"1763850002.0", b"1763850002." + b"0" * 100)], last3, 64,
+                        max_bytes=len(m3[1]) + 50)
+    finally:
+        fleet.stop()
