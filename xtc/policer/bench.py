@@ -222,7 +222,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
     gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
-    time (``/health``), the CPU the engine's process spent per second of the policing, when the dead
+    time (``/health``), the CPU the engine's process spent per second of the policing and per router
+    measurement recorded (``sampled`` + ``listed`` of ``/health``) meanwhile, when the dead
     routers were marked, the resident memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
@@ -276,11 +277,16 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
                 time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)))
                 engine = psutil.Process(proc.pid).children(recursive=True)
-                cpu0 = [p.cpu_times() for p in engine]
+                h0 = c.get("/health").json()
+                cpu0, t0 = [p.cpu_times() for p in engine], time.monotonic()
                 time.sleep(duration_s)
-                out["engine_cpu_s_per_s"] = round(sum(b.user + b.system - a.user - a.system for a, b in
-                                                      zip(cpu0, (p.cpu_times() for p in engine))) / duration_s, 2)
+                cpu_s = sum(b.user + b.system - a.user - a.system for a, b in zip(cpu0, (p.cpu_times() for p in engine)))
                 h = c.get("/health").json()
+                window_s = time.monotonic() - t0
+                measured = sum((h.get(k) or 0) - (h0.get(k) or 0) for k in ("sampled", "listed"))
+                out["engine_cpu_s_per_s"] = round(cpu_s / window_s, 2)
+                out["measured_per_s"] = round(measured / window_s)
+                out["engine_cpu_ms_per_measurement"] = round(1000 * cpu_s / measured, 3) if measured else None
                 out["policy_cycle_ms"] = h.get("cycle_ms")
                 out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
                 api_proc = psutil.Process(proc.pid)
