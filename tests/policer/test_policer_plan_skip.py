@@ -92,34 +92,55 @@ def test_unchanged_inputs_are_not_planned_again_and_a_change_is(world: Any) -> N
     assert eng.planned > planned
 
 
-def test_a_running_activation_timer_is_planned_every_cycle(world: Any) -> None:
+def test_a_running_activation_timer_has_the_router_planned_at_its_hold(world: Any) -> None:
     # The inputs stay the same cycle after cycle while the hold runs: only the time moves.  A skip
-    # that ignored the timer would keep the host off for ever.
+    # that ignored the timer would keep the host off for ever; one that compared it otherwise than
+    # the policy does would switch it a cycle late.
     fleet, store, eng, d, tick = world
     store.set_policy("misbehaviour", MISBEHAVIOUR_OFF, "test")
     store.set_policy("activation", {"enabled": True, "on_fraction": 0.9, "off_fraction": 0.7, "hold_s": 3.0}, "test")
     demand = sum(v.offered_pps for v in d.vrs.values())
     store.add_router(d.name, d.endpoint, demand / 0.95, "auto", None, "test")
-    tick(3)
-    assert store.get_router(d.name)["control_on"] is False
-    assert all(v.state == "inactive" for v in d.vrs.values())
-    tick(3)
-    assert store.get_router(d.name)["control_on"] is True
+    tick(1)
+    since = store.router_state(d.name)[0].pending_since_s
+    assert since is not None
+    skipped = eng.plans_skipped
+    while not store.get_router(d.name)["control_on"]:
+        assert eng.clock() - since < 3.0, "not switched on when the hold was reached"
+        tick(1)
+    assert eng.clock() - since == 3.0, "switched on at the first cycle that reached the hold"
+    assert eng.plans_skipped > skipped, "the cycles inside the hold were not planned"
+    tick(1)
     assert all(v.state == "active" for v in d.vrs.values())
 
 
-def test_a_running_misbehaviour_timer_is_planned_every_cycle(world: Any) -> None:
+def test_a_running_misbehaviour_timer_has_the_router_planned_at_its_hold(world: Any) -> None:
     fleet, store, eng, d, tick = world
     store.set_policy("misbehaviour", {**MISBEHAVIOUR_OFF, "enabled": True}, "test")
     store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
     tick(4)
     v0 = d.vrs["vr0"]
     store.set_manual_setpoint(d.name, "vr0", v0.offered_pps / 4, "test")  # it forwards a quarter of what it is offered
-    tick(3)  # the setpoint pushed, then the daemon shows it: bad since then
-    level = store.get_vr(d.name, "vr0")["punishment_level"]
-    assert level == 0
-    tick(4)  # same measurements each cycle; hold_s = 3 s passes
-    assert store.get_vr(d.name, "vr0")["punishment_level"] >= 1
+    while store.get_vr(d.name, "vr0")["punishment_level"] == 0:
+        since = store.router_state(d.name)[1]["vr0"]["punish_bad_since_s"]
+        assert since is None or eng.clock() - since < 3.0, "not punished when the hold was reached"
+        tick(1)
+    assert eng.clock() - since == 3.0, "punished at the first cycle that reached the hold"
+    # Level 1, bad again: each further hold climbs a level, to the last (paused), where it stays.
+    for level in (2, 3):
+        since = store.router_state(d.name)[1]["vr0"]["punish_bad_since_s"]
+        while store.get_vr(d.name, "vr0")["punishment_level"] < level:
+            assert eng.clock() - since < 3.0
+            tick(1)
+        assert eng.clock() - since == 3.0
+    tick(1)
+    assert v0.state == "paused"
+    # Paused, the stand-in forwards what it is offered: good behaviour, restored after restore_hold_s.
+    while store.get_vr(d.name, "vr0")["punishment_level"] > 0:
+        since = store.router_state(d.name)[1]["vr0"]["punish_good_since_s"]
+        assert since is None or eng.clock() - since < 5.0, "not restored when the hold was reached"
+        tick(1)
+    assert eng.clock() - since == 5.0, "restored at the first cycle that reached the hold"
 
 
 def test_a_sample_that_differs_only_in_its_time_is_not_parsed_again() -> None:

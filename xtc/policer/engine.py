@@ -42,7 +42,7 @@ from typing import Any, Callable
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
 from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
-from .policy import ActivationState, MisbehaviourState
+from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
 __all__ = ["Engine"]
@@ -87,12 +87,21 @@ def _plan_key(settings: Settings, r: dict[str, Any], act: ActivationState, rows:
             tuple((n, _plan_cols(rows[n])) for n in sorted(rows)))
 
 
-def _timeless(act: ActivationState, rows: dict[str, dict[str, Any]]) -> bool:
-    """True if no policy timer runs (no activation pending, no VR's misbehaviour timer started): a plan of
-    these inputs then does not depend on the time (:func:`~xtc.policer.policy.activation_step` and
-    :func:`~xtc.policer.policy.misbehaviour_step` read the time only to start a timer or to compare one)."""
-    return act.pending_since_s is None and all(
-        row["punish_bad_since_s"] is None and row["punish_good_since_s"] is None for row in rows.values())
+def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple[tuple[float, float], ...]:
+    """The policy timers that run, as ``(since_s, hold_s)``: until ``now - since_s >= hold_s`` for one of
+    them, a plan of unchanged inputs does not depend on the time (:func:`~xtc.policer.policy.activation_step`
+    and :func:`~xtc.policer.policy.misbehaviour_step` read it only to start a timer or to compare one
+    with its hold; a VR at the last level stays there however long it misbehaves)."""
+    out = []
+    if act.pending_since_s is not None:
+        out.append((act.pending_since_s, settings.activation.hold_s))
+    m = settings.misbehaviour
+    for row in rows.values():
+        if row["punish_bad_since_s"] is not None and row["punish_level"] < MAX_LEVEL:
+            out.append((row["punish_bad_since_s"], m.hold_s))
+        if row["punish_good_since_s"] is not None:
+            out.append((row["punish_good_since_s"], m.restore_hold_s))
+    return tuple(out)
 
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
@@ -155,10 +164,10 @@ class Engine:
         self.sampled = 0
         self.listed = 0
         self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
-        #: router -> the inputs (:func:`_plan_key`) of its last plan, if that plan was a fixed point that
-        #: no time can change (nothing to save, send or record, no timer running): the same inputs
-        #: again give the same nothing, and the router is not planned.
-        self._fixed: dict[str, tuple] = {}
+        #: router -> the inputs (:func:`_plan_key`) of its last plan and the timers that ran (:func:`_timers`),
+        #: if that plan was a fixed point (nothing to save, send or record): the same inputs again, before
+        #: any of those timers reaches its hold, give the same nothing, and the router is not planned.
+        self._fixed: dict[str, tuple[tuple, tuple[tuple[float, float], ...]]] = {}
         #: Routers measured whose plan was skipped that way, and routers planned (since the start).
         self.plans_skipped = 0
         self.planned = 0
@@ -406,7 +415,9 @@ class Engine:
             act, rows = states[name]
             act = ActivationState(act.on, _not_after(act.pending_since_s, now))
             key = _plan_key(settings, r, act, rows)
-            if self._fixed.get(name) == key:  # the same inputs as a plan that changed nothing: the same again
+            fixed = self._fixed.get(name)
+            if fixed is not None and fixed[0] == key and all(now - since < hold for since, hold in fixed[1]):
+                # The same inputs as a plan that changed nothing, and no timer has reached its hold: the same again.
                 self.plans_skipped += 1
                 finished.append((name, t0))
                 continue
@@ -431,9 +442,8 @@ class Engine:
                 per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
                              "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
                              "wanted_setpoint_pps": want[1]}
-            if (not per_vr and not plan.commands and not plan.events and plan.activation == act
-                    and _timeless(act, rows)):
-                self._fixed[name] = key
+            if not per_vr and not plan.commands and not plan.events and plan.activation == act:
+                self._fixed[name] = (key, _timers(settings, act, rows))
             else:
                 self._fixed.pop(name, None)
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
