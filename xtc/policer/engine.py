@@ -15,6 +15,12 @@ show the VRs as they were and have the commands sent again); a router never list
 changed, just commanded, or whose stream is stale or silent is sent ``list`` as before (a dead one is then marked at that exchange's deadline).  Both go through
 the same batches, planning and commands.
 
+A router whose plan inputs (its VRs' measurements and policy state, its activation state, capacity
+and control mode, the settings) are those of its last plan, when that plan changed nothing (nothing
+saved, sent or recorded), is not planned again while no policy timer it runs has reached its hold:
+the plan, a pure function of those inputs and the time, would again change nothing.  Its
+measurements are recorded all the same.
+
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
 a VR the API cannot address, or list more than ``max_vrs_per_router``), is dropped whole and
