@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-__all__ = ["run_bench", "run_fleet_bench", "start_policer", "PAGE"]
+__all__ = ["run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
 PAGE = 100
@@ -44,14 +44,15 @@ def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_e
         f"[engine]\nperiod_s = {period_s}\nrequest_timeout_s = {request_timeout_s}\n" + extra_config
     )
     env = {**os.environ, "XTC_POLICER_TOKENS": token, **(extra_env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "xtc.cli", "policer", "serve", "-c", str(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    # Its log (and its engine's) to a file: a pipe nobody reads would block a chatty policer.
+    with open(tmp / "policer.log", "ab") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "xtc.cli", "policer", "serve", "-c", str(cfg)],
+                                stdout=subprocess.PIPE, stderr=log_file, env=env, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
-        err = proc.stderr.read() if proc.stderr else ""
         proc.wait(5)
-        raise RuntimeError(f"policer did not start: {err[-2000:]}")
+        raise RuntimeError(f"policer did not start: {policer_log(tmp)}")
     url = json.loads(line)["url"]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -63,6 +64,14 @@ def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_e
         time.sleep(0.05)
     proc.terminate()
     raise RuntimeError("policer did not answer /health within 10 s")
+
+
+def policer_log(tmpdir: str | Path, tail_bytes: int = 2000) -> str:
+    """The end of the log of the policer :func:`start_policer` started in ``tmpdir``."""
+    try:
+        return (Path(tmpdir) / "policer.log").read_bytes()[-tail_bytes:].decode(errors="replace")
+    except OSError:
+        return ""
 
 
 class _Conn:
@@ -222,7 +231,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
     gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
-    time (``/health``), when the dead routers were marked, the resident memory of the processes (MB),
+    time (``/health``), the CPU the engine's process spent per second of the policing and per router
+    measurement recorded (``sampled`` + ``listed`` of ``/health``) meanwhile, when the dead
+    routers were marked, the resident memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
     request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
@@ -264,7 +275,11 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                            "control_mode": "on"}
                     if samples:
                         reg["pub_endpoint"] = r["pub_endpoint"]
-                    c.post("/routers", json=reg, headers=auth)
+                    try:
+                        c.post("/routers", json=reg, headers=auth)
+                    except httpx.HTTPError as e:
+                        raise RuntimeError(f"registering {r['name']}: {e}; policer exit status {proc.poll()};"
+                                           f" its log ends: {policer_log(tmp)}") from e
                 out["register_s"] = round(time.monotonic() - t_reg, 1)
                 dead = {r["name"] for r in fl if r["mode"] == "dead"}
                 marked: dict[str, float] = {}
@@ -273,8 +288,18 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                         marked.setdefault(r["name"], time.monotonic() - t_reg)
                     time.sleep(0.2)
                 out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
-                time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)) + duration_s)
+                time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)))
+                engine = psutil.Process(proc.pid).children(recursive=True)
+                h0 = c.get("/health").json()
+                cpu0, t0 = [p.cpu_times() for p in engine], time.monotonic()
+                time.sleep(duration_s)
+                cpu_s = sum(b.user + b.system - a.user - a.system for a, b in zip(cpu0, (p.cpu_times() for p in engine)))
                 h = c.get("/health").json()
+                window_s = time.monotonic() - t0
+                measured = sum((h.get(k) or 0) - (h0.get(k) or 0) for k in ("sampled", "listed"))
+                out["engine_cpu_s_per_s"] = round(cpu_s / window_s, 2)
+                out["measured_per_s"] = round(measured / window_s)
+                out["engine_cpu_ms_per_measurement"] = round(1000 * cpu_s / measured, 3) if measured else None
                 out["policy_cycle_ms"] = h.get("cycle_ms")
                 out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
                 api_proc = psutil.Process(proc.pid)

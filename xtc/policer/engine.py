@@ -15,6 +15,12 @@ show the VRs as they were and have the commands sent again); a router never list
 changed, just commanded, or whose stream is stale or silent is sent ``list`` as before (a dead one is then marked at that exchange's deadline).  Both go through
 the same batches, planning and commands.
 
+A router whose plan inputs (its VRs' measurements and policy state, its activation state, capacity
+and control mode, the settings) are those of its last plan, when that plan changed nothing (nothing
+saved, sent or recorded), is not planned again while no policy timer it runs has reached its hold:
+the plan, a pure function of those inputs and the time, would again change nothing.  Its
+measurements are recorded all the same.
+
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
 a VR the API cannot address, or list more than ``max_vrs_per_router``), is dropped whole and
@@ -33,6 +39,7 @@ import collections
 import itertools
 import logging
 import math
+import operator
 import queue
 import threading
 import time
@@ -41,7 +48,7 @@ from typing import Any, Callable
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
 from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
-from .policy import ActivationState, MisbehaviourState
+from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
 __all__ = ["Engine"]
@@ -70,6 +77,37 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
         punish_base_pps=row["punish_base_pps"],
         derived_setpoint_pps=row["derived_setpoint_pps"],
     )
+
+
+#: The VR columns :func:`plan_router` reads (through :func:`_vr_obs` and :func:`_vr_policy`) or writes:
+#: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
+_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated", "sla_weight",
+              "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
+              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
+_plan_cols = operator.itemgetter(*_PLAN_COLS)
+
+
+def _plan_key(settings: Settings, r: dict[str, Any], act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple:
+    """Everything a router's plan depends on but the time, as one comparable value."""
+    return (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s,
+            tuple((n, _plan_cols(rows[n])) for n in sorted(rows)))
+
+
+def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple[tuple[float, float], ...]:
+    """The policy timers that run, as ``(since_s, hold_s)``: until ``now - since_s >= hold_s`` for one of
+    them, a plan of unchanged inputs does not depend on the time (:func:`~xtc.policer.policy.activation_step`
+    and :func:`~xtc.policer.policy.misbehaviour_step` read it only to start a timer or to compare one
+    with its hold; a VR at the last level stays there however long it misbehaves)."""
+    out = []
+    if act.pending_since_s is not None:
+        out.append((act.pending_since_s, settings.activation.hold_s))
+    m = settings.misbehaviour
+    for row in rows.values():
+        if row["punish_bad_since_s"] is not None and row["punish_level"] < MAX_LEVEL:
+            out.append((row["punish_bad_since_s"], m.hold_s))
+        if row["punish_good_since_s"] is not None:
+            out.append((row["punish_good_since_s"], m.restore_hold_s))
+    return tuple(out)
 
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
@@ -132,6 +170,13 @@ class Engine:
         self.sampled = 0
         self.listed = 0
         self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
+        #: router -> the inputs (:func:`_plan_key`) of its last plan and the timers that ran (:func:`_timers`),
+        #: if that plan was a fixed point (nothing to save, send or record): the same inputs again, before
+        #: any of those timers reaches its hold, give the same nothing, and the router is not planned.
+        self._fixed: dict[str, tuple[tuple, tuple[tuple[float, float], ...]]] = {}
+        #: Routers measured whose plan was skipped that way, and routers planned (since the start).
+        self.plans_skipped = 0
+        self.planned = 0
         self._cmds_done: dict[str, float] = {}  # router -> when its last commands' replies arrived (monotonic)
         self.batch_size = batch_size
         self.is_leader = is_leader
@@ -265,6 +310,8 @@ class Engine:
         for gone in set(self._vr_sets) - names:
             self._vr_sets.pop(gone, None)
             self._cmds_done.pop(gone, None)
+        for gone in set(self._fixed) - names:
+            self._fixed.pop(gone, None)
         for gone in set(self._measured_at) - names:
             self._measured_at.pop(gone, None)
         if wait:
@@ -373,6 +420,14 @@ class Engine:
                 continue
             act, rows = states[name]
             act = ActivationState(act.on, _not_after(act.pending_since_s, now))
+            key = _plan_key(settings, r, act, rows)
+            fixed = self._fixed.get(name)
+            if fixed is not None and fixed[0] == key and all(now - since < hold for since, hold in fixed[1]):
+                # The same inputs as a plan that changed nothing, and no timer has reached its hold: the same again.
+                self.plans_skipped += 1
+                finished.append((name, t0))
+                continue
+            self.planned += 1
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
                 vrs={n: _vr_obs(row) for n, row in rows.items()},
@@ -393,6 +448,10 @@ class Engine:
                 per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
                              "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
                              "wanted_setpoint_pps": want[1]}
+            if not per_vr and not plan.commands and not plan.events and plan.activation == act:
+                self._fixed[name] = (key, _timers(settings, act, rows))
+            else:
+                self._fixed.pop(name, None)
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
             if plan.commands:
                 sends.append((r, list(plan.commands), t0))

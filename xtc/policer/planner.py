@@ -139,6 +139,9 @@ class RouterPlan:
     demand_pps: float
 
 
+_NO_POLICY = VrPolicy()
+
+
 def _demand(o: VrObs) -> float | None:
     vals = [v for v in (o.offered_pps, o.measured_pps) if v is not None]
     return max(vals) if vals else None
@@ -202,7 +205,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
         control_on = act.on
 
     mp = settings.misbehaviour
-    pol: dict[str, VrPolicy] = {n: rin.policies.get(n, VrPolicy()) for n in set(rin.policies) | set(present)}
+    pol: dict[str, VrPolicy] = {n: rin.policies.get(n, _NO_POLICY) for n in set(rin.policies) | set(present)}
 
     # Misbehaviour: only while the host is under control (that is when the shared Dom0 is scarce).
     for n, p in pol.items():
@@ -231,7 +234,8 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             events.append(Event("restore", n, {"from_level": ms.level, "offered_pps": o.offered_pps,
                                                "forwarded_pps": o.measured_pps}))
             base = None
-        pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
+        if new != ms or base != p.punish_base_pps:
+            pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
 
     # Allocation over the unpunished, present VRs without a manual setpoint; the rest are fixed.
     if settings.allocation_enabled and present:
@@ -264,7 +268,9 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
         if sum(kept.values()) <= max(0.0, budget) * (1 + 1e-9):
             shares = kept
         for n, s in shares.items():
-            pol[n] = replace(pol[n], derived_setpoint_pps=max(settings.min_setpoint_pps, s))
+            derived = max(settings.min_setpoint_pps, s)
+            if derived != pol[n].derived_setpoint_pps:
+                pol[n] = replace(pol[n], derived_setpoint_pps=derived)
 
     wanted: dict[str, tuple[str, float | None]] = {}
     commands: list[Command] = []

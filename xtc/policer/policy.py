@@ -147,14 +147,17 @@ def weighted_max_min(capacity_pps: float, claims: Sequence[Claim]) -> dict[str, 
     kinks = sorted({c.min_pps / c.weight for c in claims} | {u / c.weight for c, u in zip(claims, uppers) if math.isfinite(u)})
     if kinks and sum(shares(kinks[-1])) <= cap and all(math.isfinite(u) for u in uppers):
         return {c.key: u for c, u in zip(claims, uppers)}
-    lo = 0.0
-    lo_sum = sum(shares(0.0))
-    for k in kinks:
-        s = sum(shares(k))
-        if s >= cap:
-            hi, hi_sum = k, s
-            break
-        lo, lo_sum = k, s
+    # The first kink whose sum reaches the capacity, by bisection (the sums do not decrease).
+    a, b = 0, len(kinks)
+    while a < b:
+        m = (a + b) // 2
+        if sum(shares(kinks[m])) >= cap:
+            b = m
+        else:
+            a = m + 1
+    lo, lo_sum = (kinks[a - 1], sum(shares(kinks[a - 1]))) if a > 0 else (0.0, sum(shares(0.0)))
+    if a < len(kinks):
+        hi, hi_sum = kinks[a], sum(shares(kinks[a]))
     else:
         # Beyond the last kink only the unbounded claims grow, linearly.
         slope = sum(c.weight for c, u in zip(claims, uppers) if not math.isfinite(u))

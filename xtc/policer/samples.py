@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import selectors
 import threading
 import time
@@ -34,7 +35,7 @@ from xtc.daemon.curve import client_options
 
 from .link import _VR_NAME, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
 
-__all__ = ["SampleStreams", "parse_samples"]
+__all__ = ["SampleStreams", "parse_newer", "parse_samples"]
 
 log = logging.getLogger("xtc.policer.samples")
 
@@ -131,6 +132,43 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
     return vrs
 
 
+#: The start of a body as the daemon writes it (``encode``: its schema, then its time, no spaces).
+_TIMED = re.compile(rb'\{"schema":' + re.escape(json.dumps(SAMPLES_SCHEMA).encode())
+                    + rb',"t_unix_s":-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?,')
+
+
+def parse_newer(frames: list[bytes], last: tuple[bytes, list[dict[str, Any]]] | None, max_vrs: int,
+                max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> tuple[list[dict[str, Any]], tuple[bytes, list[dict[str, Any]]] | None]:
+    """:func:`parse_samples`, skipped for a message that differs from the router's last valid one only
+    in its time: a daemon whose VRs did not change publishes the same body every period but for
+    ``t_unix_s`` (which the policer does not read).
+
+    Parameters
+    ----------
+    frames : list of bytes
+    last : tuple or None
+        What the previous call returned second for this router (None: nothing yet).
+    max_vrs, max_bytes : int
+        As :func:`parse_samples`.
+
+    Returns
+    -------
+    vrs, last
+        The VRs (the very list of ``last`` when only the time differs) and what to pass next time.
+
+    Raises
+    ------
+    BadReply
+        As :func:`parse_samples` (``last`` then still stands).
+    """
+    m = _TIMED.match(frames[1]) if len(frames) == 2 and frames[0] == SAMPLES_TOPIC else None
+    rest = frames[1][m.end():] if m is not None and len(frames[1]) <= max_bytes else None
+    if rest is not None and last is not None and rest == last[0]:
+        return last[1], last  # the same document as a valid one but for a well-formed number it does not read
+    vrs = parse_samples(frames, max_vrs, max_bytes)
+    return vrs, ((rest, vrs) if rest is not None else None)
+
+
 class SampleStreams:
     """Every registered router's sample stream, read by one thread.
 
@@ -171,6 +209,7 @@ class SampleStreams:
         self._lock = threading.Lock()
         self._wanted: dict[str, tuple[str, str | None]] = {}
         self._latest: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._last_body: dict[str, tuple[bytes, list[dict[str, Any]]]] = {}  # router -> parse_newer's memory
         self._socks: dict[str, tuple[zmq.Socket, tuple[str, str | None]]] = {}
         self._by_fd: dict[int, str] = {}
         self._sel = selectors.DefaultSelector()
@@ -213,6 +252,7 @@ class SampleStreams:
         self._sel.unregister(fd)
         del self._by_fd[fd]
         s.close(0)
+        self._last_body.pop(name, None)
         with self._lock:
             self._latest.pop(name, None)
 
@@ -251,7 +291,11 @@ class SampleStreams:
             except zmq.Again:
                 break
             try:
-                newest = parse_samples(frames, self.max_vrs, self.max_bytes)
+                newest, last = parse_newer(frames, self._last_body.get(name), self.max_vrs, self.max_bytes)
+                if last is None:
+                    self._last_body.pop(name, None)
+                else:
+                    self._last_body[name] = last
             except BadReply as e:
                 self.bad[name] = self.bad.get(name, 0) + 1
                 log.warning("router %s: samples dropped: %s", name, e)

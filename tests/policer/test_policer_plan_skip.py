@@ -1,0 +1,178 @@
+"""The engine does not plan again a router whose plan inputs are those of its last plan when that plan
+changed nothing and no policy timer runs; any change of measurement, policy or setting, and any
+running timer, has it planned (against a stand-in daemon of xtc_lab.policer_fleet, over real sockets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xtc.policer.engine import Engine
+from xtc.policer.link import LinkPool
+from xtc.policer.store import Store
+from xtc_lab.policer_fleet import Fleet
+
+MISBEHAVIOUR_OFF = {"enabled": False, "ratio": 1.5, "min_excess_pps": 5000.0, "hold_s": 3.0, "restore_hold_s": 5.0,
+                    "step_factor": 0.5}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Any:
+    fleet = Fleet(1, vrs_per_router=3, dead_fraction=0.0, seed=3).start()
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    mono = [1000.0]
+    eng = Engine(store, LinkPool(2.0), clock=lambda: mono[0])
+    d = fleet.daemons[0]
+
+    def tick(n: int = 1) -> None:
+        for _ in range(n):
+            mono[0] += 1.0
+            eng.run_cycle(wait=True)
+
+    yield fleet, store, eng, d, tick
+    eng.stop()
+    store.close()
+    fleet.stop()
+
+
+def _commands(d: Any) -> int:
+    return sum(d.commands.values())
+
+
+def test_unchanged_inputs_are_not_planned_again_and_a_change_is(world: Any) -> None:
+    fleet, store, eng, d, tick = world
+    store.set_policy("misbehaviour", MISBEHAVIOUR_OFF, "test")
+    store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")  # room for every VR's demand
+    tick(4)  # activations, then the daemon shows them, then a plan that changes nothing
+    assert all(v.state == "active" for v in d.vrs.values())
+    planned, skipped, sent = eng.planned, eng.plans_skipped, _commands(d)
+    before = {n: store.get_vr(d.name, n) for n in d.vrs}
+    tick(3)
+    assert eng.planned == planned, "unchanged inputs were planned again"
+    assert eng.plans_skipped == skipped + 3
+    assert _commands(d) == sent
+    after = {n: store.get_vr(d.name, n) for n in d.vrs}
+    for n in d.vrs:  # the measurements are still recorded every cycle; the policy state is as it was
+        assert after[n]["last_seen_unix_s"] >= before[n]["last_seen_unix_s"]
+        assert {k: v for k, v in after[n].items() if k != "last_seen_unix_s"} == \
+            {k: v for k, v in before[n].items() if k != "last_seen_unix_s"}
+
+    # A measurement changes: planned again, and the new setpoint is pushed.
+    v0 = d.vrs["vr0"]
+    old_sp = v0.setpoint_pps
+    v0.offered_pps *= 3
+    tick(1)
+    assert eng.planned > planned
+    assert v0.setpoint_pps is not None and v0.setpoint_pps > 2 * old_sp
+
+    # A policy changes in the store (the API's process): planned again, the manual setpoint pushed.
+    tick(2)
+    planned = eng.planned
+    store.set_manual_setpoint(d.name, "vr1", 4321.0, "test")
+    tick(1)
+    assert eng.planned > planned
+    assert d.vrs["vr1"].setpoint_pps == 4321.0
+
+    # A setting changes: planned again, every derived setpoint follows.
+    tick(2)
+    planned = eng.planned
+    store.set_policy("allocation", {"enabled": True, "target_fraction": 0.9, "min_setpoint_pps": 1000.0,
+                                    "demand_headroom": 2.0, "hysteresis": 0.1}, "test")
+    tick(1)
+    assert eng.planned > planned
+    assert d.vrs["vr2"].setpoint_pps == pytest.approx(2.0 * d.vrs["vr2"].offered_pps, rel=0.02)
+
+    # The router's capacity changes: planned again.
+    tick(2)
+    planned = eng.planned
+    store.update_router(d.name, {"capacity_pps": 2e7}, "test")
+    tick(1)
+    assert eng.planned > planned
+
+
+def test_a_running_activation_timer_has_the_router_planned_at_its_hold(world: Any) -> None:
+    # The inputs stay the same cycle after cycle while the hold runs: only the time moves.  A skip
+    # that ignored the timer would keep the host off for ever; one that compared it otherwise than
+    # the policy does would switch it a cycle late.
+    fleet, store, eng, d, tick = world
+    store.set_policy("misbehaviour", MISBEHAVIOUR_OFF, "test")
+    store.set_policy("activation", {"enabled": True, "on_fraction": 0.9, "off_fraction": 0.7, "hold_s": 3.0}, "test")
+    demand = sum(v.offered_pps for v in d.vrs.values())
+    store.add_router(d.name, d.endpoint, demand / 0.95, "auto", None, "test")
+    tick(1)
+    since = store.router_state(d.name)[0].pending_since_s
+    assert since is not None
+    skipped = eng.plans_skipped
+    while not store.get_router(d.name)["control_on"]:
+        assert eng.clock() - since < 3.0, "not switched on when the hold was reached"
+        tick(1)
+    assert eng.clock() - since == 3.0, "switched on at the first cycle that reached the hold"
+    assert eng.plans_skipped > skipped, "the cycles inside the hold were not planned"
+    tick(1)
+    assert all(v.state == "active" for v in d.vrs.values())
+
+
+def test_a_running_misbehaviour_timer_has_the_router_planned_at_its_hold(world: Any) -> None:
+    fleet, store, eng, d, tick = world
+    store.set_policy("misbehaviour", {**MISBEHAVIOUR_OFF, "enabled": True}, "test")
+    store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
+    tick(4)
+    v0 = d.vrs["vr0"]
+    store.set_manual_setpoint(d.name, "vr0", v0.offered_pps / 4, "test")  # it forwards a quarter of what it is offered
+    while store.get_vr(d.name, "vr0")["punishment_level"] == 0:
+        since = store.router_state(d.name)[1]["vr0"]["punish_bad_since_s"]
+        assert since is None or eng.clock() - since < 3.0, "not punished when the hold was reached"
+        tick(1)
+    assert eng.clock() - since == 3.0, "punished at the first cycle that reached the hold"
+    # Level 1, bad again: each further hold climbs a level, to the last (paused), where it stays.
+    for level in (2, 3):
+        since = store.router_state(d.name)[1]["vr0"]["punish_bad_since_s"]
+        while store.get_vr(d.name, "vr0")["punishment_level"] < level:
+            assert eng.clock() - since < 3.0
+            tick(1)
+        assert eng.clock() - since == 3.0
+    tick(1)
+    assert v0.state == "paused"
+    # Paused, the stand-in forwards what it is offered: good behaviour, restored after restore_hold_s.
+    while store.get_vr(d.name, "vr0")["punishment_level"] > 0:
+        since = store.router_state(d.name)[1]["vr0"]["punish_good_since_s"]
+        assert since is None or eng.clock() - since < 5.0, "not restored when the hold was reached"
+        tick(1)
+    assert eng.clock() - since == 5.0, "restored at the first cycle that reached the hold"
+
+
+def test_a_sample_that_differs_only_in_its_time_is_not_parsed_again() -> None:
+    from xtc.daemon import api
+    from xtc.policer.link import BadReply
+    from xtc.policer.samples import parse_newer, parse_samples
+
+    fleet = Fleet(1, vrs_per_router=4, dead_fraction=0.0, seed=5)
+    rows = lambda: sorted(([inst.get(k) for k in api.SAMPLE_FIELDS]  # noqa: E731
+                           for inst in (v.instance() for v in fleet.daemons[0].vrs.values())), key=lambda r: r[0])
+    try:
+        m1 = api.samples_message(1_763_850_000.25, 1.0, rows())
+        vrs1, last = parse_newer(m1, None, 64)
+        assert vrs1 == parse_samples(m1, 64) and last is not None
+        m2 = api.samples_message(1_763_850_001.5e0, 1.0, rows())
+        vrs2, last2 = parse_newer(m2, last, 64)
+        assert vrs2 is vrs1 and last2 is last, "the same VRs at another time: not parsed again"
+        # Anything else in the body changes: parsed (and validated) again.
+        fleet.daemons[0].vrs["vr2"].offered_pps += 1
+        m3 = api.samples_message(1_763_850_002.0, 1.0, rows())
+        vrs3, last3 = parse_newer(m3, last2, 64)
+        assert vrs3 == parse_samples(m3, 64) != vrs1
+        m4 = api.samples_message(1_763_850_003.0, 2.0, rows())
+        assert parse_newer(m4, last3, 64)[0] is not vrs3
+        # A time that is not a plain JSON number is parsed whole (and refused); so is a longer body or a bad frame.
+        for frames in ([api.SAMPLES_TOPIC, m3[1].replace(b'"t_unix_s":1763850002.0', b'"t_unix_s":NaN')],
+                       [api.SAMPLES_TOPIC, m3[1].replace(b'"t_unix_s":1763850002.0', b'"t_unix_s":1763850002.0,"t_unix_s":1')],
+                       [b"other", m3[1]], [api.SAMPLES_TOPIC, m3[1], b""]):
+            with pytest.raises(BadReply):
+                parse_newer(frames, last3, 64)
+        with pytest.raises(BadReply):  # over the size bound, even when the rest matches
+            parse_newer([api.SAMPLES_TOPIC, m3[1].replace(b"1763850002.0", b"1763850002." + b"0" * 100)], last3, 64,
+                        max_bytes=len(m3[1]) + 50)
+    finally:
+        fleet.stop()
