@@ -45,6 +45,22 @@ def _log10_of(x: np.ndarray) -> np.ndarray:
     return np.array(list(map(_log10, x.tolist())), dtype=np.float64)
 
 
+def _log10_where(x: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``math.log10`` of ``x`` where ``where`` holds (NaN elsewhere); a value repeated across
+    elements (a band at its floor) is computed once, which is the same number."""
+    out = np.full(len(x), np.nan)
+    idx = np.flatnonzero(where)
+    if len(idx) == 0:
+        return out
+    sub = x[idx]
+    first = sub[0]
+    if (sub == first).all():
+        out[idx] = _log10(first.item())
+    else:
+        out[idx] = _log10_of(sub)
+    return out
+
+
 def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(values with None as 0.0, where not None) of a tuple of floats and Nones."""
     if None not in values:
@@ -169,8 +185,13 @@ class ControllerBank:
         noise_band = t.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
-        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0) & (np.abs(E_prev) < _log10_of(1.0 + 2.0 * band)) & (
-            np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_of(1.0 + np.maximum(t.persist_band_fraction, noise_band)))
+        # The two band logarithms only where the first three terms hold (elsewhere persist is
+        # False whatever they are).
+        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0)
+        if persist.any():
+            persist &= np.abs(E_prev) < _log10_where(1.0 + 2.0 * band, persist)
+            persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
+                1.0 + np.maximum(t.persist_band_fraction, noise_band), persist)
         fine = (err < band * r) & ~persist
         du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
@@ -242,10 +263,11 @@ class ControllerBank:
         u = np.where(restart, np.minimum(self._u_max, np.maximum(self._u_min, log_got)), u)
         carry = np.where(restart, 0.0, carry)
         quant = np.where(restart, 0.0, _log10_of(want) - log_got)
-        for c, uu, cc, ff, qq in zip(ctls, u.tolist(), carry.tolist(), log_got.tolist(), quant.tolist()):
-            c._u = uu
+        for c, cc, ff, qq in zip(ctls, carry.tolist(), log_got.tolist(), quant.tolist()):
             c._carry = cc
             c._u_force = ff
             c._quant_decades = qq
+        for k in np.flatnonzero(restart).tolist():  # elsewhere u stays
+            ctls[k]._u = u[k].item()
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(u) + carry))
         return caps, done
