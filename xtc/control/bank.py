@@ -38,11 +38,13 @@ _FLOAT_MAX = 1.7976931348623157e308
 
 def _pow10(x: np.ndarray) -> np.ndarray:
     """``10.0 ** x`` element by element with the C library's pow (what Python's ``**`` uses)."""
-    return np.array(list(map(pow, repeat(10.0, len(x)), x.tolist())), dtype=np.float64)
+    n = len(x)
+    return np.fromiter(map(pow, repeat(10.0, n), x.tolist()), dtype=np.float64, count=n)
 
 
 def _log10_of(x: np.ndarray) -> np.ndarray:
-    return np.array(list(map(_log10, x.tolist())), dtype=np.float64)
+    n = len(x)
+    return np.fromiter(map(_log10, x.tolist()), dtype=np.float64, count=n)
 
 
 def _log10_where(x: np.ndarray, where: np.ndarray) -> np.ndarray:

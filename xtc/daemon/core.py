@@ -566,11 +566,14 @@ class DaemonCore:
             self._refresh_bank()
         batch: list[Instance] = []
         got: list[float] = []
+        seen, instances = self._bank_seen, self.instances
         for vr, in_force, commanded in written:
-            inst = self.instances.get(vr)
+            inst = instances.get(vr)
             if inst is None:
                 continue
-            if inst.state == ACTIVE and self._banked(inst.controller):
+            ctl = inst.controller
+            ok = seen.get(id(ctl))  # self._banked(ctl), inline
+            if inst.state == ACTIVE and (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
                 inst.applied_cap_percent = commanded
                 inst.cap_in_force_percent = in_force
                 inst.last_write_s = now_s
