@@ -514,12 +514,12 @@ class DaemonCore:
         # cap in force, as after a write: on a quantising actuator its carry keeps accumulating
         # until the command crosses to the next whole cap (without it, a command pinned at the
         # lowest cap froze the carry and the mean cap stayed below the one wanted).
-        kept = [k for k in np.flatnonzero(same).tolist()
-                if how[k] and live[k].cap_in_force_percent is not None]
+        in_force = [i.cap_in_force_percent for i in live]
+        how_a = np.array(how, dtype=np.int8)
+        kept = np.flatnonzero(same & (how_a > 0) & np.array([v is not None for v in in_force], dtype=bool)).tolist()
         if kept:
-            insts = [live[k] for k in kept]
-            cap[kept] = self._tell_in_force(insts, [i.cap_in_force_percent for i in insts],
-                                            [how[k] == 2 for k in kept])
+            cap[kept] = self._tell_in_force([live[k] for k in kept], [in_force[k] for k in kept],
+                                            (how_a[kept] == 2).tolist())
             same = _unchanged(cap, applied)
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
@@ -595,8 +595,15 @@ class DaemonCore:
         if banked is None:
             banked = [self._banked(i.controller) for i in insts]
         caps = [0.0] * len(insts)
-        todo = [k for k, b in enumerate(banked) if not b]
-        idx = [k for k, b in enumerate(banked) if b]
+        if all(banked):  # the usual case: one call, no index lists
+            assert self._bank is not None
+            c, ok = self._bank.applied([i.controller for i in insts], np.array(got, dtype=np.float64))
+            caps = c.tolist()
+            todo = np.flatnonzero(~ok).tolist()
+            idx: list[int] = []
+        else:
+            todo = [k for k, b in enumerate(banked) if not b]
+            idx = [k for k, b in enumerate(banked) if b]
         if idx:
             assert self._bank is not None
             c, ok = self._bank.applied([insts[k].controller for k in idx], np.array([got[k] for k in idx], dtype=np.float64))
