@@ -173,24 +173,6 @@ def test_state_saved_when_caps_move_or_after_the_idle_bound(tmp_path, monkeypatc
         svc.close()
 
 
-def test_managed_gc_is_off_during_a_period_only(tmp_path):
-    import gc
-
-    svc, clock = make(tmp_path)
-    seen: list[bool] = []
-    real = svc.core.sample_rows
-    svc.core.sample_rows = lambda: seen.append(gc.isenabled()) or real()
-    try:
-        drive(svc, clock, 1)
-        svc.manage_gc = True
-        drive(svc, clock, 2)
-        assert seen == [True, False, False]  # unmanaged: left alone; managed: off inside the period
-        assert gc.isenabled()  # and on again after it
-    finally:
-        gc.unfreeze()
-        svc.close()
-
-
 def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monkeypatch):
     import gc
 

@@ -336,21 +336,7 @@ class DaemonService:
 
     # ----------------------------------------------------------------------------- period
     def run_period(self, now: float, period_s: float) -> None:
-        """One control period (:meth:`ControlLoop.period`), then samples, metrics and state.
-
-        With ``manage_gc`` the automatic garbage collector is off during the period (see
-        :meth:`after_period_gc`).
-        """
-        if self.manage_gc and gc.isenabled():
-            gc.disable()
-            try:
-                self._run_period(now, period_s)
-            finally:
-                gc.enable()
-        else:
-            self._run_period(now, period_s)
-
-    def _run_period(self, now: float, period_s: float) -> None:
+        """One control period (:meth:`ControlLoop.period`), then samples, metrics and state."""
         t0 = time.perf_counter()
         report = self.control.period(now)
         if report.meter_error is not None:
@@ -382,11 +368,7 @@ class DaemonService:
         reference counting).  So what is alive at the end of a period is frozen
         (:func:`gc.freeze`: later collections skip it), and once every :data:`GC_FULL_PERIOD_S`
         everything is unfrozen and collected, so that cycles among objects that died since are
-        reclaimed then.  During the period itself the automatic collector is off
-        (:meth:`run_period`): at 10,000 VRs the period allocates some 100,000 tracked objects (the
-        sample rows, readings, arrays' lists), each allocation burst triggering collections that
-        walk them, while nothing the period makes and drops is cyclic (reference counting frees
-        it); what survives is frozen here as before.
+        reclaimed then.
         """
         if now - self._last_full_gc_s >= GC_FULL_PERIOD_S:
             self._last_full_gc_s = now
