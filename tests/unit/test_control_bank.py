@@ -60,7 +60,7 @@ def _quantise(cap, mode):
     return 100.0  # somebody else set it: far from the command (anti-windup restart)
 
 
-def _run(kind, seed, n=40, periods=60, **kw):
+def _run(kind, seed, n=40, periods=60, every=False, **kw):
     rng = random.Random(seed)
     ref, banked = _twins(kind, n, rng, **kw)
     bank = ControllerBank.like(ref[0])
@@ -77,7 +77,7 @@ def _run(kind, seed, n=40, periods=60, **kw):
                 ref[i].start(cap)
                 banked[i].start(cap)
         # a subset steps (the others are paused, unmeasured or reset this period)
-        idx = [i for i in range(n) if rng.random() < 0.9]
+        idx = [i for i in range(n) if every or rng.random() < 0.9]
         y = [_rate(rng, setpoints[i]) for i in idx]
         off = [rng.choice([None, 0.0, y[k] * rng.uniform(0.9, 1.5), y[k]]) for k in range(len(idx))]
         want = [ref[i].step(y[k], setpoints[i], off[k]) for k, i in enumerate(idx)]
@@ -86,7 +86,7 @@ def _run(kind, seed, n=40, periods=60, **kw):
         assert ok.all()
         assert [repr(v) for v in got.tolist()] == [repr(v) for v in want], (kind, seed, p)
         # the actuator's answer goes back to the controllers that wrote (and to some that did not)
-        wrote = [i for i in range(n) if rng.random() < 0.7]
+        wrote = [i for i in range(n) if every or rng.random() < 0.7]
         in_force = [_quantise(ref[i].cap_percent, modes[i]) for i in wrote]
         for i, g in zip(wrote, in_force):
             ref[i].applied(g)
@@ -115,6 +115,40 @@ def test_bank_equals_scalar_with_cap_bounds_and_period(seed):
 def test_bank_equals_scalar_with_the_persistence_rule(seed):
     # off by default; the bank must follow the scalar law where a deployment switches it on
     _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, persist_band_fraction=0.05))
+
+
+@pytest.mark.parametrize("kind", ["xtc", "pi"])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_when_every_controller_steps_every_period(kind, seed):
+    # the same list each call: the bank's reused logarithms and powers (inputs repeating from
+    # the previous call at the same position) are taken, and must give the scalar numbers
+    _run(kind, seed, every=True)
+
+
+def test_reused_elementwise_math_is_the_function():
+    from xtc.control.bank import _Reuse, _log10_of, _pow10
+
+    rng = np.random.default_rng(3)
+    for f, gen in ((_log10_of, lambda n: rng.uniform(1e-3, 1e6, n)), (_pow10, lambda n: rng.uniform(-3, 3, n))):
+        r = _Reuse(f)
+        x = gen(50)
+        for _ in range(30):
+            x = x.copy()
+            k = rng.integers(0, 4)
+            if k == 1:
+                x[rng.integers(0, len(x), 5)] = gen(5)
+            elif k == 2:
+                x = gen(int(rng.integers(1, 60)))  # another length
+            elif k == 3:
+                x[0] = np.nextafter(x[0], np.inf)  # one bit apart
+            if f is _pow10:
+                x[-1] = -0.0 if rng.random() < 0.5 else 0.0
+            saved = x.copy()
+            assert r(x).tobytes() == f(saved).tobytes()
+            x[:] = 7.0  # the caller changes its array afterwards: nothing kept changes
+            assert r(saved).tobytes() == f(saved).tobytes()
+            x = saved
 
 
 def test_bank_refuses_what_the_scalar_step_refuses():

@@ -38,11 +38,62 @@ _FLOAT_MAX = 1.7976931348623157e308
 
 def _pow10(x: np.ndarray) -> np.ndarray:
     """``10.0 ** x`` element by element with the C library's pow (what Python's ``**`` uses)."""
-    return np.array(list(map(pow, repeat(10.0, len(x)), x.tolist())), dtype=np.float64)
+    n = len(x)
+    return np.fromiter(map(pow, repeat(10.0, n), x.tolist()), dtype=np.float64, count=n)
 
 
 def _log10_of(x: np.ndarray) -> np.ndarray:
-    return np.array(list(map(_log10, x.tolist())), dtype=np.float64)
+    n = len(x)
+    return np.fromiter(map(_log10, x.tolist()), dtype=np.float64, count=n)
+
+
+def _log10_where(x: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``math.log10`` of ``x`` where ``where`` holds (NaN elsewhere); a value repeated across
+    elements (a band at its floor) is computed once, which is the same number."""
+    out = np.full(len(x), np.nan)
+    idx = np.flatnonzero(where)
+    if len(idx) == 0:
+        return out
+    sub = x[idx]
+    first = sub[0]
+    if (sub == first).all():
+        out[idx] = _log10(first.item())
+    else:
+        out[idx] = _log10_of(sub)
+    return out
+
+
+class _Reuse:
+    """An element-wise function of :mod:`math` (``_pow10``, ``_log10_of``) that recomputes only the
+    elements whose input differs, bit for bit, from the same position of the previous call.
+
+    The function is pure, so where the input is the same the output is the same number: the result
+    is the function's, exactly.  Worth it where inputs repeat from period to period: setpoints,
+    the command inside the dead zone, caps in force that did not change.
+    """
+
+    __slots__ = ("f", "x", "y")
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.x: np.ndarray | None = None
+        self.y: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.array(x, dtype=np.float64)  # a copy: the caller's array may change
+        px, py = self.x, self.y
+        if px is None or py is None or len(px) != len(x):
+            y = self.f(x)
+        else:
+            changed = x.view(np.uint64) != px.view(np.uint64)
+            if not changed.any():
+                y = py
+            else:
+                y = py.copy()
+                idx = np.flatnonzero(changed)
+                y[idx] = self.f(x[idx])
+        self.x, self.y = x, y
+        return y  # never written to in place (here or by the callers)
 
 
 def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -67,12 +118,21 @@ class ControllerBank:
     """The law of one controller kind and tuning, applied to many controllers at once.
 
     Build one with :meth:`like` from a controller of the kind and tuning wanted; it then steps any
-    list of controllers that :meth:`accepts`.  Nothing is kept between calls but the parameters.
+    list of controllers that :meth:`accepts`.  Nothing is kept between calls but the parameters
+    and the last results of its element-wise ``log10`` / ``10 **`` (reused where the same inputs
+    come again, which gives the same numbers).
     """
 
     def __init__(self, proto: _Bounded) -> None:
         self.cls = type(proto)
         self.caps = proto.caps
+        # Results of the element-wise math of the last call, reused where inputs repeat (exact).
+        self._log10_r = _Reuse(_log10_of)
+        self._pow10_u_step = _Reuse(_pow10)
+        self._pow10_u = _Reuse(_pow10)
+        self._log10_want = _Reuse(_log10_of)
+        self._log10_got = _Reuse(_log10_of)
+        self._pow10_u_after = _Reuse(_pow10)
         self._u_min = proto._u_min
         self._u_max = proto._u_max
         if isinstance(proto, XtcController):
@@ -155,7 +215,7 @@ class ControllerBank:
         kp = a / (1.0 - a)
         log_y_wanted = log_y + 1.0 * quant  # eps = 1.0 (no estimator)
         y_wanted = np.where(y > 0, _pow10(log_y_wanted), y)
-        E = _log10_of(np.maximum(r, 1.0)) - log_y_wanted
+        E = self._log10_r(np.maximum(r, 1.0)) - log_y_wanted
         E_prev = np.where(has_prev, e_prev, E)
         # Noise estimate, only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
@@ -169,8 +229,13 @@ class ControllerBank:
         noise_band = t.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
-        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0) & (np.abs(E_prev) < _log10_of(1.0 + 2.0 * band)) & (
-            np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_of(1.0 + np.maximum(t.persist_band_fraction, noise_band)))
+        # The two band logarithms only where the first three terms hold (elsewhere persist is
+        # False whatever they are).
+        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0)
+        if persist.any():
+            persist &= np.abs(E_prev) < _log10_where(1.0 + 2.0 * band, persist)
+            persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
+                1.0 + np.maximum(t.persist_band_fraction, noise_band), persist)
         fine = (err < band * r) & ~persist
         du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
@@ -180,7 +245,7 @@ class ControllerBank:
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)
         new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(new_u) + carry))
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(new_u) + carry))
         for c, ee, nn in zip(ctls, E.tolist(), noise.tolist()):
             c._E_prev = ee
             c._noise_log = nn
@@ -203,7 +268,7 @@ class ControllerBank:
         move = np.abs(e) >= dz * r
         du = (kp + ki) * e - kp * e_prev
         u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(u) + carry))
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
         for c, uu, ee in zip(ctls, u.tolist(), e.tolist()):
             c._u = uu
             c._e_prev = ee
@@ -234,18 +299,19 @@ class ControllerBank:
         u_t, carry_t = zip(*map(_APPLIED_STATE, ctls))
         u = np.array(u_t, dtype=np.float64)
         carry = np.array(carry_t, dtype=np.float64)
-        want = _pow10(u)
+        want = self._pow10_u(u)
         carry = carry + want - got
         limit = np.maximum(_Bounded.CARRY_LIMIT_PERCENT, _Bounded.CARRY_LIMIT_FRACTION * got)
-        log_got = _log10_of(got)
+        log_got = self._log10_got(got)
         restart = np.abs(carry) > limit
         u = np.where(restart, np.minimum(self._u_max, np.maximum(self._u_min, log_got)), u)
         carry = np.where(restart, 0.0, carry)
-        quant = np.where(restart, 0.0, _log10_of(want) - log_got)
-        for c, uu, cc, ff, qq in zip(ctls, u.tolist(), carry.tolist(), log_got.tolist(), quant.tolist()):
-            c._u = uu
+        quant = np.where(restart, 0.0, self._log10_want(want) - log_got)
+        for c, cc, ff, qq in zip(ctls, carry.tolist(), log_got.tolist(), quant.tolist()):
             c._carry = cc
             c._u_force = ff
             c._quant_decades = qq
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, _pow10(u) + carry))
+        for k in np.flatnonzero(restart).tolist():  # elsewhere u stays
+            ctls[k]._u = u[k].item()
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_after(u) + carry))
         return caps, done

@@ -227,6 +227,8 @@ class DaemonCore:
     _bank_factory: Any = field(default=None, init=False, repr=False, compare=False)
     #: id(controller) -> (controller, accepted by the bank): the bank's check, once per controller.
     _bank_seen: dict[int, tuple[Any, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: (VR names, instance names, both sorted) of the last :meth:`sample_rows`.
+    _names_sorted: tuple[set[str], set[str], list[str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def _banked(self, ctl: Controller) -> bool:
         """Does the bank step ``ctl`` (same class and parameters as the factory's controllers)?"""
@@ -465,31 +467,36 @@ class DaemonCore:
         """
         vrs, seen = self.vrs, self._bank_seen
         live: list[Instance] = []
-        stepped: set[int] = set()  # id() of the instances whose controller stepped this period
+        # Per live instance: 0 not stepped, 1 stepped alone, 2 stepped by the bank.
+        how: list[int] = []
         # Controllers the bank steps together (equal to stepping each, bit for bit).
         batch: list[Instance] = []
         batch_r: list[VrReading] = []
+        get_reading = readings.get
         for name, inst in self.instances.items():
             view = vrs.get(name)
             if view is None or not view.present:
                 continue
             live.append(inst)
-            r = readings.get(name)
+            r = get_reading(name)
             if r is not None and r.counter_reset:
                 inst.applied_cap_percent = None
             if inst.state == ACTIVE:
                 if r is None or r.forwarded_pps is None:
+                    how.append(0)
                     continue
-                stepped.add(id(inst))
                 ctl = inst.controller
                 ok = seen.get(id(ctl))  # self._banked(ctl), inline
                 if (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
                     batch.append(inst)
                     batch_r.append(r)
+                    how.append(2)
                 else:
                     self._step_one(inst, r)
+                    how.append(1)
             else:
                 inst.saturated_periods = 0
+                how.append(0)
         if batch:
             self._step_bank(batch, batch_r)
         # Which caps to write: never written, failed, changed, or due for re-assertion.
@@ -507,11 +514,13 @@ class DaemonCore:
         # cap in force, as after a write: on a quantising actuator its carry keeps accumulating
         # until the command crosses to the next whole cap (without it, a command pinned at the
         # lowest cap froze the carry and the mean cap stayed below the one wanted).
-        kept = [live[k] for k in np.flatnonzero(same).tolist()
-                if id(live[k]) in stepped and live[k].cap_in_force_percent is not None]
+        in_force = [i.cap_in_force_percent for i in live]
+        how_a = np.array(how, dtype=np.int8)
+        kept = np.flatnonzero(same & (how_a > 0) & np.array([v is not None for v in in_force], dtype=bool)).tolist()
         if kept:
-            self._tell_in_force(kept, [i.cap_in_force_percent for i in kept])
-            same = _unchanged(np.array([i.cap_percent for i in live], dtype=np.float64), applied)
+            cap[kept] = self._tell_in_force([live[k] for k in kept], [in_force[k] for k in kept],
+                                            (how_a[kept] == 2).tolist())
+            same = _unchanged(cap, applied)
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
     def _step_bank(self, batch: list[Instance], batch_r: list[VrReading]) -> None:
@@ -557,11 +566,14 @@ class DaemonCore:
             self._refresh_bank()
         batch: list[Instance] = []
         got: list[float] = []
+        seen, instances = self._bank_seen, self.instances
         for vr, in_force, commanded in written:
-            inst = self.instances.get(vr)
+            inst = instances.get(vr)
             if inst is None:
                 continue
-            if inst.state == ACTIVE and self._banked(inst.controller):
+            ctl = inst.controller
+            ok = seen.get(id(ctl))  # self._banked(ctl), inline
+            if inst.state == ACTIVE and (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
                 inst.applied_cap_percent = commanded
                 inst.cap_in_force_percent = in_force
                 inst.last_write_s = now_s
@@ -571,20 +583,36 @@ class DaemonCore:
             else:
                 self.cap_written(vr, in_force, now_s, commanded_percent=commanded)
         if batch:
-            self._tell_in_force(batch, got)
+            self._tell_in_force(batch, got, [True] * len(batch))
 
-    def _tell_in_force(self, insts: list[Instance], got: list[float]) -> None:
-        """Each instance's controller learns its cap in force (the bank's together); caps follow."""
-        banked = [k for k, i in enumerate(insts) if self._banked(i.controller)]
-        alone = [k for k, i in enumerate(insts) if not self._banked(i.controller)]
-        done = [False] * len(insts)
+    def _tell_in_force(self, insts: list[Instance], got: list[float],
+                       banked: list[bool] | None = None) -> list[float]:
+        """Each instance's controller learns its cap in force (the bank's together); caps follow.
+
+        ``banked[k]``: whether the bank steps ``insts[k]``'s controller, when the caller knows
+        (default: asked of the bank).  Returns the instances' new caps, percent of one CPU.
+        """
+        if banked is None:
+            banked = [self._banked(i.controller) for i in insts]
         caps = [0.0] * len(insts)
-        if banked:
+        if all(banked):  # the usual case: one call, no index lists
             assert self._bank is not None
-            c, ok = self._bank.applied([insts[k].controller for k in banked], np.array([got[k] for k in banked], dtype=np.float64))
-            for k, cc, o in zip(banked, c.tolist(), ok.tolist()):
-                caps[k], done[k] = cc, o
-        for k in alone + [k for k in banked if not done[k]]:
+            c, ok = self._bank.applied([i.controller for i in insts], np.array(got, dtype=np.float64))
+            caps = c.tolist()
+            todo = np.flatnonzero(~ok).tolist()
+            idx: list[int] = []
+        else:
+            todo = [k for k, b in enumerate(banked) if not b]
+            idx = [k for k, b in enumerate(banked) if b]
+        if idx:
+            assert self._bank is not None
+            c, ok = self._bank.applied([insts[k].controller for k in idx], np.array([got[k] for k in idx], dtype=np.float64))
+            for k, cc, o in zip(idx, c.tolist(), ok.tolist()):
+                if o:
+                    caps[k] = cc
+                else:
+                    todo.append(k)
+        for k in todo:
             inst = insts[k]
             try:
                 inst.controller.applied(got[k])
@@ -593,6 +621,7 @@ class DaemonCore:
             caps[k] = inst.controller.cap_percent
         for inst, cap in zip(insts, caps):
             inst.cap_percent = cap
+        return caps
 
     def cap_written(self, vr: str, cap_in_force_percent: float, now_s: float,
                     commanded_percent: float | None = None) -> None:
@@ -644,6 +673,15 @@ class DaemonCore:
     def _names(self) -> set[str]:
         return set(self.vrs) | set(self.instances)
 
+    def _sorted_names(self) -> list[str]:
+        """``sorted(self._names())``, kept while the VRs and the instances stay the same (do not change it)."""
+        c = self._names_sorted
+        if c is not None and c[0] == self.vrs.keys() and c[1] == self.instances.keys():
+            return c[2]
+        names = sorted(self._names())
+        self._names_sorted = (set(self.vrs), set(self.instances), names)
+        return names
+
     def describe(self, vr: str) -> dict[str, Any]:
         """The public view of one VR (the ``instance`` object of the API schema)."""
         view = self.vrs.get(vr, _VrView())
@@ -672,7 +710,7 @@ class DaemonCore:
         out = []
         vrs, instances, pending = self.vrs, self.instances, self.pending_restores
         empty = _VrView()
-        for n in sorted(self._names()):
+        for n in self._sorted_names():
             view = vrs.get(n, empty)
             inst = instances.get(n)
             if inst is None:

@@ -27,8 +27,8 @@ is a reset; 32-bit counters (32-bit kernels only) may wrap once per period.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Mapping
+from functools import partial
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -41,9 +41,11 @@ __all__ = ["VrReading", "PeriodMeter", "DEFAULT_MAX_PPS"]
 DEFAULT_MAX_PPS = 150e6
 
 
-@dataclass(frozen=True, slots=True)
-class VrReading:
-    """What the meter saw of one VR over the last control period.
+class VrReading(NamedTuple):
+    """What the meter saw of one VR over the last control period (immutable).
+
+    A named tuple, so that the meter builds one per VR and period at C speed
+    (``tuple.__new__`` through ``map``).
 
     Attributes
     ----------
@@ -60,18 +62,8 @@ class VrReading:
     counter_reset: bool = False
 
 
-# A reading built without the frozen dataclass's __init__ (three object.__setattr__ calls), for
-# the table path, which builds one per VR and period: the slots' own setters, as rtnl_codec does.
-_new_reading = object.__new__
-_set_fwd, _set_off, _set_reset = (VrReading.__dict__[f].__set__ for f in ("forwarded_pps", "offered_pps", "counter_reset"))
-
-
-def _reading(forwarded_pps: float | None, offered_pps: float | None, counter_reset: bool) -> VrReading:
-    r = _new_reading(VrReading)
-    _set_fwd(r, forwarded_pps)
-    _set_off(r, offered_pps)
-    _set_reset(r, counter_reset)
-    return r
+# (forwarded_pps, offered_pps, counter_reset) -> VrReading, without a Python-level call.
+_reading_of = partial(tuple.__new__, VrReading)
 
 
 class PeriodMeter:
@@ -209,10 +201,13 @@ class PeriodMeter:
                     rx[v] += a.delta
                     tx[v] += b.delta
                     seen[v] += 1
-        out: dict[str, VrReading] = {}
-        for name, r, t, s, z in zip(lay.vr_names, rx.tolist(), tx.tolist(), seen.tolist(), reset.tolist()):
-            out[name] = _reading(r / dt_s, t / dt_s, z) if s else _reading(None, None, z)
-        return out
+        # numpy's division is IEEE's, as Python's float division: the same rates.
+        fwd = (rx / dt_s).tolist()
+        off = (tx / dt_s).tolist()
+        if not seen.all():
+            for v in np.flatnonzero(seen == 0).tolist():
+                fwd[v] = off[v] = None
+        return dict(zip(lay.vr_names, map(_reading_of, zip(fwd, off, reset.tolist()))))
 
 
 class _Layout:
