@@ -134,6 +134,7 @@ def test_lag_plants_settle_from_uncapped_with_the_lag_measured(plant):
 
 @pytest.mark.parametrize("plant", ["nominal", "gradual", "fast2x", "slow2x"])
 def test_plants_without_a_lag_are_not_changed(plant):
+    # at these setpoints and seed (a false lag is measured now and then elsewhere: docs/control-settling.md)
     sps = [5, 10, 20, 45, 70, 85]
     off, tr_off = _settle_from_uncapped(plant, sps, False, noise=True)
     on, tr_on = _settle_from_uncapped(plant, sps, True, noise=True)
