@@ -151,6 +151,13 @@ def test_reused_elementwise_math_is_the_function():
             x = saved
 
 
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_with_the_saturation_step_from_90_percent(seed):
+    # off by default (docs/control-settling.md, the gradual knees); the bank follows it where it is on
+    _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, saturation_step_fraction=0.9))
+
+
 def test_bank_refuses_what_the_scalar_step_refuses():
     ref, banked = _twins("xtc", 3, random.Random(1))
     bank = ControllerBank.like(ref[0])
@@ -167,6 +174,8 @@ def test_bank_refuses_what_the_scalar_step_refuses():
 def test_no_bank_for_fixed_cap_or_adaptive_controller():
     assert ControllerBank.like(make_controller(PAPER, "fixed")) is None
     assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(adaptive=True))) is None
+    # the lag estimate is stepped by the scalar law (the daemon core falls back to it)
+    assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(lag_estimate=True))) is None
 
 
 def test_accepts_only_the_same_parameters():

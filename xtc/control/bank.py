@@ -13,7 +13,9 @@ Exactness: the arrays go through the same IEEE operations in the same order as t
 versions may differ from the C library's in the last bit.  So the caps and states are equal to
 the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
 
-Banked: :class:`~xtc.control.laws.XtcController` without the adaptive estimator, and
+Banked: :class:`~xtc.control.laws.XtcController` without the adaptive estimator and without the
+lag estimate (``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the daemon steps
+those one by one with the scalar law), and
 :class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  Other controllers (Fixed
 Cap, the adaptive XTC controller) have no bank: :meth:`ControllerBank.like` returns None and the
 caller steps them one by one.
@@ -146,7 +148,7 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        if type(proto) is XtcController and not proto.tuning.adaptive:
+        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
             return cls(proto)
         if type(proto) is PaperPI:
             return cls(proto)
@@ -240,7 +242,8 @@ class ControllerBank:
         du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         if self.params[4] > 0.0:
-            du_beat = np.where(not_limited & (r < y_wanted), np.minimum(du_beat, E / self.params[4]), du_beat)
+            sat = not_limited if not t.saturation_step_fraction else (off > 0) & (y >= t.saturation_step_fraction * off)
+            du_beat = np.where(sat & (r < y_wanted), np.minimum(du_beat, E / self.params[4]), du_beat)
         du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["EstimatorTuning", "GainEstimator"]
+__all__ = ["EstimatorTuning", "GainEstimator", "LagTuning", "LagEstimator", "pole_of_lag"]
 
 
 @dataclass(frozen=True)
@@ -186,4 +186,335 @@ class GainEstimator:
             self.updates = int(s.get("updates", 0))
             self.age = int(s.get("age", 10**9))
         except (KeyError, TypeError, ValueError, IndexError):
+            self.reset()
+
+
+def pole_of_lag(lag: float) -> float:
+    """The pole ``p = exp(-T / tau)`` of the lag whose first period misses the fraction ``lag``.
+
+    ``lag = (tau / T)(1 - exp(-T / tau))`` (a period's mean of a first-order response); solved for
+    ``tau`` by bisection.  Dimensionless, 0 <= lag < 1.
+    """
+    if not (0.0 <= lag < 1.0):
+        raise ValueError(f"lag must be within 0..1, got {lag}")
+    if lag <= 1e-9:
+        return 0.0
+    lo, hi = -12.0, 12.0  # log(tau / T)
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        tau = math.exp(mid)
+        if tau * (1.0 - math.exp(-1.0 / tau)) < lag:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(-1.0 / math.exp(0.5 * (lo + hi)))
+
+
+#: (lag, pole) pairs on a grid of lags 0..0.95, for the estimator's sample equation.
+_LAG_GRID: tuple[tuple[float, float], ...] = tuple((i / 200.0, pole_of_lag(i / 200.0)) for i in range(191))
+
+
+@dataclass(frozen=True)
+class LagTuning:
+    """Tuning of :class:`LagEstimator` (dimensionless unless said).
+
+    Attributes
+    ----------
+    min_move_decades : float
+        Smallest change of ``log10(cap in force)`` that can show the lag, decades.
+    rest_fraction : float
+        The cap's change in the period before the move must be at most this fraction of the move
+        (the move starts from about rest).
+    noise_sigmas : float
+        The rate's change in the move's first period must exceed this many standard deviations of
+        the difference of two noisy samples (the controller's noise estimate).
+    forgetting : float
+        Weight kept by the past samples at each new one (0 < forgetting <= 1).
+    prior_weight : float
+        Weight of the model's lag against the first sample (0: the first sample alone).
+    lag_max : float
+        Largest lag believed; a sample beyond ``[0, lag_max]`` is not used.
+    unconstrained_fraction : float
+        A period whose rate is at least this fraction of the offered rate is offered-limited:
+        it does not show the cap's effect (no sample uses it after the move).
+    knee_fraction : float
+        No sample from a start at or above this fraction of the offered rate but not offered-limited.
+    fit_fraction : float
+        A residual within this fraction of the rate counts as explained.
+    proportional_fraction : float
+        Above this fraction of the offered rate a move is not taken as proportional.
+    verify_fraction : float
+        The third period must be predicted within this fraction of its rate.
+    floor : float
+        The settled rate is at least this fraction of the rate measured.
+    """
+
+    min_move_decades: float = 0.1
+    rest_fraction: float = 0.25
+    noise_sigmas: float = 4.0
+    forgetting: float = 0.7
+    prior_weight: float = 0.0
+    lag_max: float = 0.8
+    unconstrained_fraction: float = 0.97
+    knee_fraction: float = 0.9
+    fit_fraction: float = 0.03
+    proportional_fraction: float = 0.5
+    verify_fraction: float = 0.1
+    floor: float = 0.1
+
+
+class LagEstimator:
+    """The lag of a VR's measured rate, from its response to large cap moves.  Pure.
+
+    The measured rate is a period's mean.  A VR whose forwarding follows its cap with a time
+    constant ``tau`` shows a cap move in the first period's mean only in part: the fraction
+    ``1 - g`` with ``g = (tau / T)(1 - exp(-T / tau))`` (the model file's pole ``a`` is this
+    ``g``: 0.0915 for the paper's VR; 0.345 on the benchmark's 4x lag, 0.432 on its half-period
+    lag).  With ``f(k)`` the rate the VR settles to at the cap in force during period ``k``,
+    ``x(k)`` its forwarding rate at the period's start and ``p = exp(-T / tau)``
+    (:func:`pole_of_lag`)::
+
+        m(k) = (1 - g) f(k) + g x(k),        x(k + 1) = p x(k) + (1 - p) f(k)
+
+    The sample.  After a move at period 1 from rest (``x(1) = m(0)``), the first period gives
+    ``f(1) = m(0) + (m(1) - m(0)) / (1 - g)``; the controller has usually moved again at period 2
+    (by ``rho = 10 ** du``), taken as proportional (``f(2) = rho f(1)``, elasticity 1), so
+    ``m(2)`` is a function of ``g`` alone.  Its residual is scanned on a grid of lags up to
+    ``lag_max``: its zeros, and its extrema within ``fit_fraction`` (or ``noise_sigmas`` noise
+    deviations) of ``m(2)`` (with a large second move the residual often only touches zero at
+    the true lag), grouped within 0.06, are the candidates.  One candidate: taken, and checked
+    against the third period (below).  Several, or one where another put the second move
+    above ``proportional_fraction`` of the offered rate (where the rate is not proportional to
+    the cap): the third period's rate, predicted with each (its move proportional as well),
+    decides, and none is taken unless the best predicts it within ``verify_fraction`` (or the
+    noise band).  A sample taken from two periods whose lag misses the third by more than that
+    is undone.  Samples are averaged with forgetting (``forgetting``, ``prior_weight``).
+
+    Guards: the move at least ``min_move_decades``, the cap nearly still before it
+    (``rest_fraction``); the two periods after it not offered-limited (their rate is the cap's
+    doing); no start between ``knee_fraction`` and ``unconstrained_fraction`` of the offered rate
+    (a gradual knee's low elasticity looks like a lag to the sample); the first period's change
+    of the move's sign and beyond ``noise_sigmas`` noise deviations.  Otherwise no sample.  Until
+    the first sample, and after :meth:`reset`, :attr:`lag` is the model's (``fallback_lag``) and
+    :attr:`confident` is False.
+
+    The observer.  Every period :attr:`settled_pps` is ``f(k)`` from the equations above with the
+    lag in use (``x`` carried from period to period, set from the sample's periods when a sample
+    is taken), kept within ``[floor, 1 / (1 - g)]`` times the rate measured.  The controller
+    steps to the setpoint from it instead of from the measured rate (a dead-beat step for a
+    first-order plant with that lag).
+
+    Parameters
+    ----------
+    fallback_lag : float
+        The model's lag ``g`` (its pole ``a``), dimensionless, 0 <= fallback_lag < 1.
+    tuning : LagTuning, optional
+    """
+
+    def __init__(self, fallback_lag: float, tuning: LagTuning | None = None):
+        if not (0.0 <= fallback_lag < 1.0):
+            raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
+        self.fallback_lag = float(fallback_lag)
+        self.tuning = tuning or LagTuning()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every sample (a new activation)."""
+        # (rate pps, log10 cap, rate / offered or 0 if unknown), oldest first
+        self._hist: tuple[tuple[float, float, float], ...] = ()
+        self._lag = self.fallback_lag
+        self._pole = pole_of_lag(self._lag)
+        self._x_next: float | None = None
+        self.settled_pps = 0.0
+        self._weight = self.tuning.prior_weight
+        self._pending: tuple[tuple[float, ...], float, float, tuple[float, ...]] | None = None
+        self._check: tuple[Any, ...] | None = None
+        self.rejected = 0
+        self.samples = 0
+        self.last_sample: float | None = None
+
+    @property
+    def confident(self) -> bool:
+        """True once a sample has been taken (the estimate is then the data's)."""
+        return self.samples > 0
+
+    @property
+    def lag(self) -> float:
+        """The lag ``g`` to design for: the estimate, or the model's until a sample says more."""
+        return self._lag
+
+    def update(self, rate_pps: float, log_cap: float, offered_pps: float | None = None,
+               noise_fraction: float = 0.0) -> bool:
+        """Feed one period: the rate measured (pps), ``log10`` of the cap in force during it.
+
+        Parameters
+        ----------
+        rate_pps : float
+            Rate measured over the period, packets/s.
+        log_cap : float
+            ``log10`` of the cap in force during it (percent of one CPU).
+        offered_pps : float, optional
+            Rate offered during it, packets/s (None: unknown, the period counts as not limited).
+        noise_fraction : float
+            Relative standard deviation of one period's rate sample (the controller's estimate).
+
+        Returns
+        -------
+        bool
+            True if this period completed a sample.
+        """
+        t = self.tuning
+        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
+        h = self._hist[-3:] + ((rate_pps, log_cap, frac),)
+        self._hist = h
+        lag_before = self._lag
+        self._verify(h, noise_fraction)
+        sample = self._sample(h, noise_fraction)
+        if sample is None and self._lag != lag_before:
+            x = rate_pps  # a sample undone: the state for the model's lag, from this period's rate
+            self._x_next = None
+        if sample is not None:
+            g, x = sample
+            w = t.forgetting * self._weight
+            self._lag = (w * self._lag + g) / (w + 1.0)
+            self._pole = pole_of_lag(self._lag)
+            self._weight = w + 1.0
+            self.samples += 1
+            self.last_sample = g
+            if self._lag != g:  # the state for the lag now used
+                x = self._x_next if self._x_next is not None else rate_pps
+        else:
+            x = rate_pps if self._x_next is None else self._x_next
+        g, p = self._lag, self._pole
+        # Within a factor 1 - g of the rate measured (what a move from rest can leave still to come).
+        self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * self.tuning.floor, (rate_pps - g * x) / (1.0 - g)))
+        self._x_next = p * x + (1.0 - p) * self.settled_pps
+        return sample is not None
+
+    def _sample(self, h: tuple[tuple[float, float, float], ...], noise_fraction: float) -> tuple[float, float] | None:
+        """A lag sample completed by the newest period: (lag, x(g) at this period's start) or None."""
+        t = self.tuning
+        lim = t.unconstrained_fraction
+        pend, self._pending = self._pending, None
+        if pend is not None:
+            # Two lags explained the move's first two periods: the third decides.
+            roots, m0, d1, moves = pend
+            m3, u3, fr3 = h[-1]
+            if fr3 >= lim:
+                return None
+            moves = moves + (u3 - h[-2][1],)
+            best = min(roots, key=lambda g: abs(self._predict(g, m0, d1, moves)[0] - m3))
+            pred, x = self._predict(best, m0, d1, moves)
+            if abs(pred - m3) > max(t.verify_fraction, t.noise_sigmas * noise_fraction) * m3:
+                return None
+            return best, x
+        if len(h) < 3:
+            return None
+        # Three periods since activation: the cap was at rest before the first (it was the VR's own).
+        (_, u_b, _), (m0, u0, fr0), (m1, u1, fr1), (m2, u2, fr2) = h[-4:] if len(h) >= 4 else (h[0],) + h
+        move = u1 - u0
+        if abs(move) < t.min_move_decades or abs(u0 - u_b) > t.rest_fraction * abs(move) or fr1 >= lim or fr2 >= lim or m0 <= 0:
+            return None
+        if t.knee_fraction <= fr0 < lim:
+            return None
+        d1 = m1 - m0
+        if d1 * move <= 0 or abs(d1) < t.noise_sigmas * 1.4142135623730951 * noise_fraction * max(m0, m1):
+            return None
+        moves = (u2 - u1,)
+        roots = self._roots(m0, d1, m2, moves[0], max(t.fit_fraction, t.noise_sigmas * noise_fraction) * m2)
+        # A lag that puts the follow-up move where the rate is not proportional to the cap cannot be
+        # judged by this equation: the others must also predict the third period.
+        n = len(roots)
+        if fr1 > 0.0:
+            roots = [g for g in roots if m0 + d1 / (1.0 - g) <= t.proportional_fraction * m1 / fr1]
+        if len(roots) == 1 and n == 1:
+            self._check = (roots[0], m0, d1, moves, self._lag, self._weight, self.samples)
+            return roots[0], self._predict(roots[0], m0, d1, moves)[1]
+        if roots:
+            self._pending = (tuple(roots), m0, d1, moves)
+        return None
+
+    def _verify(self, h: tuple[tuple[float, float, float], ...], noise_fraction: float) -> None:
+        """The period after a sample taken from two periods: does the lag predict it?  Else undone."""
+        chk, self._check = self._check, None
+        if chk is None:
+            return
+        g, m0, d1, moves, lag, weight, samples = chk
+        m3, u3, fr3 = h[-1]
+        if fr3 >= self.tuning.unconstrained_fraction:
+            return
+        pred = self._predict(g, m0, d1, moves + (u3 - h[-2][1],))[0]
+        if abs(pred - m3) > max(self.tuning.verify_fraction, self.tuning.noise_sigmas * noise_fraction) * m3:
+            self._lag, self._weight, self.samples = lag, weight, samples
+            self._pole = pole_of_lag(lag)
+            self.rejected += 1
+
+    @staticmethod
+    def _predict(g: float, m0: float, d1: float, moves: tuple[float, ...]) -> tuple[float, float]:
+        """For lag ``g``: the rate predicted for the newest period and the state at its start.
+
+        ``m0`` the rate at rest before the move, ``d1`` its first period's change (pps), ``moves``
+        the cap's moves since (decades), each taken as proportional (elasticity 1).
+        """
+        p = pole_of_lag(g)
+        f = m0 + d1 / (1.0 - g)
+        x = m0
+        for mv in moves:
+            x = p * x + (1.0 - p) * f
+            f *= 10.0 ** mv
+        return (1.0 - g) * f + g * x, x
+
+    def _roots(self, m0: float, d1: float, m2: float, move2: float, tol_pps: float) -> list[float]:
+        """The lags that explain the sample (class docstring), one per separate group.
+
+        The sample's residual ``h(g)`` (pps) on a grid of lags: its zeros, and its extrema within
+        ``tol_pps`` of zero (the residual often only touches zero at the true lag); candidates
+        within 0.06 of each other are one group (their mean).
+        """
+        rho = 10.0 ** move2
+        lag_max = self.tuning.lag_max
+        pts: list[tuple[float, float]] = []
+        for g, p in _LAG_GRID:
+            if g > lag_max:
+                break
+            f1 = m0 + d1 / (1.0 - g)
+            if f1 <= 0.0:
+                break
+            pts.append((g, f1 * ((1.0 - g) * rho + g * (1.0 - p)) + g * p * m0 - m2))
+        cands: list[float] = []
+        for i in range(1, len(pts)):
+            (g0, h0), (g1, h1) = pts[i - 1], pts[i]
+            if (h1 >= 0.0) != (h0 >= 0.0):
+                cands.append(g0 + (g1 - g0) * h0 / (h0 - h1))
+            elif i + 1 < len(pts) and abs(h1) <= tol_pps and abs(h1) <= abs(h0) and abs(h1) <= abs(pts[i + 1][1]) \
+                    and (pts[i + 1][1] >= 0.0) == (h1 >= 0.0):
+                cands.append(g1)
+        groups: list[list[float]] = []
+        for c in sorted(cands):
+            if groups and c - groups[-1][-1] <= 0.06:
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        return [sum(gr) / len(gr) for gr in groups]
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-serialisable state."""
+        return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": self._weight, "samples": self.samples,
+                "x_next_pps": self._x_next}
+
+    def restore_state(self, s: Mapping[str, Any]) -> None:
+        """Restore :meth:`to_state`'s output (a malformed one resets the estimator)."""
+        try:
+            hist = tuple((float(m), float(u), float(fr)) for m, u, fr in s["hist"])
+            lag, weight, samples = float(s["lag"]), float(s["weight"]), int(s["samples"])
+            if len(hist) > 4 or not (0.0 <= lag <= self.tuning.lag_max or lag == self.fallback_lag) \
+                    or not all(math.isfinite(v) for x in hist for v in x) or not (weight >= 0.0 and math.isfinite(weight)):
+                raise ValueError
+            x = s.get("x_next_pps")
+            x = None if x is None else float(x)
+            if x is not None and not math.isfinite(x):
+                raise ValueError
+            self._hist, self._lag, self._weight, self.samples = hist, lag, weight, samples
+            self._pole, self._x_next = pole_of_lag(lag), x
+        except (KeyError, TypeError, ValueError):
             self.reset()

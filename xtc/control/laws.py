@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from xtc.models import CapBounds, Gains, LogCapModel
 
-from .estimate import EstimatorTuning, GainEstimator
+from .estimate import EstimatorTuning, GainEstimator, LagEstimator, LagTuning
 
 __all__ = [
     "ControllerError",
@@ -317,6 +317,22 @@ class XtcTuning:
         (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
     estimator : EstimatorTuning
         Tuning of that estimate.
+    lag_estimate : bool
+        Measure the lag from the rate's response to large cap moves
+        (:class:`xtc.control.estimate.LagEstimator`); once it is measured at least ``lag_margin``
+        above ``design_lag``, on an exact actuator, the dead-beat step starts from the rate the
+        cap in force settles to (its observer) instead of the measured rate.  Otherwise (and
+        with False, the default) the law is unchanged.  The daemon steps these controllers with
+        the scalar law (no bank).
+    lag_margin : float
+        How far above ``design_lag`` a measured lag must be to be used (dimensionless).
+    lag_estimator : LagTuning
+        Tuning of that estimate.
+    saturation_step_fraction : float
+        The model's step out of saturation applies while the VR forwards at least this fraction of
+        its offered rate (``unconstrained_fraction`` when 0, the default; 0.9 is the gradual-knee
+        variant of docs/control-settling.md: it settles the gradual knees in 5 periods but slows
+        hog recovery on 2x faster hardware from 3 to 4 periods).
     """
 
     design_lag: float = 0.0915
@@ -332,6 +348,10 @@ class XtcTuning:
     saturation_model_step: bool = True
     adaptive: bool = False
     estimator: EstimatorTuning = EstimatorTuning()
+    lag_estimate: bool = False
+    lag_margin: float = 0.1
+    lag_estimator: LagTuning = LagTuning()
+    saturation_step_fraction: float = 0.0
 
 
 class XtcController(_Bounded):
@@ -416,6 +436,17 @@ class XtcController(_Bounded):
     (85 kp/s: cap 100 -> 66); on slower hardware it can go past it (2x slower, 30 kp/s: from
     cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
     it back.  No such step if ``e0 >= 1``.
+
+    Measured lag (``lag_estimate``, off by default).  The dead-beat gains assume the model's lag;
+    on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
+    dead-beat step is taken for too small and the next one overshoots (9-10 periods to settle).
+    :class:`~xtc.control.estimate.LagEstimator` measures the lag from the rate's response to a
+    large move and, once it is clearly above the model's, the dead-beat branch steps
+    ``log10(r) - log10(f)``, ``f`` being the rate the cap in force settles to according to the
+    lag's observer.  A wrong lag degrades as follows: too large, ``f`` is extrapolated too far
+    and the next step too large the other way (kept within one decade by the rate limit and
+    ``f`` within ``[0.1, 1 / (1 - g)]`` of the rate measured); too small, the old overshoot.
+    The sample's guards (its docstring) are there to keep the first from happening.
     """
 
     kind = "xtc"
@@ -434,6 +465,7 @@ class XtcController(_Bounded):
         self._E_prev: float | None = None
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
         self.estimator = GainEstimator(t.design_lag, t.estimator)
+        self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
         self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
@@ -442,6 +474,7 @@ class XtcController(_Bounded):
         self._E_prev = None
         self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
         self.estimator.reset()
+        self.lag_estimator.reset()
 
     @property
     def noise_fraction(self) -> float:
@@ -480,6 +513,13 @@ class XtcController(_Bounded):
             self.estimator.update(log_y, self._u_force, self._noise_log)
         eps = self.estimator.elasticity if t.adaptive else 1.0
         a = self.estimator.lag if t.adaptive else t.design_lag
+        observed = False
+        if t.lag_estimate:
+            le = self.lag_estimator
+            le.update(y, self._u_force, offered, self._noise_log * _LN10)
+            y_settled = le.settled_pps
+            if le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
+                observed = True
         kp = a / (1.0 - a)
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
         # on a whole-percent actuator the dithered periods then all say the same, and the integrator
@@ -507,8 +547,14 @@ class XtcController(_Bounded):
             if abs(r - y_wanted) < band * r and not persist:
                 du = t.fine_gain * E / eps
             else:
-                du = ((kp + self.ki) * E - kp * E_prev) / eps
-                if not_limited and r < y_wanted and self.saturation_elasticity > 0.0:
+                if observed:
+                    # The step to the setpoint from the rate the cap in force settles to (the lag's observer).
+                    du = (math.log10(max(r, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0))) / eps
+                else:
+                    du = ((kp + self.ki) * E - kp * E_prev) / eps
+                sat = not_limited if not t.saturation_step_fraction else \
+                    offered is not None and offered > 0 and y >= t.saturation_step_fraction * offered
+                if sat and r < y_wanted and self.saturation_elasticity > 0.0:
                     du = min(du, E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
@@ -526,6 +572,8 @@ class XtcController(_Bounded):
         s["force_decades"] = self._u_force
         s["quant_decades"] = self._quant_decades
         s["estimator"] = self.estimator.to_state()
+        if self.tuning.lag_estimate:
+            s["lag_estimator"] = self.lag_estimator.to_state()
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
@@ -545,3 +593,8 @@ class XtcController(_Bounded):
             self.estimator.restore_state(est)
         else:
             self.estimator.reset()
+        lag = state.get("lag_estimator")
+        if isinstance(lag, Mapping):
+            self.lag_estimator.restore_state(lag)
+        else:
+            self.lag_estimator.reset()
