@@ -52,3 +52,20 @@ def test_other_hardware_goal_needs_every_mean_within_3_and_every_rate_within_10_
     one_rate_off = T._outcome(_result([_step(500, 0.0, 1.0), _step(9500, 0.0, 0.875)]), None)
     assert [g.met for g in one_rate_off.goals] == [True, False]
     assert "worst setpoint 88%" in one_rate_off.goals[1].measured
+
+
+def test_factor_summary_compares_gains_and_judges_each_factor(tmp_path) -> None:
+    runs = []
+    for factor, gain, share in ((0.5, 600.0, 1.0), (1.0, 300.0, 1.0), (2.0, 150.0, 0.9)):
+        r = _result([_step(500, 0.01, 1.0), _step(9500, 0.0, share)])
+        r["work_factor"] = factor
+        for s in r["controllers"]["xtc"]["steps"]:
+            s["pps_per_cap_percent"] = gain
+        runs.append(r)
+    o = T.factor_summary(runs[::-1])
+    assert [x["work_factor"] for x in o.result["factors"]] == [0.5, 1.0, 2.0]
+    assert [x["gain_vs_factor_1"] for x in o.result["factors"]] == [2.0, 1.0, 0.5]
+    assert [g.met for g in o.goals] == [True, True, False]
+    assert [ln.split(" | ")[0] for ln in o.report_md.splitlines()[2:]] == ["| 0.5", "| 1", "| 2"]
+    o.plot(tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 1000

@@ -284,3 +284,90 @@ Per setpoint:
         save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
+
+
+# ------------------------------------------------------------------------------ other hardware
+def factor_summary(results: list[dict[str, Any]]) -> Outcome:
+    """Compare XTC's tracking runs made at different forwarder work factors (same model file).
+
+    Parameters
+    ----------
+    results
+        ``tracking.json`` documents, each with ``work_factor`` and an ``xtc`` controller.
+
+    Returns
+    -------
+    Outcome
+        ``result`` = one row per factor (gain in pps per percent of cap, worst mean error, shares of
+        1 s rates within 10%), the markdown table, a plot and one goal per factor.
+    """
+    rows, goals, table = [], [], []
+    for r in sorted(results, key=lambda r: r.get("work_factor", 1.0)):
+        steps = r["controllers"]["xtc"]["steps"]
+        errs = [abs(s["rel_error"]) for s in steps]
+        shares = [s["rates_within_10pct"] for s in steps]
+        gains = sorted(s["pps_per_cap_percent"] for s in steps if not math.isnan(s["pps_per_cap_percent"]))
+        row = {"work_factor": r.get("work_factor", 1.0), "work_iters": r.get("work_iters", 0),
+               "offered_pps": r["offered_pps"], "free_pps": r["free_pps"], "model": r["model"],
+               "setpoints_pps": [s["setpoint_pps"] for s in steps],
+               "setpoint_fractions": [s["setpoint_pps"] / min(r["free_pps"], r["offered_seen_pps"]) for s in steps],
+               "rel_errors": [s["rel_error"] for s in steps], "shares_within_10pct": shares,
+               "worst_abs_error": max(errs), "mean_abs_error": mean(errs), "mean_share_within_10pct": mean(shares),
+               "min_share_within_10pct": min(shares),
+               "median_gain_pps_per_cap_percent": gains[len(gains) // 2] if gains else math.nan,
+               "load_avg_1m_at_start": r.get("host", {}).get("load_avg_1m"), "command": r.get("command")}
+        rows.append(row)
+        table.append((f"{row['work_factor']:g}", f"{row['work_iters']}", f"{row['median_gain_pps_per_cap_percent']:.0f}",
+                      f"{row['free_pps']:.0f} / {row['offered_pps']:.0f}",
+                      f"{100 * min(row['setpoint_fractions']):.0f}-{100 * max(row['setpoint_fractions']):.0f}%",
+                      f"{100 * row['worst_abs_error']:.1f}%", f"{100 * row['mean_abs_error']:.1f}%",
+                      f"{100 * row['mean_share_within_10pct']:.0f}% (worst {100 * row['min_share_within_10pct']:.0f}%)",
+                      f"{row['load_avg_1m_at_start']}"))
+        goals.append(Goal(f"factor {row['work_factor']:g}: every steady mean within {100 * MEAN_GOAL:g}%, every steady 1 s "
+                          f"rate within {100 * RATE_GOAL:g}% of its setpoint",
+                          f"worst mean error {100 * row['worst_abs_error']:.1f}%, 1 s rates within 10%: "
+                          f"{100 * row['mean_share_within_10pct']:.0f}% (worst setpoint {100 * row['min_share_within_10pct']:.0f}%)",
+                          row["worst_abs_error"] <= MEAN_GOAL and row["min_share_within_10pct"] == 1.0))
+    ref = next((x for x in rows if x["work_factor"] == 1.0), None)
+    for x in rows:
+        x["gain_vs_factor_1"] = (x["median_gain_pps_per_cap_percent"] / ref["median_gain_pps_per_cap_percent"]
+                                 if ref else math.nan)
+    md = ("| work factor | busy-work iterations (x factor) | gain (pps per % cap, median) | unlimited / offered pps | "
+          "setpoints (of the unlimited rate) | worst mean error | mean abs error | steady 1 s rates within 10% | "
+          "load (1 min) at start |\n|" + "---|" * 9 + "\n" + "\n".join("| " + " | ".join(t) + " |" for t in table) + "\n")
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        for x in rows:
+            fr = [100 * f for f in x["setpoint_fractions"]]
+            lab = f"factor {x['work_factor']:g} ({x['median_gain_pps_per_cap_percent']:.0f} pps/%)"
+            a1.plot(fr, [100 * e for e in x["rel_errors"]], "o-", label=lab)
+            a2.plot(fr, [100 * s for s in x["shares_within_10pct"]], "o-", label=lab)
+        a1.axhspan(-100 * MEAN_GOAL, 100 * MEAN_GOAL, color="green", alpha=0.1)
+        a1.set_ylabel("steady mean error (%)")
+        a1.legend(fontsize=8)
+        a2.set_ylabel("1 s rates within 10% (%)")
+        a2.set_xlabel("setpoint (% of the unlimited rate)")
+        a2.set_ylim(-5, 105)
+        save_figure(fig, path)
+
+    return Outcome(result={"factors": rows}, report_md=md, plot=plot, goals=goals)
+
+
+if __name__ == "__main__":  # python -m xtc_lab.lab.experiments.tracking OUT_DIR RUN.json...
+    import json
+    import sys
+
+    out = Path(sys.argv[1])
+    o = factor_summary([json.loads(Path(p).read_text()) for p in sys.argv[2:]])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "labcost.json").write_text(json.dumps(o.result, indent=1) + "\n")
+    (out / "labcost-table.md").write_text(o.report_md + "\n" + "\n".join(
+        f"- {g.goal}: {g.measured} -- {'met' if g.met else 'NOT met'}" for g in o.goals) + "\n")
+    o.plot(out / "labcost.png")
+    print(o.report_md)
