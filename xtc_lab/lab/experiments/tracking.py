@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
@@ -121,6 +122,53 @@ def lowest_held(steps: list[dict[str, Any]]) -> float | None:
 
 
 # ------------------------------------------------------------------------------ the run
+class SampleTap:
+    """The daemon's own view, one row per control period: a thread subscribed to its ``samples`` PUB
+    (``xtc-samples/1``) keeps ``[t_s, t_unix_s, period_s, measured_pps, offered_pps, cap_percent]`` of ``vr``,
+    ``t_s`` the receive time on ``clock`` (the recorder's, s).
+
+    Beside the host-side 1 s rates it shows what the controller was told (a late period, a short read).
+    """
+
+    def __init__(self, endpoint: str, vr: str, clock: Callable[[], float]):
+        import threading
+
+        import zmq
+
+        self.rows: list[list[float | None]] = []
+        self._stop = threading.Event()
+        self._sock = zmq.Context.instance().socket(zmq.SUB)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"samples")
+        self._sock.setsockopt(zmq.RCVTIMEO, 200)
+        self._sock.connect(endpoint)
+        self._vr = vr
+        self._clock = clock
+        self._thread = threading.Thread(target=self._run, name="sample-tap", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import zmq
+
+        from xtc.daemon.api import decode_samples
+
+        while not self._stop.is_set():
+            try:
+                _topic, body = self._sock.recv_multipart()
+            except zmq.Again:
+                continue
+            for smp in decode_samples(body):
+                if smp["vr"] == self._vr:
+                    self.rows.append([round(self._clock(), 3), smp["t_unix_s"], smp["period_s"], smp["measured_pps"], smp["offered_pps"],
+                                      smp["cap_percent"]])
+
+    def close(self) -> list[list[float | None]]:
+        """Stop the thread; return the rows."""
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._sock.close(linger=0)
+        return self.rows
+
+
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     names = [c.strip() for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
@@ -151,6 +199,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         f"{hold_s:g} s each")
                 with LabDaemon(workdir / name, lab.uri, [vr.name], kind=kind, model=model,
                                cap_min_percent=cap_min) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
+                    tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
                     steps_t = []
                     for i, sp in enumerate(setpoints):
                         t0 = rec.mark(f"setpoint {sp:.0f}")
@@ -160,13 +209,17 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                             d.setpoint(vr.name, sp)
                         wait_with_progress(hold_s, f"{name} at {sp / 1000:g} kp/s", ctx.say)
                         steps_t.append((t0, rec.now(), sp))
+                    daemon_rows = tap.close()
                 s = rec.series[vr.name]
                 steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp, s.cap_percent) for t0, t1, sp in steps_t]
                 for st in steps:
                     ctx.say(f"   {name} {st['setpoint_pps']:.0f} pps: mean {st['mean_pps']:.0f} "
                             f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_periods']} periods")
                 result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
-                                               "lowest_held_pps": lowest_held(steps), "recording": rec.to_json()}
+                                               "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
+                                               "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
+                                                                             "offered_pps", "cap_percent"],
+                                                                  "rows": daemon_rows}}
         caps.close()
     return _outcome(result, ctx)
 
