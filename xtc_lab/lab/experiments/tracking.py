@@ -360,6 +360,9 @@ def factor_summary(results: list[dict[str, Any]]) -> Outcome:
         errs = [abs(s["rel_error"]) for s in steps]
         shares = [s["rates_within_10pct"] for s in steps]
         gains = sorted(s["pps_per_cap_percent"] for s in steps if not math.isnan(s["pps_per_cap_percent"]))
+        series = r["controllers"]["xtc"].get("recording", {}).get("series", {})
+        offered = next(iter(series.values()))["offered_pps"] if series else []
+        short = sum(1 for o in offered if o < 0.9 * r["offered_pps"]) / len(offered) if offered else math.nan
         row = {"work_factor": r.get("work_factor", 1.0), "work_iters": r.get("work_iters", 0),
                "offered_pps": r["offered_pps"], "free_pps": r["free_pps"], "model": r["model"],
                "setpoints_pps": [s["setpoint_pps"] for s in steps],
@@ -368,6 +371,7 @@ def factor_summary(results: list[dict[str, Any]]) -> Outcome:
                "worst_abs_error": max(errs), "mean_abs_error": mean(errs), "mean_share_within_10pct": mean(shares),
                "min_share_within_10pct": min(shares),
                "median_gain_pps_per_cap_percent": gains[len(gains) // 2] if gains else math.nan,
+               "offered_short_share": short,
                "load_avg_1m_at_start": r.get("host", {}).get("load_avg_1m"), "command": r.get("command")}
         rows.append(row)
         table.append((f"{row['work_factor']:g}", f"{row['work_iters']}", f"{row['median_gain_pps_per_cap_percent']:.0f}",
@@ -375,7 +379,7 @@ def factor_summary(results: list[dict[str, Any]]) -> Outcome:
                       f"{100 * min(row['setpoint_fractions']):.0f}-{100 * max(row['setpoint_fractions']):.0f}%",
                       f"{100 * row['worst_abs_error']:.1f}%", f"{100 * row['mean_abs_error']:.1f}%",
                       f"{100 * row['mean_share_within_10pct']:.0f}% (worst {100 * row['min_share_within_10pct']:.0f}%)",
-                      f"{row['load_avg_1m_at_start']}"))
+                      f"{100 * short:.0f}%", f"{row['load_avg_1m_at_start']}"))
         goals.append(Goal(f"factor {row['work_factor']:g}: every steady mean within {100 * MEAN_GOAL:g}%, every steady 1 s "
                           f"rate within {100 * RATE_GOAL:g}% of its setpoint",
                           f"worst mean error {100 * row['worst_abs_error']:.1f}%, 1 s rates within 10%: "
@@ -387,7 +391,7 @@ def factor_summary(results: list[dict[str, Any]]) -> Outcome:
                                  if ref else math.nan)
     md = ("| work factor | busy-work iterations (x factor) | gain (pps per % cap, median) | unlimited / offered pps | "
           "setpoints (of the unlimited rate) | worst mean error | mean abs error | steady 1 s rates within 10% | "
-          "load (1 min) at start |\n|" + "---|" * 9 + "\n" + "\n".join("| " + " | ".join(t) + " |" for t in table) + "\n")
+          "1 s with offered < 90% (sender starved) | load (1 min) at start |\n|" + "---|" * 10 + "\n" + "\n".join("| " + " | ".join(t) + " |" for t in table) + "\n")
 
     def plot(path: Path) -> None:
         import matplotlib
