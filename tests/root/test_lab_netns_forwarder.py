@@ -75,6 +75,39 @@ def test_forwarder_carries_udp_and_tcp_and_stops_on_sigterm(netns_lab) -> None:
     assert vr.process.wait(timeout=5) == 0
 
 
+def test_factor_2_forwards_fewer_frames_per_cpu_second_than_factor_1(netns_lab) -> None:
+    """The same busy work at factor 1 and 2 on two unlimited forwarders, the same stream through each in turn:
+    relative, so it holds on a fast or slow (or busy) host; the stream is slow enough for both to keep up."""
+    import os
+
+    from xtc_lab.lab.netlab import NetLab
+    from xtc_lab.lab.traffic import start_udp_stream
+
+    lab: NetLab = netns_lab  # type: ignore[assignment]
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    us_per_frame = {}
+    for factor in (1.0, 2.0):
+        vr = lab.add_netns_vr(work_iters=20_000, work_factor=factor)
+        argv = Path(f"/proc/{vr.process.pid}/cmdline").read_bytes().split(b"\0")
+        assert (b"-f" in argv) == (factor != 1.0) and (factor == 1.0 or b"2.0" in argv)
+
+        def cpu_s() -> float:
+            f = Path(f"/proc/{vr.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) * tick_s
+
+        c0, t0 = vr.counters(), cpu_s()
+        with start_udp_stream(lab, vr, rate_pps=3_000, duration_s=2.0) as stream:
+            stream.wait()
+        time.sleep(0.1)
+        c1, t1 = vr.counters(), cpu_s()
+        frames = c1["forwarded_to_tr"] - c0["forwarded_to_tr"]
+        assert frames > 1_000 and t1 - t0 > 10 * tick_s
+        us_per_frame[factor] = 1e6 * (t1 - t0) / frames
+    # Busy work dominates at 20000 iterations: the dearer forwarder spends clearly more CPU per frame
+    # (measured 1.8-1.9 times; the fixed cost of receiving and sending keeps it under 2).
+    assert us_per_frame[2.0] > 1.4 * us_per_frame[1.0], us_per_frame
+
+
 def test_teardown_leaves_nothing(netns_lab) -> None:
     from pyroute2 import netns
 

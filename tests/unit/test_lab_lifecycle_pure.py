@@ -87,6 +87,46 @@ def test_bad_shapes_are_refused_with_the_reason(args: tuple, words: str) -> None
     assert words in str(e.value)
 
 
+@pytest.mark.parametrize("factor", [0, -1, 0.0, 101, float("nan"), float("inf"), "2", True, None])
+def test_bad_work_factor_is_refused_naming_the_key(factor: Any) -> None:
+    with pytest.raises(LabError, match="--work-factor") as e:
+        L.check_shape("lxc", 1, 1, 100, factor)
+    assert "> 0" in str(e.value)
+    rec = netns_record()
+    rec["work_factor"] = factor
+    with pytest.raises(L.LabRecordError, match="work_factor"):
+        L.validate_record(rec)
+
+
+def test_work_factor_reaches_the_shape_record_and_forwarder_command_line() -> None:
+    from xtc_lab.lab.netlab import forwarder_argv
+
+    s = L.check_shape("netns", 1, 1, 6000, 0.5)
+    assert s.work_factor == 0.5 and "factor 0.5" in s.describe()
+    assert L.check_shape("netns", 1, 1, 6000) == L.LabShape("netns", 1, 1, 6000, 1.0)
+    assert L.shape_difference(L.LabShape("netns", 1, 1, 6000, 1.0), s) == ["work factor 1.0 (asked: 0.5)"]
+    rec = netns_record()
+    assert L.shape_of(L.validate_record(rec)).work_factor == 1.0  # a record from before the factor existed
+    rec["work_factor"] = 2.0
+    assert L.shape_of(L.validate_record(rec)).work_factor == 2.0
+    # Factor 1 adds nothing: the command line the lab always used.
+    assert forwarder_argv("/x/fw", 6000) == ["/x/fw", "-w", "6000", "eth0", "eth1"]
+    assert forwarder_argv("/x/fw", 6000, 1.0, wait_s=10) == ["/x/fw", "-w", "6000", "-t", "10", "eth0", "eth1"]
+    assert forwarder_argv("/x/fw", 6000, 2) == ["/x/fw", "-w", "6000", "-f", "2.0", "eth0", "eth1"]
+    assert forwarder_argv("/x/fw", 6000, 0.5, wait_s=10) == ["/x/fw", "-w", "6000", "-f", "0.5", "-t", "10",
+                                                             "eth0", "eth1"]
+    with pytest.raises(LabError, match="work_factor 0"):
+        forwarder_argv("/x/fw", 6000, 0)
+    a = parser().parse_args(["up", "--work", "6000", "--work-factor", "2"])
+    assert (a.work, a.work_factor) == (6000, 2.0)
+
+
+def test_up_refuses_a_bad_work_factor_before_anything_is_made(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parser().parse_args(["up", "--work-factor", "0"])
+    assert args.func(args) == L.EXIT_USAGE
+    assert "--work-factor 0.0 out of range" in capsys.readouterr().err
+
+
 def test_good_shapes() -> None:
     assert L.check_shape("netns", 2, 1, 0) == L.LabShape("netns", 2, 1, 0)
     s = L.check_shape("lxc", 1, 3, 500)

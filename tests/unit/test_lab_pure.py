@@ -202,7 +202,9 @@ def test_build_errors_are_clear(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("source, bad_args", [
-    (FORWARDER_SOURCE, [["eth0"], ["eth0", "eth0"], ["-w", "-3", "a", "b"], ["-w", "x", "a", "b"]]),
+    (FORWARDER_SOURCE, [["eth0"], ["eth0", "eth0"], ["-w", "-3", "a", "b"], ["-w", "x", "a", "b"],
+                        ["-f", "0", "a", "b"], ["-f", "-1", "a", "b"], ["-f", "101", "a", "b"], ["-f", "2x", "a", "b"],
+                        ["-f", "", "a", "b"], ["-f", "nan", "a", "b"]]),
     (UDPSEND_SOURCE, [["198.18.1.2"], ["-r", "0", "-t", "1", "198.18.1.2"], ["-r", "10", "-t", "1", "not-an-ip"]]),
 ])
 def test_shipped_programs_build_and_refuse_bad_arguments(tmp_path: Path, source: Path, bad_args: list) -> None:
@@ -216,6 +218,16 @@ def test_forwarder_gives_up_waiting_for_missing_interfaces(tmp_path: Path) -> No
     exe = build_program(FORWARDER_SOURCE, tmp_path)
     r = subprocess.run([exe, "-t", "0", "xtc-no-if-a", "xtc-no-if-b"], capture_output=True, text=True, timeout=5)
     assert r.returncode == 1 and "not both present" in r.stderr
+
+
+def test_forwarder_reports_its_factored_work(tmp_path: Path) -> None:
+    """-f scales -w (rounded); the forwarder logs the work it will do once its interfaces are there."""
+    exe = build_program(FORWARDER_SOURCE, tmp_path)
+    src = FORWARDER_SOURCE.read_text()
+    assert "round(FACTOR * WORK)" in src and '"w:f:t:"' in src
+    for argv in (["-w", "3", "-f", "2.5", "-t", "0", "xtc-no-if-a", "xtc-no-if-b"], ["-f", "0.5", "-t", "0", "x", "y"]):
+        r = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=5)
+        assert r.returncode == 1 and "not both present" in r.stderr  # accepted: it got as far as waiting
 
 
 def test_udpsend_paces_to_the_requested_rate(tmp_path: Path) -> None:

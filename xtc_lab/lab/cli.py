@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
     r.add_argument("--offered-pps", type=float, default=100_000.0,
                    help="offered rate per VR stream, packets/s (default 100000; scaled down where the host cannot push it)")
     r.add_argument("--work", type=int, default=0, help="busy-work iterations per frame in the VRs' forwarder (default 0)")
+    r.add_argument("--work-factor", type=float, default=1.0,
+                   help="per-frame work factor of the VRs' forwarder: round(FACTOR x WORK) iterations per frame "
+                        "(0.5: cheaper, 2: dearer; default 1)")
     r.add_argument("--check", action="store_true", help="exit with status 3 when a goal is missed")
     for m in exps.values():
         if hasattr(m, "add_arguments"):
@@ -67,7 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from xtc.daemon.ctl import ManagerError
     from xtc_lab.lab.harness import RunContext, host_description, lab_host_problem, measurement_lock, write_outputs
     from xtc_lab.lab.libvirtd import LibvirtdError
-    from xtc_lab.lab.netlab import LabError
+    from xtc_lab.lab.netlab import LabError, check_work_factor
 
     problem = lab_host_problem("lxc")
     if problem:
@@ -79,11 +82,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.work < 0:
         print(f"xtc lab run: --work {args.work} must be >= 0", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        check_work_factor(args.work_factor, "--work-factor")
+    except LabError as e:
+        print(f"xtc lab run: {e}", file=sys.stderr)
+        return EXIT_ERROR
     exps = available()
     names = list(exps) if args.experiment == "all" else [args.experiment]
     missed = []
     for name in names:
-        ctx = RunContext(out_dir=args.out, quick=args.quick, offered_pps=args.offered_pps, work_iters=args.work)
+        ctx = RunContext(out_dir=args.out, quick=args.quick, offered_pps=args.offered_pps, work_iters=args.work,
+                         work_factor=args.work_factor)
         t0 = time.monotonic()
         ctx.say(f"== {name}: {exps[name].TITLE} ({exps[name].PAPER})")
         try:

@@ -16,8 +16,11 @@
  * GSO super-frames and frames whose checksum is still to be filled in (both
  * common on veth) pass through intact: TCP (iperf3) works through it.
  *
- * usage: xtc-forwarder [-w WORK] [-t WAIT_S] IF_A IF_B
+ * usage: xtc-forwarder [-w WORK] [-f FACTOR] [-t WAIT_S] IF_A IF_B
  *   -w WORK    busy-work iterations per forwarded frame (default 0)
+ *   -f FACTOR  per-frame work factor, > 0 and <= 100: the busy work per frame is
+ *              round(FACTOR * WORK) iterations (default 1: exactly WORK).  It stands
+ *              for a cheaper (FACTOR < 1) or dearer (FACTOR > 1) forwarder.
  *   -t WAIT_S  give up if the interfaces are not there after WAIT_S s (default: wait forever)
  *
  * Exit status: 0 on SIGTERM/SIGINT, 1 on a usage or setup error.  Counters
@@ -94,13 +97,17 @@ fail:
 int main(int argc, char **argv)
 {
     unsigned long work = 0;
+    double factor = 1.0;
     long wait_s = -1;
     int opt;
-    while ((opt = getopt(argc, argv, "w:t:")) != -1) {
+    while ((opt = getopt(argc, argv, "w:f:t:")) != -1) {
         char *end;
         if (opt == 'w') {
             work = strtoul(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || *optarg == '-') goto usage;
+        } else if (opt == 'f') {
+            factor = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(factor > 0.0 && factor <= 100.0)) goto usage;
         } else if (opt == 't') {
             wait_s = strtol(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || wait_s < 0) goto usage;
@@ -111,6 +118,9 @@ int main(int argc, char **argv)
     if (argc - optind != 2 || strcmp(argv[optind], argv[optind + 1]) == 0)
         goto usage;
     const char *names[2] = {argv[optind], argv[optind + 1]};
+    const unsigned long base_work = work;
+    if (factor != 1.0)  /* factor 1 leaves WORK exactly as given */
+        work = (unsigned long)(factor * (double)base_work + 0.5);  /* rounded */
 
     struct sigaction sa = {.sa_handler = on_signal};  /* no SA_RESTART: poll returns EINTR */
     sigemptyset(&sa.sa_mask);
@@ -150,7 +160,8 @@ int main(int argc, char **argv)
         }
     }
     close(ctl);
-    fprintf(stderr, "xtc-forwarder: forwarding %s <-> %s, work %lu\n", names[0], names[1], work);
+    fprintf(stderr, "xtc-forwarder: forwarding %s <-> %s, work %lu (factor %g of %lu)\n", names[0], names[1],
+            work, factor, base_work);
 
     /* One batch of frames per wake-up and direction: a recvmmsg and a sendmmsg call. */
     static unsigned char bufs[BATCH][BUF_BYTES];
@@ -209,6 +220,6 @@ int main(int argc, char **argv)
     return 0;
 
 usage:
-    fprintf(stderr, "usage: %s [-w WORK] [-t WAIT_S] IF_A IF_B\n", argv[0]);
+    fprintf(stderr, "usage: %s [-w WORK] [-f FACTOR] [-t WAIT_S] IF_A IF_B\n", argv[0]);
     return 1;
 }

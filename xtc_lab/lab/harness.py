@@ -137,7 +137,7 @@ def measurement_lock(path: Path = MEASURE_LOCK, say: Callable[[str], None] | Non
 
 @contextmanager
 def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
-                vcpu_period_us: int = 100_000) -> Iterator[NetLab]:
+                vcpu_period_us: int = 100_000, work_factor: float = 1.0) -> Iterator[NetLab]:
     """A lab with ``n_vrs`` LXC VRs (unlimited at first) under the lab's libvirtd; removed afterwards.
 
     ``n_vrs`` may be 0 for a caller that builds its own shape (e.g. :meth:`NetLab.add_chain`).
@@ -151,7 +151,7 @@ def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
         lab = NetLab(prefix=random_prefix(stem), uri=daemon.uri)
         try:
             for _ in range(n_vrs):
-                lab.add_vr(work_iters=work_iters, vcpu_period_us=vcpu_period_us)
+                lab.add_vr(work_iters=work_iters, vcpu_period_us=vcpu_period_us, work_factor=work_factor)
             yield lab
         finally:
             lab.teardown()
@@ -195,8 +195,8 @@ class CapReader:
 
 
 @contextmanager
-def experiment_lab(result: dict[str, Any], n_vrs: int,
-                   work_iters: int = 0) -> Iterator[tuple[NetLab, Path, CapReader]]:
+def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
+                   work_factor: float = 1.0) -> Iterator[tuple[NetLab, Path, CapReader]]:
     """What an experiment runs in: its lab (:func:`lab_session`), a scratch directory for its daemons
     (both removed afterwards) and a :class:`CapReader` on the lab's libvirtd.
 
@@ -208,13 +208,15 @@ def experiment_lab(result: dict[str, Any], n_vrs: int,
         The experiment's result document.
     n_vrs, work_iters : int
         As :func:`lab_session`.
+    work_factor : float
+        As :func:`lab_session` (the forwarders' per-frame work factor).
 
     Yields
     ------
     (NetLab, Path, CapReader)
         The lab, the scratch directory and the cap reader.
     """
-    with lab_session(n_vrs, work_iters=work_iters) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with lab_session(n_vrs, work_iters=work_iters, work_factor=work_factor) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
         result["lab_prefix"] = lab.prefix
         yield lab, Path(tmp), CapReader(lab.uri)
 
@@ -481,6 +483,9 @@ class RunContext:
         Offered rate per VR stream, packets/s (experiments scale it down when the host cannot push it).
     work_iters
         Busy-work iterations per frame in the VRs' forwarder.
+    work_factor
+        Per-frame work factor of the VRs' forwarder (it does ``round(work_factor * work_iters)``
+        iterations per frame; 1 = as given).
     say
         Progress output (one line per step, to stderr).
     """
@@ -489,6 +494,7 @@ class RunContext:
     quick: bool = False
     offered_pps: float = 100_000.0
     work_iters: int = 0
+    work_factor: float = 1.0
     say: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def phase(self, seconds: float) -> float:

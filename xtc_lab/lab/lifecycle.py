@@ -76,6 +76,7 @@ from xtc_lab.lab.netlab import (
     NetLab,
     Probe,
     check_prefix,
+    check_work_factor,
     read_packet_counters,
 )
 
@@ -92,12 +93,14 @@ EXIT_OK, EXIT_DAMAGED, EXIT_USAGE, EXIT_MISSING, EXIT_UNSUPPORTED = 0, 1, 2, 3, 
 # ================================================================================ pure part
 @dataclass(frozen=True)
 class LabShape:
-    """What ``up`` builds: mode ("lxc" or "netns"), VRs per router, routers in line, forwarder work."""
+    """What ``up`` builds: mode ("lxc" or "netns"), VRs per router, routers in line, forwarder work
+    (busy-work iterations per frame, and the per-frame work factor that scales them)."""
 
     mode: str
     n_vrs: int
     hops: int
     work_iters: int
+    work_factor: float = 1.0
 
     @property
     def total_vrs(self) -> int:
@@ -109,7 +112,8 @@ class LabShape:
             what = f"{self.n_vrs} VR{'s' if self.n_vrs != 1 else ''}"
         else:
             what = f"{self.hops} routers in a line (one VR each)"
-        return f"{self.mode} mode, {what}, forwarder work {self.work_iters}"
+        factor = "" if self.work_factor == 1.0 else f" x factor {self.work_factor:g}"
+        return f"{self.mode} mode, {what}, forwarder work {self.work_iters}{factor}"
 
 
 def check_name(name: Any) -> str:
@@ -125,7 +129,8 @@ def check_name(name: Any) -> str:
         ) from None
 
 
-def check_shape(mode: Any, n_vrs: Any, hops: Any, work_iters: Any) -> LabShape:
+def check_shape(mode: Any, n_vrs: Any, hops: Any, work_iters: Any, work_factor: Any = 1.0,
+                factor_key: str = "--work-factor") -> LabShape:
     """Validate ``up``'s arguments; returns the shape or raises :class:`LabError` naming the problem."""
     if mode not in MODES:
         raise LabError(f"unknown mode {mode!r}: want 'lxc' (libvirt LXC domains) or 'netns' (namespaces + cgroups)")
@@ -137,18 +142,20 @@ def check_shape(mode: Any, n_vrs: Any, hops: Any, work_iters: Any) -> LabShape:
         raise LabError(f"--hops {hops} builds one VR per router; --vrs must be 1, got {n_vrs}")
     if isinstance(work_iters, bool) or not isinstance(work_iters, int) or not 0 <= work_iters <= 1_000_000:
         raise LabError(f"--work {work_iters!r} out of range 0..1000000 (busy-work iterations per frame)")
-    return LabShape(mode, n_vrs, hops, work_iters)
+    return LabShape(mode, n_vrs, hops, work_iters, check_work_factor(work_factor, factor_key))
 
 
 def shape_of(record: Mapping[str, Any]) -> LabShape:
     """The shape a (validated) record was built with."""
-    return LabShape(record["mode"], record["n_vrs"], record["hops"], record["work_iters"])
+    return LabShape(record["mode"], record["n_vrs"], record["hops"], record["work_iters"],
+                    float(record.get("work_factor", 1.0)))
 
 
 def shape_difference(have: LabShape, want: LabShape) -> list[str]:
     """What differs between an existing lab's shape and the one asked for (empty: the same)."""
     out = []
-    for key, label in (("mode", "mode"), ("n_vrs", "VRs"), ("hops", "hops"), ("work_iters", "work")):
+    for key, label in (("mode", "mode"), ("n_vrs", "VRs"), ("hops", "hops"), ("work_iters", "work"),
+                       ("work_factor", "work factor")):
         a, b = getattr(have, key), getattr(want, key)
         if a != b:
             out.append(f"{label} {a} (asked: {b})")
@@ -232,6 +239,7 @@ class LabRecord(_Record):
     n_vrs: Annotated[int, within(1, MAX_LAB_VRS)]
     hops: Literal[1, 3]
     work_iters: Annotated[int, within(0, 1_000_000)]
+    work_factor: Number = 1.0  # absent in records written before the factor existed
     uri: NonEmpty | None
     cpu_cgroup: _CpuCgroup | None
     created_unix_s: Number
@@ -247,7 +255,11 @@ class LabRecord(_Record):
     @model_validator(mode="after")
     def _consistent(self) -> LabRecord:
         try:
-            shape = check_shape(self.mode, self.n_vrs, self.hops, self.work_iters)
+            check_work_factor(self.work_factor, "work_factor")
+        except LabError as e:
+            raise FieldProblem("work_factor", str(e)) from None
+        try:
+            shape = check_shape(self.mode, self.n_vrs, self.hops, self.work_iters, self.work_factor)
         except LabError as e:
             raise FieldProblem("n_vrs", str(e)) from None
         if shape.mode == "lxc" and self.uri is None:
@@ -785,12 +797,14 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
                 for i in range(shape.n_vrs):
                     say(f"creating VR {i + 1}/{shape.n_vrs} ({shape.mode})")
                     if shape.mode == "lxc":
-                        lab.add_vr(work_iters=shape.work_iters)
+                        lab.add_vr(work_iters=shape.work_iters, work_factor=shape.work_factor)
                     else:
-                        lab.add_netns_vr(work_iters=shape.work_iters, cgroup=True, detach=True)
+                        lab.add_netns_vr(work_iters=shape.work_iters, cgroup=True, detach=True,
+                                         work_factor=shape.work_factor)
             else:
                 say(f"creating {shape.hops} routers in a line ({shape.mode})")
                 chain = lab.add_chain(hops=shape.hops, mode=shape.mode, work_iters=shape.work_iters,
+                                      work_factor=shape.work_factor,
                                       cgroup=True, detach=True)
             record = _record_of(name, shape, lab, chain, uri)
             write_record(record, registry)
@@ -833,7 +847,8 @@ def _record_of(name: str, shape: LabShape, lab: NetLab, chain: Chain | None, uri
               "routers": [{"name": vr.router, "vr": vr.name} for vr in chain.vrs],
               "probes": [{"after": p.after, "ns": p.ns, "addr": p.addr, "bridge": p.bridge} for p in chain.probes]}
     return {"schema": LAB_SCHEMA, "persistent": True, "owner": "lab", "name": name, "mode": shape.mode,
-            "n_vrs": shape.n_vrs, "hops": shape.hops, "work_iters": shape.work_iters, "uri": uri,
+            "n_vrs": shape.n_vrs, "hops": shape.hops, "work_iters": shape.work_iters,
+            "work_factor": shape.work_factor, "uri": uri,
             "cpu_cgroup": cg, "created_unix_s": round(time.time(), 3), "vrs": vrs, "chain": ch,
             "links": [n for n in _links_with_prefix(name) if n not in vifs]}
 
@@ -887,7 +902,7 @@ def _show(record: Mapping[str, Any], as_json: bool, rates_s: float, extra: Mappi
 def cmd_up(args: argparse.Namespace) -> int:
     try:
         name = check_name(args.name)
-        shape = check_shape(args.mode, args.vrs, args.hops, args.work)
+        shape = check_shape(args.mode, args.vrs, args.hops, args.work, args.work_factor)
     except LabError as e:
         return _fail("up", str(e), EXIT_USAGE)
     problem = host_problem(shape.mode)
@@ -1055,6 +1070,9 @@ def register(sub: Any) -> None:
     up.add_argument("--hops", type=int, default=1,
                     help="1: independent VRs (default); 3: three routers in a line, TG-TF1-TF2-TF3-TR")
     up.add_argument("--work", type=int, default=0, help="busy-work iterations per frame in the forwarders (default 0)")
+    up.add_argument("--work-factor", type=float, default=1.0,
+                    help="per-frame work factor of the forwarders: they do round(FACTOR x WORK) iterations per frame "
+                         "(0.5: a cheaper forwarder, 2: a dearer one; default 1)")
     up.add_argument("--json", action="store_true", help="print the lab as JSON")
     up.set_defaults(func=cmd_up)
 

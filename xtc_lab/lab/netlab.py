@@ -162,6 +162,51 @@ class CpuCgroup:
         return self.root / name
 
 
+#: Largest per-frame work factor the forwarder accepts (its ``-f`` option).
+MAX_WORK_FACTOR = 100.0
+
+
+def check_work_factor(work_factor: object, key: str = "work_factor") -> float:
+    """A valid per-frame work factor (a number > 0 and <= :data:`MAX_WORK_FACTOR`), as a float.
+
+    Raises :class:`LabError` naming ``key`` (the option or config key it came from).
+    """
+    if isinstance(work_factor, bool) or not isinstance(work_factor, (int, float)) or not (
+            0.0 < work_factor <= MAX_WORK_FACTOR):
+        raise LabError(f"{key} {work_factor!r} out of range: want a number > 0 and <= {MAX_WORK_FACTOR:g} "
+                       "(the forwarder's per-frame work factor; 1 = its work as given)")
+    return float(work_factor)
+
+
+def forwarder_argv(forwarder: Path | str, work_iters: int, work_factor: float = 1.0,
+                   wait_s: int | None = None) -> list[str]:
+    """The command line of a VR's forwarder (``forwarder.c``).
+
+    Parameters
+    ----------
+    forwarder
+        The built executable.
+    work_iters
+        Busy-work iterations per forwarded frame (``-w``).
+    work_factor
+        Per-frame work factor (``-f``): the forwarder does ``round(work_factor * work_iters)``
+        iterations per frame, a cheaper (< 1) or dearer (> 1) forwarder.  Factor 1 adds no
+        option, so its command line is the one the lab always used.
+    wait_s
+        Give up if the interfaces are not there after this many seconds (``-t``; None: wait forever).
+
+    Returns
+    -------
+    list of str
+    """
+    argv = [str(forwarder), "-w", str(work_iters)]
+    if check_work_factor(work_factor) != 1.0:
+        argv += ["-f", repr(float(work_factor))]
+    if wait_s is not None:
+        argv += ["-t", str(wait_s)]
+    return argv + ["eth0", "eth1"]
+
+
 def cpu_cgroup_mounts(mountinfo_text: str) -> tuple[str | None, str | None]:
     """Mount points of the cgroup v1 hierarchy holding ``cpu`` and of the cgroup2 tree.
 
@@ -648,6 +693,7 @@ class NetLab:
         vcpu_quota_us: int = -1,
         vcpu_period_us: int = DEFAULT_PERIOD_US,
         memory_mib: int = 64,
+        work_factor: float = 1.0,
     ) -> VR:
         """Create the next VR as an LXC domain (with its bridges and namespaces) and start it.
 
@@ -657,13 +703,18 @@ class NetLab:
             Busy-work iterations per forwarded frame (more work: fewer packets per CPU second).
         vcpu_quota_us, vcpu_period_us, memory_mib
             See :func:`lxc_domain_xml`.
+        work_factor
+            Per-frame work factor (see :func:`forwarder_argv`).
         """
         self._check_work(work_iters)
+        check_work_factor(work_factor)
         vr = self._add_segments("lxc")
-        self._start_lxc(vr, work_iters, vcpu_quota_us, vcpu_period_us, memory_mib)
+        self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor), vcpu_quota_us, vcpu_period_us,
+                        memory_mib)
         return vr
 
-    def add_netns_vr(self, work_iters: int = 0, cgroup: bool = False, detach: bool = False) -> VR:
+    def add_netns_vr(self, work_iters: int = 0, cgroup: bool = False, detach: bool = False,
+                     work_factor: float = 1.0) -> VR:
         """Create the next VR as the forwarder in a plain network namespace ``<prefix>-vr<k>``.
 
         No libvirt needed.  The forwarder's pid is ``vr.process.pid``.
@@ -678,15 +729,18 @@ class NetLab:
         detach
             Start the forwarder in its own session, so it outlives this process and its
             terminal (a persistent lab); :meth:`teardown` still stops it.
+        work_factor
+            Per-frame work factor (see :func:`forwarder_argv`).
         """
         self._check_work(work_iters)
+        check_work_factor(work_factor)
         cg = self.cpu_cgroup() if cgroup else None  # before anything exists: no cgroup, nothing made
         vr = self._add_segments("netns")
-        self._start_netns(vr, work_iters, cg, detach)
+        self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10), cg, detach)
         return vr
 
     def add_chain(self, hops: int = 3, mode: str = "lxc", work_iters: int = 0, cgroup: bool = True,
-                  detach: bool = False, vcpu_period_us: int = DEFAULT_PERIOD_US) -> Chain:
+                  detach: bool = False, vcpu_period_us: int = DEFAULT_PERIOD_US, work_factor: float = 1.0) -> Chain:
         """Build a line of ``hops`` routers with one VR each: TG -> VR tf1 -> ... -> VR tf<hops> -> TR.
 
         The routers stand for the physical routers of section 8.2 of the paper (TG-TF1-TF2-TF3-TR):
@@ -713,6 +767,8 @@ class NetLab:
             netns mode: as for :meth:`add_netns_vr`.
         vcpu_period_us
             lxc mode: the domains' scheduler period, microseconds.
+        work_factor
+            Per-frame work factor of every router's forwarder (see :func:`forwarder_argv`).
 
         Returns
         -------
@@ -725,6 +781,7 @@ class NetLab:
         if isinstance(hops, bool) or not isinstance(hops, int):
             raise LabError(f"hops must be an integer, got {hops!r}")
         self._check_work(work_iters)
+        check_work_factor(work_factor)
         c = len(self.chains) + 1
         tg_addr, tr_addr, probe_addrs = chain_addresses(c, hops)
         cg = self.cpu_cgroup() if mode == "netns" and cgroup else None
@@ -762,9 +819,9 @@ class NetLab:
             self.vrs.append(vr)
             chain.vrs.append(vr)
             if mode == "lxc":
-                self._start_lxc(vr, work_iters, -1, vcpu_period_us, 64)
+                self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor), -1, vcpu_period_us, 64)
             else:
-                self._start_netns(vr, work_iters, cg, detach)
+                self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10), cg, detach)
         return chain
 
     def cpu_cgroup(self) -> CpuCgroup:
@@ -865,11 +922,10 @@ class NetLab:
             raise LabError(f"work_iters must be a non-negative integer, got {work_iters!r}")
         return work_iters
 
-    def _start_lxc(self, vr: VR, work_iters: int, vcpu_quota_us: int, vcpu_period_us: int, memory_mib: int) -> None:
-        """Start ``vr`` as an LXC domain on its bridges (its vifs are chosen here)."""
+    def _start_lxc(self, vr: VR, init: list[str], vcpu_quota_us: int, vcpu_period_us: int, memory_mib: int) -> None:
+        """Start ``vr`` as an LXC domain on its bridges (its vifs are chosen here), ``init`` its forwarder."""
         import libvirt
 
-        init = [str(self.forwarder), "-w", str(work_iters), "eth0", "eth1"]
         conn = self.connection()
         for _attempt in range(5):
             vr.vifs = self._free_vifs()
@@ -885,8 +941,8 @@ class NetLab:
             raise LabError(f"cannot find free vif names for {vr.name}")
         self._wait_links(vr.vifs)
 
-    def _start_netns(self, vr: VR, work_iters: int, cg: CpuCgroup | None, detach: bool) -> None:
-        """Start ``vr`` as the forwarder in namespace ``vr.name`` (in a new cgroup if ``cg``)."""
+    def _start_netns(self, vr: VR, argv: list[str], cg: CpuCgroup | None, detach: bool) -> None:
+        """Start ``vr`` as the forwarder ``argv`` in namespace ``vr.name`` (in a new cgroup if ``cg``)."""
         from pyroute2 import IPRoute
 
         vr.vifs = self._free_vifs()
@@ -899,7 +955,6 @@ class NetLab:
             d = create_cgroup(cg, vr.name)
             vr.cgroup = str(d)
             procs = d / "cgroup.procs"
-        argv = [str(self.forwarder), "-w", str(work_iters), "-t", "10", "eth0", "eth1"]
         vr.process = self.spawn_in(vr.name, argv, cgroup_procs=procs, start_new_session=detach)
         self._wait_links(vr.vifs)
 

@@ -9,6 +9,11 @@ steady stream of 64-byte UDP packets (``--offered-pps``); for each controller an
 the daemon.  Per setpoint: the mean over the second half of the hold (the steady state), its error,
 and the settling time (control periods of 1 s until the mean of three 1 s rates stays within 5%).
 
+``--work``/``--work-factor`` make the forwarder dearer or cheaper per frame (a VR on other hardware);
+``--fractions`` picks the setpoints.  With the same model file at every factor, the report's second
+goal is the one of the lab's other-hardware check: every mean within 3% and every steady 1 s rate within
+10% of its setpoint; the report also gives the plant's gain (forwarded pps per percent of cap) measured.
+
 The controllers use the lab's fitted model (``xtc/models/lab.toml``, from ``xtc lab run capsweep``)
 when there is one, else the paper's; ``--model`` picks another.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
@@ -41,6 +47,10 @@ PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xt
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.5, 0.2)
 TOLERANCE = 0.05
+#: The other-hardware goal: steady mean within this of the setpoint ...
+MEAN_GOAL = 0.03
+#: ... and every steady 1 s rate within this.
+RATE_GOAL = 0.10
 #: Settling judges the trailing mean of this many 1 s rates (one period's rate scatters by several percent).
 SETTLING_WINDOW = 3
 
@@ -50,19 +60,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--controllers", default=None,
                    help=f"comma-separated, from {', '.join(CONTROLLERS)} (default: all; quick: xtc)")
     g.add_argument("--hold", type=float, default=15.0, help="seconds per setpoint (default 15; quick: 8)")
+    g.add_argument("--fractions", default=None,
+                   help="comma-separated setpoints as fractions of the offered rate, each in (0, 1) "
+                        f"(default {','.join(f'{f:g}' for f in FRACTIONS)}; quick: {','.join(f'{f:g}' for f in QUICK_FRACTIONS)})")
     g.add_argument("--model", default=None,
                    help="model file for the controllers (default xtc/models/lab.toml if present, else the paper's)")
 
 
 # ------------------------------------------------------------------------------ pure analysis
+def parse_fractions(text: str | None, default: tuple[float, ...]) -> tuple[float, ...]:
+    """Setpoint fractions from ``--fractions`` ("0.05,0.5,0.95"); ``default`` when None.
+
+    Raises
+    ------
+    ValueError
+        Naming ``--fractions``: not numbers, or one outside (0, 1).
+    """
+    if text is None:
+        return default
+    try:
+        out = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--fractions {text!r}: want comma-separated numbers, e.g. 0.05,0.5,0.95") from None
+    if not out or not all(0.0 < f < 1.0 for f in out):
+        raise ValueError(f"--fractions {text!r}: want one or more fractions of the offered rate, each in (0, 1)")
+    return out
+
+
 def summarise_step(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: float,
-                   setpoint_pps: float) -> dict[str, Any]:
+                   setpoint_pps: float, cap_percent: list[float | None] | None = None) -> dict[str, Any]:
     """Steady state of one setpoint step: mean over the second half of [t0, t1], its relative error, the
     scatter of the 1 s rates around it (standard deviation / setpoint: a limit cycle shows here, not in
-    the mean) and the settling time."""
+    the mean), the share of those 1 s rates within :data:`RATE_GOAL` of the setpoint, the settling time
+    and, given the caps, the plant's gain (mean forwarded pps / mean cap in force, pps per percent)."""
     half = t0_s + (t1_s - t0_s) / 2
     steady = [r for t, r in zip(t_s, rate_pps) if half <= t <= t1_s]
     m = mean(steady)
+    within = [abs(r - setpoint_pps) <= RATE_GOAL * setpoint_pps for r in steady]
+    caps = [c for t, c in zip(t_s, cap_percent or []) if half <= t <= t1_s and c is not None]
+    gain = m / mean(caps) if steady and caps and mean(caps) > 0 else math.nan
     sd = math.sqrt(mean([(r - m) ** 2 for r in steady])) if len(steady) > 1 else math.nan
     # The recorder's 1 s samples are the daemon's control periods (period_s = 1).
     after = [r for t, r in zip(t_s, rate_pps) if t0_s < t <= t1_s]
@@ -70,6 +106,8 @@ def summarise_step(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: f
     err = (m - setpoint_pps) / setpoint_pps if steady else math.nan
     return {"setpoint_pps": setpoint_pps, "mean_pps": m, "rel_error": err, "rel_scatter": sd / setpoint_pps,
             "within_tolerance": bool(steady) and abs(err) <= TOLERANCE,
+            "rates_within_10pct": sum(within) / len(within) if within else math.nan,
+            "pps_per_cap_percent": gain,
             "settling_periods": settling}
 
 
@@ -84,21 +122,69 @@ def lowest_held(steps: list[dict[str, Any]]) -> float | None:
 
 
 # ------------------------------------------------------------------------------ the run
+class SampleTap:
+    """The daemon's own view, one row per control period: a thread subscribed to its ``samples`` PUB
+    (``xtc-samples/1``) keeps ``[t_s, t_unix_s, period_s, measured_pps, offered_pps, cap_percent]`` of ``vr``,
+    ``t_s`` the receive time on ``clock`` (the recorder's, s).
+
+    Beside the host-side 1 s rates it shows what the controller was told (a late period, a short read).
+    """
+
+    def __init__(self, endpoint: str, vr: str, clock: Callable[[], float]):
+        import threading
+
+        import zmq
+
+        self.rows: list[list[float | None]] = []
+        self._stop = threading.Event()
+        self._sock = zmq.Context.instance().socket(zmq.SUB)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"samples")
+        self._sock.setsockopt(zmq.RCVTIMEO, 200)
+        self._sock.connect(endpoint)
+        self._vr = vr
+        self._clock = clock
+        self._thread = threading.Thread(target=self._run, name="sample-tap", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import zmq
+
+        from xtc.daemon.api import decode_samples
+
+        while not self._stop.is_set():
+            try:
+                _topic, body = self._sock.recv_multipart()
+            except zmq.Again:
+                continue
+            for smp in decode_samples(body):
+                if smp["vr"] == self._vr:
+                    self.rows.append([round(self._clock(), 3), smp["t_unix_s"], smp["period_s"], smp["measured_pps"], smp["offered_pps"],
+                                      smp["cap_percent"]])
+
+    def close(self) -> list[list[float | None]]:
+        """Stop the thread; return the rows."""
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._sock.close(linger=0)
+        return self.rows
+
+
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     names = [c.strip() for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
     bad = [n for n in names if n not in CONTROLLERS]
     if bad:
         raise ValueError(f"unknown controllers {bad}: choose from {', '.join(CONTROLLERS)}")
-    fractions = QUICK_FRACTIONS if ctx.quick else FRACTIONS
+    fractions = parse_fractions(getattr(args, "fractions", None), QUICK_FRACTIONS if ctx.quick else FRACTIONS)
     hold_s = min(args.hold, 8.0) if ctx.quick else args.hold
     if hold_s < 4:
         raise ValueError(f"--hold {hold_s:g}: want at least 4 s")
     model = controller_model(getattr(args, "model", None))
     total_s = len(names) * (len(fractions) * hold_s + 10) + 20
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
-                              "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "controllers": {}}
-    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
+                              "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "fractions": list(fractions),
+                              "work_iters": ctx.work_iters, "work_factor": ctx.work_factor, "controllers": {}}
+    with experiment_lab(result, 1, work_iters=ctx.work_iters, work_factor=ctx.work_factor) as (lab, workdir, caps):
         vr = lab.vrs[0]
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(2.0, "stream starting", ctx.say)
@@ -113,6 +199,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         f"{hold_s:g} s each")
                 with LabDaemon(workdir / name, lab.uri, [vr.name], kind=kind, model=model,
                                cap_min_percent=cap_min) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
+                    tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
                     steps_t = []
                     for i, sp in enumerate(setpoints):
                         t0 = rec.mark(f"setpoint {sp:.0f}")
@@ -122,13 +209,17 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                             d.setpoint(vr.name, sp)
                         wait_with_progress(hold_s, f"{name} at {sp / 1000:g} kp/s", ctx.say)
                         steps_t.append((t0, rec.now(), sp))
+                    daemon_rows = tap.close()
                 s = rec.series[vr.name]
-                steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp) for t0, t1, sp in steps_t]
+                steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp, s.cap_percent) for t0, t1, sp in steps_t]
                 for st in steps:
                     ctx.say(f"   {name} {st['setpoint_pps']:.0f} pps: mean {st['mean_pps']:.0f} "
                             f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_periods']} periods")
                 result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
-                                               "lowest_held_pps": lowest_held(steps), "recording": rec.to_json()}
+                                               "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
+                                               "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
+                                                                             "offered_pps", "cap_percent"],
+                                                                  "rows": daemon_rows}}
         caps.close()
     return _outcome(result, ctx)
 
@@ -142,7 +233,7 @@ def rerender(json_path: Path) -> Outcome:
         s = next(iter(c["recording"]["series"].values()))
         marks = c["recording"]["marks"]
         ends = [m["t_s"] for m in marks[1:]] + [s["t_s"][-1]]
-        c["steps"] = [summarise_step(s["t_s"], s["forwarded_pps"], m["t_s"], end, st["setpoint_pps"])
+        c["steps"] = [summarise_step(s["t_s"], s["forwarded_pps"], m["t_s"], end, st["setpoint_pps"], s["cap_percent"])
                       for m, end, st in zip(marks, ends, c["steps"])]
         c["lowest_held_pps"] = lowest_held(c["steps"])
     return _outcome(result, None)
@@ -168,23 +259,30 @@ def _outcome(result: dict[str, Any], ctx: RunContext | None) -> Outcome:
         for s in c["steps"]:
             per_step.append((name, f"{s['setpoint_pps']:.0f}", f"{s['mean_pps']:.0f}", f"{100 * s['rel_error']:+.1f}%",
                              f"{100 * s.get('rel_scatter', math.nan):.1f}%",
+                             f"{100 * s.get('rates_within_10pct', math.nan):.0f}%",
+                             f"{s.get('pps_per_cap_percent', math.nan):.0f}",
                              "-" if s["settling_periods"] is None else f"{s['settling_periods']:.0f}"))
+    fr = result.get("fractions", FRACTIONS)
+    work = (f"Forwarder work: {result.get('work_iters', 0)} busy-work iterations per frame x factor "
+            f"{result.get('work_factor', 1.0):g}.\n" if "work_iters" in result else "")
     md = f"""# Setpoint tracking on a real VR ({PAPER})
 
 One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
 reached the VR; unlimited it forwarded {result['free_pps']:.0f} pps); the daemon holds it at setpoints from
-10% to 90% of that, {result['hold_s']:g} s each, with each controller in turn (model: `{result['model']}`).
+{100 * min(fr):g}% to {100 * max(fr):g}% of that, {result['hold_s']:g} s each, with each controller in turn (model: `{result['model']}`).
 Steady state = mean of the 1 s rates over the second half of each hold; tolerance {100 * TOLERANCE:g}%.
 Scatter = standard deviation of those 1 s rates / setpoint: a controller in a limit cycle can have a
-small mean error and a large scatter.
-
+small mean error and a large scatter. 1 s within 10% = share of the steady 1 s rates within 10% of the
+setpoint. Gain = steady mean rate / mean cap in force (pps per percent of one CPU).
+{work}
 {markdown_table(['controller', 'paper: lowest setpoint held', 'lab: lowest held (within 5%, and all above)',
                  'largest steady error (mean)', 'largest scatter of 1 s rates (sd/setpoint)', 'slowest settling',
                  'never settled'], rows)}
 
 Per setpoint:
 
-{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'scatter', 'settling (periods)'], per_step)}
+{markdown_table(['controller', 'setpoint (pps)', 'mean (pps)', 'error', 'scatter', '1 s within 10%', 'gain (pps/%)',
+                 'settling (periods)'], per_step)}
 """
     goals = []
     if "xtc" in result["controllers"]:
@@ -194,6 +292,12 @@ Per setpoint:
                           f"to {100 * max(s['setpoint_pps'] for s in steps) / result['offered_pps']:.0f}% of the offered rate within 5%",
                           f"worst steady error {100 * worst:.1f}% over {len(steps)} setpoints",
                           all(s["within_tolerance"] for s in steps)))
+        shares = [s.get("rates_within_10pct", math.nan) for s in steps]
+        goals.append(Goal(f"XTC's controller: every steady mean within {100 * MEAN_GOAL:g}% and every steady 1 s rate "
+                          f"within {100 * RATE_GOAL:g}% of its setpoint",
+                          f"worst mean error {100 * worst:.1f}%; steady 1 s rates within 10%: "
+                          f"{100 * mean(shares):.0f}% on average, worst setpoint {100 * min(shares):.0f}%",
+                          worst <= MEAN_GOAL and all(x == 1.0 for x in shares)))
 
     def plot(path: Path) -> None:
         import matplotlib
@@ -233,3 +337,94 @@ Per setpoint:
         save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
+
+
+# ------------------------------------------------------------------------------ other hardware
+def factor_summary(results: list[dict[str, Any]]) -> Outcome:
+    """Compare XTC's tracking runs made at different forwarder work factors (same model file).
+
+    Parameters
+    ----------
+    results
+        ``tracking.json`` documents, each with ``work_factor`` and an ``xtc`` controller.
+
+    Returns
+    -------
+    Outcome
+        ``result`` = one row per factor (gain in pps per percent of cap, worst mean error, shares of
+        1 s rates within 10%), the markdown table, a plot and one goal per factor.
+    """
+    rows, goals, table = [], [], []
+    for r in sorted(results, key=lambda r: r.get("work_factor", 1.0)):
+        steps = r["controllers"]["xtc"]["steps"]
+        errs = [abs(s["rel_error"]) for s in steps]
+        shares = [s["rates_within_10pct"] for s in steps]
+        gains = sorted(s["pps_per_cap_percent"] for s in steps if not math.isnan(s["pps_per_cap_percent"]))
+        series = r["controllers"]["xtc"].get("recording", {}).get("series", {})
+        offered = next(iter(series.values()))["offered_pps"] if series else []
+        short = sum(1 for o in offered if o < 0.9 * r["offered_pps"]) / len(offered) if offered else math.nan
+        row = {"work_factor": r.get("work_factor", 1.0), "work_iters": r.get("work_iters", 0),
+               "offered_pps": r["offered_pps"], "free_pps": r["free_pps"], "model": r["model"],
+               "setpoints_pps": [s["setpoint_pps"] for s in steps],
+               "setpoint_fractions": [s["setpoint_pps"] / min(r["free_pps"], r["offered_seen_pps"]) for s in steps],
+               "rel_errors": [s["rel_error"] for s in steps], "shares_within_10pct": shares,
+               "worst_abs_error": max(errs), "mean_abs_error": mean(errs), "mean_share_within_10pct": mean(shares),
+               "min_share_within_10pct": min(shares),
+               "median_gain_pps_per_cap_percent": gains[len(gains) // 2] if gains else math.nan,
+               "offered_short_share": short,
+               "load_avg_1m_at_start": r.get("host", {}).get("load_avg_1m"), "command": r.get("command")}
+        rows.append(row)
+        table.append((f"{row['work_factor']:g}", f"{row['work_iters']}", f"{row['median_gain_pps_per_cap_percent']:.0f}",
+                      f"{row['free_pps']:.0f} / {row['offered_pps']:.0f}",
+                      f"{100 * min(row['setpoint_fractions']):.0f}-{100 * max(row['setpoint_fractions']):.0f}%",
+                      f"{100 * row['worst_abs_error']:.1f}%", f"{100 * row['mean_abs_error']:.1f}%",
+                      f"{100 * row['mean_share_within_10pct']:.0f}% (worst {100 * row['min_share_within_10pct']:.0f}%)",
+                      f"{100 * short:.0f}%", f"{row['load_avg_1m_at_start']}"))
+        goals.append(Goal(f"factor {row['work_factor']:g}: every steady mean within {100 * MEAN_GOAL:g}%, every steady 1 s "
+                          f"rate within {100 * RATE_GOAL:g}% of its setpoint",
+                          f"worst mean error {100 * row['worst_abs_error']:.1f}%, 1 s rates within 10%: "
+                          f"{100 * row['mean_share_within_10pct']:.0f}% (worst setpoint {100 * row['min_share_within_10pct']:.0f}%)",
+                          row["worst_abs_error"] <= MEAN_GOAL and row["min_share_within_10pct"] == 1.0))
+    ref = next((x for x in rows if x["work_factor"] == 1.0), None)
+    for x in rows:
+        x["gain_vs_factor_1"] = (x["median_gain_pps_per_cap_percent"] / ref["median_gain_pps_per_cap_percent"]
+                                 if ref else math.nan)
+    md = ("| work factor | busy-work iterations (x factor) | gain (pps per % cap, median) | unlimited / offered pps | "
+          "setpoints (of the unlimited rate) | worst mean error | mean abs error | steady 1 s rates within 10% | "
+          "1 s with offered < 90% (sender starved) | load (1 min) at start |\n|" + "---|" * 10 + "\n" + "\n".join("| " + " | ".join(t) + " |" for t in table) + "\n")
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        for x in rows:
+            fr = [100 * f for f in x["setpoint_fractions"]]
+            lab = f"factor {x['work_factor']:g} ({x['median_gain_pps_per_cap_percent']:.0f} pps/%)"
+            a1.plot(fr, [100 * e for e in x["rel_errors"]], "o-", label=lab)
+            a2.plot(fr, [100 * s for s in x["shares_within_10pct"]], "o-", label=lab)
+        a1.axhspan(-100 * MEAN_GOAL, 100 * MEAN_GOAL, color="green", alpha=0.1)
+        a1.set_ylabel("steady mean error (%)")
+        a1.legend(fontsize=8)
+        a2.set_ylabel("1 s rates within 10% (%)")
+        a2.set_xlabel("setpoint (% of the unlimited rate)")
+        a2.set_ylim(-5, 105)
+        save_figure(fig, path)
+
+    return Outcome(result={"factors": rows}, report_md=md, plot=plot, goals=goals)
+
+
+if __name__ == "__main__":  # python -m xtc_lab.lab.experiments.tracking OUT_DIR RUN.json...
+    import json
+    import sys
+
+    out = Path(sys.argv[1])
+    o = factor_summary([json.loads(Path(p).read_text()) for p in sys.argv[2:]])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "labcost.json").write_text(json.dumps(o.result, indent=1) + "\n")
+    (out / "labcost-table.md").write_text(o.report_md + "\n" + "\n".join(
+        f"- {g.goal}: {g.measured} -- {'met' if g.met else 'NOT met'}" for g in o.goals) + "\n")
+    o.plot(out / "labcost.png")
+    print(o.report_md)

@@ -1,0 +1,71 @@
+"""The tracking experiment's pure analysis: setpoint fractions, the steady state of one step, the goals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from xtc_lab.lab.experiments import tracking as T
+
+
+def test_fractions_default_and_parse() -> None:
+    assert T.parse_fractions(None, T.FRACTIONS) == T.FRACTIONS
+    assert T.parse_fractions("0.05, 0.5,0.95", T.FRACTIONS) == (0.05, 0.5, 0.95)
+
+
+@pytest.mark.parametrize("text", ["", "0", "1", "0.5,1.2", "a,b", "-0.1"])
+def test_bad_fractions_are_refused_naming_the_option(text: str) -> None:
+    with pytest.raises(ValueError, match="--fractions"):
+        T.parse_fractions(text, T.FRACTIONS)
+
+
+def test_step_summary_counts_steady_rates_within_10_percent_and_the_gain() -> None:
+    t = [float(i) for i in range(11)]  # one sample per second over [0, 10]; steady half: t = 5..10
+    rate = [0, 0, 0, 0, 0, 1000, 1000, 1000, 1000, 1000, 1200]
+    cap = [None, 50, 50, 50, 50, 10, 10, 10, 10, 10, 12]
+    s = T.summarise_step(t, rate, 0.0, 10.0, 1000.0, cap)
+    assert s["mean_pps"] == pytest.approx(1200 / 6 + 5000 / 6)
+    assert s["rates_within_10pct"] == pytest.approx(5 / 6)  # 1200 is 20% off
+    assert s["pps_per_cap_percent"] == pytest.approx(s["mean_pps"] / (62 / 6))
+    assert math.isnan(T.summarise_step(t, rate, 0.0, 10.0, 1000.0)["pps_per_cap_percent"])
+
+
+def _result(steps: list[dict]) -> dict:
+    return {"offered_pps": 10_000.0, "offered_seen_pps": 10_000.0, "free_pps": 10_000.0, "hold_s": 10.0,
+            "model": "m", "fractions": [0.05, 0.95], "work_iters": 24000, "work_factor": 2.0,
+            "controllers": {"xtc": {"steps": steps, "lowest_held_pps": None, "recording": {}}}}
+
+
+def _step(sp: float, err: float, share: float) -> dict:
+    return {"setpoint_pps": sp, "mean_pps": sp * (1 + err), "rel_error": err, "rel_scatter": 0.01,
+            "within_tolerance": abs(err) <= T.TOLERANCE, "rates_within_10pct": share, "pps_per_cap_percent": 300.0,
+            "settling_periods": 2}
+
+
+def test_other_hardware_goal_needs_every_mean_within_3_and_every_rate_within_10_percent() -> None:
+    ok = T._outcome(_result([_step(500, 0.02, 1.0), _step(9500, -0.029, 1.0)]), None)
+    assert [g.met for g in ok.goals] == [True, True]
+    assert "x factor 2" in ok.report_md and "5% to 95%" in ok.report_md
+    mean_off = T._outcome(_result([_step(500, 0.04, 1.0), _step(9500, 0.0, 1.0)]), None)
+    assert [g.met for g in mean_off.goals] == [True, False]
+    one_rate_off = T._outcome(_result([_step(500, 0.0, 1.0), _step(9500, 0.0, 0.875)]), None)
+    assert [g.met for g in one_rate_off.goals] == [True, False]
+    assert "worst setpoint 88%" in one_rate_off.goals[1].measured
+
+
+def test_factor_summary_compares_gains_and_judges_each_factor(tmp_path) -> None:
+    runs = []
+    for factor, gain, share in ((0.5, 600.0, 1.0), (1.0, 300.0, 1.0), (2.0, 150.0, 0.9)):
+        r = _result([_step(500, 0.01, 1.0), _step(9500, 0.0, share)])
+        r["work_factor"] = factor
+        for s in r["controllers"]["xtc"]["steps"]:
+            s["pps_per_cap_percent"] = gain
+        runs.append(r)
+    o = T.factor_summary(runs[::-1])
+    assert [x["work_factor"] for x in o.result["factors"]] == [0.5, 1.0, 2.0]
+    assert [x["gain_vs_factor_1"] for x in o.result["factors"]] == [2.0, 1.0, 0.5]
+    assert [g.met for g in o.goals] == [True, True, False]
+    assert [ln.split(" | ")[0] for ln in o.report_md.splitlines()[2:]] == ["| 0.5", "| 1", "| 2"]
+    o.plot(tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 1000
