@@ -195,3 +195,32 @@ def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monk
     finally:
         gc.unfreeze()
         svc.close()
+
+
+def test_a_stalled_vr_listing_is_not_counted_into_the_rate(tmp_path):
+    # A libvirtd that stalls for seconds while the period lists the VRs: the counters are read after
+    # the stall, so the period is stamped then (without it the rate of the stalled period was the
+    # packets of 10 s over 1 s: about 10x the real rate, then a period of about 0).
+    svc, clock = make(tmp_path)
+    try:
+        drive(svc, clock, 3)
+        list_vrs = svc.host.list_vrs
+        stall = {"s": 0.0}
+
+        def slow_list_vrs():
+            clock.t += stall["s"]
+            return list_vrs()
+
+        svc.host.list_vrs = slow_list_vrs
+        svc.control.discovery_period_s = 0.0
+        rates = []
+        for s in (0.0, 0.0, 9.0, 0.0, 0.0):
+            stall["s"] = s
+            clock.t += 1.0
+            report = svc.control.period(clock.t)
+            rates.append(report.readings["vr1"].forwarded_pps)
+        normal = np.mean([rates[0], rates[1], rates[4]])
+        assert abs(rates[2] - normal) <= 0.25 * normal, rates
+        assert abs(rates[3] - normal) <= 0.25 * normal, rates
+    finally:
+        svc.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from xtc.host.base import Host
@@ -71,12 +72,19 @@ class ControlLoop:
         Rates from consecutive counter readings.
     discovery_period_s : float
         How often :meth:`period` refreshes the VR list, seconds.
+    clock : callable, optional
+        Monotonic seconds, read when the counters have been read: the period is stamped then, not
+        when it was called, so that a slow VR listing before the read (a libvirtd that stalls for
+        seconds) does not put that time into the counters' interval and not into the meter's.
+        Without it (a simulated host on its own clock) the period's ``now_s`` is the stamp.
     """
 
     def __init__(self, core: DaemonCore, host: Host, meter: PeriodMeter | None = None,
-                 discovery_period_s: float = DISCOVERY_PERIOD_S) -> None:
+                 discovery_period_s: float = DISCOVERY_PERIOD_S,
+                 clock: Callable[[], float] | None = None) -> None:
         self.core = core
         self.host = host
+        self.clock = clock
         self.meter = meter or PeriodMeter()
         self.discovery_period_s = discovery_period_s
         self.vrs: dict[str, tuple[str, ...]] = {}
@@ -101,18 +109,26 @@ class ControlLoop:
 
     # ----------------------------------------------------------------------------- period
     def period(self, now_s: float) -> PeriodReport:
-        """One control period ending at ``now_s``: counters, controllers, caps."""
+        """One control period ending at ``now_s``: counters, controllers, caps.
+
+        With a ``clock``, the period ends when the counters have been read (``report.now_s``).
+        """
         self.discover(now_s)
-        report = PeriodReport(now_s)
         try:
             counters = self.host.read_counters()
         except HostAdapterError as e:
+            if self.clock is not None:
+                now_s = self.clock()
+            report = PeriodReport(now_s)
             # No rates this period; the next reading starts a new one.  Caps still get rewritten.
             self.meter.reset()
             report.meter_error = str(e)
             event(log, logging.WARNING, "meter_failed", error=str(e))
             readings: dict[str, VrReading] = {}
         else:
+            if self.clock is not None:
+                now_s = self.clock()
+            report = PeriodReport(now_s)
             readings = self.meter.update(now_s, counters, self.vrs, getattr(self.host, "counter_bits", 64))
         report.readings = readings
         report.outcomes = self.apply(self.core.period(now_s, readings), now_s)

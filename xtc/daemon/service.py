@@ -178,7 +178,7 @@ class DaemonService:
             max_setpoint_pps=cfg.daemon.max_setpoint_pps,
             reassert_period_s=cfg.daemon.reassert_period_s,
         )
-        self.control = ControlLoop(self.core, host)
+        self.control = ControlLoop(self.core, host, clock=clock)
         self._last_save_s = -math.inf
         #: The instances' caps in the state file last written (in the order of ``core.instances``).
         self._saved_caps: list[float] | None = None
