@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port of 127.0.0.1 free at the time of the call (TCP by default; ``socket.SOCK_DGRAM`` for UDP)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class DaemonProc:

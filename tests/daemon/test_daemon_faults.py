@@ -7,7 +7,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import zmq
+from procs import free_port
 
 from .conftest import hypervisor_caps, write_config
 
@@ -141,11 +141,6 @@ def test_second_daemon_on_the_same_state_directory_refuses_naming_the_first(tmp_
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_second_daemon_on_the_same_port_says_which_endpoint_is_in_use(tmp_path, start_daemon):

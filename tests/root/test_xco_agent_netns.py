@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import free_port
 
 from xtc.host.tcgate import _in_netns
 
@@ -219,13 +220,6 @@ class Receiver:
         self.sock.close()
 
 
-def _free_port() -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def _write_configs(tmp: Path, net: Net, port: int) -> dict[str, Path]:
     topo = ['schema = "xco-topology/1"', "[[switch]]", 'name = "sw1"']
@@ -326,7 +320,7 @@ def _flowing_again(rx: list[tuple[str, int]], src: str, after_ns: int, gap_ns: i
 
 
 def test_agents_gate_real_links(net, tmp_path):
-    port = _free_port()
+    port = free_port(socket.SOCK_DGRAM)
     cfgs = _write_configs(tmp_path, net, port)
     # s1's uplink gets a distinctive root qdisc, which its agent must give back on SIGTERM
     sh("ip", "netns", "exec", net.ns["s1"], "tc", "qdisc", "replace", "dev", net.up, "root", "handle", "77:",

@@ -5,6 +5,7 @@ controller killed -> every waiting agent fails open within 3 slices; SIGTERM -> 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import free_port
 
 from tests.fakes.xco_gate import MemoryGate
 from xtc.xco.agent_config import loads_agent_config
@@ -26,16 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # failed open while the controller lived (about 1 run in 5).  A real agent has a process of its own.
 SLICE = 50_000
 LEAD = 10_000
-
-
-def _free_port():
-    import socket
-
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _controller_config(tmp_path, port, extra=""):
@@ -130,7 +122,7 @@ def _open_intervals(gate, dest, end_us):
 
 @pytest.mark.timeout(120)
 def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path):
-    port = _free_port()
+    port = free_port(socket.SOCK_DGRAM)
     ctl = Controller(tmp_path, port)
     names = ["s1", "s2", "s3", "s4", "s5", "r1"]
     agents = {}
@@ -192,7 +184,6 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         assert lags, "no directive applied"
         print("directive_to_gate_us p50", sorted(lags)[len(lags) // 2], "max", max(lags), "n", len(lags))
         # A datagram from anyone but the controller is dropped and counted, even a valid directive.
-        import socket
 
         from xtc.xco import protocol as P
 
@@ -260,7 +251,7 @@ sys.exit(svc.run())
 
 @pytest.mark.timeout(60)
 def test_sigterm_sends_leave_and_restores_the_gate(tmp_path):
-    port = _free_port()
+    port = free_port(socket.SOCK_DGRAM)
     ctl = Controller(tmp_path, port)
     try:
         cfg = tmp_path / "agent.toml"
@@ -336,7 +327,7 @@ def test_with_a_shared_key_only_agents_holding_it_are_welcomed_and_scheduled(tmp
 
     write_key(tmp_path / "xco.key")
     write_key(tmp_path / "other.key")
-    port = _free_port()
+    port = free_port(socket.SOCK_DGRAM)
     ctl = Controller(tmp_path, port, 'auth_key_file = "xco.key"\n')
     agents = {}
     try:
@@ -373,7 +364,7 @@ def test_a_failing_quiet_probe_falls_back_to_dumps(tmp_path):
             raise GateError("probe refused")
 
     (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
-    cfg = loads_agent_config(_agent_text("s1", _free_port()), base_dir=tmp_path)
+    cfg = loads_agent_config(_agent_text("s1", free_port(socket.SOCK_DGRAM)), base_dir=tmp_path)
     gate = BadProbe()
     svc = AgentService(cfg, gate)
     svc.open()

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from procs import free_port
 
 from xtc.xco import protocol as P
 from xtc.xco.controller import ControllerCore
@@ -210,13 +211,6 @@ def _xtc(*argv, **kw):
                           timeout=60, **kw)
 
 
-def _free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def _write_config(tmp_path, port, **over):
     (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
@@ -329,7 +323,7 @@ def _directives(agent):
 
 @pytest.mark.timeout(120)
 def test_controller_process_schedules_real_hosts_drops_silent_ones_and_keeps_state(tmp_path):
-    port = _free_port()
+    port = free_port(socket.SOCK_DGRAM)
     cfg = _write_config(tmp_path, port)
     digest = P.topology_digest((tmp_path / "topo.toml").read_bytes())
     topo = load_topology(tmp_path / "topo.toml")
