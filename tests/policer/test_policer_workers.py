@@ -92,3 +92,11 @@ def test_write_on_one_worker_read_on_another_and_sigterm_stops_all(tmp_path: Pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_in_memory_database_is_refused_with_several_workers(capsys) -> None:
+    from xtc.policer.config import PolicerConfig
+    from xtc.policer.service import run_server
+
+    assert run_server(PolicerConfig(db_url="sqlite://", port=0, workers=2)) == 2
+    assert "'server.workers'" in capsys.readouterr().err

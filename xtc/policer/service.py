@@ -56,7 +56,7 @@ log = logging.getLogger("policer")
 #: Largest request line plus headers accepted, bytes (a bigger head is refused before it is read on).
 MAX_HEADER_BYTES = 16 * 1024
 #: Seconds a worker has to stop after SIGTERM before it is killed.
-STOP_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
 
 
 def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> socket.socket:
