@@ -297,9 +297,10 @@ def _percentiles_ms(xs: list[float]) -> dict[str, float]:
     return {"p50": round(pick(0.5) * 1000, 1), "p99": round(pick(0.99) * 1000, 1), "max": round(xs[-1] * 1000, 1)}
 
 
-def _json(items: list[dict[str, Any]]) -> Response:
-    """A list already in its response model's shape, serialised at once (the route's response model
-    documents it; validating and serialising thousands of items through it costs more than the query)."""
+def _json(items: list[dict[str, Any]] | dict[str, Any]) -> Response:
+    """A list (or one object) already in its response model's shape, serialised at once (the route's
+    response model documents it; validating and serialising thousands of items through it costs more
+    than the query)."""
     return Response(json.dumps(items, ensure_ascii=False, allow_nan=False, separators=(",", ":")),
                     media_type="application/json")
 
@@ -354,10 +355,18 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        body = False
         for k, v in scope["headers"]:
-            if k == b"content-length" and (not v.isdigit() or len(v) > 18 or int(v) > self.max_bytes):
-                await self._refuse(scope, receive, send)
-                return
+            if k == b"content-length":
+                if not v.isdigit() or len(v) > 18 or int(v) > self.max_bytes:
+                    await self._refuse(scope, receive, send)
+                    return
+                body = body or int(v) > 0
+            elif k == b"transfer-encoding":
+                body = True
+        if not body:  # no body to count (most reads): nothing to wrap
+            await self.app(scope, receive, send)
+            return
         received = 0
         started = False
         too_large = False
@@ -692,8 +701,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
     @read_route
-    def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
-        return _router_out(store.get_router(router))
+    def get_router(router: RouterPath, _a: Reader) -> Response:
+        return _json(_router_out(store.get_router(router)))
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
                summary="Change a router's endpoint, capacity, control mode, CURVE key or samples endpoint")
@@ -760,8 +769,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **_E404})
     @read_route
-    def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
-        return store.get_network(network)
+    def get_network(network: NetworkPath, _a: Reader) -> Response:
+        return _json(store.get_network(network))
 
     @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**_E401, **_E404, **_E409},
                 summary="Delete a network that no VR belongs to")
