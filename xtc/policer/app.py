@@ -11,6 +11,7 @@ no NaN or Infinity, no number that overflows.
 """
 
 
+import functools
 import hmac
 import json
 import threading
@@ -19,6 +20,7 @@ from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from fastapi.routing import APIRoute
@@ -295,9 +297,10 @@ def _percentiles_ms(xs: list[float]) -> dict[str, float]:
     return {"p50": round(pick(0.5) * 1000, 1), "p99": round(pick(0.99) * 1000, 1), "max": round(xs[-1] * 1000, 1)}
 
 
-def _json(items: list[dict[str, Any]]) -> Response:
-    """A list already in its response model's shape, serialised at once (the route's response model
-    documents it; validating and serialising thousands of items through it costs more than the query)."""
+def _json(items: list[dict[str, Any]] | dict[str, Any]) -> Response:
+    """A list (or one object) already in its response model's shape, serialised at once (the route's
+    response model documents it; validating and serialising thousands of items through it costs more
+    than the query)."""
     return Response(json.dumps(items, ensure_ascii=False, allow_nan=False, separators=(",", ":")),
                     media_type="application/json")
 
@@ -352,10 +355,18 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        body = False
         for k, v in scope["headers"]:
-            if k == b"content-length" and (not v.isdigit() or len(v) > 18 or int(v) > self.max_bytes):
-                await self._refuse(scope, receive, send)
-                return
+            if k == b"content-length":
+                if not v.isdigit() or len(v) > 18 or int(v) > self.max_bytes:
+                    await self._refuse(scope, receive, send)
+                    return
+                body = body or int(v) > 0
+            elif k == b"transfer-encoding":
+                body = True
+        if not body:  # no body to count (most reads): nothing to wrap
+            await self.app(scope, receive, send)
+            return
         received = 0
         started = False
         too_large = False
@@ -593,6 +604,26 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         async def reader() -> str | None:
             return None
 
+    lock = getattr(store.db, "lock", None) if store.dialect == "sqlite" else None
+
+    def read_route(f: Any) -> Any:
+        """A read on SQLite runs on the event loop when the store's connection is free at once (a WAL
+        read does not wait for writers; a hand-over to the threadpool costs more than the read), else
+        in the threadpool like every PostgreSQL statement and every write."""
+        if lock is None:
+            return f
+
+        @functools.wraps(f)
+        async def inline(*a: Any, **kw: Any) -> Any:
+            if lock.acquire(blocking=False):
+                try:
+                    return f(*a, **kw)
+                finally:
+                    lock.release()
+            return await run_in_threadpool(f, *a, **kw)
+
+        return inline
+
     Writer = Annotated[str, Depends(writer)]
     Reader = Annotated[str | None, Depends(reader)]
     rd = _E401 if cfg.protect_reads else {}
@@ -656,6 +687,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ----------------------------------------------------------------------------- routers
     @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd,
              summary="Routers by name, one page (limit, offset), optionally of one status")
+    @read_route
     def list_routers(_a: Reader,
                            status: Annotated[Literal["unknown", "reachable", "unreachable", "removed"] | None, Query()] = None,
                            limit: Limit = 1000, offset: Offset = 0) -> Response:
@@ -668,8 +700,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                                             body.curve_server_key, actor, body.pub_endpoint))
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **_E404})
-    def get_router(router: RouterPath, _a: Reader) -> dict[str, Any]:
-        return _router_out(store.get_router(router))
+    @read_route
+    def get_router(router: RouterPath, _a: Reader) -> Response:
+        return _json(_router_out(store.get_router(router)))
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**_E401, **_E404, **_E409},
                summary="Change a router's endpoint, capacity, control mode, CURVE key or samples endpoint")
@@ -688,6 +721,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # --------------------------------------------------------------------------------- vrs
     @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
              summary="VRs as the daemons report them, by router and name, one page (limit, offset), filtered")
+    @read_route
     def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        state: Annotated[Literal["inactive", "active", "paused"] | None, Query()] = None,
@@ -695,6 +729,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return _json(store.list_vrs(router, network, state, flagged, limit, offset))
 
     @app.get("/vrs/{router}/{vr}", response_model=Vr, tags=["vrs"], responses={**rd, **_E404})
+    @read_route
     def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
         return store.get_vr(router, vr)
 
@@ -715,6 +750,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
              summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
+    @read_route
     def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> Response:
@@ -723,6 +759,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ---------------------------------------------------------------------------- networks
     @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd,
              summary="Networks by name, one page (limit, offset)")
+    @read_route
     def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> Response:
         return _json(store.list_networks(limit, offset))
 
@@ -731,8 +768,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return store.add_network(body.name, body.description, actor)
 
     @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **_E404})
-    def get_network(network: NetworkPath, _a: Reader) -> dict[str, Any]:
-        return store.get_network(network)
+    @read_route
+    def get_network(network: NetworkPath, _a: Reader) -> Response:
+        return _json(store.get_network(network))
 
     @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**_E401, **_E404, **_E409},
                 summary="Delete a network that no VR belongs to")
@@ -750,6 +788,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     # ---------------------------------------------------------------------------- policies
     @app.get("/policies", response_model=Policies, tags=["policies"], responses=rd)
+    @read_route
     def get_policies(_a: Reader) -> dict[str, Any]:
         return store.policies()
 
@@ -768,6 +807,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ----------------------------------------------------------------------------- actions
     @app.get("/actions", response_model=list[Action], tags=["actions"], responses=rd,
              summary="The audit log, oldest first (page with after_id)")
+    @read_route
     def list_actions(
         _a: Reader,
         router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,

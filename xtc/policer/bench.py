@@ -34,12 +34,14 @@ PAGE = 100
 
 
 def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_env: dict[str, str] | None = None,
-                  request_timeout_s: float = 1.0, extra_config: str = "") -> tuple[subprocess.Popen, str]:
-    """Start ``xtc policer serve`` on an ephemeral loopback port; returns (process, base URL)."""
+                  request_timeout_s: float = 1.0, extra_config: str = "", workers: int = 1) -> tuple[subprocess.Popen, str]:
+    """Start ``xtc policer serve`` on an ephemeral loopback port with ``workers`` API processes; returns
+    (process, base URL)."""
     tmp = Path(tmpdir)
     cfg = tmp / "policer.toml"
     cfg.write_text(
         'schema = "xtc-policer/1"\n[server]\nhost = "127.0.0.1"\nport = 0\n'
+        f"workers = {workers}\n"
         f'[database]\nurl = "sqlite:///{tmp / "policer.db"}"\n'
         f"[engine]\nperiod_s = {period_s}\nrequest_timeout_s = {request_timeout_s}\n" + extra_config
     )
@@ -201,8 +203,10 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
 
 
 def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: int = 32,
-              write_fraction: float = 0.2, seed: int = 1, url: str | None = None, token: str | None = None) -> dict[str, Any]:
-    """Run the load test (against ``url`` if given, else a throw-away policer).  Returns the results."""
+              write_fraction: float = 0.2, seed: int = 1, url: str | None = None, token: str | None = None,
+              workers: int = 1) -> dict[str, Any]:
+    """Run the load test (against ``url`` if given, else a throw-away policer with ``workers`` API
+    processes).  Returns the results."""
     if not (0 < rate_per_s <= 100000 and 0 < duration_s <= 600 and 1 <= concurrency <= 1000 and 0 <= write_fraction <= 1):
         raise ValueError("bench: need 0 < rate <= 1e5, 0 < duration <= 600 s, 1 <= concurrency <= 1000, 0 <= write_fraction <= 1")
     if url is not None:
@@ -211,9 +215,10 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
         return asyncio.run(_load(url, token, rate_per_s, duration_s, concurrency, write_fraction, seed))
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="xtc-policer-bench-") as tmp:
-        proc, base = start_policer(tmp, token)
+        proc, base = start_policer(tmp, token, workers=workers)
         try:
             res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed))
+            res["workers"] = workers
         finally:
             proc.terminate()
             try:

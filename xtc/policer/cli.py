@@ -26,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--host", help="override server.host")
     s.add_argument("--port", type=int, help="override server.port (0 = ephemeral)")
     s.add_argument("--db", help="override database.url (sqlite:///path or postgresql://user@/db?host=/socket/dir)")
+    s.add_argument("--workers", type=int, help="override server.workers: API worker processes (1..64; the engine "
+                   "stays one process)")
     s.add_argument("--access-log", action="store_true", help="log every request (never the headers)")
     s.set_defaults(func=_cmd_serve)
 
@@ -47,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
     s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")
     s.add_argument("--write-fraction", type=float, default=0.2, help="share of writes (default 0.2)")
+    s.add_argument("--workers", type=int, default=1, help="API worker processes of the throw-away policer (default 1)")
     s.add_argument("--json", action="store_true", help="JSON only (the default output is JSON too)")
     s.add_argument("--fleet", type=int, default=0, metavar="ROUTERS",
                    help="police a fleet of this many stand-in daemons (xtc_lab) first, then load the API")
@@ -127,6 +130,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         cfg = replace(cfg, host=args.host)
     if args.port is not None:
         cfg = replace(cfg, port=args.port)
+    if args.workers is not None:
+        from .config import MAX_WORKERS
+
+        if not 1 <= args.workers <= MAX_WORKERS:
+            print(f"xtc policer: --workers must be 1..{MAX_WORKERS}, not {args.workers}", file=sys.stderr)
+            return 2
+        cfg = replace(cfg, workers=args.workers)
     assert isinstance(cfg, PolicerConfig)
     return run_server(cfg, access_log=args.access_log)
 
@@ -182,7 +192,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
-                    write_fraction=args.write_fraction)
+                    write_fraction=args.write_fraction, workers=args.workers)
     print(json.dumps(res, indent=1))
     return 0 if res["errors"] == 0 else 1
 

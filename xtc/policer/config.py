@@ -7,6 +7,7 @@ A complete example (defaults shown)::
     [server]
     host = "127.0.0.1"
     port = 8080
+    workers = 1               # API worker processes (SO_REUSEPORT on one port); the engine stays one process
 
     [database]
     url = "sqlite:////var/lib/xtc/policer.db"   # sqlite:///relative, sqlite:////absolute, or
@@ -51,6 +52,8 @@ SCHEMA = "xtc-policer/1"
 TOKENS_ENV = "XTC_POLICER_TOKENS"
 DB_URL_ENV = "XTC_POLICER_DB_URL"
 MIN_TOKEN_CHARS = 16
+#: Most API worker processes (``server.workers``).
+MAX_WORKERS = 64
 
 
 class ConfigError(ValueError):
@@ -65,6 +68,7 @@ class ConfigError(ValueError):
 class PolicerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
+    workers: int = 1
     db_url: str = "sqlite:////var/lib/xtc/policer.db"
     tokens: frozenset[str] = field(default=frozenset(), repr=False)
     protect_reads: bool = False
@@ -77,7 +81,7 @@ class PolicerConfig:
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration without secrets."""
-        return {"host": self.host, "port": self.port, "db_url": self.db_url, "tokens": len(self.tokens),
+        return {"host": self.host, "port": self.port, "workers": self.workers, "db_url": self.db_url, "tokens": len(self.tokens),
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
@@ -117,6 +121,7 @@ _DEFAULT = PolicerConfig()
 class _Server:
     host: Annotated[str, BeforeValidator(_host)] = _DEFAULT.host
     port: Annotated[Number, within(0, 65535)] = _DEFAULT.port
+    workers: Annotated[int, Strict(), within(1, MAX_WORKERS)] = _DEFAULT.workers
 
 
 @pyd.dataclass(config=_TABLE)
@@ -195,6 +200,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
     return PolicerConfig(
         host=d.server.host,
         port=int(d.server.port),
+        workers=d.server.workers,
         db_url=db_url,
         tokens=tokens,
         protect_reads=d.auth.protect_reads,

@@ -7,6 +7,16 @@ and the process returns 1, so that its supervisor (systemd) restarts it.  HTTP i
 over :data:`MAX_HEADER_BYTES` is refused by the HTTP parser (h11), a body over
 :data:`xtc.policer.app.MAX_BODY_BYTES` by the app.  SIGTERM and SIGINT are uvicorn's: it stops serving, then the engine stops and the database is closed.
 
+With ``workers`` > 1 (``--workers N``, ``server.workers``) the process becomes a supervisor: it starts
+the one engine process, then N API worker processes (``python -m xtc.policer.service``), each with
+its own store on the same database (so a write through one is read through every other) and its own
+listening socket on the same port with ``SO_REUSEPORT`` (the kernel spreads the connections over
+them).  The supervisor serves no HTTP; it relays the engine's reports to the workers (for
+``/health`` and ``/metrics``) on their stdin, which they read until end of file: a worker whose
+supervisor is gone (even SIGKILLed) stops.  SIGTERM or SIGINT to the supervisor stops the workers
+(SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT_S`), then the engine; a worker or the engine that
+ends by itself stops the rest and the supervisor returns 1.
+
 On PostgreSQL any number of these processes may serve one database: every one serves the API (and
 writes through it), and only the holder of the leader lock (:class:`~xtc.policer.db.LeaderLock`, a
 session-level advisory lock, taken by the engine's process) runs the engine's cycles.  A standby
@@ -20,9 +30,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
+import subprocess
 import sys
-from typing import Any
+import threading
+import time
+from dataclasses import asdict
+from typing import Any, Callable
 
 import uvicorn
 
@@ -31,29 +46,62 @@ from .config import PolicerConfig
 from .engine import Engine
 from .link import LinkPool
 from .samples import SampleStreams
-from .engine_proc import EngineProcess
+from .engine_proc import REPORT_S, EngineProcess
 from .store import Store, StoreError
 
-__all__ = ["run_server", "bind_socket"]
+__all__ = ["run_server", "bind_socket", "RelayedEngine", "STOP_TIMEOUT_S"]
 
 log = logging.getLogger("policer")
 
 #: Largest request line plus headers accepted, bytes (a bigger head is refused before it is read on).
 MAX_HEADER_BYTES = 16 * 1024
+#: Seconds a worker has to stop after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 10.0
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 = an ephemeral port, see ``getsockname()``)."""
+def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """A listening TCP socket (port 0 = an ephemeral port, see ``getsockname()``).
+
+    ``reuse_port``: with ``SO_REUSEPORT``, so that other processes' sockets may listen on the same port
+    (the kernel then spreads new connections over them); ``listen=False``: bound only (it holds the
+    port and takes no connection).
+    """
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections (it checks proto);
     # without it every small response waits for the client's delayed ACK (about 40 ms).
     s = socket.socket(fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.bind((host, port))
-    s.listen(2048)
+    if listen:
+        s.listen(2048)
     s.set_inheritable(True)
     return s
+
+
+def _uvicorn(app: Any, access_log: bool) -> uvicorn.Server:
+    # h11 (not httptools): it bounds what it buffers of a request's head (MAX_HEADER_BYTES).
+    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on", http="h11",
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+    if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    return uvicorn.Server(config)
+
+
+def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    return {"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
+            "curve_secret_key_file": cfg.curve_secret_key_file,
+            "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
+            "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql"}
+
+
+def _listening(cfg: PolicerConfig, store: Store, port: int, host: str, workers: int) -> None:
+    print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port,
+                      "db": store.dialect if store.dialect != "sqlite" else cfg.db_url, "tokens": len(cfg.tokens),
+                      "leader_election": store.dialect == "postgresql", "workers": workers}), flush=True)
 
 
 def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
@@ -66,6 +114,13 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         return 2
     if not cfg.tokens:
         log.warning("no bearer tokens configured: every write will be refused (401)")
+    if cfg.workers > 1:
+        if store.path == ":memory:":
+            store.close()
+            print("xtc policer: 'server.workers': more than one worker needs a database file or PostgreSQL "
+                  "(an in-memory database is one process's alone)", file=sys.stderr)
+            return 2
+        return _supervise(cfg, store, access_log)
     server: dict[str, Any] = {}
     failed: list[BaseException] = []
 
@@ -75,13 +130,9 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         if srv is not None:
             srv.should_exit = True
 
-    holder = f"{socket.gethostname()}:{os.getpid()}"
     engine: Any
     if store.path != ":memory:":  # the engine (and on PostgreSQL the leader lock) in a process of its own
-        engine = EngineProcess({"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
-                                "curve_secret_key_file": cfg.curve_secret_key_file,
-                                "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
-                                "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql"}, on_crash)
+        engine = EngineProcess(_engine_settings(cfg, store), on_crash)
     else:  # an in-memory database is this process's alone: the engine runs in a thread beside the API
         links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
         streams = (SampleStreams(cfg.max_vrs_per_router, cfg.curve_secret_key_file, cfg.max_reply_bytes)
@@ -91,18 +142,163 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     app = create_app(cfg, store, engine)
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
-    print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port,
-                      "db": store.dialect if store.dialect != "sqlite" else cfg.db_url, "tokens": len(cfg.tokens),
-                      "leader_election": store.dialect == "postgresql"}), flush=True)
-    # h11 (not httptools): it bounds what it buffers of a request's head (MAX_HEADER_BYTES).
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on", http="h11",
-                            h11_max_incomplete_event_size=MAX_HEADER_BYTES)
-    if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
-        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    srv = uvicorn.Server(config)
+    _listening(cfg, store, port, host, 1)
+    srv = _uvicorn(app, access_log)
     server["srv"] = srv
     try:
         srv.run(sockets=[sock])
     finally:
         store.close()
     return 1 if failed else 0
+
+
+# ------------------------------------------------------------------------------ several workers
+
+#: The engine's attributes the API reads (``/health``, ``/metrics``), relayed to the workers.
+_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "bad_samples", "cycle_s", "gap_s", "leader_epoch")
+
+
+class RelayedEngine:
+    """A worker's view of the engine that runs in another process: the attributes of an
+    :class:`~xtc.policer.engine_proc.EngineProcess`, set from the JSON lines the supervisor writes on
+    ``stream`` (every :data:`~xtc.policer.engine_proc.REPORT_S`).  At the end of ``stream`` (the
+    supervisor is gone) ``on_eof`` is called."""
+
+    def __init__(self, stream: Any, on_eof: Callable[[], None]):
+        self.stream, self.on_eof = stream, on_eof
+        self.cycles = self.sampled = self.listed = self.bad_samples = 0
+        self.bad_replies: dict[str, int] = {}
+        self.cycle_s: list[float] = []
+        self.gap_s: list[float] = []
+        self.leader_epoch: int | None = None
+        self.error: BaseException | None = None
+        self._leads = False
+        self._reader: threading.Thread | None = None
+
+    def update(self, rep: dict[str, Any]) -> None:
+        for k in _RELAYED:
+            setattr(self, k, rep[k])
+        self._leads = rep["leader"]
+        if rep.get("error") and self.error is None:
+            self.error = RuntimeError(rep["error"])
+
+    def is_leader(self) -> bool:
+        return self._leads
+
+    def start(self) -> None:
+        self._reader = threading.Thread(target=self._read, name="policer-engine-relay", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.stream:
+            try:
+                self.update(json.loads(line))
+            except (ValueError, KeyError):
+                continue
+        self.on_eof()
+
+    def stop(self) -> None:
+        pass
+
+
+def _report(engine: EngineProcess) -> str:
+    rep = {k: getattr(engine, k) for k in _RELAYED}
+    rep["leader"] = engine.is_leader()
+    rep["error"] = str(engine.error) if engine.error is not None else None
+    return json.dumps(rep) + "\n"
+
+
+def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
+    """Run the engine's process and ``cfg.workers`` API workers until SIGTERM/SIGINT or a failure."""
+    stop = threading.Event()
+    failed: list[str] = []
+
+    def on_crash(e: BaseException) -> None:
+        failed.append(str(e))
+        stop.set()
+
+    def on_signal(_sig: int, _frame: Any) -> None:
+        stop.set()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    engine = EngineProcess(_engine_settings(cfg, store), on_crash)
+    # Bound, not listening: it holds the port (an ephemeral one is chosen here) and takes no connection.
+    hold = bind_socket(cfg.host, cfg.port, reuse_port=True, listen=False)
+    host, port = hold.getsockname()[:2]
+    _listening(cfg, store, port, host, cfg.workers)
+    store.close()
+    workers: list[subprocess.Popen] = []
+    try:
+        engine.start()
+        wcfg = {**asdict(cfg), "tokens": sorted(cfg.tokens), "port": port, "access_log": access_log}
+        for _ in range(cfg.workers if not stop.is_set() else 0):
+            p = subprocess.Popen([sys.executable, "-m", "xtc.policer.service"], stdin=subprocess.PIPE, text=True,
+                                 bufsize=1)
+            workers.append(p)
+            assert p.stdin is not None
+            p.stdin.write(json.dumps(wcfg) + "\n" + _report(engine))
+            p.stdin.flush()
+        while not stop.wait(REPORT_S):
+            line = _report(engine)
+            for p in workers:
+                if p.poll() is not None:
+                    failed.append(f"API worker {p.pid} ended (status {p.returncode})")
+                    stop.set()
+                    continue
+                try:
+                    assert p.stdin is not None
+                    p.stdin.write(line)
+                    p.stdin.flush()
+                except OSError:
+                    pass
+    finally:
+        for p in workers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for p in workers:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            try:
+                assert p.stdin is not None
+                p.stdin.close()
+            except OSError:
+                pass
+        engine.stop()
+        hold.close()
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    for f in failed:
+        log.critical("%s", f)
+    return 1 if failed else 0
+
+
+def _worker_main() -> int:
+    """An API worker (started by :func:`_supervise`): its settings on the first line of stdin, then the
+    engine's reports."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    d = json.loads(sys.stdin.readline())
+    access_log = d.pop("access_log")
+    cfg = PolicerConfig(**{**d, "tokens": frozenset(d["tokens"])})
+    store = Store(cfg.db_url)
+    server: dict[str, Any] = {}
+
+    def on_eof() -> None:
+        server["srv"].should_exit = True
+
+    engine = RelayedEngine(sys.stdin, on_eof)
+    sock = bind_socket(cfg.host, cfg.port, reuse_port=True)
+    srv = _uvicorn(create_app(cfg, store, engine), access_log)
+    server["srv"] = srv
+    try:
+        srv.run(sockets=[sock])
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
