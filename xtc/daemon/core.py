@@ -91,7 +91,7 @@ class RestoreCap:
 Action = SetCap | RestoreCap
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     """The XTC instance of one VR (runtime state, persisted by :meth:`DaemonCore.to_state`)."""
 
@@ -168,7 +168,7 @@ class Checkpoint:
     dirty: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class _VrView:
     present: bool = False
     measured_pps: float | None = None
