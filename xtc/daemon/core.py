@@ -91,7 +91,7 @@ class RestoreCap:
 Action = SetCap | RestoreCap
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     """The XTC instance of one VR (runtime state, persisted by :meth:`DaemonCore.to_state`)."""
 
@@ -168,7 +168,7 @@ class Checkpoint:
     dirty: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class _VrView:
     present: bool = False
     measured_pps: float | None = None
@@ -517,7 +517,10 @@ class DaemonCore:
         in_force = [i.cap_in_force_percent for i in live]
         how_a = np.array(how, dtype=np.int8)
         kept = np.flatnonzero(same & (how_a > 0) & np.array([v is not None for v in in_force], dtype=bool)).tolist()
-        if kept:
+        if len(kept) == len(live) and kept:  # the steady state: every instance, in order
+            cap[:] = self._tell_in_force(live, in_force, (how_a == 2).tolist())
+            same = _unchanged(cap, applied)
+        elif kept:
             cap[kept] = self._tell_in_force([live[k] for k in kept], [in_force[k] for k in kept],
                                             (how_a[kept] == 2).tolist())
             same = _unchanged(cap, applied)
