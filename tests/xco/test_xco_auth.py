@@ -11,7 +11,8 @@ import pytest
 from xtc.xco import protocol as P
 from xtc.xco.auth import TAG_BYTES, AuthError, load_key, seal, unseal
 
-from tests.xco.test_xco_controller import DATA, Controller, _free_port, _write_config, _xtc
+from procs import free_port
+from tests.xco.test_xco_controller import DATA, Controller, _write_config, _xtc
 
 KEY = bytes(range(32))
 
@@ -61,7 +62,7 @@ def test_check_config_and_the_controller_refuse_a_loose_key_file(tmp_path):
     key = tmp_path / "xco.key"
     key.write_text(KEY.hex())
     os.chmod(key, 0o640)
-    cfg = _write_config(tmp_path, _free_port(), auth_key_file='"xco.key"')
+    cfg = _write_config(tmp_path, free_port(socket.SOCK_DGRAM), auth_key_file='"xco.key"')
     r = _xtc("xco", "check-config", str(cfg))
     assert r.returncode == 2 and "'auth_key_file'" in r.stderr and "chmod 600" in r.stderr, r.stderr
     r = _xtc("xco", "controller", "-c", str(cfg))
@@ -75,7 +76,7 @@ def test_the_controller_answers_sealed_datagrams_only(tmp_path):
     key = tmp_path / "xco.key"
     key.write_text(KEY.hex())
     os.chmod(key, 0o600)
-    port = _free_port()
+    port = free_port(socket.SOCK_DGRAM)
     ctl = Controller(_write_config(tmp_path, port, auth_key_file='"xco.key"'))
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
