@@ -113,6 +113,7 @@ def test_work_factor_reaches_the_shape_record_and_forwarder_command_line() -> No
     assert forwarder_argv("/x/fw", 6000) == ["/x/fw", "-w", "6000", "eth0", "eth1"]
     assert forwarder_argv("/x/fw", 6000, 1.0, wait_s=10) == ["/x/fw", "-w", "6000", "-t", "10", "eth0", "eth1"]
     assert forwarder_argv("/x/fw", 6000, 2) == ["/x/fw", "-w", "6000", "-f", "2.0", "eth0", "eth1"]
+    assert forwarder_argv("/x/fw", 6000, rcvbuf_bytes=2097152) == ["/x/fw", "-w", "6000", "-r", "2097152", "eth0", "eth1"]
     assert forwarder_argv("/x/fw", 6000, 0.5, wait_s=10) == ["/x/fw", "-w", "6000", "-f", "0.5", "-t", "10",
                                                              "eth0", "eth1"]
     with pytest.raises(LabError, match="work_factor 0"):

@@ -16,11 +16,17 @@
  * GSO super-frames and frames whose checksum is still to be filled in (both
  * common on veth) pass through intact: TCP (iperf3) works through it.
  *
- * usage: xtc-forwarder [-w WORK] [-f FACTOR] [-t WAIT_S] IF_A IF_B
+ * usage: xtc-forwarder [-w WORK] [-f FACTOR] [-r RCVBUF] [-t WAIT_S] IF_A IF_B
  *   -w WORK    busy-work iterations per forwarded frame (default 0)
  *   -f FACTOR  per-frame work factor, > 0 and <= 100: the busy work per frame is
  *              round(FACTOR * WORK) iterations (default 1: exactly WORK).  It stands
  *              for a cheaper (FACTOR < 1) or dearer (FACTOR > 1) forwarder.
+ *   -r RCVBUF  receive buffer of each port's socket, bytes, 4096..2^30, as the kernel
+ *              counts it (SO_RCVBUF reads RCVBUF back; set with SO_RCVBUFFORCE, or SO_RCVBUF
+ *              capped at twice net.core.rmem_max without CAP_NET_ADMIN; default: the
+ *              kernel's, net.core.rmem_default).  A frame that arrives while the socket's queue holds
+ *              RCVBUF bytes is dropped; a larger buffer rides out the moments the forwarder
+ *              does not run (another process holds the CPU, or its cap has run out).
  *   -t WAIT_S  give up if the interfaces are not there after WAIT_S s (default: wait forever)
  *
  * Exit status: 0 on SIGTERM/SIGINT, 1 on a usage or setup error.  Counters
@@ -73,7 +79,7 @@ static int set_up_promisc(int ctl, const char *ifname)
     return ioctl(ctl, SIOCSIFFLAGS, &ifr);
 }
 
-static int open_port(const char *ifname, unsigned ifindex)
+static int open_port(const char *ifname, unsigned ifindex, int rcvbuf)
 {
     int one = 1;
     int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL));
@@ -82,6 +88,11 @@ static int open_port(const char *ifname, unsigned ifindex)
     /* Never see our own transmissions (kernel >= 4.20), and carry GSO/checksum state. */
     (void)setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
     if (setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0)
+        goto fail;
+    /* The kernel doubles the value asked (room for its bookkeeping): ask half of it. */
+    int half = rcvbuf / 2;
+    if (rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &half, sizeof half) < 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &half, sizeof half) < 0)
         goto fail;
     struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL),
                               .sll_ifindex = (int)ifindex};
@@ -99,8 +110,9 @@ int main(int argc, char **argv)
     unsigned long work = 0;
     double factor = 1.0;
     long wait_s = -1;
+    long rcvbuf = 0;
     int opt;
-    while ((opt = getopt(argc, argv, "w:f:t:")) != -1) {
+    while ((opt = getopt(argc, argv, "w:f:r:t:")) != -1) {
         char *end;
         if (opt == 'w') {
             work = strtoul(optarg, &end, 10);
@@ -108,6 +120,9 @@ int main(int argc, char **argv)
         } else if (opt == 'f') {
             factor = strtod(optarg, &end);
             if (*optarg == '\0' || *end != '\0' || !(factor > 0.0 && factor <= 100.0)) goto usage;
+        } else if (opt == 'r') {
+            rcvbuf = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || rcvbuf < 4096 || rcvbuf > (1L << 30)) goto usage;
         } else if (opt == 't') {
             wait_s = strtol(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || wait_s < 0) goto usage;
@@ -150,7 +165,7 @@ int main(int argc, char **argv)
      * no frame that arrives on it is missed. */
     int fds[2] = {-1, -1};
     for (int i = 0; i < 2; i++)
-        if ((fds[i] = open_port(names[i], idx[i])) < 0)
+        if ((fds[i] = open_port(names[i], idx[i], (int)rcvbuf)) < 0)
             return 1;
     int ctl = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     for (int i = 0; i < 2; i++) {
@@ -160,8 +175,11 @@ int main(int argc, char **argv)
         }
     }
     close(ctl);
-    fprintf(stderr, "xtc-forwarder: forwarding %s <-> %s, work %lu (factor %g of %lu)\n", names[0], names[1],
-            work, factor, base_work);
+    int rb = 0;
+    socklen_t rblen = sizeof rb;
+    getsockopt(fds[0], SOL_SOCKET, SO_RCVBUF, &rb, &rblen);
+    fprintf(stderr, "xtc-forwarder: forwarding %s <-> %s, work %lu (factor %g of %lu), receive buffer %d bytes\n",
+            names[0], names[1], work, factor, base_work, rb);
 
     /* One batch of frames per wake-up and direction: a recvmmsg and a sendmmsg call. */
     static unsigned char bufs[BATCH][BUF_BYTES];
@@ -220,6 +238,6 @@ int main(int argc, char **argv)
     return 0;
 
 usage:
-    fprintf(stderr, "usage: %s [-w WORK] [-f FACTOR] [-t WAIT_S] IF_A IF_B\n", argv[0]);
+    fprintf(stderr, "usage: %s [-w WORK] [-f FACTOR] [-r RCVBUF] [-t WAIT_S] IF_A IF_B\n", argv[0]);
     return 1;
 }

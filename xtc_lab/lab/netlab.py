@@ -179,7 +179,7 @@ def check_work_factor(work_factor: object, key: str = "work_factor") -> float:
 
 
 def forwarder_argv(forwarder: Path | str, work_iters: int, work_factor: float = 1.0,
-                   wait_s: int | None = None) -> list[str]:
+                   wait_s: int | None = None, rcvbuf_bytes: int | None = None) -> list[str]:
     """The command line of a VR's forwarder (``forwarder.c``).
 
     Parameters
@@ -194,6 +194,8 @@ def forwarder_argv(forwarder: Path | str, work_iters: int, work_factor: float = 
         option, so its command line is the one the lab always used.
     wait_s
         Give up if the interfaces are not there after this many seconds (``-t``; None: wait forever).
+    rcvbuf_bytes
+        Receive buffer of the forwarder's sockets, bytes (``-r``; None: the kernel's default).
 
     Returns
     -------
@@ -202,6 +204,8 @@ def forwarder_argv(forwarder: Path | str, work_iters: int, work_factor: float = 
     argv = [str(forwarder), "-w", str(work_iters)]
     if check_work_factor(work_factor) != 1.0:
         argv += ["-f", repr(float(work_factor))]
+    if rcvbuf_bytes is not None:
+        argv += ["-r", str(int(rcvbuf_bytes))]
     if wait_s is not None:
         argv += ["-t", str(wait_s)]
     return argv + ["eth0", "eth1"]
@@ -740,7 +744,8 @@ class NetLab:
         return vr
 
     def add_chain(self, hops: int = 3, mode: str = "lxc", work_iters: int = 0, cgroup: bool = True,
-                  detach: bool = False, vcpu_period_us: int = DEFAULT_PERIOD_US, work_factor: float = 1.0) -> Chain:
+                  detach: bool = False, vcpu_period_us: int = DEFAULT_PERIOD_US, work_factor: float = 1.0,
+                  rcvbuf_bytes: int | None = None) -> Chain:
         """Build a line of ``hops`` routers with one VR each: TG -> VR tf1 -> ... -> VR tf<hops> -> TR.
 
         The routers stand for the physical routers of section 8.2 of the paper (TG-TF1-TF2-TF3-TR):
@@ -769,6 +774,8 @@ class NetLab:
             lxc mode: the domains' scheduler period, microseconds.
         work_factor
             Per-frame work factor of every router's forwarder (see :func:`forwarder_argv`).
+        rcvbuf_bytes
+            Receive buffer of every router's forwarder sockets, bytes (None: the kernel's default).
 
         Returns
         -------
@@ -819,9 +826,11 @@ class NetLab:
             self.vrs.append(vr)
             chain.vrs.append(vr)
             if mode == "lxc":
-                self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor), -1, vcpu_period_us, 64)
+                self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor, rcvbuf_bytes=rcvbuf_bytes),
+                                -1, vcpu_period_us, 64)
             else:
-                self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10), cg, detach)
+                self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10,
+                                                     rcvbuf_bytes=rcvbuf_bytes), cg, detach)
         return chain
 
     def cpu_cgroup(self) -> CpuCgroup:

@@ -18,14 +18,17 @@ in the first phase, without XTC).
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              save_figure, wait_with_progress)
+from xtc_lab.lab.hog import vr_forwarder_pids
+from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -37,17 +40,219 @@ TOLERANCE = 0.05
 PING_INTERVAL_S = 0.03
 #: Paper, Figure 20: RTT from the second hop on, ms (read off the figure's text).
 PAPER_RTT_AFTER_FIRST_HOP_MS = 14.0
+#: Receive buffer of the routers' forwarder sockets, bytes (0: the kernel's default).
+DEFAULT_RCVBUF_BYTES = 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("multihop")
     g.add_argument("--hop-hold", type=float, default=24.0,
                    help="seconds per setpoint in the multihop experiment (default 24; quick: 12)")
+    g.add_argument("--hop-rcvbuf", type=int, default=DEFAULT_RCVBUF_BYTES,
+                   help="receive buffer of every router's forwarder sockets, bytes; 0: the kernel's default "
+                        f"(net.core.rmem_default) (default {DEFAULT_RCVBUF_BYTES})")
+
+
+def _net_core_sysctls() -> dict[str, int | None]:
+    """net.core.rmem_default / rmem_max (socket receive buffer, bytes) and netdev_max_backlog (frames)."""
+    out: dict[str, int | None] = {}
+    for key in ("rmem_default", "rmem_max", "netdev_max_backlog"):
+        try:
+            out[key] = int(Path(f"/proc/sys/net/core/{key}").read_text())
+        except (OSError, ValueError):
+            out[key] = None
+    return out
 
 
 def steady_mean(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: float) -> float:
     """Mean rate of the samples in the second half of [t0_s, t1_s]."""
     return mean([r for t, r in zip(t_s, rate_pps) if t0_s + (t1_s - t0_s) / 2 <= t <= t1_s])
+
+
+# ------------------------------------------------------------------------ where the packets go
+#: Per-phase counters recorded to explain the chain's losses (see :func:`loss_snapshot`).
+def _softnet_totals(text: str) -> dict[str, int]:
+    """Sum over CPUs of ``/proc/net/softnet_stat``: backlog drops (column 2) and time squeezes (3)."""
+    dropped = squeezed = 0
+    for line in text.split("\n"):
+        cols = line.split()
+        if len(cols) >= 3:
+            dropped += int(cols[1], 16)
+            squeezed += int(cols[2], 16)
+    return {"backlog_drops": dropped, "time_squeeze": squeezed}
+
+
+def parse_ss_packet(text: str) -> dict[str, dict[str, int]]:
+    """Parse ``ss -0 -m -H`` (packet sockets with their memory): per bound interface, the
+    socket's receive buffer (``rb``, bytes), its queued bytes (``r``) and its drops (``d``,
+    frames dropped because the receive queue was full).  Sockets on the same interface add up."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        mem = next((f for f in fields if f.startswith("skmem:(")), None)
+        if mem is None or len(fields) < 4:
+            continue
+        iface = fields[3].rsplit(":", 1)[-1]
+        kv = {}
+        for item in mem[len("skmem:("):].rstrip(")").split(","):
+            key = item.rstrip("0123456789")
+            if key and item[len(key):]:
+                kv[key] = int(item[len(key):])
+        s = out.setdefault(iface, {"rcvbuf_bytes": 0, "queued_bytes": 0, "drops": 0})
+        s["rcvbuf_bytes"] += kv.get("rb", 0)
+        s["queued_bytes"] += kv.get("r", 0)
+        s["drops"] += kv.get("d", 0)
+    return out
+
+
+def _snmp_udp(text: str) -> dict[str, int]:
+    """The ``Udp:`` counters of ``/proc/net/snmp`` (InDatagrams, InErrors, RcvbufErrors, ...)."""
+    rows = [ln.split()[1:] for ln in text.splitlines() if ln.startswith("Udp:")]
+    return {k: int(v) for k, v in zip(rows[0], rows[1])} if len(rows) >= 2 else {}
+
+
+def _ifc(c: Any) -> dict[str, int]:
+    return {"rx_packets": c.rx_packets, "tx_packets": c.tx_packets, "rx_drops": c.rx_drops, "tx_drops": c.tx_drops}
+
+
+def _qdisc_drops(pid: int | None = None) -> int:
+    """Packets dropped by every qdisc of a namespace (the host's, or that of process ``pid``)."""
+    import json
+    import subprocess
+
+    cmd = ["tc", "-s", "-j", "qdisc", "show"]
+    if pid is not None:
+        cmd = ["nsenter", "-t", str(pid), "-n", *cmd]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+        return sum(int(q.get("drops", 0)) for q in json.loads(out or "[]"))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def loss_snapshot(vrs: Sequence[Any], pids: dict[str, int], host_ifaces: Sequence[str]) -> dict[str, Any]:
+    """Every counter that says where a frame of the chain was lost, read once (cumulative values).
+
+    Parameters
+    ----------
+    vrs
+        The chain's VRs (``router``, ``vifs`` = host-side (upstream, downstream) interfaces).
+    pids
+        Router name -> pid of a process inside that VR (its forwarder): the VR's own network
+        namespace is read through ``/proc/<pid>/net/...`` and ``nsenter``.
+    host_ifaces
+        Host-side interfaces of the generator and receiver (their veth ends on the bridges).
+
+    Returns
+    -------
+    dict
+        ``t_s`` (monotonic, s); ``softnet`` (host-wide backlog drops and time squeezes);
+        ``host`` (per host-side interface: rx/tx packets and drops); ``host_qdisc_drops``;
+        per router in ``vrs``: ``dev`` (the VR's eth0/eth1 as it sees them), ``sockets``
+        (its packet sockets per interface: ``rcvbuf_bytes``, ``queued_bytes``, ``drops``),
+        ``udp`` (``/proc/net/snmp`` Udp counters of its namespace), ``qdisc_drops``,
+        ``cpu_s`` (the forwarder's CPU seconds) and ``cgroup`` (``nr_periods``,
+        ``nr_throttled``, ``throttled_s`` of its cpu cgroup, when readable).
+    """
+    import subprocess
+
+    from xtc.host.counters import parse_proc_net_dev
+    from xtc_lab.lab.hog import process_cpu_cgroup
+
+    snap: dict[str, Any] = {"t_s": time.monotonic(), "softnet": _softnet_totals(Path("/proc/net/softnet_stat").read_text())}
+    host = parse_proc_net_dev(Path("/proc/net/dev").read_text())
+    wanted = [*host_ifaces, *(v for vr in vrs for v in vr.vifs)]
+    snap["host"] = {i: _ifc(host[i]) for i in wanted if i in host}
+    snap["host_qdisc_drops"] = _qdisc_drops()
+    tck = os.sysconf("SC_CLK_TCK")
+    for vr in vrs:
+        pid = pids[vr.router]
+        d: dict[str, Any] = {}
+        try:
+            dev = parse_proc_net_dev(Path(f"/proc/{pid}/net/dev").read_text())
+            d["dev"] = {i: _ifc(c) for i, c in dev.items() if i != "lo"}
+            d["udp"] = _snmp_udp(Path(f"/proc/{pid}/net/snmp").read_text())
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            d["cpu_s"] = (int(stat[11]) + int(stat[12])) / tck
+        except OSError:
+            continue
+        ss = subprocess.run(["nsenter", "-t", str(pid), "-n", "ss", "-0", "-m", "-H"], capture_output=True,
+                            text=True, timeout=10)
+        d["sockets"] = parse_ss_packet(ss.stdout)
+        d["qdisc_drops"] = _qdisc_drops(pid)
+        try:
+            text = (process_cpu_cgroup(pid).path / "cpu.stat").read_text()
+            st = dict(ln.split() for ln in text.splitlines() if len(ln.split()) == 2)
+            throttled_s = (int(st["throttled_time"]) / 1e9 if "throttled_time" in st
+                           else int(st.get("throttled_usec", 0)) / 1e6)
+            d["cgroup"] = {"nr_periods": int(st.get("nr_periods", 0)), "nr_throttled": int(st.get("nr_throttled", 0)),
+                           "throttled_s": throttled_s}
+        except (OSError, ValueError, LabError):
+            pass
+        snap[vr.router] = d
+    return snap
+
+
+def counter_delta(a: Any, b: Any) -> Any:
+    """``b - a`` leaf by leaf (nested dicts of numbers); a receive buffer size is kept as ``b``'s."""
+    if isinstance(b, dict):
+        return {k: (v if k == "rcvbuf_bytes" else counter_delta(a.get(k, 0) if isinstance(a, dict) else 0, v))
+                for k, v in b.items()}
+    return b - a
+
+
+def loss_breakdown(delta: dict[str, Any], routers: Sequence[str], vifs: dict[str, Sequence[str]],
+                   tg_end: str) -> dict[str, Any]:
+    """Where the frames went over one interval, hop by hop, in packets per second.
+
+    Parameters
+    ----------
+    delta
+        :func:`counter_delta` of two :func:`loss_snapshot` readings.
+    routers
+        Router names in line order.
+    vifs
+        Router -> its host-side (upstream, downstream) interfaces.
+    tg_end
+        Host-side interface of the generator (its RX = what the generator sent).
+
+    Returns
+    -------
+    dict
+        ``seconds``; ``sent_pps`` (generator); per router: ``handed_pps`` (host-side TX into the
+        VR), ``host_tx_drop_pps`` (the host's veth could not hand it over), ``received_pps`` (the
+        VR's eth0), ``socket_drop_pps`` (its forwarder's receive queue was full),
+        ``send_loss_pps`` (received, not dropped by the socket and not sent: the forwarder's
+        failed sends and frames still queued), ``forwarded_pps`` (host-side RX from the VR),
+        ``gap_before_pps`` (frames that left the previous stage but were not handed to this one),
+        ``rcvbuf_bytes``, ``cpu_share`` (forwarder CPU seconds per second), ``throttled_share``
+        (fraction of its cgroup's periods that were throttled); ``backlog_drop_pps`` (host-wide).
+    """
+    dt = delta["t_s"]
+    h = delta["host"]
+    out: dict[str, Any] = {"seconds": round(dt, 2), "sent_pps": h.get(tg_end, {}).get("rx_packets", 0) / dt,
+                           "backlog_drop_pps": delta["softnet"]["backlog_drops"] / dt,
+                           "time_squeeze_per_s": delta["softnet"]["time_squeeze"] / dt}
+    prev = out["sent_pps"]
+    for r in routers:
+        up, down = vifs[r]
+        d = delta.get(r, {})
+        dev = d.get("dev", {})
+        eth0, eth1 = dev.get("eth0", {}), dev.get("eth1", {})
+        sock = d.get("sockets", {}).get("eth0", {})
+        handed = h[up]["tx_packets"] / dt
+        received = eth0.get("rx_packets", 0) / dt
+        sock_drop = sock.get("drops", 0) / dt
+        sent = eth1.get("tx_packets", 0) / dt
+        cg = d.get("cgroup", {})
+        out[r] = {"gap_before_pps": prev - handed, "handed_pps": handed, "host_tx_drop_pps": h[up]["tx_drops"] / dt,
+                  "received_pps": received, "rx_drop_pps": eth0.get("rx_drops", 0) / dt, "socket_drop_pps": sock_drop,
+                  "send_loss_pps": received - sock_drop - sent, "forwarded_pps": h[down]["rx_packets"] / dt,
+                  "rcvbuf_bytes": sock.get("rcvbuf_bytes"), "cpu_share": d.get("cpu_s", 0.0) / dt,
+                  "throttled_share": (cg["nr_throttled"] / cg["nr_periods"]) if cg.get("nr_periods") else 0.0,
+                  "udp_in_errors": d.get("udp", {}).get("InErrors", 0), "qdisc_drops": d.get("qdisc_drops", 0)}
+        prev = out[r]["forwarded_pps"]
+    return out
 
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
@@ -57,12 +262,18 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         raise ValueError(f"--hop-hold {hold_s:g}: want at least 8 s")
     settle_s = hold_s / 3
     total_s = (len(fractions) + 1) * (hold_s + 6) + 30
+    if args.hop_rcvbuf and not 4096 <= args.hop_rcvbuf <= 1 << 30:
+        raise ValueError(f"--hop-rcvbuf {args.hop_rcvbuf}: want 0 (the kernel's default) or 4096..{1 << 30} bytes")
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
-                              "ping_interval_s": PING_INTERVAL_S, "phases": []}
+                              "ping_interval_s": PING_INTERVAL_S, "phases": [],
+                              "rcvbuf_bytes_asked": args.hop_rcvbuf or None, "sysctl": _net_core_sysctls()}
     with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
-        chain = lab.add_chain(hops=3, mode="lxc", work_iters=ctx.work_iters)
+        chain = lab.add_chain(hops=3, mode="lxc", work_iters=ctx.work_iters, rcvbuf_bytes=args.hop_rcvbuf or None)
         vrs = list(chain.vrs)
         result["routers"] = {vr.router: vr.name for vr in vrs}
+        pids = {vr.router: vr_forwarder_pids(lab, vr)[0] for vr in vrs}
+        tg_end, tr_end = f"{lab.prefix}-cg{chain.c}", f"{lab.prefix}-cr{chain.c}"
+        vifs = {vr.router: vr.vifs for vr in vrs}
         with start_udp_stream(lab, vrs[0], ctx.offered_pps, duration_s=total_s):
             time.sleep(2.0)
             with Recorder(vrs, dt_s=1.0, caps=caps) as rec, ExitStack() as daemons:
@@ -83,25 +294,81 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                                 d.setpoint(vr.name, sp)
                     wait_with_progress(settle_s, f"{label}: settling", ctx.say)
                     ping_s = hold_s - settle_s
+                    load_1m = os.getloadavg()[0]
+                    before = loss_snapshot(vrs, pids, (tg_end, tr_end))
                     pings = {name: start_ping(lab, chain.tg_ns, addr, interval_s=PING_INTERVAL_S,
                                               duration_s=ping_s) for name, addr in chain.targets()}
                     wait_with_progress(ping_s, f"{label}: probing", ctx.say)
                     probes = {name: p.result().summary() for name, p in pings.items()}
+                    loss = loss_breakdown(counter_delta(before, loss_snapshot(vrs, pids, (tg_end, tr_end))),
+                                          chain.routers, vifs, tg_end)
                     t1 = rec.now()
                     rates = {vr.router: steady_mean(rec.series[vr.name].t_s, rec.series[vr.name].forwarded_pps,
                                                     t0, t1) for vr in vrs}
                     caps_now = {vr.router: (rec.series[vr.name].cap_percent or [None])[-1] for vr in vrs}
                     result["phases"].append({"setpoint_pps": sp, "forwarded_pps": rates, "cap_percent": caps_now,
-                                             "probes": probes})
+                                             "probes": probes, "load_avg_1m": round(load_1m, 2), "loss": loss})
                     if sp is None:  # what the chain delivers unlimited: the base of the setpoints
                         base = min(rates.values())
                         result["unlimited"] = {r: {"forwarded_pps": v} for r, v in rates.items()}
                     ctx.say("   " + ", ".join(f"{r}: {v:.0f} pps" for r, v in rates.items()) + "; " +
                             ", ".join(f"{n}: loss {100 * p['loss_ratio']:.1f}% rtt {p['avg_rtt_ms']:.2f} ms"
                                       for n, p in probes.items()))
+                    ctx.say("   socket drops " + ", ".join(f"{r}: {loss[r]['socket_drop_pps']:.0f} pps"
+                                                           for r in chain.routers))
             result["recording"] = rec.to_json()
         caps.close()
     return _outcome(result)
+
+
+def _loss_section(result: dict[str, Any], phases: list[dict[str, Any]], routers: list[str]) -> str:
+    """The report's loss breakdown: where the frames went in each phase (counters over its probing window)."""
+    rows = []
+    for ph in phases:
+        lo = ph["loss"]
+        sp = ph["setpoint_pps"]
+        row: list[Any] = ["without XTC" if sp is None else f"{sp:.0f}", f"{ph.get('load_avg_1m', float('nan')):.2f}",
+                          f"{lo['sent_pps']:.0f}"]
+        for r in routers:
+            x = lo[r]
+            share = x["socket_drop_pps"] / x["handed_pps"] if x["handed_pps"] else 0.0
+            row.append(f"{x['socket_drop_pps']:.0f} ({100 * share:.1f}%)")
+        row.append(f"{sum(lo[r]['send_loss_pps'] for r in routers):.0f}")
+        row.append(f"{sum(lo[r]['gap_before_pps'] + lo[r]['host_tx_drop_pps'] for r in routers[1:]):.0f}")
+        row.append(f"{lo['backlog_drop_pps']:.0f}")
+        row.append(" / ".join(f"{lo[r]['cpu_share']:.2f}" for r in routers))
+        row.append(f"{100 * lo[routers[0]]['throttled_share']:.0f}%")
+        rows.append(row)
+    rb = {r: phases[0]["loss"][r].get("rcvbuf_bytes") for r in routers}
+    sysctl = result.get("sysctl", {})
+    rb_text = ", ".join(f"{r} {v}" for r, v in rb.items())
+    # Frames lost after the first router, and the part of them that its successors' sockets dropped.
+    after = [(sum(ph["loss"][r]["socket_drop_pps"] for r in routers[1:]),
+              ph["loss"][routers[0]]["forwarded_pps"] - ph["loss"][routers[-1]]["forwarded_pps"]) for ph in phases]
+    lost = sum(b for _a, b in after)
+    explained = sum(a for a, _b in after) / lost if lost > 0 else float("nan")
+    return f"""
+## Where the frames are lost
+
+Counters over the probing window of each phase (its last {result['hold_s'] * 2 / 3:.0f} s), in frames per
+second: per router the frames its forwarder's receive socket dropped because its queue was full
+(`ss -0 -m` in the VR's namespace, `skmem` `d`; in brackets the share of what the host handed to the VR);
+"in-VR other" = received on eth0, not dropped by the socket and not sent on eth1 (failed sends, frames
+still queued); "between hops" = left one VR and did not reach the next one's eth0 (bridge, veth, host
+backlog); "backlog" = the host's per-CPU input backlog drops (`/proc/net/softnet_stat`); CPU = forwarder
+CPU seconds per second; throttled = share of {routers[0]}'s CFS periods in which its quota ran out.
+The VRs' `/proc/net/snmp` Udp InErrors/RcvbufErrors stay 0 (the forwarders use packet sockets, not UDP)
+and their qdiscs drop nothing (recorded in the JSON).  Receive buffer of the forwarders' sockets (bytes):
+{rb_text} (asked: {result.get('rcvbuf_bytes_asked') or "the kernel's default"}; net.core.rmem_default
+{sysctl.get('rmem_default')}, rmem_max {sysctl.get('rmem_max')}).
+
+{markdown_table(['phase (setpoint, pps)', 'load (1 min)', 'sent (pps)', *[f'{r} socket drops' for r in routers],
+                 'in-VR other', 'between hops', 'backlog', 'CPU ' + ' / '.join(routers), f'{routers[0]} throttled'],
+                rows)}
+
+Of the frames lost between {routers[0]} and {routers[-1]} in these windows, the receive sockets of
+{', '.join(routers[1:])} dropped {100 * explained:.0f}%.
+"""
 
 
 def _outcome(result: dict[str, Any]) -> Outcome:
@@ -141,16 +408,13 @@ the same at every hop; the RTT rose from the first router to the second and then
         last_caps = [ph["cap_percent"].get(routers[-1]) for ph in ctl]
         md += f"""
 What the lab shows: the first router holds the setpoint and the ones after it forward what reaches them
-(their caps go up to {', '.join('-' if c is None else f'{c:.0f}%' for c in last_caps)} for {routers[-1]}: their
-controllers see less than the setpoint and open up).  Between {routers[0]} and {routers[-1]} the flow loses
-{100 * chain_loss_free:.1f}% without XTC and {', '.join(f'{100 * x:.1f}%' for x in chain_loss_ctl)} under XTC:
-these losses are why the rate leaving the last router is below the setpoint.  Without XTC no router
-is capped and the chain still loses, so part of it is the host's (three forwarders, the sender and the
-daemons share the host's cores and frames overflow the forwarders' socket queues).  That it loses more
-under XTC is not explained by this run; a likely cause, not measured here, is that a capped VR forwards in
-bursts (the quota lets it run a few ms of every 100 ms scheduler period), and the burst overflows the
-next router's queue.
+(the caps of {routers[-1]}: {', '.join('-' if c is None else f'{c:.0f}%' for c in last_caps)}).  Between
+{routers[0]} and {routers[-1]} the flow loses {100 * chain_loss_free:.1f}% without XTC and
+{', '.join(f'{100 * x:.1f}%' for x in chain_loss_ctl)} under XTC.
 """
+    with_loss = [ph for ph in phases if ph.get("loss")]
+    if with_loss:
+        md += _loss_section(result, with_loss, routers)
     goals = []
     if ctl:
         first = [abs(ph["forwarded_pps"][routers[0]] - ph["setpoint_pps"]) / ph["setpoint_pps"] for ph in ctl]
