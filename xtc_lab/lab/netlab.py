@@ -745,7 +745,7 @@ class NetLab:
 
     def add_chain(self, hops: int = 3, mode: str = "lxc", work_iters: int = 0, cgroup: bool = True,
                   detach: bool = False, vcpu_period_us: int = DEFAULT_PERIOD_US, work_factor: float = 1.0,
-                  rcvbuf_bytes: int | None = None) -> Chain:
+                  rcvbuf_bytes: int | Sequence[int | None] | None = None) -> Chain:
         """Build a line of ``hops`` routers with one VR each: TG -> VR tf1 -> ... -> VR tf<hops> -> TR.
 
         The routers stand for the physical routers of section 8.2 of the paper (TG-TF1-TF2-TF3-TR):
@@ -775,7 +775,8 @@ class NetLab:
         work_factor
             Per-frame work factor of every router's forwarder (see :func:`forwarder_argv`).
         rcvbuf_bytes
-            Receive buffer of every router's forwarder sockets, bytes (None: the kernel's default).
+            Receive buffer of the routers' forwarder sockets, bytes (None: the kernel's default):
+            one for every router, or one per router in line order.
 
         Returns
         -------
@@ -789,6 +790,9 @@ class NetLab:
             raise LabError(f"hops must be an integer, got {hops!r}")
         self._check_work(work_iters)
         check_work_factor(work_factor)
+        rcvbufs = list(rcvbuf_bytes) if isinstance(rcvbuf_bytes, Sequence) else [rcvbuf_bytes] * hops
+        if len(rcvbufs) != hops:
+            raise LabError(f"rcvbuf_bytes: {len(rcvbufs)} values for {hops} routers")
         c = len(self.chains) + 1
         tg_addr, tr_addr, probe_addrs = chain_addresses(c, hops)
         cg = self.cpu_cgroup() if mode == "netns" and cgroup else None
@@ -826,11 +830,11 @@ class NetLab:
             self.vrs.append(vr)
             chain.vrs.append(vr)
             if mode == "lxc":
-                self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor, rcvbuf_bytes=rcvbuf_bytes),
+                self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor, rcvbuf_bytes=rcvbufs[i]),
                                 -1, vcpu_period_us, 64)
             else:
                 self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10,
-                                                     rcvbuf_bytes=rcvbuf_bytes), cg, detach)
+                                                     rcvbuf_bytes=rcvbufs[i]), cg, detach)
         return chain
 
     def cpu_cgroup(self) -> CpuCgroup:
