@@ -28,7 +28,7 @@ from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              save_figure, wait_with_progress)
 from xtc_lab.lab.hog import vr_forwarder_pids
-from xtc_lab.lab.netlab import LabError
+from xtc_lab.lab.netlab import DEFAULT_PERIOD_US, LabError
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -56,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="receive buffer of the forwarder sockets of every router after the first, bytes; 0: the "
                         f"kernel's default, net.core.rmem_default (default {DEFAULT_RCVBUF_BYTES}: it must hold what "
                         "a capped router before it releases at once)")
+    g.add_argument("--hop-period-us", type=int, default=DEFAULT_PERIOD_US,
+                   help="CFS period of the routers' domains (libvirt vcpu_period), microseconds, 1000..1000000; "
+                        "the daemons keep it and write their caps as a quota per period (default "
+                        f"{DEFAULT_PERIOD_US}; a cap needs at least 1000 us of quota per period)")
     g.add_argument("--hop-rcvbuf-first", type=int, default=0,
                    help="receive buffer of the first router's forwarder sockets, bytes; 0: the kernel's default "
                         "(default 0; under XTC this router drops what the cap holds back, and its queue, full, "
@@ -273,12 +277,15 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     for opt, v in (("--hop-rcvbuf", args.hop_rcvbuf), ("--hop-rcvbuf-first", args.hop_rcvbuf_first)):
         if v and not 4096 <= v <= 1 << 30:
             raise ValueError(f"{opt} {v}: want 0 (the kernel's default) or 4096..{1 << 30} bytes")
+    if not 1000 <= args.hop_period_us <= 1_000_000:
+        raise ValueError(f"--hop-period-us {args.hop_period_us}: want 1000..1000000")
     rcvbufs = [args.hop_rcvbuf_first or None] + [args.hop_rcvbuf or None] * (HOPS - 1)
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": [],
-                              "rcvbuf_bytes_asked": rcvbufs, "sysctl": _net_core_sysctls()}
+                              "rcvbuf_bytes_asked": rcvbufs, "vcpu_period_us": args.hop_period_us, "sysctl": _net_core_sysctls()}
     with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
-        chain = lab.add_chain(hops=HOPS, mode="lxc", work_iters=ctx.work_iters, rcvbuf_bytes=rcvbufs)
+        chain = lab.add_chain(hops=HOPS, mode="lxc", work_iters=ctx.work_iters, rcvbuf_bytes=rcvbufs,
+                              vcpu_period_us=args.hop_period_us)
         vrs = list(chain.vrs)
         result["routers"] = {vr.router: vr.name for vr in vrs}
         pids = {vr.router: vr_forwarder_pids(lab, vr)[0] for vr in vrs}
@@ -368,7 +375,8 @@ second: per router the frames its forwarder's receive socket dropped because its
 "in-VR other" = received on eth0, not dropped by the socket and not sent on eth1 (failed sends, frames
 still queued); "between hops" = left one VR and did not reach the next one's eth0 (bridge, veth, host
 backlog); "backlog" = the host's per-CPU input backlog drops (`/proc/net/softnet_stat`); CPU = forwarder
-CPU seconds per second; throttled = share of a VR's CFS periods in which its quota ran out.
+CPU seconds per second; throttled = share of a VR's CFS periods ({result.get('vcpu_period_us', 100000) / 1000:g} ms)
+in which its quota ran out.
 The VRs' `/proc/net/snmp` Udp InErrors/RcvbufErrors stay 0 (the forwarders use packet sockets, not UDP)
 and their qdiscs drop nothing (recorded in the JSON).  Receive buffer of the forwarders' sockets (bytes):
 {rb_text} (asked: {', '.join("the kernel's default" if v is None else str(v) for v in asked)}; net.core.rmem_default
