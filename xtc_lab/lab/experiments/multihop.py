@@ -43,7 +43,7 @@ PING_INTERVAL_S = 0.03
 PAPER_RTT_AFTER_FIRST_HOP_MS = 14.0
 #: Receive buffer of the forwarder sockets of the routers after the first, bytes.  A capped router's
 #: forwarder is throttled while its socket queue fills, then sends the whole queue at once: a router
-#: after it needs room for that burst (with the kernel's 208 KiB everywhere, 5-7% of the frames were
+#: after it needs room for that burst (with the kernel's 208 KiB everywhere, 4-7% of the frames were
 #: lost at each later router; see docs/lab/multihop.md).
 DEFAULT_RCVBUF_BYTES = 2 * 1024 * 1024
 
@@ -373,8 +373,8 @@ Counters over the probing window of each phase (its last {result['hold_s'] * 2 /
 second: per router the frames its forwarder's receive socket dropped because its queue was full
 (`ss -0 -m` in the VR's namespace, `skmem` `d`; in brackets the share of what the host handed to the VR);
 "in-VR other" = received on eth0, not dropped by the socket and not sent on eth1 (failed sends, frames
-still queued); "between hops" = left one VR and did not reach the next one's eth0 (bridge, veth, host
-backlog); "backlog" = the host's per-CPU input backlog drops (`/proc/net/softnet_stat`); CPU = forwarder
+still queued); "between hops" = left one VR and was not handed to the next one (mostly the pings to the
+probe namespaces on the bridges between them, about {1 / result['ping_interval_s']:.0f}/s each); "backlog" = the host's per-CPU input backlog drops (`/proc/net/softnet_stat`); CPU = forwarder
 CPU seconds per second; throttled = share of a VR's CFS periods ({result.get('vcpu_period_us', 100000) / 1000:g} ms)
 in which its quota ran out.
 The VRs' `/proc/net/snmp` Udp InErrors/RcvbufErrors stay 0 (the forwarders use packet sockets, not UDP)
