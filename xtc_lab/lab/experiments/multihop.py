@@ -427,8 +427,8 @@ the same at every hop; the RTT rose from the first router to the second and then
         chain_loss_ctl = [1 - ph["forwarded_pps"][routers[-1]] / ph["forwarded_pps"][routers[0]] for ph in ctl]
         last_caps = [ph["cap_percent"].get(routers[-1]) for ph in ctl]
         md += f"""
-What the lab shows: the first router holds the setpoint and the ones after it forward what reaches them
-(the caps of {routers[-1]}: {', '.join('-' if c is None else f'{c:.0f}%' for c in last_caps)}).  Between
+What the lab shows: the first router holds the setpoint and drops what its cap holds back; the caps of
+{routers[-1]} at the end of each phase: {', '.join('-' if c is None else f'{c:.0f}%' for c in last_caps)}.  Between
 {routers[0]} and {routers[-1]} the flow loses {100 * chain_loss_free:.1f}% without XTC and
 {', '.join(f'{100 * x:.1f}%' for x in chain_loss_ctl)} under XTC.
 """
