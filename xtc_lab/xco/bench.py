@@ -146,6 +146,9 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
     sched.backlog_arrays(0, xs, np.ones(len(xs), np.int64), ds)
     rng = random.Random(seed)
     n_ev = int(events_per_s * sim_s)
+    # the senders' picks, drawn before the clock starts (the network's part, not the controller's):
+    # event i takes senders[int(pick[i] * len(senders))]
+    pick = [rng.random() for _ in range(n_ev)]
     end_us = int(sim_s * 1e6)
     gave_up: list[tuple[int, int]] = []
     events = boundaries = batches = 0
@@ -154,11 +157,11 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
     senders = [x for x, d in enumerate(sched.dest) if d is not None]
     i = 0
     free_us = 0.0  # (batched) when the controller is done with the previous read, simulated us
+    w0 = busy()  # (one clock read per read of the controller: its end is the next one's start)
     while i < n_ev:
         t_us = i * end_us // n_ev
         if batched:
             t_us = max(t_us, int(free_us))
-        w0 = busy()
         nxt = sched.next_expiry_us()
         while nxt is not None and nxt <= t_us:  # (several when the controller fell behind)
             granted = [dv.host for dv in sched.advance(nxt) if dv.dest is not None]
@@ -172,7 +175,7 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
                 x, d = gave_up.pop()
                 batch.append(("backlog", x, [d]))
             else:
-                x = senders[rng.randrange(len(senders))]
+                x = senders[int(pick[i] * len(senders))]
                 d = sched.dest[x]
                 if d is not None and x not in taken:  # (else it gave up earlier in this slot)
                     taken.add(x)
@@ -190,7 +193,9 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
                 (sched.backlog if kind == "backlog" else sched.giveup)(t_us, x, arg)
                 batches += 1
         events += len(batch)
-        free_us = t_us + (busy() - w0) * 1e6
+        w1 = busy()
+        free_us = t_us + (w1 - w0) * 1e6
+        w0 = w1
     sched.advance(max(end_us, sched.now_us))
     cpu_s = time.process_time() - c0
     return {"hosts": topo.n_hosts, "slice_us": slice_us, "events_per_s": events_per_s, "events": events,

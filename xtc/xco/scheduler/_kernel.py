@@ -448,11 +448,13 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec
     more than ``max_dirty`` hosts changed).  The caller made sure there is a free flow slot per
     destination reported.
 
-    ``ev``: number of events, then per event its kind (0 give-up, 1 backlog), host ``x``, count
-    ``m``, then for a give-up its destination, for a backlog ``m`` destinations.  ``st`` (in and
-    out): position of the next event in ``ev``, events left, senders in force, records written;
-    then, when 1 is returned, ``full``, ``n_waiting`` and the length of ``order`` for
-    :func:`refresh`.  ``rec`` (output, at least ``2 * (hosts + 2 * events)`` long: a batch grants
+    ``ev``: number of events, senders in force at the start, then per event its kind (0 give-up,
+    1 backlog), host ``x``, count ``m``, then for a give-up its destination, for a backlog ``m``
+    destinations.  ``st`` (in and out): position of the next event in ``ev`` (0: a new batch,
+    started from ``ev``'s header; 0 again when the batch is done), events left, senders in force,
+    records written; then, when 1 is returned, ``full``, ``n_waiting`` and the length of ``order``
+    for :func:`refresh`.  (The caller writes nothing into ``st``: one fewer numpy assignment per
+    batch.)  ``rec`` (output, at least ``2 * (hosts + 2 * events)`` long: a batch grants
     at most every host not in force at its start plus one per event, and holds at most one per
     event): per grant ``(host, dest)`` and per hold ``(host, -1)``, event after event, grants
     before holds.  ``obuf`` (at least ``hosts`` long): ``order`` for :func:`refresh`.
@@ -463,8 +465,14 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec
     :func:`refresh`, not from every call.)
     """
     p = st[0]
-    nrec = st[3]
-    n_active = st[2]
+    if p == 0:  # a new batch
+        p = 2
+        st[1] = ev[0]
+        n_active = ev[1]
+        nrec = 0
+    else:  # resumed after a refresh
+        n_active = st[2]
+        nrec = st[3]
     io = np.empty(3 + 1 + 2 * ev.shape[0], np.int64)
     while st[1] > 0:
         st[1] -= 1
@@ -538,7 +546,7 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec
             st[6] = order.shape[0]
             obuf[:order.shape[0]] = order
             return 1
-    st[0] = p
+    st[0] = 0
     st[2] = n_active
     st[3] = nrec
     return 0

@@ -488,7 +488,7 @@ class KernelScheduler(PyFastScheduler):
         if type(t_us) is not int or type(x) is not int or type(d) is not int \
                 or not (0 <= x < n and 0 <= d < n) or t_us < self.now_us:
             return SchedulerBase.giveup(self, t_us, x, d)  # validation errors, numpy ints
-        return self._batch(t_us, [1, 0, x, 1, d], 0)
+        return self._batch(t_us, [1, 0, 0, x, 1, d], 0)
 
     def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
         n = self.n
@@ -498,7 +498,7 @@ class KernelScheduler(PyFastScheduler):
         for d in ds:
             if type(d) is not int or not 0 <= d < n or d == x:
                 return SchedulerBase.backlog(self, t_us, x, ds)  # raises the generic error
-        return self._batch(t_us, [1, 1, x, len(ds), *ds], len(ds))
+        return self._batch(t_us, [1, 0, 1, x, len(ds), *ds], len(ds))
 
     def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
         """:meth:`SchedulerBase.backlog_many`, through :meth:`backlog_arrays` (one kernel call)."""
@@ -535,9 +535,8 @@ class KernelScheduler(PyFastScheduler):
         n = self.n
         if type(t_us) is not int or t_us < self.now_us or len(events) < 2:
             return SchedulerBase.events_at(self, t_us, events)
-        ev = [len(events)]
+        ev = [len(events), 0]  # (the senders in force are filled in by _batch)
         flows = 0
-        events = [(k, x, a if k != "backlog" or type(a) is list else list(a)) for k, x, a in events]
         for kind, x, arg in events:
             if type(x) is not int or not 0 <= x < n:
                 return SchedulerBase.events_at(self, t_us, events)
@@ -546,6 +545,9 @@ class KernelScheduler(PyFastScheduler):
                     return SchedulerBase.events_at(self, t_us, events)
                 ev += (0, x, 1, arg)
             elif kind == "backlog":
+                if type(arg) is not list:  # (a one-shot iterable must survive a fallback below)
+                    return self.events_at(t_us, [(k, y, a if k != "backlog" or type(a) is list else list(a))
+                                                 for k, y, a in events])
                 for d in arg:
                     if type(d) is not int or not 0 <= d < n or d == x:
                         return SchedulerBase.events_at(self, t_us, events)
@@ -568,7 +570,7 @@ class KernelScheduler(PyFastScheduler):
         if len(rec) < 2 * (self.n + 2 * nev):
             rec = self._rec = np.empty(4 * (self.n + 2 * nev), np.int64)
         st = self._st
-        st[:4] = (1, nev, len(self._active), 0)
+        ev[1] = len(self._active)
         eva = np.array(ev, np.int64)
         H, F, FP, LK, ctr = self._H, self._F, self._FP, self._LK, self._ctr
         while K.run_batch(H, self._T, F, FP, LK, self._CS, self._CE, self._ORD, ctr, eva, self._out, self._fl, st,
