@@ -652,22 +652,19 @@ class KernelScheduler(PyFastScheduler):
         nh = int(out_arr[1])
         o = out_arr[2:2 + 2 * ng + nh].tolist()
         end = (t_us // self.slice_us + 1) * self.slice_us
-        xs = o[0:2 * ng:2]
-        ds = o[1:2 * ng:2]
-        for x, d in zip(xs, ds):
-            dest[x] = d
         mk = tuple.__new__  # Directive(t_us, x, d, end), without the argument handling
-        out = [mk(Directive, (t_us, x, d, end, None)) for x, d in zip(xs, ds)]
-        holds = o[2 * ng:]
-        for t in holds:
-            dest[t] = None
-        out += [mk(Directive, (t_us, t, None, None, None)) for t in holds]
+        out = []
+        add = out.append
         # (the order of _active is the order of the triggering set at the next slot boundary, and
         # so of its holds: kept as the base class keeps it)
-        for x in xs:
+        for x, d in zip(o[0:2 * ng:2], o[1:2 * ng:2]):
+            dest[x] = d
             active[x] = None
-        for t in holds:
+            add(mk(Directive, (t_us, x, d, end, None)))
+        for t in o[2 * ng:]:
+            dest[t] = None
             del active[t]
+            add(mk(Directive, (t_us, t, None, None, None)))
         self._slot_end = end if active else None
         self.now_us = int(t_us)
         return out
