@@ -190,7 +190,8 @@ def add_backlogs(H, T, F, FP, ctr, xs, lens, ds, trig):
 @njit(cache=True)
 def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
     """First fit of x: its destinations least recently granted first; grant the first whose path has
-    room for its NIC (that room taken, the grant written to out).  Returns 1 if granted."""
+    room for its NIC (that room taken, the grant written to out).  Returns the granted flow's slot
+    + 1, or 0 if nothing was granted."""
     c = H[x, H_NIC]
     res = LK[L_RES]
     nf = 0
@@ -228,7 +229,7 @@ def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
             out[2 + 2 * g] = x
             out[3 + 2 * g] = d
             out[0] = g + 1
-            return 1
+            return f + 1
     return 0
 
 
@@ -315,6 +316,10 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
             dkeys[i] = H[dc[i], H_KEY]
         dc = dc[np.argsort(dkeys, kind="mergesort")]
         order = np.empty(ORD.shape[0] + ndc, np.int64)
+        # Residuals only fall during this first fit, so a link left without room for the slowest
+        # NIC stays so: the clean single-flow hosts on its waiting list (valid for clean hosts) are
+        # marked and then refused without reading their flow and path.
+        blocked = np.zeros(H.shape[0], np.uint8)
         k = 0
         i = 0
         di = 0
@@ -322,6 +327,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
         while True:
             while i < no and H[ORD[i], H_DIRTY] != 0:
                 i += 1
+            clean = False
             if i < no:
                 if di < ndc and H[dc[di], H_KEY] < H[ORD[i], H_KEY]:
                     x = dc[di]
@@ -329,15 +335,29 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
                 else:
                     x = ORD[i]
                     i += 1
+                    clean = True
             elif di < ndc:
                 x = dc[di]
                 di += 1
             else:
                 break
             H[x, H_SEEN] = stamp
-            if _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp) == 0:
+            if clean and blocked[x] != 0 and H[x, H_NFL] == 1:
                 order[k] = x
                 k += 1
+                continue
+            f = _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp) - 1
+            if f < 0:
+                order[k] = x
+                k += 1
+                continue
+            p = FP[f]
+            for j in range(F[f, F_LEN]):
+                lk = p[j]
+                if res[lk] < min_nic and LK[L_STAMP, lk] != -stamp:
+                    LK[L_STAMP, lk] = -stamp
+                    for q in range(CS[lk], CS[lk + 1]):
+                        blocked[CE[0, q]] = 1
         g = out[0]
         order = order[:k + g]
         for j in range(g):
