@@ -158,3 +158,47 @@ def counter_delta(a: Any, b: Any) -> Any:
         return {k: (v if k == "rcvbuf_bytes" else counter_delta(a.get(k, 0) if isinstance(a, dict) else 0, v))
                 for k, v in b.items()}
     return b - a
+
+
+def vr_drops(delta: dict[str, Any], vifs: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Where each VR's frames went over one interval, both directions (a two-way forwarder), in packets per second.
+
+    Parameters
+    ----------
+    delta
+        :func:`counter_delta` of two :func:`loss_snapshot` readings of the VRs (keyed by name).
+    vifs
+        VR name -> its host-side (generator side, receiver side) interfaces.
+
+    Returns
+    -------
+    dict
+        Per VR: ``handed_pps`` (host-side TX into the VR, both vifs: data one way, ACKs the
+        other), ``host_tx_drop_pps`` (the host's veth could not hand a frame over),
+        ``received_pps`` (the VR's eth0 + eth1 RX), ``socket_drop_pps`` (its forwarder's receive
+        queues were full, ``ss`` skmem ``d``), ``socket_drop_share`` (of ``received_pps``),
+        ``socket_drop_eth0_pps`` (the data direction), ``forwarded_pps`` (host-side RX from the
+        VR), ``cpu_share`` (forwarder CPU seconds per second), ``throttled_share`` (fraction of
+        its CFS periods throttled), ``rcvbuf_bytes`` (of its eth0 socket); and ``"host"``:
+        ``backlog_drop_pps`` (the host's per-CPU input backlog).
+    """
+    dt = delta["t_s"]
+    h = delta["host"]
+    out: dict[str, dict[str, float]] = {"host": {"backlog_drop_pps": delta["softnet"]["backlog_drops"] / dt}}
+    for name, (up, down) in vifs.items():
+        d = delta.get(name, {})
+        dev, socks, cg = d.get("dev", {}), d.get("sockets", {}), d.get("cgroup", {})
+        received = sum(dev.get(i, {}).get("rx_packets", 0) for i in ("eth0", "eth1")) / dt
+        sock_drop = sum(socks.get(i, {}).get("drops", 0) for i in ("eth0", "eth1")) / dt
+        out[name] = {
+            "handed_pps": (h[up]["tx_packets"] + h[down]["tx_packets"]) / dt,
+            "host_tx_drop_pps": (h[up]["tx_drops"] + h[down]["tx_drops"]) / dt,
+            "received_pps": received, "socket_drop_pps": sock_drop,
+            "socket_drop_share": sock_drop / received if received else 0.0,
+            "socket_drop_eth0_pps": socks.get("eth0", {}).get("drops", 0) / dt,
+            "forwarded_pps": (h[up]["rx_packets"] + h[down]["rx_packets"]) / dt,
+            "cpu_share": d.get("cpu_s", 0.0) / dt,
+            "throttled_share": (cg["nr_throttled"] / cg["nr_periods"]) if cg.get("nr_periods") else 0.0,
+            "rcvbuf_bytes": socks.get("eth0", {}).get("rcvbuf_bytes"),
+        }
+    return out

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls, vr_drops
 from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.hog import vr_forwarder_pids
 from xtc_lab.lab.probe import PingRun, start_ping
@@ -137,51 +137,6 @@ def shortfalls(phase: dict[str, Any], caps_in_window: list[list[float]],
             top = max(caps, default=None)
             out.append({"vr": i + 1, "error": err, "cap_mean_percent": mean(caps) if caps else None,
                         "cap_max_percent": top, "at_cap_max": top is not None and top >= 99.0})
-    return out
-
-
-def vr_drops(delta: dict[str, Any], vifs: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Where each VR's frames went over one interval, both directions, in packets per second.
-
-    Parameters
-    ----------
-    delta
-        :func:`xtc_lab.lab.drops.counter_delta` of two :func:`xtc_lab.lab.drops.loss_snapshot`
-        readings of the six VRs.
-    vifs
-        VR name -> its host-side (generator side, receiver side) interfaces.
-
-    Returns
-    -------
-    dict
-        Per VR: ``handed_pps`` (host-side TX into the VR, both vifs: data one way, ACKs the
-        other), ``host_tx_drop_pps`` (the host's veth could not hand a frame over),
-        ``received_pps`` (the VR's eth0 + eth1 RX), ``socket_drop_pps`` (its forwarder's receive
-        queues were full, ``ss`` skmem ``d``), ``socket_drop_share`` (of ``received_pps``),
-        ``socket_drop_eth0_pps`` (the data direction), ``forwarded_pps`` (host-side RX from the
-        VR), ``cpu_share`` (forwarder CPU seconds per second), ``throttled_share`` (fraction of
-        its CFS periods throttled), ``rcvbuf_bytes`` (of its eth0 socket); and ``"host"``:
-        ``backlog_drop_pps`` (the host's per-CPU input backlog).
-    """
-    dt = delta["t_s"]
-    h = delta["host"]
-    out: dict[str, dict[str, float]] = {"host": {"backlog_drop_pps": delta["softnet"]["backlog_drops"] / dt}}
-    for name, (up, down) in vifs.items():
-        d = delta.get(name, {})
-        dev, socks, cg = d.get("dev", {}), d.get("sockets", {}), d.get("cgroup", {})
-        received = sum(dev.get(i, {}).get("rx_packets", 0) for i in ("eth0", "eth1")) / dt
-        sock_drop = sum(socks.get(i, {}).get("drops", 0) for i in ("eth0", "eth1")) / dt
-        out[name] = {
-            "handed_pps": (h[up]["tx_packets"] + h[down]["tx_packets"]) / dt,
-            "host_tx_drop_pps": (h[up]["tx_drops"] + h[down]["tx_drops"]) / dt,
-            "received_pps": received, "socket_drop_pps": sock_drop,
-            "socket_drop_share": sock_drop / received if received else 0.0,
-            "socket_drop_eth0_pps": socks.get("eth0", {}).get("drops", 0) / dt,
-            "forwarded_pps": (h[up]["rx_packets"] + h[down]["rx_packets"]) / dt,
-            "cpu_share": d.get("cpu_s", 0.0) / dt,
-            "throttled_share": (cg["nr_throttled"] / cg["nr_periods"]) if cg.get("nr_periods") else 0.0,
-            "rcvbuf_bytes": socks.get("eth0", {}).get("rcvbuf_bytes"),
-        }
     return out
 
 
