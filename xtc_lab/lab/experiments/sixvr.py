@@ -32,7 +32,9 @@ Here six LXC VRs, each between its own generator and receiver, each with its own
    (the runs without XTC that bracket them) and, beside it, against step 1 alone.
 
 Per VR the mean over the last ``--sixvr-measure-s`` of each phase, the error to its setpoint,
-the aggregate and its loss against step 1; optionally (``--sixvr-ping-interval-s``) a ping
+the daemon's saturation flag (read every 2 s), where its frames were lost (its forwarder's socket
+drops, CFS throttling, CPU: :mod:`xtc_lab.lab.drops`), the aggregate and its loss against step 1;
+the forwarders' receive buffer is ``--sixvr-rcvbuf`` (see :data:`DEFAULT_RCVBUF_BYTES`); optionally (``--sixvr-ping-interval-s``) a ping
 probe through every VR during each measurement (the paper's Figure 16).
 """
 
