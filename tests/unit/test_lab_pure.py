@@ -224,7 +224,7 @@ def test_forwarder_reports_its_factored_work(tmp_path: Path) -> None:
     """-f scales -w (rounded); the forwarder logs the work it will do once its interfaces are there."""
     exe = build_program(FORWARDER_SOURCE, tmp_path)
     src = FORWARDER_SOURCE.read_text()
-    assert "round(FACTOR * WORK)" in src and '"w:f:t:"' in src
+    assert "round(FACTOR * WORK)" in src and '"w:f:r:t:"' in src
     for argv in (["-w", "3", "-f", "2.5", "-t", "0", "xtc-no-if-a", "xtc-no-if-b"], ["-f", "0.5", "-t", "0", "x", "y"]):
         r = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=5)
         assert r.returncode == 1 and "not both present" in r.stderr  # accepted: it got as far as waiting

@@ -433,3 +433,23 @@ def test_experiments_refuse_bad_options_before_touching_the_host(tmp_path: Path)
                                                                     tcpudp_frame=524, model=None))
     with pytest.raises(ValueError, match="--fairness-flows"):
         fairness.run(ctx, argparse.Namespace(fairness_flows="0", fairness_hold=15.0, model=None))
+
+
+def test_vr_drops_counts_both_directions_of_a_two_way_forwarder() -> None:
+    from xtc_lab.lab.drops import vr_drops
+
+    def ifc(rx: int = 0, tx: int = 0, tx_drops: int = 0) -> dict[str, int]:
+        return {"rx_packets": rx, "tx_packets": tx, "rx_drops": 0, "tx_drops": tx_drops}
+
+    delta = {"t_s": 2.0, "softnet": {"backlog_drops": 4, "time_squeeze": 0},
+             "host": {"v1": ifc(rx=200, tx=1000, tx_drops=2), "v2": ifc(rx=900, tx=210)},
+             "vr1": {"dev": {"eth0": ifc(rx=1000), "eth1": ifc(rx=200)}, "cpu_s": 1.0,
+                     "sockets": {"eth0": {"drops": 90, "rcvbuf_bytes": 212992}, "eth1": {"drops": 10, "rcvbuf_bytes": 1}},
+                     "cgroup": {"nr_periods": 20, "nr_throttled": 5}}}
+    d = vr_drops(delta, {"vr1": ("v1", "v2")})
+    assert d["host"]["backlog_drop_pps"] == 2.0
+    v = d["vr1"]
+    assert (v["handed_pps"], v["received_pps"], v["forwarded_pps"]) == (605.0, 600.0, 550.0)
+    assert (v["socket_drop_pps"], v["socket_drop_eth0_pps"], v["host_tx_drop_pps"]) == (50.0, 45.0, 1.0)
+    assert v["socket_drop_share"] == pytest.approx(50 / 600)
+    assert (v["cpu_share"], v["throttled_share"], v["rcvbuf_bytes"]) == (0.5, 0.25, 212992)

@@ -698,6 +698,7 @@ class NetLab:
         vcpu_period_us: int = DEFAULT_PERIOD_US,
         memory_mib: int = 64,
         work_factor: float = 1.0,
+        rcvbuf_bytes: int | None = None,
     ) -> VR:
         """Create the next VR as an LXC domain (with its bridges and namespaces) and start it.
 
@@ -709,11 +710,14 @@ class NetLab:
             See :func:`lxc_domain_xml`.
         work_factor
             Per-frame work factor (see :func:`forwarder_argv`).
+        rcvbuf_bytes
+            Receive buffer of the forwarder's sockets, bytes (None: the kernel's default; see
+            :func:`forwarder_argv`).
         """
         self._check_work(work_iters)
         check_work_factor(work_factor)
         vr = self._add_segments("lxc")
-        self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor), vcpu_quota_us, vcpu_period_us,
+        self._start_lxc(vr, forwarder_argv(self.forwarder, work_iters, work_factor, rcvbuf_bytes=rcvbuf_bytes), vcpu_quota_us, vcpu_period_us,
                         memory_mib)
         return vr
 

@@ -27,8 +27,9 @@ from typing import Any, Sequence
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              save_figure, wait_with_progress)
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls
 from xtc_lab.lab.hog import vr_forwarder_pids
-from xtc_lab.lab.netlab import DEFAULT_PERIOD_US, LabError
+from xtc_lab.lab.netlab import DEFAULT_PERIOD_US
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -65,152 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 0; under XTC this router drops what the cap holds back, and its queue, full, "
                         "sets the RTT)")
 
-def _net_core_sysctls() -> dict[str, int | None]:
-    """net.core.rmem_default / rmem_max (socket receive buffer, bytes) and netdev_max_backlog (frames)."""
-    out: dict[str, int | None] = {}
-    for key in ("rmem_default", "rmem_max", "netdev_max_backlog"):
-        try:
-            out[key] = int(Path(f"/proc/sys/net/core/{key}").read_text())
-        except (OSError, ValueError):
-            out[key] = None
-    return out
-
-
 def steady_mean(t_s: list[float], rate_pps: list[float], t0_s: float, t1_s: float) -> float:
     """Mean rate of the samples in the second half of [t0_s, t1_s]."""
     return mean([r for t, r in zip(t_s, rate_pps) if t0_s + (t1_s - t0_s) / 2 <= t <= t1_s])
-
-
-# ------------------------------------------------------------------------ where the packets go
-#: Per-phase counters recorded to explain the chain's losses (see :func:`loss_snapshot`).
-def _softnet_totals(text: str) -> dict[str, int]:
-    """Sum over CPUs of ``/proc/net/softnet_stat``: backlog drops (column 2) and time squeezes (3)."""
-    dropped = squeezed = 0
-    for line in text.split("\n"):
-        cols = line.split()
-        if len(cols) >= 3:
-            dropped += int(cols[1], 16)
-            squeezed += int(cols[2], 16)
-    return {"backlog_drops": dropped, "time_squeeze": squeezed}
-
-
-def parse_ss_packet(text: str) -> dict[str, dict[str, int]]:
-    """Parse ``ss -0 -m -H`` (packet sockets with their memory): per bound interface, the
-    socket's receive buffer (``rb``, bytes), its queued bytes (``r``) and its drops (``d``,
-    frames dropped because the receive queue was full).  Sockets on the same interface add up."""
-    out: dict[str, dict[str, int]] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        mem = next((f for f in fields if f.startswith("skmem:(")), None)
-        if mem is None or len(fields) < 4:
-            continue
-        iface = fields[3].rsplit(":", 1)[-1]
-        kv = {}
-        for item in mem[len("skmem:("):].rstrip(")").split(","):
-            key = item.rstrip("0123456789")
-            if key and item[len(key):]:
-                kv[key] = int(item[len(key):])
-        s = out.setdefault(iface, {"rcvbuf_bytes": 0, "queued_bytes": 0, "drops": 0})
-        s["rcvbuf_bytes"] += kv.get("rb", 0)
-        s["queued_bytes"] += kv.get("r", 0)
-        s["drops"] += kv.get("d", 0)
-    return out
-
-
-def _snmp_udp(text: str) -> dict[str, int]:
-    """The ``Udp:`` counters of ``/proc/net/snmp`` (InDatagrams, InErrors, RcvbufErrors, ...)."""
-    rows = [ln.split()[1:] for ln in text.splitlines() if ln.startswith("Udp:")]
-    return {k: int(v) for k, v in zip(rows[0], rows[1])} if len(rows) >= 2 else {}
-
-
-def _ifc(c: Any) -> dict[str, int]:
-    return {"rx_packets": c.rx_packets, "tx_packets": c.tx_packets, "rx_drops": c.rx_drops, "tx_drops": c.tx_drops}
-
-
-def _qdisc_drops(pid: int | None = None) -> int:
-    """Packets dropped by every qdisc of a namespace (the host's, or that of process ``pid``)."""
-    import json
-    import subprocess
-
-    cmd = ["tc", "-s", "-j", "qdisc", "show"]
-    if pid is not None:
-        cmd = ["nsenter", "-t", str(pid), "-n", *cmd]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
-        return sum(int(q.get("drops", 0)) for q in json.loads(out or "[]"))
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return 0
-
-
-def loss_snapshot(vrs: Sequence[Any], pids: dict[str, int], host_ifaces: Sequence[str]) -> dict[str, Any]:
-    """Every counter that says where a frame of the chain was lost, read once (cumulative values).
-
-    Parameters
-    ----------
-    vrs
-        The chain's VRs (``router``, ``vifs`` = host-side (upstream, downstream) interfaces).
-    pids
-        Router name -> pid of a process inside that VR (its forwarder): the VR's own network
-        namespace is read through ``/proc/<pid>/net/...`` and ``nsenter``.
-    host_ifaces
-        Host-side interfaces of the generator and receiver (their veth ends on the bridges).
-
-    Returns
-    -------
-    dict
-        ``t_s`` (monotonic, s); ``softnet`` (host-wide backlog drops and time squeezes);
-        ``host`` (per host-side interface: rx/tx packets and drops); ``host_qdisc_drops``;
-        per router in ``vrs``: ``dev`` (the VR's eth0/eth1 as it sees them), ``sockets``
-        (its packet sockets per interface: ``rcvbuf_bytes``, ``queued_bytes``, ``drops``),
-        ``udp`` (``/proc/net/snmp`` Udp counters of its namespace), ``qdisc_drops``,
-        ``cpu_s`` (the forwarder's CPU seconds) and ``cgroup`` (``nr_periods``,
-        ``nr_throttled``, ``throttled_s`` of its cpu cgroup, when readable).
-    """
-    import subprocess
-
-    from xtc.host.counters import parse_proc_net_dev
-    from xtc_lab.lab.hog import process_cpu_cgroup
-
-    snap: dict[str, Any] = {"t_s": time.monotonic(), "softnet": _softnet_totals(Path("/proc/net/softnet_stat").read_text())}
-    host = parse_proc_net_dev(Path("/proc/net/dev").read_text())
-    wanted = [*host_ifaces, *(v for vr in vrs for v in vr.vifs)]
-    snap["host"] = {i: _ifc(host[i]) for i in wanted if i in host}
-    snap["host_qdisc_drops"] = _qdisc_drops()
-    tck = os.sysconf("SC_CLK_TCK")
-    for vr in vrs:
-        pid = pids[vr.router]
-        d: dict[str, Any] = {}
-        try:
-            dev = parse_proc_net_dev(Path(f"/proc/{pid}/net/dev").read_text())
-            d["dev"] = {i: _ifc(c) for i, c in dev.items() if i != "lo"}
-            d["udp"] = _snmp_udp(Path(f"/proc/{pid}/net/snmp").read_text())
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            d["cpu_s"] = (int(stat[11]) + int(stat[12])) / tck
-        except OSError:
-            continue
-        ss = subprocess.run(["nsenter", "-t", str(pid), "-n", "ss", "-0", "-m", "-H"], capture_output=True,
-                            text=True, timeout=10)
-        d["sockets"] = parse_ss_packet(ss.stdout)
-        d["qdisc_drops"] = _qdisc_drops(pid)
-        try:
-            text = (process_cpu_cgroup(pid).path / "cpu.stat").read_text()
-            st = dict(ln.split() for ln in text.splitlines() if len(ln.split()) == 2)
-            throttled_s = (int(st["throttled_time"]) / 1e9 if "throttled_time" in st
-                           else int(st.get("throttled_usec", 0)) / 1e6)
-            d["cgroup"] = {"nr_periods": int(st.get("nr_periods", 0)), "nr_throttled": int(st.get("nr_throttled", 0)),
-                           "throttled_s": throttled_s}
-        except (OSError, ValueError, LabError):
-            pass
-        snap[vr.router] = d
-    return snap
-
-
-def counter_delta(a: Any, b: Any) -> Any:
-    """``b - a`` leaf by leaf (nested dicts of numbers); a receive buffer size is kept as ``b``'s."""
-    if isinstance(b, dict):
-        return {k: (v if k == "rcvbuf_bytes" else counter_delta(a.get(k, 0) if isinstance(a, dict) else 0, v))
-                for k, v in b.items()}
-    return b - a
 
 
 def loss_breakdown(delta: dict[str, Any], routers: Sequence[str], vifs: dict[str, Sequence[str]],
@@ -282,7 +140,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     rcvbufs = [args.hop_rcvbuf_first or None] + [args.hop_rcvbuf or None] * (HOPS - 1)
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": [],
-                              "rcvbuf_bytes_asked": rcvbufs, "vcpu_period_us": args.hop_period_us, "sysctl": _net_core_sysctls()}
+                              "rcvbuf_bytes_asked": rcvbufs, "vcpu_period_us": args.hop_period_us, "sysctl": net_core_sysctls()}
     with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
         chain = lab.add_chain(hops=HOPS, mode="lxc", work_iters=ctx.work_iters, rcvbuf_bytes=rcvbufs,
                               vcpu_period_us=args.hop_period_us)

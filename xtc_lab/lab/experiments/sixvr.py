@@ -32,7 +32,9 @@ Here six LXC VRs, each between its own generator and receiver, each with its own
    (the runs without XTC that bracket them) and, beside it, against step 1 alone.
 
 Per VR the mean over the last ``--sixvr-measure-s`` of each phase, the error to its setpoint,
-the aggregate and its loss against step 1; optionally (``--sixvr-ping-interval-s``) a ping
+the daemon's saturation flag (read every 2 s), where its frames were lost (its forwarder's socket
+drops, CFS throttling, CPU: :mod:`xtc_lab.lab.drops`), the aggregate and its loss against step 1;
+the forwarders' receive buffer is ``--sixvr-rcvbuf`` (see :data:`DEFAULT_RCVBUF_BYTES`); optionally (``--sixvr-ping-interval-s``) a ping
 probe through every VR during each measurement (the paper's Figure 16).
 """
 
@@ -40,12 +42,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls, vr_drops
 from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.hog import vr_forwarder_pids
 from xtc_lab.lab.probe import PingRun, start_ping
 from xtc_lab.lab.traffic import start_tcp_stream, start_udp_stream
 
@@ -62,6 +67,17 @@ CONFIGS: dict[str, tuple[float, ...]] = {
 PAPER_TABLE2 = {"without": (77.97, 0.07), "A": (74.96, 1.06), "B": (75.49, 0.85)}
 TOLERANCE = 0.05
 AGGREGATE_LOSS_GOAL = 0.03
+#: Receive buffer of the forwarders' packet sockets, bytes (0: the kernel's default, 212992 bytes,
+#: about 250 frames).  Measured with TCP (docs/lab/sixvr-tcp/README.md): with the default a capped
+#: forwarder's sockets drop 5-11% of the segments it receives (TCP's losses), so the VR forwards
+#: 89-95% of what the host hands it and XTC's controller sees a VR held back by its cap; with
+#: 2 MiB they drop none, the flows queue instead, the VR forwards 100% of what it is handed, the
+#: controller takes it for a VR that forwards all it is offered and never raises its cap (the
+#: anti-windup of ``xtc/control/laws.py``), and every VR ends 10-22% under its setpoint.  So the
+#: default stays the kernel's.
+DEFAULT_RCVBUF_BYTES = 0
+#: Seconds between two readings of the daemon's saturation flag during a measurement.
+SATURATION_POLL_S = 2.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,6 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sixvr-ping-interval-s", type=float, default=None,
                    help="ping probe through every VR during each measurement, s between requests "
                         "(default 0.01; quick: 0, no probe)")
+    g.add_argument("--sixvr-rcvbuf", type=int, default=DEFAULT_RCVBUF_BYTES,
+                   help="receive buffer of the forwarders' packet sockets, bytes (default 0: the kernel's default, "
+                        "about 250 frames; a larger one hides the cap from XTC's meter with TCP, see the module doc)")
     g.add_argument("--sixvr-model", default=None,
                    help="model file for XTC's controller (default xtc/models/lab.toml if present, else the paper's)")
 
@@ -189,6 +208,9 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         raise ValueError(f"--sixvr-settle-s {settle_s:g} / --sixvr-measure-s {measure_s:g}: want at least 2 s each")
     if ping_interval and not 0.002 <= ping_interval <= 1.0:
         raise ValueError(f"--sixvr-ping-interval-s {ping_interval:g}: want 0 (no probe) or 0.002..1")
+    rcvbuf = int(getattr(args, "sixvr_rcvbuf", DEFAULT_RCVBUF_BYTES) or 0)
+    if rcvbuf and not 4096 <= rcvbuf <= 1 << 30:
+        raise ValueError(f"--sixvr-rcvbuf {rcvbuf}: want 0 (the kernel's default) or 4096..{1 << 30} bytes")
     model = controller_model(getattr(args, "sixvr_model", None))
     free_settle = 3.0
     # ping may send more slowly than 1 / interval and so outlast measure_s: room for that (the
@@ -198,10 +220,16 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "paper_configs_kpps": CONFIGS, "traffic": traffic,
                               "offered_pps_per_vr": offered if traffic == "udp" else None, "work_iters": work, "model": model, "settle_s": settle_s,
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
-                              "phases": {}}
-    ctx.say(f"building {N_VRS} VRs (forwarder work {work} iterations per frame)")
-    with experiment_lab(result, N_VRS, work_iters=work) as (lab, workdir, caps), ExitStack() as streams:
+                              "rcvbuf_bytes_asked": rcvbuf or None, "sysctl": net_core_sysctls(),
+                              "load_avg_1m_start": round(os.getloadavg()[0], 2), "phases": {}}
+    ctx.say(f"building {N_VRS} VRs (forwarder work {work} iterations per frame, receive buffer "
+            f"{rcvbuf or 'the kernel default'})")
+    with experiment_lab(result, 0) as (lab, workdir, caps), ExitStack() as streams:
+        for _ in range(N_VRS):
+            lab.add_vr(work_iters=work, rcvbuf_bytes=rcvbuf or None)
         vrs = lab.vrs
+        pids = {vr.name: vr_forwarder_pids(lab, vr)[0] for vr in vrs}
+        vifs = {vr.name: vr.vifs for vr in vrs}
         for vr in vrs:
             if traffic == "udp":
                 streams.enter_context(start_udp_stream(lab, vr, offered, duration_s=total_s))
@@ -211,13 +239,26 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 if traffic == "udp" else f"{N_VRS} TCP flows started (iperf3, 524-byte segments)")
         with Recorder(vrs, dt_s=1.0, caps=caps) as rec:
 
-            def measure(label: str) -> dict[str, Any]:
+            def measure(label: str, daemon: LabDaemon | None = None) -> dict[str, Any]:
+                load_1m = os.getloadavg()[0]
                 t0 = rec.mark(f"measure {label}")
+                snap0 = loss_snapshot(vrs, pids, ())
                 pings: list[PingRun] = []
                 if ping_interval:
                     pings = [start_ping(lab, vr.tg_ns, vr.tr_addr, interval_s=ping_interval, duration_s=measure_s)
                              for vr in vrs]
-                wait_with_progress(measure_s, f"measuring {label}", ctx.say)
+                flags: list[list[str | None]] = [[] for _ in vrs]
+                if daemon is None:
+                    wait_with_progress(measure_s, f"measuring {label}", ctx.say)
+                else:  # the daemon's saturation flag, read every SATURATION_POLL_S
+                    left = measure_s
+                    while left > 1e-6:
+                        step = min(SATURATION_POLL_S, left)
+                        wait_with_progress(step, f"measuring {label}", lambda _m: None)
+                        left -= step
+                        for i, vr in enumerate(vrs):
+                            flags[i].append(_saturated(daemon.call("status", vr=vr.name)))
+                drops = vr_drops(counter_delta(snap0, loss_snapshot(vrs, pids, ())), vifs)
                 rtts = [p.result().summary() for p in pings]  # the rates below cover the probes' whole time
                 t1 = rec.now()
                 per_vr, offered_seen, cap_means = [], [], []
@@ -227,8 +268,15 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     offered_seen.append(mean([r for t, r in zip(s.t_s, s.offered_pps) if t0 < t <= t1]))
                     cs = [c for t, c in zip(s.t_s, s.cap_percent) if t0 < t <= t1 and c is not None]
                     cap_means.append(mean(cs) if cs else None)
-                return {"t0_s": t0, "t1_s": t1, "per_vr_pps": per_vr, "offered_pps": offered_seen,
-                        "cap_percent": cap_means, "ping": rtts}
+                sd = [drops[vr.name]["socket_drop_pps"] for vr in vrs]
+                ctx.say(f"   socket drops {', '.join(f'{x:.0f}' for x in sd)} pps; load {load_1m:.2f}")
+                out = {"t0_s": t0, "t1_s": t1, "per_vr_pps": per_vr, "offered_pps": offered_seen,
+                       "cap_percent": cap_means, "ping": rtts, "load_avg_1m": round(load_1m, 2),
+                       "drops": [drops[vr.name] for vr in vrs], "backlog_drop_pps": drops["host"]["backlog_drop_pps"]}
+                if daemon is not None:
+                    out["saturated"] = [max(set(f), key=f.count) if f else None for f in flags]
+                    out["saturated_share"] = [sum(1 for x in f if x == "cap_max") / len(f) if f else 0.0 for f in flags]
+                return out
 
             ctx.say(f"-- without XTC: settle {free_settle:g} s, measure {measure_s:g} s")
             wait_with_progress(free_settle, "streams starting", ctx.say)
@@ -251,7 +299,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         else:
                             d.setpoint(vr.name, sp)
                     wait_with_progress(settle_s, f"configuration {cfg} settling", ctx.say)
-                    m = measure(f"configuration {cfg}")
+                    m = measure(f"configuration {cfg}", d)
                     raw[cfg] = (m, sps)
                     ph = summarise_phase(m["per_vr_pps"], sps, agg0)
                     ctx.say(f"   {cfg}: {', '.join(f'{r / 1000:.1f}' for r in m['per_vr_pps'])} kp/s "
@@ -289,7 +337,8 @@ def _outcome(result: dict[str, Any]) -> Outcome:
         for cfg in CONFIGS:
             p = ph[cfg]
             row += [f"{CONFIGS[cfg][i]:g} → {p['setpoints_pps'][i]:.0f}", f"{p['per_vr_pps'][i]:.0f}",
-                    f"{100 * p['rel_errors'][i]:+.1f}%", "-" if p["cap_percent"][i] is None else f"{p['cap_percent'][i]:.1f}"]
+                    f"{100 * p['rel_errors'][i]:+.1f}%", "-" if p["cap_percent"][i] is None else f"{p['cap_percent'][i]:.1f}",
+                    _sat_cell(p, i)]
         per_vr_rows.append(row)
     agg_rows = [("without XTC (before)", f"{PAPER_TABLE2['without'][0]:.2f} ± {PAPER_TABLE2['without'][1]:.2f}", "-",
                  f"{agg0:.0f}", "-", "-")]
@@ -331,7 +380,9 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     warn_md = "".join(f"\n**Warning:** {w}.\n" for w in warnings)
     md = f"""# Traffic differentiation between six VRs ({PAPER})
 {warn_md}
-{traffic_md}, forwarders doing {result['work_iters']} busy-work iterations per frame, so that the host is the
+{traffic_md}, forwarders doing {result['work_iters']} busy-work iterations per frame
+(socket receive buffer {result.get('rcvbuf_bytes_asked') or 'the kernel default'}{'' if not result.get('rcvbuf_bytes_asked') else ' bytes'};
+1-minute load average {result.get('load_avg_1m_start', '?')} at the run's start), so that the host is the
 bottleneck as the paper's Dom0 was.  **Without XTC the host forwarded {agg0 / 1000:.1f} kp/s in
 aggregate** (the paper's Dom0: {PAPER_TABLE2['without'][0]:.2f}).  With XTC (one daemon, six instances) the paper's setpoints
 are scaled by {agg0 / 1000:.1f} / {PAPER_AGGREGATE_KPPS:g}.  Means over the last {result['measure_s']:g} s of each phase,
@@ -344,7 +395,12 @@ Aggregate throughput (Table 2):
 
 Per VR (Figure 15): setpoint as paper kp/s → lab pps, achieved pps, error, mean cap (% of one CPU):
 
-{markdown_table(['VR', 'without XTC (pps)', *[h for c in CONFIGS for h in (f'{c}: setpoint', f'{c}: achieved', f'{c}: error', f'{c}: cap')]], per_vr_rows)}
+{markdown_table(['VR', 'without XTC (pps)', *[h for c in CONFIGS for h in (f'{c}: setpoint', f'{c}: achieved', f'{c}: error', f'{c}: cap', f'{c}: flag')]], per_vr_rows)}
+
+"flag": the daemon's saturation flag (`saturated` in `xtc ctl status`), read every {SATURATION_POLL_S:g} s of the
+measurement: **cap_max** (the cap sat at 100% with the rate more than 3% under the setpoint for 5 periods: the
+setpoint is out of reach) with the share of readings that said so; "-" never.
+{_drops_md(result)}
 {rtt_md}
 Without XTC after A and B the host forwarded {wa['aggregate_pps'] / 1000:.1f} kp/s
 ({100 * (wa['aggregate_pps'] / agg0 - 1):+.1f}% against before): the drift of the shared host over the run.
@@ -399,6 +455,55 @@ loses about 4-5% against the run without XTC.
         save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
+
+
+def _sat_cell(p: dict[str, Any], i: int) -> str:
+    flags, share = p.get("saturated"), p.get("saturated_share")
+    if flags is None:
+        return "n/a"
+    if not share or not share[i]:
+        return "-"
+    return f"**cap_max** ({100 * share[i]:.0f}%)"
+
+
+def _drops_md(result: dict[str, Any]) -> str:
+    """Where each VR lost frames in each phase (socket drops, throttling, CPU), as a markdown section."""
+    ph = result["phases"]
+    keys = [k for k in ("without", *CONFIGS, "without_after") if k in ph and ph[k].get("drops")]
+    if not keys:
+        return ""
+    rows = []
+    for k in keys:
+        p = ph[k]
+        for i, d in enumerate(p["drops"]):
+            rows.append([k if i == 0 else "", f"VR{i + 1}", f"{d['received_pps']:.0f}",
+                         f"{d['socket_drop_pps']:.0f} ({100 * d['socket_drop_share']:.1f}%)",
+                         f"{d['socket_drop_eth0_pps']:.0f}", f"{d['host_tx_drop_pps']:.0f}",
+                         f"{d['cpu_share']:.2f}", f"{100 * d['throttled_share']:.0f}%",
+                         f"{p['backlog_drop_pps']:.0f}" if i == 0 else "", f"{p['load_avg_1m']:.2f}" if i == 0 else ""])
+    rb = ph[keys[0]]["drops"][0].get("rcvbuf_bytes")
+    asked = result.get("rcvbuf_bytes_asked")
+    return (f"""
+Where each VR's frames were lost during each measurement (both directions: data segments in at eth0, ACKs at eth1);
+the forwarders' packet sockets asked for {'the kernel default' if not asked else f'{asked} bytes'} of receive buffer
+(`ss` reports rb {rb} bytes on eth0). "socket drops" = frames the forwarder's receive queue had no room for
+(`ss -0 -m` in the VR's namespace, skmem `d`; in brackets the share of what the VR received), "data" = of those on
+eth0 (the TCP data direction); "host tx drops" = the host's veth could not hand a frame to the VR; CPU = forwarder
+CPU seconds per second; throttled = share of the VR's CFS periods (100 ms) throttled; backlog = the host's per-CPU
+input backlog drops (pps); load = the 1-minute load average at the measurement's start.
+
+""" + markdown_table(["phase", "VR", "received (pps)", "socket drops (pps)", "data (pps)", "host tx drops (pps)",
+                      "CPU", "throttled", "backlog", "load"], rows) + "\n")
+
+
+def _saturated(reply: dict[str, Any]) -> str | None:
+    """The ``saturated`` member of a daemon's status reply (an instance object, maybe wrapped)."""
+    if "saturated" in reply:
+        return reply["saturated"]
+    for v in reply.values():
+        if isinstance(v, dict) and "saturated" in v:
+            return v["saturated"]
+    return None
 
 
 def _ms(x: float | None) -> str:

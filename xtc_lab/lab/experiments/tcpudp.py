@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, vr_drops
+from xtc_lab.lab.hog import vr_forwarder_pids
 from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
@@ -62,6 +64,9 @@ HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq",
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tcpudp")
+    g.add_argument("--tcpudp-rcvbuf", type=int, default=0,
+                   help="receive buffer of both forwarders' packet sockets, bytes (default 0: the kernel's default, "
+                        "about 250 frames)")
     g.add_argument("--tcpudp-hold", type=float, default=20.0,
                    help="seconds measured per phase (default 20; quick: a third, at least 4)")
     g.add_argument("--tcpudp-udp-share", type=float, default=0.2,
@@ -330,9 +335,11 @@ def summarise_phase(rec: Recorder, times: PhaseTimes, cpu: Mapping[str, Any], vr
         out[key] = summarise_vr(rec.series[vr.name].to_json(), t0, t1)
         out[key]["cpu_percent"] = cpu["vr_percent"].get(vr.name, math.nan)
         out[key]["path"] = cpu["paths"].get(vr.name)
+        out[key]["drops"] = cpu.get("drops", {}).get(vr.name)
     out["host_cpu_percent"] = cpu["host_percent"]
     out["others_cpu_percent"] = cpu["others_percent"]
     out["daemon_cpu_percent"] = cpu["daemon_percent"]
+    out["load_avg_1m"] = cpu.get("load_avg_1m")
     return out
 
 
@@ -357,16 +364,22 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
         if settle_s > 0:
             wait_with_progress(settle_s, f"{label}: settling", ctx.say)
         c0, k0 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
+        pids = {vr.name: vr_forwarder_pids(lab, vr)[0] for vr in lab.vrs}
+        load_1m = os.getloadavg()[0]
+        s0 = loss_snapshot(lab.vrs, pids, ())
         t0 = rec.mark(f"{label}: measure")
         wait_with_progress(hold_s, f"{label}: measuring", ctx.say)
         t1 = rec.mark(f"{label}: end")
         c1, k1 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
+        drops = vr_drops(counter_delta(s0, loss_snapshot(lab.vrs, pids, ())), {vr.name: vr.vifs for vr in lab.vrs})
         results = [s.wait() for s in running]
     finally:
         for s in running:
             s.stop()
     picture = cpu_use(c0, c1, os.cpu_count() or 1, os.sysconf("SC_CLK_TCK"))
     picture["paths"] = {name: path_rates(k0[name], k1[name], c1.t_s - c0.t_s) for name in k0 if name in k1}
+    picture["drops"] = drops
+    picture["load_avg_1m"] = round(load_1m, 2)
     return PhaseTimes(t_start, t0, t1), results, picture
 
 
@@ -390,8 +403,13 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     }
     ctx.say(f"two VRs: TCP (1 flow, MSS {mss}, {frame}-byte segments) and UDP ({ctx.offered_pps:.0f} pps of "
             f"{frame}-byte packets); {hold_s:g} s measured per phase")
-    with experiment_lab(result, 2, work_iters=ctx.work_iters) as (lab, workdir, caps):
-        tcp_vr, udp_vr = lab.vrs
+    rcvbuf = int(getattr(args, "tcpudp_rcvbuf", 0) or 0)
+    if rcvbuf and not 4096 <= rcvbuf <= 1 << 30:
+        raise ValueError(f"--tcpudp-rcvbuf {rcvbuf}: want 0 (the kernel's default) or 4096..{1 << 30} bytes")
+    result["rcvbuf_bytes_asked"] = rcvbuf or None
+    with experiment_lab(result, 0) as (lab, workdir, caps):
+        tcp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
+        udp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
 
         def streams(duration_s: float) -> list[Any]:
@@ -474,6 +492,16 @@ def outside_load_note(a: Mapping[str, Any], b: Mapping[str, Any], label_a: str, 
 
 def _pct(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.0f}"
+
+
+def _socket_text(vr: Mapping[str, Any]) -> str:
+    """What the VR's forwarder sockets dropped (receive queue full), as a clause ("" if not measured)."""
+    d = vr.get("drops")
+    if not d:
+        return ""
+    return (f"; its forwarder's receive sockets dropped {d['socket_drop_pps']:.0f} pps, "
+            f"{100 * d['socket_drop_share']:.1f}% of what it received, {d['socket_drop_eth0_pps']:.0f} pps of them data; "
+            f"throttled in {100 * d['throttled_share']:.0f}% of its CFS periods")
 
 
 def lost_in_vr_text(vr: Mapping[str, Any]) -> str:
@@ -573,7 +601,7 @@ def _explanation(result: Mapping[str, Any]) -> str:
         lines.append(f"Without XTC the UDP VR takes the larger share ({_k(wo['udp']['forwarded_pps'])} vs "
                      f"{_k(wo['tcp']['forwarded_pps'])} kp/s), as in the paper: its sender does not back off when "
                      "packets are lost, while TCP's congestion control cuts its window at every loss "
-                     f"({lost_in_vr_text(wo['tcp'])} of its data segments were lost inside the VR).")
+                     f"({lost_in_vr_text(wo['tcp'])} of its data segments were lost inside the VR{_socket_text(wo['tcp'])}).")
     else:
         lines.append(f"Without XTC the TCP VR forwards as much as or more than the UDP VR "
                      f"({_k(wo['tcp']['forwarded_pps'])} vs {_k(wo['udp']['forwarded_pps'])} kp/s); unlike the "
@@ -605,6 +633,13 @@ def _explanation(result: Mapping[str, Any]) -> str:
                  f"{w['host_cpu_percent']['softirq']:.0f}% with), so the capacity the cap takes from the UDP VR "
                  "is only "
                  "partly freed for the TCP VR: the waste the paper describes in section 7.3.")
+    if wo["tcp"].get("drops"):
+        rb = result.get("rcvbuf_bytes_asked")
+        lines.append("Where the VRs lost frames (forwarder receive sockets, `ss -0 -m` skmem `d`, buffer "
+                     f"{'the kernel default' if not rb else f'{rb} bytes'}): "
+                     + "; ".join(f"{label}, {name} VR{_socket_text(ph[k][name])} (load {ph[k].get('load_avg_1m')})"
+                                 for k, label in (("without", "without XTC"), ("with", "with XTC"))
+                                 for name in ("tcp", "udp")) + ".")
     return "\n\n".join(lines)
 
 
