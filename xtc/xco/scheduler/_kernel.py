@@ -24,7 +24,11 @@ State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
   and it is looked at from the dirty list instead; a refresh (:func:`refresh`) merges the dirty
   waiting hosts' new entries into the lists.
 - ``ctr``: sequence number of the next grant, free-slot count, dirty count, slowest and fastest
-  NIC, event stamp.
+  NIC, event stamp, the dirty count beyond which :func:`run_batch` asks for a refresh, then
+  :func:`run_batch`'s status (``ctr[C_ST:C_ST + 7]``) and :func:`run_one`'s event
+  (``ctr[C_EV:C_EV + 6]``).
+- ``W`` (work, ``5 * n + 4``): ``out`` (``W[:3 * n + 4]``), ``fl`` (the next ``n``) and the order of
+  the hosts for a refresh (the last ``n``).
 - ``io`` (input): number of triggering senders, of added flows, of removed flows, then the
   triggering senders, the added flows ``(host, dest)``, the removed flows ``(host, dest)``.
 - ``out`` (output): number of grants, of holds, the grants ``(host, dest)`` in grant order, the
@@ -47,9 +51,11 @@ NF = 7
 # rows of LK
 L_RES, L_CAP, L_BEFORE, L_STAMP = range(4)
 NL = 4
-# ctr
-C_SEQ, C_FREE, C_DIRTY, C_MIN_NIC, C_MAX_NIC, C_STAMP = range(6)
-NC = 6
+# ctr: counters, then run_batch's threshold, status and scratch event
+C_SEQ, C_FREE, C_DIRTY, C_MIN_NIC, C_MAX_NIC, C_STAMP, C_MAX_DIRTY = range(7)
+C_ST = 7  # run_batch's status: ctr[C_ST:C_ST + 7]
+C_EV = 14  # run_one's event, as run_batch takes it: ctr[C_EV:C_EV + 6]
+NC = 20
 
 
 @njit(cache=True)
@@ -461,7 +467,7 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
 
 
 @njit(cache=True)
-def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec, obuf):
+def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, W, rec):
     """Several give-ups and backlog reports at one instant, each handled as its own event exactly as
     one :func:`run_event` call per event with the bookkeeping of ``KernelScheduler._run`` between
     them (the waiting lists refreshed after an event that releases every slice in force or when
@@ -470,20 +476,26 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec
 
     ``ev``: number of events, senders in force at the start, then per event its kind (0 give-up,
     1 backlog), host ``x``, count ``m``, then for a give-up its destination, for a backlog ``m``
-    destinations.  ``st`` (in and out): position of the next event in ``ev`` (0: a new batch,
-    started from ``ev``'s header; 0 again when the batch is done), events left, senders in force,
-    records written; then, when 1 is returned, ``full``, ``n_waiting`` and the length of ``order``
-    for :func:`refresh`.  (The caller writes nothing into ``st``: one fewer numpy assignment per
-    batch.)  ``rec`` (output, at least ``2 * (hosts + 2 * events)`` long: a batch grants
-    at most every host not in force at its start plus one per event, and holds at most one per
-    event): per grant ``(host, dest)`` and per hold ``(host, -1)``, event after event, grants
-    before holds.  ``obuf`` (at least ``hosts`` long): ``order`` for :func:`refresh`.
+    destinations.  ``st = ctr[C_ST:C_ST + 7]`` (in and out): position of the next event in ``ev``
+    (0: a new batch, started from ``ev``'s header; 0 again when the batch is done), events left,
+    senders in force, records written; then, when 1 is returned, ``full``, ``n_waiting`` and the
+    length of ``order`` for :func:`refresh`.  (The caller writes nothing into ``st``: one fewer
+    numpy assignment per batch.)  ``rec`` (output, at least ``2 * (hosts + 2 * events)`` long: a
+    batch grants at most every host not in force at its start plus one per event, and holds at
+    most one per event): per grant ``(host, dest)`` and per hold ``(host, -1)``, event after event,
+    grants before holds.  ``W``: the work array (``out``, ``fl``, then ``order`` for :func:`refresh`).
 
     Returns 0 when every event is done, 1 when the waiting lists must be refreshed before the next
-    one: the caller calls :func:`refresh` (``order = obuf[:st[6]]``, ``nw = st[5]``, ``full =
-    st[4]``) and then this again.  (Returning only an int: the new arrays come back from
-    :func:`refresh`, not from every call.)
+    one: the caller calls :func:`refresh` (``order = W[4 * n + 4:][:st[6]]``, ``nw = st[5]``,
+    ``full = st[4]``) and then this again.  (Returning only an int: the new arrays come back from
+    :func:`refresh`, not from every call; few arguments: each costs the call about 60 ns.)
     """
+    n = H.shape[0]
+    out = W[:3 * n + 4]
+    fl = W[3 * n + 4:4 * n + 4]
+    obuf = W[4 * n + 4:]
+    st = ctr[C_ST:C_ST + 7]
+    max_dirty = ctr[C_MAX_DIRTY]
     p = st[0]
     if p == 0:  # a new batch
         p = 2
@@ -570,6 +582,23 @@ def run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, out, fl, st, max_dirty, rec
     st[2] = n_active
     st[3] = nrec
     return 0
+
+
+@njit(cache=True)
+def run_one(H, T, F, FP, LK, CS, CE, ORD, ctr, W, rec, n_active, kind, x, d):
+    """:func:`run_batch` for one give-up (``kind`` 0) or one backlog report of one destination
+    (``kind`` 1) of host ``x`` for ``d``, with ``n_active`` senders in force: the event is written
+    into ``ctr[C_EV:]`` here, so the caller builds no array.  Called again after a refresh with
+    the same arguments (the status in ``ctr`` says where to resume); returns what
+    :func:`run_batch` returns."""
+    ev = ctr[C_EV:C_EV + 6]
+    ev[0] = 1
+    ev[1] = n_active
+    ev[2] = kind
+    ev[3] = x
+    ev[4] = 1
+    ev[5] = d
+    return run_batch(H, T, F, FP, LK, CS, CE, ORD, ctr, ev, W, rec)
 
 
 @njit(cache=True)
@@ -738,7 +767,8 @@ def warm_up() -> float:
     LK = np.zeros((NL, 4), np.int64)
     LK[L_RES] = 1
     LK[L_CAP] = 1
-    ctr = np.array([0, 2, 0, 1, 1, 0], np.int64)
+    ctr = np.zeros(NC, np.int64)
+    ctr[:C_MAX_DIRTY + 1] = [0, 2, 0, 1, 1, 0, 0]
     io = np.array([1, 1, 0, 0, 0, 1], np.int64)
     out = np.zeros(16, np.int64)
     CS = np.zeros(5, np.int64)
@@ -750,8 +780,11 @@ def warm_up() -> float:
     CS, CE, order = refresh(H, F, FP, LK, ctr, CS, CE, order, order, nw, 1)
     io = np.array([1, 0, 0, 0], np.int64)
     run_event(H, T, F, FP, LK, CS, CE, order, ctr, io, out, fl, 0)
-    run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), out, fl,
-              np.array([1, 1, 1, 0, 0, 0, 0], np.int64), 0, np.empty(16, np.int64), np.empty(n, np.int64))
+    W = np.zeros(5 * n + 4, np.int64)
+    ctr[C_ST:C_ST + 3] = 1
+    run_batch(H, T, F, FP, LK, CS, CE, order, ctr, np.array([1, 0, 0, 1, 1], np.int64), W, np.empty(16, np.int64))
+    ctr[C_ST:C_ST + 7] = 0
+    run_one(H, T, F, FP, LK, CS, CE, order, ctr, W, np.empty(16, np.int64), 0, 0, 1, 1)
     refresh(H, F, FP, LK, ctr, CS, CE, order, order[:0], 0, 0)
     backlog_of(H, F, 0, np.empty(n, np.int64))
     flows_to(H, F, 1)

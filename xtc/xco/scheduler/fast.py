@@ -444,14 +444,17 @@ class KernelScheduler(PyFastScheduler):
         self._CS = np.zeros(L + 1, np.int64)
         self._CE = np.zeros((2, 0), np.int64)
         self._ORD = np.zeros(0, np.int64)  # backlogged hosts in key order at the last refresh
-        self._ctr = np.array([0, 0, 0, self._min_nic, self._max_nic, 0], np.int64)
+        ctr = self._ctr = np.zeros(K.NC, np.int64)  # (with run_batch's status and run_one's event)
+        ctr[K.C_MIN_NIC] = self._min_nic
+        ctr[K.C_MAX_NIC] = self._max_nic
+        ctr[K.C_MAX_DIRTY] = self.max_dirty
         self._io = np.zeros(64, np.int64)
-        self._out = np.zeros(3 * n + 4, np.int64)
-        self._fl = np.zeros(n, np.int64)
+        self._W = np.zeros(5 * n + 4, np.int64)  # out, fl, run_batch's order of the hosts for a refresh
+        self._out = self._W[:3 * n + 4]
+        self._fl = self._W[3 * n + 4:4 * n + 4]
+        self._obuf = self._W[4 * n + 4:]
         self._dbuf = np.zeros(n, np.int64)
         self._rec = np.empty(4 * n + 64, np.int64)  # run_batch's records (grown before a long batch)
-        self._st = np.zeros(7, np.int64)  # run_batch's position and counts
-        self._obuf = np.empty(n, np.int64)  # run_batch's order of the hosts for a refresh
 
     @property
     def res(self) -> list[int]:
@@ -488,7 +491,7 @@ class KernelScheduler(PyFastScheduler):
         if type(t_us) is not int or type(x) is not int or type(d) is not int \
                 or not (0 <= x < n and 0 <= d < n) or t_us < self.now_us:
             return SchedulerBase.giveup(self, t_us, x, d)  # validation errors, numpy ints
-        return self._batch(t_us, [1, 0, 0, x, 1, d], 0)
+        return self._one(t_us, 0, x, d)
 
     def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
         n = self.n
@@ -498,6 +501,8 @@ class KernelScheduler(PyFastScheduler):
         for d in ds:
             if type(d) is not int or not 0 <= d < n or d == x:
                 return SchedulerBase.backlog(self, t_us, x, ds)  # raises the generic error
+        if len(ds) == 1:
+            return self._one(t_us, 1, x, ds[0])
         return self._batch(t_us, [1, 0, 1, x, len(ds), *ds], len(ds))
 
     def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
@@ -533,6 +538,12 @@ class KernelScheduler(PyFastScheduler):
         """:meth:`SchedulerBase.events_at` in one kernel call (:func:`._kernel.run_batch`) when every
         event is a well-formed give-up or backlog report (otherwise one event after the other)."""
         n = self.n
+        if len(events) == 1:  # (the usual case: one handler, no batch built)
+            kind, x, arg = events[0]
+            if kind == "giveup":
+                return self.giveup(t_us, x, arg)
+            if kind == "backlog":
+                return self.backlog(t_us, x, arg)
         if type(t_us) is not int or t_us < self.now_us or len(events) < 2:
             return SchedulerBase.events_at(self, t_us, events)
         ev = [len(events), 0]  # (the senders in force are filled in by _batch)
@@ -557,6 +568,20 @@ class KernelScheduler(PyFastScheduler):
                 return SchedulerBase.events_at(self, t_us, events)
         return self._batch(t_us, ev, flows)
 
+    def _one(self, t_us: int, kind: int, x: int, d: int) -> list[Directive]:
+        """A well-formed give-up (``kind`` 0) or backlog report of one destination (1) of ``x`` for
+        ``d`` at ``t_us`` (:func:`._kernel.run_one`: no array built), after the slot boundary due."""
+        due = self._active and self._slot_end is not None and self._slot_end <= t_us
+        out = self.advance(t_us) if due else []
+        if kind:
+            self._free_slots(1)
+        K = _kernel
+        H, F, FP, LK, ctr, rec, W = self._H, self._F, self._FP, self._LK, self._ctr, self._rec, self._W
+        na = len(self._active)
+        while K.run_one(H, self._T, F, FP, LK, self._CS, self._CE, self._ORD, ctr, W, rec, na, kind, x, d):
+            self._refresh_for_batch()
+        return self._records(t_us, out)
+
     def _batch(self, t_us: int, ev: list[int], flows: int) -> list[Directive]:
         """Well-formed give-ups and backlog reports at ``t_us`` (``ev`` as :func:`._kernel.run_batch`
         takes it, ``flows`` destinations reported in all), after the slot boundary due if any."""
@@ -569,17 +594,25 @@ class KernelScheduler(PyFastScheduler):
         rec = self._rec
         if len(rec) < 2 * (self.n + 2 * nev):
             rec = self._rec = np.empty(4 * (self.n + 2 * nev), np.int64)
-        st = self._st
         ev[1] = len(self._active)
         eva = np.array(ev, np.int64)
-        H, F, FP, LK, ctr = self._H, self._F, self._FP, self._LK, self._ctr
-        while K.run_batch(H, self._T, F, FP, LK, self._CS, self._CE, self._ORD, ctr, eva, self._out, self._fl, st,
-                          self.max_dirty, rec, self._obuf):
-            self._CS, self._CE, self._ORD = K.refresh(H, F, FP, LK, ctr, self._CS, self._CE, self._ORD,
-                                                      self._obuf[:st[6]], st[5], st[4])
-        nrec = int(st[3])
+        H, F, FP, LK, ctr, W = self._H, self._F, self._FP, self._LK, self._ctr, self._W
+        while K.run_batch(H, self._T, F, FP, LK, self._CS, self._CE, self._ORD, ctr, eva, W, rec):
+            self._refresh_for_batch()
+        return self._records(t_us, out)
+
+    def _refresh_for_batch(self) -> None:
+        """The refresh :func:`._kernel.run_batch` asked for (its status says with what)."""
+        K = _kernel
+        st = self._ctr[K.C_ST:K.C_ST + 7]
+        self._CS, self._CE, self._ORD = K.refresh(self._H, self._F, self._FP, self._LK, self._ctr, self._CS,
+                                                  self._CE, self._ORD, self._obuf[:st[6]], st[5], st[4])
+
+    def _records(self, t_us: int, out: list[Directive]) -> list[Directive]:
+        """The directives of :func:`._kernel.run_batch`'s records (appended to ``out``)."""
+        nrec = int(self._ctr[_kernel.C_ST + 3])
         if nrec:
-            r = rec[:2 * nrec].tolist()
+            r = self._rec[:2 * nrec].tolist()
             end = (t_us // self.slice_us + 1) * self.slice_us
             dest, active = self.dest, self._active
             mk = tuple.__new__
