@@ -150,33 +150,39 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
     # event i takes senders[int(pick[i] * len(senders))]
     pick = [rng.random() for _ in range(n_ev)]
     end_us = int(sim_s * 1e6)
+    at_us = [i * end_us // n_ev for i in range(n_ev)] + [1 << 62]  # event i's arrival, us (then none)
     gave_up: list[tuple[int, int]] = []
     events = boundaries = batches = 0
+    dest = sched.dest  # (updated in place by the scheduler)
+    events_at, advance, next_expiry_us = sched.events_at, sched.advance, sched.next_expiry_us
     busy = time.thread_time  # the controller's own CPU time: as if it had a core to itself
     c0 = time.process_time()
-    senders = [x for x, d in enumerate(sched.dest) if d is not None]
+    senders = [x for x, d in enumerate(dest) if d is not None]
+    n_send = len(senders)
     i = 0
     free_us = 0.0  # (batched) when the controller is done with the previous read, simulated us
     w0 = busy()  # (one clock read per read of the controller: its end is the next one's start)
     while i < n_ev:
-        t_us = i * end_us // n_ev
-        if batched:
-            t_us = max(t_us, int(free_us))
-        nxt = sched.next_expiry_us()
+        t_us = at_us[i]
+        if batched and free_us > t_us:
+            t_us = int(free_us)
+        nxt = next_expiry_us()
         while nxt is not None and nxt <= t_us:  # (several when the controller fell behind)
-            granted = [dv.host for dv in sched.advance(nxt) if dv.dest is not None]
-            senders = granted or senders
+            granted = [dv.host for dv in advance(nxt) if dv.dest is not None]
+            if granted:
+                senders = granted
+                n_send = len(senders)
             boundaries += 1
-            nxt = sched.next_expiry_us()
+            nxt = next_expiry_us()
         batch: list[tuple[str, int, Any]] = []
         taken: set[int] = set()
-        while i < n_ev and i * end_us // n_ev <= t_us:
+        while at_us[i] <= t_us:  # (the sentinel at_us[n_ev] never is)
             if gave_up and i % 2:
                 x, d = gave_up.pop()
                 batch.append(("backlog", x, [d]))
             else:
-                x = senders[int(pick[i] * len(senders))]
-                d = sched.dest[x]
+                x = senders[int(pick[i] * n_send)]
+                d = dest[x]
                 if d is not None and x not in taken:  # (else it gave up earlier in this slot)
                     taken.add(x)
                     batch.append(("giveup", x, d))
@@ -186,7 +192,7 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
                 break
         if batched:
             if batch:
-                sched.events_at(t_us, batch)
+                events_at(t_us, batch)
                 batches += 1
         else:
             for kind, x, arg in batch:
