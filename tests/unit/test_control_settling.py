@@ -108,3 +108,37 @@ def test_hog_near_the_knee_recovers(plant, persist, most):
     rec = [recovery_periods(tr.clean_pps[60:, i], sps[i], 0.05) for i in range(sps.size)]
     # With the gentle gain alone inside the fine band: 3 (nominal, 75-85), 4 (hog15, 85), 3-4 (grad-fast2x, 45).
     assert all(v is not None and v <= most for v in rec), rec
+
+
+def test_descent_rule_steps_from_the_top_cap_and_goes_on_only_after_such_a_step():
+    # Gradual knee: 95.6 of 100 kp/s at cap 100 (below the 97% of the saturation step), 70 wanted.
+    e0 = 0.38544
+    d = _ctl(descent_fraction=0.9)
+    assert d.step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(100.0 * 10.0 ** (math.log10(70 / 95.6) / e0), rel=1e-3)
+    # It goes on while 90% is forwarded after such a step...
+    cap1 = d.cap_percent
+    assert d.step(92_000.0, 70_000.0, 100_000.0) == pytest.approx(cap1 * 10.0 ** (math.log10(70 / 92) / e0), rel=1e-3)
+    # ...and ends with the first step that is not one (here: 85% forwarded: the dead-beat step).
+    cap2, kp = d.cap_percent, d.kp
+    beat = (kp + 1.0) * math.log10(70 / 85) - kp * math.log10(70 / 92)
+    assert d.step(85_000.0, 70_000.0, 100_000.0) == pytest.approx(cap2 * 10.0**beat, rel=1e-9)
+    # Switched off (the default), or below the top cap without a descent: the elasticity-1 step.
+    assert _ctl().step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(100.0 * 70 / 95.6, rel=1e-9)
+    c = make_controller(PAPER, "xtc", tuning=XtcTuning(design_lag=PAPER.model.a, descent_fraction=0.9))
+    c.start(40.0)
+    assert c.step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(40.0 * 70 / 95.6, rel=1e-9)
+
+
+@pytest.mark.parametrize("fraction, most", [(0.0, 6), (0.9, 4)])
+def test_gradual_knee_from_uncapped_with_the_descent_rule(fraction, most):
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.metrics import settling_periods
+
+    class Spec:
+        def make(self, model):
+            return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, descent_fraction=fraction))
+
+    sps = np.array([65.0, 70.0, 75.0]) * 1000.0
+    tr = cb._hog(Spec(), cb.BENCH_PLANTS["gradual"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)
+    settle = [settling_periods(tr.clean_pps[:15, i], sps[i], 0.10) for i in range(sps.size)]
+    assert max(settle) == most, settle

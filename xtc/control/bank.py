@@ -14,8 +14,8 @@ versions may differ from the C library's in the last bit.  So the caps and state
 the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
 
 Banked: :class:`~xtc.control.laws.XtcController` without the adaptive estimator and without the
-lag estimate (``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the daemon steps
-those one by one with the scalar law), and
+lag estimate or the descent rule (``XtcTuning.lag_estimate``, ``XtcTuning.descent_fraction``:
+:meth:`ControllerBank.like` returns None, the daemon steps those one by one with the scalar law), and
 :class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  Other controllers (Fixed
 Cap, the adaptive XTC controller) have no bank: :meth:`ControllerBank.like` returns None and the
 caller steps them one by one.
@@ -148,7 +148,8 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
+        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate \
+                and not proto.tuning.descent_fraction:
             return cls(proto)
         if type(proto) is PaperPI:
             return cls(proto)
