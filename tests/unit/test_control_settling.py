@@ -142,3 +142,38 @@ def test_gradual_knee_from_uncapped_with_the_descent_rule(fraction, most):
     tr = cb._hog(Spec(), cb.BENCH_PLANTS["gradual"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)
     settle = [settling_periods(tr.clean_pps[:15, i], sps[i], 0.10) for i in range(sps.size)]
     assert max(settle) == most, settle
+
+
+@pytest.mark.parametrize("factor, most", [(1.0, 6), (2.0, 4)])
+def test_fast_hardware_from_uncapped_with_the_repeated_saturation_step(factor, most):
+    # 2x faster hardware: the knee at half the model's cap; at 85-90 kp/s the model's steps take 4-5 periods to reach it.
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.metrics import settling_periods
+
+    class Spec:
+        def make(self, model):
+            return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, saturation_repeat_factor=factor))
+
+    sps = np.array([85.0, 90.0]) * 1000.0
+    tr = cb._hog(Spec(), cb.BENCH_PLANTS["fast2x"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)
+    settle = [settling_periods(tr.clean_pps[:15, i], sps[i], 0.10) for i in range(sps.size)]
+    assert max(settle) == most, settle
+
+
+def test_repeated_saturation_step_only_after_a_saturation_step_that_showed_nothing():
+    c = _ctl(saturation_repeat_factor=2.0)
+    e0 = c.saturation_elasticity
+    cap0 = 100.0 * 10.0 ** (math.log10(85 / 99.9) / e0)
+    assert c.step(99_900.0, 85_000.0, 100_000.0) == pytest.approx(cap0, rel=1e-3)
+    c.applied(c.cap_percent)
+    # Still offered-limited after it: twice the model's step.
+    assert c.step(99_800.0, 85_000.0, 100_000.0) == pytest.approx(cap0 * 10.0 ** (2 * math.log10(85 / 99.8) / e0), rel=1e-3)
+    # On a whole-percent actuator (the cap in force not the one wanted) the model's step.
+    q = _ctl(saturation_repeat_factor=2.0)
+    q.step(99_900.0, 85_000.0, 100_000.0)
+    want = q.wanted_cap_percent
+    got = float(round(want)) + 0.4
+    q.applied(got)
+    q.step(99_800.0, 85_000.0, 100_000.0)
+    # (the law judges the rate the wanted cap would have given: 99.8 kp/s x want / got)
+    assert q.wanted_cap_percent == pytest.approx(want * 10.0 ** (math.log10(85 / (99.8 * want / got)) / e0), rel=1e-6)

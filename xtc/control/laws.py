@@ -342,6 +342,14 @@ class XtcTuning:
         forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
         (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and why
         neither is the default).  The daemon steps these controllers with the scalar law (no bank).
+    saturation_repeat_factor : float
+        A step out of saturation that follows another one and still finds the VR forwarding at
+        least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
+        is further down) is this many times the model's step, on an exact actuator (1, the default:
+        off; 2 is the variant measured in docs/control-settling.md).  On
+        hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
+        took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/control-settling.md, "The
+        descent from the uncapped start").
     """
 
     design_lag: float = 0.0915
@@ -362,6 +370,7 @@ class XtcTuning:
     lag_estimator: LagTuning = LagTuning()
     saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.0
+    saturation_repeat_factor: float = 1.0
 
 
 class XtcController(_Bounded):
@@ -573,7 +582,10 @@ class XtcController(_Bounded):
                     sat = True
                 descent = sat and r < y_wanted and self.saturation_elasticity > 0.0
                 if descent:
-                    du = min(du, E / self.saturation_elasticity)
+                    # The last step out of saturation left the VR offered-limited: the knee is further down.
+                    f = t.saturation_repeat_factor if self._descent and not_limited \
+                        and abs(self._quant_decades) < _EXACT_DECADES else 1.0
+                    du = min(du, f * E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0
@@ -593,7 +605,7 @@ class XtcController(_Bounded):
         s["estimator"] = self.estimator.to_state()
         if self.tuning.lag_estimate:
             s["lag_estimator"] = self.lag_estimator.to_state()
-        if self.tuning.descent_fraction:
+        if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0:
             s["descent"] = self._descent
         return s
 
