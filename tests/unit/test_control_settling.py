@@ -108,3 +108,72 @@ def test_hog_near_the_knee_recovers(plant, persist, most):
     rec = [recovery_periods(tr.clean_pps[60:, i], sps[i], 0.05) for i in range(sps.size)]
     # With the gentle gain alone inside the fine band: 3 (nominal, 75-85), 4 (hog15, 85), 3-4 (grad-fast2x, 45).
     assert all(v is not None and v <= most for v in rec), rec
+
+
+def test_descent_rule_steps_from_the_top_cap_and_goes_on_only_after_such_a_step():
+    # Gradual knee: 95.6 of 100 kp/s at cap 100 (below the 97% of the saturation step), 70 wanted.
+    e0 = 0.38544
+    d = _ctl(descent_fraction=0.9)
+    assert d.step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(100.0 * 10.0 ** (math.log10(70 / 95.6) / e0), rel=1e-3)
+    # It goes on while 90% is forwarded after such a step...
+    cap1 = d.cap_percent
+    assert d.step(92_000.0, 70_000.0, 100_000.0) == pytest.approx(cap1 * 10.0 ** (math.log10(70 / 92) / e0), rel=1e-3)
+    # ...and ends with the first step that is not one (here: 85% forwarded: the dead-beat step).
+    cap2, kp = d.cap_percent, d.kp
+    beat = (kp + 1.0) * math.log10(70 / 85) - kp * math.log10(70 / 92)
+    assert d.step(85_000.0, 70_000.0, 100_000.0) == pytest.approx(cap2 * 10.0**beat, rel=1e-9)
+    # Switched off (the default), or below the top cap without a descent: the elasticity-1 step.
+    assert _ctl().step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(100.0 * 70 / 95.6, rel=1e-9)
+    c = make_controller(PAPER, "xtc", tuning=XtcTuning(design_lag=PAPER.model.a, descent_fraction=0.9))
+    c.start(40.0)
+    assert c.step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(40.0 * 70 / 95.6, rel=1e-9)
+
+
+@pytest.mark.parametrize("fraction, most", [(0.0, 6), (0.9, 4)])
+def test_gradual_knee_from_uncapped_with_the_descent_rule(fraction, most):
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.metrics import settling_periods
+
+    class Spec:
+        def make(self, model):
+            return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, descent_fraction=fraction))
+
+    sps = np.array([65.0, 70.0, 75.0]) * 1000.0
+    tr = cb._hog(Spec(), cb.BENCH_PLANTS["gradual"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)
+    settle = [settling_periods(tr.clean_pps[:15, i], sps[i], 0.10) for i in range(sps.size)]
+    assert max(settle) == most, settle
+
+
+@pytest.mark.parametrize("factor, most", [(1.0, 6), (2.0, 4)])
+def test_fast_hardware_from_uncapped_with_the_repeated_saturation_step(factor, most):
+    # 2x faster hardware: the knee at half the model's cap; at 85-90 kp/s the model's steps take 4-5 periods to reach it.
+    from xtc_lab.bench import control_bench as cb
+    from xtc_lab.sim.metrics import settling_periods
+
+    class Spec:
+        def make(self, model):
+            return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, saturation_repeat_factor=factor))
+
+    sps = np.array([85.0, 90.0]) * 1000.0
+    tr = cb._hog(Spec(), cb.BENCH_PLANTS["fast2x"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)
+    settle = [settling_periods(tr.clean_pps[:15, i], sps[i], 0.10) for i in range(sps.size)]
+    assert max(settle) == most, settle
+
+
+def test_repeated_saturation_step_only_after_a_saturation_step_that_showed_nothing():
+    c = _ctl(saturation_repeat_factor=2.0)
+    e0 = c.saturation_elasticity
+    cap0 = 100.0 * 10.0 ** (math.log10(85 / 99.9) / e0)
+    assert c.step(99_900.0, 85_000.0, 100_000.0) == pytest.approx(cap0, rel=1e-3)
+    c.applied(c.cap_percent)
+    # Still offered-limited after it: twice the model's step.
+    assert c.step(99_800.0, 85_000.0, 100_000.0) == pytest.approx(cap0 * 10.0 ** (2 * math.log10(85 / 99.8) / e0), rel=1e-3)
+    # On a whole-percent actuator (the cap in force not the one wanted) the model's step.
+    q = _ctl(saturation_repeat_factor=2.0)
+    q.step(99_900.0, 85_000.0, 100_000.0)
+    want = q.wanted_cap_percent
+    got = float(round(want)) + 0.4
+    q.applied(got)
+    q.step(99_800.0, 85_000.0, 100_000.0)
+    # (the law judges the rate the wanted cap would have given: 99.8 kp/s x want / got)
+    assert q.wanted_cap_percent == pytest.approx(want * 10.0 ** (math.log10(85 / (99.8 * want / got)) / e0), rel=1e-6)

@@ -14,8 +14,8 @@ versions may differ from the C library's in the last bit.  So the caps and state
 the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
 
 Banked: :class:`~xtc.control.laws.XtcController` without the adaptive estimator and without the
-lag estimate (``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the daemon steps
-those one by one with the scalar law), and
+lag estimate or the descent rule (``XtcTuning.lag_estimate``, ``XtcTuning.descent_fraction``:
+:meth:`ControllerBank.like` returns None, the daemon steps those one by one with the scalar law), and
 :class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  Other controllers (Fixed
 Cap, the adaptive XTC controller) have no bank: :meth:`ControllerBank.like` returns None and the
 caller steps them one by one.
@@ -106,7 +106,7 @@ def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]
     return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
 
 
-_XTC_STATE = attrgetter("_u", "_carry", "_quant_decades", "_noise_log", "_E_prev")
+_XTC_STATE = attrgetter("_u", "_carry", "_quant_decades", "_noise_log", "_E_prev", "_descent")
 _PI_STATE = attrgetter("_u", "_carry", "_e_prev")
 _APPLIED_STATE = attrgetter("_u", "_carry")
 
@@ -148,7 +148,8 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
+        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate \
+                and not proto.tuning.descent_fraction:
             return cls(proto)
         if type(proto) is PaperPI:
             return cls(proto)
@@ -203,7 +204,7 @@ class ControllerBank:
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray) -> np.ndarray:
         t = self.tuning
-        u_t, carry_t, quant_t, noise_t, e_prev_t = zip(*map(_XTC_STATE, ctls))
+        u_t, carry_t, quant_t, noise_t, e_prev_t, descent_t = zip(*map(_XTC_STATE, ctls))
         u = np.array(u_t, dtype=np.float64)
         carry = np.array(carry_t, dtype=np.float64)
         quant = np.array(quant_t, dtype=np.float64)
@@ -241,17 +242,23 @@ class ControllerBank:
         fine = (err < band * r) & ~persist
         du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
+        descent = np.zeros(u.shape, dtype=bool)
         if self.params[4] > 0.0:
             sat = not_limited if not t.saturation_step_fraction else (off > 0) & (y >= t.saturation_step_fraction * off)
-            du_beat = np.where(sat & (r < y_wanted), np.minimum(du_beat, E / self.params[4]), du_beat)
+            descent = sat & (r < y_wanted)
+            f = np.where(np.array(descent_t, dtype=bool) & not_limited & (np.abs(quant) < _EXACT_DECADES),
+                         t.saturation_repeat_factor, 1.0)
+            du_beat = np.where(descent, np.minimum(du_beat, f * E / self.params[4]), du_beat)
+            descent &= move & ~fine
         du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)
         new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(new_u) + carry))
-        for c, ee, nn in zip(ctls, E.tolist(), noise.tolist()):
+        for c, ee, nn, dd in zip(ctls, E.tolist(), noise.tolist(), descent.tolist()):
             c._E_prev = ee
             c._noise_log = nn
+            c._descent = dd
             c.steps += 1
         for k in np.flatnonzero(new_u != u).tolist():  # inside the dead zone u stays
             ctls[k]._u = new_u[k].item()

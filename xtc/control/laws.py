@@ -333,6 +333,23 @@ class XtcTuning:
         its offered rate (``unconstrained_fraction`` when 0, the default; 0.9 is the gradual-knee
         variant of docs/control-settling.md: it settles the gradual knees in 5 periods but slows
         hog recovery on 2x faster hardware from 3 to 4 periods).
+    descent_fraction : float
+        0 (the default): off.  Otherwise the model's step out of saturation also applies while the
+        VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
+        *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
+        move was such a step (the descent from it goes on).  Unlike ``saturation_step_fraction``
+        it never acts in steady state below the top cap: on a gradual knee the uncapped VR
+        forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
+        (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and why
+        neither is the default).  The daemon steps these controllers with the scalar law (no bank).
+    saturation_repeat_factor : float
+        A step out of saturation that follows another one and still finds the VR forwarding at
+        least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
+        is further down) is this many times the model's step, on an exact actuator (1, the default:
+        off; 2 is the variant measured in docs/control-settling.md).  On
+        hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
+        took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/control-settling.md, "The
+        descent from the uncapped start").
     """
 
     design_lag: float = 0.0915
@@ -352,6 +369,8 @@ class XtcTuning:
     lag_margin: float = 0.1
     lag_estimator: LagTuning = LagTuning()
     saturation_step_fraction: float = 0.0
+    descent_fraction: float = 0.0
+    saturation_repeat_factor: float = 1.0
 
 
 class XtcController(_Bounded):
@@ -463,6 +482,7 @@ class XtcController(_Bounded):
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
         self._E_prev: float | None = None
+        self._descent = False
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
         self.estimator = GainEstimator(t.design_lag, t.estimator)
         self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
@@ -472,6 +492,7 @@ class XtcController(_Bounded):
 
     def _reset_memory(self) -> None:
         self._E_prev = None
+        self._descent = False
         self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
         self.estimator.reset()
         self.lag_estimator.reset()
@@ -514,6 +535,7 @@ class XtcController(_Bounded):
         eps = self.estimator.elasticity if t.adaptive else 1.0
         a = self.estimator.lag if t.adaptive else t.design_lag
         observed = False
+        descent = False
         if t.lag_estimate:
             le = self.lag_estimator
             le.update(y, self._u_force, offered, self._noise_log * _LN10)
@@ -554,12 +576,21 @@ class XtcController(_Bounded):
                     du = ((kp + self.ki) * E - kp * E_prev) / eps
                 sat = not_limited if not t.saturation_step_fraction else \
                     offered is not None and offered > 0 and y >= t.saturation_step_fraction * offered
-                if sat and r < y_wanted and self.saturation_elasticity > 0.0:
-                    du = min(du, E / self.saturation_elasticity)
+                if not sat and t.descent_fraction and offered is not None and offered > 0 \
+                        and y >= t.descent_fraction * offered \
+                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
+                    sat = True
+                descent = sat and r < y_wanted and self.saturation_elasticity > 0.0
+                if descent:
+                    # The last step out of saturation left the VR offered-limited: the knee is further down.
+                    f = t.saturation_repeat_factor if self._descent and not_limited \
+                        and abs(self._quant_decades) < _EXACT_DECADES else 1.0
+                    du = min(du, f * E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited:
                 du = 0.0
             self._u = self._clamp_u(self._u + du)
+        self._descent = descent
         self._E_prev = E
         self.steps += 1
         caps = self.caps  # cap_percent, inline
@@ -574,6 +605,8 @@ class XtcController(_Bounded):
         s["estimator"] = self.estimator.to_state()
         if self.tuning.lag_estimate:
             s["lag_estimator"] = self.lag_estimator.to_state()
+        if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0:
+            s["descent"] = self._descent
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
@@ -593,6 +626,7 @@ class XtcController(_Bounded):
             self.estimator.restore_state(est)
         else:
             self.estimator.reset()
+        self._descent = bool(state.get("descent", False))
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):
             self.lag_estimator.restore_state(lag)
