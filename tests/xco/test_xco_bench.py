@@ -43,3 +43,12 @@ def test_load_test_batches_what_arrived_during_the_previous_read():
     assert one["mean_batch"] == 1.0 and one["batches"] == one["events"] > 500
     assert many["batches"] < many["events"] and many["mean_batch"] > 1  # 10x the rate: reads pile up
     assert many["boundaries"] == one["boundaries"] == 9
+
+
+def test_sim_test_reports_the_simulators_wall_time_and_loss():
+    from xtc_lab.xco.bench import sim_test
+
+    r = sim_test(400, sim_s=0.02)
+    assert r["hosts"] == 400 and r["mode"] == "timeslice" and r["sim_s"] == 0.02
+    assert r["wall_s"] >= 0 and r["loss_pct"] == 0.0
+    assert sim_test(400, sim_s=0.02, mode="none")["loss_pct"] > 50  # (the mode is the one simulated)

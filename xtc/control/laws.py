@@ -345,8 +345,8 @@ class XtcTuning:
     saturation_repeat_factor : float
         A step out of saturation that follows another one and still finds the VR forwarding at
         least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
-        is further down) is this many times the model's step, on an exact actuator (1, the default:
-        off; 2 is the variant measured in docs/control-settling.md).  On
+        is further down) is this many times the model's step, on an exact actuator (2, the default
+        since 2026-11-23; 1: off; docs/control-settling.md, "Verdict", for the measurements).  On
         hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
         took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/control-settling.md, "The
         descent from the uncapped start").
@@ -370,7 +370,7 @@ class XtcTuning:
     lag_estimator: LagTuning = LagTuning()
     saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.0
-    saturation_repeat_factor: float = 1.0
+    saturation_repeat_factor: float = 2.0
 
 
 class XtcController(_Bounded):

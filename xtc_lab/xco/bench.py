@@ -210,11 +210,28 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
             "behind_ms": round(max(0.0, free_us - end_us) / 1e3, 1) if batched else None}
 
 
+def sim_test(n_hosts: int, sim_s: float = 1.0, mode: str = "timeslice", fast_forward: bool = True) -> dict[str, Any]:
+    """Wall time of the Figure 27 simulator (:func:`xtc_lab.xco.simulate.simulate`, its defaults:
+    10 ms slices, 10 us steps) at ``n_hosts`` for ``sim_s`` simulated seconds, with the loss it found.
+    ``fast_forward``: repeated slots whose queues came back to the same state are skipped (the
+    simulator's default); False steps through every 10 us."""
+    from .simulate import fig27_flows, simulate  # (imported here: only this entry needs it)
+    rows = max(2, n_hosts // 200)
+    topo = parse_topology(fig27(rows))
+    r = simulate(topo, fig27_flows(rows), mode, duration_s=sim_s, fast_forward=fast_forward)
+    return {"hosts": topo.n_hosts, "mode": mode, "sim_s": sim_s, "fast_forward": fast_forward, "wall_s": round(r.wall_s, 3),
+            "loss_pct": round(r.loss_pct, 4)}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, nargs="+", default=[800, 2400, 4800, 48000])
     p.add_argument("--events", type=int, default=4000, help="mid-slot events measured per size")
     p.add_argument("--load-hosts", type=int, default=4800,
                    help="size of the 60,000 events/s, 2 ms slot load test (0: skip)")
+    p.add_argument("--sim-hosts", type=int, default=4800,
+                   help="size of the timed 1 s Figure 27 simulation (0: skip)")
+    p.add_argument("--sim-step-by-step", action="store_true",
+                   help="simulate every 10 us step (no fast-forward of repeated slots; 20-40 s at 4800 hosts)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
 
@@ -232,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
     if args.load_hosts:
         res["load"] = load_test(args.load_hosts)
         res["load_unbatched"] = load_test(args.load_hosts, batched=False)
+    if args.sim_hosts:
+        res["simulate"] = sim_test(args.sim_hosts, fast_forward=not args.sim_step_by_step)
     text = json.dumps(res, indent=2)
     if args.json:
         print(text)
@@ -248,6 +267,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{name}: {ld['hosts']} hosts, {ld['events']} mid-slot events ({ld['mean_batch']} per call) "
                       f"and {ld['boundaries']} slot boundaries ({ld['slice_us']} us slots) in {ld['sim_s']} s "
                       f"simulated: {ld['cpu_pct']} % of one core")
+        if "simulate" in res:
+            sm = res["simulate"]
+            how = "fast-forward" if sm["fast_forward"] else "step by step"
+            print(f"simulate: Figure 27, {sm['hosts']} hosts, {sm['mode']}, {sm['sim_s']} s simulated ({how}) in "
+                  f"{sm['wall_s']} s of wall time (loss {sm['loss_pct']} %)")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
