@@ -93,6 +93,23 @@ def _path(s, d, H, T, buf, tmp):
 
 
 @njit(cache=True)
+def _dirty_backlogged(H, ctr):
+    """The dirty hosts with a backlogged flow, least recently granted first (by rotation key)."""
+    nd = ctr[C_DIRTY]
+    dc = np.empty(nd, np.int64)
+    ndc = 0
+    for i in range(nd):
+        x = H[i, H_DLIST]
+        if H[x, H_NFL] > 0:
+            dc[ndc] = x
+            ndc += 1
+    keys = np.empty(ndc, np.int64)
+    for i in range(ndc):
+        keys[i] = H[dc[i], H_KEY]
+    return dc[:ndc][np.argsort(keys, kind="mergesort")]
+
+
+@njit(cache=True)
 def _mark_dirty(H, ctr, x):
     if H[x, H_DIRTY] == 0:
         H[x, H_DIRTY] = 1
@@ -308,19 +325,8 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     if full:
         # every backlogged host, least recently granted first: the clean ones in the order of the
         # last refresh (their keys did not change), merged with the dirty ones (sorted here)
-        nd = ctr[C_DIRTY]
-        dc = np.empty(nd, np.int64)
-        ndc = 0
-        for i in range(nd):
-            x = H[i, H_DLIST]
-            if H[x, H_NFL] > 0:
-                dc[ndc] = x
-                ndc += 1
-        dc = dc[:ndc]
-        dkeys = np.empty(ndc, np.int64)
-        for i in range(ndc):
-            dkeys[i] = H[dc[i], H_KEY]
-        dc = dc[np.argsort(dkeys, kind="mergesort")]
+        dc = _dirty_backlogged(H, ctr)
+        ndc = dc.shape[0]
         order = np.empty(ORD.shape[0] + ndc, np.int64)
         # Residuals only fall during this first fit, so a link left without room for the slowest
         # NIC stays so: the clean single-flow hosts on its waiting list (valid for clean hosts) are
@@ -649,17 +655,8 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
                 dw[ndw] = x
                 ndw += 1
     else:
-        dc = np.empty(nd, np.int64)
-        ndc = 0
-        for i in range(nd):
-            x = H[i, H_DLIST]
-            if H[x, H_NFL] > 0:
-                dc[ndc] = x
-                ndc += 1
-        keys = np.empty(ndc, np.int64)
-        for i in range(ndc):
-            keys[i] = H[dc[i], H_KEY]
-        dc = dc[:ndc][np.argsort(keys, kind="mergesort")]
+        dc = _dirty_backlogged(H, ctr)
+        ndc = dc.shape[0]
         ORD2 = np.empty(ORD.shape[0] + ndc, np.int64)
         k = 0
         i = 0

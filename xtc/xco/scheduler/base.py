@@ -260,16 +260,19 @@ class SchedulerBase:
         self._check_time(t_us)
         x = self._check_host("host", x)
         out = self.advance(t_us)
-        removals = [(x, d) for d in self.backlog_group(x)]
+        removals = [(x, d) for d in sorted(self.backlog_group(x))]
         trig = [x] if self.dest[x] is not None else []
-        for y in range(self.n):
-            if y != x and x in self.backlog_group(y):
-                removals.append((y, x))
-                if self.dest[y] == x:
-                    trig.append(y)
+        for y in self._backlogged_towards(x):
+            removals.append((y, x))
+            if self.dest[y] == x:
+                trig.append(y)
         if removals or trig:
             out += self._run(int(t_us), trig, "leave", (), removals)
         return out
+
+    def _backlogged_towards(self, x: int) -> list[int]:
+        """The hosts with ``x`` in their backlog group, in host order."""
+        return [y for y in range(self.n) if y != x and x in self.backlog_group(y)]
 
     # -- bookkeeping after Algorithm 1 ------------------------------------------------------------
     def _run(self, t_us: int, trig: Sequence[int], kind: str,

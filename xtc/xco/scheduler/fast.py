@@ -629,19 +629,8 @@ class KernelScheduler(PyFastScheduler):
         self.now_us = t_us
         return out
 
-    def leave(self, t_us: int, x: int) -> list[Directive]:
-        self._check_time(t_us)
-        x = self._check_host("host", x)
-        out = self.advance(t_us)
-        removals = [(x, d) for d in sorted(self.backlog_group(x))]
-        trig = [x] if self.dest[x] is not None else []
-        for y in _kernel.flows_to(self._H, self._F, x).tolist():
-            removals.append((y, x))
-            if self.dest[y] == x:
-                trig.append(y)
-        if removals or trig:
-            out += self._run(int(t_us), trig, "leave", (), removals)
-        return out
+    def _backlogged_towards(self, x: int) -> list[int]:
+        return _kernel.flows_to(self._H, self._F, x).tolist()
 
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
              adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
