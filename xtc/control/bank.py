@@ -108,7 +108,6 @@ def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]
 
 
 _XTC_STATE = attrgetter("_u", "_carry", "_quant_decades", "_noise_log", "_E_prev", "_descent")
-_U_FORCE = attrgetter("_u_force")
 _PI_STATE = attrgetter("_u", "_carry", "_e_prev")
 _APPLIED_STATE = attrgetter("_u", "_carry")
 
@@ -248,10 +247,15 @@ class ControllerBank:
             sat = not_limited if not t.saturation_step_fraction else (off > 0) & (y >= t.saturation_step_fraction * off)
             was_descent = np.array(descent_t, dtype=bool)
             if t.descent_fraction:
-                # Also from the top cap, or on after such a step, at >= descent_fraction of the offered rate.
-                u_force = np.fromiter(map(_U_FORCE, ctls), dtype=np.float64, count=len(ctls))
-                sat = sat | ((off > 0) & (y >= t.descent_fraction * off)
-                             & (was_descent | (u_force >= self._u_max - _EXACT_DECADES)))
+                # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
+                # step; the cap in force is read only where the rest holds and it decides.
+                more = ~sat & (off > 0) & (y >= t.descent_fraction * off) & (r < y_wanted)
+                if more.any():
+                    top = was_descent.copy()
+                    u_top = self._u_max - _EXACT_DECADES
+                    for k in np.flatnonzero(more & ~was_descent).tolist():
+                        top[k] = ctls[k]._u_force >= u_top
+                    sat = sat | (more & top)
             descent = sat & (r < y_wanted)
             f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
                          t.saturation_repeat_factor, 1.0)
