@@ -165,6 +165,13 @@ def test_bank_equals_scalar_with_the_repeated_saturation_step(seed):
     _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, saturation_repeat_factor=2.0))
 
 
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_with_the_descent_from_the_top_cap(seed):
+    # off by default (docs/control-settling.md, the descent from the uncapped start); the bank steps it
+    _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, descent_fraction=0.9, saturation_repeat_factor=2.0))
+
+
 def test_bank_refuses_what_the_scalar_step_refuses():
     ref, banked = _twins("xtc", 3, random.Random(1))
     bank = ControllerBank.like(ref[0])

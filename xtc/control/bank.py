@@ -13,11 +13,12 @@ Exactness: the arrays go through the same IEEE operations in the same order as t
 versions may differ from the C library's in the last bit.  So the caps and states are equal to
 the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
 
-Banked: :class:`~xtc.control.laws.XtcController` without the adaptive estimator and without the
-lag estimate or the descent rule (``XtcTuning.lag_estimate``, ``XtcTuning.descent_fraction``:
-:meth:`ControllerBank.like` returns None, the daemon steps those one by one with the scalar law), and
-:class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  Other controllers (Fixed
-Cap, the adaptive XTC controller) have no bank: :meth:`ControllerBank.like` returns None and the
+Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
+saturation included: ``saturation_step_fraction``, ``saturation_repeat_factor``,
+``descent_fraction``) but the adaptive estimator and the lag estimate (``XtcTuning.adaptive``,
+``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the daemon steps those one by
+one with the scalar law), and :class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).
+Other controllers (Fixed Cap) have no bank: :meth:`ControllerBank.like` returns None and the
 caller steps them one by one.
 """
 
@@ -148,8 +149,7 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate \
-                and not proto.tuning.descent_fraction:
+        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
             return cls(proto)
         if type(proto) is PaperPI:
             return cls(proto)
@@ -245,8 +245,19 @@ class ControllerBank:
         descent = np.zeros(u.shape, dtype=bool)
         if self.params[4] > 0.0:
             sat = not_limited if not t.saturation_step_fraction else (off > 0) & (y >= t.saturation_step_fraction * off)
+            was_descent = np.array(descent_t, dtype=bool)
+            if t.descent_fraction:
+                # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
+                # step; the cap in force is read only where the rest holds and it decides.
+                more = ~sat & (off > 0) & (y >= t.descent_fraction * off) & (r < y_wanted)
+                if more.any():
+                    top = was_descent.copy()
+                    u_top = self._u_max - _EXACT_DECADES
+                    for k in np.flatnonzero(more & ~was_descent).tolist():
+                        top[k] = ctls[k]._u_force >= u_top
+                    sat = sat | (more & top)
             descent = sat & (r < y_wanted)
-            f = np.where(np.array(descent_t, dtype=bool) & not_limited & (np.abs(quant) < _EXACT_DECADES),
+            f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
                          t.saturation_repeat_factor, 1.0)
             du_beat = np.where(descent, np.minimum(du_beat, f * E / self.params[4]), du_beat)
             descent &= move & ~fine

@@ -341,7 +341,8 @@ class XtcTuning:
         it never acts in steady state below the top cap: on a gradual knee the uncapped VR
         forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
         (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and why
-        neither is the default).  The daemon steps these controllers with the scalar law (no bank).
+        neither is the default).  The daemon's bank (:class:`xtc.control.bank.ControllerBank`)
+        steps it, bit-equal to the scalar law.
     saturation_repeat_factor : float
         A step out of saturation that follows another one and still finds the VR forwarding at
         least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
