@@ -31,8 +31,9 @@ def test_saturated_step_uses_the_models_elasticity_at_its_operating_point():
 
 
 def test_no_model_step_when_the_cap_limits_or_the_offered_rate_is_unknown():
-    # Forwarding 90% of what is offered: the cap is the limit, the elasticity-1 step stands.
-    assert _ctl().step(99_900.0, 85_000.0, 111_000.0) == pytest.approx(85.0 * 100 / 99.9)
+    # Forwarding 85% of what is offered (below descent_fraction, 0.9): the cap is the limit, the
+    # elasticity-1 step stands.
+    assert _ctl().step(99_900.0, 85_000.0, 117_500.0) == pytest.approx(85.0 * 100 / 99.9)
     assert _ctl().step(99_900.0, 85_000.0, None) == pytest.approx(85.0 * 100 / 99.9)
     # Upwards (setpoint above what is forwarded) nothing changes either: the cap is not raised.
     assert _ctl().step(99_900.0, 120_000.0, 100_000.0) == pytest.approx(100.0)
@@ -122,8 +123,8 @@ def test_descent_rule_steps_from_the_top_cap_and_goes_on_only_after_such_a_step(
     cap2, kp = d.cap_percent, d.kp
     beat = (kp + 1.0) * math.log10(70 / 85) - kp * math.log10(70 / 92)
     assert d.step(85_000.0, 70_000.0, 100_000.0) == pytest.approx(cap2 * 10.0**beat, rel=1e-9)
-    # Switched off (the default), or below the top cap without a descent: the elasticity-1 step.
-    assert _ctl().step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(100.0 * 70 / 95.6, rel=1e-9)
+    # Switched off, or below the top cap without a descent: the elasticity-1 step.
+    assert _ctl(descent_fraction=0.0).step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(100.0 * 70 / 95.6, rel=1e-9)
     c = make_controller(PAPER, "xtc", tuning=XtcTuning(design_lag=PAPER.model.a, descent_fraction=0.9))
     c.start(40.0)
     assert c.step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(40.0 * 70 / 95.6, rel=1e-9)

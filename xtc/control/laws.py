@@ -334,14 +334,14 @@ class XtcTuning:
         variant of docs/control-settling.md: it settles the gradual knees in 5 periods but slows
         hog recovery on 2x faster hardware from 3 to 4 periods).
     descent_fraction : float
-        0 (the default): off.  Otherwise the model's step out of saturation also applies while the
+        0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies while the
         VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
         *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
         move was such a step (the descent from it goes on).  Unlike ``saturation_step_fraction``
         it never acts in steady state below the top cap: on a gradual knee the uncapped VR
         forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
-        (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and why
-        neither is the default).  The daemon's bank (:class:`xtc.control.bank.ControllerBank`)
+        (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
+        measurements behind the default).  The daemon's bank (:class:`xtc.control.bank.ControllerBank`)
         steps it, bit-equal to the scalar law.
     saturation_repeat_factor : float
         A step out of saturation that follows another one and still finds the VR forwarding at
@@ -370,7 +370,7 @@ class XtcTuning:
     lag_margin: float = 0.1
     lag_estimator: LagTuning = LagTuning()
     saturation_step_fraction: float = 0.0
-    descent_fraction: float = 0.0
+    descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
 
 
