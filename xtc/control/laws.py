@@ -334,8 +334,8 @@ class XtcTuning:
         variant of docs/control-settling.md: it settles the gradual knees in 5 periods but slows
         hog recovery on 2x faster hardware from 3 to 4 periods).
     descent_fraction : float
-        0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies while the
-        VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
+        0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies
+        while the VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
         *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
         move was such a step (the descent from it goes on).  Unlike ``saturation_step_fraction``
         it never acts in steady state below the top cap: on a gradual knee the uncapped VR
@@ -627,7 +627,7 @@ class XtcController(_Bounded):
             self.estimator.restore_state(est)
         else:
             self.estimator.reset()
-        self._descent = bool(state.get("descent", False))
+        self._descent = state.get("descent") is True  # (anything else: no descent under way)
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):
             self.lag_estimator.restore_state(lag)

@@ -215,12 +215,10 @@ def sim_test(n_hosts: int, sim_s: float = 1.0, mode: str = "timeslice", fast_for
     10 ms slices, 10 us steps) at ``n_hosts`` for ``sim_s`` simulated seconds, with the loss it found.
     ``fast_forward``: repeated slots whose queues came back to the same state are skipped (the
     simulator's default); False steps through every 10 us."""
-    from .simulate import fig27_flows, simulate  # (imported here: only this entry needs it)
-    rows = max(2, n_hosts // 200)
-    topo = parse_topology(fig27(rows))
-    r = simulate(topo, fig27_flows(rows), mode, duration_s=sim_s, fast_forward=fast_forward)
-    return {"hosts": topo.n_hosts, "mode": mode, "sim_s": sim_s, "fast_forward": fast_forward, "wall_s": round(r.wall_s, 3),
-            "loss_pct": round(r.loss_pct, 4)}
+    from .simulate import run_fig27  # (imported here: only this entry needs it)
+    row = run_fig27([max(2, n_hosts // 200)], modes=(mode,), duration_s=sim_s, fast_forward=fast_forward)["rows"][0]
+    return {"hosts": row["hosts"], "mode": mode, "sim_s": sim_s, "fast_forward": fast_forward,
+            "wall_s": row["wall_s"][mode], "loss_pct": row["loss_pct"][mode]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
