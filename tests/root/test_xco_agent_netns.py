@@ -23,6 +23,9 @@ What is checked, in one run (about 30 s):
    slice of lateness: the last directive may be a slice older than the kill), packets flow again.
 5. SIGTERM of an agent: its uplink's original root qdisc (a pfifo of 777 packets) is back.
 6. SIGKILL of an agent: ``xtc xco agent -c F --cleanup`` leaves no XCo qdisc, class or filter.
+
+A second test (about 8 s) runs the controller in hybrid mode with r1 behind a 20 Mb/s switch port:
+the senders, whose 1 Gb/s NICs timeslices would never serve there, get slices at 20 Mb/s.
 """
 
 from __future__ import annotations
@@ -221,13 +224,18 @@ class Receiver:
 
 
 
-def _write_configs(tmp: Path, net: Net, port: int) -> dict[str, Path]:
+def _write_configs(tmp: Path, net: Net, port: int, mode: str = "timeslice",
+                   r1_port_bps: int | None = None) -> dict[str, Path]:
+    """The topology (every NIC 1 Gb/s; r1's switch port at ``r1_port_bps`` if given), the
+    controller's configuration (in ``mode``) and one agent configuration per host."""
     topo = ['schema = "xco-topology/1"', "[[switch]]", 'name = "sw1"']
     for h, addrs in HOSTS.items():
         topo += ["[[host]]", f'name = "{h}"', "nic_bps = 1_000_000_000", 'switch = "sw1"', f"vms = {json.dumps(addrs)}"]
+        if h == "r1" and r1_port_bps is not None:
+            topo.append(f"port_bps = {r1_port_bps}")
     (tmp / "topo.toml").write_text("\n".join(topo) + "\n")
     (tmp / "ctl.toml").write_text(
-        f'schema = "xco-controller/1"\ntopology = "topo.toml"\nslice_us = {SLICE_US}\nlead_us = {LEAD_US}\n'
+        f'schema = "xco-controller/1"\ntopology = "topo.toml"\nmode = "{mode}"\nslice_us = {SLICE_US}\nlead_us = {LEAD_US}\n'
         f'listen = "127.0.0.1:{port}"\nheartbeat_interval_us = 100000\nheartbeat_misses = 5\n'
         'state_file = "ctl-state.json"\n[metrics]\nenabled = false\n')
     out = {}
@@ -446,6 +454,72 @@ def test_agents_gate_real_links(net, tmp_path):
         assert out.returncode == 0, out.stderr
         assert net.root_qdisc("s2")["kind"] == "noqueue"
         assert net.tc_lines("s2", "class") == [] and net.tc_lines("s2", "filter") == []
+    finally:
+        for p in procs:
+            if p.p.poll() is None:
+                p.p.kill()
+        for p in procs:
+            try:
+                p.p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        rcv.close()
+
+
+#: r1's switch port in the hybrid test, bits/s: slower than every sender's 1 Gb/s NIC.
+HYBRID_PORT_BPS = 20_000_000
+#: A frame of the paced sender on the wire (payload, UDP, IPv4, Ethernet), bytes: what the TBF counts.
+FRAME_BYTES = PAYLOAD + 8 + 20 + 14
+
+
+def test_hybrid_mode_serves_fast_senders_at_their_slice_rate_on_real_links(net, tmp_path):
+    """r1 sits behind a 20 Mb/s switch port, so every 1 Gb/s sender has a slow path to it: timeslices
+    never serve them (tests/xco/test_xco_agent_core.py shows the starvation), hybrid mode does, at
+    20 Mb/s inside their slices.  Two paced senders of about 35 Mb/s each into r1, on the real gate:
+    every slice directive to them carries 20 Mb/s, their packets arrive inside their slices, and
+    what arrives inside the slices comes at the slice rate, not at the line rate the gate opens
+    to in timeslice mode (where a sender's queue, built up while held, leaves at up to 1 Gb/s)."""
+    port = free_port(socket.SOCK_DGRAM)
+    cfgs = _write_configs(tmp_path, net, port, mode="hybrid", r1_port_bps=HYBRID_PORT_BPS)
+    py = [sys.executable, "-m", "xtc.cli", "xco"]
+    procs: list[Proc] = []
+    rcv = Receiver(net.ns["r1"])
+    senders = ("s1", "s2")
+    try:
+        ctl = Proc(["chrt", "-f", "10", *py, "controller", "-c", str(tmp_path / "ctl.toml")], "controller")
+        procs.append(ctl)
+        ctl.wait_for("started")
+        agents = {h: Proc([*py, "agent", "-c", str(cfgs[h])], h) for h in (*senders, "r1")}
+        procs += agents.values()
+        for a in agents.values():
+            a.wait_for("welcomed")
+        run = {h: _udpsend(net, h, 4.5) for h in senders}
+        time.sleep(1.5)
+        t0 = time.time_ns()
+        time.sleep(2.5)
+        t1 = time.time_ns()
+        for p in run.values():
+            _sent(p)
+        rx = rcv.between(t0, t1)
+        r1 = list(HOSTS).index("r1")
+        for h in senders:
+            applied = [e for e in agents[h].events if e["event"] == "directive_applied" and e["dest"] == r1]
+            assert applied and {e["rate_bps"] for e in applied} == {HYBRID_PORT_BPS}, applied[:3]
+            iv = open_intervals(agents[h].events, r1, t0 // 1000, t1 // 1000)
+            arr = [t // 1000 for src, t in rx if src == HOSTS[h][0]]
+            share = share_inside(arr, iv, AFTER_CLOSE_US)
+            open_s = sum(b - a for a, b in iv) / 1e6
+            inside = round(share * len(arr))
+            rate_bps = inside * FRAME_BYTES * 8 / max(open_s, 1e-9)
+            print(f"{h}: {len(iv)} slices ({open_s:.3f} s open of {(t1 - t0) / 1e9:.3f} s), {len(arr)} packets at r1, "
+                  f"{share:.4f} inside; inside the slices {rate_bps / 1e6:.2f} Mb/s (slice rate "
+                  f"{HYBRID_PORT_BPS / 1e6:.0f} Mb/s)")
+            assert share >= 0.98, (h, share)
+            assert len(iv) >= 0.5 * 2.5e6 / SLICE_US / len(senders), (h, len(iv))  # slots alternate
+            # served, at the slice rate: its queue (it offers about 35 Mb/s) never leaves faster than
+            # 20 Mb/s plus the TBF's burst (1 ms at the rate, under 2 frames) once a slice: 2.3 Mb/s
+            burst_bps = 2 * FRAME_BYTES * 8 * len(iv) / max(open_s, 1e-9)
+            assert 0.5 * HYBRID_PORT_BPS <= rate_bps <= 1.05 * HYBRID_PORT_BPS + burst_bps, (h, rate_bps)
     finally:
         for p in procs:
             if p.p.poll() is None:

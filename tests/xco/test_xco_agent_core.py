@@ -645,3 +645,57 @@ def test_observe_quiet_decides_as_empty_counters_do():
         outs.append((seq[2:], core.reported, core.failed_open, core.states))
     assert outs[0] == outs[1]
     assert ("GiveUp", 5) in [m for s, _ in outs[0][0] for m in s] and outs[0][1] == set()
+
+
+def _fast_host_topology():
+    """h0's 10 Gb/s NIC is faster than every path it has (1 Gb/s ports): timeslices starve it."""
+    g = 1_000_000_000
+    return parse_topology({"schema": "xco-topology/1", "switch": [{"name": "a"}, {"name": "b"}],
+                           "link": [{"ends": ["a", "b"], "bps": 2 * g}],
+                           "host": [{"name": "h0", "nic_bps": 10 * g, "port_bps": 10 * g, "switch": "a",
+                                     "vms": ["10.0.0.1"]},
+                                    {"name": "h1", "nic_bps": g, "switch": "a", "vms": ["10.0.0.2"]},
+                                    {"name": "h2", "nic_bps": g, "switch": "b", "vms": ["10.0.0.3"]}]})
+
+
+@pytest.mark.parametrize("mode", ["timeslice", "hybrid"])
+def test_hybrid_mode_opens_a_fast_host_at_its_slice_rate_where_timeslices_starve_it(mode):
+    """In hybrid mode the controller's slice directive to a host with slow paths carries its slice
+    rate (kind 2 on the wire) and the agent opens the destination at that rate, not the line rate;
+    other hosts get plain slices.  The same network in timeslice mode never opens h0 at all."""
+    topo = _fast_host_topology()
+    net = _Net(topo, mode)
+    agents = {x: net.add(topo, x) for x in range(3)}
+    t = NOW + 100
+    for x, a in agents.items():
+        net.run(x, a.tick(t), t)
+    assert all(a.under_control and a.mode == mode for a in agents.values())
+    seen: dict[int, list] = {0: [], 1: []}
+    real_handle = net.ctl.handle
+
+    def handle(data, addr, now):  # record the directives on the wire
+        out = real_handle(data, addr, now)
+        for s in out:
+            m = P.decode(s.data)
+            if isinstance(m, P.Directive) and s.host in seen:
+                seen[s.host].append(m)
+        return out
+
+    net.ctl.handle = handle
+    states: dict[int, set] = {0: set(), 1: set()}
+    for _ in range(40):
+        t += 1_000
+        for x in (0, 1):  # both send to h2, each with bytes queued
+            a = agents[x]
+            busy = ({d: DestStats(SMALL + 1, 9, 3000 * (d == 2), 2 * (d == 2)) for d in a.dests},
+                    dict.fromkeys(a.small_flows, SMALL + 1))
+            net.run(x, a.observe(t, *busy), t)
+            states[x].add(a.states[2])
+        net.run(2, agents[2].tick(t), t)
+    assert states[1] >= {OPEN, CLOSED} and all(m.rate_bps is None for m in seen[1])
+    if mode == "timeslice":
+        assert states[0] == {CLOSED} and all(m.dest is None for m in seen[0])
+    else:
+        grants = [m for m in seen[0] if m.dest is not None]
+        assert grants and all(m.rate_bps == 1_000_000_000 for m in grants)
+        assert states[0] == {1_000_000_000, CLOSED}  # opened at 1 Gb/s, never at the 10 Gb/s line rate

@@ -471,3 +471,18 @@ def test_core_handle_many_sends_what_handle_of_each_in_turn_sends(seed):
         assert many.tick(t) == one.tick(t)
     assert batches > 10
     assert one.events["backlog"] > 20 and one.events["giveup"] > 10 and one.events["leave"] > 0
+
+
+def test_check_config_names_the_hosts_timeslices_starve_and_the_rate_hybrid_mode_serves_them_at(tmp_path):
+    p = _write_config(tmp_path, 7999)
+    topo = tmp_path / "topo.toml"
+    # r1 behind a 100 Mb/s port: every 1 Gb/s sender's path to it is slower than its NIC
+    topo.write_text(topo.read_text().replace('name = "r1"', 'name = "r1"\nport_bps = 100_000_000', 1))
+    r = _xtc("xco", "check-config", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "is faster than link" in r.stdout and "timeslices never serve it there" in r.stdout
+    p.write_text(p.read_text().replace("slice_us = 20000", 'slice_us = 20000\nmode = "hybrid"'))
+    r = _xtc("xco", "check-config", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "hybrid mode" in r.stdout and "warning" not in r.stdout
+    assert "served in its slices at 100000000 b/s" in r.stdout

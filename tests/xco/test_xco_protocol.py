@@ -25,6 +25,7 @@ MESSAGES = [
     P.Leave(H),
     P.Directive(H, 4, NOW + 500, 10_000),
     P.Directive(H, None, NOW + 500, 0),
+    P.Directive(H, 4, NOW + 500, 10_000, 100_000_000),
     P.RateDirective(H, NOW, ((1, 200_000_000), (2, 0))),
     P.Welcome(H, 10_000, "rate", 100_000),
     P.Ack(H, 41, ()),
@@ -45,6 +46,18 @@ def test_directive_is_41_bytes():
     assert len(P.encode(P.Directive(H, 4, NOW, 10_000))) == 41
 
 
+def test_a_slice_without_a_rate_is_the_plain_timeslice_directive():
+    # kind 0, byte for byte: an agent that predates hybrid mode reads every timeslice directive
+    plain = P.encode(P.Directive(H, 4, NOW, 10_000))
+    assert plain[P.HEADER.size] == 0
+    rated = P.encode(P.Directive(H, 4, NOW, 10_000, 50_000_000))
+    assert rated[P.HEADER.size] == 2 and len(rated) == 49 and rated[:-8][P.HEADER.size + 1:] == plain[P.HEADER.size + 1:]
+
+
+def test_hybrid_is_a_mode_of_the_welcome():
+    assert P.decode(P.encode(P.Welcome(H, 10_000, "hybrid", 100_000))).mode == "hybrid"
+
+
 @pytest.mark.parametrize("data, why", [
     (b"", "shorter than the header"),
     (b"XD" + P.encode(P.Heartbeat(H))[2:], "bad magic"),
@@ -59,6 +72,10 @@ def test_directive_is_41_bytes():
     (P.encode(P.Ack(H, 1, (3,))) + b"\0", "ack of seq 1 with 1 destinations"),
     (P.encode(P.Ack(H, 1, ()))[:-1], "ack too short"),
     (P.encode(P.Ack(H, 1, ()))[:-6] + b"\0\0\0\0\0\0", "ack of seq 0"),
+    (P.encode(P.Directive(H, 4, NOW, 10_000, 1))[:-8] + b"\0" * 8, "a rated slice needs a destination and a rate"),
+    (P.encode(P.Directive(H, 4, NOW, 10_000, 1))[:P.HEADER.size + 1] + b"\xff" * 4
+     + P.encode(P.Directive(H, 4, NOW, 10_000, 1))[P.HEADER.size + 5:], "a rated slice needs a destination"),
+    (P.encode(P.Directive(H, 4, NOW, 10_000, 1))[:-1], "rated timeslice directive body of 24 bytes"),
 ])
 def test_malformed_datagrams_are_refused_with_the_reason(data, why):
     with pytest.raises(P.DecodeError, match=why) as e:
@@ -81,6 +98,10 @@ def test_encode_refuses_fields_that_do_not_fit():
         P.encode(P.Register(H, b"\x01" * 8, "x" * 65, ()))
     with pytest.raises(ValueError):
         P.encode(P.Backlog(H, tuple(range(3000))))  # over MAX_DATAGRAM
+    with pytest.raises(ValueError, match="a hold has none"):
+        P.encode(P.Directive(H, None, NOW, 0, 1_000_000))
+    with pytest.raises(ValueError, match="must be positive"):
+        P.encode(P.Directive(H, 4, NOW, 10_000, 0))
 
 
 # --------------------------------------------------------------------------------------- fuzzing

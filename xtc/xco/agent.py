@@ -11,7 +11,8 @@ core's states, backlogs and decisions are per destination.  The rules (docs/xco.
   a welcome arrives; then a **heartbeat** every ``heartbeat_interval_us`` of the welcome.
 - **Timeslice directives** take effect at their ``start_us`` (:meth:`AgentCore.next_deadline_us`
   says when): the directive's destination host opens, every other one closes; a hold closes them
-  all.  A directive stays in force until the next one.  The change is precomputed: a directive
+  all.  A directive stays in force until the next one.  In hybrid mode a slice may carry a rate:
+  the destination then opens at that rate (bits/s) instead of the line rate.  The change is precomputed: a directive
   closes the old destination and opens the new one, whatever the number of flows.
 - **Small flows are never held**: a flow stays in a class of its own, unheld, until it has sent
   more than ``small_flow_bytes``; then it is moved into its destination's class
@@ -112,6 +113,7 @@ class AppliedDirective:
     arrival_us: int
     start_us: int
     dest: int | None  # timeslice destination (None = hold); -1 for a rate directive
+    rate_bps: int | None = None  # the slice's rate (hybrid mode), None = the line rate
 
 
 @dataclass
@@ -150,6 +152,7 @@ class _Pending:
     start_us: int
     arrival_us: int
     dest: int | None = None              # timeslice
+    rate_bps: int | None = None          # the slice's rate (hybrid mode)
     rates: tuple[tuple[int, int], ...] | None = None  # rate mode
 
 
@@ -223,6 +226,7 @@ class AgentCore:
         # schedule
         self._pending: list[_Pending] = []
         self.dest: int | None = None          # timeslice destination in force (None = hold / none)
+        self.dest_rate_bps: int | None = None  # its rate (hybrid mode; None = the line rate)
         self.rates: dict[int, int] = {}       # rate mode: destination host -> bits/s in force
         # flows and destinations
         #: The flows not moved to their destination's class yet, in the order of :attr:`flows`
@@ -314,7 +318,9 @@ class AgentCore:
         if self.mode == "rate":
             r = self.rates.get(self.dests[i], 0)
             return CLOSED if r <= 0 else r
-        return OPEN if self.dests[i] == self.dest else CLOSED
+        if self.dests[i] != self.dest:
+            return CLOSED
+        return OPEN if self.dest_rate_bps is None else self.dest_rate_bps
 
     def _sync(self, which: Any = None) -> dict[int, int]:
         """The destinations (all, or the indices ``which``) whose state changes, with their new state."""
@@ -367,8 +373,8 @@ class AgentCore:
             if p.rates is None:
                 if touched is not None:
                     touched.update(d for d in (self.dest, p.dest) if d is not None)
-                self.dest = p.dest
-                out.applied.append(AppliedDirective(p.arrival_us, p.start_us, p.dest))
+                self.dest, self.dest_rate_bps = p.dest, p.rate_bps
+                out.applied.append(AppliedDirective(p.arrival_us, p.start_us, p.dest, p.rate_bps))
             else:
                 for d, r in p.rates:
                     if r > 0:
@@ -416,7 +422,7 @@ class AgentCore:
         if self.failed_open:
             out.states.update(self._sync())
         elif applied:
-            if touched is None or self.mode != "timeslice":
+            if touched is None or self.mode == "rate":
                 out.states.update(self._sync())
             else:
                 di = self._dindex
@@ -428,7 +434,7 @@ class AgentCore:
         self.failed_open_since_us = now_us
         self.fail_opens += 1
         self._pending.clear()
-        self.dest = None
+        self.dest = self.dest_rate_bps = None
         self.rates.clear()
         self.reported.clear()
         self._idle_since.clear()
@@ -517,7 +523,7 @@ class AgentCore:
         else:
             self.directives += 1
             if isinstance(m, P.Directive):
-                p = _Pending(m.start_us, now_us, dest=m.dest)
+                p = _Pending(m.start_us, now_us, dest=m.dest, rate_bps=m.rate_bps)
             else:
                 p = _Pending(m.start_us, now_us, rates=m.rates)
             # A later directive supersedes the pending ones that start at or after its start.

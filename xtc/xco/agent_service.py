@@ -11,7 +11,7 @@ directive applied, the time from the moment it could take effect (its arrival, o
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
 ``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
 level ``debug``, written as a ``directive_applied`` event: ``dest`` (None = hold, -1 = rates),
-``start_us``, ``arrival_us``, ``applied_us``).
+``start_us``, ``arrival_us``, ``applied_us``, ``rate_bps`` (a hybrid slice's rate, else None)).
 
 SIGTERM or SIGINT: a Leave is sent, the gate restores the uplink's original qdisc, exit 0.
 ``xtc xco agent -c FILE`` (:func:`run_agent`); ``xtc xco agent -c FILE --cleanup`` removes what a
@@ -223,7 +223,7 @@ class AgentService(StopOnSignal):
                     from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "directive_applied", dest=a.dest, start_us=a.start_us,
-                          arrival_us=a.arrival_us, applied_us=done)
+                          arrival_us=a.arrival_us, applied_us=done, rate_bps=a.rate_bps)
         if self.core.notes:
             self._flush_notes()
 

@@ -178,7 +178,7 @@ def _cmd_check_controller(args: argparse.Namespace) -> int:
     summary = {"config": cfg.model_dump(by_alias=True), "topology": topo.summary()}
     return _report_ok(args, summary, topo,
                       f"{args.topology}: OK: {cfg.mode} mode, slice {cfg.slice_us} us, lead {cfg.lead_us} us, "
-                      f"listening on {cfg.listen}; topology {cfg.topology}: {topo.n_hosts} hosts")
+                      f"listening on {cfg.listen}; topology {cfg.topology}: {topo.n_hosts} hosts", mode=cfg.mode)
 
 
 def _cmd_check_agent(args: argparse.Namespace) -> int:
@@ -225,13 +225,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
                       f"{summary['directed_links']} directed links, spanning tree rooted at {summary['root']}")
 
 
-def _report_ok(args: argparse.Namespace, summary: dict, topo: Topology, line: str) -> int:
-    """What check-config prints for a valid file: ``summary`` as JSON (``--json``), else ``line`` and a
-    warning for each host the timeslices starve; returns the exit status 0."""
+def _report_ok(args: argparse.Namespace, summary: dict, topo: Topology, line: str, mode: str | None = None) -> int:
+    """What check-config prints for a valid file: ``summary`` as JSON (``--json``), else ``line`` and,
+    for each host whose NIC is faster than a link on its paths, a warning that timeslices starve it
+    (a controller in ``mode`` "timeslice"; a topology or agent file: whichever mode) or, in hybrid
+    mode, the slice rate that serves it; returns the exit status 0."""
     if args.json:
         print(json.dumps(summary, indent=2))
-    else:
-        print(line)
+        return 0
+    print(line)
+    if mode == "hybrid":
+        from .scheduler.hybrid import slice_rates_bps
+
+        rates = slice_rates_bps(topo)
+        for h in sorted({s.host for s in topo.slow_paths}):
+            print(f"note: host {h} is served in its slices at {int(rates[topo.host_id(h)])} b/s (hybrid mode)")
+    elif mode != "rate":
         for s in topo.slow_paths:
-            print(f"warning: {s}")
+            print(f"warning: {s}: timeslices never serve it there (the controller's mode = \"hybrid\" does)")
     return 0

@@ -1,7 +1,9 @@
 """The XCo controller: a pure core (datagrams and time in, datagrams out) and a thin UDP service.
 
 :class:`ControllerCore` holds the registered hosts and the scheduler (:class:`FastScheduler` in
-timeslice mode, :class:`RateLimiter` in rate mode) and takes time as an argument: wall-clock
+timeslice mode, :class:`RateLimiter` in rate mode, :class:`HybridScheduler` in hybrid mode: slices,
+and inside them a rate for the hosts whose NIC is faster than a link on one of their paths,
+:mod:`xtc.xco.scheduler.hybrid`) and takes time as an argument: wall-clock
 microseconds since the Unix epoch.  The scheduler runs ``lead_us`` ahead of the wall clock, so
 every directive is sent ``lead_us`` before it takes effect; scheduler time ``0`` is the wall time
 ``epoch_us`` (a multiple of ``slice_us``), so slots start at wall-clock multiples of ``slice_us``
@@ -39,6 +41,7 @@ from .auth import AuthError, load_key, opened, seal
 from .controller_config import ControllerConfig
 from .scheduler import Directive as SchedDirective
 from .scheduler import FastScheduler, RateLimiter
+from .scheduler.hybrid import HybridScheduler
 from .topology import Topology
 
 __all__ = ["DROP_REASONS", "Send", "ControllerCore", "ControllerService", "run_controller", "STATE_SCHEMA"]
@@ -97,8 +100,9 @@ class ControllerCore:
         Wall clock at start, microseconds since the Unix epoch.
     slice_us, lead_us : int
         Timeslot, and how long before its start a directive is sent, microseconds.
-    mode : {"timeslice", "rate"}
-        Scheduler.
+    mode : {"timeslice", "rate", "hybrid"}
+        Scheduler.  In hybrid mode a slice directive to a host whose NIC is faster than a link on
+        one of its paths carries that host's slice rate (bits/s); every other one is a plain slice.
     heartbeat_interval_us, heartbeat_misses : int
         A host not heard for ``interval * misses`` microseconds is dropped from every group.
     clock_window_us : int
@@ -120,7 +124,18 @@ class ControllerCore:
         self.clock_window_us = clock_window_us
         self.session = session
         self.epoch_us = (now_us // slice_us) * slice_us
-        self.sched: Any = FastScheduler(topo, slice_us) if mode == "timeslice" else RateLimiter(topo)
+        if mode not in P.MODES:
+            raise ValueError(f"mode must be one of {', '.join(P.MODES)}, got {mode!r}")
+        self.sched: Any
+        #: Hosts whose slices carry a rate (hybrid mode), by host id.
+        self.rated: frozenset[int] = frozenset()
+        if mode == "timeslice":
+            self.sched = FastScheduler(topo, slice_us)
+        elif mode == "hybrid":
+            self.sched = HybridScheduler(topo, slice_us)
+            self.rated = self.sched.limited
+        else:
+            self.sched = RateLimiter(topo)
         self.hosts: dict[int, _Host] = {}
         self.dropped: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
@@ -172,7 +187,8 @@ class ControllerCore:
                 msg: P.Message = P.RateDirective(hdr, start, tuple((d.dest, d.rate_bps or 0) for d in group))
             else:
                 length = 0 if d0.end_us is None else d0.end_us - d0.t_us
-                msg = P.Directive(hdr, d0.dest, start, length)
+                rate = d0.rate_bps if d0.dest is not None and x in self.rated else None
+                msg = P.Directive(hdr, d0.dest, start, length, rate)
             out.append(Send(h.addr, x, P.encode(msg)))
         self.directives_sent += len(out)
         return out
@@ -270,7 +286,7 @@ class ControllerCore:
                 return out + self._drop("invalid")
         st.seq = h.seq
         st.last_heard_us = now_us
-        if pending is not None and self.mode == "timeslice" and isinstance(m, (P.Backlog, P.GiveUp)):
+        if pending is not None and self.mode != "rate" and isinstance(m, (P.Backlog, P.GiveUp)):
             if isinstance(m, P.Backlog):
                 self.dirty = True
                 self.events["backlog"] += 1

@@ -5,7 +5,9 @@ A complete example (every key with its default unless marked required)::
     schema = "xco-controller/1"
     topology = "xco-topology.toml"   # required; relative to this file's directory
     slice_us = 10000                 # timeslot, microseconds (100 .. 10,000,000)
-    mode = "timeslice"               # "timeslice" (Algorithm 1) or "rate" (rate limiting)
+    mode = "timeslice"               # "timeslice" (Algorithm 1), "rate" (rate limiting) or "hybrid"
+                                     # (timeslices; a rate inside the slice for hosts whose NIC is
+                                     # faster than a link on one of their paths)
     lead_us = 500                    # directives are sent this long before their slice starts
     listen = "0.0.0.0:7800"          # UDP address:port the controller receives on
     heartbeat_interval_us = 100000   # hosts send a heartbeat this often
@@ -95,7 +97,7 @@ class ControllerConfig(StrictTable):
     schema_: Literal["xco-controller/1"] = Field(alias="schema")
     topology: Annotated[str, Field(min_length=1)]
     slice_us: Annotated[Int, within(100, 10_000_000)] = 10_000
-    mode: Literal["timeslice", "rate"] = "timeslice"
+    mode: Literal["timeslice", "rate", "hybrid"] = "timeslice"
     lead_us: Annotated[Int, within(0, 1_000_000)] = 500
     listen: Annotated[str, AfterValidator(checked_address)] = "0.0.0.0:7800"
     heartbeat_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
@@ -128,7 +130,7 @@ def loads_controller_config(text: str, source: str | None = None, base_dir: str 
         Naming the first bad key.
     """
     cfg: ControllerConfig = parse_document(text, _ADAPTER, ControllerConfig, ControllerConfigError.failing(source), _HINTS)
-    if (cfg.lead_us >= cfg.slice_us) and cfg.mode == "timeslice":
+    if (cfg.lead_us >= cfg.slice_us) and cfg.mode != "rate":
         raise ControllerConfigError("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}", source)
     if base_dir is not None:
         upd = {}

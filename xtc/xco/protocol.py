@@ -23,9 +23,12 @@ heartbeat   4     (empty)
 leave       5     (empty)
 directive   6     controller -> host.  u8 kind: 0 = timeslice: u32 destination (0xFFFFFFFF =
                   hold), u64 start_us, u32 length_us (0 for a hold); 1 = rates: u64 start_us,
-                  u16 count, then (u32 destination, u64 rate_bps) per flow (rate 0 = stop)
+                  u16 count, then (u32 destination, u64 rate_bps) per flow (rate 0 = stop);
+                  2 = timeslice with a rate (hybrid mode): u32 destination (never a hold),
+                  u64 start_us, u32 length_us, u64 rate_bps (> 0): send to the destination for
+                  the slice at no more than that rate
 welcome     7     controller -> host, the answer to a register: u32 slice_us, u8 mode (0
-                  timeslice, 1 rate), u32 heartbeat_interval_us
+                  timeslice, 1 rate, 2 hybrid), u32 heartbeat_interval_us
 ack         8     controller -> host, the answer to a heartbeat: u32 seq of the heartbeat, u16
                   count, then that many u32 destination host ids: the host's backlog as the
                   controller holds it (added in protocol 1 without a version change: an end
@@ -62,12 +65,13 @@ MAX_NAME_BYTES = 64
 T_REGISTER, T_BACKLOG, T_GIVEUP, T_HEARTBEAT, T_LEAVE, T_DIRECTIVE, T_WELCOME, T_ACK = 1, 2, 3, 4, 5, 6, 7, 8
 TYPE_NAMES = {1: "register", 2: "backlog", 3: "giveup", 4: "heartbeat", 5: "leave", 6: "directive", 7: "welcome",
               8: "ack"}
-MODES = ("timeslice", "rate")
+MODES = ("timeslice", "rate", "hybrid")
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _TS = struct.Struct(">BIQI")
+_TS_RATED = struct.Struct(">BIQIQ")
 _RATE_HEAD = struct.Struct(">BQH")
 _FLOW = struct.Struct(">IQ")
 _WELCOME = struct.Struct(">IBI")
@@ -124,12 +128,14 @@ class Leave:
 
 @dataclass(frozen=True, slots=True)
 class Directive:
-    """Timeslice directive: send to ``dest`` (None = hold) from ``start_us`` for ``length_us``."""
+    """Timeslice directive: send to ``dest`` (None = hold) from ``start_us`` for ``length_us``;
+    in hybrid mode a slice may carry ``rate_bps``, the most the host may send in it (bits/s)."""
 
     header: Header
     dest: int | None
     start_us: int
     length_us: int
+    rate_bps: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +194,12 @@ def encode(m: Message) -> bytes:
             dest = HOLD if m.dest is None else m.dest
             if dest == HOLD and m.dest is not None:
                 raise ValueError("destination id 0xFFFFFFFF is reserved for hold")
-            out = _head(T_DIRECTIVE, h) + _TS.pack(0, dest, m.start_us, m.length_us)
+            if m.rate_bps is None:
+                out = _head(T_DIRECTIVE, h) + _TS.pack(0, dest, m.start_us, m.length_us)
+            elif m.dest is None or m.rate_bps <= 0:
+                raise ValueError("a slice's rate must be positive, and a hold has none")
+            else:
+                out = _head(T_DIRECTIVE, h) + _TS_RATED.pack(2, dest, m.start_us, m.length_us, m.rate_bps)
         elif isinstance(m, Backlog):
             out = _head(T_BACKLOG, h) + _U16.pack(len(m.dests)) + struct.pack(f">{len(m.dests)}I", *m.dests)
         elif isinstance(m, GiveUp):
@@ -285,6 +296,13 @@ def decode(data: bytes) -> Message:
                 raise _bad(f"rate directive of {k} flows in a {b}-byte body")
             rates = tuple(_FLOW.unpack_from(body, _RATE_HEAD.size + _FLOW.size * i) for i in range(k))
             return RateDirective(h, start, rates)
+        if kind == 2:
+            if b != _TS_RATED.size:
+                raise _bad(f"rated timeslice directive body of {b} bytes (want {_TS_RATED.size})")
+            _, dest, start, length, rate = _TS_RATED.unpack_from(body)
+            if dest == HOLD or rate == 0:
+                raise _bad("a rated slice needs a destination and a rate above 0")
+            return Directive(h, dest, start, length, rate)
         raise _bad(f"directive kind {kind}")
     if t == T_WELCOME:
         if b != _WELCOME.size:

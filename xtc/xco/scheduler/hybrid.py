@@ -28,7 +28,7 @@ Consequences:
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class HybridScheduler:
     """Timeslice scheduling with the slice rates ``r_x`` (see the module docstring).
 
     Same event API as :class:`~xtc.xco.scheduler.base.SchedulerBase` (``advance``, ``backlog``,
-    ``backlog_many``, ``giveup``, ``leave``, ``next_expiry_us``, ``dest``, ``slice_end``,
+    ``backlog_many``, ``events_at``, ``giveup``, ``leave``, ``next_expiry_us``, ``dest``, ``slice_end``,
     ``link_load_bps``); every directive that grants a slice carries ``rate_bps = r_x``.
 
     Parameters
@@ -114,6 +114,10 @@ class HybridScheduler:
     def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
         """Several backlog reports at one instant, one scheduling event."""
         return self._rated(self._sched.backlog_many(t_us, groups))
+
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+        """Several backlog reports and give-ups at one instant (:meth:`FastScheduler.events_at`)."""
+        return self._rated(self._sched.events_at(t_us, events))
 
     def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
         """Host ``x`` has nothing more for ``d``."""
