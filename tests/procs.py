@@ -20,6 +20,18 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    """SIGTERM ``proc`` if it still runs and wait for it; SIGKILL it if it has not ended by ``timeout_s``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class DaemonProc:
     """One ``xtc daemon`` process and its JSON-lines log, read by a thread."""
 

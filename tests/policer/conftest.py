@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
+from procs import stop_process
 from xtc.policer.bench import start_policer
 from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
@@ -99,12 +100,7 @@ class Daemon:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
 
@@ -129,13 +125,7 @@ class Policer:
         if self.http is not None:
             self.http.close()
             self.http = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def call(self, method: str, path: str, **kw: Any) -> Any:

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
 
+from procs import stop_process
 from xtc.daemon.metrics import DaemonMetrics
 from xtc.policer.bench import start_policer
 
@@ -73,8 +74,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     try:
         text = httpx.get(url + "/metrics", timeout=10).text
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
     policer = _sample_names(text_string_to_metric_families(text))
     assert "xtc_policer_cycle_seconds" in policer and "xtc_policer_punishments_total" in policer, sorted(policer)
     daemon = _sample_names(text_string_to_metric_families(generate_latest(DaemonMetrics().registry).decode()))

@@ -20,6 +20,7 @@ from typing import Iterator
 
 import pytest
 
+from procs import stop_process
 from xtc.policer.bench import start_policer
 
 pytestmark = pytest.mark.slow
@@ -75,8 +76,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
 
 
 def _dom(url: str, tmp: Path) -> tuple[str, list[str]]:

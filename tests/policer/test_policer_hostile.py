@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 from conftest import TOKEN, wait_for
+from procs import stop_process
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
 from xtc.policer.store import Store
@@ -416,5 +417,4 @@ def test_serve_access_log_logs_requests(tmp_path: Path) -> None:
         wait_for(lambda: any('"GET /routers HTTP/1.1" 200' in ln for ln in lines), 5, "an access record")
         assert not any(TOKEN in ln for ln in lines)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)

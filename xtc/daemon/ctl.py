@@ -16,42 +16,51 @@ import zmq
 
 from .api import API_VERSION, SAMPLES_TOPIC, decode_samples
 
-__all__ = ["ManagerClient", "ManagerError", "connect_client", "format_table"]
+__all__ = ["ManagerClient", "ManagerError", "open_client", "format_table"]
 
 
-def connect_client(sock: zmq.Socket, endpoint: str, timeout_ms: int, curve_secret_file: str | Path | None,
-                   server_key: str | None, options: dict[int, int] | None = None) -> None:
-    """Connect a fresh REQ socket to a daemon's manager endpoint, as every client of the API does.
+def open_client(ctx: zmq.Context, endpoint: str, timeout_ms: int | None, curve_secret_file: str | Path | None,
+                server_key: str | None, options: dict[int, int | bytes] | None = None,
+                kind: int = zmq.REQ) -> zmq.Socket:
+    """A socket connected to a daemon's endpoint, as every client of the daemon opens it: a REQ
+    socket for the manager API by default, a DEALER or SUB socket with ``kind``.
 
-    No linger, ``timeout_ms`` for sends and receives, the extra socket ``options`` (``zmq`` option ->
-    value), CURVE client keys when the daemon has a server key.  On failure ``sock`` is closed and the
-    error raised again.
+    No linger, ``timeout_ms`` for sends and receives (None: no timeout, for sockets that are polled),
+    the extra socket ``options`` (``zmq`` option -> value, set in that order before connecting),
+    CURVE client keys when the daemon has a server key.  On failure nothing stays open
+    (a socket made is closed) and the error is raised: also when no socket can be made at all (the
+    context's socket limit, or the process's open files: ``EMFILE``), which is an error of this one
+    connection, never of the caller's process.
 
     Parameters
     ----------
-    sock : zmq.Socket
-        A new, unconnected REQ socket.
+    ctx : zmq.Context
+        Where the socket is made (a ``zmq.asyncio.Context`` makes an asyncio socket).
     endpoint : str
         The daemon's manager endpoint.
-    timeout_ms : int
-        Send and receive timeout, milliseconds.
+    timeout_ms : int or None
+        Send and receive timeout, milliseconds (None: none).
     curve_secret_file : path or None
         The client's ``.key_secret`` file (used when ``server_key`` is set).
     server_key : str or None
         The daemon's CURVE public key (Z85), or None for a plain connection.
     options : dict, optional
         More socket options to set before connecting.
+    kind : int
+        The socket type (``zmq.REQ``, ``zmq.DEALER``, ``zmq.SUB``).
 
     Raises
     ------
     zmq.ZMQError, ValueError
-        The socket could not be set up or connected (:class:`xtc.daemon.curve.CurveError` is a
+        The socket could not be made, set up or connected (:class:`xtc.daemon.curve.CurveError` is a
         ValueError).
     """
+    sock = ctx.socket(kind)
     try:
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-        sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        if timeout_ms is not None:
+            sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+            sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
         for option, value in (options or {}).items():
             sock.setsockopt(option, value)
         if server_key:
@@ -62,6 +71,7 @@ def connect_client(sock: zmq.Socket, endpoint: str, timeout_ms: int, curve_secre
     except (zmq.ZMQError, ValueError):
         sock.close(0)
         raise
+    return sock
 
 
 class ManagerError(RuntimeError):
@@ -100,12 +110,11 @@ class ManagerClient:
         if self._sock is None:
             if self.server_key and not self.curve_secret_file:
                 raise ManagerError("transport", "the daemon has a CURVE server key but this client has no client key pair")
-            s = self.ctx.socket(zmq.REQ)
             try:
-                connect_client(s, self.endpoint, self.timeout_ms, self.curve_secret_file, self.server_key)
+                self._sock = open_client(self.ctx, self.endpoint, self.timeout_ms, self.curve_secret_file,
+                                         self.server_key)
             except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
                 raise ManagerError("transport", f"cannot connect to {self.endpoint}: {e}") from None
-            self._sock = s
         return self._sock
 
     def close(self) -> None:

@@ -16,6 +16,8 @@ unreachable; :class:`DaemonRefused` (the daemon answered ``ok: false``) is a ref
 
 from __future__ import annotations
 
+import errno
+
 import json
 import logging
 import math
@@ -29,7 +31,7 @@ from pydantic import ValidationError
 
 from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, ErrorReply, Instance, OkReply, reject_json_constant,
                             unique_json_keys)
-from xtc.daemon.ctl import connect_client
+from xtc.daemon.ctl import open_client
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -108,17 +110,12 @@ class DaemonLink:
         if self._sock is None:
             if self.server_key and not self.curve_secret_file:
                 raise LinkDown("the daemon has a CURVE server key but the policer has no client key pair")
-            try:
-                s = self.ctx.socket(zmq.REQ)
-            except zmq.ZMQError as e:  # EMFILE: an error of this router, never of the process
-                raise LinkDown(f"cannot open a socket for {self.endpoint}: {e}") from None
-            try:
+            try:  # EMFILE included: an error of this router, never of the process
                 # MAXMSGSIZE is per frame, checked while receiving.
-                connect_client(s, self.endpoint, self.timeout_ms, self.curve_secret_file, self.server_key,
-                               {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 4})
+                self._sock = open_client(self.ctx, self.endpoint, self.timeout_ms, self.curve_secret_file,
+                                         self.server_key, {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 4})
             except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
                 raise LinkDown(f"cannot connect to {self.endpoint}: {e}") from None
-            self._sock = s
         return self._sock
 
     def close(self) -> None:
@@ -303,21 +300,11 @@ class LinkPool:
         if server_key and not self.curve_secret_file:
             raise LinkDown("the daemon has a CURVE server key but the policer has no client key pair")
         try:
-            s = self._actx.socket(zmq.DEALER)
-        except zmq.ZMQError as e:  # EMFILE, too many sockets: this router's error
-            self.socket_errors += 1
-            raise LinkDown(f"cannot open a socket for {endpoint}: {e}") from None
-        try:
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.MAXMSGSIZE, self.max_reply_bytes)
-            s.setsockopt(zmq.RCVHWM, 64)
-            if server_key:
-                from xtc.daemon.curve import client_options
-
-                client_options(s, self.curve_secret_file, server_key)  # type: ignore[arg-type]
-            s.connect(endpoint)
+            s = open_client(self._actx, endpoint, None, self.curve_secret_file, server_key,
+                            {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 64}, kind=zmq.DEALER)
         except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
-            s.close(0)
+            if isinstance(e, zmq.ZMQError) and e.errno == errno.EMFILE:
+                self.socket_errors += 1  # too many sockets: this router's error, never the process's
             raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
         self._sockets.add(s)
         return s

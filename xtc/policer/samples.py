@@ -31,7 +31,7 @@ from typing import Any, Callable
 import zmq
 
 from xtc.daemon.api import SAMPLES_SCHEMA, SAMPLES_TOPIC, reject_json_constant, unique_json_keys
-from xtc.daemon.curve import client_options
+from xtc.daemon.ctl import open_client
 
 from .link import _VR_NAME, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
 
@@ -260,22 +260,12 @@ class SampleStreams:
         endpoint, server_key = how
         if server_key and not self.curve_secret_file:
             return  # cannot authenticate: measured by 'list'
-        try:
-            s = self.ctx.socket(zmq.SUB)
-        except zmq.ZMQError as e:  # EMFILE: this router is measured by 'list'
-            log.warning("router %s: cannot open a SUB socket: %s", name, e)
-            return
-        try:
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
-            s.setsockopt(zmq.RCVHWM, 4)
-            if server_key:
-                client_options(s, self.curve_secret_file, server_key)  # type: ignore[arg-type]
-            s.setsockopt(zmq.SUBSCRIBE, SAMPLES_TOPIC)
-            s.connect(endpoint)
-        except (zmq.ZMQError, ValueError) as e:
+        try:  # EMFILE included: this router is then measured by 'list'
+            s = open_client(self.ctx, endpoint, None, self.curve_secret_file, server_key,
+                            {zmq.MAXMSGSIZE: self.max_bytes, zmq.RCVHWM: 4, zmq.SUBSCRIBE: SAMPLES_TOPIC},
+                            kind=zmq.SUB)
+        except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
             log.warning("router %s: cannot subscribe to %s: %s", name, endpoint, e)
-            s.close(0)
             return
         fd = s.getsockopt(zmq.FD)
         self._socks[name] = (s, how)
