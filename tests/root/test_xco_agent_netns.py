@@ -327,6 +327,19 @@ def _flowing_again(rx: list[tuple[str, int]], src: str, after_ns: int, gap_ns: i
     return None
 
 
+def _kill_all(procs: list[Proc], rcv: Receiver) -> None:
+    """Every process of a test killed (whatever the test left running) and the receiver closed."""
+    for p in procs:
+        if p.p.poll() is None:
+            p.p.kill()
+    for p in procs:
+        try:
+            p.p.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+    rcv.close()
+
+
 def test_agents_gate_real_links(net, tmp_path):
     port = free_port(socket.SOCK_DGRAM)
     cfgs = _write_configs(tmp_path, net, port)
@@ -455,15 +468,7 @@ def test_agents_gate_real_links(net, tmp_path):
         assert net.root_qdisc("s2")["kind"] == "noqueue"
         assert net.tc_lines("s2", "class") == [] and net.tc_lines("s2", "filter") == []
     finally:
-        for p in procs:
-            if p.p.poll() is None:
-                p.p.kill()
-        for p in procs:
-            try:
-                p.p.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        rcv.close()
+        _kill_all(procs, rcv)
 
 
 #: r1's switch port in the hybrid test, bits/s: slower than every sender's 1 Gb/s NIC.
@@ -521,12 +526,4 @@ def test_hybrid_mode_serves_fast_senders_at_their_slice_rate_on_real_links(net, 
             burst_bps = 2 * FRAME_BYTES * 8 * len(iv) / max(open_s, 1e-9)
             assert 0.5 * HYBRID_PORT_BPS <= rate_bps <= 1.05 * HYBRID_PORT_BPS + burst_bps, (h, rate_bps)
     finally:
-        for p in procs:
-            if p.p.poll() is None:
-                p.p.kill()
-        for p in procs:
-            try:
-                p.p.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        rcv.close()
+        _kill_all(procs, rcv)
