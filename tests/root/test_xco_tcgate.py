@@ -731,6 +731,37 @@ def test_a_change_the_kernel_refuses_is_named_though_no_ack_is_asked(lab: Lab) -
         gate.close()
 
 
+@root
+def test_a_100_gbps_uplink_and_a_40_gbps_rate_reach_the_kernel_whole(lab: Lab) -> None:
+    """TBF's rate field is 32 bits of bytes/s (34 Gb/s): a faster link's OPEN, or a faster rate,
+    must reach the kernel in TCA_TBF_RATE64 (HTB's classes in TCA_HTB_RATE64), not wrapped or clamped."""
+    link = 100_000_000_000
+    gate = TcGate(lab.ifname, link_bps=link, netns=lab.snd)
+    try:
+        gate.install()
+        lab.hold(gate, OPEN)
+        gate.add_dest(2, 40_000_000_000)
+        gate.add_dest(3, 8_000_000)
+        tbf = sorted(q["options"]["rate"] for q in lab.tc_json("qdisc") if q["kind"] == "tbf")
+        assert tbf == [1_000_000, 5_000_000_000, 12_500_000_000], tbf  # bytes/s
+        assert all(" rate 100Gbit ceil 100Gbit " in c for c in lab.classes()), lab.classes()
+        with receiver(lab.rcv) as r:  # and it passes what it is given
+            sock = udp_sender(lab.snd)
+            send(sock, 50)
+            sock.close()
+            assert wait_for(lambda: r.count() == 50)
+        gate.set_states({1: 50_000_000_000})
+        tbf = sorted(q["options"]["rate"] for q in lab.tc_json("qdisc") if q["kind"] == "tbf")
+        assert tbf == [1_000_000, 5_000_000_000, 6_250_000_000], tbf
+        with pytest.raises(GateError, match="bad state"):
+            gate.set_states({1: 10**13 + 1})
+    finally:
+        gate.restore()
+        gate.close()
+    with pytest.raises(GateError, match="out of range"):
+        TcGate(lab.ifname, link_bps=10**13 + 1, netns=lab.snd)
+
+
 def test_tbf_message_carries_its_burst() -> None:
     msg = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
                     limit=1 << 20)

@@ -131,7 +131,12 @@ RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
 RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
+TCA_TBF_RATE64 = 4
 TCA_TBF_BURST = 6
+#: The fastest rate a gate takes, bits/s (10 Tb/s; the kernel's 64-bit rates).  A TBF's 32-bit rate
+#: field ends at 34 Gb/s: above it the rate goes in ``TCA_TBF_RATE64`` (HTB's in ``TCA_HTB_RATE64``).
+MAX_RATE_BPS = 10**13
+_U32_MAX = 2**32 - 1
 TCA_U32_CLASSID = 1
 _SIOCGIFMTU = 0x8921
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
@@ -756,8 +761,8 @@ class TcGate:
         self.netns = netns
         where = f"{ifname}" + (f" (netns {netns})" if netns else "")
         self._where = where
-        if not 8_000 <= link_bps < 8 * 2**32:
-            raise GateError(f"{where}: link_bps {link_bps} out of range [8000, {8 * 2**32})")
+        if not 8_000 <= link_bps <= MAX_RATE_BPS:
+            raise GateError(f"{where}: link_bps {link_bps} out of range [8000, {MAX_RATE_BPS}]")
         if closed_burst_bytes is not None and closed_burst_bytes < 64:
             raise GateError(f"{where}: closed_burst_bytes {closed_burst_bytes} < 64")
         self.link_bps = int(link_bps)
@@ -855,12 +860,16 @@ class TcGate:
         else:
             rate_bps = int(state)
             burst = max(self.closed_burst_bytes, rate_bps // 8 // 1000)
+        rate_Bps = rate_bps // 8
         msg = self._tc(command, kind="tbf", handle=_LEAF_MAJOR_BASE << 16, parent=ROOT_HANDLE,
-                       rate=rate_bps // 8, burst=burst, limit=self.queue_limit_bytes)
-        return _append_option(msg, TCA_TBF_BURST, struct.pack("=I", burst))
+                       rate=min(rate_Bps, _U32_MAX), burst=burst, limit=self.queue_limit_bytes)
+        msg = _append_option(msg, TCA_TBF_BURST, struct.pack("=I", burst))
+        if rate_Bps > _U32_MAX:  # above 34 Gb/s: the kernel takes the larger of the two rates
+            msg = _append_option(msg, TCA_TBF_RATE64, struct.pack("=Q", rate_Bps))
+        return msg
 
     def _check_state(self, state: int, dest: int) -> None:
-        if not isinstance(state, int) or not (state in (OPEN, CLOSED) or 8 <= state < 8 * 2**32):
+        if not isinstance(state, int) or not (state in (OPEN, CLOSED) or 8 <= state <= MAX_RATE_BPS):
             raise GateError(f"{self._where}: dest host {dest}: bad state {state!r}")
 
     def _root(self) -> _TcObject | None:
