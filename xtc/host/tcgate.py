@@ -84,7 +84,7 @@ import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -206,6 +206,15 @@ def encode_tc(command: str, seq: int, **kwarg: object) -> bytes:
         msg["attrs"].extend(rf["attrs"])
     msg.encode()
     return bytes(msg.data[: msg["header"]["length"]])
+
+
+def _ext_ack_text(buf: Any, off: int, mlen: int) -> str:
+    """The kernel's message in the ``NLMSG_ERROR`` at ``off`` (``mlen`` bytes), "" if none: with
+    ``NETLINK_CAP_ACK`` only the request's header follows the error code, then the ext-ack TLVs."""
+    for atype, a, b in _attrs(buf, off + 20 + 16, off + mlen):
+        if atype == NLMSGERR_ATTR_MSG:
+            return bytes(buf[a:b]).rstrip(b"\0").decode("utf-8", "replace")
+    return ""
 
 
 def _append_option(msg: bytes, atype: int, payload: bytes) -> bytes:
@@ -518,13 +527,7 @@ class _Rtnl:
                     break
                 if mtype == NLMSG_ERROR and seq in pending:
                     (err,) = _ERR.unpack_from(buf, off + 16)
-                    text = ""
-                    if err:
-                        # with NETLINK_CAP_ACK only the request's header follows; then ext-ack TLVs
-                        for atype, a, b in _attrs(buf, off + 20 + 16, off + mlen):
-                            if atype == NLMSGERR_ATTR_MSG:
-                                text = bytes(buf[a:b]).rstrip(b"\0").decode("utf-8", "replace")
-                    acks[seq] = (-err, text)
+                    acks[seq] = (-err, _ext_ack_text(buf, off, mlen) if err else "")
                     pending.discard(seq)
                 elif mtype == RTM_NEWTFILTER and seq in pending:
                     echoed.append((seq, _TCMSG.unpack_from(buf, off + 16)[2]))  # the filter's handle
@@ -550,11 +553,7 @@ class _Rtnl:
                 if mtype == NLMSG_ERROR and seq in want:
                     (err,) = _ERR.unpack_from(buf, off + 16)
                     if err:
-                        text = ""
-                        for atype, a, b in _attrs(buf, off + 20 + 16, off + mlen):
-                            if atype == NLMSGERR_ATTR_MSG:
-                                text = bytes(buf[a:b]).rstrip(b"\0").decode("utf-8", "replace")
-                        out[seq] = (-err, text)
+                        out[seq] = (-err, _ext_ack_text(buf, off, mlen))
                 off += _align4(mlen)
 
     def read_root_counters(self, seq: int) -> tuple[int, int, int]:
