@@ -23,7 +23,13 @@ large (``small_flow_bytes = 0``).  Prints one JSON object:
   ``gate.set_states``, ``core.handle``
   (decode, checks, and the directive when already due), ``core.tick`` outside ``handle``,
   ``core.observe_counters``, ``core.observe_quiet``, and ``other`` (the loop's own Python, ``select``, socket reads and
-  clock reads: the thread's total CPU minus the sections), in % of a core and us per slice.
+  clock reads: the thread's total CPU minus the sections), in % of a core and us per slice;
+- ``floor`` (with ``--floor``): the least an agent can cost here, ``agent_floor.c`` (built with the
+  system's C compiler) on the same gate: per slice it sleeps until the directive arrives, reads it,
+  sleeps until the slice's start, sends the gate's own batch of TBF changes (one destination closes,
+  the next opens), the wake frame and a drain frame, and reads the root's counters (the quiet
+  probe): the agent's system calls and wake-ups with no Python, no decoding and no decisions.
+  ``cpu_percent`` and ``us_per_slice`` of that process (getrusage), wake-ups per slice, late starts.
 
 Needs root and iproute2.  Everything is removed at the end.
 """
@@ -319,6 +325,67 @@ def _gate_calls_us(ns: str, turns: int = 400) -> dict[str, float]:
         g.close()
 
 
+def run_floor(ns: str, slice_us: int, seconds: float, priority: int, skip: str = "") -> dict[str, Any]:
+    """The C reference of the agent's hot path (module docstring, ``floor``) on a gate of 8
+    destinations and 64 flows in ``ns``, directives from :class:`FakeController`; ``skip``: the
+    steps left out (``FLOOR_SKIP`` of agent_floor.c)."""
+    import struct as st
+
+    from xtc.host.tcgate import TcGate
+    from xtc.xco.gate import CLOSED, OPEN, Flow
+    from xtc_lab.lab.build import build_program
+
+    prog = build_program(Path(__file__).with_name("agent_floor.c"))
+    g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
+    g.install()
+    try:
+        dests = tuple(range(1, N_REMOTE + 1))
+        for i in dests:
+            g.add_dest(i, CLOSED)
+        for k in range(N_LOCAL):
+            for i in dests:
+                f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
+                g.add_flow(f)
+                g.move_to_dest(f)
+        g.set_states({dests[0]: OPEN})
+        parts = [st.pack("=I", N_REMOTE)]
+        for n in range(1, N_REMOTE + 1):  # the turns of one round: close the last, open the next
+            states = {dests[n - 1]: CLOSED, dests[n % N_REMOTE]: OPEN}
+            g.set_states(states)
+            plan = g._plans[tuple(states.items())]
+            parts += [st.pack("=II", len(plan.batch), len(plan.offsets)), st.pack(f"={len(plan.offsets)}I", *plan.offsets),
+                      bytes(plan.batch)]
+        g.quiet()
+        assert g._get_root is not None
+        parts += [st.pack("=I", len(g._get_root)), bytes(g._get_root), st.pack("=I", len(g._wake)), g._wake]
+        with tempfile.NamedTemporaryFile(suffix=".bin") as msgs:
+            msgs.write(b"".join(parts))
+            msgs.flush()
+            ctl = FakeController(slice_us, 1000, priority)  # its thread polls every 0.5 ms: a lead that it keeps
+            port = ctl.port + 1 if ctl.port < 65535 else ctl.port - 1
+            argv = [str(prog), str(port), f"/run/netns/{ns}", str(g.ifindex), msgs.name, str(seconds)]
+            if priority:
+                argv = ["chrt", "-f", str(priority), *argv]
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, FLOOR_SKIP=skip))
+            time.sleep(0.2)  # its socket is bound before the directives start
+            ctl.addr = ("127.0.0.1", port)
+            out, err = p.communicate(timeout=seconds + 30)
+            ctl.stop = True
+            ctl.t.join(2)
+            ctl.sock.close()
+        if p.returncode != 0:
+            raise RuntimeError(f"agent_floor exited {p.returncode}: {err.strip()}")
+        r = json.loads(out)
+        slices = max(1, r["slices"])
+        return {"cpu_percent": round(100 * r["cpu_s"] / r["seconds"], 2), "us_per_slice": round(1e6 * r["cpu_s"] / slices, 1),
+                "slices": r["slices"], "wakeups_per_slice": round(r["wakeups"] / slices, 2), "late": r["late"],
+                "directives_sent": ctl.directives}
+    finally:
+        g.restore()
+        g.close()
+
+
 def _add_flow_ms(ns: str) -> list[float]:
     from xtc.host.tcgate import TcGate
     from xtc.xco.gate import Flow
@@ -351,6 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--realtime-priority", type=int, default=10)
     ap.add_argument("--sections", action="store_true", help="also time the loop's sections in-process")
     ap.add_argument("--gate-calls", action="store_true", help="also time the gate's calls alone")
+    ap.add_argument("--floor", action="store_true", help="also run the C reference of the hot path (agent_floor.c)")
+    ap.add_argument("--only-floor", action="store_true", help="run the C reference alone (no agent runs)")
+    ap.add_argument("--floor-skip", nargs="*", default=[], metavar="STEPS",
+                    help="also run the C reference without these steps (s: the sleep until the start, "
+                         "n: the TBF changes, p: the frames, q: the counter probe; e.g. s nq snpq)")
     a = ap.parse_args(argv)
     tag = secrets.token_hex(3)
     ns, peer = f"xab{tag}-a", f"xab{tag}-b"
@@ -368,6 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         mac = json.loads(_sh("ip", "-n", peer, "-j", "link", "show", "xb1"))[0]["address"]
         for i in range(1, N_REMOTE + 1):
             _sh("ip", "-n", ns, "neigh", "replace", f"{NET}.{100 + i}", "lladdr", mac, "dev", "xb0")
+        if a.floor or a.only_floor:
+            result["floor"] = run_floor(ns, a.slice_us, a.seconds, a.realtime_priority)
+            for skip in a.floor_skip:
+                result[f"floor_without_{skip}"] = run_floor(ns, a.slice_us, a.seconds, a.realtime_priority, skip)
+            if a.only_floor:
+                return 0
         if a.gate_calls:
             result["gate_calls_us"] = _gate_calls_us(ns)
         a_ms = _add_flow_ms(ns)
@@ -388,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for n in (ns, peer):
             subprocess.run(["ip", "netns", "del", n], capture_output=True, check=False)
-    result["load_average_end"] = os.getloadavg()
-    print(json.dumps(result))
+        result["load_average_end"] = os.getloadavg()
+        print(json.dumps(result))
     return 0
 
 
