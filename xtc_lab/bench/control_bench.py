@@ -15,7 +15,7 @@ Plants (one UDP flow at 100 kp/s offered, 64-byte packets, exact caps unless sai
 nominal    the plant calibrated to the paper (Table 1, pole a = 0.0915)
 fast2x     hardware twice as fast (twice the packets per percent of CPU)
 slow2x     hardware twice as slow
-lag4x      achieved-rate time constant 4x the model's (about 1.7 s)
+lag4x      achieved-rate time constant 4x the model's (about 0.37 s)
 laghalf    achieved-rate time constant half a period (0.5 s)
 hog15      a CPU hog takes 15% of the VR's CPU all the time
 gradual    a knee that bends gradually into saturation (exponent 2; also grad-fast2x,

@@ -1,0 +1,57 @@
+"""The hold scenario of ``xtc bench control`` with 10% rate noise (``VRConfig.noise_rel`` 0.10 instead
+of 0.01; ``noise_drop_rel`` stays 0.08), setpoints 5-90 kp/s, seeds 1-3, eight plants: worst steady
+error over reachable setpoints, mean relative RMSE, mean |change of log10 cap| per period (60..120 s).
+
+Usage: python docs/results/lag-variants/noise_hold.py OUT.json [field=value ...] (as bench_tuning.py).
+"""
+import json
+import os
+import sys
+from dataclasses import replace
+
+import numpy as np
+
+import xtc.control as xc
+import xtc.control.estimate as est
+import xtc.control.laws as laws
+from xtc.control.estimate import LagTuning
+from xtc.control.laws import XtcTuning
+
+if os.environ.get("PROV"):
+    est._PROV = os.environ["PROV"]
+if os.environ.get("DLH_SCALE"):
+    laws._DLH_SCALE = float(os.environ["DLH_SCALE"])
+over = {}
+for a in sys.argv[2:]:
+    k, v = a.split("=")
+    over[k] = (v == "True") if v in ("True", "False") else float(v)
+le = {k[3:]: v for k, v in over.items() if k.startswith("le.")}
+over = {k: v for k, v in over.items() if not k.startswith("le.")}
+if le:
+    over["lag_estimator"] = LagTuning(**le)
+xc.XtcTuning = lambda **kw: XtcTuning(**{**over, **kw})
+
+import xtc.models  # noqa: E402
+from xtc_lab.bench import control_bench as cb  # noqa: E402
+from xtc_lab.sim.experiments import controller_spec  # noqa: E402
+from xtc_lab.sim.metrics import relative_error, relative_rmse  # noqa: E402
+
+grid = np.array([5, 8, 10, 12, 16, 20, 25, 30, 40, 50, 60, 70, 80, 90], float) * 1000
+spec, tm, model = controller_spec("xtc"), cb.ScenarioTimes(), xtc.models.PAPER_MODEL
+out = {}
+for p in ["nominal", "fast2x", "lag4x", "laghalf", "gradual", "grad-fast2x", "grad-laghalf", "slow2x"]:
+    bp = cb.BENCH_PLANTS[p]
+    bp = replace(bp, vr=replace(bp.vr, noise_rel=0.10))
+    reach = cb._reachable(bp, grid)
+    for seed in (1, 2, 3):
+        tr = cb._hold(spec, bp, grid, seed, tm, model, lambda f: None)
+        y = tr.forwarded_pps[60:120]
+        errs = [relative_error(y[:, i].mean(keepdims=True), grid[i]) for i in range(grid.size)]
+        rr = [relative_rmse(y[:, i]) for i in range(grid.size)]
+        mv = np.mean(np.abs(np.diff(np.log10(tr.cap_percent[60:120]), axis=0)))
+        out[f"{p} s{seed}"] = dict(worst_err=max(e for e, r in zip(errs, reach) if r), mean_rmse=float(np.mean(rr)),
+                                   mean_move_dec=float(mv), errs=[float(e) for e in errs], rmse=[float(r) for r in rr])
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    json.dump(out, f, indent=1)
+for k, v in out.items():
+    print(f"{k:16s} err {v['worst_err'] * 100:7.3f}%  rmse {v['mean_rmse']:.5f}  move {v['mean_move_dec']:.5f}")
