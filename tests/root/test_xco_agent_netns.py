@@ -263,14 +263,12 @@ def _sent(p: subprocess.Popen) -> int:
     return int(json.loads(out.strip().splitlines()[-1])["sent_packets"])
 
 
-def open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int) -> list[tuple[int, int]]:
+def _open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int, when) -> list[tuple[int, int]]:
     """The intervals of ``[t0_us, t1_us)`` during which an agent's flows towards ``dest`` were open,
-    from its ``directive_applied`` events: each directive's slice begins at its ``start_us`` (or its
-    arrival, if it came late), the controller's schedule, not when the agent got round to it."""
+    from its ``directive_applied`` events, each taking effect at ``when(event)``."""
     out, start = [], None
-    evs = [e for e in events if e["event"] == "directive_applied"]
-    for e in sorted(evs, key=lambda e: max(e["start_us"], e["arrival_us"])):
-        t = max(e["start_us"], e["arrival_us"])
+    for e in sorted((e for e in events if e["event"] == "directive_applied"), key=when):
+        t = when(e)
         if e["dest"] == dest and start is None:
             start = t
         elif e["dest"] != dest and start is not None:
@@ -280,24 +278,19 @@ def open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int) -> lis
     if start is not None and start < t1_us:
         out.append((max(start, t0_us), t1_us))
     return out
+
+
+def open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int) -> list[tuple[int, int]]:
+    """The open intervals of the schedule: each directive's slice begins at its ``start_us`` (or its
+    arrival, if it came late), the controller's schedule, not when the agent got round to it."""
+    return _open_intervals(events, dest, t0_us, t1_us, lambda e: max(e["start_us"], e["arrival_us"]))
 
 
 def gate_open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int) -> list[tuple[int, int]]:
-    """The intervals of ``[t0_us, t1_us)`` during which an agent's gate was open towards ``dest``:
-    from the ``applied_us`` of a directive that opened it (when its gate change had returned) to
-    that of the next directive; what the gate did, however late the agent applied the schedule."""
-    out, start = [], None
-    for e in sorted((e for e in events if e["event"] == "directive_applied"), key=lambda e: e["applied_us"]):
-        t = e["applied_us"]
-        if e["dest"] == dest and start is None:
-            start = t
-        elif e["dest"] != dest and start is not None:
-            if t > t0_us and start < t1_us:
-                out.append((max(start, t0_us), min(t, t1_us)))
-            start = None
-    if start is not None and start < t1_us:
-        out.append((max(start, t0_us), t1_us))
-    return out
+    """The open intervals of the gate: from the ``applied_us`` of a directive that opened it (when
+    its gate change had returned) to that of the next; what the gate did, however late the agent
+    applied the schedule."""
+    return _open_intervals(events, dest, t0_us, t1_us, lambda e: e["applied_us"])
 
 
 def first_packet_after_open_us(events: list[dict], dest: int, arrivals_us: list[int]) -> list[int]:

@@ -293,21 +293,35 @@ def _prime(ns: str) -> None:
         s.close()
 
 
-def _gate_calls_us(ns: str, turns: int = 400) -> dict[str, float]:
+def _full_gate(ns: str) -> Any:
+    """A TcGate on ``xb0`` in ``ns``, installed, with the 8 destinations CLOSED and the 64 flows
+    in their destinations' classes (the caller restores and closes it)."""
     from xtc.host.tcgate import TcGate
-    from xtc.xco.gate import CLOSED, OPEN, Flow
+    from xtc.xco.gate import CLOSED, Flow
 
     g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
     g.install()
     try:
-        dests = tuple(range(1, N_REMOTE + 1))
-        for i in dests:
+        for i in range(1, N_REMOTE + 1):
             g.add_dest(i, CLOSED)
         for k in range(N_LOCAL):
-            for i in dests:
+            for i in range(1, N_REMOTE + 1):
                 f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
                 g.add_flow(f)
                 g.move_to_dest(f)
+    except BaseException:
+        g.restore()
+        g.close()
+        raise
+    return g
+
+
+def _gate_calls_us(ns: str, turns: int = 400) -> dict[str, float]:
+    from xtc.xco.gate import CLOSED, OPEN
+
+    g = _full_gate(ns)
+    try:
+        dests = tuple(range(1, N_REMOTE + 1))
         turn, read = [], []
         for n in range(turns):
             d = dests[n % len(dests)]
@@ -331,22 +345,13 @@ def run_floor(ns: str, slice_us: int, seconds: float, priority: int, skip: str =
     steps left out (``FLOOR_SKIP`` of agent_floor.c)."""
     import struct as st
 
-    from xtc.host.tcgate import TcGate
-    from xtc.xco.gate import CLOSED, OPEN, Flow
+    from xtc.xco.gate import CLOSED, OPEN
     from xtc_lab.lab.build import build_program
 
     prog = build_program(Path(__file__).with_name("agent_floor.c"))
-    g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
-    g.install()
+    g = _full_gate(ns)
     try:
         dests = tuple(range(1, N_REMOTE + 1))
-        for i in dests:
-            g.add_dest(i, CLOSED)
-        for k in range(N_LOCAL):
-            for i in dests:
-                f = Flow(ipaddress.ip_address(f"{NET}.{1 + k}"), ipaddress.ip_address(f"{NET}.{100 + i}"), i)
-                g.add_flow(f)
-                g.move_to_dest(f)
         g.set_states({dests[0]: OPEN})
         parts = [st.pack("=I", N_REMOTE)]
         for n in range(1, N_REMOTE + 1):  # the turns of one round: close the last, open the next
@@ -362,14 +367,15 @@ def run_floor(ns: str, slice_us: int, seconds: float, priority: int, skip: str =
             msgs.write(b"".join(parts))
             msgs.flush()
             ctl = FakeController(slice_us, 1000, priority)  # its thread polls every 0.5 ms: a lead that it keeps
-            port = ctl.port + 1 if ctl.port < 65535 else ctl.port - 1
-            argv = [str(prog), str(port), f"/run/netns/{ns}", str(g.ifindex), msgs.name, str(seconds)]
+            argv = [str(prog), "0", f"/run/netns/{ns}", str(g.ifindex), msgs.name, str(seconds)]
             if priority:
                 argv = ["chrt", "-f", str(priority), *argv]
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env=dict(os.environ, FLOOR_SKIP=skip))
-            time.sleep(0.2)  # its socket is bound before the directives start
-            ctl.addr = ("127.0.0.1", port)
+            assert p.stdout is not None
+            first = p.stdout.readline()  # {"port": N} once its socket is bound
+            if first:
+                ctl.addr = ("127.0.0.1", int(json.loads(first)["port"]))
             out, err = p.communicate(timeout=seconds + 30)
             ctl.stop = True
             ctl.t.join(2)
@@ -380,6 +386,7 @@ def run_floor(ns: str, slice_us: int, seconds: float, priority: int, skip: str =
         slices = max(1, r["slices"])
         return {"cpu_percent": round(100 * r["cpu_s"] / r["seconds"], 2), "us_per_slice": round(1e6 * r["cpu_s"] / slices, 1),
                 "slices": r["slices"], "wakeups_per_slice": round(r["wakeups"] / slices, 2), "late": r["late"],
+                "ignored": r["ignored"],
                 "directives_sent": ctl.directives}
     finally:
         g.restore()

@@ -15,12 +15,14 @@
  * wakes for the directive and again at the slice's start.
  *
  * Usage: agent_floor PORT NETNS_PATH IFINDEX MSGFILE SECONDS
- *   PORT: UDP port on 127.0.0.1 for the directives (opened before entering the namespace);
+ *   PORT: UDP port on 127.0.0.1 for the directives (opened before entering the namespace; 0: any
+ *     free port, printed first as {"port": N} on a line of its own);
  *   NETNS_PATH: /run/netns/NAME, the namespace of the gated device;
  *   MSGFILE: the messages, written by agent_floor.py: u32 count of turns, then per turn
  *     u32 batch length, u32 number of sequence offsets, the offsets (u32 each), the batch;
  *     then u32 length and the GETQDISC request; then u32 length and the wake frame.
- * Prints one JSON line: slices, wakeups, cpu_s, late (starts reached after they were due).
+ * Prints one JSON line: slices, wakeups, cpu_s, late (starts reached after they were due),
+ * ignored (datagrams that were not a timeslice directive starting within a second).
  * FLOOR_SKIP (environment) leaves steps out, to see what each costs: any of "s" (no sleep until
  * the start: everything at the directive's arrival), "n" (no TBF changes), "p" (no frames),
  * "q" (no counter probe).
@@ -122,6 +124,10 @@ int main(int argc, char **argv) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (bind(udp, (struct sockaddr *)&a, sizeof a) < 0) die("udp bind");
+    socklen_t alen = sizeof a;
+    if (getsockname(udp, (struct sockaddr *)&a, &alen) < 0) die("getsockname");
+    printf("{\"port\": %d}\n", ntohs(a.sin_port));
+    fflush(stdout);
 
     int ns = open(argv[2], O_RDONLY);
     if (ns < 0) die("netns");
@@ -140,7 +146,7 @@ int main(int argc, char **argv) {
 
     unsigned char buf[65536], dg[2048];
     uint32_t seq = 1;
-    long slices = 0, wakeups = 0, late = 0;
+    long slices = 0, wakeups = 0, late = 0, ignored = 0;
     int64_t end = now_us() + (int64_t)(seconds * 1e6);
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);
@@ -153,10 +159,18 @@ int main(int argc, char **argv) {
         wakeups++;
         if (n <= 0) continue;
         ssize_t got = recv(udp, dg, sizeof dg, 0);
-        if (got < 37) continue;
+        /* a protocol-1 timeslice directive: "XC", version 1, type 6, kind 0, 41 bytes */
+        if (got != 41 || dg[0] != 'X' || dg[1] != 'C' || dg[2] != 1 || dg[3] != 6 || dg[24] != 0) {
+            ignored++;
+            continue;
+        }
         uint64_t start = 0;
         for (int k = 0; k < 8; k++) start = (start << 8) | dg[29 + k];
         int64_t t = now_us();
+        if ((int64_t)start - t > 1000000) {  /* not this run's: never sleep on it */
+            ignored++;
+            continue;
+        }
         if (no_sleep) {
         } else if ((int64_t)start > t) {
             struct timespec ts = {.tv_sec = (time_t)(start / 1000000), .tv_nsec = (long)(start % 1000000) * 1000};
@@ -198,7 +212,7 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &r1);
     double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) / 1e6 +
                  (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
-    printf("{\"slices\": %ld, \"wakeups\": %ld, \"late\": %ld, \"cpu_s\": %.6f, \"seconds\": %.3f}\n", slices, wakeups,
-           late, cpu, seconds);
+    printf("{\"slices\": %ld, \"wakeups\": %ld, \"late\": %ld, \"ignored\": %ld, \"cpu_s\": %.6f, \"seconds\": %.3f}\n",
+           slices, wakeups, late, ignored, cpu, seconds);
     return 0;
 }

@@ -19,29 +19,36 @@ import xtc.control.laws as laws
 from xtc.control.estimate import LagTuning
 from xtc.control.laws import XtcTuning
 
-if os.environ.get("PROV"):
-    est._PROV = os.environ["PROV"]
-if os.environ.get("REST_LIMITED"):
-    est._REST_LIMITED = True
-if os.environ.get("SMALL_FOLLOW"):
-    est._SMALL_FOLLOW = float(os.environ["SMALL_FOLLOW"])
-if os.environ.get("DLH_SCALE"):
-    laws._DLH_SCALE = float(os.environ["DLH_SCALE"])
-over = {}
-for a in sys.argv[3:]:
-    k, v = a.split("=")
-    over[k] = (v == "True") if v in ("True", "False") else float(v)
-le = {k[3:]: v for k, v in over.items() if k.startswith("le.")}
-over = {k: v for k, v in over.items() if not k.startswith("le.")}
-if le:
-    over["lag_estimator"] = LagTuning(**le)
-xc.XtcTuning = lambda **kw: XtcTuning(**{**over, **kw})  # make_controller's default tuning
 
-from xtc_lab.bench.control_bench import run_control_bench  # noqa: E402
-from xtc_lab.sim.experiments import _jsonable  # noqa: E402
+def apply_overrides(args: list[str]) -> None:
+    """The patch's module switches from the environment, and ``field=value`` overrides of
+    ``XtcTuning`` (``le.field=value``: its ``LagTuning``) as make_controller's default tuning."""
+    if os.environ.get("PROV"):
+        est._PROV = os.environ["PROV"]
+    if os.environ.get("REST_LIMITED"):
+        est._REST_LIMITED = True
+    if os.environ.get("SMALL_FOLLOW"):
+        est._SMALL_FOLLOW = float(os.environ["SMALL_FOLLOW"])
+    if os.environ.get("DLH_SCALE"):
+        laws._DLH_SCALE = float(os.environ["DLH_SCALE"])
+    over = {}
+    for a in args:
+        k, v = a.split("=")
+        over[k] = (v == "True") if v in ("True", "False") else float(v)
+    le = {k[3:]: v for k, v in over.items() if k.startswith("le.")}
+    over = {k: v for k, v in over.items() if not k.startswith("le.")}
+    if le:
+        over["lag_estimator"] = LagTuning(**le)
+    xc.XtcTuning = lambda **kw: XtcTuning(**{**over, **kw})  # make_controller's default tuning
 
-plants = os.environ.get("PLANTS")
-kw = {"plants": plants.split(",")} if plants else {}
-data = _jsonable(run_control_bench(seed=int(sys.argv[1]), controllers=["xtc"], **kw))
-with open(sys.argv[2], "w", encoding="utf-8") as f:
-    json.dump(data, f, indent=2)
+
+if __name__ == "__main__":
+    apply_overrides(sys.argv[3:])
+    from xtc_lab.bench.control_bench import run_control_bench  # noqa: E402
+    from xtc_lab.sim.experiments import _jsonable  # noqa: E402
+
+    plants = os.environ.get("PLANTS")
+    kw = {"plants": plants.split(",")} if plants else {}
+    data = _jsonable(run_control_bench(seed=int(sys.argv[1]), controllers=["xtc"], **kw))
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)

@@ -5,31 +5,14 @@ error over reachable setpoints, mean relative RMSE, mean |change of log10 cap| p
 Usage: python docs/results/lag-variants/noise_hold.py OUT.json [field=value ...] (as bench_tuning.py).
 """
 import json
-import os
 import sys
 from dataclasses import replace
 
 import numpy as np
 
-import xtc.control as xc
-import xtc.control.estimate as est
-import xtc.control.laws as laws
-from xtc.control.estimate import LagTuning
-from xtc.control.laws import XtcTuning
+from bench_tuning import apply_overrides  # this script's folder is first on sys.path
 
-if os.environ.get("PROV"):
-    est._PROV = os.environ["PROV"]
-if os.environ.get("DLH_SCALE"):
-    laws._DLH_SCALE = float(os.environ["DLH_SCALE"])
-over = {}
-for a in sys.argv[2:]:
-    k, v = a.split("=")
-    over[k] = (v == "True") if v in ("True", "False") else float(v)
-le = {k[3:]: v for k, v in over.items() if k.startswith("le.")}
-over = {k: v for k, v in over.items() if not k.startswith("le.")}
-if le:
-    over["lag_estimator"] = LagTuning(**le)
-xc.XtcTuning = lambda **kw: XtcTuning(**{**over, **kw})
+apply_overrides(sys.argv[2:])
 
 import xtc.models  # noqa: E402
 from xtc_lab.bench import control_bench as cb  # noqa: E402
