@@ -372,6 +372,7 @@ class XtcTuning:
     saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
+    fine_band_descent: bool = True
 
 
 class XtcController(_Bounded):
@@ -569,6 +570,12 @@ class XtcController(_Bounded):
                 min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
             if abs(r - y_wanted) < band * r and not persist:
                 du = t.fine_gain * E / eps
+                if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
+                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
+                    # The descent from the uncapped start (or on after one of its steps) inside the
+                    # fine band: the gentle gain assumes elasticity 1 where it is near 0.
+                    descent = True
+                    du = min(du, E / self.saturation_elasticity)
             else:
                 if observed:
                     # The step to the setpoint from the rate the cap in force settles to (the lag's observer).
