@@ -263,7 +263,7 @@ class ControllerBank:
             descent &= move & ~fine
             if t.fine_band_descent:
                 # The descent inside the fine band: from the top cap or on after such a step.
-                fd = fine & move & not_limited & (r < y_wanted)
+                fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
                 if fd.any():
                     top = was_descent.copy()
                     u_top = self._u_max - _EXACT_DECADES
