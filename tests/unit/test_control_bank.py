@@ -200,3 +200,47 @@ def test_accepts_only_the_same_parameters():
     assert not bank.accepts(make_controller(PAPER, "pi"))
     pi = ControllerBank.like(make_controller(PAPER, "pi"))
     assert not pi.accepts(make_controller(PAPER, "deadbeat"))
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_without_the_fine_band_descent(seed):
+    # on by default (docs/control-settling.md, the fine band's descent); the bank follows it switched off too
+    _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, fine_band_descent=False))
+
+
+@pytest.mark.parametrize("on", [True, False])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_near_the_offered_rate(on, seed):
+    # Setpoints 85-99% of the offered rate, starts at cap 100, rates at 90-100% of the offered rate
+    # (the fine band's descent from the top cap and on while >= 97% is forwarded): bit for bit.
+    rng = random.Random(seed)
+    n = 30
+    tuning = XtcTuning(design_lag=PAPER.model.a, fine_band_descent=on)
+    ref = []
+    for _ in range(n):
+        c = make_controller(PAPER, "xtc", tuning=tuning)
+        c.start(rng.choice([100.0, 100.0, rng.uniform(20.0, 100.0)]))
+        ref.append(c)
+    banked = [copy.deepcopy(c) for c in ref]
+    bank = ControllerBank.like(ref[0])
+    off = 100_000.0
+    setpoints = [off * rng.uniform(0.85, 0.99) for _ in range(n)]
+    knee = [rng.uniform(15.0, 45.0) for _ in range(n)]  # the cap at which the VR forwards its setpoint, about
+    fired = 0
+    for p in range(30):
+        y = [min(off, off * min(1.0, (ref[i].cap_percent / knee[i]) ** 0.2) * (1.0 + rng.gauss(0.0, 0.012))) for i in range(n)]
+        was = [c._descent for c in ref]
+        want = [ref[i].step(y[i], setpoints[i], off) for i in range(n)]
+        fired += sum(1 for i in range(n) if ref[i]._descent and abs(setpoints[i] - y[i]) < 0.1 * setpoints[i] and not was[i])
+        got, ok = bank.step(banked, np.array(y), np.array(setpoints), np.full(n, off))
+        assert ok.all()
+        assert [repr(v) for v in got.tolist()] == [repr(v) for v in want], (seed, p)
+        for i in range(n):
+            ref[i].applied(ref[i].cap_percent)
+        bank.applied(banked, np.array([c.cap_percent for c in ref]))
+        for i in range(n):
+            assert _same(ref[i], banked[i]), (seed, p, i)
+    if on:
+        assert fired > 0  # the fine band's descent from the top cap was exercised

@@ -261,6 +261,19 @@ class ControllerBank:
                          t.saturation_repeat_factor, 1.0)
             du_beat = np.where(descent, np.minimum(du_beat, f * E / self.params[4]), du_beat)
             descent &= move & ~fine
+            if t.fine_band_descent:
+                # The descent inside the fine band: from the top cap or on after such a step.
+                fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
+                if fd.any():
+                    top = was_descent.copy()
+                    u_top = self._u_max - _EXACT_DECADES
+                    for k in np.flatnonzero(fd & ~was_descent).tolist():
+                        top[k] = ctls[k]._u_force >= u_top
+                    fd &= top
+                    du_fine = np.where(fd, np.minimum(t.fine_gain * E / 1.0, E / self.params[4]), t.fine_gain * E / 1.0)
+                    du_beat = np.where(fine, du_fine, du_beat)
+                    fine = fine & ~fd
+                    descent |= fd
         du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         du = np.where((du > 0) & not_limited, 0.0, du)

@@ -351,6 +351,17 @@ class XtcTuning:
         hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
         took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/control-settling.md, "The
         descent from the uncapped start").
+    fine_band_descent : bool
+        True by default since 2026-11-23.  Inside the fine band, from the top cap (the uncapped
+        start) or after such a step, while the VR forwards at least ``unconstrained_fraction`` of its
+        offered rate and the rate must fall, the step is at least the model's (``E / e0``, as
+        ``saturation_model_step``; never the repeated double step), unless the noise has widened the
+        fine band (the estimated noise band above ``fine_band_fraction``: the error may be noise).  A
+        setpoint within 10% of the uncapped rate (90-95 kp/s of 100 offered) is inside the fine band
+        from the start, and the gentle gain, which assumes elasticity 1 where it is near 0 above the
+        knee, took 1.2% off the cap per period: on 2x faster hardware (the knee at cap 20) the cap was
+        still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/control-settling.md,
+        "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
     """
 
     design_lag: float = 0.0915
@@ -372,6 +383,7 @@ class XtcTuning:
     saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
+    fine_band_descent: bool = True
 
 
 class XtcController(_Bounded):
@@ -569,6 +581,14 @@ class XtcController(_Bounded):
                 min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
             if abs(r - y_wanted) < band * r and not persist:
                 du = t.fine_gain * E / eps
+                if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
+                        and noise_band <= t.fine_band_fraction \
+                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
+                    # The descent from the uncapped start (or on after one of its steps) inside the
+                    # fine band: the gentle gain assumes elasticity 1 where it is near 0.  Not where the
+                    # noise has widened the band (the error may then be noise: 10% noise at the top cap).
+                    descent = True
+                    du = min(du, E / self.saturation_elasticity)
             else:
                 if observed:
                     # The step to the setpoint from the rate the cap in force settles to (the lag's observer).
@@ -606,7 +626,7 @@ class XtcController(_Bounded):
         s["estimator"] = self.estimator.to_state()
         if self.tuning.lag_estimate:
             s["lag_estimator"] = self.lag_estimator.to_state()
-        if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0:
+        if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0 or self.tuning.fine_band_descent:
             s["descent"] = self._descent
         return s
 

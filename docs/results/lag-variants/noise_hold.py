@@ -2,7 +2,8 @@
 of 0.01; ``noise_drop_rel`` stays 0.08), setpoints 5-90 kp/s, seeds 1-3, eight plants: worst steady
 error over reachable setpoints, mean relative RMSE, mean |change of log10 cap| per period (60..120 s).
 
-Usage: python docs/results/lag-variants/noise_hold.py OUT.json [field=value ...] (as bench_tuning.py).
+Usage: [GRID=80,85,90,95] python docs/results/lag-variants/noise_hold.py OUT.json [field=value ...] (as bench_tuning.py;
+GRID: other setpoints, kp/s).
 """
 import json
 import sys
@@ -19,7 +20,7 @@ from xtc_lab.bench import control_bench as cb  # noqa: E402
 from xtc_lab.sim.experiments import controller_spec  # noqa: E402
 from xtc_lab.sim.metrics import relative_error, relative_rmse  # noqa: E402
 
-grid = np.array([5, 8, 10, 12, 16, 20, 25, 30, 40, 50, 60, 70, 80, 90], float) * 1000
+grid = np.array([float(g) for g in os.environ.get("GRID", "5,8,10,12,16,20,25,30,40,50,60,70,80,90").split(",")]) * 1000
 spec, tm, model = controller_spec("xtc"), cb.ScenarioTimes(), xtc.models.PAPER_MODEL
 out = {}
 for p in ["nominal", "fast2x", "lag4x", "laghalf", "gradual", "grad-fast2x", "grad-laghalf", "slow2x"]:
