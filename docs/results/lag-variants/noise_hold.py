@@ -6,6 +6,7 @@ Usage: [GRID=80,85,90,95] python docs/results/lag-variants/noise_hold.py OUT.jso
 GRID: other setpoints, kp/s).
 """
 import json
+import os
 import sys
 from dataclasses import replace
 
