@@ -137,15 +137,28 @@ def measurement_lock(path: Path = MEASURE_LOCK, say: Callable[[str], None] | Non
 
 @contextmanager
 def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
-                vcpu_period_us: int = 100_000, work_factor: float = 1.0) -> Iterator[NetLab]:
-    """A lab with ``n_vrs`` LXC VRs (unlimited at first) under the lab's libvirtd; removed afterwards.
+                vcpu_period_us: int = 100_000, work_factor: float = 1.0, mode: str = "lxc") -> Iterator[NetLab]:
+    """A lab with ``n_vrs`` VRs (unlimited at first); removed afterwards.
 
+    ``mode`` "lxc": LXC domains under the lab's libvirtd; "netns": the forwarder in a network
+    namespace and a cgroup of its own per VR (no libvirt; the daemon's cgroup backend caps it).
     ``n_vrs`` may be 0 for a caller that builds its own shape (e.g. :meth:`NetLab.add_chain`).
     """
     from xtc_lab.lab.libvirtd import Libvirtd
     from xtc_lab.lab.netlab import teardown_orphans
 
     teardown_orphans()
+    if mode == "netns":
+        lab = NetLab(prefix=random_prefix(stem))
+        try:
+            for _ in range(n_vrs):
+                lab.add_netns_vr(work_iters=work_iters, cgroup=True, work_factor=work_factor)
+            yield lab
+        finally:
+            lab.teardown()
+        return
+    if mode != "lxc":
+        raise LabError(f"unknown mode {mode!r}: want 'lxc' (libvirt LXC domains) or 'netns' (namespaces + cgroups)")
     daemon = Libvirtd()
     with daemon.lease():
         lab = NetLab(prefix=random_prefix(stem), uri=daemon.uri)
@@ -167,36 +180,57 @@ def controller_model(chosen: str | Path | None = None) -> str:
 
 # ------------------------------------------------------------------------------ libvirt reads
 class CapReader:
-    """Reads LXC VRs' caps through the product's host interface (:class:`xtc.host.libvirt.LibvirtBackend`)
-    on its own libvirt connection.
+    """Reads VRs' caps through the product's host interface: LXC VRs with
+    :class:`xtc.host.libvirt.LibvirtBackend` on its own libvirt connection (opened at the first
+    read), netns VRs with :class:`xtc.host.cgroup.CgroupBackend` on their cgroups.
 
     Returns percent of one CPU; None = unlimited, not running or unreadable.
     """
 
     def __init__(self, uri: str):
-        from xtc.host.counters import ProcNetDevCounters
-        from xtc.host.libvirt import LibvirtBackend
-        from xtc.host.libvirt_conn import LibvirtConn
-
         self.uri = uri
+        self._libvirt: Any = None
+        self._cgroups: dict[str, Any] = {}
+
+    def _host(self, vr: VR) -> Any:
+        from xtc.host.counters import ProcNetDevCounters
+
         # Caps only: the lab counts packets with its own parser (netlab.read_packet_counters).
-        self._host = LibvirtBackend(LibvirtConn(uri), "lxc", (), ProcNetDevCounters())
+        if vr.kind == "netns":
+            host = self._cgroups.get(vr.name)
+            if host is None:
+                from xtc.host.cgroup import CgroupBackend, CgroupVr
+
+                if vr.cgroup is None:
+                    raise LabError(f"VR {vr.name} has no cgroup: its cap cannot be read")
+                host = self._cgroups[vr.name] = CgroupBackend([CgroupVr(vr.name, vr.cgroup, tuple(vr.vifs))],
+                                                              ProcNetDevCounters())
+            return host
+        if self._libvirt is None:
+            from xtc.host.libvirt import LibvirtBackend
+            from xtc.host.libvirt_conn import LibvirtConn
+
+            self._libvirt = LibvirtBackend(LibvirtConn(self.uri), "lxc", (), ProcNetDevCounters())
+        return self._libvirt
 
     def __call__(self, vr: VR) -> float | None:
         from xtc.host.errors import HostAdapterError
 
         try:
-            return self._host.read_cap(vr.name)
-        except (HostAdapterError, ValueError):
+            return self._host(vr).read_cap(vr.name)
+        except (HostAdapterError, ValueError, LabError):
             return None
 
     def close(self) -> None:
-        self._host.close()
+        for host in (self._libvirt, *self._cgroups.values()):
+            if host is not None:
+                host.close()
+        self._libvirt, self._cgroups = None, {}
 
 
 @contextmanager
 def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
-                   work_factor: float = 1.0) -> Iterator[tuple[NetLab, Path, CapReader]]:
+                   work_factor: float = 1.0, mode: str = "lxc") -> Iterator[tuple[NetLab, Path, CapReader]]:
     """What an experiment runs in: its lab (:func:`lab_session`), a scratch directory for its daemons
     (both removed afterwards) and a :class:`CapReader` on the lab's libvirtd.
 
@@ -210,13 +244,16 @@ def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
         As :func:`lab_session`.
     work_factor : float
         As :func:`lab_session` (the forwarders' per-frame work factor).
+    mode : {"lxc", "netns"}
+        As :func:`lab_session`.
 
     Yields
     ------
     (NetLab, Path, CapReader)
         The lab, the scratch directory and the cap reader.
     """
-    with lab_session(n_vrs, work_iters=work_iters, work_factor=work_factor) as lab, tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
+    with lab_session(n_vrs, work_iters=work_iters, work_factor=work_factor, mode=mode) as lab, \
+            tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
         result["lab_prefix"] = lab.prefix
         yield lab, Path(tmp), CapReader(lab.uri)
 
@@ -227,10 +264,12 @@ def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100
 
 
 # ------------------------------------------------------------------------------ the daemon
-def daemon_config_text(workdir: Path, uri: str, domains: Sequence[str], kind: str = "xtc", model: str | Path = "paper",
+def daemon_config_text(workdir: Path, uri: str, domains: Sequence[str | VR], kind: str = "xtc", model: str | Path = "paper",
                        period_s: float = 1.0, cap_min_percent: float | None = None,
                        daemon_extra: dict[str, Any] | None = None) -> str:
-    """An ``xtc-daemon/1`` file for the libvirt backend, its state and ipc:// sockets in ``workdir``.
+    """An ``xtc-daemon/1`` file, its state and ipc:// sockets in ``workdir``: the libvirt backend for
+    ``domains`` given by name (LXC VRs), the cgroup backend for netns VRs given as :class:`VR`
+    (their cgroups and host-side vifs; one backend per daemon, so not both).
 
     ``daemon_extra`` adds keys to ``[daemon]`` (for instance ``proc_net_dev``).
     """
@@ -239,28 +278,37 @@ def daemon_config_text(workdir: Path, uri: str, domains: Sequence[str], kind: st
     controller: dict[str, Any] = {"model": str(model), "kind": kind}
     if cap_min_percent is not None:
         controller["cap_min_percent"] = float(cap_min_percent)
+    netns = [d for d in domains if isinstance(d, VR)]
+    if netns and len(netns) != len(domains):
+        raise LabError("one daemon controls LXC VRs (by name) or netns VRs, not both")
     doc = {
         "schema": "xtc-daemon/1",
-        "daemon": {"backend": "libvirt", "control_period_s": float(period_s), "state_dir": str(Path(workdir) / "state"),
-                   **(daemon_extra or {})},
+        "daemon": {"backend": "cgroup" if netns else "libvirt", "control_period_s": float(period_s),
+                   "state_dir": str(Path(workdir) / "state"), **(daemon_extra or {})},
         "controller": controller,
         "manager": {"endpoint": f"ipc://{workdir}/mgr.sock", "pub_endpoint": f"ipc://{workdir}/pub.sock"},
         "metrics": {"enabled": False},
         "log": {"format": "json", "level": "info"},
-        "libvirt": {"uri": uri, "domains": list(domains)},
     }
+    if netns:
+        if any(v.cgroup is None for v in netns):
+            raise LabError("a netns VR without a cgroup cannot be capped")
+        doc["cgroup"] = {"vr": [{"name": v.name, "path": v.cgroup, "interfaces": list(v.vifs)} for v in netns]}
+    else:
+        doc["libvirt"] = {"uri": uri, "domains": [str(d) for d in domains]}
     return tomli_w.dumps(doc)
 
 
 class LabDaemon:
-    """``xtc daemon`` as a separate process on the libvirt backend, controlling ``domains``.
+    """``xtc daemon`` as a separate process controlling ``domains``: LXC VRs by name (the libvirt
+    backend) or netns VRs as :class:`VR` (the cgroup backend; :func:`daemon_config_text`).
 
     Parameters
     ----------
     workdir
         Directory for its configuration, state, sockets and log (``daemon.log``).
     uri, domains
-        libvirt connection and the VRs (domain names) it controls.
+        libvirt connection and the VRs it controls (domain names, or netns :class:`VR`).
     kind, model
         ``[controller] kind`` and ``model`` ("paper" or a model file path).
     period_s
@@ -269,7 +317,7 @@ class LabDaemon:
         Optional ``[controller] cap_min_percent`` (the paper's cap_min, section 7.2.2).
     """
 
-    def __init__(self, workdir: Path, uri: str, domains: Sequence[str], kind: str = "xtc",
+    def __init__(self, workdir: Path, uri: str, domains: Sequence[str | VR], kind: str = "xtc",
                  model: str | Path = "paper", period_s: float = 1.0, cap_min_percent: float | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)

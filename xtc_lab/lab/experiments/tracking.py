@@ -2,15 +2,17 @@
 
 The paper (section 7.1, Figures 5 and 9-14) steps the throughput setpoint of one VR that forwards a
 100 kp/s UDP flow and reports, per controller, the lowest setpoint it can hold: PI from 20 kp/s,
-dead-beat from 15 kp/s, dead-beat with cap_min = 3 from 10 kp/s.  Here one LXC VR forwards a
-steady stream of 64-byte UDP packets (``--offered-pps``); for each controller an ``xtc daemon``
-(libvirt backend, ``[controller] kind``) holds it at setpoints from 10% to 90% of the offered rate,
+dead-beat from 15 kp/s, dead-beat with cap_min = 3 from 10 kp/s.  Here one VR (LXC, or netns:
+below) forwards a steady stream of 64-byte UDP packets (``--offered-pps``); for each controller an
+``xtc daemon`` (``[controller] kind``) holds it at setpoints from 10% to 90% of the offered rate,
 ``--hold`` seconds each.  The forwarded rate is read from the host-side counters here, not from
 the daemon.  Per setpoint: the mean over the second half of the hold (the steady state), its error,
 and the settling time (control periods of 1 s until the mean of three 1 s rates stays within 5%).
 
 ``--work``/``--work-factor`` make the forwarder dearer or cheaper per frame (a VR on other hardware);
-``--fractions`` picks the setpoints.  With the same model file at every factor, the report's second
+``--fractions`` picks the setpoints.  ``--vr-mode netns`` runs the same on a VR that is the
+forwarder in a network namespace and a cgroup of its own, capped by the daemon's cgroup backend
+(``cpu.cfs_quota_us``, or ``cpu.max`` on cgroup v2) instead of an LXC domain's ``vcpu_quota``.  With the same model file at every factor, the report's second
 goal is the one of the lab's other-hardware check: every mean within 3% and every steady 1 s rate within
 10% of its setpoint; the report also gives the plant's gain (forwarded pps per percent of cap) measured.
 
@@ -55,6 +57,11 @@ RATE_GOAL = 0.10
 SETTLING_WINDOW = 3
 
 
+#: How the report names the VR of each ``--vr-mode``.
+_VR_WORDS = {"lxc": "LXC VR (capped through libvirt's vcpu_quota)",
+             "netns": "netns VR (the forwarder in a namespace and a cgroup of its own, capped through the cgroup)"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tracking")
     g.add_argument("--controllers", default=None,
@@ -65,6 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {','.join(f'{f:g}' for f in FRACTIONS)}; quick: {','.join(f'{f:g}' for f in QUICK_FRACTIONS)})")
     g.add_argument("--model", default=None,
                    help="model file for the controllers (default xtc/models/lab.toml if present, else the paper's)")
+    g.add_argument("--vr-mode", choices=("lxc", "netns"), default="lxc",
+                   help="the VR: an LXC domain capped through libvirt (default), or the forwarder in a network "
+                        "namespace and a cgroup of its own, capped through the cgroup (no libvirt)")
 
 
 # ------------------------------------------------------------------------------ pure analysis
@@ -183,8 +193,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = len(names) * (len(fractions) * hold_s + 10) + 20
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "fractions": list(fractions),
-                              "work_iters": ctx.work_iters, "work_factor": ctx.work_factor, "controllers": {}}
-    with experiment_lab(result, 1, work_iters=ctx.work_iters, work_factor=ctx.work_factor) as (lab, workdir, caps):
+                              "work_iters": ctx.work_iters, "work_factor": ctx.work_factor,
+                              "vr_mode": getattr(args, "vr_mode", "lxc"), "controllers": {}}
+    with experiment_lab(result, 1, work_iters=ctx.work_iters, work_factor=ctx.work_factor,
+                        mode=result["vr_mode"]) as (lab, workdir, caps):
         vr = lab.vrs[0]
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(2.0, "stream starting", ctx.say)
@@ -197,7 +209,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 kind, cap_min = CONTROLLERS[name]
                 ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
                         f"{hold_s:g} s each")
-                with LabDaemon(workdir / name, lab.uri, [vr.name], kind=kind, model=model,
+                with LabDaemon(workdir / name, lab.uri, [vr if vr.kind == "netns" else vr.name], kind=kind, model=model,
                                cap_min_percent=cap_min) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
                     tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
                     steps_t = []
@@ -267,7 +279,7 @@ def _outcome(result: dict[str, Any], ctx: RunContext | None) -> Outcome:
             f"{result.get('work_factor', 1.0):g}.\n" if "work_iters" in result else "")
     md = f"""# Setpoint tracking on a real VR ({PAPER})
 
-One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
+One {_VR_WORDS[result.get('vr_mode', 'lxc')]} forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
 reached the VR; unlimited it forwarded {result['free_pps']:.0f} pps); the daemon holds it at setpoints from
 {100 * min(fr):g}% to {100 * max(fr):g}% of that, {result['hold_s']:g} s each, with each controller in turn (model: `{result['model']}`).
 Steady state = mean of the 1 s rates over the second half of each hold; tolerance {100 * TOLERANCE:g}%.
