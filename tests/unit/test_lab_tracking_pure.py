@@ -69,3 +69,54 @@ def test_factor_summary_compares_gains_and_judges_each_factor(tmp_path) -> None:
     assert [ln.split(" | ")[0] for ln in o.report_md.splitlines()[2:]] == ["| 0.5", "| 1", "| 2"]
     o.plot(tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------- netns VRs (--vr-mode netns)
+def _vr(tmp_path, kind: str, cgroup: bool = True):
+    from xtc_lab.lab.netlab import VR
+
+    d = None
+    if cgroup:
+        d = tmp_path / "cg-vr1"
+        d.mkdir()
+        (d / "cpu.cfs_quota_us").write_text("25000\n")
+        (d / "cpu.cfs_period_us").write_text("100000\n")
+    return VR(k=1, name="xt-vr1", kind=kind, tg_ns="xt-tg1", tr_ns="xt-tr1", bridges=("xt-a1", "xt-b1"),
+              vifs=("vif1.0", "vif1.1"), tg_addr="198.18.1.1", tr_addr="198.18.2.1",
+              cgroup=None if d is None else str(d))
+
+
+def test_a_netns_vr_gets_the_cgroup_backend_an_lxc_vr_the_libvirt_one(tmp_path):
+    from xtc.daemon.config import loads_config
+    from xtc_lab.lab.harness import daemon_config_text
+
+    vr = _vr(tmp_path, "netns")
+    cfg = loads_config(daemon_config_text(tmp_path, "lxc:///", [vr], kind="xtc"))
+    assert cfg.daemon.backend == "cgroup"
+    (entry,) = cfg.cgroup.vr
+    assert (entry.name, entry.path, tuple(entry.interfaces)) == ("xt-vr1", vr.cgroup, ("vif1.0", "vif1.1"))
+    lxc = loads_config(daemon_config_text(tmp_path, "lxc:///", ["xt-vr1"], kind="xtc"))
+    assert lxc.daemon.backend == "libvirt" and list(lxc.libvirt.domains) == ["xt-vr1"]
+
+
+def test_one_daemon_config_takes_one_kind_of_vr_and_a_netns_vr_needs_its_cgroup(tmp_path):
+    from xtc_lab.lab.harness import daemon_config_text
+    from xtc_lab.lab.netlab import LabError
+
+    with pytest.raises(LabError, match="not both"):
+        daemon_config_text(tmp_path, "lxc:///", [_vr(tmp_path, "netns"), "other"])
+    with pytest.raises(LabError, match="without a cgroup"):
+        daemon_config_text(tmp_path / "x", "lxc:///", [_vr(tmp_path / "x", "netns", cgroup=False)])
+
+
+def test_the_cap_of_a_netns_vr_is_read_from_its_cgroup(tmp_path):
+    from xtc_lab.lab.harness import CapReader
+
+    vr = _vr(tmp_path, "netns")
+    caps = CapReader("lxc:///")
+    try:
+        assert caps(vr) == pytest.approx(25.0)
+        (tmp_path / "cg-vr1" / "cpu.cfs_quota_us").write_text("-1\n")
+        assert caps(vr) is None  # unlimited
+    finally:
+        caps.close()
