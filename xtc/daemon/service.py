@@ -331,8 +331,14 @@ class DaemonService:
                 self.run_period(now, now - period_start)
                 period_start = now
                 next_period += self.cfg.daemon.control_period_s
-                if next_period <= now:  # fell behind: skip the missed periods, do not burst
-                    next_period = now + self.cfg.daemon.control_period_s
+                # Fell behind, before the period or during it (a stall of this process or of the
+                # host's calls): skip the missed periods, and never run two back to back.  The
+                # counters are read when the period gets to them; a period run at once after a
+                # late one would read them again a few ms later: a rate over a few ms is noise
+                # (0 pps, or 20 packets as 20,000 pps) that the controllers would act on.
+                after = self.clock()
+                if next_period <= after:
+                    next_period = after + self.cfg.daemon.control_period_s
 
     # ----------------------------------------------------------------------------- period
     def run_period(self, now: float, period_s: float) -> None:
