@@ -282,6 +282,8 @@ class DaemonCore:
     _names_sorted: tuple[set[str], set[str], list[str]] | None = field(default=None, init=False, repr=False, compare=False)
     #: Bumped by :meth:`set_present` whenever a VR view comes, goes or changes presence.
     _vrs_epoch: int = field(default=0, init=False, repr=False, compare=False)
+    #: (vrs, epoch, len(vrs), instance names, instances, sorted (name, view, instance)) of :meth:`_sample_pairs`.
+    _pairs: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
     #: The live instances' layout of the last period (see :class:`_Frame`).
     _frame: "_Frame | None" = field(default=None, init=False, repr=False, compare=False)
     #: (readings' names, vrs, epoch, rows of the readings with a view, those views) of the last period.
@@ -825,6 +827,23 @@ class DaemonCore:
             "saturated": saturation_of(inst),
         }
 
+    def _sample_pairs(self) -> list[tuple[str, _VrView, Instance | None]]:
+        """Every known VR sorted by name, with its view and its instance (None: inactive).
+
+        Kept while the VR views (:attr:`_vrs_epoch`) and the instances (the same objects under
+        the same names) stay the same, so that a period's rows need no lookup by name.
+        """
+        c = self._pairs
+        vrs, instances = self.vrs, self.instances
+        if c is not None and c[0] is vrs and c[1] == self._vrs_epoch and c[2] == len(vrs) \
+                and len(instances) == len(c[4]) and all(map(is_, instances.values(), c[4])) \
+                and list(instances) == c[3]:
+            return c[5]
+        empty = _VrView()
+        pairs = [(n, vrs.get(n, empty), instances.get(n)) for n in self._sorted_names()]
+        self._pairs = (vrs, self._vrs_epoch, len(vrs), list(instances), list(instances.values()), pairs)
+        return pairs
+
     def sample_rows(self) -> list[list[Any]]:
         """Every known VR's row of the period's samples, sorted by name (for the PUB socket and the metrics).
 
@@ -833,11 +852,8 @@ class DaemonCore:
         every period).
         """
         out = []
-        vrs, instances, pending = self.vrs, self.instances, self.pending_restores
-        empty = _VrView()
-        for n in self._sorted_names():
-            view = vrs.get(n, empty)
-            inst = instances.get(n)
+        pending = self.pending_restores
+        for n, view, inst in self._sample_pairs():
             if inst is None:
                 out.append([n, INACTIVE, view.present, None, view.measured_pps, view.offered_pps, None,
                             pending.get(n), None, None])
