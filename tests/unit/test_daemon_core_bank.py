@@ -265,3 +265,35 @@ def test_controllers_of_other_parameters_are_stepped_alone():
     core.period(1.0, {"a": VrReading(1e4, None), "b": VrReading(1e4, None)})
     assert core.instances["b"].cap_percent == ref.step(1e4, 2e4, None)
     assert core.instances["b"].controller is odd
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=30, deadline=None)
+def test_set_present_unchanged_is_a_no_op(seed):
+    """set_present returns early when nothing changed since its last call: the same views,
+    presence and instances as doing every step (the reference forgets the last call each time)."""
+    rng = random.Random(seed)
+    names = [f"vr{k}" for k in range(6)]
+    cores = [DaemonCore(lambda: make_controller(PAPER_MODEL, "xtc")) for _ in range(2)]
+    seen = frozenset(names)
+    for step in range(60):
+        if rng.random() < 0.2:
+            seen = frozenset(n for n in names if rng.random() < 0.7)
+        vr, cmd = rng.choice(names), rng.choice(["activate", "deactivate", "restored", "none", "none"])
+        for j, c in enumerate(cores):
+            if j == 1:
+                c._present_last = None  # the reference: every step of set_present, every time
+            c.set_present(set(seen))
+            if cmd == "restored":
+                c.restored(vr)
+            elif cmd != "none":
+                try:
+                    c.handle(Request(cmd=cmd, vr=vr, setpoint_pps=2e4 if cmd == "activate" else None), float(step), 50.0)
+                except ApiError:
+                    pass
+        a, b = cores
+        assert sorted(a.vrs) == sorted(b.vrs)
+        assert [a.describe(n) for n in sorted(a.vrs)] == [b.describe(n) for n in sorted(b.vrs)]
+        assert json.dumps(a.to_state(), sort_keys=True) == json.dumps(b.to_state(), sort_keys=True)
+        assert {n: i.applied_cap_percent for n, i in a.instances.items()} == \
+            {n: i.applied_cap_percent for n, i in b.instances.items()}

@@ -282,6 +282,8 @@ class DaemonCore:
     _names_sorted: tuple[set[str], set[str], list[str]] | None = field(default=None, init=False, repr=False, compare=False)
     #: Bumped by :meth:`set_present` whenever a VR view comes, goes or changes presence.
     _vrs_epoch: int = field(default=0, init=False, repr=False, compare=False)
+    #: (vrs, epoch, names) after the last :meth:`set_present`.
+    _present_last: tuple[Any, int, frozenset[str]] | None = field(default=None, init=False, repr=False, compare=False)
     #: (vrs, epoch, len(vrs), instance names, instances, sorted (name, view, instance)) of :meth:`_sample_pairs`.
     _pairs: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
     #: The live instances' layout of the last period (see :class:`_Frame`).
@@ -312,6 +314,12 @@ class DaemonCore:
     # ------------------------------------------------------------------------- VR inventory
     def set_present(self, names: set[str] | frozenset[str]) -> None:
         """The VRs the backend sees now.  A VR that (re)appears gets its cap rewritten."""
+        last = self._present_last
+        if last is not None and last[0] is self.vrs and last[1] == self._vrs_epoch \
+                and len(self.vrs) == len(names) and last[2] == names:
+            # Nothing changed since the last call (no view came, went or changed presence, and it
+            # left exactly these present): every view is present, so each step below does nothing.
+            return
         for name in names:
             v = self.vrs.setdefault(name, _VrView())
             if not v.present:
@@ -332,6 +340,7 @@ class DaemonCore:
             if name not in self.pending_restores:
                 self._vrs_epoch += 1
                 del self.vrs[name]
+        self._present_last = (self.vrs, self._vrs_epoch, frozenset(names))
 
     # ---------------------------------------------------------------------------- requests
     @staticmethod
