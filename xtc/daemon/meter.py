@@ -18,7 +18,9 @@ Definitions (one per quantity, used by the daemon, the simulator and the benchma
 When both readings are :class:`~xtc.host.counters.CounterTable` (netlink) the meter works on
 their arrays: the VRs' interfaces are mapped to rows once per interface list and VR list, and a
 period is a few numpy operations over all interfaces; the result is the same as the per-interface
-rule (which the other readings use).
+rule (which the other readings use).  It is handed over as a :class:`Readings`: the rates as arrays
+in the VR list's order (which :class:`~xtc.daemon.core.DaemonCore` uses as they are) and the same
+mapping of VR name to :class:`VrReading` as elsewhere.
 
 Wraps and resets follow :func:`xtc.host.counters.counter_delta`: on 64-bit counters any decrease
 is a reset; 32-bit counters (32-bit kernels only) may wrap once per period.
