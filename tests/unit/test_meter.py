@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xtc.daemon.meter import DEFAULT_MAX_PPS, PeriodMeter, VrReading
+from xtc.daemon.meter import DEFAULT_MAX_PPS, PeriodMeter, Readings, VrReading
 from xtc.host import rtnl_codec
 from xtc.host.counters import CounterTable
 from xtc.host.ifcounters import IfCounters
@@ -206,3 +206,34 @@ def test_tables_keep_their_row_map_while_the_lists_stay() -> None:
     assert m._layout is lay
     assert m.update(4.0, t1, {"vr": ("a",)}) == {"vr": VrReading(0.0, 0.0, False)}
     assert m._layout is not lay
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.booleans(), _COUNT, _COUNT, st.integers(-3, 10**7), st.integers(-3, 10**7)),
+             min_size=1, max_size=24),
+    st.sampled_from([0.1, 1.0, 2.5]),
+)
+def test_readings_on_arrays_are_the_mapping_exactly(ifaces, dt_s) -> None:
+    """The tables' Readings: the VRs in order, each entry of the same types and values (repr) as the
+    mapping path's, and its arrays saying the same (rates where known, counter resets)."""
+    vrs = {f"vr{k}": tuple(f"if{i}" for i in range(k * 3, min(k * 3 + 3, len(ifaces)))) for k in range(len(ifaces) // 3 + 1)}
+    vrs["ghost"] = ("nope",)
+    plain, tabled = PeriodMeter(), PeriodMeter()
+    for step in range(3):
+        cur = {f"if{i}": pk(rx + step * max(drx, 0), tx + step * max(dtx, 0))
+               for i, (in_a, in_b, rx, tx, drx, dtx) in enumerate(ifaces) if (in_a if step != 1 else in_b)
+               and rx + step * max(drx, 0) < 2**64 and tx + step * max(dtx, 0) < 2**64}
+        a = plain.update(10.0 + step * dt_s, cur, vrs)
+        b = tabled.update(10.0 + step * dt_s, _table(cur), vrs)
+        assert list(b) == list(a) == list(vrs) and len(b) == len(a)
+        assert repr(list(b.items())) == repr(list(a.items()))
+        assert "nobody" not in b and b.get("nobody") is None
+        if step:
+            assert isinstance(b, Readings)
+            for k, n in enumerate(b.names):
+                r = a[n]
+                assert bool(b.known[k]) == (r.forwarded_pps is not None)
+                assert bool(b.reset[k]) == r.counter_reset
+                if r.forwarded_pps is not None:
+                    assert b.forwarded[k] == r.forwarded_pps and b.offered[k] == r.offered_pps

@@ -36,6 +36,8 @@ import copy
 import json
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -44,7 +46,7 @@ from xtc.control import Controller
 from xtc.control.bank import ControllerBank
 
 from .api import ApiError, Request
-from .meter import VrReading
+from .meter import Readings, VrReading
 
 __all__ = [
     "STATE_SCHEMA",
@@ -175,6 +177,55 @@ class _VrView:
     offered_pps: float | None = None
 
 
+class _Frame:
+    """The layout of a core's live instances (those of present VRs) for its periods.
+
+    Built by :meth:`DaemonCore._live_frame` and kept while it :meth:`holds`: the same instance
+    objects under the same names, the same presence of the VRs (:attr:`DaemonCore._vrs_epoch`),
+    the same states and controller objects, the same bank.  ``insts``, ``names``, ``ctls`` are
+    the live instances in the instances' order; ``active`` and ``in_bank`` (active and stepped
+    by the bank) are masks over them.
+    """
+
+    __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
+                 "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx")
+
+    def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
+                 insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
+                 in_bank: np.ndarray) -> None:
+        self.bank, self.vrs, self.epoch = core._bank, core.vrs, core._vrs_epoch
+        self.keys, self.all = keys, all_insts
+        self.names, self.insts, self.states, self.ctls = names, insts, states, ctls
+        self.active, self.in_bank = active, in_bank
+        self.idle = np.flatnonzero(~active).tolist()
+        self.bank_idx = np.flatnonzero(in_bank)
+        il = self.bank_idx.tolist()
+        self.bank_insts = [insts[k] for k in il]
+        self.bank_ctls = [ctls[k] for k in il]
+        self.n_bank = len(il)
+        self.rnames: list[str] | None = None
+        self.ridx = np.empty(0, dtype=np.intp)
+
+    def holds(self, core: "DaemonCore") -> bool:
+        """Is this still the layout of ``core``'s live instances?"""
+        instances = core.instances
+        if core._bank is not self.bank or core.vrs is not self.vrs or core._vrs_epoch != self.epoch \
+                or len(instances) != len(self.all):
+            return False
+        if not all(map(is_, instances.values(), self.all)) or list(instances) != self.keys:
+            return False
+        insts = self.insts
+        return [i.state for i in insts] == self.states and all(map(is_, [i.controller for i in insts], self.ctls))
+
+    def reading_rows(self, readings: Readings) -> np.ndarray:
+        """The row of each live instance in the meter's arrays (-1: no reading)."""
+        if readings.names is not self.rnames:
+            get = readings.index.get
+            self.ridx = np.array([get(n, -1) for n in self.names], dtype=np.intp)
+            self.rnames = readings.names
+        return self.ridx
+
+
 def _cap_value(name: str, v: Any, allow_none: bool) -> float | None:
     if v is None and allow_none:
         return None
@@ -229,6 +280,17 @@ class DaemonCore:
     _bank_seen: dict[int, tuple[Any, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: (VR names, instance names, both sorted) of the last :meth:`sample_rows`.
     _names_sorted: tuple[set[str], set[str], list[str]] | None = field(default=None, init=False, repr=False, compare=False)
+    #: Bumped by :meth:`set_present` whenever a VR view comes, goes or changes presence.
+    _vrs_epoch: int = field(default=0, init=False, repr=False, compare=False)
+    #: (vrs, epoch, names) after the last :meth:`set_present`.
+    _present_last: tuple[Any, int, frozenset[str]] | None = field(default=None, init=False, repr=False, compare=False)
+    #: (vrs, epoch, len(vrs), instance names, instances, sorted (name, view, instance)) of :meth:`_sample_pairs`.
+    _pairs: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    #: The live instances' layout of the last period (see :class:`_Frame`).
+    _frame: "_Frame | None" = field(default=None, init=False, repr=False, compare=False)
+    #: (readings' names, vrs, epoch, rows of the readings with a view, those views) of the last period.
+    _reading_views: tuple[Any, Any, int, np.ndarray, list[_VrView]] | None = \
+        field(default=None, init=False, repr=False, compare=False)
 
     def _banked(self, ctl: Controller) -> bool:
         """Does the bank step ``ctl`` (same class and parameters as the factory's controllers)?"""
@@ -252,15 +314,23 @@ class DaemonCore:
     # ------------------------------------------------------------------------- VR inventory
     def set_present(self, names: set[str] | frozenset[str]) -> None:
         """The VRs the backend sees now.  A VR that (re)appears gets its cap rewritten."""
+        last = self._present_last
+        if last is not None and last[0] is self.vrs and last[1] == self._vrs_epoch \
+                and len(self.vrs) == len(names) and last[2] == names:
+            # Nothing changed since the last call (no view came, went or changed presence, and it
+            # left exactly these present): every view is present, so each step below does nothing.
+            return
         for name in names:
             v = self.vrs.setdefault(name, _VrView())
             if not v.present:
+                self._vrs_epoch += 1
                 v.present = True
                 inst = self.instances.get(name)
                 if inst is not None:
                     inst.applied_cap_percent = None
         for name, v in self.vrs.items():
             if name not in names and v.present:
+                self._vrs_epoch += 1
                 v.present = False
                 v.measured_pps = v.offered_pps = None
                 inst = self.instances.get(name)
@@ -268,7 +338,9 @@ class DaemonCore:
                     inst.applied_cap_percent = None
         for name in [n for n, v in self.vrs.items() if not v.present and n not in self.instances]:
             if name not in self.pending_restores:
+                self._vrs_epoch += 1
                 del self.vrs[name]
+        self._present_last = (self.vrs, self._vrs_epoch, frozenset(names))
 
     # ---------------------------------------------------------------------------- requests
     @staticmethod
@@ -440,13 +512,16 @@ class DaemonCore:
             Caps to write (changed, never written, failed before, or due for re-assertion) and
             original caps still to restore.
         """
-        vrs = self.vrs
-        for name, r in readings.items():
-            view = vrs.get(name)
-            if view is None:
-                continue
-            view.measured_pps = r.forwarded_pps
-            view.offered_pps = r.offered_pps
+        if isinstance(readings, Readings):
+            self._set_views(readings)
+        else:
+            vrs = self.vrs
+            for name, r in readings.items():
+                view = vrs.get(name)
+                if view is None:
+                    continue
+                view.measured_pps = r.forwarded_pps
+                view.offered_pps = r.offered_pps
         actions: list[Action] = []
         if self.instances:
             self._refresh_bank()
@@ -457,98 +532,155 @@ class DaemonCore:
                 actions.append(RestoreCap(name, cap, self.pending_records.get(name)))
         return actions
 
+    def _set_views(self, readings: Readings) -> None:
+        """The VR views take the meter's rates (what :meth:`period` does with any mapping), from its arrays."""
+        c = self._reading_views
+        if c is None or c[0] is not readings.names or c[1] is not self.vrs or c[2] != self._vrs_epoch:
+            get = self.vrs.get
+            found = [get(n) for n in readings.names]
+            rows = np.array([k for k, v in enumerate(found) if v is not None], dtype=np.intp)
+            c = self._reading_views = (readings.names, self.vrs, self._vrs_epoch, rows,
+                                       [v for v in found if v is not None])
+        rows, views = c[3], c[4]
+        if not views:
+            return
+        measured = readings.forwarded[rows].tolist()
+        offered = readings.offered[rows].tolist()
+        known = readings.known[rows]
+        if not known.all():
+            for k in np.flatnonzero(~known).tolist():
+                measured[k] = offered[k] = None
+        list(map(setattr, views, repeat("measured_pps"), measured))
+        list(map(setattr, views, repeat("offered_pps"), offered))
+
+    def _live_frame(self) -> "_Frame":
+        """The layout of the live instances (present VRs), rebuilt when it no longer holds."""
+        f = self._frame
+        if f is not None and f.holds(self):
+            return f
+        vrs, banked = self.vrs, self._banked
+        keys, all_insts, names, insts = list(self.instances), list(self.instances.values()), [], []
+        for name, inst in self.instances.items():
+            view = vrs.get(name)
+            if view is not None and view.present:
+                names.append(name)
+                insts.append(inst)
+        states = [i.state for i in insts]
+        ctls = [i.controller for i in insts]
+        active = np.array([st == ACTIVE for st in states], dtype=bool)
+        in_bank = active & np.array([banked(c) for c in ctls], dtype=bool)
+        f = self._frame = _Frame(self, keys, all_insts, names, insts, states, ctls, active, in_bank)
+        return f
+
     def _period_instances(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
         """:meth:`period` for the instances: the controllers step, the caps to write.
 
         The same decisions, instance by instance, as stepping each controller and testing each
-        cap alone (tests/unit/test_daemon_core_bank.py); done on arrays, with the factory's
-        controllers stepped by the bank (:class:`~xtc.control.bank.ControllerBank`) and the
-        others one by one.
+        cap alone (tests/unit/test_daemon_core_bank.py); done on arrays over the live instances'
+        layout (:class:`_Frame`, kept between periods), with the factory's controllers stepped by
+        the bank (:class:`~xtc.control.bank.ControllerBank`) and the others one by one.
         """
-        vrs, seen = self.vrs, self._bank_seen
-        live: list[Instance] = []
-        # Per live instance: 0 not stepped, 1 stepped alone, 2 stepped by the bank.
-        how: list[int] = []
-        # Controllers the bank steps together (equal to stepping each, bit for bit).
-        batch: list[Instance] = []
-        batch_r: list[VrReading] = []
-        get_reading = readings.get
-        for name, inst in self.instances.items():
-            view = vrs.get(name)
-            if view is None or not view.present:
-                continue
-            live.append(inst)
-            r = get_reading(name)
-            if r is not None and r.counter_reset:
-                inst.applied_cap_percent = None
-            if inst.state == ACTIVE:
-                if r is None or r.forwarded_pps is None:
-                    how.append(0)
-                    continue
-                ctl = inst.controller
-                ok = seen.get(id(ctl))  # self._banked(ctl), inline
-                if (ok[1] if ok is not None and ok[0] is ctl else self._banked(ctl)):
-                    batch.append(inst)
-                    batch_r.append(r)
-                    how.append(2)
-                else:
-                    self._step_one(inst, r)
-                    how.append(1)
-            else:
-                inst.saturated_periods = 0
-                how.append(0)
-        if batch:
-            self._step_bank(batch, batch_r)
-        # Which caps to write: never written, failed, changed, or due for re-assertion.
+        f = self._live_frame()
+        live = f.insts
+        n = len(live)
         nan = math.nan
+        # The readings of the live instances, on arrays: present, rate known, rates, counter reset.
+        if isinstance(readings, Readings):
+            ridx = f.reading_rows(readings)
+            has = ridx >= 0
+            at = np.where(has, ridx, 0)
+            known = has & readings.known[at]
+            measured = np.where(known, readings.forwarded[at], nan)
+            offered = np.where(known, readings.offered[at], nan)
+            reset = has & readings.reset[at]
+        else:
+            got = list(map(readings.get, f.names))
+            known = np.array([r is not None and r.forwarded_pps is not None for r in got], dtype=bool)
+            measured = np.array([nan if r is None or (v := r.forwarded_pps) is None else v for r in got],
+                                dtype=np.float64)
+            offered = np.array([nan if r is None or (v := r.offered_pps) is None else v for r in got],
+                               dtype=np.float64)
+            reset = np.array([r is not None and bool(r.counter_reset) for r in got], dtype=bool)
+        if reset.any():
+            for k in np.flatnonzero(reset).tolist():
+                live[k].applied_cap_percent = None
+        for k in f.idle:
+            if live[k].saturated_periods != 0:
+                live[k].saturated_periods = 0
+        stepped = f.active & known
+        in_bank = stepped & f.in_bank
+        alone = stepped & ~f.in_bank
+        if alone.any():
+            for k in np.flatnonzero(alone).tolist():
+                self._step_one(live[k], readings[f.names[k]])
+        if f.n_bank and in_bank.any():
+            if np.array_equal(in_bank, f.in_bank):  # the usual case: every banked controller steps
+                idx, b_insts, b_ctls = f.bank_idx, f.bank_insts, f.bank_ctls
+            else:
+                idx = np.flatnonzero(in_bank)
+                il = idx.tolist()
+                b_insts, b_ctls = [live[k] for k in il], [f.ctls[k] for k in il]
+            self._step_bank(b_insts, b_ctls, measured[idx], offered[idx],
+                            lambda k: readings[f.names[int(idx[k])]])
+        # Which caps to write: never written, failed, changed, or due for re-assertion.
         applied = np.array([nan if (v := i.applied_cap_percent) is None else v for i in live], dtype=np.float64)
         cap = np.array([i.cap_percent for i in live], dtype=np.float64)
         if self.reassert_period_s > 0:
             last = np.array([nan if (v := i.last_write_s) is None else v for i in live], dtype=np.float64)
             due = now_s - last >= self.reassert_period_s  # NaN (never written): False
-            for k in np.flatnonzero(due).tolist():
-                live[k].applied_cap_percent = None
-            applied[due] = nan
+            if due.any():
+                for k in np.flatnonzero(due).tolist():
+                    live[k].applied_cap_percent = None
+                applied[due] = nan
         same = _unchanged(cap, applied)
         # A controller that stepped and whose command is not written (unchanged) is still told the
         # cap in force, as after a write: on a quantising actuator its carry keeps accumulating
         # until the command crosses to the next whole cap (without it, a command pinned at the
         # lowest cap froze the carry and the mean cap stayed below the one wanted).
         in_force = [i.cap_in_force_percent for i in live]
-        how_a = np.array(how, dtype=np.int8)
-        kept = np.flatnonzero(same & (how_a > 0) & np.array([v is not None for v in in_force], dtype=bool)).tolist()
-        if len(kept) == len(live) and kept:  # the steady state: every instance, in order
-            cap[:] = self._tell_in_force(live, in_force, (how_a == 2).tolist())
+        has_force = np.array([v is not None for v in in_force], dtype=bool)
+        kept_mask = same & stepped & has_force
+        if kept_mask.all() and n:  # the steady state: every instance, in order
+            cap[:] = self._tell_in_force(live, in_force, f.in_bank.tolist(), f.ctls)
             same = _unchanged(cap, applied)
-        elif kept:
+        elif kept_mask.any():
+            kept = np.flatnonzero(kept_mask).tolist()
             cap[kept] = self._tell_in_force([live[k] for k in kept], [in_force[k] for k in kept],
-                                            (how_a[kept] == 2).tolist())
+                                            in_bank[kept].tolist())
             same = _unchanged(cap, applied)
+        if same.all():
+            return []
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
-    def _step_bank(self, batch: list[Instance], batch_r: list[VrReading]) -> None:
-        """The bank's controllers of ``batch`` step on their readings; caps and saturation follow."""
+    def _step_bank(self, batch: list[Instance], ctls: list[Any], measured: np.ndarray, offered: np.ndarray,
+                   reading_of: Callable[[int], VrReading]) -> None:
+        """The bank's controllers of ``batch`` step on their rates; caps and saturation follow.
+
+        ``offered`` is NaN where unknown; ``reading_of(k)`` is the reading of ``batch[k]`` (for
+        the scalar step, which names what the bank refuses).
+        """
         bank = self._bank
         assert bank is not None
-        nan = math.nan
-        measured = np.array([r.forwarded_pps for r in batch_r], dtype=np.float64)
         setpoint = np.array([i.setpoint_pps for i in batch], dtype=np.float64)
-        offered = np.array([nan if (o := r.offered_pps) is None else o for r in batch_r], dtype=np.float64)
-        caps, ok = bank.step([i.controller for i in batch], measured, setpoint, offered)
+        caps, ok = bank.step(ctls, measured, setpoint, offered)
         if not ok.all():
             for k in np.flatnonzero(~ok).tolist():
-                self._step_one(batch[k], batch_r[k])  # the scalar step names what it refuses
+                self._step_one(batch[k], reading_of(k))  # the scalar step names what it refuses
         old = np.array([i.cap_percent for i in batch], dtype=np.float64)
-        for k in np.flatnonzero(ok & (caps != old)).tolist():
-            batch[k].cap_percent = caps[k].item()
+        moved = ok & (caps != old)
+        if moved.any():
+            for k in np.flatnonzero(moved).tolist():
+                batch[k].cap_percent = caps[k].item()
         # _saturation_step of each stepped instance, on arrays
         b = bank.caps
         sat = np.array([i.saturated_periods for i in batch], dtype=np.int64)
         at_max = (caps >= b.max_percent * (1 - 1e-9)) & (measured < (1 - SATURATED_TOLERANCE) * setpoint)
         at_min = (caps <= b.min_percent * (1 + 1e-9)) & (measured > (1 + SATURATED_TOLERANCE) * setpoint)
         new = np.where(at_max, np.maximum(sat, 0) + 1, np.where(at_min, np.minimum(sat, 0) - 1, 0))
-        for k in np.flatnonzero(ok & (new != sat)).tolist():
-            batch[k].saturated_periods = int(new[k])
+        changed = ok & (new != sat)
+        if changed.any():
+            for k in np.flatnonzero(changed).tolist():
+                batch[k].saturated_periods = int(new[k])
 
     @staticmethod
     def _step_one(inst: Instance, r: VrReading) -> None:
@@ -589,18 +721,20 @@ class DaemonCore:
             self._tell_in_force(batch, got, [True] * len(batch))
 
     def _tell_in_force(self, insts: list[Instance], got: list[float],
-                       banked: list[bool] | None = None) -> list[float]:
+                       banked: list[bool] | None = None, ctls: list[Any] | None = None) -> list[float]:
         """Each instance's controller learns its cap in force (the bank's together); caps follow.
 
         ``banked[k]``: whether the bank steps ``insts[k]``'s controller, when the caller knows
-        (default: asked of the bank).  Returns the instances' new caps, percent of one CPU.
+        (default: asked of the bank); ``ctls``: the instances' controllers, when the caller has
+        them.  Returns the instances' new caps, percent of one CPU.
         """
         if banked is None:
             banked = [self._banked(i.controller) for i in insts]
         caps = [0.0] * len(insts)
         if all(banked):  # the usual case: one call, no index lists
             assert self._bank is not None
-            c, ok = self._bank.applied([i.controller for i in insts], np.array(got, dtype=np.float64))
+            c, ok = self._bank.applied([i.controller for i in insts] if ctls is None else ctls,
+                                       np.array(got, dtype=np.float64))
             caps = c.tolist()
             todo = np.flatnonzero(~ok).tolist()
             idx: list[int] = []
@@ -622,8 +756,7 @@ class DaemonCore:
             except ValueError as e:
                 inst.actuation_error = f"cap in force refused by the controller: {e}"
             caps[k] = inst.controller.cap_percent
-        for inst, cap in zip(insts, caps):
-            inst.cap_percent = cap
+        list(map(setattr, insts, repeat("cap_percent"), caps))
         return caps
 
     def cap_written(self, vr: str, cap_in_force_percent: float, now_s: float,
@@ -703,6 +836,23 @@ class DaemonCore:
             "saturated": saturation_of(inst),
         }
 
+    def _sample_pairs(self) -> list[tuple[str, _VrView, Instance | None]]:
+        """Every known VR sorted by name, with its view and its instance (None: inactive).
+
+        Kept while the VR views (:attr:`_vrs_epoch`) and the instances (the same objects under
+        the same names) stay the same, so that a period's rows need no lookup by name.
+        """
+        c = self._pairs
+        vrs, instances = self.vrs, self.instances
+        if c is not None and c[0] is vrs and c[1] == self._vrs_epoch and c[2] == len(vrs) \
+                and len(instances) == len(c[4]) and all(map(is_, instances.values(), c[4])) \
+                and list(instances) == c[3]:
+            return c[5]
+        empty = _VrView()
+        pairs = [(n, vrs.get(n, empty), instances.get(n)) for n in self._sorted_names()]
+        self._pairs = (vrs, self._vrs_epoch, len(vrs), list(instances), list(instances.values()), pairs)
+        return pairs
+
     def sample_rows(self) -> list[list[Any]]:
         """Every known VR's row of the period's samples, sorted by name (for the PUB socket and the metrics).
 
@@ -711,11 +861,8 @@ class DaemonCore:
         every period).
         """
         out = []
-        vrs, instances, pending = self.vrs, self.instances, self.pending_restores
-        empty = _VrView()
-        for n in self._sorted_names():
-            view = vrs.get(n, empty)
-            inst = instances.get(n)
+        pending = self.pending_restores
+        for n, view, inst in self._sample_pairs():
             if inst is None:
                 out.append([n, INACTIVE, view.present, None, view.measured_pps, view.offered_pps, None,
                             pending.get(n), None, None])
@@ -811,4 +958,5 @@ class DaemonCore:
         self.pending_records = records
         for n in [*instances, *pending]:
             self.vrs.setdefault(n, _VrView())
+        self._vrs_epoch += 1
         return notes

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from xtc.host.base import Host
@@ -53,7 +53,8 @@ class PeriodReport:
     """One control period: the readings, what was written, and what failed."""
 
     now_s: float
-    readings: dict[str, VrReading] = field(default_factory=dict)
+    #: The meter's readings (a dict, or on netlink counters a :class:`~xtc.daemon.meter.Readings`).
+    readings: Mapping[str, VrReading] = field(default_factory=dict)
     outcomes: ActionOutcomes = field(default_factory=ActionOutcomes)
     #: The counters could not be read (the message); the controllers did not step.
     meter_error: str | None = None
@@ -124,7 +125,7 @@ class ControlLoop:
             self.meter.reset()
             report.meter_error = str(e)
             event(log, logging.WARNING, "meter_failed", error=str(e))
-            readings: dict[str, VrReading] = {}
+            readings: Mapping[str, VrReading] = {}
         else:
             if self.clock is not None:
                 now_s = self.clock()

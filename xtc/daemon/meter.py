@@ -18,7 +18,9 @@ Definitions (one per quantity, used by the daemon, the simulator and the benchma
 When both readings are :class:`~xtc.host.counters.CounterTable` (netlink) the meter works on
 their arrays: the VRs' interfaces are mapped to rows once per interface list and VR list, and a
 period is a few numpy operations over all interfaces; the result is the same as the per-interface
-rule (which the other readings use).
+rule (which the other readings use).  It is handed over as a :class:`Readings`: the rates as arrays
+in the VR list's order (which :class:`~xtc.daemon.core.DaemonCore` uses as they are) and the same
+mapping of VR name to :class:`VrReading` as elsewhere.
 
 Wraps and resets follow :func:`xtc.host.counters.counter_delta`: on 64-bit counters any decrease
 is a reset; 32-bit counters (32-bit kernels only) may wrap once per period.
@@ -28,14 +30,14 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Mapping, NamedTuple
+from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
 
 from xtc.host.counters import CounterTable, counter_delta
 from xtc.host.ifcounters import IfCounters
 
-__all__ = ["VrReading", "PeriodMeter", "DEFAULT_MAX_PPS"]
+__all__ = ["VrReading", "Readings", "PeriodMeter", "DEFAULT_MAX_PPS"]
 
 #: The largest plausible packet rate of one interface: 100 GbE line rate at 64-byte frames.
 DEFAULT_MAX_PPS = 150e6
@@ -64,6 +66,46 @@ class VrReading(NamedTuple):
 
 # (forwarded_pps, offered_pps, counter_reset) -> VrReading, without a Python-level call.
 _reading_of = partial(tuple.__new__, VrReading)
+
+
+class Readings(Mapping[str, VrReading]):
+    """The meter's readings of one period on arrays, and the read-only mapping of VR name to
+    :class:`VrReading` every caller sees (an entry is built when it is looked up).
+
+    ``names`` are the VR names in the order of the arrays (the same list object from period to
+    period while the meter's row map stays the same, so a consumer can keep its own alignment);
+    ``forwarded`` and ``offered`` are the rates (0.0 where ``known`` is False, i.e. None in the
+    mapping) and ``reset`` is ``counter_reset``.
+    """
+
+    __slots__ = ("names", "index", "forwarded", "offered", "known", "reset")
+
+    def __init__(self, names: list[str], index: Mapping[str, int], forwarded: np.ndarray, offered: np.ndarray,
+                 known: np.ndarray, reset: np.ndarray) -> None:
+        self.names = names
+        self.index = index
+        self.forwarded = forwarded
+        self.offered = offered
+        self.known = known
+        self.reset = reset
+
+    def __getitem__(self, vr: str) -> VrReading:
+        k = self.index[vr]
+        if self.known[k]:
+            return _reading_of((self.forwarded[k].item(), self.offered[k].item(), bool(self.reset[k])))
+        return _reading_of((None, None, bool(self.reset[k])))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, vr: object) -> bool:
+        return vr in self.index
+
+    def __repr__(self) -> str:
+        return f"Readings({dict(self.items())!r})"
 
 
 class PeriodMeter:
@@ -100,7 +142,7 @@ class PeriodMeter:
         counters: Mapping[str, IfCounters],
         vrs: Mapping[str, tuple[str, ...]],
         counter_bits: int = 64,
-    ) -> dict[str, VrReading]:
+    ) -> Mapping[str, VrReading]:
         """Take a new reading; return each VR's rates since the previous one.
 
         Parameters
@@ -116,10 +158,11 @@ class PeriodMeter:
 
         Returns
         -------
-        dict of VR name to VrReading
-            One entry per VR of ``vrs``; rates are None on the first reading, after a reading
-            that did not advance the clock, and for a VR none of whose interfaces were seen at
-            both ends of the period.
+        mapping of VR name to VrReading
+            One entry per VR of ``vrs``, in its order; rates are None on the first reading, after
+            a reading that did not advance the clock, and for a VR none of whose interfaces were
+            seen at both ends of the period.  A dict, or on two tables of 64-bit counters a
+            :class:`Readings` (the same entries, with the arrays they are read from).
         """
         prev, t_prev = self._prev, self._t_s
         self._prev, self._t_s = counters, now_s
@@ -170,7 +213,7 @@ class PeriodMeter:
         return out
 
     def _update_tables(self, dt_s: float, prev: CounterTable, cur: CounterTable,
-                       vrs: Mapping[str, tuple[str, ...]], max_increase: float) -> dict[str, VrReading]:
+                       vrs: Mapping[str, tuple[str, ...]], max_increase: float) -> Readings:
         """:meth:`update` on two tables of 64-bit counters, all interfaces at once."""
         lay = self._layout
         if lay is None or not lay.fits(prev, cur, vrs):
@@ -202,12 +245,13 @@ class PeriodMeter:
                     tx[v] += b.delta
                     seen[v] += 1
         # numpy's division is IEEE's, as Python's float division: the same rates.
-        fwd = (rx / dt_s).tolist()
-        off = (tx / dt_s).tolist()
-        if not seen.all():
-            for v in np.flatnonzero(seen == 0).tolist():
-                fwd[v] = off[v] = None
-        return dict(zip(lay.vr_names, map(_reading_of, zip(fwd, off, reset.tolist()))))
+        known = seen != 0
+        fwd = rx / dt_s
+        off = tx / dt_s
+        if not known.all():
+            fwd[~known] = 0.0
+            off[~known] = 0.0
+        return Readings(lay.vr_names, lay.vr_index, fwd, off, known, reset)
 
 
 class _Layout:
@@ -222,6 +266,7 @@ class _Layout:
         self.prev_names, self.cur_names = prev.names, cur.names
         self.vrs_copy = dict(vrs)
         self.vr_names = list(vrs)
+        self.vr_index = {n: v for v, n in enumerate(self.vr_names)}
         pi, ci = prev.index, cur.index
         rows_prev: list[int] = []
         rows_cur: list[int] = []
