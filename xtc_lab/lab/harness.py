@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,28 +147,23 @@ def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
     from xtc_lab.lab.libvirtd import Libvirtd
     from xtc_lab.lab.netlab import teardown_orphans
 
-    teardown_orphans()
-    if mode == "netns":
-        lab = NetLab(prefix=random_prefix(stem))
-        try:
-            for _ in range(n_vrs):
-                lab.add_netns_vr(work_iters=work_iters, cgroup=True, work_factor=work_factor)
-            yield lab
-        finally:
-            lab.teardown()
-        return
-    if mode != "lxc":
+    if mode not in ("lxc", "netns"):
         raise LabError(f"unknown mode {mode!r}: want 'lxc' (libvirt LXC domains) or 'netns' (namespaces + cgroups)")
-    daemon = Libvirtd()
-    with daemon.lease():
-        lab = NetLab(prefix=random_prefix(stem), uri=daemon.uri)
+    teardown_orphans()
+    daemon = Libvirtd() if mode == "lxc" else None  # netns VRs need no libvirt
+    with daemon.lease() if daemon is not None else nullcontext():
+        lab = NetLab(prefix=random_prefix(stem)) if daemon is None else NetLab(prefix=random_prefix(stem), uri=daemon.uri)
         try:
             for _ in range(n_vrs):
-                lab.add_vr(work_iters=work_iters, vcpu_period_us=vcpu_period_us, work_factor=work_factor)
+                if daemon is None:
+                    lab.add_netns_vr(work_iters=work_iters, cgroup=True, work_factor=work_factor)
+                else:
+                    lab.add_vr(work_iters=work_iters, vcpu_period_us=vcpu_period_us, work_factor=work_factor)
             yield lab
         finally:
             lab.teardown()
-    daemon.stop_if_unused()
+    if daemon is not None:
+        daemon.stop_if_unused()
 
 
 def controller_model(chosen: str | Path | None = None) -> str:
