@@ -216,6 +216,13 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         assert time.monotonic() < deadline, {n: agents[n].svc.core.failed_open for n in senders}
         time.sleep(0.002)
     t_all = max(agents[n].svc.core.failed_open_since_us for n in senders)
+    # The core sets failed_open in the agent's thread, then the service gives the states to the gate:
+    # read here, between the two, the gate has not been told yet (seen at load with a busy loop).
+    deadline = time.monotonic() + 0.5
+    while not all(s == OPEN for n in senders for s in agents[n].svc.gate.state.values()):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
     try:
         for n in senders:
             svc = agents[n].svc
