@@ -8,7 +8,7 @@ import sys, numpy as np, xtc.models
 from xtc.control.laws import FixedCap
 from xtc_lab.bench import control_bench as cb
 from xtc_lab.sim.experiments import controller_spec
-from xtc_lab.sim.metrics import relative_rmse, relative_error
+from xtc_lab.sim.metrics import relative_rmse
 from xtc_lab.sim.run import run_loop
 model = xtc.models.PAPER_MODEL
 tm = cb.ScenarioTimes()
