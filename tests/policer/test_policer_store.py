@@ -12,7 +12,7 @@ from conftest import wait_for
 
 from xtc.policer.db import SCHEMA_VERSION, LeaderLock
 from xtc.policer.policy import ActivationState
-from xtc.policer.store import Conflict, NotLeader, Store, StoreError
+from xtc.policer.store import Conflict, NotLeader, Outcome, Store, StoreError
 
 DATA = Path(__file__).parent / "data"
 
@@ -35,15 +35,16 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
     store = Store(f"sqlite:///{path}")
     store.close()
-    assert SCHEMA_VERSION == 4
-    # Every row as it was (a VR has one new column, the daemon's saturated flag, and a router one,
-    # its samples endpoint, both still null), the version recorded, the new indexes and leadership rows there.
+    assert SCHEMA_VERSION == 5
+    # Every row as it was (a VR has one new column, the daemon's saturated flag, still null, and a
+    # router two, its samples endpoint, null, and its revision, 0), the version recorded, the new
+    # indexes and leadership rows there.
     after = _tables(path)
-    assert all(row[-1] is None for row in after["vrs"]) and all(row[-1] is None for row in after["routers"])
-    assert {**after, "vrs": [row[:-1] for row in after["vrs"]], "routers": [row[:-1] for row in after["routers"]]} == before
+    assert all(row[-1] is None for row in after["vrs"]) and all(row[-2:] == (None, 0) for row in after["routers"])
+    assert {**after, "vrs": [row[:-1] for row in after["vrs"]], "routers": [row[:-2] for row in after["routers"]]} == before
     raw = sqlite3.connect(path)
     meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
-    assert meta == {"schema_version": "4", "leader_epoch": "0", "leader": ""}
+    assert meta == {"schema_version": "5", "leader_epoch": "0", "leader": ""}
     idx = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert {"vrs_network", "routers_status", "actions_router", "actions_kind"} <= idx
     raw.close()
@@ -59,7 +60,7 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     store.add_network("silver", "", "test")  # writable, ids continue
     assert store.list_actions(kind="network_created")[-1]["id"] == len(before["actions"]) + 1
     store.close()
-    assert [row[:-1] for row in _tables(path)["routers"]] == before["routers"]
+    assert [row[:-2] for row in _tables(path)["routers"]] == before["routers"]
 
 
 def test_the_saturated_flag_is_kept_and_nothing_else_is_taken(db_url: str) -> None:
@@ -151,6 +152,55 @@ def test_leader_lock_is_one_holder_and_frees_with_its_session(pg_cluster: Any) -
     one.close()
 
 
+def test_reads_take_the_read_connection_when_free_and_survive_its_loss(pg_cluster: Any) -> None:
+    """PostgreSQL on a unix socket: a read takes the process's own read connection (one session,
+    always the same) when it is free, a pool connection while another thread holds it, and a read
+    connection whose session the server ended is replaced without the read failing."""
+    import threading
+
+    import psycopg
+
+    url = pg_cluster.new_database()
+    store = Store(url)
+    try:
+        db = store.db
+        assert db.inline_lock is db.lock  # the cluster listens on a unix socket only
+        pid = "SELECT pg_backend_pid() AS pid"
+        own = {db.read(pid)[0]["pid"] for _ in range(5)}
+        assert len(own) == 1
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with db.lock:
+                held.set()
+                release.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        try:
+            assert held.wait(10)
+            assert db.read(pid)[0]["pid"] not in own  # the pool's
+        finally:
+            release.set()
+            t.join()
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(%s)", (next(iter(own)),))
+        assert db.read("SELECT 1 AS one") == [{"one": 1}]  # answered though the session was gone
+        again = db.read(pid)[0]["pid"]
+        assert again not in own and db.read(pid)[0]["pid"] == again  # a new read connection, kept
+    finally:
+        store.close()
+
+
+def test_a_tcp_server_keeps_reads_off_the_event_loop() -> None:
+    from xtc.policer.db import _is_local_socket
+
+    assert _is_local_socket("postgresql://xtc@/policer?host=/run/postgresql")
+    assert _is_local_socket("postgresql://xtc@/policer")  # libpq's default: the local socket
+    assert not _is_local_socket("postgresql://xtc@db.example:5432/policer")
+    assert not _is_local_socket("postgresql://xtc@/policer?host=/run/postgresql,db2.example")
+
+
 def test_a_batch_of_outcomes_is_one_transaction_in_order(db_url: str) -> None:
     """The engine's batch: statuses, VRs and audit records of several routers in one transaction, each
     router's records in the order of its outcome; a removed router left alone; plans saved together."""
@@ -193,3 +243,115 @@ def test_a_batch_of_outcomes_is_one_transaction_in_order(db_url: str) -> None:
     assert s.get_router("up")["control_on"] and not s.get_router("gone")["control_on"]
     assert [x["router"] for x in s.list_actions(kind="punish")] == ["up"]
     s.close()
+
+
+def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
+    """The engine's store keeps each router's VR rows between its transactions (valid while the router's
+    ``rev`` is unchanged): after any mix of its own writes and other stores' (another process: the API,
+    another policer), what it gives is what a store with nothing kept reads."""
+    import random
+
+    from xtc.policer.policy import MisbehaviourState
+
+    rng = random.Random(7)
+    eng, api = Store(db_url), Store(db_url)
+    routers = [f"r{i}" for i in range(4)]
+    for r in routers:
+        api.add_router(r, "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
+    for n in ("gold", "silver"):
+        api.add_network(n, "", "test")
+    vrs = ["a", "b", "c"]
+
+    def fresh() -> dict:
+        s = Store(db_url)
+        try:
+            return s.router_states(routers)
+        finally:
+            s.close()
+
+    def value() -> float | None:
+        return rng.choice([None, 0.0, 1000.0, 2500.5, float(rng.randint(0, 5))])
+
+    last: dict[str, list] = {}
+    t = [1000.0]
+
+    def clock() -> float:
+        t[0] += 1.0
+        return t[0]
+
+    eng.clock = clock
+    steps = {"measure": 0, "plan": 0, "api": 0}
+    for i in range(300):
+        r = rng.choice(routers)
+        k = rng.random()
+        if k < 0.35:  # the engine records a measurement (sometimes a VR missing, not present, or new)
+            if r in last and rng.random() < 0.5:  # the very list again, as a sample stream's unchanged message
+                rows = last[r]
+            else:
+                rows = [{"vr": v, "state": rng.choice(["active", "inactive", "paused"]), "setpoint_pps": value(),
+                         "measured_pps": value(), "offered_pps": value(), "cap_percent": value(),
+                         "present": rng.random() > 0.1, "saturated": rng.choice([None, "cap_max", "cap_min"])}
+                        for v in vrs + ["d"] if rng.random() > (0.1 if v != "d" else 0.9)]
+            last[r] = rows
+            now = t[0] + 1
+            if eng.record_outcomes([Outcome(r, rng.choice(["reachable", None]), None, vrs=rows)])[r] is not None:
+                got = {v["name"]: v for v in api.list_vrs(r)}  # every VR reported written, at this time
+                assert all((got[v["vr"]]["last_seen_unix_s"], got[v["vr"]]["measured_pps"], got[v["vr"]]["state"])
+                           == (now, v["measured_pps"], v["state"]) for v in rows), i
+            steps["measure"] += 1
+        elif k < 0.45:
+            eng.record_outcomes([Outcome(r, "unreachable", "no answer")])
+        elif k < 0.75:  # the engine saves a plan for VRs it read
+            st = eng.router_states([r]).get(r)
+            per_vr = {n: {"derived_setpoint_pps": value(), "wanted_state": rng.choice([None, "active", "paused"]),
+                          "wanted_setpoint_pps": value(),
+                          "misbehaviour": MisbehaviourState(rng.randint(0, 3), rng.choice([None, 3, 4.5]),
+                                                            rng.choice([None, 7.25])),
+                          "punish_base_pps": value()} for n in (st[1] if st else {}) if rng.random() < 0.5}
+            eng.save_plans([(r, ActivationState(rng.random() < 0.5, rng.choice([None, 1.0])), 5.0, per_vr, [])])
+            steps["plan"] += 1
+        else:  # another store writes: what the API does
+            steps["api"] += 1
+            try:
+                j = rng.randrange(6)
+                v = rng.choice(vrs)
+                if j == 0:
+                    api.set_manual_setpoint(r, v, rng.choice([None, 1234.5]), "test")
+                elif j == 1:
+                    api.set_vr_network(r, v, rng.choice([None, "gold", "silver"]), "test")
+                elif j == 2:
+                    api.set_sla(rng.choice(["gold", "silver"]), rng.choice(
+                        [None, {"min_pps": 1000.0, "max_pps": float(rng.randint(2000, 9000)), "weight": 2.0}]), "test")
+                elif j == 3:
+                    api.update_router(r, {"capacity_pps": 50_000.0}, "test")
+                elif j == 4:
+                    api.remove_router(r, "test")
+                else:
+                    api.add_router(r, "tcp://127.0.0.1:2", 100_000.0, "on", None, "test")
+            except (Conflict, StoreError):
+                pass
+        if i % 3 == 0 or k >= 0.75:
+            assert eng.router_states(routers) == fresh(), i
+    assert min(steps.values()) > 30, steps
+    # It did keep rows: a router nobody wrote to since is not read again.
+    eng.router_states(routers)
+    kept = {r: eng._states[r][1] for r in routers}
+    assert all(eng.router_states(routers)[r][1] is kept[r] for r in routers)
+    # The same measurement again after the router was removed and registered again (its VRs marked absent
+    # meanwhile): its VRs appear again, as for any measurement.
+    same = [{"vr": v, "state": "active", "measured_pps": 5.0} for v in vrs]
+    try:
+        api.add_router("r0", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
+    except Conflict:
+        pass
+    for _ in range(3):
+        eng.record_outcomes([Outcome("r0", "reachable", None, vrs=same)])
+        eng.router_states(["r0"])
+    api.remove_router("r0", "test")
+    api.add_router("r0", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
+    assert not any(v["present"] for v in eng.router_states(["r0"])["r0"][1].values())  # read again: absent
+    out = Outcome("r0", "reachable", None, vrs=same)
+    eng.record_outcomes([out])
+    assert out.appeared == vrs and eng.router_states(["r0"])["r0"] == fresh()["r0"]
+    eng.close()
+    api.close()

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import numpy as np
@@ -119,7 +119,7 @@ class _Conn:
 
 
 async def _load(url: str, token: str, rate_per_s: float, duration_s: float, concurrency: int,
-                write_fraction: float, seed: int) -> dict[str, Any]:
+                write_fraction: float, seed: int, server_cpu_s: Callable[[], float] | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     auth = {"Authorization": f"Bearer {token}"}
     host, port = url.split("//", 1)[1].rsplit(":", 1)
@@ -171,6 +171,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     n = int(rate_per_s * duration_s)
     tasks = []
     cpu0 = time.process_time()
+    server0 = server_cpu_s() if server_cpu_s is not None else 0.0
     t_start = time.perf_counter()
     for i in range(n):
         delay = t_start + i / rate_per_s - time.perf_counter()
@@ -180,10 +181,11 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t_start
     client_cpu_s = time.process_time() - cpu0
+    server_s = server_cpu_s() - server0 if server_cpu_s is not None else None
     while not idle.empty():
         idle.get_nowait().close()
     lat_ms = np.array(lat_s) * 1000.0
-    return {
+    res = {
         "offered_rate_per_s": rate_per_s,
         "duration_s": round(elapsed, 3),
         "requests": n,
@@ -200,6 +202,24 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         "statuses": statuses,
         "client_cpu_ms_per_request": round(1000 * client_cpu_s / n, 3),
     }
+    if server_s is not None:  # the policer's processes (API workers, their supervisor, the engine)
+        res["server_cpu_ms_per_request"] = round(1000 * server_s / n, 3)
+    return res
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live descendants."""
+    import psutil
+
+    total = 0.0
+    root = psutil.Process(pid)
+    for p in (root, *root.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: int = 32,
@@ -217,7 +237,8 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
     with tempfile.TemporaryDirectory(prefix="xtc-policer-bench-") as tmp:
         proc, base = start_policer(tmp, token, workers=workers)
         try:
-            res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed))
+            res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed,
+                                    server_cpu_s=lambda: _tree_cpu_s(proc.pid)))
             res["workers"] = workers
         finally:
             proc.terminate()

@@ -87,10 +87,18 @@ _PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offere
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
 
 
-def _plan_key(settings: Settings, r: dict[str, Any], act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple:
-    """Everything a router's plan depends on but the time, as one comparable value."""
-    return (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s,
-            tuple((n, _plan_cols(rows[n])) for n in sorted(rows)))
+def _rows_key(rows: dict[str, dict[str, Any]]) -> tuple:
+    """The VRs' part of a router's plan inputs, as one comparable value (the rest: the settings, the router's
+    capacity and control mode, its activation state)."""
+    return tuple((n, _plan_cols(rows[n])) for n in sorted(rows))
+
+
+def _same_inputs(fixed: tuple, head: tuple, rows: dict[str, dict[str, Any]]) -> bool:
+    """Whether a router's plan inputs (``head``: the settings, capacity, control mode and activation state;
+    ``rows``) are those kept in
+    ``fixed`` (head, rows).  The store never changes rows it gave (a write makes new ones), so the very
+    rows are equal ones; other rows are compared column by column."""
+    return fixed[0] == head and (fixed[1] is rows or _rows_key(fixed[1]) == _rows_key(rows))
 
 
 def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple[tuple[float, float], ...]:
@@ -170,10 +178,12 @@ class Engine:
         self.sampled = 0
         self.listed = 0
         self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
-        #: router -> the inputs (:func:`_plan_key`) of its last plan and the timers that ran (:func:`_timers`),
-        #: if that plan was a fixed point (nothing to save, send or record): the same inputs again, before
-        #: any of those timers reaches its hold, give the same nothing, and the router is not planned.
-        self._fixed: dict[str, tuple[tuple, tuple[tuple[float, float], ...]]] = {}
+        self._sample_names: dict[str, tuple[list, frozenset[str]]] = {}  # router -> (its newest sample's VRs, their names)
+        #: router -> the inputs of its last plan (:func:`_same_inputs`'s head, and the VRs' rows as the store
+        #: gave them) and the timers that ran (:func:`_timers`), if that plan was a fixed point (nothing to save,
+        #: send or record): the same inputs again, before any of those timers reaches its hold, give the same
+        #: nothing, and the router is not planned.
+        self._fixed: dict[str, tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...]]] = {}
         #: Routers measured whose plan was skipped that way, and routers planned (since the start).
         self.plans_skipped = 0
         self.planned = 0
@@ -309,11 +319,14 @@ class Engine:
             self._backoff.pop(gone, None)
         for gone in set(self._vr_sets) - names:
             self._vr_sets.pop(gone, None)
+        for gone in set(self._sample_names) - names:
+            self._sample_names.pop(gone, None)
             self._cmds_done.pop(gone, None)
         for gone in set(self._fixed) - names:
             self._fixed.pop(gone, None)
         for gone in set(self._measured_at) - names:
             self._measured_at.pop(gone, None)
+        self.store.keep_states(names)
         if wait:
             for done in started:
                 while not done.wait(0.1):
@@ -333,7 +346,10 @@ class Engine:
         if got[0] <= self._cmds_done.get(r["name"], -math.inf):
             return None  # published before the last commands took effect: it would undo them
         known = self._vr_sets.get(r["name"])
-        if known is None or frozenset(v["vr"] for v in got[1]) != known:
+        names = self._sample_names.get(r["name"])
+        if names is None or names[0] is not got[1]:  # a new message: its VR names (the same list: the same names)
+            names = self._sample_names[r["name"]] = (got[1], frozenset(v["vr"] for v in got[1]))
+        if known is None or names[1] != known:
             return None  # never listed, or the VR set changed: 'list' tells everything
         return got[1]
 
@@ -420,9 +436,9 @@ class Engine:
                 continue
             act, rows = states[name]
             act = ActivationState(act.on, _not_after(act.pending_since_s, now))
-            key = _plan_key(settings, r, act, rows)
+            head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s)
             fixed = self._fixed.get(name)
-            if fixed is not None and fixed[0] == key and all(now - since < hold for since, hold in fixed[1]):
+            if fixed is not None and _same_inputs(fixed, head, rows) and all(now - since < hold for since, hold in fixed[2]):
                 # The same inputs as a plan that changed nothing, and no timer has reached its hold: the same again.
                 self.plans_skipped += 1
                 finished.append((name, t0))
@@ -449,7 +465,7 @@ class Engine:
                              "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
                              "wanted_setpoint_pps": want[1]}
             if not per_vr and not plan.commands and not plan.events and plan.activation == act:
-                self._fixed[name] = (key, _timers(settings, act, rows))
+                self._fixed[name] = (head, rows, _timers(settings, act, rows))
             else:
                 self._fixed.pop(name, None)
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))

@@ -47,6 +47,22 @@ def _chunks(names: list[str]) -> list[list[str]]:
     return [names[i:i + _IN_CHUNK] for i in range(0, len(names), _IN_CHUNK)]
 
 
+def _real(v: Any) -> float | None:
+    """A value as a REAL column gives it back (an int is stored as a float)."""
+    return None if v is None else float(v)
+
+
+#: The columns of a VR's row that :meth:`Store.router_states` gives (the engine's plan inputs): the VR's
+#: own, then its network's SLA.
+STATE_COLS = ("name", "present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated",
+              "manual_setpoint_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps", "punish_level",
+              "punish_bad_since_s", "punish_good_since_s", "punish_base_pps", "sla_min_pps", "sla_max_pps", "sla_weight")
+_STATE_SQL = ("SELECT v.router, " + ", ".join(("n." if c.startswith("sla_") else "v.") + c for c in STATE_COLS)
+              + " FROM vrs v LEFT JOIN networks n ON v.network = n.name WHERE v.router IN ({marks})")
+#: The columns :meth:`Store.record_outcomes` writes from a measurement, and those :meth:`Store.save_plans` writes.
+_MEASURED = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated")
+
+
 @dataclass
 class Outcome:
     """What one exchange with a router's daemon gave, for :meth:`Store.record_outcomes`.
@@ -103,6 +119,16 @@ class Store:
         self.dialect = self.db.dialect
         #: The leadership epoch this process's engine writes under (PostgreSQL, once it leads); None: unfenced.
         self.fence_epoch: int | None = None
+        #: router -> (rev, its VRs' rows as :meth:`router_states` gives them): the rows the engine's
+        #: transactions last read or wrote, valid while the router's ``rev`` in the database is that one
+        #: (every transaction that writes a router's VRs or policy state increments it; this store's
+        #: engine writes keep the entry up to date).  The rows are never changed in place (a write makes
+        #: new ones), so what :meth:`router_states` returned stays as it was.
+        self._states: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
+        #: router -> (the VRs of its last measurement recorded, the kept rows that left, the rows written): the
+        #: same measurement (the very list: a sample stream's unchanged message) over those rows is recorded
+        #: from these, without comparing each VR again.
+        self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[tuple]]] = {}
         try:
             self.db.migrate(self.path if self.dialect == "sqlite" else "(postgresql)")
         except StoreError:
@@ -201,7 +227,8 @@ class Store:
             if row is not None:  # a removed router registered again: keep its history
                 db.execute(
                     "UPDATE routers SET endpoint=?, capacity_pps=?, control_mode=?, curve_server_key=?, pub_endpoint=?,"
-                    " status='unknown', last_error=NULL, control_on=0, activation_pending_since_s=NULL WHERE name=?",
+                    " status='unknown', last_error=NULL, control_on=0, activation_pending_since_s=NULL, rev=rev+1"
+                    " WHERE name=?",
                     (endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint, name),
                 )
             else:
@@ -225,7 +252,7 @@ class Store:
             if row["status"] == "removed":
                 raise Conflict(f"router {name!r} was removed; register it again")
             for k, v in changes.items():
-                db.execute(f"UPDATE routers SET {k}=? WHERE name=?", (v, name))
+                db.execute(f"UPDATE routers SET {k}=?, rev=rev+1 WHERE name=?", (v, name))
             if changes:
                 shown = {k: (v if k != "curve_server_key" else v is not None) for k, v in changes.items()}
                 self._audit(db, "router_updated", actor, name, None, shown)
@@ -237,7 +264,7 @@ class Store:
             if row is None:
                 raise NotFound(f"no router named {name!r}")
             if row["status"] != "removed":
-                db.execute("UPDATE routers SET status='removed', control_on=0 WHERE name=?", (name,))
+                db.execute("UPDATE routers SET status='removed', control_on=0, rev=rev+1 WHERE name=?", (name,))
                 db.execute("UPDATE vrs SET present=0 WHERE router=?", (name,))
                 self._audit(db, "router_removed", actor, name, None, {})
         return self.get_router(name)
@@ -303,6 +330,7 @@ class Store:
             if network is not None and db.execute("SELECT 1 FROM networks WHERE name=?", (network,)).fetchone() is None:
                 raise NotFound(f"no network named {network!r}")
             db.execute("UPDATE vrs SET network=? WHERE router=? AND name=?", (network, router, name))
+            db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))
             self._audit(db, "vr_network", actor, router, name, {"network": network})
         return self.get_vr(router, name)
 
@@ -311,6 +339,7 @@ class Store:
             if db.execute("SELECT 1 FROM vrs WHERE router=? AND name=?", (router, name)).fetchone() is None:
                 raise NotFound(f"no VR {name!r} on router {router!r}")
             db.execute("UPDATE vrs SET manual_setpoint_pps=? WHERE router=? AND name=?", (setpoint_pps, router, name))
+            db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))
             self._audit(db, "manual_setpoint", actor, router, name, {"setpoint_pps": setpoint_pps})
         return self.get_vr(router, name)
 
@@ -373,6 +402,8 @@ class Store:
             else:
                 db.execute("UPDATE networks SET sla_min_pps=?, sla_max_pps=?, sla_weight=? WHERE name=?",
                            (sla["min_pps"], sla["max_pps"], sla["weight"], name))
+            # The routers whose VRs are in the network: their VRs' rows as the engine reads them changed.
+            db.execute("UPDATE routers SET rev=rev+1 WHERE name IN (SELECT router FROM vrs WHERE network=?)", (name,))
             self._audit(db, "sla_set" if sla else "sla_removed", actor, None, None, {"network": name, "sla": sla})
         return self.get_network(name)
 
@@ -440,22 +471,43 @@ class Store:
         return st[name]
 
     def router_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
-        """Routers' activation states and their VRs' raw rows (SLA columns joined), one snapshot; unknown
-        names are left out."""
+        """Routers' activation states and their VRs' rows (the columns of :data:`STATE_COLS`, the network's
+        SLA joined), one snapshot; unknown names are left out.
+
+        The VRs' rows of a router whose ``rev`` is the one this store last read or wrote are not read
+        again (they are what the database holds); the rows returned must not be changed."""
         out: dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]] = {}
+        cache = self._states
         with self.tx() as db:  # one consistent snapshot
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
-                vrs: dict[str, dict[str, dict[str, Any]]] = {}
-                for row in db.execute(
-                        "SELECT v.*, n.sla_min_pps, n.sla_max_pps, n.sla_weight FROM vrs v LEFT JOIN networks n"
-                        f" ON v.network = n.name WHERE v.router IN ({marks})", chunk).fetchall():
-                    vrs.setdefault(row["router"], {})[row["name"]] = dict(row)
-                for r in db.execute("SELECT name, control_on, activation_pending_since_s FROM routers"
-                                    f" WHERE name IN ({marks})", chunk).fetchall():
-                    out[r["name"]] = (ActivationState(bool(r["control_on"]), r["activation_pending_since_s"]),
-                                      vrs.get(r["name"], {}))
+                stale: dict[str, int] = {}
+                # The revisions first: rows read after them are at least as new (PostgreSQL reads each
+                # statement's own snapshot), so an entry is never newer than the rows it holds.
+                for name, on, pending, rev in db.tuples("SELECT name, control_on, activation_pending_since_s, rev"
+                                                        f" FROM routers WHERE name IN ({marks})", chunk):
+                    act = ActivationState(bool(on), pending)
+                    c = cache.get(name)
+                    if c is not None and c[0] == rev:
+                        out[name] = (act, c[1])
+                    else:
+                        stale[name] = rev
+                        out[name] = (act, {})
+                if stale:
+                    got: dict[str, dict[str, dict[str, Any]]] = {n: {} for n in stale}
+                    for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
+                        got[row[0]][row[1]] = dict(zip(STATE_COLS, row[1:]))
+                    for name, rev in stale.items():
+                        cache[name] = (rev, got[name])
+                        out[name] = (out[name][0], got[name])
         return out
+
+    def keep_states(self, names: set[str] | frozenset[str]) -> None:
+        """Forget the VRs' rows kept for routers not in ``names`` (routers gone)."""
+        for gone in set(self._states) - names:
+            self._states.pop(gone, None)
+        for gone in set(self._recorded) - names:
+            self._recorded.pop(gone, None)
 
     def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Upsert the VRs a daemon reported; mark the others absent.  Returns (appeared, vanished)."""
@@ -483,15 +535,26 @@ class Store:
             prev: dict[str, str | None] = dict.fromkeys(names)
             known: dict[str, dict[str, bool]] = {}
             polled = [o.router for o in outcomes if o.vrs is not None]
+            cache = self._states
+            cached: dict[str, dict[str, dict[str, Any]]] = {}  # router -> its rows kept, valid at this rev
+            revs: dict[str, int] = {}
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
-                for r in db.execute(f"SELECT name, status FROM routers WHERE name IN ({marks})", chunk).fetchall():
-                    prev[r["name"]] = None if r["status"] == "removed" else str(r["status"])
-            for chunk in _chunks(polled):
+                for name, st, rev in db.tuples(f"SELECT name, status, rev FROM routers WHERE name IN ({marks})", chunk):
+                    prev[name] = None if st == "removed" else str(st)
+                    revs[name] = rev
+                    c = cache.get(name)
+                    if c is not None and c[0] == rev:
+                        cached[name] = c[1]
+            for chunk in _chunks([n for n in polled if n not in cached]):
                 marks = ",".join("?" * len(chunk))
-                for r in db.execute(f"SELECT router, name, present FROM vrs WHERE router IN ({marks})", chunk).fetchall():
-                    known.setdefault(r["router"], {})[r["name"]] = bool(r["present"])
-            seen_rows, other_rows, updates, inserts, absent = [], [], [], [], []
+                for router, n, present in db.tuples(f"SELECT router, name, present FROM vrs WHERE router IN ({marks})",
+                                                    chunk):
+                    known.setdefault(router, {})[n] = bool(present)
+            seen_rows, other_rows, updates, inserts, absent, bump_rows = [], [], [], [], [], []
+            memo = self._recorded
+            bumps: dict[str, int] = {}  # router -> its rev's increments in this transaction
+            new_rows: dict[str, dict[str, dict[str, Any]] | None] = {}  # router -> its rows now (None: not known)
             status = dict(prev)
             for o in outcomes:
                 name = o.router
@@ -503,6 +566,7 @@ class Store:
                         seen_rows.append((o.status, o.error, now, name))
                     else:
                         other_rows.append((o.status, o.error, name))
+                    bumps[name] = bumps.get(name, 0) + 1
                     if o.status == "unreachable" and status[name] != "unreachable":
                         audits.append(("router_unreachable", "policer", name, None, {"error": o.error}))
                     elif o.status == "reachable" and status[name] == "unreachable":
@@ -510,7 +574,25 @@ class Store:
                     status[name] = o.status
                 if o.vrs is None:
                     continue
-                was = known.setdefault(name, {})
+                if o.status is None:
+                    bump_rows.append((name,))
+                    bumps[name] = bumps.get(name, 0) + 1
+                # The rows kept for the router, with this measurement (None: not known, read them next time).
+                rows = new_rows[name] if name in new_rows else cached.get(name)
+                m = memo.get(name)
+                if m is not None and m[0] is o.vrs and m[1] is rows and rows is not None and name not in new_rows:
+                    # The very measurement last recorded over the very rows it left: the same rows again (no VR
+                    # appears, vanishes or changes), only their time moves.
+                    updates.extend([(a, b, c, d, e, f, g, now, name, n) for a, b, c, d, e, f, g, _, _, n in m[2]])
+                    new_rows[name] = rows
+                    continue
+                was = known.get(name)
+                if was is None:
+                    was = known[name] = ({n: bool(row["present"]) for n, row in cached[name].items()}
+                                         if name in cached else {})
+                changes = len(inserts), len(absent), len(audits)
+                mine = []
+                copied = False
                 seen = set()
                 for v in o.vrs:
                     n = v["vr"]
@@ -521,6 +603,17 @@ class Store:
                             _f(v.get("measured_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
                             sat if sat in SATURATION else None, now, name, n)
                     (updates if n in was else inserts).append(vals)
+                    mine.append(vals)
+                    if rows is not None:
+                        old = rows.get(n)
+                        if old is None:
+                            rows = None  # a new row: read it whole next time
+                        elif (old["present"], old["state"], old["daemon_setpoint_pps"], old["measured_pps"],
+                              old["offered_pps"], old["saturated"]) != (vals[0], vals[1], vals[2], vals[3], vals[4], vals[6]):
+                            if not copied:
+                                rows, copied = dict(rows), True
+                            rows[n] = {**old, "present": vals[0], "state": vals[1], "daemon_setpoint_pps": vals[2],
+                                       "measured_pps": vals[3], "offered_pps": vals[4], "saturated": vals[6]}
                     if present and not was.get(n, False):
                         o.appeared.append(n)
                         audits.append(("vr_appeared", "policer", name, n, {}))
@@ -532,16 +625,30 @@ class Store:
                         absent.append((name, n))
                         o.vanished.append(n)
                         audits.append(("vr_vanished", "policer", name, n, {}))
+                        rows = None
                 for n in seen:
                     was[n] = True
-            db.executemany("UPDATE routers SET status=?, last_error=?, last_seen_unix_s=? WHERE name=?", seen_rows)
-            db.executemany("UPDATE routers SET status=?, last_error=? WHERE name=?", other_rows)
+                new_rows[name] = rows
+                if rows is not None and changes == (len(inserts), len(absent), len(audits)):
+                    memo[name] = (o.vrs, rows, mine)
+                else:
+                    memo.pop(name, None)
+            db.executemany("UPDATE routers SET status=?, last_error=?, last_seen_unix_s=?, rev=rev+1 WHERE name=?", seen_rows)
+            db.executemany("UPDATE routers SET status=?, last_error=?, rev=rev+1 WHERE name=?", other_rows)
+            db.executemany("UPDATE routers SET rev=rev+1 WHERE name=?", bump_rows)
             db.executemany("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
                            " cap_percent=?, saturated=?, last_seen_unix_s=? WHERE router=? AND name=?", updates)
             db.executemany("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
                            " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", inserts)
             db.executemany("UPDATE vrs SET present=0 WHERE router=? AND name=?", absent)
             self._audit_many(db, audits)
+        # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev).
+        for name, n in bumps.items():
+            rows = new_rows[name] if name in new_rows else cached.get(name)
+            if rows is None or name not in cached or prev.get(name) is None:
+                cache.pop(name, None)
+            else:
+                cache[name] = (revs[name] + n, rows)
         return prev
 
     def save_plan(self, router: str, act: ActivationState, demand_pps: float, per_vr: dict[str, dict[str, Any]],
@@ -559,25 +666,53 @@ class Store:
             self._fence(db)
             names = [p[0] for p in plans]
             removed = set()
+            cache = self._states
+            kept: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}  # router -> (rev after this, its rows)
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
-                removed |= {r["name"] for r in db.execute(
-                    f"SELECT name FROM routers WHERE status='removed' AND name IN ({marks})", chunk).fetchall()}
+                for name, st, rev in db.tuples(f"SELECT name, status, rev FROM routers WHERE name IN ({marks})", chunk):
+                    c = cache.get(name)
+                    if st == "removed":
+                        removed.add(name)
+                    elif c is not None and c[0] == rev:
+                        kept[name] = (rev + 1, c[1])
             rows, vr_rows, audits = [], [], []
             for router, act, demand_pps, per_vr, events in plans:
                 if router in removed:
                     continue
                 rows.append((int(act.on), act.pending_since_s, _f(demand_pps), router))
+                k = kept.get(router)
+                vrs = dict(k[1]) if k is not None and per_vr else None
                 for n, d in per_vr.items():
                     ms: MisbehaviourState = d["misbehaviour"]
-                    vr_rows.append((_f(d["derived_setpoint_pps"]), d["wanted_state"], _f(d["wanted_setpoint_pps"]),
-                                    ms.level, ms.bad_since_s, ms.good_since_s, _f(d["punish_base_pps"]), router, n))
+                    vals = (_f(d["derived_setpoint_pps"]), d["wanted_state"], _f(d["wanted_setpoint_pps"]),
+                            ms.level, ms.bad_since_s, ms.good_since_s, _f(d["punish_base_pps"]), router, n)
+                    vr_rows.append(vals)
+                    if vrs is not None:
+                        old = vrs.get(n)
+                        if old is None:
+                            vrs = None
+                            kept.pop(router, None)
+                        else:
+                            vrs[n] = {**old, "derived_setpoint_pps": vals[0], "wanted_state": vals[1],
+                                      "wanted_setpoint_pps": vals[2], "punish_level": int(vals[3]),
+                                      "punish_bad_since_s": _real(vals[4]), "punish_good_since_s": _real(vals[5]),
+                                      "punish_base_pps": vals[6]}
+                if vrs is not None:
+                    kept[router] = (kept[router][0], vrs)
                 audits.extend((kind, "policer", router, vr, detail) for kind, vr, detail in events)
-            db.executemany("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=? WHERE name=?", rows)
+            db.executemany("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=?, rev=rev+1"
+                           " WHERE name=?", rows)
             db.executemany(
                 "UPDATE vrs SET derived_setpoint_pps=?, wanted_state=?, wanted_setpoint_pps=?, punish_level=?,"
                 " punish_bad_since_s=?, punish_good_since_s=?, punish_base_pps=? WHERE router=? AND name=?", vr_rows)
             self._audit_many(db, audits)
+        # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev).
+        for name in names:
+            if name in kept:
+                cache[name] = kept[name]
+            else:
+                cache.pop(name, None)
 
     # ---------------------------------------------------------------------------- leadership
     def _fence(self, db: Conn) -> None:
