@@ -60,11 +60,15 @@ def _quantise(cap, mode):
     return 100.0  # somebody else set it: far from the command (anti-windup restart)
 
 
-def _run(kind, seed, n=40, periods=60, every=False, **kw):
+def _run(kind, seed, n=40, periods=60, every=False, on_rows=False, **kw):
+    """Scalar controllers against banked twins.  ``on_rows``: the twins' state lives in the bank's
+    columns (:meth:`ControllerBank.rows`), re-attached to new rows now and then; the scalar calls
+    on them (``start``, ``to_state``) go through their rows, and deep copies are compared too."""
     rng = random.Random(seed)
     ref, banked = _twins(kind, n, rng, **kw)
     bank = ControllerBank.like(ref[0])
     assert bank is not None and all(bank.accepts(c) for c in banked)
+    rows = bank.rows(banked) if on_rows else None
     setpoints = [rng.choice([rng.uniform(1e3, 1e5), 5e3, 1.0, 0.5]) for _ in range(n)]
     modes = [rng.choice(["exact", "xen", "quota", "exact", "xen", "other"]) for _ in range(n)]
     for p in range(periods):
@@ -81,8 +85,13 @@ def _run(kind, seed, n=40, periods=60, every=False, **kw):
         y = [_rate(rng, setpoints[i]) for i in idx]
         off = [rng.choice([None, 0.0, y[k] * rng.uniform(0.9, 1.5), y[k]]) for k in range(len(idx))]
         want = [ref[i].step(y[k], setpoints[i], off[k]) for k, i in enumerate(idx)]
+        if on_rows and rng.random() < 0.1:
+            rows = bank.rows(banked)  # attached again: the state moves along
+            assert all(bank.accepts(c) for c in banked)
+        at = {} if rows is None or on_rows == "found" else \
+            {"rows": rows, "at": slice(None) if every else np.array(idx, dtype=np.intp)}
         got, ok = bank.step([banked[i] for i in idx], np.array(y), np.array([setpoints[i] for i in idx]),
-                            np.array([math.nan if o is None else o for o in off]))
+                            np.array([math.nan if o is None else o for o in off]), **at)
         assert ok.all()
         assert [repr(v) for v in got.tolist()] == [repr(v) for v in want], (kind, seed, p)
         # the actuator's answer goes back to the controllers that wrote (and to some that did not)
@@ -90,11 +99,20 @@ def _run(kind, seed, n=40, periods=60, every=False, **kw):
         in_force = [_quantise(ref[i].cap_percent, modes[i]) for i in wrote]
         for i, g in zip(wrote, in_force):
             ref[i].applied(g)
-        caps, done = bank.applied([banked[i] for i in wrote], np.array(in_force))
+        at = {} if rows is None or on_rows == "found" else \
+            {"rows": rows, "at": slice(None) if every else np.array(wrote, dtype=np.intp)}
+        caps, done = bank.applied([banked[i] for i in wrote], np.array(in_force), **at)
         assert done.all()
         assert [repr(v) for v in caps.tolist()] == [repr(ref[i].cap_percent) for i in wrote]
         for i in range(n):
             assert _same(ref[i], banked[i]), (kind, seed, p, i, ref[i].to_state(), banked[i].to_state())
+            assert repr(ref[i].cap_percent) == repr(banked[i].cap_percent)
+        if on_rows:
+            for i in rng.sample(range(n), 3):
+                twin = copy.deepcopy(banked[i])  # a plain controller, the same state
+                assert type(twin) is type(ref[i]) and _same(twin, ref[i])
+                twin.step(1e4, 2e4, None)  # and its own: the attached one does not move
+                assert _same(ref[i], banked[i])
 
 
 @pytest.mark.parametrize("kind", ["xtc", "pi", "deadbeat"])
@@ -124,6 +142,49 @@ def test_bank_equals_scalar_when_every_controller_steps_every_period(kind, seed)
     # the same list each call: the bank's reused logarithms and powers (inputs repeating from
     # the previous call at the same position) are taken, and must give the scalar numbers
     _run(kind, seed, every=True)
+
+
+@pytest.mark.parametrize("kind", ["xtc", "pi", "deadbeat"])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_on_its_rows_equals_scalar_controllers(kind, seed):
+    _run(kind, seed, on_rows=True)
+    _run(kind, seed, on_rows="found")  # the rows not given: found from the controllers
+
+
+@pytest.mark.parametrize("kind", ["xtc", "pi"])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10, deadline=None)
+def test_bank_on_all_its_rows_equals_scalar_controllers(kind, seed):
+    _run(kind, seed, every=True, on_rows=True)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10, deadline=None)
+def test_bank_on_its_rows_equals_scalar_with_the_descent_from_the_top_cap(seed):
+    _run("xtc", seed, on_rows=True, tuning=XtcTuning(design_lag=PAPER.model.a, descent_fraction=0.9,
+                                                     saturation_repeat_factor=2.0))
+
+
+def test_attached_controllers_restore_and_copy_through_their_rows():
+    rng = random.Random(5)
+    ref, banked = _twins("xtc", 6, rng)
+    bank = ControllerBank.like(ref[0])
+    rows = bank.rows(banked)
+    assert bank.rows([banked[0], banked[0]]) is None  # one object twice: not attached
+    for a, b in zip(ref, banked):
+        a.step(5e4, 4e4, 6e4)
+        b.step(5e4, 4e4, 6e4)  # the scalar step on an attached controller
+        assert _same(a, b)
+        st_ = a.to_state()
+        b.restore_state(st_)
+        a.restore_state(st_)
+        assert _same(a, b)
+        assert type(b.to_state()["u"]) is float and type(b.to_state()["steps"]) is int
+    assert rows.steps.tolist() == [c.steps for c in ref]
+    shallow = copy.copy(banked[1])
+    shallow.start(10.0)  # a plain copy: the attached one keeps its state
+    assert _same(ref[1], banked[1]) and not _same(shallow, banked[1])
 
 
 def test_reused_elementwise_math_is_the_function():

@@ -96,11 +96,14 @@ def _reference_rows(core: DaemonCore) -> list:
 
 
 def _drive(core: DaemonCore, seed: int, kind: str, n_vrs: int = 12, periods: int = 40, scalar: bool = False,
-           arrays: bool = False) -> list:
+           arrays: bool = False, rollbacks: bool = False) -> list:
     """Random requests, readings and actuator answers; returns everything the core said.
 
     With ``arrays``, the readings are what the meter can hand over (rates both known or both
     unknown) and reach the core as :class:`Readings` (the meter's arrays), unless ``scalar``.
+    With ``rollbacks``, some requests are undone (:meth:`DaemonCore.checkpoint`, ``rollback``: a
+    deep copy of the instance and its controller put back) and the controllers are sometimes
+    replaced (:meth:`DaemonCore.replace_controllers`).
     """
     rng = random.Random(seed)
     lists: dict = {}
@@ -114,10 +117,15 @@ def _drive(core: DaemonCore, seed: int, kind: str, n_vrs: int = 12, periods: int
             vr = rng.choice(names)
             cmd = rng.choice(["activate", "activate", "setpoint", "pause", "resume", "deactivate"])
             sp = rng.uniform(1e3, 8e4) if cmd in ("activate", "setpoint") else None
+            cp = core.checkpoint(vr) if rollbacks else None
             try:
                 res, acts = core.handle(Request(cmd=cmd, vr=vr, setpoint_pps=sp), now, rng.choice([None, 30.0, 7.5]))
             except ApiError as e:
                 log.append(("refused", e.code))
+                continue
+            if cp is not None and rng.random() < 0.3:
+                core.rollback(cp)  # as when the state file could not be written
+                log.append(("rolled back", cmd, json.dumps(core.to_state(), sort_keys=True)))
                 continue
             log.append((cmd, json.dumps(res, sort_keys=True), acts))
             _answer(core, acts, mode, now, rng)
@@ -125,6 +133,9 @@ def _drive(core: DaemonCore, seed: int, kind: str, n_vrs: int = 12, periods: int
             for inst in core.instances.values():
                 if inst.last_write_s is not None and rng.random() < 0.3:
                     inst.last_write_s -= core.reassert_period_s
+        if rollbacks and rng.random() < 0.05:  # a configuration reload
+            core.replace_controllers(core.controller_factory)
+            log.append(("replaced", json.dumps(core.to_state(), sort_keys=True)))
         if rng.random() < 0.1:  # a VR goes away or comes back
             core.set_present(frozenset(n for n in names if rng.random() < 0.9))
         readings = {}
@@ -211,6 +222,30 @@ def test_core_on_the_meters_arrays_equals_the_per_instance_core(kind, seed):
 
         core_mod.ControllerBank.like = _NoBank.like  # type: ignore[method-assign]
         want = _drive(ref, seed, kind, scalar=True, arrays=True)
+    finally:
+        core_mod.ControllerBank.like = saved  # type: ignore[method-assign]
+    assert got == want
+
+
+@pytest.mark.parametrize("kind", ["xtc", "pi"])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=20, deadline=None)
+def test_core_with_rolled_back_requests_and_reloads_equals_the_per_instance_core(kind, seed):
+    """Checkpoints (deep copies of controllers whose state lives in the bank's rows), rollbacks
+    and replaced controllers: the same as the per-instance reference."""
+    def factory():
+        return make_controller(PAPER_MODEL, kind)
+
+    banked = DaemonCore(factory)
+    got = _drive(banked, seed, kind, arrays=True, rollbacks=True, periods=30)
+    assert banked._frame is not None
+    ref = DaemonCore(factory)
+    saved = bank_mod.ControllerBank.like
+    try:
+        import xtc.daemon.core as core_mod
+
+        core_mod.ControllerBank.like = _NoBank.like  # type: ignore[method-assign]
+        want = _drive(ref, seed, kind, scalar=True, arrays=True, rollbacks=True, periods=30)
     finally:
         core_mod.ControllerBank.like = saved  # type: ignore[method-assign]
     assert got == want

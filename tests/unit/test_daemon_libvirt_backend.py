@@ -6,6 +6,7 @@ import pytest
 
 from fakes.libvirt import FakeHypervisor
 from xtc.host.counters import ProcNetDevCounters
+from xtc.host.errors import VRNotRunning
 from xtc.host.libvirt import LibvirtBackend
 from xtc.host.libvirt_conn import LibvirtConn
 
@@ -115,28 +116,23 @@ def test_handles_are_looked_up_once_and_again_after_a_reconnect():
     assert hv.calls["lookupByName"] == 2 and hv.params("vr1")["vcpu_quota"] == 30000
 
 
-def test_a_redefined_domain_is_looked_up_again():
+@pytest.mark.parametrize(
+    "lose, error, regain",
+    [
+        # undefined: the handle is stale; redefined: it is looked up again
+        (lambda hv: hv.undefine("vr1"), Exception, lambda hv: hv.define("vr1", interfaces=["a"])),
+        (lambda hv: hv.stop("vr1"), VRNotRunning, lambda hv: hv.start("vr1")),
+    ],
+    ids=["undefined-then-redefined", "stopped-then-started"],
+)
+def test_a_domain_gone_and_back_is_capped_again(lose, error, regain):
     hv, b = backend()
     hv.define("vr1", interfaces=["a"])
     b.apply_cap("vr1", 20.0)
-    hv.undefine("vr1")
-    with pytest.raises(Exception):
+    lose(hv)
+    with pytest.raises(error):
         b.apply_cap("vr1", 25.0)
-    hv.define("vr1", interfaces=["a"])
-    assert b.apply_cap("vr1", 25.0) == pytest.approx(25.0)
-    assert hv.params("vr1")["vcpu_quota"] == 25000
-
-
-def test_write_to_a_stopped_domain_is_vr_not_running():
-    from xtc.host.errors import VRNotRunning
-
-    hv, b = backend()
-    hv.define("vr1", interfaces=["a"])
-    b.apply_cap("vr1", 20.0)
-    hv.stop("vr1")
-    with pytest.raises(VRNotRunning):
-        b.apply_cap("vr1", 25.0)
-    hv.start("vr1")  # the live parameters are the defined ones again: everything is read again
+    regain(hv)  # the live parameters are the defined ones again: everything is read again
     assert b.apply_cap("vr1", 25.0) == pytest.approx(25.0)
     assert hv.params("vr1")["vcpu_quota"] == 25000
     assert b.snapshot("vr1")["params"] == {"vcpu_period": 100000, "vcpu_quota": -1}

@@ -24,6 +24,7 @@ caller steps them one by one.
 
 from __future__ import annotations
 
+import copy
 import math
 from itertools import repeat
 from operator import attrgetter
@@ -117,6 +118,169 @@ def _rates_ok(v: np.ndarray) -> np.ndarray:
     return (v >= 0.0) & (v <= _FLOAT_MAX)
 
 
+# ---------------------------------------------------------------------------------- rows
+class Rows:
+    """The law's state of a list of controllers, as columns (one row per controller).
+
+    Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an
+    instance of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state
+    attributes (``_u``, ``_carry``, ``_quant_decades``, ``_u_force``, ``steps``, the previous
+    error, and XTC's ``_noise_log`` and ``_descent``) are properties on its row.  So the bank
+    steps the columns without touching the objects, and every other reader or writer of a
+    controller (``to_state``, ``start``, ``restore_state``, ``applied``, the scalar ``step``)
+    goes through the properties and sees, or changes, the same numbers.  A controller attached
+    again (to newer rows) takes its values along; :func:`copy.deepcopy` and :func:`copy.copy`
+    of an attached controller give a plain one with the same state.  ``steps`` is a column of
+    Python ints (as the objects had), the rest float64 (the same doubles) and bool.
+    """
+
+    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.u = np.zeros(n)
+        self.carry = np.zeros(n)
+        self.quant = np.zeros(n)
+        self.u_force = np.zeros(n)
+        self.e_prev = np.zeros(n)
+        self.has_prev = np.zeros(n, dtype=bool)
+        self.noise = np.zeros(n)
+        self.descent = np.zeros(n, dtype=bool)
+        self.steps = np.zeros(n, dtype=object)
+
+
+def _float_col(col: str) -> property:
+    get_col = attrgetter(col)
+
+    def get(self: Any) -> float:
+        return get_col(self._rows)[self._row].item()
+
+    def put(self: Any, v: float) -> None:
+        get_col(self._rows)[self._row] = v
+
+    return property(get, put)
+
+
+def _prev_col() -> property:
+    def get(self: Any) -> float | None:
+        rows = self._rows
+        return rows.e_prev[self._row].item() if rows.has_prev[self._row] else None
+
+    def put(self: Any, v: float | None) -> None:
+        rows = self._rows
+        rows.has_prev[self._row] = v is not None
+        rows.e_prev[self._row] = 0.0 if v is None else v
+
+    return property(get, put)
+
+
+def _bool_col(col: str) -> property:
+    get_col = attrgetter(col)
+
+    def get(self: Any) -> bool:
+        return bool(get_col(self._rows)[self._row])
+
+    def put(self: Any, v: bool) -> None:
+        get_col(self._rows)[self._row] = v
+
+    return property(get, put)
+
+
+def _steps_col() -> property:
+    def get(self: Any) -> int:
+        return self._rows.steps[self._row]
+
+    def put(self: Any, v: int) -> None:
+        self._rows.steps[self._row] = v
+
+    return property(get, put)
+
+
+class _Attached:
+    """What :class:`_XtcRow` and :class:`_PIRow` add to their controller class: the copies."""
+
+    _plain: type
+    _state: tuple[str, ...]
+
+    def _detached(self, memo: dict[int, Any] | None) -> Any:
+        cls = self._plain
+        new = cls.__new__(cls)
+        if memo is not None:
+            memo[id(self)] = new
+        d = {k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")}
+        new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
+        for name in self._state:
+            setattr(new, name, getattr(self, name))  # floats, bools and ints: immutable
+        return new
+
+    def __copy__(self) -> Any:
+        return self._detached(None)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self._detached(memo)
+
+
+_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps")
+_PI_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_e_prev", "steps")
+
+
+class _LawRow(_Attached):
+    """The state both laws keep, as columns of a :class:`Rows`."""
+
+    _u = _float_col("u")
+    _carry = _float_col("carry")
+    _quant_decades = _float_col("quant")
+    _u_force = _float_col("u_force")
+    steps = _steps_col()
+
+
+class _XtcRow(_LawRow, XtcController):
+    """An :class:`~xtc.control.laws.XtcController` whose state is a row of a :class:`Rows`."""
+
+    _plain = XtcController
+    _state = _XTC_ROW_STATE
+    _E_prev = _prev_col()
+    _noise_log = _float_col("noise")
+    _descent = _bool_col("descent")
+
+
+class _PIRow(_LawRow, PaperPI):
+    """A :class:`~xtc.control.laws.PaperPI` whose state is a row of a :class:`Rows`."""
+
+    _plain = PaperPI
+    _state = _PI_ROW_STATE
+    _e_prev = _prev_col()
+
+
+_ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
+_PLAIN_CLASS: dict[type, type] = {XtcController: XtcController, PaperPI: PaperPI,
+                                  _XtcRow: XtcController, _PIRow: PaperPI}
+_ROW_TYPES = (_XtcRow, _PIRow)
+_EVERYTHING = slice(None)
+
+
+def _plain_type(ctl: Any) -> type:
+    t = type(ctl)
+    return _PLAIN_CLASS.get(t, t)
+
+
+def _attached_rows(ctls: Sequence[Any]) -> tuple[Rows | None, Any]:
+    """(rows, at) when every controller of ``ctls`` is attached to the same :class:`Rows` (then
+    stepping the columns is stepping them), else (None, everything)."""
+    if not ctls or type(ctls[0]) not in _ROW_TYPES:
+        return None, _EVERYTHING
+    rows = ctls[0].__dict__["_rows"]
+    ds = [c.__dict__ for c in ctls]
+    if all(d.get("_rows") is rows for d in ds):
+        return rows, np.fromiter([d["_row"] for d in ds], dtype=np.intp, count=len(ds))
+    return None, _EVERYTHING
+
+
+def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
+    """Rows ``at`` (a slice of all rows or an index array) restricted to the positions ``idx``."""
+    return idx if isinstance(at, slice) else np.asarray(at)[idx]
+
+
 class ControllerBank:
     """The law of one controller kind and tuning, applied to many controllers at once.
 
@@ -127,7 +291,7 @@ class ControllerBank:
     """
 
     def __init__(self, proto: _Bounded) -> None:
-        self.cls = type(proto)
+        self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
         self._log10_r = _Reuse(_log10_of)
@@ -149,23 +313,61 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        if type(proto) is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
+        t = _plain_type(proto)
+        if t is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
             return cls(proto)
-        if type(proto) is PaperPI:
+        if t is PaperPI:
             return cls(proto)
         return None
 
     def accepts(self, ctl: Any) -> bool:
         """True if ``ctl`` has this bank's class and parameters (the bank steps it exactly)."""
-        if type(ctl) is not self.cls:
+        if _plain_type(ctl) is not self.cls:
             return False
         if self.cls is XtcController:
             return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity) == self.params
         return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind) == self.params
 
+    def rows(self, ctls: Sequence[Any]) -> Rows | None:
+        """The state of ``ctls`` (each accepted by :meth:`accepts`) as columns; attaches them.
+
+        From then on each controller's state lives in its row (see :class:`Rows`), and
+        :meth:`step` and :meth:`applied` given these rows work on the columns alone.  None (and
+        nothing attached) when a controller appears twice in ``ctls``.
+        """
+        n = len(ctls)
+        if len(set(map(id, ctls))) != n:
+            return None
+        state = _XTC_ROW_STATE if self.cls is XtcController else _PI_ROW_STATE
+        rows = Rows(n)
+        if n:
+            cols = list(zip(*map(attrgetter(*state), ctls)))
+            u, carry, quant, u_force, e_prev, *rest = cols
+            steps = rest[-1]
+            rows.u[:] = u
+            rows.carry[:] = carry
+            rows.quant[:] = quant
+            rows.u_force[:] = u_force
+            rows.e_prev[:], rows.has_prev[:] = _optional(e_prev)
+            rows.steps[:] = steps
+            if self.cls is XtcController:
+                rows.noise[:] = rest[0]
+                rows.descent[:] = rest[1]
+        row_cls = _ROW_CLASS[self.cls]
+        for k, c in enumerate(ctls):
+            d = c.__dict__
+            for name in state:
+                d.pop(name, None)
+            if type(c) is not row_cls:
+                c.__class__ = row_cls
+            d["_rows"] = rows
+            d["_row"] = k
+        return rows
+
     # ------------------------------------------------------------------------------- step
     def step(self, ctls: Sequence[Any], measured_pps: np.ndarray, setpoint_pps: np.ndarray,
-             offered_pps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+             offered_pps: np.ndarray | None = None, rows: Rows | None = None,
+             at: Any = _EVERYTHING) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.step(measured, setpoint, offered)`` for every controller of ``ctls`` at once.
 
         Parameters
@@ -177,6 +379,10 @@ class ControllerBank:
         offered_pps : array of float, optional
             Per controller, packets/s; NaN where unknown (the scalar ``None``).
 
+        rows, at : Rows, optional; slice or array of int
+            The controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order (all
+            by default): the state is then read and written there, not in the objects.
+
         Returns
         -------
         caps, stepped : array of float, array of bool
@@ -185,6 +391,8 @@ class ControllerBank:
             ``stepped`` is False: step that controller alone to get its error.
         """
         n = len(ctls)
+        if rows is None:
+            rows, at = _attached_rows(ctls)
         y = np.asarray(measured_pps, dtype=np.float64)
         r = np.asarray(setpoint_pps, dtype=np.float64)
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
@@ -194,22 +402,30 @@ class ControllerBank:
             caps = np.full(n, np.nan)
             if len(idx):
                 sub = [ctls[i] for i in idx.tolist()]
-                caps[idx] = self.step(sub, y[idx], r[idx], off[idx])[0]
+                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
+                                      None if rows is None else _subset(at, idx))[0]
             return caps, ok
         if n == 0:
             return np.empty(0), ok
         if self.cls is XtcController:
-            return self._step_xtc(ctls, y, r, off), ok
-        return self._step_pi(ctls, y, r), ok
+            return self._step_xtc(ctls, y, r, off, rows, at), ok
+        return self._step_pi(ctls, y, r, rows, at), ok
 
-    def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray) -> np.ndarray:
+    def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
+                  rows: Rows | None = None, at: Any = _EVERYTHING) -> np.ndarray:
         t = self.tuning
-        u_t, carry_t, quant_t, noise_t, e_prev_t, descent_t = zip(*map(_XTC_STATE, ctls))
-        u = np.array(u_t, dtype=np.float64)
-        carry = np.array(carry_t, dtype=np.float64)
-        quant = np.array(quant_t, dtype=np.float64)
-        noise = np.array(noise_t, dtype=np.float64)
-        e_prev, has_prev = _optional(e_prev_t)
+        if rows is None:
+            u_t, carry_t, quant_t, noise_t, e_prev_t, descent_t = zip(*map(_XTC_STATE, ctls))
+            u = np.array(u_t, dtype=np.float64)
+            carry = np.array(carry_t, dtype=np.float64)
+            quant = np.array(quant_t, dtype=np.float64)
+            noise = np.array(noise_t, dtype=np.float64)
+            e_prev, has_prev = _optional(e_prev_t)
+        else:
+            u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
+            e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
+            descent_t = rows.descent[at]
+            u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
 
         # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
@@ -254,7 +470,7 @@ class ControllerBank:
                     top = was_descent.copy()
                     u_top = self._u_max - _EXACT_DECADES
                     for k in np.flatnonzero(more & ~was_descent).tolist():
-                        top[k] = ctls[k]._u_force >= u_top
+                        top[k] = (ctls[k]._u_force if rows is None else u_force_rows[k]) >= u_top
                     sat = sat | (more & top)
             descent = sat & (r < y_wanted)
             f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
@@ -268,7 +484,7 @@ class ControllerBank:
                     top = was_descent.copy()
                     u_top = self._u_max - _EXACT_DECADES
                     for k in np.flatnonzero(fd & ~was_descent).tolist():
-                        top[k] = ctls[k]._u_force >= u_top
+                        top[k] = (ctls[k]._u_force if rows is None else u_force_rows[k]) >= u_top
                     fd &= top
                     du_fine = np.where(fd, np.minimum(t.fine_gain * E / 1.0, E / self.params[4]), t.fine_gain * E / 1.0)
                     du_beat = np.where(fine, du_fine, du_beat)
@@ -279,6 +495,14 @@ class ControllerBank:
         du = np.where((du > 0) & not_limited, 0.0, du)
         new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(new_u) + carry))
+        if rows is not None:
+            rows.e_prev[at] = E
+            rows.has_prev[at] = True
+            rows.noise[at] = noise
+            rows.descent[at] = descent
+            rows.steps[at] += 1
+            rows.u[at] = new_u  # inside the dead zone u stays: the same number
+            return caps
         for c, ee, nn, dd in zip(ctls, E.tolist(), noise.tolist(), descent.tolist()):
             c._E_prev = ee
             c._noise_log = nn
@@ -288,13 +512,17 @@ class ControllerBank:
             ctls[k]._u = new_u[k].item()
         return caps
 
-    def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray) -> np.ndarray:
+    def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
+                 rows: Rows | None = None, at: Any = _EVERYTHING) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
-        u_t, carry_t, e_prev_t = zip(*map(_PI_STATE, ctls))
-        u = np.array(u_t, dtype=np.float64)
-        carry = np.array(carry_t, dtype=np.float64)
-        e_prev_v, has_prev = _optional(e_prev_t)
+        if rows is None:
+            u_t, carry_t, e_prev_t = zip(*map(_PI_STATE, ctls))
+            u = np.array(u_t, dtype=np.float64)
+            carry = np.array(carry_t, dtype=np.float64)
+            e_prev_v, has_prev = _optional(e_prev_t)
+        else:
+            u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_prev[at]
         y = y_pps / 1000.0
         r = r_pps / 1000.0
         e = r - y
@@ -303,6 +531,12 @@ class ControllerBank:
         du = (kp + ki) * e - kp * e_prev
         u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
+        if rows is not None:
+            rows.u[at] = u
+            rows.e_prev[at] = e
+            rows.has_prev[at] = True
+            rows.steps[at] += 1
+            return caps
         for c, uu, ee in zip(ctls, u.tolist(), e.tolist()):
             c._u = uu
             c._e_prev = ee
@@ -310,8 +544,11 @@ class ControllerBank:
         return caps
 
     # ---------------------------------------------------------------------------- applied
-    def applied(self, ctls: Sequence[Any], cap_in_force_percent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def applied(self, ctls: Sequence[Any], cap_in_force_percent: np.ndarray, rows: Rows | None = None,
+                at: Any = _EVERYTHING) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.applied(cap)`` for every controller at once; returns their ``cap_percent`` after.
+
+        ``rows`` and ``at``: the controllers' rows, as for :meth:`step`.
 
         Returns
         -------
@@ -320,19 +557,25 @@ class ControllerBank:
             it is not what ``check_cap`` accepts (finite, > 0) nothing is changed and ``done`` is
             False: call that controller's :meth:`applied` alone to get its error.
         """
+        if rows is None:
+            rows, at = _attached_rows(ctls)
         got = np.asarray(cap_in_force_percent, dtype=np.float64)
         done = (got > 0) & (got <= _FLOAT_MAX)
         if not done.all():
             idx = np.flatnonzero(done)
             caps = np.full(len(ctls), np.nan)
             if len(idx):
-                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx])[0]
+                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows,
+                                         None if rows is None else _subset(at, idx))[0]
             return caps, done
         if len(ctls) == 0:
             return np.empty(0), done
-        u_t, carry_t = zip(*map(_APPLIED_STATE, ctls))
-        u = np.array(u_t, dtype=np.float64)
-        carry = np.array(carry_t, dtype=np.float64)
+        if rows is None:
+            u_t, carry_t = zip(*map(_APPLIED_STATE, ctls))
+            u = np.array(u_t, dtype=np.float64)
+            carry = np.array(carry_t, dtype=np.float64)
+        else:
+            u, carry = rows.u[at], rows.carry[at]
         want = self._pow10_u(u)
         carry = carry + want - got
         limit = np.maximum(_Bounded.CARRY_LIMIT_PERCENT, _Bounded.CARRY_LIMIT_FRACTION * got)
@@ -341,11 +584,22 @@ class ControllerBank:
         u = np.where(restart, np.minimum(self._u_max, np.maximum(self._u_min, log_got)), u)
         carry = np.where(restart, 0.0, carry)
         quant = np.where(restart, 0.0, self._log10_want(want) - log_got)
+        if rows is not None:
+            rows.carry[at] = carry
+            rows.u_force[at] = log_got
+            rows.quant[at] = quant
+            rows.u[at] = u  # elsewhere than a restart u stays: the same number
+        else:
+            self._applied_back(ctls, carry, log_got, quant, restart, u)
+        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_after(u) + carry))
+        return caps, done
+
+    @staticmethod
+    def _applied_back(ctls: Sequence[Any], carry: np.ndarray, log_got: np.ndarray, quant: np.ndarray,
+                      restart: np.ndarray, u: np.ndarray) -> None:
         for c, cc, ff, qq in zip(ctls, carry.tolist(), log_got.tolist(), quant.tolist()):
             c._carry = cc
             c._u_force = ff
             c._quant_decades = qq
         for k in np.flatnonzero(restart).tolist():  # elsewhere u stays
             ctls[k]._u = u[k].item()
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_after(u) + carry))
-        return caps, done

@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from xtc.control import Controller
-from xtc.control.bank import ControllerBank
+from xtc.control.bank import _EVERYTHING, ControllerBank, Rows
 
 from .api import ApiError, Request
 from .meter import Readings, VrReading
@@ -188,7 +188,8 @@ class _Frame:
     """
 
     __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
-                 "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx")
+                 "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
+                 "rows", "bank_pos")
 
     def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
                  insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
@@ -203,6 +204,11 @@ class _Frame:
         self.bank_insts = [insts[k] for k in il]
         self.bank_ctls = [ctls[k] for k in il]
         self.n_bank = len(il)
+        # The bank's controllers' state as columns (they are attached to them: see Rows), and the
+        # row of each live instance's controller in them (-1: not banked).
+        self.rows = core._bank.rows(self.bank_ctls) if core._bank is not None and il else None
+        self.bank_pos = np.full(len(insts), -1, dtype=np.intp)
+        self.bank_pos[self.bank_idx] = np.arange(len(il), dtype=np.intp)
         self.rnames: list[str] | None = None
         self.ridx = np.empty(0, dtype=np.intp)
 
@@ -615,13 +621,13 @@ class DaemonCore:
                 self._step_one(live[k], readings[f.names[k]])
         if f.n_bank and in_bank.any():
             if np.array_equal(in_bank, f.in_bank):  # the usual case: every banked controller steps
-                idx, b_insts, b_ctls = f.bank_idx, f.bank_insts, f.bank_ctls
+                idx, b_insts, b_ctls, at = f.bank_idx, f.bank_insts, f.bank_ctls, _EVERYTHING
             else:
                 idx = np.flatnonzero(in_bank)
                 il = idx.tolist()
-                b_insts, b_ctls = [live[k] for k in il], [f.ctls[k] for k in il]
+                b_insts, b_ctls, at = [live[k] for k in il], [f.ctls[k] for k in il], f.bank_pos[idx]
             self._step_bank(b_insts, b_ctls, measured[idx], offered[idx],
-                            lambda k: readings[f.names[int(idx[k])]])
+                            lambda k: readings[f.names[int(idx[k])]], f.rows, at)
         # Which caps to write: never written, failed, changed, or due for re-assertion.
         applied = np.array([nan if (v := i.applied_cap_percent) is None else v for i in live], dtype=np.float64)
         cap = np.array([i.cap_percent for i in live], dtype=np.float64)
@@ -641,28 +647,30 @@ class DaemonCore:
         has_force = np.array([v is not None for v in in_force], dtype=bool)
         kept_mask = same & stepped & has_force
         if kept_mask.all() and n:  # the steady state: every instance, in order
-            cap[:] = self._tell_in_force(live, in_force, f.in_bank.tolist(), f.ctls)
+            cap[:] = self._tell_in_force(live, in_force, f.in_bank.tolist(), f.ctls, f.rows,
+                                         None if f.n_bank == n else f.bank_pos)
             same = _unchanged(cap, applied)
         elif kept_mask.any():
             kept = np.flatnonzero(kept_mask).tolist()
             cap[kept] = self._tell_in_force([live[k] for k in kept], [in_force[k] for k in kept],
-                                            in_bank[kept].tolist())
+                                            in_bank[kept].tolist(), None, f.rows, f.bank_pos[kept])
             same = _unchanged(cap, applied)
         if same.all():
             return []
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
     def _step_bank(self, batch: list[Instance], ctls: list[Any], measured: np.ndarray, offered: np.ndarray,
-                   reading_of: Callable[[int], VrReading]) -> None:
+                   reading_of: Callable[[int], VrReading], rows: Rows | None = None, at: Any = _EVERYTHING) -> None:
         """The bank's controllers of ``batch`` step on their rates; caps and saturation follow.
 
         ``offered`` is NaN where unknown; ``reading_of(k)`` is the reading of ``batch[k]`` (for
-        the scalar step, which names what the bank refuses).
+        the scalar step, which names what the bank refuses); ``rows``, ``at``: the controllers'
+        rows, if they are attached to them (:meth:`ControllerBank.rows`).
         """
         bank = self._bank
         assert bank is not None
         setpoint = np.array([i.setpoint_pps for i in batch], dtype=np.float64)
-        caps, ok = bank.step(ctls, measured, setpoint, offered)
+        caps, ok = bank.step(ctls, measured, setpoint, offered, rows, at)
         if not ok.all():
             for k in np.flatnonzero(~ok).tolist():
                 self._step_one(batch[k], reading_of(k))  # the scalar step names what it refuses
@@ -721,12 +729,14 @@ class DaemonCore:
             self._tell_in_force(batch, got, [True] * len(batch))
 
     def _tell_in_force(self, insts: list[Instance], got: list[float],
-                       banked: list[bool] | None = None, ctls: list[Any] | None = None) -> list[float]:
+                       banked: list[bool] | None = None, ctls: list[Any] | None = None,
+                       rows: Rows | None = None, pos: np.ndarray | None = None) -> list[float]:
         """Each instance's controller learns its cap in force (the bank's together); caps follow.
 
         ``banked[k]``: whether the bank steps ``insts[k]``'s controller, when the caller knows
         (default: asked of the bank); ``ctls``: the instances' controllers, when the caller has
-        them.  Returns the instances' new caps, percent of one CPU.
+        them; ``rows``: the rows the banked controllers are attached to, ``pos[k]`` the row of
+        ``insts[k]``'s (None: row k).  Returns the instances' new caps, percent of one CPU.
         """
         if banked is None:
             banked = [self._banked(i.controller) for i in insts]
@@ -734,7 +744,7 @@ class DaemonCore:
         if all(banked):  # the usual case: one call, no index lists
             assert self._bank is not None
             c, ok = self._bank.applied([i.controller for i in insts] if ctls is None else ctls,
-                                       np.array(got, dtype=np.float64))
+                                       np.array(got, dtype=np.float64), rows, _EVERYTHING if pos is None else pos)
             caps = c.tolist()
             todo = np.flatnonzero(~ok).tolist()
             idx: list[int] = []
@@ -743,7 +753,8 @@ class DaemonCore:
             idx = [k for k, b in enumerate(banked) if b]
         if idx:
             assert self._bank is not None
-            c, ok = self._bank.applied([insts[k].controller for k in idx], np.array([got[k] for k in idx], dtype=np.float64))
+            c, ok = self._bank.applied([insts[k].controller for k in idx], np.array([got[k] for k in idx], dtype=np.float64),
+                                       rows, None if rows is None else (np.array(idx, dtype=np.intp) if pos is None else pos[idx]))
             for k, cc, o in zip(idx, c.tolist(), ok.tolist()):
                 if o:
                     caps[k] = cc
