@@ -433,15 +433,21 @@ class _Net:
                     self.run(s.host, self.agents[s.host].handle(s.data, t), t)
 
 
-def test_rate_mode_recovers_its_rates_after_a_fail_open():
-    """A fail-open forgets the rates; the controller's rates have not changed, yet the re-reported
-    backlog must bring them back (else the large flows stay CLOSED for good)."""
+def _rate_pair():
+    """A controller in rate mode and the agents of hosts 0 and 5, registered: ``(net, a0, a5, t)``."""
     topo = _topo()
     net = _Net(topo, "rate")
     a0, a5 = net.add(topo, 0), net.add(topo, 5)
     t = NOW + 100
     for x, a in ((0, a0), (5, a5)):
         net.run(x, a.tick(t), t)
+    return net, a0, a5, t
+
+
+def test_rate_mode_recovers_its_rates_after_a_fail_open():
+    """A fail-open forgets the rates; the controller's rates have not changed, yet the re-reported
+    backlog must bring them back (else the large flows stay CLOSED for good)."""
+    net, a0, a5, t = _rate_pair()
     assert a0.under_control and a5.under_control and a0.mode == "rate"
     busy = lambda a: ({d: DestStats(SMALL + 1, 9, 3000 * (d == 5), 2 * (d == 5))  # noqa: E731
                      for d in a.dests}, dict.fromkeys(a.small_flows, SMALL + 1))
@@ -477,12 +483,7 @@ def test_rate_mode_recovers_its_rates_after_a_fail_open():
 
 
 def test_rate_mode_a_lost_rate_directive_is_asked_again_from_the_ack():
-    topo = _topo()
-    net = _Net(topo, "rate")
-    a0, a5 = net.add(topo, 0), net.add(topo, 5)
-    t = NOW + 100
-    for x, a in ((0, a0), (5, a5)):
-        net.run(x, a.tick(t), t)
+    net, a0, _a5, t = _rate_pair()
     busy = ({d: DestStats(SMALL + 1, 9, 3000 * (d == 5), 2 * (d == 5)) for d in a0.dests},
             dict.fromkeys(a0.flows, SMALL + 1))
     t += 1_000
@@ -699,3 +700,63 @@ def test_hybrid_mode_opens_a_fast_host_at_its_slice_rate_where_timeslices_starve
         grants = [m for m in seen[0] if m.dest is not None]
         assert grants and all(m.rate_bps == 1_000_000_000 for m in grants)
         assert states[0] == {1_000_000_000, CLOSED}  # opened at 1 Gb/s, never at the 10 Gb/s line rate
+
+
+def _figure21_topology():
+    """s0-s4 and r on one switch; every port 100 Mb/s, NICs 1 Gb/s (Figure 21's shape)."""
+    m = 1_000_000
+    hosts = [{"name": f"s{i}", "nic_bps": 1000 * m, "port_bps": 100 * m, "switch": "w", "vms": [f"10.0.0.{i + 1}"]}
+             for i in range(5)]
+    hosts.append({"name": "r", "nic_bps": 1000 * m, "port_bps": 100 * m, "switch": "w", "vms": ["10.0.0.9"]})
+    return parse_topology({"schema": "xco-topology/1", "switch": [{"name": "w"}], "host": hosts, "link": []})
+
+
+@pytest.mark.parametrize("demand", [True, False])
+def test_rate_mode_slow_senders_bounded_by_demand_leave_their_share_to_fast_ones(demand):
+    """Three senders of 5 Mb/s and two of 1 Gb/s into one 100 Mb/s port, every one with a packet
+    queued at every poll (so none gives up).  The paper's rate mode gives each a fifth (20 Mb/s):
+    the port carries 55 Mb/s.  With demand reports (counters read by the agents every 5 ms, the
+    classes' sent bytes growing at min(demand, rate in force)) the slow flows are bounded near
+    6.25 Mb/s and the fast ones share the rest: the port carries over 90% of its rate."""
+    m = 1_000_000
+    topo = _figure21_topology()
+    net = _Net(topo, "rate")
+    r = topo.n_hosts - 1
+    agents = {}
+    for x in range(5):
+        _, a = _core(topo, x, demand_window_us=50_000 if demand else 10**12)
+        agents[x] = net.agents[x] = a
+    agents[r] = net.add(topo, r)
+    t = NOW + 100
+    for x, a in agents.items():
+        net.run(x, a.tick(t), t)
+    want = {0: 5 * m, 1: 5 * m, 2: 5 * m, 3: 1000 * m, 4: 1000 * m}
+    sent = {x: 0.0 for x in want}
+    carried = []
+    for step in range(400):  # 2 s in polls of 5 ms
+        t += 5_000
+        total = 0.0
+        for x, a in ((x, agents[x]) for x in want):
+            i = a.dests.index(r)
+            rate = a.rates.get(r, 0)
+            bps = min(want[x], rate)
+            sent[x] += bps * 5_000 / 8e6
+            total += bps
+            n = len(a.dests)
+            sent_bytes = np.array([int(sent[x]) if d == r else 0 for d in a.dests], dtype=np.int64)
+            backlog = np.array([3000 if d == r else 0 for d in a.dests], dtype=np.int64)
+            out = a.observe_counters(t, sent_bytes, backlog, backlog // 1500, np.full(len(a.small_flows), SMALL + 1))
+            assert len(sent_bytes) == n
+            net.run(x, out, t)
+        net.run(r, agents[r].tick(t), t)
+        if step >= 200:
+            carried.append(total)
+    use = sum(carried) / len(carried) / (100 * m)
+    rates = {x: agents[x].rates.get(r, 0) for x in want}
+    assert sum(rates.values()) <= 100 * m  # the port is never over-booked
+    if demand:
+        assert use > 0.9, (use, rates)
+        assert all(5 * m < rates[x] <= 7 * m for x in (0, 1, 2)), rates
+        assert set(net.ctl.sched.bound_bps) == {(0, r), (1, r), (2, r)}
+    else:
+        assert abs(use - 0.55) < 0.01 and set(rates.values()) == {20 * m}

@@ -30,6 +30,7 @@ MESSAGES = [
     P.Welcome(H, 10_000, "rate", 100_000),
     P.Ack(H, 41, ()),
     P.Ack(H, 0xFFFFFFFF, (0, 5, 0xFFFFFFFE)),
+    P.Demand(H, ((1, 5_000_000), (2, 0))),
 ]
 
 
@@ -76,6 +77,9 @@ def test_hybrid_is_a_mode_of_the_welcome():
     (P.encode(P.Directive(H, 4, NOW, 10_000, 1))[:P.HEADER.size + 1] + b"\xff" * 4
      + P.encode(P.Directive(H, 4, NOW, 10_000, 1))[P.HEADER.size + 5:], "a rated slice needs a destination"),
     (P.encode(P.Directive(H, 4, NOW, 10_000, 1))[:-1], "rated timeslice directive body of 24 bytes"),
+    (P.encode(P.Demand(H, ((1, 5),)))[:-1], "demand of 1 flows in a 13-byte body"),
+    (P.encode(P.Demand(H, ((1, 5),)))[:P.HEADER.size] + b"\0\0", "demand of 0 flows"),
+    (P.encode(P.Demand(H, ((1, 5),)))[:P.HEADER.size + 1], "demand without a count"),
 ])
 def test_malformed_datagrams_are_refused_with_the_reason(data, why):
     with pytest.raises(P.DecodeError, match=why) as e:
@@ -102,6 +106,10 @@ def test_encode_refuses_fields_that_do_not_fit():
         P.encode(P.Directive(H, None, NOW, 0, 1_000_000))
     with pytest.raises(ValueError, match="must be positive"):
         P.encode(P.Directive(H, 4, NOW, 10_000, 0))
+    with pytest.raises(ValueError, match="at least one flow"):
+        P.encode(P.Demand(H, ()))
+    with pytest.raises(ValueError):
+        P.encode(P.Demand(H, ((1, -1),)))
 
 
 # --------------------------------------------------------------------------------------- fuzzing

@@ -22,12 +22,17 @@ core's states, backlogs and decisions are per destination.  The rules (docs/xco.
   in one Backlog message with the other newly backlogged destinations.
 - **Give-up** (work conservation): a reported destination whose class has had nothing queued at
   every observation for ``giveup_after_us`` is given up (for the current destination, that hands
-  the rest of the slice to others).
+  the rest of the slice to others).  In rate mode "nothing queued" is "nothing queued and nothing
+  sent": a flow served within its rate queues nothing, and only a flow that stopped is given up.
 - **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
   host (0 = stop): its class is limited to that rate.  Rates are forgotten when
   failing open; the controller answers every backlog report with all of this host's rates, so the
   re-report after a fail-open brings them back, and an ack that holds a reported destination for
   which no rate is in force or pending (a rate directive lost) has it reported again.
+- **Demand** (rate mode, beyond the paper): every ``demand_window_us`` the agent measures what
+  each reported destination sent; a flow that used less than 70% of its rate is reported with a
+  bound of 5/4 of what it sent, and the bound is lifted when it uses 95% or more, so that the
+  controller gives the share it cannot fill to the flows that can (docs/xco.md, "Demand").
 - **Heartbeats and acks**: the controller answers every heartbeat with an ack carrying this
   host's backlog as it holds it.  While this host waits for the controller (a reported backlog or
   a destination in force) it sends a heartbeat after each silent slice (nothing heard for a slice
@@ -156,6 +161,18 @@ class _Pending:
     rates: tuple[tuple[int, int], ...] | None = None  # rate mode
 
 
+#: Rate mode, demand reports: the window over which a flow's sending rate is measured, us.
+DEMAND_WINDOW_US = 50_000
+#: A flow that sent less than this fraction of its rate is bounded ...
+DEMAND_SPARE_FRACTION = 0.7
+#: ... to this multiple of what it sent (5/4), so that it can grow and show it ...
+DEMAND_HEADROOM_NUM, DEMAND_HEADROOM_DEN = 5, 4
+#: ... and a bound is lifted when the flow sends at this fraction of its rate or more.
+DEMAND_USE_FRACTION = 0.95
+#: The bounds in force are sent again every this many windows (a lost report is repaired).
+DEMAND_REFRESH_WINDOWS = 10
+
+
 class AgentCore:
     """The agent's decisions, pure.
 
@@ -186,7 +203,7 @@ class AgentCore:
     def __init__(self, topo: Topology, host: int, digest: bytes, now_us: int, *, session: int,
                  small_flow_bytes: int = 100_000, giveup_after_us: int = 2_000,
                  register_interval_us: int = 100_000, fail_open_slices: int = 3,
-                 clock_window_us: int = 1_000_000):
+                 clock_window_us: int = 1_000_000, demand_window_us: int = DEMAND_WINDOW_US):
         self.topo = topo
         self.host = host
         self.name = topo.hosts[host]
@@ -197,6 +214,7 @@ class AgentCore:
         self.register_interval_us = register_interval_us
         self.fail_open_slices = fail_open_slices
         self.clock_window_us = clock_window_us
+        self.demand_window_us = demand_window_us
         self.flows = flows_of(topo, host)
         self.vms = tuple(sorted(a for a, h in topo.vms.items() if h == self.name))
         #: The destination hosts of :attr:`flows`, sorted: the gate's classes, the index of every
@@ -228,6 +246,16 @@ class AgentCore:
         self.dest: int | None = None          # timeslice destination in force (None = hold / none)
         self.dest_rate_bps: int | None = None  # its rate (hybrid mode; None = the line rate)
         self.rates: dict[int, int] = {}       # rate mode: destination host -> bits/s in force
+        # demand (rate mode): the bounds told to the controller, and the measuring window
+        self.bounds: dict[int, int] = {}      # destination -> bound reported, bits/s (absent: none)
+        self._lifted: set[int] = set()        # bounds lifted since the last refresh (sent again then)
+        n = len(topo.hosts)
+        self._win_start_us = np.full(n, -1, dtype=np.int64)   # by destination host id; -1: no window
+        self._win_sent = np.zeros(n, dtype=np.int64)           # its class's sent bytes then
+        self._win_rate = np.zeros(n, dtype=np.int64)           # the rate in force then
+        self._last_sent: np.ndarray | None = None              # sent bytes at the last observation
+        self._next_refresh_us: int | None = None
+        self._min_bound_bps = max(1, int(topo.nic_bps[host]) // 1000)
         # flows and destinations
         #: The flows not moved to their destination's class yet, in the order of :attr:`flows`
         #: (a new tuple each time one turns large): the gate's counters() reads their own classes.
@@ -438,6 +466,7 @@ class AgentCore:
         self.rates.clear()
         self.reported.clear()
         self._idle_since.clear()
+        self._forget_demand()
         self.notes.append(("fail_open", {"silent_us": silent_us, "slices": silent_us / self.slice_us}))
 
     # -- controller datagrams ------------------------------------------------------------------------
@@ -528,6 +557,8 @@ class AgentCore:
                 p = _Pending(m.start_us, now_us, rates=m.rates)
             # A later directive supersedes the pending ones that start at or after its start.
             self._pending = [q for q in self._pending if q.start_us < p.start_us] + [p]
+        if restarted:
+            self._forget_demand()  # the new controller knows no bounds: measured and told again
         if restarted and self.reported:
             out.sends.append(self._backlog(now_us, tuple(sorted(self.reported))))
         out += self.tick(now_us)  # a directive due already is applied (and synced) here
@@ -593,7 +624,87 @@ class AgentCore:
                 turned = self._turn_large([small[i] for i in grown.tolist()], out)
         q = np.flatnonzero(self._large_np & ((backlog_bytes > 0) | (backlog_packets > 0)))
         queued = set(self._dest_np[q].tolist()) if q.size else set()
-        return self._observed(now_us, out, queued, turned)
+        if self.mode != "rate":
+            return self._observed(now_us, out, queued, turned)
+        # Rate mode: a flow served within its rate queues nothing, yet it is busy while its class sends.
+        sent = np.asarray(sent_bytes, dtype=np.int64)
+        last, self._last_sent = self._last_sent, sent.copy()
+        busy = set()
+        if last is not None and len(last) == len(sent):
+            b = np.flatnonzero(self._large_np & (sent > last))
+            busy = set(self._dest_np[b].tolist()) if b.size else set()
+        out = self._observed(now_us, out, queued, turned, busy)
+        if self.under_control:
+            self._measure_demand(now_us, sent, out)
+        return out
+
+    # -- demand (rate mode) --------------------------------------------------------------------------
+    def wants_counters(self) -> bool:
+        """True when the next observation must read every class's counters (not the quiet probe):
+        in rate mode while flows are reported, whose sent bytes tell a flow served within its rate
+        (nothing queued) from an idle one, and measure its demand."""
+        return self.mode == "rate" and self.under_control and bool(self.reported)
+
+    def _forget_demand(self) -> None:
+        self.bounds.clear()
+        self._lifted.clear()
+        self._win_start_us[:] = -1
+        self._last_sent = None
+        self._next_refresh_us = None
+
+    def _measure_demand(self, now_us: int, sent: np.ndarray, out: AgentOutput) -> None:
+        """Per reported destination with a rate in force, over windows of ``demand_window_us``
+        during which that rate did not change (a change starts a new window): below
+        :data:`DEMAND_SPARE_FRACTION` of the rate the flow is bounded to 5/4 of what it sent; at
+        :data:`DEMAND_USE_FRACTION` or more its bound is lifted; between the two nothing changes
+        (the hysteresis).  Changes are sent at once; every :data:`DEMAND_REFRESH_WINDOWS` windows
+        the bounds in force (and the lifts since the last refresh) are sent again, so that a lost
+        report is repaired."""
+        for d in [d for d in self.bounds if d not in self.reported]:  # given up: gone with the flow
+            del self.bounds[d]
+        changed: dict[int, int] = {}
+        start, wsent, wrate = self._win_start_us, self._win_sent, self._win_rate
+        for d in sorted(self.reported):
+            rate = self.rates.get(d, 0)
+            i = self._dindex[d]
+            if rate <= 0:  # held: no window
+                start[d] = -1
+                continue
+            if start[d] < 0 or wrate[d] != rate or sent[i] < wsent[d]:  # new window (the rate
+                start[d], wsent[d], wrate[d] = now_us, sent[i], rate   # moved, or the class is new)
+                continue
+            dt_us = now_us - int(start[d])
+            if dt_us < self.demand_window_us:
+                continue
+            used_bps = int(sent[i] - wsent[d]) * 8_000_000 // dt_us
+            start[d], wsent[d] = now_us, sent[i]
+            old = self.bounds.get(d, 0)
+            new = old
+            if used_bps >= rate * DEMAND_USE_FRACTION:
+                new = 0
+            elif used_bps < rate * DEMAND_SPARE_FRACTION:
+                new = max(used_bps * DEMAND_HEADROOM_NUM // DEMAND_HEADROOM_DEN, self._min_bound_bps)
+                if old and 4 * abs(new - old) < old:  # within a quarter of the bound in force: kept
+                    new = old
+            if new != old:
+                changed[d] = new
+                if new:
+                    self.bounds[d] = new
+                    self._lifted.discard(d)
+                else:
+                    del self.bounds[d]
+                    self._lifted.add(d)
+        if self._next_refresh_us is None:
+            self._next_refresh_us = now_us + DEMAND_REFRESH_WINDOWS * self.demand_window_us
+        elif now_us >= self._next_refresh_us:
+            self._next_refresh_us = now_us + DEMAND_REFRESH_WINDOWS * self.demand_window_us
+            for d in self._lifted:
+                changed.setdefault(d, 0)
+            for d, b in self.bounds.items():
+                changed.setdefault(d, b)
+            self._lifted.clear()
+        if changed:
+            out.sends.append(self._msg(P.Demand, now_us, demands=tuple(sorted(changed.items()))))
 
     def observe_quiet(self, now_us: int) -> AgentOutput:
         """:meth:`observe_counters` when the gate says nothing is queued in any class and no small
@@ -601,9 +712,11 @@ class AgentCore:
         decisions, without the counters."""
         return self._observed(now_us, self.tick(now_us), set(), False)
 
-    def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool) -> AgentOutput:
-        """Backlogs and give-ups from the destinations with something queued; a destination that
-        ``turned`` large may have to close (the gate is synced only then: directives sync in tick)."""
+    def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool,
+                  busy: set[int] | None = None) -> AgentOutput:
+        """Backlogs and give-ups from the destinations with something queued; ``busy``: others that
+        sent since the last observation (rate mode), not idle either.  A destination that ``turned``
+        large may have to close (the gate is synced only then: directives sync in tick)."""
         if not self.under_control:
             out.states.update(self._sync())
             return out
@@ -611,9 +724,10 @@ class AgentCore:
         if new:
             self.reported.update(new)
             out.sends.append(self._backlog(now_us, tuple(new)))
-        for d in queued:
+        active = queued | busy if busy else queued
+        for d in active:
             self._idle_since.pop(d, None)
-        for d in sorted(self.reported - queued):
+        for d in sorted(self.reported - active):
             since = self._idle_since.setdefault(d, now_us)
             if now_us - since >= self.giveup_after_us:
                 self.reported.discard(d)

@@ -43,11 +43,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, Field, TypeAdapter
 
 from xtc.validation import DocumentError, parse_document, read_text_file, within
 
-from .controller_config import Int, LogConfig, StrictTable, checked_address, parse_listen
+from .controller_config import Int, LogConfig, StrictTable, checked_address, parse_listen, resolve_paths
 from .controller_config import MetricsConfig as ControllerMetrics
 
 if TYPE_CHECKING:
@@ -103,8 +103,6 @@ class AgentConfig(StrictTable):
     metrics: MetricsConfig = MetricsConfig()
     log: LogConfig = LogConfig()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
-
     @property
     def controller_address(self) -> tuple[str, int]:
         return parse_listen(self.controller)
@@ -135,11 +133,7 @@ def loads_agent_config(text: str, source: str | None = None, base_dir: str | Pat
     cfg: AgentConfig = parse_document(text, _ADAPTER, AgentConfig, AgentConfigError.failing(source), _HINTS)
     if parse_listen(cfg.controller)[1] == 0:
         raise AgentConfigError("controller", f"port must be 1..65535, got {cfg.controller!r}", source)
-    if base_dir is not None:
-        upd = {k: str(Path(base_dir) / v) for k in ("topology", "auth_key_file")
-               if (v := getattr(cfg, k)) is not None and not Path(v).is_absolute()}
-        cfg = cfg.model_copy(update=upd)
-    return cfg
+    return resolve_paths(cfg, base_dir, ("topology", "auth_key_file"))
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:

@@ -246,7 +246,7 @@ class AgentService(StopOnSignal):
         dump is read directly (no probe).  A probe that fails is logged (``gate_error``, op
         ``quiet``) and not asked again: every read is then a dump."""
         core = self.core
-        if self._idle and self._quiet is not None:
+        if self._idle and self._quiet is not None and not core.wants_counters():
             try:
                 quiet = self._quiet(self._headroom)
             except GateError as e:  # the probe is an optimisation: without it, every read is a dump

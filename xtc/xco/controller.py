@@ -284,6 +284,9 @@ class ControllerCore:
         elif isinstance(m, P.GiveUp):
             if m.dest >= self.topo.n_hosts or m.dest == x:
                 return out + self._drop("invalid")
+        elif isinstance(m, P.Demand):
+            if any(d >= self.topo.n_hosts or d == x for d, _ in m.demands):
+                return out + self._drop("invalid")
         st.seq = h.seq
         st.last_heard_us = now_us
         if pending is not None and self.mode != "rate" and isinstance(m, (P.Backlog, P.GiveUp)):
@@ -309,6 +312,11 @@ class ControllerCore:
         if isinstance(m, P.GiveUp):
             self.dirty = True
             return out + self._event("giveup", now_us, lambda t: self.sched.giveup(t, x, m.dest))
+        if isinstance(m, P.Demand):
+            if self.mode != "rate":
+                return out  # demand bounds are a rate-mode matter; the slices need none
+            self.dirty = True
+            return out + self._event("demand", now_us, lambda t: self.sched.demand(t, x, m.demands))
         if isinstance(m, P.Leave):
             return out + self._remove(x, now_us, "host_left")
         # heartbeat: acknowledged with the host's backlog as held here

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
 
@@ -70,14 +70,17 @@ def checked_address(s: str) -> str:
     return s
 
 
+_T = TypeVar("_T", bound=BaseModel)
+
 #: A TOML integer (no float, no string).
 Int = Annotated[int, Strict()]
 
 
 class StrictTable(BaseModel):
-    """A table of the XCo configuration files: unknown keys refused, strict types, frozen."""
+    """A table of the XCo configuration files: unknown keys refused, strict types, frozen; a key with
+    an alias (``schema``) is given by its alias only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
 
 
 class MetricsConfig(StrictTable):
@@ -109,11 +112,18 @@ class ControllerConfig(StrictTable):
     metrics: MetricsConfig = MetricsConfig()
     log: LogConfig = LogConfig()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
-
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_listen(self.listen)
+
+
+def resolve_paths(cfg: _T, base_dir: str | Path | None, keys: tuple[str, ...]) -> _T:
+    """``cfg`` with its relative paths ``keys`` (those not None) resolved against ``base_dir``
+    (None: ``cfg`` as it is)."""
+    if base_dir is None:
+        return cfg
+    upd = {k: str(Path(base_dir) / v) for k in keys if (v := getattr(cfg, k)) is not None and not Path(v).is_absolute()}
+    return cfg.model_copy(update=upd)
 
 
 _ADAPTER = TypeAdapter(ControllerConfig)
@@ -132,16 +142,7 @@ def loads_controller_config(text: str, source: str | None = None, base_dir: str 
     cfg: ControllerConfig = parse_document(text, _ADAPTER, ControllerConfig, ControllerConfigError.failing(source), _HINTS)
     if (cfg.lead_us >= cfg.slice_us) and cfg.mode != "rate":
         raise ControllerConfigError("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}", source)
-    if base_dir is not None:
-        upd = {}
-        for k in ("topology", "state_file", "auth_key_file"):
-            if getattr(cfg, k) is None:
-                continue
-            p = Path(getattr(cfg, k))
-            if not p.is_absolute():
-                upd[k] = str(Path(base_dir) / p)
-        cfg = cfg.model_copy(update=upd)
-    return cfg
+    return resolve_paths(cfg, base_dir, ("topology", "state_file", "auth_key_file"))
 
 
 def load_controller_config(path: str | Path) -> ControllerConfig:

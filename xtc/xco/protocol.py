@@ -33,6 +33,10 @@ ack         8     controller -> host, the answer to a heartbeat: u32 seq of the 
                   count, then that many u32 destination host ids: the host's backlog as the
                   controller holds it (added in protocol 1 without a version change: an end
                   that does not know it drops it as malformed)
+demand      9     rate mode: u16 count (>= 1), then (u32 destination, u64 bound_bps) per flow:
+                  the flow sends less than its rate allows and needs at most ``bound_bps``
+                  (0 = no bound: it uses its rate).  Added in protocol 1 like ack; the
+                  controller ignores it in the other modes
 ==========  ====  ==========================================================================
 
 :func:`decode` is strict: it returns a message object or raises :class:`DecodeError` with a
@@ -50,7 +54,7 @@ from typing import Union
 __all__ = [
     "VERSION", "MAGIC", "HEADER", "HOLD", "MAX_DATAGRAM", "DecodeError",
     "Header", "Register", "Backlog", "GiveUp", "Heartbeat", "Leave", "Directive", "RateDirective",
-    "Welcome", "Ack", "Message", "encode", "decode", "topology_digest",
+    "Welcome", "Ack", "Demand", "Message", "encode", "decode", "topology_digest",
 ]
 
 VERSION = 1
@@ -62,9 +66,9 @@ HOLD = 0xFFFFFFFF
 MAX_DATAGRAM = 8192
 MAX_NAME_BYTES = 64
 
-T_REGISTER, T_BACKLOG, T_GIVEUP, T_HEARTBEAT, T_LEAVE, T_DIRECTIVE, T_WELCOME, T_ACK = 1, 2, 3, 4, 5, 6, 7, 8
+T_REGISTER, T_BACKLOG, T_GIVEUP, T_HEARTBEAT, T_LEAVE, T_DIRECTIVE, T_WELCOME, T_ACK, T_DEMAND = range(1, 10)
 TYPE_NAMES = {1: "register", 2: "backlog", 3: "giveup", 4: "heartbeat", 5: "leave", 6: "directive", 7: "welcome",
-              8: "ack"}
+              8: "ack", 9: "demand"}
 MODES = ("timeslice", "rate", "hybrid")
 
 _U8 = struct.Struct(">B")
@@ -165,7 +169,16 @@ class Ack:
     backlog: tuple[int, ...] = ()
 
 
-Message = Union[Register, Backlog, GiveUp, Heartbeat, Leave, Directive, RateDirective, Welcome, Ack]
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Rate mode: ``(dest, bound_bps)`` per flow: the most the flow needs now, bits/s (0 = no
+    bound, it uses the rate it has)."""
+
+    header: Header
+    demands: tuple[tuple[int, int], ...]
+
+
+Message = Union[Register, Backlog, GiveUp, Heartbeat, Leave, Directive, RateDirective, Welcome, Ack, Demand]
 
 
 def topology_digest(text: bytes) -> bytes:
@@ -211,6 +224,10 @@ def encode(m: Message) -> bytes:
         elif isinstance(m, RateDirective):
             out = _head(T_DIRECTIVE, h) + _RATE_HEAD.pack(1, m.start_us, len(m.rates)) + b"".join(
                 _FLOW.pack(d, r) for d, r in m.rates)
+        elif isinstance(m, Demand):
+            if not m.demands:
+                raise ValueError("a demand report names at least one flow")
+            out = _head(T_DEMAND, h) + _U16.pack(len(m.demands)) + b"".join(_FLOW.pack(d, r) for d, r in m.demands)
         elif isinstance(m, Register):
             name = m.name.encode("utf-8")
             if not 0 < len(name) <= MAX_NAME_BYTES or len(m.topology) != 8:
@@ -318,6 +335,13 @@ def decode(data: bytes) -> Message:
         if acked == 0 or b != _ACK_HEAD.size + 4 * k:
             raise _bad(f"ack of seq {acked} with {k} destinations in a {b}-byte body")
         return Ack(h, acked, struct.unpack_from(f">{k}I", body, _ACK_HEAD.size))
+    if t == T_DEMAND:
+        if b < 2:
+            raise _bad("demand without a count")
+        (k,) = _U16.unpack_from(body)
+        if k == 0 or b != 2 + _FLOW.size * k:
+            raise _bad(f"demand of {k} flows in a {b}-byte body")
+        return Demand(h, tuple(_FLOW.unpack_from(body, 2 + _FLOW.size * i) for i in range(k)))
     if t == T_REGISTER:
         if b < 8 + 1:
             raise _bad("register too short")

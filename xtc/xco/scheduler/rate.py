@@ -6,6 +6,12 @@ flows whose path crosses ``l`` (the paper divides the bottleneck's capacity by t
 senders through it; counting flows is the same when every sender has one destination and keeps
 the sum on every link within its capacity when a sender has several), and at most
 ``C_x // |B_x|`` so that a host's flows together stay within its NIC.
+
+Beyond the paper: a flow may carry a *demand bound* (:meth:`RateLimiter.demand`, from the agent's
+demand reports: it sends less than its rate allows).  A flow whose bound is below the share above
+gets its bound; the capacity it leaves on each link and NIC is shared, the same way, among the
+other flows there, and so on until no bound is below its share (water-filling over the bounded
+flows only).  With no bounds the rates are the paper's, exactly.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class RateLimiter:
         self.now_us = 0
         self.B: list[dict[int, None]] = [{} for _ in range(self.n)]
         self.rate_bps: dict[tuple[int, int], int] = {}
+        #: Demand bounds of backlogged flows, bits/s (absent: none, the flow takes its share).
+        self.bound_bps: dict[tuple[int, int], int] = {}
         self._n_flows = np.zeros(topo.n_links, dtype=np.int64)
 
     def _check(self, t_us: int, *hosts: int) -> None:
@@ -51,18 +59,41 @@ class RateLimiter:
             self.B[x][d] = None
         else:
             del self.B[x][d]
+            self.bound_bps.pop((x, d), None)
+
+    def _shares(self, caps: np.ndarray, n_flows: np.ndarray, nic_left: np.ndarray, n_out: np.ndarray,
+                flows: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """Each of ``flows``' rate: its links' capacity left over the flows counted there, and its
+        host's NIC left over its flows counted."""
+        share = np.where(n_flows > 0, caps // np.maximum(n_flows, 1), caps)
+        return {(x, d): min(int(nic_left[x]) // int(n_out[x]), int(share[self.topo.path(x, d)].min()))
+                for x, d in flows}
 
     def _recompute(self, t_us: int) -> list[Directive]:
-        caps = self.topo.link_bps
-        nic = self.topo.nic_bps
-        share = np.where(self._n_flows > 0, caps // np.maximum(self._n_flows, 1), caps)
-        new: dict[tuple[int, int], int] = {}
-        for x in range(self.n):
-            if not self.B[x]:
-                continue
-            own = int(nic[x]) // len(self.B[x])
-            for d in self.B[x]:
-                new[(x, d)] = min(own, int(share[self.topo.path(x, d)].min()))
+        flows = [(x, d) for x in range(self.n) for d in self.B[x]]
+        caps = self.topo.link_bps.astype(np.int64)
+        nic_left = self.topo.nic_bps.astype(np.int64)
+        n_flows = self._n_flows.copy()
+        n_out = np.array([len(b) for b in self.B], dtype=np.int64)
+        new = self._shares(caps, n_flows, nic_left, n_out, flows)
+        if self.bound_bps:
+            free = flows
+            while True:  # each round fixes at least one bounded flow, so at most len(bound_bps) rounds
+                fixed = [f for f in free if f in self.bound_bps and self.bound_bps[f] < new[f]]
+                if not fixed:
+                    break
+                caps = caps.copy()
+                for x, d in fixed:
+                    b = self.bound_bps[(x, d)]
+                    new[(x, d)] = b
+                    p = self.topo.path(x, d)
+                    caps[p] -= b
+                    n_flows[p] -= 1
+                    nic_left[x] -= b
+                    n_out[x] -= 1
+                fixed_set = set(fixed)
+                free = [f for f in free if f not in fixed_set]
+                new.update(self._shares(np.maximum(caps, 0), n_flows, np.maximum(nic_left, 0), n_out, free))
         out = [Directive(t_us, x, d, None, r) for (x, d), r in new.items() if self.rate_bps.get((x, d)) != r]
         out += [Directive(t_us, x, d, None, 0) for (x, d) in self.rate_bps if (x, d) not in new]
         self.rate_bps = new
@@ -100,6 +131,23 @@ class RateLimiter:
             for d in dict.fromkeys(ds):
                 if d not in self.B[x]:
                     self._flow(x, d, True)
+        return self._recompute(int(t_us))
+
+    def demand(self, t_us: int, x: int, bounds: Iterable[tuple[int, int]]) -> list[Directive]:
+        """Host ``x`` reports what its flows need: ``(d, bps)`` bounds flow ``(x, d)`` to ``bps``
+        bits/s (> 0), ``(d, 0)`` lifts its bound.  A flow that is not backlogged is left alone (its
+        report crossed a give-up)."""
+        bounds = list(bounds)
+        self._check(t_us, x, *(d for d, _ in bounds))
+        for d, bps in bounds:
+            if d == x or isinstance(bps, bool) or not isinstance(bps, (int, np.integer)) or bps < 0:
+                raise EventError(f"bad demand ({d!r}, {bps!r}) from host {self.topo.hosts[x]}")
+            if d not in self.B[x]:
+                continue
+            if bps:
+                self.bound_bps[(x, d)] = int(bps)
+            else:
+                self.bound_bps.pop((x, d), None)
         return self._recompute(int(t_us))
 
     def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:

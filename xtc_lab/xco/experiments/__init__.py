@@ -36,7 +36,8 @@ from xtc_lab.xco.testbed import (
     resolve_topology,
 )
 
-__all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "run_experiment", "start_xco"]
+__all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "label_axes", "run_experiment",
+           "start_xco"]
 
 MODES = ("none", "timeslice", "rate")
 MEASURE_LOCK = Path("/run/xtc/xco-lab-measure.lock")  # one measurement on the host at a time
@@ -72,6 +73,15 @@ class Context:
     params: dict[str, Any] = field(default_factory=dict)
     #: What :func:`start_xco` started (``workdir`` holds the agents' logs ``agent-HOST.log``).
     xco: dict[str, Any] = field(default_factory=dict)
+
+
+def label_axes(ax: Any, ctx: Context, paper: str, xlabel: str, ylabel: str) -> None:
+    """The axis labels, the legend and the title of an experiment's figure: the paper's figures it
+    reruns, the mode and the testbed's scale."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{paper}, mode {ctx.mode}, scale {ctx.tb.scale}")
+    ax.legend(fontsize=8)
 
 
 #: Slice length with XCo on this lab, microseconds.  The paper's 10 ms, not scaled: what a slice

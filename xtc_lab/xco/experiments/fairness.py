@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, port_delta, run_flows
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
 
 NAME = "fig20"
 TITLE = "Fairness of 2 UDP and 3 TCP senders"
@@ -44,10 +44,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     rate = tb.rate_bps(bottleneck)
     udp_rate = tb.rate_bps("s1>sw1")
     ctx.say(f"  3 TCP + 2 UDP senders, {dur} s")
-    before = tb.port_stats()
-    flows = run_flows(tb, SENDERS, "r1", dur, udp_rate, UDP_PAYLOAD_BYTES)
-    after = tb.port_stats()
-    port = port_delta(before, after, bottleneck, dur)
+    flows, port = run_flows_across(tb, bottleneck, SENDERS, "r1", dur, udp_rate, UDP_PAYLOAD_BYTES)
     good = [f["goodput_bps"] for f in flows]
     index = jain(good)
     total = sum(good)

@@ -128,6 +128,17 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
     return out
 
 
+def run_flows_across(tb: Testbed, link: str, senders: Sequence[tuple[str, str]], receiver: str, duration_s: int,
+                     udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES,
+                     udp_rates_bps: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`run_flows`, and the switch port ``link``'s counters over them (:func:`port_delta` for
+    ``duration_s``): ``(per-flow results, port)``."""
+    before = tb.port_stats()
+    flows = run_flows(tb, senders, receiver, duration_s, udp_rate_bps, udp_payload_bytes, udp_rates_bps)
+    after = tb.port_stats()
+    return flows, port_delta(before, after, link, duration_s)
+
+
 def port_delta(before: dict[str, Any], after: dict[str, Any], link: str, seconds: float) -> dict[str, Any]:
     """Counters of one emulated port between two :meth:`Testbed.port_stats` readings."""
     b, a = before[link], after[link]

@@ -16,6 +16,7 @@ import numpy as np
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
+from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import helper, port_delta, wait_listening
 
 NAME = "incast"
@@ -68,10 +69,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     ax.plot([r["servers"] for r in rows], [r["throughput_bps"] / 1e6 for r in rows], "o-", label="read throughput")
     ax.axhline(rate / 1e6, color="grey", lw=0.8)
     ax.set_ylim(0, rate / 1e6 * 1.1)
-    ax.set_xlabel("servers")
-    ax.set_ylabel("Mb/s")
-    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
-    ax.legend(fontsize=8)
+    label_axes(ax, ctx, PAPER, "servers", "Mb/s")
     table = markdown_table(
         ["servers", "throughput Mb/s", "of bottleneck", "block p50 ms", "block max ms", "blocks > 200 ms",
          "switch drops", "switch loss"],

@@ -15,6 +15,7 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
+from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import _json_of, helper, port_delta, run_flows
 
 NAME = "fig17"
@@ -77,10 +78,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     ax.plot(xs, [r["long_bps"] / 1e6 for r in rows], "o-", label="long-lived flow")
     ax.plot(xs, [r["total_bps"] / 1e6 for r in rows], "s--", label="total received")
     ax.axhline(rate / 1e6, color="grey", lw=0.8)
-    ax.set_xlabel("sequences of short connections (K)")
-    ax.set_ylabel("Mb/s")
-    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
-    ax.legend(fontsize=8)
+    label_axes(ax, ctx, PAPER, "sequences of short connections (K)", "Mb/s")
     table = markdown_table(
         ["K", "long flow Mb/s", "short flows Mb/s", "total Mb/s", "short connections", "uplink loss"],
         [(r["k"], f"{r['long_bps'] / 1e6:.1f}", f"{r['short_bps'] / 1e6:.1f}", f"{r['total_bps'] / 1e6:.1f}",

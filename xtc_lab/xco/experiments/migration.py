@@ -19,6 +19,7 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
+from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import _json_of, helper, run_flows
 
 NAME = "fig19"
@@ -110,10 +111,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         pts = [(r["competitors"], r["migration"]["seconds"]) for r in rows if r["kind"] == kind]
         ax.plot([p[0] for p in pts], [p[1] if p[1] is not None else float("nan") for p in pts], mk,
                 label=f"migration + {kind.upper()}")
-    ax.set_xlabel("competing senders")
-    ax.set_ylabel("migration time, s")
-    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
-    ax.legend(fontsize=8)
+    label_axes(ax, ctx, PAPER, "competing senders", "migration time, s")
 
     def secs(r: dict[str, Any]) -> str:
         s = r["migration"]["seconds"]

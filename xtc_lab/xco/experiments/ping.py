@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
+from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import ping_rtts, port_delta, run_flows
 
 NAME = "fig18"
@@ -56,10 +57,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     ax.plot(idle["rtts_ms"], ".", ms=2, label="idle")
     ax.plot(busy["rtts_ms"], ".", ms=2, label="congested")
     ax.set_yscale("log")
-    ax.set_xlabel("ping")
-    ax.set_ylabel("RTT (ms)")
-    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
-    ax.legend(fontsize=8)
+    label_axes(ax, ctx, PAPER, "ping", "RTT (ms)")
     table = markdown_table(["", "received", "sent", "min ms", "p50 ms", "p99 ms", "max ms"],
                            [row("idle", idle), row("congested", busy)])
     md = (f"Pings every {interval * 1000:g} ms from the quiet host q1's VM to r1's VM, which shares the switch "

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
+from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import ip_reassembly, port_delta, run_flows
 from xtc_lab.xco.experiments.timing import LATE_TOLERANCE_US, capture, slice_shares
 
@@ -80,10 +81,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     ax.plot(xs, [r["switch_port"]["utilisation"] * rate / 1e6 for r in rows], "s--", label="bottleneck link use")
     ax.plot(xs, [(r["tcp_per_flow_bps"] or 0) / 1e6 for r in rows], "^-", label="per TCP flow")
     ax.axhline(rate / 1e6, color="grey", lw=0.8)
-    ax.set_xlabel("UDP senders (of 5)")
-    ax.set_ylabel("Mb/s")
-    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
-    ax.legend(fontsize=8)
+    label_axes(ax, ctx, PAPER, "UDP senders (of 5)", "Mb/s")
     table = markdown_table(
         ["TCP+UDP", "goodput Mb/s", "of bottleneck", "per TCP flow Mb/s", "link use", "switch drops", "switch loss",
          "reassembly fails at r1"],

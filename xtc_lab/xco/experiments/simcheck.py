@@ -18,7 +18,8 @@ from typing import Any
 
 from xtc.xco.topology import Topology, parse_topology
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, port_delta, run_flows
+from xtc_lab.xco.experiments import label_axes
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
 
 NAME = "fig23"
 TITLE = "the simulator against the testbed: UDP loss at one bottleneck"
@@ -75,10 +76,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     for n in ns:
         senders = list(SENDERS[:n])
         ctx.say(f"  {n} UDP sender(s) at {nic / 1e6:g} Mb/s, {dur} s; then the simulator")
-        before = tb.port_stats()
-        flows = run_flows(tb, [(h, "udp") for h in senders], "r1", dur, nic, UDP_PAYLOAD_BYTES)
-        after = tb.port_stats()
-        port = port_delta(before, after, BOTTLENECK, dur)
+        flows, port = run_flows_across(tb, BOTTLENECK, [(h, "udp") for h in senders], "r1", dur, nic,
+                                       UDP_PAYLOAD_BYTES)
         sim = simulated_loss(topo, senders, "r1", ctx.mode, slice_us)
         rows.append({"senders": n, "switch_port": port, "testbed_loss_percent": port["loss_percent"],
                      "testbed_goodput_bps": sum(f["goodput_bps"] for f in flows), "flows": flows,
@@ -90,10 +89,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     xs = [r["senders"] for r in rows]
     ax.plot(xs, [r["testbed_loss_percent"] for r in rows], "o-", label="testbed (switch port)")
     ax.plot(xs, [r["sim_loss_percent"] for r in rows], "s--", label="simulator")
-    ax.set_xlabel("UDP senders")
-    ax.set_ylabel("loss at the bottleneck, %")
-    ax.set_title(f"{PAPER}, mode {ctx.mode}, scale {tb.scale}")
-    ax.legend(fontsize=8)
+    label_axes(ax, ctx, PAPER, "UDP senders", "loss at the bottleneck, %")
     table = markdown_table(
         ["senders", "testbed loss", "simulator loss", "testbed goodput Mb/s", "simulator delivered Mb/s"],
         [(r["senders"], f"{r['testbed_loss_percent']:.2f}%", f"{r['sim_loss_percent']:.2f}%",

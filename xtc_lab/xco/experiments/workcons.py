@@ -6,7 +6,7 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments.fairness import jain
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, port_delta, run_flows
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
 
 NAME = "fig21"
 TITLE = "3 slow and 2 fast UDP senders"
@@ -31,11 +31,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     nic = tb.rate_bps("s1>sw1")
     slow = int(SLOW_FRACTION * rate)
     ctx.say(f"  3 UDP senders at {slow / 1e6:g} Mb/s + 2 at {nic / 1e6:g} Mb/s, {dur} s")
-    before = tb.port_stats()
-    flows = run_flows(tb, [(h, "udp") for h in SLOW + FAST], "r1", dur, nic, UDP_PAYLOAD_BYTES,
-                      udp_rates_bps={h: slow for h in SLOW})
-    after = tb.port_stats()
-    port = port_delta(before, after, bottleneck, dur)
+    flows, port = run_flows_across(tb, bottleneck, [(h, "udp") for h in SLOW + FAST], "r1", dur, nic,
+                                   UDP_PAYLOAD_BYTES, udp_rates_bps={h: slow for h in SLOW})
     good = [f["goodput_bps"] for f in flows]
     total = sum(good)
     result = {"bottleneck": bottleneck, "bottleneck_bps": rate, "slow_rate_bps": slow, "fast_rate_bps": nic,
