@@ -42,6 +42,13 @@ def xtc_lab(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[
                           timeout=timeout_s, stdin=subprocess.DEVNULL)
 
 
+def lab_up(name: str, mode: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``xtc lab up`` of lab ``name`` in ``mode``, which must succeed."""
+    up = xtc_lab("up", "--name", name, "--mode", mode, *args)
+    assert up.returncode == 0, up.stderr
+    return up
+
+
 def record(name: str) -> dict[str, Any]:
     return json.loads((REGISTRY / name).read_text())
 
@@ -73,6 +80,18 @@ def need(mode: str) -> None:
         pytest.skip(f"this host cannot build a {mode} lab: {problem}")
 
 
+def destroy_domain(uri: str, domain: str) -> None:
+    """Stop the libvirt domain ``domain`` (at ``uri``) behind the lab's back."""
+    import libvirt
+
+    libvirt.registerErrorHandler(lambda _c, _e: None, None)
+    conn = libvirt.open(uri)
+    try:
+        conn.lookupByName(domain).destroy()
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 def lab_name() -> Iterator[str]:
     from xtc_lab.lab.netlab import random_prefix, teardown_prefix
@@ -96,8 +115,7 @@ def test_netns_lab_cycle(lab_name: str) -> None:
     assert bad.returncode == 2 and "--vrs 0 out of range" in bad.stderr
     assert leftovers(name) == []  # refused before anything was made
 
-    up = xtc_lab("up", "--name", name, "--mode", "netns", "--vrs", "2", "--json")
-    assert up.returncode == 0, up.stderr
+    up = lab_up(name, "netns", "--vrs", "2", "--json")
     out = json.loads(up.stdout)
     assert out["healthy"] and out["action"] == "built"
     rec = record(name)
@@ -163,11 +181,8 @@ def test_netns_lab_cycle(lab_name: str) -> None:
 @pytest.mark.libvirt
 def test_lxc_lab_cycle(lab_name: str) -> None:
     need("lxc")
-    import libvirt
-
     name = lab_name
-    up = xtc_lab("up", "--name", name, "--mode", "lxc", "--vrs", "1")
-    assert up.returncode == 0, up.stderr
+    lab_up(name, "lxc", "--vrs", "1")
     rec = record(name)
     vr = rec["vrs"][0]
     assert vr["domain"] == f"{name}-vr1" and rec["uri"]
@@ -176,12 +191,7 @@ def test_lxc_lab_cycle(lab_name: str) -> None:
     assert ping(vr["tg_ns"], vr["tr_addr"])
     assert xtc_lab("up", "--name", name, "--mode", "lxc").returncode == 0 and record(name) == rec
 
-    libvirt.registerErrorHandler(lambda _c, _e: None, None)
-    conn = libvirt.open(rec["uri"])
-    try:
-        conn.lookupByName(vr["domain"]).destroy()  # the VR dies behind the lab's back
-    finally:
-        conn.close()
+    destroy_domain(rec["uri"], vr["domain"])  # the VR dies behind the lab's back
     rc, st = status(name)
     assert rc == 1 and f"domain {vr['domain']}: not running" in st["problems"]
     fix = xtc_lab("up", "--name", name, "--mode", "lxc")
@@ -199,14 +209,11 @@ def test_lxc_lab_cycle(lab_name: str) -> None:
 @pytest.mark.libvirt
 def test_three_routers_in_a_line(lab_name: str) -> None:
     need("lxc")
-    import libvirt
-
     from xtc.daemon.config import loads_config
     from xtc_lab.lab.lifecycle import load_lab
 
     name = lab_name
-    up = xtc_lab("up", "--name", name, "--mode", "lxc", "--hops", "3")
-    assert up.returncode == 0, up.stderr
+    up = lab_up(name, "lxc", "--hops", "3")
     rec, vrs, chain = load_lab(name)
     assert chain is not None and chain.routers == ("tf1", "tf2", "tf3")
     assert [v.router for v in vrs] == ["tf1", "tf2", "tf3"] and len({v.name for v in vrs}) == 3
@@ -221,12 +228,7 @@ def test_three_routers_in_a_line(lab_name: str) -> None:
         assert cfg.libvirt.domains == (chain.router_vr(r).name,)
 
     # Only the chain connects them: without TF2, the probe after TF1 answers and nothing beyond.
-    libvirt.registerErrorHandler(lambda _c, _e: None, None)
-    conn = libvirt.open(rec["uri"])
-    try:
-        conn.lookupByName(chain.router_vr("tf2").name).destroy()
-    finally:
-        conn.close()
+    destroy_domain(rec["uri"], chain.router_vr("tf2").name)
     assert ping(chain.tg_ns, targets[0][1])
     assert not ping(chain.tg_ns, targets[1][1], count=1)
     assert not ping(chain.tg_ns, targets[2][1], count=1)

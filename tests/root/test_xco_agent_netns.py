@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 import pytest
+from netns_udp import TimestampReceiver
 from procs import free_port
 
 from xtc.host.tcgate import _in_netns
@@ -64,9 +65,6 @@ PAYLOAD = 1400
 #: A packet that left the gate just before it closed reaches r1 this much later at most (bridge
 #: and veth transit, the receiver's softirq), us.
 AFTER_CLOSE_US = 500
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
-IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
 
 
 def sh(*args: str, check: bool = True) -> str:
@@ -178,49 +176,18 @@ class Proc:
         return rc
 
 
-class Receiver:
+class Receiver(TimestampReceiver):
     """r1's UDP socket; a thread keeps each datagram's source, kernel receive time and payload head."""
 
     def __init__(self, netns: str) -> None:
-        def make() -> socket.socket:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
-            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            s.bind(("0.0.0.0", PORT))
-            return s
-
-        self.sock = _in_netns(netns, make)
-        self.sock.settimeout(0.2)
         self.rx: list[tuple[str, str, int, bytes]] = []  # (src, dst, rx_ns, first 8 bytes)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__(netns, "0.0.0.0", PORT, pktinfo=True)
 
-    def _run(self) -> None:
-        self.sock.setsockopt(socket.SOL_IP, IP_PKTINFO, 1)
-        while not self._stop.is_set():
-            try:
-                data, anc, _flags, addr = self.sock.recvmsg(2048, 256)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            t, dst = 0, ""
-            for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    sec, nsec = struct.unpack("=qq", payload[:16])
-                    t = sec * 1_000_000_000 + nsec
-                elif level == socket.SOL_IP and kind == IP_PKTINFO:
-                    dst = socket.inet_ntoa(payload[8:12])
-            self.rx.append((addr[0], dst, t, data[:8]))
+    def record(self, data: bytes, src: str, dst: str, t_ns: int | None) -> None:
+        self.rx.append((src, dst, t_ns or 0, data[:8]))
 
     def between(self, t0_ns: int, t1_ns: int, dst: str = RCV) -> list[tuple[str, int]]:
         return [(s, t) for s, d, t, _ in list(self.rx) if d == dst and t0_ns <= t < t1_ns]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
 
 
 

@@ -255,6 +255,18 @@ def _attrs(buf: bytes | memoryview, off: int, end: int) -> Iterable[tuple[int, i
         off += _align4(alen)
 
 
+def _messages(buf: bytearray, n: int) -> Iterator[tuple[int, int, int, int]]:
+    """(offset, length, type, sequence number) of each netlink message in ``buf[:n]``, up to the
+    first with a length shorter than a header."""
+    off = 0
+    while off + 16 <= n:
+        mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
+        if mlen < 16:
+            return
+        yield off, mlen, mtype, seq
+        off += _align4(mlen)
+
+
 @dataclass(frozen=True)
 class _TcObject:
     """One RTM_NEWQDISC/RTM_NEWTCLASS message of a dump."""
@@ -519,19 +531,13 @@ class _Rtnl:
         echoed: list[tuple[int, int]] = []
         buf = self._buf
         while pending:
-            n = self.sock.recv_into(buf)
-            off = 0
-            while off + 16 <= n:
-                mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
-                if mlen < 16:
-                    break
+            for off, mlen, mtype, seq in _messages(buf, self.sock.recv_into(buf)):
                 if mtype == NLMSG_ERROR and seq in pending:
                     (err,) = _ERR.unpack_from(buf, off + 16)
                     acks[seq] = (-err, _ext_ack_text(buf, off, mlen) if err else "")
                     pending.discard(seq)
                 elif mtype == RTM_NEWTFILTER and seq in pending:
                     echoed.append((seq, _TCMSG.unpack_from(buf, off + 16)[2]))  # the filter's handle
-                off += _align4(mlen)
         return acks, echoed
 
     def read_errors(self, seqs: list[int]) -> dict[int, tuple[int, str]]:
@@ -545,28 +551,18 @@ class _Rtnl:
                 n = self.sock.recv_into(buf, 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return out
-            off = 0
-            while off + 16 <= n:
-                mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
-                if mlen < 16:
-                    break
+            for off, mlen, mtype, seq in _messages(buf, n):
                 if mtype == NLMSG_ERROR and seq in want:
                     (err,) = _ERR.unpack_from(buf, off + 16)
                     if err:
                         out[seq] = (-err, _ext_ack_text(buf, off, mlen))
-                off += _align4(mlen)
 
     def read_root_counters(self, seq: int) -> tuple[int, int, int]:
         """The answer to an ``RTM_GETQDISC`` of one qdisc sent with ``seq`` and ``NLM_F_ECHO``:
         its ``(sent bytes, queue length, backlog bytes)`` (other messages queued are skipped)."""
         buf = self._buf
         while True:
-            n = self.sock.recv_into(buf)
-            off = 0
-            while off + 16 <= n:
-                mlen, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
-                if mlen < 16:
-                    break
+            for off, mlen, mtype, mseq in _messages(buf, self.sock.recv_into(buf)):
                 if mseq == seq:
                     if mtype == NLMSG_ERROR:
                         (err,) = _ERR.unpack_from(buf, off + 16)
@@ -580,7 +576,6 @@ class _Rtnl:
                         (sent,) = _U64.unpack_from(buf, off + at[0])
                         qlen, backlog = _U32X2.unpack_from(buf, off + at[1])
                         return sent, qlen, backlog
-                off += _align4(mlen)
 
     def dump(self, msg_type: int, ifindex: int, parent: int = 0) -> bytes:
         """One dump of qdiscs or classes (``msg_type`` RTM_GETQDISC/RTM_GETTCLASS) of ``ifindex``;

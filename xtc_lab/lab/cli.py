@@ -33,6 +33,7 @@ def register(subparsers: Any) -> None:
         lifecycle.register(sub)
 
     from xtc_lab.lab.experiments import available
+    from xtc_lab.lab.netlab import add_work_arguments
 
     exps = available()
     r = sub.add_parser("run", help="run one of the paper's experiments (or 'all') on a fresh lab",
@@ -44,10 +45,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--quick", action="store_true", help="a short version (fewer points, shorter phases)")
     r.add_argument("--offered-pps", type=float, default=100_000.0,
                    help="offered rate per VR stream, packets/s (default 100000; scaled down where the host cannot push it)")
-    r.add_argument("--work", type=int, default=0, help="busy-work iterations per frame in the VRs' forwarder (default 0)")
-    r.add_argument("--work-factor", type=float, default=1.0,
-                   help="per-frame work factor of the VRs' forwarder: round(FACTOR x WORK) iterations per frame "
-                        "(0.5: cheaper, 2: dearer; default 1)")
+    add_work_arguments(r, "the VRs' forwarder")
     r.add_argument("--check", action="store_true", help="exit with status 3 when a goal is missed")
     for m in exps.values():
         if hasattr(m, "add_arguments"):

@@ -75,6 +75,7 @@ from xtc_lab.lab.netlab import (
     LabError,
     NetLab,
     Probe,
+    add_work_arguments,
     check_prefix,
     check_work_factor,
     read_packet_counters,
@@ -1069,10 +1070,7 @@ def register(sub: Any) -> None:
     up.add_argument("--mode", default="lxc", help="lxc (libvirt LXC domains, default) or netns (namespaces + cgroups)")
     up.add_argument("--hops", type=int, default=1,
                     help="1: independent VRs (default); 3: three routers in a line, TG-TF1-TF2-TF3-TR")
-    up.add_argument("--work", type=int, default=0, help="busy-work iterations per frame in the forwarders (default 0)")
-    up.add_argument("--work-factor", type=float, default=1.0,
-                    help="per-frame work factor of the forwarders: they do round(FACTOR x WORK) iterations per frame "
-                         "(0.5: a cheaper forwarder, 2: a dearer one; default 1)")
+    add_work_arguments(up, "the forwarders")
     up.add_argument("--json", action="store_true", help="print the lab as JSON")
     up.set_defaults(func=cmd_up)
 

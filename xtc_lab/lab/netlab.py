@@ -178,6 +178,15 @@ def check_work_factor(work_factor: object, key: str = "work_factor") -> float:
     return float(work_factor)
 
 
+def add_work_arguments(p: Any, forwarders: str) -> None:
+    """``--work`` and ``--work-factor`` on the argparse parser ``p``: the busy work per frame of
+    ``forwarders`` (as the help names them), checked later with :func:`check_work_factor`."""
+    p.add_argument("--work", type=int, default=0, help=f"busy-work iterations per frame in {forwarders} (default 0)")
+    p.add_argument("--work-factor", type=float, default=1.0,
+                   help=f"per-frame work factor of {forwarders}: round(FACTOR x WORK) iterations per frame "
+                        "(0.5: cheaper, 2: dearer; default 1)")
+
+
 def forwarder_argv(forwarder: Path | str, work_iters: int, work_factor: float = 1.0,
                    wait_s: int | None = None, rcvbuf_bytes: int | None = None) -> list[str]:
     """The command line of a VR's forwarder (``forwarder.c``).
