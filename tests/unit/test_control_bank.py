@@ -60,10 +60,22 @@ def _quantise(cap, mode):
     return 100.0  # somebody else set it: far from the command (anti-windup restart)
 
 
-def _run(kind, seed, n=40, periods=60, every=False, on_rows=False, **kw):
+def _cpu(rng, ctl):
+    """A CPU reading (percent of one CPU) for ``ctl``: unknown, or around the cap in force (the
+    binding threshold, 0.9 of it, on both sides), or odd (negative, infinite)."""
+    u = rng.random()
+    if u < 0.2:
+        return None
+    if u < 0.25:
+        return rng.choice([-1.0, math.inf, 0.0])
+    return 10.0 ** ctl._u_force * rng.choice([rng.uniform(0.5, 1.1), 0.9, 0.95, 0.85])
+
+
+def _run(kind, seed, n=40, periods=60, every=False, on_rows=False, cpu=False, **kw):
     """Scalar controllers against banked twins.  ``on_rows``: the twins' state lives in the bank's
     columns (:meth:`ControllerBank.rows`), re-attached to new rows now and then; the scalar calls
-    on them (``start``, ``to_state``) go through their rows, and deep copies are compared too."""
+    on them (``start``, ``to_state``) go through their rows, and deep copies are compared too.
+    ``cpu``: each step also gets the VR's CPU use (:func:`_cpu`; NaN in the bank where None)."""
     rng = random.Random(seed)
     ref, banked = _twins(kind, n, rng, **kw)
     bank = ControllerBank.like(ref[0])
@@ -84,14 +96,16 @@ def _run(kind, seed, n=40, periods=60, every=False, on_rows=False, **kw):
         idx = [i for i in range(n) if every or rng.random() < 0.9]
         y = [_rate(rng, setpoints[i]) for i in idx]
         off = [rng.choice([None, 0.0, y[k] * rng.uniform(0.9, 1.5), y[k]]) for k in range(len(idx))]
-        want = [ref[i].step(y[k], setpoints[i], off[k]) for k, i in enumerate(idx)]
+        c = [_cpu(rng, ref[i]) for i in idx] if cpu else [None] * len(idx)
+        want = [ref[i].step(y[k], setpoints[i], off[k], c[k]) for k, i in enumerate(idx)]
         if on_rows and rng.random() < 0.1:
             rows = bank.rows(banked)  # attached again: the state moves along
             assert all(bank.accepts(c) for c in banked)
         at = {} if rows is None or on_rows == "found" else \
             {"rows": rows, "at": slice(None) if every else np.array(idx, dtype=np.intp)}
         got, ok = bank.step([banked[i] for i in idx], np.array(y), np.array([setpoints[i] for i in idx]),
-                            np.array([math.nan if o is None else o for o in off]), **at)
+                            np.array([math.nan if o is None else o for o in off]), **at,
+                            cpu_percent=np.array([math.nan if v is None else v for v in c]) if cpu else None)
         assert ok.all()
         assert [repr(v) for v in got.tolist()] == [repr(v) for v in want], (kind, seed, p)
         # the actuator's answer goes back to the controllers that wrote (and to some that did not)
@@ -305,3 +319,11 @@ def test_bank_equals_scalar_near_the_offered_rate(on, seed):
             assert _same(ref[i], banked[i]), (seed, p, i)
     if on:
         assert fired > 0  # the fine band's descent from the top cap was exercised
+
+
+@pytest.mark.parametrize("on_rows", [False, True])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_bank_equals_scalar_with_cpu_readings(on_rows, seed):
+    """The binding cap's rule (``cap_bound_fraction``) in the bank, on objects and on rows."""
+    _run("xtc", seed, on_rows=on_rows, cpu=True)

@@ -367,8 +367,8 @@ class ControllerBank:
     # ------------------------------------------------------------------------------- step
     def step(self, ctls: Sequence[Any], measured_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
-             at: Any = _EVERYTHING) -> tuple[np.ndarray, np.ndarray]:
-        """``ctl.step(measured, setpoint, offered)`` for every controller of ``ctls`` at once.
+             at: Any = _EVERYTHING, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``ctl.step(measured, setpoint, offered, cpu)`` for every controller of ``ctls`` at once.
 
         Parameters
         ----------
@@ -382,6 +382,10 @@ class ControllerBank:
         rows, at : Rows, optional; slice or array of int
             The controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order (all
             by default): the state is then read and written there, not in the objects.
+        cpu_percent : array of float, optional
+            Per controller, the CPU it used over the last period, percent of one CPU; NaN where
+            unknown (the scalar ``None``).  Not checked: a NaN or negative value is unknown, as in
+            the scalar law.
 
         Returns
         -------
@@ -397,22 +401,24 @@ class ControllerBank:
         r = np.asarray(setpoint_pps, dtype=np.float64)
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
         ok = _rates_ok(y) & _rates_ok(r) & (np.isnan(off) | _rates_ok(off))
+        cpu = None if cpu_percent is None else np.asarray(cpu_percent, dtype=np.float64)
         if not ok.all():
             idx = np.flatnonzero(ok)
             caps = np.full(n, np.nan)
             if len(idx):
                 sub = [ctls[i] for i in idx.tolist()]
                 caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
-                                      None if rows is None else _subset(at, idx))[0]
+                                      None if rows is None else _subset(at, idx),
+                                      None if cpu is None else cpu[idx])[0]
             return caps, ok
         if n == 0:
             return np.empty(0), ok
         if self.cls is XtcController:
-            return self._step_xtc(ctls, y, r, off, rows, at), ok
+            return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                  rows: Rows | None = None, at: Any = _EVERYTHING) -> np.ndarray:
+                  rows: Rows | None = None, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:
         t = self.tuning
         if rows is None:
             u_t, carry_t, quant_t, noise_t, e_prev_t, descent_t = zip(*map(_XTC_STATE, ctls))
@@ -492,7 +498,15 @@ class ControllerBank:
                     descent |= fd
         du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
-        du = np.where((du > 0) & not_limited, 0.0, du)
+        hold = (du > 0) & not_limited
+        if cpu is not None and t.cap_bound_fraction > 0.0 and hold.any():
+            # a cap that binds (the VR used cap_bound_fraction of the cap in force) overrules the guard;
+            # the caps in force are read only where the guard would hold (NaN compares False)
+            k = np.flatnonzero(hold)
+            u_force = np.array([ctls[i]._u_force for i in k.tolist()]) if rows is None else u_force_rows[k]
+            bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
+            hold[k[bound]] = False
+        du = np.where(hold, 0.0, du)
         new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(new_u) + carry))
         if rows is not None:

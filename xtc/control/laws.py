@@ -182,11 +182,12 @@ class PaperPI(_Bounded):
     def _reset_memory(self) -> None:
         self._e_prev = None
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+             cpu_percent: float | None = None) -> float:
         """Next cap (percent of one CPU) from the measured and wanted forwarding rate (pps).
 
-        ``offered_pps`` is accepted for interface compatibility and ignored (the
-        paper's law does not use it).
+        ``offered_pps`` and ``cpu_percent`` are accepted for interface compatibility and ignored
+        (the paper's law does not use them).
         """
         y = check_rate("measured_pps", measured_pps) / 1000.0
         r = check_rate("setpoint_pps", setpoint_pps) / 1000.0
@@ -260,7 +261,8 @@ class FixedCap(_Bounded):
                     break
         return self._clamp_cap(max(cap, self.caps.min_percent))
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+             cpu_percent: float | None = None) -> float:
         check_rate("measured_pps", measured_pps)
         r = check_rate("setpoint_pps", setpoint_pps)
         if offered_pps is not None:
@@ -286,7 +288,17 @@ class XtcTuning:
         Largest change of ``log10(cap)`` in one period (rate limit).
     unconstrained_fraction : float
         The VR counts as not cap-limited when it forwards at least this
-        fraction of its offered rate; the cap is then not raised.
+        fraction of its offered rate; the cap is then not raised (unless the
+        VR's CPU use says the cap binds: ``cap_bound_fraction``).
+    cap_bound_fraction : float
+        The cap counts as binding when the VR used at least this fraction of
+        the cap in force over the last period (``cpu_percent`` of
+        :meth:`XtcController.step`, where the host accounts each VR's CPU); a
+        binding cap overrules ``unconstrained_fraction``, and the cap may rise.
+        A VR whose flows back off (TCP) forwards nearly all it is offered
+        *because* its cap holds it (the lab's six TCP VRs: 98.2% of what it was
+        handed, 8.8% under its setpoint, cap never raised).  0 switches it off;
+        without a CPU reading the law is as before.
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
@@ -368,6 +380,7 @@ class XtcTuning:
     dead_zone_fraction: float = 0.02
     max_step_decades: float = 1.0
     unconstrained_fraction: float = 0.97
+    cap_bound_fraction: float = 0.9
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
     noise_band_sigmas: float = 2.5
@@ -520,7 +533,8 @@ class XtcController(_Bounded):
         t = self.tuning
         return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None) -> float:
+    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+             cpu_percent: float | None = None) -> float:
         """Next cap (percent of one CPU).
 
         Parameters
@@ -532,6 +546,10 @@ class XtcController(_Bounded):
         offered_pps : float, optional
             Rate offered to the VR over the last period, packets/s; enables the
             "not cap-limited" guard.
+        cpu_percent : float, optional
+            CPU the VR used over the last period, percent of one CPU (the
+            host's accounting); at least ``cap_bound_fraction`` of the cap in
+            force overrules that guard.  None, NaN or negative: unknown.
         """
         # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
         y = measured_pps if type(measured_pps) is float and 0.0 <= measured_pps <= _FLOAT_MAX \
@@ -608,7 +626,7 @@ class XtcController(_Bounded):
                         and abs(self._quant_decades) < _EXACT_DECADES else 1.0
                     du = min(du, f * E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
-            if du > 0 and not_limited:
+            if du > 0 and not_limited and not self.cap_bound(cpu_percent):
                 du = 0.0
             self._u = self._clamp_u(self._u + du)
         self._descent = descent
@@ -616,6 +634,14 @@ class XtcController(_Bounded):
         self.steps += 1
         caps = self.caps  # cap_percent, inline
         return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
+
+    def cap_bound(self, cpu_percent: float | None) -> bool:
+        """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
+        by the cap in force: at least ``cap_bound_fraction`` of it.  False when unknown (None, NaN,
+        negative) or with ``cap_bound_fraction`` 0."""
+        f = self.tuning.cap_bound_fraction
+        return cpu_percent is not None and f > 0.0 and cpu_percent >= f * 10.0 ** self._u_force \
+            and cpu_percent < math.inf
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()
