@@ -189,7 +189,7 @@ class _Frame:
 
     __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
                  "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
-                 "rows", "bank_pos")
+                 "rows", "bank_pos", "guard_fraction", "dead_zone", "any_guard")
 
     def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
                  insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
@@ -211,6 +211,13 @@ class _Frame:
         self.bank_pos[self.bank_idx] = np.arange(len(il), dtype=np.intp)
         self.rnames: list[str] | None = None
         self.ridx = np.empty(0, dtype=np.intp)
+        # The controllers whose raise a binding cap may release (XtcTuning.cap_bound_fraction > 0):
+        # their "not cap-limited" fraction and dead zone (inf / 0 for the others: never wanted).
+        tunings = [getattr(c, "tuning", None) for c in ctls]
+        self.guard_fraction = np.array([t.unconstrained_fraction if getattr(t, "cap_bound_fraction", 0.0) > 0.0
+                                        else math.inf for t in tunings], dtype=np.float64)
+        self.dead_zone = np.array([getattr(t, "dead_zone_fraction", 0.0) for t in tunings], dtype=np.float64)
+        self.any_guard = bool(np.isfinite(self.guard_fraction).any())
 
     def holds(self, core: "DaemonCore") -> bool:
         """Is this still the layout of ``core``'s live instances?"""
@@ -279,6 +286,10 @@ class DaemonCore:
     vrs: dict[str, _VrView] = field(default_factory=dict)
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
+    #: After a :meth:`period`: the active VRs whose cap the controller would raise but does not,
+    #: because the VR forwards nearly all it is offered (``XtcTuning.unconstrained_fraction``);
+    #: their CPU use over the next period (``cpu_percent``) tells whether their cap binds.
+    cpu_wanted: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     #: The bank that steps the factory's controllers together (None: the factory's kind has none).
     _bank: ControllerBank | None = field(default=None, init=False, repr=False, compare=False)
     _bank_factory: Any = field(default=None, init=False, repr=False, compare=False)
@@ -502,7 +513,8 @@ class DaemonCore:
                 table[cp.vr] = value
 
     # ------------------------------------------------------------------------ control period
-    def period(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
+    def period(self, now_s: float, readings: Mapping[str, VrReading],
+               cpu_percent: Mapping[str, float] | None = None) -> list[Action]:
         """One control period: step the active instances' controllers and say which caps to write.
 
         Parameters
@@ -511,6 +523,9 @@ class DaemonCore:
             Monotonic time, seconds.
         readings : mapping of VR name to VrReading
             Rates over the period just ended, for the VRs that could be measured.
+        cpu_percent : mapping of VR name to float, optional
+            CPU each VR used over the period just ended, percent of one CPU, for the VRs of the
+            last period's :attr:`cpu_wanted` that the host could account (others: unknown).
 
         Returns
         -------
@@ -529,9 +544,10 @@ class DaemonCore:
                 view.measured_pps = r.forwarded_pps
                 view.offered_pps = r.offered_pps
         actions: list[Action] = []
+        self.cpu_wanted = frozenset()
         if self.instances:
             self._refresh_bank()
-            actions = self._period_instances(now_s, readings)
+            actions = self._period_instances(now_s, readings, cpu_percent)
         for name, cap in self.pending_restores.items():
             view = self.vrs.get(name)
             if view is not None and view.present:
@@ -578,7 +594,8 @@ class DaemonCore:
         f = self._frame = _Frame(self, keys, all_insts, names, insts, states, ctls, active, in_bank)
         return f
 
-    def _period_instances(self, now_s: float, readings: Mapping[str, VrReading]) -> list[Action]:
+    def _period_instances(self, now_s: float, readings: Mapping[str, VrReading],
+                          cpu_percent: Mapping[str, float] | None = None) -> list[Action]:
         """:meth:`period` for the instances: the controllers step, the caps to write.
 
         The same decisions, instance by instance, as stepping each controller and testing each
@@ -616,9 +633,21 @@ class DaemonCore:
         stepped = f.active & known
         in_bank = stepped & f.in_bank
         alone = stepped & ~f.in_bank
+        cpu = None
+        if cpu_percent:
+            get_cpu = cpu_percent.get
+            cpu = np.array([get_cpu(nm, nan) for nm in f.names], dtype=np.float64)
+        if f.any_guard:
+            # Whose raise the "not cap-limited" guard holds (forwarding nearly all it is offered, short
+            # of its setpoint beyond the dead zone): the loop reads their CPU for the next period.
+            setpoint = np.array([i.setpoint_pps for i in live], dtype=np.float64)
+            held = stepped & (offered > 0) & (measured >= f.guard_fraction * offered) \
+                & (measured < (1.0 - f.dead_zone) * setpoint)
+            if held.any():
+                self.cpu_wanted = frozenset(f.names[k] for k in np.flatnonzero(held).tolist())
         if alone.any():
             for k in np.flatnonzero(alone).tolist():
-                self._step_one(live[k], readings[f.names[k]])
+                self._step_one(live[k], readings[f.names[k]], None if cpu is None or cpu[k] != cpu[k] else cpu[k].item())
         if f.n_bank and in_bank.any():
             if np.array_equal(in_bank, f.in_bank):  # the usual case: every banked controller steps
                 idx, b_insts, b_ctls, at = f.bank_idx, f.bank_insts, f.bank_ctls, _EVERYTHING
@@ -627,7 +656,7 @@ class DaemonCore:
                 il = idx.tolist()
                 b_insts, b_ctls, at = [live[k] for k in il], [f.ctls[k] for k in il], f.bank_pos[idx]
             self._step_bank(b_insts, b_ctls, measured[idx], offered[idx],
-                            lambda k: readings[f.names[int(idx[k])]], f.rows, at)
+                            lambda k: readings[f.names[int(idx[k])]], f.rows, at, None if cpu is None else cpu[idx])
         # Which caps to write: never written, failed, changed, or due for re-assertion.
         applied = np.array([nan if (v := i.applied_cap_percent) is None else v for i in live], dtype=np.float64)
         cap = np.array([i.cap_percent for i in live], dtype=np.float64)
@@ -660,20 +689,23 @@ class DaemonCore:
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
     def _step_bank(self, batch: list[Instance], ctls: list[Any], measured: np.ndarray, offered: np.ndarray,
-                   reading_of: Callable[[int], VrReading], rows: Rows | None = None, at: Any = _EVERYTHING) -> None:
+                   reading_of: Callable[[int], VrReading], rows: Rows | None = None, at: Any = _EVERYTHING,
+                   cpu: np.ndarray | None = None) -> None:
         """The bank's controllers of ``batch`` step on their rates; caps and saturation follow.
 
-        ``offered`` is NaN where unknown; ``reading_of(k)`` is the reading of ``batch[k]`` (for
-        the scalar step, which names what the bank refuses); ``rows``, ``at``: the controllers'
-        rows, if they are attached to them (:meth:`ControllerBank.rows`).
+        ``offered`` and ``cpu`` (percent of one CPU) are NaN where unknown; ``reading_of(k)`` is
+        the reading of ``batch[k]`` (for the scalar step, which names what the bank refuses);
+        ``rows``, ``at``: the controllers' rows, if they are attached to them
+        (:meth:`ControllerBank.rows`).
         """
         bank = self._bank
         assert bank is not None
         setpoint = np.array([i.setpoint_pps for i in batch], dtype=np.float64)
-        caps, ok = bank.step(ctls, measured, setpoint, offered, rows, at)
+        caps, ok = bank.step(ctls, measured, setpoint, offered, rows, at, cpu)
         if not ok.all():
-            for k in np.flatnonzero(~ok).tolist():
-                self._step_one(batch[k], reading_of(k))  # the scalar step names what it refuses
+            for k in np.flatnonzero(~ok).tolist():  # the scalar step names what it refuses
+                c = None if cpu is None or cpu[k] != cpu[k] else cpu[k].item()
+                self._step_one(batch[k], reading_of(k), c)
         old = np.array([i.cap_percent for i in batch], dtype=np.float64)
         moved = ok & (caps != old)
         if moved.any():
@@ -691,9 +723,9 @@ class DaemonCore:
                 batch[k].saturated_periods = int(new[k])
 
     @staticmethod
-    def _step_one(inst: Instance, r: VrReading) -> None:
+    def _step_one(inst: Instance, r: VrReading, cpu_percent: float | None = None) -> None:
         try:
-            inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
+            inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps, cpu_percent)
             _saturation_step(inst, r.forwarded_pps)
         except ValueError as e:
             inst.actuation_error = f"measurement refused by the controller: {e}"

@@ -5,7 +5,8 @@
 
     counters = host.read_counters()                 # once per period (netlink or /proc/net/dev)
     readings = meter.update(now, counters, vrs)     # forwarded / offered pps per VR
-    actions = core.period(now, readings)            # controllers step; caps to write
+    cpu = cpu_meter.update(now, host.read_cpu_ns(core.cpu_wanted))  # only VRs the guard holds
+    actions = core.period(now, readings, cpu)       # controllers step; caps to write
     in_force = host.apply_cap(vr, cap)              # for each cap that changed
     core.cap_written(vr, in_force, now)             # the controller learns the cap in force
 
@@ -13,6 +14,11 @@ The daemon (:mod:`xtc.daemon.service`, real time, ZeroMQ, metrics, state), the s
 experiments, the demo and the benchmarks (:mod:`xtc_lab`, on the simulated plant or on real
 interfaces and cgroups) all run this loop, so what is benchmarked is what runs.  It reads no
 clock: the caller passes ``now_s`` (monotonic seconds), from the wall or from a simulated plant.
+
+CPU time is read only for the VRs whose cap the controller would raise but the "not cap-limited"
+guard holds (:attr:`DaemonCore.cpu_wanted`: they forward nearly all they are offered, short of
+their setpoint): from the period after one is first held (its first reading starts the interval),
+its CPU use tells the controller whether its cap binds.  Usually no VR is held, and nothing is read.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from xtc.host.errors import HostAdapterError, VRNotRunning
 from .api import ApiError, Request
 from .core import Action, DaemonCore, SetCap
 from .logs import event
-from .meter import PeriodMeter, VrReading
+from .meter import CpuMeter, PeriodMeter, VrReading
 
 __all__ = ["ControlLoop", "PeriodReport", "ActionOutcomes", "DISCOVERY_PERIOD_S"]
 
@@ -58,6 +64,8 @@ class PeriodReport:
     outcomes: ActionOutcomes = field(default_factory=ActionOutcomes)
     #: The counters could not be read (the message); the controllers did not step.
     meter_error: str | None = None
+    #: CPU use over the period of the VRs whose cap the guard held, percent of one CPU.
+    cpu_percent: Mapping[str, float] = field(default_factory=dict)
 
 
 class ControlLoop:
@@ -87,6 +95,8 @@ class ControlLoop:
         self.host = host
         self.clock = clock
         self.meter = meter or PeriodMeter()
+        #: The CPU use of the VRs the controllers' guard holds (:attr:`DaemonCore.cpu_wanted`).
+        self.cpu_meter = CpuMeter()
         self.discovery_period_s = discovery_period_s
         self.vrs: dict[str, tuple[str, ...]] = {}
         self._last_discovery_s: float | None = None
@@ -132,8 +142,47 @@ class ControlLoop:
             report = PeriodReport(now_s)
             readings = self.meter.update(now_s, counters, self.vrs, getattr(self.host, "counter_bits", 64))
         report.readings = readings
-        report.outcomes = self.apply(self.core.period(now_s, readings), now_s)
+        cpu = self._cpu_over_period(now_s) if readings else {}
+        report.cpu_percent = cpu
+        actions = self.core.period(now_s, readings, cpu)
+        self._start_cpu(now_s)
+        report.outcomes = self.apply(actions, now_s)
         return report
+
+    # ---------------------------------------------------------------------------- CPU use
+    def _read_cpu(self, vrs: frozenset[str], now_s: float) -> tuple[float, Mapping[str, int]] | None:
+        """The host's CPU times of ``vrs`` (ns) and when they were read; None if it cannot tell."""
+        read = getattr(self.host, "read_cpu_ns", None)
+        if read is None:
+            return None
+        try:
+            got = read(sorted(vrs))
+        except HostAdapterError as e:
+            event(log, logging.WARNING, "cpu_read_failed", error=str(e))
+            return None
+        return (self.clock() if self.clock is not None else now_s), got
+
+    def _cpu_over_period(self, now_s: float) -> dict[str, float]:
+        """CPU use over the period just ended of the VRs the guard held in the last one."""
+        want = self.core.cpu_wanted
+        if not want:
+            self.cpu_meter.reset()
+            return {}
+        got = self._read_cpu(want, now_s)
+        if got is None:
+            self.cpu_meter.reset()
+            return {}
+        return self.cpu_meter.update(*got)
+
+    def _start_cpu(self, now_s: float) -> None:
+        """The first reading of the VRs the guard holds from this period on."""
+        want = self.core.cpu_wanted
+        self.cpu_meter.keep(want)
+        fresh = want - self.cpu_meter.known()
+        if fresh:
+            got = self._read_cpu(fresh, now_s)
+            if got is not None:
+                self.cpu_meter.start(*got)
 
     def apply(self, actions: list[Action], now_s: float) -> ActionOutcomes:
         """Carry out the core's actions on the host and report each outcome back to the core."""

@@ -37,7 +37,7 @@ import numpy as np
 from xtc.host.counters import CounterTable, counter_delta
 from xtc.host.ifcounters import IfCounters
 
-__all__ = ["VrReading", "Readings", "PeriodMeter", "DEFAULT_MAX_PPS"]
+__all__ = ["VrReading", "Readings", "PeriodMeter", "CpuMeter", "DEFAULT_MAX_PPS"]
 
 #: The largest plausible packet rate of one interface: 100 GbE line rate at 64-byte frames.
 DEFAULT_MAX_PPS = 150e6
@@ -252,6 +252,61 @@ class PeriodMeter:
             fwd[~known] = 0.0
             off[~known] = 0.0
         return Readings(lay.vr_names, lay.vr_index, fwd, off, known, reset)
+
+
+class CpuMeter:
+    """Each VR's CPU use over a period, from two readings of its cumulative CPU time.  Pure.
+
+    ``cpu_percent`` = the increase of the VR's CPU time (ns, the host's accounting:
+    :meth:`xtc.host.base.Host.read_cpu_ns`) over the time between the two readings, in percent of
+    one CPU (100 = one CPU busy the whole period).  A VR read for the first time, or whose CPU time
+    went backwards (it was restarted), or read twice at the same time, has no value yet; its reading
+    is the start of the next period.  A VR not read is forgotten.
+
+    Parameters
+    ----------
+    max_percent : float
+        Largest plausible use, percent of one CPU (a VR has at most that many CPUs' worth); more is
+        not a measurement (a clock or accounting fault) and gives no value.
+    """
+
+    def __init__(self, max_percent: float = 100_000.0) -> None:
+        self.max_percent = float(max_percent)
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def known(self) -> frozenset[str]:
+        """The VRs with a reading to start the next period from."""
+        return frozenset(self._last)
+
+    def reset(self) -> None:
+        """Forget every reading."""
+        self._last = {}
+
+    def start(self, now_s: float, cpu_ns: Mapping[str, int]) -> None:
+        """Take ``cpu_ns`` (read at ``now_s``) as the start of the next period of those VRs."""
+        for vr, ns in cpu_ns.items():
+            self._last[vr] = (now_s, ns)
+
+    def keep(self, vrs: frozenset[str] | set[str]) -> None:
+        """Forget the VRs not in ``vrs``."""
+        if any(vr not in vrs for vr in self._last):
+            self._last = {vr: v for vr, v in self._last.items() if vr in vrs}
+
+    def update(self, now_s: float, cpu_ns: Mapping[str, int]) -> dict[str, float]:
+        """The CPU use (percent of one CPU) of each VR of ``cpu_ns`` (read at ``now_s``, seconds)
+        since its last reading; ``cpu_ns`` becomes the start of the next period."""
+        out: dict[str, float] = {}
+        last = self._last
+        new: dict[str, tuple[float, int]] = {}
+        for vr, ns in cpu_ns.items():
+            prev = last.get(vr)
+            if prev is not None and now_s > prev[0] and ns >= prev[1]:
+                pct = (ns - prev[1]) / ((now_s - prev[0]) * 1e9) * 100.0
+                if pct <= self.max_percent:
+                    out[vr] = pct
+            new[vr] = (now_s, ns)
+        self._last = new
+        return out
 
 
 class _Layout:

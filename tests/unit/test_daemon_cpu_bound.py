@@ -1,0 +1,145 @@
+"""The loop reads CPU only for the VRs the controller's guard holds, and a binding cap then lets
+a TCP VR's cap rise (the real ControlLoop, DaemonCore, PeriodMeter and CpuMeter; the host is a
+small model of one VR whose TCP flows take what its cap lets through)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import xtc.models
+from xtc.control import make_controller
+from xtc.daemon.api import Request
+from xtc.daemon.core import DaemonCore
+from xtc.daemon.loop import ControlLoop
+from xtc.daemon.meter import CpuMeter
+from xtc.host.errors import HostAdapterError
+from xtc.host.ifcounters import IfCounters
+
+
+class TcpVrHost:
+    """One VR, ``tcp1`` (interface ``vif1.0``), and a UDP VR at its setpoint, ``udp1``.
+
+    ``tcp1`` forwards ``pps_per_cap`` packets/s per percent of CPU in force, up to ``demand_pps``;
+    its flows lose 1.8% (offered = forwarded / 0.982); it uses the CPU its forwarding needs.
+    ``udp1`` is offered 20 kp/s and forwards it all with a tenth of its cap.
+    """
+
+    name = "model"
+    counter_bits = 64
+
+    def __init__(self, cpu: bool = True, pps_per_cap: float = 2_500.0, demand_pps: float = 90_000.0) -> None:
+        self.t_s = 0.0
+        self.caps = {"tcp1": 10.0, "udp1": 100.0}
+        self.rx = {"vif1.0": 0.0, "vif2.0": 0.0}
+        self.tx = {"vif1.0": 0.0, "vif2.0": 0.0}
+        self.cpu_ns = {"tcp1": 0.0, "udp1": 0.0}
+        self.pps_per_cap, self.demand_pps = pps_per_cap, demand_pps
+        self.cpu_reads: list[list[str]] = []
+        self.fail_cpu = False
+        if not cpu:
+            self.read_cpu_ns = None  # type: ignore[assignment]  # a host that cannot tell
+
+    def advance(self, dt_s: float) -> None:
+        y = min(self.pps_per_cap * self.caps["tcp1"], self.demand_pps)
+        self.rx["vif1.0"] += y * dt_s
+        self.tx["vif1.0"] += y / 0.982 * dt_s
+        self.cpu_ns["tcp1"] += y / self.pps_per_cap / 100.0 * dt_s * 1e9
+        self.rx["vif2.0"] += 20_000.0 * dt_s
+        self.tx["vif2.0"] += 20_000.0 * dt_s
+        self.cpu_ns["udp1"] += 0.1 * self.caps["udp1"] / 100.0 * dt_s * 1e9
+        self.t_s += dt_s
+
+    def list_vrs(self):
+        return {"tcp1": ("vif1.0",), "udp1": ("vif2.0",)}
+
+    def read_counters(self):
+        return {i: IfCounters(int(self.rx[i]), int(self.tx[i])) for i in self.rx}
+
+    def read_cpu_ns(self, vrs):
+        self.cpu_reads.append(list(vrs))
+        if self.fail_cpu:
+            raise HostAdapterError("cpu accounting unavailable")
+        return {v: int(self.cpu_ns[v]) for v in vrs if v in self.cpu_ns}
+
+    def read_cap(self, vr):
+        return self.caps[vr]
+
+    def apply_cap(self, vr, cap_percent):
+        self.caps[vr] = cap_percent
+        return cap_percent
+
+    def snapshot(self, vr):
+        return {"cap": self.caps[vr]}
+
+    def restore_cap(self, vr, cap_percent, original=None):
+        self.caps[vr] = 100.0 if cap_percent is None else cap_percent
+
+    def close(self):
+        pass
+
+
+def _run(host: TcpVrHost, periods: int, setpoint: float = 60_000.0, loop: ControlLoop | None = None) -> list[float]:
+    if loop is None:
+        core = DaemonCore(lambda: make_controller(xtc.models.PAPER_MODEL), max_setpoint_pps=1e9)
+        loop = ControlLoop(core, host)
+        loop.period(host.t_s)
+        loop.handle(Request("activate", "tcp1", setpoint), host.t_s)
+        loop.handle(Request("activate", "udp1", 20_000.0), host.t_s)
+        host.loop = loop
+    rates = []
+    for _ in range(periods):
+        host.advance(1.0)
+        rep = loop.period(host.t_s)
+        rates.append(rep.readings["tcp1"].forwarded_pps if "tcp1" in rep.readings else math.nan)
+    return rates
+
+
+def test_a_tcp_vr_held_by_its_cap_reaches_its_setpoint_when_the_host_tells_its_cpu() -> None:
+    host = TcpVrHost()
+    rates = _run(host, 15)
+    assert all(abs(y - 60_000.0) <= 0.03 * 60_000.0 for y in rates[6:]), [round(y) for y in rates]
+    # only the held VR was ever read, never the UDP VR at its setpoint
+    assert host.cpu_reads and all(r == ["tcp1"] for r in host.cpu_reads)
+    # and once at its setpoint it is no longer held: nothing more is read
+    n = len(host.cpu_reads)
+    more = _run(host, 10, loop=host.loop)
+    assert len(host.cpu_reads) == n and all(abs(y - 60_000.0) <= 0.03 * 60_000.0 for y in more)
+
+
+def test_without_cpu_accounting_the_guard_holds_as_before() -> None:
+    rates = _run(TcpVrHost(cpu=False), 15)
+    assert max(rates[1:]) == pytest.approx(25_000.0, rel=1e-6)  # cap 10 x 2.5 kp/s: never raised
+
+
+def test_a_failing_cpu_read_is_no_reading() -> None:
+    host = TcpVrHost()
+    host.fail_cpu = True
+    rates = _run(host, 10)
+    assert max(rates[1:]) == pytest.approx(25_000.0, rel=1e-6)
+    assert host.cpu_reads  # it was asked, it failed, nothing changed
+
+
+def test_demand_below_the_setpoint_is_read_but_the_cap_is_not_wound_up() -> None:
+    host = TcpVrHost(demand_pps=30_000.0)
+    _run(host, 20)
+    assert host.caps["tcp1"] < 30.0  # held where the demand was met, not climbing to 100
+    assert len(host.cpu_reads) >= 15  # still held: its CPU is read every period (one VR)
+
+
+def test_cpu_meter() -> None:
+    m = CpuMeter()
+    assert m.update(10.0, {"a": 5_000_000_000, "b": 1}) == {}  # first readings: no interval yet
+    got = m.update(11.0, {"a": 5_250_000_000, "b": 0})  # b went backwards: restarted
+    assert got == {"a": pytest.approx(25.0)}
+    assert m.known() == {"a", "b"}
+    assert m.update(12.0, {"b": 500_000_000}) == {"b": pytest.approx(50.0)}
+    assert m.known() == {"b"}  # a was not read: forgotten
+    assert m.update(12.0, {"b": 600_000_000}) == {}  # no time between readings
+    m.start(13.0, {"c": 0})
+    m.keep({"c"})
+    assert m.known() == {"c"}
+    assert m.update(13.5, {"c": 2_000_000_000_000}) == {}  # 400,000% of one CPU: not a measurement
+    m.reset()
+    assert m.known() == frozenset()
