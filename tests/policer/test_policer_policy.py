@@ -252,6 +252,9 @@ def test_allocation_counts_a_saturated_vr_at_what_it_forwards() -> None:
     assert free == pytest.approx({"a": 36_000, "b": 36_000, "c": 36_000})
     capped = shares(VrObs("a", True, "active", 36_000, 20_000, 50_000, "cap_max"))
     assert capped == pytest.approx({"a": 20_000, "b": 44_000, "c": 44_000})
+    # below its setpoint with a cap it does not use up (its TCP flows or its host are the limit)
+    slack = shares(VrObs("a", True, "active", 36_000, 20_000, 50_000, "cap_slack"))
+    assert slack == capped
     floor = shares(VrObs("a", True, "active", 36_000, 45_000, 50_000, "cap_min"))
     assert floor == pytest.approx({"a": 45_000, "b": 31_500, "c": 31_500})
     assert sum(floor.values()) == pytest.approx(108_000)

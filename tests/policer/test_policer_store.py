@@ -67,8 +67,9 @@ def test_the_saturated_flag_is_kept_and_nothing_else_is_taken(db_url: str) -> No
     s = Store(db_url)
     s.add_router("r1", "tcp://127.0.0.1:1", 100_000.0, "auto", None, "test")
     s.record_poll("r1", [{"vr": "a", "state": "active", "measured_pps": 20_000.0, "saturated": "cap_max"},
-                         {"vr": "b", "state": "active", "saturated": "bogus"}, {"vr": "c"}])
-    assert [s.get_vr("r1", n)["saturated"] for n in "abc"] == ["cap_max", None, None]
+                         {"vr": "b", "state": "active", "saturated": "bogus"}, {"vr": "c"},
+                         {"vr": "d", "state": "active", "measured_pps": 20_000.0, "saturated": "cap_slack"}])
+    assert [s.get_vr("r1", n)["saturated"] for n in "abcd"] == ["cap_max", None, None, "cap_slack"]
     s.record_poll("r1", [{"vr": "a", "state": "active", "measured_pps": 20_000.0}])
     assert s.get_vr("r1", "a")["saturated"] is None
     s.close()
@@ -290,7 +291,7 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
             else:
                 rows = [{"vr": v, "state": rng.choice(["active", "inactive", "paused"]), "setpoint_pps": value(),
                          "measured_pps": value(), "offered_pps": value(), "cap_percent": value(),
-                         "present": rng.random() > 0.1, "saturated": rng.choice([None, "cap_max", "cap_min"])}
+                         "present": rng.random() > 0.1, "saturated": rng.choice([None, "cap_max", "cap_min", "cap_slack"])}
                         for v in vrs + ["d"] if rng.random() > (0.1 if v != "d" else 0.9)]
             last[r] = rows
             now = t[0] + 1

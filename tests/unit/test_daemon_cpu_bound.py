@@ -143,3 +143,40 @@ def test_cpu_meter() -> None:
     assert m.update(13.5, {"c": 2_000_000_000_000}) == {}  # 400,000% of one CPU: not a measurement
     m.reset()
     assert m.known() == frozenset()
+
+
+def test_a_vr_short_of_its_setpoint_with_a_cap_it_does_not_use_up_is_flagged_cap_slack() -> None:
+    from xtc.daemon.api import Instance, SAMPLE_FIELDS
+    from xtc.daemon.core import SATURATED_AFTER_PERIODS
+    from xtc.daemon.ctl import format_table
+    from xtc.daemon.metrics import DaemonMetrics
+
+    host = TcpVrHost(demand_pps=30_000.0)  # its flows want 30 kp/s, 60 wanted
+    _run(host, 2)
+    core = host.loop.core
+    seen = []
+    for _ in range(SATURATED_AFTER_PERIODS + 3):
+        _run(host, 1, loop=host.loop)
+        seen.append(core.describe("tcp1")["saturated"])
+    assert seen[0] is None and seen[-1] == "cap_slack", seen
+    assert core.describe("udp1")["saturated"] is None
+    d = core.describe("tcp1")
+    Instance.model_validate(d)
+    assert "not used up" in format_table([d])
+    rows = core.sample_rows()
+    i = SAMPLE_FIELDS.index("saturated")
+    assert [r[i] for r in rows] == ["cap_slack", None]
+    m = DaemonMetrics()
+    m.update(rows)
+    assert m.registry.get_sample_value("xtc_vr_saturated", {"vr": "tcp1"}) == 0.5
+    # a setpoint it can reach: the flag goes at once
+    host.loop.handle(Request("setpoint", "tcp1", 29_500.0), host.t_s)
+    _run(host, 1, loop=host.loop)
+    assert core.describe("tcp1")["saturated"] is None
+
+
+def test_a_vr_held_by_its_cap_is_not_flagged_cap_slack() -> None:
+    host = TcpVrHost()  # the cap binds until the setpoint is reached
+    _run(host, 3)
+    assert host.loop.core.describe("tcp1")["saturated"] is None
+    assert all(i.slack_periods == 0 for i in host.loop.core.instances.values())

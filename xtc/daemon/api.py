@@ -201,11 +201,13 @@ class _VrFields(BaseModel):
     cap_percent: float | None = Field(description="current cap; null = unlimited or unknown")
     original_cap_percent: float | None = Field(description="cap to restore; null = unlimited")
     actuation_error: str | None = None
-    saturated: Literal["cap_max", "cap_min"] | None = Field(
+    saturated: Literal["cap_max", "cap_min", "cap_slack"] | None = Field(
         None,
         description="the setpoint is out of reach: the cap has sat at its maximum with the rate more than 3% below "
-        "the setpoint (cap_max), or at its minimum with the rate more than 3% above it (cap_min), for 5 periods "
-        "or more; null = neither",
+        "the setpoint (cap_max), or at its minimum with the rate more than 3% above it (cap_min), or the rate "
+        "was more than 3% below the setpoint while the VR used less than 0.9 of its cap (its CPU as the host "
+        "accounts it: the VR's traffic or its host is the limit, not its cap; cap_slack), for 5 periods or "
+        "more; null = none of these",
     )
 
 

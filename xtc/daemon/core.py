@@ -114,6 +114,10 @@ class Instance:
     #: Consecutive periods the cap sat at its maximum below the setpoint (> 0) or at its minimum
     #: above it (< 0); see :data:`SATURATED_AFTER_PERIODS`.
     saturated_periods: int = 0
+    #: Consecutive periods the VR was more than :data:`SATURATED_TOLERANCE` short of its setpoint
+    #: while its measured CPU use stayed below the binding fraction of its cap in force
+    #: (``XtcTuning.cap_bound_fraction``): its traffic or its host, not its cap, is the limit.
+    slack_periods: int = 0
 
 
 #: An instance is flagged "saturated" (its setpoint unreachable with caps in range) after its cap
@@ -145,13 +149,16 @@ def _saturation_step(inst: Instance, measured_pps: float) -> None:
 
 
 def saturation_of(inst: Instance | None) -> str | None:
-    """``"cap_max"``, ``"cap_min"`` or None: is the instance's setpoint out of reach of its caps?"""
+    """``"cap_max"``, ``"cap_min"``, ``"cap_slack"`` or None: is the instance's setpoint out of
+    reach of its caps (at their maximum, at their minimum, or with a cap its VR does not use up)?"""
     if inst is None or inst.state != ACTIVE:
         return None
     if inst.saturated_periods >= SATURATED_AFTER_PERIODS:
         return "cap_max"
     if inst.saturated_periods <= -SATURATED_AFTER_PERIODS:
         return "cap_min"
+    if inst.slack_periods >= SATURATED_AFTER_PERIODS:
+        return "cap_slack"
     return None
 
 
@@ -290,6 +297,8 @@ class DaemonCore:
     #: because the VR forwards nearly all it is offered (``XtcTuning.unconstrained_fraction``);
     #: their CPU use over the next period (``cpu_percent``) tells whether their cap binds.
     cpu_wanted: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    #: The instances whose ``slack_periods`` is not 0, by ``id``.
+    _slack: dict[int, Instance] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: The bank that steps the factory's controllers together (None: the factory's kind has none).
     _bank: ControllerBank | None = field(default=None, init=False, repr=False, compare=False)
     _bank_factory: Any = field(default=None, init=False, repr=False, compare=False)
@@ -657,6 +666,7 @@ class DaemonCore:
                 b_insts, b_ctls, at = [live[k] for k in il], [f.ctls[k] for k in il], f.bank_pos[idx]
             self._step_bank(b_insts, b_ctls, measured[idx], offered[idx],
                             lambda k: readings[f.names[int(idx[k])]], f.rows, at, None if cpu is None else cpu[idx])
+        self._count_slack(live, stepped, measured, cpu)
         # Which caps to write: never written, failed, changed, or due for re-assertion.
         applied = np.array([nan if (v := i.applied_cap_percent) is None else v for i in live], dtype=np.float64)
         cap = np.array([i.cap_percent for i in live], dtype=np.float64)
@@ -721,6 +731,24 @@ class DaemonCore:
         if changed.any():
             for k in np.flatnonzero(changed).tolist():
                 batch[k].saturated_periods = int(new[k])
+
+    def _count_slack(self, live: list[Instance], stepped: np.ndarray, measured: np.ndarray,
+                     cpu: np.ndarray | None) -> None:
+        """``slack_periods`` of the instances whose CPU use was measured (few: those the guard holds)."""
+        slack: dict[int, Instance] = {}
+        if cpu is not None:
+            for k in np.flatnonzero(stepped & ~np.isnan(cpu)).tolist():
+                inst = live[k]
+                ctl = inst.controller
+                if getattr(getattr(ctl, "tuning", None), "cap_bound_fraction", 0.0) > 0.0 \
+                        and measured[k] < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps \
+                        and not ctl.cap_bound(cpu[k].item()):  # type: ignore[attr-defined]
+                    inst.slack_periods += 1
+                    slack[id(inst)] = inst
+        for key, inst in self._slack.items():
+            if key not in slack:
+                inst.slack_periods = 0
+        self._slack = slack
 
     @staticmethod
     def _step_one(inst: Instance, r: VrReading, cpu_percent: float | None = None) -> None:
@@ -913,6 +941,8 @@ class DaemonCore:
                 p = inst.saturated_periods
                 sat = None if inst.state != ACTIVE or -SATURATED_AFTER_PERIODS < p < SATURATED_AFTER_PERIODS \
                     else ("cap_max" if p > 0 else "cap_min")
+                if sat is None and inst.slack_periods >= SATURATED_AFTER_PERIODS and inst.state == ACTIVE:
+                    sat = "cap_slack"
                 out.append([n, inst.state, view.present, inst.setpoint_pps, view.measured_pps, view.offered_pps,
                             inst.cap_percent, inst.original_cap_percent, inst.actuation_error, sat])
         return out

@@ -205,7 +205,9 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
         if not v.get("present", True):
             note.append("VR missing")
         sat = v.get("saturated")
-        if sat:
+        if sat == "cap_slack":
+            note.append(f"below setpoint with cap {_fmt(v.get('cap_percent'), 1, 0)}% not used up (traffic- or host-limited)")
+        elif sat:
             side = "below" if sat == "cap_max" else "above"
             note.append(f"saturated at cap {_fmt(v.get('cap_percent'), 1, 0)}% ({side} setpoint)")
         if v.get("actuation_error"):

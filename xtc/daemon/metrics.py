@@ -28,7 +28,7 @@ from .api import SAMPLE_FIELDS
 __all__ = ["DaemonMetrics"]
 
 _STATE_VALUE = {"active": 1.0, "paused": 0.5, "inactive": 0.0}
-_SATURATED_VALUE = {"cap_max": 1.0, "cap_min": -1.0}
+_SATURATED_VALUE = {"cap_max": 1.0, "cap_min": -1.0, "cap_slack": 0.5}
 _NAN = math.nan
 
 #: (metric name, help, index of the row member it reads); then the two derived gauges.
@@ -56,7 +56,8 @@ class _VrCollector(Collector):
         families = [GaugeMetricFamily(name, doc, labels=["vr"]) for name, doc, _ in _PER_VR]
         active = GaugeMetricFamily("xtc_vr_active", "1 active, 0.5 paused, 0 inactive", labels=["vr"])
         saturated = GaugeMetricFamily(
-            "xtc_vr_saturated", "1: cap at its maximum below the setpoint, -1: at its minimum above it, 0: neither",
+            "xtc_vr_saturated", "1: cap at its maximum below the setpoint, -1: at its minimum above it, "
+            "0.5: below the setpoint with a cap the VR does not use up (cap_slack), 0: none of these",
             labels=["vr"])
         for row in rows:
             labels = [row[_VR]]

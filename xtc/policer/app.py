@@ -63,8 +63,10 @@ engine period for every reachable router):
   no VR gets more than its SLA maximum or its demand (max(offered, forwarded) x `demand_headroom`,
   so that flows that back off can grow).  Manual setpoints and punished VRs are taken out first.
   A VR whose daemon reports its setpoint out of reach (`saturated`) is counted at the rate it
-  forwards: at its largest cap (`cap_max`) its share is no more than that, and the rest goes to the
-  others; at its smallest cap (`cap_min`) it gets at least that, so that the others' shares fit.
+  forwards: at its largest cap (`cap_max`), or below its setpoint with a cap it does not use up
+  (`cap_slack`: its traffic or its host is the limit), its share is no more than that, and the rest
+  goes to the others; at its smallest cap (`cap_min`) it gets at least that, so that the others'
+  shares fit.
   A VR keeps its derived setpoint while its new share stays within `hysteresis` (relative) of it.
   The resulting setpoints are pushed to the daemons while control is on.
 * **misbehaviour**: a VR whose offered rate stays above `ratio` x its forwarded rate (and by more
@@ -160,10 +162,11 @@ class Vr(BaseModel):
     measured_pps: float | None
     offered_pps: float | None
     cap_percent: float | None
-    saturated: Literal["cap_max", "cap_min"] | None = Field(
+    saturated: Literal["cap_max", "cap_min", "cap_slack"] | None = Field(
         None, description="the daemon's flag: the setpoint is out of reach with the cap at its maximum "
-        "(cap_max: the VR forwards all it can, below its setpoint) or at its minimum (cap_min: above it); "
-        "allocation counts such a VR at the rate it forwards")
+        "(cap_max: the VR forwards all it can, below its setpoint), at its minimum (cap_min: above it), or "
+        "with a cap the VR does not use up, below its setpoint (cap_slack: its traffic or its host is the "
+        "limit); allocation counts such a VR at the rate it forwards")
     last_seen_unix_s: float | None
     manual_setpoint_pps: float | None
     derived_setpoint_pps: float | None

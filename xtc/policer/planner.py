@@ -73,8 +73,8 @@ class VrObs:
     setpoint_pps: float | None = None
     measured_pps: float | None = None
     offered_pps: float | None = None
-    #: The daemon's flag: the setpoint is out of reach, the cap at its maximum ("cap_max") or
-    #: minimum ("cap_min") (:class:`xtc.daemon.api.Instance`); None = neither.
+    #: The daemon's flag: the setpoint is out of reach, the cap at its maximum ("cap_max"), at its
+    #: minimum ("cap_min") or not used up ("cap_slack") (:class:`xtc.daemon.api.Instance`); None = none.
     saturated: str | None = None
 
 
@@ -252,9 +252,10 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                 d = _demand(o)
                 dem = None if d is None else max(settings.min_setpoint_pps, d * settings.demand_headroom)
                 lo = p.min_pps
-                if o.measured_pps is not None and o.saturated == "cap_max":
-                    # All the VR can forward on this host now, whatever its setpoint: a larger share
-                    # would sit unused while other VRs want it.
+                if o.measured_pps is not None and o.saturated in ("cap_max", "cap_slack"):
+                    # All the VR can (cap_max) or will (cap_slack: a cap it does not use up) forward on
+                    # this host now, whatever its setpoint: a larger share would sit unused while other
+                    # VRs want it.
                     dem = max(settings.min_setpoint_pps, o.measured_pps) if dem is None else \
                         min(dem, max(settings.min_setpoint_pps, o.measured_pps))
                 elif o.measured_pps is not None and o.saturated == "cap_min":

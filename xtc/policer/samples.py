@@ -41,7 +41,7 @@ log = logging.getLogger("xtc.policer.samples")
 
 
 _STATES = frozenset(("inactive", "active", "paused"))
-_SATURATED = frozenset((None, "cap_max", "cap_min"))
+_SATURATED = frozenset((None, "cap_max", "cap_min", "cap_slack"))
 #: Members a row must have (the Instance model's required ones) and the numbers among them.
 _REQUIRED = ("vr", "state", "setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent")
 _NUMBERS = ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent")
@@ -119,7 +119,7 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
         if not (present is None or isinstance(present, bool)):
             raise BadReply(f"vrs[{i}].present: not a boolean or null")
         if not (saturated is None or isinstance(saturated, str)) or saturated not in _SATURATED:
-            raise BadReply(f"vrs[{i}].saturated: not cap_max, cap_min or null")
+            raise BadReply(f"vrs[{i}].saturated: not cap_max, cap_min, cap_slack or null")
         if not (v.get("actuation_error") is None or isinstance(v["actuation_error"], str)):
             raise BadReply(f"vrs[{i}].actuation_error: not a string or null")
         for k in _NUMBERS:

@@ -27,7 +27,7 @@ from .planner import Settings
 from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
 
 #: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
-SATURATION = ("cap_max", "cap_min")
+SATURATION = ("cap_max", "cap_min", "cap_slack")
 
 __all__ = ["SATURATION", "Outcome", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
 
