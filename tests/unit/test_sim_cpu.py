@@ -9,13 +9,15 @@ forwarded/offered ratio cannot tell).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from xtc_lab.sim.host import SimClock, SimHost
 from xtc_lab.sim.plant import PAPER_CURVE, Dom0Config, Plant, PlantConfig, VRConfig, tcp, udp
 
-QUIET = dict(noise_rel=0.0, noise_drop_rel=0.0)
+QUIET: dict[str, Any] = dict(noise_rel=0.0, noise_drop_rel=0.0)
 K = PAPER_CURVE.pps_per_cap_percent
 
 

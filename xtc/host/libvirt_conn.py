@@ -449,7 +449,7 @@ class LibvirtConn:
         try:
             answer = conn.domainListGetStats(doms, VIR_DOMAIN_STATS_CPU_TOTAL)
         except LibvirtErrorBase as e:
-            if e.get_error_code() == VIR_ERR_NO_SUPPORT:
+            if getattr(e, "get_error_code", lambda: None)() == VIR_ERR_NO_SUPPORT:
                 raise _NoBulkStats from None
             if classify_libvirt_error(e, conn) != "not_running":
                 raise
