@@ -5,10 +5,11 @@ in :meth:`LibvirtBackend.read_cpu_ns` over 2 s, the same as the kernel's account
 process itself, while an uncapped busy process outside the VR burns a whole CPU (a reading that
 counted the whole host would show more than 1.0; one that is always 0 shows 0).
 
-The busy loop joins the domain's cgroups in the cpu *and* the cpuacct hierarchies (mounted apart
-on this host), as a task started inside the domain would be: libvirt's LXC driver reads the CPU
-time from the domain's cpuacct group.  The lab's own CPU hog (:mod:`xtc_lab.lab.hog`) joins the
-cpu group only.
+The busy loop is the lab's CPU hog at 100% (:func:`xtc_lab.lab.hog.hog_in_vr`; the VR's
+forwarder idles without traffic).  It joins the domain's groups in the cpu *and* the cpuacct
+hierarchies (mounted apart on this host), as a task started inside the domain is: libvirt's LXC
+driver reads the CPU time from the domain's cpuacct group, so a hog in the cpu group only would
+be capped but not counted.
 
 libvirt 9.0's LXC driver has no bulk domain stats (``VIR_ERR_NO_SUPPORT`` for
 ``virDomainListGetStats``): the backend asks each domain (``virDomainGetInfo``), and the test
@@ -19,11 +20,9 @@ Run under the host's measurement lock: ``flock /run/xtc/lab-measure.lock pytest 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -37,73 +36,47 @@ QUOTA_US = 20_000  # of the default 100 ms period: 20% of one CPU
 WINDOW_S = 2.0
 
 
-def _domain_groups(pid: int, controllers: tuple[str, ...] = ("cpu", "cpuacct")) -> list[Path]:
-    """The directories of process ``pid``'s groups in the v1 hierarchies of ``controllers``."""
-    from xtc_lab.lab.cgroups import parse_cgroup_mounts
-    from xtc_lab.lab.hog import parse_proc_cgroup
-
-    mounts = parse_cgroup_mounts(Path("/proc/self/mountinfo").read_text())
-    lines = parse_proc_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
-    out: list[Path] = []
-    for c in controllers:
-        path = next(p for _, ctrls, p in lines if c in ctrls)
-        mount = next(m for m in mounts if m.version == 1 and c in m.controllers)
-        d = Path(mount.mount_point) / os.path.relpath(path, mount.root)
-        if d not in out:
-            out.append(d)
-    return out
-
-
-def _busy(groups: list[Path]) -> subprocess.Popen[bytes]:
-    """A busy loop that first moves itself into ``groups`` (empty: stays where it is)."""
-    moves = "".join(f"open({str(g / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n" for g in groups)
-    code = f"import os, sys\n{moves}sys.stdout.write('ready\\n'); sys.stdout.flush()\nwhile True: pass\n"
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+def _busy_outside() -> subprocess.Popen[bytes]:
+    """A busy loop where this process is (outside every VR): a whole CPU."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys\nprint('ready', flush=True)\nwhile True: pass\n"],
+                         stdout=subprocess.PIPE)
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
     return p
 
 
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_a_busy_lxc_vr_capped_at_20_percent_shows_20_percent_of_one_cpu(vr_lab, libvirtd) -> None:
-    from xtc_lab.lab.hog import vr_forwarder_pids
+    from xtc_lab.lab.hog import hog_in_vr
 
     lab = vr_lab(n_vrs=1, vcpu_quota_us=QUOTA_US)
     vr = lab.vrs[0]
     host = LibvirtBackend(LibvirtConn(uri=libvirtd.uri), "lxc", (), NetlinkCounters())
-    procs: list[subprocess.Popen[bytes]] = []
+    outside = None
     try:
         assert vr.name in host.list_vrs()
-        groups = _domain_groups(vr_forwarder_pids(lab, vr)[0])
-        inside = _busy(groups)
-        procs.append(inside)
-        lab.processes.append(inside)  # the lab's teardown kills it if this test cannot
-        outside = _busy([])  # a whole CPU outside the VR
-        procs.append(outside)
-        time.sleep(0.5)
-        r0, p0, t0 = host.read_cpu_ns([vr.name, "xtct-no-such-domain"]), _proc_cpu_s(inside.pid), time.monotonic()
-        time.sleep(WINDOW_S)
-        r1, p1, t1 = host.read_cpu_ns([vr.name]), _proc_cpu_s(inside.pid), time.monotonic()
-        # Cost of one read (one domain), while the VR still runs.
-        n = 50
-        c0 = time.perf_counter()
-        for _ in range(n):
-            host.read_cpu_ns([vr.name])
-        per_read_ms = (time.perf_counter() - c0) / n * 1e3
+        with hog_in_vr(lab, vr, 100.0) as hog:
+            assert hog.accounting is not None  # cpuacct apart from cpu here: the hog joined both
+            outside = _busy_outside()
+            time.sleep(0.5)
+            r0, p0, t0 = host.read_cpu_ns([vr.name, "xtct-no-such-domain"]), hog.cpu_seconds(), time.monotonic()
+            time.sleep(WINDOW_S)
+            r1, p1, t1 = host.read_cpu_ns([vr.name]), hog.cpu_seconds(), time.monotonic()
+            # Cost of one read (one domain), while the VR still runs.
+            n = 50
+            c0 = time.perf_counter()
+            for _ in range(n):
+                host.read_cpu_ns([vr.name])
+            per_read_ms = (time.perf_counter() - c0) / n * 1e3
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        if outside is not None:
+            outside.kill()
+            outside.wait()
         host.close()
     assert set(r0) == {vr.name}  # a name that is no domain is left out
     share = (r1[vr.name] - r0[vr.name]) / 1e9 / (t1 - t0)
     own = (p1 - p0) / (t1 - t0)
     print(f"\nLXC VR at vcpu_quota {QUOTA_US} us / 100 ms: read_cpu_ns shows {100 * share:.1f}% of one CPU; "
-          f"the busy process's own CPU time {100 * own:.1f}%; bulk stats: {host.conn.bulk_stats}; "
+          f"the hog's own CPU time {100 * own:.1f}%; bulk stats: {host.conn.bulk_stats}; "
           f"one read (1 domain) {per_read_ms:.2f} ms")
     assert 0.10 <= share <= 0.26, share  # ~ the cap; never 0, never the whole host (> 1 here)
-    assert share == pytest.approx(own, abs=0.04)  # the VR's time is its busy task's (10 ms ticks, idle forwarder)
+    assert share == pytest.approx(own, abs=0.04)  # the VR's time is its hog's (10 ms ticks, idle forwarder)
     assert host.conn.bulk_stats is False  # libvirt 9.0's LXC driver: one info() per domain
