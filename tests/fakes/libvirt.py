@@ -6,8 +6,8 @@ without root.  The subset of the API is the one used by
 :mod:`xtc.host.actuators`:
 
 * ``virConnect``: ``lookupByName``, ``isAlive``, ``close``, ``getType``,
-  ``listAllDomains``;
-* ``virDomain``: ``name``, ``ID``, ``isActive``, ``XMLDesc``,
+  ``listAllDomains``, ``domainListGetStats`` (``cpu.time``);
+* ``virDomain``: ``name``, ``ID``, ``isActive``, ``XMLDesc``, ``info``,
   ``schedulerType``, ``schedulerParameters``, ``schedulerParametersFlags``,
   ``setSchedulerParametersFlags``, ``setSchedulerParameters``.
 
@@ -30,10 +30,19 @@ at most 100 * vcpus).
 1000..17592186044415; 0 leaves the value unchanged, as libvirt does).  The
 qemu kind also has ``global_period`` / ``global_quota`` with the same rules.
 
+CPU time
+--------
+Each domain has a cumulative ``cpu_ns`` (``set_cpu_ns``), what libvirt reports as ``cpu.time``
+of ``domainListGetStats`` and ``cpuTime`` of ``info()``, for running domains only.  As in
+upstream libvirt, the xen (libxl) and qemu kinds answer the bulk call and the lxc kind refuses it
+with ``VIR_ERR_NO_SUPPORT`` (``bulk_stats`` overrides that); a handle whose domain no longer
+exists is skipped in the answer, as libvirt's drivers do.
+
 Public API
 ----------
 FakeHypervisor(kind="lxc")
     ``define(name, domid=None, interfaces=(), vcpus=1, active=True, **sched)``,
+    ``set_cpu_ns(name, ns)``, ``bulk_stats`` (bool),
     ``start(name, domid)``, ``stop(name)``, ``reboot(name, new_domid)``
     (scheduler parameters go back to the domain's defined values),
     ``restart_daemon()`` (all open connections die), ``down`` (bool: opening
@@ -56,6 +65,7 @@ from xtc.host.libvirt_conn import (
     VIR_DOMAIN_AFFECT_LIVE,
     VIR_ERR_INVALID_ARG,
     VIR_ERR_NO_DOMAIN,
+    VIR_ERR_NO_SUPPORT,
     VIR_ERR_OPERATION_INVALID,
     VIR_ERR_SYSTEM_ERROR,
     VIR_FROM_RPC,
@@ -94,6 +104,7 @@ class _DomState:
     vcpus: int
     defined_params: dict[str, int]
     live_params: dict[str, int] = field(default_factory=dict)
+    cpu_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,8 @@ class FakeHypervisor:
         self.calls: collections.Counter[str] = collections.Counter()
         self._failures: list[tuple[str, int, str, int]] = []
         self._next_id = 1
+        #: Whether the driver answers ``domainListGetStats`` (upstream: libxl and qemu, not lxc).
+        self.bulk_stats = kind != "lxc"
 
     # --- set-up and events -------------------------------------------------------
     def define(
@@ -180,6 +193,10 @@ class FakeHypervisor:
     def fail_next(self, method: str, code: int, message: str = "injected failure", domain: int = VIR_FROM_DOM) -> None:
         """Make the next call of ``method`` (a FakeDomain/FakeConnect method name) fail."""
         self._failures.append((method, code, message, domain))
+
+    def set_cpu_ns(self, name: str, ns: int) -> None:
+        """Set a domain's cumulative CPU time, nanoseconds."""
+        self.domains[name].cpu_ns = int(ns)
 
     def params(self, name: str) -> dict[str, int]:
         """The live scheduler parameters of a domain (a copy)."""
@@ -245,6 +262,30 @@ class FakeConnect:
         active_only = bool(flags & 1)  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
         return [FakeDomain(self, n) for n, d in self._hv.domains.items() if d.active or not active_only]
 
+    def domainListGetStats(self, doms: list["FakeDomain"], stats: int = 0, flags: int = 0) -> list[tuple["FakeDomain", dict[str, Any]]]:
+        self._check("domainListGetStats")
+        if not self._hv.bulk_stats:
+            raise FakeLibvirtError(
+                "this function is not supported by the connection driver: virDomainListGetStats", VIR_ERR_NO_SUPPORT
+            )
+        if not doms:
+            raise FakeLibvirtError(
+                "invalid argument: doms array in virDomainListGetStats must contain at least one domain",
+                VIR_ERR_INVALID_ARG,
+            )
+        out = []
+        for dom in doms:
+            if not isinstance(dom, FakeDomain):
+                raise FakeLibvirtError("domain list contains non-domain elements", VIR_ERR_INVALID_ARG)
+            d = self._hv.domains.get(dom.name())
+            if d is None:
+                continue  # libvirt's drivers skip a domain that no longer exists
+            rec: dict[str, Any] = {}
+            if d.active and stats & 2:  # VIR_DOMAIN_STATS_CPU_TOTAL
+                rec = {"cpu.time": d.cpu_ns, "cpu.user": d.cpu_ns // 2, "cpu.system": d.cpu_ns - d.cpu_ns // 2}
+            out.append((FakeDomain(self, d.name), rec))
+        return out
+
 
 class FakeDomain:
     """``virDomain`` of a :class:`FakeHypervisor`."""
@@ -277,6 +318,11 @@ class FakeDomain:
 
     def isActive(self) -> int:
         return int(self._state("isActive").active)
+
+    def info(self) -> list[int]:
+        """``[state, maxMem KiB, memory KiB, nrVirtCpu, cpuTime ns]``; state 1 running, 5 shut off."""
+        d = self._state("info")
+        return [1 if d.active else 5, 65536, 65536, d.vcpus, d.cpu_ns if d.active else 0]
 
     def XMLDesc(self, flags: int = 0) -> str:
         d = self._state("XMLDesc")

@@ -393,6 +393,16 @@ def test_find_cpu_cgroup_explains_what_is_missing(tmp_path: Path) -> None:
     mi.write_text("27 1 254:0 / / rw - ext4 /dev/vda rw\n")
     with pytest.raises(LabError, match="neither a cgroup v1 'cpu' hierarchy nor a cgroup2 tree"):
         find_cpu_cgroup(mi)
+    # v1 with cpuacct mounted apart (the lab host): each lab cgroup gets a cpuacct twin.
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    mi.write_text(f"32 31 0:29 / {tmp_path}/cpu rw - cgroup cgroup rw,cpu\n"
+                  f"33 31 0:30 / {tmp_path}/cpuacct rw - cgroup cgroup rw,cpuacct\n")
+    v1 = find_cpu_cgroup(mi)
+    assert v1 == CpuCgroup(1, tmp_path / "cpu", tmp_path / "cpuacct")
+    assert v1.acct_path("xtct-ab12-vr1") == tmp_path / "cpuacct" / "xtct-ab12-vr1"
+    mi.write_text(f"32 31 0:29 / {tmp_path}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n")
+    assert find_cpu_cgroup(mi) == CpuCgroup(1, tmp_path / "cpu") and CpuCgroup(1, tmp_path).acct_path("a") is None
     assert copy.copy(CpuCgroup(1, Path("/x"))).quota_file == "cpu.cfs_quota_us"
     with pytest.raises(LabError, match="bad cgroup name"):
         CpuCgroup(1, Path("/x")).path("../etc")

@@ -138,6 +138,20 @@ def test_combined_v1_cpu_cpuacct_and_a_bind_mounted_subtree() -> None:
         cpu_cgroup_of("3:cpu,cpuacct:/elsewhere/vr7\n", mi)
 
 
+def test_the_cpuacct_group_to_join_where_cpuacct_is_mounted_apart() -> None:
+    from xtc_lab.lab.hog import cpuacct_cgroup_of
+
+    hybrid = (DATA / "mountinfo_hybrid.txt").read_text()
+    # This host: cpu and cpuacct apart; an LXC domain's tasks are in its group of both.
+    assert cpuacct_cgroup_of(LXC_V1, hybrid) == Path("/sys/fs/cgroup/cpuacct/machine/lxc-6575-xtcx-c135-vr1.libvirt-lxc")
+    # A lab netns VR's forwarder, in a group of the cpu hierarchy only: nothing to join.
+    assert cpuacct_cgroup_of("2:cpuacct:/\n1:cpu:/xtct-ab12-vr1\n0::/\n", hybrid) is None
+    # cpu,cpuacct together (the cpu group is the accounting group), and pure v2: nothing more.
+    mi = "30 20 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    assert cpuacct_cgroup_of("3:cpu,cpuacct:/machine/vr7\n", mi) is None
+    assert cpuacct_cgroup_of("0::/machine.slice/vr7.scope\n", (DATA / "mountinfo_v2.txt").read_text()) is None
+
+
 def test_a_process_without_a_cgroup_of_its_own_is_refused() -> None:
     mi = (DATA / "mountinfo_hybrid.txt").read_text()
     with pytest.raises(LabError, match="root cgroup"):

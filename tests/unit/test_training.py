@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pytest
@@ -270,6 +271,7 @@ class _FakeQuotaHost:
         self.offered_pps, self.k, self.period_us = offered_pps, pps_per_percent, period_us
         self.quota_us = 40_000  # the original
         self.rx = self.tx = 0
+        self.cpu_ns = 0
         self.clock = SimClock()
         self.t = 0.0
         self.restored_to: float | None = None
@@ -281,6 +283,8 @@ class _FakeQuotaHost:
         dt, self.t = self.clock() - self.t, self.clock()
         self.tx += int(self.offered_pps * dt)
         self.rx += int(min(self.offered_pps, self.k * self.cap()) * dt)
+        # CPU: what the forwarded packets need, at most the cap (percent of one CPU -> ns).
+        self.cpu_ns += int(min(self.cap(), self.offered_pps / self.k) / 100.0 * dt * 1e9)
 
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
         return {"vr": ("vif1.0", "vif1.1"), "other": ("vif2.0",)}
@@ -289,6 +293,10 @@ class _FakeQuotaHost:
         self._advance()
         return {"vif1.0": IfCounters(self.rx, self.tx), "vif1.1": IfCounters(0, 0), "vif2.0": IfCounters(7, 7),
                 "lo": IfCounters(5, 5)}
+
+    def read_cpu_ns(self, vrs: Iterable[str]) -> dict[str, int]:
+        self._advance()
+        return {vr: self.cpu_ns for vr in vrs if vr == "vr"}
 
     def read_cap(self, vr: str) -> float:
         return self.cap()

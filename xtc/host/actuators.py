@@ -769,6 +769,28 @@ class _CgroupBase(_ActuatorBase):
             raise ActuatorError(f"cannot write {value!r} to {p}: {e.strerror or e}{hint}") from None
 
 
+def reserve_kept_fd() -> bool:
+    """Count one more cgroup file descriptor kept open against the process's budget.
+
+    The budget (:data:`FD_RESERVE` below the soft fd limit) is shared by the actuators' hot files
+    and the cgroup backend's CPU-time files (:mod:`xtc.host.cgroup`).  False: the budget is spent,
+    open and close the file instead.
+    """
+    if _CgroupBase.open_fds >= _CgroupBase.fd_budget:
+        return False
+    _CgroupBase.open_fds += 1
+    return True
+
+
+def release_kept_fd() -> None:
+    """Give back a slot taken by :func:`reserve_kept_fd` (the descriptor was closed)."""
+    _CgroupBase.open_fds -= 1
+
+
+#: errno values after which a kept cgroup file descriptor is opened again (see ``_STALE_FD``).
+STALE_FD_ERRNOS = _STALE_FD
+
+
 def _parse_int(text: str, where: str) -> int:
     try:
         return int(text)

@@ -26,7 +26,7 @@ writes exactly that record back.  The daemon never looks inside a record.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from .actuators import CapActuator, OriginalCap
 from .errors import HostAdapterError
@@ -76,6 +76,19 @@ class Host(Protocol):
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         """The cumulative counters of the host's interfaces now (at least those of the VRs)."""
+        ...
+
+    def read_cpu_ns(self, vrs: Iterable[str]) -> Mapping[str, int]:
+        """Cumulative CPU time (nanoseconds) that each of ``vrs`` has used, from the hypervisor's or
+        the kernel's own accounting (all of the VR's vCPUs / tasks together).  A VR whose time cannot
+        be read now (gone, not running) is left out of the result; the call raises HostAdapterError only
+        when the backend as a whole fails.
+
+        The time counts from when the VR (domain, cgroup) was started: a VR restarted between two
+        reads shows a smaller value, which the consumer treats as a restart, not as negative use.
+        The CPU share a VR used over a period is the difference of two reads divided by the
+        period's length in nanoseconds (1.0 = one whole CPU, comparable to ``cap_percent / 100``).
+        """
         ...
 
     def read_cap(self, vr: str) -> float | None:

@@ -9,6 +9,10 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
   ``vif<domid>.<n>`` among the interfaces whose counters were read last.
 - Counters: netlink ``RTM_GETSTATS`` (``/proc/net/dev`` where netlink is not available, or the
   file ``[daemon] proc_net_dev`` names when it is not the default).
+- CPU time: :meth:`LibvirtBackend.read_cpu_ns`, one bulk stats call per read
+  (``virDomainListGetStats``, ``cpu.time``: all vCPUs, Xen, QEMU/KVM) or, where the driver has no
+  bulk stats (upstream libvirt's LXC driver), one ``virDomainGetInfo`` per domain
+  (:meth:`~xtc.host.libvirt_conn.LibvirtConn.cpu_time_ns`).
 - Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` otherwise.
 - Originals: :meth:`LibvirtBackend.snapshot` is the actuator's exact record of the
   setting (``OriginalCap.to_dict()``: e.g. ``{"backend": "libvirt-quota", "target": "vr1",
@@ -100,6 +104,15 @@ class LibvirtBackend(ActuatorCaps):
                 ifs = xen_vif_names(info.domid, self._seen) or ifs
             out[n] = tuple(ifs)
         return out
+
+    def read_cpu_ns(self, vrs: Iterable[str]) -> Mapping[str, int]:
+        """Cumulative CPU time (ns) of each of ``vrs`` that is a running domain (and, with ``[libvirt]
+        domains``, one of those): libvirt's ``cpu.time``, the hypervisor's own account of all the
+        domain's vCPUs (Xen), its cgroup's (QEMU/KVM, LXC).  See
+        :meth:`~xtc.host.libvirt_conn.LibvirtConn.cpu_time_ns` for the calls made and the errors.
+        """
+        names = [v for v in vrs if v in self.domains] if self.domains else vrs
+        return self.conn.cpu_time_ns(names)
 
     def _act(self, vr: str) -> CapActuator:
         a = self._acts.get(vr)

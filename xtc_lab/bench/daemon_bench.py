@@ -42,7 +42,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -90,6 +90,10 @@ class _FileHost:
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         return self.source.read()
+
+    def read_cpu_ns(self, vrs: Iterable[str]) -> Mapping[str, int]:
+        """Nothing: a counters file has no CPU accounting, so every VR is left out."""
+        return {}
 
     def read_cap(self, vr: str) -> float | None:
         return self.caps.get(vr)

@@ -12,6 +12,10 @@ domU's cap.
 * :func:`vr_cpu_cgroup` applies it to a lab VR: an LXC VR's forwarder is the child of the
   domain's ``libvirt_lxc`` controller (whose pid is the domain's ID); a netns VR's forwarder is
   ``vr.process``.
+* :func:`cpuacct_cgroup_of` (pure) finds a process's group in a v1 ``cpuacct`` hierarchy mounted
+  apart from ``cpu`` (this host): the hog joins it too, so that the VR's CPU accounting (libvirt's
+  ``cpu.time`` of an LXC domain, the cgroup backend's ``cpuacct.usage``) counts the hog's CPU as
+  it counts the forwarder's, as a Xen domU's accounting counts every task inside it.
 * :class:`CpuHog` is the hog process (``python -m xtc_lab.lab.hog``).  It is started paused, moved
   into the cgroup by writing its pid to ``cgroup.procs``, checked there, and only then starts
   to burn; :func:`hog_loop` (pure, driven by the clocks it is given) burns ``cpu_percent`` of one
@@ -145,6 +149,25 @@ def cpu_cgroup_of(proc_cgroup_text: str, mountinfo_text: str) -> CpuCgroupDir:
     raise LabError(f"the process's cgroup v2 path {v2} is not under a mounted cgroup2 tree")
 
 
+def cpuacct_cgroup_of(proc_cgroup_text: str, mountinfo_text: str) -> Path | None:
+    """A process's group in a v1 ``cpuacct`` hierarchy mounted apart from ``cpu`` (pure).
+
+    None when there is no such hierarchy (cpuacct is mounted with cpu, whose group
+    :func:`cpu_cgroup_of` finds; or cgroup v2, where ``cpu.stat`` counts the same group), or the
+    process is in its root (nothing of its own to join), or no mount shows its group.
+    """
+    entries = parse_proc_cgroup(proc_cgroup_text)
+    path = next((p for h, c, p in entries if h != 0 and "cpuacct" in c and "cpu" not in c), None)
+    if path is None or path.rstrip("/") == "":
+        return None
+    for m in parse_cgroup_mounts(mountinfo_text):
+        if m.version == 1 and "cpuacct" in m.controllers and "cpu" not in m.controllers:
+            d = _under_mount(path, m)
+            if d is not None:
+                return d
+    return None
+
+
 # ------------------------------------------------------------------------------ pure: the burn loop
 def hog_loop(cpu_percent: float, period_s: float, keep_going: Callable[[], bool],
              cpu_clock: Callable[[], float], wall_clock: Callable[[], float],
@@ -256,14 +279,17 @@ class CpuHog:
         counted in CPU time, so when the cgroup is throttled for most of a period the hog still
         gets its share in the part where the cgroup runs; with a much shorter duty cycle it
         would lose every slice that falls into a throttled stretch).
+    accounting
+        A v1 cpuacct group to join as well (see :func:`cpuacct_cgroup_of`), or None.
     """
 
     READY_TIMEOUT_S = 20.0
 
     def __init__(self, cgroup: CpuCgroupDir, cpu_percent: float, period_s: float = DEFAULT_PERIOD_S,
-                 proc: Path = PROC, mountinfo: Path = MOUNTINFO):
+                 proc: Path = PROC, mountinfo: Path = MOUNTINFO, accounting: Path | None = None):
         self.argv = hog_argv(cpu_percent, period_s)
         self.cgroup = cgroup
+        self.accounting = accounting
         self.cpu_percent = float(cpu_percent)
         self.period_s = float(period_s)
         self.proc_dir = proc
@@ -305,6 +331,11 @@ class CpuHog:
             now_in = process_cpu_cgroup(self.process.pid, self.proc_dir, self.mountinfo)
             if now_in != self.cgroup:
                 raise LabError(f"the hog (pid {self.process.pid}) is in {now_in.path}, not in {self.cgroup.path}")
+            if self.accounting is not None:
+                try:
+                    (self.accounting / "cgroup.procs").write_text(f"{self.process.pid}\n")
+                except OSError as e:
+                    raise LabError(f"cannot move the hog (pid {self.process.pid}) into {self.accounting}: {e}") from e
             assert self.process.stdin is not None
             self.process.stdin.write(b"go\n")
             self.process.stdin.flush()
@@ -373,8 +404,11 @@ class CpuHog:
 
     def describe(self) -> dict[str, Any]:
         """The hog's settings and cgroup (for a result file)."""
-        return {"cpu_percent": self.cpu_percent, "period_s": self.period_s, "cgroup": str(self.cgroup.path),
-                "cgroup_version": self.cgroup.version}
+        out: dict[str, Any] = {"cpu_percent": self.cpu_percent, "period_s": self.period_s,
+                               "cgroup": str(self.cgroup.path), "cgroup_version": self.cgroup.version}
+        if self.accounting is not None:
+            out["cpuacct_cgroup"] = str(self.accounting)
+        return out
 
     def __enter__(self) -> Self:
         if self.process is None:
@@ -387,12 +421,19 @@ class CpuHog:
 
 @contextmanager
 def hog_in_vr(lab: NetLab, vr: VR, cpu_percent: float, period_s: float = DEFAULT_PERIOD_S) -> Iterator[CpuHog]:
-    """A :class:`CpuHog` in ``vr``'s cpu cgroup for the ``with`` block; killed on exit (also on error).
+    """A :class:`CpuHog` in ``vr``'s cpu cgroup (and its cpuacct group where that hierarchy is
+    mounted apart: :func:`cpuacct_cgroup_of`) for the ``with`` block; killed on exit (also on error).
 
     The hog is also registered with ``lab`` (``lab.processes``), so the lab's teardown kills it
     if the block is never left normally.
     """
-    hog = CpuHog(vr_cpu_cgroup(lab, vr), cpu_percent, period_s)
+    cg = vr_cpu_cgroup(lab, vr)
+    pid = vr_forwarder_pids(lab, vr)[0]
+    try:
+        acct = cpuacct_cgroup_of((PROC / str(pid) / "cgroup").read_text(), MOUNTINFO.read_text())
+    except OSError as e:
+        raise LabError(f"cannot read the cgroups of {vr.name}'s forwarder (pid {pid}): {e}") from e
+    hog = CpuHog(cg, cpu_percent, period_s, accounting=acct)
     try:
         hog.start()
         assert hog.process is not None

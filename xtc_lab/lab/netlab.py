@@ -65,6 +65,7 @@ import ipaddress
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -144,11 +145,15 @@ class CpuCgroup:
 
     ``version`` 1: the v1 ``cpu`` hierarchy (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``);
     ``version`` 2: the unified hierarchy with the cpu controller enabled for children
-    (``cpu.max``).
+    (``cpu.max``).  ``acct_root``: the v1 ``cpuacct`` hierarchy when it is mounted apart from
+    ``cpu`` (this host), where each lab cgroup gets a twin of the same name, so that the VR's CPU
+    time is accounted on its own (``cpuacct.usage``, read by the daemon's cgroup backend); None
+    when the cpu group itself accounts (v2, or cpu and cpuacct mounted together).
     """
 
     version: int
     root: Path
+    acct_root: Path | None = None
 
     @property
     def quota_file(self) -> str:
@@ -160,6 +165,11 @@ class CpuCgroup:
         if not name or "/" in name or name in (".", ".."):
             raise LabError(f"bad cgroup name {name!r}")
         return self.root / name
+
+    def acct_path(self, name: str) -> Path | None:
+        """The directory of the cpuacct twin of the cgroup ``name`` (None without ``acct_root``)."""
+        self.path(name)  # the same checks
+        return None if self.acct_root is None else self.acct_root / name
 
 
 #: Largest per-frame work factor the forwarder accepts (its ``-f`` option).
@@ -258,7 +268,11 @@ def find_cpu_cgroup(mountinfo: Path = Path("/proc/self/mountinfo")) -> CpuCgroup
         root = Path(v1)
         if not (root / "cpu.cfs_quota_us").exists():
             raise LabError(f"the cgroup v1 cpu hierarchy at {root} has no cpu.cfs_quota_us (kernel without CFS bandwidth control)")
-        return CpuCgroup(1, root)
+        from xtc_lab.lab.cgroups import parse_cgroup_mounts
+
+        acct = next((m.mount_point for m in parse_cgroup_mounts(mountinfo.read_text())
+                     if m.version == 1 and "cpuacct" in m.controllers and "cpu" not in m.controllers), None)
+        return CpuCgroup(1, root, Path(acct) if acct is not None else None)
     if v2 is None:
         raise LabError("no cgroup cpu controller: neither a cgroup v1 'cpu' hierarchy nor a cgroup2 tree is mounted")
     root = Path(v2)
@@ -276,7 +290,8 @@ def find_cpu_cgroup(mountinfo: Path = Path("/proc/self/mountinfo")) -> CpuCgroup
 
 
 def create_cgroup(cg: CpuCgroup, name: str) -> Path:
-    """Create the cgroup ``name`` under ``cg`` (unlimited at first); return its directory."""
+    """Create the cgroup ``name`` under ``cg`` (unlimited at first), and its cpuacct twin where
+    cpuacct is mounted apart (:attr:`CpuCgroup.acct_root`); return the cpu group's directory."""
     d = cg.path(name)
     try:
         d.mkdir()
@@ -287,6 +302,14 @@ def create_cgroup(cg: CpuCgroup, name: str) -> Path:
     if not (d / cg.quota_file).exists():
         _rmdir_quietly(d)
         raise LabError(f"cgroup {d} has no {cg.quota_file}: the cpu controller is not available there")
+    twin = cg.acct_path(name)
+    if twin is not None:
+        try:
+            twin.mkdir()
+        except OSError as e:
+            _rmdir_quietly(d)
+            what = "already exists" if isinstance(e, FileExistsError) else f"cannot be created: {e}"
+            raise LabError(f"cpuacct cgroup {twin} {what}") from None
     return d
 
 
@@ -325,15 +348,21 @@ def _rmdir_quietly(d: Path) -> None:
 
 
 def _lab_cgroups(prefix: str) -> list[Path]:
-    """The cgroups named ``<prefix>-...`` in the host's cpu hierarchy (none if it has none)."""
+    """The cgroups named ``<prefix>-...`` in the host's cpu hierarchy and, where cpuacct is mounted
+    apart, in the cpuacct hierarchy (none if there is no cpu hierarchy)."""
     try:
         cg = find_cpu_cgroup()
     except LabError:
         return []
-    try:
-        return sorted(d for d in cg.root.iterdir() if d.is_dir() and d.name.startswith(prefix + "-"))
-    except OSError:
-        return []
+    out: list[Path] = []
+    for root in (cg.root, cg.acct_root):
+        if root is None:
+            continue
+        try:
+            out += sorted(d for d in root.iterdir() if d.is_dir() and d.name.startswith(prefix + "-"))
+        except OSError:
+            pass
+    return out
 
 
 def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
@@ -856,13 +885,14 @@ class NetLab:
             self._cpu_cgroup = find_cpu_cgroup()
         return self._cpu_cgroup
 
-    def spawn_in(self, ns: str, argv: Sequence[str], cgroup_procs: Path | None = None,
+    def spawn_in(self, ns: str, argv: Sequence[str], cgroup_procs: Path | Sequence[Path] | None = None,
                  **popen: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` inside namespace ``ns`` (``ip netns exec``); tracked, stopped on teardown.
 
-        With ``cgroup_procs`` (a cgroup's ``cgroup.procs`` file) the process enters that cgroup
-        before it becomes ``ip netns exec`` and then ``argv`` (same pid throughout: a shell writes
-        its own pid there and execs), so everything it runs is charged to the cgroup.
+        With ``cgroup_procs`` (a cgroup's ``cgroup.procs`` file, or several: one per hierarchy)
+        the process enters those cgroups before it becomes ``ip netns exec`` and then ``argv``
+        (same pid throughout: a shell writes its own pid there and execs), so everything it runs
+        is charged to the cgroups.
         """
         if not ns.startswith(self.prefix + "-"):
             raise LabError(f"namespace {ns!r} does not belong to lab {self.prefix}")
@@ -871,8 +901,10 @@ class NetLab:
         popen.setdefault("stderr", subprocess.DEVNULL)
         cmd = ["ip", "netns", "exec", ns, *argv]
         if cgroup_procs is not None:
+            files = [cgroup_procs] if isinstance(cgroup_procs, Path) else list(cgroup_procs)
             # Outside the namespace: ip netns exec mounts its own /sys, without the cgroup tree.
-            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *cmd]
+            moves = "".join(f'echo $$ > {shlex.quote(str(f))} && ' for f in files)
+            cmd = ["sh", "-c", moves + 'exec "$@"', "sh", *cmd]
         try:
             p = subprocess.Popen(cmd, **popen)
         except OSError as e:
@@ -976,11 +1008,12 @@ class NetLab:
         with IPRoute() as ipr:
             for i, (vif, br) in enumerate(zip(vr.vifs, vr.bridges)):
                 self._veth_into_ns(ipr, vif, f"eth{i}", vr.name, master=br)
-        procs = None
+        procs: list[Path] | None = None
         if cg is not None:
             d = create_cgroup(cg, vr.name)
             vr.cgroup = str(d)
-            procs = d / "cgroup.procs"
+            twin = cg.acct_path(vr.name)
+            procs = [d / "cgroup.procs"] + ([twin / "cgroup.procs"] if twin is not None else [])
         vr.process = self.spawn_in(vr.name, argv, cgroup_procs=procs, start_new_session=detach)
         self._wait_links(vr.vifs)
 

@@ -10,6 +10,10 @@ A :class:`~xtc.host.base.Host` like the real ones, so the daemon's loop runs unc
 - **Actuator**: caps go through :meth:`SimHost.apply_cap` / :meth:`SimHost.restore_cap` with the
   same checks as a real actuator (a finite cap >= 1 percent; never 0); ``cap_step_percent``
   quantises them as a hypervisor would (1 = Xen's whole percents) and the cap in force is returned.
+- **CPU time**: :meth:`SimHost.read_cpu_ns` is the plant's cumulative CPU use per VR
+  (:meth:`xtc_lab.sim.plant.Plant.cpu_seconds`, integrated over the simulator's own clock), in
+  nanoseconds like a hypervisor's accounting: about the cap when the cap binds, less when the VR
+  is offered less than its cap can forward.
 - **Original records**: :meth:`SimHost.snapshot` is
   ``{"backend": "sim", "target": <vr>, "params": {"cap_percent": <cap or null>}}``; restoring it
   writes that cap back (``null``: unlimited).
@@ -31,7 +35,7 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping
 
 from pydantic import model_validator
 from pydantic.dataclasses import dataclass
@@ -245,6 +249,24 @@ class SimHost:
         """The plant's counters now, as ``/proc/net/dev`` text read by the real parser."""
         self.advance()
         return parse_proc_net_dev(render_proc_net_dev(self.interface_counters()))
+
+    def read_cpu_ns(self, vrs: Iterable[str]) -> dict[str, int]:
+        """Cumulative CPU time (nanoseconds) each of ``vrs`` has used since the plant started.
+
+        The plant is first advanced to the host's clock, as for :meth:`read_counters`, so the time
+        is integrated over the simulator's own clock.  A VR's use per sub-step is
+        ``min(cap, hog_fraction * cap + delivered_pps / (k * speed_factor))`` percent of one CPU
+        (see :meth:`xtc_lab.sim.plant.Plant.cpu_seconds`): the cap when it binds, less when the VR
+        is offered less than its cap can forward.  Names that are not simulated VRs are left out.
+        """
+        self.advance()
+        cpu_s = self.plant.cpu_seconds()
+        out: dict[str, int] = {}
+        for vr in vrs:
+            i = self._index.get(vr)
+            if i is not None:
+                out[vr] = int(round(float(cpu_s[i]) * 1e9))
+        return out
 
     def interfaces(self, vr: str) -> tuple[str, ...]:
         i = self._index[vr] + 1

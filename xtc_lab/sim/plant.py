@@ -51,6 +51,19 @@ What is modelled, per sub-step of ``dt_s`` seconds:
    Dom0 to the VR (host-side TX toward the VR) and forwarded by the VR
    (host-side RX of the VR's interfaces, what the meter reads).  ACKs are not
    counted as packets; their cost is folded into Dom0's work.
+7. **CPU use.**  The plant has no CPU model of its own beyond the capacity
+   curve, so a VR's CPU use is derived from it: every packet delivered to the
+   VR costs ``1 / (k * speed_factor)`` percent-seconds of one CPU (the inverse
+   of the packet budget per percent: a packet the VR drops at its socket was
+   still received and costs the same), and a hog burns ``hog_fraction`` of
+   the cap.  A VR uses ``min(cap, hog_fraction * cap + lam / (k *
+   speed_factor))`` percent of one CPU, ``lam`` the rate delivered to it in the
+   sub-step: the whole cap when its cap binds (it is offered at least its
+   packet budget), less when it is offered less.  Integrated over the
+   sub-steps in :meth:`Plant.cpu_seconds` (what a hypervisor's or the kernel's
+   CPU accounting reports).  Note the soft knee: a UDP VR offered a little less
+   than its budget already drops some packets (scheduling jitter) while its
+   CPU use stays below the cap.
 
 Caps are applied with an optional resolution (``cap_resolution_percent``):
 Xen's credit scheduler takes integer percents (use 1.0), libvirt LXC/QEMU
@@ -550,6 +563,7 @@ class Plant:
         self._fwd_pkts = np.zeros(self.n)
         self._fwd_clean = np.zeros(self.n)
         self._dom0_work = np.zeros(self._n_groups)
+        self._cpu_s = np.zeros(self.n)
         self._last_util = np.zeros(self._n_groups)
         self._last_share = np.ones(self._n_groups)
 
@@ -638,6 +652,16 @@ class Plant:
     def capacity_pps(self) -> np.ndarray:
         """Each VR's packet budget at its current cap, speed and hog (pps)."""
         return self._k * self._speed * self._cap * (1.0 - self._hog)
+
+    def cpu_seconds(self) -> np.ndarray:
+        """Cumulative CPU time each VR has used, CPU-seconds (one CPU busy for 1 s = 1.0; a copy).
+
+        Derived from the capacity curve (item 7 of the module docstring): per sub-step a VR uses
+        ``min(cap, hog_fraction * cap + lam / (k * speed_factor))`` percent of one CPU, ``lam``
+        the packets/s delivered to it.  Never more than its cap, so over a period the mean CPU
+        share is at most ``cap / 100``; it equals that when the cap binds.
+        """
+        return self._cpu_s.copy()
 
     # ----- dynamics -----------------------------------------------------------------------
     def _forward_target(self, lam: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -730,6 +754,9 @@ class Plant:
         self._fwd_pkts += fwd
         self._fwd_clean += np.minimum(y_mean, lam) * dt
         self._dom0_work += work * dt
+        # CPU use (item 7): the delivered packets' work plus the hog's share, at most the cap.
+        cpu_pct = np.minimum(self._cap, self._hog * self._cap + lam / (self._k * self._speed))
+        self._cpu_s += cpu_pct * (dt / 100.0)
         self._last_util = work / self._dom0_cap
         self._last_share = share
         self.steps += 1
