@@ -649,11 +649,13 @@ class DaemonCore:
         if f.any_guard:
             # Whose raise the "not cap-limited" guard holds (forwarding nearly all it is offered, short
             # of its setpoint beyond the dead zone): the loop reads their CPU for the next period.
-            setpoint = np.array([i.setpoint_pps for i in live], dtype=np.float64)
-            held = stepped & (offered > 0) & (measured >= f.guard_fraction * offered) \
-                & (measured < (1.0 - f.dead_zone) * setpoint)
-            if held.any():
-                self.cpu_wanted = frozenset(f.names[k] for k in np.flatnonzero(held).tolist())
+            near = np.flatnonzero(stepped & (offered > 0) & (measured >= f.guard_fraction * offered))
+            if len(near):
+                kl = near.tolist()
+                setpoint = np.array([live[k].setpoint_pps for k in kl], dtype=np.float64)
+                held = measured[near] < (1.0 - f.dead_zone[near]) * setpoint
+                if held.any():
+                    self.cpu_wanted = frozenset(f.names[k] for k, h in zip(kl, held.tolist()) if h)
         if alone.any():
             for k in np.flatnonzero(alone).tolist():
                 self._step_one(live[k], readings[f.names[k]], None if cpu is None or cpu[k] != cpu[k] else cpu[k].item())
