@@ -62,13 +62,13 @@ def _quantise(cap, mode):
 
 def _cpu(rng, ctl):
     """A CPU reading (percent of one CPU) for ``ctl``: unknown, or around the cap in force (the
-    binding threshold, 0.9 of it, on both sides), or odd (negative, infinite)."""
+    binding threshold, 0.8 of it, on both sides), or odd (negative, infinite)."""
     u = rng.random()
     if u < 0.2:
         return None
     if u < 0.25:
         return rng.choice([-1.0, math.inf, 0.0])
-    return 10.0 ** ctl._u_force * rng.choice([rng.uniform(0.5, 1.1), 0.9, 0.95, 0.85])
+    return 10.0 ** ctl._u_force * rng.choice([rng.uniform(0.5, 1.1), 0.8, 0.85, 0.75])
 
 
 def _run(kind, seed, n=40, periods=60, every=False, on_rows=False, cpu=False, **kw):

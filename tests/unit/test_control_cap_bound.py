@@ -1,8 +1,9 @@
-"""A cap that binds overrules the "not cap-limited" guard (XtcTuning.cap_bound_fraction).
+"""With a CPU reading, only a cap that binds is raised (XtcTuning.cap_bound_fraction).
 
 A VR whose flows back off (TCP) forwards nearly all it is offered *because* its cap holds it: the
-forwarded/offered ratio then says "no demand" and the guard never lets the cap rise.  The VR's CPU
-use against the cap in force tells the two apart.
+forwarded/offered ratio then says "no demand" and the "not cap-limited" guard never lets the cap
+rise.  A VR short of its setpoint because of its traffic or its host has its cap raised to no use.
+The VR's CPU use against the cap in force tells these apart; without a reading the guard decides.
 """
 
 import math
@@ -34,8 +35,8 @@ Y, OFF, R = 50_000.0, 50_000.0 / 0.982, 80_000.0
     (-1.0, False),         # nonsense: unknown
     (math.inf, False),
     (10.0, False),         # half the cap: the VR's demand, not its cap, is the limit
-    (17.9, False),         # just under 0.9 of the cap
-    (18.01, True),         # 0.9 of cap 20 (18.000000000000004 in floats): binds
+    (15.9, False),         # just under 0.8 of the cap
+    (16.01, True),         # 0.8 of cap 20 (16.000000000000004 in floats): binds
     (19.8, True),
 ])
 def test_the_guard_yields_only_to_a_binding_cap(cpu, rises):
@@ -52,6 +53,22 @@ def test_the_guard_yields_only_to_a_binding_cap(cpu, rises):
 def test_switched_off_it_is_the_law_of_before():
     c, d = _ctl(cap_bound_fraction=0.0), _ctl()
     assert c.step(Y, R, OFF, 19.8) == d.step(Y, R, OFF) == pytest.approx(20.0)
+    c, d = _ctl(cap_bound_fraction=0.0), _ctl()
+    assert c.step(Y, R, Y / 0.8, 5.0) == d.step(Y, R, Y / 0.8) > 30.0
+
+
+@pytest.mark.parametrize("cpu, rises", [(None, True), (math.nan, True), (5.0, False), (15.9, False), (16.01, True)])
+def test_where_the_guard_lets_it_rise_a_cap_that_does_not_bind_is_held(cpu, rises):
+    # 50 kp/s forwarded of 62.5 offered (80%: the guard lets the cap rise), 80 kp/s wanted: a VR
+    # using 5% of its cap 20 (its host or its traffic loses the rest) gains nothing from more
+    c = _ctl()
+    cap = c.step(Y, R, Y / 0.8, cpu)
+    assert (cap > 20.0 * 1.05) is rises, cap
+    assert rises or cap == pytest.approx(20.0)
+    b = _ctl()
+    got, ok = ControllerBank.like(b).step([b], np.array([Y]), np.array([R]), np.array([Y / 0.8]),
+                                          cpu_percent=np.array([math.nan if cpu is None else cpu]))
+    assert ok.all() and repr(got.tolist()[0]) == repr(cap)
 
 
 def test_it_is_the_cap_in_force_that_binds_not_the_command():
@@ -60,7 +77,7 @@ def test_it_is_the_cap_in_force_that_binds_not_the_command():
     c.applied(20.0)
     assert c.step(Y, R, OFF, 18.2) > 21.0
     # commanded 40, 20 in force (somebody holds the VR there): 18.2% binds the cap in force
-    # (0.45 of the command would not), so the guard yields
+    # (0.46 of the command would not), so the guard yields
     c, d = _ctl(cap=40.0), _ctl(cap=40.0)
     c.applied(20.0)
     d.applied(20.0)
@@ -91,7 +108,7 @@ def test_a_tcp_vr_held_by_its_cap_reaches_its_setpoint_only_with_the_cpu_reading
 
 
 def test_demand_below_the_setpoint_does_not_wind_the_cap_up():
-    # the flows want 30 kp/s (cap 12), 60 wanted: once the demand is met (CPU below 0.9 of the cap)
+    # the flows want 30 kp/s (cap 12), 60 wanted: once the demand is met (CPU below 0.8 of the cap)
     # the cap stops where the step that met it left it, instead of climbing to the top
     caps = []
     ctl = _ctl(cap=10.0)

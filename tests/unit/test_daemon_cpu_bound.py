@@ -1,5 +1,5 @@
-"""The loop reads CPU only for the VRs the controller's guard holds, and a binding cap then lets
-a TCP VR's cap rise (the real ControlLoop, DaemonCore, PeriodMeter and CpuMeter; the host is a
+"""The loop reads CPU only for the VRs short of their setpoints; a binding cap then lets a TCP VR's
+cap rise, and a cap that does not bind is neither raised nor left unflagged (the real ControlLoop, DaemonCore, PeriodMeter and CpuMeter; the host is a
 small model of one VR whose TCP flows take what its cap lets through)."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ class TcpVrHost:
     name = "model"
     counter_bits = 64
 
-    def __init__(self, cpu: bool = True, pps_per_cap: float = 2_500.0, demand_pps: float = 90_000.0) -> None:
+    def __init__(self, cpu: bool = True, pps_per_cap: float = 2_500.0, demand_pps: float = 90_000.0,
+                 kept: float = 0.982) -> None:
+        self.kept = kept  # the share of what is offered to tcp1 that it forwards
         self.t_s = 0.0
         self.caps = {"tcp1": 10.0, "udp1": 100.0}
         self.rx = {"vif1.0": 0.0, "vif2.0": 0.0}
@@ -44,7 +46,7 @@ class TcpVrHost:
     def advance(self, dt_s: float) -> None:
         y = min(self.pps_per_cap * self.caps["tcp1"], self.demand_pps)
         self.rx["vif1.0"] += y * dt_s
-        self.tx["vif1.0"] += y / 0.982 * dt_s
+        self.tx["vif1.0"] += y / self.kept * dt_s
         self.cpu_ns["tcp1"] += y / self.pps_per_cap / 100.0 * dt_s * 1e9
         self.rx["vif2.0"] += 20_000.0 * dt_s
         self.tx["vif2.0"] += 20_000.0 * dt_s
@@ -180,3 +182,18 @@ def test_a_vr_held_by_its_cap_is_not_flagged_cap_slack() -> None:
     _run(host, 3)
     assert host.loop.core.describe("tcp1")["saturated"] is None
     assert all(i.slack_periods == 0 for i in host.loop.core.instances.values())
+
+
+def test_a_vr_its_host_limits_is_neither_raised_nor_left_unflagged() -> None:
+    # tcp1 forwards 80% of what reaches it (the guard would let its cap rise) and its flows want
+    # 30 kp/s: with the CPU reading its cap stops where its use is met, and it is flagged
+    from xtc.daemon.core import SATURATED_AFTER_PERIODS
+
+    host = TcpVrHost(demand_pps=30_000.0, kept=0.8)
+    _run(host, SATURATED_AFTER_PERIODS + 10)
+    assert host.caps["tcp1"] < 30.0
+    assert host.loop.core.describe("tcp1")["saturated"] == "cap_slack"
+    blind = TcpVrHost(cpu=False, demand_pps=30_000.0, kept=0.8)
+    _run(blind, SATURATED_AFTER_PERIODS + 10)
+    assert blind.caps["tcp1"] == 100.0  # before: wound up to the top
+    assert blind.loop.core.describe("tcp1")["saturated"] == "cap_max"

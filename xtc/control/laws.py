@@ -287,18 +287,23 @@ class XtcTuning:
     max_step_decades : float
         Largest change of ``log10(cap)`` in one period (rate limit).
     unconstrained_fraction : float
-        The VR counts as not cap-limited when it forwards at least this
-        fraction of its offered rate; the cap is then not raised (unless the
-        VR's CPU use says the cap binds: ``cap_bound_fraction``).
+        Without a CPU reading, the VR counts as not cap-limited when it
+        forwards at least this fraction of its offered rate; the cap is then
+        not raised.
     cap_bound_fraction : float
-        The cap counts as binding when the VR used at least this fraction of
-        the cap in force over the last period (``cpu_percent`` of
-        :meth:`XtcController.step`, where the host accounts each VR's CPU); a
-        binding cap overrules ``unconstrained_fraction``, and the cap may rise.
-        A VR whose flows back off (TCP) forwards nearly all it is offered
-        *because* its cap holds it (the lab's six TCP VRs: 98.2% of what it was
-        handed, 8.8% under its setpoint, cap never raised).  0 switches it off;
-        without a CPU reading the law is as before.
+        With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`,
+        where the host accounts each VR's CPU), the cap binds when the VR used
+        at least this fraction of the cap in force over the last period, and
+        only a cap that binds is raised: the reading replaces the guess from
+        ``unconstrained_fraction``.  A VR whose flows back off (TCP) forwards
+        nearly all it is offered *because* its cap holds it (the lab's six TCP
+        VRs: one 8.8% under its setpoint forwarding 98.2% of what it was
+        handed, cap never raised); a VR short of its setpoint because of its
+        traffic or its host has its cap raised to no use (the lab: to 60-93%,
+        1% of its CFS periods throttled).  0.8, not 1: a TCP VR partly held
+        (throttled in a third of its CFS periods) used 0.87 of its cap on the
+        lab; a cap that does not bind stops at about 1.25x what the VR uses.
+        0 switches the reading off (the law of before).
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
@@ -380,7 +385,7 @@ class XtcTuning:
     dead_zone_fraction: float = 0.02
     max_step_decades: float = 1.0
     unconstrained_fraction: float = 0.97
-    cap_bound_fraction: float = 0.9
+    cap_bound_fraction: float = 0.8
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
     noise_band_sigmas: float = 2.5
@@ -548,8 +553,9 @@ class XtcController(_Bounded):
             "not cap-limited" guard.
         cpu_percent : float, optional
             CPU the VR used over the last period, percent of one CPU (the
-            host's accounting); at least ``cap_bound_fraction`` of the cap in
-            force overrules that guard.  None, NaN or negative: unknown.
+            host's accounting): the cap is raised only if the VR used at least
+            ``cap_bound_fraction`` of the cap in force; this replaces the
+            "not cap-limited" guard.  None, NaN, infinite or negative: unknown.
         """
         # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
         y = measured_pps if type(measured_pps) is float and 0.0 <= measured_pps <= _FLOAT_MAX \
@@ -626,8 +632,10 @@ class XtcController(_Bounded):
                         and abs(self._quant_decades) < _EXACT_DECADES else 1.0
                     du = min(du, f * E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
-            if du > 0 and not_limited and not self.cap_bound(cpu_percent):
-                du = 0.0
+            if du > 0:
+                bound = self.cap_bound(cpu_percent)
+                if not bound if bound is not None else not_limited:
+                    du = 0.0
             self._u = self._clamp_u(self._u + du)
         self._descent = descent
         self._E_prev = E
@@ -635,13 +643,14 @@ class XtcController(_Bounded):
         caps = self.caps  # cap_percent, inline
         return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
 
-    def cap_bound(self, cpu_percent: float | None) -> bool:
+    def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
-        by the cap in force: at least ``cap_bound_fraction`` of it.  False when unknown (None, NaN,
-        negative) or with ``cap_bound_fraction`` 0."""
+        by the cap in force (it used at least ``cap_bound_fraction`` of it); None when that is not
+        known (no reading, NaN, infinite or negative, or ``cap_bound_fraction`` 0)."""
         f = self.tuning.cap_bound_fraction
-        return cpu_percent is not None and f > 0.0 and cpu_percent >= f * 10.0 ** self._u_force \
-            and cpu_percent < math.inf
+        if cpu_percent is None or not 0.0 <= cpu_percent < math.inf or f <= 0.0:
+            return None
+        return cpu_percent >= f * 10.0 ** self._u_force
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()

@@ -196,7 +196,7 @@ class _Frame:
 
     __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
                  "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
-                 "rows", "bank_pos", "guard_fraction", "dead_zone", "any_guard")
+                 "rows", "bank_pos", "reads_cpu", "dead_zone", "any_guard")
 
     def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
                  insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
@@ -218,13 +218,11 @@ class _Frame:
         self.bank_pos[self.bank_idx] = np.arange(len(il), dtype=np.intp)
         self.rnames: list[str] | None = None
         self.ridx = np.empty(0, dtype=np.intp)
-        # The controllers whose raise a binding cap may release (XtcTuning.cap_bound_fraction > 0):
-        # their "not cap-limited" fraction and dead zone (inf / 0 for the others: never wanted).
+        # The controllers that use a CPU reading (XtcTuning.cap_bound_fraction > 0) and their dead zones.
         tunings = [getattr(c, "tuning", None) for c in ctls]
-        self.guard_fraction = np.array([t.unconstrained_fraction if getattr(t, "cap_bound_fraction", 0.0) > 0.0
-                                        else math.inf for t in tunings], dtype=np.float64)
+        self.reads_cpu = np.array([getattr(t, "cap_bound_fraction", 0.0) > 0.0 for t in tunings], dtype=bool)
         self.dead_zone = np.array([getattr(t, "dead_zone_fraction", 0.0) for t in tunings], dtype=np.float64)
-        self.any_guard = bool(np.isfinite(self.guard_fraction).any())
+        self.any_guard = bool(self.reads_cpu.any())
 
     def holds(self, core: "DaemonCore") -> bool:
         """Is this still the layout of ``core``'s live instances?"""
@@ -293,9 +291,9 @@ class DaemonCore:
     vrs: dict[str, _VrView] = field(default_factory=dict)
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
-    #: After a :meth:`period`: the active VRs whose cap the controller would raise but does not,
-    #: because the VR forwards nearly all it is offered (``XtcTuning.unconstrained_fraction``);
-    #: their CPU use over the next period (``cpu_percent``) tells whether their cap binds.
+    #: After a :meth:`period`: the active VRs short of their setpoints beyond the dead zone, whose
+    #: controllers would raise their caps; their CPU use over the next period (``cpu_percent``)
+    #: tells whether the cap binds (``XtcTuning.cap_bound_fraction``).
     cpu_wanted: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     #: The instances whose ``slack_periods`` is not 0, by ``id``.
     _slack: dict[int, Instance] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -647,15 +645,12 @@ class DaemonCore:
             get_cpu = cpu_percent.get
             cpu = np.array([get_cpu(nm, nan) for nm in f.names], dtype=np.float64)
         if f.any_guard:
-            # Whose raise the "not cap-limited" guard holds (forwarding nearly all it is offered, short
-            # of its setpoint beyond the dead zone): the loop reads their CPU for the next period.
-            near = np.flatnonzero(stepped & (offered > 0) & (measured >= f.guard_fraction * offered))
-            if len(near):
-                kl = near.tolist()
-                setpoint = np.array([live[k].setpoint_pps for k in kl], dtype=np.float64)
-                held = measured[near] < (1.0 - f.dead_zone[near]) * setpoint
-                if held.any():
-                    self.cpu_wanted = frozenset(f.names[k] for k, h in zip(kl, held.tolist()) if h)
+            # The VRs short of their setpoints beyond the dead zone, whose controllers would raise
+            # their caps: the loop reads their CPU for the next period (does the cap bind?).
+            setpoint = np.array([i.setpoint_pps for i in live], dtype=np.float64)
+            short = stepped & (measured < (1.0 - f.dead_zone) * setpoint) & f.reads_cpu
+            if short.any():
+                self.cpu_wanted = frozenset(f.names[k] for k in np.flatnonzero(short).tolist())
         if alone.any():
             for k in np.flatnonzero(alone).tolist():
                 self._step_one(live[k], readings[f.names[k]], None if cpu is None or cpu[k] != cpu[k] else cpu[k].item())
@@ -744,7 +739,7 @@ class DaemonCore:
                 ctl = inst.controller
                 if getattr(getattr(ctl, "tuning", None), "cap_bound_fraction", 0.0) > 0.0 \
                         and measured[k] < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps \
-                        and not ctl.cap_bound(cpu[k].item()):  # type: ignore[attr-defined]
+                        and ctl.cap_bound(cpu[k].item()) is False:  # type: ignore[attr-defined]
                     inst.slack_periods += 1
                     slack[id(inst)] = inst
         for key, inst in self._slack.items():

@@ -5,7 +5,7 @@
 
     counters = host.read_counters()                 # once per period (netlink or /proc/net/dev)
     readings = meter.update(now, counters, vrs)     # forwarded / offered pps per VR
-    cpu = cpu_meter.update(now, host.read_cpu_ns(core.cpu_wanted))  # only VRs the guard holds
+    cpu = cpu_meter.update(now, host.read_cpu_ns(core.cpu_wanted))  # only VRs short of their setpoints
     actions = core.period(now, readings, cpu)       # controllers step; caps to write
     in_force = host.apply_cap(vr, cap)              # for each cap that changed
     core.cap_written(vr, in_force, now)             # the controller learns the cap in force
@@ -15,10 +15,10 @@ experiments, the demo and the benchmarks (:mod:`xtc_lab`, on the simulated plant
 interfaces and cgroups) all run this loop, so what is benchmarked is what runs.  It reads no
 clock: the caller passes ``now_s`` (monotonic seconds), from the wall or from a simulated plant.
 
-CPU time is read only for the VRs whose cap the controller would raise but the "not cap-limited"
-guard holds (:attr:`DaemonCore.cpu_wanted`: they forward nearly all they are offered, short of
-their setpoint): from the period after one is first held (its first reading starts the interval),
-its CPU use tells the controller whether its cap binds.  Usually no VR is held, and nothing is read.
+CPU time is read only for the VRs short of their setpoints, whose caps the controllers would raise
+(:attr:`DaemonCore.cpu_wanted`): from the period after one first falls short (its first reading
+starts the interval), its CPU use tells the controller whether its cap binds, and only a cap that
+binds is raised.  VRs at their setpoints are not read.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class PeriodReport:
     outcomes: ActionOutcomes = field(default_factory=ActionOutcomes)
     #: The counters could not be read (the message); the controllers did not step.
     meter_error: str | None = None
-    #: CPU use over the period of the VRs whose cap the guard held, percent of one CPU.
+    #: CPU use over the period of the VRs short of their setpoints, percent of one CPU.
     cpu_percent: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -95,7 +95,7 @@ class ControlLoop:
         self.host = host
         self.clock = clock
         self.meter = meter or PeriodMeter()
-        #: The CPU use of the VRs the controllers' guard holds (:attr:`DaemonCore.cpu_wanted`).
+        #: The CPU use of the VRs short of their setpoints (:attr:`DaemonCore.cpu_wanted`).
         self.cpu_meter = CpuMeter()
         self.discovery_period_s = discovery_period_s
         self.vrs: dict[str, tuple[str, ...]] = {}
@@ -163,7 +163,7 @@ class ControlLoop:
         return (self.clock() if self.clock is not None else now_s), got
 
     def _cpu_over_period(self, now_s: float) -> dict[str, float]:
-        """CPU use over the period just ended of the VRs the guard held in the last one."""
+        """CPU use over the period just ended of the VRs short of their setpoints in the last one."""
         want = self.core.cpu_wanted
         if not want:
             self.cpu_meter.reset()
@@ -175,7 +175,7 @@ class ControlLoop:
         return self.cpu_meter.update(*got)
 
     def _start_cpu(self, now_s: float) -> None:
-        """The first reading of the VRs the guard holds from this period on."""
+        """The first reading of the VRs short of their setpoints from this period on."""
         want = self.core.cpu_wanted
         self.cpu_meter.keep(want)
         fresh = want - self.cpu_meter.known()
