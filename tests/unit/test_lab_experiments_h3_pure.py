@@ -237,3 +237,27 @@ def _write_and_check(tmp_path: Path, name: str, out: Any) -> None:
     json.loads(paths["json"].read_text())  # strict JSON (no NaN)
     assert paths["png"].stat().st_size > 10_000
     assert f"![{name}]({name}.png)" in paths["md"].read_text()
+
+
+def test_sixvr_a_vr_outside_5_percent_passes_only_when_the_daemon_flagged_it() -> None:
+    w = [11_000.0] * 6
+    held = {cfg: [s * 1.01 for s in sixvr.scaled_setpoints(cfg, sum(w))] for cfg in sixvr.CONFIGS}
+    held["A"] = held["A"][:5] + [held["A"][5] * 0.8]
+    res = _sixvr_result({"without": w, **held})
+    goal = "configuration A: every VR within 5% of its setpoint or flagged by the daemon"
+    for cfg in sixvr.CONFIGS:
+        res["phases"][cfg]["saturated"] = [None] * 6
+        res["phases"][cfg]["flag_shares"] = [{}] * 6
+    met = {g.goal: (g.met, g.measured) for g in sixvr._outcome(res).goals}
+    assert met[goal] == (False, "outside 5%: VR6; of those not flagged: VR6")
+    res["phases"]["A"]["flag_shares"] = [{}] * 5 + [{"cap_slack": 0.4}]  # flagged in 40% of readings: not enough
+    assert not {g.goal: g.met for g in sixvr._outcome(res).goals}[goal]
+    res["phases"]["A"]["flag_shares"] = [{}] * 5 + [{"cap_slack": 0.3, "cap_max": 0.3}]
+    out = sixvr._outcome(res)
+    assert {g.goal: g.met for g in out.goals}[goal]
+    assert "**cap_slack** (30%), **cap_max** (30%)" in out.report_md
+    # a record from before flag_shares: its cap_max share
+    del res["phases"]["A"]["flag_shares"]
+    res["phases"]["A"]["saturated_share"] = [0.0] * 5 + [0.6]
+    out = sixvr._outcome(res)
+    assert {g.goal: g.met for g in out.goals}[goal] and "**cap_max** (60%)" in out.report_md
