@@ -197,3 +197,24 @@ def test_a_vr_its_host_limits_is_neither_raised_nor_left_unflagged() -> None:
     _run(blind, SATURATED_AFTER_PERIODS + 10)
     assert blind.caps["tcp1"] == 100.0  # before: wound up to the top
     assert blind.loop.core.describe("tcp1")["saturated"] == "cap_max"
+
+
+def test_the_flag_counts_down_on_a_binding_period_instead_of_starting_again() -> None:
+    # A VR its host holds at 30 kp/s whose cap binds one period in four (a partly held TCP VR):
+    # the periods at the cap take one off the count each; it is flagged all the same.
+    from xtc.daemon.core import SATURATED_AFTER_PERIODS
+
+    host = TcpVrHost(demand_pps=30_000.0)
+    _run(host, 3)
+    core, seen, k = host.loop.core, [], 0
+    for _ in range(4 * SATURATED_AFTER_PERIODS):
+        k += 1
+        if k % 4 == 0:  # this period the VR used its whole cap
+            host.cpu_ns["tcp1"] += (host.caps["tcp1"] - 30_000.0 / host.pps_per_cap) / 100.0 * 1e9
+        _run(host, 1, loop=host.loop)
+        seen.append((core.instances["tcp1"].slack_periods, core.describe("tcp1")["saturated"]))
+    counts = [c for c, _ in seen]
+    assert any(b < a for a, b in zip(counts, counts[1:])), seen  # the binding periods counted down
+    # flagged within 3 x 5 periods though a period in four bound (each such period raises the cap:
+    # it reaches 100 in the end, and cap_max takes over)
+    assert "cap_slack" in [f for _, f in seen[:3 * SATURATED_AFTER_PERIODS]], seen

@@ -731,20 +731,42 @@ class DaemonCore:
 
     def _count_slack(self, live: list[Instance], stepped: np.ndarray, measured: np.ndarray,
                      cpu: np.ndarray | None) -> None:
-        """``slack_periods`` of the instances whose CPU use was measured (few: those the guard holds)."""
+        """``slack_periods`` of the instances short of their setpoints (few: the VRs whose CPU is read).
+
+        Short by more than :data:`SATURATED_TOLERANCE` with a cap that did not bind: one more; with one
+        that bound: one less (a period now and then at the cap, as a partly held TCP VR has, does not
+        wipe out the periods before it); short with no CPU reading this period: unchanged; not short,
+        not stepped or no longer active: 0.
+        """
         slack: dict[int, Instance] = {}
+        seen: set[int] = set()
         if cpu is not None:
             for k in np.flatnonzero(stepped & ~np.isnan(cpu)).tolist():
                 inst = live[k]
                 ctl = inst.controller
-                if getattr(getattr(ctl, "tuning", None), "cap_bound_fraction", 0.0) > 0.0 \
-                        and measured[k] < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps \
-                        and ctl.cap_bound(cpu[k].item()) is False:  # type: ignore[attr-defined]
+                if getattr(getattr(ctl, "tuning", None), "cap_bound_fraction", 0.0) <= 0.0:
+                    continue
+                seen.add(id(inst))
+                if not measured[k] < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
+                    continue
+                bound = ctl.cap_bound(cpu[k].item())  # type: ignore[attr-defined]
+                if bound is False:
                     inst.slack_periods += 1
+                elif bound and inst.slack_periods > 0:
+                    inst.slack_periods -= 1
+                if inst.slack_periods:
                     slack[id(inst)] = inst
+        vrs, instances = self.vrs, self.instances
         for key, inst in self._slack.items():
-            if key not in slack:
-                inst.slack_periods = 0
+            if key in slack:
+                continue
+            if key not in seen and inst.state == ACTIVE and instances.get(inst.vr) is inst:
+                view = vrs.get(inst.vr)
+                y = None if view is None or not view.present else view.measured_pps
+                if y is not None and y < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
+                    slack[key] = inst  # still short, no CPU reading this period: kept as it is
+                    continue
+            inst.slack_periods = 0
         self._slack = slack
 
     @staticmethod
