@@ -499,15 +499,13 @@ class ControllerBank:
         du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         hold = (du > 0) & not_limited
-        if cpu is not None and t.cap_bound_fraction > 0.0:
-            # With a CPU reading, only a cap that binds (the VR used cap_bound_fraction of the cap in
-            # force) is raised, whatever the guard says; the caps in force are read only where a raise
-            # and a reading meet (NaN compares False).
-            known = (cpu >= 0.0) & (cpu < np.inf)
-            k = np.flatnonzero((du > 0) & known)
-            if len(k):
-                u_force = np.array([ctls[i]._u_force for i in k.tolist()]) if rows is None else u_force_rows[k]
-                hold[k] = cpu[k] < t.cap_bound_fraction * _pow10(u_force)
+        if cpu is not None and t.cap_bound_fraction > 0.0 and hold.any():
+            # A cap that binds (the VR used cap_bound_fraction of the cap in force) overrules the guard;
+            # the caps in force are read only where the guard holds a raise (NaN compares False).
+            k = np.flatnonzero(hold)
+            u_force = np.array([ctls[i]._u_force for i in k.tolist()]) if rows is None else u_force_rows[k]
+            bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
+            hold[k[bound]] = False
         du = np.where(hold, 0.0, du)
         new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(new_u) + carry))

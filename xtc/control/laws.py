@@ -287,23 +287,23 @@ class XtcTuning:
     max_step_decades : float
         Largest change of ``log10(cap)`` in one period (rate limit).
     unconstrained_fraction : float
-        Without a CPU reading, the VR counts as not cap-limited when it
-        forwards at least this fraction of its offered rate; the cap is then
-        not raised.
+        The VR counts as not cap-limited when it forwards at least this
+        fraction of its offered rate; the cap is then not raised, unless the
+        VR's CPU use says that the cap binds (``cap_bound_fraction``).
     cap_bound_fraction : float
         With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`,
         where the host accounts each VR's CPU), the cap binds when the VR used
-        at least this fraction of the cap in force over the last period, and
-        only a cap that binds is raised: the reading replaces the guess from
-        ``unconstrained_fraction``.  A VR whose flows back off (TCP) forwards
-        nearly all it is offered *because* its cap holds it (the lab's six TCP
-        VRs: one 8.8% under its setpoint forwarding 98.2% of what it was
-        handed, cap never raised); a VR short of its setpoint because of its
-        traffic or its host has its cap raised to no use (the lab: to 60-93%,
-        1% of its CFS periods throttled).  0.8, not 1: a TCP VR partly held
-        (throttled in a third of its CFS periods) used 0.87 of its cap on the
-        lab; a cap that does not bind stops at about 1.25x what the VR uses.
-        0 switches the reading off (the law of before).
+        at least this fraction of the cap in force over the last period; a cap
+        that binds is raised even where ``unconstrained_fraction`` would hold
+        it.  A VR whose flows back off (TCP) forwards nearly all it is offered
+        *because* its cap holds it (the lab's six TCP VRs: one 8.8% under its
+        setpoint forwarding 98.2% of what it was handed, cap never raised).
+        The reading never holds a raise the packets allow: raising only a cap
+        that binds was tried, and on the simulated gradual knees (the VR uses
+        less than its cap while more cap still brings more rate, as CFS
+        throttling in bursts does) setpoints of 90-95 kp/s never settled.  0.8,
+        not 1: a TCP VR partly held (throttled in a third of its CFS periods)
+        used 0.87 of its cap on the lab.  0 switches the reading off.
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
@@ -553,9 +553,9 @@ class XtcController(_Bounded):
             "not cap-limited" guard.
         cpu_percent : float, optional
             CPU the VR used over the last period, percent of one CPU (the
-            host's accounting): the cap is raised only if the VR used at least
-            ``cap_bound_fraction`` of the cap in force; this replaces the
-            "not cap-limited" guard.  None, NaN, infinite or negative: unknown.
+            host's accounting): at least ``cap_bound_fraction`` of the cap in
+            force overrules the "not cap-limited" guard.  None, NaN, infinite
+            or negative: unknown.
         """
         # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
         y = measured_pps if type(measured_pps) is float and 0.0 <= measured_pps <= _FLOAT_MAX \
@@ -632,10 +632,8 @@ class XtcController(_Bounded):
                         and abs(self._quant_decades) < _EXACT_DECADES else 1.0
                     du = min(du, f * E / self.saturation_elasticity)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
-            if du > 0:
-                bound = self.cap_bound(cpu_percent)
-                if not bound if bound is not None else not_limited:
-                    du = 0.0
+            if du > 0 and not_limited and not self.cap_bound(cpu_percent):
+                du = 0.0
             self._u = self._clamp_u(self._u + du)
         self._descent = descent
         self._E_prev = E
