@@ -100,7 +100,15 @@ def test_v1_with_cpu_and_cpuacct_together_reads_the_groups_own_file(tmp_path: Pa
         host.close()
 
 
-def test_a_group_without_a_cpuacct_twin_is_left_out_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_group_without_a_cpuacct_twin_is_left_out_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import xtc.host.cgroup as cg
+
+    clock = [1000.0]
+    monkeypatch.setattr(cg.time, "monotonic", lambda: clock[0])
+    looked: list[str] = []
+    real_lookup = cg.cpu_time_file
+    monkeypatch.setattr(cg, "cpu_time_file", lambda *a: looked.append(a[0]) or real_lookup(*a))
     cpu, cpuacct, mi = _split_v1(tmp_path)
     d = cpu / "xtc-lab-vr1"  # made only in the cpu hierarchy: its tasks count in cpuacct's root
     d.mkdir()
@@ -112,10 +120,15 @@ def test_a_group_without_a_cpuacct_twin_is_left_out_with_one_warning(tmp_path: P
             assert host.read_cpu_ns(["vr1"]) == {}
         msgs = [r.getMessage() for r in caplog.records]
         assert len(msgs) == 1 and "vr1" in msgs[0] and "xtc-lab-vr1" in msgs[0] and "cpuacct" in msgs[0], msgs
-        # Once the twin exists the VR is read.
+        assert len(looked) == 1  # not looked for again at once: the loop asks every period
+        # Once the twin exists the VR is read, from the next lookup on (CPU_LOOKUP_RETRY_S later).
         (cpuacct / "xtc-lab-vr1").mkdir()
         (cpuacct / "xtc-lab-vr1" / "cpuacct.usage").write_text("7\n")
+        clock[0] += cg.CPU_LOOKUP_RETRY_S - 1
+        assert host.read_cpu_ns(["vr1"]) == {}
+        clock[0] += 1
         assert host.read_cpu_ns(["vr1"]) == {"vr1": 7}
+        assert len(looked) == 2
     finally:
         host.close()
 

@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -72,6 +74,9 @@ log = logging.getLogger(__name__)
 #: The mount table read to find the v1 ``cpuacct`` hierarchy when it is mounted apart from ``cpu``.
 MOUNTINFO = "/proc/self/mountinfo"
 
+
+#: How long a VR whose CPU accounting file was not found is left out before it is looked for again, s.
+CPU_LOOKUP_RETRY_S = 30.0
 
 class CgroupBackend(ActuatorCaps):
     """The :class:`~xtc.host.base.Backend` of VRs that are cgroups.
@@ -111,6 +116,10 @@ class CgroupBackend(ActuatorCaps):
         self.mountinfo = str(mountinfo)
         # VR -> its CPU-time file, found on first read; VR -> the problem last warned about.
         self._cpu_files: dict[str, _CpuTimeFile] = {}
+        #: VR -> when (monotonic s) its accounting file was last looked for and not found: looked
+        #: for again only after :data:`CPU_LOOKUP_RETRY_S` (a lookup reads the mount table and stats
+        #: the hierarchies, about 0.1 ms; the loop asks every period for every VR short of its setpoint).
+        self._cpu_missing: dict[str, float] = {}
         self._cpu_problems: dict[str, str] = {}
 
     @classmethod
@@ -163,11 +172,15 @@ class CgroupBackend(ActuatorCaps):
                 mount_table.append(self._read_mountinfo())
             return mount_table[0]
 
+        missing = self._cpu_missing
+        now = time.monotonic()
         for vr in vrs:
             f = files.get(vr)
             if f is None:
                 spec = self.vrs.get(vr)
                 if spec is None:
+                    continue
+                if missing and now - missing.get(vr, -math.inf) < CPU_LOOKUP_RETRY_S:
                     continue
                 try:
                     path, version = cpu_time_file(spec.path, mountinfo)
@@ -175,7 +188,9 @@ class CgroupBackend(ActuatorCaps):
                     continue  # no cgroup directory: not running
                 except LookupError as e:
                     self._cpu_problem(vr, str(e))
+                    missing[vr] = time.monotonic()
                     continue
+                missing.pop(vr, None)
                 f = files[vr] = _CpuTimeFile(path, version)
             try:
                 ns = f.read_ns()

@@ -173,12 +173,19 @@ class _KernelLab:
                                      for k, j in chunk])
             _ip_batch(self.vr_ns, [f"link set e{k}.{j} up\n" for k, j in chunk])
             _progress(f"{i + len(chunk)}/{len(names)} veth pairs ({time.monotonic() - t0:.0f} s)")
-        self._made_dirs.append(self.cg_root)
-        self.cg_root.mkdir()
-        for k in range(1, self.n_vrs + 1):
-            d = self.cg_root / f"vr{k}"
-            self._made_dirs.append(d)
-            d.mkdir()
+        # Where cpuacct is mounted apart from cpu (as on this host), each group gets its twin there, as
+        # libvirt and systemd make them: the daemon reads a VR's CPU time from it.
+        from xtc_lab.lab.netlab import find_cpu_cgroup
+
+        acct = find_cpu_cgroup().acct_root
+        roots = [self.cg_root] + ([acct / self.cg_root.name] if acct is not None else [])
+        for root in roots:
+            self._made_dirs.append(root)
+            root.mkdir()
+            for k in range(1, self.n_vrs + 1):
+                d = root / f"vr{k}"
+                self._made_dirs.append(d)
+                d.mkdir()
         _progress(f"{self.n_vrs} cgroups under {self.cg_root}; set up in {time.monotonic() - t0:.1f} s")
 
     def vrs(self) -> list[CgroupVr]:
@@ -247,6 +254,7 @@ def _config(tmp: str, period_s: float, kind: str) -> Any:
 _STAGES: tuple[tuple[str, str, str], ...] = (
     ("counters", "host", "read_counters"),
     ("meter", "control.meter", "update"),
+    ("CPU readings (VRs short of their setpoints)", "host", "read_cpu_ns"),
     ("core", "core", "_period_instances"),
     ("  of which controllers (bank)", "core", "_step_bank"),
     ("cap writes", "control", "apply"),
