@@ -196,7 +196,7 @@ class _Frame:
 
     __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
                  "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
-                 "rows", "bank_pos", "reads_cpu", "dead_zone", "any_guard")
+                 "rows", "bank_pos", "reads_cpu", "dead_zone", "any_reads_cpu")
 
     def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
                  insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
@@ -222,7 +222,7 @@ class _Frame:
         tunings = [getattr(c, "tuning", None) for c in ctls]
         self.reads_cpu = np.array([getattr(t, "cap_bound_fraction", 0.0) > 0.0 for t in tunings], dtype=bool)
         self.dead_zone = np.array([getattr(t, "dead_zone_fraction", 0.0) for t in tunings], dtype=np.float64)
-        self.any_guard = bool(self.reads_cpu.any())
+        self.any_reads_cpu = bool(self.reads_cpu.any())
 
     def holds(self, core: "DaemonCore") -> bool:
         """Is this still the layout of ``core``'s live instances?"""
@@ -644,7 +644,7 @@ class DaemonCore:
         if cpu_percent:
             get_cpu = cpu_percent.get
             cpu = np.array([get_cpu(nm, nan) for nm in f.names], dtype=np.float64)
-        if f.any_guard:
+        if f.any_reads_cpu:
             # The VRs short of their setpoints beyond the dead zone, whose controllers would raise
             # their caps: the loop reads their CPU for the next period (does the cap bind?).
             setpoint = np.array([i.setpoint_pps for i in live], dtype=np.float64)
