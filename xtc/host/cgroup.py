@@ -64,6 +64,7 @@ from .actuators import (
 from .base import ActuatorCaps
 from xtc.daemon.config import CgroupVr, DaemonConfig
 from .errors import ActuatorError, VRNotRunning
+from .mountinfo import parse_cgroup_mounts
 from .counters import CounterSource, counters_from_config
 from .ifcounters import IfCounters
 
@@ -264,31 +265,9 @@ def _by_parent(vrs: Mapping[str, CgroupVr]) -> tuple[dict[str, list[tuple[str, s
 
 
 # ------------------------------------------------------------------------------------ CPU time
-def _unescape_mountinfo(field: str) -> str:
-    """Undo mountinfo's octal escapes (``\\040`` for a space, ...)."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1:i + 4]
-        if field[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
-            out.append(chr(int(code, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def _v1_mounts(mountinfo_text: str) -> list[tuple[str, str, frozenset[str]]]:
-    """The cgroup v1 hierarchies of a mount table: ``(mount point, cgroup root, super options)``."""
-    out = []
-    for line in mountinfo_text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fl, fr = left.split(), right.split()
-        if sep and len(fl) >= 5 and len(fr) >= 3 and fr[0] == "cgroup":
-            out.append((_unescape_mountinfo(fl[4]), _unescape_mountinfo(fl[3]), frozenset(fr[2].split(","))))
-    return out
+    """The cgroup v1 hierarchies of a mount table: ``(mount point, cgroup root, controllers)``."""
+    return [(m.mount_point, m.root, m.controllers) for m in parse_cgroup_mounts(mountinfo_text) if m.version == 1]
 
 
 def _under(path: str, top: str) -> str | None:

@@ -8,52 +8,7 @@ which directory is a process's cpu cgroup (:func:`xtc_lab.lab.hog.cpu_cgroup_of`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+# The parser is the product's (the cgroup backend reads the same table); the lab asks it its questions.
+from xtc.host.mountinfo import V1_MOUNT_FLAGS, CgroupMount, _unescape_mountinfo, parse_cgroup_mounts
 
-#: cgroup v1 super options that are not controllers (``name=`` and ``release_agent=`` have an "=").
-V1_MOUNT_FLAGS = frozenset({"rw", "ro", "xattr", "clone_children", "noprefix", "cpuset_v2_mode", "favordynmods"})
-
-
-@dataclass(frozen=True)
-class CgroupMount:
-    """One mounted cgroup hierarchy (from mountinfo).
-
-    ``version`` 1 or 2; ``controllers`` the v1 controllers of the hierarchy (empty for v2);
-    ``root`` the cgroup path mounted (``/`` unless a sub-tree is bind-mounted); ``mount_point``
-    where it is mounted.
-    """
-
-    version: int
-    controllers: frozenset[str]
-    root: str
-    mount_point: str
-
-
-def _unescape_mountinfo(field: str) -> str:
-    """Undo mountinfo's octal escapes (``\\040`` for a space, ...)."""
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1:i + 4]
-        if field[i] == "\\" and len(code) == 3 and all(ch in "01234567" for ch in code):
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def parse_cgroup_mounts(mountinfo_text: str) -> list[CgroupMount]:
-    """The cgroup hierarchies in ``/proc/<pid>/mountinfo`` text, in file order."""
-    mounts = []
-    for line in mountinfo_text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fl, fr = left.split(), right.split()
-        if not sep or len(fl) < 5 or len(fr) < 3:
-            continue
-        if fr[0] == "cgroup":
-            ctrls = frozenset(o for o in fr[2].split(",") if o not in V1_MOUNT_FLAGS and "=" not in o)
-            mounts.append(CgroupMount(1, ctrls, _unescape_mountinfo(fl[3]), _unescape_mountinfo(fl[4])))
-        elif fr[0] == "cgroup2":
-            mounts.append(CgroupMount(2, frozenset(), _unescape_mountinfo(fl[3]), _unescape_mountinfo(fl[4])))
-    return mounts
+__all__ = ["V1_MOUNT_FLAGS", "CgroupMount", "parse_cgroup_mounts", "_unescape_mountinfo"]
