@@ -204,10 +204,11 @@ class _VrFields(BaseModel):
     saturated: Literal["cap_max", "cap_min", "cap_slack"] | None = Field(
         None,
         description="the setpoint is out of reach: the cap has sat at its maximum with the rate more than 3% below "
-        "the setpoint (cap_max), or at its minimum with the rate more than 3% above it (cap_min), or the rate "
-        "was more than 3% below the setpoint while the VR used less than 0.9 of its cap (its CPU as the host "
-        "accounts it: the VR's traffic or its host is the limit, not its cap; cap_slack), for 5 periods or "
-        "more; null = none of these",
+        "the setpoint (cap_max), or at its minimum with the rate more than 3% above it (cap_min), for 5 periods "
+        "or more; or the rate was more than 3% below the setpoint while the VR used less than 0.8 of its cap (its "
+        "CPU as the host accounts it: the VR's traffic or its host is the limit, not its cap; cap_slack) in 5 "
+        "periods more than it was not (a period at the setpoint, or at a cap that binds, counts one down); "
+        "null = none of these",
     )
 
 

@@ -114,9 +114,10 @@ class Instance:
     #: Consecutive periods the cap sat at its maximum below the setpoint (> 0) or at its minimum
     #: above it (< 0); see :data:`SATURATED_AFTER_PERIODS`.
     saturated_periods: int = 0
-    #: Consecutive periods the VR was more than :data:`SATURATED_TOLERANCE` short of its setpoint
-    #: while its measured CPU use stayed below the binding fraction of its cap in force
-    #: (``XtcTuning.cap_bound_fraction``): its traffic or its host, not its cap, is the limit.
+    #: A leaky count of the periods the VR was more than :data:`SATURATED_TOLERANCE` short of its
+    #: setpoint while its measured CPU use stayed below the binding fraction of its cap in force
+    #: (``XtcTuning.cap_bound_fraction``): its traffic or its host, not its cap, is the limit
+    #: (:meth:`DaemonCore._count_slack`; flagged ``cap_slack`` from :data:`SATURATED_AFTER_PERIODS`).
     slack_periods: int = 0
 
 
@@ -125,6 +126,9 @@ class Instance:
 #: :data:`SATURATED_TOLERANCE` short of (cap at its maximum) or above (cap at its minimum) the setpoint.
 SATURATED_AFTER_PERIODS = 5
 SATURATED_TOLERANCE = 0.03
+#: The most ``Instance.slack_periods`` counts up to (so that a VR flagged ``cap_slack`` that then
+#: reaches its setpoint loses the flag within ``SLACK_COUNT_MAX - SATURATED_AFTER_PERIODS + 1`` periods).
+SLACK_COUNT_MAX = 2 * SATURATED_AFTER_PERIODS
 
 
 def _unchanged(cap: np.ndarray, applied: np.ndarray) -> np.ndarray:
@@ -428,6 +432,7 @@ class DaemonCore:
         if cmd == "setpoint":
             assert req.setpoint_pps is not None
             inst.setpoint_pps = req.setpoint_pps
+            inst.slack_periods = 0  # a new setpoint: whether it is reachable is not known yet
             self.dirty = True
             return self.describe(vr), []
         if cmd == "pause":
@@ -742,12 +747,15 @@ class DaemonCore:
 
     def _count_slack(self, live: list[Instance], stepped: np.ndarray, measured: np.ndarray,
                      cpu: np.ndarray | None) -> None:
-        """``slack_periods`` of the instances short of their setpoints (few: the VRs whose CPU is read).
+        """``slack_periods`` of the instances off their setpoints (few: the VRs whose CPU is read).
 
-        Short by more than :data:`SATURATED_TOLERANCE` with a cap that did not bind: one more; with one
-        that bound: one less (a period now and then at the cap, as a partly held TCP VR has, does not
-        wipe out the periods before it); short with no CPU reading this period: unchanged; not short,
-        not stepped or no longer active: 0.
+        A leaky count, between 0 and :data:`SLACK_COUNT_MAX`: a period short by more than
+        :data:`SATURATED_TOLERANCE` with a cap that did not bind, one more; one short with a cap that
+        bound, or one not short, one less; one short with no CPU reading, unchanged; not stepped,
+        no longer active, or a new setpoint: 0.  So a VR whose TCP rates scatter by 10-20% from one
+        period to the next around a mean its host holds 10-25% under its setpoint is flagged in the
+        periods that happen to reach the setpoint too, and a period now and then at the cap (a
+        partly held TCP VR) does not wipe out the periods before it.
         """
         slack: dict[int, Instance] = {}
         seen: set[int] = set()
@@ -758,25 +766,31 @@ class DaemonCore:
                 if getattr(getattr(ctl, "tuning", None), "cap_bound_fraction", 0.0) <= 0.0:
                     continue
                 seen.add(id(inst))
-                if not measured[k] < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
-                    continue
-                bound = ctl.cap_bound(cpu[k].item())  # type: ignore[attr-defined]
-                if bound is False:
-                    inst.slack_periods += 1
-                elif bound and inst.slack_periods > 0:
-                    inst.slack_periods -= 1
-                if inst.slack_periods:
+                n = inst.slack_periods
+                if measured[k] < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
+                    bound = ctl.cap_bound(cpu[k].item())  # type: ignore[attr-defined]
+                    if bound is False:
+                        n = min(n + 1, SLACK_COUNT_MAX)
+                    elif bound:
+                        n = max(n - 1, 0)
+                else:
+                    n = max(n - 1, 0)
+                inst.slack_periods = n
+                if n:
                     slack[id(inst)] = inst
         vrs, instances = self.vrs, self.instances
         for key, inst in self._slack.items():
-            if key in slack:
+            if key in seen:
                 continue
-            if key not in seen and inst.state == ACTIVE and instances.get(inst.vr) is inst:
+            if inst.state == ACTIVE and instances.get(inst.vr) is inst and inst.slack_periods > 0:
                 view = vrs.get(inst.vr)
                 y = None if view is None or not view.present else view.measured_pps
-                if y is not None and y < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
-                    slack[key] = inst  # still short, no CPU reading this period: kept as it is
-                    continue
+                if y is not None:
+                    if not y < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
+                        inst.slack_periods -= 1  # not short: one less
+                    if inst.slack_periods:
+                        slack[key] = inst  # (short with no CPU reading this period: kept as it is)
+                        continue
             inst.slack_periods = 0
         self._slack = slack
 
