@@ -101,6 +101,15 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         nxt = new[new >= T - 50_000]
         g["new_set_first_us"] = int(nxt[0] - T) if nxt.size else None
         g["old_set_last_us"] = old_last
+        # every frame from T - 20 ms to T + 100 ms by sender: (us from T, IP length), to tell what
+        # the hole is made of (whose slot, the held queue's last frames, drain frames)
+        g["frames_by_host"] = {}
+        for h, (a, _ns) in ((h, tb.vm(h)) for hosts in SETS for h in hosts):
+            t = np.asarray(times.get(a, []), dtype=np.int64)
+            z = np.asarray(cap.get("sizes", {}).get(a, []), dtype=np.int64)
+            m = (t >= T - 20_000) & (t < T + 100_000)
+            g["frames_by_host"][h] = [[int(x - T), int(y)] for x, y in zip(t[m], z[m])] if z.size == t.size else \
+                [[int(x - T), 0] for x in t[m]]
     worst = max((g["gap_at_change_us"] for g in gs), default=None)
     worst_any = max((g["gap_us"] for g in gs), default=None)
     port = port_delta(before, after, bottleneck, took_s)  # link use over the whole capture
