@@ -110,6 +110,10 @@ GIVEUP_AFTER_US = 10_000
 #: environment's ``XTC_XCO_LAB_GIVEUP_QUIET_US`` overrides it (0: off, the rule before), for
 #: before/after runs of the same code.
 GIVEUP_QUIET_US = int(os.environ.get("XTC_XCO_LAB_GIVEUP_QUIET_US", "2000"))
+#: Rate mode: the agents read their counters at least this often when idle too (``idle_poll_us``);
+#: ``XTC_XCO_LAB_IDLE_POLL_US`` overrides it (0: once a slice, as before).  An idle read is the probe
+#: (one RTM_GETQDISC), not the dump that made ``POLL_US`` 5 ms; measured on Figure 22 (rate mode).
+IDLE_POLL_US = int(os.environ.get("XTC_XCO_LAB_IDLE_POLL_US", "2000"))
 #: The controller and the agents run at this nice value: the paper's agent is a kernel module in
 #: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
 #: them off the CPU for tens of ms (measured: fail-opens and hosts dropped for missed heartbeats).
@@ -270,7 +274,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
+               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -286,7 +290,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": LEAD_US, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level}
     try:
