@@ -678,6 +678,8 @@ class AgentCore:
         """Take a dump; the destination in force if it is to be given up now (see the module's
         "Quiet give-up"), else None.  Nothing entered class ``i`` between the last dump and this
         one when ``sent - sent_then == queued_then`` and nothing is queued now."""
+        if not self.giveup_quiet_us:
+            return None
         prev_us, prev_sent, prev_q = self._obs_us, self._obs_sent, self._obs_backlog
         self._obs_us = now_us
         self._obs_sent = np.array(sent_bytes, dtype=np.int64)

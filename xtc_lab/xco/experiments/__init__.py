@@ -455,7 +455,9 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         lost = xco.get("log_events", {}).get("controller", {}).get("host_lost", 0)
         header += (f"XCo: {mode}, {xco['slice_us']} us slices, gates on the {xco['gate_at']}s at "
                    f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
-                   f"polls every {xco['poll_us']} us); {fails} fail-opens, {lost} hosts lost by the controller "
+                   f"polls every {xco['poll_us']} us, give-up after {xco['giveup_after_us']} us or, "
+                   f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
+                   f"in rate mode (0: off)); {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
