@@ -760,3 +760,94 @@ def test_rate_mode_slow_senders_bounded_by_demand_leave_their_share_to_fast_ones
         assert set(net.ctl.sched.bound_bps) == {(0, r), (1, r), (2, r)}
     else:
         assert abs(use - 0.55) < 0.01 and set(rates.values()) == {20 * m}
+
+
+def _dumps(core):
+    """``observe_counters`` with the destination arrays built from dicts (host id -> value)."""
+    small = np.full(len(core.small_flows), SMALL + 1, dtype=np.int64)  # every flow large at the first dump
+
+    def dump(t, sent, queued):
+        arr = [np.array([m.get(d, 0) for d in core.dests], dtype=np.int64) for m in (sent, queued)]
+        pk = (arr[1] + 1499) // 1500
+        out = core.observe_counters(t, arr[0], arr[1], pk, small if len(core.small_flows) else ())
+        return [m for m in _msgs(out) if isinstance(m, P.GiveUp)]
+    return dump
+
+
+QUIET = 1_000
+RATE_BPS = 100_000_000
+
+
+def test_quiet_giveup_hands_the_slice_on_once_the_counters_prove_its_class_silent():
+    """The quiet give-up (``giveup_quiet_us``): the destination in force is given up at the first
+    dump that proves nothing entered its class for ``giveup_quiet_us`` (what it let out since the
+    last dump is what was queued then, nothing queued now), not after ``giveup_after_us`` of empty
+    samples; a queue that empties while bytes keep entering keeps its slice; a destination not in
+    force is left to the hysteresis; with the rule off (0) nothing changes."""
+    long_giveup = 10_000
+    for quiet in (QUIET, 0):
+        topo, core, ctl = _welcomed(giveup_after_us=long_giveup, giveup_quiet_us=quiet)
+        dump = _dumps(core)
+        other = next(d for d in core.dests if d != 5)
+        t0 = NOW + 1_000
+        assert dump(t0, {}, {5: 3000, other: 1500}) == []  # both reported, 3000 bytes for r1
+        assert core.reported == {5, other}
+        core.handle(ctl.slice(t0 + 100, 5, t0 + 100), t0 + 100)
+        assert _open(core) == {5}
+        # Drained at the slice's rate from its opening: read then (plus the margin).
+        want = t0 + 100 + 3000 * 8_000_000 // RATE_BPS + 200
+        assert core.drain_poll_us(RATE_BPS) == (want if quiet else None)
+        # The queue drained and nothing entered since t0 (1.5 ms >= QUIET): given up at once.
+        t1 = t0 + 1_500
+        got = dump(t1, {5: 3000}, {other: 1500})
+        if not quiet:  # the rule before: an empty sample starts the hysteresis, nothing more
+            assert got == [] and core.reported == {5, other}
+            assert dump(t1 + long_giveup - 1, {5: 3000}, {other: 1500}) == []
+            assert [m.dest for m in dump(t1 + long_giveup, {5: 3000}, {other: 1500})] == [5]
+            continue
+        assert [m.dest for m in got] == [5] and core.reported == {other}
+        # The destination not in force, emptied and silent, waits for the hysteresis.
+        assert dump(t1 + 2 * QUIET, {5: 3000}, {}) == [] and core.reported == {other}
+        assert core.drain_poll_us(RATE_BPS) is None  # r1 given up: nothing watched
+
+
+def test_quiet_giveup_keeps_the_slice_of_a_queue_that_empties_while_its_sender_sends():
+    topo, core, ctl = _welcomed(giveup_after_us=10_000, giveup_quiet_us=QUIET)
+    dump = _dumps(core)
+    t0 = NOW + 1_000
+    dump(t0, {}, {5: 3000})
+    core.handle(ctl.slice(t0 + 100, 5, t0 + 100), t0 + 100)
+    t1 = t0 + 1_500
+    # 3000 queued were sent and 1400 more came in and left: empty, but not silent.
+    assert dump(t1, {5: 4400}, {}) == [] and core.reported == {5}
+    assert core.drain_poll_us(RATE_BPS) is None  # passing straight through: the regular reads watch it
+    # Silent from t1 on: a stretch shorter than QUIET is not enough ...
+    assert dump(t1 + 400, {5: 4400}, {}) == []
+    assert core.drain_poll_us(RATE_BPS) == t1 + QUIET  # ... the read that can prove it is asked for
+    # ... bytes entering again break the stretch ...
+    assert dump(t1 + 800, {5: 4400}, {5: 1400}) == []
+    assert dump(t1 + 1_200, {5: 5800}, {}) == []  # what was queued left, nothing more: silent from t1 + 800
+    assert dump(t1 + 800 + QUIET - 1, {5: 5800}, {}) == []
+    assert [m.dest for m in dump(t1 + 800 + QUIET, {5: 5800}, {})] == [5]
+
+
+def test_quiet_giveup_watches_only_the_destination_in_force_and_needs_two_dumps():
+    topo, core, ctl = _welcomed(giveup_after_us=10_000, giveup_quiet_us=QUIET)
+    dump = _dumps(core)
+    other = next(d for d in core.dests if d != 5)
+    t0 = NOW + 1_000
+    dump(t0, {}, {5: 3000, other: 1500})
+    core.handle(ctl.slice(t0 + 100, 5, t0 + 100), t0 + 100)
+    # ``other`` is CLOSED: its queued bytes cannot leave; emptied (by a drop, a class change) it is
+    # not the quiet rule's business: the hysteresis of giveup_after_us gives it up.
+    assert [m.dest for m in dump(t0 + 5_000, {5: 3000}, {})] == [5]
+    assert core.reported == {other}
+    # A probe (no sent bytes) in between: the quiet stretch needs two dumps again.
+    topo, core, ctl = _welcomed(giveup_after_us=10_000, giveup_quiet_us=QUIET)
+    dump = _dumps(core)
+    dump(t0, {}, {5: 3000})
+    core.handle(ctl.slice(t0 + 100, 5, t0 + 100), t0 + 100)
+    assert core.wants_counters()  # while r1 is watched, every read is a dump (no probe)
+    core.observe_quiet(t0 + 500)
+    assert dump(t0 + 3_000, {5: 3000}, {}) == []  # silent since when? unknown after the probe
+    assert [m.dest for m in dump(t0 + 3_000 + QUIET, {5: 3000}, {})] == [5]

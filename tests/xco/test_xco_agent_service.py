@@ -313,6 +313,37 @@ def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(t
         assert svc.next_poll_us(late) - late >= -(-poll_us // slice_us) * slice_us // 2
 
 
+def test_counters_are_read_when_the_slice_in_force_should_have_drained_and_in_rate_mode_every_idle_poll_us(tmp_path):
+    """``giveup_quiet_us``: while the destination in force is reported and its class had bytes
+    queued, a read when they should have drained (``AgentCore.drain_poll_us``), well before the
+    once-a-slice read; ``idle_poll_us``: in rate mode an idle host reads that often."""
+    import numpy as np
+
+    (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    now = [1_700_000_000_000_100]
+    t0 = now[0] - 100
+    cfg = loads_agent_config(_agent_text("s1", 7800, poll_us=5000, giveup_quiet_us=2000, idle_poll_us=2000),
+                             base_dir=tmp_path)
+    svc = AgentService(cfg, MemoryGate(), clock_us=lambda: now[0])
+    core = svc.core
+    core.welcomed, core.slice_us, core._next_heartbeat_us = True, 10_000, t0 + 100_000
+    assert svc.next_poll_us(t0 + 10) - t0 == 9_700  # idle, timeslices: once a slice
+    core.mode = "rate"
+    assert svc.next_poll_us(t0 + 10) - t0 == 10 + 2000  # idle, rate mode: every idle_poll_us
+    core.mode = "timeslice"
+    i = core.dests.index(5)
+    q = np.zeros(len(core.dests), dtype=np.int64)
+    q[i] = 12_500  # 1 ms at 100 Mb/s
+    core._large_np[i] = core._large_i[i] = True
+    core.large.add(5)
+    core.observe_counters(t0 + 10, np.zeros_like(q), q, (q > 0).astype(np.int64))
+    assert core.reported == {5}
+    core.dest, core.opened_us = 5, t0 + 400
+    core._state_i[i] = OPEN
+    want = t0 + 400 + 12_500 * 8_000_000 // svc.link_bps + 200
+    assert svc.next_poll_us(t0 + 500) == min(want, t0 + 500 + 10_000 // 2)
+
+
 def test_xtc_xco_agent_loads_neither_the_other_parts_nor_the_testbed():
     """``xtc xco agent`` starts in a fraction of a second: the training part (numpy, scipy,
     matplotlib, control), the policer and the testbed's commands are not imported for it."""

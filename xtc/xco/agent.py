@@ -24,6 +24,14 @@ core's states, backlogs and decisions are per destination.  The rules (docs/xco.
   every observation for ``giveup_after_us`` is given up (for the current destination, that hands
   the rest of the slice to others).  In rate mode "nothing queued" is "nothing queued and nothing
   sent": a flow served within its rate queues nothing, and only a flow that stopped is given up.
+- **Quiet give-up** (timeslices, ``giveup_quiet_us`` > 0): the destination in force is given up
+  at once when two class dumps ``giveup_quiet_us`` or more apart prove that nothing entered its
+  class between them (the bytes it let out equal the bytes queued at the first, nothing queued at
+  the second): silence over the whole stretch, not two empty samples.  A queue that empties
+  while its sender still sends (what the hysteresis is for) keeps the slice; only a sender that
+  sent nothing for ``giveup_quiet_us`` loses it.  :meth:`AgentCore.drain_poll_us` says when to
+  read the counters to see it: when the class's queue at the last dump has drained at the
+  slice's rate, and then when the quiet stretch is long enough.
 - **Rate mode**: a rate directive sets, from its ``start_us``, the rate of each named destination
   host (0 = stop): its class is limited to that rate.  Rates are forgotten when
   failing open; the controller answers every backlog report with all of this host's rates, so the
@@ -192,6 +200,9 @@ class AgentCore:
         A flow that has sent this many bytes or fewer is never held.
     giveup_after_us : int
         A reported destination with nothing queued for this long is given up.
+    giveup_quiet_us : int
+        Timeslices: the destination in force is given up as soon as the counters prove that
+        nothing entered its class for this long (0: off, only ``giveup_after_us``).
     register_interval_us : int
         Register re-sent this often until welcomed (and while failed open).
     fail_open_slices : int
@@ -203,7 +214,8 @@ class AgentCore:
     def __init__(self, topo: Topology, host: int, digest: bytes, now_us: int, *, session: int,
                  small_flow_bytes: int = 100_000, giveup_after_us: int = 2_000,
                  register_interval_us: int = 100_000, fail_open_slices: int = 3,
-                 clock_window_us: int = 1_000_000, demand_window_us: int = DEMAND_WINDOW_US):
+                 clock_window_us: int = 1_000_000, demand_window_us: int = DEMAND_WINDOW_US,
+                 giveup_quiet_us: int = 0):
         self.topo = topo
         self.host = host
         self.name = topo.hosts[host]
@@ -211,6 +223,7 @@ class AgentCore:
         self.session = session
         self.small_flow_bytes = small_flow_bytes
         self.giveup_after_us = giveup_after_us
+        self.giveup_quiet_us = giveup_quiet_us
         self.register_interval_us = register_interval_us
         self.fail_open_slices = fail_open_slices
         self.clock_window_us = clock_window_us
@@ -265,6 +278,13 @@ class AgentCore:
         self.reported: set[int] = set()       # destinations reported backlogged (B_x as we told it)
         self._idle_since: dict[int, int] = {}  # reported destination -> first observation with no queue
         self.last_giveup_us: int | None = None  # when the last give-up was sent
+        # The quiet give-up (timeslices): the last class dump, and the quiet stretch of the
+        # destination in force.
+        self._obs_us: int | None = None              # when the last dump was taken
+        self._obs_sent: np.ndarray | None = None     # its sent bytes by destination index (None: unknown)
+        self._obs_backlog: np.ndarray | None = None  # its queued bytes by destination index
+        self._quiet_since_us: int | None = None      # nothing entered the class in force since then
+        self.opened_us: int | None = None            # when the destination in force was applied
         # The same by index into dests, for the hot path.
         self._dindex = {d: i for i, d in enumerate(self.dests)}
         self._large_i = [False] * len(self.dests)
@@ -401,6 +421,8 @@ class AgentCore:
             if p.rates is None:
                 if touched is not None:
                     touched.update(d for d in (self.dest, p.dest) if d is not None)
+                if p.dest != self.dest:
+                    self.opened_us, self._quiet_since_us = now_us, None
                 self.dest, self.dest_rate_bps = p.dest, p.rate_bps
                 out.applied.append(AppliedDirective(p.arrival_us, p.start_us, p.dest, p.rate_bps))
             else:
@@ -466,6 +488,7 @@ class AgentCore:
         self.rates.clear()
         self.reported.clear()
         self._idle_since.clear()
+        self._quiet_since_us = None
         self._forget_demand()
         self.notes.append(("fail_open", {"silent_us": silent_us, "slices": silent_us / self.slice_us}))
 
@@ -599,6 +622,7 @@ class AgentCore:
             turned = bool(grown) and self._turn_large(grown, out)
         queued = {d for d, s in stats.items()
                   if d in self.large and (s.backlog_bytes > 0 or s.backlog_packets > 0)}
+        self._obs_sent = None  # no sent bytes here: the quiet give-up waits for a dump
         return self._observed(now_us, out, queued, turned)
 
     def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any,
@@ -625,7 +649,8 @@ class AgentCore:
         q = np.flatnonzero(self._large_np & ((backlog_bytes > 0) | (backlog_packets > 0)))
         queued = set(self._dest_np[q].tolist()) if q.size else set()
         if self.mode != "rate":
-            return self._observed(now_us, out, queued, turned)
+            quiet = self._quiet_giveup(now_us, sent_bytes, backlog_bytes, backlog_packets)
+            return self._observed(now_us, out, queued, turned, quiet=quiet)
         # Rate mode: a flow served within its rate queues nothing, yet it is busy while its class sends.
         sent = np.asarray(sent_bytes, dtype=np.int64)
         last, self._last_sent = self._last_sent, sent.copy()
@@ -638,12 +663,83 @@ class AgentCore:
             self._measure_demand(now_us, sent, out)
         return out
 
+    # -- the quiet give-up (timeslices) ---------------------------------------------------------------
+    def _quiet_armed(self) -> int | None:
+        """The index of the destination in force if the quiet give-up watches it (timeslices,
+        ``giveup_quiet_us`` on, under control, reported, its class not CLOSED), else None."""
+        d = self.dest
+        if (not self.giveup_quiet_us or self.mode == "rate" or d is None or d not in self.reported
+                or not self.under_control):
+            return None
+        i = self._dindex.get(d)
+        return None if i is None or self._state_i[i] == CLOSED else i
+
+    def _quiet_giveup(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any) -> int | None:
+        """Take a dump; the destination in force if it is to be given up now (see the module's
+        "Quiet give-up"), else None.  Nothing entered class ``i`` between the last dump and this
+        one when ``sent - sent_then == queued_then`` and nothing is queued now."""
+        if not self.giveup_quiet_us:
+            return None
+        prev_us, prev_sent, prev_q = self._obs_us, self._obs_sent, self._obs_backlog
+        self._obs_us = now_us
+        self._obs_sent = np.array(sent_bytes, dtype=np.int64)
+        self._obs_backlog = np.array(backlog_bytes, dtype=np.int64)
+        i = self._quiet_armed()
+        if i is None:
+            self._quiet_since_us = None
+            return None
+        if prev_us is None or prev_sent is None or prev_q is None or len(prev_sent) != len(self._obs_sent):
+            self._quiet_since_us = None
+            return None
+        ds = int(self._obs_sent[i]) - int(prev_sent[i])
+        silent = (ds >= 0 and ds == int(prev_q[i]) and int(self._obs_backlog[i]) == 0
+                  and int(backlog_packets[i]) == 0)
+        if not silent:
+            self._quiet_since_us = None
+            return None
+        if self._quiet_since_us is None:
+            self._quiet_since_us = prev_us
+        return self.dests[i] if now_us - self._quiet_since_us >= self.giveup_quiet_us else None
+
+    def drain_poll_us(self, rate_bps: int, margin_us: int = 200, min_gap_us: int = 500) -> int | None:
+        """When to read the counters next for the quiet give-up (None: no read needed for it).
+
+        While the destination in force is watched (see :meth:`_quiet_armed`): if its class had
+        bytes queued at the last dump, when they have drained at ``rate_bps`` (the slice's rate if
+        it has one) from the later of that dump and the opening, plus ``margin_us``; if a quiet
+        stretch has begun, when it reaches ``giveup_quiet_us``; never sooner than ``min_gap_us``
+        after the last dump.  A class found empty while bytes still enter it (a sender passing
+        straight through) asks for no extra read: the regular reads watch it.
+
+        Parameters
+        ----------
+        rate_bps : int
+            The line rate of the gate's open classes, bits/s.
+        margin_us, min_gap_us : int
+            Microseconds.
+        """
+        i = self._quiet_armed()
+        if i is None or self._obs_us is None or self._obs_backlog is None or self._obs_sent is None:
+            return None
+        if self._quiet_since_us is not None:
+            t = self._quiet_since_us + self.giveup_quiet_us
+        else:
+            b = int(self._obs_backlog[i])
+            if b <= 0:
+                return None
+            rate = self.dest_rate_bps or rate_bps
+            t = max(self._obs_us, self.opened_us or 0) + b * 8_000_000 // max(1, rate) + margin_us
+        return max(t, self._obs_us + min_gap_us)
+
     # -- demand (rate mode) --------------------------------------------------------------------------
     def wants_counters(self) -> bool:
         """True when the next observation must read every class's counters (not the quiet probe):
         in rate mode while flows are reported, whose sent bytes tell a flow served within its rate
-        (nothing queued) from an idle one, and measure its demand."""
-        return self.mode == "rate" and self.under_control and bool(self.reported)
+        (nothing queued) from an idle one, and measure its demand; with timeslices while the quiet
+        give-up watches the destination in force (it needs that class's sent bytes)."""
+        if self.mode == "rate":
+            return self.under_control and bool(self.reported)
+        return self._quiet_armed() is not None
 
     def _forget_demand(self) -> None:
         self.bounds.clear()
@@ -710,12 +806,14 @@ class AgentCore:
         """:meth:`observe_counters` when the gate says nothing is queued in any class and no small
         flow can have passed ``small_flow_bytes`` (:meth:`xtc.host.tcgate.TcGate.quiet`): the same
         decisions, without the counters."""
+        self._obs_sent = None  # no sent bytes: the quiet give-up starts again at the next dump
         return self._observed(now_us, self.tick(now_us), set(), False)
 
     def _observed(self, now_us: int, out: AgentOutput, queued: set[int], turned: bool,
-                  busy: set[int] | None = None) -> AgentOutput:
+                  busy: set[int] | None = None, quiet: int | None = None) -> AgentOutput:
         """Backlogs and give-ups from the destinations with something queued; ``busy``: others that
-        sent since the last observation (rate mode), not idle either.  A destination that ``turned``
+        sent since the last observation (rate mode), not idle either; ``quiet``: the destination in
+        force, proved silent for ``giveup_quiet_us`` (given up now).  A destination that ``turned``
         large may have to close (the gate is synced only then: directives sync in tick)."""
         if not self.under_control:
             out.states.update(self._sync())
@@ -729,9 +827,11 @@ class AgentCore:
             self._idle_since.pop(d, None)
         for d in sorted(self.reported - active):
             since = self._idle_since.setdefault(d, now_us)
-            if now_us - since >= self.giveup_after_us:
+            if now_us - since >= self.giveup_after_us or d == quiet:
                 self.reported.discard(d)
                 del self._idle_since[d]
+                if d == quiet:
+                    self._quiet_since_us = None
                 out.sends.append(self._giveup(now_us, d))
         if turned:
             out.states.update(self._sync())

@@ -13,6 +13,11 @@ A complete example (every key with its default unless marked required)::
     bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
     small_flow_bytes = 100000        # a flow that has sent no more than this is never held
     giveup_after_us = 2000           # a destination with nothing queued this long is given up
+    giveup_quiet_us = 0              # timeslices: the destination in force given up at once when
+                                     # the counters prove nothing entered its class this long
+                                     # (read when its queue should have drained); 0 = off
+    idle_poll_us = 0                 # rate mode: counters read at least this often when idle too
+                                     # (a held destination's first packets wait for a read); 0 = off
     poll_us = 500                    # counters read this often; once welcomed, rounded up to
                                      # whole slices, just before a slot boundary (and every
                                      # max(poll_us, giveup_after_us / 2) while a reported
@@ -90,6 +95,15 @@ class AgentConfig(StrictTable):
     bind: Annotated[str, AfterValidator(checked_address)] = "0.0.0.0:0"
     small_flow_bytes: Annotated[Int, within(0, 10**12)] = 100_000
     giveup_after_us: Annotated[Int, within(0, 10_000_000)] = 2_000
+    #: Timeslices: the destination in force is given up as soon as two counter dumps this far apart
+    #: or more prove that nothing entered its class between them (its queue drained and its
+    #: sender silent), without waiting for ``giveup_after_us``; the agent reads the counters when
+    #: the class's queue should have drained (docs/xco.md, "Agent").  0 = off.
+    giveup_quiet_us: Annotated[Int, within(0, 10_000_000)] = 0
+    #: Rate mode: the counters are read at least this often even when nothing is reported (a
+    #: destination without a rate is held, and its first packets wait for the read that reports
+    #: them: once a slice otherwise).  An idle read is the cheap probe.  0 = off.
+    idle_poll_us: Annotated[Int, within(0, 1_000_000)] = 0
     poll_us: Annotated[Int, within(50, 1_000_000)] = 500
     register_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
     fail_open_slices: Annotated[Int, within(1, 1000)] = 3

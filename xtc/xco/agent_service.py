@@ -124,7 +124,7 @@ class AgentService(StopOnSignal):
             self.topo, self.host_id, self.digest, clock_us(), session=secrets.randbits(32),
             small_flow_bytes=cfg.small_flow_bytes, giveup_after_us=cfg.giveup_after_us,
             register_interval_us=cfg.register_interval_us, fail_open_slices=cfg.fail_open_slices,
-            clock_window_us=cfg.clock_window_us)
+            clock_window_us=cfg.clock_window_us, giveup_quiet_us=cfg.giveup_quiet_us)
         self.ctl_addr = cfg.controller_address
         #: The controller's shared key (``auth_key_file``): every datagram sent is sealed, every one
         #: received must verify (:mod:`xtc.xco.auth`); None: no authentication.
@@ -284,7 +284,9 @@ class AgentService(StopOnSignal):
         every ``max(poll_us, giveup_after_us / 2)``: a destination whose queue has emptied is given up
         within the hysteresis (work conservation), and one that fills again after its give-up is
         reported again at once (a lone paced sender is held a slice at most).  A host whose large
-        destinations have nothing queued reads once per slice.
+        destinations have nothing queued reads once per slice.  With ``giveup_quiet_us``, also
+        when :meth:`AgentCore.drain_poll_us` asks (the class in force drained, or quiet long
+        enough to be given up).  In rate mode with ``idle_poll_us``, at least that often.
         """
         core = self.core
         poll_us, sl = self.cfg.poll_us, core.slice_us
@@ -298,6 +300,11 @@ class AgentService(StopOnSignal):
         g = core.last_giveup_us
         if core.reported or (g is not None and now_us - g < 2 * sl):
             t = min(t, now_us + max(poll_us, core.giveup_after_us // 2))
+        d = core.drain_poll_us(self.link_bps)
+        if d is not None:
+            t = min(t, max(d, now_us))
+        if self.cfg.idle_poll_us and core.mode == "rate":
+            t = min(t, now_us + self.cfg.idle_poll_us)
         return t
 
     def poll_early_us(self) -> int:

@@ -136,13 +136,19 @@ def _cpu_s(pid: int, tid: str | None = None, which: tuple[int, ...] = (11, 12)) 
     return sum(int(f[k]) for k in which) / os.sysconf("SC_CLK_TCK")
 
 
+#: The agent's ``giveup_quiet_us`` (``--giveup-quiet-us``; 0 = off, the agent's default).  This bench
+#: sends no traffic, so no destination is reported and the rule never arms: it measures what the
+#: rule costs an agent that has nothing to give up.
+_giveup_quiet_us = 0
+
+
 def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, level: str,
              priority: int) -> dict[str, Any]:
     ctl = FakeController(slice_us, lead_us=500, priority=priority)
     cfg = tmp / f"agent-{level}.toml"
     cfg.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\nnetns = "{ns}"\n'
                    f'controller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\nsmall_flow_bytes = 0\n'
-                   f'poll_us = {poll_us}\nrealtime_priority = {priority}\n[metrics]\nenabled = false\n'
+                   f'poll_us = {poll_us}\ngiveup_quiet_us = {_giveup_quiet_us}\nrealtime_priority = {priority}\n[metrics]\nenabled = false\n'
                    f'[log]\nlevel = "{level}"\n')
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     prof = ["-m", "cProfile", "-o", os.environ["XAB_PROFILE"]] if os.environ.get("XAB_PROFILE") else []
@@ -226,7 +232,7 @@ def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float
     cfg_path = tmp / "agent-sections.toml"
     cfg_path.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\n'
                         f'netns = "{ns}"\ncontroller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\n'
-                        f'small_flow_bytes = 0\npoll_us = {poll_us}\n[metrics]\nenabled = false\n')
+                        f'small_flow_bytes = 0\npoll_us = {poll_us}\ngiveup_quiet_us = {_giveup_quiet_us}\n[metrics]\nenabled = false\n')
     cfg = load_agent_config(cfg_path)
     svc = AgentService(cfg, TcGate("xb0", link_bps=1_000_000_000, netns=ns))
     sums: dict[str, int] = {}
@@ -422,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slice-us", type=int, default=2000)
     ap.add_argument("--poll-us", type=int, nargs="+", default=[500, 2000, 10000])
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--giveup-quiet-us", type=int, default=0, help="the agent's giveup_quiet_us (0: off)")
     ap.add_argument("--realtime-priority", type=int, default=10)
     ap.add_argument("--sections", action="store_true", help="also time the loop's sections in-process")
     ap.add_argument("--gate-calls", action="store_true", help="also time the gate's calls alone")
@@ -431,10 +438,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the C reference without these steps (s: the sleep until the start, "
                          "n: the TBF changes, p: the frames, q: the counter probe; e.g. s nq snpq)")
     a = ap.parse_args(argv)
+    global _giveup_quiet_us
+    _giveup_quiet_us = a.giveup_quiet_us
     tag = secrets.token_hex(3)
     ns, peer = f"xab{tag}-a", f"xab{tag}-b"
     result: dict[str, Any] = {"slice_us": a.slice_us, "flows": N_LOCAL * N_REMOTE, "dests": N_REMOTE,
-                              "seconds": a.seconds,
+                              "seconds": a.seconds, "giveup_quiet_us": a.giveup_quiet_us,
                               "realtime_priority": a.realtime_priority, "load_average": os.getloadavg()}
     try:
         for n in (ns, peer):

@@ -104,6 +104,16 @@ GATE_RATE_FRACTION = 0.98
 POLL_US = 5_000
 #: A reported destination with nothing queued this long is given up (two polls).
 GIVEUP_AFTER_US = 10_000
+#: The agents' quiet give-up (``giveup_quiet_us``): the slice in force is handed on as soon as the
+#: counters prove its class received nothing for this long (a held queue that drained, its sender
+#: stopped), without the two polls above; measured on Figure 22 (docs/xco-testbed.md).  The
+#: environment's ``XTC_XCO_LAB_GIVEUP_QUIET_US`` overrides it (0: off, the rule before), for
+#: before/after runs of the same code.
+GIVEUP_QUIET_US = int(os.environ.get("XTC_XCO_LAB_GIVEUP_QUIET_US", "2000"))
+#: Rate mode: the agents read their counters at least this often when idle too (``idle_poll_us``);
+#: ``XTC_XCO_LAB_IDLE_POLL_US`` overrides it (0: once a slice, as before).  An idle read is the probe
+#: (one RTM_GETQDISC), not the dump that made ``POLL_US`` 5 ms; measured on Figure 22 (rate mode).
+IDLE_POLL_US = int(os.environ.get("XTC_XCO_LAB_IDLE_POLL_US", "2000"))
 #: The controller and the agents run at this nice value: the paper's agent is a kernel module in
 #: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
 #: them off the CPU for tens of ms (measured: fail-opens and hosts dropped for missed heartbeats).
@@ -264,7 +274,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
+               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -280,7 +290,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": LEAD_US, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level}
     try:
@@ -445,7 +455,9 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         lost = xco.get("log_events", {}).get("controller", {}).get("host_lost", 0)
         header += (f"XCo: {mode}, {xco['slice_us']} us slices, gates on the {xco['gate_at']}s at "
                    f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
-                   f"polls every {xco['poll_us']} us); {fails} fail-opens, {lost} hosts lost by the controller "
+                   f"polls every {xco['poll_us']} us, give-up after {xco['giveup_after_us']} us or, "
+                   f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
+                   f"in rate mode (0: off)); {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
