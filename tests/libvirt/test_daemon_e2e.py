@@ -358,6 +358,12 @@ def assert_original(lab: Lab) -> None:
     assert p is not None and {k: p[k] for k in ORIGINAL} == ORIGINAL, f"domain left with {p}, original {ORIGINAL}"
 
 
+def stop_with_sigterm(d: Any) -> None:
+    """SIGTERM the daemon and expect it to exit 0 within 20 s."""
+    d.signal(signal.SIGTERM)
+    assert d.wait(20) == 0
+
+
 # ---------------------------------------------------------------------------------- tests
 def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_original: Lab, daemon) -> None:
     lab = at_original
@@ -438,8 +444,7 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         assert held is not None, f"setpoint not held after the restart: {d2.client.call('status', vr=lab.vr.name)}"
         mean = forwarded_pps(lab.vifs, 8.0)
         q_run = sched_params(lab.uri, lab.vr.name)
-        d2.signal(signal.SIGTERM)
-        assert d2.wait(20) == 0
+        stop_with_sigterm(d2)
         stream.stop()
     say(f"SIGKILL: settled in {settle_s:.1f} s, quota left {q_dead['vcpu_quota']} us / {q_dead['vcpu_period']} us, "
         f"{rate_dead:.0f} pps while no daemon ran; VR restarted unlimited; new daemon capped it in {recapped:.1f} s "
@@ -480,8 +485,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
                 q = sched_params(lab.uri, lab.vr.name)
                 assert q is not None and 0.5 <= cap_percent(q) / cap_percent(old) <= 2.0, (old, q)
             status = d.client.call("status", vr=lab.vr.name)
-        d.signal(signal.SIGTERM)
-        assert d.wait(20) == 0
+        stop_with_sigterm(d)
         stream.stop()
     for new_vifs, up_s, capped, held, rate in report:
         say(f"VR restarted with {'new' if new_vifs else 'the same'} vif names (up again in {up_s:.1f} s): cap re-applied "
@@ -530,8 +534,7 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
         )
         q_new = sched_params(lab.uri, lab.vr.name)
         status = d.client.call("status", vr=lab.vr.name)
-        d.signal(signal.SIGTERM)
-        assert d.wait(20) == 0
+        stop_with_sigterm(d)
         stream.stop()
     say(f"libvirtd restart (pid {pid_before} -> {pid_after}) took {t_up - t0:.1f} s; quota {q_before['vcpu_quota']} -> {q_after and q_after['vcpu_quota']} us; "
         f"largest 0.5 s rate meanwhile {max(during, default=0):.0f} pps; 2 s mean within 10% after {2.0 + back:.1f} s, "

@@ -513,8 +513,7 @@ class ControllerBank:
             bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
             hold[k[bound]] = False
         du = np.where(hold, 0.0, du)
-        new_u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(new_u) + carry))
+        new_u, caps = self._stepped(u, du, move, carry)
         if rows is not None:
             rows.e_prev[at] = E
             rows.has_prev[at] = True
@@ -531,6 +530,13 @@ class ControllerBank:
         for k in np.flatnonzero(new_u != u).tolist():  # inside the dead zone u stays
             ctls[k]._u = new_u[k].item()
         return caps
+
+    def _stepped(self, u: np.ndarray, du: np.ndarray, move: np.ndarray,
+                 carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The end of a step: ``u + du`` within the log-cap range where ``move`` (``u`` elsewhere),
+        and the caps it gives (plus ``carry``, within the caps' range)."""
+        u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
+        return u, np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
 
     def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
                  rows: Rows | None = None, at: Any = _EVERYTHING) -> np.ndarray:
@@ -549,8 +555,7 @@ class ControllerBank:
         e_prev = np.where(has_prev, e_prev_v, e)
         move = np.abs(e) >= dz * r
         du = (kp + ki) * e - kp * e_prev
-        u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
+        u, caps = self._stepped(u, du, move, carry)
         if rows is not None:
             rows.u[at] = u
             rows.e_prev[at] = e

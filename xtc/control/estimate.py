@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Generic, Mapping, TypeVar
 
 __all__ = ["EstimatorTuning", "GainEstimator", "LagTuning", "LagEstimator", "pole_of_lag"]
 
@@ -73,7 +73,27 @@ class EstimatorTuning:
     use_lag: bool = True
 
 
-class GainEstimator:
+_Tuning = TypeVar("_Tuning")
+
+
+class _FromFallbackLag(Generic[_Tuning]):
+    """What both estimators start from: the model's lag (``fallback_lag``, 0 <= it < 1) and a
+    tuning (``_default_tuning()`` when none is given); :meth:`reset` then sets the rest."""
+
+    _default_tuning: type
+
+    def __init__(self, fallback_lag: float, tuning: _Tuning | None = None):
+        if not (0.0 <= fallback_lag < 1.0):
+            raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
+        self.fallback_lag = float(fallback_lag)
+        self.tuning: _Tuning = tuning or self._default_tuning()
+        self.reset()
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+
+class GainEstimator(_FromFallbackLag[EstimatorTuning]):
     """Recursive least squares on ``dY(k) = a dY(k-1) + b dU(k)`` (see the module docstring).
 
     Parameters
@@ -83,12 +103,7 @@ class GainEstimator:
     tuning : EstimatorTuning, optional
     """
 
-    def __init__(self, fallback_lag: float, tuning: EstimatorTuning | None = None):
-        if not (0.0 <= fallback_lag < 1.0):
-            raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
-        self.fallback_lag = float(fallback_lag)
-        self.tuning = tuning or EstimatorTuning()
-        self.reset()
+    _default_tuning = EstimatorTuning
 
     def reset(self) -> None:
         """Forget everything (a new activation, a restart from another cap)."""
@@ -263,7 +278,7 @@ class LagTuning:
     floor: float = 0.1
 
 
-class LagEstimator:
+class LagEstimator(_FromFallbackLag[LagTuning]):
     """The lag of a VR's measured rate, from its response to large cap moves.  Pure.
 
     The measured rate is a period's mean.  A VR whose forwarding follows its cap with a time
@@ -311,12 +326,7 @@ class LagEstimator:
     tuning : LagTuning, optional
     """
 
-    def __init__(self, fallback_lag: float, tuning: LagTuning | None = None):
-        if not (0.0 <= fallback_lag < 1.0):
-            raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
-        self.fallback_lag = float(fallback_lag)
-        self.tuning = tuning or LagTuning()
-        self.reset()
+    _default_tuning = LagTuning
 
     def reset(self) -> None:
         """Forget every sample (a new activation)."""
