@@ -110,41 +110,6 @@ def _dirty_backlogged(H, ctr):
 
 
 @njit(cache=True)
-def _merge_start(H, ctr, ORD):
-    """Start merging ``ORD``'s clean hosts with the dirty backlogged ones (see :func:`_merge_next`).
-
-    Returns ``(dc, buf, pos)``: the dirty backlogged hosts by key, an array long enough for the
-    merged order, and the positions reached in ``ORD`` and ``dc``.
-    """
-    dc = _dirty_backlogged(H, ctr)
-    return dc, np.empty(ORD.shape[0] + dc.shape[0], np.int64), np.zeros(2, np.int64)
-
-
-@njit(cache=True)
-def _merge_next(H, ORD, dc, pos):
-    """One step of the merge, by rotation key, of ``ORD``'s clean hosts with the dirty ones ``dc``.
-
-    ``pos`` (from :func:`_merge_start`) holds the positions reached in ``ORD`` and ``dc`` and is
-    advanced.  Returns ``(x, clean)``: the next host (-1 when both are used up) and whether it came
-    from ``ORD``.  Dirty hosts in ``ORD`` are skipped (their old keys are stale); the keys are
-    distinct, so the merge order is the keys' order.
-    """
-    no = ORD.shape[0]
-    i = pos[0]
-    di = pos[1]
-    while i < no and H[ORD[i], H_DIRTY] != 0:
-        i += 1
-    pos[0] = i
-    if i < no and (di >= dc.shape[0] or H[ORD[i], H_KEY] < H[dc[di], H_KEY]):
-        pos[0] = i + 1
-        return ORD[i], True
-    if di < dc.shape[0]:
-        pos[1] = di + 1
-        return dc[di], False
-    return np.int64(-1), False
-
-
-@njit(cache=True)
 def _mark_dirty(H, ctr, x):
     if H[x, H_DIRTY] == 0:
         H[x, H_DIRTY] = 1
@@ -254,11 +219,15 @@ def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
     res = LK[L_RES]
     nf = 0
     f = H[x, H_HEAD]
-    while f >= 0:
-        fl[nf] = f
+    while f >= 0:  # insertion sort by destination key (keys of one host are distinct)
+        k = F[f, F_DKEY]
+        i = nf
+        while i > 0 and F[fl[i - 1], F_DKEY] > k:
+            fl[i] = fl[i - 1]
+            i -= 1
+        fl[i] = f
         nf += 1
         f = F[f, F_NEXT]
-    _sort_by(fl, nf, F, F_DKEY)  # by destination key (keys of one host are distinct)
     for j in range(nf):
         f = fl[j]
         p = FP[f]
@@ -288,16 +257,15 @@ def _try_fit(x, H, F, FP, LK, ctr, fl, out, stamp):
 
 
 @njit(cache=True)
-def _sort_by(items, n, A, col):
-    """Sort ``items[:n]`` in place by ``A[item, col]`` (an insertion sort: the lists are short)."""
+def _sort_by_key(hosts, n, H):
     for a in range(1, n):
-        x = items[a]
-        k = A[x, col]
+        x = hosts[a]
+        k = H[x, H_KEY]
         i = a
-        while i > 0 and A[items[i - 1], col] > k:
-            items[i] = items[i - 1]
+        while i > 0 and H[hosts[i - 1], H_KEY] > k:
+            hosts[i] = hosts[i - 1]
             i -= 1
-        items[i] = x
+        hosts[i] = x
 
 
 @njit(cache=True)
@@ -357,15 +325,33 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
     if full:
         # every backlogged host, least recently granted first: the clean ones in the order of the
         # last refresh (their keys did not change), merged with the dirty ones (sorted here)
-        dc, order, pos = _merge_start(H, ctr, ORD)
+        dc = _dirty_backlogged(H, ctr)
+        ndc = dc.shape[0]
+        order = np.empty(ORD.shape[0] + ndc, np.int64)
         # Residuals only fall during this first fit, so a link left without room for the slowest
         # NIC stays so: the clean single-flow hosts on its waiting list (valid for clean hosts) are
         # marked and then refused without reading their flow and path.
         blocked = np.zeros(H.shape[0], np.uint8)
         k = 0
+        i = 0
+        di = 0
+        no = ORD.shape[0]
         while True:
-            x, clean = _merge_next(H, ORD, dc, pos)
-            if x < 0:
+            while i < no and H[ORD[i], H_DIRTY] != 0:
+                i += 1
+            clean = False
+            if i < no:
+                if di < ndc and H[dc[di], H_KEY] < H[ORD[i], H_KEY]:
+                    x = dc[di]
+                    di += 1
+                else:
+                    x = ORD[i]
+                    i += 1
+                    clean = True
+            elif di < ndc:
+                x = dc[di]
+                di += 1
+            else:
                 break
             H[x, H_SEEN] = stamp
             if clean and blocked[x] != 0 and H[x, H_NFL] == 1:
@@ -427,9 +413,9 @@ def run_event(H, T, F, FP, LK, CS, CE, ORD, ctr, io, out, fl, full):
                 if hit:
                     dc[ndc] = x
                     ndc += 1
-            _sort_by(dc, ndc, H, H_KEY)
+            _sort_by_key(dc, ndc, H)
         ts = trig.copy()
-        _sort_by(ts, ntrig, H, H_KEY)
+        _sort_by_key(ts, ntrig, H)
         ti = 0
         di = 0
         while True:
@@ -647,36 +633,6 @@ def flows_to(H, F, d):
 
 
 @njit(cache=True)
-def _new_entries(H, F, FP, st, dw, ndw, ncnt, NE, fill):
-    """The two passes of :func:`refresh`'s counting sort over the new waiting-list entries.
-
-    The entries are the distinct ``(link, host)`` pairs of the hosts ``dw[:ndw]``, each link of a
-    backlogged flow's path but the first.  ``fill`` False: count them, ``ncnt[lk + 1] += 1``;
-    True: write ``(host, key)`` at ``NE[:, ncnt[lk]]`` and advance ``ncnt[lk]``.  ``st`` (the
-    links' stamps) is scratch, set to -1 first.
-    """
-    st[:] = -1
-    for j in range(ndw):
-        x = dw[j]
-        kx = H[x, H_KEY]
-        f = H[x, H_HEAD]
-        while f >= 0:
-            p = FP[f]
-            for i in range(1, F[f, F_LEN]):
-                lk = p[i]
-                if st[lk] != x:
-                    st[lk] = x
-                    if fill:
-                        q = ncnt[lk]
-                        NE[0, q] = x
-                        NE[1, q] = kx
-                        ncnt[lk] = q + 1
-                    else:
-                        ncnt[lk + 1] += 1
-            f = F[f, F_NEXT]
-
-
-@njit(cache=True)
 def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
     """Bring the waiting lists and ``ORD`` up to date; every host is clean afterwards.
 
@@ -699,16 +655,28 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
                 dw[ndw] = x
                 ndw += 1
     else:
-        dc, ORD2, pos = _merge_start(H, ctr, ORD)
+        dc = _dirty_backlogged(H, ctr)
+        ndc = dc.shape[0]
+        ORD2 = np.empty(ORD.shape[0] + ndc, np.int64)
         k = 0
+        i = 0
+        di = 0
+        no = ORD.shape[0]
         while True:
-            x, clean = _merge_next(H, ORD, dc, pos)
-            if x < 0:
+            while i < no and H[ORD[i], H_DIRTY] != 0:
+                i += 1
+            if i < no and (di >= ndc or H[ORD[i], H_KEY] < H[dc[di], H_KEY]):
+                ORD2[k] = ORD[i]
+                i += 1
+            elif di < ndc:
+                x = dc[di]
+                ORD2[k] = x
+                di += 1
+                if H[x, H_DEST] < 0:
+                    dw[ndw] = x
+                    ndw += 1
+            else:
                 break
-            ORD2[k] = x
-            if not clean and H[x, H_DEST] < 0:
-                dw[ndw] = x
-                ndw += 1
             k += 1
         ORD2 = ORD2[:k]
     # the new entries, by link (a stable counting sort: each link's in key order).  A path's first
@@ -717,13 +685,39 @@ def refresh(H, F, FP, LK, ctr, CS, CE, ORD, order, nw, full):
     # empty (a sixth of the entries at Figure 27's sizes).
     L = LK.shape[1]
     st = LK[L_STAMP]
+    st[:] = -1
     ncnt = np.zeros(L + 1, np.int64)
-    _new_entries(H, F, FP, st, dw, ndw, ncnt, np.empty((2, 0), np.int64), False)
+    for j in range(ndw):
+        x = dw[j]
+        f = H[x, H_HEAD]
+        while f >= 0:
+            p = FP[f]
+            for i in range(1, F[f, F_LEN]):
+                lk = p[i]
+                if st[lk] != x:
+                    st[lk] = x
+                    ncnt[lk + 1] += 1
+            f = F[f, F_NEXT]
     for i in range(L):
         ncnt[i + 1] += ncnt[i]
     NS = ncnt.copy()
     NE = np.empty((2, ncnt[L]), np.int64)
-    _new_entries(H, F, FP, st, dw, ndw, ncnt, NE, True)
+    st[:] = -1
+    for j in range(ndw):
+        x = dw[j]
+        kx = H[x, H_KEY]
+        f = H[x, H_HEAD]
+        while f >= 0:
+            p = FP[f]
+            for i in range(1, F[f, F_LEN]):
+                lk = p[i]
+                if st[lk] != x:
+                    st[lk] = x
+                    q = ncnt[lk]
+                    NE[0, q] = x
+                    NE[1, q] = kx
+                    ncnt[lk] = q + 1
+            f = F[f, F_NEXT]
     st[:] = 0
     # each list: its clean entries merged with its new ones
     CS2 = np.empty(L + 1, np.int64)
