@@ -104,22 +104,10 @@ def test_a_tcp_vr_held_by_its_cap_reaches_its_setpoint_when_the_host_tells_its_c
     assert all(abs(y - 60_000.0) <= 0.03 * 60_000.0 for y in rates[6:]), [round(y) for y in rates]
     # only the held VR was ever read, never the UDP VR at its setpoint
     assert host.cpu_reads and all(r == ["tcp1"] for r in host.cpu_reads)
-    # at its setpoint it is still read, as it forwards all it is offered (the packets cannot tell
-    # whether its cap binds); the UDP VR, at its setpoint too, never is
+    # and once at its setpoint it is no longer held: nothing more is read
     n = len(host.cpu_reads)
     more = _run(host, 10, loop=host.loop)
-    assert host.cpu_reads[n:] == [["tcp1"]] * 10 and all(abs(y - 60_000.0) <= 0.03 * 60_000.0 for y in more)
-
-
-def test_a_vr_at_its_setpoint_that_drops_part_of_what_it_is_offered_is_not_read() -> None:
-    # The same VR whose flows lose 10% at its forwarder (a capped UDP VR drops what its cap does not
-    # let through): once at its setpoint, the packets say its cap is the limit; nothing is read.
-    host = TcpVrHost(kept=0.9)
-    rates = _run(host, 15)
-    assert all(abs(y - 60_000.0) <= 0.03 * 60_000.0 for y in rates[8:]), [round(y) for y in rates]
-    n = len(host.cpu_reads)
-    _run(host, 10, loop=host.loop)
-    assert len(host.cpu_reads) == n
+    assert len(host.cpu_reads) == n and all(abs(y - 60_000.0) <= 0.03 * 60_000.0 for y in more)
 
 
 def test_without_cpu_accounting_the_guard_holds_as_before() -> None:
@@ -237,11 +225,10 @@ def test_the_flag_counts_down_on_a_binding_period_instead_of_starting_again() ->
 
 def test_a_tcp_vr_cut_after_a_burst_is_raised_again_in_the_next_period() -> None:
     # A TCP VR at its setpoint forwards one burst of 30% more (what a throttled forwarder sends
-    # when its quota returns) at its whole cap.  It forwards all it is offered, so its CPU is read
-    # every period: the cap binds, so the controller cuts it by the dead-beat step, not by the
-    # model's step out of saturation (which halved it: cap 24 -> 12, the next period at half the
-    # setpoint); the next period it is short, its cap binds and is raised at once (without the
-    # reading the packets' "not cap-limited" rule would hold it one period more).
+    # when its quota returns) at its whole cap; its controller cuts the cap and the next period it
+    # is short.  It was above its setpoint forwarding nearly all it was offered, so its CPU was read
+    # over that period: the cap binds and is raised at once (without the reading the packets'
+    # "not cap-limited" rule would hold it one period more).
     host = TcpVrHost()
     _run(host, 15)
     core = host.loop.core
@@ -253,7 +240,7 @@ def test_a_tcp_vr_cut_after_a_burst_is_raised_again_in_the_next_period() -> None
     assert rates[0] > 1.25 * 60_000.0
     assert "tcp1" in core.cpu_wanted  # above its setpoint, forwarding all it is offered: read
     cut = host.caps["tcp1"]
-    assert 0.7 * cap0 < cut < 0.9 * cap0  # the controller took the burst for its rate, at elasticity 1
+    assert cut < 0.9 * cap0  # the controller took the burst for its rate
     rates = _run(host, 2, loop=host.loop)
     assert rates[0] < 0.9 * 60_000.0  # short after the cut ...
     assert host.caps["tcp1"] > cut  # ... and its cap raised in that same period

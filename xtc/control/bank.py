@@ -479,12 +479,6 @@ class ControllerBank:
                         top[k] = (ctls[k]._u_force if rows is None else u_force_rows[k]) >= u_top
                     sat = sat | (more & top)
             descent = sat & (r < y_wanted)
-            if cpu is not None and t.cap_bound_fraction > 0.0 and descent.any():
-                # Not where the VR used the cap in force (it binds: XtcController's docstring).
-                k = np.flatnonzero(descent & (cpu >= 0.0) & (cpu < np.inf))
-                if k.size:
-                    u_force = np.array([ctls[i]._u_force for i in k.tolist()]) if rows is None else u_force_rows[k]
-                    descent[k[cpu[k] >= t.cap_bound_fraction * _pow10(u_force)]] = False
             f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
                          t.saturation_repeat_factor, 1.0)
             du_beat = np.where(descent, np.minimum(du_beat, f * E / self.params[4]), du_beat)

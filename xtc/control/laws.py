@@ -485,11 +485,7 @@ class XtcController(_Bounded):
     this step stays short of the setpoint where the model is right or the hardware faster
     (85 kp/s: cap 100 -> 66); on slower hardware it can go past it (2x slower, 30 kp/s: from
     cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
-    it back.  No such step if ``e0 >= 1``, nor where the VR's CPU use says its cap binds (it used
-    ``cap_bound_fraction`` of the cap in force: the cap is the limit, whatever the packets say):
-    a TCP VR forwards all it is offered whatever its cap, and the model's step halved its cap on
-    each burst it sends when its quota comes back (a 30% burst: cap 24 -> 12, the next period at
-    half the setpoint); the dead-beat gains take a quarter off instead.
+    it back.  No such step if ``e0 >= 1``.
 
     Measured lag (``lag_estimate``, off by default).  The dead-beat gains assume the model's lag;
     on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
@@ -558,9 +554,8 @@ class XtcController(_Bounded):
         cpu_percent : float, optional
             CPU the VR used over the last period, percent of one CPU (the
             host's accounting): at least ``cap_bound_fraction`` of the cap in
-            force overrules the "not cap-limited" guard, and the step out of
-            saturation (the VR forwards all it is offered, but its cap is the
-            limit).  None, NaN, infinite or negative: unknown.
+            force overrules the "not cap-limited" guard.  None, NaN, infinite
+            or negative: unknown.
         """
         # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
         y = measured_pps if type(measured_pps) is float and 0.0 <= measured_pps <= _FLOAT_MAX \
@@ -631,10 +626,6 @@ class XtcController(_Bounded):
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
                     sat = True
                 descent = sat and r < y_wanted and self.saturation_elasticity > 0.0
-                if descent and self.cap_bound(cpu_percent):
-                    # The VR used the cap in force: the cap is the limit, not its offered rate (a TCP
-                    # VR forwards all it is offered whatever its cap).
-                    descent = False
                 if descent:
                     # The last step out of saturation left the VR offered-limited: the knee is further down.
                     f = t.saturation_repeat_factor if self._descent and not_limited \

@@ -200,7 +200,7 @@ class _Frame:
 
     __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
                  "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
-                 "rows", "bank_pos", "reads_cpu", "dead_zone", "unconstrained", "any_reads_cpu", "_positions")
+                 "rows", "bank_pos", "reads_cpu", "dead_zone", "unconstrained", "any_reads_cpu")
 
     def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
                  insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
@@ -229,14 +229,6 @@ class _Frame:
         self.dead_zone = np.array([getattr(t, "dead_zone_fraction", 0.0) for t in tunings], dtype=np.float64)
         self.unconstrained = np.array([getattr(t, "unconstrained_fraction", 1.0) for t in tunings], dtype=np.float64)
         self.any_reads_cpu = bool(self.reads_cpu.any())
-        self._positions: dict[str, int] | None = None
-
-    def positions(self) -> dict[str, int]:
-        """Each live instance's position in the layout, by VR name (built once per layout)."""
-        pos = self._positions
-        if pos is None:
-            pos = self._positions = {n: k for k, n in enumerate(self.names)}
-        return pos
 
     def holds(self, core: "DaemonCore") -> bool:
         """Is this still the layout of ``core``'s live instances?"""
@@ -306,10 +298,10 @@ class DaemonCore:
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
     #: After a :meth:`period`: the active VRs short of their setpoints beyond the dead zone, whose
-    #: controllers would raise their caps, and those that forward at least
-    #: ``unconstrained_fraction`` of their offered rate above their setpoints beyond the dead zone
-    #: or in this set the period before; their CPU use over the next period (``cpu_percent``) tells
-    #: whether the cap binds (``XtcTuning.cap_bound_fraction``).
+    #: controllers would raise their caps, and those above them beyond it that forward at least
+    #: ``unconstrained_fraction`` of their offered rate (their caps are about to be cut); their CPU
+    #: use over the next period (``cpu_percent``) tells whether the cap binds
+    #: (``XtcTuning.cap_bound_fraction``).
     cpu_wanted: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     #: The instances whose ``slack_periods`` is not 0, by ``id``.
     _slack: dict[int, Instance] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -568,10 +560,10 @@ class DaemonCore:
                 view.measured_pps = r.forwarded_pps
                 view.offered_pps = r.offered_pps
         actions: list[Action] = []
-        read_before, self.cpu_wanted = self.cpu_wanted, frozenset()
+        self.cpu_wanted = frozenset()
         if self.instances:
             self._refresh_bank()
-            actions = self._period_instances(now_s, readings, cpu_percent, read_before)
+            actions = self._period_instances(now_s, readings, cpu_percent)
         for name, cap in self.pending_restores.items():
             view = self.vrs.get(name)
             if view is not None and view.present:
@@ -619,8 +611,7 @@ class DaemonCore:
         return f
 
     def _period_instances(self, now_s: float, readings: Mapping[str, VrReading],
-                          cpu_percent: Mapping[str, float] | None = None,
-                          read_before: frozenset[str] = frozenset()) -> list[Action]:
+                          cpu_percent: Mapping[str, float] | None = None) -> list[Action]:
         """:meth:`period` for the instances: the controllers step, the caps to write.
 
         The same decisions, instance by instance, as stepping each controller and testing each
@@ -665,22 +656,15 @@ class DaemonCore:
         if f.any_reads_cpu:
             # The loop reads the CPU of these VRs over the next period (does the cap bind?): those
             # short of their setpoints beyond the dead zone, whose controllers would raise their
-            # caps; and those that forward nearly all they are offered (as a TCP VR does whatever
-            # its cap) above their setpoints beyond the dead zone, or read in this period: the
-            # packets cannot tell whether their caps bind, and a VR read for the first time has no
-            # value for a period (without one, the packets' "not cap-limited" rule holds a raise,
-            # and a burst above the setpoint gets the step out of saturation, which halves the cap).
+            # caps, and those above them beyond it that forward nearly all they are offered (a TCP
+            # VR after a burst): their caps are about to be cut, and if that leaves them short the
+            # reading is there at once (a VR read for the first time has no value for a period, and
+            # without one the packets' "not cap-limited" rule holds the raise).
             setpoint = np.array([i.setpoint_pps for i in live], dtype=np.float64)
             with np.errstate(invalid="ignore"):
-                unconstrained = measured >= f.unconstrained * offered
-                keep = unconstrained & (measured > (1.0 + f.dead_zone) * setpoint)
-                if read_before:
-                    pos = f.positions()
-                    for nm in read_before:
-                        k = pos.get(nm)
-                        if k is not None:
-                            keep[k] |= unconstrained[k]
-                wanted = stepped & f.reads_cpu & ((measured < (1.0 - f.dead_zone) * setpoint) | keep)
+                wanted = stepped & f.reads_cpu & ((measured < (1.0 - f.dead_zone) * setpoint)
+                                                  | ((measured > (1.0 + f.dead_zone) * setpoint)
+                                                     & (measured >= f.unconstrained * offered)))
             if wanted.any():
                 self.cpu_wanted = frozenset(f.names[k] for k in np.flatnonzero(wanted).tolist())
         if alone.any():
