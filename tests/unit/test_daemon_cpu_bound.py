@@ -223,30 +223,6 @@ def test_the_flag_counts_down_on_a_binding_period_instead_of_starting_again() ->
     assert "cap_slack" in [f for _, f in seen[:3 * SATURATED_AFTER_PERIODS]], seen
 
 
-def test_a_tcp_vr_cut_after_a_burst_is_raised_again_in_the_next_period() -> None:
-    # A TCP VR at its setpoint forwards one burst of 30% more (what a throttled forwarder sends
-    # when its quota returns) at its whole cap; its controller cuts the cap and the next period it
-    # is short.  It was above its setpoint forwarding nearly all it was offered, so its CPU was read
-    # over that period: the cap binds and is raised at once (without the reading the packets'
-    # "not cap-limited" rule would hold it one period more).
-    host = TcpVrHost()
-    _run(host, 15)
-    core = host.loop.core
-    cap0 = host.caps["tcp1"]
-    burst = 0.3 * 60_000.0
-    host.rx["vif1.0"] += burst
-    host.tx["vif1.0"] += burst / host.kept
-    rates = _run(host, 1, loop=host.loop)  # the burst's period
-    assert rates[0] > 1.25 * 60_000.0
-    assert "tcp1" in core.cpu_wanted  # above its setpoint, forwarding all it is offered: read
-    cut = host.caps["tcp1"]
-    assert cut < 0.9 * cap0  # the controller took the burst for its rate
-    rates = _run(host, 2, loop=host.loop)
-    assert rates[0] < 0.9 * 60_000.0  # short after the cut ...
-    assert host.caps["tcp1"] > cut  # ... and its cap raised in that same period
-    assert abs(rates[1] - 60_000.0) <= 0.1 * 60_000.0, rates
-
-
 def test_a_vr_its_host_holds_under_its_setpoint_with_scattered_rates_stays_flagged() -> None:
     # TCP rates scatter by +-18% from one period to the next around 88% of the setpoint (the host,
     # not the cap, is the limit); a fifth of the periods come within 3% of the setpoint or above.

@@ -200,7 +200,7 @@ class _Frame:
 
     __slots__ = ("bank", "vrs", "epoch", "keys", "all", "names", "insts", "states", "ctls", "active",
                  "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
-                 "rows", "bank_pos", "reads_cpu", "dead_zone", "unconstrained", "any_reads_cpu")
+                 "rows", "bank_pos", "reads_cpu", "dead_zone", "any_reads_cpu")
 
     def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
                  insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
@@ -222,12 +222,10 @@ class _Frame:
         self.bank_pos[self.bank_idx] = np.arange(len(il), dtype=np.intp)
         self.rnames: list[str] | None = None
         self.ridx = np.empty(0, dtype=np.intp)
-        # The controllers that use a CPU reading (XtcTuning.cap_bound_fraction > 0), their dead zones
-        # and the share of its offered rate above which a VR is "not cap-limited" by the packets.
+        # The controllers that use a CPU reading (XtcTuning.cap_bound_fraction > 0) and their dead zones.
         tunings = [getattr(c, "tuning", None) for c in ctls]
         self.reads_cpu = np.array([getattr(t, "cap_bound_fraction", 0.0) > 0.0 for t in tunings], dtype=bool)
         self.dead_zone = np.array([getattr(t, "dead_zone_fraction", 0.0) for t in tunings], dtype=np.float64)
-        self.unconstrained = np.array([getattr(t, "unconstrained_fraction", 1.0) for t in tunings], dtype=np.float64)
         self.any_reads_cpu = bool(self.reads_cpu.any())
 
     def holds(self, core: "DaemonCore") -> bool:
@@ -298,10 +296,8 @@ class DaemonCore:
     #: Set when something that must survive a crash changed; the service saves and clears it.
     dirty: bool = False
     #: After a :meth:`period`: the active VRs short of their setpoints beyond the dead zone, whose
-    #: controllers would raise their caps, and those above them beyond it that forward at least
-    #: ``unconstrained_fraction`` of their offered rate (their caps are about to be cut); their CPU
-    #: use over the next period (``cpu_percent``) tells whether the cap binds
-    #: (``XtcTuning.cap_bound_fraction``).
+    #: controllers would raise their caps; their CPU use over the next period (``cpu_percent``)
+    #: tells whether the cap binds (``XtcTuning.cap_bound_fraction``).
     cpu_wanted: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     #: The instances whose ``slack_periods`` is not 0, by ``id``.
     _slack: dict[int, Instance] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -654,19 +650,12 @@ class DaemonCore:
             get_cpu = cpu_percent.get
             cpu = np.array([get_cpu(nm, nan) for nm in f.names], dtype=np.float64)
         if f.any_reads_cpu:
-            # The loop reads the CPU of these VRs over the next period (does the cap bind?): those
-            # short of their setpoints beyond the dead zone, whose controllers would raise their
-            # caps, and those above them beyond it that forward nearly all they are offered (a TCP
-            # VR after a burst): their caps are about to be cut, and if that leaves them short the
-            # reading is there at once (a VR read for the first time has no value for a period, and
-            # without one the packets' "not cap-limited" rule holds the raise).
+            # The VRs short of their setpoints beyond the dead zone, whose controllers would raise
+            # their caps: the loop reads their CPU for the next period (does the cap bind?).
             setpoint = np.array([i.setpoint_pps for i in live], dtype=np.float64)
-            with np.errstate(invalid="ignore"):
-                wanted = stepped & f.reads_cpu & ((measured < (1.0 - f.dead_zone) * setpoint)
-                                                  | ((measured > (1.0 + f.dead_zone) * setpoint)
-                                                     & (measured >= f.unconstrained * offered)))
-            if wanted.any():
-                self.cpu_wanted = frozenset(f.names[k] for k in np.flatnonzero(wanted).tolist())
+            short = stepped & (measured < (1.0 - f.dead_zone) * setpoint) & f.reads_cpu
+            if short.any():
+                self.cpu_wanted = frozenset(f.names[k] for k in np.flatnonzero(short).tolist())
         if alone.any():
             for k in np.flatnonzero(alone).tolist():
                 self._step_one(live[k], readings[f.names[k]], None if cpu is None or cpu[k] != cpu[k] else cpu[k].item())

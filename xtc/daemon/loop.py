@@ -5,7 +5,7 @@
 
     counters = host.read_counters()                 # once per period (netlink or /proc/net/dev)
     readings = meter.update(now, counters, vrs)     # forwarded / offered pps per VR
-    cpu = cpu_meter.update(now, host.read_cpu_ns(core.cpu_wanted))  # only VRs off their setpoints
+    cpu = cpu_meter.update(now, host.read_cpu_ns(core.cpu_wanted))  # only VRs short of their setpoints
     actions = core.period(now, readings, cpu)       # controllers step; caps to write
     in_force = host.apply_cap(vr, cap)              # for each cap that changed
     core.cap_written(vr, in_force, now)             # the controller learns the cap in force
@@ -15,12 +15,11 @@ experiments, the demo and the benchmarks (:mod:`xtc_lab`, on the simulated plant
 interfaces and cgroups) all run this loop, so what is benchmarked is what runs.  It reads no
 clock: the caller passes ``now_s`` (monotonic seconds), from the wall or from a simulated plant.
 
-CPU time is read only for the VRs short of their setpoints, whose caps the controllers would raise,
-and for those above them that forward nearly all they are offered, whose caps are about to be cut
-(:attr:`DaemonCore.cpu_wanted`): from the period after one first leaves its dead zone (its first
-reading starts the interval), its CPU use tells the controller whether its cap binds, and a cap
-that binds is raised even where the packets say the VR is not cap-limited.  VRs at their setpoints
-are not read.
+CPU time is read only for the VRs short of their setpoints, whose caps the controllers would raise
+(:attr:`DaemonCore.cpu_wanted`): from the period after one first falls short (its first reading
+starts the interval), its CPU use tells the controller whether its cap binds, and a cap that binds
+is raised even where the packets say the VR is not cap-limited.  VRs at their setpoints are not
+read.
 """
 
 from __future__ import annotations
@@ -165,7 +164,7 @@ class ControlLoop:
         return (self.clock() if self.clock is not None else now_s), got
 
     def _cpu_over_period(self, now_s: float) -> dict[str, float]:
-        """CPU use over the period just ended of the VRs the core wanted read in the last one (:attr:`DaemonCore.cpu_wanted`)."""
+        """CPU use over the period just ended of the VRs short of their setpoints in the last one."""
         want = self.core.cpu_wanted
         if not want:
             self.cpu_meter.reset()
@@ -177,7 +176,7 @@ class ControlLoop:
         return self.cpu_meter.update(*got)
 
     def _start_cpu(self, now_s: float) -> None:
-        """The first reading of the VRs the core wants read from this period on."""
+        """The first reading of the VRs short of their setpoints from this period on."""
         want = self.core.cpu_wanted
         self.cpu_meter.keep(want)
         fresh = want - self.cpu_meter.known()
