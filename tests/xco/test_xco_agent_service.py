@@ -313,10 +313,11 @@ def test_counters_are_read_once_per_slice_just_before_a_boundary_once_welcomed(t
         assert svc.next_poll_us(late) - late >= -(-poll_us // slice_us) * slice_us // 2
 
 
-def test_counters_are_read_when_the_slice_in_force_should_have_drained_and_in_rate_mode_every_idle_poll_us(tmp_path):
+def test_counters_are_read_when_the_slice_in_force_should_have_drained_and_every_idle_poll_us(tmp_path):
     """``giveup_quiet_us``: while the destination in force is reported and its class had bytes
     queued, a read when they should have drained (``AgentCore.drain_poll_us``), well before the
-    once-a-slice read; ``idle_poll_us``: in rate mode an idle host reads that often."""
+    once-a-slice read; ``idle_poll_us``: an idle host reads that often, in both modes (without it,
+    once a slice)."""
     import numpy as np
 
     (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
@@ -327,10 +328,14 @@ def test_counters_are_read_when_the_slice_in_force_should_have_drained_and_in_ra
     svc = AgentService(cfg, MemoryGate(), clock_us=lambda: now[0])
     core = svc.core
     core.welcomed, core.slice_us, core._next_heartbeat_us = True, 10_000, t0 + 100_000
-    assert svc.next_poll_us(t0 + 10) - t0 == 9_700  # idle, timeslices: once a slice
+    assert svc.next_poll_us(t0 + 10) - t0 == 10 + 2000  # idle, timeslices: every idle_poll_us
     core.mode = "rate"
-    assert svc.next_poll_us(t0 + 10) - t0 == 10 + 2000  # idle, rate mode: every idle_poll_us
+    assert svc.next_poll_us(t0 + 10) - t0 == 10 + 2000  # idle, rate mode: the same
     core.mode = "timeslice"
+    off = AgentService(loads_agent_config(_agent_text("s1", 7800, poll_us=5000), base_dir=tmp_path),
+                       MemoryGate(), clock_us=lambda: now[0])
+    off.core.welcomed, off.core.slice_us, off.core._next_heartbeat_us = True, 10_000, t0 + 100_000
+    assert off.next_poll_us(t0 + 10) - t0 == 9_700  # idle, timeslices, no idle_poll_us: once a slice
     i = core.dests.index(5)
     q = np.zeros(len(core.dests), dtype=np.int64)
     q[i] = 12_500  # 1 ms at 100 Mb/s

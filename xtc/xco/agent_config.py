@@ -16,7 +16,7 @@ A complete example (every key with its default unless marked required)::
     giveup_quiet_us = 0              # timeslices: the destination in force given up at once when
                                      # the counters prove nothing entered its class this long
                                      # (read when its queue should have drained); 0 = off
-    idle_poll_us = 0                 # rate mode: counters read at least this often when idle too
+    idle_poll_us = 0                 # counters read at least this often when idle too
                                      # (a held destination's first packets wait for a read); 0 = off
     poll_us = 500                    # counters read this often; once welcomed, rounded up to
                                      # whole slices, just before a slot boundary (and every
@@ -100,9 +100,9 @@ class AgentConfig(StrictTable):
     #: sender silent), without waiting for ``giveup_after_us``; the agent reads the counters when
     #: the class's queue should have drained (docs/xco.md, "Agent").  0 = off.
     giveup_quiet_us: Annotated[Int, within(0, 10_000_000)] = 0
-    #: Rate mode: the counters are read at least this often even when nothing is reported (a
-    #: destination without a rate is held, and its first packets wait for the read that reports
-    #: them: once a slice otherwise).  An idle read is the cheap probe.  0 = off.
+    #: The counters are read at least this often even when nothing is reported (a destination
+    #: without a rate or a slot is held, and a flow that has just turned large waits for the read
+    #: that reports its queue: once a slice otherwise).  An idle read is the cheap probe.  0 = off.
     idle_poll_us: Annotated[Int, within(0, 1_000_000)] = 0
     poll_us: Annotated[Int, within(50, 1_000_000)] = 500
     register_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000

@@ -286,7 +286,7 @@ class AgentService(StopOnSignal):
         reported again at once (a lone paced sender is held a slice at most).  A host whose large
         destinations have nothing queued reads once per slice.  With ``giveup_quiet_us``, also
         when :meth:`AgentCore.drain_poll_us` asks (the class in force drained, or quiet long
-        enough to be given up).  In rate mode with ``idle_poll_us``, at least that often.
+        enough to be given up).  With ``idle_poll_us``, at least that often.
         """
         core = self.core
         poll_us, sl = self.cfg.poll_us, core.slice_us
@@ -303,7 +303,7 @@ class AgentService(StopOnSignal):
         d = core.drain_poll_us(self.link_bps)
         if d is not None:
             t = min(t, max(d, now_us))
-        if self.cfg.idle_poll_us and core.mode == "rate":
+        if self.cfg.idle_poll_us:
             t = min(t, now_us + self.cfg.idle_poll_us)
         return t
 

@@ -110,9 +110,9 @@ GIVEUP_AFTER_US = 10_000
 #: environment's ``XTC_XCO_LAB_GIVEUP_QUIET_US`` overrides it (0: off, the rule before), for
 #: before/after runs of the same code.
 GIVEUP_QUIET_US = int(os.environ.get("XTC_XCO_LAB_GIVEUP_QUIET_US", "2000"))
-#: Rate mode: the agents read their counters at least this often when idle too (``idle_poll_us``);
-#: ``XTC_XCO_LAB_IDLE_POLL_US`` overrides it (0: once a slice, as before).  An idle read is the probe
-#: (one RTM_GETQDISC), not the dump that made ``POLL_US`` 5 ms; measured on Figure 22 (rate mode).
+#: The agents read their counters at least this often when idle too (``idle_poll_us``), in both
+#: modes; ``XTC_XCO_LAB_IDLE_POLL_US`` overrides it (0: once a slice, as before).  An idle read is the
+#: probe (one RTM_GETQDISC), not the dump that made ``POLL_US`` 5 ms; measured on Figure 22.
 IDLE_POLL_US = int(os.environ.get("XTC_XCO_LAB_IDLE_POLL_US", "2000"))
 #: The controller and the agents run at this nice value: the paper's agent is a kernel module in
 #: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
@@ -457,7 +457,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
                    f"polls every {xco['poll_us']} us, give-up after {xco['giveup_after_us']} us or, "
                    f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
-                   f"in rate mode (0: off)); {fails} fail-opens, {lost} hosts lost by the controller "
+                   f"(0: once a slice)); {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
