@@ -736,7 +736,8 @@ class DaemonCore:
 
     def _count_slack(self, live: list[Instance], stepped: np.ndarray, measured: np.ndarray,
                      cpu: np.ndarray | None) -> None:
-        """``slack_periods`` of the instances off their setpoints (few: the VRs whose CPU is read).
+        """``slack_periods`` of the instances short of their setpoints (few: the VRs whose CPU is
+        read) and of those counted before.
 
         A leaky count, between 0 and :data:`SLACK_COUNT_MAX`: a period short by more than
         :data:`SATURATED_TOLERANCE` with a cap that did not bind, one more; one short with a cap that
