@@ -136,19 +136,16 @@ def _cpu_s(pid: int, tid: str | None = None, which: tuple[int, ...] = (11, 12)) 
     return sum(int(f[k]) for k in which) / os.sysconf("SC_CLK_TCK")
 
 
-#: The agent's ``giveup_quiet_us`` (``--giveup-quiet-us``; 0 = off, the agent's default).  This bench
-#: sends no traffic, so no destination is reported and the rule never arms: it measures what the
-#: rule costs an agent that has nothing to give up.
-_giveup_quiet_us = 0
-
-
 def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, level: str,
-             priority: int) -> dict[str, Any]:
+             priority: int, giveup_quiet_us: int = 0) -> dict[str, Any]:
+    """One agent process against the fake controller.  ``giveup_quiet_us``: the agent's (0 = off, its
+    default); this bench sends no traffic, so no destination is reported and the rule never arms:
+    it measures what the rule costs an agent that has nothing to give up."""
     ctl = FakeController(slice_us, lead_us=500, priority=priority)
     cfg = tmp / f"agent-{level}.toml"
     cfg.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\nnetns = "{ns}"\n'
                    f'controller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\nsmall_flow_bytes = 0\n'
-                   f'poll_us = {poll_us}\ngiveup_quiet_us = {_giveup_quiet_us}\nrealtime_priority = {priority}\n[metrics]\nenabled = false\n'
+                   f'poll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\nrealtime_priority = {priority}\n[metrics]\nenabled = false\n'
                    f'[log]\nlevel = "{level}"\n')
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     prof = ["-m", "cProfile", "-o", os.environ["XAB_PROFILE"]] if os.environ.get("XAB_PROFILE") else []
@@ -222,7 +219,8 @@ class _Timed:
         setattr(obj, method, timed)
 
 
-def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, priority: int) -> dict[str, Any]:
+def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, priority: int,
+                 giveup_quiet_us: int = 0) -> dict[str, Any]:
     """The agent's loop in a thread of this process, its sections timed (see the module docstring)."""
     from xtc.host.tcgate import TcGate
     from xtc.xco.agent_config import load_agent_config
@@ -232,7 +230,7 @@ def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float
     cfg_path = tmp / "agent-sections.toml"
     cfg_path.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\n'
                         f'netns = "{ns}"\ncontroller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\n'
-                        f'small_flow_bytes = 0\npoll_us = {poll_us}\ngiveup_quiet_us = {_giveup_quiet_us}\n[metrics]\nenabled = false\n')
+                        f'small_flow_bytes = 0\npoll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\n[metrics]\nenabled = false\n')
     cfg = load_agent_config(cfg_path)
     svc = AgentService(cfg, TcGate("xb0", link_bps=1_000_000_000, netns=ns))
     sums: dict[str, int] = {}
@@ -438,8 +436,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the C reference without these steps (s: the sleep until the start, "
                          "n: the TBF changes, p: the frames, q: the counter probe; e.g. s nq snpq)")
     a = ap.parse_args(argv)
-    global _giveup_quiet_us
-    _giveup_quiet_us = a.giveup_quiet_us
     tag = secrets.token_hex(3)
     ns, peer = f"xab{tag}-a", f"xab{tag}-b"
     result: dict[str, Any] = {"slice_us": a.slice_us, "flows": N_LOCAL * N_REMOTE, "dests": N_REMOTE,
@@ -472,13 +468,14 @@ def main(argv: list[str] | None = None) -> int:
             (tmp / "topo.toml").write_text(_topology())
             runs = {}
             for poll in a.poll_us:
-                runs[f"poll_{poll}us"] = run_once(tmp, ns, a.slice_us, poll, a.seconds, "info", a.realtime_priority)
+                runs[f"poll_{poll}us"] = run_once(tmp, ns, a.slice_us, poll, a.seconds, "info", a.realtime_priority,
+                                                  a.giveup_quiet_us)
             runs["latency_debug_log"] = run_once(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds, "debug",
-                                                 a.realtime_priority)
+                                                 a.realtime_priority, a.giveup_quiet_us)
             result["runs"] = runs
             if a.sections:
                 result["in_process"] = run_sections(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds,
-                                                    a.realtime_priority)
+                                                    a.realtime_priority, a.giveup_quiet_us)
     finally:
         for n in (ns, peer):
             subprocess.run(["ip", "netns", "del", n], capture_output=True, check=False)
