@@ -22,9 +22,10 @@ docs = st.dictionaries(
 
 @settings(max_examples=200, deadline=None)
 @given(docs)
-def test_encode_is_the_finite_encoding(doc: dict) -> None:
-    want = json.dumps(_finite(doc), separators=(",", ":"), allow_nan=False).encode("utf-8")
-    assert encode(doc) == want
+def test_encode_is_the_finite_document(doc: dict) -> None:
+    """What is written reads back as the document, with non-finite numbers as null."""
+    out = encode(doc)
+    assert json.loads(out) == _finite(doc)
 
 
 def test_encode_writes_non_finite_as_null() -> None:
