@@ -178,6 +178,22 @@ def test_core_rate_mode_sends_one_datagram_per_host_with_its_flows():
     assert all(m.rates == ((r1, 200_000_000),) and m.start_us == NOW + LEAD for m in msgs)
 
 
+def test_core_rate_mode_shares_the_configured_fraction_of_each_link(tmp_path):
+    from xtc.xco.controller import ControllerService
+
+    topo, digest, core = _core(mode="rate", rate_link_fraction=0.95)
+    seq = Seq()
+    _register_all(core, topo, digest, seq)
+    r1 = topo.host_id("r1")
+    for x in range(5):
+        out = core.handle(P.encode(P.Backlog(seq(x, NOW), (r1,))), ("127.0.0.1", 7000 + x), NOW)
+    assert {P.decode(s.data).rates for s in out} == {((r1, 190_000_000),)}
+    # from the configuration file to the scheduler
+    cfg = loads_controller_config(_write_config(tmp_path, 7999, mode='"rate"', rate_link_fraction=0.9).read_text(),
+                                  base_dir=tmp_path)
+    assert ControllerService(cfg).core.sched.link_fraction == 0.9
+
+
 # ------------------------------------------------------------------------------------ config
 
 OK = 'schema = "xco-controller/1"\ntopology = "t.toml"\n'
@@ -193,6 +209,9 @@ OK = 'schema = "xco-controller/1"\ntopology = "t.toml"\n'
     ("lead_us = 10000\n", "lead_us", "less than slice_us"),
     ("[metrics]\nprot = 1\n", "metrics.prot", "unknown key"),
     ('[log]\nlevel = "loud"\n', "log.level", "must be one of"),
+    ("rate_link_fraction = 0.2\n", "rate_link_fraction", "within 0.5..1"),
+    ("rate_link_fraction = 1.5\n", "rate_link_fraction", "within 0.5..1"),
+    ('rate_link_fraction = "0.9"\n', "rate_link_fraction", "number"),
 ])
 def test_bad_config_is_refused_naming_the_key(extra, key, problem):
     with pytest.raises(ControllerConfigError) as e:

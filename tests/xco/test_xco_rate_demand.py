@@ -5,6 +5,7 @@ NICs never over capacity, a bounded flow never above its bound, and with no boun
 exactly.
 """
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,27 @@ def test_slow_flows_bounded_leave_their_share_to_the_fast_ones() -> None:
     assert (1, r_) not in rl.bound_bps
     rl.backlog(7, 1, [r_])
     assert rl.rate_bps[(1, r_)] == 94 * M // 4  # back unbounded
+
+
+def test_a_link_fraction_shares_that_fraction_of_each_link_and_leaves_the_nics_whole() -> None:
+    topo = star(5)
+    r_ = topo.n_hosts - 1
+    rl = RateLimiter(topo, link_fraction=0.97)
+    for x in range(5):
+        rl.backlog(0, x, [r_])
+    assert {rl.rate_bps[(x, r_)] for x in range(5)} == {97 * M // 5}
+    assert rl.link_load_bps().max() <= 97 * M
+    # a sender whose NIC is its bottleneck keeps its NIC's rate (the NIC is not shared)
+    one = star(1, link_bps=1000 * M, nic_bps=100 * M)
+    rl1 = RateLimiter(one, link_fraction=0.9)
+    rl1.backlog(0, 0, [1])
+    assert rl1.rate_bps[(0, 1)] == 100 * M
+    # demand bounds fill what is shared, not the whole link
+    rl.demand(1, 0, [(r_, 7 * M)])
+    assert [rl.rate_bps[(x, r_)] for x in range(5)] == [7 * M] + [90 * M // 4] * 4
+    for bad in (0.0, -0.5, 1.01, float("nan")):
+        with pytest.raises(ValueError, match="link_fraction"):
+            RateLimiter(topo, link_fraction=bad)
 
 
 def test_demand_of_a_flow_not_backlogged_is_ignored_and_bad_reports_refused() -> None:

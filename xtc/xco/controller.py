@@ -109,11 +109,15 @@ class ControllerCore:
         Largest accepted difference between a message's ``t_us`` and ``now_us``, microseconds.
     session : int
         The controller's session number (directives carry it).
+    rate_link_fraction : float
+        Rate mode: the fraction of each link's capacity shared among the flows through it
+        (:class:`~xtc.xco.scheduler.rate.RateLimiter`; 1, the paper's, fills the link).
     """
 
     def __init__(self, topo: Topology, digest: bytes, now_us: int, *, slice_us: int = 10_000,
                  lead_us: int = 500, mode: str = "timeslice", heartbeat_interval_us: int = 100_000,
-                 heartbeat_misses: int = 3, clock_window_us: int = 1_000_000, session: int = 1):
+                 heartbeat_misses: int = 3, clock_window_us: int = 1_000_000, session: int = 1,
+                 rate_link_fraction: float = 1.0):
         self.topo = topo
         self.digest = digest
         self.slice_us = slice_us
@@ -135,7 +139,7 @@ class ControllerCore:
             self.sched = HybridScheduler(topo, slice_us)
             self.rated = self.sched.limited
         else:
-            self.sched = RateLimiter(topo)
+            self.sched = RateLimiter(topo, link_fraction=rate_link_fraction)
         self.hosts: dict[int, _Host] = {}
         self.dropped: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
@@ -517,7 +521,8 @@ class ControllerService(StopOnSignal):
         self.core = ControllerCore(
             self.topo, self.digest, clock_us(), slice_us=cfg.slice_us, lead_us=cfg.lead_us, mode=cfg.mode,
             heartbeat_interval_us=cfg.heartbeat_interval_us, heartbeat_misses=cfg.heartbeat_misses,
-            clock_window_us=cfg.clock_window_us, session=secrets.randbits(32))
+            clock_window_us=cfg.clock_window_us, session=secrets.randbits(32),
+            rate_link_fraction=cfg.rate_link_fraction)
         #: The shared key (``auth_key_file``): every datagram sent is sealed, every one received must
         #: verify (:mod:`xtc.xco.auth`); None: no authentication.
         self.key = load_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
@@ -563,7 +568,8 @@ class ControllerService(StopOnSignal):
         event(log, logging.INFO, "started", pid=os.getpid(), listen="%s:%d" % self.sock.getsockname()[:2],
               topology=self.cfg.topology, hosts=self.topo.n_hosts, mode=self.cfg.mode,
               slice_us=self.cfg.slice_us, lead_us=self.cfg.lead_us, session=self.core.session,
-              metrics_port=self.metrics_port)
+              metrics_port=self.metrics_port,
+              **({"rate_link_fraction": self.cfg.rate_link_fraction} if self.cfg.mode == "rate" else {}))
         self._send(sends)
 
     def _send(self, sends: list[Send]) -> None:

@@ -51,6 +51,9 @@ def register(subparsers: Any) -> None:
                    help="XCo's gate on each host's uplink (default) or on each VM's interface")
     r.add_argument("--slice-us", type=int, default=10_000, help="slice length with XCo, microseconds (default 10000)")
     r.add_argument("--port-buffer", type=int, default=DEFAULT_PORT_BUFFER_BYTES)
+    r.add_argument("--rate-link-fraction", type=float, default=1.0,
+                   help="--mode rate: the controller's rate_link_fraction, the share of each link the rates "
+                        "fill (default 1, the paper's; below 1 the report's name ends in -link<fraction>)")
     r.add_argument("--in-slice", action="store_true",
                    help="fig15 with timeslices: also measure the share of packets sent inside the open slices "
                         "(a capture at the switch, agents at log level debug; it adds load, so the report's "
@@ -145,7 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         paths = run_experiment(args.experiment, args.out, quick=args.quick, mode=args.mode, scale=args.scale,
                                port_buffer_bytes=args.port_buffer, command=command, slice_us=args.slice_us, gate_at=args.gate_at,
-                               params={"in_slice": True} if args.in_slice else None, say=lambda m: print(m, file=sys.stderr))
+                               params={"in_slice": True} if args.in_slice else None, say=lambda m: print(m, file=sys.stderr),
+                               rate_link_fraction=args.rate_link_fraction)
     except XcoUnavailable as e:
         _err(str(e))
         return 4

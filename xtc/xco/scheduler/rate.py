@@ -12,6 +12,12 @@ demand reports: it sends less than its rate allows).  A flow whose bound is belo
 gets its bound; the capacity it leaves on each link and NIC is shared, the same way, among the
 other flows there, and so on until no bound is below its share (water-filling over the bounded
 flows only).  With no bounds the rates are the paper's, exactly.
+
+Also beyond the paper: a *link fraction* ``f`` (default 1, the paper's) shares ``f C_l`` instead of
+``C_l`` on every link, as a phantom queue drains at less than the line rate (HULL, Alizadeh et
+al., NSDI 2012): the senders through a link then add up to ``f`` of it, its queue drains between
+their bursts and a packet crossing it waits for almost nothing, at the cost of ``1 - f`` of its
+capacity.  The NICs are not scaled (a host's own NIC is not shared with other hosts).
 """
 
 from __future__ import annotations
@@ -33,10 +39,17 @@ class RateLimiter:
     ----------
     topo : Topology
         The network.
+    link_fraction : float
+        Share this fraction of each link's capacity (0 < f <= 1; see the module notes).
     """
 
-    def __init__(self, topo: Topology):
+    def __init__(self, topo: Topology, link_fraction: float = 1.0):
+        if not 0.0 < link_fraction <= 1.0:
+            raise ValueError(f"link_fraction must be within (0, 1], got {link_fraction!r}")
         self.topo = topo
+        self.link_fraction = float(link_fraction)
+        #: What is shared on each link, bits/s.
+        self.link_share_bps = np.floor(topo.link_bps.astype(np.float64) * self.link_fraction).astype(np.int64)
         self.n = topo.n_hosts
         self.now_us = 0
         self.B: list[dict[int, None]] = [{} for _ in range(self.n)]
@@ -71,7 +84,7 @@ class RateLimiter:
 
     def _recompute(self, t_us: int) -> list[Directive]:
         flows = [(x, d) for x in range(self.n) for d in self.B[x]]
-        caps = self.topo.link_bps.astype(np.int64)
+        caps = self.link_share_bps.copy()
         nic_left = self.topo.nic_bps.astype(np.int64)
         n_flows = self._n_flows.copy()
         n_out = np.array([len(b) for b in self.B], dtype=np.int64)

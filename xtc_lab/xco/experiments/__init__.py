@@ -207,7 +207,7 @@ def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], say: Callable[[str],
 def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
               workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
               gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink",
-              agent_log_level: str = "info") -> Iterator[dict[str, Any]]:
+              agent_log_level: str = "info", rate_link_fraction: float = 1.0) -> Iterator[dict[str, Any]]:
     """Run the experiment body under XCo in ``mode``; yields what was started (for the report).
 
     ``none``: nothing (the baseline).  ``timeslice`` / ``rate``: writes the lab's topology with its
@@ -239,6 +239,8 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     agent_log_level : str
         The agents' log level; ``"debug"`` logs every directive applied (``directive_applied``:
         ``dest``, ``start_us``, ``applied_us``), the slice grid of :mod:`.timing`.
+    rate_link_fraction : float
+        Rate mode: the controller's ``rate_link_fraction`` (the share of each link its rates fill).
 
     Raises
     ------
@@ -260,6 +262,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     port = CONTROLLER_PORT_BASE + int(tb.prefix[-4:], 16) % 2000
     ctl = {"schema": "xco-controller/1", "topology": "topology.toml", "slice_us": slice_us, "mode": mode,
            "lead_us": LEAD_US, "listen": f"127.0.0.1:{port}", "state_file": "controller-state.json",
+           **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {}),
            "metrics": {"enabled": False}, "log": {"format": "json", "level": "info"}}
     (wd / "controller.toml").write_text(toml_text(ctl))
     agents: dict[str, Path] = {}
@@ -292,7 +295,8 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
                             "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
-                            "gate_at": gate_at, "agent_log_level": agent_log_level}
+                            "gate_at": gate_at, "agent_log_level": agent_log_level,
+                            **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {})}
     try:
         spawn("controller", _xtc_argv("controller", "-c", str(wd / "controller.toml")))
         time.sleep(0.5)
@@ -399,8 +403,12 @@ def _busy(lock: Any) -> bool:
 def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float = DEFAULT_SCALE,
                    slice_us: int = SLICE_US, gate_at: str = "uplink",
                    port_buffer_bytes: int = DEFAULT_PORT_BUFFER_BYTES, command: str = "",
-                   params: dict[str, Any] | None = None, say: Callable[[str], None] = print) -> dict[str, Path]:
+                   params: dict[str, Any] | None = None, say: Callable[[str], None] = print,
+                   rate_link_fraction: float = 1.0) -> dict[str, Path]:
     """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths.
+
+    ``rate_link_fraction`` (rate mode only) is the controller's; below 1 the report's name ends in
+    ``-link<fraction>``.
 
     ``params`` go to the experiment (:attr:`Context.params`); ``{"in_slice": True}`` also runs the agents
     at log level debug (every directive applied is logged) and names the report ``...-capture``."""
@@ -412,6 +420,10 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     matplotlib.use("Agg")
     mod = importlib.import_module(EXPERIMENTS[name])
     check_mode(mode)
+    if not 0.5 <= rate_link_fraction <= 1.0:
+        raise LabError(f"the rate link fraction must be within 0.5..1, got {rate_link_fraction:g}")
+    if rate_link_fraction != 1.0 and mode != "rate":
+        raise LabError("a rate link fraction below 1 needs --mode rate")
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
     lab_name = f"run-{name}-{os.getpid()}"
     MEASURE_LOCK.parent.mkdir(parents=True, exist_ok=True)
@@ -426,7 +438,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         tb = Testbed(record)
         try:
             with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
-                           agent_log_level="debug" if params.get("in_slice") else "info") as xco:
+                           agent_log_level="debug" if params.get("in_slice") else "info",
+                           rate_link_fraction=rate_link_fraction) as xco:
                 ctx = Context(tb=tb, quick=quick, mode=mode, say=say, params=params, xco=xco)
                 result, fig, md = mod.run(ctx)
         finally:
@@ -441,6 +454,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     stem = name if mode == "none" else f"{name}-{mode}"
     if params.get("in_slice"):
         stem += "-capture"
+    if rate_link_fraction != 1.0:
+        stem += f"-link{rate_link_fraction:g}"
     if quick:
         stem += "-quick"
     paths = {"json": out / f"{stem}.json", "png": out / f"{stem}.png", "md": out / f"{stem}.md"}
@@ -457,7 +472,9 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
                    f"polls every {xco['poll_us']} us, give-up after {xco['giveup_after_us']} us or, "
                    f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
-                   f"(0: once a slice)); {fails} fail-opens, {lost} hosts lost by the controller "
+                   f"(0: once a slice))"
+                   + (f"; rates share {xco['rate_link_fraction']:g} of each link" if mode == "rate" else "")
+                   + f"; {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
