@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from xtc_lab.xco.experiments.flows import FIG1A_BOTTLENECK, FIG1A_SENDERS, fig1a
 from xtc_lab.xco.experiments.simcheck import lab_topology, simulated_loss
 from xtc_lab.xco.testbed import HOST_QUEUE_BYTES
 
@@ -37,3 +38,12 @@ def test_with_timeslices_nothing_is_lost(topo) -> None:
     r = simulated_loss(topo, ["s1", "s2", "s3", "s4", "s5"], "r1", "timeslice", 10_000)
     assert r["loss_percent"] < 0.01
     assert r["delivered_bps"] >= 0.95 * 100e6
+
+
+def test_fig1a_setup_names_the_topologys_senders_and_bottleneck(topo) -> None:
+    assert FIG1A_BOTTLENECK in topo.link_names
+    assert all(topo.has_host(h) for h in FIG1A_SENDERS)
+    rates = {"sw1>r1": 100_000_000, "s1>sw1": 250_000_000}
+    tb = SimpleNamespace(rate_bps=rates.__getitem__)
+    assert fig1a(SimpleNamespace(tb=tb, quick=True)) == (tb, 3, "sw1>r1", 100_000_000, 250_000_000)
+    assert fig1a(SimpleNamespace(tb=tb, quick=False)).duration_s == 10

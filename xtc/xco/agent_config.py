@@ -45,14 +45,13 @@ naming the key; :func:`check_against_topology` checks ``host`` and ``link_bps`` 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator, Field, TypeAdapter
+from pydantic import AfterValidator, Field
 
-from xtc.validation import DocumentError, parse_document, read_text_file, within
+from xtc.validation import DocumentError, Fail, within
 
-from .controller_config import Int, LogConfig, StrictTable, checked_address, parse_listen, resolve_paths
+from .controller_config import ConfigFile, Int, LogConfig, StrictTable, checked_address, parse_listen
 from .controller_config import MetricsConfig as ControllerMetrics
 
 if TYPE_CHECKING:
@@ -130,31 +129,22 @@ class AgentConfigError(DocumentError):
     """An agent configuration is invalid.  ``key`` names the culprit."""
 
 
-_ADAPTER = TypeAdapter(AgentConfig)
-_HINTS = {"interface": "uplink", "ifname": "uplink", "name": "host", "listen": "bind",
-          "controller_address": "controller", "giveup_us": "giveup_after_us", "metrics_port": "metrics.port",
-          "burst": "open_burst_bytes", "open_burst": "open_burst_bytes"}
-
-
-def loads_agent_config(text: str, source: str | None = None, base_dir: str | Path | None = None) -> AgentConfig:
-    """Parse and validate configuration text; a relative ``topology`` is resolved against ``base_dir``.
-
-    Raises
-    ------
-    AgentConfigError
-        Naming the first bad key.
-    """
-    cfg: AgentConfig = parse_document(text, _ADAPTER, AgentConfig, AgentConfigError.failing(source), _HINTS)
+def _check_controller_port(cfg: AgentConfig, fail: Fail) -> None:
     if parse_listen(cfg.controller)[1] == 0:
-        raise AgentConfigError("controller", f"port must be 1..65535, got {cfg.controller!r}", source)
-    return resolve_paths(cfg, base_dir, ("topology", "auth_key_file"))
+        raise fail("controller", f"port must be 1..65535, got {cfg.controller!r}")
 
 
-def load_agent_config(path: str | Path) -> AgentConfig:
-    """Load and validate a configuration file.  Raises :class:`AgentConfigError` naming the key."""
-    p = Path(path)
-    text = read_text_file(p, AgentConfigError.failing(str(p)))
-    return loads_agent_config(text, source=str(p), base_dir=p.parent)
+AGENT_CONFIG = ConfigFile(
+    AgentConfig, AgentConfigError,
+    {"interface": "uplink", "ifname": "uplink", "name": "host", "listen": "bind",
+     "controller_address": "controller", "giveup_us": "giveup_after_us", "metrics_port": "metrics.port",
+     "burst": "open_burst_bytes", "open_burst": "open_burst_bytes"},
+    ("topology", "auth_key_file"), _check_controller_port)
+#: Parse and validate configuration text (:meth:`ConfigFile.loads`): an :class:`AgentConfig`; a
+#: relative ``topology`` or ``auth_key_file`` is resolved against ``base_dir``.
+loads_agent_config = AGENT_CONFIG.loads
+#: Load and validate a configuration file (:meth:`ConfigFile.load`): an :class:`AgentConfig`.
+load_agent_config = AGENT_CONFIG.load
 
 
 def check_against_topology(cfg: AgentConfig, topo: Topology, source: str | None = None) -> tuple[int, int]:

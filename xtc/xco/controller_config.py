@@ -36,12 +36,13 @@ A complete example (every key with its default unless marked required)::
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
 
-from xtc.validation import DocumentError, parse_document, read_text_file, within
+from xtc.validation import DocumentError, Fail, parse_document, read_text_file, within
 
 __all__ = ["SCHEMA", "ControllerConfig", "ControllerConfigError", "load_controller_config",
            "loads_controller_config", "parse_listen"]
@@ -129,27 +130,66 @@ def resolve_paths(cfg: _T, base_dir: str | Path | None, keys: tuple[str, ...]) -
     return cfg.model_copy(update=upd)
 
 
-_ADAPTER = TypeAdapter(ControllerConfig)
-_HINTS = {"slice": "slice_us", "lead": "lead_us", "heartbeat_interval": "heartbeat_interval_us",
-          "topology_file": "topology", "state": "state_file", "metrics_port": "metrics.port"}
+class ConfigFile(Generic[_T]):
+    """How an XCo configuration file is read: its TOML text validated as ``model`` (unknown keys
+    refused, ``hints``: unknown key -> the key meant), then ``check`` across keys, then the relative
+    paths among ``paths`` resolved against the file's directory.
 
-
-def loads_controller_config(text: str, source: str | None = None, base_dir: str | Path | None = None) -> ControllerConfig:
-    """Parse and validate configuration text; relative paths are resolved against ``base_dir``.
-
-    Raises
-    ------
-    ControllerConfigError
-        Naming the first bad key.
+    Parameters
+    ----------
+    model : type
+        The configuration's :class:`StrictTable`.
+    error : type
+        The :class:`~xtc.validation.DocumentError` raised, naming the first bad key.
+    hints : mapping
+        Unknown key -> the key it probably means.
+    paths : tuple of str
+        The keys that hold file paths, relative to the configuration file's directory.
+    check : callable
+        ``check(cfg, fail)``: what the table's types cannot say (a key against another); raises
+        ``fail(key, problem)``.
     """
-    cfg: ControllerConfig = parse_document(text, _ADAPTER, ControllerConfig, ControllerConfigError.failing(source), _HINTS)
+
+    def __init__(self, model: type[_T], error: type[DocumentError], hints: Mapping[str, str],
+                 paths: tuple[str, ...], check: Callable[[_T, Fail], None]):
+        self.model = model
+        self.error = error
+        self.hints = hints
+        self.paths = paths
+        self.check = check
+        self._adapter = TypeAdapter(model)
+
+    def loads(self, text: str, source: str | None = None, base_dir: str | Path | None = None) -> _T:
+        """Parse and validate configuration text; relative paths are resolved against ``base_dir``.
+
+        Raises
+        ------
+        DocumentError
+            The configuration's own error class (:attr:`error`), naming the first bad key.
+        """
+        fail = self.error.failing(source)
+        cfg: _T = parse_document(text, self._adapter, self.model, fail, self.hints)
+        self.check(cfg, fail)
+        return resolve_paths(cfg, base_dir, self.paths)
+
+    def load(self, path: str | Path) -> _T:
+        """Load and validate a configuration file.  Raises :attr:`error` naming the key."""
+        p = Path(path)
+        text = read_text_file(p, self.error.failing(str(p)))
+        return self.loads(text, source=str(p), base_dir=p.parent)
+
+
+def _check_lead(cfg: ControllerConfig, fail: Fail) -> None:
     if (cfg.lead_us >= cfg.slice_us) and cfg.mode != "rate":
-        raise ControllerConfigError("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}", source)
-    return resolve_paths(cfg, base_dir, ("topology", "state_file", "auth_key_file"))
+        raise fail("lead_us", f"must be less than slice_us ({cfg.slice_us}), got {cfg.lead_us}")
 
 
-def load_controller_config(path: str | Path) -> ControllerConfig:
-    """Load and validate a configuration file.  Raises :class:`ControllerConfigError` naming the key."""
-    p = Path(path)
-    text = read_text_file(p, ControllerConfigError.failing(str(p)))
-    return loads_controller_config(text, source=str(p), base_dir=p.parent)
+CONTROLLER_CONFIG = ConfigFile(
+    ControllerConfig, ControllerConfigError,
+    {"slice": "slice_us", "lead": "lead_us", "heartbeat_interval": "heartbeat_interval_us",
+     "topology_file": "topology", "state": "state_file", "metrics_port": "metrics.port"},
+    ("topology", "state_file", "auth_key_file"), _check_lead)
+#: Parse and validate configuration text (:meth:`ConfigFile.loads`): a :class:`ControllerConfig`.
+loads_controller_config = CONTROLLER_CONFIG.loads
+#: Load and validate a configuration file (:meth:`ConfigFile.load`): a :class:`ControllerConfig`.
+load_controller_config = CONTROLLER_CONFIG.load

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, fig1a, run_flows_across
 
 NAME = "fig20"
 TITLE = "Fairness of 2 UDP and 3 TCP senders"
@@ -38,11 +38,7 @@ def jain(xs: Sequence[float]) -> float | None:
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     import matplotlib.pyplot as plt
 
-    tb = ctx.tb
-    dur = 3 if ctx.quick else 10
-    bottleneck = "sw1>r1"
-    rate = tb.rate_bps(bottleneck)
-    udp_rate = tb.rate_bps("s1>sw1")
+    tb, dur, bottleneck, rate, udp_rate = fig1a(ctx)
     ctx.say(f"  3 TCP + 2 UDP senders, {dur} s")
     flows, port = run_flows_across(tb, bottleneck, SENDERS, "r1", dur, udp_rate, UDP_PAYLOAD_BYTES)
     good = [f["goodput_bps"] for f in flows]

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,6 +20,29 @@ from xtc_lab.xco.testbed import Testbed
 
 UDP_PAYLOAD_BYTES = 1400  # one datagram per frame (netperf's 64 KB messages would be IP fragments)
 BASE_PORT = 5201
+#: Figure 1(a)'s senders, each on its own host, and its bottleneck: the switch port into the receiver r1.
+FIG1A_SENDERS = ("s1", "s2", "s3", "s4", "s5")
+FIG1A_BOTTLENECK = "sw1>r1"
+
+
+class Fig1a(NamedTuple):
+    """What the Figure 1(a) experiments (senders s1..s5, each on its own host, into r1) start from."""
+
+    tb: Testbed
+    #: How long the senders send per run, s: 3 with ``--quick``, else 10.
+    duration_s: int
+    #: The switch port every flow crosses (:data:`FIG1A_BOTTLENECK`).
+    bottleneck: str
+    #: Its rate, bits/s (scaled).
+    bottleneck_bps: int
+    #: A sender's NIC rate (``s1>sw1``), bits/s (scaled): the rate UDP senders send at.
+    nic_bps: int
+
+
+def fig1a(ctx: Any) -> Fig1a:
+    """The testbed, run length and rates of a Figure 1(a) experiment run with ``ctx``."""
+    tb = ctx.tb
+    return Fig1a(tb, 3 if ctx.quick else 10, FIG1A_BOTTLENECK, tb.rate_bps(FIG1A_BOTTLENECK), tb.rate_bps("s1>sw1"))
 
 
 @dataclass

@@ -9,14 +9,14 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import ip_reassembly, port_delta, run_flows
+from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, fig1a, ip_reassembly, port_delta, run_flows
 from xtc_lab.xco.experiments.timing import LATE_TOLERANCE_US, capture, slice_shares
 
 NAME = "fig15"
 TITLE = "5 TCP/UDP senders into one receiver"
 PAPER = "Figures 4 and 15"
 TOPOLOGY = "fig1a"
-SENDERS = ("s1", "s2", "s3", "s4", "s5")
+SENDERS = FIG1A_SENDERS
 # netperf's UDP_STREAM sends 64 KB messages: each leaves as 45 IP fragments, and a lost fragment loses
 # the message ("dropping even a single 1.5KB packet leads the receiver to discard the entire 64KB message")
 UDP_MESSAGE_BYTES = 65_000
@@ -35,12 +35,8 @@ def mix(n_udp: int) -> list[tuple[str, str]]:
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     import matplotlib.pyplot as plt
 
-    tb = ctx.tb
-    dur = 3 if ctx.quick else 10
+    tb, dur, bottleneck, rate, udp_rate = fig1a(ctx)
     points = (0, 3) if ctx.quick else (0, 1, 2, 3, 4, 5)
-    bottleneck = "sw1>r1"
-    rate = tb.rate_bps(bottleneck)
-    udp_rate = tb.rate_bps("s1>sw1")
     rows = []
     # with timeslices and --in-slice: every packet towards r1 entering the switch (from the senders'
     # gates), kernel-stamped, against the slices each agent applied (agents at log level debug).  Not by

@@ -19,14 +19,13 @@ from typing import Any
 from xtc.xco.topology import Topology, parse_topology
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
+from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, UDP_PAYLOAD_BYTES, fig1a, run_flows_across
 
 NAME = "fig23"
 TITLE = "the simulator against the testbed: UDP loss at one bottleneck"
 PAPER = "Figure 23"
 TOPOLOGY = "fig1a"
-SENDERS = ("s1", "s2", "s3", "s4", "s5")
-BOTTLENECK = "sw1>r1"
+SENDERS = FIG1A_SENDERS
 #: Simulated seconds per point (the simulator's loss settles within a few slices).
 SIM_SECONDS = 1.0
 PAPER_NOTE = ("N = 1..5 UDP senders into one 1 Gb/s bottleneck: NS3 and the testbed report very similar loss "
@@ -65,24 +64,21 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
 
     from xtc_lab.xco.experiments import SLICE_US
 
-    tb = ctx.tb
-    dur = 3 if ctx.quick else 10
+    tb, dur, bottleneck, rate, nic = fig1a(ctx)
     ns = (1, 3, 5) if ctx.quick else (1, 2, 3, 4, 5)
-    rate = tb.rate_bps(BOTTLENECK)
-    nic = tb.rate_bps("s1>sw1")
     topo = lab_topology(tb)
     slice_us = int(ctx.xco.get("slice_us", SLICE_US))
     rows = []
     for n in ns:
         senders = list(SENDERS[:n])
         ctx.say(f"  {n} UDP sender(s) at {nic / 1e6:g} Mb/s, {dur} s; then the simulator")
-        flows, port = run_flows_across(tb, BOTTLENECK, [(h, "udp") for h in senders], "r1", dur, nic,
+        flows, port = run_flows_across(tb, bottleneck, [(h, "udp") for h in senders], "r1", dur, nic,
                                        UDP_PAYLOAD_BYTES)
         sim = simulated_loss(topo, senders, "r1", ctx.mode, slice_us)
         rows.append({"senders": n, "switch_port": port, "testbed_loss_percent": port["loss_percent"],
                      "testbed_goodput_bps": sum(f["goodput_bps"] for f in flows), "flows": flows,
                      "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"]})
-    result = {"bottleneck": BOTTLENECK, "bottleneck_bps": rate, "nic_bps": nic, "seconds_per_point": dur,
+    result = {"bottleneck": bottleneck, "bottleneck_bps": rate, "nic_bps": nic, "seconds_per_point": dur,
               "sim_seconds": SIM_SECONDS, "slice_us": slice_us, "port_buffer_bytes": tb.record["port_buffer_bytes"],
               "points": rows, "paper": PAPER_NOTE}
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
@@ -95,7 +91,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         [(r["senders"], f"{r['testbed_loss_percent']:.2f}%", f"{r['sim_loss_percent']:.2f}%",
           f"{r['testbed_goodput_bps'] / 1e6:.1f}", f"{r['sim_delivered_bps'] / 1e6:.1f}") for r in rows])
     md = (f"N UDP senders of Figure 1(a) at their NIC rate ({nic / 1e6:g} Mb/s, {UDP_PAYLOAD_BYTES}-byte datagrams) "
-          f"into r1 through `{BOTTLENECK}` at {rate / 1e6:g} Mb/s (buffer {tb.record['port_buffer_bytes']} bytes), "
+          f"into r1 through `{bottleneck}` at {rate / 1e6:g} Mb/s (buffer {tb.record['port_buffer_bytes']} bytes), "
           f"{dur} s per point on the testbed; the simulator (`xtc_lab/xco/simulate.py`, fluid, {SIM_SECONDS:g} s "
           f"simulated) on the same topology at the lab's scale and buffers, mode {ctx.mode}"
           + (f", {slice_us} us slices" if ctx.mode != "none" else "") + ".\n\n" + table

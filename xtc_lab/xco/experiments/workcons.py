@@ -6,7 +6,7 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments.fairness import jain
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, fig1a, run_flows_across
 
 NAME = "fig21"
 TITLE = "3 slow and 2 fast UDP senders"
@@ -24,11 +24,7 @@ PAPER_NOTE = ("five UDP senders across a 1 Gb/s bottleneck, three at 50 Mb/s and
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     import matplotlib.pyplot as plt
 
-    tb = ctx.tb
-    dur = 3 if ctx.quick else 10
-    bottleneck = "sw1>r1"
-    rate = tb.rate_bps(bottleneck)
-    nic = tb.rate_bps("s1>sw1")
+    tb, dur, bottleneck, rate, nic = fig1a(ctx)
     slow = int(SLOW_FRACTION * rate)
     ctx.say(f"  3 UDP senders at {slow / 1e6:g} Mb/s + 2 at {nic / 1e6:g} Mb/s, {dur} s")
     flows, port = run_flows_across(tb, bottleneck, [(h, "udp") for h in SLOW + FAST], "r1", dur, nic,
