@@ -92,6 +92,11 @@ def label_axes(ax: Any, ctx: Context, paper: str, xlabel: str, ylabel: str) -> N
 SLICE_US = 10_000
 #: Directives leave the controller this long before their slice (a loaded host wakes late).
 LEAD_US = 1_000
+#: In rate mode directives take effect on arrival (lead 0): a rate needs no common instant with the
+#: other hosts' (a rate that rises before another falls adds a few KB to a port's queue), and the
+#: lead delayed every new rate by 1 ms, a third of Figure 22's gap.  ``XTC_XCO_LAB_RATE_LEAD_US``
+#: overrides it, for before/after runs of the same code.
+RATE_LEAD_US = int(os.environ.get("XTC_XCO_LAB_RATE_LEAD_US", "0"))
 #: The gate's open burst, bytes (the agent's ``open_burst_bytes``): two full frames (a 64 KiB burst,
 #: 5.2 ms of a 100 Mb/s link, measured 9.8 % switch loss with 5 TCP senders and 10 ms slices).
 OPEN_BURST_BYTES = 2 * 1514
@@ -260,8 +265,9 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     topo_data = scaled_topology(_topology_data(tb), tb.scale)
     (wd / "topology.toml").write_text(toml_text(topo_data))
     port = CONTROLLER_PORT_BASE + int(tb.prefix[-4:], 16) % 2000
+    lead_us = RATE_LEAD_US if mode == "rate" else LEAD_US
     ctl = {"schema": "xco-controller/1", "topology": "topology.toml", "slice_us": slice_us, "mode": mode,
-           "lead_us": LEAD_US, "listen": f"127.0.0.1:{port}", "state_file": "controller-state.json",
+           "lead_us": lead_us, "listen": f"127.0.0.1:{port}", "state_file": "controller-state.json",
            **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {}),
            "metrics": {"enabled": False}, "log": {"format": "json", "level": "info"}}
     (wd / "controller.toml").write_text(toml_text(ctl))
@@ -291,7 +297,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
             procs.append((name, subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "nice", "-n", str(NICE), *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  cwd=wd, start_new_session=True)))
 
-    info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": LEAD_US, "workdir": str(wd),
+    info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": lead_us, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
                             "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
