@@ -11,7 +11,9 @@ A complete example (every key with its default unless marked required)::
                                      # at least two frames: 2 x (MTU + 18))
     controller = "10.0.0.254:7800"   # required: the controller's UDP address:port
     bind = "0.0.0.0:0"               # where the agent's UDP socket is bound
-    small_flow_bytes = 100000        # a flow that has sent no more than this is never held
+    small_flow_bytes = 100000        # a flow that has sent no more than this is never held; the
+                                     # senders that may start together into one switch port send
+                                     # this much each at once: keep their sum within its buffer
     giveup_after_us = 2000           # a destination with nothing queued this long is given up
     giveup_quiet_us = 0              # timeslices: the destination in force given up at once when
                                      # the counters prove nothing entered its class this long

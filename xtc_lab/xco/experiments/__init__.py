@@ -119,6 +119,13 @@ GIVEUP_QUIET_US = int(os.environ.get("XTC_XCO_LAB_GIVEUP_QUIET_US", "2000"))
 #: modes; ``XTC_XCO_LAB_IDLE_POLL_US`` overrides it (0: once a slice, as before).  An idle read is the
 #: probe (one RTM_GETQDISC), not the dump that made ``POLL_US`` 5 ms; measured on Figure 22.
 IDLE_POLL_US = int(os.environ.get("XTC_XCO_LAB_IDLE_POLL_US", "2000"))
+#: The agents' ``small_flow_bytes`` (a VM pair that has sent no more than this is never held).
+#: Senders that start together send this much each unheld: 5 x 100 KB (the agent's default) into
+#: a port buffer of 128 KiB lost 104-122 frames at every start of Figure 15's 5 TCP senders (0.12-0.15%
+#: of a 10 s run, in both modes); 5 x 20 KB lost 0-1, and Figure 17's short connections (30 KB, one
+#: VM pair each sequence) did not change (docs/xco-testbed.md).  ``XTC_XCO_LAB_SMALL_FLOW_BYTES``
+#: overrides it, for before/after runs.
+SMALL_FLOW_BYTES = int(os.environ.get("XTC_XCO_LAB_SMALL_FLOW_BYTES", "20000"))
 #: The controller and the agents run at this nice value: the paper's agent is a kernel module in
 #: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
 #: them off the CPU for tens of ms (measured: fail-opens and hosts dropped for missed heartbeats).
@@ -281,7 +288,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         ifname, ns = ("eth0", hrec["vms"][0]["ns"]) if gate_at == "vm" else (hrec["uplink"], hrec["ns"])
         cfg = {"schema": "xco-agent/1", "topology": "topology.toml", "host": h, "uplink": ifname,
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
-               "netns": ns, "poll_us": POLL_US,
+               "netns": ns, "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
                "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
@@ -299,7 +306,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": lead_us, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level,
                             **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {})}
@@ -476,6 +483,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         lost = xco.get("log_events", {}).get("controller", {}).get("host_lost", 0)
         header += (f"XCo: {mode}, {xco['slice_us']} us slices, gates on the {xco['gate_at']}s at "
                    f"{xco['gate_rate_fraction']:g} of the NIC rate (open burst {xco['open_burst_bytes']} bytes, "
+                   f"small flows unheld up to {xco.get('small_flow_bytes', 100000)} bytes, "
                    f"polls every {xco['poll_us']} us, give-up after {xco['giveup_after_us']} us or, "
                    f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
                    f"(0: once a slice))"
