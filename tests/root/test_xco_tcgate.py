@@ -704,6 +704,45 @@ def test_a_100_gbps_uplink_and_a_40_gbps_rate_reach_the_kernel_whole(lab: Lab) -
         TcGate(lab.ifname, link_bps=10**13 + 1, netns=lab.snd)
 
 
+@root
+def test_every_new_rate_reaches_the_kernel_with_its_burst(lab: Lab) -> None:
+    """Rates are written into one encoded message (not encoded by pyroute2 each time): what the
+    kernel holds after each change is that rate, and the rate limit's burst."""
+    with installed(lab.gate()) as gate:
+        lab.hold(gate, OPEN)
+        for rate_bps in (2_000_000, 19_400_000, 97_000_000 // 5, 1_000_000_008, 30_000_000_000):
+            gate.set_states({1: rate_bps})
+            tbf = [q["options"] for q in lab.tc_json("qdisc") if q["kind"] == "tbf" and q["options"]["rate"] != LINK_BPS // 8]
+            assert [o["rate"] for o in tbf] == [rate_bps // 8], (rate_bps, tbf)
+            # the kernel keeps the bucket in time, and reports it back in 64 ns ticks: a few bytes off
+            want = max(gate.closed_burst_bytes, rate_bps // 8 // 1000)
+            assert abs(tbf[0]["burst"] - want) <= max(4, want // 500), (want, tbf)
+
+
+def test_a_rate_written_into_the_template_is_what_pyroute2_would_encode() -> None:
+    """The fields the kernel reads (rate, burst, limit) match pyroute2's own encoding of that rate."""
+
+    def fields(m: bytes) -> tuple:
+        (_t, a, b), = [x for x in tcgate._attrs(m, 36, len(m)) if x[0] == tcgate.TCA_OPTIONS]
+        nested = {t: (c, d) for t, c, d in tcgate._attrs(m, a, b)}
+        parms = nested[1][0]
+        return (struct.unpack_from("=I", m, parms + 8)[0], struct.unpack_from("=I", m, parms + 24)[0],
+                struct.unpack_from("=I", m, nested[tcgate.TCA_TBF_BURST][0])[0])
+
+    def encoded(rate_Bps: int, burst: int) -> bytes:
+        m = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=rate_Bps,
+                      burst=burst, limit=1 << 20)
+        return tcgate._append_option(m, tcgate.TCA_TBF_BURST, struct.pack("=I", burst))
+
+    template = encoded(1_000_000, 1518)
+    for rate_Bps, burst in ((1000, 1518), (2_425_000, 2425), (12_500_000, 12_500), (2_000_000_000, 2_000_000)):
+        m = bytearray(template)
+        tcgate._set_tbf_rate(m, rate_Bps, burst)
+        assert fields(bytes(m)) == fields(encoded(rate_Bps, burst)) == (rate_Bps, 1 << 20, burst)
+    with pytest.raises(ValueError, match="not a TBF message"):
+        tcgate._set_tbf_rate(bytearray(template[:40]), 1, 1)
+
+
 def test_tbf_message_carries_its_burst() -> None:
     msg = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
                     limit=1 << 20)

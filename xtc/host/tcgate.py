@@ -41,8 +41,9 @@ HTB root with that handle is removed, which gives the device its kernel default 
 only known to the gate that recorded them (:meth:`TcGate.restore`).
 
 Messages are encoded by pyroute2 (its tc plugins and request filters: :func:`encode_tc`), once
-per kind of message (the class, the TBF leaf in each state), then copied with the handle, parent
-and sequence number patched; pyroute2 has no ``TCA_TBF_BURST``, which is appended here (without
+per kind of message (the class, the TBF leaf OPEN and CLOSED, one TBF leaf for every rate), then
+copied with the handle, parent and sequence number patched (and a rate's rate and burst written
+in: :func:`_set_tbf_rate`); pyroute2 has no ``TCA_TBF_BURST``, which is appended here (without
 it the kernel derives the largest packet from the buffer in ticks, and a closed leaf drops every
 packet).  They go out on a raw ``NETLINK_ROUTE`` socket this module owns.  The hot path
 (:meth:`TcGate.set_states`) sends the cached TBF "change" messages of every changed destination in one
@@ -237,6 +238,37 @@ def _append_option(msg: bytes, atype: int, payload: bytes) -> bytes:
     struct.pack_into("=H", out, at, _align4(olen) + len(extra))
     struct.pack_into("=I", out, 0, len(out))
     return bytes(out)
+
+
+#: The rate the rate template is encoded with (:meth:`TcGate._tbf`; any rate below 34 Gb/s would do).
+_RATE_TEMPLATE_BPS = 8_000_000
+_TCA_TBF_PARMS = 1
+_TC_LINKLAYER_ETHERNET = 1
+
+
+def _set_tbf_rate(msg: bytearray, rate_Bps: int, burst: int) -> None:
+    """Write a rate (bytes/s, < 2**32) and a burst (bytes) into an encoded TBF message, in place.
+
+    The kernel's ``tbf_change`` takes the rate from ``tc_tbf_qopt.rate.rate`` and, given
+    ``TCA_TBF_BURST``, derives the bucket from the burst; the rate table is read only to detect
+    the link layer of a rate spec that does not name it, so the spec is marked Ethernet (the
+    table encoded for another rate is then not consulted).
+    """
+    start = _NLMSGHDR.size + _TCMSG.size
+    parms = burst_at = None
+    for t, a, b in _attrs(msg, start, len(msg)):
+        if t == TCA_OPTIONS:
+            for nt, na, nb in _attrs(msg, a, b):
+                if nt == _TCA_TBF_PARMS and nb - na >= 36:
+                    parms = na
+                elif nt == TCA_TBF_BURST and nb - na >= 4:
+                    burst_at = na
+    if parms is None or burst_at is None:
+        raise ValueError("not a TBF message with TCA_TBF_PARMS and TCA_TBF_BURST")
+    # struct tc_ratespec: cell_log u8, linklayer u8, overhead u16, cell_align s16, mpu u16, rate u32
+    msg[parms + 1] = _TC_LINKLAYER_ETHERNET
+    struct.pack_into("=I", msg, parms + 8, rate_Bps)
+    struct.pack_into("=I", msg, burst_at, burst)
 
 
 def _encode_plain(msg_type: int, flags: int, seq: int, ifindex: int, handle: int = 0, parent: int = 0, info: int = 0,
@@ -842,9 +874,22 @@ class TcGate:
         return bytes(out)
 
     def _tbf(self, command: str, minor: int, state: int) -> bytes:
-        """The TBF leaf message of class ``7c0:minor`` in ``state`` (pyroute2 encodes each state once)."""
-        return self._patched(("tbf", command, state), lambda: self._encode_tbf(command, state),
-                             (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor)
+        """The TBF leaf message of class ``7c0:minor`` in ``state``.
+
+        OPEN and CLOSED: pyroute2 encodes each once.  A rate: one message encoded once per command,
+        its rate and burst written in (:func:`_set_tbf_rate`): pyroute2 computes TBF's rate table in
+        Python, 1-5 ms for each new rate, and rate mode sends new rates at every event."""
+        handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
+        if state in (OPEN, CLOSED) or state // 8 > _U32_MAX:
+            return self._patched(("tbf", command, state), lambda: self._encode_tbf(command, state), handle, parent)
+        msg = bytearray(self._patched(("tbf-rate", command), lambda: self._encode_tbf(command, _RATE_TEMPLATE_BPS),
+                                      handle, parent))
+        _set_tbf_rate(msg, state // 8, self._rate_burst(state))
+        return bytes(msg)
+
+    def _rate_burst(self, rate_bps: int) -> int:
+        """A rate limit's burst, bytes: the closed burst, or 1 ms at the rate if more."""
+        return max(self.closed_burst_bytes, rate_bps // 8 // 1000)
 
     def _encode_tbf(self, command: str, state: int) -> bytes:
         if state == OPEN:
@@ -853,7 +898,7 @@ class TcGate:
             rate_bps, burst = self.closed_rate_bps, self.closed_burst_bytes
         else:
             rate_bps = int(state)
-            burst = max(self.closed_burst_bytes, rate_bps // 8 // 1000)
+            burst = self._rate_burst(rate_bps)
         rate_Bps = rate_bps // 8
         msg = self._tc(command, kind="tbf", handle=_LEAF_MAJOR_BASE << 16, parent=ROOT_HANDLE,
                        rate=min(rate_Bps, _U32_MAX), burst=burst, limit=self.queue_limit_bytes)
