@@ -103,6 +103,10 @@ OPEN_BURST_BYTES = 2 * 1514
 #: The agents' gates run at this fraction of the scaled NIC rate, so that the switch port (at the
 #: full rate) drains what late closes and open bursts leave in it between slices.
 GATE_RATE_FRACTION = 0.98
+#: In rate mode the controller's rates already keep every port within its rate (the sum of the
+#: rates through a link is at most its capacity), so the gates run at the NIC rate itself, as a
+#: real NIC would.  ``XTC_XCO_LAB_RATE_GATE_FRACTION`` overrides it, for before/after runs.
+RATE_GATE_RATE_FRACTION = float(os.environ.get("XTC_XCO_LAB_RATE_GATE_FRACTION", "1.0"))
 #: The agents read their gate's counters this often.  The agent's default (500 us) costs about
 #: 0.35 ms of CPU per read: seven agents would want more than the two cores (measured: 5 fail-opens
 #: in a 6 s run, switch loss 1.2 %, against none and 0.5 % at 5 ms).
@@ -218,7 +222,7 @@ def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], say: Callable[[str],
 @contextlib.contextmanager
 def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
               workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
-              gate_rate_fraction: float = GATE_RATE_FRACTION, gate_at: str = "uplink",
+              gate_rate_fraction: float | None = None, gate_at: str = "uplink",
               agent_log_level: str = "info", rate_link_fraction: float = 1.0) -> Iterator[dict[str, Any]]:
     """Run the experiment body under XCo in ``mode``; yields what was started (for the report).
 
@@ -244,8 +248,9 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         Slice length, microseconds.
     open_burst_bytes : int or None
         The agents' ``open_burst_bytes`` (None: the agent's default, 1 ms at the link rate).
-    gate_rate_fraction : float
-        The agents' ``link_bps`` as a fraction of the scaled NIC rate.
+    gate_rate_fraction : float, optional
+        The agents' ``link_bps`` as a fraction of the scaled NIC rate (default
+        :data:`GATE_RATE_FRACTION` with timeslices, :data:`RATE_GATE_RATE_FRACTION` in rate mode).
     gate_at : str
         ``"vm"`` or ``"uplink"`` (see :data:`GATE_AT`).
     agent_log_level : str
@@ -263,6 +268,8 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     if mode == "none":
         yield {"mode": "none"}
         return
+    if gate_rate_fraction is None:
+        gate_rate_fraction = RATE_GATE_RATE_FRACTION if mode == "rate" else GATE_RATE_FRACTION
     import tempfile
 
     base = Path("/run/xtc/xco-lab-run")
