@@ -8,9 +8,12 @@ Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_actuations_total{outcome}``,
 ``xtc_periods_total``, ``xtc_period_work_seconds`` (CPU-side work of one period),
 ``xtc_meter_errors_total``, ``xtc_reloads_total{outcome}``.
 
-The per-VR gauges are not set every period: the daemon hands over the period's sample rows
-(:meth:`DaemonMetrics.update`, a reference, no copy) and a collector turns the last rows into
-metrics when Prometheus scrapes (typically every 15-60 s, against one period a second).
+The per-VR gauges are not set every period: a collector turns sample rows into metrics when
+Prometheus scrapes (typically every 15-60 s, against one period a second).  With
+:attr:`DaemonMetrics.scrape_wait_s` above 0 (the daemon sets it while it serves the metrics) a
+scrape asks for rows (:meth:`DaemonMetrics.rows_wanted`) and waits for the daemon to hand over the
+next period's (:meth:`DaemonMetrics.update`, a reference, no copy), at most that long, then takes
+the last rows it has; so the daemon builds rows only in periods that someone reads.
 """
 
 from __future__ import annotations
@@ -49,9 +52,17 @@ class _VrCollector(Collector):
     def __init__(self) -> None:
         self.rows: Sequence[Sequence[Any]] = ()
         self.lock = threading.Lock()
+        self.fresh = threading.Condition(self.lock)
+        self.generation = 0  # rows handed over so far
+        self.wanted = False  # a scrape waits for the next rows
+        self.wait_s = 0.0
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
+            if self.wait_s > 0:
+                gen = self.generation
+                self.wanted = True
+                self.fresh.wait_for(lambda: self.generation != gen, timeout=self.wait_s)
             rows = self.rows
         families = [GaugeMetricFamily(name, doc, labels=["vr"]) for name, doc, _ in _PER_VR]
         active = GaugeMetricFamily("xtc_vr_active", "1 active, 0.5 paused, 0 inactive", labels=["vr"])
@@ -103,11 +114,30 @@ class DaemonMetrics:
         server, _thread = start_http_server(port, addr=address, registry=self.registry)
         return int(server.server_address[1])
 
+    @property
+    def scrape_wait_s(self) -> float:
+        """How long a scrape waits for fresh rows, seconds (0: it takes the last rows at once)."""
+        return self._vr.wait_s
+
+    @scrape_wait_s.setter
+    def scrape_wait_s(self, seconds: float) -> None:
+        with self._vr.lock:
+            self._vr.wait_s = max(0.0, float(seconds))
+
+    def rows_wanted(self) -> bool:
+        """True while a scrape waits for rows (:meth:`update` answers it)."""
+        return self._vr.wanted
+
     def update(self, rows: Sequence[Sequence[Any]]) -> None:
         """The per-VR gauges are now the VRs of ``rows`` (sample rows, :data:`~xtc.daemon.api.SAMPLE_FIELDS`).
 
         The rows are kept, not copied: the caller must not change them afterwards (the daemon
-        builds new rows every period).  VRs not in ``rows`` have no gauges any more.
+        builds new rows every time).  VRs not in ``rows`` have no gauges any more.  A scrape
+        waiting for rows takes these.
         """
-        with self._vr.lock:
-            self._vr.rows = rows
+        vr = self._vr
+        with vr.lock:
+            vr.rows = rows
+            vr.generation += 1
+            vr.wanted = False
+            vr.fresh.notify_all()

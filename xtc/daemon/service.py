@@ -2,8 +2,8 @@
 
 One thread runs everything on a monotonic clock: the control period (1 s by default: the host's
 counters are read once, the controllers step, changed caps are written), manager requests
-(ZeroMQ REP) as they come, the samples (ZeroMQ PUB, one message per period), the metrics and the state file
-after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
+(ZeroMQ REP) as they come, the samples (ZeroMQ XPUB, one message per period while a subscriber
+listens), the metrics and the state file after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
 (caps restored, state kept), SIGHUP reloads the configuration (a bad one is refused and the old
 one kept).  An unexpected exception saves the state, leaves the caps as XTC set them and exits
 non-zero, so that systemd restarts the daemon and it resumes.
@@ -51,6 +51,13 @@ __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
 #: zmq flags as plain ints (an enum's ``|`` per message costs more than the send).
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE_NOBLOCK = int(zmq.NOBLOCK | zmq.SNDMORE)
+#: Subscription messages read from the XPUB socket per period, at most (a flood waits its turn).
+_MAX_SUBSCRIPTION_MESSAGES = 1000
+
+
+def _scrape_wait_s(period_s: float) -> float:
+    """How long a Prometheus scrape waits for the next period's rows: two periods, 0.2-10 s."""
+    return min(10.0, max(0.2, 2.0 * period_s))
 
 log = logging.getLogger("xtc.daemon")
 
@@ -184,6 +191,9 @@ class DaemonService:
         self._saved_caps: list[float] | None = None
         self.rep: zmq.Socket | None = None
         self.pub: zmq.Socket | None = None
+        #: The topic prefixes the PUB socket's subscribers hold (non-verbose XPUB: a prefix arrives
+        #: with its first subscriber and leaves with its last).
+        self.subscriptions: set[bytes] = set()
         self.metrics_port: int | None = None
         #: Run the garbage collector as :meth:`after_period_gc` says (the daemon process does; a
         #: library user or a test leaves the process's collector alone).
@@ -242,7 +252,9 @@ class DaemonService:
         self.rep.setsockopt(zmq.MAXMSGSIZE, hard)
         self.rep.setsockopt(zmq.LINGER, 0)
         self._bind(self.rep, "manager.endpoint", cfg.manager.endpoint)
-        self.pub = self.ctx.socket(zmq.PUB)
+        # XPUB: it also hands over its subscribers' subscriptions, so a period with nobody to
+        # read its samples builds none (:meth:`sample_listeners`).
+        self.pub = self.ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 10000)
         self._bind(self.pub, "manager.pub_endpoint", cfg.manager.pub_endpoint)
@@ -253,6 +265,7 @@ class DaemonService:
         if cfg.metrics.enabled:
             try:
                 self.metrics_port = self.metrics.serve(cfg.metrics.address, cfg.metrics.port)
+                self.metrics.scrape_wait_s = _scrape_wait_s(cfg.daemon.control_period_s)
             except OSError as e:
                 self._close_sockets()
                 raise SystemExit(f"xtc daemon: cannot serve metrics on {cfg.metrics.address}:{cfg.metrics.port} "
@@ -348,23 +361,47 @@ class DaemonService:
         if report.meter_error is not None:
             self.metrics.meter_errors.inc()
         self._count(report.outcomes)
-        rows = self.core.sample_rows()
-        assert self.pub is not None
-        topic, body = api.samples_message(self.wall_clock(), period_s, rows)
-        try:
-            self.pub.send(topic, _MORE_NOBLOCK)
-            self.pub.send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
-        except zmq.Again:
-            pass
-        self.metrics.update(rows)
+        # The rows are built only for someone who reads them: a subscriber of the samples, a
+        # Prometheus scrape waiting for them, the debug log (at 10,000 VRs rows and JSON are
+        # about 10 ms a period).
+        publish = self.sample_listeners()
+        debug = log.isEnabledFor(logging.DEBUG)
+        rows = None
+        if publish or debug or self.metrics.rows_wanted():
+            rows = self.core.sample_rows()
+            self.metrics.update(rows)
+        if publish:
+            assert self.pub is not None and rows is not None
+            topic, body = api.samples_message(self.wall_clock(), period_s, rows)
+            try:
+                self.pub.send(topic, _MORE_NOBLOCK)
+                self.pub.send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
+            except zmq.Again:
+                pass
         self.metrics.periods.inc()
         self._save(force=False)
         self.metrics.work.observe(time.perf_counter() - t0)
         if self.manage_gc:
             self.after_period_gc(now)
-        if log.isEnabledFor(logging.DEBUG):
+        if debug and rows is not None:
             for row in rows:
                 event(log, logging.DEBUG, "sample", **dict(zip(api.SAMPLE_FIELDS, row)))
+
+    def sample_listeners(self) -> bool:
+        """True if a subscriber of the PUB socket takes the samples' topic (its subscriptions read first)."""
+        pub, subs = self.pub, self.subscriptions
+        if pub is None:
+            return False
+        for _ in range(_MAX_SUBSCRIPTION_MESSAGES):
+            try:
+                msg = pub.recv(_NOBLOCK)
+            except zmq.Again:
+                break
+            if msg[:1] == b"\x01":
+                subs.add(msg[1:])
+            elif msg[:1] == b"\x00":
+                subs.discard(msg[1:])
+        return any(api.SAMPLES_TOPIC.startswith(p) for p in subs)
 
     def after_period_gc(self, now: float) -> None:
         """Keep Python's cyclic garbage collector off the objects that outlive a period.
@@ -531,6 +568,8 @@ class DaemonService:
             self.core.replace_controllers(factory)
         self.core.max_setpoint_pps = new.daemon.max_setpoint_pps
         self.core.reassert_period_s = new.daemon.reassert_period_s
+        if self.metrics_port is not None:
+            self.metrics.scrape_wait_s = _scrape_wait_s(new.daemon.control_period_s)
         if new.log != self.cfg.log:
             setup_logging(new.log.format, new.log.level)
         changed = sorted(k for k, v in new.flat().items() if self.cfg.flat()[k] != v)

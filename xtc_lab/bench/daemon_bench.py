@@ -334,7 +334,7 @@ def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clo
 
 def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: str = "xtc",
                  seed: int = 1, kernel: bool | None = None, profile: str | None = None,
-                 workload: str = "moving", breakdown: bool = False) -> dict[str, Any]:
+                 workload: str = "moving", breakdown: bool = False, subscribers: int = 1) -> dict[str, Any]:
     """CPU cost of the daemon for ``n_vrs`` VRs (see the module docstring).
 
     Parameters
@@ -363,6 +363,10 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         its setpoint, inside the controller's dead zone, so no cap moves after the first write
         (the normal state of a controlled host; only a re-assertion, every ``reassert_period_s``,
         writes again).
+    subscribers : int
+        ZeroMQ SUB sockets subscribed to the daemon's samples (a policer with ``[engine] samples =
+        true`` is one), each reading every message between periods (not timed).  With 0 nobody
+        listens, as with a policer that polls: the daemon then builds no samples.
 
     Returns
     -------
@@ -381,7 +385,7 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     n_periods = max(1, int(round(seconds / period_s))) + 1  # +1 warm-up
     clock_s = [1000.0]
     row: dict[str, Any] = {"vrs": n_vrs, "interfaces": n_vrs * IFACES_PER_VR, "controller": kind,
-                           "period_s": period_s, "workload": workload}
+                           "period_s": period_s, "workload": workload, "sample_subscribers": subscribers}
     with tempfile.TemporaryDirectory(prefix="xtc-bench-") as tmp, ExitStack() as stack:
         cfg = _config(tmp, period_s, kind)
         if kernel:
@@ -408,6 +412,8 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         stack.callback(gc.unfreeze)
         svc.open()
         try:
+            if subscribers:
+                between = _subscribed(svc, subscribers, stack, between)
             for k in range(1, n_vrs + 1):
                 svc.control.handle(Request("activate", f"vr{k}", float(setpoints[k - 1])), clock_s[0])
             stages: dict[str, float] | None = {} if breakdown else None
@@ -420,6 +426,39 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     row.update(daemon_seconds=daemon_s, core_percent=100.0 * cpu / daemon_s, kernel_included=bool(kernel),
                cap_writes_per_s=writes / daemon_s)
     return row
+
+
+def _subscribed(svc: DaemonService, n: int, stack: ExitStack, between: Callable[[], None]) -> Callable[[], None]:
+    """``n`` SUB sockets on the daemon's samples (closed by ``stack``), and ``between`` that also drains them."""
+    import zmq
+
+    from xtc.daemon.api import SAMPLES_TOPIC
+
+    assert svc.pub is not None
+    endpoint = svc.pub.getsockopt_string(zmq.LAST_ENDPOINT)
+    subs = []
+    for _ in range(n):
+        sub = svc.ctx.socket(zmq.SUB)
+        stack.callback(sub.close, 0)
+        sub.connect(endpoint)
+        sub.setsockopt(zmq.SUBSCRIBE, SAMPLES_TOPIC)
+        subs.append(sub)
+    deadline = time.monotonic() + 5.0
+    while not svc.sample_listeners():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon's PUB socket saw no subscription from {n} subscriber(s) in 5 s")
+        time.sleep(0.005)
+
+    def drain() -> None:
+        for sub in subs:
+            while True:
+                try:
+                    sub.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+        between()
+
+    return drain
 
 
 def _check_removed(lab: _KernelLab) -> None:
@@ -438,6 +477,9 @@ def add_daemon(sub: Any) -> None:
     p.add_argument("--workload", choices=WORKLOADS, action="append",
                    help="steady: every VR at its setpoint, inside the dead zone (no cap writes); moving: rates "
                         "+-30%% around the setpoints, caps moving every period (default: both, one row each)")
+    p.add_argument("--subscribers", type=int, nargs="+", default=[1], metavar="N",
+                   help="SUB sockets reading the daemon's samples, one row per value (default 1, as with a policer "
+                        "that reads the sample streams; 0: nobody listens and the daemon builds no samples)")
     p.add_argument("--file", action="store_true",
                    help="synthetic /proc/net/dev file even as root (kernel cost not included)")
     p.add_argument("--profile", metavar="PATH",
@@ -457,16 +499,17 @@ def _run(args: argparse.Namespace) -> int:
     workloads = args.workload or list(WORKLOADS)
     rows = [bench_daemon(n, seconds=args.seconds, period_s=args.period_s, kind=args.controller, kernel=kernel,
                          profile=None if args.profile is None else _profile_path(args.profile, w, len(workloads)),
-                         workload=w, breakdown=args.breakdown)
-            for n in args.vrs for w in workloads]
+                         workload=w, breakdown=args.breakdown, subscribers=k)
+            for n in args.vrs for w in workloads for k in args.subscribers]
     if args.json:
         print(json.dumps({"benchmark": "daemon", "python": platform.python_version(),
                           "kernel": platform.release(), "machine": platform.machine(),
                           "kernel_included": kernel, "results": rows}, indent=1))
     else:
-        print(f"{'VRs':>6} {'ifaces':>7} {'period s':>9} {'workload':>8} {'core %':>8} {'writes/s':>9}  counters")
+        print(f"{'VRs':>6} {'ifaces':>7} {'period s':>9} {'workload':>8} {'subs':>4} {'core %':>8} {'writes/s':>9}  counters")
         for r in rows:
-            print(f"{r['vrs']:>6} {r['interfaces']:>7} {r['period_s']:>9.2f} {r['workload']:>8} {r['core_percent']:>8.3f} "
+            print(f"{r['vrs']:>6} {r['interfaces']:>7} {r['period_s']:>9.2f} {r['workload']:>8} "
+                  f"{r['sample_subscribers']:>4} {r['core_percent']:>8.3f} "
                   f"{r['cap_writes_per_s']:>9.1f}  {r['counters']}")
             for stage, us in r.get("breakdown_us_per_period", {}).items():
                 print(f"{'':>8}{stage:<30} {us:>10.1f} us/period")
