@@ -60,3 +60,11 @@ def test_bench_daemon_breakdown_times_each_stage_within_the_total() -> None:
     # The stages follow one another (the indented one is part of the one above): their sum is within the total.
     assert 0 < sum(v for k, v in stages.items() if not k.startswith(" ")) <= total_us * 1.05
     assert api.samples_message is real  # the wrappers are gone afterwards
+
+
+def test_bench_daemon_without_subscribers_builds_no_samples() -> None:
+    row = bench_daemon(20, seconds=2.0, period_s=1.0, kernel=False, breakdown=True, subscribers=0)
+    assert row["sample_subscribers"] == 0
+    assert "sample rows" not in row["breakdown_us_per_period"] and "sample JSON" not in row["breakdown_us_per_period"]
+    row = bench_daemon(20, seconds=2.0, period_s=1.0, kernel=False, breakdown=True, subscribers=2)
+    assert row["sample_subscribers"] == 2 and row["breakdown_us_per_period"]["sample JSON"] > 0

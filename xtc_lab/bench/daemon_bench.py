@@ -365,8 +365,9 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         writes again).
     subscribers : int
         ZeroMQ SUB sockets subscribed to the daemon's samples (a policer with ``[engine] samples =
-        true`` is one), each reading every message between periods (not timed).  With 0 nobody
-        listens, as with a policer that polls: the daemon then builds no samples.
+        true`` is one), in a child process that reads every message (its CPU is not counted; the
+        daemon's side of the sending is).  With 0 nobody listens, as with a policer that polls:
+        the daemon then builds no samples.
 
     Returns
     -------
@@ -413,7 +414,7 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         svc.open()
         try:
             if subscribers:
-                between = _subscribed(svc, subscribers, stack, between)
+                _subscribed(svc, subscribers, stack)
             for k in range(1, n_vrs + 1):
                 svc.control.handle(Request("activate", f"vr{k}", float(setpoints[k - 1])), clock_s[0])
             stages: dict[str, float] | None = {} if breakdown else None
@@ -428,37 +429,58 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     return row
 
 
-def _subscribed(svc: DaemonService, n: int, stack: ExitStack, between: Callable[[], None]) -> Callable[[], None]:
-    """``n`` SUB sockets on the daemon's samples (closed by ``stack``), and ``between`` that also drains them."""
+#: The subscribers' process: SUB sockets on the daemon's samples that read every message until
+#: their standard input closes (another process, as a policer is: the reading is not counted).
+_SUBSCRIBER_PROGRAM = """
+import sys, zmq
+endpoint, n, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+ctx = zmq.Context()
+poller = zmq.Poller()
+for _ in range(n):
+    s = ctx.socket(zmq.SUB)
+    s.connect(endpoint)
+    s.setsockopt(zmq.SUBSCRIBE, topic)
+    poller.register(s, zmq.POLLIN)
+poller.register(sys.stdin, zmq.POLLIN)
+while True:
+    for s, _ in poller.poll():
+        if s is sys.stdin:
+            sys.exit(0)
+        while True:
+            try:
+                s.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+"""
+
+
+def _subscribed(svc: DaemonService, n: int, stack: ExitStack) -> None:
+    """``n`` SUB sockets on the daemon's samples, in a child process that ``stack`` ends."""
     import zmq
 
     from xtc.daemon.api import SAMPLES_TOPIC
 
     assert svc.pub is not None
     endpoint = svc.pub.getsockopt_string(zmq.LAST_ENDPOINT)
-    subs = []
-    for _ in range(n):
-        sub = svc.ctx.socket(zmq.SUB)
-        stack.callback(sub.close, 0)
-        sub.connect(endpoint)
-        sub.setsockopt(zmq.SUBSCRIBE, SAMPLES_TOPIC)
-        subs.append(sub)
-    deadline = time.monotonic() + 5.0
+    child = subprocess.Popen([sys.executable, "-c", _SUBSCRIBER_PROGRAM, endpoint, str(n), SAMPLES_TOPIC.decode()],
+                             stdin=subprocess.PIPE)
+
+    def stop() -> None:
+        assert child.stdin is not None
+        child.stdin.close()
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+    stack.callback(stop)
+    deadline = time.monotonic() + 10.0
     while not svc.sample_listeners():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the daemon's PUB socket saw no subscription from {n} subscriber(s) in 5 s")
+        if child.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon's PUB socket saw no subscription from the subscribers' process "
+                               f"(exit code {child.poll()})")
         time.sleep(0.005)
-
-    def drain() -> None:
-        for sub in subs:
-            while True:
-                try:
-                    sub.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-        between()
-
-    return drain
 
 
 def _check_removed(lab: _KernelLab) -> None:
