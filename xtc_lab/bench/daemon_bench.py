@@ -441,10 +441,11 @@ for _ in range(n):
     s.connect(endpoint)
     s.setsockopt(zmq.SUBSCRIBE, topic)
     poller.register(s, zmq.POLLIN)
-poller.register(sys.stdin, zmq.POLLIN)
+stdin = sys.stdin.fileno()
+poller.register(stdin, zmq.POLLIN)
 while True:
     for s, _ in poller.poll():
-        if s is sys.stdin:
+        if s == stdin:
             sys.exit(0)
         while True:
             try:
@@ -469,10 +470,13 @@ def _subscribed(svc: DaemonService, n: int, stack: ExitStack) -> None:
         assert child.stdin is not None
         child.stdin.close()
         try:
-            child.wait(5)
+            code = child.wait(5)
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+            raise RuntimeError("the subscribers' process did not end when asked") from None
+        if code != 0:
+            raise RuntimeError(f"the subscribers' process failed (exit code {code})")
 
     stack.callback(stop)
     deadline = time.monotonic() + 10.0
