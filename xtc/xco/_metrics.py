@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
+
+
+class ServiceMetrics:
+    """A service's own Prometheus registry (:attr:`registry`) and its HTTP endpoint."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+    def serve(self, address: str, port: int) -> int:
+        """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""
+        from prometheus_client import start_http_server
+
+        server, _ = start_http_server(port, addr=address, registry=self.registry)
+        return int(server.server_address[1])
 
 
 def labelled_counter(name: str, doc: str, label: str, counts: Mapping[str, int],

@@ -34,9 +34,9 @@ from typing import Any
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
-from ._metrics import labelled_counter
+from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
-from .controller import StopOnSignal
+from .controller import StopOnSignal, _wall_us
 from .gate import CLOSED, Gate, GateError
 
 __all__ = ["AgentService", "run_agent", "run_cleanup"]
@@ -44,16 +44,13 @@ __all__ = ["AgentService", "run_agent", "run_cleanup"]
 log = logging.getLogger("xtc.xco.agent")
 
 
-def _wall_us() -> int:
-    return time.time_ns() // 1000
-
-
-class _Metrics:
+class _Metrics(ServiceMetrics):
     def __init__(self, svc_ref: Callable[[], AgentService]):
-        from prometheus_client import CollectorRegistry, Histogram
+        from prometheus_client import Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        self.registry = r = CollectorRegistry()
+        super().__init__()
+        r = self.registry
         self.directive_to_gate = Histogram(
             "xco_agent_directive_to_gate_seconds",
             "From a directive's arrival (or its start_us, if it arrived ahead) to set_states returning, seconds",
@@ -85,12 +82,6 @@ class _Metrics:
                                         value=len(core.reported))
 
         r.register(_Collector())
-
-    def serve(self, address: str, port: int) -> int:
-        from prometheus_client import start_http_server
-
-        server, _ = start_http_server(port, addr=address, registry=self.registry)
-        return int(server.server_address[1])
 
 
 class AgentService(StopOnSignal):

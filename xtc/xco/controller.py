@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
-from ._metrics import labelled_counter
+from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller_config import ControllerConfig
 from .scheduler import Directive as SchedDirective
@@ -449,12 +449,13 @@ class ControllerCore:
 # ----------------------------------------------------------------------------------------- service
 
 
-class _Metrics:
+class _Metrics(ServiceMetrics):
     def __init__(self, core_ref: Callable[[], ControllerCore]):
-        from prometheus_client import CollectorRegistry, Gauge, Histogram
+        from prometheus_client import Gauge, Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        self.registry = r = CollectorRegistry()
+        super().__init__()
+        r = self.registry
         self.event_seconds = Histogram(
             "xco_event_seconds", "Wall time to handle one scheduling event (decode, scheduler, encode), seconds",
             buckets=(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 0.02), registry=r)
@@ -473,12 +474,6 @@ class _Metrics:
                 yield GaugeMetricFamily("xco_hosts_registered", "Registered hosts", value=len(core.hosts))
 
         r.register(_Collector())
-
-    def serve(self, address: str, port: int) -> int:
-        from prometheus_client import start_http_server
-
-        server, _ = start_http_server(port, addr=address, registry=self.registry)
-        return int(server.server_address[1])
 
 
 def _wall_us() -> int:
