@@ -134,6 +134,12 @@ SMALL_FLOW_BYTES = int(os.environ.get("XTC_XCO_LAB_SMALL_FLOW_BYTES", "20000"))
 #: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
 #: them off the CPU for tens of ms (measured: fail-opens and hosts dropped for missed heartbeats).
 NICE = -10
+#: With a priority above 0 the controller and the agents run under SCHED_FIFO at it instead (the
+#: agent's ``realtime_priority``, the controller under ``chrt -f``): the normal scheduler, even at
+#: nice -10, wakes an agent 0.2-1.4 ms late for a slice boundary on this host, and a late close lets
+#: the old slice's packets out in the next sender's (docs/xco-testbed.md, "Packets inside the
+#: slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides it, for before/after runs.
+REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "0"))
 #: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
 #: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
 #: slices between its turns, and on this shared host an answer often takes longer (measured on
@@ -297,7 +303,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
+               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": REALTIME_PRIORITY, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -307,13 +313,16 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         logs[name] = wd / f"{name}.log"
         with open(logs[name], "wb") as f:
             # setpriv: SIGTERM when this process dies (even by SIGKILL), so that an agent restores its
-            # uplink and leaves rather than outliving the run; nice: see NICE
-            procs.append((name, subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "nice", "-n", str(NICE), *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # uplink and leaves rather than outliving the run; nice or chrt: see NICE, REALTIME_PRIORITY
+            # (an agent sets its own SCHED_FIFO priority from its configuration)
+            sched = (["chrt", "-f", str(REALTIME_PRIORITY)] if REALTIME_PRIORITY and name == "controller"
+                     else [] if REALTIME_PRIORITY else ["nice", "-n", str(NICE)])
+            procs.append((name, subprocess.Popen(["setpriv", "--pdeathsig", "TERM", *sched, *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  cwd=wd, start_new_session=True)))
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": lead_us, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "realtime_priority": REALTIME_PRIORITY, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level,
                             **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {})}
@@ -495,6 +504,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
                    f"(0: once a slice))"
                    + (f"; rates share {xco['rate_link_fraction']:g} of each link" if mode == "rate" else "")
+                   + (f"; controller and agents under SCHED_FIFO at {xco['realtime_priority']}"
+                      if xco.get("realtime_priority") else f"; controller and agents at nice {xco.get('nice', NICE)}")
                    + f"; {fails} fail-opens, {lost} hosts lost by the controller "
                    f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
