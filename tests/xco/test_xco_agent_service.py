@@ -418,3 +418,86 @@ def test_a_failing_quiet_probe_falls_back_to_dumps(tmp_path):
         assert gate.counter_reads == 4 and svc.polls == 4 and svc.quiet_polls == 0
     finally:
         svc.close()
+
+
+# ------------------------------------------------------------------ a slot change on time
+def _service(tmp_path, clock_us=None):
+    (tmp_path / "topo.toml").write_bytes((DATA / "fig1a.toml").read_bytes())
+    cfg = loads_agent_config(_agent_text("s1", free_port(socket.SOCK_DGRAM)), base_dir=tmp_path)
+    return AgentService(cfg, MemoryGate(), **({} if clock_us is None else {"clock_us": clock_us}))
+
+
+def test_a_counter_read_that_would_run_past_a_directive_waits_for_it(tmp_path) -> None:
+    from xtc.xco.agent_service import POLL_DEFER_MARGIN_US
+
+    svc = _service(tmp_path)
+    now = 1_000_000
+    svc.poll_cost_us = 800
+    due: list[int | None] = [None]
+    svc.core.next_directive_us = lambda: due[0]  # type: ignore[method-assign]
+    assert not svc.poll_defers(now)  # nothing waits
+    due[0] = now + 800 + POLL_DEFER_MARGIN_US
+    assert svc.poll_defers(now)  # due before the read would end: the directive first
+    due[0] = now + 801 + POLL_DEFER_MARGIN_US
+    assert not svc.poll_defers(now)  # the read ends before it
+    due[0] = now
+    assert not svc.poll_defers(now)  # due already: the tick before the read applies it
+
+
+def test_the_agent_spins_only_to_a_directive_within_its_wake_advance(tmp_path) -> None:
+    t = [1_000_000]
+
+    def clock() -> int:
+        t[0] += 7
+        return t[0]
+
+    svc = _service(tmp_path, clock)
+    due: list[int | None] = [None]
+    svc.core.next_directive_us = lambda: due[0]  # type: ignore[method-assign]
+    svc.wake_advance_us = 300
+    now = t[0]
+    due[0] = now + 200
+    got = svc._wait_for_directive(now)
+    assert got >= due[0] and got - due[0] < 7 and svc.spin_us == 300  # spun to the start, no further
+    now = t[0]
+    due[0] = now + 301
+    assert svc._wait_for_directive(now) == now  # beyond the advance: the sleep ends first
+    due[0] = now - 5
+    assert svc._wait_for_directive(now) == now  # due already
+    svc.wake_advance_us = 0
+    due[0] = now + 1
+    assert svc._wait_for_directive(now) == now  # no advance learnt: no spin
+
+
+def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(tmp_path) -> None:
+    from xtc.xco.agent import AgentOutput
+    from xtc.xco.gate import GateError
+
+    order: list[str] = []
+
+    class Gate(MemoryGate):
+        fail = False
+
+        def set_states(self, states):
+            order.append("gate")
+            if self.fail:
+                raise GateError("refused")
+            super().set_states(states)
+
+    class Sock:
+        def sendto(self, data, addr):
+            order.append("send")
+
+    svc = _service(tmp_path)
+    svc.gate = gate = Gate()
+    gate.install()
+    for x in svc.core.dests:
+        gate.add_dest(x, CLOSED)
+    svc.sock = Sock()  # type: ignore[assignment]
+    d = svc.core.dests[0]
+    svc._apply(AgentOutput(sends=[b"heartbeat"], states={d: OPEN}))
+    assert order == ["gate", "send"] and gate.state[d] == OPEN
+    order.clear()
+    gate.fail = True
+    svc._apply(AgentOutput(sends=[b"heartbeat"], states={d: CLOSED}))
+    assert order == ["gate", "send"] and svc.gate_errors == 1

@@ -411,6 +411,10 @@ class AgentCore:
             t = min(t, self._pending[0].start_us)
         return t
 
+    def next_directive_us(self) -> int | None:
+        """Start of the earliest directive received and not applied yet, None if none waits."""
+        return self._pending[0].start_us if self._pending else None
+
     def tick(self, now_us: int) -> AgentOutput:
         """Directives due by ``now_us``, registers, heartbeats and the fail-open check."""
         out = AgentOutput()
