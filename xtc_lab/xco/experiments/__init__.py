@@ -91,7 +91,7 @@ def label_axes(ax: Any, ctx: Context, paper: str, xlabel: str, ylabel: str) -> N
 #: past TCP's 200 ms minimum retransmission timeout.
 SLICE_US = 10_000
 #: Directives leave the controller this long before their slice (a loaded host wakes late).
-LEAD_US = 1_000
+LEAD_US = int(os.environ.get("XTC_XCO_LAB_LEAD_US", "1000"))
 #: In rate mode directives take effect on arrival (lead 0): a rate needs no common instant with the
 #: other hosts' (a rate that rises before another falls adds a few KB to a port's queue), and the
 #: lead delayed every new rate by 1 ms, a third of Figure 22's gap.  ``XTC_XCO_LAB_RATE_LEAD_US``
@@ -382,7 +382,9 @@ def _agent_metrics(log_path: Path | None) -> dict[str, Any]:
         if line.startswith("xco_agent_directive_to_gate_seconds_bucket"):
             le = line.split('le="')[1].split('"')[0]
             buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
-        elif line.startswith(("xco_agent_fail_opens_total", "xco_agent_directives_total", "xco_agent_gate_errors_total")):
+        elif line.startswith(("xco_agent_fail_opens_total", "xco_agent_directives_total", "xco_agent_gate_errors_total",
+                              "xco_agent_counter_reads_total", "xco_agent_counter_reads_deferred_total",
+                              "xco_agent_wake_advance_seconds ")):
             out[line.split(" ")[0].removeprefix("xco_agent_").removesuffix("_total")] = float(line.rsplit(" ", 1)[1])
     n = buckets[-1][1] if buckets else 0
     out["directive_to_gate_buckets_s"] = buckets

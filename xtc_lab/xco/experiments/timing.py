@@ -93,6 +93,29 @@ def inside_share(times_us: Sequence[int], intervals: np.ndarray, late_us: int = 
     return float(ok.mean())
 
 
+def miss_offsets(times_us: Sequence[int], intervals: np.ndarray) -> dict[str, Any]:
+    """Where the packets outside ``intervals`` fall: how long after the end of the last interval
+    before each (``after_end_us``) and how long before the start of the next (``before_start_us``),
+    as percentiles (p10, p50, p90) over the missed packets, and how many missed."""
+    t = np.asarray(times_us, dtype=np.int64)
+    if t.size == 0 or intervals.size == 0:
+        return {"missed": 0}
+    starts, ends = intervals[:, 0], intervals[:, 1]
+    k = np.searchsorted(starts, t, side="right") - 1
+    inside = (k >= 0) & (t < ends[np.clip(k, 0, None)])
+    miss = t[~inside]
+    km = k[~inside]
+    out: dict[str, Any] = {"missed": int(miss.size)}
+    if miss.size:
+        prev = km >= 0
+        if prev.any():
+            out["after_end_us"] = np.percentile(miss[prev] - ends[km[prev]], [10, 50, 90]).round().tolist()
+        nxt = km + 1 < len(starts)
+        if nxt.any():
+            out["before_start_us"] = np.percentile(starts[km[nxt] + 1] - miss[nxt], [10, 50, 90]).round().tolist()
+    return out
+
+
 def slice_shares(cap: Mapping[str, Any], agent_logs: Mapping[str, Path], addr_of: Mapping[str, str],
                  slice_us: int, t_from_us: int, t_to_us: int, min_bytes: int = 0) -> dict[str, Any]:
     """Per sender, the share of its captured packets (sizes >= ``min_bytes``, times in
@@ -113,7 +136,7 @@ def slice_shares(cap: Mapping[str, Any], agent_logs: Mapping[str, Path], addr_of
         late = inside_share(t, iv, LATE_TOLERANCE_US)
         gate = inside_share(t, open_intervals(applied_directives(log, "applied_us"), slice_us))
         per[host] = {"packets": int(t.size), "open_slices": len(iv), "inside": exact,
-                     "inside_or_late_1ms": late, "inside_gate": gate}
+                     "inside_or_late_1ms": late, "inside_gate": gate, "misses": miss_offsets(t, iv)}
         if t.size:
             n_all += int(t.size)
             in_all += round((exact or 0) * t.size)
