@@ -134,12 +134,15 @@ SMALL_FLOW_BYTES = int(os.environ.get("XTC_XCO_LAB_SMALL_FLOW_BYTES", "20000"))
 #: Dom0, and on this shared 2-core host traffic generators and other users' work otherwise hold
 #: them off the CPU for tens of ms (measured: fail-opens and hosts dropped for missed heartbeats).
 NICE = -10
-#: With a priority above 0 the controller and the agents run under SCHED_FIFO at it instead (the
-#: agent's ``realtime_priority``, the controller under ``chrt -f``): the normal scheduler, even at
-#: nice -10, wakes an agent 0.2-1.4 ms late for a slice boundary on this host, and a late close lets
-#: the old slice's packets out in the next sender's (docs/xco-testbed.md, "Packets inside the
-#: slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides it, for before/after runs.
-REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "0"))
+#: The controller and the agents run under SCHED_FIFO at this priority (the agent's
+#: ``realtime_priority``, the controller under ``chrt -f``), as the agent's tests do; 0: at nice
+#: :data:`NICE` instead.  Under the normal scheduler, even at nice -10, an agent woke 0.2-1.4 ms late
+#: for a slice boundary, and the late close let the old slice's packets out in the next sender's
+#: slice: Figure 15 quick with timeslices, 5 TCP senders, 72-83% of the packets inside their slices
+#: and 2.4-3.9% switch loss at nice -10, 91-93% and 0-0.07% at priority 10 (three alternated pairs,
+#: docs/xco-testbed.md, "Packets inside the slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides
+#: it, for before/after runs.
+REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "10"))
 #: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
 #: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
 #: slices between its turns, and on this shared host an answer often takes longer (measured on
