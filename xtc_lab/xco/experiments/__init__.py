@@ -141,8 +141,13 @@ NICE = -10
 #: slice: Figure 15 quick with timeslices, 5 TCP senders, 72-83% of the packets inside their slices
 #: and 2.4-3.9% switch loss at nice -10, 91-93% and 0-0.07% at priority 10 (three alternated pairs,
 #: docs/xco-testbed.md, "Packets inside the slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides
-#: it, for before/after runs.
+#: it, for before/after runs.  With timeslices only: see :data:`RATE_REALTIME_PRIORITY`.
 REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "10"))
+#: The same in rate mode, 0 (nice :data:`NICE`) by default: with a busy loop on one core, Figure 18
+#: quick at a link fraction of 0.97 gave its senders 98.4, 102.2 and 98.8 Mb/s of the 97 shared under
+#: SCHED_FIFO (no fail-open; cause not established), 97.0 at nice -10 (every agent failing open once).
+#: ``XTC_XCO_LAB_RATE_REALTIME_PRIORITY`` overrides it.
+RATE_REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_RATE_REALTIME_PRIORITY", "0"))
 #: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
 #: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
 #: slices between its turns, and on this shared host an answer often takes longer (measured on
@@ -289,6 +294,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     (wd / "topology.toml").write_text(toml_text(topo_data))
     port = CONTROLLER_PORT_BASE + int(tb.prefix[-4:], 16) % 2000
     lead_us = RATE_LEAD_US if mode == "rate" else LEAD_US
+    rt = RATE_REALTIME_PRIORITY if mode == "rate" else REALTIME_PRIORITY
     ctl = {"schema": "xco-controller/1", "topology": "topology.toml", "slice_us": slice_us, "mode": mode,
            "lead_us": lead_us, "listen": f"127.0.0.1:{port}", "state_file": "controller-state.json",
            **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {}),
@@ -306,7 +312,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": REALTIME_PRIORITY, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
+               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": rt, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -316,16 +322,15 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         logs[name] = wd / f"{name}.log"
         with open(logs[name], "wb") as f:
             # setpriv: SIGTERM when this process dies (even by SIGKILL), so that an agent restores its
-            # uplink and leaves rather than outliving the run; nice or chrt: see NICE, REALTIME_PRIORITY
+            # uplink and leaves rather than outliving the run; nice or chrt: see NICE, REALTIME_PRIORITY, RATE_REALTIME_PRIORITY
             # (an agent sets its own SCHED_FIFO priority from its configuration)
-            sched = (["chrt", "-f", str(REALTIME_PRIORITY)] if REALTIME_PRIORITY and name == "controller"
-                     else [] if REALTIME_PRIORITY else ["nice", "-n", str(NICE)])
+            sched = (["chrt", "-f", str(rt)] if rt and name == "controller" else [] if rt else ["nice", "-n", str(NICE)])
             procs.append((name, subprocess.Popen(["setpriv", "--pdeathsig", "TERM", *sched, *argv], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  cwd=wd, start_new_session=True)))
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": lead_us, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "realtime_priority": REALTIME_PRIORITY, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "realtime_priority": rt, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level,
                             **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {})}
