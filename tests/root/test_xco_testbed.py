@@ -332,15 +332,19 @@ def test_run_fig18_quick_rate_mode_below_the_line_rate_keeps_the_switch_queue_sh
         assert xco["rate_link_fraction"] == 0.97 and set(xco["exit_codes"].values()) == {0}, xco
         port_bps = doc["port_buffer_bytes"] * 8 / (doc["full_queue_ms"] / 1000)
         rates = [f["goodput_bps"] for f in doc["background"]]
-        # the senders get at most the 97% of the port shared (measured 93.7 Mb/s of 100 in a full run,
-        # 94.4-94.9 in quick ones)
-        assert sum(rates) <= 0.97 * port_bps, rates
+        # the senders get at most the 97% of the port shared, measured at the port while all five
+        # send (the sum of their goodputs is not that measure: each is a mean over a window of its
+        # own, and a TCP flow that ends first hands its rate to the UDP senders' queues, 4 MiB each;
+        # on 2026-11-24 the goodputs summed to 95.5-98.3 Mb/s, 97.5 in a run whose port carried 95.1)
+        steady = doc["steady_port"]["bps"]
         # each has its share: no TCP flow starved by the UDP senders (without XCo: 0.2 Mb/s)
-        assert min(rates) >= 0.15 * port_bps, rates
+        shared = steady <= 0.97 * port_bps and min(rates) >= 0.15 * port_bps
         busy = doc["congested"]
-        ok = busy["received"] >= 0.99 * busy["sent"] and busy["p99_ms"] <= 0.2 * doc["full_queue_ms"]
+        ok = shared and busy["received"] >= 0.99 * busy["sent"] and busy["p99_ms"] <= 0.2 * doc["full_queue_ms"]
         if ok:
             break
+    assert steady <= 0.97 * port_bps, (doc["steady_port"], rates)
+    assert min(rates) >= 0.15 * port_bps, rates
     assert ok, (busy, doc["switch_port"])
     assert with_prefix(doc["lab_prefix"]) == []
 

@@ -20,6 +20,12 @@ PAPER_NOTE = ("in setup 1(b) (a shared 10 Gb/s link): idle 86 us, almost constan
               "XCo 100 us to 20 ms; with XCo 100 us to 2 ms")
 
 
+#: The switch port's steady rate is measured from this long after the senders start to this long
+#: before they stop, seconds.
+STEADY_FROM_S = 1.0
+STEADY_BEFORE_END_S = 1.0
+
+
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     import matplotlib.pyplot as plt
 
@@ -36,17 +42,32 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         time.sleep(1.0)  # let the senders fill the queue
         box["rtt"] = ping_rtts(tb, "q1", "r1", count, interval)
 
+    def steady() -> None:
+        # the port's bytes over the middle of the phase, every sender active: what the senders share
+        # (their goodputs are means over windows that start and end a little apart, and a flow that
+        # ends hands its rate to the others for the rest of theirs)
+        time.sleep(STEADY_FROM_S)
+        t0, b0 = time.monotonic(), tb.port_stats()["sw1>r1"]["bytes"]
+        time.sleep(dur - STEADY_FROM_S - STEADY_BEFORE_END_S)
+        t1, b1 = time.monotonic(), tb.port_stats()["sw1>r1"]["bytes"]
+        box["steady_port"] = {"from_s": STEADY_FROM_S, "to_s": dur - STEADY_BEFORE_END_S,
+                              "bps": (b1 - b0) * 8 / (t1 - t0)}
+
     before = tb.port_stats()
     th = threading.Thread(target=pinger)
     th.start()
+    th2 = threading.Thread(target=steady)
+    th2.start()
     flows = run_flows(tb, BACKGROUND, "r1", dur, tb.rate_bps("s1>sw1"))
     th.join()
+    th2.join()
     port = port_delta(before, tb.port_stats(), "sw1>r1", dur)  # the senders send for dur s
     busy = box["rtt"]
     rate = tb.rate_bps("sw1>r1")
     buf = tb.record["port_buffer_bytes"]
     full_queue_ms = buf * 8 / rate * 1000
     result = {"idle": idle, "congested": busy, "background": flows, "switch_port": port,
+              "steady_port": {**box["steady_port"], "utilisation": box["steady_port"]["bps"] / rate},
               "ping_interval_s": interval, "full_queue_ms": full_queue_ms, "paper": PAPER_NOTE}
 
     def row(label: str, r: dict[str, Any]) -> tuple:
@@ -63,7 +84,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     md = (f"Pings every {interval * 1000:g} ms from the quiet host q1's VM to r1's VM, which shares the switch "
           f"port `sw1>r1` ({rate / 1e6:g} Mb/s, {buf} bytes of buffer: a full queue is {full_queue_ms:.1f} ms) "
           f"with 3 TCP and 2 UDP senders. Switch port during the congested phase: {port['drops']} drops "
-          f"({port['loss_percent']:.1f}%), {100 * port['utilisation']:.0f}% used.\n\n{table}\n\n"
+          f"({port['loss_percent']:.1f}%), {100 * port['utilisation']:.0f}% used; from {STEADY_FROM_S:g} s after the senders start to "
+          f"{STEADY_BEFORE_END_S:g} s before they stop, {100 * result['steady_port']['utilisation']:.1f}% used.\n\n{table}\n\n"
           f"The paper: {PAPER_NOTE}. At scale {tb.scale} a queue of the same bytes drains {1 / tb.scale:g} times "
           f"slower, so queueing delays are {1 / tb.scale:g} times the paper's for the same occupancy.")
     return result, fig, md
