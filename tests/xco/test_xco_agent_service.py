@@ -467,6 +467,13 @@ def test_the_agent_spins_only_to_a_directive_within_its_wake_advance(tmp_path) -
     svc.wake_advance_us = 0
     due[0] = now + 1
     assert svc._wait_for_directive(now) == now  # no advance learnt: no spin
+    # a wall clock that stands still (or was stepped back) does not hold the loop: the spin ends
+    # after the distance to the start on the monotonic clock
+    svc.clock_us = lambda: now  # type: ignore[method-assign]
+    svc.wake_advance_us = 300
+    due[0] = now + 200
+    t0 = time.monotonic()
+    assert svc._wait_for_directive(now) == now and time.monotonic() - t0 < 0.05
 
 
 def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(tmp_path) -> None:

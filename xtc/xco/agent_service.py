@@ -263,7 +263,10 @@ class AgentService(StopOnSignal):
         if d is None or now_us >= d or d - now_us > self.wake_advance_us:
             return now_us
         clock = self.clock_us
-        while now_us < d:
+        # bounded on the monotonic clock too: a wall clock stepped back must not hold a real-time
+        # process in this loop
+        stop_ns = time.monotonic_ns() + 1000 * min(d - now_us, WAKE_ADVANCE_MAX_US)
+        while now_us < d and time.monotonic_ns() < stop_ns:
             now_us = clock()
         self.spin_us += self.wake_advance_us  # an upper bound of the time spent spinning
         return now_us
