@@ -80,6 +80,14 @@ def open_intervals(directives: Sequence[tuple[int, int | None]], slice_us: int) 
     return np.asarray(iv, dtype=np.int64).reshape(-1, 2)
 
 
+def _inside(t: np.ndarray, intervals: np.ndarray, late_us: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """For each time of ``t``: whether it is inside one of ``intervals`` (each end extended by
+    ``late_us``), and the index of the last interval starting at or before it (-1: none)."""
+    starts, ends = intervals[:, 0], intervals[:, 1] + late_us
+    k = np.searchsorted(starts, t, side="right") - 1
+    return (k >= 0) & (t < ends[np.clip(k, 0, None)]), k
+
+
 def inside_share(times_us: Sequence[int], intervals: np.ndarray, late_us: int = 0) -> float | None:
     """Share of ``times_us`` inside one of ``intervals`` (each end extended by ``late_us``); None if no times."""
     t = np.asarray(times_us, dtype=np.int64)
@@ -87,10 +95,7 @@ def inside_share(times_us: Sequence[int], intervals: np.ndarray, late_us: int = 
         return None
     if intervals.size == 0:
         return 0.0
-    starts, ends = intervals[:, 0], intervals[:, 1] + late_us
-    k = np.searchsorted(starts, t, side="right") - 1
-    ok = (k >= 0) & (t < ends[np.clip(k, 0, None)])
-    return float(ok.mean())
+    return float(_inside(t, intervals, late_us)[0].mean())
 
 
 def miss_offsets(times_us: Sequence[int], intervals: np.ndarray) -> dict[str, Any]:
@@ -101,8 +106,7 @@ def miss_offsets(times_us: Sequence[int], intervals: np.ndarray) -> dict[str, An
     if t.size == 0 or intervals.size == 0:
         return {"missed": 0}
     starts, ends = intervals[:, 0], intervals[:, 1]
-    k = np.searchsorted(starts, t, side="right") - 1
-    inside = (k >= 0) & (t < ends[np.clip(k, 0, None)])
+    inside, k = _inside(t, intervals)
     miss = t[~inside]
     km = k[~inside]
     out: dict[str, Any] = {"missed": int(miss.size)}
