@@ -358,6 +358,7 @@ def test_slice_and_gap_arithmetic(tmp_path: Path) -> None:
         applied_directives,
         gaps,
         inside_share,
+        miss_offsets,
         open_intervals,
     )
 
@@ -373,6 +374,10 @@ def test_slice_and_gap_arithmetic(tmp_path: Path) -> None:
     assert gate.tolist() == [[2_000, 12_500], [40_100, 50_100]]
     t = [500, 9_999, 10_000, 10_900, 20_000, 45_000]
     assert inside_share(t, grid) == 3 / 6
+    # where the three outside fall: 0, 0.9 and 10 ms after the first slice's end, 30, 29.1 and 20 ms
+    # before the next one's start (p10, p50, p90)
+    assert miss_offsets(t, grid) == {"missed": 3, "after_end_us": [180.0, 900.0, 8180.0],
+                                     "before_start_us": [21820.0, 29100.0, 29820.0]}
     assert inside_share(t, grid, late_us=1_000) == 5 / 6  # 10_000 and 10_900 are late by < 1 ms
     assert inside_share([], grid) is None and inside_share([1], np.zeros((0, 2))) == 0.0
     g, = gaps([0, 1_000, 9_000, 9_500, 40_000], [5_000], before_us=5_000, after_us=45_000, change_us=4_000)
