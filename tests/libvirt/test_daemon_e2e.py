@@ -479,6 +479,11 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
                 held = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 25.0, 0.0)
                 assert held is not None, f"setpoint not held after the VR restart: {d.client.call('status', vr=lab.vr.name)}"
                 rate = forwarded_pps(lab.vifs, 4.0)
+                if abs(rate - sp) > TOLERANCE * sp:
+                    # the window began when a 2 s mean first touched the band, the cap still settling
+                    # (on a slow machine: 33.4 kp/s for 29.8): measured again once, same tolerance
+                    say(f"4 s mean {rate:.0f} pps for {sp:.0f} right after the band was reached; measured again")
+                    rate = forwarded_pps(lab.vifs, 4.0)
                 report.append((new_vifs, up_s, capped, held, rate))
                 assert abs(rate - sp) <= TOLERANCE * sp, (rate, sp)
                 # The cap it settles at is of the same order as before (no bogus rate drove it away).
