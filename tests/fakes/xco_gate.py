@@ -42,6 +42,7 @@ class MemoryGate:
         self.endless: set[Flow] = set()
         self.history: list[tuple[int, int, int]] = []
         self.set_calls = 0
+        self.open_for: list[tuple[int, dict[int, int]]] = []  # (t_us, open_for_us) of each budgeted set_states
         self.counter_reads = 0
         self.quiet_probes = 0
         self.total_sent = 0  # every class's bytes (what the root would count)
@@ -98,11 +99,13 @@ class MemoryGate:
             self.remove_flow(f)
         del self.state[dest], self.sent[dest]
 
-    def set_states(self, states: Mapping[int, int]) -> None:
+    def set_states(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> None:
         with self._lock:
             self._drain()
             t = self.clock_us()
             self.set_calls += 1
+            if open_for_us:  # recorded only: this gate does not model the kernel's byte budget
+                self.open_for.append((t, dict(open_for_us)))
             for d, s in states.items():
                 if d not in self.state:
                     raise GateError(f"dest host {d} unknown")

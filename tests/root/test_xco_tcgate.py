@@ -245,6 +245,37 @@ def test_frames_a_full_class_drops_do_not_undo_the_recorded_states(lab: Lab) -> 
 
 
 @root
+def test_a_slice_budget_holds_in_the_kernel_once_spent(lab: Lab) -> None:
+    """``open_for_us``: the class lets out what the link carries in that time (plus the opening
+    burst, from closed) and then holds by itself, with no further change; a second budget while
+    open adds only the link's bytes for its time; a plain OPEN then lets everything go."""
+    with installed(lab.gate(open_burst_bytes=10 * FRAME)) as gate:
+        lab.hold(gate, CLOSED)
+        sock = udp_sender(lab.snd)
+        with receiver(lab.rcv) as rx:
+            send(sock, 120)  # within the socket's send buffer while held
+            time.sleep(0.05)
+            n0 = rx.count()  # the closed bucket (see the test above)
+            assert n0 == gate.closed_burst_bytes // FRAME
+            slot_us = 30 * FRAME * 8 * 1_000_000 // LINK_BPS + 1  # 30 frames at the link rate: 59 us
+            assert gate.slot_budget_bytes(slot_us, True) // FRAME == 30 + 10
+            gate.set_states({1: OPEN}, {1: slot_us})
+            assert gate.states()[1] == tcgate._BUDGET
+            time.sleep(0.1)  # a thousand times the slot: the kernel alone held the rest
+            assert rx.count() - n0 == 40, rx.count() - n0
+            st = gate.stats()[1]
+            assert st.backlog_packets == 120 - rx.count()
+            gate.set_states({1: OPEN}, {1: slot_us})  # the next slot, same destination: no burst
+            time.sleep(0.1)
+            assert rx.count() - n0 == 70, rx.count() - n0
+            gate.set_states({1: OPEN})  # budget recorded, so a plain OPEN is a change: all of it goes
+            assert gate.states()[1] == OPEN
+            assert wait_for(lambda: rx.count() == 120), rx.count()
+            assert gate.slot_budget_bytes(-5, False) == gate.closed_burst_bytes  # never below a frame
+        sock.close()
+
+
+@root
 def test_rate_limited_destination(lab: Lab) -> None:
     rate_bps = 2_000_000  # 250 kB/s
     with installed(lab.gate()) as gate:

@@ -122,6 +122,48 @@ def test_directive_opens_its_destination_at_start_us_and_closes_the_others():
     assert out.states == {1: CLOSED} and _open(core) == set()
 
 
+def test_slot_budget_names_each_open_slices_end_and_extends_it_ahead_for_the_same_destination():
+    topo, core, ctl = _welcomed(slot_budget=True)
+    r1 = topo.host_id("r1")
+    core.observe(NOW + 200, *_stats(core, sent=SMALL + 1))  # every flow large: held
+    b = (NOW // SLICE + 2) * SLICE  # a slot boundary
+    core.handle(ctl.slice(b - 500, r1, b), b - 500)
+    out = core.tick(b)
+    assert out.states == {r1: OPEN} and out.until == {r1: b + SLICE}
+    # the next slot's directive, the same destination, ahead: the slice is extended at once
+    out = core.handle(ctl.slice(b + SLICE - 500, r1, b + SLICE), b + SLICE - 500)
+    assert out.states == {r1: OPEN} and out.until == {r1: b + 2 * SLICE} and core.open_until_us == b + 2 * SLICE
+    out = core.tick(b + SLICE)  # its start: nothing left to change
+    assert out.states == {} and out.until == {}
+    # a slice given mid-slot (a give-up handed on) gets the rest of its slot
+    out = core.handle(ctl.slice(b + 2 * SLICE + 3_000, 1, b + 2 * SLICE + 3_000), b + 2 * SLICE + 3_000)
+    assert out.states == {r1: CLOSED, 1: OPEN} and out.until == {1: b + 3 * SLICE}
+    # the same destination's next directive late, after the gate held at the slot's end: a new budget
+    out = core.handle(ctl.slice(b + 3 * SLICE + 800, 1, b + 3 * SLICE), b + 3 * SLICE + 800)
+    assert out.states == {1: OPEN} and out.until == {1: b + 4 * SLICE}
+    # two directives for the same destination known before the first starts: one slice over both
+    core.handle(ctl.slice(b + 4 * SLICE - 900, 2, b + 4 * SLICE), b + 4 * SLICE - 900)
+    core.handle(ctl.slice(b + 4 * SLICE - 800, 2, b + 5 * SLICE), b + 4 * SLICE - 800)
+    out = core.tick(b + 4 * SLICE)
+    assert out.states == {1: CLOSED, 2: OPEN} and out.until == {2: b + 6 * SLICE}
+    # a hold ends it
+    out = core.handle(ctl.slice(b + 6 * SLICE, None, b + 6 * SLICE), b + 6 * SLICE)
+    assert out.states == {2: CLOSED} and out.until == {} and core.open_until_us is None
+    # failed open: everything OPEN, no slice end
+    core.handle(ctl.slice(b + 7 * SLICE - 500, 3, b + 7 * SLICE), b + 7 * SLICE - 500)
+    assert core.tick(b + 7 * SLICE).until == {3: b + 8 * SLICE}
+    out = core.tick(b + 12 * SLICE)
+    out += core.tick(b + 13 * SLICE)
+    # the budgeted class is named again as a plain OPEN (its budget spent, the kernel holds it)
+    assert core.failed_open and out.until == {} and core.open_until_us is None and out.states.get(3) == OPEN
+    # without slot_budget (the core's default) no slice end is named
+    topo, plain, ctl2 = _welcomed()
+    plain.observe(NOW + 200, *_stats(plain, sent=SMALL + 1))
+    plain.handle(ctl2.slice(b - 500, r1, b), b - 500)
+    out = plain.tick(b)
+    assert out.states == {r1: OPEN} and out.until == {}
+
+
 def test_a_directive_arriving_late_takes_effect_at_once_and_a_later_one_supersedes_pending():
     topo, core, ctl = _welcomed()
     core.observe(NOW + 200, *_stats(core, sent=SMALL + 1))

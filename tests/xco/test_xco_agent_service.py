@@ -178,6 +178,12 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         late = sorted(a % SLICE for n in senders for a, _ in ivs[n])
         print("slots", {n: len(ivs[n]) for n in senders}, "overlap_us", overlap,
               "slot opened late by (us) p50", late[len(late) // 2], "max", late[-1])
+        # Each open slice was given the link's bytes up to its slot's end (slot_budget, on by
+        # default): never more than a slice from the moment it was set (a directive applied after
+        # its slot ended gets nothing but the gate's one frame).
+        for n in senders:
+            budgets = [us for _t, ob in agents[n].svc.gate.open_for for us in ob.values()]
+            assert len(budgets) >= 7 and all(us <= SLICE for us in budgets), (n, budgets[:20])
         # Idle destinations (the other senders) stayed open (small), the receiver was never held.
         assert all(s == OPEN for f, s in agents["r1"].svc.gate.state.items())
         lags = [(done - max(arr, start)) for a in agents.values() for arr, start, done in a.svc.directive_log]
@@ -485,11 +491,11 @@ def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(
     class Gate(MemoryGate):
         fail = False
 
-        def set_states(self, states):
+        def set_states(self, states, open_for_us=None):
             order.append("gate")
             if self.fail:
                 raise GateError("refused")
-            super().set_states(states)
+            super().set_states(states, open_for_us)
 
     class Sock:
         def sendto(self, data, addr):

@@ -653,8 +653,14 @@ def _errtext(code: int, kernel_msg: str) -> str:
     return f"{text}: {kernel_msg}" if kernel_msg else text
 
 
+#: A destination's recorded state while it is open for a byte budget (``open_for_us``): not ``OPEN``,
+#: so that a plain ``OPEN`` (a fail-open) is a change again.
+_BUDGET = -2
+
+
 def _state_text(state: int) -> str:
-    return "OPEN" if state == OPEN else "CLOSED" if state == CLOSED else f"{state} bit/s"
+    return ("OPEN" if state == OPEN else "CLOSED" if state == CLOSED else "OPEN for a byte budget" if state == _BUDGET
+            else f"{state} bit/s")
 
 
 def _u32_keys(flow: Flow) -> list[str]:
@@ -1135,8 +1141,13 @@ class TcGate:
             if strict:
                 raise
 
-    def set_states(self, states: Mapping[int, int]) -> None:
+    def set_states(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> None:
         """Change the TBF leaves of the destinations whose state changes (one send), then wake the uplink.
+
+        ``open_for_us`` (see :meth:`xtc.xco.gate.Gate.set_states`): an ``OPEN`` destination named
+        there gets a TBF leaf whose bucket is what the link carries in that many microseconds
+        (:meth:`slot_budget_bytes`) at a rate of a few bytes per second, so that the kernel holds
+        it once the bytes are spent; the class's HTB parent still paces it at the link rate.
 
         Raises
         ------
@@ -1144,11 +1155,16 @@ class TcGate:
             A destination is unknown or a state is invalid (nothing sent), or the kernel refused a
             change (the others were applied; the message names every destination that failed).
         """
-        plan = self._plans.get(tuple(states.items()))  # the same changes as before (a slice's turn)
-        if plan is None or any(e.state == st for e, st in zip(plan.entries, plan.states)):
-            plan = self._plan(states)
+        if open_for_us:
+            plan = self._budget_plan(states, open_for_us)
             if plan is None:
                 return
+        else:
+            plan = self._plans.get(tuple(states.items()))  # the same changes as before (a slice's turn)
+            if plan is None or any(e.state == st for e, st in zip(plan.entries, plan.states)):
+                plan = self._plan(states)
+                if plan is None:
+                    return
         nl = self._nl
         batch = bytearray(plan.batch)
         before = [e.state for e in plan.entries]
@@ -1178,6 +1194,51 @@ class TcGate:
                     code, kmsg = failed[seq]
                     errors.append(f"dest host {entry.dest} to {_state_text(state)}: {_errtext(code, kmsg)}")
             raise GateError(f"{self._where}: set_states: " + "; ".join(errors))
+
+    def slot_budget_bytes(self, open_for_us: int, from_closed: bool) -> int:
+        """The bucket of a destination opened for ``open_for_us`` microseconds, bytes: what the link
+        carries in that time, plus ``open_burst_bytes`` when the class was closed (its HTB parent has
+        saved that burst up and sends it at once); at least one frame (TBF drops bigger packets)."""
+        b = self.link_bps * max(0, open_for_us) // 8_000_000
+        if from_closed:
+            b += self.open_burst_bytes
+        return max(self.closed_burst_bytes, min(b, _U32_MAX))
+
+    def _budget_plan(self, states: Mapping[int, int], open_for_us: Mapping[int, int]) -> _Plan | None:
+        """The batch for ``states`` where the ``OPEN`` destinations of ``open_for_us`` get a byte
+        budget (never cached: the budget differs at every call); the others as :meth:`_plan`."""
+        dests = self._dests
+        rest = {d: st for d, st in states.items() if not (st == OPEN and d in open_for_us)}
+        base = self._plan(rest) if rest else None
+        entries, sts, msgs = [], [], []
+        for dest, state in states.items():
+            if dest in rest:
+                continue
+            entry = dests.get(dest)
+            if entry is None:
+                raise GateError(f"{self._where}: dest host {dest} unknown")
+            budget = self.slot_budget_bytes(int(open_for_us[dest]), entry.state == CLOSED)
+            # the rate: a few bytes a second, raised so that the bucket in ticks fits TBF's u32
+            rate_Bps = max(self.closed_rate_bps // 8, math.ceil(budget * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1)
+            handle, parent = (_LEAF_MAJOR_BASE + entry.minor) << 16, ROOT_HANDLE | entry.minor
+            m = bytearray(self._patched(("tbf-rate", "change"),
+                                        lambda: self._encode_tbf("change", _RATE_TEMPLATE_BPS), handle, parent))
+            struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] & ~NLM_F_ACK)
+            _set_tbf_rate(m, rate_Bps, budget)
+            entries.append(entry)
+            sts.append(_BUDGET)
+            msgs.append(bytes(m))
+        if base is not None:
+            entries, sts, msgs = list(base.entries) + entries, list(base.states) + sts, [base.batch] + msgs
+        if not entries:
+            return None
+        batch = b"".join(msgs)
+        # every message's sequence number is 8 bytes into it: walk the batch by the messages' lengths
+        offsets, off = [], 0
+        while off < len(batch):
+            offsets.append(off + 8)
+            off += struct.unpack_from("=I", batch, off)[0]
+        return _Plan(entries, sts, batch, offsets, [e for e, st in zip(entries, sts) if st == CLOSED])
 
     def _plan(self, states: Mapping[int, int]) -> _Plan | None:
         """The batch of TBF changes for ``states`` (the destinations whose state changes), cached
@@ -1330,7 +1391,7 @@ class TcGate:
         return False
 
     def states(self) -> dict[int, int]:
-        """The state each destination is in, as last set."""
+        """The state each destination is in, as last set (-2: open for a byte budget)."""
         return {d: e.state for d, e in self._dests.items()}
 
     def restore(self) -> None:

@@ -145,18 +145,27 @@ class AgentOutput:
         change.
     applied : list of AppliedDirective
         Directives that took effect in this call (the gate change is in ``states``).
+    until : dict
+        With ``slot_budget``: destination host -> the wall time (us) its open slice ends, for the
+        destinations ``states`` opens (or keeps open, named again) by a timeslice directive: the
+        service gives each the bytes its link carries until then
+        (:meth:`~xtc.xco.gate.Gate.set_states`' ``open_for_us``).
     """
 
     sends: list[bytes] = field(default_factory=list)
     states: dict[int, int] = field(default_factory=dict)
     applied: list[AppliedDirective] = field(default_factory=list)
     moved: list[Flow] = field(default_factory=list)
+    until: dict[int, int] = field(default_factory=dict)
 
     def __iadd__(self, o: AgentOutput) -> AgentOutput:
         self.sends += o.sends
         self.moved += o.moved
         self.states.update(o.states)
         self.applied += o.applied
+        for d in o.states:  # a later state of a destination replaces an earlier slice end
+            self.until.pop(d, None)
+        self.until.update(o.until)
         return self
 
 
@@ -209,13 +218,18 @@ class AgentCore:
         Slices of silence from the controller, while waiting for it, before failing open.
     clock_window_us : int
         Largest accepted difference between a message's ``t_us`` and ``now_us``.
+    slot_budget : bool
+        Timeslices: name the end of each open slice (:attr:`AgentOutput.until`), so that the gate
+        holds the destination at the slot's end by itself, however late the next directive is
+        applied.  A directive holds until the end of its slot (docs/xco.md, "Slots"); its slice is
+        extended ahead of time when the next slot's directive, for the same destination, has arrived.
     """
 
     def __init__(self, topo: Topology, host: int, digest: bytes, now_us: int, *, session: int,
                  small_flow_bytes: int = 100_000, giveup_after_us: int = 2_000,
                  register_interval_us: int = 100_000, fail_open_slices: int = 3,
                  clock_window_us: int = 1_000_000, demand_window_us: int = DEMAND_WINDOW_US,
-                 giveup_quiet_us: int = 0):
+                 giveup_quiet_us: int = 0, slot_budget: bool = False):
         self.topo = topo
         self.host = host
         self.name = topo.hosts[host]
@@ -228,6 +242,10 @@ class AgentCore:
         self.fail_open_slices = fail_open_slices
         self.clock_window_us = clock_window_us
         self.demand_window_us = demand_window_us
+        self.slot_budget = slot_budget
+        #: With ``slot_budget``: the end of the open slice the gate was given (wall us), None if none.
+        self.open_until_us: int | None = None
+        self._reopen: int | None = None  # a budgeted destination a fail-open must open plainly
         self.flows = flows_of(topo, host)
         self.vms = tuple(sorted(a for a, h in topo.vms.items() if h == self.name))
         #: The destination hosts of :attr:`flows`, sorted: the gate's classes, the index of every
@@ -415,19 +433,57 @@ class AgentCore:
         """Start of the earliest directive received and not applied yet, None if none waits."""
         return self._pending[0].start_us if self._pending else None
 
+    def _slice_end(self, start_us: int) -> int:
+        """The end of the open slice a timeslice directive for the destination in force starting
+        at ``start_us`` begins: the end of its slot, and of every following slot whose directive
+        (the same destination) has arrived already."""
+        sl = self.slice_us
+        end = (start_us // sl + 1) * sl
+        for q in self._pending:
+            if q.start_us < end:
+                continue
+            if q.start_us > end or q.rates is not None or q.dest != self.dest or q.rate_bps != self.dest_rate_bps:
+                break
+            end = (q.start_us // sl + 1) * sl
+        return end
+
+    def _budget(self, out: AgentOutput, start_us: int, force: bool) -> None:
+        """With ``slot_budget``: name the slice of the destination in force that starts at
+        ``start_us`` in ``out.until`` (and the destination in ``out.states``, OPEN), if it is open
+        by a directive at the line rate and the slice ends later than the one the gate has
+        (``force``: whatever the gate has)."""
+        d = self.dest
+        if (not self.slot_budget or d is None or self.dest_rate_bps is not None or self.mode != "timeslice"
+                or self.slice_us <= 0 or not self.under_control):
+            self.open_until_us = None
+            return
+        i = self._dindex.get(d)
+        if i is None or not self._large_i[i]:
+            self.open_until_us = None
+            return
+        end = self._slice_end(start_us)
+        if force or self.open_until_us is None or end > self.open_until_us:
+            self.open_until_us = end
+            self._state_i[i] = OPEN
+            out.states[d] = OPEN
+            out.until[d] = end
+
     def tick(self, now_us: int) -> AgentOutput:
         """Directives due by ``now_us``, registers, heartbeats and the fail-open check."""
         out = AgentOutput()
         applied = False
+        budget_from: tuple[int, bool] | None = None  # (start, new destination) of the last timeslice directive
         touched: set[int] | None = set()  # timeslice: only the old and the new destination change
         while self._pending and self._pending[0].start_us <= now_us:
             p = self._pending.pop(0)
             if p.rates is None:
                 if touched is not None:
                     touched.update(d for d in (self.dest, p.dest) if d is not None)
+                new = p.dest != self.dest or p.rate_bps != self.dest_rate_bps
                 if p.dest != self.dest:
                     self.opened_us, self._quiet_since_us = now_us, None
                 self.dest, self.dest_rate_bps = p.dest, p.rate_bps
+                budget_from = (p.start_us, new or (budget_from is not None and budget_from[1]))
                 out.applied.append(AppliedDirective(p.arrival_us, p.start_us, p.dest, p.rate_bps))
             else:
                 for d, r in p.rates:
@@ -475,12 +531,17 @@ class AgentCore:
                 out.sends.append(self._heartbeat(now_us))
         if self.failed_open:
             out.states.update(self._sync())
+            if self._reopen is not None:
+                out.states[self._reopen] = OPEN
+                self._reopen = None
         elif applied:
             if touched is None or self.mode == "rate":
                 out.states.update(self._sync())
             else:
                 di = self._dindex
                 out.states.update(self._sync([di[d] for d in touched if d in di]))
+            if budget_from is not None:
+                self._budget(out, budget_from[0], force=budget_from[1])
         return out
 
     def _fail_open(self, now_us: int, silent_us: int) -> None:
@@ -488,7 +549,12 @@ class AgentCore:
         self.failed_open_since_us = now_us
         self.fail_opens += 1
         self._pending.clear()
+        if self.open_until_us is not None and self.dest is not None:
+            # its class holds by itself once its budget is spent, while the core's record says
+            # OPEN: named again, as a plain OPEN, by the tick that failed open
+            self._reopen = self.dest
         self.dest = self.dest_rate_bps = None
+        self.open_until_us = None
         self.rates.clear()
         self.reported.clear()
         self._idle_since.clear()
@@ -584,6 +650,11 @@ class AgentCore:
                 p = _Pending(m.start_us, now_us, rates=m.rates)
             # A later directive supersedes the pending ones that start at or after its start.
             self._pending = [q for q in self._pending if q.start_us < p.start_us] + [p]
+            # The next slot's directive for the destination in force, ahead: the gate's slice is
+            # extended now, not at the boundary (where a late wake-up would leave the link idle).
+            if (self.open_until_us is not None and p.start_us == self.open_until_us and p.rates is None
+                    and p.dest == self.dest and p.rate_bps == self.dest_rate_bps and p.start_us > now_us):
+                self._budget(out, p.start_us, force=False)
         if restarted:
             self._forget_demand()  # the new controller knows no bounds: measured and told again
         if restarted and self.reported:

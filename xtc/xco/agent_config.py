@@ -20,6 +20,8 @@ A complete example (every key with its default unless marked required)::
                                      # (read when its queue should have drained); 0 = off
     idle_poll_us = 0                 # counters read at least this often when idle too
                                      # (a held destination's first packets wait for a read); 0 = off
+    slot_budget = true               # timeslices: the gate holds an open destination at its slot's
+                                     # end by itself (a byte budget), however late the next directive
     poll_us = 500                    # counters read this often; once welcomed, rounded up to
                                      # whole slices, just before a slot boundary (and every
                                      # max(poll_us, giveup_after_us / 2) while a reported
@@ -105,6 +107,10 @@ class AgentConfig(StrictTable):
     #: without a rate or a slot is held, and a flow that has just turned large waits for the read
     #: that reports its queue: once a slice otherwise).  An idle read is the cheap probe.  0 = off.
     idle_poll_us: Annotated[Int, within(0, 1_000_000)] = 0
+    #: Timeslices: each open slice is given, in the gate, the bytes the link carries until the end
+    #: of its slot, so that the kernel holds the destination at the slot's end by itself however late
+    #: the next directive is applied (docs/xco.md, "Agent").  false: the agent's own close only.
+    slot_budget: bool = True
     poll_us: Annotated[Int, within(50, 1_000_000)] = 500
     register_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
     fail_open_slices: Annotated[Int, within(1, 1000)] = 3

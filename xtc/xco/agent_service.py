@@ -37,12 +37,14 @@ from .agent_config import AgentConfig, check_against_topology
 from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal, _wall_us
-from .gate import CLOSED, Gate, GateError
+from .gate import CLOSED, OPEN, Gate, GateError
 
 __all__ = ["AgentService", "run_agent", "run_cleanup", "POLL_DEFER_MARGIN_US", "WAKE_ADVANCE_MAX_US"]
 
 #: A counter read is put off when a directive is due within its recent cost plus this, us.
 POLL_DEFER_MARGIN_US = 100
+#: The most a gate change's measured cost moves a slice's byte budget, us (a stall is not a cost).
+SET_STATES_COST_MAX_US = 500
 #: The most the agent wakes ahead of a directive to spin to its start, us.
 WAKE_ADVANCE_MAX_US = 500
 
@@ -127,7 +129,7 @@ class AgentService(StopOnSignal):
             self.topo, self.host_id, self.digest, clock_us(), session=secrets.randbits(32),
             small_flow_bytes=cfg.small_flow_bytes, giveup_after_us=cfg.giveup_after_us,
             register_interval_us=cfg.register_interval_us, fail_open_slices=cfg.fail_open_slices,
-            clock_window_us=cfg.clock_window_us, giveup_quiet_us=cfg.giveup_quiet_us)
+            clock_window_us=cfg.clock_window_us, giveup_quiet_us=cfg.giveup_quiet_us, slot_budget=cfg.slot_budget)
         self.ctl_addr = cfg.controller_address
         #: The controller's shared key (``auth_key_file``): every datagram sent is sealed, every one
         #: received must verify (:mod:`xtc.xco.auth`); None: no authentication.
@@ -149,6 +151,9 @@ class AgentService(StopOnSignal):
         #: lateness, us) and then spins to the start; what the spins cost at most, us.
         self.wake_advance_us = 0
         self.spin_us = 0
+        #: What a gate change takes (the recent ones' mean, us): a slice's byte budget counts from
+        #: when the kernel has it, not from when it was computed (``slot_budget``).
+        self.set_states_cost_us = 0
         self._quiet: Callable[[int | None], bool] | None = getattr(gate, "quiet", None)
         self._idle = False  # the last dump found nothing queued in the agent's classes
         self._headroom: int | None = None  # small_flow_bytes minus the most a small flow had sent
@@ -207,7 +212,13 @@ class AgentService(StopOnSignal):
         if out.states:
             t0 = time.perf_counter()
             try:
-                self.gate.set_states(out.states)
+                if out.until:
+                    # each open slice's budget: the link's bytes from when the kernel applies it (now
+                    # plus what a gate change has taken of late) to the slice's end
+                    now = self.clock_us() + self.set_states_cost_us
+                    self.gate.set_states(out.states, {d: u - now for d, u in out.until.items() if out.states.get(d) == OPEN})
+                else:
+                    self.gate.set_states(out.states)
             except GateError as e:
                 from xtc.daemon.logs import event
 
@@ -215,7 +226,10 @@ class AgentService(StopOnSignal):
                 gate_ok = False
                 event(log, logging.ERROR, "gate_error", op="set_states", error=str(e))
             else:
-                self.metrics.set_states_seconds.observe(time.perf_counter() - t0)
+                d = time.perf_counter() - t0
+                self.metrics.set_states_seconds.observe(d)
+                c = self.set_states_cost_us  # a mean over the last ~16 changes
+                self.set_states_cost_us = c + (min(int(d * 1e6), SET_STATES_COST_MAX_US) - c) // 16
         # The gate first: a heartbeat or a report that a directive's tick also produced waits the
         # few tens of microseconds of the gate change, the slot change does not wait for them.
         key = self.key

@@ -109,11 +109,17 @@ class Gate(Protocol):
     def remove_dest(self, dest: int) -> None:
         """Remove the destination's class and the classifiers of its flows."""
 
-    def set_states(self, states: Mapping[int, int]) -> None:
+    def set_states(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> None:
         """Set each destination's state (``OPEN``, ``CLOSED`` or a rate in bits/s) and wake the uplink.
 
         Destinations not named keep their state.  Only changes reach the kernel; after any change
         a packet is sent out of the device so that a newly opened class sends at once.
+
+        ``open_for_us`` (destination -> microseconds; only for destinations set ``OPEN`` in
+        ``states``): the destination sends at most what the link carries in that time (plus the
+        opening burst if it was closed) and is then held by the gate itself until its next change,
+        however late that comes: the end of a timeslice enforced where the packets are.  Such a
+        destination is changed even if it was ``OPEN`` already (the budget starts again).
         """
 
     def stats(self) -> dict[int, DestStats]:

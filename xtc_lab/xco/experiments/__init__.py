@@ -123,6 +123,9 @@ GIVEUP_QUIET_US = int(os.environ.get("XTC_XCO_LAB_GIVEUP_QUIET_US", "2000"))
 #: modes; ``XTC_XCO_LAB_IDLE_POLL_US`` overrides it (0: once a slice, as before).  An idle read is the
 #: probe (one RTM_GETQDISC), not the dump that made ``POLL_US`` 5 ms; measured on Figure 22.
 IDLE_POLL_US = int(os.environ.get("XTC_XCO_LAB_IDLE_POLL_US", "2000"))
+#: The agents' ``slot_budget`` (timeslices: the gate holds an open destination at its slot's end
+#: by itself); ``XTC_XCO_LAB_SLOT_BUDGET=0`` turns it off, for before/after runs.
+SLOT_BUDGET = os.environ.get("XTC_XCO_LAB_SLOT_BUDGET", "1") != "0"
 #: The agents' ``small_flow_bytes`` (a VM pair that has sent no more than this is never held).
 #: Senders that start together send this much each unheld: 5 x 100 KB (the agent's default) into
 #: a port buffer of 128 KiB lost 104-122 frames at every start of Figure 15's 5 TCP senders (0.12-0.15%
@@ -312,7 +315,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": rt, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
+               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "slot_budget": SLOT_BUDGET, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": rt, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -330,7 +333,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": lead_us, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "nice": NICE, "realtime_priority": rt, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "slot_budget": SLOT_BUDGET, "nice": NICE, "realtime_priority": rt, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level,
                             **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {})}
