@@ -822,9 +822,7 @@ class TcGate:
         # TBF drops a packet bigger than its burst: one whole frame (MTU + Ethernet + VLAN tag).
         self.closed_burst_bytes = int(closed_burst_bytes or self.mtu + 18)
         self.open_burst_bytes = int(open_burst_bytes or default_open_burst_bytes(self.link_bps, self.mtu))
-        # TBF's buffer is burst/rate in ticks (1/64 us here: /proc/net/psched) as a u32.
-        min_closed_Bps = math.ceil(self.closed_burst_bytes * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
-        self.closed_rate_bps = max(int(closed_rate_bps), 8 * min_closed_Bps)
+        self.closed_rate_bps = max(int(closed_rate_bps), 8 * _least_rate_Bps(self.closed_burst_bytes))
         self._wake = _WAKE_DST + mac + struct.pack("!H", WAKE_ETHERTYPE) + b"xco-wake".ljust(46, b"\0")
         self._mac = mac
         #: Send drain frames into a flow's class when it closes (see the module docstring).
@@ -885,12 +883,18 @@ class TcGate:
         OPEN and CLOSED: pyroute2 encodes each once.  A rate: one message encoded once per command,
         its rate and burst written in (:func:`_set_tbf_rate`): pyroute2 computes TBF's rate table in
         Python, 1-5 ms for each new rate, and rate mode sends new rates at every event."""
-        handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
         if state in (OPEN, CLOSED) or state // 8 > _U32_MAX:
+            handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
             return self._patched(("tbf", command, state), lambda: self._encode_tbf(command, state), handle, parent)
+        return self._tbf_rate(command, minor, state // 8, self._rate_burst(state))
+
+    def _tbf_rate(self, command: str, minor: int, rate_Bps: int, burst: int) -> bytes:
+        """The TBF leaf message of class ``7c0:minor`` at ``rate_Bps`` (< 2**32) with ``burst`` bytes:
+        the rate template, encoded once per command, with both written in."""
+        handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
         msg = bytearray(self._patched(("tbf-rate", command), lambda: self._encode_tbf(command, _RATE_TEMPLATE_BPS),
                                       handle, parent))
-        _set_tbf_rate(msg, state // 8, self._rate_burst(state))
+        _set_tbf_rate(msg, rate_Bps, burst)
         return bytes(msg)
 
     def _rate_burst(self, rate_bps: int) -> int:
@@ -1155,16 +1159,11 @@ class TcGate:
             A destination is unknown or a state is invalid (nothing sent), or the kernel refused a
             change (the others were applied; the message names every destination that failed).
         """
-        if open_for_us:
-            plan = self._budget_plan(states, open_for_us)
+        plan = None if open_for_us else self._plans.get(tuple(states.items()))  # a slice's turn again
+        if plan is None or any(e.state == st for e, st in zip(plan.entries, plan.states)):
+            plan = self._plan(states, open_for_us)
             if plan is None:
                 return
-        else:
-            plan = self._plans.get(tuple(states.items()))  # the same changes as before (a slice's turn)
-            if plan is None or any(e.state == st for e, st in zip(plan.entries, plan.states)):
-                plan = self._plan(states)
-                if plan is None:
-                    return
         nl = self._nl
         batch = bytearray(plan.batch)
         before = [e.state for e in plan.entries]
@@ -1204,52 +1203,25 @@ class TcGate:
             b += self.open_burst_bytes
         return max(self.closed_burst_bytes, min(b, _U32_MAX))
 
-    def _budget_plan(self, states: Mapping[int, int], open_for_us: Mapping[int, int]) -> _Plan | None:
-        """The batch for ``states`` where the ``OPEN`` destinations of ``open_for_us`` get a byte
-        budget (never cached: the budget differs at every call); the others as :meth:`_plan`."""
-        dests = self._dests
-        rest = {d: st for d, st in states.items() if not (st == OPEN and d in open_for_us)}
-        base = self._plan(rest) if rest else None
-        entries, sts, msgs = [], [], []
-        for dest, state in states.items():
-            if dest in rest:
-                continue
-            entry = dests.get(dest)
-            if entry is None:
-                raise GateError(f"{self._where}: dest host {dest} unknown")
-            budget = self.slot_budget_bytes(int(open_for_us[dest]), entry.state == CLOSED)
-            # the rate: a few bytes a second, raised so that the bucket in ticks fits TBF's u32
-            rate_Bps = max(self.closed_rate_bps // 8, math.ceil(budget * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1)
-            handle, parent = (_LEAF_MAJOR_BASE + entry.minor) << 16, ROOT_HANDLE | entry.minor
-            m = bytearray(self._patched(("tbf-rate", "change"),
-                                        lambda: self._encode_tbf("change", _RATE_TEMPLATE_BPS), handle, parent))
-            struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] & ~NLM_F_ACK)
-            _set_tbf_rate(m, rate_Bps, budget)
-            entries.append(entry)
-            sts.append(_BUDGET)
-            msgs.append(bytes(m))
-        if base is not None:
-            entries, sts, msgs = list(base.entries) + entries, list(base.states) + sts, [base.batch] + msgs
-        if not entries:
-            return None
-        batch = b"".join(msgs)
-        # every message's sequence number is 8 bytes into it: walk the batch by the messages' lengths
-        offsets, off = [], 0
-        while off < len(batch):
-            offsets.append(off + 8)
-            off += struct.unpack_from("=I", batch, off)[0]
-        return _Plan(entries, sts, batch, offsets, [e for e, st in zip(entries, sts) if st == CLOSED])
-
-    def _plan(self, states: Mapping[int, int]) -> _Plan | None:
+    def _plan(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> _Plan | None:
         """The batch of TBF changes for ``states`` (the destinations whose state changes), cached
-        while the same ``states`` come again (a timeslice agent's turns repeat)."""
+        while the same ``states`` come again (a timeslice agent's turns repeat); an ``OPEN``
+        destination of ``open_for_us`` gets its byte budget (:meth:`slot_budget_bytes`, at the
+        least rate that bucket allows: a few bytes a second), and such a batch is not cached."""
         changes: list[tuple[_DestEntry, int, bytes]] = []
         dests = self._dests
         cache = self._cache
+        budgeted = False
         for dest, state in states.items():
             entry = dests.get(dest)
             if entry is None:
                 raise GateError(f"{self._where}: dest host {dest} unknown")
+            if open_for_us and state == OPEN and dest in open_for_us:
+                budget = self.slot_budget_bytes(int(open_for_us[dest]), entry.state == CLOSED)
+                rate_Bps = max(self.closed_rate_bps // 8, _least_rate_Bps(budget))
+                changes.append((entry, _BUDGET, _without_ack(self._tbf_rate("change", entry.minor, rate_Bps, budget))))
+                budgeted = True
+                continue
             if entry.state == state:
                 continue
             key = (entry.minor, state)
@@ -1260,9 +1232,7 @@ class TcGate:
                     cache.clear()
                     self._plans.clear()
                     self._templates = {k: v for k, v in self._templates.items() if k[0] != "tbf" or k[-1] in (OPEN, CLOSED)}
-                m = bytearray(self._tbf("change", entry.minor, state))
-                struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] & ~NLM_F_ACK)
-                msg = cache[key] = bytes(m)
+                msg = cache[key] = _without_ack(self._tbf("change", entry.minor, state))
             changes.append((entry, state, msg))
         if not changes:
             return None
@@ -1272,7 +1242,7 @@ class TcGate:
             off += len(c[2])
         plan = _Plan([c[0] for c in changes], [c[1] for c in changes], b"".join(c[2] for c in changes), offsets,
                      [c[0] for c in changes if c[1] == CLOSED])
-        if len(changes) == len(states):
+        if len(changes) == len(states) and not budgeted:
             if len(self._plans) > 4 * len(dests) + 64:
                 self._plans.clear()
             self._plans[tuple(states.items())] = plan
@@ -1459,6 +1429,19 @@ def _attr_str(atype: int, value: str) -> bytes:
 
 
 _TICKS: list[float] = []
+
+
+def _without_ack(msg: bytes) -> bytes:
+    """``msg`` with ``NLM_F_ACK`` cleared: the hot path reads only the errors rtnetlink queues."""
+    m = bytearray(msg)
+    struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] & ~NLM_F_ACK)
+    return bytes(m)
+
+
+def _least_rate_Bps(burst: int) -> int:
+    """The least rate (bytes/s) at which a TBF bucket of ``burst`` bytes fits: TBF's buffer is
+    burst/rate in ticks (1/64 us here: /proc/net/psched) as a u32."""
+    return math.ceil(burst * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
 
 
 def _ticks_per_us() -> float:

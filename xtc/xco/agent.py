@@ -464,7 +464,6 @@ class AgentCore:
         end = self._slice_end(start_us)
         if force or self.open_until_us is None or end > self.open_until_us:
             self.open_until_us = end
-            self._state_i[i] = OPEN
             out.states[d] = OPEN
             out.until[d] = end
 
