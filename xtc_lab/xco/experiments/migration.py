@@ -65,10 +65,12 @@ def wait_busy(tb: Any, link: str, fraction: float, timeout_s: float) -> float:
     rate = tb.rate_bps(link)
     deadline = time.monotonic() + timeout_s
     use = 0.0
-    t0, b0 = time.monotonic(), tb.port_stats()[link]["bytes"]
+    st = tb.port_stats()[link]
+    t0, b0 = st["read_at_s"], st["bytes"]
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        t1, b1 = time.monotonic(), tb.port_stats()[link]["bytes"]  # a reading takes a while itself
+        st = tb.port_stats()[link]
+        t1, b1 = st["read_at_s"], st["bytes"]
         use = (b1 - b0) * 8 / (t1 - t0) / rate
         if use >= fraction:
             break

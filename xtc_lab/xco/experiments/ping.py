@@ -47,9 +47,10 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         # (their goodputs are means over windows that start and end a little apart, and a flow that
         # ends hands its rate to the others for the rest of theirs)
         time.sleep(STEADY_FROM_S)
-        t0, b0 = time.monotonic(), tb.port_stats()["sw1>r1"]["bytes"]
+        st0 = tb.port_stats()["sw1>r1"]
         time.sleep(dur - STEADY_FROM_S - STEADY_BEFORE_END_S)
-        t1, b1 = time.monotonic(), tb.port_stats()["sw1>r1"]["bytes"]
+        st1 = tb.port_stats()["sw1>r1"]
+        (t0, b0), (t1, b1) = (st0["read_at_s"], st0["bytes"]), (st1["read_at_s"], st1["bytes"])
         box["steady_port"] = {"from_s": STEADY_FROM_S, "to_s": dur - STEADY_BEFORE_END_S,
                               "bps": (b1 - b0) * 8 / (t1 - t0)}
 
