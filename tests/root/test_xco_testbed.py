@@ -331,19 +331,26 @@ def test_run_fig18_quick_rate_mode_below_the_line_rate_keeps_the_switch_queue_sh
         xco = doc["xco"]
         assert xco["rate_link_fraction"] == 0.97 and set(xco["exit_codes"].values()) == {0}, xco
         port_bps = doc["port_buffer_bytes"] * 8 / (doc["full_queue_ms"] / 1000)
-        rates = [f["goodput_bps"] for f in doc["background"]]
         # the senders get at most the 97% of the port shared, measured at the port while all five
         # send (the sum of their goodputs is not that measure: each is a mean over a window of its
         # own, and a TCP flow that ends first hands its rate to the UDP senders' queues, 4 MiB each;
-        # on 2026-11-24 the goodputs summed to 95.5-98.3 Mb/s, 97.5 in a run whose port carried 95.1)
-        steady = doc["steady_port"]["bps"]
+        # on 2026-11-24 the goodputs summed to 95.5-98.3 Mb/s, 97.5 in a run whose port carried 95.1),
+        # less the pings' echo requests (0.05-0.08% of the port), which no sender sends.  What a
+        # token bucket promises over a window T is its rate times T plus its bucket, and each
+        # sender's gate (a TBF at its rate) holds 1 ms of that rate (TcGate's rate burst; the
+        # rates do not change in the middle of the run, so no bucket refills there): together
+        # 0.97 x the port x (T + 1 ms).
+        sp = doc["steady_port"]
+        steady = sp["senders_bps"]
+        bound = 0.97 * port_bps * (1 + 0.001 / sp["window_s"])
+        rates = [f["goodput_bps"] for f in doc["background"]]
         # each has its share: no TCP flow starved by the UDP senders (without XCo: 0.2 Mb/s)
-        shared = steady <= 0.97 * port_bps and min(rates) >= 0.15 * port_bps
+        shared = steady <= bound and min(rates) >= 0.15 * port_bps
         busy = doc["congested"]
         ok = shared and busy["received"] >= 0.99 * busy["sent"] and busy["p99_ms"] <= 0.2 * doc["full_queue_ms"]
         if ok:
             break
-    assert steady <= 0.97 * port_bps, (doc["steady_port"], rates)
+    assert steady <= bound, (doc["steady_port"], rates)
     assert min(rates) >= 0.15 * port_bps, rates
     assert ok, (busy, doc["switch_port"])
     assert with_prefix(doc["lab_prefix"]) == []

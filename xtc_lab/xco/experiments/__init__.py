@@ -144,13 +144,17 @@ NICE = -10
 #: slice: Figure 15 quick with timeslices, 5 TCP senders, 72-83% of the packets inside their slices
 #: and 2.4-3.9% switch loss at nice -10, 91-93% and 0-0.07% at priority 10 (three alternated pairs,
 #: docs/xco-testbed.md, "Packets inside the slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides
-#: it, for before/after runs.  With timeslices only: see :data:`RATE_REALTIME_PRIORITY`.
+#: it, for before/after runs.  Rate mode: see :data:`RATE_REALTIME_PRIORITY`.
 REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "10"))
-#: The same in rate mode, 0 (nice :data:`NICE`) by default: with a busy loop on one core, Figure 18
-#: quick at a link fraction of 0.97 gave its senders 98.4, 102.2 and 98.8 Mb/s of the 97 shared under
-#: SCHED_FIFO (no fail-open; cause not established), 97.0 at nice -10 (every agent failing open once).
+#: The same in rate mode.  It was 0 (nice :data:`NICE`) until 2026-11-24, from sums of the senders'
+#: goodputs (98.4-102.2 Mb/s of 97 shared under SCHED_FIFO), a measure that counts the UDP senders'
+#: queues draining after the others stopped.  At the switch port, over the steady middle of
+#: Figure 18 quick at a link fraction of 0.97 beside a busy loop on one core: at nice -10, 9-15
+#: fail-opens a run (the controller's answer later than 5 slices), 0.55-1.86% switch loss and ping
+#: p99 3.5-10.4 ms; under SCHED_FIFO no fail-open, no loss, ping p99 0.10-0.12 ms and the port at
+#: 96.7-97.3% (two runs each, then two more under SCHED_FIFO; docs/xco-testbed.md).
 #: ``XTC_XCO_LAB_RATE_REALTIME_PRIORITY`` overrides it.
-RATE_REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_RATE_REALTIME_PRIORITY", "0"))
+RATE_REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_RATE_REALTIME_PRIORITY", "10"))
 #: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
 #: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
 #: slices between its turns, and on this shared host an answer often takes longer (measured on
@@ -480,7 +484,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         tb = Testbed(record)
         try:
             with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
-                           agent_log_level="debug" if params.get("in_slice") else "info",
+                           agent_log_level="debug" if params.get("in_slice") or os.environ.get("XTC_XCO_LAB_DEBUG_LOG") else "info",
                            rate_link_fraction=rate_link_fraction) as xco:
                 ctx = Context(tb=tb, quick=quick, mode=mode, say=say, params=params, xco=xco)
                 result, fig, md = mod.run(ctx)

@@ -184,16 +184,29 @@ def ip_reassembly(tb: Testbed, host: str) -> dict[str, int]:
 
 
 _RTT = re.compile(r"time=([\d.]+) ms")
+#: ping's summary: "N packets transmitted, M received, ..., time T ms" (T: from the first request to the last)
+_SPAN = re.compile(r"packets transmitted.*time (\d+)ms")
+
+
+#: The ICMP payload of :func:`ping_rtts`' echo requests, bytes (ping's default) ...
+PING_PAYLOAD_BYTES = 56
+#: ... and the frame each one is on a link: Ethernet 14 + IPv4 20 + ICMP 8 + the payload.
+PING_FRAME_BYTES = 14 + 20 + 8 + PING_PAYLOAD_BYTES
 
 
 def ping_rtts(tb: Testbed, src: str, dst: str, count: int, interval_s: float = 0.01) -> dict[str, Any]:
-    """``count`` pings from ``src``'s VM to ``dst``'s VM: RTTs (ms) and their percentiles; lost ones counted."""
+    """``count`` pings (:data:`PING_FRAME_BYTES` each) from ``src``'s VM to ``dst``'s VM: RTTs (ms)
+    and their percentiles; lost ones counted."""
     _a, sns = tb.vm(src)
     daddr, _ = tb.vm(dst)
-    p = tb.run(sns, ["ping", "-n", "-i", str(interval_s), "-c", str(count), "-W", "1", daddr],
+    p = tb.run(sns, ["ping", "-n", "-s", str(PING_PAYLOAD_BYTES), "-i", str(interval_s), "-c", str(count), "-W", "1",
+                     daddr],
                timeout_s=count * interval_s + 30)
     rtts = [float(m) for m in _RTT.findall(p.stdout)]
     res: dict[str, Any] = {"sent": count, "received": len(rtts), "rtts_ms": rtts}
+    span = _SPAN.search(p.stdout)
+    if span:
+        res["span_ms"] = int(span.group(1))
     if rtts:
         arr = np.asarray(rtts)
         res.update({"p50_ms": float(np.percentile(arr, 50)), "p99_ms": float(np.percentile(arr, 99)),

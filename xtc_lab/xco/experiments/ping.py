@@ -8,7 +8,7 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import ping_rtts, port_delta, run_flows
+from xtc_lab.xco.experiments.flows import PING_FRAME_BYTES, ping_rtts, port_delta, run_flows
 
 NAME = "fig18"
 TITLE = "ping RTT under congestion"
@@ -45,14 +45,15 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     def steady() -> None:
         # the port's bytes over the middle of the phase, every sender active: what the senders share
         # (their goodputs are means over windows that start and end a little apart, and a flow that
-        # ends hands its rate to the others for the rest of theirs)
+        # ends hands its rate to the others for the rest of theirs), less the pings' echo requests,
+        # which cross the same port all the while and are no sender's
+        meter = tb.port_tx_meter("sw1>r1")
         time.sleep(STEADY_FROM_S)
-        st0 = tb.port_stats()["sw1>r1"]
+        b0, t0, w0 = meter()
         time.sleep(dur - STEADY_FROM_S - STEADY_BEFORE_END_S)
-        st1 = tb.port_stats()["sw1>r1"]
-        (t0, b0), (t1, b1) = (st0["read_at_s"], st0["bytes"]), (st1["read_at_s"], st1["bytes"])
-        box["steady_port"] = {"from_s": STEADY_FROM_S, "to_s": dur - STEADY_BEFORE_END_S,
-                              "bps": (b1 - b0) * 8 / (t1 - t0)}
+        b1, t1, w1 = meter()
+        box["steady_port"] = {"from_s": STEADY_FROM_S, "to_s": dur - STEADY_BEFORE_END_S, "window_s": t1 - t0,
+                              "window_within_s": w0 + w1, "bps": (b1 - b0) * 8 / (t1 - t0)}
 
     before = tb.port_stats()
     th = threading.Thread(target=pinger)
@@ -64,11 +65,16 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     th2.join()
     port = port_delta(before, tb.port_stats(), "sw1>r1", dur)  # the senders send for dur s
     busy = box["rtt"]
+    # the echo requests' rate: ping's own span from the first to the last (its -i is a least gap)
+    per_s = (busy["sent"] - 1) / (busy["span_ms"] / 1000) if busy.get("span_ms") else 1 / interval
+    sp = box["steady_port"]
+    sp.update(ping_bps=PING_FRAME_BYTES * 8 * per_s, senders_bps=sp["bps"] - PING_FRAME_BYTES * 8 * per_s)
     rate = tb.rate_bps("sw1>r1")
     buf = tb.record["port_buffer_bytes"]
     full_queue_ms = buf * 8 / rate * 1000
     result = {"idle": idle, "congested": busy, "background": flows, "switch_port": port,
-              "steady_port": {**box["steady_port"], "utilisation": box["steady_port"]["bps"] / rate},
+              "steady_port": {**box["steady_port"], "utilisation": box["steady_port"]["bps"] / rate,
+                              "senders_utilisation": box["steady_port"]["senders_bps"] / rate},
               "ping_interval_s": interval, "full_queue_ms": full_queue_ms, "paper": PAPER_NOTE}
 
     def row(label: str, r: dict[str, Any]) -> tuple:
@@ -86,7 +92,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
           f"port `sw1>r1` ({rate / 1e6:g} Mb/s, {buf} bytes of buffer: a full queue is {full_queue_ms:.1f} ms) "
           f"with 3 TCP and 2 UDP senders. Switch port during the congested phase: {port['drops']} drops "
           f"({port['loss_percent']:.1f}%), {100 * port['utilisation']:.0f}% used; from {STEADY_FROM_S:g} s after the senders start to "
-          f"{STEADY_BEFORE_END_S:g} s before they stop, {100 * result['steady_port']['utilisation']:.1f}% used.\n\n{table}\n\n"
+          f"{STEADY_BEFORE_END_S:g} s before they stop, {100 * result['steady_port']['utilisation']:.1f}% used, "
+          f"{100 * result['steady_port']['senders_utilisation']:.2f}% by the senders (the pings less).\n\n{table}\n\n"
           f"The paper: {PAPER_NOTE}. At scale {tb.scale} a queue of the same bytes drains {1 / tb.scale:g} times "
           f"slower, so queueing delays are {1 / tb.scale:g} times the paper's for the same occupancy.")
     return result, fig, md
