@@ -62,14 +62,17 @@ def test_lab_run_tracking_quick(libvirtd, tmp_path: Path) -> None:
     assert "| xtc |" in (out / "tracking.md").read_text()
 
 
-@pytest.mark.timeout(3 * 120)
+@pytest.mark.timeout(3 * 130)
 def test_real_demo(libvirtd, tmp_path: Path) -> None:
     # Repeated when a phase misses its setpoint (up to 3 runs, all recorded), asserted on the first
-    # run that holds them, else on the last: the same reasoning as the tracking run above.
+    # run that holds them, else on the last: the same reasoning as the tracking run above.  Phases
+    # of 12 s, the mean taken over the last 6 (8 and 4 until 2026-11-24: beside a busy loop the lab's
+    # 1 s rates at a steady cap scatter by up to 20%, and a 4 s mean missed by 13-15% in two runs
+    # of three).
     runs = []
     for i in range(3):
         out = tmp_path / f"run{i}"
-        r = run_xtc(["demo", "--lab-duration-s", "16", "--out", str(out)], 110)
+        r = run_xtc(["demo", "--lab-duration-s", "24", "--out", str(out)], 120)
         assert r.returncode == 0, r.stderr[-2000:]
         assert "red set" in r.stdout and "blue set" in r.stdout, r.stdout[-1000:]
         res = json.loads((out / "demo.json").read_text())
