@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import importlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -35,6 +36,8 @@ from xtc_lab.xco.testbed import (
     remove_lab,
     resolve_topology,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "label_axes", "run_experiment",
            "start_xco"]
@@ -240,6 +243,44 @@ def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], say: Callable[[str],
     return codes
 
 
+#: Where each run's configurations and logs go (a directory per run, named in the report's
+#: ``xco.workdir``) ...
+RUN_DIR = "/run/xtc/xco-lab-run"
+#: ... of which a new run keeps the newest this many and any younger than :data:`KEEP_RUN_DIR_S`
+#: (``/run`` is memory: 120 runs of a day left 45 MB, and a run's agents at log level debug write
+#: several MB each).
+KEEP_RUN_DIRS = 20
+KEEP_RUN_DIR_S = 3600.0
+
+
+def prune_run_dirs(base: Path, keep: int = KEEP_RUN_DIRS, keep_s: float = KEEP_RUN_DIR_S,
+                   now_s: float | None = None) -> list[Path]:
+    """Remove the run directories under ``base`` beyond the newest ``keep`` that are older than
+    ``keep_s`` seconds (by modification time; a younger one may belong to a run under way).
+    Returns those removed; one that cannot be removed is left and logged."""
+    import shutil
+
+    now_s = time.time() if now_s is None else now_s
+    dirs = []
+    for d in base.iterdir():
+        try:
+            if d.is_dir() and not d.is_symlink():
+                dirs.append((d.stat().st_mtime, d))
+        except OSError:
+            continue
+    dirs.sort(reverse=True)
+    gone = []
+    for mtime, d in dirs[keep:]:
+        if now_s - mtime < keep_s:
+            continue
+        try:
+            shutil.rmtree(d)
+            gone.append(d)
+        except OSError as e:
+            log.warning("could not remove the old run directory %s: %s", d, e)
+    return gone
+
+
 @contextlib.contextmanager
 def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
               workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
@@ -293,8 +334,10 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         gate_rate_fraction = RATE_GATE_RATE_FRACTION if mode == "rate" else GATE_RATE_FRACTION
     import tempfile
 
-    base = Path("/run/xtc/xco-lab-run")
+    base = Path(RUN_DIR)
     base.mkdir(parents=True, exist_ok=True)
+    if workdir is None:
+        prune_run_dirs(base)
     wd = workdir or Path(tempfile.mkdtemp(prefix=f"{tb.prefix}-", dir=base))
     wd.mkdir(parents=True, exist_ok=True)
     topo_data = scaled_topology(_topology_data(tb), tb.scale)
