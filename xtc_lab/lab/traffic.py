@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -290,7 +291,7 @@ def udp_payload_for_frame(frame_bytes: int) -> int:
 
 
 def iperf3_tcp_argv(server: str, duration_s: float, flows: int = 1, mss_bytes: int | None = None,
-                    port: int = DEFAULT_PORT) -> list[str]:
+                    port: int = DEFAULT_PORT, congestion: str | None = None) -> list[str]:
     """Client command line for ``flows`` parallel TCP connections to ``server`` for ``duration_s`` s.
 
     Parameters
@@ -305,13 +306,20 @@ def iperf3_tcp_argv(server: str, duration_s: float, flows: int = 1, mss_bytes: i
         TCP maximum segment size (iperf3 ``-M``), bytes, or None for the path's (1460 on the lab).
     port
         The server's port.
+    congestion
+        The connections' congestion control (iperf3 ``-C``: ``cubic``, ``bbr``, ``reno``...), or
+        None for the sender's namespace default (``net.ipv4.tcp_congestion_control``).
     """
+    if congestion is not None and not re.fullmatch(r"[a-z0-9_]{1,15}", congestion):
+        raise LabError(f"congestion must be a kernel congestion control's name, got {congestion!r}")
     if not duration_s >= 1:
         raise LabError(f"duration_s must be at least 1 s, got {duration_s!r}")
     if isinstance(flows, bool) or not isinstance(flows, int) or not 1 <= flows <= MAX_TCP_FLOWS:
         raise LabError(f"flows must be an integer in 1..{MAX_TCP_FLOWS}, got {flows!r}")
     argv = ["iperf3", "-c", server, "-p", str(port), "-t", str(round(duration_s)), "-P", str(flows),
             "-i", "1", "--json"]
+    if congestion is not None:
+        argv += ["-C", congestion]
     if mss_bytes is not None:
         if isinstance(mss_bytes, bool) or not isinstance(mss_bytes, int) or \
                 not TCP_MSS_RANGE[0] <= mss_bytes <= TCP_MSS_RANGE[1]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
     for f in flows:
         _addr, sns = tb.vm(f.sender)
         if f.proto == "tcp":
-            f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port))
+            f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port, congestion=TCP_CONGESTION))
         else:
             rate = (udp_rates_bps or {}).get(f.sender, udp_rate_bps)
             f.client = tb.spawn(sns, [*helper("udpflow"), "send", raddr, str(f.port), str(rate),
@@ -186,6 +187,12 @@ def ip_reassembly(tb: Testbed, host: str) -> dict[str, int]:
 _RTT = re.compile(r"time=([\d.]+) ms")
 #: ping's summary: "N packets transmitted, M received, ..., time T ms" (T: from the first request to the last)
 _SPAN = re.compile(r"packets transmitted.*time (\d+)ms")
+
+
+#: The TCP senders' congestion control (iperf3 ``-C``); None: the VM namespace's default, which on
+#: this project's VMs is BBR (``net.ipv4.tcp_congestion_control``).  ``XTC_XCO_LAB_TCP_CONGESTION``
+#: sets it, for before/after runs.
+TCP_CONGESTION = os.environ.get("XTC_XCO_LAB_TCP_CONGESTION") or None
 
 
 #: The ICMP payload of :func:`ping_rtts`' echo requests, bytes (ping's default) ...

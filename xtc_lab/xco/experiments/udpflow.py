@@ -48,13 +48,19 @@ def sink(port: int, seconds: float) -> dict:
 def _paced(s: socket.socket, dest: tuple[str, int], payload: bytes, gap_s: float, start: float, end: float,
            clock) -> tuple[int, int]:
     """Send ``payload`` to ``dest`` every ``gap_s`` seconds from ``start`` until ``end`` (times of
-    ``clock``, seconds); return (datagrams sent, send errors)."""
+    ``clock``, seconds); return (datagrams sent, send errors).  A send that blocks (the socket's
+    buffer full: a gate on the VM's own interface holds what the socket sent, as Xen's ring holds a
+    guest) delays the ones after it, which then go as fast as the socket takes them; none is sent
+    at or after ``end``, so a held sender sends less, as netperf's does, instead of its rate's count
+    late."""
     sent = errors = j = 0
     while True:
         due = start + j * gap_s
         if due >= end:
             break
         now = clock()
+        if now >= end:
+            break
         if due > now:
             time.sleep(due - now)
         try:
