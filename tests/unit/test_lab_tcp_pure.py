@@ -67,6 +67,9 @@ def test_iperf3_tcp_argv_flows_mss_duration() -> None:
     assert argv[argv.index("-M") + 1] == "470"
     assert "--json" in argv and "-u" not in argv
     assert "-M" not in iperf3_tcp_argv("198.18.1.2", duration_s=3)
+    assert "-C" not in iperf3_tcp_argv("198.18.1.2", duration_s=3)
+    cubic = iperf3_tcp_argv("198.18.1.2", duration_s=3, congestion="cubic")
+    assert cubic[cubic.index("-C") + 1] == "cubic"
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -77,6 +80,8 @@ def test_iperf3_tcp_argv_flows_mss_duration() -> None:
     ({"duration_s": 5, "flows": 2.0}, "flows"),
     ({"duration_s": 5, "mss_bytes": 87}, "mss_bytes"),
     ({"duration_s": 5, "mss_bytes": 9001}, "mss_bytes"),
+    ({"duration_s": 5, "congestion": "cubic; rm"}, "congestion"),
+    ({"duration_s": 5, "congestion": ""}, "congestion"),
 ])
 def test_iperf3_tcp_argv_refuses_bad_input(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(LabError, match=match):
