@@ -276,33 +276,6 @@ def test_a_slice_budget_holds_in_the_kernel_once_spent(lab: Lab) -> None:
 
 
 @root
-def test_a_slice_budget_splits_gso_packets_and_passes_exactly_its_frames(lab: Lab) -> None:
-    """A GSO packet (here UDP GSO: 20 datagrams in one send) bigger than what is left of a slice's
-    budget is split into its frames at the leaf, and the budget's frames pass: 30 of 60.  Without
-    the peak bucket of one frame the budget's large bucket took the first 20-frame packet whole and
-    the second waited for the rest of the slice, 20 of 60 (a VM's own interface hands the gate
-    such packets)."""
-    udp_segment = 103  # linux/udp.h UDP_SEGMENT, on SOL_UDP
-    with installed(lab.gate()) as gate:
-        lab.hold(gate, OPEN)
-        slot_us = 30 * FRAME * 8 * 1_000_000 // LINK_BPS + 1
-        assert gate.slot_budget_bytes(slot_us, False) // FRAME == 30
-        gate.set_states({1: OPEN}, {1: slot_us})  # open already: the link's bytes for the slot only
-        sock = udp_sender(lab.snd)
-        sock.setsockopt(socket.IPPROTO_UDP, udp_segment, 200)
-        with receiver(lab.rcv) as rx:
-            for k in range(3):
-                sock.sendto(b"".join(i.to_bytes(4, "big").ljust(200, b"x") for i in range(20 * k, 20 * k + 20)),
-                            (DST, PORT))
-            time.sleep(0.1)  # the kernel alone holds the rest
-            assert rx.count() == 30, rx.count()
-            assert gate.stats()[1].backlog_packets == 30
-            gate.set_states({1: OPEN})
-            assert wait_for(lambda: rx.count() == 60), rx.count()
-        sock.close()
-
-
-@root
 def test_rate_limited_destination(lab: Lab) -> None:
     rate_bps = 2_000_000  # 250 kB/s
     with installed(lab.gate()) as gate:

@@ -133,11 +133,7 @@ RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 TCA_TBF_RATE64 = 4
-TCA_TBF_PRATE64 = 5
-#: A slice budget's peak rate, in link rates (:meth:`TcGate._tbf_budget`).
-BUDGET_PEAK_FACTOR = 16
 TCA_TBF_BURST = 6
-TCA_TBF_PBURST = 7
 #: The fastest rate a gate takes, bits/s (10 Tb/s; the kernel's 64-bit rates).  A TBF's 32-bit rate
 #: field ends at 34 Gb/s: above it the rate goes in ``TCA_TBF_RATE64`` (HTB's in ``TCA_HTB_RATE64``).
 MAX_RATE_BPS = 10**13
@@ -273,21 +269,6 @@ def _set_tbf_rate(msg: bytearray, rate_Bps: int, burst: int) -> None:
     msg[parms + 1] = _TC_LINKLAYER_ETHERNET
     struct.pack_into("=I", msg, parms + 8, rate_Bps)
     struct.pack_into("=I", msg, burst_at, burst)
-
-
-def _set_tbf_peak(msg: bytearray, peak_Bps: int) -> None:
-    """Write a peak rate (bytes/s, < 2**32) into an encoded TBF message's ``tc_tbf_qopt.peakrate``,
-    in place, marked Ethernet (as :func:`_set_tbf_rate` marks the rate: no peak table is sent)."""
-    start = _NLMSGHDR.size + _TCMSG.size
-    for t, a, b in _attrs(msg, start, len(msg)):
-        if t == TCA_OPTIONS:
-            for nt, na, nb in _attrs(msg, a, b):
-                if nt == _TCA_TBF_PARMS and nb - na >= 36:
-                    # the second struct tc_ratespec starts 12 bytes in
-                    msg[na + 13] = _TC_LINKLAYER_ETHERNET
-                    struct.pack_into("=I", msg, na + 20, peak_Bps)
-                    return
-    raise ValueError("not a TBF message with TCA_TBF_PARMS")
 
 
 def _encode_plain(msg_type: int, flags: int, seq: int, ifindex: int, handle: int = 0, parent: int = 0, info: int = 0,
@@ -916,33 +897,6 @@ class TcGate:
         _set_tbf_rate(msg, rate_Bps, burst)
         return bytes(msg)
 
-    def _tbf_budget(self, command: str, minor: int, rate_Bps: int, burst: int) -> bytes:
-        """The TBF leaf message of a slice's byte budget: :meth:`_tbf_rate`'s, plus a peak rate of
-        :data:`BUDGET_PEAK_FACTOR` times the link's with a peak bucket of one frame
-        (``closed_burst_bytes``).  The peak sets the largest packet the leaf passes whole to one
-        frame: TBF splits a GSO packet bigger than that into its frames at enqueue, where a
-        budget's large bucket let it through whole, and a GSO packet bigger than what was left of
-        the budget then waited for the rest of the slice (measured with the gate on a VM's own
-        interface, which hands it GSO packets of up to 54 KB: 5 TCP senders got 83% of the
-        bottleneck with the budget, 95% without it).  The peak is well above the link rate so that
-        it never holds a frame the HTB parent sends (at the link rate itself, with its one-frame
-        bucket, every frame waited for the leaf's timer: 75% of the bottleneck)."""
-        handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
-        peak_Bps = BUDGET_PEAK_FACTOR * self.link_bps // 8
-
-        def make() -> bytes:
-            msg = _append_option(self._encode_tbf(command, _RATE_TEMPLATE_BPS), TCA_TBF_PBURST,
-                                 struct.pack("=I", self.closed_burst_bytes))
-            if peak_Bps > _U32_MAX:
-                msg = _append_option(msg, TCA_TBF_PRATE64, struct.pack("=Q", peak_Bps))
-            out = bytearray(msg)
-            _set_tbf_peak(out, min(peak_Bps, _U32_MAX))
-            return bytes(out)
-
-        msg = bytearray(self._patched(("tbf-budget", command), make, handle, parent))
-        _set_tbf_rate(msg, rate_Bps, burst)
-        return bytes(msg)
-
     def _rate_burst(self, rate_bps: int) -> int:
         """A rate limit's burst, bytes: the closed burst, or 1 ms at the rate if more."""
         return max(self.closed_burst_bytes, rate_bps // 8 // 1000)
@@ -1197,8 +1151,7 @@ class TcGate:
         ``open_for_us`` (see :meth:`xtc.xco.gate.Gate.set_states`): an ``OPEN`` destination named
         there gets a TBF leaf whose bucket is what the link carries in that many microseconds
         (:meth:`slot_budget_bytes`) at a rate of a few bytes per second, so that the kernel holds
-        it once the bytes are spent; the class's HTB parent still paces it at the link rate, and a
-        peak bucket of one frame makes the leaf split GSO packets (:meth:`_tbf_budget`).
+        it once the bytes are spent; the class's HTB parent still paces it at the link rate.
 
         Raises
         ------
@@ -1266,7 +1219,7 @@ class TcGate:
             if open_for_us and state == OPEN and dest in open_for_us:
                 budget = self.slot_budget_bytes(int(open_for_us[dest]), entry.state == CLOSED)
                 rate_Bps = max(self.closed_rate_bps // 8, _least_rate_Bps(budget))
-                changes.append((entry, _BUDGET, _without_ack(self._tbf_budget("change", entry.minor, rate_Bps, budget))))
+                changes.append((entry, _BUDGET, _without_ack(self._tbf_rate("change", entry.minor, rate_Bps, budget))))
                 budgeted = True
                 continue
             if entry.state == state:
