@@ -158,6 +158,10 @@ REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "10"))
 #: 96.7-97.3% (two runs each, then two more under SCHED_FIFO; docs/xco-testbed.md).
 #: ``XTC_XCO_LAB_RATE_REALTIME_PRIORITY`` overrides it.
 RATE_REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_RATE_REALTIME_PRIORITY", "10"))
+#: The agents at log level debug in every run (their ``directive_applied`` events, the slice grid
+#: of :mod:`.timing`), not only with ``--in-slice``: ``XTC_XCO_LAB_DEBUG_LOG=1``, for looking at when
+#: rates and slices were applied (used for Figure 18's rate changes, docs/xco-testbed.md).
+AGENT_DEBUG_LOG = os.environ.get("XTC_XCO_LAB_DEBUG_LOG", "") not in ("", "0")
 #: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
 #: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
 #: slices between its turns, and on this shared host an answer often takes longer (measured on
@@ -527,7 +531,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         tb = Testbed(record)
         try:
             with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
-                           agent_log_level="debug" if params.get("in_slice") or os.environ.get("XTC_XCO_LAB_DEBUG_LOG") else "info",
+                           agent_log_level="debug" if params.get("in_slice") or AGENT_DEBUG_LOG else "info",
                            rate_link_fraction=rate_link_fraction) as xco:
                 ctx = Context(tb=tb, quick=quick, mode=mode, say=say, params=params, xco=xco)
                 result, fig, md = mod.run(ctx)
