@@ -893,3 +893,16 @@ def test_quiet_giveup_watches_only_the_destination_in_force_and_needs_two_dumps(
     core.observe_quiet(t0 + 500)
     assert dump(t0 + 3_000, {5: 3000}, {}) == []  # silent since when? unknown after the probe
     assert [m.dest for m in dump(t0 + 3_000 + QUIET, {5: 3000}, {})] == [5]
+
+
+def test_gso_max_segs_is_a_key_the_gate_gets_only_with_the_slot_budget():
+    base = ('schema = "xco-agent/1"\ntopology = "t.toml"\nhost = "s1"\nuplink = "eth0"\n'
+            'controller = "127.0.0.1:7800"\n')
+    assert loads_agent_config(base).gate_gso_max_segs == 1  # slot_budget is on by default
+    assert loads_agent_config(base + "gso_max_segs = 4\n").gate_gso_max_segs == 4
+    assert loads_agent_config(base + "gso_max_segs = 0\n").gate_gso_max_segs is None
+    assert loads_agent_config(base + "slot_budget = false\n").gate_gso_max_segs is None
+    for text in (base + "gso_max_segs = 65536\n", base + "gso_max_segs = -1\n", base + 'gso_max_segs = "1"\n'):
+        with pytest.raises(AgentConfigError) as e:
+            loads_agent_config(text)
+        assert e.value.key == "gso_max_segs"

@@ -105,6 +105,7 @@ __all__ = [
     "default_open_burst_bytes",
     "drain_frame",
     "encode_tc",
+    "link_gso_max_segs",
 ]
 
 #: Handle of our root HTB qdisc (major 0x7c0): how :func:`cleanup` recognises it.
@@ -134,6 +135,8 @@ TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 TCA_TBF_RATE64 = 4
 TCA_TBF_BURST = 6
+#: The kernel's largest ``gso_max_segs`` (``GSO_MAX_SEGS``).
+_GSO_MAX_SEGS = 65535
 #: The fastest rate a gate takes, bits/s (10 Tb/s; the kernel's 64-bit rates).  A TBF's 32-bit rate
 #: field ends at 34 Gb/s: above it the rate goes in ``TCA_TBF_RATE64`` (HTB's in ``TCA_HTB_RATE64``).
 MAX_RATE_BPS = 10**13
@@ -769,6 +772,15 @@ class TcGate:
     drain_on_close : bool
         Send drain frames into a destination's class right after it closes, so that the refilled
         bucket does not let its next packets out (see the module docstring).
+    gso_max_segs : int, optional
+        While installed, the device's ``gso_max_segs`` (``IFLA_GSO_MAX_SEGS``) is set to this,
+        and :meth:`restore` puts the recorded value back (:func:`cleanup`, after a kill, the
+        kernel's default: the device's ``tso_max_segs``).  1 makes the TCP of the sockets that
+        send through the device hand the gate frames rather than GSO packets of up to 64 KB: a
+        slot budget's TBF leaf takes a packet whole, and one bigger than what is left of the
+        budget waits for the rest of the slice (see :meth:`set_states`).  Only locally sent
+        packets are affected: a forwarded GSO packet (a KVM guest's, or one GRO built) reaches
+        the qdisc whole whatever the setting.  None leaves the device as it is.
 
     Raises
     ------
@@ -788,6 +800,7 @@ class TcGate:
         queue_limit_bytes: int = 4 << 20,
         default_limit_packets: int = 1000,
         drain_on_close: bool = True,
+        gso_max_segs: int | None = None,
     ) -> None:
         self.ifname = ifname
         self.netns = netns
@@ -797,6 +810,12 @@ class TcGate:
             raise GateError(f"{where}: link_bps {link_bps} out of range [8000, {MAX_RATE_BPS}]")
         if closed_burst_bytes is not None and closed_burst_bytes < 64:
             raise GateError(f"{where}: closed_burst_bytes {closed_burst_bytes} < 64")
+        if gso_max_segs is not None and not 1 <= gso_max_segs <= _GSO_MAX_SEGS:
+            raise GateError(f"{where}: gso_max_segs {gso_max_segs} out of range [1, {_GSO_MAX_SEGS}]")
+        #: The device's ``gso_max_segs`` while installed (None: left as it is).
+        self.gso_max_segs = gso_max_segs
+        #: The device's ``gso_max_segs`` before :meth:`install` changed it (None: not changed).
+        self._original_gso_max_segs: int | None = None
         self.link_bps = int(link_bps)
         self.queue_limit_bytes = int(queue_limit_bytes)
         self.default_limit_packets = int(default_limit_packets)
@@ -973,6 +992,10 @@ class TcGate:
             self._installed = True
             for step in steps[1:]:
                 self._run([step])
+            if self.gso_max_segs is not None:
+                before, _ = link_gso_max_segs(self.ifname, self.netns, self.gso_max_segs)
+                if before != self.gso_max_segs:
+                    self._original_gso_max_segs = before
         except GateError:
             if self._installed:
                 self._delete_root()
@@ -1368,12 +1391,21 @@ class TcGate:
         """Remove our root and give the uplink its original root qdisc back (idempotent).
 
         Deleting our root gives the kernel default; when the recorded original is something
-        else, it is put back from the recorded kind and options.
+        else, it is put back from the recorded kind and options.  The device's ``gso_max_segs``
+        goes back to what it was, also when the root's restore fails.
         """
         if not self._installed:
             return
         if self._closed:
             raise GateError(f"{self._where}: gate closed before restore; run cleanup()")
+        try:
+            self._restore_root()
+        finally:
+            if self._original_gso_max_segs is not None:
+                link_gso_max_segs(self.ifname, self.netns, self._original_gso_max_segs)
+                self._original_gso_max_segs = None
+
+    def _restore_root(self) -> None:
         self._delete_root()
         self._installed = False
         self._root_sent_base = None
@@ -1456,11 +1488,13 @@ def _ticks_per_us() -> float:
     return _TICKS[0]
 
 
-def cleanup(ifname: str, netns: str | None = None) -> bool:
+def cleanup(ifname: str, netns: str | None = None, gso_max_segs: int | None = None) -> bool:
     """Remove what a killed gate left on ``ifname``: an HTB root with handle ``7c0:``.
 
     The device gets its kernel default root qdisc back (the recorded original died with the
-    gate).  Returns True when something was removed.
+    gate), and, when the gate was made with ``gso_max_segs`` and the device still has that
+    value, its kernel default ``gso_max_segs`` (its ``tso_max_segs``).  Returns True when
+    something was removed.
 
     Raises
     ------
@@ -1487,9 +1521,49 @@ def cleanup(ifname: str, netns: str | None = None) -> bool:
         code, kmsg = acks[_SEQ.unpack_from(msg, 8)[0]]
         if code:
             raise GateError(f"{where}: cleanup: delete root htb 7c0:: {_errtext(code, kmsg)}")
-        return True
     except OSError as e:
         raise GateError(f"{where}: cleanup: {_errtext(e.errno or 0, '')}") from None
     finally:
         nl.close()
+    if gso_max_segs is not None:
+        now, default = link_gso_max_segs(ifname, netns)
+        if now == gso_max_segs and default is not None and default != now:
+            link_gso_max_segs(ifname, netns, default)
+    return True
+
+
+def link_gso_max_segs(ifname: str, netns: str | None = None, set_to: int | None = None) -> tuple[int, int | None]:
+    """The device's ``gso_max_segs`` and ``tso_max_segs`` (None where the kernel does not report
+    it), read before ``set_to``, when given, is written (``RTM_NEWLINK`` with ``IFLA_GSO_MAX_SEGS``;
+    pyroute2, set-up only).
+
+    Raises
+    ------
+    GateError
+        The namespace or interface does not exist, or the kernel refused (named).
+    """
+    where = f"{ifname}" + (f" (netns {netns})" if netns else "")
+
+    def op() -> tuple[int, int | None]:
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        with IPRoute() as ipr:
+            try:
+                idx = ipr.link_lookup(ifname=ifname)
+                if not idx:
+                    raise GateError(f"{where}: no such interface")
+                link = ipr.link("get", index=idx[0])[0]
+                gso, tso = link.get_attr("IFLA_GSO_MAX_SEGS"), link.get_attr("IFLA_TSO_MAX_SEGS")
+                if gso is None:
+                    raise GateError(f"{where}: the kernel does not report gso_max_segs")
+                if set_to is not None and set_to != gso:
+                    ipr.link("set", index=idx[0], gso_max_segs=int(set_to))
+            except NetlinkError as e:
+                what = f"set gso_max_segs {set_to}" if set_to is not None else "read gso_max_segs"
+                kmsg = str(e.args[1]) if len(e.args) > 1 and e.args[1] != os.strerror(e.code) else ""
+                raise GateError(f"{where}: {what}: {_errtext(e.code, kmsg)}") from None
+            return int(gso), (int(tso) if tso is not None else None)
+
+    return _in_netns(netns, op)
 

@@ -22,6 +22,10 @@ A complete example (every key with its default unless marked required)::
                                      # (a held destination's first packets wait for a read); 0 = off
     slot_budget = true               # timeslices: the gate holds an open destination at its slot's
                                      # end by itself (a byte budget), however late the next directive
+    gso_max_segs = 1                 # with slot_budget: the uplink's gso_max_segs while the agent
+                                     # runs, so that local TCP senders hand the gate frames (a GSO
+                                     # packet bigger than what is left of a budget waits for the
+                                     # rest of the slice); 0 = leave the device as it is
     poll_us = 500                    # counters read this often; once welcomed, rounded up to
                                      # whole slices, just before a slot boundary (and every
                                      # max(poll_us, giveup_after_us / 2) while a reported
@@ -111,6 +115,13 @@ class AgentConfig(StrictTable):
     #: of its slot, so that the kernel holds the destination at the slot's end by itself however late
     #: the next directive is applied (docs/xco.md, "Agent").  false: the agent's own close only.
     slot_budget: bool = True
+    #: With ``slot_budget``: the uplink's ``gso_max_segs`` while the agent runs, given back when it
+    #: stops (``--cleanup`` after a kill: the kernel's default).  A slot budget's TBF leaf takes a
+    #: packet whole, and TCP hands the qdisc GSO packets of up to 64 KB whatever the device's
+    #: offload features say; one bigger than what is left of the budget waits for the rest of the
+    #: slice.  1 makes the sockets that send through the uplink send frames (forwarded GSO packets
+    #: are not split: docs/xco.md, "Agent").  0 = leave the device as it is.
+    gso_max_segs: Annotated[Int, within(0, 65535)] = 1
     poll_us: Annotated[Int, within(50, 1_000_000)] = 500
     register_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
     fail_open_slices: Annotated[Int, within(1, 1000)] = 3
@@ -131,6 +142,11 @@ class AgentConfig(StrictTable):
     @property
     def bind_address(self) -> tuple[str, int]:
         return parse_listen(self.bind)
+
+    @property
+    def gate_gso_max_segs(self) -> int | None:
+        """What the gate sets the uplink's ``gso_max_segs`` to (None: left as it is)."""
+        return self.gso_max_segs if self.slot_budget and self.gso_max_segs else None
 
 
 class AgentConfigError(DocumentError):

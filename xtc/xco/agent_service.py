@@ -531,7 +531,8 @@ def run_agent(config_path: str | Path) -> int:
             load_key(cfg.auth_key_file)  # before the gate takes the uplink
         from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
-        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes)
+        gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes,
+                      gso_max_segs=cfg.gate_gso_max_segs)
         svc = AgentService(cfg, gate)
     except AuthError as e:
         print(f"{prog}: 'auth_key_file': {e}", file=sys.stderr)
@@ -567,7 +568,7 @@ def run_cleanup(config_path: str | Path) -> int:
     from xtc.host.tcgate import cleanup
 
     try:
-        cleanup(cfg.uplink, cfg.netns)
+        cleanup(cfg.uplink, cfg.netns, gso_max_segs=cfg.gate_gso_max_segs)
     except GateError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
