@@ -542,6 +542,59 @@ def _held_tcp_packet_bytes(lab: Lab, gate: TcGate) -> tuple[int, int]:
                 s.close()
 
 
+@root
+def test_tcp_control_packets_pass_a_closed_destination_and_data_does_not(lab: Lab) -> None:
+    """With the destination closed, a TCP handshake completes (SYN, SYN-ACK and ACK are under
+    TCP_CONTROL_BYTES) while the data and short UDP datagrams wait; without ``pass_tcp_control``
+    the SYN itself is held."""
+    def listen() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((DST, 0))
+        s.listen(1)
+        return s
+
+    def client() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((SRC, 0))
+        s.settimeout(1.0)
+        return s
+
+    assert tcgate.TCP_CONTROL_BYTES == 128
+    for passing in (True, False):
+        with installed(lab.gate(pass_tcp_control=passing)) as gate:
+            lab.hold(gate, OPEN)
+            gate.set_states({1: CLOSED})  # the drain frames take the refilled bucket
+            srv, cli = _in_netns(lab.rcv, listen), _in_netns(lab.snd, client)
+            try:
+                if not passing:
+                    with pytest.raises(OSError):  # the SYN waits in the closed class: timeout
+                        cli.connect(srv.getsockname())
+                    assert gate.stats()[1].backlog_packets >= 1
+                    continue
+                cli.connect(srv.getsockname())
+                conn, _ = srv.accept()
+                conn.settimeout(0.3)
+                cli.sendall(b"d" * 5000)  # a new TBF's full bucket lets the first frame out (see above)
+                got = b""
+                with contextlib.suppress(TimeoutError):
+                    while True:
+                        got += conn.recv(10000)
+                assert len(got) <= gate.closed_burst_bytes
+                held = gate.stats()[1]
+                assert held.backlog_packets >= 1 and held.backlog_bytes >= 5000 - len(got)
+                udp = udp_sender(lab.snd)
+                send(udp, 5, payload=40)  # 82-byte frames: short, but not TCP
+                assert wait_for(lambda: gate.stats()[1].backlog_packets == held.backlog_packets + 5)
+                gate.set_states({1: OPEN})
+                while len(got) < 5000:
+                    got += conn.recv(10000)
+                conn.close()
+                udp.close()
+            finally:
+                cli.close()
+                srv.close()
+
+
 def _gso_max_segs(lab: Lab) -> int:
     return int(json.loads(sh("ip", "-n", lab.snd, "-j", "-d", "link", "show", lab.ifname))[0]["gso_max_segs"])
 
@@ -674,13 +727,13 @@ def test_destinations_flows_ipv6_and_remove(lab: Lab) -> None:
         print(f"\nadd_dest/add_flow: p50 {1e3 * times[len(times) // 2]:.2f} ms, max {1e3 * times[-1]:.2f} ms")
         assert times[len(times) // 2] <= 0.005  # the issue's goal: a flow's class set up in <= 5 ms
         filters = [f for f in lab.tc_json("filter") if f.get("options", {}).get("flowid")]
-        assert len(filters) == 2 + 129  # ICMP, ICMPv6, one per flow
+        assert len(filters) == 4 + 129  # ICMP, ICMPv6, TCP control (v4, v6), one per flow
         assert len({f["options"]["flowid"] for f in filters}) == 1 + 129  # small: a class each
         assert len(lab.classes()) == 1 + 9 + 129
         for f in [*flows, f6]:
             gate.move_to_dest(f)
         filters = [f for f in lab.tc_json("filter") if f.get("options", {}).get("flowid")]
-        assert len(filters) == 2 + 129
+        assert len(filters) == 4 + 129
         minors = {d: gate._dests[d].minor for d in [*dests, 9]}
         assert set(minors.values()) == {*range(2, 10), 10 + 128}  # host 9 added after the 128 small flows
         assert {f["options"]["flowid"] for f in filters} == {"7c0:1"} | {f"7c0:{m:x}" for m in minors.values()}
@@ -695,7 +748,7 @@ def test_destinations_flows_ipv6_and_remove(lab: Lab) -> None:
         gate.remove_dest(9)
         assert len(lab.classes()) == 2  # default + host 1's
         filters = [f for f in lab.tc_json("filter") if f.get("options", {}).get("flowid")]
-        assert len(filters) == 2 + 1 and {f["options"]["flowid"] for f in filters} == {"7c0:1", "7c0:2"}
+        assert len(filters) == 4 + 1 and {f["options"]["flowid"] for f in filters} == {"7c0:1", "7c0:2"}
         assert set(gate.stats()) == {1}
         with pytest.raises(GateError, match="unknown"):
             gate.remove_flow(f6)

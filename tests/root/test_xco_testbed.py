@@ -229,15 +229,22 @@ def test_down_after_a_crash(lab_name: str, when: str) -> None:
 
 
 def test_run_quick_writes_its_json(tmp_path: Path) -> None:
-    p = lab_cli("run", "fig15", "--quick", "--out", str(tmp_path), timeout_s=100)
+    """Figure 16 quick without XCo: 26 VMs on two switches, each sender to its own receiver, at the
+    experiment's own scale (0.02)."""
+    p = lab_cli("run", "fig16", "--quick", "--out", str(tmp_path), timeout_s=150)
     assert p.returncode == 0, p.stderr
-    doc = json.loads((tmp_path / "fig15-quick.json").read_text())
-    assert doc["scale"] == 0.1 and doc["mode"] == "none" and doc["quick"] is True
-    assert [pt["n_udp"] for pt in doc["points"]] == [0, 3]
+    doc = json.loads((tmp_path / "fig16-quick.json").read_text())
+    assert doc["scale"] == 0.02 and doc["mode"] == "none" and doc["quick"] is True
+    assert doc["bottleneck"] == "sw1>sw2" and doc["bottleneck_bps"] == 200_000_000 and doc["nic_bps"] == 20_000_000
+    assert [pt["n_udp"] for pt in doc["points"]] == [0, 7]
     for pt in doc["points"]:
-        assert pt["goodput_bps"] > 0 and "drops" in pt["switch_port"]
-    assert (tmp_path / "fig15-quick.png").stat().st_size > 1000
-    assert "Scale 0.1" in (tmp_path / "fig15-quick.md").read_text()
+        flows = pt["flows"]
+        assert [(f["sender"], f["receiver"]) for f in flows] == [(f"s{k}", f"r{k}") for k in range(1, 14)]
+        assert [f["proto"] for f in flows].count("udp") == pt["n_udp"]
+        assert pt["errors"] == [] and all(f["goodput_bps"] > 0 for f in flows if f["proto"] == "tcp")
+        assert "drops" in pt["switch_port"]
+    assert (tmp_path / "fig16-quick.png").stat().st_size > 1000
+    assert "Scale 0.02" in (tmp_path / "fig16-quick.md").read_text()
     assert with_prefix(doc["lab_prefix"]) == []  # the run removed its lab
 
 

@@ -8,7 +8,9 @@
       7c0:M    htb class, rate = ceil = link      -> (default pfifo):  one per small flow (unheld)
 
 Filters on ``7c0:`` (u32): prio 1 sends IPv4 protocol 1 (ICMP) and prio 2 IPv6 next header 58
-(ICMPv6, without extension headers) to ``7c0:1``; prio 10 (IPv4, Ethernet protocol 0x0800) and
+(ICMPv6, without extension headers) to ``7c0:1``; with ``pass_tcp_control`` (the default) prio 3
+and 4 send TCP packets shorter than :data:`TCP_CONTROL_BYTES` (pure ACKs, SYN, FIN, RST) there
+too, so that holding a flow never holds the acknowledgements of the opposite flow; prio 10 (IPv4, Ethernet protocol 0x0800) and
 prio 11 (IPv6, 0x86DD) hold one filter per VM-to-VM flow matching its source AND destination
 address.  A flow starts *small*: its filter points at a class of its own, never held, whose
 counters say how much it has sent; :meth:`TcGate.move_to_dest` (the agent calls it when the flow
@@ -120,6 +122,11 @@ _MAX_FILTER_NODE = 0x0FFF  # u32 node ids are 12 bits
 WAKE_ETHERTYPE = 0x88B5
 _WAKE_DST = bytes.fromhex("0200000007c0")
 _PRIO_ICMP4, _PRIO_ICMP6, _PRIO_FLOW4, _PRIO_FLOW6 = 1, 2, 10, 11
+_PRIO_TCP_CONTROL4, _PRIO_TCP_CONTROL6 = 3, 4
+#: TCP packets shorter than this, bytes (IPv4 total length, IPv6 payload length; a power of two,
+#: matched by a mask), go to the default class with ``pass_tcp_control``: pure ACKs, SYN, FIN,
+#: RST (40-92 bytes with options).  Data segments are longer than that.
+TCP_CONTROL_BYTES = 128
 ETH_P_IP, ETH_P_IPV6, ETH_P_ALL = 0x0800, 0x86DD, 0x0003
 TC_H_ROOT = 0xFFFF_FFFF
 
@@ -772,6 +779,11 @@ class TcGate:
     drain_on_close : bool
         Send drain frames into a destination's class right after it closes, so that the refilled
         bucket does not let its next packets out (see the module docstring).
+    pass_tcp_control : bool
+        TCP packets shorter than :data:`TCP_CONTROL_BYTES` (pure ACKs, SYN, FIN, RST) are never
+        held (u32 filters at prio 3 and 4 into the default class).  A TCP flow held in its slices
+        is fine; its acknowledgements held in the opposite direction's slices stall it (measured
+        on Figure 16's 13 TCP flows, whose 13 ACK streams the scheduler also had to fit into 10).
     gso_max_segs : int, optional
         While installed, the device's ``gso_max_segs`` (``IFLA_GSO_MAX_SEGS``) is set to this,
         and :meth:`restore` puts the recorded value back (:func:`cleanup`, after a kill, the
@@ -801,6 +813,7 @@ class TcGate:
         default_limit_packets: int = 1000,
         drain_on_close: bool = True,
         gso_max_segs: int | None = None,
+        pass_tcp_control: bool = True,
     ) -> None:
         self.ifname = ifname
         self.netns = netns
@@ -812,6 +825,7 @@ class TcGate:
             raise GateError(f"{where}: closed_burst_bytes {closed_burst_bytes} < 64")
         if gso_max_segs is not None and not 1 <= gso_max_segs <= _GSO_MAX_SEGS:
             raise GateError(f"{where}: gso_max_segs {gso_max_segs} out of range [1, {_GSO_MAX_SEGS}]")
+        self.pass_tcp_control = pass_tcp_control
         #: The device's ``gso_max_segs`` while installed (None: left as it is).
         self.gso_max_segs = gso_max_segs
         #: The device's ``gso_max_segs`` before :meth:`install` changed it (None: not changed).
@@ -961,7 +975,8 @@ class TcGate:
     # ------------------------------------------------------------------ Gate
 
     def install(self) -> None:
-        """Record the uplink's root qdisc and put the HTB root, default class and ICMP filters on.
+        """Record the uplink's root qdisc and put the HTB root, default class, ICMP (and TCP control)
+        filters on.
 
         Raises
         ------
@@ -987,6 +1002,18 @@ class TcGate:
                                            protocol=ETH_P_IPV6, target=DEFAULT_CLASS,
                                            keys=["0x00003a00/0x0000ff00+4"])),
         ]
+        if self.pass_tcp_control:
+            short = (0xFFFF & ~(TCP_CONTROL_BYTES - 1))
+            steps += [
+                # IPv4: total length (bytes 2-3) below TCP_CONTROL_BYTES and protocol 6
+                ("add TCP control filter", self._tc("add-filter", kind="u32", parent=ROOT_HANDLE,
+                                                    prio=_PRIO_TCP_CONTROL4, protocol=ETH_P_IP, target=DEFAULT_CLASS,
+                                                    keys=[f"0x00000000/0x{short:08x}+0", "0x00060000/0x00ff0000+8"])),
+                # IPv6: payload length (bytes 4-5) below it and next header 6 (no extension headers)
+                ("add TCPv6 control filter", self._tc("add-filter", kind="u32", parent=ROOT_HANDLE,
+                                                      prio=_PRIO_TCP_CONTROL6, protocol=ETH_P_IPV6, target=DEFAULT_CLASS,
+                                                      keys=[f"0x00000600/0x{short << 16 | 0xff00:08x}+4"])),
+            ]
         try:
             self._run(steps[:1])
             self._installed = True

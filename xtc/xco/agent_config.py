@@ -22,6 +22,8 @@ A complete example (every key with its default unless marked required)::
                                      # (a held destination's first packets wait for a read); 0 = off
     slot_budget = true               # timeslices: the gate holds an open destination at its slot's
                                      # end by itself (a byte budget), however late the next directive
+    pass_tcp_control = true          # TCP packets under 128 bytes (pure ACKs, SYN, FIN, RST) never
+                                     # held: a held flow's ACKs would stall the opposite flow
     gso_max_segs = 1                 # with slot_budget: the uplink's gso_max_segs while the agent
                                      # runs, so that local TCP senders hand the gate frames (a GSO
                                      # packet bigger than what is left of a budget waits for the
@@ -122,6 +124,10 @@ class AgentConfig(StrictTable):
     #: slice.  1 makes the sockets that send through the uplink send frames (forwarded GSO packets
     #: are not split: docs/xco.md, "Agent").  0 = leave the device as it is.
     gso_max_segs: Annotated[Int, within(0, 65535)] = 1
+    #: TCP packets shorter than 128 bytes (pure ACKs, SYN, FIN, RST) are never held
+    #: (:data:`xtc.host.tcgate.TCP_CONTROL_BYTES`): holding a VM pair's flow then never holds the
+    #: acknowledgements of the opposite pair's, which would stall that flow.
+    pass_tcp_control: bool = True
     poll_us: Annotated[Int, within(50, 1_000_000)] = 500
     register_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
     fail_open_slices: Annotated[Int, within(1, 1000)] = 3

@@ -532,7 +532,7 @@ def run_agent(config_path: str | Path) -> int:
         from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
         gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes,
-                      gso_max_segs=cfg.gate_gso_max_segs)
+                      gso_max_segs=cfg.gate_gso_max_segs, pass_tcp_control=cfg.pass_tcp_control)
         svc = AgentService(cfg, gate)
     except AuthError as e:
         print(f"{prog}: 'auth_key_file': {e}", file=sys.stderr)

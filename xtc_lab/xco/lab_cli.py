@@ -46,7 +46,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("experiment", choices=list(EXPERIMENTS))
     r.add_argument("--quick", action="store_true", help="fewer points, shorter phases")
     r.add_argument("--mode", choices=MODES, default="none", help="without XCo, with timeslices, with rate limiting")
-    r.add_argument("--scale", type=float, default=DEFAULT_SCALE)
+    r.add_argument("--scale", type=float, default=None,
+                   help=f"rate scale (default: the experiment's own; {DEFAULT_SCALE} for all but fig16, 0.02)")
     r.add_argument("--gate-at", choices=("uplink", "vm"), default="uplink",
                    help="XCo's gate on each host's uplink (default) or on each VM's interface")
     r.add_argument("--slice-us", type=int, default=10_000, help="slice length with XCo, microseconds (default 10000)")

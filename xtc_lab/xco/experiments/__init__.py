@@ -46,6 +46,7 @@ MODES = ("none", "timeslice", "rate")
 MEASURE_LOCK = Path("/run/xtc/xco-lab-measure.lock")  # one measurement on the host at a time
 EXPERIMENTS = {
     "fig15": "xtc_lab.xco.experiments.senders",
+    "fig16": "xtc_lab.xco.experiments.uplink",
     "fig17": "xtc_lab.xco.experiments.mice",
     "fig18": "xtc_lab.xco.experiments.ping",
     "incast": "xtc_lab.xco.experiments.incast",
@@ -174,11 +175,14 @@ FAIL_OPEN_SLICES = 5
 #: does when Dom0 stops taking from its ring; on ``"uplink"`` the packet has left the VM (veth
 #: orphans it) and a held UDP sender overflows the gate's queue, losing fragments of nearly every
 #: 65000-byte datagram (measured: fig15 with 3 UDP senders, 38.5 Mb/s, all of it TCP's).  The
-#: default is ``"uplink"``, the agent's place in the paper; ``"vm"`` did not do better (fig15
-#: --quick, 2 TCP + 3 UDP: 61 Mb/s, 3.8 % switch loss, 66,054 reassembly failures at r1).
+#: default is ``"uplink"``, the agent's place in the paper (after the host's bridge, where every
+#: VM's packets pass; ``"vm"`` needs one VM per host).  Since the agents set their interface's
+#: ``gso_max_segs`` to 1 (2026-11-25), ``"vm"`` carries Figure 15's UDP mixes without loss
+#: (91.9-97.2% at every mix, docs/xco-testbed.md "One segment per packet at the gate"); before,
+#: the slot budget stalled on the GSO packets TCP hands a VM's own interface.
 GATE_AT = ("uplink", "vm")
 CONTROLLER_PORT_BASE = 17_800
-WELCOME_TIMEOUT_S = 60.0  # eight Python processes starting on a loaded 2-core host
+WELCOME_TIMEOUT_S = 60.0  # eight Python processes starting on a loaded 2-core host (scaled for more agents)
 
 
 def _toml_value(v: Any) -> str:
@@ -328,7 +332,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     Raises
     ------
     LabError
-        A process exits early, or an agent is not welcomed within ``WELCOME_TIMEOUT_S``.
+        A process exits early, or an agent is not welcomed within ``WELCOME_TIMEOUT_S`` (per 8 agents).
     """
     check_mode(mode)
     if mode == "none":
@@ -394,6 +398,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         for h, path in agents.items():
             spawn(f"agent-{h}", _xtc_argv("agent", "-c", str(path)))
         t0 = time.monotonic()
+        welcome_s = WELCOME_TIMEOUT_S * max(1.0, len(agents) / 8)
         waiting = set(agents)
         while waiting:
             for n, p in procs:
@@ -401,8 +406,8 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                     raise LabError(f"xco: {n} exited with {p.returncode} at start: "
                                    f"{logs[n].read_text(errors='replace')[-600:]}")
             waiting = {h for h in waiting if '"welcomed"' not in logs[f"agent-{h}"].read_text(errors="replace")}
-            if time.monotonic() - t0 > WELCOME_TIMEOUT_S:
-                raise LabError(f"xco: agents {sorted(waiting)} not welcomed within {WELCOME_TIMEOUT_S} s")
+            if time.monotonic() - t0 > welcome_s:
+                raise LabError(f"xco: agents {sorted(waiting)} not welcomed within {welcome_s:g} s")
             time.sleep(0.1)
         info["start_s"] = round(time.monotonic() - t0, 2)
         say(f"xco: controller and {len(agents)} agents up ({mode}, {slice_us} us slices) in {info['start_s']} s")
@@ -493,13 +498,14 @@ def _busy(lock: Any) -> bool:
     return False
 
 
-def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float = DEFAULT_SCALE,
+def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none", scale: float | None = None,
                    slice_us: int = SLICE_US, gate_at: str = "uplink",
                    port_buffer_bytes: int = DEFAULT_PORT_BUFFER_BYTES, command: str = "",
                    params: dict[str, Any] | None = None, say: Callable[[str], None] = print,
                    rate_link_fraction: float = 1.0) -> dict[str, Path]:
     """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths.
 
+    ``scale``: None for the experiment's own (its module's ``SCALE``), else :data:`DEFAULT_SCALE`.
     ``rate_link_fraction`` (rate mode only) is the controller's; below 1 the report's name ends in
     ``-link<fraction>``.
 
@@ -512,6 +518,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
 
     matplotlib.use("Agg")
     mod = importlib.import_module(EXPERIMENTS[name])
+    if scale is None:
+        scale = float(getattr(mod, "SCALE", DEFAULT_SCALE))
     check_mode(mode)
     if not 0.5 <= rate_link_fraction <= 1.0:
         raise LabError(f"the rate link fraction must be within 0.5..1, got {rate_link_fraction:g}")

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,6 +52,7 @@ class Flow:
     proto: str  # "tcp" or "udp"
     port: int
     server: subprocess.Popen[bytes]
+    receiver: str = ""
     client: subprocess.Popen[bytes] | None = None
 
 
@@ -88,10 +89,11 @@ def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, An
     return None, f"output unusable: {text[-200:]!r} {err.decode(errors='replace')[-300:]}"
 
 
-def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, duration_s: int,
+def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | Mapping[str, str], duration_s: int,
               udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES,
               udp_rates_bps: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """Start ``senders`` ((host, "tcp"|"udp")) towards ``receiver``'s VM together; wait; return per-flow results.
+    """Start ``senders`` ((host, "tcp"|"udp")) towards ``receiver``'s VM together (or, a mapping,
+    each towards the VM of its own receiver host); wait; return per-flow results.
 
     TCP: one iperf3 connection each, goodput from iperf3's ``sum_received``.  UDP: a paced sender
     at ``udp_rate_bps`` (the NIC rate: netperf sends as fast as it can) of ``udp_payload_bytes``
@@ -100,10 +102,11 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
     sink got over ``duration_s``.  Bits/s.  ``udp_rates_bps``: per sender host, a rate that replaces
     ``udp_rate_bps``.
     """
-    raddr, rns = tb.vm(receiver)
     flows = []
     for k, (h, proto) in enumerate(senders):
         port = BASE_PORT + k
+        rcv = receiver if isinstance(receiver, str) else receiver[h]
+        _raddr, rns = tb.vm(rcv)
         if proto == "tcp":
             srv = tb.spawn(rns, ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -112,10 +115,12 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
             assert srv.stdout is not None
             if srv.stdout.readline().strip() != b"ready":
                 raise LabError(f"UDP sink on port {port} did not start")
-        flows.append(Flow(h, proto, port, srv))
-    wait_listening(tb, rns, [f.port for f in flows if f.proto == "tcp"])
+        flows.append(Flow(h, proto, port, srv, rcv))
+    for rcv in dict.fromkeys(f.receiver for f in flows):
+        wait_listening(tb, tb.vm(rcv)[1], [f.port for f in flows if f.proto == "tcp" and f.receiver == rcv])
     for f in flows:
         _addr, sns = tb.vm(f.sender)
+        raddr = tb.vm(f.receiver)[0]
         if f.proto == "tcp":
             f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port, congestion=TCP_CONGESTION))
         else:
@@ -125,7 +130,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str, du
     out = []
     for f in flows:
         assert f.client is not None
-        rec: dict[str, Any] = {"sender": f.sender, "proto": f.proto, "goodput_bps": 0.0}
+        rec: dict[str, Any] = {"sender": f.sender, "receiver": f.receiver, "proto": f.proto, "goodput_bps": 0.0}
         doc, err = _json_of(f.client, duration_s + 30)
         if f.proto == "tcp":
             try:
