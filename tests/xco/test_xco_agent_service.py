@@ -349,6 +349,8 @@ def test_counters_are_read_when_the_slice_in_force_should_have_drained_and_every
     core.large.add(5)
     core.observe_counters(t0 + 10, np.zeros_like(q), q, (q > 0).astype(np.int64))
     assert core.reported == {5}
+    # reported: the give-up cadence (max(poll_us, giveup_after_us / 2) = 10 ms here), not idle_poll_us
+    assert svc.next_poll_us(t0 + 500) - t0 == min(9_700, 500 + max(5000, cfg.giveup_after_us // 2))
     core.dest, core.opened_us = 5, t0 + 400
     core._state_i[i] = OPEN
     want = t0 + 400 + 12_500 * 8_000_000 // svc.link_bps + 200
