@@ -610,7 +610,9 @@ def test_gso_max_segs_one_hands_the_gate_frames_and_is_given_back(lab: Lab) -> N
     assert _gso_max_segs(lab) == 65535
     with installed(lab.gate()) as gate:
         packets, nbytes = _held_tcp_packet_bytes(lab, gate)
-    assert packets > 0 and nbytes / packets > 2 * frame, (packets, nbytes)  # GSO packets without it
+    # without it: GSO packets (some held packet is bigger than a frame; how big depends on TCP's
+    # pacing rate: 2.9-14 KB on average here, smaller on a loaded host)
+    assert packets > 0 and nbytes > packets * frame, (packets, nbytes)
     assert _gso_max_segs(lab) == 65535
     gate = lab.gate(gso_max_segs=1)
     with installed(gate):
