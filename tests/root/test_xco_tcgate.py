@@ -145,6 +145,27 @@ def udp_sender(netns: str, src: str = SRC) -> socket.socket:
     return _in_netns(netns, make)
 
 
+def tcp_listener(netns: str) -> socket.socket:
+    """A listening TCP socket on DST (an ephemeral port) in the receiver namespace."""
+    def make() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((DST, 0))
+        s.listen(1)
+        return s
+
+    return _in_netns(netns, make)
+
+
+def tcp_client(netns: str) -> socket.socket:
+    """A TCP socket bound to SRC in the sender namespace (not connected)."""
+    def make() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((SRC, 0))
+        return s
+
+    return _in_netns(netns, make)
+
+
 def send(sock: socket.socket, n: int, payload: int = 200) -> None:
     for i in range(n):
         sock.sendto(i.to_bytes(4, "big").ljust(payload, b"x"), (DST, PORT))
@@ -495,23 +516,12 @@ def _held_tcp_packet_bytes(lab: Lab, gate: TcGate) -> tuple[int, int]:
     its class: (packets, bytes)."""
     import threading
 
-    def listen() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((DST, 0))
-        s.listen(1)
-        return s
-
-    def client() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((SRC, 0))
-        return s
-
     def drain(conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while conn.recv(1 << 16):
                 pass
 
-    srv, cli = _in_netns(lab.rcv, listen), _in_netns(lab.snd, client)
+    srv, cli = tcp_listener(lab.rcv), tcp_client(lab.snd)
     conn = None
     try:
         gate.add_dest(lab.flow.dest_host, OPEN)
@@ -547,24 +557,14 @@ def test_tcp_control_packets_pass_a_closed_destination_and_data_does_not(lab: La
     """With the destination closed, a TCP handshake completes (SYN, SYN-ACK and ACK are under
     TCP_CONTROL_BYTES) while the data and short UDP datagrams wait; without ``pass_tcp_control``
     the SYN itself is held."""
-    def listen() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((DST, 0))
-        s.listen(1)
-        return s
-
-    def client() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((SRC, 0))
-        s.settimeout(1.0)
-        return s
 
     assert tcgate.TCP_CONTROL_BYTES == 128
     for passing in (True, False):
         with installed(lab.gate(pass_tcp_control=passing)) as gate:
             lab.hold(gate, OPEN)
             gate.set_states({1: CLOSED})  # the drain frames take the refilled bucket
-            srv, cli = _in_netns(lab.rcv, listen), _in_netns(lab.snd, client)
+            srv, cli = tcp_listener(lab.rcv), tcp_client(lab.snd)
+            cli.settimeout(1.0)
             try:
                 if not passing:
                     with pytest.raises(OSError):  # the SYN waits in the closed class: timeout

@@ -39,7 +39,7 @@ from xtc_lab.xco.testbed import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "label_axes", "run_experiment",
+__all__ = ["EXPERIMENTS", "MODES", "Context", "XcoUnavailable", "available", "check_mode", "label_axes", "mix_figure", "run_experiment",
            "start_xco"]
 
 MODES = ("none", "timeslice", "rate")
@@ -86,6 +86,23 @@ def label_axes(ax: Any, ctx: Context, paper: str, xlabel: str, ylabel: str) -> N
     ax.set_ylabel(ylabel)
     ax.set_title(f"{paper}, mode {ctx.mode}, scale {ctx.tb.scale}")
     ax.legend(fontsize=8)
+
+
+def mix_figure(ctx: Context, rows: list[dict[str, Any]], rate_bps: int, paper: str, n_senders: int,
+               link_label: str) -> Any:
+    """The figure of a TCP/UDP mix experiment (Figures 15 and 16): total goodput, the bottleneck's
+    use and the per-flow TCP goodput against the number of UDP senders, Mb/s, the bottleneck's
+    rate as a line."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    xs = [r["n_udp"] for r in rows]
+    ax.plot(xs, [r["goodput_bps"] / 1e6 for r in rows], "o-", label="total goodput")
+    ax.plot(xs, [r["switch_port"]["utilisation"] * rate_bps / 1e6 for r in rows], "s--", label=link_label)
+    ax.plot(xs, [(r["tcp_per_flow_bps"] or 0) / 1e6 for r in rows], "^-", label="per TCP flow")
+    ax.axhline(rate_bps / 1e6, color="grey", lw=0.8)
+    label_axes(ax, ctx, paper, f"UDP senders (of {n_senders})", "Mb/s")
+    return fig
 
 
 #: Slice length with XCo on this lab, microseconds.  The paper's 10 ms, not scaled: what a slice

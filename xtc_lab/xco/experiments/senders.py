@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments import label_axes
+from xtc_lab.xco.experiments import mix_figure
 from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, fig1a, ip_reassembly, port_delta, run_flows
 from xtc_lab.xco.experiments.timing import LATE_TOLERANCE_US, capture, slice_shares
 
@@ -33,8 +33,6 @@ def mix(n_udp: int) -> list[tuple[str, str]]:
 
 
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
-    import matplotlib.pyplot as plt
-
     tb, dur, bottleneck, rate, udp_rate = fig1a(ctx)
     points = (0, 3) if ctx.quick else (0, 1, 2, 3, 4, 5)
     rows = []
@@ -71,13 +69,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     result = {"bottleneck": bottleneck, "bottleneck_bps": rate, "udp_rate_bps": udp_rate,
               "udp_message_bytes": UDP_MESSAGE_BYTES, "seconds_per_point": dur, "points": rows,
               "paper": PAPER_NOTE}
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    xs = [r["n_udp"] for r in rows]
-    ax.plot(xs, [r["goodput_bps"] / 1e6 for r in rows], "o-", label="total goodput")
-    ax.plot(xs, [r["switch_port"]["utilisation"] * rate / 1e6 for r in rows], "s--", label="bottleneck link use")
-    ax.plot(xs, [(r["tcp_per_flow_bps"] or 0) / 1e6 for r in rows], "^-", label="per TCP flow")
-    ax.axhline(rate / 1e6, color="grey", lw=0.8)
-    label_axes(ax, ctx, PAPER, "UDP senders (of 5)", "Mb/s")
+    fig = mix_figure(ctx, rows, rate, PAPER, len(SENDERS), "bottleneck link use")
     table = markdown_table(
         ["TCP+UDP", "goodput Mb/s", "of bottleneck", "per TCP flow Mb/s", "link use", "switch drops", "switch loss",
          "reassembly fails at r1"],

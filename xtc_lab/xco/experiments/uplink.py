@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments import label_axes
+from xtc_lab.xco.experiments import mix_figure
 from xtc_lab.xco.experiments.flows import ip_reassembly, port_delta, run_flows
 
 NAME = "fig16"
@@ -35,8 +35,6 @@ def mix(n_udp: int) -> list[tuple[str, str]]:
 
 
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
-    import matplotlib.pyplot as plt
-
     tb = ctx.tb
     dur = 3 if ctx.quick else 10
     rate, nic = tb.rate_bps(BOTTLENECK), tb.rate_bps("s1>sw1")
@@ -62,13 +60,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     result = {"bottleneck": BOTTLENECK, "bottleneck_bps": rate, "nic_bps": nic, "udp_rate_bps": nic,
               "udp_message_bytes": UDP_MESSAGE_BYTES, "seconds_per_point": dur, "points": rows,
               "paper": PAPER_NOTE}
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    xs = [r["n_udp"] for r in rows]
-    ax.plot(xs, [r["goodput_bps"] / 1e6 for r in rows], "o-", label="total goodput")
-    ax.plot(xs, [r["switch_port"]["utilisation"] * rate / 1e6 for r in rows], "s--", label="shared link use")
-    ax.plot(xs, [(r["tcp_per_flow_bps"] or 0) / 1e6 for r in rows], "^-", label="per TCP flow")
-    ax.axhline(rate / 1e6, color="grey", lw=0.8)
-    label_axes(ax, ctx, PAPER, f"UDP senders (of {len(SENDERS)})", "Mb/s")
+    fig = mix_figure(ctx, rows, rate, PAPER, len(SENDERS), "shared link use")
     table = markdown_table(
         ["TCP+UDP", "goodput Mb/s", "of the shared link", "per TCP flow Mb/s", "link use", "drops at the link",
          "loss at the link", "drops at receiver ports", "reassembly fails"],
