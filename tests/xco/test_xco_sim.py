@@ -106,3 +106,66 @@ def test_command_prints_the_figure27_json(capsys):
     assert list(res) == ["rows"] and res["rows"][0]["hosts"] == 400
     assert set(res["rows"][0]["loss_pct"]) == {"none", "timeslice", "rate"}
     assert res["rows"][0]["loss_pct"]["none"] > 50 and res["rows"][0]["loss_pct"]["timeslice"] <= 0.01
+
+
+# -- TCP sources (Reno windows; Figures 25-26) -------------------------------------------------------
+
+def tcp_mix(n_tcp, n_udp, mode="none", duration_s=0.3, **kw):
+    """Figure 1(a): the first ``n_tcp`` senders TCP, the next ``n_udp`` UDP at line rate, into r1
+    (20 us steps: 2.5 KB of a 1 Gb/s link, five of them to a round trip)."""
+    _, topo, _, flows = fig1("a", n_tcp + n_udp)
+    return simulate(topo, flows, mode, duration_s=duration_s, tcp=[k < n_tcp for k in range(len(flows))],
+                    dt_us=20, **kw)
+
+
+def test_one_tcp_flow_fills_a_path_as_fast_as_its_nic_without_loss():
+    r = tcp_mix(1, 0, duration_s=0.1)
+    assert r.dropped_bytes == 0
+    assert r.delivered_gbps > 0.97  # slow start from 10 segments at a 100 us round trip: a few ms
+
+
+def test_tcp_flows_share_a_bottleneck_with_little_loss_where_udp_loses_four_fifths():
+    tcp = tcp_mix(5, 0, duration_s=0.4)
+    udp = tcp_mix(0, 5, duration_s=0.4)
+    assert udp.loss_pct == pytest.approx(80, abs=1.0)
+    # Reno: the windows halve on loss, so the loss is the saw-tooth's (and slow start's overshoot)
+    assert 0.05 < tcp.loss_pct < 5.0
+    assert tcp.delivered_gbps > 0.97
+    share = tcp.delivered_bytes / 5
+    assert all(b == pytest.approx(share, rel=0.15) for b in tcp.flow_delivered_bytes)
+    assert tcp.sent_bytes == pytest.approx(tcp.delivered_bytes + tcp.dropped_bytes + tcp.in_flight_bytes, rel=1e-9)
+    assert sum(tcp.flow_dropped_bytes) == pytest.approx(tcp.dropped_bytes, rel=1e-9)
+
+
+def test_udp_at_line_rate_starves_tcp_and_timeslices_give_it_its_share():
+    none = tcp_mix(4, 1, duration_s=0.2)
+    ts = tcp_mix(4, 1, "timeslice", duration_s=0.2)
+    udp_got, tcp_got = none.flow_delivered_bytes[4], none.flow_delivered_bytes[:4]
+    assert all(udp_got > 4 * b for b in tcp_got)
+    assert ts.dropped_bytes == 0
+    assert all(b == pytest.approx(ts.delivered_bytes / 5, rel=0.1) for b in ts.flow_delivered_bytes)
+
+
+def test_a_small_window_losing_waits_for_its_retransmission_timeout():
+    # one TCP flow against four UDP senders at line rate: its window stays under four segments, so
+    # its losses are timeouts; a shorter timeout lets it send sooner
+    slow = tcp_mix(1, 4, duration_s=0.3)
+    fast = tcp_mix(1, 4, duration_s=0.3, rto_us=2_000)
+    assert slow.flow_delivered_bytes[0] < 0.5 * fast.flow_delivered_bytes[0]
+    assert slow.flow_delivered_bytes[0] < 0.01 * slow.delivered_bytes
+
+
+def test_tcp_flags_all_false_are_the_udp_simulation():
+    _, topo, _, flows = fig1("a", 5)
+    a = simulate(topo, flows, "none", duration_s=0.03)
+    b = simulate(topo, flows, "none", duration_s=0.03, tcp=[False] * 5)
+    assert (a.delivered_bytes, a.dropped_bytes, a.steps_computed) == (b.delivered_bytes, b.dropped_bytes, b.steps_computed)
+
+
+@pytest.mark.parametrize("kw, needle", [({"tcp": [True] * 4}, "one flag per flow"),
+                                        ({"tcp": [True] * 5, "rtt_us": 15}, "rtt_us"),
+                                        ({"tcp": [True] * 5, "mss_bytes": 0}, "mss_bytes")])
+def test_bad_tcp_parameters_are_named(kw, needle):
+    _, topo, _, flows = fig1("a", 5)
+    with pytest.raises(ValueError, match=needle):
+        simulate(topo, flows, "none", duration_s=0.01, **kw)

@@ -47,3 +47,26 @@ def test_fig1a_setup_names_the_topologys_senders_and_bottleneck(topo) -> None:
     tb = SimpleNamespace(rate_bps=rates.__getitem__)
     assert fig1a(SimpleNamespace(tb=tb, quick=True)) == (tb, 3, "sw1>r1", 100_000_000, 250_000_000)
     assert fig1a(SimpleNamespace(tb=tb, quick=False)).duration_s == 10
+
+
+def test_figure24_side_each_sender_to_its_own_receiver_across_the_shared_link() -> None:
+    from xtc_lab.xco.experiments.uplink import BOTTLENECK, RECEIVER_OF, SCALE, SENDERS
+
+    topo = lab_topology(SimpleNamespace(record={"topology": "fig1b", "port_buffer_bytes": 131_072}, scale=SCALE))
+    assert int(topo.link_bps[topo.link_names.index(BOTTLENECK)]) == 200_000_000  # 10 Gb/s at 0.02
+    ten = simulated_loss(topo, SENDERS[:10], RECEIVER_OF, "none", 10_000)
+    all13 = simulated_loss(topo, SENDERS, RECEIVER_OF, "none", 10_000)
+    assert ten["loss_percent"] == 0 and ten["delivered_bps"] == pytest.approx(200e6, rel=1e-3)
+    assert all13["loss_percent"] == pytest.approx(100 * (1 - 10 / 13), abs=1.0)  # 13 x 20 Mb/s into 200
+    assert len(all13["flow_delivered_bps"]) == 13
+
+
+def test_figure25_side_the_last_senders_are_udp_and_tcp_flows_get_their_goodput(topo) -> None:
+    from xtc_lab.xco.experiments.simcheck_mix import mix
+
+    assert mix(2) == [("s1", "tcp"), ("s2", "tcp"), ("s3", "tcp"), ("s4", "udp"), ("s5", "udp")]
+    senders = [h for h, _p in mix(1)]
+    r = simulated_loss(topo, senders, "r1", "timeslice", 10_000, tcp=[p == "tcp" for _h, p in mix(1)], seconds=0.1)
+    assert r["loss_percent"] < 0.01
+    assert sum(r["flow_delivered_bps"]) == pytest.approx(r["delivered_bps"])
+    assert all(b > 10e6 for b in r["flow_delivered_bps"])  # every sender, TCP too, gets slices of 100 Mb/s

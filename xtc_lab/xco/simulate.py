@@ -12,13 +12,26 @@ at the next port of each flow's path in the next step.  In one step, per port:
 3. service: ``min(queue, C * dt)`` leaves, shared among the flows in proportion to what each has
    queued (fluid FIFO).
 
-Sources are UDP senders that always have data for their destination:
+Sources always have data for their destination.  A UDP source sends at the rate its mode allows:
 
 - ``none``: every host sends at its NIC rate, shared equally among its flows, all the time;
 - ``timeslice``: a host sends at its NIC rate to the destination of its latest directive, from the
   time the directive takes effect until the end of its slice (the host's own clock) or a hold;
 - ``hybrid``: the same, at the directive's ``rate_bps`` (:mod:`xtc.xco.scheduler.hybrid`);
 - ``rate``: every flow sends at the ``rate_bps`` of its latest directive.
+
+A TCP source (``tcp``) sends at that rate too, but never more than its congestion window allows:
+its bytes in flight (queued or on their way on its path, plus what was delivered less than
+``rtt_us`` ago, whose acknowledgements are still on their way back) stay within ``cwnd``.  The
+window is Reno's, in bytes: slow start from ``initial_window_segments`` until the first loss, then
+``mss_bytes * acked / cwnd`` more per acknowledged byte.  A loss at a port is known to the sender
+a round trip later (``rtt_us`` plus the queueing on its path at the loss: the duplicate
+acknowledgements of the bytes behind it), and the window keeps growing meanwhile; then it is
+halved (at least two segments), at most once per window (until the bytes in flight then are
+acknowledged).  A window of fewer than four segments cannot bring three duplicate
+acknowledgements: such a loss is a retransmission timeout instead, the window one segment and the
+source silent until ``rto_us`` (doubled for each timeout in a row) after the loss.  Not modelled:
+retransmission (lost bytes are simply not delivered), delayed acknowledgements, the receive window.
 
 The controller side is the product's scheduler objects (:class:`FastScheduler`,
 :class:`RateLimiter`, :class:`HybridScheduler`) through their public event API.  Every flow reports
@@ -97,6 +110,10 @@ class SimResult:
     steps: int = 0
     steps_computed: int = 0
     directives: int = 0
+    #: Bytes delivered per flow, in the order of ``flows``.
+    flow_delivered_bytes: list[float] = field(default_factory=list)
+    #: Bytes dropped per flow, in the order of ``flows``.
+    flow_dropped_bytes: list[float] = field(default_factory=list)
 
     @property
     def loss_pct(self) -> float:
@@ -120,8 +137,10 @@ def _make_scheduler(topo: Topology, mode: str, slice_us: int):
 
 def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, duration_s: float = 1.0,
              slice_us: int = 10_000, delay_us: int = 100, lead_us: int | None = None, dt_us: int = 10,
-             buffer_us: float = 1000.0, record_slots: bool = False, fast_forward: bool = True) -> SimResult:
-    """Simulate always-backlogged UDP flows on ``topo`` under one transmission control mode.
+             buffer_us: float = 1000.0, record_slots: bool = False, fast_forward: bool = True,
+             tcp: Sequence[bool] | None = None, rtt_us: int = 100, mss_bytes: int = 1448,
+             initial_window_segments: int = 10, rto_us: int = 200_000) -> SimResult:
+    """Simulate always-backlogged UDP and TCP flows on ``topo`` under one transmission control mode.
 
     Parameters
     ----------
@@ -147,7 +166,20 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     record_slots : bool
         Record which hosts sent in every slot (for comparing with Figure 10).
     fast_forward : bool
-        Skip the steps at which the state is at a fixed point.
+        Skip the steps at which the state is at a fixed point (never with TCP flows: their
+        windows change every step).
+    tcp : sequence of bool, optional
+        Which flows are TCP (window-limited, see the module's docstring); default: none.
+    rtt_us : int
+        A TCP flow's round-trip time without queueing, microseconds (a multiple of ``dt_us``): how
+        long a delivered byte takes to be acknowledged.
+    mss_bytes : int
+        A TCP segment's payload, bytes.
+    initial_window_segments : int
+        A TCP flow's window at the start, segments.
+    rto_us : int
+        A TCP flow's retransmission timeout, microseconds (Linux's minimum, 200 ms, is what a
+        round trip of a few milliseconds gets).
 
     Returns
     -------
@@ -163,6 +195,14 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     t_start = time.perf_counter()
     flows = [(int(x), int(d)) for x, d in flows]
     nf = len(flows)
+    is_tcp = np.zeros(nf, dtype=bool) if tcp is None else np.asarray(list(tcp), dtype=bool)
+    if is_tcp.shape != (nf,):
+        raise ValueError(f"tcp must give one flag per flow ({nf}), got {is_tcp.size}")
+    any_tcp = bool(is_tcp.any())
+    if any_tcp and (rtt_us < dt_us or rtt_us % dt_us or mss_bytes <= 0 or initial_window_segments < 1):
+        raise ValueError(f"need rtt_us a positive multiple of dt_us ({dt_us}), mss_bytes > 0 and "
+                         f"initial_window_segments >= 1; got {rtt_us}, {mss_bytes}, {initial_window_segments}")
+    fast_forward = fast_forward and not any_tcp
     flow_of = {f: i for i, f in enumerate(flows)}
     nsteps = int(round(duration_s * 1e6 / dt_us))
     res = SimResult(mode=mode, sim_s=nsteps * dt_us / 1e6, steps=nsteps)
@@ -266,6 +306,31 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     prev_q: np.ndarray | None = None
     prev_out: np.ndarray | None = None
     prev_tot = (-1.0, -1.0)
+    flow_delivered = np.zeros(nf)
+    flow_dropped = np.zeros(nf)
+    not_last = np.ones(ncell, dtype=bool)
+    not_last[last] = False
+    # TCP: the window, the slow-start threshold, what must be acknowledged before the window is
+    # halved again, and the delivered bytes whose acknowledgements are on their way (one row per
+    # step of the round trip)
+    mss = float(mss_bytes)
+    cwnd = np.full(nf, initial_window_segments * mss)
+    ssthresh = np.full(nf, np.inf)
+    recover = np.zeros(nf)
+    rtt_steps = max(1, rtt_us // dt_us)
+    rto_steps = max(1, rto_us // dt_us)
+    ack_ring = np.zeros((rtt_steps, nf))
+    unacked = np.zeros(nf)
+    loss_at = np.full(nf, -1, dtype=np.int64)    # step of a loss the sender has not learnt of yet
+    known_at = np.zeros(nf, dtype=np.int64)      # step it learns of it
+    silent_until = np.zeros(nf, dtype=np.int64)  # after a timeout: the step it sends again
+    backoff = np.zeros(nf, dtype=np.int64)       # timeouts in a row
+    # dropped bytes stay in flight (the sender does not know yet) until their duplicate
+    # acknowledgements would be back: a ring long enough for the round trip behind full buffers
+    ring_len = rtt_steps + 2 + (int(np.ceil(np.bincount(cell_flow, (buf / cap_step)[cl], minlength=nf).max()))
+                                if any_tcp and nf else 0)
+    drop_ring = np.zeros((ring_len, nf)) if any_tcp else None
+    lost_in_flight = np.zeros(nf)
     k = 0
     computed = 0
     while k < nsteps:
@@ -283,15 +348,30 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
             prev_q = None
         # one step
         inp[1:] = out[:-1]
-        inp[first] = src
+        if any_tcp:
+            in_net = np.bincount(cell_flow, q + out * not_last, minlength=nf)
+            row = drop_ring[k % ring_len]
+            lost_in_flight -= row
+            row[:] = 0.0
+            flight = in_net + unacked + lost_in_flight
+            allowed = np.maximum(cwnd - flight, 0.0)
+            allowed[silent_until > k] = 0.0
+            sending = np.where(is_tcp, np.minimum(src, allowed), src)
+            inp[first] = sending
+            src_sum = float(sending.sum())
+        else:
+            inp[first] = src
         A = np.bincount(cl, inp, minlength=L)
         space = buf - Q
         over = A > space
         d_step = 0.0
+        lost = None
         if over.any():
             f = np.ones(L)
             f[over] = np.maximum(space[over], 0.0) / A[over]
             d_step = float((A - np.minimum(A, np.maximum(space, 0.0))).sum())
+            lost = np.bincount(cell_flow, inp * (1.0 - f[cl]), minlength=nf)
+            flow_dropped += lost
             inp *= f[cl]
             A = np.minimum(A, np.maximum(space, 0.0))
         q += inp
@@ -302,7 +382,40 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
         np.multiply(q, ratio[cl], out=out)
         q -= out
         np.maximum(Q - S, 0.0, out=Q)
-        dl_step = float(out[last].sum())
+        got = out[last]
+        flow_delivered += got
+        dl_step = float(got.sum())
+        if any_tcp:
+            slot = k % rtt_steps
+            acked = ack_ring[slot].copy()
+            ack_ring[slot] = got
+            unacked += got - acked
+            talking = silent_until <= k
+            ss = cwnd < ssthresh
+            cwnd += np.where(talking, np.where(ss, acked, mss * acked / cwnd), 0.0)
+            recover -= acked
+            backoff[talking & (acked > 0) & (recover <= 0)] = 0  # new data acknowledged
+            if lost is not None:
+                # the duplicate acknowledgements come back behind the queues on the path
+                back = k + rtt_steps + np.ceil(np.bincount(cell_flow, (Q / cap_step)[cl], minlength=nf)).astype(np.int64)
+                hit = np.flatnonzero(is_tcp & (lost > 0))
+                drop_ring[back[hit] % ring_len, hit] += lost[hit]
+                lost_in_flight[hit] += lost[hit]
+                new = is_tcp & (lost > 0) & (recover <= 0) & (loss_at < 0)
+                loss_at[new] = k
+                known_at[new] = back[new]
+            learnt = (loss_at >= 0) & (known_at <= k)
+            if learnt.any():
+                timeout = learnt & (cwnd < 4 * mss)
+                halve = learnt & ~timeout
+                ssthresh[learnt] = np.maximum(cwnd[learnt] / 2.0, 2 * mss)
+                cwnd[halve] = ssthresh[halve]
+                cwnd[timeout] = mss
+                silent_until[timeout] = loss_at[timeout] + rto_steps * (2 ** np.minimum(backoff[timeout], 6))
+                backoff[timeout] += 1
+                backoff[halve] = 0
+                recover[learnt] = flight[learnt]
+                loss_at[learnt] = -1
         sent += src_sum
         dropped += d_step
         delivered += dl_step
@@ -323,6 +436,9 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
                     sent += src_sum * skip
                     dropped += d_step * skip
                     delivered += dl_step * skip
+                    flow_delivered += got * skip
+                    if lost is not None:
+                        flow_dropped += lost * skip
                     k += skip
                 prev_q = None
             else:
@@ -330,6 +446,8 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
                 prev_out = out.copy()
                 prev_tot = tot
     res.sent_bytes, res.delivered_bytes, res.dropped_bytes = sent, delivered, dropped
+    res.flow_delivered_bytes = flow_delivered.tolist()
+    res.flow_dropped_bytes = flow_dropped.tolist()
     # queued, plus what the last step served towards a next hop
     res.in_flight_bytes = float(q.sum() + out.sum() - out[last].sum())
     res.max_offered_ratio = max_offer

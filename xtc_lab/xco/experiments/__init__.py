@@ -55,6 +55,8 @@ EXPERIMENTS = {
     "fig22": "xtc_lab.xco.experiments.alternate",
     "fig19": "xtc_lab.xco.experiments.migration",
     "fig23": "xtc_lab.xco.experiments.simcheck",
+    "fig24": "xtc_lab.xco.experiments.simcheck_uplink",
+    "fig25": "xtc_lab.xco.experiments.simcheck_mix",
 }
 
 

@@ -91,7 +91,7 @@ def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, An
 
 def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | Mapping[str, str], duration_s: int,
               udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES,
-              udp_rates_bps: dict[str, int] | None = None) -> list[dict[str, Any]]:
+              udp_rates_bps: dict[str, int] | None = None, congestion: str | None = None) -> list[dict[str, Any]]:
     """Start ``senders`` ((host, "tcp"|"udp")) towards ``receiver``'s VM together (or, a mapping,
     each towards the VM of its own receiver host); wait; return per-flow results.
 
@@ -100,8 +100,10 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | M
     datagrams (above 1472 a datagram leaves as IP fragments, and losing one loses the datagram) and a
     counting sink at the receiver (:mod:`xtc_lab.xco.experiments.udpflow`); goodput is what the
     sink got over ``duration_s``.  Bits/s.  ``udp_rates_bps``: per sender host, a rate that replaces
-    ``udp_rate_bps``.
+    ``udp_rate_bps``.  ``congestion``: the TCP senders' congestion control (iperf3 ``-C``), None
+    for :data:`TCP_CONGESTION`.
     """
+    congestion = congestion or TCP_CONGESTION
     flows = []
     for k, (h, proto) in enumerate(senders):
         port = BASE_PORT + k
@@ -122,7 +124,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | M
         _addr, sns = tb.vm(f.sender)
         raddr = tb.vm(f.receiver)[0]
         if f.proto == "tcp":
-            f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port, congestion=TCP_CONGESTION))
+            f.client = tb.spawn(sns, iperf3_tcp_argv(raddr, duration_s, port=f.port, congestion=congestion))
         else:
             rate = (udp_rates_bps or {}).get(f.sender, udp_rate_bps)
             f.client = tb.spawn(sns, [*helper("udpflow"), "send", raddr, str(f.port), str(rate),
@@ -157,13 +159,15 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | M
     return out
 
 
-def run_flows_across(tb: Testbed, link: str, senders: Sequence[tuple[str, str]], receiver: str, duration_s: int,
+def run_flows_across(tb: Testbed, link: str, senders: Sequence[tuple[str, str]], receiver: str | Mapping[str, str],
+                     duration_s: int,
                      udp_rate_bps: int, udp_payload_bytes: int = UDP_PAYLOAD_BYTES,
-                     udp_rates_bps: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                     udp_rates_bps: dict[str, int] | None = None,
+                     congestion: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """:func:`run_flows`, and the switch port ``link``'s counters over them (:func:`port_delta` for
     ``duration_s``): ``(per-flow results, port)``."""
     before = tb.port_stats()
-    flows = run_flows(tb, senders, receiver, duration_s, udp_rate_bps, udp_payload_bytes, udp_rates_bps)
+    flows = run_flows(tb, senders, receiver, duration_s, udp_rate_bps, udp_payload_bytes, udp_rates_bps, congestion)
     after = tb.port_stats()
     return flows, port_delta(before, after, link, duration_s)
 

@@ -7,13 +7,14 @@ their NIC rate into r1; the switch port's loss measured on the testbed (TBF drop
 set beside the loss the simulator computes for the same topology at the lab's scale, with the
 lab's buffers, in the same mode.
 
-Figures 24-26 are not rerun: Figure 24 needs Figure 1(b)'s thirteen senders, more traffic than two
-cores forward at any scale the links still mean something at (docs/xco-testbed.md), and Figures
-25-26 mix TCP senders, which the simulator does not model (its sources are UDP at line rate).
+Figure 24 makes the same check on Figure 1(b) (:mod:`~xtc_lab.xco.experiments.simcheck_uplink`),
+Figures 25-26 with TCP senders among the UDP ones (:mod:`~xtc_lab.xco.experiments.simcheck_mix`);
+both use :func:`lab_topology` and :func:`simulated_loss` from here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xtc.xco.topology import Topology, parse_topology
@@ -49,14 +50,19 @@ def lab_topology(tb: Any) -> Topology:
     return topo
 
 
-def simulated_loss(topo: Topology, senders: list[str], receiver: str, mode: str, slice_us: int) -> dict[str, float]:
-    """Loss and delivered rate the simulator computes for ``senders`` -> ``receiver`` in ``mode``."""
+def simulated_loss(topo: Topology, senders: Sequence[str], receiver: str | Mapping[str, str], mode: str,
+                   slice_us: int, tcp: Sequence[bool] | None = None,
+                   seconds: float = SIM_SECONDS) -> dict[str, Any]:
+    """Loss and delivered rate the simulator computes for ``senders`` -> ``receiver`` (one host, or
+    each sender's own) in ``mode``, over ``seconds`` simulated; ``tcp`` flags the senders that are
+    TCP.  ``flow_delivered_bps``: per sender, in order."""
     from xtc_lab.xco.simulate import simulate
 
-    dest = topo.host_id(receiver)
-    flows = [(topo.host_id(h), dest) for h in senders]
-    r = simulate(topo, flows, mode, duration_s=SIM_SECONDS, slice_us=slice_us)
-    return {"loss_percent": r.loss_pct, "delivered_bps": r.delivered_bytes * 8 / r.sim_s}
+    flows = [(topo.host_id(h), topo.host_id(receiver if isinstance(receiver, str) else receiver[h]))
+             for h in senders]
+    r = simulate(topo, flows, mode, duration_s=seconds, slice_us=slice_us, tcp=tcp)
+    return {"loss_percent": r.loss_pct, "delivered_bps": r.delivered_bytes * 8 / r.sim_s,
+            "flow_delivered_bps": [b * 8 / r.sim_s for b in r.flow_delivered_bytes]}
 
 
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:

@@ -1,0 +1,77 @@
+"""Figure 24: the simulator against real packets, N UDP senders across Figure 1(b)'s shared link.
+
+As Figure 23 (:mod:`~xtc_lab.xco.experiments.simcheck`), on Figure 1(b): N = 1..13 senders s_k, each
+on its own host on switch sw1, send UDP at their NIC rate to r_k on sw2, so every flow crosses the
+link ``sw1>sw2``.  The switch port's loss measured on the testbed (TBF drops over netlink) is set
+beside the loss the simulator computes for the same topology at the lab's scale, with the lab's
+buffers, in the same mode.  The lab runs at Figure 16's scale (0.02: thirteen 20 Mb/s senders into
+a 200 Mb/s link, what two cores forward), so loss starts at N = 11.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xtc_lab.lab.harness import markdown_table
+from xtc_lab.xco.experiments import label_axes
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
+from xtc_lab.xco.experiments.simcheck import SIM_SECONDS, lab_topology, simulated_loss
+from xtc_lab.xco.experiments.uplink import BOTTLENECK, RECEIVER_OF, SCALE, SENDERS
+
+NAME = "fig24"
+TITLE = "the simulator against the testbed: UDP loss at a shared switch-to-switch link"
+PAPER = "Figure 24"
+TOPOLOGY = "fig1b"
+__all__ = ["NAME", "TITLE", "PAPER", "TOPOLOGY", "SCALE", "run"]
+#: Numbers of senders run: around the point where the senders' sum passes the link's rate (11 of
+#: 13 at 10 Gb/s / 1 Gb/s), and both ends.
+POINTS = (1, 4, 7, 10, 11, 12, 13)
+QUICK_POINTS = (10, 13)
+PAPER_NOTE = ("N = 1..13 UDP senders to N receivers across the 10 Gb/s link of Figure 1(b): NS3's loss "
+              "closely tracks the testbed's")
+
+
+def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
+    import matplotlib.pyplot as plt
+
+    from xtc_lab.xco.experiments import SLICE_US
+
+    tb = ctx.tb
+    dur = 3 if ctx.quick else 10
+    rate, nic = tb.rate_bps(BOTTLENECK), tb.rate_bps("s1>sw1")
+    topo = lab_topology(tb)
+    slice_us = int(ctx.xco.get("slice_us", SLICE_US))
+    rows = []
+    for n in QUICK_POINTS if ctx.quick else POINTS:
+        senders = list(SENDERS[:n])
+        ctx.say(f"  {n} UDP sender(s) at {nic / 1e6:g} Mb/s to their own receivers, {dur} s; then the simulator")
+        flows, port = run_flows_across(tb, BOTTLENECK, [(h, "udp") for h in senders], RECEIVER_OF, dur, nic,
+                                       UDP_PAYLOAD_BYTES)
+        sim = simulated_loss(topo, senders, RECEIVER_OF, ctx.mode, slice_us)
+        rows.append({"senders": n, "switch_port": port, "testbed_loss_percent": port["loss_percent"],
+                     "testbed_goodput_bps": sum(f["goodput_bps"] for f in flows), "flows": flows,
+                     "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"],
+                     "errors": [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]})
+    result = {"bottleneck": BOTTLENECK, "bottleneck_bps": rate, "nic_bps": nic, "seconds_per_point": dur,
+              "sim_seconds": SIM_SECONDS, "slice_us": slice_us, "port_buffer_bytes": tb.record["port_buffer_bytes"],
+              "points": rows, "paper": PAPER_NOTE}
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    xs = [r["senders"] for r in rows]
+    ax.plot(xs, [r["testbed_loss_percent"] for r in rows], "o-", label="testbed (switch port)")
+    ax.plot(xs, [r["sim_loss_percent"] for r in rows], "s--", label="simulator")
+    label_axes(ax, ctx, PAPER, "UDP senders", "loss at the shared link, %")
+    table = markdown_table(
+        ["senders", "offered / link", "testbed loss", "simulator loss", "testbed goodput Mb/s",
+         "simulator delivered Mb/s"],
+        [(r["senders"], f"{r['senders'] * nic / rate:.2f}", f"{r['testbed_loss_percent']:.2f}%",
+          f"{r['sim_loss_percent']:.2f}%", f"{r['testbed_goodput_bps'] / 1e6:.1f}",
+          f"{r['sim_delivered_bps'] / 1e6:.1f}") for r in rows])
+    errors = [e for r in rows for e in r["errors"]]
+    md = (f"N UDP senders s1..sN of Figure 1(b) at their NIC rate ({nic / 1e6:g} Mb/s, {UDP_PAYLOAD_BYTES}-byte "
+          f"datagrams), s_k to r_k, all across `{BOTTLENECK}` at {rate / 1e6:g} Mb/s (buffer "
+          f"{tb.record['port_buffer_bytes']} bytes), {dur} s per point on the testbed; the simulator "
+          f"(`xtc_lab/xco/simulate.py`, fluid, {SIM_SECONDS:g} s simulated) on the same topology at the lab's "
+          f"scale and buffers, mode {ctx.mode}" + (f", {slice_us} us slices" if ctx.mode != "none" else "")
+          + ".\n\n" + table + (f"\n\nFlows that failed: {'; '.join(errors)}." if errors else "")
+          + f"\n\nThe paper: {PAPER_NOTE}.")
+    return result, fig, md
