@@ -443,8 +443,15 @@ def test_agents_gate_real_links(net, tmp_path):
         out = subprocess.run([*py, "agent", "-c", str(cfgs["s2"]), "--cleanup"], capture_output=True, text=True,
                              env=_env(), check=False)
         assert out.returncode == 0, out.stderr
+        assert "XCo gate removed" in out.stdout
         assert net.root_qdisc("s2")["kind"] == "noqueue"
         assert net.tc_lines("s2", "class") == [] and net.tc_lines("s2", "filter") == []
+        # again, as the systemd unit runs it before every start and after every stop: a no-op
+        out = subprocess.run([*py, "agent", "-c", str(cfgs["s2"]), "--cleanup"], capture_output=True, text=True,
+                             env=_env(), check=False)
+        assert out.returncode == 0, out.stderr
+        assert "nothing to remove" in out.stdout
+        assert net.root_qdisc("s2")["kind"] == "noqueue"
     finally:
         _kill_all(procs, rcv)
 

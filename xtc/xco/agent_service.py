@@ -571,9 +571,10 @@ def run_cleanup(config_path: str | Path) -> int:
     from xtc.host.tcgate import cleanup
 
     try:
-        cleanup(cfg.uplink, cfg.netns, gso_max_segs=cfg.gate_gso_max_segs)
+        removed = cleanup(cfg.uplink, cfg.netns, gso_max_segs=cfg.gate_gso_max_segs)
     except GateError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
-    print(f"{cfg.uplink}: XCo gate removed" + (f" (netns {cfg.netns})" if cfg.netns else ""))
+    where = cfg.uplink + (f" (netns {cfg.netns})" if cfg.netns else "")
+    print(f"{where}: XCo gate removed" if removed else f"{where}: no XCo gate, nothing to remove")
     return 0
