@@ -99,9 +99,13 @@ def test_core_drops_a_silent_host_from_every_group():
     assert core.backlog_of(0) == []
     holds = [P.decode(s.data) for s in out]
     assert any(isinstance(m, P.Directive) and m.header.host == 0 and m.dest is None for m in holds)
-    # A backlog towards the lost host is refused now.
-    core.handle(P.encode(P.Backlog(seq(0, t), (r1,))), ("127.0.0.1", 7000), t)
-    assert core.dropped["unregistered_dest"] == 1
+    # A backlog towards the lost host is scheduled again: its VMs receive whether its agent runs
+    # or not, and its senders must not be held for want of it.
+    out = core.handle(P.encode(P.Backlog(seq(0, t), (r1,))), ("127.0.0.1", 7000), t)
+    assert core.backlog_of(0) == [r1] and sum(core.dropped.values()) == 0
+    out += core.tick(t + SLICE)
+    assert any(isinstance(m, P.Directive) and m.header.host == 0 and m.dest == r1
+               for m in (P.decode(s.data) for s in out))
 
 
 def test_core_numbers_the_messages_to_a_host_lost_and_registered_again_above_the_old_ones():

@@ -62,7 +62,6 @@ DROP_REASONS = (
     "address",            # from another address than the host registered from
     "invalid",            # a well-formed message that makes no sense (self as dest, unknown dest,
                           # a controller-to-host type, VM addresses not the topology's)
-    "unregistered_dest",  # a backlog or give-up towards a host that is not registered
     "auth",               # with a shared key: a datagram whose tag does not verify (xtc.xco.auth)
 )
 
@@ -280,11 +279,12 @@ class ControllerCore:
             return out + self._drop("address")
         x = h.host
         if isinstance(m, P.Backlog):
+            # A destination needs no agent to receive (its link is in the topology): a backlog
+            # towards a host whose agent is down or never ran is scheduled like any other, so
+            # that losing a receiver's agent loses its senders nothing but the coordination.
             for d in m.dests:
                 if d >= self.topo.n_hosts or d == x:
                     return out + self._drop("invalid")
-            if any(d not in self.hosts for d in m.dests):
-                return out + self._drop("unregistered_dest")
         elif isinstance(m, P.GiveUp):
             if m.dest >= self.topo.n_hosts or m.dest == x:
                 return out + self._drop("invalid")

@@ -1,7 +1,9 @@
 """The paper's testbed experiments on the XCo lab (``xtc xco lab run NAME``).
 
 Each experiment module has ``NAME``, ``TITLE``, ``PAPER`` (the figures it reruns), ``TOPOLOGY`` (a
-built-in topology of :mod:`xtc_lab.xco.testbed`) and ``run(ctx) -> (result, figure, markdown)``.
+built-in topology of :mod:`xtc_lab.xco.testbed`) and ``run(ctx) -> (result, figure, markdown)``, and
+may have ``SCALE`` (its own default scale) and ``AGENT_HOSTS`` (the hosts that run an agent, see
+:func:`start_xco`).
 :func:`run_experiment` builds a fresh lab for it (its own ``xco-xxxx`` prefix), starts XCo as
 ``mode`` asks (:func:`start_xco`), runs it, removes the lab whatever happens, and writes
 ``NAME[-MODE].json``, ``.png`` and ``.md`` into the output directory.
@@ -19,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -312,7 +314,8 @@ def prune_run_dirs(base: Path, keep: int = KEEP_RUN_DIRS, keep_s: float = KEEP_R
 def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[str], None] = print,
               workdir: Path | None = None, open_burst_bytes: int | None = OPEN_BURST_BYTES,
               gate_rate_fraction: float | None = None, gate_at: str = "uplink",
-              agent_log_level: str = "info", rate_link_fraction: float = 1.0) -> Iterator[dict[str, Any]]:
+              agent_log_level: str = "info", rate_link_fraction: float = 1.0,
+              agent_hosts: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
     """Run the experiment body under XCo in ``mode``; yields what was started (for the report).
 
     ``none``: nothing (the baseline).  ``timeslice`` / ``rate``: writes the lab's topology with its
@@ -347,6 +350,10 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         ``dest``, ``start_us``, ``applied_us``), the slice grid of :mod:`.timing`.
     rate_link_fraction : float
         Rate mode: the controller's ``rate_link_fraction`` (the share of each link its rates fill).
+    agent_hosts : collection of str, optional
+        The hosts that run an agent (default: every host).  An experiment module's ``AGENT_HOSTS``:
+        hosts that only receive have nothing for an agent to hold (their TCP acknowledgements pass
+        unheld, ``pass_tcp_control``), and on 2 cores their agents' CPU is taken from the senders.
 
     Raises
     ------
@@ -381,7 +388,12 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
     nic_bps = {h["name"]: int(h["nic_bps"]) for h in topo_data["host"]}
     if gate_at not in GATE_AT:
         raise LabError(f"gate_at must be one of {', '.join(GATE_AT)}, got {gate_at!r}")
+    unknown = sorted(set(agent_hosts or ()) - set(tb.record["hosts"]))
+    if unknown:
+        raise LabError(f"agent_hosts: no host {', '.join(unknown)} in the lab")
     for h, hrec in tb.record["hosts"].items():
+        if agent_hosts is not None and h not in agent_hosts:
+            continue
         if gate_at == "vm" and len(hrec["vms"]) != 1:
             raise LabError(f"gate_at='vm' needs one VM per host; {h} has {len(hrec['vms'])}")
         ifname, ns = ("eth0", hrec["vms"][0]["ns"]) if gate_at == "vm" else (hrec["uplink"], hrec["ns"])
@@ -559,7 +571,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
         try:
             with start_xco(tb, mode, slice_us=slice_us, say=say, gate_at=gate_at,
                            agent_log_level="debug" if params.get("in_slice") or AGENT_DEBUG_LOG else "info",
-                           rate_link_fraction=rate_link_fraction) as xco:
+                           rate_link_fraction=rate_link_fraction,
+                           agent_hosts=getattr(mod, "AGENT_HOSTS", None)) as xco:
                 ctx = Context(tb=tb, quick=quick, mode=mode, say=say, params=params, xco=xco)
                 result, fig, md = mod.run(ctx)
         finally:

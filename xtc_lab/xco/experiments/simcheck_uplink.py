@@ -16,13 +16,13 @@ from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
 from xtc_lab.xco.experiments.simcheck import SIM_SECONDS, lab_topology, simulated_loss
-from xtc_lab.xco.experiments.uplink import BOTTLENECK, RECEIVER_OF, SCALE, SENDERS
+from xtc_lab.xco.experiments.uplink import AGENT_HOSTS, BOTTLENECK, RECEIVER_OF, SCALE, SENDERS
 
 NAME = "fig24"
 TITLE = "the simulator against the testbed: UDP loss at a shared switch-to-switch link"
 PAPER = "Figure 24"
 TOPOLOGY = "fig1b"
-__all__ = ["NAME", "TITLE", "PAPER", "TOPOLOGY", "SCALE", "run"]
+__all__ = ["NAME", "TITLE", "PAPER", "TOPOLOGY", "SCALE", "AGENT_HOSTS", "run"]
 #: Numbers of senders run: around the point where the senders' sum passes the link's rate (11 of
 #: 13 at 10 Gb/s / 1 Gb/s), and both ends.
 POINTS = (1, 4, 7, 10, 11, 12, 13)

@@ -18,6 +18,10 @@ TOPOLOGY = "fig1b"
 SCALE = 0.02
 SENDERS = tuple(f"s{k}" for k in range(1, 14))
 RECEIVER_OF = {f"s{k}": f"r{k}" for k in range(1, 14)}
+#: Only the senders run an agent (with XCo): the receivers send nothing but TCP acknowledgements,
+#: which pass unheld (``pass_tcp_control``: their agents got no directive in the runs with all 26
+#: agents), and on 2 cores 13 more agents took the CPU from the senders.
+AGENT_HOSTS = SENDERS
 #: The congested port: switch sw1's egress into the link to sw2.
 BOTTLENECK = "sw1>sw2"
 #: As in Figure 15: netperf's UDP_STREAM sends 64 KB messages (45 IP fragments each).
