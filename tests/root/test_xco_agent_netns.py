@@ -24,6 +24,9 @@ What is checked, in one run (about 30 s):
 5. SIGTERM of an agent: its uplink's original root qdisc (a pfifo of 777 packets) is back.
 6. SIGKILL of an agent: ``xtc xco agent -c F --cleanup`` leaves no XCo qdisc, class or filter.
 
+And between 3 and 4: the receiver's agent SIGKILLed, the controller drops r1 for silence and a
+sender alone still gets >= 95 % of its packets to r1 (a receiver needs no agent).
+
 A second test (about 8 s) runs the controller in hybrid mode with r1 behind a 20 Mb/s switch port:
 the senders, whose 1 Gb/s NICs timeslices would never serve there, get slices at 20 Mb/s.
 """
@@ -403,6 +406,19 @@ def test_agents_gate_real_links(net, tmp_path):
         # destination up, is held, reports its backlog again and is granted again (a slice at most,
         # plus the lead); it is never held for longer than that
         assert max(gaps_ms) < 2 * SLICE_US / 1000
+
+        # -- 3b: the receiver's agent SIGKILLed: its senders are still scheduled towards it -----------
+        # (r1 only receives: it needs no agent; the controller drops it for silence and must go on
+        # granting s1's slices towards it, not hold s1 until r1's agent is back)
+        agents["r1"].stop(signal.SIGKILL)
+        assert ctl.wait_for("host_lost", 5)["host"] == "r1"
+        t_c0 = time.time_ns()
+        alone = _udpsend(net, "s1", 1.5)
+        n_alone = _sent(alone)
+        time.sleep(0.2)
+        rx_c = [t for s, t in rcv.between(t_c0, time.time_ns()) if s == HOSTS["s1"][0]]
+        print(f"r1's agent killed: s1 alone sent {n_alone} received {len(rx_c)}")
+        assert len(rx_c) >= 0.95 * n_alone
 
         # -- 4: the controller SIGKILLed while three senders are backlogged ---------------------------
         senders = {h: _udpsend(net, h, 3.0) for h in SENDERS}
