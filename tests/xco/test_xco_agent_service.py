@@ -516,3 +516,46 @@ def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(
     gate.fail = True
     svc._apply(AgentOutput(sends=[b"heartbeat"], states={d: CLOSED}))
     assert order == ["gate", "send"] and svc.gate_errors == 1
+
+
+STUCK = r"""
+import signal, sys, time
+from xtc.xco.controller import StopOnSignal
+
+class Stuck(StopOnSignal):
+    stop_stacks_after_s = 0.3
+
+    def run(self, block):
+        self.install_signal_handlers()
+        print("ready", flush=True)
+        while not self.stop:
+            time.sleep(0.01)
+        if block:
+            time.sleep(30)  # stuck after the signal: what a supervisor would have to kill
+        self.stopped()
+        time.sleep(0.6)  # past the dump's time: nothing must be written now
+        print("stopped", flush=True)
+
+Stuck().run(sys.argv[1] == "block")
+"""
+
+
+@pytest.mark.parametrize("block", [True, False])
+def test_a_service_stuck_after_sigterm_writes_every_threads_stack(block):
+    p = subprocess.Popen([sys.executable, "-c", STUCK, "block" if block else "ok"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGTERM)
+        if block:
+            time.sleep(1.5)
+            p.kill()
+        out, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    if block:
+        # the main thread's stack, stuck in its sleep
+        assert "Thread" in err and "in run" in err and "most recent call first" in err, err
+    else:
+        assert out.strip() == "stopped" and err == "", err

@@ -494,6 +494,7 @@ class AgentService(StopOnSignal):
             self.loop()
         finally:
             self.close()
+            self.stopped()
         return 0
 
 
