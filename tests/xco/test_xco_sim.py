@@ -169,3 +169,17 @@ def test_bad_tcp_parameters_are_named(kw, needle):
     _, topo, _, flows = fig1("a", 5)
     with pytest.raises(ValueError, match=needle):
         simulate(topo, flows, "none", duration_s=0.01, **kw)
+
+
+def test_command_simulates_figures_25_26(capsys, tmp_path):
+    parser = argparse.ArgumentParser(prog="xtc")
+    sim_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["simulate", "xco", "fig25", "--modes", "none", "--duration-s", "0.02",
+                              "--json", "--quiet", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    res = json.loads(capsys.readouterr().out.split("\nwrote ")[0])
+    mixes = res["mixes"]
+    assert [(e["tcp"], e["udp"]) for e in mixes] == [(5 - k, k) for k in range(6)]
+    assert mixes[-1]["tcp_per_flow_mbps"]["none"] is None and mixes[-1]["loss_pct"]["none"] > 50
+    assert mixes[1]["loss_pct"]["none"] > mixes[0]["loss_pct"]["none"]  # one UDP sender at line rate
+    assert {p.name for p in tmp_path.iterdir()} == {"fig25.json", "fig25.md", "fig25.png"}

@@ -64,7 +64,7 @@ from xtc.xco.topology import Topology, load_topology, parse_topology
 
 from .topologies import fig27
 
-__all__ = ["SimResult", "simulate", "fig27_flows", "run_fig27", "run_fig1", "add_xco", "main", "MODES"]
+__all__ = ["SimResult", "simulate", "fig27_flows", "run_fig27", "run_fig1", "run_fig25", "add_xco", "main", "MODES"]
 
 MODES = ("none", "timeslice", "rate", "hybrid")
 DATA = Path(__file__).resolve().parents[2] / "tests" / "xco" / "data"
@@ -532,6 +532,33 @@ def run_fig1(which: str, modes: Sequence[str] = ("none", "timeslice", "rate"), *
                          "equals_figure10": matrix == spec["slices"]}}
 
 
+def run_fig25(modes: Sequence[str] = ("none", "timeslice", "rate"), progress: bool = False,
+              **kw: Any) -> dict[str, Any]:
+    """Figures 25-26 on the simulator alone: Figure 1(a)'s five senders into r1, the last K of them
+    UDP at line rate and the others TCP (Reno windows), K = 0..5; the loss at the bottleneck and
+    the mean goodput of a TCP flow, per mode."""
+    spec = json.loads((DATA / "fig10a.json").read_text())
+    topo = load_topology(DATA / spec["topology"])
+    flows = [(topo.host_id(h), topo.host_id(spec["dest"][h])) for h in spec["senders"]]
+    n = len(flows)
+    mixes = []
+    for k_udp in range(n + 1):
+        tcp = [i < n - k_udp for i in range(n)]
+        e: dict[str, Any] = {"tcp": n - k_udp, "udp": k_udp, "loss_pct": {}, "delivered_gbps": {},
+                             "tcp_per_flow_mbps": {}}
+        for m in modes:
+            r = simulate(topo, flows, m, tcp=tcp, **kw)
+            got = [b for b, t in zip(r.flow_delivered_bytes, tcp) if t]
+            e["loss_pct"][m] = round(r.loss_pct, 4)
+            e["delivered_gbps"][m] = round(r.delivered_gbps, 3)
+            e["tcp_per_flow_mbps"][m] = round(sum(got) * 8 / r.sim_s / len(got) / 1e6, 2) if got else None
+            if progress:
+                print(f"fig25 {n - k_udp} TCP + {k_udp} UDP {m}: loss {r.loss_pct:.2f}% "
+                      f"wall {r.wall_s:.1f} s", file=sys.stderr)
+        mixes.append(e)
+    return {"experiment": "fig25", "params": _params(kw), "senders": spec["senders"], "mixes": mixes}
+
+
 # -- output -----------------------------------------------------------------------------------------
 
 def fig27_table(res: dict[str, Any]) -> str:
@@ -562,12 +589,46 @@ def fig1_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fig25_table(res: dict[str, Any]) -> str:
+    modes = list(res["mixes"][0]["loss_pct"])
+    lines = ["| TCP+UDP | " + " | ".join(f"loss {m} (%)" for m in modes) + " | "
+             + " | ".join(f"per TCP flow {m} (Mb/s)" for m in modes) + " |",
+             "|" + "---:|" * (1 + 2 * len(modes))]
+    for e in res["mixes"]:
+        per = [e["tcp_per_flow_mbps"][m] for m in modes]
+        lines.append(f"| {e['tcp']}+{e['udp']} | " + " | ".join(f"{e['loss_pct'][m]:.2f}" for m in modes) + " | "
+                     + " | ".join("-" if v is None else f"{v:.1f}" for v in per) + " |")
+    lines += ["", "Paper (Figures 25-26): NS3 and the testbed report similar loss and similar TCP throughput; "
+              "the lab's comparison: docs/xco-testbed.md, \"Figures 24-26\"."]
+    return "\n".join(lines)
+
+
 def _plot(res: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if res["experiment"] == "fig25":
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+        xs = [e["udp"] for e in res["mixes"]]
+        for i, m in enumerate(res["mixes"][0]["loss_pct"]):
+            ax1.plot(xs, [e["loss_pct"][m] for e in res["mixes"]], marker="os^x"[i % 4], label=m)
+            pts = [(e["udp"], e["tcp_per_flow_mbps"][m]) for e in res["mixes"] if e["tcp_per_flow_mbps"][m] is not None]
+            ax2.plot([x for x, _ in pts], [y for _, y in pts], marker="os^x"[i % 4], label=m)
+        ax1.set_xlabel("UDP senders (of 5)")
+        ax1.set_ylabel("packet loss (%)")
+        ax1.set_title("Figure 25 (simulated): loss at the bottleneck")
+        ax2.set_xlabel("UDP senders (of 5)")
+        ax2.set_ylabel("goodput per TCP flow (Mb/s)")
+        ax2.set_title("Figure 26 (simulated): TCP goodput")
+        for ax in (ax1, ax2):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     if res["experiment"] == "fig27":
         xs = [r["hosts"] for r in res["rows"]]
@@ -606,7 +667,8 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("figure", choices=("fig27", "fig1a", "fig1b"), help="which experiment")
+    p.add_argument("figure", choices=("fig27", "fig1a", "fig1b", "fig25"),
+                   help="which experiment (fig25: Figures 25-26, TCP and UDP senders, Reno TCP)")
     p.add_argument("--rows", type=_int_list, default=list(range(4, 25, 2)),
                    help="fig27: comma-separated numbers of rows (default 4,6,...,24 = 800..4800 hosts)")
     p.add_argument("--modes", default="none,timeslice,rate",
@@ -638,6 +700,9 @@ def run(args: argparse.Namespace) -> int:
         if args.figure == "fig27":
             res = run_fig27(args.rows, modes, progress=not args.quiet, **kw)
             table = fig27_table(res)
+        elif args.figure == "fig25":
+            res = run_fig25(modes, progress=not args.quiet, **kw)
+            table = fig25_table(res)
         else:
             res = run_fig1(args.figure[-1], modes, **kw)
             table = fig1_table(res)
@@ -666,7 +731,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_xco(sub: Any) -> None:
     """Register ``xtc simulate xco FIG`` on the ``simulate`` subparsers."""
-    p = sub.add_parser("xco", help="XCo: switch queues with finite buffers under the XCo scheduler (Figures 27, 1(a), 1(b))",
+    p = sub.add_parser("xco", help="XCo: switch queues with finite buffers under the XCo scheduler (Figures 27, 1(a), 1(b), 25-26)",
                        description=__doc__.splitlines()[0])
     add_arguments(p)
     p.set_defaults(func=run)
