@@ -65,33 +65,50 @@ def simulated_loss(topo: Topology, senders: Sequence[str], receiver: str | Mappi
             "flow_delivered_bps": [b * 8 / r.sim_s for b in r.flow_delivered_bytes]}
 
 
-def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
+def udp_loss_points(ctx: Any, bottleneck: str, senders: Sequence[str], receiver: str | Mapping[str, str],
+                    ns: Sequence[int], nic_bps: int, duration_s: int, paper: str,
+                    ylabel: str) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
+    """For each n of ``ns``: the first n of ``senders`` send UDP at ``nic_bps`` to ``receiver`` (one
+    host, or each sender's own) across ``bottleneck`` for ``duration_s`` on the testbed, then the
+    simulator runs the same flows in ``ctx.mode``.  Returns the rows, the result's fields common to
+    Figures 23 and 24 (with ``points``, without ``paper``) and the figure of both losses against n
+    (titled with ``paper``, the figures rerun)."""
     import matplotlib.pyplot as plt
 
     from xtc_lab.xco.experiments import SLICE_US
 
-    tb, dur, bottleneck, rate, nic = fig1a(ctx)
-    ns = (1, 3, 5) if ctx.quick else (1, 2, 3, 4, 5)
+    tb = ctx.tb
     topo = lab_topology(tb)
     slice_us = int(ctx.xco.get("slice_us", SLICE_US))
+    to = "to their own receivers" if not isinstance(receiver, str) else f"to {receiver}"
     rows = []
     for n in ns:
-        senders = list(SENDERS[:n])
-        ctx.say(f"  {n} UDP sender(s) at {nic / 1e6:g} Mb/s, {dur} s; then the simulator")
-        flows, port = run_flows_across(tb, bottleneck, [(h, "udp") for h in senders], "r1", dur, nic,
+        group = list(senders[:n])
+        ctx.say(f"  {n} UDP sender(s) at {nic_bps / 1e6:g} Mb/s {to}, {duration_s} s; then the simulator")
+        flows, port = run_flows_across(tb, bottleneck, [(h, "udp") for h in group], receiver, duration_s, nic_bps,
                                        UDP_PAYLOAD_BYTES)
-        sim = simulated_loss(topo, senders, "r1", ctx.mode, slice_us)
+        sim = simulated_loss(topo, group, receiver, ctx.mode, slice_us)
         rows.append({"senders": n, "switch_port": port, "testbed_loss_percent": port["loss_percent"],
                      "testbed_goodput_bps": sum(f["goodput_bps"] for f in flows), "flows": flows,
-                     "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"]})
-    result = {"bottleneck": bottleneck, "bottleneck_bps": rate, "nic_bps": nic, "seconds_per_point": dur,
-              "sim_seconds": SIM_SECONDS, "slice_us": slice_us, "port_buffer_bytes": tb.record["port_buffer_bytes"],
-              "points": rows, "paper": PAPER_NOTE}
+                     "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"],
+                     "errors": [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]})
+    result = {"bottleneck": bottleneck, "bottleneck_bps": tb.rate_bps(bottleneck), "nic_bps": nic_bps,
+              "seconds_per_point": duration_s, "sim_seconds": SIM_SECONDS, "slice_us": slice_us,
+              "port_buffer_bytes": tb.record["port_buffer_bytes"], "points": rows}
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     xs = [r["senders"] for r in rows]
     ax.plot(xs, [r["testbed_loss_percent"] for r in rows], "o-", label="testbed (switch port)")
     ax.plot(xs, [r["sim_loss_percent"] for r in rows], "s--", label="simulator")
-    label_axes(ax, ctx, PAPER, "UDP senders", "loss at the bottleneck, %")
+    label_axes(ax, ctx, paper, "UDP senders", ylabel)
+    return rows, result, fig
+
+
+def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
+    tb, dur, bottleneck, rate, nic = fig1a(ctx)
+    rows, result, fig = udp_loss_points(ctx, bottleneck, SENDERS, "r1", (1, 3, 5) if ctx.quick else (1, 2, 3, 4, 5),
+                                        nic, dur, PAPER, "loss at the bottleneck, %")
+    result["paper"] = PAPER_NOTE
+    slice_us = result["slice_us"]
     table = markdown_table(
         ["senders", "testbed loss", "simulator loss", "testbed goodput Mb/s", "simulator delivered Mb/s"],
         [(r["senders"], f"{r['testbed_loss_percent']:.2f}%", f"{r['sim_loss_percent']:.2f}%",

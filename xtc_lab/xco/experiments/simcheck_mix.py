@@ -15,6 +15,7 @@ from typing import Any
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
 from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, UDP_PAYLOAD_BYTES, fig1a, run_flows_across
+from xtc_lab.xco.experiments.senders import mix  # Figure 15's mixes: the last K of the five on UDP
 from xtc_lab.xco.experiments.simcheck import lab_topology, simulated_loss
 
 NAME = "fig25"
@@ -30,11 +31,6 @@ SIM_SECONDS = 2.0
 PAPER_NOTE = ("5 senders, K UDP and 5 - K TCP, into one 1 Gb/s bottleneck: NS3 and the testbed report similar "
               "loss (the slight difference put down to NS3's TCP against Linux's), and similar average TCP "
               "throughput (Figure 26)")
-
-
-def mix(n_udp: int) -> list[tuple[str, str]]:
-    """The senders with the last ``n_udp`` of them on UDP."""
-    return [(h, "udp" if k >= len(SENDERS) - n_udp else "tcp") for k, h in enumerate(SENDERS)]
 
 
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:

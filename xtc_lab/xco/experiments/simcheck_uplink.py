@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, run_flows_across
-from xtc_lab.xco.experiments.simcheck import SIM_SECONDS, lab_topology, simulated_loss
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES
+from xtc_lab.xco.experiments.simcheck import SIM_SECONDS, udp_loss_points
 from xtc_lab.xco.experiments.uplink import AGENT_HOSTS, BOTTLENECK, RECEIVER_OF, SCALE, SENDERS
 
 NAME = "fig24"
@@ -32,34 +31,13 @@ PAPER_NOTE = ("N = 1..13 UDP senders to N receivers across the 10 Gb/s link of F
 
 
 def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
-    import matplotlib.pyplot as plt
-
-    from xtc_lab.xco.experiments import SLICE_US
-
     tb = ctx.tb
     dur = 3 if ctx.quick else 10
     rate, nic = tb.rate_bps(BOTTLENECK), tb.rate_bps("s1>sw1")
-    topo = lab_topology(tb)
-    slice_us = int(ctx.xco.get("slice_us", SLICE_US))
-    rows = []
-    for n in QUICK_POINTS if ctx.quick else POINTS:
-        senders = list(SENDERS[:n])
-        ctx.say(f"  {n} UDP sender(s) at {nic / 1e6:g} Mb/s to their own receivers, {dur} s; then the simulator")
-        flows, port = run_flows_across(tb, BOTTLENECK, [(h, "udp") for h in senders], RECEIVER_OF, dur, nic,
-                                       UDP_PAYLOAD_BYTES)
-        sim = simulated_loss(topo, senders, RECEIVER_OF, ctx.mode, slice_us)
-        rows.append({"senders": n, "switch_port": port, "testbed_loss_percent": port["loss_percent"],
-                     "testbed_goodput_bps": sum(f["goodput_bps"] for f in flows), "flows": flows,
-                     "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"],
-                     "errors": [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]})
-    result = {"bottleneck": BOTTLENECK, "bottleneck_bps": rate, "nic_bps": nic, "seconds_per_point": dur,
-              "sim_seconds": SIM_SECONDS, "slice_us": slice_us, "port_buffer_bytes": tb.record["port_buffer_bytes"],
-              "points": rows, "paper": PAPER_NOTE}
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    xs = [r["senders"] for r in rows]
-    ax.plot(xs, [r["testbed_loss_percent"] for r in rows], "o-", label="testbed (switch port)")
-    ax.plot(xs, [r["sim_loss_percent"] for r in rows], "s--", label="simulator")
-    label_axes(ax, ctx, PAPER, "UDP senders", "loss at the shared link, %")
+    rows, result, fig = udp_loss_points(ctx, BOTTLENECK, SENDERS, RECEIVER_OF, QUICK_POINTS if ctx.quick else POINTS,
+                                        nic, dur, PAPER, "loss at the shared link, %")
+    result["paper"] = PAPER_NOTE
+    slice_us = result["slice_us"]
     table = markdown_table(
         ["senders", "offered / link", "testbed loss", "simulator loss", "testbed goodput Mb/s",
          "simulator delivered Mb/s"],
