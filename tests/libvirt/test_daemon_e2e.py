@@ -346,6 +346,28 @@ def activate_and_settle(lab: Lab, d: Any, setpoint_pps: float, timeout_s: float 
     return t
 
 
+def settle_to_a_steady_cap(lab: Lab, d: Any, setpoint_pps: float, timeout_s: float = 30.0) -> tuple[float, float]:
+    """Activate and settle (:func:`activate_and_settle`), then wait until the cap in force holds
+    still: two reads 3 s apart within 5% of each other, the VR's mean rate between them within 10%
+    of the setpoint.  A first 2 s mean within 10% can come while the controller still crosses the
+    band (a cap moved up or down that period): a daemon killed then leaves that cap, not the settled
+    one.  Returns the seconds it took and the cap (percent of one CPU)."""
+    t0 = time.monotonic()
+    activate_and_settle(lab, d, setpoint_pps)
+    last: list[Any] = []
+
+    def steady() -> bool:
+        c0 = cap_percent(sched_params(lab.uri, lab.vr.name))
+        rate = forwarded_pps(lab.vifs, 3.0)
+        c1 = cap_percent(sched_params(lab.uri, lab.vr.name))
+        last[:] = [c0, c1, rate]
+        return abs(c1 - c0) <= 0.05 * c0 and abs(rate - setpoint_pps) <= TOLERANCE * setpoint_pps
+
+    assert until(steady, timeout_s, 0.0) is not None, \
+        f"the cap did not hold still within {timeout_s} s (cap % before, after, pps: {last}): {d.client.call('status', vr=lab.vr.name)}"
+    return time.monotonic() - t0, last[1]
+
+
 def xtc_ctl(d: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "xtc.cli", "ctl", "-e", f"ipc://{d.dir}/mgr.sock", *args],
@@ -414,11 +436,12 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
     sp = setpoint_for(lab, 0.30)
     with lab.stream(STREAM_S) as stream:
         d1 = daemon()
-        settle_s = activate_and_settle(lab, d1, sp)
+        settle_s, cap_alive = settle_to_a_steady_cap(lab, d1, sp)
         d1.signal(signal.SIGKILL)
         assert d1.wait(10) == -signal.SIGKILL
         # Nobody restored anything: the VR stays capped while no daemon runs.
         q_dead = sched_params(lab.uri, lab.vr.name)
+        assert abs(cap_percent(q_dead) - cap_alive) <= 0.05 * cap_alive, (q_dead, cap_alive)
         # At a fixed cap the rate follows the host's load (no controller corrects it now): up to 3
         # samples of 4 s, all recorded; every one must stay limited (the upper bound), the one
         # closest to the setpoint must be near it (a burst of other work lowers a sample).
@@ -446,7 +469,7 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         q_run = sched_params(lab.uri, lab.vr.name)
         stop_with_sigterm(d2)
         stream.stop()
-    say(f"SIGKILL: settled in {settle_s:.1f} s, quota left {q_dead['vcpu_quota']} us / {q_dead['vcpu_period']} us, "
+    say(f"SIGKILL: settled to a steady cap ({cap_alive:.1f}%) in {settle_s:.1f} s, quota left {q_dead['vcpu_quota']} us / {q_dead['vcpu_period']} us, "
         f"{rate_dead:.0f} pps while no daemon ran; VR restarted unlimited; new daemon capped it in {recapped:.1f} s "
         f"({q_run and q_run['vcpu_quota']} us / {q_run and q_run['vcpu_period']} us) and holds {mean:.0f} pps for setpoint "
         f"{sp:.0f} (error {100 * (mean - sp) / sp:+.1f}%)")
