@@ -46,3 +46,18 @@ def test_bench_cli_prints_json() -> None:
 def test_bench_refuses_bad_parameters() -> None:
     with pytest.raises(ValueError, match="rate"):
         run_bench(rate_per_s=0)
+
+
+def test_fleet_bench_with_two_shards() -> None:
+    """``xtc policer bench --fleet`` end to end, small: stand-in daemons in their own process (a fifth
+    dead), two engine shards, the window's cycles, then the API under load."""
+    from xtc.policer.bench import run_fleet_bench
+
+    res = run_fleet_bench(routers=30, vrs_per_router=4, dead_fraction=0.2, duration_s=2.0, api_rate_per_s=50,
+                          shards=2, api_duration_s=1.0)
+    print(json.dumps({k: v for k, v in res.items() if k != "api"}))
+    assert res["shards"] == 2 and res["dead_marked"] == "6/6"
+    assert res["policy_cycles"] >= 2 and res["policy_cycle_ms"]["max"] < 1000, res["policy_cycle_ms"]
+    assert res["measured_per_s"] >= 20 and res["fleet_cpu_s_per_s"] >= 0  # 24 healthy routers each period
+    assert res["fleet"]["ok"]["commands"].get("activate") == 24 * 4  # control on: every healthy VR activated
+    assert res["fleet"]["dead"]["lists"] == 0 and res["api"]["errors"] == 0

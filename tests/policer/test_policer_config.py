@@ -17,13 +17,16 @@ def test_empty_file_gives_the_defaults() -> None:
     "text, key, words",
     [
         ("bogus = 1\n", "bogus", "unknown key (allowed: auth, curve, database, engine, schema, server)"),
-        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, samples)"),
+        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, samples, shards)"),
         ("server = 1\n", "server", "must be a table"),
         ('schema = "xtc-policer/2"\n', "schema", "must be 'xtc-policer/1', got 'xtc-policer/2'"),
         ('[server]\nhost = ""\n', "server.host", "must be a non-empty string"),
         ("[server]\nport = 70000\n", "server.port", "0..65535, got 70000"),
         ('[server]\nport = "80"\n', "server.port", "must be a number, got str '80'"),
         ("[server]\nworkers = 0\n", "server.workers", "1..64, got 0"),
+        ("[engine]\nshards = 0\n", "engine.shards", "1..64, got 0"),
+        ("[engine]\nshards = 65\n", "engine.shards", "1..64, got 65"),
+        ('[engine]\nshards = "2"\n', "engine.shards", "integer"),
         ("[engine]\nperiod_s = 0.01\n", "engine.period_s", "0.05..3600, got 0.01"),
         ("[engine]\nrequest_timeout_s = nan\n", "engine.request_timeout_s", "finite"),
         ("[auth]\nprotect_reads = 1\n", "auth.protect_reads", "true or false"),
@@ -44,8 +47,8 @@ def test_values_are_carried_over(tmp_path: Path) -> None:
     k = tmp_path / "p.key_secret"
     k.write_text("x")
     cfg = loads_config(f'[server]\nhost = "0.0.0.0"\nport = 9000\nworkers = 3\n[database]\nurl = "sqlite://"\n'
-                       f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\nsamples = true\n[curve]\nclient_secret_key_file = "{k}"\n', env={})
+                       f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\nsamples = true\nshards = 4\n[curve]\nclient_secret_key_file = "{k}"\n', env={})
     assert (cfg.host, cfg.port, cfg.db_url, cfg.period_s, cfg.request_timeout_s) == ("0.0.0.0", 9000, "sqlite://", 2.0, 0.5)
     assert isinstance(cfg.port, int) and isinstance(cfg.period_s, float) and cfg.samples is True
-    assert cfg.workers == 3
+    assert cfg.workers == 3 and cfg.shards == 4
     assert cfg.curve_secret_key_file == str(k)

@@ -47,12 +47,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_write_on_one_worker_read_on_another_and_sigterm_stops_all(tmp_path: Path) -> None:
-    proc, url = start_policer(tmp_path, TOKEN, workers=2)
+    """Two API workers and two engine shards (``engine.shards``) under one supervisor."""
+    proc, url = start_policer(tmp_path, TOKEN, workers=2, extra_config="shards = 2\n")
     try:
         kids = _children(proc.pid)
         workers = [p for p in kids if "xtc.policer.service" in _cmdline(p)]
         engines = [p for p in kids if "xtc.policer.engine_proc" in _cmdline(p)]
-        assert len(workers) == 2 and len(engines) == 1, [_cmdline(p) for p in kids]
+        assert len(workers) == 2 and len(engines) == 2, [_cmdline(p) for p in kids]
         host, port = url.split("//")[1].rsplit(":", 1)
         conns: dict[int, http.client.HTTPConnection] = {}
         for _ in range(200):  # new connections until both workers hold one (SO_REUSEPORT hashes them)
@@ -80,6 +81,10 @@ def test_write_on_one_worker_read_on_another_and_sigterm_stops_all(tmp_path: Pat
         b.request("GET", "/networks/across")
         r = b.getresponse()
         assert r.status == 200 and json.loads(r.read())["name"] == "across"
+        for c in conns.values():  # each worker relays both shards' reports
+            c.request("GET", "/health")
+            h = json.loads(c.getresponse().read())
+            assert h["leader"] is True and [(s["shard"], s["leader"]) for s in h["shards"]] == [(0, True), (1, True)], h
         for c in conns.values():
             c.close()
         proc.send_signal(signal.SIGTERM)
@@ -100,3 +105,5 @@ def test_an_in_memory_database_is_refused_with_several_workers(capsys) -> None:
 
     assert run_server(PolicerConfig(db_url="sqlite://", port=0, workers=2)) == 2
     assert "'server.workers'" in capsys.readouterr().err
+    assert run_server(PolicerConfig(db_url="sqlite://", port=0, shards=2)) == 2
+    assert "'engine.shards'" in capsys.readouterr().err

@@ -265,6 +265,13 @@ class Action(BaseModel):
     detail: dict[str, Any]
 
 
+class ShardState(BaseModel):
+    shard: int = Field(description="the shard's number, 0..engine.shards-1 (routers by CRC-32 of their name)")
+    leader: bool = Field(description="this process runs the shard's cycles")
+    epoch: int | None = Field(None, description="the shard's leadership epoch (PostgreSQL), while this process leads it")
+    cycles: int = Field(description="the shard's policy cycles run by this process")
+
+
 class Health(BaseModel):
     """With ``protect_reads``, a caller without a valid token gets ``status`` only."""
 
@@ -291,7 +298,11 @@ class Health(BaseModel):
         "reaching the store, milliseconds (p50, p99, max over the cycles)")
     cycle_ms: dict[str, float] | None = Field(
         None, description="policy cycle time over the recent cycles, milliseconds (p50, p99, max): from a cycle's "
-        "start until its last answering router is polled, planned and its commands answered")
+        "start until its last answering router is polled, planned and its commands answered (with engine.shards, "
+        "the slowest shard this process leads, cycle by cycle)")
+    shards: list[ShardState] | None = Field(
+        None, description="with engine.shards > 1: each engine shard, whether this process runs it and under which "
+        "epoch (leader is then true while it runs at least one)")
 
 
 def _percentiles_ms(xs: list[float]) -> dict[str, float]:
@@ -654,7 +665,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ------------------------------------------------------------------------------ health
     @app.get("/health", response_model=Health, response_model_exclude_none=True, tags=["service"],
              summary="Is the service and its engine running, does this process lead? (only 'status' without a token when reads are protected)")
-    def health(request: Request) -> dict[str, Any]:
+    def health(request: Request, recent: Annotated[QueryInt | None, Query(
+            ge=1, le=600, description="cycle_ms and measure_gap_ms over only the most recent this many cycles "
+            "(default: all kept, at most 600)")] = None) -> dict[str, Any]:
         status = "failed" if engine is not None and engine.error is not None else "ok"
         if cfg.protect_reads:
             scheme, _, tok = request.headers.get("authorization", "").partition(" ")
@@ -663,6 +676,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
             except HTTPException:
                 return {"status": status}
         n_routers, unreachable = store.router_census()  # counted; only the unreachable ones are named
+        k = recent or 600
         running = engine is not None and engine.error is None
         leads = running and (engine.is_leader is None or bool(engine.is_leader()))
         return {"status": status, "engine_running": running, "leader": leads,
@@ -673,8 +687,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "sampled": engine.sampled if engine is not None else 0,
                 "listed": engine.listed if engine is not None else 0,
                 "bad_samples": engine.bad_samples if engine is not None else 0,
-                "measure_gap_ms": _percentiles_ms(list(engine.gap_s)) if engine is not None and engine.gap_s else None,
-                "cycle_ms": _percentiles_ms(list(engine.cycle_s)) if engine is not None and engine.cycle_s else None}
+                "measure_gap_ms": _percentiles_ms(list(engine.gap_s)[-k:]) if engine is not None and engine.gap_s else None,
+                "cycle_ms": _percentiles_ms(list(engine.cycle_s)[-k:]) if engine is not None and engine.cycle_s else None,
+                "shards": getattr(engine, "shard_states", None)}
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PolicerCollector(store, engine))

@@ -252,24 +252,28 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
 
 def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
-                    request_timeout_s: float = 0.9, samples: bool = True) -> dict[str, Any]:
+                    request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
+                    api_duration_s: float = 5.0) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
     gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
-    time (``/health``), the CPU the engine's process spent per second of the policing and per router
-    measurement recorded (``sampled`` + ``listed`` of ``/health``) meanwhile, when the dead
+    time over the cycles of the measured window (``/health?recent=N``; ``policy_cycle_ms_with_warmup``:
+    over every cycle kept, warm-up included), the CPU the engine's process spent per second of the policing and per router
+    measurement recorded (``sampled`` + ``listed`` of ``/health``) meanwhile, the fleet's own CPU per
+    second (the stand-in daemons share the machine), when the dead
     routers were marked, the resident memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
     request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
     samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
-    (``[engine] samples = true``); else every router is measured by ``list``."""
+    (``[engine] samples = true``); else every router is measured by ``list``.  ``shards``: the policer's
+    ``engine.shards`` (engine processes, each policing its share of the routers)."""
     import psutil
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
-                           "period_s": period_s, "samples": samples}
+                           "period_s": period_s, "samples": samples, "shards": shards}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500
         # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
@@ -292,7 +296,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 time.sleep(0.1)
             fl = [r for f in fl_files for r in json.loads(f.read_text())]
             proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
-                                       extra_config=f"samples = {'true' if samples else 'false'}\n")
+                                       extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n")
             auth = {"Authorization": f"Bearer {token}"}
             t_reg = time.monotonic()
             with httpx.Client(base_url=base, timeout=30) as c:
@@ -316,18 +320,28 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
                 time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)))
                 engine = psutil.Process(proc.pid).children(recursive=True)
+                fleet_ps = [psutil.Process(f.pid) for f in fleets]
                 h0 = c.get("/health").json()
                 cpu0, t0 = [p.cpu_times() for p in engine], time.monotonic()
+                fcpu0 = [p.cpu_times() for p in fleet_ps]
                 time.sleep(duration_s)
                 cpu_s = sum(b.user + b.system - a.user - a.system for a, b in zip(cpu0, (p.cpu_times() for p in engine)))
+                fleet_cpu_s = sum(b.user + b.system - a.user - a.system for a, b in zip(fcpu0, (p.cpu_times() for p in fleet_ps)))
                 h = c.get("/health").json()
                 window_s = time.monotonic() - t0
+                # The cycles and measurement gaps of this window only (not the warm-up's).
+                recent = max(1, min(600, (h.get("engine_cycles") or 0) - (h0.get("engine_cycles") or 0)))
+                hw = c.get("/health", params={"recent": recent}).json()
                 measured = sum((h.get(k) or 0) - (h0.get(k) or 0) for k in ("sampled", "listed"))
                 out["engine_cpu_s_per_s"] = round(cpu_s / window_s, 2)
+                out["fleet_cpu_s_per_s"] = round(fleet_cpu_s / window_s, 3)
                 out["measured_per_s"] = round(measured / window_s)
                 out["engine_cpu_ms_per_measurement"] = round(1000 * cpu_s / measured, 3) if measured else None
-                out["policy_cycle_ms"] = h.get("cycle_ms")
-                out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}
+                out["policy_cycle_ms"] = hw.get("cycle_ms")
+                out["policy_cycles"] = recent
+                out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples")}
+                out["measurements"]["measure_gap_ms"] = hw.get("measure_gap_ms")
+                out["policy_cycle_ms_with_warmup"] = h.get("cycle_ms")
                 api_proc = psutil.Process(proc.pid)
                 out["rss_mb"] = {"policer_api": round(api_proc.memory_info().rss / 1e6),
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
@@ -353,7 +367,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             # The API while the engine goes on policing the fleet.
             pol = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             cpu0 = [p.cpu_times() for p in pol]
-            out["api"] = asyncio.run(_load(base, token, api_rate_per_s, 5.0, 32, 0.2, 1))
+            out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, 32, 0.2, 1))
             cpu = [p.cpu_times() for p in pol]
             n, dur = out["api"]["requests"], out["api"]["duration_s"]
             out["api"]["policer_api_cpu_ms_per_request"] = round(

@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--dead", type=float, default=0.1, help="share of the fleet's routers that are dead (default 0.1)")
     s.add_argument("--no-samples", dest="samples", action="store_false",
                    help="fleet: measure every router by 'list' (the daemons publish no samples)")
+    s.add_argument("--shards", type=int, default=1, help="fleet: engine processes (engine.shards, default 1)")
     s.set_defaults(func=_cmd_bench)
 
     def client(name: str, help_: str) -> argparse.ArgumentParser:
@@ -188,7 +189,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench, run_fleet_bench
 
     if args.fleet:
-        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples)
+        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples,
+                              shards=args.shards)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,

@@ -7,7 +7,7 @@ A complete example (defaults shown)::
     [server]
     host = "127.0.0.1"
     port = 8080
-    workers = 1               # API worker processes (SO_REUSEPORT on one port); the engine stays one process
+    workers = 1               # API worker processes (SO_REUSEPORT on one port); the engine: engine.shards
 
     [database]
     url = "sqlite:////var/lib/xtc/policer.db"   # sqlite:///relative, sqlite:////absolute, or
@@ -23,6 +23,8 @@ A complete example (defaults shown)::
     max_vrs_per_router = 4096 # a daemon listing more VRs is marked and its reply dropped
     max_reply_bytes = 8388608 # a daemon's reply larger than this (bytes) is dropped
     samples = false           # true: measure routers registered with a pub_endpoint from their samples
+    shards = 1                # engine processes, each policing the routers whose name hashes to it
+                              # (one core each; every policer on one database must give the same number)
 
     [curve]
     client_secret_key_file = ""   # the policer's CURVE .key_secret (used for routers with a server key)
@@ -54,6 +56,8 @@ DB_URL_ENV = "XTC_POLICER_DB_URL"
 MIN_TOKEN_CHARS = 16
 #: Most API worker processes (``server.workers``).
 MAX_WORKERS = 64
+#: Most engine processes (``engine.shards``).
+MAX_SHARDS = 64
 
 
 class ConfigError(ValueError):
@@ -78,6 +82,7 @@ class PolicerConfig:
     max_vrs_per_router: int = 4096
     max_reply_bytes: int = 8 * 1024 * 1024
     samples: bool = False
+    shards: int = 1
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration without secrets."""
@@ -85,7 +90,7 @@ class PolicerConfig:
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
-                "samples": self.samples}
+                "samples": self.samples, "shards": self.shards}
 
 
 # ------------------------------------------------------------------------------ the file's schema
@@ -142,6 +147,7 @@ class _Engine:
     max_vrs_per_router: Annotated[int, Strict(), within(1, 1_000_000)] = _DEFAULT.max_vrs_per_router
     max_reply_bytes: Annotated[int, Strict(), within(1024, 1 << 30)] = _DEFAULT.max_reply_bytes
     samples: Annotated[bool, Strict()] = _DEFAULT.samples
+    shards: Annotated[int, Strict(), within(1, MAX_SHARDS)] = _DEFAULT.shards
 
 
 @pyd.dataclass(config=_TABLE)
@@ -210,6 +216,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         max_vrs_per_router=d.engine.max_vrs_per_router,
         max_reply_bytes=d.engine.max_reply_bytes,
         samples=d.engine.samples,
+        shards=d.engine.shards,
     )
 
 

@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 __all__ = ["SCHEMA_VERSION", "MIGRATIONS", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url",
-           "Database", "SqliteDatabase", "PgDatabase", "open_database", "LeaderLock", "LEADER_LOCK_KEY"]
+           "Database", "SqliteDatabase", "PgDatabase", "open_database", "LeaderLock", "LEADER_LOCK_KEY",
+           "SHARD_LOCK_NS"]
 
 
 class StoreError(Exception):
@@ -49,6 +50,9 @@ class NotLeader(StoreError):
 #: Advisory lock keys (PostgreSQL, 64-bit): the leader's session lock, and the migration's.
 LEADER_LOCK_KEY = 0x7874635F6C656164  # "xtc_lead"
 MIGRATE_LOCK_KEY = 0x7874635F6D696772  # "xtc_migr"
+#: With ``engine.shards`` n > 1, shard i's leader lock is the two-key advisory lock
+#: ``(SHARD_LOCK_NS, n * 65536 + i)``; ``(SHARD_LOCK_NS, 0)`` serialises the takes (see :class:`LeaderLock`).
+SHARD_LOCK_NS = 0x78746373  # "xtcs"
 
 #: (version, DDL) in order; ``{real}`` and ``{autoid}`` are filled per dialect.  Version 1 is the
 #: first release's schema verbatim (``IF NOT EXISTS``: a version-1 file is left as it is).
@@ -440,12 +444,22 @@ class LeaderLock:
     The lock lives as long as that connection's server session: when the holder dies (even by
     SIGKILL) the server ends the session and the lock is free for the next :meth:`try_acquire`.  TCP
     keepalives (2 s idle, 1 s interval, 3 probes) bound how long a vanished host holds it.
+
+    ``shard`` ``(i, n)``: the lock of engine shard ``i`` of ``n`` (``engine.shards``; ``(0, 1)``, the
+    one engine, keeps :data:`LEADER_LOCK_KEY`).  Policers that split the routers differently must
+    never command at once (a router would be in a shard of each), so a lock is taken only while no
+    other session holds a leader lock of another number of shards (read from ``pg_locks``, the check
+    and the take serialised by a transaction lock); otherwise :meth:`try_acquire` returns False and
+    :attr:`conflict` says why.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, shard: tuple[int, int] = (0, 1)):
         self.url = url
+        self.shard = shard
         self.conn: Any = None
         self.held = False
+        #: Why the last attempt was refused although the lock itself may have been free, or None.
+        self.conflict: str | None = None
 
     def try_acquire(self) -> bool:
         """Try once (non-blocking); True if this process now holds the lock."""
@@ -453,12 +467,32 @@ class LeaderLock:
 
         if self.held:
             return True
+        i, n = self.shard
+        hi, lo = LEADER_LOCK_KEY >> 32, LEADER_LOCK_KEY & 0xFFFFFFFF
+        # Another layout's leader locks: the one engine's 64-bit key, or a shard key of another n.
+        other = ("(objsubid = 2 AND classid::bigint = %(ns)s AND objid::bigint <> 0)" if n == 1 else
+                 "((objsubid = 1 AND classid::bigint = %(hi)s AND objid::bigint = %(lo)s) OR "
+                 "(objsubid = 2 AND classid::bigint = %(ns)s AND objid::bigint <> 0 AND objid::bigint / 65536 <> %(n)s))")
+        args = {"ns": SHARD_LOCK_NS, "hi": hi, "lo": lo, "n": n}
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5, keepalives=1,
                                             keepalives_idle=2, keepalives_interval=1, keepalives_count=3,
                                             application_name="xtc-policer-leader")
-            self.held = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,)).fetchone()[0])
+            with self.conn.transaction():
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SHARD_LOCK_NS,))
+                found = self.conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                                          "AND pid <> pg_backend_pid() AND " + other, args).fetchone()[0]
+                if found:
+                    self.conflict = (f"another policer leads with a different engine.shards (this one: {n}); "
+                                     "every policer on one database must give the same number")
+                    return False
+                self.conflict = None
+                if n == 1:
+                    row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,)).fetchone()
+                else:
+                    row = self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (SHARD_LOCK_NS, n * 65536 + i)).fetchone()
+                self.held = bool(row[0])
         except psycopg.Error:
             self._drop()
             return False

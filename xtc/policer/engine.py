@@ -27,6 +27,11 @@ a VR the API cannot address, or list more than ``max_vrs_per_router``), is dropp
 counted (:attr:`Engine.bad_replies`); the router is marked ``unreachable`` with the problem as its
 ``last_error``, and every other router goes on.
 
+With ``shard=(i, n)`` the engine polices only the routers whose name hashes to ``i`` (:func:`shard_of`):
+``engine.shards`` engine processes share a fleet, each on a core of its own (a router is planned
+from its own state alone, so nothing is lost by the split), and a policy cycle takes a shard's
+routers, a share of the fleet.
+
 Every duration the policies measure (activation hold, punishment and restoration timers) is on
 ``clock``, a monotonic clock (``CLOCK_MONOTONIC`` is system-wide, so the timers stored in the
 database survive a restart of the policer; a timer stored in the future of the clock, i.e. from
@@ -43,6 +48,7 @@ import operator
 import queue
 import threading
 import time
+import zlib
 from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
@@ -51,9 +57,15 @@ from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "shard_of"]
 
 log = logging.getLogger("xtc.policer.engine")
+
+
+def shard_of(router: str, shards: int) -> int:
+    """The engine shard (``0..shards-1``) that polices ``router``: CRC-32 of its name modulo ``shards``
+    (stable across processes, hosts and Python versions, unlike ``hash``)."""
+    return zlib.crc32(router.encode("utf-8")) % shards
 
 
 def _not_after(t: float | None, now: float) -> float | None:
@@ -165,12 +177,19 @@ class Engine:
     sample_max_age_s : float, optional
         Oldest sample a cycle uses, seconds (default 1.5 periods); a router whose stream is silent
         longer is sent ``list`` (and marked at that exchange's deadline if it is dead).
+    shard : (int, int)
+        ``(i, n)``: this engine polices only the routers whose :func:`shard_of` is ``i`` of ``n``
+        (``engine.shards`` processes share the fleet); ``(0, 1)``: every router.
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  on_crash: Callable[[BaseException], None] | None = None, max_vrs_per_router: int = 4096,
                  max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None, batch_size: int = 256,
-                 samples: SampleStreams | None = None, sample_max_age_s: float | None = None):
+                 samples: SampleStreams | None = None, sample_max_age_s: float | None = None,
+                 shard: tuple[int, int] = (0, 1)):
+        if not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+            raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
+        self.shard = shard
         self.store = store
         self.samples = samples
         self.sample_max_age_s = 1.5 * period_s if sample_max_age_s is None else sample_max_age_s
@@ -290,6 +309,9 @@ class Engine:
         settings = self.store.settings()
         now = self.clock()
         routers = self.store.list_routers(include_removed=False)
+        if self.shard[1] > 1:
+            i, n = self.shard
+            routers = [r for r in routers if shard_of(r["name"], n) == i]
         if self.samples is not None:
             self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"]) for r in routers if r["pub_endpoint"]})
         started = []

@@ -15,7 +15,9 @@ the pipe is closed by the kernel).  The child reports on its stdout, one JSON li
 whether it leads and under which epoch, and its error if it failed.  :class:`EngineProcess` is the
 parent's view of it, with the attributes the API reads of an in-process
 :class:`~xtc.policer.engine.Engine` (``cycles``, ``bad_replies``, ``cycle_s``, ``error``,
-``is_leader``).  If the child fails or dies, ``on_crash`` is called and ``serve`` exits with status 1,
+``is_leader``).  With ``engine.shards`` n > 1 the parent starts n such children, shard ``i`` of ``n``
+each (its own routers, :func:`~xtc.policer.engine.shard_of`; on PostgreSQL its own leader lock and
+epoch), and :class:`EngineShards` shows them to the API as one.  If the child fails or dies, ``on_crash`` is called and ``serve`` exits with status 1,
 as it did when the engine was a thread.
 """
 
@@ -33,7 +35,7 @@ from typing import Any, Callable
 from .db import LeaderLock, NotLeader, StoreError
 from .store import Store
 
-__all__ = ["EngineProcess", "Leadership", "LEADER_RETRY_S", "REPORT_S", "main"]
+__all__ = ["EngineProcess", "EngineShards", "Leadership", "LEADER_RETRY_S", "REPORT_S", "main"]
 
 log = logging.getLogger("xtc.policer.engine")
 
@@ -81,9 +83,9 @@ class EngineProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         """Start the child; return once it has reported (its engine runs) or ended, at most
-        :data:`START_TIMEOUT_S` later."""
+        :data:`START_TIMEOUT_S` later (``wait=False``: at once; :meth:`wait_started` waits)."""
         self._proc = subprocess.Popen([sys.executable, "-m", "xtc.policer.engine_proc"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, bufsize=1)
         assert self._proc.stdin is not None
@@ -91,6 +93,10 @@ class EngineProcess:
         self._proc.stdin.flush()
         self._reader = threading.Thread(target=self._read, name="policer-engine-reports", daemon=True)
         self._reader.start()
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
         # The API serves once the engine runs (its first report): a load that starts at once does not
         # meet the child's start-up in its first second.
         self._reported.wait(START_TIMEOUT_S)
@@ -145,6 +151,88 @@ class EngineProcess:
             self._reader.join(timeout=5)
 
 
+class EngineShards:
+    """``engine.shards`` engine processes, shard ``i`` of ``n`` each (:class:`EngineProcess` with
+    ``shard`` in its settings), seen by the API as one engine.
+
+    ``cycles`` is the fewest any shard has run; ``sampled``, ``listed``, ``bad_samples`` and
+    ``bad_replies`` are summed; ``cycle_s`` and ``gap_s`` are, cycle by cycle from the newest, the
+    longest of the shards this process leads (the policy cycle of those routers ends with its slowest
+    shard); ``is_leader()`` is true while this process leads at least one shard, and
+    :attr:`shard_states` tells which.  A shard's process that fails or dies fails them all
+    (``on_crash``), as the one engine's did.
+    """
+
+    def __init__(self, settings: dict[str, Any], shards: int, on_crash: Callable[[BaseException], None] | None = None):
+        if shards < 2:
+            raise ValueError("EngineShards: at least two shards (one engine is an EngineProcess)")
+        self.procs = [EngineProcess({**settings, "shard": [i, shards]}, on_crash) for i in range(shards)]
+
+    def start(self) -> None:
+        for p in self.procs:  # the children start side by side
+            p.start(wait=False)
+        for p in self.procs:
+            p.wait_started()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        threads = [threading.Thread(target=p.stop, args=(timeout_s,), daemon=True) for p in self.procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout_s + 10)
+
+    def is_leader(self) -> bool:
+        return any(p.is_leader() for p in self.procs)
+
+    @property
+    def error(self) -> BaseException | None:
+        return next((p.error for p in self.procs if p.error is not None), None)
+
+    @property
+    def cycles(self) -> int:
+        return min(p.cycles for p in self.procs)
+
+    @property
+    def bad_replies(self) -> dict[str, int]:
+        return {"all": sum(sum(p.bad_replies.values()) for p in self.procs)}
+
+    @property
+    def sampled(self) -> int:
+        return sum(p.sampled for p in self.procs)
+
+    @property
+    def listed(self) -> int:
+        return sum(p.listed for p in self.procs)
+
+    @property
+    def bad_samples(self) -> int:
+        return sum(p.bad_samples for p in self.procs)
+
+    def _aligned_max(self, attr: str) -> list[float]:
+        lists = [getattr(p, attr) for p in self.procs if p.is_leader()] or [getattr(p, attr) for p in self.procs]
+        m = min(len(x) for x in lists)
+        return [max(x[len(x) - m + k] for x in lists) for k in range(m)]
+
+    @property
+    def cycle_s(self) -> list[float]:
+        return self._aligned_max("cycle_s")
+
+    @property
+    def gap_s(self) -> list[float]:
+        return self._aligned_max("gap_s")
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """Shard 0's epoch while this process leads it (each shard has its own: :attr:`shard_states`)."""
+        return self.procs[0].leader_epoch if self.procs[0].is_leader() else None
+
+    @property
+    def shard_states(self) -> list[dict[str, Any]]:
+        """Per shard: ``shard``, ``leader`` (this process runs it), ``epoch``, ``cycles``."""
+        return [{"shard": i, "leader": p.is_leader(), "epoch": p.leader_epoch if p.is_leader() else None,
+                 "cycles": p.cycles} for i, p in enumerate(self.procs)]
+
+
 #: Seconds between a standby's attempts at the leader lock (and the leader's checks of it).
 LEADER_RETRY_S = 1.0
 
@@ -165,9 +253,11 @@ class Leadership:
         Seconds between attempts / checks.
     """
 
-    def __init__(self, store: Store, holder: str, on_lost: Any, retry_s: float = LEADER_RETRY_S):
-        self.store, self.holder, self.on_lost, self.retry_s = store, holder, on_lost, retry_s
-        self.lock = LeaderLock(store.url)
+    def __init__(self, store: Store, holder: str, on_lost: Any, retry_s: float = LEADER_RETRY_S,
+                 shard: tuple[int, int] = (0, 1)):
+        self.store, self.holder, self.on_lost, self.retry_s, self.shard = store, holder, on_lost, retry_s, shard
+        self.lock = LeaderLock(store.url, shard)
+        self._told: str | None = None
         self._held = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policer-leader", daemon=True)
@@ -195,13 +285,17 @@ class Leadership:
                     return
             elif self.lock.try_acquire():
                 try:
-                    epoch = self.store.take_leadership(self.holder)
+                    epoch = self.store.take_leadership(self.holder, self.shard)
                 except StoreError as e:
                     log.error("took the leader lock but cannot record it: %s", e)
                     self.lock.close()
                 else:
-                    log.info("leading (epoch %d): the engine runs here", epoch)
+                    where = f" (shard {self.shard[0]} of {self.shard[1]})" if self.shard[1] > 1 else ""
+                    log.info("leading (epoch %d): the engine runs here%s", epoch, where)
                     self._held = True
+            elif self.lock.conflict is not None and self.lock.conflict != self._told:
+                log.error("not leading: %s", self.lock.conflict)
+            self._told = self.lock.conflict
             self._stop.wait(self.retry_s)
 
 
@@ -230,13 +324,14 @@ def main() -> int:
         failed.append(e)
         done.set()
 
-    leadership = Leadership(store, cfg["holder"], on_crash) if cfg["leader_election"] else None
+    shard = (int(cfg.get("shard", (0, 1))[0]), int(cfg.get("shard", (0, 1))[1]))
+    leadership = Leadership(store, cfg["holder"], on_crash, shard=shard) if cfg["leader_election"] else None
     links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"])
     streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"])
                if cfg.get("samples") else None)
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,
                     max_vrs_per_router=cfg["max_vrs_per_router"], samples=streams,
-                    is_leader=leadership.held if leadership is not None else None)
+                    is_leader=leadership.held if leadership is not None else None, shard=shard)
 
     def report() -> None:
         leads = engine.error is None and (leadership is None or leadership.held())

@@ -8,7 +8,7 @@ over :data:`.httpproto.MAX_HEADER_BYTES` is refused by the HTTP parser (431, :mo
 :data:`xtc.policer.app.MAX_BODY_BYTES` by the app.  SIGTERM and SIGINT are uvicorn's: it stops serving, then the engine stops and the database is closed.
 
 With ``workers`` > 1 (``--workers N``, ``server.workers``) the process becomes a supervisor: it starts
-the one engine process, then N API worker processes (``python -m xtc.policer.service``), each with
+the engine's process (``engine.shards`` of them, :class:`~xtc.policer.engine_proc.EngineShards`), then N API worker processes (``python -m xtc.policer.service``), each with
 its own store on the same database (so a write through one is read through every other) and its own
 listening socket on the same port with ``SO_REUSEPORT`` (the kernel spreads the connections over
 them).  The supervisor serves no HTTP; it relays the engine's reports to the workers (for
@@ -46,7 +46,7 @@ from .config import PolicerConfig
 from .engine import Engine
 from .link import LinkPool
 from .samples import SampleStreams
-from .engine_proc import REPORT_S, EngineProcess
+from .engine_proc import REPORT_S, EngineProcess, EngineShards
 from .httpproto import BoundedHttpToolsProtocol
 from .store import Store, StoreError
 
@@ -97,6 +97,12 @@ def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
             "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql"}
 
 
+def _engine_procs(cfg: PolicerConfig, store: Store, on_crash: Callable[[BaseException], None]) -> Any:
+    """The engine's process, or ``engine.shards`` of them (:class:`EngineShards`)."""
+    settings = _engine_settings(cfg, store)
+    return EngineProcess(settings, on_crash) if cfg.shards == 1 else EngineShards(settings, cfg.shards, on_crash)
+
+
 def _listening(cfg: PolicerConfig, store: Store, port: int, host: str, workers: int) -> None:
     print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port,
                       "db": store.dialect if store.dialect != "sqlite" else cfg.db_url, "tokens": len(cfg.tokens),
@@ -113,6 +119,11 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         return 2
     if not cfg.tokens:
         log.warning("no bearer tokens configured: every write will be refused (401)")
+    if cfg.shards > 1 and store.path == ":memory:":
+        store.close()
+        print("xtc policer: 'engine.shards': more than one engine process needs a database file or PostgreSQL "
+              "(an in-memory database is one process's alone)", file=sys.stderr)
+        return 2
     if cfg.workers > 1:
         if store.path == ":memory:":
             store.close()
@@ -131,7 +142,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
 
     engine: Any
     if store.path != ":memory:":  # the engine (and on PostgreSQL the leader lock) in a process of its own
-        engine = EngineProcess(_engine_settings(cfg, store), on_crash)
+        engine = _engine_procs(cfg, store, on_crash)
     else:  # an in-memory database is this process's alone: the engine runs in a thread beside the API
         links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
         streams = (SampleStreams(cfg.max_vrs_per_router, cfg.curve_secret_key_file, cfg.max_reply_bytes)
@@ -170,6 +181,7 @@ class RelayedEngine:
         self.cycle_s: list[float] = []
         self.gap_s: list[float] = []
         self.leader_epoch: int | None = None
+        self.shard_states: list[dict[str, Any]] | None = None
         self.error: BaseException | None = None
         self._leads = False
         self._reader: threading.Thread | None = None
@@ -178,6 +190,7 @@ class RelayedEngine:
         for k in _RELAYED:
             setattr(self, k, rep[k])
         self._leads = rep["leader"]
+        self.shard_states = rep.get("shards")
         if rep.get("error") and self.error is None:
             self.error = RuntimeError(rep["error"])
 
@@ -200,9 +213,10 @@ class RelayedEngine:
         pass
 
 
-def _report(engine: EngineProcess) -> str:
+def _report(engine: EngineProcess | EngineShards) -> str:
     rep = {k: getattr(engine, k) for k in _RELAYED}
     rep["leader"] = engine.is_leader()
+    rep["shards"] = getattr(engine, "shard_states", None)
     rep["error"] = str(engine.error) if engine.error is not None else None
     return json.dumps(rep) + "\n"
 
@@ -220,7 +234,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
         stop.set()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    engine = EngineProcess(_engine_settings(cfg, store), on_crash)
+    engine = _engine_procs(cfg, store, on_crash)
     # Bound, not listening: it holds the port (an ephemeral one is chosen here) and takes no connection.
     hold = bind_socket(cfg.host, cfg.port, reuse_port=True, listen=False)
     host, port = hold.getsockname()[:2]

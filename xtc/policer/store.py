@@ -119,6 +119,7 @@ class Store:
         self.dialect = self.db.dialect
         #: The leadership epoch this process's engine writes under (PostgreSQL, once it leads); None: unfenced.
         self.fence_epoch: int | None = None
+        self._epoch_key = "leader_epoch"  # its row in meta (a shard's own: :meth:`take_leadership`)
         #: router -> (rev, its VRs' rows as :meth:`router_states` gives them): the rows the engine's
         #: transactions last read or wrote, valid while the router's ``rev`` in the database is that one
         #: (every transaction that writes a router's VRs or policy state increments it; this store's
@@ -724,26 +725,38 @@ class Store:
         if self.fence_epoch is None:
             return
         share = " FOR SHARE" if self.dialect == "postgresql" else ""  # SQLite: BEGIN IMMEDIATE serialises already
-        row = db.execute("SELECT value FROM meta WHERE key='leader_epoch'" + share).fetchone()
+        row = db.execute("SELECT value FROM meta WHERE key=?" + share, (self._epoch_key,)).fetchone()
         if int(row["value"]) != self.fence_epoch:
             raise NotLeader(f"policer epoch {self.fence_epoch} was superseded by epoch {row['value']}")
 
-    def take_leadership(self, holder: str) -> int:
+    def take_leadership(self, holder: str, shard: tuple[int, int] = (0, 1)) -> int:
         """Record that ``holder`` now runs the engine (call holding the leader lock): one ``leader_changed``
         record in the audit log, a new epoch under which this store's engine writes are fenced.
+
+        ``shard`` ``(i, n)``: the engine of shard ``i`` of ``n`` (``engine.shards``), whose epoch and
+        leader are kept apart from every other shard's (meta keys ``leader_epoch:i/n``, ``leader:i/n``,
+        made at its first leader; ``(0, 1)``: ``leader_epoch``, ``leader``); the record names the shard.
 
         Returns
         -------
         int
             The new epoch.
         """
+        i, n = shard
+        epoch_key, leader_key = ("leader_epoch", "leader") if n == 1 else (f"leader_epoch:{i}/{n}", f"leader:{i}/{n}")
         with self.tx() as db:
+            if n > 1:
+                for k, v in ((epoch_key, "0"), (leader_key, "")):
+                    db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (k, v))
             lock = " FOR UPDATE" if self.dialect == "postgresql" else ""
-            epoch = int(db.execute("SELECT value FROM meta WHERE key='leader_epoch'" + lock).fetchone()["value"]) + 1
-            prev = db.execute("SELECT value FROM meta WHERE key='leader'").fetchone()["value"]
-            db.execute("UPDATE meta SET value=? WHERE key='leader_epoch'", (str(epoch),))
-            db.execute("UPDATE meta SET value=? WHERE key='leader'", (holder,))
-            self._audit(db, "leader_changed", holder, None, None, {"leader": holder, "previous": prev or None,
-                                                                   "epoch": epoch})
+            epoch = int(db.execute("SELECT value FROM meta WHERE key=?" + lock, (epoch_key,)).fetchone()["value"]) + 1
+            prev = db.execute("SELECT value FROM meta WHERE key=?", (leader_key,)).fetchone()["value"]
+            db.execute("UPDATE meta SET value=? WHERE key=?", (str(epoch), epoch_key))
+            db.execute("UPDATE meta SET value=? WHERE key=?", (holder, leader_key))
+            detail: dict[str, Any] = {"leader": holder, "previous": prev or None, "epoch": epoch}
+            if n > 1:
+                detail["shard"] = f"{i}/{n}"
+            self._audit(db, "leader_changed", holder, None, None, detail)
+        self._epoch_key = epoch_key
         self.fence_epoch = epoch
         return epoch
