@@ -356,3 +356,17 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
     assert out.appeared == vrs and eng.router_states(["r0"])["r0"] == fresh()["r0"]
     eng.close()
     api.close()
+
+
+def test_the_engines_router_list_is_the_registered_routers_columns(db_url: str) -> None:
+    s = Store(db_url)
+    s.add_router("b", "tcp://127.0.0.1:2", 2000.0, "auto", None, "t", pub_endpoint="tcp://127.0.0.1:3")
+    s.add_router("a", "tcp://127.0.0.1:1", 1000.0, "on", "k" * 40, "t")
+    s.add_router("c", "tcp://127.0.0.1:4", 1000.0, "off", None, "t")
+    s.update_router("a", {"capacity_pps": 1500.0, "endpoint": "tcp://127.0.0.1:9"}, "t")
+    s.remove_router("c", "t")
+    cols = ("name", "endpoint", "capacity_pps", "control_mode", "curve_server_key", "pub_endpoint")
+    want = [{k: r[k] for k in cols} for r in s.list_routers(include_removed=False)]
+    assert [r["name"] for r in want] == ["a", "b"] and want[0]["endpoint"] == "tcp://127.0.0.1:9"
+    assert s.engine_routers() == want
+    s.close()

@@ -308,7 +308,7 @@ class Engine:
         self._cycle = [time.monotonic(), 0.0]
         settings = self.store.settings()
         now = self.clock()
-        routers = self.store.list_routers(include_removed=False)
+        routers = self.store.engine_routers()
         if self.shard[1] > 1:
             i, n = self.shard
             routers = [r for r in routers if shard_of(r["name"], n) == i]
