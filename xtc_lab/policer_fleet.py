@@ -41,20 +41,34 @@ MAX_SETPOINT_PPS = 1e8
 
 
 class FakeVr:
-    """A cheap stand-in VR: offered ``offered_pps``, forwards ``min(offered, setpoint)`` while active."""
+    """A cheap stand-in VR: offered ``offered_pps``, forwards ``min(offered, setpoint)`` while active.
 
-    __slots__ = ("name", "offered_pps", "state", "setpoint_pps")
+    Paused, it forwards what it forwarded when it was paused, whatever its setpoint becomes: the real
+    daemon stops adjusting a paused instance's cap and leaves it where it is (docs/manager-api.md), so
+    a punished VR whose traffic does not back off stays held, as it would on a real host."""
+
+    __slots__ = ("name", "offered_pps", "state", "setpoint_pps", "held_pps")
 
     def __init__(self, name: str, offered_pps: float):
         self.name = name
         self.offered_pps = offered_pps
         self.state = "inactive"
         self.setpoint_pps: float | None = None
+        #: While paused: the rate its cap, left where it was, lets through.
+        self.held_pps: float | None = None
+
+    def forwarded_pps(self) -> float:
+        """What it forwards now: its setpoint's worth while active, the held rate while paused."""
+        if self.state == "paused" and self.held_pps is not None:
+            return self.held_pps
+        if self.state == "active" and self.setpoint_pps:
+            return min(self.offered_pps, self.setpoint_pps)
+        return self.offered_pps
 
     def instance(self) -> dict[str, Any]:
         """The VR as the manager API's ``Instance`` object."""
         on = self.state != "inactive"
-        fwd = min(self.offered_pps, self.setpoint_pps) if self.state == "active" and self.setpoint_pps else self.offered_pps
+        fwd = self.forwarded_pps()
         return {"vr": self.name, "state": self.state, "present": True, "setpoint_pps": self.setpoint_pps,
                 "measured_pps": float(fwd), "offered_pps": float(self.offered_pps),
                 "cap_percent": round(fwd / 1000.0, 3) if on else None, "original_cap_percent": None,
@@ -110,11 +124,11 @@ class FakeDaemon:
         elif req.cmd == "setpoint":
             v.setpoint_pps = req.setpoint_pps
         elif req.cmd == "pause":
-            v.state = "paused"
+            v.held_pps, v.state = v.forwarded_pps(), "paused"
         elif req.cmd == "resume":
-            v.state = "active"
+            v.state, v.held_pps = "active", None
         elif req.cmd == "deactivate":
-            v.state, v.setpoint_pps = "inactive", None
+            v.state, v.setpoint_pps, v.held_pps = "inactive", None, None
         return v.instance()
 
 

@@ -39,6 +39,32 @@ def test_fake_daemon_answers_the_manager_api() -> None:
     fleet.stop()
 
 
+def test_a_paused_stand_in_vr_keeps_its_cap_where_it_was() -> None:
+    # The daemon leaves a paused instance's cap where it is: the stand-in forwards what it forwarded
+    # when paused, whatever setpoint it is given meanwhile, and follows its setpoint again on resume.
+    # (Forwarding everything it is offered while paused made a punished VR look well-behaved: the
+    # policer restored it, punished it again, and so on for ever.)
+    fleet = Fleet(1, vrs_per_router=1, dead_fraction=0.0)
+    d = fleet.daemons[0]
+    v = d.vrs["vr0"]
+    v.offered_pps = 9000.0
+
+    def measured() -> float:
+        rep = OkReply.model_validate(strict_json(d.handle(b'{"v": 1, "cmd": "status", "vr": "vr0"}')))
+        return Instance.model_validate(rep.result).measured_pps
+
+    d.handle(b'{"v": 1, "cmd": "activate", "vr": "vr0", "setpoint_pps": 3000}')
+    assert measured() == 3000.0
+    d.handle(b'{"v": 1, "cmd": "pause", "vr": "vr0"}')
+    d.handle(b'{"v": 1, "cmd": "setpoint", "vr": "vr0", "setpoint_pps": 1000}')
+    assert measured() == 3000.0  # held, not 9,000 offered nor the new 1,000
+    d.handle(b'{"v": 1, "cmd": "resume", "vr": "vr0"}')
+    assert measured() == 1000.0
+    d.handle(b'{"v": 1, "cmd": "deactivate", "vr": "vr0"}')
+    assert measured() == 9000.0
+    fleet.stop()
+
+
 def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
     # The fleet runs in a process of its own, as the routers are other machines: the policer's
     # threads do not share an interpreter with 300 stand-in daemons.

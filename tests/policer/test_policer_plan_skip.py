@@ -135,8 +135,14 @@ def test_a_running_misbehaviour_timer_has_the_router_planned_at_its_hold(world: 
         assert eng.clock() - since == 3.0
     tick(1)
     assert v0.state == "paused"
-    # Paused, the stand-in forwards what it is offered: good behaviour, restored after restore_hold_s.
-    while store.get_vr(d.name, "vr0")["punishment_level"] > 0:
+    # Paused, its cap stays where it was; its traffic now backs off to what that cap lets through:
+    # good behaviour, restored after restore_hold_s.
+    tick(3)
+    assert store.get_vr(d.name, "vr0")["punishment_level"] == 3, "restored while it still misbehaved"
+    v0.offered_pps = v0.forwarded_pps()
+    for _ in range(30):
+        if store.get_vr(d.name, "vr0")["punishment_level"] == 0:
+            break
         since = store.router_state(d.name)[1]["vr0"]["punish_good_since_s"]
         assert since is None or eng.clock() - since < 5.0, "not restored when the hold was reached"
         tick(1)
