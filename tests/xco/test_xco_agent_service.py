@@ -178,12 +178,26 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         late = sorted(a % SLICE for n in senders for a, _ in ivs[n])
         print("slots", {n: len(ivs[n]) for n in senders}, "overlap_us", overlap,
               "slot opened late by (us) p50", late[len(late) // 2], "max", late[-1])
-        # Each open slice was given the link's bytes up to its slot's end (slot_budget, on by
-        # default): never more than a slice from the moment it was set (a directive applied after
-        # its slot ended gets nothing but the gate's one frame).
+        # Each open slot was given the link's bytes up to its end (slot_budget, on by default), from
+        # the moment the budget was set: a budget never reaches past the end of the slot it was set
+        # in (a directive applied after its slot ended gets nothing but the gate's one frame).  A
+        # slot is one slice, or several in a row when the controller gives a sender consecutive
+        # slices: the next slice's directive, arriving up to a lead before that slice, then extends
+        # the open budget to the merged slot's end (9.5 ms + one slice, seen on a loaded host).  A
+        # slot's scheduled end is the slice boundary that its close, late by the loop's wake-up
+        # only, follows.
         for n in senders:
-            budgets = [us for _t, ob in agents[n].svc.gate.open_for for us in ob.values()]
-            assert len(budgets) >= 7 and all(us <= SLICE for us in budgets), (n, budgets[:20])
+            gate = agents[n].svc.gate
+            checked = 0
+            for t, ob in gate.open_for:
+                for d, us in ob.items():
+                    ends = [e for s, e in _open_intervals(gate, d, t_end) if s <= t < e < t_end]
+                    if not ends:
+                        continue  # set in the slot still open at the end, or before the first close
+                    end = round(ends[0] / SLICE) * SLICE
+                    assert t + us <= end + 1_000, (n, t, us, ends[0], end)
+                    checked += 1
+            assert checked >= 7, (n, checked, gate.open_for[:20])
         # Idle destinations (the other senders) stayed open (small), the receiver was never held.
         assert all(s == OPEN for f, s in agents["r1"].svc.gate.state.items())
         lags = [(done - max(arr, start)) for a in agents.values() for arr, start, done in a.svc.directive_log]
