@@ -324,7 +324,8 @@ def main() -> int:
         failed.append(e)
         done.set()
 
-    shard = (int(cfg.get("shard", (0, 1))[0]), int(cfg.get("shard", (0, 1))[1]))
+    i, n = cfg.get("shard", (0, 1))
+    shard = (int(i), int(n))
     leadership = Leadership(store, cfg["holder"], on_crash, shard=shard) if cfg["leader_election"] else None
     links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"])
     streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"])
