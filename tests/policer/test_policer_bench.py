@@ -60,4 +60,6 @@ def test_fleet_bench_with_two_shards() -> None:
     assert res["policy_cycles"] >= 2 and res["policy_cycle_ms"]["max"] < 1000, res["policy_cycle_ms"]
     assert res["measured_per_s"] >= 20 and res["fleet_cpu_s_per_s"] >= 0  # 24 healthy routers each period
     assert res["fleet"]["ok"]["commands"].get("activate") == 24 * 4  # control on: every healthy VR activated
+    # ... before the window: the warm-up waits for the start-up's activations.
+    assert res["activations_sent_at_start"] == "96/96" and res["warmup_s"] > 0
     assert res["fleet"]["dead"]["lists"] == 0 and res["api"]["errors"] == 0

@@ -250,13 +250,21 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
     return res
 
 
+def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
+    """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
+    ``cpu_times()`` then, in the same order)."""
+    return sum(b.user + b.system - a.user - a.system for a, b in zip(before, (p.cpu_times() for p in procs)))
+
+
 def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
                     request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
-                    api_duration_s: float = 5.0) -> dict[str, Any]:
+                    api_duration_s: float = 5.0, max_warmup_s: float = 300.0) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
-    warm-up, then the API load test on the same policer.  Returns the fleet's statistics (the longest
+    warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
+    activation, at least as long as the fleet leaves out of its statistics, at most ``max_warmup_s``;
+    ``activations_sent_at_start`` says how many it had sent), then the API load test on the same policer.  Returns the fleet's statistics (the longest
     gap between two polls of one healthy router, seconds; routers never polled), the policy cycle's
     time over the cycles of the measured window (``/health?recent=N``; ``policy_cycle_ms_with_warmup``:
     over every cycle kept, warm-up included), the CPU the engine's process spent per second of the policing and per router
@@ -297,6 +305,22 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             fl = [r for f in fl_files for r in json.loads(f.read_text())]
             proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
                                        extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n")
+            def window() -> Any:  # the fleets' statistics since the previous window (SIGUSR1), merged
+                merged: dict[str, Any] = {}
+                for f in fleets:
+                    f.send_signal(signal.SIGUSR1)
+                for f in fleets:
+                    assert f.stdout is not None
+                    for mode, m in json.loads(f.stdout.readline())["window"].items():
+                        o = merged.setdefault(mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0,
+                                                  "commands": {}, "published": 0})
+                        for k in ("routers", "lists", "never_polled", "published"):
+                            o[k] += m[k]
+                        o["max_gap_s"] = max(o["max_gap_s"], m["max_gap_s"])
+                        for k, n in m["commands"].items():
+                            o["commands"][k] = o["commands"].get(k, 0) + n
+                return merged
+
             auth = {"Authorization": f"Bearer {token}"}
             t_reg = time.monotonic()
             with httpx.Client(base_url=base, timeout=30) as c:
@@ -318,15 +342,27 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                         marked.setdefault(r["name"], time.monotonic() - t_reg)
                     time.sleep(0.2)
                 out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
-                time.sleep(max(0.0, warm + routers / 1000 - (time.monotonic() - t)))
+                # Warm-up: at least as long as the fleet leaves out of its statistics, and until the engine
+                # has sent every healthy VR its activation (the start-up's burst of commands is over).
+                n_active = (len(fl) - len(dead)) * vrs_per_router
+                while True:
+                    sent = sum(m["commands"].get("activate", 0) for m in window().values())
+                    waited = time.monotonic() - t
+                    if sent >= n_active and waited >= warm + routers / 1000:
+                        break
+                    if waited > max_warmup_s:
+                        break
+                    time.sleep(1.0)
+                out["warmup_s"] = round(time.monotonic() - t, 1)
+                out["activations_sent_at_start"] = f"{sent}/{n_active}"
                 engine = psutil.Process(proc.pid).children(recursive=True)
                 fleet_ps = [psutil.Process(f.pid) for f in fleets]
                 h0 = c.get("/health").json()
                 cpu0, t0 = [p.cpu_times() for p in engine], time.monotonic()
                 fcpu0 = [p.cpu_times() for p in fleet_ps]
                 time.sleep(duration_s)
-                cpu_s = sum(b.user + b.system - a.user - a.system for a, b in zip(cpu0, (p.cpu_times() for p in engine)))
-                fleet_cpu_s = sum(b.user + b.system - a.user - a.system for a, b in zip(fcpu0, (p.cpu_times() for p in fleet_ps)))
+                cpu_s = _cpu_s_since(cpu0, engine)
+                fleet_cpu_s = _cpu_s_since(fcpu0, fleet_ps)
                 h = c.get("/health").json()
                 window_s = time.monotonic() - t0
                 # The cycles and measurement gaps of this window only (not the warm-up's).
@@ -347,33 +383,14 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
                                  "fleet": round(sum(psutil.Process(f.pid).memory_info().rss for f in fleets) / 1e6)}
 
-            def window() -> Any:  # the fleets' statistics since the previous window (SIGUSR1), merged
-                merged: dict[str, Any] = {}
-                for f in fleets:
-                    f.send_signal(signal.SIGUSR1)
-                for f in fleets:
-                    assert f.stdout is not None
-                    for mode, m in json.loads(f.stdout.readline())["window"].items():
-                        o = merged.setdefault(mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0,
-                                                  "commands": {}, "published": 0})
-                        for k in ("routers", "lists", "never_polled", "published"):
-                            o[k] += m[k]
-                        o["max_gap_s"] = max(o["max_gap_s"], m["max_gap_s"])
-                        for k, n in m["commands"].items():
-                            o["commands"][k] = o["commands"].get(k, 0) + n
-                return merged
-
             out["fleet"] = window()
             # The API while the engine goes on policing the fleet.
             pol = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             cpu0 = [p.cpu_times() for p in pol]
             out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, 32, 0.2, 1))
-            cpu = [p.cpu_times() for p in pol]
             n, dur = out["api"]["requests"], out["api"]["duration_s"]
-            out["api"]["policer_api_cpu_ms_per_request"] = round(
-                1000 * (cpu[0].user + cpu[0].system - cpu0[0].user - cpu0[0].system) / n, 3)
-            out["api"]["engine_cpu_s_per_s"] = round(sum(b.user + b.system - a.user - a.system
-                                                         for a, b in zip(cpu0[1:], cpu[1:])) / dur, 2)
+            out["api"]["policer_api_cpu_ms_per_request"] = round(1000 * _cpu_s_since(cpu0[:1], pol[:1]) / n, 3)
+            out["api"]["engine_cpu_s_per_s"] = round(_cpu_s_since(cpu0[1:], pol[1:]) / dur, 2)
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
                 h = c.get("/health").json()
