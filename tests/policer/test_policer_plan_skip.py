@@ -182,3 +182,37 @@ def test_a_sample_that_differs_only_in_its_time_is_not_parsed_again() -> None:
                         max_bytes=len(m3[1]) + 50)
     finally:
         fleet.stop()
+
+
+def test_a_stop_during_a_batch_lets_it_send_its_commands(world: Any) -> None:
+    """``Engine.stop`` while the worker has a batch in hand: the batch ends (its plans are saved, so its
+    commands go out) before the links close; the stop is not an engine failure (a graceful stop of a
+    busy policer used to log "engine cycle failed" and exit with status 1)."""
+    import threading
+    import time
+
+    fleet, store, eng, d, tick = world
+    store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
+    saving, go_on = threading.Event(), threading.Event()
+    save_plans = store.save_plans
+
+    def slow_save(plans: Any) -> None:
+        save_plans(plans)
+        if any(p[0] == d.name for p in plans):
+            saving.set()
+            go_on.wait(5)
+
+    store.save_plans = slow_save  # type: ignore[method-assign]
+    eng.run_cycle()
+    assert saving.wait(10), "no plan was saved"
+    stopper = threading.Thread(target=eng.stop)
+    stopper.start()
+    time.sleep(0.3)  # stop() is under way while the batch is between its save and its sends
+    go_on.set()
+    stopper.join(15)
+    assert not stopper.is_alive()
+    assert eng.error is None, f"the stop failed the engine: {eng.error!r}"
+    deadline = time.monotonic() + 5
+    while d.commands.get("activate", 0) < len(d.vrs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert d.commands.get("activate", 0) == len(d.vrs), d.commands

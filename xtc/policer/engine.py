@@ -254,15 +254,17 @@ class Engine:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the cycles, then the worker (the batch in hand is finished: its plans were saved, so
+        its commands are sent), then close the links and the sample streams."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.links.close()
-        if self.samples is not None:
-            self.samples.close()
         if self._worker is not None:
             self._work.put((-1, 0, None))
             self._worker.join(timeout=10)
+        self.links.close()
+        if self.samples is not None:
+            self.samples.close()
 
     def _ensure_worker(self) -> None:
         if self._worker is None:

@@ -370,10 +370,13 @@ class LinkPool:
         return results
 
     def close(self) -> None:
-        """Stop the I/O thread (exchanges in flight get no callback) and close the sockets."""
+        """Stop the I/O thread (exchanges in flight get no callback) and close the sockets.  Closing
+        again does nothing."""
         import asyncio
 
         with self._start_lock:
+            if self._closed:
+                return
             self._closed = True
             loop = self._loop
         if loop is None:
