@@ -4,6 +4,8 @@ running timer, has it planned (against a stand-in daemon of xtc_lab.policer_flee
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,9 +190,6 @@ def test_a_stop_during_a_batch_lets_it_send_its_commands(world: Any) -> None:
     """``Engine.stop`` while the worker has a batch in hand: the batch ends (its plans are saved, so its
     commands go out) before the links close; the stop is not an engine failure (a graceful stop of a
     busy policer used to log "engine cycle failed" and exit with status 1)."""
-    import threading
-    import time
-
     fleet, store, eng, d, tick = world
     store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
     saving, go_on = threading.Event(), threading.Event()
