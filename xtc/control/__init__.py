@@ -28,6 +28,7 @@ benchmarks drive the same objects.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
 from xtc.models import CapBounds, ModelFile
@@ -89,6 +90,7 @@ def make_controller(
     dead_zone_fraction: float | None = None,
     tuning: XtcTuning | None = None,
     period_s: float | None = None,
+    lag_probe: bool = False,
 ) -> Controller:
     """Build a controller for a VR from a model file.
 
@@ -110,6 +112,10 @@ def make_controller(
         Gains identified at the model's period are resampled to it (:mod:`xtc.control.period`:
         the same closed-loop poles in continuous time); a period the model cannot be resampled
         to raises :class:`PeriodError`.
+    lag_probe : bool
+        "xtc" only: measure the VR's lag with a probe and use it in transients
+        (``XtcTuning.lag_estimate`` and ``XtcTuning.lag_probe``; docs/control-settling.md, "The lag
+        probe").  Off by default; the daemon's ``[controller] lag_probe``.
     """
     k = DEFAULT_KIND if kind is None else kind
     if k not in KINDS:
@@ -118,6 +124,8 @@ def make_controller(
         model.caps.min_percent if cap_min_percent is None else cap_min_percent,
         model.caps.max_percent if cap_max_percent is None else cap_max_percent,
     )
+    if lag_probe and k != "xtc":
+        raise ControllerError(f"lag_probe applies to the xtc controller only, not {k!r}")
     if dead_zone_fraction is not None and not (0.0 <= dead_zone_fraction < 1.0):
         raise ControllerError(f"dead_zone_fraction must be within 0..1, got {dead_zone_fraction}")
     if k == "fixed":
@@ -136,7 +144,7 @@ def make_controller(
         return PaperPI(gains, caps, dz, kind=k)
     t = tuning or XtcTuning(design_lag=max(0.0, plant.a))
     if dead_zone_fraction is not None:
-        from dataclasses import replace
-
         t = replace(t, dead_zone_fraction=dead_zone_fraction)
+    if lag_probe:
+        t = replace(t, lag_estimate=True, lag_probe=True)
     return XtcController(plant, caps, t)

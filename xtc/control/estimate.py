@@ -262,6 +262,18 @@ class LagTuning:
         The third period must be predicted within this fraction of its rate.
     floor : float
         The settled rate is at least this fraction of the rate measured.
+    probe_only : bool
+        Samples only from a probe (:meth:`LagEstimator.probe_candidate`, :meth:`LagEstimator.arm_probe`):
+        the follow-up move is the controller's choice for the purpose, so none of the guards that
+        stand for an unknown follow-up (``knee_fraction``, ``proportional_fraction``, the two-root
+        wait) is needed, and no ordinary move is read as a lag (on noisy lag-free plants they were).
+    probe_noise_sigmas : float
+        A probe candidate's first-period change must exceed this many standard deviations of the
+        difference of two noisy samples.
+    probe_rest_fraction : float
+        For a probe, the period before the move also counts as rest when its rate moved by at most
+        this fraction since the one before (a VR above its knee after a step out of saturation: the
+        cap moved, the rate did not).
     """
 
     min_move_decades: float = 0.1
@@ -276,6 +288,9 @@ class LagTuning:
     proportional_fraction: float = 0.5
     verify_fraction: float = 0.1
     floor: float = 0.1
+    probe_only: bool = False
+    probe_noise_sigmas: float = 2.0
+    probe_rest_fraction: float = 0.05
 
 
 class LagEstimator(_FromFallbackLag[LagTuning]):
@@ -342,6 +357,11 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
         self.rejected = 0
         self.samples = 0
         self.last_sample: float | None = None
+        #: A probe was taken in this activation (one at most), and its sample is due in the next period.
+        self.probed = False
+        self._probe_armed = False
+        #: The rate at rest before the probe candidate's move, packets/s.
+        self.probe_rest_pps = 0.0
 
     @property
     def confident(self) -> bool:
@@ -401,6 +421,43 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
         self._x_next = p * x + (1.0 - p) * self.settled_pps
         return sample is not None
 
+    @property
+    def next_state_pps(self) -> float | None:
+        """The observer's forwarding rate at the next period's start, packets/s (None before the first period)."""
+        return self._x_next
+
+    def probe_candidate(self, noise_fraction: float = 0.0) -> float:
+        """The newest period's move if it is the first after a large move from rest whose rate moved the
+        same way beyond the noise, with no sample yet and no probe taken: one more period at a cap the
+        controller chooses for it (:meth:`arm_probe`) then gives a sample with one root.  0.0 otherwise.
+
+        Sets :attr:`probe_rest_pps` (the rate before the move).  Decades.
+        """
+        t = self.tuning
+        h = self._hist
+        if self.samples or self.probed or self._pending is not None or len(h) < 2:
+            return 0.0
+        (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1) = h[-3:] if len(h) >= 3 else (h[0],) + h
+        move = u1 - u0
+        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, True) \
+                or fr1 >= t.unconstrained_fraction or m0 <= 0:
+            return 0.0
+        d1 = m1 - m0
+        if d1 * move <= 0 or abs(d1) < t.probe_noise_sigmas * 1.4142135623730951 * noise_fraction * max(m0, m1):
+            return 0.0
+        self.probe_rest_pps = m0
+        return move
+
+    def arm_probe(self) -> None:
+        """The controller took the probe: the next period completes the sample (whatever the move then)."""
+        self.probed = True
+        self._probe_armed = True
+
+    def _at_rest(self, m_b: float, u_b: float, m0: float, u0: float, move: float, probe: bool) -> bool:
+        """Whether the period before a move was at rest: the cap nearly still, or for a probe the rate."""
+        t = self.tuning
+        return abs(u0 - u_b) <= t.rest_fraction * abs(move) or (probe and abs(m0 - m_b) <= t.probe_rest_fraction * m0)
+
     def _sample(self, h: tuple[tuple[float, float, float], ...], noise_fraction: float) -> tuple[float, float] | None:
         """A lag sample completed by the newest period: (lag, x(g) at this period's start) or None."""
         t = self.tuning
@@ -421,21 +478,25 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
         if len(h) < 3:
             return None
         # Three periods since activation: the cap was at rest before the first (it was the VR's own).
-        (_, u_b, _), (m0, u0, fr0), (m1, u1, fr1), (m2, u2, fr2) = h[-4:] if len(h) >= 4 else (h[0],) + h
+        (m_b, u_b, _), (m0, u0, fr0), (m1, u1, fr1), (m2, u2, fr2) = h[-4:] if len(h) >= 4 else (h[0],) + h
         move = u1 - u0
-        if abs(move) < t.min_move_decades or abs(u0 - u_b) > t.rest_fraction * abs(move) or fr1 >= lim or fr2 >= lim or m0 <= 0:
+        # A probe's follow-up was chosen for the sample, and its first period was judged when it was taken.
+        probe, self._probe_armed = self._probe_armed and not self.samples, False
+        if t.probe_only and not probe:
             return None
-        if t.knee_fraction <= fr0 < lim:
+        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, probe) or fr1 >= lim or fr2 >= lim or m0 <= 0:
+            return None
+        if t.knee_fraction <= fr0 < lim and not probe:
             return None
         d1 = m1 - m0
-        if d1 * move <= 0 or abs(d1) < t.noise_sigmas * 1.4142135623730951 * noise_fraction * max(m0, m1):
+        if d1 * move <= 0 or (not probe and abs(d1) < t.noise_sigmas * 1.4142135623730951 * noise_fraction * max(m0, m1)):
             return None
         moves = (u2 - u1,)
         roots = self._roots(m0, d1, m2, moves[0], max(t.fit_fraction, t.noise_sigmas * noise_fraction) * m2)
         # A lag that puts the follow-up move where the rate is not proportional to the cap cannot be
         # judged by this equation: the others must also predict the third period.
         n = len(roots)
-        if fr1 > 0.0:
+        if fr1 > 0.0 and not probe:
             roots = [g for g in roots if m0 + d1 / (1.0 - g) <= t.proportional_fraction * m1 / fr1]
         if len(roots) == 1 and n == 1:
             self._check = (roots[0], m0, d1, moves, self._lag, self._weight, self.samples)
@@ -510,7 +571,8 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
     def to_state(self) -> dict[str, Any]:
         """JSON-serialisable state."""
         return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": self._weight, "samples": self.samples,
-                "x_next_pps": self._x_next}
+                "x_next_pps": self._x_next, "probed": self.probed, "probe_armed": self._probe_armed,
+                "probe_rest_pps": self.probe_rest_pps}
 
     def restore_state(self, s: Mapping[str, Any]) -> None:
         """Restore :meth:`to_state`'s output (a malformed one resets the estimator)."""
@@ -524,7 +586,12 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
             x = None if x is None else float(x)
             if x is not None and not math.isfinite(x):
                 raise ValueError
+            rest = float(s.get("probe_rest_pps", 0.0))
+            if not (math.isfinite(rest) and rest >= 0.0):
+                raise ValueError
             self._hist, self._lag, self._weight, self.samples = hist, lag, weight, samples
             self._pole, self._x_next = pole_of_lag(lag), x
+            self.probed, self._probe_armed = s.get("probed") is True, s.get("probe_armed") is True
+            self.probe_rest_pps = rest
         except (KeyError, TypeError, ValueError):
             self.reset()

@@ -10,7 +10,7 @@ rate) raises :class:`ValueError` and leaves the controller's state unchanged.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from xtc.models import CapBounds, Gains, LogCapModel
@@ -379,6 +379,35 @@ class XtcTuning:
         knee, took 1.2% off the cap per period: on 2x faster hardware (the knee at cap 20) the cap was
         still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/control-settling.md,
         "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
+    lag_probe : bool
+        With ``lag_estimate``: the lag is measured by a *probe* and used only in transients
+        (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
+        first period shows the rate moving the right way but not all the way (the sign of a lag, or
+        of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
+        move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
+        lag implies).  Where they differ by ``probe_disagreement_decades`` or more it holds the cap one
+        period (the probe); otherwise it takes the lag's move (the smaller hedge).  Either way the next
+        period completes one lag sample with a single root (:class:`~xtc.control.estimate.LagEstimator`
+        with ``probe_only``).  One probe per activation.  The observer then steps in a transient only:
+        from the sample, or from a setpoint change beyond the fine band, for at most
+        ``transient_periods``, until both the next period's predicted mean and the rate the new cap
+        settles to are within ``transient_end_fraction`` of the setpoint.  In a transient the dead zone
+        and the band are judged on the predicted mean of the next period at the cap in force, and the
+        step aims the next period's *mean* at the setpoint (``(r - g x) / (1 - g)``, ``x`` the
+        observer's state, bounded to ``observer_target_bounds`` times the setpoint); outside it the
+        law is the one without the lag.  The daemon steps these controllers with the scalar law.
+    probe_lag_max : float
+        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
+        half a period).
+    probe_disagreement_decades : float
+        The probe holds the cap when the two moves differ by at least this much (decades of cap).
+    transient_periods : int
+        Longest transient (periods) in which the observer steps.
+    transient_end_fraction : float
+        The transient ends when the predicted mean and the settled rate are within this fraction of
+        the setpoint.
+    observer_target_bounds : tuple of float
+        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
     """
 
     design_lag: float = 0.0915
@@ -402,6 +431,12 @@ class XtcTuning:
     descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
     fine_band_descent: bool = True
+    lag_probe: bool = False
+    probe_lag_max: float = 0.45
+    probe_disagreement_decades: float = 0.15
+    transient_periods: int = 5
+    transient_end_fraction: float = 0.02
+    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
 
 
 class XtcController(_Bounded):
@@ -514,9 +549,13 @@ class XtcController(_Bounded):
         self.ki = 1.0
         self._E_prev: float | None = None
         self._descent = False
+        self._transient = False
+        self._transient_age = 0
+        self._r_prev: float | None = None
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
         self.estimator = GainEstimator(t.design_lag, t.estimator)
-        self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
+        lt = replace(t.lag_estimator, probe_only=True) if t.lag_probe else t.lag_estimator
+        self.lag_estimator = LagEstimator(t.design_lag, lt)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
         self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
@@ -524,6 +563,9 @@ class XtcController(_Bounded):
     def _reset_memory(self) -> None:
         self._E_prev = None
         self._descent = False
+        self._transient = False
+        self._transient_age = 0
+        self._r_prev = None
         self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
         self.estimator.reset()
         self.lag_estimator.reset()
@@ -573,11 +615,22 @@ class XtcController(_Bounded):
         a = self.estimator.lag if t.adaptive else t.design_lag
         observed = False
         descent = False
+        probe_move = 0.0
+        u_before = self._u
         if t.lag_estimate:
             le = self.lag_estimator
-            le.update(y, self._u_force, offered, self._noise_log * _LN10)
+            exact = abs(self._quant_decades) < _EXACT_DECADES
+            sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
             y_settled = le.settled_pps
-            if le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
+            if t.lag_probe:
+                probe_move = le.probe_candidate(self._noise_log * _LN10) if exact else 0.0
+                if sampled or (self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r):
+                    self._transient, self._transient_age = True, 0
+                elif self._transient and self._transient_age >= t.transient_periods:
+                    self._transient = False
+                self._transient_age += 1
+                observed = self._transient and le.confident and exact
+            elif le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
                 observed = True
         kp = a / (1.0 - a)
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
@@ -587,13 +640,21 @@ class XtcController(_Bounded):
         y_wanted = 10.0**log_y_wanted if y > 0 else y
         E = math.log10(max(r, 1.0)) - log_y_wanted
         E_prev = E if self._E_prev is None else self._E_prev
+        # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
+        # mean the next period will have at the cap in force (the observer's prediction).
+        y_judged, E_judged = y_wanted, E
+        x_next = self.lag_estimator.next_state_pps if observed and t.lag_probe else None
+        if x_next is not None:
+            g = self.lag_estimator.lag
+            y_judged = max(1.0, (1.0 - g) * y_settled + g * x_next)
+            E_judged = math.log10(max(r, 1.0)) - math.log10(y_judged)
         if self._E_prev is not None:
             # Noise estimate from the change of the error (clipped: a real step must not inflate it).
             change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
             sigma_sample = change * _SQRT_PI / 2.0
             self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
             self._noise_log = max(self._noise_log, 1e-4)
-        if abs(r - y_wanted) >= t.dead_zone_fraction * r:
+        if abs(r - y_judged) >= t.dead_zone_fraction * r:
             noise_band = t.noise_band_sigmas * (self._noise_log * _LN10)
             band = max(t.fine_band_fraction, noise_band)
             # A disturbance inside the fine band: this error and the last one (within twice the band:
@@ -603,8 +664,8 @@ class XtcController(_Bounded):
             persist = self._E_prev is not None and abs(self._quant_decades) < _EXACT_DECADES and E * E_prev > 0.0 \
                 and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
                 min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
-            if abs(r - y_wanted) < band * r and not persist:
-                du = t.fine_gain * E / eps
+            if abs(r - y_judged) < band * r and not persist and x_next is None:
+                du = t.fine_gain * E_judged / eps
                 if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
                         and noise_band <= t.fine_band_fraction \
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
@@ -615,8 +676,14 @@ class XtcController(_Bounded):
                     du = min(du, E / self.saturation_elasticity)
             else:
                 if observed:
-                    # The step to the setpoint from the rate the cap in force settles to (the lag's observer).
-                    du = (math.log10(max(r, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0))) / eps
+                    # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
+                    # in a probe's transient, to the settled rate that puts the next period's *mean* there.
+                    r_to = r
+                    if x_next is not None:
+                        g = self.lag_estimator.lag
+                        lo, hi = t.observer_target_bounds
+                        r_to = min(hi * r, max(lo * r, (r - g * x_next) / (1.0 - g)))
+                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0))) / eps
                 else:
                     du = ((kp + self.ki) * E - kp * E_prev) / eps
                 sat = not_limited if not t.saturation_step_fraction else \
@@ -631,15 +698,41 @@ class XtcController(_Bounded):
                     f = t.saturation_repeat_factor if self._descent and not_limited \
                         and abs(self._quant_decades) < _EXACT_DECADES else 1.0
                     du = min(du, f * E / self.saturation_elasticity)
+            if probe_move:
+                du = self._probe_step(probe_move, du, y, r, E, eps)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited and not self.cap_bound(cpu_percent):
                 du = 0.0
             self._u = self._clamp_u(self._u + du)
         self._descent = descent
         self._E_prev = E
+        if t.lag_probe:
+            self._r_prev = r
+            if x_next is not None:
+                moved = 10.0 ** (self._u - u_before)
+                if abs(r - y_judged) < t.transient_end_fraction * r and abs(r - y_settled * moved) < t.transient_end_fraction * r:
+                    self._transient = False
         self.steps += 1
         caps = self.caps  # cap_percent, inline
         return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
+
+    def _probe_step(self, move: float, du: float, y: float, r: float, E: float, eps: float) -> float:
+        """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
+        lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
+        t = self.tuning
+        le = self.lag_estimator
+        le.arm_probe()
+        if move * E < 0.0:
+            return du  # the rate passed the setpoint: the law's move back, sampled all the same
+        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
+        c = t.probe_lag_max
+        f_lag = max((y - c * le.probe_rest_pps) / (1.0 - c), 1.0)
+        lim = t.max_step_decades
+        du_lag = max(-lim, min(lim, (math.log10(max(r, 1.0)) - math.log10(f_lag)) / eps))
+        du_law = max(-lim, min(lim, du))
+        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe_disagreement_decades:
+            return du_lag
+        return 0.0
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
@@ -659,6 +752,8 @@ class XtcController(_Bounded):
         s["estimator"] = self.estimator.to_state()
         if self.tuning.lag_estimate:
             s["lag_estimator"] = self.lag_estimator.to_state()
+        if self.tuning.lag_probe:
+            s["transient"] = {"on": self._transient, "age": self._transient_age, "setpoint_pps": self._r_prev}
         if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0 or self.tuning.fine_band_descent:
             s["descent"] = self._descent
         return s
@@ -681,6 +776,13 @@ class XtcController(_Bounded):
         else:
             self.estimator.reset()
         self._descent = state.get("descent") is True  # (anything else: no descent under way)
+        tr = state.get("transient")
+        self._transient, self._transient_age, self._r_prev = False, 0, None
+        if isinstance(tr, Mapping):
+            age, rp = tr.get("age"), tr.get("setpoint_pps")
+            if type(age) is int and age >= 0 and (rp is None or (isinstance(rp, (int, float)) and math.isfinite(rp) and rp >= 0)):
+                self._transient, self._transient_age = tr.get("on") is True, age
+                self._r_prev = None if rp is None else float(rp)
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):
             self.lag_estimator.restore_state(lag)
