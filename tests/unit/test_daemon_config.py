@@ -69,6 +69,8 @@ def test_defaults_and_frozen():
         ("[controller]\ncap_min_percent = 0\n" + SIM, "controller.cap_min_percent", "1..100"),
         ("[controller]\ncap_min_percent = 50\ncap_max_percent = 10\n" + SIM, "controller.cap_min_percent", "exceed"),
         ("[controller]\nmodel = \"/nonexistent/model.toml\"\n" + SIM, "controller.model", "cannot read"),
+        ("[controller]\nlag_probe = \"yes\"\n" + SIM, "controller.lag_probe", "true or false"),
+        ("[controller]\nkind = \"pi\"\nlag_probe = true\n" + SIM, "controller.lag_probe", "xtc"),
         ("[manager]\nendpoint = \"http://x\"\n" + SIM, "manager.endpoint", "ZeroMQ endpoint"),
         ("[manager]\nendpoint = \"tcp://127.0.0.1:1\"\npub_endpoint = \"tcp://127.0.0.1:1\"\n" + SIM, "manager.pub_endpoint", "differ"),
         ("[manager]\nmax_message_bytes = 10\n" + SIM, "manager.max_message_bytes", "256"),
@@ -124,3 +126,13 @@ def test_every_reloadable_key_exists():
     keys = set(loads_config(S(SIM)).flat())
     assert C.RELOADABLE <= keys
     assert all(re.fullmatch(r"[a-z_]+\.[a-z_]+", k) for k in keys)
+
+
+def test_lag_probe_reaches_the_daemons_controllers():
+    from xtc.daemon.service import controller_factory
+
+    cfg = loads_config(S("[controller]\nlag_probe = true\n" + SIM), source="x.toml")
+    c = controller_factory(cfg)()
+    assert c.tuning.lag_probe and c.tuning.lag_estimate
+    off = controller_factory(loads_config(S(SIM), source="x.toml"))()
+    assert not off.tuning.lag_probe

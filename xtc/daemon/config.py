@@ -19,6 +19,8 @@ A complete example (every key shown with its default unless marked required)::
     kind = "xtc"                     # "xtc" (XTC's own), "pi", "deadbeat" (the paper's) or "fixed"
     # cap_min_percent = 3.0          # optional, overrides the model file's caps.min_percent
     # cap_max_percent = 100.0        # optional, overrides the model file's caps.max_percent
+    lag_probe = false                # "xtc" only: measure each VR's lag with one probe and step its
+                                     # transients with it (docs/control-settling.md, "The lag probe")
 
     [manager]
     endpoint = "tcp://127.0.0.1:7700"      # REP socket for requests (ZeroMQ endpoint)
@@ -131,6 +133,7 @@ RELOADABLE = frozenset(
         "controller.kind",
         "controller.cap_min_percent",
         "controller.cap_max_percent",
+        "controller.lag_probe",
         "log.format",
         "log.level",
     }
@@ -227,12 +230,15 @@ class ControllerSection:
     kind: ControllerKind = "xtc"
     cap_min_percent: Annotated[Number, within(1.0, 100.0)] | None = None
     cap_max_percent: Annotated[Number, within(1.0, 100.0)] | None = None
+    lag_probe: Bool = False
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ControllerSection:
         lo, hi = self.cap_min_percent, self.cap_max_percent
         if lo is not None and hi is not None and lo > hi:
             raise FieldProblem("cap_min_percent", f"must not exceed cap_max_percent ({lo} > {hi})")
+        if self.lag_probe and self.kind != "xtc":
+            raise FieldProblem("lag_probe", f"applies to kind \"xtc\" only, not {self.kind!r}")
         return self
 
 

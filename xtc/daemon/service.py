@@ -98,11 +98,12 @@ def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
     period_s = cfg.daemon.control_period_s
     # Validate once now, so a bad combination (or a period the model cannot serve) fails at load
     # and not at activation.
-    make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent, period_s=period_s)
+    make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent, period_s=period_s,
+                    lag_probe=c.lag_probe)
 
     def factory() -> Controller:
         return make_controller(mf, c.kind, cap_min_percent=c.cap_min_percent, cap_max_percent=c.cap_max_percent,
-                               period_s=period_s)
+                               period_s=period_s, lag_probe=c.lag_probe)
 
     return factory
 

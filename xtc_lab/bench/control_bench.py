@@ -102,7 +102,7 @@ __all__ = [
 
 OFFERED_PPS = 100_000.0
 DEFAULT_GRID_KPPS: tuple[float, ...] = (3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95)
-BENCH_CONTROLLERS: tuple[str, ...] = ("pi", "deadbeat", "deadbeat+capmin3", "fixed", "xtc")
+BENCH_CONTROLLERS: tuple[str, ...] = ("pi", "deadbeat", "deadbeat+capmin3", "fixed", "xtc", "xtc+probe")
 HOLD_BAND = 0.05
 SETTLE_BAND = 0.10
 HOG_BAND = 0.05

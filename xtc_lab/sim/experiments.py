@@ -78,11 +78,12 @@ class ControllerSpec:
     label: str
     kind: str | None
     cap_min_percent: float | None = None
+    lag_probe: bool = False
 
     def make(self, model: ModelFile = xtc.models.PAPER_MODEL) -> Controller:
         from xtc.control import make_controller
 
-        return make_controller(model, kind=self.kind, cap_min_percent=self.cap_min_percent)
+        return make_controller(model, kind=self.kind, cap_min_percent=self.cap_min_percent, lag_probe=self.lag_probe)
 
 
 PAPER_CONTROLLERS: dict[str, ControllerSpec] = {
@@ -93,6 +94,7 @@ PAPER_CONTROLLERS: dict[str, ControllerSpec] = {
         ControllerSpec("deadbeat+capmin3", "deadbeat", 3.0),
         ControllerSpec("fixed", "fixed"),
         ControllerSpec("xtc", None),
+        ControllerSpec("xtc+probe", None, lag_probe=True),
     )
 }
 

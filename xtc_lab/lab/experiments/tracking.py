@@ -38,14 +38,15 @@ TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and
 PAPER = "Figures 5, 9-14"
 
 #: (label, [controller] kind, cap_min_percent)
-CONTROLLERS: dict[str, tuple[str, float | None]] = {
-    "pi": ("pi", None),
-    "deadbeat": ("deadbeat", None),
-    "deadbeat-capmin3": ("deadbeat", 3.0),
-    "xtc": ("xtc", None),
+CONTROLLERS: dict[str, tuple[str, float | None, bool]] = {
+    "pi": ("pi", None, False),
+    "deadbeat": ("deadbeat", None, False),
+    "deadbeat-capmin3": ("deadbeat", 3.0, False),
+    "xtc": ("xtc", None, False),
+    "xtc+probe": ("xtc", None, True),  # [controller] lag_probe
 }
 #: Lowest setpoint each controller holds in the paper (100 kp/s UDP; section 7.1), kp/s.
-PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xtc": None}
+PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xtc": None, "xtc+probe": None}
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.5, 0.2)
 TOLERANCE = 0.05
@@ -206,11 +207,11 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             base = min(free_pps, offered_seen)
             setpoints = [round(f * base, -2) for f in fractions]
             for name in names:
-                kind, cap_min = CONTROLLERS[name]
+                kind, cap_min, lag_probe = CONTROLLERS[name]
                 ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
                         f"{hold_s:g} s each")
                 with LabDaemon(workdir / name, lab.uri, [vr if vr.kind == "netns" else vr.name], kind=kind, model=model,
-                               cap_min_percent=cap_min) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
+                               cap_min_percent=cap_min, lag_probe=lag_probe) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
                     tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
                     steps_t = []
                     for i, sp in enumerate(setpoints):
