@@ -100,6 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "about 250 frames; a larger one hides the cap from XTC's meter with TCP, see the module doc)")
     g.add_argument("--sixvr-model", default=None,
                    help="model file for XTC's controller (default xtc/models/lab.toml if present, else the paper's)")
+    g.add_argument("--sixvr-lag-probe", action="store_true",
+                   help="XTC's controller with [controller] lag_probe (docs/control-settling.md, 'The lag probe')")
 
 
 # ------------------------------------------------------------------------------ pure analysis
@@ -218,7 +220,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     total_s = 2 * (2 * (free_settle + measure_s) + len(CONFIGS) * (settle_s + measure_s)) + 40
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "paper_table2_kpps": PAPER_TABLE2,
                               "paper_configs_kpps": CONFIGS, "traffic": traffic,
-                              "offered_pps_per_vr": offered if traffic == "udp" else None, "work_iters": work, "model": model, "settle_s": settle_s,
+                              "offered_pps_per_vr": offered if traffic == "udp" else None, "work_iters": work, "model": model,
+                              "lag_probe": bool(getattr(args, "sixvr_lag_probe", False)), "settle_s": settle_s,
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
                               "rcvbuf_bytes_asked": rcvbuf or None, "sysctl": net_core_sysctls(),
                               "load_avg_1m_start": round(os.getloadavg()[0], 2), "phases": {}}
@@ -290,7 +293,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             ctx.say(f"   without XTC: {', '.join(f'{r / 1000:.1f}' for r in m['per_vr_pps'])} kp/s, "
                     f"aggregate {agg0 / 1000:.1f} kp/s of {sum(m['offered_pps']) / 1000:.1f} offered")
             raw: dict[str, tuple[dict[str, Any], list[float]]] = {}
-            with LabDaemon(workdir / "xtc", lab.uri, [vr.name for vr in vrs], kind="xtc", model=model) as d:
+            with LabDaemon(workdir / "xtc", lab.uri, [vr.name for vr in vrs], kind="xtc", model=model,
+                           lag_probe=result["lag_probe"]) as d:
                 for i, cfg in enumerate(CONFIGS):
                     sps = scaled_setpoints(cfg, agg0)
                     ctx.say(f"-- configuration {cfg}: setpoints {', '.join(f'{s / 1000:.1f}' for s in sps)} kp/s; "
