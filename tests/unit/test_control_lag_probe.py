@@ -132,3 +132,12 @@ def test_lag_probe_is_for_the_xtc_controller_only():
     assert c.tuning.lag_estimate and c.tuning.lag_probe
     assert not make_controller(PAPER).tuning.lag_probe
     assert XtcTuning().lag_probe is False
+
+
+@pytest.mark.parametrize("field, value", [("probe_lag_max", 1.0), ("probe_lag_max", 0.0), ("probe_disagreement_decades", -0.1),
+                                          ("transient_periods", 0), ("transient_periods", 2.5), ("transient_end_fraction", 1.0),
+                                          ("observer_target_bounds", (1.5, 2.0)), ("observer_target_bounds", (0.5, 0.9))])
+def test_a_bad_probe_tuning_is_refused_naming_the_field(field, value):
+    t = XtcTuning(design_lag=A, lag_estimate=True, lag_probe=True, **{field: value})
+    with pytest.raises(ControllerError, match=field):
+        make_controller(PAPER, tuning=t)

@@ -545,6 +545,15 @@ class XtcController(_Bounded):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
+        if t.lag_probe:
+            lo, hi = t.observer_target_bounds
+            for ok, what, v in ((0.0 < t.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe_lag_max),
+                                (t.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe_disagreement_decades),
+                                (type(t.transient_periods) is int and t.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.transient_periods),
+                                (0.0 <= t.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.transient_end_fraction),
+                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.observer_target_bounds)):
+                if not ok:
+                    raise ControllerError(f"{what}, got {v}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
         self._E_prev: float | None = None
