@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -50,8 +51,6 @@ def test_lag_free_plants_stay_within_five_periods(plant):
 def test_ten_percent_noise_keeps_the_steady_mean_within_three_percent():
     # A noisy hold, where the probe and its transient must not leave the mean off (the steady goal).
     bp = cb.BENCH_PLANTS["laghalf"]
-    from dataclasses import replace
-
     noisy = cb.BenchPlant("laghalf-noisy", "", replace(bp.vr, noise_rel=0.10))
     sps = np.array([10.0, 30.0, 60.0]) * 1000.0
     for lag_probe in (False, True):

@@ -651,12 +651,11 @@ class XtcController(_Bounded):
         E_prev = E if self._E_prev is None else self._E_prev
         # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
         # mean the next period will have at the cap in force (the observer's prediction).
-        y_judged, E_judged = y_wanted, E
+        y_judged = y_wanted
         x_next = self.lag_estimator.next_state_pps if observed and t.lag_probe else None
         if x_next is not None:
             g = self.lag_estimator.lag
             y_judged = max(1.0, (1.0 - g) * y_settled + g * x_next)
-            E_judged = math.log10(max(r, 1.0)) - math.log10(y_judged)
         if self._E_prev is not None:
             # Noise estimate from the change of the error (clipped: a real step must not inflate it).
             change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
@@ -674,7 +673,7 @@ class XtcController(_Bounded):
                 and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
                 min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
             if abs(r - y_judged) < band * r and not persist and x_next is None:
-                du = t.fine_gain * E_judged / eps
+                du = t.fine_gain * E / eps
                 if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
                         and noise_band <= t.fine_band_fraction \
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
