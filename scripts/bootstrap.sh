@@ -2,7 +2,7 @@
 # Set up everything XTC needs on this host, then run one job.
 #
 #   bash scripts/bootstrap.sh demo [ARGS]   # the main job (xtc demo)
-#   bash scripts/bootstrap.sh test [ARGS]   # the whole test suite (pytest)
+#   bash scripts/bootstrap.sh test [ARGS]   # the whole test suite (pytest; with ARGS: pytest ARGS)
 #
 # As root on Debian it installs the Debian packages the lab and the libvirt tests need
 # (libvirt with the LXC driver, iperf3, a C compiler); everywhere it creates a virtual
@@ -44,5 +44,17 @@ fi
 
 case "$job" in
   demo) exec "$venv/bin/xtc" demo "$@" ;;
-  test) exec "$venv/bin/python" -m pytest "$@" ;;
+  test)
+    # With arguments: pytest with them.  Without: the whole suite in two parts.  The tests that need
+    # no root and no libvirt (logic, processes on the simulated backend, the policer's servers) run
+    # on every core (pytest-xdist, up to 4 workers); the real-packet tests (marked root or libvirt)
+    # run one at a time after them, on a host that nothing else of the suite loads.
+    [ $# -gt 0 ] && exec "$venv/bin/python" -m pytest "$@"
+    workers=$(nproc 2>/dev/null || echo 1)
+    [ "$workers" -gt 4 ] && workers=4
+    rc=0
+    "$venv/bin/python" -m pytest -m "not root and not libvirt" -n "$workers" || rc=$?
+    "$venv/bin/python" -m pytest -m "root or libvirt" || { r=$?; [ "$rc" = 0 ] && rc=$r; }
+    exit "$rc"
+    ;;
 esac
