@@ -46,15 +46,16 @@ case "$job" in
   demo) exec "$venv/bin/xtc" demo "$@" ;;
   test)
     # With arguments: pytest with them.  Without: the whole suite in two parts.  The tests that need
-    # no root and no libvirt (logic, processes on the simulated backend, the policer's servers) run
-    # on every core (pytest-xdist, up to 4 workers); the real-packet tests (marked root or libvirt)
-    # run one at a time after them, on a host that nothing else of the suite loads.
+    # no root and no libvirt and time nothing (logic, processes on the simulated backend, the
+    # policer's API) run on every core (pytest-xdist, up to 4 workers); the real-packet tests (marked
+    # root or libvirt) and those that assert on time, rates or latency (marked exclusive) run one at
+    # a time after them, on a host that nothing else of the suite loads.
     [ $# -gt 0 ] && exec "$venv/bin/python" -m pytest "$@"
     workers=$(nproc 2>/dev/null || echo 1)
     [ "$workers" -gt 4 ] && workers=4
     rc=0
-    "$venv/bin/python" -m pytest -m "not root and not libvirt" -n "$workers" || rc=$?
-    "$venv/bin/python" -m pytest -m "root or libvirt" || { r=$?; [ "$rc" = 0 ] && rc=$r; }
+    "$venv/bin/python" -m pytest -m "not root and not libvirt and not exclusive" -n "$workers" || rc=$?
+    "$venv/bin/python" -m pytest -m "root or libvirt or exclusive" || { r=$?; [ "$rc" = 0 ] && rc=$r; }
     exit "$rc"
     ;;
 esac

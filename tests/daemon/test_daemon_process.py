@@ -18,6 +18,8 @@ from xtc.daemon.ctl import watch_samples
 
 from .conftest import hypervisor_caps, write_config
 
+pytestmark = pytest.mark.exclusive  # times and rates: run alone
+
 VR1 = '[[sim.vr]]\nname = "vr1"\noffered_pps = 100000\ninitial_cap_percent = 80.0\n'
 VR2 = '[[sim.vr]]\nname = "vr2"\noffered_pps = 50000\ninitial_cap_percent = 60.0\n'
 

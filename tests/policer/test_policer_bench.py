@@ -10,7 +10,7 @@ import pytest
 
 from xtc.policer.bench import run_bench
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
 
 def test_bench_500_per_s() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
 TCP = {"traffic": "tcp", "offered_pps": 60000.0}
 SETPOINTS = {"a1": 21000.0, "a2": 17000.0, "a3": 9000.0}

@@ -18,7 +18,7 @@ from xtc.policer.link import LinkPool, strict_json
 from xtc.policer.store import Store
 from xtc_lab.policer_fleet import Fleet
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
 
 def test_fake_daemon_answers_the_manager_api() -> None:

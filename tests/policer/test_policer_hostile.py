@@ -21,7 +21,7 @@ from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
 from xtc.policer.store import Store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
 GOOD = {"vr": "vr1", "state": "inactive", "present": True, "setpoint_pps": None, "measured_pps": 1000.0,
         "offered_pps": 1000.0, "cap_percent": None, "original_cap_percent": None}

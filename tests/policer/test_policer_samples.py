@@ -14,7 +14,7 @@ from xtc.policer.samples import SampleStreams, parse_samples
 from xtc.policer.store import Store
 from xtc_lab.policer_fleet import Fleet
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
 ROW = ["vr0", "active", True, 1000.0, 900.0, 1200.0, 1.5, None, None, None]
 

@@ -19,6 +19,8 @@ from xtc.policer.link import LinkPool
 from xtc.policer.policy import ActivationState
 from xtc.policer.store import NotLeader, Store
 
+pytestmark = pytest.mark.exclusive  # times and rates: run alone
+
 TCP = {"traffic": "tcp", "offered_pps": 60000.0}
 
 

@@ -20,6 +20,8 @@ from xtc.xco.agent_config import loads_agent_config
 from xtc.xco.agent_service import AgentService
 from xtc.xco.gate import CLOSED, OPEN
 
+pytestmark = pytest.mark.exclusive  # times and rates: run alone
+
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[2]
 # 50 ms slices and a 5 ms poll: with 20 ms slices and six agents polling every 1 ms in one process
