@@ -68,3 +68,13 @@ def test_bench_daemon_without_subscribers_builds_no_samples() -> None:
     assert "sample rows" not in row["breakdown_us_per_period"] and "sample JSON" not in row["breakdown_us_per_period"]
     row = bench_daemon(20, seconds=2.0, period_s=1.0, kernel=False, breakdown=True, subscribers=2)
     assert row["sample_subscribers"] == 2 and row["breakdown_us_per_period"]["sample JSON"] > 0
+
+
+def test_bench_daemon_xtc_probe_runs_the_daemon_with_the_lag_probe(tmp_path) -> None:
+    from xtc_lab.bench.daemon_bench import _config
+
+    assert _config(str(tmp_path), 1.0, "xtc+probe").controller.lag_probe is True
+    assert _config(str(tmp_path), 1.0, "xtc").controller.lag_probe is False
+    row = bench_daemon(20, seconds=3.0, period_s=1.0, kernel=False, kind="xtc+probe")
+    assert row["controller"] == "xtc+probe" and 0.0 < row["core_percent"] < 100.0
+    assert 0 < row["cap_writes_per_s"] <= 20

@@ -243,9 +243,13 @@ class _Frames:
 
 
 def _config(tmp: str, period_s: float, kind: str) -> Any:
+    # "xtc+probe": the xtc law with the lag probe (``[controller] lag_probe = true``), which the daemon
+    # steps one VR at a time with the scalar law (the bank does not step the lag estimate).
+    probe = kind == "xtc+probe"
+    ctl = f'kind = "xtc"\nlag_probe = true\n' if probe else f'kind = "{kind}"\n'
     return loads_config(
         f'[daemon]\nbackend = "libvirt"\ncontrol_period_s = {period_s}\nstate_dir = "{tmp}/state"\n'
-        f'[controller]\nkind = "{kind}"\n[metrics]\nenabled = false\n'
+        f'[controller]\n{ctl}[metrics]\nenabled = false\n'
         f'[manager]\nendpoint = "ipc://{tmp}/m.sock"\npub_endpoint = "ipc://{tmp}/p.sock"\n'
     )
 
@@ -346,7 +350,7 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     period_s : float
         Control period, seconds.
     kind : str
-        Controller kind.
+        Controller kind, or "xtc+probe" (the xtc law with the lag probe).
     seed : int
         Seed of the traffic.
     kernel : bool, optional
@@ -499,7 +503,8 @@ def add_daemon(sub: Any) -> None:
     p.add_argument("--vrs", type=int, nargs="+", default=[10, 100, 1000], help="VR counts to measure")
     p.add_argument("--period-s", type=float, default=1.0, help="control period, seconds")
     p.add_argument("--seconds", type=float, default=5.0, help="daemon seconds per measurement")
-    p.add_argument("--controller", default="xtc", choices=["xtc", "pi", "deadbeat", "fixed"])
+    p.add_argument("--controller", default="xtc", choices=["xtc", "xtc+probe", "pi", "deadbeat", "fixed"],
+                   help="controller kind (xtc+probe: xtc with [controller] lag_probe = true)")
     p.add_argument("--workload", choices=WORKLOADS, action="append",
                    help="steady: every VR at its setpoint, inside the dead zone (no cap writes); moving: rates "
                         "+-30%% around the setpoints, caps moving every period (default: both, one row each)")
