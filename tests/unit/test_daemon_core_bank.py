@@ -332,3 +332,28 @@ def test_set_present_unchanged_is_a_no_op(seed):
         assert json.dumps(a.to_state(), sort_keys=True) == json.dumps(b.to_state(), sort_keys=True)
         assert {n: i.applied_cap_percent for n, i in a.instances.items()} == \
             {n: i.applied_cap_percent for n, i in b.instances.items()}
+
+
+@pytest.mark.parametrize("arrays", [False, True])
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15, deadline=None)
+def test_core_with_the_lag_probe_banked_equals_core_without(arrays, seed):
+    """With ``lag_probe`` the bank steps the quiet controllers and leaves the rest to the core's
+    scalar step: the same decisions as the core without a bank."""
+    def factory():
+        return make_controller(PAPER_MODEL, "xtc", lag_probe=True)
+
+    banked = DaemonCore(factory)
+    got = _drive(banked, seed, "xtc", arrays=arrays)
+    assert banked._bank is not None  # the bank did (some of) the stepping
+    ref = DaemonCore(factory)
+    saved = bank_mod.ControllerBank.like
+    try:
+        import xtc.daemon.core as core_mod
+
+        core_mod.ControllerBank.like = _NoBank.like  # type: ignore[method-assign]
+        want = _drive(ref, seed, "xtc", scalar=True, arrays=arrays)
+    finally:
+        core_mod.ControllerBank.like = saved  # type: ignore[method-assign]
+    assert ref._bank is None
+    assert got == want

@@ -15,9 +15,12 @@ the scalar controllers' bit for bit (tested on random sequences in tests/unit/te
 
 Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
 saturation included: ``saturation_step_fraction``, ``saturation_repeat_factor``,
-``descent_fraction``) but the adaptive estimator and the lag estimate (``XtcTuning.adaptive``,
-``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the daemon steps those one by
-one with the scalar law), and :class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).
+``descent_fraction``) but the adaptive estimator and the lag estimate without the probe
+(``XtcTuning.adaptive``, ``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the
+daemon steps those one by one with the scalar law), and :class:`~xtc.control.laws.PaperPI` (kinds
+``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank steps the
+controllers whose probe is over and that are in no transient (:meth:`ControllerBank._lag_probe_quiet`:
+the steady state); it leaves the others unstepped (``stepped`` False) for the scalar law.
 Other controllers (Fixed Cap) have no bank: :meth:`ControllerBank.like` returns None and the
 caller steps them one by one.
 """
@@ -314,7 +317,7 @@ class ControllerBank:
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
         t = _plain_type(proto)
-        if t is XtcController and not proto.tuning.adaptive and not proto.tuning.lag_estimate:
+        if t is XtcController and not proto.tuning.adaptive and proto.tuning.lag_estimate == proto.tuning.lag_probe:
             return cls(proto)
         if t is PaperPI:
             return cls(proto)
@@ -392,7 +395,8 @@ class ControllerBank:
         caps, stepped : array of float, array of bool
             The commanded caps (percent of one CPU) and where the step was taken.  Where a rate is
             not what the scalar step accepts (NaN, infinite, negative), nothing is changed and
-            ``stepped`` is False: step that controller alone to get its error.
+            ``stepped`` is False: step that controller alone to get its error.  The same where the
+            lag probe is not quiet (:meth:`_lag_probe_quiet`): step it alone, with the scalar law.
         """
         n = len(ctls)
         if rows is None:
@@ -405,17 +409,68 @@ class ControllerBank:
         if not ok.all():
             idx = np.flatnonzero(ok)
             caps = np.full(n, np.nan)
+            stepped = np.zeros(n, dtype=bool)
             if len(idx):
                 sub = [ctls[i] for i in idx.tolist()]
-                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
-                                      None if rows is None else _subset(at, idx),
-                                      None if cpu is None else cpu[idx])[0]
-            return caps, ok
+                caps[idx], stepped[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
+                                                    None if rows is None else _subset(at, idx),
+                                                    None if cpu is None else cpu[idx])
+            return caps, stepped
         if n == 0:
             return np.empty(0), ok
+        if self.cls is XtcController and self.tuning.lag_probe:
+            quiet = self._lag_probe_quiet(ctls, y, r, off, rows, at)
+            if not quiet.all():
+                idx = np.flatnonzero(quiet)
+                caps = np.full(n, np.nan)
+                if len(idx):
+                    caps[idx] = self._step_xtc([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows,
+                                               at if rows is None else _subset(at, idx), None if cpu is None else cpu[idx])
+                return caps, quiet
         if self.cls is XtcController:
             return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
         return self._step_pi(ctls, y, r, rows, at), ok
+
+    def _lag_probe_quiet(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
+                         rows: Rows | None, at: Any) -> np.ndarray:
+        """Where the law with the lag probe (``lag_probe``) is this period the law without it; for those
+        controllers the lag estimator's update and the transient's bookkeeping are done here, as the
+        scalar step does them, and the bank's law takes the rest.
+
+        Quiet: the activation's probe was taken or a lag sampled, or the cap in force is a quantised
+        one (either way no probe candidate can come), no
+        sample is pending or due (nothing to verify, no probe armed: the estimator's update then
+        only moves its history and its observer), the setpoint has not moved beyond the fine band and
+        no transient is under way (none starts, none goes on: the observer judges nothing).  The
+        others (a new activation until its probe, a transient of at most ``transient_periods``) are
+        left unstepped for the scalar law, which the caller runs on them.
+        """
+        t = self.tuning
+        fine, longest = t.fine_band_fraction, t.transient_periods
+        if rows is None:
+            u_force = [c._u_force for c in ctls]
+            noise = [c._noise_log for c in ctls]
+            quant = [c._quant_decades for c in ctls]
+        else:
+            u_force = rows.u_force[at].tolist()
+            noise = rows.noise[at].tolist()
+            quant = rows.quant[at].tolist()
+        quiet = np.zeros(len(ctls), dtype=bool)
+        for k, (c, yk, rk, ok, uf, nz, q) in enumerate(zip(ctls, y.tolist(), r.tolist(), off.tolist(), u_force, noise, quant)):
+            le = c.lag_estimator
+            # (a period at a quantised cap, a dither's, is never a probe candidate)
+            if le._check is not None or le._pending is not None or le._probe_armed \
+                    or not (le.samples or le.probed or abs(q) >= _EXACT_DECADES):
+                continue
+            rp = c._r_prev
+            if (rp is not None and abs(rk - rp) > fine * rk) or (c._transient and c._transient_age < longest):
+                continue
+            le.update(yk, uf, None if ok != ok else ok, nz * _LN10)
+            c._transient = False
+            c._transient_age += 1
+            c._r_prev = rk
+            quiet[k] = True
+        return quiet
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                   rows: Rows | None = None, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:

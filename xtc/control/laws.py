@@ -395,7 +395,8 @@ class XtcTuning:
         and the band are judged on the predicted mean of the next period at the cap in force, and the
         step aims the next period's *mean* at the setpoint (``(r - g x) / (1 - g)``, ``x`` the
         observer's state, bounded to ``observer_target_bounds`` times the setpoint); outside it the
-        law is the one without the lag.  The daemon steps these controllers with the scalar law.
+        law is the one without the lag.  The daemon's bank steps these controllers outside their
+        probe and their transients (bit-equal to the scalar law), the scalar law in them.
     probe_lag_max : float
         The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
         half a period).
