@@ -338,8 +338,9 @@ def test_set_present_unchanged_is_a_no_op(seed):
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=15, deadline=None)
 def test_core_with_the_lag_probe_banked_equals_core_without(arrays, seed):
-    """With ``lag_probe`` the bank steps the quiet controllers and leaves the rest to the core's
-    scalar step: the same decisions as the core without a bank."""
+    """With ``lag_probe`` the bank steps the controllers (the law on arrays where the lag asks for
+    nothing, the scalar law where it asks for the probe or the observer): the same decisions as the
+    core without a bank."""
     def factory():
         return make_controller(PAPER_MODEL, "xtc", lag_probe=True)
 

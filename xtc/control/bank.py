@@ -18,9 +18,10 @@ saturation included: ``saturation_step_fraction``, ``saturation_repeat_factor``,
 ``descent_fraction``) but the adaptive estimator and the lag estimate without the probe
 (``XtcTuning.adaptive``, ``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the
 daemon steps those one by one with the scalar law), and :class:`~xtc.control.laws.PaperPI` (kinds
-``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank steps the
-controllers whose probe is over and that are in no transient (:meth:`ControllerBank._lag_probe_quiet`:
-the steady state); it leaves the others unstepped (``stepped`` False) for the scalar law.
+``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
+estimate's part of each step one controller at a time, as the scalar step does; where that part asks
+for the probe's move or the observer (a probe, a transient) the scalar law finishes the step, and
+the others (the steady state) take the law on arrays (:meth:`ControllerBank._lag_probe_in`).
 Other controllers (Fixed Cap) have no bank: :meth:`ControllerBank.like` returns None and the
 caller steps them one by one.
 """
@@ -395,8 +396,7 @@ class ControllerBank:
         caps, stepped : array of float, array of bool
             The commanded caps (percent of one CPU) and where the step was taken.  Where a rate is
             not what the scalar step accepts (NaN, infinite, negative), nothing is changed and
-            ``stepped`` is False: step that controller alone to get its error.  The same where the
-            lag probe is not quiet (:meth:`_lag_probe_quiet`): step it alone, with the scalar law.
+            ``stepped`` is False: step that controller alone to get its error.
         """
         n = len(ctls)
         if rows is None:
@@ -419,58 +419,71 @@ class ControllerBank:
         if n == 0:
             return np.empty(0), ok
         if self.cls is XtcController and self.tuning.lag_probe:
-            quiet = self._lag_probe_quiet(ctls, y, r, off, rows, at)
+            caps, quiet = self._lag_probe_in(ctls, y, r, off, cpu, rows, at)
             if not quiet.all():
                 idx = np.flatnonzero(quiet)
-                caps = np.full(n, np.nan)
                 if len(idx):
-                    caps[idx] = self._step_xtc([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows,
+                    sub = [ctls[i] for i in idx.tolist()]
+                    caps[idx] = self._step_xtc(sub, y[idx], r[idx], off[idx], rows,
                                                at if rows is None else _subset(at, idx), None if cpu is None else cpu[idx])
-                return caps, quiet
+                    for c, rk in zip(sub, r[idx].tolist()):
+                        c._r_prev = rk
+                return caps, ok
+            caps = self._step_xtc(ctls, y, r, off, rows, at, cpu)
+            for c, rk in zip(ctls, r.tolist()):
+                c._r_prev = rk
+            return caps, ok
         if self.cls is XtcController:
             return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
-    def _lag_probe_quiet(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                         rows: Rows | None, at: Any) -> np.ndarray:
-        """Where the law with the lag probe (``lag_probe``) is this period the law without it; for those
-        controllers the lag estimator's update and the transient's bookkeeping are done here, as the
-        scalar step does them, and the bank's law takes the rest.
+    def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
+                      cpu: np.ndarray | None, rows: Rows | None = None, at: Any = _EVERYTHING
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The lag probe's part of the step (``lag_probe``), controller by controller, as the scalar step
+        does it (:meth:`~xtc.control.laws.XtcController._lag_in`: the estimator's update, the probe
+        candidate, the transient).  Where it asks for the observer or a probe's move, the scalar law
+        finishes that controller's step here (:meth:`~xtc.control.laws.XtcController._law`); the others
+        are *quiet*: their law is this period the one without the lag, which the caller runs on arrays.
 
-        Quiet: the activation's probe was taken or a lag sampled, or the cap in force is a quantised
-        one (either way no probe candidate can come), no
-        sample is pending or due (nothing to verify, no probe armed: the estimator's update then
-        only moves its history and its observer), the setpoint has not moved beyond the fine band and
-        no transient is under way (none starts, none goes on: the observer judges nothing).  The
-        others (a new activation until its probe, a transient of at most ``transient_periods``) are
-        left unstepped for the scalar law, which the caller runs on them.
+        The steady state's shortcut: where nothing can happen (no sample due or to verify, no probe
+        candidate, no setpoint move beyond the fine band, no transient under way:
+        :meth:`~xtc.control.estimate.LagEstimator.quiet`), the estimator's update is
+        :meth:`~xtc.control.estimate.LagEstimator.update_quiet` and the transient's bookkeeping is done
+        here, without the rest of ``_lag_in``; the same numbers (tests/unit/test_control_bank.py).
+
+        Returns the caps of the controllers finished here (NaN elsewhere) and where they are quiet.
         """
+        n = len(ctls)
         t = self.tuning
         fine, longest = t.fine_band_fraction, t.transient_periods
+        caps = np.full(n, np.nan)
+        quiet = np.ones(n, dtype=bool)
+        offs = off.tolist()
+        cpus = [None] * n if cpu is None else cpu.tolist()
         if rows is None:
             u_force = [c._u_force for c in ctls]
-            noise = [c._noise_log for c in ctls]
             quant = [c._quant_decades for c in ctls]
         else:
             u_force = rows.u_force[at].tolist()
-            noise = rows.noise[at].tolist()
             quant = rows.quant[at].tolist()
-        quiet = np.zeros(len(ctls), dtype=bool)
-        for k, (c, yk, rk, ok, uf, nz, q) in enumerate(zip(ctls, y.tolist(), r.tolist(), off.tolist(), u_force, noise, quant)):
+        for k, (c, yk, rk) in enumerate(zip(ctls, y.tolist(), r.tolist())):
+            o = offs[k]
+            o = None if o != o else o
             le = c.lag_estimator
-            # (a period at a quantised cap, a dither's, is never a probe candidate)
-            if le._check is not None or le._pending is not None or le._probe_armed \
-                    or not (le.samples or le.probed or abs(q) >= _EXACT_DECADES):
-                continue
+            uf = u_force[k]
             rp = c._r_prev
-            if (rp is not None and abs(rk - rp) > fine * rk) or (c._transient and c._transient_age < longest):
+            if le.quiet(uf, abs(quant[k]) < _EXACT_DECADES) and (rp is None or abs(rk - rp) <= fine * rk) \
+                    and (not c._transient or c._transient_age >= longest):
+                le.update_quiet(yk, uf, o)
+                c._transient = False
+                c._transient_age += 1
                 continue
-            le.update(yk, uf, None if ok != ok else ok, nz * _LN10)
-            c._transient = False
-            c._transient_age += 1
-            c._r_prev = rk
-            quiet[k] = True
-        return quiet
+            lag = c._lag_in(yk, rk, o)
+            if lag[0] or lag[1]:
+                caps[k] = c._law(yk, rk, o, cpus[k], lag)
+                quiet[k] = False
+        return caps, quiet
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                   rows: Rows | None = None, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:

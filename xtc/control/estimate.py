@@ -421,6 +421,26 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
         self._x_next = p * x + (1.0 - p) * self.settled_pps
         return sample is not None
 
+    def quiet(self, log_cap: float, exact: bool) -> bool:
+        """Whether a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
+        nor verify a sample and leaves :meth:`probe_candidate` at 0.0 (``exact``: the cap in force was the
+        one wanted; only then is a probe candidate asked for).  Needs ``probe_only``.  Where it holds,
+        :meth:`update_quiet` does what :meth:`update` does (the controller's bank relies on it)."""
+        if self._check is not None or self._pending is not None or self._probe_armed or not self.tuning.probe_only:
+            return False
+        if self.samples or self.probed or not exact or not self._hist:
+            return True
+        return abs(log_cap - self._hist[-1][1]) < self.tuning.min_move_decades
+
+    def update_quiet(self, rate_pps: float, log_cap: float, offered_pps: float | None = None) -> None:
+        """:meth:`update` for a period where :meth:`quiet` holds: the history and the observer move."""
+        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
+        self._hist = self._hist[-3:] + ((rate_pps, log_cap, frac),)
+        x = rate_pps if self._x_next is None else self._x_next
+        g, p = self._lag, self._pole
+        self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * self.tuning.floor, (rate_pps - g * x) / (1.0 - g)))
+        self._x_next = p * x + (1.0 - p) * self.settled_pps
+
     @property
     def next_state_pps(self) -> float | None:
         """The observer's forwarding rate at the next period's start, packets/s (None before the first period)."""

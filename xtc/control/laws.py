@@ -49,6 +49,8 @@ _SQRT_PI = math.sqrt(math.pi)
 _LN10 = math.log(10.0)
 #: A cap in force within 0.1% of the wanted one counts as exact (decades).
 _EXACT_DECADES = math.log10(1.001)
+#: :meth:`XtcController._lag_in`'s answer without the lag estimate: no observer, no probe.
+_NO_LAG = (False, 0.0, 0.0)
 
 
 def check_cap(name: str, value: Any) -> float:
@@ -616,6 +618,36 @@ class XtcController(_Bounded):
             else check_rate("setpoint_pps", setpoint_pps)
         offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
             else check_rate("offered_pps", offered_pps)
+        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_estimate else _NO_LAG)
+
+    def _lag_in(self, y: float, r: float, offered: float | None) -> tuple[bool, float, float]:
+        """The lag estimate's part of :meth:`step` (``lag_estimate``), before the law, on checked rates:
+        the estimator's update, the probe candidate and the transient (``lag_probe``).  Returns
+        (observed: the observer's step this period, the probe candidate's move in decades or 0.0, the
+        settled rate in pps).  The law (:meth:`_law`) is the one without the lag where the first two
+        are False and 0.0."""
+        t = self.tuning
+        le = self.lag_estimator
+        observed = False
+        probe_move = 0.0
+        exact = abs(self._quant_decades) < _EXACT_DECADES
+        sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
+        y_settled = le.settled_pps
+        if t.lag_probe:
+            probe_move = le.probe_candidate(self._noise_log * _LN10) if exact else 0.0
+            if sampled or (self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r):
+                self._transient, self._transient_age = True, 0
+            elif self._transient and self._transient_age >= t.transient_periods:
+                self._transient = False
+            self._transient_age += 1
+            observed = self._transient and le.confident and exact
+        elif le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
+            observed = True
+        return observed, probe_move, y_settled
+
+    def _law(self, y: float, r: float, offered: float | None, cpu_percent: float | None,
+             lag: tuple[bool, float, float]) -> float:
+        """The rest of :meth:`step` on checked rates, given :meth:`_lag_in`'s answer; the next cap."""
         t = self.tuning
         not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
         log_y = math.log10(max(y, 1.0))
@@ -623,25 +655,9 @@ class XtcController(_Bounded):
             self.estimator.update(log_y, self._u_force, self._noise_log)
         eps = self.estimator.elasticity if t.adaptive else 1.0
         a = self.estimator.lag if t.adaptive else t.design_lag
-        observed = False
+        observed, probe_move, y_settled = lag
         descent = False
-        probe_move = 0.0
         u_before = self._u
-        if t.lag_estimate:
-            le = self.lag_estimator
-            exact = abs(self._quant_decades) < _EXACT_DECADES
-            sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
-            y_settled = le.settled_pps
-            if t.lag_probe:
-                probe_move = le.probe_candidate(self._noise_log * _LN10) if exact else 0.0
-                if sampled or (self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r):
-                    self._transient, self._transient_age = True, 0
-                elif self._transient and self._transient_age >= t.transient_periods:
-                    self._transient = False
-                self._transient_age += 1
-                observed = self._transient and le.confident and exact
-            elif le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
-                observed = True
         kp = a / (1.0 - a)
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
         # on a whole-percent actuator the dithered periods then all say the same, and the integrator
