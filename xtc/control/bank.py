@@ -409,29 +409,22 @@ class ControllerBank:
         if not ok.all():
             idx = np.flatnonzero(ok)
             caps = np.full(n, np.nan)
-            stepped = np.zeros(n, dtype=bool)
             if len(idx):
                 sub = [ctls[i] for i in idx.tolist()]
-                caps[idx], stepped[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
-                                                    None if rows is None else _subset(at, idx),
-                                                    None if cpu is None else cpu[idx])
-            return caps, stepped
+                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
+                                      None if rows is None else _subset(at, idx),
+                                      None if cpu is None else cpu[idx])[0]
+            return caps, ok
         if n == 0:
             return np.empty(0), ok
         if self.cls is XtcController and self.tuning.lag_probe:
             caps, quiet = self._lag_probe_in(ctls, y, r, off, cpu, rows, at)
-            if not quiet.all():
-                idx = np.flatnonzero(quiet)
-                if len(idx):
-                    sub = [ctls[i] for i in idx.tolist()]
-                    caps[idx] = self._step_xtc(sub, y[idx], r[idx], off[idx], rows,
-                                               at if rows is None else _subset(at, idx), None if cpu is None else cpu[idx])
-                    for c, rk in zip(sub, r[idx].tolist()):
-                        c._r_prev = rk
-                return caps, ok
-            caps = self._step_xtc(ctls, y, r, off, rows, at, cpu)
-            for c, rk in zip(ctls, r.tolist()):
-                c._r_prev = rk
+            if quiet.all():  # the steady state: the law on all of them, in order
+                return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
+            idx = np.flatnonzero(quiet)
+            if len(idx):
+                caps[idx] = self._step_xtc([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows,
+                                           at if rows is None else _subset(at, idx), None if cpu is None else cpu[idx])
             return caps, ok
         if self.cls is XtcController:
             return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
@@ -452,7 +445,9 @@ class ControllerBank:
         :meth:`~xtc.control.estimate.LagEstimator.update_quiet` and the transient's bookkeeping is done
         here, without the rest of ``_lag_in``; the same numbers (tests/unit/test_control_bank.py).
 
-        Returns the caps of the controllers finished here (NaN elsewhere) and where they are quiet.
+        The quiet controllers' setpoint is recorded here (``_r_prev``, what the scalar law records at
+        the end of its step; the law on arrays does not read it).  Returns the caps of the controllers
+        finished here (NaN elsewhere) and where they are quiet.
         """
         n = len(ctls)
         t = self.tuning
@@ -478,11 +473,14 @@ class ControllerBank:
                 le.update_quiet(yk, uf, o)
                 c._transient = False
                 c._transient_age += 1
+                c._r_prev = rk
                 continue
             lag = c._lag_in(yk, rk, o)
             if lag[0] or lag[1]:
                 caps[k] = c._law(yk, rk, o, cpus[k], lag)
                 quiet[k] = False
+            else:
+                c._r_prev = rk
         return caps, quiet
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,

@@ -394,9 +394,7 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
             True if this period completed a sample.
         """
         t = self.tuning
-        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
-        h = self._hist[-3:] + ((rate_pps, log_cap, frac),)
-        self._hist = h
+        h = self._push(rate_pps, log_cap, offered_pps)
         lag_before = self._lag
         self._verify(h, noise_fraction)
         sample = self._sample(h, noise_fraction)
@@ -415,11 +413,23 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
                 x = self._x_next if self._x_next is not None else rate_pps
         else:
             x = rate_pps if self._x_next is None else self._x_next
+        self._observe(rate_pps, x)
+        return sample is not None
+
+    def _push(self, rate_pps: float, log_cap: float, offered_pps: float | None) -> tuple[tuple[float, float, float], ...]:
+        """Append a period to the history (the newest four kept); returns the history."""
+        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
+        h = self._hist[-3:] + ((rate_pps, log_cap, frac),)
+        self._hist = h
+        return h
+
+    def _observe(self, rate_pps: float, x: float) -> None:
+        """The observer's step: the settled rate from the period's rate and the state ``x`` at its start
+        (pps), and the state at the next period's start, with the lag now used."""
         g, p = self._lag, self._pole
         # Within a factor 1 - g of the rate measured (what a move from rest can leave still to come).
         self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * self.tuning.floor, (rate_pps - g * x) / (1.0 - g)))
         self._x_next = p * x + (1.0 - p) * self.settled_pps
-        return sample is not None
 
     def quiet(self, log_cap: float, exact: bool) -> bool:
         """Whether a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
@@ -434,12 +444,8 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
 
     def update_quiet(self, rate_pps: float, log_cap: float, offered_pps: float | None = None) -> None:
         """:meth:`update` for a period where :meth:`quiet` holds: the history and the observer move."""
-        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
-        self._hist = self._hist[-3:] + ((rate_pps, log_cap, frac),)
-        x = rate_pps if self._x_next is None else self._x_next
-        g, p = self._lag, self._pole
-        self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * self.tuning.floor, (rate_pps - g * x) / (1.0 - g)))
-        self._x_next = p * x + (1.0 - p) * self.settled_pps
+        self._push(rate_pps, log_cap, offered_pps)
+        self._observe(rate_pps, rate_pps if self._x_next is None else self._x_next)
 
     @property
     def next_state_pps(self) -> float | None:

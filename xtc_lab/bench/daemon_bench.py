@@ -243,8 +243,7 @@ class _Frames:
 
 
 def _config(tmp: str, period_s: float, kind: str) -> Any:
-    # "xtc+probe": the xtc law with the lag probe (``[controller] lag_probe = true``), which the daemon
-    # steps one VR at a time with the scalar law (the bank does not step the lag estimate).
+    # "xtc+probe": the xtc law with the lag probe (``[controller] lag_probe = true``).
     probe = kind == "xtc+probe"
     ctl = f'kind = "xtc"\nlag_probe = true\n' if probe else f'kind = "{kind}"\n'
     return loads_config(
