@@ -31,6 +31,7 @@ cap beyond the model's step (see :class:`xtc.control.laws.XtcController`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, TypeVar
@@ -204,11 +205,13 @@ class GainEstimator(_FromFallbackLag[EstimatorTuning]):
             self.reset()
 
 
+@functools.lru_cache(maxsize=4096)
 def pole_of_lag(lag: float) -> float:
     """The pole ``p = exp(-T / tau)`` of the lag whose first period misses the fraction ``lag``.
 
     ``lag = (tau / T)(1 - exp(-T / tau))`` (a period's mean of a first-order response); solved for
-    ``tau`` by bisection.  Dimensionless, 0 <= lag < 1.
+    ``tau`` by bisection.  Dimensionless, 0 <= lag < 1.  Remembered (80 bisection steps take about
+    80 us; every estimator's reset and every sample asks for the model's lag or a grid lag again).
     """
     if not (0.0 <= lag < 1.0):
         raise ValueError(f"lag must be within 0..1, got {lag}")
