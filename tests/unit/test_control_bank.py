@@ -18,6 +18,8 @@ PAPER = xtc.models.PAPER_MODEL
 
 
 def _twins(kind, n, rng, **kw):
+    if kind == "xtc-noprobe":  # the law without the lag probe (the default before 2026-11-25)
+        kind, kw = "xtc", {**kw, "lag_probe": False}
     ref = []
     for _ in range(n):
         c = make_controller(PAPER, kind, **kw)
@@ -129,7 +131,7 @@ def _run(kind, seed, n=40, periods=60, every=False, on_rows=False, cpu=False, **
                 assert _same(ref[i], banked[i])
 
 
-@pytest.mark.parametrize("kind", ["xtc", "pi", "deadbeat"])
+@pytest.mark.parametrize("kind", ["xtc", "xtc-noprobe", "pi", "deadbeat"])
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=25, deadline=None)
 def test_bank_equals_scalar_controllers(kind, seed):
@@ -149,7 +151,7 @@ def test_bank_equals_scalar_with_the_persistence_rule(seed):
     _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, persist_band_fraction=0.05))
 
 
-@pytest.mark.parametrize("kind", ["xtc", "pi"])
+@pytest.mark.parametrize("kind", ["xtc", "xtc-noprobe", "pi"])
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=15, deadline=None)
 def test_bank_equals_scalar_when_every_controller_steps_every_period(kind, seed):
@@ -158,7 +160,7 @@ def test_bank_equals_scalar_when_every_controller_steps_every_period(kind, seed)
     _run(kind, seed, every=True)
 
 
-@pytest.mark.parametrize("kind", ["xtc", "pi", "deadbeat"])
+@pytest.mark.parametrize("kind", ["xtc", "xtc-noprobe", "pi", "deadbeat"])
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=15, deadline=None)
 def test_bank_on_its_rows_equals_scalar_controllers(kind, seed):
@@ -264,9 +266,10 @@ def test_no_bank_for_fixed_cap_or_adaptive_controller():
     assert ControllerBank.like(make_controller(PAPER, "fixed")) is None
     assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(adaptive=True))) is None
     # the lag estimate without the probe is stepped by the scalar law (the daemon core falls back to it)
-    assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(lag_estimate=True))) is None
-    assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(lag_probe=True))) is None
+    assert ControllerBank.like(make_controller(PAPER, "xtc", tuning=XtcTuning(lag_estimate=True, lag_probe=False))) is None
     assert ControllerBank.like(make_controller(PAPER, "xtc", lag_probe=True)) is not None
+    assert ControllerBank.like(make_controller(PAPER, "xtc")) is not None  # the default: the probe
+    assert ControllerBank.like(make_controller(PAPER, "xtc", lag_probe=False)) is not None
 
 
 @given(seed=st.integers(0, 2**32 - 1))

@@ -127,10 +127,18 @@ def test_probe_only_estimator_takes_no_sample_from_ordinary_moves():
 def test_lag_probe_is_for_the_xtc_controller_only():
     with pytest.raises(ControllerError, match="lag_probe"):
         make_controller(PAPER, "pi", lag_probe=True)
+    make_controller(PAPER, "pi", lag_probe=False)  # nothing to switch off
     c = make_controller(PAPER, lag_probe=True)
     assert c.tuning.lag_estimate and c.tuning.lag_probe
-    assert not make_controller(PAPER).tuning.lag_probe
-    assert XtcTuning().lag_probe is False
+    d = make_controller(PAPER)  # on by default since 2026-11-25
+    assert d.tuning.lag_estimate and d.tuning.lag_probe
+    assert XtcTuning().lag_probe is True and XtcTuning().lag_estimate is True
+    off = make_controller(PAPER, lag_probe=False)
+    assert not off.tuning.lag_estimate and not off.tuning.lag_probe
+    # An explicit tuning is kept as given unless lag_probe says otherwise.
+    assert not make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_estimate=False, lag_probe=False)).tuning.lag_probe
+    with pytest.raises(ControllerError, match="lag_probe needs lag_estimate"):
+        make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_estimate=False))
 
 
 @pytest.mark.parametrize("field, value", [("probe_lag_max", 1.0), ("probe_lag_max", 0.0), ("probe_disagreement_decades", -0.1),

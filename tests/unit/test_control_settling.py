@@ -130,14 +130,17 @@ def test_descent_rule_steps_from_the_top_cap_and_goes_on_only_after_such_a_step(
     assert c.step(95_600.0, 70_000.0, 100_000.0) == pytest.approx(40.0 * 70 / 95.6, rel=1e-9)
 
 
-@pytest.mark.parametrize("fraction, most", [(0.0, 6), (0.9, 4)])
-def test_gradual_knee_from_uncapped_with_the_descent_rule(fraction, most):
+@pytest.mark.parametrize("fraction, probe, most", [(0.0, False, 6), (0.9, False, 4), (0.0, True, 6), (0.9, True, 5)])
+def test_gradual_knee_from_uncapped_with_the_descent_rule(fraction, probe, most):
+    # With the lag probe (the default) the descent's first move is followed by the probe's hedge (a
+    # gradual knee's flat curve looks like a lag for one period): one period more at 70 kp/s.
     from xtc_lab.bench import control_bench as cb
     from xtc_lab.sim.metrics import settling_periods
 
     class Spec:
         def make(self, model):
-            return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, descent_fraction=fraction))
+            return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, descent_fraction=fraction,
+                                                                  lag_estimate=probe, lag_probe=probe))
 
     sps = np.array([65.0, 70.0, 75.0]) * 1000.0
     tr = cb._hog(Spec(), cb.BENCH_PLANTS["gradual"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)

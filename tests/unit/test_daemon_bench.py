@@ -70,11 +70,11 @@ def test_bench_daemon_without_subscribers_builds_no_samples() -> None:
     assert row["sample_subscribers"] == 2 and row["breakdown_us_per_period"]["sample JSON"] > 0
 
 
-def test_bench_daemon_xtc_probe_runs_the_daemon_with_the_lag_probe(tmp_path) -> None:
+def test_bench_daemon_xtc_noprobe_runs_the_daemon_without_the_lag_probe(tmp_path) -> None:
     from xtc_lab.bench.daemon_bench import _config
 
-    assert _config(str(tmp_path), 1.0, "xtc+probe").controller.lag_probe is True
-    assert _config(str(tmp_path), 1.0, "xtc").controller.lag_probe is False
-    row = bench_daemon(20, seconds=3.0, period_s=1.0, kernel=False, kind="xtc+probe")
-    assert row["controller"] == "xtc+probe" and 0.0 < row["core_percent"] < 100.0
+    assert _config(str(tmp_path), 1.0, "xtc-noprobe").controller.lag_probe is False
+    assert _config(str(tmp_path), 1.0, "xtc").controller.lag_probe is None  # the default: the probe on
+    row = bench_daemon(20, seconds=3.0, period_s=1.0, kernel=False, kind="xtc-noprobe")
+    assert row["controller"] == "xtc-noprobe" and 0.0 < row["core_percent"] < 100.0
     assert 0 < row["cap_writes_per_s"] <= 20

@@ -90,7 +90,7 @@ def make_controller(
     dead_zone_fraction: float | None = None,
     tuning: XtcTuning | None = None,
     period_s: float | None = None,
-    lag_probe: bool = False,
+    lag_probe: bool | None = None,
 ) -> Controller:
     """Build a controller for a VR from a model file.
 
@@ -112,10 +112,11 @@ def make_controller(
         Gains identified at the model's period are resampled to it (:mod:`xtc.control.period`:
         the same closed-loop poles in continuous time); a period the model cannot be resampled
         to raises :class:`PeriodError`.
-    lag_probe : bool
-        "xtc" only: measure the VR's lag with a probe and use it in transients
+    lag_probe : bool or None
+        "xtc" only: True measures the VR's lag with a probe and uses it in transients
         (``XtcTuning.lag_estimate`` and ``XtcTuning.lag_probe``; docs/control-settling.md, "The lag
-        probe").  Off by default; the daemon's ``[controller] lag_probe``.
+        probe"), False steps the law without a lag estimate, None (the default) keeps the
+        tuning's (``XtcTuning``'s default: the probe on).  The daemon's ``[controller] lag_probe``.
     """
     k = DEFAULT_KIND if kind is None else kind
     if k not in KINDS:
@@ -145,6 +146,6 @@ def make_controller(
     t = tuning or XtcTuning(design_lag=max(0.0, plant.a))
     if dead_zone_fraction is not None:
         t = replace(t, dead_zone_fraction=dead_zone_fraction)
-    if lag_probe:
-        t = replace(t, lag_estimate=True, lag_probe=True)
+    if lag_probe is not None:
+        t = replace(t, lag_estimate=lag_probe, lag_probe=lag_probe)
     return XtcController(plant, caps, t)

@@ -200,6 +200,10 @@ def _steps_col() -> property:
     return property(get, put)
 
 
+#: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
+_OWNED = ("estimator", "lag_estimator")
+
+
 class _Attached:
     """What :class:`_XtcRow` and :class:`_PIRow` add to their controller class: the copies."""
 
@@ -212,6 +216,8 @@ class _Attached:
         if memo is not None:
             memo[id(self)] = new
         d = {k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")}
+        if memo is None:  # a plain copy still owns its estimators (``start`` resets them in place)
+            d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
         new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
         for name in self._state:
             setattr(new, name, getattr(self, name))  # floats, bools and ints: immutable

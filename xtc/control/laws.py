@@ -340,9 +340,11 @@ class XtcTuning:
         Measure the lag from the rate's response to large cap moves
         (:class:`xtc.control.estimate.LagEstimator`); once it is measured at least ``lag_margin``
         above ``design_lag``, on an exact actuator, the dead-beat step starts from the rate the
-        cap in force settles to (its observer) instead of the measured rate.  Otherwise (and
-        with False, the default) the law is unchanged.  The daemon steps these controllers with
-        the scalar law (no bank).
+        cap in force settles to (its observer) instead of the measured rate.  Otherwise the law
+        is unchanged.  True by default since 2026-11-25, together with ``lag_probe`` (the measured
+        lag of ``lag_probe=False`` is the variant of docs/control-settling.md, "The lag measured";
+        the daemon steps that variant with the scalar law, no bank).  Both False: the law without
+        a lag estimate (``make_controller(..., lag_probe=False)``, ``[controller] lag_probe = false``).
     lag_margin : float
         How far above ``design_lag`` a measured lag must be to be used (dimensionless).
     lag_estimator : LagTuning
@@ -382,8 +384,9 @@ class XtcTuning:
         still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/control-settling.md,
         "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
     lag_probe : bool
-        With ``lag_estimate``: the lag is measured by a *probe* and used only in transients
-        (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
+        True by default since 2026-11-25 (docs/control-settling.md, "The lag probe as the
+        default").  With ``lag_estimate``: the lag is measured by a *probe* and used only in
+        transients (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
         first period shows the rate moving the right way but not all the way (the sign of a lag, or
         of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
         move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
@@ -427,14 +430,14 @@ class XtcTuning:
     saturation_model_step: bool = True
     adaptive: bool = False
     estimator: EstimatorTuning = EstimatorTuning()
-    lag_estimate: bool = False
+    lag_estimate: bool = True
     lag_margin: float = 0.1
     lag_estimator: LagTuning = LagTuning()
     saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
     fine_band_descent: bool = True
-    lag_probe: bool = False
+    lag_probe: bool = True
     probe_lag_max: float = 0.45
     probe_disagreement_decades: float = 0.15
     transient_periods: int = 5
@@ -525,7 +528,7 @@ class XtcController(_Bounded):
     cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
     it back.  No such step if ``e0 >= 1``.
 
-    Measured lag (``lag_estimate``, off by default).  The dead-beat gains assume the model's lag;
+    Measured lag (``lag_estimate``; by default measured by the probe, ``lag_probe``).  The dead-beat gains assume the model's lag;
     on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
     dead-beat step is taken for too small and the next one overshoots (9-10 periods to settle).
     :class:`~xtc.control.estimate.LagEstimator` measures the lag from the rate's response to a
@@ -548,6 +551,9 @@ class XtcController(_Bounded):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
+        if t.lag_probe and not t.lag_estimate:
+            raise ControllerError("lag_probe needs lag_estimate (the probe measures the lag the transients use); "
+                                  "both False steps the law without a lag estimate")
         if t.lag_probe:
             lo, hi = t.observer_target_bounds
             for ok, what, v in ((0.0 < t.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe_lag_max),

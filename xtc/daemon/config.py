@@ -19,8 +19,9 @@ A complete example (every key shown with its default unless marked required)::
     kind = "xtc"                     # "xtc" (XTC's own), "pi", "deadbeat" (the paper's) or "fixed"
     # cap_min_percent = 3.0          # optional, overrides the model file's caps.min_percent
     # cap_max_percent = 100.0        # optional, overrides the model file's caps.max_percent
-    lag_probe = false                # "xtc" only: measure each VR's lag with one probe and step its
-                                     # transients with it (docs/control-settling.md, "The lag probe")
+    # lag_probe = true               # "xtc" only, on by default there: measure each VR's lag with
+                                     # one probe and step its transients with it; false steps the
+                                     # law without it (docs/control-settling.md, "The lag probe")
 
     [manager]
     endpoint = "tcp://127.0.0.1:7700"      # REP socket for requests (ZeroMQ endpoint)
@@ -230,7 +231,7 @@ class ControllerSection:
     kind: ControllerKind = "xtc"
     cap_min_percent: Annotated[Number, within(1.0, 100.0)] | None = None
     cap_max_percent: Annotated[Number, within(1.0, 100.0)] | None = None
-    lag_probe: Bool = False
+    lag_probe: Bool | None = None  # None: the controller's default (the probe on for "xtc")
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ControllerSection:

@@ -243,9 +243,8 @@ class _Frames:
 
 
 def _config(tmp: str, period_s: float, kind: str) -> Any:
-    # "xtc+probe": the xtc law with the lag probe (``[controller] lag_probe = true``).
-    probe = kind == "xtc+probe"
-    ctl = f'kind = "xtc"\nlag_probe = true\n' if probe else f'kind = "{kind}"\n'
+    # "xtc-noprobe": the xtc law without the lag probe (``[controller] lag_probe = false``).
+    ctl = 'kind = "xtc"\nlag_probe = false\n' if kind == "xtc-noprobe" else f'kind = "{kind}"\n'
     return loads_config(
         f'[daemon]\nbackend = "libvirt"\ncontrol_period_s = {period_s}\nstate_dir = "{tmp}/state"\n'
         f'[controller]\n{ctl}[metrics]\nenabled = false\n'
@@ -349,7 +348,7 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     period_s : float
         Control period, seconds.
     kind : str
-        Controller kind, or "xtc+probe" (the xtc law with the lag probe).
+        Controller kind, or "xtc-noprobe" (the xtc law without the lag probe).
     seed : int
         Seed of the traffic.
     kernel : bool, optional
@@ -502,8 +501,8 @@ def add_daemon(sub: Any) -> None:
     p.add_argument("--vrs", type=int, nargs="+", default=[10, 100, 1000], help="VR counts to measure")
     p.add_argument("--period-s", type=float, default=1.0, help="control period, seconds")
     p.add_argument("--seconds", type=float, default=5.0, help="daemon seconds per measurement")
-    p.add_argument("--controller", default="xtc", choices=["xtc", "xtc+probe", "pi", "deadbeat", "fixed"],
-                   help="controller kind (xtc+probe: xtc with [controller] lag_probe = true)")
+    p.add_argument("--controller", default="xtc", choices=["xtc", "xtc-noprobe", "pi", "deadbeat", "fixed"],
+                   help="controller kind (xtc-noprobe: xtc with [controller] lag_probe = false)")
     p.add_argument("--workload", choices=WORKLOADS, action="append",
                    help="steady: every VR at its setpoint, inside the dead zone (no cap writes); moving: rates "
                         "+-30%% around the setpoints, caps moving every period (default: both, one row each)")

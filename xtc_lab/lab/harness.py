@@ -261,21 +261,21 @@ def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100
 # ------------------------------------------------------------------------------ the daemon
 def daemon_config_text(workdir: Path, uri: str, domains: Sequence[str | VR], kind: str = "xtc", model: str | Path = "paper",
                        period_s: float = 1.0, cap_min_percent: float | None = None,
-                       daemon_extra: dict[str, Any] | None = None, lag_probe: bool = False) -> str:
+                       daemon_extra: dict[str, Any] | None = None, lag_probe: bool | None = None) -> str:
     """An ``xtc-daemon/1`` file, its state and ipc:// sockets in ``workdir``: the libvirt backend for
     ``domains`` given by name (LXC VRs), the cgroup backend for netns VRs given as :class:`VR`
     (their cgroups and host-side vifs; one backend per daemon, so not both).
 
     ``daemon_extra`` adds keys to ``[daemon]`` (for instance ``proc_net_dev``); ``lag_probe`` sets
-    ``[controller] lag_probe``.
+    ``[controller] lag_probe`` (None: left out, the daemon's default).
     """
     import tomli_w
 
     controller: dict[str, Any] = {"model": str(model), "kind": kind}
     if cap_min_percent is not None:
         controller["cap_min_percent"] = float(cap_min_percent)
-    if lag_probe:
-        controller["lag_probe"] = True
+    if lag_probe is not None:
+        controller["lag_probe"] = bool(lag_probe)
     netns = [d for d in domains if isinstance(d, VR)]
     if netns and len(netns) != len(domains):
         raise LabError("one daemon controls LXC VRs (by name) or netns VRs, not both")
@@ -314,12 +314,12 @@ class LabDaemon:
     cap_min_percent
         Optional ``[controller] cap_min_percent`` (the paper's cap_min, section 7.2.2).
     lag_probe
-        ``[controller] lag_probe`` (XTC's controller only).
+        ``[controller] lag_probe`` (XTC's controller only; None: the daemon's default, the probe on).
     """
 
     def __init__(self, workdir: Path, uri: str, domains: Sequence[str | VR], kind: str = "xtc",
                  model: str | Path = "paper", period_s: float = 1.0, cap_min_percent: float | None = None,
-                 lag_probe: bool = False):
+                 lag_probe: bool | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.endpoint = f"ipc://{self.dir}/mgr.sock"

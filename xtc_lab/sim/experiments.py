@@ -72,13 +72,14 @@ Progress = Callable[[str, float], None]
 class ControllerSpec:
     """A controller of :func:`xtc.control.make_controller` with a label.
 
-    ``kind`` None is the project's own controller.
+    ``kind`` None is the project's own controller; ``lag_probe`` None its default (the lag probe
+    on), False the law without it (``xtc-noprobe``).
     """
 
     label: str
     kind: str | None
     cap_min_percent: float | None = None
-    lag_probe: bool = False
+    lag_probe: bool | None = None
 
     def make(self, model: ModelFile = xtc.models.PAPER_MODEL) -> Controller:
         from xtc.control import make_controller
@@ -94,7 +95,7 @@ PAPER_CONTROLLERS: dict[str, ControllerSpec] = {
         ControllerSpec("deadbeat+capmin3", "deadbeat", 3.0),
         ControllerSpec("fixed", "fixed"),
         ControllerSpec("xtc", None),
-        ControllerSpec("xtc+probe", None, lag_probe=True),
+        ControllerSpec("xtc-noprobe", None, lag_probe=False),
     )
 }
 

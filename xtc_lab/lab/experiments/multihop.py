@@ -61,9 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CFS period of the routers' domains (libvirt vcpu_period), microseconds, 1000..1000000; "
                         "the daemons keep it and write their caps as a quota per period (default "
                         f"{DEFAULT_PERIOD_US}; a cap needs at least 1000 us of quota per period)")
-    g.add_argument("--hop-lag-probe", action="store_true",
-                   help="XTC's controller with [controller] lag_probe on every router (docs/control-settling.md, "
-                        "'The lag probe')")
+    g.add_argument("--hop-no-lag-probe", action="store_true",
+                   help="XTC's controller with [controller] lag_probe = false on every router (the law without "
+                        "the lag probe, the default before 2026-11-25; docs/control-settling.md, 'The lag probe')")
     g.add_argument("--hop-rcvbuf-first", type=int, default=0,
                    help="receive buffer of the first router's forwarder sockets, bytes; 0: the kernel's default "
                         "(default 0; under XTC this router drops what the cap holds back, and its queue, full, "
@@ -144,7 +144,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": [],
                               "rcvbuf_bytes_asked": rcvbufs, "vcpu_period_us": args.hop_period_us, "sysctl": net_core_sysctls(),
-                              "lag_probe": bool(getattr(args, "hop_lag_probe", False))}
+                              "lag_probe": not getattr(args, "hop_no_lag_probe", False)}
     with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
         chain = lab.add_chain(hops=HOPS, mode="lxc", work_iters=ctx.work_iters, rcvbuf_bytes=rcvbufs,
                               vcpu_period_us=args.hop_period_us)
@@ -268,7 +268,7 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     md = f"""# Three hops: one XTC daemon per router ({PAPER})
 
 A 64-byte UDP flow offered at {result['offered_pps']:.0f} pps crosses three routers in a line
-(TG - {' - '.join(routers)} - TR), one LXC VR each, each controlled by its own `xtc daemon`{' with `[controller] lag_probe = true`' if result.get('lag_probe') else ''}; every VR gets
+(TG - {' - '.join(routers)} - TR), one LXC VR each, each controlled by its own `xtc daemon`{' with `[controller] lag_probe = false`' if result.get('lag_probe') is False else ''}; every VR gets
 the same setpoint (a fraction of what the chain delivers without XTC).  Without XTC the routers forwarded
 {', '.join(f"{r} {v['forwarded_pps']:.0f}" for r, v in result.get('unlimited', {}).items())} pps (forwarded =
 host-side RX of both of a VR's interfaces).  A ping probe (every {1000 * result['ping_interval_s']:.0f} ms to

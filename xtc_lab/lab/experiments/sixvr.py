@@ -100,8 +100,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "about 250 frames; a larger one hides the cap from XTC's meter with TCP, see the module doc)")
     g.add_argument("--sixvr-model", default=None,
                    help="model file for XTC's controller (default xtc/models/lab.toml if present, else the paper's)")
-    g.add_argument("--sixvr-lag-probe", action="store_true",
-                   help="XTC's controller with [controller] lag_probe (docs/control-settling.md, 'The lag probe')")
+    g.add_argument("--sixvr-no-lag-probe", action="store_true",
+                   help="XTC's controller with [controller] lag_probe = false (the law without the lag probe, the "
+                        "default before 2026-11-25; docs/control-settling.md, 'The lag probe')")
 
 
 # ------------------------------------------------------------------------------ pure analysis
@@ -221,7 +222,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "paper_table2_kpps": PAPER_TABLE2,
                               "paper_configs_kpps": CONFIGS, "traffic": traffic,
                               "offered_pps_per_vr": offered if traffic == "udp" else None, "work_iters": work, "model": model,
-                              "lag_probe": bool(getattr(args, "sixvr_lag_probe", False)), "settle_s": settle_s,
+                              "lag_probe": not getattr(args, "sixvr_no_lag_probe", False), "settle_s": settle_s,
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
                               "rcvbuf_bytes_asked": rcvbuf or None, "sysctl": net_core_sysctls(),
                               "load_avg_1m_start": round(os.getloadavg()[0], 2), "phases": {}}

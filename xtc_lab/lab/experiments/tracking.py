@@ -37,16 +37,16 @@ from xtc_lab.sim.metrics import settling_periods
 TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and XTC's controller"
 PAPER = "Figures 5, 9-14"
 
-#: (label, [controller] kind, cap_min_percent)
-CONTROLLERS: dict[str, tuple[str, float | None, bool]] = {
-    "pi": ("pi", None, False),
-    "deadbeat": ("deadbeat", None, False),
-    "deadbeat-capmin3": ("deadbeat", 3.0, False),
-    "xtc": ("xtc", None, False),
-    "xtc+probe": ("xtc", None, True),  # [controller] lag_probe
+#: (label, [controller] kind, cap_min_percent, lag_probe: None for the daemon's default)
+CONTROLLERS: dict[str, tuple[str, float | None, bool | None]] = {
+    "pi": ("pi", None, None),
+    "deadbeat": ("deadbeat", None, None),
+    "deadbeat-capmin3": ("deadbeat", 3.0, None),
+    "xtc": ("xtc", None, None),
+    "xtc-noprobe": ("xtc", None, False),  # [controller] lag_probe = false
 }
 #: Lowest setpoint each controller holds in the paper (100 kp/s UDP; section 7.1), kp/s.
-PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xtc": None, "xtc+probe": None}
+PAPER_LOWEST_KPPS = {"pi": 20.0, "deadbeat": 15.0, "deadbeat-capmin3": 10.0, "xtc": None, "xtc-noprobe": None}
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.5, 0.2)
 TOLERANCE = 0.05
