@@ -221,13 +221,25 @@ class Instance(_VrFields):
         description="the backend's exact record of the setting to restore (e.g. raw vcpu_quota and vcpu_period); "
         "null = none kept",
     )
+    lag: float | None = Field(
+        None,
+        description="the lag the controller uses in its transients: the fraction of a cap move the VR's rate does "
+        "not show in the first period's mean (0..1; the model's pole until the lag probe has measured it); null = "
+        "a controller without a lag estimate, or an inactive VR",
+    )
+    lag_measured: bool | None = Field(
+        None,
+        description="true once the lag probe has measured the VR's lag in this activation (one probe per "
+        "activation), false while the model's is in use; null with lag",
+    )
 
 
 #: The topic of the one message published per control period.
 SAMPLES_TOPIC = b"samples"
 #: Its format (the ``schema`` member of its body).
 SAMPLES_SCHEMA = "xtc-samples/1"
-#: The members of each VR's row in it, in order (an instance object's, less ``original_record``).
+#: The members of each VR's row in it, in order (an instance object's, less ``original_record``, ``lag`` and
+#: ``lag_measured``).
 SAMPLE_FIELDS: tuple[str, ...] = ("vr", "state", "present", "setpoint_pps", "measured_pps", "offered_pps",
                                   "cap_percent", "original_cap_percent", "actuation_error", "saturated")
 

@@ -121,6 +121,16 @@ class Instance:
     slack_periods: int = 0
 
 
+def _lag_of(inst: Instance | None) -> dict[str, Any]:
+    """``lag`` and ``lag_measured`` of an instance object (None for controllers without a lag estimate)."""
+    c = inst.controller if inst is not None else None
+    tuning = getattr(c, "tuning", None)
+    if c is None or not getattr(tuning, "lag_estimate", False):
+        return {"lag": None, "lag_measured": None}
+    le = c.lag_estimator  # type: ignore[attr-defined]
+    return {"lag": le.lag, "lag_measured": le.confident}
+
+
 #: An instance is flagged "saturated" (its setpoint unreachable with caps in range) after its cap
 #: has sat at a bound for this many consecutive periods with the rate more than
 #: :data:`SATURATED_TOLERANCE` short of (cap at its maximum) or above (cap at its minimum) the setpoint.
@@ -939,6 +949,7 @@ class DaemonCore:
             "original_record": inst.original_record if inst else self.pending_records.get(vr),
             "actuation_error": inst.actuation_error if inst else None,
             "saturated": saturation_of(inst),
+            **_lag_of(inst),
         }
 
     def _sample_pairs(self) -> list[tuple[str, _VrView, Instance | None]]:

@@ -210,6 +210,8 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
         elif sat:
             side = "below" if sat == "cap_max" else "above"
             note.append(f"saturated at cap {_fmt(v.get('cap_percent'), 1, 0)}% ({side} setpoint)")
+        if v.get("lag_measured"):
+            note.append(f"lag {v['lag']:.2f} measured")
         if v.get("actuation_error"):
             note.append(f"actuation: {v['actuation_error']}")
         rows.append(
