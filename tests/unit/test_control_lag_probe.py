@@ -143,8 +143,91 @@ def test_lag_probe_is_for_the_xtc_controller_only():
 
 @pytest.mark.parametrize("field, value", [("probe_lag_max", 1.0), ("probe_lag_max", 0.0), ("probe_disagreement_decades", -0.1),
                                           ("transient_periods", 0), ("transient_periods", 2.5), ("transient_end_fraction", 1.0),
-                                          ("observer_target_bounds", (1.5, 2.0)), ("observer_target_bounds", (0.5, 0.9))])
+                                          ("observer_target_bounds", (1.5, 2.0)), ("observer_target_bounds", (0.5, 0.9)),
+                                          ("probe_window_periods", 0), ("probe_window_periods", 2.0)])
 def test_a_bad_probe_tuning_is_refused_naming_the_field(field, value):
     t = XtcTuning(design_lag=A, lag_estimate=True, lag_probe=True, **{field: value})
     with pytest.raises(ControllerError, match=field):
         make_controller(PAPER, tuning=t)
+
+
+def _lag_plant_steps(c, cap0, periods, gain_pps_per_percent=1000.0, g=0.432, stray_at=None, r=10e3):
+    """Steps ``c`` on a first-order lag plant (rate = gain x cap, first period's mean misses the
+    fraction ``g`` of a move); at period ``stray_at`` the measured rate is 20% low (one noisy period)."""
+    from xtc.control.estimate import pole_of_lag
+
+    p = pole_of_lag(g)
+    cap, x = cap0, gain_pps_per_percent * cap0
+    for k in range(periods):
+        f = gain_pps_per_percent * cap
+        m = (1.0 - g) * f + g * x
+        x = p * x + (1.0 - p) * f
+        c.applied(cap)
+        cap = c.step(0.8 * m if k == stray_at else m, r, 100e3)
+    return cap
+
+
+@pytest.mark.parametrize("window, probed", [(None, False), (10**6, True)])
+def test_a_stray_period_at_the_setpoint_is_not_probed(window, probed):
+    # At its setpoint long after the activation, one period 20% low makes the law move the cap up by
+    # more than 0.1 decade from rest, and the lag plant's next period moves the rate part of the way:
+    # the shape of a probe candidate.  Outside the probe's window (the default) it is not probed.
+    t = XtcTuning(design_lag=A) if window is None else XtcTuning(design_lag=A, probe_window_periods=window)
+    c = make_controller(PAPER, tuning=t)
+    c.start(10.0)  # the setpoint's cap from the start: no large move in the window
+    _lag_plant_steps(c, 10.0, 30, stray_at=20)
+    assert c.lag_estimator.probed is probed
+    # A setpoint step opens the window again: the probe is taken there.
+    d = make_controller(PAPER, tuning=t)
+    d.start(10.0)
+    cap = _lag_plant_steps(d, 10.0, 20)
+    assert not d.lag_estimator.probed
+    _lag_plant_steps(d, cap, 6, r=30e3)
+    assert d.lag_estimator.probed
+
+
+def test_the_probes_window_is_kept_in_the_state_and_shut_without_it():
+    c = make_controller(PAPER)
+    c.start(10.0)
+    _lag_plant_steps(c, 10.0, 2)
+    s = json.loads(json.dumps(c.to_state()))
+    assert s["transient"]["setpoint_age"] == 2
+    d = make_controller(PAPER)
+    d.restore_state(s)
+    assert d._setpoint_age == 2
+    old = {**s, "transient": {k: v for k, v in s["transient"].items() if k != "setpoint_age"}}
+    d.restore_state(old)  # state from before the window was kept: no probe until the setpoint moves
+    assert d._setpoint_age == d.tuning.probe_window_periods
+    d.restore_state({**s, "transient": {**s["transient"], "setpoint_age": -1}})
+    assert d._setpoint_age == d.tuning.probe_window_periods
+
+
+@pytest.mark.parametrize("lag_probe", [None, False])
+def test_the_measured_lag_is_in_the_instance_object_and_the_status(lag_probe):
+    from xtc.daemon.api import Instance, Request
+    from xtc.daemon.core import DaemonCore
+    from xtc.daemon.ctl import format_table
+    from xtc.daemon.loop import ControlLoop
+    from xtc_lab.sim.host import SimClock, SimHost
+
+    clock = SimClock()
+    host = SimHost.for_plant(cb._plant(cb.BENCH_PLANTS["laghalf"], 1, 1, noise=False), clock=clock)
+    core = DaemonCore(lambda: make_controller(PAPER, lag_probe=lag_probe), max_setpoint_pps=1e9)
+    loop = ControlLoop(core, host)
+    for _ in range(5):  # the plant's rate settled at the VR's cap (100%) before the activation
+        host.advance()
+        loop.period(clock.advance(1.0))
+    name = sorted(core._names())[0]
+    loop.handle(Request("activate", name, 10_000.0), clock())
+    first = core.describe(name)
+    for _ in range(8):
+        loop.period(clock.advance(1.0))
+    d = core.describe(name)
+    Instance.model_validate(d)
+    if lag_probe is False:
+        assert first["lag"] is None and d["lag"] is None and d["lag_measured"] is None
+        assert "lag" not in format_table([d]).splitlines()[-1]
+        return
+    assert first["lag"] == pytest.approx(A) and first["lag_measured"] is False  # the model's until measured
+    assert d["lag_measured"] is True and d["lag"] == pytest.approx(0.432, abs=0.03)  # the plant's half-period lag
+    assert f"lag {d['lag']:.2f} measured" in format_table([d])

@@ -457,7 +457,7 @@ class ControllerBank:
         """
         n = len(ctls)
         t = self.tuning
-        fine, longest = t.fine_band_fraction, t.transient_periods
+        fine, longest, window = t.fine_band_fraction, t.transient_periods, t.probe_window_periods
         caps = np.full(n, np.nan)
         quiet = np.ones(n, dtype=bool)
         offs = off.tolist()
@@ -480,6 +480,8 @@ class ControllerBank:
                 c._transient = False
                 c._transient_age += 1
                 c._r_prev = rk
+                if c._setpoint_age < window:
+                    c._setpoint_age += 1
                 continue
             lag = c._lag_in(yk, rk, o)
             if lag[0] or lag[1]:
