@@ -384,7 +384,7 @@ class XtcTuning:
         still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/control-settling.md,
         "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
     lag_probe : bool
-        True by default since 2026-11-25 (docs/control-settling.md, "The lag probe as the
+        True by default since 2026-11-25 (docs/control-settling.md, "The lag probe is the
         default").  With ``lag_estimate``: the lag is measured by a *probe* and used only in
         transients (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
         first period shows the rate moving the right way but not all the way (the sign of a lag, or
