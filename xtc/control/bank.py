@@ -446,18 +446,15 @@ class ControllerBank:
         are *quiet*: their law is this period the one without the lag, which the caller runs on arrays.
 
         The steady state's shortcut: where nothing can happen (no sample due or to verify, no probe
-        candidate, no setpoint move beyond the fine band, no transient under way:
-        :meth:`~xtc.control.estimate.LagEstimator.quiet`), the estimator's update is
-        :meth:`~xtc.control.estimate.LagEstimator.update_quiet` and the transient's bookkeeping is done
-        here, without the rest of ``_lag_in``; the same numbers (tests/unit/test_control_bank.py).
+        candidate, no setpoint move beyond the fine band, no transient under way), the controller's
+        :meth:`~xtc.control.laws.XtcController._lag_quiet` does ``_lag_in``'s work on a short path; the
+        same numbers (tests/unit/test_control_bank.py).
 
         The quiet controllers' setpoint is recorded here (``_r_prev``, what the scalar law records at
         the end of its step; the law on arrays does not read it).  Returns the caps of the controllers
         finished here (NaN elsewhere) and where they are quiet.
         """
         n = len(ctls)
-        t = self.tuning
-        fine, longest, window = t.fine_band_fraction, t.transient_periods, t.probe_window_periods
         caps = np.full(n, np.nan)
         quiet = np.ones(n, dtype=bool)
         offs = off.tolist()
@@ -471,17 +468,7 @@ class ControllerBank:
         for k, (c, yk, rk) in enumerate(zip(ctls, y.tolist(), r.tolist())):
             o = offs[k]
             o = None if o != o else o
-            le = c.lag_estimator
-            uf = u_force[k]
-            rp = c._r_prev
-            if le.quiet(uf, abs(quant[k]) < _EXACT_DECADES) and (rp is None or abs(rk - rp) <= fine * rk) \
-                    and (not c._transient or c._transient_age >= longest):
-                le.update_quiet(yk, uf, o)
-                c._transient = False
-                c._transient_age += 1
-                c._r_prev = rk
-                if c._setpoint_age < window:
-                    c._setpoint_age += 1
+            if c._lag_quiet(yk, rk, o, u_force[k], abs(quant[k]) < _EXACT_DECADES):
                 continue
             lag = c._lag_in(yk, rk, o)
             if lag[0] or lag[1]:

@@ -670,6 +670,25 @@ class XtcController(_Bounded):
             observed = True
         return observed, probe_move, y_settled
 
+    def _lag_quiet(self, y: float, r: float, offered: float | None, log_cap: float, exact: bool) -> bool:
+        """:meth:`_lag_in` for a quiet period, if this is one (``lag_probe``; ``log_cap`` and ``exact`` as
+        ``_lag_in`` reads them): no sample due or to verify and no probe candidate possible
+        (:meth:`~xtc.control.estimate.LagEstimator.quiet`), no setpoint move beyond the fine band, no
+        transient under way.  Then it does what ``_lag_in`` would (the estimator's history and observer,
+        the transient's and the window's counts; its answer would be no observer and no probe) and
+        returns True; otherwise it changes nothing and returns False.  The bank's steady state."""
+        t = self.tuning
+        rp = self._r_prev
+        if not (self.lag_estimator.quiet(log_cap, exact) and (rp is None or abs(r - rp) <= t.fine_band_fraction * r)
+                and (not self._transient or self._transient_age >= t.transient_periods)):
+            return False
+        self.lag_estimator.update_quiet(y, log_cap, offered)
+        self._transient = False
+        self._transient_age += 1
+        self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
+        self._r_prev = r
+        return True
+
     def _law(self, y: float, r: float, offered: float | None, cpu_percent: float | None,
              lag: tuple[bool, float, float]) -> float:
         """The rest of :meth:`step` on checked rates, given :meth:`_lag_in`'s answer; the next cap."""
