@@ -254,12 +254,21 @@ class Engine:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the cycles, then the worker (the batch in hand is finished: its plans were saved, so
-        its commands are sent), then close the links and the sample streams."""
+        """Stop the cycles; let the exchanges in flight end (their replies, or their timeouts, come back
+        through the worker: the commands of a batch whose plans were saved are sent and answered, not
+        dropped with the links); then stop the worker, close the links and the sample streams."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         if self._worker is not None:
+            deadline = time.monotonic() + getattr(self.links, "timeout_s", 5.0) + 1.0
+            while True:
+                with self._busy_lock:
+                    pending = next(iter(self._busy.values()), None)
+                left = deadline - time.monotonic()
+                if pending is None or left <= 0 or self.error is not None:
+                    break
+                pending.wait(left)
             self._work.put((-1, 0, None))
             self._worker.join(timeout=10)
         self.links.close()
