@@ -93,17 +93,24 @@ class FakeDaemon:
         self.published = 0
         self.pub_silent = False
         self.inject: list[list[bytes]] = []
+        #: Commands whose replies are lost: ``lose_replies`` ones are carried out, ``drop_requests`` ones
+        #: are not (the request itself lost).
+        self.lose_replies: set[str] = set()
+        self.drop_requests: set[str] = set()
 
-    def handle(self, raw: bytes) -> bytes:
-        """One request -> one reply, as the daemon's REP socket would answer it."""
+    def handle(self, raw: bytes) -> bytes | None:
+        """One request -> one reply, as the daemon's REP socket would answer it (None: no reply)."""
         try:
             req = api.parse_request(raw, 65536, MAX_SETPOINT_PPS)
         except api.ApiError as e:
             return api.error_reply(e)
+        if req.cmd in self.drop_requests:
+            return None
         try:
-            return api.ok_reply(self._do(req), req.id)
+            reply = api.ok_reply(self._do(req), req.id)
         except api.ApiError as e:
-            return api.error_reply(e, req.id)
+            reply = api.error_reply(e, req.id)
+        return None if req.cmd in self.lose_replies else reply
 
     def _do(self, req: api.Request) -> dict[str, Any]:
         if req.cmd == "ping":
@@ -241,7 +248,9 @@ class Fleet:
         except ValueError:
             return
         body = frames[delim + 1] if len(frames) == delim + 2 else b"\xff"  # more than one frame: bad_json
-        s.send_multipart([*frames[:delim + 1], d.handle(body)], flags=zmq.NOBLOCK)
+        reply = d.handle(body)
+        if reply is not None:
+            s.send_multipart([*frames[:delim + 1], reply], flags=zmq.NOBLOCK)
 
     def _reply_later(self, d: FakeDaemon, s: zmq.asyncio.Socket, frames: list[bytes]) -> None:
         try:

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
-from .planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
+from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
@@ -135,6 +135,26 @@ def _vr_obs(row: dict[str, Any]) -> VrObs:
                  row["offered_pps"], row["saturated"])
 
 
+def _command_detail(cmd: Command) -> dict[str, Any]:
+    detail: dict[str, Any] = {"cmd": cmd.cmd}
+    if cmd.setpoint_pps is not None:
+        detail["setpoint_pps"] = cmd.setpoint_pps
+    return detail
+
+
+def _shows_applied(cmd: Command, vr: dict[str, Any] | None) -> bool:
+    """Whether a VR as the daemon reports it (None: not listed) shows the command's effect."""
+    if cmd.cmd == "deactivate":
+        return vr is None or vr["state"] == "inactive"
+    if vr is None:
+        return False
+    state, sp = vr["state"], vr["setpoint_pps"]
+    if cmd.cmd in ("activate", "setpoint"):
+        return (state != "inactive" and sp is not None and cmd.setpoint_pps is not None
+                and abs(sp - cmd.setpoint_pps) <= 1e-9 * cmd.setpoint_pps)
+    return state == {"pause": "paused", "resume": "active"}.get(cmd.cmd)
+
+
 class Engine:
     """Runs the policies every ``period_s`` seconds in a background thread (or one cycle on demand).
 
@@ -207,6 +227,10 @@ class Engine:
         self.plans_skipped = 0
         self.planned = 0
         self._cmds_done: dict[str, float] = {}  # router -> when its last commands' replies arrived (monotonic)
+        #: router -> the commands of its last exchange whose replies were lost (the daemon may have applied
+        #: them), and the link's error: the router's next measurement tells which took effect
+        #: (:meth:`_confirm`).
+        self._unanswered: dict[str, tuple[list[Command], str]] = {}
         self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
@@ -357,6 +381,8 @@ class Engine:
             self._cmds_done.pop(gone, None)
         for gone in set(self._fixed) - names:
             self._fixed.pop(gone, None)
+        for gone in set(self._unanswered) - names:
+            self._unanswered.pop(gone, None)
         for gone in set(self._measured_at) - names:
             self._measured_at.pop(gone, None)
         self.store.keep_states(names)
@@ -438,12 +464,12 @@ class Engine:
                     continue
                 self._backoff.pop(name, None)
                 self._vr_sets[name] = frozenset(v["vr"] for v in vrs)
-                outcomes.append(Outcome(name, "reachable", None, vrs=vrs))
+                outcomes.append(Outcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
                 polled.append((r, settings, now, t0))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)
                 _, r, settings, now, vrs, t0 = item
                 self._backoff.pop(r["name"], None)
-                outcomes.append(Outcome(r["name"], "reachable", None, vrs=vrs))
+                outcomes.append(Outcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
                 polled.append((r, settings, now, t0))
             else:
                 _, name, cmds, results, t0 = item
@@ -535,16 +561,36 @@ class Engine:
     def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> Outcome:
         """The audit records of a router's command results; unreachable if the exchange failed."""
         records = []
-        for cmd, res in zip(cmds, results):
-            detail: dict[str, Any] = {"cmd": cmd.cmd}
-            if cmd.setpoint_pps is not None:
-                detail["setpoint_pps"] = cmd.setpoint_pps
+        self._unanswered.pop(name, None)
+        for i, (cmd, res) in enumerate(zip(cmds, results)):
+            detail = _command_detail(cmd)
             if isinstance(res, DaemonRefused):
                 records.append(("command_refused", cmd.vr, {**detail, "code": res.code, "error": res.message}))
             elif isinstance(res, LinkDown):  # a BadReply too
+                # Sent, not answered: the daemon may have applied it (a reply lost or late) or not.
+                self._unanswered[name] = (list(cmds[i:]), str(res))
                 out = self._failed(name, res)
                 out.records = records
                 return out
             else:
                 records.append((cmd.cmd, cmd.vr, detail))
         return Outcome(name, None, records=records)
+
+    def _confirm(self, name: str, vrs: list[dict[str, Any]]) -> list[tuple[str, str | None, dict[str, Any]]]:
+        """The audit records of the router's commands whose replies were lost, now that a measurement
+        newer than them shows what the daemon holds: a command it shows applied is recorded as its own
+        kind (``reply_lost``: true), one it does not as ``command_unanswered`` (the plan sends what is
+        still wanted again, recorded on its own)."""
+        got = self._unanswered.pop(name, None)
+        if got is None:
+            return []
+        cmds, error = got
+        by_vr = {v["vr"]: v for v in vrs}
+        records: list[tuple[str, str | None, dict[str, Any]]] = []
+        for cmd in cmds:
+            detail = _command_detail(cmd)
+            if _shows_applied(cmd, by_vr.get(cmd.vr)):
+                records.append((cmd.cmd, cmd.vr, {**detail, "reply_lost": True}))
+            else:
+                records.append(("command_unanswered", cmd.vr, {**detail, "error": error}))
+        return records
