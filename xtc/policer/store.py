@@ -645,14 +645,14 @@ class Store:
                     memo[name] = (o.vrs, rows, mine)
                 else:
                     memo.pop(name, None)
-            db.executemany("UPDATE routers SET status=?, last_error=?, last_seen_unix_s=?, rev=rev+1 WHERE name=?", seen_rows)
-            db.executemany("UPDATE routers SET status=?, last_error=?, rev=rev+1 WHERE name=?", other_rows)
-            db.executemany("UPDATE routers SET rev=rev+1 WHERE name=?", bump_rows)
-            db.executemany("UPDATE vrs SET present=?, state=?, daemon_setpoint_pps=?, measured_pps=?, offered_pps=?,"
-                           " cap_percent=?, saturated=?, last_seen_unix_s=? WHERE router=? AND name=?", updates)
+            db.update_many("routers", "status last_error last_seen_unix_s | name", "ttrt", seen_rows, "rev=rev+1")
+            db.update_many("routers", "status last_error | name", "ttt", other_rows, "rev=rev+1")
+            db.update_many("routers", "| name", "t", bump_rows, "rev=rev+1")
+            db.update_many("vrs", "present state daemon_setpoint_pps measured_pps offered_pps cap_percent saturated"
+                           " last_seen_unix_s | router name", "itrrrrtrtt", updates)
             db.executemany("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
                            " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", inserts)
-            db.executemany("UPDATE vrs SET present=0 WHERE router=? AND name=?", absent)
+            db.update_many("vrs", "| router name", "tt", absent, "present=0")
             self._audit_many(db, audits)
         # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev).
         for name, n in bumps.items():
@@ -713,11 +713,9 @@ class Store:
                 if vrs is not None:
                     kept[router] = (kept[router][0], vrs)
                 audits.extend((kind, "policer", router, vr, detail) for kind, vr, detail in events)
-            db.executemany("UPDATE routers SET control_on=?, activation_pending_since_s=?, demand_pps=?, rev=rev+1"
-                           " WHERE name=?", rows)
-            db.executemany(
-                "UPDATE vrs SET derived_setpoint_pps=?, wanted_state=?, wanted_setpoint_pps=?, punish_level=?,"
-                " punish_bad_since_s=?, punish_good_since_s=?, punish_base_pps=? WHERE router=? AND name=?", vr_rows)
+            db.update_many("routers", "control_on activation_pending_since_s demand_pps | name", "irrt", rows, "rev=rev+1")
+            db.update_many("vrs", "derived_setpoint_pps wanted_state wanted_setpoint_pps punish_level punish_bad_since_s"
+                           " punish_good_since_s punish_base_pps | router name", "rtrirrrtt", vr_rows)
             self._audit_many(db, audits)
         # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev).
         for name in names:
