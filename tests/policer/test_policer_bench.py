@@ -57,6 +57,9 @@ def test_fleet_bench_with_two_shards() -> None:
                           shards=2, api_duration_s=1.0)
     print(json.dumps({k: v for k, v in res.items() if k != "api"}))
     assert res["shards"] == 2 and res["dead_marked"] == "6/6"
+    # From the audit log: every dead router's registration to its router_unreachable record.
+    marked = res["dead_marked_s"]
+    assert marked["never"] == 0 and marked["max"] < 4 * res["period_s"], marked
     assert res["policy_cycles"] >= 2 and res["policy_cycle_ms"]["max"] < 1000, res["policy_cycle_ms"]
     assert res["measured_per_s"] >= 20 and res["fleet_cpu_s_per_s"] >= 0  # 24 healthy routers each period
     assert res["fleet"]["ok"]["commands"].get("activate") == 24 * 4  # control on: every healthy VR activated

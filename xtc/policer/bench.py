@@ -250,6 +250,34 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
     return res
 
 
+def _dead_marked_s(c: Any, dead: set[str], period_s: float) -> dict[str, Any]:
+    """Seconds from each dead router's registration to its ``router_unreachable`` record (the audit log's
+    times and the routers' ``created_unix_s``, one clock): quantiles, and how many within 2 periods."""
+    created: dict[str, float] = {}
+    offset = 0
+    while True:
+        page = c.get("/routers", params={"limit": 1000, "offset": offset}).json()
+        created.update((r["name"], r["created_unix_s"]) for r in page if r["name"] in dead)
+        if len(page) < 1000:
+            break
+        offset += len(page)
+    first: dict[str, float] = {}
+    after = 0
+    while True:
+        page = c.get("/actions", params={"kind": "router_unreachable", "after_id": after, "limit": 1000}).json()
+        for a in page:
+            if a["router"] in dead:
+                first.setdefault(a["router"], a["t_unix_s"])
+        if len(page) < 1000:
+            break
+        after = page[-1]["id"]
+    delays = sorted(first[n] - created[n] for n in first if n in created)
+    q = (lambda f: round(delays[min(len(delays) - 1, int(f * len(delays)))], 2)) if delays else (lambda f: None)
+    return {"p50": q(0.5), "p99": q(0.99), "max": round(delays[-1], 2) if delays else None,
+            "within_2_periods": f"{sum(d <= 2 * period_s for d in delays)}/{len(dead)}",
+            "never": len(dead) - len(delays)}
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -342,6 +370,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                         marked.setdefault(r["name"], time.monotonic() - t_reg)
                     time.sleep(0.2)
                 out["dead_marked"] = f"{len(dead & set(marked))}/{len(dead)}"
+                out["dead_marked_s"] = _dead_marked_s(c, dead, period_s)
                 # Warm-up: at least as long as the fleet leaves out of its statistics, and until the engine
                 # has sent every healthy VR its activation (the start-up's burst of commands is over).
                 n_active = (len(fl) - len(dead)) * vrs_per_router
