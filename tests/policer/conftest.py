@@ -269,3 +269,36 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'policer.db'}"
     return request.getfixturevalue("pg_cluster").new_database()
+
+
+@pytest.fixture
+def one_router_engine(tmp_path: Path) -> Any:
+    """``make(timeout_s, seed)`` -> ``(fleet, store, engine, daemon, tick)``: one stand-in daemon of
+    xtc_lab.policer_fleet with three VRs over real sockets, a SQLite store, an engine whose clock
+    ``tick(n)`` moves 1 s before each of ``n`` cycles it runs to the end.  Stopped after the test."""
+    from xtc.policer.engine import Engine
+    from xtc.policer.link import LinkPool
+    from xtc.policer.store import Store
+    from xtc_lab.policer_fleet import Fleet
+
+    made: list[tuple[Any, Any, Any]] = []
+
+    def make(timeout_s: float, seed: int) -> tuple[Any, Any, Any, Any, Callable[..., None]]:
+        fleet = Fleet(1, vrs_per_router=3, dead_fraction=0.0, seed=seed).start()
+        store = Store(f"sqlite:///{tmp_path / f'p{len(made)}.db'}")
+        mono = [1000.0]
+        eng = Engine(store, LinkPool(timeout_s), clock=lambda: mono[0])
+        made.append((fleet, store, eng))
+
+        def tick(n: int = 1) -> None:
+            for _ in range(n):
+                mono[0] += 1.0
+                eng.run_cycle(wait=True)
+
+        return fleet, store, eng, fleet.daemons[0], tick
+
+    yield make
+    for fleet, store, eng in made:
+        eng.stop()
+        store.close()
+        fleet.stop()

@@ -5,41 +5,24 @@ Against a stand-in daemon of xtc_lab.policer_fleet, over real sockets."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from xtc.policer.engine import Engine
-from xtc.policer.link import LinkPool
 from xtc.policer.store import Store
-from xtc_lab.policer_fleet import Fleet
 
 MISBEHAVIOUR_OFF = {"enabled": False, "ratio": 1.5, "min_excess_pps": 5000.0, "hold_s": 3.0, "restore_hold_s": 5.0,
                     "step_factor": 0.5}
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Any:
-    fleet = Fleet(1, vrs_per_router=3, dead_fraction=0.0, seed=5).start()
-    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
-    mono = [1000.0]
-    eng = Engine(store, LinkPool(0.3), clock=lambda: mono[0])
-    d = fleet.daemons[0]
-
-    def tick(n: int = 1) -> None:
-        for _ in range(n):
-            mono[0] += 1.0
-            eng.run_cycle(wait=True)
-
+def world(one_router_engine: Any) -> Any:
+    _, store, _, d, tick = one_router_engine(0.3, 5)
     store.set_policy("misbehaviour", MISBEHAVIOUR_OFF, "test")
     store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
     tick(4)
     assert all(v.state == "active" for v in d.vrs.values())
-    yield store, d, tick
-    eng.stop()
-    store.close()
-    fleet.stop()
+    return store, d, tick
 
 
 def _actions(store: Store, vr: str) -> list[tuple[str, dict[str, Any]]]:

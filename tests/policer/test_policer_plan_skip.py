@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from xtc.policer.engine import Engine
-from xtc.policer.link import LinkPool
-from xtc.policer.store import Store
 from xtc_lab.policer_fleet import Fleet
 
 MISBEHAVIOUR_OFF = {"enabled": False, "ratio": 1.5, "min_excess_pps": 5000.0, "hold_s": 3.0, "restore_hold_s": 5.0,
@@ -21,22 +17,8 @@ MISBEHAVIOUR_OFF = {"enabled": False, "ratio": 1.5, "min_excess_pps": 5000.0, "h
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Any:
-    fleet = Fleet(1, vrs_per_router=3, dead_fraction=0.0, seed=3).start()
-    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
-    mono = [1000.0]
-    eng = Engine(store, LinkPool(2.0), clock=lambda: mono[0])
-    d = fleet.daemons[0]
-
-    def tick(n: int = 1) -> None:
-        for _ in range(n):
-            mono[0] += 1.0
-            eng.run_cycle(wait=True)
-
-    yield fleet, store, eng, d, tick
-    eng.stop()
-    store.close()
-    fleet.stop()
+def world(one_router_engine: Any) -> Any:
+    return one_router_engine(2.0, 3)
 
 
 def _commands(d: Any) -> int:
