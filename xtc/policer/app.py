@@ -28,6 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .config import PolicerConfig
+from .engine import percentiles
 from .link import VR_PATTERN, strict_json
 from .policy import ActivationParams, PolicyError
 from .store import Conflict, NotFound, Store
@@ -305,10 +306,6 @@ class Health(BaseModel):
         "epoch (leader is then true while it runs at least one)")
 
 
-def _percentiles_ms(xs: list[float]) -> dict[str, float]:
-    xs = sorted(xs)
-    pick = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
-    return {"p50": round(pick(0.5) * 1000, 1), "p99": round(pick(0.99) * 1000, 1), "max": round(xs[-1] * 1000, 1)}
 
 
 def _json(items: list[dict[str, Any]] | dict[str, Any]) -> Response:
@@ -687,8 +684,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "sampled": engine.sampled if engine is not None else 0,
                 "listed": engine.listed if engine is not None else 0,
                 "bad_samples": engine.bad_samples if engine is not None else 0,
-                "measure_gap_ms": _percentiles_ms(list(engine.gap_s)[-k:]) if engine is not None and engine.gap_s else None,
-                "cycle_ms": _percentiles_ms(list(engine.cycle_s)[-k:]) if engine is not None and engine.cycle_s else None,
+                "measure_gap_ms": percentiles(list(engine.gap_s)[-k:], 1000) if engine is not None and engine.gap_s else None,
+                "cycle_ms": percentiles(list(engine.cycle_s)[-k:], 1000) if engine is not None and engine.cycle_s else None,
                 "shards": getattr(engine, "shard_states", None)}
 
     registry = CollectorRegistry(auto_describe=False)

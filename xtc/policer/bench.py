@@ -27,6 +27,8 @@ from typing import Any, Callable
 import httpx
 import numpy as np
 
+from .engine import percentiles
+
 __all__ = ["run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
@@ -271,9 +273,8 @@ def _dead_marked_s(c: Any, dead: set[str], period_s: float) -> dict[str, Any]:
         if len(page) < 1000:
             break
         after = page[-1]["id"]
-    delays = sorted(first[n] - created[n] for n in first if n in created)
-    q = (lambda f: round(delays[min(len(delays) - 1, int(f * len(delays)))], 2)) if delays else (lambda f: None)
-    return {"p50": q(0.5), "p99": q(0.99), "max": round(delays[-1], 2) if delays else None,
+    delays = [first[n] - created[n] for n in first if n in created]
+    return {**(percentiles(delays, 1.0, 2) if delays else {"p50": None, "p99": None, "max": None}),
             "within_2_periods": f"{sum(d <= 2 * period_s for d in delays)}/{len(dead)}",
             "never": len(dead) - len(delays)}
 

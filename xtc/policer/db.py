@@ -251,7 +251,7 @@ class Conn:
                     + " WHERE " + " AND ".join(f"{table}.{c}=u.c{len(sets) + i}" for i, c in enumerate(keys)))
             got = Conn._bulk[spec] = (len(sets), one, bulk)
         nset, one, bulk = got
-        if self.pg and (len(rows) == 1 or len({tuple(r[nset:]) for r in rows}) == len(rows)):
+        if self.pg and len({tuple(r[nset:]) for r in rows}) == len(rows):
             # An array holds one type: a real column's ints become floats (psycopg refuses mixed lists).
             self.raw.execute(bulk, [[None if x is None else float(x) for x in col] if t == "r" else list(col)
                                     for t, col in zip(types, zip(*rows))])

@@ -57,7 +57,7 @@ from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_route
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
-__all__ = ["Engine", "shard_of"]
+__all__ = ["Engine", "shard_of", "percentiles"]
 
 log = logging.getLogger("xtc.policer.engine")
 
@@ -66,6 +66,16 @@ def shard_of(router: str, shards: int) -> int:
     """The engine shard (``0..shards-1``) that polices ``router``: CRC-32 of its name modulo ``shards``
     (stable across processes, hosts and Python versions, unlike ``hash``)."""
     return zlib.crc32(router.encode("utf-8")) % shards
+
+
+def percentiles(xs: list[float], scale: float = 1.0, digits: int = 1) -> dict[str, float]:
+    """``{"p50", "p99", "max"}`` of ``xs`` (not empty) times ``scale``, rounded to ``digits``: the nearest
+    rank (the value at index ``int(q * n)`` of the sorted values), one definition for the policer's
+    times (``/health``'s cycle and measurement gap, the bench's marks of dead routers)."""
+    xs = sorted(xs)
+    pick = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    return {"p50": round(pick(0.5) * scale, digits), "p99": round(pick(0.99) * scale, digits),
+            "max": round(xs[-1] * scale, digits)}
 
 
 def _not_after(t: float | None, now: float) -> float | None:
