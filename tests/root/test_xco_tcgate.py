@@ -938,6 +938,36 @@ def test_tbf_message_carries_its_burst() -> None:
     assert struct.unpack_from("=I", out, c)[0] == 1518
 
 
+def test_a_flow_filter_written_into_the_template_is_what_pyroute2_would_encode() -> None:
+    """add_flow's u32 filter (the family's template, its sequence, node, class and addresses written
+    in) is byte for byte pyroute2's encoding of that flow; a message that is not one flow's filter
+    is refused."""
+    flows = [Flow(ipaddress.ip_address(s), ipaddress.ip_address(d), h) for s, d, h in (
+        ("198.18.21.1", "198.18.21.2", 1), ("198.19.255.254", "198.18.0.1", 7),
+        ("2001:db8::1", "2001:db8::2", 3), ("2001:db8:1:2:3:4:5:6", "fe80::ff", 9))]
+    templates: dict[bool, bytes] = {}
+    for k, f in enumerate(flows):
+        v4 = f.src.version == 4
+        prio, proto = (tcgate._PRIO_FLOW4, tcgate.ETH_P_IP) if v4 else (tcgate._PRIO_FLOW6, tcgate.ETH_P_IPV6)
+        if v4 not in templates:
+            zero = ipaddress.ip_address("0.0.0.0" if v4 else "::")
+            templates[v4] = encode_tc("add-filter", 1, index=3, kind="u32", parent=ROOT_HANDLE, prio=prio,
+                                      protocol=proto, handle=0, target=ROOT_HANDLE,
+                                      keys=tcgate._u32_keys(Flow(zero, zero, 1)))
+        node, classid, seq = 5 + k, ROOT_HANDLE | (40 + k), 1000 + k
+        m = bytearray(templates[v4])
+        tcgate._set_u32_filter(m, seq, node, classid, f.src.packed + f.dst.packed)
+        want = encode_tc("add-filter", seq, index=3, kind="u32", parent=ROOT_HANDLE, prio=prio, protocol=proto,
+                         handle=node, target=classid, keys=tcgate._u32_keys(f))
+        assert bytes(m) == want, (f, bytes(m).hex(), want.hex())
+    with pytest.raises(ValueError, match="8 keys for 8 address bytes"):
+        tcgate._set_u32_filter(bytearray(templates[False]), 1, 1, ROOT_HANDLE, bytes(8))
+    tbf = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
+                    limit=1 << 20)
+    with pytest.raises(ValueError, match="no class id or no selector"):
+        tcgate._set_u32_filter(bytearray(tbf), 1, 1, ROOT_HANDLE, bytes(8))
+
+
 def test_u32_keys_match_source_and_destination() -> None:
     f4 = Flow(ipaddress.ip_address("198.18.21.1"), ipaddress.ip_address("198.18.21.2"), 1)
     assert tcgate._u32_keys(f4) == ["0xc6121501/0xffffffff+12", "0xc6121502/0xffffffff+16"]
