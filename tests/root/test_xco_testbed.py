@@ -109,6 +109,59 @@ def small_lab(lab_name: str) -> Iterator[Any]:
         tb.stop_all()
 
 
+def test_capture_at_an_egress_keeps_what_leaves_and_stamps_it_before_the_peer_gets_it() -> None:
+    """The in-slice capture helper (``experiments/capture.py``) with an egress interface keeps the
+    packets the namespace sends out of it, stamped no later than the peer's ingress capture stamps
+    them, and none that come in; without one it keeps what comes in (as at the switch's port)."""
+    import secrets
+
+    from xtc_lab.xco.experiments import capture as capture_helper
+
+    tag = secrets.token_hex(3)
+    a, b = f"xcap{tag}-a", f"xcap{tag}-b"
+    addr_a, addr_b = "198.18.31.1", "198.18.31.2"
+    helper = [sys.executable, capture_helper.__file__]
+
+    def sh(*args: str) -> None:
+        subprocess.run(list(args), check=True, capture_output=True, text=True, timeout=30)
+
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for ns in (a, b):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "-n", a, "link", "add", "cap0", "type", "veth", "peer", "name", "cap1", "netns", b)
+        sh("ip", "-n", a, "addr", "add", f"{addr_a}/24", "dev", "cap0")
+        sh("ip", "-n", b, "addr", "add", f"{addr_b}/24", "dev", "cap1")
+        sh("ip", "-n", a, "link", "set", "cap0", "up")
+        sh("ip", "-n", b, "link", "set", "cap1", "up")
+        outs = {k: Path(f"/run/xtc/xco-cap-test-{tag}-{k}.json") for k in ("egress", "ingress", "wrong-way")}
+        Path("/run/xtc").mkdir(parents=True, exist_ok=True)
+        for key, ns, extra in (("egress", a, ["cap0"]), ("ingress", b, []), ("wrong-way", b, ["cap1"])):
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *helper, addr_b, "20", str(outs[key]), *extra],
+                                 stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        sh("ip", "netns", "exec", a, "ping", "-c", "20", "-i", "0.02", "-q", addr_b)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=30) == 0
+        docs = {k: json.loads(v.read_text()) for k, v in outs.items()}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        for f in Path("/run/xtc").glob(f"xco-cap-test-{tag}-*.json"):
+            f.unlink()
+    sent, got = docs["egress"]["times_us"].get(addr_a, []), docs["ingress"]["times_us"].get(addr_a, [])
+    assert len(sent) == len(got) == 20, docs
+    assert docs["wrong-way"]["packets"] == 0, docs["wrong-way"]  # b's own outgoing packets go to a
+    transit = [g - s for s, g in zip(sent, got)]
+    assert min(transit) >= 0 and max(transit) < 50_000, transit
+    assert set(docs["egress"]["sizes"][addr_a]) == {84}  # ICMP echo, 56 bytes of data
+
+
 def test_up_ping_status_down(lab_name: str) -> None:
     from xtc_lab.xco.testbed import Testbed, read_record
 

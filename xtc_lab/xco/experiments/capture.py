@@ -6,10 +6,14 @@ stamps each packet as it arrives, so a reader that lags behind (a loaded host) d
 times; the socket's buffer is 64 MiB, and the kernel's drop count (``PACKET_STATISTICS``) is in the
 output.  Only packets the namespace receives are kept (not its own outgoing ones).
 
-``python capture.py DST_ADDR SECONDS OUT_JSON``: print ``ready``, capture for ``SECONDS`` (or until
-SIGTERM), then write ``{"times_us": {src: [...]}, "sizes": {src: [...]}, "drops": N, "packets": N}``
+``python capture.py DST_ADDR SECONDS OUT_JSON [EGRESS_IF]``: print ``ready``, capture for ``SECONDS``
+(or until SIGTERM), then write ``{"times_us": {src: [...]}, "sizes": {src: [...]}, "drops": N, "packets": N}``
 to ``OUT_JSON`` (times in wall-clock microseconds, sizes in bytes of the IP packet).
 Standard library only (it starts fast in a namespace).
+
+With ``EGRESS_IF`` it keeps instead the packets the namespace sends out of that interface (a host's
+uplink): the kernel taps them after the interface's queueing discipline, so with XCo's gate there
+the stamp is when the gate let the packet go, with no path to a switch in between.
 """
 
 from __future__ import annotations
@@ -36,13 +40,13 @@ SO_ATTACH_FILTER = 26
 SKF_AD_OFF = -0x1000
 
 
-def _attach_filter(s: socket.socket, dst: bytes) -> ctypes.Array:
+def _attach_filter(s: socket.socket, dst: bytes, outgoing: bool = False) -> ctypes.Array:
     """A classic BPF program: only IPv4 packets towards ``dst`` that the namespace receives (not its
-    outgoing ones), 64 bytes of each; the rest never reaches this reader (half the packets in a
-    switch's namespace are the outgoing copies)."""
+    outgoing ones; with ``outgoing``, only those), 64 bytes of each; the rest never reaches this
+    reader (half the packets in a switch's namespace are the outgoing copies)."""
     ld_w, jeq, ret = 0x20, 0x15, 0x06
     prog = [(ld_w, 0, 0, (SKF_AD_OFF + 4) & 0xFFFFFFFF),  # packet type
-            (jeq, 5, 0, PACKET_OUTGOING),
+            (jeq, 0, 5, PACKET_OUTGOING) if outgoing else (jeq, 5, 0, PACKET_OUTGOING),
             (ld_w, 0, 0, SKF_AD_OFF & 0xFFFFFFFF),  # protocol
             (jeq, 0, 3, ETH_P_IP),
             (ld_w, 0, 0, 16),  # IPv4 destination
@@ -54,9 +58,11 @@ def _attach_filter(s: socket.socket, dst: bytes) -> ctypes.Array:
     return buf  # the kernel copies the program; kept alive until then anyway
 
 
-def capture(dst: str, seconds: float) -> dict:
+def capture(dst: str, seconds: float, egress_if: str | None = None) -> dict:
     s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-    _attach_filter(s, socket.inet_aton(dst))
+    _attach_filter(s, socket.inet_aton(dst), outgoing=egress_if is not None)
+    if egress_if is not None:
+        s.bind((egress_if, ETH_P_ALL))  # CPython puts the protocol in network order itself
     while True:  # what queued before the filter
         try:
             s.recv(1, socket.MSG_DONTWAIT)
@@ -84,7 +90,8 @@ def capture(dst: str, seconds: float) -> dict:
                 data, anc, _fl, addr = s.recvmsg(40, socket.CMSG_SPACE(16), socket.MSG_DONTWAIT | socket.MSG_TRUNC)
             except BlockingIOError:
                 break
-            if addr[2] == PACKET_OUTGOING or addr[1] != ETH_P_IP or len(data) < 20 or data[16:20] != want:
+            if ((addr[2] == PACKET_OUTGOING) != (egress_if is not None) or addr[1] != ETH_P_IP or len(data) < 20
+                    or data[16:20] != want):
                 continue
             t_us = None
             for lvl, typ, val in anc:
@@ -103,7 +110,7 @@ def capture(dst: str, seconds: float) -> dict:
 
 
 if __name__ == "__main__":
-    doc = capture(sys.argv[1], float(sys.argv[2]))
+    doc = capture(sys.argv[1], float(sys.argv[2]), sys.argv[4] if len(sys.argv) > 4 else None)
     with open(sys.argv[3], "w") as f:
         json.dump(doc, f)
     print("done", flush=True)

@@ -44,9 +44,15 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
     for n_udp in points:
         ctx.say(f"  {5 - n_udp} TCP + {n_udp} UDP senders, {dur} s")
         before, reasm0 = tb.port_stats(), ip_reassembly(tb, "r1")
-        cap_ctx = (capture(tb, tb.port_of(bottleneck)[0], tb.vm("r1")[0], dur + 40) if in_slice_on
-                   else contextlib.nullcontext({}))
-        with cap_ctx as cap:
+        with contextlib.ExitStack() as stack:
+            cap: dict[str, Any] = {}
+            sent: list[dict[str, Any]] = []
+            if in_slice_on:
+                # at the switch's port (as before), and as each sender's uplink sends them (after its
+                # gate: no path in between); one filtered socket per namespace
+                cap = stack.enter_context(capture(tb, tb.port_of(bottleneck)[0], tb.vm("r1")[0], dur + 40))
+                sent = [stack.enter_context(capture(tb, tb.record["hosts"][h]["ns"], tb.vm("r1")[0], dur + 40,
+                                                    egress_if=tb.record["hosts"][h]["uplink"])) for h in SENDERS]
             t0_us = time.time_ns() // 1000
             flows = run_flows(tb, mix(n_udp), "r1", dur, udp_rate, UDP_MESSAGE_BYTES)
             t1_us = time.time_ns() // 1000
@@ -55,10 +61,15 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         if in_slice_on:
             logs = {h: Path(ctx.xco["workdir"]) / f"agent-{h}.log" for h in SENDERS}
             addr_of = {h: tb.vm(h)[0] for h in SENDERS}
+            at_uplinks = {"times_us": {k: v for c in sent for k, v in c.get("times_us", {}).items()},
+                          "sizes": {k: v for c in sent for k, v in c.get("sizes", {}).items()}}
             in_slice = {"all": slice_shares(cap, logs, addr_of, ctx.xco["slice_us"], t0_us, t1_us),
                         "full_frames": slice_shares(cap, logs, addr_of, ctx.xco["slice_us"], t0_us, t1_us,
                                                     min_bytes=1400),
-                        "capture_drops": cap.get("drops"), "captured": cap.get("packets")}
+                        "capture_drops": cap.get("drops"), "captured": cap.get("packets"),
+                        "at_uplinks": slice_shares(at_uplinks, logs, addr_of, ctx.xco["slice_us"], t0_us, t1_us),
+                        "uplink_capture_drops": sum(c.get("drops") or 0 for c in sent),
+                        "uplink_captured": sum(c.get("packets") or 0 for c in sent)}
         port = port_delta(before, after, bottleneck, dur)  # the senders send for dur s
         reasm = {k: reasm1[k] - reasm0[k] for k in reasm0}
         tcp = [f["goodput_bps"] for f in flows if f["proto"] == "tcp"]
@@ -88,14 +99,24 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
                     "applied (its `directive_applied` events: from a directive with a destination to the next "
                     f"directive); also the share at most {LATE_TOLERANCE_US} us late.\n\n" + markdown_table(
                         ["TCP+UDP", "packets", "inside", f"inside or <= {LATE_TOLERANCE_US / 1000:g} ms late",
-                         "full frames inside", "per sender inside", "inside the gate's open times", "capture drops"],
+                         "full frames inside", "per sender inside", "inside the gate's open times", "capture drops",
+                         "packets at the uplinks", "inside, at the uplinks", "after the slice's end, at the uplinks (p10 / p50 / p90 us)"],
                         [(f"{r['n_tcp']}+{r['n_udp']}", r["in_slice"]["all"]["packets"], pct(r["in_slice"]["all"]["inside"]),
                           pct(r["in_slice"]["all"]["inside_or_late_1ms"]), pct(r["in_slice"]["full_frames"]["inside"]),
                           " ".join(pct(v["inside"]) for v in r["in_slice"]["all"]["per_sender"].values()),
-                          pct(r["in_slice"]["all"]["inside_gate"]), r["in_slice"]["capture_drops"]) for r in rows])
-                    + "\n\nThe last share counts against the times each agent's gate change returned "
-                    "(`applied_us`) instead of the slices' grid (`start_us`): what a late directive or a "
-                    "late gate change costs, separated from packets let out while the gate was closed.")
+                          pct(r["in_slice"]["all"]["inside_gate"]), r["in_slice"]["capture_drops"],
+                          r["in_slice"]["at_uplinks"]["packets"], pct(r["in_slice"]["at_uplinks"]["inside"]),
+                          "; ".join(" / ".join(f"{x:g}" for x in v["misses"].get("after_end_us", []))
+                                    for v in r["in_slice"]["at_uplinks"]["per_sender"].values()))
+                         for r in rows])
+                    + "\n\nThe share against the gate's open times counts against the times each agent's gate "
+                    "change returned (`applied_us`) instead of the slices' grid (`start_us`): what a late "
+                    "directive or a late gate change costs, separated from packets let out while the gate was "
+                    "closed. The last three columns stamp the same packets where each sender's uplink sends them "
+                    "(an AF_PACKET tap on the uplink's outgoing packets, after its queueing discipline: when the "
+                    "gate let them go), without the path from the host to the switch's port that the first "
+                    "stamps include (a median of 6 us in one run), and say how long after its slice's end each "
+                    "sender's late packets left.")
     md = (f"Senders s1..s5 each on its own host, receiver r1; bottleneck `{bottleneck}` at {rate / 1e6:g} Mb/s "
           f"(TBF, {tb.record['port_buffer_bytes']} bytes). UDP senders send at their NIC rate "
           f"({udp_rate / 1e6:g} Mb/s) in {UDP_MESSAGE_BYTES}-byte datagrams, as netperf's 64 KB messages "

@@ -22,15 +22,16 @@ LATE_TOLERANCE_US = 1_000
 
 
 @contextmanager
-def capture(tb: Testbed, ns: str, dst_addr: str, max_s: float) -> Iterator[dict[str, Any]]:
-    """Capture IPv4 packets towards ``dst_addr`` arriving in namespace ``ns`` while the body runs.
+def capture(tb: Testbed, ns: str, dst_addr: str, max_s: float, egress_if: str | None = None) -> Iterator[dict[str, Any]]:
+    """Capture IPv4 packets towards ``dst_addr`` arriving in namespace ``ns`` (with ``egress_if``:
+    leaving it by that interface, after its queueing discipline) while the body runs.
 
     Yields a dict that, after the body, holds the capture (:mod:`capture`'s document:
     ``times_us`` and ``sizes`` per source address, ``drops``, ``packets``).
     """
     out: dict[str, Any] = {}
     path = Path(tempfile.mkstemp(prefix="xco-cap-", suffix=".json", dir="/run/xtc")[1])
-    p = tb.spawn(ns, [*helper("capture"), dst_addr, str(max_s), str(path)])
+    p = tb.spawn(ns, [*helper("capture"), dst_addr, str(max_s), str(path), *([egress_if] if egress_if else [])])
     try:
         assert p.stdout is not None
         if p.stdout.readline().strip() != b"ready":
