@@ -115,8 +115,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
                     "closed. The last three columns stamp the same packets where each sender's uplink sends them "
                     "(an AF_PACKET tap on the uplink's outgoing packets, after its queueing discipline: when the "
                     "gate let them go), without the path from the host to the switch's port that the first "
-                    "stamps include (a median of 6 us in one run), and say how long after its slice's end each "
-                    "sender's late packets left.")
+                    "stamps include, and say how long after its slice's end each sender's late packets left.")
     md = (f"Senders s1..s5 each on its own host, receiver r1; bottleneck `{bottleneck}` at {rate / 1e6:g} Mb/s "
           f"(TBF, {tb.record['port_buffer_bytes']} bytes). UDP senders send at their NIC rate "
           f"({udp_rate / 1e6:g} Mb/s) in {UDP_MESSAGE_BYTES}-byte datagrams, as netperf's 64 KB messages "
