@@ -500,6 +500,70 @@ def test_the_agent_spins_only_to_a_directive_within_its_wake_advance(tmp_path) -
     assert svc._wait_for_directive(now) == now and time.monotonic() - t0 < 0.05
 
 
+def test_a_close_guard_closes_before_the_start_and_opens_at_it(tmp_path) -> None:
+    """``close_guard_us``: a directive due within the guard is taken at once with its start as the
+    core's time; its closes reach the gate before the start, its opens (and the directive's record)
+    at the start; a hold's closes all before; the slot budget ends the guard before its slot."""
+    from xtc.xco.agent import AgentOutput, AppliedDirective
+
+    t = [1_000_000]
+
+    def clock() -> int:
+        t[0] += 5
+        return t[0]
+
+    svc = _service(tmp_path, clock)
+    svc.gate = gate = MemoryGate(clock_us=lambda: t[0])
+    gate.install()
+    a, b = svc.core.dests[0], svc.core.dests[1]
+    for x in (a, b):
+        gate.add_dest(x, OPEN if x == a else CLOSED)
+    svc.sock = type("Sock", (), {"sendto": lambda self, data, addr: None})()  # type: ignore[assignment]
+    svc.close_guard_us = 200
+    due: list[int | None] = [None]
+    ticked: list[int] = []
+    outs: list[AgentOutput] = []
+
+    def tick(now_us: int) -> AgentOutput:
+        ticked.append(now_us)
+        return outs.pop(0) if outs else AgentOutput()
+
+    svc.core.next_directive_us = lambda: due[0]  # type: ignore[method-assign]
+    svc.core.tick = tick  # type: ignore[method-assign]
+    svc.wake_advance_us = 100
+    d = t[0] + 250
+    due[0] = d
+    now = svc._wait_for_directive(t[0])
+    assert d - 200 <= now < d - 190  # spun to the guard, not to the start
+    outs.append(AgentOutput(states={a: CLOSED, b: OPEN}, until={b: d + 10_000},
+                            applied=[AppliedDirective(now, d, b, None)]))
+    svc._tick(now)
+    assert ticked == [d]  # the core decides as at the start
+    (t_close, da, sa), (t_open, db, sb) = gate.history[-2:]
+    assert (da, sa, db, sb) == (a, CLOSED, b, OPEN)
+    assert t_close < d <= t_open < d + 20
+    assert svc.directive_log[-1][2] >= d  # recorded when the open was made
+    (t_budget, open_for), = gate.open_for[-1:]
+    assert open_for[b] <= d + 10_000 - 200 - t_budget  # the budget ends the guard before the slot
+    # a hold: its closes at once, nothing waits for the start
+    d2 = t[0] + 150
+    due[0] = d2
+    outs.append(AgentOutput(states={b: CLOSED}, applied=[AppliedDirective(t[0], d2, None, None)]))
+    svc._tick(t[0])
+    assert ticked[-1] == d2 and gate.history[-1][1:] == (b, CLOSED) and gate.history[-1][0] < d2
+    assert t[0] < d2 and svc.directive_log[-1][2] < d2
+    # beyond the guard, or without one: the plain tick at its own time
+    due[0] = t[0] + 201
+    now = t[0]
+    svc._tick(now)
+    assert ticked[-1] == now
+    svc.close_guard_us = 0
+    due[0] = t[0] + 10
+    now = t[0]
+    svc._tick(now)
+    assert ticked[-1] == now
+
+
 def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(tmp_path) -> None:
     from xtc.xco.agent import AgentOutput
     from xtc.xco.gate import GateError

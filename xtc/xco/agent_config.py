@@ -22,6 +22,9 @@ A complete example (every key with its default unless marked required)::
                                      # (a held destination's first packets wait for a read); 0 = off
     slot_budget = true               # timeslices: the gate holds an open destination at its slot's
                                      # end by itself (a byte budget), however late the next directive
+    close_guard_us = 0               # a directive's closes take effect this long before its start
+                                     # (its opens at the start): a closing class's last frame
+                                     # leaves inside its slot; 0 = off
     pass_tcp_control = true          # TCP packets under 128 bytes (pure ACKs, SYN, FIN, RST) never
                                      # held: a held flow's ACKs would stall the opposite flow
     gso_max_segs = 1                 # with slot_budget: the uplink's gso_max_segs while the agent
@@ -117,6 +120,13 @@ class AgentConfig(StrictTable):
     #: of its slot, so that the kernel holds the destination at the slot's end by itself however late
     #: the next directive is applied (docs/xco.md, "Agent").  false: the agent's own close only.
     slot_budget: bool = True
+    #: A directive's closes are made this long before its start, its opens at the start, and a slot
+    #: budget ends this long before its slot: a TBF change refills the closing class's bucket with
+    #: one frame, which leaves at once when packets are queued there, and the change itself lands
+    #: some tens of microseconds after the agent makes it; the guard puts both inside the slot
+    #: (docs/xco-testbed.md, "A guard before the close").  The link idles about this long a slot.
+    #: 0 = off.
+    close_guard_us: Annotated[Int, within(0, 5_000)] = 0
     #: With ``slot_budget``: the uplink's ``gso_max_segs`` while the agent runs, given back when it
     #: stops (``--cleanup`` after a kill: the kernel's default).  A slot budget's TBF leaf takes a
     #: packet whole, and TCP hands the qdisc GSO packets of up to 64 KB whatever the device's

@@ -151,6 +151,9 @@ class AgentService(StopOnSignal):
         #: lateness, us) and then spins to the start; what the spins cost at most, us.
         self.wake_advance_us = 0
         self.spin_us = 0
+        #: A directive's closes are made this long ahead of its start, its opens at the start
+        #: (``close_guard_us``; 0 = off); a slot budget ends as much before its slot.
+        self.close_guard_us = cfg.close_guard_us
         #: What a gate change takes (the recent ones' mean, us): a slice's byte budget counts from
         #: when the kernel has it, not from when it was computed (``slot_budget``).
         self.set_states_cost_us = 0
@@ -215,7 +218,7 @@ class AgentService(StopOnSignal):
                 if out.until:
                     # each open slice's budget: the link's bytes from when the kernel applies it (now
                     # plus what a gate change has taken of late) to the slice's end
-                    now = self.clock_us() + self.set_states_cost_us
+                    now = self.clock_us() + self.set_states_cost_us + self.close_guard_us
                     self.gate.set_states(out.states, {d: u - now for d, u in out.until.items() if out.states.get(d) == OPEN})
                 else:
                     self.gate.set_states(out.states)
@@ -263,8 +266,46 @@ class AgentService(StopOnSignal):
             event(log, logging.WARNING if name == "fail_open" else logging.INFO, name, **fields)
         self.core.notes.clear()
 
+    def _tick(self, now_us: int) -> None:
+        """The core's tick, with a directive due within :attr:`close_guard_us` taken now: its closes
+        made at once (with what else the tick asks), its opens at its start, after a spin.
+
+        A close is a TBF change, which refills the closing class's bucket with one frame: with
+        packets queued there that frame leaves at once, some tens of microseconds after the agent
+        made the change (measured at the senders' uplinks: the late packets of a slice left 50-100
+        us after its end, median).  Made ``close_guard_us`` early, both fall inside the slot.  The
+        core is given the directive's start as its time, so it decides as it would then."""
+        d = self.core.next_directive_us()
+        g = self.close_guard_us
+        if not g or d is None or not now_us < d <= now_us + g:
+            self._apply(self.core.tick(now_us))
+            return
+        out = self.core.tick(d)
+        opens = {k: v for k, v in out.states.items() if v != CLOSED}
+        if opens or not out.states:
+            later = AgentOutput(states=opens, applied=out.applied, until=out.until)
+            out.states = {k: v for k, v in out.states.items() if v == CLOSED}
+            out.applied, out.until = [], {}
+            self._apply(out)
+            self.spin_us += g  # an upper bound, as in _wait_for_directive
+            self._spin_until(d)
+            self._apply(later)
+        else:  # closes only (a hold): all of it now
+            self._apply(out)
+
+    def _spin_until(self, t_us: int) -> int:
+        """Read the clock until ``t_us`` (at most :data:`WAKE_ADVANCE_MAX_US` of the monotonic
+        clock: a wall clock stepped back must not hold a real-time process here); the time then."""
+        clock = self.clock_us
+        now_us = clock()
+        stop_ns = time.monotonic_ns() + 1000 * min(max(0, t_us - now_us), WAKE_ADVANCE_MAX_US)
+        while now_us < t_us and time.monotonic_ns() < stop_ns:
+            now_us = clock()
+        return now_us
+
     def _wait_for_directive(self, now_us: int) -> int:
-        """Spin until a directive due within :attr:`wake_advance_us` is due; return the time then.
+        """Spin until a directive due within :attr:`wake_advance_us` is due (:attr:`close_guard_us`
+        before its start); return the time then.
 
         The sleep before a directive ends :attr:`wake_advance_us` ahead of its start: on this
         project's 2-vCPU VMs a timer wake-up comes 0.1-0.2 ms late even under SCHED_FIFO (a
@@ -274,16 +315,13 @@ class AgentService(StopOnSignal):
         so the spin is short: the wake-up's spread around its mean.
         """
         d = self.core.next_directive_us()
-        if d is None or now_us >= d or d - now_us > self.wake_advance_us:
+        if d is None:
             return now_us
-        clock = self.clock_us
-        # bounded on the monotonic clock too: a wall clock stepped back must not hold a real-time
-        # process in this loop
-        stop_ns = time.monotonic_ns() + 1000 * min(d - now_us, WAKE_ADVANCE_MAX_US)
-        while now_us < d and time.monotonic_ns() < stop_ns:
-            now_us = clock()
+        d -= self.close_guard_us
+        if now_us >= d or d - now_us > self.wake_advance_us:
+            return now_us
         self.spin_us += self.wake_advance_us  # an upper bound of the time spent spinning
-        return now_us
+        return self._spin_until(d)
 
     def poll_defers(self, now_us: int) -> bool:
         """Whether a counter read due now is put off: a directive is due before the read would end.
@@ -426,7 +464,7 @@ class AgentService(StopOnSignal):
                 if until_us is not None and now >= until_us:
                     return
                 now = self._wait_for_directive(now)
-                self._apply(self.core.tick(now))  # a directive due first
+                self._tick(now)  # a directive due first
                 deferred = False
                 if now >= next_poll - self.poll_early_us():
                     if self.poll_defers(now):
@@ -443,6 +481,8 @@ class AgentService(StopOnSignal):
                 if until_us is not None:
                     wake = min(wake, until_us)
                 d = self.core.next_directive_us()
+                if d is not None:
+                    d -= self.close_guard_us
                 if d is not None and d <= wake:  # woken ahead of a directive by what wake-ups are late
                     wake = d - self.wake_advance_us
                 try:  # never less than 50 us: at a real-time priority a spin would starve the host
