@@ -122,6 +122,29 @@ def test_directive_opens_its_destination_at_start_us_and_closes_the_others():
     assert out.states == {1: CLOSED} and _open(core) == set()
 
 
+def test_next_directive_closes_names_the_directives_a_close_guard_takes_early():
+    """A directive waiting closes the destination in force when it is a hold or a slice for another
+    destination; an open from nothing, the same destination again, or nothing waiting do not."""
+    topo, core, ctl = _welcomed()
+    r1 = topo.host_id("r1")
+    core.observe(NOW + 200, *_stats(core, sent=SMALL + 1))
+    assert core.next_directive_closes() is False  # nothing waits
+    start = NOW + 5_000
+    core.handle(ctl.slice(NOW + 4_500, r1, start), NOW + 4_500)
+    assert core.next_directive_closes() is False  # an open, nothing in force
+    core.tick(start)
+    core.handle(ctl.slice(start + SLICE - 900, r1, start + SLICE), start + SLICE - 900)
+    assert core.next_directive_closes() is False  # the same destination again
+    core.tick(start + SLICE)
+    core.handle(ctl.slice(start + 2 * SLICE - 900, 1, start + 2 * SLICE), start + 2 * SLICE - 900)
+    assert core.next_directive_closes() is True  # another destination: r1 closes
+    out = core.tick(start + 2 * SLICE)
+    assert out.states == {r1: CLOSED, 1: OPEN}
+    core.handle(ctl.slice(start + 3 * SLICE - 900, None, start + 3 * SLICE), start + 3 * SLICE - 900)
+    assert core.next_directive_closes() is True  # a hold
+    assert core.tick(start + 3 * SLICE).states == {1: CLOSED}
+
+
 def test_slot_budget_names_each_open_slices_end_and_extends_it_ahead_for_the_same_destination():
     topo, core, ctl = _welcomed(slot_budget=True)
     r1 = topo.host_id("r1")

@@ -528,7 +528,9 @@ def test_a_close_guard_closes_before_the_start_and_opens_at_it(tmp_path) -> None
         ticked.append(now_us)
         return outs.pop(0) if outs else AgentOutput()
 
+    closes = [True]
     svc.core.next_directive_us = lambda: due[0]  # type: ignore[method-assign]
+    svc.core.next_directive_closes = lambda: closes[0]  # type: ignore[method-assign]
     svc.core.tick = tick  # type: ignore[method-assign]
     svc.wake_advance_us = 100
     d = t[0] + 250
@@ -552,6 +554,18 @@ def test_a_close_guard_closes_before_the_start_and_opens_at_it(tmp_path) -> None
     svc._tick(t[0])
     assert ticked[-1] == d2 and gate.history[-1][1:] == (b, CLOSED) and gate.history[-1][0] < d2
     assert t[0] < d2 and svc.directive_log[-1][2] < d2
+    # a directive that closes nothing (an open, a rate): waited for and taken at its start
+    closes[0] = False
+    d3 = t[0] + 80
+    due[0] = d3
+    now = svc._wait_for_directive(t[0])
+    assert d3 <= now < d3 + 10  # spun to the start, within the wake-up advance
+    d3 = t[0] + 150
+    due[0] = d3
+    now = t[0]
+    svc._tick(now)
+    assert ticked[-1] == now  # the plain tick, at the core's own time: nothing taken early
+    closes[0] = True
     # beyond the guard, or without one: the plain tick at its own time
     due[0] = t[0] + 201
     now = t[0]

@@ -433,6 +433,15 @@ class AgentCore:
         """Start of the earliest directive received and not applied yet, None if none waits."""
         return self._pending[0].start_us if self._pending else None
 
+    def next_directive_closes(self) -> bool:
+        """Whether the earliest directive waiting closes the timeslice destination in force (a hold,
+        or a slice for another destination): the service makes such a directive's closes
+        ``close_guard_us`` ahead of its start."""
+        if not self._pending:
+            return False
+        p = self._pending[0]
+        return p.rates is None and self.dest is not None and p.dest != self.dest
+
     def _slice_end(self, start_us: int) -> int:
         """The end of the open slice a timeslice directive for the destination in force starting
         at ``start_us`` begins: the end of its slot, and of every following slot whose directive

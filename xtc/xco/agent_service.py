@@ -277,7 +277,7 @@ class AgentService(StopOnSignal):
         core is given the directive's start as its time, so it decides as it would then."""
         d = self.core.next_directive_us()
         g = self.close_guard_us
-        if not g or d is None or not now_us < d <= now_us + g:
+        if not g or d is None or not now_us < d <= now_us + g or not self.core.next_directive_closes():
             self._apply(self.core.tick(now_us))
             return
         out = self.core.tick(d)
@@ -303,6 +303,14 @@ class AgentService(StopOnSignal):
             now_us = clock()
         return now_us
 
+    def _directive_due_us(self) -> int | None:
+        """When the earliest directive waiting is to be taken: its start, :attr:`close_guard_us`
+        before it if it closes the destination in force; None if none waits."""
+        d = self.core.next_directive_us()
+        if d is not None and self.close_guard_us and self.core.next_directive_closes():
+            d -= self.close_guard_us
+        return d
+
     def _wait_for_directive(self, now_us: int) -> int:
         """Spin until a directive due within :attr:`wake_advance_us` is due (:attr:`close_guard_us`
         before its start); return the time then.
@@ -314,11 +322,8 @@ class AgentService(StopOnSignal):
         the wake-ups before directives (learnt as they happen, at most :data:`WAKE_ADVANCE_MAX_US`),
         so the spin is short: the wake-up's spread around its mean.
         """
-        d = self.core.next_directive_us()
-        if d is None:
-            return now_us
-        d -= self.close_guard_us
-        if now_us >= d or d - now_us > self.wake_advance_us:
+        d = self._directive_due_us()
+        if d is None or now_us >= d or d - now_us > self.wake_advance_us:
             return now_us
         self.spin_us += self.wake_advance_us  # an upper bound of the time spent spinning
         return self._spin_until(d)
@@ -480,9 +485,7 @@ class AgentService(StopOnSignal):
                 wake = self.core.next_deadline_us() if deferred else min(self.core.next_deadline_us(), next_poll)
                 if until_us is not None:
                     wake = min(wake, until_us)
-                d = self.core.next_directive_us()
-                if d is not None:
-                    d -= self.close_guard_us
+                d = self._directive_due_us()
                 if d is not None and d <= wake:  # woken ahead of a directive by what wake-ups are late
                     wake = d - self.wake_advance_us
                 try:  # never less than 50 us: at a real-time priority a spin would starve the host

@@ -137,7 +137,7 @@ def _cpu_s(pid: int, tid: str | None = None, which: tuple[int, ...] = (11, 12)) 
 
 
 def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, level: str,
-             priority: int, giveup_quiet_us: int = 0) -> dict[str, Any]:
+             priority: int, giveup_quiet_us: int = 0, close_guard_us: int = 0) -> dict[str, Any]:
     """One agent process against the fake controller.  ``giveup_quiet_us``: the agent's (0 = off, its
     default); this bench sends no traffic, so no destination is reported and the rule never arms:
     it measures what the rule costs an agent that has nothing to give up."""
@@ -145,7 +145,8 @@ def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, le
     cfg = tmp / f"agent-{level}.toml"
     cfg.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\nnetns = "{ns}"\n'
                    f'controller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\nsmall_flow_bytes = 0\n'
-                   f'poll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\nrealtime_priority = {priority}\n[metrics]\nenabled = false\n'
+                   f'poll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\nclose_guard_us = {close_guard_us}\n'
+                   f'realtime_priority = {priority}\n[metrics]\nenabled = false\n'
                    f'[log]\nlevel = "{level}"\n')
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     prof = ["-m", "cProfile", "-o", os.environ["XAB_PROFILE"]] if os.environ.get("XAB_PROFILE") else []
@@ -220,7 +221,7 @@ class _Timed:
 
 
 def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, priority: int,
-                 giveup_quiet_us: int = 0) -> dict[str, Any]:
+                 giveup_quiet_us: int = 0, close_guard_us: int = 0) -> dict[str, Any]:
     """The agent's loop in a thread of this process, its sections timed (see the module docstring)."""
     from xtc.host.tcgate import TcGate
     from xtc.xco.agent_config import load_agent_config
@@ -230,7 +231,8 @@ def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float
     cfg_path = tmp / "agent-sections.toml"
     cfg_path.write_text(f'schema = "xco-agent/1"\ntopology = "topo.toml"\nhost = "h0"\nuplink = "xb0"\n'
                         f'netns = "{ns}"\ncontroller = "127.0.0.1:{ctl.port}"\nbind = "127.0.0.1:0"\n'
-                        f'small_flow_bytes = 0\npoll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\n[metrics]\nenabled = false\n')
+                        f'small_flow_bytes = 0\npoll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\n'
+                        f'close_guard_us = {close_guard_us}\n[metrics]\nenabled = false\n')
     cfg = load_agent_config(cfg_path)
     svc = AgentService(cfg, TcGate("xb0", link_bps=1_000_000_000, netns=ns))
     sums: dict[str, int] = {}
@@ -427,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-us", type=int, nargs="+", default=[500, 2000, 10000])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--giveup-quiet-us", type=int, default=0, help="the agent's giveup_quiet_us (0: off)")
+    ap.add_argument("--close-guard-us", type=int, default=0, help="the agent's close_guard_us (0: off)")
     ap.add_argument("--realtime-priority", type=int, default=10)
     ap.add_argument("--sections", action="store_true", help="also time the loop's sections in-process")
     ap.add_argument("--gate-calls", action="store_true", help="also time the gate's calls alone")
@@ -440,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     ns, peer = f"xab{tag}-a", f"xab{tag}-b"
     result: dict[str, Any] = {"slice_us": a.slice_us, "flows": N_LOCAL * N_REMOTE, "dests": N_REMOTE,
                               "seconds": a.seconds, "giveup_quiet_us": a.giveup_quiet_us,
+                              "close_guard_us": a.close_guard_us,
                               "realtime_priority": a.realtime_priority, "load_average": os.getloadavg()}
     try:
         for n in (ns, peer):
@@ -469,13 +473,13 @@ def main(argv: list[str] | None = None) -> int:
             runs = {}
             for poll in a.poll_us:
                 runs[f"poll_{poll}us"] = run_once(tmp, ns, a.slice_us, poll, a.seconds, "info", a.realtime_priority,
-                                                  a.giveup_quiet_us)
+                                                  a.giveup_quiet_us, a.close_guard_us)
             runs["latency_debug_log"] = run_once(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds, "debug",
-                                                 a.realtime_priority, a.giveup_quiet_us)
+                                                 a.realtime_priority, a.giveup_quiet_us, a.close_guard_us)
             result["runs"] = runs
             if a.sections:
                 result["in_process"] = run_sections(tmp, ns, a.slice_us, a.poll_us[-1], a.seconds,
-                                                    a.realtime_priority, a.giveup_quiet_us)
+                                                    a.realtime_priority, a.giveup_quiet_us, a.close_guard_us)
     finally:
         for n in (ns, peer):
             subprocess.run(["ip", "netns", "del", n], capture_output=True, check=False)
