@@ -131,9 +131,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     argv = [a for a in sys.argv[1:]]
     if "lab" in argv:
         argv = argv[argv.index("lab"):]
-    command = "xtc xco " + shlex.join(a for a in argv)
     import os
     import signal
+
+    # the lab's settings taken from the environment (experiments/__init__.py) are part of the command
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in ("XTC_XCO_LAB_SLOT_BUDGET", "XTC_XCO_LAB_CLOSE_GUARD_US")
+           if k in os.environ]
+    command = " ".join([*env, "xtc xco " + shlex.join(a for a in argv)])
 
     me = os.getpid()
 
