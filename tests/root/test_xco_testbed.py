@@ -49,21 +49,22 @@ def _need_root() -> None:
         pytest.skip("needs root (network namespaces)")
 
 
-def lab_cli(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[str]:
-    """``xtc xco lab ARGS`` as a separate process."""
+def lab_cli(*args: str, timeout_s: float = 90.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``xtc xco lab ARGS`` as a separate process (``env``: added to its environment)."""
     return subprocess.run([sys.executable, "-m", "xtc_lab.xco.lab_cli", "lab", *args], check=False,
                           capture_output=True,
-                          text=True, timeout=timeout_s, env=ENV, stdin=subprocess.DEVNULL, cwd=ROOT)
+                          text=True, timeout=timeout_s, env={**ENV, **(env or {})}, stdin=subprocess.DEVNULL, cwd=ROOT)
 
 
-def run_quick(experiment: str, mode: str = "timeslice", *options: str, suffix: str = "") -> dict[str, Any]:
+def run_quick(experiment: str, mode: str = "timeslice", *options: str, suffix: str = "",
+              env: dict[str, str] | None = None) -> dict[str, Any]:
     """``xtc xco lab run EXPERIMENT --quick --mode MODE [OPTIONS]``: its JSON document (written to a
     directory under /run/xtc, removed afterwards; ``suffix``: what the options add to its name)."""
     import shutil
 
     out = Path(f"/run/xtc/xco-lab-test-{experiment}-{os.getpid()}")
     try:
-        p = lab_cli("run", experiment, "--quick", "--mode", mode, *options, "--out", str(out), timeout_s=220)
+        p = lab_cli("run", experiment, "--quick", "--mode", mode, *options, "--out", str(out), timeout_s=220, env=env)
         assert p.returncode == 0, p.stderr[-2000:]
         return json.loads((out / f"{experiment}-{mode}{suffix}-quick.json").read_text())
     finally:
@@ -356,6 +357,29 @@ def test_run_quick_with_timeslices_holds_the_switch_port() -> None:
     assert mixed["tcp_per_flow_bps"] >= 0.12 * doc["bottleneck_bps"], mixed
     assert mixed["switch_port"]["loss_percent"] <= 5.0, mixed["switch_port"]  # without XCo: 64 %
     assert with_prefix(doc["lab_prefix"]) == []
+
+
+@pytest.mark.timeout(480)
+def test_run_fig15_quick_with_a_close_guard_sends_98_percent_inside_the_slices() -> None:
+    """``run fig15 --quick --mode timeslice --in-slice`` with the agents' ``close_guard_us`` at 150:
+    >= 98 % of the packets towards r1 left their sender's gate inside its open slices, stamped at the
+    switch's port and at the senders' uplinks, with 5 TCP senders and with 2 TCP + 3 UDP (measured:
+    98.9-99.1 % and 99.7-99.9 % in five runs, two beside a busy loop; without the guard 97.7-98.0 %
+    and 98.7 %).  A busy host may hold an agent past a close: up to three runs, the bound unchanged."""
+    misses = []
+    for _attempt in range(3):
+        doc = run_quick("fig15", "timeslice", "--in-slice", suffix="-capture",
+                        env={"XTC_XCO_LAB_CLOSE_GUARD_US": "150"})
+        assert doc["xco"]["close_guard_us"] == 150 and doc["command"].startswith("XTC_XCO_LAB_CLOSE_GUARD_US=150 ")
+        assert with_prefix(doc["lab_prefix"]) == []
+        shares = [(p["n_tcp"], where, p["in_slice"][key]["inside"], p["in_slice"][key]["packets"])
+                  for p in doc["points"] for where, key in (("switch", "all"), ("uplinks", "at_uplinks"))]
+        assert all(n > 5000 for _t, _w, _s, n in shares), shares  # both captures saw the run's packets
+        missed = [x for x in shares if x[2] < 0.98]
+        if not missed:
+            return
+        misses.append((missed, os.getloadavg()))
+    pytest.fail(f"under 98 % inside the slices in three runs: {misses}")
 
 
 @pytest.mark.timeout(240)
