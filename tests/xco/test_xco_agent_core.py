@@ -412,6 +412,7 @@ def test_config_is_validated_naming_the_key_and_checked_against_the_topology(tmp
     for text, key in [(base + "poll_us = 10\n", "poll_us"), (base + "giveup_us = 5\n", "giveup_us"),
                       (base.replace('"eth0"', '"a/b"'), "uplink"), (base.replace("7800", "x"), "controller"),
                       (base + "[metrics]\nport = 70000\n", "metrics.port"),
+                      (base + "close_guard_us = 501\n", "close_guard_us"),
                       (base.replace('host = "s1"\n', ""), "host")]:
         with pytest.raises(AgentConfigError) as e:
             loads_agent_config(text)

@@ -24,7 +24,7 @@ A complete example (every key with its default unless marked required)::
                                      # end by itself (a byte budget), however late the next directive
     close_guard_us = 0               # a directive's closes take effect this long before its start
                                      # (its opens at the start): a closing class's last frame
-                                     # leaves inside its slot; 0 = off
+                                     # leaves inside its slot; 0 = off, at most 500
     pass_tcp_control = true          # TCP packets under 128 bytes (pure ACKs, SYN, FIN, RST) never
                                      # held: a held flow's ACKs would stall the opposite flow
     gso_max_segs = 1                 # with slot_budget: the uplink's gso_max_segs while the agent
@@ -125,8 +125,9 @@ class AgentConfig(StrictTable):
     #: one frame, which leaves at once when packets are queued there, and the change itself lands
     #: some tens of microseconds after the agent makes it; the guard puts both inside the slot
     #: (docs/xco-testbed.md, "A guard before the close").  The link idles about this long a slot.
-    #: 0 = off.
-    close_guard_us: Annotated[Int, within(0, 5_000)] = 0
+    #: At most 500 us: a directive that also opens spins from its closes to its start, at a
+    #: real-time priority.  0 = off.
+    close_guard_us: Annotated[Int, within(0, 500)] = 0
     #: With ``slot_budget``: the uplink's ``gso_max_segs`` while the agent runs, given back when it
     #: stops (``--cleanup`` after a kill: the kernel's default).  A slot budget's TBF leaf takes a
     #: packet whole, and TCP hands the qdisc GSO packets of up to 64 KB whatever the device's
