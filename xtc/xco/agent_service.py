@@ -339,7 +339,7 @@ class AgentService(StopOnSignal):
         directive goes first and the read follows it at once.  The cost is :attr:`poll_cost_us`
         plus :data:`POLL_DEFER_MARGIN_US`.
         """
-        due = self.core.next_directive_us()
+        due = self._directive_due_us()
         return due is not None and now_us < due <= now_us + self.poll_cost_us + POLL_DEFER_MARGIN_US
 
     def _poll(self) -> None:
