@@ -117,44 +117,34 @@ def test_capture_at_an_egress_keeps_what_leaves_and_stamps_it_before_the_peer_ge
     import secrets
 
     from xtc_lab.xco.experiments import capture as capture_helper
+    from xtc_lab.xco.gate_bench import DST as addr_b
+    from xtc_lab.xco.gate_bench import SRC as addr_a
+    from xtc_lab.xco.gate_bench import veth_pair
 
     tag = secrets.token_hex(3)
-    a, b = f"xcap{tag}-a", f"xcap{tag}-b"
-    addr_a, addr_b = "198.18.31.1", "198.18.31.2"
     helper = [sys.executable, capture_helper.__file__]
-
-    def sh(*args: str) -> None:
-        subprocess.run(list(args), check=True, capture_output=True, text=True, timeout=30)
-
     procs: list[subprocess.Popen[str]] = []
+    outs = {k: Path(f"/run/xtc/xco-cap-test-{tag}-{k}.json") for k in ("egress", "ingress", "wrong-way")}
+    Path("/run/xtc").mkdir(parents=True, exist_ok=True)
     try:
-        for ns in (a, b):
-            sh("ip", "netns", "add", ns)
-        sh("ip", "-n", a, "link", "add", "cap0", "type", "veth", "peer", "name", "cap1", "netns", b)
-        sh("ip", "-n", a, "addr", "add", f"{addr_a}/24", "dev", "cap0")
-        sh("ip", "-n", b, "addr", "add", f"{addr_b}/24", "dev", "cap1")
-        sh("ip", "-n", a, "link", "set", "cap0", "up")
-        sh("ip", "-n", b, "link", "set", "cap1", "up")
-        outs = {k: Path(f"/run/xtc/xco-cap-test-{tag}-{k}.json") for k in ("egress", "ingress", "wrong-way")}
-        Path("/run/xtc").mkdir(parents=True, exist_ok=True)
-        for key, ns, extra in (("egress", a, ["cap0"]), ("ingress", b, []), ("wrong-way", b, ["cap1"])):
-            p = subprocess.Popen(["ip", "netns", "exec", ns, *helper, addr_b, "20", str(outs[key]), *extra],
-                                 stdout=subprocess.PIPE, text=True)
-            procs.append(p)
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        sh("ip", "netns", "exec", a, "ping", "-c", "20", "-i", "0.02", "-q", addr_b)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-            assert p.wait(timeout=30) == 0
+        with veth_pair() as (a, b):  # gs0 in a -- gr0 in b
+            for key, ns, extra in (("egress", a, ["gs0"]), ("ingress", b, []), ("wrong-way", b, ["gr0"])):
+                p = subprocess.Popen(["ip", "netns", "exec", ns, *helper, addr_b, "20", str(outs[key]), *extra],
+                                     stdout=subprocess.PIPE, text=True)
+                procs.append(p)
+                assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            subprocess.run(["ip", "netns", "exec", a, "ping", "-c", "20", "-i", "0.02", "-q", addr_b], check=True,
+                           capture_output=True, timeout=30)
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+                assert p.wait(timeout=30) == 0
         docs = {k: json.loads(v.read_text()) for k, v in outs.items()}
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-        for f in Path("/run/xtc").glob(f"xco-cap-test-{tag}-*.json"):
-            f.unlink()
+        for f in outs.values():
+            f.unlink(missing_ok=True)
     sent, got = docs["egress"]["times_us"].get(addr_a, []), docs["ingress"]["times_us"].get(addr_a, [])
     assert len(sent) == len(got) == 20, docs
     assert docs["wrong-way"]["packets"] == 0, docs["wrong-way"]  # b's own outgoing packets go to a
