@@ -308,10 +308,38 @@ def test_rate_limited_destination(lab: Lab) -> None:
         time.sleep(0.05)
         st = gate.stats()[1]
         elapsed = time.monotonic() - start
-        burst = gate.closed_burst_bytes  # a rate limit's burst: max(closed burst, 1 ms at the rate)
+        burst = gate.closed_burst_bytes  # a rate limit's burst: max(closed burst, rate_burst_us at the rate)
         assert 0.5 * rate_bps / 8 * 0.05 <= st.sent_bytes <= burst + rate_bps / 8 * elapsed + FRAME
         assert st.backlog_packets == 100 - st.sent_packets > 0
         sock.close()
+
+
+@root
+def test_a_rate_limited_destination_that_went_idle_sends_its_rate_burst_at_once(lab: Lab) -> None:
+    """``rate_burst_us``: a rate limit's bucket holds that long at the rate, so a destination that
+    went idle catches up that much at once (a late flow's lost time), then keeps to its rate; the
+    default (1 ms, here one frame's worth) lets almost nothing ahead."""
+    rate_bps = 2_000_000  # 250 kB/s: 20 ms at the rate are 5,000 bytes (20 frames)
+    with installed(lab.gate(rate_burst_us=20_000)) as gate:
+        assert gate._rate_burst(rate_bps) == 5_000
+        lab.hold(gate, OPEN)
+        gate.set_states({1: rate_bps})  # a change starts with a full bucket
+        sock = udp_sender(lab.snd)
+        for _ in range(2):  # fresh, then after an idle stretch that refilled the bucket
+            before = gate.stats()[1].sent_bytes
+            start = time.monotonic()
+            send(sock, 40)  # 9.7 kB at once
+            time.sleep(0.005)
+            sent = gate.stats()[1].sent_bytes - before
+            elapsed = time.monotonic() - start
+            assert 5_000 - FRAME <= sent <= 5_000 + rate_bps / 8 * elapsed + FRAME, (sent, elapsed)
+            assert wait_for(lambda: gate.stats()[1].backlog_packets == 0)
+            time.sleep(0.06)  # idle: 20 ms refill the bucket
+        sock.close()
+    with installed(lab.gate()) as gate:  # the default: 1 ms at 2 Mb/s is less than a frame
+        assert gate.rate_burst_us == 1000 and gate._rate_burst(rate_bps) == gate.closed_burst_bytes
+    with pytest.raises(GateError, match="rate_burst_us 0 out of range"):
+        lab.gate(rate_burst_us=0)
 
 
 @root

@@ -413,6 +413,7 @@ def test_config_is_validated_naming_the_key_and_checked_against_the_topology(tmp
                       (base.replace('"eth0"', '"a/b"'), "uplink"), (base.replace("7800", "x"), "controller"),
                       (base + "[metrics]\nport = 70000\n", "metrics.port"),
                       (base + "close_guard_us = 501\n", "close_guard_us"),
+                      (base + "rate_burst_us = 50\n", "rate_burst_us"),
                       (base.replace('host = "s1"\n', ""), "host")]:
         with pytest.raises(AgentConfigError) as e:
             loads_agent_config(text)

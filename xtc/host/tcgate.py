@@ -24,8 +24,8 @@ destination (plus the small flows), whatever the number of VMs.
 A destination's state is its TBF leaf's parameters: ``OPEN`` = the link rate with a burst of
 ``open_burst_bytes``; ``CLOSED`` = a few bytes per second (``closed_rate_bps``) with a burst of
 ``closed_burst_bytes`` (one whole frame, MTU + 18: TBF drops packets bigger than its burst, so it
-cannot be smaller); a rate limit = that rate with a burst of ``max(closed_burst_bytes, 1 ms at
-the rate)``.  Every TBF change refills the bucket, so closing a class lets up to
+cannot be smaller); a rate limit = that rate with a burst of ``max(closed_burst_bytes,
+rate_burst_us at the rate)`` (1 ms by default).  Every TBF change refills the bucket, so closing a class lets up to
 ``closed_burst_bytes`` through after it closes (one full-size packet, or several small ones: on
 a paced flow whose queue is empty at the close, they left 1-2 ms later, in someone else's slot).
 So right after a close :meth:`TcGate.set_states` sends *drain frames* into the class: frames
@@ -807,6 +807,12 @@ class TcGate:
         rate (it lands in the next switch's queue on top of what the previous sender left there);
         default 1 ms at the link rate, at least two frames (2 x (MTU + 18)).  At least
         ``closed_burst_bytes`` (TBF drops a packet bigger than its burst).
+    rate_burst_us : int
+        A rate limit's burst as time at its rate, microseconds (at least ``closed_burst_bytes``):
+        what a rate-limited class that went idle may send at once when its packets come back, so
+        a flow that started late, or stalled, catches up that much.  The next switch's port holds
+        the sum: with the rates of a link summing to its rate, up to ``rate_burst_us`` of the link
+        on top of what is queued there (and every rate change refills the bucket).  Default 1 ms.
     queue_limit_bytes : int
         How many bytes a destination's leaf holds while closed before it drops.
     default_limit_packets : int
@@ -844,6 +850,7 @@ class TcGate:
         closed_rate_bps: int = 64,
         closed_burst_bytes: int | None = None,
         open_burst_bytes: int | None = None,
+        rate_burst_us: int = 1000,
         queue_limit_bytes: int = 4 << 20,
         default_limit_packets: int = 1000,
         drain_on_close: bool = True,
@@ -858,6 +865,10 @@ class TcGate:
             raise GateError(f"{where}: link_bps {link_bps} out of range [8000, {MAX_RATE_BPS}]")
         if closed_burst_bytes is not None and closed_burst_bytes < 64:
             raise GateError(f"{where}: closed_burst_bytes {closed_burst_bytes} < 64")
+        if not 1 <= rate_burst_us <= 1_000_000:
+            raise GateError(f"{where}: rate_burst_us {rate_burst_us} out of range [1, 1000000]")
+        #: A rate limit's burst as time at its rate, microseconds (see the class's docstring).
+        self.rate_burst_us = int(rate_burst_us)
         if gso_max_segs is not None and not 1 <= gso_max_segs <= _GSO_MAX_SEGS:
             raise GateError(f"{where}: gso_max_segs {gso_max_segs} out of range [1, {_GSO_MAX_SEGS}]")
         self.pass_tcp_control = pass_tcp_control
@@ -966,8 +977,8 @@ class TcGate:
         return bytes(msg)
 
     def _rate_burst(self, rate_bps: int) -> int:
-        """A rate limit's burst, bytes: the closed burst, or 1 ms at the rate if more."""
-        return max(self.closed_burst_bytes, rate_bps // 8 // 1000)
+        """A rate limit's burst, bytes: the closed burst, or :attr:`rate_burst_us` at the rate if more."""
+        return max(self.closed_burst_bytes, rate_bps * self.rate_burst_us // 8_000_000)
 
     def _encode_tbf(self, command: str, state: int) -> bytes:
         if state == OPEN:

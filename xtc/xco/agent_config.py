@@ -22,6 +22,9 @@ A complete example (every key with its default unless marked required)::
                                      # (a held destination's first packets wait for a read); 0 = off
     slot_budget = true               # timeslices: the gate holds an open destination at its slot's
                                      # end by itself (a byte budget), however late the next directive
+    rate_burst_us = 1000             # rate mode: a rate limit's burst, as time at its rate (a flow
+                                     # that went idle catches up this much; the next switch queues
+                                     # up to this much of the link on top), at least one frame
     close_guard_us = 0               # a directive's closes take effect this long before its start
                                      # (its opens at the start): a closing class's last frame
                                      # leaves inside its slot; 0 = off, at most 500
@@ -128,6 +131,13 @@ class AgentConfig(StrictTable):
     #: At most 500 us: a directive that also opens spins from its closes to its start, at a
     #: real-time priority.  0 = off.
     close_guard_us: Annotated[Int, within(0, 500)] = 0
+    #: Rate mode: a rate limit's burst as time at its rate, microseconds (at least one frame): what
+    #: a destination under a rate that went idle sends at once when its packets come back, so a
+    #: flow that started late or stalled catches up that much.  The next switch's port queues up to
+    #: this much of the link on top of its queue (the rates of a link sum to its rate), and every
+    #: rate change refills the bucket: keep it well inside the switches' buffers
+    #: (docs/xco-testbed.md, "A rate's burst").
+    rate_burst_us: Annotated[Int, within(100, 100_000)] = 1000
     #: With ``slot_budget``: the uplink's ``gso_max_segs`` while the agent runs, given back when it
     #: stops (``--cleanup`` after a kill: the kernel's default).  A slot budget's TBF leaf takes a
     #: packet whole, and TCP hands the qdisc GSO packets of up to 64 KB whatever the device's

@@ -11,7 +11,8 @@ directive applied, the time from the moment it could take effect (its arrival, o
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
 ``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
 level ``debug``, written as a ``directive_applied`` event: ``dest`` (None = hold, -1 = rates),
-``start_us``, ``arrival_us``, ``applied_us``, ``rate_bps`` (a hybrid slice's rate, else None)).
+``start_us``, ``arrival_us``, ``applied_us``, ``rate_bps`` (a hybrid slice's rate, else None), and
+for a rate directive ``rates_bps``, every destination's rate in force after it).
 
 SIGTERM or SIGINT: a Leave is sent, the gate restores the uplink's original qdisc, exit 0.
 ``xtc xco agent -c FILE`` (:func:`run_agent`); ``xtc xco agent -c FILE --cleanup`` removes what a
@@ -255,7 +256,8 @@ class AgentService(StopOnSignal):
                     from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "directive_applied", dest=a.dest, start_us=a.start_us,
-                          arrival_us=a.arrival_us, applied_us=done, rate_bps=a.rate_bps)
+                          arrival_us=a.arrival_us, applied_us=done, rate_bps=a.rate_bps,
+                          **({"rates_bps": dict(self.core.rates)} if a.dest == -1 else {}))
         if self.core.notes:
             self._flush_notes()
 
@@ -579,7 +581,7 @@ def run_agent(config_path: str | Path) -> int:
         from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
         gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes,
-                      gso_max_segs=cfg.gate_gso_max_segs, pass_tcp_control=cfg.pass_tcp_control)
+                      rate_burst_us=cfg.rate_burst_us, gso_max_segs=cfg.gate_gso_max_segs, pass_tcp_control=cfg.pass_tcp_control)
         svc = AgentService(cfg, gate)
     except AuthError as e:
         print(f"{prog}: 'auth_key_file': {e}", file=sys.stderr)

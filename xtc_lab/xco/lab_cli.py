@@ -135,7 +135,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import signal
 
     # the lab's settings taken from the environment (experiments/__init__.py) are part of the command
-    env = [f"{k}={shlex.quote(os.environ[k])}" for k in ("XTC_XCO_LAB_SLOT_BUDGET", "XTC_XCO_LAB_CLOSE_GUARD_US")
+    env = [f"{k}={shlex.quote(os.environ[k])}"
+           for k in ("XTC_XCO_LAB_SLOT_BUDGET", "XTC_XCO_LAB_CLOSE_GUARD_US", "XTC_XCO_LAB_RATE_BURST_US")
            if k in os.environ]
     command = " ".join([*env, "xtc xco " + shlex.join(a for a in argv)])
 

@@ -153,6 +153,10 @@ IDLE_POLL_US = int(os.environ.get("XTC_XCO_LAB_IDLE_POLL_US", "2000"))
 SLOT_BUDGET = os.environ.get("XTC_XCO_LAB_SLOT_BUDGET", "1") != "0"
 #: The agents' ``close_guard_us`` (timeslices): a directive's closes made this long before its start.
 CLOSE_GUARD_US = int(os.environ.get("XTC_XCO_LAB_CLOSE_GUARD_US", "0"))
+#: The agents' ``rate_burst_us`` (rate mode: a rate limit's burst, as time at its rate); 1 ms, the
+#: agent's default: at 2-5 ms the incast's late stripes catch up but the switch port keeps a
+#: standing queue and drops (docs/xco-testbed.md, "A rate's burst").
+RATE_BURST_US = int(os.environ.get("XTC_XCO_LAB_RATE_BURST_US", "1000"))
 #: The agents' ``small_flow_bytes`` (a VM pair that has sent no more than this is never held).
 #: Senders that start together send this much each unheld: 5 x 100 KB (the agent's default) into
 #: a port buffer of 128 KiB lost 104-122 frames at every start of Figure 15's 5 TCP senders (0.12-0.15%
@@ -403,7 +407,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
                "link_bps": int(nic_bps[h] * gate_rate_fraction), "controller": f"127.0.0.1:{port}", "bind": "127.0.0.1:0",
                "netns": ns, "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES,
                **({} if open_burst_bytes is None else {"open_burst_bytes": open_burst_bytes}),
-               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "slot_budget": SLOT_BUDGET, "close_guard_us": CLOSE_GUARD_US, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": rt, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
+               "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "slot_budget": SLOT_BUDGET, "close_guard_us": CLOSE_GUARD_US, "rate_burst_us": RATE_BURST_US, "fail_open_slices": FAIL_OPEN_SLICES, "realtime_priority": rt, "metrics": {"enabled": True, "port": 0}, "log": {"format": "json", "level": agent_log_level}}
         agents[h] = wd / f"agent-{h}.toml"
         agents[h].write_text(toml_text(cfg))
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -421,7 +425,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
 
     info: dict[str, Any] = {"mode": mode, "slice_us": slice_us, "lead_us": lead_us, "workdir": str(wd),
                             "open_burst_bytes": open_burst_bytes, "gate_rate_fraction": gate_rate_fraction,
-                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "slot_budget": SLOT_BUDGET, "close_guard_us": CLOSE_GUARD_US, "nice": NICE, "realtime_priority": rt, "fail_open_slices": FAIL_OPEN_SLICES,
+                            "poll_us": POLL_US, "small_flow_bytes": SMALL_FLOW_BYTES, "giveup_after_us": GIVEUP_AFTER_US, "giveup_quiet_us": GIVEUP_QUIET_US, "idle_poll_us": IDLE_POLL_US, "slot_budget": SLOT_BUDGET, "close_guard_us": CLOSE_GUARD_US, "rate_burst_us": RATE_BURST_US, "nice": NICE, "realtime_priority": rt, "fail_open_slices": FAIL_OPEN_SLICES,
                             "controller": f"127.0.0.1:{port}", "agents": sorted(agents),
                             "gate_at": gate_at, "agent_log_level": agent_log_level,
                             **({"rate_link_fraction": rate_link_fraction} if mode == "rate" else {})}
@@ -609,7 +613,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    f"polls every {xco['poll_us']} us, give-up after {xco['giveup_after_us']} us or, "
                    f"quiet, {xco.get('giveup_quiet_us', 0)} us, idle reads every {xco.get('idle_poll_us', 0)} us "
                    f"(0: once a slice))"
-                   + (f"; rates share {xco['rate_link_fraction']:g} of each link" if mode == "rate" else "")
+                   + (f"; rates share {xco['rate_link_fraction']:g} of each link, each with a burst of "
+                      f"{xco.get('rate_burst_us', 1000)} us at its rate" if mode == "rate" else "")
                    + (f"; closes made {xco['close_guard_us']} us before their slot's end" if xco.get("close_guard_us") else "")
                    + (f"; controller and agents under SCHED_FIFO at {xco['realtime_priority']}"
                       if xco.get("realtime_priority") else f"; controller and agents at nice {xco.get('nice', NICE)}")
