@@ -11,7 +11,8 @@ daemon also publishes its samples every period on a PUB socket, as the real one 
 
 Some daemons misbehave, as a real network's do: ``dead`` ones never bind (no answer at all),
 ``slow`` ones answer after ``slow_s``, ``flapping`` ones answer for ``flap_s`` then stay silent for
-``flap_s``.  Every daemon runs as a coroutine on one asyncio loop (epoll over all the sockets), in a
+``flap_s``, over and over (each at its own phase: the first silence 1-2 ``flap_s`` after the start;
+:attr:`FakeDaemon.silenced` keeps when each silence began).  Every daemon runs as a coroutine on one asyncio loop (epoll over all the sockets), in a
 thread (:meth:`Fleet.start`) or as a process (``python -m xtc_lab.policer_fleet``: writes the
 routers to a JSON file, serves until SIGTERM, then prints its statistics as one JSON line).
 """
@@ -88,6 +89,8 @@ class FakeDaemon:
         self.list_times: list[float] = []
         self.commands: dict[str, int] = {}
         self.silent = False
+        #: When a flapping daemon fell silent: ``(monotonic, unix)`` seconds, each time.
+        self.silenced: list[tuple[float, float]] = []
         #: Samples messages published; ``pub_silent`` stops publishing; ``inject`` holds raw messages
         #: (lists of frames) to publish once, before the next period's samples.
         self.published = 0
@@ -164,6 +167,7 @@ class Fleet:
                  publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
                  first: int = 0):
         rng = random.Random(seed)
+        self._rng = random.Random(seed + 1)  # the flapping daemons' phases
         self.capacity_pps = capacity_pps
         self.slow_s = slow_s
         self.flap_s = flap_s
@@ -226,8 +230,8 @@ class Fleet:
                 p.bind(d.pub_endpoint)
                 d.pub_endpoint = p.getsockopt_string(zmq.LAST_ENDPOINT)
                 self._tasks.append(asyncio.ensure_future(self._publish(d, p)))
-            if d.mode == "flapping":
-                self._tasks.append(asyncio.ensure_future(self._flap(d)))
+            if d.mode == "flapping":  # each at its own phase: they do not all fall silent at once
+                self._tasks.append(asyncio.ensure_future(self._flap(d, self.flap_s * (1 + self._rng.random()))))
 
     async def _serve(self, d: FakeDaemon, s: zmq.asyncio.Socket) -> None:
         try:
@@ -273,10 +277,13 @@ class Fleet:
         finally:
             p.close(0)
 
-    async def _flap(self, d: FakeDaemon) -> None:
+    async def _flap(self, d: FakeDaemon, first_s: float) -> None:
+        await asyncio.sleep(first_s)
         while True:
-            await asyncio.sleep(self.flap_s)
             d.silent = not d.silent
+            if d.silent:
+                d.silenced.append((time.monotonic(), time.time()))
+            await asyncio.sleep(self.flap_s)
 
     def start(self) -> "Fleet":
         """Serve in a background thread; returns once every socket is bound."""
@@ -319,7 +326,9 @@ class Fleet:
     def stats(self, since_s: float = 0.0) -> dict[str, Any]:
         """Per behaviour: routers, ``list`` requests answered after monotonic ``since_s`` (and samples
         messages published since the start), the longest
-        gap between two of one router's ``list`` requests (seconds), routers never polled, and commands."""
+        gap between two of one router's ``list`` requests (seconds), routers never polled, and commands;
+        for the flapping ones also ``silenced_unix_s``: router -> the wall-clock times it fell silent
+        after ``since_s``."""
         out: dict[str, Any] = {}
         for d in self.daemons:
             m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {},
@@ -334,6 +343,8 @@ class Fleet:
                 m["max_gap_s"] = max(m["max_gap_s"], round(b - a, 3))
             for k, n in d.commands.items():
                 m["commands"][k] = m["commands"].get(k, 0) + n
+            if d.mode == "flapping":
+                m.setdefault("silenced_unix_s", {})[d.name] = [u for mono, u in d.silenced if mono >= since_s]
         return out
 
 
@@ -349,13 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dead", type=float, default=0.1)
     p.add_argument("--slow", type=float, default=0.0)
     p.add_argument("--flapping", type=float, default=0.0)
+    p.add_argument("--flap-s", type=float, default=5.0, help="a flapping router answers this long, then is silent as long")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--publish", action="store_true")
     p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
     p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")
     args = p.parse_args(argv)
-    fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, transport=args.transport,
+    fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, flap_s=args.flap_s, transport=args.transport,
                   publish=args.publish, seed=args.first, first=args.first).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))

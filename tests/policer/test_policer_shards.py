@@ -123,6 +123,9 @@ def test_two_shards_police_every_router(make_daemon: Any, make_policer: Any) -> 
         return all(all(v["state"] == "active" and v["setpoint_pps"] == setpoints[r][n] for n, v in d.vrs().items())
                    for r, d in daemons.items())
     wait_for(held, 15, "both routers' daemons holding the manual setpoints")
+    # a cycle's time is known once the next has started, and shard 1 starts its cycles half a period
+    # after shard 0's
+    wait_for(lambda: pol.get("/health").get("cycle_ms") is not None, 5, "a policy cycle of every shard timed")
     h = pol.get("/health")
     assert h["leader"] is True and [s["shard"] for s in h["shards"]] == [0, 1], h
     assert all(s["leader"] and s["cycles"] > 0 for s in h["shards"]), h
@@ -161,3 +164,16 @@ def test_a_standby_takes_every_shard_and_another_layout_never_leads(make_daemon:
     assert sorted(hand) == sorted([("0/2", p1.proc.pid), ("1/2", p1.proc.pid), ("0/2", p2.proc.pid), ("1/2", p2.proc.pid)])
     time.sleep(1.5)
     assert d.vrs()["v1"]["setpoint_pps"] == 15000.0
+
+
+def test_shards_start_their_cycles_spread_over_the_period() -> None:
+    """Shard ``i`` of ``n`` starts its cycles ``i / n`` of a period after shard 0's, on the monotonic
+    clock every process shares: the shards take turns instead of all planning at once
+    (docs/policer.md, "Shards take turns")."""
+    period = 2.0
+    starts = {i: Engine(None, None, period_s=period, shard=(i, 4))._next_start(10.1) for i in range(4)}
+    assert starts == pytest.approx({0: 12.0, 1: 10.5, 2: 11.0, 3: 11.5})
+    one = Engine(None, None, period_s=period, shard=(1, 4))
+    assert one._next_start(10.5) == pytest.approx(10.5)  # on the phase: now
+    assert one._next_start(12.4) == pytest.approx(12.5)
+    assert Engine(None, None, period_s=period).cycle_phase_s() == 0.0

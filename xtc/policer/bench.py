@@ -279,6 +279,48 @@ def _dead_marked_s(c: Any, dead: set[str], period_s: float) -> dict[str, Any]:
             "never": len(dead) - len(delays)}
 
 
+def _audit_times(c: Any, kind: str, routers: set[str]) -> dict[str, list[float]]:
+    """Router -> the times (``t_unix_s``, in order) of its audit records of ``kind``, for ``routers``."""
+    out: dict[str, list[float]] = {}
+    after = 0
+    while True:
+        page = c.get("/actions", params={"kind": kind, "after_id": after, "limit": 1000}).json()
+        for a in page:
+            if a["router"] in routers:
+                out.setdefault(a["router"], []).append(a["t_unix_s"])
+        if len(page) < 1000:
+            break
+        after = page[-1]["id"]
+    return out
+
+
+def _dying_marked_s(c: Any, silenced: dict[str, list[float]], period_s: float, flap_s: float) -> dict[str, Any]:
+    """Seconds from the moment a router that was answering fell silent (the fleet's flapping routers,
+    ``silenced``: router -> wall-clock times) to its ``router_unreachable`` record: quantiles, how many
+    within 2 periods, and how many silences (``flap_s`` long) passed unmarked.  A silence that began
+    while the router was still marked unreachable (its last record before it is one) is not counted:
+    there was nothing to mark."""
+    routers = set(silenced)
+    down = _audit_times(c, "router_unreachable", routers)
+    up = _audit_times(c, "router_reachable", routers)
+    delays, unmarked, skipped = [], 0, 0
+    for name, starts in silenced.items():
+        for s in starts:
+            last_down = max((t for t in down.get(name, []) if t < s), default=None)
+            last_up = max((t for t in up.get(name, []) if t < s), default=None)
+            if last_down is not None and (last_up is None or last_up < last_down):
+                skipped += 1
+                continue
+            mark = min((t for t in down.get(name, []) if s <= t <= s + flap_s), default=None)
+            if mark is None:
+                unmarked += 1
+            else:
+                delays.append(mark - s)
+    return {**(percentiles(delays, 1.0, 2) if delays else {"p50": None, "p99": None, "max": None}),
+            "within_2_periods": f"{sum(d <= 2 * period_s for d in delays)}/{len(delays) + unmarked}",
+            "unmarked": unmarked, "silent_while_unreachable": skipped}
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -288,7 +330,8 @@ def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
 def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
                     request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
-                    api_duration_s: float = 5.0, max_warmup_s: float = 300.0) -> dict[str, Any]:
+                    api_duration_s: float = 5.0, max_warmup_s: float = 300.0, flapping_fraction: float = 0.0,
+                    flap_s: float = 5.0) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -299,7 +342,10 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     over every cycle kept, warm-up included), the CPU the engine's process spent per second of the policing and per router
     measurement recorded (``sampled`` + ``listed`` of ``/health``) meanwhile, the fleet's own CPU per
     second (the stand-in daemons share the machine), when the dead
-    routers were marked, the resident memory of the processes (MB),
+    routers were marked (``dead_marked_s``: from their registration; ``dying_marked_s``: from the moment
+    a router that answered fell silent, the ``flapping_fraction`` of the fleet that answers ``flap_s``
+    seconds and is silent as long, over and over, measured in the policing window), the resident
+    memory of the processes (MB),
     then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
     the API's process spent per request, the engine's process per second, the load generator's per
     request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
@@ -310,6 +356,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
+                           "flapping_fraction": flapping_fraction, "flap_s": flap_s,
                            "period_s": period_s, "samples": samples, "shards": shards}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500 + routers / 1000  # the fleet leaves this out of its statistics
@@ -321,7 +368,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             fl_files.append(Path(tmp) / f"fleet{i}.json")
             fleets.append(subprocess.Popen(
                 [sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(share), "--vrs", str(vrs_per_router),
-                 "--dead", str(dead_fraction), "--out", str(fl_files[-1]), "--first", str(sum(shares[:i])),
+                 "--dead", str(dead_fraction), "--flapping", str(flapping_fraction), "--flap-s", str(flap_s),
+                 "--out", str(fl_files[-1]), "--first", str(sum(shares[:i])),
                  "--warmup-s", str(warm), *(["--publish"] if samples else [])],
                 stdout=subprocess.PIPE, text=True))
         proc = None
@@ -348,6 +396,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                         o["max_gap_s"] = max(o["max_gap_s"], m["max_gap_s"])
                         for k, n in m["commands"].items():
                             o["commands"][k] = o["commands"].get(k, 0) + n
+                        if "silenced_unix_s" in m:
+                            o.setdefault("silenced_unix_s", {}).update(m["silenced_unix_s"])
                 return merged
 
             auth = {"Authorization": f"Bearer {token}"}
@@ -412,6 +462,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                                  "fleet": round(sum(psutil.Process(f.pid).memory_info().rss for f in fleets) / 1e6)}
 
             out["fleet"] = window()
+            silenced = out["fleet"].get("flapping", {}).pop("silenced_unix_s", {})
             # The API while the engine goes on policing the fleet.
             pol = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             cpu0 = [p.cpu_times() for p in pol]
@@ -421,6 +472,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             out["api"]["engine_cpu_s_per_s"] = round(_cpu_s_since(cpu0[1:], pol[1:]) / dur, 2)
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
+                if silenced:  # routers that fell silent in the policing window: when were they marked?
+                    out["dying_marked_s"] = _dying_marked_s(c, silenced, period_s, flap_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms_after_api"] = h.get("cycle_ms")
                 out["measurements_after_api"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples", "measure_gap_ms")}

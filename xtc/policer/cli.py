@@ -58,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--no-samples", dest="samples", action="store_false",
                    help="fleet: measure every router by 'list' (the daemons publish no samples)")
     s.add_argument("--shards", type=int, default=1, help="fleet: engine processes (engine.shards, default 1)")
+    s.add_argument("--flapping", type=float, default=0.0,
+                   help="fleet: share of the routers that answer 5 s, then fall silent 5 s, over and over, to time "
+                        "how soon a router that stops answering is marked (dying_marked_s; default 0; their "
+                        "silences count in measure_gap_ms)")
     s.set_defaults(func=_cmd_bench)
 
     def client(name: str, help_: str) -> argparse.ArgumentParser:
@@ -190,7 +194,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.fleet:
         res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples,
-                              shards=args.shards)
+                              shards=args.shards, flapping_fraction=args.flapping)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,

@@ -30,7 +30,9 @@ counted (:attr:`Engine.bad_replies`); the router is marked ``unreachable`` with 
 With ``shard=(i, n)`` the engine polices only the routers whose name hashes to ``i`` (:func:`shard_of`):
 ``engine.shards`` engine processes share a fleet, each on a core of its own (a router is planned
 from its own state alone, so nothing is lost by the split), and a policy cycle takes a shard's
-routers, a share of the fleet.
+routers, a share of the fleet.  Shard ``i`` starts its cycles ``i / n`` of a period after shard 0's
+(:meth:`Engine.cycle_phase_s`, on the system-wide monotonic clock): the shards' cycles take turns
+at the cores and at the database's write lock instead of all starting at once.
 
 Every duration the policies measure (activation hold, punishment and restoration timers) is on
 ``clock``, a monotonic clock (``CLOCK_MONOTONIC`` is system-wide, so the timers stored in the
@@ -314,21 +316,40 @@ class Engine:
             self._worker = threading.Thread(target=self._work_loop, name="policer-worker", daemon=True)
             self._worker.start()
 
+    def cycle_phase_s(self) -> float:
+        """Where in the period this engine's cycles start, seconds: 0 for one engine; shard ``i`` of
+        ``n`` at ``i / n`` of the period on ``CLOCK_MONOTONIC`` (system-wide, so the shards' processes
+        agree), so that the shards' cycles are spread over the period instead of starting together."""
+        i, n = self.shard
+        return self.period_s * i / n if n > 1 else 0.0
+
+    def _next_start(self, after: float) -> float:
+        """The first cycle start at or after ``after`` (monotonic seconds) at this engine's phase."""
+        phase = self.cycle_phase_s()
+        return after + (phase - after) % self.period_s
+
     def _run(self) -> None:
-        next_t = time.monotonic()
+        sharded = self.shard[1] > 1
+        next_t = self._next_start(time.monotonic()) if sharded else time.monotonic()
+        self._stop.wait(max(0.0, next_t - time.monotonic()))
         while not self._stop.is_set():
+            start = time.monotonic()
             try:
                 if self.is_leader is None or self.is_leader():
                     self.run_cycle()
             except BaseException as e:  # a bug: stop, and let the service exit
                 self._crash(e)
                 return
-            next_t += self.period_s
-            delay = next_t - time.monotonic()
-            if delay < 0:
-                next_t = time.monotonic()
-                delay = 0
-            self._stop.wait(delay)
+            if sharded:
+                # the phase's first start at least half a period after this one: a period on after a
+                # start on time; after an overrun at once, and the one after it back on the phase
+                next_t = self._next_start(start + 0.5 * self.period_s)
+            else:
+                next_t += self.period_s
+            now = time.monotonic()
+            if next_t < now:
+                next_t = now
+            self._stop.wait(next_t - now)
 
     def _crash(self, e: BaseException) -> None:
         if self.error is None:
