@@ -193,3 +193,57 @@ def test_a_sample_from_before_the_commands_is_not_used(db_url: str) -> None:
         eng.stop()
         store.close()
         fleet.stop()
+
+
+def test_a_router_that_falls_silent_is_marked_within_two_periods(db_url: str) -> None:
+    """A router measured from its stream that stops answering altogether (its daemon hung or gone) is
+    probed between cycles as soon as its stream is ``silence_s`` late, with a deadline of half a
+    period, and marked unreachable within 2 periods of its last answer (before: the next cycle's
+    stale sample, then a whole timeout, 2.4-3.4 periods after its last sample).  A router whose
+    stream alone stops is probed once, answers, and stays reachable.  On a busy host the silence is
+    repeated with another router, up to three times; the bound is not widened."""
+    period_s = 0.5
+    n = 8
+    fleet = Fleet(n, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=period_s).start()
+    store = Store(db_url)
+    streams = SampleStreams(max_vrs=8)
+    eng = Engine(store, LinkPool(0.8 * period_s), period_s=period_s, max_vrs_per_router=8, samples=streams)
+    assert eng.silence_s == 1.25 * period_s and eng.probe_timeout_s == 0.5 * period_s
+    by_name = {d.name: d for d in fleet.daemons}
+    try:
+        for r in fleet.routers():
+            store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test", pub_endpoint=r["pub_endpoint"])
+        eng.start()
+        _wait(lambda: all(streams.latest(d.name) for d in fleet.daemons) and eng.sampled >= 2 * n, 20,
+              "every router measured from its samples")
+        # A stream that stops while its daemon answers: one probe, answered; the router stays reachable.
+        quiet = by_name["r00000"]
+        lists0, probed0 = len(quiet.list_times), eng.probed
+        quiet.pub_silent = True
+        _wait(lambda: eng.probed > probed0, 4 * period_s, "the silent stream's router probed")
+        _wait(lambda: len(quiet.list_times) > lists0, 2 * period_s, "the probe answered")
+        time.sleep(0.5 * period_s)  # more watches of the same silence: no second probe
+        assert eng.probed == probed0 + 1
+        assert store.get_router("r00000")["status"] == "reachable"
+        quiet.pub_silent = False
+        # Daemons that stop answering altogether.
+        took = []
+        for name in ("r00001", "r00002", "r00003"):
+            d = by_name[name]
+            _wait(lambda: d.published > 0 and streams.latest(name) is not None, 4 * period_s, "a stream flowing")
+            last = streams.latest(name)[0]  # the arrival of its last sample (monotonic)
+            d.silent = True
+            t_silent = time.monotonic()
+            _wait(lambda: store.get_router(name)["status"] == "unreachable", 6 * period_s, f"{name} marked")
+            marked = time.monotonic()
+            took.append((round(marked - t_silent, 3), round(marked - last, 3)))
+            if marked - t_silent <= 2 * period_s:
+                break
+        print("marked, s after the silence / after the last sample:", took)
+        assert took[-1][0] <= 2 * period_s, f"a router that fell silent marked within 2 periods: {took}"
+        assert "within 250 ms" in store.get_router(name)["last_error"]
+        assert eng.error is None
+    finally:
+        eng.stop()
+        store.close()
+        fleet.stop()

@@ -293,6 +293,8 @@ class Health(BaseModel):
     sampled: int | None = Field(None, description="router measurements taken from the daemons' sample streams "
                                 "since the start (no 'list' sent)")
     listed: int | None = Field(None, description="router measurements asked for with 'list' since the start")
+    probed: int | None = Field(None, description="of those, routers sent 'list' between cycles because their "
+                               "sample stream fell silent (a daemon that stopped is marked within 2 periods)")
     bad_samples: int | None = Field(None, description="sample messages dropped as invalid since the start")
     measure_gap_ms: dict[str, float] | None = Field(
         None, description="per recent cycle, the longest time a router went between two of its measurements "
@@ -683,6 +685,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "bad_replies": sum(engine.bad_replies.values()) if engine is not None else 0,
                 "sampled": engine.sampled if engine is not None else 0,
                 "listed": engine.listed if engine is not None else 0,
+                "probed": getattr(engine, "probed", 0) if engine is not None else 0,
                 "bad_samples": engine.bad_samples if engine is not None else 0,
                 "measure_gap_ms": percentiles(list(engine.gap_s)[-k:], 1000) if engine is not None and engine.gap_s else None,
                 "cycle_ms": percentiles(list(engine.cycle_s)[-k:], 1000) if engine is not None and engine.cycle_s else None,

@@ -63,8 +63,9 @@ class EngineProcess:
         self.on_crash = on_crash
         self.cycles = 0
         self.bad_replies: dict[str, int] = {}
-        #: Router measurements taken from sample streams and by 'list', and sample messages dropped.
-        self.sampled = self.listed = self.bad_samples = 0
+        #: Router measurements taken from sample streams and by 'list', sample messages dropped, and
+        #: routers probed between cycles because their stream fell silent.
+        self.sampled = self.listed = self.bad_samples = self.probed = 0
         self.cycle_s: list[float] = []
         self.gap_s: list[float] = []
         self.error: BaseException | None = None
@@ -111,6 +112,7 @@ class EngineProcess:
             self.cycles = rep["cycles"]
             self.bad_replies = {"all": rep["bad_replies"]}
             self.sampled, self.listed, self.bad_samples = rep["sampled"], rep["listed"], rep["bad_samples"]
+            self.probed = rep.get("probed", 0)
             self.cycle_s = rep["cycle_s"]
             self.gap_s = rep["gap_s"]
             self.leader_epoch = rep["epoch"]
@@ -155,7 +157,7 @@ class EngineShards:
     """``engine.shards`` engine processes, shard ``i`` of ``n`` each (:class:`EngineProcess` with
     ``shard`` in its settings), seen by the API as one engine.
 
-    ``cycles`` is the fewest any shard has run; ``sampled``, ``listed``, ``bad_samples`` and
+    ``cycles`` is the fewest any shard has run; ``sampled``, ``listed``, ``probed``, ``bad_samples`` and
     ``bad_replies`` are summed; ``cycle_s`` and ``gap_s`` are, cycle by cycle from the newest, the
     longest of the shards this process leads (the policy cycle of those routers ends with its slowest
     shard); ``is_leader()`` is true while this process leads at least one shard, and
@@ -207,6 +209,10 @@ class EngineShards:
     @property
     def bad_samples(self) -> int:
         return sum(p.bad_samples for p in self.procs)
+
+    @property
+    def probed(self) -> int:
+        return sum(p.probed for p in self.procs)
 
     def _aligned_max(self, attr: str) -> list[float]:
         lists = [getattr(p, attr) for p in self.procs if p.is_leader()] or [getattr(p, attr) for p in self.procs]
@@ -337,7 +343,7 @@ def main() -> int:
     def report() -> None:
         leads = engine.error is None and (leadership is None or leadership.held())
         rep = {"cycles": engine.cycles, "bad_replies": sum(engine.bad_replies.values()),
-               "sampled": engine.sampled, "listed": engine.listed,
+               "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed,
                "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
                "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
                "leader": leads,

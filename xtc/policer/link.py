@@ -281,9 +281,10 @@ class LinkPool:
         loop = self._ensure_loop()
         asyncio.run_coroutine_threadsafe(self._exchange(router, endpoint, server_key, requests, callback), loop)
 
-    def exchange_many(self, exchanges: list[tuple[str, str, str | None, list[dict[str, Any]], Callback]]) -> None:
+    def exchange_many(self, exchanges: list[tuple]) -> None:
         """Several :meth:`exchange` calls, ``(router, endpoint, server_key, requests, callback)`` each, handed
-        to the I/O thread at once (one wake-up of its loop for a whole cycle's ``list`` requests)."""
+        to the I/O thread at once (one wake-up of its loop for a whole cycle's ``list`` requests).  A
+        sixth member, if there is one, is that exchange's own timeout in seconds (None: :attr:`timeout_s`)."""
         if not exchanges:
             return
         loop = self._ensure_loop()
@@ -310,7 +311,7 @@ class LinkPool:
         return s
 
     async def _exchange(self, router: str, endpoint: str, server_key: str | None, requests: list[dict[str, Any]],
-                        callback: Callback) -> None:
+                        callback: Callback, timeout_s: float | None = None) -> None:
         import asyncio
 
         results: list[Any] = []
@@ -318,7 +319,7 @@ class LinkPool:
             async with self._sem:
                 self.in_flight += 1
                 try:
-                    results = await self._talk(endpoint, server_key, requests)
+                    results = await self._talk(endpoint, server_key, requests, timeout_s)
                 finally:
                     self.in_flight -= 1
         except LinkDown as e:
@@ -331,12 +332,14 @@ class LinkPool:
         except BaseException:  # the callback's owner records its own failures
             log.exception("link callback failed")
 
-    async def _talk(self, endpoint: str, server_key: str | None, requests: list[dict[str, Any]]) -> list[Any]:
+    async def _talk(self, endpoint: str, server_key: str | None, requests: list[dict[str, Any]],
+                    timeout_s: float | None = None) -> list[Any]:
         import asyncio
 
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         s = self._open(endpoint, server_key)
         results: list[Any] = []
-        deadline = self._loop.time() + self.timeout_s
+        deadline = self._loop.time() + timeout_s
         try:
             for doc in requests:
                 self._seq += 1
@@ -355,7 +358,7 @@ class LinkPool:
                         if isinstance(e, BadReply):
                             break
         except asyncio.TimeoutError:
-            err = LinkDown(f"no answer from {endpoint} within {int(self.timeout_s * 1000)} ms")
+            err = LinkDown(f"no answer from {endpoint} within {int(timeout_s * 1000)} ms")
             return results + [err] * (len(requests) - len(results))
         except BadReply as e:
             return results + [e] * (len(requests) - len(results))

@@ -230,6 +230,12 @@ class SampleStreams:
         with self._lock:
             return self._latest.get(name)
 
+    def older_than(self, t: float) -> list[tuple[str, float]]:
+        """``(router, arrival time)`` of every stream whose newest valid sample arrived before ``t``
+        (on ``clock``): the silent ones, in one pass under the lock."""
+        with self._lock:
+            return [(n, v[0]) for n, v in self._latest.items() if v[0] < t]
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)

@@ -165,7 +165,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
 # ------------------------------------------------------------------------------ several workers
 
 #: The engine's attributes the API reads (``/health``, ``/metrics``), relayed to the workers.
-_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "bad_samples", "cycle_s", "gap_s", "leader_epoch")
+_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "bad_samples", "cycle_s", "gap_s", "leader_epoch")
 
 
 class RelayedEngine:
@@ -176,7 +176,7 @@ class RelayedEngine:
 
     def __init__(self, stream: Any, on_eof: Callable[[], None]):
         self.stream, self.on_eof = stream, on_eof
-        self.cycles = self.sampled = self.listed = self.bad_samples = 0
+        self.cycles = self.sampled = self.listed = self.probed = self.bad_samples = 0
         self.bad_replies: dict[str, int] = {}
         self.cycle_s: list[float] = []
         self.gap_s: list[float] = []
