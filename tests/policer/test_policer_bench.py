@@ -66,3 +66,19 @@ def test_fleet_bench_with_two_shards() -> None:
     # ... before the window: the warm-up waits for the start-up's activations.
     assert res["activations_sent_at_start"] == "96/96" and res["warmup_s"] > 0
     assert res["fleet"]["dead"]["lists"] == 0 and res["api"]["errors"] == 0
+
+
+def test_fleet_bench_times_routers_that_fall_silent() -> None:
+    """``--flapping``: a share of the stand-in daemons answers ``flap_s``, then is silent as long, over
+    and over; the bench times each silence of the policing window from its start to the router's
+    ``router_unreachable`` record (``dying_marked_s``).  Every silence is marked while it lasts."""
+    from xtc.policer.bench import run_fleet_bench
+
+    res = run_fleet_bench(routers=12, vrs_per_router=2, dead_fraction=0.0, duration_s=3.0, api_rate_per_s=20,
+                          api_duration_s=0.5, flapping_fraction=0.25, flap_s=1.5)
+    dying = res["dying_marked_s"]
+    print(json.dumps(dying))
+    assert res["fleet"]["flapping"]["routers"] == 3 and "silenced_unix_s" not in res["fleet"]["flapping"]
+    n = int(dying["within_2_periods"].split("/")[1])
+    assert n >= 1 and dying["unmarked"] == 0, dying
+    assert 0 < dying["p50"] <= dying["max"] <= 1.5, dying
