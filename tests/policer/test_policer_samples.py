@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from typing import Iterator
 
 import pytest
 
@@ -70,21 +72,32 @@ def _wait(cond, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def test_samples_replace_list_and_silent_streams_fall_back(db_url: str) -> None:
-    period_s = 0.5
-    n = 12
-    fleet = Fleet(n, vrs_per_router=8, dead_fraction=0.0, publish=True, period_s=period_s).start()
+@contextlib.contextmanager
+def _sampled_fleet(db_url: str, n: int, vrs: int, period_s: float) -> Iterator[tuple[Fleet, Store, SampleStreams, Engine]]:
+    """``n`` publishing stand-in daemons registered with their streams, an engine reading them started
+    and warmed up (one 'list' each, never seen, then the samples stand for it); all stopped after."""
+    fleet = Fleet(n, vrs_per_router=vrs, dead_fraction=0.0, publish=True, period_s=period_s).start()
     store = Store(db_url)
     streams = SampleStreams(max_vrs=8)
     eng = Engine(store, LinkPool(0.8 * period_s), period_s=period_s, max_vrs_per_router=8, samples=streams)
-    by_name = {d.name: d for d in fleet.daemons}
     try:
         for r in fleet.routers():
             store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test", pub_endpoint=r["pub_endpoint"])
         eng.start()
-        # Warm-up: one 'list' each (never seen), then the samples stand for it.
         _wait(lambda: all(streams.latest(d.name) for d in fleet.daemons) and eng.sampled >= 2 * n, 20,
               "every router measured from its samples")
+        yield fleet, store, streams, eng
+    finally:
+        eng.stop()
+        store.close()
+        fleet.stop()
+
+
+def test_samples_replace_list_and_silent_streams_fall_back(db_url: str) -> None:
+    period_s = 0.5
+    n = 12
+    with _sampled_fleet(db_url, n, 8, period_s) as (fleet, store, streams, eng):
+        by_name = {d.name: d for d in fleet.daemons}
         # Until the activations and first setpoints are settled (a router is sent 'list' once after
         # each round of commands): two periods without a 'list'.
         deadline = time.monotonic() + 20
@@ -158,10 +171,6 @@ def test_samples_replace_list_and_silent_streams_fall_back(db_url: str) -> None:
         store.remove_router("r00005", "test")
         _wait(lambda: streams.latest("r00005") is None, 4 * period_s, "the removed router's stream dropped")
         assert eng.error is None
-    finally:
-        eng.stop()
-        store.close()
-        fleet.stop()
 
 
 def test_a_sample_from_before_the_commands_is_not_used(db_url: str) -> None:
@@ -203,19 +212,9 @@ def test_a_router_that_falls_silent_is_marked_within_two_periods(db_url: str) ->
     stream alone stops is probed once, answers, and stays reachable.  On a busy host the silence is
     repeated with another router, up to three times; the bound is not widened."""
     period_s = 0.5
-    n = 8
-    fleet = Fleet(n, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=period_s).start()
-    store = Store(db_url)
-    streams = SampleStreams(max_vrs=8)
-    eng = Engine(store, LinkPool(0.8 * period_s), period_s=period_s, max_vrs_per_router=8, samples=streams)
-    assert eng.silence_s == 1.25 * period_s and eng.probe_timeout_s == 0.5 * period_s
-    by_name = {d.name: d for d in fleet.daemons}
-    try:
-        for r in fleet.routers():
-            store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test", pub_endpoint=r["pub_endpoint"])
-        eng.start()
-        _wait(lambda: all(streams.latest(d.name) for d in fleet.daemons) and eng.sampled >= 2 * n, 20,
-              "every router measured from its samples")
+    with _sampled_fleet(db_url, 8, 2, period_s) as (fleet, store, streams, eng):
+        assert eng.silence_s == 1.25 * period_s and eng.probe_timeout_s == 0.5 * period_s
+        by_name = {d.name: d for d in fleet.daemons}
         # A stream that stops while its daemon answers: one probe, answered; the router stays reachable.
         quiet = by_name["r00000"]
         lists0, probed0 = len(quiet.list_times), eng.probed
@@ -243,7 +242,3 @@ def test_a_router_that_falls_silent_is_marked_within_two_periods(db_url: str) ->
         assert took[-1][0] <= 2 * period_s, f"a router that fell silent marked within 2 periods: {took}"
         assert "within 250 ms" in store.get_router(name)["last_error"]
         assert eng.error is None
-    finally:
-        eng.stop()
-        store.close()
-        fleet.stop()

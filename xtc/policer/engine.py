@@ -416,22 +416,16 @@ class Engine:
         for r in routers:
             name = r["name"]
             names.add(name)
-            retry = self._backoff.get(name)
-            if retry is not None and retry[0] > now:
+            done = self._claim(name, now)
+            if done is None:
                 continue
-            with self._busy_lock:
-                if name in self._busy:
-                    continue
-                done = self._busy[name] = threading.Event()
             started.append(done)
             vrs = self._sampled_vrs(r)
             if vrs is not None:  # measured by the router's sample stream: no 'list'
                 self.sampled += 1
                 self._put(("samples", r, settings, now, vrs, time.monotonic()))
                 continue
-            self.listed += 1
-            exchanges.append((name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
-                              lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0))))
+            exchanges.append(self._list(r, settings, now))
         self.links.exchange_many(exchanges)
         for gone in set(self._backoff) - names:
             self._backoff.pop(gone, None)
@@ -470,23 +464,31 @@ class Engine:
         exchanges: list[tuple] = []
         for name, arrived in self.samples.older_than(time.monotonic() - self.silence_s):
             r = self._routers.get(name)
-            if r is None or self._probed.get(name) == arrived:
+            if r is None or self._probed.get(name) == arrived or self._claim(name, now) is None:
                 continue
-            retry = self._backoff.get(name)
-            if retry is not None and retry[0] > now:
-                continue
-            with self._busy_lock:
-                if name in self._busy:
-                    continue
-                self._busy[name] = threading.Event()
             self._probed[name] = arrived
-            self.listed += 1
             self.probed += 1
-            exchanges.append((name, r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
-                              lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0)),
-                              self.probe_timeout_s))
+            exchanges.append(self._list(r, settings, now, self.probe_timeout_s))
         self.links.exchange_many(exchanges)
         return len(exchanges)
+
+    def _claim(self, name: str, now: float) -> threading.Event | None:
+        """Mark a router busy for a measurement (the event the worker sets when it is handled), unless
+        it waits out a backoff at ``now`` (clock seconds) or is busy already (then None)."""
+        retry = self._backoff.get(name)
+        if retry is not None and retry[0] > now:
+            return None
+        with self._busy_lock:
+            if name in self._busy:
+                return None
+            done = self._busy[name] = threading.Event()
+        return done
+
+    def _list(self, r: dict[str, Any], settings: Settings, now: float, timeout_s: float | None = None) -> tuple:
+        """The ``list`` exchange of a router (for :meth:`LinkPool.exchange_many`), its reply to the worker."""
+        self.listed += 1
+        return (r["name"], r["endpoint"], r["curve_server_key"], [{"cmd": "list"}],
+                lambda _n, res, r=r, t0=time.monotonic(): self._put(("list", r, settings, now, res, t0)), timeout_s)
 
     def _sampled_vrs(self, r: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The router's VRs from its newest sample if that can stand for a ``list``: at most
