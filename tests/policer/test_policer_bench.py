@@ -71,14 +71,16 @@ def test_fleet_bench_with_two_shards() -> None:
 def test_fleet_bench_times_routers_that_fall_silent() -> None:
     """``--flapping``: a share of the stand-in daemons answers ``flap_s``, then is silent as long, over
     and over; the bench times each silence of the policing window from its start to the router's
-    ``router_unreachable`` record (``dying_marked_s``).  Every silence is marked while it lasts."""
+    ``router_unreachable`` record (``dying_marked_s``).  Every silence is marked while it lasts: 3 s
+    (the engine marks a silent router 1.35-1.85 periods after its last sample, so a silence shorter
+    than 2 periods may end before it is marked); a 6 s window holds one silence of each."""
     from xtc.policer.bench import run_fleet_bench
 
-    res = run_fleet_bench(routers=12, vrs_per_router=2, dead_fraction=0.0, duration_s=3.0, api_rate_per_s=20,
-                          api_duration_s=0.5, flapping_fraction=0.25, flap_s=1.5)
+    res = run_fleet_bench(routers=12, vrs_per_router=2, dead_fraction=0.0, duration_s=6.0, api_rate_per_s=20,
+                          api_duration_s=0.5, flapping_fraction=0.25, flap_s=3.0)
     dying = res["dying_marked_s"]
     print(json.dumps(dying))
     assert res["fleet"]["flapping"]["routers"] == 3 and "silenced_unix_s" not in res["fleet"]["flapping"]
     n = int(dying["within_2_periods"].split("/")[1])
     assert n >= 1 and dying["unmarked"] == 0, dying
-    assert 0 < dying["p50"] <= dying["max"] <= 1.5, dying
+    assert 0 < dying["p50"] <= dying["max"] <= 3.0, dying
