@@ -252,33 +252,6 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
     return res
 
 
-def _dead_marked_s(c: Any, dead: set[str], period_s: float) -> dict[str, Any]:
-    """Seconds from each dead router's registration to its ``router_unreachable`` record (the audit log's
-    times and the routers' ``created_unix_s``, one clock): quantiles, and how many within 2 periods."""
-    created: dict[str, float] = {}
-    offset = 0
-    while True:
-        page = c.get("/routers", params={"limit": 1000, "offset": offset}).json()
-        created.update((r["name"], r["created_unix_s"]) for r in page if r["name"] in dead)
-        if len(page) < 1000:
-            break
-        offset += len(page)
-    first: dict[str, float] = {}
-    after = 0
-    while True:
-        page = c.get("/actions", params={"kind": "router_unreachable", "after_id": after, "limit": 1000}).json()
-        for a in page:
-            if a["router"] in dead:
-                first.setdefault(a["router"], a["t_unix_s"])
-        if len(page) < 1000:
-            break
-        after = page[-1]["id"]
-    delays = [first[n] - created[n] for n in first if n in created]
-    return {**(percentiles(delays, 1.0, 2) if delays else {"p50": None, "p99": None, "max": None}),
-            "within_2_periods": f"{sum(d <= 2 * period_s for d in delays)}/{len(dead)}",
-            "never": len(dead) - len(delays)}
-
-
 def _audit_times(c: Any, kind: str, routers: set[str]) -> dict[str, list[float]]:
     """Router -> the times (``t_unix_s``, in order) of its audit records of ``kind``, for ``routers``."""
     out: dict[str, list[float]] = {}
@@ -292,6 +265,24 @@ def _audit_times(c: Any, kind: str, routers: set[str]) -> dict[str, list[float]]
             break
         after = page[-1]["id"]
     return out
+
+
+def _dead_marked_s(c: Any, dead: set[str], period_s: float) -> dict[str, Any]:
+    """Seconds from each dead router's registration to its ``router_unreachable`` record (the audit log's
+    times and the routers' ``created_unix_s``, one clock): quantiles, and how many within 2 periods."""
+    created: dict[str, float] = {}
+    offset = 0
+    while True:
+        page = c.get("/routers", params={"limit": 1000, "offset": offset}).json()
+        created.update((r["name"], r["created_unix_s"]) for r in page if r["name"] in dead)
+        if len(page) < 1000:
+            break
+        offset += len(page)
+    first = {n: ts[0] for n, ts in _audit_times(c, "router_unreachable", dead).items()}
+    delays = [first[n] - created[n] for n in first if n in created]
+    return {**(percentiles(delays, 1.0, 2) if delays else {"p50": None, "p99": None, "max": None}),
+            "within_2_periods": f"{sum(d <= 2 * period_s for d in delays)}/{len(dead)}",
+            "never": len(dead) - len(delays)}
 
 
 def _dying_marked_s(c: Any, silenced: dict[str, list[float]], period_s: float, flap_s: float) -> dict[str, Any]:
