@@ -131,3 +131,67 @@ def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
             fleet.wait(30)
         except subprocess.TimeoutExpired:
             fleet.kill()
+
+
+def test_a_router_registered_between_cycles_is_reached_at_once(db_url: str) -> None:
+    """A router registered between two cycles is sent its first ``list`` within a tenth of a period
+    (:meth:`Engine.contact_new`), not at the next cycle: a live one is measured at once, a dead one
+    marked about a tenth of a period plus the links' timeout after its registration.  Before, the
+    mark came at the next cycle plus the timeout: here 1.0 s + 0.3 s after a registration just after a
+    cycle, against a bound of 0.8 s.  On a busy host the dead registration is repeated with another
+    router, up to three times; the bound is not widened.  Each new router gets one such ``list``."""
+    period_s, timeout_s = 1.0, 0.3
+    fleet = Fleet(6, vrs_per_router=2, dead_fraction=0.0).start()
+    store = Store(db_url)
+    eng = Engine(store, LinkPool(timeout_s), period_s=period_s, max_vrs_per_router=8)
+    by_name = {d.name: d for d in fleet.daemons}
+    routers = {r["name"]: r for r in fleet.routers()}
+
+    def register(name: str) -> None:
+        r = routers[name]
+        store.add_router(name, r["endpoint"], r["capacity_pps"], "on", None, "test")
+
+    def just_after_a_cycle() -> None:
+        c = eng.cycles
+        deadline = time.monotonic() + 5 * period_s
+        while eng.cycles == c:
+            assert time.monotonic() < deadline, "the engine runs its cycles"
+            time.sleep(0.005)
+
+    try:
+        register("r00000")
+        eng.start()
+        just_after_a_cycle()
+        # A live router registered just after a cycle: listed and measured well before the next one.
+        just_after_a_cycle()
+        t_reg = time.monotonic()
+        register("r00001")
+        deadline = t_reg + 0.8 * period_s
+        while store.get_router("r00001")["status"] != "reachable":
+            assert time.monotonic() < deadline, "a live new router measured before the next cycle"
+            time.sleep(0.01)
+        live_s = time.monotonic() - t_reg
+        assert len(by_name["r00001"].list_times) >= 1
+        # Dead from its registration: marked within a tenth of a period + the timeout (+ the worker's turn).
+        took = []
+        for name in ("r00002", "r00003", "r00004"):
+            by_name[name].silent = True
+            just_after_a_cycle()
+            t_reg = time.monotonic()
+            register(name)
+            deadline = t_reg + 3 * period_s
+            while store.get_router(name)["status"] != "unreachable":
+                assert time.monotonic() < deadline, f"{name} marked"
+                time.sleep(0.01)
+            took.append(round(time.monotonic() - t_reg, 3))
+            if took[-1] <= 0.8 * period_s:
+                break
+        print(f"live router measured {live_s:.3f} s after its registration; dead ones marked after {took} s")
+        assert took[-1] <= 0.8 * period_s, f"a router dead from its registration marked within 0.8 s: {took}"
+        assert "within 300 ms" in store.get_router(name)["last_error"]
+        assert 2 <= eng.first_contacts <= 4  # one each, at most; none to the router the first cycle reached
+        assert eng.error is None
+    finally:
+        eng.stop()
+        store.close()
+        fleet.stop()

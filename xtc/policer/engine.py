@@ -220,6 +220,11 @@ class Engine:
         most the links' timeout): a daemon that died is marked about 1.3-1.85 periods after its
         last sample instead of 2.4-3.4 (the next cycle's stale sample, then a whole timeout), and
         one that answers is measured by the reply as by any ``list``.
+        Also between cycles, at the same tick, a router registered since the last cycle read the
+        routers (never heard from: status ``unknown``) is sent its first ``list`` at once, with the
+        links' own timeout, rather than at the next cycle (:meth:`contact_new`): one dead from its
+        registration is marked about a tenth of a period plus that timeout after it, not up to a
+        whole period later.
     shard : (int, int)
         ``(i, n)``: this engine polices only the routers whose :func:`shard_of` is ``i`` of ``n``
         (``engine.shards`` processes share the fleet); ``(0, 1)``: every router.
@@ -244,6 +249,10 @@ class Engine:
         self.probed = 0
         self._probed: dict[str, float] = {}  # router -> the arrival time of the sample its silence followed
         self._routers: dict[str, dict[str, Any]] = {}  # the last cycle's routers (this shard's), by name
+        #: This shard's routers the last cycle read, and the new ones :meth:`contact_new` sent ``list`` since.
+        self._cycle_names: set[str] = set()
+        #: Routers sent their first ``list`` between cycles (since the start).
+        self.first_contacts = 0
         self._settings: Settings | None = None
         self._leading = False  # the last cycle ran (this engine led)
         #: Router measurements taken from a sample stream, and by sending ``list`` (since the start).
@@ -368,13 +377,16 @@ class Engine:
                 next_t = self._next_start(start + 0.5 * self.period_s)
             else:
                 next_t = max(next_t + self.period_s, time.monotonic())  # overran: the next at once
-            # until then, streams that fall silent are probed every tenth of a period
+            # until then, every tenth of a period: routers registered meanwhile are sent their first
+            # 'list', and streams that fall silent are probed
             while not self._stop.wait(max(0.0, min(next_t - time.monotonic(), 0.1 * self.period_s))):
                 if time.monotonic() >= next_t:
                     break
-                if self._leading and self.samples is not None:
+                if self._leading:
                     try:
-                        self.probe_silent()
+                        self.contact_new()
+                        if self.samples is not None:
+                            self.probe_silent()
                     except BaseException as e:  # a bug: stop, and let the service exit
                         self._crash(e)
                         return
@@ -409,7 +421,7 @@ class Engine:
         if self.samples is not None:
             self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"]) for r in routers if r["pub_endpoint"]})
             self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}
-            self._settings = settings
+        self._settings = settings
         started = []
         exchanges: list[tuple] = []
         names = set()
@@ -427,6 +439,7 @@ class Engine:
                 continue
             exchanges.append(self._list(r, settings, now))
         self.links.exchange_many(exchanges)
+        self._cycle_names = names
         for gone in set(self._backoff) - names:
             self._backoff.pop(gone, None)
         for gone in set(self._vr_sets) - names:
@@ -450,6 +463,31 @@ class Engine:
                         raise RuntimeError("engine failed") from self.error
         self.cycles += 1
         self.last_cycle_s = now
+
+    def contact_new(self) -> int:
+        """Send ``list`` now, with the links' own timeout, to every router of this shard that was
+        registered (or registered again) after the last cycle read the routers and is still never heard
+        from (status ``unknown``), unless busy or waiting out a backoff; each once (the next cycle takes
+        it from there).  The reply, or the failure, goes through the worker as a cycle's ``list`` does.
+        Without this its first ``list`` waited for the next cycle, up to a period.  Returns how many were
+        sent (the background loop calls this between cycles; tests call it directly)."""
+        if self._settings is None:
+            return 0  # no cycle yet: the first one reaches every router
+        self._ensure_worker()
+        settings, now = self._settings, self.clock()
+        i, n = self.shard
+        exchanges: list[tuple] = []
+        for r in self.store.engine_routers(never_heard=True):
+            name = r["name"]
+            if name in self._cycle_names or (n > 1 and shard_of(name, n) != i):
+                continue
+            self._cycle_names.add(name)
+            if self._claim(name, now) is None:
+                continue
+            self.first_contacts += 1
+            exchanges.append(self._list(r, settings, now))
+        self.links.exchange_many(exchanges)
+        return len(exchanges)
 
     def probe_silent(self) -> int:
         """Send ``list`` now, with the deadline ``probe_timeout_s``, to every router of the last cycle
