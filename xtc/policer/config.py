@@ -22,7 +22,8 @@ A complete example (defaults shown)::
     request_timeout_s = 1.0   # seconds to wait for a daemon's answer
     max_vrs_per_router = 4096 # a daemon listing more VRs is marked and its reply dropped
     max_reply_bytes = 8388608 # a daemon's reply larger than this (bytes) is dropped
-    samples = false           # true: measure routers registered with a pub_endpoint from their samples
+    samples = true            # measure routers registered with a pub_endpoint from their samples
+                              # (false: every router by a 'list' each period)
     shards = 1                # engine processes, each policing the routers whose name hashes to it
                               # (one core each; every policer on one database must give the same number)
 
@@ -81,7 +82,7 @@ class PolicerConfig:
     curve_secret_key_file: str | None = None
     max_vrs_per_router: int = 4096
     max_reply_bytes: int = 8 * 1024 * 1024
-    samples: bool = False
+    samples: bool = True
     shards: int = 1
 
     def describe(self) -> dict[str, Any]:
