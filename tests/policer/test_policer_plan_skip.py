@@ -197,3 +197,45 @@ def test_a_stop_during_a_batch_lets_it_send_its_commands(world: Any) -> None:
     while d.commands.get("activate", 0) < len(d.vrs) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert d.commands.get("activate", 0) == len(d.vrs), d.commands
+
+
+def test_failures_are_recorded_in_a_batch_of_their_own(world: Any) -> None:
+    """Replies that arrive while the worker is busy are taken failures first; a batch that starts with
+    failures takes failures only, so a dead router's mark is committed in a small transaction of its
+    own and does not wait for a batch of answering routers to be recorded and planned."""
+    from xtc.daemon.api import OkReply
+    from xtc.policer.link import LinkDown, strict_json
+
+    fleet, store, eng, d, tick = world
+    store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
+    for ghost in ("ghost1", "ghost2"):
+        store.add_router(ghost, "tcp://127.0.0.1:9", 1e7, "on", None, "test")
+    routers = {r["name"]: r for r in store.engine_routers()}
+    settings, now = store.settings(), eng.clock()
+    listing = OkReply.model_validate(strict_json(d.handle(b'{"v": 1, "cmd": "list", "id": 1}'))).result
+    batches: list[list[tuple[str, str | None]]] = []
+    first_in, go_on = threading.Event(), threading.Event()
+    record = store.record_outcomes
+
+    def spy(outcomes: Any) -> Any:
+        batches.append([(o.router, o.status) for o in outcomes])
+        if len(batches) == 1:
+            first_in.set()
+            go_on.wait(5)
+        return record(outcomes)
+
+    store.record_outcomes = spy  # type: ignore[method-assign]
+    eng._ensure_worker()
+    eng._put(("list", routers[d.name], settings, now, [listing], time.monotonic()))
+    assert first_in.wait(5), "the worker took the first reply"
+    eng._put(("list", routers[d.name], settings, now, [listing], time.monotonic()))  # an answer, then two failures
+    for ghost in ("ghost1", "ghost2"):
+        eng._put(("list", routers[ghost], settings, now, [LinkDown("no answer within 300 ms")], time.monotonic()))
+    go_on.set()
+    deadline = time.monotonic() + 10
+    while len(batches) < 3:
+        assert time.monotonic() < deadline, f"batches: {batches}"
+        time.sleep(0.01)
+    assert batches[1] == [("ghost1", "unreachable"), ("ghost2", "unreachable")], batches
+    assert batches[2] == [(d.name, "reachable")], batches
+    assert store.get_router("ghost1")["status"] == "unreachable" and eng.error is None

@@ -553,12 +553,19 @@ class Engine:
 
     def _work_loop(self) -> None:
         while True:
-            items = [self._work.get()[2]]
+            first = self._work.get()
+            items = [first[2]]
             while len(items) < self.batch_size:  # whatever else has arrived meanwhile, failures first
                 try:
-                    items.append(self._work.get_nowait()[2])
+                    entry = self._work.get_nowait()
                 except queue.Empty:
                     break
+                if first[0] == 0 and entry[0] != 0:
+                    # A batch of failures takes failures only: their marks are committed in a small
+                    # transaction of their own, not after a batch of replies is recorded.
+                    self._work.put(entry)
+                    break
+                items.append(entry[2])
             stop = None in items
             items = [it for it in items if it is not None]
             try:
