@@ -213,8 +213,8 @@ OK = 'schema = "xco-controller/1"\ntopology = "t.toml"\n'
     ("lead_us = 10000\n", "lead_us", "less than slice_us"),
     ("[metrics]\nprot = 1\n", "metrics.prot", "unknown key"),
     ('[log]\nlevel = "loud"\n', "log.level", "must be one of"),
-    ("rate_link_fraction = 0.2\n", "rate_link_fraction", "within 0.5..1"),
-    ("rate_link_fraction = 1.5\n", "rate_link_fraction", "within 0.5..1"),
+    ("rate_link_fraction = 0.2\n", "rate_link_fraction", "within 0.5..1.1"),
+    ("rate_link_fraction = 1.15\n", "rate_link_fraction", "within 0.5..1.1"),
     ('rate_link_fraction = "0.9"\n', "rate_link_fraction", "number"),
 ])
 def test_bad_config_is_refused_naming_the_key(extra, key, problem):

@@ -65,7 +65,13 @@ def test_a_link_fraction_shares_that_fraction_of_each_link_and_leaves_the_nics_w
     # demand bounds fill what is shared, not the whole link
     rl.demand(1, 0, [(r_, 7 * M)])
     assert [rl.rate_bps[(x, r_)] for x in range(5)] == [7 * M] + [90 * M // 4] * 4
-    for bad in (0.0, -0.5, 1.01, float("nan")):
+    # above 1 the senders through a link may exceed it by that share (the NICs still bound them)
+    over = RateLimiter(topo, link_fraction=1.02)
+    for x in range(5):
+        over.backlog(0, x, [r_])
+    assert {over.rate_bps[(x, r_)] for x in range(5)} == {102 * M // 5}
+    assert over.link_load_bps().max() == 102 * M
+    for bad in (0.0, -0.5, 1.11, float("nan")):
         with pytest.raises(ValueError, match="link_fraction"):
             RateLimiter(topo, link_fraction=bad)
 

@@ -9,8 +9,10 @@ A complete example (every key with its default unless marked required)::
                                      # (timeslices; a rate inside the slice for hosts whose NIC is
                                      # faster than a link on one of their paths)
     lead_us = 500                    # directives are sent this long before their slice starts
-    rate_link_fraction = 1.0         # rate mode: share this fraction of each link (0.5 .. 1; below 1
-                                     # the link's queue stays near empty, at the cost of the rest)
+    rate_link_fraction = 1.0         # rate mode: share this fraction of each link (0.5 .. 1.1; below 1
+                                     # the link's queue stays near empty, at the cost of the rest;
+                                     # above 1, for TCP traffic: late flows catch up, the queue takes
+                                     # the excess)
     listen = "0.0.0.0:7800"          # UDP address:port the controller receives on
     heartbeat_interval_us = 100000   # hosts send a heartbeat this often
     heartbeat_misses = 3             # a host silent for misses x interval is dropped
@@ -105,7 +107,7 @@ class ControllerConfig(StrictTable):
     slice_us: Annotated[Int, within(100, 10_000_000)] = 10_000
     mode: Literal["timeslice", "rate", "hybrid"] = "timeslice"
     lead_us: Annotated[Int, within(0, 1_000_000)] = 500
-    rate_link_fraction: Annotated[float, within(0.5, 1.0)] = 1.0
+    rate_link_fraction: Annotated[float, within(0.5, 1.1)] = 1.0
     listen: Annotated[str, AfterValidator(checked_address)] = "0.0.0.0:7800"
     heartbeat_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
     heartbeat_misses: Annotated[Int, within(1, 100)] = 3

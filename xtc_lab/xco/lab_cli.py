@@ -54,7 +54,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("--port-buffer", type=int, default=DEFAULT_PORT_BUFFER_BYTES)
     r.add_argument("--rate-link-fraction", type=float, default=1.0,
                    help="--mode rate: the controller's rate_link_fraction, the share of each link the rates "
-                        "fill (default 1, the paper's; below 1 the report's name ends in -link<fraction>)")
+                        "fill, 0.5..1.1 (default 1, the paper's; other than 1 the report's name ends in "
+                        "-link<fraction>)")
     r.add_argument("--in-slice", action="store_true",
                    help="fig15 with timeslices: also measure the share of packets sent inside the open slices "
                         "(a capture at the switch, agents at log level debug; it adds load, so the report's "
@@ -135,9 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import signal
 
     # the lab's settings taken from the environment (experiments/__init__.py) are part of the command
-    env = [f"{k}={shlex.quote(os.environ[k])}"
-           for k in ("XTC_XCO_LAB_SLOT_BUDGET", "XTC_XCO_LAB_CLOSE_GUARD_US", "XTC_XCO_LAB_RATE_BURST_US")
-           if k in os.environ]
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in sorted(os.environ) if k.startswith("XTC_XCO_LAB_")]
     command = " ".join([*env, "xtc xco " + shlex.join(a for a in argv)])
 
     me = os.getpid()

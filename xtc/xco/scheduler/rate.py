@@ -17,7 +17,10 @@ Also beyond the paper: a *link fraction* ``f`` (default 1, the paper's) shares `
 ``C_l`` on every link, as a phantom queue drains at less than the line rate (HULL, Alizadeh et
 al., NSDI 2012): the senders through a link then add up to ``f`` of it, its queue drains between
 their bursts and a packet crossing it waits for almost nothing, at the cost of ``1 - f`` of its
-capacity.  The NICs are not scaled (a host's own NIC is not shared with other hosts).
+capacity.  Above 1 (at most 1.1) the senders may together exceed a link by ``f - 1``: a flow that
+started late or was held up can catch up while the others still send, and the link's queue takes
+the excess (for TCP, whose own congestion control bounds that queue; senders that do not back off
+fill it).  The NICs are not scaled (a host's own NIC is not shared with other hosts).
 """
 
 from __future__ import annotations
@@ -40,12 +43,12 @@ class RateLimiter:
     topo : Topology
         The network.
     link_fraction : float
-        Share this fraction of each link's capacity (0 < f <= 1; see the module notes).
+        Share this fraction of each link's capacity (0 < f <= 1.1; see the module notes).
     """
 
     def __init__(self, topo: Topology, link_fraction: float = 1.0):
-        if not 0.0 < link_fraction <= 1.0:
-            raise ValueError(f"link_fraction must be within (0, 1], got {link_fraction!r}")
+        if not 0.0 < link_fraction <= 1.1:
+            raise ValueError(f"link_fraction must be within (0, 1.1], got {link_fraction!r}")
         self.topo = topo
         self.link_fraction = float(link_fraction)
         #: What is shared on each link, bits/s.

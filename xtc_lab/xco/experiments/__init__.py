@@ -543,7 +543,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     """Build the experiment's lab, run it, remove the lab, write JSON, PNG and markdown; return the paths.
 
     ``scale``: None for the experiment's own (its module's ``SCALE``), else :data:`DEFAULT_SCALE`.
-    ``rate_link_fraction`` (rate mode only) is the controller's; below 1 the report's name ends in
+    ``rate_link_fraction`` (rate mode only) is the controller's; other than 1 the report's name ends in
     ``-link<fraction>``.
 
     ``params`` go to the experiment (:attr:`Context.params`); ``{"in_slice": True}`` also runs the agents
@@ -558,10 +558,10 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     if scale is None:
         scale = float(getattr(mod, "SCALE", DEFAULT_SCALE))
     check_mode(mode)
-    if not 0.5 <= rate_link_fraction <= 1.0:
-        raise LabError(f"the rate link fraction must be within 0.5..1, got {rate_link_fraction:g}")
+    if not 0.5 <= rate_link_fraction <= 1.1:
+        raise LabError(f"the rate link fraction must be within 0.5..1.1, got {rate_link_fraction:g}")
     if rate_link_fraction != 1.0 and mode != "rate":
-        raise LabError("a rate link fraction below 1 needs --mode rate")
+        raise LabError("a rate link fraction other than 1 needs --mode rate")
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
     lab_name = f"run-{name}-{os.getpid()}"
     MEASURE_LOCK.parent.mkdir(parents=True, exist_ok=True)
