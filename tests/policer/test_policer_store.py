@@ -370,3 +370,39 @@ def test_the_engines_router_list_is_the_registered_routers_columns(db_url: str) 
     assert [r["name"] for r in want] == ["a", "b"] and want[0]["endpoint"] == "tcp://127.0.0.1:9"
     assert s.engine_routers() == want
     s.close()
+
+
+def test_an_api_write_waits_for_the_engines_save_of_its_router_instead_of_deadlocking(pg_cluster: Any) -> None:
+    """The API's writes to a VR take the router's row before the VR's, the order of the engine's
+    transactions (the router's row, then its VRs'): a setpoint written while the engine saves the same
+    router waits for it.  In the other order PostgreSQL found a deadlock and aborted one of the two
+    (the API answered 500, once, in the failover test)."""
+    import threading
+    import time
+
+    store = Store(pg_cluster.new_database())
+    try:
+        store.add_router("r", "tcp://127.0.0.1:9", 1e6, "on", None, "test")
+        vr = {"vr": "v0", "state": "active", "present": True, "setpoint_pps": 1000.0, "measured_pps": 900.0,
+              "offered_pps": 1200.0, "cap_percent": 1.5, "saturated": None}
+        store.record_outcomes([Outcome("r", "reachable", None, vrs=[vr], records=[])])
+        errors: list[BaseException] = []
+
+        def api_write() -> None:
+            try:
+                store.set_manual_setpoint("r", "v0", 5000.0, "test")
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        with store.tx() as db:  # the engine's order: the router's row, then its VR's
+            db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", ("r",))
+            writer = threading.Thread(target=api_write)
+            writer.start()
+            time.sleep(0.5)  # the API's write is under way and waits for this transaction
+            db.execute("UPDATE vrs SET derived_setpoint_pps=? WHERE router=? AND name=?", (1234.0, "r", "v0"))
+        writer.join(10)
+        assert not writer.is_alive() and errors == [], errors
+        row = store.get_vr("r", "v0")
+        assert row["manual_setpoint_pps"] == 5000.0 and row["derived_setpoint_pps"] == 1234.0
+    finally:
+        store.close()

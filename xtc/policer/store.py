@@ -345,8 +345,8 @@ class Store:
                 raise NotFound(f"no VR {name!r} on router {router!r}")
             if network is not None and db.execute("SELECT 1 FROM networks WHERE name=?", (network,)).fetchone() is None:
                 raise NotFound(f"no network named {network!r}")
+            db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))  # the router's row first, as above
             db.execute("UPDATE vrs SET network=? WHERE router=? AND name=?", (network, router, name))
-            db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))
             self._audit(db, "vr_network", actor, router, name, {"network": network})
         return self.get_vr(router, name)
 
@@ -354,8 +354,10 @@ class Store:
         with self.tx() as db:
             if db.execute("SELECT 1 FROM vrs WHERE router=? AND name=?", (router, name)).fetchone() is None:
                 raise NotFound(f"no VR {name!r} on router {router!r}")
-            db.execute("UPDATE vrs SET manual_setpoint_pps=? WHERE router=? AND name=?", (setpoint_pps, router, name))
+            # The router's row before its VR's, the order of the engine's transactions: the other
+            # order could deadlock with the engine's save of the same router on PostgreSQL.
             db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))
+            db.execute("UPDATE vrs SET manual_setpoint_pps=? WHERE router=? AND name=?", (setpoint_pps, router, name))
             self._audit(db, "manual_setpoint", actor, router, name, {"setpoint_pps": setpoint_pps})
         return self.get_vr(router, name)
 
