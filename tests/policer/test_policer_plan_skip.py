@@ -237,5 +237,6 @@ def test_failures_are_recorded_in_a_batch_of_their_own(world: Any) -> None:
         assert time.monotonic() < deadline, f"batches: {batches}"
         time.sleep(0.01)
     assert batches[1] == [("ghost1", "unreachable"), ("ghost2", "unreachable")], batches
-    assert batches[2] == [(d.name, "reachable")], batches
+    # the answer after them (with, if it has arrived by then, the first batch's commands' reply)
+    assert (d.name, "reachable") in batches[2] and all(st != "unreachable" for _, st in batches[2]), batches
     assert store.get_router("ghost1")["status"] == "unreachable" and eng.error is None
