@@ -92,7 +92,9 @@ def test_policer_end_to_end(make_daemon: Any, make_policer: Any) -> None:
                 ok &= (abs(m - sp) <= 0.15 * sp) if n == "a3" else (m <= 1.15 * sp)
         return ok
     wait_for(holding, 30, "the daemons to hold the setpoints", step_s=0)
-    assert all_held()
+    # The allocation follows the measured demand: a wanted setpoint that moved while the daemons were
+    # read reaches them with the next cycle's commands (once in CI, under the parallel part's load).
+    wait_for(all_held, 5, "every VR still at the policer's setpoint")
 
     # Misbehaviour: a3's UDP source does not back off -> punished step by step.
     pol.call("PUT", "/policies/misbehaviour", json={"enabled": True, "ratio": 1.5, "min_excess_pps": 5000,
