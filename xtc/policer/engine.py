@@ -415,9 +415,7 @@ class Engine:
         settings = self.store.settings()
         now = self.clock()
         routers = self.store.engine_routers()
-        if self.shard[1] > 1:
-            i, n = self.shard
-            routers = [r for r in routers if shard_of(r["name"], n) == i]
+        routers = [r for r in routers if self._mine(r["name"])]
         if self.samples is not None:
             self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"]) for r in routers if r["pub_endpoint"]})
             self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}
@@ -475,11 +473,10 @@ class Engine:
             return 0  # no cycle yet: the first one reaches every router
         self._ensure_worker()
         settings, now = self._settings, self.clock()
-        i, n = self.shard
         exchanges: list[tuple] = []
         for r in self.store.engine_routers(never_heard=True):
             name = r["name"]
-            if name in self._cycle_names or (n > 1 and shard_of(name, n) != i):
+            if name in self._cycle_names or not self._mine(name):
                 continue
             self._cycle_names.add(name)
             if self._claim(name, now) is None:
@@ -509,6 +506,11 @@ class Engine:
             exchanges.append(self._list(r, settings, now, self.probe_timeout_s))
         self.links.exchange_many(exchanges)
         return len(exchanges)
+
+    def _mine(self, name: str) -> bool:
+        """Whether this engine polices the router (its shard; every router without shards)."""
+        i, n = self.shard
+        return n == 1 or shard_of(name, n) == i
 
     def _claim(self, name: str, now: float) -> threading.Event | None:
         """Mark a router busy for a measurement (the event the worker sets when it is handled), unless

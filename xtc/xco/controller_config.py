@@ -45,6 +45,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, TypeAdapter
 
 from xtc.validation import DocumentError, Fail, parse_document, read_text_file, within
+from xtc.xco.scheduler.rate import MAX_LINK_FRACTION
 
 __all__ = ["SCHEMA", "ControllerConfig", "ControllerConfigError", "load_controller_config",
            "loads_controller_config", "parse_listen"]
@@ -107,7 +108,7 @@ class ControllerConfig(StrictTable):
     slice_us: Annotated[Int, within(100, 10_000_000)] = 10_000
     mode: Literal["timeslice", "rate", "hybrid"] = "timeslice"
     lead_us: Annotated[Int, within(0, 1_000_000)] = 500
-    rate_link_fraction: Annotated[float, within(0.5, 1.1)] = 1.0
+    rate_link_fraction: Annotated[float, within(0.5, MAX_LINK_FRACTION)] = 1.0
     listen: Annotated[str, AfterValidator(checked_address)] = "0.0.0.0:7800"
     heartbeat_interval_us: Annotated[Int, within(1_000, 60_000_000)] = 100_000
     heartbeat_misses: Annotated[Int, within(1, 100)] = 3

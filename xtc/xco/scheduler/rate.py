@@ -32,7 +32,10 @@ import numpy as np
 from ..topology import Topology
 from .base import Directive, EventError
 
-__all__ = ["RateLimiter"]
+__all__ = ["MAX_LINK_FRACTION", "RateLimiter"]
+
+#: The largest link fraction (see the module notes): the senders through a link exceed it by at most 10%.
+MAX_LINK_FRACTION = 1.1
 
 
 class RateLimiter:
@@ -47,8 +50,8 @@ class RateLimiter:
     """
 
     def __init__(self, topo: Topology, link_fraction: float = 1.0):
-        if not 0.0 < link_fraction <= 1.1:
-            raise ValueError(f"link_fraction must be within (0, 1.1], got {link_fraction!r}")
+        if not 0.0 < link_fraction <= MAX_LINK_FRACTION:
+            raise ValueError(f"link_fraction must be within (0, {MAX_LINK_FRACTION:g}], got {link_fraction!r}")
         self.topo = topo
         self.link_fraction = float(link_fraction)
         #: What is shared on each link, bits/s.

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from xtc.xco.scheduler.rate import MAX_LINK_FRACTION
 from xtc_lab.lab.harness import host_description
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.xco.testbed import (
@@ -558,8 +559,8 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
     if scale is None:
         scale = float(getattr(mod, "SCALE", DEFAULT_SCALE))
     check_mode(mode)
-    if not 0.5 <= rate_link_fraction <= 1.1:
-        raise LabError(f"the rate link fraction must be within 0.5..1.1, got {rate_link_fraction:g}")
+    if not 0.5 <= rate_link_fraction <= MAX_LINK_FRACTION:
+        raise LabError(f"the rate link fraction must be within 0.5..{MAX_LINK_FRACTION:g}, got {rate_link_fraction:g}")
     if rate_link_fraction != 1.0 and mode != "rate":
         raise LabError("a rate link fraction other than 1 needs --mode rate")
     topo, _data, source = resolve_topology(mod.TOPOLOGY)
