@@ -443,14 +443,14 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         # Nobody restored anything: the VR stays capped while no daemon runs.
         q_dead = sched_params(lab.uri, lab.vr.name)
         assert abs(cap_percent(q_dead) - cap_alive) <= 0.05 * cap_alive, (q_dead, cap_alive)
-        # At a fixed cap the rate follows the host's load (no controller corrects it now): up to 3
-        # samples of 4 s, all recorded; the one closest to the setpoint must be near it (a burst of
+        # At a fixed cap the rate follows the host's load (no controller corrects it now): up to 6
+        # samples of 4 s, all recorded (in one CI run 3 samples in a row were 21-26% low); the one closest to the setpoint must be near it (a burst of
         # other work lowers a sample, less of it raises one).  Every one must stay limited: the VR's
         # CPU time over each sample (the kernel's account, read through libvirt) within the cap.
         dead, cpu_dead = [], []
         conn = LibvirtConn(uri=lab.uri)
         try:
-            for _ in range(3):
+            for _ in range(6):
                 c0, t0 = conn.cpu_time_ns([lab.vr.name])[lab.vr.name], time.monotonic()
                 dead.append(forwarded_pps(lab.vifs, 4.0))
                 c1, t1 = conn.cpu_time_ns([lab.vr.name])[lab.vr.name], time.monotonic()
@@ -485,7 +485,8 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
     # Still limited: no sample used more CPU than the cap left in force (CFS enforces the quota per
     # period; 5% of it for the samples' edges), and the VR at that cap forwards near the setpoint.
     assert max(cpu_dead) <= 1.05 * cap_percent(q_dead), (cpu_dead, cap_percent(q_dead), dead)
-    assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp, dead
+    assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp, \
+        f"samples {[round(r) for r in dead]} pps at a cap of {cap_percent(q_dead):.1f}% (VR CPU {[round(c, 1) for c in cpu_dead]}%), setpoint {sp:.0f}"
     assert abs(mean - sp) <= TOLERANCE * sp
     assert_original(lab)
 

@@ -84,3 +84,33 @@ def test_fleet_bench_times_routers_that_fall_silent() -> None:
     n = int(dying["within_2_periods"].split("/")[1])
     assert n >= 1 and dying["unmarked"] == 0, dying
     assert 0 < dying["p50"] <= dying["max"] <= 3.0, dying
+
+
+def test_the_database_server_is_found_by_its_socket_lock_file(tmp_path) -> None:
+    from xtc.policer.bench import database_server_pid
+
+    (tmp_path / ".s.PGSQL.5433.lock").write_text("4242\n/data\n1700000000\n5433\n")
+    assert database_server_pid(f"postgresql://postgres@/db?host={tmp_path}&port=5433") == 4242
+    assert database_server_pid(f"postgresql://postgres@/db?host={tmp_path}") is None  # no 5432 lock there
+    assert database_server_pid("postgresql://postgres@10.0.0.1/db") is None  # over TCP: not this machine's CPU
+    assert database_server_pid(f"sqlite:///{tmp_path}/p.db") is None and database_server_pid(None) is None
+    (tmp_path / ".s.PGSQL.5432.lock").write_text("not a pid\n")
+    assert database_server_pid(f"postgresql://postgres@/db?host={tmp_path}") is None
+
+
+def test_fleet_bench_on_postgresql_counts_the_database_servers_cpu(pg_cluster, monkeypatch) -> None:
+    """On a PostgreSQL server of this machine the fleet bench also reports the server's CPU (its
+    postmaster's process tree, found by the socket's lock file), per second and per measurement."""
+    from xtc.policer.bench import database_server_pid, run_fleet_bench
+
+    url = pg_cluster.new_database()
+    postmaster = int((pg_cluster.data / "postmaster.pid").read_text().split()[0])
+    assert database_server_pid(url) == postmaster
+    monkeypatch.setenv("XTC_POLICER_DB_URL", url)
+    res = run_fleet_bench(routers=30, vrs_per_router=4, dead_fraction=0.2, duration_s=2.0, api_rate_per_s=50,
+                          shards=1, api_duration_s=1.0)
+    print(json.dumps({k: v for k, v in res.items() if k != "api"}))
+    assert res["dead_marked"] == "6/6" and res["measured_per_s"] >= 20
+    # The engine's writes of every measurement are the server's work: it cannot be idle.
+    assert res["database_cpu_s_per_s"] > 0 and res["database_cpu_ms_per_measurement"] > 0, res
+    assert res["api"]["errors"] == 0 and res["api"]["database_cpu_s_per_s"] > 0

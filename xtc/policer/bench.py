@@ -224,6 +224,66 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
+def database_server_pid(url: str | None) -> int | None:
+    """The postmaster's process id of a PostgreSQL server on this machine that ``url`` reaches by a unix
+    socket (the first line of the socket's lock file, ``<dir>/.s.PGSQL.<port>.lock``); None for SQLite,
+    for a server over TCP (its CPU is not this machine's to count) or when the lock file is unreadable."""
+    if not url or not url.startswith(("postgresql:", "postgres:")):
+        return None
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(url)
+    except Exception:
+        return None
+    host, port = str(info.get("host") or ""), str(info.get("port") or "5432")
+    if not host.startswith("/"):
+        return None
+    try:
+        return int((Path(host) / f".s.PGSQL.{port}.lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class TreeCpu:
+    """The CPU seconds (user + system) a process and its descendants spent since this object was
+    made: the processes that start meanwhile (a server's new backends) count from zero; those that
+    exit meanwhile are lost (a pool's connections live through a bench's window)."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self._root = psutil.Process(pid)
+        self._t0 = {p.pid: s for p, s in self._times().items()}
+
+    def _times(self) -> dict[Any, float]:
+        import psutil
+
+        out: dict[Any, float] = {}
+        for p in (self._root, *self._root.children(recursive=True)):
+            try:
+                t = p.cpu_times()
+                out[p] = t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def __call__(self) -> float:
+        return sum(s - self._t0.get(p.pid, 0.0) for p, s in self._times().items())
+
+
+def _database_cpu() -> TreeCpu | None:
+    """A :class:`TreeCpu` of the database server the bench's policer uses (``XTC_POLICER_DB_URL``), when
+    it is a PostgreSQL server on this machine; None otherwise (SQLite runs inside the policer)."""
+    pid = database_server_pid(os.environ.get("XTC_POLICER_DB_URL"))
+    if pid is None:
+        return None
+    try:
+        return TreeCpu(pid)
+    except Exception:
+        return None
+
+
 def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: int = 32,
               write_fraction: float = 0.2, seed: int = 1, url: str | None = None, token: str | None = None,
               workers: int = 1) -> dict[str, Any]:
@@ -239,8 +299,11 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
     with tempfile.TemporaryDirectory(prefix="xtc-policer-bench-") as tmp:
         proc, base = start_policer(tmp, token, workers=workers)
         try:
+            db_cpu = _database_cpu()
             res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed,
                                     server_cpu_s=lambda: _tree_cpu_s(proc.pid)))
+            if db_cpu is not None:  # includes the set-up's few requests: an upper bound
+                res["database_cpu_ms_per_request"] = round(1000 * db_cpu() / res["requests"], 3)
             res["workers"] = workers
         finally:
             proc.terminate()
@@ -332,7 +395,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     time over the cycles of the measured window (``/health?recent=N``; ``policy_cycle_ms_with_warmup``:
     over every cycle kept, warm-up included), the CPU the engine's process spent per second of the policing and per router
     measurement recorded (``sampled`` + ``listed`` of ``/health``) meanwhile, the fleet's own CPU per
-    second (the stand-in daemons share the machine), when the dead
+    second (the stand-in daemons share the machine), the database server's CPU per second and per
+    measurement when it is a PostgreSQL server on this machine (:func:`database_server_pid`), when the dead
     routers were marked (``dead_marked_s``: from their registration; ``dying_marked_s``: from the moment
     a router that answered fell silent, the ``flapping_fraction`` of the fleet that answers ``flap_s``
     seconds and is silent as long, over and over, measured in the policing window), the resident
@@ -429,9 +493,11 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 h0 = c.get("/health").json()
                 cpu0, t0 = [p.cpu_times() for p in engine], time.monotonic()
                 fcpu0 = [p.cpu_times() for p in fleet_ps]
+                db_cpu = _database_cpu()
                 time.sleep(duration_s)
                 cpu_s = _cpu_s_since(cpu0, engine)
                 fleet_cpu_s = _cpu_s_since(fcpu0, fleet_ps)
+                db_cpu_s = db_cpu() if db_cpu is not None else None
                 h = c.get("/health").json()
                 window_s = time.monotonic() - t0
                 # The cycles and measurement gaps of this window only (not the warm-up's).
@@ -442,6 +508,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 out["fleet_cpu_s_per_s"] = round(fleet_cpu_s / window_s, 3)
                 out["measured_per_s"] = round(measured / window_s)
                 out["engine_cpu_ms_per_measurement"] = round(1000 * cpu_s / measured, 3) if measured else None
+                if db_cpu_s is not None:  # a PostgreSQL server on this machine
+                    out["database_cpu_s_per_s"] = round(db_cpu_s / window_s, 2)
+                    out["database_cpu_ms_per_measurement"] = round(1000 * db_cpu_s / measured, 3) if measured else None
                 out["policy_cycle_ms"] = hw.get("cycle_ms")
                 out["policy_cycles"] = recent
                 out["measurements"] = {k: h.get(k) for k in ("sampled", "listed", "bad_samples")}
@@ -457,8 +526,11 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             # The API while the engine goes on policing the fleet.
             pol = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             cpu0 = [p.cpu_times() for p in pol]
+            db_cpu = _database_cpu()
             out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, 32, 0.2, 1))
             n, dur = out["api"]["requests"], out["api"]["duration_s"]
+            if db_cpu is not None:  # the engine's queries as well as the API's
+                out["api"]["database_cpu_s_per_s"] = round(db_cpu() / dur, 2)
             out["api"]["policer_api_cpu_ms_per_request"] = round(1000 * _cpu_s_since(cpu0[:1], pol[:1]) / n, 3)
             out["api"]["engine_cpu_s_per_s"] = round(_cpu_s_since(cpu0[1:], pol[1:]) / dur, 2)
             out["fleet_during_api"] = window()["ok"]
