@@ -406,3 +406,32 @@ def test_an_api_write_waits_for_the_engines_save_of_its_router_instead_of_deadlo
         assert row["manual_setpoint_pps"] == 5000.0 and row["derived_setpoint_pps"] == 1234.0
     finally:
         store.close()
+
+
+def test_bulk_updates_carry_every_value_exactly(db_url: str) -> None:
+    """``Conn.update_many`` (on PostgreSQL one statement over binary arrays; on SQLite one prepared
+    statement): names with quotes, backslashes, braces, commas, the word NULL and non-ASCII letters,
+    nulls in every type, floats to the last bit, bools in an integer column, and a repeated key (which
+    falls back to one statement a row, applied in order)."""
+    store = Store(db_url)
+    try:
+        names = ['a"b', "c\\d", "{e,f}", "NULL", "é-ü", "plain"]
+        for n in names:
+            store.add_router(n, "tcp://127.0.0.1:1", 1000.0, "off", None, "test")
+        rows = [("reachable", None if i % 2 else f"err {n}", None if i == 3 else 0.1 + i / 3, n) for i, n in enumerate(names)]
+        with store.db.tx() as db:
+            db.update_many("routers", "status last_error last_seen_unix_s | name", "ttrt", rows, "rev=rev+1")
+            db.update_many("routers", "control_on demand_pps | name", "irt",
+                           [(True, 5, names[0]), (False, None, names[1])])
+            db.update_many("routers", "demand_pps | name", "rt", [(1.0, "plain"), (2.5, "plain")])  # the last wins
+        with store.db.tx() as db:
+            got = {r[0]: r[1:] for r in db.tuples(
+                "SELECT name, status, last_error, last_seen_unix_s, control_on, demand_pps, rev FROM routers")}
+        for i, n in enumerate(names):
+            status, err, seen, on, demand, rev = got[n]
+            assert (status, err, seen) == rows[i][:3], (n, got[n])
+        assert got[names[0]][3:5] == (1, 5.0) and got[names[1]][3:5] == (0, None)
+        assert got["plain"][4] == 2.5
+        assert len({got[n][5] for n in names}) == 1  # each router's revision moved once (the first update's also)
+    finally:
+        store.close()

@@ -509,7 +509,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 out["measured_per_s"] = round(measured / window_s)
                 out["engine_cpu_ms_per_measurement"] = round(1000 * cpu_s / measured, 3) if measured else None
                 if db_cpu_s is not None:  # a PostgreSQL server on this machine
-                    out["database_cpu_s_per_s"] = round(db_cpu_s / window_s, 2)
+                    out["database_cpu_s_per_s"] = round(db_cpu_s / window_s, 3)
                     out["database_cpu_ms_per_measurement"] = round(1000 * db_cpu_s / measured, 3) if measured else None
                 out["policy_cycle_ms"] = hw.get("cycle_ms")
                 out["policy_cycles"] = recent
@@ -530,7 +530,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, 32, 0.2, 1))
             n, dur = out["api"]["requests"], out["api"]["duration_s"]
             if db_cpu is not None:  # the engine's queries as well as the API's
-                out["api"]["database_cpu_s_per_s"] = round(db_cpu() / dur, 2)
+                out["api"]["database_cpu_s_per_s"] = round(db_cpu() / dur, 3)
             out["api"]["policer_api_cpu_ms_per_request"] = round(1000 * _cpu_s_since(cpu0[:1], pol[:1]) / n, 3)
             out["api"]["engine_cpu_s_per_s"] = round(_cpu_s_since(cpu0[1:], pol[1:]) / dur, 2)
             out["fleet_during_api"] = window()["ok"]
