@@ -209,21 +209,6 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     return res
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its live descendants."""
-    import psutil
-
-    total = 0.0
-    root = psutil.Process(pid)
-    for p in (root, *root.children(recursive=True)):
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def database_server_pid(url: str | None) -> int | None:
     """The postmaster's process id of a PostgreSQL server on this machine that ``url`` reaches by a unix
     socket (the first line of the socket's lock file, ``<dir>/.s.PGSQL.<port>.lock``); None for SQLite,
@@ -301,7 +286,7 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
         try:
             db_cpu = _database_cpu()
             res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed,
-                                    server_cpu_s=lambda: _tree_cpu_s(proc.pid)))
+                                    server_cpu_s=TreeCpu(proc.pid)))
             if db_cpu is not None:  # includes the set-up's few requests: an upper bound
                 res["database_cpu_ms_per_request"] = round(1000 * db_cpu() / res["requests"], 3)
             res["workers"] = workers
