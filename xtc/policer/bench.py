@@ -521,6 +521,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
                 if silenced:  # routers that fell silent in the policing window: when were they marked?
+                    # Not before the last of those silences has ended: one that began near the window's
+                    # end would otherwise be read as unmarked before the engine could mark it.
+                    time.sleep(max(0.0, max(max(v) for v in silenced.values()) + flap_s - time.time()))
                     out["dying_marked_s"] = _dying_marked_s(c, silenced, period_s, flap_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms_after_api"] = h.get("cycle_ms")
