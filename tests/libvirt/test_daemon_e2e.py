@@ -444,8 +444,9 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         q_dead = sched_params(lab.uri, lab.vr.name)
         assert abs(cap_percent(q_dead) - cap_alive) <= 0.05 * cap_alive, (q_dead, cap_alive)
         # At a fixed cap the rate follows the host's load (no controller corrects it now): up to 6
-        # samples of 4 s, all recorded (in one CI run 3 samples in a row were 21-26% low); the one closest to the setpoint must be near it (a burst of
-        # other work lowers a sample, less of it raises one).  Every one must stay limited: the VR's
+        # samples of 4 s, all recorded (in one CI run 3 samples in a row were 21-26% low); the one
+        # closest to the setpoint must be near it (a burst of other work lowers a sample, less of it
+        # raises one).  Every one must stay limited: the VR's
         # CPU time over each sample (the kernel's account, read through libvirt) within the cap.
         dead, cpu_dead = [], []
         conn = LibvirtConn(uri=lab.uri)

@@ -287,7 +287,7 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
             db_cpu = _database_cpu()
             res = asyncio.run(_load(base, token, rate_per_s, duration_s, concurrency, write_fraction, seed,
                                     server_cpu_s=TreeCpu(proc.pid)))
-            if db_cpu is not None:  # includes the set-up's few requests: an upper bound
+            if db_cpu is not None:  # the set-up's few requests included
                 res["database_cpu_ms_per_request"] = round(1000 * db_cpu() / res["requests"], 3)
             res["workers"] = workers
         finally:
@@ -338,7 +338,9 @@ def _dying_marked_s(c: Any, silenced: dict[str, list[float]], period_s: float, f
     ``silenced``: router -> wall-clock times) to its ``router_unreachable`` record: quantiles, how many
     within 2 periods, and how many silences (``flap_s`` long) passed unmarked.  A silence that began
     while the router was still marked unreachable (its last record before it is one) is not counted:
-    there was nothing to mark."""
+    there was nothing to mark.  The audit log is read once the last silence has ended (a silence that
+    began near the window's end would otherwise read as unmarked before the engine could mark it)."""
+    time.sleep(max(0.0, max(max(v) for v in silenced.values()) + flap_s - time.time()))
     routers = set(silenced)
     down = _audit_times(c, "router_unreachable", routers)
     up = _audit_times(c, "router_reachable", routers)
@@ -521,9 +523,6 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
                 if silenced:  # routers that fell silent in the policing window: when were they marked?
-                    # Not before the last of those silences has ended: one that began near the window's
-                    # end would otherwise be read as unmarked before the engine could mark it.
-                    time.sleep(max(0.0, max(max(v) for v in silenced.values()) + flap_s - time.time()))
                     out["dying_marked_s"] = _dying_marked_s(c, silenced, period_s, flap_s)
                 h = c.get("/health").json()
                 out["policy_cycle_ms_after_api"] = h.get("cycle_ms")
