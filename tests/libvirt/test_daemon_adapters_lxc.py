@@ -100,3 +100,25 @@ def test_host_interface_and_meter_on_a_real_lxc_vr(vr_lab, libvirtd) -> None:
         assert lifted[0] > 2.0 * capped[0], cycles  # ... and restoring lifts it
     finally:
         host.close()
+
+
+def test_short_cfs_period_on_a_real_lxc_vr(vr_lab, libvirtd) -> None:
+    """``[daemon] cfs_period_us`` through libvirt: each cap is written as a quota on the short period
+    (doubled where the quota would be under 1 ms), libvirt's live parameters say so, and restoring
+    the snapshot gives the domain its unlimited quota on its own 100 ms period back."""
+    lab = vr_lab(n_vrs=1)
+    vr = lab.vrs[0]
+    host = LibvirtBackend(LibvirtConn(uri=libvirtd.uri), "lxc", (vr.name,), NetlinkCounters(), cfs_period_us=25000)
+    try:
+        live = lab.domain(vr).schedulerParameters
+        assert live()["vcpu_period"] == 100000
+        original = host.snapshot(vr.name)
+        for cap, want in [(10.0, (2500, 25000)), (3.0, (1500, 50000)), (1.0, (1000, 100000)), (40.0, (10000, 25000))]:
+            assert host.apply_cap(vr.name, cap) == pytest.approx(cap)
+            assert (live()["vcpu_quota"], live()["vcpu_period"]) == want, f"cap {cap}%"
+        host.restore_cap(vr.name, None, original)
+        q = live()["vcpu_quota"]
+        assert (q < 0 or q >= 17592186044415) and live()["vcpu_period"] == 100000
+        assert host.read_cap(vr.name) is None
+    finally:
+        host.close()

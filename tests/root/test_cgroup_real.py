@@ -110,6 +110,24 @@ def test_v1_real_cgroup_set_read_back_restore(v1_cgroup: Path) -> None:
     assert (d / "cpu.cfs_quota_us").read_text().strip() == "-1"
 
 
+def test_v1_real_cgroup_takes_the_short_cfs_period_and_restores_the_original(v1_cgroup: Path) -> None:
+    """``cfs_period_us`` on the kernel: the period moves with the cap (doubled where the quota would
+    be under 1 ms), every change is one the kernel accepts, and restore gives both files back."""
+    d = v1_cgroup
+    (d / "cpu.cfs_quota_us").write_text("40000")  # 40% on the kernel's 100 ms
+    act = make_actuator("cgroup", "xtct-vr", cgroup_dir=d, cfs_period_us=25000)
+
+    def files() -> tuple[int, int]:
+        return int((d / "cpu.cfs_quota_us").read_text()), int((d / "cpu.cfs_period_us").read_text())
+
+    for cap, want in [(10.0, (2500, 25000)), (3.0, (1500, 50000)), (1.0, (1000, 100000)), (2.0, (1000, 50000)),
+                      (60.0, (15000, 25000))]:
+        assert act.set_cap(cap) == pytest.approx(cap)
+        assert files() == want, f"cap {cap}%"
+    assert act.restore() is True
+    assert files() == (40000, 100000)
+
+
 def test_v1_cap_limits_real_cpu_time(v1_cgroup: Path) -> None:
     """A busy loop capped at 20% of one CPU for 1 s gets at most about 0.2 s of CPU."""
     act = CgroupV1Actuator(v1_cgroup, "xtct-vr")

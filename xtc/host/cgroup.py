@@ -103,7 +103,8 @@ class CgroupBackend(ActuatorCaps):
 
     def __init__(self, vrs: Sequence[CgroupVr], counters: CounterSource,
                  cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
-                 refresh_s: float = DEFAULT_REFRESH_S, mountinfo: str | os.PathLike[str] = MOUNTINFO) -> None:
+                 refresh_s: float = DEFAULT_REFRESH_S, mountinfo: str | os.PathLike[str] = MOUNTINFO,
+                 cfs_period_us: int = 0) -> None:
         self.vrs: dict[str, CgroupVr] = {v.name: v for v in vrs}
         if len(self.vrs) != len(vrs):
             raise ValueError("a VR is named twice")
@@ -112,6 +113,8 @@ class CgroupBackend(ActuatorCaps):
         self.cap_min = cap_min_percent
         self.cap_max = cap_max_percent
         self.refresh_s = refresh_s
+        #: The CFS period written with each quota (0: each VR's own; :func:`~xtc.host.actuators.period_for`).
+        self.cfs_period_us = cfs_period_us
         self._acts: dict[str, CapActuator] = {}
         self._groups: tuple[dict[str, list[tuple[str, str, str]]], list[tuple[str, str]]] | None = None
         self.mountinfo = str(mountinfo)
@@ -126,7 +129,7 @@ class CgroupBackend(ActuatorCaps):
     @classmethod
     def from_config(cls, cfg: DaemonConfig) -> CgroupBackend:
         return cls(cfg.cgroup.vr, counters_from_config(cfg.daemon.proc_net_dev),
-                   refresh_s=refresh_of(cfg.daemon.reassert_period_s))
+                   refresh_s=refresh_of(cfg.daemon.reassert_period_s), cfs_period_us=cfg.daemon.cfs_period_us)
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         return self.counters.read()
@@ -234,7 +237,8 @@ class CgroupBackend(ActuatorCaps):
             raise VRNotRunning(vr, f"cgroup {d} does not exist")
         if not ((d / CgroupV2Actuator.FILE).exists() or (d / CgroupV1Actuator.QUOTA).exists()):
             raise ActuatorError(f"cgroup {d} of VR {vr!r} has neither cpu.max nor cpu.cfs_quota_us: no cpu controller there")
-        a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max)
+        a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max,
+                          cfs_period_us=self.cfs_period_us)
         a.refresh_s = self.refresh_s
         self._acts[vr] = a
         return a

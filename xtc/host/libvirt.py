@@ -63,7 +63,7 @@ class LibvirtBackend(ActuatorCaps):
 
     def __init__(self, conn: LibvirtConn, kind: str, domains: tuple[str, ...], counters: CounterSource,
                  cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
-                 refresh_s: float = DEFAULT_REFRESH_S):
+                 refresh_s: float = DEFAULT_REFRESH_S, cfs_period_us: int = 0):
         self.conn = conn
         self.kind = kind
         self.domains = domains
@@ -74,6 +74,10 @@ class LibvirtBackend(ActuatorCaps):
         self.cap_max = cap_max_percent
         #: Seconds an actuator trusts the setting it last read (see :mod:`xtc.host.actuators`).
         self.refresh_s = refresh_s
+        #: The CFS period written with each quota (0: each VR's own; :func:`~xtc.host.actuators.period_for`).
+        self.cfs_period_us = cfs_period_us
+        if cfs_period_us and kind == "xen":
+            raise ValueError("Xen's credit scheduler has no CFS period: cfs_period_us must be 0 with Xen")
         self._acts: dict[str, CapActuator] = {}
 
     @classmethod
@@ -81,7 +85,7 @@ class LibvirtBackend(ActuatorCaps):
         uri = cfg.libvirt.uri
         kind = "xen" if uri.startswith("xen") else ("lxc" if uri.startswith("lxc") else "qemu")
         return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, counters_from_config(cfg.daemon.proc_net_dev),
-                   refresh_s=refresh_of(cfg.daemon.reassert_period_s))
+                   refresh_s=refresh_of(cfg.daemon.reassert_period_s), cfs_period_us=cfg.daemon.cfs_period_us)
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         c = self.counters.read()
@@ -117,7 +121,7 @@ class LibvirtBackend(ActuatorCaps):
     def _act(self, vr: str) -> CapActuator:
         a = self._acts.get(vr)
         if a is None:
-            a = make_actuator(self.kind, vr, conn=self.conn)
+            a = make_actuator(self.kind, vr, conn=self.conn, cfs_period_us=self.cfs_period_us)
             a.refresh_s = self.refresh_s
             self._acts[vr] = a
         return a
