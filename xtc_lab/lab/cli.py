@@ -46,6 +46,10 @@ def register(subparsers: Any) -> None:
     r.add_argument("--offered-pps", type=float, default=100_000.0,
                    help="offered rate per VR stream, packets/s (default 100000; scaled down where the host cannot push it)")
     add_work_arguments(r, "the VRs' forwarder")
+    r.add_argument("--cfs-period-us", type=int, default=0,
+                   help="[daemon] cfs_period_us of the experiment's XTC daemons: the CFS period written with each "
+                        "cap, microseconds, doubled where the quota would be under 1 ms (default 0: the VRs' own, "
+                        "100 ms)")
     r.add_argument("--check", action="store_true", help="exit with status 3 when a goal is missed")
     for m in exps.values():
         if hasattr(m, "add_arguments"):
@@ -68,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from xtc.daemon.ctl import ManagerError
     from xtc_lab.lab.harness import RunContext, host_description, lab_host_problem, measurement_lock, write_outputs
     from xtc_lab.lab.libvirtd import LibvirtdError
+    from xtc.host.actuators import check_cfs_period
     from xtc_lab.lab.netlab import LabError, check_work_factor
 
     problem = lab_host_problem("lxc")
@@ -85,12 +90,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     except LabError as e:
         print(f"xtc lab run: {e}", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        check_cfs_period(args.cfs_period_us)
+    except ValueError as e:
+        print(f"xtc lab run: --cfs-period-us: {e}", file=sys.stderr)
+        return EXIT_ERROR
     exps = available()
     names = list(exps) if args.experiment == "all" else [args.experiment]
     missed = []
     for name in names:
         ctx = RunContext(out_dir=args.out, quick=args.quick, offered_pps=args.offered_pps, work_iters=args.work,
-                         work_factor=args.work_factor)
+                         work_factor=args.work_factor, cfs_period_us=args.cfs_period_us)
         t0 = time.monotonic()
         ctx.say(f"== {name}: {exps[name].TITLE} ({exps[name].PAPER})")
         try:

@@ -315,18 +315,21 @@ class LabDaemon:
         Optional ``[controller] cap_min_percent`` (the paper's cap_min, section 7.2.2).
     lag_probe
         ``[controller] lag_probe`` (XTC's controller only; None: the daemon's default, the probe on).
+    cfs_period_us
+        ``[daemon] cfs_period_us`` (0: left out, the VRs' own CFS period).
     """
 
     def __init__(self, workdir: Path, uri: str, domains: Sequence[str | VR], kind: str = "xtc",
                  model: str | Path = "paper", period_s: float = 1.0, cap_min_percent: float | None = None,
-                 lag_probe: bool | None = None):
+                 lag_probe: bool | None = None, cfs_period_us: int = 0):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.endpoint = f"ipc://{self.dir}/mgr.sock"
         self.pub_endpoint = f"ipc://{self.dir}/pub.sock"
         self.config = self.dir / "xtcd.toml"
         self.config.write_text(daemon_config_text(self.dir, uri, domains, kind=kind, model=model, period_s=period_s,
-                                                  cap_min_percent=cap_min_percent, lag_probe=lag_probe))
+                                                  cap_min_percent=cap_min_percent, lag_probe=lag_probe,
+                                                  daemon_extra={"cfs_period_us": cfs_period_us} if cfs_period_us else None))
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: Any = None
 
@@ -535,6 +538,8 @@ class RunContext:
     work_factor
         Per-frame work factor of the VRs' forwarder (it does ``round(work_factor * work_iters)``
         iterations per frame; 1 = as given).
+    cfs_period_us
+        ``[daemon] cfs_period_us`` of the experiment's XTC daemons (0: the VRs' own CFS period, 100 ms).
     say
         Progress output (one line per step, to stderr).
     """
@@ -544,6 +549,7 @@ class RunContext:
     offered_pps: float = 100_000.0
     work_iters: int = 0
     work_factor: float = 1.0
+    cfs_period_us: int = 0
     say: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def phase(self, seconds: float) -> float:

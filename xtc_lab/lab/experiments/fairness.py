@@ -148,7 +148,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     with experiment_lab(result, 2, work_iters=ctx.work_iters) as (lab, workdir, caps):
         one_vr, many_vr = lab.vrs
         result["vrs"] = {"one": one_vr.name, "many": many_vr.name}
-        with LabDaemon(workdir / "xtcd", lab.uri, [one_vr.name, many_vr.name], kind="xtc", model=model) as d, \
+        with LabDaemon(workdir / "xtcd", lab.uri, [one_vr.name, many_vr.name], kind="xtc", model=model,
+                       cfs_period_us=ctx.cfs_period_us) as d, \
                 Recorder([one_vr, many_vr], dt_s=1.0, caps=caps) as rec:
             dpid = None if d.proc is None else d.proc.pid
             for i, n in enumerate(flows):

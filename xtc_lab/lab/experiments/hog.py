@@ -209,7 +209,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             # 1. XTC: settle, baseline (-> Fixed Cap), hog on, hog off.
             ctx.say(f"-- XTC: settle {ph['xtc_settle']:g} s, steady {ph['xtc_steady']:g} s, "
                     f"hog {ph['hog']:g} s, after {ph['after']:g} s")
-            with LabDaemon(workdir / "xtc", lab.uri, [vr.name], kind="xtc", model=model) as d, \
+            with LabDaemon(workdir / "xtc", lab.uri, [vr.name], kind="xtc", model=model, cfs_period_us=ctx.cfs_period_us) as d, \
                     Recorder([vr], dt_s=PERIOD_S, caps=caps) as rec:
                 times: dict[str, float] = {"start": rec.mark("activate")}
                 d.activate(vr.name, setpoint)

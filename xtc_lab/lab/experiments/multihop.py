@@ -157,7 +157,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             time.sleep(2.0)
             with Recorder(vrs, dt_s=1.0, caps=caps) as rec, ExitStack() as daemons:
                 ds = {vr.router: daemons.enter_context(
-                    LabDaemon(workdir / vr.router, lab.uri, [vr.name], kind="xtc", lag_probe=result["lag_probe"]))
+                    LabDaemon(workdir / vr.router, lab.uri, [vr.name], kind="xtc", lag_probe=result["lag_probe"],
+                              cfs_period_us=ctx.cfs_period_us))
                     for vr in vrs}
                 base = 0.0  # pps the chain delivers without XTC (measured in the first phase)
                 for fr in (None, *fractions):

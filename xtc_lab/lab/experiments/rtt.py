@@ -181,7 +181,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             ctx.say(f"-- XTC at {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps: settle {settle_s:g} s, "
                     f"probe {ping_s:g} s each")
             rows = []
-            with LabDaemon(workdir / "xtc", lab.uri, [vr.name], kind="xtc", model=model) as d:
+            with LabDaemon(workdir / "xtc", lab.uri, [vr.name], kind="xtc", model=model, cfs_period_us=ctx.cfs_period_us) as d:
                 for i, (f, sp) in enumerate(zip(fractions, setpoints)):
                     rec.mark(f"setpoint {sp:.0f}")
                     if i == 0:

@@ -295,7 +295,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     f"aggregate {agg0 / 1000:.1f} kp/s of {sum(m['offered_pps']) / 1000:.1f} offered")
             raw: dict[str, tuple[dict[str, Any], list[float]]] = {}
             with LabDaemon(workdir / "xtc", lab.uri, [vr.name for vr in vrs], kind="xtc", model=model,
-                           lag_probe=result["lag_probe"]) as d:
+                           lag_probe=result["lag_probe"], cfs_period_us=ctx.cfs_period_us) as d:
                 for i, cfg in enumerate(CONFIGS):
                     sps = scaled_setpoints(cfg, agg0)
                     ctx.say(f"-- configuration {cfg}: setpoints {', '.join(f'{s / 1000:.1f}' for s in sps)} kp/s; "

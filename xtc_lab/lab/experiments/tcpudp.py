@@ -429,7 +429,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             sp = setpoints_from_aggregate(agg, share)
             result["setpoints_pps"] = sp
             ctx.say(f"-- phase 2: with XTC (UDP VR {sp['udp']:.0f} pps, TCP VR {sp['tcp']:.0f} pps)")
-            with LabDaemon(workdir / "xtcd", lab.uri, [tcp_vr.name, udp_vr.name], kind="xtc", model=model) as d:
+            with LabDaemon(workdir / "xtcd", lab.uri, [tcp_vr.name, udp_vr.name], kind="xtc", model=model,
+                           cfs_period_us=ctx.cfs_period_us) as d:
                 def activate() -> None:
                     d.activate(udp_vr.name, sp["udp"])
                     d.activate(tcp_vr.name, sp["tcp"])

@@ -211,7 +211,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
                         f"{hold_s:g} s each")
                 with LabDaemon(workdir / name, lab.uri, [vr if vr.kind == "netns" else vr.name], kind=kind, model=model,
-                               cap_min_percent=cap_min, lag_probe=lag_probe) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
+                               cap_min_percent=cap_min, lag_probe=lag_probe, cfs_period_us=ctx.cfs_period_us) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
                     tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
                     steps_t = []
                     for i, sp in enumerate(setpoints):
