@@ -73,16 +73,22 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def parse_setpoint(text: str) -> float:
-    """``"20000"`` or ``"20k"`` -> packets/s (validation of the value is the daemon's job)."""
+    """``"20000"`` or ``"20k"`` -> packets/s (validation of the value is the daemon's job).
+
+    The suffix scales the decimal number as written (``"32.3k"`` is 32300.0, not the binary float
+    32.3 times 1000, 32299.999999999996).
+    """
+    from decimal import Decimal, InvalidOperation
+
     t = text.strip().lower()
-    scale = 1.0
+    scale = 1
     if t.endswith("k"):
-        t, scale = t[:-1], 1000.0
+        t, scale = t[:-1], 1000
     elif t.endswith("m"):
-        t, scale = t[:-1], 1e6
+        t, scale = t[:-1], 1_000_000
     try:
-        return float(t) * scale
-    except ValueError:
+        return float(Decimal(t) * scale)
+    except (InvalidOperation, ValueError):
         raise SystemExit(f"xtc ctl: setpoint {text!r} is not a number of packets/s (e.g. 20000 or 20k)") from None
 
 
