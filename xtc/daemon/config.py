@@ -78,7 +78,9 @@ paths are unique.  ``[[cgroup.vr]]`` is refused with any other backend.
 ``cfs_period_us``: a capped VR that has work runs its whole quota at the start of each CFS period
 and then waits for the next one, so a packet may wait up to a period inside it, and a 1 s control
 period sees the rate of a slice of bursts cut at both ends.  libvirt's and the kernel's default
-period is 100 ms; 25000 gives bursts a quarter as long (docs/lab.md, "The CFS period").
+period is 100 ms; 25000 gives bursts a quarter as long: on the lab, steadier 1 s rates, and a
+higher median RTT through a VR held far below its offered rate, because more of what it forwards
+has waited in its full queue (docs/lab.md, "The CFS period").
 
 ``reassert_period_s``: the daemon writes a cap only when it changes, but a VR that reboots (or a
 hypervisor that restarts) may come back with its configured cap; the daemon therefore also
