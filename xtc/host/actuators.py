@@ -186,6 +186,12 @@ def _quota_period_params(cap_percent: float | None, period_us: int, quota_key: s
     return {quota_key: -1 if cap_percent is None else quota_for(cap_percent, period_us), period_key: period_us}
 
 
+def _on_cfs_period(cap_percent: float, cfs_period_us: int, current: Params, quota_key: str, period_key: str) -> Params:
+    """The quota and period of ``cap_percent`` on :func:`period_for`'s period, in the order to write them."""
+    return _quota_period_order(_quota_period_params(cap_percent, period_for(cap_percent, cfs_period_us), quota_key,
+                                                    period_key), current, quota_key, period_key)
+
+
 def _check_quota_period_original(params: Params, quota_key: str, period_key: str, what: str) -> None:
     """Refuse an original quota-and-period setting that is not exactly two integers with a period > 0.
 
@@ -620,9 +626,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         if self.cfs_period_us:
-            period = period_for(cap_percent, self.cfs_period_us)
-            return _quota_period_order({self.quota_param: quota_for(cap_percent, period), self.period_param: period},
-                                       current, self.quota_param, self.period_param)
+            return _on_cfs_period(cap_percent, self.cfs_period_us, current, self.quota_param, self.period_param)
         period = int(current[self.period_param])
         if period <= 0:
             raise ActuatorError(f"domain {self.vr!r}: {self.period_param}={period} is not a period")
@@ -900,9 +904,7 @@ class CgroupV1Actuator(_CgroupBase):
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         if self.cfs_period_us:
-            period = period_for(cap_percent, self.cfs_period_us)
-            return _quota_period_order({self.QUOTA: quota_for(cap_percent, period), self.PERIOD: period},
-                                       current, self.QUOTA, self.PERIOD)
+            return _on_cfs_period(cap_percent, self.cfs_period_us, current, self.QUOTA, self.PERIOD)
         period = int(current[self.PERIOD])
         return {self.QUOTA: quota_for(cap_percent, period)}
 
@@ -925,9 +927,8 @@ class CgroupV1Actuator(_CgroupBase):
             raise ActuatorError(f"refusing to write {changes} to {self.dir} outside restore")
         # In the order given (_quota_period_order: the lower cap in between first; restoring
         # "no limit", the quota before the period).
-        for k in changes:
-            if k in (self.QUOTA, self.PERIOD):
-                self._write_file(k, str(int(changes[k])))
+        for k, v in changes.items():
+            self._write_file(k, str(int(v)))
 
 
 class CgroupV2Actuator(_CgroupBase):
@@ -1027,7 +1028,6 @@ def make_actuator(
         period written with each quota, doubled where the quota would be under 1 ms
         (:func:`period_for`).  Xen has no such period: anything but 0 is refused there.
     """
-    check_cfs_period(cfs_period_us)
     if kind in ("xen", "lxc", "qemu"):
         if conn is None:
             raise ValueError(f"actuator kind {kind!r} needs a libvirt connection")

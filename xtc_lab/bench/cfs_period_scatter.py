@@ -58,7 +58,7 @@ def summary(rates_pps: list[float], cpu_percent: list[float]) -> dict[str, float
 
 def measure(caps: list[float], periods: list[int], seconds: int, offered_pps: float, work: int, factor: float,
             say: Any = print) -> list[dict[str, Any]]:
-    from xtc_lab.lab.harness import lab_session
+    from xtc_lab.lab.harness import lab_session, set_cap
     from xtc_lab.lab.traffic import start_udp_stream
 
     rows: list[dict[str, Any]] = []
@@ -71,11 +71,10 @@ def measure(caps: list[float], periods: list[int], seconds: int, offered_pps: fl
                 if not pids:
                     raise RuntimeError("no forwarder process found in /proc (comm containing 'forwarder')")
                 for cap in caps:
-                    quota = round(cap / 100.0 * period)
-                    if quota < 1000:
-                        say(f"period {period} us, cap {cap:g}%: quota {quota} us < 1000, skipped")
+                    if round(cap / 100.0 * period) < 1000:
+                        say(f"period {period} us, cap {cap:g}%: quota under 1000 us, skipped")
                         continue
-                    lab.set_vcpu_quota(vr, quota)
+                    set_cap(lab, vr, cap, period)
                     time.sleep(4.0)
                     rates, cpus = [], []
                     t0 = time.monotonic()
