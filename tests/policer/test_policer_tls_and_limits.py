@@ -95,7 +95,8 @@ def _check_config(capsys: pytest.CaptureFixture[str], cfg: Path) -> tuple[int, s
 def test_https_with_a_verified_client_and_the_cli(certs: dict[str, Path], tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = _config(tmp_path, f'tls_certificate_file = "{certs["cert"]}"\ntls_key_file = "{certs["key"]}"')
+    # Two API worker processes: each loads the certificate (the supervisor only checks it).
+    cfg = _config(tmp_path, f'workers = 2\ntls_certificate_file = "{certs["cert"]}"\ntls_key_file = "{certs["key"]}"')
     p, url, err = _serve(cfg)
     try:
         assert url is not None and url.startswith("https://127.0.0.1:"), err
