@@ -46,9 +46,11 @@ def test_bad_configs_name_the_key(text: str, key: str, words: str) -> None:
 def test_values_are_carried_over(tmp_path: Path) -> None:
     k = tmp_path / "p.key_secret"
     k.write_text("x")
-    cfg = loads_config(f'[server]\nhost = "0.0.0.0"\nport = 9000\nworkers = 3\n[database]\nurl = "sqlite://"\n'
+    cfg = loads_config(f'[server]\nhost = "0.0.0.0"\nport = 9000\nworkers = 3\nallow_plain_http = true\n'
+                       f'header_timeout_s = 2.5\n[database]\nurl = "sqlite://"\n'
                        f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\nsamples = true\nshards = 4\n[curve]\nclient_secret_key_file = "{k}"\n', env={})
     assert (cfg.host, cfg.port, cfg.db_url, cfg.period_s, cfg.request_timeout_s) == ("0.0.0.0", 9000, "sqlite://", 2.0, 0.5)
     assert isinstance(cfg.port, int) and isinstance(cfg.period_s, float) and cfg.samples is True
     assert cfg.workers == 3 and cfg.shards == 4
+    assert cfg.allow_plain_http is True and cfg.header_timeout_s == 2.5 and cfg.tls_certificate_file is None
     assert cfg.curve_secret_key_file == str(k)

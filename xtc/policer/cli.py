@@ -1,7 +1,9 @@
 """``xtc policer``: serve the REST API, print its OpenAPI document, a small client, a load test.
 
 Client commands talk to a running policer (``--url``, default http://127.0.0.1:8080) with the
-token from ``--token-file`` or ``$XTC_POLICER_TOKEN``; they print the JSON answer.
+token from ``--token-file`` or ``$XTC_POLICER_TOKEN``; they print the JSON answer.  An ``https://``
+URL is verified against the system's CA certificates, or against ``--ca-file`` (``$XTC_POLICER_CA_FILE``)
+for a policer with a certificate of a private CA (or a self-signed one).
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         c = sub.add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("XTC_POLICER_URL", DEFAULT_URL))
         c.add_argument("--token-file", help="file holding the bearer token (else $XTC_POLICER_TOKEN)")
+        c.add_argument("--ca-file", default=os.environ.get("XTC_POLICER_CA_FILE") or None,
+                       help="PEM CA certificate(s) to verify an https:// policer with, instead of the system's "
+                            "(else $XTC_POLICER_CA_FILE)")
         c.set_defaults(func=_cmd_client, op=name)
         return c
 
@@ -262,8 +267,20 @@ def _cmd_client(args: argparse.Namespace) -> int:
             print(f"xtc policer: cannot read {args.token_file}: {e.strerror}", file=sys.stderr)
             return 2
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    verify: Any = True
+    if args.ca_file:
+        import ssl
+
+        try:
+            verify = ssl.create_default_context(cafile=args.ca_file)
+        except OSError as e:
+            print(f"xtc policer: --ca-file: cannot read {args.ca_file}: {e.strerror}", file=sys.stderr)
+            return 2
+        except ssl.SSLError as e:
+            print(f"xtc policer: --ca-file: {args.ca_file} holds no valid PEM certificate ({e})", file=sys.stderr)
+            return 2
     method, path, query, body = _request(args.op, args)
-    with httpx.Client(base_url=args.url, headers=headers, timeout=10.0) as c:
+    with httpx.Client(base_url=args.url, headers=headers, timeout=10.0, verify=verify) as c:
         try:
             if args.op == "policy":
                 body = c.get("/policies").raise_for_status().json()[args.name]

@@ -8,6 +8,11 @@ A complete example (defaults shown)::
     host = "127.0.0.1"
     port = 8080
     workers = 1               # API worker processes (SO_REUSEPORT on one port); the engine: engine.shards
+    header_timeout_s = 10.0   # a request's line and headers must arrive within this (else 408, closed)
+    tls_certificate_file = "" # PEM certificate (chain) and its private key: serve HTTPS (TLS 1.2 or newer)
+    tls_key_file = ""         # (the key must not be readable by other users: chmod o-rwx)
+    allow_plain_http = false  # true: serve plain HTTP on an address that is not loopback (bearer
+                              # tokens then cross the network in clear text)
 
     [database]
     url = "sqlite:////var/lib/xtc/policer.db"   # sqlite:///relative, sqlite:////absolute, or
@@ -30,6 +35,11 @@ A complete example (defaults shown)::
     [curve]
     client_secret_key_file = ""   # the policer's CURVE .key_secret (used for routers with a server key)
 
+Without a certificate the policer serves plain HTTP, and then only on a loopback address (127.0.0.0/8,
+``::1``, ``localhost``) unless ``allow_plain_http = true``: its clients' bearer tokens would cross the
+network in clear text.  The certificate, the key and that they match are checked when the file is
+loaded (``xtc policer check-config``) and again at start.
+
 The tokens file must not be readable or writable by other users (mode ``o-rw``): such a file is
 refused (its tokens are no longer secret).  Tokens may also come from the environment, ``XTC_POLICER_TOKENS`` (comma-separated).  Tokens are
 never logged or shown; :meth:`PolicerConfig.describe` prints how many there are.  The database URL
@@ -39,7 +49,9 @@ PostgreSQL password is better kept there, or in ``~/.pgpass``, than in the file)
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
@@ -49,7 +61,8 @@ from pydantic import dataclasses as pyd
 
 from xtc.validation import Number, parse_document, within
 
-__all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV"]
+__all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",
+           "check_transport", "server_ssl_context", "is_loopback"]
 
 SCHEMA = "xtc-policer/1"
 TOKENS_ENV = "XTC_POLICER_TOKENS"
@@ -74,6 +87,10 @@ class PolicerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
+    header_timeout_s: float = 10.0
+    tls_certificate_file: str | None = None
+    tls_key_file: str | None = None
+    allow_plain_http: bool = False
     db_url: str = "sqlite:////var/lib/xtc/policer.db"
     tokens: frozenset[str] = field(default=frozenset(), repr=False)
     protect_reads: bool = False
@@ -87,7 +104,10 @@ class PolicerConfig:
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration without secrets."""
-        return {"host": self.host, "port": self.port, "workers": self.workers, "db_url": self.db_url, "tokens": len(self.tokens),
+        return {"host": self.host, "port": self.port, "workers": self.workers, "header_timeout_s": self.header_timeout_s,
+                "tls": self.tls_certificate_file is not None, "tls_certificate_file": self.tls_certificate_file,
+                "tls_key_file": self.tls_key_file, "allow_plain_http": self.allow_plain_http,
+                "db_url": self.db_url, "tokens": len(self.tokens),
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
@@ -128,6 +148,10 @@ class _Server:
     host: Annotated[str, BeforeValidator(_host)] = _DEFAULT.host
     port: Annotated[Number, within(0, 65535)] = _DEFAULT.port
     workers: Annotated[int, Strict(), within(1, MAX_WORKERS)] = _DEFAULT.workers
+    header_timeout_s: Annotated[Number, within(0.1, 3600)] = _DEFAULT.header_timeout_s
+    tls_certificate_file: Annotated[str, Strict()] = ""
+    tls_key_file: Annotated[str, Strict()] = ""
+    allow_plain_http: Annotated[bool, Strict()] = _DEFAULT.allow_plain_http
 
 
 @pyd.dataclass(config=_TABLE)
@@ -204,10 +228,14 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         except ValueError as e:
             raise ConfigError(DB_URL_ENV, str(e)) from None
         db_url = env[DB_URL_ENV]
-    return PolicerConfig(
+    cfg = PolicerConfig(
         host=d.server.host,
         port=int(d.server.port),
         workers=d.server.workers,
+        header_timeout_s=d.server.header_timeout_s,
+        tls_certificate_file=d.server.tls_certificate_file or None,
+        tls_key_file=d.server.tls_key_file or None,
+        allow_plain_http=d.server.allow_plain_http,
         db_url=db_url,
         tokens=tokens,
         protect_reads=d.auth.protect_reads,
@@ -219,6 +247,86 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         samples=d.engine.samples,
         shards=d.engine.shards,
     )
+    check_transport(cfg)
+    return cfg
+
+
+# ------------------------------------------------------------------------------ transport (TLS)
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (an address or ``localhost``) is this machine's loopback only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # another host name: it may resolve to anything
+        return False
+
+
+def _private_key_file(path: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise ConfigError("server.tls_key_file", f"cannot read {path}: {e.strerror}") from None
+    if mode & 0o007:
+        raise ConfigError("server.tls_key_file", f"{path} is accessible to every user (mode {mode & 0o777:o}); "
+                                                 f"a private key must be private: chmod o-rwx {path}")
+
+
+def server_ssl_context(certificate_file: str, key_file: str) -> ssl.SSLContext:
+    """The server's TLS context (TLS 1.2 or newer, Python's default ciphers) from a PEM certificate
+    (chain) and its PEM private key (unencrypted).  Each problem is a :class:`ConfigError` naming the
+    file: missing or unreadable, not a certificate, not a key, a key accessible to every user, or a
+    key that does not belong to the certificate."""
+    try:
+        with open(certificate_file, "rb"):
+            pass
+    except OSError as e:
+        raise ConfigError("server.tls_certificate_file", f"cannot read {certificate_file}: {e.strerror}") from None
+    _private_key_file(key_file)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:  # the certificate alone first, so that a bad one is named as such
+        ssl.create_default_context(cafile=certificate_file)
+    except (ssl.SSLError, ValueError) as e:
+        raise ConfigError("server.tls_certificate_file",
+                          f"{certificate_file} holds no valid PEM certificate ({e})") from None
+
+    def no_password() -> bytes:  # an encrypted key is refused, never prompted for
+        raise ValueError("encrypted")
+
+    try:
+        ctx.load_cert_chain(certificate_file, key_file, password=no_password)
+    except ssl.SSLError as e:
+        if getattr(e, "reason", None) == "KEY_VALUES_MISMATCH":
+            raise ConfigError("server.tls_key_file", f"{key_file} is not the private key of the certificate "
+                                                     f"{certificate_file}") from None
+        raise ConfigError("server.tls_key_file", f"{key_file} holds no usable private key for "
+                                                 f"{certificate_file} ({e})") from None
+    except ValueError:
+        raise ConfigError("server.tls_key_file", f"{key_file} is encrypted; give the key unencrypted "
+                                                 "(a service cannot type a passphrase)") from None
+    return ctx
+
+
+def check_transport(cfg: PolicerConfig) -> None:
+    """Refuse a configuration that would take bearer tokens in clear text from the network (plain HTTP
+    on an address that is not loopback, without ``server.allow_plain_http``), and check the TLS
+    certificate and key when given (both or neither).  Raises :class:`ConfigError`."""
+    if (cfg.tls_certificate_file is None) != (cfg.tls_key_file is None):
+        given, missing = (("tls_certificate_file", "tls_key_file") if cfg.tls_key_file is None
+                          else ("tls_key_file", "tls_certificate_file"))
+        raise ConfigError(f"server.{missing}", f"server.{given} is set: HTTPS needs both a certificate and its key")
+    if cfg.tls_certificate_file is not None and cfg.tls_key_file is not None:
+        server_ssl_context(cfg.tls_certificate_file, cfg.tls_key_file)
+    elif not is_loopback(cfg.host) and not cfg.allow_plain_http:
+        raise ConfigError("server.host", f"{cfg.host} is not a loopback address and no TLS certificate is "
+                                         "configured: clients' bearer tokens would cross the network in clear "
+                                         "text; set server.tls_certificate_file and server.tls_key_file, or "
+                                         "server.allow_plain_http = true to accept that")
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> PolicerConfig:

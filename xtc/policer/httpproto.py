@@ -7,19 +7,30 @@ client that streams one endless header would be buffered without end.  This prot
 arrives while a request's head is still open and refuses with **431** once it passes
 :data:`MAX_HEADER_BYTES` (whatever has been buffered is then at most that plus one read from the
 socket), and refuses a complete head (request target plus header names and values) over the same
-bound the same way.  Everything else is uvicorn's.
+bound the same way.
+
+Nor does uvicorn time out a request's head: a client that trickles its headers a byte at a time (or
+opens a connection and sends nothing) holds its connection for ever.  Here a request's line and
+headers must be complete within :attr:`BoundedHttpToolsProtocol.header_timeout_s` (default
+:data:`HEADER_TIMEOUT_S`; :func:`bounded_protocol` makes the class with another one, the policer's
+``server.header_timeout_s``) of the connection's opening or of the first byte of the request
+(between two requests on a kept-alive connection uvicorn's keep-alive timeout applies); else it is
+answered **408** and closed.  Everything else is uvicorn's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["BoundedHttpToolsProtocol", "MAX_HEADER_BYTES"]
+__all__ = ["BoundedHttpToolsProtocol", "MAX_HEADER_BYTES", "HEADER_TIMEOUT_S", "bounded_protocol"]
 
 #: Largest request line plus headers accepted, bytes (a bigger head is refused before it is read on).
 MAX_HEADER_BYTES = 16 * 1024
+#: Seconds a request's line and headers may take to arrive, by default.
+HEADER_TIMEOUT_S = 10.0
 
 
 class _HeadTooLarge(Exception):
@@ -27,19 +38,50 @@ class _HeadTooLarge(Exception):
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol; a request head over :data:`MAX_HEADER_BYTES` gets 431 and the
-    connection is closed."""
+    """uvicorn's httptools protocol; a request head over :data:`MAX_HEADER_BYTES` gets 431, one that
+    takes longer than :attr:`header_timeout_s` to arrive 408, and the connection is closed."""
+
+    #: Seconds from a connection's opening, or from a request's first byte, to the end of its headers.
+    header_timeout_s: float = HEADER_TIMEOUT_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
         self._head_open = True  # the bytes arriving belong to a request's head
         self._head_read = 0  # bytes received since the head began (whole reads: an upper bound)
         self._head_size = 0  # the parsed head's target and headers so far
         self._head_refused = False
 
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:  # no earlier request's answer under way
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                                 b"content-length: 27\r\nconnection: close\r\n\r\nRequest headers timed out.\n")
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
         if self._head_open:
             self._head_read += len(data)
+            self._start_head_timer()
         super().data_received(data)
         if self._head_open and self._head_read > MAX_HEADER_BYTES and not self.transport.is_closing():
             self._head_refused = True
@@ -47,6 +89,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._head_size = 0
+        self._start_head_timer()  # (a pipelined request's head, begun in the same read as the one before)
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -68,6 +111,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_open = False
+        self._stop_head_timer()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -85,3 +129,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                              b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
                              b"connection: close\r\n\r\n" + body)
         self.transport.close()
+
+
+def bounded_protocol(header_timeout_s: float) -> type[BoundedHttpToolsProtocol]:
+    """:class:`BoundedHttpToolsProtocol` with another header timeout (seconds)."""
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"header_timeout_s": float(header_timeout_s)})

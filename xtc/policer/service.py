@@ -5,7 +5,11 @@ wait for its work on one interpreter lock), on the same database; with an in-mem
 it runs in a thread beside uvicorn's event loop.  If it fails unexpectedly the server is told to exit
 and the process returns 1, so that its supervisor (systemd) restarts it.  HTTP input is bounded: a request head
 over :data:`.httpproto.MAX_HEADER_BYTES` is refused by the HTTP parser (431, :mod:`.httpproto`), a body over
-:data:`xtc.policer.app.MAX_BODY_BYTES` by the app.  SIGTERM and SIGINT are uvicorn's: it stops serving, then the engine stops and the database is closed.
+:data:`xtc.policer.app.MAX_BODY_BYTES` by the app; a head that takes longer than
+``server.header_timeout_s`` to arrive gets 408 and its connection is closed.  With
+``server.tls_certificate_file`` and ``server.tls_key_file`` it serves HTTPS only; without them plain
+HTTP, on a loopback address only unless ``server.allow_plain_http`` (checked at start too: ``--host``
+may have changed the address).  SIGTERM and SIGINT are uvicorn's: it stops serving, then the engine stops and the database is closed.
 
 With ``workers`` > 1 (``--workers N``, ``server.workers``) the process becomes a supervisor: it starts
 the engine's process (``engine.shards`` of them, :class:`~xtc.policer.engine_proc.EngineShards`), then N API worker processes (``python -m xtc.policer.service``), each with
@@ -42,12 +46,12 @@ from typing import Any, Callable
 import uvicorn
 
 from .app import create_app
-from .config import PolicerConfig
+from .config import ConfigError, PolicerConfig, check_transport, server_ssl_context
 from .engine import Engine
 from .link import LinkPool
 from .samples import SampleStreams
 from .engine_proc import REPORT_S, EngineProcess, EngineShards
-from .httpproto import BoundedHttpToolsProtocol
+from .httpproto import bounded_protocol
 from .store import Store, StoreError
 
 __all__ = ["run_server", "bind_socket", "RelayedEngine", "STOP_TIMEOUT_S"]
@@ -80,10 +84,15 @@ def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = T
     return s
 
 
-def _uvicorn(app: Any, access_log: bool) -> uvicorn.Server:
-    # httptools with the request head bounded (MAX_HEADER_BYTES): a fifth less CPU per request than h11.
+def _uvicorn(app: Any, access_log: bool, cfg: PolicerConfig) -> uvicorn.Server:
+    # httptools with the request head bounded (MAX_HEADER_BYTES, header_timeout_s): a fifth less CPU per
+    # request than h11.  TLS: the context checked by the configuration (server_ssl_context), not uvicorn's.
+    ssl_factory = None
+    if cfg.tls_certificate_file is not None and cfg.tls_key_file is not None:
+        ctx = server_ssl_context(cfg.tls_certificate_file, cfg.tls_key_file)
+        ssl_factory = lambda _config, _default: ctx  # noqa: E731
     config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on",
-                            http=BoundedHttpToolsProtocol)
+                            http=bounded_protocol(cfg.header_timeout_s), ssl_context_factory=ssl_factory)
     if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     return uvicorn.Server(config)
@@ -104,7 +113,9 @@ def _engine_procs(cfg: PolicerConfig, store: Store, on_crash: Callable[[BaseExce
 
 
 def _listening(cfg: PolicerConfig, store: Store, port: int, host: str, workers: int) -> None:
-    print(json.dumps({"event": "listening", "url": f"http://{host}:{port}", "port": port,
+    scheme = "https" if cfg.tls_certificate_file else "http"
+    shown = f"[{host}]" if ":" in host else host
+    print(json.dumps({"event": "listening", "url": f"{scheme}://{shown}:{port}", "port": port,
                       "db": store.dialect if store.dialect != "sqlite" else cfg.db_url, "tokens": len(cfg.tokens),
                       "leader_election": store.dialect == "postgresql", "workers": workers}), flush=True)
 
@@ -112,6 +123,11 @@ def _listening(cfg: PolicerConfig, store: Store, port: int, host: str, workers: 
 def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     """Serve until SIGTERM.  Prints one JSON line with the bound address first.  Returns the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:  # (again: --host may have changed the address, and the files may have changed since)
+        check_transport(cfg)
+    except ConfigError as e:
+        print(f"xtc policer: {e}", file=sys.stderr)
+        return 2
     try:
         store = Store(cfg.db_url)
     except StoreError as e:
@@ -153,7 +169,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     _listening(cfg, store, port, host, 1)
-    srv = _uvicorn(app, access_log)
+    srv = _uvicorn(app, access_log, cfg)
     server["srv"] = srv
     try:
         srv.run(sockets=[sock])
@@ -304,7 +320,7 @@ def _worker_main() -> int:
 
     engine = RelayedEngine(sys.stdin, on_eof)
     sock = bind_socket(cfg.host, cfg.port, reuse_port=True)
-    srv = _uvicorn(create_app(cfg, store, engine), access_log)
+    srv = _uvicorn(create_app(cfg, store, engine), access_log, cfg)
     server["srv"] = srv
     try:
         srv.run(sockets=[sock])

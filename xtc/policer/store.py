@@ -5,7 +5,8 @@ Database URLs follow SQLAlchemy's spelling: ``sqlite:///relative/path.db``,
 ``postgresql://user@/dbname?host=/run/postgresql`` (psycopg 3; see :mod:`xtc.policer.db`).  A new
 SQLite file is created with mode 0600 (it holds the audit log), and so are its -wal and -shm files;
 it is opened in WAL mode so that readers do not wait for the policer's periodic writes.  Every
-public method is one transaction; the schema is migrated at open (:meth:`xtc.policer.db.Database.migrate`).
+public method is one transaction (a write's reply is read in its own transaction: what that write
+made, never a later writer's); the schema is migrated at open (:meth:`xtc.policer.db.Database.migrate`).
 
 Tables: ``routers`` (a host and its daemon; a router that goes away is marked, never forgotten),
 ``vrs`` (as the daemons report them, plus the policer's per-VR state), ``networks`` (with their SLA),
@@ -256,7 +257,7 @@ class Store:
             self._audit(db, "router_registered", actor, name, None,
                         {"endpoint": endpoint, "capacity_pps": capacity_pps, "control_mode": control_mode,
                          "curve": curve_server_key is not None, "pub_endpoint": pub_endpoint})
-        return self.get_router(name)
+            return self._router(db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone())
 
     def update_router(self, name: str, changes: dict[str, Any], actor: str) -> dict[str, Any]:
         allowed = {"endpoint", "capacity_pps", "control_mode", "curve_server_key", "pub_endpoint"}
@@ -272,7 +273,7 @@ class Store:
             if changes:
                 shown = {k: (v if k != "curve_server_key" else v is not None) for k, v in changes.items()}
                 self._audit(db, "router_updated", actor, name, None, shown)
-        return self.get_router(name)
+            return self._router(db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone())
 
     def remove_router(self, name: str, actor: str) -> dict[str, Any]:
         with self.tx() as db:
@@ -283,7 +284,7 @@ class Store:
                 db.execute("UPDATE routers SET status='removed', control_on=0, rev=rev+1 WHERE name=?", (name,))
                 db.execute("UPDATE vrs SET present=0 WHERE router=?", (name,))
                 self._audit(db, "router_removed", actor, name, None, {})
-        return self.get_router(name)
+            return self._router(db.execute("SELECT * FROM routers WHERE name=?", (name,)).fetchone())
 
     def set_router_status(self, name: str, status: str, error: str | None, seen: bool) -> str | None:
         """Record a poll's outcome; returns the previous status (None: no such router, or removed)."""
@@ -348,7 +349,7 @@ class Store:
             db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))  # the router's row first, as above
             db.execute("UPDATE vrs SET network=? WHERE router=? AND name=?", (network, router, name))
             self._audit(db, "vr_network", actor, router, name, {"network": network})
-        return self.get_vr(router, name)
+            return self._vr(db.execute("SELECT * FROM vrs WHERE router=? AND name=?", (router, name)).fetchone())
 
     def set_manual_setpoint(self, router: str, name: str, setpoint_pps: float | None, actor: str) -> dict[str, Any]:
         with self.tx() as db:
@@ -359,7 +360,7 @@ class Store:
             db.execute("UPDATE routers SET rev=rev+1 WHERE name=?", (router,))
             db.execute("UPDATE vrs SET manual_setpoint_pps=? WHERE router=? AND name=?", (setpoint_pps, router, name))
             self._audit(db, "manual_setpoint", actor, router, name, {"setpoint_pps": setpoint_pps})
-        return self.get_vr(router, name)
+            return self._vr(db.execute("SELECT * FROM vrs WHERE router=? AND name=?", (router, name)).fetchone())
 
     def list_setpoints(self, router: str | None = None, network: str | None = None, flagged: bool | None = None,
                        limit: int = -1, offset: int = 0) -> list[dict[str, Any]]:
@@ -399,7 +400,7 @@ class Store:
                 raise Conflict(f"network {name!r} already exists")
             db.execute("INSERT INTO networks (name, description) VALUES (?,?)", (name, description))
             self._audit(db, "network_created", actor, None, None, {"network": name})
-        return self.get_network(name)
+            return self._net(db.execute("SELECT * FROM networks WHERE name=?", (name,)).fetchone())
 
     def remove_network(self, name: str, actor: str) -> None:
         with self.tx() as db:
@@ -423,7 +424,7 @@ class Store:
             # The routers whose VRs are in the network: their VRs' rows as the engine reads them changed.
             db.execute("UPDATE routers SET rev=rev+1 WHERE name IN (SELECT router FROM vrs WHERE network=?)", (name,))
             self._audit(db, "sla_set" if sla else "sla_removed", actor, None, None, {"network": name, "sla": sla})
-        return self.get_network(name)
+            return self._net(db.execute("SELECT * FROM networks WHERE name=?", (name,)).fetchone())
 
     # ------------------------------------------------------------------------------- actions
     def list_actions(self, router: str | None = None, vr: str | None = None, kind: str | None = None,
@@ -443,8 +444,10 @@ class Store:
         ]
 
     # ------------------------------------------------------------------------------ settings
-    def settings(self) -> Settings:
-        rows = {r["key"]: json.loads(r["value"]) for r in self._read("SELECT * FROM settings")}
+    def settings(self, db: Conn | None = None) -> Settings:
+        """The policies' settings (``db``: as a transaction sees them)."""
+        raw = db.execute("SELECT * FROM settings").fetchall() if db is not None else self._read("SELECT * FROM settings")
+        rows = {r["key"]: json.loads(r["value"]) for r in raw}
         s = Settings()
         a = rows.get("activation", {})
         al = rows.get("allocation", {})
@@ -461,8 +464,8 @@ class Store:
             misbehaviour=MisbehaviourParams(**{k: v for k, v in m.items() if k != "enabled"}),
         )
 
-    def policies(self) -> dict[str, dict[str, Any]]:
-        s = self.settings()
+    def policies(self, db: Conn | None = None) -> dict[str, dict[str, Any]]:
+        s = self.settings(db)
         return {
             "activation": {"enabled": s.activation_enabled, **asdict(s.activation)},
             "allocation": {"enabled": s.allocation_enabled, "target_fraction": s.target_fraction,
@@ -478,7 +481,7 @@ class Store:
             db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
                        (name, json.dumps(values)))
             self._audit(db, "policy_changed", actor, None, None, {"policy": name, **values})
-        return self.policies()[name]
+            return self.policies(db)[name]
 
     # ------------------------------------------------------------------------ engine's view
     def router_state(self, name: str) -> tuple[ActivationState, dict[str, dict[str, Any]]]:
