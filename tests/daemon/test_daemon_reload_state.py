@@ -219,6 +219,8 @@ def test_instance_of_a_vr_no_longer_configured_is_kept_for_restore_only(tmp_path
     assert st["state"] == "inactive" and st["restore_pending"] is True, st
     assert st["original_cap_percent"] == 50.0 and st["original_record"] == sim_record("vr9", 50.0), st
     assert st["setpoint_pps"] is None and st["cap_percent"] is None, st
+    table = xtc("ctl", "--endpoint", f"ipc://{tmp_path}/mgr.sock", "status", "vr9").stdout
+    assert "restore pending, not controlled" in table and "50.0" in table, table
     listed = {v["vr"]: v for v in c.call("list")["vrs"]}
     assert listed["vr9"]["state"] == "inactive" and listed["vr1"]["state"] == "active"
     # Never controlled: no request makes it an instance again while it is not configured.

@@ -307,7 +307,8 @@ class DaemonService:
                 raise SystemExit(
                     f"xtc daemon: state file {path}: VR {vr!r}: its original_record {json.dumps(record)[:200]} does not "
                     f"fit the {self.host.name} backend: {e}; not starting, nothing was written (set that "
-                    f"original_record to null to restore its original_cap_percent instead, or move the file away)"
+                    f"original_record to null to restore its original_cap_percent instead: "
+                    f"docs/guide/daemon-reload-and-state.md)"
                 ) from None
             except HostAdapterError as e:
                 event(log, logging.WARNING, "state_record_unchecked", vr=vr,

@@ -1,0 +1,117 @@
+"""Issue 51, item 3, the parts below the daemon process: a saved record checked by the backends
+(simulated, cgroup) and the pure rule for an instance of a VR no longer configured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xtc.control import make_controller
+from xtc.daemon.api import ApiError, Request
+from xtc.daemon.config import CgroupVr
+from xtc.daemon.core import DaemonCore, RestoreCap, StateError
+from xtc.host.cgroup import CgroupBackend
+from xtc.host.counters import ProcNetDevCounters
+from xtc.host.errors import VRNotRunning
+from xtc.models import PAPER_MODEL
+from xtc_lab.sim.host import SimHost, SimVr
+
+
+def factory():
+    return make_controller(PAPER_MODEL, "xtc")
+
+
+def doc(instances: dict, pending: dict | None = None, records: dict | None = None) -> dict:
+    return {"schema": "xtc-daemon-state/1", "instances": instances, "pending_restores": pending or {},
+            "pending_records": records or {}}
+
+
+def inst(setpoint_pps: float = 30000.0, original: float | None = 80.0, record: dict | None = None) -> dict:
+    return {"state": "active", "setpoint_pps": setpoint_pps, "original_cap_percent": original, "cap_percent": 9.0,
+            "original_record": record}
+
+
+# --------------------------------------------------------------------------------- the core
+
+
+def test_instance_of_an_unconfigured_vr_becomes_a_restore_only_entry():
+    c = DaemonCore(factory)
+    rec = {"backend": "sim", "target": "vr9", "params": {"cap_percent": 50.0}}
+    c.load_state(doc({"vr1": inst(), "vr9": inst(original=50.0, record=rec)}))
+    c.dirty = False
+    assert c.restore_only(frozenset({"vr1"})) == ["vr9"]
+    assert sorted(c.instances) == ["vr1"] and c.pending_restores == {"vr9": 50.0} and c.pending_records == {"vr9": rec}
+    assert c.dirty
+    d = c.describe("vr9")
+    assert d["state"] == "inactive" and d["restore_pending"] is True and d["original_record"] == rec
+    assert "restore_pending" not in c.describe("vr1")
+    # Never controlled: the period writes no cap for it (it is absent: no restore either) ...
+    c.set_present(frozenset({"vr1"}))
+    assert all(a.vr != "vr9" for a in c.period(1.0, {}))
+    # ... no request makes it an instance while its VR is not there ...
+    with pytest.raises(ApiError) as e:
+        c.handle(Request(cmd="activate", vr="vr9", setpoint_pps=1000.0), 2.0, 50.0)
+    assert e.value.code == "unknown_vr"
+    # ... and when the VR is seen again its original is restored.
+    c.set_present(frozenset({"vr1", "vr9"}))
+    assert RestoreCap("vr9", 50.0, rec) in c.period(3.0, {})
+    saved = c.to_state()
+    assert sorted(saved["instances"]) == ["vr1"] and saved["pending_restores"] == {"vr9": 50.0}
+    assert c.restore_only(frozenset({"vr1"})) == []
+
+
+def test_saved_records_lists_instances_and_pending_restores():
+    c = DaemonCore(factory)
+    r1 = {"backend": "sim", "target": "vr1", "params": {"cap_percent": 80.0}}
+    r2 = {"backend": "sim", "target": "vr2", "params": {"cap_percent": None}}
+    c.load_state(doc({"vr1": inst(record=r1), "vr3": inst()}, {"vr2": None}, {"vr2": r2}))
+    assert c.saved_records() == [("vr1", r1), ("vr2", r2)]
+
+
+def test_a_saved_setpoint_above_the_configured_maximum_is_refused():
+    c = DaemonCore(factory, max_setpoint_pps=40000.0)
+    with pytest.raises(StateError, match=r"instance 'vr1': setpoint_pps 50000 is above daemon.max_setpoint_pps \(40000\)"):
+        c.load_state(doc({"vr1": inst(setpoint_pps=50000.0)}))
+    assert c.instances == {}
+
+
+# ------------------------------------------------------------------------------ the backends
+
+
+def test_the_simulated_backend_checks_a_record_of_its_vr():
+    h = SimHost((SimVr(name="vr1"), SimVr(name="vr2")), 1, None)
+    h.check_original("vr1", h.snapshot("vr1"))
+    h.check_original("vr1", {"backend": "sim", "target": "vr1", "params": {"cap_percent": None}})
+    for record, words in (({"backend": "xen", "target": "vr9"}, "for xen 'vr9', this VR is sim 'vr1'"),
+                          (h.snapshot("vr2"), "for sim 'vr2'"),
+                          ({"backend": "sim", "target": "vr1", "params": {"cap_percent": 0}}, "1..100"),
+                          ({"backend": "sim", "target": "vr1", "params": {"cap_percent": True}}, "1..100"),
+                          ({"backend": "sim", "target": "vr1", "params": {}}, "exactly 'cap_percent'"),
+                          ({"backend": "sim", "target": "vr1", "params": {"cap_percent": 5}, "x": 1}, "exactly")):
+        with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+            h.check_original("vr1", record)
+    with pytest.raises(VRNotRunning):
+        h.check_original("vr9", {"backend": "sim", "target": "vr9", "params": {"cap_percent": 5}})
+    assert h.configured_vrs() == {"vr1", "vr2"}
+
+
+def test_the_cgroup_backend_checks_a_record_without_writing(tmp_path: Path):
+    d = tmp_path / "vr1"
+    d.mkdir()
+    (d / "cpu.cfs_quota_us").write_text("-1\n")
+    (d / "cpu.cfs_period_us").write_text("100000\n")
+    b = CgroupBackend([CgroupVr("vr1", str(d), ("vif1.0",)), CgroupVr("vr2", str(tmp_path / "gone"), ("vif2.0",))],
+                      ProcNetDevCounters("/nonexistent"))
+    good = b.snapshot("vr1")
+    b.check_original("vr1", good)
+    with pytest.raises(ValueError, match="is for xen 'vr9'"):
+        b.check_original("vr1", {"backend": "xen", "target": "vr9", "params": {"cap": 0}})
+    with pytest.raises(ValueError):
+        b.check_original("vr1", {"backend": "xen", "target": "vr9"})
+    with pytest.raises(ValueError):
+        b.check_original("vr1", {**good, "params": {"cpu.cfs_quota_us": -1}})
+    with pytest.raises(VRNotRunning):  # its directory is missing: cannot be looked at now
+        b.check_original("vr2", good)
+    assert (d / "cpu.cfs_quota_us").read_text() == "-1\n" and b.cap_writes() == 0
+    assert b.configured_vrs() == {"vr1", "vr2"}
