@@ -283,43 +283,6 @@ class DaemonService:
               counters_fallback=getattr(src, "fallback_reason", None),
               metrics_port=self.metrics_port, vrs=sorted(self.control.vrs), **endpoints)
 
-    def _fit_state_to_host(self) -> None:
-        """Check the loaded state against the backend and the configuration, before anything runs.
-
-        - Every original record (of an instance or a pending restore) whose VR the backend has
-          must be a record of that VR on this backend (:meth:`Host.check_original`); one that is
-          not makes the daemon refuse to start, naming the file, the VR and why: it cannot know
-          the VR's true original, and any guess would be a cap nobody chose (see
-          docs/guide/daemon-reload-and-state.md).  Nothing is written then.
-        - An instance of a VR the configuration no longer names (:meth:`Host.configured_vrs`) is
-          kept for the restore of its original only, never controlled, and reported.
-        """
-        path = self.cfg.state_path
-        configured = getattr(self.host, "configured_vrs", None)
-        names = configured() if configured is not None else None
-        check = getattr(self.host, "check_original", None)
-        for vr, record in self.core.saved_records() if check is not None else ():
-            if names is not None and vr not in names:
-                continue  # not a VR of this backend's configuration: restore only, below
-            try:
-                check(vr, record)
-            except ValueError as e:
-                raise SystemExit(
-                    f"xtc daemon: state file {path}: VR {vr!r}: its original_record {json.dumps(record)[:200]} does not "
-                    f"fit the {self.host.name} backend: {e}; not starting, nothing was written (set that "
-                    f"original_record to null to restore its original_cap_percent instead: "
-                    f"docs/guide/daemon-reload-and-state.md)"
-                ) from None
-            except HostAdapterError as e:
-                event(log, logging.WARNING, "state_record_unchecked", vr=vr,
-                      reason=f"cannot look at the VR now ({e}); its record is checked when it is restored")
-        if names is None:
-            return
-        for vr in self.core.restore_only(names):
-            event(log, logging.WARNING, "state_vr_not_configured", vr=vr, path=str(path),
-                  reason=f"VR {vr!r} is not in the configuration of the {self.host.name} backend: its instance "
-                         f"is kept for the restore of its original cap only, never controlled")
-
     def _bind(self, sock: zmq.Socket, key: str, endpoint: str) -> None:
         """Bind ``sock``, or exit with a message naming the endpoint in use."""
         try:
@@ -580,6 +543,44 @@ class DaemonService:
             log.exception("request handler failed")
             self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", "internal").inc()
             return api.error_reply(ApiError("internal", f"{type(e).__name__}: {e}"[:300]))
+
+    # ------------------------------------------------------------------- state at start
+    def _fit_state_to_host(self) -> None:
+        """Check the loaded state against the backend and the configuration, before anything runs.
+
+        - Every original record (of an instance or a pending restore) whose VR the backend has
+          must be a record of that VR on this backend (:meth:`Host.check_original`); one that is
+          not makes the daemon refuse to start, naming the file, the VR and why: it cannot know
+          the VR's true original, and any guess would be a cap nobody chose (see
+          docs/guide/daemon-reload-and-state.md).  Nothing is written then.
+        - An instance of a VR the configuration no longer names (:meth:`Host.configured_vrs`) is
+          kept for the restore of its original only, never controlled, and reported.
+        """
+        path = self.cfg.state_path
+        configured = getattr(self.host, "configured_vrs", None)
+        names = configured() if configured is not None else None
+        check = getattr(self.host, "check_original", None)
+        for vr, record in self.core.saved_records() if check is not None else ():
+            if names is not None and vr not in names:
+                continue  # not a VR of this backend's configuration: restore only, below
+            try:
+                check(vr, record)
+            except ValueError as e:
+                raise SystemExit(
+                    f"xtc daemon: state file {path}: VR {vr!r}: its original_record {json.dumps(record)[:200]} does not "
+                    f"fit the {self.host.name} backend: {e}; not starting, nothing was written (set that "
+                    f"original_record to null to restore its original_cap_percent instead: "
+                    f"docs/guide/daemon-reload-and-state.md)"
+                ) from None
+            except HostAdapterError as e:
+                event(log, logging.WARNING, "state_record_unchecked", vr=vr,
+                      reason=f"cannot look at the VR now ({e}); its record is checked when it is restored")
+        if names is None:
+            return
+        for vr in self.core.restore_only(names):
+            event(log, logging.WARNING, "state_vr_not_configured", vr=vr, path=str(path),
+                  reason=f"VR {vr!r} is not in the configuration of the {self.host.name} backend: its instance "
+                         f"is kept for the restore of its original cap only, never controlled")
 
     # ----------------------------------------------------------------------------- reload
     def reload(self) -> bool:
