@@ -115,3 +115,14 @@ def test_the_cgroup_backend_checks_a_record_without_writing(tmp_path: Path):
         b.check_original("vr2", good)
     assert (d / "cpu.cfs_quota_us").read_text() == "-1\n" and b.cap_writes() == 0
     assert b.configured_vrs() == {"vr1", "vr2"}
+
+
+def test_a_deactivation_says_restore_pending_only_while_the_write_has_not_succeeded():
+    c = DaemonCore(factory)
+    c.set_present(frozenset({"vr1"}))
+    c.handle(Request(cmd="activate", vr="vr1", setpoint_pps=1000.0), 0.0, 80.0)
+    res, acts = c.handle(Request(cmd="deactivate", vr="vr1"), 1.0)
+    assert "restore_pending" not in res and acts == [RestoreCap("vr1", 80.0, None)]
+    assert c.describe("vr1")["restore_pending"] is True  # the write not made (or failed) yet
+    c.restored("vr1")
+    assert "restore_pending" not in c.describe("vr1")

@@ -460,7 +460,9 @@ class DaemonCore:
             if inst.original_record is not None:
                 self.pending_records[vr] = inst.original_record
             self.dirty = True
-            return self.describe(vr), [RestoreCap(vr, inst.original_cap_percent, inst.original_record)]
+            result = self.describe(vr)
+            del result["restore_pending"]  # until the write is tried: the service says whether it failed
+            return result, [RestoreCap(vr, inst.original_cap_percent, inst.original_record)]
         raise ApiError("unknown_command", f"unknown command {cmd!r}")  # pragma: no cover
 
     def _activate(
