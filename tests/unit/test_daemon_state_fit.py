@@ -3,19 +3,23 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from xtc.control import make_controller
 from xtc.daemon.api import ApiError, Request
-from xtc.daemon.config import CgroupVr
+from xtc.daemon.config import CgroupVr, loads_config
 from xtc.daemon.core import DaemonCore, RestoreCap, StateError
+from xtc.daemon.service import DaemonService, make_host
 from xtc.host.cgroup import CgroupBackend
 from xtc.host.counters import ProcNetDevCounters
 from xtc.host.errors import VRNotRunning
 from xtc.models import PAPER_MODEL
-from xtc_lab.sim.host import SimHost, SimVr
+from xtc_lab.sim.host import SimHost, SimVr, render_proc_net_dev
+
+from fakes.daemon import daemon_toml
 
 
 def factory():
@@ -126,3 +130,39 @@ def test_a_deactivation_says_restore_pending_only_while_the_write_has_not_succee
     assert c.describe("vr1")["restore_pending"] is True  # the write not made (or failed) yet
     c.restored("vr1")
     assert "restore_pending" not in c.describe("vr1")
+
+
+# ------------------------------------------------- a VR absent at start: checked when it appears
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_a_record_of_a_vr_absent_at_start_is_checked_before_its_first_cap_write(tmp_path: Path, fits: bool):
+    d = tmp_path / "cg" / "vr1"
+    (tmp_path / "net_dev").write_text(render_proc_net_dev({"vif7.0": (0, 0), "vif7.1": (0, 0)}))
+    cfg = loads_config(daemon_toml(tmp_path, f'backend = "cgroup"\nproc_net_dev = "{tmp_path}/net_dev"',
+                                   f'[[cgroup.vr]]\nname = "vr1"\npath = "{d}"\ninterfaces = ["vif7.0", "vif7.1"]\n'))
+    target = str(d) if fits else "/sys/fs/cgroup/somewhere-else"
+    record = {"backend": "cgroup1", "target": target, "params": {"cpu.cfs_period_us": 100000, "cpu.cfs_quota_us": -1}}
+    cfg.state_path.parent.mkdir(parents=True)
+    cfg.state_path.write_text(json.dumps(doc({"vr1": inst(original=None, record=record)})))
+    t = [1000.0]
+    svc = DaemonService(cfg, make_host(cfg), clock=lambda: t[0], wall_clock=lambda: 0.0)
+    svc.open()  # the VR's cgroup does not exist: the record cannot be checked yet, the daemon starts
+    try:
+        d.mkdir(parents=True)  # the VR appears, unlimited
+        (d / "cpu.cfs_quota_us").write_text("-1\n")
+        (d / "cpu.cfs_period_us").write_text("100000\n")
+        for _ in range(7):  # discovery runs every 5 s
+            t[0] += 1.0
+            svc.run_period(t[0], 1.0)
+        quota = (d / "cpu.cfs_quota_us").read_text().strip()
+        if fits:
+            assert quota != "-1" and not svc.control.unchecked_records  # checked once, then capped
+            assert svc.core.describe("vr1")["actuation_error"] is None
+        else:
+            assert quota == "-1"  # never written
+            assert "does not fit" in svc.core.describe("vr1")["actuation_error"]
+    finally:
+        rc = svc.close()
+    assert (d / "cpu.cfs_quota_us").read_text().strip() == "-1"  # unlimited: restored, or never touched
+    assert rc == (0 if fits else 1)

@@ -552,7 +552,9 @@ class DaemonService:
           must be a record of that VR on this backend (:meth:`Host.check_original`); one that is
           not makes the daemon refuse to start, naming the file, the VR and why: it cannot know
           the VR's true original, and any guess would be a cap nobody chose (see
-          docs/guide/daemon-reload-and-state.md).  Nothing is written then.
+          docs/guide/daemon-reload-and-state.md).  Nothing is written then.  A record whose VR
+          cannot be looked at now (a missing cgroup) is checked before the VR's first cap write
+          (:meth:`ControlLoop.apply`): one that does not fit then gets no cap written at all.
         - An instance of a VR the configuration no longer names (:meth:`Host.configured_vrs`) is
           kept for the restore of its original only, never controlled, and reported.
         """
@@ -573,8 +575,9 @@ class DaemonService:
                     f"docs/guide/daemon-reload-and-state.md)"
                 ) from None
             except HostAdapterError as e:
+                self.control.unchecked_records.add(vr)
                 event(log, logging.WARNING, "state_record_unchecked", vr=vr,
-                      reason=f"cannot look at the VR now ({e}); its record is checked when it is restored")
+                      reason=f"cannot look at the VR now ({e}); its record is checked before its first cap write")
         if names is None:
             return
         for vr in self.core.restore_only(names):
