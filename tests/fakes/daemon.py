@@ -28,7 +28,7 @@ def daemon_toml(tmp_path: Path | str, daemon: str = "", tables: str = "") -> str
     tables : str
         Tables after the fixed ones (``[[sim.vr]]``...).
     """
-    return f"""
+    return f"""schema = "xtc-daemon/1"
 [daemon]
 {daemon}
 state_dir = "{tmp_path}/state"

@@ -105,11 +105,21 @@ def test_load_config_missing_file(tmp_path):
 
 def test_load_config_reads_file(tmp_path):
     p = tmp_path / "c.toml"
-    p.write_text(S("[daemon]\ncontrol_period_s = 0.5\n" + SIM))
+    p.write_text('schema = "xtc-daemon/1"\n' + S("[daemon]\ncontrol_period_s = 0.5\n" + SIM))
     cfg = load_config(p)
     assert cfg.daemon.control_period_s == 0.5
     assert cfg.source == str(p)
     assert cfg.state_path == cfg.state_path.parent / "state.json"
+
+
+@pytest.mark.parametrize("text, words", [("", "the file is empty"), ("# all commented out\n", "the file is empty"),
+                                         (S(SIM), "missing")])
+def test_a_file_needs_its_schema_line(tmp_path, text, words):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert ei.value.key == "schema" and words in str(ei.value) and str(p) in str(ei.value)
 
 
 def test_reload_diff_separates_reloadable_keys():
@@ -119,7 +129,13 @@ def test_reload_diff_separates_reloadable_keys():
     c = loads_config(S("[manager]\nendpoint = \"tcp://127.0.0.1:9999\"\n[metrics]\nport = 1234\n" + SIM))
     assert reload_diff(a, c) == ["manager.endpoint", "metrics.port"]
     d = loads_config(S('[[sim.vr]]\nname = "vr2"\n'))
-    assert reload_diff(a, d) == ["backend_options.vr"]
+    assert reload_diff(a, d) == ["sim.vr"]
+    # Keys only one side has (a plug-in backend's table) count, both ways; the backend comes first.
+    e = loads_config("")
+    assert reload_diff(a, e) == ["daemon.backend", "sim.seed", "sim.vr"]
+    assert reload_diff(e, a) == ["daemon.backend", "sim.seed", "sim.vr"]
+    f = loads_config(S('[daemon]\nstate_dir = "/tmp/other"\n[metrics]\nport = 1\n' + SIM))
+    assert reload_diff(a, f) == ["daemon.state_dir", "metrics.port"]
 
 
 def test_every_reloadable_key_exists():

@@ -232,6 +232,12 @@ class Instance(_VrFields):
         description="true once the lag probe has measured the VR's lag in this activation (one probe per "
         "activation), false while the model's is in use; null with lag",
     )
+    restore_pending: bool | None = Field(
+        None,
+        description="present and true when the VR has no instance but its original cap is still to be written "
+        "back (a deactivation whose write failed, retried every period the VR is seen; or an instance of a VR no "
+        "longer configured, kept from the state file for its restore only and never controlled); absent otherwise",
+    )
 
 
 #: The topic of the one message published per control period.

@@ -50,7 +50,8 @@ A complete example (every key shown with its default unless marked required)::
 :func:`load_config` and :func:`loads_config` return a frozen :class:`DaemonConfig` or raise
 :class:`ConfigError` naming the offending key; nothing is half-loaded.  On SIGHUP the daemon
 reloads the file; only the keys in :data:`RELOADABLE` may change without a restart
-(:func:`reload_diff` names the first one that may not).
+(:func:`reload_diff` names the first one that may not).  A file (:func:`load_config`: the daemon's
+start, its reload, ``xtc check-config``) must hold the ``schema`` line: an empty file is refused.
 
 Other backends are found among the installed distributions' ``xtc.hosts`` entry points
 (:func:`xtc.host.base.host_plugin`); the table named after such a backend (``[sim]`` for
@@ -404,17 +405,23 @@ class DaemonConfig(_Sections):
         return Path(self.daemon.state_dir) / "state.json"
 
     def flat(self) -> dict[str, Any]:
-        """``{"section.key": value}`` for every key (used to compare two configs)."""
+        """``{"section.key": value}`` for every key (used to compare two configs).
+
+        A plug-in backend's own table is named as in the file (``sim.seed``, ``sim.vr``).
+        """
         out: dict[str, Any] = {}
         for f in fields(self):
             if f.name == "source":
                 continue
             sec = getattr(self, f.name)
+            name = self.daemon.backend if f.name == "backend_options" else f.name
+            if sec is None and f.name == "backend_options":
+                continue
             if not is_dataclass(sec):
-                out[f.name] = sec
+                out[name] = sec
                 continue
             for g in fields(sec):
-                out[f"{f.name}.{g.name}"] = getattr(sec, g.name)
+                out[f"{name}.{g.name}"] = getattr(sec, g.name)
         return out
 
 
@@ -523,10 +530,17 @@ def _validate_backend_table(name: str, plugin: Any, table: Any, fail: Any) -> An
         raise fail(key_path((name,), key), problem) from None
 
 
-def loads_config(text: str, source: str | None = None) -> DaemonConfig:
-    """Parse and validate configuration text.  Raises :class:`ConfigError`."""
+def loads_config(text: str, source: str | None = None, require_schema: bool = False) -> DaemonConfig:
+    """Parse and validate configuration text.  Raises :class:`ConfigError`.
+
+    ``require_schema``: refuse a text without its ``schema`` line (an empty one too), as
+    :func:`load_config` does for a file; without it the line may be left out (library use).
+    """
     fail = ConfigError.failing(source)
     doc = parse_toml(text, fail)
+    if require_schema and "schema" not in doc:
+        what = "the file is empty" if not doc else "missing"
+        raise fail("schema", f'{what}: a daemon configuration starts with schema = "{SCHEMA}"')
     name, table = _backend_table(doc, fail)
     plugin = None if name is None else _plugin(name, fail)
     _refuse_other_backend_tables(doc, fail)
@@ -545,10 +559,20 @@ def load_config(path: str | Path) -> DaemonConfig:
     """Load and validate a configuration file.  Raises :class:`ConfigError` naming the bad key."""
     p = Path(path)
     text = read_text_file(p, ConfigError.failing(str(p)))
-    return loads_config(text, source=str(p))
+    return loads_config(text, source=str(p), require_schema=True)
+
+
+#: What :func:`reload_diff` names first: the keys whose change most plainly needs a restart.
+_RESTART_FIRST = ("daemon.backend", "daemon.state_dir")
+_ABSENT = object()
 
 
 def reload_diff(old: DaemonConfig, new: DaemonConfig) -> list[str]:
-    """Keys that differ between two configs and cannot change without a restart (sorted)."""
+    """Keys that differ between two configs and cannot change without a restart.
+
+    Every key of either config counts (a key only one of them has, such as a backend's own
+    table's, differs).  ``daemon.backend`` and ``daemon.state_dir`` come first, the rest sorted.
+    """
     a, b = old.flat(), new.flat()
-    return sorted(k for k in a if a[k] != b[k] and k not in RELOADABLE)
+    fixed = {k for k in a.keys() | b.keys() if a.get(k, _ABSENT) != b.get(k, _ABSENT) and k not in RELOADABLE}
+    return sorted(fixed, key=lambda k: (k not in _RESTART_FIRST, _RESTART_FIRST.index(k) if k in _RESTART_FIRST else 0, k))

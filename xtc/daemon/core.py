@@ -460,7 +460,9 @@ class DaemonCore:
             if inst.original_record is not None:
                 self.pending_records[vr] = inst.original_record
             self.dirty = True
-            return self.describe(vr), [RestoreCap(vr, inst.original_cap_percent, inst.original_record)]
+            result = self.describe(vr)
+            del result["restore_pending"]  # until the write is tried: the service says whether it failed
+            return result, [RestoreCap(vr, inst.original_cap_percent, inst.original_record)]
         raise ApiError("unknown_command", f"unknown command {cmd!r}")  # pragma: no cover
 
     def _activate(
@@ -920,6 +922,30 @@ class DaemonCore:
             inst.cap_percent = ctl.cap_percent
         self.dirty = True
 
+    def saved_records(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every original record held, ``(vr, record)``: the instances' and the pending restores'."""
+        out = [(n, i.original_record) for n, i in sorted(self.instances.items()) if i.original_record is not None]
+        return out + sorted(self.pending_records.items())
+
+    def restore_only(self, configured: frozenset[str] | set[str]) -> list[str]:
+        """The instances of VRs not in ``configured`` become pending restores; returns their names.
+
+        Such an instance (its VR gone from the configuration since it was saved) is never
+        controlled again: it is kept only so that its original cap (and record) can be given back,
+        and :meth:`describe` shows it as inactive with ``restore_pending``.
+        """
+        gone = sorted(n for n in self.instances if n not in configured)
+        for n in gone:
+            inst = self.instances.pop(n)
+            self.pending_restores[n] = inst.original_cap_percent
+            if inst.original_record is not None:
+                self.pending_records[n] = inst.original_record
+            self.vrs.setdefault(n, _VrView())
+        if gone:
+            self._vrs_epoch += 1
+            self.dirty = True
+        return gone
+
     # ------------------------------------------------------------------------------ views
     def _names(self) -> set[str]:
         return set(self.vrs) | set(self.instances)
@@ -937,6 +963,7 @@ class DaemonCore:
         """The public view of one VR (the ``instance`` object of the API schema)."""
         view = self.vrs.get(vr, _VrView())
         inst = self.instances.get(vr)
+        pending = {"restore_pending": True} if inst is None and vr in self.pending_restores else {}
         return {
             "vr": vr,
             "state": inst.state if inst else INACTIVE,
@@ -950,6 +977,7 @@ class DaemonCore:
             "actuation_error": inst.actuation_error if inst else None,
             "saturated": saturation_of(inst),
             **_lag_of(inst),
+            **pending,
         }
 
     def _sample_pairs(self) -> list[tuple[str, _VrView, Instance | None]]:
@@ -1035,6 +1063,9 @@ class DaemonCore:
             sp = d.get("setpoint_pps")
             if isinstance(sp, bool) or not isinstance(sp, (int, float)) or not math.isfinite(sp) or sp <= 0:
                 raise StateError(f"instance {name!r}: bad setpoint_pps {sp!r}")
+            if sp > self.max_setpoint_pps:
+                raise StateError(f"instance {name!r}: setpoint_pps {sp:g} is above daemon.max_setpoint_pps "
+                                 f"({self.max_setpoint_pps:g}) of the configuration")
             if "original_cap_percent" not in d:
                 raise StateError(f"instance {name!r}: missing original_cap_percent")
             original = _cap_value(f"instance {name!r}: original_cap_percent", d["original_cap_percent"], True)

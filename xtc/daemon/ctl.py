@@ -200,8 +200,11 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
     rows = [head, f"{'':<16} {'':<9} {'kp/s':>9} {'kp/s':>9} {'kp/s':>9} {'':>7} {'':>7}"]
     for v in vrs:
         orig = v.get("original_cap_percent")
-        orig_s = _fmt(orig) if orig is not None else ("unl." if v["state"] != "inactive" else "-")
+        pending = v.get("restore_pending") is True
+        orig_s = _fmt(orig) if orig is not None else ("unl." if v["state"] != "inactive" or pending else "-")
         note = []
+        if pending:
+            note.append("original cap to restore (restore pending, not controlled)")
         if not v.get("present", True):
             note.append("VR missing")
         sat = v.get("saturated")

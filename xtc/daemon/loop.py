@@ -101,6 +101,10 @@ class ControlLoop:
         self.discovery_period_s = discovery_period_s
         self.vrs: dict[str, tuple[str, ...]] = {}
         self._last_discovery_s: float | None = None
+        #: VRs whose saved original record could not be checked against the host at start (the VR
+        #: could not be looked at then): checked before their first cap write (:meth:`apply`).
+        self.unchecked_records: set[str] = set()
+        self._misfits_logged: set[str] = set()
 
     # ------------------------------------------------------------------------ VR inventory
     def discover(self, now_s: float, force: bool = False) -> bool:
@@ -193,6 +197,9 @@ class ControlLoop:
         debug = log.isEnabledFor(logging.DEBUG)
         for act in actions:
             if isinstance(act, SetCap):
+                if self.unchecked_records and act.vr in self.unchecked_records and not self._record_fits(act.vr):
+                    out.writes_failed += 1
+                    continue
                 try:
                     in_force = self.host.apply_cap(act.vr, act.cap_percent)
                 except HostAdapterError as e:
@@ -218,6 +225,32 @@ class ControlLoop:
         if written:
             self.core.caps_written(written, now_s)
         return out
+
+    def _record_fits(self, vr: str) -> bool:
+        """Check ``vr``'s saved original record before XTC first writes its cap (see :attr:`unchecked_records`).
+
+        False (and no cap is written, the instance says why) if the record is not one of this VR on
+        this backend: its restore could not give the VR its original back.
+        """
+        inst = self.core.instances.get(vr)
+        record = inst.original_record if inst is not None else self.core.pending_records.get(vr)
+        check = getattr(self.host, "check_original", None)
+        if record is None or check is None:
+            self.unchecked_records.discard(vr)
+            return True
+        try:
+            check(vr, record)
+        except HostAdapterError:
+            return True  # still cannot be looked at: the write fails on its own
+        except ValueError as e:
+            self.core.cap_failed(vr, f"its saved original_record does not fit: {e}; no cap is written "
+                                     f"(docs/guide/daemon-reload-and-state.md)")
+            if vr not in self._misfits_logged:
+                self._misfits_logged.add(vr)
+                event(log, logging.ERROR, "state_record_misfit", vr=vr, error=str(e))
+            return False
+        self.unchecked_records.discard(vr)
+        return True
 
     # --------------------------------------------------------------------------- requests
     def current_setting(self, req: Request) -> tuple[float | None, dict[str, Any] | None]:

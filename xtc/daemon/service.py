@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import json
 import logging
 import math
 import os
@@ -239,6 +240,7 @@ class DaemonService:
                 raise SystemExit(f"xtc daemon: state file {cfg.state_path}: {e}; move it away to start without state") from None
             for n in notes:
                 event(log, logging.WARNING, "state_note", note=n)
+            self._fit_state_to_host()
             event(log, logging.INFO, "state_loaded", path=str(cfg.state_path),
                   instances=sorted(self.core.instances), pending_restores=sorted(self.core.pending_restores))
         # Fail now, not at the first activation, if the state cannot be written.
@@ -542,17 +544,62 @@ class DaemonService:
             self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", "internal").inc()
             return api.error_reply(ApiError("internal", f"{type(e).__name__}: {e}"[:300]))
 
+    # ------------------------------------------------------------------- state at start
+    def _fit_state_to_host(self) -> None:
+        """Check the loaded state against the backend and the configuration, before anything runs.
+
+        - Every original record (of an instance or a pending restore) whose VR the backend has
+          must be a record of that VR on this backend (:meth:`Host.check_original`); one that is
+          not makes the daemon refuse to start, naming the file, the VR and why: it cannot know
+          the VR's true original, and any guess would be a cap nobody chose (see
+          docs/guide/daemon-reload-and-state.md).  Nothing is written then.  A record whose VR
+          cannot be looked at now (a missing cgroup) is checked before the VR's first cap write
+          (:meth:`ControlLoop.apply`): one that does not fit then gets no cap written at all.
+        - An instance of a VR the configuration no longer names (:meth:`Host.configured_vrs`) is
+          kept for the restore of its original only, never controlled, and reported.
+        """
+        path = self.cfg.state_path
+        configured = getattr(self.host, "configured_vrs", None)
+        names = configured() if configured is not None else None
+        check = getattr(self.host, "check_original", None)
+        for vr, record in self.core.saved_records() if check is not None else ():
+            if names is not None and vr not in names:
+                continue  # not a VR of this backend's configuration: restore only, below
+            try:
+                check(vr, record)
+            except ValueError as e:
+                raise SystemExit(
+                    f"xtc daemon: state file {path}: VR {vr!r}: its original_record {json.dumps(record)[:200]} does not "
+                    f"fit the {self.host.name} backend: {e}; not starting, nothing was written (set that "
+                    f"original_record to null to restore its original_cap_percent instead: "
+                    f"docs/guide/daemon-reload-and-state.md)"
+                ) from None
+            except HostAdapterError as e:
+                self.control.unchecked_records.add(vr)
+                event(log, logging.WARNING, "state_record_unchecked", vr=vr,
+                      reason=f"cannot look at the VR now ({e}); its record is checked before its first cap write")
+        if names is None:
+            return
+        for vr in self.core.restore_only(names):
+            event(log, logging.WARNING, "state_vr_not_configured", vr=vr, path=str(path),
+                  reason=f"VR {vr!r} is not in the configuration of the {self.host.name} backend: its instance "
+                         f"is kept for the restore of its original cap only, never controlled")
+
     # ----------------------------------------------------------------------------- reload
     def reload(self) -> bool:
         """Re-read the configuration file; a bad or incompatible one is refused, the old kept."""
         if self.config_path is None:
             return False
         try:
+            # Validated in full first (the schema, every section, the backend's own table, the
+            # controller it builds), then compared with the running one; nothing is applied before.
             new = load_config(self.config_path)
+            new_factory = controller_factory(new)
             fixed = reload_diff(self.cfg, new)
             if fixed:
                 raise ConfigError(fixed[0], "cannot change without a restart" + (
-                    f" (also: {', '.join(fixed[1:])})" if len(fixed) > 1 else ""), str(self.config_path))
+                    f" (also: {', '.join(fixed[1:])})" if len(fixed) > 1 else "")
+                    + "; restart the daemon to apply it", str(self.config_path))
             above = sorted((n, i.setpoint_pps) for n, i in self.core.instances.items()
                            if i.setpoint_pps > new.daemon.max_setpoint_pps)
             if above:
@@ -560,10 +607,11 @@ class DaemonService:
                                   f"{above[0][0]!r} ({above[0][1]:g} packets/s); lower that setpoint first",
                                   str(self.config_path))
             changed_period = new.daemon.control_period_s != self.cfg.daemon.control_period_s
-            factory = controller_factory(new) if (new.controller != self.cfg.controller or changed_period) else None
-        except (ConfigError, ValueError) as e:
+            factory = new_factory if (new.controller != self.cfg.controller or changed_period) else None
+        except Exception as e:  # whatever the file holds, the running configuration stays
             self.metrics.reloads.labels("refused").inc()
-            event(log, logging.ERROR, "reload_refused", error=str(e))
+            error = str(e) if isinstance(e, (ConfigError, ValueError)) else f"{self.config_path}: {type(e).__name__}: {e}"
+            event(log, logging.ERROR, "reload_refused", error=error, kept="the running configuration")
             return False
         if factory is not None:
             self.core.replace_controllers(factory)
@@ -573,7 +621,8 @@ class DaemonService:
             self.metrics.scrape_wait_s = _scrape_wait_s(new.daemon.control_period_s)
         if new.log != self.cfg.log:
             setup_logging(new.log.format, new.log.level)
-        changed = sorted(k for k, v in new.flat().items() if self.cfg.flat()[k] != v)
+        old_flat = self.cfg.flat()
+        changed = sorted(k for k, v in new.flat().items() if old_flat.get(k) != v)
         self.cfg = new
         self.metrics.reloads.labels("ok").inc()
         event(log, logging.INFO, "reloaded", changed=changed)

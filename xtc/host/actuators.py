@@ -430,6 +430,14 @@ class _ActuatorBase:
         Raises ValueError, and changes nothing, if the record belongs to another
         backend or target or its values are not valid for this backend.
         """
+        self.check_original(record)
+        self._original = record
+
+    def check_original(self, record: OriginalCap) -> None:
+        """Raise ValueError if ``record`` is not an original of this VR (nothing read or written).
+
+        The record must be of this backend and target, with values valid for this backend.
+        """
         if not isinstance(record, OriginalCap):
             raise TypeError(f"adopt_original needs an OriginalCap, got {type(record).__name__}")
         if record.backend != self.backend or record.target != self.target:
@@ -438,7 +446,6 @@ class _ActuatorBase:
                 f"this actuator is {self.backend} {self.target!r}"
             )
         self._check_original(record.values)
-        self._original = record
 
     def original_from_cap(self, cap_percent: float | None) -> OriginalCap:
         """An original record meaning "cap_percent" (None = unlimited) for this VR.

@@ -122,6 +122,16 @@ class Host(Protocol):
     def close(self) -> None:
         ...
 
+    # Optional (the daemon checks a state file's records with them at start, when a backend has them):
+    #
+    # def check_original(self, vr: str, original: Mapping[str, Any]) -> None:
+    #     """Raise ValueError naming why ``original`` is not a record of ``vr``'s setting on this
+    #     backend (another backend or VR, a value it cannot hold); HostAdapterError if the VR cannot
+    #     be looked at now.  Nothing is written."""
+    #
+    # def configured_vrs(self) -> frozenset[str] | None:
+    #     """The VRs the configuration gives this backend; None: any VR it finds (all of libvirt's)."""
+
 
 class ActuatorCaps:
     """The cap methods of a host with one actuator per VR (``self._act(vr)`` builds or finds it).
@@ -157,6 +167,13 @@ class ActuatorCaps:
             except ValueError as e:
                 raise HostAdapterError(f"the cap setting of {vr!r} cannot serve as an original: {e}") from None
         return rec.to_dict()
+
+    def check_original(self, vr: str, original: Mapping[str, Any]) -> None:
+        a = self._act(vr)
+        try:
+            a.check_original(OriginalCap.from_dict(original))
+        except TypeError as e:
+            raise ValueError(str(e)) from None
 
     def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
         a = self._act(vr)

@@ -134,6 +134,10 @@ class CgroupBackend(ActuatorCaps):
     def read_counters(self) -> Mapping[str, IfCounters]:
         return self.counters.read()
 
+    def configured_vrs(self) -> frozenset[str]:
+        """The VRs of ``[[cgroup.vr]]``."""
+        return frozenset(self.vrs)
+
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
         """The VRs whose cgroup directory exists (what ``os.path.isdir`` of each path says).
 

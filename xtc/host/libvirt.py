@@ -93,6 +93,10 @@ class LibvirtBackend(ActuatorCaps):
             self._seen = frozenset(c)
         return c
 
+    def configured_vrs(self) -> frozenset[str] | None:
+        """``[libvirt] domains``; None when it is empty (every running domain is a VR)."""
+        return frozenset(self.domains) or None
+
     def list_vrs(self) -> dict[str, tuple[str, ...]]:
         # One listing call; XML only for new or restarted domains (LibvirtConn.running_domains).
         infos = self.conn.running_domains()

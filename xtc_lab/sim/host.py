@@ -325,17 +325,39 @@ class SimHost:
         self._vr(vr)
         return {"backend": self.name, "target": vr, "params": {"cap_percent": self.caps[vr]}}
 
+    def configured_vrs(self) -> frozenset[str]:
+        """The VRs of ``[[sim.vr]]``."""
+        return frozenset(self.vr_names)
+
+    def check_original(self, vr: str, original: Mapping[str, Any]) -> None:
+        """Raise ValueError naming why ``original`` is not a record of ``vr``'s simulated cap."""
+        self._vr(vr)
+        self._original_cap(vr, original)
+
+    def _original_cap(self, vr: str, original: Mapping[str, Any]) -> float | None:
+        """The cap a record of :meth:`snapshot` holds (None = unlimited); ValueError if it is not one of ``vr``."""
+        if not isinstance(original, Mapping):
+            raise ValueError(f"a record is a JSON object, got {type(original).__name__}")
+        if original.get("backend") != self.name or original.get("target") != vr:
+            raise ValueError(f"the record is for {original.get('backend')} {original.get('target')!r}, "
+                             f"this VR is {self.name} {vr!r}")
+        if set(original) != {"backend", "target", "params"}:
+            raise ValueError(f"a simulated cap record has exactly 'backend', 'target' and 'params', got {sorted(original)}")
+        params = original["params"]
+        if not isinstance(params, Mapping) or set(params) != {"cap_percent"}:
+            raise ValueError(f"'params' must hold exactly 'cap_percent', got {params!r}")
+        cap = params["cap_percent"]
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                                or not math.isfinite(cap) or not 1.0 <= cap <= 100.0):
+            raise ValueError(f"'cap_percent' must be 1..100 percent or null (unlimited), got {cap!r}")
+        return None if cap is None else float(cap)
+
     def restore_cap(self, vr: str, cap_percent: float | None, original: Mapping[str, Any] | None = None) -> None:
         if original is not None:
-            params = original.get("params")
-            cap = params.get("cap_percent", "?") if isinstance(params, Mapping) else "?"
-            if (
-                original.get("backend") != self.name
-                or original.get("target") != vr
-                or not (cap is None or (isinstance(cap, (int, float)) and not isinstance(cap, bool)))
-            ):
-                raise ActuatorError(f"original record {dict(original)!r} is not a simulated cap of {vr!r}")
-            cap_percent = None if cap is None else float(cap)
+            try:
+                cap_percent = self._original_cap(vr, original)
+            except ValueError as e:
+                raise ActuatorError(f"original record {dict(original)!r} is not a simulated cap of {vr!r}: {e}") from None
         if cap_percent is None:
             i = self._vr(vr)
             self.advance()
