@@ -49,6 +49,8 @@ from .samples import SampleStreams
 from .engine_proc import REPORT_S, EngineProcess, EngineShards
 from .httpproto import BoundedHttpToolsProtocol
 from .store import Store, StoreError
+from xtc.service.asgi import NotifyingServer
+from xtc.service.notify import Notifier
 
 __all__ = ["run_server", "bind_socket", "RelayedEngine", "STOP_TIMEOUT_S"]
 
@@ -80,13 +82,14 @@ def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = T
     return s
 
 
-def _uvicorn(app: Any, access_log: bool) -> uvicorn.Server:
+def _uvicorn(app: Any, access_log: bool, notifier: Notifier | None = None, status: str | None = None) -> uvicorn.Server:
     # httptools with the request head bounded (MAX_HEADER_BYTES): a fifth less CPU per request than h11.
     config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on",
                             http=BoundedHttpToolsProtocol)
     if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    return uvicorn.Server(config)
+    # With a notifier (the service's own process): READY=1 once serving, WATCHDOG=1 from its loop.
+    return uvicorn.Server(config) if notifier is None else NotifyingServer(config, notifier, status)
 
 
 def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
@@ -140,6 +143,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         if srv is not None:
             srv.should_exit = True
 
+    notifier = Notifier.from_environ()  # before the engine's process starts: it must not inherit it
     engine: Any
     if store.path != ":memory:":  # the engine (and on PostgreSQL the leader lock) in a process of its own
         engine = _engine_procs(cfg, store, on_crash)
@@ -153,7 +157,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     _listening(cfg, store, port, host, 1)
-    srv = _uvicorn(app, access_log)
+    srv = _uvicorn(app, access_log, notifier, f"serving HTTP on {host}:{port}")
     server["srv"] = srv
     try:
         srv.run(sockets=[sock])
@@ -234,6 +238,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
         stop.set()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    notifier = Notifier.from_environ()  # the engine and the workers must not inherit it
     engine = _engine_procs(cfg, store, on_crash)
     # Bound, not listening: it holds the port (an ephemeral one is chosen here) and takes no connection.
     hold = bind_socket(cfg.host, cfg.port, reuse_port=True, listen=False)
@@ -251,7 +256,11 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
             assert p.stdin is not None
             p.stdin.write(json.dumps(wcfg) + "\n" + _report(engine))
             p.stdin.flush()
+        ready = False
         while not stop.wait(REPORT_S):
+            notifier.watchdog()
+            if not ready and notifier.enabled and _answers(host, port):
+                ready = notifier.ready(f"serving HTTP on {host}:{port} with {cfg.workers} workers")
             line = _report(engine)
             for p in workers:
                 if p.poll() is not None:
@@ -265,6 +274,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
                 except OSError:
                     pass
     finally:
+        notifier.stopping("stopping the workers")
         for p in workers:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -287,6 +297,15 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
     for f in failed:
         log.critical("%s", f)
     return 1 if failed else 0
+
+
+def _answers(host: str, port: int) -> bool:
+    """True if a connection to the workers' port is accepted (one of them listens)."""
+    try:
+        with socket.create_connection((host if host not in ("0.0.0.0", "::") else "localhost", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _worker_main() -> int:
