@@ -139,3 +139,18 @@ def test_units_parse_as_ini() -> None:
         cp.optionxform = str  # type: ignore[assignment,method-assign]
         cp.read_string((PACKAGING / unit).read_text())
         assert cp.sections() == ["Unit", "Service", "Install"]
+
+
+def test_the_services_defaults_are_their_units_state_directories() -> None:
+    """A configuration without the key still keeps its state where the unit lets it write."""
+    from dataclasses import fields
+
+    from xtc.daemon.config import DaemonSection
+    from xtc.policer.config import PolicerConfig
+    from xtc.xco.controller_config import ControllerConfig
+
+    state_dir = next(f.default for f in fields(DaemonSection) if f.name == "state_dir")
+    assert state_dir == "/var/lib/" + UNITS["xtc-daemon.service"][0]
+    assert PolicerConfig().db_url == f"sqlite:////var/lib/{UNITS['xtc-policer.service'][0]}/policer.db"
+    assert ControllerConfig.model_fields["state_file"].default.startswith(
+        f"/var/lib/{UNITS['xtc-xco-controller.service'][0]}/")

@@ -10,7 +10,7 @@ A complete example (defaults shown)::
     workers = 1               # API worker processes (SO_REUSEPORT on one port); the engine: engine.shards
 
     [database]
-    url = "sqlite:////var/lib/xtc/policer.db"   # sqlite:///relative, sqlite:////absolute, or
+    url = "sqlite:////var/lib/xtc-policer/policer.db"   # sqlite:///relative, sqlite:////absolute, or
                                                 # postgresql://user@/dbname?host=/run/postgresql
 
     [auth]
@@ -74,7 +74,7 @@ class PolicerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
-    db_url: str = "sqlite:////var/lib/xtc/policer.db"
+    db_url: str = "sqlite:////var/lib/xtc-policer/policer.db"
     tokens: frozenset[str] = field(default=frozenset(), repr=False)
     protect_reads: bool = False
     period_s: float = 1.0
