@@ -98,6 +98,14 @@ def test_daemon_ready_when_its_manager_socket_answers_and_watchdog_fed(tmp_path:
             assert c.call("ping") is not None
         assert "serving" in f["STATUS"] and "mgr.sock" in f["STATUS"]
         _watchdog_keeps_coming(notify_socket, t_ready)
+        with ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=5) as c:
+            c.call("activate", vr="vr1", setpoint_pps=20000.0)
+        # The status follows, with the watchdog (within half its interval).
+        want = "1 instance(s) of 1 VR(s), period 3 s"
+        end = time.monotonic() + 5
+        while not any(m.get("STATUS") == want for _, m in notify_socket.with_key("WATCHDOG")):
+            assert time.monotonic() < end, notify_socket.messages
+            time.sleep(0.05)
         _stop_says_stopping(proc, notify_socket, tmp_path)
     finally:
         stop_process(proc)

@@ -84,3 +84,23 @@ def test_a_gone_socket_is_counted_never_raised(tmp_path, caplog) -> None:
     assert n.watchdog(1e9) is False
     assert n.errors == 2
     assert caplog.text.count("not sent") == 1  # logged once
+
+
+def test_watchdog_carries_a_changed_status(notify_socket) -> None:
+    clock = Clock()
+    n = Notifier(notify_socket.address, watchdog_usec=2_000_000, clock=clock)
+    calls: list[int] = []
+
+    def status() -> str:
+        calls.append(1)
+        return f"{len(calls) // 2} hosts"
+
+    assert n.ready("starting")
+    assert n.watchdog(status=status) is False and calls == []  # not due: the status is not even built
+    for _ in range(3):
+        clock.t += 1.0
+        assert n.watchdog(status=status)
+    notify_socket.wait_for("STATUS", after=2)
+    got = [f for _, f in notify_socket.with_key("WATCHDOG")][1:]
+    assert got == [{"WATCHDOG": "1", "STATUS": "0 hosts"}, {"WATCHDOG": "1", "STATUS": "1 hosts"},
+                   {"WATCHDOG": "1"}]  # the third: unchanged, not repeated

@@ -344,7 +344,8 @@ class DaemonService:
                 self.flags.reload = False
                 self.reload()
                 next_period = min(next_period, period_start + self.cfg.daemon.control_period_s)
-            self.notifier.watchdog(now)
+            self.notifier.watchdog(now, lambda: f"{len(self.core.instances)} instance(s) of {len(self.control.vrs)} VR(s), "
+                                                f"period {self.cfg.daemon.control_period_s:g} s")
             timeout_ms = max(0.0, min(next_period - self.clock(), self.notifier.watchdog_due_in_s())) * 1000.0
             if poller.poll(timeout=math.ceil(timeout_ms)):
                 self._serve_requests()

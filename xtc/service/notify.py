@@ -64,6 +64,7 @@ class Notifier:
             watchdog_usec / 2e6 if watchdog_usec and self._addr is not None else None)
         self._sock: socket.socket | None = None
         self._next_watchdog_s = -math.inf
+        self._status: str | None = None
         #: Notifications that could not be sent.
         self.errors = 0
 
@@ -119,6 +120,7 @@ class Notifier:
     def ready(self, status: str | None = None) -> bool:
         """The service serves: its sockets are bound and its state is loaded.  Feeds the watchdog too."""
         fields = ["READY=1"] + ([f"STATUS={_line(status)}"] if status else [])
+        self._status = _line(status) if status else self._status
         if self.watchdog_interval_s is not None:
             fields.append("WATCHDOG=1")
             self._next_watchdog_s = self.clock() + self.watchdog_interval_s
@@ -126,15 +128,18 @@ class Notifier:
 
     def status(self, text: str) -> bool:
         """A one-line status for ``systemctl status``."""
-        return self.send(f"STATUS={_line(text)}")
+        self._status = _line(text)
+        return self.send(f"STATUS={self._status}")
 
     def stopping(self, status: str | None = None) -> bool:
         """The service has begun to stop (systemd then waits for it, TimeoutStopSec)."""
         return self.send("STOPPING=1", *([f"STATUS={_line(status)}"] if status else []))
 
-    def watchdog(self, now_s: float | None = None) -> bool:
+    def watchdog(self, now_s: float | None = None, status: Callable[[], str] | None = None) -> bool:
         """Call from the main loop: sends ``WATCHDOG=1`` when half the interval has passed since the last.
 
+        ``status``: called only then, and its line sent with it (``STATUS=``) when it changed, so
+        that ``systemctl status`` follows the service at the watchdog's pace for nothing more.
         True if one was sent.
         """
         if self.watchdog_interval_s is None:
@@ -143,7 +148,13 @@ class Notifier:
         if now < self._next_watchdog_s:
             return False
         self._next_watchdog_s = now + self.watchdog_interval_s
-        return self.send("WATCHDOG=1")
+        line = _line(status()) if status is not None else None
+        if line is None or line == self._status:
+            return self.send("WATCHDOG=1")
+        ok = self.send("WATCHDOG=1", f"STATUS={line}")
+        if ok:
+            self._status = line
+        return ok
 
     def watchdog_due_in_s(self, now_s: float | None = None) -> float:
         """Seconds until the main loop should call :meth:`watchdog` (inf without a watchdog): a loop

@@ -496,7 +496,7 @@ class AgentService(StopOnSignal):
                 except InterruptedError:
                     readable = True
                     continue
-                self.notifier.watchdog()
+                self.notifier.watchdog(None, self._status_line)
                 if not readable and d is not None and d - self.wake_advance_us == wake:
                     late = self.clock_us() - wake
                     a = self.wake_advance_us
@@ -533,6 +533,11 @@ class AgentService(StopOnSignal):
             event(log, logging.INFO, "stopped", signal=self.stop_signal, restored=restored,
                   dropped=dict(self.core.dropped), directives=self.core.directives,
                   fail_opens=self.core.fail_opens)
+
+    def _status_line(self) -> str:
+        c = self.core
+        state = "failed open (no controller)" if c.failed_open else "coordinated" if c.welcomed else "registering"
+        return f"{state}, gating {self.cfg.uplink}, {c.directives} directive(s), {c.fail_opens} fail-open(s)"
 
     def run(self) -> int:
         """Open, loop until stopped, close; the exit code (0)."""

@@ -683,7 +683,8 @@ class ControllerService(StopOnSignal):
                 self._flush_notes()
             self._save(force=False)
             m = time.monotonic()
-            self.notifier.watchdog(m)
+            self.notifier.watchdog(m, lambda: f"{len(self.core.hosts)} host(s) registered, "
+                                              f"{self.core.directives_sent} directive(s) sent")
             if m - sec_start >= 1.0:
                 n = sum(self.core.events.values())
                 self.metrics.events_per_s.set((n - sec_events) / (m - sec_start))
