@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sdnotify import MDWE_MAIN, kernel_has_mdwe, unit_denies_write_execute
 from procs import free_port, stop_process
 from xtc.daemon.ctl import ManagerClient
 
@@ -36,12 +37,21 @@ WATCHDOG_USEC = 1_000_000
 pytestmark = pytest.mark.exclusive  # asserts on the watchdog's cadence: run alone
 
 
+_MDWE = kernel_has_mdwe()
+_UNIT = {"daemon": "xtc-daemon.service", "policer": "xtc-policer.service"}
+
+
 def _start(argv: list[str], notify_address: str, tmp: Path) -> subprocess.Popen:
+    """The service as its unit runs it: with the notification socket and the watchdog, and under
+    memory-deny-write-execute where its unit sets MemoryDenyWriteExecute=yes (and the kernel can)."""
     env = {**os.environ, "NOTIFY_SOCKET": notify_address, "WATCHDOG_USEC": str(WATCHDOG_USEC),
            "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     env.pop("WATCHDOG_PID", None)
+    unit = _UNIT.get(argv[0]) or f"xtc-xco-{argv[1]}.service"
+    mdwe = _MDWE and unit_denies_write_execute(unit)
+    cmd = [sys.executable, "-c", MDWE_MAIN, "xtc.cli"] if mdwe else [sys.executable, "-m", "xtc.cli"]
     log = open(tmp / "service.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "xtc.cli", *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen([*cmd, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _log(tmp: Path) -> str:

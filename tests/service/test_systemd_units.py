@@ -154,3 +154,18 @@ def test_the_services_defaults_are_their_units_state_directories() -> None:
     assert PolicerConfig().db_url == f"sqlite:////var/lib/{UNITS['xtc-policer.service'][0]}/policer.db"
     assert ControllerConfig.model_fields["state_file"].default.startswith(
         f"/var/lib/{UNITS['xtc-xco-controller.service'][0]}/")
+
+
+def test_memory_deny_write_execute_where_the_service_can_run_under_it(tmp_path: Path) -> None:
+    """The daemon and the policer have it (their processes run under it in test_notify_services.py);
+    the XCo units cannot, because numba needs executable memory to be imported at all: checked here,
+    so that the day it can, this fails and the units get it too."""
+    from sdnotify import MDWE_MAIN, kernel_has_mdwe, unit_denies_write_execute
+
+    assert {u for u in UNITS if unit_denies_write_execute(u)} == {"xtc-daemon.service", "xtc-policer.service"}
+    if not kernel_has_mdwe():
+        pytest.skip("this kernel has no PR_SET_MDWE (Linux >= 6.3)")
+    (tmp_path / "xco-topology.toml").write_bytes((PACKAGING / "xco-topology.toml").read_bytes())
+    r = subprocess.run([sys.executable, "-c", MDWE_MAIN, "xtc.cli", "xco", "check-config",
+                        str(tmp_path / "xco-topology.toml")], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "cannot allocate executable memory" in r.stderr, r.stdout + r.stderr
