@@ -149,7 +149,7 @@ def test_policer_ready_when_http_answers_and_watchdog_fed(tmp_path: Path, abstra
         _, t_ready, f = ns.wait_for("READY", alive=lambda: proc.poll() is None)
         r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
         assert r.status_code == 200, r.text
-        assert f["STATUS"].startswith(f"serving HTTP on 127.0.0.1:{port}")
+        assert f["STATUS"].startswith(f"serving the REST API on 127.0.0.1:{port}")
         _watchdog_keeps_coming(ns, t_ready)
         # Only the service's own process notifies: its engine and workers did not inherit the socket.
         assert all(set(m) <= {"READY", "STATUS", "WATCHDOG", "STOPPING"} for _, m in ns.messages)

@@ -82,14 +82,13 @@ def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = T
     return s
 
 
-def _uvicorn(app: Any, access_log: bool, notifier: Notifier | None = None, status: str | None = None) -> uvicorn.Server:
+def _uvicorn(app: Any, access_log: bool) -> uvicorn.Server:
     # httptools with the request head bounded (MAX_HEADER_BYTES): a fifth less CPU per request than h11.
     config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on",
                             http=BoundedHttpToolsProtocol)
     if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    # With a notifier (the service's own process): READY=1 once serving, WATCHDOG=1 from its loop.
-    return uvicorn.Server(config) if notifier is None else NotifyingServer(config, notifier, status)
+    return uvicorn.Server(config)
 
 
 def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
@@ -157,8 +156,10 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     _listening(cfg, store, port, host, 1)
-    srv = _uvicorn(app, access_log, notifier, f"serving HTTP on {host}:{port}")
+    srv = _uvicorn(app, access_log)
     server["srv"] = srv
+    # The same server, telling systemd: READY=1 once it serves, WATCHDOG=1 from its loop.
+    srv = server["srv"] = NotifyingServer(srv.config, notifier, f"serving the REST API on {host}:{port}")
     try:
         srv.run(sockets=[sock])
     finally:
@@ -260,7 +261,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
         while not stop.wait(REPORT_S):
             notifier.watchdog()
             if not ready and notifier.enabled and _answers(host, port):
-                ready = notifier.ready(f"serving HTTP on {host}:{port} with {cfg.workers} workers")
+                ready = notifier.ready(f"serving the REST API on {host}:{port} with {cfg.workers} workers")
             line = _report(engine)
             for p in workers:
                 if p.poll() is not None:
