@@ -7,7 +7,7 @@ A complete example (every key shown with its default unless marked required)::
     [daemon]
     backend = "libvirt"              # "libvirt", "cgroup", or an installed backend (below)
     control_period_s = 1.0           # 0.1 .. 60 s, on a monotonic clock
-    state_dir = "/var/lib/xtc"       # where state.json lives (atomic writes)
+    state_dir = "/var/lib/xtc-daemon"  # where state.json lives (atomic writes)
     proc_net_dev = "/proc/net/dev"   # libvirt and cgroup backends: the default reads the counters
                                      # over netlink (this file where netlink is not available);
                                      # another path (/proc/<pid>/net/dev) is read as such
@@ -232,7 +232,7 @@ def _twice(names: list[str], where: str) -> None:
 class DaemonSection:
     backend: Annotated[Str, AfterValidator(_backend_name)] = "libvirt"
     control_period_s: Annotated[Number, within(0.1, 60.0)] = 1.0
-    state_dir: Str = "/var/lib/xtc"
+    state_dir: Str = "/var/lib/xtc-daemon"
     proc_net_dev: Str = "/proc/net/dev"
     max_setpoint_pps: Annotated[Number, within(1.0, 1e10)] = 1e8
     reassert_period_s: Annotated[Number, within(0.0, 86400.0)] = 30.0

@@ -46,6 +46,7 @@ from .logs import event, setup_logging
 from .loop import ActionOutcomes, ControlLoop
 from .metrics import DaemonMetrics
 from .state import StateFileError, lock_state_dir, read_state, save_state
+from xtc.service.notify import Notifier
 
 __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
 
@@ -201,6 +202,9 @@ class DaemonService:
         #: library user or a test leaves the process's collector alone).
         self.manage_gc = False
         self._last_full_gc_s = -math.inf
+        #: systemd's readiness and watchdog (:mod:`xtc.service.notify`); a no-op one unless
+        #: :func:`run_daemon` gives the one from the environment.
+        self.notifier = Notifier(None)
 
     # ------------------------------------------------------------------------ start / stop
     def install_signal_handlers(self) -> None:
@@ -314,6 +318,8 @@ class DaemonService:
     def run(self) -> int:
         """Run until stopped.  Returns the exit code."""
         self.open()
+        # Serving now: state loaded, sockets bound, the metrics port listening.
+        self.notifier.ready(f"serving {len(self.core.instances)} instance(s) on {self.cfg.manager.endpoint}")
         try:
             self.loop()
         except BaseException as e:
@@ -322,6 +328,7 @@ class DaemonService:
                 self._save(force=True)
             finally:
                 raise
+        self.notifier.stopping("restoring the original caps")
         return self.close()
 
     def loop(self, until_s: float | None = None) -> None:
@@ -339,7 +346,9 @@ class DaemonService:
                 self.flags.reload = False
                 self.reload()
                 next_period = min(next_period, period_start + self.cfg.daemon.control_period_s)
-            timeout_ms = max(0.0, next_period - self.clock()) * 1000.0
+            self.notifier.watchdog(now, lambda: f"{len(self.core.instances)} instance(s) of {len(self.control.vrs)} VR(s), "
+                                                f"period {self.cfg.daemon.control_period_s:g} s")
+            timeout_ms = max(0.0, min(next_period - self.clock(), self.notifier.watchdog_due_in_s())) * 1000.0
             if poller.poll(timeout=math.ceil(timeout_ms)):
                 self._serve_requests()
             now = self.clock()
@@ -660,5 +669,6 @@ def run_daemon(config_path: str | Path) -> int:
             return 2
     svc = DaemonService(cfg, host, config_path=config_path, context=ctx, state_lock=state_lock)
     svc.manage_gc = True
+    svc.notifier = Notifier.from_environ()
     svc.install_signal_handlers()
     return svc.run()

@@ -15,7 +15,7 @@ A complete example (defaults shown)::
                               # tokens then cross the network in clear text)
 
     [database]
-    url = "sqlite:////var/lib/xtc/policer.db"   # sqlite:///relative, sqlite:////absolute, or
+    url = "sqlite:////var/lib/xtc-policer/policer.db"   # sqlite:///relative, sqlite:////absolute, or
                                                 # postgresql://user@/dbname?host=/run/postgresql
 
     [auth]
@@ -91,7 +91,7 @@ class PolicerConfig:
     tls_certificate_file: str | None = None
     tls_key_file: str | None = None
     allow_plain_http: bool = False
-    db_url: str = "sqlite:////var/lib/xtc/policer.db"
+    db_url: str = "sqlite:////var/lib/xtc-policer/policer.db"
     tokens: frozenset[str] = field(default=frozenset(), repr=False)
     protect_reads: bool = False
     period_s: float = 1.0

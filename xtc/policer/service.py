@@ -53,6 +53,8 @@ from .samples import SampleStreams
 from .engine_proc import REPORT_S, EngineProcess, EngineShards
 from .httpproto import bounded_protocol
 from .store import Store, StoreError
+from xtc.service.asgi import NotifyingServer
+from xtc.service.notify import Notifier
 
 __all__ = ["run_server", "bind_socket", "RelayedEngine", "STOP_TIMEOUT_S"]
 
@@ -156,6 +158,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         if srv is not None:
             srv.should_exit = True
 
+    notifier = Notifier.from_environ()  # before the engine's process starts: it must not inherit it
     engine: Any
     if store.path != ":memory:":  # the engine (and on PostgreSQL the leader lock) in a process of its own
         engine = _engine_procs(cfg, store, on_crash)
@@ -171,6 +174,8 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     _listening(cfg, store, port, host, 1)
     srv = _uvicorn(app, access_log, cfg)
     server["srv"] = srv
+    # The same server, telling systemd: READY=1 once it serves, WATCHDOG=1 from its loop.
+    srv = server["srv"] = NotifyingServer(srv.config, notifier, f"serving the REST API on {host}:{port}")
     try:
         srv.run(sockets=[sock])
     finally:
@@ -250,6 +255,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
         stop.set()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    notifier = Notifier.from_environ()  # the engine and the workers must not inherit it
     engine = _engine_procs(cfg, store, on_crash)
     # Bound, not listening: it holds the port (an ephemeral one is chosen here) and takes no connection.
     hold = bind_socket(cfg.host, cfg.port, reuse_port=True, listen=False)
@@ -267,7 +273,11 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
             assert p.stdin is not None
             p.stdin.write(json.dumps(wcfg) + "\n" + _report(engine))
             p.stdin.flush()
+        ready = False
         while not stop.wait(REPORT_S):
+            notifier.watchdog()
+            if not ready and notifier.enabled and _answers(host, port):
+                ready = notifier.ready(f"serving the REST API on {host}:{port} with {cfg.workers} workers")
             line = _report(engine)
             for p in workers:
                 if p.poll() is not None:
@@ -281,6 +291,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
                 except OSError:
                     pass
     finally:
+        notifier.stopping("stopping the workers")
         for p in workers:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -303,6 +314,15 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
     for f in failed:
         log.critical("%s", f)
     return 1 if failed else 0
+
+
+def _answers(host: str, port: int) -> bool:
+    """True if a connection to the workers' port is accepted (one of them listens)."""
+    try:
+        with socket.create_connection((host if host not in ("0.0.0.0", "::") else "localhost", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _worker_main() -> int:

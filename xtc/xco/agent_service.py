@@ -39,6 +39,7 @@ from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal, _wall_us
 from .gate import CLOSED, OPEN, Gate, GateError
+from xtc.service.notify import Notifier
 
 __all__ = ["AgentService", "run_agent", "run_cleanup", "POLL_DEFER_MARGIN_US", "WAKE_ADVANCE_MAX_US"]
 
@@ -495,6 +496,7 @@ class AgentService(StopOnSignal):
                 except InterruptedError:
                     readable = True
                     continue
+                self.notifier.watchdog(None, self._status_line)
                 if not readable and d is not None and d - self.wake_advance_us == wake:
                     late = self.clock_us() - wake
                     a = self.wake_advance_us
@@ -532,12 +534,20 @@ class AgentService(StopOnSignal):
                   dropped=dict(self.core.dropped), directives=self.core.directives,
                   fail_opens=self.core.fail_opens)
 
+    def _status_line(self) -> str:
+        c = self.core
+        state = "failed open (no controller)" if c.failed_open else "coordinated" if c.welcomed else "registering"
+        return f"{state}, gating {self.cfg.uplink}, {c.directives} directive(s), {c.fail_opens} fail-open(s)"
+
     def run(self) -> int:
         """Open, loop until stopped, close; the exit code (0)."""
         try:
             self.open()
+            # Serving now: the gate holds the uplink and the socket is bound.
+            self.notifier.ready(f"gating {self.cfg.uplink} for host {self.cfg.host}, controller {self.cfg.controller}")
             self.loop()
         finally:
+            self.notifier.stopping(f"restoring {self.cfg.uplink}")
             self.close()
             self.stopped()
         return 0
@@ -592,6 +602,7 @@ def run_agent(config_path: str | Path) -> int:
     except GateError as e:
         print(f"{prog}: gate: {e}", file=sys.stderr)
         return 1
+    svc.notifier = Notifier.from_environ()
     svc.install_signal_handlers()
     if cfg.realtime_priority:
         try:

@@ -40,6 +40,7 @@ from . import protocol as P
 from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller_config import ControllerConfig
+from xtc.service.notify import Notifier
 from .scheduler import Directive as SchedDirective
 from .scheduler import FastScheduler, RateLimiter
 from .scheduler.hybrid import HybridScheduler
@@ -495,6 +496,9 @@ class StopOnSignal:
     #: Seconds after SIGTERM/SIGINT before the stacks are written (systemd's and the lab's
     #: SIGKILL come later: 15 s and 5 s).
     stop_stacks_after_s: float = 3.0
+    #: systemd's readiness and watchdog (:mod:`xtc.service.notify`): a no-op one unless the
+    #: service's ``run_*`` function gives the one from the environment.
+    notifier: Notifier = Notifier(None)
 
     def install_signal_handlers(self) -> None:
         def on_stop(signum: int, _frame: Any) -> None:
@@ -679,6 +683,8 @@ class ControllerService(StopOnSignal):
                 self._flush_notes()
             self._save(force=False)
             m = time.monotonic()
+            self.notifier.watchdog(m, lambda: f"{len(self.core.hosts)} host(s) registered, "
+                                              f"{self.core.directives_sent} directive(s) sent")
             if m - sec_start >= 1.0:
                 n = sum(self.core.events.values())
                 self.metrics.events_per_s.set((n - sec_events) / (m - sec_start))
@@ -701,9 +707,14 @@ class ControllerService(StopOnSignal):
 
     def run(self) -> int:
         self.open()
+        # Serving now: the state is loaded and the socket bound.
+        assert self.sock is not None
+        self.notifier.ready("listening on %s:%d, %d host(s) registered"
+                            % (*self.sock.getsockname()[:2], len(self.core.hosts)))
         try:
             self.loop()
         finally:
+            self.notifier.stopping("saving the state")
             self.close()
             self.stopped()
         return 0
@@ -732,5 +743,6 @@ def run_controller(config_path: str | Path) -> int:
     except (TopologyError, OSError) as e:
         print(f"xtc xco controller: topology: {e}", file=sys.stderr)
         return 2
+    svc.notifier = Notifier.from_environ()
     svc.install_signal_handlers()
     return svc.run()
