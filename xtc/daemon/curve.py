@@ -75,14 +75,12 @@ def load_secret(path: str | Path) -> tuple[bytes, bytes]:
     bits: a secret key others can read is no secret); otherwise :class:`CurveError` names it.
     """
     p = Path(path)
-    if p.is_file():
-        mode = p.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise CurveError(f"CURVE secret key file {p} has mode {mode:04o}: group or others may read it; "
-                             f"chmod 600 {p}")
     pub, sec = _certificate(p, "secret key")
     if not sec:
         raise CurveError(f"CURVE secret key file {p} holds no secret key (give the .key_secret file)")
+    mode = p.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise CurveError(f"CURVE secret key file {p} has mode {mode:04o}: group or others may read it; chmod 600 {p}")
     return pub, sec
 
 
