@@ -195,3 +195,22 @@ def test_a_user_who_cannot_create_run_xtc_gets_one_line(tmp_path):
                          "this user may write, as packaging/xtc-daemon-sim.toml does)"], r.stdout + r.stderr
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_quick_start_runs_as_a_normal_user():
+    """README's quick start as ``nobody``: the sim example's sockets are the user's own (0600)."""
+    _need()
+    sim = REPO / "packaging" / "xtc-daemon-sim.toml"
+    # Each command as nobody (setpriv drops root only at its exec, so the venv's python is found).
+    x = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {sys.executable} -m xtc.cli"
+    script = ('mount -t tmpfs -o mode=1777 tmpfs /tmp && ip link set lo up && '
+              f'{{ {x} daemon -c {sim} >/tmp/daemon.log 2>&1 & pid=$!; }} && '
+              f'for i in $(seq 100); do {x} ctl -c {sim} ping >/dev/null 2>&1 && break; sleep 0.2; done; '
+              f'{x} ctl -c {sim} activate vr1 30k && {x} ctl -c {sim} status vr1 && '
+              f'stat -c "%a %U" /tmp/xtc-sim/manager.sock /tmp/xtc-sim/samples.sock; '
+              f'kill -TERM $pid; wait $pid; echo "rc=$?"; cat /tmp/daemon.log')
+    r = subprocess.run(["unshare", "--mount", "--net", "--", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=90, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = r.stdout
+    assert "vr1" in out and "active" in out, out + r.stderr
+    assert "600 nobody\n600 nobody\n" in out and "rc=0" in out, out + r.stderr

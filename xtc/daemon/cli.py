@@ -9,6 +9,7 @@ import sys
 __all__ = ["register"]
 
 DEFAULT_ENDPOINT = "ipc:///run/xtc/manager.sock"  # config.DEFAULT_ENDPOINT (not imported: --help stays light)
+DEFAULT_PUB_ENDPOINT = "ipc:///run/xtc/samples.sock"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
     s = sub.add_parser("watch", help="print the published samples (one line per VR and period)")
     s.add_argument("vr", nargs="?")
-    s.add_argument("--pub-endpoint", default=None, help="PUB endpoint (default: from --config)")
+    s.add_argument("--pub-endpoint", default=None,
+                   help=f"PUB endpoint (default: from --config, else {DEFAULT_PUB_ENDPOINT} unless --endpoint is given)")
     s.add_argument("--count", type=int, default=0, help="stop after this many samples (0 = never)")
     sub.add_parser("schema", help="print the manager API's JSON Schema")
     p.set_defaults(func=_cmd_ctl)
@@ -159,7 +161,7 @@ def _cmd_ctl(args: argparse.Namespace) -> int:
         print(f"xtc ctl: {e}", file=sys.stderr)
         return 2
     if args.ctl_command == "watch":
-        pub = args.pub_endpoint or pub
+        pub = args.pub_endpoint or pub or (None if args.endpoint else DEFAULT_PUB_ENDPOINT)
         if not pub:
             print("xtc ctl watch: give --pub-endpoint or --config", file=sys.stderr)
             return 2

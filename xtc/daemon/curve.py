@@ -6,12 +6,16 @@ clients' public keys (``*.key`` certificate files as written by :func:`generate_
 and a running authenticator that admits only the listed clients; hand the context to
 :class:`~xtc.daemon.service.DaemonService` (its ``context=`` argument) before it binds.
 
-The daemon's one-line hook (in ``run_daemon``, when the configuration names the keys)::
+The daemon takes the keys from its configuration (``[manager] curve_secret_key_file`` and
+``curve_clients_dir``; ``run_daemon`` calls :func:`secure_context`); ``xtc check-config`` checks the
+same files (:func:`check_server_files`), and ``xtc ctl`` reads its own key pair
+(``ctl_curve_secret_key_file`` or ``--curve-key``) and the daemon's public key
+(:func:`server_public_key`).  Every key file is checked before anything starts: it must exist and
+parse, and a secret key file must be readable by its owner only; a bad one raises
+:class:`CurveError` naming the file (docs/guide/manager-api-security.md).
 
-    ctx, auth = curve.secure_context(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir)
-
-Until that lands, ``python -m xtc.daemon.curve --config FILE --server-key FILE --clients DIR`` runs
-the daemon with CURVE on both of its sockets.
+``python -m xtc.daemon.curve --config FILE --server-key FILE --clients DIR`` still runs the daemon
+with CURVE keys given on the command line.
 """
 
 from __future__ import annotations
