@@ -153,3 +153,40 @@ def test_an_ipc_endpoint_another_program_listens_on_is_not_taken_over(tmp_path, 
     assert c.wait(30) != 0
     assert any(f"{sock} exists and is not a socket (not removing it)" in line for line in c.raw), c.raw
     assert sock.read_text() == "keep me\n"
+
+
+def _closed_after_frame(endpoint: str, frame_bytes: int) -> bool:
+    """Greet the samples socket as a SUB peer, send one frame of ``frame_bytes`` (MORE set): did the daemon hang up?"""
+    import socket
+    import struct
+
+    import zmtp_peer
+
+    s = zmtp_peer.connect(endpoint)
+    try:
+        s.sendall(zmtp_peer.GREETING)
+        body = b"\x05READY" + bytes([11]) + b"Socket-Type" + struct.pack(">I", 3) + b"SUB"
+        s.sendall(b"\x04" + bytes([len(body)]) + body)
+        s.sendall(b"\x03" + struct.pack(">Q", frame_bytes) + b"x" * frame_bytes)
+        s.settimeout(2.0)
+        try:
+            while s.recv(4096):  # the daemon's greeting and READY, then EOF if it drops us
+                pass
+            return True
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+    finally:
+        s.close()
+
+
+def test_the_samples_socket_drops_a_peer_sending_a_frame_larger_than_a_request(tmp_path, start_daemon):
+    d = start_daemon(write_config(tmp_path, VRS))  # max_message_bytes = 4096
+    pub = f"ipc://{tmp_path}/pub.sock"
+    assert _closed_after_frame(pub, 100) is False
+    assert _closed_after_frame(pub, 64 * 1024) is True
+    with ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=2) as c:
+        assert c.call("ping")["pong"]
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0

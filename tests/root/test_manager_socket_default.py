@@ -145,6 +145,7 @@ def test_a_peer_that_may_not_connect_cannot_grow_the_daemons_memory(tmp_path):
             peak = max(peak, _rss_bytes(d.proc.pid))
             answers[kind] = peer.stdout.read().strip() if peer.stdout else ""
         grown = peak - base
+        print(f"RSS growth under the peers: {grown / 2**20:.1f} MiB; peers: {answers}")
         assert grown < RSS_BOUND_BYTES, (f"the daemon's RSS grew by {grown / 2**20:.0f} MiB (bound "
                                          f"{RSS_BOUND_BYTES >> 20} MiB) under peers as nobody: {answers}, {endpoints}")
         # The defaults, and nobody was turned away by the socket's mode (not a missing file).

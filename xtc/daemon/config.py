@@ -162,6 +162,7 @@ RELOADABLE = frozenset(
         "controller.lag_probe",
         "log.format",
         "log.level",
+        "manager.ctl_curve_secret_key_file",  # xtc ctl's, never read by the daemon
     }
 )
 
