@@ -47,6 +47,10 @@ def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
     return Path(pub), Path(sec)
 
 
+#: Secret key files read and found good: path -> ((device, inode, size, mtime, mode), (public, secret)).
+_SECRETS: dict[str, tuple[tuple[int, ...], tuple[bytes, bytes]]] = {}
+
+
 def _z85_key(key: bytes | None) -> bool:
     """A CURVE key as Z85: 40 characters that decode to 32 bytes."""
     if not key or len(key) != 40:
@@ -79,12 +83,24 @@ def load_secret(path: str | Path) -> tuple[bytes, bytes]:
     bits: a secret key others can read is no secret); otherwise :class:`CurveError` names it.
     """
     p = Path(path)
+    try:
+        st = p.stat()
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+    except OSError:
+        seen = None
+    hit = _SECRETS.get(str(p))
+    if seen is not None and hit is not None and hit[0] == seen:
+        return hit[1]  # the policer opens a socket per exchange: read a file again only when it changed
     pub, sec = _certificate(p, "secret key")
     if not sec:
         raise CurveError(f"CURVE secret key file {p} holds no secret key (give the .key_secret file)")
     mode = p.stat().st_mode & 0o777
     if mode & 0o077:
         raise CurveError(f"CURVE secret key file {p} has mode {mode:04o}: group or others may read it; chmod 600 {p}")
+    if seen is not None:
+        if len(_SECRETS) >= 64:
+            _SECRETS.clear()
+        _SECRETS[str(p)] = (seen, (pub, sec))
     return pub, sec
 
 
