@@ -63,6 +63,16 @@ def _need() -> None:
             pytest.skip(f"{tool} is not installed")
 
 
+def _need_nobody_runs_xtc() -> None:
+    """Skip unless ``nobody`` can run this checkout's python and import the daemon (a checkout or a
+    python under a private home directory cannot be)."""
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c",
+                        "import xtc.daemon.service, xtc_lab.sim.host"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd="/")
+    if r.returncode != 0:
+        pytest.skip(f"the user nobody cannot run this checkout's python: {r.stderr.strip().splitlines()[-1:]}")
+
+
 def _rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -177,6 +187,7 @@ def test_a_peer_that_may_not_connect_cannot_grow_the_daemons_memory(tmp_path):
 def test_a_user_who_cannot_create_run_xtc_gets_one_line(tmp_path):
     """The defaults as a normal user: one line naming the directory and the way out, nothing bound."""
     _need()
+    _need_nobody_runs_xtc()
     work = Path(tempfile.mkdtemp(prefix="xtc-mgrsock-"))
     try:
         os.chmod(work, 0o755)
@@ -201,6 +212,7 @@ def test_a_user_who_cannot_create_run_xtc_gets_one_line(tmp_path):
 def test_the_quick_start_runs_as_a_normal_user():
     """README's quick start as ``nobody``: the sim example's sockets are the user's own (0600)."""
     _need()
+    _need_nobody_runs_xtc()
     if any(Path(p).resolve().is_relative_to("/tmp") for p in (REPO, sys.executable, sys.prefix)):
         pytest.skip("this test mounts a tmpfs over /tmp (the example's sockets are there): the checkout is under /tmp")
     sim = REPO / "packaging" / "xtc-daemon-sim.toml"
