@@ -191,3 +191,22 @@ def test_the_samples_socket_drops_a_peer_sending_a_frame_larger_than_a_request(t
         assert c.call("ping")["pong"]
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
+
+
+def test_ctl_refuses_keys_that_cannot_work_before_connecting(tmp_path):
+    _, keys = curve_setup(tmp_path)
+    sec = str(keys["ctl_sec"])
+    bad = "#" * 40
+    cases = [
+        (["--curve-key", sec, "--server-key", bad],
+         f"xtc ctl: --server-key '{bad}' is not a CURVE public key (40 Z85 characters, as in the daemon's .key file)"),
+        (["--curve-key", sec], "xtc ctl: --curve-key needs the daemon's public key: give --server-key, or --config "
+                               "with manager.curve_secret_key_file"),
+        (["--server-key", str(keys["daemon_pub"])], "xtc ctl: the daemon uses CURVE: give --curve-key FILE or set "
+                                                    "manager.ctl_curve_secret_key_file"),
+        (["--curve-key", sec, "--server-key", str(tmp_path / "nope.key")],
+         f"xtc ctl: CURVE public key file {tmp_path / 'nope.key'} does not exist"),
+    ]
+    for args, line in cases:
+        r = xtc("ctl", "-e", f"ipc://{tmp_path}/none.sock", *args, "ping")
+        assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [line])

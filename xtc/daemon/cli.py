@@ -115,12 +115,15 @@ def _ctl_curve(config: str | None, curve_key: str | None, server_key: str | None
     """``xtc ctl``'s CURVE keys: (its .key_secret file, the daemon's Z85 public key), both None for
     a plain connection.  Every file is read and checked now (:class:`xtc.daemon.curve.CurveError`,
     a ValueError naming the file), so that a bad one stops the command before it connects."""
-    from .curve import CurveError, load_public, load_secret, server_public_key
+    from .curve import CurveError, load_public, load_secret, server_public_key, z85_key
 
     if server_key is None and daemon_secret is not None:
         server_key = server_public_key(daemon_secret).decode()
     elif server_key is not None and len(server_key) != 40:
         server_key = load_public(server_key).decode()  # the name of a .key file
+    elif server_key is not None and not z85_key(server_key.encode()):
+        raise CurveError(f"--server-key {server_key!r} is not a CURVE public key (40 Z85 characters, as in the "
+                         f"daemon's .key file)")
     if server_key is None and curve_key is None:
         return None, None
     if server_key is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import struct
 from pathlib import Path
 
 import zmq
@@ -31,7 +32,7 @@ import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
 __all__ = ["CurveError", "generate_keypair", "load_secret", "load_public", "server_public_key", "check_clients_dir",
-           "check_server_files", "secure_context", "client_options", "main"]
+           "check_server_files", "z85_key", "secure_context", "client_options", "main"]
 
 
 class CurveError(ValueError):
@@ -51,13 +52,13 @@ def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
 _SECRETS: dict[str, tuple[tuple[int, ...], tuple[bytes, bytes]]] = {}
 
 
-def _z85_key(key: bytes | None) -> bool:
+def z85_key(key: bytes | None) -> bool:
     """A CURVE key as Z85: 40 characters that decode to 32 bytes."""
     if not key or len(key) != 40:
         return False
     try:
         return len(zmq.utils.z85.decode(key)) == 32
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, struct.error):
         return False
 
 
@@ -70,7 +71,7 @@ def _certificate(path: str | Path, what: str) -> tuple[bytes, bytes | None]:
         pub, sec = zmq.auth.load_certificate(str(p))
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise CurveError(f"cannot read CURVE {what} file {p}: {e}") from None
-    if not _z85_key(pub) or (sec is not None and not _z85_key(sec)):
+    if not z85_key(pub) or (sec is not None and not z85_key(sec)):
         raise CurveError(f"CURVE {what} file {p} does not hold a valid key (40 Z85 characters; "
                          f"write key files with `xtc policer keygen`)")
     return pub, sec
