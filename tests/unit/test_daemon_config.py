@@ -155,3 +155,53 @@ def test_lag_probe_reaches_the_daemons_controllers():
     # The paper's controllers have no lag probe; false is accepted for them, true is refused (above).
     pi = controller_factory(loads_config(S("[controller]\nkind = \"pi\"\nlag_probe = false\n" + SIM), source="x.toml"))()
     assert pi.kind == "pi"
+
+
+# ----------------------------------------------------------------- the manager API's endpoints
+
+
+def test_the_manager_api_defaults_to_unix_sockets_under_run_xtc():
+    cfg = loads_config(S(SIM))
+    assert cfg.manager.endpoint == "ipc:///run/xtc/manager.sock"
+    assert cfg.manager.pub_endpoint == "ipc:///run/xtc/samples.sock"
+    assert cfg.manager.curve_secret_key_file is None and cfg.manager.ctl_curve_secret_key_file is None
+
+
+CURVE = 'curve_secret_key_file = "/etc/xtc/curve/daemon.key_secret"\ncurve_clients_dir = "/etc/xtc/curve/clients"\n'
+
+
+@pytest.mark.parametrize("key, endpoint, why", [
+    ("endpoint", "tcp://0.0.0.0:7700", "beyond loopback"),
+    ("endpoint", "tcp://*:7700", "beyond loopback"),
+    ("endpoint", "tcp://10.0.0.1:7700", "beyond loopback"),
+    ("endpoint", "tcp://eth0:7700", "beyond loopback"),
+    ("endpoint", "tcp://[::]:7700", "beyond loopback"),
+    ("endpoint", "tcp://router1.example:7700", "beyond loopback"),
+    ("pub_endpoint", "tcp://0.0.0.0:7701", "beyond loopback"),
+    ("endpoint", "ipc://@xtc-manager", "abstract Unix socket"),
+])
+def test_an_endpoint_others_can_reach_is_refused_without_curve(key, endpoint, why):
+    with pytest.raises(ConfigError) as ei:
+        loads_config(S(f'[manager]\n{key} = "{endpoint}"\n' + SIM), source="x.toml")
+    assert ei.value.key == f"manager.{key}"
+    msg = str(ei.value)
+    assert msg.startswith(f"x.toml: 'manager.{key}': {endpoint} ") and why in msg
+    assert "manager.curve_secret_key_file" in msg and "\n" not in msg
+    # The same endpoint with CURVE is taken (the policer on another host reaches it so).
+    cfg = loads_config(S(f'[manager]\n{key} = "{endpoint}"\n{CURVE}' + SIM))
+    assert getattr(cfg.manager, key) == endpoint
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:7700", "tcp://127.1.2.3:7700", "tcp://[::1]:7700",
+                                      "tcp://localhost:7700", "ipc:///run/xtc/m.sock", "ipc://relative.sock",
+                                      "inproc://m"])
+def test_loopback_and_path_sockets_need_no_curve(endpoint):
+    assert loads_config(S(f'[manager]\nendpoint = "{endpoint}"\n' + SIM)).manager.endpoint == endpoint
+
+
+def test_the_ctl_key_needs_curve():
+    with pytest.raises(ConfigError) as ei:
+        loads_config(S('[manager]\nctl_curve_secret_key_file = "/k"\n' + SIM))
+    assert ei.value.key == "manager.ctl_curve_secret_key_file"
+    cfg = loads_config(S(f'[manager]\n{CURVE}ctl_curve_secret_key_file = "/k"\n' + SIM))
+    assert cfg.manager.ctl_curve_secret_key_file == "/k"

@@ -8,7 +8,8 @@ import sys
 
 __all__ = ["register"]
 
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:7700"
+DEFAULT_ENDPOINT = "ipc:///run/xtc/manager.sock"  # config.DEFAULT_ENDPOINT (not imported: --help stays light)
+DEFAULT_PUB_ENDPOINT = "ipc:///run/xtc/samples.sock"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ctl", help="talk to a running XTC daemon")
     p.add_argument("--endpoint", "-e", default=None,
                    help=f"manager endpoint (default: from --config, else {DEFAULT_ENDPOINT})")
-    p.add_argument("--config", "-c", default=None, help="read the endpoints from this daemon configuration")
+    p.add_argument("--config", "-c", default=None,
+                   help="read the endpoints (and the CURVE keys: manager.ctl_curve_secret_key_file, the daemon's "
+                        "public key beside manager.curve_secret_key_file) from this daemon configuration")
+    p.add_argument("--curve-key", default=None, metavar="FILE",
+                   help="this client's CURVE key pair (a .key_secret file, mode 0600; its public .key must be in "
+                        "the daemon's manager.curve_clients_dir)")
+    p.add_argument("--server-key", default=None, metavar="KEY|FILE",
+                   help="the daemon's CURVE public key: 40 Z85 characters or its .key file")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
     p.add_argument("--json", action="store_true", help="print the raw JSON reply")
     sub = p.add_subparsers(dest="ctl_command", metavar="ACTION", required=True)
@@ -44,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
     s = sub.add_parser("watch", help="print the published samples (one line per VR and period)")
     s.add_argument("vr", nargs="?")
-    s.add_argument("--pub-endpoint", default=None, help="PUB endpoint (default: from --config)")
+    s.add_argument("--pub-endpoint", default=None,
+                   help=f"PUB endpoint (default: from --config, else {DEFAULT_PUB_ENDPOINT} unless --endpoint is given)")
     s.add_argument("--count", type=int, default=0, help="stop after this many samples (0 = never)")
     sub.add_parser("schema", help="print the manager API's JSON Schema")
     p.set_defaults(func=_cmd_ctl)
@@ -64,6 +73,15 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_or_report(lambda: load_config(args.file), ConfigError, "xtc check-config")
     if cfg is None:
         return 1
+    if cfg.manager.curve_secret_key_file:
+        from .curve import CurveError, check_server_files
+
+        try:
+            check_server_files(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")
+        except CurveError as e:
+            print(f"xtc check-config: {args.file}: manager.curve_secret_key_file/curve_clients_dir: {e}",
+                  file=sys.stderr)
+            return 1
     if args.show:
         print(json.dumps(cfg.flat(), indent=1, default=list))
     else:
@@ -92,6 +110,32 @@ def parse_setpoint(text: str) -> float:
         raise SystemExit(f"xtc ctl: setpoint {text!r} is not a number of packets/s (e.g. 20000 or 20k)") from None
 
 
+def _ctl_curve(config: str | None, curve_key: str | None, server_key: str | None,
+               daemon_secret: str | None) -> tuple[str | None, str | None]:
+    """``xtc ctl``'s CURVE keys: (its .key_secret file, the daemon's Z85 public key), both None for
+    a plain connection.  Every file is read and checked now (:class:`xtc.daemon.curve.CurveError`,
+    a ValueError naming the file), so that a bad one stops the command before it connects."""
+    from .curve import CurveError, load_public, load_secret, server_public_key, z85_key
+
+    if server_key is None and daemon_secret is not None:
+        server_key = server_public_key(daemon_secret).decode()
+    elif server_key is not None and len(server_key) != 40:
+        server_key = load_public(server_key).decode()  # the name of a .key file
+    elif server_key is not None and not z85_key(server_key.encode()):
+        raise CurveError(f"--server-key {server_key!r} is not a CURVE public key (40 Z85 characters, as in the "
+                         f"daemon's .key file)")
+    if server_key is None and curve_key is None:
+        return None, None
+    if server_key is None:
+        raise CurveError("--curve-key needs the daemon's public key: give --server-key, or --config with "
+                         "manager.curve_secret_key_file")
+    if curve_key is None:
+        raise CurveError(f"the daemon uses CURVE{' (' + config + ': manager.curve_secret_key_file)' if config else ''}: "
+                         f"give --curve-key FILE or set manager.ctl_curve_secret_key_file")
+    load_secret(curve_key)
+    return curve_key, server_key
+
+
 def _cmd_ctl(args: argparse.Namespace) -> int:
     from .api import json_schema
     from .ctl import ManagerClient, ManagerError, format_table, watch_samples
@@ -100,6 +144,7 @@ def _cmd_ctl(args: argparse.Namespace) -> int:
         print(json.dumps(json_schema(), indent=1))
         return 0
     endpoint, pub = args.endpoint, None
+    curve_key, server_key, daemon_secret = args.curve_key, args.server_key, None
     if args.config:
         from .config import ConfigError, load_config
 
@@ -110,18 +155,29 @@ def _cmd_ctl(args: argparse.Namespace) -> int:
             return 2
         endpoint = endpoint or cfg.manager.endpoint
         pub = cfg.manager.pub_endpoint
+        curve_key = curve_key or cfg.manager.ctl_curve_secret_key_file
+        daemon_secret = cfg.manager.curve_secret_key_file
     endpoint = endpoint or DEFAULT_ENDPOINT
+    try:
+        curve_key, server_key = _ctl_curve(args.config, curve_key, server_key, daemon_secret)
+    except ValueError as e:  # CurveError
+        print(f"xtc ctl: {e}", file=sys.stderr)
+        return 2
     if args.ctl_command == "watch":
-        pub = args.pub_endpoint or pub
+        pub = args.pub_endpoint or pub or (None if args.endpoint else DEFAULT_PUB_ENDPOINT)
         if not pub:
             print("xtc ctl watch: give --pub-endpoint or --config", file=sys.stderr)
             return 2
         n = 0
-        for s in watch_samples(pub, args.vr):
-            print(json.dumps(s), flush=True)
-            n += 1
-            if args.count and n >= args.count:
-                break
+        try:
+            for s in watch_samples(pub, args.vr, curve_secret_file=curve_key, server_key=server_key):
+                print(json.dumps(s), flush=True)
+                n += 1
+                if args.count and n >= args.count:
+                    break
+        except ValueError as e:  # CurveError
+            print(f"xtc ctl: {e}", file=sys.stderr)
+            return 2
         return 0
     fields: dict = {}
     cmd = args.ctl_command
@@ -133,7 +189,7 @@ def _cmd_ctl(args: argparse.Namespace) -> int:
         fields["vr"] = args.vr
         if cmd in ("activate", "setpoint"):
             fields["setpoint_pps"] = parse_setpoint(args.setpoint)
-    with ManagerClient(endpoint, timeout_s=args.timeout) as c:
+    with ManagerClient(endpoint, timeout_s=args.timeout, curve_secret_file=curve_key, server_key=server_key) as c:
         try:
             rep = c.request(cmd, **fields)
         except ManagerError as e:

@@ -28,10 +28,16 @@ A complete example (every key shown with its default unless marked required)::
                                      # one probe and step its transients with it; false steps the
                                      # law without it (docs/control-settling.md, "The lag probe")
 
-    [manager]
-    endpoint = "tcp://127.0.0.1:7700"      # REP socket for requests (ZeroMQ endpoint)
-    pub_endpoint = "tcp://127.0.0.1:7701"  # PUB socket for the samples (one message per period)
+    [manager]                        # docs/guide/manager-api-security.md
+    endpoint = "ipc:///run/xtc/manager.sock"      # REP socket for requests (ZeroMQ endpoint)
+    pub_endpoint = "ipc:///run/xtc/samples.sock"  # PUB socket for the samples (one message per period)
     max_message_bytes = 65536
+    # An ipc:// socket is made mode 0660, group "xtc" when that group exists (its directory made
+    # 0750 if missing): only root and the xtc group connect.  A tcp:// endpoint beyond loopback
+    # (and an abstract ipc://@name) is refused unless CURVE is configured:
+    # curve_secret_key_file = "/etc/xtc/curve/daemon.key_secret"  # the daemon's key pair (0600)
+    # curve_clients_dir = "/etc/xtc/curve/clients"               # the admitted clients' .key files
+    # ctl_curve_secret_key_file = "/etc/xtc/curve/ctl.key_secret" # the key pair `xtc ctl -c` uses
 
     [metrics]
     enabled = true
@@ -91,6 +97,7 @@ rewrites every controlled cap this often, and at once when it sees a VR's counte
 from __future__ import annotations
 
 from dataclasses import field, fields, is_dataclass
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -124,10 +131,16 @@ __all__ = [
     "load_config",
     "loads_config",
     "reload_diff",
+    "reachable_without_curve",
     "RELOADABLE",
+    "DEFAULT_ENDPOINT",
+    "DEFAULT_PUB_ENDPOINT",
 ]
 
 SCHEMA = "xtc-daemon/1"
+#: The manager API's default endpoints: Unix sockets only root and the ``xtc`` group can reach.
+DEFAULT_ENDPOINT = "ipc:///run/xtc/manager.sock"
+DEFAULT_PUB_ENDPOINT = "ipc:///run/xtc/samples.sock"
 #: The backends of the product; any other name is an installed ``xtc.hosts`` entry point.
 BUILTIN_BACKENDS = ("libvirt", "cgroup")
 ControllerKind = Literal["xtc", "pi", "deadbeat", "fixed"]
@@ -150,6 +163,7 @@ RELOADABLE = frozenset(
         "controller.lag_probe",
         "log.format",
         "log.level",
+        "manager.ctl_curve_secret_key_file",  # xtc ctl's, never read by the daemon
     }
 )
 
@@ -177,6 +191,29 @@ def _endpoint(s: str) -> str:
     if not s.startswith(("tcp://", "ipc://", "inproc://")):
         raise ValueError(f"must be a ZeroMQ endpoint (tcp://host:port, ipc://path), got {s!r}")
     return s
+
+
+def reachable_without_curve(endpoint: str) -> str | None:
+    """Why ``endpoint`` would let other hosts or users in without CURVE, or None.
+
+    A tcp:// endpoint whose host is not a loopback address (127.0.0.0/8, ::1, ``localhost``) is
+    reachable from the network; an abstract ipc:// socket (``ipc://@name``) has no file permissions,
+    so any user of the host connects.  A path ipc:// socket is guarded by its mode (0660).
+    """
+    if endpoint.startswith("ipc://@"):
+        return "is an abstract Unix socket, which any local user can connect to"
+    if not endpoint.startswith("tcp://"):
+        return None
+    host = endpoint[6:].rsplit(":", 1)[0]
+    host = host.split(";")[-1].strip("[]")
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return "is reachable beyond loopback"
 
 
 def list_of(what: str, nonempty: bool = False) -> BeforeValidator:
@@ -268,20 +305,33 @@ class ControllerSection:
 
 @dataclass(config=TABLE)
 class ManagerSection:
-    endpoint: Endpoint = "tcp://127.0.0.1:7700"
-    pub_endpoint: Endpoint = "tcp://127.0.0.1:7701"
+    endpoint: Endpoint = DEFAULT_ENDPOINT
+    pub_endpoint: Endpoint = DEFAULT_PUB_ENDPOINT
     max_message_bytes: Annotated[Integer, within(256, 16 * 1024 * 1024)] = 65536
     # CURVE (optional): the daemon's secret key file and a directory of the clients' public keys
     # (zmq.auth certificate files, as written by `xtc policer keygen`).  Both or neither.
     curve_secret_key_file: FilePath | None = None
     curve_clients_dir: FilePath | None = None
+    # The client key pair `xtc ctl --config THIS_FILE` uses (its public .key must be in
+    # curve_clients_dir); the daemon itself never reads it.
+    ctl_curve_secret_key_file: FilePath | None = None
 
     @model_validator(mode="after")
     def _pairs(self) -> ManagerSection:
         if (self.curve_secret_key_file is None) != (self.curve_clients_dir is None):
             raise FieldProblem("curve_clients_dir", "curve_secret_key_file and curve_clients_dir go together")
+        if self.ctl_curve_secret_key_file is not None and self.curve_secret_key_file is None:
+            raise FieldProblem("ctl_curve_secret_key_file", "applies only with CURVE (curve_secret_key_file and "
+                                                            "curve_clients_dir)")
         if self.endpoint == self.pub_endpoint:
             raise FieldProblem("pub_endpoint", f"must differ from manager.endpoint ({self.endpoint})")
+        if self.curve_secret_key_file is None:
+            for key in ("endpoint", "pub_endpoint"):
+                why = reachable_without_curve(getattr(self, key))
+                if why:
+                    raise FieldProblem(key, f"{getattr(self, key)} {why}: refused without CURVE (set "
+                                            f"manager.curve_secret_key_file and manager.curve_clients_dir, or use "
+                                            f"an ipc:///path or a tcp://127.0.0.1 endpoint)")
         return self
 
 

@@ -2,7 +2,7 @@
 
 :class:`ManagerClient` is also what the policer and the tests use::
 
-    with ManagerClient("tcp://127.0.0.1:7700") as c:
+    with ManagerClient("ipc:///run/xtc/manager.sock") as c:
         c.call("activate", vr="vr1", setpoint_pps=20000)
 """
 
@@ -160,19 +160,20 @@ class ManagerClient:
 
 
 def watch_samples(pub_endpoint: str, vr: str | None = None, context: zmq.Context | None = None,
-                  timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+                  timeout_s: float | None = None, curve_secret_file: str | Path | None = None,
+                  server_key: str | None = None) -> Iterator[dict[str, Any]]:
     """Yield published samples (all VRs, or one), one per VR and period, until the timeout passes without one.
 
     The daemon publishes one ``samples`` message per period (:func:`xtc.daemon.api.decode_samples`);
-    each VR's sample is yielded as a :class:`xtc.daemon.api.Sample` object.
+    each VR's sample is yielded as a :class:`xtc.daemon.api.Sample` object.  With ``server_key``
+    (and the client's ``curve_secret_file``) the subscription is a CURVE client, as
+    :func:`open_client` makes it.
     """
     ctx = context or zmq.Context.instance()
-    s = ctx.socket(zmq.SUB)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.SUBSCRIBE, SAMPLES_TOPIC)
+    s = open_client(ctx, pub_endpoint, None, curve_secret_file, server_key,
+                    options={zmq.SUBSCRIBE: SAMPLES_TOPIC}, kind=zmq.SUB)
     if timeout_s is not None:
         s.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-    s.connect(pub_endpoint)
     try:
         while True:
             try:

@@ -6,12 +6,16 @@ clients' public keys (``*.key`` certificate files as written by :func:`generate_
 and a running authenticator that admits only the listed clients; hand the context to
 :class:`~xtc.daemon.service.DaemonService` (its ``context=`` argument) before it binds.
 
-The daemon's one-line hook (in ``run_daemon``, when the configuration names the keys)::
+The daemon takes the keys from its configuration (``[manager] curve_secret_key_file`` and
+``curve_clients_dir``; ``run_daemon`` calls :func:`secure_context`); ``xtc check-config`` checks the
+same files (:func:`check_server_files`), and ``xtc ctl`` reads its own key pair
+(``ctl_curve_secret_key_file`` or ``--curve-key``) and the daemon's public key
+(:func:`server_public_key`).  Every key file is checked before anything starts: it must exist and
+parse, and a secret key file must be readable by its owner only; a bad one raises
+:class:`CurveError` naming the file (docs/guide/manager-api-security.md).
 
-    ctx, auth = curve.secure_context(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir)
-
-Until that lands, ``python -m xtc.daemon.curve --config FILE --server-key FILE --clients DIR`` runs
-the daemon with CURVE on both of its sockets.
+``python -m xtc.daemon.curve --config FILE --server-key FILE --clients DIR`` still runs the daemon
+with CURVE keys given on the command line.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import struct
 from pathlib import Path
 
 import zmq
 import zmq.auth
+import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
-__all__ = ["CurveError", "generate_keypair", "load_secret", "load_public", "secure_context", "client_options", "main"]
+__all__ = ["CurveError", "generate_keypair", "load_secret", "load_public", "server_public_key", "check_clients_dir",
+           "check_server_files", "z85_key", "secure_context", "client_options", "main"]
 
 
 class CurveError(ValueError):
@@ -41,24 +48,99 @@ def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
     return Path(pub), Path(sec)
 
 
-def load_secret(path: str | Path) -> tuple[bytes, bytes]:
-    """(public, secret) Z85 keys from a ``.key_secret`` certificate file."""
+#: Secret key files read and found good: path -> ((device, inode, size, mtime, mode), (public, secret)).
+_SECRETS: dict[str, tuple[tuple[int, ...], tuple[bytes, bytes]]] = {}
+
+
+def z85_key(key: bytes | None) -> bool:
+    """A CURVE key as Z85: 40 characters that decode to 32 bytes."""
+    if not key or len(key) != 40:
+        return False
     try:
-        pub, sec = zmq.auth.load_certificate(str(path))
-    except (OSError, ValueError) as e:
-        raise CurveError(f"cannot read CURVE secret key file {path}: {e}") from None
+        return len(zmq.utils.z85.decode(key)) == 32
+    except (ValueError, KeyError, TypeError, struct.error):
+        return False
+
+
+def _certificate(path: str | Path, what: str) -> tuple[bytes, bytes | None]:
+    """(public, secret or None) from a zmq.auth certificate file, or CurveError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise CurveError(f"CURVE {what} file {p} does not exist" if not p.exists() else f"CURVE {what} file {p} is not a file")
+    try:
+        pub, sec = zmq.auth.load_certificate(str(p))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise CurveError(f"cannot read CURVE {what} file {p}: {e}") from None
+    if not z85_key(pub) or (sec is not None and not z85_key(sec)):
+        raise CurveError(f"CURVE {what} file {p} does not hold a valid key (40 Z85 characters; "
+                         f"write key files with `xtc policer keygen`)")
+    return pub, sec
+
+
+def load_secret(path: str | Path) -> tuple[bytes, bytes]:
+    """(public, secret) Z85 keys from a ``.key_secret`` certificate file.
+
+    The file must exist, parse, and be readable by its owner only (no group or other permission
+    bits: a secret key others can read is no secret); otherwise :class:`CurveError` names it.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+    except OSError:
+        seen = None
+    hit = _SECRETS.get(str(p))
+    if seen is not None and hit is not None and hit[0] == seen:
+        return hit[1]  # the policer opens a socket per exchange: read a file again only when it changed
+    pub, sec = _certificate(p, "secret key")
     if not sec:
-        raise CurveError(f"{path} holds no secret key (give the .key_secret file)")
+        raise CurveError(f"CURVE secret key file {p} holds no secret key (give the .key_secret file)")
+    mode = p.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise CurveError(f"CURVE secret key file {p} has mode {mode:04o}: group or others may read it; chmod 600 {p}")
+    if seen is not None:
+        if len(_SECRETS) >= 64:
+            _SECRETS.clear()
+        _SECRETS[str(p)] = (seen, (pub, sec))
     return pub, sec
 
 
 def load_public(path: str | Path) -> bytes:
     """The Z85 public key of a ``.key`` certificate file."""
-    try:
-        pub, _ = zmq.auth.load_certificate(str(path))
-    except (OSError, ValueError) as e:
-        raise CurveError(f"cannot read CURVE public key file {path}: {e}") from None
-    return pub
+    return _certificate(path, "public key")[0]
+
+
+def server_public_key(secret_file: str | Path) -> bytes:
+    """A daemon's public key, for its clients, from the configuration's ``curve_secret_key_file``.
+
+    Read from the public certificate beside it (``daemon.key`` for ``daemon.key_secret``, as
+    :func:`generate_keypair` writes them) when there is one, so that a client that may not read
+    the secret file (a member of the ``xtc`` group) still finds the key; else from the secret file.
+    """
+    p = Path(secret_file)
+    if p.name.endswith("_secret"):
+        public = p.with_name(p.name[: -len("_secret")])
+        if public.exists():
+            return load_public(public)
+    return load_secret(p)[0]
+
+
+def check_clients_dir(clients_dir: str | Path) -> int:
+    """Every ``*.key`` in the admitted clients' directory parses.  Returns how many there are."""
+    cdir = Path(clients_dir)
+    if not cdir.is_dir():
+        raise CurveError(f"CURVE clients directory {cdir} does not exist" if not cdir.exists()
+                         else f"CURVE clients directory {cdir} is not a directory")
+    keys = sorted(cdir.glob("*.key"))
+    for k in keys:
+        load_public(k)
+    return len(keys)
+
+
+def check_server_files(secret_file: str | Path, clients_dir: str | Path) -> None:
+    """The daemon's CURVE files as :func:`secure_context` needs them, or CurveError naming the file."""
+    load_secret(secret_file)
+    check_clients_dir(clients_dir)
 
 
 def secure_context(server_secret_file: str | Path, clients_dir: str | Path,
@@ -69,8 +151,7 @@ def secure_context(server_secret_file: str | Path, clients_dir: str | Path,
     """
     pub, sec = load_secret(server_secret_file)
     cdir = Path(clients_dir)
-    if not cdir.is_dir():
-        raise CurveError(f"CURVE clients directory {cdir} does not exist")
+    check_clients_dir(cdir)
     ctx = context or zmq.Context()
     auth = ThreadAuthenticator(ctx, log=logging.getLogger("xtc.daemon.curve"))
     auth.start()

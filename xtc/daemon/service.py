@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import gc
+import grp
 import json
 import logging
 import math
 import os
 import signal
+import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -40,7 +44,7 @@ from .api import ApiError
 from xtc.host.base import Host
 from xtc.host.errors import HostAdapterError
 
-from .config import ConfigError, DaemonConfig, load_config, reload_diff
+from .config import ConfigError, DaemonConfig, load_config, reachable_without_curve, reload_diff
 from .core import DaemonCore, StateError
 from .logs import event, setup_logging
 from .loop import ActionOutcomes, ControlLoop
@@ -91,6 +95,85 @@ def release_large_blocks() -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
     except (OSError, AttributeError, TypeError):
         return False
+
+
+#: The group whose members may connect to the manager API's ipc:// sockets (root always can).
+SOCKET_GROUP = "xtc"
+#: The modes of an ipc:// socket and of the directory made for it, with that group and without.
+SOCKET_MODE, SOCKET_MODE_NO_GROUP = 0o660, 0o600
+SOCKET_DIR_MODE, SOCKET_DIR_MODE_NO_GROUP = 0o750, 0o700
+
+
+def _ipc_path(endpoint: str) -> Path | None:
+    """The file of an ``ipc://`` endpoint (None: another transport, or an abstract socket)."""
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@") or endpoint == "ipc://*":
+        return None
+    return Path(endpoint[len("ipc://"):])
+
+
+def _socket_group() -> int | None:
+    """The ``xtc`` group's id, or None when the host has no such group."""
+    try:
+        return grp.getgrnam(SOCKET_GROUP).gr_gid
+    except KeyError:
+        return None
+
+
+def _give_group(path: Path, gid: int | None, with_group: int, without: int) -> None:
+    """``path`` to the ``xtc`` group with mode ``with_group``, or ``without`` (owner only) when that
+    group does not exist or this process may not give it (a user who is not a member)."""
+    if gid is not None:
+        try:
+            os.chown(path, -1, gid)
+            os.chmod(path, with_group)
+            return
+        except PermissionError:
+            pass
+    os.chmod(path, without)
+
+
+def prepare_ipc(key: str, endpoint: str) -> Path | None:
+    """Before binding an ``ipc://`` endpoint: its directory made if missing (0750, group ``xtc``;
+    0700 without that group), and refused when a program listens on it or it is not a socket
+    (libzmq would unlink and replace either).  Returns the socket's path (None: not a path ipc://).
+
+    Raises
+    ------
+    SystemExit
+        One line naming the key, the endpoint and the problem.
+    """
+    path = _ipc_path(endpoint)
+    if path is None:
+        return None
+    where = f"{key} {endpoint}"
+    parent = path.parent
+    if not parent.exists():
+        try:
+            parent.mkdir(parents=True, mode=0o700)
+            _give_group(parent, _socket_group(), SOCKET_DIR_MODE, SOCKET_DIR_MODE_NO_GROUP)
+        except OSError as e:
+            raise SystemExit(f"xtc daemon: cannot create directory {parent} for {where}: {e.strerror or e}"
+                             + (" (run as root, or set [manager] endpoint and pub_endpoint to ipc:// paths this user "
+                                "may write, as packaging/xtc-daemon-sim.toml does)" if e.errno in (errno.EACCES, errno.EPERM,
+                                                                                                 errno.EROFS) else "")
+                             ) from None
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise SystemExit(f"xtc daemon: cannot bind {where}: {e.strerror or e}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SystemExit(f"xtc daemon: cannot bind {where}: {path} exists and is not a socket (not removing it)")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except OSError:
+        return path  # nobody listens: a stale socket of a daemon that died, which libzmq replaces
+    finally:
+        probe.close()
+    raise SystemExit(f"xtc daemon: cannot bind {where}: another daemon or program is listening there")
 
 
 def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
@@ -194,6 +277,8 @@ class DaemonService:
         self._saved_caps: list[float] | None = None
         self.rep: zmq.Socket | None = None
         self.pub: zmq.Socket | None = None
+        #: The ipc:// socket files bound (path, inode), removed on close.
+        self._ipc_files: list[tuple[Path, int]] = []
         #: The topic prefixes the PUB socket's subscribers hold (non-verbose XPUB: a prefix arrives
         #: with its first subscriber and leaves with its last).
         self.subscriptions: set[bytes] = set()
@@ -260,10 +345,12 @@ class DaemonService:
         self.rep.setsockopt(zmq.LINGER, 0)
         self._bind(self.rep, "manager.endpoint", cfg.manager.endpoint)
         # XPUB: it also hands over its subscribers' subscriptions, so a period with nobody to
-        # read its samples builds none (:meth:`sample_listeners`).
+        # read its samples builds none (:meth:`sample_listeners`).  A subscription is a topic
+        # prefix: a frame larger than a request is no subscription (the connection is dropped).
         self.pub = self.ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 10000)
+        self.pub.setsockopt(zmq.MAXMSGSIZE, cfg.manager.max_message_bytes)
         self._bind(self.pub, "manager.pub_endpoint", cfg.manager.pub_endpoint)
         endpoints = {
             "endpoint": self.rep.getsockopt_string(zmq.LAST_ENDPOINT),
@@ -288,7 +375,18 @@ class DaemonService:
               metrics_port=self.metrics_port, vrs=sorted(self.control.vrs), **endpoints)
 
     def _bind(self, sock: zmq.Socket, key: str, endpoint: str) -> None:
-        """Bind ``sock``, or exit with a message naming the endpoint in use."""
+        """Bind ``sock``, or exit with a message naming the endpoint in use.
+
+        An ``ipc://`` socket is created owner-only (a umask around the bind, so that no other user
+        can connect in between) and then given mode 0660 and the ``xtc`` group when that group
+        exists (:func:`prepare_ipc` makes its directory).
+        """
+        try:
+            path = prepare_ipc(key, endpoint)
+        except SystemExit:
+            self._close_sockets()
+            raise
+        old_umask = os.umask(0o177) if path is not None else None
         try:
             sock.bind(endpoint)
         except zmq.ZMQError as e:
@@ -296,11 +394,29 @@ class DaemonService:
             raise SystemExit(f"xtc daemon: cannot bind {key} {endpoint}: {e.strerror}"
                              + (" (another daemon or program is listening there)" if e.errno == zmq.EADDRINUSE else "")
                              ) from None
+        finally:
+            if old_umask is not None:
+                os.umask(old_umask)
+        if path is not None:
+            try:
+                _give_group(path, _socket_group(), SOCKET_MODE, SOCKET_MODE_NO_GROUP)
+                self._ipc_files.append((path, path.stat().st_ino))
+            except OSError as e:
+                self._close_sockets()
+                raise SystemExit(f"xtc daemon: cannot set the mode of {path} ({key}): {e.strerror or e}") from None
 
     def _close_sockets(self) -> None:
         for s in (self.rep, self.pub):
             if s is not None:
                 s.close(0)
+        # libzmq leaves an ipc:// socket's file behind; remove ours (not one another daemon bound since).
+        for path, ino in self._ipc_files:
+            try:
+                if path.lstat().st_ino == ino:
+                    path.unlink()
+            except OSError:
+                pass
+        self._ipc_files = []
 
     def close(self) -> int:
         """Give every controlled VR its original cap back, save the state, close.  Returns rc."""
@@ -653,11 +769,6 @@ def run_daemon(config_path: str | Path) -> int:
     except StateFileError as e:
         print(f"xtc daemon: {e}", file=sys.stderr, flush=True)
         return 1
-    try:
-        host = make_host(cfg)
-    except (HostAdapterError, ConfigError, ImportError) as e:
-        event(log, logging.CRITICAL, "backend_failed", backend=cfg.daemon.backend, error=str(e))
-        return 1
     ctx = None
     if cfg.manager.curve_secret_key_file:
         from . import curve
@@ -665,8 +776,20 @@ def run_daemon(config_path: str | Path) -> int:
         try:
             ctx = curve.secure_context(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")[0]
         except (curve.CurveError, OSError, ValueError) as e:
-            event(log, logging.CRITICAL, "curve_failed", error=str(e))
+            event(log, logging.CRITICAL, "curve_failed", key="manager.curve_secret_key_file", error=str(e))
             return 2
+    else:
+        for key in ("endpoint", "pub_endpoint"):
+            ep = getattr(cfg.manager, key)
+            if ep.startswith("tcp://") and reachable_without_curve(ep) is None:
+                event(log, logging.WARNING, "manager_unauthenticated", key=f"manager.{key}", endpoint=ep,
+                      note="a loopback TCP endpoint without CURVE: every local user can connect; "
+                           "prefer an ipc:// socket (docs/guide/manager-api-security.md)")
+    try:
+        host = make_host(cfg)
+    except (HostAdapterError, ConfigError, ImportError) as e:
+        event(log, logging.CRITICAL, "backend_failed", backend=cfg.daemon.backend, error=str(e))
+        return 1
     svc = DaemonService(cfg, host, config_path=config_path, context=ctx, state_lock=state_lock)
     svc.manage_gc = True
     svc.notifier = Notifier.from_environ()
