@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import zmq.auth
 
 from xtc.policer.config import ConfigError, PolicerConfig, loads_config
 
@@ -43,9 +44,19 @@ def test_bad_configs_name_the_key(text: str, key: str, words: str) -> None:
     assert words in str(ei.value)
 
 
+def test_a_client_key_others_may_read_is_refused_at_load_naming_the_key(tmp_path: Path) -> None:
+    k = Path(zmq.auth.create_certificates(tmp_path, "p")[1])
+    k.chmod(0o640)
+    with pytest.raises(ConfigError) as ei:
+        loads_config(f'[curve]\nclient_secret_key_file = "{k}"\n', env={})
+    assert ei.value.key == "curve.client_secret_key_file" and "chmod 600" in str(ei.value)
+    k.chmod(0o600)
+    assert loads_config(f'[curve]\nclient_secret_key_file = "{k}"\n', env={}).curve_secret_key_file == str(k)
+
+
 def test_values_are_carried_over(tmp_path: Path) -> None:
-    k = tmp_path / "p.key_secret"
-    k.write_text("x")
+    k = Path(zmq.auth.create_certificates(tmp_path, "p")[1])
+    k.chmod(0o600)
     cfg = loads_config(f'[server]\nhost = "0.0.0.0"\nport = 9000\nworkers = 3\nallow_plain_http = true\n'
                        f'header_timeout_s = 2.5\n[database]\nurl = "sqlite://"\n'
                        f'[engine]\nperiod_s = 2\nrequest_timeout_s = 0.5\nsamples = true\nshards = 4\n[curve]\nclient_secret_key_file = "{k}"\n', env={})

@@ -59,6 +59,7 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter
 from pydantic import dataclasses as pyd
 
+from xtc.daemon.curve import CurveError, load_secret
 from xtc.validation import Number, parse_document, within
 
 __all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",
@@ -248,6 +249,11 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         shards=d.engine.shards,
     )
     check_transport(cfg)
+    if cfg.curve_secret_key_file:  # refused now, not at the first exchange with a daemon
+        try:
+            load_secret(cfg.curve_secret_key_file)
+        except (CurveError, OSError, ValueError) as e:
+            raise ConfigError("curve.client_secret_key_file", str(e)) from None
     return cfg
 
 
