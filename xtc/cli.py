@@ -127,11 +127,11 @@ ARGV: list[str] | None = None
 
 
 def _load(load: Callable[[], T]) -> T | ModuleNotFoundError:
-    """``load()``, or the error when a part's optional dependency (an extra, the testbed) is missing."""
+    """``load()``, or the error when a part's optional dependency (an extra) is missing."""
     try:
         return load()
     except ModuleNotFoundError as e:
-        if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES | {"xtc_lab"}:
+        if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES:
             return e
         raise
 
@@ -163,10 +163,12 @@ def register_entry_points(sub: argparse._SubParsersAction, group: str, parent: t
     for ep in sorted(entry_points(group=group), key=lambda e: e.name):
         if (only is not None and ep.name != only) or ep.name in sub.choices:
             continue
-        register = _load(ep.load)
-        if isinstance(register, ModuleNotFoundError):
-            message = (needs_extra(f"{prefix} {ep.name}", register)
-                       or f"{prefix} {ep.name}: the testbed is not fully installed (no module named {register.name!r})")
+        try:
+            register = ep.load()
+        except ModuleNotFoundError as e:  # registered, but its modules (or what they need) are not here
+            message = (needs_extra(f"{prefix} {ep.name}", e)
+                       or f"{prefix} {ep.name}: part of the testbed, not installed here (no module named "
+                          f"{e.name!r}): pip install xtc-lab")
             _unavailable(sub, (*parent, ep.name), message, "(not installed: " + message.rsplit(": ", 1)[1] + ")")
         else:
             register(sub)
@@ -174,7 +176,7 @@ def register_entry_points(sub: argparse._SubParsersAction, group: str, parent: t
     for name in LAB_COMMANDS.get(group, ()):
         if name not in found and (only is None or name == only) and name not in sub.choices:
             _unavailable(sub, (*parent, name), f"{prefix} {name}: part of the testbed: pip install xtc-lab",
-                         "(testbed: pip install xtc-lab)")
+                         "(not installed: pip install xtc-lab)")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
