@@ -39,7 +39,8 @@ PAGE = 100
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``bench`` to ``xtc policer``'s actions (entry point group ``xtc.policer_commands``)."""
-    s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)")
+    s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)",
+                       epilog="example: xtc policer bench --rate 500 --duration 5")
     s.add_argument("--rate", type=float, default=500.0, help="requests/s to offer (default 500)")
     s.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
     s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")

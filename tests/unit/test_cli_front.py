@@ -105,3 +105,35 @@ def test_the_other_commands_still_run_when_an_extra_is_missing() -> None:
     assert listed["train"] == "(not installed: pip install 'xtc[training]')"
     assert listed["demo"] == "(not installed: pip install xtc-lab)"
     assert listed["policer"].startswith("the policing service")
+
+
+def test_every_example_parses_as_the_command_it_illustrates() -> None:
+    """The examples that ``--help`` shows (the product's, :data:`xtc.cli.EXAMPLES`, and the testbed's
+    epilogs) are command lines the parser takes, for the command they stand under."""
+    import argparse
+    import shlex
+
+    from xtc.cli import EXAMPLES, build_parser
+
+    parser = build_parser()
+    shown = {}
+
+    def walk(p: argparse.ArgumentParser, words: tuple[str, ...]) -> None:
+        if p.epilog and p.epilog.startswith("example: "):
+            shown[words] = p.epilog.removeprefix("example: ")
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, child in a.choices.items():
+                    walk(child, (*words, name))
+
+    walk(parser, ())
+    assert set(EXAMPLES) <= set(shown)
+    for words in [("lab",), ("simulate",), ("demo",), ("bench",), ("xco", "lab"), ("policer", "bench")]:
+        assert words in shown, words  # the testbed's commands carry their own
+    for words, example in shown.items():
+        argv = shlex.split(example.split(" > ")[0])
+        assert argv[0] == "xtc", example
+        rest = iter(argv[1:])
+        assert all(w in rest for w in words), (words, example)  # the command's words, in order
+        args = parser.parse_args(argv[1:])
+        assert getattr(args, "func", None) is not None, example
