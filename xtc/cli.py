@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import TypeVar
 
 from xtc import __version__
@@ -160,7 +160,7 @@ def register_entry_points(sub: argparse._SubParsersAction, group: str, parent: t
     """
     prefix = " ".join(("xtc", *parent))
     found = set()
-    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+    for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
         if (only is not None and ep.name != only) or ep.name in sub.choices:
             continue
         try:
