@@ -89,7 +89,7 @@ EXAMPLES = {
     ("xco", "controller"): "xtc xco controller -c /etc/xtc/xco-controller.toml",
     ("xco", "keygen"): "xtc xco keygen /etc/xtc/xco.key",
     ("xco", "agent"): "xtc xco agent -c /etc/xtc/xco-agent.toml",
-    ("completion",): "xtc completion bash > /etc/bash_completion.d/xtc",
+    ("completion",): "xtc completion bash > /usr/share/bash-completion/completions/xtc",
 }
 #: The one-line message of each command that cannot run here (an extra or the testbed missing), by its
 #: words (``("xco", "lab")``); filled while the parser is built, read by :func:`main` before parsing.
