@@ -6,7 +6,8 @@
 #
 # As root on Debian it installs the Debian packages the lab and the libvirt tests need
 # (libvirt with the LXC driver, iperf3, a C compiler); everywhere it creates a virtual
-# environment (.venv, or $XTC_VENV) and installs XTC with its Python dependencies into it.
+# environment (.venv, or $XTC_VENV) and installs both of XTC's distributions (the product, xtc, and
+# its testbed, xtc-lab in lab/) with their Python dependencies into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 job=${1:-}
@@ -33,12 +34,15 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "bootstrap: creating virtual environment $venv" >&2
   "$py" -m venv "$venv"
 fi
-extras="test,lab"
+# Both distributions of this repository, editable: the product (xtc, with the test tools and, where
+# libvirt's headers are, its libvirt extra) and the testbed beside it (lab/: xtc-lab, which brings
+# the product's training, policer, net and xco extras).
+extras="test"
 if pkg-config --exists libvirt 2>/dev/null; then extras="$extras,libvirt"; fi
 stamp="$venv/.xtc-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "bootstrap: installing XTC[$extras] into $venv" >&2
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ lab/pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing xtc[$extras] and xtc-lab into $venv" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]" -e ./lab
   touch "$stamp"
 fi
 

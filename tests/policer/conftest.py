@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from procs import stop_process
-from xtc.policer.bench import start_policer
+from xtc_lab.policer_bench import start_policer
 from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
 

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 
 from procs import stop_process
 from xtc.daemon.metrics import DaemonMetrics
-from xtc.policer.bench import start_policer
+from xtc_lab.policer_bench import start_policer
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "packaging" / "grafana" / "xtc.json"

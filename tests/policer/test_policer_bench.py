@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from xtc.policer.bench import run_bench
+from xtc_lab.policer_bench import run_bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
@@ -51,7 +51,7 @@ def test_bench_refuses_bad_parameters() -> None:
 def test_fleet_bench_with_two_shards() -> None:
     """``xtc policer bench --fleet`` end to end, small: stand-in daemons in their own process (a fifth
     dead), two engine shards, the window's cycles, then the API under load."""
-    from xtc.policer.bench import run_fleet_bench
+    from xtc_lab.policer_bench import run_fleet_bench
 
     res = run_fleet_bench(routers=30, vrs_per_router=4, dead_fraction=0.2, duration_s=2.0, api_rate_per_s=50,
                           shards=2, api_duration_s=1.0)
@@ -74,7 +74,7 @@ def test_fleet_bench_times_routers_that_fall_silent() -> None:
     ``router_unreachable`` record (``dying_marked_s``).  Every silence is marked while it lasts: 3 s
     (the engine marks a silent router 1.35-1.85 periods after its last sample, so a silence shorter
     than 2 periods may end before it is marked); a 6 s window holds one silence of each."""
-    from xtc.policer.bench import run_fleet_bench
+    from xtc_lab.policer_bench import run_fleet_bench
 
     res = run_fleet_bench(routers=12, vrs_per_router=2, dead_fraction=0.0, duration_s=6.0, api_rate_per_s=20,
                           api_duration_s=0.5, flapping_fraction=0.25, flap_s=3.0)
@@ -87,7 +87,7 @@ def test_fleet_bench_times_routers_that_fall_silent() -> None:
 
 
 def test_the_database_server_is_found_by_its_socket_lock_file(tmp_path) -> None:
-    from xtc.policer.bench import database_server_pid
+    from xtc_lab.policer_bench import database_server_pid
 
     (tmp_path / ".s.PGSQL.5433.lock").write_text("4242\n/data\n1700000000\n5433\n")
     assert database_server_pid(f"postgresql://postgres@/db?host={tmp_path}&port=5433") == 4242
@@ -101,7 +101,7 @@ def test_the_database_server_is_found_by_its_socket_lock_file(tmp_path) -> None:
 def test_fleet_bench_on_postgresql_counts_the_database_servers_cpu(pg_cluster, monkeypatch) -> None:
     """On a PostgreSQL server of this machine the fleet bench also reports the server's CPU (its
     postmaster's process tree, found by the socket's lock file), per second and per measurement."""
-    from xtc.policer.bench import database_server_pid, run_fleet_bench
+    from xtc_lab.policer_bench import database_server_pid, run_fleet_bench
 
     url = pg_cluster.new_database()
     postmaster = int((pg_cluster.data / "postmaster.pid").read_text().split()[0])

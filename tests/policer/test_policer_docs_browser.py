@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 
 from procs import stop_process
-from xtc.policer.bench import start_policer
+from xtc_lab.policer_bench import start_policer
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from conftest import TOKEN
-from xtc.policer.bench import start_policer
+from xtc_lab.policer_bench import start_policer
 
 
 def _children(pid: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""The pure parts of xtc_lab/bench/cfs_period_scatter.py (the measurement itself needs root and libvirt)."""
+"""The pure parts of lab/xtc_lab/bench/cfs_period_scatter.py (the measurement itself needs root and libvirt)."""
 
 from __future__ import annotations
 

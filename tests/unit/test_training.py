@@ -437,9 +437,9 @@ def test_the_training_tool_does_not_import_the_testbed() -> None:
 def test_cli_sim_backend_without_the_testbed_says_how_to_get_it(tmp_path: Path, capsys, monkeypatch) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "xtc_lab.sim.train", None)  # as if xtc[lab] were not installed
+    monkeypatch.setitem(sys.modules, "xtc_lab.sim.train", None)  # as if xtc-lab were not installed
     rc = main(["collect", "--backend", "sim", "--quiet", "--out", str(tmp_path / "s.csv")])
-    assert rc == EXIT_ERROR and "part of the testbed (pip install xtc[lab])" in capsys.readouterr().err
+    assert rc == EXIT_ERROR and "part of the testbed (pip install xtc-lab)" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 

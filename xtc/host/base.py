@@ -57,7 +57,7 @@ def host_plugin(name: str) -> Any:
 
     found = [ep for ep in entry_points(group=HOST_ENTRY_POINT_GROUP) if ep.name == name]
     if not found:
-        hint = " (the simulated plant is part of the testbed: pip install xtc[lab])" if name == "sim" else ""
+        hint = " (the simulated plant is part of the testbed: pip install xtc-lab)" if name == "sim" else ""
         raise HostPluginError(f"backend {name!r} is not installed{hint}")
     return found[0].load()
 

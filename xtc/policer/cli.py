@@ -46,25 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--force", action="store_true", help="replace an existing key pair of that name")
     s.set_defaults(func=_cmd_keygen)
 
-    s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)")
-    s.add_argument("--rate", type=float, default=500.0, help="requests/s to offer (default 500)")
-    s.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
-    s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")
-    s.add_argument("--write-fraction", type=float, default=0.2, help="share of writes (default 0.2)")
-    s.add_argument("--workers", type=int, default=1, help="API worker processes of the throw-away policer (default 1)")
-    s.add_argument("--json", action="store_true", help="JSON only (the default output is JSON too)")
-    s.add_argument("--fleet", type=int, default=0, metavar="ROUTERS",
-                   help="police a fleet of this many stand-in daemons (xtc_lab) first, then load the API")
-    s.add_argument("--vrs", type=int, default=16, help="VRs per fleet router (default 16)")
-    s.add_argument("--dead", type=float, default=0.1, help="share of the fleet's routers that are dead (default 0.1)")
-    s.add_argument("--no-samples", dest="samples", action="store_false",
-                   help="fleet: measure every router by 'list' (the daemons publish no samples)")
-    s.add_argument("--shards", type=int, default=1, help="fleet: engine processes (engine.shards, default 1)")
-    s.add_argument("--flapping", type=float, default=0.0,
-                   help="fleet: share of the routers that answer 5 s, then fall silent 5 s, over and over, to time "
-                        "how soon a router that stops answering is marked (dying_marked_s; default 0; their "
-                        "silences count in measure_gap_ms)")
-    s.set_defaults(func=_cmd_bench)
+    _register_entry_points(sub)
 
     def client(name: str, help_: str) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help_)
@@ -119,6 +101,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--kind")
     c.add_argument("--after-id", type=int, default=0)
     c.add_argument("--limit", type=int, default=100)
+
+
+ENTRY_POINT_GROUP = "xtc.policer_commands"
+
+
+def _register_entry_points(sub: argparse._SubParsersAction) -> None:
+    """Actions that other distributions add under ``xtc policer`` (group ``xtc.policer_commands``: the
+    testbed's ``bench``), loaded as :mod:`xtc.cli` loads ``xtc.commands``, only when one may run."""
+    from xtc import cli
+
+    argv = cli.ARGV or []
+    if argv[:1] == ["policer"] and len(argv) > 1 and not argv[1].startswith("-") \
+            and argv[1] not in cli.LAB_COMMANDS[ENTRY_POINT_GROUP]:
+        return  # a built-in action runs: the testbed's are not loaded
+    cli.register_entry_points(sub, ENTRY_POINT_GROUP, ("policer",))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -192,20 +189,6 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     pub.chmod(0o644)
     print(json.dumps({"public": str(pub), "secret": str(sec), "public_key": pub.read_text().split('public-key = "')[1][:40]}))
     return 0
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench, run_fleet_bench
-
-    if args.fleet:
-        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples,
-                              shards=args.shards, flapping_fraction=args.flapping)
-        print(json.dumps(res, indent=1))
-        return 0
-    res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
-                    write_fraction=args.write_fraction, workers=args.workers)
-    print(json.dumps(res, indent=1))
-    return 0 if res["errors"] == 0 else 1
 
 
 def _setpoint(text: str) -> float:

@@ -130,7 +130,7 @@ def _sim_target(args: argparse.Namespace, offered_pps: float):  # noqa: ANN202 -
     """
     from importlib.metadata import entry_points
 
-    missing = _Usage("the simulated backend is part of the testbed (pip install xtc[lab])")
+    missing = _Usage("the simulated backend is part of the testbed (pip install xtc-lab)")
     found = [ep for ep in entry_points(group=TARGET_ENTRY_POINT_GROUP) if ep.name == "sim"]
     if not found:
         raise missing

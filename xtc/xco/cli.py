@@ -60,21 +60,12 @@ ENTRY_POINT_GROUP = "xtc.xco_commands"
 def _register_entry_points(sub: Any) -> None:
     """Subcommands that other distributions add under ``xtc xco`` (group ``xtc.xco_commands``; the
     testbed's ``lab``), loaded as :mod:`xtc.cli` loads ``xtc.commands``."""
-    from importlib.metadata import entry_points
-
     from xtc import cli
 
     argv = cli.ARGV or []
     if argv[:1] == ["xco"] and len(argv) > 1 and argv[1] in sub.choices:
         return  # a built-in action runs: the testbed's commands are not loaded
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            reg = ep.load()
-        except ModuleNotFoundError as e:
-            if e.name and e.name.split(".")[0] in cli._OPTIONAL_DEPENDENCIES:
-                continue
-            raise
-        reg(sub)
+    cli.register_entry_points(sub, ENTRY_POINT_GROUP, ("xco",))
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

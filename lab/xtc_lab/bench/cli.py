@@ -19,7 +19,8 @@ _ADDERS: list[Callable[[Any], None]] = [add_control, add_daemon, add_xco]
 
 def register(subparsers: Any) -> None:
     """Add ``bench`` and its subcommands to the ``xtc`` command."""
-    p = subparsers.add_parser("bench", help="benchmarks (control: controllers on the simulated plant)")
+    p = subparsers.add_parser("bench", help="benchmarks (control: controllers on the simulated plant)",
+                               epilog="example: xtc bench control --controllers xtc --out /tmp/ctl --quiet")
     sub = p.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     for add in _ADDERS:
         add(sub)

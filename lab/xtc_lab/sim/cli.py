@@ -54,7 +54,8 @@ def _csv_floats(text: str) -> list[float]:
 
 def register(subparsers: Any) -> None:
     """Add ``simulate`` and its experiments to the ``xtc`` command."""
-    p = subparsers.add_parser("simulate", help="run the XTC paper's experiments on the simulated plant")
+    p = subparsers.add_parser("simulate", help="run the XTC paper's experiments on the simulated plant",
+                               epilog="example: xtc simulate sweep --duration-s 30")
     sub = p.add_subparsers(dest="experiment", metavar="EXPERIMENT")
     for name, help_text in _HELP.items():
         e = sub.add_parser(name, help=help_text, description=help_text)

@@ -148,7 +148,7 @@ def run_once(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float, le
                    f'poll_us = {poll_us}\ngiveup_quiet_us = {giveup_quiet_us}\nclose_guard_us = {close_guard_us}\n'
                    f'realtime_priority = {priority}\n[metrics]\nenabled = false\n'
                    f'[log]\nlevel = "{level}"\n')
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))  # the checkout (lab/xtc_lab/xco)
     prof = ["-m", "cProfile", "-o", os.environ["XAB_PROFILE"]] if os.environ.get("XAB_PROFILE") else []
     p = subprocess.Popen([sys.executable, *prof, "-m", "xtc.cli", "xco", "agent", "-c", str(cfg)],
                          stderr=subprocess.PIPE, text=True, env=env)

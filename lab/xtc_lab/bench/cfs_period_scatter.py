@@ -2,7 +2,7 @@
 
 Run as root (a real LXC VR under the lab's libvirtd, real packets)::
 
-    PYTHONPATH=. python xtc_lab/bench/cfs_period_scatter.py --caps 4 --periods 100000,50000,25000 \\
+    PYTHONPATH=. python lab/xtc_lab/bench/cfs_period_scatter.py --caps 4 --periods 100000,50000,25000 \\
         --seconds 60 --out docs/lab/cfs-period/scatter
 
 For each CFS period a fresh lab with one LXC VR on that ``vcpu_period`` (the lab's forwarder, ``--work``

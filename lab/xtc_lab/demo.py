@@ -181,7 +181,8 @@ def main_sim(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="two VRs held at two setpoints, live table and plot (host lab, else simulated)")
+    p = sub.add_parser("demo", help="two VRs held at two setpoints, live table and plot (host lab, else simulated)",
+                       epilog="example: xtc demo --sim --duration-s 30")
     p.add_argument("--sim", action="store_true", help="run the simulated demo even where the lab could run")
     p.add_argument("--lab-duration-s", type=float, default=40.0, help="lab demo: seconds of control (default 40)")
     p.add_argument("--offered-pps", type=float, default=80_000.0, help="lab demo: offered UDP rate per VR, packets/s (default 80000)")

@@ -1,4 +1,5 @@
-"""A bounded load test of the REST API on loopback: ``xtc policer bench``.
+"""A bounded load test of the REST API on loopback: ``xtc policer bench`` (the testbed adds it to
+``xtc policer`` through the ``xtc.policer_commands`` entry point: :func:`register`).
 
 Starts a throw-away policer (``xtc policer serve`` in a child process, a temporary SQLite file, an
 ephemeral port, one generated token), seeds it (networks with SLAs, routers whose daemons do not
@@ -12,6 +13,7 @@ errors and status counts.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -27,12 +29,48 @@ from typing import Any, Callable
 import httpx
 import numpy as np
 
-from .engine import percentiles
+from xtc.policer.engine import percentiles
 
-__all__ = ["run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE"]
+__all__ = ["register", "run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
 PAGE = 100
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench`` to ``xtc policer``'s actions (entry point group ``xtc.policer_commands``)."""
+    s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)",
+                       epilog="example: xtc policer bench --rate 500 --duration 5")
+    s.add_argument("--rate", type=float, default=500.0, help="requests/s to offer (default 500)")
+    s.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
+    s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")
+    s.add_argument("--write-fraction", type=float, default=0.2, help="share of writes (default 0.2)")
+    s.add_argument("--workers", type=int, default=1, help="API worker processes of the throw-away policer (default 1)")
+    s.add_argument("--json", action="store_true", help="JSON only (the default output is JSON too)")
+    s.add_argument("--fleet", type=int, default=0, metavar="ROUTERS",
+                   help="police a fleet of this many stand-in daemons (testbed) first, then load the API")
+    s.add_argument("--vrs", type=int, default=16, help="VRs per fleet router (default 16)")
+    s.add_argument("--dead", type=float, default=0.1, help="share of the fleet's routers that are dead (default 0.1)")
+    s.add_argument("--no-samples", dest="samples", action="store_false",
+                   help="fleet: measure every router by 'list' (the daemons publish no samples)")
+    s.add_argument("--shards", type=int, default=1, help="fleet: engine processes (engine.shards, default 1)")
+    s.add_argument("--flapping", type=float, default=0.0,
+                   help="fleet: share of the routers that answer 5 s, then fall silent 5 s, over and over, to time "
+                        "how soon a router that stops answering is marked (dying_marked_s; default 0; their "
+                        "silences count in measure_gap_ms)")
+    s.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.fleet:
+        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples,
+                              shards=args.shards, flapping_fraction=args.flapping)
+        print(json.dumps(res, indent=1))
+        return 0
+    res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
+                    write_fraction=args.write_fraction, workers=args.workers)
+    print(json.dumps(res, indent=1))
+    return 0 if res["errors"] == 0 else 1
 
 
 def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_env: dict[str, str] | None = None,

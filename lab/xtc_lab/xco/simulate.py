@@ -67,7 +67,7 @@ from .topologies import fig27
 __all__ = ["SimResult", "simulate", "fig27_flows", "run_fig27", "run_fig1", "run_fig25", "add_xco", "main", "MODES"]
 
 MODES = ("none", "timeslice", "rate", "hybrid")
-DATA = Path(__file__).resolve().parents[2] / "tests" / "xco" / "data"
+DATA = Path(__file__).resolve().parents[3] / "tests" / "xco" / "data"  # the checkout's (lab/xtc_lab/xco)
 
 
 @dataclass

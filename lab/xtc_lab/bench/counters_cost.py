@@ -2,7 +2,7 @@
 
 Run as root::
 
-    PYTHONPATH=. python xtc_lab/bench/counters_cost.py --pairs 2000 --reps 40
+    PYTHONPATH=. python lab/xtc_lab/bench/counters_cost.py --pairs 2000 --reps 40
 
 Creates a throw-away network namespace ``xtcct-bench-<random>`` holding
 ``--pairs`` veth pairs (2 x pairs interfaces, plus lo), made with one

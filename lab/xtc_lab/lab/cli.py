@@ -19,7 +19,8 @@ EXIT_OK, EXIT_ERROR, EXIT_GOALS, EXIT_UNSUPPORTED = 0, 1, 3, 4
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("lab", help="the host lab (real LXC VRs, real packets) and the paper's experiments on it")
+    p = subparsers.add_parser("lab", help="the host lab (real LXC VRs, real packets) and the paper's experiments on it",
+                               epilog="example: xtc lab run tracking --quick --out out/lab")
     sub = p.add_subparsers(dest="lab_cmd", metavar="{up,status,down,run,list}")
     sub.required = True
     import importlib

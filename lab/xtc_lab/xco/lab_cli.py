@@ -22,7 +22,8 @@ def register(subparsers: Any) -> None:
     from xtc_lab.xco.experiments import EXPERIMENTS, MODES
     from xtc_lab.xco.testbed import BUILTIN, DEFAULT_PORT_BUFFER_BYTES, DEFAULT_SCALE
 
-    p = subparsers.add_parser("lab", help="the XCo testbed: hosts, switches and VMs in namespaces, and the paper's experiments")
+    p = subparsers.add_parser("lab", help="the XCo testbed: hosts, switches and VMs in namespaces, and the paper's experiments",
+                               epilog="example: xtc xco lab run fig22 --mode timeslice --out out/xco-lab")
     sub = p.add_subparsers(dest="xco_lab_cmd", metavar="{up,status,down,list,run}", required=True)
     u = sub.add_parser("up", help="build a topology in namespaces")
     u.add_argument("--topology", default="fig1a", help=f"xco-topology/1 file or built-in name ({', '.join(BUILTIN)})")
