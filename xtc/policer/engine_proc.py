@@ -67,6 +67,7 @@ class EngineProcess:
         #: routers probed between cycles because their stream fell silent.
         self.sampled = self.listed = self.bad_samples = self.probed = 0
         self.cycle_s: list[float] = []
+        self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}
         self.gap_s: list[float] = []
         self.error: BaseException | None = None
         self.leader_epoch: int | None = None
@@ -114,6 +115,7 @@ class EngineProcess:
             self.sampled, self.listed, self.bad_samples = rep["sampled"], rep["listed"], rep["bad_samples"]
             self.probed = rep.get("probed", 0)
             self.cycle_s = rep["cycle_s"]
+            self.cycle_hist = rep.get("cycle_hist", self.cycle_hist)
             self.gap_s = rep["gap_s"]
             self.leader_epoch = rep["epoch"]
             self._leads = rep["leader"]
@@ -226,6 +228,14 @@ class EngineShards:
     @property
     def gap_s(self) -> list[float]:
         return self._aligned_max("gap_s")
+
+    @property
+    def cycle_hist(self) -> dict[str, Any]:
+        """The shards' cycle histograms added up (one observation per shard's cycle)."""
+        hs = [p.cycle_hist for p in self.procs if p.cycle_hist["counts"]]
+        if not hs:
+            return {"counts": [], "sum": 0.0}
+        return {"counts": [sum(c) for c in zip(*(h["counts"] for h in hs))], "sum": sum(h["sum"] for h in hs)}
 
     @property
     def leader_epoch(self) -> int | None:
@@ -345,7 +355,7 @@ def main() -> int:
         rep = {"cycles": engine.cycles, "bad_replies": sum(engine.bad_replies.values()),
                "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed,
                "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
-               "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
+               "cycle_s": [round(x, 6) for x in engine.cycle_s], "cycle_hist": engine.cycle_hist, "gap_s": [round(x, 6) for x in engine.gap_s],
                "leader": leads,
                "epoch": store.fence_epoch if leads else None,
                "error": repr(failed[0]) if failed else None}

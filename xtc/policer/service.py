@@ -181,7 +181,8 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
 # ------------------------------------------------------------------------------ several workers
 
 #: The engine's attributes the API reads (``/health``, ``/metrics``), relayed to the workers.
-_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "bad_samples", "cycle_s", "gap_s", "leader_epoch")
+_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "bad_samples", "cycle_s", "cycle_hist", "gap_s",
+            "leader_epoch")
 
 
 class RelayedEngine:
@@ -195,6 +196,7 @@ class RelayedEngine:
         self.cycles = self.sampled = self.listed = self.probed = self.bad_samples = 0
         self.bad_replies: dict[str, int] = {}
         self.cycle_s: list[float] = []
+        self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}
         self.gap_s: list[float] = []
         self.leader_epoch: int | None = None
         self.shard_states: list[dict[str, Any]] | None = None
