@@ -32,6 +32,8 @@ import sys
 import threading
 from typing import Any, Callable
 
+from xtc.daemon.logs import setup_logging
+
 from .db import LeaderLock, NotLeader, StoreError
 from .store import Store
 
@@ -317,12 +319,12 @@ class Leadership:
 
 def main() -> int:
     """The child: read the settings line, run the engine (and the leadership) until stdin ends."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # A terminal's ^C, or a service manager's SIGTERM to the whole group, reaches the parent too, which
     # stops us by closing our stdin (an engine that ended first would look like a crash to it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = json.loads(sys.stdin.readline())
+    setup_logging(cfg.get("log_format", "json"), cfg.get("log_level", "info"))
     from .engine import Engine
     from .link import LinkPool
     from .samples import SampleStreams
