@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -106,3 +107,21 @@ def test_every_metric_an_alert_reads_is_exported(scrapes: dict[str, str]) -> Non
     for r in rules:
         names = metric_names(r["expr"])
         assert names and names <= exported, (r["alert"], sorted(names - exported))
+
+
+def test_the_metrics_reference_is_up_to_date() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_metrics_reference.py"), "--check"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("page", ["docs/reference/metrics.md", "docs/guide/monitoring.md"])
+def test_the_docs_name_every_exported_metric(scrapes: dict[str, str], page: str) -> None:
+    text = (ROOT / page).read_text()
+    missing = set()
+    for service, scrape_text in scrapes.items():
+        for f in text_string_to_metric_families(scrape_text):
+            name = {"counter": f.name + "_total"}.get(f.type, f.name)
+            if f"`{name}`" not in text:
+                missing.add((service, name))
+    assert not missing, sorted(missing)

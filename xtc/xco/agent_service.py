@@ -71,8 +71,8 @@ class _Metrics(ServiceMetrics):
             def collect(self_inner: Any) -> Any:
                 svc = svc_ref()
                 core = svc.core
-                yield labelled_counter("xco_messages_dropped", "Datagrams from the controller dropped", "reason", core.dropped, DROP_REASONS)
-                yield labelled_counter("xco_messages_received", "Valid datagrams received from the controller", "type", core.received)
+                yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
+                yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
                 yield labelled_counter("xco_messages_sent", "Datagrams sent to the controller", "type", core.sent)
                 yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
                 yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
