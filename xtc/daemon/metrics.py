@@ -111,18 +111,20 @@ class PacketCounters(Collector):
                     self._names = names
                     self._fwd = np.zeros(len(names))
                     self._off = np.zeros(len(names))
-                known = readings.known  # type: ignore[attr-defined]
-                self._fwd += np.where(known, readings.forwarded, 0.0) * period_s  # type: ignore[attr-defined]
-                self._off += np.where(known, readings.offered, 0.0) * period_s  # type: ignore[attr-defined]
+                # (the rates are 0.0 where unknown: Readings' contract)
+                self._fwd += readings.forwarded * period_s  # type: ignore[attr-defined]
+                self._off += readings.offered * period_s  # type: ignore[attr-defined]
                 return
-            for vr, r in readings.items():
-                t = self.totals.get(vr)
+            totals = self.totals
+            get = totals.get
+            for vr, (f, o, _reset) in readings.items():
+                t = get(vr)
                 if t is None:
-                    t = self.totals[vr] = [0.0, 0.0]
-                if r[0] is not None:
-                    t[0] += r[0] * period_s
-                if r[1] is not None:
-                    t[1] += r[1] * period_s
+                    t = totals[vr] = [0.0, 0.0]
+                if f is not None:
+                    t[0] += f * period_s
+                if o is not None:
+                    t[1] += o * period_s
 
     def snapshot(self) -> dict[str, tuple[float, float]]:
         """VR -> (forwarded packets, offered packets) so far."""
