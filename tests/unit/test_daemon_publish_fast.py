@@ -90,7 +90,7 @@ def test_packet_counters_add_every_period_over_arrays_and_mappings() -> None:
         return Readings(names, idx, np.array(f), np.array(o), np.array(known), np.zeros(n, bool))
 
     m.packets.add(arrays([100.0, 10.0], [200.0, 20.0], [True, True]), 1.0)
-    m.packets.add(arrays([100.0, 5.0], [200.0, 7.0], [True, False]), 0.5)  # b unknown: nothing added
+    m.packets.add(arrays([100.0, 0.0], [200.0, 0.0], [True, False]), 0.5)  # b unknown (0.0: Readings' contract)
     assert m.packets.snapshot() == {"a": (150.0, 300.0), "b": (10.0, 20.0)}
     # A new VR list (another list object): the totals carry on, "c" starts at 0.
     m.packets.add(arrays([10.0, 4.0], [10.0, 4.0], [True, True], ["a", "c"], {"a": 0, "c": 1}), 2.0)
