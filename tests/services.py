@@ -4,8 +4,8 @@
 - the policer: ``xtc policer serve`` (SQLite), a process;
 - the XCo controller: ``xtc xco controller``, a process;
 - the XCo agent: :class:`~xtc.xco.agent_service.AgentService` in this process with an in-memory gate
-  (a real agent process needs root for its ``tc`` gate), registered with that controller, its real
-  HTTP endpoint on loopback.
+  (a real agent process needs root for its ``tc`` gate: tests/root/test_xco_agent_metrics_netns.py
+  checks one), registered with that controller, its real HTTP endpoint on loopback.
 
 Used by the checks of the metrics (``promtool check metrics``) and of the Grafana dashboard.
 """
