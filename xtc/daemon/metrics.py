@@ -8,7 +8,7 @@ period, from the meter's readings); gauges ``xtc_vr_setpoint_pps`` and ``xtc_vr_
 cap as a fraction of one CPU; no sample where there is none); state sets ``xtc_vr_state{state}``
 (``active``, ``paused``, ``inactive``: 1 for the VR's state, 0 for the others) and
 ``xtc_vr_saturation{saturation}`` (``cap_max``, ``cap_min``, ``cap_slack``, ``none``).
-Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_actuations_total{outcome}`` (cap writes and
+Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_cap_changes_total{outcome}`` (cap writes and
 restores), ``xtc_periods_total``, ``xtc_period_work_seconds`` (histogram),
 ``xtc_meter_errors_total``, ``xtc_reloads_total{outcome}``; and in every XTC service,
 :func:`add_standard_metrics`: ``process_*`` and ``xtc_build_info{service,version}``.
@@ -217,7 +217,7 @@ class DaemonMetrics:
         r.register(self.packets)
         add_standard_metrics(r, "daemon")
         self.requests = Counter("xtc_requests", "Manager requests", ["cmd", "outcome"], registry=r)
-        self.actuations = Counter("xtc_actuations", "Cap changes: writes and restores of a VR's CPU cap, by "
+        self.actuations = Counter("xtc_cap_changes", "Cap changes: writes and restores of a VR's CPU cap, by "
                                   "outcome (ok, failed)", ["outcome"], registry=r)
         self.periods = Counter("xtc_periods", "Control periods run", registry=r)
         self.meter_errors = Counter("xtc_meter_errors", "Failed meter reads", registry=r)
