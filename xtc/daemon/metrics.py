@@ -11,7 +11,7 @@ cap as a fraction of one CPU; no sample where there is none); state sets ``xtc_v
 Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_cap_changes_total{outcome}`` (cap writes and
 restores), ``xtc_periods_total``, ``xtc_period_work_seconds`` (histogram),
 ``xtc_meter_errors_total``, ``xtc_reloads_total{outcome}``; and in every XTC service,
-:func:`add_standard_metrics`: ``process_*`` and ``xtc_build_info{service,version}``.
+:func:`xtc.service_metrics.add_standard_metrics`: ``process_*`` and ``xtc_build_info{service,version}``.
 
 The per-VR gauges are not set every period: a collector turns sample rows into metrics when
 Prometheus scrapes (typically every 15-60 s, against one period a second).  With
@@ -26,13 +26,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterator, Mapping, Sequence
 
-from importlib import metadata
-
 import numpy as np
-from prometheus_client import (REGISTRY, CollectorRegistry, Counter, Histogram, Info, ProcessCollector,
-                               disable_created_metrics, start_http_server)
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from xtc.service_metrics import add_standard_metrics, xtc_version
 
 from .api import SAMPLE_FIELDS
 
@@ -47,28 +46,6 @@ _STATE = SAMPLE_FIELDS.index("state")
 _SATURATED = SAMPLE_FIELDS.index("saturated")
 _SETPOINT = SAMPLE_FIELDS.index("setpoint_pps")
 _CAP = SAMPLE_FIELDS.index("cap_percent")
-
-
-def xtc_version() -> str:
-    """The installed distribution's version (``unknown`` when XTC runs from a source tree)."""
-    try:
-        return metadata.version("xtc")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def add_standard_metrics(registry: CollectorRegistry, service: str) -> None:
-    """What every XTC service exports besides its own metrics: ``process_*`` (CPU seconds, resident
-    memory, open files, start time: :class:`prometheus_client.ProcessCollector`) and
-    ``xtc_build_info{service,version}`` (always 1; join on it to label a series with the version).
-
-    It also turns off prometheus_client's ``*_created`` series in this process (a gauge per counter
-    and histogram that no dashboard or alert of XTC reads)."""
-    disable_created_metrics()
-    if registry is not REGISTRY:  # the global registry has its process collector already
-        ProcessCollector(registry=registry)
-    Info("xtc_build", "The XTC build this service runs (always 1)", registry=registry).info(
-        {"service": service, "version": xtc_version()})
 
 
 class PacketCounters(Collector):

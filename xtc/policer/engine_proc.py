@@ -357,7 +357,8 @@ def main() -> int:
         rep = {"cycles": engine.cycles, "bad_replies": sum(engine.bad_replies.values()),
                "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed,
                "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
-               "cycle_s": [round(x, 6) for x in engine.cycle_s], "cycle_hist": engine.cycle_hist, "gap_s": [round(x, 6) for x in engine.gap_s],
+               "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
+               "cycle_hist": engine.cycle_hist,
                "leader": leads,
                "epoch": store.fence_epoch if leads else None,
                "error": repr(failed[0]) if failed else None}
