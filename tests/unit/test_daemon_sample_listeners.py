@@ -143,3 +143,19 @@ def test_a_scrape_takes_the_last_rows_when_no_period_comes(tmp_path):
         assert _measured(out[1]) == first  # the last rows, not nothing
     finally:
         svc.close()
+
+
+def test_cap_changes_are_counted_per_vr_every_period(tmp_path):
+    """``xtc_vr_cap_changes_total{vr}`` counts every cap the daemon writes or restores, read or not;
+    its sum is ``xtc_cap_changes_total{outcome="ok"}``."""
+    svc, clock, _built = make(tmp_path)
+    try:
+        assert json.loads(svc.handle_message([b'{"v": 1, "cmd": "activate", "vr": "vr1", "setpoint_pps": 30000}']))["ok"]
+        step(svc, clock, 6)
+        assert json.loads(svc.handle_message([b'{"v": 1, "cmd": "deactivate", "vr": "vr1"}']))["ok"]  # a restore
+        reg = svc.metrics.registry
+        per_vr = reg.get_sample_value("xtc_vr_cap_changes_total", {"vr": "vr1"})
+        assert per_vr is not None and per_vr >= 2
+        assert per_vr == reg.get_sample_value("xtc_cap_changes_total", {"outcome": "ok"})
+    finally:
+        svc.close()

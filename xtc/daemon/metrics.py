@@ -4,7 +4,7 @@ Names, types and units follow Prometheus' conventions (docs/guide/monitoring.md 
 
 Per VR (label ``vr``): counters ``xtc_vr_forwarded_packets_total`` and
 ``xtc_vr_offered_packets_total`` (``rate()`` of them is the VR's packet rate; counted every
-period, from the meter's readings); gauges ``xtc_vr_setpoint_pps`` and ``xtc_vr_cap_ratio`` (the
+period, from the meter's readings) and ``xtc_vr_cap_changes_total`` (caps written or restored); gauges ``xtc_vr_setpoint_pps`` and ``xtc_vr_cap_ratio`` (the
 cap as a fraction of one CPU; no sample where there is none); state sets ``xtc_vr_state{state}``
 (``active``, ``paused``, ``inactive``: 1 for the VR's state, 0 for the others) and
 ``xtc_vr_saturation{saturation}`` (``cap_max``, ``cap_min``, ``cap_slack``, ``none``).
@@ -35,7 +35,7 @@ from xtc.service_metrics import add_standard_metrics, xtc_version
 
 from .api import SAMPLE_FIELDS
 
-__all__ = ["DaemonMetrics", "PacketCounters", "add_standard_metrics", "xtc_version", "VR_STATES", "SATURATIONS"]
+__all__ = ["DaemonMetrics", "PacketCounters", "CapChangeCounters", "add_standard_metrics", "xtc_version", "VR_STATES", "SATURATIONS"]
 
 #: The states of ``xtc_vr_state`` and of ``xtc_vr_saturation`` (every VR has one sample per state).
 VR_STATES = ("active", "paused", "inactive")
@@ -182,6 +182,34 @@ class _VrCollector(Collector):
         yield GaugeMetricFamily("xtc_vr_saturation", "", labels=["vr", "saturation"])
 
 
+class CapChangeCounters(Collector):
+    """``xtc_vr_cap_changes_total{vr}``: the caps the daemon wrote or restored, per VR (kept for VRs
+    that went away, like the packet counters)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def add(self, vrs: Sequence[str]) -> None:
+        """One change per entry of ``vrs``."""
+        with self.lock:
+            counts = self.counts
+            for vr in vrs:
+                counts[vr] = counts.get(vr, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        fam = CounterMetricFamily("xtc_vr_cap_changes", "Cap changes of the VR: writes and restores of its CPU "
+                                  "cap that succeeded", labels=["vr"])
+        with self.lock:
+            items = sorted(self.counts.items())
+        for vr, n in items:
+            fam.add_metric([vr], n)
+        yield fam
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("xtc_vr_cap_changes", "", labels=["vr"])
+
+
 class DaemonMetrics:
     """All metrics of one daemon, in a registry of their own (so tests can make several)."""
 
@@ -192,6 +220,8 @@ class DaemonMetrics:
         r.register(self._vr)
         self.packets = PacketCounters()
         r.register(self.packets)
+        self.cap_changes = CapChangeCounters()
+        r.register(self.cap_changes)
         add_standard_metrics(r, "daemon")
         self.requests = Counter("xtc_requests", "Manager requests", ["cmd", "outcome"], registry=r)
         self.actuations = Counter("xtc_cap_changes", "Cap changes: writes and restores of a VR's CPU cap, by "

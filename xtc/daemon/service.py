@@ -429,6 +429,7 @@ class DaemonService:
         failed = outcomes.writes_failed + outcomes.restores_failed
         if ok:
             self.metrics.actuations.labels("ok").inc(ok)
+            self.metrics.cap_changes.add(outcomes.changed)
         if failed:
             self.metrics.actuations.labels("failed").inc(failed)
 
