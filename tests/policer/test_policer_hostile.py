@@ -414,7 +414,9 @@ def test_serve_access_log_logs_requests(tmp_path: Path) -> None:
         httpx.get(url + "/routers", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=2)
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
-        wait_for(lambda: any('"GET /routers HTTP/1.1" 200' in ln for ln in lines), 5, "an access record")
+        # (a JSON log record: its msg is uvicorn's access line)
+        wait_for(lambda: any('"GET /routers HTTP/1.1" 200' in json.loads(ln).get("msg", "")
+                             for ln in lines if ln.startswith("{")), 5, "an access record")
         assert not any(TOKEN in ln for ln in lines)
     finally:
         stop_process(proc)

@@ -130,6 +130,16 @@ def test_two_shards_police_every_router(make_daemon: Any, make_policer: Any) -> 
     assert h["leader"] is True and [s["shard"] for s in h["shards"]] == [0, 1], h
     assert all(s["leader"] and s["cycles"] > 0 for s in h["shards"]), h
     assert h["cycle_ms"]["max"] < 1000 * 0.5 * 4, h
+    # /metrics: every shard's cycles in the histogram (relayed from the engine processes to the worker)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert pol.http is not None
+    text = pol.http.get("/metrics").text
+    (fam,) = [f for f in text_string_to_metric_families(text) if f.name == "xtc_policer_cycle_seconds"]
+    got = {(s.name, s.labels.get("le")): s.value for s in fam.samples}
+    count = got[("xtc_policer_cycle_seconds_count", None)]
+    assert count >= 2 and got[("xtc_policer_cycle_seconds_bucket", "+Inf")] == count, got
+    assert 0 < got[("xtc_policer_cycle_seconds_sum", None)] < count * 0.5 * 4, got
 
 
 @pytest.mark.parametrize("policer_db", ["postgresql"])

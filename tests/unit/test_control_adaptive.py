@@ -162,5 +162,6 @@ def test_saturated_metric() -> None:
             "present": True, "original_cap_percent": None, "actuation_error": None}
     m.update([[{**base, "vr": vr, "saturated": sat}[k] for k in SAMPLE_FIELDS]
               for vr, sat in (("a", "cap_max"), ("b", "cap_min"), ("c", None))])
-    got = {k: m.registry.get_sample_value("xtc_vr_saturated", {"vr": k}) for k in "abc"}
-    assert got == {"a": 1.0, "b": -1.0, "c": 0.0}
+    got = {k: [s for s in ("cap_max", "cap_min", "cap_slack", "none")
+               if m.registry.get_sample_value("xtc_vr_saturation", {"vr": k, "saturation": s}) == 1.0] for k in "abc"}
+    assert got == {"a": ["cap_max"], "b": ["cap_min"], "c": ["none"]}

@@ -170,7 +170,7 @@ def test_a_vr_short_of_its_setpoint_with_a_cap_it_does_not_use_up_is_flagged_cap
     assert [r[i] for r in rows] == ["cap_slack", None]
     m = DaemonMetrics()
     m.update(rows)
-    assert m.registry.get_sample_value("xtc_vr_saturated", {"vr": "tcp1"}) == 0.5
+    assert m.registry.get_sample_value("xtc_vr_saturation", {"vr": "tcp1", "saturation": "cap_slack"}) == 1.0
     # a setpoint it can reach: the flag goes at once
     host.loop.handle(Request("setpoint", "tcp1", 29_500.0), host.t_s)
     _run(host, 1, loop=host.loop)

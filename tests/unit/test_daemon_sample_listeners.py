@@ -95,8 +95,8 @@ def _scrape(port: int, out: list) -> None:
     out.append(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
 
 
-def _measured(text: str) -> float:
-    (line,) = [ln for ln in text.splitlines() if ln.startswith('xtc_vr_measured_pps{vr="vr1"}')]
+def _measured(text: str, name: str = "xtc_vr_cap_ratio") -> float:
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(name + '{vr="vr1"}')]
     return float(line.rsplit(" ", 1)[1])
 
 
@@ -116,7 +116,8 @@ def test_a_scrape_waits_for_the_next_period_and_gets_its_rows(tmp_path):
         step(svc, clock)
         t.join(5)
         assert len(built) == 1 and out
-        assert _measured(out[0]) == pytest.approx(svc.core.describe("vr1")["measured_pps"])
+        assert _measured(out[0]) == pytest.approx(svc.core.describe("vr1")["cap_percent"] / 100)
+        assert _measured(out[0], "xtc_vr_forwarded_packets_total") > 0  # counted every period, read or not
         assert not svc.metrics.rows_wanted()
         step(svc, clock, 2)
         assert len(built) == 1  # the scrape was answered: no rows until the next one
@@ -140,5 +141,21 @@ def test_a_scrape_takes_the_last_rows_when_no_period_comes(tmp_path):
         _scrape(svc.metrics_port, out)  # the loop is stalled: no period runs
         assert 0.25 <= time.monotonic() - t0 < 3.0
         assert _measured(out[1]) == first  # the last rows, not nothing
+    finally:
+        svc.close()
+
+
+def test_cap_changes_are_counted_per_vr_every_period(tmp_path):
+    """``xtc_vr_cap_changes_total{vr}`` counts every cap the daemon writes or restores, read or not;
+    its sum is ``xtc_cap_changes_total{outcome="ok"}``."""
+    svc, clock, _built = make(tmp_path)
+    try:
+        assert json.loads(svc.handle_message([b'{"v": 1, "cmd": "activate", "vr": "vr1", "setpoint_pps": 30000}']))["ok"]
+        step(svc, clock, 6)
+        assert json.loads(svc.handle_message([b'{"v": 1, "cmd": "deactivate", "vr": "vr1"}']))["ok"]  # a restore
+        reg = svc.metrics.registry
+        per_vr = reg.get_sample_value("xtc_vr_cap_changes_total", {"vr": "vr1"})
+        assert per_vr is not None and per_vr >= 2
+        assert per_vr == reg.get_sample_value("xtc_cap_changes_total", {"outcome": "ok"})
     finally:
         svc.close()

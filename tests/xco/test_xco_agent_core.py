@@ -407,7 +407,7 @@ def test_config_is_validated_naming_the_key_and_checked_against_the_topology(tmp
     base = ('schema = "xco-agent/1"\ntopology = "t.toml"\nhost = "s1"\nuplink = "eth0"\n'
             'controller = "127.0.0.1:7800"\n')
     cfg = loads_agent_config(base, base_dir=tmp_path)
-    assert cfg.topology == str(tmp_path / "t.toml") and cfg.small_flow_bytes == 100_000 and cfg.metrics.port == 9111
+    assert cfg.topology == str(tmp_path / "t.toml") and cfg.small_flow_bytes == 100_000 and cfg.metrics.port == 8973
     assert check_against_topology(cfg, _topo()) == (0, 1_000_000_000)
     for text, key in [(base + "poll_us = 10\n", "poll_us"), (base + "giveup_us = 5\n", "giveup_us"),
                       (base.replace('"eth0"', '"a/b"'), "uplink"), (base.replace("7800", "x"), "controller"),

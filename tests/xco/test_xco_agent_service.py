@@ -223,7 +223,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         text = generate_latest(agents["s1"].svc.metrics.registry).decode()
         n_applied = sum(1 for _ in agents["s1"].svc.directive_log)
         assert f"xco_agent_directive_to_gate_seconds_count {float(n_applied)}" in text
-        assert 'xco_agent_messages_dropped_total{reason="address"} 0.0' in text
+        assert 'xco_messages_dropped_total{reason="address"} 0.0' in text
         assert "xco_agent_failed_open 0.0" in text and "xco_agent_welcomed 1.0" in text
     except BaseException:
         for a in agents.values():

@@ -42,7 +42,7 @@ A complete example (every key shown with its default unless marked required)::
     [metrics]
     enabled = true
     address = "127.0.0.1"
-    port = 9108                      # 0 = an ephemeral port (logged at start)
+    port = 8971                      # 0 = an ephemeral port (logged at start)
 
     [log]
     format = "json"                  # "json" (JSON lines) or "kv" (key=value)
@@ -339,7 +339,7 @@ class ManagerSection:
 class MetricsSection:
     enabled: Bool = True
     address: Str = "127.0.0.1"
-    port: Annotated[Integer, within(0, 65535)] = 9108
+    port: Annotated[Integer, within(0, 65535)] = 8971
 
 
 @dataclass(config=TABLE)

@@ -53,6 +53,8 @@ class ActionOutcomes:
     writes_failed: int = 0
     restores_ok: int = 0
     restores_failed: int = 0
+    #: The VRs whose cap was written or restored, one entry per change (for the per-VR metric).
+    changed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -209,6 +211,7 @@ class ControlLoop:
                 else:
                     written.append((act.vr, in_force, act.cap_percent))
                     out.writes_ok += 1
+                    out.changed.append(act.vr)
                     if debug:
                         event(log, logging.DEBUG, "cap_written", vr=act.vr, cap_percent=act.cap_percent,
                               cap_in_force_percent=in_force)
@@ -221,6 +224,7 @@ class ControlLoop:
                 else:
                     self.core.restored(act.vr)
                     out.restores_ok += 1
+                    out.changed.append(act.vr)
                     event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
         if written:
             self.core.caps_written(written, now_s)
@@ -300,6 +304,7 @@ class ControlLoop:
             try:
                 self.host.restore_cap(act.vr, act.cap_percent, act.original_record)
                 out.restores_ok += 1
+                out.changed.append(act.vr)
                 event(log, logging.INFO, "cap_restored", vr=act.vr, cap_percent=act.cap_percent)
             except HostAdapterError as e:
                 out.restores_failed += 1

@@ -485,9 +485,13 @@ class DaemonService:
     def run_period(self, now: float, period_s: float) -> None:
         """One control period (:meth:`ControlLoop.period`), then samples, metrics and state."""
         t0 = time.perf_counter()
+        meter = self.control.meter
+        last_read_s = meter.last_time_s
         report = self.control.period(now)
         if report.meter_error is not None:
             self.metrics.meter_errors.inc()
+        elif last_read_s is not None and meter.last_time_s is not None:  # the rates' interval
+            self.metrics.packets.add(report.readings, meter.last_time_s - last_read_s)
         self._count(report.outcomes)
         # The rows are built only for someone who reads them: a subscriber of the samples, a
         # Prometheus scrape waiting for them, the debug log (at 10,000 VRs rows and JSON are
@@ -552,6 +556,7 @@ class DaemonService:
         failed = outcomes.writes_failed + outcomes.restores_failed
         if ok:
             self.metrics.actuations.labels("ok").inc(ok)
+            self.metrics.cap_changes.add(outcomes.changed)
         if failed:
             self.metrics.actuations.labels("failed").inc(failed)
 

@@ -18,7 +18,7 @@ NetlinkCounters(netns=None)
     ``RTM_GETLINK`` dumps; returns a :class:`CounterTable`.  The preferred
     source: at 4000 interfaces a read costs about 3.3 ms of CPU (3.1 ms of it
     in the kernel) where ``/proc/net/dev`` costs about 33 ms (7 ms in the
-    kernel, the rest parsing); measured with ``xtc_lab/bench/counters_cost.py``.
+    kernel, the rest parsing); measured with ``lab/xtc_lab/bench/counters_cost.py``.
 CounterTable
     One reading as arrays, and a read-only mapping of name to IfCounters.
 ProcNetDevCounters(path="/proc/net/dev", netns=None)

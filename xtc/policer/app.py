@@ -27,8 +27,10 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from xtc.service_metrics import add_standard_metrics
+
 from .config import PolicerConfig
-from .engine import percentiles
+from .engine import CYCLE_BUCKETS_S, percentiles
 from .link import VR_PATTERN, strict_json
 from .policy import ActivationParams, PolicyError
 from .store import Conflict, NotFound, Store
@@ -498,7 +500,7 @@ class PolicerCollector:
     Gauges: ``xtc_policer_routers{status}``, per router ``xtc_policer_router_unreachable``,
     ``xtc_policer_router_control_on`` (XTC on for its VRs) and ``xtc_policer_router_demand_pps``;
     ``xtc_policer_vr_punishment_level{router,vr}`` (punished VRs only); ``xtc_policer_leader``;
-    ``xtc_policer_cycle_seconds{quantile}`` (recent policy cycles).  Counters:
+    ``xtc_policer_cycle_seconds`` (a histogram of the policy cycles).  Counters:
     ``xtc_policer_punishments_total{level}`` (from the audit log), ``xtc_policer_engine_cycles_total``,
     ``xtc_policer_bad_replies_total``.
     """
@@ -521,7 +523,7 @@ class PolicerCollector:
                     return dict(self._punishments)
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         routers = self.store.list_routers(include_removed=False)
         by_status = GaugeMetricFamily("xtc_policer_routers", "Routers by status (removed ones left out)",
@@ -558,13 +560,14 @@ class PolicerCollector:
                                   value=e.cycles if e is not None else 0)
         yield CounterMetricFamily("xtc_policer_bad_replies", "Daemon replies dropped as invalid",
                                   value=sum(e.bad_replies.values()) if e is not None else 0)
-        cyc = GaugeMetricFamily("xtc_policer_cycle_seconds", "Policy cycle time over the recent cycles, seconds",
-                                labels=["quantile"])
-        xs = sorted(e.cycle_s) if e is not None else []
-        if xs:
-            for q in (0.5, 0.99, 1.0):
-                cyc.add_metric([str(q)], xs[min(len(xs) - 1, int(q * len(xs)))])
-        yield cyc
+        h = getattr(e, "cycle_hist", None) or {"counts": [], "sum": 0.0}
+        counts = h["counts"] or [0] * (len(CYCLE_BUCKETS_S) + 1)
+        cum, buckets = 0, []
+        for le, n in zip((*(repr(float(b)) for b in CYCLE_BUCKETS_S), "+Inf"), counts):
+            cum += n
+            buckets.append((le, cum))
+        yield HistogramMetricFamily("xtc_policer_cycle_seconds", "Policy cycle time (a cycle's start to its last "
+                                    "answering router handled), seconds", buckets=buckets, sum_value=h["sum"])
 
 
 def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
@@ -693,6 +696,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PolicerCollector(store, engine))
+    add_standard_metrics(registry, "policer")
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(_a: Reader) -> Response:

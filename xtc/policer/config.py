@@ -35,6 +35,10 @@ A complete example (defaults shown)::
     [curve]
     client_secret_key_file = ""   # the policer's CURVE .key_secret (used for routers with a server key)
 
+    [log]
+    format = "json"           # "json" (JSON lines) or "kv" (key=value), on stderr like the other services
+    level = "info"            # debug, info, warning, error
+
 Without a certificate the policer serves plain HTTP, and then only on a loopback address (127.0.0.0/8,
 ``::1``, ``localhost``) unless ``allow_plain_http = true``: its clients' bearer tokens would cross the
 network in clear text.  The certificate, the key and that they match are checked when the file is
@@ -102,6 +106,8 @@ class PolicerConfig:
     max_reply_bytes: int = 8 * 1024 * 1024
     samples: bool = True
     shards: int = 1
+    log_format: str = "json"
+    log_level: str = "info"
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration without secrets."""
@@ -112,7 +118,8 @@ class PolicerConfig:
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
-                "samples": self.samples, "shards": self.shards}
+                "samples": self.samples, "shards": self.shards, "log_format": self.log_format,
+                "log_level": self.log_level}
 
 
 # ------------------------------------------------------------------------------ the file's schema
@@ -182,6 +189,12 @@ class _Curve:
 
 
 @pyd.dataclass(config=_TABLE)
+class _Log:
+    format: Literal["json", "kv"] = "json"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@pyd.dataclass(config=_TABLE)
 class _Document:
     schema: Literal["xtc-policer/1"] = SCHEMA
     server: _Server = field(default_factory=_Server)
@@ -189,6 +202,7 @@ class _Document:
     auth: _Auth = field(default_factory=_Auth)
     engine: _Engine = field(default_factory=_Engine)
     curve: _Curve = field(default_factory=_Curve)
+    log: _Log = field(default_factory=_Log)
 
 
 _DOCUMENT = TypeAdapter(_Document)
@@ -247,6 +261,8 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         max_reply_bytes=d.engine.max_reply_bytes,
         samples=d.engine.samples,
         shards=d.engine.shards,
+        log_format=d.log.format,
+        log_level=d.log.level,
     )
     check_transport(cfg)
     if cfg.curve_secret_key_file:  # refused now, not at the first exchange with a daemon

@@ -46,6 +46,7 @@ before a reboot, restarts from now).  Wall time is used only for the records' ti
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import logging
@@ -63,7 +64,10 @@ from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_route
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
-__all__ = ["Engine", "shard_of", "percentiles"]
+__all__ = ["Engine", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
+
+#: Upper bounds of the buckets of ``xtc_policer_cycle_seconds`` (a histogram), seconds.
+CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 log = logging.getLogger("xtc.policer.engine")
 
@@ -292,6 +296,9 @@ class Engine:
         #: Seconds from each recent cycle's start until its last answering router was handled (planned,
         #: commands answered): the policy cycle's time, newest last (at most 600 cycles).
         self.cycle_s: collections.deque[float] = collections.deque(maxlen=600)
+        #: Every cycle time so far as a histogram: ``counts`` per bucket of :data:`CYCLE_BUCKETS_S` and
+        #: one above them (not cumulative), ``sum`` of the times, seconds.
+        self.cycle_hist: dict[str, Any] = {"counts": [0] * (len(CYCLE_BUCKETS_S) + 1), "sum": 0.0}
         self._cycle: list[float] = [0.0, 0.0]  # the running cycle's start and its last answering router's end
         #: Per recent cycle, the longest time any router went between two of its measurements reaching the
         #: store (seconds, newest last, at most 600 cycles): every period for a healthy router is <= 1.5 periods.
@@ -407,7 +414,11 @@ class Engine:
         """
         self._ensure_worker()
         if self._cycle[1] > self._cycle[0]:
-            self.cycle_s.append(self._cycle[1] - self._cycle[0])
+            took = self._cycle[1] - self._cycle[0]
+            self.cycle_s.append(took)
+            h = self.cycle_hist
+            h["counts"][bisect.bisect_left(CYCLE_BUCKETS_S, took)] += 1
+            h["sum"] += took
         if self._gap > 0:
             self.gap_s.append(self._gap)
             self._gap = 0.0

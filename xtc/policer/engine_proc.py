@@ -32,6 +32,8 @@ import sys
 import threading
 from typing import Any, Callable
 
+from xtc.daemon.logs import setup_logging
+
 from .db import LeaderLock, NotLeader, StoreError
 from .store import Store
 
@@ -67,6 +69,7 @@ class EngineProcess:
         #: routers probed between cycles because their stream fell silent.
         self.sampled = self.listed = self.bad_samples = self.probed = 0
         self.cycle_s: list[float] = []
+        self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}
         self.gap_s: list[float] = []
         self.error: BaseException | None = None
         self.leader_epoch: int | None = None
@@ -114,6 +117,7 @@ class EngineProcess:
             self.sampled, self.listed, self.bad_samples = rep["sampled"], rep["listed"], rep["bad_samples"]
             self.probed = rep.get("probed", 0)
             self.cycle_s = rep["cycle_s"]
+            self.cycle_hist = rep.get("cycle_hist", self.cycle_hist)
             self.gap_s = rep["gap_s"]
             self.leader_epoch = rep["epoch"]
             self._leads = rep["leader"]
@@ -228,6 +232,14 @@ class EngineShards:
         return self._aligned_max("gap_s")
 
     @property
+    def cycle_hist(self) -> dict[str, Any]:
+        """The shards' cycle histograms added up (one observation per shard's cycle)."""
+        hs = [p.cycle_hist for p in self.procs if p.cycle_hist["counts"]]
+        if not hs:
+            return {"counts": [], "sum": 0.0}
+        return {"counts": [sum(c) for c in zip(*(h["counts"] for h in hs))], "sum": sum(h["sum"] for h in hs)}
+
+    @property
     def leader_epoch(self) -> int | None:
         """Shard 0's epoch while this process leads it (each shard has its own: :attr:`shard_states`)."""
         return self.procs[0].leader_epoch if self.procs[0].is_leader() else None
@@ -307,12 +319,12 @@ class Leadership:
 
 def main() -> int:
     """The child: read the settings line, run the engine (and the leadership) until stdin ends."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # A terminal's ^C, or a service manager's SIGTERM to the whole group, reaches the parent too, which
     # stops us by closing our stdin (an engine that ended first would look like a crash to it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = json.loads(sys.stdin.readline())
+    setup_logging(cfg.get("log_format", "json"), cfg.get("log_level", "info"))
     from .engine import Engine
     from .link import LinkPool
     from .samples import SampleStreams
@@ -346,6 +358,7 @@ def main() -> int:
                "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed,
                "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
                "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
+               "cycle_hist": engine.cycle_hist,
                "leader": leads,
                "epoch": store.fence_epoch if leads else None,
                "error": repr(failed[0]) if failed else None}

@@ -45,6 +45,8 @@ from typing import Any, Callable
 
 import uvicorn
 
+from xtc.daemon.logs import setup_logging
+
 from .app import create_app
 from .config import ConfigError, PolicerConfig, check_transport, server_ssl_context
 from .engine import Engine
@@ -58,7 +60,7 @@ from xtc.service.notify import Notifier
 
 __all__ = ["run_server", "bind_socket", "RelayedEngine", "STOP_TIMEOUT_S"]
 
-log = logging.getLogger("policer")
+log = logging.getLogger("xtc.policer")
 
 #: Seconds a worker has to stop after SIGTERM before it is killed.
 STOP_TIMEOUT_S = 10.0
@@ -93,7 +95,9 @@ def _uvicorn(app: Any, access_log: bool, cfg: PolicerConfig) -> uvicorn.Server:
     if cfg.tls_certificate_file is not None and cfg.tls_key_file is not None:
         ctx = server_ssl_context(cfg.tls_certificate_file, cfg.tls_key_file)
         ssl_factory = lambda _config, _default: ctx  # noqa: E731
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on",
+    # log_config=None: uvicorn's records go to the root logger's structured handler (setup_logging),
+    # not to uvicorn's own plain-text handlers.
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=access_log, lifespan="on",
                             http=bounded_protocol(cfg.header_timeout_s), ssl_context_factory=ssl_factory)
     if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
@@ -105,7 +109,8 @@ def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
     return {"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
             "curve_secret_key_file": cfg.curve_secret_key_file,
             "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
-            "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql"}
+            "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql",
+            "log_format": cfg.log_format, "log_level": cfg.log_level}
 
 
 def _engine_procs(cfg: PolicerConfig, store: Store, on_crash: Callable[[BaseException], None]) -> Any:
@@ -124,7 +129,7 @@ def _listening(cfg: PolicerConfig, store: Store, port: int, host: str, workers: 
 
 def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     """Serve until SIGTERM.  Prints one JSON line with the bound address first.  Returns the exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(cfg.log_format, cfg.log_level)
     try:  # (again: --host may have changed the address, and the files may have changed since)
         check_transport(cfg)
     except ConfigError as e:
@@ -186,7 +191,8 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
 # ------------------------------------------------------------------------------ several workers
 
 #: The engine's attributes the API reads (``/health``, ``/metrics``), relayed to the workers.
-_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "bad_samples", "cycle_s", "gap_s", "leader_epoch")
+_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "bad_samples", "cycle_s", "cycle_hist", "gap_s",
+            "leader_epoch")
 
 
 class RelayedEngine:
@@ -200,6 +206,7 @@ class RelayedEngine:
         self.cycles = self.sampled = self.listed = self.probed = self.bad_samples = 0
         self.bad_replies: dict[str, int] = {}
         self.cycle_s: list[float] = []
+        self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}
         self.gap_s: list[float] = []
         self.leader_epoch: int | None = None
         self.shard_states: list[dict[str, Any]] | None = None
@@ -328,10 +335,10 @@ def _answers(host: str, port: int) -> bool:
 def _worker_main() -> int:
     """An API worker (started by :func:`_supervise`): its settings on the first line of stdin, then the
     engine's reports."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     d = json.loads(sys.stdin.readline())
     access_log = d.pop("access_log")
     cfg = PolicerConfig(**{**d, "tokens": frozenset(d["tokens"])})
+    setup_logging(cfg.log_format, cfg.log_level)
     store = Store(cfg.db_url)
     server: dict[str, Any] = {}
 

@@ -7,12 +7,16 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 
+from xtc.service_metrics import add_standard_metrics
+
 
 class ServiceMetrics:
-    """A service's own Prometheus registry (:attr:`registry`) and its HTTP endpoint."""
+    """A service's own Prometheus registry (:attr:`registry`, with ``process_*`` and
+    ``xtc_build_info{service}``) and its HTTP endpoint."""
 
-    def __init__(self) -> None:
+    def __init__(self, service: str) -> None:
         self.registry = CollectorRegistry()
+        add_standard_metrics(self.registry, service)
 
     def serve(self, address: str, port: int) -> int:
         """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""

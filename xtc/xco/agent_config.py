@@ -49,7 +49,7 @@ A complete example (every key with its default unless marked required)::
     [metrics]
     enabled = true
     address = "127.0.0.1"
-    port = 9111                      # 0 = an ephemeral port (logged at start)
+    port = 8973                      # 0 = an ephemeral port (logged at start)
 
     [log]
     format = "json"                  # "json" or "kv"
@@ -91,7 +91,7 @@ def _ifname(s: str) -> str:
 
 
 class MetricsConfig(ControllerMetrics):
-    port: Annotated[Int, within(0, 65535)] = 9111
+    port: Annotated[Int, within(0, 65535)] = 8973
 
 
 class AgentConfig(StrictTable):

@@ -58,7 +58,7 @@ class _Metrics(ServiceMetrics):
         from prometheus_client import Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        super().__init__()
+        super().__init__("xco_agent")
         r = self.registry
         self.directive_to_gate = Histogram(
             "xco_agent_directive_to_gate_seconds",
@@ -72,19 +72,19 @@ class _Metrics(ServiceMetrics):
             def collect(self_inner: Any) -> Any:
                 svc = svc_ref()
                 core = svc.core
-                yield labelled_counter("xco_agent_messages_dropped", "Controller datagrams dropped", "reason", core.dropped, DROP_REASONS)
-                yield labelled_counter("xco_agent_messages_received", "Valid controller datagrams", "type", core.received)
-                yield labelled_counter("xco_agent_messages_sent", "Datagrams sent to the controller", "type", core.sent)
+                yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
+                yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
+                yield labelled_counter("xco_messages_sent", "Datagrams sent to the controller", "type", core.sent)
                 yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
                 yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
                 yield CounterMetricFamily("xco_agent_reregisters", "Times the agent, idle and unanswered, registered again",
                                           value=core.reregisters)
                 yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
-                yield CounterMetricFamily("xco_agent_counter_reads", "Reads of the gate's counters", value=svc.polls)
+                yield CounterMetricFamily("xco_agent_stats_reads", "Reads of the gate's byte counters (tc statistics)", value=svc.polls)
                 yield GaugeMetricFamily("xco_agent_wake_advance_seconds",
                                         "How far ahead of a directive's start the agent wakes to spin to it, seconds",
                                         value=svc.wake_advance_us / 1e6)
-                yield CounterMetricFamily("xco_agent_counter_reads_deferred",
+                yield CounterMetricFamily("xco_agent_stats_reads_deferred",
                                           "Counter reads put off until a directive due before they would end was applied",
                                           value=svc.deferred_polls)
                 yield GaugeMetricFamily("xco_agent_failed_open", "1 while every destination is open for want of a controller",

@@ -453,15 +453,14 @@ class ControllerCore:
 
 class _Metrics(ServiceMetrics):
     def __init__(self, core_ref: Callable[[], ControllerCore]):
-        from prometheus_client import Gauge, Histogram
+        from prometheus_client import Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        super().__init__()
+        super().__init__("xco_controller")
         r = self.registry
         self.event_seconds = Histogram(
             "xco_event_seconds", "Wall time to handle one scheduling event (decode, scheduler, encode), seconds",
             buckets=(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 0.02), registry=r)
-        self.events_per_s = Gauge("xco_events_per_second", "Scheduling events over the last second", registry=r)
 
         class _Collector:
             def collect(self_inner: Any) -> Any:
@@ -649,7 +648,6 @@ class ControllerService(StopOnSignal):
         """Receive, decide, send; until stopped (or ``until_us``)."""
         assert self.sock is not None
         sock = self.sock
-        sec_start, sec_events = time.monotonic(), sum(self.core.events.values())
         while not self.stop:
             now = self.clock_us()
             if until_us is not None and now >= until_us:
@@ -685,10 +683,6 @@ class ControllerService(StopOnSignal):
             m = time.monotonic()
             self.notifier.watchdog(m, lambda: f"{len(self.core.hosts)} host(s) registered, "
                                               f"{self.core.directives_sent} directive(s) sent")
-            if m - sec_start >= 1.0:
-                n = sum(self.core.events.values())
-                self.metrics.events_per_s.set((n - sec_events) / (m - sec_start))
-                sec_start, sec_events = m, n
 
     def close(self) -> None:
         """Save the state and close the socket."""

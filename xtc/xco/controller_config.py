@@ -25,7 +25,7 @@ A complete example (every key with its default unless marked required)::
     [metrics]
     enabled = true
     address = "127.0.0.1"
-    port = 9110                      # 0 = an ephemeral port (logged at start)
+    port = 8972                      # 0 = an ephemeral port (logged at start)
 
     [log]
     format = "json"                  # "json" or "kv"
@@ -92,7 +92,7 @@ class StrictTable(BaseModel):
 class MetricsConfig(StrictTable):
     enabled: bool = True
     address: Annotated[str, AfterValidator(lambda s: (ipaddress.ip_address(s), s)[1])] = "127.0.0.1"
-    port: Annotated[Int, within(0, 65535)] = 9110
+    port: Annotated[Int, within(0, 65535)] = 8972
 
 
 class LogConfig(StrictTable):

@@ -263,6 +263,7 @@ _STAGES: tuple[tuple[str, str, str], ...] = (
     ("sample rows", "core", "sample_rows"),
     ("sample JSON", "api", "samples_message"),
     ("metrics", "metrics", "update"),
+    ("packet counters (metrics)", "metrics.packets", "add"),
     ("state file", "", "_save"),
     ("discovery", "control", "discover"),
 )

@@ -488,9 +488,11 @@ def _agent_metrics(log_path: Path | None) -> dict[str, Any]:
             le = line.split('le="')[1].split('"')[0]
             buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
         elif line.startswith(("xco_agent_fail_opens_total", "xco_agent_directives_total", "xco_agent_gate_errors_total",
-                              "xco_agent_counter_reads_total", "xco_agent_counter_reads_deferred_total",
+                              "xco_agent_stats_reads_total", "xco_agent_stats_reads_deferred_total",
                               "xco_agent_wake_advance_seconds ")):
-            out[line.split(" ")[0].removeprefix("xco_agent_").removesuffix("_total")] = float(line.rsplit(" ", 1)[1])
+            # (the reports' keys stay what they were: "counter_reads", "counter_reads_deferred")
+            key = line.split(" ")[0].removeprefix("xco_agent_").removesuffix("_total").replace("stats_", "counter_")
+            out[key] = float(line.rsplit(" ", 1)[1])
     n = buckets[-1][1] if buckets else 0
     out["directive_to_gate_buckets_s"] = buckets
     for q in (0.5, 0.99):
