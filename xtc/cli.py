@@ -252,6 +252,9 @@ def _commands(parser: argparse.ArgumentParser) -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     globals()["ARGV"] = argv
+    if argv == ["--version"]:  # no part's modules needed (building every part imports SciPy: seconds)
+        print(f"xtc {__version__}")
+        return 0
     command = _command_of(argv)
     parser = build_parser(command) if command is not None else None
     if parser is None or command not in _commands(parser):
