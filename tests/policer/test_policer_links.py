@@ -245,3 +245,47 @@ def test_curve_handshake_once_per_connection(tmp_path: Path) -> None:
         auth.stop()
         ctx.term()
 
+
+
+_LIMITED = r"""
+import logging, resource, sys, threading
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
+from xtc.policer.link import LinkPool
+pool = LinkPool(0.3)
+print("soft", resource.getrlimit(resource.RLIMIT_NOFILE)[0], "max", pool.max_connections)
+print("fits", pool.expect(10), pool.expect(100))
+got, done = [], threading.Event()
+def cb(router, results):
+    got.append(str(results[0]))
+    if len(got) == 50:
+        done.set()
+ports = [int(p) for p in sys.argv[1:]]
+pool.exchange_many([(f"r{i}", f"tcp://127.0.0.1:{p}", None, [{"cmd": "list"}], cb) for i, p in enumerate(ports)])
+assert done.wait(10)
+print("refused", sum("open-files limit" in g for g in got), "unanswered", sum("no answer" in g for g in got),
+      "errors", pool.socket_errors)
+pool.close()
+"""
+
+
+def test_the_open_files_limit_is_raised_and_checked(tmp_path: Path) -> None:
+    import resource
+    import sys
+
+    from conftest import free_port
+
+    def limit() -> None:  # a low hard limit, and a soft one below it that the pool raises
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, 600))
+
+    ports = [free_port() for _ in range(50)]  # nothing listens there: connections that never come up
+    out = subprocess.run([sys.executable, "-c", _LIMITED, *map(str, ports)], preexec_fn=limit, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout
+    print(lines)
+    assert "soft 600 max 44" in lines, "the soft limit raised to the hard one, two files per connection"
+    assert "fits True False" in lines
+    assert lines.count("the fleet has 100 daemons but the open-files limit (600) allows 44 connections") == 1
+    assert "LimitNOFILE" in lines
+    # Past the limit a router's exchange fails, the others go on and the process lives.
+    assert "refused 6 unanswered 44 errors 6" in lines
