@@ -545,12 +545,13 @@ class LinkPool:
                     fut = loop.create_future()
                     c.pending[rid] = fut
                     sent.append((rid, fut))
+                    # Remembered as sent before it is: a send cut short by the deadline may have gone
+                    # out all the same, and its reply must then be known as late, not as foreign.
+                    c.order.append(rid)
+                    if len(c.order) > MAX_UNANSWERED:
+                        c.order.popleft()
                     # Waits while the connection is not up (IMMEDIATE): nothing is queued for later.
                     await c.sock.send_multipart([b"", json.dumps({"v": API_VERSION, **doc, "id": rid}).encode()])
-                    if rid in c.pending:
-                        c.order.append(rid)
-                        if len(c.order) > MAX_UNANSWERED:
-                            c.order.popleft()
                     if c.stalled_since_s is None:
                         c.stalled_since_s = loop.time()
                 for _, fut in sent:
