@@ -92,7 +92,8 @@ class OrderedPeer:
     """A daemon that answers as a REP socket does, one request after the other in order (a ROUTER in a
     thread): ``delay_s(request) -> seconds`` before its reply, ``reply_id(request) -> id`` echoed."""
 
-    def __init__(self, server_secret: bytes | None = None, context: zmq.Context | None = None) -> None:
+    def __init__(self, server_secret: bytes | None = None, context: zmq.Context | None = None,
+                 port: int | None = None) -> None:
         self._own_ctx = context is None
         self.ctx = context or zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -100,7 +101,10 @@ class OrderedPeer:
         if server_secret is not None:
             self.sock.curve_server = True
             self.sock.curve_secretkey = server_secret
-        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        if port is None:
+            port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        else:
+            self.sock.bind(f"tcp://127.0.0.1:{port}")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.port = port
         self.delay_s: Callable[[dict[str, Any]], float] = lambda req: 0.0
@@ -211,6 +215,42 @@ def test_a_silent_daemon_delays_no_other_on_kept_connections(peers: Any) -> None
             assert done.wait(10)
             assert ended["good"] < 0.5, ended
             assert ended["silent"] >= 1.4, ended
+    finally:
+        pool.close()
+
+
+def test_nothing_is_queued_toward_a_daemon_that_is_down(peers: Any) -> None:
+    from conftest import free_port
+
+    port = free_port()
+    pool = LinkPool(0.3)
+    try:
+        for _ in range(3):  # nothing listens: each fails at its deadline
+            res = _ask(pool, f"tcp://127.0.0.1:{port}", [{"cmd": "setpoint", "vr": "v1", "setpoint_pps": 1.0}])
+            assert isinstance(res[0], LinkDown) and "no answer" in str(res[0])
+        peer = peers(port=port)
+        res = wait_for(lambda: (lambda r: r if isinstance(r[0], dict) else None)(
+            _ask(pool, peer.endpoint, [{"cmd": "ping"}])), 10, "the daemon reached once it listens")
+        assert res[0]["cmd"] == "ping"
+        time.sleep(0.3)
+        # The requests made while it was down never reach it late (the policer gave up on them).
+        assert peer.requests == 1, f"{peer.requests} requests reached the daemon, 1 sent while it was up"
+        assert pool.connects == 1
+    finally:
+        pool.close()
+
+
+def test_a_hung_daemon_is_connected_to_again(peers: Any) -> None:
+    peer = peers()
+    pool = LinkPool(0.3)  # stall_s: 0.9 s
+    try:
+        assert _ask(pool, peer.endpoint, [{"cmd": "ping"}])[0]["cmd"] == "ping"
+        peer.silent = True
+        for _ in range(4):
+            assert isinstance(_ask(pool, peer.endpoint, [{"cmd": "list"}])[0], LinkDown)
+        assert pool.resets == 1 and pool.connects == 2, pool.stats()
+        peer.silent = False
+        assert _ask(pool, peer.endpoint, [{"cmd": "ping"}])[0]["cmd"] == "ping"
     finally:
         pool.close()
 
