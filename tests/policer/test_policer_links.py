@@ -21,28 +21,14 @@ from conftest import wait_for
 from procs import stop_process
 from xtc.daemon.curve import generate_keypair, load_public
 from xtc.policer.engine import Engine
-from xtc.policer.link import BadReply, LinkDown, LinkPool
+from xtc.policer.link import BadReply, LinkDown, LinkPool, tcp_states
 from xtc.policer.store import Store
 
 pytestmark = pytest.mark.slow
 
 
 def _tcp_states(port: int) -> dict[str, int]:
-    """TCP sockets of this host whose remote port is ``port`` (the policer's side of connections toward
-    a daemon listening there), counted by state, from /proc/net/tcp and tcp6."""
-    names = {"01": "established", "06": "time_wait"}
-    out: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            f = line.split()
-            if int(f[2].rsplit(":", 1)[1], 16) == port:
-                state = names.get(f[3], f[3])
-                out[state] = out.get(state, 0) + 1
-    return out
+    return tcp_states([port])
 
 
 def _restart(d: Any) -> None:

@@ -25,7 +25,7 @@ import math
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import zmq
 from pydantic import ValidationError
@@ -36,7 +36,7 @@ from xtc.daemon.ctl import open_client
 
 log = logging.getLogger("xtc.policer.link")
 
-__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
+__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "tcp_states", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
            "strict_json", "parse_vr_list", "VR_PATTERN"]
 
 DEFAULT_MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -178,6 +178,31 @@ def _first_error(e: ValidationError) -> str:
     err = e.errors(include_input=False, include_url=False)[0]
     loc = ".".join(str(p) for p in err["loc"])[:200]
     return f"{loc or '<reply>'}: {err['msg'][:200]} ({e.error_count()} problem(s))"
+
+
+#: The kernel's TCP states by their number in /proc/net/tcp.
+_TCP_STATES = {1: "established", 2: "syn_sent", 3: "syn_recv", 4: "fin_wait1", 5: "fin_wait2", 6: "time_wait",
+               7: "close", 8: "close_wait", 9: "last_ack", 10: "listen", 11: "closing"}
+
+
+def tcp_states(remote_ports: Iterable[int], proc_net: str | Path = "/proc/net") -> dict[str, int]:
+    """This host's TCP sockets whose remote port is one of ``remote_ports`` (the policer's side of its
+    connections toward daemons listening there), counted by state (``time_wait``, ``established``...),
+    from ``tcp`` and ``tcp6`` under ``proc_net`` (Linux; empty elsewhere).  What the bench and the
+    tests measure a policer's connections toward its fleet with."""
+    ports = set(remote_ports)
+    out: dict[str, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (Path(proc_net) / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 3 and int(f[2].rpartition(":")[2], 16) in ports:
+                state = _TCP_STATES.get(int(f[3], 16), f[3])
+                out[state] = out.get(state, 0) + 1
+    return out
 
 
 def raise_open_files_limit() -> int:
