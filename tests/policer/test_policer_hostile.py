@@ -56,8 +56,15 @@ class Peer:
                 continue
             ident, empty, body = self.sock.recv_multipart()
             self.requests += 1
-            frames = self.answer(json.loads(body))
+            req = json.loads(body)
+            frames = self.answer(req)
             if frames is not None:
+                # As the daemon does, the reply echoes the request's id (the policer matches replies
+                # to requests by it): the canned replies say 1, put in place byte for byte.
+                rid = json.dumps(req.get("id")).encode()
+                first = next((p for p in (b'"id": 1,', b'"id":1,') if p in frames[0]), None)
+                if first is not None:
+                    frames = [frames[0].replace(first, b'"id":' + rid + b",", 1), *frames[1:]]
                 self.sock.send_multipart([ident, empty, *frames])
 
     def close(self) -> None:

@@ -180,8 +180,8 @@ class Engine:
 
     Each cycle sends ``list`` to every registered router that is not already being handled and not
     waiting out a backoff, all at once through the :class:`~xtc.policer.link.LinkPool` (one event
-    loop over every exchange in flight, each with its own deadline, so silent daemons delay no
-    other).  One worker thread takes the replies as they arrive, failures first, in batches of what
+    loop over every exchange in flight on one kept connection per daemon, each with its own
+    deadline, so silent daemons delay no other).  One worker thread takes the replies as they arrive, failures first, in batches of what
     has arrived meanwhile (at most ``batch_size``): it records a batch in one transaction, reads the
     answering routers' state in one, plans each, saves the plans in one, and sends each router's
     commands (setpoints, activation) in one more exchange.  A router that does not answer is marked
@@ -427,6 +427,8 @@ class Engine:
         now = self.clock()
         routers = self.store.engine_routers()
         routers = [r for r in routers if self._mine(r["name"])]
+        # One kept connection per daemon endpoint: said in one line when the open-files limit is short.
+        self.links.expect(len({(r["endpoint"], r["curve_server_key"] or None) for r in routers}))
         if self.samples is not None:
             self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"]) for r in routers if r["pub_endpoint"]})
             self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}

@@ -1,9 +1,10 @@
 """The policer's side of the ZeroMQ link to the host daemons: the only module that talks to them.
 
 The engine's link is :class:`LinkPool`: every exchange with every daemon in flight at once over one
-event loop (one poller), each on a DEALER socket opened for it and closed at its end or deadline
-(CURVE client when the router has a server key and the policer a key pair), so that no socket is
-held per router and silent daemons delay no other.  :class:`DaemonLink` is one blocking REQ client
+event loop (one poller), on one DEALER socket kept per daemon endpoint (CURVE client when the router
+has a server key and the policer a key pair: one handshake per connection), with heartbeats and
+reconnection, replies matched to requests by their ids, and a deadline per exchange so that silent
+daemons delay no other.  :class:`DaemonLink` is one blocking REQ client
 (tools and tests).
 A daemon's reply is untrusted input: its size is bounded on the socket (``MAXMSGSIZE``: a bigger
 frame drops the connection, seen here as no answer) and as a whole message (one frame of at most
@@ -16,15 +17,15 @@ unreachable; :class:`DaemonRefused` (the daemon answered ``ok: false``) is a ref
 
 from __future__ import annotations
 
+import collections
 import errno
-
 import json
 import logging
 import math
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import zmq
 from pydantic import ValidationError
@@ -35,7 +36,7 @@ from xtc.daemon.ctl import open_client
 
 log = logging.getLogger("xtc.policer.link")
 
-__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
+__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "tcp_states", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
            "strict_json", "parse_vr_list", "VR_PATTERN"]
 
 DEFAULT_MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -157,6 +158,12 @@ def parse_reply(endpoint: str, raw: bytes) -> dict[str, Any]:
         rep = strict_json(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadReply(f"{endpoint} sent a reply that is not strict JSON: {str(e)[:200]}") from None
+    return _check_reply(endpoint, rep)
+
+
+def _check_reply(endpoint: str, rep: Any) -> dict[str, Any]:
+    """A reply parsed from strict JSON checked as a manager-API reply: its ``result`` (else raises as
+    :func:`parse_reply`)."""
     try:
         if isinstance(rep, dict) and rep.get("ok") is False:
             err = ErrorReply.model_validate(rep).error
@@ -171,6 +178,31 @@ def _first_error(e: ValidationError) -> str:
     err = e.errors(include_input=False, include_url=False)[0]
     loc = ".".join(str(p) for p in err["loc"])[:200]
     return f"{loc or '<reply>'}: {err['msg'][:200]} ({e.error_count()} problem(s))"
+
+
+#: The kernel's TCP states by their number in /proc/net/tcp.
+_TCP_STATES = {1: "established", 2: "syn_sent", 3: "syn_recv", 4: "fin_wait1", 5: "fin_wait2", 6: "time_wait",
+               7: "close", 8: "close_wait", 9: "last_ack", 10: "listen", 11: "closing"}
+
+
+def tcp_states(remote_ports: Iterable[int], proc_net: str | Path = "/proc/net") -> dict[str, int]:
+    """This host's TCP sockets whose remote port is one of ``remote_ports`` (the policer's side of its
+    connections toward daemons listening there), counted by state (``time_wait``, ``established``...),
+    from ``tcp`` and ``tcp6`` under ``proc_net`` (Linux; empty elsewhere).  What the bench and the
+    tests measure a policer's connections toward its fleet with."""
+    ports = set(remote_ports)
+    out: dict[str, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (Path(proc_net) / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 3 and int(f[2].rpartition(":")[2], 16) in ports:
+                state = _TCP_STATES.get(int(f[3], 16), f[3])
+                out[state] = out.get(state, 0) + 1
+    return out
 
 
 def raise_open_files_limit() -> int:
@@ -188,20 +220,64 @@ def raise_open_files_limit() -> int:
 
 Callback = Callable[[str, list[Any]], None]
 
+#: Open files a kept connection holds (the ZeroMQ socket's mailbox and its TCP socket).
+FILES_PER_CONNECTION = 2
+#: Open files kept aside for everything else of the process (database, HTTP, sample streams' base).
+RESERVED_FILES = 512
+#: Most requests remembered per connection as sent and not answered (for a reply without a
+#: readable id: it stands in the place of the oldest of them, as a REP socket answers in order).
+MAX_UNANSWERED = 4096
+
+
+class _Conn:
+    """One kept connection: a DEALER socket toward one daemon endpoint (with one CURVE server key)."""
+
+    __slots__ = ("key", "endpoint", "sock", "pending", "order", "last_used_s", "stalled_since_s", "reader", "closed")
+
+    def __init__(self, key: tuple[str, str | None], sock: Any, now_s: float):
+        self.key = key
+        self.endpoint = key[0]
+        self.sock = sock
+        #: request id -> the future its exchange waits on (requests in flight, sent or being sent).
+        self.pending: dict[int, Any] = {}
+        #: ids sent on this socket and not answered, oldest first (those past their deadline included).
+        self.order: collections.deque[int] = collections.deque()
+        self.last_used_s = now_s
+        #: When the oldest request sent since the last reply went out (None: no reply awaited since).
+        self.stalled_since_s: float | None = None
+        self.reader: Any = None
+        self.closed = False
+
 
 class LinkPool:
-    """Every request to every daemon, in flight concurrently over one event loop (one poller).
+    """Every request to every daemon, in flight concurrently over one event loop (one poller), on one
+    kept connection per daemon endpoint.
 
-    :meth:`exchange` sends a list of requests to one router's daemon on a DEALER socket of its own,
-    opened for that exchange and closed when the replies are in or at the exchange's deadline
-    (``timeout_s`` after it was sent): no socket is kept per router, and a daemon that does not
-    answer holds up only its own exchange, whatever the number of silent ones.  At most
-    ``max_in_flight`` exchanges are open at once (the others wait their turn, their deadline
-    starting when they are sent); the ZeroMQ context's ``MAX_SOCKETS`` and the process's open-files
-    limit are raised to match, and a socket that still cannot be opened (EMFILE) is an error of
-    that router (:class:`LinkDown`), never of the process.  Each reply is checked as
-    :class:`DaemonLink` does (one frame of at most ``max_reply_bytes``, strict JSON, a manager-API
-    reply).
+    :meth:`exchange` sends a list of requests to one router's daemon on the DEALER socket kept for
+    its endpoint (and CURVE server key: one CURVE handshake per connection, not per exchange),
+    each request with an id of its own that no other request of the pool ever had: a reply is
+    matched to its request by the id it echoes, never by its place, so a reply that comes after
+    its request's deadline is dropped and counted (:attr:`late_replies`), never taken for a later
+    request's.  A reply whose id cannot be read or answers nothing sent on that connection is
+    dropped and counted (:attr:`bad_replies`) and, as a REP socket answers in order, fails the
+    oldest request unanswered on it with :class:`BadReply`.  Each exchange has its deadline
+    (``timeout_s`` after it was sent): a daemon that does not answer holds up only its own
+    exchanges, whatever the number of silent ones.
+
+    The sockets keep themselves up: ZeroMQ heartbeats (``heartbeat_s``; a peer silent for three
+    of them is dropped), reconnection with a backoff from 0.1 s doubling up to
+    ``reconnect_max_s``, and requests queued only on a connection that is up (``IMMEDIATE``: none
+    waits for a daemon to come back and reach it late; such a request fails at its deadline).  A
+    connection that gave no reply at all for ``stall_s`` while requests waited on it is closed
+    and opened again (what was queued toward a hung daemon is dropped, as a socket per exchange
+    did); one unused for ``idle_s`` is closed.  Each reply is checked as :class:`DaemonLink` does
+    (one frame of at most ``max_reply_bytes``, bounded on the socket by ``MAXMSGSIZE``, strict JSON,
+    a manager-API reply).
+
+    The open-files limit is raised to its hard limit at start and logged with the connections it
+    allows (:attr:`max_connections`); :meth:`expect` says in one line when a fleet needs more.  A
+    connection that cannot be opened (beyond that number, EMFILE) is an error of that router
+    (:class:`LinkDown`), never of the process.
 
     Parameters
     ----------
@@ -213,35 +289,80 @@ class LinkPool:
     max_reply_bytes : int
         Largest reply accepted, bytes.
     max_in_flight : int, optional
-        Most exchanges open at once (default: what a third of the open-files limit allows, at most 8192).
+        Most exchanges in flight at once (the others wait their turn, their deadline starting
+        when they are sent; default 8192).
+    heartbeat_s : float
+        Seconds between ZeroMQ heartbeats on an idle connection.
+    reconnect_max_s : float
+        Longest wait between two attempts to connect, seconds.
+    idle_s : float
+        A connection unused this long (seconds) is closed.
+    stall_s : float, optional
+        A connection that has not answered for this long (seconds) while requests waited is closed
+        and opened again, at the deadline of one of them (default three ``timeout_s``).
     """
 
     def __init__(self, timeout_s: float, curve_secret_file: str | Path | None = None,
                  context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
-                 max_in_flight: int | None = None):
+                 max_in_flight: int | None = None, heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
+                 idle_s: float = 300.0, stall_s: float | None = None):
         self.timeout_s = timeout_s
         self.curve_secret_file = curve_secret_file
         self.max_reply_bytes = max_reply_bytes
-        nofile = raise_open_files_limit()
-        self.max_in_flight = max_in_flight or max(16, min(8192, (nofile - 512) // 3))
+        self.heartbeat_s = heartbeat_s
+        self.reconnect_max_s = reconnect_max_s
+        self.idle_s = idle_s
+        self.stall_s = 3 * timeout_s if stall_s is None else stall_s
+        self.open_files = raise_open_files_limit()
+        #: Most kept connections the open-files limit allows.
+        self.max_connections = max(16, (self.open_files - RESERVED_FILES) // FILES_PER_CONNECTION)
+        self.max_in_flight = max_in_flight or 8192
+        log.info("open files: limit %d, room for %d daemon connections", self.open_files, self.max_connections)
         self._own_ctx = context is None
         self.ctx = context or zmq.Context()
         try:
-            self.ctx.set(zmq.MAX_SOCKETS, max(self.ctx.get(zmq.MAX_SOCKETS), self.max_in_flight + 64))
+            self.ctx.set(zmq.MAX_SOCKETS, max(self.ctx.get(zmq.MAX_SOCKETS), self.max_connections + 64))
         except zmq.ZMQError:
             pass
-        #: Sockets that could not be opened (EMFILE and the like) since the start.
+        #: Sockets that could not be opened (EMFILE, past :attr:`max_connections`) since the start.
         self.socket_errors = 0
+        #: Connections opened, closed again for silence, and closed idle since the start.
+        self.connects = 0
+        self.resets = 0
+        self.idle_closed = 0
+        #: Replies dropped: after their request's deadline, and invalid or answering nothing sent.
+        self.late_replies = 0
+        self.bad_replies = 0
         self.in_flight = 0
         self._seq = 0
+        self._expected = 0
         self._loop: Any = None
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
-        #: The DEALER sockets open now (made on the I/O thread's shadow context, which the
-        #: context's own ``destroy`` does not see): closed by :meth:`close` whatever is in flight.
-        self._sockets: set[Any] = set()
+        #: The kept connections by (endpoint, CURVE server key) (made on the I/O thread's shadow
+        #: context, which the context's own ``destroy`` does not see): closed by :meth:`close`.
+        self._conns: dict[tuple[str, str | None], _Conn] = {}
         self._tasks: set[Any] = set()
+
+    def stats(self) -> dict[str, int]:
+        """The counters of the links (for logs and metrics)."""
+        return {"connections": len(self._conns), "connects": self.connects, "resets": self.resets,
+                "idle_closed": self.idle_closed, "late_replies": self.late_replies,
+                "bad_replies": self.bad_replies, "socket_errors": self.socket_errors}
+
+    def expect(self, daemons: int) -> bool:
+        """Check that ``daemons`` connections (the fleet's distinct daemon endpoints) fit in the
+        open-files limit; if not, say so once in one line (again when the number changes).  Returns
+        whether they fit."""
+        fits = daemons <= self.max_connections
+        if not fits and daemons != self._expected:
+            log.error("the fleet has %d daemons but the open-files limit (%d) allows %d connections: "
+                      "daemons past that are marked unreachable; raise the limit (LimitNOFILE=) to at least %d",
+                      daemons, self.open_files, self.max_connections,
+                      daemons * FILES_PER_CONNECTION + RESERVED_FILES)
+        self._expected = daemons
+        return fits
 
     # ------------------------------------------------------------------------- the I/O thread
     def _ensure_loop(self) -> Any:
@@ -261,6 +382,7 @@ class LinkPool:
                 def run() -> None:
                     asyncio.set_event_loop(self._loop)
                     self._loop.call_soon(ready.set)
+                    self._loop.call_later(min(30.0, self.idle_s / 4), self._close_idle)
                     self._loop.run_forever()
 
                 self._thread = threading.Thread(target=run, name="policer-links", daemon=True)
@@ -297,19 +419,116 @@ class LinkPool:
 
         loop.call_soon_threadsafe(start)
 
-    def _open(self, endpoint: str, server_key: str | None) -> Any:
+    # ------------------------------------------------------------------------- connections
+    def _conn(self, endpoint: str, server_key: str | None) -> _Conn:
+        """The kept connection to a daemon endpoint, opened if there is none."""
+        key = (endpoint, server_key or None)
+        c = self._conns.get(key)
+        if c is not None:
+            return c
         if server_key and not self.curve_secret_file:
             raise LinkDown("the daemon has a CURVE server key but the policer has no client key pair")
+        if len(self._conns) >= self.max_connections:
+            self.socket_errors += 1
+            raise LinkDown(f"cannot connect to {endpoint}: {len(self._conns)} daemon connections open, the most "
+                           f"the open-files limit ({self.open_files}) allows")
+        hb_ms = max(100, int(self.heartbeat_s * 1000))
+        options = {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 1000, zmq.SNDHWM: 1000, zmq.IMMEDIATE: 1,
+                   zmq.RECONNECT_IVL: 100, zmq.RECONNECT_IVL_MAX: max(100, int(self.reconnect_max_s * 1000)),
+                   zmq.HEARTBEAT_IVL: hb_ms, zmq.HEARTBEAT_TIMEOUT: 3 * hb_ms, zmq.HEARTBEAT_TTL: 3 * hb_ms}
         try:
-            s = open_client(self._actx, endpoint, None, self.curve_secret_file, server_key,
-                            {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 64}, kind=zmq.DEALER)
+            s = open_client(self._actx, endpoint, None, self.curve_secret_file, server_key, options, kind=zmq.DEALER)
         except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
             if isinstance(e, zmq.ZMQError) and e.errno == errno.EMFILE:
                 self.socket_errors += 1  # too many sockets: this router's error, never the process's
             raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
-        self._sockets.add(s)
-        return s
+        c = self._conns[key] = _Conn(key, s, self._loop.time())
+        c.reader = self._loop.create_task(self._read(c))
+        self.connects += 1
+        return c
 
+    def _drop(self, c: _Conn) -> None:
+        """Close a connection (its requests in flight fail at their deadlines)."""
+        if c.closed:
+            return
+        c.closed = True
+        if self._conns.get(c.key) is c:
+            del self._conns[c.key]
+        if c.reader is not None:
+            c.reader.cancel()
+        c.sock.close(0)
+
+    def _close_idle(self) -> None:
+        now = self._loop.time()
+        for c in list(self._conns.values()):
+            if not c.pending and now - c.last_used_s > self.idle_s:
+                self.idle_closed += 1
+                self._drop(c)
+        self._loop.call_later(min(30.0, self.idle_s / 4), self._close_idle)
+
+    async def _read(self, c: _Conn) -> None:
+        """Take every reply of a connection as it comes, and hand it to the request it answers."""
+        while True:
+            try:
+                frames = await c.sock.recv_multipart(copy=True)
+            except zmq.ZMQError:
+                return  # closed
+            c.stalled_since_s = None
+            self._dispatch(c, frames)
+
+    def _dispatch(self, c: _Conn, frames: list[bytes]) -> None:
+        endpoint = c.endpoint
+        err: BadReply | None = None
+        rep: Any = None
+        rid: Any = None
+        if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
+            size = sum(len(f) for f in frames)
+            err = BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
+                           f"(one frame of at most {self.max_reply_bytes} bytes expected)")
+        else:
+            try:
+                rep = strict_json(frames[1])
+            except (ValueError, UnicodeDecodeError) as e:
+                err = BadReply(f"{endpoint} sent a reply that is not strict JSON: {str(e)[:200]}")
+            else:
+                rid = rep.get("id") if isinstance(rep, dict) else None
+        if err is None and type(rid) is int:
+            fut = c.pending.pop(rid, None)
+            if fut is not None:
+                # Requests before it past their deadline will get no reply (a REP answers in order).
+                while c.order and c.order[0] != rid and c.order[0] not in c.pending:
+                    c.order.popleft()
+                if c.order and c.order[0] == rid:
+                    c.order.popleft()
+                else:
+                    try:
+                        c.order.remove(rid)
+                    except ValueError:
+                        pass
+                try:
+                    result: Any = _check_reply(endpoint, rep)
+                except (BadReply, DaemonRefused) as e:
+                    result = e
+                    if isinstance(e, BadReply):
+                        self.bad_replies += 1
+                if not fut.done():
+                    fut.set_result(result)
+                return
+            if rid in c.order:  # its request's deadline passed: dropped
+                c.order.remove(rid)
+                self.late_replies += 1
+                log.debug("%s: reply to request %d came after its deadline: dropped", endpoint, rid)
+                return
+        if err is None:
+            err = BadReply(f"{endpoint} sent a reply whose id {str(rid)[:40]!r} answers no request sent")
+        self.bad_replies += 1
+        # A REP socket answers in order: this reply stands in the place of the oldest request unanswered.
+        if c.order:
+            fut = c.pending.pop(c.order.popleft(), None)
+            if fut is not None and not fut.done():
+                fut.set_result(err)
+
+    # ------------------------------------------------------------------------- exchanges
     async def _exchange(self, router: str, endpoint: str, server_key: str | None, requests: list[dict[str, Any]],
                         callback: Callback, timeout_s: float | None = None) -> None:
         import asyncio
@@ -337,37 +556,52 @@ class LinkPool:
         import asyncio
 
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        s = self._open(endpoint, server_key)
+        loop = self._loop
+        deadline = loop.time() + timeout_s
+        c = self._conn(endpoint, server_key)
+        c.last_used_s = loop.time()
         results: list[Any] = []
-        deadline = self._loop.time() + timeout_s
+        sent: list[tuple[int, Any]] = []
         try:
-            for doc in requests:
-                self._seq += 1
-                await s.send_multipart([b"", json.dumps({"v": API_VERSION, "id": self._seq, **doc}).encode()])
-            async with asyncio.timeout_at(deadline):  # one deadline for every reply (no task per receive)
-                while len(results) < len(requests):
-                    frames = await s.recv_multipart(copy=True)
-                    if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > self.max_reply_bytes:
-                        size = sum(len(f) for f in frames)
-                        raise BadReply(f"{endpoint} sent a reply of {max(0, len(frames) - 1)} frame(s), {size} bytes "
-                                       f"(one frame of at most {self.max_reply_bytes} bytes expected)")
-                    try:
-                        results.append(parse_reply(endpoint, frames[1]))
-                    except (BadReply, DaemonRefused) as e:
-                        results.append(e)
-                        if isinstance(e, BadReply):
-                            break
+            async with asyncio.timeout_at(deadline):  # one deadline for every send and reply
+                for doc in requests:
+                    self._seq += 1
+                    rid = self._seq
+                    fut = loop.create_future()
+                    c.pending[rid] = fut
+                    sent.append((rid, fut))
+                    # Remembered as sent before it is: a send cut short by the deadline may have gone
+                    # out all the same, and its reply must then be known as late, not as foreign.
+                    c.order.append(rid)
+                    if len(c.order) > MAX_UNANSWERED:
+                        c.order.popleft()
+                    # Waits while the connection is not up (IMMEDIATE): nothing is queued for later.
+                    await c.sock.send_multipart([b"", json.dumps({"v": API_VERSION, **doc, "id": rid}).encode()])
+                    if c.stalled_since_s is None:
+                        c.stalled_since_s = loop.time()
+                for _, fut in sent:
+                    res = await fut
+                    results.append(res)
+                    if isinstance(res, BadReply):
+                        break
         except asyncio.TimeoutError:
             err = LinkDown(f"no answer from {endpoint} within {int(timeout_s * 1000)} ms")
-            return results + [err] * (len(requests) - len(results))
-        except BadReply as e:
-            return results + [e] * (len(requests) - len(results))
+            results += [err] * (len(requests) - len(results))
+            stalled = c.stalled_since_s
+            if stalled is not None and loop.time() - stalled >= self.stall_s and not c.closed:
+                # Not one reply on the connection for stall_s while requests were waiting: the daemon
+                # is hung or the connection half dead.  Drop what is queued toward it, connect again.
+                self.resets += 1
+                log.info("%s: no reply for %.1f s: connecting again", endpoint, loop.time() - stalled)
+                self._drop(c)
         except zmq.ZMQError as e:
             err = LinkDown(f"{endpoint}: {e}")
-            return results + [err] * (len(requests) - len(results))
+            results += [err] * (len(requests) - len(results))
         finally:
-            s.close(0)
-            self._sockets.discard(s)
+            for rid, fut in sent:  # unanswered: a reply that still comes is dropped as late
+                c.pending.pop(rid, None)
+                if not fut.done():
+                    fut.cancel()
         if results and isinstance(results[-1], BadReply):
             results += [results[-1]] * (len(requests) - len(results))
         return results
@@ -400,12 +634,12 @@ class LinkPool:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(5)
-        # An exchange submitted while closing (or one whose cancellation did not run before the
-        # loop stopped) leaves its socket open, and terminating the context would wait for it
-        # for ever: close what is left, with no linger.
-        for sock in list(self._sockets):
-            sock.close(0)
-        self._sockets.clear()
+        # Close every kept connection with no linger (terminating the context would wait for an
+        # open socket for ever).
+        for c in list(self._conns.values()):
+            c.closed = True
+            c.sock.close(0)
+        self._conns.clear()
         if self._own_ctx:
             self.ctx.destroy(0)
 
