@@ -243,7 +243,7 @@ def config_page(title: str, intro: str, module: Any, cls: Any, skip: set[str] = 
     if missing:
         raise MissingDescription(f"{module.__name__}: no description in the module docstring's example for "
                                  + ", ".join(missing))
-    src = f"`{module.__name__}` (`{module.__file__.split('/xtc/', 1)[-1] if False else Path(module.__file__).relative_to(ROOT)}`)"
+    src = f"`{module.__name__}` (`{Path(module.__file__).relative_to(ROOT)}`)"
     return (HEADER.format(src=src) + f"# {title}\n\n{intro}\n\n"
             "Every key with its TOML type, its default, the range the loader accepts and its unit. "
             "Unknown keys are refused, and an error names the key (`section.key`); "
@@ -268,17 +268,23 @@ def cli_page() -> str:
     os.environ["COLUMNS"] = "100"
     from xtc.cli import build_parser
 
+    from importlib.metadata import entry_points
+
     parser = build_parser()
+    testbed = {("xtc", e.name) for e in entry_points(group="xtc.commands")}
+    testbed |= {("xco", e.name) for e in entry_points(group="xtc.xco_commands")}
     out = [HEADER.format(src="the argparse parsers (`xtc.cli.build_parser`)"), "# Command line\n",
-           "`xtc` and every subcommand, as `--help` prints them. The commands of the testbed "
-           "(`simulate`, `bench`, `lab`, `demo`, `xco lab`) are there when `xtc-lab` is installed.\n"]
+           "`xtc` and every subcommand of the product, as `--help` prints them. The testbed's commands "
+           "(`simulate`, `bench`, `lab`, `demo`, `xco lab`, from `xtc_lab`) are not listed: "
+           "`xtc COMMAND --help` prints theirs.\n"]
 
     def walk(p: argparse.ArgumentParser, words: list[str], depth: int) -> None:
         name = " ".join(["xtc", *words])
         out.append(f"{'#' * min(depth, 4)} `{name}`\n")
         out.append("```text\n" + _help(p) + "```\n")
         for sub, sp in _subparsers(p).items():
-            walk(sp, [*words, sub], depth + 1)
+            if ((words[-1] if words else "xtc"), sub) not in testbed:
+                walk(sp, [*words, sub], depth + 1)
 
     walk(parser, [], 2)
     return "\n".join(out)
@@ -385,12 +391,13 @@ def pages() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a generated page is out of date; write nothing")
+    ap.add_argument("--out", type=Path, default=OUT, help="the directory of the pages (default docs/reference)")
     args = ap.parse_args(argv)
     with redirect_stdout(io.StringIO()):
         generated = pages()
     stale = []
     for name, text in generated.items():
-        path = OUT / name
+        path = args.out / name
         if path.exists() and path.read_text() == text:
             continue
         stale.append(name)
