@@ -133,3 +133,29 @@ def test_pages_render_offline_with_the_navigation(served: str, tmp_path: Path, p
     assert content in dom
     # the theme's script ran (Material marks the search as ready by giving it a form)
     assert 'data-md-component="search' in dom
+
+
+def _mini_site(tmp: Path, page: str) -> subprocess.CompletedProcess[str]:
+    """A repository of one source file and a site of one page, built strictly with the project's hook."""
+    src = tmp / "xtc" / "daemon" / "config.py"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text("# a source file\n")
+    docs = tmp / "docs"
+    shutil.rmtree(docs, ignore_errors=True)
+    docs.mkdir()
+    (docs / "index.md").write_text(page)
+    (tmp / "mkdocs.yml").write_text(
+        f"site_name: t\ndocs_dir: docs\nsite_dir: site\nstrict: true\nuse_directory_urls: false\n"
+        f"hooks:\n  - {ROOT / 'scripts' / 'mkdocs_hooks.py'}\n")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+def test_a_link_to_a_source_file_becomes_its_path_and_a_broken_one_fails(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs")
+    ok = _mini_site(tmp_path, "See [the daemon's config](../xtc/daemon/config.py).\n")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "<code>xtc/daemon/config.py</code>" in html and 'href="../xtc' not in html
+    bad = _mini_site(tmp_path, "See [nothing](../xtc/daemon/no-such-file.py).\n")
+    assert bad.returncode != 0 and "no-such-file.py" in bad.stderr
