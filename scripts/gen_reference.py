@@ -265,10 +265,21 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def cli_page() -> str:
-    os.environ["COLUMNS"] = "100"
-    from xtc.cli import build_parser
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps its help to the terminal's width: fix it
+    try:
+        return _cli_page()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
 
+
+def _cli_page() -> str:
     from importlib.metadata import entry_points
+
+    from xtc.cli import build_parser
 
     parser = build_parser()
     testbed = {("xtc", e.name) for e in entry_points(group="xtc.commands")}
