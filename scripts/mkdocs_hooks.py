@@ -31,7 +31,6 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         repo_path = posixpath.normpath(posixpath.join("docs", inside))
         if repo_path.startswith("../") or not (root / repo_path).exists():
             return m.group(0)
-        text = label if label.startswith("`") else f"{label}"
-        return f"{text} (`{repo_path}`)" if text.strip("`") != repo_path else f"`{repo_path}`"
+        return f"`{repo_path}`" if label.strip("`") == repo_path else f"{label} (`{repo_path}`)"
 
     return _LINK.sub(fix, markdown)
