@@ -7,9 +7,10 @@ What each page comes from:
 
 - ``config-*.md``: every key of each service's configuration file, from its pydantic models (the
   key, its TOML type, its default, its range as the validator checks it, its unit from the key's
-  name) and the description from the commented example in the config module's docstring (the one
-  place the code already describes each key).  A key the docstring does not describe is an error:
-  describe it there.
+  name) and its description: from the commented example in the config module's docstring, else
+  from the comment right above the field in its class, else (the ``[metrics]`` and ``[log]``
+  tables every service shares) from :data:`COMMON`, else from :data:`SUPPLEMENT`.  A key
+  described nowhere is an error: describe it in the docstring.
 - ``cli.md``: ``xtc --help`` and every subcommand's help, from the argparse parsers.
 - ``policer-api.md``: the policer's REST API, from its OpenAPI document
   (``docs/policer-openapi.json``, itself checked against the app by the policer's tests).
@@ -41,8 +42,52 @@ UNITS = [("_percent", "percent of one CPU"), ("_pps", "packets/s"), ("_bps", "bi
          ("_us", "microseconds"), ("_s", "seconds"), ("_slices", "slices"), ("port", "TCP port")]
 
 
+#: The tables every service shares (its service chassis), described once.
+COMMON = {
+    "metrics.enabled": "serve Prometheus metrics over HTTP",
+    "metrics.address": "the address the metrics endpoint listens on",
+    "metrics.port": "the metrics endpoint's TCP port (0: an ephemeral port, logged at start)",
+    "log.format": '"json" (JSON lines) or "kv" (key=value)',
+    "log.level": "the lowest level logged: debug, info, warning or error",
+}
+
+#: Keys the code does not describe yet, by module: move each into its module's docstring example
+#: when that file is next edited (and delete it here).
+SUPPLEMENT = {
+    "xtc.daemon.config": {
+        "manager.max_message_bytes": "a request larger than this (bytes) is refused (`too_large`)",
+    },
+}
+
+
 class MissingDescription(Exception):
     pass
+
+
+def class_comments(cls: Any) -> dict[str, str]:
+    """``{field: description}`` from the comment lines right above fields in a class's body
+    (``#:`` or ``#``); a comment block describes the fields that follow it up to a blank line."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    out: dict[str, str] = {}
+    block: list[str] = []
+    applies = False
+    for line in lines[1:]:
+        text = line.strip()
+        if text.startswith("#"):
+            if applies:
+                block, applies = [], False
+            block.append(text.lstrip("#:").strip())
+            continue
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\s*:", text)
+        if m and block and not text.startswith(("def ", "@")):
+            out[m.group(1)] = " ".join(block)
+            applies = True
+            continue
+        block, applies = [], False
+    return out
 
 
 # ---------------------------------------------------------------------------- the docstring example
@@ -213,7 +258,7 @@ def config_tables(cls: Any, descriptions: dict[str, str], skip: set[str]) -> tup
                 nested.append((_unwrap(inner)[0], path, True))
                 continue
             tname, rng, optional = _type_name(ann)
-            desc = descriptions.get(path, "")
+            desc = descriptions.get(path) or class_comments(model).get(key) or COMMON.get(path, "")
             if not desc and key != "schema":
                 missing.append(path)
             if key == "schema":
@@ -238,7 +283,7 @@ def config_tables(cls: Any, descriptions: dict[str, str], skip: set[str]) -> tup
 
 
 def config_page(title: str, intro: str, module: Any, cls: Any, skip: set[str] = frozenset()) -> str:
-    desc = example_descriptions(module.__doc__ or "")
+    desc = {**SUPPLEMENT.get(module.__name__, {}), **{k: v for k, v in example_descriptions(module.__doc__ or "").items() if v}}
     body, missing = config_tables(cls, desc, set(skip))
     if missing:
         raise MissingDescription(f"{module.__name__}: no description in the module docstring's example for "

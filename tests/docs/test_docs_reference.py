@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
+from dataclasses import field
 from pathlib import Path
 
 import pytest
+from pydantic.dataclasses import dataclass as pyd_dataclass
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,3 +88,33 @@ def test_a_key_without_description_is_refused() -> None:
 
     with pytest.raises(gen.MissingDescription, match="silent"):
         gen.config_page("t", "i", Mod, Doc)
+
+
+@pyd_dataclass
+class _Metrics:
+    enabled: bool = True
+
+
+@pyd_dataclass
+class _Doc:
+    plain: int = 1
+    # Both keys of a pair, described once
+    # over two lines.
+    pair_a: str = ""
+    pair_b: str = ""
+
+    after_blank: int = 2
+    metrics: _Metrics = field(default_factory=_Metrics)
+
+
+def test_descriptions_from_comments_above_fields_and_the_shared_tables() -> None:
+    class Mod:
+        __name__ = "fake"
+        __doc__ = "Example::\n\n    plain = 1  # from the docstring\n    after_blank = 2  # from the docstring too\n"
+        __file__ = str(ROOT / "xtc" / "fake.py")
+
+    page = gen.config_page("t", "i", Mod, _Doc)
+    assert "| `pair_a` | string | `\"\"` |  |  | Both keys of a pair, described once over two lines. |" in page
+    assert "| `pair_b` | string | `\"\"` |  |  | Both keys of a pair, described once over two lines. |" in page
+    assert "from the docstring too" in page
+    assert gen.COMMON["metrics.enabled"] in page

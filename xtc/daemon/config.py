@@ -31,13 +31,11 @@ A complete example (every key shown with its default unless marked required)::
     [manager]
     endpoint = "tcp://127.0.0.1:7700"      # REP socket for requests (ZeroMQ endpoint)
     pub_endpoint = "tcp://127.0.0.1:7701"  # PUB socket for the samples (one message per period)
-    max_message_bytes = 65536        # a request larger than this (bytes) is refused
-    # curve_secret_key_file = "/etc/xtc/daemon.key_secret"  # optional: CURVE, the daemon's secret key file
-    # curve_clients_dir = "/etc/xtc/clients"  # optional, with the key file: the clients' public keys
+    max_message_bytes = 65536
 
     [metrics]
-    enabled = true                   # serve Prometheus metrics over HTTP
-    address = "127.0.0.1"            # the address the metrics endpoint listens on
+    enabled = true
+    address = "127.0.0.1"
     port = 9108                      # 0 = an ephemeral port (logged at start)
 
     [log]

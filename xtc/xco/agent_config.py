@@ -47,13 +47,13 @@ A complete example (every key with its default unless marked required)::
                                      # relative to this file's directory
 
     [metrics]
-    enabled = true                   # serve Prometheus metrics over HTTP
-    address = "127.0.0.1"            # the address the metrics endpoint listens on
+    enabled = true
+    address = "127.0.0.1"
     port = 9111                      # 0 = an ephemeral port (logged at start)
 
     [log]
     format = "json"                  # "json" or "kv"
-    level = "info"                   # "debug", "info", "warning" or "error"
+    level = "info"
 
 :func:`load_agent_config` returns a frozen :class:`AgentConfig` or raises :class:`AgentConfigError`
 naming the key; :func:`check_against_topology` checks ``host`` and ``link_bps`` against the topology.

@@ -23,13 +23,13 @@ A complete example (every key with its default unless marked required)::
                                      # (xtc/xco/auth.py; `xtc xco keygen FILE` writes one)
 
     [metrics]
-    enabled = true                   # serve Prometheus metrics over HTTP
-    address = "127.0.0.1"            # the address the metrics endpoint listens on
+    enabled = true
+    address = "127.0.0.1"
     port = 9110                      # 0 = an ephemeral port (logged at start)
 
     [log]
     format = "json"                  # "json" or "kv"
-    level = "info"                   # "debug", "info", "warning" or "error"
+    level = "info"
 
 :func:`load_controller_config` returns a frozen :class:`ControllerConfig` or raises
 :class:`ControllerConfigError` naming the key (``'heartbeat_misses': must be within 1..100``).
