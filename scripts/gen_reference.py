@@ -94,13 +94,13 @@ def class_comments(cls: Any) -> dict[str, str]:
 
 
 _KEY = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>[^#]*?)\s*(?:#\s?(?P<comment>.*))?$")
-_TABLE = re.compile(r"^\[\[?\s*(?P<name>[A-Za-z0-9_.]+)\s*\]\]?$")
+_TABLE = re.compile(r"^\[\[?\s*(?P<name>[A-Za-z0-9_.]+)\s*\]\]?\s*(?:#.*)?$")
 
 
 def example_descriptions(doc: str) -> dict[str, str]:
     """``{"section.key": description}`` from the ``key = value  # description`` lines of the TOML
-    examples (``::`` blocks) in a module docstring; a comment line under a key continues its
-    description, and ``# key = value  # description`` describes an optional key."""
+    examples (``::`` blocks) in a module docstring; a comment line under a described key continues
+    its description, and ``# key = value  # description`` describes an optional key."""
     out: dict[str, str] = {}
     table, last, in_block = "", None, False
     for line in doc.splitlines():
@@ -126,7 +126,9 @@ def example_descriptions(doc: str) -> dict[str, str]:
             path = f"{table}.{m.group('key')}" if table else m.group("key")
             if not out.get(path):
                 out[path] = (m.group("comment") or "").strip()
-            last = path
+            # a comment line under a key continues its comment; under a key without one, it is a
+            # paragraph of its own (about what follows), not the key's description
+            last = path if out[path] else None
         elif commented and last is not None:
             out[last] = (out[last] + " " + text).strip()
         else:

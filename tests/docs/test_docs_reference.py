@@ -60,17 +60,20 @@ def test_descriptions_come_from_the_docstring_example() -> None:
 
         schema = "x/1"
         top = 1                 # a top key
-        [sec]
+        [sec]                   # a comment on the table's line
         a_s = 2.0               # first line
                                 # and its continuation
         # b = 3                 # optional b
         c = 4
+        # A paragraph about what follows, under a key
+        # that has no comment of its own:
+        # d = 5                 # optional d
 
     Prose after the block = not a key.
     '''
     got = gen.example_descriptions(doc)
     assert got == {"schema": "", "top": "a top key", "sec.a_s": "first line and its continuation",
-                   "sec.b": "optional b", "sec.c": ""}
+                   "sec.b": "optional b", "sec.c": "", "sec.d": "optional d"}
 
 
 def test_a_key_without_description_is_refused() -> None:
