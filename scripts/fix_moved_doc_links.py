@@ -1,11 +1,16 @@
 """Repair the relative links that the move of the dated logs to docs/results/ broke.
 
     python scripts/fix_moved_doc_links.py [DOCS_DIR]     # default: docs/ of this checkout
+    python scripts/fix_moved_doc_links.py --mentions FILE_OR_DIR...   # code comments, configs
 
 For the merge of branches written before the move: a page that came to docs/results/ with links
 written for its old place, or a page that still links to an old path.  Only a link whose target does
 not exist is touched, and only when the old location it was written for maps to a file that exists
 now; anything else is left for ``mkdocs build --strict`` to report.  Prints each page it changes.
+
+``--mentions`` rewrites the plain mentions of a moved path (``docs/xco.md``, ``docs/lab/x.md``) in
+the files given (``*.py``, ``*.toml``, ``*.service``, ``*.md`` under a directory), e.g. the code's
+comments that point a reader at a log.
 """
 
 from __future__ import annotations
@@ -78,7 +83,31 @@ def fix_page(docs: Path, page: str, text: str) -> str:
     return _LINK.sub(fix, text)
 
 
+_MENTION = re.compile(r"(?<![\w/.-])docs/(" + "|".join(re.escape(k) for k in sorted(MOVES, key=len, reverse=True))
+                      + r")(?=[/\s\"'`),:;.]|$)")
+
+
+def fix_mentions(text: str) -> str:
+    return _MENTION.sub(lambda m: "docs/" + MOVES[m.group(1)], text)
+
+
+def _mentions(paths: list[str]) -> int:
+    for arg in paths:
+        p = Path(arg)
+        files = [p] if p.is_file() else [f for f in sorted(p.rglob("*"))
+                                         if f.suffix in (".py", ".toml", ".service", ".md") and f.is_file()]
+        for f in files:
+            text = f.read_text()
+            new = fix_mentions(text)
+            if new != text:
+                f.write_text(new)
+                print(f"fixed mentions in {f}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--mentions"]:
+        return _mentions(argv[1:])
     docs = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "docs"
     for path in sorted(docs.rglob("*.md")):
         page = path.relative_to(docs).as_posix()
