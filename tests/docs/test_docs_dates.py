@@ -14,8 +14,8 @@ DATE = re.compile(r"(?<![\w.-])(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])
 HASH = re.compile(r"(?<![\w/.#-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
 
 
-#: A link into docs/results/ (whose directories are named by date) is where a date may be named.
-RESULTS_LINK = re.compile(r"\]\([^)\s]*results/[^)\s]*\)")
+#: A link into docs/results/, or a path there (its directories are named by date), may name a date.
+RESULTS_LINK = re.compile(r"\]\([^)\s]*results/[^)\s]*\)|results/(19|20)\d\d-\d\d-\d\d-[\w.-]+")
 
 
 def offences(text: str) -> list[str]:
@@ -37,6 +37,7 @@ def test_the_checker_finds_dates_and_hashes() -> None:
     assert offences("a cap of 25 % for 1e10 pps; the range 1..100; deadbeef; 2026-13-01") == []
     assert offences("[the log](../results/2026-11-26-lab/README.md), not [this](../guide/2026-11-26.md)") \
         == ["line 1: date 2026-11-26"]
+    assert offences("(docs/results/2026-11-26-lab/README.md, \"The CFS period\")") == []
 
 
 def test_no_page_outside_results_carries_a_date_or_a_commit_hash() -> None:
