@@ -49,7 +49,7 @@ A complete example (every key shown with its default unless marked required)::
     level = "info"                   # debug, info, warning, error
 
     [libvirt]
-    uri = "lxc:///"
+    uri = "lxc:///"                  # the libvirt connection URI (xen:///system, qemu:///system, lxc:///)
     domains = []                     # empty: every running domain is a VR
 
 

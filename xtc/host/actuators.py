@@ -18,7 +18,8 @@ OriginalCap
 XenCapActuator(conn, domain, cap_min=1, cap_max=100)
     libvirt + Xen credit scheduler, parameter ``cap``.
 LibvirtQuotaActuator(conn, domain, cap_min=1, cap_max=100, quota_param="vcpu_quota", period_param="vcpu_period")
-    libvirt LXC/QEMU, ``vcpu_quota`` us per ``vcpu_period`` us.
+    libvirt LXC, ``vcpu_quota`` us per ``vcpu_period`` us; for QEMU the daemon passes
+    ``"global_quota", "global_period"`` (the whole guest, not each vCPU).
 CgroupV1Actuator(cgroup_dir, vr=None, ...)
     ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in a cgroup v1 cpu directory.
 CgroupV2Actuator(cgroup_dir, vr=None, ...)

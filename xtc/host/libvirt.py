@@ -13,7 +13,8 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
   (``virDomainListGetStats``, ``cpu.time``: all vCPUs, Xen, QEMU/KVM) or, where the driver has no
   bulk stats (upstream libvirt's LXC driver), one ``virDomainGetInfo`` per domain
   (:meth:`~xtc.host.libvirt_conn.LibvirtConn.cpu_time_ns`).
-- Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` otherwise.
+- Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` for ``lxc://``, and for QEMU
+  (any other URI) ``global_quota``/``global_period``, so that the whole guest is capped, not each vCPU.
 - Originals: :meth:`LibvirtBackend.snapshot` is the actuator's exact record of the
   setting (``OriginalCap.to_dict()``: e.g. ``{"backend": "libvirt-quota", "target": "vr1",
   "params": {"vcpu_period": 50000, "vcpu_quota": -1}}``, or Xen's ``{"cap": 0}``).  The daemon

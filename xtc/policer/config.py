@@ -5,8 +5,8 @@ A complete example (defaults shown)::
     schema = "xtc-policer/1"
 
     [server]
-    host = "127.0.0.1"
-    port = 8080
+    host = "127.0.0.1"        # the address the REST API listens on
+    port = 8080               # the REST API's TCP port
     workers = 1               # API worker processes (SO_REUSEPORT on one port); the engine: engine.shards
     header_timeout_s = 10.0   # a request's line and headers must arrive within this (else 408, closed)
     tls_certificate_file = "" # PEM certificate (chain) and its private key: serve HTTPS (TLS 1.2 or newer)

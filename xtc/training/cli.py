@@ -47,7 +47,7 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
                    help="counter file (e.g. /proc/<pid>/net/dev for another namespace)")
     p.add_argument("--hardware", default=None, help="description of the hardware, recorded in the CSV")
     p.add_argument("--traffic-desc", default=None, help="description of the traffic, recorded in the CSV")
-    p.add_argument("--date", default=None, help="date of the run (recorded; e.g. 2024-05-01)")
+    p.add_argument("--date", default=None, help="date of the run (recorded; YYYY-MM-DD)")
     p.add_argument("--no-traffic-check", action="store_true",
                    help="real backends: sweep even when the first sample sees less than 10%% of --offered-pps "
                         "handed to the VR (host-side TX of its interfaces)")

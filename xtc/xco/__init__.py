@@ -2,7 +2,7 @@
 
 A central controller tells each host, timeslice by timeslice, to which destination host it may
 send, so that the sum of the NIC rates admitted on every link stays within the link's capacity
-(papers/xco-paper.txt, section 3).  This package holds the product side:
+(Rajanna, Shah, Jahagirdar and Gopalan, "XCo: Explicit Coordination for Preventing Congestion in Data Center Ethernet", section 3).  This package holds the product side:
 
 - :mod:`xtc.xco.topology`: the ``xco-topology/1`` file, validated; spanning tree; paths as arrays
   of directed link ids.

@@ -17,7 +17,7 @@ A complete example (every key with its default unless marked required)::
     heartbeat_interval_us = 100000   # hosts send a heartbeat this often
     heartbeat_misses = 3             # a host silent for misses x interval is dropped
     clock_window_us = 1000000        # a message whose t_us is further than this from now is stale
-    state_file = "/var/lib/xtc-xco-controller/state.json"
+    state_file = "/var/lib/xtc-xco-controller/state.json"  # the hosts and their state, kept across restarts
     state_save_interval_s = 1.0      # save a changed state at most this often (and at stop)
     auth_key_file = "xco.key"        # optional: authenticate every datagram with this shared key
                                      # (xtc/xco/auth.py; `xtc xco keygen FILE` writes one)

@@ -1,4 +1,4 @@
-"""The XCo timeslice scheduler (Algorithm 1 of papers/xco-paper.txt), pure.
+"""The XCo timeslice scheduler (Algorithm 1 of Rajanna, Shah, Jahagirdar and Gopalan, "XCo: Explicit Coordination for Preventing Congestion in Data Center Ethernet"), pure.
 
 Two implementations of one policy, which must issue the same directives for the same events:
 

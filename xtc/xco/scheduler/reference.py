@@ -2,7 +2,7 @@
 
 Slow on purpose (every event recomputes the contention groups from their definition); it is the
 yardstick the fast implementation is tested against.  Line numbers in the comments are those of
-Algorithm 1 in papers/xco-paper.txt.
+Algorithm 1 in Rajanna, Shah, Jahagirdar and Gopalan, "XCo: Explicit Coordination for Preventing Congestion in Data Center Ethernet".
 """
 
 from __future__ import annotations
