@@ -40,8 +40,8 @@ def test_links_of_a_moved_page_and_to_a_moved_page_are_repaired(tmp_path: Path) 
 
 
 def test_mentions_of_moved_paths_in_code_are_rewritten() -> None:
-    text = ('# see docs/xco.md, "Agent"; docs/lab/multihop.md; (docs/control-settling.md) '
-            'docs/policer-openapi.json docs/results/xco/fig22.md docs/lab.md. docs/xco.md.\n')
+    text = ('# see docs/results/2026-11-26-xco/xco.md, "Agent"; docs/results/2026-11-26-lab/multihop.md; (docs/results/2026-11-26-control-settling/control-settling.md) '
+            'docs/policer-openapi.json docs/results/xco/fig22.md docs/results/2026-11-26-lab/README.md. docs/results/2026-11-26-xco/xco.md.\n')
     assert fix.fix_mentions(text) == (
         '# see docs/results/2026-11-26-xco/xco.md, "Agent"; docs/results/2026-11-26-lab/multihop.md; '
         '(docs/results/2026-11-26-control-settling/control-settling.md) docs/policer-openapi.json '

@@ -179,7 +179,7 @@ def test_a_standby_takes_every_shard_and_another_layout_never_leads(make_daemon:
 def test_shards_start_their_cycles_spread_over_the_period() -> None:
     """Shard ``i`` of ``n`` starts its cycles ``i / n`` of a period after shard 0's, on the monotonic
     clock every process shares: the shards take turns instead of all planning at once
-    (docs/policer.md, "Shards take turns")."""
+    (docs/results/2026-11-26-policer/policer.md, "Shards take turns")."""
     period = 2.0
     starts = {i: Engine(None, None, period_s=period, shard=(i, 4))._next_start(10.1) for i in range(4)}
     assert starts == pytest.approx({0: 12.0, 1: 10.5, 2: 11.0, 3: 11.5})

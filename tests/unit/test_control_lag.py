@@ -128,13 +128,13 @@ def test_lag_plants_settle_from_uncapped_with_the_lag_measured(plant):
     sps = [5, 8, 10, 12]
     off, _ = _settle_from_uncapped(plant, sps, False)
     on, _ = _settle_from_uncapped(plant, sps, True)
-    assert max(on) <= 6, on  # the goal is 5: not met at every setpoint (docs/control-settling.md)
-    assert max(off) >= 8, off  # what the model's lag gives (docs/control-settling.md)
+    assert max(on) <= 6, on  # the goal is 5: not met at every setpoint (docs/results/2026-11-26-control-settling/control-settling.md)
+    assert max(off) >= 8, off  # what the model's lag gives (docs/results/2026-11-26-control-settling/control-settling.md)
 
 
 @pytest.mark.parametrize("plant", ["nominal", "gradual", "fast2x", "slow2x"])
 def test_plants_without_a_lag_are_not_changed(plant):
-    # at these setpoints and seed (a false lag is measured now and then elsewhere: docs/control-settling.md)
+    # at these setpoints and seed (a false lag is measured now and then elsewhere: docs/results/2026-11-26-control-settling/control-settling.md)
     sps = [5, 10, 20, 45, 70, 85]
     off, tr_off = _settle_from_uncapped(plant, sps, False, noise=True)
     on, tr_on = _settle_from_uncapped(plant, sps, True, noise=True)

@@ -26,7 +26,7 @@ A complete example (every key shown with its default unless marked required)::
     # cap_max_percent = 100.0        # optional, overrides the model file's caps.max_percent
     # lag_probe = true               # "xtc" only, on by default there: measure each VR's lag with
                                      # one probe and step its transients with it; false steps the
-                                     # law without it (docs/control-settling.md, "The lag probe")
+                                     # law without it (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe")
 
     [manager]                        # docs/guide/manager-api-security.md
     endpoint = "ipc:///run/xtc/manager.sock"      # REP socket for requests (ZeroMQ endpoint)
@@ -87,7 +87,7 @@ and then waits for the next one, so a packet may wait up to a period inside it, 
 period sees the rate of a slice of bursts cut at both ends.  libvirt's and the kernel's default
 period is 100 ms; 25000 gives bursts a quarter as long: on the lab, steadier 1 s rates, and a
 higher median RTT through a VR held far below its offered rate, because more of what it forwards
-has waited in its full queue (docs/lab.md, "The CFS period").
+has waited in its full queue (docs/results/2026-11-26-lab/README.md, "The CFS period").
 
 ``reassert_period_s``: the daemon writes a cap only when it changes, but a VR that reboots (or a
 hypervisor that restarts) may come back with its configured cap; the daemon therefore also

@@ -161,7 +161,7 @@ def period_for(cap_percent: float, cfs_period_us: int) -> int:
     bursts of up to 100 ms and a packet that arrives after its VR's burst waits the rest of the
     period.  A window of one control period cuts a burst at each edge: on the lab's forwarder at a
     cap of 4% the CPU per 1 s scattered by 4.3-4.4% (coefficient of variation) with 100 ms and
-    0.75-1.8% with 25 ms (docs/lab.md, "The CFS period", with what a short period costs).
+    0.75-1.8% with 25 ms (docs/results/2026-11-26-lab/README.md, "The CFS period", with what a short period costs).
     """
     p = cfs_period_us
     while p * 2 <= PERIOD_MAX_US and round(cap_percent / 100.0 * p) < QUOTA_MIN_US:

@@ -246,7 +246,7 @@ class Conn:
             one = (f"UPDATE {table} SET " + ", ".join([f"{c}=?" for c in sets] + extra)
                    + " WHERE " + " AND ".join(f"{c}=?" for c in keys))
             # Binary parameters: psycopg's text form of a list escapes every element in Python (3x the
-            # client's CPU of the binary form; docs/policer.md).
+            # client's CPU of the binary form; docs/results/2026-11-26-policer/policer.md).
             arrays = ", ".join(f"%b::{_PG_ARRAY[t]}[]" for t in types)
             bulk = (f"UPDATE {table} SET " + ", ".join([f"{c}=u.c{i}" for i, c in enumerate(sets)] + extra)
                     + f" FROM unnest({arrays}) AS u({', '.join(f'c{i}' for i in range(len(types)))})"

@@ -1,7 +1,7 @@
 """The policer's HTTP/1.1 parser: uvicorn's httptools protocol with the request head bounded.
 
 httptools (llhttp, in C) costs the API about a fifth less CPU per request than h11 (pure Python),
-measured with ``xtc policer bench`` (docs/policer.md, "Load"), but neither it nor uvicorn's protocol
+measured with ``xtc policer bench`` (docs/results/2026-11-26-policer/policer.md, "Load"), but neither it nor uvicorn's protocol
 around it bounds a request's head: llhttp hands a header to Python only once it is complete, so a
 client that streams one endless header would be buffered without end.  This protocol counts what
 arrives while a request's head is still open and refuses with **431** once it passes

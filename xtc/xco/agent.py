@@ -5,7 +5,7 @@ microseconds since the Unix epoch).
 One agent runs on each host.  Its flows are every (local VM, remote VM) pair of the topology, each
 a :class:`~xtc.xco.gate.Flow` with the remote VM's host id; the gate holds the large ones by
 destination host (one class each, :attr:`AgentCore.dests`), which is what directives name, so the
-core's states, backlogs and decisions are per destination.  The rules (docs/xco.md, "Agent"):
+core's states, backlogs and decisions are per destination.  The rules (docs/results/2026-11-26-xco/xco.md, "Agent"):
 
 - **Register** (with the topology digest and this host's VMs) every ``register_interval_us`` until
   a welcome arrives; then a **heartbeat** every ``heartbeat_interval_us`` of the welcome.
@@ -40,7 +40,7 @@ core's states, backlogs and decisions are per destination.  The rules (docs/xco.
 - **Demand** (rate mode, beyond the paper): every ``demand_window_us`` the agent measures what
   each reported destination sent; a flow that used less than 70% of its rate is reported with a
   bound of 5/4 of what it sent, and the bound is lifted when it uses 95% or more, so that the
-  controller gives the share it cannot fill to the flows that can (docs/xco.md, "Demand").
+  controller gives the share it cannot fill to the flows that can (docs/results/2026-11-26-xco/xco.md, "Demand").
 - **Heartbeats and acks**: the controller answers every heartbeat with an ack carrying this
   host's backlog as it holds it.  While this host waits for the controller (a reported backlog or
   a destination in force) it sends a heartbeat after each silent slice (nothing heard for a slice
@@ -221,7 +221,7 @@ class AgentCore:
     slot_budget : bool
         Timeslices: name the end of each open slice (:attr:`AgentOutput.until`), so that the gate
         holds the destination at the slot's end by itself, however late the next directive is
-        applied.  A directive holds until the end of its slot (docs/xco.md, "Slots"); its slice is
+        applied.  A directive holds until the end of its slot (docs/results/2026-11-26-xco/xco.md, "Slots"); its slice is
         extended ahead of time when the next slot's directive, for the same destination, has arrived.
     """
 

@@ -113,7 +113,7 @@ class AgentConfig(StrictTable):
     #: Timeslices: the destination in force is given up as soon as two counter dumps this far apart
     #: or more prove that nothing entered its class between them (its queue drained and its
     #: sender silent), without waiting for ``giveup_after_us``; the agent reads the counters when
-    #: the class's queue should have drained (docs/xco.md, "Agent").  0 = off.
+    #: the class's queue should have drained (docs/results/2026-11-26-xco/xco.md, "Agent").  0 = off.
     giveup_quiet_us: Annotated[Int, within(0, 10_000_000)] = 0
     #: The counters are read at least this often even when nothing is reported (a destination
     #: without a rate or a slot is held, and a flow that has just turned large waits for the read
@@ -121,13 +121,13 @@ class AgentConfig(StrictTable):
     idle_poll_us: Annotated[Int, within(0, 1_000_000)] = 0
     #: Timeslices: each open slice is given, in the gate, the bytes the link carries until the end
     #: of its slot, so that the kernel holds the destination at the slot's end by itself however late
-    #: the next directive is applied (docs/xco.md, "Agent").  false: the agent's own close only.
+    #: the next directive is applied (docs/results/2026-11-26-xco/xco.md, "Agent").  false: the agent's own close only.
     slot_budget: bool = True
     #: A directive's closes are made this long before its start, its opens at the start, and a slot
     #: budget ends this long before its slot: a TBF change refills the closing class's bucket with
     #: one frame, which leaves at once when packets are queued there, and the change itself lands
     #: some tens of microseconds after the agent makes it; the guard puts both inside the slot
-    #: (docs/xco-testbed.md, "A guard before the close").  The link idles about this long a slot.
+    #: (docs/results/2026-11-26-xco-testbed/xco-testbed.md, "A guard before the close").  The link idles about this long a slot.
     #: At most 500 us: a directive that also opens spins from its closes to its start, at a
     #: real-time priority.  0 = off.
     close_guard_us: Annotated[Int, within(0, 500)] = 0
@@ -136,14 +136,14 @@ class AgentConfig(StrictTable):
     #: flow that started late or stalled catches up that much.  The next switch's port queues up to
     #: this much of the link on top of its queue (the rates of a link sum to its rate), and every
     #: rate change refills the bucket: keep it well inside the switches' buffers
-    #: (docs/xco-testbed.md, "A rate's burst").
+    #: (docs/results/2026-11-26-xco-testbed/xco-testbed.md, "A rate's burst").
     rate_burst_us: Annotated[Int, within(100, 100_000)] = 1000
     #: With ``slot_budget``: the uplink's ``gso_max_segs`` while the agent runs, given back when it
     #: stops (``--cleanup`` after a kill: the kernel's default).  A slot budget's TBF leaf takes a
     #: packet whole, and TCP hands the qdisc GSO packets of up to 64 KB whatever the device's
     #: offload features say; one bigger than what is left of the budget waits for the rest of the
     #: slice.  1 makes the sockets that send through the uplink send frames (forwarded GSO packets
-    #: are not split: docs/xco.md, "Agent").  0 = leave the device as it is.
+    #: are not split: docs/results/2026-11-26-xco/xco.md, "Agent").  0 = leave the device as it is.
     gso_max_segs: Annotated[Int, within(0, 65535)] = 1
     #: TCP packets shorter than 128 bytes (pure ACKs, SYN, FIN, RST) are never held
     #: (:data:`xtc.host.tcgate.TCP_CONTROL_BYTES`): holding a VM pair's flow then never holds the

@@ -5,7 +5,7 @@ hosts this host may send; a :class:`Gate` enforces that on the host's uplink.  T
 gate, :class:`xtc.host.tcgate.TcGate`, does it with stock Linux queueing over netlink (an HTB
 root, one class per destination host with a TBF leaf that is opened, closed or rate-limited, and
 one classifier per VM-to-VM flow pointing at its destination's class; see notes on the kernel in
-docs/xco.md); tests of the agent's logic use an in-memory gate.
+docs/results/2026-11-26-xco/xco.md); tests of the agent's logic use an in-memory gate.
 
 A destination is a host id (its index in the topology: what directives name).  Its flows are
 VM-to-VM: classified by source and destination VM address.  A flow starts *small*, in a class of

@@ -3,7 +3,7 @@
 Run as root (a real LXC VR under the lab's libvirtd, real packets)::
 
     PYTHONPATH=. python lab/xtc_lab/bench/cfs_period_scatter.py --caps 4 --periods 100000,50000,25000 \\
-        --seconds 60 --out docs/lab/cfs-period/scatter
+        --seconds 60 --out docs/results/2026-11-26-lab/cfs-period/scatter
 
 For each CFS period a fresh lab with one LXC VR on that ``vcpu_period`` (the lab's forwarder, ``--work``
 iterations x ``--work-factor`` per frame) is offered ``--offered-pps`` of 64-byte UDP; for each cap
@@ -16,7 +16,7 @@ on failure.
 
 Why: a capped VR that has work runs its whole quota at the start of each period and then waits,
 so a window of one control period cuts a burst at each of its ends; the shorter the period, the
-shorter the bursts (``[daemon] cfs_period_us``, docs/lab.md "The CFS period").
+shorter the bursts (``[daemon] cfs_period_us``, docs/results/2026-11-26-lab/README.md "The CFS period").
 """
 
 from __future__ import annotations

@@ -599,7 +599,7 @@ def fig25_table(res: dict[str, Any]) -> str:
         lines.append(f"| {e['tcp']}+{e['udp']} | " + " | ".join(f"{e['loss_pct'][m]:.2f}" for m in modes) + " | "
                      + " | ".join("-" if v is None else f"{v:.1f}" for v in per) + " |")
     lines += ["", "Paper (Figures 25-26): NS3 and the testbed report similar loss and similar TCP throughput; "
-              "the lab's comparison: docs/xco-testbed.md, \"Figures 24-26\"."]
+              "the lab's comparison: docs/results/2026-11-26-xco-testbed/xco-testbed.md, \"Figures 24-26\"."]
     return "\n".join(lines)
 
 

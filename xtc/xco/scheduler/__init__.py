@@ -11,7 +11,7 @@ Two implementations of one policy, which must issue the same directives for the 
   arrays (:mod:`._kernel`); without, the pure-Python ``PyFastScheduler``
   (``xtc.xco.scheduler.fast.IMPL`` says which).
 
-The policy, with the choices the paper leaves open (see docs/xco.md):
+The policy, with the choices the paper leaves open (see docs/results/2026-11-26-xco/xco.md):
 
 - Time is divided into slots of ``slice_us`` microseconds starting at ``t_us = 0``.  A directive
   granted at ``t_us`` holds until the end of the slot it was granted in.  All the slices that end at

@@ -45,7 +45,7 @@ PAPER_RTT_AFTER_FIRST_HOP_MS = 14.0
 #: Receive buffer of the forwarder sockets of the routers after the first, bytes.  A capped router's
 #: forwarder is throttled while its socket queue fills, then sends the whole queue at once: a router
 #: after it needs room for that burst (with the kernel's 208 KiB everywhere, 4-7% of the frames were
-#: lost at each later router; see docs/lab/multihop.md).
+#: lost at each later router; see docs/results/2026-11-26-lab/multihop.md).
 DEFAULT_RCVBUF_BYTES = 2 * 1024 * 1024
 
 
@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_PERIOD_US}; a cap needs at least 1000 us of quota per period)")
     g.add_argument("--hop-no-lag-probe", action="store_true",
                    help="XTC's controller with [controller] lag_probe = false on every router (the law without "
-                        "the lag probe, the default before 2026-11-25; docs/control-settling.md, 'The lag probe')")
+                        "the lag probe, the default before 2026-11-25; docs/results/2026-11-26-control-settling/control-settling.md, 'The lag probe')")
     g.add_argument("--hop-rcvbuf-first", type=int, default=0,
                    help="receive buffer of the first router's forwarder sockets, bytes; 0: the kernel's default "
                         "(default 0; under XTC this router drops what the cap holds back, and its queue, full, "

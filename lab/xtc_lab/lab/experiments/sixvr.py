@@ -68,7 +68,7 @@ PAPER_TABLE2 = {"without": (77.97, 0.07), "A": (74.96, 1.06), "B": (75.49, 0.85)
 TOLERANCE = 0.05
 AGGREGATE_LOSS_GOAL = 0.03
 #: Receive buffer of the forwarders' packet sockets, bytes (0: the kernel's default, 212992 bytes,
-#: about 250 frames).  Measured with TCP (docs/lab/sixvr-tcp/README.md): with the default a capped
+#: about 250 frames).  Measured with TCP (docs/results/2026-11-26-lab/sixvr-tcp/README.md): with the default a capped
 #: forwarder's sockets drop 5-11% of the segments it receives (TCP's losses), so the VR forwards
 #: 89-95% of what the host hands it and XTC's controller sees a VR held back by its cap; with
 #: 2 MiB they drop none, the flows queue instead, the VR forwards 100% of what it is handed, the
@@ -102,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model file for XTC's controller (default xtc/models/lab.toml if present, else the paper's)")
     g.add_argument("--sixvr-no-lag-probe", action="store_true",
                    help="XTC's controller with [controller] lag_probe = false (the law without the lag probe, the "
-                        "default before 2026-11-25; docs/control-settling.md, 'The lag probe')")
+                        "default before 2026-11-25; docs/results/2026-11-26-control-settling/control-settling.md, 'The lag probe')")
 
 
 # ------------------------------------------------------------------------------ pure analysis

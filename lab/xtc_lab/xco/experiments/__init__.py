@@ -141,7 +141,7 @@ POLL_US = 5_000
 GIVEUP_AFTER_US = 10_000
 #: The agents' quiet give-up (``giveup_quiet_us``): the slice in force is handed on as soon as the
 #: counters prove its class received nothing for this long (a held queue that drained, its sender
-#: stopped), without the two polls above; measured on Figure 22 (docs/xco-testbed.md).  The
+#: stopped), without the two polls above; measured on Figure 22 (docs/results/2026-11-26-xco-testbed/xco-testbed.md).  The
 #: environment's ``XTC_XCO_LAB_GIVEUP_QUIET_US`` overrides it (0: off, the rule before), for
 #: before/after runs of the same code.
 GIVEUP_QUIET_US = int(os.environ.get("XTC_XCO_LAB_GIVEUP_QUIET_US", "2000"))
@@ -156,13 +156,13 @@ SLOT_BUDGET = os.environ.get("XTC_XCO_LAB_SLOT_BUDGET", "1") != "0"
 CLOSE_GUARD_US = int(os.environ.get("XTC_XCO_LAB_CLOSE_GUARD_US", "0"))
 #: The agents' ``rate_burst_us`` (rate mode: a rate limit's burst, as time at its rate); 1 ms, the
 #: agent's default: at 2-5 ms the incast's late stripes catch up but the switch port keeps a
-#: standing queue and drops (docs/xco-testbed.md, "A rate's burst").
+#: standing queue and drops (docs/results/2026-11-26-xco-testbed/xco-testbed.md, "A rate's burst").
 RATE_BURST_US = int(os.environ.get("XTC_XCO_LAB_RATE_BURST_US", "1000"))
 #: The agents' ``small_flow_bytes`` (a VM pair that has sent no more than this is never held).
 #: Senders that start together send this much each unheld: 5 x 100 KB (the agent's default) into
 #: a port buffer of 128 KiB lost 104-122 frames at every start of Figure 15's 5 TCP senders (0.12-0.15%
 #: of a 10 s run, in both modes); 5 x 20 KB lost 0-1, and Figure 17's short connections (30 KB, one
-#: VM pair each sequence) did not change (docs/xco-testbed.md).  ``XTC_XCO_LAB_SMALL_FLOW_BYTES``
+#: VM pair each sequence) did not change (docs/results/2026-11-26-xco-testbed/xco-testbed.md).  ``XTC_XCO_LAB_SMALL_FLOW_BYTES``
 #: overrides it, for before/after runs.
 SMALL_FLOW_BYTES = int(os.environ.get("XTC_XCO_LAB_SMALL_FLOW_BYTES", "20000"))
 #: The controller and the agents run at this nice value: the paper's agent is a kernel module in
@@ -175,7 +175,7 @@ NICE = -10
 #: for a slice boundary, and the late close let the old slice's packets out in the next sender's
 #: slice: Figure 15 quick with timeslices, 5 TCP senders, 72-83% of the packets inside their slices
 #: and 2.4-3.9% switch loss at nice -10, 91-93% and 0-0.07% at priority 10 (three alternated pairs,
-#: docs/xco-testbed.md, "Packets inside the slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides
+#: docs/results/2026-11-26-xco-testbed/xco-testbed.md, "Packets inside the slices").  ``XTC_XCO_LAB_REALTIME_PRIORITY`` overrides
 #: it, for before/after runs.  Rate mode: see :data:`RATE_REALTIME_PRIORITY`.
 REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "10"))
 #: The same in rate mode.  It was 0 (nice :data:`NICE`) until 2026-11-24, from sums of the senders'
@@ -184,12 +184,12 @@ REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_REALTIME_PRIORITY", "10"))
 #: Figure 18 quick at a link fraction of 0.97 beside a busy loop on one core: at nice -10, 9-15
 #: fail-opens a run (the controller's answer later than 5 slices), 0.55-1.86% switch loss and ping
 #: p99 3.5-10.4 ms; under SCHED_FIFO no fail-open, no loss, ping p99 0.10-0.12 ms and the port at
-#: 96.7-97.3% (two runs each, then two more under SCHED_FIFO; docs/xco-testbed.md).
+#: 96.7-97.3% (two runs each, then two more under SCHED_FIFO; docs/results/2026-11-26-xco-testbed/xco-testbed.md).
 #: ``XTC_XCO_LAB_RATE_REALTIME_PRIORITY`` overrides it.
 RATE_REALTIME_PRIORITY = int(os.environ.get("XTC_XCO_LAB_RATE_REALTIME_PRIORITY", "10"))
 #: The agents at log level debug in every run (their ``directive_applied`` events, the slice grid
 #: of :mod:`.timing`), not only with ``--in-slice``: ``XTC_XCO_LAB_DEBUG_LOG=1``, for looking at when
-#: rates and slices were applied (used for Figure 18's rate changes, docs/xco-testbed.md).
+#: rates and slices were applied (used for Figure 18's rate changes, docs/results/2026-11-26-xco-testbed/xco-testbed.md).
 AGENT_DEBUG_LOG = os.environ.get("XTC_XCO_LAB_DEBUG_LOG", "") not in ("", "0")
 #: Slices of controller silence before an agent fails open.  The agent's default, 3, needs the
 #: controller's answer to a probe within one slice; with 5 senders a sender hears nothing for 4
@@ -206,7 +206,7 @@ FAIL_OPEN_SLICES = 5
 #: default is ``"uplink"``, the agent's place in the paper (after the host's bridge, where every
 #: VM's packets pass; ``"vm"`` needs one VM per host).  Since the agents set their interface's
 #: ``gso_max_segs`` to 1 (2026-11-25), ``"vm"`` carries Figure 15's UDP mixes without loss
-#: (91.9-97.2% at every mix, docs/xco-testbed.md "One segment per packet at the gate"); before,
+#: (91.9-97.2% at every mix, docs/results/2026-11-26-xco-testbed/xco-testbed.md "One segment per packet at the gate"); before,
 #: the slot budget stalled on the GSO packets TCP hands a VM's own interface.
 GATE_AT = ("uplink", "vm")
 CONTROLLER_PORT_BASE = 17_800
@@ -622,7 +622,7 @@ def run_experiment(name: str, out: Path, quick: bool = False, mode: str = "none"
                    + (f"; controller and agents under SCHED_FIFO at {xco['realtime_priority']}"
                       if xco.get("realtime_priority") else f"; controller and agents at nice {xco.get('nice', NICE)}")
                    + f"; {fails} fail-opens, {lost} hosts lost by the controller "
-                   f"(see docs/xco-testbed.md, \"With XCo\").\n\n")
+                   f"(see docs/results/2026-11-26-xco-testbed/xco-testbed.md, \"With XCo\").\n\n")
     footer = (f"\n\n![{stem}]({stem}.png)\n\nCommand: `{command}`; host: {host['cpus']} CPUs ({host['cpu_model']}), "
               f"kernel {host['kernel']}, load {host['load_avg_1m']} at the start and {load_end} at the end; "
               f"took {took:.0f} s.\n")

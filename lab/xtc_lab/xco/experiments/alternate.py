@@ -24,7 +24,7 @@ PERIOD_S = 2.0
 DATAGRAM_BYTES = 1_400
 #: Each sender's rate as a fraction of the bottleneck: a set of three offers 90 % of it.  Not the NIC
 #: rate: on this lab a held UDP sender is not held back (the gate sits past the VM's socket, see
-#: docs/xco-testbed.md), so at the NIC rate the gates' queues (4 MiB a flow) fill and drain for about
+#: docs/results/2026-11-26-xco-testbed/xco-testbed.md), so at the NIC rate the gates' queues (4 MiB a flow) fill and drain for about
 #: a second after their set stops (measured: the old set's last frame 975-989 ms after each change),
 #: and the change of set is not seen at the receiver at all.  At 30 % a sender's third of the slices
 #: (at 98 % of the NIC rate) carries what it sends.
