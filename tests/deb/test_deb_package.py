@@ -41,9 +41,9 @@ STATE_OWNER = {"daemon": "root", "xco-agent": "root", "policer": "xtc", "xco-con
 CHECKERS = {"xtc-daemon/": ["xtc", "check-config"], "xtc-policer/": ["xtc", "policer", "check-config"],
             "xco-": ["xtc", "xco", "check-config"]}
 # What apt, dpkg and the user database change by themselves when packages come and go: their own
-# records and logs, not files the package left.
+# records and logs, not files the package left; and /run (a tmpfs on a real host: adduser's lock).
 BOOKKEEPING = ("var/lib/apt/", "var/lib/dpkg/", "var/cache/apt/", "var/cache/debconf/", "var/cache/ldconfig/",
-               "var/log/", "tmp/", "etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-",
+               "var/log/", "tmp/", "run/", "etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-",
                "etc/subuid", "etc/subgid", "etc/ld.so.cache")
 CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root",
               "DEBIAN_FRONTEND": "noninteractive"}
