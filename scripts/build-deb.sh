@@ -90,6 +90,8 @@ for f in "${files[@]}"; do
 done
 cp -r packaging/debian "$src/debian"
 echo "$extras" > "$src/debian/xtc-extras"
+units=$(cd packaging && ls -- *.service | tr '\n' ' ')
+sed -i "s/@UNITS@/${units% }/" "$src/debian/xtc.prerm"
 # Until the testbed is its own distribution, the product's pyproject.toml still declares xtc_lab
 # (its packages and entry points): the staged copy drops them, and nothing of xtc_lab is staged.
 "$py" - "$src/pyproject.toml" <<'EOF'

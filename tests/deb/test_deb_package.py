@@ -288,6 +288,13 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
         assert (root / "lib/systemd/system" / u).read_text() == (REPO / "packaging" / u).read_text(), u
     enabled = [str(p) for p in (root / "etc/systemd/system").rglob("xtc*")]
     assert not enabled, f"units enabled on install: {enabled}"
+    if shutil.which("systemctl"):
+        r = _run(["systemctl", f"--root={root}", "is-enabled", *units])
+        assert r.stdout.split() == ["disabled"] * len(units), r.stdout + r.stderr
+    postinst = (root / "var/lib/dpkg/info/xtc.postinst").read_text()
+    assert "deb-systemd-invoke start" not in postinst and "deb-systemd-invoke $_dh_action" not in postinst
+    prerm = (root / "var/lib/dpkg/info/xtc.prerm").read_text()
+    assert f"deb-systemd-invoke stop {' '.join(units)} " in prerm, "remove does not stop every unit"
     assert not _processes_in(root), f"started on install: {_processes_in(root)}"
     timer.step("checks", t0)
 
