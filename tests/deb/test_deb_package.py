@@ -187,6 +187,11 @@ def _chroot(root: Path, *cmd: str, timeout_s: float = 600) -> subprocess.Complet
     return _run(["chroot", str(root), *cmd], timeout_s=timeout_s, env=CHROOT_ENV)
 
 
+def _apt(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """apt-get in ``root``; dpkg without fsync (a root thrown away after the test: 2x faster on a busy disk)."""
+    return _chroot(root, "apt-get", "-y", "-q", "-o", "Dpkg::Options::=--force-unsafe-io", *args)
+
+
 def _files(root: Path) -> set[str]:
     """Every path in ``root`` (relative; directories with a trailing /), but apt's and dpkg's records."""
     out: set[str] = set()
@@ -232,10 +237,10 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
     # install with apt, so that the package's Depends are resolved and installed for real
     t0 = time.monotonic()
     shutil.copy(deb, root / "tmp" / deb.name)
-    r = _chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", f"/tmp/{deb.name}")
+    r = _apt(root, "install", "--no-install-recommends", f"/tmp/{deb.name}")
     if r.returncode != 0 and "404" in r.stdout + r.stderr:  # the cached package lists are older than the mirror
-        assert _chroot(root, "apt-get", "update", "-qq").returncode == 0
-        r = _chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", f"/tmp/{deb.name}")
+        assert _apt(root, "update").returncode == 0
+        r = _apt(root, "install", "--no-install-recommends", f"/tmp/{deb.name}")
     assert r.returncode == 0, f"apt-get install failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
     (root / "tmp" / deb.name).unlink()
     for d in (root / "var/cache/apt/archives").glob("*.deb"):  # keep what apt downloaded for the next run
@@ -249,6 +254,9 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
     assert r.returncode == 0 and r.stdout.strip() == f"xtc {version}", (r.stdout, r.stderr)
     assert os.readlink(root / "usr/bin/xtc") == "/opt/venvs/xtc/bin/xtc"
     assert os.readlink(root / "opt/venvs/xtc/bin/python3") == "/usr/bin/python3"
+    # the byte code names the installed sources (tracebacks show them), not the build tree's
+    r = _chroot(root, "/opt/venvs/xtc/bin/python", "-c", "import xtc.cli; print(xtc.cli.main.__code__.co_filename)")
+    assert r.stdout.strip() == "/opt/venvs/xtc/lib/python3.11/site-packages/xtc/cli.py", r.stdout + r.stderr
     assert not glob.glob(str(root / "opt/venvs/xtc/lib/python3*/site-packages/xtc_lab*"))
     r = _chroot(root, "/opt/venvs/xtc/bin/python", "-c",
                 "import importlib.metadata as m, importlib.util as u, sys;"
@@ -300,7 +308,7 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
 
     # remove: the environment, the command and the units go; configuration, state, user and group stay
     t0 = time.monotonic()
-    r = _chroot(root, "apt-get", "remove", "-y", "-q", "xtc")
+    r = _apt(root, "remove", "xtc")
     assert r.returncode == 0, r.stdout + r.stderr
     for gone in ("opt/venvs", "usr/bin/xtc", *(f"lib/systemd/system/{u}" for u in units)):
         assert not os.path.lexists(root / gone), f"/{gone} left after remove"
@@ -309,9 +317,9 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
     assert _chroot(root, "getent", "passwd", "xtc").returncode == 0
 
     # purge, and the dependencies apt brought: the root is as it was before the install
-    r = _chroot(root, "apt-get", "purge", "-y", "-q", "xtc")
+    r = _apt(root, "purge", "xtc")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = _chroot(root, "apt-get", "autoremove", "--purge", "-y", "-q")
+    r = _apt(root, "autoremove", "--purge")
     assert r.returncode == 0, r.stdout + r.stderr
     timer.step("remove, purge, autoremove", t0)
     after_files = _files(root)
