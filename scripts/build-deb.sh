@@ -56,6 +56,10 @@ if version is None:  # dynamic: the package's own __version__
 print(version, ",".join(bad) or "-")
 EOF
 )
+if [ -z "${version:-}" ]; then
+  echo "build-deb: cannot tell the product's version (project.version in pyproject.toml, or __version__ in xtc/__init__.py)" >&2
+  exit 1
+fi
 if [ "$bad_extras" != "-" ]; then
   echo "build-deb: pyproject.toml has no extra named $bad_extras (XTC_DEB_EXTRAS=$extras)" >&2
   exit 1
@@ -63,6 +67,7 @@ fi
 arch=$(dpkg --print-architecture)
 deb=dist/xtc_${version}_${arch}.deb
 
+git rev-parse --git-dir >/dev/null 2>&1 || { echo "build-deb: $root is not a git checkout (the sources are its files)" >&2; exit 1; }
 # The sources the package is made of (tracked or new, not ignored), and their digest: an unchanged
 # digest keeps the .deb already built.
 mapfile -t files < <(git ls-files -co --exclude-standard -- xtc pyproject.toml README.md LICENSE CHANGELOG.md \
