@@ -6,7 +6,8 @@ mirror; it is cached as a tarball in /var/cache/xtc-tests (remade when older tha
 ``ROOT_MAX_AGE_S``), with the .debs apt downloaded into it (so that a second run downloads nothing).
 In the root: ``apt-get install ./xtc.deb`` (its Depends resolved for real), ``xtc --version``, the
 check-config of every example in /etc/xtc, the user, the group, the units (installed, not enabled,
-nothing running), the state directories; then ``apt-get remove`` (configuration, state, user kept)
+nothing running), the state directories; ``apt-get install --reinstall`` (an operator's edit and the
+state kept); then ``apt-get remove`` (configuration, state, user kept)
 and ``apt-get purge`` plus ``autoremove --purge``: the root's files are then exactly those it had
 before the install.  The root is removed again, also on failure.  Each step's time is printed
 (run with ``-s`` to see it).
@@ -305,6 +306,23 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
     assert f"deb-systemd-invoke stop {' '.join(units)} " in prerm, "remove does not stop every unit"
     assert not _processes_in(root), f"started on install: {_processes_in(root)}"
     timer.step("checks", t0)
+
+    # installed again over itself (an upgrade's maintainer scripts): an operator's edit of a conffile,
+    # the state, the user's uid and the directories' owners stay
+    t0 = time.monotonic()
+    edited = root / "etc/xtc" / conf[0].name
+    edited.write_text(edited.read_text() + "# edited by the operator\n")
+    (root / "var/lib/xtc-policer/state").write_text("kept\n")
+    shutil.copy(deb, root / "tmp" / deb.name)
+    r = _apt(root, "install", "--reinstall", f"/tmp/{deb.name}")
+    assert r.returncode == 0, f"reinstall failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    (root / "tmp" / deb.name).unlink()
+    assert edited.read_text().endswith("# edited by the operator\n")
+    assert (root / "var/lib/xtc-policer/state").read_text() == "kept\n"
+    assert _chroot(root, "getent", "passwd", "xtc").stdout.strip().split(":") == pw
+    assert (root / "var/lib/xtc-policer").stat().st_uid == int(pw[2])
+    assert _chroot(root, "xtc", "--version").returncode == 0
+    timer.step("reinstall", t0)
 
     # remove: the environment, the command and the units go; configuration, state, user and group stay
     t0 = time.monotonic()
