@@ -38,6 +38,34 @@ ROOT_MAX_AGE_S = 7 * 24 * 3600
 SERVICES = ("daemon", "policer", "xco-controller", "xco-agent")
 # the state directories' owners: the daemon and the XCo agent run as root, the others as `xtc`
 STATE_OWNER = {"daemon": "root", "xco-agent": "root", "policer": "xtc", "xco-controller": "xtc"}
+# In the root: every distribution the package's extras require is installed, and each of their
+# modules imports on Debian's python3 (their compiled parts find their libraries).
+IMPORTS = """
+import importlib, importlib.metadata as m, sys
+from pip._vendor.packaging.requirements import Requirement
+extras = [e for e in sys.argv[1].split(",") if e]
+norm = lambda n: n.lower().replace("_", "-").replace(".", "-")
+want = {norm(r.name) for r in map(Requirement, m.requires("xtc") or [])
+        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras)}
+missing = []
+for w in sorted(want):
+    try:
+        m.distribution(w)
+    except m.PackageNotFoundError:
+        missing.append(w)
+mods = sorted({mod for mod, ds in m.packages_distributions().items()
+               if any(norm(d) in want for d in ds) and not mod.startswith("_") and mod.isidentifier()})
+failed = []
+for mod in mods:
+    try:
+        importlib.import_module(mod)
+    except Exception as e:
+        failed.append(f"{mod}: {type(e).__name__}: {e}")
+print(" ".join(mods))
+if missing or failed:
+    print("missing:", missing, "failed:", failed)
+sys.exit(1 if missing or failed else 0)
+"""
 # check-config command of each example's schema (the key `schema` in the file)
 CHECKERS = {"xtc-daemon/": ["xtc", "check-config"], "xtc-policer/": ["xtc", "policer", "check-config"],
             "xco-": ["xtc", "xco", "check-config"]}
@@ -265,6 +293,12 @@ def test_deb_installs_checks_removes_and_purges_in_a_clean_debian_root(clean_roo
                 "bad += ['module xtc_lab'] if u.find_spec('xtc_lab') else [];"
                 "print(bad); sys.exit(1 if bad else 0)")
     assert r.returncode == 0, f"the environment names the testbed: {r.stdout} {r.stderr}"
+
+    extras = (root / "usr/share/doc/xtc/extras").read_text().strip()
+    r = _chroot(root, "/opt/venvs/xtc/bin/python", "-c", IMPORTS, extras)
+    assert r.returncode == 0, f"extras [{extras}]: {r.stdout} {r.stderr}"
+    for needed in ("libvirt", "fastapi", "pyroute2"):  # the router's, the policer's, the XCo agent's
+        assert needed in r.stdout.split(), f"{needed} is not in the package (extras [{extras}])"
 
     # every example configuration shipped in /etc/xtc, checked by its own check-config
     shipped = sorted(p for p in (REPO / "packaging").glob("*.toml") if not p.name.endswith("-sim.toml"))
