@@ -202,6 +202,9 @@ def clean_root(timer: Timer) -> Iterator[tuple[Path, Path]]:
     try:
         r = _run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(tarball)])
         assert r.returncode == 0, r.stderr
+        if Path("/etc/resolv.conf").is_file():  # the tarball's copy may be older than the host's
+            (root / "etc/resolv.conf").unlink(missing_ok=True)
+            shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
         cached = root / "var/cache/apt/archives"
         for deb in archives.glob("*.deb"):
             if not (cached / deb.name).exists():
