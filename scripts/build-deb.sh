@@ -22,9 +22,9 @@ case "${1:-}" in
 esac
 
 # What a router, a policer host and an XCo host need: libvirt (the daemon's libvirt backend),
-# policer (the REST service), net (pyroute2, for the XCo agent), xco (numba, the XCo controller's
-# compiled scheduler).
-extras=${XTC_DEB_EXTRAS:-libvirt,policer,net,xco}
+# policer (the REST service), xco (numba, the XCo controller's compiled scheduler) and the XCo
+# agent's pyroute2 (the extra xco-agent where pyproject.toml declares it, else net).
+extras=${XTC_DEB_EXTRAS:-}
 py=/usr/bin/python3   # Debian's python3, never a pyenv or other python first on PATH
 
 build_debs=(dh-virtualenv debhelper dpkg-dev build-essential python3 python3-dev python3-venv libvirt-dev pkg-config gcc)
@@ -44,16 +44,17 @@ for tool in dpkg-buildpackage dh dh_virtualenv "$py"; do
 done
 
 # The product's version and extras, from pyproject.toml.
-read -r version bad_extras < <("$py" - "$extras" <<'EOF'
+read -r version extras bad_extras < <("$py" - "$extras" <<'EOF'
 import sys, tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
 known = set(p.get("optional-dependencies", {}))
-bad = [e for e in sys.argv[1].split(",") if e and e not in known]
+extras = sys.argv[1] or ",".join(["libvirt", "policer", "xco", "xco-agent" if "xco-agent" in known else "net"])
+bad = [e for e in extras.split(",") if e and e not in known]
 version = p.get("version")
 if version is None:  # dynamic: the package's own __version__
     import re
     version = re.search(r'__version__\s*=\s*"([^"]+)"', open("xtc/__init__.py").read()).group(1)
-print(version, ",".join(bad) or "-")
+print(version, extras, ",".join(bad) or "-")
 EOF
 )
 if [ -z "${version:-}" ]; then
