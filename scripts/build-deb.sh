@@ -98,15 +98,12 @@ cp -r packaging/debian "$src/debian"
 echo "$extras" > "$src/debian/xtc-extras"
 units=$(cd packaging && ls -- *.service | tr '\n' ' ')
 sed -i "s/@UNITS@/${units% }/" "$src/debian/xtc.prerm"
-# Until the testbed is its own distribution, the product's pyproject.toml still declares xtc_lab
-# (its packages and entry points): the staged copy drops them, and nothing of xtc_lab is staged.
+# The product's pyproject.toml names nothing of the testbed (xtc-lab is its own distribution, lab/):
+# checked here, so that a package never ships it.
 "$py" - "$src/pyproject.toml" <<'EOF'
-import re, sys, tomllib
+import sys, tomllib
 path = sys.argv[1]
 text = open(path).read()
-text = re.sub(r'(?m)^[^#\n]*=\s*"xtc_lab[.:][^"\n]*"\s*(#.*)?\n', "", text)   # entry points, package data
-text = re.sub(r'(?m)^\s*"xtc_lab[^"\n]*"\s*=.*\n', "", text)                  # package data of xtc_lab.*
-text = re.sub(r',\s*"xtc_lab(\.\*)?"', "", text)                               # packages.find include
 doc = tomllib.loads(text)
 def walk(v):
     if isinstance(v, str):
@@ -119,7 +116,6 @@ def walk(v):
         for x in v:
             walk(x)
 walk(doc)
-open(path, "w").write(text)
 EOF
 # Units, configurations (/etc/xtc/<name without "xtc-">; *-sim.toml are the lab's) and the pages
 # the units point at (Documentation=file:///usr/share/doc/xtc/...).

@@ -47,9 +47,9 @@ LAB_COMMANDS = {
 }
 #: One example per command and action, shown by its ``--help`` (the testbed's commands carry their own).
 EXAMPLES = {
-    ("daemon",): "xtc daemon -c /etc/xtc/xtc-daemon.toml",
-    ("check-config",): "xtc check-config --show /etc/xtc/xtc-daemon.toml",
-    ("ctl",): "xtc ctl -c /etc/xtc/xtc-daemon.toml status",
+    ("daemon",): "xtc daemon -c /etc/xtc/daemon.toml",
+    ("check-config",): "xtc check-config --show /etc/xtc/daemon.toml",
+    ("ctl",): "xtc ctl -c /etc/xtc/daemon.toml status",
     ("ctl", "status"): "xtc ctl status vr1",
     ("ctl", "ping"): "xtc ctl ping",
     ("ctl", "activate"): "xtc ctl activate vr1 20k",
@@ -191,7 +191,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xtc",
         description="XTC: hold each virtual router at a packet-rate setpoint by adjusting only its CPU cap.",
-        epilog="example: xtc check-config /etc/xtc/xtc-daemon.toml",
+        epilog="example: xtc check-config /etc/xtc/daemon.toml",
     )
     parser.add_argument("--version", action="version", version=f"xtc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
