@@ -12,7 +12,6 @@ import http.server
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -21,14 +20,11 @@ from typing import Iterator
 
 import pytest
 
+from browser import dump_dom
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-
-#: Chromium's own services, called whatever the page; never where a page's asset comes from.
-BROWSER_OWN_HOSTS = frozenset({"update.googleapis.com", "accounts.google.com", "clients2.google.com",
-                               "content-autofill.googleapis.com"})
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -50,42 +46,6 @@ def test_the_site_builds_strictly(site: Path) -> None:
     assert "control_period_s" in html and "fonts.googleapis.com" not in html
 
 
-class _Recorder:
-    """A proxy that records the first line of every request sent to it and answers nothing."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.seen: list[str] = []
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with c:
-                c.settimeout(2)
-                try:
-                    head = c.recv(4096)
-                    if head:
-                        self.seen.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
-                except OSError:
-                    self.seen.append("(connection without a request line)")
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _host(request_line: str) -> str:
-    parts = request_line.split(" ")
-    target = parts[1] if len(parts) > 1 else ""
-    return target.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-
-
 @pytest.fixture(scope="module")
 def served(site: Path) -> Iterator[str]:
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
@@ -99,33 +59,13 @@ def served(site: Path) -> Iterator[str]:
         server.server_close()
 
 
-def _dom(url: str, tmp: Path) -> tuple[str, list[str]]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no headless browser: Debian's chromium is not installed")
-    rec = _Recorder()
-    try:
-        out = subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
-             "--no-pings", "--disable-domain-reliability", "--disable-client-side-phishing-detection",
-             "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate",
-             f"--user-data-dir={tmp / 'profile'}", f"--proxy-server=http://127.0.0.1:{rec.port}",
-             "--virtual-time-budget=5000", "--dump-dom", url],
-            capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp)})
-    finally:
-        rec.close()
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout, [r for r in rec.seen if _host(r) not in BROWSER_OWN_HOSTS]
-
-
 @pytest.mark.parametrize("page, content", [
     ("index.html", "Guide"),
     ("reference/config-daemon.html", "control_period_s"),
     ("guide/troubleshooting.html", "Troubleshooting"),
 ])
 def test_pages_render_offline_with_the_navigation(served: str, tmp_path: Path, page: str, content: str) -> None:
-    dom, left = _dom(f"{served}/{page}", tmp_path)
+    dom, left = dump_dom(f"{served}/{page}", tmp_path, virtual_time_ms=5000)
     assert not left, f"requests that would have left the machine: {left}"
     # the navigation, rendered: every top-level section of the nav is a link in the page
     for section in ("Guide", "Reference", "Design", "Evaluation", "Results"):
