@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -33,14 +33,18 @@ def stop_process(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None
 
 
 class DaemonProc:
-    """One ``xtc daemon`` process and its JSON-lines log, read by a thread."""
+    """One ``xtc daemon`` process and its JSON-lines log, read by a thread.
 
-    def __init__(self, config: Path):
+    ``wrapper``: a command that runs the daemon's command line (its last arguments), such as
+    ``unshare`` into new namespaces.
+    """
+
+    def __init__(self, config: Path, wrapper: Sequence[str] = ()):
         self.config = config
         self.events: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xtc.cli", "daemon", "--config", str(config)],
+            [*wrapper, sys.executable, "-m", "xtc.cli", "daemon", "--config", str(config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -22,13 +22,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 import zmtp_peer
+from procs import DaemonProc
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 
@@ -81,38 +81,15 @@ def _rss_bytes(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-class NamespacedDaemon:
+class NamespacedDaemon(DaemonProc):
     """``xtc daemon`` as root in new mount and network namespaces (tmpfs /run, loopback up)."""
 
     def __init__(self, config: Path):
-        self.events: list[dict] = []
-        self.raw: list[str] = []
         script = 'mount -t tmpfs -o mode=0755 tmpfs /run && ip link set lo up && exec "$@"'
-        self.proc = subprocess.Popen(
-            ["unshare", "--mount", "--net", "--", "sh", "-c", script, "sh",
-             sys.executable, "-m", "xtc.cli", "daemon", "--config", str(config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self._t = threading.Thread(target=self._read, daemon=True)
-        self._t.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.raw.append(line)
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                pass
+        super().__init__(config, wrapper=["unshare", "--mount", "--net", "--", "sh", "-c", script, "sh"])
 
     def started(self, timeout_s: float = 20.0) -> dict:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end and self.proc.poll() is None:
-            for e in self.events:
-                if e.get("event") == "started":
-                    return e
-            time.sleep(0.05)
-        raise AssertionError("daemon did not start:\n" + "".join(self.raw[-30:]))
+        return self.wait_event("started", timeout_s)
 
     def inside(self, argv: list[str], user: int | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess:
         """Run ``argv`` in the daemon's namespaces (as ``user``, no groups, when given)."""
