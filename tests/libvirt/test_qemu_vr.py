@@ -25,7 +25,7 @@ def qemu_lab() -> Iterator[object]:
     pytest.importorskip("libvirt", reason="libvirt-python not installed")
     from xtc_lab.lab import qemu
     from xtc_lab.lab.libvirtd import Libvirtd, LibvirtdError
-    from xtc_lab.lab.netlab import NetLab
+    from xtc_lab.lab.netlab import NetLab, random_prefix
 
     missing = qemu.missing_requirements()
     if missing:
@@ -36,7 +36,7 @@ def qemu_lab() -> Iterator[object]:
     except LibvirtdError as e:
         pytest.skip(f"no libvirtd serving {qemu.QEMU_URI}: {e}")
     with daemon.lease():
-        lab = NetLab(uri=qemu.QEMU_URI)
+        lab = NetLab(prefix=random_prefix("xtcq"), uri=qemu.QEMU_URI)
         try:
             yield lab
         finally:

@@ -417,7 +417,8 @@ def health_checks(record: Mapping[str, Any], facts: HostFacts) -> list[Check]:
     for v in record["vrs"]:
         for vif in v["vifs"]:
             st = facts.links.get(vif)
-            ok = st is not None and st[1] == "up"
+            # a QEMU VR's taps say operstate "unknown" (tun devices do not report one): up is the flag
+            ok = st is not None and (st[1] == "up" or (record["mode"] == "qemu" and st[0] and st[1] == "unknown"))
             checks.append(Check("vif", vif, ok, "missing" if st is None else ("" if ok else f"operstate {st[1]}")))
         if record["mode"] in LIBVIRT_MODES:
             if facts.domains is not None:

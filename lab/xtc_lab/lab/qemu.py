@@ -57,8 +57,8 @@ ip addr add "$(arg addr0)/32" dev "$A"
 ip addr add "$(arg addr1)/32" dev "$B"
 ip route add "$TG/32" dev "$A"
 ip route add "$TR/32" dev "$B"
-ip neigh replace "$TG" lladdr "$TGMAC" dev "$A" nud permanent
-ip neigh replace "$TR" lladdr "$TRMAC" dev "$B" nud permanent
+arp -i "$A" -s "$TG" "$TGMAC"
+arp -i "$B" -s "$TR" "$TRMAC"
 for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > "$f"; done
 for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > "$f"; done
 echo 1 > /proc/sys/net/ipv4/ip_forward
@@ -279,4 +279,7 @@ def build_image(cache: Path = CACHE_DIR) -> GuestImage:
     tmp.write_bytes(gzip.compress(newc_archive(entries), compresslevel=6))
     os.chmod(tmp, 0o644)
     os.replace(tmp, initrd)
+    for old in cache.glob("initrd-*.gz"):  # images of other kernels or init scripts
+        if old != initrd:
+            old.unlink(missing_ok=True)
     return GuestImage(kernel, initrd, release)
