@@ -13,6 +13,10 @@ Modes (``--mode``):
   in its own cgroup (``<cpu cgroup root>/<name>-vr<k>``: cgroup v1 ``cpu`` or cgroup v2 with
   ``cpu.max``), started in its own session so it survives the command.  Caps: the cgroup's CFS
   quota.  No libvirt needed: the daemon's ``cgroup`` backend controls these VRs.
+* ``qemu`` (``--kind qemu``) -- each VR is a libvirt QEMU domain ``<name>-vr<k>`` on
+  ``qemu:///system`` that forwards in its own kernel (:mod:`xtc_lab.lab.qemu`; KVM where it works,
+  TCG otherwise, said by ``up`` and kept in the record as ``accel``); ready once a ping crosses it.
+  Caps: ``vcpu_quota`` per ``vcpu_period`` of its one vCPU.  ``--hops 1`` only.
 
 Shapes (``--hops``): ``1`` gives N independent VRs, each between its own TG and TR (VR k on
 198.18.k.0/24).  ``3`` gives the line of section 8.2 of the paper, TG - TF1 - TF2 - TF3 - TR: three
