@@ -4,7 +4,10 @@ The domain boots Debian's kernel with the lab's busybox initramfs (``xtc_lab.lab
 forwards in its own kernel; the test caps it through the product's actuator (the libvirt backend's
 QEMU parameter), reads the cap back, restores the exact original parameters and tears it down.
 Skips, with the reason, where QEMU cannot run (no root, no libvirt, a package missing).
-Under TCG the boot takes about 10-20 s on the lab host.
+
+Slow: about 90 s on the lab host (TCG). The guest forwards about 15 s after QEMU starts; the rest
+is libvirt probing QEMU's capabilities again on each domain start, because this host's /dev/kvm
+(a PVM device) looks usable to libvirt but not to QEMU (docs/guide/lab-qemu.md).
 """
 
 from __future__ import annotations
@@ -63,8 +66,9 @@ def test_qemu_vr_boots_forwards_is_capped_and_restored(qemu_lab: object) -> None
     act.set_cap(30.0)
     after = dom.schedulerParameters()
     assert act.read_cap() == pytest.approx(30.0)
-    param = act.quota_param  # type: ignore[attr-defined]
-    assert after[param] == after[act.period_param] * 30 // 100  # type: ignore[attr-defined]
+    # the guest's own vCPU is capped; the emulator thread (the host's share) is not
+    assert after["vcpu_quota"] == after["vcpu_period"] * 30 // 100
+    assert after["global_quota"] == before["global_quota"] and after["emulator_quota"] == before["emulator_quota"]
     c0 = vr.counters()["forwarded_to_tr"]
     lab.wait_forwarding(vr, 30)  # still forwards under the cap
     assert vr.counters()["forwarded_to_tr"] > c0
