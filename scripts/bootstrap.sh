@@ -15,7 +15,9 @@ job=${1:-}
 case "$job" in demo|test) ;; *) echo "usage: bash scripts/bootstrap.sh demo|test [ARGS]" >&2; exit 2;; esac
 
 venv=${XTC_VENV:-.venv}
-debs=(libvirt-daemon libvirt-daemon-driver-lxc libvirt-clients libvirt-dev pkg-config iperf3 iproute2 iputils-ping gcc libc6-dev postgresql chromium prometheus debootstrap dh-virtualenv debhelper dpkg-dev build-essential python3-dev python3-venv)
+debs=(libvirt-daemon libvirt-daemon-driver-lxc libvirt-clients libvirt-dev pkg-config iperf3 iproute2 iputils-ping gcc libc6-dev postgresql chromium prometheus
+      debootstrap dh-virtualenv debhelper dpkg-dev build-essential python3-dev python3-venv
+      qemu-system-x86 libvirt-daemon-driver-qemu linux-image-amd64 busybox-static)
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=()

@@ -141,9 +141,28 @@ def test_readback_unlimited_after_write_is_an_error() -> None:
         act.set_cap(10)
 
 
-def test_qemu_factory_caps_the_whole_guest() -> None:
+def test_qemu_factory_caps_the_guests_vcpu_not_the_emulator() -> None:
+    # Measured on a real QEMU domain (docs/results/2026-11-26-qemu-cap): global_quota also
+    # throttles the emulator thread that moves the packets (the Dom0 share); vcpu_quota caps only
+    # the VR's own CPU, the paper's meaning of a cap.
     hv, conn = setup("qemu")
     act = make_actuator("qemu", "vr", conn=conn)
     act.set_cap(25)
-    assert hv.params("vr")["global_quota"] == 25000 and hv.params("vr")["vcpu_quota"] == -1
+    assert hv.params("vr")["vcpu_quota"] == 25000
+    assert hv.params("vr")["global_quota"] == -1
+    assert [w.params for w in hv.writes] == [{"vcpu_quota": 25000}]
+    assert act.read_cap() == 25.0
+    assert act.restore() is True
+    assert hv.params("vr")["vcpu_quota"] == -1
     assert isinstance(make_actuator("lxc", "vr", conn=conn), LibvirtQuotaActuator)
+
+
+def test_qemu_actuator_refuses_a_guest_with_several_vcpus_and_writes_nothing() -> None:
+    # vcpu_quota holds each vCPU: a 2-vCPU guest capped at 25 % could use 50 % of a CPU.
+    hv, conn = setup("qemu")
+    hv.define("vr2", vcpus=2)
+    act = make_actuator("qemu", "vr2", conn=conn)
+    with pytest.raises(ActuatorError, match=r"vr2.*2 vCPUs"):
+        act.set_cap(25)
+    assert hv.writes == []
+    assert hv.params("vr2")["vcpu_quota"] == -1 and hv.params("vr2")["global_quota"] == -1

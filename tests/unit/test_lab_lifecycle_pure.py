@@ -8,6 +8,7 @@ addressing plan of chains and the cgroup mount detection on recorded mountinfo f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import copy
 import ipaddress
 import json
@@ -433,3 +434,43 @@ def test_a_host_that_cannot_run_the_mode_is_refused_before_anything_is_made(
     args = parser().parse_args(["up", "--name", "xtct-0002", "--mode", "lxc"])
     assert args.func(args) == L.EXIT_UNSUPPORTED
     assert "cannot build a lab in lxc mode on this host: libvirt-python is not installed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- qemu mode
+def qemu_record(name: str = "xtcq-ef56") -> dict[str, Any]:
+    r = netns_record(name, 1)
+    v = r["vrs"][0]
+    v.update(kind="qemu", domain=v["name"], netns=None, cgroup=None, forwarder=None)
+    r.update(mode="qemu", uri="qemu:///system", cpu_cgroup=None, accel="tcg")
+    return r
+
+
+def test_qemu_records_validate_and_give_a_libvirt_daemon_config_and_health() -> None:
+    r = qemu_record()
+    L.validate_record(r)
+    assert "accel: tcg" in L.format_lab(r, L.health_checks(r, healthy_facts(r)), {}, {})
+    cfg = loads_config(L.daemon_config_toml(r, daemon_dir=Path("/run/xtc/daemons")))
+    assert cfg.daemon.backend == "libvirt" and cfg.libvirt.uri == "qemu:///system"
+    assert cfg.libvirt.domains == ("xtcq-ef56-vr1",) or list(cfg.libvirt.domains) == ["xtcq-ef56-vr1"]
+    facts = healthy_facts(r)
+    taps = dataclasses.replace(facts, links={**facts.links, "vif101.0": (True, "unknown"), "vif101.1": (True, "unknown")})
+    assert L.problems(L.health_checks(r, taps)) == []  # taps report operstate "unknown"
+    down = dataclasses.replace(facts, links={**facts.links, "vif101.0": (False, "unknown")})
+    assert L.problems(L.health_checks(r, down)) == ["vif vif101.0: operstate unknown"]
+    dead = dataclasses.replace(facts, domains={})
+    assert any("xtcq-ef56-vr1" in p and "not running" in p for p in L.problems(L.health_checks(r, dead)))
+
+
+@pytest.mark.parametrize("change, key", [({"accel": None}, "accel"), ({"accel": "hax"}, "accel"),
+                                         ({"uri": None}, "uri")])
+def test_bad_qemu_records_are_refused_naming_the_key(change: dict[str, Any], key: str) -> None:
+    with pytest.raises(L.LabRecordError, match=key):
+        L.validate_record({**qemu_record(), **change})
+
+
+def test_qemu_mode_shapes() -> None:
+    assert L.check_shape("qemu", 2, 1, 0).mode == "qemu"
+    with pytest.raises(LabError, match="hops"):
+        L.check_shape("qemu", 1, 3, 0)
+    args = parser().parse_args(["up", "--kind", "qemu"])
+    assert args.mode == "qemu"

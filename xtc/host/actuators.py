@@ -18,8 +18,8 @@ OriginalCap
 XenCapActuator(conn, domain, cap_min=1, cap_max=100)
     libvirt + Xen credit scheduler, parameter ``cap``.
 LibvirtQuotaActuator(conn, domain, cap_min=1, cap_max=100, quota_param="vcpu_quota", period_param="vcpu_period")
-    libvirt LXC, ``vcpu_quota`` us per ``vcpu_period`` us; for QEMU the daemon passes
-    ``"global_quota", "global_period"`` (the whole guest, not each vCPU).
+    libvirt LXC, ``vcpu_quota`` us per ``vcpu_period`` us; QEMU the same on the guest's one
+    vCPU (:class:`QemuVcpuQuotaActuator`; the emulator thread stays outside the cap).
 CgroupV1Actuator(cgroup_dir, vr=None, ...)
     ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in a cgroup v1 cpu directory.
 CgroupV2Actuator(cgroup_dir, vr=None, ...)
@@ -583,9 +583,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
     """libvirt LXC/QEMU: ``vcpu_quota`` microseconds per ``vcpu_period`` microseconds.
 
     cap_percent = quota / period * 100.  For LXC the quota limits the whole
-    container; for QEMU ``vcpu_quota`` applies to each vCPU, so pass
-    ``quota_param="global_quota", period_param="global_period"`` to cap a
-    multi-vCPU guest as a whole.  Writes use ``setSchedulerParametersFlags``
+    container; for QEMU see :class:`QemuVcpuQuotaActuator`.  Writes use ``setSchedulerParametersFlags``
     with ``VIR_DOMAIN_AFFECT_LIVE``.
 
     An unlimited original (-1, 0, absent, or a value at or above libvirt's
@@ -688,6 +686,31 @@ class LibvirtQuotaActuator(_ActuatorBase):
             f"set {changes}",
             check_active=False,
         )
+
+
+class QemuVcpuQuotaActuator(LibvirtQuotaActuator):
+    """libvirt QEMU/KVM: ``vcpu_quota`` per ``vcpu_period`` on the guest's one vCPU.
+
+    Measured on a real QEMU domain (docs/results/2026-11-26-qemu-cap): ``vcpu_quota`` bounds
+    the guest's forwarding by its own CPU, while the emulator thread that moves its packets
+    through the taps (the host's share, Dom0's in the paper) runs outside the cap;
+    ``global_quota`` would hold the sum of both, so the same cap would leave the VR about half
+    the CPU.  ``vcpu_quota`` holds *each* vCPU, so a guest with N vCPUs could use N times the
+    cap: such a guest is refused (:class:`ActuatorError`, nothing written).
+    """
+
+    def __init__(self, conn: LibvirtConn, domain: str, cap_min: float = 1.0, cap_max: float = 100.0,
+                 cfs_period_us: int = 0) -> None:
+        super().__init__(conn, domain, cap_min, cap_max, "vcpu_quota", "vcpu_period", cfs_period_us)
+
+    def _read(self) -> Params:
+        vcpus = int(self.conn.with_domain(self.vr, lambda d: d.info()[3], "read the vCPU count"))
+        if vcpus != 1:
+            raise ActuatorError(
+                f"domain {self.vr!r} has {vcpus} vCPUs: vcpu_quota holds each vCPU, so a cap would let it "
+                f"use {vcpus} times as much; XTC caps QEMU VRs with one vCPU"
+            )
+        return super()._read()
 
 
 #: errno values that say a kept file descriptor no longer reaches the file (the cgroup was removed,
@@ -1028,8 +1051,8 @@ def make_actuator(
     ----------
     kind : str
         ``"xen"``, ``"lxc"``, ``"qemu"`` (need ``conn``; ``vr`` is the domain
-        name; qemu uses ``global_quota``/``global_period`` so the whole guest is
-        capped), ``"cgroup1"``, ``"cgroup2"`` or ``"cgroup"`` (need ``cgroup_dir``;
+        name; qemu uses ``vcpu_quota``/``vcpu_period``, the guest's own vCPU, see
+        :class:`QemuVcpuQuotaActuator`), ``"cgroup1"``, ``"cgroup2"`` or ``"cgroup"`` (need ``cgroup_dir``;
         ``"cgroup"`` picks v2 if the directory has ``cpu.max``, else v1).
     cfs_period_us : int
         Quota actuators (all but Xen): 0 keeps the CFS period found (the default); otherwise the
@@ -1045,7 +1068,7 @@ def make_actuator(
             return XenCapActuator(conn, vr, cap_min, cap_max)
         if kind == "lxc":
             return LibvirtQuotaActuator(conn, vr, cap_min, cap_max, cfs_period_us=cfs_period_us)
-        return LibvirtQuotaActuator(conn, vr, cap_min, cap_max, "global_quota", "global_period", cfs_period_us)
+        return QemuVcpuQuotaActuator(conn, vr, cap_min, cap_max, cfs_period_us=cfs_period_us)
     if kind in ("cgroup", "cgroup1", "cgroup2"):
         if cgroup_dir is None:
             raise ValueError(f"actuator kind {kind!r} needs cgroup_dir")

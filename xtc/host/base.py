@@ -3,7 +3,7 @@
 Every consumer of a host talks to it through :class:`Host`: the daemon's control loop
 (:mod:`xtc.daemon.loop`), the training sweep (:mod:`xtc.training.collect`), the lab's recorder and
 the simulator's experiments (:mod:`xtc_lab`).  Backends: libvirt (:mod:`xtc.host.libvirt`: Xen
-``cap``, LXC ``vcpu_quota``, QEMU ``global_quota``), plain cgroups (:mod:`xtc.host.cgroup`: v1 ``cpu.cfs_quota_us``,
+``cap``, LXC ``vcpu_quota``, QEMU ``vcpu_quota`` of a one-vCPU guest), plain cgroups (:mod:`xtc.host.cgroup`: v1 ``cpu.cfs_quota_us``,
 v2 ``cpu.max``) and, beside the product, the simulated plant (:mod:`xtc_lab.sim.host`), which keeps
 its own clock: real hosts have no notion of time to be advanced.
 

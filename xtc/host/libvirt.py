@@ -14,7 +14,8 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
   bulk stats (upstream libvirt's LXC driver), one ``virDomainGetInfo`` per domain
   (:meth:`~xtc.host.libvirt_conn.LibvirtConn.cpu_time_ns`).
 - Caps: Xen ``cap`` for ``xen://`` URIs, ``vcpu_quota``/``vcpu_period`` for ``lxc://``, and for QEMU
-  (any other URI) ``global_quota``/``global_period``, so that the whole guest is capped, not each vCPU.
+  (any other URI) ``vcpu_quota``/``vcpu_period`` on the guest's one vCPU: the VR's own CPU, with the
+  emulator thread that moves its packets outside the cap (measured: docs/results/2026-11-26-qemu-cap).
 - Originals: :meth:`LibvirtBackend.snapshot` is the actuator's exact record of the
   setting (``OriginalCap.to_dict()``: e.g. ``{"backend": "libvirt-quota", "target": "vr1",
   "params": {"vcpu_period": 50000, "vcpu_quota": -1}}``, or Xen's ``{"cap": 0}``).  The daemon

@@ -53,7 +53,7 @@ LAB_MODEL_FILE = Path(xtc.models.__file__).resolve().with_name("lab.toml")
 
 # ----------------------------------------------------------------------------- host check
 def lab_host_problem(mode: str = "lxc") -> str | None:
-    """Why this host cannot run the lab in ``mode`` ("lxc" or "netns"); None if it can."""
+    """Why this host cannot run the lab in ``mode`` ("lxc", "netns" or "qemu"); None if it can."""
     if os.geteuid() != 0:
         return "needs root (creates namespaces, bridges, cgroups and libvirt LXC domains)"
     for tool in ("ip", "unshare"):
@@ -65,8 +65,8 @@ def lab_host_problem(mode: str = "lxc") -> str | None:
         return "pyroute2 is not installed (pip install 'xtc[net]')"
     if mode == "netns":
         return None
-    if mode != "lxc":
-        return f"unknown lab mode {mode!r}: want 'lxc' or 'netns'"
+    if mode not in ("lxc", "qemu"):
+        return f"unknown lab mode {mode!r}: want 'lxc', 'netns' or 'qemu'"
     try:
         import libvirt  # noqa: F401
     except ImportError:
@@ -75,6 +75,13 @@ def lab_host_problem(mode: str = "lxc") -> str | None:
 
     if not LibvirtdPaths().libvirtd.exists():
         return "libvirtd is not installed (Debian: libvirt-daemon libvirt-daemon-driver-lxc)"
+    if mode == "qemu":
+        from xtc_lab.lab.qemu import missing_requirements
+
+        missing = missing_requirements()
+        if not Path("/usr/lib/x86_64-linux-gnu/libvirt/connection-driver/libvirt_driver_qemu.so").exists():
+            missing.append("the libvirt QEMU driver (Debian package libvirt-daemon-driver-qemu)")
+        return "a QEMU VR needs " + "; ".join(missing) if missing else None
     if not Path("/usr/lib/libvirt/libvirt_lxc").exists():
         return "the libvirt LXC driver is not installed (Debian: libvirt-daemon-driver-lxc)"
     return None

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_URI = "lxc:///"
+LAB_URIS = ("lxc:///", "qemu:///system")  # one libvirtd serves the lab's LXC and QEMU VRs
 QEMU_USER = "libvirt-qemu"
 
 
@@ -287,6 +288,14 @@ class Libvirtd:
                     return []
             except Exception:  # noqa: BLE001 - the daemon is unusable anyway; stop it
                 pass
+            for other in LAB_URIS:  # the same daemon runs the lab's LXC and QEMU domains
+                if other == self.uri:
+                    continue
+                try:
+                    if active_domains(other) > 0:
+                        return []
+                except Exception:  # noqa: BLE001 - that driver is not served: nothing of it runs
+                    pass
             return self.stop()
         finally:
             os.close(fd)

@@ -13,6 +13,10 @@ Modes (``--mode``):
   in its own cgroup (``<cpu cgroup root>/<name>-vr<k>``: cgroup v1 ``cpu`` or cgroup v2 with
   ``cpu.max``), started in its own session so it survives the command.  Caps: the cgroup's CFS
   quota.  No libvirt needed: the daemon's ``cgroup`` backend controls these VRs.
+* ``qemu`` (``--kind qemu``) -- each VR is a libvirt QEMU domain ``<name>-vr<k>`` on
+  ``qemu:///system`` that forwards in its own kernel (:mod:`xtc_lab.lab.qemu`; KVM where it works,
+  TCG otherwise, said by ``up`` and kept in the record as ``accel``); ready once a ping crosses it.
+  Caps: ``vcpu_quota`` per ``vcpu_period`` of its one vCPU.  ``--hops 1`` only.
 
 Shapes (``--hops``): ``1`` gives N independent VRs, each between its own TG and TR (VR k on
 198.18.k.0/24).  ``3`` gives the line of section 8.2 of the paper, TG - TF1 - TF2 - TF3 - TR: three
@@ -66,6 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 
 from xtc.validation import FieldProblem, Number, validation_problem, within
 
+from xtc_lab.lab import qemu
 from xtc_lab.lab.netlab import (
     LAB_REGISTRY,
     MODES,
@@ -88,6 +93,8 @@ HOPS = (1, 3)
 LOCK_DIR = Path("/run/xtc/lab-locks")
 DAEMON_DIR = Path("/run/xtc/daemons")
 DEFAULT_URI = "lxc:///"
+QEMU_URI = qemu.QEMU_URI
+LIBVIRT_MODES = ("lxc", "qemu")  # modes whose VRs are libvirt domains
 EXIT_OK, EXIT_DAMAGED, EXIT_USAGE, EXIT_MISSING, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
 
 
@@ -134,11 +141,14 @@ def check_shape(mode: Any, n_vrs: Any, hops: Any, work_iters: Any, work_factor: 
                 factor_key: str = "--work-factor") -> LabShape:
     """Validate ``up``'s arguments; returns the shape or raises :class:`LabError` naming the problem."""
     if mode not in MODES:
-        raise LabError(f"unknown mode {mode!r}: want 'lxc' (libvirt LXC domains) or 'netns' (namespaces + cgroups)")
+        raise LabError(f"unknown mode {mode!r}: want 'lxc' (libvirt LXC domains), 'netns' (namespaces + cgroups) "
+                       "or 'qemu' (libvirt QEMU domains forwarding in their own kernel)")
     if hops not in HOPS or isinstance(hops, bool):
         raise LabError(f"--hops {hops!r}: want 1 (independent VRs) or 3 (three routers in a line, paper section 8.2)")
     if isinstance(n_vrs, bool) or not isinstance(n_vrs, int) or not 1 <= n_vrs <= MAX_LAB_VRS:
         raise LabError(f"--vrs {n_vrs!r} out of range 1..{MAX_LAB_VRS}")
+    if mode == "qemu" and hops != 1:
+        raise LabError("--hops 3 is not built with QEMU VRs yet: use --hops 1")
     if hops != 1 and n_vrs != 1:
         raise LabError(f"--hops {hops} builds one VR per router; --vrs must be 1, got {n_vrs}")
     if isinstance(work_iters, bool) or not isinstance(work_iters, int) or not 0 <= work_iters <= 1_000_000:
@@ -188,7 +198,7 @@ class _CpuCgroup(_Record):
 class _VrRecord(_Record):
     k: int
     name: NonEmpty
-    kind: Literal["lxc", "netns"]
+    kind: Literal["lxc", "netns", "qemu"]
     router: str | None
     domain: str | None
     netns: str | None
@@ -236,12 +246,13 @@ class LabRecord(_Record):
     persistent: Literal[True]
     owner: Literal["lab"]
     name: str
-    mode: Literal["lxc", "netns"]
+    mode: Literal["lxc", "netns", "qemu"]
     n_vrs: Annotated[int, within(1, MAX_LAB_VRS)]
     hops: Literal[1, 3]
     work_iters: Annotated[int, within(0, 1_000_000)]
     work_factor: Number = 1.0  # absent in records written before the factor existed
     uri: NonEmpty | None
+    accel: Literal["kvm", "tcg"] | None = None  # qemu mode: how the guests run
     cpu_cgroup: _CpuCgroup | None
     created_unix_s: Number
     vrs: list[_VrRecord]
@@ -263,12 +274,14 @@ class LabRecord(_Record):
             shape = check_shape(self.mode, self.n_vrs, self.hops, self.work_iters, self.work_factor)
         except LabError as e:
             raise FieldProblem("n_vrs", str(e)) from None
-        if shape.mode == "lxc" and self.uri is None:
-            raise FieldProblem("uri", "must be a libvirt URI in lxc mode")
+        if shape.mode in LIBVIRT_MODES and self.uri is None:
+            raise FieldProblem("uri", f"must be a libvirt URI in {shape.mode} mode")
         if shape.mode == "netns" and self.cpu_cgroup is None:
             raise FieldProblem("cpu_cgroup", "must be {'version': 1|2, 'root': path} in netns mode")
-        if shape.mode == "lxc" and self.cpu_cgroup is not None:
-            raise FieldProblem("cpu_cgroup", "must be null in lxc mode")
+        if shape.mode in LIBVIRT_MODES and self.cpu_cgroup is not None:
+            raise FieldProblem("cpu_cgroup", f"must be null in {shape.mode} mode")
+        if (shape.mode == "qemu") != (self.accel is not None):
+            raise FieldProblem("accel", "must be 'kvm' or 'tcg' in qemu mode, absent otherwise")
         if len(self.vrs) != shape.total_vrs:
             raise FieldProblem("vrs", f"must list {shape.total_vrs} VRs, got {len(self.vrs)}")
         names: set[str] = set()
@@ -283,9 +296,9 @@ class LabRecord(_Record):
             names.add(v.name)
             if v.kind != shape.mode:
                 raise FieldProblem(w + "kind", f"must be {shape.mode!r}, got {v.kind!r}")
-            if shape.mode == "lxc":
+            if shape.mode in LIBVIRT_MODES:
                 if not (v.domain == v.name and v.netns is None and v.cgroup is None and v.forwarder is None):
-                    raise FieldProblem(w + "domain", "an lxc VR has domain = its name and no netns, cgroup or forwarder")
+                    raise FieldProblem(w + "domain", f"a {shape.mode} VR has domain = its name and no netns, cgroup or forwarder")
             else:
                 if not (v.netns == v.name and v.domain is None):
                     raise FieldProblem(w + "netns", "a netns VR has netns = its name, no domain")
@@ -403,14 +416,15 @@ def health_checks(record: Mapping[str, Any], facts: HostFacts) -> list[Check]:
         st = facts.links.get(name)
         checks.append(Check("link", name, st is not None and st[0],
                             "missing" if st is None else ("" if st[0] else "down")))
-    if record["mode"] == "lxc" and facts.domains is None:
+    if record["mode"] in LIBVIRT_MODES and facts.domains is None:
         checks.append(Check("libvirtd", record["uri"], False, f"cannot list domains: {facts.domains_error}"))
     for v in record["vrs"]:
         for vif in v["vifs"]:
             st = facts.links.get(vif)
-            ok = st is not None and st[1] == "up"
+            # a QEMU VR's taps say operstate "unknown" (tun devices do not report one): up is the flag
+            ok = st is not None and (st[1] == "up" or (record["mode"] == "qemu" and st[0] and st[1] == "unknown"))
             checks.append(Check("vif", vif, ok, "missing" if st is None else ("" if ok else f"operstate {st[1]}")))
-        if record["mode"] == "lxc":
+        if record["mode"] in LIBVIRT_MODES:
             if facts.domains is not None:
                 running = facts.domains.get(v["domain"], False)
                 checks.append(Check("domain", v["domain"], running, "" if running else "not running"))
@@ -464,14 +478,14 @@ def daemon_config_toml(record: Mapping[str, Any], router: str | None = None,
     where = daemon_dir / (record["name"] + (f"-{router}" if router else ""))
     doc: dict[str, Any] = {
         "schema": "xtc-daemon/1",
-        "daemon": {"backend": "libvirt" if record["mode"] == "lxc" else "cgroup", "control_period_s": 1.0,
+        "daemon": {"backend": "libvirt" if record["mode"] in LIBVIRT_MODES else "cgroup", "control_period_s": 1.0,
                    "state_dir": str(where)},
         "controller": {"model": "paper", "kind": "xtc"},
         "manager": {"endpoint": f"ipc://{where}/mgr.sock", "pub_endpoint": f"ipc://{where}/pub.sock"},
         "metrics": {"enabled": True, "address": "127.0.0.1", "port": 0},
         "log": {"format": "json", "level": "info"},
     }
-    if record["mode"] == "lxc":
+    if record["mode"] in LIBVIRT_MODES:
         doc["libvirt"] = {"uri": record["uri"], "domains": [v["domain"] for v in vrs]}
     else:
         doc["cgroup"] = {"vr": [{"name": v["name"], "path": v["cgroup"], "interfaces": list(v["vifs"])} for v in vrs]}
@@ -490,8 +504,8 @@ def format_lab(record: Mapping[str, Any], checks: Sequence[Check], caps: Mapping
     shape = shape_of(record)
     bad = problems(checks)
     lines = [f"lab {record['name']}: {shape.describe()} -- {'DAMAGED' if bad else 'healthy'}"]
-    if record["mode"] == "lxc":
-        lines.append(f"libvirt: {record['uri']}")
+    if record["mode"] in LIBVIRT_MODES:
+        lines.append(f"libvirt: {record['uri']}" + (f" (accel: {record['accel']})" if record.get("accel") else ""))
     else:
         cg = record["cpu_cgroup"]
         lines.append(f"cgroups: v{cg['version']} under {cg['root']}")
@@ -501,7 +515,7 @@ def format_lab(record: Mapping[str, Any], checks: Sequence[Check], caps: Mapping
     header = ["VR", "router", "domain/netns", "cgroup", "vifs", "running", "cap", "fwd pps", "offered pps"]
     rows = []
     for v in record["vrs"]:
-        if record["mode"] == "lxc":
+        if record["mode"] in LIBVIRT_MODES:
             running = "yes" if dom_ok.get(v["domain"]) else ("?" if v["domain"] not in dom_ok else "NO")
         else:
             running = f"pid {v['forwarder']['pid']}" if fw_ok.get(v["name"]) else "NO"
@@ -530,7 +544,7 @@ def format_lab(record: Mapping[str, Any], checks: Sequence[Check], caps: Mapping
         lines.append("problems:")
         lines += [f"  {p}" for p in bad]
     opt = " --router tf1" if record["chain"] is not None else ""
-    backend = "libvirt" if record["mode"] == "lxc" else "cgroup"
+    backend = "libvirt" if record["mode"] in LIBVIRT_MODES else "cgroup"
     lines.append(f"daemon: xtc lab status --name {record['name']} --daemon-config{opt} > xtcd.toml  "
                  f"(backend {backend}; then xtc daemon -c xtcd.toml)")
     return "\n".join(lines)
@@ -649,8 +663,9 @@ def leftovers(name: str) -> list[str]:
     out = [f"netns {n}" for n in _list_netns() if n.startswith(stem)]
     out += [f"link {n}" for n in _links_with_prefix(name)]
     out += [f"cgroup {d}" for d in _lab_cgroups(name)]
-    doms, _err = _running_domains(DEFAULT_URI)
-    out += [f"domain {d}" for d in sorted(doms or {}) if d.startswith(stem)]
+    for uri in (DEFAULT_URI, QEMU_URI):
+        doms, _err = _running_domains(uri)
+        out += [f"domain {d}" for d in sorted(doms or {}) if d.startswith(stem)]
     return out
 
 
@@ -697,7 +712,7 @@ def gather_facts(record: Mapping[str, Any]) -> HostFacts:
         except (OSError, ValueError):
             continue
         links[n] = (bool(flags & 1), oper)
-    domains, err = (_running_domains(record["uri"]) if record["mode"] == "lxc" else ({}, None))
+    domains, err = (_running_domains(record["uri"]) if record["mode"] in LIBVIRT_MODES else ({}, None))
     processes: dict[int, int | None] = {}
     cgroups: dict[str, tuple[int, ...] | None] = {}
     for v in record["vrs"]:
@@ -723,7 +738,7 @@ def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
     if record["mode"] == "netns":
         host = CgroupBackend([CgroupVr(v["name"], v["cgroup"], tuple(v["vifs"])) for v in record["vrs"]], ProcNetDevCounters())
     else:
-        host = LibvirtBackend(LibvirtConn(record["uri"]), "lxc", (), ProcNetDevCounters())
+        host = LibvirtBackend(LibvirtConn(record["uri"]), record["mode"], (), ProcNetDevCounters())
     out: dict[str, float | None | str] = {}
     try:
         for v in record["vrs"]:
@@ -779,18 +794,19 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
     """
     with ExitStack() as stack:
         uri: str | None = None
-        if shape.mode == "lxc":
+        if shape.mode in LIBVIRT_MODES:
             from xtc_lab.lab.libvirtd import Libvirtd, LibvirtdError
 
-            daemon = Libvirtd()
+            daemon = Libvirtd(QEMU_URI if shape.mode == "qemu" else DEFAULT_URI)
             try:
                 started_before = bool(daemon.started_here()) or daemon.reachable() is None
                 stack.enter_context(daemon.lease())
                 if not started_before:
                     say(f"started libvirtd for {daemon.uri}")
             except LibvirtdError as e:
-                raise LabError(f"lxc mode needs libvirtd: {e}") from e
+                raise LabError(f"{shape.mode} mode needs libvirtd: {e}") from e
             uri = daemon.uri
+        accel, accel_why = qemu.pick_accel() if shape.mode == "qemu" else ("", "")
         lab = NetLab(prefix=name, uri=uri or DEFAULT_URI, registry=registry)
         chain: Chain | None = None
         try:
@@ -799,6 +815,12 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
                     say(f"creating VR {i + 1}/{shape.n_vrs} ({shape.mode})")
                     if shape.mode == "lxc":
                         lab.add_vr(work_iters=shape.work_iters, work_factor=shape.work_factor)
+                    elif shape.mode == "qemu":
+                        if i == 0:
+                            say(f"accel: {accel} ({accel_why})")
+                        t0 = time.monotonic()
+                        lab.add_qemu_vr(accel=accel)
+                        say(f"VR {i + 1} forwards in its guest kernel after {time.monotonic() - t0:.1f} s")
                     else:
                         lab.add_netns_vr(work_iters=shape.work_iters, cgroup=True, detach=True,
                                          work_factor=shape.work_factor)
@@ -808,6 +830,8 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
                                       work_factor=shape.work_factor,
                                       cgroup=True, detach=True)
             record = _record_of(name, shape, lab, chain, uri)
+            if shape.mode == "qemu":
+                record["accel"] = accel
             write_record(record, registry)
         except BaseException:
             say("build failed: removing what was made")
@@ -833,7 +857,7 @@ def _record_of(name: str, shape: LabShape, lab: NetLab, chain: Chain | None, uri
                 raise LabError(f"the forwarder of {vr.name} exited right after it started")
             fw = {"pid": vr.process.pid, "start": start}
         vrs.append({"k": vr.k, "name": vr.name, "kind": vr.kind, "router": vr.router,
-                    "domain": vr.name if vr.kind == "lxc" else None, "netns": vr.name if vr.kind == "netns" else None,
+                    "domain": vr.name if vr.kind in LIBVIRT_MODES else None, "netns": vr.name if vr.kind == "netns" else None,
                     "cgroup": vr.cgroup, "vifs": list(vr.vifs), "bridges": list(vr.bridges),
                     "tg_ns": vr.tg_ns, "tr_ns": vr.tr_ns, "tg_addr": vr.tg_addr, "tr_addr": vr.tr_addr,
                     "forwarder": fw})
@@ -855,10 +879,15 @@ def _record_of(name: str, shape: LabShape, lab: NetLab, chain: Chain | None, uri
 
 
 def remove_lab(name: str, uri: str | None, registry: Path = LAB_REGISTRY) -> list[str]:
-    """Remove everything with the lab's prefix and its record; returns what was removed."""
+    """Remove everything with the lab's prefix and its record; returns what was removed.
+
+    ``uri`` None (no record says which): the domains of both lab URIs, LXC and QEMU.
+    """
     from xtc_lab.lab.netlab import teardown_prefix
 
-    removed = teardown_prefix(name, uri)
+    removed = teardown_prefix(name, uri or DEFAULT_URI)
+    if uri is None:
+        removed += teardown_prefix(name, QEMU_URI)
     try:
         record_path(name, registry).unlink()
         removed.append(f"record {record_path(name, registry)}")
@@ -911,7 +940,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _fail("up", f"cannot build a lab in {shape.mode} mode on this host: {problem}", EXIT_UNSUPPORTED)
     with lab_lock(name):
         record, other = read_record(name)
-        uri: str | None = DEFAULT_URI
+        uri: str | None = None  # no record: look for domains under every lab URI
         action = "built"
         if record is not None:
             diff = shape_difference(shape_of(record), shape)
@@ -1043,7 +1072,7 @@ def _down_one(name: str) -> int:
         if other is not None and other.endswith("alive"):
             return _fail("down", f"{name} is the lab of a running process ({other.split()[1]}), not a persistent "
                          "lab; not removing it", EXIT_DAMAGED)
-        uri = record["uri"] if record is not None and record["uri"] else DEFAULT_URI
+        uri = record["uri"] if record is not None and record["uri"] else None
         try:
             removed = remove_lab(name, uri)
         except LabError as e:
@@ -1053,7 +1082,7 @@ def _down_one(name: str) -> int:
         return EXIT_OK
     _say(f"lab {name} removed ({len(removed)} objects: "
          f"{', '.join(sorted({r.split()[0] for r in removed}))})")
-    if (record is not None and record["mode"] == "lxc") or any(r.startswith("domain ") for r in removed):
+    if (record is not None and record["mode"] in LIBVIRT_MODES) or any(r.startswith("domain ") for r in removed):
         _stop_libvirtd_if_unused(_say)
     return EXIT_OK
 
@@ -1067,7 +1096,9 @@ def register(sub: Any) -> None:
                                     "as it is, a damaged one is rebuilt.")
     up.add_argument("--name", default=DEFAULT_NAME, help=f"lab name, the prefix of all its objects (default {DEFAULT_NAME})")
     up.add_argument("--vrs", type=int, default=1, help=f"number of VRs, 1..{MAX_LAB_VRS} (default 1; 1 with --hops 3)")
-    up.add_argument("--mode", default="lxc", help="lxc (libvirt LXC domains, default) or netns (namespaces + cgroups)")
+    up.add_argument("--mode", "--kind", dest="mode", default="lxc",
+                    help="lxc (libvirt LXC domains, default), netns (namespaces + cgroups) or qemu (libvirt QEMU "
+                         "domains forwarding in their own kernel; KVM where it works, TCG otherwise)")
     up.add_argument("--hops", type=int, default=1,
                     help="1: independent VRs (default); 3: three routers in a line, TG-TF1-TF2-TF3-TR")
     add_work_arguments(up, "the forwarders")

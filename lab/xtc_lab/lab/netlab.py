@@ -77,6 +77,7 @@ from typing import Any
 
 import psutil
 
+from xtc_lab.lab import qemu
 from xtc_lab.lab.build import build_forwarder
 from xtc_lab.lab.libvirtd import process_start_time
 
@@ -84,7 +85,7 @@ LAB_NET = ipaddress.ip_network("198.18.0.0/15")
 MAX_VRS = 250
 MAX_CHAINS = 9  # chain and hop numbers are single digits in the 15-character interface names
 MAX_HOPS = 8
-MODES = ("lxc", "netns")
+MODES = ("lxc", "netns", "qemu")
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]{1,8}$")
 PREFIX_MAX_LEN = 10  # "<prefix>-a250" must fit in IFNAMSIZ - 1 = 15 characters
 NETNS_DIR = Path("/run/netns")
@@ -472,7 +473,7 @@ class VR:
 
     k: int
     name: str  # domain name (LXC) or namespace name (netns VR)
-    kind: str  # "lxc" or "netns"
+    kind: str  # "lxc", "netns" or "qemu"
     tg_ns: str
     tr_ns: str
     bridges: tuple[str, str]
@@ -759,6 +760,62 @@ class NetLab:
                         memory_mib)
         return vr
 
+    def add_qemu_vr(self, accel: str | None = None, memory_mib: int = qemu.DEFAULT_MEMORY_MIB,
+                    ready_timeout_s: float = 120.0) -> VR:
+        """Create the next VR as a QEMU domain that forwards in its own kernel, and wait until it does.
+
+        The lab's connection must be a QEMU one (``uri="qemu:///system"``).  ``accel`` is
+        ``"kvm"`` or ``"tcg"`` (None: :func:`xtc_lab.lab.qemu.pick_accel`).  Readiness is a ping
+        from the generator to the receiver answered through the guest; a guest that does not
+        forward within ``ready_timeout_s`` is an error (the caller tears the lab down).
+        """
+        image = qemu.build_image()
+        if accel is None:
+            accel, _why = qemu.pick_accel()
+        vr = self._add_segments("qemu")
+        macs_ns = [self._ns_mac(vr.tg_ns), self._ns_mac(vr.tr_ns)]
+        import libvirt
+
+        conn = self.connection()
+        for _attempt in range(5):
+            vr.vifs = self._free_vifs()
+            guest_macs = [qemu.mac_for(v) for v in vr.vifs]
+            cmdline = qemu.guest_cmdline(vr.tg_addr, vr.tr_addr, macs_ns[0], macs_ns[1], guest_macs)
+            xml = qemu.domain_xml(vr.name, str(image.kernel), str(image.initrd), cmdline, vr.bridges,
+                                  vr.vifs, guest_macs, accel, memory_mib)
+            try:
+                conn.createXML(xml, 0)
+                break
+            except libvirt.libvirtError as e:
+                if "exists" in str(e).lower() and any(Path(f"/sys/class/net/{v}").exists() for v in vr.vifs):
+                    continue
+                raise LabError(f"cannot start QEMU domain {vr.name}: {e}") from e
+        else:
+            raise LabError(f"cannot find free vif names for {vr.name}")
+        # the generator and receiver now send to the guest, which routes between them
+        self._static_neigh(vr.tg_ns, vr.tr_addr, guest_macs[0])
+        self._static_neigh(vr.tr_ns, vr.tg_addr, guest_macs[1])
+        self.wait_forwarding(vr, ready_timeout_s)
+        return vr
+
+    def wait_forwarding(self, vr: VR, timeout_s: float) -> float:
+        """Wait until a ping from ``vr``'s generator to its receiver is answered; return the seconds taken."""
+        t0 = time.monotonic()
+        while True:
+            r = self.run_in(vr.tg_ns, ["ping", "-c", "1", "-W", "1", "-q", vr.tr_addr], timeout_s=10)
+            if r.returncode == 0:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                raise LabError(f"VR {vr.name} does not forward within {timeout_s:g} s "
+                               f"(no answer from {vr.tr_addr} through the guest)")
+            time.sleep(0.5)
+
+    def _ns_mac(self, ns: str) -> str:
+        from pyroute2 import NetNS
+
+        with NetNS(ns) as nsr:
+            return str(nsr.link("get", index=self._index(nsr, "eth0"))[0].get("address"))
+
     def add_netns_vr(self, work_iters: int = 0, cgroup: bool = False, detach: bool = False,
                      work_factor: float = 1.0) -> VR:
         """Create the next VR as the forwarder in a plain network namespace ``<prefix>-vr<k>``.
@@ -923,7 +980,7 @@ class NetLab:
         """The libvirt domain of an LXC VR."""
         import libvirt
 
-        if vr.kind != "lxc":
+        if vr.kind not in ("lxc", "qemu"):
             raise LabError(f"VR {vr.name} is a {vr.kind} VR, not a libvirt domain")
         try:
             return self.connection().lookupByName(vr.name)

@@ -1,0 +1,285 @@
+"""A QEMU VR: a libvirt QEMU domain that forwards in its own kernel (issue 49).
+
+The guest is Debian's kernel (package ``linux-image-amd64``) booted directly (``<kernel>``)
+with a small initramfs built here from ``busybox-static`` and the kernel's own virtio-net
+modules; nothing is fetched at run time.  The initramfs's init loads virtio-net, finds the two
+interfaces by the MAC addresses the domain XML gives them, routes the generator's address out
+of the first and the receiver's out of the second (static neighbours, no ARP), turns on IP
+forwarding and then idles: every packet is forwarded by the guest kernel on the guest's vCPU.
+
+The host side of each interface is a tap named ``vif<N>.0`` / ``vif<N>.1`` on the lab's bridges,
+so the meter reads the same counters as for an LXC VR.  KVM is used where ``/dev/kvm`` can run
+a guest, TCG (QEMU's emulator) otherwise: :func:`pick_accel` decides and says why.
+
+Pure parts (:func:`domain_xml`, :func:`guest_cmdline`, :func:`newc_archive`) do no I/O.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import re
+import stat
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+QEMU_URI = "qemu:///system"
+QEMU_EMULATOR = Path("/usr/bin/qemu-system-x86_64")
+BUSYBOX = Path("/bin/busybox")
+BOOT_DIR = Path("/boot")
+MODULES_DIR = Path("/lib/modules")
+CACHE_DIR = Path("/var/cache/xtc-lab/qemu")
+GUEST_MODULES = ("virtio_pci", "virtio_net")  # modules in Debian's kernel; their dependencies come via modules.dep
+DEBIAN_PACKAGES = ("qemu-system-x86", "linux-image-amd64", "busybox-static", "libvirt-daemon-driver-qemu")
+DEFAULT_MEMORY_MIB = 160
+
+INIT_SCRIPT = r"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+for m in $(cat /modules.order); do insmod "$m"; done
+arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^xtc\.$1=//p"; }
+byaddr() {
+  for d in /sys/class/net/*; do
+    [ "$(cat $d/address)" = "$1" ] && basename "$d" && return
+  done
+}
+TG=$(arg tg); TR=$(arg tr); TGMAC=$(arg tgmac); TRMAC=$(arg trmac)
+A=$(byaddr "$(arg mac0)"); B=$(byaddr "$(arg mac1)")
+if [ -z "$A" ] || [ -z "$B" ]; then echo "xtc-guest: interfaces not found"; ls /sys/class/net; fi
+ip link set lo up
+ip link set "$A" up
+ip link set "$B" up
+ip addr add "$(arg addr0)/32" dev "$A"
+ip addr add "$(arg addr1)/32" dev "$B"
+ip route add "$TG/32" dev "$A"
+ip route add "$TR/32" dev "$B"
+arp -i "$A" -s "$TG" "$TGMAC"
+arp -i "$B" -s "$TR" "$TRMAC"
+for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > "$f"; done
+for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > "$f"; done
+echo 1 > /proc/sys/net/ipv4/ip_forward
+echo "xtc-guest: forwarding $TG via $A, $TR via $B"
+while :; do sleep 3600; done
+"""
+
+
+class QemuError(RuntimeError):
+    """The QEMU VR cannot be built here (missing package, no kernel, bad input)."""
+
+
+# ======================================================================== pure part
+def newc_archive(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
+    """A cpio "newc" archive (the initramfs format) of ``(path, mode, data)`` entries.
+
+    ``mode`` includes the file type bits (``stat.S_IFDIR | 0o755``, ``stat.S_IFREG | 0o755``,
+    ``stat.S_IFLNK | 0o777`` with the link target as data).
+    """
+    out = bytearray()
+
+    def add(name: str, mode: int, data: bytes, ino: int) -> None:
+        nb = name.encode() + b"\0"
+        fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(nb), 0)
+        out.extend(b"070701" + b"".join(b"%08X" % f for f in fields) + nb)
+        out.extend(b"\0" * (-len(out) % 4))
+        out.extend(data)
+        out.extend(b"\0" * (-len(out) % 4))
+
+    ino = 0
+    for ino, (path, mode, data) in enumerate(entries, start=1):
+        add(path.lstrip("/"), mode, data, ino)
+    add("TRAILER!!!", 0, b"", ino + 1)
+    return bytes(out)
+
+
+def module_closure(names: Sequence[str], modules_dep: str) -> list[str]:
+    """Module files (relative to the modules directory) to load for ``names``, dependencies first.
+
+    ``modules_dep`` is the text of ``modules.dep`` (``kernel/x.ko: kernel/y.ko kernel/z.ko``).
+    """
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in modules_dep.splitlines():
+        if ":" not in line:
+            continue
+        mod, rest = line.split(":", 1)
+        deps[mod] = rest.split()
+        by_name[re.sub(r"\.ko(\..*)?$", "", Path(mod).name).replace("-", "_")] = mod
+    order: list[str] = []
+
+    def visit(mod: str) -> None:
+        if mod in order:
+            return
+        for d in reversed(deps.get(mod, [])):  # modules.dep lists the deepest dependency last
+            visit(d)
+        order.append(mod)
+
+    for n in names:
+        if n not in by_name:
+            raise QemuError(f"kernel module {n} not in modules.dep")
+        visit(by_name[n])
+    return order
+
+
+def mac_for(vif: str) -> str:
+    """A stable locally administered MAC address for the guest side of host interface ``vif``."""
+    h = hashlib.sha256(vif.encode()).digest()
+    return "52:54:00:" + ":".join(f"{b:02x}" for b in h[:3])
+
+
+def guest_addresses(tg_addr: str) -> tuple[str, str]:
+    """The guest's own two addresses in its VR's /24 (``.253`` towards TG, ``.254`` towards TR)."""
+    base = tg_addr.rsplit(".", 1)[0]
+    return f"{base}.253", f"{base}.254"
+
+
+def guest_cmdline(tg_addr: str, tr_addr: str, tg_mac: str, tr_mac: str, macs: Sequence[str]) -> str:
+    """The guest kernel's command line: the console and what the init script needs."""
+    addr0, addr1 = guest_addresses(tg_addr)
+    return (f"console=ttyS0 quiet panic=-1 xtc.tg={tg_addr} xtc.tr={tr_addr} xtc.tgmac={tg_mac} "
+            f"xtc.trmac={tr_mac} xtc.mac0={macs[0]} xtc.mac1={macs[1]} xtc.addr0={addr0} xtc.addr1={addr1}")
+
+
+def domain_xml(name: str, kernel: str, initrd: str, cmdline: str, bridges: Sequence[str],
+               vifs: Sequence[str], macs: Sequence[str], accel: str = "tcg",
+               memory_mib: int = DEFAULT_MEMORY_MIB, emulator: str = str(QEMU_EMULATOR)) -> str:
+    """The XML of a one-vCPU QEMU domain booting ``kernel``/``initrd``, one virtio-net per bridge.
+
+    ``accel`` is ``"kvm"`` or ``"tcg"`` (the domain type).  The host side of interface ``i`` is
+    the tap ``vifs[i]`` on ``bridges[i]``, its guest side has MAC ``macs[i]``.  No scheduler
+    limit is written: caps are set live.
+    """
+    if accel not in ("kvm", "tcg"):
+        raise QemuError(f"accel {accel!r}: want 'kvm' or 'tcg'")
+    if not (len(bridges) == len(vifs) == len(macs)) or not bridges:
+        raise QemuError("need one vif name and one MAC per bridge, and at least one bridge")
+    if memory_mib < 64:
+        raise QemuError(f"memory_mib {memory_mib} too small for the guest kernel (at least 64)")
+    dom = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
+    ET.SubElement(dom, "name").text = name
+    ET.SubElement(dom, "memory", unit="MiB").text = str(memory_mib)
+    ET.SubElement(dom, "vcpu").text = "1"
+    os_el = ET.SubElement(dom, "os")
+    ET.SubElement(os_el, "type", arch="x86_64", machine="pc").text = "hvm"
+    ET.SubElement(os_el, "kernel").text = kernel
+    ET.SubElement(os_el, "initrd").text = initrd
+    ET.SubElement(os_el, "cmdline").text = cmdline
+    ET.SubElement(dom, "on_poweroff").text = "destroy"
+    ET.SubElement(dom, "on_reboot").text = "destroy"
+    ET.SubElement(dom, "on_crash").text = "destroy"
+    devs = ET.SubElement(dom, "devices")
+    ET.SubElement(devs, "emulator").text = emulator
+    for br, vif, mac in zip(bridges, vifs, macs):
+        iface = ET.SubElement(devs, "interface", type="bridge")
+        ET.SubElement(iface, "source", bridge=br)
+        ET.SubElement(iface, "target", dev=vif)
+        ET.SubElement(iface, "mac", address=mac)
+        ET.SubElement(iface, "model", type="virtio")
+    ET.SubElement(devs, "serial", type="pty")
+    ET.SubElement(devs, "memballoon", model="none")
+    return ET.tostring(dom, encoding="unicode")
+
+
+# ======================================================================== host part
+@dataclass(frozen=True)
+class GuestImage:
+    """Kernel and initramfs of the QEMU VR, with the kernel's release."""
+
+    kernel: Path
+    initrd: Path
+    release: str
+
+
+def missing_requirements() -> list[str]:
+    """What this host lacks to run a QEMU VR (empty: it can), each with the Debian package."""
+    out = []
+    if not QEMU_EMULATOR.exists():
+        out.append(f"{QEMU_EMULATOR} (Debian package qemu-system-x86)")
+    if not BUSYBOX.exists():
+        out.append(f"{BUSYBOX} (Debian package busybox-static)")
+    if not sorted(BOOT_DIR.glob("vmlinuz-*")):
+        out.append(f"a kernel {BOOT_DIR}/vmlinuz-* (Debian package linux-image-amd64)")
+    return out
+
+
+def pick_accel(dev_kvm: Path = Path("/dev/kvm")) -> tuple[str, str]:
+    """(``"kvm"`` or ``"tcg"``, why): KVM only if ``/dev/kvm`` opens and is a stock KVM.
+
+    ``XTC_QEMU_ACCEL=tcg|kvm`` overrides.  A PVM ``/dev/kvm`` (a paravirtual KVM that stock
+    guests do not boot on) opens but is refused here: its sysfs driver is not ``kvm_intel``/
+    ``kvm_amd``.
+    """
+    forced = os.environ.get("XTC_QEMU_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced, f"XTC_QEMU_ACCEL={forced}"
+    if not dev_kvm.exists():
+        return "tcg", f"{dev_kvm} missing"
+    mods = {m for m in ("kvm_intel", "kvm_amd") if Path(f"/sys/module/{m}").exists()}
+    if not mods:
+        return "tcg", f"{dev_kvm} is not a stock KVM (no kvm_intel/kvm_amd module: e.g. a PVM device)"
+    try:
+        os.close(os.open(dev_kvm, os.O_RDWR))
+    except OSError as e:
+        return "tcg", f"{dev_kvm}: {e.strerror}"
+    return "kvm", f"{dev_kvm} ({', '.join(sorted(mods))})"
+
+
+def newest_kernel(boot: Path = BOOT_DIR) -> tuple[Path, str]:
+    """The newest ``vmlinuz-<release>`` in ``boot`` and its release."""
+    kernels = sorted(boot.glob("vmlinuz-*"), key=lambda p: [int(x) if x.isdigit() else x
+                                                            for x in re.split(r"[.-]", p.name[8:])])
+    if not kernels:
+        raise QemuError(f"no kernel {boot}/vmlinuz-*: install the Debian package linux-image-amd64")
+    return kernels[-1], kernels[-1].name[len("vmlinuz-"):]
+
+
+def build_image(cache: Path = CACHE_DIR) -> GuestImage:
+    """Build (once per kernel release and init script) the guest's initramfs; return the image.
+
+    The archive holds busybox, the init script and the virtio-net modules with their
+    dependencies; it is written atomically to ``cache`` and reused while nothing changed.
+    """
+    missing = missing_requirements()
+    if missing:
+        raise QemuError("cannot build a QEMU VR: missing " + "; ".join(missing))
+    kernel, release = newest_kernel()
+    mdir = MODULES_DIR / release
+    try:
+        order = module_closure(GUEST_MODULES, (mdir / "modules.dep").read_text())
+    except OSError as e:
+        raise QemuError(f"cannot read the modules of kernel {release}: {e}") from e
+    busybox = BUSYBOX.read_bytes()
+    key = hashlib.sha256(INIT_SCRIPT.encode() + busybox[:4096] + release.encode() + str(order).encode()).hexdigest()[:16]
+    initrd = cache / f"initrd-{release}-{key}.gz"
+    if initrd.exists():
+        return GuestImage(kernel, initrd, release)
+    entries: list[tuple[str, int, bytes]] = [(d, stat.S_IFDIR | 0o755, b"") for d in
+                                             ("bin", "sbin", "proc", "sys", "dev", "modules")]
+    entries.append(("bin/busybox", stat.S_IFREG | 0o755, busybox))
+    entries.append(("bin/sh", stat.S_IFLNK | 0o777, b"busybox"))
+    entries.append(("init", stat.S_IFREG | 0o755, INIT_SCRIPT.encode()))
+    names = []
+    for rel in order:
+        data = (mdir / rel).read_bytes()
+        if rel.endswith(".xz"):
+            import lzma
+
+            data = lzma.decompress(data)
+        elif rel.endswith(".zst"):
+            raise QemuError(f"module {rel} is zstd-compressed: not supported")
+        name = "modules/" + re.sub(r"\.ko(\..*)?$", ".ko", Path(rel).name)
+        entries.append((name, stat.S_IFREG | 0o644, data))
+        names.append("/" + name)
+    entries.append(("modules.order", stat.S_IFREG | 0o644, ("\n".join(names) + "\n").encode()))
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = initrd.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(gzip.compress(newc_archive(entries), compresslevel=6))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, initrd)
+    for old in cache.glob("initrd-*.gz"):  # images of other kernels or init scripts
+        if old != initrd:
+            old.unlink(missing_ok=True)
+    return GuestImage(kernel, initrd, release)

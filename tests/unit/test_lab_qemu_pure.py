@@ -1,0 +1,70 @@
+"""The QEMU VR's pure parts: the initramfs archive, the module closure, the domain XML, the cmdline."""
+
+from __future__ import annotations
+
+import stat
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from xtc_lab.lab import qemu
+
+
+def test_newc_archive_has_headers_padding_and_trailer() -> None:
+    data = qemu.newc_archive([("bin", stat.S_IFDIR | 0o755, b""), ("/init", stat.S_IFREG | 0o755, b"#!x\n")])
+    assert data.startswith(b"070701")
+    assert len(data) % 4 == 0
+    assert b"init\0" in data and b"#!x\n" in data
+    assert b"TRAILER!!!\0" in data
+    # second header: file size field (7th 8-hex field) is 4
+    second = data.index(b"070701", 6)
+    assert int(data[second + 6 + 6 * 8: second + 6 + 7 * 8], 16) == 4
+    assert int(data[second + 6 + 8: second + 6 + 16], 16) == stat.S_IFREG | 0o755
+
+
+def test_module_closure_orders_dependencies_first() -> None:
+    dep = ("kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko\n"
+           "kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko\n"
+           "kernel/net/core/failover.ko:\n")
+    assert qemu.module_closure(["virtio_net"], dep) == [
+        "kernel/net/core/failover.ko", "kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko"]
+
+
+def test_module_closure_names_a_missing_module() -> None:
+    with pytest.raises(qemu.QemuError, match="virtio_net"):
+        qemu.module_closure(["virtio_net"], "kernel/x.ko:\n")
+
+
+def test_domain_xml_taps_on_bridges_with_vif_names() -> None:
+    xml = qemu.domain_xml("lab-vr1", "/boot/vmlinuz", "/tmp/initrd.gz", "console=ttyS0", ["lab-a1", "lab-b1"],
+                          ["vif12.0", "vif12.1"], ["52:54:00:00:00:01", "52:54:00:00:00:02"], accel="tcg")
+    dom = ET.fromstring(xml)
+    assert dom.get("type") == "qemu"
+    assert dom.findtext("os/kernel") == "/boot/vmlinuz"
+    ifaces = dom.findall("devices/interface")
+    assert [i.find("target").get("dev") for i in ifaces] == ["vif12.0", "vif12.1"]
+    assert [i.find("source").get("bridge") for i in ifaces] == ["lab-a1", "lab-b1"]
+    assert all(i.find("model").get("type") == "virtio" for i in ifaces)
+    assert dom.find("cputune") is None  # no cap at boot: caps are set live
+    assert ET.fromstring(qemu.domain_xml("d", "k", "i", "", ["b"], ["v"], ["m"], accel="kvm")).get("type") == "kvm"
+
+
+@pytest.mark.parametrize("kwargs, match", [({"accel": "hax"}, "accel"), ({"memory_mib": 16}, "memory_mib")])
+def test_domain_xml_refuses_bad_input(kwargs: dict, match: str) -> None:
+    with pytest.raises(qemu.QemuError, match=match):
+        qemu.domain_xml("d", "k", "i", "", ["b"], ["v"], ["m"], **kwargs)
+
+
+def test_guest_cmdline_and_addresses_stay_in_the_vr_subnet() -> None:
+    line = qemu.guest_cmdline("198.18.3.1", "198.18.3.2", "aa:aa:aa:aa:aa:aa", "bb:bb:bb:bb:bb:bb",
+                              [qemu.mac_for("vif7.0"), qemu.mac_for("vif7.1")])
+    assert "xtc.tg=198.18.3.1" in line and "xtc.tr=198.18.3.2" in line
+    assert "xtc.addr0=198.18.3.253" in line and "xtc.addr1=198.18.3.254" in line
+    assert qemu.mac_for("vif7.0") != qemu.mac_for("vif7.1")
+    assert qemu.mac_for("vif7.0").startswith("52:54:00:")
+
+
+def test_pick_accel_refuses_a_dev_kvm_that_is_missing(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("XTC_QEMU_ACCEL", raising=False)
+    accel, why = qemu.pick_accel(tmp_path / "kvm")
+    assert accel == "tcg" and "missing" in why
