@@ -114,7 +114,7 @@ def make_controller(
         to raises :class:`PeriodError`.
     lag_probe : bool or None
         "xtc" only: True measures the VR's lag with a probe and uses it in transients
-        (``XtcTuning.lag_estimate`` and ``XtcTuning.lag_probe``; docs/control-settling.md, "The lag
+        (``XtcTuning.lag_probe``; docs/control-settling.md, "The lag
         probe"), False steps the law without a lag estimate, None (the default) keeps the
         tuning's (``XtcTuning``'s default: the probe on).  The daemon's ``[controller] lag_probe``.
     """
@@ -147,5 +147,5 @@ def make_controller(
     if dead_zone_fraction is not None:
         t = replace(t, dead_zone_fraction=dead_zone_fraction)
     if lag_probe is not None:
-        t = replace(t, lag_estimate=lag_probe, lag_probe=lag_probe)
+        t = replace(t, lag_probe=lag_probe)
     return XtcController(plant, caps, t)

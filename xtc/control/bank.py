@@ -14,11 +14,8 @@ versions may differ from the C library's in the last bit.  So the caps and state
 the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
 
 Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
-saturation included: ``saturation_step_fraction``, ``saturation_repeat_factor``,
-``descent_fraction``) but the adaptive estimator and the lag estimate without the probe
-(``XtcTuning.adaptive``, ``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the
-daemon steps those one by one with the scalar law), and :class:`~xtc.control.laws.PaperPI` (kinds
-``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
+saturation included: ``saturation_repeat_factor``, ``descent_fraction``), and
+:class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
 estimate's part of each step one controller at a time, as the scalar step does; where that part asks
 for the probe's move or the observer (a probe, a transient) the scalar law finishes the step, and
 the others (the steady state) take the law on arrays (:meth:`ControllerBank._lag_probe_in`).
@@ -201,7 +198,7 @@ def _steps_col() -> property:
 
 
 #: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
-_OWNED = ("estimator", "lag_estimator")
+_OWNED = ("lag_estimator",)
 
 
 class _Attached:
@@ -216,7 +213,7 @@ class _Attached:
         if memo is not None:
             memo[id(self)] = new
         d = {k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")}
-        if memo is None:  # a plain copy still owns its estimators (``start`` resets them in place)
+        if memo is None:  # a plain copy still owns its estimator (``start`` resets them in place)
             d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
         new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
         for name in self._state:
@@ -324,9 +321,7 @@ class ControllerBank:
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
         t = _plain_type(proto)
-        if t is XtcController and not proto.tuning.adaptive and proto.tuning.lag_estimate == proto.tuning.lag_probe:
-            return cls(proto)
-        if t is PaperPI:
+        if t is XtcController or t is PaperPI:
             return cls(proto)
         return None
 
@@ -527,7 +522,7 @@ class ControllerBank:
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         descent = np.zeros(u.shape, dtype=bool)
         if self.params[4] > 0.0:
-            sat = not_limited if not t.saturation_step_fraction else (off > 0) & (y >= t.saturation_step_fraction * off)
+            sat = not_limited
             was_descent = np.array(descent_t, dtype=bool)
             if t.descent_fraction:
                 # Also at >= descent_fraction of the offered rate, from the top cap or on after such a

@@ -10,12 +10,12 @@ rate) raises :class:`ValueError` and leaves the controller's state unchanged.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from xtc.models import CapBounds, Gains, LogCapModel
 
-from .estimate import EstimatorTuning, GainEstimator, LagEstimator, LagTuning
+from .estimate import LagEstimator, LagTuning
 
 __all__ = [
     "ControllerError",
@@ -331,34 +331,13 @@ class XtcTuning:
         rate says nothing about the hardware's speed) and the rate must fall, step at least as
         far as the model's elasticity at its operating point says the setpoint needs (see the
         class docstring).
-    adaptive : bool
-        Use the online estimate of the local elasticity and lag
-        (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
-    estimator : EstimatorTuning
-        Tuning of that estimate.
-    lag_estimate : bool
-        Measure the lag from the rate's response to large cap moves
-        (:class:`xtc.control.estimate.LagEstimator`); once it is measured at least ``lag_margin``
-        above ``design_lag``, on an exact actuator, the dead-beat step starts from the rate the
-        cap in force settles to (its observer) instead of the measured rate.  Otherwise the law
-        is unchanged.  True by default since 2026-11-25, together with ``lag_probe`` (the measured
-        lag of ``lag_probe=False`` is the variant of docs/control-settling.md, "The lag measured";
-        the daemon steps that variant with the scalar law, no bank).  Both False: the law without
-        a lag estimate (``make_controller(..., lag_probe=False)``, ``[controller] lag_probe = false``).
-    lag_margin : float
-        How far above ``design_lag`` a measured lag must be to be used (dimensionless).
     lag_estimator : LagTuning
         Tuning of that estimate.
-    saturation_step_fraction : float
-        The model's step out of saturation applies while the VR forwards at least this fraction of
-        its offered rate (``unconstrained_fraction`` when 0, the default; 0.9 is the gradual-knee
-        variant of docs/control-settling.md: it settles the gradual knees in 5 periods but slows
-        hog recovery on 2x faster hardware from 3 to 4 periods).
     descent_fraction : float
         0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies
         while the VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
         *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
-        move was such a step (the descent from it goes on).  Unlike ``saturation_step_fraction``
+        move was such a step (the descent from it goes on).  Unlike a lower ``unconstrained_fraction``
         it never acts in steady state below the top cap: on a gradual knee the uncapped VR
         forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
         (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
@@ -385,15 +364,17 @@ class XtcTuning:
         "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
     lag_probe : bool
         True by default since 2026-11-25 (docs/control-settling.md, "The lag probe is the
-        default").  With ``lag_estimate``: the lag is measured by a *probe* and used only in
-        transients (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
+        default"); False steps the law without a lag estimate (``make_controller(..., lag_probe=False)``,
+        ``[controller] lag_probe = false``).  The lag is measured by a *probe*
+        (:class:`~xtc.control.estimate.LagEstimator`) and used only in transients
+        (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
         first period shows the rate moving the right way but not all the way (the sign of a lag, or
         of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
         move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
         lag implies).  Where they differ by ``probe_disagreement_decades`` or more it holds the cap one
         period (the probe); otherwise it takes the lag's move (the smaller hedge).  Either way the next
-        period completes one lag sample with a single root (:class:`~xtc.control.estimate.LagEstimator`
-        with ``probe_only``).  One probe per activation.  The observer then steps in a transient only:
+        period completes one lag sample (:class:`~xtc.control.estimate.LagEstimator`).  One probe
+        per activation.  The observer then steps in a transient only:
         from the sample, or from a setpoint change beyond the fine band, for at most
         ``transient_periods``, until both the next period's predicted mean and the rate the new cap
         settles to are within ``transient_end_fraction`` of the setpoint.  In a transient the dead zone
@@ -436,12 +417,7 @@ class XtcTuning:
     noise_smoothing: float = 0.1
     persist_band_fraction: float = 1.0
     saturation_model_step: bool = True
-    adaptive: bool = False
-    estimator: EstimatorTuning = EstimatorTuning()
-    lag_estimate: bool = True
-    lag_margin: float = 0.1
     lag_estimator: LagTuning = LagTuning()
-    saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
     fine_band_descent: bool = True
@@ -537,11 +513,11 @@ class XtcController(_Bounded):
     cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
     it back.  No such step if ``e0 >= 1``.
 
-    Measured lag (``lag_estimate``; by default measured by the probe, ``lag_probe``).  The dead-beat gains assume the model's lag;
+    Measured lag (``lag_probe``).  The dead-beat gains assume the model's lag;
     on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
     dead-beat step is taken for too small and the next one overshoots (9-10 periods to settle).
     :class:`~xtc.control.estimate.LagEstimator` measures the lag from the rate's response to a
-    large move and, once it is clearly above the model's, the dead-beat branch steps
+    probe's move and, in the transients that follow, the dead-beat branch steps
     ``log10(r) - log10(f)``, ``f`` being the rate the cap in force settles to according to the
     lag's observer.  A wrong lag degrades as follows: too large, ``f`` is extrapolated too far
     and the next step too large the other way (kept within one decade by the rate limit and
@@ -560,9 +536,6 @@ class XtcController(_Bounded):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
-        if t.lag_probe and not t.lag_estimate:
-            raise ControllerError("lag_probe needs lag_estimate (the probe measures the lag the transients use); "
-                                  "both False steps the law without a lag estimate")
         if t.lag_probe:
             lo, hi = t.observer_target_bounds
             for ok, what, v in ((0.0 < t.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe_lag_max),
@@ -584,9 +557,7 @@ class XtcController(_Bounded):
         #: ``probe_window_periods``): only inside that window can a move be a probe candidate.
         self._setpoint_age = 0
         self._noise_log = t.noise_initial_fraction / math.log(10.0)
-        self.estimator = GainEstimator(t.design_lag, t.estimator)
-        lt = replace(t.lag_estimator, probe_only=True) if t.lag_probe else t.lag_estimator
-        self.lag_estimator = LagEstimator(t.design_lag, lt)
+        self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
         self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
@@ -599,7 +570,6 @@ class XtcController(_Bounded):
         self._r_prev = None
         self._setpoint_age = 0
         self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
-        self.estimator.reset()
         self.lag_estimator.reset()
 
     @property
@@ -638,36 +608,32 @@ class XtcController(_Bounded):
             else check_rate("setpoint_pps", setpoint_pps)
         offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
             else check_rate("offered_pps", offered_pps)
-        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_estimate else _NO_LAG)
+        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_probe else _NO_LAG)
 
     def _lag_in(self, y: float, r: float, offered: float | None) -> tuple[bool, float, float]:
-        """The lag estimate's part of :meth:`step` (``lag_estimate``), before the law, on checked rates:
+        """The lag probe's part of :meth:`step` (``lag_probe``), before the law, on checked rates:
         the estimator's update, the probe candidate and the transient (``lag_probe``).  Returns
         (observed: the observer's step this period, the probe candidate's move in decades or 0.0, the
         settled rate in pps).  The law (:meth:`_law`) is the one without the lag where the first two
         are False and 0.0."""
         t = self.tuning
         le = self.lag_estimator
-        observed = False
         probe_move = 0.0
         exact = abs(self._quant_decades) < _EXACT_DECADES
         sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
         y_settled = le.settled_pps
-        if t.lag_probe:
-            moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
-            if moved:
-                self._setpoint_age = 0
-            if exact and self._setpoint_age < t.probe_window_periods:
-                probe_move = le.probe_candidate(self._noise_log * _LN10)
-            self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
-            if sampled or moved:
-                self._transient, self._transient_age = True, 0
-            elif self._transient and self._transient_age >= t.transient_periods:
-                self._transient = False
-            self._transient_age += 1
-            observed = self._transient and le.confident and exact
-        elif le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
-            observed = True
+        moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
+        if moved:
+            self._setpoint_age = 0
+        if exact and self._setpoint_age < t.probe_window_periods:
+            probe_move = le.probe_candidate(self._noise_log * _LN10)
+        self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
+        if sampled or moved:
+            self._transient, self._transient_age = True, 0
+        elif self._transient and self._transient_age >= t.transient_periods:
+            self._transient = False
+        self._transient_age += 1
+        observed = self._transient and le.confident and exact
         return observed, probe_move, y_settled
 
     def _lag_quiet(self, y: float, r: float, offered: float | None, log_cap: float, exact: bool) -> bool:
@@ -695,10 +661,7 @@ class XtcController(_Bounded):
         t = self.tuning
         not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
         log_y = math.log10(max(y, 1.0))
-        if t.adaptive:
-            self.estimator.update(log_y, self._u_force, self._noise_log)
-        eps = self.estimator.elasticity if t.adaptive else 1.0
-        a = self.estimator.lag if t.adaptive else t.design_lag
+        a = t.design_lag
         observed, probe_move, y_settled = lag
         descent = False
         u_before = self._u
@@ -706,14 +669,14 @@ class XtcController(_Bounded):
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
         # on a whole-percent actuator the dithered periods then all say the same, and the integrator
         # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
-        log_y_wanted = log_y + eps * self._quant_decades
+        log_y_wanted = log_y + self._quant_decades
         y_wanted = 10.0**log_y_wanted if y > 0 else y
         E = math.log10(max(r, 1.0)) - log_y_wanted
         E_prev = E if self._E_prev is None else self._E_prev
         # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
         # mean the next period will have at the cap in force (the observer's prediction).
         y_judged = y_wanted
-        x_next = self.lag_estimator.next_state_pps if observed and t.lag_probe else None
+        x_next = self.lag_estimator.next_state_pps if observed else None
         if x_next is not None:
             g = self.lag_estimator.lag
             y_judged = max(1.0, (1.0 - g) * y_settled + g * x_next)
@@ -734,7 +697,7 @@ class XtcController(_Bounded):
                 and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
                 min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
             if abs(r - y_judged) < band * r and not persist and x_next is None:
-                du = t.fine_gain * E / eps
+                du = t.fine_gain * E
                 if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
                         and noise_band <= t.fine_band_fraction \
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
@@ -752,11 +715,10 @@ class XtcController(_Bounded):
                         g = self.lag_estimator.lag
                         lo, hi = t.observer_target_bounds
                         r_to = min(hi * r, max(lo * r, (r - g * x_next) / (1.0 - g)))
-                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0))) / eps
+                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0)))
                 else:
-                    du = ((kp + self.ki) * E - kp * E_prev) / eps
-                sat = not_limited if not t.saturation_step_fraction else \
-                    offered is not None and offered > 0 and y >= t.saturation_step_fraction * offered
+                    du = (kp + self.ki) * E - kp * E_prev
+                sat = not_limited
                 if not sat and t.descent_fraction and offered is not None and offered > 0 \
                         and y >= t.descent_fraction * offered \
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
@@ -768,7 +730,7 @@ class XtcController(_Bounded):
                         and abs(self._quant_decades) < _EXACT_DECADES else 1.0
                     du = min(du, f * E / self.saturation_elasticity)
             if probe_move:
-                du = self._probe_step(probe_move, du, y, r, E, eps)
+                du = self._probe_step(probe_move, du, y, r, E)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited and not self.cap_bound(cpu_percent):
                 du = 0.0
@@ -785,7 +747,7 @@ class XtcController(_Bounded):
         caps = self.caps  # cap_percent, inline
         return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
 
-    def _probe_step(self, move: float, du: float, y: float, r: float, E: float, eps: float) -> float:
+    def _probe_step(self, move: float, du: float, y: float, r: float, E: float) -> float:
         """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
         lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
         t = self.tuning
@@ -797,7 +759,7 @@ class XtcController(_Bounded):
         c = t.probe_lag_max
         f_lag = max((y - c * le.probe_rest_pps) / (1.0 - c), 1.0)
         lim = t.max_step_decades
-        du_lag = max(-lim, min(lim, (math.log10(max(r, 1.0)) - math.log10(f_lag)) / eps))
+        du_lag = max(-lim, min(lim, math.log10(max(r, 1.0)) - math.log10(f_lag)))
         du_law = max(-lim, min(lim, du))
         if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe_disagreement_decades:
             return du_lag
@@ -818,8 +780,7 @@ class XtcController(_Bounded):
         s["noise_decades"] = self._noise_log
         s["force_decades"] = self._u_force
         s["quant_decades"] = self._quant_decades
-        s["estimator"] = self.estimator.to_state()
-        if self.tuning.lag_estimate:
+        if self.tuning.lag_probe:
             s["lag_estimator"] = self.lag_estimator.to_state()
         if self.tuning.lag_probe:
             s["transient"] = {"on": self._transient, "age": self._transient_age, "setpoint_pps": self._r_prev,
@@ -840,11 +801,6 @@ class XtcController(_Bounded):
             self._u_force = float(f)
         if q is not None and math.isfinite(float(q)) and abs(float(q)) <= 1.0:
             self._quant_decades = float(q)
-        est = state.get("estimator")
-        if isinstance(est, Mapping):
-            self.estimator.restore_state(est)
-        else:
-            self.estimator.reset()
         self._descent = state.get("descent") is True  # (anything else: no descent under way)
         tr = state.get("transient")
         self._transient, self._transient_age, self._r_prev = False, 0, None
