@@ -34,14 +34,9 @@ from typing import Any, Protocol
 from xtc.models import CapBounds, ModelFile
 
 from .period import PeriodError, deadbeat_gains, rescale_gains, rescale_model
-from .laws import (
-    FIXED_CAP_TABLE1,
-    ControllerError,
-    FixedCap,
-    PaperPI,
-    XtcController,
-    XtcTuning,
-)
+from .bounded import ControllerError
+from .laws import XtcController, XtcTuning
+from .paper import FIXED_CAP_TABLE1, FixedCap, PaperPI
 
 __all__ = [
     "Controller",

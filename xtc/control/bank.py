@@ -15,7 +15,7 @@ the scalar controllers' bit for bit (tested on random sequences in tests/unit/te
 
 Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
 saturation included: ``saturation_repeat_factor``, ``descent_fraction``), and
-:class:`~xtc.control.laws.PaperPI` (kinds ``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
+:class:`~xtc.control.paper.PaperPI` (kinds ``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
 estimate's part of each step one controller at a time, as the scalar step does; where that part asks
 for the probe's move or the observer (a probe, a transient) the scalar law finishes the step, and
 the others (the steady state) take the law on arrays (:meth:`ControllerBank._lag_probe_in`).
@@ -33,7 +33,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
+from .bounded import BoundedController
+from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, XtcController
+from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
 
@@ -252,7 +254,7 @@ class _XtcRow(_LawRow, XtcController):
 
 
 class _PIRow(_LawRow, PaperPI):
-    """A :class:`~xtc.control.laws.PaperPI` whose state is a row of a :class:`Rows`."""
+    """A :class:`~xtc.control.paper.PaperPI` whose state is a row of a :class:`Rows`."""
 
     _plain = PaperPI
     _state = _PI_ROW_STATE
@@ -297,7 +299,7 @@ class ControllerBank:
     come again, which gives the same numbers).
     """
 
-    def __init__(self, proto: _Bounded) -> None:
+    def __init__(self, proto: BoundedController) -> None:
         self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
@@ -653,7 +655,7 @@ class ControllerBank:
             u, carry = rows.u[at], rows.carry[at]
         want = self._pow10_u(u)
         carry = carry + want - got
-        limit = np.maximum(_Bounded.CARRY_LIMIT_PERCENT, _Bounded.CARRY_LIMIT_FRACTION * got)
+        limit = np.maximum(BoundedController.CARRY_LIMIT_PERCENT, BoundedController.CARRY_LIMIT_FRACTION * got)
         log_got = self._log10_got(got)
         restart = np.abs(carry) > limit
         u = np.where(restart, np.minimum(self._u_max, np.maximum(self._u_min, log_got)), u)

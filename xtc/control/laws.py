@@ -1,45 +1,30 @@
-"""Control laws: the paper's PI and dead-beat, Fixed Cap, and XTC's own controller.
+"""XTC's own control law (:class:`XtcController`, tuned by :class:`XtcTuning`).
 
-Every controller here is pure: no I/O and no clock.  It is stepped once per
+The law is pure: no I/O and no clock.  It is stepped once per
 control period with the measured rate and the setpoint, both in packets/s (pps),
 and returns the next cap in percent of one CPU, always finite and within
 ``[cap_min_percent, cap_max_percent]``.  A bad input (NaN, infinite or negative
-rate) raises :class:`ValueError` and leaves the controller's state unchanged.
+rate) raises :class:`ValueError` and leaves the controller's state unchanged.  The paper's
+controllers are in :mod:`xtc.control.paper`, what all controllers share in :mod:`xtc.control.bounded`,
+and the law on arrays for many VRs at once in :mod:`xtc.control.bank`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from xtc.models import CapBounds, Gains, LogCapModel
+from xtc.models import CapBounds, LogCapModel
 
+from .bounded import BoundedController, ControllerError, check_rate
 from .estimate import LagEstimator, LagTuning
 
 __all__ = [
     "ControllerError",
-    "PaperPI",
-    "FixedCap",
     "XtcController",
-    "FIXED_CAP_TABLE1",
+    "XtcTuning",
 ]
-
-
-class ControllerError(ValueError):
-    """Bad input to a controller (the controller's state is unchanged)."""
-
-
-def check_rate(name: str, value: Any) -> float:
-    """Validate a rate in pps: a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ControllerError(f"{name} must be a number of packets/s, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ControllerError(f"{name} must be finite, got {v}")
-    if v < 0:
-        raise ControllerError(f"{name} must be >= 0 packets/s, got {v}")
-    return v
 
 
 #: The largest finite float: ``0.0 <= v <= _FLOAT_MAX`` is False for NaN, infinities and negatives.
@@ -51,227 +36,6 @@ _LN10 = math.log(10.0)
 _EXACT_DECADES = math.log10(1.001)
 #: :meth:`XtcController._lag_in`'s answer without the lag estimate: no observer, no probe.
 _NO_LAG = (False, 0.0, 0.0)
-
-
-def check_cap(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ControllerError(f"{name} must be a cap in percent of one CPU, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise ControllerError(f"{name} must be a finite cap > 0 percent, got {v}")
-    return v
-
-
-class _Bounded:
-    """Common cap bookkeeping: bounds, clamping, bumpless start, the cap in force.
-
-    The law's state is ``u = log10(cap)``, the cap the controller *wants*.  The actuator may put a
-    slightly different cap in force (a Xen cap is a whole percent, a quota a whole number of
-    microseconds); the control loop reports it every period through :meth:`applied`.  The
-    difference is carried into the next period's command (first-order error feedback, as in a
-    sigma-delta modulator), so that on a quantising actuator the command dithers between the two
-    neighbouring caps and their mean is the cap wanted; on an exact actuator the carry stays 0.
-    When the cap in force is far from the command (the actuator is pinned at a bound of its own,
-    or somebody else set the cap), the law restarts from the cap in force instead (anti-windup).
-    """
-
-    kind = "base"
-    #: A carry larger than this (percent of one CPU, or this fraction of the cap in force, the
-    #: larger) is not quantisation: the law restarts from the cap in force.
-    CARRY_LIMIT_PERCENT = 1.0
-    CARRY_LIMIT_FRACTION = 0.05
-
-    def __init__(self, caps: CapBounds):
-        self.caps = caps
-        self._u_min = math.log10(caps.min_percent)
-        self._u_max = math.log10(caps.max_percent)
-        # Until started, a controller sits at the top of its range (what an uncontrolled VR has).
-        self._u = self._u_max
-        self._carry = 0.0
-        # log10 of the cap in force during the period now being measured, and log10(wanted / in force)
-        # for it (decades; 0 on an exact actuator): what the quantisation did to that period.
-        self._u_force = self._u_max
-        self._quant_decades = 0.0
-        self.steps = 0
-
-    @property
-    def cap_percent(self) -> float:
-        """The cap to command now, percent of one CPU (the wanted cap plus the carried residue)."""
-        return self._clamp_cap(10.0 ** self._u + self._carry)
-
-    @property
-    def wanted_cap_percent(self) -> float:
-        """The cap the law wants, percent of one CPU (what the commanded caps average to)."""
-        return self._clamp_cap(10.0 ** self._u)
-
-    def _clamp_u(self, u: float) -> float:
-        return min(self._u_max, max(self._u_min, u))
-
-    def _clamp_cap(self, cap: float) -> float:
-        return min(self.caps.max_percent, max(self.caps.min_percent, cap))
-
-    def start(self, cap_percent: float) -> None:
-        """Bumpless activation: continue from the VR's current cap (clamped to the bounds)."""
-        cap = check_cap("cap_percent", cap_percent)
-        self._u = self._clamp_u(math.log10(cap))
-        self._carry = 0.0
-        self._u_force = math.log10(cap)
-        self._quant_decades = 0.0
-        self._reset_memory()
-
-    def applied(self, cap_in_force_percent: float) -> None:
-        """The cap the actuator put in force for the last command, percent of one CPU.
-
-        Called by the control loop after every write (and with the cap read back when nothing
-        was written).  See the class docstring for what it does with the difference.
-        """
-        got = check_cap("cap_in_force_percent", cap_in_force_percent)
-        want = 10.0 ** self._u
-        carry = self._carry + want - got
-        limit = max(self.CARRY_LIMIT_PERCENT, self.CARRY_LIMIT_FRACTION * got)
-        self._u_force = math.log10(got)
-        if abs(carry) > limit:
-            self._u = self._clamp_u(math.log10(got))
-            self._carry = 0.0
-            self._quant_decades = 0.0
-        else:
-            self._carry = carry
-            self._quant_decades = math.log10(want) - math.log10(got)
-
-    def _reset_memory(self) -> None:  # pragma: no cover - overridden
-        pass
-
-    def to_state(self) -> dict[str, Any]:
-        """A JSON-serialisable snapshot of the controller's state (for the daemon's state file)."""
-        return {"kind": self.kind, "u": self._u, "steps": self.steps, "carry_percent": self._carry}
-
-    def restore_state(self, state: Mapping[str, Any]) -> None:
-        """Restore a snapshot taken with :meth:`to_state` (the kind must match)."""
-        if state.get("kind") != self.kind:
-            raise ControllerError(f"state is for controller kind {state.get('kind')!r}, not {self.kind!r}")
-        u = float(state["u"])
-        if not math.isfinite(u):
-            raise ControllerError("state has a non-finite u")
-        carry = float(state.get("carry_percent", 0.0))
-        if not math.isfinite(carry) or abs(carry) > 100.0:
-            raise ControllerError(f"state has a carry of {carry!r} percent (must be finite, |carry| <= 100)")
-        self._u = self._clamp_u(u)
-        self._carry = carry
-        self.steps = int(state.get("steps", 0))
-
-
-class PaperPI(_Bounded):
-    """The paper's PI law in log-cap space (Equation 2), also used for dead-beat gains.
-
-    ``u(k) = u(k-1) + (Kp + Ki) e(k) - Kp e(k-1)`` with ``u = log10(cap)`` and
-    ``e = setpoint - measured`` in kp/s.  No actuation while ``|e|`` is below
-    ``dead_zone_fraction`` of the setpoint (section 6).  ``u`` is clamped to
-    ``[log10 cap_min, log10 cap_max]`` after every step, which in this velocity
-    form is the anti-windup: the state is the cap itself, so it cannot run away
-    while the cap is pinned at a bound.
-
-    At activation (:meth:`start`), the previous error is taken equal to the
-    first measured error, so the first move is ``Ki e(k)``: no proportional kick.
-    """
-
-    def __init__(self, gains: Gains, caps: CapBounds, dead_zone_fraction: float = 0.10, kind: str = "pi"):
-        super().__init__(caps)
-        self.gains = gains
-        self.dead_zone_fraction = dead_zone_fraction
-        self.kind = kind
-        self._e_prev: float | None = None
-
-    def _reset_memory(self) -> None:
-        self._e_prev = None
-
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
-             cpu_percent: float | None = None) -> float:
-        """Next cap (percent of one CPU) from the measured and wanted forwarding rate (pps).
-
-        ``offered_pps`` and ``cpu_percent`` are accepted for interface compatibility and ignored
-        (the paper's law does not use them).
-        """
-        y = check_rate("measured_pps", measured_pps) / 1000.0
-        r = check_rate("setpoint_pps", setpoint_pps) / 1000.0
-        if offered_pps is not None:
-            check_rate("offered_pps", offered_pps)
-        e = r - y
-        e_prev = e if self._e_prev is None else self._e_prev
-        if abs(e) >= self.dead_zone_fraction * r:
-            du = (self.gains.kp + self.gains.ki) * e - self.gains.kp * e_prev
-            self._u = self._clamp_u(self._u + du)
-        self._e_prev = e
-        self.steps += 1
-        return self.cap_percent
-
-    def to_state(self) -> dict[str, Any]:
-        s = super().to_state()
-        s["e_prev_kpps"] = self._e_prev
-        return s
-
-    def restore_state(self, state: Mapping[str, Any]) -> None:
-        super().restore_state(state)
-        e = state.get("e_prev_kpps")
-        self._e_prev = None if e is None else float(e)
-
-
-# Table 1 of the paper: setpoint (kp/s) -> cap (%), measured at 100 kp/s UDP offered.
-FIXED_CAP_TABLE1: tuple[tuple[float, float], ...] = (
-    (16.0, 5.0),
-    (32.0, 10.0),
-    (50.0, 15.0),
-    (65.0, 20.0),
-    (77.0, 25.0),
-    (85.0, 30.0),
-    (91.0, 35.0),
-    (94.0, 40.0),
-    (96.0, 45.0),
-    (98.0, 50.0),
-)
-
-
-class FixedCap(_Bounded):
-    """The paper's Fixed Cap baseline: a static setpoint -> cap mapping (Table 1).
-
-    The cap is interpolated linearly between table rows; below the first row it
-    is extrapolated through the origin (throughput is about proportional to the
-    cap there), above the last row it is the last row's cap.  The measurement is
-    ignored: this is open-loop control, the reference a feedback controller must
-    match for noise and beat under disturbances.
-    """
-
-    kind = "fixed"
-
-    def __init__(self, caps: CapBounds, table: Sequence[tuple[float, float]] = FIXED_CAP_TABLE1):
-        super().__init__(caps)
-        rows = sorted((float(s), float(c)) for s, c in table)
-        if len(rows) < 2:
-            raise ControllerError("a Fixed Cap table needs at least two rows")
-        self.table = tuple(rows)
-
-    def cap_for_setpoint(self, setpoint_pps: float) -> float:
-        s = setpoint_pps / 1000.0
-        rows = self.table
-        if s <= rows[0][0]:
-            cap = rows[0][1] * s / rows[0][0]
-        elif s >= rows[-1][0]:
-            cap = rows[-1][1]
-        else:
-            for (s0, c0), (s1, c1) in zip(rows, rows[1:]):
-                if s0 <= s <= s1:
-                    cap = c0 + (c1 - c0) * (s - s0) / (s1 - s0)
-                    break
-        return self._clamp_cap(max(cap, self.caps.min_percent))
-
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
-             cpu_percent: float | None = None) -> float:
-        check_rate("measured_pps", measured_pps)
-        r = check_rate("setpoint_pps", setpoint_pps)
-        if offered_pps is not None:
-            check_rate("offered_pps", offered_pps)
-        self._u = self._clamp_u(math.log10(self.cap_for_setpoint(r)))
-        self.steps += 1
-        return self.cap_percent
 
 
 @dataclass(frozen=True)
@@ -430,7 +194,7 @@ class XtcTuning:
     observer_target_bounds: tuple[float, float] = (0.5, 2.0)
 
 
-class XtcController(_Bounded):
+class XtcController(BoundedController):
     """XTC's own controller: a dead-beat PI in log-rate / log-cap space.
 
     Why log-log.  Below saturation a VR forwards about in proportion to the CPU
