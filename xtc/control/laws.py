@@ -398,6 +398,7 @@ class XtcController(BoundedController):
             self._transient = False
         self._transient_age += 1
         observed = self._transient and le.confident and exact
+        self._r_prev = r  # (what the law records at its end; it does not read it)
         return observed, probe_move, y_settled
 
     def _lag_quiet(self, y: float, r: float, offered: float | None, log_cap: float, exact: bool) -> bool:
