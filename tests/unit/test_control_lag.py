@@ -66,3 +66,23 @@ def test_state_round_trip():
         assert (est.lag, est.settled_pps) == (twin.lag, twin.settled_pps)
     twin.restore_state({"hist": "junk"})
     assert twin.lag == A and not twin.confident
+
+
+def test_a_state_written_with_the_removed_gain_estimator_still_loads():
+    """State files written before 2026-11-26 have an ``estimator`` key (the removed GainEstimator):
+    it is ignored, and the controller continues as from the same state without it.  (Not as ``c``
+    itself: a round trip in the middle of the probe's transient is not exact, on main as well.)"""
+    c = make_controller(PAPER)
+    c.start(100.0)
+    for y, cap in zip([99.9e3, 61.7e3, 21.2e3], [100.0, 10.0, 1.7]):
+        c.applied(cap)
+        c.step(y, 10e3, 100e3)
+    state = c.to_state()
+    assert "estimator" not in state
+    old = {**state, "estimator": {"theta": [0.09, 0.9], "P": [[1.0, 0.0], [0.0, 10.0]], "prev": None,
+                                  "dY_prev": 0.0, "updates": 0, "age": 10**9}}
+    d, e = make_controller(PAPER), make_controller(PAPER)
+    d.restore_state(old)
+    e.restore_state(state)
+    assert d.to_state() == e.to_state() == state
+    assert d.step(10.2e3, 10e3, 100e3) == e.step(10.2e3, 10e3, 100e3)
