@@ -24,6 +24,7 @@ __all__ = [
     "ControllerError",
     "XtcController",
     "XtcTuning",
+    "ProbeTuning",
 ]
 
 
@@ -36,6 +37,42 @@ _LN10 = math.log(10.0)
 _EXACT_DECADES = math.log10(1.001)
 #: :meth:`XtcController._lag_in`'s answer without the lag estimate: no observer, no probe.
 _NO_LAG = (False, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class ProbeTuning:
+    """Tuning of the lag probe and its transients (``XtcTuning.lag_probe``; see its docstring).
+
+    Attributes
+    ----------
+    probe_lag_max : float
+        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
+        half a period).
+    probe_disagreement_decades : float
+        The probe holds the cap when the two moves differ by at least this much (decades of cap).
+    probe_window_periods : int
+        A move can be a probe candidate only within this many periods of the activation or of a
+        setpoint move beyond the fine band (the transients the probe is for).  Outside it a move
+        from rest is the law's answer to a disturbance or to one stray period of a noisy rate: at 9%
+        noise a period, a daemon restarted at its setpoint read the restart's first low period as
+        a move from rest, and the observer's transient after the probe swung the cap 7.6-12.4%
+        around 9% (the rate 14% over the setpoint for 2.5 s).  The control bench is the same with it
+        and without it on seeds 1-3 (every probe there is in a start or a step).
+    transient_periods : int
+        Longest transient (periods) in which the observer steps.
+    transient_end_fraction : float
+        The transient ends when the predicted mean and the settled rate are within this fraction of
+        the setpoint.
+    observer_target_bounds : tuple of float
+        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
+    """
+
+    probe_lag_max: float = 0.45
+    probe_disagreement_decades: float = 0.15
+    probe_window_periods: int = 6
+    transient_periods: int = 5
+    transient_end_fraction: float = 0.02
+    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -147,26 +184,8 @@ class XtcTuning:
         observer's state, bounded to ``observer_target_bounds`` times the setpoint); outside it the
         law is the one without the lag.  The daemon's bank steps these controllers outside their
         probe and their transients (bit-equal to the scalar law), the scalar law in them.
-    probe_lag_max : float
-        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
-        half a period).
-    probe_disagreement_decades : float
-        The probe holds the cap when the two moves differ by at least this much (decades of cap).
-    probe_window_periods : int
-        A move can be a probe candidate only within this many periods of the activation or of a
-        setpoint move beyond the fine band (the transients the probe is for).  Outside it a move
-        from rest is the law's answer to a disturbance or to one stray period of a noisy rate: at 9%
-        noise a period, a daemon restarted at its setpoint read the restart's first low period as
-        a move from rest, and the observer's transient after the probe swung the cap 7.6-12.4%
-        around 9% (the rate 14% over the setpoint for 2.5 s).  The control bench is the same with it
-        and without it on seeds 1-3 (every probe there is in a start or a step).
-    transient_periods : int
-        Longest transient (periods) in which the observer steps.
-    transient_end_fraction : float
-        The transient ends when the predicted mean and the settled rate are within this fraction of
-        the setpoint.
-    observer_target_bounds : tuple of float
-        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
+    probe : ProbeTuning
+        Tuning of the lag probe and of the transients it starts (``lag_probe``).
     """
 
     design_lag: float = 0.0915
@@ -186,12 +205,7 @@ class XtcTuning:
     saturation_repeat_factor: float = 2.0
     fine_band_descent: bool = True
     lag_probe: bool = True
-    probe_lag_max: float = 0.45
-    probe_disagreement_decades: float = 0.15
-    probe_window_periods: int = 6
-    transient_periods: int = 5
-    transient_end_fraction: float = 0.02
-    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
+    probe: ProbeTuning = ProbeTuning()
 
 
 class XtcController(BoundedController):
@@ -301,13 +315,13 @@ class XtcController(BoundedController):
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
         if t.lag_probe:
-            lo, hi = t.observer_target_bounds
-            for ok, what, v in ((0.0 < t.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe_lag_max),
-                                (t.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe_disagreement_decades),
-                                (type(t.transient_periods) is int and t.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.transient_periods),
-                                (type(t.probe_window_periods) is int and t.probe_window_periods >= 1, "probe_window_periods must be a whole number >= 1", t.probe_window_periods),
-                                (0.0 <= t.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.transient_end_fraction),
-                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.observer_target_bounds)):
+            lo, hi = t.probe.observer_target_bounds
+            for ok, what, v in ((0.0 < t.probe.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe.probe_lag_max),
+                                (t.probe.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe.probe_disagreement_decades),
+                                (type(t.probe.transient_periods) is int and t.probe.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.probe.transient_periods),
+                                (type(t.probe.probe_window_periods) is int and t.probe.probe_window_periods >= 1, "probe_window_periods must be a whole number >= 1", t.probe.probe_window_periods),
+                                (0.0 <= t.probe.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.probe.transient_end_fraction),
+                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.probe.observer_target_bounds)):
                 if not ok:
                     raise ControllerError(f"{what}, got {v}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
@@ -389,12 +403,12 @@ class XtcController(BoundedController):
         moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
         if moved:
             self._setpoint_age = 0
-        if exact and self._setpoint_age < t.probe_window_periods:
+        if exact and self._setpoint_age < t.probe.probe_window_periods:
             probe_move = le.probe_candidate(self._noise_log * _LN10)
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
+        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
         if sampled or moved:
             self._transient, self._transient_age = True, 0
-        elif self._transient and self._transient_age >= t.transient_periods:
+        elif self._transient and self._transient_age >= t.probe.transient_periods:
             self._transient = False
         self._transient_age += 1
         observed = self._transient and le.confident and exact
@@ -411,12 +425,12 @@ class XtcController(BoundedController):
         t = self.tuning
         rp = self._r_prev
         if not (self.lag_estimator.quiet(log_cap, exact) and (rp is None or abs(r - rp) <= t.fine_band_fraction * r)
-                and (not self._transient or self._transient_age >= t.transient_periods)):
+                and (not self._transient or self._transient_age >= t.probe.transient_periods)):
             return False
         self.lag_estimator.update_quiet(y, log_cap, offered)
         self._transient = False
         self._transient_age += 1
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
+        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
         self._r_prev = r
         return True
 
@@ -478,7 +492,7 @@ class XtcController(BoundedController):
                     r_to = r
                     if x_next is not None:
                         g = self.lag_estimator.lag
-                        lo, hi = t.observer_target_bounds
+                        lo, hi = t.probe.observer_target_bounds
                         r_to = min(hi * r, max(lo * r, (r - g * x_next) / (1.0 - g)))
                     du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0)))
                 else:
@@ -506,7 +520,7 @@ class XtcController(BoundedController):
             self._r_prev = r
             if x_next is not None:
                 moved = 10.0 ** (self._u - u_before)
-                if abs(r - y_judged) < t.transient_end_fraction * r and abs(r - y_settled * moved) < t.transient_end_fraction * r:
+                if abs(r - y_judged) < t.probe.transient_end_fraction * r and abs(r - y_settled * moved) < t.probe.transient_end_fraction * r:
                     self._transient = False
         self.steps += 1
         caps = self.caps  # cap_percent, inline
@@ -521,12 +535,12 @@ class XtcController(BoundedController):
         if move * E < 0.0:
             return du  # the rate passed the setpoint: the law's move back, sampled all the same
         # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
-        c = t.probe_lag_max
+        c = t.probe.probe_lag_max
         f_lag = max((y - c * le.probe_rest_pps) / (1.0 - c), 1.0)
         lim = t.max_step_decades
         du_lag = max(-lim, min(lim, math.log10(max(r, 1.0)) - math.log10(f_lag)))
         du_law = max(-lim, min(lim, du))
-        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe_disagreement_decades:
+        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe.probe_disagreement_decades:
             return du_lag
         return 0.0
 
@@ -571,13 +585,13 @@ class XtcController(BoundedController):
         self._transient, self._transient_age, self._r_prev = False, 0, None
         # Without a recorded age (state written before it was kept, or malformed) the window is shut:
         # no probe until the setpoint moves.
-        self._setpoint_age = self.tuning.probe_window_periods
+        self._setpoint_age = self.tuning.probe.probe_window_periods
         if isinstance(tr, Mapping):
             age, rp, sa = tr.get("age"), tr.get("setpoint_pps"), tr.get("setpoint_age")
             if type(age) is int and age >= 0 and (rp is None or (isinstance(rp, (int, float)) and math.isfinite(rp) and rp >= 0)):
                 self._transient, self._transient_age = tr.get("on") is True, age
                 self._r_prev = None if rp is None else float(rp)
-                if type(sa) is int and 0 <= sa <= self.tuning.probe_window_periods:
+                if type(sa) is int and 0 <= sa <= self.tuning.probe.probe_window_periods:
                     self._setpoint_age = sa
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):
