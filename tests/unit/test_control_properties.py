@@ -11,7 +11,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 import xtc.models
-from xtc.control import XtcTuning, make_controller
+from xtc.control import NoiseTuning, XtcTuning, make_controller
 from xtc.control.period import closed_loop_poles_of, deadbeat_gains, gains_for_poles
 from xtc_lab.bench import control_bench as cb
 from xtc_lab.sim.metrics import settling_periods
@@ -57,7 +57,7 @@ def test_the_xtc_law_is_deadbeat_in_log_space(a, ratio):
     ``Y(k+1) = a Y(k) + (1 - a) (U(k) + c)`` (logs of rate and cap; the gentle band, the dead zone
     and the step out of saturation off): the error decays at the pole ``a``, whatever the plant's
     speed ``c`` and the size of the step."""
-    t = XtcTuning(design_lag=a, dead_zone_fraction=0.0, fine_band_fraction=0.0, noise_band_sigmas=0.0,
+    t = XtcTuning(design_lag=a, dead_zone_fraction=0.0, fine_band_fraction=0.0, noise=NoiseTuning(noise_band_sigmas=0.0),
                   saturation_model_step=False, lag_probe=False)
     ctl = make_controller(PAPER, tuning=t)
     ctl.start(10.0)

@@ -504,13 +504,13 @@ class ControllerBank:
         # Noise estimate, only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
         sigma_sample = change * _SQRT_PI / 2.0
-        new_noise = noise + t.noise_smoothing * (sigma_sample - noise)
+        new_noise = noise + t.noise.noise_smoothing * (sigma_sample - noise)
         new_noise = np.maximum(new_noise, 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
         err = np.abs(r - y_wanted)
         move = err >= t.dead_zone_fraction * r
-        noise_band = t.noise_band_sigmas * (noise * _LN10)
+        noise_band = t.noise.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
         # The two band logarithms only where the first three terms hold (elsewhere persist is

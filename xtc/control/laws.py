@@ -25,6 +25,7 @@ __all__ = [
     "XtcController",
     "XtcTuning",
     "ProbeTuning",
+    "NoiseTuning",
 ]
 
 
@@ -37,6 +38,26 @@ _LN10 = math.log(10.0)
 _EXACT_DECADES = math.log10(1.001)
 #: :meth:`XtcController._lag_in`'s answer without the lag estimate: no observer, no probe.
 _NO_LAG = (False, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class NoiseTuning:
+    """Tuning of :class:`XtcController`'s estimate of the rate's noise (its docstring, "Noise-adaptive band").
+
+    Attributes
+    ----------
+    noise_band_sigmas : float
+        The fine band widens to this many estimated noise standard deviations
+        when the measurement is noisier than ``fine_band_fraction`` allows.
+    noise_initial_fraction : float
+        Starting estimate of the relative noise of one period's rate sample.
+    noise_smoothing : float
+        Weight of the newest sample in the noise estimate's moving average.
+    """
+
+    noise_band_sigmas: float = 2.5
+    noise_initial_fraction: float = 0.02
+    noise_smoothing: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -112,13 +133,8 @@ class XtcTuning:
         gain ``fine_gain`` instead of the dead-beat gains.
     fine_gain : float
         Integral gain (decades of cap per decade of rate) inside the fine band.
-    noise_band_sigmas : float
-        The fine band widens to this many estimated noise standard deviations
-        when the measurement is noisier than ``fine_band_fraction`` allows.
-    noise_initial_fraction : float
-        Starting estimate of the relative noise of one period's rate sample.
-    noise_smoothing : float
-        Weight of the newest sample in the noise estimate's moving average.
+    noise : NoiseTuning
+        Tuning of the estimate of the rate's noise and of the band it widens.
     persist_band_fraction : float
         An error beyond this fraction of the setpoint (and beyond ``noise_band_sigmas`` estimated
         noise deviations) in two successive periods, of the same sign, inside the fine band (the
@@ -195,9 +211,7 @@ class XtcTuning:
     cap_bound_fraction: float = 0.8
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
-    noise_band_sigmas: float = 2.5
-    noise_initial_fraction: float = 0.02
-    noise_smoothing: float = 0.1
+    noise: NoiseTuning = NoiseTuning()
     persist_band_fraction: float = 1.0
     saturation_model_step: bool = True
     lag_estimator: LagTuning = LagTuning()
@@ -334,7 +348,7 @@ class XtcController(BoundedController):
         #: Periods since the activation or the last setpoint move beyond the fine band (counted up to
         #: ``probe_window_periods``): only inside that window can a move be a probe candidate.
         self._setpoint_age = 0
-        self._noise_log = t.noise_initial_fraction / math.log(10.0)
+        self._noise_log = t.noise.noise_initial_fraction / math.log(10.0)
         self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
@@ -347,7 +361,7 @@ class XtcController(BoundedController):
         self._transient_age = 0
         self._r_prev = None
         self._setpoint_age = 0
-        self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
+        self._noise_log = self.tuning.noise.noise_initial_fraction / math.log(10.0)
         self.lag_estimator.reset()
 
     @property
@@ -358,7 +372,7 @@ class XtcController(BoundedController):
     def fine_band(self) -> float:
         """Current half-width of the fine band, as a fraction of the setpoint."""
         t = self.tuning
-        return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
+        return max(t.fine_band_fraction, t.noise.noise_band_sigmas * self.noise_fraction)
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
@@ -463,10 +477,10 @@ class XtcController(BoundedController):
             # Noise estimate from the change of the error (clipped: a real step must not inflate it).
             change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
             sigma_sample = change * _SQRT_PI / 2.0
-            self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
+            self._noise_log += t.noise.noise_smoothing * (sigma_sample - self._noise_log)
             self._noise_log = max(self._noise_log, 1e-4)
         if abs(r - y_judged) >= t.dead_zone_fraction * r:
-            noise_band = t.noise_band_sigmas * (self._noise_log * _LN10)
+            noise_band = t.noise.noise_band_sigmas * (self._noise_log * _LN10)
             band = max(t.fine_band_fraction, noise_band)
             # A disturbance inside the fine band: this error and the last one (within twice the band:
             # not a large step's tail) beyond the persistence band with the same sign.
