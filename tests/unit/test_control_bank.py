@@ -231,14 +231,14 @@ def test_reused_elementwise_math_is_the_function():
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=15, deadline=None)
 def test_bank_equals_scalar_with_the_repeated_saturation_step(seed):
-    # off by default (docs/control-settling.md, the descent from the uncapped start); the bank follows it
+    # off by default (docs/results/2026-11-26-control-settling/control-settling.md, the descent from the uncapped start); the bank follows it
     _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, saturation_repeat_factor=2.0))
 
 
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=15, deadline=None)
 def test_bank_equals_scalar_with_the_descent_from_the_top_cap(seed):
-    # off by default (docs/control-settling.md, the descent from the uncapped start); the bank steps it
+    # off by default (docs/results/2026-11-26-control-settling/control-settling.md, the descent from the uncapped start); the bank steps it
     _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, descent_fraction=0.9, saturation_repeat_factor=2.0))
 
 
@@ -340,7 +340,7 @@ def test_accepts_only_the_same_parameters():
 @given(seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=15, deadline=None)
 def test_bank_equals_scalar_without_the_fine_band_descent(seed):
-    # on by default (docs/control-settling.md, the fine band's descent); the bank follows it switched off too
+    # on by default (docs/results/2026-11-26-control-settling/control-settling.md, the fine band's descent); the bank follows it switched off too
     _run("xtc", seed, tuning=XtcTuning(design_lag=PAPER.model.a, fine_band_descent=False))
 
 

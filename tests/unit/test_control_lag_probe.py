@@ -28,7 +28,7 @@ def _settle(plant, setpoints_kpps, lag_probe, noise=False, seed=1, duration_s=40
     return [settling_periods(tr.clean_pps[:, i], sps[i], 0.10) for i in range(sps.size)], tr
 
 
-# The starts the law without the probe took longest on (docs/control-settling.md, "The lag probe").
+# The starts the law without the probe took longest on (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe").
 LAG_STARTS = [4, 10, 20, 65, 80]
 
 

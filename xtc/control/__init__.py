@@ -111,7 +111,7 @@ def make_controller(
         to raises :class:`PeriodError`.
     lag_probe : bool or None
         "xtc" only: True measures the VR's lag with a probe and uses it in transients
-        (``XtcTuning.lag_probe``; docs/control-settling.md, "The lag
+        (``XtcTuning.lag_probe``; docs/results/2026-11-26-control-settling/control-settling.md, "The lag
         probe"), False steps the law without a lag estimate, None (the default) keeps the
         tuning's (``XtcTuning``'s default: the probe on).  The daemon's ``[controller] lag_probe``.
     """

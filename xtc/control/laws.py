@@ -157,16 +157,16 @@ class XtcTuning:
         move was such a step (the descent from it goes on).  Unlike a lower ``unconstrained_fraction``
         it never acts in steady state below the top cap: on a gradual knee the uncapped VR
         forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
-        (docs/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
+        (docs/results/2026-11-26-control-settling/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
         measurements behind the default).  The daemon's bank (:class:`xtc.control.bank.ControllerBank`)
         steps it, bit-equal to the scalar law.
     saturation_repeat_factor : float
         A step out of saturation that follows another one and still finds the VR forwarding at
         least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
         is further down) is this many times the model's step, on an exact actuator (2, the default
-        since 2026-11-23; 1: off; docs/control-settling.md, "Verdict", for the measurements).  On
+        since 2026-11-23; 1: off; docs/results/2026-11-26-control-settling/control-settling.md, "Verdict", for the measurements).  On
         hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
-        took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/control-settling.md, "The
+        took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/results/2026-11-26-control-settling/control-settling.md, "The
         descent from the uncapped start").
     fine_band_descent : bool
         True by default since 2026-11-23.  Inside the fine band, from the top cap (the uncapped
@@ -177,14 +177,14 @@ class XtcTuning:
         setpoint within 10% of the uncapped rate (90-95 kp/s of 100 offered) is inside the fine band
         from the start, and the gentle gain, which assumes elasticity 1 where it is near 0 above the
         knee, took 1.2% off the cap per period: on 2x faster hardware (the knee at cap 20) the cap was
-        still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/control-settling.md,
+        still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/results/2026-11-26-control-settling/control-settling.md,
         "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
     lag_probe : bool
-        True by default since 2026-11-25 (docs/control-settling.md, "The lag probe is the
+        True by default since 2026-11-25 (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe is the
         default"); False steps the law without a lag estimate (``make_controller(..., lag_probe=False)``,
         ``[controller] lag_probe = false``).  The lag is measured by a *probe*
         (:class:`~xtc.control.estimate.LagEstimator`) and used only in transients
-        (docs/control-settling.md, "The lag probe").  After the first large move from rest whose
+        (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe").  After the first large move from rest whose
         first period shows the rate moving the right way but not all the way (the sign of a lag, or
         of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
         move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
