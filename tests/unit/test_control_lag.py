@@ -1,4 +1,4 @@
-"""The lag estimate (xtc.control.estimate.LagEstimator) and XtcTuning.lag_estimate."""
+"""The lag estimate (xtc.control.estimate.LagEstimator) outside the probe (tests/unit/test_control_lag_probe.py)."""
 
 import math
 import random
@@ -47,45 +47,12 @@ def _feed(est, caps, rates, offered=100e3, noise=0.0):
 
 @pytest.mark.parametrize("tau_s", [0.37, 0.5])
 @pytest.mark.parametrize("caps", [[100.0, 10.0, 1.7, 3.0, 3.0], [100.0, 10.0, 3.4, 3.1, 5.0], [15.0, 1.5, 1.0, 1.0]])
-def test_the_lag_of_a_move_from_rest(tau_s, caps):
+def test_no_sample_without_the_probe(tau_s, caps):
+    """Samples come from the probe alone: a move from rest the controller did not arm says nothing
+    (the samples from any move were removed with ``lag_estimate``: docs/design/control-law.md)."""
     est = LagEstimator(A)
     _feed(est, caps, _periods(caps, tau_s))
-    assert est.confident
-    assert est.lag == pytest.approx(averaged_pole(tau_s), abs=0.03)
-
-
-def test_the_models_lag_when_nothing_moved_enough_or_the_rate_was_limited():
-    est = LagEstimator(A)
-    caps = [30.0, 28.0, 27.0, 27.0, 26.0]  # moves under 0.1 decade
-    _feed(est, caps, _periods(caps, 0.5))
     assert not est.confident and est.lag == A
-    caps = [100.0, 60.0, 40.0, 40.0]  # the VR still forwards all it is offered after the move
-    est = LagEstimator(A)
-    _feed(est, caps, _periods(caps, 0.5, kpps_per_percent=20.0))
-    assert not est.confident and est.lag == A
-
-
-def test_no_sample_from_a_start_on_a_knee():
-    # 95% of the offered rate at the start: a gradual knee, whose shape the sample cannot tell from a lag
-    est = LagEstimator(A)
-    caps = [100.0, 31.0, 13.0, 10.0]
-    rates = _periods(caps, 0.0915)
-    rates[0] = 95.6e3
-    _feed(est, caps, rates)
-    assert not est.confident
-
-
-def test_ten_percent_noise_does_not_make_a_lag_up():
-    """On a VR without a lag, 1 s rates scattering by 10%: the estimate says so or says nothing."""
-    wrong = used = 0
-    for seed in range(200):
-        est = LagEstimator(A)
-        caps = [100.0, 10.0, 1.7, 3.0, 3.0, 3.0]
-        _feed(est, caps, _periods(caps, 0.0915, noise=0.10, seed=seed), noise=0.10)
-        used += est.confident
-        wrong += est.confident and est.lag >= A + XtcTuning().lag_margin
-    assert wrong <= 10  # 5% of the runs at most
-    assert used >= 100  # and it does speak: a 1-decade move stands out of 10% noise
 
 
 def test_state_round_trip():
@@ -101,42 +68,21 @@ def test_state_round_trip():
     assert twin.lag == A and not twin.confident
 
 
-def test_controller_state_keeps_the_lag():
-    t = XtcTuning(design_lag=A, lag_estimate=True, lag_probe=False)  # the lag measured without the probe
-    c = make_controller(PAPER, tuning=t)
+def test_a_state_written_with_the_removed_gain_estimator_still_loads():
+    """State files written before 2026-11-26 have an ``estimator`` key (the removed GainEstimator):
+    it is ignored, and the controller continues as from the same state without it.  (Not as ``c``
+    itself: a round trip in the middle of the probe's transient is not exact, on main as well.)"""
+    c = make_controller(PAPER)
     c.start(100.0)
     for y, cap in zip([99.9e3, 61.7e3, 21.2e3], [100.0, 10.0, 1.7]):
         c.applied(cap)
         c.step(y, 10e3, 100e3)
-    assert c.lag_estimator.confident
-    d = make_controller(PAPER, tuning=t)
-    d.restore_state(c.to_state())
-    assert d.lag_estimator.lag == c.lag_estimator.lag
-    assert d.step(10.2e3, 10e3, 100e3) == c.step(10.2e3, 10e3, 100e3)
-
-
-def _settle_from_uncapped(plant, setpoints_kpps, lag_estimate, noise=False, seed=1):
-    bp = cb.BENCH_PLANTS[plant]
-    sps = np.asarray(setpoints_kpps, dtype=float) * 1000.0
-    t = XtcTuning(design_lag=A, lag_estimate=lag_estimate, lag_probe=False)
-    tr = run_loop(cb._plant(bp, sps.size, seed, noise), lambda: make_controller(PAPER, tuning=t), sps, 40, warmup_s=5.0)
-    return [settling_periods(tr.clean_pps[:, i], sps[i], 0.10) for i in range(sps.size)], tr
-
-
-@pytest.mark.parametrize("plant", ["laghalf", "lag4x"])
-def test_lag_plants_settle_from_uncapped_with_the_lag_measured(plant):
-    sps = [5, 8, 10, 12]
-    off, _ = _settle_from_uncapped(plant, sps, False)
-    on, _ = _settle_from_uncapped(plant, sps, True)
-    assert max(on) <= 6, on  # the goal is 5: not met at every setpoint (docs/results/2026-11-26-control-settling/control-settling.md)
-    assert max(off) >= 8, off  # what the model's lag gives (docs/results/2026-11-26-control-settling/control-settling.md)
-
-
-@pytest.mark.parametrize("plant", ["nominal", "gradual", "fast2x", "slow2x"])
-def test_plants_without_a_lag_are_not_changed(plant):
-    # at these setpoints and seed (a false lag is measured now and then elsewhere: docs/results/2026-11-26-control-settling/control-settling.md)
-    sps = [5, 10, 20, 45, 70, 85]
-    off, tr_off = _settle_from_uncapped(plant, sps, False, noise=True)
-    on, tr_on = _settle_from_uncapped(plant, sps, True, noise=True)
-    assert on == off
-    assert np.array_equal(tr_on.forwarded_pps, tr_off.forwarded_pps)
+    state = c.to_state()
+    assert "estimator" not in state
+    old = {**state, "estimator": {"theta": [0.09, 0.9], "P": [[1.0, 0.0], [0.0, 10.0]], "prev": None,
+                                  "dY_prev": 0.0, "updates": 0, "age": 10**9}}
+    d, e = make_controller(PAPER), make_controller(PAPER)
+    d.restore_state(old)
+    e.restore_state(state)
+    assert d.to_state() == e.to_state() == state
+    assert d.step(10.2e3, 10e3, 100e3) == e.step(10.2e3, 10e3, 100e3)

@@ -9,8 +9,8 @@ import pytest
 
 import xtc.models
 from xtc.control import ControllerError, make_controller
-from xtc.control.estimate import LagEstimator, LagTuning
-from xtc.control.laws import XtcTuning
+from xtc.control.estimate import LagEstimator
+from xtc.control.laws import ProbeTuning, XtcTuning
 from xtc_lab.bench import control_bench as cb
 from xtc_lab.sim.metrics import settling_periods
 from xtc_lab.sim.run import run_loop
@@ -113,15 +113,13 @@ def test_a_malformed_transient_state_is_ignored():
     assert not c.lag_estimator.probed and c.lag_estimator.samples == 0
 
 
-def test_probe_only_estimator_takes_no_sample_from_ordinary_moves():
-    t = LagTuning(probe_only=True)
-    est = LagEstimator(A, t)
-    free = LagEstimator(A)
-    # A lag plant's periods after a move from rest and a follow-up move the controller chose freely.
+def test_the_estimator_takes_no_sample_from_ordinary_moves():
+    est = LagEstimator(A)
+    # A lag plant's periods after a move from rest and a follow-up move the controller chose freely
+    # (the estimate without the probe took one sample here; it was removed: docs/design/control-law.md).
     for m, cap in ((99.9e3, 100.0), (61.7e3, 10.0), (21.2e3, 1.7), (6.4e3, 1.0)):
         est.update(m, math.log10(cap), 100e3)
-        free.update(m, math.log10(cap), 100e3)
-    assert free.samples == 1 and est.samples == 0
+    assert est.samples == 0
 
 
 def test_lag_probe_is_for_the_xtc_controller_only():
@@ -129,16 +127,15 @@ def test_lag_probe_is_for_the_xtc_controller_only():
         make_controller(PAPER, "pi", lag_probe=True)
     make_controller(PAPER, "pi", lag_probe=False)  # nothing to switch off
     c = make_controller(PAPER, lag_probe=True)
-    assert c.tuning.lag_estimate and c.tuning.lag_probe
+    assert c.tuning.lag_probe
     d = make_controller(PAPER)  # on by default since 2026-11-25
-    assert d.tuning.lag_estimate and d.tuning.lag_probe
-    assert XtcTuning().lag_probe is True and XtcTuning().lag_estimate is True
+    assert d.tuning.lag_probe
+    assert XtcTuning().lag_probe is True
     off = make_controller(PAPER, lag_probe=False)
-    assert not off.tuning.lag_estimate and not off.tuning.lag_probe
+    assert not off.tuning.lag_probe
     # An explicit tuning is kept as given unless lag_probe says otherwise.
-    assert not make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_estimate=False, lag_probe=False)).tuning.lag_probe
-    with pytest.raises(ControllerError, match="lag_probe needs lag_estimate"):
-        make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_estimate=False))
+    assert not make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_probe=False)).tuning.lag_probe
+    assert make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_probe=False), lag_probe=True).tuning.lag_probe
 
 
 @pytest.mark.parametrize("field, value", [("probe_lag_max", 1.0), ("probe_lag_max", 0.0), ("probe_disagreement_decades", -0.1),
@@ -146,7 +143,7 @@ def test_lag_probe_is_for_the_xtc_controller_only():
                                           ("observer_target_bounds", (1.5, 2.0)), ("observer_target_bounds", (0.5, 0.9)),
                                           ("probe_window_periods", 0), ("probe_window_periods", 2.0)])
 def test_a_bad_probe_tuning_is_refused_naming_the_field(field, value):
-    t = XtcTuning(design_lag=A, lag_estimate=True, lag_probe=True, **{field: value})
+    t = XtcTuning(design_lag=A, lag_probe=True, probe=ProbeTuning(**{field: value}))
     with pytest.raises(ControllerError, match=field):
         make_controller(PAPER, tuning=t)
 
@@ -172,7 +169,7 @@ def test_a_stray_period_at_the_setpoint_is_not_probed(window, probed):
     # At its setpoint long after the activation, one period 20% low makes the law move the cap up by
     # more than 0.1 decade from rest, and the lag plant's next period moves the rate part of the way:
     # the shape of a probe candidate.  Outside the probe's window (the default) it is not probed.
-    t = XtcTuning(design_lag=A) if window is None else XtcTuning(design_lag=A, probe_window_periods=window)
+    t = XtcTuning(design_lag=A) if window is None else XtcTuning(design_lag=A, probe=ProbeTuning(probe_window_periods=window))
     c = make_controller(PAPER, tuning=t)
     c.start(10.0)  # the setpoint's cap from the start: no large move in the window
     _lag_plant_steps(c, 10.0, 30, stray_at=20)
@@ -197,9 +194,9 @@ def test_the_probes_window_is_kept_in_the_state_and_shut_without_it():
     assert d._setpoint_age == 2
     old = {**s, "transient": {k: v for k, v in s["transient"].items() if k != "setpoint_age"}}
     d.restore_state(old)  # state from before the window was kept: no probe until the setpoint moves
-    assert d._setpoint_age == d.tuning.probe_window_periods
+    assert d._setpoint_age == d.tuning.probe.probe_window_periods
     d.restore_state({**s, "transient": {**s["transient"], "setpoint_age": -1}})
-    assert d._setpoint_age == d.tuning.probe_window_periods
+    assert d._setpoint_age == d.tuning.probe.probe_window_periods
 
 
 @pytest.mark.parametrize("lag_probe", [None, False])

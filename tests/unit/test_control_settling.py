@@ -140,7 +140,7 @@ def test_gradual_knee_from_uncapped_with_the_descent_rule(fraction, probe, most)
     class Spec:
         def make(self, model):
             return make_controller(model, "xtc", tuning=XtcTuning(design_lag=model.model.a, descent_fraction=fraction,
-                                                                  lag_estimate=probe, lag_probe=probe))
+                                                                  lag_probe=probe))
 
     sps = np.array([65.0, 70.0, 75.0]) * 1000.0
     tr = cb._hog(Spec(), cb.BENCH_PLANTS["gradual"], sps, 1, cb.ScenarioTimes(steady_from_s=15, disturb_at_s=16, end_s=17), PAPER, lambda f: None)

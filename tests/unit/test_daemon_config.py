@@ -149,9 +149,9 @@ def test_lag_probe_reaches_the_daemons_controllers():
 
     for text in ("[controller]\nlag_probe = true\n", ""):  # on by default
         c = controller_factory(loads_config(S(text + SIM), source="x.toml"))()
-        assert c.tuning.lag_probe and c.tuning.lag_estimate
+        assert c.tuning.lag_probe
     off = controller_factory(loads_config(S("[controller]\nlag_probe = false\n" + SIM), source="x.toml"))()
-    assert not off.tuning.lag_probe and not off.tuning.lag_estimate
+    assert not off.tuning.lag_probe
     # The paper's controllers have no lag probe; false is accepted for them, true is refused (above).
     pi = controller_factory(loads_config(S("[controller]\nkind = \"pi\"\nlag_probe = false\n" + SIM), source="x.toml"))()
     assert pi.kind == "pi"

@@ -34,14 +34,9 @@ from typing import Any, Protocol
 from xtc.models import CapBounds, ModelFile
 
 from .period import PeriodError, deadbeat_gains, rescale_gains, rescale_model
-from .laws import (
-    FIXED_CAP_TABLE1,
-    ControllerError,
-    FixedCap,
-    PaperPI,
-    XtcController,
-    XtcTuning,
-)
+from .bounded import ControllerError
+from .laws import NoiseTuning, ProbeTuning, XtcController, XtcTuning
+from .paper import FIXED_CAP_TABLE1, FixedCap, PaperPI
 
 __all__ = [
     "Controller",
@@ -55,6 +50,8 @@ __all__ = [
     "FixedCap",
     "XtcController",
     "XtcTuning",
+    "ProbeTuning",
+    "NoiseTuning",
 ]
 
 KINDS = ("xtc", "pi", "deadbeat", "fixed")
@@ -114,7 +111,7 @@ def make_controller(
         to raises :class:`PeriodError`.
     lag_probe : bool or None
         "xtc" only: True measures the VR's lag with a probe and uses it in transients
-        (``XtcTuning.lag_estimate`` and ``XtcTuning.lag_probe``; docs/results/2026-11-26-control-settling/control-settling.md, "The lag
+        (``XtcTuning.lag_probe``; docs/results/2026-11-26-control-settling/control-settling.md, "The lag
         probe"), False steps the law without a lag estimate, None (the default) keeps the
         tuning's (``XtcTuning``'s default: the probe on).  The daemon's ``[controller] lag_probe``.
     """
@@ -147,5 +144,5 @@ def make_controller(
     if dead_zone_fraction is not None:
         t = replace(t, dead_zone_fraction=dead_zone_fraction)
     if lag_probe is not None:
-        t = replace(t, lag_estimate=lag_probe, lag_probe=lag_probe)
+        t = replace(t, lag_probe=lag_probe)
     return XtcController(plant, caps, t)

@@ -3,9 +3,12 @@
 A daemon steps one controller per VR every period; at 1000 VRs the scalar
 :meth:`~xtc.control.laws.XtcController.step` costs a few microseconds each.  A
 :class:`ControllerBank` runs the same law on numpy arrays for a whole list of controllers at
-once: their state is gathered into arrays, stepped, and written back into the objects, so the
-scalar controllers stay the one reference and everything else (``to_state``, ``applied``,
-``start``, the state file) sees exactly what it would have seen.
+once.  Their state lives in the bank's named columns (:class:`Rows`): :meth:`ControllerBank.step`
+and :meth:`ControllerBank.applied` attach the controllers to rows (:meth:`ControllerBank.rows`)
+unless they already are, and then read and write the columns only, never the objects; the objects
+read and write the same numbers through properties on their row, so everything else
+(``to_state``, ``applied``, ``start``, the state file, the scalar ``step``) sees exactly what it
+would have seen.
 
 Exactness: the arrays go through the same IEEE operations in the same order as the scalar code
 (``+ - * /``, ``abs``, comparisons and min/max are exact in numpy as in Python); ``log10`` and
@@ -14,11 +17,8 @@ versions may differ from the C library's in the last bit.  So the caps and state
 the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
 
 Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
-saturation included: ``saturation_step_fraction``, ``saturation_repeat_factor``,
-``descent_fraction``) but the adaptive estimator and the lag estimate without the probe
-(``XtcTuning.adaptive``, ``XtcTuning.lag_estimate``: :meth:`ControllerBank.like` returns None, the
-daemon steps those one by one with the scalar law), and :class:`~xtc.control.laws.PaperPI` (kinds
-``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
+saturation included: ``saturation_repeat_factor``, ``descent_fraction``), and
+:class:`~xtc.control.paper.PaperPI` (kinds ``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
 estimate's part of each step one controller at a time, as the scalar step does; where that part asks
 for the probe's move or the observer (a probe, a transient) the scalar law finishes the step, and
 the others (the steady state) take the law on arrays (:meth:`ControllerBank._lag_probe_in`).
@@ -36,7 +36,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, PaperPI, XtcController, _Bounded
+from .bounded import BoundedController
+from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, XtcController
+from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
 
@@ -112,9 +114,6 @@ def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]
     return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
 
 
-_XTC_STATE = attrgetter("_u", "_carry", "_quant_decades", "_noise_log", "_E_prev", "_descent")
-_PI_STATE = attrgetter("_u", "_carry", "_e_prev")
-_APPLIED_STATE = attrgetter("_u", "_carry")
 
 
 def _rates_ok(v: np.ndarray) -> np.ndarray:
@@ -201,7 +200,7 @@ def _steps_col() -> property:
 
 
 #: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
-_OWNED = ("estimator", "lag_estimator")
+_OWNED = ("lag_estimator",)
 
 
 class _Attached:
@@ -216,7 +215,7 @@ class _Attached:
         if memo is not None:
             memo[id(self)] = new
         d = {k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")}
-        if memo is None:  # a plain copy still owns its estimators (``start`` resets them in place)
+        if memo is None:  # a plain copy still owns its estimator (``start`` resets them in place)
             d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
         new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
         for name in self._state:
@@ -255,7 +254,7 @@ class _XtcRow(_LawRow, XtcController):
 
 
 class _PIRow(_LawRow, PaperPI):
-    """A :class:`~xtc.control.laws.PaperPI` whose state is a row of a :class:`Rows`."""
+    """A :class:`~xtc.control.paper.PaperPI` whose state is a row of a :class:`Rows`."""
 
     _plain = PaperPI
     _state = _PI_ROW_STATE
@@ -300,7 +299,7 @@ class ControllerBank:
     come again, which gives the same numbers).
     """
 
-    def __init__(self, proto: _Bounded) -> None:
+    def __init__(self, proto: BoundedController) -> None:
         self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
@@ -324,9 +323,7 @@ class ControllerBank:
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
         t = _plain_type(proto)
-        if t is XtcController and not proto.tuning.adaptive and proto.tuning.lag_estimate == proto.tuning.lag_probe:
-            return cls(proto)
-        if t is PaperPI:
+        if t is XtcController or t is PaperPI:
             return cls(proto)
         return None
 
@@ -374,6 +371,24 @@ class ControllerBank:
             d["_row"] = k
         return rows
 
+    def _own(self, ctls: Sequence[Any], rows: Rows | None, at: Any) -> tuple[Rows, Any]:
+        """(rows, at) that hold the state of ``ctls``: the given ones, the rows they are all attached
+        to, or new rows they are attached to now (:meth:`rows`).  The bank reads and writes the
+        state there only, never in the controller objects.
+
+        Raises
+        ------
+        ValueError
+            A controller appears twice in ``ctls`` (one state cannot take two steps at once).
+        """
+        if rows is None:
+            rows, at = _attached_rows(ctls)
+            if rows is None:
+                rows, at = self.rows(ctls), _EVERYTHING
+                if rows is None:
+                    raise ValueError("a controller appears twice in the bank's list")
+        return rows, at
+
     # ------------------------------------------------------------------------------- step
     def step(self, ctls: Sequence[Any], measured_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
@@ -405,8 +420,7 @@ class ControllerBank:
             ``stepped`` is False: step that controller alone to get its error.
         """
         n = len(ctls)
-        if rows is None:
-            rows, at = _attached_rows(ctls)
+        rows, at = self._own(ctls, rows, at)
         y = np.asarray(measured_pps, dtype=np.float64)
         r = np.asarray(setpoint_pps, dtype=np.float64)
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
@@ -417,8 +431,7 @@ class ControllerBank:
             caps = np.full(n, np.nan)
             if len(idx):
                 sub = [ctls[i] for i in idx.tolist()]
-                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows,
-                                      None if rows is None else _subset(at, idx),
+                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows, _subset(at, idx),
                                       None if cpu is None else cpu[idx])[0]
             return caps, ok
         if n == 0:
@@ -430,14 +443,14 @@ class ControllerBank:
             idx = np.flatnonzero(quiet)
             if len(idx):
                 caps[idx] = self._step_xtc([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows,
-                                           at if rows is None else _subset(at, idx), None if cpu is None else cpu[idx])
+                                           _subset(at, idx), None if cpu is None else cpu[idx])
             return caps, ok
         if self.cls is XtcController:
             return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                      cpu: np.ndarray | None, rows: Rows | None = None, at: Any = _EVERYTHING
+                      cpu: np.ndarray | None, rows: Rows, at: Any = _EVERYTHING
                       ) -> tuple[np.ndarray, np.ndarray]:
         """The lag probe's part of the step (``lag_probe``), controller by controller, as the scalar step
         does it (:meth:`~xtc.control.laws.XtcController._lag_in`: the estimator's update, the probe
@@ -450,8 +463,7 @@ class ControllerBank:
         :meth:`~xtc.control.laws.XtcController._lag_quiet` does ``_lag_in``'s work on a short path; the
         same numbers (tests/unit/test_control_bank.py).
 
-        The quiet controllers' setpoint is recorded here (``_r_prev``, what the scalar law records at
-        the end of its step; the law on arrays does not read it).  Returns the caps of the controllers
+        Returns the caps of the controllers
         finished here (NaN elsewhere) and where they are quiet.
         """
         n = len(ctls)
@@ -459,12 +471,8 @@ class ControllerBank:
         quiet = np.ones(n, dtype=bool)
         offs = off.tolist()
         cpus = [None] * n if cpu is None else cpu.tolist()
-        if rows is None:
-            u_force = [c._u_force for c in ctls]
-            quant = [c._quant_decades for c in ctls]
-        else:
-            u_force = rows.u_force[at].tolist()
-            quant = rows.quant[at].tolist()
+        u_force = rows.u_force[at].tolist()
+        quant = rows.quant[at].tolist()
         for k, (c, yk, rk) in enumerate(zip(ctls, y.tolist(), r.tolist())):
             o = offs[k]
             o = None if o != o else o
@@ -474,25 +482,15 @@ class ControllerBank:
             if lag[0] or lag[1]:
                 caps[k] = c._law(yk, rk, o, cpus[k], lag)
                 quiet[k] = False
-            else:
-                c._r_prev = rk
         return caps, quiet
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                  rows: Rows | None = None, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:
+                  rows: Rows, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:
         t = self.tuning
-        if rows is None:
-            u_t, carry_t, quant_t, noise_t, e_prev_t, descent_t = zip(*map(_XTC_STATE, ctls))
-            u = np.array(u_t, dtype=np.float64)
-            carry = np.array(carry_t, dtype=np.float64)
-            quant = np.array(quant_t, dtype=np.float64)
-            noise = np.array(noise_t, dtype=np.float64)
-            e_prev, has_prev = _optional(e_prev_t)
-        else:
-            u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
-            e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
-            descent_t = rows.descent[at]
-            u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
+        e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
+        descent_t = rows.descent[at]
+        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
 
         # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
@@ -506,13 +504,13 @@ class ControllerBank:
         # Noise estimate, only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
         sigma_sample = change * _SQRT_PI / 2.0
-        new_noise = noise + t.noise_smoothing * (sigma_sample - noise)
+        new_noise = noise + t.noise.noise_smoothing * (sigma_sample - noise)
         new_noise = np.maximum(new_noise, 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
         err = np.abs(r - y_wanted)
         move = err >= t.dead_zone_fraction * r
-        noise_band = t.noise_band_sigmas * (noise * _LN10)
+        noise_band = t.noise.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
         # The two band logarithms only where the first three terms hold (elsewhere persist is
@@ -527,7 +525,7 @@ class ControllerBank:
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         descent = np.zeros(u.shape, dtype=bool)
         if self.params[4] > 0.0:
-            sat = not_limited if not t.saturation_step_fraction else (off > 0) & (y >= t.saturation_step_fraction * off)
+            sat = not_limited
             was_descent = np.array(descent_t, dtype=bool)
             if t.descent_fraction:
                 # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
@@ -537,7 +535,7 @@ class ControllerBank:
                     top = was_descent.copy()
                     u_top = self._u_max - _EXACT_DECADES
                     for k in np.flatnonzero(more & ~was_descent).tolist():
-                        top[k] = (ctls[k]._u_force if rows is None else u_force_rows[k]) >= u_top
+                        top[k] = u_force_rows[k] >= u_top
                     sat = sat | (more & top)
             descent = sat & (r < y_wanted)
             f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
@@ -551,7 +549,7 @@ class ControllerBank:
                     top = was_descent.copy()
                     u_top = self._u_max - _EXACT_DECADES
                     for k in np.flatnonzero(fd & ~was_descent).tolist():
-                        top[k] = (ctls[k]._u_force if rows is None else u_force_rows[k]) >= u_top
+                        top[k] = u_force_rows[k] >= u_top
                     fd &= top
                     du_fine = np.where(fd, np.minimum(t.fine_gain * E / 1.0, E / self.params[4]), t.fine_gain * E / 1.0)
                     du_beat = np.where(fine, du_fine, du_beat)
@@ -564,26 +562,17 @@ class ControllerBank:
             # A cap that binds (the VR used cap_bound_fraction of the cap in force) overrules the guard;
             # the caps in force are read only where the guard holds a raise (NaN compares False).
             k = np.flatnonzero(hold)
-            u_force = np.array([ctls[i]._u_force for i in k.tolist()]) if rows is None else u_force_rows[k]
+            u_force = u_force_rows[k]
             bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
             hold[k[bound]] = False
         du = np.where(hold, 0.0, du)
         new_u, caps = self._stepped(u, du, move, carry)
-        if rows is not None:
-            rows.e_prev[at] = E
-            rows.has_prev[at] = True
-            rows.noise[at] = noise
-            rows.descent[at] = descent
-            rows.steps[at] += 1
-            rows.u[at] = new_u  # inside the dead zone u stays: the same number
-            return caps
-        for c, ee, nn, dd in zip(ctls, E.tolist(), noise.tolist(), descent.tolist()):
-            c._E_prev = ee
-            c._noise_log = nn
-            c._descent = dd
-            c.steps += 1
-        for k in np.flatnonzero(new_u != u).tolist():  # inside the dead zone u stays
-            ctls[k]._u = new_u[k].item()
+        rows.e_prev[at] = E
+        rows.has_prev[at] = True
+        rows.noise[at] = noise
+        rows.descent[at] = descent
+        rows.steps[at] += 1
+        rows.u[at] = new_u  # inside the dead zone u stays: the same number
         return caps
 
     def _stepped(self, u: np.ndarray, du: np.ndarray, move: np.ndarray,
@@ -594,16 +583,10 @@ class ControllerBank:
         return u, np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
 
     def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
-                 rows: Rows | None = None, at: Any = _EVERYTHING) -> np.ndarray:
+                 rows: Rows, at: Any = _EVERYTHING) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
-        if rows is None:
-            u_t, carry_t, e_prev_t = zip(*map(_PI_STATE, ctls))
-            u = np.array(u_t, dtype=np.float64)
-            carry = np.array(carry_t, dtype=np.float64)
-            e_prev_v, has_prev = _optional(e_prev_t)
-        else:
-            u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_prev[at]
+        u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_prev[at]
         y = y_pps / 1000.0
         r = r_pps / 1000.0
         e = r - y
@@ -611,16 +594,10 @@ class ControllerBank:
         move = np.abs(e) >= dz * r
         du = (kp + ki) * e - kp * e_prev
         u, caps = self._stepped(u, du, move, carry)
-        if rows is not None:
-            rows.u[at] = u
-            rows.e_prev[at] = e
-            rows.has_prev[at] = True
-            rows.steps[at] += 1
-            return caps
-        for c, uu, ee in zip(ctls, u.tolist(), e.tolist()):
-            c._u = uu
-            c._e_prev = ee
-            c.steps += 1
+        rows.u[at] = u
+        rows.e_prev[at] = e
+        rows.has_prev[at] = True
+        rows.steps[at] += 1
         return caps
 
     # ---------------------------------------------------------------------------- applied
@@ -637,49 +614,29 @@ class ControllerBank:
             it is not what ``check_cap`` accepts (finite, > 0) nothing is changed and ``done`` is
             False: call that controller's :meth:`applied` alone to get its error.
         """
-        if rows is None:
-            rows, at = _attached_rows(ctls)
+        rows, at = self._own(ctls, rows, at)
         got = np.asarray(cap_in_force_percent, dtype=np.float64)
         done = (got > 0) & (got <= _FLOAT_MAX)
         if not done.all():
             idx = np.flatnonzero(done)
             caps = np.full(len(ctls), np.nan)
             if len(idx):
-                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows,
-                                         None if rows is None else _subset(at, idx))[0]
+                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows, _subset(at, idx))[0]
             return caps, done
         if len(ctls) == 0:
             return np.empty(0), done
-        if rows is None:
-            u_t, carry_t = zip(*map(_APPLIED_STATE, ctls))
-            u = np.array(u_t, dtype=np.float64)
-            carry = np.array(carry_t, dtype=np.float64)
-        else:
-            u, carry = rows.u[at], rows.carry[at]
+        u, carry = rows.u[at], rows.carry[at]
         want = self._pow10_u(u)
         carry = carry + want - got
-        limit = np.maximum(_Bounded.CARRY_LIMIT_PERCENT, _Bounded.CARRY_LIMIT_FRACTION * got)
+        limit = np.maximum(BoundedController.CARRY_LIMIT_PERCENT, BoundedController.CARRY_LIMIT_FRACTION * got)
         log_got = self._log10_got(got)
         restart = np.abs(carry) > limit
         u = np.where(restart, np.minimum(self._u_max, np.maximum(self._u_min, log_got)), u)
         carry = np.where(restart, 0.0, carry)
         quant = np.where(restart, 0.0, self._log10_want(want) - log_got)
-        if rows is not None:
-            rows.carry[at] = carry
-            rows.u_force[at] = log_got
-            rows.quant[at] = quant
-            rows.u[at] = u  # elsewhere than a restart u stays: the same number
-        else:
-            self._applied_back(ctls, carry, log_got, quant, restart, u)
+        rows.carry[at] = carry
+        rows.u_force[at] = log_got
+        rows.quant[at] = quant
+        rows.u[at] = u  # elsewhere than a restart u stays: the same number
         caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_after(u) + carry))
         return caps, done
-
-    @staticmethod
-    def _applied_back(ctls: Sequence[Any], carry: np.ndarray, log_got: np.ndarray, quant: np.ndarray,
-                      restart: np.ndarray, u: np.ndarray) -> None:
-        for c, cc, ff, qq in zip(ctls, carry.tolist(), log_got.tolist(), quant.tolist()):
-            c._carry = cc
-            c._u_force = ff
-            c._quant_decades = qq
-        for k in np.flatnonzero(restart).tolist():  # elsewhere u stays
-            ctls[k]._u = u[k].item()

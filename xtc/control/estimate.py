@@ -1,32 +1,11 @@
-"""Online estimate of a VR's local loop gain (elasticity) and lag from its own recent moves.  Pure.
+"""Online estimate of a VR's lag from its response to the lag probe's move.  Pure.
 
-In log coordinates (``Y = log10 rate``, ``U = log10 cap in force``) a VR near an operating point is
-``Y(k) = a Y(k-1) + b U(k) + c``: ``a`` is the (period-averaged) lag pole, ``b / (1 - a)`` the local
-elasticity ``d log y / d log cap`` (1 in the proportional region, a third or less near
-saturation), ``c`` whatever the hardware and a hog make of it.  The increments remove ``c``::
-
-    dY(k) = a dY(k-1) + b dU(k)
-
-and :class:`GainEstimator` fits ``theta = (a, b)`` by recursive least squares with exponential
-forgetting.  Guards:
-
-- Excitation: a period whose cap did not move by at least ``min_move_decades`` (and by more than
-  ``excitation_sigmas`` times the rate's noise in decades) is not used: it says nothing about the
-  gain, only about noise and disturbances (a hog, a change of the offered rate).
-- Sanity: an estimate is used only if ``a`` is within ``[0, a_max]`` and the elasticity within
-  ``[elasticity_min, elasticity_max]``; the elasticity is clamped to that range.
-- Confidence: at least ``min_updates`` excited periods since the estimate was last reset, and the
-  last one within ``max_age`` periods (the operating point may have moved since).
-- Otherwise the model's values (``fallback_lag``, elasticity 1) are returned.
-
-How it degrades.  The controller divides its step by the estimated elasticity ``e_hat``; with the
-true local elasticity ``e`` the loop gain is multiplied by ``e / e_hat``.  An over-estimate
-(``e_hat > e``) only slows the loop (by that factor; the fallback 1 is the largest value, hence the
-slowest but never unstable choice).  An under-estimate speeds it up: a gentle integral gain ``g``
-stays stable while ``g e / e_hat < 2``, the dead-beat step (gain 1) overshoots when
-``e_hat < e`` and oscillates without decaying when ``e_hat <= e / 2``.  The clamp
-``elasticity_min`` bounds the harm; the controller also limits how far one estimate may move the
-cap beyond the model's step (see :class:`xtc.control.laws.XtcController`).
+:class:`LagEstimator` measures the lag ``g`` of a VR's measured rate (the fraction of a cap move its
+first period's mean misses) from one sample: the move from rest that the controller's lag probe
+(``XtcTuning.lag_probe``) chose, and the follow-up move it chose for the purpose.  Its observer then
+gives the rate the cap in force settles to.  The recursive least-squares estimate of the elasticity
+(``GainEstimator``, ``XtcTuning.adaptive``) and the samples taken from any move (without the probe)
+were removed on 2026-11-26: no configuration reached them (docs/design/control-law.md).
 """
 
 from __future__ import annotations
@@ -34,175 +13,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Mapping
 
-__all__ = ["EstimatorTuning", "GainEstimator", "LagTuning", "LagEstimator", "pole_of_lag"]
-
-
-@dataclass(frozen=True)
-class EstimatorTuning:
-    """Tuning of :class:`GainEstimator` (dimensionless unless said).
-
-    Attributes
-    ----------
-    forgetting : float
-        RLS forgetting factor per excited period (0 < forgetting <= 1).
-    min_move_decades : float
-        Smallest change of ``log10(cap in force)`` that counts as excitation, decades.
-    excitation_sigmas : float
-        A move must also exceed this many standard deviations of the rate's noise, in decades.
-    min_updates : int
-        Excited periods needed before the estimate is used.
-    max_age : int
-        The estimate is used for at most this many periods after the last excited one.
-    elasticity_min, elasticity_max : float
-        Range of the elasticity estimate that is used (clamped to it).
-    a_max : float
-        Largest lag pole believed.
-    use_lag : bool
-        Design for the estimated lag pole (False: always the model's).
-    """
-
-    forgetting: float = 0.8
-    min_move_decades: float = 0.01
-    excitation_sigmas: float = 2.0
-    min_updates: int = 1
-    max_age: int = 30
-    elasticity_min: float = 0.1
-    elasticity_max: float = 1.0
-    a_max: float = 0.8
-    use_lag: bool = True
-
-
-_Tuning = TypeVar("_Tuning")
-
-
-class _FromFallbackLag(Generic[_Tuning]):
-    """What both estimators start from: the model's lag (``fallback_lag``, 0 <= it < 1) and a
-    tuning (``_default_tuning()`` when none is given); :meth:`reset` then sets the rest."""
-
-    _default_tuning: type
-
-    def __init__(self, fallback_lag: float, tuning: _Tuning | None = None):
-        if not (0.0 <= fallback_lag < 1.0):
-            raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
-        self.fallback_lag = float(fallback_lag)
-        self.tuning: _Tuning = tuning or self._default_tuning()
-        self.reset()
-
-    def reset(self) -> None:
-        raise NotImplementedError
-
-
-class GainEstimator(_FromFallbackLag[EstimatorTuning]):
-    """Recursive least squares on ``dY(k) = a dY(k-1) + b dU(k)`` (see the module docstring).
-
-    Parameters
-    ----------
-    fallback_lag : float
-        The model's pole ``a``, used until (and whenever) the data do not say enough.
-    tuning : EstimatorTuning, optional
-    """
-
-    _default_tuning = EstimatorTuning
-
-    def reset(self) -> None:
-        """Forget everything (a new activation, a restart from another cap)."""
-        a0 = self.fallback_lag
-        self._theta = [a0, 1.0 - a0]
-        self._P = [[1.0, 0.0], [0.0, 10.0]]
-        self._prev: tuple[float, float] | None = None  # (Y, U) of the last period
-        self._dY_prev = 0.0
-        self.updates = 0
-        self.age = 10**9
-
-    def update(self, log_rate: float, log_cap: float, noise_decades: float = 0.0) -> bool:
-        """Feed one period: ``log10`` of the rate measured and of the cap in force during it.
-
-        Returns True if the period was used (the cap moved enough), False otherwise.
-        """
-        if not (math.isfinite(log_rate) and math.isfinite(log_cap)):
-            return False
-        used = False
-        if self._prev is not None:
-            Y0, U0 = self._prev
-            dY, dU = log_rate - Y0, log_cap - U0
-            t = self.tuning
-            threshold = max(t.min_move_decades, t.excitation_sigmas * math.sqrt(2.0) * max(noise_decades, 0.0))
-            if abs(dU) >= threshold:
-                self._rls(self._dY_prev, dU, dY)
-                self.updates += 1
-                self.age = 0
-                used = True
-            else:
-                self.age += 1
-            self._dY_prev = dY
-        self._prev = (log_rate, log_cap)
-        return used
-
-    def _rls(self, x1: float, x2: float, y: float) -> None:
-        lam = self.tuning.forgetting
-        P = self._P
-        Px = [P[0][0] * x1 + P[0][1] * x2, P[1][0] * x1 + P[1][1] * x2]
-        den = lam + x1 * Px[0] + x2 * Px[1]
-        k = [Px[0] / den, Px[1] / den]
-        err = y - (self._theta[0] * x1 + self._theta[1] * x2)
-        self._theta = [self._theta[0] + k[0] * err, self._theta[1] + k[1] * err]
-        P = [[(P[i][j] - k[i] * Px[j]) / lam for j in range(2)] for i in range(2)]
-        # Keep P bounded (no excitation in one direction must not blow it up).
-        for i in range(2):
-            P[i][i] = min(P[i][i], 100.0)
-        self._P = P
-
-    @property
-    def confident(self) -> bool:
-        """True if the data say enough for the estimate to be used."""
-        t = self.tuning
-        a, b = self._theta
-        if self.updates < t.min_updates or self.age > t.max_age:
-            return False
-        if not (math.isfinite(a) and math.isfinite(b)):
-            return False
-        return -0.05 <= a <= t.a_max and b > 0
-
-    @property
-    def lag(self) -> float:
-        """The lag pole to design for (the model's unless confident), within ``[0, a_max]``."""
-        if not (self.tuning.use_lag and self.confident):
-            return self.fallback_lag
-        return min(self.tuning.a_max, max(0.0, self._theta[0]))
-
-    @property
-    def elasticity(self) -> float:
-        """The local elasticity to design for (1 unless confident), within the tuning's range."""
-        if not self.confident:
-            return 1.0
-        t = self.tuning
-        e = self._theta[1] / (1.0 - min(t.a_max, max(0.0, self._theta[0])))
-        return min(t.elasticity_max, max(t.elasticity_min, e))
-
-    def to_state(self) -> dict[str, Any]:
-        """JSON-serialisable state."""
-        return {"theta": list(self._theta), "P": [list(r) for r in self._P], "prev": None if self._prev is None else list(self._prev),
-                "dY_prev": self._dY_prev, "updates": self.updates, "age": min(self.age, 10**9)}
-
-    def restore_state(self, s: Mapping[str, Any]) -> None:
-        """Restore :meth:`to_state`'s output (a malformed one resets the estimator)."""
-        try:
-            theta = [float(v) for v in s["theta"]]
-            P = [[float(v) for v in row] for row in s["P"]]
-            prev = s.get("prev")
-            if len(theta) != 2 or len(P) != 2 or any(len(r) != 2 for r in P):
-                raise ValueError
-            if not all(math.isfinite(v) for v in theta + P[0] + P[1]):
-                raise ValueError
-            self._theta, self._P = theta, P
-            self._prev = None if prev is None else (float(prev[0]), float(prev[1]))
-            self._dY_prev = float(s.get("dY_prev", 0.0))
-            self.updates = int(s.get("updates", 0))
-            self.age = int(s.get("age", 10**9))
-        except (KeyError, TypeError, ValueError, IndexError):
-            self.reset()
+__all__ = ["LagTuning", "LagEstimator", "pole_of_lag"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -239,7 +52,9 @@ class LagTuning:
     Attributes
     ----------
     min_move_decades : float
-        Smallest change of ``log10(cap in force)`` that can show the lag, decades.
+        Smallest change of ``log10(cap in force)`` that can show the lag, decades.  Samples come
+        only from a probe (:meth:`LagEstimator.probe_candidate`, :meth:`LagEstimator.arm_probe`): the
+        follow-up move is the controller's choice for the purpose.
     rest_fraction : float
         The cap's change in the period before the move must be at most this fraction of the move
         (the move starts from about rest).
@@ -255,21 +70,12 @@ class LagTuning:
     unconstrained_fraction : float
         A period whose rate is at least this fraction of the offered rate is offered-limited:
         it does not show the cap's effect (no sample uses it after the move).
-    knee_fraction : float
-        No sample from a start at or above this fraction of the offered rate but not offered-limited.
     fit_fraction : float
         A residual within this fraction of the rate counts as explained.
-    proportional_fraction : float
-        Above this fraction of the offered rate a move is not taken as proportional.
     verify_fraction : float
         The third period must be predicted within this fraction of its rate.
     floor : float
         The settled rate is at least this fraction of the rate measured.
-    probe_only : bool
-        Samples only from a probe (:meth:`LagEstimator.probe_candidate`, :meth:`LagEstimator.arm_probe`):
-        the follow-up move is the controller's choice for the purpose, so none of the guards that
-        stand for an unknown follow-up (``knee_fraction``, ``proportional_fraction``, the two-root
-        wait) is needed, and no ordinary move is read as a lag (on noisy lag-free plants they were).
     probe_noise_sigmas : float
         A probe candidate's first-period change must exceed this many standard deviations of the
         difference of two noisy samples.
@@ -286,18 +92,15 @@ class LagTuning:
     prior_weight: float = 0.0
     lag_max: float = 0.8
     unconstrained_fraction: float = 0.97
-    knee_fraction: float = 0.9
     fit_fraction: float = 0.03
-    proportional_fraction: float = 0.5
     verify_fraction: float = 0.1
     floor: float = 0.1
-    probe_only: bool = False
     probe_noise_sigmas: float = 2.0
     probe_rest_fraction: float = 0.05
 
 
-class LagEstimator(_FromFallbackLag[LagTuning]):
-    """The lag of a VR's measured rate, from its response to large cap moves.  Pure.
+class LagEstimator:
+    """The lag of a VR's measured rate, from its response to the lag probe's move.  Pure.
 
     The measured rate is a period's mean.  A VR whose forwarding follows its cap with a time
     constant ``tau`` shows a cap move in the first period's mean only in part: the fraction
@@ -309,25 +112,22 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
 
         m(k) = (1 - g) f(k) + g x(k),        x(k + 1) = p x(k) + (1 - p) f(k)
 
-    The sample.  After a move at period 1 from rest (``x(1) = m(0)``), the first period gives
-    ``f(1) = m(0) + (m(1) - m(0)) / (1 - g)``; the controller has usually moved again at period 2
-    (by ``rho = 10 ** du``), taken as proportional (``f(2) = rho f(1)``, elasticity 1), so
+    The sample.  After a move at period 1 from rest (``x(1) = m(0)``, the probe candidate), the
+    first period gives ``f(1) = m(0) + (m(1) - m(0)) / (1 - g)``; the controller moves again at
+    period 2 as the probe chose (by ``rho = 10 ** du``, 0 for the probe), taken as proportional (``f(2) = rho f(1)``, elasticity 1), so
     ``m(2)`` is a function of ``g`` alone.  Its residual is scanned on a grid of lags up to
     ``lag_max``: its zeros, and its extrema within ``fit_fraction`` (or ``noise_sigmas`` noise
     deviations) of ``m(2)`` (with a large second move the residual often only touches zero at
     the true lag), grouped within 0.06, are the candidates.  One candidate: taken, and checked
-    against the third period (below).  Several, or one where another put the second move
-    above ``proportional_fraction`` of the offered rate (where the rate is not proportional to
-    the cap): the third period's rate, predicted with each (its move proportional as well),
+    against the third period (below).  Several: the third period's rate, predicted with each (its move proportional as well),
     decides, and none is taken unless the best predicts it within ``verify_fraction`` (or the
     noise band).  A sample taken from two periods whose lag misses the third by more than that
     is undone.  Samples are averaged with forgetting (``forgetting``, ``prior_weight``).
 
     Guards: the move at least ``min_move_decades``, the cap nearly still before it
     (``rest_fraction``); the two periods after it not offered-limited (their rate is the cap's
-    doing); no start between ``knee_fraction`` and ``unconstrained_fraction`` of the offered rate
-    (a gradual knee's low elasticity looks like a lag to the sample); the first period's change
-    of the move's sign and beyond ``noise_sigmas`` noise deviations.  Otherwise no sample.  Until
+    doing); the first period's change of the move's sign (and, when the probe candidate was
+    taken, beyond ``probe_noise_sigmas`` noise deviations).  Otherwise no sample.  Until
     the first sample, and after :meth:`reset`, :attr:`lag` is the model's (``fallback_lag``) and
     :attr:`confident` is False.
 
@@ -344,7 +144,12 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
     tuning : LagTuning, optional
     """
 
-    _default_tuning = LagTuning
+    def __init__(self, fallback_lag: float, tuning: LagTuning | None = None):
+        if not (0.0 <= fallback_lag < 1.0):
+            raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
+        self.fallback_lag = float(fallback_lag)
+        self.tuning = tuning or LagTuning()
+        self.reset()
 
     def reset(self) -> None:
         """Forget every sample (a new activation)."""
@@ -437,9 +242,9 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
     def quiet(self, log_cap: float, exact: bool) -> bool:
         """Whether a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
         nor verify a sample and leaves :meth:`probe_candidate` at 0.0 (``exact``: the cap in force was the
-        one wanted; only then is a probe candidate asked for).  Needs ``probe_only``.  Where it holds,
+        one wanted; only then is a probe candidate asked for).  Where it holds,
         :meth:`update_quiet` does what :meth:`update` does (the controller's bank relies on it)."""
-        if self._check is not None or self._pending is not None or self._probe_armed or not self.tuning.probe_only:
+        if self._check is not None or self._pending is not None or self._probe_armed:
             return False
         if self.samples or self.probed or not exact or not self._hist:
             return True
@@ -507,27 +312,20 @@ class LagEstimator(_FromFallbackLag[LagTuning]):
         if len(h) < 3:
             return None
         # Three periods since activation: the cap was at rest before the first (it was the VR's own).
-        (m_b, u_b, _), (m0, u0, fr0), (m1, u1, fr1), (m2, u2, fr2) = h[-4:] if len(h) >= 4 else (h[0],) + h
+        (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1), (m2, u2, fr2) = h[-4:] if len(h) >= 4 else (h[0],) + h
         move = u1 - u0
         # A probe's follow-up was chosen for the sample, and its first period was judged when it was taken.
         probe, self._probe_armed = self._probe_armed and not self.samples, False
-        if t.probe_only and not probe:
+        if not probe:
             return None
-        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, probe) or fr1 >= lim or fr2 >= lim or m0 <= 0:
-            return None
-        if t.knee_fraction <= fr0 < lim and not probe:
+        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, True) or fr1 >= lim or fr2 >= lim or m0 <= 0:
             return None
         d1 = m1 - m0
-        if d1 * move <= 0 or (not probe and abs(d1) < t.noise_sigmas * 1.4142135623730951 * noise_fraction * max(m0, m1)):
+        if d1 * move <= 0:
             return None
         moves = (u2 - u1,)
         roots = self._roots(m0, d1, m2, moves[0], max(t.fit_fraction, t.noise_sigmas * noise_fraction) * m2)
-        # A lag that puts the follow-up move where the rate is not proportional to the cap cannot be
-        # judged by this equation: the others must also predict the third period.
-        n = len(roots)
-        if fr1 > 0.0 and not probe:
-            roots = [g for g in roots if m0 + d1 / (1.0 - g) <= t.proportional_fraction * m1 / fr1]
-        if len(roots) == 1 and n == 1:
+        if len(roots) == 1:
             self._check = (roots[0], m0, d1, moves, self._lag, self._weight, self.samples)
             return roots[0], self._predict(roots[0], m0, d1, moves)[1]
         if roots:

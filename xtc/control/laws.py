@@ -1,45 +1,32 @@
-"""Control laws: the paper's PI and dead-beat, Fixed Cap, and XTC's own controller.
+"""XTC's own control law (:class:`XtcController`, tuned by :class:`XtcTuning`).
 
-Every controller here is pure: no I/O and no clock.  It is stepped once per
+The law is pure: no I/O and no clock.  It is stepped once per
 control period with the measured rate and the setpoint, both in packets/s (pps),
 and returns the next cap in percent of one CPU, always finite and within
 ``[cap_min_percent, cap_max_percent]``.  A bad input (NaN, infinite or negative
-rate) raises :class:`ValueError` and leaves the controller's state unchanged.
+rate) raises :class:`ValueError` and leaves the controller's state unchanged.  The paper's
+controllers are in :mod:`xtc.control.paper`, what all controllers share in :mod:`xtc.control.bounded`,
+and the law on arrays for many VRs at once in :mod:`xtc.control.bank`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping
 
-from xtc.models import CapBounds, Gains, LogCapModel
+from xtc.models import CapBounds, LogCapModel
 
-from .estimate import EstimatorTuning, GainEstimator, LagEstimator, LagTuning
+from .bounded import BoundedController, ControllerError, check_rate
+from .estimate import LagEstimator, LagTuning
 
 __all__ = [
     "ControllerError",
-    "PaperPI",
-    "FixedCap",
     "XtcController",
-    "FIXED_CAP_TABLE1",
+    "XtcTuning",
+    "ProbeTuning",
+    "NoiseTuning",
 ]
-
-
-class ControllerError(ValueError):
-    """Bad input to a controller (the controller's state is unchanged)."""
-
-
-def check_rate(name: str, value: Any) -> float:
-    """Validate a rate in pps: a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ControllerError(f"{name} must be a number of packets/s, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ControllerError(f"{name} must be finite, got {v}")
-    if v < 0:
-        raise ControllerError(f"{name} must be >= 0 packets/s, got {v}")
-    return v
 
 
 #: The largest finite float: ``0.0 <= v <= _FLOAT_MAX`` is False for NaN, infinities and negatives.
@@ -53,225 +40,60 @@ _EXACT_DECADES = math.log10(1.001)
 _NO_LAG = (False, 0.0, 0.0)
 
 
-def check_cap(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ControllerError(f"{name} must be a cap in percent of one CPU, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise ControllerError(f"{name} must be a finite cap > 0 percent, got {v}")
-    return v
+@dataclass(frozen=True)
+class NoiseTuning:
+    """Tuning of :class:`XtcController`'s estimate of the rate's noise (its docstring, "Noise-adaptive band").
 
-
-class _Bounded:
-    """Common cap bookkeeping: bounds, clamping, bumpless start, the cap in force.
-
-    The law's state is ``u = log10(cap)``, the cap the controller *wants*.  The actuator may put a
-    slightly different cap in force (a Xen cap is a whole percent, a quota a whole number of
-    microseconds); the control loop reports it every period through :meth:`applied`.  The
-    difference is carried into the next period's command (first-order error feedback, as in a
-    sigma-delta modulator), so that on a quantising actuator the command dithers between the two
-    neighbouring caps and their mean is the cap wanted; on an exact actuator the carry stays 0.
-    When the cap in force is far from the command (the actuator is pinned at a bound of its own,
-    or somebody else set the cap), the law restarts from the cap in force instead (anti-windup).
+    Attributes
+    ----------
+    noise_band_sigmas : float
+        The fine band widens to this many estimated noise standard deviations
+        when the measurement is noisier than ``fine_band_fraction`` allows.
+    noise_initial_fraction : float
+        Starting estimate of the relative noise of one period's rate sample.
+    noise_smoothing : float
+        Weight of the newest sample in the noise estimate's moving average.
     """
 
-    kind = "base"
-    #: A carry larger than this (percent of one CPU, or this fraction of the cap in force, the
-    #: larger) is not quantisation: the law restarts from the cap in force.
-    CARRY_LIMIT_PERCENT = 1.0
-    CARRY_LIMIT_FRACTION = 0.05
-
-    def __init__(self, caps: CapBounds):
-        self.caps = caps
-        self._u_min = math.log10(caps.min_percent)
-        self._u_max = math.log10(caps.max_percent)
-        # Until started, a controller sits at the top of its range (what an uncontrolled VR has).
-        self._u = self._u_max
-        self._carry = 0.0
-        # log10 of the cap in force during the period now being measured, and log10(wanted / in force)
-        # for it (decades; 0 on an exact actuator): what the quantisation did to that period.
-        self._u_force = self._u_max
-        self._quant_decades = 0.0
-        self.steps = 0
-
-    @property
-    def cap_percent(self) -> float:
-        """The cap to command now, percent of one CPU (the wanted cap plus the carried residue)."""
-        return self._clamp_cap(10.0 ** self._u + self._carry)
-
-    @property
-    def wanted_cap_percent(self) -> float:
-        """The cap the law wants, percent of one CPU (what the commanded caps average to)."""
-        return self._clamp_cap(10.0 ** self._u)
-
-    def _clamp_u(self, u: float) -> float:
-        return min(self._u_max, max(self._u_min, u))
-
-    def _clamp_cap(self, cap: float) -> float:
-        return min(self.caps.max_percent, max(self.caps.min_percent, cap))
-
-    def start(self, cap_percent: float) -> None:
-        """Bumpless activation: continue from the VR's current cap (clamped to the bounds)."""
-        cap = check_cap("cap_percent", cap_percent)
-        self._u = self._clamp_u(math.log10(cap))
-        self._carry = 0.0
-        self._u_force = math.log10(cap)
-        self._quant_decades = 0.0
-        self._reset_memory()
-
-    def applied(self, cap_in_force_percent: float) -> None:
-        """The cap the actuator put in force for the last command, percent of one CPU.
-
-        Called by the control loop after every write (and with the cap read back when nothing
-        was written).  See the class docstring for what it does with the difference.
-        """
-        got = check_cap("cap_in_force_percent", cap_in_force_percent)
-        want = 10.0 ** self._u
-        carry = self._carry + want - got
-        limit = max(self.CARRY_LIMIT_PERCENT, self.CARRY_LIMIT_FRACTION * got)
-        self._u_force = math.log10(got)
-        if abs(carry) > limit:
-            self._u = self._clamp_u(math.log10(got))
-            self._carry = 0.0
-            self._quant_decades = 0.0
-        else:
-            self._carry = carry
-            self._quant_decades = math.log10(want) - math.log10(got)
-
-    def _reset_memory(self) -> None:  # pragma: no cover - overridden
-        pass
-
-    def to_state(self) -> dict[str, Any]:
-        """A JSON-serialisable snapshot of the controller's state (for the daemon's state file)."""
-        return {"kind": self.kind, "u": self._u, "steps": self.steps, "carry_percent": self._carry}
-
-    def restore_state(self, state: Mapping[str, Any]) -> None:
-        """Restore a snapshot taken with :meth:`to_state` (the kind must match)."""
-        if state.get("kind") != self.kind:
-            raise ControllerError(f"state is for controller kind {state.get('kind')!r}, not {self.kind!r}")
-        u = float(state["u"])
-        if not math.isfinite(u):
-            raise ControllerError("state has a non-finite u")
-        carry = float(state.get("carry_percent", 0.0))
-        if not math.isfinite(carry) or abs(carry) > 100.0:
-            raise ControllerError(f"state has a carry of {carry!r} percent (must be finite, |carry| <= 100)")
-        self._u = self._clamp_u(u)
-        self._carry = carry
-        self.steps = int(state.get("steps", 0))
+    noise_band_sigmas: float = 2.5
+    noise_initial_fraction: float = 0.02
+    noise_smoothing: float = 0.1
 
 
-class PaperPI(_Bounded):
-    """The paper's PI law in log-cap space (Equation 2), also used for dead-beat gains.
+@dataclass(frozen=True)
+class ProbeTuning:
+    """Tuning of the lag probe and its transients (``XtcTuning.lag_probe``; see its docstring).
 
-    ``u(k) = u(k-1) + (Kp + Ki) e(k) - Kp e(k-1)`` with ``u = log10(cap)`` and
-    ``e = setpoint - measured`` in kp/s.  No actuation while ``|e|`` is below
-    ``dead_zone_fraction`` of the setpoint (section 6).  ``u`` is clamped to
-    ``[log10 cap_min, log10 cap_max]`` after every step, which in this velocity
-    form is the anti-windup: the state is the cap itself, so it cannot run away
-    while the cap is pinned at a bound.
-
-    At activation (:meth:`start`), the previous error is taken equal to the
-    first measured error, so the first move is ``Ki e(k)``: no proportional kick.
+    Attributes
+    ----------
+    probe_lag_max : float
+        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
+        half a period).
+    probe_disagreement_decades : float
+        The probe holds the cap when the two moves differ by at least this much (decades of cap).
+    probe_window_periods : int
+        A move can be a probe candidate only within this many periods of the activation or of a
+        setpoint move beyond the fine band (the transients the probe is for).  Outside it a move
+        from rest is the law's answer to a disturbance or to one stray period of a noisy rate: at 9%
+        noise a period, a daemon restarted at its setpoint read the restart's first low period as
+        a move from rest, and the observer's transient after the probe swung the cap 7.6-12.4%
+        around 9% (the rate 14% over the setpoint for 2.5 s).  The control bench is the same with it
+        and without it on seeds 1-3 (every probe there is in a start or a step).
+    transient_periods : int
+        Longest transient (periods) in which the observer steps.
+    transient_end_fraction : float
+        The transient ends when the predicted mean and the settled rate are within this fraction of
+        the setpoint.
+    observer_target_bounds : tuple of float
+        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
     """
 
-    def __init__(self, gains: Gains, caps: CapBounds, dead_zone_fraction: float = 0.10, kind: str = "pi"):
-        super().__init__(caps)
-        self.gains = gains
-        self.dead_zone_fraction = dead_zone_fraction
-        self.kind = kind
-        self._e_prev: float | None = None
-
-    def _reset_memory(self) -> None:
-        self._e_prev = None
-
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
-             cpu_percent: float | None = None) -> float:
-        """Next cap (percent of one CPU) from the measured and wanted forwarding rate (pps).
-
-        ``offered_pps`` and ``cpu_percent`` are accepted for interface compatibility and ignored
-        (the paper's law does not use them).
-        """
-        y = check_rate("measured_pps", measured_pps) / 1000.0
-        r = check_rate("setpoint_pps", setpoint_pps) / 1000.0
-        if offered_pps is not None:
-            check_rate("offered_pps", offered_pps)
-        e = r - y
-        e_prev = e if self._e_prev is None else self._e_prev
-        if abs(e) >= self.dead_zone_fraction * r:
-            du = (self.gains.kp + self.gains.ki) * e - self.gains.kp * e_prev
-            self._u = self._clamp_u(self._u + du)
-        self._e_prev = e
-        self.steps += 1
-        return self.cap_percent
-
-    def to_state(self) -> dict[str, Any]:
-        s = super().to_state()
-        s["e_prev_kpps"] = self._e_prev
-        return s
-
-    def restore_state(self, state: Mapping[str, Any]) -> None:
-        super().restore_state(state)
-        e = state.get("e_prev_kpps")
-        self._e_prev = None if e is None else float(e)
-
-
-# Table 1 of the paper: setpoint (kp/s) -> cap (%), measured at 100 kp/s UDP offered.
-FIXED_CAP_TABLE1: tuple[tuple[float, float], ...] = (
-    (16.0, 5.0),
-    (32.0, 10.0),
-    (50.0, 15.0),
-    (65.0, 20.0),
-    (77.0, 25.0),
-    (85.0, 30.0),
-    (91.0, 35.0),
-    (94.0, 40.0),
-    (96.0, 45.0),
-    (98.0, 50.0),
-)
-
-
-class FixedCap(_Bounded):
-    """The paper's Fixed Cap baseline: a static setpoint -> cap mapping (Table 1).
-
-    The cap is interpolated linearly between table rows; below the first row it
-    is extrapolated through the origin (throughput is about proportional to the
-    cap there), above the last row it is the last row's cap.  The measurement is
-    ignored: this is open-loop control, the reference a feedback controller must
-    match for noise and beat under disturbances.
-    """
-
-    kind = "fixed"
-
-    def __init__(self, caps: CapBounds, table: Sequence[tuple[float, float]] = FIXED_CAP_TABLE1):
-        super().__init__(caps)
-        rows = sorted((float(s), float(c)) for s, c in table)
-        if len(rows) < 2:
-            raise ControllerError("a Fixed Cap table needs at least two rows")
-        self.table = tuple(rows)
-
-    def cap_for_setpoint(self, setpoint_pps: float) -> float:
-        s = setpoint_pps / 1000.0
-        rows = self.table
-        if s <= rows[0][0]:
-            cap = rows[0][1] * s / rows[0][0]
-        elif s >= rows[-1][0]:
-            cap = rows[-1][1]
-        else:
-            for (s0, c0), (s1, c1) in zip(rows, rows[1:]):
-                if s0 <= s <= s1:
-                    cap = c0 + (c1 - c0) * (s - s0) / (s1 - s0)
-                    break
-        return self._clamp_cap(max(cap, self.caps.min_percent))
-
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
-             cpu_percent: float | None = None) -> float:
-        check_rate("measured_pps", measured_pps)
-        r = check_rate("setpoint_pps", setpoint_pps)
-        if offered_pps is not None:
-            check_rate("offered_pps", offered_pps)
-        self._u = self._clamp_u(math.log10(self.cap_for_setpoint(r)))
-        self.steps += 1
-        return self.cap_percent
+    probe_lag_max: float = 0.45
+    probe_disagreement_decades: float = 0.15
+    probe_window_periods: int = 6
+    transient_periods: int = 5
+    transient_end_fraction: float = 0.02
+    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -311,13 +133,8 @@ class XtcTuning:
         gain ``fine_gain`` instead of the dead-beat gains.
     fine_gain : float
         Integral gain (decades of cap per decade of rate) inside the fine band.
-    noise_band_sigmas : float
-        The fine band widens to this many estimated noise standard deviations
-        when the measurement is noisier than ``fine_band_fraction`` allows.
-    noise_initial_fraction : float
-        Starting estimate of the relative noise of one period's rate sample.
-    noise_smoothing : float
-        Weight of the newest sample in the noise estimate's moving average.
+    noise : NoiseTuning
+        Tuning of the estimate of the rate's noise and of the band it widens.
     persist_band_fraction : float
         An error beyond this fraction of the setpoint (and beyond ``noise_band_sigmas`` estimated
         noise deviations) in two successive periods, of the same sign, inside the fine band (the
@@ -331,34 +148,13 @@ class XtcTuning:
         rate says nothing about the hardware's speed) and the rate must fall, step at least as
         far as the model's elasticity at its operating point says the setpoint needs (see the
         class docstring).
-    adaptive : bool
-        Use the online estimate of the local elasticity and lag
-        (:class:`xtc.control.estimate.GainEstimator`); False: elasticity 1 and ``design_lag``.
-    estimator : EstimatorTuning
-        Tuning of that estimate.
-    lag_estimate : bool
-        Measure the lag from the rate's response to large cap moves
-        (:class:`xtc.control.estimate.LagEstimator`); once it is measured at least ``lag_margin``
-        above ``design_lag``, on an exact actuator, the dead-beat step starts from the rate the
-        cap in force settles to (its observer) instead of the measured rate.  Otherwise the law
-        is unchanged.  True by default since 2026-11-25, together with ``lag_probe`` (the measured
-        lag of ``lag_probe=False`` is the variant of docs/results/2026-11-26-control-settling/control-settling.md, "The lag measured";
-        the daemon steps that variant with the scalar law, no bank).  Both False: the law without
-        a lag estimate (``make_controller(..., lag_probe=False)``, ``[controller] lag_probe = false``).
-    lag_margin : float
-        How far above ``design_lag`` a measured lag must be to be used (dimensionless).
     lag_estimator : LagTuning
         Tuning of that estimate.
-    saturation_step_fraction : float
-        The model's step out of saturation applies while the VR forwards at least this fraction of
-        its offered rate (``unconstrained_fraction`` when 0, the default; 0.9 is the gradual-knee
-        variant of docs/results/2026-11-26-control-settling/control-settling.md: it settles the gradual knees in 5 periods but slows
-        hog recovery on 2x faster hardware from 3 to 4 periods).
     descent_fraction : float
         0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies
         while the VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
         *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
-        move was such a step (the descent from it goes on).  Unlike ``saturation_step_fraction``
+        move was such a step (the descent from it goes on).  Unlike a lower ``unconstrained_fraction``
         it never acts in steady state below the top cap: on a gradual knee the uncapped VR
         forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
         (docs/results/2026-11-26-control-settling/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
@@ -385,15 +181,17 @@ class XtcTuning:
         "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
     lag_probe : bool
         True by default since 2026-11-25 (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe is the
-        default").  With ``lag_estimate``: the lag is measured by a *probe* and used only in
-        transients (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe").  After the first large move from rest whose
+        default"); False steps the law without a lag estimate (``make_controller(..., lag_probe=False)``,
+        ``[controller] lag_probe = false``).  The lag is measured by a *probe*
+        (:class:`~xtc.control.estimate.LagEstimator`) and used only in transients
+        (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe").  After the first large move from rest whose
         first period shows the rate moving the right way but not all the way (the sign of a lag, or
         of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
         move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
         lag implies).  Where they differ by ``probe_disagreement_decades`` or more it holds the cap one
         period (the probe); otherwise it takes the lag's move (the smaller hedge).  Either way the next
-        period completes one lag sample with a single root (:class:`~xtc.control.estimate.LagEstimator`
-        with ``probe_only``).  One probe per activation.  The observer then steps in a transient only:
+        period completes one lag sample (:class:`~xtc.control.estimate.LagEstimator`).  One probe
+        per activation.  The observer then steps in a transient only:
         from the sample, or from a setpoint change beyond the fine band, for at most
         ``transient_periods``, until both the next period's predicted mean and the rate the new cap
         settles to are within ``transient_end_fraction`` of the setpoint.  In a transient the dead zone
@@ -402,26 +200,8 @@ class XtcTuning:
         observer's state, bounded to ``observer_target_bounds`` times the setpoint); outside it the
         law is the one without the lag.  The daemon's bank steps these controllers outside their
         probe and their transients (bit-equal to the scalar law), the scalar law in them.
-    probe_lag_max : float
-        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
-        half a period).
-    probe_disagreement_decades : float
-        The probe holds the cap when the two moves differ by at least this much (decades of cap).
-    probe_window_periods : int
-        A move can be a probe candidate only within this many periods of the activation or of a
-        setpoint move beyond the fine band (the transients the probe is for).  Outside it a move
-        from rest is the law's answer to a disturbance or to one stray period of a noisy rate: at 9%
-        noise a period, a daemon restarted at its setpoint read the restart's first low period as
-        a move from rest, and the observer's transient after the probe swung the cap 7.6-12.4%
-        around 9% (the rate 14% over the setpoint for 2.5 s).  The control bench is the same with it
-        and without it on seeds 1-3 (every probe there is in a start or a step).
-    transient_periods : int
-        Longest transient (periods) in which the observer steps.
-    transient_end_fraction : float
-        The transient ends when the predicted mean and the settled rate are within this fraction of
-        the setpoint.
-    observer_target_bounds : tuple of float
-        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
+    probe : ProbeTuning
+        Tuning of the lag probe and of the transients it starts (``lag_probe``).
     """
 
     design_lag: float = 0.0915
@@ -431,30 +211,18 @@ class XtcTuning:
     cap_bound_fraction: float = 0.8
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
-    noise_band_sigmas: float = 2.5
-    noise_initial_fraction: float = 0.02
-    noise_smoothing: float = 0.1
+    noise: NoiseTuning = NoiseTuning()
     persist_band_fraction: float = 1.0
     saturation_model_step: bool = True
-    adaptive: bool = False
-    estimator: EstimatorTuning = EstimatorTuning()
-    lag_estimate: bool = True
-    lag_margin: float = 0.1
     lag_estimator: LagTuning = LagTuning()
-    saturation_step_fraction: float = 0.0
     descent_fraction: float = 0.9
     saturation_repeat_factor: float = 2.0
     fine_band_descent: bool = True
     lag_probe: bool = True
-    probe_lag_max: float = 0.45
-    probe_disagreement_decades: float = 0.15
-    probe_window_periods: int = 6
-    transient_periods: int = 5
-    transient_end_fraction: float = 0.02
-    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
+    probe: ProbeTuning = ProbeTuning()
 
 
-class XtcController(_Bounded):
+class XtcController(BoundedController):
     """XTC's own controller: a dead-beat PI in log-rate / log-cap space.
 
     Why log-log.  Below saturation a VR forwards about in proportion to the CPU
@@ -537,11 +305,11 @@ class XtcController(_Bounded):
     cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
     it back.  No such step if ``e0 >= 1``.
 
-    Measured lag (``lag_estimate``; by default measured by the probe, ``lag_probe``).  The dead-beat gains assume the model's lag;
+    Measured lag (``lag_probe``).  The dead-beat gains assume the model's lag;
     on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
     dead-beat step is taken for too small and the next one overshoots (9-10 periods to settle).
     :class:`~xtc.control.estimate.LagEstimator` measures the lag from the rate's response to a
-    large move and, once it is clearly above the model's, the dead-beat branch steps
+    probe's move and, in the transients that follow, the dead-beat branch steps
     ``log10(r) - log10(f)``, ``f`` being the rate the cap in force settles to according to the
     lag's observer.  A wrong lag degrades as follows: too large, ``f`` is extrapolated too far
     and the next step too large the other way (kept within one decade by the rate limit and
@@ -560,17 +328,14 @@ class XtcController(_Bounded):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
-        if t.lag_probe and not t.lag_estimate:
-            raise ControllerError("lag_probe needs lag_estimate (the probe measures the lag the transients use); "
-                                  "both False steps the law without a lag estimate")
         if t.lag_probe:
-            lo, hi = t.observer_target_bounds
-            for ok, what, v in ((0.0 < t.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe_lag_max),
-                                (t.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe_disagreement_decades),
-                                (type(t.transient_periods) is int and t.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.transient_periods),
-                                (type(t.probe_window_periods) is int and t.probe_window_periods >= 1, "probe_window_periods must be a whole number >= 1", t.probe_window_periods),
-                                (0.0 <= t.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.transient_end_fraction),
-                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.observer_target_bounds)):
+            lo, hi = t.probe.observer_target_bounds
+            for ok, what, v in ((0.0 < t.probe.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe.probe_lag_max),
+                                (t.probe.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe.probe_disagreement_decades),
+                                (type(t.probe.transient_periods) is int and t.probe.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.probe.transient_periods),
+                                (type(t.probe.probe_window_periods) is int and t.probe.probe_window_periods >= 1, "probe_window_periods must be a whole number >= 1", t.probe.probe_window_periods),
+                                (0.0 <= t.probe.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.probe.transient_end_fraction),
+                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.probe.observer_target_bounds)):
                 if not ok:
                     raise ControllerError(f"{what}, got {v}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
@@ -583,10 +348,8 @@ class XtcController(_Bounded):
         #: Periods since the activation or the last setpoint move beyond the fine band (counted up to
         #: ``probe_window_periods``): only inside that window can a move be a probe candidate.
         self._setpoint_age = 0
-        self._noise_log = t.noise_initial_fraction / math.log(10.0)
-        self.estimator = GainEstimator(t.design_lag, t.estimator)
-        lt = replace(t.lag_estimator, probe_only=True) if t.lag_probe else t.lag_estimator
-        self.lag_estimator = LagEstimator(t.design_lag, lt)
+        self._noise_log = t.noise.noise_initial_fraction / math.log(10.0)
+        self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
         self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
@@ -598,8 +361,7 @@ class XtcController(_Bounded):
         self._transient_age = 0
         self._r_prev = None
         self._setpoint_age = 0
-        self._noise_log = self.tuning.noise_initial_fraction / math.log(10.0)
-        self.estimator.reset()
+        self._noise_log = self.tuning.noise.noise_initial_fraction / math.log(10.0)
         self.lag_estimator.reset()
 
     @property
@@ -610,7 +372,7 @@ class XtcController(_Bounded):
     def fine_band(self) -> float:
         """Current half-width of the fine band, as a fraction of the setpoint."""
         t = self.tuning
-        return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
+        return max(t.fine_band_fraction, t.noise.noise_band_sigmas * self.noise_fraction)
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
@@ -638,36 +400,33 @@ class XtcController(_Bounded):
             else check_rate("setpoint_pps", setpoint_pps)
         offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
             else check_rate("offered_pps", offered_pps)
-        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_estimate else _NO_LAG)
+        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_probe else _NO_LAG)
 
     def _lag_in(self, y: float, r: float, offered: float | None) -> tuple[bool, float, float]:
-        """The lag estimate's part of :meth:`step` (``lag_estimate``), before the law, on checked rates:
+        """The lag probe's part of :meth:`step` (``lag_probe``), before the law, on checked rates:
         the estimator's update, the probe candidate and the transient (``lag_probe``).  Returns
         (observed: the observer's step this period, the probe candidate's move in decades or 0.0, the
         settled rate in pps).  The law (:meth:`_law`) is the one without the lag where the first two
         are False and 0.0."""
         t = self.tuning
         le = self.lag_estimator
-        observed = False
         probe_move = 0.0
         exact = abs(self._quant_decades) < _EXACT_DECADES
         sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
         y_settled = le.settled_pps
-        if t.lag_probe:
-            moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
-            if moved:
-                self._setpoint_age = 0
-            if exact and self._setpoint_age < t.probe_window_periods:
-                probe_move = le.probe_candidate(self._noise_log * _LN10)
-            self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
-            if sampled or moved:
-                self._transient, self._transient_age = True, 0
-            elif self._transient and self._transient_age >= t.transient_periods:
-                self._transient = False
-            self._transient_age += 1
-            observed = self._transient and le.confident and exact
-        elif le.confident and le.lag >= t.design_lag + t.lag_margin and abs(self._quant_decades) < _EXACT_DECADES:
-            observed = True
+        moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
+        if moved:
+            self._setpoint_age = 0
+        if exact and self._setpoint_age < t.probe.probe_window_periods:
+            probe_move = le.probe_candidate(self._noise_log * _LN10)
+        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
+        if sampled or moved:
+            self._transient, self._transient_age = True, 0
+        elif self._transient and self._transient_age >= t.probe.transient_periods:
+            self._transient = False
+        self._transient_age += 1
+        observed = self._transient and le.confident and exact
+        self._r_prev = r  # (what the law records at its end; it does not read it)
         return observed, probe_move, y_settled
 
     def _lag_quiet(self, y: float, r: float, offered: float | None, log_cap: float, exact: bool) -> bool:
@@ -680,12 +439,12 @@ class XtcController(_Bounded):
         t = self.tuning
         rp = self._r_prev
         if not (self.lag_estimator.quiet(log_cap, exact) and (rp is None or abs(r - rp) <= t.fine_band_fraction * r)
-                and (not self._transient or self._transient_age >= t.transient_periods)):
+                and (not self._transient or self._transient_age >= t.probe.transient_periods)):
             return False
         self.lag_estimator.update_quiet(y, log_cap, offered)
         self._transient = False
         self._transient_age += 1
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe_window_periods)
+        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
         self._r_prev = r
         return True
 
@@ -695,10 +454,7 @@ class XtcController(_Bounded):
         t = self.tuning
         not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
         log_y = math.log10(max(y, 1.0))
-        if t.adaptive:
-            self.estimator.update(log_y, self._u_force, self._noise_log)
-        eps = self.estimator.elasticity if t.adaptive else 1.0
-        a = self.estimator.lag if t.adaptive else t.design_lag
+        a = t.design_lag
         observed, probe_move, y_settled = lag
         descent = False
         u_before = self._u
@@ -706,14 +462,14 @@ class XtcController(_Bounded):
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
         # on a whole-percent actuator the dithered periods then all say the same, and the integrator
         # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
-        log_y_wanted = log_y + eps * self._quant_decades
+        log_y_wanted = log_y + self._quant_decades
         y_wanted = 10.0**log_y_wanted if y > 0 else y
         E = math.log10(max(r, 1.0)) - log_y_wanted
         E_prev = E if self._E_prev is None else self._E_prev
         # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
         # mean the next period will have at the cap in force (the observer's prediction).
         y_judged = y_wanted
-        x_next = self.lag_estimator.next_state_pps if observed and t.lag_probe else None
+        x_next = self.lag_estimator.next_state_pps if observed else None
         if x_next is not None:
             g = self.lag_estimator.lag
             y_judged = max(1.0, (1.0 - g) * y_settled + g * x_next)
@@ -721,10 +477,10 @@ class XtcController(_Bounded):
             # Noise estimate from the change of the error (clipped: a real step must not inflate it).
             change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
             sigma_sample = change * _SQRT_PI / 2.0
-            self._noise_log += t.noise_smoothing * (sigma_sample - self._noise_log)
+            self._noise_log += t.noise.noise_smoothing * (sigma_sample - self._noise_log)
             self._noise_log = max(self._noise_log, 1e-4)
         if abs(r - y_judged) >= t.dead_zone_fraction * r:
-            noise_band = t.noise_band_sigmas * (self._noise_log * _LN10)
+            noise_band = t.noise.noise_band_sigmas * (self._noise_log * _LN10)
             band = max(t.fine_band_fraction, noise_band)
             # A disturbance inside the fine band: this error and the last one (within twice the band:
             # not a large step's tail) beyond the persistence band with the same sign.
@@ -734,7 +490,7 @@ class XtcController(_Bounded):
                 and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
                 min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
             if abs(r - y_judged) < band * r and not persist and x_next is None:
-                du = t.fine_gain * E / eps
+                du = t.fine_gain * E
                 if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
                         and noise_band <= t.fine_band_fraction \
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
@@ -750,13 +506,12 @@ class XtcController(_Bounded):
                     r_to = r
                     if x_next is not None:
                         g = self.lag_estimator.lag
-                        lo, hi = t.observer_target_bounds
+                        lo, hi = t.probe.observer_target_bounds
                         r_to = min(hi * r, max(lo * r, (r - g * x_next) / (1.0 - g)))
-                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0))) / eps
+                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0)))
                 else:
-                    du = ((kp + self.ki) * E - kp * E_prev) / eps
-                sat = not_limited if not t.saturation_step_fraction else \
-                    offered is not None and offered > 0 and y >= t.saturation_step_fraction * offered
+                    du = (kp + self.ki) * E - kp * E_prev
+                sat = not_limited
                 if not sat and t.descent_fraction and offered is not None and offered > 0 \
                         and y >= t.descent_fraction * offered \
                         and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
@@ -768,7 +523,7 @@ class XtcController(_Bounded):
                         and abs(self._quant_decades) < _EXACT_DECADES else 1.0
                     du = min(du, f * E / self.saturation_elasticity)
             if probe_move:
-                du = self._probe_step(probe_move, du, y, r, E, eps)
+                du = self._probe_step(probe_move, du, y, r, E)
             du = max(-t.max_step_decades, min(t.max_step_decades, du))
             if du > 0 and not_limited and not self.cap_bound(cpu_percent):
                 du = 0.0
@@ -779,13 +534,13 @@ class XtcController(_Bounded):
             self._r_prev = r
             if x_next is not None:
                 moved = 10.0 ** (self._u - u_before)
-                if abs(r - y_judged) < t.transient_end_fraction * r and abs(r - y_settled * moved) < t.transient_end_fraction * r:
+                if abs(r - y_judged) < t.probe.transient_end_fraction * r and abs(r - y_settled * moved) < t.probe.transient_end_fraction * r:
                     self._transient = False
         self.steps += 1
         caps = self.caps  # cap_percent, inline
         return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
 
-    def _probe_step(self, move: float, du: float, y: float, r: float, E: float, eps: float) -> float:
+    def _probe_step(self, move: float, du: float, y: float, r: float, E: float) -> float:
         """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
         lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
         t = self.tuning
@@ -794,12 +549,12 @@ class XtcController(_Bounded):
         if move * E < 0.0:
             return du  # the rate passed the setpoint: the law's move back, sampled all the same
         # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
-        c = t.probe_lag_max
+        c = t.probe.probe_lag_max
         f_lag = max((y - c * le.probe_rest_pps) / (1.0 - c), 1.0)
         lim = t.max_step_decades
-        du_lag = max(-lim, min(lim, (math.log10(max(r, 1.0)) - math.log10(f_lag)) / eps))
+        du_lag = max(-lim, min(lim, math.log10(max(r, 1.0)) - math.log10(f_lag)))
         du_law = max(-lim, min(lim, du))
-        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe_disagreement_decades:
+        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe.probe_disagreement_decades:
             return du_lag
         return 0.0
 
@@ -818,8 +573,7 @@ class XtcController(_Bounded):
         s["noise_decades"] = self._noise_log
         s["force_decades"] = self._u_force
         s["quant_decades"] = self._quant_decades
-        s["estimator"] = self.estimator.to_state()
-        if self.tuning.lag_estimate:
+        if self.tuning.lag_probe:
             s["lag_estimator"] = self.lag_estimator.to_state()
         if self.tuning.lag_probe:
             s["transient"] = {"on": self._transient, "age": self._transient_age, "setpoint_pps": self._r_prev,
@@ -840,23 +594,18 @@ class XtcController(_Bounded):
             self._u_force = float(f)
         if q is not None and math.isfinite(float(q)) and abs(float(q)) <= 1.0:
             self._quant_decades = float(q)
-        est = state.get("estimator")
-        if isinstance(est, Mapping):
-            self.estimator.restore_state(est)
-        else:
-            self.estimator.reset()
         self._descent = state.get("descent") is True  # (anything else: no descent under way)
         tr = state.get("transient")
         self._transient, self._transient_age, self._r_prev = False, 0, None
         # Without a recorded age (state written before it was kept, or malformed) the window is shut:
         # no probe until the setpoint moves.
-        self._setpoint_age = self.tuning.probe_window_periods
+        self._setpoint_age = self.tuning.probe.probe_window_periods
         if isinstance(tr, Mapping):
             age, rp, sa = tr.get("age"), tr.get("setpoint_pps"), tr.get("setpoint_age")
             if type(age) is int and age >= 0 and (rp is None or (isinstance(rp, (int, float)) and math.isfinite(rp) and rp >= 0)):
                 self._transient, self._transient_age = tr.get("on") is True, age
                 self._r_prev = None if rp is None else float(rp)
-                if type(sa) is int and 0 <= sa <= self.tuning.probe_window_periods:
+                if type(sa) is int and 0 <= sa <= self.tuning.probe.probe_window_periods:
                     self._setpoint_age = sa
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):

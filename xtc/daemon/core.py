@@ -125,7 +125,7 @@ def _lag_of(inst: Instance | None) -> dict[str, Any]:
     """``lag`` and ``lag_measured`` of an instance object (None for controllers without a lag estimate)."""
     c = inst.controller if inst is not None else None
     tuning = getattr(c, "tuning", None)
-    if c is None or not getattr(tuning, "lag_estimate", False):
+    if c is None or not getattr(tuning, "lag_probe", False):
         return {"lag": None, "lag_measured": None}
     le = c.lag_estimator  # type: ignore[attr-defined]
     return {"lag": le.lag, "lag_measured": le.confident}

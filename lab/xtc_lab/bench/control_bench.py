@@ -87,8 +87,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import xtc.models
-from xtc.control.laws import CapBounds, FixedCap
-from xtc.models import ModelFile
+from xtc.control.paper import FixedCap
+from xtc.models import CapBounds, ModelFile
 from xtc_lab.sim.experiments import ControllerSpec, controller_spec
 from xtc_lab.sim.metrics import lowest_held_setpoint, recovery_periods, relative_error, relative_rmse, settling_periods
 from xtc_lab.sim.plant import NOMINAL_TAU_S, CapacityCurve, Dom0Config, Plant, PlantConfig, VRConfig, udp
