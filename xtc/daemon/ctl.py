@@ -83,6 +83,16 @@ class ManagerError(RuntimeError):
         super().__init__(f"{code}: {message}")
 
 
+def _missing_socket_hint(endpoint: str) -> str:
+    """Why an ``ipc://`` endpoint may not answer: its socket file does not exist (ZeroMQ waits silently)."""
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@"):
+        return ""
+    path = Path(endpoint[len("ipc://"):])
+    if path.exists():
+        return ""
+    return f" (no socket {path}: is the daemon running, and is this its manager.endpoint?)"
+
+
 class ManagerClient:
     """Requests to one daemon.  A timed-out socket is replaced, so the client stays usable.
 
@@ -139,7 +149,8 @@ class ManagerClient:
             reply = s.recv()
         except zmq.Again:
             self.close()
-            raise ManagerError("timeout", f"no answer from {self.endpoint} within {self.timeout_ms} ms") from None
+            raise ManagerError("timeout", f"no answer from {self.endpoint} within {self.timeout_ms} ms"
+                                          f"{_missing_socket_hint(self.endpoint)}") from None
         except zmq.ZMQError as e:
             self.close()
             raise ManagerError("transport", f"{self.endpoint}: {e}") from None
