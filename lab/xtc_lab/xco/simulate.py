@@ -33,12 +33,20 @@ acknowledgements: such a loss is a retransmission timeout instead, the window on
 source silent until ``rto_us`` (doubled for each timeout in a row) after the loss.  Not modelled:
 retransmission (lost bytes are simply not delivered), delayed acknowledgements, the receive window.
 
-The controller side is the product's scheduler objects (:class:`FastScheduler`,
-:class:`RateLimiter`, :class:`HybridScheduler`) through their public event API.  Every flow reports
-its backlog at ``t = 0``.  A directive needs ``delay_us`` to reach its host and takes effect at
-``max(its t_us, issue time + delay_us)``; the controller computes the schedule of a slot boundary
-``lead_us`` ahead of it (default ``lead_us = delay_us``, so that a slot's directives are in force
-at its start).
+The control side (``cores=True``, the default) is XCo's one loop (:mod:`xtc_lab.xco.oneloop`):
+the product's :class:`~xtc.xco.agent.AgentCore` on every sending host and its
+:class:`~xtc.xco.controller.ControllerCore`, exchanging the protocol's datagrams ``delay_us``
+apart over a simulated clock, each agent driving an in-memory gate
+(:class:`xtc.xco.memory_gate.MemoryGate`); a source sends at the rate its host's gate lets its flow
+out (the NIC shared among the flows not held; a small flow is never held).  So the runs include
+what the agent does: registration, small flows sent unheld, backlog reports on the agent's poll
+schedule, give-ups, heartbeats, fail-open.  The controller sends a slot's directives ``lead_us``
+before it (default ``lead_us = delay_us``, so that they are in force at its start).
+
+``cores=False`` keeps the earlier model, for comparison: the product's scheduler objects
+(:class:`FastScheduler`, :class:`RateLimiter`, :class:`HybridScheduler`) through their public
+event API, every flow reporting its backlog at ``t = 0`` and each directive taking effect at
+``max(its t_us, issue time + delay_us)``.
 
 Work per step is a handful of numpy operations over the cells and the links that carry traffic.
 ``fast_forward`` skips steps while the state is at a fixed point (same queues, same per-step drop
@@ -62,6 +70,7 @@ from xtc.xco.scheduler import FastScheduler, RateLimiter
 from xtc.xco.scheduler.hybrid import HybridScheduler
 from xtc.xco.topology import Topology, load_topology, parse_topology
 
+from .oneloop import XcoLoop
 from .topologies import fig27
 
 __all__ = ["SimResult", "simulate", "fig27_flows", "run_fig27", "run_fig1", "run_fig25", "add_xco", "main", "MODES"]
@@ -114,6 +123,8 @@ class SimResult:
     flow_delivered_bytes: list[float] = field(default_factory=list)
     #: Bytes dropped per flow, in the order of ``flows``.
     flow_dropped_bytes: list[float] = field(default_factory=list)
+    #: With ``cores``: what the agents and the controller counted (:meth:`XcoLoop.summary`).
+    xco: dict[str, Any] = field(default_factory=dict)
 
     @property
     def loss_pct(self) -> float:
@@ -139,7 +150,7 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
              slice_us: int = 10_000, delay_us: int = 100, lead_us: int | None = None, dt_us: int = 10,
              buffer_us: float = 1000.0, record_slots: bool = False, fast_forward: bool = True,
              tcp: Sequence[bool] | None = None, rtt_us: int = 100, mss_bytes: int = 1448,
-             initial_window_segments: int = 10, rto_us: int = 200_000) -> SimResult:
+             initial_window_segments: int = 10, rto_us: int = 200_000, cores: bool = True) -> SimResult:
     """Simulate always-backlogged UDP and TCP flows on ``topo`` under one transmission control mode.
 
     Parameters
@@ -180,6 +191,10 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     rto_us : int
         A TCP flow's retransmission timeout, microseconds (Linux's minimum, 200 ms, is what a
         round trip of a few milliseconds gets).
+    cores : bool
+        Run the product's agent and controller cores (:mod:`xtc_lab.xco.oneloop`); False: the
+        earlier model (the scheduler alone, every flow backlogged at ``t = 0``).  A TCP source's
+        agent sees an always-backlogged sender (the gate's queue does not follow the window).
 
     Returns
     -------
@@ -238,7 +253,13 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     host_end = np.zeros(topo.n_hosts, dtype=np.int64)       # step its slice ends
 
     sched = None
-    if mode == "none":
+    if mode != "none" and cores:
+        xco = XcoLoop(topo, flows, mode, slice_us=slice_us, lead_us=lead_us, delay_us=delay_us)
+        for c in xco.run(nsteps * dt_us):
+            at(-(-c.t_us // dt_us), "rate", (c.flow, c.rate_bps))
+        res.directives = xco.ctl.directives_sent
+        res.xco = xco.summary()
+    elif mode == "none":
         k = np.bincount([x for x, _ in flows], minlength=topo.n_hosts)
         for i, (x, _) in enumerate(flows):
             src[i] = nic[x] / k[x] * dt_s / 8.0
@@ -264,7 +285,9 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
         ctrl_boundary()
 
     def apply(kind: str, payload: Any, step: int) -> None:
-        if kind == "boundary":
+        if kind == "rate":
+            src[payload[0]] = payload[1] * dt_s / 8.0
+        elif kind == "boundary":
             issue(sched.advance(payload), step * dt_us)
             ctrl_boundary()
         elif kind == "directive":
@@ -495,15 +518,19 @@ def run_fig27(rows_list: Sequence[int], modes: Sequence[str] = ("none", "timesli
             row["delivered_gbps"][m] = round(r.delivered_gbps, 3)
             row["max_offered_ratio"][m] = round(r.max_offered_ratio, 4)
             row["wall_s"][m] = round(r.wall_s, 2)
+            if r.xco:
+                row.setdefault("xco", {})[m] = r.xco
             if progress:
                 print(f"fig27 rows={rows} hosts={topo.n_hosts} {m}: loss {r.loss_pct:.4f}% "
-                      f"delivered {r.delivered_gbps:.1f} Gb/s wall {r.wall_s:.1f} s", file=sys.stderr)
+                      f"delivered {r.delivered_gbps:.1f} Gb/s wall {r.wall_s:.1f} s"
+                      + (f" (cores {r.xco['wall_s']:.1f} s)" if r.xco else ""), file=sys.stderr)
         out_rows.append(row)
     return {"experiment": "fig27", "params": _params(kw), "paper_loss_pct": PAPER_FIG27, "rows": out_rows}
 
 
 def _params(kw: dict[str, Any]) -> dict[str, Any]:
-    sig = {"duration_s": 1.0, "slice_us": 10_000, "delay_us": 100, "lead_us": None, "dt_us": 10, "buffer_us": 1000.0}
+    sig = {"duration_s": 1.0, "slice_us": 10_000, "delay_us": 100, "lead_us": None, "dt_us": 10, "buffer_us": 1000.0,
+           "cores": True}
     sig.update({k: v for k, v in kw.items() if k in sig})
     return sig
 
@@ -525,7 +552,8 @@ def run_fig1(which: str, modes: Sequence[str] = ("none", "timeslice", "rate"), *
             e["delivered_gbps"][m] = round(r.delivered_gbps, 3)
         sweep.append(e)
     sk = dict(kw, slice_us=spec["slice_us"], duration_s=len(spec["slices"]) * spec["slice_us"] / 1e6)
-    r = simulate(topo, [(x, dest[x]) for x in senders], "timeslice", record_slots=True, **sk)
+    # the scheduler's schedule (every sender backlogged at t = 0, as in Figure 10), not the agents' start
+    r = simulate(topo, [(x, dest[x]) for x in senders], "timeslice", record_slots=True, **dict(sk, cores=False))
     matrix = [[int(x in set(s)) for x in senders] for s in r.slots]
     return {"experiment": f"fig1{which}", "params": _params(kw), "sweep": sweep,
             "schedule": {"senders": spec["senders"], "slices": matrix,
@@ -681,6 +709,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buffer-us", type=float, default=1000.0,
                    help="buffer of a port without buffer_bytes, in microseconds of its rate (default 1000)")
     p.add_argument("--no-fast-forward", action="store_true", help="compute every step")
+    p.add_argument("--control", choices=("cores", "scheduler"), default="cores",
+                   help="cores (default): the product's agent and controller cores over in-memory gates and a "
+                        "simulated clock (xtc_lab.xco.oneloop); scheduler: the scheduler alone, every flow "
+                        "backlogged at t = 0 (the model before 2026-11-26)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", type=Path, default=None, help="write JSON, table (.md) and PNG to this directory")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -694,7 +726,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     kw = {"duration_s": args.duration_s, "slice_us": args.slice_us, "delay_us": args.delay_us,
           "lead_us": args.lead_us, "dt_us": args.dt_us, "buffer_us": args.buffer_us,
-          "fast_forward": not args.no_fast_forward}
+          "fast_forward": not args.no_fast_forward, "cores": args.control == "cores"}
     t0 = time.perf_counter()
     try:
         if args.figure == "fig27":
