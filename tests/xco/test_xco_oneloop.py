@@ -80,3 +80,14 @@ def test_figure27_small_loses_only_while_the_agents_start(small27, mode):
     # after the start the core links carry what they can: 2 x 10 Gb/s
     steady_gbps = (long.delivered_bytes - short.delivered_bytes) * 8 / 0.08 / 1e9
     assert steady_gbps == pytest.approx(20.0, rel=0.03)
+
+
+def test_reading_the_counters_while_idle_holds_a_starting_flow_sooner(small27):
+    """idle_poll_us (the agent's setting): a flow that passes small_flow_bytes at 800 us is seen
+    at the next read; without idle reads that is the once-a-slice read before the next slot."""
+    topo, flows = small27
+    first = {}
+    for idle in (0, 1_000):
+        changes = XcoLoop(topo, flows, "timeslice", lead_us=100, idle_poll_us=idle).run(30_000)
+        first[idle] = min(c.t_us for c in changes if c.rate_bps == 0)
+    assert 800 <= first[1_000] <= 2_000 < 9_000 <= first[0] < 10_000

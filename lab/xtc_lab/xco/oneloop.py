@@ -117,7 +117,7 @@ class XcoLoop:
     slice_us, lead_us, delay_us : int
         Timeslot; how long before a slot the controller sends its directives; one-way datagram
         delay between an agent and the controller (microseconds).
-    poll_us, small_flow_bytes, giveup_after_us : int
+    poll_us, small_flow_bytes, giveup_after_us, idle_poll_us : int
         The agent's settings of the same names (the product's defaults).
     heartbeat_interval_us : int
         The controller's.
@@ -129,7 +129,7 @@ class XcoLoop:
     def __init__(self, topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, slice_us: int = 10_000,
                  lead_us: int = 500, delay_us: int = 100, poll_us: int = 500, small_flow_bytes: int = 100_000,
                  giveup_after_us: int = 2_000, heartbeat_interval_us: int = 100_000,
-                 controller_stops_us: int | None = None):
+                 idle_poll_us: int = 0, controller_stops_us: int | None = None):
         if T0_US % slice_us:
             raise ValueError(f"slice_us ({slice_us}) must divide the simulated epoch {T0_US} us")
         self.topo = topo = with_vms(topo)
@@ -164,7 +164,7 @@ class XcoLoop:
                 f = next(f for f in core.flows if f.dest_host == d)  # the first VM pair of the flow
                 gate.offer(f, None)
                 gflows.append((i, f))
-            self.hosts[x] = _Host(core, gate, _PollCfg(poll_us), link_bps, gflows)
+            self.hosts[x] = _Host(core, gate, _PollCfg(poll_us, idle_poll_us), link_bps, gflows)
         self._q: list[tuple[int, int, str, Any]] = []
         self._seq = 0
         self._ctl_version = 0

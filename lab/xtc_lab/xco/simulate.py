@@ -160,7 +160,7 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
              buffer_us: float = 1000.0, record_slots: bool = False, fast_forward: bool = True,
              tcp: Sequence[bool] | None = None, rtt_us: int = 100, mss_bytes: int = 1448,
              initial_window_segments: int = 10, rto_us: int = 200_000, cores: bool = True,
-             mark_s: float | None = None) -> SimResult:
+             mark_s: float | None = None, agent: dict[str, int] | None = None) -> SimResult:
     """Simulate always-backlogged UDP and TCP flows on ``topo`` under one transmission control mode.
 
     Parameters
@@ -205,6 +205,9 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
         Run the product's agent and controller cores (:mod:`xtc_lab.xco.oneloop`); False: the
         earlier model (the scheduler alone, every flow backlogged at ``t = 0``).  A TCP source's
         agent sees an always-backlogged sender (the gate's queue does not follow the window).
+    agent : dict, optional
+        With ``cores``: agent settings for :class:`XcoLoop` (``poll_us``, ``idle_poll_us``,
+        ``small_flow_bytes``, ``giveup_after_us``).
     mark_s : float, optional
         Also count what is delivered and dropped from this simulated time on
         (:attr:`SimResult.loss_after_mark_pct`: the loss once the agents have started).
@@ -267,7 +270,7 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
 
     sched = None
     if mode != "none" and cores:
-        xco = XcoLoop(topo, flows, mode, slice_us=slice_us, lead_us=lead_us, delay_us=delay_us)
+        xco = XcoLoop(topo, flows, mode, slice_us=slice_us, lead_us=lead_us, delay_us=delay_us, **(agent or {}))
         for c in xco.run(nsteps * dt_us):
             at(-(-c.t_us // dt_us), "rate", (c.flow, c.rate_bps))
         res.directives = xco.ctl.directives_sent
