@@ -540,9 +540,10 @@ def run_fig27(rows_list: Sequence[int], modes: Sequence[str] = ("none", "timesli
         row: dict[str, Any] = {"rows": rows, "hosts": topo.n_hosts, "loss_pct": {}, "loss_after_start_pct": {},
                                "delivered_gbps": {}, "max_offered_ratio": {}, "wall_s": {}}
         for m in modes:
-            r = simulate(topo, flows, m, mark_s=AFTER_START_S, **kw)
+            after = kw.get("duration_s", 1.0) > AFTER_START_S
+            r = simulate(topo, flows, m, mark_s=AFTER_START_S if after else None, **kw)
             row["loss_pct"][m] = round(r.loss_pct, 4)
-            row["loss_after_start_pct"][m] = round(r.loss_after_mark_pct, 4)
+            row["loss_after_start_pct"][m] = round(r.loss_after_mark_pct, 4) if after else None
             row["delivered_gbps"][m] = round(r.delivered_gbps, 3)
             row["max_offered_ratio"][m] = round(r.max_offered_ratio, 4)
             row["wall_s"][m] = round(r.wall_s, 2)
@@ -627,10 +628,14 @@ def fig27_table(res: dict[str, Any]) -> str:
     for r in res["rows"]:
         lines.append(f"| {r['rows']} | {r['hosts']} | " + " | ".join(f"{r['loss_pct'][m]:.4f}" for m in modes)
                      + " | " + " | ".join(f"{r['delivered_gbps'][m]:.1f}" for m in modes) + " |"
-                     + "".join(f" {r.get('loss_after_start_pct', {}).get(m, float('nan')):.4f} |" for m in after))
+                     + "".join(f" {_num(r.get('loss_after_start_pct', {}).get(m))} |" for m in after))
     lines.append("")
     lines.append("Paper (Figure 27, text of section 5): without XCo up to 90 % loss; with XCo almost none.")
     return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
 
 
 def fig1_table(res: dict[str, Any]) -> str:
