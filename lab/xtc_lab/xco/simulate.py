@@ -748,7 +748,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control", choices=("cores", "scheduler"), default="cores",
                    help="cores (default): the product's agent and controller cores over in-memory gates and a "
                         "simulated clock (xtc_lab.xco.oneloop); scheduler: the scheduler alone, every flow "
-                        "backlogged at t = 0 (the model before 2026-11-26)")
+                        "backlogged at t = 0 (the earlier model)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", type=Path, default=None, help="write JSON, table (.md) and PNG to this directory")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
