@@ -699,6 +699,11 @@ def _plot(res: dict[str, Any], path: Path) -> None:
         for i, m in enumerate(res["rows"][0]["loss_pct"]):
             ax.plot(xs, [r["loss_pct"][m] for r in res["rows"]], marker="os^x"[i % 4], ls=("-", "--", ":", "-.")[i % 4],
                     label=f"simulated: {m}")
+        for i, m in enumerate(res["rows"][0].get("loss_after_start_pct", {})):
+            ys = [r["loss_after_start_pct"][m] for r in res["rows"]]
+            if m != "none" and None not in ys:
+                ax.plot(xs, ys, marker="os^x"[i % 4], ls=":", alpha=0.7,
+                        label=f"simulated: {m}, after {AFTER_START_S * 1000:.0f} ms")
         ax.axhline(90, color="grey", ls="--", lw=1, label="paper: no XCo, 'up to 90%'")
         ax.set_xlabel("hosts")
         ax.set_title("Figure 27: packet loss, half the hosts send UDP at line rate")
