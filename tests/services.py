@@ -124,7 +124,7 @@ def _policer(d: Path, stack: ExitStack) -> str:
 
 
 def _xco(d: Path, stack: ExitStack) -> tuple[str, str]:
-    from tests.fakes.xco_gate import MemoryGate
+    from xtc.xco.memory_gate import MemoryGate
     from xtc.xco.agent_config import loads_agent_config
     from xtc.xco.agent_service import AgentService
 

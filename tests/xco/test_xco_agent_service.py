@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from procs import free_port
 
-from tests.fakes.xco_gate import MemoryGate
+from xtc.xco.memory_gate import MemoryGate
 from xtc.xco.agent_config import loads_agent_config
 from xtc.xco.agent_service import AgentService
 from xtc.xco.gate import CLOSED, OPEN
@@ -267,7 +267,7 @@ _CHILD = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from tests.fakes.xco_gate import MemoryGate
+from xtc.xco.memory_gate import MemoryGate
 from xtc.daemon.logs import setup_logging
 from xtc.xco.agent_config import load_agent_config
 from xtc.xco.agent_service import AgentService

@@ -48,7 +48,10 @@ def test_load_test_batches_what_arrived_during_the_previous_read():
 def test_sim_test_reports_the_simulators_wall_time_and_loss():
     from xtc_lab.xco.bench import sim_test
 
-    r = sim_test(400, sim_s=0.02)
+    r = sim_test(400, sim_s=0.02, cores=False)
     assert r["hosts"] == 400 and r["mode"] == "timeslice" and r["sim_s"] == 0.02
-    assert r["wall_s"] >= 0 and r["loss_pct"] == 0.0
+    assert r["wall_s"] >= 0 and r["loss_pct"] == 0.0 and r["loss_after_start_pct"] is None
+    c = sim_test(400, sim_s=0.06)  # the cores: the agents' start loses, nothing after it
+    assert c["cores"] and 0 < c["cores_wall_s"] <= c["wall_s"]
+    assert c["loss_pct"] > 10 and c["loss_after_start_pct"] == 0.0
     assert sim_test(400, sim_s=0.02, mode="none")["loss_pct"] > 50  # (the mode is the one simulated)

@@ -26,8 +26,9 @@ def fig1(which, n=None):
 @pytest.mark.parametrize("which", ["a", "b"])
 def test_simulated_schedule_is_figure10_slice_by_slice(which):
     spec, topo, senders, flows = fig1(which)
+    # the scheduler's schedule (cores=False: every flow backlogged at t = 0, as Figure 10 has it)
     r = simulate(topo, flows, "timeslice", slice_us=spec["slice_us"],
-                 duration_s=len(spec["slices"]) * spec["slice_us"] / 1e6, record_slots=True)
+                 duration_s=len(spec["slices"]) * spec["slice_us"] / 1e6, record_slots=True, cores=False)
     got = [[int(x in s) for x in senders] for s in r.slots]
     assert got == spec["slices"]
     assert r.dropped_bytes == 0
@@ -41,7 +42,7 @@ def test_loss_without_xco_and_none_with_it(which, n, expected_none):
     assert none.loss_pct == pytest.approx(100 * expected_none, abs=1.0)
     assert none.max_offered_ratio > 1.0
     for mode in ("timeslice", "rate", "hybrid"):
-        r = simulate(topo, flows, mode, duration_s=0.05)
+        r = simulate(topo, flows, mode, duration_s=0.05, cores=False)
         assert r.dropped_bytes == 0, mode
         assert r.max_offered_ratio <= 1.0 + 1e-9, mode  # the simulator's own feasibility accounting
         assert r.max_queue_fraction <= 1e-9, mode
@@ -75,7 +76,7 @@ def test_small_figure27_loss_without_xco_and_almost_none_with_it():
     # 40 hosts x 1 Gb/s per row squeezed into the row's 10 Gb/s uplink
     assert none.loss_pct == pytest.approx(75.0, abs=2.0)
     for mode in ("timeslice", "rate"):
-        r = simulate(topo, flows, mode, duration_s=0.05)
+        r = simulate(topo, flows, mode, duration_s=0.05, cores=False)
         assert r.loss_pct <= 0.01 and r.max_offered_ratio <= 1.0 + 1e-9, mode
         assert r.delivered_gbps == pytest.approx(2 * 10, rel=0.02), mode
 
@@ -89,8 +90,8 @@ def test_hybrid_serves_the_host_timeslices_starve():
                                     {"name": "h3", "nic_bps": G, "switch": "b"}]})
     flows = [(0, 2), (1, 3)]
     none = simulate(topo, flows, "none", duration_s=0.02)
-    ts = simulate(topo, flows, "timeslice", duration_s=0.02)
-    hy = simulate(topo, flows, "hybrid", duration_s=0.02)
+    ts = simulate(topo, flows, "timeslice", duration_s=0.02, cores=False)
+    hy = simulate(topo, flows, "hybrid", duration_s=0.02, cores=False)
     assert none.loss_pct > 50
     assert ts.delivered_gbps == pytest.approx(1.0, rel=0.02)  # h0 never sends
     assert hy.dropped_bytes == 0 and hy.max_offered_ratio <= 1.0 + 1e-9
@@ -100,7 +101,8 @@ def test_hybrid_serves_the_host_timeslices_starve():
 def test_command_prints_the_figure27_json(capsys):
     parser = argparse.ArgumentParser(prog="xtc")
     sim_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["simulate", "xco", "fig27", "--rows", "2", "--duration-s", "0.02", "--json", "--quiet"])
+    args = parser.parse_args(["simulate", "xco", "fig27", "--rows", "2", "--duration-s", "0.02", "--json", "--quiet",
+                              "--control", "scheduler"])
     assert args.func(args) == 0
     res = json.loads(capsys.readouterr().out)
     assert list(res) == ["rows"] and res["rows"][0]["hosts"] == 400
@@ -139,7 +141,7 @@ def test_tcp_flows_share_a_bottleneck_with_little_loss_where_udp_loses_four_fift
 
 def test_udp_at_line_rate_starves_tcp_and_timeslices_give_it_its_share():
     none = tcp_mix(4, 1, duration_s=0.2)
-    ts = tcp_mix(4, 1, "timeslice", duration_s=0.2)
+    ts = tcp_mix(4, 1, "timeslice", duration_s=0.2, cores=False)
     udp_got, tcp_got = none.flow_delivered_bytes[4], none.flow_delivered_bytes[:4]
     assert all(udp_got > 4 * b for b in tcp_got)
     assert ts.dropped_bytes == 0

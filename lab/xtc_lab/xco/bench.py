@@ -212,15 +212,21 @@ def load_test(n_hosts: int, events_per_s: int = 60_000, slice_us: int = 2_000, s
             "behind_ms": round(max(0.0, free_us - end_us) / 1e3, 1) if batched else None}
 
 
-def sim_test(n_hosts: int, sim_s: float = 1.0, mode: str = "timeslice", fast_forward: bool = True) -> dict[str, Any]:
+def sim_test(n_hosts: int, sim_s: float = 1.0, mode: str = "timeslice", fast_forward: bool = True,
+             cores: bool = True) -> dict[str, Any]:
     """Wall time of the Figure 27 simulator (:func:`xtc_lab.xco.simulate.simulate`, its defaults:
-    10 ms slices, 10 us steps) at ``n_hosts`` for ``sim_s`` simulated seconds, with the loss it found.
+    10 ms slices, 10 us steps) at ``n_hosts`` for ``sim_s`` simulated seconds, with the loss it found
+    (and from 50 ms on, once the agents have started; None for a shorter run).
     ``fast_forward``: repeated slots whose queues came back to the same state are skipped (the
-    simulator's default); False steps through every 10 us."""
+    simulator's default); False steps through every 10 us.  ``cores``: the product's agent and
+    controller cores run the control (:mod:`xtc_lab.xco.oneloop`; ``cores_wall_s`` of the wall
+    time is theirs); False: the scheduler alone."""
     from .simulate import run_fig27  # (imported here: only this entry needs it)
-    row = run_fig27([max(2, n_hosts // 200)], modes=(mode,), duration_s=sim_s, fast_forward=fast_forward)["rows"][0]
-    return {"hosts": row["hosts"], "mode": mode, "sim_s": sim_s, "fast_forward": fast_forward,
-            "wall_s": row["wall_s"][mode], "loss_pct": row["loss_pct"][mode]}
+    row = run_fig27([max(2, n_hosts // 200)], modes=(mode,), duration_s=sim_s, fast_forward=fast_forward,
+                    cores=cores)["rows"][0]
+    return {"hosts": row["hosts"], "mode": mode, "sim_s": sim_s, "fast_forward": fast_forward, "cores": cores,
+            "wall_s": row["wall_s"][mode], "cores_wall_s": row.get("xco", {}).get(mode, {}).get("wall_s"),
+            "loss_pct": row["loss_pct"][mode], "loss_after_start_pct": row["loss_after_start_pct"][mode]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -228,8 +234,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=int, default=4000, help="mid-slot events measured per size")
     p.add_argument("--load-hosts", type=int, default=4800,
                    help="size of the 60,000 events/s, 2 ms slot load test (0: skip)")
-    p.add_argument("--sim-hosts", type=int, default=4800,
-                   help="size of the timed 1 s Figure 27 simulation (0: skip)")
+    p.add_argument("--sim-hosts", type=int, default=800,
+                   help="size of the timed 1 s Figure 27 simulation (0: skip; 4800 is Figure 27's largest: "
+                        "about 4-7 minutes with the cores on a 2-core host)")
+    p.add_argument("--sim-control", choices=("cores", "scheduler"), default="cores",
+                   help="the simulation's control: the agent and controller cores (default) or the scheduler alone")
     p.add_argument("--sim-step-by-step", action="store_true",
                    help="simulate every 10 us step (no fast-forward of repeated slots; 20-40 s at 4800 hosts)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -250,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
         res["load"] = load_test(args.load_hosts)
         res["load_unbatched"] = load_test(args.load_hosts, batched=False)
     if args.sim_hosts:
-        res["simulate"] = sim_test(args.sim_hosts, fast_forward=not args.sim_step_by_step)
+        res["simulate"] = sim_test(args.sim_hosts, fast_forward=not args.sim_step_by_step,
+                                   cores=args.sim_control == "cores")
     text = json.dumps(res, indent=2)
     if args.json:
         print(text)
@@ -270,8 +280,10 @@ def run(args: argparse.Namespace) -> int:
         if "simulate" in res:
             sm = res["simulate"]
             how = "fast-forward" if sm["fast_forward"] else "step by step"
-            print(f"simulate: Figure 27, {sm['hosts']} hosts, {sm['mode']}, {sm['sim_s']} s simulated ({how}) in "
-                  f"{sm['wall_s']} s of wall time (loss {sm['loss_pct']} %)")
+            print(f"simulate: Figure 27, {sm['hosts']} hosts, {sm['mode']}, {sm['sim_s']} s simulated ({how}, "
+                  f"{'agent and controller cores' if sm['cores'] else 'the scheduler alone'}) in "
+                  f"{sm['wall_s']} s of wall time (cores: {sm['cores_wall_s']} s; loss {sm['loss_pct']} %, "
+                  f"after the start {sm['loss_after_start_pct']} %)")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")

@@ -33,12 +33,20 @@ acknowledgements: such a loss is a retransmission timeout instead, the window on
 source silent until ``rto_us`` (doubled for each timeout in a row) after the loss.  Not modelled:
 retransmission (lost bytes are simply not delivered), delayed acknowledgements, the receive window.
 
-The controller side is the product's scheduler objects (:class:`FastScheduler`,
-:class:`RateLimiter`, :class:`HybridScheduler`) through their public event API.  Every flow reports
-its backlog at ``t = 0``.  A directive needs ``delay_us`` to reach its host and takes effect at
-``max(its t_us, issue time + delay_us)``; the controller computes the schedule of a slot boundary
-``lead_us`` ahead of it (default ``lead_us = delay_us``, so that a slot's directives are in force
-at its start).
+The control side (``cores=True``, the default) is XCo's one loop (:mod:`xtc_lab.xco.oneloop`):
+the product's :class:`~xtc.xco.agent.AgentCore` on every sending host and its
+:class:`~xtc.xco.controller.ControllerCore`, exchanging the protocol's datagrams ``delay_us``
+apart over a simulated clock, each agent driving an in-memory gate
+(:class:`xtc.xco.memory_gate.MemoryGate`); a source sends at the rate its host's gate lets its flow
+out (the NIC shared among the flows not held; a small flow is never held).  So the runs include
+what the agent does: registration, small flows sent unheld, backlog reports on the agent's poll
+schedule, give-ups, heartbeats, fail-open.  The controller sends a slot's directives ``lead_us``
+before it (default ``lead_us = delay_us``, so that they are in force at its start).
+
+``cores=False`` keeps the earlier model, for comparison: the product's scheduler objects
+(:class:`FastScheduler`, :class:`RateLimiter`, :class:`HybridScheduler`) through their public
+event API, every flow reporting its backlog at ``t = 0`` and each directive taking effect at
+``max(its t_us, issue time + delay_us)``.
 
 Work per step is a handful of numpy operations over the cells and the links that carry traffic.
 ``fast_forward`` skips steps while the state is at a fixed point (same queues, same per-step drop
@@ -62,6 +70,7 @@ from xtc.xco.scheduler import FastScheduler, RateLimiter
 from xtc.xco.scheduler.hybrid import HybridScheduler
 from xtc.xco.topology import Topology, load_topology, parse_topology
 
+from .oneloop import XcoLoop
 from .topologies import fig27
 
 __all__ = ["SimResult", "simulate", "fig27_flows", "run_fig27", "run_fig1", "run_fig25", "add_xco", "main", "MODES"]
@@ -114,11 +123,22 @@ class SimResult:
     flow_delivered_bytes: list[float] = field(default_factory=list)
     #: Bytes dropped per flow, in the order of ``flows``.
     flow_dropped_bytes: list[float] = field(default_factory=list)
+    #: With ``mark_s``: bytes delivered and dropped from that time on.
+    delivered_after_mark_bytes: float = 0.0
+    dropped_after_mark_bytes: float = 0.0
+    #: With ``cores``: what the agents and the controller counted (:meth:`XcoLoop.summary`).
+    xco: dict[str, Any] = field(default_factory=dict)
 
     @property
     def loss_pct(self) -> float:
         tot = self.dropped_bytes + self.delivered_bytes
         return 100.0 * self.dropped_bytes / tot if tot > 0 else 0.0
+
+    @property
+    def loss_after_mark_pct(self) -> float:
+        """:attr:`loss_pct` of the bytes from ``mark_s`` on (after the agents' start)."""
+        tot = self.dropped_after_mark_bytes + self.delivered_after_mark_bytes
+        return 100.0 * self.dropped_after_mark_bytes / tot if tot > 0 else 0.0
 
     @property
     def delivered_gbps(self) -> float:
@@ -139,7 +159,8 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
              slice_us: int = 10_000, delay_us: int = 100, lead_us: int | None = None, dt_us: int = 10,
              buffer_us: float = 1000.0, record_slots: bool = False, fast_forward: bool = True,
              tcp: Sequence[bool] | None = None, rtt_us: int = 100, mss_bytes: int = 1448,
-             initial_window_segments: int = 10, rto_us: int = 200_000) -> SimResult:
+             initial_window_segments: int = 10, rto_us: int = 200_000, cores: bool = True,
+             mark_s: float | None = None, agent: dict[str, int] | None = None) -> SimResult:
     """Simulate always-backlogged UDP and TCP flows on ``topo`` under one transmission control mode.
 
     Parameters
@@ -180,6 +201,16 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     rto_us : int
         A TCP flow's retransmission timeout, microseconds (Linux's minimum, 200 ms, is what a
         round trip of a few milliseconds gets).
+    cores : bool
+        Run the product's agent and controller cores (:mod:`xtc_lab.xco.oneloop`); False: the
+        earlier model (the scheduler alone, every flow backlogged at ``t = 0``).  A TCP source's
+        agent sees an always-backlogged sender (the gate's queue does not follow the window).
+    agent : dict, optional
+        With ``cores``: agent settings for :class:`XcoLoop` (``poll_us``, ``idle_poll_us``,
+        ``small_flow_bytes``, ``giveup_after_us``).
+    mark_s : float, optional
+        Also count what is delivered and dropped from this simulated time on
+        (:attr:`SimResult.loss_after_mark_pct`: the loss once the agents have started).
 
     Returns
     -------
@@ -238,7 +269,13 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     host_end = np.zeros(topo.n_hosts, dtype=np.int64)       # step its slice ends
 
     sched = None
-    if mode == "none":
+    if mode != "none" and cores:
+        xco = XcoLoop(topo, flows, mode, slice_us=slice_us, lead_us=lead_us, delay_us=delay_us, **(agent or {}))
+        for c in xco.run(nsteps * dt_us):
+            at(-(-c.t_us // dt_us), "rate", (c.flow, c.rate_bps))
+        res.directives = xco.ctl.directives_sent
+        res.xco = xco.summary()
+    elif mode == "none":
         k = np.bincount([x for x, _ in flows], minlength=topo.n_hosts)
         for i, (x, _) in enumerate(flows):
             src[i] = nic[x] / k[x] * dt_s / 8.0
@@ -264,7 +301,9 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
         ctrl_boundary()
 
     def apply(kind: str, payload: Any, step: int) -> None:
-        if kind == "boundary":
+        if kind == "rate":
+            src[payload[0]] = payload[1] * dt_s / 8.0
+        elif kind == "boundary":
             issue(sched.advance(payload), step * dt_us)
             ctrl_boundary()
         elif kind == "directive":
@@ -333,7 +372,11 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
     lost_in_flight = np.zeros(nf)
     k = 0
     computed = 0
+    mark = nsteps + 1 if mark_s is None else int(round(mark_s * 1e6 / dt_us))
+    at_mark = (0.0, 0.0)
     while k < nsteps:
+        if k == mark:
+            at_mark = (delivered, dropped)
         changed = False
         while changes and changes[0][0] <= k:
             _, _, kind, payload = heapq.heappop(changes)
@@ -431,6 +474,8 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
                     and np.isclose(tot[0], prev_tot[0], rtol=1e-12, atol=1e-9) \
                     and np.isclose(tot[1], prev_tot[1], rtol=1e-12, atol=1e-9):
                 nxt = changes[0][0] if changes else nsteps
+                if k < mark:
+                    nxt = min(nxt, mark)
                 skip = min(nxt, nsteps) - k
                 if skip > 0:
                     sent += src_sum * skip
@@ -446,6 +491,8 @@ def simulate(topo: Topology, flows: Sequence[tuple[int, int]], mode: str, *, dur
                 prev_out = out.copy()
                 prev_tot = tot
     res.sent_bytes, res.delivered_bytes, res.dropped_bytes = sent, delivered, dropped
+    if mark <= nsteps:
+        res.delivered_after_mark_bytes, res.dropped_after_mark_bytes = delivered - at_mark[0], dropped - at_mark[1]
     res.flow_delivered_bytes = flow_delivered.tolist()
     res.flow_dropped_bytes = flow_dropped.tolist()
     # queued, plus what the last step served towards a next hop
@@ -477,6 +524,9 @@ def fig27_flows(rows: int, hosts_per_row: int = 200) -> list[tuple[int, int]]:
     return [(x, x + half) for x in range(half)]
 
 
+#: Figure 27's loss is also given from this simulated time on: once the agents have started (their
+#: flows turn large and are held within about two slices of 10 ms).
+AFTER_START_S = 0.05
 PAPER_FIG27 = {"none": "up to 90", "timeslice": "almost none", "rate": "not simulated"}
 
 
@@ -487,23 +537,29 @@ def run_fig27(rows_list: Sequence[int], modes: Sequence[str] = ("none", "timesli
     for rows in rows_list:
         topo = parse_topology(fig27(rows))
         flows = fig27_flows(rows)
-        row: dict[str, Any] = {"rows": rows, "hosts": topo.n_hosts, "loss_pct": {}, "delivered_gbps": {},
-                               "max_offered_ratio": {}, "wall_s": {}}
+        row: dict[str, Any] = {"rows": rows, "hosts": topo.n_hosts, "loss_pct": {}, "loss_after_start_pct": {},
+                               "delivered_gbps": {}, "max_offered_ratio": {}, "wall_s": {}}
         for m in modes:
-            r = simulate(topo, flows, m, **kw)
+            after = kw.get("duration_s", 1.0) > AFTER_START_S
+            r = simulate(topo, flows, m, mark_s=AFTER_START_S if after else None, **kw)
             row["loss_pct"][m] = round(r.loss_pct, 4)
+            row["loss_after_start_pct"][m] = round(r.loss_after_mark_pct, 4) if after else None
             row["delivered_gbps"][m] = round(r.delivered_gbps, 3)
             row["max_offered_ratio"][m] = round(r.max_offered_ratio, 4)
             row["wall_s"][m] = round(r.wall_s, 2)
+            if r.xco:
+                row.setdefault("xco", {})[m] = r.xco
             if progress:
                 print(f"fig27 rows={rows} hosts={topo.n_hosts} {m}: loss {r.loss_pct:.4f}% "
-                      f"delivered {r.delivered_gbps:.1f} Gb/s wall {r.wall_s:.1f} s", file=sys.stderr)
+                      f"delivered {r.delivered_gbps:.1f} Gb/s wall {r.wall_s:.1f} s"
+                      + (f" (cores {r.xco['wall_s']:.1f} s)" if r.xco else ""), file=sys.stderr)
         out_rows.append(row)
     return {"experiment": "fig27", "params": _params(kw), "paper_loss_pct": PAPER_FIG27, "rows": out_rows}
 
 
 def _params(kw: dict[str, Any]) -> dict[str, Any]:
-    sig = {"duration_s": 1.0, "slice_us": 10_000, "delay_us": 100, "lead_us": None, "dt_us": 10, "buffer_us": 1000.0}
+    sig = {"duration_s": 1.0, "slice_us": 10_000, "delay_us": 100, "lead_us": None, "dt_us": 10, "buffer_us": 1000.0,
+           "cores": True}
     sig.update({k: v for k, v in kw.items() if k in sig})
     return sig
 
@@ -525,7 +581,8 @@ def run_fig1(which: str, modes: Sequence[str] = ("none", "timeslice", "rate"), *
             e["delivered_gbps"][m] = round(r.delivered_gbps, 3)
         sweep.append(e)
     sk = dict(kw, slice_us=spec["slice_us"], duration_s=len(spec["slices"]) * spec["slice_us"] / 1e6)
-    r = simulate(topo, [(x, dest[x]) for x in senders], "timeslice", record_slots=True, **sk)
+    # the scheduler's schedule (every sender backlogged at t = 0, as in Figure 10), not the agents' start
+    r = simulate(topo, [(x, dest[x]) for x in senders], "timeslice", record_slots=True, **dict(sk, cores=False))
     matrix = [[int(x in set(s)) for x in senders] for s in r.slots]
     return {"experiment": f"fig1{which}", "params": _params(kw), "sweep": sweep,
             "schedule": {"senders": spec["senders"], "slices": matrix,
@@ -565,13 +622,20 @@ def fig27_table(res: dict[str, Any]) -> str:
     modes = list(res["rows"][0]["loss_pct"]) if res["rows"] else []
     head = "| rows | hosts | " + " | ".join(f"loss {m} (%)" for m in modes) + " | " + \
         " | ".join(f"delivered {m} (Gb/s)" for m in modes) + " |"
-    lines = [head, "|" + "---:|" * (2 + 2 * len(modes))]
+    after = [m for m in modes if m != "none"]
+    head += "".join(f" loss {m} after {AFTER_START_S * 1000:.0f} ms (%) |" for m in after)
+    lines = [head, "|" + "---:|" * (2 + 2 * len(modes) + len(after))]
     for r in res["rows"]:
         lines.append(f"| {r['rows']} | {r['hosts']} | " + " | ".join(f"{r['loss_pct'][m]:.4f}" for m in modes)
-                     + " | " + " | ".join(f"{r['delivered_gbps'][m]:.1f}" for m in modes) + " |")
+                     + " | " + " | ".join(f"{r['delivered_gbps'][m]:.1f}" for m in modes) + " |"
+                     + "".join(f" {_num(r.get('loss_after_start_pct', {}).get(m))} |" for m in after))
     lines.append("")
     lines.append("Paper (Figure 27, text of section 5): without XCo up to 90 % loss; with XCo almost none.")
     return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
 
 
 def fig1_table(res: dict[str, Any]) -> str:
@@ -635,6 +699,11 @@ def _plot(res: dict[str, Any], path: Path) -> None:
         for i, m in enumerate(res["rows"][0]["loss_pct"]):
             ax.plot(xs, [r["loss_pct"][m] for r in res["rows"]], marker="os^x"[i % 4], ls=("-", "--", ":", "-.")[i % 4],
                     label=f"simulated: {m}")
+        for i, m in enumerate(res["rows"][0].get("loss_after_start_pct", {})):
+            ys = [r["loss_after_start_pct"][m] for r in res["rows"]]
+            if m != "none" and None not in ys:
+                ax.plot(xs, ys, marker="os^x"[i % 4], ls=":", alpha=0.7,
+                        label=f"simulated: {m}, after {AFTER_START_S * 1000:.0f} ms")
         ax.axhline(90, color="grey", ls="--", lw=1, label="paper: no XCo, 'up to 90%'")
         ax.set_xlabel("hosts")
         ax.set_title("Figure 27: packet loss, half the hosts send UDP at line rate")
@@ -681,6 +750,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buffer-us", type=float, default=1000.0,
                    help="buffer of a port without buffer_bytes, in microseconds of its rate (default 1000)")
     p.add_argument("--no-fast-forward", action="store_true", help="compute every step")
+    p.add_argument("--control", choices=("cores", "scheduler"), default="cores",
+                   help="cores (default): the product's agent and controller cores over in-memory gates and a "
+                        "simulated clock (xtc_lab.xco.oneloop); scheduler: the scheduler alone, every flow "
+                        "backlogged at t = 0 (the earlier model)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", type=Path, default=None, help="write JSON, table (.md) and PNG to this directory")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -694,7 +767,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     kw = {"duration_s": args.duration_s, "slice_us": args.slice_us, "delay_us": args.delay_us,
           "lead_us": args.lead_us, "dt_us": args.dt_us, "buffer_us": args.buffer_us,
-          "fast_forward": not args.no_fast_forward}
+          "fast_forward": not args.no_fast_forward, "cores": args.control == "cores"}
     t0 = time.perf_counter()
     try:
         if args.figure == "fig27":

@@ -1,4 +1,6 @@
-"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow.
+"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow: the
+fake that ships beside the contract, for the agent's tests and for the simulator's one loop
+(:mod:`xtc_lab.xco.oneloop`, which gives it the simulated clock).
 
 Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an endless sender); a
 small flow (not moved to its destination's class) is never held, a moved one is held with its
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
+from .gate import CLOSED, OPEN, DestStats, Flow, GateError
+
+__all__ = ["MemoryGate"]
 
 
 def _wall_us() -> int:
