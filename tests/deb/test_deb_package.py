@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path("/var/cache/xtc-tests")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.slow]
+pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.beside, pytest.mark.slow]
 
 
 @pytest.fixture
