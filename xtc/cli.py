@@ -48,7 +48,7 @@ LAB_COMMANDS = {
 #: One example per command and action, shown by its ``--help`` (the testbed's commands carry their own).
 EXAMPLES = {
     ("daemon",): "xtc daemon -c /etc/xtc/xtc-daemon.toml",
-    ("check-config",): "xtc check-config --show /etc/xtc/xtc-daemon.toml",
+    ("check-config",): "xtc check-config --json /etc/xtc/xtc-daemon.toml",
     ("ctl",): "xtc ctl -c /etc/xtc/xtc-daemon.toml status",
     ("ctl", "status"): "xtc ctl status vr1",
     ("ctl", "ping"): "xtc ctl ping",
@@ -66,7 +66,7 @@ EXAMPLES = {
     ("train", "all"): "xtc train all --backend sim --out-dir out/model",
     ("policer",): "xtc policer serve -c /etc/xtc/policer.toml",
     ("policer", "serve"): "xtc policer serve -c /etc/xtc/policer.toml",
-    ("policer", "check-config"): "xtc policer check-config /etc/xtc/policer.toml",
+    ("policer", "check-config"): "xtc policer check-config --json /etc/xtc/policer.toml",
     ("policer", "openapi"): "xtc policer openapi > policer-openapi.json",
     ("policer", "keygen"): "xtc policer keygen /etc/xtc/curve policer",
     ("policer", "routers"): "xtc policer routers --token-file /etc/xtc/policer.token",
@@ -106,19 +106,6 @@ def needs_extra(command: str, e: ModuleNotFoundError) -> str | None:
     if extra == "net" and command.startswith("xtc xco"):
         extra = "xco-agent"
     return f"{command}: needs the {extra} extra (no module named {top!r}): pip install 'xtc[{extra}]'"
-
-
-def load_or_report(load: Callable[[], T], errors: type[Exception] | tuple[type[Exception], ...],
-                   prog: str) -> T | None:
-    """``load()``, or None after printing ``prog: error`` to stderr if it raises one of ``errors``.
-
-    For the ``check-config`` commands: the caller returns its own exit status on None.
-    """
-    try:
-        return load()
-    except errors as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return None
 
 
 #: The command line being parsed (set by :func:`main`): a part may skip loading what that command

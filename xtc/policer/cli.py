@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, CHECK_VALID, load_or_report, parse_setpoint, readable_or_report
+
 __all__ = ["register"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -35,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("check-config", help="validate a configuration file without starting")
     s.add_argument("file")
+    s.add_argument("--json", action="store_true", help="print the validated configuration as JSON")
     s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("openapi", help="print the OpenAPI document (docs/policer-openapi.json)")
@@ -149,15 +152,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from xtc.cli import load_or_report
 
     from .config import ConfigError, load_config
 
-    cfg = load_or_report(lambda: load_config(args.file), ConfigError, "xtc policer check-config")
+    prog = "xtc policer check-config"
+    if not readable_or_report(args.file, prog):
+        return CHECK_USAGE
+    cfg = load_or_report(lambda: load_config(args.file), ConfigError, prog)
     if cfg is None:
-        return 1
-    print(json.dumps(cfg.describe()))
-    return 0
+        return CHECK_INVALID
+    if args.json:
+        print(json.dumps(cfg.describe()))
+    else:
+        print(f"{args.file}: OK")
+    return CHECK_VALID
 
 
 def _cmd_openapi(_args: argparse.Namespace) -> int:
@@ -191,15 +199,6 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setpoint(text: str) -> float:
-    t = text.strip().lower()
-    scale = 1000.0 if t.endswith("k") else 1.0
-    try:
-        return float(t.rstrip("k")) * scale
-    except ValueError:
-        raise SystemExit(f"xtc policer: setpoint {text!r} is not a number of packets/s") from None
-
-
 def _request(op: str, a: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]:
     """(method, path, query, body) of a client command."""
     if op == "routers":
@@ -226,7 +225,7 @@ def _request(op: str, a: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
     if op == "setpoint":
         if a.setpoint == "-":
             return "DELETE", f"/vrs/{a.router}/{a.vr}/setpoint", None, None
-        return "PUT", f"/vrs/{a.router}/{a.vr}/setpoint", None, {"setpoint_pps": _setpoint(a.setpoint)}
+        return "PUT", f"/vrs/{a.router}/{a.vr}/setpoint", None, {"setpoint_pps": parse_setpoint(a.setpoint, "xtc policer")}
     if op == "setpoints":
         return "GET", "/setpoints", None, None
     if op == "policies":
