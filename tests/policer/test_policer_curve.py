@@ -11,7 +11,7 @@ import zmq
 from conftest import wait_for
 from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
-from xtc.daemon.curve import CurveError, generate_keypair, load_public, secure_context
+from xtc.service.curve import CurveError, generate_keypair, load_public, secure_context
 
 
 def test_curve_both_sides(tmp_path: Path, make_daemon: Any, make_policer: Any) -> None:

@@ -268,7 +268,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from tests.fakes.xco_gate import MemoryGate
-from xtc.daemon.logs import setup_logging
+from xtc.service.logs import setup_logging
 from xtc.xco.agent_config import load_agent_config
 from xtc.xco.agent_service import AgentService
 setup_logging("json", "info")

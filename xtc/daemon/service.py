@@ -11,7 +11,7 @@ non-zero, so that systemd restarts the daemon and it resumes.
 Nothing acknowledged is lost: a request that changes an instance is answered only after the state
 file holds the change, and before any cap is written; when the file cannot be written (a full
 disk) the request is refused (``state_not_saved``) and undone.  One daemon owns a state directory
-(:func:`xtc.daemon.state.lock_state_dir`).
+(:func:`xtc.service.state.lock_state_dir`).
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ from xtc.host.base import Host
 from xtc.host.errors import HostAdapterError
 
 from .config import ConfigError, DaemonConfig, load_config, reachable_without_curve, reload_diff
+from xtc.service import curve
 from .core import DaemonCore, StateError
-from .logs import event, setup_logging
+from xtc.service.logs import event, setup_logging
 from .loop import ActionOutcomes, ControlLoop
 from .metrics import DaemonMetrics
-from .state import StateFileError, lock_state_dir, read_state, save_state
+from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
 
 __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
@@ -776,8 +777,6 @@ def run_daemon(config_path: str | Path) -> int:
         return 1
     ctx = None
     if cfg.manager.curve_secret_key_file:
-        from . import curve
-
         try:
             ctx = curve.secure_context(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")[0]
         except (curve.CurveError, OSError, ValueError) as e:

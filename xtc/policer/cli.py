@@ -178,7 +178,7 @@ def _cmd_openapi(_args: argparse.Namespace) -> int:
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from xtc.daemon.curve import generate_keypair
+    from xtc.service.curve import generate_keypair
 
     d = Path(args.directory)
     pair = [d / f"{args.name}.key", d / f"{args.name}.key_secret"]

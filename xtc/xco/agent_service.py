@@ -40,6 +40,7 @@ from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal, _wall_us
 from .gate import CLOSED, OPEN, Gate, GateError
 from xtc.service.notify import Notifier
+from xtc.service.logs import event, setup_logging
 
 __all__ = ["AgentService", "run_agent", "run_cleanup", "POLL_DEFER_MARGIN_US", "WAKE_ADVANCE_MAX_US"]
 
@@ -176,7 +177,6 @@ class AgentService(StopOnSignal):
         GateError
             If the gate cannot take over the uplink (the gate is restored first).
         """
-        from xtc.daemon.logs import event
 
         self.gate.install()
         self._installed = True
@@ -209,7 +209,6 @@ class AgentService(StopOnSignal):
             try:
                 self.gate.move_to_dest(f)
             except GateError as e:
-                from xtc.daemon.logs import event
 
                 self.gate_errors += 1
                 event(log, logging.ERROR, "gate_error", op="move_to_dest", error=str(e))
@@ -225,7 +224,6 @@ class AgentService(StopOnSignal):
                 else:
                     self.gate.set_states(out.states)
             except GateError as e:
-                from xtc.daemon.logs import event
 
                 self.gate_errors += 1
                 gate_ok = False
@@ -244,7 +242,6 @@ class AgentService(StopOnSignal):
             except OSError as e:  # an unreachable controller must not stop the agent: it fails open
                 self.core.dropped["send_error"] += 1
                 if log.isEnabledFor(logging.DEBUG):
-                    from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "send_failed", error=str(e))
         if out.applied and gate_ok:
@@ -254,7 +251,6 @@ class AgentService(StopOnSignal):
                 self.directive_log.append((a.arrival_us, a.start_us, done))
                 self.metrics.directive_to_gate.observe(max(0, done - max(a.arrival_us, a.start_us)) / 1e6)
                 if debug:
-                    from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "directive_applied", dest=a.dest, start_us=a.start_us,
                           arrival_us=a.arrival_us, applied_us=done, rate_bps=a.rate_bps,
@@ -263,7 +259,6 @@ class AgentService(StopOnSignal):
             self._flush_notes()
 
     def _flush_notes(self) -> None:
-        from xtc.daemon.logs import event
 
         for name, fields in self.core.notes:
             event(log, logging.WARNING if name == "fail_open" else logging.INFO, name, **fields)
@@ -370,7 +365,6 @@ class AgentService(StopOnSignal):
             try:
                 quiet = self._quiet(self._headroom)
             except GateError as e:  # the probe is an optimisation: without it, every read is a dump
-                from xtc.daemon.logs import event
 
                 self.gate_errors += 1
                 self._quiet = None
@@ -384,7 +378,6 @@ class AgentService(StopOnSignal):
         try:
             sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
-            from xtc.daemon.logs import event
 
             self.gate_errors += 1
             event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
@@ -506,7 +499,6 @@ class AgentService(StopOnSignal):
 
     def close(self) -> None:
         """Send a Leave, restore the uplink, release the gate and the socket (idempotent)."""
-        from xtc.daemon.logs import event
 
         if self.sock is not None:
             try:
@@ -572,7 +564,6 @@ def run_agent(config_path: str | Path) -> int:
     """
     import sys
 
-    from xtc.daemon.logs import setup_logging
 
     from .agent_config import AgentConfigError
     from .topology import TopologyError

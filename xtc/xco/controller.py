@@ -45,6 +45,8 @@ from .scheduler import Directive as SchedDirective
 from .scheduler import FastScheduler, RateLimiter
 from .scheduler.hybrid import HybridScheduler
 from .topology import Topology
+from xtc.service.logs import event, setup_logging
+from xtc.service.state import StateFileError, read_state, save_state
 
 __all__ = ["DROP_REASONS", "Send", "ControllerCore", "ControllerService", "run_controller", "STATE_SCHEMA"]
 
@@ -553,8 +555,6 @@ class ControllerService(StopOnSignal):
 
     def open(self) -> None:
         """Load the state, bind the socket, start the metrics endpoint, send the restored directives."""
-        from xtc.daemon.logs import event
-        from xtc.daemon.state import StateFileError, read_state, save_state
 
         try:
             doc = read_state(self.cfg.state_file)
@@ -595,12 +595,10 @@ class ControllerService(StopOnSignal):
             except OSError as e:  # a full buffer or an unreachable host must not stop the controller
                 self.core.dropped["send_error"] += 1
                 if log.isEnabledFor(logging.DEBUG):
-                    from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "send_failed", host=s.host, error=str(e))
 
     def _flush_notes(self) -> None:
-        from xtc.daemon.logs import event
 
         for name, fields in self.core.notes:
             event(log, logging.INFO, name, **fields)
@@ -617,8 +615,6 @@ class ControllerService(StopOnSignal):
             self._save_cv.notify()
 
     def _writer(self) -> None:
-        from xtc.daemon.logs import event
-        from xtc.daemon.state import StateFileError, save_state
 
         while True:
             with self._save_cv:
@@ -686,7 +682,6 @@ class ControllerService(StopOnSignal):
 
     def close(self) -> None:
         """Save the state and close the socket."""
-        from xtc.daemon.logs import event
 
         self._save(force=True)
         with self._save_cv:
@@ -718,7 +713,6 @@ def run_controller(config_path: str | Path) -> int:
     """``xtc xco controller -c FILE``: load, validate, run until SIGTERM/SIGINT.  Returns the exit code."""
     import sys
 
-    from xtc.daemon.logs import setup_logging
 
     from .controller_config import ControllerConfigError, load_controller_config
     from .topology import TopologyError

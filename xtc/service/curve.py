@@ -149,7 +149,7 @@ def secure_context(server_secret_file: str | Path, clients_dir: str | Path,
     cdir = Path(clients_dir)
     check_clients_dir(cdir)
     ctx = context or zmq.Context()
-    auth = ThreadAuthenticator(ctx, log=logging.getLogger("xtc.daemon.curve"))
+    auth = ThreadAuthenticator(ctx, log=logging.getLogger("xtc.service.curve"))
     auth.start()
     auth.configure_curve(domain="*", location=str(cdir))
     ctx.setsockopt(zmq.CURVE_SERVER, 1)
