@@ -1,4 +1,4 @@
-"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow.
+"""An in-memory XCo gate (the :class:`xtc.host.gate.Gate` contract) with a toy queue per flow.
 
 Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an endless sender); a
 small flow (not moved to its destination's class) is never held, a moved one is held with its
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
+from xtc.host.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 
 def _wall_us() -> int:

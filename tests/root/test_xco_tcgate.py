@@ -37,7 +37,7 @@ from xtc.host.tcgate import (
     decode_class_counters,
     encode_tc,
 )
-from xtc.xco.gate import CLOSED, OPEN, Flow, GateError
+from xtc.host.gate import CLOSED, OPEN, Flow, GateError
 
 pytestmark = [pytest.mark.timeout(120)]
 root = pytest.mark.root  # every test that builds the namespaces; the codec tests at the end need nothing
@@ -514,7 +514,7 @@ def test_cleanup_after_sigkill(lab: Lab) -> None:
     code = (
         "import ipaddress, sys, time\n"
         "from xtc.host.tcgate import TcGate\n"
-        "from xtc.xco.gate import CLOSED, Flow\n"
+        "from xtc.host.gate import CLOSED, Flow\n"
         f"g = TcGate('gs0', link_bps={LINK_BPS}, netns={lab.snd!r})\n"
         "g.install()\n"
         "g.add_dest(1, CLOSED)\n"

@@ -1,6 +1,6 @@
 """The XCo gate on a real uplink: stock Linux queueing (HTB + TBF + u32) over netlink.
 
-:class:`TcGate` implements :class:`xtc.xco.gate.Gate`.  The tree it puts on the uplink::
+:class:`TcGate` implements :class:`xtc.host.gate.Gate`.  The tree it puts on the uplink::
 
     root  htb 7c0:   (default class 7c0:1)
       7c0:1    htb class, rate = ceil = link      -> pfifo 1001:   unknown flows, ICMP, wake frames
@@ -95,7 +95,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from xtc.host.netns import NETNS_DIR, NetnsOpenError, run_in_netns
-from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
+from .gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 __all__ = [
     "DEFAULT_CLASS",
@@ -1265,7 +1265,7 @@ class TcGate:
     def set_states(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> None:
         """Change the TBF leaves of the destinations whose state changes (one send), then wake the uplink.
 
-        ``open_for_us`` (see :meth:`xtc.xco.gate.Gate.set_states`): an ``OPEN`` destination named
+        ``open_for_us`` (see :meth:`xtc.host.gate.Gate.set_states`): an ``OPEN`` destination named
         there gets a TBF leaf whose bucket is what the link carries in that many microseconds
         (:meth:`slot_budget_bytes`) at a rate of a few bytes per second, so that the kernel holds
         it once the bytes are spent; the class's HTB parent still paces it at the link rate.

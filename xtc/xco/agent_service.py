@@ -6,7 +6,7 @@ until welcomed, then at most once per slice, just before a slot boundary: :meth:
 a gate's ``quiet`` probe first when nothing was queued: :meth:`AgentService._poll`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).
-Destination states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
+Destination states go to the gate with one :meth:`~xtc.host.gate.Gate.set_states` per decision; for every
 directive applied, the time from the moment it could take effect (its arrival, or its
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
 ``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
@@ -38,7 +38,7 @@ from .agent_config import AgentConfig, check_against_topology
 from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal, _wall_us
-from .gate import CLOSED, OPEN, Gate, GateError
+from xtc.host.gate import CLOSED, OPEN, Gate, GateError
 from xtc.service.notify import Notifier
 from xtc.service.logs import event, setup_logging
 

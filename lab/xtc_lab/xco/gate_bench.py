@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from xtc.host.tcgate import TcGate, _in_netns
-from xtc.xco.gate import CLOSED, OPEN, Flow
+from xtc.host.gate import CLOSED, OPEN, Flow
 
 __all__ = ["bench", "main"]
 
