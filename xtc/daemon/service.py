@@ -41,8 +41,12 @@ from xtc.control import Controller, make_controller
 
 from . import api
 from .api import ApiError
+from xtc.host.actuators import refresh_of
 from xtc.host.base import Host
+from xtc.host.cgroup import CgroupBackend
+from xtc.host.counters import counters_from_config
 from xtc.host.errors import HostAdapterError
+from xtc.host.libvirt import LibvirtBackend
 
 from .config import ConfigError, DaemonConfig, load_config, reachable_without_curve, reload_diff
 from xtc.service import curve
@@ -216,13 +220,12 @@ def make_host(cfg: DaemonConfig) -> Host:
             return host_plugin(cfg.daemon.backend).from_config(cfg)
         except HostPluginError as e:
             raise ConfigError("daemon.backend", str(e)) from None
+    counters = counters_from_config(cfg.daemon.proc_net_dev)
+    refresh_s = refresh_of(cfg.daemon.reassert_period_s)
     if cfg.daemon.backend == "cgroup":
-        from xtc.host.cgroup import CgroupBackend
-
-        return CgroupBackend.from_config(cfg)
-    from xtc.host.libvirt import LibvirtBackend
-
-    return LibvirtBackend.from_config(cfg)
+        return CgroupBackend(cfg.cgroup.vr, counters, refresh_s=refresh_s, cfs_period_us=cfg.daemon.cfs_period_us)
+    return LibvirtBackend.for_uri(cfg.libvirt.uri, cfg.libvirt.domains, counters, refresh_s=refresh_s,
+                                  cfs_period_us=cfg.daemon.cfs_period_us)
 
 
 @dataclass

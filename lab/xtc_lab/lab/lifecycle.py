@@ -712,8 +712,7 @@ def gather_facts(record: Mapping[str, Any]) -> HostFacts:
 def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
     """Each VR's cap now, read through the product's host interface: percent of one CPU, None
     (unlimited) or the reason it cannot be read."""
-    from xtc.daemon.config import CgroupVr
-    from xtc.host.cgroup import CgroupBackend
+    from xtc.host.cgroup import CgroupBackend, CgroupTarget
     from xtc.host.counters import ProcNetDevCounters
     from xtc.host.errors import HostAdapterError
     from xtc.host.libvirt import LibvirtBackend
@@ -721,7 +720,7 @@ def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
 
     host: CgroupBackend | LibvirtBackend
     if record["mode"] == "netns":
-        host = CgroupBackend([CgroupVr(v["name"], v["cgroup"], tuple(v["vifs"])) for v in record["vrs"]], ProcNetDevCounters())
+        host = CgroupBackend([CgroupTarget(v["name"], v["cgroup"], tuple(v["vifs"])) for v in record["vrs"]], ProcNetDevCounters())
     else:
         host = LibvirtBackend(LibvirtConn(record["uri"]), "lxc", (), ProcNetDevCounters())
     out: dict[str, float | None | str] = {}
