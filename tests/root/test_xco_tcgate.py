@@ -32,7 +32,7 @@ from xtc.host import tcgate
 from xtc.host.tcgate import (
     ROOT_HANDLE,
     TcGate,
-    _in_netns,
+    in_netns,
     cleanup,
     decode_class_counters,
     encode_tc,
@@ -142,7 +142,7 @@ def udp_sender(netns: str, src: str = SRC) -> socket.socket:
         s.bind((src, 0))
         return s
 
-    return _in_netns(netns, make)
+    return in_netns(netns, make)
 
 
 def tcp_listener(netns: str) -> socket.socket:
@@ -153,7 +153,7 @@ def tcp_listener(netns: str) -> socket.socket:
         s.listen(1)
         return s
 
-    return _in_netns(netns, make)
+    return in_netns(netns, make)
 
 
 def tcp_client(netns: str) -> socket.socket:
@@ -163,7 +163,7 @@ def tcp_client(netns: str) -> socket.socket:
         s.bind((SRC, 0))
         return s
 
-    return _in_netns(netns, make)
+    return in_netns(netns, make)
 
 
 def send(sock: socket.socket, n: int, payload: int = 200) -> None:

@@ -549,7 +549,7 @@ def _root_counter_offsets(buf: bytes | bytearray, off: int, mlen: int) -> tuple[
 _T = TypeVar("_T")
 
 
-def _in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
+def in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
     """Call ``factory`` inside ``/run/netns/<netns>`` (a helper thread that enters it), or here."""
     if netns is None:
         return factory()
@@ -893,7 +893,7 @@ class TcGate:
             return nl, pk, index, mac, struct.unpack_from("16si", ifreq)[1]
 
         try:
-            self._nl, self._pk, self.ifindex, mac, self.mtu = _in_netns(netns, open_sockets)
+            self._nl, self._pk, self.ifindex, mac, self.mtu = in_netns(netns, open_sockets)
         except GateError:
             raise
         except OSError as e:
@@ -1604,7 +1604,7 @@ def cleanup(ifname: str, netns: str | None = None, gso_max_segs: int | None = No
             raise GateError(f"{where}: no such interface") from None
         return _Rtnl(), index
 
-    nl, ifindex = _in_netns(netns, open_nl)
+    nl, ifindex = in_netns(netns, open_nl)
     try:
         root = next((o for o in decode_class_dump(nl.dump(RTM_GETQDISC, ifindex))
                      if o.ifindex == ifindex and o.parent == TC_H_ROOT), None)
@@ -1659,5 +1659,5 @@ def link_gso_max_segs(ifname: str, netns: str | None = None, set_to: int | None 
                 raise GateError(f"{where}: {what}: {_errtext(e.code, kmsg)}") from None
             return int(gso), (int(tso) if tso is not None else None)
 
-    return _in_netns(netns, op)
+    return in_netns(netns, op)
 

@@ -289,10 +289,10 @@ def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float
 
 def _prime(ns: str) -> None:
     """One datagram on every flow, so that each is large."""
-    from xtc.host.tcgate import _in_netns
+    from xtc.host.tcgate import in_netns
 
     for k in range(N_LOCAL):
-        s = _in_netns(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        s = in_netns(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
         s.bind((f"{NET}.{1 + k}", 0))
         for i in range(1, N_REMOTE + 1):
             s.sendto(b"x" * 64, (f"{NET}.{100 + i}", 9))

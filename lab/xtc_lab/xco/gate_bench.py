@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from xtc.host.tcgate import TcGate, _in_netns
+from xtc.host.tcgate import TcGate, in_netns
 from xtc.host.gate import CLOSED, OPEN, Flow
 
 __all__ = ["bench", "main"]
@@ -186,7 +186,7 @@ def _directive_to_first_packet(gate: TcGate, flow: Flow, snd: str, rcv: str, sam
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         return s
 
-    tx, rx = _in_netns(snd, make_tx), _in_netns(rcv, make_rx)
+    tx, rx = in_netns(snd, make_tx), in_netns(rcv, make_rx)
     src_bytes = socket.inet_aton(SRC)
     payload = b"x" * 1400
     from_call, from_return, call = [], [], []
