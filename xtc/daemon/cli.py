@@ -78,6 +78,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     if cfg is None:
         return CHECK_INVALID
     if cfg.manager.curve_secret_key_file:
+        # pyzmq only when this runs: the parser (every --help) stays light
         from xtc.service.curve import CurveError, check_server_files
 
         try:
@@ -109,6 +110,7 @@ def _ctl_curve(config: str | None, curve_key: str | None, server_key: str | None
     """``xtc ctl``'s CURVE keys: (its .key_secret file, the daemon's Z85 public key), both None for
     a plain connection.  Every file is read and checked now (:class:`xtc.service.curve.CurveError`,
     a ValueError naming the file), so that a bad one stops the command before it connects."""
+    # pyzmq only when this runs: the parser (every --help) stays light
     from xtc.service.curve import CurveError, load_public, load_secret, server_public_key, z85_key
 
     if server_key is None and daemon_secret is not None:

@@ -42,7 +42,7 @@ from xtc.control import Controller, make_controller
 from . import api
 from .api import ApiError
 from xtc.host.actuators import refresh_of
-from xtc.host.base import Host
+from xtc.host.base import Host, HostPluginError, host_plugin
 from xtc.host.cgroup import CgroupBackend
 from xtc.host.counters import counters_from_config
 from xtc.host.errors import HostAdapterError
@@ -214,7 +214,6 @@ def make_host(cfg: DaemonConfig) -> Host:
         The backend is not installed.
     """
     if cfg.daemon.backend not in ("libvirt", "cgroup"):
-        from xtc.host.base import HostPluginError, host_plugin
 
         try:
             return host_plugin(cfg.daemon.backend).from_config(cfg)

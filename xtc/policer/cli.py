@@ -178,6 +178,8 @@ def _cmd_openapi(_args: argparse.Namespace) -> int:
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    # pyzmq only when this runs: the parser (every --help) stays light
+
     from xtc.service.curve import generate_keypair
 
     d = Path(args.directory)

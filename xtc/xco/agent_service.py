@@ -39,6 +39,7 @@ from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import StopOnSignal, _wall_us
 from xtc.host.gate import CLOSED, OPEN, Gate, GateError
+from xtc.host.tcgate import TcGate, cleanup  # the real gate (netlink, root); it loads pyroute2 only when used
 from xtc.service.notify import Notifier
 from xtc.service.logs import event, setup_logging
 
@@ -579,7 +580,6 @@ def run_agent(config_path: str | Path) -> int:
         _, link_bps = check_against_topology(cfg, load_topology(cfg.topology), str(config_path))
         if cfg.auth_key_file is not None:
             load_key(cfg.auth_key_file)  # before the gate takes the uplink
-        from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
         gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes,
                       rate_burst_us=cfg.rate_burst_us, gso_max_segs=cfg.gate_gso_max_segs, pass_tcp_control=cfg.pass_tcp_control)
@@ -616,7 +616,6 @@ def run_cleanup(config_path: str | Path) -> int:
     cfg, rc = _load(config_path, prog)
     if cfg is None:
         return rc
-    from xtc.host.tcgate import cleanup
 
     try:
         removed = cleanup(cfg.uplink, cfg.netns, gso_max_segs=cfg.gate_gso_max_segs)
