@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from xtc.service import commands
 from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, CHECK_VALID, load_or_report, parse_setpoint, readable_or_report
 
 __all__ = ["register"]
@@ -112,13 +113,11 @@ ENTRY_POINT_GROUP = "xtc.policer_commands"
 def _register_entry_points(sub: argparse._SubParsersAction) -> None:
     """Actions that other distributions add under ``xtc policer`` (group ``xtc.policer_commands``: the
     testbed's ``bench``), loaded as :mod:`xtc.cli` loads ``xtc.commands``, only when one may run."""
-    from xtc import cli
-
-    argv = cli.ARGV or []
+    argv = commands.ARGV or []
     if argv[:1] == ["policer"] and len(argv) > 1 and not argv[1].startswith("-") \
-            and argv[1] not in cli.LAB_COMMANDS[ENTRY_POINT_GROUP]:
+            and argv[1] not in commands.LAB_COMMANDS[ENTRY_POINT_GROUP]:
         return  # a built-in action runs: the testbed's are not loaded
-    cli.register_entry_points(sub, ENTRY_POINT_GROUP, ("policer",))
+    commands.register_entry_points(sub, ENTRY_POINT_GROUP, ("policer",))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from xtc.service import commands
 from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, load_or_report, readable_or_report
 
 if TYPE_CHECKING:
@@ -62,12 +63,10 @@ ENTRY_POINT_GROUP = "xtc.xco_commands"
 def _register_entry_points(sub: Any) -> None:
     """Subcommands that other distributions add under ``xtc xco`` (group ``xtc.xco_commands``; the
     testbed's ``lab``), loaded as :mod:`xtc.cli` loads ``xtc.commands``."""
-    from xtc import cli
-
-    argv = cli.ARGV or []
+    argv = commands.ARGV or []
     if argv[:1] == ["xco"] and len(argv) > 1 and argv[1] in sub.choices:
         return  # a built-in action runs: the testbed's commands are not loaded
-    cli.register_entry_points(sub, ENTRY_POINT_GROUP, ("xco",))
+    commands.register_entry_points(sub, ENTRY_POINT_GROUP, ("xco",))
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
