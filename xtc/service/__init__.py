@@ -6,7 +6,7 @@ service; the contracts in .importlinter say so).
 - :mod:`xtc.service.logs`: structured logs, with journald-aware levels;
 - :mod:`xtc.service.state`: state files (atomic writes, the state directory's lock);
 - :mod:`xtc.service.metrics`: the metrics every service exports (process, build info);
-- :mod:`xtc.service.curve`: CURVE key files (ZeroMQ);
+- :mod:`xtc.service.curve`: CURVE key files (ZeroMQ); :mod:`xtc.service.keys`: shared (HMAC) key files;
 - :mod:`xtc.service.cli`: the command-line conventions (docs/reference/cli-conventions.md);
 - :mod:`xtc.service.commands`: the registry of the `xtc` command's parts (extras, the testbed's commands);
 - :mod:`xtc.service.asgi`: the ASGI server's glue.

@@ -1,6 +1,6 @@
 """Benchmark of the XCo gate on a real uplink (:class:`xtc.host.tcgate.TcGate`); needs root.
 
-``python -m xtc_lab.xco.gate_bench [--flows 64] [--rounds 5] [--samples 300] [--json OUT]``
+``python -m xtc_lab.xco.gate_bench [--flows 64] [--rounds 5] [--samples 300] [--out FILE]``
 
 Two network namespaces ``xtcgb-<random>-s`` / ``-r`` joined by a veth pair (198.18.22.0/24), the
 gate on the sender's side; both removed at the end, also on failure.  Prints JSON:
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flows", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--samples", type=int, default=300)
-    p.add_argument("--json", help="also write the JSON here")
+    p.add_argument("--out", metavar="FILE", help="also write the JSON (always printed) to FILE")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("gate_bench: needs root (creates network namespaces)", file=sys.stderr)
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     res = bench(args.flows, args.rounds, args.samples)
     text = json.dumps(res, indent=2)
     print(text)
-    if args.json:
-        with open(args.json, "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             f.write(text + "\n")
     return 0
 
