@@ -22,12 +22,12 @@ import numpy as np
 from xtc.host.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 
-def _wall_us() -> int:
+def wall_us() -> int:
     return time.time_ns() // 1000
 
 
 class MemoryGate:
-    def __init__(self, link_bps: int = 1_000_000_000, clock_us: Callable[[], int] = _wall_us,
+    def __init__(self, link_bps: int = 1_000_000_000, clock_us: Callable[[], int] = wall_us,
                  record: str | Path | None = None):
         self.link_bps = link_bps
         self.clock_us = clock_us

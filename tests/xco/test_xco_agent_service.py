@@ -614,7 +614,7 @@ def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(
 
 STUCK = r"""
 import signal, sys, time
-from xtc.xco.controller import StopOnSignal
+from xtc.service.signals import StopOnSignal
 
 class Stuck(StopOnSignal):
     stop_stacks_after_s = 0.3

@@ -5,6 +5,7 @@ service; the contracts in .importlinter say so).
 - :mod:`xtc.service.notify`: systemd's readiness and watchdog protocol;
 - :mod:`xtc.service.logs`: structured logs, with journald-aware levels;
 - :mod:`xtc.service.state`: state files (atomic writes, the state directory's lock);
+- :mod:`xtc.service.signals`: signal flags with faulthandler's stacks for a service that does not stop;
 - :mod:`xtc.service.metrics`: the metrics every service exports (process, build info);
 - :mod:`xtc.service.curve`: CURVE key files (ZeroMQ); :mod:`xtc.service.keys`: shared (HMAC) key files;
 - :mod:`xtc.service.cli`: the command-line conventions (docs/reference/cli-conventions.md);

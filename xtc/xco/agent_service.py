@@ -37,11 +37,12 @@ from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
 from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
-from .controller import StopOnSignal, _wall_us
+from .controller import wall_us
 from xtc.host.gate import CLOSED, OPEN, Gate, GateError
 from xtc.host.tcgate import TcGate, cleanup  # the real gate (netlink, root); it loads pyroute2 only when used
 from xtc.service.notify import Notifier
 from xtc.service.logs import event, setup_logging
+from xtc.service.signals import StopOnSignal
 
 __all__ = ["AgentService", "run_agent", "run_cleanup", "POLL_DEFER_MARGIN_US", "WAKE_ADVANCE_MAX_US"]
 
@@ -120,7 +121,7 @@ class AgentService(StopOnSignal):
         If ``host`` is not in the topology.
     """
 
-    def __init__(self, cfg: AgentConfig, gate: Gate, clock_us: Callable[[], int] = _wall_us):
+    def __init__(self, cfg: AgentConfig, gate: Gate, clock_us: Callable[[], int] = wall_us):
         from .topology import load_topology
 
         self.cfg = cfg
