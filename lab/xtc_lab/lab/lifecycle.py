@@ -643,12 +643,12 @@ def _links_with_prefix(prefix: str, sys_class_net: Path = Path("/sys/class/net")
 
 def leftovers(name: str) -> list[str]:
     """What exists on the host with the lab's prefix (namespaces, links, cgroups, domains)."""
-    from xtc_lab.lab.netlab import _lab_cgroups
+    from xtc_lab.lab.netlab import lab_cgroups
 
     stem = name + "-"
     out = [f"netns {n}" for n in _list_netns() if n.startswith(stem)]
     out += [f"link {n}" for n in _links_with_prefix(name)]
-    out += [f"cgroup {d}" for d in _lab_cgroups(name)]
+    out += [f"cgroup {d}" for d in lab_cgroups(name)]
     doms, _err = _running_domains(DEFAULT_URI)
     out += [f"domain {d}" for d in sorted(doms or {}) if d.startswith(stem)]
     return out
