@@ -37,7 +37,7 @@ def _daemon() -> CollectorRegistry:
 
 
 def _policer(tmp: Path) -> CollectorRegistry:
-    from xtc.service_metrics import add_standard_metrics
+    from xtc.service.metrics import add_standard_metrics
     from xtc.policer.app import PolicerCollector
     from xtc.policer.store import Store
 

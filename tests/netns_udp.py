@@ -7,7 +7,7 @@ import struct
 import threading
 import time
 
-from xtc.host.tcgate import _in_netns
+from xtc.host.tcgate import in_netns
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # asm-generic/socket.h (x86_64, arm64)
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
@@ -40,7 +40,7 @@ class TimestampReceiver:
             s.bind((addr, port))
             return s
 
-        self.sock = _in_netns(netns, make)
+        self.sock = in_netns(netns, make)
         self.sock.settimeout(0.2)
         self.dropped = 0
         self._stop = threading.Event()

@@ -12,12 +12,19 @@ import argparse
 import importlib
 import importlib.metadata
 import sys
-from collections.abc import Callable
-from typing import TypeVar
 
 from xtc import __version__
+from xtc.service import commands as registry
+from xtc.service.commands import (
+    ENTRY_POINT_GROUP,
+    UNAVAILABLE,
+    load_part,
+    mark_unavailable,
+    needs_extra,
+    register_entry_points,
+    say,
+)
 
-T = TypeVar("T")
 
 # The product's parts, each a module with ``register(subparsers)``, and the commands it adds.
 _COMMAND_MODULES = {
@@ -26,29 +33,10 @@ _COMMAND_MODULES = {
     "xtc.policer.cli": ("policer",),  # (+ xtc.policer_commands)
     "xtc.xco.cli": ("xco",),  # replay | check-config | controller | agent (+ xtc.xco_commands)
 }
-ENTRY_POINT_GROUP = "xtc.commands"
-#: The extra of the product that installs each third-party module an extra brings (pyproject.toml).
-EXTRA_OF_MODULE = {
-    "libvirt": "libvirt",
-    "fastapi": "policer", "uvicorn": "policer", "httptools": "policer", "httpx": "policer",
-    "psycopg": "policer", "psycopg_pool": "policer", "fastapi_offline": "policer", "starlette": "policer",
-    "scipy": "training", "control": "training", "matplotlib": "training",
-    "pyroute2": "net",
-    "numba": "xco",
-}
-# Third-party packages that only an extra installs: a part that needs a missing one says which.
-_OPTIONAL_DEPENDENCIES = frozenset(EXTRA_OF_MODULE) | {"sqlalchemy"}
-#: The commands the testbed (the ``xtc-lab`` distribution, lab/) adds, per entry point group:
-#: without it each of them says so in one line.
-LAB_COMMANDS = {
-    ENTRY_POINT_GROUP: ("bench", "demo", "lab", "simulate"),
-    "xtc.xco_commands": ("lab",),
-    "xtc.policer_commands": ("bench",),
-}
 #: One example per command and action, shown by its ``--help`` (the testbed's commands carry their own).
 EXAMPLES = {
     ("daemon",): "xtc daemon -c /etc/xtc/daemon.toml",
-    ("check-config",): "xtc check-config --show /etc/xtc/daemon.toml",
+    ("check-config",): "xtc check-config --json /etc/xtc/daemon.toml",
     ("ctl",): "xtc ctl -c /etc/xtc/daemon.toml status",
     ("ctl", "status"): "xtc ctl status vr1",
     ("ctl", "ping"): "xtc ctl ping",
@@ -66,7 +54,7 @@ EXAMPLES = {
     ("train", "all"): "xtc train all --backend sim --out-dir out/model",
     ("policer",): "xtc policer serve -c /etc/xtc/policer.toml",
     ("policer", "serve"): "xtc policer serve -c /etc/xtc/policer.toml",
-    ("policer", "check-config"): "xtc policer check-config /etc/xtc/policer.toml",
+    ("policer", "check-config"): "xtc policer check-config --json /etc/xtc/policer.toml",
     ("policer", "openapi"): "xtc policer openapi > policer-openapi.json",
     ("policer", "keygen"): "xtc policer keygen /etc/xtc/curve policer",
     ("policer", "routers"): "xtc policer routers --token-file /etc/xtc/policer.token",
@@ -91,94 +79,6 @@ EXAMPLES = {
     ("xco", "agent"): "xtc xco agent -c /etc/xtc/xco-agent.toml",
     ("completion",): "xtc completion bash > /usr/share/bash-completion/completions/xtc",
 }
-#: The one-line message of each command that cannot run here (an extra or the testbed missing), by its
-#: words (``("xco", "lab")``); filled while the parser is built, read by :func:`main` before parsing.
-UNAVAILABLE: dict[tuple[str, ...], str] = {}
-
-
-def needs_extra(command: str, e: ModuleNotFoundError) -> str | None:
-    """The one line saying which extra ``command`` (``"xtc policer serve"``) needs, if ``e`` is the
-    import of a module that an extra of the product installs; else None."""
-    top = (e.name or "").split(".")[0]
-    extra = EXTRA_OF_MODULE.get(top)
-    if extra is None:
-        return None
-    if extra == "net" and command.startswith("xtc xco"):
-        extra = "xco-agent"
-    return f"{command}: needs the {extra} extra (no module named {top!r}): pip install 'xtc[{extra}]'"
-
-
-def load_or_report(load: Callable[[], T], errors: type[Exception] | tuple[type[Exception], ...],
-                   prog: str) -> T | None:
-    """``load()``, or None after printing ``prog: error`` to stderr if it raises one of ``errors``.
-
-    For the ``check-config`` commands: the caller returns its own exit status on None.
-    """
-    try:
-        return load()
-    except errors as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return None
-
-
-#: The command line being parsed (set by :func:`main`): a part may skip loading what that command
-#: does not need (``xtc.xco.cli`` loads the testbed's ``xtc xco lab`` only for it).
-ARGV: list[str] | None = None
-
-
-def _load(load: Callable[[], T]) -> T | ModuleNotFoundError:
-    """``load()``, or the error when a part's optional dependency (an extra) is missing."""
-    try:
-        return load()
-    except ModuleNotFoundError as e:
-        if e.name and e.name.split(".")[0] in _OPTIONAL_DEPENDENCIES:
-            return e
-        raise
-
-
-def _unavailable(sub: argparse._SubParsersAction, words: tuple[str, ...], message: str, help_: str) -> None:
-    """A command that cannot run here: listed with ``help_``; running it (``--help`` included) prints
-    ``message``, one line, and exits 1 (:func:`main`)."""
-    UNAVAILABLE[words] = message
-    if words[-1] not in sub.choices:
-        p = sub.add_parser(words[-1], help=help_, add_help=False)
-        p.set_defaults(func=lambda _args: _say(message))
-
-
-def _say(message: str) -> int:
-    print(message, file=sys.stderr)
-    return 1
-
-
-def register_entry_points(sub: argparse._SubParsersAction, group: str, parent: tuple[str, ...] = (),
-                          only: str | None = None) -> None:
-    """Add the commands that other distributions register under ``group`` (the testbed's) to ``sub``,
-    the actions of the command ``parent`` (``()``: ``xtc`` itself); ``only``: that one alone.
-
-    A testbed command whose distribution is not installed (or whose modules need a missing extra)
-    is still listed, and says so in one line when it is run.
-    """
-    prefix = " ".join(("xtc", *parent))
-    found = set()
-    for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
-        if (only is not None and ep.name != only) or ep.name in sub.choices:
-            continue
-        try:
-            register = ep.load()
-        except ModuleNotFoundError as e:  # registered, but its modules (or what they need) are not here
-            message = (needs_extra(f"{prefix} {ep.name}", e)
-                       or f"{prefix} {ep.name}: part of the testbed, not installed here (no module named "
-                          f"{e.name!r}): pip install xtc-lab")
-            _unavailable(sub, (*parent, ep.name), message, "(not installed: " + message.rsplit(": ", 1)[1] + ")")
-        else:
-            register(sub)
-        found.add(ep.name)
-    for name in LAB_COMMANDS.get(group, ()):
-        if name not in found and (only is None or name == only) and name not in sub.choices:
-            _unavailable(sub, (*parent, name), f"{prefix} {name}: part of the testbed: pip install xtc-lab",
-                         "(not installed: pip install xtc-lab)")
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``xtc`` parser: every part's commands, or (``command``) only the part that has it.
 
@@ -198,11 +98,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, commands in _COMMAND_MODULES.items():
         if command is not None and command not in commands:
             continue
-        mod = _load(lambda name=name: importlib.import_module(name))
+        mod = load_part(lambda name=name: importlib.import_module(name))
         if isinstance(mod, ModuleNotFoundError):
             for c in commands:
                 message = needs_extra(f"xtc {c}", mod) or f"xtc {c}: no module named {mod.name!r}"
-                _unavailable(sub, (c,), message, "(not installed: " + message.rsplit(": ", 1)[1] + ")")
+                mark_unavailable(sub, (c,), message, "(not installed: " + message.rsplit(": ", 1)[1] + ")")
         else:
             mod.register(sub)
     if command is None or command == "completion":
@@ -251,7 +151,7 @@ def _commands(parser: argparse.ArgumentParser) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    globals()["ARGV"] = argv
+    registry.ARGV = argv
     if argv == ["--version"]:  # no part's modules needed (building every part imports SciPy: seconds)
         print(f"xtc {__version__}")
         return 0
@@ -261,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()  # help, an unknown command (argparse names the choices), or a part left out
     for words, message in UNAVAILABLE.items():
         if argv[:len(words)] == list(words):
-            return _say(message)  # its --help too: one line, which extra or distribution it needs
+            return say(message)  # its --help too: one line, which extra or distribution it needs
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -274,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         message = needs_extra(" ".join(["xtc", *_words(argv)]), e)
         if message is None:
             raise
-        return _say(message)
+        return say(message)
     return int(rc or 0)
 
 

@@ -9,7 +9,7 @@ import zmq
 
 from .conftest import write_config
 from xtc.daemon.ctl import ManagerClient, ManagerError
-from xtc.daemon.curve import generate_keypair, load_public, load_secret
+from xtc.service.curve import generate_keypair, load_public, load_secret
 
 
 def _curve_call(endpoint: str, client_secret, server_public: bytes, timeout_ms: int = 1500):

@@ -20,7 +20,7 @@ import pytest
 from .conftest import write_config
 from procs import DaemonProc
 from xtc.daemon.ctl import ManagerClient
-from xtc.daemon.curve import generate_keypair
+from xtc.service.curve import generate_keypair
 
 VRS = '[sim]\nseed = 1\n[[sim.vr]]\nname = "vr1"\noffered_pps = 30000\n'
 

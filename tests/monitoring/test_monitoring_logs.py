@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from procs import stop_process
-from xtc.daemon.logs import StructuredFormatter, journal_priority, on_journal_stream, setup_logging
+from xtc.service.logs import StructuredFormatter, journal_priority, on_journal_stream, setup_logging
 from xtc.policer.config import ConfigError, loads_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -46,7 +46,8 @@ class Daemon:
     """An ``xtc daemon`` process on the sim backend with its own state directory and ports."""
 
     def __init__(self, tmp: Path, name: str, vrs: list[dict[str, Any]], period_s: float = 0.5,
-                 argv_prefix: list[str] | None = None, curve: tuple[Path, str] | None = None):
+                 argv_prefix: list[str] | None = None, curve: tuple[Path, str] | None = None,
+                 server_keys: tuple[Path, Path] | None = None):
         self.dir = tmp / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -55,14 +56,17 @@ class Daemon:
         self.period_s = period_s
         self.argv_prefix = argv_prefix
         self.curve = curve  # (client .key_secret file, server public key) for the test's own requests
+        self.server_keys = server_keys  # (the daemon's .key_secret file, its clients' directory): CURVE on
         self.proc: subprocess.Popen | None = None
         self.write_config(vrs)
 
     def write_config(self, vrs: list[dict[str, Any]]) -> None:
         lines = ['schema = "xtc-daemon/1"', "[daemon]", 'backend = "sim"', f"control_period_s = {self.period_s}",
                  f'state_dir = "{self.dir}"', "[manager]",
-                 f'endpoint = "{self.endpoint}"', f'pub_endpoint = "tcp://127.0.0.1:{self.pub_port}"',
-                 "[metrics]", "enabled = false", "[log]", 'level = "warning"']
+                 f'endpoint = "{self.endpoint}"', f'pub_endpoint = "tcp://127.0.0.1:{self.pub_port}"']
+        if self.server_keys is not None:
+            lines += [f'curve_secret_key_file = "{self.server_keys[0]}"', f'curve_clients_dir = "{self.server_keys[1]}"']
+        lines += ["[metrics]", "enabled = false", "[log]", 'level = "warning"']
         for v in vrs:
             lines += ["[[sim.vr]]"] + [f"{k} = {v[k]!r}".replace("'", '"') for k in v]
         self.config = self.dir / "daemon.toml"

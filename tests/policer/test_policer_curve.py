@@ -11,7 +11,7 @@ import zmq
 from conftest import wait_for
 from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
-from xtc.daemon.curve import CurveError, generate_keypair, load_public, secure_context
+from xtc.service.curve import CurveError, generate_keypair, load_public, secure_context
 
 
 def test_curve_both_sides(tmp_path: Path, make_daemon: Any, make_policer: Any) -> None:
@@ -25,9 +25,7 @@ def test_curve_both_sides(tmp_path: Path, make_daemon: Any, make_policer: Any) -
     assert oct(server_sec.stat().st_mode & 0o777) == "0o600"
     server_key = load_public(server_pub).decode()
 
-    import sys
-    argv = [sys.executable, "-m", "xtc.daemon.curve", "--server-key", str(server_sec), "--clients", str(clients)]
-    d = make_daemon("rc", [{"name": "c1", "traffic": "udp", "offered_pps": 30000.0}], argv_prefix=argv,
+    d = make_daemon("rc", [{"name": "c1", "traffic": "udp", "offered_pps": 30000.0}], server_keys=(server_sec, clients),
                     curve=(policer_sec, server_key))
     assert d.vrs()["c1"]["present"]
     # Without CURVE, or with a key the daemon does not know, there is no answer at all.

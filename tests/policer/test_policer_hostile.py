@@ -363,7 +363,7 @@ def test_loose_request_semantics_are_refused(tmp_path: Path) -> None:
 def test_files_are_private(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import xtc.daemon.curve
+    import xtc.service.curve
     from xtc.cli import main
     from xtc.policer.config import ConfigError, loads_config
 
@@ -381,7 +381,7 @@ def test_files_are_private(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
         def __getattr__(self, name: str) -> Any:
             return getattr(os, name)
 
-    monkeypatch.setattr(xtc.daemon.curve, "os", _NoChmod())
+    monkeypatch.setattr(xtc.service.curve, "os", _NoChmod())
     assert main(["policer", "keygen", str(tmp_path / "k"), "p"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert Path(first["secret"]).stat().st_mode & 0o777 == 0o600

@@ -19,7 +19,7 @@ import zmq.auth.thread
 
 from conftest import wait_for
 from procs import stop_process
-from xtc.daemon.curve import generate_keypair, load_public
+from xtc.service.curve import generate_keypair, load_public
 from xtc.policer.engine import Engine
 from xtc.policer.link import BadReply, LinkDown, LinkPool, tcp_states
 from xtc.policer.store import Store

@@ -85,8 +85,8 @@ def _ready(url: str, verify: Any = True) -> None:
 
 
 def _check_config(capsys: pytest.CaptureFixture[str], cfg: Path) -> tuple[int, str, str]:
-    """``xtc policer check-config``: (status, stdout, stderr)."""
-    rc = main(["policer", "check-config", str(cfg)])
+    """``xtc policer check-config --json``: (status, stdout, stderr)."""
+    rc = main(["policer", "check-config", "--json", str(cfg)])
     out = capsys.readouterr()
     return rc, out.out, out.err
 

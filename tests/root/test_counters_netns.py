@@ -24,7 +24,7 @@ from xtc.host.counters import (
     IfCounters,
     NetlinkCounters,
     ProcNetDevCounters,
-    _Netns,
+    Netns,
     open_counters,
 )
 
@@ -84,7 +84,7 @@ def lab() -> Iterator[Lab]:
 
 def send_udp(netns: str, dst: str, count: int, size: int = 64) -> None:
     """Send ``count`` UDP datagrams from inside ``netns`` (socket opened there)."""
-    sock = _Netns(netns, "test sender").run(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    sock = Netns(netns, "test sender").run(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
     with sock:
         for _ in range(count):
             sock.sendto(b"x" * size, (dst, 9))

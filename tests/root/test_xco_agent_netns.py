@@ -51,7 +51,7 @@ import pytest
 from netns_udp import TimestampReceiver
 from procs import free_port
 
-from xtc.host.tcgate import _in_netns
+from xtc.host.tcgate import in_netns
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.root]
 
@@ -348,7 +348,7 @@ def test_agents_gate_real_links(net, tmp_path):
         time.sleep(1.5)
         ping = subprocess.run(["ip", "netns", "exec", net.ns["s2"], "ping", "-c", "20", "-i", "0.05", "-W", "1", RCV],
                               capture_output=True, text=True, check=False)
-        small = _in_netns(net.ns["s2"], lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        small = in_netns(net.ns["s2"], lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
         small_sent = []
         for _ in range(20):
             small_sent.append(time.time_ns())

@@ -32,12 +32,12 @@ from xtc.host import tcgate
 from xtc.host.tcgate import (
     ROOT_HANDLE,
     TcGate,
-    _in_netns,
+    in_netns,
     cleanup,
     decode_class_counters,
     encode_tc,
 )
-from xtc.xco.gate import CLOSED, OPEN, Flow, GateError
+from xtc.host.gate import CLOSED, OPEN, Flow, GateError
 
 pytestmark = [pytest.mark.timeout(120)]
 root = pytest.mark.root  # every test that builds the namespaces; the codec tests at the end need nothing
@@ -142,7 +142,7 @@ def udp_sender(netns: str, src: str = SRC) -> socket.socket:
         s.bind((src, 0))
         return s
 
-    return _in_netns(netns, make)
+    return in_netns(netns, make)
 
 
 def tcp_listener(netns: str) -> socket.socket:
@@ -153,7 +153,7 @@ def tcp_listener(netns: str) -> socket.socket:
         s.listen(1)
         return s
 
-    return _in_netns(netns, make)
+    return in_netns(netns, make)
 
 
 def tcp_client(netns: str) -> socket.socket:
@@ -163,7 +163,7 @@ def tcp_client(netns: str) -> socket.socket:
         s.bind((SRC, 0))
         return s
 
-    return _in_netns(netns, make)
+    return in_netns(netns, make)
 
 
 def send(sock: socket.socket, n: int, payload: int = 200) -> None:
@@ -514,7 +514,7 @@ def test_cleanup_after_sigkill(lab: Lab) -> None:
     code = (
         "import ipaddress, sys, time\n"
         "from xtc.host.tcgate import TcGate\n"
-        "from xtc.xco.gate import CLOSED, Flow\n"
+        "from xtc.host.gate import CLOSED, Flow\n"
         f"g = TcGate('gs0', link_bps={LINK_BPS}, netns={lab.snd!r})\n"
         "g.install()\n"
         "g.add_dest(1, CLOSED)\n"

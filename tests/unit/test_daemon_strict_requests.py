@@ -60,7 +60,7 @@ def test_reload_refusal_names_the_vr(lowered, caplog):
 def test_a_change_that_cannot_be_saved_is_refused_and_undone(tmp_path, monkeypatch):
     """In-process twin of the full-disk process test: the save fails, the core is as before."""
     import xtc.daemon.service as service
-    from xtc.daemon.state import StateFileError
+    from xtc.service.state import StateFileError
 
     svc, clock = make(tmp_path, vrs='[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0\n'
                                    '[[sim.vr]]\nname = "vr2"\ninitial_cap_percent = 60.0\n')

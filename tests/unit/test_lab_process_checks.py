@@ -43,5 +43,5 @@ def test_a_zombie_and_a_reaped_process_are_gone_a_live_one_is_not() -> None:
 def test_kill_pids_stops_a_process_that_ignores_nothing() -> None:
     p = subprocess.Popen(["sleep", "30"])
     t0 = time.monotonic()
-    netlab._kill_pids([p.pid])
+    netlab.kill_pids([p.pid])
     assert p.wait(timeout=5) == -15 and time.monotonic() - t0 < 3

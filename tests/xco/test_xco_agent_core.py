@@ -11,7 +11,7 @@ import pytest
 from xtc.xco import protocol as P
 from xtc.xco.agent import AgentCore, flows_of
 from xtc.xco.agent_config import AgentConfigError, check_against_topology, loads_agent_config
-from xtc.xco.gate import CLOSED, OPEN, DestStats
+from xtc.host.gate import CLOSED, OPEN, DestStats
 from xtc.xco.topology import load_topology, parse_topology
 
 DATA = Path(__file__).parent / "data"
@@ -452,10 +452,10 @@ def test_check_config_tells_an_agent_file_apart_and_names_a_bad_key(tmp_path):
     assert "host s2 (id 1) on eth0, 1000000000 b/s, 5 flows" in r.stdout
     p.write_text(p.read_text().replace('"s2"', '"q9"'))
     r = check()
-    assert r.returncode == 2 and "'host': no host 'q9'" in r.stderr
+    assert r.returncode == 1 and "'host': no host 'q9'" in r.stderr
     p.write_text(p.read_text().replace("uplink", "uplinks"))
     r = check()
-    assert r.returncode == 2 and "'uplinks': unknown key" in r.stderr
+    assert r.returncode == 1 and "'uplinks': unknown key" in r.stderr
 
 
 def test_open_burst_bytes_is_a_key_defaulting_to_one_ms_of_the_link_and_two_frames():

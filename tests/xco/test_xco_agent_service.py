@@ -18,7 +18,7 @@ from procs import free_port
 from xtc.xco.memory_gate import MemoryGate
 from xtc.xco.agent_config import loads_agent_config
 from xtc.xco.agent_service import AgentService
-from xtc.xco.gate import CLOSED, OPEN
+from xtc.host.gate import CLOSED, OPEN
 
 pytestmark = pytest.mark.exclusive  # times and rates: run alone
 
@@ -268,7 +268,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from xtc.xco.memory_gate import MemoryGate
-from xtc.daemon.logs import setup_logging
+from xtc.service.logs import setup_logging
 from xtc.xco.agent_config import load_agent_config
 from xtc.xco.agent_service import AgentService
 setup_logging("json", "info")
@@ -423,7 +423,7 @@ def test_with_a_shared_key_only_agents_holding_it_are_welcomed_and_scheduled(tmp
 def test_a_failing_quiet_probe_falls_back_to_dumps(tmp_path):
     """The gate's quiet probe is an optimisation: when it fails, the error is counted and every
     read is a dump from then on (backlogs still seen)."""
-    from xtc.xco.gate import GateError
+    from xtc.host.gate import GateError
 
     class BadProbe(MemoryGate):
         def quiet(self, headroom_bytes=None):
@@ -580,7 +580,7 @@ def test_a_close_guard_closes_before_the_start_and_opens_at_it(tmp_path) -> None
 
 def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(tmp_path) -> None:
     from xtc.xco.agent import AgentOutput
-    from xtc.xco.gate import GateError
+    from xtc.host.gate import GateError
 
     order: list[str] = []
 
@@ -614,7 +614,7 @@ def test_the_gate_changes_before_the_datagrams_leave_and_they_leave_if_it_fails(
 
 STUCK = r"""
 import signal, sys, time
-from xtc.xco.controller import StopOnSignal
+from xtc.service.signals import StopOnSignal
 
 class Stuck(StopOnSignal):
     stop_stacks_after_s = 0.3

@@ -79,6 +79,6 @@ def test_cli_reports_bad_line_and_bad_topology(tmp_path, capsys):
     bad = tmp_path / "t.toml"
     bad.write_text('schema = "xco-topology/1"\nswitchs = []\n')
     rc, out, err = run(["xco", "check-config", str(bad)], capsys)
-    assert rc == 2 and "switchs: unknown key" in err
+    assert rc == 1 and "switchs: unknown key" in err
     rc, out, err = run(["xco", "check-config", str(DATA / "fig1b.toml")], capsys)
     assert rc == 0 and "26 hosts, 2 switches" in out

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, CHECK_VALID, load_or_report, parse_setpoint, readable_or_report
+
 __all__ = ["register"]
 
 DEFAULT_ENDPOINT = "ipc:///run/xtc/manager.sock"  # config.DEFAULT_ENDPOINT (not imported: --help stays light)
@@ -19,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("check-config", help="validate a daemon configuration file without starting")
     p.add_argument("file", help="TOML configuration file")
-    p.add_argument("--show", action="store_true", help="print the effective configuration as JSON")
+    p.add_argument("--json", "--show", dest="json", action="store_true",
+                   help="print the validated (effective) configuration as JSON (--show: the old name)")
     p.set_defaults(func=_cmd_check_config)
 
     p = subparsers.add_parser("ctl", help="talk to a running XTC daemon")
@@ -66,56 +69,49 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from xtc.cli import load_or_report
 
     from .config import ConfigError, load_config
 
+    if not readable_or_report(args.file, "xtc check-config"):
+        return CHECK_USAGE
     cfg = load_or_report(lambda: load_config(args.file), ConfigError, "xtc check-config")
     if cfg is None:
-        return 1
+        return CHECK_INVALID
     if cfg.manager.curve_secret_key_file:
-        from .curve import CurveError, check_server_files
+        # pyzmq only when this runs: the parser (every --help) stays light
+        from xtc.service.curve import CurveError, check_server_files
 
         try:
             check_server_files(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")
         except CurveError as e:
             print(f"xtc check-config: {args.file}: manager.curve_secret_key_file/curve_clients_dir: {e}",
                   file=sys.stderr)
-            return 1
-    if args.show:
-        print(json.dumps(cfg.flat(), indent=1, default=list))
+            return CHECK_INVALID
+    if args.json:
+        print(json.dumps(cfg.flat(), indent=1, default=_jsonable))
     else:
         print(f"{args.file}: OK (backend {cfg.daemon.backend}, period {cfg.daemon.control_period_s:g} s, "
               f"controller {cfg.controller.kind}, model {cfg.controller.model})")
-    return 0
+    return CHECK_VALID
 
 
-def parse_setpoint(text: str) -> float:
-    """``"20000"`` or ``"20k"`` -> packets/s (validation of the value is the daemon's job).
+def _jsonable(value: object) -> object:
+    """A configuration value json cannot write itself: a table of a list (``[[cgroup.vr]]``) as an
+    object, a tuple or set as a list."""
+    import dataclasses
 
-    The suffix scales the decimal number as written (``"32.3k"`` is 32300.0, not the binary float
-    32.3 times 1000, 32299.999999999996).
-    """
-    from decimal import Decimal, InvalidOperation
-
-    t = text.strip().lower()
-    scale = 1
-    if t.endswith("k"):
-        t, scale = t[:-1], 1000
-    elif t.endswith("m"):
-        t, scale = t[:-1], 1_000_000
-    try:
-        return float(Decimal(t) * scale)
-    except (InvalidOperation, ValueError):
-        raise SystemExit(f"xtc ctl: setpoint {text!r} is not a number of packets/s (e.g. 20000 or 20k)") from None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return list(value)  # type: ignore[call-overload]
 
 
 def _ctl_curve(config: str | None, curve_key: str | None, server_key: str | None,
                daemon_secret: str | None) -> tuple[str | None, str | None]:
     """``xtc ctl``'s CURVE keys: (its .key_secret file, the daemon's Z85 public key), both None for
-    a plain connection.  Every file is read and checked now (:class:`xtc.daemon.curve.CurveError`,
+    a plain connection.  Every file is read and checked now (:class:`xtc.service.curve.CurveError`,
     a ValueError naming the file), so that a bad one stops the command before it connects."""
-    from .curve import CurveError, load_public, load_secret, server_public_key, z85_key
+    # pyzmq only when this runs: the parser (every --help) stays light
+    from xtc.service.curve import CurveError, load_public, load_secret, server_public_key, z85_key
 
     if server_key is None and daemon_secret is not None:
         server_key = server_public_key(daemon_secret).decode()

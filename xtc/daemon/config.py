@@ -104,6 +104,9 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
+from xtc.host.base import HostPluginError, host_plugin
+from xtc.models import PAPER_MODEL, ModelError, load_model
+
 from xtc.validation import (
     DocumentError,
     FieldProblem,
@@ -504,7 +507,6 @@ _DOCUMENT = TypeAdapter(_Document)
 
 def _check_model(c: ControllerSection) -> None:
     """The model file must load and the cap overrides must fit it."""
-    from xtc.models import ModelError, PAPER_MODEL, load_model
 
     try:
         mf = PAPER_MODEL if c.model == "paper" else load_model(c.model)
@@ -534,7 +536,6 @@ def _backend_table(doc: dict[str, Any], fail: Any) -> tuple[str | None, Any]:
 
 def _refuse_other_backend_tables(doc: dict[str, Any], fail: Any) -> None:
     """A table named after an installed backend other than the configured one: say so."""
-    from xtc.host.base import HostPluginError, host_plugin
 
     sections = {f.name for f in fields(_Document)}
     daemon = doc.get("daemon", {})
@@ -556,7 +557,6 @@ def _refuse_other_backend_tables(doc: dict[str, Any], fail: Any) -> None:
 
 def _plugin(name: str, fail: Any) -> Any:
     """The installed backend ``name`` (:func:`xtc.host.base.host_plugin`), or ``daemon.backend``'s error."""
-    from xtc.host.base import HostPluginError, host_plugin
 
     try:
         return host_plugin(name)

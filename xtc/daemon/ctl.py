@@ -14,6 +14,8 @@ from typing import Any, Iterator
 
 import zmq
 
+from xtc.service.curve import client_options
+
 from .api import API_VERSION, SAMPLES_TOPIC, decode_samples
 
 __all__ = ["ManagerClient", "ManagerError", "open_client", "format_table"]
@@ -52,7 +54,7 @@ def open_client(ctx: zmq.Context, endpoint: str, timeout_ms: int | None, curve_s
     Raises
     ------
     zmq.ZMQError, ValueError
-        The socket could not be made, set up or connected (:class:`xtc.daemon.curve.CurveError` is a
+        The socket could not be made, set up or connected (:class:`xtc.service.curve.CurveError` is a
         ValueError).
     """
     sock = ctx.socket(kind)
@@ -64,8 +66,6 @@ def open_client(ctx: zmq.Context, endpoint: str, timeout_ms: int | None, curve_s
         for option, value in (options or {}).items():
             sock.setsockopt(option, value)
         if server_key:
-            from .curve import client_options
-
             client_options(sock, curve_secret_file, server_key)  # type: ignore[arg-type]
         sock.connect(endpoint)
     except (zmq.ZMQError, ValueError):

@@ -34,7 +34,7 @@ from xtc.host.errors import HostAdapterError, VRNotRunning
 
 from .api import ApiError, Request
 from .core import Action, DaemonCore, SetCap
-from .logs import event
+from xtc.service.logs import event
 from .meter import CpuMeter, PeriodMeter, VrReading
 
 __all__ = ["ControlLoop", "PeriodReport", "ActionOutcomes", "DISCOVERY_PERIOD_S"]

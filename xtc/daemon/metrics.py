@@ -11,7 +11,7 @@ cap as a fraction of one CPU; no sample where there is none); state sets ``xtc_v
 Daemon: ``xtc_requests_total{cmd,outcome}``, ``xtc_cap_changes_total{outcome}`` (cap writes and
 restores), ``xtc_periods_total``, ``xtc_period_work_seconds`` (histogram),
 ``xtc_meter_errors_total``, ``xtc_reloads_total{outcome}``; and in every XTC service,
-:func:`xtc.service_metrics.add_standard_metrics`: ``process_*`` and ``xtc_build_info{service,version}``.
+:func:`xtc.service.metrics.add_standard_metrics`: ``process_*`` and ``xtc_build_info{service,version}``.
 
 The per-VR gauges are not set every period: a collector turns sample rows into metrics when
 Prometheus scrapes (typically every 15-60 s, against one period a second).  With
@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from xtc.service_metrics import add_standard_metrics, xtc_version
+from xtc.service.metrics import add_standard_metrics, xtc_version
 
 from .api import SAMPLE_FIELDS
 

@@ -11,7 +11,7 @@ non-zero, so that systemd restarts the daemon and it resumes.
 Nothing acknowledged is lost: a request that changes an instance is answered only after the state
 file holds the change, and before any cap is written; when the file cannot be written (a full
 disk) the request is refused (``state_not_saved``) and undone.  One daemon owns a state directory
-(:func:`xtc.daemon.state.lock_state_dir`).
+(:func:`xtc.service.state.lock_state_dir`).
 """
 
 from __future__ import annotations
@@ -41,15 +41,20 @@ from xtc.control import Controller, make_controller
 
 from . import api
 from .api import ApiError
-from xtc.host.base import Host
+from xtc.host.actuators import refresh_of
+from xtc.host.base import Host, HostPluginError, host_plugin
+from xtc.host.cgroup import CgroupBackend
+from xtc.host.counters import counters_from_config
 from xtc.host.errors import HostAdapterError
+from xtc.host.libvirt import LibvirtBackend
 
 from .config import ConfigError, DaemonConfig, load_config, reachable_without_curve, reload_diff
+from xtc.service import curve
 from .core import DaemonCore, StateError
-from .logs import event, setup_logging
+from xtc.service.logs import event, setup_logging
 from .loop import ActionOutcomes, ControlLoop
 from .metrics import DaemonMetrics
-from .state import StateFileError, lock_state_dir, read_state, save_state
+from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
 
 __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
@@ -209,19 +214,17 @@ def make_host(cfg: DaemonConfig) -> Host:
         The backend is not installed.
     """
     if cfg.daemon.backend not in ("libvirt", "cgroup"):
-        from xtc.host.base import HostPluginError, host_plugin
 
         try:
             return host_plugin(cfg.daemon.backend).from_config(cfg)
         except HostPluginError as e:
             raise ConfigError("daemon.backend", str(e)) from None
+    counters = counters_from_config(cfg.daemon.proc_net_dev)
+    refresh_s = refresh_of(cfg.daemon.reassert_period_s)
     if cfg.daemon.backend == "cgroup":
-        from xtc.host.cgroup import CgroupBackend
-
-        return CgroupBackend.from_config(cfg)
-    from xtc.host.libvirt import LibvirtBackend
-
-    return LibvirtBackend.from_config(cfg)
+        return CgroupBackend(cfg.cgroup.vr, counters, refresh_s=refresh_s, cfs_period_us=cfg.daemon.cfs_period_us)
+    return LibvirtBackend.for_uri(cfg.libvirt.uri, cfg.libvirt.domains, counters, refresh_s=refresh_s,
+                                  cfs_period_us=cfg.daemon.cfs_period_us)
 
 
 @dataclass
@@ -776,8 +779,6 @@ def run_daemon(config_path: str | Path) -> int:
         return 1
     ctx = None
     if cfg.manager.curve_secret_key_file:
-        from . import curve
-
         try:
             ctx = curve.secure_context(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")[0]
         except (curve.CurveError, OSError, ValueError) as e:

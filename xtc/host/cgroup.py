@@ -47,6 +47,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -57,15 +58,13 @@ from .actuators import (
     CgroupV1Actuator,
     CgroupV2Actuator,
     make_actuator,
-    refresh_of,
     release_kept_fd,
     reserve_kept_fd,
 )
 from .base import ActuatorCaps
-from xtc.daemon.config import CgroupVr, DaemonConfig
 from .errors import ActuatorError, VRNotRunning
 from .mountinfo import parse_cgroup_mounts
-from .counters import CounterSource, counters_from_config
+from .counters import CounterSource
 from .ifcounters import IfCounters
 
 __all__ = ["CgroupBackend", "cpu_time_file", "parse_cpu_time", "MOUNTINFO"]
@@ -78,6 +77,17 @@ MOUNTINFO = "/proc/self/mountinfo"
 
 #: How long a VR whose CPU accounting file was not found is left out before it is looked for again, s.
 CPU_LOOKUP_RETRY_S = 30.0
+
+@dataclass(frozen=True)
+class CgroupTarget:
+    """One VR as the cgroup backend sees it: its name, its cgroup directory (absolute) and the
+    host-side interfaces it forwards on (the daemon's ``[[cgroup.vr]]`` tables, validated there,
+    have these attributes and serve as they are)."""
+
+    name: str
+    path: str
+    interfaces: tuple[str, ...]
+
 
 class CgroupBackend(ActuatorCaps):
     """The :class:`~xtc.host.base.Backend` of VRs that are cgroups.
@@ -101,11 +111,11 @@ class CgroupBackend(ActuatorCaps):
     name = "cgroup"
     restore_prefers_own_original = True
 
-    def __init__(self, vrs: Sequence[CgroupVr], counters: CounterSource,
+    def __init__(self, vrs: Sequence[CgroupTarget], counters: CounterSource,
                  cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  refresh_s: float = DEFAULT_REFRESH_S, mountinfo: str | os.PathLike[str] = MOUNTINFO,
                  cfs_period_us: int = 0) -> None:
-        self.vrs: dict[str, CgroupVr] = {v.name: v for v in vrs}
+        self.vrs: dict[str, CgroupTarget] = {v.name: v for v in vrs}
         if len(self.vrs) != len(vrs):
             raise ValueError("a VR is named twice")
         self.counters = counters
@@ -125,11 +135,6 @@ class CgroupBackend(ActuatorCaps):
         #: the hierarchies, about 0.1 ms; the loop asks every period for every VR short of its setpoint).
         self._cpu_missing: dict[str, float] = {}
         self._cpu_problems: dict[str, str] = {}
-
-    @classmethod
-    def from_config(cls, cfg: DaemonConfig) -> CgroupBackend:
-        return cls(cfg.cgroup.vr, counters_from_config(cfg.daemon.proc_net_dev),
-                   refresh_s=refresh_of(cfg.daemon.reassert_period_s), cfs_period_us=cfg.daemon.cfs_period_us)
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         return self.counters.read()
@@ -258,7 +263,7 @@ class CgroupBackend(ActuatorCaps):
         self.counters.close()
 
 
-def _by_parent(vrs: Mapping[str, CgroupVr]) -> tuple[dict[str, list[tuple[str, str, str]]], list[tuple[str, str]]]:
+def _by_parent(vrs: Mapping[str, CgroupTarget]) -> tuple[dict[str, list[tuple[str, str, str]]], list[tuple[str, str]]]:
     """The VRs' cgroup paths by parent directory, ``{parent: [(vr, path, last component)]}``, and
     those to test alone, ``[(vr, path)]`` (last component ``.``, ``..`` or none, e.g. ``/``)."""
     groups: dict[str, list[tuple[str, str, str]]] = {}

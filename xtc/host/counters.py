@@ -431,7 +431,7 @@ def parse_proc_net_dev(text: str, problems: list[str] | None = None) -> dict[str
 _T = TypeVar("_T")
 
 
-class _Netns:
+class Netns:
     """A named network namespace: where it is, whether it is still the same one, and
     how to create things inside it."""
 
@@ -546,9 +546,9 @@ class ProcNetDevCounters:
         self.fallback_reason: str | None = None
         self._logged: set[str] = set()
         self._fd: int | None = None
-        self._ns: _Netns | None = None
+        self._ns: Netns | None = None
         if netns is not None:
-            self._ns = _Netns(netns, f"reading {self.path}")
+            self._ns = Netns(netns, f"reading {self.path}")
             if self.path == Path("/proc/net/dev"):
                 # /proc/net is /proc/self/net: the namespace of the main thread,
                 # not of the helper thread; thread-self is the helper's.
@@ -687,7 +687,7 @@ class NetlinkCounters:
         self.timeout_s = timeout_s
         self.counter_bits = kernel_counter_bits()
         self.name_refreshes = 0
-        self._ns = _Netns(netns, "opening a netlink route socket") if netns is not None else None
+        self._ns = Netns(netns, "opening a netlink route socket") if netns is not None else None
         self._sock: socket.socket | None = None
         self._monitor: socket.socket | None = None
         self._names: dict[int, str] | None = None

@@ -31,11 +31,9 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
-from xtc.daemon.config import DaemonConfig
-
-from .actuators import DEFAULT_REFRESH_S, CapActuator, make_actuator, refresh_of
+from .actuators import DEFAULT_REFRESH_S, CapActuator, make_actuator
 from .base import ActuatorCaps
-from .counters import CounterSource, counters_from_config
+from .counters import CounterSource
 from .ifcounters import IfCounters
 from .libvirt_conn import LibvirtConn
 
@@ -83,11 +81,12 @@ class LibvirtBackend(ActuatorCaps):
         self._acts: dict[str, CapActuator] = {}
 
     @classmethod
-    def from_config(cls, cfg: DaemonConfig) -> "LibvirtBackend":
-        uri = cfg.libvirt.uri
+    def for_uri(cls, uri: str, domains: Iterable[str], counters: CounterSource, refresh_s: float = DEFAULT_REFRESH_S,
+                cfs_period_us: int = 0) -> "LibvirtBackend":
+        """The backend of a libvirt connection URI; its driver (``xen``, ``lxc``, else ``qemu``) from
+        the URI's scheme."""
         kind = "xen" if uri.startswith("xen") else ("lxc" if uri.startswith("lxc") else "qemu")
-        return cls(LibvirtConn(uri), kind, cfg.libvirt.domains, counters_from_config(cfg.daemon.proc_net_dev),
-                   refresh_s=refresh_of(cfg.daemon.reassert_period_s), cfs_period_us=cfg.daemon.cfs_period_us)
+        return cls(LibvirtConn(uri), kind, domains, counters, refresh_s=refresh_s, cfs_period_us=cfs_period_us)
 
     def read_counters(self) -> Mapping[str, IfCounters]:
         c = self.counters.read()

@@ -30,7 +30,7 @@ class CgroupMount:
     mount_point: str
 
 
-def _unescape_mountinfo(field: str) -> str:
+def unescape_mountinfo(field: str) -> str:
     """Undo mountinfo's octal escapes (``\\040`` for a space, ...)."""
     if "\\" not in field:
         return field
@@ -56,7 +56,7 @@ def parse_cgroup_mounts(mountinfo_text: str) -> list[CgroupMount]:
             continue
         if fr[0] == "cgroup":
             ctrls = frozenset(o for o in fr[2].split(",") if o not in V1_MOUNT_FLAGS and "=" not in o)
-            mounts.append(CgroupMount(1, ctrls, _unescape_mountinfo(fl[3]), _unescape_mountinfo(fl[4])))
+            mounts.append(CgroupMount(1, ctrls, unescape_mountinfo(fl[3]), unescape_mountinfo(fl[4])))
         elif fr[0] == "cgroup2":
-            mounts.append(CgroupMount(2, frozenset(), _unescape_mountinfo(fl[3]), _unescape_mountinfo(fl[4])))
+            mounts.append(CgroupMount(2, frozenset(), unescape_mountinfo(fl[3]), unescape_mountinfo(fl[4])))
     return mounts

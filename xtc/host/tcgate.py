@@ -1,6 +1,6 @@
 """The XCo gate on a real uplink: stock Linux queueing (HTB + TBF + u32) over netlink.
 
-:class:`TcGate` implements :class:`xtc.xco.gate.Gate`.  The tree it puts on the uplink::
+:class:`TcGate` implements :class:`xtc.host.gate.Gate`.  The tree it puts on the uplink::
 
     root  htb 7c0:   (default class 7c0:1)
       7c0:1    htb class, rate = ceil = link      -> pfifo 1001:   unknown flows, ICMP, wake frames
@@ -95,7 +95,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from xtc.host.netns import NETNS_DIR, NetnsOpenError, run_in_netns
-from xtc.xco.gate import CLOSED, OPEN, DestStats, Flow, GateError
+from .gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 __all__ = [
     "DEFAULT_CLASS",
@@ -549,7 +549,7 @@ def _root_counter_offsets(buf: bytes | bytearray, off: int, mlen: int) -> tuple[
 _T = TypeVar("_T")
 
 
-def _in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
+def in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
     """Call ``factory`` inside ``/run/netns/<netns>`` (a helper thread that enters it), or here."""
     if netns is None:
         return factory()
@@ -893,7 +893,7 @@ class TcGate:
             return nl, pk, index, mac, struct.unpack_from("16si", ifreq)[1]
 
         try:
-            self._nl, self._pk, self.ifindex, mac, self.mtu = _in_netns(netns, open_sockets)
+            self._nl, self._pk, self.ifindex, mac, self.mtu = in_netns(netns, open_sockets)
         except GateError:
             raise
         except OSError as e:
@@ -1265,7 +1265,7 @@ class TcGate:
     def set_states(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> None:
         """Change the TBF leaves of the destinations whose state changes (one send), then wake the uplink.
 
-        ``open_for_us`` (see :meth:`xtc.xco.gate.Gate.set_states`): an ``OPEN`` destination named
+        ``open_for_us`` (see :meth:`xtc.host.gate.Gate.set_states`): an ``OPEN`` destination named
         there gets a TBF leaf whose bucket is what the link carries in that many microseconds
         (:meth:`slot_budget_bytes`) at a rate of a few bytes per second, so that the kernel holds
         it once the bytes are spent; the class's HTB parent still paces it at the link rate.
@@ -1604,7 +1604,7 @@ def cleanup(ifname: str, netns: str | None = None, gso_max_segs: int | None = No
             raise GateError(f"{where}: no such interface") from None
         return _Rtnl(), index
 
-    nl, ifindex = _in_netns(netns, open_nl)
+    nl, ifindex = in_netns(netns, open_nl)
     try:
         root = next((o for o in decode_class_dump(nl.dump(RTM_GETQDISC, ifindex))
                      if o.ifindex == ifindex and o.parent == TC_H_ROOT), None)
@@ -1659,5 +1659,5 @@ def link_gso_max_segs(ifname: str, netns: str | None = None, set_to: int | None 
                 raise GateError(f"{where}: {what}: {_errtext(e.code, kmsg)}") from None
             return int(gso), (int(tso) if tso is not None else None)
 
-    return _in_netns(netns, op)
+    return in_netns(netns, op)
 

@@ -27,7 +27,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from xtc.service_metrics import add_standard_metrics
+from xtc.service.metrics import add_standard_metrics
 
 from .config import PolicerConfig
 from .engine import CYCLE_BUCKETS_S, percentiles

@@ -14,6 +14,9 @@ import os
 import sys
 from typing import Any
 
+from xtc.service import commands
+from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, CHECK_VALID, load_or_report, parse_setpoint, readable_or_report
+
 __all__ = ["register"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -35,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("check-config", help="validate a configuration file without starting")
     s.add_argument("file")
+    s.add_argument("--json", action="store_true", help="print the validated configuration as JSON")
     s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("openapi", help="print the OpenAPI document (docs/policer-openapi.json)")
@@ -109,13 +113,11 @@ ENTRY_POINT_GROUP = "xtc.policer_commands"
 def _register_entry_points(sub: argparse._SubParsersAction) -> None:
     """Actions that other distributions add under ``xtc policer`` (group ``xtc.policer_commands``: the
     testbed's ``bench``), loaded as :mod:`xtc.cli` loads ``xtc.commands``, only when one may run."""
-    from xtc import cli
-
-    argv = cli.ARGV or []
+    argv = commands.ARGV or []
     if argv[:1] == ["policer"] and len(argv) > 1 and not argv[1].startswith("-") \
-            and argv[1] not in cli.LAB_COMMANDS[ENTRY_POINT_GROUP]:
+            and argv[1] not in commands.LAB_COMMANDS[ENTRY_POINT_GROUP]:
         return  # a built-in action runs: the testbed's are not loaded
-    cli.register_entry_points(sub, ENTRY_POINT_GROUP, ("policer",))
+    commands.register_entry_points(sub, ENTRY_POINT_GROUP, ("policer",))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -149,15 +151,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from xtc.cli import load_or_report
 
     from .config import ConfigError, load_config
 
-    cfg = load_or_report(lambda: load_config(args.file), ConfigError, "xtc policer check-config")
+    prog = "xtc policer check-config"
+    if not readable_or_report(args.file, prog):
+        return CHECK_USAGE
+    cfg = load_or_report(lambda: load_config(args.file), ConfigError, prog)
     if cfg is None:
-        return 1
-    print(json.dumps(cfg.describe()))
-    return 0
+        return CHECK_INVALID
+    if args.json:
+        print(json.dumps(cfg.describe()))
+    else:
+        print(f"{args.file}: OK")
+    return CHECK_VALID
 
 
 def _cmd_openapi(_args: argparse.Namespace) -> int:
@@ -170,7 +177,9 @@ def _cmd_openapi(_args: argparse.Namespace) -> int:
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from xtc.daemon.curve import generate_keypair
+    # pyzmq only when this runs: the parser (every --help) stays light
+
+    from xtc.service.curve import generate_keypair
 
     d = Path(args.directory)
     pair = [d / f"{args.name}.key", d / f"{args.name}.key_secret"]
@@ -189,15 +198,6 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     pub.chmod(0o644)
     print(json.dumps({"public": str(pub), "secret": str(sec), "public_key": pub.read_text().split('public-key = "')[1][:40]}))
     return 0
-
-
-def _setpoint(text: str) -> float:
-    t = text.strip().lower()
-    scale = 1000.0 if t.endswith("k") else 1.0
-    try:
-        return float(t.rstrip("k")) * scale
-    except ValueError:
-        raise SystemExit(f"xtc policer: setpoint {text!r} is not a number of packets/s") from None
 
 
 def _request(op: str, a: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]:
@@ -226,7 +226,7 @@ def _request(op: str, a: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
     if op == "setpoint":
         if a.setpoint == "-":
             return "DELETE", f"/vrs/{a.router}/{a.vr}/setpoint", None, None
-        return "PUT", f"/vrs/{a.router}/{a.vr}/setpoint", None, {"setpoint_pps": _setpoint(a.setpoint)}
+        return "PUT", f"/vrs/{a.router}/{a.vr}/setpoint", None, {"setpoint_pps": parse_setpoint(a.setpoint, "xtc policer")}
     if op == "setpoints":
         return "GET", "/setpoints", None, None
     if op == "policies":

@@ -63,7 +63,7 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAdapter
 from pydantic import dataclasses as pyd
 
-from xtc.daemon.curve import CurveError, load_secret
+from xtc.service.curve import CurveError, load_secret
 from xtc.validation import Number, parse_document, within
 
 __all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",

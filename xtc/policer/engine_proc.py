@@ -32,7 +32,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from xtc.daemon.logs import setup_logging
+from xtc.service.logs import setup_logging
 
 from .db import LeaderLock, NotLeader, StoreError
 from .store import Store

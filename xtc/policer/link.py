@@ -647,7 +647,7 @@ class LinkPool:
 #: A VR name the policer stores: what its API's paths can address (the daemon's limit of
 #: :data:`xtc.daemon.api.MAX_VR_NAME` characters, and only characters safe in a URL path and a log).
 VR_PATTERN = r"^[A-Za-z0-9_.:-]{1,%d}$" % MAX_VR_NAME
-_VR_NAME = re.compile(VR_PATTERN)
+VR_NAME_PATTERN = re.compile(VR_PATTERN)
 
 
 def parse_vr_list(result: dict[str, Any], max_vrs: int) -> list[dict[str, Any]]:
@@ -674,7 +674,7 @@ def parse_vr_list(result: dict[str, Any], max_vrs: int) -> list[dict[str, Any]]:
             inst = Instance.model_validate(v)
         except ValidationError as e:
             raise BadReply(f"vrs[{i}]: {_first_error(e)}") from None
-        if not _VR_NAME.fullmatch(inst.vr):
+        if not VR_NAME_PATTERN.fullmatch(inst.vr):
             raise BadReply(f"vrs[{i}]: VR name {inst.vr[:64]!r} does not match {VR_PATTERN}")
         if inst.vr in names:
             raise BadReply(f"vrs[{i}]: VR {inst.vr!r} listed twice")

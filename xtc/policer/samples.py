@@ -33,7 +33,7 @@ import zmq
 from xtc.daemon.api import SAMPLES_SCHEMA, SAMPLES_TOPIC, reject_json_constant, unique_json_keys
 from xtc.daemon.ctl import open_client
 
-from .link import _VR_NAME, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
+from .link import VR_NAME_PATTERN, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
 
 __all__ = ["SampleStreams", "parse_newer", "parse_samples"]
 
@@ -109,7 +109,7 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
             raise BadReply(f"vrs[{i}]: a row that is not a list of {len(fields)} values")
         v = dict(zip(fields, row))
         name, present, saturated = v["vr"], v.get("present"), v.get("saturated")
-        if not isinstance(name, str) or not _VR_NAME.fullmatch(name):
+        if not isinstance(name, str) or not VR_NAME_PATTERN.fullmatch(name):
             raise BadReply(f"vrs[{i}]: the VR name is not a string matching {VR_PATTERN}")
         if name in names:
             raise BadReply(f"vrs[{i}]: VR {name!r} listed twice")

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import uvicorn
 
-from xtc.daemon.logs import setup_logging
+from xtc.service.logs import setup_logging
 
 from .app import create_app
 from .config import ConfigError, PolicerConfig, check_transport, server_ssl_context

@@ -16,6 +16,9 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+from xtc.host.errors import HostAdapterError
+from xtc.models import ModelError, load_model, save_model
+
 __all__ = ["register", "main"]
 
 EXIT_ERROR = 1
@@ -231,10 +234,8 @@ def _guard(fn):  # noqa: ANN001, ANN202
     """Turn the tool's own errors into a message and exit status 1 (or 3 for a poor fit)."""
 
     def run(args: argparse.Namespace) -> int:
-        from xtc.models import ModelError
         from xtc.training.pipeline import PoorFitError
         from xtc.training.sweep import TrainingError
-        from xtc.host.errors import HostAdapterError
 
         try:
             return fn(args)
@@ -309,7 +310,6 @@ def _design_from_csv(args: argparse.Namespace, csv: Path, out: Path, plots_dir: 
 
 
 def _write_outputs(t, out: Path, plots_dir: Path) -> dict[str, Path]:  # noqa: ANN001
-    from xtc.models import save_model
     from xtc.training import plots
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -357,7 +357,6 @@ def cmd_design(args: argparse.Namespace) -> int:
 def _redesign_model(args: argparse.Namespace, src: Path, out: Path, plots_dir: Path) -> int:
     from dataclasses import replace
 
-    from xtc.models import load_model, save_model
     from xtc.training import plots
     from xtc.training.analysis import PAPER_PI_POLES, design_deadbeat, design_pi, parse_poles
 

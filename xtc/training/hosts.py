@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from xtc.host.base import Host
+from xtc.host.cgroup import CgroupBackend, CgroupTarget
+from xtc.host.counters import counters_from_config
+from xtc.host.libvirt import LibvirtBackend
+from xtc.host.libvirt_conn import LibvirtConn
 from xtc.training.collect import OfferedRate, RecordOnlyOffered
 from xtc.training.sweep import TrainingError
 
@@ -136,10 +140,6 @@ def libvirt_target(
         libvirt cannot be reached, the domain does not exist, or its setting cannot be read or
         could not be given back exactly.
     """
-    from xtc.host.counters import counters_from_config
-    from xtc.host.libvirt import LibvirtBackend
-    from xtc.host.libvirt_conn import LibvirtConn
-
     if not domain:
         raise TrainingError("give the libvirt domain to sweep (--domain)")
     conn = LibvirtConn(uri)
@@ -190,15 +190,11 @@ def cgroup_target(
     xtc.host.errors.HostAdapterError
         The directory has no cpu controller, or its setting could not be given back exactly.
     """
-    from xtc.daemon.config import CgroupVr
-    from xtc.host.cgroup import CgroupBackend
-    from xtc.host.counters import counters_from_config
-
     if not Path(cgroup_dir).is_dir():
         raise TrainingError(f"cgroup directory {cgroup_dir} does not exist")
     if not interfaces:
         raise TrainingError("--interfaces is required with --backend cgroup (the VR's host-side interfaces)")
-    host = CgroupBackend((CgroupVr(vr, str(cgroup_dir), tuple(interfaces)),), counters_from_config(proc_net_dev))
+    host = CgroupBackend((CgroupTarget(vr, str(cgroup_dir), tuple(interfaces)),), counters_from_config(proc_net_dev))
     try:
         meta = {"cgroup": str(cgroup_dir), "interfaces": ",".join(interfaces), "setting_before": setting_before(host, vr)}
     except BaseException:

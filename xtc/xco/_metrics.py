@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 
-from xtc.service_metrics import add_standard_metrics
+from xtc.service.metrics import add_standard_metrics
 
 
 class ServiceMetrics:

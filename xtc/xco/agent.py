@@ -3,7 +3,7 @@ datagrams to send and destination states out.  No I/O, no clock: every call take
 microseconds since the Unix epoch).
 
 One agent runs on each host.  Its flows are every (local VM, remote VM) pair of the topology, each
-a :class:`~xtc.xco.gate.Flow` with the remote VM's host id; the gate holds the large ones by
+a :class:`~xtc.host.gate.Flow` with the remote VM's host id; the gate holds the large ones by
 destination host (one class each, :attr:`AgentCore.dests`), which is what directives name, so the
 core's states, backlogs and decisions are per destination.  The rules (docs/results/2026-11-26-xco/xco.md, "Agent"):
 
@@ -81,7 +81,7 @@ from typing import Any
 import numpy as np
 
 from . import protocol as P
-from .gate import CLOSED, OPEN, DestStats, Flow
+from xtc.host.gate import CLOSED, OPEN, DestStats, Flow
 from .topology import Topology
 
 __all__ = ["DROP_REASONS", "AgentCore", "AgentOutput", "AppliedDirective", "flows_of"]
@@ -139,7 +139,7 @@ class AgentOutput:
         Datagrams for the controller, in order.
     moved : list of Flow
         Flows that turned large: to move into their destination's class
-        (:meth:`~xtc.xco.gate.Gate.move_to_dest`), before the states are set.
+        (:meth:`~xtc.host.gate.Gate.move_to_dest`), before the states are set.
     states : dict
         Destination host -> new state (``OPEN``, ``CLOSED`` or a rate, bits/s), only those that
         change.
@@ -149,7 +149,7 @@ class AgentOutput:
         With ``slot_budget``: destination host -> the wall time (us) its open slice ends, for the
         destinations ``states`` opens (or keeps open, named again) by a timeslice directive: the
         service gives each the bytes its link carries until then
-        (:meth:`~xtc.xco.gate.Gate.set_states`' ``open_for_us``).
+        (:meth:`~xtc.host.gate.Gate.set_states`' ``open_for_us``).
     """
 
     sends: list[bytes] = field(default_factory=list)
@@ -711,7 +711,7 @@ class AgentCore:
     def observe_counters(self, now_us: int, sent_bytes: Any, backlog_bytes: Any, backlog_packets: Any,
                          small_sent_bytes: Any = ()) -> AgentOutput:
         """:meth:`observe` with the counters as arrays (the gate's
-        :meth:`~xtc.xco.gate.Gate.counters` of :attr:`dests` and :attr:`small_flows`): no Python
+        :meth:`~xtc.host.gate.Gate.counters` of :attr:`dests` and :attr:`small_flows`): no Python
         work per destination or flow unless a flow turns large.
 
         Parameters

@@ -6,7 +6,7 @@ until welcomed, then at most once per slice, just before a slot boundary: :meth:
 a gate's ``quiet`` probe first when nothing was queued: :meth:`AgentService._poll`)
 and sleeps, with a selector, until the earliest of: a datagram, the next poll, the core's next
 deadline (a directive's ``start_us``, a register, heartbeat or probe, the fail-open check).
-Destination states go to the gate with one :meth:`~xtc.xco.gate.Gate.set_states` per decision; for every
+Destination states go to the gate with one :meth:`~xtc.host.gate.Gate.set_states` per decision; for every
 directive applied, the time from the moment it could take effect (its arrival, or its
 ``start_us`` when it arrived ahead) to ``set_states`` returning is observed in the histogram
 ``xco_agent_directive_to_gate_seconds`` and kept in :attr:`AgentService.directive_log` (and, at log
@@ -37,9 +37,12 @@ from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
 from ._metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
-from .controller import StopOnSignal, _wall_us
-from .gate import CLOSED, OPEN, Gate, GateError
+from .controller import wall_us
+from xtc.host.gate import CLOSED, OPEN, Gate, GateError
+from xtc.host.tcgate import TcGate, cleanup  # the real gate (netlink, root); it loads pyroute2 only when used
 from xtc.service.notify import Notifier
+from xtc.service.logs import event, setup_logging
+from xtc.service.signals import StopOnSignal
 
 __all__ = ["AgentService", "run_agent", "run_cleanup", "POLL_DEFER_MARGIN_US", "WAKE_ADVANCE_MAX_US"]
 
@@ -118,7 +121,7 @@ class AgentService(StopOnSignal):
         If ``host`` is not in the topology.
     """
 
-    def __init__(self, cfg: AgentConfig, gate: Gate, clock_us: Callable[[], int] = _wall_us):
+    def __init__(self, cfg: AgentConfig, gate: Gate, clock_us: Callable[[], int] = wall_us):
         from .topology import load_topology
 
         self.cfg = cfg
@@ -176,7 +179,6 @@ class AgentService(StopOnSignal):
         GateError
             If the gate cannot take over the uplink (the gate is restored first).
         """
-        from xtc.daemon.logs import event
 
         self.gate.install()
         self._installed = True
@@ -209,7 +211,6 @@ class AgentService(StopOnSignal):
             try:
                 self.gate.move_to_dest(f)
             except GateError as e:
-                from xtc.daemon.logs import event
 
                 self.gate_errors += 1
                 event(log, logging.ERROR, "gate_error", op="move_to_dest", error=str(e))
@@ -225,7 +226,6 @@ class AgentService(StopOnSignal):
                 else:
                     self.gate.set_states(out.states)
             except GateError as e:
-                from xtc.daemon.logs import event
 
                 self.gate_errors += 1
                 gate_ok = False
@@ -244,7 +244,6 @@ class AgentService(StopOnSignal):
             except OSError as e:  # an unreachable controller must not stop the agent: it fails open
                 self.core.dropped["send_error"] += 1
                 if log.isEnabledFor(logging.DEBUG):
-                    from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "send_failed", error=str(e))
         if out.applied and gate_ok:
@@ -254,7 +253,6 @@ class AgentService(StopOnSignal):
                 self.directive_log.append((a.arrival_us, a.start_us, done))
                 self.metrics.directive_to_gate.observe(max(0, done - max(a.arrival_us, a.start_us)) / 1e6)
                 if debug:
-                    from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "directive_applied", dest=a.dest, start_us=a.start_us,
                           arrival_us=a.arrival_us, applied_us=done, rate_bps=a.rate_bps,
@@ -263,7 +261,6 @@ class AgentService(StopOnSignal):
             self._flush_notes()
 
     def _flush_notes(self) -> None:
-        from xtc.daemon.logs import event
 
         for name, fields in self.core.notes:
             event(log, logging.WARNING if name == "fail_open" else logging.INFO, name, **fields)
@@ -370,7 +367,6 @@ class AgentService(StopOnSignal):
             try:
                 quiet = self._quiet(self._headroom)
             except GateError as e:  # the probe is an optimisation: without it, every read is a dump
-                from xtc.daemon.logs import event
 
                 self.gate_errors += 1
                 self._quiet = None
@@ -384,7 +380,6 @@ class AgentService(StopOnSignal):
         try:
             sent, backlog_bytes, backlog_packets, small_sent = self.gate.counters(core.dests, core.small_flows)
         except GateError as e:
-            from xtc.daemon.logs import event
 
             self.gate_errors += 1
             event(log, logging.ERROR, "gate_error", op="counters", error=str(e))
@@ -506,7 +501,6 @@ class AgentService(StopOnSignal):
 
     def close(self) -> None:
         """Send a Leave, restore the uplink, release the gate and the socket (idempotent)."""
-        from xtc.daemon.logs import event
 
         if self.sock is not None:
             try:
@@ -572,7 +566,6 @@ def run_agent(config_path: str | Path) -> int:
     """
     import sys
 
-    from xtc.daemon.logs import setup_logging
 
     from .agent_config import AgentConfigError
     from .topology import TopologyError
@@ -588,7 +581,6 @@ def run_agent(config_path: str | Path) -> int:
         _, link_bps = check_against_topology(cfg, load_topology(cfg.topology), str(config_path))
         if cfg.auth_key_file is not None:
             load_key(cfg.auth_key_file)  # before the gate takes the uplink
-        from xtc.host.tcgate import TcGate  # the real gate: netlink, root
 
         gate = TcGate(cfg.uplink, link_bps=link_bps, netns=cfg.netns, open_burst_bytes=cfg.open_burst_bytes,
                       rate_burst_us=cfg.rate_burst_us, gso_max_segs=cfg.gate_gso_max_segs, pass_tcp_control=cfg.pass_tcp_control)
@@ -625,7 +617,6 @@ def run_cleanup(config_path: str | Path) -> int:
     cfg, rc = _load(config_path, prog)
     if cfg is None:
         return rc
-    from xtc.host.tcgate import cleanup
 
     try:
         removed = cleanup(cfg.uplink, cfg.netns, gso_max_segs=cfg.gate_gso_max_segs)

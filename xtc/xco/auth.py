@@ -10,29 +10,20 @@ protection stays the protocol's (session, sequence number, clock window), now ov
 nobody without the key can make.
 
 The key file holds the key as hex on one line (32 bytes = 64 hex digits, at least 16 bytes); it
-must not be readable by group or others.  ``xtc xco keygen FILE`` writes one.  Nothing here does
-I/O but :func:`load_key` and :func:`write_key`.
+must not be readable by group or others.  ``xtc xco keygen FILE`` writes one; the key files are the
+service chassis's (:mod:`xtc.service.keys`, re-exported here).  Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import hmac
-import os
-import secrets
-import stat
-from pathlib import Path
 
-__all__ = ["TAG_BYTES", "KEY_BYTES", "AuthError", "seal", "unseal", "opened", "load_key", "write_key"]
+from xtc.service.keys import KEY_BYTES, MIN_KEY_BYTES, AuthError, load_key, write_key
+
+__all__ = ["TAG_BYTES", "KEY_BYTES", "MIN_KEY_BYTES", "AuthError", "seal", "unseal", "opened", "load_key", "write_key"]
 
 #: Bytes of the tag appended to every datagram (HMAC-SHA256 truncated, as RFC 2104 allows).
 TAG_BYTES = 16
-#: Bytes of a key written by :func:`write_key`.
-KEY_BYTES = 32
-MIN_KEY_BYTES = 16
-
-
-class AuthError(ValueError):
-    """A key file that cannot be used; the message names the file and the problem."""
 
 
 def seal(data: bytes, key: bytes) -> bytes:
@@ -59,42 +50,3 @@ def opened(data: bytes, key: bytes | None, dropped: dict[str, int]) -> bytes | N
     if msg is None:
         dropped["auth"] += 1
     return msg
-
-
-def load_key(path: str | Path) -> bytes:
-    """Read a key file (hex on one line, not readable by group or others).
-
-    Raises
-    ------
-    AuthError
-        Missing or unreadable file, loose permissions, not hex, or a key shorter than 16 bytes.
-    """
-    p = Path(path)
-    try:
-        st = p.stat()
-        text = p.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as e:
-        raise AuthError(f"{p}: cannot read the key file ({e})") from None
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise AuthError(f"{p}: the key file is open to group or others (mode {stat.S_IMODE(st.st_mode):o}); "
-                        f"chmod 600 it")
-    try:
-        key = bytes.fromhex(text.strip())
-    except ValueError:
-        raise AuthError(f"{p}: the key must be hex digits on one line") from None
-    if len(key) < MIN_KEY_BYTES:
-        raise AuthError(f"{p}: the key has {len(key)} bytes; at least {MIN_KEY_BYTES} are needed")
-    return key
-
-
-def write_key(path: str | Path) -> None:
-    """Write a new random key to ``path`` (mode 0600); refuses to overwrite an existing file."""
-    p = Path(path)
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise AuthError(f"{p}: exists; refusing to overwrite a key") from None
-    except OSError as e:
-        raise AuthError(f"{p}: cannot create the key file ({e})") from None
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(secrets.token_hex(KEY_BYTES) + "\n")

@@ -7,6 +7,9 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from xtc.service import commands
+from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, load_or_report, readable_or_report
+
 if TYPE_CHECKING:
     from .topology import Topology
 
@@ -34,7 +37,7 @@ def register(subparsers: Any) -> None:
                        help="validate a topology, controller or agent configuration file without starting anything")
     s.add_argument("topology", metavar="FILE",
                    help="xco-topology/1, xco-controller/1 or xco-agent/1 TOML file (told apart by its schema key)")
-    s.add_argument("--json", action="store_true", help="print the summary as JSON")
+    s.add_argument("--json", action="store_true", help="print the validated configuration's summary as JSON")
     s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("controller", help="run the XCo controller (UDP, foreground; see docs/xco-protocol.md)")
@@ -60,12 +63,10 @@ ENTRY_POINT_GROUP = "xtc.xco_commands"
 def _register_entry_points(sub: Any) -> None:
     """Subcommands that other distributions add under ``xtc xco`` (group ``xtc.xco_commands``; the
     testbed's ``lab``), loaded as :mod:`xtc.cli` loads ``xtc.commands``."""
-    from xtc import cli
-
-    argv = cli.ARGV or []
+    argv = commands.ARGV or []
     if argv[:1] == ["xco"] and len(argv) > 1 and argv[1] in sub.choices:
         return  # a built-in action runs: the testbed's commands are not loaded
-    cli.register_entry_points(sub, ENTRY_POINT_GROUP, ("xco",))
+    commands.register_entry_points(sub, ENTRY_POINT_GROUP, ("xco",))
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -141,7 +142,6 @@ def _schema_of(path: str) -> str | None:
 
 def _config_and_topology(path: str, load: Any, error: type[Exception]) -> tuple[Any, Topology] | None:
     """A controller or agent file and the topology it names, or None after saying what is wrong."""
-    from xtc.cli import load_or_report
 
     from .topology import TopologyError, load_topology
 
@@ -164,7 +164,7 @@ def _cmd_check_controller(args: argparse.Namespace) -> int:
 
     loaded = _config_and_topology(args.topology, load_controller_config, ControllerConfigError)
     if loaded is None:
-        return 2
+        return CHECK_INVALID
     cfg, topo = loaded
     summary = {"config": cfg.model_dump(by_alias=True), "topology": topo.summary()}
     return _report_ok(args, summary, topo,
@@ -173,7 +173,6 @@ def _cmd_check_controller(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_agent(args: argparse.Namespace) -> int:
-    from xtc.cli import load_or_report
 
     from .agent import flows_of
     from .agent_config import AgentConfigError, check_against_topology, load_agent_config
@@ -181,11 +180,11 @@ def _cmd_check_agent(args: argparse.Namespace) -> int:
     prog = "xtc xco check-config"
     loaded = _config_and_topology(args.topology, load_agent_config, AgentConfigError)
     if loaded is None:
-        return 2
+        return CHECK_INVALID
     cfg, topo = loaded
     checked = load_or_report(lambda: check_against_topology(cfg, topo, args.topology), AgentConfigError, prog)
     if checked is None:
-        return 2
+        return CHECK_INVALID
     x, link_bps = checked
     n = len(flows_of(topo, x))
     summary = {"config": cfg.model_dump(by_alias=True), "host_id": x, "link_bps": link_bps, "flows": n,
@@ -196,12 +195,13 @@ def _cmd_check_agent(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from xtc.cli import load_or_report
 
     from .agent_config import SCHEMA as AGENT_SCHEMA
     from .controller_config import SCHEMA as CONTROLLER_SCHEMA
     from .topology import TopologyError, load_topology
 
+    if not readable_or_report(args.topology, "xtc xco check-config"):
+        return CHECK_USAGE
     schema = _schema_of(args.topology)
     if schema == CONTROLLER_SCHEMA:
         return _cmd_check_controller(args)
@@ -209,7 +209,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return _cmd_check_agent(args)
     topo = load_or_report(lambda: load_topology(args.topology), TopologyError, "xtc xco check-config")
     if topo is None:
-        return 2
+        return CHECK_INVALID
     summary = topo.summary()
     return _report_ok(args, summary, topo,
                       f"{args.topology}: OK: {summary['hosts']} hosts, {summary['switches']} switches, "

@@ -21,13 +21,11 @@ file (registered hosts and their backlogs, written atomically).  ``xtc xco contr
 
 from __future__ import annotations
 
-import faulthandler
 import logging
 import math
 import os
 import secrets
 import select
-import signal
 import socket
 import threading
 import time
@@ -45,6 +43,9 @@ from .scheduler import Directive as SchedDirective
 from .scheduler import FastScheduler, RateLimiter
 from .scheduler.hybrid import HybridScheduler
 from .topology import Topology
+from xtc.service.logs import event, setup_logging
+from xtc.service.signals import StopOnSignal
+from xtc.service.state import StateFileError, read_state, save_state
 
 __all__ = ["DROP_REASONS", "Send", "ControllerCore", "ControllerService", "run_controller", "STATE_SCHEMA"]
 
@@ -477,41 +478,8 @@ class _Metrics(ServiceMetrics):
         r.register(_Collector())
 
 
-def _wall_us() -> int:
+def wall_us() -> int:
     return time.time_ns() // 1000
-
-
-class StopOnSignal:
-    """SIGTERM and SIGINT set ``stop`` (the service's loop ends at its next wake-up) and ``stop_signal``.
-
-    A service still running :attr:`stop_stacks_after_s` after the first of them writes the Python
-    stack of every thread to stderr (its log; :func:`faulthandler.dump_traceback_later`, from a C
-    thread, so also when the main thread is stuck in a system call): what it was doing when its
-    supervisor had to kill it.  :meth:`stopped` cancels it.
-    """
-
-    stop: bool = False
-    stop_signal: int | None = None
-    #: Seconds after SIGTERM/SIGINT before the stacks are written (systemd's and the lab's
-    #: SIGKILL come later: 15 s and 5 s).
-    stop_stacks_after_s: float = 3.0
-    #: systemd's readiness and watchdog (:mod:`xtc.service.notify`): a no-op one unless the
-    #: service's ``run_*`` function gives the one from the environment.
-    notifier: Notifier = Notifier(None)
-
-    def install_signal_handlers(self) -> None:
-        def on_stop(signum: int, _frame: Any) -> None:
-            if not self.stop:
-                faulthandler.dump_traceback_later(self.stop_stacks_after_s, exit=False)
-            self.stop = True
-            self.stop_signal = signum
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-
-    def stopped(self) -> None:
-        """The service has stopped: no stacks to write."""
-        faulthandler.cancel_dump_traceback_later()
 
 
 class ControllerService(StopOnSignal):
@@ -525,7 +493,7 @@ class ControllerService(StopOnSignal):
         Wall clock, microseconds since the Unix epoch (injectable for tests).
     """
 
-    def __init__(self, cfg: ControllerConfig, clock_us: Callable[[], int] = _wall_us):
+    def __init__(self, cfg: ControllerConfig, clock_us: Callable[[], int] = wall_us):
         from .topology import load_topology
 
         self.cfg = cfg
@@ -553,8 +521,6 @@ class ControllerService(StopOnSignal):
 
     def open(self) -> None:
         """Load the state, bind the socket, start the metrics endpoint, send the restored directives."""
-        from xtc.daemon.logs import event
-        from xtc.daemon.state import StateFileError, read_state, save_state
 
         try:
             doc = read_state(self.cfg.state_file)
@@ -595,12 +561,10 @@ class ControllerService(StopOnSignal):
             except OSError as e:  # a full buffer or an unreachable host must not stop the controller
                 self.core.dropped["send_error"] += 1
                 if log.isEnabledFor(logging.DEBUG):
-                    from xtc.daemon.logs import event
 
                     event(log, logging.DEBUG, "send_failed", host=s.host, error=str(e))
 
     def _flush_notes(self) -> None:
-        from xtc.daemon.logs import event
 
         for name, fields in self.core.notes:
             event(log, logging.INFO, name, **fields)
@@ -617,8 +581,6 @@ class ControllerService(StopOnSignal):
             self._save_cv.notify()
 
     def _writer(self) -> None:
-        from xtc.daemon.logs import event
-        from xtc.daemon.state import StateFileError, save_state
 
         while True:
             with self._save_cv:
@@ -686,7 +648,6 @@ class ControllerService(StopOnSignal):
 
     def close(self) -> None:
         """Save the state and close the socket."""
-        from xtc.daemon.logs import event
 
         self._save(force=True)
         with self._save_cv:
@@ -718,7 +679,6 @@ def run_controller(config_path: str | Path) -> int:
     """``xtc xco controller -c FILE``: load, validate, run until SIGTERM/SIGINT.  Returns the exit code."""
     import sys
 
-    from xtc.daemon.logs import setup_logging
 
     from .controller_config import ControllerConfigError, load_controller_config
     from .topology import TopologyError

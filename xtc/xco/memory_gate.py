@@ -1,5 +1,5 @@
-"""An in-memory XCo gate (the :class:`xtc.xco.gate.Gate` contract) with a toy queue per flow: the
-fake that ships beside the contract, for the agent's tests and for the simulator's one loop
+"""An in-memory XCo gate (the :class:`xtc.host.gate.Gate` contract) with a toy queue per flow: the
+fake that ships with the product, for the agent's tests and for the simulator's one loop
 (:mod:`xtc_lab.xco.oneloop`, which gives it the simulated clock).
 
 Each flow has a queue fed by :meth:`MemoryGate.offer` (bytes; ``None`` for an endless sender); a
@@ -21,17 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .gate import CLOSED, OPEN, DestStats, Flow, GateError
+from xtc.host.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
 __all__ = ["MemoryGate"]
 
 
-def _wall_us() -> int:
+def wall_us() -> int:
     return time.time_ns() // 1000
 
 
 class MemoryGate:
-    def __init__(self, link_bps: int = 1_000_000_000, clock_us: Callable[[], int] = _wall_us,
+    def __init__(self, link_bps: int = 1_000_000_000, clock_us: Callable[[], int] = wall_us,
                  record: str | Path | None = None):
         self.link_bps = link_bps
         self.clock_us = clock_us

@@ -484,7 +484,7 @@ def _run(args: Any) -> int:
     import sys
     from pathlib import Path
 
-    from xtc_lab.sim.experiments import StderrProgress, _jsonable
+    from xtc_lab.sim.experiments import StderrProgress, jsonable
 
     kw: dict[str, Any] = {"seed": args.seed}
     try:
@@ -500,7 +500,7 @@ def _run(args: Any) -> int:
     except ValueError as e:
         print(f"xtc bench control: {e}", file=sys.stderr)
         return 2
-    data = _jsonable(data)
+    data = jsonable(data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "control.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

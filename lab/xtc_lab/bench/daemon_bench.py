@@ -50,7 +50,7 @@ from xtc.daemon.api import Request
 from xtc.daemon.config import CgroupVr, loads_config
 from xtc.daemon.service import DaemonService
 from xtc.host.cgroup import CgroupBackend
-from xtc.host.counters import NetlinkCounters, ProcNetDevCounters, _Netns
+from xtc.host.counters import NetlinkCounters, ProcNetDevCounters, Netns
 from xtc.host.ifcounters import IfCounters
 from xtc_lab.sim.host import render_proc_net_dev
 
@@ -221,8 +221,8 @@ class _Frames:
         #: Mean frames per VR and period from the VR side (the setpoint is this per period).
         self.base = self.rng.integers(4, 9, self.n).astype(float)
         opener = lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # noqa: E731
-        self.host = _Netns(lab.host_ns, "bench traffic").run(opener)
-        self.vr = _Netns(lab.vr_ns, "bench traffic").run(opener)
+        self.host = Netns(lab.host_ns, "bench traffic").run(opener)
+        self.vr = Netns(lab.vr_ns, "bench traffic").run(opener)
         self.sent = 0
 
     def send(self) -> None:

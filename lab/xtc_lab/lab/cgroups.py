@@ -9,6 +9,6 @@ which directory is a process's cpu cgroup (:func:`xtc_lab.lab.hog.cpu_cgroup_of`
 from __future__ import annotations
 
 # The parser is the product's (the cgroup backend reads the same table); the lab asks it its questions.
-from xtc.host.mountinfo import V1_MOUNT_FLAGS, CgroupMount, _unescape_mountinfo, parse_cgroup_mounts
+from xtc.host.mountinfo import V1_MOUNT_FLAGS, CgroupMount, unescape_mountinfo, parse_cgroup_mounts
 
-__all__ = ["V1_MOUNT_FLAGS", "CgroupMount", "parse_cgroup_mounts", "_unescape_mountinfo"]
+__all__ = ["V1_MOUNT_FLAGS", "CgroupMount", "parse_cgroup_mounts", "unescape_mountinfo"]

@@ -201,11 +201,11 @@ class CapReader:
         if vr.kind == "netns":
             host = self._cgroups.get(vr.name)
             if host is None:
-                from xtc.host.cgroup import CgroupBackend, CgroupVr
+                from xtc.host.cgroup import CgroupBackend, CgroupTarget
 
                 if vr.cgroup is None:
                     raise LabError(f"VR {vr.name} has no cgroup: its cap cannot be read")
-                host = self._cgroups[vr.name] = CgroupBackend([CgroupVr(vr.name, vr.cgroup, tuple(vr.vifs))],
+                host = self._cgroups[vr.name] = CgroupBackend([CgroupTarget(vr.name, vr.cgroup, tuple(vr.vifs))],
                                                               ProcNetDevCounters())
             return host
         if self._libvirt is None:

@@ -657,12 +657,12 @@ def _links_with_prefix(prefix: str, sys_class_net: Path = Path("/sys/class/net")
 
 def leftovers(name: str) -> list[str]:
     """What exists on the host with the lab's prefix (namespaces, links, cgroups, domains)."""
-    from xtc_lab.lab.netlab import _lab_cgroups
+    from xtc_lab.lab.netlab import lab_cgroups
 
     stem = name + "-"
     out = [f"netns {n}" for n in _list_netns() if n.startswith(stem)]
     out += [f"link {n}" for n in _links_with_prefix(name)]
-    out += [f"cgroup {d}" for d in _lab_cgroups(name)]
+    out += [f"cgroup {d}" for d in lab_cgroups(name)]
     for uri in (DEFAULT_URI, QEMU_URI):
         doms, _err = _running_domains(uri)
         out += [f"domain {d}" for d in sorted(doms or {}) if d.startswith(stem)]
@@ -727,8 +727,7 @@ def gather_facts(record: Mapping[str, Any]) -> HostFacts:
 def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
     """Each VR's cap now, read through the product's host interface: percent of one CPU, None
     (unlimited) or the reason it cannot be read."""
-    from xtc.daemon.config import CgroupVr
-    from xtc.host.cgroup import CgroupBackend
+    from xtc.host.cgroup import CgroupBackend, CgroupTarget
     from xtc.host.counters import ProcNetDevCounters
     from xtc.host.errors import HostAdapterError
     from xtc.host.libvirt import LibvirtBackend
@@ -736,7 +735,7 @@ def read_caps(record: Mapping[str, Any]) -> dict[str, float | None | str]:
 
     host: CgroupBackend | LibvirtBackend
     if record["mode"] == "netns":
-        host = CgroupBackend([CgroupVr(v["name"], v["cgroup"], tuple(v["vifs"])) for v in record["vrs"]], ProcNetDevCounters())
+        host = CgroupBackend([CgroupTarget(v["name"], v["cgroup"], tuple(v["vifs"])) for v in record["vrs"]], ProcNetDevCounters())
     else:
         host = LibvirtBackend(LibvirtConn(record["uri"]), record["mode"], (), ProcNetDevCounters())
     out: dict[str, float | None | str] = {}

@@ -326,7 +326,7 @@ def remove_cgroup(d: Path, timeout_s: float = 3.0) -> bool:
     """Kill the processes in cgroup ``d`` and remove it; True if it existed."""
     if not d.is_dir():
         return False
-    _kill_pids(cgroup_pids(d))
+    kill_pids(cgroup_pids(d))
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -337,7 +337,7 @@ def remove_cgroup(d: Path, timeout_s: float = 3.0) -> bool:
         except OSError as e:
             if time.monotonic() > deadline:
                 raise LabError(f"cannot remove cgroup {d}: {e} (processes: {cgroup_pids(d)})") from e
-            _kill_pids(cgroup_pids(d), timeout_s=0.2)
+            kill_pids(cgroup_pids(d), timeout_s=0.2)
             time.sleep(0.02)
 
 
@@ -348,7 +348,7 @@ def _rmdir_quietly(d: Path) -> None:
         pass
 
 
-def _lab_cgroups(prefix: str) -> list[Path]:
+def lab_cgroups(prefix: str) -> list[Path]:
     """The cgroups named ``<prefix>-...`` in the host's cpu hierarchy and, where cpuacct is mounted
     apart, in the cpuacct hierarchy (none if there is no cpu hierarchy)."""
     try:
@@ -567,7 +567,7 @@ def pids_in_netns(name: str, netns_dir: Path = NETNS_DIR, proc: Path = Path("/pr
     return pids
 
 
-def _kill_pids(pids: list[int], timeout_s: float = 3.0) -> None:
+def kill_pids(pids: list[int], timeout_s: float = 3.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         live = []
         for pid in pids:
@@ -637,13 +637,13 @@ def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:
 
     for ns in netns.listnetns():
         if ns.startswith(stem):
-            _kill_pids(pids_in_netns(ns))
+            kill_pids(pids_in_netns(ns))
             try:
                 netns.remove(ns)
                 removed.append(f"netns {ns}")
             except OSError as e:
                 raise LabError(f"cannot remove network namespace {ns}: {e}") from e
-    for d in _lab_cgroups(prefix):
+    for d in lab_cgroups(prefix):
         if remove_cgroup(d):
             removed.append(f"cgroup {d}")
     with IPRoute() as ipr:

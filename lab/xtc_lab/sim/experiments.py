@@ -145,7 +145,7 @@ class ExperimentResult:
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
         paths = [d / f"{self.name}.json"]
-        paths[0].write_text(json.dumps(_jsonable(self.to_json()), indent=2) + "\n", encoding="utf-8")
+        paths[0].write_text(json.dumps(jsonable(self.to_json()), indent=2) + "\n", encoding="utf-8")
         if self.plot is not None:
             import matplotlib
 
@@ -162,13 +162,13 @@ class ExperimentResult:
         return paths
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
+        return jsonable(x.tolist())
     if isinstance(x, (np.floating, float)):
         f = float(x)
         return None if not math.isfinite(f) else round(f, 6)

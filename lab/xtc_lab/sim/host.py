@@ -44,7 +44,7 @@ from xtc_lab.sim.plant import Plant, PlantConfig, PlantError, Traffic, VRConfig
 
 from xtc.daemon.config import TABLE, DaemonConfig, Integer, VrName
 from xtc.validation import FieldProblem, Number, within
-from xtc.daemon.state import StateFileError, save_state
+from xtc.service.state import StateFileError, save_state
 from xtc.host.counters import parse_proc_net_dev
 from xtc.host.errors import ActuatorError, VRNotRunning
 from xtc.host.ifcounters import IfCounters

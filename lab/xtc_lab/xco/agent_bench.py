@@ -289,10 +289,10 @@ def run_sections(tmp: Path, ns: str, slice_us: int, poll_us: int, seconds: float
 
 def _prime(ns: str) -> None:
     """One datagram on every flow, so that each is large."""
-    from xtc.host.tcgate import _in_netns
+    from xtc.host.tcgate import in_netns
 
     for k in range(N_LOCAL):
-        s = _in_netns(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        s = in_netns(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
         s.bind((f"{NET}.{1 + k}", 0))
         for i in range(1, N_REMOTE + 1):
             s.sendto(b"x" * 64, (f"{NET}.{100 + i}", 9))
@@ -303,7 +303,7 @@ def _full_gate(ns: str) -> Any:
     """A TcGate on ``xb0`` in ``ns``, installed, with the 8 destinations CLOSED and the 64 flows
     in their destinations' classes (the caller restores and closes it)."""
     from xtc.host.tcgate import TcGate
-    from xtc.xco.gate import CLOSED, Flow
+    from xtc.host.gate import CLOSED, Flow
 
     g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
     g.install()
@@ -323,7 +323,7 @@ def _full_gate(ns: str) -> Any:
 
 
 def _gate_calls_us(ns: str, turns: int = 400) -> dict[str, float]:
-    from xtc.xco.gate import CLOSED, OPEN
+    from xtc.host.gate import CLOSED, OPEN
 
     g = _full_gate(ns)
     try:
@@ -351,7 +351,7 @@ def run_floor(ns: str, slice_us: int, seconds: float, priority: int, skip: str =
     steps left out (``FLOOR_SKIP`` of agent_floor.c)."""
     import struct as st
 
-    from xtc.xco.gate import CLOSED, OPEN
+    from xtc.host.gate import CLOSED, OPEN
     from xtc_lab.lab.build import build_program
 
     prog = build_program(Path(__file__).with_name("agent_floor.c"))
@@ -401,7 +401,7 @@ def run_floor(ns: str, slice_us: int, seconds: float, priority: int, skip: str =
 
 def _add_flow_ms(ns: str) -> list[float]:
     from xtc.host.tcgate import TcGate
-    from xtc.xco.gate import Flow
+    from xtc.host.gate import Flow
 
     g = TcGate("xb0", link_bps=1_000_000_000, netns=ns)
     g.install()

@@ -1,6 +1,6 @@
 """Benchmark of the XCo gate on a real uplink (:class:`xtc.host.tcgate.TcGate`); needs root.
 
-``python -m xtc_lab.xco.gate_bench [--flows 64] [--rounds 5] [--samples 300] [--json OUT]``
+``python -m xtc_lab.xco.gate_bench [--flows 64] [--rounds 5] [--samples 300] [--out FILE]``
 
 Two network namespaces ``xtcgb-<random>-s`` / ``-r`` joined by a veth pair (198.18.22.0/24), the
 gate on the sender's side; both removed at the end, also on failure.  Prints JSON:
@@ -45,8 +45,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from xtc.host.tcgate import TcGate, _in_netns
-from xtc.xco.gate import CLOSED, OPEN, Flow
+from xtc.host.tcgate import TcGate, in_netns
+from xtc.host.gate import CLOSED, OPEN, Flow
 
 __all__ = ["bench", "main"]
 
@@ -186,7 +186,7 @@ def _directive_to_first_packet(gate: TcGate, flow: Flow, snd: str, rcv: str, sam
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         return s
 
-    tx, rx = _in_netns(snd, make_tx), _in_netns(rcv, make_rx)
+    tx, rx = in_netns(snd, make_tx), in_netns(rcv, make_rx)
     src_bytes = socket.inet_aton(SRC)
     payload = b"x" * 1400
     from_call, from_return, call = [], [], []
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flows", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--samples", type=int, default=300)
-    p.add_argument("--json", help="also write the JSON here")
+    p.add_argument("--out", metavar="FILE", help="also write the JSON (always printed) to FILE")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("gate_bench: needs root (creates network namespaces)", file=sys.stderr)
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     res = bench(args.flows, args.rounds, args.samples)
     text = json.dumps(res, indent=2)
     print(text)
-    if args.json:
-        with open(args.json, "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             f.write(text + "\n")
     return 0
 

@@ -44,7 +44,7 @@ from xtc.xco import protocol as P
 from xtc.xco.agent import AgentCore
 from xtc.xco.agent_service import AgentService
 from xtc.xco.controller import ControllerCore
-from xtc.xco.gate import CLOSED, OPEN, Flow
+from xtc.host.gate import CLOSED, OPEN, Flow
 from xtc.xco.memory_gate import MemoryGate
 from xtc.xco.topology import Topology
 

@@ -51,7 +51,7 @@ from xtc_lab.lab.netlab import (
     LAB_NET,
     NETNS_DIR,
     LabError,
-    _kill_pids,
+    kill_pids,
     pids_in_netns,
     teardown_prefix,
 )
@@ -564,7 +564,7 @@ class Testbed:
 
     def stop_all(self) -> None:
         live = [p for p in self.procs if p.poll() is None]
-        _kill_pids([p.pid for p in live], timeout_s=2.0)
+        kill_pids([p.pid for p in live], timeout_s=2.0)
         for p in live:
             try:
                 p.wait(timeout=2)

@@ -251,7 +251,7 @@ def scaled_topology(data: dict[str, Any], scale: float) -> dict[str, Any]:
     return out
 
 
-def _topology_data(tb: Testbed) -> dict[str, Any]:
+def topology_data(tb: Testbed) -> dict[str, Any]:
     import tomllib
 
     src = tb.record["topology"]
@@ -381,7 +381,7 @@ def start_xco(tb: Testbed, mode: str, slice_us: int = SLICE_US, say: Callable[[s
         prune_run_dirs(base)
     wd = workdir or Path(tempfile.mkdtemp(prefix=f"{tb.prefix}-", dir=base))
     wd.mkdir(parents=True, exist_ok=True)
-    topo_data = scaled_topology(_topology_data(tb), tb.scale)
+    topo_data = scaled_topology(topology_data(tb), tb.scale)
     (wd / "topology.toml").write_text(toml_text(topo_data))
     port = CONTROLLER_PORT_BASE + int(tb.prefix[-4:], 16) % 2000
     lead_us = RATE_LEAD_US if mode == "rate" else LEAD_US

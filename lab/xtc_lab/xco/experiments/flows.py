@@ -74,7 +74,7 @@ def helper(name: str) -> list[str]:
     return [sys.executable, str(Path(__file__).with_name(f"{name}.py"))]
 
 
-def _json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+def json_of(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[dict[str, Any] | None, str]:
     try:
         out, err = p.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -133,7 +133,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | M
     for f in flows:
         assert f.client is not None
         rec: dict[str, Any] = {"sender": f.sender, "receiver": f.receiver, "proto": f.proto, "goodput_bps": 0.0}
-        doc, err = _json_of(f.client, duration_s + 30)
+        doc, err = json_of(f.client, duration_s + 30)
         if f.proto == "tcp":
             try:
                 end = doc["end"]  # type: ignore[index]
@@ -146,7 +146,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | M
             except subprocess.TimeoutExpired:
                 f.server.kill()
         else:
-            got, err2 = _json_of(f.server, 15)
+            got, err2 = json_of(f.server, 15)
             if doc is None or got is None:
                 rec["error"] = err or err2
             else:

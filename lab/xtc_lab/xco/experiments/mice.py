@@ -16,7 +16,7 @@ from typing import Any
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import _json_of, helper, port_delta, run_flows
+from xtc_lab.xco.experiments.flows import json_of, helper, port_delta, run_flows
 
 NAME = "fig17"
 TITLE = "a long-lived TCP flow against short-lived ones"
@@ -59,8 +59,8 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         after = tb.port_stats()
         short: dict[str, Any] = {"bytes": 0, "completed": 0, "failed": 0}
         if procs is not None:
-            got, err = _json_of(procs[0], dur + 30)
-            sent, err2 = _json_of(procs[1], dur + 30)
+            got, err = json_of(procs[0], dur + 30)
+            sent, err2 = json_of(procs[1], dur + 30)
             if got is None or sent is None:
                 short["error"] = err or err2
             else:

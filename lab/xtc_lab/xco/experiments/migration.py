@@ -20,7 +20,7 @@ from typing import Any
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import _json_of, helper, run_flows
+from xtc_lab.xco.experiments.flows import json_of, helper, run_flows
 
 NAME = "fig19"
 TITLE = "live VM migration time under congestion"
@@ -48,7 +48,7 @@ def migrate(tb: Any, nbytes: int, limit_s: float) -> dict[str, Any]:
         raise LabError("migration sink did not start")
     send = tb.spawn(sns, [*helper("shorttcp"), "bulk-send", raddr, str(MIGRATION_PORT), str(nbytes)],
                     stdout=subprocess.DEVNULL)
-    got, err = _json_of(sink, limit_s + 15)
+    got, err = json_of(sink, limit_s + 15)
     if send.poll() is None:
         send.kill()
     send.wait()

@@ -36,10 +36,10 @@ PAPER_NOTE = ("N = 1..5 UDP senders into one 1 Gb/s bottleneck: NS3 and the test
 def lab_topology(tb: Any) -> Topology:
     """The lab's topology as the simulator should see it: the rates the lab's TBFs emulate and the
     buffers of its ports (switch ports: the lab's port buffer; host uplinks: a NIC's queue)."""
-    from xtc_lab.xco.experiments import _topology_data, scaled_topology
+    from xtc_lab.xco.experiments import topology_data, scaled_topology
     from xtc_lab.xco.testbed import HOST_QUEUE_BYTES
 
-    topo = parse_topology(scaled_topology(_topology_data(tb), tb.scale))
+    topo = parse_topology(scaled_topology(topology_data(tb), tb.scale))
     port_buffer = int(tb.record["port_buffer_bytes"])
     host_names = set(topo.hosts)
     bufs = []

@@ -1,4 +1,4 @@
-"""Structured logs for the daemon: one event per line, as JSON or as ``key=value`` pairs.
+"""Structured logs for every service: one event per line, as JSON or as ``key=value`` pairs.
 
 Usage::
 

@@ -1,4 +1,5 @@
-"""The XCo agent's view of its uplink: a gate per destination host (the contract, no I/O here).
+"""The XCo agent's view of its uplink: a gate per destination host (the contract, no I/O here), beside its
+adapter (:mod:`xtc.host.tcgate`) in the host layer.
 
 The local coordinator (:mod:`xtc.xco.agent`) decides, slice by slice, towards which destination
 hosts this host may send; a :class:`Gate` enforces that on the host's uplink.  The production

@@ -1,4 +1,4 @@
-"""The daemon's state file: JSON, written atomically (temporary file, fsync, rename, fsync dir).
+"""A service's state file (the daemon's, XCo's controller's): JSON, written atomically (temporary file, fsync, rename, fsync dir).
 
 A reader sees either the old or the new file, never a torn one, so a SIGKILL or a power cut at any
 moment leaves a usable state.  The content is :meth:`xtc.daemon.core.DaemonCore.to_state`.

@@ -13,14 +13,10 @@ same files (:func:`check_server_files`), and ``xtc ctl`` reads its own key pair
 (:func:`server_public_key`).  Every key file is checked before anything starts: it must exist and
 parse, and a secret key file must be readable by its owner only; a bad one raises
 :class:`CurveError` naming the file (docs/guide/manager-api-security.md).
-
-``python -m xtc.daemon.curve --config FILE --server-key FILE --clients DIR`` still runs the daemon
-with CURVE keys given on the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import struct
@@ -32,7 +28,7 @@ import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
 __all__ = ["CurveError", "generate_keypair", "load_secret", "load_public", "server_public_key", "check_clients_dir",
-           "check_server_files", "z85_key", "secure_context", "client_options", "main"]
+           "check_server_files", "z85_key", "secure_context", "client_options"]
 
 
 class CurveError(ValueError):
@@ -153,7 +149,7 @@ def secure_context(server_secret_file: str | Path, clients_dir: str | Path,
     cdir = Path(clients_dir)
     check_clients_dir(cdir)
     ctx = context or zmq.Context()
-    auth = ThreadAuthenticator(ctx, log=logging.getLogger("xtc.daemon.curve"))
+    auth = ThreadAuthenticator(ctx, log=logging.getLogger("xtc.service.curve"))
     auth.start()
     auth.configure_curve(domain="*", location=str(cdir))
     ctx.setsockopt(zmq.CURVE_SERVER, 1)
@@ -171,33 +167,3 @@ def client_options(sock: zmq.Socket, client_secret_file: str | Path, server_publ
     sock.curve_publickey = pub
     sock.curve_secretkey = sec
     sock.curve_serverkey = key
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the daemon with CURVE on its manager sockets."""
-    p = argparse.ArgumentParser(prog="python -m xtc.daemon.curve", description=main.__doc__)
-    p.add_argument("--config", "-c", required=True)
-    p.add_argument("--server-key", required=True, help="the daemon's .key_secret file")
-    p.add_argument("--clients", required=True, help="directory of the admitted clients' .key files")
-    args = p.parse_args(argv)
-    from .config import ConfigError, load_config
-    from .logs import setup_logging
-    from .service import DaemonService, make_host
-
-    try:
-        cfg = load_config(args.config)
-        ctx, auth = secure_context(args.server_key, args.clients)
-    except (ConfigError, CurveError) as e:
-        print(f"xtc daemon: {e}", flush=True)
-        return 2
-    setup_logging(cfg.log.format, cfg.log.level)
-    try:
-        svc = DaemonService(cfg, make_host(cfg), config_path=args.config, context=ctx)
-        svc.install_signal_handlers()
-        return svc.run()
-    finally:
-        auth.stop()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
