@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_example_configs import CHECK, EXAMPLES, PACKAGING, installed_name
+from service.test_example_configs import CHECK, EXAMPLES, PACKAGING, installed_name
 from xtc.cli import main
 
 
