@@ -19,17 +19,8 @@ debs=(libvirt-daemon libvirt-daemon-driver-lxc libvirt-clients libvirt-dev pkg-c
       debootstrap dh-virtualenv debhelper dpkg-dev build-essential python3-dev python3-venv
       qemu-system-x86 libvirt-daemon-driver-qemu linux-image-amd64 busybox-static)
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  missing=()
-  for p in "${debs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "bootstrap: installing Debian packages: ${missing[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-fi
+. scripts/debs.sh
+install_missing_debs bootstrap "${debs[@]}"
 
 py=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then

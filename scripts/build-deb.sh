@@ -28,17 +28,8 @@ extras=${XTC_DEB_EXTRAS:-}
 py=/usr/bin/python3   # Debian's python3, never a pyenv or other python first on PATH
 
 build_debs=(dh-virtualenv debhelper dpkg-dev build-essential python3 python3-dev python3-venv libvirt-dev pkg-config gcc)
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  missing=()
-  for p in "${build_debs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "build-deb: installing Debian packages: ${missing[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-fi
+. scripts/debs.sh
+install_missing_debs build-deb "${build_debs[@]}"
 for tool in dpkg-buildpackage dh dh_virtualenv "$py"; do
   command -v "$tool" >/dev/null || { echo "build-deb: $tool is missing (as root this script installs it)" >&2; exit 1; }
 done
