@@ -78,7 +78,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Mapping, Protocol, TypeVar, runtime_checkable
@@ -88,6 +87,7 @@ import numpy as np
 from xtc.host.errors import MeterError
 from xtc.host import rtnl_codec
 from xtc.host.ifcounters import IfCounters
+from xtc.host.netlink import NetlinkDecodeError, NetlinkReplyError, RouteSocket, error_text
 from xtc.host.netns import NetnsOpenError, run_in_netns
 
 __all__ = [
@@ -622,22 +622,6 @@ class ProcNetDevCounters:
 _NO_NETLINK = (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.EPERM, errno.EACCES)
 # Replies that mean "this kernel has no RTM_GETSTATS".
 _NO_GETSTATS = (errno.EOPNOTSUPP, errno.EINVAL)
-
-
-def _route_socket(timeout_s: float, groups: int = 0) -> socket.socket:
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
-    try:
-        sock.bind((0, groups))
-        if groups:
-            sock.setblocking(False)
-        else:
-            sock.settimeout(timeout_s)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 _RTMGRP_LINK = 1  # linux/rtnetlink.h: link (RTM_NEWLINK/RTM_DELLINK) notifications
 
 
@@ -665,6 +649,7 @@ class NetlinkCounters:
 
     Notes
     -----
+    Both sockets are :class:`xtc.host.netlink.RouteSocket` (the one netlink adapter).
     Per read: drain the link-notification socket (a non-blocking ``recv``),
     dump ``RTM_GETSTATS`` (``IFLA_STATS_LINK_64`` only, about 230 bytes per
     interface) into one buffer, decode it into arrays at fixed offsets
@@ -680,7 +665,6 @@ class NetlinkCounters:
 
     kind = "netlink"
     _MAX_ATTEMPTS = 3
-    _RECV_BYTES = 1 << 16
 
     def __init__(self, netns: str | None = None, *, timeout_s: float = 2.0) -> None:
         self.netns = netns
@@ -688,15 +672,9 @@ class NetlinkCounters:
         self.counter_bits = kernel_counter_bits()
         self.name_refreshes = 0
         self._ns = Netns(netns, "opening a netlink route socket") if netns is not None else None
-        self._sock: socket.socket | None = None
-        self._monitor: socket.socket | None = None
+        self._sock: RouteSocket | None = None
+        self._monitor: RouteSocket | None = None
         self._names: dict[int, str] | None = None
-        self._seq = 0
-        self._buf = bytearray(self._RECV_BYTES)
-        self._view = memoryview(self._buf)
-        # The whole stats dump, datagrams back to back (grown as needed).
-        self._dump_buf = bytearray(8 * self._RECV_BYTES)
-        self._dump_view = memoryview(self._dump_buf)
         # The rows of the last reading: its ifindexes, and the names and row map built for them.
         self._rows: tuple[np.ndarray, tuple[str, ...], dict[str, int]] | None = None
         self._open()
@@ -712,10 +690,10 @@ class NetlinkCounters:
     # -- sockets
 
     def _open(self) -> None:
-        def both() -> tuple[socket.socket, socket.socket]:
-            monitor = _route_socket(self.timeout_s, groups=_RTMGRP_LINK)
+        def both() -> tuple[RouteSocket, RouteSocket]:
+            monitor = RouteSocket(groups=_RTMGRP_LINK)
             try:
-                return _route_socket(self.timeout_s), monitor
+                return RouteSocket(timeout_s=self.timeout_s), monitor
             except BaseException:
                 monitor.close()
                 raise
@@ -746,53 +724,31 @@ class NetlinkCounters:
 
     # -- dumps
 
-    def _next_seq(self) -> int:
-        self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
-        return self._seq
-
-    def _dump(self, what: str, request: bytes, decode: Callable[..., rtnl_codec.DumpStatus], into: dict, seq: int, **kw: object) -> bool:
-        """Send a dump request and decode every datagram; return whether it was interrupted."""
-        sock = self._sock
-        assert sock is not None
-        sock.send(request)
-        interrupted = False
-        view = self._view
-        limit = len(self._buf)
-        while True:
-            n = sock.recv_into(self._buf, 0, socket.MSG_TRUNC)
-            if n > limit:
-                raise rtnl_codec.NetlinkDecodeError(f"{what} reply datagram of {n} bytes exceeds the {limit}-byte buffer")
-            status = decode(view[:n], into, seq, **kw)
-            interrupted = interrupted or status.interrupted
-            if status.done:
-                return interrupted
-
     def _with_errors(self, what: str, run: Callable[[], _T]) -> _T:
         """Run one dump; any failure closes the sockets (a half-read dump would make
         the next request fail with EBUSY) and becomes a CounterReadError."""
         try:
             return run()
-        except rtnl_codec.NetlinkReplyError as e:
+        except NetlinkReplyError as e:
             self.close()
             kind = StatsUnsupportedError if e.errno in _NO_GETSTATS and "GETSTATS" in what else CounterReadError
             raise kind(what, self.netns, e.reason, e.errno) from None
-        except rtnl_codec.NetlinkDecodeError as e:
+        except NetlinkDecodeError as e:
             self.close()
             raise CounterReadError(what, self.netns, f"malformed kernel reply: {e}") from None
         except TimeoutError:
             self.close()
             raise CounterReadError(what, self.netns, f"no reply within {self.timeout_s} s", errno.ETIMEDOUT) from None
-        except OSError as e:
+        except OSError as e:  # the socket (NetlinkError: its errno, named)
             self.close()
-            raise CounterReadError(what, self.netns, str(e), e.errno) from None
+            raise CounterReadError(what, self.netns, error_text(e.errno) if e.errno else str(e), e.errno) from None
 
     def _complete_dump(self, what: str, encode: Callable[[int], bytes],
-                       decode: Callable[..., rtnl_codec.DumpStatus], **kw: object) -> dict:
+                       decode: Callable[..., rtnl_codec.DumpStatus]) -> dict:
         """One dump the kernel did not interrupt (up to ``_MAX_ATTEMPTS`` tries), decoded into a dict."""
         for _ in range(self._MAX_ATTEMPTS):
             out: dict = {}
-            seq = self._next_seq()
-            if not self._with_errors(what, lambda: self._dump(what, encode(seq), decode, out, seq, **kw)):
+            if not self._with_errors(what, lambda: self._dump(what, encode, decode, out)):
                 return out
         raise CounterReadError(what, self.netns, f"interrupted {self._MAX_ATTEMPTS} times in a row")
 
@@ -803,39 +759,31 @@ class NetlinkCounters:
         self.name_refreshes += 1
         return names
 
-    def _dump_stats(self, seq: int) -> tuple[rtnl_codec.StatsArrays, bool]:
-        """One stats dump, received whole and decoded at once; return it and whether it was interrupted."""
+    def _dump(self, what: str, encode: Callable[[int], bytes], decode: Callable[..., rtnl_codec.DumpStatus],
+              into: dict) -> bool:
+        """One dump decoded into ``into``; return whether it was interrupted."""
         sock = self._sock
         assert sock is not None
-        sock.send(rtnl_codec.encode_getstats_dump(seq))
-        step = self._RECV_BYTES
-        pos = 0
-        msg_len = 0
-        while True:
-            if pos + step > len(self._dump_buf):
-                grown = bytearray(2 * len(self._dump_buf))
-                grown[:pos] = self._dump_buf[:pos]
-                self._dump_buf, self._dump_view = grown, memoryview(grown)
-            view = self._dump_view
-            n = sock.recv_into(view[pos : pos + step], step, socket.MSG_TRUNC)
-            if n > step:
-                raise rtnl_codec.NetlinkDecodeError(
-                    f"netlink RTM_GETSTATS dump reply datagram of {n} bytes exceeds the {step}-byte buffer")
-            if pos == 0:
-                msg_len = rtnl_codec.stats_msg_len(view[:n])
-            pos += n
-            # Only stats messages: more datagrams follow.  Otherwise it may be the end: decode.
-            if rtnl_codec.is_stats_datagram(view[pos - n : pos], msg_len):
-                continue
-            arrays, status = rtnl_codec.decode_stats_arrays(view[:pos], seq)
-            if status.done:
-                return arrays, status.interrupted
+        seq = sock.next_seq()
+        return decode(sock.dump(encode(seq), seq, what), into, seq).interrupted
+
+    def _dump_stats(self) -> tuple[rtnl_codec.StatsArrays, bool]:
+        """One stats dump, received whole and decoded at once; return it and whether it was interrupted.
+
+        The datagrams' leading runs of stats messages are skipped by one numpy check each
+        (:func:`xtc.host.rtnl_codec.stats_run_bytes`) while the socket looks for the dump's end."""
+        sock = self._sock
+        assert sock is not None
+        seq = sock.next_seq()
+        view = sock.dump(rtnl_codec.encode_getstats_dump(seq), seq, "netlink RTM_GETSTATS dump",
+                         rtnl_codec.stats_run_bytes)
+        arrays, status = rtnl_codec.decode_stats_arrays(view, seq)
+        return arrays, status.interrupted
 
     def _read_stats(self) -> rtnl_codec.StatsArrays:
         what = "netlink RTM_GETSTATS dump"
         for _ in range(self._MAX_ATTEMPTS):
-            seq = self._next_seq()
-            arrays, interrupted = self._with_errors(what, lambda: self._dump_stats(seq))
+            arrays, interrupted = self._with_errors(what, self._dump_stats)
             if not interrupted:
                 return arrays
         raise CounterReadError(what, self.netns, f"interrupted {self._MAX_ATTEMPTS} times in a row")
@@ -844,20 +792,12 @@ class NetlinkCounters:
         """Drain the link-notification socket; True when anything (or an overflow) arrived."""
         monitor = self._monitor
         assert monitor is not None
-        changed = False
-        while True:
-            try:
-                if not monitor.recv_into(self._buf):
-                    return changed
-                changed = True
-            except BlockingIOError:
-                return changed
-            except OSError as e:
-                if e.errno == errno.ENOBUFS:  # notifications were lost: assume a change
-                    changed = True
-                    continue
-                self.close()
-                raise CounterReadError("reading link notifications", self.netns, str(e), e.errno) from None
+        try:
+            return monitor.pending_notifications()
+        except OSError as e:
+            self.close()
+            raise CounterReadError("reading link notifications", self.netns, error_text(e.errno) if e.errno else str(e),
+                                   e.errno) from None
 
     def read(self) -> CounterTable:
         """Counters per interface name, in dump order (a :class:`CounterTable`).
