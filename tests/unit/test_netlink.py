@@ -173,3 +173,14 @@ def test_an_echo_is_found_among_other_messages_and_an_error_is_raised(monkeypatc
     nl = _fake(monkeypatch, [_error(6, -errno.ENODEV, _msg(6), None, capped=True)])
     with pytest.raises(NetlinkReplyError, match="get root qdisc: kernel replied ENODEV"):
         nl.reply(6, "get root qdisc")
+
+
+def test_a_socket_in_a_namespace_that_is_not_there_is_named() -> None:
+    with pytest.raises(NetlinkError, match="netns 'a/b': not a network namespace name"):
+        netlink.open_route_socket("a/b")
+    with pytest.raises(NetlinkError, match="netns 'xtc-no-such-ns-7f3a': cannot open") as info:
+        netlink.open_route_socket("xtc-no-such-ns-7f3a")
+    assert info.value.errno == errno.ENOENT
+    with netlink.open_route_socket(None, timeout_s=1.0) as nl:  # here: a working socket
+        seq = nl.next_seq()
+        assert rtnl_codec.decode_link_dump(nl.dump(rtnl_codec.encode_getlink_dump(seq), seq), seq)

@@ -253,7 +253,7 @@ class ProcNetDevCounters:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> ProcNetDevCounters:
+    def __enter__(self) -> ProcNetDevCounters:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc: object) -> None:
