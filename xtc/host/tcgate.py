@@ -191,11 +191,12 @@ _SIOCGIFMTU = 0x8921
 _RATE_TEMPLATE_BPS = 8_000_000
 
 _T = TypeVar("_T")
+_SEQ = struct.Struct("=I")  # nlmsghdr's sequence number, at byte 8
 
 
 def _seq_of(msg: bytes | bytearray) -> int:
     """The sequence number of an encoded message."""
-    return int.from_bytes(msg[8:12], "little")
+    return _SEQ.unpack_from(msg, 8)[0]
 
 
 def in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
