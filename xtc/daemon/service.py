@@ -261,6 +261,8 @@ class DaemonService:
         self.ctx = context or zmq.Context.instance()
         #: SIGTERM/SIGINT (stop) and SIGHUP (reload) flags, set by the handlers only.
         self.flags = StopOnSignal()
+        # Restoring every VR's cap may take seconds; systemd's SIGKILL comes at 30 s (TimeoutStopSec).
+        self.flags.stop_stacks_after_s = 20.0
         self.metrics = DaemonMetrics()
         self.core = DaemonCore(
             controller_factory(cfg),
