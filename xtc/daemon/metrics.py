@@ -27,15 +27,15 @@ import threading
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from xtc.service.metrics import add_standard_metrics, xtc_version
+from xtc.service.metrics import ServiceMetrics
 
 from .api import SAMPLE_FIELDS
 
-__all__ = ["DaemonMetrics", "PacketCounters", "CapChangeCounters", "add_standard_metrics", "xtc_version", "VR_STATES", "SATURATIONS"]
+__all__ = ["DaemonMetrics", "PacketCounters", "CapChangeCounters", "VR_STATES", "SATURATIONS"]
 
 #: The states of ``xtc_vr_state`` and of ``xtc_vr_saturation`` (every VR has one sample per state).
 VR_STATES = ("active", "paused", "inactive")
@@ -210,11 +210,11 @@ class CapChangeCounters(Collector):
         yield CounterMetricFamily("xtc_vr_cap_changes", "", labels=["vr"])
 
 
-class DaemonMetrics:
+class DaemonMetrics(ServiceMetrics):
     """All metrics of one daemon, in a registry of their own (so tests can make several)."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
-        self.registry = registry or CollectorRegistry()
+        super().__init__("daemon", registry)
         r = self.registry
         self._vr = _VrCollector()
         r.register(self._vr)
@@ -222,7 +222,6 @@ class DaemonMetrics:
         r.register(self.packets)
         self.cap_changes = CapChangeCounters()
         r.register(self.cap_changes)
-        add_standard_metrics(r, "daemon")
         self.requests = Counter("xtc_requests", "Manager requests", ["cmd", "outcome"], registry=r)
         self.actuations = Counter("xtc_cap_changes", "Cap changes: writes and restores of a VR's CPU cap, by "
                                   "outcome (ok, failed)", ["outcome"], registry=r)
@@ -235,11 +234,6 @@ class DaemonMetrics:
             buckets=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0),
             registry=r,
         )
-
-    def serve(self, address: str, port: int) -> int:
-        """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""
-        server, _thread = start_http_server(port, addr=address, registry=self.registry)
-        return int(server.server_address[1])
 
     @property
     def scrape_wait_s(self) -> float:

@@ -25,12 +25,10 @@ import json
 import logging
 import math
 import os
-import signal
 import socket
 import stat
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,6 +54,7 @@ from .loop import ActionOutcomes, ControlLoop
 from .metrics import DaemonMetrics
 from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
+from xtc.service.signals import StopOnSignal
 
 __all__ = ["DaemonService", "controller_factory", "make_host", "run_daemon"]
 
@@ -227,13 +226,6 @@ def make_host(cfg: DaemonConfig) -> Host:
                                   cfs_period_us=cfg.daemon.cfs_period_us)
 
 
-@dataclass
-class _Flags:
-    stop: bool = False
-    reload: bool = False
-    stop_signal: int | None = None
-
-
 class DaemonService:
     """One running daemon.
 
@@ -267,7 +259,10 @@ class DaemonService:
         self.clock = clock
         self.wall_clock = wall_clock
         self.ctx = context or zmq.Context.instance()
-        self.flags = _Flags()
+        #: SIGTERM/SIGINT (stop) and SIGHUP (reload) flags, set by the handlers only.
+        self.flags = StopOnSignal()
+        # Restoring every VR's cap may take seconds; systemd's SIGKILL comes at 30 s (TimeoutStopSec).
+        self.flags.stop_stacks_after_s = 20.0
         self.metrics = DaemonMetrics()
         self.core = DaemonCore(
             controller_factory(cfg),
@@ -296,16 +291,7 @@ class DaemonService:
 
     # ------------------------------------------------------------------------ start / stop
     def install_signal_handlers(self) -> None:
-        def on_stop(signum: int, _frame: Any) -> None:
-            self.flags.stop = True
-            self.flags.stop_signal = signum
-
-        def on_hup(_signum: int, _frame: Any) -> None:
-            self.flags.reload = True
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGHUP, on_hup)
+        self.flags.install_signal_handlers(reload=True)
 
     def request_stop(self) -> None:
         self.flags.stop = True
@@ -430,6 +416,7 @@ class DaemonService:
         if self.state_lock is not None:
             os.close(self.state_lock)
             self.state_lock = None
+        self.flags.stopped()
         event(log, logging.INFO, "stopped", restore_failures=failed, signal=self.flags.stop_signal)
         return 1 if failed else 0
 

@@ -64,7 +64,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Strict, TypeAd
 from pydantic import dataclasses as pyd
 
 from xtc.service.curve import CurveError, load_secret
-from xtc.validation import Number, parse_document, within
+from xtc.validation import DocumentError, Number, parse_document, within
 
 __all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",
            "check_transport", "server_ssl_context", "is_loopback"]
@@ -79,12 +79,9 @@ MAX_WORKERS = 64
 MAX_SHARDS = 64
 
 
-class ConfigError(ValueError):
-    """A configuration is invalid; ``key`` names the culprit."""
-
-    def __init__(self, key: str, problem: str):
-        self.key = key
-        super().__init__(f"'{key}': {problem}")
+class ConfigError(DocumentError):
+    """A configuration is invalid; ``key`` names the culprit (the daemon's, XCo's and the model
+    files' errors share the base, :class:`~xtc.validation.DocumentError`)."""
 
 
 @dataclass(frozen=True)
@@ -356,4 +353,7 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Polic
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("<file>", f"cannot read {path}: {e}") from None
-    return loads_config(text, env)
+    try:
+        return loads_config(text, env)
+    except ConfigError as e:  # the same message as the daemon's and XCo's: the file first
+        raise ConfigError(e.key, e.problem, str(path)) from None

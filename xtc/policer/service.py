@@ -57,6 +57,7 @@ from .httpproto import bounded_protocol
 from .store import Store, StoreError
 from xtc.service.asgi import NotifyingServer
 from xtc.service.notify import Notifier
+from xtc.service.signals import StopOnSignal
 
 __all__ = ["run_server", "bind_socket", "RelayedEngine", "STOP_TIMEOUT_S"]
 
@@ -258,10 +259,10 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
         failed.append(str(e))
         stop.set()
 
-    def on_signal(_sig: int, _frame: Any) -> None:
-        stop.set()
-
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signals = StopOnSignal()
+    signals.stop_stacks_after_s = STOP_TIMEOUT_S + 2.0  # past the workers' own stop
+    signals.stop_event = stop
+    signals.install_signal_handlers()
     notifier = Notifier.from_environ()  # the engine and the workers must not inherit it
     engine = _engine_procs(cfg, store, on_crash)
     # Bound, not listening: it holds the port (an ephemeral one is chosen here) and takes no connection.
@@ -316,8 +317,8 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
                 pass
         engine.stop()
         hold.close()
-        for sig, h in old.items():
-            signal.signal(sig, h)
+        signals.restore_signal_handlers()
+        signals.stopped()
     for f in failed:
         log.critical("%s", f)
     return 1 if failed else 0

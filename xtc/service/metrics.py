@@ -1,17 +1,20 @@
-"""What every XTC service exports besides its own metrics: ``process_*`` and ``xtc_build_info``.
+"""The metrics chassis of every XTC service: what each exports besides its own metrics
+(``process_*`` and ``xtc_build_info``), its registry and its HTTP endpoint.
 
 Used by the daemon (:mod:`xtc.daemon.metrics`), the policer and the XCo controller and agent, so
-that the same quantity has the same name everywhere.  Only prometheus_client is imported here (the
-XCo agent loads nothing heavier for its metrics).
+that the same quantity has the same name everywhere and one endpoint serves them all.  Only
+prometheus_client is imported here (the XCo agent loads nothing heavier for its metrics).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 
-from prometheus_client import REGISTRY, CollectorRegistry, Info, ProcessCollector, disable_created_metrics
+from prometheus_client import REGISTRY, CollectorRegistry, Info, ProcessCollector, disable_created_metrics, start_http_server
+from prometheus_client.core import CounterMetricFamily
 
-__all__ = ["add_standard_metrics", "xtc_version"]
+__all__ = ["ServiceMetrics", "add_standard_metrics", "labelled_counter", "xtc_version"]
 
 
 def xtc_version() -> str:
@@ -34,3 +37,30 @@ def add_standard_metrics(registry: CollectorRegistry, service: str) -> None:
         ProcessCollector(registry=registry)
     Info("xtc_build", "The XTC build this service runs (always 1)", registry=registry).info(
         {"service": service, "version": xtc_version()})
+
+
+class ServiceMetrics:
+    """A service's own Prometheus registry (:attr:`registry`, with ``process_*`` and
+    ``xtc_build_info{service}``) and its HTTP endpoint (:meth:`serve`).
+
+    A service's metrics class derives from it and registers its own metrics in ``registry``."""
+
+    def __init__(self, service: str, registry: CollectorRegistry | None = None) -> None:
+        #: The registry (a new one unless given: tests make several services in one process).
+        self.registry = registry or CollectorRegistry()
+        add_standard_metrics(self.registry, service)
+
+    def serve(self, address: str, port: int) -> int:
+        """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        return int(server.server_address[1])
+
+
+def labelled_counter(name: str, doc: str, label: str, counts: Mapping[str, int],
+                     always: Iterable[str] = ()) -> CounterMetricFamily:
+    """One counter family with a sample per key of ``counts``; the keys of ``always`` are
+    exported (at 0) even before they are counted, so that a dashboard sees every reason at once."""
+    c = CounterMetricFamily(name, doc, labels=[label])
+    for k in dict.fromkeys((*always, *list(counts))):
+        c.add_metric([k], counts.get(k, 0))
+    return c

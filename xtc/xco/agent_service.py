@@ -35,7 +35,7 @@ from typing import Any
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
-from ._metrics import ServiceMetrics, labelled_counter
+from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import wall_us
 from xtc.host.gate import CLOSED, OPEN, Gate, GateError

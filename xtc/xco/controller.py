@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
-from ._metrics import ServiceMetrics, labelled_counter
+from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller_config import ControllerConfig
 from xtc.service.notify import Notifier
