@@ -266,6 +266,8 @@ _PLAIN_CLASS: dict[type, type] = {XtcController: XtcController, PaperPI: PaperPI
                                   _XtcRow: XtcController, _PIRow: PaperPI}
 _ROW_TYPES = (_XtcRow, _PIRow)
 _EVERYTHING = slice(None)
+#: The banks of :meth:`ControllerBank.of`, by class and parameters.
+_ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
 
 def _plain_type(ctl: Any) -> type:
@@ -290,6 +292,25 @@ def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
     return idx if isinstance(at, slice) else np.asarray(at)[idx]
 
 
+class _Lag:
+    """The lag probe's answer for the controllers of one step (:meth:`ControllerBank._lag_probe_in`):
+    where the observer steps (``observed``), the probe candidate's move (decades, 0.0: none), the
+    rate the cap in force settles to (pps), the observer's next state (pps) and lag where it has one,
+    the rate at rest before the candidate's move (pps), and the estimators (None: quiet)."""
+
+    __slots__ = ("observed", "probe_move", "y_settled", "has_x", "x_next", "g", "rest", "estimators")
+
+    def __init__(self, n: int) -> None:
+        self.observed = np.zeros(n, dtype=bool)
+        self.probe_move = np.zeros(n)
+        self.y_settled = np.zeros(n)
+        self.has_x = np.zeros(n, dtype=bool)
+        self.x_next = np.zeros(n)
+        self.g = np.zeros(n)
+        self.rest = np.zeros(n)
+        self.estimators: list[Any] = [None] * n
+
+
 class ControllerBank:
     """The law of one controller kind and tuning, applied to many controllers at once.
 
@@ -299,25 +320,41 @@ class ControllerBank:
     come again, which gives the same numbers).
     """
 
-    def __init__(self, proto: BoundedController) -> None:
+    def __init__(self, proto: BoundedController, reuse: bool = True) -> None:
         self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
-        self._log10_r = _Reuse(_log10_of)
-        self._pow10_u_step = _Reuse(_pow10)
-        self._pow10_u = _Reuse(_pow10)
-        self._log10_want = _Reuse(_log10_of)
-        self._log10_got = _Reuse(_log10_of)
-        self._pow10_u_after = _Reuse(_pow10)
+        # Without ``reuse`` the bank keeps nothing between calls (:meth:`of`: shared, thread-safe).
+        log10_of, pow10 = (_Reuse(_log10_of), _Reuse(_pow10)) if reuse else (_log10_of, _pow10)
+        self._log10_r = log10_of
+        self._pow10_u_step = pow10
+        self._pow10_u = _Reuse(_pow10) if reuse else _pow10
+        self._log10_want = _Reuse(_log10_of) if reuse else _log10_of
+        self._log10_got = _Reuse(_log10_of) if reuse else _log10_of
+        self._pow10_u_after = _Reuse(_pow10) if reuse else _pow10
         self._u_min = proto._u_min
         self._u_max = proto._u_max
+        self.params: tuple[Any, ...] = self._params_of(proto)
         if isinstance(proto, XtcController):
-            t = proto.tuning
-            self.tuning = t
-            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki, proto.saturation_elasticity)
-        else:
-            assert isinstance(proto, PaperPI)
-            self.params = (proto.caps, proto.gains, proto.dead_zone_fraction, proto.kind)
+            self.tuning = proto.tuning
+
+    @classmethod
+    def of(cls, ctl: Any) -> "ControllerBank":
+        """The law for one controller's own steps (its scalar ``step``): a bank without memory,
+        shared by the controllers of the same parameters."""
+        key = (_plain_type(ctl), *cls._params_of(ctl))
+        bank = _ONE_ROW.get(key)
+        if bank is None:
+            if len(_ONE_ROW) >= 64:
+                _ONE_ROW.clear()
+            bank = _ONE_ROW[key] = cls(ctl, reuse=False)
+        return bank
+
+    @staticmethod
+    def _params_of(ctl: Any) -> tuple[Any, ...]:
+        if isinstance(ctl, XtcController):
+            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity)
+        return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind)
 
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
@@ -329,11 +366,7 @@ class ControllerBank:
 
     def accepts(self, ctl: Any) -> bool:
         """True if ``ctl`` has this bank's class and parameters (the bank steps it exactly)."""
-        if _plain_type(ctl) is not self.cls:
-            return False
-        if self.cls is XtcController:
-            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity) == self.params
-        return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind) == self.params
+        return _plain_type(ctl) is self.cls and self._params_of(ctl) == self.params
 
     def rows(self, ctls: Sequence[Any]) -> Rows | None:
         """The state of ``ctls`` (each accepted by :meth:`accepts`) as columns; attaches them.
@@ -436,41 +469,24 @@ class ControllerBank:
             return caps, ok
         if n == 0:
             return np.empty(0), ok
-        if self.cls is XtcController and self.tuning.lag_probe:
-            caps, quiet = self._lag_probe_in(ctls, y, r, off, cpu, rows, at)
-            if quiet.all():  # the steady state: the law on all of them, in order
-                return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
-            idx = np.flatnonzero(quiet)
-            if len(idx):
-                caps[idx] = self._step_xtc([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows,
-                                           _subset(at, idx), None if cpu is None else cpu[idx])
-            return caps, ok
         if self.cls is XtcController:
-            return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
+            lag = self._lag_probe_in(ctls, y, r, off, rows, at) if self.tuning.lag_probe else None
+            return self._step_xtc(ctls, y, r, off, rows, at, cpu, lag), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                      cpu: np.ndarray | None, rows: Rows, at: Any = _EVERYTHING
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """The lag probe's part of the step (``lag_probe``), controller by controller, as the scalar step
-        does it (:meth:`~xtc.control.laws.XtcController._lag_in`: the estimator's update, the probe
-        candidate, the transient).  Where it asks for the observer or a probe's move, the scalar law
-        finishes that controller's step here (:meth:`~xtc.control.laws.XtcController._law`); the others
-        are *quiet*: their law is this period the one without the lag, which the caller runs on arrays.
+                      rows: Rows, at: Any = _EVERYTHING) -> "_Lag | None":
+        """The lag probe's part of the step (``lag_probe``), controller by controller: the estimator's
+        update, the probe candidate, the transient (:meth:`~xtc.control.laws.XtcController._lag_in`).
+        Returns what the law needs of it (:class:`_Lag`), or None where no controller is in a probe or
+        a transient (the steady state: the law without the lag).
 
         The steady state's shortcut: where nothing can happen (no sample due or to verify, no probe
         candidate, no setpoint move beyond the fine band, no transient under way), the controller's
-        :meth:`~xtc.control.laws.XtcController._lag_quiet` does ``_lag_in``'s work on a short path; the
-        same numbers (tests/unit/test_control_bank.py).
-
-        Returns the caps of the controllers
-        finished here (NaN elsewhere) and where they are quiet.
+        :meth:`~xtc.control.laws.XtcController._lag_quiet` does ``_lag_in``'s work on a short path.
         """
-        n = len(ctls)
-        caps = np.full(n, np.nan)
-        quiet = np.ones(n, dtype=bool)
+        lag: _Lag | None = None
         offs = off.tolist()
-        cpus = [None] * n if cpu is None else cpu.tolist()
         u_force = rows.u_force[at].tolist()
         quant = rows.quant[at].tolist()
         for k, (c, yk, rk) in enumerate(zip(ctls, y.tolist(), r.tolist())):
@@ -478,84 +494,128 @@ class ControllerBank:
             o = None if o != o else o
             if c._lag_quiet(yk, rk, o, u_force[k], abs(quant[k]) < _EXACT_DECADES):
                 continue
-            lag = c._lag_in(yk, rk, o)
-            if lag[0] or lag[1]:
-                caps[k] = c._law(yk, rk, o, cpus[k], lag)
-                quiet[k] = False
-        return caps, quiet
+            observed, probe_move, y_settled = c._lag_in(yk, rk, o)
+            if observed or probe_move:
+                if lag is None:
+                    lag = _Lag(len(ctls))
+                le = c.lag_estimator
+                lag.observed[k] = observed
+                lag.probe_move[k] = probe_move
+                lag.y_settled[k] = y_settled
+                x = le.next_state_pps if observed else None
+                if x is not None:
+                    lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
+                lag.rest[k] = le.probe_rest_pps
+                lag.estimators[k] = le
+        return lag
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                  rows: Rows, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:
+                  rows: Rows, at: Any = _EVERYTHING, cpu: np.ndarray | None = None,
+                  lag: _Lag | None = None) -> np.ndarray:
+        """XTC's law (:class:`~xtc.control.laws.XtcController`'s docstring) on checked rates, with the lag
+        probe's answer ``lag`` (None: the law without the lag); the next caps."""
         t = self.tuning
         u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
         e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
         descent_t = rows.descent[at]
         u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        e0 = self.params[4]
 
         # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         log_y = _log10_of(np.maximum(y, 1.0))
         a = t.design_lag
         kp = a / (1.0 - a)
-        log_y_wanted = log_y + 1.0 * quant  # eps = 1.0 (no estimator)
+        # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
+        # on a whole-percent actuator the dithered periods then all say the same, and the integrator
+        # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
+        log_y_wanted = log_y + quant
         y_wanted = np.where(y > 0, _pow10(log_y_wanted), y)
         E = self._log10_r(np.maximum(r, 1.0)) - log_y_wanted
         E_prev = np.where(has_prev, e_prev, E)
-        # Noise estimate, only where there was a previous error.
+        # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
+        # mean the next period will have at the cap in force (the observer's prediction).
+        y_judged = y_wanted
+        has_x = None
+        if lag is not None and lag.has_x.any():
+            has_x = lag.has_x
+            y_judged = np.where(has_x, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
+        # Noise estimate from the change of the error (clipped: a real step must not inflate it),
+        # only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
         sigma_sample = change * _SQRT_PI / 2.0
         new_noise = noise + t.noise.noise_smoothing * (sigma_sample - noise)
         new_noise = np.maximum(new_noise, 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
-        err = np.abs(r - y_wanted)
+        err = np.abs(r - y_judged)
         move = err >= t.dead_zone_fraction * r
         noise_band = t.noise.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
         # The two band logarithms only where the first three terms hold (elsewhere persist is
         # False whatever they are).
-        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0)
+        exact = np.abs(quant) < _EXACT_DECADES
+        persist = has_prev & exact & (E * E_prev > 0.0)
         if persist.any():
             persist &= np.abs(E_prev) < _log10_where(1.0 + 2.0 * band, persist)
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
                 1.0 + np.maximum(t.persist_band_fraction, noise_band), persist)
         fine = (err < band * r) & ~persist
-        du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
+        if has_x is not None:
+            fine &= ~has_x
+        du_beat = (kp + self.params[3]) * E - kp * E_prev
+        if lag is not None and lag.observed.any():
+            # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
+            # in a probe's transient, to the settled rate that puts the next period's *mean* there.
+            du_beat = du_beat.copy()
+            lo, hi = t.probe.observer_target_bounds
+            for k in np.flatnonzero(lag.observed & move & ~fine).tolist():
+                yk, rk, ys = y[k].item(), r[k].item(), lag.y_settled[k].item()
+                r_to = rk
+                if lag.has_x[k]:
+                    g, x = lag.g[k].item(), lag.x_next[k].item()
+                    r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
+                du_beat[k] = _log10(max(r_to, 1.0)) - _log10(max(ys * y_wanted[k].item() / yk if yk > 0 else ys, 1.0))
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         descent = np.zeros(u.shape, dtype=bool)
-        if self.params[4] > 0.0:
+        if e0 > 0.0:
             sat = not_limited
             was_descent = np.array(descent_t, dtype=bool)
+            u_top = self._u_max - _EXACT_DECADES
             if t.descent_fraction:
                 # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
                 # step; the cap in force is read only where the rest holds and it decides.
                 more = ~sat & (off > 0) & (y >= t.descent_fraction * off) & (r < y_wanted)
                 if more.any():
                     top = was_descent.copy()
-                    u_top = self._u_max - _EXACT_DECADES
                     for k in np.flatnonzero(more & ~was_descent).tolist():
                         top[k] = u_force_rows[k] >= u_top
                     sat = sat | (more & top)
             descent = sat & (r < y_wanted)
-            f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
-                         t.saturation_repeat_factor, 1.0)
-            du_beat = np.where(descent, np.minimum(du_beat, f * E / self.params[4]), du_beat)
+            f = np.where(was_descent & not_limited & exact, t.saturation_repeat_factor, 1.0)
+            du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
             descent &= move & ~fine
             if t.fine_band_descent:
-                # The descent inside the fine band: from the top cap or on after such a step.
+                # The descent inside the fine band, from the top cap or on after such a step: the gentle
+                # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
                 fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
                 if fd.any():
                     top = was_descent.copy()
-                    u_top = self._u_max - _EXACT_DECADES
                     for k in np.flatnonzero(fd & ~was_descent).tolist():
                         top[k] = u_force_rows[k] >= u_top
                     fd &= top
-                    du_fine = np.where(fd, np.minimum(t.fine_gain * E / 1.0, E / self.params[4]), t.fine_gain * E / 1.0)
+                    du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
                     du_beat = np.where(fine, du_fine, du_beat)
                     fine = fine & ~fd
                     descent |= fd
-        du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
+        du = np.where(fine, t.fine_gain * E, du_beat)
+        if lag is not None:
+            probing = np.flatnonzero((lag.probe_move != 0.0) & move)
+            if len(probing):
+                du = du.copy()
+                for k in probing.tolist():
+                    du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         hold = (du > 0) & not_limited
         if cpu is not None and t.cap_bound_fraction > 0.0 and hold.any():
@@ -567,6 +627,15 @@ class ControllerBank:
             hold[k[bound]] = False
         du = np.where(hold, 0.0, du)
         new_u, caps = self._stepped(u, du, move, carry)
+        if has_x is not None:
+            # The transient ends where the next period's mean and the rate the new cap settles to are
+            # both within transient_end_fraction of the setpoint.
+            end = t.probe.transient_end_fraction
+            for k in np.flatnonzero(has_x).tolist():
+                rk = r[k].item()
+                moved = 10.0 ** (new_u[k].item() - u[k].item())
+                if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
+                    ctls[k]._transient = False
         rows.e_prev[at] = E
         rows.has_prev[at] = True
         rows.noise[at] = noise
@@ -574,6 +643,24 @@ class ControllerBank:
         rows.steps[at] += 1
         rows.u[at] = new_u  # inside the dead zone u stays: the same number
         return caps
+
+    def _probe_step(self, lag: _Lag, k: int, du: float, u: float, y: float, r: float, E: float) -> float:
+        """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
+        lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
+        t = self.tuning
+        lag.estimators[k].arm_probe()
+        if lag.probe_move[k] * E < 0.0:
+            return du  # the rate passed the setpoint: the law's move back, sampled all the same
+        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
+        c = t.probe.probe_lag_max
+        f_lag = max((y - c * lag.rest[k].item()) / (1.0 - c), 1.0)
+        lim = t.max_step_decades
+        du_lag = max(-lim, min(lim, _log10(max(r, 1.0)) - _log10(f_lag)))
+        du_law = max(-lim, min(lim, du))
+        lo, hi = self._u_min, self._u_max
+        if abs(min(hi, max(lo, u + du_lag)) - min(hi, max(lo, u + du_law))) < t.probe.probe_disagreement_decades:
+            return du_lag
+        return 0.0
 
     def _stepped(self, u: np.ndarray, du: np.ndarray, move: np.ndarray,
                  carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

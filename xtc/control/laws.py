@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 from xtc.models import CapBounds, LogCapModel
 
 from .bounded import BoundedController, ControllerError, check_rate
@@ -36,8 +38,11 @@ _SQRT_PI = math.sqrt(math.pi)
 _LN10 = math.log(10.0)
 #: A cap in force within 0.1% of the wanted one counts as exact (decades).
 _EXACT_DECADES = math.log10(1.001)
-#: :meth:`XtcController._lag_in`'s answer without the lag estimate: no observer, no probe.
-_NO_LAG = (False, 0.0, 0.0)
+
+
+def _one(v: float) -> Any:
+    """A one-row array of ``v`` (the scalar step is the bank's law on one row)."""
+    return np.array((v,), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -400,7 +405,16 @@ class XtcController(BoundedController):
             else check_rate("setpoint_pps", setpoint_pps)
         offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
             else check_rate("offered_pps", offered_pps)
-        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_probe else _NO_LAG)
+        caps, _ = self._bank().step([self], _one(y), _one(r), _one(math.nan if offered is None else offered),
+                                    cpu_percent=_one(math.nan if cpu_percent is None else cpu_percent))
+        return caps[0].item()
+
+    def _bank(self) -> Any:
+        """The law (:class:`~xtc.control.bank.ControllerBank`) for this controller's parameters."""
+        from .bank import ControllerBank  # bank.py builds on this module: the law's one home
+
+        return ControllerBank.of(self)
+
 
     def _lag_in(self, y: float, r: float, offered: float | None) -> tuple[bool, float, float]:
         """The lag probe's part of :meth:`step` (``lag_probe``), before the law, on checked rates:
@@ -447,116 +461,6 @@ class XtcController(BoundedController):
         self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
         self._r_prev = r
         return True
-
-    def _law(self, y: float, r: float, offered: float | None, cpu_percent: float | None,
-             lag: tuple[bool, float, float]) -> float:
-        """The rest of :meth:`step` on checked rates, given :meth:`_lag_in`'s answer; the next cap."""
-        t = self.tuning
-        not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
-        log_y = math.log10(max(y, 1.0))
-        a = t.design_lag
-        observed, probe_move, y_settled = lag
-        descent = False
-        u_before = self._u
-        kp = a / (1.0 - a)
-        # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
-        # on a whole-percent actuator the dithered periods then all say the same, and the integrator
-        # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
-        log_y_wanted = log_y + self._quant_decades
-        y_wanted = 10.0**log_y_wanted if y > 0 else y
-        E = math.log10(max(r, 1.0)) - log_y_wanted
-        E_prev = E if self._E_prev is None else self._E_prev
-        # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
-        # mean the next period will have at the cap in force (the observer's prediction).
-        y_judged = y_wanted
-        x_next = self.lag_estimator.next_state_pps if observed else None
-        if x_next is not None:
-            g = self.lag_estimator.lag
-            y_judged = max(1.0, (1.0 - g) * y_settled + g * x_next)
-        if self._E_prev is not None:
-            # Noise estimate from the change of the error (clipped: a real step must not inflate it).
-            change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
-            sigma_sample = change * _SQRT_PI / 2.0
-            self._noise_log += t.noise.noise_smoothing * (sigma_sample - self._noise_log)
-            self._noise_log = max(self._noise_log, 1e-4)
-        if abs(r - y_judged) >= t.dead_zone_fraction * r:
-            noise_band = t.noise.noise_band_sigmas * (self._noise_log * _LN10)
-            band = max(t.fine_band_fraction, noise_band)
-            # A disturbance inside the fine band: this error and the last one (within twice the band:
-            # not a large step's tail) beyond the persistence band with the same sign.
-            # Only where the cap in force is the one wanted (within 0.1%): a dither's periods on a
-            # quantising actuator often err twice in a row the same way and must keep the gentle gain.
-            persist = self._E_prev is not None and abs(self._quant_decades) < _EXACT_DECADES and E * E_prev > 0.0 \
-                and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
-                min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
-            if abs(r - y_judged) < band * r and not persist and x_next is None:
-                du = t.fine_gain * E
-                if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
-                        and noise_band <= t.fine_band_fraction \
-                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
-                    # The descent from the uncapped start (or on after one of its steps) inside the
-                    # fine band: the gentle gain assumes elasticity 1 where it is near 0.  Not where the
-                    # noise has widened the band (the error may then be noise: 10% noise at the top cap).
-                    descent = True
-                    du = min(du, E / self.saturation_elasticity)
-            else:
-                if observed:
-                    # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
-                    # in a probe's transient, to the settled rate that puts the next period's *mean* there.
-                    r_to = r
-                    if x_next is not None:
-                        g = self.lag_estimator.lag
-                        lo, hi = t.probe.observer_target_bounds
-                        r_to = min(hi * r, max(lo * r, (r - g * x_next) / (1.0 - g)))
-                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0)))
-                else:
-                    du = (kp + self.ki) * E - kp * E_prev
-                sat = not_limited
-                if not sat and t.descent_fraction and offered is not None and offered > 0 \
-                        and y >= t.descent_fraction * offered \
-                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
-                    sat = True
-                descent = sat and r < y_wanted and self.saturation_elasticity > 0.0
-                if descent:
-                    # The last step out of saturation left the VR offered-limited: the knee is further down.
-                    f = t.saturation_repeat_factor if self._descent and not_limited \
-                        and abs(self._quant_decades) < _EXACT_DECADES else 1.0
-                    du = min(du, f * E / self.saturation_elasticity)
-            if probe_move:
-                du = self._probe_step(probe_move, du, y, r, E)
-            du = max(-t.max_step_decades, min(t.max_step_decades, du))
-            if du > 0 and not_limited and not self.cap_bound(cpu_percent):
-                du = 0.0
-            self._u = self._clamp_u(self._u + du)
-        self._descent = descent
-        self._E_prev = E
-        if t.lag_probe:
-            self._r_prev = r
-            if x_next is not None:
-                moved = 10.0 ** (self._u - u_before)
-                if abs(r - y_judged) < t.probe.transient_end_fraction * r and abs(r - y_settled * moved) < t.probe.transient_end_fraction * r:
-                    self._transient = False
-        self.steps += 1
-        caps = self.caps  # cap_percent, inline
-        return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
-
-    def _probe_step(self, move: float, du: float, y: float, r: float, E: float) -> float:
-        """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
-        lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
-        t = self.tuning
-        le = self.lag_estimator
-        le.arm_probe()
-        if move * E < 0.0:
-            return du  # the rate passed the setpoint: the law's move back, sampled all the same
-        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
-        c = t.probe.probe_lag_max
-        f_lag = max((y - c * le.probe_rest_pps) / (1.0 - c), 1.0)
-        lim = t.max_step_decades
-        du_lag = max(-lim, min(lim, math.log10(max(r, 1.0)) - math.log10(f_lag)))
-        du_law = max(-lim, min(lim, du))
-        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe.probe_disagreement_decades:
-            return du_lag
-        return 0.0
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
