@@ -37,7 +37,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import BoundedController
-from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, XtcController
+from .laws import (_EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING, OBSERVER_TARGET_BOUNDS,
+                   PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX, SATURATION_REPEAT_FACTOR,
+                   TRANSIENT_END_FRACTION, XtcController)
 from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
@@ -544,13 +546,13 @@ class ControllerBank:
         # only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
         sigma_sample = change * _SQRT_PI / 2.0
-        new_noise = noise + t.noise.noise_smoothing * (sigma_sample - noise)
+        new_noise = noise + NOISE_SMOOTHING * (sigma_sample - noise)
         new_noise = np.maximum(new_noise, 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
         err = np.abs(r - y_judged)
         move = err >= t.dead_zone_fraction * r
-        noise_band = t.noise.noise_band_sigmas * (noise * _LN10)
+        noise_band = t.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
         # The two band logarithms only where the first three terms hold (elsewhere persist is
@@ -560,7 +562,7 @@ class ControllerBank:
         if persist.any():
             persist &= np.abs(E_prev) < _log10_where(1.0 + 2.0 * band, persist)
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
-                1.0 + np.maximum(t.persist_band_fraction, noise_band), persist)
+                1.0 + np.maximum(PERSIST_BAND_FRACTION, noise_band), persist)
         fine = (err < band * r) & ~persist
         if has_x is not None:
             fine &= ~has_x
@@ -569,7 +571,7 @@ class ControllerBank:
             # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
             # in a probe's transient, to the settled rate that puts the next period's *mean* there.
             du_beat = du_beat.copy()
-            lo, hi = t.probe.observer_target_bounds
+            lo, hi = OBSERVER_TARGET_BOUNDS
             for k in np.flatnonzero(lag.observed & move & ~fine).tolist():
                 yk, rk, ys = y[k].item(), r[k].item(), lag.y_settled[k].item()
                 r_to = rk
@@ -583,32 +585,30 @@ class ControllerBank:
             sat = not_limited
             was_descent = np.array(descent_t, dtype=bool)
             u_top = self._u_max - _EXACT_DECADES
-            if t.descent_fraction:
-                # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
-                # step; the cap in force is read only where the rest holds and it decides.
-                more = ~sat & (off > 0) & (y >= t.descent_fraction * off) & (r < y_wanted)
-                if more.any():
-                    top = was_descent.copy()
-                    for k in np.flatnonzero(more & ~was_descent).tolist():
-                        top[k] = u_force_rows[k] >= u_top
-                    sat = sat | (more & top)
+            # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
+            # step; the cap in force is read only where the rest holds and it decides.
+            more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & (r < y_wanted)
+            if more.any():
+                top = was_descent.copy()
+                for k in np.flatnonzero(more & ~was_descent).tolist():
+                    top[k] = u_force_rows[k] >= u_top
+                sat = sat | (more & top)
             descent = sat & (r < y_wanted)
-            f = np.where(was_descent & not_limited & exact, t.saturation_repeat_factor, 1.0)
+            f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
             du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
             descent &= move & ~fine
-            if t.fine_band_descent:
-                # The descent inside the fine band, from the top cap or on after such a step: the gentle
-                # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
-                fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
-                if fd.any():
-                    top = was_descent.copy()
-                    for k in np.flatnonzero(fd & ~was_descent).tolist():
-                        top[k] = u_force_rows[k] >= u_top
-                    fd &= top
-                    du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
-                    du_beat = np.where(fine, du_fine, du_beat)
-                    fine = fine & ~fd
-                    descent |= fd
+            # The descent inside the fine band, from the top cap or on after such a step: the gentle
+            # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
+            fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
+            if fd.any():
+                top = was_descent.copy()
+                for k in np.flatnonzero(fd & ~was_descent).tolist():
+                    top[k] = u_force_rows[k] >= u_top
+                fd &= top
+                du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
+                du_beat = np.where(fine, du_fine, du_beat)
+                fine = fine & ~fd
+                descent |= fd
         du = np.where(fine, t.fine_gain * E, du_beat)
         if lag is not None:
             probing = np.flatnonzero((lag.probe_move != 0.0) & move)
@@ -630,7 +630,7 @@ class ControllerBank:
         if has_x is not None:
             # The transient ends where the next period's mean and the rate the new cap settles to are
             # both within transient_end_fraction of the setpoint.
-            end = t.probe.transient_end_fraction
+            end = TRANSIENT_END_FRACTION
             for k in np.flatnonzero(has_x).tolist():
                 rk = r[k].item()
                 moved = 10.0 ** (new_u[k].item() - u[k].item())
@@ -652,13 +652,13 @@ class ControllerBank:
         if lag.probe_move[k] * E < 0.0:
             return du  # the rate passed the setpoint: the law's move back, sampled all the same
         # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
-        c = t.probe.probe_lag_max
+        c = PROBE_LAG_MAX
         f_lag = max((y - c * lag.rest[k].item()) / (1.0 - c), 1.0)
         lim = t.max_step_decades
         du_lag = max(-lim, min(lim, _log10(max(r, 1.0)) - _log10(f_lag)))
         du_law = max(-lim, min(lim, du))
         lo, hi = self._u_min, self._u_max
-        if abs(min(hi, max(lo, u + du_lag)) - min(hi, max(lo, u + du_law))) < t.probe.probe_disagreement_decades:
+        if abs(min(hi, max(lo, u + du_lag)) - min(hi, max(lo, u + du_law))) < PROBE_DISAGREEMENT_DECADES:
             return du_lag
         return 0.0
 

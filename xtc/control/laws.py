@@ -20,14 +20,12 @@ import numpy as np
 from xtc.models import CapBounds, LogCapModel
 
 from .bounded import BoundedController, ControllerError, check_rate
-from .estimate import LagEstimator, LagTuning
+from .estimate import LagEstimator
 
 __all__ = [
     "ControllerError",
     "XtcController",
     "XtcTuning",
-    "ProbeTuning",
-    "NoiseTuning",
 ]
 
 
@@ -45,65 +43,47 @@ def _one(v: float) -> Any:
     return np.array((v,), dtype=np.float64)
 
 
-@dataclass(frozen=True)
-class NoiseTuning:
-    """Tuning of :class:`XtcController`'s estimate of the rate's noise (its docstring, "Noise-adaptive band").
-
-    Attributes
-    ----------
-    noise_band_sigmas : float
-        The fine band widens to this many estimated noise standard deviations
-        when the measurement is noisier than ``fine_band_fraction`` allows.
-    noise_initial_fraction : float
-        Starting estimate of the relative noise of one period's rate sample.
-    noise_smoothing : float
-        Weight of the newest sample in the noise estimate's moving average.
-    """
-
-    noise_band_sigmas: float = 2.5
-    noise_initial_fraction: float = 0.02
-    noise_smoothing: float = 0.1
-
-
-@dataclass(frozen=True)
-class ProbeTuning:
-    """Tuning of the lag probe and its transients (``XtcTuning.lag_probe``; see its docstring).
-
-    Attributes
-    ----------
-    probe_lag_max : float
-        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
-        half a period).
-    probe_disagreement_decades : float
-        The probe holds the cap when the two moves differ by at least this much (decades of cap).
-    probe_window_periods : int
-        A move can be a probe candidate only within this many periods of the activation or of a
-        setpoint move beyond the fine band (the transients the probe is for).  Outside it a move
-        from rest is the law's answer to a disturbance or to one stray period of a noisy rate: at 9%
-        noise a period, a daemon restarted at its setpoint read the restart's first low period as
-        a move from rest, and the observer's transient after the probe swung the cap 7.6-12.4%
-        around 9% (the rate 14% over the setpoint for 2.5 s).  The control bench is the same with it
-        and without it on seeds 1-3 (every probe there is in a start or a step).
-    transient_periods : int
-        Longest transient (periods) in which the observer steps.
-    transient_end_fraction : float
-        The transient ends when the predicted mean and the settled rate are within this fraction of
-        the setpoint.
-    observer_target_bounds : tuple of float
-        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
-    """
-
-    probe_lag_max: float = 0.45
-    probe_disagreement_decades: float = 0.15
-    probe_window_periods: int = 6
-    transient_periods: int = 5
-    transient_end_fraction: float = 0.02
-    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
+#: The law's constants that no configuration, CLI or named variant sets (they were ``XtcTuning`` fields
+#: until 2026-11-26; docs/design/control-law.md).  The measurements behind each value are in
+#: docs/results/2026-11-26-control-settling/control-settling.md under the old field's name.
+#:
+#: Noise estimate (the class docstring, "Noise-adaptive band"): the starting estimate of the relative
+#: noise of one period's rate sample, and the weight of the newest sample in its moving average.
+NOISE_INITIAL_FRACTION = 0.02
+NOISE_SMOOTHING = 0.1
+#: An error beyond this fraction of the setpoint (and beyond the noise band) in two successive periods
+#: of the same sign, inside the fine band, on an exact actuator, gets the dead-beat gains: 1 leaves the
+#: rule to a widened noise band only (0.05 turned the lab's 1 s noise into dead-beat moves of 20% of
+#: the cap).
+PERSIST_BAND_FRACTION = 1.0
+#: The model's step out of saturation also applies from this fraction of the offered rate, from the top
+#: cap or on after such a step ("The descent from the uncapped start").
+DESCENT_FRACTION = 0.9
+#: A step out of saturation that follows one that showed nothing is this many times the model's step,
+#: on an exact actuator ("Verdict").
+SATURATION_REPEAT_FACTOR = 2.0
+#: The lag probe (``XtcTuning.lag_probe``): the largest lag its comparison assumes (0.432: a time
+#: constant of half a period); it holds the cap when the law's move and the lag's differ by this many
+#: decades; a move is a candidate only within this many periods of the activation or of a setpoint move
+#: beyond the fine band (a daemon restarted at its setpoint read the restart's first low period as a
+#: move from rest: the cap swung 7.6-12.4% around 9%).
+PROBE_LAG_MAX = 0.45
+PROBE_DISAGREEMENT_DECADES = 0.15
+PROBE_WINDOW_PERIODS = 6
+#: The observer's transient: at most this many periods, until the predicted mean and the settled rate
+#: are within this fraction of the setpoint; the settled rate it aims for within these fractions of it.
+TRANSIENT_PERIODS = 5
+TRANSIENT_END_FRACTION = 0.02
+OBSERVER_TARGET_BOUNDS = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
 class XtcTuning:
     """Tuning of :class:`XtcController` (see its docstring for what each does).
+
+    ``design_lag``, ``dead_zone_fraction`` and ``lag_probe`` are what :func:`~xtc.control.make_controller`
+    and the daemon's ``[controller]`` set; the others are the law's gains and bands, set only by tests
+    of its properties (the constants above are the rest).
 
     Attributes
     ----------
@@ -120,93 +100,30 @@ class XtcTuning:
         fraction of its offered rate; the cap is then not raised, unless the
         VR's CPU use says that the cap binds (``cap_bound_fraction``).
     cap_bound_fraction : float
-        With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`,
-        where the host accounts each VR's CPU), the cap binds when the VR used
-        at least this fraction of the cap in force over the last period; a cap
-        that binds is raised even where ``unconstrained_fraction`` would hold
-        it.  A VR whose flows back off (TCP) forwards nearly all it is offered
-        *because* its cap holds it (the lab's six TCP VRs: one 8.8% under its
-        setpoint forwarding 98.2% of what it was handed, cap never raised).
-        The reading never holds a raise the packets allow: raising only a cap
-        that binds was tried, and on the simulated gradual knees (the VR uses
-        less than its cap while more cap still brings more rate, as CFS
-        throttling in bursts does) setpoints of 90-95 kp/s never settled.  0.8,
-        not 1: a TCP VR partly held (throttled in a third of its CFS periods)
-        used 0.87 of its cap on the lab.  0 switches the reading off.
+        With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`), the cap binds when the VR
+        used at least this fraction of the cap in force over the last period; a cap that binds is
+        raised even where ``unconstrained_fraction`` would hold it (a TCP VR forwards nearly all it is
+        offered *because* its cap holds it).  0.8, not 1: a TCP VR partly held used 0.87 of its cap on
+        the lab.  0 switches the reading off.
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
     fine_gain : float
         Integral gain (decades of cap per decade of rate) inside the fine band.
-    noise : NoiseTuning
-        Tuning of the estimate of the rate's noise and of the band it widens.
-    persist_band_fraction : float
-        An error beyond this fraction of the setpoint (and beyond ``noise_band_sigmas`` estimated
-        noise deviations) in two successive periods, of the same sign, inside the fine band (the
-        previous one within twice its width), on an exact actuator, gets the dead-beat gains
-        instead of ``fine_gain``: it is a step disturbance (a hog), not noise.  1 (the default)
-        switches it off: on the real lab (1 s rates scattering up to 10%) 0.05 turned noise into
-        dead-beat moves of about 20% of the cap (the demo's VR 5.3% under its setpoint, against
-        -0.2% to +3.2% without); on the simulated plants it takes hog recovery from 3-5 to 2-3.
-    saturation_model_step : bool
-        While the VR forwards nearly all it is offered (the cap is above the knee, the measured
-        rate says nothing about the hardware's speed) and the rate must fall, step at least as
-        far as the model's elasticity at its operating point says the setpoint needs (see the
-        class docstring).
-    lag_estimator : LagTuning
-        Tuning of that estimate.
-    descent_fraction : float
-        0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies
-        while the VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
-        *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
-        move was such a step (the descent from it goes on).  Unlike a lower ``unconstrained_fraction``
-        it never acts in steady state below the top cap: on a gradual knee the uncapped VR
-        forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
-        (docs/results/2026-11-26-control-settling/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
-        measurements behind the default).  The daemon's bank (:class:`xtc.control.bank.ControllerBank`)
-        steps it, bit-equal to the scalar law.
-    saturation_repeat_factor : float
-        A step out of saturation that follows another one and still finds the VR forwarding at
-        least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
-        is further down) is this many times the model's step, on an exact actuator (2, the default
-        since 2026-11-23; 1: off; docs/results/2026-11-26-control-settling/control-settling.md, "Verdict", for the measurements).  On
-        hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
-        took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/results/2026-11-26-control-settling/control-settling.md, "The
-        descent from the uncapped start").
-    fine_band_descent : bool
-        True by default since 2026-11-23.  Inside the fine band, from the top cap (the uncapped
-        start) or after such a step, while the VR forwards at least ``unconstrained_fraction`` of its
-        offered rate and the rate must fall, the step is at least the model's (``E / e0``, as
-        ``saturation_model_step``; never the repeated double step), unless the noise has widened the
-        fine band (the estimated noise band above ``fine_band_fraction``: the error may be noise).  A
-        setpoint within 10% of the uncapped rate (90-95 kp/s of 100 offered) is inside the fine band
-        from the start, and the gentle gain, which assumes elasticity 1 where it is near 0 above the
-        knee, took 1.2% off the cap per period: on 2x faster hardware (the knee at cap 20) the cap was
-        still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/results/2026-11-26-control-settling/control-settling.md,
-        "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
+    noise_band_sigmas : float
+        The fine band widens to this many estimated noise standard deviations
+        when the measurement is noisier than ``fine_band_fraction`` allows.
     lag_probe : bool
-        True by default since 2026-11-25 (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe is the
-        default"); False steps the law without a lag estimate (``make_controller(..., lag_probe=False)``,
-        ``[controller] lag_probe = false``).  The lag is measured by a *probe*
-        (:class:`~xtc.control.estimate.LagEstimator`) and used only in transients
-        (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe").  After the first large move from rest whose
-        first period shows the rate moving the right way but not all the way (the sign of a lag, or
-        of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
-        move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
-        lag implies).  Where they differ by ``probe_disagreement_decades`` or more it holds the cap one
-        period (the probe); otherwise it takes the lag's move (the smaller hedge).  Either way the next
-        period completes one lag sample (:class:`~xtc.control.estimate.LagEstimator`).  One probe
-        per activation.  The observer then steps in a transient only:
-        from the sample, or from a setpoint change beyond the fine band, for at most
-        ``transient_periods``, until both the next period's predicted mean and the rate the new cap
-        settles to are within ``transient_end_fraction`` of the setpoint.  In a transient the dead zone
-        and the band are judged on the predicted mean of the next period at the cap in force, and the
-        step aims the next period's *mean* at the setpoint (``(r - g x) / (1 - g)``, ``x`` the
-        observer's state, bounded to ``observer_target_bounds`` times the setpoint); outside it the
-        law is the one without the lag.  The daemon's bank steps these controllers outside their
-        probe and their transients (bit-equal to the scalar law), the scalar law in them.
-    probe : ProbeTuning
-        Tuning of the lag probe and of the transients it starts (``lag_probe``).
+        True by default since 2026-11-25; False steps the law without a lag estimate
+        (``make_controller(..., lag_probe=False)``, ``[controller] lag_probe = false``).  After the
+        first large move from rest whose first period shows the rate moving the right way but not all
+        the way, the law compares its move with the one a lag of :data:`PROBE_LAG_MAX` asks; where
+        they differ by :data:`PROBE_DISAGREEMENT_DECADES` or more it holds the cap one period (the
+        probe), otherwise it takes the lag's move.  The next period completes one lag sample
+        (:class:`~xtc.control.estimate.LagEstimator`).  One probe per activation.  The observer then
+        steps in a transient only (after the sample, or a setpoint change beyond the fine band, for at
+        most :data:`TRANSIENT_PERIODS`): the dead zone and the band judge the next period's predicted
+        mean, and the step aims that mean at the setpoint.
     """
 
     design_lag: float = 0.0915
@@ -216,15 +133,8 @@ class XtcTuning:
     cap_bound_fraction: float = 0.8
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
-    noise: NoiseTuning = NoiseTuning()
-    persist_band_fraction: float = 1.0
-    saturation_model_step: bool = True
-    lag_estimator: LagTuning = LagTuning()
-    descent_fraction: float = 0.9
-    saturation_repeat_factor: float = 2.0
-    fine_band_descent: bool = True
+    noise_band_sigmas: float = 2.5
     lag_probe: bool = True
-    probe: ProbeTuning = ProbeTuning()
 
 
 class XtcController(BoundedController):
@@ -333,16 +243,6 @@ class XtcController(BoundedController):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
-        if t.lag_probe:
-            lo, hi = t.probe.observer_target_bounds
-            for ok, what, v in ((0.0 < t.probe.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe.probe_lag_max),
-                                (t.probe.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe.probe_disagreement_decades),
-                                (type(t.probe.transient_periods) is int and t.probe.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.probe.transient_periods),
-                                (type(t.probe.probe_window_periods) is int and t.probe.probe_window_periods >= 1, "probe_window_periods must be a whole number >= 1", t.probe.probe_window_periods),
-                                (0.0 <= t.probe.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.probe.transient_end_fraction),
-                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.probe.observer_target_bounds)):
-                if not ok:
-                    raise ControllerError(f"{what}, got {v}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
         self._E_prev: float | None = None
@@ -353,11 +253,11 @@ class XtcController(BoundedController):
         #: Periods since the activation or the last setpoint move beyond the fine band (counted up to
         #: ``probe_window_periods``): only inside that window can a move be a probe candidate.
         self._setpoint_age = 0
-        self._noise_log = t.noise.noise_initial_fraction / math.log(10.0)
-        self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
+        self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
+        self.lag_estimator = LagEstimator(t.design_lag)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
-        self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
+        self.saturation_elasticity = e0 if 0.0 < e0 < 1.0 else 0.0
 
     def _reset_memory(self) -> None:
         self._E_prev = None
@@ -366,7 +266,7 @@ class XtcController(BoundedController):
         self._transient_age = 0
         self._r_prev = None
         self._setpoint_age = 0
-        self._noise_log = self.tuning.noise.noise_initial_fraction / math.log(10.0)
+        self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
         self.lag_estimator.reset()
 
     @property
@@ -377,7 +277,7 @@ class XtcController(BoundedController):
     def fine_band(self) -> float:
         """Current half-width of the fine band, as a fraction of the setpoint."""
         t = self.tuning
-        return max(t.fine_band_fraction, t.noise.noise_band_sigmas * self.noise_fraction)
+        return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
@@ -431,12 +331,12 @@ class XtcController(BoundedController):
         moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
         if moved:
             self._setpoint_age = 0
-        if exact and self._setpoint_age < t.probe.probe_window_periods:
+        if exact and self._setpoint_age < PROBE_WINDOW_PERIODS:
             probe_move = le.probe_candidate(self._noise_log * _LN10)
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
+        self._setpoint_age = min(self._setpoint_age + 1, PROBE_WINDOW_PERIODS)
         if sampled or moved:
             self._transient, self._transient_age = True, 0
-        elif self._transient and self._transient_age >= t.probe.transient_periods:
+        elif self._transient and self._transient_age >= TRANSIENT_PERIODS:
             self._transient = False
         self._transient_age += 1
         observed = self._transient and le.confident and exact
@@ -453,12 +353,12 @@ class XtcController(BoundedController):
         t = self.tuning
         rp = self._r_prev
         if not (self.lag_estimator.quiet(log_cap, exact) and (rp is None or abs(r - rp) <= t.fine_band_fraction * r)
-                and (not self._transient or self._transient_age >= t.probe.transient_periods)):
+                and (not self._transient or self._transient_age >= TRANSIENT_PERIODS)):
             return False
         self.lag_estimator.update_quiet(y, log_cap, offered)
         self._transient = False
         self._transient_age += 1
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
+        self._setpoint_age = min(self._setpoint_age + 1, PROBE_WINDOW_PERIODS)
         self._r_prev = r
         return True
 
@@ -482,8 +382,7 @@ class XtcController(BoundedController):
         if self.tuning.lag_probe:
             s["transient"] = {"on": self._transient, "age": self._transient_age, "setpoint_pps": self._r_prev,
                               "setpoint_age": self._setpoint_age}
-        if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0 or self.tuning.fine_band_descent:
-            s["descent"] = self._descent
+        s["descent"] = self._descent
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
@@ -503,13 +402,13 @@ class XtcController(BoundedController):
         self._transient, self._transient_age, self._r_prev = False, 0, None
         # Without a recorded age (state written before it was kept, or malformed) the window is shut:
         # no probe until the setpoint moves.
-        self._setpoint_age = self.tuning.probe.probe_window_periods
+        self._setpoint_age = PROBE_WINDOW_PERIODS
         if isinstance(tr, Mapping):
             age, rp, sa = tr.get("age"), tr.get("setpoint_pps"), tr.get("setpoint_age")
             if type(age) is int and age >= 0 and (rp is None or (isinstance(rp, (int, float)) and math.isfinite(rp) and rp >= 0)):
                 self._transient, self._transient_age = tr.get("on") is True, age
                 self._r_prev = None if rp is None else float(rp)
-                if type(sa) is int and 0 <= sa <= self.tuning.probe.probe_window_periods:
+                if type(sa) is int and 0 <= sa <= PROBE_WINDOW_PERIODS:
                     self._setpoint_age = sa
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):
