@@ -10,7 +10,7 @@ import pytest
 import xtc.models
 from xtc.control import ControllerError, make_controller
 from xtc.control.estimate import LagEstimator
-from xtc.control import laws
+from xtc.control import bank, laws
 from xtc.control.laws import XtcTuning
 from xtc_lab.bench import control_bench as cb
 from xtc_lab.sim.metrics import settling_periods
@@ -161,7 +161,7 @@ def test_a_stray_period_at_the_setpoint_is_not_probed(window, probed, monkeypatc
     # more than 0.1 decade from rest, and the lag plant's next period moves the rate part of the way:
     # the shape of a probe candidate.  Outside the probe's window (the default) it is not probed.
     if window is not None:
-        monkeypatch.setattr(laws, "PROBE_WINDOW_PERIODS", window)
+        monkeypatch.setattr(bank, "PROBE_WINDOW_PERIODS", window)
     t = XtcTuning(design_lag=A)
     c = make_controller(PAPER, tuning=t)
     c.start(10.0)  # the setpoint's cap from the start: no large move in the window

@@ -1,29 +1,19 @@
-"""Many controllers of one kind and tuning, stepped together on arrays.  Pure.
+"""XTC's law and the paper's PI, on numpy arrays: the one place the control laws are written.  Pure.
 
-A daemon steps one controller per VR every period; at 1000 VRs the scalar
-:meth:`~xtc.control.laws.XtcController.step` costs a few microseconds each.  A
-:class:`ControllerBank` runs the same law on numpy arrays for a whole list of controllers at
-once.  Their state lives in the bank's named columns (:class:`Rows`): :meth:`ControllerBank.step`
-and :meth:`ControllerBank.applied` attach the controllers to rows (:meth:`ControllerBank.rows`)
-unless they already are, and then read and write the columns only, never the objects; the objects
-read and write the same numbers through properties on their row, so everything else
-(``to_state``, ``applied``, ``start``, the state file, the scalar ``step``) sees exactly what it
-would have seen.
+A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
+period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
+its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`:
+``u``, ``carry``, ``quant``, ``u_force``, ``e_prev``/``has_prev``, ``noise``, ``descent``, ``steps``);
+a controller attached to rows (:meth:`ControllerBank.rows`) reads and writes its row through
+properties, so ``to_state``, ``start``, ``applied`` and the state file see the same numbers, and
+:func:`copy.deepcopy` of one gives a controller with its own row.
 
-Exactness: the arrays go through the same IEEE operations in the same order as the scalar code
-(``+ - * /``, ``abs``, comparisons and min/max are exact in numpy as in Python); ``log10`` and
-``10 ** x`` are computed with :mod:`math` element by element, because numpy's vectorised
-versions may differ from the C library's in the last bit.  So the caps and states are equal to
-the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
-
-Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
-saturation included: ``saturation_repeat_factor``, ``descent_fraction``), and
-:class:`~xtc.control.paper.PaperPI` (kinds ``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
-estimate's part of each step one controller at a time, as the scalar step does; where that part asks
-for the probe's move or the observer (a probe, a transient) the scalar law finishes the step, and
-the others (the steady state) take the law on arrays (:meth:`ControllerBank._lag_probe_in`).
-Other controllers (Fixed Cap) have no bank: :meth:`ControllerBank.like` returns None and the
-caller steps them one by one.
+Numbers: ``log10`` and ``10 ** x`` are computed with :mod:`math` element by element (numpy's
+vectorised versions may differ from the C library's in the last bit), so a VR's caps do not depend on
+how many VRs share its bank (tests/unit/test_control_properties.py).  The lag probe's bookkeeping runs
+per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR); the observer's
+step, the probe's hedge and the transient's end are part of the law here.  Fixed Cap has no law to
+step: :meth:`ControllerBank.like` returns None for it.
 """
 
 from __future__ import annotations
@@ -38,8 +28,8 @@ import numpy as np
 
 from .bounded import BoundedController
 from .laws import (_EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING, OBSERVER_TARGET_BOUNDS,
-                   PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX, SATURATION_REPEAT_FACTOR,
-                   TRANSIENT_END_FRACTION, XtcController)
+                   PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX, PROBE_WINDOW_PERIODS,
+                   SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS, XtcController)
 from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
@@ -139,7 +129,8 @@ class Rows:
     Python ints (as the objects had), the rest float64 (the same doubles) and bool.
     """
 
-    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps")
+    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps",
+                 "transient", "transient_age", "r_prev", "has_r_prev", "setpoint_age")
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -152,6 +143,13 @@ class Rows:
         self.noise = np.zeros(n)
         self.descent = np.zeros(n, dtype=bool)
         self.steps = np.zeros(n, dtype=object)
+        # The lag probe's transient: under way, its age, the last setpoint and the periods since the
+        # activation or a setpoint move (ControllerBank._lag_probe_in).
+        self.transient = np.zeros(n, dtype=bool)
+        self.transient_age = np.zeros(n, dtype=object)
+        self.r_prev = np.zeros(n)
+        self.has_r_prev = np.zeros(n, dtype=bool)
+        self.setpoint_age = np.zeros(n, dtype=object)
 
 
 def _float_col(col: str) -> property:
@@ -166,15 +164,17 @@ def _float_col(col: str) -> property:
     return property(get, put)
 
 
-def _prev_col() -> property:
+def _prev_col(col: str = "e_prev", has: str = "has_prev") -> property:
+    get_col, get_has = attrgetter(col), attrgetter(has)
+
     def get(self: Any) -> float | None:
         rows = self._rows
-        return rows.e_prev[self._row].item() if rows.has_prev[self._row] else None
+        return get_col(rows)[self._row].item() if get_has(rows)[self._row] else None
 
     def put(self: Any, v: float | None) -> None:
         rows = self._rows
-        rows.has_prev[self._row] = v is not None
-        rows.e_prev[self._row] = 0.0 if v is None else v
+        get_has(rows)[self._row] = v is not None
+        get_col(rows)[self._row] = 0.0 if v is None else v
 
     return property(get, put)
 
@@ -191,12 +191,14 @@ def _bool_col(col: str) -> property:
     return property(get, put)
 
 
-def _steps_col() -> property:
+def _int_col(col: str) -> property:
+    get_col = attrgetter(col)
+
     def get(self: Any) -> int:
-        return self._rows.steps[self._row]
+        return get_col(self._rows)[self._row]
 
     def put(self: Any, v: int) -> None:
-        self._rows.steps[self._row] = v
+        get_col(self._rows)[self._row] = v
 
     return property(get, put)
 
@@ -231,7 +233,8 @@ class _Attached:
         return self._detached(memo)
 
 
-_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps")
+_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps",
+                  "_transient", "_transient_age", "_r_prev", "_setpoint_age")
 _PI_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_e_prev", "steps")
 
 
@@ -242,7 +245,7 @@ class _LawRow(_Attached):
     _carry = _float_col("carry")
     _quant_decades = _float_col("quant")
     _u_force = _float_col("u_force")
-    steps = _steps_col()
+    steps = _int_col("steps")
 
 
 class _XtcRow(_LawRow, XtcController):
@@ -253,6 +256,10 @@ class _XtcRow(_LawRow, XtcController):
     _E_prev = _prev_col()
     _noise_log = _float_col("noise")
     _descent = _bool_col("descent")
+    _transient = _bool_col("transient")
+    _transient_age = _int_col("transient_age")
+    _r_prev = _prev_col("r_prev", "has_r_prev")
+    _setpoint_age = _int_col("setpoint_age")
 
 
 class _PIRow(_LawRow, PaperPI):
@@ -383,18 +390,20 @@ class ControllerBank:
         state = _XTC_ROW_STATE if self.cls is XtcController else _PI_ROW_STATE
         rows = Rows(n)
         if n:
-            cols = list(zip(*map(attrgetter(*state), ctls)))
-            u, carry, quant, u_force, e_prev, *rest = cols
-            steps = rest[-1]
-            rows.u[:] = u
-            rows.carry[:] = carry
-            rows.quant[:] = quant
-            rows.u_force[:] = u_force
-            rows.e_prev[:], rows.has_prev[:] = _optional(e_prev)
-            rows.steps[:] = steps
+            cols = dict(zip(state, zip(*map(attrgetter(*state), ctls))))
+            rows.u[:] = cols["_u"]
+            rows.carry[:] = cols["_carry"]
+            rows.quant[:] = cols["_quant_decades"]
+            rows.u_force[:] = cols["_u_force"]
+            rows.e_prev[:], rows.has_prev[:] = _optional(cols["_E_prev" if self.cls is XtcController else "_e_prev"])
+            rows.steps[:] = cols["steps"]
             if self.cls is XtcController:
-                rows.noise[:] = rest[0]
-                rows.descent[:] = rest[1]
+                rows.noise[:] = cols["_noise_log"]
+                rows.descent[:] = cols["_descent"]
+                rows.transient[:] = cols["_transient"]
+                rows.transient_age[:] = cols["_transient_age"]
+                rows.r_prev[:], rows.has_r_prev[:] = _optional(cols["_r_prev"])
+                rows.setpoint_age[:] = cols["_setpoint_age"]
         row_cls = _ROW_CLASS[self.cls]
         for k, c in enumerate(ctls):
             d = c.__dict__
@@ -477,33 +486,56 @@ class ControllerBank:
         return self._step_pi(ctls, y, r, rows, at), ok
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                      rows: Rows, at: Any = _EVERYTHING) -> "_Lag | None":
-        """The lag probe's part of the step (``lag_probe``), controller by controller: the estimator's
-        update, the probe candidate, the transient (:meth:`~xtc.control.laws.XtcController._lag_in`).
-        Returns what the law needs of it (:class:`_Lag`), or None where no controller is in a probe or
-        a transient (the steady state: the law without the lag).
+                      rows: Rows, at: Any = _EVERYTHING) -> _Lag | None:
+        """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
+        estimator's update, the probe candidate (only within :data:`~xtc.control.laws.PROBE_WINDOW_PERIODS`
+        of the activation or a setpoint move beyond the fine band), the transient (from a sample or such
+        a move, for at most :data:`~xtc.control.laws.TRANSIENT_PERIODS`).  Returns what the law needs of
+        it (:class:`_Lag`), or None where no row is in a probe or a transient (the law without the lag).
 
-        The steady state's shortcut: where nothing can happen (no sample due or to verify, no probe
-        candidate, no setpoint move beyond the fine band, no transient under way), the controller's
-        :meth:`~xtc.control.laws.XtcController._lag_quiet` does ``_lag_in``'s work on a short path.
+        The steady state's short path: where nothing can happen (no sample due or to verify, no probe
+        candidate, no setpoint move beyond the fine band, no transient under way:
+        :meth:`~xtc.control.estimate.LagEstimator.quiet`), the estimator's history and observer move
+        (:meth:`~xtc.control.estimate.LagEstimator.update_quiet`) and the counts go on.
         """
         lag: _Lag | None = None
-        offs = off.tolist()
-        u_force = rows.u_force[at].tolist()
-        quant = rows.quant[at].tolist()
-        for k, (c, yk, rk) in enumerate(zip(ctls, y.tolist(), r.tolist())):
-            o = offs[k]
-            o = None if o != o else o
-            if c._lag_quiet(yk, rk, o, u_force[k], abs(quant[k]) < _EXACT_DECADES):
+        fb = self.tuning.fine_band_fraction
+        offs, ys, rs = off.tolist(), y.tolist(), r.tolist()
+        idx = range(len(ctls)) if isinstance(at, slice) else np.asarray(at).tolist()
+        for k, j in enumerate(idx):
+            le = ctls[k].lag_estimator
+            yk, rk, o = ys[k], rs[k], offs[k]
+            o = None if math.isnan(o) else o
+            log_cap = rows.u_force[j].item()
+            exact = abs(rows.quant[j].item()) < _EXACT_DECADES
+            rp = rows.r_prev[j].item() if rows.has_r_prev[j] else None
+            transient, age, window = bool(rows.transient[j]), rows.transient_age[j], rows.setpoint_age[j]
+            rows.r_prev[j], rows.has_r_prev[j] = rk, True
+            if le.quiet(log_cap, exact) and (rp is None or abs(rk - rp) <= fb * rk) \
+                    and (not transient or age >= TRANSIENT_PERIODS):
+                le.update_quiet(yk, log_cap, o)
+                rows.transient[j], rows.transient_age[j] = False, age + 1
+                rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
                 continue
-            observed, probe_move, y_settled = c._lag_in(yk, rk, o)
+            noise = rows.noise[j].item() * _LN10
+            sampled = le.update(yk, log_cap, o, noise)
+            moved = rp is not None and abs(rk - rp) > fb * rk
+            if moved:
+                window = 0
+            probe_move = le.probe_candidate(noise) if exact and window < PROBE_WINDOW_PERIODS else 0.0
+            rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
+            if sampled or moved:
+                transient, age = True, 0
+            elif transient and age >= TRANSIENT_PERIODS:
+                transient = False
+            rows.transient[j], rows.transient_age[j] = transient, age + 1
+            observed = transient and le.confident and exact
             if observed or probe_move:
                 if lag is None:
                     lag = _Lag(len(ctls))
-                le = c.lag_estimator
                 lag.observed[k] = observed
                 lag.probe_move[k] = probe_move
-                lag.y_settled[k] = y_settled
+                lag.y_settled[k] = le.settled_pps
                 x = le.next_state_pps if observed else None
                 if x is not None:
                     lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
@@ -635,7 +667,7 @@ class ControllerBank:
                 rk = r[k].item()
                 moved = 10.0 ** (new_u[k].item() - u[k].item())
                 if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
-                    ctls[k]._transient = False
+                    rows.transient[k if isinstance(at, slice) else at[k]] = False
         rows.e_prev[at] = E
         rows.has_prev[at] = True
         rows.noise[at] = noise

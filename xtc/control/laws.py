@@ -138,98 +138,16 @@ class XtcTuning:
 
 
 class XtcController(BoundedController):
-    """XTC's own controller: a dead-beat PI in log-rate / log-cap space.
+    """XTC's own controller: a dead-beat PI in log-rate / log-cap space, with a noise-adaptive fine band,
+    steps out of saturation and the lag probe (the law and the reasons for each rule:
+    docs/design/control-law.md, "The law").
 
-    Why log-log.  Below saturation a VR forwards about in proportion to the CPU
-    it gets (Table 1 of the paper: 3.2 kp/s per percent from cap 5 to 20), so
-    ``log10 y = log10 k + log10 cap``.  In these coordinates the hardware speed
-    ``k`` and a CPU hog inside the VR (which scales ``k`` by ``1 - hog``) are
-    *additive offsets* that the integrator removes whatever their size: no
-    retraining for faster or slower hardware, and the loop gain is the same at
-    5 kp/s as at 50 kp/s.  The paper's semi-log law instead sees its loop gain
-    change with ``y`` (``dy / dlog10 cap = y ln 10``), which is why it fails
-    below about 15-20 kp/s.
-
-    The law.  With ``E = log10(r) - log10(y)`` (decades) the velocity-form PI is
-    ``u(k) = u(k-1) + (Kp + Ki) E(k) - Kp E(k-1)``, ``u = log10(cap)``, with the
-    dead-beat gains of the normalised plant ``Y(k+1) = a Y(k) + (1 - a) U(k)``:
-    ``Kp = a / (1 - a)``, ``Ki = 1`` (closed-loop poles at ``{0, a}``, the
-    pole at ``a`` cancelled: ``F(z) = 1/z``, as the paper's dead-beat), ``a``
-    being the model file's pole (``design_lag``).
-
-    The elasticity ``d log y / d log cap`` is taken as 1, its largest value
-    (the proportional region).  Near saturation it is smaller (about 0.35 at
-    90% of the offered rate in Table 1), which lowers the loop gain there:
-    slower but monotone convergence, never overshoot from a gain too high.
-    Scheduling the elasticity from the model file's semi-log slope
-    ``b / (1 - a)`` was tried and rejected: that slope is an average over the
-    whole fitted region, so between 40% and 80% of the offered rate it
-    schedules a smaller elasticity than the plant has and the loop oscillates.
-
-    Two gains.  Far from the setpoint (relative error above
-    ``fine_band_fraction``, 10%) the dead-beat gains act; inside that band a
-    gentle integral gain ``fine_gain`` (0.3) takes over.  One-second rate
-    samples of a capped VR are noisy (several percent, more the more it
-    drops); a dead-beat loop would copy each noise sample into the cap and
-    add its own variance to the plant's.  With gain ``g`` the loop adds about
-    ``g / (2 - g)`` of the noise variance (18% for 0.3, i.e. +8% of RMSE),
-    while large steps and disturbances (a 15% hog) are still corrected at once.
-    The velocity form makes the switch between the two gains bumpless.
-    An error that stays beyond ``persist_band_fraction`` (5%, and beyond the noise band) for two
-    periods in a row with the same sign, inside the fine band, is a disturbance, not noise: it
-    gets the dead-beat gains instead of ``fine_gain`` (a 15% hog near the knee, where the
-    elasticity is a third, came back within 5% in 3-5 periods with the gentle gain alone, 2-3
-    with this).  The previous error must be inside twice the band: after a large step the
-    dead-beat's proportional term on it would kick the cap back.  Not on a quantising actuator's
-    dither (the cap in force more than 0.1% from the wanted one), whose periods often err the
-    same way twice: there it moved the mean of whole-percent caps by 3% at 5 kp/s.
-
-    Noise-adaptive band.  The noise grows as the cap bites (a VR that drops
-    90% of what it is offered jitters by 8% or more from one second to the
-    next).  The controller keeps a running estimate of the relative noise from
-    the period-to-period changes of its error (for Gaussian noise the mean
-    absolute difference of two samples is ``2 sigma / sqrt(pi)``; each change is
-    clipped at three estimated sigmas so that a real step does not inflate the
-    estimate) and widens the fine band to ``noise_band_sigmas`` (2.5) sigmas
-    when that is wider than 10%: the dead-beat gains then act only on errors
-    the noise cannot explain.
-
-    Guards.
-    - Dead zone on the relative error (2% by default instead of the paper's
-      10%): steady-state error stays within 2%, and noise does not move the
-      cap every period.
-    - Rate limit of ``max_step_decades`` per period.
-    - Anti-windup: ``u`` is clamped to the cap bounds; and when the offered
-      rate is known and the VR forwards nearly all of it, the cap is not the
-      limit, so it is never raised (it would only wind up and let a burst
-      through when traffic returns).
-    - A measured rate of 0 is treated as 1 pps in the logarithm.
-
-    Leaving saturation.  At the uncapped start (cap 100) the VR forwards all it is offered and
-    the elasticity there is near 0, so a step that assumes elasticity 1 (``cap * r / y``) only
-    shaves a few percent off per period: 7-13 periods from cap 100 down to the knee at
-    85-90 kp/s.  While the VR forwards at least ``unconstrained_fraction`` of its offered rate
-    and the dead-beat gains act downwards, the step is at least ``E / e0`` decades, ``e0`` being
-    the model's elasticity at its operating point, ``b / (1 - a) / (ybar ln 10)`` (0.385 for
-    the paper's model: 78 kp/s at cap 24.5, just below the knee).  It is a ratio, so the step
-    depends neither on the hardware's speed (an offset in log cap) nor on the VR's rate scale
-    (the model's kp/s would: a VR offered 1 Mp/s is not ten times as far from its setpoint as
-    one offered 100 kp/s).  Above the knee the measured rate understates the cap in force, so
-    this step stays short of the setpoint where the model is right or the hardware faster
-    (85 kp/s: cap 100 -> 66); on slower hardware it can go past it (2x slower, 30 kp/s: from
-    cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
-    it back.  No such step if ``e0 >= 1``.
-
-    Measured lag (``lag_probe``).  The dead-beat gains assume the model's lag;
-    on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
-    dead-beat step is taken for too small and the next one overshoots (9-10 periods to settle).
-    :class:`~xtc.control.estimate.LagEstimator` measures the lag from the rate's response to a
-    probe's move and, in the transients that follow, the dead-beat branch steps
-    ``log10(r) - log10(f)``, ``f`` being the rate the cap in force settles to according to the
-    lag's observer.  A wrong lag degrades as follows: too large, ``f`` is extrapolated too far
-    and the next step too large the other way (kept within one decade by the rate limit and
-    ``f`` within ``[0.1, 1 / (1 - g)]`` of the rate measured); too small, the old overshoot.
-    The sample's guards (its docstring) are there to keep the first from happening.
+    A one-row view of the law: :meth:`step` runs :class:`~xtc.control.bank.ControllerBank`'s law on
+    this controller's row (its own one-row :class:`~xtc.control.bank.Rows`, or a row of the daemon's
+    when the bank attached it), so the law exists once and its state (``u``, the carry, the previous
+    error, the noise estimate, the descent flag) lives in the bank's named columns.  Here: the
+    parameters, the checks of the inputs, the state file's record and the lag estimator (the bank
+    updates it per row: :meth:`~xtc.control.bank.ControllerBank._lag_probe_in`).
     """
 
     kind = "xtc"
@@ -315,52 +233,6 @@ class XtcController(BoundedController):
 
         return ControllerBank.of(self)
 
-
-    def _lag_in(self, y: float, r: float, offered: float | None) -> tuple[bool, float, float]:
-        """The lag probe's part of :meth:`step` (``lag_probe``), before the law, on checked rates:
-        the estimator's update, the probe candidate and the transient (``lag_probe``).  Returns
-        (observed: the observer's step this period, the probe candidate's move in decades or 0.0, the
-        settled rate in pps).  The law (:meth:`_law`) is the one without the lag where the first two
-        are False and 0.0."""
-        t = self.tuning
-        le = self.lag_estimator
-        probe_move = 0.0
-        exact = abs(self._quant_decades) < _EXACT_DECADES
-        sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
-        y_settled = le.settled_pps
-        moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
-        if moved:
-            self._setpoint_age = 0
-        if exact and self._setpoint_age < PROBE_WINDOW_PERIODS:
-            probe_move = le.probe_candidate(self._noise_log * _LN10)
-        self._setpoint_age = min(self._setpoint_age + 1, PROBE_WINDOW_PERIODS)
-        if sampled or moved:
-            self._transient, self._transient_age = True, 0
-        elif self._transient and self._transient_age >= TRANSIENT_PERIODS:
-            self._transient = False
-        self._transient_age += 1
-        observed = self._transient and le.confident and exact
-        self._r_prev = r  # (what the law records at its end; it does not read it)
-        return observed, probe_move, y_settled
-
-    def _lag_quiet(self, y: float, r: float, offered: float | None, log_cap: float, exact: bool) -> bool:
-        """:meth:`_lag_in` for a quiet period, if this is one (``lag_probe``; ``log_cap`` and ``exact`` as
-        ``_lag_in`` reads them): no sample due or to verify and no probe candidate possible
-        (:meth:`~xtc.control.estimate.LagEstimator.quiet`), no setpoint move beyond the fine band, no
-        transient under way.  Then it does what ``_lag_in`` would (the estimator's history and observer,
-        the transient's and the window's counts; its answer would be no observer and no probe) and
-        returns True; otherwise it changes nothing and returns False.  The bank's steady state."""
-        t = self.tuning
-        rp = self._r_prev
-        if not (self.lag_estimator.quiet(log_cap, exact) and (rp is None or abs(r - rp) <= t.fine_band_fraction * r)
-                and (not self._transient or self._transient_age >= TRANSIENT_PERIODS)):
-            return False
-        self.lag_estimator.update_quiet(y, log_cap, offered)
-        self._transient = False
-        self._transient_age += 1
-        self._setpoint_age = min(self._setpoint_age + 1, PROBE_WINDOW_PERIODS)
-        self._r_prev = r
-        return True
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
