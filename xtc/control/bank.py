@@ -117,16 +117,11 @@ def _rates_ok(v: np.ndarray) -> np.ndarray:
 class Rows:
     """The law's state of a list of controllers, as columns (one row per controller).
 
-    Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an
-    instance of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state
-    attributes (``_u``, ``_carry``, ``_quant_decades``, ``_u_force``, ``steps``, the previous
-    error, and XTC's ``_noise_log`` and ``_descent``) are properties on its row.  So the bank
-    steps the columns without touching the objects, and every other reader or writer of a
-    controller (``to_state``, ``start``, ``restore_state``, ``applied``, the scalar ``step``)
-    goes through the properties and sees, or changes, the same numbers.  A controller attached
-    again (to newer rows) takes its values along; :func:`copy.deepcopy` and :func:`copy.copy`
-    of an attached controller give a plain one with the same state.  ``steps`` is a column of
-    Python ints (as the objects had), the rest float64 (the same doubles) and bool.
+    Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an instance
+    of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state attributes are
+    properties on its row, so every reader and writer of a controller sees the columns' numbers.
+    A controller attached again takes its values along; a copy of one is a plain controller with
+    the same state.  ``steps`` and the two ages are columns of Python ints, the rest float64 and bool.
     """
 
     __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps",

@@ -4,9 +4,10 @@ The law is pure: no I/O and no clock.  It is stepped once per
 control period with the measured rate and the setpoint, both in packets/s (pps),
 and returns the next cap in percent of one CPU, always finite and within
 ``[cap_min_percent, cap_max_percent]``.  A bad input (NaN, infinite or negative
-rate) raises :class:`ValueError` and leaves the controller's state unchanged.  The paper's
-controllers are in :mod:`xtc.control.paper`, what all controllers share in :mod:`xtc.control.bounded`,
-and the law on arrays for many VRs at once in :mod:`xtc.control.bank`.
+rate) raises :class:`ValueError` and leaves the controller's state unchanged.  The law itself is
+written once, on arrays, in :mod:`xtc.control.bank` (a controller's own step is one row of it); the
+paper's controllers are in :mod:`xtc.control.paper`, what all controllers share in
+:mod:`xtc.control.bounded`.
 """
 
 from __future__ import annotations
