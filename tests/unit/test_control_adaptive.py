@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xtc.models
-from xtc.control import NoiseTuning, XtcTuning, make_controller
+from xtc.control import XtcTuning, make_controller
 from xtc.daemon.core import SATURATED_AFTER_PERIODS
 from xtc.daemon.ctl import format_table
 from xtc_lab.sim.plant import VRConfig, udp
@@ -26,7 +26,7 @@ def test_degradation_with_a_wrong_elasticity(ratio: float) -> None:
     """
     model = xtc.models.PAPER_MODEL
     e = 0.4
-    ctl = make_controller(model, tuning=XtcTuning(design_lag=0.0, dead_zone_fraction=0.0, fine_band_fraction=0.0, noise=NoiseTuning(noise_band_sigmas=0.0)))
+    ctl = make_controller(model, tuning=XtcTuning(design_lag=0.0, dead_zone_fraction=0.0, fine_band_fraction=0.0, noise_band_sigmas=0.0))
     ctl.start(100.0)
     r = 60_000.0
     errs = []

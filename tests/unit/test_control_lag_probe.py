@@ -10,7 +10,8 @@ import pytest
 import xtc.models
 from xtc.control import ControllerError, make_controller
 from xtc.control.estimate import LagEstimator
-from xtc.control.laws import ProbeTuning, XtcTuning
+from xtc.control import bank, laws
+from xtc.control.laws import XtcTuning
 from xtc_lab.bench import control_bench as cb
 from xtc_lab.sim.metrics import settling_periods
 from xtc_lab.sim.run import run_loop
@@ -138,16 +139,6 @@ def test_lag_probe_is_for_the_xtc_controller_only():
     assert make_controller(PAPER, tuning=XtcTuning(design_lag=A, lag_probe=False), lag_probe=True).tuning.lag_probe
 
 
-@pytest.mark.parametrize("field, value", [("probe_lag_max", 1.0), ("probe_lag_max", 0.0), ("probe_disagreement_decades", -0.1),
-                                          ("transient_periods", 0), ("transient_periods", 2.5), ("transient_end_fraction", 1.0),
-                                          ("observer_target_bounds", (1.5, 2.0)), ("observer_target_bounds", (0.5, 0.9)),
-                                          ("probe_window_periods", 0), ("probe_window_periods", 2.0)])
-def test_a_bad_probe_tuning_is_refused_naming_the_field(field, value):
-    t = XtcTuning(design_lag=A, lag_probe=True, probe=ProbeTuning(**{field: value}))
-    with pytest.raises(ControllerError, match=field):
-        make_controller(PAPER, tuning=t)
-
-
 def _lag_plant_steps(c, cap0, periods, gain_pps_per_percent=1000.0, g=0.432, stray_at=None, r=10e3):
     """Steps ``c`` on a first-order lag plant (rate = gain x cap, first period's mean misses the
     fraction ``g`` of a move); at period ``stray_at`` the measured rate is 20% low (one noisy period)."""
@@ -165,11 +156,13 @@ def _lag_plant_steps(c, cap0, periods, gain_pps_per_percent=1000.0, g=0.432, str
 
 
 @pytest.mark.parametrize("window, probed", [(None, False), (10**6, True)])
-def test_a_stray_period_at_the_setpoint_is_not_probed(window, probed):
+def test_a_stray_period_at_the_setpoint_is_not_probed(window, probed, monkeypatch):
     # At its setpoint long after the activation, one period 20% low makes the law move the cap up by
     # more than 0.1 decade from rest, and the lag plant's next period moves the rate part of the way:
     # the shape of a probe candidate.  Outside the probe's window (the default) it is not probed.
-    t = XtcTuning(design_lag=A) if window is None else XtcTuning(design_lag=A, probe=ProbeTuning(probe_window_periods=window))
+    if window is not None:
+        monkeypatch.setattr(bank, "PROBE_WINDOW_PERIODS", window)
+    t = XtcTuning(design_lag=A)
     c = make_controller(PAPER, tuning=t)
     c.start(10.0)  # the setpoint's cap from the start: no large move in the window
     _lag_plant_steps(c, 10.0, 30, stray_at=20)
@@ -194,9 +187,9 @@ def test_the_probes_window_is_kept_in_the_state_and_shut_without_it():
     assert d._setpoint_age == 2
     old = {**s, "transient": {k: v for k, v in s["transient"].items() if k != "setpoint_age"}}
     d.restore_state(old)  # state from before the window was kept: no probe until the setpoint moves
-    assert d._setpoint_age == d.tuning.probe.probe_window_periods
+    assert d._setpoint_age == laws.PROBE_WINDOW_PERIODS
     d.restore_state({**s, "transient": {**s["transient"], "setpoint_age": -1}})
-    assert d._setpoint_age == d.tuning.probe.probe_window_periods
+    assert d._setpoint_age == laws.PROBE_WINDOW_PERIODS
 
 
 @pytest.mark.parametrize("lag_probe", [None, False])

@@ -35,7 +35,7 @@ from xtc.models import CapBounds, ModelFile
 
 from .period import PeriodError, deadbeat_gains, rescale_gains, rescale_model
 from .bounded import ControllerError
-from .laws import NoiseTuning, ProbeTuning, XtcController, XtcTuning
+from .laws import XtcController, XtcTuning
 from .paper import FIXED_CAP_TABLE1, FixedCap, PaperPI
 
 __all__ = [
@@ -50,8 +50,6 @@ __all__ = [
     "FixedCap",
     "XtcController",
     "XtcTuning",
-    "ProbeTuning",
-    "NoiseTuning",
 ]
 
 KINDS = ("xtc", "pi", "deadbeat", "fixed")

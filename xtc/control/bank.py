@@ -1,29 +1,19 @@
-"""Many controllers of one kind and tuning, stepped together on arrays.  Pure.
+"""XTC's law and the paper's PI, on numpy arrays: the one place the control laws are written.  Pure.
 
-A daemon steps one controller per VR every period; at 1000 VRs the scalar
-:meth:`~xtc.control.laws.XtcController.step` costs a few microseconds each.  A
-:class:`ControllerBank` runs the same law on numpy arrays for a whole list of controllers at
-once.  Their state lives in the bank's named columns (:class:`Rows`): :meth:`ControllerBank.step`
-and :meth:`ControllerBank.applied` attach the controllers to rows (:meth:`ControllerBank.rows`)
-unless they already are, and then read and write the columns only, never the objects; the objects
-read and write the same numbers through properties on their row, so everything else
-(``to_state``, ``applied``, ``start``, the state file, the scalar ``step``) sees exactly what it
-would have seen.
+A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
+period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
+its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`:
+``u``, ``carry``, ``quant``, ``u_force``, ``e_prev``/``has_prev``, ``noise``, ``descent``, ``steps``);
+a controller attached to rows (:meth:`ControllerBank.rows`) reads and writes its row through
+properties, so ``to_state``, ``start``, ``applied`` and the state file see the same numbers, and
+:func:`copy.deepcopy` of one gives a controller with its own row.
 
-Exactness: the arrays go through the same IEEE operations in the same order as the scalar code
-(``+ - * /``, ``abs``, comparisons and min/max are exact in numpy as in Python); ``log10`` and
-``10 ** x`` are computed with :mod:`math` element by element, because numpy's vectorised
-versions may differ from the C library's in the last bit.  So the caps and states are equal to
-the scalar controllers' bit for bit (tested on random sequences in tests/unit/test_control_bank.py).
-
-Banked: :class:`~xtc.control.laws.XtcController` with every rule of its tuning (the steps out of
-saturation included: ``saturation_repeat_factor``, ``descent_fraction``), and
-:class:`~xtc.control.paper.PaperPI` (kinds ``pi`` and ``deadbeat``).  With the lag probe (``XtcTuning.lag_probe``) the bank runs the lag
-estimate's part of each step one controller at a time, as the scalar step does; where that part asks
-for the probe's move or the observer (a probe, a transient) the scalar law finishes the step, and
-the others (the steady state) take the law on arrays (:meth:`ControllerBank._lag_probe_in`).
-Other controllers (Fixed Cap) have no bank: :meth:`ControllerBank.like` returns None and the
-caller steps them one by one.
+Numbers: ``log10`` and ``10 ** x`` are computed with :mod:`math` element by element (numpy's
+vectorised versions may differ from the C library's in the last bit), so a VR's caps do not depend on
+how many VRs share its bank (tests/unit/test_control_properties.py).  The lag probe's bookkeeping runs
+per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR); the observer's
+step, the probe's hedge and the transient's end are part of the law here.  Fixed Cap has no law to
+step: :meth:`ControllerBank.like` returns None for it.
 """
 
 from __future__ import annotations
@@ -37,7 +27,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import BoundedController
-from .laws import _EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, XtcController
+from .laws import (_EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING, OBSERVER_TARGET_BOUNDS,
+                   PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX, PROBE_WINDOW_PERIODS,
+                   SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS, XtcController)
 from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
@@ -125,19 +117,15 @@ def _rates_ok(v: np.ndarray) -> np.ndarray:
 class Rows:
     """The law's state of a list of controllers, as columns (one row per controller).
 
-    Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an
-    instance of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state
-    attributes (``_u``, ``_carry``, ``_quant_decades``, ``_u_force``, ``steps``, the previous
-    error, and XTC's ``_noise_log`` and ``_descent``) are properties on its row.  So the bank
-    steps the columns without touching the objects, and every other reader or writer of a
-    controller (``to_state``, ``start``, ``restore_state``, ``applied``, the scalar ``step``)
-    goes through the properties and sees, or changes, the same numbers.  A controller attached
-    again (to newer rows) takes its values along; :func:`copy.deepcopy` and :func:`copy.copy`
-    of an attached controller give a plain one with the same state.  ``steps`` is a column of
-    Python ints (as the objects had), the rest float64 (the same doubles) and bool.
+    Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an instance
+    of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state attributes are
+    properties on its row, so every reader and writer of a controller sees the columns' numbers.
+    A controller attached again takes its values along; a copy of one is a plain controller with
+    the same state.  ``steps`` and the two ages are columns of Python ints, the rest float64 and bool.
     """
 
-    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps")
+    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps",
+                 "transient", "transient_age", "r_prev", "has_r_prev", "setpoint_age")
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -150,6 +138,13 @@ class Rows:
         self.noise = np.zeros(n)
         self.descent = np.zeros(n, dtype=bool)
         self.steps = np.zeros(n, dtype=object)
+        # The lag probe's transient: under way, its age, the last setpoint and the periods since the
+        # activation or a setpoint move (ControllerBank._lag_probe_in).
+        self.transient = np.zeros(n, dtype=bool)
+        self.transient_age = np.zeros(n, dtype=object)
+        self.r_prev = np.zeros(n)
+        self.has_r_prev = np.zeros(n, dtype=bool)
+        self.setpoint_age = np.zeros(n, dtype=object)
 
 
 def _float_col(col: str) -> property:
@@ -164,15 +159,17 @@ def _float_col(col: str) -> property:
     return property(get, put)
 
 
-def _prev_col() -> property:
+def _prev_col(col: str = "e_prev", has: str = "has_prev") -> property:
+    get_col, get_has = attrgetter(col), attrgetter(has)
+
     def get(self: Any) -> float | None:
         rows = self._rows
-        return rows.e_prev[self._row].item() if rows.has_prev[self._row] else None
+        return get_col(rows)[self._row].item() if get_has(rows)[self._row] else None
 
     def put(self: Any, v: float | None) -> None:
         rows = self._rows
-        rows.has_prev[self._row] = v is not None
-        rows.e_prev[self._row] = 0.0 if v is None else v
+        get_has(rows)[self._row] = v is not None
+        get_col(rows)[self._row] = 0.0 if v is None else v
 
     return property(get, put)
 
@@ -189,12 +186,14 @@ def _bool_col(col: str) -> property:
     return property(get, put)
 
 
-def _steps_col() -> property:
+def _int_col(col: str) -> property:
+    get_col = attrgetter(col)
+
     def get(self: Any) -> int:
-        return self._rows.steps[self._row]
+        return get_col(self._rows)[self._row]
 
     def put(self: Any, v: int) -> None:
-        self._rows.steps[self._row] = v
+        get_col(self._rows)[self._row] = v
 
     return property(get, put)
 
@@ -229,7 +228,8 @@ class _Attached:
         return self._detached(memo)
 
 
-_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps")
+_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps",
+                  "_transient", "_transient_age", "_r_prev", "_setpoint_age")
 _PI_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_e_prev", "steps")
 
 
@@ -240,7 +240,7 @@ class _LawRow(_Attached):
     _carry = _float_col("carry")
     _quant_decades = _float_col("quant")
     _u_force = _float_col("u_force")
-    steps = _steps_col()
+    steps = _int_col("steps")
 
 
 class _XtcRow(_LawRow, XtcController):
@@ -251,6 +251,10 @@ class _XtcRow(_LawRow, XtcController):
     _E_prev = _prev_col()
     _noise_log = _float_col("noise")
     _descent = _bool_col("descent")
+    _transient = _bool_col("transient")
+    _transient_age = _int_col("transient_age")
+    _r_prev = _prev_col("r_prev", "has_r_prev")
+    _setpoint_age = _int_col("setpoint_age")
 
 
 class _PIRow(_LawRow, PaperPI):
@@ -266,6 +270,8 @@ _PLAIN_CLASS: dict[type, type] = {XtcController: XtcController, PaperPI: PaperPI
                                   _XtcRow: XtcController, _PIRow: PaperPI}
 _ROW_TYPES = (_XtcRow, _PIRow)
 _EVERYTHING = slice(None)
+#: The banks of :meth:`ControllerBank.of`, by class and parameters.
+_ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
 
 def _plain_type(ctl: Any) -> type:
@@ -290,6 +296,25 @@ def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
     return idx if isinstance(at, slice) else np.asarray(at)[idx]
 
 
+class _Lag:
+    """The lag probe's answer for the controllers of one step (:meth:`ControllerBank._lag_probe_in`):
+    where the observer steps (``observed``), the probe candidate's move (decades, 0.0: none), the
+    rate the cap in force settles to (pps), the observer's next state (pps) and lag where it has one,
+    the rate at rest before the candidate's move (pps), and the estimators (None: quiet)."""
+
+    __slots__ = ("observed", "probe_move", "y_settled", "has_x", "x_next", "g", "rest", "estimators")
+
+    def __init__(self, n: int) -> None:
+        self.observed = np.zeros(n, dtype=bool)
+        self.probe_move = np.zeros(n)
+        self.y_settled = np.zeros(n)
+        self.has_x = np.zeros(n, dtype=bool)
+        self.x_next = np.zeros(n)
+        self.g = np.zeros(n)
+        self.rest = np.zeros(n)
+        self.estimators: list[Any] = [None] * n
+
+
 class ControllerBank:
     """The law of one controller kind and tuning, applied to many controllers at once.
 
@@ -299,25 +324,41 @@ class ControllerBank:
     come again, which gives the same numbers).
     """
 
-    def __init__(self, proto: BoundedController) -> None:
+    def __init__(self, proto: BoundedController, reuse: bool = True) -> None:
         self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
-        self._log10_r = _Reuse(_log10_of)
-        self._pow10_u_step = _Reuse(_pow10)
-        self._pow10_u = _Reuse(_pow10)
-        self._log10_want = _Reuse(_log10_of)
-        self._log10_got = _Reuse(_log10_of)
-        self._pow10_u_after = _Reuse(_pow10)
+        # Without ``reuse`` the bank keeps nothing between calls (:meth:`of`: shared, thread-safe).
+        log10_of, pow10 = (_Reuse(_log10_of), _Reuse(_pow10)) if reuse else (_log10_of, _pow10)
+        self._log10_r = log10_of
+        self._pow10_u_step = pow10
+        self._pow10_u = _Reuse(_pow10) if reuse else _pow10
+        self._log10_want = _Reuse(_log10_of) if reuse else _log10_of
+        self._log10_got = _Reuse(_log10_of) if reuse else _log10_of
+        self._pow10_u_after = _Reuse(_pow10) if reuse else _pow10
         self._u_min = proto._u_min
         self._u_max = proto._u_max
+        self.params: tuple[Any, ...] = self._params_of(proto)
         if isinstance(proto, XtcController):
-            t = proto.tuning
-            self.tuning = t
-            self.params: tuple[Any, ...] = (proto.caps, t, proto.kp, proto.ki, proto.saturation_elasticity)
-        else:
-            assert isinstance(proto, PaperPI)
-            self.params = (proto.caps, proto.gains, proto.dead_zone_fraction, proto.kind)
+            self.tuning = proto.tuning
+
+    @classmethod
+    def of(cls, ctl: Any) -> "ControllerBank":
+        """The law for one controller's own steps (its scalar ``step``): a bank without memory,
+        shared by the controllers of the same parameters."""
+        key = (_plain_type(ctl), *cls._params_of(ctl))
+        bank = _ONE_ROW.get(key)
+        if bank is None:
+            if len(_ONE_ROW) >= 64:
+                _ONE_ROW.clear()
+            bank = _ONE_ROW[key] = cls(ctl, reuse=False)
+        return bank
+
+    @staticmethod
+    def _params_of(ctl: Any) -> tuple[Any, ...]:
+        if isinstance(ctl, XtcController):
+            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity)
+        return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind)
 
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
@@ -329,11 +370,7 @@ class ControllerBank:
 
     def accepts(self, ctl: Any) -> bool:
         """True if ``ctl`` has this bank's class and parameters (the bank steps it exactly)."""
-        if _plain_type(ctl) is not self.cls:
-            return False
-        if self.cls is XtcController:
-            return (ctl.caps, ctl.tuning, ctl.kp, ctl.ki, ctl.saturation_elasticity) == self.params
-        return (ctl.caps, ctl.gains, ctl.dead_zone_fraction, ctl.kind) == self.params
+        return _plain_type(ctl) is self.cls and self._params_of(ctl) == self.params
 
     def rows(self, ctls: Sequence[Any]) -> Rows | None:
         """The state of ``ctls`` (each accepted by :meth:`accepts`) as columns; attaches them.
@@ -348,18 +385,20 @@ class ControllerBank:
         state = _XTC_ROW_STATE if self.cls is XtcController else _PI_ROW_STATE
         rows = Rows(n)
         if n:
-            cols = list(zip(*map(attrgetter(*state), ctls)))
-            u, carry, quant, u_force, e_prev, *rest = cols
-            steps = rest[-1]
-            rows.u[:] = u
-            rows.carry[:] = carry
-            rows.quant[:] = quant
-            rows.u_force[:] = u_force
-            rows.e_prev[:], rows.has_prev[:] = _optional(e_prev)
-            rows.steps[:] = steps
+            cols = dict(zip(state, zip(*map(attrgetter(*state), ctls))))
+            rows.u[:] = cols["_u"]
+            rows.carry[:] = cols["_carry"]
+            rows.quant[:] = cols["_quant_decades"]
+            rows.u_force[:] = cols["_u_force"]
+            rows.e_prev[:], rows.has_prev[:] = _optional(cols["_E_prev" if self.cls is XtcController else "_e_prev"])
+            rows.steps[:] = cols["steps"]
             if self.cls is XtcController:
-                rows.noise[:] = rest[0]
-                rows.descent[:] = rest[1]
+                rows.noise[:] = cols["_noise_log"]
+                rows.descent[:] = cols["_descent"]
+                rows.transient[:] = cols["_transient"]
+                rows.transient_age[:] = cols["_transient_age"]
+                rows.r_prev[:], rows.has_r_prev[:] = _optional(cols["_r_prev"])
+                rows.setpoint_age[:] = cols["_setpoint_age"]
         row_cls = _ROW_CLASS[self.cls]
         for k, c in enumerate(ctls):
             d = c.__dict__
@@ -436,126 +475,174 @@ class ControllerBank:
             return caps, ok
         if n == 0:
             return np.empty(0), ok
-        if self.cls is XtcController and self.tuning.lag_probe:
-            caps, quiet = self._lag_probe_in(ctls, y, r, off, cpu, rows, at)
-            if quiet.all():  # the steady state: the law on all of them, in order
-                return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
-            idx = np.flatnonzero(quiet)
-            if len(idx):
-                caps[idx] = self._step_xtc([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows,
-                                           _subset(at, idx), None if cpu is None else cpu[idx])
-            return caps, ok
         if self.cls is XtcController:
-            return self._step_xtc(ctls, y, r, off, rows, at, cpu), ok
+            lag = self._lag_probe_in(ctls, y, r, off, rows, at) if self.tuning.lag_probe else None
+            return self._step_xtc(ctls, y, r, off, rows, at, cpu, lag), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                      cpu: np.ndarray | None, rows: Rows, at: Any = _EVERYTHING
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """The lag probe's part of the step (``lag_probe``), controller by controller, as the scalar step
-        does it (:meth:`~xtc.control.laws.XtcController._lag_in`: the estimator's update, the probe
-        candidate, the transient).  Where it asks for the observer or a probe's move, the scalar law
-        finishes that controller's step here (:meth:`~xtc.control.laws.XtcController._law`); the others
-        are *quiet*: their law is this period the one without the lag, which the caller runs on arrays.
+                      rows: Rows, at: Any = _EVERYTHING) -> _Lag | None:
+        """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
+        estimator's update, the probe candidate (only within :data:`~xtc.control.laws.PROBE_WINDOW_PERIODS`
+        of the activation or a setpoint move beyond the fine band), the transient (from a sample or such
+        a move, for at most :data:`~xtc.control.laws.TRANSIENT_PERIODS`).  Returns what the law needs of
+        it (:class:`_Lag`), or None where no row is in a probe or a transient (the law without the lag).
 
-        The steady state's shortcut: where nothing can happen (no sample due or to verify, no probe
-        candidate, no setpoint move beyond the fine band, no transient under way), the controller's
-        :meth:`~xtc.control.laws.XtcController._lag_quiet` does ``_lag_in``'s work on a short path; the
-        same numbers (tests/unit/test_control_bank.py).
-
-        Returns the caps of the controllers
-        finished here (NaN elsewhere) and where they are quiet.
+        The steady state's short path: where nothing can happen (no sample due or to verify, no probe
+        candidate, no setpoint move beyond the fine band, no transient under way:
+        :meth:`~xtc.control.estimate.LagEstimator.quiet`), the estimator's history and observer move
+        (:meth:`~xtc.control.estimate.LagEstimator.update_quiet`) and the counts go on.
         """
-        n = len(ctls)
-        caps = np.full(n, np.nan)
-        quiet = np.ones(n, dtype=bool)
-        offs = off.tolist()
-        cpus = [None] * n if cpu is None else cpu.tolist()
-        u_force = rows.u_force[at].tolist()
-        quant = rows.quant[at].tolist()
-        for k, (c, yk, rk) in enumerate(zip(ctls, y.tolist(), r.tolist())):
-            o = offs[k]
-            o = None if o != o else o
-            if c._lag_quiet(yk, rk, o, u_force[k], abs(quant[k]) < _EXACT_DECADES):
+        lag: _Lag | None = None
+        fb = self.tuning.fine_band_fraction
+        offs, ys, rs = off.tolist(), y.tolist(), r.tolist()
+        idx = range(len(ctls)) if isinstance(at, slice) else np.asarray(at).tolist()
+        for k, j in enumerate(idx):
+            le = ctls[k].lag_estimator
+            yk, rk, o = ys[k], rs[k], offs[k]
+            o = None if math.isnan(o) else o
+            log_cap = rows.u_force[j].item()
+            exact = abs(rows.quant[j].item()) < _EXACT_DECADES
+            rp = rows.r_prev[j].item() if rows.has_r_prev[j] else None
+            transient, age, window = bool(rows.transient[j]), rows.transient_age[j], rows.setpoint_age[j]
+            rows.r_prev[j], rows.has_r_prev[j] = rk, True
+            if le.quiet(log_cap, exact) and (rp is None or abs(rk - rp) <= fb * rk) \
+                    and (not transient or age >= TRANSIENT_PERIODS):
+                le.update_quiet(yk, log_cap, o)
+                rows.transient[j], rows.transient_age[j] = False, age + 1
+                rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
                 continue
-            lag = c._lag_in(yk, rk, o)
-            if lag[0] or lag[1]:
-                caps[k] = c._law(yk, rk, o, cpus[k], lag)
-                quiet[k] = False
-        return caps, quiet
+            noise = rows.noise[j].item() * _LN10
+            sampled = le.update(yk, log_cap, o, noise)
+            moved = rp is not None and abs(rk - rp) > fb * rk
+            if moved:
+                window = 0
+            probe_move = le.probe_candidate(noise) if exact and window < PROBE_WINDOW_PERIODS else 0.0
+            rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
+            if sampled or moved:
+                transient, age = True, 0
+            elif transient and age >= TRANSIENT_PERIODS:
+                transient = False
+            rows.transient[j], rows.transient_age[j] = transient, age + 1
+            observed = transient and le.confident and exact
+            if observed or probe_move:
+                if lag is None:
+                    lag = _Lag(len(ctls))
+                lag.observed[k] = observed
+                lag.probe_move[k] = probe_move
+                lag.y_settled[k] = le.settled_pps
+                x = le.next_state_pps if observed else None
+                if x is not None:
+                    lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
+                lag.rest[k] = le.probe_rest_pps
+                lag.estimators[k] = le
+        return lag
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                  rows: Rows, at: Any = _EVERYTHING, cpu: np.ndarray | None = None) -> np.ndarray:
+                  rows: Rows, at: Any = _EVERYTHING, cpu: np.ndarray | None = None,
+                  lag: _Lag | None = None) -> np.ndarray:
+        """XTC's law (:class:`~xtc.control.laws.XtcController`'s docstring) on checked rates, with the lag
+        probe's answer ``lag`` (None: the law without the lag); the next caps."""
         t = self.tuning
         u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
         e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
         descent_t = rows.descent[at]
         u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        e0 = self.params[4]
 
         # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         log_y = _log10_of(np.maximum(y, 1.0))
         a = t.design_lag
         kp = a / (1.0 - a)
-        log_y_wanted = log_y + 1.0 * quant  # eps = 1.0 (no estimator)
+        # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
+        # on a whole-percent actuator the dithered periods then all say the same, and the integrator
+        # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
+        log_y_wanted = log_y + quant
         y_wanted = np.where(y > 0, _pow10(log_y_wanted), y)
         E = self._log10_r(np.maximum(r, 1.0)) - log_y_wanted
         E_prev = np.where(has_prev, e_prev, E)
-        # Noise estimate, only where there was a previous error.
+        # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
+        # mean the next period will have at the cap in force (the observer's prediction).
+        y_judged = y_wanted
+        has_x = None
+        if lag is not None and lag.has_x.any():
+            has_x = lag.has_x
+            y_judged = np.where(has_x, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
+        # Noise estimate from the change of the error (clipped: a real step must not inflate it),
+        # only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
         sigma_sample = change * _SQRT_PI / 2.0
-        new_noise = noise + t.noise.noise_smoothing * (sigma_sample - noise)
+        new_noise = noise + NOISE_SMOOTHING * (sigma_sample - noise)
         new_noise = np.maximum(new_noise, 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
-        err = np.abs(r - y_wanted)
+        err = np.abs(r - y_judged)
         move = err >= t.dead_zone_fraction * r
-        noise_band = t.noise.noise_band_sigmas * (noise * _LN10)
+        noise_band = t.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
         # The two band logarithms only where the first three terms hold (elsewhere persist is
         # False whatever they are).
-        persist = has_prev & (np.abs(quant) < _EXACT_DECADES) & (E * E_prev > 0.0)
+        exact = np.abs(quant) < _EXACT_DECADES
+        persist = has_prev & exact & (E * E_prev > 0.0)
         if persist.any():
             persist &= np.abs(E_prev) < _log10_where(1.0 + 2.0 * band, persist)
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
-                1.0 + np.maximum(t.persist_band_fraction, noise_band), persist)
+                1.0 + np.maximum(PERSIST_BAND_FRACTION, noise_band), persist)
         fine = (err < band * r) & ~persist
-        du_beat = ((kp + self.params[3]) * E - kp * E_prev) / 1.0
+        if has_x is not None:
+            fine &= ~has_x
+        du_beat = (kp + self.params[3]) * E - kp * E_prev
+        if lag is not None and lag.observed.any():
+            # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
+            # in a probe's transient, to the settled rate that puts the next period's *mean* there.
+            du_beat = du_beat.copy()
+            lo, hi = OBSERVER_TARGET_BOUNDS
+            for k in np.flatnonzero(lag.observed & move & ~fine).tolist():
+                yk, rk, ys = y[k].item(), r[k].item(), lag.y_settled[k].item()
+                r_to = rk
+                if lag.has_x[k]:
+                    g, x = lag.g[k].item(), lag.x_next[k].item()
+                    r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
+                du_beat[k] = _log10(max(r_to, 1.0)) - _log10(max(ys * y_wanted[k].item() / yk if yk > 0 else ys, 1.0))
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         descent = np.zeros(u.shape, dtype=bool)
-        if self.params[4] > 0.0:
+        if e0 > 0.0:
             sat = not_limited
             was_descent = np.array(descent_t, dtype=bool)
-            if t.descent_fraction:
-                # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
-                # step; the cap in force is read only where the rest holds and it decides.
-                more = ~sat & (off > 0) & (y >= t.descent_fraction * off) & (r < y_wanted)
-                if more.any():
-                    top = was_descent.copy()
-                    u_top = self._u_max - _EXACT_DECADES
-                    for k in np.flatnonzero(more & ~was_descent).tolist():
-                        top[k] = u_force_rows[k] >= u_top
-                    sat = sat | (more & top)
+            u_top = self._u_max - _EXACT_DECADES
+            # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
+            # step; the cap in force is read only where the rest holds and it decides.
+            more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & (r < y_wanted)
+            if more.any():
+                top = was_descent.copy()
+                for k in np.flatnonzero(more & ~was_descent).tolist():
+                    top[k] = u_force_rows[k] >= u_top
+                sat = sat | (more & top)
             descent = sat & (r < y_wanted)
-            f = np.where(was_descent & not_limited & (np.abs(quant) < _EXACT_DECADES),
-                         t.saturation_repeat_factor, 1.0)
-            du_beat = np.where(descent, np.minimum(du_beat, f * E / self.params[4]), du_beat)
+            f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
+            du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
             descent &= move & ~fine
-            if t.fine_band_descent:
-                # The descent inside the fine band: from the top cap or on after such a step.
-                fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
-                if fd.any():
-                    top = was_descent.copy()
-                    u_top = self._u_max - _EXACT_DECADES
-                    for k in np.flatnonzero(fd & ~was_descent).tolist():
-                        top[k] = u_force_rows[k] >= u_top
-                    fd &= top
-                    du_fine = np.where(fd, np.minimum(t.fine_gain * E / 1.0, E / self.params[4]), t.fine_gain * E / 1.0)
-                    du_beat = np.where(fine, du_fine, du_beat)
-                    fine = fine & ~fd
-                    descent |= fd
-        du = np.where(fine, t.fine_gain * E / 1.0, du_beat)
+            # The descent inside the fine band, from the top cap or on after such a step: the gentle
+            # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
+            fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
+            if fd.any():
+                top = was_descent.copy()
+                for k in np.flatnonzero(fd & ~was_descent).tolist():
+                    top[k] = u_force_rows[k] >= u_top
+                fd &= top
+                du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
+                du_beat = np.where(fine, du_fine, du_beat)
+                fine = fine & ~fd
+                descent |= fd
+        du = np.where(fine, t.fine_gain * E, du_beat)
+        if lag is not None:
+            probing = np.flatnonzero((lag.probe_move != 0.0) & move)
+            if len(probing):
+                du = du.copy()
+                for k in probing.tolist():
+                    du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         hold = (du > 0) & not_limited
         if cpu is not None and t.cap_bound_fraction > 0.0 and hold.any():
@@ -567,6 +654,15 @@ class ControllerBank:
             hold[k[bound]] = False
         du = np.where(hold, 0.0, du)
         new_u, caps = self._stepped(u, du, move, carry)
+        if has_x is not None:
+            # The transient ends where the next period's mean and the rate the new cap settles to are
+            # both within transient_end_fraction of the setpoint.
+            end = TRANSIENT_END_FRACTION
+            for k in np.flatnonzero(has_x).tolist():
+                rk = r[k].item()
+                moved = 10.0 ** (new_u[k].item() - u[k].item())
+                if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
+                    rows.transient[k if isinstance(at, slice) else at[k]] = False
         rows.e_prev[at] = E
         rows.has_prev[at] = True
         rows.noise[at] = noise
@@ -574,6 +670,24 @@ class ControllerBank:
         rows.steps[at] += 1
         rows.u[at] = new_u  # inside the dead zone u stays: the same number
         return caps
+
+    def _probe_step(self, lag: _Lag, k: int, du: float, u: float, y: float, r: float, E: float) -> float:
+        """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
+        lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
+        t = self.tuning
+        lag.estimators[k].arm_probe()
+        if lag.probe_move[k] * E < 0.0:
+            return du  # the rate passed the setpoint: the law's move back, sampled all the same
+        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
+        c = PROBE_LAG_MAX
+        f_lag = max((y - c * lag.rest[k].item()) / (1.0 - c), 1.0)
+        lim = t.max_step_decades
+        du_lag = max(-lim, min(lim, _log10(max(r, 1.0)) - _log10(f_lag)))
+        du_law = max(-lim, min(lim, du))
+        lo, hi = self._u_min, self._u_max
+        if abs(min(hi, max(lo, u + du_lag)) - min(hi, max(lo, u + du_law))) < PROBE_DISAGREEMENT_DECADES:
+            return du_lag
+        return 0.0
 
     def _stepped(self, u: np.ndarray, du: np.ndarray, move: np.ndarray,
                  carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

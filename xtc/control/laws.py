@@ -4,9 +4,10 @@ The law is pure: no I/O and no clock.  It is stepped once per
 control period with the measured rate and the setpoint, both in packets/s (pps),
 and returns the next cap in percent of one CPU, always finite and within
 ``[cap_min_percent, cap_max_percent]``.  A bad input (NaN, infinite or negative
-rate) raises :class:`ValueError` and leaves the controller's state unchanged.  The paper's
-controllers are in :mod:`xtc.control.paper`, what all controllers share in :mod:`xtc.control.bounded`,
-and the law on arrays for many VRs at once in :mod:`xtc.control.bank`.
+rate) raises :class:`ValueError` and leaves the controller's state unchanged.  The law itself is
+written once, on arrays, in :mod:`xtc.control.bank` (a controller's own step is one row of it); the
+paper's controllers are in :mod:`xtc.control.paper`, what all controllers share in
+:mod:`xtc.control.bounded`.
 """
 
 from __future__ import annotations
@@ -15,17 +16,17 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 from xtc.models import CapBounds, LogCapModel
 
 from .bounded import BoundedController, ControllerError, check_rate
-from .estimate import LagEstimator, LagTuning
+from .estimate import LagEstimator
 
 __all__ = [
     "ControllerError",
     "XtcController",
     "XtcTuning",
-    "ProbeTuning",
-    "NoiseTuning",
 ]
 
 
@@ -36,69 +37,54 @@ _SQRT_PI = math.sqrt(math.pi)
 _LN10 = math.log(10.0)
 #: A cap in force within 0.1% of the wanted one counts as exact (decades).
 _EXACT_DECADES = math.log10(1.001)
-#: :meth:`XtcController._lag_in`'s answer without the lag estimate: no observer, no probe.
-_NO_LAG = (False, 0.0, 0.0)
 
 
-@dataclass(frozen=True)
-class NoiseTuning:
-    """Tuning of :class:`XtcController`'s estimate of the rate's noise (its docstring, "Noise-adaptive band").
-
-    Attributes
-    ----------
-    noise_band_sigmas : float
-        The fine band widens to this many estimated noise standard deviations
-        when the measurement is noisier than ``fine_band_fraction`` allows.
-    noise_initial_fraction : float
-        Starting estimate of the relative noise of one period's rate sample.
-    noise_smoothing : float
-        Weight of the newest sample in the noise estimate's moving average.
-    """
-
-    noise_band_sigmas: float = 2.5
-    noise_initial_fraction: float = 0.02
-    noise_smoothing: float = 0.1
+def _one(v: float) -> Any:
+    """A one-row array of ``v`` (the scalar step is the bank's law on one row)."""
+    return np.array((v,), dtype=np.float64)
 
 
-@dataclass(frozen=True)
-class ProbeTuning:
-    """Tuning of the lag probe and its transients (``XtcTuning.lag_probe``; see its docstring).
-
-    Attributes
-    ----------
-    probe_lag_max : float
-        The largest lag the probe's comparison assumes (dimensionless; 0.432 is a time constant of
-        half a period).
-    probe_disagreement_decades : float
-        The probe holds the cap when the two moves differ by at least this much (decades of cap).
-    probe_window_periods : int
-        A move can be a probe candidate only within this many periods of the activation or of a
-        setpoint move beyond the fine band (the transients the probe is for).  Outside it a move
-        from rest is the law's answer to a disturbance or to one stray period of a noisy rate: at 9%
-        noise a period, a daemon restarted at its setpoint read the restart's first low period as
-        a move from rest, and the observer's transient after the probe swung the cap 7.6-12.4%
-        around 9% (the rate 14% over the setpoint for 2.5 s).  The control bench is the same with it
-        and without it on seeds 1-3 (every probe there is in a start or a step).
-    transient_periods : int
-        Longest transient (periods) in which the observer steps.
-    transient_end_fraction : float
-        The transient ends when the predicted mean and the settled rate are within this fraction of
-        the setpoint.
-    observer_target_bounds : tuple of float
-        Bounds of the settled rate the mean-aiming step asks for, as fractions of the setpoint.
-    """
-
-    probe_lag_max: float = 0.45
-    probe_disagreement_decades: float = 0.15
-    probe_window_periods: int = 6
-    transient_periods: int = 5
-    transient_end_fraction: float = 0.02
-    observer_target_bounds: tuple[float, float] = (0.5, 2.0)
+#: The law's constants that no configuration, CLI or named variant sets (they were ``XtcTuning`` fields
+#: until 2026-11-26; docs/design/control-law.md).  The measurements behind each value are in
+#: docs/results/2026-11-26-control-settling/control-settling.md under the old field's name.
+#:
+#: Noise estimate (the class docstring, "Noise-adaptive band"): the starting estimate of the relative
+#: noise of one period's rate sample, and the weight of the newest sample in its moving average.
+NOISE_INITIAL_FRACTION = 0.02
+NOISE_SMOOTHING = 0.1
+#: An error beyond this fraction of the setpoint (and beyond the noise band) in two successive periods
+#: of the same sign, inside the fine band, on an exact actuator, gets the dead-beat gains: 1 leaves the
+#: rule to a widened noise band only (0.05 turned the lab's 1 s noise into dead-beat moves of 20% of
+#: the cap).
+PERSIST_BAND_FRACTION = 1.0
+#: The model's step out of saturation also applies from this fraction of the offered rate, from the top
+#: cap or on after such a step ("The descent from the uncapped start").
+DESCENT_FRACTION = 0.9
+#: A step out of saturation that follows one that showed nothing is this many times the model's step,
+#: on an exact actuator ("Verdict").
+SATURATION_REPEAT_FACTOR = 2.0
+#: The lag probe (``XtcTuning.lag_probe``): the largest lag its comparison assumes (0.432: a time
+#: constant of half a period); it holds the cap when the law's move and the lag's differ by this many
+#: decades; a move is a candidate only within this many periods of the activation or of a setpoint move
+#: beyond the fine band (a daemon restarted at its setpoint read the restart's first low period as a
+#: move from rest: the cap swung 7.6-12.4% around 9%).
+PROBE_LAG_MAX = 0.45
+PROBE_DISAGREEMENT_DECADES = 0.15
+PROBE_WINDOW_PERIODS = 6
+#: The observer's transient: at most this many periods, until the predicted mean and the settled rate
+#: are within this fraction of the setpoint; the settled rate it aims for within these fractions of it.
+TRANSIENT_PERIODS = 5
+TRANSIENT_END_FRACTION = 0.02
+OBSERVER_TARGET_BOUNDS = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
 class XtcTuning:
     """Tuning of :class:`XtcController` (see its docstring for what each does).
+
+    ``design_lag``, ``dead_zone_fraction`` and ``lag_probe`` are what :func:`~xtc.control.make_controller`
+    and the daemon's ``[controller]`` set; the others are the law's gains and bands, set only by tests
+    of its properties (the constants above are the rest).
 
     Attributes
     ----------
@@ -115,93 +101,30 @@ class XtcTuning:
         fraction of its offered rate; the cap is then not raised, unless the
         VR's CPU use says that the cap binds (``cap_bound_fraction``).
     cap_bound_fraction : float
-        With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`,
-        where the host accounts each VR's CPU), the cap binds when the VR used
-        at least this fraction of the cap in force over the last period; a cap
-        that binds is raised even where ``unconstrained_fraction`` would hold
-        it.  A VR whose flows back off (TCP) forwards nearly all it is offered
-        *because* its cap holds it (the lab's six TCP VRs: one 8.8% under its
-        setpoint forwarding 98.2% of what it was handed, cap never raised).
-        The reading never holds a raise the packets allow: raising only a cap
-        that binds was tried, and on the simulated gradual knees (the VR uses
-        less than its cap while more cap still brings more rate, as CFS
-        throttling in bursts does) setpoints of 90-95 kp/s never settled.  0.8,
-        not 1: a TCP VR partly held (throttled in a third of its CFS periods)
-        used 0.87 of its cap on the lab.  0 switches the reading off.
+        With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`), the cap binds when the VR
+        used at least this fraction of the cap in force over the last period; a cap that binds is
+        raised even where ``unconstrained_fraction`` would hold it (a TCP VR forwards nearly all it is
+        offered *because* its cap holds it).  0.8, not 1: a TCP VR partly held used 0.87 of its cap on
+        the lab.  0 switches the reading off.
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
     fine_gain : float
         Integral gain (decades of cap per decade of rate) inside the fine band.
-    noise : NoiseTuning
-        Tuning of the estimate of the rate's noise and of the band it widens.
-    persist_band_fraction : float
-        An error beyond this fraction of the setpoint (and beyond ``noise_band_sigmas`` estimated
-        noise deviations) in two successive periods, of the same sign, inside the fine band (the
-        previous one within twice its width), on an exact actuator, gets the dead-beat gains
-        instead of ``fine_gain``: it is a step disturbance (a hog), not noise.  1 (the default)
-        switches it off: on the real lab (1 s rates scattering up to 10%) 0.05 turned noise into
-        dead-beat moves of about 20% of the cap (the demo's VR 5.3% under its setpoint, against
-        -0.2% to +3.2% without); on the simulated plants it takes hog recovery from 3-5 to 2-3.
-    saturation_model_step : bool
-        While the VR forwards nearly all it is offered (the cap is above the knee, the measured
-        rate says nothing about the hardware's speed) and the rate must fall, step at least as
-        far as the model's elasticity at its operating point says the setpoint needs (see the
-        class docstring).
-    lag_estimator : LagTuning
-        Tuning of that estimate.
-    descent_fraction : float
-        0.9 by default since 2026-11-23 (0: off).  The model's step out of saturation also applies
-        while the VR forwards at least this fraction of its offered rate (below ``unconstrained_fraction``)
-        *and* either the cap in force is at ``cap_max`` (the uncapped start) or the last period's
-        move was such a step (the descent from it goes on).  Unlike a lower ``unconstrained_fraction``
-        it never acts in steady state below the top cap: on a gradual knee the uncapped VR
-        forwards 95.6% of its offered rate and each elasticity-1 step took 10-20% off the cap
-        (docs/results/2026-11-26-control-settling/control-settling.md, "The descent from the uncapped start", for 0.9 and 0.95 and the
-        measurements behind the default).  The daemon's bank (:class:`xtc.control.bank.ControllerBank`)
-        steps it, bit-equal to the scalar law.
-    saturation_repeat_factor : float
-        A step out of saturation that follows another one and still finds the VR forwarding at
-        least ``unconstrained_fraction`` of its offered rate (the last step showed nothing: the knee
-        is further down) is this many times the model's step, on an exact actuator (2, the default
-        since 2026-11-23; 1: off; docs/results/2026-11-26-control-settling/control-settling.md, "Verdict", for the measurements).  On
-        hardware 2x faster than the model the knee is at half the model's cap, and the model's steps
-        took 4-5 periods to reach it from cap 100 at 85-90 kp/s (docs/results/2026-11-26-control-settling/control-settling.md, "The
-        descent from the uncapped start").
-    fine_band_descent : bool
-        True by default since 2026-11-23.  Inside the fine band, from the top cap (the uncapped
-        start) or after such a step, while the VR forwards at least ``unconstrained_fraction`` of its
-        offered rate and the rate must fall, the step is at least the model's (``E / e0``, as
-        ``saturation_model_step``; never the repeated double step), unless the noise has widened the
-        fine band (the estimated noise band above ``fine_band_fraction``: the error may be noise).  A
-        setpoint within 10% of the uncapped rate (90-95 kp/s of 100 offered) is inside the fine band
-        from the start, and the gentle gain, which assumes elasticity 1 where it is near 0 above the
-        knee, took 1.2% off the cap per period: on 2x faster hardware (the knee at cap 20) the cap was
-        still at 50-28 during the steady part at 95 kp/s, 3.5-3.9% above it (docs/results/2026-11-26-control-settling/control-settling.md,
-        "The fine band's descent").  The daemon's bank steps it, bit-equal to the scalar law.
+    noise_band_sigmas : float
+        The fine band widens to this many estimated noise standard deviations
+        when the measurement is noisier than ``fine_band_fraction`` allows.
     lag_probe : bool
-        True by default since 2026-11-25 (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe is the
-        default"); False steps the law without a lag estimate (``make_controller(..., lag_probe=False)``,
-        ``[controller] lag_probe = false``).  The lag is measured by a *probe*
-        (:class:`~xtc.control.estimate.LagEstimator`) and used only in transients
-        (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe").  After the first large move from rest whose
-        first period shows the rate moving the right way but not all the way (the sign of a lag, or
-        of a curve flatter than elasticity 1: one period cannot tell them apart), the law compares the
-        move it would make with the move a lag of ``probe_lag_max`` asks (from the settled rate that
-        lag implies).  Where they differ by ``probe_disagreement_decades`` or more it holds the cap one
-        period (the probe); otherwise it takes the lag's move (the smaller hedge).  Either way the next
-        period completes one lag sample (:class:`~xtc.control.estimate.LagEstimator`).  One probe
-        per activation.  The observer then steps in a transient only:
-        from the sample, or from a setpoint change beyond the fine band, for at most
-        ``transient_periods``, until both the next period's predicted mean and the rate the new cap
-        settles to are within ``transient_end_fraction`` of the setpoint.  In a transient the dead zone
-        and the band are judged on the predicted mean of the next period at the cap in force, and the
-        step aims the next period's *mean* at the setpoint (``(r - g x) / (1 - g)``, ``x`` the
-        observer's state, bounded to ``observer_target_bounds`` times the setpoint); outside it the
-        law is the one without the lag.  The daemon's bank steps these controllers outside their
-        probe and their transients (bit-equal to the scalar law), the scalar law in them.
-    probe : ProbeTuning
-        Tuning of the lag probe and of the transients it starts (``lag_probe``).
+        True by default since 2026-11-25; False steps the law without a lag estimate
+        (``make_controller(..., lag_probe=False)``, ``[controller] lag_probe = false``).  After the
+        first large move from rest whose first period shows the rate moving the right way but not all
+        the way, the law compares its move with the one a lag of :data:`PROBE_LAG_MAX` asks; where
+        they differ by :data:`PROBE_DISAGREEMENT_DECADES` or more it holds the cap one period (the
+        probe), otherwise it takes the lag's move.  The next period completes one lag sample
+        (:class:`~xtc.control.estimate.LagEstimator`).  One probe per activation.  The observer then
+        steps in a transient only (after the sample, or a setpoint change beyond the fine band, for at
+        most :data:`TRANSIENT_PERIODS`): the dead zone and the band judge the next period's predicted
+        mean, and the step aims that mean at the setpoint.
     """
 
     design_lag: float = 0.0915
@@ -211,110 +134,21 @@ class XtcTuning:
     cap_bound_fraction: float = 0.8
     fine_band_fraction: float = 0.10
     fine_gain: float = 0.3
-    noise: NoiseTuning = NoiseTuning()
-    persist_band_fraction: float = 1.0
-    saturation_model_step: bool = True
-    lag_estimator: LagTuning = LagTuning()
-    descent_fraction: float = 0.9
-    saturation_repeat_factor: float = 2.0
-    fine_band_descent: bool = True
+    noise_band_sigmas: float = 2.5
     lag_probe: bool = True
-    probe: ProbeTuning = ProbeTuning()
 
 
 class XtcController(BoundedController):
-    """XTC's own controller: a dead-beat PI in log-rate / log-cap space.
+    """XTC's own controller: a dead-beat PI in log-rate / log-cap space, with a noise-adaptive fine band,
+    steps out of saturation and the lag probe (the law and the reasons for each rule:
+    docs/design/control-law.md, "The law").
 
-    Why log-log.  Below saturation a VR forwards about in proportion to the CPU
-    it gets (Table 1 of the paper: 3.2 kp/s per percent from cap 5 to 20), so
-    ``log10 y = log10 k + log10 cap``.  In these coordinates the hardware speed
-    ``k`` and a CPU hog inside the VR (which scales ``k`` by ``1 - hog``) are
-    *additive offsets* that the integrator removes whatever their size: no
-    retraining for faster or slower hardware, and the loop gain is the same at
-    5 kp/s as at 50 kp/s.  The paper's semi-log law instead sees its loop gain
-    change with ``y`` (``dy / dlog10 cap = y ln 10``), which is why it fails
-    below about 15-20 kp/s.
-
-    The law.  With ``E = log10(r) - log10(y)`` (decades) the velocity-form PI is
-    ``u(k) = u(k-1) + (Kp + Ki) E(k) - Kp E(k-1)``, ``u = log10(cap)``, with the
-    dead-beat gains of the normalised plant ``Y(k+1) = a Y(k) + (1 - a) U(k)``:
-    ``Kp = a / (1 - a)``, ``Ki = 1`` (closed-loop poles at ``{0, a}``, the
-    pole at ``a`` cancelled: ``F(z) = 1/z``, as the paper's dead-beat), ``a``
-    being the model file's pole (``design_lag``).
-
-    The elasticity ``d log y / d log cap`` is taken as 1, its largest value
-    (the proportional region).  Near saturation it is smaller (about 0.35 at
-    90% of the offered rate in Table 1), which lowers the loop gain there:
-    slower but monotone convergence, never overshoot from a gain too high.
-    Scheduling the elasticity from the model file's semi-log slope
-    ``b / (1 - a)`` was tried and rejected: that slope is an average over the
-    whole fitted region, so between 40% and 80% of the offered rate it
-    schedules a smaller elasticity than the plant has and the loop oscillates.
-
-    Two gains.  Far from the setpoint (relative error above
-    ``fine_band_fraction``, 10%) the dead-beat gains act; inside that band a
-    gentle integral gain ``fine_gain`` (0.3) takes over.  One-second rate
-    samples of a capped VR are noisy (several percent, more the more it
-    drops); a dead-beat loop would copy each noise sample into the cap and
-    add its own variance to the plant's.  With gain ``g`` the loop adds about
-    ``g / (2 - g)`` of the noise variance (18% for 0.3, i.e. +8% of RMSE),
-    while large steps and disturbances (a 15% hog) are still corrected at once.
-    The velocity form makes the switch between the two gains bumpless.
-    An error that stays beyond ``persist_band_fraction`` (5%, and beyond the noise band) for two
-    periods in a row with the same sign, inside the fine band, is a disturbance, not noise: it
-    gets the dead-beat gains instead of ``fine_gain`` (a 15% hog near the knee, where the
-    elasticity is a third, came back within 5% in 3-5 periods with the gentle gain alone, 2-3
-    with this).  The previous error must be inside twice the band: after a large step the
-    dead-beat's proportional term on it would kick the cap back.  Not on a quantising actuator's
-    dither (the cap in force more than 0.1% from the wanted one), whose periods often err the
-    same way twice: there it moved the mean of whole-percent caps by 3% at 5 kp/s.
-
-    Noise-adaptive band.  The noise grows as the cap bites (a VR that drops
-    90% of what it is offered jitters by 8% or more from one second to the
-    next).  The controller keeps a running estimate of the relative noise from
-    the period-to-period changes of its error (for Gaussian noise the mean
-    absolute difference of two samples is ``2 sigma / sqrt(pi)``; each change is
-    clipped at three estimated sigmas so that a real step does not inflate the
-    estimate) and widens the fine band to ``noise_band_sigmas`` (2.5) sigmas
-    when that is wider than 10%: the dead-beat gains then act only on errors
-    the noise cannot explain.
-
-    Guards.
-    - Dead zone on the relative error (2% by default instead of the paper's
-      10%): steady-state error stays within 2%, and noise does not move the
-      cap every period.
-    - Rate limit of ``max_step_decades`` per period.
-    - Anti-windup: ``u`` is clamped to the cap bounds; and when the offered
-      rate is known and the VR forwards nearly all of it, the cap is not the
-      limit, so it is never raised (it would only wind up and let a burst
-      through when traffic returns).
-    - A measured rate of 0 is treated as 1 pps in the logarithm.
-
-    Leaving saturation.  At the uncapped start (cap 100) the VR forwards all it is offered and
-    the elasticity there is near 0, so a step that assumes elasticity 1 (``cap * r / y``) only
-    shaves a few percent off per period: 7-13 periods from cap 100 down to the knee at
-    85-90 kp/s.  While the VR forwards at least ``unconstrained_fraction`` of its offered rate
-    and the dead-beat gains act downwards, the step is at least ``E / e0`` decades, ``e0`` being
-    the model's elasticity at its operating point, ``b / (1 - a) / (ybar ln 10)`` (0.385 for
-    the paper's model: 78 kp/s at cap 24.5, just below the knee).  It is a ratio, so the step
-    depends neither on the hardware's speed (an offset in log cap) nor on the VR's rate scale
-    (the model's kp/s would: a VR offered 1 Mp/s is not ten times as far from its setpoint as
-    one offered 100 kp/s).  Above the knee the measured rate understates the cap in force, so
-    this step stays short of the setpoint where the model is right or the hardware faster
-    (85 kp/s: cap 100 -> 66); on slower hardware it can go past it (2x slower, 30 kp/s: from
-    cap 100 to 10, 24 kp/s; settled in 4 periods instead of 3), and the elasticity-1 steps bring
-    it back.  No such step if ``e0 >= 1``.
-
-    Measured lag (``lag_probe``).  The dead-beat gains assume the model's lag;
-    on a VR whose rate lags more (a time constant of 0.37-0.5 s against the model's 0.09 s) each
-    dead-beat step is taken for too small and the next one overshoots (9-10 periods to settle).
-    :class:`~xtc.control.estimate.LagEstimator` measures the lag from the rate's response to a
-    probe's move and, in the transients that follow, the dead-beat branch steps
-    ``log10(r) - log10(f)``, ``f`` being the rate the cap in force settles to according to the
-    lag's observer.  A wrong lag degrades as follows: too large, ``f`` is extrapolated too far
-    and the next step too large the other way (kept within one decade by the rate limit and
-    ``f`` within ``[0.1, 1 / (1 - g)]`` of the rate measured); too small, the old overshoot.
-    The sample's guards (its docstring) are there to keep the first from happening.
+    A one-row view of the law: :meth:`step` runs :class:`~xtc.control.bank.ControllerBank`'s law on
+    this controller's row (its own one-row :class:`~xtc.control.bank.Rows`, or a row of the daemon's
+    when the bank attached it), so the law exists once and its state (``u``, the carry, the previous
+    error, the noise estimate, the descent flag) lives in the bank's named columns.  Here: the
+    parameters, the checks of the inputs, the state file's record and the lag estimator (the bank
+    updates it per row: :meth:`~xtc.control.bank.ControllerBank._lag_probe_in`).
     """
 
     kind = "xtc"
@@ -328,16 +162,6 @@ class XtcController(BoundedController):
             raise ControllerError(f"design_lag must be within 0..1, got {t.design_lag}")
         if not (t.max_step_decades > 0):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
-        if t.lag_probe:
-            lo, hi = t.probe.observer_target_bounds
-            for ok, what, v in ((0.0 < t.probe.probe_lag_max < 1.0, "probe_lag_max must be within (0, 1)", t.probe.probe_lag_max),
-                                (t.probe.probe_disagreement_decades >= 0.0, "probe_disagreement_decades must be >= 0", t.probe.probe_disagreement_decades),
-                                (type(t.probe.transient_periods) is int and t.probe.transient_periods >= 1, "transient_periods must be a whole number >= 1", t.probe.transient_periods),
-                                (type(t.probe.probe_window_periods) is int and t.probe.probe_window_periods >= 1, "probe_window_periods must be a whole number >= 1", t.probe.probe_window_periods),
-                                (0.0 <= t.probe.transient_end_fraction < 1.0, "transient_end_fraction must be within [0, 1)", t.probe.transient_end_fraction),
-                                (0.0 < lo <= 1.0 <= hi < math.inf, "observer_target_bounds must be (lo, hi) with 0 < lo <= 1 <= hi", t.probe.observer_target_bounds)):
-                if not ok:
-                    raise ControllerError(f"{what}, got {v}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
         self._E_prev: float | None = None
@@ -348,11 +172,11 @@ class XtcController(BoundedController):
         #: Periods since the activation or the last setpoint move beyond the fine band (counted up to
         #: ``probe_window_periods``): only inside that window can a move be a probe candidate.
         self._setpoint_age = 0
-        self._noise_log = t.noise.noise_initial_fraction / math.log(10.0)
-        self.lag_estimator = LagEstimator(t.design_lag, t.lag_estimator)
+        self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
+        self.lag_estimator = LagEstimator(t.design_lag)
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
-        self.saturation_elasticity = e0 if t.saturation_model_step and 0.0 < e0 < 1.0 else 0.0
+        self.saturation_elasticity = e0 if 0.0 < e0 < 1.0 else 0.0
 
     def _reset_memory(self) -> None:
         self._E_prev = None
@@ -361,7 +185,7 @@ class XtcController(BoundedController):
         self._transient_age = 0
         self._r_prev = None
         self._setpoint_age = 0
-        self._noise_log = self.tuning.noise.noise_initial_fraction / math.log(10.0)
+        self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
         self.lag_estimator.reset()
 
     @property
@@ -372,7 +196,7 @@ class XtcController(BoundedController):
     def fine_band(self) -> float:
         """Current half-width of the fine band, as a fraction of the setpoint."""
         t = self.tuning
-        return max(t.fine_band_fraction, t.noise.noise_band_sigmas * self.noise_fraction)
+        return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
 
     def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
@@ -400,163 +224,16 @@ class XtcController(BoundedController):
             else check_rate("setpoint_pps", setpoint_pps)
         offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
             else check_rate("offered_pps", offered_pps)
-        return self._law(y, r, offered, cpu_percent, self._lag_in(y, r, offered) if self.tuning.lag_probe else _NO_LAG)
+        caps, _ = self._bank().step([self], _one(y), _one(r), _one(math.nan if offered is None else offered),
+                                    cpu_percent=_one(math.nan if cpu_percent is None else cpu_percent))
+        return caps[0].item()
 
-    def _lag_in(self, y: float, r: float, offered: float | None) -> tuple[bool, float, float]:
-        """The lag probe's part of :meth:`step` (``lag_probe``), before the law, on checked rates:
-        the estimator's update, the probe candidate and the transient (``lag_probe``).  Returns
-        (observed: the observer's step this period, the probe candidate's move in decades or 0.0, the
-        settled rate in pps).  The law (:meth:`_law`) is the one without the lag where the first two
-        are False and 0.0."""
-        t = self.tuning
-        le = self.lag_estimator
-        probe_move = 0.0
-        exact = abs(self._quant_decades) < _EXACT_DECADES
-        sampled = le.update(y, self._u_force, offered, self._noise_log * _LN10)
-        y_settled = le.settled_pps
-        moved = self._r_prev is not None and abs(r - self._r_prev) > t.fine_band_fraction * r
-        if moved:
-            self._setpoint_age = 0
-        if exact and self._setpoint_age < t.probe.probe_window_periods:
-            probe_move = le.probe_candidate(self._noise_log * _LN10)
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
-        if sampled or moved:
-            self._transient, self._transient_age = True, 0
-        elif self._transient and self._transient_age >= t.probe.transient_periods:
-            self._transient = False
-        self._transient_age += 1
-        observed = self._transient and le.confident and exact
-        self._r_prev = r  # (what the law records at its end; it does not read it)
-        return observed, probe_move, y_settled
+    def _bank(self) -> Any:
+        """The law (:class:`~xtc.control.bank.ControllerBank`) for this controller's parameters."""
+        from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
-    def _lag_quiet(self, y: float, r: float, offered: float | None, log_cap: float, exact: bool) -> bool:
-        """:meth:`_lag_in` for a quiet period, if this is one (``lag_probe``; ``log_cap`` and ``exact`` as
-        ``_lag_in`` reads them): no sample due or to verify and no probe candidate possible
-        (:meth:`~xtc.control.estimate.LagEstimator.quiet`), no setpoint move beyond the fine band, no
-        transient under way.  Then it does what ``_lag_in`` would (the estimator's history and observer,
-        the transient's and the window's counts; its answer would be no observer and no probe) and
-        returns True; otherwise it changes nothing and returns False.  The bank's steady state."""
-        t = self.tuning
-        rp = self._r_prev
-        if not (self.lag_estimator.quiet(log_cap, exact) and (rp is None or abs(r - rp) <= t.fine_band_fraction * r)
-                and (not self._transient or self._transient_age >= t.probe.transient_periods)):
-            return False
-        self.lag_estimator.update_quiet(y, log_cap, offered)
-        self._transient = False
-        self._transient_age += 1
-        self._setpoint_age = min(self._setpoint_age + 1, t.probe.probe_window_periods)
-        self._r_prev = r
-        return True
+        return ControllerBank.of(self)
 
-    def _law(self, y: float, r: float, offered: float | None, cpu_percent: float | None,
-             lag: tuple[bool, float, float]) -> float:
-        """The rest of :meth:`step` on checked rates, given :meth:`_lag_in`'s answer; the next cap."""
-        t = self.tuning
-        not_limited = offered is not None and offered > 0 and y >= t.unconstrained_fraction * offered
-        log_y = math.log10(max(y, 1.0))
-        a = t.design_lag
-        observed, probe_move, y_settled = lag
-        descent = False
-        u_before = self._u
-        kp = a / (1.0 - a)
-        # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
-        # on a whole-percent actuator the dithered periods then all say the same, and the integrator
-        # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
-        log_y_wanted = log_y + self._quant_decades
-        y_wanted = 10.0**log_y_wanted if y > 0 else y
-        E = math.log10(max(r, 1.0)) - log_y_wanted
-        E_prev = E if self._E_prev is None else self._E_prev
-        # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
-        # mean the next period will have at the cap in force (the observer's prediction).
-        y_judged = y_wanted
-        x_next = self.lag_estimator.next_state_pps if observed else None
-        if x_next is not None:
-            g = self.lag_estimator.lag
-            y_judged = max(1.0, (1.0 - g) * y_settled + g * x_next)
-        if self._E_prev is not None:
-            # Noise estimate from the change of the error (clipped: a real step must not inflate it).
-            change = min(abs(E - E_prev), 3.0 * self._noise_log * _SQRT2)
-            sigma_sample = change * _SQRT_PI / 2.0
-            self._noise_log += t.noise.noise_smoothing * (sigma_sample - self._noise_log)
-            self._noise_log = max(self._noise_log, 1e-4)
-        if abs(r - y_judged) >= t.dead_zone_fraction * r:
-            noise_band = t.noise.noise_band_sigmas * (self._noise_log * _LN10)
-            band = max(t.fine_band_fraction, noise_band)
-            # A disturbance inside the fine band: this error and the last one (within twice the band:
-            # not a large step's tail) beyond the persistence band with the same sign.
-            # Only where the cap in force is the one wanted (within 0.1%): a dither's periods on a
-            # quantising actuator often err twice in a row the same way and must keep the gentle gain.
-            persist = self._E_prev is not None and abs(self._quant_decades) < _EXACT_DECADES and E * E_prev > 0.0 \
-                and abs(E_prev) < math.log10(1.0 + 2.0 * band) and \
-                min(abs(E), abs(E_prev)) >= math.log10(1.0 + max(t.persist_band_fraction, noise_band))
-            if abs(r - y_judged) < band * r and not persist and x_next is None:
-                du = t.fine_gain * E
-                if t.fine_band_descent and self.saturation_elasticity > 0.0 and r < y_wanted and not_limited \
-                        and noise_band <= t.fine_band_fraction \
-                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
-                    # The descent from the uncapped start (or on after one of its steps) inside the
-                    # fine band: the gentle gain assumes elasticity 1 where it is near 0.  Not where the
-                    # noise has widened the band (the error may then be noise: 10% noise at the top cap).
-                    descent = True
-                    du = min(du, E / self.saturation_elasticity)
-            else:
-                if observed:
-                    # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
-                    # in a probe's transient, to the settled rate that puts the next period's *mean* there.
-                    r_to = r
-                    if x_next is not None:
-                        g = self.lag_estimator.lag
-                        lo, hi = t.probe.observer_target_bounds
-                        r_to = min(hi * r, max(lo * r, (r - g * x_next) / (1.0 - g)))
-                    du = (math.log10(max(r_to, 1.0)) - math.log10(max(y_settled * y_wanted / y if y > 0 else y_settled, 1.0)))
-                else:
-                    du = (kp + self.ki) * E - kp * E_prev
-                sat = not_limited
-                if not sat and t.descent_fraction and offered is not None and offered > 0 \
-                        and y >= t.descent_fraction * offered \
-                        and (self._descent or self._u_force >= self._u_max - _EXACT_DECADES):
-                    sat = True
-                descent = sat and r < y_wanted and self.saturation_elasticity > 0.0
-                if descent:
-                    # The last step out of saturation left the VR offered-limited: the knee is further down.
-                    f = t.saturation_repeat_factor if self._descent and not_limited \
-                        and abs(self._quant_decades) < _EXACT_DECADES else 1.0
-                    du = min(du, f * E / self.saturation_elasticity)
-            if probe_move:
-                du = self._probe_step(probe_move, du, y, r, E)
-            du = max(-t.max_step_decades, min(t.max_step_decades, du))
-            if du > 0 and not_limited and not self.cap_bound(cpu_percent):
-                du = 0.0
-            self._u = self._clamp_u(self._u + du)
-        self._descent = descent
-        self._E_prev = E
-        if t.lag_probe:
-            self._r_prev = r
-            if x_next is not None:
-                moved = 10.0 ** (self._u - u_before)
-                if abs(r - y_judged) < t.probe.transient_end_fraction * r and abs(r - y_settled * moved) < t.probe.transient_end_fraction * r:
-                    self._transient = False
-        self.steps += 1
-        caps = self.caps  # cap_percent, inline
-        return min(caps.max_percent, max(caps.min_percent, 10.0 ** self._u + self._carry))
-
-    def _probe_step(self, move: float, du: float, y: float, r: float, E: float) -> float:
-        """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
-        lag's hedge, or 0 (the probe).  Arms the estimator's sample whenever it decides."""
-        t = self.tuning
-        le = self.lag_estimator
-        le.arm_probe()
-        if move * E < 0.0:
-            return du  # the rate passed the setpoint: the law's move back, sampled all the same
-        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
-        c = t.probe.probe_lag_max
-        f_lag = max((y - c * le.probe_rest_pps) / (1.0 - c), 1.0)
-        lim = t.max_step_decades
-        du_lag = max(-lim, min(lim, math.log10(max(r, 1.0)) - math.log10(f_lag)))
-        du_law = max(-lim, min(lim, du))
-        if abs(self._clamp_u(self._u + du_lag) - self._clamp_u(self._u + du_law)) < t.probe.probe_disagreement_decades:
-            return du_lag
-        return 0.0
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
@@ -578,8 +255,7 @@ class XtcController(BoundedController):
         if self.tuning.lag_probe:
             s["transient"] = {"on": self._transient, "age": self._transient_age, "setpoint_pps": self._r_prev,
                               "setpoint_age": self._setpoint_age}
-        if self.tuning.descent_fraction or self.tuning.saturation_repeat_factor != 1.0 or self.tuning.fine_band_descent:
-            s["descent"] = self._descent
+        s["descent"] = self._descent
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
@@ -599,13 +275,13 @@ class XtcController(BoundedController):
         self._transient, self._transient_age, self._r_prev = False, 0, None
         # Without a recorded age (state written before it was kept, or malformed) the window is shut:
         # no probe until the setpoint moves.
-        self._setpoint_age = self.tuning.probe.probe_window_periods
+        self._setpoint_age = PROBE_WINDOW_PERIODS
         if isinstance(tr, Mapping):
             age, rp, sa = tr.get("age"), tr.get("setpoint_pps"), tr.get("setpoint_age")
             if type(age) is int and age >= 0 and (rp is None or (isinstance(rp, (int, float)) and math.isfinite(rp) and rp >= 0)):
                 self._transient, self._transient_age = tr.get("on") is True, age
                 self._r_prev = None if rp is None else float(rp)
-                if type(sa) is int and 0 <= sa <= self.tuning.probe.probe_window_periods:
+                if type(sa) is int and 0 <= sa <= PROBE_WINDOW_PERIODS:
                     self._setpoint_age = sa
         lag = state.get("lag_estimator")
         if isinstance(lag, Mapping):

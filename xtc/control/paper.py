@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from xtc.models import CapBounds, Gains
 
 from .bounded import BoundedController, ControllerError, check_rate
@@ -47,18 +49,14 @@ class PaperPI(BoundedController):
         ``offered_pps`` and ``cpu_percent`` are accepted for interface compatibility and ignored
         (the paper's law does not use them).
         """
-        y = check_rate("measured_pps", measured_pps) / 1000.0
-        r = check_rate("setpoint_pps", setpoint_pps) / 1000.0
+        y = check_rate("measured_pps", measured_pps)
+        r = check_rate("setpoint_pps", setpoint_pps)
         if offered_pps is not None:
             check_rate("offered_pps", offered_pps)
-        e = r - y
-        e_prev = e if self._e_prev is None else self._e_prev
-        if abs(e) >= self.dead_zone_fraction * r:
-            du = (self.gains.kp + self.gains.ki) * e - self.gains.kp * e_prev
-            self._u = self._clamp_u(self._u + du)
-        self._e_prev = e
-        self.steps += 1
-        return self.cap_percent
+        from .bank import ControllerBank  # bank.py builds on this module: the law's one home
+
+        caps, _ = ControllerBank.of(self).step([self], np.array((y,)), np.array((r,)))
+        return caps[0].item()
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()
