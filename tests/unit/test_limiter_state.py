@@ -165,3 +165,18 @@ def test_xen_vif_names_are_limited_like_any_host_side_interface():
     ed.choose("vr1", None)
     run(ed, UDP, ifs={"vr1": ("vif3.0",)})
     assert list(lim.on) == ["vif3.0"]
+
+
+def test_the_period_right_after_the_install_counts_the_limiters_drops():
+    """The period after an install must see the excess the new limiter dropped (its counter
+    starts at the install); counted as 0 the VR looked no longer capped and lost its limiter
+    (seen in the daemon on a real VR)."""
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    ed.period(1.0, IFS, {"vr1": UDP}, counters(1000))  # installs
+    assert ed.limit_of("vr1") is not None
+    for i in IFS["vr1"]:
+        lim.drops[i] += 35_000
+    ed.period(1.0, IFS, {"vr1": VrLoad(20_000, 19_500, 24_000, 20_000)}, counters(2000))
+    assert ed.limit_of("vr1") is not None and set(lim.on) == set(IFS["vr1"])

@@ -16,9 +16,9 @@ The rules (:func:`decide`):
   keeps up with its offered load.  While a limiter is in place the VR is handed at most the
   limit, so "offered" is then the packets that reached the limiter (handed + dropped by it).
 - **Never below what the VR forwards at its cap, plus a margin**: the floor is the largest of
-  the setpoint, the measured forwarded rate and the controller's model prediction at the cap
-  (the larger of the cap in force and the one about to be written, so the limit is raised
-  *before* the cap is), times ``1 + margin_fraction``.  The default margin, 0.2, is measured:
+  the setpoint, the measured forwarded rate and, when the controller is about to raise the cap,
+  the model's prediction at the new cap (so the limit is raised *before* the cap is), times
+  ``1 + margin_fraction``.  The default margin, 0.2, is measured:
   one-second samples of a lab VR at a fixed cap (docs/results/2026-11-26-lab/capsweep.csv,
   caps 1-50 %, 120 samples) reach at most 1.16 times their mean (p99 1.14).
 - **Removed** when the VR is no longer capped below its offered load, or when the floor reaches
@@ -102,8 +102,10 @@ class LimitInputs:
         What reached the VR's host-side interfaces over the last period: handed to the VR plus
         dropped by the limiter in place (if any).
     model_forwarded_pps : float or None
-        The controller's model: what the VR forwards at ``max(cap in force, next cap)``; None if
-        the controller has no model (the floor is then the measured rate and the setpoint).
+        What the VR will forward at the cap about to be written when that is a raise: the
+        measured rate plus the controller's model's gain between the two caps (its slope: an
+        uncalibrated model's absolute level is wrong on another host; seen in the daemon on a
+        real VR, where the paper's model put the floor above the offered load); None otherwise.
     mean_packet_bytes : float
         Mean size of the packets handed to the VR (host-side TX bytes / packets).
     """

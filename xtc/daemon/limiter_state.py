@@ -51,7 +51,7 @@ class VrLoad:
     setpoint_pps: float
     forwarded_pps: float | None
     handed_pps: float | None  # host-side TX of its interfaces (what passed the limiter)
-    model_forwarded_pps: float | None  # the controller's model at max(cap in force, next cap)
+    model_forwarded_pps: float | None  # what the VR will forward at the next cap when it is a raise (measured + model's gain)
     counter_reset: bool = False
 
 
@@ -207,9 +207,9 @@ class EarlyDrop:
                 v.stale = True
                 v.drops.pop(iface, None)
                 continue
-            before = v.drops.get(iface)
+            before = v.drops.get(iface, 0)
             v.drops[iface] = n
-            if before is not None and n >= before:
+            if n >= before:
                 total += n - before
         return total / period_s
 
@@ -264,6 +264,17 @@ class EarlyDrop:
                 self._remove_iface(vr, iface)
             v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
             return
+        # Each limiter's drop counter from now on (a new qdisc counts from 0): the next period's
+        # offered load is what it hands the VR plus what it drops.
+        for iface in ifaces:
+            try:
+                n = self.limiter.dropped_packets(iface)
+            except LimiterError:
+                n = None
+            if n is None:
+                v.drops.pop(iface, None)
+            else:
+                v.drops[iface] = n
         event(log, logging.INFO, "early_drop_limit", vr=vr, rate_pps=round(want.rate_pps),
               rate_bytes_per_s=want.rate_bytes_per_s, burst_bytes=want.burst_bytes, interfaces=list(ifaces))
         v.limit, v.ifaces, v.stale = want, ifaces, False

@@ -170,8 +170,8 @@ class ControlLoop:
     # --------------------------------------------------------------- early drop (issue 48)
     def _early_drop_period(self, now_s: float, readings: Mapping[str, VrReading], counters: Mapping[str, Any],
                            actions: list[Action]) -> None:
-        """Hand :class:`EarlyDrop` each active instance's period (the model at the larger of the cap
-        in force and the one about to be written)."""
+        """Hand :class:`EarlyDrop` each active instance's period (with the model's prediction when
+        the cap about to be written is a raise)."""
         assert self.early_drop is not None
         last, self._early_drop_last_s = self._early_drop_last_s, now_s
         period_s = 0.0 if last is None else now_s - last
@@ -181,11 +181,17 @@ class ControlLoop:
             inst, r = self.core.instances.get(name), readings.get(name)
             if inst is None or inst.state != "active" or r is None:
                 continue
-            caps = [c for c in (inst.cap_in_force_percent, inst.cap_percent, next_cap.get(name)) if c is not None]
+            # What the VR will forward at the cap about to be written, when that is a raise: the
+            # measured rate plus the model's gain between the two caps (the model's slope, not its
+            # absolute level, which an uncalibrated model gets wrong on another host).
+            cur = inst.cap_in_force_percent if inst.cap_in_force_percent is not None else inst.applied_cap_percent
+            nxt = next_cap.get(name)
             model = getattr(inst.controller, "model", None)
             predicted = None
-            if caps and hasattr(model, "steady_state_kpps"):
-                predicted = 1000.0 * model.steady_state_kpps(max(caps))
+            if (cur is not None and nxt is not None and nxt > cur and r.forwarded_pps is not None
+                    and hasattr(model, "steady_state_kpps")):
+                gain_pps = 1000.0 * (model.steady_state_kpps(nxt) - model.steady_state_kpps(cur))
+                predicted = r.forwarded_pps + max(0.0, gain_pps)
             loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, predicted, r.counter_reset)
         self.early_drop.period(period_s, self.vrs, loads, counters)
 
