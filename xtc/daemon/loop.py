@@ -174,6 +174,8 @@ class ControlLoop:
         the cap about to be written is a raise)."""
         assert self.early_drop is not None
         last, self._early_drop_last_s = self._early_drop_last_s, now_s
+        if not self.early_drop.vrs and not self.early_drop.pending_removals:
+            return  # nobody has early drop: nothing to look at
         period_s = 0.0 if last is None else now_s - last
         next_cap = {a.vr: a.cap_percent for a in actions if isinstance(a, SetCap)}
         loads: dict[str, VrLoad] = {}
