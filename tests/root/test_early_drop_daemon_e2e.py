@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from procs import DaemonProc
+
 from xtc.daemon.ctl import ManagerClient
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]

@@ -22,8 +22,8 @@ from hostneeds import need_root_and_ip
 
 from xtc.daemon.limiter_state import EarlyDrop, VrLoad
 from xtc.host.limiter import LimiterError, LimiterSetting
-from xtc.host.tclimiter import TcLimiter
 from xtc.host.netns import NETNS_DIR, run_in_netns
+from xtc.host.tclimiter import TcLimiter
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from xtc.daemon.limiter_policy import Limit, LimitInputs, LimiterTuning, decide, floor_pps, limit_bytes
+from xtc.daemon.limiter_policy import (
+    Limit,
+    LimiterTuning,
+    LimitInputs,
+    decide,
+    floor_pps,
+    limit_bytes,
+)
 
 T = LimiterTuning()
 

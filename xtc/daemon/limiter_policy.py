@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["LimiterTuning", "Limit", "LimitInputs", "decide", "limit_bytes", "MIN_PACKET_BYTES"]
+__all__ = ["MIN_PACKET_BYTES", "Limit", "LimitInputs", "LimiterTuning", "decide", "limit_bytes"]
 
 #: The smallest mean packet size used (an Ethernet frame without FCS); a mean below it (no
 #: packets seen) is replaced by it.
@@ -77,6 +77,9 @@ class LimiterTuning:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
                 raise ValueError(f"early drop {name} must be within {lo:g}..{hi:g}, got {v!r}")
+
+
+DEFAULT_TUNING = LimiterTuning()
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,8 @@ def limit_bytes(rate_pps: float, mean_packet_bytes: float, tuning: LimiterTuning
     """The :class:`Limit` for a packet rate, in bytes at the mean packet size (bucket: ``burst_s``,
     at least 4 full-size frames so that one large packet always fits)."""
     size = max(float(mean_packet_bytes), MIN_PACKET_BYTES) if math.isfinite(mean_packet_bytes) else 1514.0
-    rate_b = int(math.ceil(rate_pps * size))
-    burst = max(int(math.ceil(rate_b * tuning.burst_s)), 4 * 1514)
+    rate_b = math.ceil(rate_pps * size)
+    burst = max(math.ceil(rate_b * tuning.burst_s), 4 * 1514)
     return Limit(rate_pps=float(rate_pps), rate_bytes_per_s=rate_b, burst_bytes=burst)
 
 
@@ -137,13 +140,14 @@ def floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
     return base * (1.0 + tuning.margin_fraction)
 
 
-def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning = LimiterTuning()) -> Limit | None:
+def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning | None = None) -> Limit | None:
     """The limit to have in place after this period (``current`` itself when it stays, None: no limiter).
 
     See the module's rules.  A measurement that is missing or not finite keeps ``current``
     raised to the floor if it is below it (never tighter), or removes nothing and installs
     nothing.
     """
+    tuning = tuning or DEFAULT_TUNING
     if not (_finite(x.offered_pps) and _finite(x.forwarded_pps) and x.forwarded_pps >= 0 and x.offered_pps >= 0):
         if current is not None and _finite(x.setpoint_pps):
             floor = floor_pps(LimitInputs(x.setpoint_pps, 0.0, 0.0, x.model_forwarded_pps, x.mean_packet_bytes), tuning)

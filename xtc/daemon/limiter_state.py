@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from xtc.host.limiter import Limiter, LimiterError, LimiterSetting
 from xtc.service.logs import event
 
-from .limiter_policy import Limit, LimiterTuning, LimitInputs, decide
+from .limiter_policy import DEFAULT_TUNING, Limit, LimiterTuning, LimitInputs, decide
 
-__all__ = ["EarlyDrop", "VrLoad", "STATE_KEY"]
+__all__ = ["STATE_KEY", "EarlyDrop", "VrLoad"]
 
 log = logging.getLogger("xtc.daemon.early_drop")
 
@@ -69,7 +70,7 @@ class _Vr:
 class EarlyDrop:
     """Early drop for the daemon's instances (see the module)."""
 
-    def __init__(self, limiter: Limiter | None, default_on: bool = False, tuning: LimiterTuning = LimiterTuning(),
+    def __init__(self, limiter: Limiter | None, default_on: bool = False, tuning: LimiterTuning = DEFAULT_TUNING,
                  on_failure: Callable[[str, str], None] | None = None) -> None:
         self.limiter = limiter
         self.default_on = default_on

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from .errors import HostAdapterError
 
-__all__ = ["LimiterSetting", "Limiter", "LimiterError", "XEN_VIF_PATTERN", "is_xen_vif"]
+__all__ = ["XEN_VIF_PATTERN", "Limiter", "LimiterError", "LimiterSetting", "is_xen_vif"]
 
 #: A Xen netback interface's host-side name (``vif<domid>.<n>``); LXC domains of the lab can take it too.
 XEN_VIF_PATTERN = re.compile(r"vif(\d+)\.(\d+)")

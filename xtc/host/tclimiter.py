@@ -25,9 +25,10 @@ import socket
 import struct
 
 from xtc.host import tcgate as _tc
+
 from .limiter import LimiterError, LimiterSetting
 
-__all__ = ["TcLimiter", "ROOT_HANDLE", "tbf_setting"]
+__all__ = ["ROOT_HANDLE", "TcLimiter", "tbf_setting"]
 
 #: Handle of the limiter's root TBF (major 0xed0, "early drop"): how a leftover is recognised.
 ROOT_HANDLE = 0x0ED0_0000

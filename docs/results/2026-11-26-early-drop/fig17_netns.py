@@ -19,7 +19,12 @@ from pathlib import Path
 
 from xtc_lab.lab.harness import LabDaemon
 from xtc_lab.lab.netlab import NetLab, random_prefix, read_packet_counters
-from xtc_lab.lab.traffic import start_streams, start_tcp_stream, start_udp_stream, udp_payload_for_frame
+from xtc_lab.lab.traffic import (
+    start_streams,
+    start_tcp_stream,
+    start_udp_stream,
+    udp_payload_for_frame,
+)
 
 FRAME = 524
 OFFERED_PPS = 100_000
@@ -28,7 +33,8 @@ START_S = 30.0  # the most a daemon start may take on a loaded host
 
 
 def softirq_ticks() -> tuple[int, int]:
-    f = open("/proc/stat").readline().split()
+    with open("/proc/stat") as fh:
+        f = fh.readline().split()
     return int(f[7]), sum(int(x) for x in f[1:9])
 
 
@@ -61,8 +67,9 @@ def main() -> None:
             for phase in ("without", "xtc", "xtc+early-drop"):
                 dur = WARM_S + START_S + SETTLE_S + HOLD_S + 5  # the streams outlast a slow daemon start; stopped after
                 streams = start_streams(
-                    lambda: start_tcp_stream(lab, tcp_vr, dur, flows=1, frame_bytes=FRAME),
-                    lambda: start_udp_stream(lab, udp_vr, OFFERED_PPS, dur, payload_bytes=udp_payload_for_frame(FRAME)))
+                    lambda dur=dur: start_tcp_stream(lab, tcp_vr, dur, flows=1, frame_bytes=FRAME),
+                    lambda dur=dur: start_udp_stream(lab, udp_vr, OFFERED_PPS, dur,
+                                                     payload_bytes=udp_payload_for_frame(FRAME)))
                 d = None
                 try:
                     time.sleep(WARM_S)
