@@ -18,7 +18,6 @@ import secrets
 import shutil
 import errno
 import socket
-import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,13 +33,11 @@ from xtc.host.tcgate import (
     TcGate,
     in_netns,
     cleanup,
-    decode_class_counters,
-    encode_tc,
 )
 from xtc.host.gate import CLOSED, OPEN, Flow, GateError
 
 pytestmark = [pytest.mark.timeout(120)]
-root = pytest.mark.root  # every test that builds the namespaces; the codec tests at the end need nothing
+root = pytest.mark.root  # every test that builds the namespaces (the codec's tests: tests/unit/test_tccodec.py)
 
 SRC, DST, OTHER_SRC = "198.18.21.1", "198.18.21.2", "198.18.21.11"
 LINK_BPS = 1_000_000_000
@@ -787,56 +784,6 @@ def test_destinations_flows_ipv6_and_remove(lab: Lab) -> None:
         assert lab.root()["handle"] == f"{ROOT_HANDLE >> 16:x}:"
 
 
-# --------------------------------------------------------------------------- codec (no root)
-
-
-def _attr(atype: int, payload: bytes) -> bytes:
-    a = struct.pack("=HH", 4 + len(payload), atype) + payload
-    return a + b"\0" * (-len(a) % 4)
-
-
-def _class_msg(handle: int, parent: int, sent: tuple[int, int], queue: tuple[int, int], pkt64: int | None = None) -> bytes:
-    stats = _attr(1, struct.pack("=QI", *sent) + b"\0" * 4) + _attr(3, struct.pack("=5I", queue[0], queue[1], 0, 0, 0))
-    if pkt64 is not None:
-        stats += _attr(8, struct.pack("=Q", pkt64))
-    body = struct.pack("=BxxxiIII", 0, 2, handle, parent, 0) + _attr(1, b"htb\0") + _attr(2, b"") + _attr(7, stats)
-    return struct.pack("=IHHII", 16 + len(body), 40, 2, 9, 0) + body
-
-
-def test_decode_class_counters() -> None:
-    buf = (
-        _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (1442 * 3, 3), (2, 2884))
-        + _class_msg(ROOT_HANDLE | 3, 0xFFFFFFFF, (10, 1), (0, 0), pkt64=2**33)
-        + _class_msg(0x10020001, 0x10020000, (99, 9), (9, 99))  # the TBF leaf's own class: not ours
-        + struct.pack("=IHHIIi", 20, 3, 2, 9, 0, 0)  # NLMSG_DONE
-    )
-    got = decode_class_counters(buf, ROOT_HANDLE)
-    assert got == {ROOT_HANDLE | 2: (4326, 3, 2884, 2), ROOT_HANDLE | 3: (10, 2**33, 0, 0)}
-    bad = bytearray(buf)
-    struct.pack_into("=I", bad, 0, len(buf) + 100)  # a message longer than the buffer
-    with pytest.raises(tcgate.GateError, match="malformed"):
-        decode_class_counters(bytes(bad), ROOT_HANDLE)
-
-
-def test_counter_table_decodes_by_offsets_and_relearns_when_the_layout_changes() -> None:
-    done = struct.pack("=IHHIIi", 20, 3, 2, 9, 0, 0)
-    a = _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (1442 * 3, 3), (2, 2884))
-    b = _class_msg(ROOT_HANDLE | 3, 0xFFFFFFFF, (2**40 + 5, 1), (0, 0), pkt64=9)
-    leaf = _class_msg(0x10020001, 0x10020000, (99, 9), (9, 99))
-    t = tcgate.CounterTable([ROOT_HANDLE | 3, ROOT_HANDLE | 2], ROOT_HANDLE)
-    got = t.decode(a + leaf + b + done)
-    assert [x.tolist() for x in got] == [[2**40 + 5, 4326], [0, 2884], [0, 2]] and t.relearned == 1
-    a2 = _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (7, 1), (1, 700))
-    got = t.decode(a2 + leaf + b + done)  # same layout, new counters: no relearning
-    assert [x.tolist() for x in got] == [[2**40 + 5, 7], [0, 700], [0, 1]] and t.relearned == 1
-    got = t.decode(b + a2 + leaf + done)  # same length, classes moved: relearned from the handles
-    assert [x.tolist() for x in got] == [[2**40 + 5, 7], [0, 700], [0, 1]] and t.relearned == 2
-    got = t.decode(b + a + done)  # another length
-    assert got[1].tolist() == [0, 2884] and t.relearned == 3
-    with pytest.raises(tcgate.GateError, match="7c0:2 missing"):
-        t.decode(b + done)
-
-
 @root
 def test_counters_match_stats_and_open_burst_is_applied(lab: Lab) -> None:
     gate = lab.gate(open_burst_bytes=3036)
@@ -923,85 +870,6 @@ def test_every_new_rate_reaches_the_kernel_with_its_burst(lab: Lab) -> None:
             # the kernel keeps the bucket in time, and reports it back in 64 ns ticks: a few bytes off
             want = max(gate.closed_burst_bytes, rate_bps // 8 // 1000)
             assert abs(tbf[0]["burst"] - want) <= max(4, want // 500), (want, tbf)
-
-
-def test_a_rate_written_into_the_template_is_what_pyroute2_would_encode() -> None:
-    """The fields the kernel reads (rate, burst, limit) match pyroute2's own encoding of that rate."""
-
-    def fields(m: bytes) -> tuple:
-        (_t, a, b), = [x for x in tcgate._attrs(m, 36, len(m)) if x[0] == tcgate.TCA_OPTIONS]
-        nested = {t: (c, d) for t, c, d in tcgate._attrs(m, a, b)}
-        parms = nested[1][0]
-        return (struct.unpack_from("=I", m, parms + 8)[0], struct.unpack_from("=I", m, parms + 24)[0],
-                struct.unpack_from("=I", m, nested[tcgate.TCA_TBF_BURST][0])[0])
-
-    def encoded(rate_Bps: int, burst: int) -> bytes:
-        m = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=rate_Bps,
-                      burst=burst, limit=1 << 20)
-        return tcgate._append_option(m, tcgate.TCA_TBF_BURST, struct.pack("=I", burst))
-
-    template = encoded(1_000_000, 1518)
-    for rate_Bps, burst in ((1000, 1518), (2_425_000, 2425), (12_500_000, 12_500), (2_000_000_000, 2_000_000)):
-        m = bytearray(template)
-        tcgate._set_tbf_rate(m, rate_Bps, burst)
-        assert fields(bytes(m)) == fields(encoded(rate_Bps, burst)) == (rate_Bps, 1 << 20, burst)
-    with pytest.raises(ValueError, match="not a TBF message"):
-        tcgate._set_tbf_rate(bytearray(template[:40]), 1, 1)
-
-
-def test_tbf_message_carries_its_burst() -> None:
-    msg = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
-                    limit=1 << 20)
-    out = tcgate._append_option(msg, tcgate.TCA_TBF_BURST, struct.pack("=I", 1518))
-    length, mtype, flags, seq = struct.unpack_from("=IHHI", out)
-    assert (length, mtype, seq) == (len(out), tcgate.RTM_NEWQDISC, 7)
-    assert flags & tcgate.NLM_F_REPLACE and not flags & tcgate.NLM_F_CREATE
-    attrs = list(tcgate._attrs(out, 36, len(out)))
-    assert [a[0] for a in attrs] == [tcgate.TCA_KIND, tcgate.TCA_OPTIONS]
-    _t, a, b = attrs[1]
-    assert b == len(out)
-    nested = list(tcgate._attrs(out, a, b))
-    assert [n[0] for n in nested] == [1, 2, tcgate.TCA_TBF_BURST]  # PARMS, RTAB, BURST
-    _t, c, _d = nested[-1]
-    assert struct.unpack_from("=I", out, c)[0] == 1518
-
-
-def test_a_flow_filter_written_into_the_template_is_what_pyroute2_would_encode() -> None:
-    """add_flow's u32 filter (the family's template, its sequence, node, class and addresses written
-    in) is byte for byte pyroute2's encoding of that flow; a message that is not one flow's filter
-    is refused."""
-    flows = [Flow(ipaddress.ip_address(s), ipaddress.ip_address(d), h) for s, d, h in (
-        ("198.18.21.1", "198.18.21.2", 1), ("198.19.255.254", "198.18.0.1", 7),
-        ("2001:db8::1", "2001:db8::2", 3), ("2001:db8:1:2:3:4:5:6", "fe80::ff", 9))]
-    templates: dict[bool, bytes] = {}
-    for k, f in enumerate(flows):
-        v4 = f.src.version == 4
-        prio, proto = (tcgate._PRIO_FLOW4, tcgate.ETH_P_IP) if v4 else (tcgate._PRIO_FLOW6, tcgate.ETH_P_IPV6)
-        if v4 not in templates:
-            zero = ipaddress.ip_address("0.0.0.0" if v4 else "::")
-            templates[v4] = encode_tc("add-filter", 1, index=3, kind="u32", parent=ROOT_HANDLE, prio=prio,
-                                      protocol=proto, handle=0, target=ROOT_HANDLE,
-                                      keys=tcgate._u32_keys(Flow(zero, zero, 1)))
-        node, classid, seq = 5 + k, ROOT_HANDLE | (40 + k), 1000 + k
-        m = bytearray(templates[v4])
-        tcgate._set_u32_filter(m, seq, node, classid, f.src.packed + f.dst.packed)
-        want = encode_tc("add-filter", seq, index=3, kind="u32", parent=ROOT_HANDLE, prio=prio, protocol=proto,
-                         handle=node, target=classid, keys=tcgate._u32_keys(f))
-        assert bytes(m) == want, (f, bytes(m).hex(), want.hex())
-    with pytest.raises(ValueError, match="8 keys for 8 address bytes"):
-        tcgate._set_u32_filter(bytearray(templates[False]), 1, 1, ROOT_HANDLE, bytes(8))
-    tbf = encode_tc("change", 7, index=3, kind="tbf", handle=0x10020000, parent=ROOT_HANDLE | 2, rate=8, burst=1518,
-                    limit=1 << 20)
-    with pytest.raises(ValueError, match="no class id or no selector"):
-        tcgate._set_u32_filter(bytearray(tbf), 1, 1, ROOT_HANDLE, bytes(8))
-
-
-def test_u32_keys_match_source_and_destination() -> None:
-    f4 = Flow(ipaddress.ip_address("198.18.21.1"), ipaddress.ip_address("198.18.21.2"), 1)
-    assert tcgate._u32_keys(f4) == ["0xc6121501/0xffffffff+12", "0xc6121502/0xffffffff+16"]
-    f6 = Flow(ipaddress.ip_address("2001:db8::1"), ipaddress.ip_address("2001:db8::2"), 1)
-    keys = tcgate._u32_keys(f6)
-    assert len(keys) == 8 and keys[0] == "0x20010db8/0xffffffff+8" and keys[7] == "0x00000002/0xffffffff+36"
 
 
 @root

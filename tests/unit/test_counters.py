@@ -482,12 +482,12 @@ def _fake_netlink(
         rtnl_codec.RTM_GETLINK: _recorded_datagrams("dom0_veth_t1", "link"),
     }
 
-    def route_socket(timeout_s: float, groups: int = 0) -> _FakeKernelSocket:
+    def route_socket(*, groups: int = 0, timeout_s: float | None = None, buffer_bytes: int | None = None) -> _FakeKernelSocket:
         s = _FakeKernelSocket(replies, error, groups)
         made.append(s)
         return s
 
-    monkeypatch.setattr("xtc.host.counters._route_socket", route_socket)
+    monkeypatch.setattr("xtc.host.netlink.route_socket", route_socket)
     return made
 
 

@@ -24,6 +24,10 @@ LibvirtOperationError
 ActuatorError
     The hypervisor or kernel refused a cap, or read back something that makes
     no sense.
+CounterError, CounterReadError, StatsUnsupportedError, ProcNetDevFormatError
+    The interface counter readers' (:mod:`xtc.host.counters`,
+    :mod:`xtc.host.procnetdev`): a :class:`MeterError` naming the source, the
+    namespace and the operation.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ __all__ = [
     "HypervisorUnavailable",
     "LibvirtOperationError",
     "ActuatorError",
+    "CounterError",
+    "CounterReadError",
+    "StatsUnsupportedError",
+    "ProcNetDevFormatError",
 ]
 
 
@@ -72,3 +80,36 @@ class LibvirtOperationError(HostAdapterError):
 
 class ActuatorError(HostAdapterError):
     """A CPU cap could not be read or written, or the read-back value is invalid."""
+
+
+class CounterError(MeterError):
+    """Base class of the counter readers' errors (a :class:`MeterError`)."""
+
+
+class CounterReadError(CounterError):
+    """The counters could not be read.
+
+    Attributes
+    ----------
+    source : str
+        What was being read ("netlink RTM_GETSTATS dump", a file path ...).
+    netns : str or None
+        The namespace, None for the caller's own.
+    errno : int or None
+        The error number when the failure had one.
+    """
+
+    def __init__(self, source: str, netns: str | None, reason: str, errno: int | None = None) -> None:
+        where = f" in netns {netns!r}" if netns is not None else ""
+        super().__init__(f"{source}{where}: {reason}")
+        self.source = source
+        self.netns = netns
+        self.errno = errno
+
+
+class StatsUnsupportedError(CounterReadError):
+    """This kernel (or sandbox) offers no netlink ``RTM_GETSTATS``; use ``/proc/net/dev``."""
+
+
+class ProcNetDevFormatError(CounterError, ValueError):
+    """The text is not in ``/proc/net/dev`` format (no header, missing columns)."""

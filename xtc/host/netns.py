@@ -1,5 +1,6 @@
 """Making sockets inside a named network namespace (``/run/netns/<name>``), for the counter
-readers (:mod:`xtc.host.counters`) and the XCo gate (:mod:`xtc.host.tcgate`).
+readers (:mod:`xtc.host.counters`, :mod:`xtc.host.procnetdev`: :class:`Netns`, which also tells
+when the name has come to mean another namespace) and the netlink adapter (:mod:`xtc.host.netlink`).
 
 A helper thread enters the namespace, calls the factory and exits, so no thread of the process
 stays in it; a socket made there stays bound to that namespace.
@@ -13,7 +14,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["NETNS_DIR", "NetnsOpenError", "run_in_netns", "setns_net"]
+from xtc.host.errors import CounterError, CounterReadError
+
+__all__ = ["NETNS_DIR", "Netns", "NetnsOpenError", "run_in_netns", "setns_net"]
 
 NETNS_DIR = "/run/netns"
 _T = TypeVar("_T")
@@ -78,3 +81,54 @@ def run_in_netns(path: str, factory: Callable[[], _T], thread_name: str) -> tupl
     if failure:
         raise failure[0]
     return result[0], identity[0]
+
+
+class Netns:
+    """A named network namespace: where it is, whether it is still the same one, and
+    how to create things inside it."""
+
+    def __init__(self, name: str, source: str, run_dir: str = NETNS_DIR) -> None:
+        if not name or "/" in name or name in (".", ".."):
+            raise CounterReadError(source, name, "not a network namespace name")
+        self.name = name
+        self.source = source
+        self.path = os.path.join(run_dir, name)
+        self.identity: tuple[int, int] | None = None
+
+    def _stat(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise CounterReadError(
+                self.source, self.name, f"no such network namespace ({self.path} does not exist)", errno.ENOENT
+            ) from None
+        except OSError as e:
+            raise CounterReadError(self.source, self.name, f"cannot stat {self.path}: {e}", e.errno) from None
+        return st.st_dev, st.st_ino
+
+    def changed(self) -> bool:
+        """True when the name now refers to another namespace than at the last :meth:`run`.
+
+        Raises :class:`CounterReadError` when the namespace is gone.
+        """
+        return self._stat() != self.identity
+
+    def run(self, factory: Callable[[], _T]) -> _T:
+        """Call ``factory`` in a helper thread that has entered the namespace; return its result.
+
+        The thread exits right after, so no thread of the process stays in the
+        namespace; sockets and files made by ``factory`` stay bound to it.
+        """
+        try:
+            result, self.identity = run_in_netns(self.path, factory, f"xtc-netns-{self.name}")
+        except NetnsOpenError as e:
+            if e.errno == errno.ENOENT:
+                raise CounterReadError(
+                    self.source, self.name, f"no such network namespace ({self.path} does not exist)", e.errno
+                ) from None
+            raise CounterReadError(self.source, self.name, f"cannot open inside the namespace: {e}", e.errno) from None
+        except CounterError:
+            raise
+        except OSError as e:
+            raise CounterReadError(self.source, self.name, f"cannot open inside the namespace: {e}", e.errno) from None
+        return result

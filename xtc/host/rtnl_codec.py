@@ -57,14 +57,27 @@ Only the first 16 counters of the struct (128 bytes, up to
 
 from __future__ import annotations
 
-import errno as _errno
-import os
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from xtc.host.ifcounters import IfCounters
+from xtc.host.netlink import (
+    HDR_LEN,
+    NLA_TYPE_MASK,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSGHDR,
+    NLM_F_DUMP,
+    NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
+    NetlinkDecodeError,
+    NetlinkReplyError,
+    align4,
+    header,
+    iter_attrs,
+)
 
 __all__ = [
     "NLMSG_ERROR",
@@ -85,20 +98,14 @@ __all__ = [
     "decode_stats_dump",
     "decode_stats_arrays",
     "is_stats_datagram",
+    "stats_run_bytes",
     "stats_msg_len",
     "StatsArrays",
     "decode_link_into",
     "decode_link_dump",
 ]
 
-# linux/netlink.h
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x01
-NLM_F_MULTI = 0x02
-NLM_F_DUMP_INTR = 0x10
-NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
-NLA_TYPE_MASK = 0x3FFF  # strips NLA_F_NESTED and NLA_F_NET_BYTEORDER
+# linux/netlink.h: xtc.host.netlink's (NLMSG_ERROR, NLMSG_DONE, NLM_F_*), imported above
 # linux/rtnetlink.h
 RTM_NEWLINK = 16
 RTM_GETLINK = 18
@@ -110,12 +117,10 @@ IFLA_STATS_LINK_64 = 1
 #: ``filter_mask`` bit asking for IFLA_STATS_LINK_64 only.
 STATS_FILTER_LINK_64 = 1 << (IFLA_STATS_LINK_64 - 1)
 
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFSTATSMSG = struct.Struct("=BBHII")  # family, pad1, pad2, ifindex, filter_mask
 _IFINFOMSG = struct.Struct("=BBHiII")  # family, pad, type, index, flags, change
-_NLATTR = struct.Struct("=HH")  # len, type
 _I32 = struct.Struct("=i")
-_HDR_LEN = _NLMSGHDR.size  # 16
+_HDR_LEN = HDR_LEN  # 16
 _STATS_ATTRS_AT = _HDR_LEN + _IFSTATSMSG.size  # 28
 _LINK_ATTRS_AT = _HDR_LEN + _IFINFOMSG.size  # 32
 #: Bytes of rtnl_link_stats64 that are read (16 u64 counters, up to rx_missed_errors).
@@ -150,26 +155,8 @@ _new_object = object.__new__
 )
 
 
-class NetlinkDecodeError(ValueError):
-    """The bytes are not a well-formed rtnetlink dump reply of the expected kind."""
-
-
-class NetlinkReplyError(Exception):
-    """The kernel answered a request with an error.
-
-    Attributes
-    ----------
-    errno : int
-        Positive error number (``errno.EOPNOTSUPP`` ...).
-    reason : str
-        The error without the context ("kernel replied ENOMEM (...)").
-    """
-
-    def __init__(self, errno: int, context: str) -> None:
-        self.errno = errno
-        name = _errno.errorcode.get(errno, "?")
-        self.reason = f"kernel replied {name} ({os.strerror(errno)})"
-        super().__init__(f"{context}: {self.reason}")
+# NetlinkDecodeError (malformed bytes) and NetlinkReplyError (the kernel's error) are
+# xtc.host.netlink's: one error family for every netlink user.
 
 
 @dataclass(slots=True)
@@ -196,14 +183,10 @@ class DumpStatus:
     messages: int = 0
 
 
-def _align4(n: int) -> int:
-    return (n + 3) & ~3
-
-
 def _encode_dump_request(msg_type: int, seq: int, body: bytes) -> bytes:
     if not 0 <= seq <= 0xFFFFFFFF:
         raise ValueError(f"netlink sequence number must be a u32, got {seq}")
-    return _NLMSGHDR.pack(_HDR_LEN + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+    return NLMSGHDR.pack(_HDR_LEN + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
 
 
 def encode_getstats_dump(seq: int, filter_mask: int = STATS_FILTER_LINK_64) -> bytes:
@@ -230,18 +213,7 @@ def encode_getlink_dump(seq: int) -> bytes:
     return _encode_dump_request(RTM_GETLINK, seq, _IFINFOMSG.pack(0, 0, 0, 0, 0, 0))
 
 
-def _header(buf: bytes | bytearray | memoryview, off: int, end: int) -> tuple[int, int, int, int]:
-    """(len, type, flags, seq) of the message at ``off``, its length checked against ``end``."""
-    if off + _HDR_LEN > end:
-        raise NetlinkDecodeError(
-            f"truncated netlink message at byte {off}: {end - off} bytes left, a header has {_HDR_LEN}"
-        )
-    mlen, mtype, mflags, mseq, _ = _NLMSGHDR.unpack_from(buf, off)
-    if mlen < _HDR_LEN or off + mlen > end:
-        raise NetlinkDecodeError(
-            f"netlink message at byte {off} claims {mlen} bytes; {end - off} are left"
-        )
-    return mlen, mtype, mflags, mseq
+_header = header
 
 
 def _control(
@@ -262,18 +234,11 @@ def _control(
 def _attrs(
     buf: bytes | bytearray | memoryview, start: int, end: int, off: int
 ) -> dict[int, tuple[int, int]]:
-    """Attribute type -> (payload offset, payload length) of the attributes in [start, end)."""
+    """Attribute type -> (payload offset, payload length) of the attributes in [start, end) (the
+    first of a type wins); an attribute running past ``end`` raises :class:`NetlinkDecodeError`."""
     out: dict[int, tuple[int, int]] = {}
-    pos = start
-    while pos + 4 <= end:
-        alen, atype = _NLATTR.unpack_from(buf, pos)
-        if alen < 4 or pos + alen > end:
-            raise NetlinkDecodeError(
-                f"attribute at byte {pos} of the message at byte {off} claims {alen} bytes; "
-                f"{end - pos} are left"
-            )
-        out.setdefault(atype & NLA_TYPE_MASK, (pos + 4, alen - 4))
-        pos += _align4(alen)
+    for atype, a, b in iter_attrs(buf, start, end, off):
+        out.setdefault(atype, (a, b - a))
     return out
 
 
@@ -360,7 +325,7 @@ def _decode_stats_slow(
 ) -> int:
     """Decode one message of any shape at ``off`` by walking its attributes; return the next offset."""
     mlen, mtype, mflags, mseq = _header(buf, off, end)
-    nxt = off + _align4(mlen)
+    nxt = off + align4(mlen)
     if seq is not None and mseq != seq:
         status.foreign += 1
         return nxt
@@ -458,7 +423,7 @@ def decode_link_into(
     off = 0
     while off < end:
         mlen, mtype, mflags, mseq = _header(buf, off, end)
-        nxt = off + _align4(mlen)
+        nxt = off + align4(mlen)
         if seq is not None and mseq != seq:
             status.foreign += 1
         elif mtype in (NLMSG_DONE, NLMSG_ERROR):
@@ -559,6 +524,17 @@ def stats_msg_len(buf: bytes | bytearray | memoryview) -> int:
             and mlen == _STATS_ATTRS_AT + ((alen + 3) & ~3) and mlen <= len(buf)):
         return mlen
     return 0
+
+
+def stats_run_bytes(buf: bytes | bytearray | memoryview) -> int:
+    """Bytes of the leading run of LINK_64-only ``RTM_NEWSTATS`` messages of one length in ``buf``
+    (0 when the first message is not one): what a dump's reader need not look at for its end."""
+    mlen = stats_msg_len(buf)
+    if not mlen:
+        return 0
+    recs = np.frombuffer(buf, dtype=_stats_dtype(mlen), count=len(buf) // mlen)
+    good = (recs["len"] == mlen) & (recs["type"] == RTM_NEWSTATS)
+    return mlen * (len(good) if good.all() else int(np.argmin(good)))
 
 
 def is_stats_datagram(buf: bytes | bytearray | memoryview, msg_len: int) -> bool:

@@ -1,5 +1,10 @@
 """The XCo gate on a real uplink: stock Linux queueing (HTB + TBF + u32) over netlink.
 
+(Over 700 lines for one reason: :class:`TcGate` is one class with one job, the
+:class:`xtc.host.gate.Gate` contract, whose methods share one state: the destinations, the flows
+and the caches of encoded messages.  The bytes are :mod:`xtc.host.tccodec`'s, the socket
+:mod:`xtc.host.netlink`'s, the root bookkeeping and clean-up :mod:`xtc.host.qdiscs`'s.)
+
 :class:`TcGate` implements :class:`xtc.host.gate.Gate`.  The tree it puts on the uplink::
 
     root  htb 7c0:   (default class 7c0:1)
@@ -38,26 +43,28 @@ local experimental, to the locally administered MAC ``02:00:00:00:07:c0``) out o
 goes through the default class and the peer drops it.
 
 The root's handle ``7c0:`` is how :func:`cleanup` recognises what a killed gate left behind: an
-HTB root with that handle is removed, which gives the device its kernel default qdisc back
+HTB root with that handle is removed (:func:`xtc.host.qdiscs.remove_root`), which gives the device its kernel default qdisc back
 (``noqueue`` on veth and bridge ports, ``pfifo_fast``/``mq`` on NICs); the original options are
 only known to the gate that recorded them (:meth:`TcGate.restore`).
 
-Messages are encoded by pyroute2 (its tc plugins and request filters: :func:`encode_tc`), once
+Messages are encoded by pyroute2 (its tc plugins and request filters:
+:func:`xtc.host.tccodec.encode_tc`), once
 per kind of message (the class, the TBF leaf OPEN and CLOSED, one TBF leaf for every rate, a
 flow's u32 filter per address family), then copied with the handle, parent and sequence number
-patched (and a rate's rate and burst written in: :func:`_set_tbf_rate`; a flow's node, class and
-addresses: :func:`_set_u32_filter`), so that after :meth:`TcGate.install` neither add_dest nor add_flow waits for
-pyroute2's encoders (0.2-1 ms each); pyroute2 has no ``TCA_TBF_BURST``, which is appended here (without
-it the kernel derives the largest packet from the buffer in ticks, and a closed leaf drops every
-packet).  They go out on a raw ``NETLINK_ROUTE`` socket this module owns.  The hot path
+patched (and a rate's rate and burst written in: :func:`xtc.host.tccodec.set_tbf_rate`; a flow's node, class and
+addresses: :func:`xtc.host.tccodec.set_u32_filter`), so that after :meth:`TcGate.install` neither add_dest nor add_flow waits for
+pyroute2's encoders (0.2-1 ms each); pyroute2 has no ``TCA_TBF_BURST``, which the codec appends
+(:func:`xtc.host.tccodec.encode_tbf`; without it the kernel derives the largest packet from the
+buffer in ticks, and a closed leaf drops every packet).  They go out on the one netlink adapter,
+:class:`xtc.host.netlink.RouteSocket` (docs/design/netlink.md says why not pyroute2's socket).  The hot path
 (:meth:`TcGate.set_states`) sends the cached TBF "change" messages of every changed destination in one
 ``send`` (the batch itself cached per change set), without ``NLM_F_ACK``: the kernel has applied
 them when ``send`` returns and has queued an error message for each refused one only; it sends
 the wake frame (and drain frames), then reads the errors already queued and names the destination of
 each (with the kernel's extended-ACK text).  Stats are one ``RTM_GETTCLASS`` dump of the root's
-classes, decoded here (:func:`decode_class_counters`: each HTB class's bytes/packets sent, and
-its leaf's queue length and backlog); :meth:`TcGate.counters` (the agent's poll) decodes the same
-dump by word offsets learnt once (:class:`CounterTable`) into arrays.  :meth:`TcGate.quiet` (asked
+classes, decoded by :func:`xtc.host.tccodec.decode_class_counters` (each HTB class's bytes/packets
+sent, and its leaf's queue length and backlog); :meth:`TcGate.counters` (the agent's poll) decodes
+the same dump by word offsets learnt once (:class:`xtc.host.tccodec.CounterTable`) into arrays.  :meth:`TcGate.quiet` (asked
 before a poll's dump while the last found nothing queued) reads the HTB root alone, one
 ``RTM_GETQDISC`` with ``NLM_F_ECHO``: nothing queued under it and few bytes let out since the last
 dump, and the dump can be skipped.
@@ -76,8 +83,10 @@ Public API
 TcGate(ifname, *, link_bps, netns=None, ...)  (install, add_dest, add_flow, move_to_dest, set_states,
     counters, quiet, stats, restore, close)
 cleanup(ifname, netns=None) -> bool
-ROOT_HANDLE
+in_netns(netns, factory)  (call ``factory`` inside a namespace; a bad one is a GateError)
+link_gso_max_segs, drain_frame, default_open_burst_bytes, ROOT_HANDLE, DEFAULT_CLASS, TCP_CONTROL_BYTES
 """
+
 
 from __future__ import annotations
 
@@ -88,28 +97,73 @@ import math
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from xtc.host.netns import NETNS_DIR, NetnsOpenError, run_in_netns
-from .gate import CLOSED, OPEN, DestStats, Flow, GateError
+from xtc.host.gate import CLOSED, OPEN, DestStats, Flow, GateError
+from xtc.host.netlink import (
+    NLM_F_ACK,
+    NLM_F_ECHO,
+    NLM_F_REQUEST,
+    NetlinkDecodeError,
+    NetlinkError,
+    RouteSocket,
+    attr_str,
+    error_text,
+    set_seq,
+)
+from xtc.host.netlink import in_netns as _netlink_in_netns
+from xtc.host.qdiscs import (
+    delete_root,
+    dump_tc,
+    put_back_root,
+    remove_root,
+    root_qdisc,
+    ticks_per_us,
+)
+from xtc.host.tccodec import (
+    ETH_P_IP,
+    ETH_P_IPV6,
+    MAX_RATE_BPS,
+    RTM_DELTCLASS,
+    RTM_DELTFILTER,
+    RTM_GETQDISC,
+    RTM_GETTCLASS,
+    TC_H_ROOT,
+    TCA_KIND,
+    U32_MAX,
+    CounterTable,
+    TcObject,
+    decode_class_counters,
+    encode_tbf,
+    encode_tc,
+    encode_tcmsg,
+    filter_info,
+    least_rate_Bps,
+    qdisc_counters,
+    root_counter_offsets,
+    set_handles,
+    set_tbf_rate,
+    set_u32_filter,
+    u32_address_keys,
+    u32_class_change,
+    without_ack,
+)
 
 __all__ = [
     "DEFAULT_CLASS",
+    "MAX_RATE_BPS",
     "ROOT_HANDLE",
+    "TCP_CONTROL_BYTES",
     "WAKE_ETHERTYPE",
-    "CounterTable",
     "TcGate",
-    "class_counter_words",
     "cleanup",
-    "decode_class_counters",
-    "decode_class_dump",
     "default_open_burst_bytes",
     "drain_frame",
-    "encode_tc",
+    "in_netns",
     "link_gso_max_segs",
 ]
 
@@ -130,572 +184,32 @@ _PRIO_TCP_CONTROL4, _PRIO_TCP_CONTROL6 = 3, 4
 #: matched by a mask), go to the default class with ``pass_tcp_control``: pure ACKs, SYN, FIN,
 #: RST (40-92 bytes with options).  Data segments are longer than that.
 TCP_CONTROL_BYTES = 128
-ETH_P_IP, ETH_P_IPV6, ETH_P_ALL = 0x0800, 0x86DD, 0x0003
-TC_H_ROOT = 0xFFFF_FFFF
-
-# linux/netlink.h, linux/rtnetlink.h
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK, NLM_F_ECHO = 0x1, 0x2, 0x4, 0x8
-NLM_F_DUMP = 0x300
-NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
-RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
-RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
-RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
-TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
-TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
-TCA_TBF_RATE64 = 4
-TCA_TBF_BURST = 6
 #: The kernel's largest ``gso_max_segs`` (``GSO_MAX_SEGS``).
 _GSO_MAX_SEGS = 65535
-#: The fastest rate a gate takes, bits/s (10 Tb/s; the kernel's 64-bit rates).  A TBF's 32-bit rate
-#: field ends at 34 Gb/s: above it the rate goes in ``TCA_TBF_RATE64`` (HTB's in ``TCA_HTB_RATE64``).
-MAX_RATE_BPS = 10**13
-_U32_MAX = 2**32 - 1
-TCA_U32_CLASSID, TCA_U32_SEL = 1, 5
-#: struct tc_u32_sel before its keys (flags, offshift, nkeys, pad, offmask, off, offoff, hoff, hmask), bytes.
-_U32_SEL_HEAD = 16
-_U32_KEY_SIZE = 16
 _SIOCGIFMTU = 0x8921
-SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
-NLMSGERR_ATTR_MSG = 1
-
-_NLMSGHDR = struct.Struct("=IHHII")
-_TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
-_NLATTR = struct.Struct("=HH")
-_SEQ = struct.Struct("=I")
-_LEN_TYPE = struct.Struct("=IH")
-_ERR = struct.Struct("=i")
-
-_COMMANDS = {
-    "add": (RTM_NEWQDISC, NLM_F_CREATE | NLM_F_EXCL),
-    "replace": (RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE),
-    "change": (RTM_NEWQDISC, NLM_F_REPLACE),
-    "del": (RTM_DELQDISC, 0),
-    "add-class": (RTM_NEWTCLASS, NLM_F_CREATE | NLM_F_EXCL),
-    "del-class": (RTM_DELTCLASS, 0),
-    "add-filter": (RTM_NEWTFILTER, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO),
-    "del-filter": (RTM_DELTFILTER, 0),
-}
-
-
-def _align4(n: int) -> int:
-    return (n + 3) & ~3
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def encode_tc(command: str, seq: int, **kwarg: object) -> bytes:
-    """Encode one tc request with pyroute2 (its tc plugins and request filters); no socket.
-
-    Parameters
-    ----------
-    command : str
-        One of ``add``, ``replace``, ``change``, ``del``, ``add-class``, ``del-class``,
-        ``add-filter``, ``del-filter``.
-    seq : int
-        Sequence number written into the header (patched later on the hot path).
-    **kwarg
-        What ``IPRoute.tc`` takes: ``kind``, ``index``, ``handle``, ``parent``, rates...
-
-    Returns
-    -------
-    bytes
-        One whole netlink message asking for an ACK.
-    """
-    from pyroute2.iproute.linux import get_arguments_processor
-    from pyroute2.netlink.rtnl.tcmsg import tcmsg
-
-    msg_type, flags = _COMMANDS[command]
-    rf = get_arguments_processor("tc", command, dict(kwarg))
-    msg = tcmsg()
-    msg["header"]["type"] = msg_type
-    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | flags
-    msg["header"]["sequence_number"] = seq
-    msg["header"]["pid"] = 0
-    for field in msg.fields:
-        msg[field[0]] = rf.get_value(field[0], default=0, mode="field")
-    for key, value in rf.items():
-        nla = type(msg).name2nla(key)
-        if msg.valid_nla(nla) and value is not None:
-            msg["attrs"].append([nla, value])
-    if "attrs" in rf:
-        msg["attrs"].extend(rf["attrs"])
-    msg.encode()
-    return bytes(msg.data[: msg["header"]["length"]])
-
-
-def _ext_ack_text(buf: Any, off: int, mlen: int) -> str:
-    """The kernel's message in the ``NLMSG_ERROR`` at ``off`` (``mlen`` bytes), "" if none: with
-    ``NETLINK_CAP_ACK`` only the request's header follows the error code, then the ext-ack TLVs."""
-    for atype, a, b in _attrs(buf, off + 20 + 16, off + mlen):
-        if atype == NLMSGERR_ATTR_MSG:
-            return bytes(buf[a:b]).rstrip(b"\0").decode("utf-8", "replace")
-    return ""
-
-
-def _append_option(msg: bytes, atype: int, payload: bytes) -> bytes:
-    """Append an attribute inside the message's TCA_OPTIONS (its last attribute); fix the lengths.
-
-    pyroute2's TBF encoder has no ``TCA_TBF_BURST``; without it the kernel derives the largest
-    packet from the buffer in ticks, which at a few bytes per second drops every packet.
-    """
-    start = _NLMSGHDR.size + _TCMSG.size
-    last = None
-    for t, a, _b in _attrs(msg, start, len(msg)):
-        last = (t, a - 4)
-    if last is None or last[0] != TCA_OPTIONS:
-        raise ValueError("no trailing TCA_OPTIONS attribute to extend")
-    extra = _NLATTR.pack(4 + len(payload), atype) + payload
-    extra += b"\0" * (_align4(len(extra)) - len(extra))
-    out = bytearray(msg) + extra
-    at = last[1]
-    (olen,) = struct.unpack_from("=H", out, at)
-    struct.pack_into("=H", out, at, _align4(olen) + len(extra))
-    struct.pack_into("=I", out, 0, len(out))
-    return bytes(out)
-
-
-def _set_u32_filter(msg: bytearray, seq: int, node: int, classid: int, addresses: bytes) -> None:
-    """Write a sequence number, a u32 node, a class and the keys' values (``addresses``: the source's
-    and the destination's packed bytes, in the order of :func:`_u32_keys`) into an encoded "add u32
-    filter" message of one flow, in place.
-
-    Raises
-    ------
-    ValueError
-        If the message is not such a filter (no class id, no selector, or not one 32-bit key for
-        each 4 bytes of ``addresses``).
-    """
-    _SEQ.pack_into(msg, 8, seq)
-    struct.pack_into("=I", msg, _NLMSGHDR.size + 8, node)  # tcmsg handle
-    opts = next(((a, b) for t, a, b in _attrs(msg, _NLMSGHDR.size + _TCMSG.size, len(msg)) if t == TCA_OPTIONS), None)
-    if opts is None:
-        raise ValueError("not a u32 filter message: no TCA_OPTIONS")
-    nested = {t: (a, b) for t, a, b in _attrs(msg, *opts)}
-    if TCA_U32_CLASSID not in nested or TCA_U32_SEL not in nested:
-        raise ValueError("not a u32 filter message: no class id or no selector")
-    sel, end = nested[TCA_U32_SEL]
-    nkeys = msg[sel + 2]
-    if nkeys * 4 != len(addresses) or sel + _U32_SEL_HEAD + nkeys * _U32_KEY_SIZE > end:
-        raise ValueError(f"u32 selector has {nkeys} keys for {len(addresses)} address bytes")
-    struct.pack_into("=I", msg, nested[TCA_U32_CLASSID][0], classid)
-    for i in range(nkeys):  # struct tc_u32_key {__be32 mask; __be32 val; int off; int offmask;}
-        at = sel + _U32_SEL_HEAD + i * _U32_KEY_SIZE + 4
-        msg[at:at + 4] = addresses[4 * i:4 * i + 4]
-
-
 #: The rate the rate template is encoded with (:meth:`TcGate._tbf`; any rate below 34 Gb/s would do).
 _RATE_TEMPLATE_BPS = 8_000_000
-_TCA_TBF_PARMS = 1
-_TC_LINKLAYER_ETHERNET = 1
-
-
-def _set_tbf_rate(msg: bytearray, rate_Bps: int, burst: int) -> None:
-    """Write a rate (bytes/s, < 2**32) and a burst (bytes) into an encoded TBF message, in place.
-
-    The kernel's ``tbf_change`` takes the rate from ``tc_tbf_qopt.rate.rate`` and, given
-    ``TCA_TBF_BURST``, derives the bucket from the burst; the rate table is read only to detect
-    the link layer of a rate spec that does not name it, so the spec is marked Ethernet (the
-    table encoded for another rate is then not consulted).
-    """
-    start = _NLMSGHDR.size + _TCMSG.size
-    parms = burst_at = None
-    for t, a, b in _attrs(msg, start, len(msg)):
-        if t == TCA_OPTIONS:
-            for nt, na, nb in _attrs(msg, a, b):
-                if nt == _TCA_TBF_PARMS and nb - na >= 36:
-                    parms = na
-                elif nt == TCA_TBF_BURST and nb - na >= 4:
-                    burst_at = na
-    if parms is None or burst_at is None:
-        raise ValueError("not a TBF message with TCA_TBF_PARMS and TCA_TBF_BURST")
-    # struct tc_ratespec: cell_log u8, linklayer u8, overhead u16, cell_align s16, mpu u16, rate u32
-    msg[parms + 1] = _TC_LINKLAYER_ETHERNET
-    struct.pack_into("=I", msg, parms + 8, rate_Bps)
-    struct.pack_into("=I", msg, burst_at, burst)
-
-
-def _encode_plain(msg_type: int, flags: int, seq: int, ifindex: int, handle: int = 0, parent: int = 0, info: int = 0,
-                  attrs: bytes = b"") -> bytes:
-    body = _TCMSG.pack(0, ifindex, handle, parent, info) + attrs
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type, flags, seq, 0) + body
-
-
-def _attrs(buf: bytes | memoryview, off: int, end: int) -> Iterable[tuple[int, int, int]]:
-    """(type, payload start, payload end) of each attribute in ``buf[off:end]``."""
-    while off + 4 <= end:
-        alen, atype = _NLATTR.unpack_from(buf, off)
-        if alen < 4 or off + alen > end:
-            break
-        yield atype & 0x3FFF, off + 4, off + alen
-        off += _align4(alen)
-
-
-def _messages(buf: bytearray, n: int) -> Iterator[tuple[int, int, int, int]]:
-    """(offset, length, type, sequence number) of each netlink message in ``buf[:n]``, up to the
-    first with a length shorter than a header."""
-    off = 0
-    while off + 16 <= n:
-        mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
-        if mlen < 16:
-            return
-        yield off, mlen, mtype, seq
-        off += _align4(mlen)
-
-
-@dataclass(frozen=True)
-class _TcObject:
-    """One RTM_NEWQDISC/RTM_NEWTCLASS message of a dump."""
-
-    msg_type: int
-    ifindex: int
-    handle: int
-    parent: int
-    kind: str
-    raw: bytes  # the whole message
-    sent_bytes: int = 0
-    sent_packets: int = 0
-    qlen: int = 0
-    backlog: int = 0
-
-    def options_attr(self) -> bytes:
-        """The TCA_OPTIONS attribute (header included) as the kernel dumped it, or ``b""``."""
-        start = _NLMSGHDR.size + _TCMSG.size
-        for atype, a, b in _attrs(self.raw, start, len(self.raw)):
-            if atype == TCA_OPTIONS:
-                return self.raw[a - 4 : b] + b"\0" * (_align4(b - a + 4) - (b - a + 4))
-        return b""
-
-
-def decode_class_dump(buf: bytes | memoryview) -> list[_TcObject]:
-    """Decode the qdisc/class messages of a dump (any number of whole messages).
-
-    Counters come from ``TCA_STATS2``: ``TCA_STATS_BASIC`` (bytes, packets; packets from
-    ``TCA_STATS_PKT64`` when present) and ``TCA_STATS_QUEUE`` (qlen, backlog).
-    """
-    out: list[_TcObject] = []
-    off, end = 0, len(buf)
-    while off + _NLMSGHDR.size <= end:
-        mlen, mtype, _flags, _seq, _pid = _NLMSGHDR.unpack_from(buf, off)
-        if mlen < _NLMSGHDR.size or off + mlen > end:
-            raise GateError(f"netlink: malformed dump message of {mlen} bytes")
-        if mtype in (RTM_NEWQDISC, RTM_NEWTCLASS):
-            body = off + _NLMSGHDR.size
-            _fam, ifindex, handle, parent, _info = _TCMSG.unpack_from(buf, body)
-            kind = ""
-            sb = sp = ql = bl = 0
-            for atype, a, b in _attrs(buf, body + _TCMSG.size, off + mlen):
-                if atype == TCA_KIND:
-                    kind = bytes(buf[a:b]).rstrip(b"\0").decode("ascii", "replace")
-                elif atype == TCA_STATS2:
-                    for stype, c, d in _attrs(buf, a, b):
-                        if stype == TCA_STATS_BASIC and d - c >= 12:
-                            sb, p32 = struct.unpack_from("=QI", buf, c)
-                            sp = sp or p32
-                        elif stype == TCA_STATS_PKT64 and d - c >= 8:
-                            (sp,) = struct.unpack_from("=Q", buf, c)
-                        elif stype == TCA_STATS_QUEUE and d - c >= 8:
-                            ql, bl = struct.unpack_from("=II", buf, c)
-            out.append(_TcObject(mtype, ifindex, handle, parent, kind, bytes(buf[off : off + mlen]), sb, sp, ql, bl))
-        off += _align4(mlen)
-    return out
-
-
-_CLASS_HEAD = struct.Struct("=IH10x8xII4x")  # nlmsghdr len, type; tcmsg handle, parent
-_U32X2 = struct.Struct("=II")
-_QI = struct.Struct("=QI")
-_U64 = struct.Struct("=Q")
-
-
-def _class_stats2(buf: bytes | memoryview, qdisc: int) -> Iterator[tuple[int, int, dict[int, tuple[int, int]]]]:
-    """Each class of qdisc ``qdisc`` in an RTM_GETTCLASS dump: ``(message offset, class handle,
-    {TCA_STATS_* type: (payload offset, payload length)})`` of its TCA_STATS2 attribute."""
-    off, end = 0, len(buf)
-    head = _CLASS_HEAD.unpack_from
-    while off + 36 <= end:
-        mlen, mtype, handle, _parent = head(buf, off)
-        if mlen < 16 or off + mlen > end:
-            raise GateError(f"netlink: malformed dump message of {mlen} bytes")
-        if mtype == RTM_NEWTCLASS and handle & 0xFFFF0000 == qdisc:
-            stats: dict[int, tuple[int, int]] = {}
-            a, mend = off + 36, off + mlen
-            while a + 4 <= mend:
-                alen, atype = _NLATTR.unpack_from(buf, a)
-                if alen < 4:
-                    break
-                if atype & 0x3FFF == TCA_STATS2:
-                    c, cend = a + 4, a + alen
-                    while c + 4 <= cend:
-                        slen, stype = _NLATTR.unpack_from(buf, c)
-                        if slen < 4:
-                            break
-                        stats[stype] = (c + 4, slen - 4)
-                        c += (slen + 3) & ~3
-                    break
-                a += (alen + 3) & ~3
-            yield off, handle, stats
-        off += (mlen + 3) & ~3
-
-
-def decode_class_counters(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[int, int, int, int]]:
-    """The counters of the classes of qdisc ``qdisc`` (its handle, ``major:0``) in an RTM_GETTCLASS
-    dump: the hot path of :meth:`TcGate.stats`.
-
-    Returns
-    -------
-    dict
-        ``{class handle: (sent bytes, sent packets, backlog bytes, backlog packets)}``.
-    """
-    out = {}
-    for _off, handle, st in _class_stats2(buf, qdisc):
-        sb = sp = ql = bl = 0
-        at, n = st.get(TCA_STATS_BASIC, (0, 0))
-        if n >= 12:
-            sb, sp = _QI.unpack_from(buf, at)
-        at, n = st.get(TCA_STATS_PKT64, (0, 0))
-        if n >= 8:
-            (sp,) = struct.unpack_from("=Q", buf, at)
-        at, n = st.get(TCA_STATS_QUEUE, (0, 0))
-        if n >= 8:
-            ql, bl = _U32X2.unpack_from(buf, at)
-        out[handle] = (sb, sp, bl, ql)
-    return out
-
-
-def class_counter_words(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[int, int, int]]:
-    """Where the counters of each class of qdisc ``qdisc`` lie in an RTM_GETTCLASS dump, in 32-bit
-    words from the start: ``{class handle: (handle word, sent-bytes word (u64, two words),
-    qlen word (backlog bytes follow))}``; -1 for a counter the class has not.
-
-    The kernel lays a device's class dump out the same way each time while its classes and their
-    attributes stay (the counters change, not their places), so :class:`CounterTable` decodes
-    the next dumps by these offsets alone.
-    """
-    out = {}
-    for off, handle, st in _class_stats2(buf, qdisc):
-        basic, queue = st.get(TCA_STATS_BASIC, (0, 0)), st.get(TCA_STATS_QUEUE, (0, 0))
-        out[handle] = ((off + 24) // 4, basic[0] // 4 if basic[1] >= 12 else -1,
-                       queue[0] // 4 if queue[1] >= 8 else -1)
-    return out
-
-
-class CounterTable:
-    """Decodes the sent bytes and queue of given classes from RTM_GETTCLASS dumps by precomputed
-    word offsets (numpy gathers: no per-class Python), re-learning the offsets when a dump's length
-    or a class handle at its offset differs from the last layout.
-
-    Parameters
-    ----------
-    handles : sequence of int
-        The classes wanted, in the order of the arrays returned.
-    qdisc : int
-        Their qdisc's handle (``major:0``).
-    """
-
-    def __init__(self, handles: Iterable[int], qdisc: int) -> None:
-        self.handles = np.asarray(list(handles), dtype=np.uint32)
-        self.qdisc = qdisc
-        self.length = -1
-        self.relearned = 0
-
-    def _learn(self, buf: bytes) -> None:
-        words = class_counter_words(buf, self.qdisc)
-        rows = []
-        for h in self.handles.tolist():
-            w = words.get(h)
-            if w is None or w[1] < 0 or w[2] < 0:
-                raise GateError(f"class {h >> 16:x}:{h & 0xFFFF:x} missing from the dump (or without counters)")
-            rows.append(w)
-        idx = np.array(rows, dtype=np.intp).reshape(-1, 3)
-        n = len(idx)
-        self._idx = np.concatenate([idx[:, 0], idx[:, 1], idx[:, 1] + 1, idx[:, 2], idx[:, 2] + 1])
-        self._n = n
-        self.length = len(buf)
-        self.relearned += 1
-
-    def decode(self, buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(sent_bytes, backlog_bytes, backlog_packets)``, int64 arrays in the order of ``handles``."""
-        if len(buf) % 4:
-            buf = buf + bytes(4 - len(buf) % 4)
-        if len(buf) != self.length:
-            self._learn(buf)
-        n = self._n
-        v = np.frombuffer(buf, dtype="<u4")[self._idx].astype(np.int64)  # one gather
-        if (v[:n] != self.handles).any():
-            self._learn(buf)
-            v = np.frombuffer(buf, dtype="<u4")[self._idx].astype(np.int64)
-        return v[n : 2 * n] | (v[2 * n : 3 * n] << 32), v[4 * n :], v[3 * n : 4 * n]
-
-
-def _root_counter_offsets(buf: bytes | bytearray, off: int, mlen: int) -> tuple[int, int]:
-    """Offsets (from the message's start) of the sent bytes (u64) and of the queue length and
-    backlog (two u32) in one RTM_NEWQDISC message's TCA_STATS2."""
-    basic = queue = -1
-    for atype, a, b in _attrs(buf, off + 36, off + mlen):
-        if atype == TCA_STATS2:
-            for stype, c, d in _attrs(buf, a, b):
-                if stype == TCA_STATS_BASIC and d - c >= 8:
-                    basic = c - off
-                elif stype == TCA_STATS_QUEUE and d - c >= 8:
-                    queue = c - off
-    if basic < 0 or queue < 0:
-        raise GateError("netlink: root qdisc without byte or queue counters")
-    return basic, queue
-
-
-# --------------------------------------------------------------------------- namespaces
 
 _T = TypeVar("_T")
 
 
+def _seq_of(msg: bytes | bytearray) -> int:
+    """The sequence number of an encoded message."""
+    return int.from_bytes(msg[8:12], "little")
+
+
 def in_netns(netns: str | None, factory: Callable[[], _T]) -> _T:
-    """Call ``factory`` inside ``/run/netns/<netns>`` (a helper thread that enters it), or here."""
+    """Call ``factory`` inside ``/run/netns/<netns>`` (a helper thread that enters it), or here;
+    a bad or missing namespace is a :class:`GateError`."""
     if netns is None:
         return factory()
-    if not netns or "/" in netns:
-        raise GateError(f"netns {netns!r}: not a network namespace name")
     try:
-        return run_in_netns(os.path.join(NETNS_DIR, netns), factory, f"xtc-tcgate-{netns}")[0]
-    except NetnsOpenError as e:
-        raise GateError(f"netns {netns!r}: cannot open: {e.strerror}") from None
-
-
-# --------------------------------------------------------------------------- netlink socket
-
-
-class _Rtnl:
-    """A raw NETLINK_ROUTE socket: send batches, read ACKs (with extended ACK messages), dump."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        for opt in (NETLINK_CAP_ACK, NETLINK_EXT_ACK):
-            try:
-                self.sock.setsockopt(SOL_NETLINK, opt, 1)
-            except OSError:  # pragma: no cover - kernels before 4.12
-                pass
-        self.sock.bind((0, 0))
-        self.seq = 1
-        self._buf = bytearray(1 << 20)
-        self._root_layout: dict[int, tuple[int, int]] = {}  # read_root_counters: length -> offsets
-
-    def next_seq(self) -> int:
-        self.seq = (self.seq + 1) & 0x7FFF_FFFF or 1
-        return self.seq
-
-    def transact(self, messages: list[bytes | bytearray]) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int]]]:
-        """Send whole messages (one ``send``) and read one ACK per message.
-
-        Returns ``{seq: (errno, kernel message)}`` (errno 0 for success) and, for each echoed
-        new filter (``NLM_F_ECHO``), ``(seq, filter handle)``.
-        """
-        if not messages:
-            return {}, []
-        seqs = [_SEQ.unpack_from(m, 8)[0] for m in messages]
-        return self.send_batch(b"".join(messages) if len(messages) > 1 else messages[0], seqs)
-
-    def send_batch(self, payload: bytes | bytearray, seqs: list[int]) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int]]]:
-        """Send ``payload`` (whole messages with sequence numbers ``seqs``) and read their ACKs.
-
-        The kernel has applied every message when ``send`` returns (rtnetlink runs in the
-        sender's context).
-        """
-        pending = set(seqs)
-        self.sock.send(payload)
-        acks: dict[int, tuple[int, str]] = {}
-        echoed: list[tuple[int, int]] = []
-        buf = self._buf
-        while pending:
-            for off, mlen, mtype, seq in _messages(buf, self.sock.recv_into(buf)):
-                if mtype == NLMSG_ERROR and seq in pending:
-                    (err,) = _ERR.unpack_from(buf, off + 16)
-                    acks[seq] = (-err, _ext_ack_text(buf, off, mlen) if err else "")
-                    pending.discard(seq)
-                elif mtype == RTM_NEWTFILTER and seq in pending:
-                    echoed.append((seq, _TCMSG.unpack_from(buf, off + 16)[2]))  # the filter's handle
-        return acks, echoed
-
-    def read_errors(self, seqs: list[int]) -> dict[int, tuple[int, str]]:
-        """The error messages already queued for messages ``seqs`` sent without NLM_F_ACK
-        (rtnetlink answers in ``send``): ``{seq: (errno, kernel message)}``, empty when all passed."""
-        out: dict[int, tuple[int, str]] = {}
-        want = set(seqs)
-        buf = self._buf
-        while True:
-            try:
-                n = self.sock.recv_into(buf, 0, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return out
-            for off, mlen, mtype, seq in _messages(buf, n):
-                if mtype == NLMSG_ERROR and seq in want:
-                    (err,) = _ERR.unpack_from(buf, off + 16)
-                    if err:
-                        out[seq] = (-err, _ext_ack_text(buf, off, mlen))
-
-    def read_root_counters(self, seq: int) -> tuple[int, int, int]:
-        """The answer to an ``RTM_GETQDISC`` of one qdisc sent with ``seq`` and ``NLM_F_ECHO``:
-        its ``(sent bytes, queue length, backlog bytes)`` (other messages queued are skipped)."""
-        buf = self._buf
-        while True:
-            for off, mlen, mtype, mseq in _messages(buf, self.sock.recv_into(buf)):
-                if mseq == seq:
-                    if mtype == NLMSG_ERROR:
-                        (err,) = _ERR.unpack_from(buf, off + 16)
-                        raise OSError(-err, os.strerror(-err))
-                    if mtype == RTM_NEWQDISC:
-                        # where the counters lie, learnt once per message length (the layout of
-                        # one qdisc's message stays while its options do)
-                        at = self._root_layout.get(mlen)
-                        if at is None:
-                            at = self._root_layout[mlen] = _root_counter_offsets(buf, off, mlen)
-                        (sent,) = _U64.unpack_from(buf, off + at[0])
-                        qlen, backlog = _U32X2.unpack_from(buf, off + at[1])
-                        return sent, qlen, backlog
-
-    def dump(self, msg_type: int, ifindex: int, parent: int = 0) -> bytes:
-        """One dump of qdiscs or classes (``msg_type`` RTM_GETQDISC/RTM_GETTCLASS) of ``ifindex``;
-        a class dump with ``parent`` (a qdisc handle) holds only that qdisc's classes (the kernel
-        skips the others: for the gate, the TBF leaves' own classes, half the messages).
-
-        Returns the reply datagrams concatenated (whole messages; NLMSG_DONE included).
-        """
-        seq = self.next_seq()
-        self.sock.send(_encode_plain(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex, parent=parent))
-        chunks: list[bytes] = []
-        buf = self._buf
-        head = _LEN_TYPE.unpack_from
-        recv = self.sock.recv_into
-        while True:
-            n = recv(buf)
-            off = 0
-            done = False
-            while off + 16 <= n:  # the agent's hot path: only lengths and types, in a tight loop
-                mlen, mtype = head(buf, off)
-                if mlen < 16:
-                    raise GateError("netlink: malformed dump reply")
-                if mtype < 16 and _SEQ.unpack_from(buf, off + 8)[0] == seq:  # NLMSG_ERROR, NLMSG_DONE
-                    if mtype == NLMSG_ERROR:
-                        (err,) = _ERR.unpack_from(buf, off + 16)
-                        raise OSError(-err, os.strerror(-err))
-                    done = done or mtype == NLMSG_DONE
-                off += (mlen + 3) & ~3
-            chunks.append(bytes(buf[:n]))
-            if done:
-                return b"".join(chunks) if len(chunks) > 1 else chunks[0]
-
-    def close(self) -> None:
-        self.sock.close()
+        return _netlink_in_netns(netns, factory)
+    except NetlinkError as e:  # the namespace's name or file
+        raise GateError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- the gate
-
-
-def _errtext(code: int, kernel_msg: str) -> str:
-    name = _errno.errorcode.get(code, str(code))
-    text = f"{name} ({os.strerror(code)})"
-    return f"{text}: {kernel_msg}" if kernel_msg else text
 
 
 #: A destination's recorded state while it is open for a byte budget (``open_for_us``): not ``OPEN``,
@@ -710,16 +224,7 @@ def _state_text(state: int) -> str:
 
 def _u32_keys(flow: Flow) -> list[str]:
     """u32 keys (value/mask+offset into the IP header) matching the flow's source and destination."""
-    keys = []
-    if flow.src.version == 4:
-        for addr, at in ((flow.src, 12), (flow.dst, 16)):
-            keys.append(f"0x{int(addr):08x}/0xffffffff+{at}")
-    else:
-        for addr, at in ((flow.src, 8), (flow.dst, 24)):
-            packed = addr.packed
-            for i in range(4):
-                keys.append(f"0x{packed[4 * i:4 * i + 4].hex()}/0xffffffff+{at + 4 * i}")
-    return keys
+    return u32_address_keys(flow.src.packed, flow.dst.packed)
 
 
 @dataclass
@@ -880,12 +385,12 @@ class TcGate:
         self.queue_limit_bytes = int(queue_limit_bytes)
         self.default_limit_packets = int(default_limit_packets)
 
-        def open_sockets() -> tuple[_Rtnl, socket.socket, int, bytes, int]:
+        def open_sockets() -> tuple[RouteSocket, socket.socket, int, bytes, int]:
             try:
                 index = socket.if_nametoindex(ifname)
             except OSError:
                 raise GateError(f"{where}: no such interface") from None
-            nl = _Rtnl()
+            nl = RouteSocket(buffer_bytes=1 << 20)
             pk = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
             pk.bind((ifname, 0))
             mac = pk.getsockname()[4][:6].ljust(6, b"\0")
@@ -901,7 +406,7 @@ class TcGate:
         # TBF drops a packet bigger than its burst: one whole frame (MTU + Ethernet + VLAN tag).
         self.closed_burst_bytes = int(closed_burst_bytes or self.mtu + 18)
         self.open_burst_bytes = int(open_burst_bytes or default_open_burst_bytes(self.link_bps, self.mtu))
-        self.closed_rate_bps = max(int(closed_rate_bps), 8 * _least_rate_Bps(self.closed_burst_bytes))
+        self.closed_rate_bps = max(int(closed_rate_bps), 8 * least_rate_Bps(self.closed_burst_bytes, ticks_per_us()))
         self._wake = _WAKE_DST + mac + struct.pack("!H", WAKE_ETHERTYPE) + b"xco-wake".ljust(46, b"\0")
         self._mac = mac
         #: Send drain frames into a flow's class when it closes (see the module docstring).
@@ -915,10 +420,11 @@ class TcGate:
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change (no ACK)
         self._plans: dict[tuple, _Plan] = {}  # set_states' argument -> its batch
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
-        self._original: _TcObject | None = None
+        self._original: TcObject | None = None
         #: quiet(): the root's sent bytes at the last probe that said "read the classes"
         self._root_sent_base: int | None = None
         self._get_root: bytearray | None = None
+        self._root_layout: dict[int, tuple[int, int]] = {}  # quiet(): message length -> counter offsets
         self._installed = False
         self._closed = False
         if self.open_burst_bytes < self.closed_burst_bytes:
@@ -930,7 +436,7 @@ class TcGate:
 
     def _fail(self, what: str, code: int, kmsg: str, flow: Flow | None = None, dest: int | None = None) -> GateError:
         f = f" flow {flow.src}->{flow.dst}" if flow is not None else f" dest host {dest}" if dest is not None else ""
-        return GateError(f"{self._where}:{f} {what}: {_errtext(code, kmsg)}")
+        return GateError(f"{self._where}:{f} {what}: {error_text(code, kmsg)}")
 
     def _run(self, items: list[tuple[str, bytes]], flow: Flow | None = None, dest: int | None = None) -> None:
         """Send messages (what, bytes) and raise on the first failed one."""
@@ -939,7 +445,7 @@ class TcGate:
         except OSError as e:
             raise self._fail(items[0][0], e.errno or 0, "", flow, dest) from None
         for what, m in items:
-            code, kmsg = acks.get(_SEQ.unpack_from(m, 8)[0], (0, ""))
+            code, kmsg = acks.get(_seq_of(m), (0, ""))
             if code:
                 raise self._fail(what, code, kmsg, flow, dest)
 
@@ -952,17 +458,16 @@ class TcGate:
         if template is None:
             template = self._templates[key] = make()
         out = bytearray(template)
-        _SEQ.pack_into(out, 8, self._nl.next_seq())
-        struct.pack_into("=II", out, _NLMSGHDR.size + 8, handle, parent)  # tcmsg handle, parent
+        set_handles(out, self._nl.next_seq(), handle, parent)
         return bytes(out)
 
     def _tbf(self, command: str, minor: int, state: int) -> bytes:
         """The TBF leaf message of class ``7c0:minor`` in ``state``.
 
         OPEN and CLOSED: pyroute2 encodes each once.  A rate: one message encoded once per command,
-        its rate and burst written in (:func:`_set_tbf_rate`): pyroute2 computes TBF's rate table in
+        its rate and burst written in (:func:`xtc.host.tccodec.set_tbf_rate`): pyroute2 computes TBF's rate table in
         Python, 1-5 ms for each new rate, and rate mode sends new rates at every event."""
-        if state in (OPEN, CLOSED) or state // 8 > _U32_MAX:
+        if state in (OPEN, CLOSED) or state // 8 > U32_MAX:
             handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
             return self._patched(("tbf", command, state), lambda: self._encode_tbf(command, state), handle, parent)
         return self._tbf_rate(command, minor, state // 8, self._rate_burst(state))
@@ -973,7 +478,7 @@ class TcGate:
         handle, parent = (_LEAF_MAJOR_BASE + minor) << 16, ROOT_HANDLE | minor
         msg = bytearray(self._patched(("tbf-rate", command), lambda: self._encode_tbf(command, _RATE_TEMPLATE_BPS),
                                       handle, parent))
-        _set_tbf_rate(msg, rate_Bps, burst)
+        set_tbf_rate(msg, rate_Bps, burst)
         return bytes(msg)
 
     def _rate_burst(self, rate_bps: int) -> int:
@@ -988,36 +493,27 @@ class TcGate:
         else:
             rate_bps = int(state)
             burst = self._rate_burst(rate_bps)
-        rate_Bps = rate_bps // 8
-        msg = self._tc(command, kind="tbf", handle=_LEAF_MAJOR_BASE << 16, parent=ROOT_HANDLE,
-                       rate=min(rate_Bps, _U32_MAX), burst=burst, limit=self.queue_limit_bytes)
-        msg = _append_option(msg, TCA_TBF_BURST, struct.pack("=I", burst))
-        if rate_Bps > _U32_MAX:  # above 34 Gb/s: the kernel takes the larger of the two rates
-            msg = _append_option(msg, TCA_TBF_RATE64, struct.pack("=Q", rate_Bps))
-        return msg
+        return encode_tbf(command, self._nl.next_seq(), ifindex=self.ifindex, handle=_LEAF_MAJOR_BASE << 16,
+                          parent=ROOT_HANDLE, rate_Bps=rate_bps // 8, burst=burst, limit=self.queue_limit_bytes)
 
     def _check_state(self, state: int, dest: int) -> None:
         if not isinstance(state, int) or not (state in (OPEN, CLOSED) or 8 <= state <= MAX_RATE_BPS):
             raise GateError(f"{self._where}: dest host {dest}: bad state {state!r}")
 
-    def _root(self) -> _TcObject | None:
+    def _root(self) -> TcObject | None:
         try:
-            objs = decode_class_dump(self._nl.dump(RTM_GETQDISC, self.ifindex))
+            return root_qdisc(self._nl, self.ifindex)
         except OSError as e:
             raise self._fail("dump qdiscs", e.errno or 0, "") from None
-        for o in objs:
-            if o.ifindex == self.ifindex and o.parent == TC_H_ROOT:
-                return o
-        return None
 
     def _flow_filter(self, flow: Flow, node: int, classid: int) -> bytes:
         """The "add u32 filter" message of ``flow`` (node ``node``, pointing at ``classid``).
 
         pyroute2 encodes it once per address family (about 0.2 ms: its u32 plugin parses the keys'
         text); each flow's copy has its sequence, node, class and addresses written in
-        (:func:`_set_u32_filter`), the same bytes pyroute2 would give for that flow."""
+        (:func:`xtc.host.tccodec.set_u32_filter`), the same bytes pyroute2 would give for that flow."""
         out = bytearray(self._flow_filter_template(flow.src.version == 4))
-        _set_u32_filter(out, self._nl.next_seq(), node, classid, flow.src.packed + flow.dst.packed)
+        set_u32_filter(out, self._nl.next_seq(), node, classid, flow.src.packed + flow.dst.packed)
         return bytes(out)
 
     def _flow_filter_template(self, v4: bool) -> bytes:
@@ -1120,9 +616,9 @@ class TcGate:
             acks, _ = self._nl.transact([m for _, m in steps])
         except OSError as e:
             raise self._fail("add dest", e.errno or 0, "", dest=dest) from None
-        failed = [(what, acks[_SEQ.unpack_from(m, 8)[0]]) for what, m in steps if acks[_SEQ.unpack_from(m, 8)[0]][0]]
+        failed = [(what, acks[_seq_of(m)]) for what, m in steps if acks[_seq_of(m)][0]]
         if failed:
-            if not acks[_SEQ.unpack_from(steps[0][1], 8)[0]][0]:
+            if not acks[_seq_of(steps[0][1])][0]:
                 self._delete_class(minor, dest, strict=False)
             what, (code, kmsg) = failed[0]
             raise self._fail(what, code, kmsg, dest=dest)
@@ -1167,9 +663,9 @@ class TcGate:
             acks, echoed = self._nl.transact([m for _, m in steps])
         except OSError as e:
             raise self._fail("add flow", e.errno or 0, "", flow) from None
-        class_seq, filter_seq = (_SEQ.unpack_from(m, 8)[0] for _, m in steps)
+        class_seq, filter_seq = (_seq_of(m) for _, m in steps)
         fh = next((h for sq, h in echoed if sq == filter_seq), 0)
-        failed = [(what, acks[_SEQ.unpack_from(m, 8)[0]]) for what, m in steps if acks[_SEQ.unpack_from(m, 8)[0]][0]]
+        failed = [(what, acks[_seq_of(m)]) for what, m in steps if acks[_seq_of(m)][0]]
         if failed or not fh:
             if not acks[filter_seq][0] and fh:
                 self._delete_filter(v4, fh, flow, strict=False)
@@ -1200,10 +696,8 @@ class TcGate:
             raise GateError(f"{self._where}: flow {flow.src}->{flow.dst} already moved to dest host {flow.dest_host}")
         dest = self._dests[flow.dest_host]
         prio, proto = (_PRIO_FLOW4, ETH_P_IP) if flow.src.version == 4 else (_PRIO_FLOW6, ETH_P_IPV6)
-        options = _NLATTR.pack(8, TCA_U32_CLASSID) + struct.pack("=I", ROOT_HANDLE | dest.minor)
-        msg = _encode_plain(RTM_NEWTFILTER, NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE, self._nl.next_seq(),
-                            self.ifindex, e.filter_handle, ROOT_HANDLE, (prio << 16) | socket.htons(proto),
-                            _attr_str(TCA_KIND, "u32") + _NLATTR.pack(4 + len(options), TCA_OPTIONS) + options)
+        msg = u32_class_change(self._nl.next_seq(), self.ifindex, e.filter_handle, ROOT_HANDLE, prio, proto,
+                               ROOT_HANDLE | dest.minor)
         self._run([(f"point u32 filter at dest host {flow.dest_host}", msg)], flow)
         own, e.minor = e.minor, 0
         dest.flows.append(flow)
@@ -1244,9 +738,8 @@ class TcGate:
 
     def _delete_filter(self, v4: bool, fh: int, flow: Flow, strict: bool) -> None:
         prio, proto = (_PRIO_FLOW4, ETH_P_IP) if v4 else (_PRIO_FLOW6, ETH_P_IPV6)
-        info = (prio << 16) | socket.htons(proto)
-        msg = _encode_plain(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex, fh,
-                            ROOT_HANDLE, info, _attr_str(TCA_KIND, "u32"))
+        msg = encode_tcmsg(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex, fh,
+                           ROOT_HANDLE, filter_info(prio, proto), attr_str(TCA_KIND, "u32"))
         try:
             self._run([("delete u32 filter", msg)], flow)
         except GateError:
@@ -1254,8 +747,8 @@ class TcGate:
                 raise
 
     def _delete_class(self, minor: int, dest: int, strict: bool, flow: Flow | None = None) -> None:
-        msg = _encode_plain(RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex,
-                            ROOT_HANDLE | minor, ROOT_HANDLE)
+        msg = encode_tcmsg(RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex,
+                           ROOT_HANDLE | minor, ROOT_HANDLE)
         try:
             self._run([("delete class", msg)], flow, None if flow is not None else dest)
         except GateError:
@@ -1287,19 +780,19 @@ class TcGate:
         seqs = []
         for off in plan.offsets:
             seq = nl.next_seq()
-            _SEQ.pack_into(batch, off, seq)
+            set_seq(batch, seq, off - 8)
             seqs.append(seq)
         try:
             # No ACK asked: rtnetlink applies the batch in send() and queues an error message for
             # a refused change only (the ACKs would be built and read for nothing).
-            nl.sock.send(batch)
+            nl.send(batch)
             self._frame(self._wake, None)
             if self.drain_on_close:
                 for entry in plan.closing:
                     self._send_drain(entry)
             failed = nl.read_errors(seqs)
         except OSError as e:
-            raise GateError(f"{self._where}: set_states: {_errtext(e.errno or 0, '')}") from None
+            raise GateError(f"{self._where}: set_states: {error_text(e.errno or 0, '')}") from None
         for entry, state in zip(plan.entries, plan.states):
             entry.state = state
         if failed:
@@ -1308,7 +801,7 @@ class TcGate:
                 if seq in failed:
                     entry.state = old
                     code, kmsg = failed[seq]
-                    errors.append(f"dest host {entry.dest} to {_state_text(state)}: {_errtext(code, kmsg)}")
+                    errors.append(f"dest host {entry.dest} to {_state_text(state)}: {error_text(code, kmsg)}")
             raise GateError(f"{self._where}: set_states: " + "; ".join(errors))
 
     def slot_budget_bytes(self, open_for_us: int, from_closed: bool) -> int:
@@ -1318,7 +811,7 @@ class TcGate:
         b = self.link_bps * max(0, open_for_us) // 8_000_000
         if from_closed:
             b += self.open_burst_bytes
-        return max(self.closed_burst_bytes, min(b, _U32_MAX))
+        return max(self.closed_burst_bytes, min(b, U32_MAX))
 
     def _plan(self, states: Mapping[int, int], open_for_us: Mapping[int, int] | None = None) -> _Plan | None:
         """The batch of TBF changes for ``states`` (the destinations whose state changes), cached
@@ -1335,8 +828,8 @@ class TcGate:
                 raise GateError(f"{self._where}: dest host {dest} unknown")
             if open_for_us and state == OPEN and dest in open_for_us:
                 budget = self.slot_budget_bytes(int(open_for_us[dest]), entry.state == CLOSED)
-                rate_Bps = max(self.closed_rate_bps // 8, _least_rate_Bps(budget))
-                changes.append((entry, _BUDGET, _without_ack(self._tbf_rate("change", entry.minor, rate_Bps, budget))))
+                rate_Bps = max(self.closed_rate_bps // 8, least_rate_Bps(budget, ticks_per_us()))
+                changes.append((entry, _BUDGET, without_ack(self._tbf_rate("change", entry.minor, rate_Bps, budget))))
                 budgeted = True
                 continue
             if entry.state == state:
@@ -1349,7 +842,7 @@ class TcGate:
                     cache.clear()
                     self._plans.clear()
                     self._templates = {k: v for k, v in self._templates.items() if k[0] != "tbf" or k[-1] in (OPEN, CLOSED)}
-                msg = cache[key] = _without_ack(self._tbf("change", entry.minor, state))
+                msg = cache[key] = without_ack(self._tbf("change", entry.minor, state))
             changes.append((entry, state, msg))
         if not changes:
             return None
@@ -1395,13 +888,13 @@ class TcGate:
         try:
             self._frame(self._wake, None)
         except OSError as e:
-            raise GateError(f"{self._where}: wake frame: {_errtext(e.errno or 0, '')}") from None
+            raise GateError(f"{self._where}: wake frame: {error_text(e.errno or 0, '')}") from None
 
     def stats(self) -> dict[int, DestStats]:
         """Every destination's sent bytes/packets and backlog, from one RTM_GETTCLASS dump."""
         self._require_installed()
         try:
-            counters = decode_class_counters(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE), ROOT_HANDLE)
+            counters = decode_class_counters(dump_tc(self._nl, RTM_GETTCLASS, self.ifindex, ROOT_HANDLE), ROOT_HANDLE)
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
         out = {}
@@ -1431,11 +924,11 @@ class TcGate:
                 handles.append(ROOT_HANDLE | e.minor)
             t = self._table = (dests, small, CounterTable(handles, ROOT_HANDLE))
         try:
-            sent, bb, bp = t[2].decode(self._nl.dump(RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
+            sent, bb, bp = t[2].decode(dump_tc(self._nl, RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
+        except NetlinkDecodeError as e:
+            raise GateError(f"{self._where}: counters: {e}") from None
         except OSError as e:
             raise self._fail("dump classes", e.errno or 0, "") from None
-        except GateError as e:
-            raise GateError(f"{self._where}: counters: {e}") from None
         n = len(dests)
         return sent[:n], bb[:n], bp[:n], sent[n:]
 
@@ -1462,13 +955,19 @@ class TcGate:
         nl = self._nl
         req = self._get_root
         if req is None:  # prebuilt once; its sequence number patched per call
-            req = self._get_root = bytearray(_encode_plain(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ECHO, 0, self.ifindex,
-                                                           ROOT_HANDLE, TC_H_ROOT))
+            req = self._get_root = bytearray(encode_tcmsg(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ECHO, 0, self.ifindex,
+                                                          ROOT_HANDLE, TC_H_ROOT))
         seq = nl.next_seq()
-        _SEQ.pack_into(req, 8, seq)
+        set_seq(req, seq)
         try:
-            nl.sock.send(req)
-            sent, qlen, backlog = nl.read_root_counters(seq)
+            nl.send(req)
+            buf, off, mlen = nl.reply(seq)
+            # where the counters lie, learnt once per message length (the layout of one qdisc's
+            # message stays while its options do)
+            at = self._root_layout.get(mlen)
+            if at is None:
+                at = self._root_layout[mlen] = root_counter_offsets(buf, off, mlen)
+            sent, qlen, backlog = qdisc_counters(buf, off, at)
         except OSError as e:
             raise self._fail("get root qdisc", e.errno or 0, "") from None
         base = self._root_sent_base
@@ -1507,25 +1006,17 @@ class TcGate:
         self._dests.clear()
         self._cache.clear()
         self._plans.clear()
-        orig = self._original
-        if orig is None or orig.kind in ("", "noqueue"):
-            return
-        now = self._root()
-        if now is not None and now.kind == orig.kind:
-            return
-        attrs = _attr_str(TCA_KIND, orig.kind) + orig.options_attr()
-        msg = _encode_plain(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
-                            self._nl.next_seq(), self.ifindex, orig.handle, TC_H_ROOT, 0, attrs)
-        self._run([(f"restore original root {orig.kind}", msg)])
+        try:
+            put_back_root(self._nl, self.ifindex, self._original)
+        except OSError as e:
+            raise GateError(f"{self._where}: {e}") from None
 
     def _delete_root(self) -> None:
-        msg = _encode_plain(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, self._nl.next_seq(), self.ifindex,
-                            ROOT_HANDLE, TC_H_ROOT)
+        """Delete our root (gone already: nothing to do)."""
         try:
-            self._run([("delete root htb 7c0:", msg)])
-        except GateError as e:
-            if "ENOENT" not in str(e) and "EINVAL" not in str(e):
-                raise
+            delete_root(self._nl, self.ifindex, ROOT_HANDLE, "delete root htb 7c0:")
+        except OSError as e:
+            raise GateError(f"{self._where}: {e}") from None
 
     def close(self) -> None:
         """Close the sockets (does not restore)."""
@@ -1548,39 +1039,6 @@ class TcGate:
             self.close()
 
 
-def _attr_str(atype: int, value: str) -> bytes:
-    data = value.encode() + b"\0"
-    a = _NLATTR.pack(4 + len(data), atype) + data
-    return a + b"\0" * (_align4(len(a)) - len(a))
-
-
-_TICKS: list[float] = []
-
-
-def _without_ack(msg: bytes) -> bytes:
-    """``msg`` with ``NLM_F_ACK`` cleared: the hot path reads only the errors rtnetlink queues."""
-    m = bytearray(msg)
-    struct.pack_into("=H", m, 6, struct.unpack_from("=H", m, 6)[0] & ~NLM_F_ACK)
-    return bytes(m)
-
-
-def _least_rate_Bps(burst: int) -> int:
-    """The least rate (bytes/s) at which a TBF bucket of ``burst`` bytes fits: TBF's buffer is
-    burst/rate in ticks (1/64 us here: /proc/net/psched) as a u32."""
-    return math.ceil(burst * 1e6 * _ticks_per_us() / (2**32 - 1)) + 1
-
-
-def _ticks_per_us() -> float:
-    """Kernel scheduler ticks per microsecond (/proc/net/psched: t2us and us2t; 15.625 today)."""
-    if not _TICKS:
-        try:
-            with open("/proc/net/psched") as f:
-                t2us, us2t = (int(x, 16) for x in f.read().split()[:2])
-            _TICKS.append(t2us / us2t)
-        except (OSError, ValueError):
-            _TICKS.append(15.625)
-    return _TICKS[0]
-
 
 def cleanup(ifname: str, netns: str | None = None, gso_max_segs: int | None = None) -> bool:
     """Remove what a killed gate left on ``ifname``: an HTB root with handle ``7c0:``.
@@ -1596,29 +1054,13 @@ def cleanup(ifname: str, netns: str | None = None, gso_max_segs: int | None = No
         The namespace or interface does not exist, or the kernel refused.
     """
     where = f"{ifname}" + (f" (netns {netns})" if netns else "")
-
-    def open_nl() -> tuple[_Rtnl, int]:
-        try:
-            index = socket.if_nametoindex(ifname)
-        except OSError:
-            raise GateError(f"{where}: no such interface") from None
-        return _Rtnl(), index
-
-    nl, ifindex = in_netns(netns, open_nl)
     try:
-        root = next((o for o in decode_class_dump(nl.dump(RTM_GETQDISC, ifindex))
-                     if o.ifindex == ifindex and o.parent == TC_H_ROOT), None)
-        if root is None or root.handle != ROOT_HANDLE or root.kind != "htb":
+        if not remove_root(ifname, netns, handle=ROOT_HANDLE, kind="htb"):
             return False
-        msg = _encode_plain(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, ROOT_HANDLE, TC_H_ROOT)
-        acks, _ = nl.transact([msg])
-        code, kmsg = acks[_SEQ.unpack_from(msg, 8)[0]]
-        if code:
-            raise GateError(f"{where}: cleanup: delete root htb 7c0:: {_errtext(code, kmsg)}")
-    except OSError as e:
-        raise GateError(f"{where}: cleanup: {_errtext(e.errno or 0, '')}") from None
-    finally:
-        nl.close()
+    except NetlinkError as e:
+        if e.errno == _errno.ENODEV:
+            raise GateError(f"{where}: no such interface") from None
+        raise GateError(f"{where}: cleanup: {e}") from None
     if gso_max_segs is not None:
         now, default = link_gso_max_segs(ifname, netns)
         if now == gso_max_segs and default is not None and default != now:
@@ -1640,7 +1082,7 @@ def link_gso_max_segs(ifname: str, netns: str | None = None, set_to: int | None 
 
     def op() -> tuple[int, int | None]:
         from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
+        from pyroute2.netlink.exceptions import NetlinkError as Pyroute2NetlinkError
 
         with IPRoute() as ipr:
             try:
@@ -1653,11 +1095,12 @@ def link_gso_max_segs(ifname: str, netns: str | None = None, set_to: int | None 
                     raise GateError(f"{where}: the kernel does not report gso_max_segs")
                 if set_to is not None and set_to != gso:
                     ipr.link("set", index=idx[0], gso_max_segs=int(set_to))
-            except NetlinkError as e:
+            except Pyroute2NetlinkError as e:
                 what = f"set gso_max_segs {set_to}" if set_to is not None else "read gso_max_segs"
                 kmsg = str(e.args[1]) if len(e.args) > 1 and e.args[1] != os.strerror(e.code) else ""
-                raise GateError(f"{where}: {what}: {_errtext(e.code, kmsg)}") from None
+                raise GateError(f"{where}: {what}: {error_text(e.code, kmsg)}") from None
             return int(gso), (int(tso) if tso is not None else None)
 
     return in_netns(netns, op)
+
 

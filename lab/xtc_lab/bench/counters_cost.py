@@ -71,13 +71,14 @@ def cpu_per_call_ms(call: Callable[[], object], reps: int) -> dict[str, float]:
 
 def dump_only(nl: NetlinkCounters) -> Callable[[], int]:
     """The RTM_GETSTATS dump on the adapter's socket, received but not decoded."""
-    sock = nl._sock
-    assert sock is not None
+    nl_sock = nl._sock  # the adapter's RouteSocket
+    assert nl_sock is not None
+    sock = nl_sock.sock
     buf = bytearray(1 << 16)
     done = rtnl_codec.NLMSG_DONE.to_bytes(2, sys.byteorder)
 
     def run() -> int:
-        seq = nl._next_seq()
+        seq = nl_sock.next_seq()
         sock.send(rtnl_codec.encode_getstats_dump(seq))
         total = 0
         while True:
