@@ -7,65 +7,42 @@ leaves) and a queue of one bucket (``limit`` = burst bytes): a packet that does 
 dropped, not delayed, so a limiter that does not bind adds no queue.  Why TBF on the host's
 egress into the VR and not an ingress drop: docs/design/early-drop.md (measured).
 
-The messages are encoded and sent with the XCo gate's netlink pieces (:mod:`xtc.host.tcgate`:
-one netlink module, not a second copy); when that module is split into ``xtc.host.netlink`` (the
-socket) and ``xtc.host.tccodec`` (the codec), this adapter moves onto them unchanged in behaviour.
+The messages are encoded by :mod:`xtc.host.tccodec` (pure) and go through the one netlink
+adapter, :class:`xtc.host.netlink.RouteSocket`; the root-qdisc look-up and deletion are
+:mod:`xtc.host.qdiscs`'s.  Netlink errors become :class:`~xtc.host.limiter.LimiterError` here.
 
 With ``netns``, every operation happens in ``/run/netns/<netns>`` (tests; a host's VRs'
 interfaces are in the host's namespace).
 
 Public API
 ----------
-TcLimiter(netns=None), ROOT_HANDLE, tbf_setting
+TcLimiter(netns=None), ROOT_HANDLE
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 
-from xtc.host import tcgate as _tc
+from xtc.host import qdiscs, tccodec
+from xtc.host.netlink import NetlinkError, error_text, in_netns, open_route_socket
 
 from .limiter import LimiterError, LimiterSetting
 
-__all__ = ["ROOT_HANDLE", "TcLimiter", "tbf_setting"]
+__all__ = ["ROOT_HANDLE", "TcLimiter"]
 
 #: Handle of the limiter's root TBF (major 0xed0, "early drop"): how a leftover is recognised.
 ROOT_HANDLE = 0x0ED0_0000
+#: Root qdiscs the kernel attaches by itself (handle 0): the limiter may replace these, nothing else.
 _DEFAULT_KINDS = ("noqueue", "pfifo_fast", "mq", "fq_codel", "")
-_QOPT = struct.Struct("=BBHhHI BBHhHI III")  # tc_tbf_qopt: rate, peakrate (tc_ratespec), limit, buffer, mtu
 
 
-def tbf_setting(raw_message: bytes) -> LimiterSetting | None:
-    """The rate and bucket of a dumped TBF qdisc message (None if it has no readable parameters)."""
-    start = _tc._NLMSGHDR.size + _tc._TCMSG.size
-    qopt = rate64 = None
-    for t, a, b in _tc._attrs(raw_message, start, len(raw_message)):
-        if t == _tc.TCA_OPTIONS:
-            for nt, na, nb in _tc._attrs(raw_message, a, b):
-                if nt == _tc._TCA_TBF_PARMS and nb - na >= _QOPT.size:
-                    qopt = _QOPT.unpack_from(raw_message, na)
-                elif nt == _tc.TCA_TBF_RATE64 and nb - na >= 8:
-                    (rate64,) = struct.unpack_from("=Q", raw_message, na)
-    if qopt is None:
+def _setting(o: tccodec.TcObject) -> LimiterSetting | None:
+    got = tccodec.tbf_parameters(o.raw)
+    if got is None or got[0] <= 0:
         return None
-    rate = max(qopt[5], rate64 or 0)
-    buffer_ticks = qopt[13]
-    if rate <= 0:
-        return None
-    burst = round(buffer_ticks / _tc._ticks_per_us() * rate / 1e6)
+    rate, buffer_ticks = got
+    burst = round(buffer_ticks / qdiscs.ticks_per_us() * rate / 1e6)
     return LimiterSetting(rate_bytes_per_s=int(rate), burst_bytes=max(1, int(burst)))
-
-
-def _queue_drops(raw_message: bytes) -> int:
-    """``drops`` of TCA_STATS2/TCA_STATS_QUEUE (struct gnet_stats_queue: qlen, backlog, drops, ...)."""
-    start = _tc._NLMSGHDR.size + _tc._TCMSG.size
-    for t, a, b in _tc._attrs(raw_message, start, len(raw_message)):
-        if t == _tc.TCA_STATS2:
-            for st, c, d in _tc._attrs(raw_message, a, b):
-                if st == _tc.TCA_STATS_QUEUE and d - c >= 12:
-                    return struct.unpack_from("=III", raw_message, c)[2]
-    return 0
 
 
 class TcLimiter:
@@ -74,12 +51,16 @@ class TcLimiter:
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
         try:
-            self._nl = _tc.in_netns(netns, _tc._Rtnl)
-        except _tc.GateError as e:
+            self._nl = open_route_socket(netns)
+        except NetlinkError as e:
             raise LimiterError(f"early-drop limiter: {e}") from None
 
     def _where(self, ifname: str) -> str:
         return ifname + (f" (netns {self.netns})" if self.netns else "")
+
+    def _fail(self, ifname: str, what: str, e: OSError) -> LimiterError:
+        return LimiterError(f"{self._where(ifname)}: early-drop limiter: {what}: "
+                            f"{e if isinstance(e, NetlinkError) else error_text(e.errno or 0)}")
 
     def _index(self, ifname: str) -> int | None:
         def look() -> int | None:
@@ -87,41 +68,34 @@ class TcLimiter:
                 return socket.if_nametoindex(ifname)
             except OSError:
                 return None
-        return _tc.in_netns(self.netns, look)
-
-    def _root(self, ifname: str, ifindex: int) -> _tc._TcObject | None:
         try:
-            objs = _tc.decode_class_dump(self._nl.dump(_tc.RTM_GETQDISC, ifindex))
-        except OSError as e:
-            raise LimiterError(f"{self._where(ifname)}: early-drop limiter: read qdiscs: "
-                               f"{_tc._errtext(e.errno or 0, '')}") from None
-        return next((o for o in objs if o.ifindex == ifindex and o.parent == _tc.TC_H_ROOT), None)
+            return look() if self.netns is None else in_netns(self.netns, look)
+        except NetlinkError as e:
+            raise self._fail(ifname, "find the interface", e) from None
 
-    def _ours(self, root: _tc._TcObject | None) -> bool:
+    def _root(self, ifname: str, ifindex: int) -> tccodec.TcObject | None:
+        try:
+            return qdiscs.root_qdisc(self._nl, ifindex)
+        except OSError as e:
+            raise self._fail(ifname, "read qdiscs", e) from None
+
+    @staticmethod
+    def _ours(root: tccodec.TcObject | None) -> bool:
         return root is not None and root.handle == ROOT_HANDLE and root.kind == "tbf"
 
-    def _send(self, ifname: str, what: str, msg: bytes) -> None:
-        seq = _tc._SEQ.unpack_from(msg, 8)[0]
+    def _send(self, ifname: str, what: str, command: str, ifindex: int, setting: LimiterSetting) -> None:
+        burst = setting.burst_bytes
+        msg = tccodec.encode_tbf(command, self._nl.next_seq(), ifindex=ifindex, handle=ROOT_HANDLE,
+                                 parent=tccodec.TC_H_ROOT, rate_Bps=setting.rate_bytes_per_s, burst=burst, limit=burst)
         try:
-            acks, _ = self._nl.transact([msg])
+            acks, _ = self._nl.transact([msg], what)
         except OSError as e:
-            raise LimiterError(f"{self._where(ifname)}: early-drop limiter: {what}: "
-                               f"{_tc._errtext(e.errno or 0, '')}") from None
-        code, kmsg = acks[seq]
+            raise self._fail(ifname, what, e) from None
+        code, kmsg = next(iter(acks.values()))
         if code:
-            raise LimiterError(f"{self._where(ifname)}: early-drop limiter: {what}: {_tc._errtext(code, kmsg)}")
+            raise LimiterError(f"{self._where(ifname)}: early-drop limiter: {what}: {error_text(code, kmsg)}")
 
-    def _tbf(self, command: str, ifindex: int, setting: LimiterSetting) -> bytes:
-        rate = setting.rate_bytes_per_s
-        burst = max(setting.burst_bytes, 1)
-        msg = _tc.encode_tc(command, self._nl.next_seq(), kind="tbf", index=ifindex, handle=ROOT_HANDLE,
-                            parent=_tc.TC_H_ROOT, rate=min(rate, _tc._U32_MAX), burst=burst, limit=burst)
-        msg = _tc._append_option(msg, _tc.TCA_TBF_BURST, struct.pack("=I", burst))
-        if rate > _tc._U32_MAX:
-            msg = _tc._append_option(msg, _tc.TCA_TBF_RATE64, struct.pack("=Q", rate))
-        return msg
-
-    def _require(self, ifname: str) -> tuple[int, _tc._TcObject | None]:
+    def _require(self, ifname: str) -> tuple[int, tccodec.TcObject | None]:
         ifindex = self._index(ifname)
         if ifindex is None:
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter: no such interface")
@@ -130,40 +104,37 @@ class TcLimiter:
     def install(self, ifname: str, setting: LimiterSetting) -> None:
         ifindex, root = self._require(ifname)
         if self._ours(root):
-            self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", self._tbf("change", ifindex, setting))
+            self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", "change", ifindex, setting)
             return
         if root is not None and (root.handle != 0 or root.kind not in _DEFAULT_KINDS):
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter: the interface carries a "
                                f"{root.kind or '?'} root qdisc {root.handle >> 16:x}: that is not the kernel "
                                "default; not replaced (remove it, or leave early drop off for this VR)")
-        self._send(ifname, f"add tbf {setting.rate_bytes_per_s} B/s", self._tbf("add", ifindex, setting))
+        self._send(ifname, f"add tbf {setting.rate_bytes_per_s} B/s", "add", ifindex, setting)
 
     def update(self, ifname: str, setting: LimiterSetting) -> None:
         ifindex, root = self._require(ifname)
         if not self._ours(root):
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter: none to change")
-        self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", self._tbf("change", ifindex, setting))
+        self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", "change", ifindex, setting)
 
     def remove(self, ifname: str) -> bool:
         ifindex = self._index(ifname)
-        if ifindex is None:
+        if ifindex is None or not self._ours(self._root(ifname, ifindex)):
             return False
-        if not self._ours(self._root(ifname, ifindex)):
-            return False
-        msg = _tc._encode_plain(_tc.RTM_DELQDISC, _tc.NLM_F_REQUEST | _tc.NLM_F_ACK, self._nl.next_seq(), ifindex,
-                                ROOT_HANDLE, _tc.TC_H_ROOT)
-        self._send(ifname, "delete root tbf ed0:", msg)
-        return True
+        try:
+            return qdiscs.delete_root(self._nl, ifindex, ROOT_HANDLE, "delete root tbf ed0:")
+        except OSError as e:
+            raise self._fail(ifname, "delete root tbf ed0:", e) from None
 
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         ifindex = self._index(ifname)
         if ifindex is None:
             return None
         root = self._root(ifname, ifindex)
-        if not self._ours(root):
+        if root is None or not self._ours(root):
             return None
-        assert root is not None
-        return tbf_setting(root.raw), _queue_drops(root.raw)
+        return _setting(root), tccodec.queue_drops(root.raw)
 
     def dropped_packets(self, ifname: str) -> int | None:
         found = self.adopt(ifname)
