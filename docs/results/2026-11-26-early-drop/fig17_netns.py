@@ -4,7 +4,9 @@ A TCP VR (one iperf3 flow, 524-byte frames) and a UDP VR (a paced stream of 524-
 of the lab, each a netns forwarder in its own cgroup; ``xtc daemon`` (cgroup backend) holds the
 UDP VR at 20% and the TCP VR at 80% of the first "without" phase's aggregate.  Per phase: what
 the host hands the UDP VR (host-side TX of its vifs), what each VR forwards (host-side RX), host
-softirq CPU (/proc/stat, percent of one CPU), the load average.  Run as root from the worktree's
+softirq CPU (/proc/stat, percent of one CPU), the load average, and whether each VR carried a
+limiter at the end of the window (early drop is asked for both VRs in the last phase: the TCP
+VR, whose source backs off, must get none).  Run as root from the worktree's
 venv: ``.venv/bin/python docs/results/2026-11-26-early-drop/fig17_netns.py OUT.json [REPS]``.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,9 +81,14 @@ def main() -> None:
                         d = LabDaemon(work / f"d{rep}-{phase}", "lxc:///", [tcp_vr, udp_vr], kind="xtc").start(START_S)
                         d.call("activate", vr=udp_vr.name, setpoint_pps=setpoints["udp"],
                                early_drop=(phase == "xtc+early-drop"))
-                        d.call("activate", vr=tcp_vr.name, setpoint_pps=setpoints["tcp"], early_drop=False)
+                        # early drop asked for the TCP VR too: its source backs off, so it must get no limiter
+                        d.call("activate", vr=tcp_vr.name, setpoint_pps=setpoints["tcp"],
+                               early_drop=(phase == "xtc+early-drop"))
                         time.sleep(SETTLE_S)
                     m = measure(vrs, HOLD_S)
+                    for key, vr in vrs.items():  # a limiter (early drop's TBF ed0:) on the VR's vifs at the end?
+                        m[f"{key}_limited"] = any("tbf ed0:" in subprocess.run(
+                            ["tc", "qdisc", "show", "dev", v], capture_output=True, text=True, check=False).stdout for v in vr.vifs)
                     if setpoints is None:
                         agg = (m["tcp_forwarded_kpps"] + m["udp_forwarded_kpps"]) * 1e3
                         setpoints = {"udp": 0.2 * agg, "tcp": 0.8 * agg}
