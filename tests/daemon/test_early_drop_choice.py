@@ -16,7 +16,7 @@ VRS = '[sim]\nseed = 1\n[[sim.vr]]\nname = "vr1"\noffered_pps = 30000\n[[sim.vr]
 
 
 def xtc(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "xtc.cli", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run([sys.executable, "-m", "xtc.cli", *args], capture_output=True, text=True, timeout=30, check=False)
 
 
 def choices(d: Path) -> dict:
