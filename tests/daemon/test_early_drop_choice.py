@@ -51,3 +51,15 @@ def test_a_bad_early_drop_field_is_one_clear_refusal(tmp_path, start_daemon):
         rep = c.request("activate", vr="vr1", setpoint_pps=20000, early_drop="yes")
     assert rep["ok"] is False and rep["error"]["code"] == "bad_field" and "early_drop" in rep["error"]["message"]
     assert "vr1" not in choices(tmp_path)
+
+
+def test_status_says_whether_the_vr_has_early_drop(tmp_path, start_daemon):
+    cfg = write_config(tmp_path, VRS)
+    start_daemon(cfg)
+    from xtc.daemon.ctl import ManagerClient
+
+    with ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10) as c:
+        assert c.call("status", vr="vr1")["early_drop"] == {"on": False, "limit_pps": None,
+                                                            "limit_bytes_per_s": None, "interfaces": []}
+        c.call("activate", vr="vr1", setpoint_pps=20000, early_drop=True)
+        assert c.call("status", vr="vr1")["early_drop"]["on"] is True

@@ -100,6 +100,15 @@ class EarlyDrop:
         v = self.vrs.get(vr)
         return None if v is None else v.limit
 
+    def describe(self, vr: str) -> dict[str, Any]:
+        """The VR's early drop for a ``status`` reply: on or off, and the limit in place (null: none)."""
+        v = self.vrs.get(vr)
+        limit = None if v is None else v.limit
+        return {"on": v is not None and v.on,
+                "limit_pps": None if limit is None else round(limit.rate_pps, 1),
+                "limit_bytes_per_s": None if limit is None else limit.rate_bytes_per_s,
+                "interfaces": [] if v is None or limit is None else list(v.ifaces)}
+
     def to_state(self) -> dict[str, Any]:
         return {"vrs": {n: {"on": v.on} for n, v in sorted(self.vrs.items())}}
 

@@ -695,6 +695,8 @@ class DaemonService:
             if not changed:
                 self.core.dirty = was_dirty
             self._count(self.control.apply(actions, now))
+            if req.vr is not None and cmd == "status" and self.control.early_drop is not None:  # early drop
+                result = {**result, "early_drop": self.control.early_drop.describe(req.vr)}
             if req.vr is not None and req.vr in self.core.pending_restores and req.cmd == "deactivate":
                 result = {**result, "restore_pending": True}
             if cmd not in ("list", "status", "ping"):
