@@ -108,6 +108,8 @@ interfaces = ["{vifs[0]}", "{vifs[1]}"]
             client = ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10)
             client.call("activate", vr=vr.name, setpoint_pps=setpoint, early_drop=True)
             assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+            ed = client.call("status", vr=vr.name)["early_drop"]
+            assert ed["on"] is True and ed["interfaces"] == list(vifs) and ed["limit_pps"] >= setpoint * 1.2, ed
             time.sleep(8.0)  # the controller settles; the limit follows it
             c0, t0 = read_packet_counters(), time.monotonic()
             time.sleep(5.0)
