@@ -71,6 +71,8 @@ COMMANDS: dict[str, dict[str, tuple[str, bool, str]]] = {
     "activate": {
         "vr": ("vr", True, "the VR to control"),
         "setpoint_pps": ("setpoint", True, "packets/s the VR should forward, summed over its interfaces"),
+        "early_drop": ("flag", False, "drop the VR's excess at the host while it is capped below its offered load "
+                                      "(docs/guide/early-drop.md); absent: the daemon's daemon.early_drop"),
     },
     "pause": {"vr": ("vr", True, "stop adjusting the cap; the cap stays where it is")},
     "resume": {"vr": ("vr", True, "start adjusting again, bumpless from the current cap")},
@@ -114,6 +116,8 @@ class Request:
     vr: str | None = None
     setpoint_pps: float | None = None
     id: str | int | None = None
+    #: ``activate`` only: early drop on/off for this VR (None: the configured default).
+    early_drop: bool | None = None
 
 
 # ----------------------------------------------------------------------------------- the models
@@ -123,7 +127,7 @@ _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 VrName = Annotated[str, Field(min_length=1, max_length=MAX_VR_NAME)]
 SetpointPps = Annotated[float, Field(ge=MIN_SETPOINT_PPS, allow_inf_nan=False)]
 RequestId = Annotated[str, Field(max_length=MAX_ID_CHARS)] | Annotated[int, Field(ge=-(2**63), lt=2**63)]
-_FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps}
+_FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps, "flag": bool}
 
 
 class _RequestBase(BaseModel):
@@ -384,7 +388,8 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
     except ApiError as e:
         e.request_id = rid  # type: ignore[attr-defined]
         raise
-    return Request(cmd=cmd, vr=getattr(req, "vr", None), setpoint_pps=getattr(req, "setpoint_pps", None), id=rid)
+    return Request(cmd=cmd, vr=getattr(req, "vr", None), setpoint_pps=getattr(req, "setpoint_pps", None), id=rid,
+                   early_drop=getattr(req, "early_drop", None))
 
 
 # numpy scalars and arrays as numbers and lists; int keys as strings (as json.dumps writes them).

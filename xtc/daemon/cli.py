@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("activate", help="start controlling a VR at a setpoint")
     s.add_argument("vr")
     s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
+    s.add_argument("--early-drop", action=argparse.BooleanOptionalAction, default=None,
+                   help="drop the VR's excess at the host while it is capped below its offered load "
+                        "(default: the daemon's daemon.early_drop); docs/guide/early-drop.md")
     for name, text in (("deactivate", "stop controlling a VR and restore its original cap"),
                        ("pause", "stop adjusting a VR's cap (it stays where it is)"),
                        ("resume", "adjust a paused VR's cap again")):
@@ -185,6 +188,8 @@ def _cmd_ctl(args: argparse.Namespace) -> int:
         fields["vr"] = args.vr
         if cmd in ("activate", "setpoint"):
             fields["setpoint_pps"] = parse_setpoint(args.setpoint)
+        if cmd == "activate" and args.early_drop is not None:
+            fields["early_drop"] = args.early_drop
     with ManagerClient(endpoint, timeout_s=args.timeout, curve_secret_file=curve_key, server_key=server_key) as c:
         try:
             rep = c.request(cmd, **fields)

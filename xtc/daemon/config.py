@@ -18,6 +18,9 @@ A complete example (every key shown with its default unless marked required)::
                                      # where the quota would be under 1 ms (25000: caps >= 4% on
                                      # 25 ms, 2-4% on 50 ms, 1-2% on 100 ms); the original period
                                      # is restored with the quota.  Not with Xen.  See below.
+    early_drop = false               # drop a capped VR's excess at the host (a TBF on its host-side
+                                     # interfaces) for activations that do not say; docs/guide/early-drop.md
+    early_drop_margin_fraction = 0.2  # the limit is at least this much above what the VR forwards at its cap
 
     [controller]
     model = "paper"                  # "paper" or the path of a model file
@@ -277,6 +280,8 @@ class DaemonSection:
     max_setpoint_pps: Annotated[Number, within(1.0, 1e10)] = 1e8
     reassert_period_s: Annotated[Number, within(0.0, 86400.0)] = 30.0
     cfs_period_us: Annotated[Integer, within(0, 1_000_000)] = 0
+    early_drop: Bool = False
+    early_drop_margin_fraction: Annotated[Number, within(0.0, 10.0)] = 0.2
 
     @model_validator(mode="after")
     def _cfs_period(self) -> DaemonSection:

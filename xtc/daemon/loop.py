@@ -36,6 +36,7 @@ from .api import ApiError, Request
 from .core import Action, DaemonCore, SetCap
 from xtc.service.logs import event
 from .meter import CpuMeter, PeriodMeter, VrReading
+from .limiter_state import EarlyDrop, VrLoad
 
 __all__ = ["ControlLoop", "PeriodReport", "ActionOutcomes", "DISCOVERY_PERIOD_S"]
 
@@ -107,6 +108,9 @@ class ControlLoop:
         #: could not be looked at then): checked before their first cap write (:meth:`apply`).
         self.unchecked_records: set[str] = set()
         self._misfits_logged: set[str] = set()
+        # --- early drop (issue 48): the limiters on the VRs' interfaces, None = off (xtc/daemon/limiter_state.py)
+        self.early_drop: EarlyDrop | None = None
+        self._early_drop_last_s: float | None = None
 
     # ------------------------------------------------------------------------ VR inventory
     def discover(self, now_s: float, force: bool = False) -> bool:
@@ -121,6 +125,10 @@ class ControlLoop:
             return False
         if vrs != self.vrs:
             event(log, logging.INFO, "vrs_changed", vrs=sorted(vrs))
+            if self.early_drop is not None:  # early drop: a VR back (or with new interfaces) gets its limit again
+                for name, ifs in vrs.items():
+                    if self.vrs.get(name) != ifs:
+                        self.early_drop.reappeared(name)
         self.vrs = vrs
         self.core.set_present(frozenset(vrs))
         return True
@@ -143,6 +151,7 @@ class ControlLoop:
             report.meter_error = str(e)
             event(log, logging.WARNING, "meter_failed", error=str(e))
             readings: Mapping[str, VrReading] = {}
+            counters = {}
         else:
             if self.clock is not None:
                 now_s = self.clock()
@@ -153,8 +162,40 @@ class ControlLoop:
         report.cpu_percent = cpu
         actions = self.core.period(now_s, readings, cpu)
         self._start_cpu(now_s)
+        if self.early_drop is not None:  # early drop: limits follow *before* the caps are written
+            self._early_drop_period(now_s, readings, counters if readings else {}, actions)
         report.outcomes = self.apply(actions, now_s)
         return report
+
+    # --------------------------------------------------------------- early drop (issue 48)
+    def _early_drop_period(self, now_s: float, readings: Mapping[str, VrReading], counters: Mapping[str, Any],
+                           actions: list[Action]) -> None:
+        """Hand :class:`EarlyDrop` each active instance's period (with the model's prediction when
+        the cap about to be written is a raise)."""
+        assert self.early_drop is not None
+        last, self._early_drop_last_s = self._early_drop_last_s, now_s
+        if not self.early_drop.vrs and not self.early_drop.pending_removals:
+            return  # nobody has early drop: nothing to look at
+        period_s = 0.0 if last is None else now_s - last
+        next_cap = {a.vr: a.cap_percent for a in actions if isinstance(a, SetCap)}
+        loads: dict[str, VrLoad] = {}
+        for name in [n for n, v in self.early_drop.vrs.items() if v.on]:  # only the VRs that have it: nothing else is touched
+            inst, r = self.core.instances.get(name), readings.get(name)
+            if inst is None or inst.state != "active" or r is None:
+                continue
+            # What the VR will forward at the cap about to be written, when that is a raise: the
+            # measured rate plus the model's gain between the two caps (the model's slope, not its
+            # absolute level, which an uncalibrated model gets wrong on another host).
+            cur = inst.cap_in_force_percent if inst.cap_in_force_percent is not None else inst.applied_cap_percent
+            nxt = next_cap.get(name)
+            model = getattr(inst.controller, "model", None)
+            predicted = None
+            if (cur is not None and nxt is not None and nxt > cur and r.forwarded_pps is not None
+                    and hasattr(model, "steady_state_kpps")):
+                gain_pps = 1000.0 * (model.steady_state_kpps(nxt) - model.steady_state_kpps(cur))
+                predicted = r.forwarded_pps + max(0.0, gain_pps)
+            loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, predicted, r.counter_reset)
+        self.early_drop.period(period_s, self.vrs, loads, counters)
 
     # ---------------------------------------------------------------------------- CPU use
     def _read_cpu(self, vrs: frozenset[str], now_s: float) -> tuple[float, Mapping[str, int]] | None:
@@ -288,7 +329,13 @@ class ControlLoop:
         request does not apply.
         """
         cap, record = self.current_setting(req)
-        return self.core.handle(req, now_s, cap, record)
+        out = self.core.handle(req, now_s, cap, record)
+        if self.early_drop is not None and req.vr is not None:  # early drop: the activation's choice; deactivation removes it
+            if req.cmd == "activate":
+                self.early_drop.choose(req.vr, req.early_drop)
+            elif req.cmd == "deactivate":
+                self.early_drop.forget(req.vr)
+        return out
 
     def handle(self, req: Request, now_s: float) -> dict[str, Any]:
         """:meth:`decide` and :meth:`apply` in one (for callers with no state file)."""

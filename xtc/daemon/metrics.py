@@ -227,6 +227,9 @@ class DaemonMetrics(ServiceMetrics):
                                   "outcome (ok, failed)", ["outcome"], registry=r)
         self.periods = Counter("xtc_periods", "Control periods run", registry=r)
         self.meter_errors = Counter("xtc_meter_errors", "Failed meter reads", registry=r)
+        # early drop (issue 48): failed limiter operations on a VR's host-side interfaces
+        self.early_drop_failures = Counter("xtc_early_drop_failures", "Failed early-drop limiter operations "
+                                           "(install, raise, lower, remove), by operation", ["op"], registry=r)
         self.reloads = Counter("xtc_reloads", "Configuration reloads", ["outcome"], registry=r)
         self.work = Histogram(
             "xtc_period_work_seconds",

@@ -51,6 +51,10 @@ from xtc.service import curve
 from .core import DaemonCore, StateError
 from xtc.service.logs import event, setup_logging
 from .loop import ActionOutcomes, ControlLoop
+from .limiter_policy import LimiterTuning
+from .limiter_state import STATE_KEY as EARLY_DROP_KEY, EarlyDrop
+from xtc.host.limiter import LimiterError
+from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
 from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
@@ -200,6 +204,15 @@ def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
 #: Entry points of host backends that live outside the product (the testbed's simulated plant).
 
 
+def _open_limiter() -> TcLimiter | None:
+    """Early drop's limiter (a netlink socket); None, logged, where it cannot be had."""
+    try:
+        return TcLimiter()
+    except (LimiterError, OSError) as e:
+        event(log, logging.WARNING, "early_drop_unavailable", error=str(e))
+        return None
+
+
 def make_host(cfg: DaemonConfig) -> Host:
     """The host backend the configuration names.
 
@@ -270,6 +283,11 @@ class DaemonService:
             reassert_period_s=cfg.daemon.reassert_period_s,
         )
         self.control = ControlLoop(self.core, host, clock=clock)
+        # --- early drop (issue 48): per-VR limiters, opt-in (xtc/daemon/limiter_state.py)
+        self.control.early_drop = EarlyDrop(
+            _open_limiter(), default_on=cfg.daemon.early_drop,
+            tuning=LimiterTuning(margin_fraction=cfg.daemon.early_drop_margin_fraction),
+            on_failure=lambda _vr, op: self.metrics.early_drop_failures.labels(op).inc())
         self._last_save_s = -math.inf
         #: The instances' caps in the state file last written (in the order of ``core.instances``).
         self._saved_caps: list[float] | None = None
@@ -318,12 +336,16 @@ class DaemonService:
                 raise SystemExit(f"xtc daemon: state file {cfg.state_path}: {e}; move it away to start without state") from None
             for n in notes:
                 event(log, logging.WARNING, "state_note", note=n)
+            try:  # early drop's choices (a state file without them: none)
+                self.control.early_drop.load_state(doc.get(EARLY_DROP_KEY), set(self.core.instances))
+            except ValueError as e:
+                raise SystemExit(f"xtc daemon: state file {cfg.state_path}: {e}; move it away to start without state") from None
             self._fit_state_to_host()
             event(log, logging.INFO, "state_loaded", path=str(cfg.state_path),
                   instances=sorted(self.core.instances), pending_restores=sorted(self.core.pending_restores))
         # Fail now, not at the first activation, if the state cannot be written.
         try:
-            save_state(cfg.state_path, self.core.to_state())
+            save_state(cfg.state_path, self._state_doc())
         except StateFileError as e:
             raise SystemExit(f"xtc daemon: {e}; requests could not be saved, not starting") from None
         self._last_save_s = self.clock()
@@ -355,6 +377,8 @@ class DaemonService:
                                  f"(metrics.port): {e.strerror or e}") from None
         now = self.clock()
         self.control.discover(now, force=True)
+        # early drop: limiters a killed daemon left on the VRs' interfaces are removed (the next periods derive new ones)
+        self.control.early_drop.start(self.control.vrs)
         # The first counter reading starts the first period.
         self.control.period(now)
         src = getattr(self.host, "counters", None)
@@ -409,6 +433,7 @@ class DaemonService:
 
     def close(self) -> int:
         """Give every controlled VR its original cap back, save the state, close.  Returns rc."""
+        self.control.early_drop.remove_all()  # early drop: no limiter outlives the daemon
         failed = self.control.restore_all().restores_failed
         self._save(force=True)
         self._close_sockets()
@@ -562,7 +587,7 @@ class DaemonService:
             if age < STATE_SAVE_IDLE_PERIOD_S and caps == self._saved_caps:
                 return None  # no cap moved (the instances did not change either: not dirty)
         try:
-            save_state(self.cfg.state_path, self.core.to_state())
+            save_state(self.cfg.state_path, self._state_doc())
         except StateFileError as e:
             event(log, logging.ERROR, "state_save_failed", error=str(e))
             return str(e)
@@ -570,6 +595,12 @@ class DaemonService:
         self._last_save_s = now
         self._saved_caps = caps if caps is not None else [i.cap_percent for i in self.core.instances.values()]
         return None
+
+    def _state_doc(self) -> dict[str, Any]:
+        """The state file's document: the core's, and early drop's choices."""
+        doc = self.core.to_state()
+        doc[EARLY_DROP_KEY] = self.control.early_drop.to_state()
+        return doc
 
     # --------------------------------------------------------------------------- requests
     def _serve_requests(self, budget: int = 100) -> None:
@@ -651,6 +682,8 @@ class DaemonService:
             if not changed:
                 self.core.dirty = was_dirty
             self._count(self.control.apply(actions, now))
+            if req.vr is not None and cmd == "status" and self.control.early_drop is not None:  # early drop
+                result = {**result, "early_drop": self.control.early_drop.describe(req.vr)}
             if req.vr is not None and req.vr in self.core.pending_restores and req.cmd == "deactivate":
                 result = {**result, "restore_pending": True}
             if cmd not in ("list", "status", "ping"):

@@ -95,11 +95,13 @@ __all__ = [
     "encode_tcmsg",
     "filter_info",
     "least_rate_Bps",
+    "queue_drops",
     "qdisc_counters",
     "root_counter_offsets",
     "set_handles",
     "set_tbf_rate",
     "set_u32_filter",
+    "tbf_parameters",
     "u32_address_keys",
     "u32_class_change",
     "without_ack",
@@ -571,3 +573,37 @@ def qdisc_counters(buf: bytes | bytearray, off: int, at: tuple[int, int]) -> tup
     (sent,) = _U64.unpack_from(buf, off + at[0])
     qlen, backlog = _U32X2.unpack_from(buf, off + at[1])
     return sent, qlen, backlog
+
+
+# --------------------------------------------------------------------------- TBF read-back (early drop)
+
+#: struct tc_tbf_qopt: rate and peakrate (struct tc_ratespec: cell_log, linklayer, overhead,
+#: cell_align, mpu, rate), then limit, buffer (ticks), mtu.
+_TBF_QOPT = struct.Struct("=BBHhHI BBHhHI III")
+
+
+def tbf_parameters(raw: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """``(rate bytes/s, buffer in scheduler ticks)`` of one dumped TBF qdisc message (the 64-bit
+    rate when the message has it); None when it has no TBF parameters."""
+    qopt = rate64 = None
+    for t, a, b in iter_attrs(raw, _BODY, len(raw)):
+        if t == TCA_OPTIONS:
+            for nt, na, nb in iter_attrs(raw, a, b):
+                if nt == TCA_TBF_PARMS and nb - na >= _TBF_QOPT.size:
+                    qopt = _TBF_QOPT.unpack_from(raw, na)
+                elif nt == TCA_TBF_RATE64 and nb - na >= 8:
+                    (rate64,) = struct.unpack_from("=Q", raw, na)
+    if qopt is None:
+        return None
+    return max(qopt[5], rate64 or 0), qopt[13]
+
+
+def queue_drops(raw: bytes | bytearray | memoryview) -> int:
+    """Packets a dumped qdisc dropped (``TCA_STATS2``/``TCA_STATS_QUEUE``, struct gnet_stats_queue:
+    qlen, backlog, drops, ...); 0 when the message carries no queue statistics."""
+    for t, a, b in iter_attrs(raw, _BODY, len(raw)):
+        if t == TCA_STATS2:
+            for st, c, d in iter_attrs(raw, a, b):
+                if st == TCA_STATS_QUEUE and d - c >= 12:
+                    return struct.unpack_from("=III", raw, c)[2]
+    return 0

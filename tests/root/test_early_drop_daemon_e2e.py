@@ -1,0 +1,142 @@
+"""Early drop in the real daemon process (cgroup backend) on a real netns VR: the limiter comes,
+holds what the host hands the VR near its setpoint, and leaves nothing behind.
+
+The set-up of tests/root/test_daemon_cgroup_e2e.py (a netns VR of the lab with its own cgroup,
+a paced UDP stream, ``xtc daemon`` as a separate process talked to through its manager API and
+its signals).  Proved: an activation with ``"early_drop": true`` puts a TBF ``ed0:`` on the VR's
+host-side interfaces; SIGKILL leaves it, the restarted daemon removes the leftover and installs a
+fresh one; deactivation removes it; SIGTERM leaves the interfaces exactly as they were before
+(``tc qdisc show``).  Everything under a random prefix, removed afterwards, also on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import DaemonProc
+
+from xtc.daemon.ctl import ManagerClient
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]
+
+OFFERED_PPS = 100_000
+
+
+def qdiscs(vifs: tuple[str, ...]) -> str:
+    text = "".join(subprocess.run(["tc", "qdisc", "show", "dev", v], check=True, capture_output=True,
+                                  text=True).stdout for v in vifs)
+    return re.sub(r"refcnt \d+ ", "", text)
+
+
+def limited(vifs: tuple[str, ...]) -> bool:
+    return qdiscs(vifs).count("tbf ed0: root") == len(vifs)
+
+
+def until(pred: Any, timeout_s: float, dt_s: float = 0.3) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(dt_s)
+    return False
+
+
+@pytest.fixture
+def netns_lab() -> Iterator[Any]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates namespaces, bridges and cgroups")
+    from xtc_lab.lab.netlab import LabError, NetLab, find_cpu_cgroup, random_prefix
+
+    try:
+        find_cpu_cgroup()
+    except LabError as e:
+        pytest.skip(f"no usable cgroup cpu controller: {e}")
+    lab = NetLab(prefix=random_prefix("xtced"))
+    try:
+        yield lab
+    finally:
+        lab.teardown()
+
+
+def test_early_drop_in_the_daemon_comes_and_goes_with_the_instance(netns_lab: Any, tmp_path: Path) -> None:
+    from xtc_lab.lab.netlab import read_packet_counters
+    from xtc_lab.lab.traffic import start_udp_stream
+
+    lab = netns_lab
+    vr = lab.add_netns_vr(cgroup=True)
+    vifs = tuple(vr.vifs)
+    before = qdiscs(vifs)
+    cfg = tmp_path / "xtcd.toml"
+    cfg.write_text(f"""schema = "xtc-daemon/1"
+[daemon]
+backend = "cgroup"
+control_period_s = 1.0
+state_dir = "{tmp_path}/state"
+[manager]
+endpoint = "ipc://{tmp_path}/mgr.sock"
+pub_endpoint = "ipc://{tmp_path}/pub.sock"
+[metrics]
+enabled = false
+[[cgroup.vr]]
+name = "{vr.name}"
+path = "{vr.cgroup}"
+interfaces = ["{vifs[0]}", "{vifs[1]}"]
+""")
+    procs: list[Any] = []
+    client: ManagerClient | None = None
+    try:
+        with start_udp_stream(lab, vr, OFFERED_PPS, duration_s=90):
+            time.sleep(1.5)
+            c0, t0 = read_packet_counters(), time.monotonic()
+            time.sleep(3.0)
+            c1, t1 = read_packet_counters(), time.monotonic()
+            free = sum(c1[v][0] - c0[v][0] for v in vifs) / (t1 - t0)
+            if free < 20_000:
+                pytest.skip(f"this host forwards only {free:.0f} pps through an unlimited VR: too busy")
+            setpoint = 0.3 * free
+            d = DaemonProc(cfg)
+            procs.append(d)
+            d.wait_event("started", timeout_s=30)
+            client = ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10)
+            client.call("activate", vr=vr.name, setpoint_pps=setpoint, early_drop=True)
+            assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+            ed = client.call("status", vr=vr.name)["early_drop"]
+            assert ed["on"] is True and ed["interfaces"] == list(vifs) and ed["limit_pps"] >= setpoint * 1.2, ed
+            time.sleep(8.0)  # the controller settles; the limit follows it
+            c0, t0 = read_packet_counters(), time.monotonic()
+            time.sleep(5.0)
+            c1, t1 = read_packet_counters(), time.monotonic()
+            handed = sum(c1[v][1] - c0[v][1] for v in vifs) / (t1 - t0)
+            fwd = sum(c1[v][0] - c0[v][0] for v in vifs) / (t1 - t0)
+            print(f"\n[early-drop-e2e] unlimited VR forwards {free:.0f} pps; setpoint {setpoint:.0f}: handed "
+                  f"{handed:.0f}, forwarded {fwd:.0f} pps; load {os.getloadavg()[0]:.1f}; {qdiscs(vifs)}", flush=True)
+
+            d.kill()  # SIGKILL: the limiter stays behind ...
+            assert limited(vifs)
+            d2 = DaemonProc(cfg)  # ... the restart removes it, resumes the instance, installs a fresh one
+            procs.append(d2)
+            d2.wait_event("early_drop_leftovers_removed", timeout_s=30)
+            assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+
+            client.close()
+            client = ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10)
+            client.call("deactivate", vr=vr.name)
+            assert qdiscs(vifs) == before
+            client.call("activate", vr=vr.name, setpoint_pps=setpoint, early_drop=True)
+            assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+            d2.signal(signal.SIGTERM)
+            assert d2.wait() == 0
+            assert qdiscs(vifs) == before
+    finally:
+        if client is not None:
+            client.close()
+        for p in procs:
+            p.kill()

@@ -1,0 +1,182 @@
+"""Early drop's state handling (xtc.daemon.limiter_state.EarlyDrop): logic, with an in-memory limiter.
+
+The real limiter on real interfaces: tests/root/test_early_drop_netns.py."""
+
+from __future__ import annotations
+
+from xtc.daemon.limiter_state import EarlyDrop, VrLoad
+from xtc.host.ifcounters import IfCounters
+from xtc.host.limiter import LimiterError, LimiterSetting
+
+IFS = {"vr1": ("vif1.0", "vif1.1")}
+
+
+class MemLimiter:
+    """A fake for unit tests of the logic: a dict of interface -> setting; ``fail`` names ops that raise."""
+
+    def __init__(self) -> None:
+        self.on: dict[str, LimiterSetting] = {}
+        self.drops: dict[str, int] = {}
+        self.fail: set[str] = set()
+
+    def install(self, ifname, setting):
+        if "install" in self.fail:
+            raise LimiterError(f"{ifname}: refused")
+        self.on[ifname] = setting
+        self.drops.setdefault(ifname, 0)
+
+    def update(self, ifname, setting):
+        self.install(ifname, setting)
+
+    def remove(self, ifname):
+        if "remove" in self.fail:
+            raise LimiterError(f"{ifname}: refused")
+        self.drops.pop(ifname, None)
+        return self.on.pop(ifname, None) is not None
+
+    def adopt(self, ifname):
+        return (self.on[ifname], self.drops[ifname]) if ifname in self.on else None
+
+    def dropped_packets(self, ifname):
+        return self.drops.get(ifname) if ifname in self.on else None
+
+
+def counters(tx_packets: int, size: int = 524) -> dict[str, IfCounters]:
+    return {i: IfCounters(rx_packets=0, tx_packets=tx_packets, rx_bytes=0, tx_bytes=tx_packets * size,
+                          rx_drops=0, tx_drops=0) for i in IFS["vr1"]}
+
+
+UDP = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
+TCP = VrLoad(setpoint_pps=76_000, forwarded_pps=38_000, handed_pps=39_000, model_forwarded_pps=80_000)
+
+
+def run(ed: EarlyDrop, load: VrLoad, n: int = 2, ifs=IFS) -> None:
+    for k in range(n):
+        ed.period(1.0, ifs, {"vr1": load}, counters(1000 * (k + 1)))
+
+
+def test_off_by_default_nothing_is_touched():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    assert lim.on == {}
+
+
+def test_a_capped_udp_vr_gets_the_limit_on_every_host_side_interface_and_a_tcp_vr_none():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    assert set(lim.on) == {"vif1.0", "vif1.1"}
+    assert ed.limit_of("vr1").rate_pps >= 20_000 * 1.2
+    assert lim.on["vif1.0"].rate_bytes_per_s == ed.limit_of("vr1").rate_bytes_per_s
+    # the activation asked for early drop, but the VR carries TCP: its source backs off, no limiter
+    lim2 = MemLimiter()
+    ed2 = EarlyDrop(lim2)
+    ed2.choose("vr1", True)
+    run(ed2, TCP, n=5)
+    assert lim2.on == {}
+
+
+def test_offered_counts_what_the_limiter_dropped_so_the_limit_stays_while_the_excess_lasts():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    # Now the host hands only ~24k (the limit); the limiter dropped the other ~69k/s.
+    for k in range(3):
+        for i in IFS["vr1"]:
+            lim.drops[i] += 35_000
+        ed.period(1.0, IFS, {"vr1": VrLoad(20_000, 19_500, 24_000, 20_000)}, counters(10_000 * (k + 3)))
+        assert ed.limit_of("vr1") is not None
+
+
+def test_deactivation_and_sigterm_remove_it_and_the_choice_survives_in_the_state():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim)
+    ed.choose("vr1", True)
+    run(ed, UDP)
+    assert lim.on
+    ed.remove_all()  # SIGTERM
+    assert lim.on == {}
+    assert ed.to_state() == {"vrs": {"vr1": {"on": True}}}
+    ed2 = EarlyDrop(MemLimiter())
+    ed2.load_state(ed.to_state(), {"vr1"})
+    assert ed2.is_on("vr1")
+    run(ed, UDP)
+    ed.forget("vr1")  # deactivation
+    assert lim.on == {} and not ed.is_on("vr1")
+
+
+def test_a_restart_removes_leftovers_and_the_next_periods_derive_a_new_limit():
+    lim = MemLimiter()
+    lim.on["vif1.0"] = LimiterSetting(1000, 6056)  # left by a killed daemon
+    ed = EarlyDrop(lim)
+    ed.load_state({"vrs": {"vr1": {"on": True}}}, {"vr1"})
+    assert ed.start(IFS) == ["vif1.0"] and lim.on == {}
+    run(ed, UDP)
+    assert set(lim.on) == {"vif1.0", "vif1.1"}
+
+
+def test_a_vr_that_reboots_gets_its_limit_back():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    lim.on.clear()  # the VR rebooted: its interfaces came back without the qdisc
+    lim.drops.clear()
+    ed.period(1.0, IFS, {"vr1": UDP}, counters(5000))
+    assert set(lim.on) == {"vif1.0", "vif1.1"}
+
+
+def test_a_failed_change_is_reported_and_leaves_no_limit_at_all_rather_than_a_tight_one():
+    seen = []
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True, on_failure=lambda vr, op: seen.append((vr, op)))
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    lim.fail.add("install")
+    ed.period(1.0, IFS, {"vr1": VrLoad(60_000, 19_500, 93_000, 60_000)}, counters(9000))  # needs a raise
+    assert seen == [("vr1", "raise")] and ed.failures == 1
+    assert lim.on == {} and ed.limit_of("vr1") is None
+
+
+def test_a_failed_removal_is_retried_every_period():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    lim.fail.add("remove")
+    ed.forget("vr1")
+    assert ed.pending_removals == {"vif1.0", "vif1.1"} and lim.on
+    lim.fail.clear()
+    ed.period(1.0, IFS, {}, {})
+    assert lim.on == {} and not ed.pending_removals
+
+
+def test_xen_vif_names_are_limited_like_any_host_side_interface():
+    from xtc.host.limiter import is_xen_vif
+
+    assert is_xen_vif("vif3.0") and is_xen_vif("vif12.1")
+    assert not is_xen_vif("vif3.0-emu") and not is_xen_vif("veth0")
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP, ifs={"vr1": ("vif3.0",)})
+    assert list(lim.on) == ["vif3.0"]
+
+
+def test_the_period_right_after_the_install_counts_the_limiters_drops():
+    """The period after an install must see the excess the new limiter dropped (its counter
+    starts at the install); counted as 0 the VR looked no longer capped and lost its limiter
+    (seen in the daemon on a real VR)."""
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    ed.period(1.0, IFS, {"vr1": UDP}, counters(1000))  # installs
+    assert ed.limit_of("vr1") is not None
+    for i in IFS["vr1"]:
+        lim.drops[i] += 35_000
+    ed.period(1.0, IFS, {"vr1": VrLoad(20_000, 19_500, 24_000, 20_000)}, counters(2000))
+    assert ed.limit_of("vr1") is not None and set(lim.on) == set(IFS["vr1"])

@@ -1,0 +1,290 @@
+"""Early drop's state in the daemon: which VRs have it, the limit in place on their interfaces,
+and the faults (issue 48; docs/design/early-drop.md, docs/guide/early-drop.md).
+
+:class:`EarlyDrop` sits beside the control loop (:class:`xtc.daemon.loop.ControlLoop` calls it
+each period between the controllers' decisions and the cap writes, so a limit is raised
+*before* the cap it must let through is written).  Its decisions come from the pure
+:func:`xtc.daemon.limiter_policy.decide`; its only outside system is a
+:class:`xtc.host.limiter.Limiter` (the TBF adapter :class:`xtc.host.tclimiter.TcLimiter`).
+
+What it guarantees:
+
+- **Opt-in**: a VR has early drop when its activation asked for it (``early_drop`` in the
+  manager API) or, when the activation did not say, when ``daemon.early_drop`` is on.  The
+  choice is part of the daemon's state file (``"early_drop"``), so it survives restarts.
+- **Nothing left behind**: deactivation and SIGTERM remove the VR's limiters (the interfaces get
+  their kernel default root back, what they had before).  A restart (after SIGKILL or a crash)
+  *removes* every limiter it finds on the VRs' interfaces (:meth:`EarlyDrop.start`) rather than
+  adopting it: the limit it had was derived from rates of a period that is gone; the next
+  period derives a fresh one from the VR's measured rates.  A VR that reboots re-creates its
+  interfaces without the qdisc: a counter reset or the VR coming back marks its limit as not in
+  place, and the next period installs it again.
+- **Never tighter than the setpoint**: a failed install or change is logged and counted
+  (``failures``); a failed *raise* removes the limiter (no limit beats one that is too tight);
+  a failed removal is retried every period until it succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from xtc.host.limiter import Limiter, LimiterError, LimiterSetting
+from xtc.service.logs import event
+
+from .limiter_policy import DEFAULT_TUNING, Limit, LimiterTuning, LimitInputs, decide
+
+__all__ = ["STATE_KEY", "EarlyDrop", "VrLoad"]
+
+log = logging.getLogger("xtc.daemon.early_drop")
+
+#: The key of early drop's part of the daemon's state file.
+STATE_KEY = "early_drop"
+
+
+@dataclass(frozen=True)
+class VrLoad:
+    """One active VR's period, as the control loop hands it to :meth:`EarlyDrop.period`."""
+
+    setpoint_pps: float
+    forwarded_pps: float | None
+    handed_pps: float | None  # host-side TX of its interfaces (what passed the limiter)
+    model_forwarded_pps: float | None  # what the VR will forward at the next cap when it is a raise (measured + model's gain)
+    counter_reset: bool = False
+
+
+@dataclass
+class _Vr:
+    on: bool
+    limit: Limit | None = None  # the limit in place (None: none)
+    ifaces: tuple[str, ...] = ()  # the interfaces carrying it
+    drops: dict[str, int] = field(default_factory=dict)  # limiter drop counter at the last period, per iface
+    tx: dict[str, tuple[int, int]] = field(default_factory=dict)  # (tx bytes, tx packets) per iface
+    mean_bytes: float = math.nan
+    stale: bool = False  # the limit may not be in place (reboot, failed change): install again
+
+
+class EarlyDrop:
+    """Early drop for the daemon's instances (see the module)."""
+
+    def __init__(self, limiter: Limiter | None, default_on: bool = False, tuning: LimiterTuning = DEFAULT_TUNING,
+                 on_failure: Callable[[str, str], None] | None = None) -> None:
+        self.limiter = limiter
+        self.default_on = default_on
+        self.tuning = tuning
+        self.vrs: dict[str, _Vr] = {}
+        #: Limiter operations that failed since start.
+        self.failures = 0
+        self._on_failure = on_failure
+        #: Interfaces whose limiter could not be removed: retried every period.
+        self.pending_removals: set[str] = set()
+
+    # ------------------------------------------------------------------ choice and state
+    def choose(self, vr: str, on: bool | None) -> None:
+        """The VR's activation: early drop on, off, or (None) the configured default."""
+        want = self.default_on if on is None else bool(on)
+        cur = self.vrs.get(vr)
+        if cur is not None and cur.on and not want:
+            self._remove(vr, cur)
+        if cur is None or cur.on != want:
+            self.vrs[vr] = _Vr(on=want)
+
+    def is_on(self, vr: str) -> bool:
+        v = self.vrs.get(vr)
+        return v is not None and v.on
+
+    def limit_of(self, vr: str) -> Limit | None:
+        v = self.vrs.get(vr)
+        return None if v is None else v.limit
+
+    def describe(self, vr: str) -> dict[str, Any]:
+        """The VR's early drop for a ``status`` reply: on or off, and the limit in place (null: none)."""
+        v = self.vrs.get(vr)
+        limit = None if v is None else v.limit
+        return {"on": v is not None and v.on,
+                "limit_pps": None if limit is None else round(limit.rate_pps, 1),
+                "limit_bytes_per_s": None if limit is None else limit.rate_bytes_per_s,
+                "interfaces": [] if v is None or limit is None else list(v.ifaces)}
+
+    def to_state(self) -> dict[str, Any]:
+        return {"vrs": {n: {"on": v.on} for n, v in sorted(self.vrs.items())}}
+
+    def load_state(self, doc: Any, instances: set[str]) -> None:
+        """Take over the choices saved by :meth:`to_state` (a missing part: none).  Raises ValueError naming the problem."""
+        if doc is None:
+            return
+        vrs = doc.get("vrs") if isinstance(doc, dict) else None
+        if not isinstance(vrs, dict):
+            raise ValueError(f"'{STATE_KEY}' must be an object with 'vrs'")
+        for n, d in vrs.items():
+            if not isinstance(d, dict) or not isinstance(d.get("on"), bool):
+                raise ValueError(f"'{STATE_KEY}.vrs.{n}' must be an object with a boolean 'on'")
+            if n in instances:
+                self.vrs[n] = _Vr(on=d["on"])
+
+    # ------------------------------------------------------------------------- faults
+    def _fail(self, vr: str, what: str, e: LimiterError) -> None:
+        self.failures += 1
+        event(log, logging.WARNING, "early_drop_failed", vr=vr, op=what, error=str(e))
+        if self._on_failure is not None:
+            self._on_failure(vr, what)
+
+    def _remove_iface(self, vr: str, iface: str) -> bool:
+        assert self.limiter is not None
+        try:
+            self.limiter.remove(iface)
+        except LimiterError as e:
+            self._fail(vr, "remove", e)
+            self.pending_removals.add(iface)
+            return False
+        self.pending_removals.discard(iface)
+        return True
+
+    def _remove(self, vr: str, v: _Vr) -> None:
+        if self.limiter is not None:
+            for iface in v.ifaces:
+                self._remove_iface(vr, iface)
+        if v.limit is not None:
+            event(log, logging.INFO, "early_drop_removed", vr=vr, interfaces=list(v.ifaces))
+        v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
+
+    def forget(self, vr: str) -> None:
+        """The VR's instance went (deactivated): its limiters go."""
+        v = self.vrs.pop(vr, None)
+        if v is not None:
+            self._remove(vr, v)
+
+    def remove_all(self) -> None:
+        """The daemon stops (SIGTERM): every limiter goes; the choices stay in the state."""
+        for name, v in self.vrs.items():
+            self._remove(name, v)
+
+    def start(self, vr_ifaces: Mapping[str, tuple[str, ...]]) -> list[str]:
+        """At start: remove every limiter found on the VRs' interfaces (left by a killed daemon).
+        Returns the interfaces cleaned."""
+        cleaned: list[str] = []
+        if self.limiter is None:
+            return cleaned
+        for vr, ifaces in vr_ifaces.items():
+            for iface in ifaces:
+                try:
+                    if self.limiter.remove(iface):
+                        cleaned.append(iface)
+                except LimiterError as e:
+                    self._fail(vr, "remove leftover", e)
+                    self.pending_removals.add(iface)
+        if cleaned:
+            event(log, logging.INFO, "early_drop_leftovers_removed", interfaces=cleaned)
+        return cleaned
+
+    def reappeared(self, vr: str) -> None:
+        """The VR came back (rebooted, re-created interfaces): its limit must be installed again."""
+        v = self.vrs.get(vr)
+        if v is not None and v.limit is not None:
+            v.stale = True
+
+    # ------------------------------------------------------------------------- period
+    def _mean_bytes(self, v: _Vr, ifaces: tuple[str, ...], counters: Mapping[str, Any]) -> None:
+        db = dp = 0
+        for iface in ifaces:
+            c = counters.get(iface)
+            if c is None:
+                continue
+            now = (int(c.tx_bytes), int(c.tx_packets))
+            before = v.tx.get(iface)
+            v.tx[iface] = now
+            if before is not None and now[0] >= before[0] and now[1] >= before[1]:
+                db += now[0] - before[0]
+                dp += now[1] - before[1]
+        if dp > 0:
+            v.mean_bytes = db / dp
+
+    def _dropped_pps(self, v: _Vr, vr: str, period_s: float) -> float:
+        """Packets/s the VR's limiters dropped over the period (0 without one)."""
+        if v.limit is None or self.limiter is None or period_s <= 0:
+            return 0.0
+        total = 0
+        for iface in v.ifaces:
+            try:
+                n = self.limiter.dropped_packets(iface)
+            except LimiterError as e:
+                self._fail(vr, "read drops", e)
+                continue
+            if n is None:  # gone (the VR rebooted): install again
+                v.stale = True
+                v.drops.pop(iface, None)
+                continue
+            before = v.drops.get(iface, 0)
+            v.drops[iface] = n
+            if n >= before:
+                total += n - before
+        return total / period_s
+
+    def period(self, period_s: float, vr_ifaces: Mapping[str, tuple[str, ...]], loads: Mapping[str, VrLoad],
+               counters: Mapping[str, Any]) -> None:
+        """One control period, before the caps are written: follow each VR's limit."""
+        if self.limiter is None:
+            return
+        for iface in sorted(self.pending_removals):
+            self._remove_iface("?", iface)
+        for vr, v in self.vrs.items():
+            ifaces = vr_ifaces.get(vr, ())
+            load = loads.get(vr)
+            if not v.on or load is None or not ifaces:
+                if v.limit is not None and (not v.on or load is None):
+                    self._remove(vr, v)  # paused, gone or switched off: no limiter
+                continue
+            self._mean_bytes(v, ifaces, counters)
+            dropped = self._dropped_pps(v, vr, period_s)
+            if load.counter_reset:
+                v.stale = v.limit is not None
+            handed = load.handed_pps
+            offered = math.nan if handed is None else handed + dropped
+            fwd = math.nan if load.forwarded_pps is None else load.forwarded_pps
+            want = decide(LimitInputs(load.setpoint_pps, fwd, offered, load.model_forwarded_pps, v.mean_bytes),
+                          v.limit, self.tuning)
+            self._apply(vr, v, ifaces, want)
+
+    def _apply(self, vr: str, v: _Vr, ifaces: tuple[str, ...], want: Limit | None) -> None:
+        assert self.limiter is not None
+        if want is None:
+            if v.limit is not None:
+                self._remove(vr, v)
+            return
+        if want is v.limit and not v.stale and ifaces == v.ifaces:
+            return
+        raising = v.limit is None or want.rate_pps > v.limit.rate_pps
+        setting = LimiterSetting(want.rate_bytes_per_s, want.burst_bytes)
+        for gone in set(v.ifaces) - set(ifaces):
+            self._remove_iface(vr, gone)
+        ok = True
+        for iface in ifaces:
+            try:
+                self.limiter.install(iface, setting)
+            except LimiterError as e:
+                self._fail(vr, "install" if v.limit is None else ("raise" if raising else "lower"), e)
+                ok = False
+                break
+        if not ok:
+            # Never leave a limit tighter than wanted: take it off every interface (retried if that fails too).
+            for iface in ifaces:
+                self._remove_iface(vr, iface)
+            v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
+            return
+        # Each limiter's drop counter from now on (a new qdisc counts from 0): the next period's
+        # offered load is what it hands the VR plus what it drops.
+        for iface in ifaces:
+            try:
+                n = self.limiter.dropped_packets(iface)
+            except LimiterError:
+                n = None
+            if n is None:
+                v.drops.pop(iface, None)
+            else:
+                v.drops[iface] = n
+        event(log, logging.INFO, "early_drop_limit", vr=vr, rate_pps=round(want.rate_pps),
+              rate_bytes_per_s=want.rate_bytes_per_s, burst_bytes=want.burst_bytes, interfaces=list(ifaces))
+        v.limit, v.ifaces, v.stale = want, ifaces, False

@@ -1,0 +1,83 @@
+"""Early drop's limiter on a VR's host-side interface: the contract (no I/O here), beside its
+adapter (:mod:`xtc.host.tclimiter`) in the host layer.
+
+A limiter caps what the host *hands* a VR through one of its host-side interfaces (the host's
+egress, i.e. the direction into the VR): packets beyond its rate are dropped by the host before
+it delivers them (issue 48; docs/design/early-drop.md).  On a libvirt LXC or cgroup host that
+interface is the host end of the VR's veth; on Xen it is the VR's ``vif<domid>.<n>`` (the host
+side of netback): the same limiter applies on that name, nothing else changes.
+
+The limiter never replaces queueing someone else put on the interface: :meth:`Limiter.install`
+refuses an interface whose root qdisc is not the kernel's default (or the limiter's own), and
+:meth:`Limiter.remove` gives the interface its kernel default root back, which is exactly what
+it had before the install.  What a killed daemon left behind is recognised by the limiter's own
+root handle (:meth:`Limiter.adopt`).
+
+Public API
+----------
+LimiterSetting, Limiter, LimiterError, XEN_VIF_PATTERN, is_xen_vif
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import HostAdapterError
+
+__all__ = ["XEN_VIF_PATTERN", "Limiter", "LimiterError", "LimiterSetting", "is_xen_vif"]
+
+#: A Xen netback interface's host-side name (``vif<domid>.<n>``); LXC domains of the lab can take it too.
+XEN_VIF_PATTERN = re.compile(r"vif(\d+)\.(\d+)")
+
+
+def is_xen_vif(ifname: str) -> bool:
+    """True for a Xen-style host-side interface name (``vif3.0``; not ``vif3.0-emu``, the HVM tap)."""
+    return XEN_VIF_PATTERN.fullmatch(ifname) is not None
+
+
+class LimiterError(HostAdapterError):
+    """A limiter operation failed; the message names the interface, the operation and the kernel's error.
+    Nothing was changed on the interface unless the message says so."""
+
+
+@dataclass(frozen=True)
+class LimiterSetting:
+    """A limiter's rate in bytes/s (it counts bytes, from the measured mean packet size) and its bucket, bytes."""
+
+    rate_bytes_per_s: int
+    burst_bytes: int
+
+    def __post_init__(self) -> None:
+        for name in ("rate_bytes_per_s", "burst_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"limiter {name} must be a positive integer, got {v!r}")
+
+
+class Limiter(Protocol):
+    """Install, change, find and remove the limiter on host-side interfaces (one per interface)."""
+
+    def install(self, ifname: str, setting: LimiterSetting) -> None:
+        """Put the limiter on ``ifname`` (or change the one there).  Raises :class:`LimiterError`
+        when the interface is missing, carries someone else's root qdisc, or the kernel refuses."""
+        ...
+
+    def update(self, ifname: str, setting: LimiterSetting) -> None:
+        """Change the limiter on ``ifname``; :class:`LimiterError` if there is none or the kernel refuses."""
+        ...
+
+    def remove(self, ifname: str) -> bool:
+        """Remove the limiter from ``ifname``: the kernel default root comes back.  False if there
+        was none (or the interface is gone: its queueing went with it)."""
+        ...
+
+    def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
+        """The limiter found on ``ifname`` (e.g. left by a killed daemon): ``(setting or None when
+        unreadable, packets it dropped so far)``; None when the interface has none."""
+        ...
+
+    def dropped_packets(self, ifname: str) -> int | None:
+        """Packets the limiter on ``ifname`` dropped so far (None: no limiter there)."""
+        ...
