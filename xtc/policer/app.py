@@ -545,8 +545,8 @@ class PolicerCollector:
         level = GaugeMetricFamily("xtc_policer_vr_punishment_level", "Punishment level of a punished VR (1, 2: "
                                   "setpoint reduced; 3: paused and flagged)", labels=["router", "vr"])
         # Only the punished VRs (a handful), not the fleet's tens of thousands.
-        for v in self.store._read("SELECT router, name, punish_level FROM vrs WHERE punish_level > 0"):
-            level.add_metric([v["router"], v["name"]], float(v["punish_level"]))
+        for router, vr, lv in self.store.punished_vrs():
+            level.add_metric([router, vr], float(lv))
         yield level
         pun = CounterMetricFamily("xtc_policer_punishments", "Punishment steps taken (audit log), by level reached",
                                   labels=["level"])
