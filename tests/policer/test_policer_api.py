@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from xtc.policer.app import create_app, openapi_document
+from xtc.policer.api import create_app, openapi_document
 from xtc.policer.config import ConfigError, PolicerConfig, loads_config
 from xtc.policer.store import Store, StoreError, parse_db_url
 
