@@ -21,6 +21,7 @@ from ..config import PolicerConfig
 from ..engine import percentiles
 from ..link import VR_PATTERN
 from ..store import Conflict, NotFound, Store
+from .lean import LeanReads, boolean, digits, matching, one_of
 from .metrics import PolicerCollector
 from .middlewares import (
     MAX_BODY_BYTES,
@@ -117,6 +118,20 @@ def _router_out(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class PolicerApp(FastAPI):
+    """FastAPI, with the common reads answered first by the lean read path (:mod:`.lean`)."""
+
+    lean: LeanReads | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.lean is not None and not scope.get("root_path"):
+            response = self.lean.answer(scope)
+            if response is not None:
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     """The application.  ``engine`` (optional) is started and stopped with the app's lifespan."""
 
@@ -130,7 +145,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
             if engine is not None:
                 engine.stop()
 
-    app = FastAPI(
+    app = PolicerApp(
         title="XTC policer",
         # The policer exports its own Prometheus metrics (/metrics); FastAPI's OpenTelemetry hooks would
         # only cost a check of the tracer providers on every request.
@@ -187,6 +202,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
             return await run_in_threadpool(f, *a, **kw)
 
         return inline
+
+    lean = app.lean = LeanReads(cfg.tokens if cfg.protect_reads else None, lock)
+    name, vr_name = matching(NAME_PATTERN), matching(VR_PATTERN)
+    page = {"limit": digits(1, MAX_PAGE), "offset": digits(0, 2**62)}
 
     Writer = Annotated[str, Depends(writer)]
     Reader = Annotated[str | None, Depends(reader)]
@@ -258,6 +277,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @app.get("/routers", response_model=list[Router], tags=["routers"], responses=rd,
              summary="Routers by name, one page (limit, offset), optionally of one status")
     @read_route
+    @lean.get("/routers", status=one_of("unknown", "reachable", "unreachable", "removed"), **page)
     def list_routers(_a: Reader,
                            status: Annotated[Literal["unknown", "reachable", "unreachable", "removed"] | None, Query()] = None,
                            limit: Limit = 1000, offset: Offset = 0) -> Response:
@@ -271,6 +291,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **E404})
     @read_route
+    @lean.get("/routers/(?P<router>[^/]+)", {"router": name})
     def get_router(router: RouterPath, _a: Reader) -> Response:
         return _json(_router_out(store.get_router(router)))
 
@@ -292,6 +313,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
              summary="VRs as the daemons report them, by router and name, one page (limit, offset), filtered")
     @read_route
+    @lean.get("/vrs", router=name, network=name, state=one_of("inactive", "active", "paused"), flagged=boolean, **page)
     def list_vrs(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                        state: Annotated[Literal["inactive", "active", "paused"] | None, Query()] = None,
@@ -300,8 +322,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.get("/vrs/{router}/{vr}", response_model=Vr, tags=["vrs"], responses={**rd, **E404})
     @read_route
-    def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> dict[str, Any]:
-        return store.get_vr(router, vr)
+    @lean.get("/vrs/(?P<router>[^/]+)/(?P<vr>[^/]+)", {"router": name, "vr": vr_name})
+    def get_vr(router: RouterPath, vr: VrPath, _a: Reader) -> Response:
+        return _json(store.get_vr(router, vr))
 
     @app.put("/vrs/{router}/{vr}/network", response_model=Vr, tags=["vrs"], responses={**E401, **E404},
              summary="Put a VR in a virtual network (or in none)")
@@ -321,6 +344,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
              summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
     @read_route
+    @lean.get("/setpoints", router=name, network=name, flagged=boolean, **page)
     def list_setpoints(_a: Reader, router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              network: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                              flagged: Flagged = None, limit: Limit = 1000, offset: Offset = 0) -> Response:
@@ -330,6 +354,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @app.get("/networks", response_model=list[Network], tags=["networks"], responses=rd,
              summary="Networks by name, one page (limit, offset)")
     @read_route
+    @lean.get("/networks", **page)
     def list_networks(_a: Reader, limit: Limit = 1000, offset: Offset = 0) -> Response:
         return _json(store.list_networks(limit, offset))
 
@@ -339,6 +364,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **E404})
     @read_route
+    @lean.get("/networks/(?P<network>[^/]+)", {"network": name})
     def get_network(network: NetworkPath, _a: Reader) -> Response:
         return _json(store.get_network(network))
 
@@ -359,8 +385,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     # ---------------------------------------------------------------------------- policies
     @app.get("/policies", response_model=Policies, tags=["policies"], responses=rd)
     @read_route
-    def get_policies(_a: Reader) -> dict[str, Any]:
-        return store.policies()
+    @lean.get("/policies")
+    def get_policies(_a: Reader) -> Response:
+        return _json(Policies.model_validate(store.policies()).model_dump(mode="json"))
 
     @app.put("/policies/activation", response_model=ActivationPolicy, tags=["policies"], responses=E401)
     def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
@@ -378,6 +405,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @app.get("/actions", response_model=list[Action], tags=["actions"], responses=rd,
              summary="The audit log, oldest first (page with after_id)")
     @read_route
+    @lean.get("/actions", router=name, vr=vr_name, kind=matching(r"^[a-z_]{1,40}$"), after_id=digits(0, 2**62),
+              limit=digits(1, 1000))
     def list_actions(
         _a: Reader,
         router: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,

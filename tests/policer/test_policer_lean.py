@@ -1,0 +1,101 @@
+"""The lean read path (xtc.policer.api.lean) answers exactly as FastAPI does, or leaves the request to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from xtc.policer.api import create_app
+from xtc.policer.config import PolicerConfig
+from xtc.policer.store import Store
+
+TOKEN = "tok-" + "b" * 28
+
+#: Reads, valid and not, plain and unusual: each is asked of the app with and without the lean path.
+PATHS = [
+    "/routers", "/routers?limit=2", "/routers?limit=2&offset=1", "/routers?status=unreachable", "/routers?status=bogus",
+    "/routers?limit=0", "/routers?limit=5001", "/routers?limit=1.0", "/routers?limit=1e3", "/routers?limit=true",
+    "/routers?limit=%32", "/routers?limit=2&limit=3", "/routers?limit=", "/routers?limit", "/routers?unknown=1",
+    "/routers?offset=4611686018427387905", "/routers?offset=99999999999999999999", "/routers?limit=+2",
+    "/routers/r1", "/routers/r2", "/routers/nope", "/routers/-bad", "/routers/r1%0A", "/routers/r1/", "/routers/r1?x=1",
+    "/vrs", "/vrs?router=r1", "/vrs?network=n1", "/vrs?state=active", "/vrs?state=on", "/vrs?flagged=true",
+    "/vrs?flagged=false", "/vrs?flagged=1", "/vrs?flagged=yes", "/vrs?router=r1&network=n1&limit=1&offset=0",
+    "/vrs/r1/v1", "/vrs/r1/v2", "/vrs/r1/nope", "/vrs/r1/v1%20", "/vrs/nope/v1",
+    "/setpoints", "/setpoints?router=r1", "/setpoints?flagged=false&limit=1",
+    "/networks", "/networks?limit=1", "/networks?offset=1", "/networks/n1", "/networks/n2", "/networks/nope",
+    "/networks/n%31", "/networks/" + "n" * 65,
+    "/actions", "/actions?limit=3", "/actions?after_id=2&limit=3", "/actions?kind=sla_set", "/actions?kind=Bad",
+    "/actions?router=r1&vr=v1", "/actions?limit=1001", "/actions?after_id=-1",
+    "/policies", "/policies?x=1",
+]
+
+
+def _app(url: str, protect_reads: bool) -> tuple[Any, Store]:
+    store = Store(url)
+    return create_app(PolicerConfig(tokens=frozenset({TOKEN}), protect_reads=protect_reads), store), store
+
+
+def _seed(store: Store) -> None:
+    store.add_router("r1", "tcp://127.0.0.1:1", 1e5, "off", None, "test")
+    store.add_router("r2", "tcp://127.0.0.1:2", 2.5e5, "auto", "A" * 40, "test")
+    store.set_router_status("r2", "unreachable", "timeout", False)
+    store.add_network("n1", "first", "test")
+    store.add_network("n2", "second, with a \u00e9", "test")
+    store.set_sla("n1", {"min_pps": 1000.0, "max_pps": 5e4, "weight": 2.0}, "test")
+    store.record_poll("r1", [{"vr": "v1", "state": "active", "measured_pps": 5.0, "offered_pps": 6.5},
+                             {"vr": "v2", "state": "inactive"}])
+    store.set_vr_network("r1", "v1", "n1", "test")
+    store.set_manual_setpoint("r1", "v1", 12345.5, "test")
+
+
+@pytest.mark.parametrize("protect_reads", [False, True])
+def test_lean_reads_answer_as_fastapi_does(tmp_path: Any, protect_reads: bool) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    app, store = _app(url, protect_reads)
+    _seed(store)
+    plain, plain_store = _app(url, protect_reads)
+    plain.lean = None  # FastAPI alone, on the same database
+    answered: list[str] = []
+    tokens: list[bytes | None] = []
+    lean = app.lean
+
+    def counting(scope: dict[str, Any]) -> Any:
+        r = type(lean).answer(lean, scope)
+        if r is not None:
+            answered.append(scope["path"] + "?" + scope["query_string"].decode())
+            tokens.append(dict(scope["headers"]).get(b"authorization"))
+        return r
+
+    lean.answer = counting
+    a, b = TestClient(app), TestClient(plain)
+    headers = [{"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"bearer {TOKEN}"},
+               {"Authorization": "Bearer wrong"}, {}] if protect_reads else [{}]
+    for h in headers:
+        for path in PATHS:
+            ra, rb = a.get(path, headers=h), b.get(path, headers=h)
+            assert (ra.status_code, ra.content, ra.headers.get("content-type")) == \
+                   (rb.status_code, rb.content, rb.headers.get("content-type")), (path, h)
+            assert ra.headers.get("www-authenticate") == rb.headers.get("www-authenticate"), (path, h)
+    # The lean path did answer the plain valid reads (and only with the token when reads are protected).
+    for must in ("/routers?limit=2&offset=1", "/vrs/r1/v1?", "/networks/n1?", "/actions?after_id=2&limit=3",
+                 "/policies?", "/vrs?flagged=true", "/setpoints?router=r1"):
+        assert any(x.startswith(must) for x in answered), (must, answered)
+    assert not any("limit=1.0" in x or "nope" in x or "flagged=1" in x or "limit=2&limit" in x for x in answered)
+    if protect_reads:  # only with the token exactly as "Bearer <token>"
+        assert set(tokens) == {f"Bearer {TOKEN}".encode()}, set(tokens)
+    store.close()
+    plain_store.close()
+
+
+def test_lean_reads_see_writes_at_once(tmp_path: Any) -> None:
+    app, store = _app(f"sqlite:///{tmp_path / 'p.db'}", False)
+    c = TestClient(app)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert c.get("/networks").json() == []
+    assert c.post("/networks", json={"name": "n1"}, headers=auth).status_code == 201
+    assert [n["name"] for n in c.get("/networks").json()] == ["n1"]
+    store.add_network("n2", "", "test")  # the store's own writes too (the engine's, in its process)
+    assert [n["name"] for n in c.get("/networks").json()] == ["n1", "n2"]
+    store.close()
