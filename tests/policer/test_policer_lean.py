@@ -99,3 +99,80 @@ def test_lean_reads_see_writes_at_once(tmp_path: Any) -> None:
     store.add_network("n2", "", "test")  # the store's own writes too (the engine's, in its process)
     assert [n["name"] for n in c.get("/networks").json()] == ["n1", "n2"]
     store.close()
+
+
+#: Writes, valid and not: (method, path, body bytes, headers beyond the token's), in order.
+J = {"Content-Type": "application/json"}
+WRITES: list[tuple[str, str, bytes, dict[str, str]]] = [
+    ("POST", "/routers", b'{"name":"r3","endpoint":"tcp://127.0.0.1:3","capacity_pps":1e5}', J),
+    ("POST", "/routers", b'{"name":"r3","endpoint":"tcp://127.0.0.1:3","capacity_pps":1e5}', J),  # 409
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5,"x":1}', J),  # 422
+    ("POST", "/routers", b'{"name":"r4","name":"r5","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5}', J),
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":NaN}', J),
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5}', {}),  # no type
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5}',
+     {"Content-Type": "application/json; charset=utf-8"}),
+    ("POST", "/routers", b'{"name":"r5","endpoint":"tcp://127.0.0.1:5","capacity_pps":1e5}', {**J, "Authorization": "Bearer nope"}),
+    ("POST", "/routers", b'{"name":"r5","endpoint":"tcp://127.0.0.1:5","capacity_pps":1e5}', {**J, "Authorization": f"bearer {TOKEN}"}),
+    ("POST", "/routers?x=1", b'{"name":"r6","endpoint":"tcp://127.0.0.1:6","capacity_pps":1e5}', J),
+    ("PATCH", "/routers/r1", b'{"capacity_pps":200000}', J),
+    ("PATCH", "/routers/r1", b'{"endpoint":null}', J),  # 422 from the route
+    ("PATCH", "/routers/nope", b'{"capacity_pps":200000}', J),  # 404
+    ("PATCH", "/routers/-x", b'{"capacity_pps":200000}', J),  # 422 (path)
+    ("PATCH", "/routers/r1", b'', J),
+    ("PATCH", "/routers/r1", b'[1]', J),
+    ("PUT", "/vrs/r1/v1/network", b'{"network":"n2"}', J),
+    ("PUT", "/vrs/r1/v1/network", b'{"network":"nope"}', J),  # 404
+    ("PUT", "/vrs/r1/v1/network", b'{"network":null}', J),
+    ("PUT", "/vrs/r1/v1/setpoint", b'{"setpoint_pps":5000}', J),
+    ("PUT", "/vrs/r1/v1/setpoint", b'{"setpoint_pps":0}', J),  # 422
+    ("PUT", "/vrs/r1/v1/setpoint", b'{"setpoint_pps":"5000"}', J),  # 422: strict
+    ("POST", "/networks", b'{"name":"n3","description":"third"}', J),
+    ("POST", "/networks", b'{"name":"n3"}', J),  # 409
+    ("PUT", "/networks/n1/sla", b'{"min_pps":10,"max_pps":20000,"weight":3}', J),
+    ("PUT", "/networks/n1/sla", b'{"min_pps":30000,"max_pps":20000}', J),  # 422 (model validator)
+    ("PUT", "/networks/nope/sla", b'{"min_pps":10}', J),  # 404
+    ("PUT", "/policies/activation", b'{"on_fraction":0.8,"off_fraction":0.6,"hold_s":1}', J),
+    ("PUT", "/policies/activation", b'{"on_fraction":0.5,"off_fraction":0.6}', J),  # 422
+    ("PUT", "/policies/allocation", b'{"target_fraction":0.8}', J),
+    ("PUT", "/policies/misbehaviour", b'{"enabled":false}', J),
+]
+
+
+def test_lean_writes_answer_and_write_as_fastapi_does(tmp_path: Any) -> None:
+    """The same writes through the app with and without the lean path, each on its own database seeded
+    alike: the same answers, then the same routers, VRs, networks, policies and audit log."""
+    apps = []
+    for which in ("lean", "plain"):
+        store = Store(f"sqlite:///{tmp_path / (which + '.db')}", clock=lambda: 1.7e9)
+        _seed(store)
+        app = create_app(PolicerConfig(tokens=frozenset({TOKEN})), store)
+        if which == "plain":
+            app.lean = None
+        apps.append((TestClient(app), store))
+    (a, sa), (b, sb) = apps
+    written = []
+    lean = a.app.lean
+    real = type(lean).answer_write
+
+    async def counting(scope: dict[str, Any], receive: Any) -> Any:
+        r, rcv = await real(lean, scope, receive)
+        if r is not None:
+            written.append((scope["method"], scope["path"], r.status_code))
+        return r, rcv
+
+    lean.answer_write = counting
+    for method, path, body, headers in WRITES:
+        h = {"Authorization": f"Bearer {TOKEN}", **headers}
+        ra, rb = (c.request(method, path, content=body, headers=h) for c in (a, b))
+        assert (ra.status_code, ra.content, ra.headers.get("content-type")) == \
+               (rb.status_code, rb.content, rb.headers.get("content-type")), (method, path, body)
+    for path in ("/routers", "/vrs", "/networks", "/policies", "/actions?limit=1000", "/setpoints"):
+        assert a.get(path).content == b.get(path).content, path
+    # The lean path took the plain writes, their 404 and 409 and the route's own 422, not the others.
+    assert ("POST", "/routers", 201) in written and ("POST", "/routers", 409) in written
+    assert ("PATCH", "/routers/r1", 422) in written and ("PATCH", "/routers/nope", 404) in written
+    assert ("PUT", "/policies/misbehaviour", 200) in written and ("PUT", "/networks/n1/sla", 200) in written
+    assert len(written) == 16, written
+    sa.close()
+    sb.close()

@@ -1,29 +1,46 @@
-"""The lean read path: the API's common reads answered without FastAPI's per-request machinery.
+"""The lean request path: the API's common requests answered without FastAPI's per-request machinery.
 
-FastAPI spends most of a small read's CPU outside the route's own code: its middleware stack, the
-match against every route, solving the dependencies and validating each query parameter through
-pydantic (about 0.2 ms of the 0.25-0.45 ms a read cost, measured in
-docs/results/2026-11-26-policer-api/).  :class:`LeanReads` answers a ``GET`` of a registered route
-before all of that, calling the very function the FastAPI route calls, when the request is plainly
-valid: its path matches, every query parameter is known, given once, not percent-encoded and valid
-by the same rule as the route's declaration (the bounds of a page, the name patterns, the
-literals), no body, and (with ``protect_reads``) an ``Authorization`` header that is exactly
-``Bearer <a configured token>``.  Anything else (an invalid or unusual request, a read that fails,
-a database busy with another thread) goes to FastAPI unchanged, which gives it the answer and the
-error body it always did: the lean path only ever answers what FastAPI would answer with the same
-200 and the same bytes (tests/policer/test_policer_lean.py compares the two request by request).
+FastAPI spends most of a small request's CPU outside the route's own code: its middleware stack, the
+match against every route, solving the dependencies and validating each parameter through pydantic
+(about half of the 0.24-0.43 ms a read cost, measured in docs/results/2026-11-26-policer-api/).
+:class:`LeanPath` answers a registered route before all of that, calling the very function the
+FastAPI route calls, when the request is plainly valid:
+
+* a read (``GET``): its path matches, every query parameter is known, given once, not
+  percent-encoded and valid by the same rule as the route's declaration (the bounds of a page, the
+  name patterns, the literals), no body, and (with ``protect_reads``) an ``Authorization`` header
+  that is exactly ``Bearer <a configured token>``; it runs on the event loop when the store's read
+  connection is free at once (as the FastAPI route does), else FastAPI takes it;
+* a write (``POST``, ``PUT``, ``PATCH`` with a JSON body): its path matches, no query, an
+  ``Authorization`` header exactly ``Bearer <a configured token>``, ``Content-Type:
+  application/json``, a ``Content-Length`` within the body limit, a body that is strict JSON and
+  valid for the route's request model; it runs in the threadpool, as FastAPI runs it, and a refusal
+  of the store (404, 409) or of the route (422) is answered as FastAPI's handlers answer it.
+
+Anything else (an invalid or unusual request, a read that fails, a database busy with another
+thread) goes to FastAPI unchanged (a write's body, once read, is handed on to it), which gives it
+the answer and the error body it always did: the lean path only answers what FastAPI would answer
+the same way, with the same bytes (tests/policer/test_policer_lean.py compares the two request by
+request).
 """
 
 from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from fastapi.responses import Response
+from fastapi import HTTPException
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
-__all__ = ["LeanReads", "digits", "matching", "one_of", "boolean"]
+from ..link import strict_json
+from ..store import Conflict, NotFound
+
+__all__ = ["LeanPath", "digits", "matching", "one_of", "boolean"]
 
 #: A parser of one query value: the value, or :data:`INVALID`.
 Parser = Callable[[str], Any]
@@ -65,26 +82,36 @@ def boolean(v: str) -> Any:
 
 
 class _Route:
-    __slots__ = ("path", "params", "query", "fn")
+    __slots__ = ("path", "params", "query", "fn", "body")
 
     def __init__(self, path: re.Pattern[str], params: dict[str, Parser], query: dict[str, Parser],
-                 fn: Callable[..., Response]):
-        self.path, self.params, self.query, self.fn = path, params, query, fn
+                 fn: Callable[..., Response], body: type[BaseModel] | None = None):
+        self.path, self.params, self.query, self.fn, self.body = path, params, query, fn, body
 
 
-class LeanReads:
-    """The registered reads; :meth:`__call__` answers one or returns False (the caller passes the
-    request on to FastAPI).
+Receive = Callable[[], Awaitable[dict[str, Any]]]
 
-    ``tokens``: with reads protected, the bearer tokens (else None: reads are open); ``inline_lock``:
-    the store's lock for a read on the event loop (:attr:`xtc.policer.db.Database.inline_lock`), taken
-    without waiting; None: no read is answered here (the store's reads belong in a worker thread).
+
+class LeanPath:
+    """The registered reads (:meth:`get`) and writes (:meth:`write`): :meth:`answer` answers a read,
+    :meth:`answer_write` a write, or they
+    leave it to FastAPI.
+
+    ``tokens``: the bearer tokens; ``actor``: a token's name in the audit log (the FastAPI routes'
+    own); ``protect_reads``: reads need a token too; ``inline_lock``: the store's lock for a read on
+    the event loop (:attr:`xtc.policer.db.Database.inline_lock`), taken without waiting; None: no read
+    is answered here (the store's reads belong in a worker thread); ``max_body_bytes``: the body limit.
     """
 
-    def __init__(self, tokens: Iterable[str] | None, inline_lock: Any):
-        self._auth = None if tokens is None else [b"Bearer " + t.encode() for t in tokens]
+    def __init__(self, tokens: Iterable[str], actor: Callable[[bytes], str], protect_reads: bool, inline_lock: Any,
+                 max_body_bytes: int):
+        #: "Bearer <token>" -> the token's actor name
+        self._actors = [(b"Bearer " + t.encode(), actor(t.encode())) for t in tokens]
+        self._protect_reads = protect_reads
         self._lock = inline_lock
+        self._max_body = max_body_bytes
         self._routes: list[_Route] = []
+        self._writes: dict[str, list[_Route]] = {"POST": [], "PUT": [], "PATCH": []}
 
     def get(self, path: str, params: dict[str, Parser] | None = None,
             **query: Parser) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
@@ -98,35 +125,97 @@ class LeanReads:
 
         return register
 
-    def _authorised(self, headers: list[tuple[bytes, bytes]]) -> bool:
-        if self._auth is None:
-            return True
+    def write(self, method: str, path: str, body: type[BaseModel],
+              params: dict[str, Parser] | None = None) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+        """Register the decorated function (called with ``body``, the request model, ``actor`` and the
+        path parameters; it returns a :class:`Response`) for ``method path``."""
+
+        def register(fn: Callable[..., Response]) -> Callable[..., Response]:
+            self._writes[method].append(_Route(re.compile(path), params or {}, {}, fn, body))
+            return fn
+
+        return register
+
+    def _actor(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The actor of the request's ``Authorization: Bearer <token>``; None: not exactly that."""
         given = next((v for k, v in headers if k == b"authorization"), None)
         if given is None:
-            return False
-        ok = False
-        for a in self._auth:  # compare with every token in constant time
-            ok |= hmac.compare_digest(given, a)
-        return ok
-
-    def answer(self, scope: dict[str, Any]) -> Response | None:
-        """The response to ``scope``'s request, or None: FastAPI answers it."""
-        if scope["method"] != "GET" or self._lock is None:
             return None
-        path = scope["path"]
-        route = kw = None
-        for r in self._routes:
+        found = None
+        for a, actor in self._actors:  # compare with every token in constant time
+            if hmac.compare_digest(given, a):
+                found = actor
+        return found
+
+    @staticmethod
+    def _match(routes: list[_Route], path: str) -> tuple[_Route, dict[str, Any]] | None:
+        for r in routes:
             m = r.path.fullmatch(path)
             if m is not None:
-                route, kw = r, {}
+                kw = {}
                 for name, value in m.groupdict().items():
                     v = r.params[name](value)
                     if v is INVALID:
                         return None
                     kw[name] = v
+                return r, kw
+        return None
+
+    async def answer_write(self, scope: dict[str, Any], receive: Receive) -> tuple[Response | None, Receive]:
+        """The response to ``scope``'s write, or None and the ``receive`` to hand FastAPI (the body
+        this has read, then the connection's)."""
+        routes = self._writes.get(scope["method"])
+        found = self._match(routes, scope["path"]) if routes else None
+        if found is None or scope["query_string"]:
+            return None, receive
+        route, kw = found
+        length = -1
+        content_type = None
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                if length >= 0 or not (v.isdigit() and len(v) <= 18):
+                    return None, receive
+                length = int(v)
+            elif k == b"transfer-encoding":
+                return None, receive
+            elif k == b"content-type":
+                content_type = v
+        if not (0 < length <= self._max_body) or content_type != b"application/json":
+            return None, receive
+        actor = self._actor(scope["headers"])
+        if actor is None:
+            return None, receive
+        messages = []
+        chunks = []
+        while True:
+            msg = await receive()
+            messages.append(msg)
+            if msg["type"] != "http.request":
+                return None, _replay(messages, receive)
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body", False):
                 break
-        if route is None or kw is None:
+        try:
+            model = route.body.model_validate(strict_json(b"".join(chunks)))  # type: ignore[union-attr]
+        except (ValueError, UnicodeDecodeError, ValidationError):
+            return None, _replay(messages, receive)
+        try:
+            return await run_in_threadpool(route.fn, body=model, actor=actor, **kw), receive
+        except NotFound as e:
+            return JSONResponse({"detail": str(e)}, status_code=404), receive
+        except Conflict as e:
+            return JSONResponse({"detail": str(e)}, status_code=409), receive
+        except HTTPException as e:
+            return await http_exception_handler(None, e), receive  # type: ignore[arg-type]
+
+    def answer(self, scope: dict[str, Any]) -> Response | None:
+        """The response to ``scope``'s request, or None: FastAPI answers it."""
+        if scope["method"] != "GET" or self._lock is None:
             return None
+        found = self._match(self._routes, scope["path"])
+        if found is None:
+            return None
+        route, kw = found
         qs = scope["query_string"]
         if qs:
             if b"%" in qs or b"+" in qs:
@@ -145,7 +234,7 @@ class LeanReads:
         for k, v in headers:
             if (k == b"content-length" and v != b"0") or k == b"transfer-encoding":
                 return None
-        if not self._authorised(headers):
+        if self._protect_reads and self._actor(headers) is None:
             return None
         if not self._lock.acquire(blocking=False):
             return None
@@ -155,3 +244,15 @@ class LeanReads:
             return None
         finally:
             self._lock.release()
+
+
+def _replay(messages: list[dict[str, Any]], receive: Receive) -> Receive:
+    """``receive`` that gives ``messages`` first, then the connection's."""
+    pending = list(messages)
+
+    async def replayed() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from xtc.service.metrics import add_standard_metrics
@@ -21,7 +22,7 @@ from ..config import PolicerConfig
 from ..engine import percentiles
 from ..link import VR_PATTERN
 from ..store import Conflict, NotFound, Store
-from .lean import LeanReads, boolean, digits, matching, one_of
+from .lean import LeanPath, boolean, digits, matching, one_of
 from .metrics import PolicerCollector
 from .middlewares import (
     MAX_BODY_BYTES,
@@ -104,12 +105,22 @@ unless the service is configured with `protect_reads`.
 """
 
 
-def _json(items: list[dict[str, Any]] | dict[str, Any]) -> Response:
+def _json(items: list[dict[str, Any]] | dict[str, Any], status: int = 200) -> Response:
     """A list (or one object) already in its response model's shape, serialised at once (the route's
     response model documents it; validating and serialising thousands of items through it costs more
     than the query)."""
-    return Response(json.dumps(items, ensure_ascii=False, allow_nan=False, separators=(",", ":")),
+    return Response(json.dumps(items, ensure_ascii=False, allow_nan=False, separators=(",", ":")), status,
                     media_type="application/json")
+
+
+def _model_json(model: type[BaseModel], d: dict[str, Any]) -> Response:
+    """``d`` as its response model shapes it (only its fields), serialised."""
+    return _json(model.model_validate(d).model_dump(mode="json"))
+
+
+def _actor(token: bytes) -> str:
+    """A token's name in the audit log: a short hash of it."""
+    return "api:token-" + hmac.new(token, b"xtc-policer-actor", "sha256").hexdigest()[:8]
 
 
 def _router_out(r: dict[str, Any]) -> dict[str, Any]:
@@ -121,11 +132,14 @@ def _router_out(r: dict[str, Any]) -> dict[str, Any]:
 class PolicerApp(FastAPI):
     """FastAPI, with the common reads answered first by the lean read path (:mod:`.lean`)."""
 
-    lean: LeanReads | None = None
+    lean: LeanPath | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.lean is not None and not scope.get("root_path"):
-            response = self.lean.answer(scope)
+            if scope["method"] == "GET":
+                response = self.lean.answer(scope)
+            else:
+                response, receive = await self.lean.answer_write(scope, receive)
             if response is not None:
                 await response(scope, receive, send)
                 return
@@ -170,7 +184,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
             ok |= hmac.compare_digest(given, t)
         if not ok:
             raise HTTPException(401, "the bearer token is not valid", {"WWW-Authenticate": "Bearer"})
-        return "api:token-" + hmac.new(given, b"xtc-policer-actor", "sha256").hexdigest()[:8]
+        return _actor(given)
 
     async def writer(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
         return _check(cred)
@@ -203,7 +217,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
         return inline
 
-    lean = app.lean = LeanReads(cfg.tokens if cfg.protect_reads else None, lock)
+    lean = app.lean = LeanPath(cfg.tokens, _actor, cfg.protect_reads, lock, MAX_BODY_BYTES)
     name, vr_name = matching(NAME_PATTERN), matching(VR_PATTERN)
     page = {"limit": digits(1, MAX_PAGE), "offset": digits(0, 2**62)}
 
@@ -285,9 +299,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.post("/routers", response_model=Router, status_code=201, tags=["routers"],
               responses={**E401, **E409}, summary="Register a router (a host and its daemon)")
-    def add_router(body: RouterIn, actor: Writer) -> dict[str, Any]:
-        return _router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
-                                            body.curve_server_key, actor, body.pub_endpoint))
+    @lean.write("POST", "/routers", RouterIn)
+    def add_router(body: RouterIn, actor: Writer) -> Response:
+        return _json(_router_out(store.add_router(body.name, body.endpoint, body.capacity_pps, body.control_mode,
+                                                  body.curve_server_key, actor, body.pub_endpoint)), 201)
 
     @app.get("/routers/{router}", response_model=Router, tags=["routers"], responses={**rd, **E404})
     @read_route
@@ -297,12 +312,13 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.patch("/routers/{router}", response_model=Router, tags=["routers"], responses={**E401, **E404, **E409},
                summary="Change a router's endpoint, capacity, control mode, CURVE key or samples endpoint")
-    def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> dict[str, Any]:
+    @lean.write("PATCH", "/routers/(?P<router>[^/]+)", RouterPatch, {"router": name})
+    def patch_router(router: RouterPath, body: RouterPatch, actor: Writer) -> Response:
         changes = body.model_dump(exclude_unset=True)
         for k in ("endpoint", "capacity_pps", "control_mode"):
             if k in changes and changes[k] is None:
                 raise HTTPException(422, [{"loc": ["body", k], "msg": f"{k} may not be null", "type": "value_error"}])
-        return _router_out(store.update_router(router, changes, actor))
+        return _json(_router_out(store.update_router(router, changes, actor)))
 
     @app.delete("/routers/{router}", response_model=Router, tags=["routers"], responses={**E401, **E404},
                 summary="Mark a router removed (kept, with its history; no longer polled)")
@@ -328,13 +344,15 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.put("/vrs/{router}/{vr}/network", response_model=Vr, tags=["vrs"], responses={**E401, **E404},
              summary="Put a VR in a virtual network (or in none)")
-    def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> dict[str, Any]:
-        return store.set_vr_network(router, vr, body.network, actor)
+    @lean.write("PUT", "/vrs/(?P<router>[^/]+)/(?P<vr>[^/]+)/network", VrNetworkIn, {"router": name, "vr": vr_name})
+    def set_vr_network(router: RouterPath, vr: VrPath, body: VrNetworkIn, actor: Writer) -> Response:
+        return _json(store.set_vr_network(router, vr, body.network, actor))
 
     @app.put("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**E401, **E404},
              summary="Set a manual setpoint (overrides the allocation policy for this VR)")
-    def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> dict[str, Any]:
-        return store.set_manual_setpoint(router, vr, body.setpoint_pps, actor)
+    @lean.write("PUT", "/vrs/(?P<router>[^/]+)/(?P<vr>[^/]+)/setpoint", SetpointIn, {"router": name, "vr": vr_name})
+    def set_setpoint(router: RouterPath, vr: VrPath, body: SetpointIn, actor: Writer) -> Response:
+        return _json(store.set_manual_setpoint(router, vr, body.setpoint_pps, actor))
 
     @app.delete("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**E401, **E404},
                 summary="Drop a manual setpoint (the allocation policy decides again)")
@@ -359,8 +377,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return _json(store.list_networks(limit, offset))
 
     @app.post("/networks", response_model=Network, status_code=201, tags=["networks"], responses={**E401, **E409})
-    def add_network(body: NetworkIn, actor: Writer) -> dict[str, Any]:
-        return store.add_network(body.name, body.description, actor)
+    @lean.write("POST", "/networks", NetworkIn)
+    def add_network(body: NetworkIn, actor: Writer) -> Response:
+        return _json(store.add_network(body.name, body.description, actor), 201)
 
     @app.get("/networks/{network}", response_model=Network, tags=["networks"], responses={**rd, **E404})
     @read_route
@@ -375,8 +394,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.put("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404},
              summary="Set the network's SLA: guaranteed minimum, maximum (packets/s per VR) and weight")
-    def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> dict[str, Any]:
-        return store.set_sla(network, body.model_dump(), actor)
+    @lean.write("PUT", "/networks/(?P<network>[^/]+)/sla", Sla, {"network": name})
+    def set_sla(network: NetworkPath, body: Sla, actor: Writer) -> Response:
+        return _json(store.set_sla(network, body.model_dump(), actor))
 
     @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404})
     def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
@@ -387,19 +407,22 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @read_route
     @lean.get("/policies")
     def get_policies(_a: Reader) -> Response:
-        return _json(Policies.model_validate(store.policies()).model_dump(mode="json"))
+        return _model_json(Policies, store.policies())
 
     @app.put("/policies/activation", response_model=ActivationPolicy, tags=["policies"], responses=E401)
-    def put_activation(body: ActivationPolicy, actor: Writer) -> dict[str, Any]:
-        return store.set_policy("activation", body.model_dump(), actor)
+    @lean.write("PUT", "/policies/activation", ActivationPolicy)
+    def put_activation(body: ActivationPolicy, actor: Writer) -> Response:
+        return _model_json(ActivationPolicy, store.set_policy("activation", body.model_dump(), actor))
 
     @app.put("/policies/allocation", response_model=AllocationPolicy, tags=["policies"], responses=E401)
-    def put_allocation(body: AllocationPolicy, actor: Writer) -> dict[str, Any]:
-        return store.set_policy("allocation", body.model_dump(), actor)
+    @lean.write("PUT", "/policies/allocation", AllocationPolicy)
+    def put_allocation(body: AllocationPolicy, actor: Writer) -> Response:
+        return _model_json(AllocationPolicy, store.set_policy("allocation", body.model_dump(), actor))
 
     @app.put("/policies/misbehaviour", response_model=MisbehaviourPolicy, tags=["policies"], responses=E401)
-    def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> dict[str, Any]:
-        return store.set_policy("misbehaviour", body.model_dump(), actor)
+    @lean.write("PUT", "/policies/misbehaviour", MisbehaviourPolicy)
+    def put_misbehaviour(body: MisbehaviourPolicy, actor: Writer) -> Response:
+        return _model_json(MisbehaviourPolicy, store.set_policy("misbehaviour", body.model_dump(), actor))
 
     # ----------------------------------------------------------------------------- actions
     @app.get("/actions", response_model=list[Action], tags=["actions"], responses=rd,
