@@ -61,8 +61,8 @@ def test_lean_reads_answer_as_fastapi_does(tmp_path: Any, protect_reads: bool) -
     tokens: list[bytes | None] = []
     lean = app.lean
 
-    def counting(scope: dict[str, Any]) -> Any:
-        r = type(lean).answer(lean, scope)
+    async def counting(scope: dict[str, Any]) -> Any:
+        r = await type(lean).answer(lean, scope)
         if r is not None:
             answered.append(scope["path"] + "?" + scope["query_string"].decode())
             tokens.append(dict(scope["headers"]).get(b"authorization"))
@@ -176,3 +176,30 @@ def test_lean_writes_answer_and_write_as_fastapi_does(tmp_path: Any) -> None:
     assert len(written) == 16, written
     sa.close()
     sb.close()
+
+
+def test_a_lean_read_waits_in_the_threadpool_while_a_write_holds_the_store(tmp_path: Any) -> None:
+    import threading
+    import time
+
+    app, store = _app(f"sqlite:///{tmp_path / 'p.db'}", False)
+    _seed(store)
+    c = TestClient(app)
+    expected = c.get("/networks/n1").content
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with store.db.inline_lock:  # as a write transaction in the threadpool holds it
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    held.wait(5)
+    threading.Timer(0.3, release.set).start()
+    t0 = time.monotonic()
+    r = c.get("/networks/n1")
+    assert r.status_code == 200 and r.content == expected
+    assert time.monotonic() - t0 >= 0.25, "answered while the store was held"
+    t.join(5)
+    store.close()

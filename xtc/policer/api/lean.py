@@ -10,15 +10,14 @@ FastAPI route calls, when the request is plainly valid:
   percent-encoded and valid by the same rule as the route's declaration (the bounds of a page, the
   name patterns, the literals), no body, and (with ``protect_reads``) an ``Authorization`` header
   that is exactly ``Bearer <a configured token>``; it runs on the event loop when the store's read
-  connection is free at once (as the FastAPI route does), else FastAPI takes it;
+  connection is free at once, else in the threadpool (as the FastAPI route does);
 * a write (``POST``, ``PUT``, ``PATCH`` with a JSON body): its path matches, no query, an
   ``Authorization`` header exactly ``Bearer <a configured token>``, ``Content-Type:
   application/json``, a ``Content-Length`` within the body limit, a body that is strict JSON and
   valid for the route's request model; it runs in the threadpool, as FastAPI runs it, and a refusal
   of the store (404, 409) or of the route (422) is answered as FastAPI's handlers answer it.
 
-Anything else (an invalid or unusual request, a read that fails, a database busy with another
-thread) goes to FastAPI unchanged (a write's body, once read, is handed on to it), which gives it
+Anything else (an invalid or unusual request, a read that fails) goes to FastAPI unchanged (a write's body, once read, is handed on to it), which gives it
 the answer and the error body it always did: the lean path only answers what FastAPI would answer
 the same way, with the same bytes (tests/policer/test_policer_lean.py compares the two request by
 request).
@@ -99,8 +98,8 @@ class LeanPath:
 
     ``tokens``: the bearer tokens; ``actor``: a token's name in the audit log (the FastAPI routes'
     own); ``protect_reads``: reads need a token too; ``inline_lock``: the store's lock for a read on
-    the event loop (:attr:`xtc.policer.db.Database.inline_lock`), taken without waiting; None: no read
-    is answered here (the store's reads belong in a worker thread); ``max_body_bytes``: the body limit.
+    the event loop (:attr:`xtc.policer.db.Database.inline_lock`), taken without waiting (else, and when
+    None, the read runs in the threadpool); ``max_body_bytes``: the body limit.
     """
 
     def __init__(self, tokens: Iterable[str], actor: Callable[[bytes], str], protect_reads: bool, inline_lock: Any,
@@ -208,9 +207,9 @@ class LeanPath:
         except HTTPException as e:
             return await http_exception_handler(None, e), receive  # type: ignore[arg-type]
 
-    def answer(self, scope: dict[str, Any]) -> Response | None:
-        """The response to ``scope``'s request, or None: FastAPI answers it."""
-        if scope["method"] != "GET" or self._lock is None:
+    async def answer(self, scope: dict[str, Any]) -> Response | None:
+        """The response to ``scope``'s read, or None: FastAPI answers it."""
+        if scope["method"] != "GET":
             return None
         found = self._match(self._routes, scope["path"])
         if found is None:
@@ -236,14 +235,15 @@ class LeanPath:
                 return None
         if self._protect_reads and self._actor(headers) is None:
             return None
-        if not self._lock.acquire(blocking=False):
-            return None
         try:
-            return route.fn(_a=None, **kw)
+            if self._lock is not None and self._lock.acquire(blocking=False):
+                try:
+                    return route.fn(_a=None, **kw)
+                finally:
+                    self._lock.release()
+            return await run_in_threadpool(route.fn, _a=None, **kw)
         except Exception:  # noqa: BLE001 - FastAPI answers it again, with its error
             return None
-        finally:
-            self._lock.release()
 
 
 def _replay(messages: list[dict[str, Any]], receive: Receive) -> Receive:

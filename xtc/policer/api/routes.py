@@ -137,7 +137,7 @@ class PolicerApp(FastAPI):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.lean is not None and not scope.get("root_path"):
             if scope["method"] == "GET":
-                response = self.lean.answer(scope)
+                response = await self.lean.answer(scope)
             else:
                 response, receive = await self.lean.answer_write(scope, receive)
             if response is not None:
