@@ -136,6 +136,7 @@ WRITES: list[tuple[str, str, bytes, dict[str, str]]] = [
     ("PUT", "/policies/activation", b'{"on_fraction":0.5,"off_fraction":0.6}', J),  # 422
     ("PUT", "/policies/allocation", b'{"target_fraction":0.8}', J),
     ("PUT", "/policies/misbehaviour", b'{"enabled":false}', J),
+    ("PUT", "/policies/allocation", b'{"target_fraction":0.7}', {"Content-Type": "text/plain"}),
 ]
 
 

@@ -104,8 +104,10 @@ class LeanPath:
 
     def __init__(self, tokens: Iterable[str], actor: Callable[[bytes], str], protect_reads: bool, inline_lock: Any,
                  max_body_bytes: int):
-        #: "Bearer <token>" -> the token's actor name
-        self._actors = [(b"Bearer " + t.encode(), actor(t.encode())) for t in tokens]
+        #: "Bearer <token>" -> the token's actor name (tokens of printable ASCII only, as the configuration
+        #: takes them: the header's bytes are then the token's, as FastAPI reads them)
+        self._actors = [(b"Bearer " + t.encode(), actor(t.encode())) for t in tokens
+                        if t.isascii() and t.isprintable() and not any(c.isspace() for c in t)]
         self._protect_reads = protect_reads
         self._lock = inline_lock
         self._max_body = max_body_bytes
@@ -178,6 +180,8 @@ class LeanPath:
             elif k == b"transfer-encoding":
                 return None, receive
             elif k == b"content-type":
+                if content_type is not None:  # given twice: FastAPI reads the first one
+                    return None, receive
                 content_type = v
         if not (0 < length <= self._max_body) or content_type != b"application/json":
             return None, receive
