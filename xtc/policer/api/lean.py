@@ -93,8 +93,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 class LeanPath:
     """The registered reads (:meth:`get`) and writes (:meth:`write`): :meth:`answer` answers a read,
-    :meth:`answer_write` a write, or they
-    leave it to FastAPI.
+    :meth:`answer_write` a write, or they leave it to FastAPI.
 
     ``tokens``: the bearer tokens; ``actor``: a token's name in the audit log (the FastAPI routes'
     own); ``protect_reads``: reads need a token too; ``inline_lock``: the store's lock for a read on
