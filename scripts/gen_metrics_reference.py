@@ -38,7 +38,7 @@ def _daemon() -> CollectorRegistry:
 
 def _policer(tmp: Path) -> CollectorRegistry:
     from xtc.service.metrics import add_standard_metrics
-    from xtc.policer.app import PolicerCollector
+    from xtc.policer.api import PolicerCollector
     from xtc.policer.store import Store
 
     r = CollectorRegistry(auto_describe=False)

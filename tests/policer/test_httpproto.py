@@ -119,3 +119,60 @@ def test_the_bound_is_per_request_and_a_body_is_not_head(server: int) -> None:
     # The same body in the very write that carries its head.
     head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
     assert _status_of_raw(server, [head + body]) == b"HTTP/1.1 200 OK"
+
+
+def test_a_response_head_leaves_with_its_body() -> None:
+    """OneWrite (logic): the head is held for the body and both go in one write; a head alone (HEAD, a
+    streamed body's first chunk later) leaves at the event loop's next turn; close sends what is held."""
+    import asyncio
+
+    from xtc.policer.httpproto import OneWrite
+
+    class Transport:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+            self.closed = False
+
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def run() -> None:
+        t = Transport()
+        w = OneWrite(t)
+        w.write(b"HEAD\r\n\r\n")
+        assert t.writes == []
+        w.write(b"body")
+        assert t.writes == [b"HEAD\r\n\r\nbody"]
+        w.write(b"more")
+        assert t.writes == [b"HEAD\r\n\r\nbody", b"more"]
+        t2 = Transport()
+        w2 = OneWrite(t2)
+        w2.write(b"HEAD only")
+        await asyncio.sleep(0)
+        assert t2.writes == [b"HEAD only"]
+        t3 = Transport()
+        w3 = OneWrite(t3)
+        w3.write(b"HEAD then close")
+        w3.close()
+        assert t3.writes == [b"HEAD then close"] and t3.closed
+
+    asyncio.run(run())
+
+
+def test_pipelined_requests_with_a_head_only_answer_in_order(server: int) -> None:
+    with socket.create_connection(("127.0.0.1", server), timeout=5) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nHEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        resp = b""
+        deadline = time.monotonic() + 5
+        while (resp.count(b"HTTP/1.1 200 OK") < 3 or not resp.endswith(b"POST 3")) and time.monotonic() < deadline:
+            b = s.recv(4096)
+            if not b:
+                break
+            resp += b
+    parts = resp.split(b"HTTP/1.1 200 OK")[1:]
+    assert len(parts) == 3, resp
+    assert parts[0].endswith(b"\r\n\r\nGET 0") and parts[1].endswith(b"\r\n\r\n") and parts[2].endswith(b"POST 3"), resp

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from xtc.policer.app import create_app, openapi_document
+from xtc.policer.api import create_app, openapi_document
 from xtc.policer.config import ConfigError, PolicerConfig, loads_config
 from xtc.policer.store import Store, StoreError, parse_db_url
 
@@ -226,6 +226,13 @@ def test_metrics_count_routers_and_punishments(db_url: str) -> None:
     assert m[("xtc_policer_punishments_total", (("level", "1"),))] == 1.0
     assert m[("xtc_policer_punishments_total", (("level", "2"),))] == 1.0
     assert m[("xtc_policer_leader", ())] == 0.0  # no engine here
+    # Only the punished VRs have a punishment-level series.
+    store.record_poll("r1", [{"vr": "v1", "state": "active"}, {"vr": "v2", "state": "active"}])
+    with store.tx() as db:
+        db.execute("UPDATE vrs SET punish_level=2 WHERE router='r1' AND name='v2'")
+    m = scrape(c)
+    assert m[("xtc_policer_vr_punishment_level", (("router", "r1"), ("vr", "v2")))] == 2.0
+    assert ("xtc_policer_vr_punishment_level", (("router", "r1"), ("vr", "v1"))) not in m
     # Router names are read data: protected like the other reads.
     c2, _ = client(db_url, protect_reads=True)
     assert c2.get("/metrics").status_code == 401

@@ -315,7 +315,7 @@ def test_http_input_is_bounded(make_policer: Any) -> None:
 def test_health_tells_an_anonymous_caller_only_the_status(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from xtc.policer.app import create_app
+    from xtc.policer.api import create_app
     from xtc.policer.config import PolicerConfig
 
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
@@ -336,7 +336,7 @@ def test_health_tells_an_anonymous_caller_only_the_status(tmp_path: Path) -> Non
 def test_loose_request_semantics_are_refused(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from xtc.policer.app import create_app
+    from xtc.policer.api import create_app
     from xtc.policer.config import PolicerConfig
 
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")

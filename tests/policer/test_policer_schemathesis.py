@@ -13,7 +13,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from xtc.policer.app import create_app
+from xtc.policer.api import create_app
 from xtc.policer.config import PolicerConfig
 from xtc.policer.store import Store
 

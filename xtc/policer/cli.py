@@ -168,7 +168,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_openapi(_args: argparse.Namespace) -> int:
-    from .app import openapi_document
+    from .api import openapi_document
 
     print(json.dumps(openapi_document(), indent=1, sort_keys=True))
     return 0

@@ -15,7 +15,8 @@ headers must be complete within :attr:`BoundedHttpToolsProtocol.header_timeout_s
 :data:`HEADER_TIMEOUT_S`; :func:`bounded_protocol` makes the class with another one, the policer's
 ``server.header_timeout_s``) of the connection's opening or of the first byte of the request
 (between two requests on a kept-alive connection uvicorn's keep-alive timeout applies); else it is
-answered **408** and closed.  Everything else is uvicorn's.
+answered **408** and closed.  A response's head leaves with its body in one write (:class:`OneWrite`).
+Everything else is uvicorn's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["BoundedHttpToolsProtocol", "MAX_HEADER_BYTES", "HEADER_TIMEOUT_S", "bounded_protocol"]
+__all__ = ["BoundedHttpToolsProtocol", "MAX_HEADER_BYTES", "HEADER_TIMEOUT_S", "bounded_protocol", "OneWrite"]
 
 #: Largest request line plus headers accepted, bytes (a bigger head is refused before it is read on).
 MAX_HEADER_BYTES = 16 * 1024
@@ -113,6 +114,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_open = False
         self._stop_head_timer()
         super().on_headers_complete()
+        if self.cycle is not None:  # the response's head leaves with its body (see OneWrite)
+            self.cycle.transport = OneWrite(self.transport)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -129,6 +132,43 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                              b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
                              b"connection: close\r\n\r\n" + body)
         self.transport.close()
+
+
+class OneWrite:
+    """A response's transport that holds back the response's first write (uvicorn writes the status
+    line and headers, then the body, each at once) until the next write or, at the latest, the event
+    loop's next turn: a head and a body sent at once leave in one ``send`` and one TCP segment
+    instead of two (each a system call and, on loopback, the receiver's work too).  Every other
+    attribute is the connection's transport's."""
+
+    __slots__ = ("_transport", "_first", "_held")
+
+    def __init__(self, transport: Any):
+        self._transport = transport
+        self._first = True
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._first:
+            self._first, self._held = False, data
+            asyncio.get_running_loop().call_soon(self._flush)
+        elif self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held + data)
+        else:
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def bounded_protocol(header_timeout_s: float) -> type[BoundedHttpToolsProtocol]:

@@ -5,7 +5,7 @@ wait for its work on one interpreter lock), on the same database; with an in-mem
 it runs in a thread beside uvicorn's event loop.  If it fails unexpectedly the server is told to exit
 and the process returns 1, so that its supervisor (systemd) restarts it.  HTTP input is bounded: a request head
 over :data:`.httpproto.MAX_HEADER_BYTES` is refused by the HTTP parser (431, :mod:`.httpproto`), a body over
-:data:`xtc.policer.app.MAX_BODY_BYTES` by the app; a head that takes longer than
+:data:`xtc.policer.api.MAX_BODY_BYTES` by the app; a head that takes longer than
 ``server.header_timeout_s`` to arrive gets 408 and its connection is closed.  With
 ``server.tls_certificate_file`` and ``server.tls_key_file`` it serves HTTPS only; without them plain
 HTTP, on a loopback address only unless ``server.allow_plain_http`` (checked at start too: ``--host``
@@ -47,7 +47,7 @@ import uvicorn
 
 from xtc.service.logs import setup_logging
 
-from .app import create_app
+from .api import create_app
 from .config import ConfigError, PolicerConfig, check_transport, server_ssl_context
 from .engine import Engine
 from .link import LinkPool

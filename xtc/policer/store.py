@@ -334,6 +334,12 @@ class Store:
         rows = self._read(*self._page(sql + " ORDER BY router, name", args, limit, offset))
         return [self._vr(r) for r in rows]
 
+    def punished_vrs(self) -> list[tuple[str, str, int]]:
+        """``(router, vr, punishment level)`` of the VRs punished now (level > 0), by router and name: a
+        handful, read without the fleet's other VRs (the metrics' scrape)."""
+        rows = self._read("SELECT router, name, punish_level FROM vrs WHERE punish_level > 0 ORDER BY router, name")
+        return [(r["router"], r["name"], int(r["punish_level"])) for r in rows]
+
     def get_vr(self, router: str, name: str) -> dict[str, Any]:
         rows = self._read("SELECT * FROM vrs WHERE router=? AND name=?", (router, name))
         if not rows:

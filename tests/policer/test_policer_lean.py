@@ -1,0 +1,206 @@
+"""The lean read path (xtc.policer.api.lean) answers exactly as FastAPI does, or leaves the request to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from xtc.policer.api import create_app
+from xtc.policer.config import PolicerConfig
+from xtc.policer.store import Store
+
+TOKEN = "tok-" + "b" * 28
+
+#: Reads, valid and not, plain and unusual: each is asked of the app with and without the lean path.
+PATHS = [
+    "/routers", "/routers?limit=2", "/routers?limit=2&offset=1", "/routers?status=unreachable", "/routers?status=bogus",
+    "/routers?limit=0", "/routers?limit=5001", "/routers?limit=1.0", "/routers?limit=1e3", "/routers?limit=true",
+    "/routers?limit=%32", "/routers?limit=2&limit=3", "/routers?limit=", "/routers?limit", "/routers?unknown=1",
+    "/routers?offset=4611686018427387905", "/routers?offset=99999999999999999999", "/routers?limit=+2",
+    "/routers/r1", "/routers/r2", "/routers/nope", "/routers/-bad", "/routers/r1%0A", "/routers/r1/", "/routers/r1?x=1",
+    "/vrs", "/vrs?router=r1", "/vrs?network=n1", "/vrs?state=active", "/vrs?state=on", "/vrs?flagged=true",
+    "/vrs?flagged=false", "/vrs?flagged=1", "/vrs?flagged=yes", "/vrs?router=r1&network=n1&limit=1&offset=0",
+    "/vrs/r1/v1", "/vrs/r1/v2", "/vrs/r1/nope", "/vrs/r1/v1%20", "/vrs/nope/v1",
+    "/setpoints", "/setpoints?router=r1", "/setpoints?flagged=false&limit=1",
+    "/networks", "/networks?limit=1", "/networks?offset=1", "/networks/n1", "/networks/n2", "/networks/nope",
+    "/networks/n%31", "/networks/" + "n" * 65,
+    "/actions", "/actions?limit=3", "/actions?after_id=2&limit=3", "/actions?kind=sla_set", "/actions?kind=Bad",
+    "/actions?router=r1&vr=v1", "/actions?limit=1001", "/actions?after_id=-1",
+    "/policies", "/policies?x=1",
+]
+
+
+def _app(url: str, protect_reads: bool) -> tuple[Any, Store]:
+    store = Store(url)
+    return create_app(PolicerConfig(tokens=frozenset({TOKEN}), protect_reads=protect_reads), store), store
+
+
+def _seed(store: Store) -> None:
+    store.add_router("r1", "tcp://127.0.0.1:1", 1e5, "off", None, "test")
+    store.add_router("r2", "tcp://127.0.0.1:2", 2.5e5, "auto", "A" * 40, "test")
+    store.set_router_status("r2", "unreachable", "timeout", False)
+    store.add_network("n1", "first", "test")
+    store.add_network("n2", "second, with a \u00e9", "test")
+    store.set_sla("n1", {"min_pps": 1000.0, "max_pps": 5e4, "weight": 2.0}, "test")
+    store.record_poll("r1", [{"vr": "v1", "state": "active", "measured_pps": 5.0, "offered_pps": 6.5},
+                             {"vr": "v2", "state": "inactive"}])
+    store.set_vr_network("r1", "v1", "n1", "test")
+    store.set_manual_setpoint("r1", "v1", 12345.5, "test")
+
+
+@pytest.mark.parametrize("protect_reads", [False, True])
+def test_lean_reads_answer_as_fastapi_does(tmp_path: Any, protect_reads: bool) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    app, store = _app(url, protect_reads)
+    _seed(store)
+    plain, plain_store = _app(url, protect_reads)
+    plain.lean = None  # FastAPI alone, on the same database
+    answered: list[str] = []
+    tokens: list[bytes | None] = []
+    lean = app.lean
+
+    async def counting(scope: dict[str, Any]) -> Any:
+        r = await type(lean).answer(lean, scope)
+        if r is not None:
+            answered.append(scope["path"] + "?" + scope["query_string"].decode())
+            tokens.append(dict(scope["headers"]).get(b"authorization"))
+        return r
+
+    lean.answer = counting
+    a, b = TestClient(app), TestClient(plain)
+    headers = [{"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"bearer {TOKEN}"},
+               {"Authorization": "Bearer wrong"}, {}] if protect_reads else [{}]
+    for h in headers:
+        for path in PATHS:
+            ra, rb = a.get(path, headers=h), b.get(path, headers=h)
+            assert (ra.status_code, ra.content, ra.headers.get("content-type")) == \
+                   (rb.status_code, rb.content, rb.headers.get("content-type")), (path, h)
+            assert ra.headers.get("www-authenticate") == rb.headers.get("www-authenticate"), (path, h)
+    # The lean path did answer the plain valid reads (and only with the token when reads are protected).
+    for must in ("/routers?limit=2&offset=1", "/vrs/r1/v1?", "/networks/n1?", "/actions?after_id=2&limit=3",
+                 "/policies?", "/vrs?flagged=true", "/setpoints?router=r1"):
+        assert any(x.startswith(must) for x in answered), (must, answered)
+    assert not any("limit=1.0" in x or "nope" in x or "flagged=1" in x or "limit=2&limit" in x for x in answered)
+    if protect_reads:  # only with the token exactly as "Bearer <token>"
+        assert set(tokens) == {f"Bearer {TOKEN}".encode()}, set(tokens)
+    store.close()
+    plain_store.close()
+
+
+def test_lean_reads_see_writes_at_once(tmp_path: Any) -> None:
+    app, store = _app(f"sqlite:///{tmp_path / 'p.db'}", False)
+    c = TestClient(app)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert c.get("/networks").json() == []
+    assert c.post("/networks", json={"name": "n1"}, headers=auth).status_code == 201
+    assert [n["name"] for n in c.get("/networks").json()] == ["n1"]
+    store.add_network("n2", "", "test")  # the store's own writes too (the engine's, in its process)
+    assert [n["name"] for n in c.get("/networks").json()] == ["n1", "n2"]
+    store.close()
+
+
+#: Writes, valid and not: (method, path, body bytes, headers beyond the token's), in order.
+J = {"Content-Type": "application/json"}
+WRITES: list[tuple[str, str, bytes, dict[str, str]]] = [
+    ("POST", "/routers", b'{"name":"r3","endpoint":"tcp://127.0.0.1:3","capacity_pps":1e5}', J),
+    ("POST", "/routers", b'{"name":"r3","endpoint":"tcp://127.0.0.1:3","capacity_pps":1e5}', J),  # 409
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5,"x":1}', J),  # 422
+    ("POST", "/routers", b'{"name":"r4","name":"r5","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5}', J),
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":NaN}', J),
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5}', {}),  # no type
+    ("POST", "/routers", b'{"name":"r4","endpoint":"tcp://127.0.0.1:4","capacity_pps":1e5}',
+     {"Content-Type": "application/json; charset=utf-8"}),
+    ("POST", "/routers", b'{"name":"r5","endpoint":"tcp://127.0.0.1:5","capacity_pps":1e5}', {**J, "Authorization": "Bearer nope"}),
+    ("POST", "/routers", b'{"name":"r5","endpoint":"tcp://127.0.0.1:5","capacity_pps":1e5}', {**J, "Authorization": f"bearer {TOKEN}"}),
+    ("POST", "/routers?x=1", b'{"name":"r6","endpoint":"tcp://127.0.0.1:6","capacity_pps":1e5}', J),
+    ("PATCH", "/routers/r1", b'{"capacity_pps":200000}', J),
+    ("PATCH", "/routers/r1", b'{"endpoint":null}', J),  # 422 from the route
+    ("PATCH", "/routers/nope", b'{"capacity_pps":200000}', J),  # 404
+    ("PATCH", "/routers/-x", b'{"capacity_pps":200000}', J),  # 422 (path)
+    ("PATCH", "/routers/r1", b'', J),
+    ("PATCH", "/routers/r1", b'[1]', J),
+    ("PUT", "/vrs/r1/v1/network", b'{"network":"n2"}', J),
+    ("PUT", "/vrs/r1/v1/network", b'{"network":"nope"}', J),  # 404
+    ("PUT", "/vrs/r1/v1/network", b'{"network":null}', J),
+    ("PUT", "/vrs/r1/v1/setpoint", b'{"setpoint_pps":5000}', J),
+    ("PUT", "/vrs/r1/v1/setpoint", b'{"setpoint_pps":0}', J),  # 422
+    ("PUT", "/vrs/r1/v1/setpoint", b'{"setpoint_pps":"5000"}', J),  # 422: strict
+    ("POST", "/networks", b'{"name":"n3","description":"third"}', J),
+    ("POST", "/networks", b'{"name":"n3"}', J),  # 409
+    ("PUT", "/networks/n1/sla", b'{"min_pps":10,"max_pps":20000,"weight":3}', J),
+    ("PUT", "/networks/n1/sla", b'{"min_pps":30000,"max_pps":20000}', J),  # 422 (model validator)
+    ("PUT", "/networks/nope/sla", b'{"min_pps":10}', J),  # 404
+    ("PUT", "/policies/activation", b'{"on_fraction":0.8,"off_fraction":0.6,"hold_s":1}', J),
+    ("PUT", "/policies/activation", b'{"on_fraction":0.5,"off_fraction":0.6}', J),  # 422
+    ("PUT", "/policies/allocation", b'{"target_fraction":0.8}', J),
+    ("PUT", "/policies/misbehaviour", b'{"enabled":false}', J),
+    ("PUT", "/policies/allocation", b'{"target_fraction":0.7}', {"Content-Type": "text/plain"}),
+]
+
+
+def test_lean_writes_answer_and_write_as_fastapi_does(tmp_path: Any) -> None:
+    """The same writes through the app with and without the lean path, each on its own database seeded
+    alike: the same answers, then the same routers, VRs, networks, policies and audit log."""
+    apps = []
+    for which in ("lean", "plain"):
+        store = Store(f"sqlite:///{tmp_path / (which + '.db')}", clock=lambda: 1.7e9)
+        _seed(store)
+        app = create_app(PolicerConfig(tokens=frozenset({TOKEN})), store)
+        if which == "plain":
+            app.lean = None
+        apps.append((TestClient(app), store))
+    (a, sa), (b, sb) = apps
+    written = []
+    lean = a.app.lean
+    real = type(lean).answer_write
+
+    async def counting(scope: dict[str, Any], receive: Any) -> Any:
+        r, rcv = await real(lean, scope, receive)
+        if r is not None:
+            written.append((scope["method"], scope["path"], r.status_code))
+        return r, rcv
+
+    lean.answer_write = counting
+    for method, path, body, headers in WRITES:
+        h = {"Authorization": f"Bearer {TOKEN}", **headers}
+        ra, rb = (c.request(method, path, content=body, headers=h) for c in (a, b))
+        assert (ra.status_code, ra.content, ra.headers.get("content-type")) == \
+               (rb.status_code, rb.content, rb.headers.get("content-type")), (method, path, body)
+    for path in ("/routers", "/vrs", "/networks", "/policies", "/actions?limit=1000", "/setpoints"):
+        assert a.get(path).content == b.get(path).content, path
+    # The lean path took the plain writes, their 404 and 409 and the route's own 422, not the others.
+    assert ("POST", "/routers", 201) in written and ("POST", "/routers", 409) in written
+    assert ("PATCH", "/routers/r1", 422) in written and ("PATCH", "/routers/nope", 404) in written
+    assert ("PUT", "/policies/misbehaviour", 200) in written and ("PUT", "/networks/n1/sla", 200) in written
+    assert len(written) == 16, written
+    sa.close()
+    sb.close()
+
+
+def test_a_lean_read_waits_in_the_threadpool_while_a_write_holds_the_store(tmp_path: Any) -> None:
+    import threading
+    import time
+
+    app, store = _app(f"sqlite:///{tmp_path / 'p.db'}", False)
+    _seed(store)
+    c = TestClient(app)
+    expected = c.get("/networks/n1").content
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with store.db.inline_lock:  # as a write transaction in the threadpool holds it
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    held.wait(5)
+    threading.Timer(0.3, release.set).start()
+    t0 = time.monotonic()
+    r = c.get("/networks/n1")
+    assert r.status_code == 200 and r.content == expected
+    assert time.monotonic() - t0 >= 0.25, "answered while the store was held"
+    t.join(5)
+    store.close()
