@@ -72,6 +72,10 @@ CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 log = logging.getLogger("xtc.policer.engine")
 
+#: Most VRs' rows of a snapshot of the measurements written after one batch (about 40-80 ms of SQLite's
+#: write lock here): a snapshot of 80,000 VRs takes about 20 batches instead of stalling one by seconds.
+SNAPSHOT_ROWS = 4096
+
 
 def shard_of(router: str, shards: int) -> int:
     """The engine shard (``0..shards-1``) that polices ``router``: CRC-32 of its name modulo ``shards``
@@ -626,20 +630,29 @@ class Engine:
             for d in done:
                 if d is not None:
                     d.set()
-            if stop or time.monotonic() >= self._next_snapshot:
+            if stop or self.store.snapshot_pending or time.monotonic() >= self._next_snapshot:
                 self._snapshot(final=stop)
             if stop:
                 return
 
     def _snapshot(self, final: bool = False) -> None:
-        """Write the live measurements (the worker's thread: the store's live values are its own).  A
-        failure is a crash as a batch's is; on the way out (``final``) one after a crash is not tried."""
-        self._next_snapshot = time.monotonic() + self.snapshot_interval_s
+        """Write the live measurements (the worker's thread: the store's live values are its own), at
+        most :data:`SNAPSHOT_ROWS` VRs' rows after each batch until the snapshot is written (all at once
+        on the way out, ``final``).  A failure is a crash as a batch's is; on the way out one after a
+        crash is not tried."""
         if final and self.error is not None:
             return
         try:
-            self.store.snapshot()
-            self.snapshots += 1
+            if not self.store.snapshot_pending:  # a new one: the next is due an interval from its start
+                self._next_snapshot = time.monotonic() + self.snapshot_interval_s
+            if final:
+                while self.store.snapshot(SNAPSHOT_ROWS) or self.store.snapshot_pending:
+                    pass
+                self.store.snapshot()
+            else:
+                self.store.snapshot(SNAPSHOT_ROWS)
+            if not self.store.snapshot_pending:
+                self.snapshots += 1
         except BaseException as e:
             if not final:
                 self._crash(e)

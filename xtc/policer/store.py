@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database, parse_db_url
 from .planner import Settings
-from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
+from .policy import POLICIES, ActivationState, MisbehaviourState
 
 #: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
 SATURATION = ("cap_max", "cap_min", "cap_slack")
@@ -136,8 +136,9 @@ class Store:
         #: database only by :meth:`snapshot` (a VR's discrete changes, its appearance and disappearance, and a
         #: router's status changes are written at once).  Empty in a process that measures nothing (the API's).
         self._live: dict[str, tuple[float, list[tuple]]] = {}
-        #: Routers measured since the last :meth:`snapshot`.
+        #: Routers measured since the last :meth:`snapshot` began, and those of the one under way.
         self._dirty: set[str] = set()
+        self._snapshot_queue: list[str] = []
         #: Wall time of the last :meth:`snapshot` written (None: none yet).
         self.snapshot_unix_s: float | None = None
         try:
@@ -461,35 +462,20 @@ class Store:
         """The policies' settings (``db``: as a transaction sees them)."""
         raw = db.execute("SELECT * FROM settings").fetchall() if db is not None else self._read("SELECT * FROM settings")
         rows = {r["key"]: json.loads(r["value"]) for r in raw}
-        s = Settings()
-        a = rows.get("activation", {})
-        al = rows.get("allocation", {})
-        m = rows.get("misbehaviour", {})
-        return Settings(
-            activation_enabled=a.get("enabled", s.activation_enabled),
-            activation=ActivationParams(**{k: v for k, v in a.items() if k != "enabled"}),
-            allocation_enabled=al.get("enabled", s.allocation_enabled),
-            target_fraction=al.get("target_fraction", s.target_fraction),
-            min_setpoint_pps=al.get("min_setpoint_pps", s.min_setpoint_pps),
-            demand_headroom=al.get("demand_headroom", s.demand_headroom),
-            hysteresis=al.get("hysteresis", s.hysteresis),
-            misbehaviour_enabled=m.get("enabled", s.misbehaviour_enabled),
-            misbehaviour=MisbehaviourParams(**{k: v for k, v in m.items() if k != "enabled"}),
-        )
+        kw: dict[str, Any] = {}
+        for name, cls in POLICIES.items():  # each policy's switch and parameters (defaults: the class's)
+            got = rows.get(name, {})
+            kw[f"{name}_enabled"] = got.get("enabled", True)
+            kw[name] = cls(**{k: v for k, v in got.items() if k != "enabled"})
+        return Settings(**kw)
 
     def policies(self, db: Conn | None = None) -> dict[str, dict[str, Any]]:
         s = self.settings(db)
-        return {
-            "activation": {"enabled": s.activation_enabled, **asdict(s.activation)},
-            "allocation": {"enabled": s.allocation_enabled, "target_fraction": s.target_fraction,
-                           "min_setpoint_pps": s.min_setpoint_pps, "demand_headroom": s.demand_headroom,
-                           "hysteresis": s.hysteresis},
-            "misbehaviour": {"enabled": s.misbehaviour_enabled, **asdict(s.misbehaviour)},
-        }
+        return {name: {"enabled": getattr(s, f"{name}_enabled"), **asdict(getattr(s, name))} for name in POLICIES}
 
     def set_policy(self, name: str, values: dict[str, Any], actor: str) -> dict[str, Any]:
         """Store a policy's full parameter set (validated by the caller)."""
-        assert name in ("activation", "allocation", "misbehaviour"), name
+        assert name in POLICIES, name
         with self.tx() as db:
             db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
                        (name, json.dumps(values)))
@@ -553,21 +539,29 @@ class Store:
             self._dirty.discard(gone)
 
     # ---------------------------------------------------------------------------- snapshots
-    def snapshot(self) -> int:
-        """Write the live measurements of the routers measured since the last snapshot (their VRs'
+    def snapshot(self, max_rows: int | None = None) -> int:
+        """Write the live measurements of the routers measured since the last snapshot began (their VRs'
         ``measured_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and ``last_seen_unix_s``, and the
         routers' ``last_seen_unix_s``) in one transaction, fenced on the leadership epoch; the other
-        columns are written as they change.  Returns how many VRs' rows were written."""
-        names = [n for n in self._dirty if n in self._live]
-        self._dirty = set()
-        if not names:
-            return 0
-        t = self.clock()
+        columns are written as they change.  ``max_rows``: write about that many VRs' rows (whole
+        routers) and leave the rest of this snapshot to the next calls (:attr:`snapshot_pending`), so
+        that a large one does not hold the engine's worker (and SQLite's write lock) at once.  Returns
+        how many VRs' rows were written."""
+        if not self._snapshot_queue:  # a new snapshot: the routers measured until now
+            self._snapshot_queue, self._dirty = list(self._dirty), set()
         routers, vrs = [], []
-        for name in names:
-            seen, vals = self._live[name]
+        queue = self._snapshot_queue
+        while queue and (max_rows is None or len(vrs) < max_rows):
+            name = queue.pop()
+            live = self._live.get(name)
+            if live is None:
+                continue
+            seen, vals = live
             routers.append((seen, name))
             vrs.extend((v[3], v[4], v[5], v[6], seen, name, v[9]) for v in vals)
+        if not routers:
+            return 0
+        t = self.clock()
         with self.tx() as db:
             self._fence(db)
             db.update_many("routers", "last_seen_unix_s | name", "rt", routers)
@@ -577,6 +571,11 @@ class Store:
                        " ON CONFLICT (key) DO UPDATE SET value=excluded.value", (repr(t),))
         self.snapshot_unix_s = t
         return len(vrs)
+
+    @property
+    def snapshot_pending(self) -> bool:
+        """Whether a snapshot begun with ``max_rows`` has routers left to write."""
+        return bool(self._snapshot_queue)
 
     def live_router(self, router: dict[str, Any]) -> dict[str, Any]:
         """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` when this store's
