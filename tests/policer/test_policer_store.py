@@ -471,11 +471,13 @@ def test_measurements_live_in_memory_until_a_snapshot(db_url: str) -> None:
     s.save_plan("r1", ActivationState(True, None), 9.0, {}, [("activate", "a", {})])
     assert s.list_actions(kind="activate")  # a decision: at once
     assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}
+    assert s.last_snapshot_unix_s() is None
     assert s.snapshot() == 1
     assert _raw_vrs(db_url) == {"a": (9.0, "paused", 103.0)}
     other = Store(db_url)
     try:
         assert other.get_router("r1")["last_seen_unix_s"] == 103.0
+        assert other.last_snapshot_unix_s() == 103.0
     finally:
         other.close()
     assert s.snapshot() == 0  # nothing measured since

@@ -572,6 +572,12 @@ class Store:
         self.snapshot_unix_s = t
         return len(vrs)
 
+    def last_snapshot_unix_s(self) -> float | None:
+        """Wall time of the newest snapshot of the measurements any engine wrote to the database (None:
+        none yet): what a process that measures nothing (the API's) reads the measurements as of."""
+        rows = self._read("SELECT value FROM meta WHERE key='snapshot_unix_s'")
+        return float(rows[0]["value"]) if rows else None
+
     @property
     def snapshot_pending(self) -> bool:
         """Whether a snapshot begun with ``max_rows`` has routers left to write."""
