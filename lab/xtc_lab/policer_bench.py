@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-samples", dest="samples", action="store_false",
                    help="fleet: measure every router by 'list' (the daemons publish no samples)")
     s.add_argument("--shards", type=int, default=1, help="fleet: engine processes (engine.shards, default 1)")
+    s.add_argument("--snapshot-interval", type=float, default=None, metavar="SECONDS",
+                   help="fleet: engine.snapshot_interval_s, seconds between the engine's writes of the measurements "
+                        "(default: the policer's, 10 s)")
     s.add_argument("--flapping", type=float, default=0.0,
                    help="fleet: share of the routers that answer 5 s, then fall silent 5 s, over and over, to time "
                         "how soon a router that stops answering is marked (dying_marked_s; default 0; their "
@@ -64,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.fleet:
         res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples,
-                              shards=args.shards, flapping_fraction=args.flapping)
+                              shards=args.shards, flapping_fraction=args.flapping,
+                              snapshot_interval_s=args.snapshot_interval)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -410,7 +414,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
                     request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
                     api_duration_s: float = 5.0, max_warmup_s: float = 300.0, flapping_fraction: float = 0.0,
-                    flap_s: float = 5.0) -> dict[str, Any]:
+                    flap_s: float = 5.0, snapshot_interval_s: float | None = None) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -461,7 +465,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 time.sleep(0.1)
             fl = [r for f in fl_files for r in json.loads(f.read_text())]
             proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
-                                       extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n")
+                                       extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n"
+                                       + (f"snapshot_interval_s = {snapshot_interval_s}\n" if snapshot_interval_s else ""))
             def window() -> Any:  # the fleets' statistics since the previous window (SIGUSR1), merged
                 merged: dict[str, Any] = {}
                 for f in fleets:

@@ -114,7 +114,10 @@ class Policer:
     def __init__(self, tmp: Path, period_s: float = 0.5, extra_env: dict[str, str] | None = None,
                  extra_config: str = ""):
         self.tmp = tmp
-        self.extra_config = extra_config
+        # The API reads the engine's snapshots of the measurements: the tests' policers take one every
+        # period, so that what the API shows moves on as the measurements do (unless a test says otherwise).
+        self.extra_config = (extra_config if "snapshot_interval_s" in extra_config
+                             else f"snapshot_interval_s = {period_s}\n" + extra_config)
         self.period_s = period_s
         self.extra_env = extra_env
         self.proc: subprocess.Popen | None = None

@@ -13,6 +13,7 @@ from xtc.policer.policy import (
     MAX_LEVEL,
     ActivationParams,
     ActivationState,
+    AllocationParams,
     Claim,
     MisbehaviourParams,
     MisbehaviourState,
@@ -241,7 +242,7 @@ def test_allocation_counts_a_saturated_vr_at_what_it_forwards() -> None:
     # daemon says "a" sits at its largest cap forwarding 20 kp/s (it cannot reach 36), its share
     # shrinks to what it forwards and the other two get the rest; when "a" forwards 45 kp/s at its
     # smallest cap, the others' shares leave room for it.
-    st_ = Settings(activation_enabled=False, hysteresis=0.0)
+    st_ = Settings(activation_enabled=False, allocation=AllocationParams(hysteresis=0.0))
 
     def shares(a: VrObs) -> dict[str, float]:
         vrs = {"a": a, **{n: VrObs(n, True, "active", 36_000, 36_000, 50_000) for n in ("b", "c")}}

@@ -296,6 +296,7 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
             last[r] = rows
             now = t[0] + 1
             if eng.record_outcomes([Outcome(r, rng.choice(["reachable", None]), None, vrs=rows)])[r] is not None:
+                eng.snapshot()  # the measurements, live until then
                 got = {v["name"]: v for v in api.list_vrs(r)}  # every VR reported written, at this time
                 assert all((got[v["vr"]]["last_seen_unix_s"], got[v["vr"]]["measured_pps"], got[v["vr"]]["state"])
                            == (now, v["measured_pps"], v["state"]) for v in rows), i
@@ -434,3 +435,50 @@ def test_bulk_updates_carry_every_value_exactly(db_url: str) -> None:
         assert len({got[n][5] for n in names}) == 1  # each router's revision moved once (the first update's also)
     finally:
         store.close()
+
+
+def _raw_vrs(url: str) -> dict[str, tuple]:
+    """The VRs' measurement columns as the database holds them (another store: no live values)."""
+    other = Store(url)
+    try:
+        return {v["name"]: (v["measured_pps"], v["state"], v["last_seen_unix_s"]) for v in other.list_vrs()}
+    finally:
+        other.close()
+
+
+def test_measurements_live_in_memory_until_a_snapshot(db_url: str) -> None:
+    """A measurement is written when a VR appears or its state changes, otherwise kept live (this store's
+    reads and the engine's plan inputs show it) and written by :meth:`Store.snapshot`; decisions at once."""
+    t = [100.0]
+    s = Store(db_url, clock=lambda: t[0])
+    s.add_router("r1", "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
+    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}])])
+    assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # appeared: written at once
+    assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 5.0  # its rows kept from now on
+    t[0] = 101.0
+    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 7.0}])])
+    assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # a new measurement only: live
+    assert (s.get_vr("r1", "a")["measured_pps"], s.get_vr("r1", "a")["last_seen_unix_s"]) == (7.0, 101.0)
+    assert s.get_router("r1")["last_seen_unix_s"] == 101.0
+    assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 7.0
+    s.set_manual_setpoint("r1", "a", 3000.0, "test")  # another writer: the rows are read again, live values over them
+    assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 7.0
+    t[0] = 102.0
+    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 8.0}])])
+    assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}  # its state changed: written at once
+    t[0] = 103.0
+    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 9.0}])])
+    s.save_plan("r1", ActivationState(True, None), 9.0, {}, [("activate", "a", {})])
+    assert s.list_actions(kind="activate")  # a decision: at once
+    assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}
+    assert s.last_snapshot_unix_s() is None
+    assert s.snapshot() == 1
+    assert _raw_vrs(db_url) == {"a": (9.0, "paused", 103.0)}
+    other = Store(db_url)
+    try:
+        assert other.get_router("r1")["last_seen_unix_s"] == 103.0
+        assert other.last_snapshot_unix_s() == 103.0
+    finally:
+        other.close()
+    assert s.snapshot() == 0  # nothing measured since
+    s.close()

@@ -31,6 +31,10 @@ A complete example (defaults shown)::
                               # (false: every router by a 'list' each period)
     shards = 1                # engine processes, each policing the routers whose name hashes to it
                               # (one core each; every policer on one database must give the same number)
+    snapshot_interval_s = 10.0 # seconds between two writes of the routers' live measurements to the
+                              # database (decisions and status changes are written at once); a crash
+                              # or failover loses at most this long of measurements, and the API's
+                              # reads show measurements at most this old
 
     [curve]
     client_secret_key_file = ""   # the policer's CURVE .key_secret (used for routers with a server key)
@@ -103,6 +107,7 @@ class PolicerConfig:
     max_reply_bytes: int = 8 * 1024 * 1024
     samples: bool = True
     shards: int = 1
+    snapshot_interval_s: float = 10.0
     log_format: str = "json"
     log_level: str = "info"
 
@@ -115,7 +120,8 @@ class PolicerConfig:
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
-                "samples": self.samples, "shards": self.shards, "log_format": self.log_format,
+                "samples": self.samples, "shards": self.shards,
+                "snapshot_interval_s": self.snapshot_interval_s, "log_format": self.log_format,
                 "log_level": self.log_level}
 
 
@@ -178,6 +184,7 @@ class _Engine:
     max_reply_bytes: Annotated[int, Strict(), within(1024, 1 << 30)] = _DEFAULT.max_reply_bytes
     samples: Annotated[bool, Strict()] = _DEFAULT.samples
     shards: Annotated[int, Strict(), within(1, MAX_SHARDS)] = _DEFAULT.shards
+    snapshot_interval_s: Annotated[Number, within(0.05, 3600)] = _DEFAULT.snapshot_interval_s
 
 
 @pyd.dataclass(config=_TABLE)
@@ -258,6 +265,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         max_reply_bytes=d.engine.max_reply_bytes,
         samples=d.engine.samples,
         shards=d.engine.shards,
+        snapshot_interval_s=d.engine.snapshot_interval_s,
         log_format=d.log.format,
         log_level=d.log.level,
     )

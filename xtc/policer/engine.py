@@ -56,6 +56,7 @@ import queue
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
@@ -64,12 +65,16 @@ from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_route
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
-__all__ = ["Engine", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
+__all__ = ["Engine", "RouterState", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
 
 #: Upper bounds of the buckets of ``xtc_policer_cycle_seconds`` (a histogram), seconds.
 CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 log = logging.getLogger("xtc.policer.engine")
+
+#: Most VRs' rows of a snapshot of the measurements written after one batch (about 40-80 ms of SQLite's
+#: write lock here): a snapshot of 80,000 VRs takes about 20 batches instead of stalling one by seconds.
+SNAPSHOT_ROWS = 4096
 
 
 def shard_of(router: str, shards: int) -> int:
@@ -175,6 +180,45 @@ def _shows_applied(cmd: Command, vr: dict[str, Any] | None) -> bool:
     return state == {"pause": "paused", "resume": "active"}.get(cmd.cmd)
 
 
+@dataclass(slots=True)
+class RouterState:
+    """What the engine keeps of one router between its measurements (one object per router of its shard,
+    made when the router is first handled, dropped when a cycle no longer lists it).
+
+    Attributes
+    ----------
+    backoff : (float, float) or None
+        While unreachable: (clock seconds of the next attempt, the current backoff, seconds).
+    vr_set : frozenset or None
+        The VRs its last ``list`` named (None: never listed).
+    sample_names : (list, frozenset) or None
+        Its newest sample's VRs (the very list) and their names.
+    cmds_done_s : float
+        When its last commands' replies arrived (monotonic; -inf: never).
+    probed_arrival_s : float or None
+        The arrival time of the sample whose silence it was last probed for (once per silence).
+    fixed : tuple or None
+        The inputs of its last plan (:func:`_same_inputs`'s head, the VRs' rows as the store gave them)
+        and the timers that ran (:func:`_timers`), if that plan was a fixed point (nothing to save, send
+        or record): the same inputs again, before any of those timers reaches its hold, give the same
+        nothing, and the router is not planned.
+    unanswered : (list of Command, str) or None
+        The commands of its last exchange whose replies were lost (the daemon may have applied them),
+        and the link's error: its next measurement tells which took effect (:meth:`Engine._confirm`).
+    measured_at_s : float or None
+        When its last measurement reached the store (monotonic).
+    """
+
+    backoff: tuple[float, float] | None = None
+    vr_set: frozenset[str] | None = None
+    sample_names: tuple[list, frozenset[str]] | None = None
+    cmds_done_s: float = -math.inf
+    probed_arrival_s: float | None = None
+    fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...]] | None = None
+    unanswered: tuple[list[Command], str] | None = None
+    measured_at_s: float | None = None
+
+
 class Engine:
     """Runs the policies every ``period_s`` seconds in a background thread (or one cycle on demand).
 
@@ -232,6 +276,11 @@ class Engine:
     shard : (int, int)
         ``(i, n)``: this engine polices only the routers whose :func:`shard_of` is ``i`` of ``n``
         (``engine.shards`` processes share the fleet); ``(0, 1)``: every router.
+    snapshot_interval_s : float
+        Seconds between two snapshots of the live measurements (:meth:`Store.snapshot`, written by the
+        worker between batches, and once more when the engine stops): the routers' measurements live in
+        the store's memory, and only decisions, status changes and a VR's discrete changes are written
+        as they happen; a crash loses at most this long of measurements (``engine.snapshot_interval_s``).
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
@@ -239,11 +288,15 @@ class Engine:
                  max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None, batch_size: int = 256,
                  samples: SampleStreams | None = None, sample_max_age_s: float | None = None,
                  shard: tuple[int, int] = (0, 1), silence_s: float | None = None,
-                 probe_timeout_s: float | None = None):
+                 probe_timeout_s: float | None = None, snapshot_interval_s: float = 10.0):
         if not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
             raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
         self.shard = shard
         self.store = store
+        self.snapshot_interval_s = snapshot_interval_s
+        self._next_snapshot = time.monotonic() + snapshot_interval_s
+        #: Snapshots of the live measurements written (since the start).
+        self.snapshots = 0
         self.samples = samples
         self.sample_max_age_s = 1.5 * period_s if sample_max_age_s is None else sample_max_age_s
         self.silence_s = 1.25 * period_s if silence_s is None else silence_s
@@ -251,7 +304,9 @@ class Engine:
         self.probe_timeout_s = min(links_timeout, 0.5 * period_s) if probe_timeout_s is None else probe_timeout_s
         #: Routers sent ``list`` between cycles because their stream fell silent (since the start).
         self.probed = 0
-        self._probed: dict[str, float] = {}  # router -> the arrival time of the sample its silence followed
+        #: router -> what the engine keeps of it (:class:`RouterState`): this shard's routers handled since
+        #: the last cycle read them; a router the cycle no longer lists is dropped whole.
+        self._state: dict[str, RouterState] = {}
         self._routers: dict[str, dict[str, Any]] = {}  # the last cycle's routers (this shard's), by name
         #: This shard's routers the last cycle read, and the new ones :meth:`contact_new` sent ``list`` since.
         self._cycle_names: set[str] = set()
@@ -262,21 +317,9 @@ class Engine:
         #: Router measurements taken from a sample stream, and by sending ``list`` (since the start).
         self.sampled = 0
         self.listed = 0
-        self._vr_sets: dict[str, frozenset[str]] = {}  # router -> the VRs its last 'list' named
-        self._sample_names: dict[str, tuple[list, frozenset[str]]] = {}  # router -> (its newest sample's VRs, their names)
-        #: router -> the inputs of its last plan (:func:`_same_inputs`'s head, and the VRs' rows as the store
-        #: gave them) and the timers that ran (:func:`_timers`), if that plan was a fixed point (nothing to save,
-        #: send or record): the same inputs again, before any of those timers reaches its hold, give the same
-        #: nothing, and the router is not planned.
-        self._fixed: dict[str, tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...]]] = {}
         #: Routers measured whose plan was skipped that way, and routers planned (since the start).
         self.plans_skipped = 0
         self.planned = 0
-        self._cmds_done: dict[str, float] = {}  # router -> when its last commands' replies arrived (monotonic)
-        #: router -> the commands of its last exchange whose replies were lost (the daemon may have applied
-        #: them), and the link's error: the router's next measurement tells which took effect
-        #: (:meth:`_confirm`).
-        self._unanswered: dict[str, tuple[list[Command], str]] = {}
         self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
@@ -304,7 +347,6 @@ class Engine:
         #: store (seconds, newest last, at most 600 cycles): every period for a healthy router is <= 1.5 periods.
         self.gap_s: collections.deque[float] = collections.deque(maxlen=600)
         self._gap = 0.0
-        self._measured_at: dict[str, float] = {}
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -313,7 +355,6 @@ class Engine:
         self._seq = itertools.count()
         self._busy: dict[str, threading.Event] = {}
         self._busy_lock = threading.Lock()
-        self._backoff: dict[str, tuple[float, float]] = {}  # router -> (retry at, current backoff), clock seconds
 
     @property
     def bad_samples(self) -> int:
@@ -451,21 +492,8 @@ class Engine:
             exchanges.append(self._list(r, settings, now))
         self.links.exchange_many(exchanges)
         self._cycle_names = names
-        for gone in set(self._backoff) - names:
-            self._backoff.pop(gone, None)
-        for gone in set(self._vr_sets) - names:
-            self._vr_sets.pop(gone, None)
-        for gone in set(self._sample_names) - names:
-            self._sample_names.pop(gone, None)
-            self._cmds_done.pop(gone, None)
-        for gone in set(self._probed) - names:
-            self._probed.pop(gone, None)
-        for gone in set(self._fixed) - names:
-            self._fixed.pop(gone, None)
-        for gone in set(self._unanswered) - names:
-            self._unanswered.pop(gone, None)
-        for gone in set(self._measured_at) - names:
-            self._measured_at.pop(gone, None)
+        for gone in set(self._state) - names:
+            self._state.pop(gone, None)
         self.store.keep_states(names)
         if wait:
             for done in started:
@@ -512,13 +540,20 @@ class Engine:
         exchanges: list[tuple] = []
         for name, arrived in self.samples.older_than(time.monotonic() - self.silence_s):
             r = self._routers.get(name)
-            if r is None or self._probed.get(name) == arrived or self._claim(name, now) is None:
+            if r is None or self._st(name).probed_arrival_s == arrived or self._claim(name, now) is None:
                 continue
-            self._probed[name] = arrived
+            self._st(name).probed_arrival_s = arrived
             self.probed += 1
             exchanges.append(self._list(r, settings, now, self.probe_timeout_s))
         self.links.exchange_many(exchanges)
         return len(exchanges)
+
+    def _st(self, name: str) -> RouterState:
+        """The router's :class:`RouterState` (made at its first use)."""
+        st = self._state.get(name)
+        if st is None:  # setdefault: the cycle's thread and the worker may both make it, one is kept
+            st = self._state.setdefault(name, RouterState())
+        return st
 
     def _mine(self, name: str) -> bool:
         """Whether this engine polices the router (its shard; every router without shards)."""
@@ -528,7 +563,8 @@ class Engine:
     def _claim(self, name: str, now: float) -> threading.Event | None:
         """Mark a router busy for a measurement (the event the worker sets when it is handled), unless
         it waits out a backoff at ``now`` (clock seconds) or is busy already (then None)."""
-        retry = self._backoff.get(name)
+        st = self._state.get(name)
+        retry = st.backoff if st is not None else None
         if retry is not None and retry[0] > now:
             return None
         with self._busy_lock:
@@ -551,12 +587,13 @@ class Engine:
         got = self.samples.latest(r["name"])
         if got is None or time.monotonic() - got[0] > self.sample_max_age_s:
             return None  # never seen, or a stale or silent stream
-        if got[0] <= self._cmds_done.get(r["name"], -math.inf):
+        st = self._st(r["name"])
+        if got[0] <= st.cmds_done_s:
             return None  # published before the last commands took effect: it would undo them
-        known = self._vr_sets.get(r["name"])
-        names = self._sample_names.get(r["name"])
+        known = st.vr_set
+        names = st.sample_names
         if names is None or names[0] is not got[1]:  # a new message: its VR names (the same list: the same names)
-            names = self._sample_names[r["name"]] = (got[1], frozenset(v["vr"] for v in got[1]))
+            names = st.sample_names = (got[1], frozenset(v["vr"] for v in got[1]))
         if known is None or names[1] != known:
             return None  # never listed, or the VR set changed: 'list' tells everything
         return got[1]
@@ -593,8 +630,34 @@ class Engine:
             for d in done:
                 if d is not None:
                     d.set()
+            if stop or self.store.snapshot_pending or time.monotonic() >= self._next_snapshot:
+                self._snapshot(final=stop)
             if stop:
                 return
+
+    def _snapshot(self, final: bool = False) -> None:
+        """Write the live measurements (the worker's thread: the store's live values are its own), at
+        most :data:`SNAPSHOT_ROWS` VRs' rows after each batch until the snapshot is written (all at once
+        on the way out, ``final``).  A failure is a crash as a batch's is; on the way out one after a
+        crash is not tried."""
+        if final and self.error is not None:
+            return
+        try:
+            if not self.store.snapshot_pending:  # a new one: the next is due an interval from its start
+                self._next_snapshot = time.monotonic() + self.snapshot_interval_s
+            if final:
+                while self.store.snapshot(SNAPSHOT_ROWS) or self.store.snapshot_pending:
+                    pass
+                self.store.snapshot()
+            else:
+                self.store.snapshot(SNAPSHOT_ROWS)
+            if not self.store.snapshot_pending:
+                self.snapshots += 1
+        except BaseException as e:
+            if not final:
+                self._crash(e)
+            else:
+                log.warning("last snapshot of the measurements not written: %s", e)
 
     @staticmethod
     def _item_router(item: tuple) -> str:
@@ -618,18 +681,19 @@ class Engine:
                 except BadReply as e:
                     outcomes.append(self._failed(name, e))
                     continue
-                self._backoff.pop(name, None)
-                self._vr_sets[name] = frozenset(v["vr"] for v in vrs)
+                st = self._st(name)
+                st.backoff = None
+                st.vr_set = frozenset(v["vr"] for v in vrs)
                 outcomes.append(Outcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
                 polled.append((r, settings, now, t0))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)
                 _, r, settings, now, vrs, t0 = item
-                self._backoff.pop(r["name"], None)
+                self._st(r["name"]).backoff = None
                 outcomes.append(Outcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
                 polled.append((r, settings, now, t0))
             else:
                 _, name, cmds, results, t0 = item
-                self._cmds_done[name] = time.monotonic()
+                self._st(name).cmds_done_s = time.monotonic()
                 outcomes.append(self._commands_outcome(name, cmds, results))
                 self.router_s[name] = time.monotonic() - t0
                 if outcomes[-1].status is None:
@@ -638,10 +702,10 @@ class Engine:
         polled = [p for p in polled if prev.get(p[0]["name"]) is not None]  # removed meanwhile: not planned
         t_rec = time.monotonic()
         for p in polled:
-            last = self._measured_at.get(p[0]["name"])
-            if last is not None:
-                self._gap = max(self._gap, t_rec - last)
-            self._measured_at[p[0]["name"]] = t_rec
+            st = self._st(p[0]["name"])
+            if st.measured_at_s is not None:
+                self._gap = max(self._gap, t_rec - st.measured_at_s)
+            st.measured_at_s = t_rec
         self.polled += len(polled)
         states = self.store.router_states([p[0]["name"] for p in polled]) if polled else {}
         plans, sends = [], []
@@ -652,7 +716,8 @@ class Engine:
             act, rows = states[name]
             act = ActivationState(act.on, _not_after(act.pending_since_s, now))
             head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s)
-            fixed = self._fixed.get(name)
+            st = self._st(name)
+            fixed = st.fixed
             if fixed is not None and _same_inputs(fixed, head, rows) and all(now - since < hold for since, hold in fixed[2]):
                 # The same inputs as a plan that changed nothing, and no timer has reached its hold: the same again.
                 self.plans_skipped += 1
@@ -680,9 +745,9 @@ class Engine:
                              "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
                              "wanted_setpoint_pps": want[1]}
             if not per_vr and not plan.commands and not plan.events and plan.activation == act:
-                self._fixed[name] = (head, rows, _timers(settings, act, rows))
+                st.fixed = (head, rows, _timers(settings, act, rows))
             else:
-                self._fixed.pop(name, None)
+                st.fixed = None
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
             if plan.commands:
                 sends.append((r, list(plan.commands), t0))
@@ -709,22 +774,24 @@ class Engine:
             log.warning("router %s: reply dropped: %s", name, msg)
             msg = "invalid reply dropped: " + msg
         now = self.clock()
-        prev_backoff = self._backoff.get(name, (0.0, 0.0))[1]
+        st = self._st(name)
+        prev_backoff = st.backoff[1] if st.backoff is not None else 0.0
         backoff = min(self.max_backoff_s, max(self.period_s, 2 * prev_backoff))
-        self._backoff[name] = (now + backoff - 0.5 * self.period_s, backoff)
+        st.backoff = (now + backoff - 0.5 * self.period_s, backoff)
         return Outcome(name, "unreachable", msg)
 
     def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> Outcome:
         """The audit records of a router's command results; unreachable if the exchange failed."""
         records = []
-        self._unanswered.pop(name, None)
+        st = self._st(name)
+        st.unanswered = None
         for i, (cmd, res) in enumerate(zip(cmds, results)):
             detail = _command_detail(cmd)
             if isinstance(res, DaemonRefused):
                 records.append(("command_refused", cmd.vr, {**detail, "code": res.code, "error": res.message}))
             elif isinstance(res, LinkDown):  # a BadReply too
                 # Sent, not answered: the daemon may have applied it (a reply lost or late) or not.
-                self._unanswered[name] = (list(cmds[i:]), str(res))
+                st.unanswered = (list(cmds[i:]), str(res))
                 out = self._failed(name, res)
                 out.records = records
                 return out
@@ -737,7 +804,8 @@ class Engine:
         newer than them shows what the daemon holds: a command it shows applied is recorded as its own
         kind (``reply_lost``: true), one it does not as ``command_unanswered`` (the plan sends what is
         still wanted again, recorded on its own)."""
-        got = self._unanswered.pop(name, None)
+        st = self._st(name)
+        got, st.unanswered = st.unanswered, None
         if got is None:
             return []
         cmds, error = got

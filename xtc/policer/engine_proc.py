@@ -350,7 +350,8 @@ def main() -> int:
                if cfg.get("samples") else None)
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,
                     max_vrs_per_router=cfg["max_vrs_per_router"], samples=streams,
-                    is_leader=leadership.held if leadership is not None else None, shard=shard)
+                    is_leader=leadership.held if leadership is not None else None, shard=shard,
+                    snapshot_interval_s=cfg.get("snapshot_interval_s", 10.0))
 
     def report() -> None:
         leads = engine.error is None and (leadership is None or leadership.held())

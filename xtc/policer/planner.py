@@ -16,6 +16,7 @@ from .policy import (
     MAX_LEVEL,
     ActivationParams,
     ActivationState,
+    AllocationParams,
     Claim,
     MisbehaviourParams,
     MisbehaviourState,
@@ -50,15 +51,7 @@ class Settings:
     activation_enabled: bool = True
     activation: ActivationParams = field(default_factory=ActivationParams)
     allocation_enabled: bool = True
-    #: Share this fraction of a host's capacity (headroom for Dom0's own work).
-    target_fraction: float = 0.9
-    #: No setpoint below this, packets/s.
-    min_setpoint_pps: float = 1000.0
-    #: A VR's demand is taken as max(offered, forwarded) times this (lets backing-off flows grow).
-    demand_headroom: float = 1.2
-    #: A derived setpoint is kept while the new share is within this relative distance of it
-    #: (as long as the kept setpoints still fit): no setpoint churn from measurement noise.
-    hysteresis: float = 0.1
+    allocation: AllocationParams = field(default_factory=AllocationParams)
     misbehaviour_enabled: bool = True
     misbehaviour: MisbehaviourParams = field(default_factory=MisbehaviourParams)
 
@@ -223,10 +216,10 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
         base = p.punish_base_pps
         if ev == "punish":
             if base is None:
-                base = p.manual_setpoint_pps or p.derived_setpoint_pps or o.setpoint_pps or o.measured_pps or settings.min_setpoint_pps
+                base = p.manual_setpoint_pps or p.derived_setpoint_pps or o.setpoint_pps or o.measured_pps or settings.allocation.min_setpoint_pps
             detail: dict[str, Any] = {"level": new.level, "offered_pps": o.offered_pps, "forwarded_pps": o.measured_pps}
             if new.level < MAX_LEVEL:
-                detail["setpoint_pps"] = max(settings.min_setpoint_pps, punished_setpoint_pps(mp, new.level, base))
+                detail["setpoint_pps"] = max(settings.allocation.min_setpoint_pps, punished_setpoint_pps(mp, new.level, base))
             else:
                 detail["action"] = "instance paused; VR flagged for an operator"
             events.append(Event("punish", n, detail))
@@ -239,37 +232,37 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
 
     # Allocation over the unpunished, present VRs without a manual setpoint; the rest are fixed.
     if settings.allocation_enabled and present:
-        budget = rin.capacity_pps * settings.target_fraction
+        budget = rin.capacity_pps * settings.allocation.target_fraction
         claims: list[Claim] = []
         for n in sorted(present):
             p = pol[n]
             if p.misbehaviour.level > 0:
-                budget -= max(settings.min_setpoint_pps, punished_setpoint_pps(mp, p.misbehaviour.level, p.punish_base_pps or 0.0))
+                budget -= max(settings.allocation.min_setpoint_pps, punished_setpoint_pps(mp, p.misbehaviour.level, p.punish_base_pps or 0.0))
             elif p.manual_setpoint_pps is not None:
                 budget -= p.manual_setpoint_pps
             else:
                 o = present[n]
                 d = _demand(o)
-                dem = None if d is None else max(settings.min_setpoint_pps, d * settings.demand_headroom)
+                dem = None if d is None else max(settings.allocation.min_setpoint_pps, d * settings.allocation.demand_headroom)
                 lo = p.min_pps
                 if o.measured_pps is not None and o.saturated in ("cap_max", "cap_slack"):
                     # All the VR can (cap_max) or will (cap_slack: a cap it does not use up) forward on
                     # this host now, whatever its setpoint: a larger share would sit unused while other
                     # VRs want it.
-                    dem = max(settings.min_setpoint_pps, o.measured_pps) if dem is None else \
-                        min(dem, max(settings.min_setpoint_pps, o.measured_pps))
+                    dem = max(settings.allocation.min_setpoint_pps, o.measured_pps) if dem is None else \
+                        min(dem, max(settings.allocation.min_setpoint_pps, o.measured_pps))
                 elif o.measured_pps is not None and o.saturated == "cap_min":
                     # It forwards this much even at its lowest cap: count it, so the others' shares fit.
                     lo = min(max(lo, o.measured_pps), p.max_pps)
                 claims.append(Claim(n, p.weight, lo, p.max_pps, dem))
         shares = weighted_max_min(max(0.0, budget), claims)
         kept = {n: pol[n].derived_setpoint_pps if pol[n].derived_setpoint_pps is not None
-                and abs(sh - pol[n].derived_setpoint_pps) <= settings.hysteresis * pol[n].derived_setpoint_pps else sh
+                and abs(sh - pol[n].derived_setpoint_pps) <= settings.allocation.hysteresis * pol[n].derived_setpoint_pps else sh
                 for n, sh in shares.items()}
         if sum(kept.values()) <= max(0.0, budget) * (1 + 1e-9):
             shares = kept
         for n, s in shares.items():
-            derived = max(settings.min_setpoint_pps, s)
+            derived = max(settings.allocation.min_setpoint_pps, s)
             if derived != pol[n].derived_setpoint_pps:
                 pol[n] = replace(pol[n], derived_setpoint_pps=derived)
 
@@ -280,7 +273,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
         base = p.manual_setpoint_pps if p.manual_setpoint_pps is not None else p.derived_setpoint_pps
         lvl = p.misbehaviour.level
         if lvl > 0:
-            sp: float | None = max(settings.min_setpoint_pps, punished_setpoint_pps(mp, lvl, p.punish_base_pps or base or 0.0))
+            sp: float | None = max(settings.allocation.min_setpoint_pps, punished_setpoint_pps(mp, lvl, p.punish_base_pps or base or 0.0))
         else:
             sp = base
         if not control_on or sp is None:

@@ -19,10 +19,14 @@ and :mod:`xtc.policer.engine` applies the result.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Sequence
 
 __all__ = [
+    "MAX_PPS",
+    "POLICIES",
+    "AllocationParams",
+    "param_ranges",
     "PolicyError",
     "Claim",
     "weighted_max_min",
@@ -50,6 +54,38 @@ def _finite(name: str, v: float, lo: float = 0.0) -> float:
     if not math.isfinite(f) or f < lo:
         raise PolicyError(f"{name} must be finite and >= {lo:g}, got {f}")
     return f
+
+
+# --------------------------------------------------------------------------------- parameters
+#: Highest rate a policy parameter takes, packets/s.
+MAX_PPS = 1e10
+
+
+def _param(default: float, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Any:
+    """A policy parameter's one declaration: its default and the range it lies in (``lo_open``,
+    ``hi_open``: the bound itself excluded).  The checks of the parameter classes, the store's reading
+    of the settings and the REST API's schema derive from it (:func:`param_ranges`)."""
+    return field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open})
+
+
+def param_ranges(cls: type) -> dict[str, dict[str, Any]]:
+    """A parameter class's fields as ``{name: {"default", "ge" or "gt", "le" or "lt"}}`` (the keywords of
+    pydantic's ``Field``: what the REST API's policy models are made of)."""
+    out = {}
+    for f in fields(cls):
+        m = f.metadata
+        out[f.name] = {"default": f.default, ("gt" if m["lo_open"] else "ge"): m["lo"],
+                       ("lt" if m["hi_open"] else "le"): m["hi"]}
+    return out
+
+
+def _check_ranges(params: Any) -> None:
+    for f in fields(params):
+        m = f.metadata
+        v = _finite(f.name, getattr(params, f.name), -math.inf)
+        if v < m["lo"] or v > m["hi"] or (m["lo_open"] and v == m["lo"]) or (m["hi_open"] and v == m["hi"]):
+            raise PolicyError(f"{f.name} must be within {'(' if m['lo_open'] else '['}{m['lo']:g}, {m['hi']:g}"
+                              f"{')' if m['hi_open'] else ']'}, got {v:g}")
 
 
 # ------------------------------------------------------------------------------------ allocation
@@ -189,12 +225,12 @@ class ActivationParams:
         The condition must hold this long, seconds (>= 0).
     """
 
-    on_fraction: float = 0.9
-    off_fraction: float = 0.7
-    hold_s: float = 2.0
+    on_fraction: float = _param(0.9, 0.0, 2.0, lo_open=True)
+    off_fraction: float = _param(0.7, 0.0, 2.0, lo_open=True)
+    hold_s: float = _param(2.0, 0.0, 86400.0)
 
     def __post_init__(self) -> None:
-        _finite("hold_s", self.hold_s)
+        _check_ranges(self)
         if not (0 < self.off_fraction < self.on_fraction <= 2):
             raise PolicyError(f"need 0 < off_fraction < on_fraction <= 2, got {self.off_fraction} and {self.on_fraction}")
 
@@ -265,20 +301,14 @@ class MisbehaviourParams:
         Each level below :data:`MAX_LEVEL` multiplies the setpoint by this (0 < f < 1).
     """
 
-    ratio: float = 1.5
-    min_excess_pps: float = 5000.0
-    hold_s: float = 3.0
-    restore_hold_s: float = 5.0
-    step_factor: float = 0.5
+    ratio: float = _param(1.5, 1.0, 1000.0, lo_open=True)
+    min_excess_pps: float = _param(5000.0, 0.0, MAX_PPS)
+    hold_s: float = _param(3.0, 0.0, 86400.0)
+    restore_hold_s: float = _param(5.0, 0.0, 86400.0)
+    step_factor: float = _param(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
 
     def __post_init__(self) -> None:
-        if not (_finite("ratio", self.ratio) > 1):
-            raise PolicyError(f"ratio must be > 1, got {self.ratio}")
-        _finite("min_excess_pps", self.min_excess_pps)
-        _finite("hold_s", self.hold_s)
-        _finite("restore_hold_s", self.restore_hold_s)
-        if not (0 < _finite("step_factor", self.step_factor) < 1):
-            raise PolicyError(f"step_factor must be within (0, 1), got {self.step_factor}")
+        _check_ranges(self)
 
 
 @dataclass(frozen=True)
@@ -342,3 +372,38 @@ def punished_setpoint_pps(params: MisbehaviourParams, level: int, base_pps: floa
 def claims_from(entries: Mapping[str, Claim]) -> list[Claim]:
     """Claims sorted by key (a stable order for :func:`weighted_max_min`)."""
     return [entries[k] for k in sorted(entries)]
+
+
+# ----------------------------------------------------------------------------------- allocation
+
+
+@dataclass(frozen=True)
+class AllocationParams:
+    """How a host's capacity is shared among its VRs (:func:`weighted_max_min` over their demands).
+
+    Parameters
+    ----------
+    target_fraction : float
+        Share this fraction of a host's capacity (headroom for Dom0's own work).
+    min_setpoint_pps : float
+        No setpoint below this, packets/s.
+    demand_headroom : float
+        A VR's demand is taken as max(offered, forwarded) times this (lets backing-off flows grow).
+    hysteresis : float
+        A derived setpoint is kept while the new share is within this relative distance of it (as long
+        as the kept setpoints still fit): no setpoint churn from measurement noise.
+    """
+
+    target_fraction: float = _param(0.9, 0.0, 1.0, lo_open=True)
+    min_setpoint_pps: float = _param(1000.0, 1.0, MAX_PPS)
+    demand_headroom: float = _param(1.2, 1.0, 10.0)
+    hysteresis: float = _param(0.1, 0.0, 0.5)
+
+    def __post_init__(self) -> None:
+        _check_ranges(self)
+
+
+#: The policies by the name the store and the REST API give them, each with its parameter class: the
+#: one declaration of their parameters (each policy also has its ``enabled`` switch, on by default).
+POLICIES: dict[str, type] = {"activation": ActivationParams, "allocation": AllocationParams,
+                             "misbehaviour": MisbehaviourParams}

@@ -110,7 +110,7 @@ def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
     return {"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
             "curve_secret_key_file": cfg.curve_secret_key_file,
             "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
-            "samples": cfg.samples, "holder": holder, "leader_election": store.dialect == "postgresql",
+            "samples": cfg.samples, "snapshot_interval_s": cfg.snapshot_interval_s, "holder": holder, "leader_election": store.dialect == "postgresql",
             "log_format": cfg.log_format, "log_level": cfg.log_level}
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database, parse_db_url
 from .planner import Settings
-from .policy import ActivationParams, ActivationState, MisbehaviourParams, MisbehaviourState
+from .policy import POLICIES, ActivationState, MisbehaviourState
 
 #: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
 SATURATION = ("cap_max", "cap_min", "cap_slack")
@@ -131,6 +131,16 @@ class Store:
         #: same measurement (the very list: a sample stream's unchanged message) over those rows is recorded
         #: from these, without comparing each VR again.
         self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[tuple]]] = {}
+        #: router -> (wall time of its last measurement, that measurement's VR values as :meth:`record_outcomes`
+        #: builds them): the live measurements of the routers this store's engine measures, written to the
+        #: database only by :meth:`snapshot` (a VR's discrete changes, its appearance and disappearance, and a
+        #: router's status changes are written at once).  Empty in a process that measures nothing (the API's).
+        self._live: dict[str, tuple[float, list[tuple]]] = {}
+        #: Routers measured since the last :meth:`snapshot` began, and those of the one under way.
+        self._dirty: set[str] = set()
+        self._snapshot_queue: list[str] = []
+        #: Wall time of the last :meth:`snapshot` written (None: none yet).
+        self.snapshot_unix_s: float | None = None
         try:
             self.db.migrate(self.path if self.dialect == "sqlite" else "(postgresql)")
         except StoreError:
@@ -207,6 +217,8 @@ class Store:
         if conds:
             sql += " WHERE " + " AND ".join(conds)
         rows = self._read(*self._page(sql + " ORDER BY name", args, limit, offset))
+        if self._live:
+            return [self.live_router(self._router(r)) for r in rows]
         return [self._router(r) for r in rows]
 
     def engine_routers(self, never_heard: bool = False) -> list[dict[str, Any]]:
@@ -233,7 +245,7 @@ class Store:
         rows = self._read("SELECT * FROM routers WHERE name=?", (name,))
         if not rows:
             raise NotFound(f"no router named {name!r}")
-        return self._router(rows[0])
+        return self.live_router(self._router(rows[0])) if self._live else self._router(rows[0])
 
     def add_router(self, name: str, endpoint: str, capacity_pps: float, control_mode: str,
                    curve_server_key: str | None, actor: str, pub_endpoint: str | None = None) -> dict[str, Any]:
@@ -332,6 +344,8 @@ class Store:
         if conds:
             sql += " WHERE " + " AND ".join(conds)
         rows = self._read(*self._page(sql + " ORDER BY router, name", args, limit, offset))
+        if self._live:
+            return [self.live_vr(self._vr(r)) for r in rows]
         return [self._vr(r) for r in rows]
 
     def punished_vrs(self) -> list[tuple[str, str, int]]:
@@ -344,7 +358,7 @@ class Store:
         rows = self._read("SELECT * FROM vrs WHERE router=? AND name=?", (router, name))
         if not rows:
             raise NotFound(f"no VR {name!r} on router {router!r}")
-        return self._vr(rows[0])
+        return self.live_vr(self._vr(rows[0])) if self._live else self._vr(rows[0])
 
     def set_vr_network(self, router: str, name: str, network: str | None, actor: str) -> dict[str, Any]:
         with self.tx() as db:
@@ -454,35 +468,20 @@ class Store:
         """The policies' settings (``db``: as a transaction sees them)."""
         raw = db.execute("SELECT * FROM settings").fetchall() if db is not None else self._read("SELECT * FROM settings")
         rows = {r["key"]: json.loads(r["value"]) for r in raw}
-        s = Settings()
-        a = rows.get("activation", {})
-        al = rows.get("allocation", {})
-        m = rows.get("misbehaviour", {})
-        return Settings(
-            activation_enabled=a.get("enabled", s.activation_enabled),
-            activation=ActivationParams(**{k: v for k, v in a.items() if k != "enabled"}),
-            allocation_enabled=al.get("enabled", s.allocation_enabled),
-            target_fraction=al.get("target_fraction", s.target_fraction),
-            min_setpoint_pps=al.get("min_setpoint_pps", s.min_setpoint_pps),
-            demand_headroom=al.get("demand_headroom", s.demand_headroom),
-            hysteresis=al.get("hysteresis", s.hysteresis),
-            misbehaviour_enabled=m.get("enabled", s.misbehaviour_enabled),
-            misbehaviour=MisbehaviourParams(**{k: v for k, v in m.items() if k != "enabled"}),
-        )
+        kw: dict[str, Any] = {}
+        for name, cls in POLICIES.items():  # each policy's switch and parameters (defaults: the class's)
+            got = rows.get(name, {})
+            kw[f"{name}_enabled"] = got.get("enabled", True)
+            kw[name] = cls(**{k: v for k, v in got.items() if k != "enabled"})
+        return Settings(**kw)
 
     def policies(self, db: Conn | None = None) -> dict[str, dict[str, Any]]:
         s = self.settings(db)
-        return {
-            "activation": {"enabled": s.activation_enabled, **asdict(s.activation)},
-            "allocation": {"enabled": s.allocation_enabled, "target_fraction": s.target_fraction,
-                           "min_setpoint_pps": s.min_setpoint_pps, "demand_headroom": s.demand_headroom,
-                           "hysteresis": s.hysteresis},
-            "misbehaviour": {"enabled": s.misbehaviour_enabled, **asdict(s.misbehaviour)},
-        }
+        return {name: {"enabled": getattr(s, f"{name}_enabled"), **asdict(getattr(s, name))} for name in POLICIES}
 
     def set_policy(self, name: str, values: dict[str, Any], actor: str) -> dict[str, Any]:
         """Store a policy's full parameter set (validated by the caller)."""
-        assert name in ("activation", "allocation", "misbehaviour"), name
+        assert name in POLICIES, name
         with self.tx() as db:
             db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
                        (name, json.dumps(values)))
@@ -524,6 +523,12 @@ class Store:
                     got: dict[str, dict[str, dict[str, Any]]] = {n: {} for n in stale}
                     for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
                         got[row[0]][row[1]] = dict(zip(STATE_COLS, row[1:]))
+                    for name, rows in got.items():  # the live measurements over the last snapshot's (the
+                        live = self._live.get(name)  # other columns are written as they change)
+                        for vals in live[1] if live is not None else ():
+                            row = rows.get(vals[9])
+                            if row is not None:
+                                row.update(measured_pps=vals[3], offered_pps=vals[4], saturated=vals[6])
                     for name, rev in stale.items():
                         cache[name] = (rev, got[name])
                         out[name] = (out[name][0], got[name])
@@ -535,6 +540,74 @@ class Store:
             self._states.pop(gone, None)
         for gone in set(self._recorded) - names:
             self._recorded.pop(gone, None)
+        for gone in set(self._live) - names:
+            self._live.pop(gone, None)
+            self._dirty.discard(gone)
+
+    # ---------------------------------------------------------------------------- snapshots
+    def snapshot(self, max_rows: int | None = None) -> int:
+        """Write the live measurements of the routers measured since the last snapshot began (their VRs'
+        ``measured_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and ``last_seen_unix_s``, and the
+        routers' ``last_seen_unix_s``) in one transaction, fenced on the leadership epoch; the other
+        columns are written as they change.  ``max_rows``: write about that many VRs' rows (whole
+        routers) and leave the rest of this snapshot to the next calls (:attr:`snapshot_pending`), so
+        that a large one does not hold the engine's worker (and SQLite's write lock) at once.  Returns
+        how many VRs' rows were written."""
+        if not self._snapshot_queue:  # a new snapshot: the routers measured until now
+            self._snapshot_queue, self._dirty = list(self._dirty), set()
+        routers, vrs = [], []
+        queue = self._snapshot_queue
+        while queue and (max_rows is None or len(vrs) < max_rows):
+            name = queue.pop()
+            live = self._live.get(name)
+            if live is None:
+                continue
+            seen, vals = live
+            routers.append((seen, name))
+            vrs.extend((v[3], v[4], v[5], v[6], seen, name, v[9]) for v in vals)
+        if not routers:
+            return 0
+        t = self.clock()
+        with self.tx() as db:
+            self._fence(db)
+            db.update_many("routers", "last_seen_unix_s | name", "rt", routers)
+            db.update_many("vrs", "measured_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
+                           "rrrtrtt", vrs)
+            db.execute("INSERT INTO meta (key, value) VALUES ('snapshot_unix_s', ?)"
+                       " ON CONFLICT (key) DO UPDATE SET value=excluded.value", (repr(t),))
+        self.snapshot_unix_s = t
+        return len(vrs)
+
+    def last_snapshot_unix_s(self) -> float | None:
+        """Wall time of the newest snapshot of the measurements any engine wrote to the database (None:
+        none yet): what a process that measures nothing (the API's) reads the measurements as of."""
+        rows = self._read("SELECT value FROM meta WHERE key='snapshot_unix_s'")
+        return float(rows[0]["value"]) if rows else None
+
+    @property
+    def snapshot_pending(self) -> bool:
+        """Whether a snapshot begun with ``max_rows`` has routers left to write."""
+        return bool(self._snapshot_queue)
+
+    def live_router(self, router: dict[str, Any]) -> dict[str, Any]:
+        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` when this store's
+        engine measures it (else the last snapshot's)."""
+        live = self._live.get(router["name"])
+        if live is not None and router["status"] == "reachable":
+            router["last_seen_unix_s"] = live[0]
+        return router
+
+    def live_vr(self, vr: dict[str, Any]) -> dict[str, Any]:
+        """A VR as :meth:`get_vr` gives it, with its live measurements when this store's engine measures
+        its router (else the last snapshot's)."""
+        live = self._live.get(vr["router"])
+        if live is not None:
+            for v in live[1]:
+                if v[9] == vr["name"]:
+                    vr.update(measured_pps=v[3], offered_pps=v[4], cap_percent=v[5], saturated=v[6],
+                              last_seen_unix_s=live[0])
+                    break
+        return vr
 
     def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Upsert the VRs a daemon reported; mark the others absent.  Returns (appeared, vanished)."""
@@ -561,6 +634,8 @@ class Store:
         with self.tx() as db:
             prev: dict[str, str | None] = dict.fromkeys(names)
             known: dict[str, dict[str, bool]] = {}
+            #: router -> VR -> (present, state, daemon_setpoint_pps) as the database holds them
+            discrete: dict[str, dict[str, tuple]] = {}
             polled = [o.router for o in outcomes if o.vrs is not None]
             cache = self._states
             cached: dict[str, dict[str, dict[str, Any]]] = {}  # router -> its rows kept, valid at this rev
@@ -575,9 +650,10 @@ class Store:
                         cached[name] = c[1]
             for chunk in _chunks([n for n in polled if n not in cached]):
                 marks = ",".join("?" * len(chunk))
-                for router, n, present in db.tuples(f"SELECT router, name, present FROM vrs WHERE router IN ({marks})",
-                                                    chunk):
+                for router, n, present, st, sp in db.tuples(
+                        f"SELECT router, name, present, state, daemon_setpoint_pps FROM vrs WHERE router IN ({marks})", chunk):
                     known.setdefault(router, {})[n] = bool(present)
+                    discrete.setdefault(router, {})[n] = (present, st, sp)
             seen_rows, other_rows, updates, inserts, absent, bump_rows = [], [], [], [], [], []
             memo = self._recorded
             bumps: dict[str, int] = {}  # router -> its rev's increments in this transaction
@@ -590,10 +666,15 @@ class Store:
                     continue
                 if o.status is not None:
                     if o.status == "reachable":
-                        seen_rows.append((o.status, o.error, now, name))
+                        self._dirty.add(name)
+                        if status[name] != "reachable":  # a change: written at once (its time too)
+                            seen_rows.append((o.status, o.error, now, name))
+                            bumps[name] = bumps.get(name, 0) + 1
+                        else:  # reachable again: its time is live, written by the next snapshot
+                            self._live[name] = (now, self._live.get(name, (now, []))[1])
                     else:
                         other_rows.append((o.status, o.error, name))
-                    bumps[name] = bumps.get(name, 0) + 1
+                        bumps[name] = bumps.get(name, 0) + 1
                     if o.status == "unreachable" and status[name] != "unreachable":
                         audits.append(("router_unreachable", "policer", name, None, {"error": o.error}))
                     elif o.status == "reachable" and status[name] == "unreachable":
@@ -601,23 +682,23 @@ class Store:
                     status[name] = o.status
                 if o.vrs is None:
                     continue
-                if o.status is None:
-                    bump_rows.append((name,))
-                    bumps[name] = bumps.get(name, 0) + 1
                 # The rows kept for the router, with this measurement (None: not known, read them next time).
                 rows = new_rows[name] if name in new_rows else cached.get(name)
                 m = memo.get(name)
                 if m is not None and m[0] is o.vrs and m[1] is rows and rows is not None and name not in new_rows:
                     # The very measurement last recorded over the very rows it left: the same rows again (no VR
-                    # appears, vanishes or changes), only their time moves.
-                    updates.extend([(a, b, c, d, e, f, g, now, name, n) for a, b, c, d, e, f, g, _, _, n in m[2]])
+                    # appears, vanishes or changes), only their time moves (live, until the next snapshot).
+                    self._live[name] = (now, m[2])
+                    self._dirty.add(name)
                     new_rows[name] = rows
                     continue
                 was = known.get(name)
                 if was is None:
                     was = known[name] = ({n: bool(row["present"]) for n, row in cached[name].items()}
                                          if name in cached else {})
+                held = discrete.setdefault(name, {})
                 changes = len(inserts), len(absent), len(audits)
+                written = len(updates)
                 mine = []
                 copied = False
                 seen = set()
@@ -629,10 +710,17 @@ class Store:
                     vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")),
                             _f(v.get("measured_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
                             sat if sat in SATURATION else None, now, name, n)
-                    (updates if n in was else inserts).append(vals)
                     mine.append(vals)
+                    old = rows.get(n) if rows is not None else None
+                    if n not in was:
+                        inserts.append(vals)
+                        held[n] = vals[:3]
+                    elif ((old["present"], old["state"], old["daemon_setpoint_pps"]) if old is not None
+                          else held.get(n)) != vals[:3]:
+                        updates.append(vals)  # appeared, vanished, or its state or setpoint changed: written now
+                        held[n] = vals[:3]
+                    # else: only its measurements changed, live until the next snapshot
                     if rows is not None:
-                        old = rows.get(n)
                         if old is None:
                             rows = None  # a new row: read it whole next time
                         elif (old["present"], old["state"], old["daemon_setpoint_pps"], old["measured_pps"],
@@ -650,11 +738,17 @@ class Store:
                 for n, present in was.items():
                     if n not in seen and present:
                         absent.append((name, n))
+                        held.pop(n, None)  # marked absent: a return is written whole
                         o.vanished.append(n)
                         audits.append(("vr_vanished", "policer", name, n, {}))
                         rows = None
                 for n in seen:
                     was[n] = True
+                self._live[name] = (now, mine)
+                self._dirty.add(name)
+                if (written, *changes) != (len(updates), len(inserts), len(absent), len(audits)) and name not in bumps:
+                    bump_rows.append((name,))  # its VRs' rows written: other stores' kept rows are stale
+                    bumps[name] = 1
                 new_rows[name] = rows
                 if rows is not None and changes == (len(inserts), len(absent), len(audits)):
                     memo[name] = (o.vrs, rows, mine)
@@ -669,13 +763,14 @@ class Store:
                            " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", inserts)
             db.update_many("vrs", "| router name", "tt", absent, "present=0")
             self._audit_many(db, audits)
-        # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev).
-        for name, n in bumps.items():
+        # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev),
+        # those whose measurements only changed too (live: the database's rev is the same).
+        for name in bumps.keys() | new_rows.keys():
             rows = new_rows[name] if name in new_rows else cached.get(name)
             if rows is None or name not in cached or prev.get(name) is None:
                 cache.pop(name, None)
             else:
-                cache[name] = (revs[name] + n, rows)
+                cache[name] = (revs[name] + bumps.get(name, 0), rows)
         return prev
 
     def save_plan(self, router: str, act: ActivationState, demand_pps: float, per_vr: dict[str, dict[str, Any]],
