@@ -14,11 +14,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    create_model,
     model_validator,
 )
 
 from ..link import VR_PATTERN
-from ..policy import ActivationParams, PolicyError
+from ..policy import MAX_PPS, POLICIES, ActivationParams, PolicyError, param_ranges
 
 __all__ = [
     "NAME_PATTERN", "MAX_PPS", "MAX_PAGE", "Text", "QueryInt", "Name", "Pps", "RouterPath", "NetworkPath", "VrPath",
@@ -28,7 +29,6 @@ __all__ = [
 ]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
-MAX_PPS = 1e10
 
 
 def _utf8(s: str) -> str:
@@ -167,12 +167,21 @@ class Setpoint(BaseModel):
     punishment_level: int
 
 
-class ActivationPolicy(_In):
-    enabled: bool = True
-    on_fraction: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 0.9
-    off_fraction: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 0.7
-    hold_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] = 2.0
+def _policy_model(name: str, params: type) -> Any:
+    """A policy's REST model, made from its one declaration (:data:`xtc.policer.policy.POLICIES`):
+    its ``enabled`` switch and, for each parameter, its default and its range."""
+    def bound(v: float) -> float | int:  # 0 and 2, not 0.0 and 2.0: the document as it always was
+        return int(v) if float(v).is_integer() and abs(v) < 2**53 else v
 
+    fields: dict[str, Any] = {"enabled": (bool, True)}
+    for fname, r in param_ranges(params).items():
+        default = r.pop("default")
+        fields[fname] = (Annotated[float, Field(allow_inf_nan=False, **{k: bound(v) for k, v in r.items()})],
+                         default)
+    return create_model(name, __base__=_In, **fields)
+
+
+class ActivationPolicy(_policy_model("ActivationPolicy", POLICIES["activation"])):  # type: ignore[misc]
     @model_validator(mode="after")
     def _check(self) -> "ActivationPolicy":
         try:
@@ -182,21 +191,8 @@ class ActivationPolicy(_In):
         return self
 
 
-class AllocationPolicy(_In):
-    enabled: bool = True
-    target_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.9
-    min_setpoint_pps: Annotated[float, Field(ge=1, le=MAX_PPS, allow_inf_nan=False)] = 1000.0
-    demand_headroom: Annotated[float, Field(ge=1, le=10, allow_inf_nan=False)] = 1.2
-    hysteresis: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = 0.1
-
-
-class MisbehaviourPolicy(_In):
-    enabled: bool = True
-    ratio: Annotated[float, Field(gt=1, le=1000, allow_inf_nan=False)] = 1.5
-    min_excess_pps: Annotated[float, Field(ge=0, le=MAX_PPS, allow_inf_nan=False)] = 5000.0
-    hold_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] = 3.0
-    restore_hold_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] = 5.0
-    step_factor: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.5
+AllocationPolicy = _policy_model("AllocationPolicy", POLICIES["allocation"])
+MisbehaviourPolicy = _policy_model("MisbehaviourPolicy", POLICIES["misbehaviour"])
 
 
 class Policies(BaseModel):
