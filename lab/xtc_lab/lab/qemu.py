@@ -7,6 +7,10 @@ interfaces by the MAC addresses the domain XML gives them, routes the generator'
 of the first and the receiver's out of the second (static neighbours, no ARP), turns on IP
 forwarding and then idles: every packet is forwarded by the guest kernel on the guest's vCPU.
 
+The guest's serial console takes commands from the host (:func:`console_send`): ``hog-on [nice]``
+starts a CPU hog inside the guest (a busybox shell loop), ``hog-off`` stops it
+(:class:`GuestHog`, the hog experiment of Figure 6(b) on a QEMU VR).
+
 The host side of each interface is a tap named ``vif<N>.0`` / ``vif<N>.1`` on the lab's bridges,
 so the meter reads the same counters as for an LXC VR.  KVM is used where ``/dev/kvm`` can run
 a guest, TCG (QEMU's emulator) otherwise: :func:`pick_accel` decides and says why.
@@ -63,7 +67,19 @@ for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > "$f"; done
 for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > "$f"; done
 echo 1 > /proc/sys/net/ipv4/ip_forward
 echo "xtc-guest: forwarding $TG via $A, $TR via $B"
-while :; do sleep 3600; done
+# Commands from the host on the serial console (one a line): "hog-on [nice]" starts a CPU hog
+# (a busybox shell loop) inside the guest, "hog-off" stops it.
+mount -t devtmpfs dev /dev
+stty -F /dev/ttyS0 raw -echo
+exec 3</dev/ttyS0
+HOG=
+while :; do
+  if ! read -r cmd arg <&3; then sleep 1; continue; fi
+  case "$cmd" in
+    hog-on) [ -n "$HOG" ] || { nice -n "${arg:-0}" sh -c 'while :; do :; done' & HOG=$!; } ;;
+    hog-off) [ -z "$HOG" ] || { kill "$HOG"; wait "$HOG"; HOG=; } ;;
+  esac
+done
 """
 
 
@@ -283,3 +299,82 @@ def build_image(cache: Path = CACHE_DIR) -> GuestImage:
         if old != initrd:
             old.unlink(missing_ok=True)
     return GuestImage(kernel, initrd, release)
+
+
+# ======================================================================== the guest's console
+HOG_NICE_RANGE = (-20, 19)
+
+
+def hog_command(on: bool, nice: int = 0) -> str:
+    """The console line that starts (``on``) or stops the guest's CPU hog."""
+    if isinstance(nice, bool) or not isinstance(nice, int) or not HOG_NICE_RANGE[0] <= nice <= HOG_NICE_RANGE[1]:
+        raise QemuError(f"hog nice {nice!r}: want an integer in {HOG_NICE_RANGE[0]}..{HOG_NICE_RANGE[1]}")
+    return f"hog-on {nice}\n" if on else "hog-off\n"
+
+
+def console_send(dom: object, text: str) -> None:
+    """Write ``text`` to the serial console of the running libvirt domain ``dom`` (a ``virDomain``)."""
+    import libvirt
+
+    conn = dom.connect()  # type: ignore[attr-defined]
+    stream = conn.newStream(0)
+    try:
+        dom.openConsole(None, stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)  # type: ignore[attr-defined]
+        data = text.encode()
+        while data:
+            n = stream.send(data)
+            if n < 0:
+                raise QemuError(f"console of {dom.name()}: write refused")  # type: ignore[attr-defined]
+            data = data[n:]
+        stream.finish()
+    except libvirt.libvirtError as e:
+        try:
+            stream.abort()
+        except libvirt.libvirtError:
+            pass
+        raise QemuError(f"console of {dom.name()}: {e}") from e  # type: ignore[attr-defined]
+
+
+def vcpu_time_ns(dom: object) -> int:
+    """CPU time the domain's vCPUs have used, nanoseconds (libvirt's per-vCPU ``cpuTime``)."""
+    info, _maps = dom.vcpus()  # type: ignore[attr-defined]
+    return int(sum(v[2] for v in info))
+
+
+class GuestHog:
+    """A CPU hog inside a QEMU VR's guest (a busybox shell loop at ``nice``), started and stopped
+    through the guest's serial console; what the vCPU used while it ran is measured from the host.
+
+    The hog takes whatever CPU the guest has left: its share is set by the cap and by the guest
+    kernel's scheduler (the forwarding runs in softirq context, ahead of any process).
+    """
+
+    def __init__(self, dom: object, nice: int = 0):
+        self.dom = dom
+        self.nice = nice
+        hog_command(True, nice)  # checks nice before anything runs
+        self._t0: float | None = None
+        self._ns0 = 0
+
+    def start(self) -> GuestHog:
+        import time
+
+        self._ns0, self._t0 = vcpu_time_ns(self.dom), time.monotonic()
+        console_send(self.dom, hog_command(True, self.nice))
+        return self
+
+    def stop(self) -> dict[str, float]:
+        """Stop the hog; return ``cpu_percent``: the vCPU's CPU while it ran (forwarding included), % of one CPU."""
+        import time
+
+        console_send(self.dom, hog_command(False))
+        if self._t0 is None:
+            return {"cpu_percent": float("nan"), "seconds": 0.0}
+        dt = time.monotonic() - self._t0
+        used = (vcpu_time_ns(self.dom) - self._ns0) / 1e9
+        self._t0 = None
+        return {"cpu_percent": 100.0 * used / dt if dt > 0 else float("nan"), "seconds": dt}
+
+    def describe(self) -> dict[str, object]:
+        return {"where": f"inside the guest of {self.dom.name()}", "process": "busybox sh loop",  # type: ignore[attr-defined]
+                "nice": self.nice, "cpu_percent_is": "the vCPU's CPU while the hog ran (forwarding included)"}
