@@ -152,3 +152,25 @@ def test_vm_tracking_report_refuses_mixed_runs():
         tracking.vm_tracking_report([("default", tracking_doc("tcg")), ("m", tracking_doc("kvm"))])
     with pytest.raises(ValueError, match="no controller 'xtc'"):
         tracking.vm_tracking_report([("default", tracking_doc(controllers=("pi",)))])
+
+
+def test_building_the_guest_image_leaves_other_versions_in_use(tmp_path):
+    """Two checkouts with different init scripts share the cache: building one must not delete the
+    other's image while a domain may be booting from it (seen: 'unable to stat .../initrd-...gz')."""
+    import os
+    import time
+
+    from xtc_lab.lab import qemu
+
+    if qemu.missing_requirements():
+        pytest.skip("no guest kernel/busybox here: " + "; ".join(qemu.missing_requirements()))
+    other = tmp_path / "initrd-6.1.0-0-amd64-0123456789abcdef.gz"
+    other.write_bytes(b"another checkout's image")
+    stale = tmp_path / "initrd-6.1.0-0-amd64-fedcba9876543210.gz"
+    stale.write_bytes(b"an image nobody built for days")
+    old = time.time() - 3 * 86400
+    os.utime(stale, (old, old))
+    img = qemu.build_image(cache=tmp_path)
+    assert img.initrd.exists()
+    assert other.exists()
+    assert not stale.exists()

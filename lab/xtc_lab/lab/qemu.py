@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import stat
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ CACHE_DIR = Path("/var/cache/xtc-lab/qemu")
 GUEST_MODULES = ("virtio_pci", "virtio_net")  # modules in Debian's kernel; their dependencies come via modules.dep
 DEBIAN_PACKAGES = ("qemu-system-x86", "linux-image-amd64", "busybox-static", "libvirt-daemon-driver-qemu")
 DEFAULT_MEMORY_MIB = 160
+#: A cached guest image not built or used for this long is removed by the next build (s).
+STALE_IMAGE_S = 86_400.0
 
 INIT_SCRIPT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -271,6 +274,7 @@ def build_image(cache: Path = CACHE_DIR) -> GuestImage:
     key = hashlib.sha256(INIT_SCRIPT.encode() + busybox[:4096] + release.encode() + str(order).encode()).hexdigest()[:16]
     initrd = cache / f"initrd-{release}-{key}.gz"
     if initrd.exists():
+        os.utime(initrd)  # in use: not stale for other checkouts' builds
         return GuestImage(kernel, initrd, release)
     entries: list[tuple[str, int, bytes]] = [(d, stat.S_IFDIR | 0o755, b"") for d in
                                              ("bin", "sbin", "proc", "sys", "dev", "modules")]
@@ -295,9 +299,16 @@ def build_image(cache: Path = CACHE_DIR) -> GuestImage:
     tmp.write_bytes(gzip.compress(newc_archive(entries), compresslevel=6))
     os.chmod(tmp, 0o644)
     os.replace(tmp, initrd)
-    for old in cache.glob("initrd-*.gz"):  # images of other kernels or init scripts
-        if old != initrd:
-            old.unlink(missing_ok=True)
+    # Images of other kernels or init scripts: another checkout's lab may be booting from one right
+    # now, so only those unused for STALE_IMAGE_S go.
+    now = time.time()
+    for old in cache.glob("initrd-*.gz"):
+        try:
+            if old != initrd and now - old.stat().st_mtime > STALE_IMAGE_S:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass
+    os.utime(initrd)
     return GuestImage(kernel, initrd, release)
 
 
