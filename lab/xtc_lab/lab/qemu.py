@@ -79,7 +79,7 @@ HOG=
 while :; do
   if ! read -r cmd arg <&3; then sleep 1; continue; fi
   case "$cmd" in
-    hog-on) [ -n "$HOG" ] || { nice -n "${arg:-0}" sh -c 'while :; do :; done' & HOG=$!; } ;;
+    hog-on) [ -n "$HOG" ] || { sh -c 'while :; do :; done' & HOG=$!; renice -n "${arg:-0}" -p "$HOG"; } ;;
     hog-off) [ -z "$HOG" ] || { kill "$HOG"; wait "$HOG"; HOG=; } ;;
   esac
 done
