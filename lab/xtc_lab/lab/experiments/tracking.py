@@ -235,6 +235,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
                         f"{hold_s:g} s each")
                 load_before = os.getloadavg()[0]
+                setting_before = _scheduler_setting(lab, vr)
                 with LabDaemon(workdir / name, lab.uri, [vr if vr.kind == "netns" else vr.name], kind=kind, model=model,
                                cap_min_percent=cap_min, lag_probe=lag_probe, cfs_period_us=ctx.cfs_period_us) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
                     tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
@@ -248,6 +249,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         wait_with_progress(hold_s, f"{name} at {sp / 1000:g} kp/s", ctx.say)
                         steps_t.append((t0, rec.now(), sp))
                     daemon_rows = tap.close()
+                setting_after = _scheduler_setting(lab, vr)  # the daemon has stopped: it gave the caps back
                 s = rec.series[vr.name]
                 steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp, s.cap_percent) for t0, t1, sp in steps_t]
                 for st in steps:
@@ -255,12 +257,22 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                             f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_periods']} periods")
                 result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
                                                "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                                               "setting_before": setting_before, "setting_after": setting_after,
+                                               "restored_exactly": (None if setting_before is None
+                                                                    else setting_before == setting_after),
                                                "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
                                                "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
                                                                              "offered_pps", "cap_percent"],
                                                                   "rows": daemon_rows}}
         caps.close()
     return _outcome(result, ctx)
+
+
+def _scheduler_setting(lab: Any, vr: Any) -> dict[str, Any] | None:
+    """A libvirt VR's scheduler parameters (its cap among them); None for a netns VR."""
+    if vr.kind == "netns":
+        return None
+    return dict(lab.domain(vr).schedulerParameters())
 
 
 def rerender(json_path: Path) -> Outcome:
