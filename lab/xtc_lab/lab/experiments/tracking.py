@@ -418,7 +418,7 @@ def vm_tracking_report(runs: list[tuple[str, dict[str, Any]]], controller: str =
                          "uncapped_kpps": round(doc["free_pps"] / 1000.0, 3),
                          "generator_sent_kpps": (round(doc["generator_sent_pps"] / 1000.0, 3)
                                                  if doc.get("generator_sent_pps") is not None else None),
-                         "load_avg_1m": c.get("load_avg_1m"),
+                         "load_avg_1m": c.get("load_avg_1m"), "caps_restored_exactly": c.get("restored_exactly"),
                          "rows": [{"setpoint_pps": s["setpoint_pps"], "steady_mean_pps": round(s["mean_pps"], 1),
                                    "settle_periods": s["settling_periods"]} for s in c["steps"]]})
     return {"kind": kinds.pop(), "accel": accels.pop(), "runs": out_runs}
