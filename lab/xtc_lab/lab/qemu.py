@@ -74,13 +74,15 @@ echo "xtc-guest: forwarding $TG via $A, $TR via $B"
 # (a busybox shell loop) inside the guest, "hog-off" stops it.
 mount -t devtmpfs dev /dev
 stty -F /dev/ttyS0 raw -echo
-exec 3</dev/ttyS0
+exec 3<>/dev/ttyS0
 HOG=
 while :; do
   if ! read -r cmd arg <&3; then sleep 1; continue; fi
   case "$cmd" in
-    hog-on) [ -n "$HOG" ] || { sh -c 'while :; do :; done' & HOG=$!; renice -n "${arg:-0}" -p "$HOG"; } ;;
-    hog-off) [ -z "$HOG" ] || { kill "$HOG"; wait "$HOG"; HOG=; } ;;
+    hog-on) [ -n "$HOG" ] || { sh -c 'while :; do :; done' & HOG=$!; renice -n "${arg:-0}" -p "$HOG"; }
+            echo "xtc-guest: hog on $HOG" >&3 ;;
+    hog-off) [ -z "$HOG" ] || { kill "$HOG"; wait "$HOG"; HOG=; }
+             echo "xtc-guest: hog off" >&3 ;;
   esac
 done
 """
@@ -323,27 +325,70 @@ def hog_command(on: bool, nice: int = 0) -> str:
     return f"hog-on {nice}\n" if on else "hog-off\n"
 
 
-def console_send(dom: object, text: str) -> None:
-    """Write ``text`` to the serial console of the running libvirt domain ``dom`` (a ``virDomain``)."""
-    import libvirt
+def console_pty(domain_xml_text: str) -> str:
+    """The host pty of a running domain's first serial port, from its live XML."""
+    root = ET.fromstring(domain_xml_text)
+    src = root.find("./devices/serial[@type='pty']/source")
+    path = src.get("path") if src is not None else None
+    if not path:
+        raise QemuError("the domain has no serial pty (is it running?)")
+    return path
 
-    conn = dom.connect()  # type: ignore[attr-defined]
-    stream = conn.newStream(0)
+
+def console_send(dom: object, text: str, expect: str | None = None, timeout_s: float = 10.0) -> str:
+    """Write ``text`` to the serial console of the running libvirt domain ``dom`` (a ``virDomain``)
+    through its host pty; with ``expect``, read until a line contains it (the guest's answer) and
+    return that line.
+
+    Raises
+    ------
+    QemuError
+        The console cannot be opened or written, or no answer with ``expect`` came within ``timeout_s``.
+    """
+    import select
+    import termios
+    import time
+    import tty
+
+    name = dom.name()  # type: ignore[attr-defined]
+    path = console_pty(dom.XMLDesc(0))  # type: ignore[attr-defined]
     try:
-        dom.openConsole(None, stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)  # type: ignore[attr-defined]
+        fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        raise QemuError(f"console of {name}: cannot open {path}: {e.strerror}") from e
+    try:
+        tty.setraw(fd)  # no echo on the host side: the guest's answers are not sent back to it
+        termios.tcflush(fd, termios.TCIFLUSH)
+        deadline = time.monotonic() + timeout_s
         data = text.encode()
         while data:
-            n = stream.send(data)
-            if n < 0:
-                raise QemuError(f"console of {dom.name()}: write refused")  # type: ignore[attr-defined]
-            data = data[n:]
-        stream.finish()
-    except libvirt.libvirtError as e:
-        try:
-            stream.abort()
-        except libvirt.libvirtError:
-            pass
-        raise QemuError(f"console of {dom.name()}: {e}") from e  # type: ignore[attr-defined]
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise QemuError(f"console of {name}: write timed out") from None
+                time.sleep(0.05)
+        if expect is None:
+            return ""
+        buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise QemuError(f"console of {name}: no answer {expect!r} within {timeout_s:g} s (read {buf[-200:]!r})")
+            ready, _w, _x = select.select([fd], [], [], left)
+            if ready:
+                try:
+                    buf += os.read(fd, 4096)
+                except BlockingIOError:
+                    continue
+                done = buf.decode(errors="replace").replace("\r", "\n").split("\n")[:-1]  # whole lines only
+                lines = [ln for ln in done if expect in ln]
+                if lines:
+                    return lines[0].strip()
+    except OSError as e:
+        raise QemuError(f"console of {name} ({path}): {e.strerror}") from e
+    finally:
+        os.close(fd)
 
 
 def vcpu_time_ns(dom: object) -> int:
@@ -366,19 +411,20 @@ class GuestHog:
         hog_command(True, nice)  # checks nice before anything runs
         self._t0: float | None = None
         self._ns0 = 0
+        self.answer = ""  # the guest's answer to hog-on ("xtc-guest: hog on <pid>")
 
     def start(self) -> GuestHog:
         import time
 
         self._ns0, self._t0 = vcpu_time_ns(self.dom), time.monotonic()
-        console_send(self.dom, hog_command(True, self.nice))
+        self.answer = console_send(self.dom, hog_command(True, self.nice), expect="xtc-guest: hog on")
         return self
 
     def stop(self) -> dict[str, float]:
         """Stop the hog; return ``cpu_percent``: the vCPU's CPU while it ran (forwarding included), % of one CPU."""
         import time
 
-        console_send(self.dom, hog_command(False))
+        console_send(self.dom, hog_command(False), expect="xtc-guest: hog off")
         if self._t0 is None:
             return {"cpu_percent": float("nan"), "seconds": 0.0}
         dt = time.monotonic() - self._t0
@@ -388,4 +434,5 @@ class GuestHog:
 
     def describe(self) -> dict[str, object]:
         return {"where": f"inside the guest of {self.dom.name()}", "process": "busybox sh loop",  # type: ignore[attr-defined]
+                "guest_answer": self.answer,
                 "nice": self.nice, "cpu_percent_is": "the vCPU's CPU while the hog ran (forwarding included)"}
