@@ -7,10 +7,8 @@ import argparse
 import types
 
 import pytest
-
 from xtc_lab.lab import cli as lab_cli
-from xtc_lab.lab.experiments import available
-from xtc_lab.lab.experiments import tracking
+from xtc_lab.lab.experiments import available, tracking
 from xtc_lab.lab.harness import LAB_MODES, RunContext, check_lab_mode
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.qemu import QemuError, hog_command
@@ -50,7 +48,7 @@ def test_an_experiment_that_cannot_run_on_qemu_says_which_kinds_it_can():
 
 
 def test_cmd_run_rejects_a_kind_before_touching_the_host(capsys, monkeypatch):
-    import xtc_lab.lab.harness as harness
+    from xtc_lab.lab import harness
 
     monkeypatch.setattr(harness, "lab_host_problem", lambda kind: pytest.fail("the host was checked"))
     args = run_parser().parse_args(["lab", "run", "rtt", "--kind", "qemu"])
@@ -59,7 +57,7 @@ def test_cmd_run_rejects_a_kind_before_touching_the_host(capsys, monkeypatch):
 
 
 def test_cmd_run_checks_the_host_for_the_chosen_kind(capsys, monkeypatch):
-    import xtc_lab.lab.harness as harness
+    from xtc_lab.lab import harness
 
     seen = []
     monkeypatch.setattr(harness, "lab_host_problem", lambda kind: seen.append(kind) or "no QEMU here")
@@ -114,8 +112,8 @@ def test_demo_kind_and_sim_conflict(capsys):
 
 
 def test_demo_with_a_kind_the_host_cannot_run_fails_instead_of_simulating(capsys, monkeypatch):
-    import xtc_lab.lab.harness as harness
     from xtc_lab import demo
+    from xtc_lab.lab import harness
 
     monkeypatch.setattr(harness, "lab_host_problem", lambda kind: f"no {kind} here")
     monkeypatch.setattr(demo, "main_sim", lambda args: pytest.fail("fell back to the simulation"))
