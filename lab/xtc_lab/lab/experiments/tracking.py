@@ -258,7 +258,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
                                                "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                                                "setting_before": setting_before, "setting_after": setting_after,
-                                               "restored_exactly": (None if setting_before is None
+                                               "restored_exactly": (None if setting_before is None or setting_after is None
                                                                     else setting_before == setting_after),
                                                "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
                                                "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
@@ -269,10 +269,19 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
 
 
 def _scheduler_setting(lab: Any, vr: Any) -> dict[str, Any] | None:
-    """A libvirt VR's scheduler parameters (its cap among them); None for a netns VR."""
+    """A libvirt VR's scheduler parameters (its cap among them); None for a netns VR, or when they
+    cannot be read (e.g. libvirtd restarted under the lab's connection: the run is kept, the check
+    is left open)."""
+    import libvirt
+
+    from xtc_lab.lab.netlab import LabError
+
     if vr.kind == "netns":
         return None
-    return dict(lab.domain(vr).schedulerParameters())
+    try:
+        return dict(lab.domain(vr).schedulerParameters())
+    except (LabError, libvirt.libvirtError):
+        return None
 
 
 def rerender(json_path: Path) -> Outcome:
