@@ -2,7 +2,7 @@
 
 Run from the repository root with the lab's venv:
     .venv/bin/python docs/results/2026-11-26-qemu-loop/analyse.py
-Reads capsweep*/capsweep.csv and tracking-default/, tracking-default-run2/, tracking-trained/
+Reads capsweep*/capsweep.csv and tracking-default*/ and tracking-trained/
 tracking.json (those present); writes tracking.json, delay.json, tracking.png beside this file.
 """
 
@@ -63,7 +63,7 @@ def main() -> int:
               f"over {len(firsts)} steps")
     runs = []
     for sub, label in (("tracking-default", "default"), ("tracking-default-run2", "default (repeat)"),
-                       ("tracking-trained", None)):
+                       ("tracking-default-hold25", "default (25 s holds)"), ("tracking-trained", None)):
         p = HERE / sub / "tracking.json"
         if p.exists():
             doc = json.loads(p.read_text())
