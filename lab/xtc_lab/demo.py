@@ -129,19 +129,26 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    kind = getattr(args, "kind", None)
+    if kind is not None and args.sim:
+        print("xtc demo: --kind chooses the lab's VRs and --sim runs no lab: give one of them", file=sys.stderr)
+        return 1
     if not args.sim:
         from xtc_lab.lab.harness import lab_host_problem
 
-        problem = lab_host_problem("lxc")
+        problem = lab_host_problem(kind or "lxc")
         if problem is None:
             from xtc_lab.lab import demo as lab_demo
             from xtc_lab.lab.netlab import LabError
 
             try:
-                return lab_demo.main(Path(args.out), args.lab_duration_s, args.offered_pps)
+                return lab_demo.main(Path(args.out), args.lab_duration_s, args.offered_pps, kind or "lxc")
             except LabError as e:
                 print(f"xtc demo: the lab demo failed: {e}", file=sys.stderr)
                 return 1
+        if kind is not None:  # asked for these VRs: no silent fall-back to the simulation
+            print(f"xtc demo: the lab cannot run {kind} VRs here: {problem}", file=sys.stderr)
+            return 4
         print(f"xtc demo: the real lab cannot run here ({problem}); running the simulated demo instead.\n")
     return main_sim(args)
 
@@ -184,6 +191,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="two VRs held at two setpoints, live table and plot (host lab, else simulated)",
                        epilog="example: xtc demo --sim --duration-s 30")
     p.add_argument("--sim", action="store_true", help="run the simulated demo even where the lab could run")
+    p.add_argument("--kind", choices=("lxc", "netns", "qemu"), default=None,
+                   help="lab demo: the VRs, lxc (default), netns or qemu (libvirt QEMU domains forwarding in their own "
+                        "kernel); given, the demo fails where the lab cannot run them instead of simulating")
     p.add_argument("--lab-duration-s", type=float, default=40.0, help="lab demo: seconds of control (default 40)")
     p.add_argument("--offered-pps", type=float, default=80_000.0, help="lab demo: offered UDP rate per VR, packets/s (default 80000)")
     p.add_argument("--duration-s", type=float, default=60.0, help="simulated demo: simulated seconds (default 60)")

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_GOALS, EXIT_UNSUPPORTED = 0, 1, 3, 4
+#: ``--kind`` choices (the same as xtc_lab.lab.harness.LAB_MODES, kept here so the parser imports nothing heavy).
+LAB_KINDS = ("lxc", "netns", "qemu")
 
 
 def register(subparsers: Any) -> None:
@@ -51,6 +53,10 @@ def register(subparsers: Any) -> None:
                    help="[daemon] cfs_period_us of the experiment's XTC daemons: the CFS period written with each "
                         "cap, microseconds, doubled where the quota would be under 1 ms (default 0: the VRs' own, "
                         "100 ms)")
+    r.add_argument("--kind", choices=LAB_KINDS, default=None,
+                   help="the VRs: lxc (libvirt LXC domains, default), netns (the forwarder in a namespace and a "
+                        "cgroup) or qemu (libvirt QEMU domains forwarding in their own kernel; KVM where it works, "
+                        "TCG otherwise); experiments that cannot run on that kind say so")
     r.add_argument("--check", action="store_true", help="exit with status 3 when a goal is missed")
     for m in exps.values():
         if hasattr(m, "add_arguments"):
@@ -76,9 +82,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from xtc.host.actuators import check_cfs_period
     from xtc_lab.lab.netlab import LabError, check_work_factor
 
-    problem = lab_host_problem("lxc")
+    exps = available()
+    kind = args.kind or "lxc"
+    try:
+        names = experiments_for(args.experiment, kind, exps)
+    except ValueError as e:
+        print(f"xtc lab run: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    problem = lab_host_problem(kind)
     if problem:
-        print(f"xtc lab run: this host cannot run the lab: {problem}", file=sys.stderr)
+        print(f"xtc lab run: this host cannot run the lab ({kind} VRs): {problem}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     if not (1_000 <= args.offered_pps <= 2_000_000):
         print(f"xtc lab run: --offered-pps {args.offered_pps:g} out of range 1000..2000000", file=sys.stderr)
@@ -96,12 +109,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"xtc lab run: --cfs-period-us: {e}", file=sys.stderr)
         return EXIT_ERROR
-    exps = available()
-    names = list(exps) if args.experiment == "all" else [args.experiment]
     missed = []
     for name in names:
         ctx = RunContext(out_dir=args.out, quick=args.quick, offered_pps=args.offered_pps, work_iters=args.work,
-                         work_factor=args.work_factor, cfs_period_us=args.cfs_period_us)
+                         work_factor=args.work_factor, cfs_period_us=args.cfs_period_us, kind=kind)
         t0 = time.monotonic()
         ctx.say(f"== {name}: {exps[name].TITLE} ({exps[name].PAPER})")
         try:
@@ -123,6 +134,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.check:
             return EXIT_GOALS
     return EXIT_OK
+
+
+def experiment_kinds(module: Any) -> tuple[str, ...]:
+    """The VR kinds an experiment module runs on: its ``KINDS`` (default: LXC VRs only)."""
+    return tuple(getattr(module, "KINDS", ("lxc",)))
+
+
+def experiments_for(experiment: str, kind: str, exps: dict[str, Any]) -> list[str]:
+    """The experiments ``xtc lab run EXPERIMENT --kind KIND`` runs, in order.
+
+    ``all`` runs those of ``exps`` that run on ``kind`` VRs (at least one must); a named
+    experiment that does not run on them is a :class:`ValueError` naming the kinds it runs on.
+    """
+    if kind not in LAB_KINDS:
+        raise ValueError(f"--kind {kind!r}: want one of {', '.join(LAB_KINDS)}")
+    if experiment == "all":
+        names = [n for n, m in exps.items() if kind in experiment_kinds(m)]
+        if not names:
+            raise ValueError(f"no experiment runs on --kind {kind} VRs")
+        return names
+    if experiment not in exps:
+        raise ValueError(f"unknown experiment {experiment!r}: want one of {', '.join(exps)} or 'all'")
+    kinds = experiment_kinds(exps[experiment])
+    if kind not in kinds:
+        raise ValueError(f"experiment {experiment} does not run on --kind {kind} VRs (it runs on: {', '.join(kinds)})")
+    return [experiment]
 
 
 def display_command(argv: list[str]) -> str:

@@ -38,11 +38,17 @@ def phase_errors(t_s: list[float], rate_pps: list[float], phases: list[tuple[flo
     return out
 
 
+#: How the demo names the VRs of each kind.
+KIND_WORDS = {"lxc": "LXC VRs", "netns": "netns VRs", "qemu": "QEMU VRs (forwarding in their own kernel)"}
+
+
 def run_lab_demo(out: Path, duration_s: float = 40.0, offered_pps: float = 80_000.0,
-                 say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the demo on a fresh lab; returns the result written to ``out/demo.json``."""
+                 say: Callable[[str], None] = print, kind: str = "lxc") -> dict[str, Any]:
+    """Run the demo on a fresh lab of two ``kind`` VRs ("lxc", "netns" or "qemu"); returns the result
+    written to ``out/demo.json``."""
     phase_s = duration_s / 2
-    with measurement_lock(say=say), lab_session(2) as lab, tempfile.TemporaryDirectory(prefix="xtc-demo-") as tmp:
+    with measurement_lock(say=say), lab_session(2, mode=kind, say=say) as lab, \
+            tempfile.TemporaryDirectory(prefix="xtc-demo-") as tmp:
         vrs = list(lab.vrs)  # the lab empties its list on teardown
         names = {vr.name: label for vr, label in zip(vrs, VR_LABELS)}
         say(f"lab {lab.prefix}: VRs {', '.join(f'{l} = {v.name} (vifs {v.vifs[0]}, {v.vifs[1]})' for v, l in zip(vrs, VR_LABELS))}")
@@ -52,11 +58,11 @@ def run_lab_demo(out: Path, duration_s: float = 40.0, offered_pps: float = 80_00
             free = measure_pps(vrs, 3.0)
             say("unlimited: " + ", ".join(f"{names[n]} forwards {f:.0f} of {o:.0f} pps offered" for n, (f, o) in free.items()))
             base = min(min(f, o) for f, o in free.values())
-            caps = CapReader(lab.uri)
+            caps = CapReader(lab.uri, "qemu" if kind == "qemu" else "lxc")
             header = (f"{'t(s)':>5} | {'red set':>8} {'red kp/s':>8} {'red cap%':>8} | "
                       f"{'blue set':>8} {'blue kp/s':>9} {'blue cap%':>9}")
             phases: list[list[tuple[float, float, float]]] = [[], []]
-            with LabDaemon(Path(tmp) / "xtcd", lab.uri, [v.name for v in vrs], kind="xtc") as d, \
+            with LabDaemon(Path(tmp) / "xtcd", lab.uri, [v if kind == "netns" else v.name for v in vrs], kind="xtc") as d, \
                     Recorder(vrs, dt_s=1.0, caps=caps) as rec:
                 say(header)
                 say("-" * len(header))
@@ -85,7 +91,7 @@ def run_lab_demo(out: Path, duration_s: float = 40.0, offered_pps: float = 80_00
         finally:
             for s in streams:
                 s.stop()
-    result: dict[str, Any] = {"kind": "lab", "controller": "xtc", "lab_prefix": lab.prefix, "offered_pps": offered_pps,
+    result: dict[str, Any] = {"kind": "lab", "vr_kind": kind, "controller": "xtc", "lab_prefix": lab.prefix, "offered_pps": offered_pps,
                               "unlimited_pps": {names[n]: f for n, (f, _o) in free.items()},
                               "recording": rec.to_json(), "labels": names, "vrs": {}}
     for vr, label in zip(vrs, VR_LABELS):
@@ -122,19 +128,20 @@ def plot_lab_demo(result: dict[str, Any], path: Path) -> None:
     ax2.set_xlabel("time (s)")
     ax1.legend(fontsize=8, ncol=2)
     ax2.legend(fontsize=8)
-    ax1.set_title("XTC demo on the host lab: two LXC VRs, real packets, the real daemon")
+    ax1.set_title(f"XTC demo on the host lab: two {KIND_WORDS.get(result.get('vr_kind', 'lxc'), 'VRs')}, real packets, "
+                  "the real daemon", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def main(out: Path, duration_s: float, offered_pps: float) -> int:
+def main(out: Path, duration_s: float, offered_pps: float, kind: str = "lxc") -> int:
     def say(msg: str) -> None:
         print(msg, flush=True)
 
-    print("XTC demo on the host lab: two LXC VRs forward real 64-byte UDP packets; the XTC daemon holds\n"
+    print(f"XTC demo on the host lab: two {KIND_WORDS[kind]} forward real 64-byte UDP packets; the XTC daemon holds\n"
           "red at 25% and blue at 60% of their unlimited rate, then swaps the setpoints.\n", flush=True)
-    result = run_lab_demo(out, duration_s, offered_pps, say)
+    result = run_lab_demo(out, duration_s, offered_pps, say, kind)
     print()
     for label, v in result["vrs"].items():
         errs = ", ".join(f"{p['setpoint_pps'] / 1000:.1f} kp/s: {100 * p['rel_error']:+.1f}%" for p in v["phases"])

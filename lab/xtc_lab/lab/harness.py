@@ -52,6 +52,20 @@ LAB_MODEL_FILE = Path(xtc.models.__file__).resolve().with_name("lab.toml")
 
 
 # ----------------------------------------------------------------------------- host check
+#: Seconds a QEMU VR of an experiment may take to forward (TCG boots in about 70 s on a loaded 2-core host).
+QEMU_READY_TIMEOUT_S = 300.0
+#: What a lab VR can be: an LXC domain, the forwarder in a namespace + cgroup, or a QEMU domain.
+LAB_MODES = ("lxc", "netns", "qemu")
+
+
+def check_lab_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`LAB_MODES`; else a :class:`LabError` naming the choices."""
+    if mode not in LAB_MODES:
+        raise LabError(f"unknown VR kind {mode!r}: want 'lxc' (libvirt LXC domains), 'netns' (namespaces + cgroups) "
+                       "or 'qemu' (libvirt QEMU domains)")
+    return mode
+
+
 def lab_host_problem(mode: str = "lxc") -> str | None:
     """Why this host cannot run the lab in ``mode`` ("lxc", "netns" or "qemu"); None if it can."""
     if os.geteuid() != 0:
@@ -144,26 +158,39 @@ def measurement_lock(path: Path = MEASURE_LOCK, say: Callable[[str], None] | Non
 
 @contextmanager
 def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
-                vcpu_period_us: int = 100_000, work_factor: float = 1.0, mode: str = "lxc") -> Iterator[NetLab]:
+                vcpu_period_us: int = 100_000, work_factor: float = 1.0, mode: str = "lxc",
+                say: Callable[[str], None] | None = None) -> Iterator[NetLab]:
     """A lab with ``n_vrs`` VRs (unlimited at first); removed afterwards.
 
     ``mode`` "lxc": LXC domains under the lab's libvirtd; "netns": the forwarder in a network
-    namespace and a cgroup of its own per VR (no libvirt; the daemon's cgroup backend caps it).
+    namespace and a cgroup of its own per VR (no libvirt; the daemon's cgroup backend caps it);
+    "qemu": libvirt QEMU domains on ``qemu:///system`` that forward in their own kernel
+    (:meth:`NetLab.add_qemu_vr`; KVM where it works, TCG otherwise; ``work_iters`` and
+    ``work_factor`` do not apply: the guest kernel forwards).  ``say`` reports the QEMU
+    accelerator and each guest's boot time.
     ``n_vrs`` may be 0 for a caller that builds its own shape (e.g. :meth:`NetLab.add_chain`).
     """
+    from xtc_lab.lab import qemu
     from xtc_lab.lab.libvirtd import Libvirtd
     from xtc_lab.lab.netlab import teardown_orphans
 
-    if mode not in ("lxc", "netns"):
-        raise LabError(f"unknown mode {mode!r}: want 'lxc' (libvirt LXC domains) or 'netns' (namespaces + cgroups)")
+    check_lab_mode(mode)
     teardown_orphans()
-    daemon = Libvirtd() if mode == "lxc" else None  # netns VRs need no libvirt
+    daemon = None if mode == "netns" else Libvirtd(qemu.QEMU_URI) if mode == "qemu" else Libvirtd()  # netns VRs need no libvirt
+    accel = qemu.pick_accel() if mode == "qemu" else None
+    if accel is not None and say is not None:
+        say(f"QEMU VRs: accel {accel[0]} ({accel[1]})")
     with daemon.lease() if daemon is not None else nullcontext():
         lab = NetLab(prefix=random_prefix(stem)) if daemon is None else NetLab(prefix=random_prefix(stem), uri=daemon.uri)
         try:
             for _ in range(n_vrs):
                 if daemon is None:
                     lab.add_netns_vr(work_iters=work_iters, cgroup=True, work_factor=work_factor)
+                elif accel is not None:
+                    t0 = time.monotonic()
+                    vr = lab.add_qemu_vr(accel=accel[0], ready_timeout_s=QEMU_READY_TIMEOUT_S)
+                    if say is not None:
+                        say(f"QEMU VR {vr.name} forwards in its guest kernel after {time.monotonic() - t0:.0f} s")
                 else:
                     lab.add_vr(work_iters=work_iters, vcpu_period_us=vcpu_period_us, work_factor=work_factor)
             yield lab
@@ -189,8 +216,9 @@ class CapReader:
     Returns percent of one CPU; None = unlimited, not running or unreadable.
     """
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, kind: str = "lxc"):
         self.uri = uri
+        self.kind = kind  # how the libvirt domains' caps are written: "lxc" or "qemu" (vcpu_quota either way)
         self._libvirt: Any = None
         self._cgroups: dict[str, Any] = {}
 
@@ -212,7 +240,7 @@ class CapReader:
             from xtc.host.libvirt import LibvirtBackend
             from xtc.host.libvirt_conn import LibvirtConn
 
-            self._libvirt = LibvirtBackend(LibvirtConn(self.uri), "lxc", (), ProcNetDevCounters())
+            self._libvirt = LibvirtBackend(LibvirtConn(self.uri), self.kind, (), ProcNetDevCounters())
         return self._libvirt
 
     def __call__(self, vr: VR) -> float | None:
@@ -232,7 +260,8 @@ class CapReader:
 
 @contextmanager
 def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
-                   work_factor: float = 1.0, mode: str = "lxc") -> Iterator[tuple[NetLab, Path, CapReader]]:
+                   work_factor: float = 1.0, mode: str = "lxc",
+                   say: Callable[[str], None] | None = None) -> Iterator[tuple[NetLab, Path, CapReader]]:
     """What an experiment runs in: its lab (:func:`lab_session`), a scratch directory for its daemons
     (both removed afterwards) and a :class:`CapReader` on the lab's libvirtd.
 
@@ -246,7 +275,10 @@ def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
         As :func:`lab_session`.
     work_factor : float
         As :func:`lab_session` (the forwarders' per-frame work factor).
-    mode : {"lxc", "netns"}
+    mode : {"lxc", "netns", "qemu"}
+        As :func:`lab_session`; recorded as ``result["vr_kind"]`` (and, for QEMU VRs, the
+        accelerator as ``result["accel"]``).
+    say : callable, optional
         As :func:`lab_session`.
 
     Yields
@@ -254,10 +286,15 @@ def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
     (NetLab, Path, CapReader)
         The lab, the scratch directory and the cap reader.
     """
-    with lab_session(n_vrs, work_iters=work_iters, work_factor=work_factor, mode=mode) as lab, \
+    with lab_session(n_vrs, work_iters=work_iters, work_factor=work_factor, mode=mode, say=say) as lab, \
             tempfile.TemporaryDirectory(prefix="xtc-lab-") as tmp:
         result["lab_prefix"] = lab.prefix
-        yield lab, Path(tmp), CapReader(lab.uri)
+        result["vr_kind"] = mode
+        if mode == "qemu":
+            from xtc_lab.lab.qemu import pick_accel
+
+            result["accel"] = pick_accel()[0]
+        yield lab, Path(tmp), CapReader(lab.uri, "qemu" if mode == "qemu" else "lxc")
 
 
 def set_cap(lab: NetLab, vr: VR, cap_percent: float | None, period_us: int = 100_000) -> None:
@@ -527,6 +564,23 @@ def measure_pps(vrs: Sequence[VR], seconds: float) -> dict[str, tuple[float, flo
     return out
 
 
+def measure_with_generator(lab: NetLab, vr: VR, seconds: float) -> tuple[float, float, float]:
+    """(forwarded, handed to the VR, sent by the generator) packets/s of ``vr`` over the next ``seconds``.
+
+    "Sent" is the host-side RX of the generator's veth (``<prefix>-g<k>``): what the generator
+    offered, whatever the VR took.  On a QEMU VR the tap's TX ("handed") counts only what QEMU
+    read from it, so the offered rate of a QEMU VR is this one.
+    """
+    gen = f"{lab.prefix}-g{vr.k}"
+    c0, t0 = read_packet_counters(), time.monotonic()
+    time.sleep(seconds)
+    c1, t1 = read_packet_counters(), time.monotonic()
+    r = pps_between(c0, c1, t1 - t0, vr.vifs)
+    if r is None or gen not in c0 or gen not in c1:
+        raise LabError(f"VR {vr.name}: an interface of {[*vr.vifs, gen]} vanished or was recreated during the measurement")
+    return r[0], r[1], (c1[gen][0] - c0[gen][0]) / (t1 - t0)
+
+
 # ------------------------------------------------------------------------------ run context
 @dataclass
 class RunContext:
@@ -547,6 +601,8 @@ class RunContext:
         iterations per frame; 1 = as given).
     cfs_period_us
         ``[daemon] cfs_period_us`` of the experiment's XTC daemons (0: the VRs' own CFS period, 100 ms).
+    kind
+        The VRs (``xtc lab run --kind``): "lxc", "netns" or "qemu" (see :func:`lab_session`).
     say
         Progress output (one line per step, to stderr).
     """
@@ -557,6 +613,7 @@ class RunContext:
     work_iters: int = 0
     work_factor: float = 1.0
     cfs_period_us: int = 0
+    kind: str = "lxc"
     say: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def phase(self, seconds: float) -> float:

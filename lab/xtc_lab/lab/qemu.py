@@ -7,6 +7,10 @@ interfaces by the MAC addresses the domain XML gives them, routes the generator'
 of the first and the receiver's out of the second (static neighbours, no ARP), turns on IP
 forwarding and then idles: every packet is forwarded by the guest kernel on the guest's vCPU.
 
+The guest's serial console takes commands from the host (:func:`console_send`): ``hog-on [nice]``
+starts a CPU hog inside the guest (a busybox shell loop), ``hog-off`` stops it
+(:class:`GuestHog`, the hog experiment of Figure 6(b) on a QEMU VR).
+
 The host side of each interface is a tap named ``vif<N>.0`` / ``vif<N>.1`` on the lab's bridges,
 so the meter reads the same counters as for an LXC VR.  KVM is used where ``/dev/kvm`` can run
 a guest, TCG (QEMU's emulator) otherwise: :func:`pick_accel` decides and says why.
@@ -21,6 +25,7 @@ import hashlib
 import os
 import re
 import stat
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,6 +40,8 @@ CACHE_DIR = Path("/var/cache/xtc-lab/qemu")
 GUEST_MODULES = ("virtio_pci", "virtio_net")  # modules in Debian's kernel; their dependencies come via modules.dep
 DEBIAN_PACKAGES = ("qemu-system-x86", "linux-image-amd64", "busybox-static", "libvirt-daemon-driver-qemu")
 DEFAULT_MEMORY_MIB = 160
+#: A cached guest image not built or used for this long is removed by the next build (s).
+STALE_IMAGE_S = 86_400.0
 
 INIT_SCRIPT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -63,7 +70,21 @@ for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > "$f"; done
 for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > "$f"; done
 echo 1 > /proc/sys/net/ipv4/ip_forward
 echo "xtc-guest: forwarding $TG via $A, $TR via $B"
-while :; do sleep 3600; done
+# Commands from the host on the serial console (one a line): "hog-on [nice]" starts a CPU hog
+# (a busybox shell loop) inside the guest, "hog-off" stops it.
+mount -t devtmpfs dev /dev
+stty -F /dev/ttyS0 raw -echo
+exec 3<>/dev/ttyS0
+HOG=
+while :; do
+  if ! read -r cmd arg <&3; then sleep 1; continue; fi
+  case "$cmd" in
+    hog-on) [ -n "$HOG" ] || { sh -c 'while :; do :; done' & HOG=$!; renice -n "${arg:-0}" -p "$HOG"; }
+            echo "xtc-guest: hog on $HOG" >&3 ;;
+    hog-off) [ -z "$HOG" ] || { kill "$HOG"; wait "$HOG"; HOG=; }
+             echo "xtc-guest: hog off" >&3 ;;
+  esac
+done
 """
 
 
@@ -255,6 +276,7 @@ def build_image(cache: Path = CACHE_DIR) -> GuestImage:
     key = hashlib.sha256(INIT_SCRIPT.encode() + busybox[:4096] + release.encode() + str(order).encode()).hexdigest()[:16]
     initrd = cache / f"initrd-{release}-{key}.gz"
     if initrd.exists():
+        os.utime(initrd)  # in use: not stale for other checkouts' builds
         return GuestImage(kernel, initrd, release)
     entries: list[tuple[str, int, bytes]] = [(d, stat.S_IFDIR | 0o755, b"") for d in
                                              ("bin", "sbin", "proc", "sys", "dev", "modules")]
@@ -279,7 +301,138 @@ def build_image(cache: Path = CACHE_DIR) -> GuestImage:
     tmp.write_bytes(gzip.compress(newc_archive(entries), compresslevel=6))
     os.chmod(tmp, 0o644)
     os.replace(tmp, initrd)
-    for old in cache.glob("initrd-*.gz"):  # images of other kernels or init scripts
-        if old != initrd:
-            old.unlink(missing_ok=True)
+    # Images of other kernels or init scripts: another checkout's lab may be booting from one right
+    # now, so only those unused for STALE_IMAGE_S go.
+    now = time.time()
+    for old in cache.glob("initrd-*.gz"):
+        try:
+            if old != initrd and now - old.stat().st_mtime > STALE_IMAGE_S:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass
+    os.utime(initrd)
     return GuestImage(kernel, initrd, release)
+
+
+# ======================================================================== the guest's console
+HOG_NICE_RANGE = (-20, 19)
+
+
+def hog_command(on: bool, nice: int = 0) -> str:
+    """The console line that starts (``on``) or stops the guest's CPU hog."""
+    if isinstance(nice, bool) or not isinstance(nice, int) or not HOG_NICE_RANGE[0] <= nice <= HOG_NICE_RANGE[1]:
+        raise QemuError(f"hog nice {nice!r}: want an integer in {HOG_NICE_RANGE[0]}..{HOG_NICE_RANGE[1]}")
+    return f"hog-on {nice}\n" if on else "hog-off\n"
+
+
+def console_pty(domain_xml_text: str) -> str:
+    """The host pty of a running domain's first serial port, from its live XML."""
+    root = ET.fromstring(domain_xml_text)
+    src = root.find("./devices/serial[@type='pty']/source")
+    path = src.get("path") if src is not None else None
+    if not path:
+        raise QemuError("the domain has no serial pty (is it running?)")
+    return path
+
+
+def console_send(dom: object, text: str, expect: str | None = None, timeout_s: float = 10.0) -> str:
+    """Write ``text`` to the serial console of the running libvirt domain ``dom`` (a ``virDomain``)
+    through its host pty; with ``expect``, read until a line contains it (the guest's answer) and
+    return that line.
+
+    Raises
+    ------
+    QemuError
+        The console cannot be opened or written, or no answer with ``expect`` came within ``timeout_s``.
+    """
+    import select
+    import termios
+    import time
+    import tty
+
+    name = dom.name()  # type: ignore[attr-defined]
+    path = console_pty(dom.XMLDesc(0))  # type: ignore[attr-defined]
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        raise QemuError(f"console of {name}: cannot open {path}: {e.strerror}") from e
+    try:
+        tty.setraw(fd)  # no echo on the host side: the guest's answers are not sent back to it
+        termios.tcflush(fd, termios.TCIFLUSH)
+        deadline = time.monotonic() + timeout_s
+        data = text.encode()
+        while data:
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise QemuError(f"console of {name}: write timed out") from None
+                time.sleep(0.05)
+        if expect is None:
+            return ""
+        buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise QemuError(f"console of {name}: no answer {expect!r} within {timeout_s:g} s (read {buf[-200:]!r})")
+            ready, _w, _x = select.select([fd], [], [], left)
+            if ready:
+                try:
+                    buf += os.read(fd, 4096)
+                except BlockingIOError:
+                    continue
+                done = buf.decode(errors="replace").replace("\r", "\n").split("\n")[:-1]  # whole lines only
+                lines = [ln for ln in done if expect in ln]
+                if lines:
+                    return lines[0].strip()
+    except OSError as e:
+        raise QemuError(f"console of {name} ({path}): {e.strerror}") from e
+    finally:
+        os.close(fd)
+
+
+def vcpu_time_ns(dom: object) -> int:
+    """CPU time the domain's vCPUs have used, nanoseconds (libvirt's per-vCPU ``cpuTime``)."""
+    info, _maps = dom.vcpus()  # type: ignore[attr-defined]
+    return int(sum(v[2] for v in info))
+
+
+class GuestHog:
+    """A CPU hog inside a QEMU VR's guest (a busybox shell loop at ``nice``), started and stopped
+    through the guest's serial console; what the vCPU used while it ran is measured from the host.
+
+    The hog takes whatever CPU the guest has left: its share is set by the cap and by the guest
+    kernel's scheduler (the forwarding runs in softirq context, ahead of any process).
+    """
+
+    def __init__(self, dom: object, nice: int = 0):
+        self.dom = dom
+        self.nice = nice
+        hog_command(True, nice)  # checks nice before anything runs
+        self._t0: float | None = None
+        self._ns0 = 0
+        self.answer = ""  # the guest's answer to hog-on ("xtc-guest: hog on <pid>")
+
+    def start(self) -> GuestHog:
+        import time
+
+        self._ns0, self._t0 = vcpu_time_ns(self.dom), time.monotonic()
+        self.answer = console_send(self.dom, hog_command(True, self.nice), expect="xtc-guest: hog on")
+        return self
+
+    def stop(self) -> dict[str, float]:
+        """Stop the hog; return ``cpu_percent``: the vCPU's CPU while it ran (forwarding included), % of one CPU."""
+        import time
+
+        console_send(self.dom, hog_command(False), expect="xtc-guest: hog off")
+        if self._t0 is None:
+            return {"cpu_percent": float("nan"), "seconds": 0.0}
+        dt = time.monotonic() - self._t0
+        used = (vcpu_time_ns(self.dom) - self._ns0) / 1e9
+        self._t0 = None
+        return {"cpu_percent": 100.0 * used / dt if dt > 0 else float("nan"), "seconds": dt}
+
+    def describe(self) -> dict[str, object]:
+        return {"where": f"inside the guest of {self.dom.name()}", "process": "busybox sh loop",  # type: ignore[attr-defined]
+                "guest_answer": self.answer,
+                "nice": self.nice, "cpu_percent_is": "the vCPU's CPU while the hog ran (forwarding included)"}

@@ -3,6 +3,8 @@
 Each experiment is a module here with:
 
 * ``TITLE`` (one line) and ``PAPER`` (the figures/tables of xtc-paper.txt it reruns);
+* ``KINDS`` (optional): the VR kinds it runs on (``xtc lab run --kind``; default ``("lxc",)``);
+  it reads the chosen one from ``ctx.kind``;
 * ``add_arguments(parser)`` (optional) for its own options;
 * ``run(ctx, args) -> Outcome``: builds its lab (:func:`xtc_lab.lab.harness.experiment_lab`, which
   records the lab's prefix in the result; or :func:`xtc_lab.lab.harness.lab_session`), runs the daemon

@@ -41,6 +41,8 @@ from xtc_lab.lab.traffic import start_udp_stream
 
 TITLE = "cap sweep: forwarded rate against the CPU cap, log-cap model fitted on it"
 PAPER = "Figures 3 and 4, section 5"
+#: VR kinds (``--kind``): an LXC VR, or a QEMU VR (the guest kernel forwards; its ``vcpu_quota`` is the cap).
+KINDS = ("lxc", "qemu")
 
 #: Caps of the full sweep, percent of one CPU (dense below the lab VR's threshold near 50%).
 CAPS = (1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 70.0, 100.0)
@@ -177,10 +179,18 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     t0 = time.monotonic()
     timing: dict[str, float] = {}
     result["timing_s"] = timing
-    with lab_session(1, work_iters=ctx.work_iters) as lab:
+    kind = ctx.kind
+    if kind not in KINDS:
+        raise LabError(f"capsweep: --kind {kind} VRs are not supported (want one of {', '.join(KINDS)})")
+    result["vr_kind"] = kind
+    with lab_session(1, work_iters=ctx.work_iters, mode=kind, say=ctx.say) as lab:
         vr = lab.vrs[0]
         timing["lab_up"] = round(time.monotonic() - t0, 1)
-        target = libvirt_target(vr.name, lab.uri, "lxc")
+        if kind == "qemu":
+            from xtc_lab.lab.qemu import pick_accel
+
+            result["accel"] = pick_accel()[0]
+        target = libvirt_target(vr.name, lab.uri, kind)
         try:
             before = dict(lab.domain(vr).schedulerParameters())
             with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=sweep_s + 30.0,
@@ -191,19 +201,26 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 result["uncapped_forwarded_pps"], result["uncapped_offered_seen_pps"] = free_pps, offered_seen
                 progress = _progress(ctx, plan)
                 t1 = time.monotonic()
-                samples = run_sweep(plan, target.host, vr.name, progress=progress, min_offered_fraction=0.5)
+                # A QEMU VR's tap counts as handed over only what QEMU read from it, so a low cap lowers the
+                # "offered" rate seen on the host side: the offered rate is the generator's (the CSV's offered_pps).
+                samples = run_sweep(plan, target.host, vr.name, progress=progress,
+                                    min_offered_fraction=0.0 if kind == "qemu" else 0.5)
                 timing["sweep"] = round(time.monotonic() - t1, 1)
             after = dict(lab.domain(vr).schedulerParameters())
         finally:
             target.close()
         meta = {
             "backend": "libvirt",
-            "hardware": f"{this_hardware()}; one LXC VR of the XTC host lab (userspace AF_PACKET forwarder, "
-                        f"work_iters={ctx.work_iters}) under libvirt {lab.uri}",
+            "hardware": (f"{this_hardware()}; one LXC VR of the XTC host lab (userspace AF_PACKET forwarder, "
+                         f"work_iters={ctx.work_iters}) under libvirt {lab.uri}" if kind == "lxc" else
+                         f"{this_hardware()}; one QEMU VR of the XTC host lab (1 vCPU, accel {result.get('accel')}, "
+                         f"Debian's kernel forwarding between two virtio-net interfaces) under libvirt {lab.uri}"),
             "traffic": f"UDP, {PAYLOAD_BYTES}-byte payloads, {ctx.offered_pps:.0f} pps paced by udpsend from the "
                        "generator namespace through the VR to the receiver namespace",
             "offered_pps_source": "lab: a udpsend stream started by `xtc lab run capsweep` for the sweep; "
-                                  "measured_offered_pps is the host-side TX of the VR's interfaces",
+                                  "measured_offered_pps is the host-side TX of the VR's interfaces"
+                                  + ("" if kind == "lxc" else " (on a QEMU VR's tap only what QEMU read: the "
+                                     "offered rate is the generator's offered_pps)"),
             "period_s": f"{plan.period_s:g}", "settle_samples": str(plan.settle_samples),
             "samples_per_cap": str(plan.samples_per_cap),
             "date": datetime.date.today().isoformat(),

@@ -40,6 +40,9 @@ from xtc_lab.lab.traffic import start_udp_stream
 
 TITLE = "Fixed Cap vs XTC with a CPU hog inside the VR"
 PAPER = "Figure 6(b)"
+#: VR kinds (``--kind``): an LXC VR (the hog in its cpu cgroup), or a QEMU VR (the hog a busybox loop inside
+#: the guest, started through its serial console: :class:`xtc_lab.lab.qemu.GuestHog`).
+KINDS = ("lxc", "qemu")
 TOLERANCE = 0.05
 PERIOD_S = 1.0
 RECOVERY_GOAL_PERIODS = 5
@@ -63,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="setpoint as a fraction of the VR's unlimited rate (default 0.4)")
     g.add_argument("--hog-share", type=float, default=0.25,
                    help="the hog's CPU demand as a fraction of the Fixed Cap (default 0.25; the paper's hog took 0.15)")
+    g.add_argument("--hog-nice", type=int, default=0,
+                   help="--kind qemu: nice level of the hog inside the guest, -20..19 (default 0); the guest's hog "
+                        "takes what the guest has left, --hog-share does not apply")
     g.add_argument("--hog-model", default=None,
                    help="model file for XTC's controller (default xtc/models/lab.toml if present, else the paper's)")
 
@@ -190,13 +196,23 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         raise ValueError(f"--hog-share {share:g}: want a fraction of the Fixed Cap in 0.02..0.45 "
                          "(a hog wanting half the cap or more shares it evenly with the forwarder)")
     model = controller_model(getattr(args, "hog_model", None))
+    kind = ctx.kind
+    if kind not in KINDS:
+        raise ValueError(f"hog: --kind {kind} VRs are not supported (want one of {', '.join(KINDS)})")
+    nice = int(getattr(args, "hog_nice", 0))
+    if kind == "qemu":
+        from xtc_lab.lab.qemu import hog_command
+
+        hog_command(True, nice)  # a bad --hog-nice fails here, before the lab is built
     ph = {k: _phase(ctx, k) for k in PHASES}
     total_s = (ph["xtc_settle"] + ph["xtc_steady"] + ph["fixed_steady"] + 2 * (ph["hog"] + ph["after"])) + 30
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "paper_observation": PAPER_OBSERVATION,
                               "offered_pps": ctx.offered_pps, "setpoint_fraction": fraction, "hog_share": share,
                               "paper_hog_share": PAPER_HOG_SHARE, "model": model, "tolerance": TOLERANCE,
                               "control_period_s": PERIOD_S, "phases_s": ph, "runs": {}}
-    with experiment_lab(result, 1, work_iters=ctx.work_iters) as (lab, workdir, caps):
+    if kind == "qemu":
+        result["hog_nice"] = nice
+    with experiment_lab(result, 1, work_iters=ctx.work_iters, mode=kind, say=ctx.say) as (lab, workdir, caps):
         vr = lab.vrs[0]
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(1.5, "stream starting", ctx.say)
@@ -222,7 +238,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 ctx.say(f"   XTC's cap over the steady phase: {fixed_cap:.2f}% (the Fixed Cap); "
                         f"hog demand {hog_percent:.2f}% of one CPU")
                 result.update(fixed_cap_percent=fixed_cap, hog_demand_percent=hog_percent)
-                hog_xtc = _hog_phase(ctx, lab, vr, rec, times, hog_percent, ph, "XTC")
+                hog_xtc = _hog_phase(ctx, lab, vr, rec, times, hog_percent, ph, "XTC", nice)
             result["runs"]["xtc"] = {**summarise_run(rec.series[vr.name].to_json(), times, setpoint),
                                      "hog": hog_xtc, "times_s": times, "recording": rec.to_json()}
             _say_run(ctx, "XTC", result["runs"]["xtc"])
@@ -237,7 +253,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     wait_with_progress(1.5, "Fixed Cap settling", ctx.say)
                     times["steady"] = rec.mark("steady")
                     wait_with_progress(ph["fixed_steady"], "Fixed Cap steady, no hog", ctx.say)
-                    hog_fixed = _hog_phase(ctx, lab, vr, rec, times, hog_percent, ph, "Fixed Cap")
+                    hog_fixed = _hog_phase(ctx, lab, vr, rec, times, hog_percent, ph, "Fixed Cap", nice)
             finally:
                 set_cap(lab, vr, None)
             result["runs"]["fixed"] = {**summarise_run(rec.series[vr.name].to_json(), times, setpoint), "hog": hog_fixed,
@@ -248,8 +264,23 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
 
 
 def _hog_phase(ctx: RunContext, lab: Any, vr: Any, rec: Recorder, times: dict[str, float], hog_percent: float,
-               ph: dict[str, float], label: str) -> dict[str, Any]:
+               ph: dict[str, float], label: str, nice: int = 0) -> dict[str, Any]:
     """Hog on for ``ph['hog']`` s, then off for ``ph['after']`` s; fills ``times``; returns the hog's use."""
+    if vr.kind == "qemu":
+        from xtc_lab.lab.qemu import GuestHog
+
+        ghog = GuestHog(lab.domain(vr), nice)
+        try:
+            ghog.start()
+            times["hog_on"] = rec.mark("hog on")
+            ctx.say(f"   hog started inside the guest of {vr.name} (busybox loop, nice {ghog.nice})")
+            wait_with_progress(ph["hog"], f"{label} with the hog", ctx.say)
+        finally:
+            used = ghog.stop()
+        times["hog_off"] = rec.mark("hog off")
+        wait_with_progress(ph["after"], f"{label} after the hog", ctx.say)
+        times["end"] = rec.now()
+        return {**ghog.describe(), **used}
     with hog_in_vr(lab, vr, hog_percent) as hog:
         times["hog_on"] = rec.mark("hog on")
         ctx.say(f"   hog started in {hog.cgroup.path} (pid {hog.pid}, wants {hog_percent:.2f}% of one CPU)")
@@ -297,14 +328,21 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     fx, xt = runs["fixed"], runs["xtc"]
     warnings = result["warnings"] = cap_warnings(result)
     warn_md = "".join(f"\n**Warning:** {w}.\n" for w in warnings)
+    if result.get("vr_kind") == "qemu":
+        vr_words = f"QEMU VR (accel {result.get('accel')}, the guest kernel forwards; capped through vcpu_quota)"
+        hog_words = (f"The hog, a busybox shell loop inside the guest (nice {result.get('hog_nice', 0)}), takes what the "
+                     "guest has left (the paper's took 15% of the VR's CPU); 'hog burnt' is the vCPU's whole CPU while "
+                     "it ran (forwarding included).")
+    else:
+        vr_words = "LXC VR"
+        hog_words = (f"The hog, a process in the VR's cpu cgroup,\nwanted {result['hog_demand_percent']:.2f}% of one CPU "
+                     f"({100 * result['hog_share']:.0f}% of the Fixed Cap; the paper's\ntook 15% of the VR's CPU).")
     md = f"""# Fixed Cap vs XTC with a CPU hog inside the VR ({PAPER})
 {warn_md}
-One LXC VR forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
+One {vr_words} forwarding {result['offered_pps']:.0f} pps of 64-byte UDP offered ({result['offered_seen_pps']:.0f} pps
 reached it; unlimited it forwarded {result['free_pps']:.0f} pps).  Setpoint {sp:.0f} pps
 ({100 * result['setpoint_fraction']:.0f}% of the unlimited rate).  Fixed Cap = the median cap XTC used to hold the
-setpoint without the hog: **{result['fixed_cap_percent']:.2f}%** of one CPU.  The hog, a process in the VR's cpu cgroup,
-wanted {result['hog_demand_percent']:.2f}% of one CPU ({100 * result['hog_share']:.0f}% of the Fixed Cap; the paper's
-took 15% of the VR's CPU).  1 s samples; "under the hog" = second half of the {result['phases_s']['hog']:g} s hog
+setpoint without the hog: **{result['fixed_cap_percent']:.2f}%** of one CPU.  {hog_words}  1 s samples; "under the hog" = second half of the {result['phases_s']['hog']:g} s hog
 phase, "after" = second half of the {result['phases_s']['after']:g} s after it; tolerance {100 * TOLERANCE:g}%.
 
 {markdown_table(['run', 'before (pps)', 'under the hog (pps)', 'after (pps)', 'lowest 1 s rate in the first 3 s of the hog',

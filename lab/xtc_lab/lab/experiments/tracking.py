@@ -24,18 +24,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
-                             measure_pps, save_figure, wait_with_progress)
+                             measure_with_generator, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
 from xtc_lab.sim.metrics import settling_periods
 
 TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and XTC's controller"
 PAPER = "Figures 5, 9-14"
+#: VR kinds (``--kind``; ``--vr-mode`` is the older spelling of lxc/netns).
+KINDS = ("lxc", "netns", "qemu")
 
 #: (label, [controller] kind, cap_min_percent, lag_probe: None for the daemon's default)
 CONTROLLERS: dict[str, tuple[str, float | None, bool | None]] = {
@@ -60,7 +63,25 @@ SETTLING_WINDOW = 3
 
 #: How the report names the VR of each ``--vr-mode``.
 _VR_WORDS = {"lxc": "LXC VR (capped through libvirt's vcpu_quota)",
-             "netns": "netns VR (the forwarder in a namespace and a cgroup of its own, capped through the cgroup)"}
+             "netns": "netns VR (the forwarder in a namespace and a cgroup of its own, capped through the cgroup)",
+             "qemu": "QEMU VR (the guest kernel forwards; capped through libvirt's vcpu_quota)"}
+
+
+def vr_mode_of(kind: str | None, vr_mode: str) -> str:
+    """The VR of a tracking run from ``--kind`` (None: not given) and ``--vr-mode``.
+
+    Raises
+    ------
+    ValueError
+        Naming both options when they ask for different VRs.
+    """
+    if kind is None:
+        return vr_mode
+    if vr_mode != "lxc" and vr_mode != kind:
+        raise ValueError(f"--kind {kind} and --vr-mode {vr_mode} ask for different VRs: give one of them")
+    if kind not in KINDS:
+        raise ValueError(f"--kind {kind}: tracking runs on {', '.join(KINDS)} VRs")
+    return kind
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -195,21 +216,26 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "model": "xtc/models/lab.toml" if model == str(LAB_MODEL_FILE) else model, "tolerance": TOLERANCE, "fractions": list(fractions),
                               "work_iters": ctx.work_iters, "work_factor": ctx.work_factor,
-                              "vr_mode": getattr(args, "vr_mode", "lxc"), "controllers": {}}
+                              "vr_mode": vr_mode_of(getattr(args, "kind", None), getattr(args, "vr_mode", "lxc")),
+                              "controllers": {}}
     with experiment_lab(result, 1, work_iters=ctx.work_iters, work_factor=ctx.work_factor,
-                        mode=result["vr_mode"]) as (lab, workdir, caps):
+                        mode=result["vr_mode"], say=ctx.say) as (lab, workdir, caps):
         vr = lab.vrs[0]
         with start_udp_stream(lab, vr, ctx.offered_pps, duration_s=total_s):
             wait_with_progress(2.0, "stream starting", ctx.say)
-            free_pps, offered_seen = measure_pps([vr], 3.0)[vr.name]
-            ctx.say(f"unlimited VR forwards {free_pps:.0f} pps of {offered_seen:.0f} pps offered")
+            free_pps, offered_seen, sent = measure_with_generator(lab, vr, 3.0)
+            ctx.say(f"unlimited VR forwards {free_pps:.0f} pps of {offered_seen:.0f} pps handed to it "
+                    f"({sent:.0f} pps sent by the generator)")
             result["free_pps"], result["offered_seen_pps"] = free_pps, offered_seen
+            result["generator_sent_pps"] = sent
             base = min(free_pps, offered_seen)
             setpoints = [round(f * base, -2) for f in fractions]
             for name in names:
                 kind, cap_min, lag_probe = CONTROLLERS[name]
                 ctx.say(f"-- controller {name}: setpoints {', '.join(f'{s / 1000:g}k' for s in setpoints)} pps, "
                         f"{hold_s:g} s each")
+                load_before = os.getloadavg()[0]
+                setting_before = _scheduler_setting(lab, vr)
                 with LabDaemon(workdir / name, lab.uri, [vr if vr.kind == "netns" else vr.name], kind=kind, model=model,
                                cap_min_percent=cap_min, lag_probe=lag_probe, cfs_period_us=ctx.cfs_period_us) as d, Recorder([vr], dt_s=1.0, caps=caps) as rec:
                     tap = SampleTap(d.pub_endpoint, vr.name, rec.now)
@@ -223,18 +249,39 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         wait_with_progress(hold_s, f"{name} at {sp / 1000:g} kp/s", ctx.say)
                         steps_t.append((t0, rec.now(), sp))
                     daemon_rows = tap.close()
+                setting_after = _scheduler_setting(lab, vr)  # the daemon has stopped: it gave the caps back
                 s = rec.series[vr.name]
                 steps = [summarise_step(s.t_s, s.forwarded_pps, t0, t1, sp, s.cap_percent) for t0, t1, sp in steps_t]
                 for st in steps:
                     ctx.say(f"   {name} {st['setpoint_pps']:.0f} pps: mean {st['mean_pps']:.0f} "
                             f"({100 * st['rel_error']:+.1f}%), settled after {st['settling_periods']} periods")
                 result["controllers"][name] = {"kind": kind, "cap_min_percent": cap_min, "steps": steps,
+                                               "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                                               "setting_before": setting_before, "setting_after": setting_after,
+                                               "restored_exactly": (None if setting_before is None or setting_after is None
+                                                                    else setting_before == setting_after),
                                                "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
                                                "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
                                                                              "offered_pps", "cap_percent"],
                                                                   "rows": daemon_rows}}
         caps.close()
     return _outcome(result, ctx)
+
+
+def _scheduler_setting(lab: Any, vr: Any) -> dict[str, Any] | None:
+    """A libvirt VR's scheduler parameters (its cap among them); None for a netns VR, or when they
+    cannot be read (e.g. libvirtd restarted under the lab's connection: the run is kept, the check
+    is left open)."""
+    import libvirt
+
+    from xtc_lab.lab.netlab import LabError
+
+    if vr.kind == "netns":
+        return None
+    try:
+        return dict(lab.domain(vr).schedulerParameters())
+    except (LabError, libvirt.libvirtError):
+        return None
 
 
 def rerender(json_path: Path) -> Outcome:
@@ -350,6 +397,40 @@ Per setpoint:
         save_figure(fig, path)
 
     return Outcome(result=result, report_md=md, plot=plot, goals=goals)
+
+
+# ------------------------------------------------------------------------------ issue 49's tracking report
+def vm_tracking_report(runs: list[tuple[str, dict[str, Any]]], controller: str = "xtc") -> dict[str, Any]:
+    """The tracking report of issue 49 from ``tracking.json`` documents of one VR kind.
+
+    ``runs`` are (model label, document) pairs, e.g. ``("default", doc)``; the report is
+    ``{"kind", "accel", "runs": [{"model", "uncapped_kpps", "load_avg_1m", "rows": [{"setpoint_pps",
+    "steady_mean_pps", "settle_periods"}, ...]}, ...]}`` with the rows of ``controller``.
+
+    Raises
+    ------
+    ValueError
+        The documents are of different VR kinds or accelerators, or one lacks ``controller``.
+    """
+    if not runs:
+        raise ValueError("no tracking runs")
+    kinds = {doc.get("vr_mode", "lxc") for _m, doc in runs}
+    accels = {doc.get("accel") for _m, doc in runs}
+    if len(kinds) != 1 or len(accels) != 1:
+        raise ValueError(f"tracking runs of different VRs: kinds {sorted(kinds)}, accels {sorted(map(str, accels))}")
+    out_runs = []
+    for label, doc in runs:
+        c = doc.get("controllers", {}).get(controller)
+        if c is None:
+            raise ValueError(f"tracking run '{label}' has no controller '{controller}'")
+        out_runs.append({"model": label, "model_file": doc.get("model"), "controller": controller,
+                         "uncapped_kpps": round(doc["free_pps"] / 1000.0, 3),
+                         "generator_sent_kpps": (round(doc["generator_sent_pps"] / 1000.0, 3)
+                                                 if doc.get("generator_sent_pps") is not None else None),
+                         "load_avg_1m": c.get("load_avg_1m"), "caps_restored_exactly": c.get("restored_exactly"),
+                         "rows": [{"setpoint_pps": s["setpoint_pps"], "steady_mean_pps": round(s["mean_pps"], 1),
+                                   "settle_periods": s["settling_periods"]} for s in c["steps"]]})
+    return {"kind": kinds.pop(), "accel": accels.pop(), "runs": out_runs}
 
 
 # ------------------------------------------------------------------------------ other hardware
