@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
+from fakes.daemon import Clock, daemon_toml
+from xtc_lab.sim.host import SimHost
+
 from xtc.daemon.config import loads_config
 from xtc.daemon.ctl import format_table
 from xtc.daemon.service import DaemonService
-from xtc_lab.sim.host import SimHost
-
-from fakes.daemon import Clock, daemon_toml
 
 
 def row(**kw):
