@@ -49,6 +49,33 @@ def test_kernel_path_steady_workload_writes_no_cap() -> None:
     assert _leftovers() == []
 
 
+def test_early_drop_puts_real_limiters_on_the_veth_ends_and_counts_them(monkeypatch) -> None:
+    """``--early-drop``: the daemon's own limiter works on the bench's interfaces (limits in
+    place, reads counted, no failure), this thread comes back to its namespace, nothing is left."""
+    _need_root()
+    home = os.stat("/proc/thread-self/ns/net").st_ino
+    seen: list[str] = []
+    real = daemon_bench._CountedLimiter.install
+
+    def install(self, ifname, setting):  # the kernel's answer, checked from outside the daemon
+        real(self, ifname, setting)
+        seen.append(ifname)
+
+    monkeypatch.setattr(daemon_bench._CountedLimiter, "install", install)
+    row = bench_daemon(10, seconds=2.0, period_s=1.0, kernel=True, workload="steady", early_drop=True)
+    assert row["early_drop"] is True and row["limiter_failures"] == 0
+    assert row["vrs_limited_at_end"] > 0 and row["limiter_ops_warmup"]["install"] == 4 * row["vrs_limited_at_end"]
+    assert row["limiter_ops_per_s"]["read"] == 4 * row["vrs_limited_at_end"]  # one read per limited interface
+    assert seen and all(i.startswith("vif") for i in seen)
+    assert os.stat("/proc/thread-self/ns/net").st_ino == home
+    assert _leftovers() == []
+
+
+def test_early_drop_needs_the_kernel_path() -> None:
+    with pytest.raises(ValueError, match="--early-drop needs the kernel-included benchmark"):
+        bench_daemon(2, seconds=1.0, kernel=False, early_drop=True)
+
+
 def test_kernel_path_cleans_up_after_a_failure(monkeypatch) -> None:
     _need_root()
 

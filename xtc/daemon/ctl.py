@@ -206,10 +206,19 @@ def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
     return f"{v / scale:.{digits}f}"
 
 
+def _early(ed: Any) -> str:
+    """Early drop's column: the limit in place (kp/s), ``on`` (no limit now), ``-`` (off)."""
+    if not isinstance(ed, dict) or not ed.get("on"):
+        return "-"
+    return "on" if ed.get("limit_pps") is None else _fmt(ed["limit_pps"], 1000)
+
+
 def format_table(vrs: list[dict[str, Any]]) -> str:
-    """The status table of ``xtc ctl status`` (rates in kp/s, caps in percent)."""
-    head = f"{'VR':<16} {'STATE':<9} {'SETPOINT':>9} {'MEASURED':>9} {'OFFERED':>9} {'CAP%':>7} {'ORIG%':>7}  NOTE"
-    rows = [head, f"{'':<16} {'':<9} {'kp/s':>9} {'kp/s':>9} {'kp/s':>9} {'':>7} {'':>7}"]
+    """The status table of ``xtc ctl status`` (rates in kp/s, caps in percent; EARLY: early drop's
+    limit in place, ``on`` without one now, ``-`` off)."""
+    head = (f"{'VR':<16} {'STATE':<9} {'SETPOINT':>9} {'MEASURED':>9} {'OFFERED':>9} {'CAP%':>7} {'ORIG%':>7} "
+            f"{'EARLY':>7}  NOTE")
+    rows = [head, f"{'':<16} {'':<9} {'kp/s':>9} {'kp/s':>9} {'kp/s':>9} {'':>7} {'':>7} {'kp/s':>7}"]
     for v in vrs:
         orig = v.get("original_cap_percent")
         pending = v.get("restore_pending") is True
@@ -231,6 +240,7 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
             note.append(f"actuation: {v['actuation_error']}")
         rows.append(
             f"{v['vr']:<16} {v['state']:<9} {_fmt(v.get('setpoint_pps'), 1000):>9} {_fmt(v.get('measured_pps'), 1000):>9} "
-            f"{_fmt(v.get('offered_pps'), 1000):>9} {_fmt(v.get('cap_percent')):>7} {orig_s:>7}  {'; '.join(note)}"
+            f"{_fmt(v.get('offered_pps'), 1000):>9} {_fmt(v.get('cap_percent')):>7} {orig_s:>7} "
+            f"{_early(v.get('early_drop')):>7}  {'; '.join(note)}"
         )
     return "\n".join(rows)

@@ -684,6 +684,9 @@ class DaemonService:
             self._count(self.control.apply(actions, now))
             if req.vr is not None and cmd == "status" and self.control.early_drop is not None:  # early drop
                 result = {**result, "early_drop": self.control.early_drop.describe(req.vr)}
+            if cmd == "list" and self.control.early_drop is not None:  # early drop, per VR, as in "status"
+                ed = self.control.early_drop
+                result = {**result, "vrs": [{**v, "early_drop": ed.describe(v["vr"])} for v in result["vrs"]]}
             if req.vr is not None and req.vr in self.core.pending_restores and req.cmd == "deactivate":
                 result = {**result, "restore_pending": True}
             if cmd not in ("list", "status", "ping"):

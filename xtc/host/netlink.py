@@ -405,6 +405,30 @@ class RouteSocket:
                         continue  # an ACK: the answer is still to come
                     return buf, off, mlen
 
+    def get(self, request: bytes | bytearray, seq: int, what: str = "netlink get") -> bytes:
+        """Send a get request (one message with ``seq``, ``NLM_F_ACK`` set, not a dump) and return
+        the messages answering it (whole, back to back; empty when the kernel answered with the
+        ACK alone).
+
+        Raises
+        ------
+        NetlinkReplyError
+            The kernel refused (``errno`` as it gave it).
+        """
+        self.send(request, what)
+        out = bytearray()
+        buf = self._buf
+        while True:
+            for off, mlen, mtype, mseq in messages(buf, self._recv(buf, what)):
+                if mseq != seq:
+                    continue
+                if mtype == NLMSG_ERROR:
+                    (err,) = _I32.unpack_from(buf, off + HDR_LEN)
+                    if err:
+                        raise NetlinkReplyError(-err, what, ext_ack_text(buf, off, mlen))
+                    return bytes(out)
+                out += buf[off : off + mlen]
+
     def dump(self, request: bytes | bytearray, seq: int, what: str = "netlink dump",
              data_run: Callable[[memoryview], int] | None = None) -> memoryview:
         """Send a dump request (sequence number ``seq``) and receive its whole answer.

@@ -21,6 +21,7 @@ from xtc.host.netlink import (
     NLM_F_ACK,
     NLM_F_CREATE,
     NLM_F_DUMP,
+    NLM_F_ECHO,
     NLM_F_REPLACE,
     NLM_F_REQUEST,
     NetlinkError,
@@ -52,8 +53,23 @@ def dump_tc(nl: RouteSocket, msg_type: int, ifindex: int, parent: int = 0, what:
 
 
 def root_qdisc(nl: RouteSocket, ifindex: int) -> TcObject | None:
-    """The root qdisc of ``ifindex`` (None: the device has none, e.g. down without a default)."""
-    for o in decode_tc_dump(dump_tc(nl, RTM_GETQDISC, ifindex, what="dump qdiscs")):
+    """The root qdisc of ``ifindex`` (None: the device has none, e.g. down without a default, or
+    is gone).
+
+    One get of the root (``RTM_GETQDISC`` with parent ``TC_H_ROOT``), not a dump: the kernel's
+    qdisc dump ignores the interface index and returns the root of *every* interface, so with
+    4,000 interfaces one look-up cost 28 ms of CPU (``xtc bench daemon --early-drop``,
+    docs/design/early-drop.md).
+    """
+    seq = nl.next_seq()
+    try:
+        got = nl.get(encode_tcmsg(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_ECHO, seq, ifindex, parent=TC_H_ROOT),
+                     seq, "get root qdisc")
+    except NetlinkReplyError as e:
+        if e.errno in (errno.ENOENT, errno.ENODEV, errno.EINVAL):
+            return None
+        raise
+    for o in decode_tc_dump(got):
         if o.ifindex == ifindex and o.parent == TC_H_ROOT:
             return o
     return None

@@ -26,6 +26,16 @@ Two hosts:
 - Without root (``"kernel_included": false``) the counters come from a synthetic
   ``/proc/net/dev`` file rewritten between periods; reading it is real file I/O but the kernel's
   cost of formatting a real ``/proc/net/dev`` is not included, and caps are only recorded.
+
+With ``--early-drop`` (root only: issue 48) every VR's activation has ``daemon.early_drop`` on and
+the daemon's own limiter (:class:`~xtc.host.tclimiter.TcLimiter`, opened by the service as in
+production) puts real TBF root qdiscs on the ``vif<k>.<j>`` veth ends: the benchmark's thread
+runs inside the host-side namespace for the whole measurement (as a Dom0's daemon runs in the
+host's), so the limiter's calls are the production ones, not the per-call namespace hops of a
+``TcLimiter(netns=...)``.  The host side hands each VR 8 frames a period and the VR side
+forwards 4-8, so the VRs forwarding less than 8/1.25 are "capped below their offered load" and
+get a limiter; the limiter's operations are counted (``limiter_ops_per_s``: installs and changes,
+removals, drop-counter reads, each one netlink round trip or more) by a pass-through wrapper.
 """
 
 from __future__ import annotations
@@ -52,6 +62,8 @@ from xtc.daemon.service import DaemonService
 from xtc.host.cgroup import CgroupBackend
 from xtc.host.counters import NetlinkCounters, ProcNetDevCounters, Netns
 from xtc.host.ifcounters import IfCounters
+from xtc.host.limiter import Limiter, LimiterSetting
+from xtc.host.netns import NETNS_DIR, setns_net
 from xtc_lab.sim.host import render_proc_net_dev
 
 __all__ = ["bench_daemon", "add_daemon", "IFACES_PER_VR", "CGROUP_V1_CPU", "bench_names", "WORKLOADS"]
@@ -242,11 +254,55 @@ class _Frames:
         self.vr.close()
 
 
-def _config(tmp: str, period_s: float, kind: str) -> Any:
+class _CountedLimiter:
+    """Early drop's limiter, passed through, its operations counted (``xtc bench daemon --early-drop``)."""
+
+    def __init__(self, inner: Limiter) -> None:
+        self.inner = inner
+        self.ops = {"install": 0, "remove": 0, "read": 0}
+        #: The counts at the end of the warm-up period.
+        self.warm: dict[str, int] = {}
+
+    def install(self, ifname: str, setting: LimiterSetting) -> None:
+        self.ops["install"] += 1
+        self.inner.install(ifname, setting)
+
+    def update(self, ifname: str, setting: LimiterSetting) -> None:
+        self.ops["install"] += 1
+        self.inner.update(ifname, setting)
+
+    def remove(self, ifname: str) -> bool:
+        removed = self.inner.remove(ifname)
+        self.ops["remove"] += removed
+        return removed
+
+    def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
+        self.ops["read"] += 1
+        return self.inner.adopt(ifname)
+
+    def dropped_packets(self, ifname: str) -> int | None:
+        self.ops["read"] += 1
+        return self.inner.dropped_packets(ifname)
+
+
+def _enter_netns(netns: str, stack: ExitStack) -> None:
+    """Move this thread into ``netns`` until ``stack`` closes (then back to where it was)."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    stack.callback(os.close, home)
+    fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        setns_net(fd)
+    finally:
+        os.close(fd)
+    stack.callback(setns_net, home)
+
+
+def _config(tmp: str, period_s: float, kind: str, early_drop: bool = False) -> Any:
     # "xtc-noprobe": the xtc law without the lag probe (``[controller] lag_probe = false``).
     ctl = 'kind = "xtc"\nlag_probe = false\n' if kind == "xtc-noprobe" else f'kind = "{kind}"\n'
     return loads_config(
         f'[daemon]\nbackend = "libvirt"\ncontrol_period_s = {period_s}\nstate_dir = "{tmp}/state"\n'
+        f'early_drop = {"true" if early_drop else "false"}\n'
         f'[controller]\n{ctl}[metrics]\nenabled = false\n'
         f'[manager]\nendpoint = "ipc://{tmp}/m.sock"\npub_endpoint = "ipc://{tmp}/p.sock"\n'
     )
@@ -259,6 +315,7 @@ _STAGES: tuple[tuple[str, str, str], ...] = (
     ("CPU readings (VRs short of their setpoints)", "host", "read_cpu_ns"),
     ("core", "core", "_period_instances"),
     ("  of which controllers (bank)", "core", "_step_bank"),
+    ("early drop (limiters)", "control", "_early_drop_period"),
     ("cap writes", "control", "apply"),
     ("sample rows", "core", "sample_rows"),
     ("sample JSON", "api", "samples_message"),
@@ -299,7 +356,7 @@ def _timed_stages(svc: DaemonService, stack: ExitStack) -> dict[str, int]:
 
 def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clock_s: list[float],
              between: Callable[[], None], profile: str | None,
-             breakdown: dict[str, float] | None = None) -> tuple[float, int]:
+             breakdown: dict[str, float] | None = None, counted: _CountedLimiter | None = None) -> tuple[float, int]:
     """Run ``n_periods`` (the first one a warm-up); return the CPU seconds and writes after the warm-up.
 
     With ``breakdown`` (a dict), it receives each stage's thread CPU time per period, microseconds.
@@ -325,6 +382,8 @@ def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clo
         if p == 0:
             writes0 = host.cap_writes()
             acc.clear()
+            if counted is not None:
+                counted.warm = dict(counted.ops)
         else:
             cpu += t1 - t0
     stages.close()
@@ -337,7 +396,8 @@ def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clo
 
 def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: str = "xtc",
                  seed: int = 1, kernel: bool | None = None, profile: str | None = None,
-                 workload: str = "moving", breakdown: bool = False, subscribers: int = 1) -> dict[str, Any]:
+                 workload: str = "moving", breakdown: bool = False, subscribers: int = 1,
+                 early_drop: bool = False) -> dict[str, Any]:
     """CPU cost of the daemon for ``n_vrs`` VRs (see the module docstring).
 
     Parameters
@@ -371,6 +431,9 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         true`` is one), in a child process that reads every message (its CPU is not counted; the
         daemon's side of the sending is).  With 0 nobody listens, as with a policer that polls:
         the daemon then builds no samples.
+    early_drop : bool
+        Every VR with early drop on (``daemon.early_drop``): real TBF limiters on the veth ends,
+        through the daemon's own limiter (kernel mode only; see the module).
 
     Returns
     -------
@@ -386,12 +449,16 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         kernel = os.geteuid() == 0
     if kernel and os.geteuid() != 0:
         raise PermissionError("the kernel-included benchmark needs root (namespaces, veth, cgroups)")
+    if early_drop and not kernel:
+        raise ValueError("--early-drop needs the kernel-included benchmark (root, not --file): its limiters "
+                         "are TBF qdiscs on the VRs' real interfaces")
     n_periods = max(1, int(round(seconds / period_s))) + 1  # +1 warm-up
     clock_s = [1000.0]
     row: dict[str, Any] = {"vrs": n_vrs, "interfaces": n_vrs * IFACES_PER_VR, "controller": kind,
-                           "period_s": period_s, "workload": workload, "sample_subscribers": subscribers}
+                           "period_s": period_s, "workload": workload, "sample_subscribers": subscribers,
+                           "early_drop": early_drop}
     with tempfile.TemporaryDirectory(prefix="xtc-bench-") as tmp, ExitStack() as stack:
-        cfg = _config(tmp, period_s, kind)
+        cfg = _config(tmp, period_s, kind, early_drop)
         if kernel:
             lab = _KernelLab(n_vrs)
             stack.callback(_check_removed, lab)
@@ -403,6 +470,8 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
             between: Callable[[], None] = frames.send
             row.update(counters=f"netlink RTM_GETSTATS in netns {lab.host_ns} (veth, {n_vrs * IFACES_PER_VR} + lo)",
                        caps=f"cgroup v1 cpu.cfs_quota_us under {lab.cg_root}")
+            if early_drop:  # the daemon's limiter opens its netlink socket in the host-side namespace
+                _enter_netns(lab.host_ns, stack)
         else:
             traffic = _Traffic(n_vrs, seed, noise)
             dev = Path(tmp) / "net_dev"
@@ -415,15 +484,33 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         svc.manage_gc = True  # as run_daemon has it
         stack.callback(gc.unfreeze)
         svc.open()
+        counted: _CountedLimiter | None = None
+        if early_drop:
+            ed = svc.control.early_drop
+            if ed is None or ed.limiter is None:
+                raise RuntimeError("--early-drop: the daemon has no limiter (see its early_drop_unavailable log)")
+            inner = ed.limiter
+            stack.callback(getattr(inner, "close", lambda: None))  # its netlink socket (the daemon keeps it to exit)
+            counted = _CountedLimiter(inner)
+            ed.limiter = counted
         try:
             if subscribers:
                 _subscribed(svc, subscribers, stack)
             for k in range(1, n_vrs + 1):
                 svc.control.handle(Request("activate", f"vr{k}", float(setpoints[k - 1])), clock_s[0])
             stages: dict[str, float] | None = {} if breakdown else None
-            cpu, writes = _measure(svc, host, n_periods, period_s, clock_s, between, profile, stages)
+            cpu, writes = _measure(svc, host, n_periods, period_s, clock_s, between, profile, stages, counted)
             if stages is not None:
                 row["breakdown_us_per_period"] = stages
+            if counted is not None:
+                ed = svc.control.early_drop
+                assert ed is not None
+                measured_s = (n_periods - 1) * period_s
+                row.update(limiter_ops_per_s={k: (v - counted.warm.get(k, 0)) / measured_s
+                                              for k, v in counted.ops.items()},
+                           limiter_ops_warmup=dict(counted.warm),
+                           vrs_limited_at_end=sum(1 for v in ed.vrs.values() if v.limit is not None),
+                           limiter_failures=ed.failures)
         finally:
             svc.close()  # restores the original caps (quota -1) before the cgroups go
     daemon_s = (n_periods - 1) * period_s
@@ -516,6 +603,8 @@ def add_daemon(sub: Any) -> None:
                    help="write a cProfile of the measured periods (last VR count; one file per workload)")
     p.add_argument("--breakdown", action="store_true",
                    help="also time each stage of a period (thread CPU per period, microseconds)")
+    p.add_argument("--early-drop", action="store_true",
+                   help="every VR with early drop on: real TBF limiters on the veth ends (issue 48; root only)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
 
@@ -529,7 +618,7 @@ def _run(args: argparse.Namespace) -> int:
     workloads = args.workload or list(WORKLOADS)
     rows = [bench_daemon(n, seconds=args.seconds, period_s=args.period_s, kind=args.controller, kernel=kernel,
                          profile=None if args.profile is None else _profile_path(args.profile, w, len(workloads)),
-                         workload=w, breakdown=args.breakdown, subscribers=k)
+                         workload=w, breakdown=args.breakdown, subscribers=k, early_drop=args.early_drop)
             for n in args.vrs for w in workloads for k in args.subscribers]
     if args.json:
         print(json.dumps({"benchmark": "daemon", "python": platform.python_version(),
