@@ -18,6 +18,10 @@ class MemLimiter:
         self.on: dict[str, LimiterSetting] = {}
         self.drops: dict[str, int] = {}
         self.fail: set[str] = set()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def install(self, ifname, setting):
         if "install" in self.fail:
@@ -107,6 +111,9 @@ def test_deactivation_and_sigterm_remove_it_and_the_choice_survives_in_the_state
     run(ed, UDP)
     ed.forget("vr1")  # deactivation
     assert lim.on == {} and not ed.is_on("vr1")
+    assert not lim.closed
+    ed.close()  # the daemon's last step: the adapter's socket goes
+    assert lim.closed
 
 
 def test_a_restart_removes_leftovers_and_the_next_periods_derive_a_new_limit():

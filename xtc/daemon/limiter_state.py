@@ -162,6 +162,11 @@ class EarlyDrop:
         for name, v in self.vrs.items():
             self._remove(name, v)
 
+    def close(self) -> None:
+        """The daemon has stopped: the limiter adapter's socket is closed (after :meth:`remove_all`)."""
+        if self.limiter is not None:
+            self.limiter.close()
+
     def start(self, vr_ifaces: Mapping[str, tuple[str, ...]]) -> list[str]:
         """At start: remove every limiter found on the VRs' interfaces (left by a killed daemon).
         Returns the interfaces cleaned."""

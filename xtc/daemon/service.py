@@ -437,6 +437,7 @@ class DaemonService:
         failed = self.control.restore_all().restores_failed
         self._save(force=True)
         self._close_sockets()
+        self.control.early_drop.close()
         self.host.close()
         if self.state_lock is not None:
             os.close(self.state_lock)

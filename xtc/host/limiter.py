@@ -81,3 +81,7 @@ class Limiter(Protocol):
     def dropped_packets(self, ifname: str) -> int | None:
         """Packets the limiter on ``ifname`` dropped so far (None: no limiter there)."""
         ...
+
+    def close(self) -> None:
+        """Release what the adapter holds (its netlink socket); the limiters stay as they are."""
+        ...

@@ -284,6 +284,9 @@ class _CountedLimiter:
         self.ops["read"] += 1
         return self.inner.dropped_packets(ifname)
 
+    def close(self) -> None:
+        self.inner.close()
+
 
 def _enter_netns(netns: str, stack: ExitStack) -> None:
     """Move this thread into ``netns`` until ``stack`` closes (then back to where it was)."""
