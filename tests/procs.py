@@ -85,3 +85,13 @@ class DaemonProc:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
+    """Poll ``pred`` every ``dt_s`` until it is true (True) or ``timeout_s`` passed (False)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(dt_s)
+    return False

@@ -12,16 +12,15 @@ show`` on the vifs, read by the test itself.
 
 from __future__ import annotations
 
-import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import DaemonProc
+from hostneeds import tc_qdiscs
+from procs import DaemonProc, until
 from xtc_lab.lab.harness import daemon_config_text
 
 from xtc.daemon.ctl import ManagerClient
@@ -32,24 +31,8 @@ OFFERED_PPS = 20_000
 SETPOINT_PPS = 2_000  # far below what the VR is offered: capped, its excess is early drop's
 
 
-def qdiscs(vifs: tuple[str, ...]) -> str:
-    """``tc qdisc show`` of the vifs (without the reference counts, which other readers move)."""
-    text = "".join(subprocess.run(["tc", "qdisc", "show", "dev", v], check=True, capture_output=True,
-                                  text=True).stdout for v in vifs)
-    return re.sub(r"refcnt \d+ ", "", text)
-
-
 def limited(vifs: tuple[str, ...]) -> bool:
-    return qdiscs(vifs).count("tbf ed0: root") == len(vifs)
-
-
-def until(pred: Callable[[], bool], timeout_s: float, dt_s: float = 0.25) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(dt_s)
-    return False
+    return tc_qdiscs(vifs).count("tbf ed0: root") == len(vifs)
 
 
 @pytest.fixture
@@ -70,7 +53,7 @@ def test_early_drop_leaves_nothing_behind_on_an_lxc_domain(vr_lab: Callable[...,
     lab = vr_lab(1)
     vr = lab.vrs[0]
     vifs = tuple(vr.vifs)
-    before = qdiscs(vifs)
+    before = tc_qdiscs(vifs)
     assert "ed0:" not in before, before
     cfg = tmp_path / "xtcd.toml"
     cfg.write_text(daemon_config_text(tmp_path, libvirtd.uri, [vr.name],
@@ -90,26 +73,26 @@ def test_early_drop_leaves_nothing_behind_on_an_lxc_domain(vr_lab: Callable[...,
     with start_udp_stream(lab, vr, OFFERED_PPS, duration_s=90):
         d = start()
         call("activate", vr=vr.name, setpoint_pps=SETPOINT_PPS, early_drop=True)
-        assert until(lambda: limited(vifs), 20.0), f"no limiter on {vifs}: {qdiscs(vifs)}"
+        assert until(lambda: limited(vifs), 20.0), f"no limiter on {vifs}: {tc_qdiscs(vifs)}"
         ed = call("status", vr=vr.name)["early_drop"]
         assert ed["on"] is True and sorted(ed["interfaces"]) == sorted(vifs), ed
 
         # SIGKILL: the limiter stays behind; the restarted daemon removes it and installs a fresh one.
         d.kill()
-        assert limited(vifs), qdiscs(vifs)
+        assert limited(vifs), tc_qdiscs(vifs)
         d = start()
         d.wait_event("early_drop_leftovers_removed", timeout_s=15)
-        assert until(lambda: limited(vifs), 20.0), f"no fresh limiter after the restart: {qdiscs(vifs)}"
+        assert until(lambda: limited(vifs), 20.0), f"no fresh limiter after the restart: {tc_qdiscs(vifs)}"
 
         # Deactivation: exactly what was there before.
         call("deactivate", vr=vr.name)
-        assert qdiscs(vifs) == before
+        assert tc_qdiscs(vifs) == before
 
         # SIGTERM: exactly what was there before.
         call("activate", vr=vr.name, setpoint_pps=SETPOINT_PPS, early_drop=True)
-        assert until(lambda: limited(vifs), 20.0), f"no limiter after the re-activation: {qdiscs(vifs)}"
+        assert until(lambda: limited(vifs), 20.0), f"no limiter after the re-activation: {tc_qdiscs(vifs)}"
         d.signal(signal.SIGTERM)
         assert d.wait() == 0
-        assert qdiscs(vifs) == before
+        assert tc_qdiscs(vifs) == before
     print(f"\n[early-drop-lxc] {vr.name} vifs {vifs}: before {before!r}; all three faults left it so "
           f"({time.monotonic() - t0:.1f} s)", flush=True)

@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostneeds import cgroup_netns_lab
 
-from procs import DaemonProc
+from procs import DaemonProc, until
 from xtc.daemon.ctl import ManagerClient
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]
 
 OFFERED_PPS = 100_000
 TOLERANCE = 0.10
-
 
 
 def say(msg: str) -> None:
@@ -70,30 +70,10 @@ def limited(d: Path) -> bool:
     return not s.get("cpu.max", "").startswith("max") if "cpu.max" in s else int(s["cpu.cfs_quota_us"]) > 0
 
 
-def until(pred: Any, timeout_s: float, dt_s: float = 0.2) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(dt_s)
-    return False
-
-
 @pytest.fixture
 def netns_lab() -> Iterator[Any]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates namespaces, bridges and cgroups")
-    from xtc_lab.lab.netlab import LabError, NetLab, find_cpu_cgroup, random_prefix
-
-    try:
-        find_cpu_cgroup()
-    except LabError as e:
-        pytest.skip(f"no usable cgroup cpu controller: {e}")
-    lab = NetLab(prefix=random_prefix("xtcc"))
-    try:
+    with cgroup_netns_lab("xtcc") as lab:
         yield lab
-    finally:
-        lab.teardown()
 
 
 def test_daemon_holds_a_netns_vr_through_its_cgroup(netns_lab: Any, tmp_path: Path) -> None:

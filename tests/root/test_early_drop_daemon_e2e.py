@@ -12,16 +12,15 @@ fresh one; deactivation removes it; SIGTERM leaves the interfaces exactly as the
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import DaemonProc
+from hostneeds import cgroup_netns_lab, tc_qdiscs
+from procs import DaemonProc, until
 
 from xtc.daemon.ctl import ManagerClient
 
@@ -30,40 +29,14 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]
 OFFERED_PPS = 100_000
 
 
-def qdiscs(vifs: tuple[str, ...]) -> str:
-    text = "".join(subprocess.run(["tc", "qdisc", "show", "dev", v], check=True, capture_output=True,
-                                  text=True).stdout for v in vifs)
-    return re.sub(r"refcnt \d+ ", "", text)
-
-
 def limited(vifs: tuple[str, ...]) -> bool:
-    return qdiscs(vifs).count("tbf ed0: root") == len(vifs)
-
-
-def until(pred: Any, timeout_s: float, dt_s: float = 0.3) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(dt_s)
-    return False
+    return tc_qdiscs(vifs).count("tbf ed0: root") == len(vifs)
 
 
 @pytest.fixture
 def netns_lab() -> Iterator[Any]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates namespaces, bridges and cgroups")
-    from xtc_lab.lab.netlab import LabError, NetLab, find_cpu_cgroup, random_prefix
-
-    try:
-        find_cpu_cgroup()
-    except LabError as e:
-        pytest.skip(f"no usable cgroup cpu controller: {e}")
-    lab = NetLab(prefix=random_prefix("xtced"))
-    try:
+    with cgroup_netns_lab("xtced") as lab:
         yield lab
-    finally:
-        lab.teardown()
 
 
 def test_early_drop_in_the_daemon_comes_and_goes_with_the_instance(netns_lab: Any, tmp_path: Path) -> None:
@@ -73,7 +46,7 @@ def test_early_drop_in_the_daemon_comes_and_goes_with_the_instance(netns_lab: An
     lab = netns_lab
     vr = lab.add_netns_vr(cgroup=True)
     vifs = tuple(vr.vifs)
-    before = qdiscs(vifs)
+    before = tc_qdiscs(vifs)
     cfg = tmp_path / "xtcd.toml"
     cfg.write_text(f"""schema = "xtc-daemon/1"
 [daemon]
@@ -107,7 +80,7 @@ interfaces = ["{vifs[0]}", "{vifs[1]}"]
             d.wait_event("started", timeout_s=30)
             client = ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10)
             client.call("activate", vr=vr.name, setpoint_pps=setpoint, early_drop=True)
-            assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+            assert until(lambda: limited(vifs), 20.0), tc_qdiscs(vifs)
             ed = client.call("status", vr=vr.name)["early_drop"]
             assert ed["on"] is True and ed["interfaces"] == list(vifs) and ed["limit_pps"] >= setpoint * 1.2, ed
             time.sleep(8.0)  # the controller settles; the limit follows it
@@ -117,24 +90,24 @@ interfaces = ["{vifs[0]}", "{vifs[1]}"]
             handed = sum(c1[v][1] - c0[v][1] for v in vifs) / (t1 - t0)
             fwd = sum(c1[v][0] - c0[v][0] for v in vifs) / (t1 - t0)
             print(f"\n[early-drop-e2e] unlimited VR forwards {free:.0f} pps; setpoint {setpoint:.0f}: handed "
-                  f"{handed:.0f}, forwarded {fwd:.0f} pps; load {os.getloadavg()[0]:.1f}; {qdiscs(vifs)}", flush=True)
+                  f"{handed:.0f}, forwarded {fwd:.0f} pps; load {os.getloadavg()[0]:.1f}; {tc_qdiscs(vifs)}", flush=True)
 
             d.kill()  # SIGKILL: the limiter stays behind ...
             assert limited(vifs)
             d2 = DaemonProc(cfg)  # ... the restart removes it, resumes the instance, installs a fresh one
             procs.append(d2)
             d2.wait_event("early_drop_leftovers_removed", timeout_s=30)
-            assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+            assert until(lambda: limited(vifs), 20.0), tc_qdiscs(vifs)
 
             client.close()
             client = ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10)
             client.call("deactivate", vr=vr.name)
-            assert qdiscs(vifs) == before
+            assert tc_qdiscs(vifs) == before
             client.call("activate", vr=vr.name, setpoint_pps=setpoint, early_drop=True)
-            assert until(lambda: limited(vifs), 20.0), qdiscs(vifs)
+            assert until(lambda: limited(vifs), 20.0), tc_qdiscs(vifs)
             d2.signal(signal.SIGTERM)
             assert d2.wait() == 0
-            assert qdiscs(vifs) == before
+            assert tc_qdiscs(vifs) == before
     finally:
         if client is not None:
             client.close()
