@@ -95,3 +95,27 @@ def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
             return True
         time.sleep(dt_s)
     return False
+
+
+def cgroup_daemon_config(d: Path, vr: str, cgroup: str | Path, interfaces: Sequence[str],
+                         period_s: float = 1.0) -> Path:
+    """Write ``d/xtcd.toml``: a cgroup-backend daemon of one VR, its manager and sample sockets
+    under ``d``, no metrics endpoint.  Returns its path."""
+    cfg = d / "xtcd.toml"
+    ifaces = ", ".join(f'"{i}"' for i in interfaces)
+    cfg.write_text(f"""schema = "xtc-daemon/1"
+[daemon]
+backend = "cgroup"
+control_period_s = {period_s}
+state_dir = "{d}/state"
+[manager]
+endpoint = "ipc://{d}/mgr.sock"
+pub_endpoint = "ipc://{d}/pub.sock"
+[metrics]
+enabled = false
+[[cgroup.vr]]
+name = "{vr}"
+path = "{cgroup}"
+interfaces = [{ifaces}]
+""")
+    return cfg

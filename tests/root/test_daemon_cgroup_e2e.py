@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from hostneeds import cgroup_netns_lab
 
-from procs import DaemonProc, until
+from procs import DaemonProc, cgroup_daemon_config, until
 from xtc.daemon.ctl import ManagerClient
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(150)]
@@ -89,22 +89,7 @@ def test_daemon_holds_a_netns_vr_through_its_cgroup(netns_lab: Any, tmp_path: Pa
     original = setting(cg)
     assert not limited(cg)
 
-    cfg = tmp_path / "xtcd.toml"
-    cfg.write_text(f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "cgroup"
-control_period_s = 1.0
-state_dir = "{tmp_path}/state"
-[manager]
-endpoint = "ipc://{tmp_path}/mgr.sock"
-pub_endpoint = "ipc://{tmp_path}/pub.sock"
-[metrics]
-enabled = false
-[[cgroup.vr]]
-name = "{vr.name}"
-path = "{cg}"
-interfaces = ["{vr.vifs[0]}", "{vr.vifs[1]}"]
-""")
+    cfg = cgroup_daemon_config(tmp_path, vr.name, cg, vr.vifs[:2])
     procs: list[Any] = []
     client: ManagerClient | None = None
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from hostneeds import cgroup_netns_lab, tc_qdiscs
-from procs import DaemonProc, until
+from procs import DaemonProc, cgroup_daemon_config, until
 
 from xtc.daemon.ctl import ManagerClient
 
@@ -47,22 +47,7 @@ def test_early_drop_in_the_daemon_comes_and_goes_with_the_instance(netns_lab: An
     vr = lab.add_netns_vr(cgroup=True)
     vifs = tuple(vr.vifs)
     before = tc_qdiscs(vifs)
-    cfg = tmp_path / "xtcd.toml"
-    cfg.write_text(f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "cgroup"
-control_period_s = 1.0
-state_dir = "{tmp_path}/state"
-[manager]
-endpoint = "ipc://{tmp_path}/mgr.sock"
-pub_endpoint = "ipc://{tmp_path}/pub.sock"
-[metrics]
-enabled = false
-[[cgroup.vr]]
-name = "{vr.name}"
-path = "{vr.cgroup}"
-interfaces = ["{vifs[0]}", "{vifs[1]}"]
-""")
+    cfg = cgroup_daemon_config(tmp_path, vr.name, vr.cgroup, vifs)
     procs: list[Any] = []
     client: ManagerClient | None = None
     try:
