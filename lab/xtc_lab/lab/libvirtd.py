@@ -5,18 +5,18 @@ distribution ships, the way the lab host needs them (see notes on the host lab):
 
 * the QEMU driver refuses to load without the user ``libvirt-qemu``: the group and
   the user are created as system accounts (no home, no login) when missing;
+* ``libvirt-qemu`` is made a member of the group ``kvm`` where that group exists, as Debian's
+  libvirt-daemon-system package makes it.  Without it libvirt finds its cached QEMU capabilities
+  outdated on every lookup and probes QEMU again (about 5 s each, several times per domain
+  start): it probes QEMU with CAP_DAC_OVERRIDE, so QEMU opens ``/dev/kvm`` and reports KVM, while
+  its validity check asks whether ``libvirt-qemu`` itself may open ``/dev/kvm``.  Domains of type
+  ``qemu`` (the lab's TCG VRs) are not changed by it;
 * on a hybrid cgroup layout (cgroup v1 controllers plus an empty cgroup v2 tree at
   ``/sys/fs/cgroup/unified``) the LXC driver fails with "Unable to create directory
   /sys/fs/cgroup/unified": libvirtd is therefore started in its own private mount
   namespace in which that cgroup2 mount is unmounted.  The host's mounts are not
   touched.  On a pure v1 or pure v2 host nothing is unmounted;
-* ``/run/libvirt`` and ``/var/log/libvirt`` are created, virtlogd is started first;
-* where ``/dev/kvm`` is not a stock KVM (no ``kvm_intel``/``kvm_amd`` module: e.g. a PVM device,
-  on which the lab's QEMU VRs run under TCG anyway), it is hidden from libvirtd: an empty file
-  that nobody may open is bind-mounted over it in libvirtd's mount namespace.  Otherwise libvirt
-  finds its cached QEMU capabilities outdated on every lookup (QEMU, probed, uses the device;
-  libvirt's check, as the ``libvirt-qemu`` user, cannot) and probes QEMU again, about 5 s each,
-  several times per domain start.  ``XTC_QEMU_ACCEL=kvm`` keeps the device visible.
+* ``/run/libvirt`` and ``/var/log/libvirt`` are created, virtlogd is started first.
 
 A libvirtd that already accepts ``lxc:///`` connections is reused and never
 stopped by this module.  What this module starts is recorded in a state file
@@ -49,6 +49,7 @@ from typing import Any
 DEFAULT_URI = "lxc:///"
 LAB_URIS = ("lxc:///", "qemu:///system")  # one libvirtd serves the lab's LXC and QEMU VRs
 QEMU_USER = "libvirt-qemu"
+KVM_GROUP = "kvm"  # its member may open /dev/kvm (Debian: root:kvm 0660)
 
 
 class LibvirtdError(RuntimeError):
@@ -66,8 +67,6 @@ class LibvirtdPaths:
     state_dir: Path = Path("/run/xtc")
     mountinfo: Path = Path("/proc/self/mountinfo")
     proc: Path = Path("/proc")
-    dev_kvm: Path = Path("/dev/kvm")
-    sys_module: Path = Path("/sys/module")
 
     @property
     def virtlogd_socket(self) -> Path:
@@ -84,10 +83,6 @@ class LibvirtdPaths:
     @property
     def lease_lock(self) -> Path:
         return self.state_dir / "libvirtd.users"
-
-    @property
-    def kvm_mask(self) -> Path:
-        return self.state_dir / "no-kvm"
 
 
 def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
@@ -110,37 +105,6 @@ def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
     if "/sys/fs/cgroup" in cgroup2 or not cgroup2:
         return None
     return cgroup2[0]
-
-
-def kvm_to_hide(dev_kvm: Path, sys_module: Path, env: dict[str, str] | None = None) -> bool:
-    """True if libvirtd should not see ``dev_kvm``: it exists but is not a stock KVM.
-
-    A stock KVM has the ``kvm_intel`` or ``kvm_amd`` module (under ``sys_module``); without them
-    the device is e.g. a PVM one, which the lab's QEMU VRs do not use (``xtc_lab.lab.qemu.pick_accel``
-    chooses TCG there) and which makes libvirt probe QEMU again on every capabilities lookup.
-    ``XTC_QEMU_ACCEL=kvm`` in ``env`` (default: this process's environment) keeps it visible.
-    """
-    env = os.environ if env is None else env
-    if env.get("XTC_QEMU_ACCEL") == "kvm" or not dev_kvm.exists():
-        return False
-    return not any((sys_module / m).exists() for m in ("kvm_intel", "kvm_amd"))
-
-
-def libvirtd_argv(libvirtd: Path, hybrid_cgroup2: str | None, kvm_mask: Path | None, dev_kvm: Path) -> list[str]:
-    """The command that starts ``libvirtd`` in a private mount namespace of its own.
-
-    In it, the hybrid cgroup2 tree (if any) is unmounted (exit 97 if that fails) and, if
-    ``kvm_mask`` is given, that file is bind-mounted over ``dev_kvm`` (exit 98 if that fails).
-    ``unshare`` and ``sh`` both exec, so the started process's pid is libvirtd's own.
-    """
-    steps = []
-    if hybrid_cgroup2:
-        steps.append('{ umount "$1" || exit 97; }')
-    if kvm_mask is not None:
-        steps.append('{ mount --bind "$2" "$3" || exit 98; }')
-    script = " && ".join([*steps, 'exec "$4"'])
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "xtc-libvirtd",
-            hybrid_cgroup2 or "", str(kvm_mask or ""), str(dev_kvm), str(libvirtd)]
 
 
 def process_start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
@@ -366,6 +330,12 @@ class Libvirtd:
                 ["useradd", "--system", "--no-create-home", "--home-dir", "/var/lib/libvirt",
                  "--shell", "/usr/sbin/nologin", "--gid", QEMU_USER, QEMU_USER]
             )
+        try:
+            kvm = grp.getgrnam(KVM_GROUP)
+        except KeyError:
+            kvm = None
+        if kvm is not None and QEMU_USER not in kvm.gr_mem:
+            cmds.append(["usermod", "--append", "--groups", KVM_GROUP, QEMU_USER])
         for cmd in cmds:
             proc = subprocess.run(cmd, capture_output=True, text=True)
             # exit 9: created by someone else meanwhile
@@ -414,12 +384,10 @@ class Libvirtd:
 
     def _spawn_libvirtd(self) -> dict[str, int]:
         hybrid = hybrid_cgroup2_mount(self.paths.mountinfo.read_text())
-        mask = None
-        if kvm_to_hide(self.paths.dev_kvm, self.paths.sys_module):
-            mask = self.paths.kvm_mask
-            mask.touch(exist_ok=True)
-            mask.chmod(0)
-        argv = libvirtd_argv(self.paths.libvirtd, hybrid, mask, self.paths.dev_kvm)
+        # unshare and sh both exec, so the pid we get is libvirtd's own.
+        script = 'umount "$1" || exit 97; exec "$2"' if hybrid else 'exec "$2"'
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                "xtc-libvirtd", hybrid or "", str(self.paths.libvirtd)]
         _, rec = self._spawn(argv, "xtc-libvirtd.log")
         return rec
 
@@ -429,9 +397,8 @@ class Libvirtd:
         while reason is not None:
             proc = self._children.get(rec["pid"])
             if proc is not None and proc.poll() is not None:
-                what = {97: "could not unmount the hybrid cgroup2 tree in its mount namespace",
-                        98: f"could not hide {self.paths.dev_kvm} in its mount namespace"}.get(
-                            proc.returncode, f"exited with status {proc.returncode}")
+                what = ("could not unmount the hybrid cgroup2 tree in its mount namespace"
+                        if proc.returncode == 97 else f"exited with status {proc.returncode}")
                 raise LibvirtdError(f"libvirtd {what}:\n{self._log_tail('xtc-libvirtd.log')}")
             if time.monotonic() > deadline:
                 self._terminate(rec, 5.0)
