@@ -9,7 +9,9 @@ as Debian's libvirt-daemon-system does (a change to the host's accounts, like th
 
 The test runs the lab's real adapter and a real libvirtd in a mount and PID namespace of their
 own, with tmpfs over /run and libvirt's directories, so it shares nothing with the host's
-libvirtd; everything it started dies with the namespace.  It looks the domain capabilities up
+libvirtd; everything it started dies with the namespace.  The daemon runs under another name
+(``xtccaps-libvirt``): a lab started meanwhile elsewhere on the host, which looks for a process
+named ``libvirtd``, does not take it for a foreign daemon.  It looks the domain capabilities up
 three times and asserts that the cache file written at the start is not rewritten.  Skips on a
 host without ``/dev/kvm`` or a ``kvm`` group (no KVM: nothing to disagree about).
 """
@@ -35,8 +37,12 @@ from pathlib import Path
 for d in ("/run", "/var/cache/libvirt", "/var/lib/libvirt", "/var/log/libvirt", "/etc/libvirt"):
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", d], check=True)
 import libvirt
-from xtc_lab.lab.libvirtd import Libvirtd
-daemon = Libvirtd(uri="qemu:///system", start_timeout_s=90)
+from xtc_lab.lab.libvirtd import Libvirtd, LibvirtdPaths
+# Under another name: a lab elsewhere on the host looks for a process named libvirtd and would
+# take this one, whose socket it cannot see, for a foreign daemon.
+Path("/run/xtccaps-libvirtd").symlink_to("/usr/sbin/libvirtd")
+daemon = Libvirtd(uri="qemu:///system", paths=LibvirtdPaths(libvirtd=Path("/run/xtccaps-libvirtd")),
+                  start_timeout_s=90)
 daemon._prepare_host()
 qdir = Path("/var/lib/libvirt/qemu")
 qdir.mkdir(parents=True)
@@ -45,6 +51,8 @@ out = {"lookups": []}
 try:
     daemon.ensure_running()
     out["started_s"] = round(time.monotonic() - t0, 1)
+    out["comm"] = sorted(Path(f"/proc/{p}/comm").read_text().strip() for p in os.listdir("/proc") if p.isdigit()
+                         and Path(f"/proc/{p}/comm").exists())
     conn = libvirt.open("qemu:///system")
     caps = Path("/var/cache/libvirt/qemu/capabilities")
     for _ in range(3):
@@ -92,3 +100,4 @@ def test_lab_libvirtd_does_not_probe_qemu_again_on_each_lookup() -> None:
     assert len(first) == 1, out  # one cache file for the binary, written by the first lookup (or at start)
     assert all(files == first for files in later), f"libvirt rewrote its QEMU capabilities cache: {out}"
     assert "libvirt-qemu" in grp.getgrnam("kvm").gr_mem
+    assert "xtccaps-libvirt" in out["comm"] and "libvirtd" not in out["comm"], out["comm"]
