@@ -5,9 +5,9 @@ forwards in its own kernel; the test caps it through the product's actuator (the
 QEMU parameter), reads the cap back, restores the exact original parameters and tears it down.
 Skips, with the reason, where QEMU cannot run (no root, no libvirt, a package missing).
 
-Slow: about 90 s on the lab host (TCG). The guest forwards about 15 s after QEMU starts; the rest
-is libvirt probing QEMU's capabilities again on each domain start, because this host's /dev/kvm
-(a PVM device) looks usable to libvirt but not to QEMU (docs/guide/lab-qemu.md).
+Slow: about 35 s on the lab host (TCG), about 120 s while libvirt probed QEMU's capabilities
+again on each lookup (``libvirt-qemu`` outside the group ``kvm``: docs/guide/lab-qemu.md,
+tests/libvirt/test_libvirtd_qemu_caps.py). The guest forwards about 15 s after QEMU starts.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from xtc.host.counters import (
     open_counters,
 )
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(60)]
 
 
 def ip(*args: str) -> str:

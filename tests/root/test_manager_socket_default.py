@@ -30,7 +30,7 @@ import pytest
 import zmtp_peer
 from procs import DaemonProc
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(120)]
 
 #: What the hostile peers may make the daemon hold, at most (RSS growth), bytes.
 RSS_BOUND_BYTES = 64 << 20

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from procs import free_port, stop_process
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.root]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.root, pytest.mark.beside]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -39,7 +39,7 @@ XCO_DATA = ROOT / "tests" / "xco" / "data"
 V1_CPU = Path("/sys/fs/cgroup/cpu")
 CAP_NET_ADMIN, CAP_NET_RAW = 12, 13
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(90)]
 
 
 def _need_root() -> None:

@@ -5,6 +5,12 @@ distribution ships, the way the lab host needs them (see notes on the host lab):
 
 * the QEMU driver refuses to load without the user ``libvirt-qemu``: the group and
   the user are created as system accounts (no home, no login) when missing;
+* ``libvirt-qemu`` is made a member of the group ``kvm`` where that group exists, as Debian's
+  libvirt-daemon-system package makes it.  Without it libvirt finds its cached QEMU capabilities
+  outdated on every lookup and probes QEMU again (about 5 s each, several times per domain
+  start): it probes QEMU with CAP_DAC_OVERRIDE, so QEMU opens ``/dev/kvm`` and reports KVM, while
+  its validity check asks whether ``libvirt-qemu`` itself may open ``/dev/kvm``.  Domains of type
+  ``qemu`` (the lab's TCG VRs) are not changed by it;
 * on a hybrid cgroup layout (cgroup v1 controllers plus an empty cgroup v2 tree at
   ``/sys/fs/cgroup/unified``) the LXC driver fails with "Unable to create directory
   /sys/fs/cgroup/unified": libvirtd is therefore started in its own private mount
@@ -43,6 +49,7 @@ from typing import Any
 DEFAULT_URI = "lxc:///"
 LAB_URIS = ("lxc:///", "qemu:///system")  # one libvirtd serves the lab's LXC and QEMU VRs
 QEMU_USER = "libvirt-qemu"
+KVM_GROUP = "kvm"  # its member may open /dev/kvm (Debian: root:kvm 0660)
 
 
 class LibvirtdError(RuntimeError):
@@ -323,6 +330,12 @@ class Libvirtd:
                 ["useradd", "--system", "--no-create-home", "--home-dir", "/var/lib/libvirt",
                  "--shell", "/usr/sbin/nologin", "--gid", QEMU_USER, QEMU_USER]
             )
+        try:
+            kvm = grp.getgrnam(KVM_GROUP)
+        except KeyError:
+            kvm = None
+        if kvm is not None and QEMU_USER not in kvm.gr_mem:
+            cmds.append(["usermod", "--append", "--groups", KVM_GROUP, QEMU_USER])
         for cmd in cmds:
             proc = subprocess.run(cmd, capture_output=True, text=True)
             # exit 9: created by someone else meanwhile
