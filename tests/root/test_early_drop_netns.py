@@ -61,6 +61,7 @@ def qdiscs(ns: str) -> str:
     return re.sub(r"direct_packets_stat \d+ ", "", text)
 
 
+@pytest.mark.beside  # its own xtced-<random> namespace; times nothing
 def test_install_update_remove_on_a_real_vif_leaves_what_was_there():
     with netns() as ns:
         before = qdiscs(ns)
@@ -87,6 +88,7 @@ def test_install_update_remove_on_a_real_vif_leaves_what_was_there():
             lim.close()
 
 
+@pytest.mark.beside  # its own xtced-<random> namespace; times nothing
 def test_someone_elses_root_qdisc_is_refused_and_left_exactly_as_it_was():
     with netns() as ns:
         sh("tc", "-n", ns, "qdisc", "add", "dev", "vif7.1", "root", "handle", "1:", "htb", "default", "1")
@@ -101,6 +103,7 @@ def test_someone_elses_root_qdisc_is_refused_and_left_exactly_as_it_was():
             lim.close()
 
 
+@pytest.mark.beside  # its own xtced-<random> namespace; times nothing
 def test_a_failed_tc_change_in_the_daemon_leaves_the_queueing_that_was_there_before():
     """vif7.1 carries someone else's qdisc: the kernel side refuses the limiter there; early drop
     reports it and takes its limiter off vif7.0 too (never a partial or tighter limit)."""
@@ -132,6 +135,7 @@ def test_a_failed_tc_change_in_the_daemon_leaves_the_queueing_that_was_there_bef
             lim.close()
 
 
+@pytest.mark.beside  # its own xtced-<random> namespace; times nothing
 def test_a_vr_reboot_recreates_its_interface_and_the_limit_comes_back():
     with netns() as ns:
         lim = TcLimiter(ns)
