@@ -41,6 +41,17 @@ def _controller_config(tmp_path, port, extra=""):
     return p
 
 
+_CONTROLLERS: list["Controller"] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_controllers():
+    """No controller process outlives its test, also when the test (or the controller's start) failed."""
+    yield
+    while _CONTROLLERS:
+        _CONTROLLERS.pop().kill()
+
+
 class Controller:
     """``xtc xco controller`` as a process (a thread would share the agents' GIL and stall); its
     JSON log events collected by a reader thread."""
@@ -50,6 +61,7 @@ class Controller:
         self.p = subprocess.Popen([sys.executable, "-m", "xtc.cli", "xco", "controller", "-c",
                                    str(_controller_config(tmp_path, port, extra))],
                                   stderr=subprocess.PIPE, text=True, env=env)
+        _CONTROLLERS.append(self)  # killed after the test whatever happens (_kill_controllers)
         self.events = []
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
