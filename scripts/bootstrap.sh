@@ -48,13 +48,14 @@ case "$job" in
     # tests that time nothing and share nothing with the rest (marked beside: the Debian package in
     # its own root, a QEMU domain booted and capped); the real-packet tests (marked root or libvirt)
     # and those that assert on time, rates or latency (marked exclusive) run one at a time after
-    # them, on a host that nothing else of the suite loads.
+    # them, on a host that nothing else of the suite loads.  The long experiments (marked experiment:
+    # a figure's quick run on real packets, a minute each) stay out of it; `test -m experiment` runs them.
     [ $# -gt 0 ] && exec "$venv/bin/python" -m pytest "$@"
     workers=$(nproc 2>/dev/null || echo 1)
     [ "$workers" -gt 4 ] && workers=4
     rc=0
-    "$venv/bin/python" -m pytest -m "not root and not libvirt and not exclusive or beside" -n "$workers" || rc=$?
-    "$venv/bin/python" -m pytest -m "(root or libvirt or exclusive) and not beside" || { r=$?; [ "$rc" = 0 ] && rc=$r; }
+    "$venv/bin/python" -m pytest -m "(not root and not libvirt and not exclusive or beside) and not experiment" -n "$workers" || rc=$?
+    "$venv/bin/python" -m pytest -m "(root or libvirt or exclusive) and not beside and not experiment" || { r=$?; [ "$rc" = 0 ] && rc=$r; }
     exit "$rc"
     ;;
 esac

@@ -30,6 +30,7 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+@pytest.mark.experiment  # 55 s: the hog experiment's quick run (docs/results/2026-11-26-lab/hog.md)
 def test_hog_quick_runs_and_writes_complete_sane_results(libvirtd: Any, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "xtc.cli", "lab", "run", "hog", "--quick", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=230, check=False,

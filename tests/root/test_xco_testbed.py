@@ -350,6 +350,7 @@ def test_run_quick_with_timeslices_holds_the_switch_port() -> None:
 
 
 @pytest.mark.timeout(480)
+@pytest.mark.experiment  # about 20 s quiet, minutes under load: Figure 15's quick run on the testbed
 def test_run_fig15_quick_with_a_close_guard_sends_98_percent_inside_the_slices() -> None:
     """``run fig15 --quick --mode timeslice --in-slice`` with the agents' ``close_guard_us`` at 150:
     >= 98 % of the packets towards r1 left their sender's gate inside its open slices, stamped at the
@@ -373,6 +374,7 @@ def test_run_fig15_quick_with_a_close_guard_sends_98_percent_inside_the_slices()
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.experiment  # about 20 s quiet, minutes under load: Figure 22's quick run on the testbed
 def test_run_fig22_quick_with_timeslices_switches_sets_within_tens_of_ms() -> None:
     """``run fig22 --quick --mode timeslice``: two sets of three UDP senders alternate every 2 s; at each
     change the receiver sees the new set's frames and no long hole (measured at 10 ms slices, load 4-6:
@@ -394,6 +396,7 @@ def test_run_fig22_quick_with_timeslices_switches_sets_within_tens_of_ms() -> No
 
 
 @pytest.mark.timeout(480)
+@pytest.mark.experiment  # about 20 s quiet, minutes under load: Figure 18's quick run on the testbed
 def test_run_fig18_quick_rate_mode_below_the_line_rate_keeps_the_switch_queue_short() -> None:
     """``run fig18 --quick --mode rate --rate-link-fraction 0.97``: 3 TCP + 2 UDP senders share 97% of
     r1's port, so its queue drains between their bursts and a ping across it waits for almost nothing
