@@ -97,25 +97,32 @@ def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
     return False
 
 
-def cgroup_daemon_config(d: Path, vr: str, cgroup: str | Path, interfaces: Sequence[str],
-                         period_s: float = 1.0) -> Path:
-    """Write ``d/xtcd.toml``: a cgroup-backend daemon of one VR, its manager and sample sockets
-    under ``d``, no metrics endpoint.  Returns its path."""
-    cfg = d / "xtcd.toml"
-    ifaces = ", ".join(f'"{i}"' for i in interfaces)
+def daemon_config(d: Path, backend: str, tables: str, period_s: float = 1.0,
+                  metrics: str = "enabled = false", name: str = "xtcd.toml") -> Path:
+    """Write ``d/name``: a daemon of ``backend`` with its manager and sample sockets under ``d``,
+    ``metrics`` as its ``[metrics]`` table's body, and ``tables`` (the backend's VR tables, a ``[log]``
+    table...) after them.  Returns its path."""
+    cfg = d / name
     cfg.write_text(f"""schema = "xtc-daemon/1"
 [daemon]
-backend = "cgroup"
+backend = "{backend}"
 control_period_s = {period_s}
 state_dir = "{d}/state"
 [manager]
 endpoint = "ipc://{d}/mgr.sock"
 pub_endpoint = "ipc://{d}/pub.sock"
 [metrics]
-enabled = false
-[[cgroup.vr]]
+{metrics}
+{tables}""")
+    return cfg
+
+
+def cgroup_daemon_config(d: Path, vr: str, cgroup: str | Path, interfaces: Sequence[str],
+                         period_s: float = 1.0) -> Path:
+    """Write ``d/xtcd.toml``: a cgroup-backend daemon of one VR, no metrics endpoint."""
+    ifaces = ", ".join(f'"{i}"' for i in interfaces)
+    return daemon_config(d, "cgroup", f"""[[cgroup.vr]]
 name = "{vr}"
 path = "{cgroup}"
 interfaces = [{ifaces}]
-""")
-    return cfg
+""", period_s)

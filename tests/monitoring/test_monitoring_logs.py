@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import stop_process
+from procs import daemon_config, stop_process
 from xtc.service.logs import StructuredFormatter, journal_priority, on_journal_stream, setup_logging
 from xtc.policer.config import ConfigError, loads_config
 
@@ -164,20 +164,10 @@ def _service(cmd: list[str], err: Path, journal: bool, want: str) -> list[str]:
 def test_the_daemon_and_the_xco_controller_log_with_journal_priorities(tmp_path: Path) -> None:
     d = tmp_path / "daemon"
     d.mkdir()
-    (d / "xtcd.toml").write_text(f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "sim"
-control_period_s = 0.5
-state_dir = "{d}/state"
-[manager]
-endpoint = "ipc://{d}/mgr.sock"
-pub_endpoint = "ipc://{d}/pub.sock"
-[metrics]
-enabled = false
-[[sim.vr]]
+    daemon_config(d, "sim", """[[sim.vr]]
 name = "vr1"
 offered_pps = 1000
-""")
+""", 0.5)
     lines = _service(["daemon", "--config", str(d / "xtcd.toml")], d / "err.log", True, '"event": "started"')
     events = []
     for ln in lines:  # every line: <N>, then the record, N its level's priority

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from sdnotify import MDWE_MAIN, kernel_has_mdwe, unit_denies_write_execute
-from procs import free_port, stop_process
+from procs import daemon_config, free_port, stop_process
 from xtc.daemon.ctl import ManagerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,28 +74,14 @@ def _stop_says_stopping(proc: subprocess.Popen, ns, tmp: Path, clean: tuple[int,
 
 
 def _daemon_config(tmp: Path, period_s: float) -> Path:
-    p = tmp / "daemon.toml"
-    p.write_text(f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "sim"
-control_period_s = {period_s}
-state_dir = "{tmp}/state"
-[manager]
-endpoint = "ipc://{tmp}/mgr.sock"
-pub_endpoint = "ipc://{tmp}/pub.sock"
-[metrics]
-enabled = true
-address = "127.0.0.1"
-port = 0
-[log]
+    return daemon_config(tmp, "sim", """[log]
 format = "json"
 [sim]
 seed = 1
 [[sim.vr]]
 name = "vr1"
 offered_pps = 50000
-""")
-    return p
+""", period_s, metrics='enabled = true\naddress = "127.0.0.1"\nport = 0', name="daemon.toml")
 
 
 @pytest.mark.timeout(90)
