@@ -40,11 +40,14 @@ from xtc.host import rtnl_codec
 from xtc.host.counters import NetlinkCounters, ProcNetDevCounters
 
 
-def make_namespace(name: str, pairs: int) -> float:
-    """Create ``name`` with ``pairs`` veth pairs; return the seconds it took."""
+def make_namespace(name: str, pairs: int, up: bool = False) -> float:
+    """Create ``name`` with ``pairs`` veth pairs (``xb<i>a``/``xb<i>b``, set up when ``up``); return
+    the seconds it took."""
     t0 = time.monotonic()
     subprocess.run(["ip", "netns", "add", name], check=True)
     lines = "".join(f"link add xb{i}a type veth peer name xb{i}b\n" for i in range(pairs))
+    if up:
+        lines += "".join(f"link set xb{i}{s} up\n" for i in range(pairs) for s in "ab")
     subprocess.run(["ip", "-n", name, "-batch", "-"], input=lines, text=True, check=True)
     return time.monotonic() - t0
 

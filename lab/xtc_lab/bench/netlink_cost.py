@@ -44,6 +44,7 @@ from xtc.host.netlink import RouteSocket, in_netns
 from xtc.host.qdiscs import dump_tc
 from xtc.host.tccodec import RTM_GETTCLASS, decode_class_counters
 from xtc.host.tcgate import ROOT_HANDLE, TcGate
+from xtc_lab.bench.counters_cost import make_namespace
 
 
 def cpu_per_call_us(call: Callable[[], object], reps: int) -> dict[str, float]:
@@ -73,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     name = f"xtcnl-bench-{secrets.token_hex(3)}"
     try:
-        subprocess.run(["ip", "netns", "add", name], check=True)
-        lines = "".join(f"link add xb{i}a type veth peer name xb{i}b\n" for i in range(args.pairs))
-        lines += "".join(f"link set xb{i}{s} up\n" for i in range(args.pairs) for s in "ab")
-        subprocess.run(["ip", "-n", name, "-batch", "-"], input=lines, text=True, check=True)
+        make_namespace(name, args.pairs, up=True)
         gate = TcGate("xb0a", link_bps=1_000_000_000, netns=name)
         gate.install()
         for d in range(args.dests):
