@@ -458,3 +458,14 @@ def test_vr_drops_counts_both_directions_of_a_two_way_forwarder() -> None:
     assert (v["socket_drop_pps"], v["socket_drop_eth0_pps"], v["host_tx_drop_pps"]) == (50.0, 45.0, 1.0)
     assert v["socket_drop_share"] == pytest.approx(50 / 600)
     assert (v["cpu_share"], v["throttled_share"], v["rcvbuf_bytes"]) == (0.5, 0.25, 212992)
+
+
+def test_qemu_host_side_rates_from_the_host_counters() -> None:
+    host = {"xtcx-ab12-g1": {"rx_packets": 50_000, "tx_packets": 10, "rx_drops": 0, "tx_drops": 0},
+            "vif7.0": {"rx_packets": 100, "tx_packets": 30_000, "rx_drops": 0, "tx_drops": 20_000},
+            "vif7.1": {"rx_packets": 29_000, "tx_packets": 200, "rx_drops": 0, "tx_drops": 0}}
+    out = tcpudp.qemu_host_side(host, 2.0, "xtcx-ab12-g1", ("vif7.0", "vif7.1"))
+    assert out == {"sent_pps": 25_000.0, "tap_tx_pps": 15_100.0, "tap_tx_drop_pps": 10_000.0}
+    assert math.isnan(tcpudp.qemu_host_side(host, 2.0, "gone", ("vif7.0", "vif7.1"))["sent_pps"])
+    with pytest.raises(ValueError, match="dt_s"):
+        tcpudp.qemu_host_side(host, 0.0, "xtcx-ab12-g1", ("vif7.0",))
