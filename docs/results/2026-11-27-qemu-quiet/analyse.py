@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: (folder, label in tracking.json: None = the model file's name)
-RUNS = (("tracking-default", "default"), ("tracking-trained", None))
+RUNS = (("tracking-default", "default"), ("tracking-trained", None), ("tracking-default-hold120", "default (120 s holds)"))
 
 
 def first_entry(after: list[float], setpoint: float, band: float = 0.05, window: int = 3) -> int | None:
