@@ -261,6 +261,15 @@ def test_compare_phases_reproduces_the_papers_arithmetic() -> None:
     assert c["min_max_with"] == pytest.approx(20 / 47)
 
 
+def test_compare_phases_counts_what_the_host_moved_to_a_qemu_vr() -> None:
+    # A QEMU VR's tap counts as offered only what QEMU read (7.2 kp/s); the generator sent 24.5 kp/s
+    # and the host moved all of it to the tap, which dropped the rest: that is the waste.
+    without = {"tcp": _vr(14_900, 22_700), "udp": _vr(22_500, 22_500)}
+    with_ = {"tcp": _vr(17_600, 23_700), "udp": {**_vr(7_250, 7_200), "host_sent_pps": 24_500.0}}
+    c = tcpudp.compare_phases(without, with_, {"udp": 7_500, "tcp": 29_900})
+    assert c["udp_offered_with_pps"] == 24_500.0 and c["udp_dropped_by_vr_pps"] == 24_500.0 - 7_250
+
+
 def test_path_rates_split_the_directions() -> None:
     c0 = {"forwarded": 1_000, "forwarded_to_tr": 800, "offered_from_tg": 900}
     # over 2 s: 20000 data segments handed in, 18000 passed on, 6000 ACKs sent back

@@ -296,7 +296,9 @@ def compare_phases(without: Mapping[str, Any], with_xtc: Mapping[str, Any],
 
     ``without`` and ``with_xtc`` hold ``{"tcp": {...}, "udp": {...}}`` phase summaries with
     ``forwarded_pps`` and ``offered_pps``.  ``udp_dropped_by_vr_pps`` is what the host still
-    handed the UDP VR beyond what it forwarded: the Dom0 work the paper calls wasted.
+    handed the UDP VR beyond what it forwarded: the Dom0 work the paper calls wasted.  For a QEMU
+    VR (``host_sent_pps`` in its summary: what its generator sent) that is what the host moved to
+    its tap, whether or not QEMU read it (its ``offered_pps`` counts only what QEMU read).
     """
     tw, uw = without["tcp"]["forwarded_pps"], without["udp"]["forwarded_pps"]
     tx, ux = with_xtc["tcp"]["forwarded_pps"], with_xtc["udp"]["forwarded_pps"]
@@ -307,8 +309,8 @@ def compare_phases(without: Mapping[str, Any], with_xtc: Mapping[str, Any],
         "aggregate_change_pps": agg_w - agg_wo,
         "tcp_gain_pps": gain, "udp_loss_pps": loss,
         "gain_over_loss": gain / loss if loss > 0 else math.nan,
-        "udp_offered_with_pps": with_xtc["udp"]["offered_pps"],
-        "udp_dropped_by_vr_pps": with_xtc["udp"]["offered_pps"] - ux,
+        "udp_offered_with_pps": with_xtc["udp"].get("host_sent_pps", with_xtc["udp"]["offered_pps"]),
+        "udp_dropped_by_vr_pps": with_xtc["udp"].get("host_sent_pps", with_xtc["udp"]["offered_pps"]) - ux,
         "udp_setpoint_error": (ux - setpoints_pps["udp"]) / setpoints_pps["udp"],
         "tcp_setpoint_error": (tx - setpoints_pps["tcp"]) / setpoints_pps["tcp"],
         "min_max_without": min_max_ratio([tw, uw]), "min_max_with": min_max_ratio([tx, ux]),
@@ -501,6 +503,10 @@ def _phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res
                             "retransmits": tcp_res.retransmits, "mss_bytes": tcp_res.mss_bytes}
     out["udp"]["sender"] = {"sent_pps": udp_res.sent_pps, "seconds": udp_res.seconds}
     out["aggregate_pps"] = out["tcp"]["forwarded_pps"] + out["udp"]["forwarded_pps"]
+    for key in ("tcp", "udp"):
+        d = out[key].get("drops") or {}
+        if "sent_pps" in d:  # a QEMU VR: what its generator sent, all of which the host moved to its tap
+            out[key]["host_sent_pps"] = d["sent_pps"]
     return out
 
 
@@ -652,6 +658,11 @@ experiment does not control on a shared host):
 
 def _explanation(result: Mapping[str, Any]) -> str:
     ph, cmp_, sp = result["phases"], result["comparison"], result["setpoints_pps"]
+    qemu = result.get("vr_kind") == "qemu"
+    its_cpu = "its QEMU process (vCPU and emulator threads)" if qemu else "its forwarder"
+    where_dropped = "at its tap (QEMU did not read them in time)" if qemu else "at its socket"
+    why_lost = ("the guest drops them when its vCPU does not keep up" if qemu else
+                "its forwarder's receive socket overflows, or a send fails, when it is not scheduled in time on the busy cores")
     wo, w = ph["without"], ph["with"]
     lines = []
     if wo["udp"]["forwarded_pps"] > wo["tcp"]["forwarded_pps"]:
@@ -667,17 +678,16 @@ def _explanation(result: Mapping[str, Any]) -> str:
     tcp_cap = w["tcp"]["cap_percent"]
     tcp_capped = not math.isnan(tcp_cap) and tcp_cap < 95
     lines.append(f"With XTC the UDP VR's cap falls to {w['udp']['cap_percent']:.0f}% of a CPU "
-                 f"(its forwarder used {wo['udp']['cpu_percent']:.0f}% before, {w['udp']['cpu_percent']:.0f}% now) "
+                 f"({its_cpu} used {wo['udp']['cpu_percent']:.0f}% before, {w['udp']['cpu_percent']:.0f}% now) "
                  f"and it forwards {_k(w['udp']['forwarded_pps'])} kp/s against a setpoint of {_k(sp['udp'])}. "
                  f"The TCP VR {'reaches' if reached else 'does not reach'} its setpoint of {_k(sp['tcp'])} kp/s "
-                 f"({_k(w['tcp']['forwarded_pps'])} kp/s, its forwarder at {w['tcp']['cpu_percent']:.0f}% of a CPU)"
+                 f"({_k(w['tcp']['forwarded_pps'])} kp/s, {its_cpu} at {w['tcp']['cpu_percent']:.0f}% of a CPU)"
                  + (f"; its cap is {tcp_cap:.0f}%." if tcp_capped else
                     f"; its cap stays at {_pct(tcp_cap)}%, so XTC does not limit it: the TCP flow is held back by "
                     "its own congestion control (it retransmitted "
                     f"{w['tcp']['iperf3']['retransmits']} segments during that stream; "
                     f"{lost_in_vr_text(w['tcp'])} of its data "
-                    "segments were lost inside the VR: its forwarder's receive socket overflows, or a send fails, "
-                    "when it is not scheduled in time on the busy cores) and by the host's per-packet work."))
+                    f"segments were lost inside the VR: {why_lost}) and by the host's per-packet work."))
     note = outside_load_note(wo, w, "phase 1 (without XTC)", "phase 2 (with XTC)")
     if note:
         lines.append(note)
@@ -685,7 +695,7 @@ def _explanation(result: Mapping[str, Any]) -> str:
                  f"{'smaller' if cmp_['tcp_gain_pps'] < cmp_['udp_loss_pps'] else 'not smaller'} than the UDP loss "
                  f"({cmp_['udp_loss_pps'] / 1000:.1f} kp/s): the UDP source does not slow down, so the host (the lab's "
                  f"Dom0) still moves {_k(cmp_['udp_offered_with_pps'])} kp/s of UDP to the capped VR, which drops "
-                 f"{_k(cmp_['udp_dropped_by_vr_pps'])} kp/s of it at its socket.  That delivery is kernel softirq "
+                 f"{_k(cmp_['udp_dropped_by_vr_pps'])} kp/s of it {where_dropped}.  That delivery is kernel softirq "
                  f"work charged to no VR (host softirq {wo['host_cpu_percent']['softirq']:.0f}% without XTC, "
                  f"{w['host_cpu_percent']['softirq']:.0f}% with), so the capacity the cap takes from the UDP VR "
                  "is only "
