@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: (folder, label in tracking.json: None = the model file's name)
-RUNS = (("tracking-default", "default"), ("tracking-trained", None), ("tracking-default-hold120", "default (120 s holds)"))
+RUNS = (("tracking-default", "default"), ("tracking-trained", None), ("tracking-default-hold120", "default (120 s holds)"), ("tracking-trained-floor1", "trained, floor 1 % (10-30 %)"))
 
 
 def first_entry(after: list[float], setpoint: float, band: float = 0.05, window: int = 3) -> int | None:
@@ -71,7 +71,7 @@ def main() -> int:
     rep = vm_tracking_report(runs)
     (HERE / "tracking.json").write_text(json.dumps(rep, indent=1) + "\n")
     (HERE / "steps.json").write_text(json.dumps(stats, indent=1) + "\n")
-    plot(rep, HERE / "tracking.png")
+    plot(rep, stats, HERE / "tracking.png")
     for name, st in stats.items():
         print(f"## {name} ({st['folder']}, holds {st['hold_s']:g} s)")
         print("| setpoint kp/s | mean error % | 1 s sd % | SE of mean % | settle (rule) | first entry | cap median % |")
@@ -83,7 +83,7 @@ def main() -> int:
     return 0
 
 
-def plot(rep: dict, path: Path) -> None:
+def plot(rep: dict, stats: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,13 +94,17 @@ def plot(rep: dict, path: Path) -> None:
         sp = [x["setpoint_pps"] / 1000 for x in r["rows"]]
         err = [100 * (x["steady_mean_pps"] - x["setpoint_pps"]) / x["setpoint_pps"] for x in r["rows"]]
         st = [x["settle_periods"] if x["settle_periods"] is not None else float("nan") for x in r["rows"]]
-        a1.plot(sp, err, "o-", label=r["model"])
-        a2.plot(sp, st, "o-", label=r["model"])
+        steps = stats[r["model"]]["steps"]
+        se = [1.96 * s["mean_se_percent"] for s in steps]
+        first = [s["first_entry_periods"] if s["first_entry_periods"] is not None else float("nan") for s in steps]
+        line = a1.errorbar(sp, err, yerr=se, fmt="o-", capsize=3, label=f"{r['model']} (bars: 95 % of the mean's noise)")
+        a2.plot(sp, st, "o-", color=line[0].get_color(), label=f"{r['model']}: settled (rule)")
+        a2.plot(sp, first, "s--", mfc="none", color=line[0].get_color(), label=f"{r['model']}: first entry")
     a1.axhspan(-3, 3, color="green", alpha=0.1, label="goal: within 3%")
     a1.set_ylabel("steady mean error (%)")
     a1.legend(fontsize=8)
     a2.axhline(5, color="green", ls="--", label="goal: 5 periods")
-    a2.set_ylabel("settling (periods; gap = never)")
+    a2.set_ylabel("periods (gap = never)")
     a2.set_xlabel("setpoint (kp/s)")
     a2.legend(fontsize=8)
     a1.set_title(f"XTC on a QEMU VR ({rep['accel']}), quiet host: tracking, default vs trained model", fontsize=10)
