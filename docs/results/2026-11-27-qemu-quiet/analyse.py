@@ -21,7 +21,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: (folder, label in tracking.json: None = the model file's name)
-RUNS = (("tracking-default", "default"), ("tracking-trained", None), ("tracking-default-hold120", "default (120 s holds)"), ("tracking-trained-floor1", "trained, floor 1 % (10-30 %)"))
+#: (folder, "model" in tracking.json: "default" or None for the model file's name); each run also gets
+#: "run": its folder, the key of steps.json.
+RUNS = (("tracking-default", "default"), ("tracking-trained", None), ("tracking-default-hold120", "default"),
+        ("tracking-trained-floor1", None))
 
 
 def first_entry(after: list[float], setpoint: float, band: float = 0.05, window: int = 3) -> int | None:
@@ -62,18 +65,19 @@ def main() -> int:
         p = HERE / sub / "tracking.json"
         if p.exists():
             doc = json.loads(p.read_text())
-            name = label or Path(doc["model"]).name
-            runs.append((name, doc))
-            stats[name] = {"folder": sub, "hold_s": doc["hold_s"], "steps": step_stats(doc)}
+            runs.append((label or Path(doc["model"]).name, doc))
+            stats[sub] = {"model": label or Path(doc["model"]).name, "hold_s": doc["hold_s"], "steps": step_stats(doc)}
     if not runs:
         print("no tracking runs yet", file=sys.stderr)
         return 1
     rep = vm_tracking_report(runs)
+    for r, sub in zip(rep["runs"], stats):
+        r["run"] = sub
     (HERE / "tracking.json").write_text(json.dumps(rep, indent=1) + "\n")
     (HERE / "steps.json").write_text(json.dumps(stats, indent=1) + "\n")
     plot(rep, stats, HERE / "tracking.png")
-    for name, st in stats.items():
-        print(f"## {name} ({st['folder']}, holds {st['hold_s']:g} s)")
+    for sub, st in stats.items():
+        print(f"## {st['model']} ({sub}, holds {st['hold_s']:g} s)")
         print("| setpoint kp/s | mean error % | 1 s sd % | SE of mean % | settle (rule) | first entry | cap median % |")
         print("|---|---|---|---|---|---|---|")
         for s in st["steps"]:
@@ -94,12 +98,12 @@ def plot(rep: dict, stats: dict, path: Path) -> None:
         sp = [x["setpoint_pps"] / 1000 for x in r["rows"]]
         err = [100 * (x["steady_mean_pps"] - x["setpoint_pps"]) / x["setpoint_pps"] for x in r["rows"]]
         st = [x["settle_periods"] if x["settle_periods"] is not None else float("nan") for x in r["rows"]]
-        steps = stats[r["model"]]["steps"]
+        steps = stats[r["run"]]["steps"]
         se = [1.96 * s["mean_se_percent"] for s in steps]
         first = [s["first_entry_periods"] if s["first_entry_periods"] is not None else float("nan") for s in steps]
-        line = a1.errorbar(sp, err, yerr=se, fmt="o-", capsize=3, label=f"{r['model']} (bars: 95 % of the mean's noise)")
-        a2.plot(sp, st, "o-", color=line[0].get_color(), label=f"{r['model']}: settled (rule)")
-        a2.plot(sp, first, "s--", mfc="none", color=line[0].get_color(), label=f"{r['model']}: first entry")
+        line = a1.errorbar(sp, err, yerr=se, fmt="o-", capsize=3, label=f"{r['run']} (bars: 95 % of the mean's noise)")
+        a2.plot(sp, st, "o-", color=line[0].get_color(), label=f"{r['run']}: settled (rule)")
+        a2.plot(sp, first, "s--", mfc="none", color=line[0].get_color(), label=f"{r['run']}: first entry")
     a1.axhspan(-3, 3, color="green", alpha=0.1, label="goal: within 3%")
     a1.set_ylabel("steady mean error (%)")
     a1.legend(fontsize=8)
