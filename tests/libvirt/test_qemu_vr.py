@@ -13,6 +13,7 @@ tests/libvirt/test_libvirtd_qemu_caps.py). The guest forwards about 15 s after Q
 from __future__ import annotations
 
 import os
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,10 @@ def test_qemu_vr_boots_forwards_is_capped_and_restored(qemu_lab: object) -> None
     dom = lab.domain(vr)
     assert dom.OSType() == "hvm"
     assert Path(f"/sys/class/net/{vr.vifs[0]}/tun_flags").exists()  # a tap, named vif<N>.0
+    # libvirt kept the interfaces' "no segmentation offload to the host" (the taps count packets, not TSO frames)
+    live = ET.fromstring(dom.XMLDesc(0))
+    hosts = [i.find("driver/host") for i in live.findall("devices/interface")]
+    assert len(hosts) == 2 and all(h is not None and h.get("gso") == "off" and h.get("tso4") == "off" for h in hosts)
     before = dom.schedulerParameters()
 
     act = make_actuator("qemu", vr.name, conn=LibvirtConn(lab.uri), cap_min=1, cap_max=100)

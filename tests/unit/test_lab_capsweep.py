@@ -98,3 +98,18 @@ def test_report_says_so_when_the_fit_fails(tmp_path: Path) -> None:
     assert "The fit failed" in out.report_md
     assert [g.met for g in out.goals] == [True, False, False, False]
     out.plot(tmp_path / "p.png")
+
+
+def test_report_names_a_qemu_vr_and_what_its_tap_counts(tmp_path: Path) -> None:
+    flat = [Sample(25_000.0, c, i, 10_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
+            for c in (5.0, 10.0, 20.0) for i in range(3)]
+    csv = tmp_path / "capsweep.csv"
+    write_sweep_csv(csv, flat)
+    result = {"offered_pps": 25_000.0, "payload_bytes": 64, "uncapped_forwarded_pps": 25_000.0,
+              "settle_samples": 1, "samples_per_cap": 2, "period_s": 1.0, "csv": str(csv), "plateau_tol_kpps": 3.0,
+              "setting_before": "x", "setting_after": "x", "restored_exactly": True,
+              "measured_offered_pps_mean": 12_684.0, "vr_kind": "qemu", "accel": "tcg"}
+    capsweep._fit_and_design(result, csv, tmp_path / "m.toml", 3.0, RunContext(out_dir=tmp_path, say=lambda m: None))
+    md = capsweep._outcome(result).report_md
+    assert "One QEMU VR (accel tcg)" in md and "One LXC VR" not in md
+    assert "pps read by QEMU from its tap on average" in md and "reached the VR" not in md

@@ -32,9 +32,9 @@ def test_run_refuses_an_unknown_kind(capsys):
     assert "--kind" in capsys.readouterr().err
 
 
-def test_qemu_experiments_are_capsweep_tracking_and_hog():
+def test_qemu_experiments_are_capsweep_tracking_hog_and_tcpudp():
     exps = available()
-    assert lab_cli.experiments_for("all", "qemu", exps) == ["capsweep", "tracking", "hog"]
+    assert lab_cli.experiments_for("all", "qemu", exps) == ["capsweep", "tracking", "hog", "tcpudp"]
     assert lab_cli.experiments_for("tracking", "qemu", exps) == ["tracking"]
     # every experiment still runs on LXC VRs
     assert lab_cli.experiments_for("all", "lxc", exps) == list(exps)
@@ -210,3 +210,13 @@ def test_every_command_of_the_guest_init_is_a_busybox_applet():
     used = script_commands(qemu.INIT_SCRIPT) - SHELL_WORDS
     assert {"mount", "stty", "insmod", "ip", "arp"} <= used  # the parser sees the script's commands
     assert used - applets == set()
+
+
+def test_tcpudp_refuses_the_forwarder_rcvbuf_on_qemu_before_building_a_lab(monkeypatch):
+    from xtc_lab.lab.experiments import tcpudp
+
+    monkeypatch.setattr(tcpudp, "experiment_lab", lambda *a, **k: pytest.fail("a lab was built"))
+    args = argparse.Namespace(tcpudp_hold=20.0, tcpudp_udp_share=0.2, tcpudp_frame=524, tcpudp_rcvbuf=65536, model=None)
+    ctx = RunContext(out_dir=None, kind="qemu", say=lambda m: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--tcpudp-rcvbuf .* does not apply to --kind qemu"):
+        tcpudp.run(ctx, args)

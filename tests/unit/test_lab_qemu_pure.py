@@ -68,3 +68,13 @@ def test_pick_accel_refuses_a_dev_kvm_that_is_missing(tmp_path, monkeypatch) -> 
     monkeypatch.delenv("XTC_QEMU_ACCEL", raising=False)
     accel, why = qemu.pick_accel(tmp_path / "kvm")
     assert accel == "tcg" and "missing" in why
+
+
+def test_domain_xml_turns_off_the_host_side_segmentation_offloads() -> None:
+    # Without this the guest's GRO merges forwarded TCP segments and sends them out through virtio's
+    # TSO as one frame: the tap (the meter) counts super-frames, not packets (Figure 17 on QEMU VRs).
+    dom = ET.fromstring(qemu.domain_xml("d", "k", "i", "", ["b1", "b2"], ["v0", "v1"], ["m0", "m1"]))
+    for iface in dom.findall("devices/interface"):
+        host = iface.find("driver/host")
+        assert host is not None
+        assert {k: host.get(k) for k in ("gso", "tso4", "tso6", "ufo")} == dict.fromkeys(("gso", "tso4", "tso6", "ufo"), "off")

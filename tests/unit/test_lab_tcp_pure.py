@@ -261,6 +261,15 @@ def test_compare_phases_reproduces_the_papers_arithmetic() -> None:
     assert c["min_max_with"] == pytest.approx(20 / 47)
 
 
+def test_compare_phases_counts_what_the_host_moved_to_a_qemu_vr() -> None:
+    # A QEMU VR's tap counts as offered only what QEMU read (7.2 kp/s); the generator sent 24.5 kp/s
+    # and the host moved all of it to the tap, which dropped the rest: that is the waste.
+    without = {"tcp": _vr(14_900, 22_700), "udp": _vr(22_500, 22_500)}
+    with_ = {"tcp": _vr(17_600, 23_700), "udp": {**_vr(7_250, 7_200), "host_sent_pps": 24_500.0}}
+    c = tcpudp.compare_phases(without, with_, {"udp": 7_500, "tcp": 29_900})
+    assert c["udp_offered_with_pps"] == 24_500.0 and c["udp_dropped_by_vr_pps"] == 24_500.0 - 7_250
+
+
 def test_path_rates_split_the_directions() -> None:
     c0 = {"forwarded": 1_000, "forwarded_to_tr": 800, "offered_from_tg": 900}
     # over 2 s: 20000 data segments handed in, 18000 passed on, 6000 ACKs sent back
@@ -458,3 +467,14 @@ def test_vr_drops_counts_both_directions_of_a_two_way_forwarder() -> None:
     assert (v["socket_drop_pps"], v["socket_drop_eth0_pps"], v["host_tx_drop_pps"]) == (50.0, 45.0, 1.0)
     assert v["socket_drop_share"] == pytest.approx(50 / 600)
     assert (v["cpu_share"], v["throttled_share"], v["rcvbuf_bytes"]) == (0.5, 0.25, 212992)
+
+
+def test_qemu_host_side_rates_from_the_host_counters() -> None:
+    host = {"xtcx-ab12-g1": {"rx_packets": 50_000, "tx_packets": 10, "rx_drops": 0, "tx_drops": 0},
+            "vif7.0": {"rx_packets": 100, "tx_packets": 30_000, "rx_drops": 0, "tx_drops": 20_000},
+            "vif7.1": {"rx_packets": 29_000, "tx_packets": 200, "rx_drops": 0, "tx_drops": 0}}
+    out = tcpudp.qemu_host_side(host, 2.0, "xtcx-ab12-g1", ("vif7.0", "vif7.1"))
+    assert out == {"sent_pps": 25_000.0, "tap_tx_pps": 15_100.0, "tap_tx_drop_pps": 10_000.0}
+    assert math.isnan(tcpudp.qemu_host_side(host, 2.0, "gone", ("vif7.0", "vif7.1"))["sent_pps"])
+    with pytest.raises(ValueError, match="dt_s"):
+        tcpudp.qemu_host_side(host, 0.0, "xtcx-ab12-g1", ("vif7.0",))

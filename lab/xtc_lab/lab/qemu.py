@@ -170,8 +170,9 @@ def domain_xml(name: str, kernel: str, initrd: str, cmdline: str, bridges: Seque
     """The XML of a one-vCPU QEMU domain booting ``kernel``/``initrd``, one virtio-net per bridge.
 
     ``accel`` is ``"kvm"`` or ``"tcg"`` (the domain type).  The host side of interface ``i`` is
-    the tap ``vifs[i]`` on ``bridges[i]``, its guest side has MAC ``macs[i]``.  No scheduler
-    limit is written: caps are set live.
+    the tap ``vifs[i]`` on ``bridges[i]``, its guest side has MAC ``macs[i]``; the interfaces
+    offer the guest no segmentation offload (``<host gso/tso4/tso6/ufo='off'>``), so every packet
+    the guest forwards is one frame on the tap.  No scheduler limit is written: caps are set live.
     """
     if accel not in ("kvm", "tcg"):
         raise QemuError(f"accel {accel!r}: want 'kvm' or 'tcg'")
@@ -199,6 +200,9 @@ def domain_xml(name: str, kernel: str, initrd: str, cmdline: str, bridges: Seque
         ET.SubElement(iface, "target", dev=vif)
         ET.SubElement(iface, "mac", address=mac)
         ET.SubElement(iface, "model", type="virtio")
+        # No segmentation offload towards the host: the guest segments what it forwards, so the tap
+        # counts packets, not the super-frames its GRO would otherwise send out through virtio's TSO.
+        ET.SubElement(ET.SubElement(iface, "driver"), "host", gso="off", tso4="off", tso6="off", ufo="off")
     ET.SubElement(devs, "serial", type="pty")
     ET.SubElement(devs, "memballoon", model="none")
     return ET.tostring(dom, encoding="unicode")

@@ -307,6 +307,18 @@ def _fit_and_design(result: dict[str, Any], csv_path: Path, model_path: Path, to
 
 
 # ------------------------------------------------------------------------------ report
+def _vr_words(result: dict[str, Any]) -> str:
+    """The VR of the report: "LXC VR", or "QEMU VR (accel tcg)"."""
+    if result.get("vr_kind") == "qemu":
+        return f"QEMU VR (accel {result.get('accel', '?')})"
+    return "LXC VR"
+
+
+def _reached_words(result: dict[str, Any]) -> str:
+    """What the measured offered rate is: a QEMU VR's tap counts only what QEMU read from it."""
+    return "read by QEMU from its tap" if result.get("vr_kind") == "qemu" else "reached the VR"
+
+
 def _outcome(result: dict[str, Any]) -> Outcome:
     fit, des, p = result.get("fit"), result.get("design"), PAPER_FIT
     levels = result["levels"]
@@ -314,8 +326,8 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     rows_levels = [(f"{lv['cap_percent']:g}", f"{lv['mean_kpps']:.1f}", f"{lv['std_kpps']:.1f}",
                     f"{lv['mean_kpps'] / lv['cap_percent']:.2f}") for lv in levels]
     md = [f"# Cap sweep on a real VR ({PAPER})", "",
-          f"One LXC VR forwarding {result['offered_pps']:.0f} pps of {result['payload_bytes']}-byte UDP "
-          f"(udpsend; {result['measured_offered_pps_mean']:.0f} pps reached the VR on average; uncapped it forwarded "
+          f"One {_vr_words(result)} forwarding {result['offered_pps']:.0f} pps of {result['payload_bytes']}-byte UDP "
+          f"(udpsend; {result['measured_offered_pps_mean']:.0f} pps {_reached_words(result)} on average; uncapped it forwarded "
           f"{result['uncapped_forwarded_pps']:.0f} pps). Caps set live through libvirt (`vcpu_quota` per "
           f"`vcpu_period`) by the training tool's sweep, {result['settle_samples']} settling + "
           f"{result['samples_per_cap']} settled samples of {result['period_s']:g} s per cap. Samples: "

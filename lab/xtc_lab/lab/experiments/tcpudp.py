@@ -22,6 +22,13 @@ A VR's throughput is what XTC controls: packets/s forwarded, summed over both it
 libvirt, the host's from ``/proc/stat``) is recorded per phase: it shows where the cycles the
 capped UDP VR no longer uses go.
 
+``--kind qemu`` builds the two VRs as QEMU domains (:meth:`NetLab.add_qemu_vr`: the guest kernel
+forwards, capped through ``vcpu_quota``): a VR's CPU is then its QEMU process (vCPU and emulator
+threads, libvirt ``getCPUStats``), the frames it lost are counted on the host side only (a guest has
+no forwarder socket to read), and because a QEMU VR's tap counts as handed over only what QEMU read
+from it, each phase also records what the generators sent (``sent_pps``, the host side of their
+veths) and what the taps dropped (``tap_tx_drop_pps``).
+
 Units: packets/s (pps; kp/s in the report), percent of one CPU, seconds.
 """
 
@@ -39,7 +46,7 @@ from typing import Any
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.drops import counter_delta, loss_snapshot, vr_drops
 from xtc_lab.lab.hog import vr_forwarder_pids
-from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.harness import QEMU_READY_TIMEOUT_S, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
@@ -53,6 +60,8 @@ from xtc_lab.lab.traffic import (
 
 TITLE = "a TCP VR and a UDP VR sharing the host, without and with XTC"
 PAPER = "Figure 17"
+#: VR kinds (``--kind``): LXC VRs (the lab's forwarder) or QEMU VRs (the guest kernel forwards).
+KINDS = ("lxc", "qemu")
 
 #: The paper's numbers (section 7.3, kp/s): aggregate without and with XTC, setpoints, TCP gain, UDP loss.
 PAPER_KPPS = {"aggregate_without": 100.0, "aggregate_with": 68.0, "setpoint_udp": 20.0, "setpoint_tcp": 80.0,
@@ -243,6 +252,27 @@ def path_rates(c0: Mapping[str, int], c1: Mapping[str, int], dt_s: float) -> dic
             "dropped_in_vr_fraction": 1.0 - to_tr / into if into > 0 else math.nan}
 
 
+def qemu_host_side(host_delta: Mapping[str, Mapping[str, int]], dt_s: float, generator_iface: str,
+                   vifs: Sequence[str]) -> dict[str, float]:
+    """What the host did with a QEMU VR's frames over ``dt_s`` s, from :func:`loss_snapshot`'s ``"host"`` deltas.
+
+    ``sent_pps``: what the generator sent (host-side RX of its veth ``generator_iface``); ``tap_tx_pps``:
+    what QEMU read from the VR's taps (``vifs``, both directions); ``tap_tx_drop_pps``: what the taps
+    dropped because QEMU did not read it in time (the guest was capped or busy).  A missing interface
+    gives NaN.
+    """
+    if dt_s <= 0:
+        raise ValueError(f"dt_s must be positive, got {dt_s!r}")
+
+    def rate(iface: str, key: str) -> float:
+        c = host_delta.get(iface)
+        return c[key] / dt_s if c is not None else math.nan
+
+    return {"sent_pps": rate(generator_iface, "rx_packets"),
+            "tap_tx_pps": sum(rate(v, "tx_packets") for v in vifs),
+            "tap_tx_drop_pps": sum(rate(v, "tx_drops") for v in vifs)}
+
+
 def min_max_ratio(rates_pps: Sequence[float]) -> float:
     """The paper's fairness: lowest over highest throughput (1 = equal; NaN without a positive rate)."""
     rs = [r for r in rates_pps if not math.isnan(r)]
@@ -266,7 +296,9 @@ def compare_phases(without: Mapping[str, Any], with_xtc: Mapping[str, Any],
 
     ``without`` and ``with_xtc`` hold ``{"tcp": {...}, "udp": {...}}`` phase summaries with
     ``forwarded_pps`` and ``offered_pps``.  ``udp_dropped_by_vr_pps`` is what the host still
-    handed the UDP VR beyond what it forwarded: the Dom0 work the paper calls wasted.
+    handed the UDP VR beyond what it forwarded: the Dom0 work the paper calls wasted.  For a QEMU
+    VR (``host_sent_pps`` in its summary: what its generator sent) that is what the host moved to
+    its tap, whether or not QEMU read it (its ``offered_pps`` counts only what QEMU read).
     """
     tw, uw = without["tcp"]["forwarded_pps"], without["udp"]["forwarded_pps"]
     tx, ux = with_xtc["tcp"]["forwarded_pps"], with_xtc["udp"]["forwarded_pps"]
@@ -277,8 +309,8 @@ def compare_phases(without: Mapping[str, Any], with_xtc: Mapping[str, Any],
         "aggregate_change_pps": agg_w - agg_wo,
         "tcp_gain_pps": gain, "udp_loss_pps": loss,
         "gain_over_loss": gain / loss if loss > 0 else math.nan,
-        "udp_offered_with_pps": with_xtc["udp"]["offered_pps"],
-        "udp_dropped_by_vr_pps": with_xtc["udp"]["offered_pps"] - ux,
+        "udp_offered_with_pps": with_xtc["udp"].get("host_sent_pps", with_xtc["udp"]["offered_pps"]),
+        "udp_dropped_by_vr_pps": with_xtc["udp"].get("host_sent_pps", with_xtc["udp"]["offered_pps"]) - ux,
         "udp_setpoint_error": (ux - setpoints_pps["udp"]) / setpoints_pps["udp"],
         "tcp_setpoint_error": (tx - setpoints_pps["tcp"]) / setpoints_pps["tcp"],
         "min_max_without": min_max_ratio([tw, uw]), "min_max_with": min_max_ratio([tx, ux]),
@@ -364,14 +396,20 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
         if settle_s > 0:
             wait_with_progress(settle_s, f"{label}: settling", ctx.say)
         c0, k0 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
-        pids = {vr.name: vr_forwarder_pids(lab, vr)[0] for vr in lab.vrs}
+        qemu_vrs = [vr for vr in lab.vrs if vr.kind == "qemu"]
+        # A QEMU VR has no forwarder process whose namespace could be read: its losses are the host side's.
+        pids = {vr.name: vr_forwarder_pids(lab, vr)[0] for vr in lab.vrs if vr.kind != "qemu"}
+        host_ifaces = [f"{lab.prefix}-g{vr.k}" for vr in qemu_vrs] + [v for vr in qemu_vrs for v in vr.vifs]
         load_1m = os.getloadavg()[0]
-        s0 = loss_snapshot(lab.vrs, pids, ())
+        s0 = loss_snapshot([vr for vr in lab.vrs if vr.kind != "qemu"], pids, host_ifaces)
         t0 = rec.mark(f"{label}: measure")
         wait_with_progress(hold_s, f"{label}: measuring", ctx.say)
         t1 = rec.mark(f"{label}: end")
         c1, k1 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
-        drops = vr_drops(counter_delta(s0, loss_snapshot(lab.vrs, pids, ())), {vr.name: vr.vifs for vr in lab.vrs})
+        delta = counter_delta(s0, loss_snapshot([vr for vr in lab.vrs if vr.kind != "qemu"], pids, host_ifaces))
+        drops = vr_drops(delta, {vr.name: vr.vifs for vr in lab.vrs if vr.kind != "qemu"})
+        drops.update({vr.name: qemu_host_side(delta["host"], delta["t_s"], f"{lab.prefix}-g{vr.k}", vr.vifs)
+                      for vr in qemu_vrs})
         results = [s.wait() for s in running]
     finally:
         for s in running:
@@ -407,9 +445,19 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     if rcvbuf and not 4096 <= rcvbuf <= 1 << 30:
         raise ValueError(f"--tcpudp-rcvbuf {rcvbuf}: want 0 (the kernel's default) or 4096..{1 << 30} bytes")
     result["rcvbuf_bytes_asked"] = rcvbuf or None
-    with experiment_lab(result, 0) as (lab, workdir, caps):
-        tcp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
-        udp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
+    kind = ctx.kind
+    if kind not in KINDS:
+        raise ValueError(f"tcpudp: --kind {kind} VRs are not supported (want one of {', '.join(KINDS)})")
+    if kind == "qemu" and rcvbuf:
+        raise ValueError("--tcpudp-rcvbuf sets the lab forwarder's socket buffer: it does not apply to --kind qemu "
+                         "(the guest kernel forwards)")
+    with experiment_lab(result, 0, mode=kind, say=ctx.say) as (lab, workdir, caps):
+        if kind == "qemu":
+            tcp_vr = lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S)
+            udp_vr = lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S)
+        else:
+            tcp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
+            udp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
 
         def streams(duration_s: float) -> list[Any]:
@@ -455,6 +503,10 @@ def _phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res
                             "retransmits": tcp_res.retransmits, "mss_bytes": tcp_res.mss_bytes}
     out["udp"]["sender"] = {"sent_pps": udp_res.sent_pps, "seconds": udp_res.seconds}
     out["aggregate_pps"] = out["tcp"]["forwarded_pps"] + out["udp"]["forwarded_pps"]
+    for key in ("tcp", "udp"):
+        d = out[key].get("drops") or {}
+        if "sent_pps" in d:  # a QEMU VR: what its generator sent, all of which the host moved to its tap
+            out[key]["host_sent_pps"] = d["sent_pps"]
     return out
 
 
@@ -491,6 +543,13 @@ def outside_load_note(a: Mapping[str, Any], b: Mapping[str, Any], label_a: str, 
             f"own tools run mostly in the kernel), so the host had less to give the VRs in {busier}.")
 
 
+_VR_WORDS = {"lxc": "LXC VRs", "qemu": "QEMU VRs (each a libvirt QEMU domain whose guest kernel forwards)"}
+
+
+def _accel_text(result: Mapping[str, Any]) -> str:
+    return f" (QEMU accel {result['accel']})" if result.get("vr_kind") == "qemu" and result.get("accel") else ""
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.0f}"
 
@@ -500,6 +559,9 @@ def _socket_text(vr: Mapping[str, Any]) -> str:
     d = vr.get("drops")
     if not d:
         return ""
+    if "socket_drop_pps" not in d:  # a QEMU VR: the host side only
+        return (f"; its generator sent {d['sent_pps']:.0f} pps, QEMU read {d['tap_tx_pps']:.0f} pps from its taps and "
+                f"the taps dropped {d['tap_tx_drop_pps']:.0f} pps that QEMU did not read in time")
     return (f"; its forwarder's receive sockets dropped {d['socket_drop_pps']:.0f} pps, "
             f"{100 * d['socket_drop_share']:.1f}% of what it received, {d['socket_drop_eth0_pps']:.0f} pps of them data; "
             f"throttled in {100 * d['throttled_share']:.0f}% of its CFS periods")
@@ -544,7 +606,7 @@ def _outcome(result: dict[str, Any]) -> Outcome:
     explain = _explanation(result)
     md = f"""# TCP and UDP VRs sharing the host ({PAPER})
 
-Two LXC VRs on one {result['n_cpus']}-core host: VR 1 forwards one iperf3 TCP flow, VR 2 a paced UDP stream of
+Two {_VR_WORDS.get(result.get('vr_kind', 'lxc'), 'LXC VRs')} on one {result['n_cpus']}-core host{_accel_text(result)}: VR 1 forwards one iperf3 TCP flow, VR 2 a paced UDP stream of
 {result['udp_offered_pps']:.0f} pps; both flows use {result['frame_bytes']}-byte packets on the wire (TCP: MSS
 {result['tcp_mss_bytes']}, {result['tcp_payload_bytes']} bytes of payload per segment with the timestamp option, one
 segment per packet; UDP: {result['udp_payload_bytes']}-byte payloads).  Phase 1 without XTC; phase 2 with the
@@ -596,6 +658,11 @@ experiment does not control on a shared host):
 
 def _explanation(result: Mapping[str, Any]) -> str:
     ph, cmp_, sp = result["phases"], result["comparison"], result["setpoints_pps"]
+    qemu = result.get("vr_kind") == "qemu"
+    its_cpu = "its QEMU process (vCPU and emulator threads)" if qemu else "its forwarder"
+    where_dropped = "at its tap (QEMU did not read them in time)" if qemu else "at its socket"
+    why_lost = ("the guest drops them when its vCPU does not keep up" if qemu else
+                "its forwarder's receive socket overflows, or a send fails, when it is not scheduled in time on the busy cores")
     wo, w = ph["without"], ph["with"]
     lines = []
     if wo["udp"]["forwarded_pps"] > wo["tcp"]["forwarded_pps"]:
@@ -611,17 +678,16 @@ def _explanation(result: Mapping[str, Any]) -> str:
     tcp_cap = w["tcp"]["cap_percent"]
     tcp_capped = not math.isnan(tcp_cap) and tcp_cap < 95
     lines.append(f"With XTC the UDP VR's cap falls to {w['udp']['cap_percent']:.0f}% of a CPU "
-                 f"(its forwarder used {wo['udp']['cpu_percent']:.0f}% before, {w['udp']['cpu_percent']:.0f}% now) "
+                 f"({its_cpu} used {wo['udp']['cpu_percent']:.0f}% before, {w['udp']['cpu_percent']:.0f}% now) "
                  f"and it forwards {_k(w['udp']['forwarded_pps'])} kp/s against a setpoint of {_k(sp['udp'])}. "
                  f"The TCP VR {'reaches' if reached else 'does not reach'} its setpoint of {_k(sp['tcp'])} kp/s "
-                 f"({_k(w['tcp']['forwarded_pps'])} kp/s, its forwarder at {w['tcp']['cpu_percent']:.0f}% of a CPU)"
+                 f"({_k(w['tcp']['forwarded_pps'])} kp/s, {its_cpu} at {w['tcp']['cpu_percent']:.0f}% of a CPU)"
                  + (f"; its cap is {tcp_cap:.0f}%." if tcp_capped else
                     f"; its cap stays at {_pct(tcp_cap)}%, so XTC does not limit it: the TCP flow is held back by "
                     "its own congestion control (it retransmitted "
                     f"{w['tcp']['iperf3']['retransmits']} segments during that stream; "
                     f"{lost_in_vr_text(w['tcp'])} of its data "
-                    "segments were lost inside the VR: its forwarder's receive socket overflows, or a send fails, "
-                    "when it is not scheduled in time on the busy cores) and by the host's per-packet work."))
+                    f"segments were lost inside the VR: {why_lost}) and by the host's per-packet work."))
     note = outside_load_note(wo, w, "phase 1 (without XTC)", "phase 2 (with XTC)")
     if note:
         lines.append(note)
@@ -629,12 +695,19 @@ def _explanation(result: Mapping[str, Any]) -> str:
                  f"{'smaller' if cmp_['tcp_gain_pps'] < cmp_['udp_loss_pps'] else 'not smaller'} than the UDP loss "
                  f"({cmp_['udp_loss_pps'] / 1000:.1f} kp/s): the UDP source does not slow down, so the host (the lab's "
                  f"Dom0) still moves {_k(cmp_['udp_offered_with_pps'])} kp/s of UDP to the capped VR, which drops "
-                 f"{_k(cmp_['udp_dropped_by_vr_pps'])} kp/s of it at its socket.  That delivery is kernel softirq "
+                 f"{_k(cmp_['udp_dropped_by_vr_pps'])} kp/s of it {where_dropped}.  That delivery is kernel softirq "
                  f"work charged to no VR (host softirq {wo['host_cpu_percent']['softirq']:.0f}% without XTC, "
                  f"{w['host_cpu_percent']['softirq']:.0f}% with), so the capacity the cap takes from the UDP VR "
                  "is only "
                  "partly freed for the TCP VR: the waste the paper describes in section 7.3.")
-    if wo["tcp"].get("drops"):
+    if wo["tcp"].get("drops") and "socket_drop_pps" not in wo["tcp"]["drops"]:
+        lines.append("Where the QEMU VRs' frames went (host side; on a QEMU VR \"offered\" is what QEMU read from the "
+                     "tap, and a frame it did not read in time is the tap's drop: host work spent on a frame no VR "
+                     "forwards): "
+                     + "; ".join(f"{label}, {name} VR{_socket_text(ph[k][name])} (load {ph[k].get('load_avg_1m')})"
+                                 for k, label in (("without", "without XTC"), ("with", "with XTC"))
+                                 for name in ("tcp", "udp")) + ".")
+    elif wo["tcp"].get("drops"):
         rb = result.get("rcvbuf_bytes_asked")
         lines.append("Where the VRs lost frames (forwarder receive sockets, `ss -0 -m` skmem `d`, buffer "
                      f"{'the kernel default' if not rb else f'{rb} bytes'}): "
