@@ -117,7 +117,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_controller(args: argparse.Namespace) -> int:
-    from .controller import run_controller
+    from .controller_service import run_controller
 
     return run_controller(args.config)
 
