@@ -620,14 +620,13 @@ def run_fig25(modes: Sequence[str] = ("none", "timeslice", "rate"), progress: bo
 
 def fig27_table(res: dict[str, Any]) -> str:
     modes = list(res["rows"][0]["loss_pct"]) if res["rows"] else []
-    head = "| rows | hosts | " + " | ".join(f"loss {m} (%)" for m in modes) + " | " + \
-        " | ".join(f"delivered {m} (Gb/s)" for m in modes) + " |"
+    head = f"| rows | hosts | {_per_mode('loss {m} (%)', modes)} | {_per_mode('delivered {m} (Gb/s)', modes)} |"
     after = [m for m in modes if m != "none"]
     head += "".join(f" loss {m} after {AFTER_START_S * 1000:.0f} ms (%) |" for m in after)
     lines = [head, "|" + "---:|" * (2 + 2 * len(modes) + len(after))]
     for r in res["rows"]:
-        lines.append(f"| {r['rows']} | {r['hosts']} | " + " | ".join(f"{r['loss_pct'][m]:.4f}" for m in modes)
-                     + " | " + " | ".join(f"{r['delivered_gbps'][m]:.1f}" for m in modes) + " |"
+        lines.append(f"| {r['rows']} | {r['hosts']} | {_cells(r['loss_pct'], modes, '.4f')} | "
+                     f"{_cells(r['delivered_gbps'], modes, '.1f')} |"
                      + "".join(f" {_num(r.get('loss_after_start_pct', {}).get(m))} |" for m in after))
     lines.append("")
     lines.append("Paper (Figure 27, text of section 5): without XCo up to 90 % loss; with XCo almost none.")
@@ -638,14 +637,23 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
+def _per_mode(label: str, modes: list[str]) -> str:
+    """Header cells: ``label`` once per mode, ``{m}`` the mode."""
+    return " | ".join(label.format(m=m) for m in modes)
+
+
+def _cells(values: dict[str, float | None], modes: list[str], fmt: str) -> str:
+    """A row's cells: each mode's value in ``fmt`` (None: ``-``)."""
+    return " | ".join("-" if values[m] is None else format(values[m], fmt) for m in modes)
+
+
 def fig1_table(res: dict[str, Any]) -> str:
     modes = list(res["sweep"][0]["loss_pct"])
-    lines = ["| senders | " + " | ".join(f"loss {m} (%)" for m in modes) + " | "
-             + " | ".join(f"delivered {m} (Gb/s)" for m in modes) + " |",
+    lines = [f"| senders | {_per_mode('loss {m} (%)', modes)} | {_per_mode('delivered {m} (Gb/s)', modes)} |",
              "|" + "---:|" * (1 + 2 * len(modes))]
     for e in res["sweep"]:
-        lines.append(f"| {e['senders']} | " + " | ".join(f"{e['loss_pct'][m]:.4f}" for m in modes) + " | "
-                     + " | ".join(f"{e['delivered_gbps'][m]:.3f}" for m in modes) + " |")
+        lines.append(f"| {e['senders']} | {_cells(e['loss_pct'], modes, '.4f')} | "
+                     f"{_cells(e['delivered_gbps'], modes, '.3f')} |")
     s = res["schedule"]
     lines += ["", f"Schedule, one row per slot (1 = may send), {' '.join(s['senders'])}; "
               f"equal to Figure 10({res['experiment'][-1]}): {s['equals_figure10']}", ""]
@@ -655,13 +663,11 @@ def fig1_table(res: dict[str, Any]) -> str:
 
 def fig25_table(res: dict[str, Any]) -> str:
     modes = list(res["mixes"][0]["loss_pct"])
-    lines = ["| TCP+UDP | " + " | ".join(f"loss {m} (%)" for m in modes) + " | "
-             + " | ".join(f"per TCP flow {m} (Mb/s)" for m in modes) + " |",
+    lines = [f"| TCP+UDP | {_per_mode('loss {m} (%)', modes)} | {_per_mode('per TCP flow {m} (Mb/s)', modes)} |",
              "|" + "---:|" * (1 + 2 * len(modes))]
     for e in res["mixes"]:
-        per = [e["tcp_per_flow_mbps"][m] for m in modes]
-        lines.append(f"| {e['tcp']}+{e['udp']} | " + " | ".join(f"{e['loss_pct'][m]:.2f}" for m in modes) + " | "
-                     + " | ".join("-" if v is None else f"{v:.1f}" for v in per) + " |")
+        lines.append(f"| {e['tcp']}+{e['udp']} | {_cells(e['loss_pct'], modes, '.2f')} | "
+                     f"{_cells(e['tcp_per_flow_mbps'], modes, '.1f')} |")
     lines += ["", "Paper (Figures 25-26): NS3 and the testbed report similar loss and similar TCP throughput; "
               "the lab's comparison: docs/results/2026-11-26-xco-testbed/xco-testbed.md, \"Figures 24-26\"."]
     return "\n".join(lines)
