@@ -62,7 +62,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -647,13 +647,21 @@ def _cells(values: dict[str, float | None], modes: list[str], fmt: str) -> str:
     return " | ".join("-" if values[m] is None else format(values[m], fmt) for m in modes)
 
 
-def fig1_table(res: dict[str, Any]) -> str:
-    modes = list(res["sweep"][0]["loss_pct"])
-    lines = [f"| senders | {_per_mode('loss {m} (%)', modes)} | {_per_mode('delivered {m} (Gb/s)', modes)} |",
+def _loss_table(first: str, rows: list[dict[str, Any]], label: Callable[[dict[str, Any]], str], loss_fmt: str,
+                other: str, other_key: str, other_fmt: str) -> list[str]:
+    """A table of a row per entry (``label`` of it first), its loss per mode, then ``other_key`` per mode
+    (headed ``other``, ``{m}`` the mode)."""
+    modes = list(rows[0]["loss_pct"]) if rows else []
+    lines = [f"| {first} | {_per_mode('loss {m} (%)', modes)} | {_per_mode(other, modes)} |",
              "|" + "---:|" * (1 + 2 * len(modes))]
-    for e in res["sweep"]:
-        lines.append(f"| {e['senders']} | {_cells(e['loss_pct'], modes, '.4f')} | "
-                     f"{_cells(e['delivered_gbps'], modes, '.3f')} |")
+    lines += [f"| {label(r)} | {_cells(r['loss_pct'], modes, loss_fmt)} | {_cells(r[other_key], modes, other_fmt)} |"
+              for r in rows]
+    return lines
+
+
+def fig1_table(res: dict[str, Any]) -> str:
+    lines = _loss_table("senders", res["sweep"], lambda e: e["senders"], ".4f",
+                        "delivered {m} (Gb/s)", "delivered_gbps", ".3f")
     s = res["schedule"]
     lines += ["", f"Schedule, one row per slot (1 = may send), {' '.join(s['senders'])}; "
               f"equal to Figure 10({res['experiment'][-1]}): {s['equals_figure10']}", ""]
@@ -662,12 +670,8 @@ def fig1_table(res: dict[str, Any]) -> str:
 
 
 def fig25_table(res: dict[str, Any]) -> str:
-    modes = list(res["mixes"][0]["loss_pct"])
-    lines = [f"| TCP+UDP | {_per_mode('loss {m} (%)', modes)} | {_per_mode('per TCP flow {m} (Mb/s)', modes)} |",
-             "|" + "---:|" * (1 + 2 * len(modes))]
-    for e in res["mixes"]:
-        lines.append(f"| {e['tcp']}+{e['udp']} | {_cells(e['loss_pct'], modes, '.2f')} | "
-                     f"{_cells(e['tcp_per_flow_mbps'], modes, '.1f')} |")
+    lines = _loss_table("TCP+UDP", res["mixes"], lambda e: f"{e['tcp']}+{e['udp']}", ".2f",
+                        "per TCP flow {m} (Mb/s)", "tcp_per_flow_mbps", ".1f")
     lines += ["", "Paper (Figures 25-26): NS3 and the testbed report similar loss and similar TCP throughput; "
               "the lab's comparison: docs/results/2026-11-26-xco-testbed/xco-testbed.md, \"Figures 24-26\"."]
     return "\n".join(lines)
