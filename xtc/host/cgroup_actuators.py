@@ -9,20 +9,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xtc.host.actuator_base import (
-    PERIOD_MAX_US,
-    PERIOD_MIN_US,
-    QUOTA_MIN_US,
-    Params,
-    _ActuatorBase,
-    _check_quota_period_original,
-    _on_cfs_period,
-    _quota_period_order,
-    _quota_period_params,
-    check_cfs_period,
-    period_for,
-    quota_for,
-)
+from xtc.host.actuator_base import (PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US, Params, _ActuatorBase,
+    _check_quota_period_original, _on_cfs_period, _quota_period_order, _quota_period_params, check_cfs_period,
+    period_for, quota_for)
 from xtc.host.errors import ActuatorError, VRNotRunning
 
 

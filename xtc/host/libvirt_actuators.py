@@ -6,20 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from xtc.host.actuator_base import (
-    LIBVIRT_QUOTA_MAX,
-    PERIOD_MAX_US,
-    PERIOD_MIN_US,
-    QUOTA_MIN_US,
-    Params,
-    _ActuatorBase,
-    _check_quota_period_original,
-    _on_cfs_period,
-    _quota_period_order,
-    _quota_period_params,
-    check_cfs_period,
-    quota_for,
-)
+from xtc.host.actuator_base import (LIBVIRT_QUOTA_MAX, PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US, Params,
+    _ActuatorBase, _check_quota_period_original, _on_cfs_period, _quota_period_order, _quota_period_params,
+    check_cfs_period, quota_for)
 from xtc.host.errors import ActuatorError
 from xtc.host.libvirt_conn import VIR_DOMAIN_AFFECT_LIVE, LibvirtConn
 
