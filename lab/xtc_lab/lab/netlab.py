@@ -57,6 +57,13 @@ record says ``"persistent": true`` and :func:`teardown_orphans` never removes it
 down`` does).  Network namespaces are created and
 removed with ``pyroute2.netns`` (bind mounts under /run/netns, as ``ip netns`` does).
 Programs are run inside them with ``ip netns exec``.
+
+Why one file: :class:`NetLab` builds and tears down one lab, and what else is here is what it is
+built of (the addressing plan, the forwarder's command line, the domain XML, the packet counters
+its VRs are measured by, the teardown by prefix that also clears a crashed lab's leftovers); they
+change together when the lab's shape changes.  The cgroups of netns VRs are
+:mod:`xtc_lab.lab.cgroups`'s, the record of a lab that outlives its command
+:mod:`xtc_lab.lab.record`'s.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ libvirt, the host's from ``/proc/stat``) is recorded per phase: it shows where t
 capped UDP VR no longer uses go.
 
 Units: packets/s (pps; kp/s in the report), percent of one CPU, seconds.
+
+Why one file: one experiment (Figure 17) from its run to its report, like the other experiment
+modules; the CPU accounting of its phases (``/proc/stat`` and the VRs' and other processes' ticks)
+is read by this experiment alone.
 """
 
 from __future__ import annotations
