@@ -4,7 +4,7 @@ cgroups of the netns VRs (:class:`CpuCgroup`, made and removed here, used by
 
 One parser for the lab's three questions: where the v1 ``cpu`` hierarchy and the cgroup2 tree
 are (:func:`cpu_cgroup_mounts`, to cap netns VRs), whether cgroup2 is mounted
-beside v1 (:func:`xtc_lab.lab.libvirtd.hybrid_cgroup2_mount`, a trap for libvirt's LXC driver), and
+beside v1 (:func:`hybrid_cgroup2_mount`, a trap for libvirt's LXC driver), and
 which directory is a process's cpu cgroup (:func:`xtc_lab.lab.hog.cpu_cgroup_of`).
 """
 
@@ -22,7 +22,7 @@ import psutil
 from xtc.host.mountinfo import V1_MOUNT_FLAGS, CgroupMount, unescape_mountinfo, parse_cgroup_mounts
 
 __all__ = ["V1_MOUNT_FLAGS", "CgroupMount", "CpuCgroup", "LabError", "cgroup_pids", "cpu_cgroup_mounts",
-           "create_cgroup", "find_cpu_cgroup", "kill_pids", "lab_cgroups", "parse_cgroup_mounts", "remove_cgroup",
+           "create_cgroup", "find_cpu_cgroup", "hybrid_cgroup2_mount", "kill_pids", "lab_cgroups", "parse_cgroup_mounts", "remove_cgroup",
            "unescape_mountinfo"]
 
 
@@ -77,12 +77,20 @@ def cpu_cgroup_mounts(mountinfo_text: str) -> tuple[str | None, str | None]:
         (v1 cpu mount point or None, cgroup2 mount point or None).  Whether the cgroup2 tree
         offers the cpu controller is not in mountinfo (see :func:`find_cpu_cgroup`).
     """
-    from xtc_lab.lab.cgroups import parse_cgroup_mounts
-
     mounts = parse_cgroup_mounts(mountinfo_text)
     v1 = next((m.mount_point for m in mounts if m.version == 1 and "cpu" in m.controllers), None)
     v2 = next((m.mount_point for m in mounts if m.version == 2), None)
     return v1, v2
+
+
+def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
+    """The mount point of a cgroup2 tree mounted *beside* cgroup v1 in ``mountinfo_text`` (e.g.
+    ``"/sys/fs/cgroup/unified"`` on a hybrid host); None on a pure cgroup v2 host (``/sys/fs/cgroup``
+    itself is cgroup2) or a host without cgroup2."""
+    cgroup2 = [m.mount_point for m in parse_cgroup_mounts(mountinfo_text) if m.version == 2]
+    if "/sys/fs/cgroup" in cgroup2 or not cgroup2:
+        return None
+    return cgroup2[0]
 
 
 def find_cpu_cgroup(mountinfo: Path = Path("/proc/self/mountinfo")) -> CpuCgroup:
@@ -101,8 +109,6 @@ def find_cpu_cgroup(mountinfo: Path = Path("/proc/self/mountinfo")) -> CpuCgroup
         root = Path(v1)
         if not (root / "cpu.cfs_quota_us").exists():
             raise LabError(f"the cgroup v1 cpu hierarchy at {root} has no cpu.cfs_quota_us (kernel without CFS bandwidth control)")
-        from xtc_lab.lab.cgroups import parse_cgroup_mounts
-
         acct = next((m.mount_point for m in parse_cgroup_mounts(mountinfo.read_text())
                      if m.version == 1 and "cpuacct" in m.controllers and "cpu" not in m.controllers), None)
         return CpuCgroup(1, root, Path(acct) if acct is not None else None)
