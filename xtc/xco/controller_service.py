@@ -35,28 +35,25 @@ log = logging.getLogger("xtc.xco.controller")
 
 class _Metrics(ServiceMetrics):
     def __init__(self, core_ref: Callable[[], ControllerCore]):
-        from prometheus_client import Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         super().__init__("xco_controller")
-        r = self.registry
-        self.event_seconds = Histogram(
+        self.event_seconds = self.histogram(
             "xco_event_seconds", "Wall time to handle one scheduling event (decode, scheduler, encode), seconds",
-            buckets=(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 0.02), registry=r)
+            (5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 0.02))
 
-        class _Collector:
-            def collect(self_inner: Any) -> Any:
-                core = core_ref()
-                yield labelled_counter("xco_events", "Scheduling events", "kind", core.events)
-                yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
-                yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
-                yield CounterMetricFamily("xco_directives_sent", "Directives sent (one datagram each)",
-                                          value=core.directives_sent)
-                yield CounterMetricFamily("xco_directives_late", "Directives sent after their slice began",
-                                          value=core.directives_late)
-                yield GaugeMetricFamily("xco_hosts_registered", "Registered hosts", value=len(core.hosts))
+        def collect() -> Any:
+            core = core_ref()
+            yield labelled_counter("xco_events", "Scheduling events", "kind", core.events)
+            yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
+            yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
+            yield CounterMetricFamily("xco_directives_sent", "Directives sent (one datagram each)",
+                                      value=core.directives_sent)
+            yield CounterMetricFamily("xco_directives_late", "Directives sent after their slice began",
+                                      value=core.directives_late)
+            yield GaugeMetricFamily("xco_hosts_registered", "Registered hosts", value=len(core.hosts))
 
-        r.register(_Collector())
+        self.collect_from(collect)
 
 
 def wall_us() -> int:
