@@ -48,7 +48,7 @@ def _policer(tmp: Path) -> CollectorRegistry:
 
 
 def _xco_controller() -> CollectorRegistry:
-    from xtc.xco.controller import _Metrics
+    from xtc.xco.controller_service import _Metrics
 
     idle = SimpleNamespace(events=Counter(), dropped=Counter(), received=Counter(), directives_sent=0,
                            directives_late=0, hosts={})

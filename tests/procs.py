@@ -97,6 +97,15 @@ def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
     return False
 
 
+def started_daemon(cfg: Path, procs: list, event: str = "started", timeout_s: float = 30.0) -> DaemonProc:
+    """A :class:`DaemonProc` of ``cfg`` once it has logged ``event``, added to ``procs`` (which the
+    test kills at the end, also on failure)."""
+    d = DaemonProc(cfg)
+    procs.append(d)
+    d.wait_event(event, timeout_s=timeout_s)
+    return d
+
+
 def daemon_config(d: Path, backend: str, tables: str, period_s: float = 1.0,
                   metrics: str = "enabled = false", name: str = "xtcd.toml") -> Path:
     """Write ``d/name``: a daemon of ``backend`` with its manager and sample sockets under ``d``,

@@ -26,7 +26,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from procs import DaemonProc, free_port, stop_process
+from procs import DaemonProc, daemon_config, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 XCO_TOPOLOGY = ROOT / "tests" / "xco" / "data" / "fig1a.toml"
@@ -77,18 +77,7 @@ def _until(pred: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None
 def _daemon(d: Path, stack: ExitStack) -> str:
     from xtc.daemon.ctl import ManagerClient
 
-    cfg = d / "xtcd.toml"
-    cfg.write_text(f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "sim"
-control_period_s = 0.25
-state_dir = "{d}/state"
-[manager]
-endpoint = "ipc://{d}/mgr.sock"
-pub_endpoint = "ipc://{d}/pub.sock"
-[metrics]
-port = 0
-[log]
+    cfg = daemon_config(d, "sim", """[log]
 format = "json"
 [[sim.vr]]
 name = "vr1"
@@ -98,7 +87,7 @@ initial_cap_percent = 80.0
 name = "vr2"
 offered_pps = 50000
 initial_cap_percent = 60.0
-""")
+""", period_s=0.25, metrics="port = 0")
     proc = DaemonProc(cfg)
     stack.callback(proc.kill)
     url = f"http://127.0.0.1:{proc.wait_event('started')['metrics_port']}/metrics"

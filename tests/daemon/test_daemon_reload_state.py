@@ -55,13 +55,19 @@ def still_controlled(c) -> None:
 # ------------------------------------------------------------------------------ item 1: reload
 
 
-def test_emptied_config_on_sighup_is_refused_and_the_vr_stays_controlled(tmp_path, start_daemon, client_for):
-    """The reproduction: an emptied file and SIGHUP killed the daemon (KeyError) with vr1 capped."""
+def controlling_vr1(tmp_path: Path, start_daemon, client_for) -> tuple[Path, object, object]:
+    """A daemon of the simulated vr1, which it holds at 30 kpps and has capped: (config, daemon, client)."""
     cfg = write_config(tmp_path, VR1)
     d = start_daemon(cfg)
     c = client_for(tmp_path)
     c.call("activate", vr="vr1", setpoint_pps=30000)
     capped(tmp_path)
+    return cfg, d, c
+
+
+def test_emptied_config_on_sighup_is_refused_and_the_vr_stays_controlled(tmp_path, start_daemon, client_for):
+    """The reproduction: an emptied file and SIGHUP killed the daemon (KeyError) with vr1 capped."""
+    cfg, d, c = controlling_vr1(tmp_path, start_daemon, client_for)
     good = cfg.read_text()
     for text, words in (("", ("schema", "empty")), ("# emptied by mistake\n", ("schema", "empty")),
                         (good.replace('schema = "xtc-daemon/1"\n', ""), ("schema", "missing"))):
@@ -82,11 +88,7 @@ CGROUP_VR = '[[cgroup.vr]]\nname = "vr1"\npath = "/sys/fs/cgroup/xtc-test-nonexi
 
 def test_reload_to_another_backend_or_backend_table_is_refused_as_needing_a_restart(tmp_path, start_daemon, client_for):
     """sim -> libvirt, sim -> cgroup and a changed [sim] table: refused, one line, nothing changed."""
-    cfg = write_config(tmp_path, VR1)
-    d = start_daemon(cfg)
-    c = client_for(tmp_path)
-    c.call("activate", vr="vr1", setpoint_pps=30000)
-    capped(tmp_path)
+    cfg, d, c = controlling_vr1(tmp_path, start_daemon, client_for)
     good = cfg.read_text()
     libvirt = good.replace('backend = "sim"', 'backend = "libvirt"').replace(VR1, '[libvirt]\nuri = "lxc:///"\n')
     cgroup = good.replace('backend = "sim"', 'backend = "cgroup"').replace(VR1, CGROUP_VR)

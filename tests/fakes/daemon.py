@@ -1,9 +1,15 @@
-"""What the in-process daemon tests share: a settable clock and the configuration text around the
-lines a test cares about (state, sockets and nothing else under the test's temporary folder)."""
+"""What the in-process daemon tests share: a settable clock, the configuration text around the
+lines a test cares about (state, sockets and nothing else under the test's temporary folder), and a
+fake daemon's manager socket for the policer's tests (:class:`RouterPeer`)."""
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
+from typing import Any
+
+import zmq
 
 
 class Clock:
@@ -39,3 +45,50 @@ pub_endpoint = "ipc://{tmp_path}/p.sock"
 enabled = false
 {tables}
 """
+
+
+class RouterPeer:
+    """A daemon's manager socket played by a test: a ROUTER bound on loopback (with ``server_secret``,
+    a CURVE server), read in a thread; each request, decoded, goes to :meth:`reply`, whose frames
+    (None: no answer at all) are sent back to its sender.  Counts :attr:`requests`."""
+
+    def __init__(self, server_secret: bytes | None = None, context: zmq.Context | None = None,
+                 port: int | None = None) -> None:
+        self._own_ctx = context is None
+        self.ctx = context or zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if server_secret is not None:
+            self.sock.curve_server = True
+            self.sock.curve_secretkey = server_secret
+        if port is None:
+            port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        else:
+            self.sock.bind(f"tcp://127.0.0.1:{port}")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.port = port
+        self.requests = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def reply(self, req: dict[str, Any]) -> list[bytes] | None:
+        """The frames that answer ``req`` (None: stay silent)."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.sock.poll(20):
+                continue
+            ident, empty, body = self.sock.recv_multipart()
+            self.requests += 1
+            frames = self.reply(json.loads(body))
+            if frames is not None:
+                self.sock.send_multipart([ident, empty, *frames])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(5)
+        self.sock.close(0)
+        if self._own_ctx:
+            self.ctx.term()

@@ -13,9 +13,9 @@ from typing import Any, Callable
 import httpx
 import psutil
 import pytest
-import zmq
 
 from conftest import TOKEN, wait_for
+from fakes.daemon import RouterPeer
 from procs import stop_process
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
@@ -31,47 +31,27 @@ def _ok(result: dict[str, Any]) -> bytes:
     return json.dumps({"v": 1, "id": 1, "ok": True, "result": result}).encode()
 
 
-class Peer:
+class Peer(RouterPeer):
     """A misbehaving daemon: a ROUTER socket (a REP that may also stay silent) in a thread,
     ``answer(request) -> list of frames`` (or None: no answer at all)."""
 
     def __init__(self) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        self.endpoint = f"tcp://127.0.0.1:{port}"
         self.answer: Callable[[dict[str, Any]], list[bytes] | None] = lambda req: [_ok({"vrs": [GOOD]})]
-        self.requests = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
+        super().__init__()
 
     def list_reply(self, vrs: list[Any]) -> None:
         self.answer = lambda req: [_ok({"vrs": vrs})] if req.get("cmd") == "list" else [_ok({})]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.sock.poll(50):
-                continue
-            ident, empty, body = self.sock.recv_multipart()
-            self.requests += 1
-            req = json.loads(body)
-            frames = self.answer(req)
-            if frames is not None:
-                # As the daemon does, the reply echoes the request's id (the policer matches replies
-                # to requests by it): the canned replies say 1, put in place byte for byte.
-                rid = json.dumps(req.get("id")).encode()
-                first = next((p for p in (b'"id": 1,', b'"id":1,') if p in frames[0]), None)
-                if first is not None:
-                    frames = [frames[0].replace(first, b'"id":' + rid + b",", 1), *frames[1:]]
-                self.sock.send_multipart([ident, empty, *frames])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._t.join(5)
-        self.sock.close(0)
-        self.ctx.term()
+    def reply(self, req: dict[str, Any]) -> list[bytes] | None:
+        frames = self.answer(req)
+        if frames is not None:
+            # As the daemon does, the reply echoes the request's id (the policer matches replies
+            # to requests by it): the canned replies say 1, put in place byte for byte.
+            rid = json.dumps(req.get("id")).encode()
+            first = next((p for p in (b'"id": 1,', b'"id":1,') if p in frames[0]), None)
+            if first is not None:
+                frames = [frames[0].replace(first, b'"id":' + rid + b",", 1), *frames[1:]]
+        return frames
 
 
 @pytest.fixture

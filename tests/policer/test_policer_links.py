@@ -18,6 +18,7 @@ import zmq
 import zmq.auth.thread
 
 from conftest import wait_for
+from fakes.daemon import RouterPeer
 from procs import stop_process
 from xtc.service.curve import generate_keypair, load_public
 from xtc.policer.engine import Engine
@@ -74,52 +75,23 @@ def test_policing_by_list_keeps_one_connection_and_reconnects_a_restarted_daemon
         store.close()
 
 
-class OrderedPeer:
+class OrderedPeer(RouterPeer):
     """A daemon that answers as a REP socket does, one request after the other in order (a ROUTER in a
     thread): ``delay_s(request) -> seconds`` before its reply, ``reply_id(request) -> id`` echoed."""
 
     def __init__(self, server_secret: bytes | None = None, context: zmq.Context | None = None,
                  port: int | None = None) -> None:
-        self._own_ctx = context is None
-        self.ctx = context or zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        if server_secret is not None:
-            self.sock.curve_server = True
-            self.sock.curve_secretkey = server_secret
-        if port is None:
-            port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        else:
-            self.sock.bind(f"tcp://127.0.0.1:{port}")
-        self.endpoint = f"tcp://127.0.0.1:{port}"
-        self.port = port
         self.delay_s: Callable[[dict[str, Any]], float] = lambda req: 0.0
         self.reply_id: Callable[[dict[str, Any]], Any] = lambda req: req.get("id")
         self.silent = False
-        self.requests = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
+        super().__init__(server_secret, context, port)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.sock.poll(20):
-                continue
-            ident, empty, body = self.sock.recv_multipart()
-            self.requests += 1
-            req = json.loads(body)
-            if self.silent:
-                continue
-            self._stop.wait(self.delay_s(req))
-            rep = {"v": 1, "id": self.reply_id(req), "ok": True, "result": {"echo": req.get("id"), "cmd": req["cmd"]}}
-            self.sock.send_multipart([ident, empty, json.dumps(rep).encode()])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._t.join(5)
-        self.sock.close(0)
-        if self._own_ctx:
-            self.ctx.term()
+    def reply(self, req: dict[str, Any]) -> list[bytes] | None:
+        if self.silent:
+            return None
+        self._stop.wait(self.delay_s(req))
+        rep = {"v": 1, "id": self.reply_id(req), "ok": True, "result": {"echo": req.get("id"), "cmd": req["cmd"]}}
+        return [json.dumps(rep).encode()]
 
 
 @pytest.fixture

@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hostneeds import cgroup_netns_lab, tc_qdiscs
-from procs import DaemonProc, cgroup_daemon_config, until
+from hostneeds import cgroup_netns_lab_fixture, packet_rates_pps, tc_qdiscs, unlimited_pps_or_skip
+from procs import cgroup_daemon_config, started_daemon, until
 
 from xtc.daemon.ctl import ManagerClient
 
@@ -33,14 +32,10 @@ def limited(vifs: tuple[str, ...]) -> bool:
     return tc_qdiscs(vifs).count("tbf ed0: root") == len(vifs)
 
 
-@pytest.fixture
-def netns_lab() -> Iterator[Any]:
-    with cgroup_netns_lab("xtced") as lab:
-        yield lab
+netns_lab = cgroup_netns_lab_fixture("xtced")
 
 
 def test_early_drop_in_the_daemon_comes_and_goes_with_the_instance(netns_lab: Any, tmp_path: Path) -> None:
-    from xtc_lab.lab.netlab import read_packet_counters
     from xtc_lab.lab.traffic import start_udp_stream
 
     lab = netns_lab
@@ -53,35 +48,22 @@ def test_early_drop_in_the_daemon_comes_and_goes_with_the_instance(netns_lab: An
     try:
         with start_udp_stream(lab, vr, OFFERED_PPS, duration_s=90):
             time.sleep(1.5)
-            c0, t0 = read_packet_counters(), time.monotonic()
-            time.sleep(3.0)
-            c1, t1 = read_packet_counters(), time.monotonic()
-            free = sum(c1[v][0] - c0[v][0] for v in vifs) / (t1 - t0)
-            if free < 20_000:
-                pytest.skip(f"this host forwards only {free:.0f} pps through an unlimited VR: too busy")
-            setpoint = 0.3 * free
-            d = DaemonProc(cfg)
-            procs.append(d)
-            d.wait_event("started", timeout_s=30)
+            setpoint = 0.3 * (free := unlimited_pps_or_skip(vifs))
+            d = started_daemon(cfg, procs)
             client = ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10)
             client.call("activate", vr=vr.name, setpoint_pps=setpoint, early_drop=True)
             assert until(lambda: limited(vifs), 20.0), tc_qdiscs(vifs)
             ed = client.call("status", vr=vr.name)["early_drop"]
             assert ed["on"] is True and ed["interfaces"] == list(vifs) and ed["limit_pps"] >= setpoint * 1.2, ed
             time.sleep(8.0)  # the controller settles; the limit follows it
-            c0, t0 = read_packet_counters(), time.monotonic()
-            time.sleep(5.0)
-            c1, t1 = read_packet_counters(), time.monotonic()
-            handed = sum(c1[v][1] - c0[v][1] for v in vifs) / (t1 - t0)
-            fwd = sum(c1[v][0] - c0[v][0] for v in vifs) / (t1 - t0)
+            fwd, handed = packet_rates_pps(vifs, 5.0)
             print(f"\n[early-drop-e2e] unlimited VR forwards {free:.0f} pps; setpoint {setpoint:.0f}: handed "
                   f"{handed:.0f}, forwarded {fwd:.0f} pps; load {os.getloadavg()[0]:.1f}; {tc_qdiscs(vifs)}", flush=True)
 
             d.kill()  # SIGKILL: the limiter stays behind ...
             assert limited(vifs)
-            d2 = DaemonProc(cfg)  # ... the restart removes it, resumes the instance, installs a fresh one
-            procs.append(d2)
-            d2.wait_event("early_drop_leftovers_removed", timeout_s=30)
+            # ... the restart removes it, resumes the instance, installs a fresh one
+            d2 = started_daemon(cfg, procs, "early_drop_leftovers_removed")
             assert until(lambda: limited(vifs), 20.0), tc_qdiscs(vifs)
 
             client.close()

@@ -133,34 +133,30 @@ def receiver(netns: str) -> Iterator[Receiver]:
         r.close()
 
 
-def udp_sender(netns: str, src: str = SRC) -> socket.socket:
+def bound_socket(netns: str, kind: int, addr: str, listen: bool = False) -> socket.socket:
+    """An IPv4 socket of ``kind`` bound to ``addr`` (an ephemeral port) in ``netns``, listening if asked."""
     def make() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((src, 0))
+        s = socket.socket(socket.AF_INET, kind)
+        s.bind((addr, 0))
+        if listen:
+            s.listen(1)
         return s
 
     return in_netns(netns, make)
+
+
+def udp_sender(netns: str, src: str = SRC) -> socket.socket:
+    return bound_socket(netns, socket.SOCK_DGRAM, src)
 
 
 def tcp_listener(netns: str) -> socket.socket:
     """A listening TCP socket on DST (an ephemeral port) in the receiver namespace."""
-    def make() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((DST, 0))
-        s.listen(1)
-        return s
-
-    return in_netns(netns, make)
+    return bound_socket(netns, socket.SOCK_STREAM, DST, listen=True)
 
 
 def tcp_client(netns: str) -> socket.socket:
     """A TCP socket bound to SRC in the sender namespace (not connected)."""
-    def make() -> socket.socket:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((SRC, 0))
-        return s
-
-    return in_netns(netns, make)
+    return bound_socket(netns, socket.SOCK_STREAM, SRC)
 
 
 def send(sock: socket.socket, n: int, payload: int = 200) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import stop_process
+from procs import daemon_config, stop_process
 from xtc.daemon.ctl import ManagerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +63,16 @@ def _until(pred, timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def _ready(notify: socket.socket, proc: subprocess.Popen, who: str) -> None:
+    """Wait for the service's READY=1 on ``notify``; on a timeout stop it and fail with its output."""
+    try:
+        msg = notify.recv(4096).decode()
+    except TimeoutError:
+        stop_process(proc)
+        raise AssertionError(f"no READY=1 from the {who}; its output:\n{proc.stdout.read() if proc.stdout else ''}")
+    assert "READY=1" in msg, msg
+
+
 def _loopback_traffic(stop: threading.Event, port: int) -> None:
     """About 4000 datagrams/s to 127.0.0.1 (the test VR's interface is lo): a rate far above the
     setpoint, so that the daemon lowers the cap."""
@@ -87,24 +97,13 @@ def test_daemon_caps_a_cgroup_with_no_capability(tmp_path: Path) -> None:
     try:
         original = (cg / "cpu.cfs_quota_us").read_text().strip()
         assert original == "-1"
-        cfg = tmp_path / "daemon.toml"
-        cfg.write_text(f"""schema = "xtc-daemon/1"
-[daemon]
-backend = "cgroup"
-control_period_s = 0.5
-state_dir = "{tmp_path}/state"
-[manager]
-endpoint = "ipc://{tmp_path}/mgr.sock"
-pub_endpoint = "ipc://{tmp_path}/pub.sock"
-[metrics]
-enabled = false
-[log]
+        cfg = daemon_config(tmp_path, "cgroup", f"""[log]
 format = "json"
 [[cgroup.vr]]
 name = "vr1"
 path = "{cg}"
 interfaces = ["lo"]
-""")
+""", period_s=0.5)
         traffic.start()
         proc = subprocess.Popen(["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--",
                                  sys.executable, "-m", "xtc.cli", "daemon", "--config", str(cfg)],
@@ -170,12 +169,7 @@ def test_xco_agent_gates_an_uplink_as_nobody_with_two_capabilities() -> None:
                "NOTIFY_SOCKET": str(d / "notify.sock"), "NUMBA_CACHE_DIR": str(d / "cache")}
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *drop, *agent], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=env)
-        try:
-            msg = notify.recv(4096).decode()
-        except TimeoutError:
-            stop_process(proc)
-            raise AssertionError(f"no READY=1 from the agent; its output:\n{proc.stdout.read() if proc.stdout else ''}")
-        assert "READY=1" in msg, msg
+        _ready(notify, proc, "agent")
         caps = _caps(proc.pid)
         want = (1 << CAP_NET_ADMIN) | (1 << CAP_NET_RAW)
         assert caps == {"CapEff": want, "CapPrm": want, "CapBnd": want, "CapAmb": want, "uid": 65534}, caps
@@ -230,12 +224,7 @@ def test_policer_serves_as_an_unprivileged_user() -> None:
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *site.getsitepackages()]),
                                      "PYTHONDONTWRITEBYTECODE": "1",
                                      "NOTIFY_SOCKET": str(d / "notify.sock")})
-        try:
-            msg = notify.recv(4096).decode()
-        except TimeoutError:
-            stop_process(proc)
-            raise AssertionError(f"no READY=1 from the policer; its output:\n{proc.stdout.read() if proc.stdout else ''}")
-        assert "READY=1" in msg, msg
+        _ready(notify, proc, "policer")
         caps = _caps(proc.pid)
         assert caps == {"CapEff": 0, "CapPrm": 0, "CapBnd": 0, "CapAmb": 0, "uid": 65534}, caps
         import httpx

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xtc.host import actuators
+from xtc.host import cgroup_actuators
 from xtc.host.actuators import CgroupV1Actuator, CgroupV2Actuator
 from xtc.host.errors import VRNotRunning
 
@@ -37,7 +37,7 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(os.path.basename(str(path)))
         return real(path, flags, *a, **kw)
 
-    monkeypatch.setattr(actuators.os, "open", counting)
+    monkeypatch.setattr(cgroup_actuators.os, "open", counting)
     return seen
 
 
@@ -91,12 +91,12 @@ def test_descriptor_closed_behind_our_back_is_opened_again(tmp_path: Path) -> No
 
 def test_over_the_budget_files_are_opened_and_closed(tmp_path: Path, opens: list[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    base = actuators._CgroupBase.open_fds
-    monkeypatch.setattr(actuators._CgroupBase, "fd_budget", base + 2)
+    base = cgroup_actuators._CgroupBase.open_fds
+    monkeypatch.setattr(cgroup_actuators._CgroupBase, "fd_budget", base + 2)
     acts = [CgroupV1Actuator(v1(tmp_path, f"vr{k}")) for k in range(4)]
     for a in acts:
         a.set_cap(10)
-    assert actuators._CgroupBase.open_fds == base + 2
+    assert cgroup_actuators._CgroupBase.open_fds == base + 2
     assert [a._fd_hot is not None for a in acts] == [True, True, False, False]
     opens.clear()
     for k, a in enumerate(acts):
@@ -104,7 +104,7 @@ def test_over_the_budget_files_are_opened_and_closed(tmp_path: Path, opens: list
     assert opens.count("cpu.cfs_quota_us") == 4  # the two without a kept descriptor: write + read back each
     for a in acts:
         a.close()
-    assert actuators._CgroupBase.open_fds == base
+    assert cgroup_actuators._CgroupBase.open_fds == base
 
 
 def test_backend_close_closes_the_kept_files(tmp_path: Path) -> None:
@@ -112,11 +112,11 @@ def test_backend_close_closes_the_kept_files(tmp_path: Path) -> None:
     from xtc.host.cgroup import CgroupBackend
     from xtc.host.counters import ProcNetDevCounters
 
-    base = actuators._CgroupBase.open_fds
+    base = cgroup_actuators._CgroupBase.open_fds
     b = CgroupBackend([CgroupVr(f"vr{k}", str(v1(tmp_path, f"vr{k}")), ("a",)) for k in range(3)],
                       ProcNetDevCounters("/nonexistent"))
     for k in range(3):
         b.apply_cap(f"vr{k}", 30.0)
-    assert actuators._CgroupBase.open_fds == base + 3
+    assert cgroup_actuators._CgroupBase.open_fds == base + 3
     b.close()
-    assert actuators._CgroupBase.open_fds == base
+    assert cgroup_actuators._CgroupBase.open_fds == base

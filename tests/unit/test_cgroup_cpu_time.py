@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from xtc.daemon.config import CgroupVr
-from xtc.host import actuators
+from xtc.host import cgroup_actuators
 from xtc.host.cgroup import CgroupBackend, cpu_time_file, parse_cpu_time
 from xtc.host.counters import ProcNetDevCounters
 
@@ -177,18 +177,18 @@ def test_gone_unknown_and_returning_vrs(tmp_path: Path, caplog: pytest.LogCaptur
 
 def test_kept_descriptors_are_counted_and_given_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dirs = {f"vr{i}": _v2_dir(tmp_path, f"vr{i}", b"usage_usec %d\n" % i) for i in range(4)}
-    before = actuators._CgroupBase.open_fds
+    before = cgroup_actuators._CgroupBase.open_fds
     # Room for two kept descriptors only: the others are opened and closed on each read.
-    monkeypatch.setattr(actuators._CgroupBase, "fd_budget", before + 2)
+    monkeypatch.setattr(cgroup_actuators._CgroupBase, "fd_budget", before + 2)
     host = _backend(tmp_path, dirs)
     try:
         want = {f"vr{i}": i * 1000 for i in range(4)}
         assert host.read_cpu_ns(list(dirs)) == want
         assert host.read_cpu_ns(list(dirs)) == want
-        assert actuators._CgroupBase.open_fds == before + 2
+        assert cgroup_actuators._CgroupBase.open_fds == before + 2
     finally:
         host.close()
-    assert actuators._CgroupBase.open_fds == before
+    assert cgroup_actuators._CgroupBase.open_fds == before
 
 
 def test_read_cost_per_vr_is_small(tmp_path: Path) -> None:

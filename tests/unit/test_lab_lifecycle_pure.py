@@ -19,7 +19,10 @@ import pytest
 
 from xtc.daemon.config import loads_config
 from xtc_lab.lab import lifecycle as L
-from xtc_lab.lab.netlab import LAB_NET, LabError, chain_addresses, cpu_cgroup_mounts, teardown_orphans, vr_addresses
+from xtc_lab.lab.cgroups import cpu_cgroup_mounts
+from xtc_lab.lab.netlab import LAB_NET, LabError, chain_addresses, teardown_orphans, vr_addresses
+from xtc_lab.lab.record import namespaces_of
+from xtc_lab.lab.status import format_cap
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -63,7 +66,7 @@ def healthy_facts(record: dict[str, Any]) -> L.HostFacts:
     procs = {vr["forwarder"]["pid"]: vr["forwarder"]["start"] for vr in record["vrs"] if vr["forwarder"]}
     cgroups = {vr["cgroup"]: (vr["forwarder"]["pid"],) for vr in record["vrs"] if vr["cgroup"]}
     doms = {vr["domain"]: True for vr in record["vrs"] if vr["domain"]}
-    return L.HostFacts(netns=frozenset(L.namespaces_of(record)), links=links, domains=doms, domains_error=None,
+    return L.HostFacts(netns=frozenset(namespaces_of(record)), links=links, domains=doms, domains_error=None,
                        processes=procs, cgroups=cgroups)
 
 
@@ -342,7 +345,7 @@ def test_status_views() -> None:
     json.dumps(doc)
     assert doc["healthy"] is False and doc["vrs"]["xtct-ab12-vr1"]["cap_percent"] == 25.0
     assert doc["vrs"]["xtct-ab12-vr2"]["cap"] == "unlimited"
-    assert L.format_cap("no such file") == "? (no such file)"
+    assert format_cap("no such file") == "? (no such file)"
     ctext = L.format_lab(chain_record(), L.health_checks(chain_record(), healthy_facts(chain_record())), {}, {})
     assert "healthy" in ctext and "[probe xtct-cd34-p11 198.19.1.11] -> tf2 (xtct-cd34-vr2)" in ctext
     assert "--router tf1" in ctext

@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from xtc_lab.lab import netlab
+from xtc_lab.lab import cgroups
 from xtc_lab.lab.harness import ancestors
 
 
@@ -30,18 +30,18 @@ def test_ancestors_of_a_child_start_with_this_process() -> None:
 
 def test_a_zombie_and_a_reaped_process_are_gone_a_live_one_is_not() -> None:
     p = subprocess.Popen(["sleep", "30"])
-    assert not netlab._is_gone(p.pid)
+    assert not cgroups._is_gone(p.pid)
     p.kill()
     deadline = time.monotonic() + 5
-    while not netlab._is_gone(p.pid) and time.monotonic() < deadline:  # a zombie until reaped
+    while not cgroups._is_gone(p.pid) and time.monotonic() < deadline:  # a zombie until reaped
         time.sleep(0.01)
-    assert netlab._is_gone(p.pid)
+    assert cgroups._is_gone(p.pid)
     p.wait()
-    assert netlab._is_gone(p.pid)
+    assert cgroups._is_gone(p.pid)
 
 
 def test_kill_pids_stops_a_process_that_ignores_nothing() -> None:
     p = subprocess.Popen(["sleep", "30"])
     t0 = time.monotonic()
-    netlab.kill_pids([p.pid])
+    cgroups.kill_pids([p.pid])
     assert p.wait(timeout=5) == -15 and time.monotonic() - t0 < 3

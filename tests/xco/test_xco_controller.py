@@ -183,7 +183,7 @@ def test_core_rate_mode_sends_one_datagram_per_host_with_its_flows():
 
 
 def test_core_rate_mode_shares_the_configured_fraction_of_each_link(tmp_path):
-    from xtc.xco.controller import ControllerService
+    from xtc.xco.controller_service import ControllerService
 
     topo, digest, core = _core(mode="rate", rate_link_fraction=0.95)
     seq = Seq()

@@ -12,21 +12,20 @@ Nothing acknowledged is lost: a request that changes an instance is answered onl
 file holds the change, and before any cap is written; when the file cannot be written (a full
 disk) the request is refused (``state_not_saved``) and undone.  One daemon owns a state directory
 (:func:`xtc.service.state.lock_state_dir`).
+
+Why one file: :class:`DaemonService` is that one thread, and its parts (the period, the requests,
+the samples, the state saves, reload) share its sockets, its clock and the order in which they run
+within a period; the decisions are :mod:`xtc.daemon.core`'s, the process's set-up (memory, the
+``ipc://`` socket files) :mod:`xtc.daemon.process`'s.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
 import gc
-import grp
 import json
 import logging
 import math
 import os
-import socket
-import stat
 import sys
 import time
 from pathlib import Path
@@ -56,6 +55,7 @@ from .limiter_state import STATE_KEY as EARLY_DROP_KEY, EarlyDrop
 from xtc.host.limiter import LimiterError
 from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
+from .process import give_socket_group, prepare_ipc, release_large_blocks
 from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
 from xtc.service.signals import StopOnSignal
@@ -88,102 +88,6 @@ STATE_SAVE_IDLE_PERIOD_S = 300.0
 #: With ``manage_gc``: a full garbage collection at most this often, seconds (see
 #: :meth:`DaemonService.after_period_gc`).
 GC_FULL_PERIOD_S = 3600.0
-#: Blocks of at least this many bytes are mmapped by glibc's malloc (and so go back to the system
-#: when freed), bytes.  ZeroMQ allocates each received frame; without a fixed threshold, glibc
-#: raises it after the first large free and keeps the memory of large messages for ever.
-MMAP_THRESHOLD_BYTES = 64 * 1024
-_M_MMAP_THRESHOLD = -3
-
-
-def release_large_blocks() -> bool:
-    """Make glibc return freed large blocks (received messages) to the system.  False if not glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError, TypeError):
-        return False
-
-
-#: The group whose members may connect to the manager API's ipc:// sockets (root always can).
-SOCKET_GROUP = "xtc"
-#: The modes of an ipc:// socket and of the directory made for it, with that group and without.
-SOCKET_MODE, SOCKET_MODE_NO_GROUP = 0o660, 0o600
-SOCKET_DIR_MODE, SOCKET_DIR_MODE_NO_GROUP = 0o750, 0o700
-
-
-def _ipc_path(endpoint: str) -> Path | None:
-    """The file of an ``ipc://`` endpoint (None: another transport, or an abstract socket)."""
-    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@") or endpoint == "ipc://*":
-        return None
-    return Path(endpoint[len("ipc://"):])
-
-
-def _socket_group() -> int | None:
-    """The ``xtc`` group's id, or None when the host has no such group."""
-    try:
-        return grp.getgrnam(SOCKET_GROUP).gr_gid
-    except KeyError:
-        return None
-
-
-def _give_group(path: Path, gid: int | None, with_group: int, without: int) -> None:
-    """``path`` to the ``xtc`` group with mode ``with_group``, or ``without`` (owner only) when that
-    group does not exist or this process may not give it (a user who is not a member)."""
-    if gid is not None:
-        try:
-            os.chown(path, -1, gid)
-            os.chmod(path, with_group)
-            return
-        except PermissionError:
-            pass
-    os.chmod(path, without)
-
-
-def prepare_ipc(key: str, endpoint: str) -> Path | None:
-    """Before binding an ``ipc://`` endpoint: its directory made if missing (0750, group ``xtc``;
-    0700 without that group), and refused when a program listens on it or it is not a socket
-    (libzmq would unlink and replace either).  Returns the socket's path (None: not a path ipc://).
-
-    Raises
-    ------
-    SystemExit
-        One line naming the key, the endpoint and the problem.
-    """
-    path = _ipc_path(endpoint)
-    if path is None:
-        return None
-    where = f"{key} {endpoint}"
-    parent = path.parent
-    if not parent.exists():
-        try:
-            parent.mkdir(parents=True, mode=0o700)
-            _give_group(parent, _socket_group(), SOCKET_DIR_MODE, SOCKET_DIR_MODE_NO_GROUP)
-        except OSError as e:
-            raise SystemExit(f"xtc daemon: cannot create directory {parent} for {where}: {e.strerror or e}"
-                             + (" (run as root, or set [manager] endpoint and pub_endpoint to ipc:// paths this user "
-                                "may write, as packaging/xtc-daemon-sim.toml does)" if e.errno in (errno.EACCES, errno.EPERM,
-                                                                                                 errno.EROFS) else "")
-                             ) from None
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return path
-    except OSError as e:
-        raise SystemExit(f"xtc daemon: cannot bind {where}: {e.strerror or e}") from None
-    if not stat.S_ISSOCK(st.st_mode):
-        raise SystemExit(f"xtc daemon: cannot bind {where}: {path} exists and is not a socket (not removing it)")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(str(path))
-    except OSError:
-        return path  # nobody listens: a stale socket of a daemon that died, which libzmq replaces
-    finally:
-        probe.close()
-    raise SystemExit(f"xtc daemon: cannot bind {where}: another daemon or program is listening there")
-
-
 def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
     """A function returning fresh controllers as the ``[controller]`` section says."""
     c = cfg.controller
@@ -412,7 +316,7 @@ class DaemonService:
                 os.umask(old_umask)
         if path is not None:
             try:
-                _give_group(path, _socket_group(), SOCKET_MODE, SOCKET_MODE_NO_GROUP)
+                give_socket_group(path)
                 self._ipc_files.append((path, path.stat().st_ino))
             except OSError as e:
                 self._close_sockets()

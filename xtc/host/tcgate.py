@@ -1,9 +1,9 @@
 """The XCo gate on a real uplink: stock Linux queueing (HTB + TBF + u32) over netlink.
 
-(Over 700 lines for one reason: :class:`TcGate` is one class with one job, the
-:class:`xtc.host.gate.Gate` contract, whose methods share one state: the destinations, the flows
-and the caches of encoded messages.  The bytes are :mod:`xtc.host.tccodec`'s, the socket
-:mod:`xtc.host.netlink`'s, the root bookkeeping and clean-up :mod:`xtc.host.qdiscs`'s.)
+Why one file: :class:`TcGate` is one class with one job, the :class:`xtc.host.gate.Gate`
+contract, whose methods share one state: the destinations, the flows and the caches of encoded
+messages.  The bytes are :mod:`xtc.host.tccodec`'s, the socket :mod:`xtc.host.netlink`'s, the root
+bookkeeping and clean-up :mod:`xtc.host.qdiscs`'s.
 
 :class:`TcGate` implements :class:`xtc.host.gate.Gate`.  The tree it puts on the uplink::
 

@@ -1,5 +1,9 @@
 """The thin layer that applies the policies: poll the daemons, plan, push commands, record.
 
+Why one file: :class:`Engine` is one cycle (poll, plan, command, record) whose steps share the
+routers' state and the work queue; the decisions are :mod:`xtc.policer.planner`'s (pure), the
+storage :mod:`xtc.policer.store`'s, the transport :mod:`xtc.policer.link`'s.
+
 Every ``period_s`` the engine asks each registered router's daemon for its VRs (``list``), records
 what it saw, runs :func:`xtc.policer.planner.plan_router` on the stored state, saves the new state and
 the decisions, and sends the commands that bring the daemon to the wanted state.  Routers are handled

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, ErrorReply, Instance, OkReply, reject_json_constant,
                             unique_json_keys)
-from xtc.daemon.ctl import open_client
+from xtc.daemon.ctl import ManagerError, open_client
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -51,13 +51,9 @@ class BadReply(LinkDown):
     JSON, wrong schema).  Counted separately: a daemon that does this is misbehaving."""
 
 
-class DaemonRefused(Exception):
-    """The daemon answered with an error (``code`` from the manager API)."""
-
-    def __init__(self, code: str, message: str):
-        self.code = code
-        self.message = message
-        super().__init__(f"{code}: {message}")
+class DaemonRefused(ManagerError):
+    """The daemon answered with an error (``code`` from the manager API): the manager client's
+    :class:`~xtc.daemon.ctl.ManagerError`, raised by the policer's own link."""
 
 
 def _finite(text: str) -> float:

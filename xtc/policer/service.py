@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 import uvicorn
 
+from xtc.service.cli import load_or_report
 from xtc.service.logs import setup_logging
 
 from .api import create_app
@@ -136,10 +137,8 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     except ConfigError as e:
         print(f"xtc policer: {e}", file=sys.stderr)
         return 2
-    try:
-        store = Store(cfg.db_url)
-    except StoreError as e:
-        print(f"xtc policer: {e}", file=sys.stderr)
+    store = load_or_report(lambda: Store(cfg.db_url), StoreError, "xtc policer")
+    if store is None:
         return 2
     if not cfg.tokens:
         log.warning("no bearer tokens configured: every write will be refused (401)")

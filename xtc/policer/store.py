@@ -1,5 +1,10 @@
 """The policer's state, in SQLite (embedded default) or PostgreSQL: the only module that queries it.
 
+Why one file: :class:`Store` is the one door to the database, and its methods share what makes it
+one: every public method is one transaction on the same connection, fenced by the same leadership
+check, over tables that refer to one another (a VR's row names its router and network, every change
+writes an audit row); the connection, the dialects and the migrations are :mod:`xtc.policer.db`'s.
+
 Database URLs follow SQLAlchemy's spelling: ``sqlite:///relative/path.db``,
 ``sqlite:////absolute/path.db``, ``sqlite://`` (in memory, for tests), and
 ``postgresql://user@/dbname?host=/run/postgresql`` (psycopg 3; see :mod:`xtc.policer.db`).  A new

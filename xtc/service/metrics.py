@@ -8,11 +8,12 @@ prometheus_client is imported here (the XCo agent loads nothing heavier for its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 
-from prometheus_client import REGISTRY, CollectorRegistry, Info, ProcessCollector, disable_created_metrics, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import (REGISTRY, CollectorRegistry, Histogram, Info, ProcessCollector, disable_created_metrics,
+                               start_http_server)
+from prometheus_client.core import CounterMetricFamily, Metric
 
 __all__ = ["ServiceMetrics", "add_standard_metrics", "labelled_counter", "xtc_version"]
 
@@ -39,6 +40,13 @@ def add_standard_metrics(registry: CollectorRegistry, service: str) -> None:
         {"service": service, "version": xtc_version()})
 
 
+class _CollectFrom:
+    """A collector whose families are a function's (:meth:`ServiceMetrics.collect_from`)."""
+
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self.collect = collect
+
+
 class ServiceMetrics:
     """A service's own Prometheus registry (:attr:`registry`, with ``process_*`` and
     ``xtc_build_info{service}``) and its HTTP endpoint (:meth:`serve`).
@@ -49,6 +57,15 @@ class ServiceMetrics:
         #: The registry (a new one unless given: tests make several services in one process).
         self.registry = registry or CollectorRegistry()
         add_standard_metrics(self.registry, service)
+
+    def histogram(self, name: str, doc: str, buckets: Iterable[float]) -> Histogram:
+        """A histogram in this service's registry."""
+        return Histogram(name, doc, buckets=tuple(buckets), registry=self.registry)
+
+    def collect_from(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        """Register ``collect``: at each scrape, the metric families it yields (read from the
+        service's own counters then, so that nothing is counted twice)."""
+        self.registry.register(_CollectFrom(collect))
 
     def serve(self, address: str, port: int) -> int:
         """Start the HTTP endpoint in a thread; returns the port bound (for port 0)."""

@@ -68,6 +68,11 @@ core's states, backlogs and decisions are per destination.  The rules (docs/resu
 
 A controller datagram that fails a check is dropped and counted in :attr:`AgentCore.dropped` by
 reason (:data:`DROP_REASONS`), never raised.
+
+Why one file: :class:`AgentCore` is one state machine, and the rules above are its transitions:
+they read and write the same per-destination state (in force, pending, reported, given up, rates,
+demand), so each rule is one method beside the others rather than a module of its own; the I/O
+around it is :mod:`xtc.xco.agent_service`.
 """
 
 from __future__ import annotations

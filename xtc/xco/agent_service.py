@@ -37,7 +37,7 @@ from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
 from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
-from .controller import wall_us
+from .controller_service import wall_us
 from xtc.host.gate import CLOSED, OPEN, Gate, GateError
 from xtc.host.tcgate import TcGate, cleanup  # the real gate (netlink, root); it loads pyroute2 only when used
 from xtc.service.notify import Notifier
@@ -58,49 +58,46 @@ log = logging.getLogger("xtc.xco.agent")
 
 class _Metrics(ServiceMetrics):
     def __init__(self, svc_ref: Callable[[], AgentService]):
-        from prometheus_client import Histogram
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         super().__init__("xco_agent")
-        r = self.registry
-        self.directive_to_gate = Histogram(
+        self.directive_to_gate = self.histogram(
             "xco_agent_directive_to_gate_seconds",
             "From a directive's arrival (or its start_us, if it arrived ahead) to set_states returning, seconds",
-            buckets=(5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 0.05), registry=r)
-        self.set_states_seconds = Histogram(
+            (5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 0.05))
+        self.set_states_seconds = self.histogram(
             "xco_agent_set_states_seconds", "Wall time of one gate.set_states call, seconds",
-            buckets=(1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.02), registry=r)
+            (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.02))
 
-        class _Collector:
-            def collect(self_inner: Any) -> Any:
-                svc = svc_ref()
-                core = svc.core
-                yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
-                yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
-                yield labelled_counter("xco_messages_sent", "Datagrams sent to the controller", "type", core.sent)
-                yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
-                yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
-                yield CounterMetricFamily("xco_agent_reregisters", "Times the agent, idle and unanswered, registered again",
-                                          value=core.reregisters)
-                yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
-                yield CounterMetricFamily("xco_agent_stats_reads", "Reads of the gate's byte counters (tc statistics)", value=svc.polls)
-                yield GaugeMetricFamily("xco_agent_wake_advance_seconds",
-                                        "How far ahead of a directive's start the agent wakes to spin to it, seconds",
-                                        value=svc.wake_advance_us / 1e6)
-                yield CounterMetricFamily("xco_agent_stats_reads_deferred",
-                                          "Counter reads put off until a directive due before they would end was applied",
-                                          value=svc.deferred_polls)
-                yield GaugeMetricFamily("xco_agent_failed_open", "1 while every destination is open for want of a controller",
-                                        value=int(core.failed_open))
-                yield GaugeMetricFamily("xco_agent_welcomed", "1 once the controller has welcomed this host",
-                                        value=int(core.welcomed))
-                yield GaugeMetricFamily("xco_agent_flows", "Flows of this host", value=len(core.flows))
-                yield GaugeMetricFamily("xco_agent_destinations_held", "Destination hosts closed now",
-                                        value=sum(1 for s in core.states.values() if s == CLOSED))
-                yield GaugeMetricFamily("xco_agent_backlogged_destinations", "Destinations reported backlogged",
-                                        value=len(core.reported))
+        def collect() -> Any:
+            svc = svc_ref()
+            core = svc.core
+            yield labelled_counter("xco_messages_dropped", "Datagrams dropped", "reason", core.dropped, DROP_REASONS)
+            yield labelled_counter("xco_messages_received", "Valid datagrams received", "type", core.received)
+            yield labelled_counter("xco_messages_sent", "Datagrams sent to the controller", "type", core.sent)
+            yield CounterMetricFamily("xco_agent_directives", "Directives accepted", value=core.directives)
+            yield CounterMetricFamily("xco_agent_fail_opens", "Times the agent failed open", value=core.fail_opens)
+            yield CounterMetricFamily("xco_agent_reregisters", "Times the agent, idle and unanswered, registered again",
+                                      value=core.reregisters)
+            yield CounterMetricFamily("xco_agent_gate_errors", "Gate operations that failed", value=svc.gate_errors)
+            yield CounterMetricFamily("xco_agent_stats_reads", "Reads of the gate's byte counters (tc statistics)", value=svc.polls)
+            yield GaugeMetricFamily("xco_agent_wake_advance_seconds",
+                                    "How far ahead of a directive's start the agent wakes to spin to it, seconds",
+                                    value=svc.wake_advance_us / 1e6)
+            yield CounterMetricFamily("xco_agent_stats_reads_deferred",
+                                      "Counter reads put off until a directive due before they would end was applied",
+                                      value=svc.deferred_polls)
+            yield GaugeMetricFamily("xco_agent_failed_open", "1 while every destination is open for want of a controller",
+                                    value=int(core.failed_open))
+            yield GaugeMetricFamily("xco_agent_welcomed", "1 once the controller has welcomed this host",
+                                    value=int(core.welcomed))
+            yield GaugeMetricFamily("xco_agent_flows", "Flows of this host", value=len(core.flows))
+            yield GaugeMetricFamily("xco_agent_destinations_held", "Destination hosts closed now",
+                                    value=sum(1 for s in core.states.values() if s == CLOSED))
+            yield GaugeMetricFamily("xco_agent_backlogged_destinations", "Destinations reported backlogged",
+                                    value=len(core.reported))
 
-        r.register(_Collector())
+        self.collect_from(collect)
 
 
 class AgentService(StopOnSignal):

@@ -76,10 +76,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.slice_us <= 0:
         print("xtc xco replay: --slice-us must be > 0", file=sys.stderr)
         return 2
-    try:
-        topo = load_topology(args.topology)
-    except TopologyError as e:
-        print(f"xtc xco replay: {e}", file=sys.stderr)
+    topo = load_or_report(lambda: load_topology(args.topology), TopologyError, "xtc xco replay")
+    if topo is None:
         return 2
     try:
         src = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")
@@ -117,7 +115,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_controller(args: argparse.Namespace) -> int:
-    from .controller import run_controller
+    from .controller_service import run_controller
 
     return run_controller(args.config)
 

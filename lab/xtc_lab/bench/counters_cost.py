@@ -34,7 +34,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from xtc.host import rtnl_codec
 from xtc.host.counters import NetlinkCounters, ProcNetDevCounters
@@ -50,6 +51,25 @@ def make_namespace(name: str, pairs: int, up: bool = False) -> float:
         lines += "".join(f"link set xb{i}{s} up\n" for i in range(pairs) for s in "ab")
     subprocess.run(["ip", "-n", name, "-batch", "-"], input=lines, text=True, check=True)
     return time.monotonic() - t0
+
+
+def not_root() -> bool:
+    """True, with a line on stderr, when this process is not root (a bench makes a namespace)."""
+    if os.geteuid() == 0:
+        return False
+    print("needs root: creates a network namespace", file=sys.stderr)
+    return True
+
+
+@contextmanager
+def bench_namespace(prefix: str, pairs: int, up: bool = False) -> Iterator[tuple[str, float]]:
+    """A namespace ``<prefix>-<random>`` made by :func:`make_namespace`: (its name, the seconds it
+    took to make), removed on the way out whatever happened."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    try:
+        yield name, make_namespace(name, pairs, up)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
 
 
 def cpu_per_call_ms(call: Callable[[], object], reps: int) -> dict[str, float]:
@@ -99,12 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=2000, help="veth pairs (interfaces = 2 x pairs + lo)")
     parser.add_argument("--reps", type=int, default=40, help="reads measured per method")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        print("needs root: creates a network namespace", file=sys.stderr)
+    if not_root():
         return 2
-    name = f"xtcct-bench-{secrets.token_hex(3)}"
-    try:
-        setup_s = make_namespace(name, args.pairs)
+    with bench_namespace("xtcct-bench", args.pairs) as (name, setup_s):
         with NetlinkCounters(name) as nl, ProcNetDevCounters(netns=name) as proc:
             n_nl, n_proc = len(nl.read()), len(proc.read())
             if n_nl != 2 * args.pairs + 1 or n_proc != n_nl:
@@ -121,8 +138,6 @@ def main(argv: list[str] | None = None) -> int:
                 "python": sys.version.split()[0],
             }
         print(json.dumps(result, indent=2))
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return 0
 
 

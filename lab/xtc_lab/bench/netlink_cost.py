@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -44,7 +42,7 @@ from xtc.host.netlink import RouteSocket, in_netns
 from xtc.host.qdiscs import dump_tc
 from xtc.host.tccodec import RTM_GETTCLASS, decode_class_counters
 from xtc.host.tcgate import ROOT_HANDLE, TcGate
-from xtc_lab.bench.counters_cost import make_namespace
+from xtc_lab.bench.counters_cost import bench_namespace, not_root
 
 
 def cpu_per_call_us(call: Callable[[], object], reps: int) -> dict[str, float]:
@@ -67,14 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dests", type=int, default=64, help="destination classes on the gate")
     parser.add_argument("--reps", type=int, default=200, help="calls measured per method")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        print("needs root: creates a network namespace", file=sys.stderr)
+    if not_root():
         return 2
     from pyroute2 import IPRoute  # the comparison only: xtc's hot paths do not load it
 
-    name = f"xtcnl-bench-{secrets.token_hex(3)}"
-    try:
-        make_namespace(name, args.pairs, up=True)
+    with bench_namespace("xtcnl-bench", args.pairs, up=True) as (name, _):
         gate = TcGate("xb0a", link_bps=1_000_000_000, netns=name)
         gate.install()
         for d in range(args.dests):
@@ -128,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         for c in (counters, nl, ipr):
             c.close()
         print(json.dumps(result, indent=1))
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
     return 0
 
 

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xtc_lab.lab.cgroups import hybrid_cgroup2_mount
+
 DEFAULT_URI = "lxc:///"
 LAB_URIS = ("lxc:///", "qemu:///system")  # one libvirtd serves the lab's LXC and QEMU VRs
 QEMU_USER = "libvirt-qemu"
@@ -83,28 +85,6 @@ class LibvirtdPaths:
     @property
     def lease_lock(self) -> Path:
         return self.state_dir / "libvirtd.users"
-
-
-def hybrid_cgroup2_mount(mountinfo_text: str) -> str | None:
-    """Return the mount point of a cgroup2 tree mounted *beside* cgroup v1, or None.
-
-    Parameters
-    ----------
-    mountinfo_text
-        Contents of ``/proc/self/mountinfo``.
-
-    Returns
-    -------
-    str or None
-        e.g. ``"/sys/fs/cgroup/unified"`` on a hybrid host; None on a pure cgroup v2 host
-        (``/sys/fs/cgroup`` itself is cgroup2) or a host without cgroup2.
-    """
-    from xtc_lab.lab.cgroups import parse_cgroup_mounts
-
-    cgroup2 = [m.mount_point for m in parse_cgroup_mounts(mountinfo_text) if m.version == 2]
-    if "/sys/fs/cgroup" in cgroup2 or not cgroup2:
-        return None
-    return cgroup2[0]
 
 
 def process_start_time(pid: int, proc: Path = Path("/proc")) -> int | None:

@@ -57,6 +57,13 @@ record says ``"persistent": true`` and :func:`teardown_orphans` never removes it
 down`` does).  Network namespaces are created and
 removed with ``pyroute2.netns`` (bind mounts under /run/netns, as ``ip netns`` does).
 Programs are run inside them with ``ip netns exec``.
+
+Why one file: :class:`NetLab` builds and tears down one lab, and what else is here is what it is
+built of (the addressing plan, the forwarder's command line, the domain XML, the packet counters
+its VRs are measured by, the teardown by prefix that also clears a crashed lab's leftovers); they
+change together when the lab's shape changes.  The cgroups of netns VRs are
+:mod:`xtc_lab.lab.cgroups`'s, the record of a lab that outlives its command
+:mod:`xtc_lab.lab.record`'s.
 """
 
 from __future__ import annotations
@@ -66,7 +73,6 @@ import os
 import random
 import re
 import shlex
-import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -75,10 +81,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 
 from xtc_lab.lab import qemu
 from xtc_lab.lab.build import build_forwarder
+from xtc_lab.lab.cgroups import (CpuCgroup, LabError, create_cgroup, find_cpu_cgroup, kill_pids, lab_cgroups,
+                                  remove_cgroup)
 from xtc_lab.lab.libvirtd import process_start_time
 
 LAB_NET = ipaddress.ip_network("198.18.0.0/15")
@@ -91,10 +98,6 @@ PREFIX_MAX_LEN = 10  # "<prefix>-a250" must fit in IFNAMSIZ - 1 = 15 characters
 NETNS_DIR = Path("/run/netns")
 LAB_REGISTRY = Path("/run/xtc/labs")
 DEFAULT_PERIOD_US = 100_000
-
-
-class LabError(RuntimeError):
-    """A lab object could not be created, changed or removed (the reason is in the message)."""
 
 
 def random_prefix(stem: str = "xtct") -> str:
@@ -137,40 +140,6 @@ def chain_addresses(c: int, hops: int) -> tuple[str, str, tuple[str, ...]]:
     net = ipaddress.ip_network(f"198.19.{c}.0/24")
     assert net.subnet_of(LAB_NET)  # type: ignore[arg-type]
     return str(net[1]), str(net[2]), tuple(str(net[10 + h]) for h in range(1, hops))
-
-
-# ------------------------------------------------------------------------------ cgroups
-@dataclass(frozen=True)
-class CpuCgroup:
-    """The root of the cgroup hierarchy whose cpu controller caps the lab's netns VRs.
-
-    ``version`` 1: the v1 ``cpu`` hierarchy (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``);
-    ``version`` 2: the unified hierarchy with the cpu controller enabled for children
-    (``cpu.max``).  ``acct_root``: the v1 ``cpuacct`` hierarchy when it is mounted apart from
-    ``cpu`` (this host), where each lab cgroup gets a twin of the same name, so that the VR's CPU
-    time is accounted on its own (``cpuacct.usage``, read by the daemon's cgroup backend); None
-    when the cpu group itself accounts (v2, or cpu and cpuacct mounted together).
-    """
-
-    version: int
-    root: Path
-    acct_root: Path | None = None
-
-    @property
-    def quota_file(self) -> str:
-        """The file that holds a cgroup's CPU limit."""
-        return "cpu.cfs_quota_us" if self.version == 1 else "cpu.max"
-
-    def path(self, name: str) -> Path:
-        """The directory of the cgroup ``name`` (a direct child of the root)."""
-        if not name or "/" in name or name in (".", ".."):
-            raise LabError(f"bad cgroup name {name!r}")
-        return self.root / name
-
-    def acct_path(self, name: str) -> Path | None:
-        """The directory of the cpuacct twin of the cgroup ``name`` (None without ``acct_root``)."""
-        self.path(name)  # the same checks
-        return None if self.acct_root is None else self.acct_root / name
 
 
 #: Largest per-frame work factor the forwarder accepts (its ``-f`` option).
@@ -229,141 +198,6 @@ def forwarder_argv(forwarder: Path | str, work_iters: int, work_factor: float = 
     if wait_s is not None:
         argv += ["-t", str(wait_s)]
     return argv + ["eth0", "eth1"]
-
-
-def cpu_cgroup_mounts(mountinfo_text: str) -> tuple[str | None, str | None]:
-    """Mount points of the cgroup v1 hierarchy holding ``cpu`` and of the cgroup2 tree.
-
-    Parameters
-    ----------
-    mountinfo_text
-        Contents of ``/proc/self/mountinfo``.
-
-    Returns
-    -------
-    tuple
-        (v1 cpu mount point or None, cgroup2 mount point or None).  Whether the cgroup2 tree
-        offers the cpu controller is not in mountinfo (see :func:`find_cpu_cgroup`).
-    """
-    from xtc_lab.lab.cgroups import parse_cgroup_mounts
-
-    mounts = parse_cgroup_mounts(mountinfo_text)
-    v1 = next((m.mount_point for m in mounts if m.version == 1 and "cpu" in m.controllers), None)
-    v2 = next((m.mount_point for m in mounts if m.version == 2), None)
-    return v1, v2
-
-
-def find_cpu_cgroup(mountinfo: Path = Path("/proc/self/mountinfo")) -> CpuCgroup:
-    """The cgroup hierarchy in which the lab can cap netns VRs (v1 ``cpu`` first, else v2).
-
-    Raises
-    ------
-    LabError
-        No hierarchy offers a usable cpu controller (the message says what was found).
-    """
-    try:
-        v1, v2 = cpu_cgroup_mounts(mountinfo.read_text())
-    except OSError as e:
-        raise LabError(f"cannot read {mountinfo}: {e}") from e
-    if v1 is not None:
-        root = Path(v1)
-        if not (root / "cpu.cfs_quota_us").exists():
-            raise LabError(f"the cgroup v1 cpu hierarchy at {root} has no cpu.cfs_quota_us (kernel without CFS bandwidth control)")
-        from xtc_lab.lab.cgroups import parse_cgroup_mounts
-
-        acct = next((m.mount_point for m in parse_cgroup_mounts(mountinfo.read_text())
-                     if m.version == 1 and "cpuacct" in m.controllers and "cpu" not in m.controllers), None)
-        return CpuCgroup(1, root, Path(acct) if acct is not None else None)
-    if v2 is None:
-        raise LabError("no cgroup cpu controller: neither a cgroup v1 'cpu' hierarchy nor a cgroup2 tree is mounted")
-    root = Path(v2)
-    try:
-        controllers = (root / "cgroup.controllers").read_text().split()
-        enabled = (root / "cgroup.subtree_control").read_text().split()
-    except OSError as e:
-        raise LabError(f"cannot read the cgroup2 controllers at {root}: {e}") from e
-    if "cpu" not in controllers:
-        raise LabError(f"the cgroup2 tree at {root} has no cpu controller (controllers: {' '.join(controllers) or 'none'})")
-    if "cpu" not in enabled:
-        raise LabError(f"the cpu controller is not enabled for children of {root}; "
-                       f"enable it with: echo +cpu > {root / 'cgroup.subtree_control'}")
-    return CpuCgroup(2, root)
-
-
-def create_cgroup(cg: CpuCgroup, name: str) -> Path:
-    """Create the cgroup ``name`` under ``cg`` (unlimited at first), and its cpuacct twin where
-    cpuacct is mounted apart (:attr:`CpuCgroup.acct_root`); return the cpu group's directory."""
-    d = cg.path(name)
-    try:
-        d.mkdir()
-    except FileExistsError:
-        raise LabError(f"cgroup {d} already exists") from None
-    except OSError as e:
-        raise LabError(f"cannot create cgroup {d}: {e}") from e
-    if not (d / cg.quota_file).exists():
-        _rmdir_quietly(d)
-        raise LabError(f"cgroup {d} has no {cg.quota_file}: the cpu controller is not available there")
-    twin = cg.acct_path(name)
-    if twin is not None:
-        try:
-            twin.mkdir()
-        except OSError as e:
-            _rmdir_quietly(d)
-            what = "already exists" if isinstance(e, FileExistsError) else f"cannot be created: {e}"
-            raise LabError(f"cpuacct cgroup {twin} {what}") from None
-    return d
-
-
-def cgroup_pids(d: Path) -> list[int]:
-    """Pids of the processes in cgroup directory ``d`` (empty if it does not exist)."""
-    try:
-        return [int(p) for p in (d / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def remove_cgroup(d: Path, timeout_s: float = 3.0) -> bool:
-    """Kill the processes in cgroup ``d`` and remove it; True if it existed."""
-    if not d.is_dir():
-        return False
-    kill_pids(cgroup_pids(d))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            d.rmdir()
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as e:
-            if time.monotonic() > deadline:
-                raise LabError(f"cannot remove cgroup {d}: {e} (processes: {cgroup_pids(d)})") from e
-            kill_pids(cgroup_pids(d), timeout_s=0.2)
-            time.sleep(0.02)
-
-
-def _rmdir_quietly(d: Path) -> None:
-    try:
-        d.rmdir()
-    except OSError:
-        pass
-
-
-def lab_cgroups(prefix: str) -> list[Path]:
-    """The cgroups named ``<prefix>-...`` in the host's cpu hierarchy and, where cpuacct is mounted
-    apart, in the cpuacct hierarchy (none if there is no cpu hierarchy)."""
-    try:
-        cg = find_cpu_cgroup()
-    except LabError:
-        return []
-    out: list[Path] = []
-    for root in (cg.root, cg.acct_root):
-        if root is None:
-            continue
-        try:
-            out += sorted(d for d in root.iterdir() if d.is_dir() and d.name.startswith(prefix + "-"))
-        except OSError:
-            pass
-    return out
 
 
 def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
@@ -565,32 +399,6 @@ def pids_in_netns(name: str, netns_dir: Path = NETNS_DIR, proc: Path = Path("/pr
         if (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino):
             pids.append(int(entry.name))
     return pids
-
-
-def kill_pids(pids: list[int], timeout_s: float = 3.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        live = []
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-                live.append(pid)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout_s
-        while live and time.monotonic() < deadline:
-            live = [p for p in live if not _is_gone(p)]
-            time.sleep(0.02)
-        pids = live
-        if not pids:
-            return
-
-
-def _is_gone(pid: int) -> bool:
-    """True if ``pid`` has exited: no such process, or a zombie."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
 
 
 def teardown_prefix(prefix: str, uri: str | None = "lxc:///") -> list[str]:

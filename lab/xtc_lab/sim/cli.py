@@ -1,5 +1,5 @@
 """``xtc simulate <experiment>``: the XTC paper's experiments on the simulated plant, and
-``xtc simulate xco FIG``: the XCo paper's switch-queue experiments (:mod:`xtc_lab.xco.simulate`)."""
+``xtc simulate xco FIG``: the XCo paper's switch-queue experiments (:mod:`xtc_lab.xco.simulate_figures`)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def register(subparsers: Any) -> None:
         if name == "fixedcap":
             e.add_argument("--hog", type=float, default=0.15, help="CPU share of the hog inside the VR (default 0.15)")
         e.set_defaults(func=_run, experiment_name=name)
-    from xtc_lab.xco.simulate import add_xco
+    from xtc_lab.xco.simulate_figures import add_xco
 
     add_xco(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

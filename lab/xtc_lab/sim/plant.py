@@ -68,6 +68,10 @@ What is modelled, per sub-step of ``dt_s`` seconds:
 Caps are applied with an optional resolution (``cap_resolution_percent``):
 Xen's credit scheduler takes integer percents (use 1.0), libvirt LXC/QEMU
 quotas in microseconds are practically continuous (0.0, the default).
+
+Why one file: one model, ``x[k+1] = f(x[k], u[k])``: the configurations (:class:`VRConfig`,
+:class:`Dom0Config`, :class:`PlantConfig`) are its parameters, the capacity curve and the traffic
+its laws, and :class:`Plant` the step that applies them; each is read only with the others.
 """
 
 from __future__ import annotations

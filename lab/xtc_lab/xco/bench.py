@@ -221,7 +221,7 @@ def sim_test(n_hosts: int, sim_s: float = 1.0, mode: str = "timeslice", fast_for
     simulator's default); False steps through every 10 us.  ``cores``: the product's agent and
     controller cores run the control (:mod:`xtc_lab.xco.oneloop`; ``cores_wall_s`` of the wall
     time is theirs); False: the scheduler alone."""
-    from .simulate import run_fig27  # (imported here: only this entry needs it)
+    from .simulate_figures import run_fig27  # (imported here: only this entry needs it)
     row = run_fig27([max(2, n_hosts // 200)], modes=(mode,), duration_s=sim_s, fast_forward=fast_forward,
                     cores=cores)["rows"][0]
     return {"hosts": row["hosts"], "mode": mode, "sim_s": sim_s, "fast_forward": fast_forward, "cores": cores,

@@ -5,6 +5,10 @@ its pure-Python code).  The kernels are compiled on first use and cached on disk
 next to this file, or, when that directory is not writable, in numba's per-user cache directory or
 ``$NUMBA_CACHE_DIR``); :func:`warm_up` compiles (or loads) them all and returns the time it took.
 
+Why one file: the kernels are one compiled unit over one state layout (the column constants
+below), call one another, and are compiled and cached together; split, each module would repeat
+the layout.
+
 State, all integer arrays (``n`` hosts, ``L`` directed links, flow slots ``F``):
 
 - ``T[4, n_switches]``: switch parent, depth, up link, down link (the tree; paths are computed).

@@ -21,6 +21,10 @@ that is transmitting and not triggering keeps its destination.  Before the event
 maximal, so a waiting sender that fits now had, on the path it fits on, a link without room for
 its NIC, and that link was released by the event: it is on one of the merged lists.  Everything
 else is visited in the reference's order with the same destination order and the same test.
+
+Why one file: one algorithm in its two forms, the pure-Python :class:`PyFastScheduler` and
+:class:`KernelScheduler`, which subclasses it and runs the same steps in compiled kernels
+(:mod:`._kernel`); :data:`FastScheduler` picks one of the two here.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ from it, each phase also records what the generators sent (``sent_pps``, the hos
 veths) and what the taps dropped (``tap_tx_drop_pps``).
 
 Units: packets/s (pps; kp/s in the report), percent of one CPU, seconds.
+
+Why one file: one experiment (Figure 17) from its run to its report, like the other experiment
+modules; the CPU accounting of its phases (``/proc/stat`` and the VRs' and other processes' ticks)
+is read by this experiment alone.
 """
 
 from __future__ import annotations
