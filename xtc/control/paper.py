@@ -1,7 +1,7 @@
 """The paper's controllers: its PI and dead-beat law (:class:`PaperPI`) and Fixed Cap (:class:`FixedCap`).
 
 The references XTC's own law (:mod:`xtc.control.laws`) is measured against (``xtc bench control``,
-controllers ``pi``, ``deadbeat``, ``deadbeat+capmin3`` and ``fixed``).  Pure: no I/O and no clock.
+controllers ``pi``, ``deadbeat``, ``deadbeat-capmin3`` and ``fixed``).  Pure: no I/O and no clock.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              measure_with_generator, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
+from xtc_lab.sim.experiments import CONTROLLER_ALIASES
 from xtc_lab.sim.metrics import settling_periods
 
 TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and XTC's controller"
@@ -203,7 +204,8 @@ class SampleTap:
 
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
-    names = [c.strip() for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
+    names = [CONTROLLER_ALIASES.get(c.strip(), c.strip())
+             for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
     bad = [n for n in names if n not in CONTROLLERS]
     if bad:
         raise ValueError(f"unknown controllers {bad}: choose from {', '.join(CONTROLLERS)}")
