@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from xtc.policer.api import create_app, openapi_document
-from xtc.policer.config import ConfigError, PolicerConfig, loads_config
+from xtc.policer.config import PolicerConfigError, PolicerConfig, loads_config
 from xtc.policer.store import Store, StoreError, parse_db_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,10 +131,10 @@ def test_config_and_db_url(tmp_path: Path) -> None:
     assert loads_config("", env={"XTC_POLICER_TOKENS": f"{TOKEN},{'b' * 20}"}).tokens == {TOKEN, "b" * 20}
     for text, key in (("[server]\nprot = 1\n", "server.prot"), ("[engine]\nperiod_s = 0\n", "engine.period_s"),
                       ('[database]\nurl = "mysql://x"\n', "database.url"), ("[bogus]\n", "bogus")):
-        with pytest.raises(ConfigError) as ei:
+        with pytest.raises(PolicerConfigError) as ei:
             loads_config(text, env={})
         assert ei.value.key == key
-    with pytest.raises(ConfigError, match="at least 16"):
+    with pytest.raises(PolicerConfigError, match="at least 16"):
         loads_config("", env={"XTC_POLICER_TOKENS": "short"})
 
 

@@ -365,7 +365,7 @@ def test_files_are_private(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
 
     import xtc.service.curve
     from xtc.cli import main
-    from xtc.policer.config import ConfigError, loads_config
+    from xtc.policer.config import PolicerConfigError, loads_config
 
     # Database files: 0600, with their WAL and shared-memory files.
     os.umask(0o022)
@@ -398,7 +398,7 @@ def test_files_are_private(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     tf = tmp_path / "tokens"
     tf.write_text(TOKEN + "\n")
     tf.chmod(0o644)
-    with pytest.raises(ConfigError, match="chmod o-rw"):
+    with pytest.raises(PolicerConfigError, match="chmod o-rw"):
         loads_config(f'[auth]\ntokens_file = "{tf}"\n', env={})
     tf.chmod(0o600)
     assert loads_config(f'[auth]\ntokens_file = "{tf}"\n', env={}).tokens == {TOKEN}

@@ -12,7 +12,7 @@ from conftest import wait_for
 
 from xtc.policer.db import SCHEMA_VERSION, LeaderLock
 from xtc.policer.policy import ActivationState
-from xtc.policer.store import Conflict, NotLeader, Outcome, Store, StoreError
+from xtc.policer.store import Conflict, NotLeader, ExchangeOutcome, Store, StoreError
 
 DATA = Path(__file__).parent / "data"
 
@@ -206,21 +206,21 @@ def test_a_batch_of_outcomes_is_one_transaction_in_order(db_url: str) -> None:
     """The engine's batch: statuses, VRs and audit records of several routers in one transaction, each
     router's records in the order of its outcome; a removed router left alone; plans saved together."""
     from xtc.policer.policy import MisbehaviourState
-    from xtc.policer.store import Outcome
+    from xtc.policer.store import ExchangeOutcome
 
     s = Store(db_url)
     for n in ("up", "down", "back", "gone"):
         s.add_router(n, "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
     s.record_poll("up", [{"vr": "a"}, {"vr": "b"}])
-    s.record_outcomes([Outcome("back", "unreachable", "timeout")])
+    s.record_outcomes([ExchangeOutcome("back", "unreachable", "timeout")])
     s.remove_router("gone", "test")
     last = s.list_actions(limit=1000)[-1]["id"]
     prev = s.record_outcomes([
-        Outcome("up", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}, {"vr": "c"}],
+        ExchangeOutcome("up", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}, {"vr": "c"}],
                 records=[("setpoint", "a", {"cmd": "setpoint", "setpoint_pps": 9.0})]),
-        Outcome("down", "unreachable", "no answer"),
-        Outcome("back", "reachable", vrs=[]),
-        Outcome("gone", "reachable", vrs=[{"vr": "x"}]),
+        ExchangeOutcome("down", "unreachable", "no answer"),
+        ExchangeOutcome("back", "reachable", vrs=[]),
+        ExchangeOutcome("gone", "reachable", vrs=[{"vr": "x"}]),
     ])
     assert prev == {"up": "unknown", "down": "unknown", "back": "unreachable", "gone": None}
     got = [(a["kind"], a["router"], a["vr"]) for a in s.list_actions(after_id=last, limit=1000)]
@@ -295,14 +295,14 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
                         for v in vrs + ["d"] if rng.random() > (0.1 if v != "d" else 0.9)]
             last[r] = rows
             now = t[0] + 1
-            if eng.record_outcomes([Outcome(r, rng.choice(["reachable", None]), None, vrs=rows)])[r] is not None:
+            if eng.record_outcomes([ExchangeOutcome(r, rng.choice(["reachable", None]), None, vrs=rows)])[r] is not None:
                 eng.snapshot()  # the measurements, live until then
                 got = {v["name"]: v for v in api.list_vrs(r)}  # every VR reported written, at this time
                 assert all((got[v["vr"]]["last_seen_unix_s"], got[v["vr"]]["measured_pps"], got[v["vr"]]["state"])
                            == (now, v["measured_pps"], v["state"]) for v in rows), i
             steps["measure"] += 1
         elif k < 0.45:
-            eng.record_outcomes([Outcome(r, "unreachable", "no answer")])
+            eng.record_outcomes([ExchangeOutcome(r, "unreachable", "no answer")])
         elif k < 0.75:  # the engine saves a plan for VRs it read
             st = eng.router_states([r]).get(r)
             per_vr = {n: {"derived_setpoint_pps": value(), "wanted_state": rng.choice([None, "active", "paused"]),
@@ -347,12 +347,12 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
     except Conflict:
         pass
     for _ in range(3):
-        eng.record_outcomes([Outcome("r0", "reachable", None, vrs=same)])
+        eng.record_outcomes([ExchangeOutcome("r0", "reachable", None, vrs=same)])
         eng.router_states(["r0"])
     api.remove_router("r0", "test")
     api.add_router("r0", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
     assert not any(v["present"] for v in eng.router_states(["r0"])["r0"][1].values())  # read again: absent
-    out = Outcome("r0", "reachable", None, vrs=same)
+    out = ExchangeOutcome("r0", "reachable", None, vrs=same)
     eng.record_outcomes([out])
     assert out.appeared == vrs and eng.router_states(["r0"])["r0"] == fresh()["r0"]
     eng.close()
@@ -386,7 +386,7 @@ def test_an_api_write_waits_for_the_engines_save_of_its_router_instead_of_deadlo
         store.add_router("r", "tcp://127.0.0.1:9", 1e6, "on", None, "test")
         vr = {"vr": "v0", "state": "active", "present": True, "setpoint_pps": 1000.0, "measured_pps": 900.0,
               "offered_pps": 1200.0, "cap_percent": 1.5, "saturated": None}
-        store.record_outcomes([Outcome("r", "reachable", None, vrs=[vr], records=[])])
+        store.record_outcomes([ExchangeOutcome("r", "reachable", None, vrs=[vr], records=[])])
         errors: list[BaseException] = []
 
         def api_write() -> None:
@@ -452,11 +452,11 @@ def test_measurements_live_in_memory_until_a_snapshot(db_url: str) -> None:
     t = [100.0]
     s = Store(db_url, clock=lambda: t[0])
     s.add_router("r1", "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}])])
     assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # appeared: written at once
     assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 5.0  # its rows kept from now on
     t[0] = 101.0
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 7.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 7.0}])])
     assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # a new measurement only: live
     assert (s.get_vr("r1", "a")["measured_pps"], s.get_vr("r1", "a")["last_seen_unix_s"]) == (7.0, 101.0)
     assert s.get_router("r1")["last_seen_unix_s"] == 101.0
@@ -464,10 +464,10 @@ def test_measurements_live_in_memory_until_a_snapshot(db_url: str) -> None:
     s.set_manual_setpoint("r1", "a", 3000.0, "test")  # another writer: the rows are read again, live values over them
     assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 7.0
     t[0] = 102.0
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 8.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 8.0}])])
     assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}  # its state changed: written at once
     t[0] = 103.0
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 9.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 9.0}])])
     s.save_plan("r1", ActivationState(True, None), 9.0, {}, [("activate", "a", {})])
     assert s.list_actions(kind="activate")  # a decision: at once
     assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}

@@ -25,7 +25,7 @@ from xtc.training.cli import EXIT_ERROR, EXIT_POOR_FIT, main
 from xtc.host.ifcounters import IfCounters
 from xtc.training.collect import SweepPlan, parse_caps, run_sweep
 from xtc.training.fit import CapLevel, find_cap_threshold, fit_sweep
-from xtc.training.sweep import Sample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
+from xtc.training.sweep import SweepSample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
 from xtc.training.synth import model_sweep
 
 PAPER = PAPER_MODEL.model
@@ -111,7 +111,7 @@ def test_bad_csv_is_refused_with_a_clear_error(text: str, words: list[str]) -> N
 
 # ------------------------------------------------------------------------ unusable sweeps
 def test_flat_sweep_is_refused() -> None:
-    flat = [Sample(100000, c, i, 50000 + 10 * i, 1.0) for c in CAPS for i in range(5)]
+    flat = [SweepSample(100000, c, i, 50000 + 10 * i, 1.0) for c in CAPS for i in range(5)]
     with pytest.raises(TrainingError, match="does not change with the cap"):
         fit_sweep(Sweep(tuple(flat)))
 
@@ -229,7 +229,7 @@ def test_cli_design_refuses_bad_csv_and_writes_nothing(tmp_path: Path, text: str
 
 def test_cli_design_refuses_flat_and_short_sweeps(tmp_path: Path) -> None:
     out = tmp_path / "model.toml"
-    flat = [Sample(100000, c, i, 50000.0, 1.0) for c in CAPS for i in range(5)]
+    flat = [SweepSample(100000, c, i, 50000.0, 1.0) for c in CAPS for i in range(5)]
     assert main(["design", str(_write(tmp_path, format_sweep_csv(flat))), "--out", str(out)]) == EXIT_ERROR
     short = model_sweep(PAPER, CAPS, offered_pps=40_000.0)
     assert main(["design", str(_write(tmp_path, format_sweep_csv(short))), "--out", str(out)]) == EXIT_ERROR
@@ -370,7 +370,7 @@ def _overshooting_sweep(overshoot: float) -> Sweep:
             y = level + (overshoot * (level - prev) if i == 0 and prev is not None else 0.0)
             y += 50.0 * ((i * 7 + int(cap)) % 3 - 1)  # a little deterministic noise
             t += 1.0
-            out.append(Sample(100_000.0, cap, i, y, 1.0, i < 1, t))
+            out.append(SweepSample(100_000.0, cap, i, y, 1.0, i < 1, t))
         prev = level
     return Sweep(tuple(out))
 

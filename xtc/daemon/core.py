@@ -53,7 +53,7 @@ __all__ = [
     "VrReading",
     "SetCap",
     "RestoreCap",
-    "Instance",
+    "InstanceMachine",
     "DaemonCore",
     "StateError",
     "Checkpoint",
@@ -94,7 +94,7 @@ Action = SetCap | RestoreCap
 
 
 @dataclass(slots=True)
-class Instance:
+class InstanceMachine:
     """The XTC instance of one VR (runtime state, persisted by :meth:`DaemonCore.to_state`)."""
 
     vr: str
@@ -121,7 +121,7 @@ class Instance:
     slack_periods: int = 0
 
 
-def _lag_of(inst: Instance | None) -> dict[str, Any]:
+def _lag_of(inst: InstanceMachine | None) -> dict[str, Any]:
     """``lag`` and ``lag_measured`` of an instance object (None for controllers without a lag estimate)."""
     c = inst.controller if inst is not None else None
     tuning = getattr(c, "tuning", None)
@@ -136,7 +136,7 @@ def _lag_of(inst: Instance | None) -> dict[str, Any]:
 #: :data:`SATURATED_TOLERANCE` short of (cap at its maximum) or above (cap at its minimum) the setpoint.
 SATURATED_AFTER_PERIODS = 5
 SATURATED_TOLERANCE = 0.03
-#: The most ``Instance.slack_periods`` counts up to (so that a VR flagged ``cap_slack`` that then
+#: The most ``InstanceMachine.slack_periods`` counts up to (so that a VR flagged ``cap_slack`` that then
 #: reaches its setpoint loses the flag within ``SLACK_COUNT_MAX - SATURATED_AFTER_PERIODS + 1`` periods).
 SLACK_COUNT_MAX = 2 * SATURATED_AFTER_PERIODS
 
@@ -148,7 +148,7 @@ def _unchanged(cap: np.ndarray, applied: np.ndarray) -> np.ndarray:
     return (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
 
 
-def _saturation_step(inst: Instance, measured_pps: float) -> None:
+def _saturation_step(inst: InstanceMachine, measured_pps: float) -> None:
     caps = getattr(inst.controller, "caps", None)
     if caps is None:
         return
@@ -162,7 +162,7 @@ def _saturation_step(inst: Instance, measured_pps: float) -> None:
         inst.saturated_periods = 0
 
 
-def saturation_of(inst: Instance | None) -> str | None:
+def saturation_of(inst: InstanceMachine | None) -> str | None:
     """``"cap_max"``, ``"cap_min"``, ``"cap_slack"`` or None: is the instance's setpoint out of
     reach of its caps (at their maximum, at their minimum, or with a cap its VR does not use up)?"""
     if inst is None or inst.state != ACTIVE:
@@ -212,8 +212,8 @@ class _Frame:
                  "in_bank", "idle", "bank_idx", "bank_insts", "bank_ctls", "n_bank", "rnames", "ridx",
                  "rows", "bank_pos", "reads_cpu", "dead_zone", "any_reads_cpu")
 
-    def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[Instance], names: list[str],
-                 insts: list[Instance], states: list[str], ctls: list[Any], active: np.ndarray,
+    def __init__(self, core: "DaemonCore", keys: list[str], all_insts: list[InstanceMachine], names: list[str],
+                 insts: list[InstanceMachine], states: list[str], ctls: list[Any], active: np.ndarray,
                  in_bank: np.ndarray) -> None:
         self.bank, self.vrs, self.epoch = core._bank, core.vrs, core._vrs_epoch
         self.keys, self.all = keys, all_insts
@@ -298,7 +298,7 @@ class DaemonCore:
     controller_factory: ControllerFactory
     max_setpoint_pps: float = 1e8
     reassert_period_s: float = 30.0
-    instances: dict[str, Instance] = field(default_factory=dict)
+    instances: dict[str, InstanceMachine] = field(default_factory=dict)
     pending_restores: dict[str, float | None] = field(default_factory=dict)
     #: Exact original records of the pending restores that have one (see :class:`RestoreCap`).
     pending_records: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -310,7 +310,7 @@ class DaemonCore:
     #: tells whether the cap binds (``XtcTuning.cap_bound_fraction``).
     cpu_wanted: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     #: The instances whose ``slack_periods`` is not 0, by ``id``.
-    _slack: dict[int, Instance] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _slack: dict[int, InstanceMachine] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: The bank that steps the factory's controllers together (None: the factory's kind has none).
     _bank: ControllerBank | None = field(default=None, init=False, repr=False, compare=False)
     _bank_factory: Any = field(default=None, init=False, repr=False, compare=False)
@@ -493,7 +493,7 @@ class DaemonCore:
             original = current_cap_percent
         ctl = self.controller_factory()
         ctl.start(current_cap_percent if current_cap_percent is not None else 100.0)
-        inst = Instance(
+        inst = InstanceMachine(
             vr=vr,
             state=ACTIVE,
             setpoint_pps=setpoint_pps,
@@ -712,7 +712,7 @@ class DaemonCore:
             return []
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
-    def _step_bank(self, batch: list[Instance], ctls: list[Any], measured: np.ndarray, offered: np.ndarray,
+    def _step_bank(self, batch: list[InstanceMachine], ctls: list[Any], measured: np.ndarray, offered: np.ndarray,
                    reading_of: Callable[[int], VrReading], rows: Rows | None = None, at: Any = _EVERYTHING,
                    cpu: np.ndarray | None = None) -> None:
         """The bank's controllers of ``batch`` step on their rates; caps and saturation follow.
@@ -746,7 +746,7 @@ class DaemonCore:
             for k in np.flatnonzero(changed).tolist():
                 batch[k].saturated_periods = int(new[k])
 
-    def _count_slack(self, live: list[Instance], stepped: np.ndarray, measured: np.ndarray,
+    def _count_slack(self, live: list[InstanceMachine], stepped: np.ndarray, measured: np.ndarray,
                      cpu: np.ndarray | None) -> None:
         """``slack_periods`` of the instances short of their setpoints (few: the VRs whose CPU is
         read) and of those counted before.
@@ -759,7 +759,7 @@ class DaemonCore:
         periods that happen to reach the setpoint too, and a period now and then at the cap (a
         partly held TCP VR) does not wipe out the periods before it.
         """
-        slack: dict[int, Instance] = {}
+        slack: dict[int, InstanceMachine] = {}
         seen: set[int] = set()
         if cpu is not None:
             for k in np.flatnonzero(stepped & ~np.isnan(cpu)).tolist():
@@ -797,7 +797,7 @@ class DaemonCore:
         self._slack = slack
 
     @staticmethod
-    def _step_one(inst: Instance, r: VrReading, cpu_percent: float | None = None) -> None:
+    def _step_one(inst: InstanceMachine, r: VrReading, cpu_percent: float | None = None) -> None:
         try:
             inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps, cpu_percent)
             _saturation_step(inst, r.forwarded_pps)
@@ -813,7 +813,7 @@ class DaemonCore:
         """
         if self.instances:
             self._refresh_bank()
-        batch: list[Instance] = []
+        batch: list[InstanceMachine] = []
         got: list[float] = []
         seen, instances = self._bank_seen, self.instances
         for vr, in_force, commanded in written:
@@ -834,7 +834,7 @@ class DaemonCore:
         if batch:
             self._tell_in_force(batch, got, [True] * len(batch))
 
-    def _tell_in_force(self, insts: list[Instance], got: list[float],
+    def _tell_in_force(self, insts: list[InstanceMachine], got: list[float],
                        banked: list[bool] | None = None, ctls: list[Any] | None = None,
                        rows: Rows | None = None, pos: np.ndarray | None = None) -> list[float]:
         """Each instance's controller learns its cap in force (the bank's together); caps follow.
@@ -980,7 +980,7 @@ class DaemonCore:
             **pending,
         }
 
-    def _sample_pairs(self) -> list[tuple[str, _VrView, Instance | None]]:
+    def _sample_pairs(self) -> list[tuple[str, _VrView, InstanceMachine | None]]:
         """Every known VR sorted by name, with its view and its instance (None: inactive).
 
         Kept while the VR views (:attr:`_vrs_epoch`) and the instances (the same objects under
@@ -1053,7 +1053,7 @@ class DaemonCore:
         raw_inst, raw_pend = doc.get("instances", {}), doc.get("pending_restores", {})
         if not isinstance(raw_inst, dict) or not isinstance(raw_pend, dict):
             raise StateError("'instances' and 'pending_restores' must be objects")
-        instances: dict[str, Instance] = {}
+        instances: dict[str, InstanceMachine] = {}
         for name, d in raw_inst.items():
             if not isinstance(d, dict):
                 raise StateError(f"instance {name!r} must be an object")
@@ -1082,7 +1082,7 @@ class DaemonCore:
                 except (ValueError, KeyError, TypeError, OverflowError) as e:
                     ctl.start(cap)
                     notes.append(f"instance {name!r}: controller state not reused ({e}); restarted from cap {cap:g}")
-            instances[name] = Instance(
+            instances[name] = InstanceMachine(
                 vr=name,
                 state=state,
                 setpoint_pps=float(sp),

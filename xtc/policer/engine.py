@@ -63,7 +63,7 @@ from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
 from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
-from .store import Outcome, Store
+from .store import ExchangeOutcome, Store
 
 __all__ = ["Engine", "RouterState", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
 
@@ -666,7 +666,7 @@ class Engine:
     def _handle_batch(self, items: list[tuple]) -> set[str]:
         """Record a batch of replies (one transaction), plan the routers that answered ``list`` (one read,
         one write), send their commands.  Returns the routers whose commands are in flight (still busy)."""
-        outcomes: list[Outcome] = []
+        outcomes: list[ExchangeOutcome] = []
         polled: list[tuple[dict[str, Any], Settings, float, float]] = []
         finished: list[tuple[str, float]] = []  # (router, t0): handled to the end in this batch
         for item in items:
@@ -684,12 +684,12 @@ class Engine:
                 st = self._st(name)
                 st.backoff = None
                 st.vr_set = frozenset(v["vr"] for v in vrs)
-                outcomes.append(Outcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
+                outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
                 polled.append((r, settings, now, t0))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)
                 _, r, settings, now, vrs, t0 = item
                 self._st(r["name"]).backoff = None
-                outcomes.append(Outcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
+                outcomes.append(ExchangeOutcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
                 polled.append((r, settings, now, t0))
             else:
                 _, name, cmds, results, t0 = item
@@ -766,7 +766,7 @@ class Engine:
             self._cycle[1] = end
         return busy
 
-    def _failed(self, name: str, err: BaseException) -> Outcome:
+    def _failed(self, name: str, err: BaseException) -> ExchangeOutcome:
         """The outcome of an exchange that failed (no answer, a refusal, a reply dropped); backoff updated."""
         msg = str(err)
         if isinstance(err, BadReply):
@@ -778,9 +778,9 @@ class Engine:
         prev_backoff = st.backoff[1] if st.backoff is not None else 0.0
         backoff = min(self.max_backoff_s, max(self.period_s, 2 * prev_backoff))
         st.backoff = (now + backoff - 0.5 * self.period_s, backoff)
-        return Outcome(name, "unreachable", msg)
+        return ExchangeOutcome(name, "unreachable", msg)
 
-    def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> Outcome:
+    def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> ExchangeOutcome:
         """The audit records of a router's command results; unreachable if the exchange failed."""
         records = []
         st = self._st(name)
@@ -797,7 +797,7 @@ class Engine:
                 return out
             else:
                 records.append((cmd.cmd, cmd.vr, detail))
-        return Outcome(name, None, records=records)
+        return ExchangeOutcome(name, None, records=records)
 
     def _confirm(self, name: str, vrs: list[dict[str, Any]]) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The audit records of the router's commands whose replies were lost, now that a measurement

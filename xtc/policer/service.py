@@ -48,7 +48,7 @@ import uvicorn
 from xtc.service.logs import setup_logging
 
 from .api import create_app
-from .config import ConfigError, PolicerConfig, check_transport, server_ssl_context
+from .config import PolicerConfigError, PolicerConfig, check_transport, server_ssl_context
 from .engine import Engine
 from .link import LinkPool
 from .samples import SampleStreams
@@ -133,7 +133,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     setup_logging(cfg.log_format, cfg.log_level)
     try:  # (again: --host may have changed the address, and the files may have changed since)
         check_transport(cfg)
-    except ConfigError as e:
+    except PolicerConfigError as e:
         print(f"xtc policer: {e}", file=sys.stderr)
         return 2
     try:

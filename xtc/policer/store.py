@@ -30,7 +30,7 @@ from .policy import POLICIES, ActivationState, MisbehaviourState
 #: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
 SATURATION = ("cap_max", "cap_min", "cap_slack")
 
-__all__ = ["SATURATION", "Outcome", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
+__all__ = ["SATURATION", "ExchangeOutcome", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
 
 def _f(v: Any) -> float | None:
     """A finite float or None (SQLite has no NaN; the API never returns one)."""
@@ -65,7 +65,7 @@ _MEASURED = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered
 
 
 @dataclass
-class Outcome:
+class ExchangeOutcome:
     """What one exchange with a router's daemon gave, for :meth:`Store.record_outcomes`.
 
     Attributes
@@ -301,7 +301,7 @@ class Store:
     def set_router_status(self, name: str, status: str, error: str | None, seen: bool) -> str | None:
         """Record a poll's outcome; returns the previous status (None: no such router, or removed)."""
         assert seen == (status == "reachable"), (status, seen)
-        return self.record_outcomes([Outcome(name, status, error)])[name]
+        return self.record_outcomes([ExchangeOutcome(name, status, error)])[name]
 
     # --------------------------------------------------------------------------------- vrs
     @staticmethod
@@ -611,12 +611,12 @@ class Store:
 
     def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Upsert the VRs a daemon reported; mark the others absent.  Returns (appeared, vanished)."""
-        out = Outcome(router, None, vrs=vrs)
+        out = ExchangeOutcome(router, None, vrs=vrs)
         self.record_outcomes([out])
         return out.appeared, out.vanished
 
-    def record_outcomes(self, outcomes: list["Outcome"]) -> dict[str, str | None]:
-        """Record a batch of the engine's exchanges with routers in one transaction (see :class:`Outcome`).
+    def record_outcomes(self, outcomes: list["ExchangeOutcome"]) -> dict[str, str | None]:
+        """Record a batch of the engine's exchanges with routers in one transaction (see :class:`ExchangeOutcome`).
 
         For each outcome, in order: its ``records`` go to the audit log; the router's status is set (a
         change to or from ``unreachable`` is audited); the VRs of a ``list`` reply are upserted, the
