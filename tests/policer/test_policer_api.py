@@ -75,7 +75,7 @@ def test_resources_errors_and_restart(db_url: str) -> None:
     assert c.put("/networks/blue/sla", json={"min_pps": 10000, "max_pps": 50000, "weight": 2}, headers=AUTH).status_code == 200
     # A VR appears when its daemon reports it; then it can join the network and get a manual setpoint.
     assert c.put("/vrs/r1/vr1/network", json={"network": "blue"}, headers=AUTH).status_code == 404
-    store.record_poll("r1", [{"vr": "vr1", "state": "inactive", "measured_pps": 1000.0, "offered_pps": 1000.0}])
+    store.record_poll("r1", [{"vr": "vr1", "state": "inactive", "forwarded_pps": 1000.0, "offered_pps": 1000.0}])
     assert c.put("/vrs/r1/vr1/network", json={"network": "nope"}, headers=AUTH).status_code == 404
     assert c.put("/vrs/r1/vr1/network", json={"network": "blue"}, headers=AUTH).json()["network"] == "blue"
     assert c.put("/vrs/r1/vr1/setpoint", json={"setpoint_pps": -5}, headers=AUTH).status_code == 422

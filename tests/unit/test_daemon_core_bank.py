@@ -37,7 +37,7 @@ def _scalar_period(core: DaemonCore, now_s: float, readings) -> list:
         view = core.vrs.get(name)
         if view is None:
             continue
-        view.measured_pps = r.forwarded_pps
+        view.forwarded_pps = r.forwarded_pps
         view.offered_pps = r.offered_pps
     actions = []
     for name, inst in core.instances.items():

@@ -43,3 +43,26 @@ def test_no_public_class_name_means_two_things() -> None:
         f"{name} in {', '.join(places)}" for name, places in sorted(twice.items()))
     stale = [name for name in TWICE_ALLOWED if len(where.get(name, ())) < 2]
     assert not stale, f"allowed twice but defined once or not at all now (remove from TWICE_ALLOWED): {stale}"
+
+
+def test_the_policer_reads_an_older_daemons_measured_pps_as_forwarded_pps() -> None:
+    import json
+
+    from xtc.daemon import api
+    from xtc.policer.link import BadReply, parse_vr_list
+    from xtc.policer.samples import parse_samples
+
+    old_fields = [{"forwarded_pps": "measured_pps"}.get(f, f) for f in api.SAMPLE_FIELDS]
+    row = ["vr0", "active", True, 1000.0, 900.0, 1200.0, 1.5, None, None, None]
+    want = [{"vr": "vr0", "state": "active", "present": True, "setpoint_pps": 1000.0, "forwarded_pps": 900.0,
+             "offered_pps": 1200.0, "cap_percent": 1.5, "saturated": None}]
+
+    def body(schema: str, fields: list[str]) -> bytes:
+        return json.dumps({"schema": schema, "t_unix_s": 1.0, "period_s": 1.0, "fields": fields, "vrs": [row]}).encode()
+
+    assert api.SAMPLES_SCHEMA == "xtc-samples/2" and "forwarded_pps" in api.SAMPLE_FIELDS
+    assert parse_samples([b"samples", body("xtc-samples/2", list(api.SAMPLE_FIELDS))], 8) == want
+    assert parse_samples([b"samples", body("xtc-samples/1", old_fields)], 8) == want
+    with pytest.raises(BadReply):  # the old name in the new format: refused
+        parse_samples([b"samples", body("xtc-samples/2", old_fields)], 8)
+    assert parse_vr_list({"vrs": [dict(zip(old_fields, row))]}, 8) == want

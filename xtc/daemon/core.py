@@ -148,15 +148,15 @@ def _unchanged(cap: np.ndarray, applied: np.ndarray) -> np.ndarray:
     return (applied == cap) | (diff <= np.abs(1e-9 * cap)) | (diff <= np.abs(1e-9 * applied))
 
 
-def _saturation_step(inst: InstanceMachine, measured_pps: float) -> None:
+def _saturation_step(inst: InstanceMachine, forwarded_pps: float) -> None:
     caps = getattr(inst.controller, "caps", None)
     if caps is None:
         return
     cap = inst.cap_percent
     r = inst.setpoint_pps
-    if cap >= caps.max_percent * (1 - 1e-9) and measured_pps < (1 - SATURATED_TOLERANCE) * r:
+    if cap >= caps.max_percent * (1 - 1e-9) and forwarded_pps < (1 - SATURATED_TOLERANCE) * r:
         inst.saturated_periods = max(inst.saturated_periods, 0) + 1
-    elif cap <= caps.min_percent * (1 + 1e-9) and measured_pps > (1 + SATURATED_TOLERANCE) * r:
+    elif cap <= caps.min_percent * (1 + 1e-9) and forwarded_pps > (1 + SATURATED_TOLERANCE) * r:
         inst.saturated_periods = min(inst.saturated_periods, 0) - 1
     else:
         inst.saturated_periods = 0
@@ -194,7 +194,7 @@ class Checkpoint:
 @dataclass(slots=True)
 class _VrView:
     present: bool = False
-    measured_pps: float | None = None
+    forwarded_pps: float | None = None
     offered_pps: float | None = None
 
 
@@ -370,7 +370,7 @@ class DaemonCore:
             if name not in names and v.present:
                 self._vrs_epoch += 1
                 v.present = False
-                v.measured_pps = v.offered_pps = None
+                v.forwarded_pps = v.offered_pps = None
                 inst = self.instances.get(name)
                 if inst is not None:
                     inst.applied_cap_percent = None
@@ -565,7 +565,7 @@ class DaemonCore:
                 view = vrs.get(name)
                 if view is None:
                     continue
-                view.measured_pps = r.forwarded_pps
+                view.forwarded_pps = r.forwarded_pps
                 view.offered_pps = r.offered_pps
         actions: list[Action] = []
         self.cpu_wanted = frozenset()
@@ -596,7 +596,7 @@ class DaemonCore:
         if not known.all():
             for k in np.flatnonzero(~known).tolist():
                 measured[k] = offered[k] = None
-        list(map(setattr, views, repeat("measured_pps"), measured))
+        list(map(setattr, views, repeat("forwarded_pps"), measured))
         list(map(setattr, views, repeat("offered_pps"), offered))
 
     def _live_frame(self) -> "_Frame":
@@ -786,7 +786,7 @@ class DaemonCore:
                 continue
             if inst.state == ACTIVE and instances.get(inst.vr) is inst and inst.slack_periods > 0:
                 view = vrs.get(inst.vr)
-                y = None if view is None or not view.present else view.measured_pps
+                y = None if view is None or not view.present else view.forwarded_pps
                 if y is not None:
                     if not y < (1 - SATURATED_TOLERANCE) * inst.setpoint_pps:
                         inst.slack_periods -= 1  # not short: one less
@@ -969,7 +969,7 @@ class DaemonCore:
             "state": inst.state if inst else INACTIVE,
             "present": view.present,
             "setpoint_pps": inst.setpoint_pps if inst else None,
-            "measured_pps": view.measured_pps,
+            "forwarded_pps": view.forwarded_pps,
             "offered_pps": view.offered_pps,
             "cap_percent": inst.cap_percent if inst else None,
             "original_cap_percent": inst.original_cap_percent if inst else self.pending_restores.get(vr),
@@ -1008,7 +1008,7 @@ class DaemonCore:
         pending = self.pending_restores
         for n, view, inst in self._sample_pairs():
             if inst is None:
-                out.append([n, INACTIVE, view.present, None, view.measured_pps, view.offered_pps, None,
+                out.append([n, INACTIVE, view.present, None, view.forwarded_pps, view.offered_pps, None,
                             pending.get(n), None, None])
             else:
                 p = inst.saturated_periods
@@ -1016,7 +1016,7 @@ class DaemonCore:
                     else ("cap_max" if p > 0 else "cap_min")
                 if sat is None and inst.slack_periods >= SATURATED_AFTER_PERIODS and inst.state == ACTIVE:
                     sat = "cap_slack"
-                out.append([n, inst.state, view.present, inst.setpoint_pps, view.measured_pps, view.offered_pps,
+                out.append([n, inst.state, view.present, inst.setpoint_pps, view.forwarded_pps, view.offered_pps,
                             inst.cap_percent, inst.original_cap_percent, inst.actuation_error, sat])
         return out
 

@@ -118,7 +118,7 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
 
 #: The VR columns :func:`plan_router` reads (through :func:`_vr_obs` and :func:`_vr_policy`) or writes:
 #: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
-_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated", "sla_weight",
+_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated", "sla_weight",
               "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
               "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
@@ -156,7 +156,7 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
 
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
-    return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["measured_pps"],
+    return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["forwarded_pps"],
                  row["offered_pps"], row["saturated"])
 
 

@@ -157,7 +157,7 @@ def lowest_held(steps: list[dict[str, Any]]) -> float | None:
 # ------------------------------------------------------------------------------ the run
 class SampleTap:
     """The daemon's own view, one row per control period: a thread subscribed to its ``samples`` PUB
-    (``xtc-samples/1``) keeps ``[t_s, t_unix_s, period_s, measured_pps, offered_pps, cap_percent]`` of ``vr``,
+    (``xtc-samples/2``) keeps ``[t_s, t_unix_s, period_s, forwarded_pps, offered_pps, cap_percent]`` of ``vr``,
     ``t_s`` the receive time on ``clock`` (the recorder's, s).
 
     Beside the host-side 1 s rates it shows what the controller was told (a late period, a short read).
@@ -191,7 +191,7 @@ class SampleTap:
                 continue
             for smp in decode_samples(body):
                 if smp["vr"] == self._vr:
-                    self.rows.append([round(self._clock(), 3), smp["t_unix_s"], smp["period_s"], smp["measured_pps"], smp["offered_pps"],
+                    self.rows.append([round(self._clock(), 3), smp["t_unix_s"], smp["period_s"], smp["forwarded_pps"], smp["offered_pps"],
                                       smp["cap_percent"]])
 
     def close(self) -> list[list[float | None]]:
@@ -263,7 +263,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                                                "restored_exactly": (None if setting_before is None or setting_after is None
                                                                     else setting_before == setting_after),
                                                "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
-                                               "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
+                                               "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "forwarded_pps",
                                                                              "offered_pps", "cap_percent"],
                                                                   "rows": daemon_rows}}
         caps.close()
