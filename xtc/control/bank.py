@@ -429,7 +429,7 @@ class ControllerBank:
         return rows, at
 
     # ------------------------------------------------------------------------------- step
-    def step(self, ctls: Sequence[Any], measured_pps: np.ndarray, setpoint_pps: np.ndarray,
+    def step(self, ctls: Sequence[Any], forwarded_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
              at: Any = _EVERYTHING, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.step(measured, setpoint, offered, cpu)`` for every controller of ``ctls`` at once.
@@ -438,7 +438,7 @@ class ControllerBank:
         ----------
         ctls : sequence of controllers
             Each accepted by :meth:`accepts` (not checked here).
-        measured_pps, setpoint_pps : array of float
+        forwarded_pps, setpoint_pps : array of float
             Per controller, packets/s.
         offered_pps : array of float, optional
             Per controller, packets/s; NaN where unknown (the scalar ``None``).
@@ -460,7 +460,7 @@ class ControllerBank:
         """
         n = len(ctls)
         rows, at = self._own(ctls, rows, at)
-        y = np.asarray(measured_pps, dtype=np.float64)
+        y = np.asarray(forwarded_pps, dtype=np.float64)
         r = np.asarray(setpoint_pps, dtype=np.float64)
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
         ok = _rates_ok(y) & _rates_ok(r) & (np.isnan(off) | _rates_ok(off))

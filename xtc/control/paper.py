@@ -42,14 +42,14 @@ class PaperPI(BoundedController):
     def _reset_memory(self) -> None:
         self._e_prev = None
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+    def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
         """Next cap (percent of one CPU) from the measured and wanted forwarding rate (pps).
 
         ``offered_pps`` and ``cpu_percent`` are accepted for interface compatibility and ignored
         (the paper's law does not use them).
         """
-        y = check_rate("measured_pps", measured_pps)
+        y = check_rate("forwarded_pps", forwarded_pps)
         r = check_rate("setpoint_pps", setpoint_pps)
         if offered_pps is not None:
             check_rate("offered_pps", offered_pps)
@@ -117,9 +117,9 @@ class FixedCap(BoundedController):
                     break
         return self._clamp_cap(max(cap, self.caps.min_percent))
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+    def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
-        check_rate("measured_pps", measured_pps)
+        check_rate("forwarded_pps", forwarded_pps)
         r = check_rate("setpoint_pps", setpoint_pps)
         if offered_pps is not None:
             check_rate("offered_pps", offered_pps)
