@@ -62,7 +62,7 @@ def test_qemu_vr_boots_forwards_is_capped_and_restored(qemu_lab: object) -> None
     assert Path(f"/sys/class/net/{vr.vifs[0]}/tun_flags").exists()  # a tap, named vif<N>.0
     before = dom.schedulerParameters()
 
-    act = make_actuator("qemu", vr.name, conn=LibvirtConn(lab.uri), cap_min=1, cap_max=100)
+    act = make_actuator("qemu", vr.name, conn=LibvirtConn(lab.uri), cap_min_percent=1, cap_max_percent=100)
     act.set_cap(30.0)
     after = dom.schedulerParameters()
     assert act.read_cap() == pytest.approx(30.0)

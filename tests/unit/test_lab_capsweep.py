@@ -74,7 +74,7 @@ def test_report_model_file_and_plot_from_a_sweep_of_the_papers_model(tmp_path: P
     assert_allclose(fit["b_kpps_per_decade"], 63.0051, atol=4 * fit["b_stderr"] + 1.0)
     assert fit["r_squared"] > 0.98 and fit["static"]["log_r_squared"] > 0.99
     mf = load_model(tmp_path / "capsweep-model.toml")
-    assert mf.caps.min_percent == capsweep.CAPS_FLOOR and mf.fitted_on["csv"] == "capsweep.csv"
+    assert mf.caps.cap_min_percent == capsweep.CAPS_FLOOR and mf.fitted_on["csv"] == "capsweep.csv"
     assert mf.extra["cap_min"]["chosen_percent"] == result["design"]["cap_min_percent"]
     out = capsweep._outcome(result)
     assert all(g.met for g in out.goals), out.goals

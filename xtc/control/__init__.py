@@ -117,8 +117,8 @@ def make_controller(
     if k not in KINDS:
         raise ControllerError(f"unknown controller kind {kind!r} (known: {', '.join(KINDS)})")
     caps = CapBounds(
-        model.caps.min_percent if cap_min_percent is None else cap_min_percent,
-        model.caps.max_percent if cap_max_percent is None else cap_max_percent,
+        model.caps.cap_min_percent if cap_min_percent is None else cap_min_percent,
+        model.caps.cap_max_percent if cap_max_percent is None else cap_max_percent,
     )
     if lag_probe and k != "xtc":
         raise ControllerError(f"lag_probe applies to the xtc controller only, not {k!r}")

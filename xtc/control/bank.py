@@ -694,7 +694,7 @@ class ControllerBank:
         """The end of a step: ``u + du`` within the log-cap range where ``move`` (``u`` elsewhere),
         and the caps it gives (plus ``carry``, within the caps' range)."""
         u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        return u, np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
+        return u, np.minimum(self.caps.cap_max_percent, np.maximum(self.caps.cap_min_percent, self._pow10_u_step(u) + carry))
 
     def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
                  rows: Rows, at: Any = _EVERYTHING) -> np.ndarray:
@@ -752,5 +752,5 @@ class ControllerBank:
         rows.u_force[at] = log_got
         rows.quant[at] = quant
         rows.u[at] = u  # elsewhere than a restart u stays: the same number
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_after(u) + carry))
+        caps = np.minimum(self.caps.cap_max_percent, np.maximum(self.caps.cap_min_percent, self._pow10_u_after(u) + carry))
         return caps, done

@@ -115,7 +115,7 @@ class FixedCap(BoundedController):
                 if s0 <= s <= s1:
                     cap = c0 + (c1 - c0) * (s - s0) / (s1 - s0)
                     break
-        return self._clamp_cap(max(cap, self.caps.min_percent))
+        return self._clamp_cap(max(cap, self.caps.cap_min_percent))
 
     def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:

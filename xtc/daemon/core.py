@@ -154,9 +154,9 @@ def _saturation_step(inst: InstanceMachine, forwarded_pps: float) -> None:
         return
     cap = inst.cap_percent
     r = inst.setpoint_pps
-    if cap >= caps.max_percent * (1 - 1e-9) and forwarded_pps < (1 - SATURATED_TOLERANCE) * r:
+    if cap >= caps.cap_max_percent * (1 - 1e-9) and forwarded_pps < (1 - SATURATED_TOLERANCE) * r:
         inst.saturated_periods = max(inst.saturated_periods, 0) + 1
-    elif cap <= caps.min_percent * (1 + 1e-9) and forwarded_pps > (1 + SATURATED_TOLERANCE) * r:
+    elif cap <= caps.cap_min_percent * (1 + 1e-9) and forwarded_pps > (1 + SATURATED_TOLERANCE) * r:
         inst.saturated_periods = min(inst.saturated_periods, 0) - 1
     else:
         inst.saturated_periods = 0
@@ -738,8 +738,8 @@ class DaemonCore:
         # _saturation_step of each stepped instance, on arrays
         b = bank.caps
         sat = np.array([i.saturated_periods for i in batch], dtype=np.int64)
-        at_max = (caps >= b.max_percent * (1 - 1e-9)) & (measured < (1 - SATURATED_TOLERANCE) * setpoint)
-        at_min = (caps <= b.min_percent * (1 + 1e-9)) & (measured > (1 + SATURATED_TOLERANCE) * setpoint)
+        at_max = (caps >= b.cap_max_percent * (1 - 1e-9)) & (measured < (1 - SATURATED_TOLERANCE) * setpoint)
+        at_min = (caps <= b.cap_min_percent * (1 + 1e-9)) & (measured > (1 + SATURATED_TOLERANCE) * setpoint)
         new = np.where(at_max, np.maximum(sat, 0) + 1, np.where(at_min, np.minimum(sat, 0) - 1, 0))
         changed = ok & (new != sat)
         if changed.any():

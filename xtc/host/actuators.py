@@ -3,14 +3,13 @@
 (Over 700 lines, for now: five backends share one contract and one base class, whose behaviour,
 written once below, is most of the length.  The split by backend is known: the cgroup
 actuators with their kept-descriptor budget (about 320 lines) to a module of their own, beside a
-base module holding the contract, :class:`OriginalCap` and the shared write-on-change logic.  It
-waits for the renaming of the cap floor (``cap_min``, issue 47 item 5), which touches the same
-lines, so that the two do not collide.)
+base module holding the contract, :class:`OriginalCap` and the shared write-on-change logic.  The
+renaming of the cap floor it waited for (``cap_min`` -> ``cap_min_percent``, issue 47 item 5) is done.)
 
 Public API
 ----------
 CapActuator (Protocol)
-    ``vr``, ``backend``, ``cap_min``, ``cap_max``;
+    ``vr``, ``backend``, ``cap_min_percent``, ``cap_max_percent``;
     ``read_cap() -> float | None`` (current cap in percent of one CPU, None = unlimited);
     ``set_cap(cap_percent) -> float`` (clamp, write only on change, return the cap
     read back from the hypervisor/kernel);
@@ -22,26 +21,26 @@ CapActuator (Protocol)
 OriginalCap
     Serialisable record of a VR's setting before XTC touched it:
     ``to_dict()`` / ``OriginalCap.from_dict(d)`` (JSON-friendly).
-XenCapActuator(conn, domain, cap_min=1, cap_max=100)
+XenCapActuator(conn, domain, cap_min_percent=1, cap_max_percent=100)
     libvirt + Xen credit scheduler, parameter ``cap``.
-LibvirtQuotaActuator(conn, domain, cap_min=1, cap_max=100, quota_param="vcpu_quota", period_param="vcpu_period")
+LibvirtQuotaActuator(conn, domain, cap_min_percent=1, cap_max_percent=100, quota_param="vcpu_quota", period_param="vcpu_period")
     libvirt LXC, ``vcpu_quota`` us per ``vcpu_period`` us; QEMU the same on the guest's one
     vCPU (:class:`QemuVcpuQuotaActuator`; the emulator thread stays outside the cap).
 CgroupV1Actuator(cgroup_dir, vr=None, ...)
     ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in a cgroup v1 cpu directory.
 CgroupV2Actuator(cgroup_dir, vr=None, ...)
     ``cpu.max`` (``"quota period"`` or ``"max period"``) in a cgroup v2 directory.
-make_actuator(kind, vr, *, conn=None, cgroup_dir=None, cap_min=1, cap_max=100) -> CapActuator
+make_actuator(kind, vr, *, conn=None, cgroup_dir=None, cap_min_percent=1, cap_max_percent=100) -> CapActuator
     kind in ``"xen"``, ``"lxc"``, ``"qemu"``, ``"cgroup1"``, ``"cgroup2"``, ``"cgroup"``
     (v1 or v2, whichever files the directory has).
-clamp_cap(cap_percent, cap_min, cap_max) -> float
+clamp_cap(cap_percent, cap_min_percent, cap_max_percent) -> float
     The pure clamp with its input checks.
 
 Common behaviour
 ----------------
 * ``cap_percent`` must be a real finite number (NaN, inf, bools and strings are
   refused with :class:`ValueError`/:class:`TypeError`, and nothing is written);
-  it is clamped to ``[cap_min, cap_max]`` where ``1 <= cap_min <= cap_max <= 100``.
+  it is clamped to ``[cap_min_percent, cap_max_percent]`` where ``1 <= cap_min_percent <= cap_max_percent <= 100``.
 * ``set_cap`` writes only if the wanted value differs from the setting in
   force, then reads back what was accepted and returns that cap.  The setting
   it compares with is the one it last read or read back, trusted for
@@ -217,14 +216,14 @@ def _check_quota_period_original(params: Params, quota_key: str, period_key: str
         raise ValueError(f"{what} original: {period_key} must be > 0, got {params}")
 
 
-def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
-    """Clamp a cap to ``[cap_min, cap_max]`` after checking it is a real finite number.
+def clamp_cap(cap_percent: float, cap_min_percent: float, cap_max_percent: float) -> float:
+    """Clamp a cap to ``[cap_min_percent, cap_max_percent]`` after checking it is a real finite number.
 
     Parameters
     ----------
     cap_percent : float
         Wanted cap, percent of one CPU.
-    cap_min, cap_max : float
+    cap_min_percent, cap_max_percent : float
         Bounds, percent of one CPU.
 
     Raises
@@ -239,18 +238,18 @@ def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
     c = float(cap_percent)
     if not math.isfinite(c):
         raise ValueError(f"cap_percent must be finite, got {cap_percent!r}; nothing written")
-    return min(max(c, cap_min), cap_max)
+    return min(max(c, cap_min_percent), cap_max_percent)
 
 
-def _check_bounds(cap_min: float, cap_max: float) -> tuple[float, float]:
-    for name, v in (("cap_min", cap_min), ("cap_max", cap_max)):
+def _check_bounds(cap_min_percent: float, cap_max_percent: float) -> tuple[float, float]:
+    for name, v in (("cap_min_percent", cap_min_percent), ("cap_max_percent", cap_max_percent)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
             raise ValueError(f"{name} must be a finite number, got {v!r}")
-    lo, hi = float(cap_min), float(cap_max)
+    lo, hi = float(cap_min_percent), float(cap_max_percent)
     if not CAP_FLOOR_PERCENT <= lo <= hi <= CAP_CEILING_PERCENT:
         raise ValueError(
-            f"cap bounds must satisfy {CAP_FLOOR_PERCENT:g} <= cap_min <= cap_max <= "
-            f"{CAP_CEILING_PERCENT:g} (percent of one CPU), got cap_min={lo:g}, cap_max={hi:g}"
+            f"cap bounds must satisfy {CAP_FLOOR_PERCENT:g} <= cap_min_percent <= cap_max_percent <= "
+            f"{CAP_CEILING_PERCENT:g} (percent of one CPU), got cap_min_percent={lo:g}, cap_max_percent={hi:g}"
         )
     return lo, hi
 
@@ -305,8 +304,8 @@ class CapActuator(Protocol):
 
     vr: str
     backend: str
-    cap_min: float
-    cap_max: float
+    cap_min_percent: float
+    cap_max_percent: float
     refresh_s: float
 
     def read_cap(self) -> float | None: ...
@@ -329,12 +328,12 @@ class _ActuatorBase:
 
     backend = "?"
 
-    def __init__(self, vr: str, target: str, cap_min: float, cap_max: float) -> None:
+    def __init__(self, vr: str, target: str, cap_min_percent: float, cap_max_percent: float) -> None:
         if not isinstance(vr, str) or not vr:
             raise ValueError(f"VR name must be a non-empty string, got {vr!r}")
         self.vr = vr
         self.target = target
-        self.cap_min, self.cap_max = _check_bounds(cap_min, cap_max)
+        self.cap_min_percent, self.cap_max_percent = _check_bounds(cap_min_percent, cap_max_percent)
         self._original: OriginalCap | None = None
         #: Number of writes made (for status and tests).
         self.write_count = 0
@@ -386,7 +385,7 @@ class _ActuatorBase:
             The cap now in force, percent of one CPU, as the hypervisor/kernel
             reports it after the write (or without a write when unchanged).
         """
-        c = clamp_cap(cap_percent, self.cap_min, self.cap_max)
+        c = clamp_cap(cap_percent, self.cap_min_percent, self.cap_max_percent)
         known, self._known = self._known, None  # trusted again only once this call has succeeded
         now = self.clock()
         if known is None or self._original is None or now - self._known_s >= self.refresh_s:
@@ -501,7 +500,7 @@ class _ActuatorBase:
         return after.get(key) == orig.get(key)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vr={self.vr!r}, target={self.target!r}, cap=[{self.cap_min:g}, {self.cap_max:g}])"
+        return f"{type(self).__name__}(vr={self.vr!r}, target={self.target!r}, cap=[{self.cap_min_percent:g}, {self.cap_max_percent:g}])"
 
 
 def _int_param(params: Mapping[str, Any], key: str, where: str) -> int:
@@ -525,20 +524,20 @@ class XenCapActuator(_ActuatorBase):
     conn : LibvirtConn
     domain : str
         libvirt domain name of the VR.
-    cap_min, cap_max : float
+    cap_min_percent, cap_max_percent : float
         Bounds in percent of one CPU; there must be an integer between them.
     """
 
     backend = "xen"
 
-    def __init__(self, conn: LibvirtConn, domain: str, cap_min: float = 1.0, cap_max: float = 100.0) -> None:
-        super().__init__(domain, domain, cap_min, cap_max)
+    def __init__(self, conn: LibvirtConn, domain: str, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0) -> None:
+        super().__init__(domain, domain, cap_min_percent, cap_max_percent)
         self.conn = conn
-        self._int_min = max(1, math.ceil(self.cap_min - 1e-9))
-        self._int_max = math.floor(self.cap_max + 1e-9)
+        self._int_min = max(1, math.ceil(self.cap_min_percent - 1e-9))
+        self._int_max = math.floor(self.cap_max_percent + 1e-9)
         if self._int_min > self._int_max:
             raise ValueError(
-                f"Xen caps are integers: no integer cap in [{self.cap_min:g}, {self.cap_max:g}]"
+                f"Xen caps are integers: no integer cap in [{self.cap_min_percent:g}, {self.cap_max_percent:g}]"
             )
 
     def _read(self) -> Params:
@@ -604,13 +603,13 @@ class LibvirtQuotaActuator(_ActuatorBase):
         self,
         conn: LibvirtConn,
         domain: str,
-        cap_min: float = 1.0,
-        cap_max: float = 100.0,
+        cap_min_percent: float = 1.0,
+        cap_max_percent: float = 100.0,
         quota_param: str = "vcpu_quota",
         period_param: str = "vcpu_period",
         cfs_period_us: int = 0,
     ) -> None:
-        super().__init__(domain, domain, cap_min, cap_max)
+        super().__init__(domain, domain, cap_min_percent, cap_max_percent)
         self.conn = conn
         self.quota_param = quota_param
         self.period_param = period_param
@@ -706,9 +705,9 @@ class QemuVcpuQuotaActuator(LibvirtQuotaActuator):
     cap: such a guest is refused (:class:`ActuatorError`, nothing written).
     """
 
-    def __init__(self, conn: LibvirtConn, domain: str, cap_min: float = 1.0, cap_max: float = 100.0,
+    def __init__(self, conn: LibvirtConn, domain: str, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  cfs_period_us: int = 0) -> None:
-        super().__init__(conn, domain, cap_min, cap_max, "vcpu_quota", "vcpu_period", cfs_period_us)
+        super().__init__(conn, domain, cap_min_percent, cap_max_percent, "vcpu_quota", "vcpu_period", cfs_period_us)
 
     def _read(self) -> Params:
         vcpus = int(self.conn.with_domain(self.vr, lambda d: d.info()[3], "read the vCPU count"))
@@ -751,9 +750,9 @@ class _CgroupBase(_ActuatorBase):
     open_fds = 0
     fd_budget = _fd_budget()
 
-    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None, cap_min: float, cap_max: float) -> None:
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None, cap_min_percent: float, cap_max_percent: float) -> None:
         self.dir = Path(cgroup_dir)
-        super().__init__(vr or str(self.dir), str(self.dir), cap_min, cap_max)
+        super().__init__(vr or str(self.dir), str(self.dir), cap_min_percent, cap_max_percent)
         # File name -> path string, built once: set_cap reads two files and writes one every time
         # the cap changes, for every VR and period.
         self._paths: dict[str, str] = {}
@@ -920,9 +919,9 @@ class CgroupV1Actuator(_CgroupBase):
     HOT = QUOTA
     PERIOD = "cpu.cfs_period_us"
 
-    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min: float = 1.0, cap_max: float = 100.0,
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  cfs_period_us: int = 0) -> None:
-        super().__init__(cgroup_dir, vr, cap_min, cap_max)
+        super().__init__(cgroup_dir, vr, cap_min_percent, cap_max_percent)
         self.cfs_period_us = check_cfs_period(cfs_period_us)
 
     def _read(self) -> Params:
@@ -980,9 +979,9 @@ class CgroupV2Actuator(_CgroupBase):
     FILE = "cpu.max"
     HOT = FILE
 
-    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min: float = 1.0, cap_max: float = 100.0,
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  cfs_period_us: int = 0) -> None:
-        super().__init__(cgroup_dir, vr, cap_min, cap_max)
+        super().__init__(cgroup_dir, vr, cap_min_percent, cap_max_percent)
         self.cfs_period_us = check_cfs_period(cfs_period_us)
 
     @staticmethod
@@ -1048,8 +1047,8 @@ def make_actuator(
     *,
     conn: LibvirtConn | None = None,
     cgroup_dir: str | os.PathLike[str] | None = None,
-    cap_min: float = 1.0,
-    cap_max: float = 100.0,
+    cap_min_percent: float = 1.0,
+    cap_max_percent: float = 100.0,
     cfs_period_us: int = 0,
 ) -> CapActuator:
     """Build the actuator for a VR of the given kind.
@@ -1072,17 +1071,17 @@ def make_actuator(
         if kind == "xen":
             if cfs_period_us:
                 raise ValueError("Xen's credit scheduler has no CFS period: cfs_period_us must be 0 with Xen")
-            return XenCapActuator(conn, vr, cap_min, cap_max)
+            return XenCapActuator(conn, vr, cap_min_percent, cap_max_percent)
         if kind == "lxc":
-            return LibvirtQuotaActuator(conn, vr, cap_min, cap_max, cfs_period_us=cfs_period_us)
-        return QemuVcpuQuotaActuator(conn, vr, cap_min, cap_max, cfs_period_us=cfs_period_us)
+            return LibvirtQuotaActuator(conn, vr, cap_min_percent, cap_max_percent, cfs_period_us=cfs_period_us)
+        return QemuVcpuQuotaActuator(conn, vr, cap_min_percent, cap_max_percent, cfs_period_us=cfs_period_us)
     if kind in ("cgroup", "cgroup1", "cgroup2"):
         if cgroup_dir is None:
             raise ValueError(f"actuator kind {kind!r} needs cgroup_dir")
         if kind == "cgroup":
             kind = "cgroup2" if (Path(cgroup_dir) / CgroupV2Actuator.FILE).exists() else "cgroup1"
         cls = CgroupV2Actuator if kind == "cgroup2" else CgroupV1Actuator
-        return cls(cgroup_dir, vr, cap_min, cap_max, cfs_period_us)
+        return cls(cgroup_dir, vr, cap_min_percent, cap_max_percent, cfs_period_us)
     raise ValueError(
         f"unknown actuator kind {kind!r}; expected xen, lxc, qemu, cgroup, cgroup1 or cgroup2"
     )
