@@ -18,9 +18,9 @@ Definitions (one per quantity, used by the daemon, the simulator and the benchma
 When both readings are :class:`~xtc.host.counters.CounterTable` (netlink) the meter works on
 their arrays: the VRs' interfaces are mapped to rows once per interface list and VR list, and a
 period is a few numpy operations over all interfaces; the result is the same as the per-interface
-rule (which the other readings use).  It is handed over as a :class:`Readings`: the rates as arrays
-in the VR list's order (which :class:`~xtc.daemon.core.DaemonCore` uses as they are) and the same
-mapping of VR name to :class:`VrReading` as elsewhere.
+rule (which the other readings use).  Either way it is handed over as a :class:`Readings`, the one
+readings type: the rates as arrays in the VR list's order (which :class:`~xtc.daemon.core.DaemonCore`
+uses as they are) and, read as a mapping, VR name to :class:`VrReading`.
 
 Wraps and resets follow :func:`xtc.host.counters.counter_delta`: on 64-bit counters any decrease
 is a reset; 32-bit counters (32-bit kernels only) may wrap once per period.
@@ -75,7 +75,10 @@ class Readings(Mapping[str, VrReading]):
     ``names`` are the VR names in the order of the arrays (the same list object from period to
     period while the meter's row map stays the same, so a consumer can keep its own alignment);
     ``forwarded`` and ``offered`` are the rates (0.0 where ``known`` is False, i.e. None in the
-    mapping) and ``reset`` is ``counter_reset``.
+    mapping; ``offered`` NaN where only it is unknown, which the meter never gives but
+    :meth:`of` may) and ``reset`` is ``counter_reset``.  The one type of a period's readings: the
+    meter gives nothing else, and :meth:`xtc.daemon.core.DaemonCore.period` takes any other mapping
+    through :meth:`of`.
     """
 
     __slots__ = ("names", "index", "forwarded", "offered", "known", "reset")
@@ -89,10 +92,31 @@ class Readings(Mapping[str, VrReading]):
         self.known = known
         self.reset = reset
 
+    @classmethod
+    def of(cls, readings: Mapping[str, VrReading], names: list[str] | None = None,
+           index: Mapping[str, int] | None = None) -> "Readings":
+        """The same readings on arrays (``readings`` itself if it is one): in its order, ``known``
+        where ``forwarded_pps`` is, ``offered`` NaN where only ``offered_pps`` is unknown (None again
+        when read back).  ``names`` and ``index``: ``list(readings)`` and its index, when the caller
+        keeps them from period to period (consumers align on the same list object)."""
+        if isinstance(readings, Readings):
+            return readings
+        if names is None or index is None:
+            names = list(readings)
+            index = {n: k for k, n in enumerate(names)}
+        got = list(readings.values())
+        known = np.array([r.forwarded_pps is not None for r in got], dtype=bool)
+        fwd = np.array([0.0 if (v := r.forwarded_pps) is None else v for r in got], dtype=np.float64)
+        off = np.array([(math.nan if (v := r.offered_pps) is None else v) if k else 0.0
+                        for r, k in zip(got, known.tolist())], dtype=np.float64)
+        reset = np.array([bool(r.counter_reset) for r in got], dtype=bool)
+        return cls(names, index, fwd, off, known, reset)
+
     def __getitem__(self, vr: str) -> VrReading:
         k = self.index[vr]
         if self.known[k]:
-            return _reading_of((self.forwarded[k].item(), self.offered[k].item(), bool(self.reset[k])))
+            off = self.offered[k].item()
+            return _reading_of((self.forwarded[k].item(), None if off != off else off, bool(self.reset[k])))
         return _reading_of((None, None, bool(self.reset[k])))
 
     def __iter__(self) -> Iterator[str]:
@@ -125,6 +149,9 @@ class PeriodMeter:
         self._t_s: float | None = None
         self._prev: Mapping[str, IfCounters] = {}
         self._layout: _Layout | None = None
+        #: The VR names of the last readings made VR by VR, and their index (see :meth:`_on_arrays`).
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
 
     @property
     def last_time_s(self) -> float | None:
@@ -142,7 +169,7 @@ class PeriodMeter:
         counters: Mapping[str, IfCounters],
         vrs: Mapping[str, tuple[str, ...]],
         counter_bits: int = 64,
-    ) -> Mapping[str, VrReading]:
+    ) -> Readings:
         """Take a new reading; return each VR's rates since the previous one.
 
         Parameters
@@ -158,11 +185,11 @@ class PeriodMeter:
 
         Returns
         -------
-        mapping of VR name to VrReading
+        Readings
             One entry per VR of ``vrs``, in its order; rates are None on the first reading, after
             a reading that did not advance the clock, and for a VR none of whose interfaces were
-            seen at both ends of the period.  A dict, or on two tables of 64-bit counters a
-            :class:`Readings` (the same entries, with the arrays they are read from).
+            seen at both ends of the period.  On two tables of 64-bit counters the arrays are
+            computed at once; on other counters VR by VR, then put on arrays.
         """
         prev, t_prev = self._prev, self._t_s
         self._prev, self._t_s = counters, now_s
@@ -171,7 +198,7 @@ class PeriodMeter:
         if dt_s is None or dt_s <= 0:
             for vr in vrs:
                 out[vr] = VrReading(None, None, False)
-            return out
+            return self._on_arrays(out)
         max_increase = self.max_pps * dt_s
         if counter_bits == 64 and isinstance(counters, CounterTable) and isinstance(prev, CounterTable):
             return self._update_tables(dt_s, prev, counters, vrs, max_increase)
@@ -210,7 +237,15 @@ class PeriodMeter:
                 out[vr] = VrReading(rx / dt_s, tx / dt_s, reset)
             else:
                 out[vr] = VrReading(None, None, reset)
-        return out
+        return self._on_arrays(out)
+
+    def _on_arrays(self, out: dict[str, VrReading]) -> Readings:
+        """``out`` as :class:`Readings`, with the same names list as last time while the VRs stay the same."""
+        names = self._names
+        if len(names) != len(out) or names != list(out):
+            names = self._names = list(out)
+            self._index = {n: k for k, n in enumerate(names)}
+        return Readings.of(out, names, self._index)
 
     def _update_tables(self, dt_s: float, prev: CounterTable, cur: CounterTable,
                        vrs: Mapping[str, tuple[str, ...]], max_increase: float) -> Readings:
