@@ -215,14 +215,14 @@ class DaemonCore(InstanceTable):
         if not views:
             return
         forwarded = readings.forwarded[rows].tolist()
-        off = readings.offered[rows]
-        offered = off.tolist()
+        offered = readings.offered[rows].tolist()
         known = readings.known[rows]
         if not known.all():
             for k in np.flatnonzero(~known).tolist():
                 forwarded[k] = offered[k] = None
-        if np.isnan(off).any():  # offered unknown, forwarded known (Readings.of of such a mapping)
-            offered = [None if v != v else v for v in offered]
+        if readings.offered_known is not None:  # offered unknown, forwarded known (not from the meter)
+            for k in np.flatnonzero(~readings.offered_known[rows]).tolist():
+                offered[k] = None
         list(map(setattr, views, repeat("forwarded_pps"), forwarded))
         list(map(setattr, views, repeat("offered_pps"), offered))
 
@@ -265,7 +265,8 @@ class DaemonCore(InstanceTable):
             at = np.where(has, ridx, 0)
             known = has & readings.known[at]
             forwarded = np.where(known, readings.forwarded[at], nan)
-            offered = np.where(known, readings.offered[at], nan)  # (NaN where only it is unknown)
+            ok = readings.offered_known
+            offered = np.where(known if ok is None else known & ok[at], readings.offered[at], nan)
             reset = has & readings.reset[at]
         else:  # nothing measured this period
             known = reset = has

@@ -75,29 +75,30 @@ class Readings(Mapping[str, VrReading]):
     ``names`` are the VR names in the order of the arrays (the same list object from period to
     period while the meter's row map stays the same, so a consumer can keep its own alignment);
     ``forwarded`` and ``offered`` are the rates (0.0 where ``known`` is False, i.e. None in the
-    mapping; ``offered`` NaN where only it is unknown, which the meter never gives but
-    :meth:`of` may) and ``reset`` is ``counter_reset``.  The one type of a period's readings: the
+    mapping) and ``reset`` is ``counter_reset``; ``offered_known`` is None, or where ``offered`` is
+    known when that differs from ``known`` (the meter never gives that, :meth:`of` may).  The one type of a period's readings: the
     meter gives nothing else, and :meth:`xtc.daemon.core.DaemonCore.period` takes any other mapping
     through :meth:`of`.
     """
 
-    __slots__ = ("names", "index", "forwarded", "offered", "known", "reset")
+    __slots__ = ("names", "index", "forwarded", "offered", "known", "reset", "offered_known")
 
     def __init__(self, names: list[str], index: Mapping[str, int], forwarded: np.ndarray, offered: np.ndarray,
-                 known: np.ndarray, reset: np.ndarray) -> None:
+                 known: np.ndarray, reset: np.ndarray, offered_known: np.ndarray | None = None) -> None:
         self.names = names
         self.index = index
         self.forwarded = forwarded
         self.offered = offered
         self.known = known
         self.reset = reset
+        self.offered_known = offered_known
 
     @classmethod
     def of(cls, readings: Mapping[str, VrReading], names: list[str] | None = None,
            index: Mapping[str, int] | None = None) -> "Readings":
         """The same readings on arrays (``readings`` itself if it is one): in its order, ``known``
-        where ``forwarded_pps`` is, ``offered`` NaN where only ``offered_pps`` is unknown (None again
-        when read back).  ``names`` and ``index``: ``list(readings)`` and its index, when the caller
+        where ``forwarded_pps`` is, ``offered_known`` where ``offered_pps`` is too (if not
+        everywhere ``known`` is).  ``names`` and ``index``: ``list(readings)`` and its index, when the caller
         keeps them from period to period (consumers align on the same list object)."""
         if isinstance(readings, Readings):
             return readings
@@ -107,16 +108,18 @@ class Readings(Mapping[str, VrReading]):
         got = list(readings.values())
         known = np.array([r.forwarded_pps is not None for r in got], dtype=bool)
         fwd = np.array([0.0 if (v := r.forwarded_pps) is None else v for r in got], dtype=np.float64)
-        off = np.array([(math.nan if (v := r.offered_pps) is None else v) if k else 0.0
-                        for r, k in zip(got, known.tolist())], dtype=np.float64)
+        off_known = known & np.array([r.offered_pps is not None for r in got], dtype=bool)
+        off = np.array([0.0 if (v := r.offered_pps) is None else v for r in got], dtype=np.float64)
+        off[~off_known] = 0.0
         reset = np.array([bool(r.counter_reset) for r in got], dtype=bool)
-        return cls(names, index, fwd, off, known, reset)
+        return cls(names, index, fwd, off, known, reset, None if np.array_equal(off_known, known) else off_known)
 
     def __getitem__(self, vr: str) -> VrReading:
         k = self.index[vr]
         if self.known[k]:
-            off = self.offered[k].item()
-            return _reading_of((self.forwarded[k].item(), None if off != off else off, bool(self.reset[k])))
+            ok = self.offered_known
+            off = self.offered[k].item() if ok is None or ok[k] else None
+            return _reading_of((self.forwarded[k].item(), off, bool(self.reset[k])))
         return _reading_of((None, None, bool(self.reset[k])))
 
     def __iter__(self) -> Iterator[str]:
