@@ -197,15 +197,17 @@ class PeriodMeter:
         prev, t_prev = self._prev, self._t_s
         self._prev, self._t_s = counters, now_s
         dt_s = None if t_prev is None else now_s - t_prev
-        out: dict[str, VrReading] = {}
+        n = len(vrs)
         if dt_s is None or dt_s <= 0:
-            for vr in vrs:
-                out[vr] = VrReading(None, None, False)
-            return self._on_arrays(out)
+            return self._on_arrays(vrs, [0.0] * n, [0.0] * n, [False] * n, [False] * n)
         max_increase = self.max_pps * dt_s
         if counter_bits == 64 and isinstance(counters, CounterTable) and isinstance(prev, CounterTable):
             return self._update_tables(dt_s, prev, counters, vrs, max_increase)
         top = 1 << counter_bits if counter_bits in (32, 64) else 0
+        fwd: list[float] = []
+        off: list[float] = []
+        known: list[bool] = []
+        resets: list[bool] = []
         for vr, ifaces in vrs.items():
             rx = tx = 0
             seen = 0
@@ -237,18 +239,25 @@ class PeriodMeter:
                 tx += d_tx.delta
                 seen += 1
             if seen:
-                out[vr] = VrReading(rx / dt_s, tx / dt_s, reset)
+                fwd.append(rx / dt_s)
+                off.append(tx / dt_s)
             else:
-                out[vr] = VrReading(None, None, reset)
-        return self._on_arrays(out)
+                fwd.append(0.0)
+                off.append(0.0)
+            known.append(seen != 0)
+            resets.append(reset)
+        return self._on_arrays(vrs, fwd, off, known, resets)
 
-    def _on_arrays(self, out: dict[str, VrReading]) -> Readings:
-        """``out`` as :class:`Readings`, with the same names list as last time while the VRs stay the same."""
+    def _on_arrays(self, vrs: Mapping[str, tuple[str, ...]], fwd: list[float], off: list[float], known: list[bool],
+                   resets: list[bool]) -> Readings:
+        """The per-VR results (in the order of ``vrs``) as :class:`Readings`, with the same names list as
+        last time while the VRs stay the same (0.0 where unknown: Readings' contract)."""
         names = self._names
-        if len(names) != len(out) or names != list(out):
-            names = self._names = list(out)
+        if len(names) != len(vrs) or names != list(vrs):
+            names = self._names = list(vrs)
             self._index = {n: k for k, n in enumerate(names)}
-        return Readings.of(out, names, self._index)
+        return Readings(names, self._index, np.array(fwd, dtype=np.float64), np.array(off, dtype=np.float64),
+                        np.array(known, dtype=bool), np.array(resets, dtype=bool))
 
     def _update_tables(self, dt_s: float, prev: CounterTable, cur: CounterTable,
                        vrs: Mapping[str, tuple[str, ...]], max_increase: float) -> Readings:
