@@ -72,7 +72,7 @@ def run_demo(
         row = {
             "t_s": float(tr.t_s[k]),
             "setpoint_pps": tr.setpoint_pps[k].tolist(),
-            "measured_pps": [round(float(x), 1) for x in tr.forwarded_pps[k]],
+            "forwarded_pps": [round(float(x), 1) for x in tr.forwarded_pps[k]],
             "offered_pps": [round(float(x), 1) for x in tr.offered_pps[k]],
             "cap_percent": [round(float(c), 3) for c in tr.cap_percent[k]],
             "hog_fraction_blue": hog(k),
@@ -92,7 +92,7 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
     for i, name in enumerate(result["vrs"]):
         errs = []
         for lo, hi in ((half // 2, half), (half + half // 2, n)):
-            meas = np.array([r["measured_pps"][i] for r in rows[lo:hi]])
+            meas = np.array([r["forwarded_pps"][i] for r in rows[lo:hi]])
             sp = rows[lo]["setpoint_pps"][i]
             if len(meas):
                 errs.append(abs(float(meas.mean()) - sp) / sp)
@@ -110,7 +110,7 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     t = [r["t_s"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for i, (name, colour) in enumerate(zip(result["vrs"], ("tab:red", "tab:blue"))):
-        ax1.plot(t, [r["measured_pps"][i] / 1000 for r in rows], color=colour, label=f"{name} measured")
+        ax1.plot(t, [r["forwarded_pps"][i] / 1000 for r in rows], color=colour, label=f"{name} measured")
         ax1.step(t, [r["setpoint_pps"][i] / 1000 for r in rows], color=colour, ls="--", where="pre", label=f"{name} setpoint")
         ax2.plot(t, [r["cap_percent"][i] for r in rows], color=colour, label=f"{name} cap")
     hog_t = [r["t_s"] for r in rows if r["hog_fraction_blue"] > 0]
@@ -167,7 +167,7 @@ def main_sim(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
 
     def show(row: dict[str, Any]) -> None:
-        sp, me, cap = row["setpoint_pps"], row["measured_pps"], row["cap_percent"]
+        sp, me, cap = row["setpoint_pps"], row["forwarded_pps"], row["cap_percent"]
         print(
             f"{row['t_s']:5.0f} | {sp[0]/1000:8.1f} {me[0]/1000:8.1f} {cap[0]:8.2f} | "
             f"{sp[1]/1000:8.1f} {me[1]/1000:9.1f} {cap[1]:9.2f} | {'on' if row['hog_fraction_blue'] else ''}",

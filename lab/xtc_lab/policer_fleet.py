@@ -71,7 +71,7 @@ class FakeVr:
         on = self.state != "inactive"
         fwd = self.forwarded_pps()
         return {"vr": self.name, "state": self.state, "present": True, "setpoint_pps": self.setpoint_pps,
-                "measured_pps": float(fwd), "offered_pps": float(self.offered_pps),
+                "forwarded_pps": float(fwd), "offered_pps": float(self.offered_pps),
                 "cap_percent": round(fwd / 1000.0, 3) if on else None, "original_cap_percent": None,
                 "original_record": None, "actuation_error": None}
 

@@ -40,7 +40,7 @@ def within(samples: list[dict], setpoint: float, tol: float = 0.10) -> np.ndarra
     The simulated VR's forwarding is noisy (about 9% standard deviation over a 0.5 s period at
     this drop rate, as a capped VR is), so single samples may stray; their mean may not.
     """
-    m = np.array([s["measured_pps"] for s in samples], dtype=float)
+    m = np.array([s["forwarded_pps"] for s in samples], dtype=float)
     assert len(m) >= 4, f"too few samples: {m}"
     assert abs(m.mean() - setpoint) <= tol * setpoint, m
     return m

@@ -423,7 +423,7 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
     say(f"setpoint {sp1:.0f} pps: mean {mean1:.0f} pps over the last {run_s / 2:g} s "
         f"(error {100 * (mean1 - sp1) / sp1:+.1f}%), quota {q1 and q1['vcpu_quota']} us / {ORIG_PERIOD_US} us; "
         f"setpoint {sp2:.0f} pps (xtc ctl): mean {mean2:.0f} pps (error {100 * (mean2 - sp2) / sp2:+.1f}%), "
-        f"quota {q2 and q2['vcpu_quota']} us; daemon saw {status['measured_pps']:.0f} pps")
+        f"quota {q2 and q2['vcpu_quota']} us; daemon saw {status['forwarded_pps']:.0f} pps")
     assert abs(mean1 - sp1) <= TOLERANCE * sp1, (mean1, sp1, first)
     assert abs(mean2 - sp2) <= TOLERANCE * sp2, (mean2, sp2, second)
     assert quota_limited(q1) and quota_limited(q2) and q2["vcpu_quota"] > q1["vcpu_quota"]  # type: ignore[index]
@@ -532,7 +532,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
         say(f"VR restarted with {'new' if new_vifs else 'the same'} vif names (up again in {up_s:.1f} s): cap re-applied "
             f"{capped:.1f} s after it was up, setpoint {sp:.0f} held again (2 s mean within 10%) {capped + held:.1f} s "
             f"after it was up, then {rate:.0f} pps")
-    measured = [s["measured_pps"] for s in samples.items if s.get("measured_pps") is not None]
+    measured = [s["forwarded_pps"] for s in samples.items if s.get("forwarded_pps") is not None]
     caps = [s["cap_percent"] for s in samples.items if s.get("cap_percent") is not None]
     say(f"daemon samples over both restarts: {len(samples.items)}, largest measured {max(measured):.0f} pps "
         f"(offered {OFFERED_PPS}), caps {min(caps):.1f}..{max(caps):.1f}%")

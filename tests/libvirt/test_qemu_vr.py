@@ -67,7 +67,7 @@ def test_qemu_vr_boots_forwards_is_capped_and_restored(qemu_lab: object) -> None
     assert len(hosts) == 2 and all(h is not None and h.get("gso") == "off" and h.get("tso4") == "off" for h in hosts)
     before = dom.schedulerParameters()
 
-    act = make_actuator("qemu", vr.name, conn=LibvirtConn(lab.uri), cap_min=1, cap_max=100)
+    act = make_actuator("qemu", vr.name, conn=LibvirtConn(lab.uri), cap_min_percent=1, cap_max_percent=100)
     act.set_cap(30.0)
     after = dom.schedulerParameters()
     assert act.read_cap() == pytest.approx(30.0)

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from xtc.policer.api import create_app, openapi_document
-from xtc.policer.config import ConfigError, PolicerConfig, loads_config
+from xtc.policer.config import PolicerConfigError, PolicerConfig, loads_config
 from xtc.policer.store import Store, StoreError, parse_db_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_resources_errors_and_restart(db_url: str) -> None:
     assert c.put("/networks/blue/sla", json={"min_pps": 10000, "max_pps": 50000, "weight": 2}, headers=AUTH).status_code == 200
     # A VR appears when its daemon reports it; then it can join the network and get a manual setpoint.
     assert c.put("/vrs/r1/vr1/network", json={"network": "blue"}, headers=AUTH).status_code == 404
-    store.record_poll("r1", [{"vr": "vr1", "state": "inactive", "measured_pps": 1000.0, "offered_pps": 1000.0}])
+    store.record_poll("r1", [{"vr": "vr1", "state": "inactive", "forwarded_pps": 1000.0, "offered_pps": 1000.0}])
     assert c.put("/vrs/r1/vr1/network", json={"network": "nope"}, headers=AUTH).status_code == 404
     assert c.put("/vrs/r1/vr1/network", json={"network": "blue"}, headers=AUTH).json()["network"] == "blue"
     assert c.put("/vrs/r1/vr1/setpoint", json={"setpoint_pps": -5}, headers=AUTH).status_code == 422
@@ -131,10 +131,10 @@ def test_config_and_db_url(tmp_path: Path) -> None:
     assert loads_config("", env={"XTC_POLICER_TOKENS": f"{TOKEN},{'b' * 20}"}).tokens == {TOKEN, "b" * 20}
     for text, key in (("[server]\nprot = 1\n", "server.prot"), ("[engine]\nperiod_s = 0\n", "engine.period_s"),
                       ('[database]\nurl = "mysql://x"\n', "database.url"), ("[bogus]\n", "bogus")):
-        with pytest.raises(ConfigError) as ei:
+        with pytest.raises(PolicerConfigError) as ei:
             loads_config(text, env={})
         assert ei.value.key == key
-    with pytest.raises(ConfigError, match="at least 16"):
+    with pytest.raises(PolicerConfigError, match="at least 16"):
         loads_config("", env={"XTC_POLICER_TOKENS": "short"})
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import zmq.auth
 
-from xtc.policer.config import ConfigError, PolicerConfig, loads_config
+from xtc.policer.config import PolicerConfigError, PolicerConfig, loads_config
 
 
 def test_empty_file_gives_the_defaults() -> None:
@@ -38,7 +38,7 @@ def test_empty_file_gives_the_defaults() -> None:
     ],
 )
 def test_bad_configs_name_the_key(text: str, key: str, words: str) -> None:
-    with pytest.raises(ConfigError) as ei:
+    with pytest.raises(PolicerConfigError) as ei:
         loads_config(text, env={})
     assert ei.value.key == key
     assert words in str(ei.value)
@@ -47,7 +47,7 @@ def test_bad_configs_name_the_key(text: str, key: str, words: str) -> None:
 def test_a_client_key_others_may_read_is_refused_at_load_naming_the_key(tmp_path: Path) -> None:
     k = Path(zmq.auth.create_certificates(tmp_path, "p")[1])
     k.chmod(0o640)
-    with pytest.raises(ConfigError) as ei:
+    with pytest.raises(PolicerConfigError) as ei:
         loads_config(f'[curve]\nclient_secret_key_file = "{k}"\n', env={})
     assert ei.value.key == "curve.client_secret_key_file" and "chmod 600" in str(ei.value)
     k.chmod(0o600)

@@ -27,7 +27,7 @@ TCP = {"traffic": "tcp", "offered_pps": 60000.0}
 def _mean_measured(d: Any, vr: str, n: int = 6, dt: float = 0.5) -> float:
     vals = []
     for _ in range(n):
-        m = d.vrs()[vr]["measured_pps"]
+        m = d.vrs()[vr]["forwarded_pps"]
         if m is not None:
             vals.append(m)
         time.sleep(dt)
@@ -90,7 +90,7 @@ def test_policer_end_to_end(make_daemon: Any, make_policer: Any) -> None:
             means: dict[str, list[float]] = {}
             for _ in range(4):
                 for n, v in d.vrs().items():
-                    means.setdefault(n, []).append(v["measured_pps"] or 0.0)
+                    means.setdefault(n, []).append(v["forwarded_pps"] or 0.0)
                 time.sleep(0.25)
             for n, v in d.vrs().items():
                 m, sp = statistics.fmean(means[n]), v["setpoint_pps"]

@@ -51,7 +51,7 @@ def test_a_paused_stand_in_vr_keeps_its_cap_where_it_was() -> None:
 
     def measured() -> float:
         rep = OkReply.model_validate(strict_json(d.handle(b'{"v": 1, "cmd": "status", "vr": "vr0"}')))
-        return Instance.model_validate(rep.result).measured_pps
+        return Instance.model_validate(rep.result).forwarded_pps
 
     d.handle(b'{"v": 1, "cmd": "activate", "vr": "vr0", "setpoint_pps": 3000}')
     assert measured() == 3000.0

@@ -23,7 +23,7 @@ from xtc.policer.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
-GOOD = {"vr": "vr1", "state": "inactive", "present": True, "setpoint_pps": None, "measured_pps": 1000.0,
+GOOD = {"vr": "vr1", "state": "inactive", "present": True, "setpoint_pps": None, "forwarded_pps": 1000.0,
         "offered_pps": 1000.0, "cap_percent": None, "original_cap_percent": None}
 
 
@@ -78,7 +78,7 @@ def test_a_misbehaving_daemon_is_dropped_counted_and_the_rest_goes_on(make_daemo
 
     cases: list[tuple[str, Callable[[], None], str]] = [
         ("setpoint_pps a string", lambda: peer.list_reply([{**GOOD, "setpoint_pps": "abc"}]), "setpoint_pps"),
-        ("measured_pps a list", lambda: peer.list_reply([{**GOOD, "measured_pps": [1, 2]}]), "measured_pps"),
+        ("forwarded_pps a list", lambda: peer.list_reply([{**GOOD, "forwarded_pps": [1, 2]}]), "forwarded_pps"),
         ("state an object", lambda: peer.list_reply([{**GOOD, "state": {}}]), "state"),
         ("present a number", lambda: peer.list_reply([{**GOOD, "present": 1}]), "present"),
         ("a VR that is not an object", lambda: peer.list_reply(["vr1"]), "vrs[0]"),
@@ -138,7 +138,7 @@ def test_policy_timers_ignore_a_wall_clock_step(tmp_path: Path, peer: Peer) -> N
                                           "restore_hold_s": 5.0, "step_factor": 0.5}, "test")
         store.set_policy("allocation", {"enabled": True, "target_fraction": 0.9, "min_setpoint_pps": 1000.0,
                                         "demand_headroom": 1.2, "hysteresis": 0.1}, "test")
-        bad = {**GOOD, "state": "active", "setpoint_pps": 20000.0, "measured_pps": 20000.0, "offered_pps": 100000.0}
+        bad = {**GOOD, "state": "active", "setpoint_pps": 20000.0, "forwarded_pps": 20000.0, "offered_pps": 100000.0}
         peer.list_reply([bad])
 
         def tick(dt: float) -> None:
@@ -345,7 +345,7 @@ def test_files_are_private(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
 
     import xtc.service.curve
     from xtc.cli import main
-    from xtc.policer.config import ConfigError, loads_config
+    from xtc.policer.config import PolicerConfigError, loads_config
 
     # Database files: 0600, with their WAL and shared-memory files.
     os.umask(0o022)
@@ -378,7 +378,7 @@ def test_files_are_private(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     tf = tmp_path / "tokens"
     tf.write_text(TOKEN + "\n")
     tf.chmod(0o644)
-    with pytest.raises(ConfigError, match="chmod o-rw"):
+    with pytest.raises(PolicerConfigError, match="chmod o-rw"):
         loads_config(f'[auth]\ntokens_file = "{tf}"\n', env={})
     tf.chmod(0o600)
     assert loads_config(f'[auth]\ntokens_file = "{tf}"\n', env={}).tokens == {TOKEN}

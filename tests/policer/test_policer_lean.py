@@ -44,7 +44,7 @@ def _seed(store: Store) -> None:
     store.add_network("n1", "first", "test")
     store.add_network("n2", "second, with a \u00e9", "test")
     store.set_sla("n1", {"min_pps": 1000.0, "max_pps": 5e4, "weight": 2.0}, "test")
-    store.record_poll("r1", [{"vr": "v1", "state": "active", "measured_pps": 5.0, "offered_pps": 6.5},
+    store.record_poll("r1", [{"vr": "v1", "state": "active", "forwarded_pps": 5.0, "offered_pps": 6.5},
                              {"vr": "v2", "state": "inactive"}])
     store.set_vr_network("r1", "v1", "n1", "test")
     store.set_manual_setpoint("r1", "v1", 12345.5, "test")

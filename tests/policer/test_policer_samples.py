@@ -49,7 +49,7 @@ MALFORMED = [
 
 def test_parse_samples_takes_a_valid_message_and_refuses_the_others() -> None:
     vrs = parse_samples([b"samples", _body()], max_vrs=8)
-    assert vrs == [{"vr": "vr0", "state": "active", "present": True, "setpoint_pps": 1000.0, "measured_pps": 900.0,
+    assert vrs == [{"vr": "vr0", "state": "active", "present": True, "setpoint_pps": 1000.0, "forwarded_pps": 900.0,
                     "offered_pps": 1200.0, "cap_percent": 1.5, "saturated": None}]
     # Members added at the end of 'fields' are allowed (docs/manager-api.md).
     assert parse_samples([b"samples", _body(fields=[*api.SAMPLE_FIELDS, "new"], vrs=[[*ROW, 7]])], 8)[0]["vr"] == "vr0"

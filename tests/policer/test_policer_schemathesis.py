@@ -24,7 +24,7 @@ app = create_app(PolicerConfig(tokens=frozenset({TOKEN})), store)
 # Some objects to find, so that reads and writes also reach their 200 paths.
 store.add_router("r1", "tcp://127.0.0.1:1", 100000.0, "off", None, "test")
 store.add_network("n1", "", "test")
-store.record_poll("r1", [{"vr": "v1", "state": "inactive", "measured_pps": 5.0, "offered_pps": 6.0}])
+store.record_poll("r1", [{"vr": "v1", "state": "inactive", "forwarded_pps": 5.0, "offered_pps": 6.0}])
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=25)

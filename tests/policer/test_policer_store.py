@@ -12,7 +12,7 @@ from conftest import wait_for
 
 from xtc.policer.db import SCHEMA_VERSION, LeaderLock
 from xtc.policer.policy import ActivationState
-from xtc.policer.store import Conflict, NotLeader, Outcome, Store, StoreError
+from xtc.policer.store import Conflict, NotLeader, ExchangeOutcome, Store, StoreError
 
 DATA = Path(__file__).parent / "data"
 
@@ -35,7 +35,7 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
     store = Store(f"sqlite:///{path}")
     store.close()
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     # Every row as it was (a VR has one new column, the daemon's saturated flag, still null, and a
     # router two, its samples endpoint, null, and its revision, 0), the version recorded, the new
     # indexes and leadership rows there.
@@ -44,7 +44,10 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert {**after, "vrs": [row[:-1] for row in after["vrs"]], "routers": [row[:-2] for row in after["routers"]]} == before
     raw = sqlite3.connect(path)
     meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
-    assert meta == {"schema_version": "5", "leader_epoch": "0", "leader": ""}
+    assert meta == {"schema_version": "6", "leader_epoch": "0", "leader": ""}
+    # 6: the forwarded rate's column has the wire's name, its values kept.
+    cols = [r[1] for r in raw.execute("PRAGMA table_info(vrs)")]
+    assert "forwarded_pps" in cols and "measured_pps" not in cols
     idx = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert {"vrs_network", "routers_status", "actions_router", "actions_kind"} <= idx
     raw.close()
@@ -52,6 +55,7 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{path}")
     assert [r["name"] for r in store.list_routers()] == ["r1", "r2"] and store.get_router("r2")["status"] == "removed"
     assert store.get_vr("r1", "a1")["network"] == "gold" and store.get_vr("r1", "a1")["setpoint_pps"] == 30000.5
+    assert store.get_vr("r1", "a1")["forwarded_pps"] == 29990.25
     assert store.get_vr("r1", "a2")["manual_setpoint_pps"] == 12345.678
     assert store.get_network("gold")["sla"] == {"min_pps": 20000.0, "max_pps": 80000.0, "weight": 2.0}
     assert store.policies()["allocation"]["target_fraction"] == 0.85
@@ -66,11 +70,11 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
 def test_the_saturated_flag_is_kept_and_nothing_else_is_taken(db_url: str) -> None:
     s = Store(db_url)
     s.add_router("r1", "tcp://127.0.0.1:1", 100_000.0, "auto", None, "test")
-    s.record_poll("r1", [{"vr": "a", "state": "active", "measured_pps": 20_000.0, "saturated": "cap_max"},
+    s.record_poll("r1", [{"vr": "a", "state": "active", "forwarded_pps": 20_000.0, "saturated": "cap_max"},
                          {"vr": "b", "state": "active", "saturated": "bogus"}, {"vr": "c"},
-                         {"vr": "d", "state": "active", "measured_pps": 20_000.0, "saturated": "cap_slack"}])
+                         {"vr": "d", "state": "active", "forwarded_pps": 20_000.0, "saturated": "cap_slack"}])
     assert [s.get_vr("r1", n)["saturated"] for n in "abcd"] == ["cap_max", None, None, "cap_slack"]
-    s.record_poll("r1", [{"vr": "a", "state": "active", "measured_pps": 20_000.0}])
+    s.record_poll("r1", [{"vr": "a", "state": "active", "forwarded_pps": 20_000.0}])
     assert s.get_vr("r1", "a")["saturated"] is None
     s.close()
 
@@ -206,21 +210,21 @@ def test_a_batch_of_outcomes_is_one_transaction_in_order(db_url: str) -> None:
     """The engine's batch: statuses, VRs and audit records of several routers in one transaction, each
     router's records in the order of its outcome; a removed router left alone; plans saved together."""
     from xtc.policer.policy import MisbehaviourState
-    from xtc.policer.store import Outcome
+    from xtc.policer.store import ExchangeOutcome
 
     s = Store(db_url)
     for n in ("up", "down", "back", "gone"):
         s.add_router(n, "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
     s.record_poll("up", [{"vr": "a"}, {"vr": "b"}])
-    s.record_outcomes([Outcome("back", "unreachable", "timeout")])
+    s.record_outcomes([ExchangeOutcome("back", "unreachable", "timeout")])
     s.remove_router("gone", "test")
     last = s.list_actions(limit=1000)[-1]["id"]
     prev = s.record_outcomes([
-        Outcome("up", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}, {"vr": "c"}],
+        ExchangeOutcome("up", "reachable", vrs=[{"vr": "a", "state": "active", "forwarded_pps": 5.0}, {"vr": "c"}],
                 records=[("setpoint", "a", {"cmd": "setpoint", "setpoint_pps": 9.0})]),
-        Outcome("down", "unreachable", "no answer"),
-        Outcome("back", "reachable", vrs=[]),
-        Outcome("gone", "reachable", vrs=[{"vr": "x"}]),
+        ExchangeOutcome("down", "unreachable", "no answer"),
+        ExchangeOutcome("back", "reachable", vrs=[]),
+        ExchangeOutcome("gone", "reachable", vrs=[{"vr": "x"}]),
     ])
     assert prev == {"up": "unknown", "down": "unknown", "back": "unreachable", "gone": None}
     got = [(a["kind"], a["router"], a["vr"]) for a in s.list_actions(after_id=last, limit=1000)]
@@ -230,7 +234,7 @@ def test_a_batch_of_outcomes_is_one_transaction_in_order(db_url: str) -> None:
     assert [st[n]["status"] for n in ("up", "down", "back", "gone")] == ["reachable", "unreachable", "reachable", "removed"]
     assert st["down"]["last_error"] == "no answer" and st["up"]["last_seen_unix_s"] is not None
     vrs = {v["name"]: v for v in s.list_vrs(router="up")}
-    assert (vrs["a"]["state"], vrs["a"]["measured_pps"], vrs["b"]["present"], vrs["c"]["present"]) == ("active", 5.0, False, True)
+    assert (vrs["a"]["state"], vrs["a"]["forwarded_pps"], vrs["b"]["present"], vrs["c"]["present"]) == ("active", 5.0, False, True)
     assert s.list_vrs(router="gone") == []
     states = s.router_states(["up", "back", "nope"])
     assert set(states) == {"up", "back"} and set(states["up"][1]) == {"a", "b", "c"} and states["back"][1] == {}
@@ -290,19 +294,19 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
                 rows = last[r]
             else:
                 rows = [{"vr": v, "state": rng.choice(["active", "inactive", "paused"]), "setpoint_pps": value(),
-                         "measured_pps": value(), "offered_pps": value(), "cap_percent": value(),
+                         "forwarded_pps": value(), "offered_pps": value(), "cap_percent": value(),
                          "present": rng.random() > 0.1, "saturated": rng.choice([None, "cap_max", "cap_min", "cap_slack"])}
                         for v in vrs + ["d"] if rng.random() > (0.1 if v != "d" else 0.9)]
             last[r] = rows
             now = t[0] + 1
-            if eng.record_outcomes([Outcome(r, rng.choice(["reachable", None]), None, vrs=rows)])[r] is not None:
+            if eng.record_outcomes([ExchangeOutcome(r, rng.choice(["reachable", None]), None, vrs=rows)])[r] is not None:
                 eng.snapshot()  # the measurements, live until then
                 got = {v["name"]: v for v in api.list_vrs(r)}  # every VR reported written, at this time
-                assert all((got[v["vr"]]["last_seen_unix_s"], got[v["vr"]]["measured_pps"], got[v["vr"]]["state"])
-                           == (now, v["measured_pps"], v["state"]) for v in rows), i
+                assert all((got[v["vr"]]["last_seen_unix_s"], got[v["vr"]]["forwarded_pps"], got[v["vr"]]["state"])
+                           == (now, v["forwarded_pps"], v["state"]) for v in rows), i
             steps["measure"] += 1
         elif k < 0.45:
-            eng.record_outcomes([Outcome(r, "unreachable", "no answer")])
+            eng.record_outcomes([ExchangeOutcome(r, "unreachable", "no answer")])
         elif k < 0.75:  # the engine saves a plan for VRs it read
             st = eng.router_states([r]).get(r)
             per_vr = {n: {"derived_setpoint_pps": value(), "wanted_state": rng.choice([None, "active", "paused"]),
@@ -341,18 +345,18 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
     assert all(eng.router_states(routers)[r][1] is kept[r] for r in routers)
     # The same measurement again after the router was removed and registered again (its VRs marked absent
     # meanwhile): its VRs appear again, as for any measurement.
-    same = [{"vr": v, "state": "active", "measured_pps": 5.0} for v in vrs]
+    same = [{"vr": v, "state": "active", "forwarded_pps": 5.0} for v in vrs]
     try:
         api.add_router("r0", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
     except Conflict:
         pass
     for _ in range(3):
-        eng.record_outcomes([Outcome("r0", "reachable", None, vrs=same)])
+        eng.record_outcomes([ExchangeOutcome("r0", "reachable", None, vrs=same)])
         eng.router_states(["r0"])
     api.remove_router("r0", "test")
     api.add_router("r0", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
     assert not any(v["present"] for v in eng.router_states(["r0"])["r0"][1].values())  # read again: absent
-    out = Outcome("r0", "reachable", None, vrs=same)
+    out = ExchangeOutcome("r0", "reachable", None, vrs=same)
     eng.record_outcomes([out])
     assert out.appeared == vrs and eng.router_states(["r0"])["r0"] == fresh()["r0"]
     eng.close()
@@ -384,9 +388,9 @@ def test_an_api_write_waits_for_the_engines_save_of_its_router_instead_of_deadlo
     store = Store(pg_cluster.new_database())
     try:
         store.add_router("r", "tcp://127.0.0.1:9", 1e6, "on", None, "test")
-        vr = {"vr": "v0", "state": "active", "present": True, "setpoint_pps": 1000.0, "measured_pps": 900.0,
+        vr = {"vr": "v0", "state": "active", "present": True, "setpoint_pps": 1000.0, "forwarded_pps": 900.0,
               "offered_pps": 1200.0, "cap_percent": 1.5, "saturated": None}
-        store.record_outcomes([Outcome("r", "reachable", None, vrs=[vr], records=[])])
+        store.record_outcomes([ExchangeOutcome("r", "reachable", None, vrs=[vr], records=[])])
         errors: list[BaseException] = []
 
         def api_write() -> None:
@@ -441,7 +445,7 @@ def _raw_vrs(url: str) -> dict[str, tuple]:
     """The VRs' measurement columns as the database holds them (another store: no live values)."""
     other = Store(url)
     try:
-        return {v["name"]: (v["measured_pps"], v["state"], v["last_seen_unix_s"]) for v in other.list_vrs()}
+        return {v["name"]: (v["forwarded_pps"], v["state"], v["last_seen_unix_s"]) for v in other.list_vrs()}
     finally:
         other.close()
 
@@ -452,22 +456,22 @@ def test_measurements_live_in_memory_until_a_snapshot(db_url: str) -> None:
     t = [100.0]
     s = Store(db_url, clock=lambda: t[0])
     s.add_router("r1", "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 5.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "forwarded_pps": 5.0}])])
     assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # appeared: written at once
-    assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 5.0  # its rows kept from now on
+    assert s.router_states(["r1"])["r1"][1]["a"]["forwarded_pps"] == 5.0  # its rows kept from now on
     t[0] = 101.0
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "measured_pps": 7.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "forwarded_pps": 7.0}])])
     assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # a new measurement only: live
-    assert (s.get_vr("r1", "a")["measured_pps"], s.get_vr("r1", "a")["last_seen_unix_s"]) == (7.0, 101.0)
+    assert (s.get_vr("r1", "a")["forwarded_pps"], s.get_vr("r1", "a")["last_seen_unix_s"]) == (7.0, 101.0)
     assert s.get_router("r1")["last_seen_unix_s"] == 101.0
-    assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 7.0
+    assert s.router_states(["r1"])["r1"][1]["a"]["forwarded_pps"] == 7.0
     s.set_manual_setpoint("r1", "a", 3000.0, "test")  # another writer: the rows are read again, live values over them
-    assert s.router_states(["r1"])["r1"][1]["a"]["measured_pps"] == 7.0
+    assert s.router_states(["r1"])["r1"][1]["a"]["forwarded_pps"] == 7.0
     t[0] = 102.0
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 8.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "forwarded_pps": 8.0}])])
     assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}  # its state changed: written at once
     t[0] = 103.0
-    s.record_outcomes([Outcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "measured_pps": 9.0}])])
+    s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "forwarded_pps": 9.0}])])
     s.save_plan("r1", ActivationState(True, None), 9.0, {}, [("activate", "a", {})])
     assert s.list_actions(kind="activate")  # a decision: at once
     assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}

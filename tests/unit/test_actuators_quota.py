@@ -40,7 +40,7 @@ def test_quota_is_cap_times_period(cap: float, period: int, quota: int) -> None:
 
 def test_write_on_change_and_read_back() -> None:
     hv, conn = setup()
-    act = LibvirtQuotaActuator(conn, "vr", cap_min=3, cap_max=80)
+    act = LibvirtQuotaActuator(conn, "vr", cap_min_percent=3, cap_max_percent=80)
     assert act.set_cap(50) == 50.0
     assert act.set_cap(50.0000001) == 50.0
     assert act.set_cap(90) == 80.0

@@ -23,10 +23,10 @@ from xtc.host.errors import ActuatorError, VRNotRunning
 from xtc.host.libvirt_conn import VIR_DOMAIN_AFFECT_LIVE, LibvirtConn
 
 
-def setup(cap: int = 0, cap_min: float = 1.0, cap_max: float = 100.0, vcpus: int = 1):
+def setup(cap: int = 0, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0, vcpus: int = 1):
     hv = FakeHypervisor("xen")
     hv.define("vr1", domid=3, vcpus=vcpus, cap=cap)
-    act = XenCapActuator(LibvirtConn(open_fn=hv.open), "vr1", cap_min, cap_max)
+    act = XenCapActuator(LibvirtConn(open_fn=hv.open), "vr1", cap_min_percent, cap_max_percent)
     return hv, act
 
 
@@ -50,7 +50,7 @@ def test_clamps_and_rounds_to_an_integer_never_zero(wanted: float, written: int)
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6), min_size=1, max_size=20))
 def test_zero_is_never_written_by_set_cap(caps: list[float]) -> None:
-    hv, act = setup(cap=0, cap_min=1.0)
+    hv, act = setup(cap=0, cap_min_percent=1.0)
     for c in caps:
         got = act.set_cap(c)
         assert 1.0 <= got <= 100.0 and got == round(got)
@@ -58,13 +58,13 @@ def test_zero_is_never_written_by_set_cap(caps: list[float]) -> None:
 
 
 def test_cap_min_is_honoured_as_an_integer() -> None:
-    hv, act = setup(cap_min=3.0, cap_max=60.0)
+    hv, act = setup(cap_min_percent=3.0, cap_max_percent=60.0)
     assert act.set_cap(1.0) == 3.0
     assert act.set_cap(75.0) == 60.0
-    _, act2 = setup(cap_min=2.5)
-    assert act2.set_cap(2.0) == 3.0  # rounding must not go below cap_min
+    _, act2 = setup(cap_min_percent=2.5)
+    assert act2.set_cap(2.0) == 3.0  # rounding must not go below cap_min_percent
     with pytest.raises(ValueError, match="no integer cap"):
-        setup(cap_min=2.2, cap_max=2.8)
+        setup(cap_min_percent=2.2, cap_max_percent=2.8)
 
 
 def test_writes_only_on_change() -> None:

@@ -110,7 +110,7 @@ def test_saturated_metric() -> None:
     from xtc.daemon.api import SAMPLE_FIELDS
 
     m = DaemonMetrics()
-    base = {"setpoint_pps": 1.0, "measured_pps": 1.0, "offered_pps": 1.0, "cap_percent": 100.0, "state": "active",
+    base = {"setpoint_pps": 1.0, "forwarded_pps": 1.0, "offered_pps": 1.0, "cap_percent": 100.0, "state": "active",
             "present": True, "original_cap_percent": None, "actuation_error": None}
     m.update([[{**base, "vr": vr, "saturated": sat}[k] for k in SAMPLE_FIELDS]
               for vr, sat in (("a", "cap_max"), ("b", "cap_min"), ("c", None))])

@@ -156,4 +156,4 @@ def test_caps_stay_within_bounds_whatever_the_actuator_reports() -> None:
     ctl.start(1.0)
     for got in (1.0, 2.0, 1.0, 100.0, 1.0, 1.4):
         ctl.applied(got)
-        assert caps.min_percent <= ctl.cap_percent <= caps.max_percent
+        assert caps.cap_min_percent <= ctl.cap_percent <= caps.cap_max_percent

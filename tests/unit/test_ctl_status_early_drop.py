@@ -14,7 +14,7 @@ from xtc.daemon.service import DaemonService
 
 
 def row(**kw):
-    return {"vr": "vr1", "state": "active", "setpoint_pps": 20000.0, "measured_pps": 19800.0,
+    return {"vr": "vr1", "state": "active", "setpoint_pps": 20000.0, "forwarded_pps": 19800.0,
             "offered_pps": 90000.0, "cap_percent": 12.0, "original_cap_percent": None, **kw}
 
 

@@ -113,17 +113,32 @@ def test_samples_message_round_trip():
     topic, body = api.samples_message(100.5, 1.0, rows)
     assert topic == b"samples"
     doc = json.loads(body)
-    assert doc["schema"] == "xtc-samples/1" and doc["fields"] == list(api.SAMPLE_FIELDS) and doc["vrs"] == rows
+    assert doc["schema"] == "xtc-samples/2" and doc["fields"] == list(api.SAMPLE_FIELDS) and doc["vrs"] == rows
     got = api.decode_samples(body)
-    assert got[0] == {"vr": "vr7", "state": "active", "present": True, "setpoint_pps": 2e4, "measured_pps": 5.0,
+    assert got[0] == {"vr": "vr7", "state": "active", "present": True, "setpoint_pps": 2e4, "forwarded_pps": 5.0,
                       "offered_pps": None, "cap_percent": 12.5, "original_cap_percent": None, "actuation_error": None,
                       "saturated": "cap_min", "t_unix_s": 100.5, "period_s": 1.0}
     assert got[1]["actuation_error"] == "boom" and got[1]["original_cap_percent"] == 40.0
 
 
 def test_decode_samples_refuses_another_format():
-    with pytest.raises(ValueError, match="xtc-samples/1"):
+    with pytest.raises(ValueError, match="xtc-samples/2"):
         api.decode_samples(b'{"v": 1, "vr": "vr7"}')
+
+
+def test_an_older_daemons_samples_and_instances_read_with_the_forwarded_rate_named_once():
+    # xtc-samples/1 (and an instance object) named the forwarded rate measured_pps: read for one version.
+    fields = ["vr", "state", "present", "setpoint_pps", "measured_pps", "offered_pps", "cap_percent",
+              "original_cap_percent", "actuation_error", "saturated"]
+    body = json.dumps({"schema": "xtc-samples/1", "t_unix_s": 1.0, "period_s": 1.0, "fields": fields,
+                       "vrs": [["vr7", "active", True, 2e4, 5.0, 9.0, 12.5, None, None, None]]})
+    (got,) = api.decode_samples(body)
+    assert got["forwarded_pps"] == 5.0 and "measured_pps" not in got
+    old = {"vr": "vr7", "state": "active", "setpoint_pps": 2e4, "measured_pps": 5.0, "offered_pps": 9.0,
+           "cap_percent": 12.5, "original_cap_percent": None}
+    inst = api.Instance.model_validate(old)
+    assert inst.forwarded_pps == 5.0 and "measured_pps" not in inst.model_dump()
+    assert api.Instance.model_validate({**old, "forwarded_pps": 6.0, "measured_pps": None}).forwarded_pps == 6.0
 
 
 def test_committed_schema_matches_code():

@@ -265,7 +265,7 @@ def test_daemon_holds_a_setpoint_through_the_cgroup_and_survives_its_removal(tmp
         drive(2)
         assert ask(cmd="activate", vr="vr1", setpoint_pps=30_000)["ok"]
         trace = drive(15)
-        m = np.array([s["measured_pps"] for s in trace[5:]])
+        m = np.array([s["forwarded_pps"] for s in trace[5:]])
         assert abs(m.mean() - 30_000) <= 0.05 * 30_000, m
         assert plant.cap() == pytest.approx(30_000 / 1_900, rel=0.1)
         rec = svc.core.describe("vr1")["original_record"]

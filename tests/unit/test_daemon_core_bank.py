@@ -16,7 +16,8 @@ from xtc.control import bank as bank_mod
 from xtc.control import make_controller
 from xtc.daemon.api import ApiError, Request
 from xtc.daemon.api import SAMPLE_FIELDS
-from xtc.daemon.core import DaemonCore, RestoreCap, SetCap, VrReading, _saturation_step
+from xtc.daemon.core import DaemonCore, RestoreCap, SetCap, VrReading
+from xtc.daemon.instances import saturation_step
 from xtc.daemon.meter import Readings
 from xtc.models import PAPER_MODEL
 
@@ -37,7 +38,7 @@ def _scalar_period(core: DaemonCore, now_s: float, readings) -> list:
         view = core.vrs.get(name)
         if view is None:
             continue
-        view.measured_pps = r.forwarded_pps
+        view.forwarded_pps = r.forwarded_pps
         view.offered_pps = r.offered_pps
     actions = []
     for name, inst in core.instances.items():
@@ -51,7 +52,7 @@ def _scalar_period(core: DaemonCore, now_s: float, readings) -> list:
         if stepped:
             try:
                 inst.cap_percent = inst.controller.step(r.forwarded_pps, inst.setpoint_pps, r.offered_pps)
-                _saturation_step(inst, r.forwarded_pps)
+                saturation_step(inst, r.forwarded_pps)
             except ValueError as e:
                 inst.actuation_error = f"measurement refused by the controller: {e}"
         elif inst.state != "active":

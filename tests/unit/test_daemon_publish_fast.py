@@ -38,7 +38,7 @@ def _value(m: DaemonMetrics, name: str, vr: str, **labels: str) -> float | None:
 
 
 def _row(**kw) -> list:
-    d = {"vr": "a", "state": "active", "present": True, "setpoint_pps": 1000.0, "measured_pps": 900.0,
+    d = {"vr": "a", "state": "active", "present": True, "setpoint_pps": 1000.0, "forwarded_pps": 900.0,
          "offered_pps": None, "cap_percent": 20.0, "original_cap_percent": None, "actuation_error": None,
          "saturated": None, **kw}
     return [d[k] for k in SAMPLE_FIELDS]

@@ -50,7 +50,7 @@ def test_closed_loop_holds_setpoint_and_follows_a_change(tmp_path):
         assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=30000)["ok"]
         trace: list = []
         drive(svc, clock, 20, trace)
-        m = np.array([s["measured_pps"] for s in trace[10:]])
+        m = np.array([s["forwarded_pps"] for s in trace[10:]])
         # The mean over the settled part holds the setpoint; single 1 s samples carry the plant's
         # noise (about 6% at 30 kp/s of 100 offered), so they get a 3-sigma band.
         assert abs(m.mean() - 30000) <= 0.05 * 30000, m
@@ -58,7 +58,7 @@ def test_closed_loop_holds_setpoint_and_follows_a_change(tmp_path):
         assert ask(svc, cmd="setpoint", vr="vr1", setpoint_pps=60000)["ok"]
         trace = []
         drive(svc, clock, 20, trace)
-        m = np.array([s["measured_pps"] for s in trace[10:]])
+        m = np.array([s["forwarded_pps"] for s in trace[10:]])
         # The mean over the settled part holds the setpoint; single 1 s samples carry the plant's
         # noise (about 6% at 30 kp/s of 100 offered), so they get a 3-sigma band.
         assert abs(m.mean() - 60000) <= 0.05 * 60000, m

@@ -16,7 +16,6 @@ TREES = ("xtc", "lab/xtc_lab")
 #: Long files that other work in progress splits or shrinks; each entry goes when that work lands
 #: (the test fails on an entry that is no longer needed, so the list cannot go stale).
 PENDING = {
-    "xtc/daemon/core.py": "split into the instance state machine and the period (issue 47 item 4)",
     "xtc/control/bank.py": "the one control law (issue 47 item 3) rewrites xtc/control/",
 }
 

@@ -10,7 +10,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from xtc.models import PAPER_MODEL, load_model
-from xtc.training.sweep import Sample, write_sweep_csv
+from xtc.training.sweep import SweepSample, write_sweep_csv
 from xtc.training.synth import model_sweep
 from xtc_lab.lab.experiments import capsweep
 from xtc_lab.lab.harness import RunContext, json_safe
@@ -57,7 +57,7 @@ def test_report_model_file_and_plot_from_a_sweep_of_the_papers_model(tmp_path: P
     # both rules put the threshold at 50.
     caps = [5.0, 7.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 70.0, 100.0]
     samples = model_sweep(PAPER_MODEL.model, caps, samples_per_cap=10, noise_kpps=0.3, seed=5)
-    samples = [Sample(s.offered_pps, s.cap_percent, s.sample_index, s.forwarded_pps, s.duration_s, s.settling,
+    samples = [SweepSample(s.offered_pps, s.cap_percent, s.sample_index, s.forwarded_pps, s.duration_s, s.settling,
                       s.time_s, 100_000.0) for s in samples]
     csv = tmp_path / "capsweep.csv"
     write_sweep_csv(csv, samples, {"backend": "libvirt", "hardware": "synthetic"})
@@ -74,7 +74,7 @@ def test_report_model_file_and_plot_from_a_sweep_of_the_papers_model(tmp_path: P
     assert_allclose(fit["b_kpps_per_decade"], 63.0051, atol=4 * fit["b_stderr"] + 1.0)
     assert fit["r_squared"] > 0.98 and fit["static"]["log_r_squared"] > 0.99
     mf = load_model(tmp_path / "capsweep-model.toml")
-    assert mf.caps.min_percent == capsweep.CAPS_FLOOR and mf.fitted_on["csv"] == "capsweep.csv"
+    assert mf.caps.cap_min_percent == capsweep.CAPS_FLOOR and mf.fitted_on["csv"] == "capsweep.csv"
     assert mf.extra["cap_min"]["chosen_percent"] == result["design"]["cap_min_percent"]
     out = capsweep._outcome(result)
     assert all(g.met for g in out.goals), out.goals
@@ -85,7 +85,7 @@ def test_report_model_file_and_plot_from_a_sweep_of_the_papers_model(tmp_path: P
 
 
 def test_report_says_so_when_the_fit_fails(tmp_path: Path) -> None:
-    flat = [Sample(100_000.0, c, i, 50_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
+    flat = [SweepSample(100_000.0, c, i, 50_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
             for c in (5.0, 10.0, 20.0) for i in range(3)]
     csv = tmp_path / "capsweep.csv"
     write_sweep_csv(csv, flat)

@@ -237,3 +237,22 @@ def test_readings_on_arrays_are_the_mapping_exactly(ifaces, dt_s) -> None:
                 assert bool(b.reset[k]) == r.counter_reset
                 if r.forwarded_pps is not None:
                     assert b.forwarded[k] == r.forwarded_pps and b.offered[k] == r.offered_pps
+
+
+def test_one_readings_type_any_mapping_goes_on_arrays_and_reads_back_the_same() -> None:
+    d = {"a": VrReading(10.0, 20.0, False), "b": VrReading(None, None, True), "c": VrReading(5.0, None, False)}
+    r = Readings.of(d)
+    assert dict(r) == d and list(r) == ["a", "b", "c"] and Readings.of(r) is r
+    # Readings' contract: rates 0.0 where unknown (the metrics add the arrays as they are).
+    assert r.forwarded.tolist() == [10.0, 0.0, 5.0] and r.offered.tolist() == [20.0, 0.0, 0.0]
+    assert r.known.tolist() == [True, False, True] and r.offered_known.tolist() == [True, False, False]
+    assert Readings.of({"a": VrReading(1.0, 2.0)}).offered_known is None
+
+
+def test_the_meter_gives_readings_on_every_path_with_the_same_names_while_the_vrs_stay() -> None:
+    m = PeriodMeter()
+    vrs = {"vr1": ("vif1.0",)}
+    first = m.update(1.0, {"vif1.0": IfCounters(rx_packets=0, tx_packets=0)}, vrs)
+    second = m.update(2.0, {"vif1.0": IfCounters(rx_packets=100, tx_packets=200)}, vrs)
+    assert isinstance(first, Readings) and isinstance(second, Readings) and second.names is first.names
+    assert second["vr1"] == VrReading(100.0, 200.0, False)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 import xtc.models
-from xtc.models import ModelError, load_model, loads_model
+from xtc.models import ModelError, dumps_model, load_model, loads_model
 
 
 def test_paper_model_holds_the_papers_numbers():
@@ -16,7 +16,7 @@ def test_paper_model_holds_the_papers_numbers():
     assert m.model.ubar_log10_cap == 1.39
     assert m.pi.kp == -1.747e-3 and m.pi.ki == 11.311e-3
     assert m.deadbeat.kp == 1.452e-3 and m.deadbeat.ki == 14.419e-3
-    assert m.caps.min_percent == 1 and m.caps.max_percent == 100
+    assert m.caps.cap_min_percent == 1 and m.caps.cap_max_percent == 100
     assert m.dead_zone_fraction == 0.10
     assert m.fitted_on["offered_pps"] == 100000
 
@@ -56,9 +56,12 @@ def _text(**model):
         (_text(ybar_kpps='"78"'), "model.ybar_kpps"),
         (_text(ubar_log10_cap="24.5"), "model.ubar_log10_cap"),
         (_text(ybar_pps="78140"), "model.ybar_pps"),
-        (_text() + "[caps]\nmin_percent = 0.0\n", "caps.min_percent"),
-        (_text() + "[caps]\nmax_percent = 150\n", "caps.max_percent"),
-        (_text() + "[caps]\nmin_percent = 50\nmax_percent = 20\n", "caps.min_percent"),
+        (_text() + "[controller]\ncap_min_percent = 0.0\n", "controller.cap_min_percent"),
+        (_text() + "[controller]\ncap_max_percent = 150\n", "controller.cap_max_percent"),
+        (_text() + "[controller]\ncap_min_percent = 50\ncap_max_percent = 20\n", "controller.cap_min_percent"),
+        (_text() + "[caps]\nmin_percent = 0.0\n", "controller.cap_min_percent"),  # the deprecated table, moved
+        (_text() + "[caps]\nmin_percent = 2.0\n[controller]\ncap_min_percent = 3.0\n", "caps.min_percent"),  # twice
+        ("caps = 3\n" + _text(), "caps"),
         (_text() + "[controller.pi]\nkp_decades_per_kpps = 0.1\n", "controller.pi.ki_decades_per_kpps"),
         (_text() + "[controller]\ndead_zone_fraction = nan\n", "controller.dead_zone_fraction"),
         (_text().replace('schema = "xtc-model/1"', 'schema = "xtc-model/9"'), "schema"),
@@ -93,3 +96,14 @@ def test_failed_save_leaves_old_file(tmp_path):
     with pytest.raises(Exception):
         xtc.models.save_model(bad, p)
     assert p.read_text() == before
+
+
+def test_the_deprecated_caps_table_still_reads_with_a_warning(caplog) -> None:
+    new = _text() + "[controller]\ncap_min_percent = 3.0\ncap_max_percent = 80.0\n"
+    old = _text() + "[caps]\nmin_percent = 3.0\nmax_percent = 80.0\n"
+    with caplog.at_level("WARNING", logger="xtc.models"):
+        assert loads_model(new) == loads_model(old, source="old.toml")
+    assert [r.getMessage() for r in caplog.records] == [
+        "old.toml: [caps] min_percent/max_percent are deprecated; write [controller] cap_min_percent and "
+        "cap_max_percent (read as those for now)"]
+    assert "[caps]" not in dumps_model(loads_model(old)) and "cap_min_percent = 3.0" in dumps_model(loads_model(old))

@@ -67,12 +67,13 @@ BASE = 'schema = "xtc-model/1"\nname = "t"\n[model]\na = 0.5\nb_kpps_per_decade 
     [
         ("zz = 1\n", "model.zz", "unknown key (allowed: a, b_kpps_per_decade, cap_threshold_percent, period_s, "
                                  "r_squared, ubar_log10_cap, ybar_kpps)"),
-        ("[caps]\nzz = 1\n", "caps.zz", "unknown key (allowed: max_percent, min_percent)"),
-        ("[controller]\nzz = 1\n", "controller.zz", "unknown key (allowed: dead_zone_fraction, deadbeat, pi)"),
+        ("[caps]\nzz = 1\n", "caps.zz", "unknown key (allowed: min_percent, max_percent; deprecated"),
+        ("[controller]\nzz = 1\n", "controller.zz",
+         "unknown key (allowed: cap_max_percent, cap_min_percent, dead_zone_fraction, deadbeat, pi)"),
         ("[controller.deadbeat]\nki = 1\n", "controller.deadbeat.ki", "did you mean 'ki_decades_per_kpps'"),
         ("[controller.pi]\nkp_decades_per_kpps = 1\nki_decades_per_kpps = \"x\"\n",
          "controller.pi.ki_decades_per_kpps", "must be a number, got str 'x'"),
-        ("[caps]\nmax_percent = inf\n", "caps.max_percent", "must be finite"),
+        ("[caps]\nmax_percent = inf\n", "controller.cap_max_percent", "must be finite"),
         ("[controller]\npi = 3\n", "controller.pi", "must be a table"),
         ("[model.sub]\nx = 1\n", "model.sub", "unknown key"),
     ],

@@ -55,7 +55,7 @@ def test_counter_table_decodes_by_offsets_and_relearns_when_the_layout_changes()
     a = _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (1442 * 3, 3), (2, 2884))
     b = _class_msg(ROOT_HANDLE | 3, 0xFFFFFFFF, (2**40 + 5, 1), (0, 0), pkt64=9)
     leaf = _class_msg(0x10020001, 0x10020000, (99, 9), (9, 99))
-    t = tccodec.CounterTable([ROOT_HANDLE | 3, ROOT_HANDLE | 2], ROOT_HANDLE)
+    t = tccodec.ClassCounterTable([ROOT_HANDLE | 3, ROOT_HANDLE | 2], ROOT_HANDLE)
     got = t.decode(a + leaf + b + done)
     assert [x.tolist() for x in got] == [[2**40 + 5, 4326], [0, 2884], [0, 2]] and t.relearned == 1
     a2 = _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (7, 1), (1, 700))

@@ -25,7 +25,7 @@ from xtc.training.cli import EXIT_ERROR, EXIT_POOR_FIT, main
 from xtc.host.ifcounters import IfCounters
 from xtc.training.collect import SweepPlan, parse_caps, run_sweep
 from xtc.training.fit import CapLevel, find_cap_threshold, fit_sweep
-from xtc.training.sweep import Sample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
+from xtc.training.sweep import SweepSample, Sweep, SweepError, TrainingError, format_sweep_csv, parse_sweep_csv
 from xtc.training.synth import model_sweep
 
 PAPER = PAPER_MODEL.model
@@ -111,7 +111,7 @@ def test_bad_csv_is_refused_with_a_clear_error(text: str, words: list[str]) -> N
 
 # ------------------------------------------------------------------------ unusable sweeps
 def test_flat_sweep_is_refused() -> None:
-    flat = [Sample(100000, c, i, 50000 + 10 * i, 1.0) for c in CAPS for i in range(5)]
+    flat = [SweepSample(100000, c, i, 50000 + 10 * i, 1.0) for c in CAPS for i in range(5)]
     with pytest.raises(TrainingError, match="does not change with the cap"):
         fit_sweep(Sweep(tuple(flat)))
 
@@ -203,7 +203,7 @@ def test_cli_all_on_sim_writes_model_report_and_plots(tmp_path: Path) -> None:
     assert mf.name == "sim-test" and mf.fitted_on["date"] == "2024-05-01" and mf.fitted_on["samples"] == 2 * 20 * (5 + 2)
     assert len(mf.fitted_on["sha256"]) == 64
     assert set(mf.extra["operating_points"]) == {"offered_50000_pps", "offered_100000_pps"}
-    assert mf.pi is not None and mf.deadbeat is not None and 1 <= mf.caps.min_percent <= 10
+    assert mf.pi is not None and mf.deadbeat is not None and 1 <= mf.caps.cap_min_percent <= 10
     for f in ("report.md", "throughput-vs-cap.png", "residuals.png", "step-response.png", "stability-region.png"):
         assert (tmp_path / f).stat().st_size > 0
     assert "R^2" in (tmp_path / "report.md").read_text()
@@ -229,7 +229,7 @@ def test_cli_design_refuses_bad_csv_and_writes_nothing(tmp_path: Path, text: str
 
 def test_cli_design_refuses_flat_and_short_sweeps(tmp_path: Path) -> None:
     out = tmp_path / "model.toml"
-    flat = [Sample(100000, c, i, 50000.0, 1.0) for c in CAPS for i in range(5)]
+    flat = [SweepSample(100000, c, i, 50000.0, 1.0) for c in CAPS for i in range(5)]
     assert main(["design", str(_write(tmp_path, format_sweep_csv(flat))), "--out", str(out)]) == EXIT_ERROR
     short = model_sweep(PAPER, CAPS, offered_pps=40_000.0)
     assert main(["design", str(_write(tmp_path, format_sweep_csv(short))), "--out", str(out)]) == EXIT_ERROR
@@ -370,7 +370,7 @@ def _overshooting_sweep(overshoot: float) -> Sweep:
             y = level + (overshoot * (level - prev) if i == 0 and prev is not None else 0.0)
             y += 50.0 * ((i * 7 + int(cap)) % 3 - 1)  # a little deterministic noise
             t += 1.0
-            out.append(Sample(100_000.0, cap, i, y, 1.0, i < 1, t))
+            out.append(SweepSample(100_000.0, cap, i, y, 1.0, i < 1, t))
         prev = level
     return Sweep(tuple(out))
 
@@ -387,16 +387,18 @@ def test_caps_min_sets_the_model_floor_and_keeps_cap_min_recorded(tmp_path: Path
     from xtc.training.pipeline import train_from_sweep
 
     sw = _sweep(noise_kpps=0.3, seed=4)
-    t = train_from_sweep(sw, {}, caps_min_percent=1.0)
-    assert t.model_file.caps.min_percent == 1.0
+    t = train_from_sweep(sw, {}, cap_min_percent=1.0)
+    assert t.model_file.caps.cap_min_percent == 1.0
     assert t.model_file.extra["cap_min"]["chosen_percent"] == t.cap_min.cap_min_percent > 1.0
-    assert train_from_sweep(sw, {}).model_file.caps.min_percent == t.cap_min.cap_min_percent
+    assert train_from_sweep(sw, {}).model_file.caps.cap_min_percent == t.cap_min.cap_min_percent
     with pytest.raises(TrainingError):
-        train_from_sweep(sw, {}, caps_min_percent=0.5)
+        train_from_sweep(sw, {}, cap_min_percent=0.5)
     csv = _write(tmp_path, format_sweep_csv(sw.samples))
     out = tmp_path / "m.toml"
-    assert main(["design", str(csv), "--out", str(out), "--caps-min", "1"]) == 0
-    assert load_model(out).caps.min_percent == 1.0
+    assert main(["design", str(csv), "--out", str(out), "--cap-min-percent", "1"]) == 0
+    assert load_model(out).caps.cap_min_percent == 1.0
+    assert main(["design", str(csv), "--out", str(tmp_path / "m2.toml"), "--caps-min", "2"]) == 0  # the older name
+    assert load_model(tmp_path / "m2.toml").caps.cap_min_percent == 2.0
 
 
 def test_cli_collect_refuses_an_unwritable_output_before_sweeping(tmp_path: Path, capsys) -> None:

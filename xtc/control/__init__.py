@@ -5,7 +5,7 @@ Public entry point::
     from xtc.control import make_controller
     ctl = make_controller(xtc.models.PAPER_MODEL)          # XTC's own controller
     ctl.start(current_cap_percent)                     # bumpless activation
-    cap_percent = ctl.step(measured_pps, setpoint_pps)  # once per control period
+    cap_percent = ctl.step(forwarded_pps, setpoint_pps)  # once per control period
     ctl.applied(cap_in_force_percent)                  # what the actuator put in force
 
 Kinds:
@@ -66,7 +66,7 @@ class Controller(Protocol):
 
     def start(self, cap_percent: float) -> None: ...
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+    def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float: ...
 
     def applied(self, cap_in_force_percent: float) -> None: ...
@@ -117,8 +117,8 @@ def make_controller(
     if k not in KINDS:
         raise ControllerError(f"unknown controller kind {kind!r} (known: {', '.join(KINDS)})")
     caps = CapBounds(
-        model.caps.min_percent if cap_min_percent is None else cap_min_percent,
-        model.caps.max_percent if cap_max_percent is None else cap_max_percent,
+        model.caps.cap_min_percent if cap_min_percent is None else cap_min_percent,
+        model.caps.cap_max_percent if cap_max_percent is None else cap_max_percent,
     )
     if lag_probe and k != "xtc":
         raise ControllerError(f"lag_probe applies to the xtc controller only, not {k!r}")

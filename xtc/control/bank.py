@@ -429,7 +429,7 @@ class ControllerBank:
         return rows, at
 
     # ------------------------------------------------------------------------------- step
-    def step(self, ctls: Sequence[Any], measured_pps: np.ndarray, setpoint_pps: np.ndarray,
+    def step(self, ctls: Sequence[Any], forwarded_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
              at: Any = _EVERYTHING, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.step(measured, setpoint, offered, cpu)`` for every controller of ``ctls`` at once.
@@ -438,7 +438,7 @@ class ControllerBank:
         ----------
         ctls : sequence of controllers
             Each accepted by :meth:`accepts` (not checked here).
-        measured_pps, setpoint_pps : array of float
+        forwarded_pps, setpoint_pps : array of float
             Per controller, packets/s.
         offered_pps : array of float, optional
             Per controller, packets/s; NaN where unknown (the scalar ``None``).
@@ -460,7 +460,7 @@ class ControllerBank:
         """
         n = len(ctls)
         rows, at = self._own(ctls, rows, at)
-        y = np.asarray(measured_pps, dtype=np.float64)
+        y = np.asarray(forwarded_pps, dtype=np.float64)
         r = np.asarray(setpoint_pps, dtype=np.float64)
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
         ok = _rates_ok(y) & _rates_ok(r) & (np.isnan(off) | _rates_ok(off))
@@ -694,7 +694,7 @@ class ControllerBank:
         """The end of a step: ``u + du`` within the log-cap range where ``move`` (``u`` elsewhere),
         and the caps it gives (plus ``carry``, within the caps' range)."""
         u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
-        return u, np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_step(u) + carry))
+        return u, np.minimum(self.caps.cap_max_percent, np.maximum(self.caps.cap_min_percent, self._pow10_u_step(u) + carry))
 
     def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
                  rows: Rows, at: Any = _EVERYTHING) -> np.ndarray:
@@ -752,5 +752,5 @@ class ControllerBank:
         rows.u_force[at] = log_got
         rows.quant[at] = quant
         rows.u[at] = u  # elsewhere than a restart u stays: the same number
-        caps = np.minimum(self.caps.max_percent, np.maximum(self.caps.min_percent, self._pow10_u_after(u) + carry))
+        caps = np.minimum(self.caps.cap_max_percent, np.maximum(self.caps.cap_min_percent, self._pow10_u_after(u) + carry))
         return caps, done

@@ -62,8 +62,8 @@ class BoundedController:
 
     def __init__(self, caps: CapBounds):
         self.caps = caps
-        self._u_min = math.log10(caps.min_percent)
-        self._u_max = math.log10(caps.max_percent)
+        self._u_min = math.log10(caps.cap_min_percent)
+        self._u_max = math.log10(caps.cap_max_percent)
         # Until started, a controller sits at the top of its range (what an uncontrolled VR has).
         self._u = self._u_max
         self._carry = 0.0
@@ -87,7 +87,7 @@ class BoundedController:
         return min(self._u_max, max(self._u_min, u))
 
     def _clamp_cap(self, cap: float) -> float:
-        return min(self.caps.max_percent, max(self.caps.min_percent, cap))
+        return min(self.caps.cap_max_percent, max(self.caps.cap_min_percent, cap))
 
     def start(self, cap_percent: float) -> None:
         """Bumpless activation: continue from the VR's current cap (clamped to the bounds)."""

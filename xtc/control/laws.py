@@ -198,13 +198,13 @@ class XtcController(BoundedController):
         t = self.tuning
         return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+    def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
         """Next cap (percent of one CPU).
 
         Parameters
         ----------
-        measured_pps : float
+        forwarded_pps : float
             Rate the VR forwarded over the last period, packets/s.
         setpoint_pps : float
             Wanted rate, packets/s.
@@ -218,8 +218,8 @@ class XtcController(BoundedController):
             or negative: unknown.
         """
         # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
-        y = measured_pps if type(measured_pps) is float and 0.0 <= measured_pps <= _FLOAT_MAX \
-            else check_rate("measured_pps", measured_pps)
+        y = forwarded_pps if type(forwarded_pps) is float and 0.0 <= forwarded_pps <= _FLOAT_MAX \
+            else check_rate("forwarded_pps", forwarded_pps)
         r = setpoint_pps if type(setpoint_pps) is float and 0.0 <= setpoint_pps <= _FLOAT_MAX \
             else check_rate("setpoint_pps", setpoint_pps)
         offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \

@@ -1,7 +1,7 @@
 """The paper's controllers: its PI and dead-beat law (:class:`PaperPI`) and Fixed Cap (:class:`FixedCap`).
 
 The references XTC's own law (:mod:`xtc.control.laws`) is measured against (``xtc bench control``,
-controllers ``pi``, ``deadbeat``, ``deadbeat+capmin3`` and ``fixed``).  Pure: no I/O and no clock.
+controllers ``pi``, ``deadbeat``, ``deadbeat-capmin3`` and ``fixed``).  Pure: no I/O and no clock.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ class PaperPI(BoundedController):
     def _reset_memory(self) -> None:
         self._e_prev = None
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+    def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
         """Next cap (percent of one CPU) from the measured and wanted forwarding rate (pps).
 
         ``offered_pps`` and ``cpu_percent`` are accepted for interface compatibility and ignored
         (the paper's law does not use them).
         """
-        y = check_rate("measured_pps", measured_pps)
+        y = check_rate("forwarded_pps", forwarded_pps)
         r = check_rate("setpoint_pps", setpoint_pps)
         if offered_pps is not None:
             check_rate("offered_pps", offered_pps)
@@ -115,11 +115,11 @@ class FixedCap(BoundedController):
                 if s0 <= s <= s1:
                     cap = c0 + (c1 - c0) * (s - s0) / (s1 - s0)
                     break
-        return self._clamp_cap(max(cap, self.caps.min_percent))
+        return self._clamp_cap(max(cap, self.caps.cap_min_percent))
 
-    def step(self, measured_pps: float, setpoint_pps: float, offered_pps: float | None = None,
+    def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
-        check_rate("measured_pps", measured_pps)
+        check_rate("forwarded_pps", forwarded_pps)
         r = check_rate("setpoint_pps", setpoint_pps)
         if offered_pps is not None:
             check_rate("offered_pps", offered_pps)

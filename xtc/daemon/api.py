@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, create_model, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, create_model, field_validator
 
 __all__ = [
     "API_VERSION",
@@ -48,6 +48,8 @@ __all__ = [
     "json_schema",
     "SAMPLES_TOPIC",
     "SAMPLES_SCHEMA",
+    "SAMPLES_SCHEMA_V1",
+    "SAMPLES_V1_RENAMED",
     "SAMPLE_FIELDS",
     "REQUEST_MODELS",
     "OkReply",
@@ -201,7 +203,11 @@ class _VrFields(BaseModel):
     state: Literal["inactive", "active", "paused"]
     present: bool | None = Field(None, description="the backend currently sees the VR")
     setpoint_pps: float | None
-    measured_pps: float | None = Field(description="forwarded packets/s over the last period")
+    forwarded_pps: float | None = Field(
+        description="forwarded packets/s over the last period (named measured_pps before xtc-samples/2: a "
+        "reader takes that name too, for one version; docs/design/names.md)",
+        validation_alias=AliasChoices("forwarded_pps", "measured_pps"),
+    )
     offered_pps: float | None = Field(description="packets/s offered to the VR over the last period")
     cap_percent: float | None = Field(description="current cap; null = unlimited or unknown")
     original_cap_percent: float | None = Field(description="cap to restore; null = unlimited")
@@ -246,11 +252,15 @@ class Instance(_VrFields):
 
 #: The topic of the one message published per control period.
 SAMPLES_TOPIC = b"samples"
-#: Its format (the ``schema`` member of its body).
-SAMPLES_SCHEMA = "xtc-samples/1"
+#: Its format (the ``schema`` member of its body).  Version 2 names the forwarded rate ``forwarded_pps``.
+SAMPLES_SCHEMA = "xtc-samples/2"
+#: The format before, still read for one version: ``measured_pps`` for ``forwarded_pps`` (docs/design/names.md).
+SAMPLES_SCHEMA_V1 = "xtc-samples/1"
+#: The old name of a member in a :data:`SAMPLES_SCHEMA_V1` message -> its name now.
+SAMPLES_V1_RENAMED: Mapping[str, str] = {"measured_pps": "forwarded_pps"}
 #: The members of each VR's row in it, in order (an instance object's, less ``original_record``, ``lag`` and
 #: ``lag_measured``).
-SAMPLE_FIELDS: tuple[str, ...] = ("vr", "state", "present", "setpoint_pps", "measured_pps", "offered_pps",
+SAMPLE_FIELDS: tuple[str, ...] = ("vr", "state", "present", "setpoint_pps", "forwarded_pps", "offered_pps",
                                   "cap_percent", "original_cap_percent", "actuation_error", "saturated")
 
 
@@ -259,7 +269,7 @@ class Samples(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
-    schema_: Literal["xtc-samples/1"] = Field(alias="schema")
+    schema_: Literal["xtc-samples/2"] = Field(alias="schema")
     t_unix_s: float = Field(description="wall-clock time of the samples, seconds")
     period_s: float = Field(description="length of the period measured, seconds")
     fields: list[str] = Field(description="the members of each row, in order: " + ", ".join(SAMPLE_FIELDS))
@@ -448,10 +458,12 @@ def decode_samples(body: bytes | str) -> list[dict[str, Any]]:
         Not a :data:`SAMPLES_SCHEMA` document.
     """
     doc = json.loads(body)
-    if not isinstance(doc, dict) or doc.get("schema") != SAMPLES_SCHEMA:
+    if not isinstance(doc, dict) or doc.get("schema") not in (SAMPLES_SCHEMA, SAMPLES_SCHEMA_V1):
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise ValueError(f"not an {SAMPLES_SCHEMA} message (schema {got!r})")
     fields, t, p = doc["fields"], doc["t_unix_s"], doc["period_s"]
+    if doc["schema"] == SAMPLES_SCHEMA_V1:
+        fields = [SAMPLES_V1_RENAMED.get(f, f) for f in fields]
     return [{**dict(zip(fields, row)), "t_unix_s": t, "period_s": p} for row in doc["vrs"]]
 
 

@@ -25,8 +25,8 @@ A complete example (every key shown with its default unless marked required)::
     [controller]
     model = "paper"                  # "paper" or the path of a model file
     kind = "xtc"                     # "xtc" (XTC's own), "pi", "deadbeat" (the paper's) or "fixed"
-    # cap_min_percent = 3.0          # optional, overrides the model file's caps.min_percent
-    # cap_max_percent = 100.0        # optional, overrides the model file's caps.max_percent
+    # cap_min_percent = 3.0          # optional, overrides the model file's controller.cap_min_percent
+    # cap_max_percent = 100.0        # optional, overrides the model file's controller.cap_max_percent
     # lag_probe = true               # "xtc" only, on by default there: measure each VR's lag with
                                      # one probe and step its transients with it; false steps the
                                      # law without it (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe")

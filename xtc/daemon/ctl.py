@@ -216,7 +216,7 @@ def _early(ed: Any) -> str:
 def format_table(vrs: list[dict[str, Any]]) -> str:
     """The status table of ``xtc ctl status`` (rates in kp/s, caps in percent; EARLY: early drop's
     limit in place, ``on`` without one now, ``-`` off)."""
-    head = (f"{'VR':<16} {'STATE':<9} {'SETPOINT':>9} {'MEASURED':>9} {'OFFERED':>9} {'CAP%':>7} {'ORIG%':>7} "
+    head = (f"{'VR':<16} {'STATE':<9} {'SETPOINT':>9} {'FORWARDED':>9} {'OFFERED':>9} {'CAP%':>7} {'ORIG%':>7} "
             f"{'EARLY':>7}  NOTE")
     rows = [head, f"{'':<16} {'':<9} {'kp/s':>9} {'kp/s':>9} {'kp/s':>9} {'':>7} {'':>7} {'kp/s':>7}"]
     for v in vrs:
@@ -239,7 +239,7 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
         if v.get("actuation_error"):
             note.append(f"actuation: {v['actuation_error']}")
         rows.append(
-            f"{v['vr']:<16} {v['state']:<9} {_fmt(v.get('setpoint_pps'), 1000):>9} {_fmt(v.get('measured_pps'), 1000):>9} "
+            f"{v['vr']:<16} {v['state']:<9} {_fmt(v.get('setpoint_pps'), 1000):>9} {_fmt(v.get('forwarded_pps', v.get('measured_pps')), 1000):>9} "
             f"{_fmt(v.get('offered_pps'), 1000):>9} {_fmt(v.get('cap_percent')):>7} {orig_s:>7} "
             f"{_early(v.get('early_drop')):>7}  {'; '.join(note)}"
         )

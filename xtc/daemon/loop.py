@@ -63,7 +63,7 @@ class PeriodReport:
     """One control period: the readings, what was written, and what failed."""
 
     now_s: float
-    #: The meter's readings (a dict, or on netlink counters a :class:`~xtc.daemon.meter.Readings`).
+    #: The meter's readings (a :class:`~xtc.daemon.meter.Readings`; an empty dict when the counters could not be read).
     readings: Mapping[str, VrReading] = field(default_factory=dict)
     outcomes: ActionOutcomes = field(default_factory=ActionOutcomes)
     #: The counters could not be read (the message); the controllers did not step.

@@ -18,9 +18,9 @@ Definitions (one per quantity, used by the daemon, the simulator and the benchma
 When both readings are :class:`~xtc.host.counters.CounterTable` (netlink) the meter works on
 their arrays: the VRs' interfaces are mapped to rows once per interface list and VR list, and a
 period is a few numpy operations over all interfaces; the result is the same as the per-interface
-rule (which the other readings use).  It is handed over as a :class:`Readings`: the rates as arrays
-in the VR list's order (which :class:`~xtc.daemon.core.DaemonCore` uses as they are) and the same
-mapping of VR name to :class:`VrReading` as elsewhere.
+rule (which the other readings use).  Either way it is handed over as a :class:`Readings`, the one
+readings type: the rates as arrays in the VR list's order (which :class:`~xtc.daemon.core.DaemonCore`
+uses as they are) and, read as a mapping, VR name to :class:`VrReading`.
 
 Wraps and resets follow :func:`xtc.host.counters.counter_delta`: on 64-bit counters any decrease
 is a reset; 32-bit counters (32-bit kernels only) may wrap once per period.
@@ -75,24 +75,51 @@ class Readings(Mapping[str, VrReading]):
     ``names`` are the VR names in the order of the arrays (the same list object from period to
     period while the meter's row map stays the same, so a consumer can keep its own alignment);
     ``forwarded`` and ``offered`` are the rates (0.0 where ``known`` is False, i.e. None in the
-    mapping) and ``reset`` is ``counter_reset``.
+    mapping) and ``reset`` is ``counter_reset``; ``offered_known`` is None, or where ``offered`` is
+    known when that differs from ``known`` (the meter never gives that, :meth:`of` may).  The one type of a period's readings: the
+    meter gives nothing else, and :meth:`xtc.daemon.core.DaemonCore.period` takes any other mapping
+    through :meth:`of`.
     """
 
-    __slots__ = ("names", "index", "forwarded", "offered", "known", "reset")
+    __slots__ = ("names", "index", "forwarded", "offered", "known", "reset", "offered_known")
 
     def __init__(self, names: list[str], index: Mapping[str, int], forwarded: np.ndarray, offered: np.ndarray,
-                 known: np.ndarray, reset: np.ndarray) -> None:
+                 known: np.ndarray, reset: np.ndarray, offered_known: np.ndarray | None = None) -> None:
         self.names = names
         self.index = index
         self.forwarded = forwarded
         self.offered = offered
         self.known = known
         self.reset = reset
+        self.offered_known = offered_known
+
+    @classmethod
+    def of(cls, readings: Mapping[str, VrReading], names: list[str] | None = None,
+           index: Mapping[str, int] | None = None) -> "Readings":
+        """The same readings on arrays (``readings`` itself if it is one): in its order, ``known``
+        where ``forwarded_pps`` is, ``offered_known`` where ``offered_pps`` is too (if not
+        everywhere ``known`` is).  ``names`` and ``index``: ``list(readings)`` and its index, when the caller
+        keeps them from period to period (consumers align on the same list object)."""
+        if isinstance(readings, Readings):
+            return readings
+        if names is None or index is None:
+            names = list(readings)
+            index = {n: k for k, n in enumerate(names)}
+        got = list(readings.values())
+        known = np.array([r.forwarded_pps is not None for r in got], dtype=bool)
+        fwd = np.array([0.0 if (v := r.forwarded_pps) is None else v for r in got], dtype=np.float64)
+        off_known = known & np.array([r.offered_pps is not None for r in got], dtype=bool)
+        off = np.array([0.0 if (v := r.offered_pps) is None else v for r in got], dtype=np.float64)
+        off[~off_known] = 0.0
+        reset = np.array([bool(r.counter_reset) for r in got], dtype=bool)
+        return cls(names, index, fwd, off, known, reset, None if np.array_equal(off_known, known) else off_known)
 
     def __getitem__(self, vr: str) -> VrReading:
         k = self.index[vr]
         if self.known[k]:
-            return _reading_of((self.forwarded[k].item(), self.offered[k].item(), bool(self.reset[k])))
+            ok = self.offered_known
+            off = self.offered[k].item() if ok is None or ok[k] else None
+            return _reading_of((self.forwarded[k].item(), off, bool(self.reset[k])))
         return _reading_of((None, None, bool(self.reset[k])))
 
     def __iter__(self) -> Iterator[str]:
@@ -125,6 +152,9 @@ class PeriodMeter:
         self._t_s: float | None = None
         self._prev: Mapping[str, IfCounters] = {}
         self._layout: _Layout | None = None
+        #: The VR names of the last readings made VR by VR, and their index (see :meth:`_on_arrays`).
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
 
     @property
     def last_time_s(self) -> float | None:
@@ -142,7 +172,7 @@ class PeriodMeter:
         counters: Mapping[str, IfCounters],
         vrs: Mapping[str, tuple[str, ...]],
         counter_bits: int = 64,
-    ) -> Mapping[str, VrReading]:
+    ) -> Readings:
         """Take a new reading; return each VR's rates since the previous one.
 
         Parameters
@@ -158,24 +188,26 @@ class PeriodMeter:
 
         Returns
         -------
-        mapping of VR name to VrReading
+        Readings
             One entry per VR of ``vrs``, in its order; rates are None on the first reading, after
             a reading that did not advance the clock, and for a VR none of whose interfaces were
-            seen at both ends of the period.  A dict, or on two tables of 64-bit counters a
-            :class:`Readings` (the same entries, with the arrays they are read from).
+            seen at both ends of the period.  On two tables of 64-bit counters the arrays are
+            computed at once; on other counters VR by VR, then put on arrays.
         """
         prev, t_prev = self._prev, self._t_s
         self._prev, self._t_s = counters, now_s
         dt_s = None if t_prev is None else now_s - t_prev
-        out: dict[str, VrReading] = {}
+        n = len(vrs)
         if dt_s is None or dt_s <= 0:
-            for vr in vrs:
-                out[vr] = VrReading(None, None, False)
-            return out
+            return self._on_arrays(vrs, [0.0] * n, [0.0] * n, [False] * n, [False] * n)
         max_increase = self.max_pps * dt_s
         if counter_bits == 64 and isinstance(counters, CounterTable) and isinstance(prev, CounterTable):
             return self._update_tables(dt_s, prev, counters, vrs, max_increase)
         top = 1 << counter_bits if counter_bits in (32, 64) else 0
+        fwd: list[float] = []
+        off: list[float] = []
+        known: list[bool] = []
+        resets: list[bool] = []
         for vr, ifaces in vrs.items():
             rx = tx = 0
             seen = 0
@@ -207,10 +239,25 @@ class PeriodMeter:
                 tx += d_tx.delta
                 seen += 1
             if seen:
-                out[vr] = VrReading(rx / dt_s, tx / dt_s, reset)
+                fwd.append(rx / dt_s)
+                off.append(tx / dt_s)
             else:
-                out[vr] = VrReading(None, None, reset)
-        return out
+                fwd.append(0.0)
+                off.append(0.0)
+            known.append(seen != 0)
+            resets.append(reset)
+        return self._on_arrays(vrs, fwd, off, known, resets)
+
+    def _on_arrays(self, vrs: Mapping[str, tuple[str, ...]], fwd: list[float], off: list[float], known: list[bool],
+                   resets: list[bool]) -> Readings:
+        """The per-VR results (in the order of ``vrs``) as :class:`Readings`, with the same names list as
+        last time while the VRs stay the same (0.0 where unknown: Readings' contract)."""
+        names = self._names
+        if len(names) != len(vrs) or names != list(vrs):
+            names = self._names = list(vrs)
+            self._index = {n: k for k, n in enumerate(names)}
+        return Readings(names, self._index, np.array(fwd, dtype=np.float64), np.array(off, dtype=np.float64),
+                        np.array(known, dtype=bool), np.array(resets, dtype=bool))
 
     def _update_tables(self, dt_s: float, prev: CounterTable, cur: CounterTable,
                        vrs: Mapping[str, tuple[str, ...]], max_increase: float) -> Readings:

@@ -9,7 +9,7 @@ and v2, with the budget of kept file descriptors).
 Public API
 ----------
 CapActuator (Protocol)
-    ``vr``, ``backend``, ``cap_min``, ``cap_max``;
+    ``vr``, ``backend``, ``cap_min_percent``, ``cap_max_percent``;
     ``read_cap() -> float | None`` (current cap in percent of one CPU, None = unlimited);
     ``set_cap(cap_percent) -> float`` (clamp, write only on change, return the cap
     read back from the hypervisor/kernel);
@@ -21,26 +21,26 @@ CapActuator (Protocol)
 OriginalCap
     Serialisable record of a VR's setting before XTC touched it:
     ``to_dict()`` / ``OriginalCap.from_dict(d)`` (JSON-friendly).
-XenCapActuator(conn, domain, cap_min=1, cap_max=100)
+XenCapActuator(conn, domain, cap_min_percent=1, cap_max_percent=100)
     libvirt + Xen credit scheduler, parameter ``cap``.
-LibvirtQuotaActuator(conn, domain, cap_min=1, cap_max=100, quota_param="vcpu_quota", period_param="vcpu_period")
+LibvirtQuotaActuator(conn, domain, cap_min_percent=1, cap_max_percent=100, quota_param="vcpu_quota", period_param="vcpu_period")
     libvirt LXC, ``vcpu_quota`` us per ``vcpu_period`` us; QEMU the same on the guest's one
     vCPU (:class:`QemuVcpuQuotaActuator`; the emulator thread stays outside the cap).
 CgroupV1Actuator(cgroup_dir, vr=None, ...)
     ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in a cgroup v1 cpu directory.
 CgroupV2Actuator(cgroup_dir, vr=None, ...)
     ``cpu.max`` (``"quota period"`` or ``"max period"``) in a cgroup v2 directory.
-make_actuator(kind, vr, *, conn=None, cgroup_dir=None, cap_min=1, cap_max=100) -> CapActuator
+make_actuator(kind, vr, *, conn=None, cgroup_dir=None, cap_min_percent=1, cap_max_percent=100) -> CapActuator
     kind in ``"xen"``, ``"lxc"``, ``"qemu"``, ``"cgroup1"``, ``"cgroup2"``, ``"cgroup"``
     (v1 or v2, whichever files the directory has).
-clamp_cap(cap_percent, cap_min, cap_max) -> float
+clamp_cap(cap_percent, cap_min_percent, cap_max_percent) -> float
     The pure clamp with its input checks.
 
 Common behaviour
 ----------------
 * ``cap_percent`` must be a real finite number (NaN, inf, bools and strings are
   refused with :class:`ValueError`/:class:`TypeError`, and nothing is written);
-  it is clamped to ``[cap_min, cap_max]`` where ``1 <= cap_min <= cap_max <= 100``.
+  it is clamped to ``[cap_min_percent, cap_max_percent]`` where ``1 <= cap_min_percent <= cap_max_percent <= 100``.
 * ``set_cap`` writes only if the wanted value differs from the setting in
   force, then reads back what was accepted and returns that cap.  The setting
   it compares with is the one it last read or read back, trusted for
@@ -147,8 +147,8 @@ def make_actuator(
     *,
     conn: LibvirtConn | None = None,
     cgroup_dir: str | os.PathLike[str] | None = None,
-    cap_min: float = 1.0,
-    cap_max: float = 100.0,
+    cap_min_percent: float = 1.0,
+    cap_max_percent: float = 100.0,
     cfs_period_us: int = 0,
 ) -> CapActuator:
     """Build the actuator for a VR of the given kind.
@@ -171,17 +171,17 @@ def make_actuator(
         if kind == "xen":
             if cfs_period_us:
                 raise ValueError("Xen's credit scheduler has no CFS period: cfs_period_us must be 0 with Xen")
-            return XenCapActuator(conn, vr, cap_min, cap_max)
+            return XenCapActuator(conn, vr, cap_min_percent, cap_max_percent)
         if kind == "lxc":
-            return LibvirtQuotaActuator(conn, vr, cap_min, cap_max, cfs_period_us=cfs_period_us)
-        return QemuVcpuQuotaActuator(conn, vr, cap_min, cap_max, cfs_period_us=cfs_period_us)
+            return LibvirtQuotaActuator(conn, vr, cap_min_percent, cap_max_percent, cfs_period_us=cfs_period_us)
+        return QemuVcpuQuotaActuator(conn, vr, cap_min_percent, cap_max_percent, cfs_period_us=cfs_period_us)
     if kind in ("cgroup", "cgroup1", "cgroup2"):
         if cgroup_dir is None:
             raise ValueError(f"actuator kind {kind!r} needs cgroup_dir")
         if kind == "cgroup":
             kind = "cgroup2" if (Path(cgroup_dir) / CgroupV2Actuator.FILE).exists() else "cgroup1"
         cls = CgroupV2Actuator if kind == "cgroup2" else CgroupV1Actuator
-        return cls(cgroup_dir, vr, cap_min, cap_max, cfs_period_us)
+        return cls(cgroup_dir, vr, cap_min_percent, cap_max_percent, cfs_period_us)
     raise ValueError(
         f"unknown actuator kind {kind!r}; expected xen, lxc, qemu, cgroup, cgroup1 or cgroup2"
     )

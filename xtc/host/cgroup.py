@@ -120,8 +120,8 @@ class CgroupBackend(ActuatorCaps):
             raise ValueError("a VR is named twice")
         self.counters = counters
         self.counter_bits = counters.counter_bits
-        self.cap_min = cap_min_percent
-        self.cap_max = cap_max_percent
+        self.cap_min_percent = cap_min_percent
+        self.cap_max_percent = cap_max_percent
         self.refresh_s = refresh_s
         #: The CFS period written with each quota (0: each VR's own; :func:`~xtc.host.actuators.period_for`).
         self.cfs_period_us = cfs_period_us
@@ -246,7 +246,7 @@ class CgroupBackend(ActuatorCaps):
             raise VRNotRunning(vr, f"cgroup {d} does not exist")
         if not ((d / CgroupV2Actuator.FILE).exists() or (d / CgroupV1Actuator.QUOTA).exists()):
             raise ActuatorError(f"cgroup {d} of VR {vr!r} has neither cpu.max nor cpu.cfs_quota_us: no cpu controller there")
-        a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min=self.cap_min, cap_max=self.cap_max,
+        a = make_actuator("cgroup", vr, cgroup_dir=d, cap_min_percent=self.cap_min_percent, cap_max_percent=self.cap_max_percent,
                           cfs_period_us=self.cfs_period_us)
         a.refresh_s = self.refresh_s
         self._acts[vr] = a

@@ -70,8 +70,8 @@ class LibvirtBackend(ActuatorCaps):
         self.counters = counters
         self.counter_bits = counters.counter_bits
         self._seen: frozenset[str] = frozenset()
-        self.cap_min = cap_min_percent
-        self.cap_max = cap_max_percent
+        self.cap_min_percent = cap_min_percent
+        self.cap_max_percent = cap_max_percent
         #: Seconds an actuator trusts the setting it last read (see :mod:`xtc.host.actuators`).
         self.refresh_s = refresh_s
         #: The CFS period written with each quota (0: each VR's own; :func:`~xtc.host.actuators.period_for`).

@@ -27,7 +27,7 @@ writer against pyroute2's own encoding (tests/unit/test_tccodec.py does it for T
 Decoding
 --------
 :func:`decode_tc_dump` (qdisc and class messages of a dump, with kind, options and counters),
-:func:`decode_class_counters` (the counters of one qdisc's classes), :class:`CounterTable` (the
+:func:`decode_class_counters` (the counters of one qdisc's classes), :class:`ClassCounterTable` (the
 same, by word offsets learnt once: numpy gathers on the hot path), :func:`root_counter_offsets`
 (where a qdisc message's counters lie).
 
@@ -84,7 +84,7 @@ __all__ = [
     "TCMSG",
     "TC_H_ROOT",
     "U32_MAX",
-    "CounterTable",
+    "ClassCounterTable",
     "TcObject",
     "append_option",
     "class_counter_words",
@@ -480,7 +480,7 @@ def class_counter_words(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[
     qlen word (backlog bytes follow))}``; -1 for a counter the class has not.
 
     The kernel lays a device's class dump out the same way each time while its classes and their
-    attributes stay (the counters change, not their places), so :class:`CounterTable` decodes
+    attributes stay (the counters change, not their places), so :class:`ClassCounterTable` decodes
     the next dumps by these offsets alone.
     """
     out = {}
@@ -491,7 +491,7 @@ def class_counter_words(buf: bytes | memoryview, qdisc: int) -> dict[int, tuple[
     return out
 
 
-class CounterTable:
+class ClassCounterTable:
     """Decodes the sent bytes and queue of given classes from RTM_GETTCLASS dumps by precomputed
     word offsets (numpy gathers: no per-class Python), re-learning the offsets when a dump's length
     or a class handle at its offset differs from the last layout.

@@ -64,7 +64,7 @@ the wake frame (and drain frames), then reads the errors already queued and name
 each (with the kernel's extended-ACK text).  Stats are one ``RTM_GETTCLASS`` dump of the root's
 classes, decoded by :func:`xtc.host.tccodec.decode_class_counters` (each HTB class's bytes/packets
 sent, and its leaf's queue length and backlog); :meth:`TcGate.counters` (the agent's poll) decodes
-the same dump by word offsets learnt once (:class:`xtc.host.tccodec.CounterTable`) into arrays.  :meth:`TcGate.quiet` (asked
+the same dump by word offsets learnt once (:class:`xtc.host.tccodec.ClassCounterTable`) into arrays.  :meth:`TcGate.quiet` (asked
 before a poll's dump while the last found nothing queued) reads the HTB root alone, one
 ``RTM_GETQDISC`` with ``NLM_F_ECHO``: nothing queued under it and few bytes let out since the last
 dump, and the dump can be skipped.
@@ -135,7 +135,7 @@ from xtc.host.tccodec import (
     TC_H_ROOT,
     TCA_KIND,
     U32_MAX,
-    CounterTable,
+    ClassCounterTable,
     TcObject,
     decode_class_counters,
     encode_tbf,
@@ -417,7 +417,7 @@ class TcGate:
         self._drains = max(1, math.ceil((self.closed_burst_bytes - 63) / (self.mtu + 14)))
         self._dests: dict[int, _DestEntry] = {}
         self._flows: dict[Flow, _FlowEntry] = {}
-        self._table: tuple[Sequence[int], Sequence[Flow], CounterTable] | None = None  # counters(): dests, small, offsets
+        self._table: tuple[Sequence[int], Sequence[Flow], ClassCounterTable] | None = None  # counters(): dests, small, offsets
         self._cache: dict[tuple[int, int], bytes] = {}  # (minor, state) -> encoded TBF change (no ACK)
         self._plans: dict[tuple, _Plan] = {}  # set_states' argument -> its batch
         self._templates: dict[tuple, bytes] = {}  # pyroute2's encoding, before handle/parent/seq
@@ -909,7 +909,7 @@ class TcGate:
     def counters(self, dests: Sequence[int], small: Sequence[Flow] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Sent bytes, backlog bytes and backlog packets of the classes of ``dests``, and sent bytes
         of the own classes of the ``small`` flows (int64 arrays in those orders), from one
-        RTM_GETTCLASS dump decoded by a :class:`CounterTable` (kept while ``dests`` and ``small``
+        RTM_GETTCLASS dump decoded by a :class:`ClassCounterTable` (kept while ``dests`` and ``small``
         are the same sequence objects and no class is added or removed)."""
         self._require_installed()
         t = self._table
@@ -923,7 +923,7 @@ class TcGate:
                 if e is None or not e.minor:
                     raise GateError(f"{self._where}: flow {f.src}->{f.dst} {'unknown' if e is None else 'not small'}")
                 handles.append(ROOT_HANDLE | e.minor)
-            t = self._table = (dests, small, CounterTable(handles, ROOT_HANDLE))
+            t = self._table = (dests, small, ClassCounterTable(handles, ROOT_HANDLE))
         try:
             sent, bb, bp = t[2].decode(dump_tc(self._nl, RTM_GETTCLASS, self.ifindex, ROOT_HANDLE))
         except NetlinkDecodeError as e:

@@ -19,6 +19,7 @@ naming the offending field; nothing is returned for a bad file.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -28,7 +29,7 @@ import tomli_w
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter
 from pydantic import dataclasses as pyd
 
-from xtc.validation import DocumentError, parse_document, read_text_file
+from xtc.validation import DocumentError, parse_toml, read_text_file, validate_document
 
 __all__ = [
     "SCHEMA",
@@ -48,6 +49,8 @@ __all__ = [
 SCHEMA = "xtc-model/1"
 CAP_FLOOR_PERCENT = 1.0
 CAP_CEILING_PERCENT = 100.0
+
+_log = logging.getLogger("xtc.models")
 
 
 class ModelError(DocumentError):
@@ -135,24 +138,25 @@ class Gains:
 
 @dataclass(frozen=True)
 class CapBounds:
-    """Cap bounds in percent of one CPU, within 1..100.
+    """Cap bounds in percent of one CPU, within 1..100 (a model file's ``[controller]``
+    ``cap_min_percent`` and ``cap_max_percent``).
 
-    ``min_percent`` is the paper's cap_min (section 7.2.2).
+    ``cap_min_percent`` is the paper's cap_min (section 7.2.2): the cap floor every controller keeps to.
     """
 
-    min_percent: float = 1.0
-    max_percent: float = 100.0
+    cap_min_percent: float = 1.0
+    cap_max_percent: float = 100.0
 
     def __post_init__(self) -> None:
-        for name in ("min_percent", "max_percent"):
+        for name in ("cap_min_percent", "cap_max_percent"):
             v = getattr(self, name)
-            _check_finite(f"caps.{name}", v)
+            _check_finite(f"controller.{name}", v)
             if not (CAP_FLOOR_PERCENT <= v <= CAP_CEILING_PERCENT):
-                raise ModelError(f"caps.{name}", f"must be within 1..100 percent of one CPU, got {v}")
-        if self.min_percent > self.max_percent:
+                raise ModelError(f"controller.{name}", f"must be within 1..100 percent of one CPU, got {v}")
+        if self.cap_min_percent > self.cap_max_percent:
             raise ModelError(
-                "caps.min_percent",
-                f"must not exceed caps.max_percent ({self.min_percent} > {self.max_percent})",
+                "controller.cap_min_percent",
+                f"must not exceed controller.cap_max_percent ({self.cap_min_percent} > {self.cap_max_percent})",
             )
 
 
@@ -192,11 +196,11 @@ class ModelFile:
                     "model.cap_threshold_percent", f"must be within 1..100 percent, got {self.cap_threshold_percent}"
                 )
 
-    def with_caps(self, min_percent: float | None = None, max_percent: float | None = None) -> "ModelFile":
+    def with_caps(self, cap_min_percent: float | None = None, cap_max_percent: float | None = None) -> "ModelFile":
         """A copy with other cap bounds."""
         caps = CapBounds(
-            self.caps.min_percent if min_percent is None else min_percent,
-            self.caps.max_percent if max_percent is None else max_percent,
+            self.caps.cap_min_percent if cap_min_percent is None else cap_min_percent,
+            self.caps.cap_max_percent if cap_max_percent is None else cap_max_percent,
         )
         return replace(self, caps=caps)
 
@@ -229,12 +233,6 @@ class _ModelTable:
 
 
 @pyd.dataclass(config=_TABLE)
-class _CapsTable:
-    min_percent: _Number = 1.0
-    max_percent: _Number = 100.0
-
-
-@pyd.dataclass(config=_TABLE)
 class _GainsTable:
     kp_decades_per_kpps: _Number
     ki_decades_per_kpps: _Number
@@ -250,6 +248,8 @@ _OptionalGains = Annotated[_GainsTable | None, BeforeValidator(_empty_is_none)]
 @pyd.dataclass(config=_TABLE)
 class _ControllerTable:
     dead_zone_fraction: _Number = 0.10
+    cap_min_percent: _Number = 1.0
+    cap_max_percent: _Number = 100.0
     pi: _OptionalGains = None
     deadbeat: _OptionalGains = None
 
@@ -261,7 +261,6 @@ class _Document:
     model: _ModelTable
     description: _Text = ""
     fitted_on: dict[str, Any] = field(default_factory=dict)
-    caps: _CapsTable = field(default_factory=_CapsTable)
     controller: _ControllerTable = field(default_factory=_ControllerTable)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -277,8 +276,10 @@ _UNIT_HINTS = {
     "ubar_percent": "ubar_log10_cap (log10 of the cap, not the cap itself)",
     "kp": "kp_decades_per_kpps",
     "ki": "ki_decades_per_kpps",
-    "min": "min_percent",
-    "max": "max_percent",
+    "min": "cap_min_percent",
+    "max": "cap_max_percent",
+    "min_percent": "cap_min_percent",
+    "max_percent": "cap_max_percent",
     "period_ms": "period_s",
 }
 
@@ -300,7 +301,7 @@ def _from_doc(d: _Document, source: str | None) -> ModelFile:
         return ModelFile(
             name=d.name,
             model=LogCapModel(m.a, m.b_kpps_per_decade, m.ybar_kpps, m.ubar_log10_cap, m.period_s),
-            caps=CapBounds(d.caps.min_percent, d.caps.max_percent),
+            caps=CapBounds(d.controller.cap_min_percent, d.controller.cap_max_percent),
             pi=_gains(d.controller.pi),
             deadbeat=_gains(d.controller.deadbeat),
             dead_zone_fraction=d.controller.dead_zone_fraction,
@@ -314,9 +315,40 @@ def _from_doc(d: _Document, source: str | None) -> ModelFile:
         raise ModelError(e.field, e.problem, source) from None
 
 
+#: The model file's ``[caps]`` table before the cap bounds took their one name (``[controller]``
+#: ``cap_min_percent``/``cap_max_percent``, docs/design/names.md): still read, with a warning, for one version.
+_OLD_CAPS = {"min_percent": "cap_min_percent", "max_percent": "cap_max_percent"}
+
+
+def _moved_caps(doc: dict[str, Any], source: str | None, fail: Callable[[str, str], ModelError]) -> dict[str, Any]:
+    """``doc`` with an old ``[caps]`` table's bounds moved to ``[controller]`` (a warning naming the file)."""
+    caps = doc.get("caps")
+    if caps is None:
+        return doc
+    if not isinstance(caps, dict):
+        raise fail("caps", "must be a table (deprecated: write [controller] cap_min_percent and cap_max_percent)")
+    unknown = sorted(k for k in caps if k not in _OLD_CAPS)
+    if unknown:
+        raise fail(f"caps.{unknown[0]}", f"unknown key (allowed: {', '.join(_OLD_CAPS)}; deprecated: write "
+                                         "[controller] cap_min_percent and cap_max_percent)")
+    ctl = doc.get("controller", {})
+    if not isinstance(ctl, dict):
+        return doc  # validation names it
+    both = [k for k in caps if _OLD_CAPS[k] in ctl]
+    if both:
+        raise fail(f"caps.{both[0]}", f"given twice: also as controller.{_OLD_CAPS[both[0]]} (keep that one only)")
+    _log.warning("%s: [caps] min_percent/max_percent are deprecated; write [controller] cap_min_percent and "
+                 "cap_max_percent (read as those for now)", source or "model file")
+    out = {k: v for k, v in doc.items() if k != "caps"}
+    out["controller"] = {**ctl, **{_OLD_CAPS[k]: v for k, v in caps.items()}}
+    return out
+
+
 def loads_model(text: str, source: str | None = None) -> ModelFile:
     """Parse and validate a model file's text.  Raises :class:`ModelError`."""
-    return _from_doc(parse_document(text, _DOCUMENT, _Document, _failing(source), _UNIT_HINTS), source)
+    fail = _failing(source)
+    doc = _moved_caps(parse_toml(text, fail), source, fail)
+    return _from_doc(validate_document(doc, _DOCUMENT, _Document, fail, _UNIT_HINTS), source)
 
 
 def load_model(path: str | Path) -> ModelFile:
@@ -339,8 +371,8 @@ def dumps_model(mf: ModelFile) -> str:
     doc["model"] = model
     if mf.fitted_on:
         doc["fitted_on"] = dict(mf.fitted_on)
-    doc["caps"] = {"min_percent": mf.caps.min_percent, "max_percent": mf.caps.max_percent}
-    ctl: dict[str, Any] = {"dead_zone_fraction": mf.dead_zone_fraction}
+    ctl: dict[str, Any] = {"dead_zone_fraction": mf.dead_zone_fraction, "cap_min_percent": mf.caps.cap_min_percent,
+                           "cap_max_percent": mf.caps.cap_max_percent}
     for nm in ("pi", "deadbeat"):
         g = getattr(mf, nm)
         if g is not None:

@@ -123,7 +123,7 @@ def _register_entry_points(sub: argparse._SubParsersAction) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .config import ConfigError, PolicerConfig, load_config, loads_config
+    from .config import PolicerConfigError, PolicerConfig, load_config, loads_config
     from .service import run_server
     from .store import StoreError, parse_db_url
 
@@ -132,7 +132,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if args.db:
             parse_db_url(args.db)
             cfg = replace(cfg, db_url=args.db)
-    except (ConfigError, StoreError) as e:
+    except (PolicerConfigError, StoreError) as e:
         print(f"xtc policer: {e}", file=sys.stderr)
         return 2
     if args.host:
@@ -152,12 +152,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
 
-    from .config import ConfigError, load_config
+    from .config import PolicerConfigError, load_config
 
     prog = "xtc policer check-config"
     if not readable_or_report(args.file, prog):
         return CHECK_USAGE
-    cfg = load_or_report(lambda: load_config(args.file), ConfigError, prog)
+    cfg = load_or_report(lambda: load_config(args.file), PolicerConfigError, prog)
     if cfg is None:
         return CHECK_INVALID
     if args.json:

@@ -70,7 +70,7 @@ from pydantic import dataclasses as pyd
 from xtc.service.curve import CurveError, load_secret
 from xtc.validation import DocumentError, Number, parse_document, within
 
-__all__ = ["SCHEMA", "ConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",
+__all__ = ["SCHEMA", "PolicerConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",
            "check_transport", "server_ssl_context", "is_loopback"]
 
 SCHEMA = "xtc-policer/1"
@@ -83,7 +83,7 @@ MAX_WORKERS = 64
 MAX_SHARDS = 64
 
 
-class ConfigError(DocumentError):
+class PolicerConfigError(DocumentError):
     """A configuration is invalid; ``key`` names the culprit (the daemon's, XCo's and the model
     files' errors share the base, :class:`~xtc.validation.DocumentError`)."""
 
@@ -218,9 +218,9 @@ def read_tokens(path: str | Path) -> frozenset[str]:
         mode = os.stat(path).st_mode
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("auth.tokens_file", f"cannot read {path}: {e}") from None
+        raise PolicerConfigError("auth.tokens_file", f"cannot read {path}: {e}") from None
     if mode & 0o006:
-        raise ConfigError("auth.tokens_file", f"{path} is readable or writable by every user (mode {mode & 0o777:o});"
+        raise PolicerConfigError("auth.tokens_file", f"{path} is readable or writable by every user (mode {mode & 0o777:o});"
                                               f" make it private: chmod o-rw {path}")
     toks = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     return check_tokens("auth.tokens_file", toks)
@@ -229,13 +229,13 @@ def read_tokens(path: str | Path) -> frozenset[str]:
 def check_tokens(key: str, toks: list[str]) -> frozenset[str]:
     for i, t in enumerate(toks):
         if len(t) < MIN_TOKEN_CHARS or not t.isascii() or any(c.isspace() for c in t):
-            raise ConfigError(key, f"token #{i + 1} must be at least {MIN_TOKEN_CHARS} ASCII characters without spaces")
+            raise PolicerConfigError(key, f"token #{i + 1} must be at least {MIN_TOKEN_CHARS} ASCII characters without spaces")
     return frozenset(toks)
 
 
 def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConfig:
     """Parse configuration text (and ``XTC_POLICER_TOKENS``, ``XTC_POLICER_DB_URL`` from ``env``)."""
-    d = parse_document(text, _DOCUMENT, _Document, ConfigError)
+    d = parse_document(text, _DOCUMENT, _Document, PolicerConfigError)
     tokens = read_tokens(d.auth.tokens_file) if d.auth.tokens_file else frozenset()
     env = os.environ if env is None else env
     if env.get(TOKENS_ENV):
@@ -245,7 +245,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         try:
             _db_url(env[DB_URL_ENV])
         except ValueError as e:
-            raise ConfigError(DB_URL_ENV, str(e)) from None
+            raise PolicerConfigError(DB_URL_ENV, str(e)) from None
         db_url = env[DB_URL_ENV]
     cfg = PolicerConfig(
         host=d.server.host,
@@ -274,7 +274,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         try:
             load_secret(cfg.curve_secret_key_file)
         except (CurveError, OSError, ValueError) as e:
-            raise ConfigError("curve.client_secret_key_file", str(e)) from None
+            raise PolicerConfigError("curve.client_secret_key_file", str(e)) from None
     return cfg
 
 
@@ -297,29 +297,29 @@ def _private_key_file(path: str) -> None:
         with open(path, "rb"):
             pass
     except OSError as e:
-        raise ConfigError("server.tls_key_file", f"cannot read {path}: {e.strerror}") from None
+        raise PolicerConfigError("server.tls_key_file", f"cannot read {path}: {e.strerror}") from None
     if mode & 0o007:
-        raise ConfigError("server.tls_key_file", f"{path} is accessible to every user (mode {mode & 0o777:o}); "
+        raise PolicerConfigError("server.tls_key_file", f"{path} is accessible to every user (mode {mode & 0o777:o}); "
                                                  f"a private key must be private: chmod o-rwx {path}")
 
 
 def server_ssl_context(certificate_file: str, key_file: str) -> ssl.SSLContext:
     """The server's TLS context (TLS 1.2 or newer, Python's default ciphers) from a PEM certificate
-    (chain) and its PEM private key (unencrypted).  Each problem is a :class:`ConfigError` naming the
+    (chain) and its PEM private key (unencrypted).  Each problem is a :class:`PolicerConfigError` naming the
     file: missing or unreadable, not a certificate, not a key, a key accessible to every user, or a
     key that does not belong to the certificate."""
     try:
         with open(certificate_file, "rb"):
             pass
     except OSError as e:
-        raise ConfigError("server.tls_certificate_file", f"cannot read {certificate_file}: {e.strerror}") from None
+        raise PolicerConfigError("server.tls_certificate_file", f"cannot read {certificate_file}: {e.strerror}") from None
     _private_key_file(key_file)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:  # the certificate alone first, so that a bad one is named as such
         ssl.create_default_context(cafile=certificate_file)
     except (ssl.SSLError, ValueError) as e:
-        raise ConfigError("server.tls_certificate_file",
+        raise PolicerConfigError("server.tls_certificate_file",
                           f"{certificate_file} holds no valid PEM certificate ({e})") from None
 
     def no_password() -> bytes:  # an encrypted key is refused, never prompted for
@@ -329,12 +329,12 @@ def server_ssl_context(certificate_file: str, key_file: str) -> ssl.SSLContext:
         ctx.load_cert_chain(certificate_file, key_file, password=no_password)
     except ssl.SSLError as e:
         if getattr(e, "reason", None) == "KEY_VALUES_MISMATCH":
-            raise ConfigError("server.tls_key_file", f"{key_file} is not the private key of the certificate "
+            raise PolicerConfigError("server.tls_key_file", f"{key_file} is not the private key of the certificate "
                                                      f"{certificate_file}") from None
-        raise ConfigError("server.tls_key_file", f"{key_file} holds no usable private key for "
+        raise PolicerConfigError("server.tls_key_file", f"{key_file} holds no usable private key for "
                                                  f"{certificate_file} ({e})") from None
     except ValueError:
-        raise ConfigError("server.tls_key_file", f"{key_file} is encrypted; give the key unencrypted "
+        raise PolicerConfigError("server.tls_key_file", f"{key_file} is encrypted; give the key unencrypted "
                                                  "(a service cannot type a passphrase)") from None
     return ctx
 
@@ -342,15 +342,15 @@ def server_ssl_context(certificate_file: str, key_file: str) -> ssl.SSLContext:
 def check_transport(cfg: PolicerConfig) -> None:
     """Refuse a configuration that would take bearer tokens in clear text from the network (plain HTTP
     on an address that is not loopback, without ``server.allow_plain_http``), and check the TLS
-    certificate and key when given (both or neither).  Raises :class:`ConfigError`."""
+    certificate and key when given (both or neither).  Raises :class:`PolicerConfigError`."""
     if (cfg.tls_certificate_file is None) != (cfg.tls_key_file is None):
         given, missing = (("tls_certificate_file", "tls_key_file") if cfg.tls_key_file is None
                           else ("tls_key_file", "tls_certificate_file"))
-        raise ConfigError(f"server.{missing}", f"server.{given} is set: HTTPS needs both a certificate and its key")
+        raise PolicerConfigError(f"server.{missing}", f"server.{given} is set: HTTPS needs both a certificate and its key")
     if cfg.tls_certificate_file is not None and cfg.tls_key_file is not None:
         server_ssl_context(cfg.tls_certificate_file, cfg.tls_key_file)
     elif not is_loopback(cfg.host) and not cfg.allow_plain_http:
-        raise ConfigError("server.host", f"{cfg.host} is not a loopback address and no TLS certificate is "
+        raise PolicerConfigError("server.host", f"{cfg.host} is not a loopback address and no TLS certificate is "
                                          "configured: clients' bearer tokens would cross the network in clear "
                                          "text; set server.tls_certificate_file and server.tls_key_file, or "
                                          "server.allow_plain_http = true to accept that")
@@ -360,8 +360,8 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Polic
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("<file>", f"cannot read {path}: {e}") from None
+        raise PolicerConfigError("<file>", f"cannot read {path}: {e}") from None
     try:
         return loads_config(text, env)
-    except ConfigError as e:  # the same message as the daemon's and XCo's: the file first
-        raise ConfigError(e.key, e.problem, str(path)) from None
+    except PolicerConfigError as e:  # the same message as the daemon's and XCo's: the file first
+        raise PolicerConfigError(e.key, e.problem, str(path)) from None

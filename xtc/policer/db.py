@@ -134,6 +134,10 @@ ALTER TABLE routers ADD COLUMN pub_endpoint TEXT
     (5, """
 ALTER TABLE routers ADD COLUMN rev INTEGER NOT NULL DEFAULT 0
 """),
+    # 6: the forwarded rate has one name everywhere, the daemon's wire's (docs/design/names.md).
+    (6, """
+ALTER TABLE vrs RENAME COLUMN measured_pps TO forwarded_pps
+"""),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

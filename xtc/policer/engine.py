@@ -67,7 +67,7 @@ from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
 from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
-from .store import Outcome, Store
+from .store import ExchangeOutcome, Store
 
 __all__ = ["Engine", "RouterState", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
 
@@ -122,7 +122,7 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
 
 #: The VR columns :func:`plan_router` reads (through :func:`_vr_obs` and :func:`_vr_policy`) or writes:
 #: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
-_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated", "sla_weight",
+_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated", "sla_weight",
               "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
               "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
@@ -160,7 +160,7 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
 
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
-    return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["measured_pps"],
+    return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["forwarded_pps"],
                  row["offered_pps"], row["saturated"])
 
 
@@ -670,7 +670,7 @@ class Engine:
     def _handle_batch(self, items: list[tuple]) -> set[str]:
         """Record a batch of replies (one transaction), plan the routers that answered ``list`` (one read,
         one write), send their commands.  Returns the routers whose commands are in flight (still busy)."""
-        outcomes: list[Outcome] = []
+        outcomes: list[ExchangeOutcome] = []
         polled: list[tuple[dict[str, Any], Settings, float, float]] = []
         finished: list[tuple[str, float]] = []  # (router, t0): handled to the end in this batch
         for item in items:
@@ -688,12 +688,12 @@ class Engine:
                 st = self._st(name)
                 st.backoff = None
                 st.vr_set = frozenset(v["vr"] for v in vrs)
-                outcomes.append(Outcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
+                outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
                 polled.append((r, settings, now, t0))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)
                 _, r, settings, now, vrs, t0 = item
                 self._st(r["name"]).backoff = None
-                outcomes.append(Outcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
+                outcomes.append(ExchangeOutcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
                 polled.append((r, settings, now, t0))
             else:
                 _, name, cmds, results, t0 = item
@@ -770,7 +770,7 @@ class Engine:
             self._cycle[1] = end
         return busy
 
-    def _failed(self, name: str, err: BaseException) -> Outcome:
+    def _failed(self, name: str, err: BaseException) -> ExchangeOutcome:
         """The outcome of an exchange that failed (no answer, a refusal, a reply dropped); backoff updated."""
         msg = str(err)
         if isinstance(err, BadReply):
@@ -782,9 +782,9 @@ class Engine:
         prev_backoff = st.backoff[1] if st.backoff is not None else 0.0
         backoff = min(self.max_backoff_s, max(self.period_s, 2 * prev_backoff))
         st.backoff = (now + backoff - 0.5 * self.period_s, backoff)
-        return Outcome(name, "unreachable", msg)
+        return ExchangeOutcome(name, "unreachable", msg)
 
-    def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> Outcome:
+    def _commands_outcome(self, name: str, cmds: list[Any], results: list[Any]) -> ExchangeOutcome:
         """The audit records of a router's command results; unreachable if the exchange failed."""
         records = []
         st = self._st(name)
@@ -801,7 +801,7 @@ class Engine:
                 return out
             else:
                 records.append((cmd.cmd, cmd.vr, detail))
-        return Outcome(name, None, records=records)
+        return ExchangeOutcome(name, None, records=records)
 
     def _confirm(self, name: str, vrs: list[dict[str, Any]]) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The audit records of the router's commands whose replies were lost, now that a measurement

@@ -675,11 +675,11 @@ def parse_vr_list(result: dict[str, Any], max_vrs: int) -> list[dict[str, Any]]:
         if inst.vr in names:
             raise BadReply(f"vrs[{i}]: VR {inst.vr!r} listed twice")
         names.add(inst.vr)
-        for k in ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent"):
+        for k in ("setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent"):
             x = getattr(inst, k)
             if x is not None and not math.isfinite(x):
                 raise BadReply(f"vrs[{i}].{k}: not a finite number")
         out.append({"vr": inst.vr, "state": inst.state, "present": True if inst.present is None else inst.present,
-                    "setpoint_pps": inst.setpoint_pps, "measured_pps": inst.measured_pps,
+                    "setpoint_pps": inst.setpoint_pps, "forwarded_pps": inst.forwarded_pps,
                     "offered_pps": inst.offered_pps, "cap_percent": inst.cap_percent, "saturated": inst.saturated})
     return out

@@ -64,7 +64,7 @@ class VrObs:
     present: bool = True
     state: str = "inactive"
     setpoint_pps: float | None = None
-    measured_pps: float | None = None
+    forwarded_pps: float | None = None
     offered_pps: float | None = None
     #: The daemon's flag: the setpoint is out of reach, the cap at its maximum ("cap_max"), at its
     #: minimum ("cap_min") or not used up ("cap_slack") (:class:`xtc.daemon.api.Instance`); None = none.
@@ -136,7 +136,7 @@ _NO_POLICY = VrPolicy()
 
 
 def _demand(o: VrObs) -> float | None:
-    vals = [v for v in (o.offered_pps, o.measured_pps) if v is not None]
+    vals = [v for v in (o.offered_pps, o.forwarded_pps) if v is not None]
     return max(vals) if vals else None
 
 
@@ -212,12 +212,12 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             if ms != MisbehaviourState() or p.punish_base_pps is not None:
                 pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
             continue
-        new, ev = misbehaviour_step(mp, ms, o.offered_pps, o.measured_pps, now_s)
+        new, ev = misbehaviour_step(mp, ms, o.offered_pps, o.forwarded_pps, now_s)
         base = p.punish_base_pps
         if ev == "punish":
             if base is None:
-                base = p.manual_setpoint_pps or p.derived_setpoint_pps or o.setpoint_pps or o.measured_pps or settings.allocation.min_setpoint_pps
-            detail: dict[str, Any] = {"level": new.level, "offered_pps": o.offered_pps, "forwarded_pps": o.measured_pps}
+                base = p.manual_setpoint_pps or p.derived_setpoint_pps or o.setpoint_pps or o.forwarded_pps or settings.allocation.min_setpoint_pps
+            detail: dict[str, Any] = {"level": new.level, "offered_pps": o.offered_pps, "forwarded_pps": o.forwarded_pps}
             if new.level < MAX_LEVEL:
                 detail["setpoint_pps"] = max(settings.allocation.min_setpoint_pps, punished_setpoint_pps(mp, new.level, base))
             else:
@@ -225,7 +225,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             events.append(Event("punish", n, detail))
         elif ev == "restore":
             events.append(Event("restore", n, {"from_level": ms.level, "offered_pps": o.offered_pps,
-                                               "forwarded_pps": o.measured_pps}))
+                                               "forwarded_pps": o.forwarded_pps}))
             base = None
         if new != ms or base != p.punish_base_pps:
             pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
@@ -245,15 +245,15 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                 d = _demand(o)
                 dem = None if d is None else max(settings.allocation.min_setpoint_pps, d * settings.allocation.demand_headroom)
                 lo = p.min_pps
-                if o.measured_pps is not None and o.saturated in ("cap_max", "cap_slack"):
+                if o.forwarded_pps is not None and o.saturated in ("cap_max", "cap_slack"):
                     # All the VR can (cap_max) or will (cap_slack: a cap it does not use up) forward on
                     # this host now, whatever its setpoint: a larger share would sit unused while other
                     # VRs want it.
-                    dem = max(settings.allocation.min_setpoint_pps, o.measured_pps) if dem is None else \
-                        min(dem, max(settings.allocation.min_setpoint_pps, o.measured_pps))
-                elif o.measured_pps is not None and o.saturated == "cap_min":
+                    dem = max(settings.allocation.min_setpoint_pps, o.forwarded_pps) if dem is None else \
+                        min(dem, max(settings.allocation.min_setpoint_pps, o.forwarded_pps))
+                elif o.forwarded_pps is not None and o.saturated == "cap_min":
                     # It forwards this much even at its lowest cap: count it, so the others' shares fit.
-                    lo = min(max(lo, o.measured_pps), p.max_pps)
+                    lo = min(max(lo, o.forwarded_pps), p.max_pps)
                 claims.append(Claim(n, p.weight, lo, p.max_pps, dem))
         shares = weighted_max_min(max(0.0, budget), claims)
         kept = {n: pol[n].derived_setpoint_pps if pol[n].derived_setpoint_pps is not None

@@ -1,7 +1,7 @@
 """The daemons' sample streams as the policer's engine reads them: one SUB socket per router.
 
-A daemon publishes one ``samples`` message per control period (format ``xtc-samples/1``,
-docs/manager-api.md) on its PUB socket (``manager.pub_endpoint``); a router registered with that
+A daemon publishes one ``samples`` message per control period (format ``xtc-samples/2``,
+docs/manager-api.md; ``xtc-samples/1``, which named ``forwarded_pps`` ``measured_pps``, is read too, for one version) on its PUB socket (``manager.pub_endpoint``); a router registered with that
 endpoint (``pub_endpoint``) is subscribed to here.  A SUB socket connected to several publishers
 does not say which one a message came from, and the message does not name its host, so each
 router has a SUB socket of its own; one thread waits on all of them at once (``epoll`` on the
@@ -9,7 +9,7 @@ sockets' ``ZMQ_FD``) and keeps, per router, only the newest valid message and wh
 
 A message is untrusted like a reply: its frame is bounded on the socket (``MAXMSGSIZE``: a bigger
 one drops the connection), it must be two frames (topic ``samples``, one body) of strict JSON in
-format ``xtc-samples/1``, at most ``max_vrs`` rows, each row as long as ``fields`` and valid as
+format ``xtc-samples/2`` (or /1), at most ``max_vrs`` rows, each row as long as ``fields`` and valid as
 an :class:`xtc.daemon.api.Instance` (checked member by member here, as the model does, strict
 types, finite numbers, a VR name the API can address, no VR twice: the model per row cost ten
 times more, :func:`xtc.policer.link.parse_vr_list` is what a ``list`` reply goes through).  Anything else is
@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 import zmq
 
-from xtc.daemon.api import SAMPLES_SCHEMA, SAMPLES_TOPIC, reject_json_constant, unique_json_keys
+from xtc.daemon.api import (SAMPLES_SCHEMA, SAMPLES_SCHEMA_V1, SAMPLES_TOPIC, SAMPLES_V1_RENAMED, reject_json_constant,
+                            unique_json_keys)
 from xtc.daemon.ctl import open_client
 
 from .link import VR_NAME_PATTERN, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
@@ -43,8 +44,8 @@ log = logging.getLogger("xtc.policer.samples")
 _STATES = frozenset(("inactive", "active", "paused"))
 _SATURATED = frozenset((None, "cap_max", "cap_min", "cap_slack"))
 #: Members a row must have (the Instance model's required ones) and the numbers among them.
-_REQUIRED = ("vr", "state", "setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent")
-_NUMBERS = ("setpoint_pps", "measured_pps", "offered_pps", "cap_percent", "original_cap_percent")
+_REQUIRED = ("vr", "state", "setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent", "original_cap_percent")
+_NUMBERS = ("setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent", "original_cap_percent")
 
 
 def _number(x: Any) -> bool:
@@ -80,7 +81,7 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
     Raises
     ------
     BadReply
-        The message is not a valid ``xtc-samples/1`` message (the reason, never echoing the input).
+        The message is not a valid ``xtc-samples/2`` (or /1) message (the reason, never echoing the input).
     """
     if len(frames) != 2 or frames[0] != SAMPLES_TOPIC:
         raise BadReply(f"a samples message has {len(frames)} frame(s) and topic {frames[0][:16]!r}"
@@ -91,9 +92,11 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
         doc = _json(frames[1])
     except (ValueError, UnicodeDecodeError) as e:
         raise BadReply(f"a samples message that is not strict JSON: {str(e)[:200]}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SAMPLES_SCHEMA:
-        raise BadReply(f"a samples message not in format {SAMPLES_SCHEMA}")
+    if not isinstance(doc, dict) or doc.get("schema") not in (SAMPLES_SCHEMA, SAMPLES_SCHEMA_V1):
+        raise BadReply(f"a samples message not in format {SAMPLES_SCHEMA} (or {SAMPLES_SCHEMA_V1})")
     fields, rows, period = doc.get("fields"), doc.get("vrs"), doc.get("period_s")
+    if doc["schema"] == SAMPLES_SCHEMA_V1 and isinstance(fields, list):
+        fields = [SAMPLES_V1_RENAMED.get(f, f) if isinstance(f, str) else f for f in fields]
     if not (isinstance(fields, list) and all(isinstance(f, str) for f in fields) and len(fields) == len(set(fields))
             and all(f in fields for f in _REQUIRED) and isinstance(rows, list)):
         raise BadReply("a samples message without a 'fields' list of distinct names (with "
@@ -126,7 +129,7 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
             if not _number(v[k]):
                 raise BadReply(f"vrs[{i}].{k}: not a finite number or null")
         vrs.append({"vr": name, "state": v["state"], "present": True if present is None else present,
-                    "setpoint_pps": _float(v["setpoint_pps"]), "measured_pps": _float(v["measured_pps"]),
+                    "setpoint_pps": _float(v["setpoint_pps"]), "forwarded_pps": _float(v["forwarded_pps"]),
                     "offered_pps": _float(v["offered_pps"]), "cap_percent": _float(v["cap_percent"]),
                     "saturated": saturated})
     return vrs

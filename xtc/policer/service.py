@@ -49,7 +49,7 @@ from xtc.service.cli import load_or_report
 from xtc.service.logs import setup_logging
 
 from .api import create_app
-from .config import ConfigError, PolicerConfig, check_transport, server_ssl_context
+from .config import PolicerConfigError, PolicerConfig, check_transport, server_ssl_context
 from .engine import Engine
 from .link import LinkPool
 from .samples import SampleStreams
@@ -134,7 +134,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
     setup_logging(cfg.log_format, cfg.log_level)
     try:  # (again: --host may have changed the address, and the files may have changed since)
         check_transport(cfg)
-    except ConfigError as e:
+    except PolicerConfigError as e:
         print(f"xtc policer: {e}", file=sys.stderr)
         return 2
     store = load_or_report(lambda: Store(cfg.db_url), StoreError, "xtc policer")

@@ -35,7 +35,7 @@ from .policy import POLICIES, ActivationState, MisbehaviourState
 #: The daemon's values of a VR's ``saturated`` flag (:class:`xtc.daemon.api.Instance`).
 SATURATION = ("cap_max", "cap_min", "cap_slack")
 
-__all__ = ["SATURATION", "Outcome", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
+__all__ = ["SATURATION", "ExchangeOutcome", "Store", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url", "SCHEMA_VERSION"]
 
 def _f(v: Any) -> float | None:
     """A finite float or None (SQLite has no NaN; the API never returns one)."""
@@ -60,17 +60,17 @@ def _real(v: Any) -> float | None:
 
 #: The columns of a VR's row that :meth:`Store.router_states` gives (the engine's plan inputs): the VR's
 #: own, then its network's SLA.
-STATE_COLS = ("name", "present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated",
+STATE_COLS = ("name", "present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated",
               "manual_setpoint_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps", "punish_level",
               "punish_bad_since_s", "punish_good_since_s", "punish_base_pps", "sla_min_pps", "sla_max_pps", "sla_weight")
 _STATE_SQL = ("SELECT v.router, " + ", ".join(("n." if c.startswith("sla_") else "v.") + c for c in STATE_COLS)
               + " FROM vrs v LEFT JOIN networks n ON v.network = n.name WHERE v.router IN ({marks})")
 #: The columns :meth:`Store.record_outcomes` writes from a measurement, and those :meth:`Store.save_plans` writes.
-_MEASURED = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated")
+_MEASURED = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated")
 
 
 @dataclass
-class Outcome:
+class ExchangeOutcome:
     """What one exchange with a router's daemon gave, for :meth:`Store.record_outcomes`.
 
     Attributes
@@ -306,7 +306,7 @@ class Store:
     def set_router_status(self, name: str, status: str, error: str | None, seen: bool) -> str | None:
         """Record a poll's outcome; returns the previous status (None: no such router, or removed)."""
         assert seen == (status == "reachable"), (status, seen)
-        return self.record_outcomes([Outcome(name, status, error)])[name]
+        return self.record_outcomes([ExchangeOutcome(name, status, error)])[name]
 
     # --------------------------------------------------------------------------------- vrs
     @staticmethod
@@ -318,7 +318,7 @@ class Store:
             "present": bool(r["present"]),
             "state": r["state"],
             "setpoint_pps": r["daemon_setpoint_pps"],
-            "measured_pps": r["measured_pps"],
+            "forwarded_pps": r["forwarded_pps"],
             "offered_pps": r["offered_pps"],
             "cap_percent": r["cap_percent"],
             "saturated": r["saturated"],
@@ -533,7 +533,7 @@ class Store:
                         for vals in live[1] if live is not None else ():
                             row = rows.get(vals[9])
                             if row is not None:
-                                row.update(measured_pps=vals[3], offered_pps=vals[4], saturated=vals[6])
+                                row.update(forwarded_pps=vals[3], offered_pps=vals[4], saturated=vals[6])
                     for name, rev in stale.items():
                         cache[name] = (rev, got[name])
                         out[name] = (out[name][0], got[name])
@@ -552,7 +552,7 @@ class Store:
     # ---------------------------------------------------------------------------- snapshots
     def snapshot(self, max_rows: int | None = None) -> int:
         """Write the live measurements of the routers measured since the last snapshot began (their VRs'
-        ``measured_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and ``last_seen_unix_s``, and the
+        ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and ``last_seen_unix_s``, and the
         routers' ``last_seen_unix_s``) in one transaction, fenced on the leadership epoch; the other
         columns are written as they change.  ``max_rows``: write about that many VRs' rows (whole
         routers) and leave the rest of this snapshot to the next calls (:attr:`snapshot_pending`), so
@@ -576,7 +576,7 @@ class Store:
         with self.tx() as db:
             self._fence(db)
             db.update_many("routers", "last_seen_unix_s | name", "rt", routers)
-            db.update_many("vrs", "measured_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
+            db.update_many("vrs", "forwarded_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
                            "rrrtrtt", vrs)
             db.execute("INSERT INTO meta (key, value) VALUES ('snapshot_unix_s', ?)"
                        " ON CONFLICT (key) DO UPDATE SET value=excluded.value", (repr(t),))
@@ -609,19 +609,19 @@ class Store:
         if live is not None:
             for v in live[1]:
                 if v[9] == vr["name"]:
-                    vr.update(measured_pps=v[3], offered_pps=v[4], cap_percent=v[5], saturated=v[6],
+                    vr.update(forwarded_pps=v[3], offered_pps=v[4], cap_percent=v[5], saturated=v[6],
                               last_seen_unix_s=live[0])
                     break
         return vr
 
     def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Upsert the VRs a daemon reported; mark the others absent.  Returns (appeared, vanished)."""
-        out = Outcome(router, None, vrs=vrs)
+        out = ExchangeOutcome(router, None, vrs=vrs)
         self.record_outcomes([out])
         return out.appeared, out.vanished
 
-    def record_outcomes(self, outcomes: list["Outcome"]) -> dict[str, str | None]:
-        """Record a batch of the engine's exchanges with routers in one transaction (see :class:`Outcome`).
+    def record_outcomes(self, outcomes: list["ExchangeOutcome"]) -> dict[str, str | None]:
+        """Record a batch of the engine's exchanges with routers in one transaction (see :class:`ExchangeOutcome`).
 
         For each outcome, in order: its ``records`` go to the audit log; the router's status is set (a
         change to or from ``unreachable`` is audited); the VRs of a ``list`` reply are upserted, the
@@ -713,7 +713,7 @@ class Store:
                     present = bool(v.get("present", True))
                     sat = v.get("saturated")
                     vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")),
-                            _f(v.get("measured_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
+                            _f(v.get("forwarded_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
                             sat if sat in SATURATION else None, now, name, n)
                     mine.append(vals)
                     old = rows.get(n) if rows is not None else None
@@ -728,12 +728,12 @@ class Store:
                     if rows is not None:
                         if old is None:
                             rows = None  # a new row: read it whole next time
-                        elif (old["present"], old["state"], old["daemon_setpoint_pps"], old["measured_pps"],
+                        elif (old["present"], old["state"], old["daemon_setpoint_pps"], old["forwarded_pps"],
                               old["offered_pps"], old["saturated"]) != (vals[0], vals[1], vals[2], vals[3], vals[4], vals[6]):
                             if not copied:
                                 rows, copied = dict(rows), True
                             rows[n] = {**old, "present": vals[0], "state": vals[1], "daemon_setpoint_pps": vals[2],
-                                       "measured_pps": vals[3], "offered_pps": vals[4], "saturated": vals[6]}
+                                       "forwarded_pps": vals[3], "offered_pps": vals[4], "saturated": vals[6]}
                     if present and not was.get(n, False):
                         o.appeared.append(n)
                         audits.append(("vr_appeared", "policer", name, n, {}))
@@ -762,9 +762,9 @@ class Store:
             db.update_many("routers", "status last_error last_seen_unix_s | name", "ttrt", seen_rows, "rev=rev+1")
             db.update_many("routers", "status last_error | name", "ttt", other_rows, "rev=rev+1")
             db.update_many("routers", "| name", "t", bump_rows, "rev=rev+1")
-            db.update_many("vrs", "present state daemon_setpoint_pps measured_pps offered_pps cap_percent saturated"
+            db.update_many("vrs", "present state daemon_setpoint_pps forwarded_pps offered_pps cap_percent saturated"
                            " last_seen_unix_s | router name", "itrrrrtrtt", updates)
-            db.executemany("INSERT INTO vrs (present, state, daemon_setpoint_pps, measured_pps, offered_pps, cap_percent,"
+            db.executemany("INSERT INTO vrs (present, state, daemon_setpoint_pps, forwarded_pps, offered_pps, cap_percent,"
                            " saturated, last_seen_unix_s, router, name) VALUES (?,?,?,?,?,?,?,?,?,?)", inserts)
             db.update_many("vrs", "| router name", "tt", absent, "present=0")
             self._audit_many(db, audits)

@@ -11,9 +11,9 @@ response, mismatch margins, cap_min, model file), :mod:`xtc.training.plots`,
 
 from xtc.training.fit import FitResult, fit_sweep, fit_sweeps, find_cap_threshold
 from xtc.training.pipeline import Training, train_from_sweep
-from xtc.training.sweep import Sample, Sweep, SweepError, TrainingError, parse_sweep_csv, read_sweep_csv, write_sweep_csv
+from xtc.training.sweep import SweepSample, Sweep, SweepError, TrainingError, parse_sweep_csv, read_sweep_csv, write_sweep_csv
 
 __all__ = [
     "FitResult", "fit_sweep", "fit_sweeps", "find_cap_threshold", "Training", "train_from_sweep",
-    "Sample", "Sweep", "SweepError", "TrainingError", "parse_sweep_csv", "read_sweep_csv", "write_sweep_csv",
+    "SweepSample", "Sweep", "SweepError", "TrainingError", "parse_sweep_csv", "read_sweep_csv", "write_sweep_csv",
 ]

@@ -292,12 +292,12 @@ def build_model_file(
     fitted_on: Mapping[str, Any],
     operating_points: Mapping[str, Mapping[str, Any]] | None = None,
     description: str = "",
-    caps_min_percent: float | None = None,
+    cap_min_percent: float | None = None,
 ) -> ModelFile:
     """The model file for ``fit`` with its gains, cap_min and provenance.
 
-    ``caps.min_percent`` (the floor every controller of the daemon keeps to) is the chosen
-    cap_min, or ``caps_min_percent`` when given (e.g. 1, the actuator's floor, as in the
+    ``controller.cap_min_percent`` (the floor every controller of the daemon keeps to) is the chosen
+    cap_min, or ``cap_min_percent`` when given (e.g. 1, the actuator's floor, as in the
     paper's model file); the chosen cap_min is kept under ``[extra.cap_min]`` either way.
     """
     extra: dict[str, Any] = {
@@ -329,8 +329,8 @@ def build_model_file(
         return ModelFile(
             name=name,
             model=fit.model,
-            caps=CapBounds(min_percent=cap_min.cap_min_percent if caps_min_percent is None else caps_min_percent,
-                           max_percent=100.0),
+            caps=CapBounds(cap_min_percent=cap_min.cap_min_percent if cap_min_percent is None else cap_min_percent,
+                           cap_max_percent=100.0),
             pi=pi.gains,
             deadbeat=deadbeat.gains,
             r_squared=fit.r_squared,

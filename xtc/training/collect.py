@@ -41,7 +41,7 @@ from typing import IO, Callable, Protocol, Sequence
 from xtc.daemon.meter import PeriodMeter, VrReading
 from xtc.host.base import Host
 from xtc.host.errors import HostAdapterError
-from xtc.training.sweep import Sample, TrainingError
+from xtc.training.sweep import SweepSample, TrainingError
 
 __all__ = [
     "SweepPlan",
@@ -197,7 +197,7 @@ def run_sweep(
     interfaces: Sequence[str] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[Sample]:
+) -> list[SweepSample]:
     """Sweep the caps of one VR and return the samples in the order they were taken.
 
     Parameters
@@ -225,7 +225,7 @@ def run_sweep(
 
     Returns
     -------
-    list of Sample
+    list of SweepSample
 
     Raises
     ------
@@ -263,7 +263,7 @@ def run_sweep(
 
     original = host.snapshot(vr)
     original_cap = host.read_cap(vr)
-    samples: list[Sample] = []
+    samples: list[SweepSample] = []
     t_start = clock()
     done = 0
     try:
@@ -288,7 +288,7 @@ def run_sweep(
                         )
                     first_at_rate = False
                     samples.append(
-                        Sample(rate, in_force, i, fwd, t_end - t, i < plan.settle_samples, t_end - t_start, handed)
+                        SweepSample(rate, in_force, i, fwd, t_end - t, i < plan.settle_samples, t_end - t_start, handed)
                     )
                     t = t_end
                     done += 1

@@ -20,7 +20,7 @@ The steps, all pure (a :class:`~xtc.training.sweep.Sweep` in, a :class:`FitResul
    (kp/s) and of ``log10(cap)`` over the settled samples of the region.
 5. **Regression.**  The sweep, in recording order, is one time series: each cap is a
    step of the input, followed by its transient (settling) and settled samples.
-   Sample ``i`` measured the rate while cap ``c_i`` was in force, so, as in the
+   SweepSample ``i`` measured the rate while cap ``c_i`` was in force, so, as in the
    control loop (the cap computed at ``k`` is in force until ``k+1``)::
 
        y_i - ybar = a (y_{i-1} - ybar) + b (log10(c_i) - ubar)

@@ -65,11 +65,11 @@ def train_from_sweep(
     plateau_tol_kpps: float = 1.0,
     method: str = "steps",
     accept_poor_fit: bool = False,
-    caps_min_percent: float | None = None,
+    cap_min_percent: float | None = None,
 ) -> Training:
     """Fit the sweep, design PI and dead-beat gains, choose cap_min, assemble the model file.
 
-    ``caps_min_percent``: the model file's ``caps.min_percent`` (default: the chosen cap_min,
+    ``cap_min_percent``: the model file's ``controller.cap_min_percent`` (default: the chosen cap_min,
     which is recorded under ``[extra.cap_min]`` either way).
 
     Raises
@@ -79,8 +79,8 @@ def train_from_sweep(
     PoorFitError
         When R-squared is below 0.9 and ``accept_poor_fit`` is False.
     """
-    if caps_min_percent is not None and not (1.0 <= caps_min_percent <= 100.0):
-        raise TrainingError(f"--caps-min {caps_min_percent:g} must be within 1..100 percent of one CPU")
+    if cap_min_percent is not None and not (1.0 <= cap_min_percent <= 100.0):
+        raise TrainingError(f"--cap-min-percent {cap_min_percent:g} must be within 1..100 percent of one CPU")
     rate = primary_offered_pps(sweep) if offered_pps is None else offered_pps
     fit = fit_sweep(sweep, rate, plateau_tol_kpps=plateau_tol_kpps, method=method)
     if fit.poor and not accept_poor_fit:
@@ -104,7 +104,7 @@ def train_from_sweep(
         + (" A POOR fit (R^2 below 0.9), written because it was explicitly accepted." if fit.poor else "")
     )
     mf = build_model_file(name, fit, pi, db, cap_min, fitted_on, points if len(points) > 1 else None, desc,
-                          caps_min_percent)
+                          cap_min_percent)
     return Training(fit, pi, db, cap_min, mf, {r: f for r, f in others.items() if r != rate}, failed)
 
 
@@ -168,7 +168,7 @@ def markdown_report(t: Training, plots: Mapping[str, str], model_path: str, csv_
         "",
         f"cap_min = {t.cap_min.cap_min_percent:g} %: the lowest cap forwarding {t.cap_min.useful_kpps:g} kp/s "
         f"({t.cap_min.method}, raw {t.cap_min.raw_cap_percent:.2f} %, rounded up). The model file's floor "
-        f"(`caps.min_percent`, kept by every controller) is {t.model_file.caps.min_percent:g} %.",
+        f"(`controller.cap_min_percent`, kept by every controller) is {t.model_file.caps.cap_min_percent:g} %.",
         "",
         "## Plots",
         "",

@@ -42,7 +42,7 @@ __all__ = [
     "OPTIONAL_COLUMNS",
     "TrainingError",
     "SweepError",
-    "Sample",
+    "SweepSample",
     "Sweep",
     "parse_sweep_csv",
     "read_sweep_csv",
@@ -67,7 +67,7 @@ class SweepError(TrainingError):
 
 
 @dataclass(frozen=True)
-class Sample:
+class SweepSample:
     """One throughput sample of a sweep.
 
     Parameters
@@ -105,7 +105,7 @@ class Sample:
 class Sweep:
     """A cap sweep: samples in the order they were taken, plus metadata (strings)."""
 
-    samples: tuple[Sample, ...]
+    samples: tuple[SweepSample, ...]
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -212,7 +212,7 @@ def parse_sweep_csv(text: str, source: str = "<sweep>") -> Sweep:
     if dup:
         raise SweepError(f"{source}: column(s) {', '.join(dup)} appear more than once in the header")
     col = {name: header.index(name) for name in header}
-    samples: list[Sample] = []
+    samples: list[SweepSample] = []
     elapsed = 0.0
     for rownum, row in enumerate(reader):
         line = body_start + 2 + rownum
@@ -243,7 +243,7 @@ def parse_sweep_csv(text: str, source: str = "<sweep>") -> Sweep:
             raise SweepError(f"{source}: line {line}: settling must be 0 or 1, got {settling:g}")
         elapsed += v["duration_s"]
         samples.append(
-            Sample(
+            SweepSample(
                 offered_pps=v["offered_pps"],
                 cap_percent=cap,
                 sample_index=int(idx),
@@ -273,7 +273,7 @@ def read_sweep_csv(path: str | Path) -> Sweep:
     return parse_sweep_csv(text, source=str(p))
 
 
-def format_sweep_csv(samples: Iterable[Sample], metadata: Mapping[str, str] | None = None) -> str:
+def format_sweep_csv(samples: Iterable[SweepSample], metadata: Mapping[str, str] | None = None) -> str:
     """The CSV text of a sweep (metadata lines, header, rows), readable by :func:`parse_sweep_csv`.
 
     The ``measured_offered_pps`` column is written only when every sample has a finite value.
@@ -304,7 +304,7 @@ def format_sweep_csv(samples: Iterable[Sample], metadata: Mapping[str, str] | No
     return out.getvalue()
 
 
-def write_sweep_csv(path: str | Path, samples: Sequence[Sample], metadata: Mapping[str, str] | None = None) -> None:
+def write_sweep_csv(path: str | Path, samples: Sequence[SweepSample], metadata: Mapping[str, str] | None = None) -> None:
     """Write a sweep CSV atomically (temporary file, then rename)."""
     p = Path(path)
     text = format_sweep_csv(samples, metadata)

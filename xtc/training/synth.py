@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from xtc.models import LogCapModel
-from xtc.training.sweep import Sample
+from xtc.training.sweep import SweepSample
 
 __all__ = ["model_sweep"]
 
@@ -32,7 +32,7 @@ def model_sweep(
     noise_kpps: float = 0.5,
     seed: int = 0,
     start_time_s: float = 0.0,
-) -> list[Sample]:
+) -> list[SweepSample]:
     """Samples of a sweep of a plant that follows ``model`` exactly (plus seeded noise).
 
     Parameters
@@ -56,7 +56,7 @@ def model_sweep(
 
     Returns
     -------
-    list of Sample
+    list of SweepSample
     """
     if samples_per_cap < 1 or settle_samples < 0:
         raise ValueError("samples_per_cap must be >= 1 and settle_samples >= 0")
@@ -65,7 +65,7 @@ def model_sweep(
     period = model.period_s
     # Start settled at the first cap.
     y = min(max(model.steady_state_kpps(caps_percent[0]), 0.0), offered_kpps)
-    out: list[Sample] = []
+    out: list[SweepSample] = []
     t = start_time_s
     for cap in caps_percent:
         u = math.log10(cap) - model.ubar_log10_cap
@@ -74,5 +74,5 @@ def model_sweep(
             y += float(rng.normal(0.0, noise_kpps)) if noise_kpps > 0 else 0.0
             y = min(max(y, 0.0), offered_kpps)
             t += period
-            out.append(Sample(offered_pps, float(cap), i, y * 1e3, period, i < settle_samples, t))
+            out.append(SweepSample(offered_pps, float(cap), i, y * 1e3, period, i < settle_samples, t))
     return out

@@ -90,7 +90,7 @@ def _ifname(s: str) -> str:
     return s
 
 
-class MetricsConfig(ControllerMetrics):
+class AgentMetricsConfig(ControllerMetrics):
     port: Annotated[Int, within(0, 65535)] = 8973
 
 
@@ -159,7 +159,7 @@ class AgentConfig(StrictTable):
     #: priority wakes it on time (the agent sleeps between events, so it cannot hog the CPU).
     realtime_priority: Annotated[Int, within(0, 99)] = 0
     auth_key_file: Annotated[str, Field(min_length=1)] | None = None
-    metrics: MetricsConfig = MetricsConfig()
+    metrics: AgentMetricsConfig = AgentMetricsConfig()
     log: LogConfig = LogConfig()
 
     @property

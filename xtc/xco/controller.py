@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from . import protocol as P
-from .scheduler import Directive as SchedDirective
+from .scheduler import SchedulerDirective
 from .scheduler import FastScheduler, RateLimiter
 from .scheduler.hybrid import HybridScheduler
 from .topology import Topology
@@ -150,10 +150,10 @@ class ControllerCore:
         return t
 
     # -- directives ----------------------------------------------------------------------------------
-    def _sends(self, ds: Iterable[SchedDirective], now_us: int) -> list[Send]:
+    def _sends(self, ds: Iterable[SchedulerDirective], now_us: int) -> list[Send]:
         out: list[Send] = []
         if self.mode == "rate":
-            by_host: dict[int, list[SchedDirective]] = {}
+            by_host: dict[int, list[SchedulerDirective]] = {}
             for d in ds:
                 by_host.setdefault(d.host, []).append(d)
             items = [(x, ds_) for x, ds_ in by_host.items()]
@@ -179,14 +179,14 @@ class ControllerCore:
         self.directives_sent += len(out)
         return out
 
-    def _with_rates_of(self, x: int, ds: list[SchedDirective]) -> list[SchedDirective]:
+    def _with_rates_of(self, x: int, ds: list[SchedulerDirective]) -> list[SchedulerDirective]:
         """Rate mode: ``ds`` plus the unchanged rates of host ``x`` (its full set, in one directive)."""
         named = {d.dest for d in ds if d.host == x}
         t = self.sched.now_us
-        return ds + [SchedDirective(t, x, d, None, r) for (y, d), r in sorted(self.sched.rate_bps.items())
+        return ds + [SchedulerDirective(t, x, d, None, r) for (y, d), r in sorted(self.sched.rate_bps.items())
                      if y == x and d not in named]
 
-    def _event(self, kind: str, now_us: int, run: Callable[[int], list[SchedDirective]]) -> list[Send]:
+    def _event(self, kind: str, now_us: int, run: Callable[[int], list[SchedulerDirective]]) -> list[Send]:
         self.events[kind] += 1
         return self._sends(run(self._sched_t(now_us)), now_us)
 

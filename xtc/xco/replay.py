@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator
 
-from .scheduler import Directive, EventError, FastScheduler, RateLimiter
+from .scheduler import SchedulerDirective, EventError, FastScheduler, RateLimiter
 from .scheduler.hybrid import HybridScheduler
 from .topology import Topology
 
@@ -92,7 +92,7 @@ def parse_event(topo: Topology, line: str) -> tuple[int, str, int, Any]:
     return t, kind, x, arg
 
 
-def _out(topo: Topology, d: Directive, rate: bool) -> dict[str, Any]:
+def _out(topo: Topology, d: SchedulerDirective, rate: bool) -> dict[str, Any]:
     o: dict[str, Any] = {"t_us": d.t_us, "host": topo.hosts[d.host],
                          "dest": None if d.dest is None else topo.hosts[d.dest]}
     if rate:

@@ -2,7 +2,7 @@
 
 Seeded and deterministic (the same seed gives the same JSON), pure simulation.
 
-Controllers: ``pi``, ``deadbeat``, ``deadbeat+capmin3``, ``fixed`` (Table 1,
+Controllers: ``pi``, ``deadbeat``, ``deadbeat-capmin3``, ``fixed`` (Table 1,
 open loop), ``xtc`` (the project's controller, ``make_controller(kind=None)``, the lag probe
 on) and ``xtc-noprobe`` (the same law without the lag probe, the default before 2026-11-25),
 all built from the paper's model file.
@@ -108,7 +108,7 @@ __all__ = [
 
 OFFERED_PPS = 100_000.0
 DEFAULT_GRID_KPPS: tuple[float, ...] = (3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95)
-BENCH_CONTROLLERS: tuple[str, ...] = ("pi", "deadbeat", "deadbeat+capmin3", "fixed", "xtc", "xtc-noprobe")
+BENCH_CONTROLLERS: tuple[str, ...] = ("pi", "deadbeat", "deadbeat-capmin3", "fixed", "xtc", "xtc-noprobe")
 HOLD_BAND = 0.05
 SETTLE_BAND = 0.10
 HOG_BAND = 0.05

@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
             default="paper",
             help="paper: integer Xen caps, the controller continues from the applied cap; exact: caps as computed",
         )
-        e.add_argument("--controllers", type=_csv, default=None, help="comma-separated controller labels (pi, deadbeat, deadbeat+capmin3, fixed, xtc)")
+        e.add_argument("--controllers", type=_csv, default=None, help="comma-separated controller labels (pi, deadbeat, deadbeat-capmin3, fixed, xtc)")
         e.add_argument("--quiet", action="store_true", help="no progress line")
         e.add_argument("--no-plot", action="store_true", help="do not write the PNG")
         if name == "sweep":
@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"xtc simulate {name}: {e}", file=sys.stderr)
             return 2
-        kw["controllers"] = args.controllers
+        kw["controllers"] = [ex.controller_spec(c).label for c in args.controllers]
     if name == "sweep":
         if args.setpoints_kpps is not None:
             kw["setpoints_kpps"] = args.setpoints_kpps

@@ -49,6 +49,7 @@ from .run import LoopTrace, run_loop
 
 __all__ = [
     "ControllerSpec",
+    "CONTROLLER_ALIASES",
     "PAPER_CONTROLLERS",
     "controller_spec",
     "ExperimentResult",
@@ -92,7 +93,7 @@ PAPER_CONTROLLERS: dict[str, ControllerSpec] = {
     for s in (
         ControllerSpec("pi", "pi"),
         ControllerSpec("deadbeat", "deadbeat"),
-        ControllerSpec("deadbeat+capmin3", "deadbeat", 3.0),
+        ControllerSpec("deadbeat-capmin3", "deadbeat", 3.0),
         ControllerSpec("fixed", "fixed"),
         ControllerSpec("xtc", None),
         ControllerSpec("xtc-noprobe", None, lag_probe=False),
@@ -100,10 +101,15 @@ PAPER_CONTROLLERS: dict[str, ControllerSpec] = {
 }
 
 
+#: Older spellings of a label still accepted where a user may have written one (docs/design/names.md).
+CONTROLLER_ALIASES: dict[str, str] = {"deadbeat+capmin3": "deadbeat-capmin3"}
+
+
 def controller_spec(label: str) -> ControllerSpec:
-    """The spec for a label of :data:`PAPER_CONTROLLERS` (ValueError naming the known ones)."""
+    """The spec for a label of :data:`PAPER_CONTROLLERS` or :data:`CONTROLLER_ALIASES` (ValueError naming the
+    known ones)."""
     try:
-        return PAPER_CONTROLLERS[label]
+        return PAPER_CONTROLLERS[CONTROLLER_ALIASES.get(label, label)]
     except KeyError:
         raise ValueError(f"unknown controller {label!r} (known: {', '.join(PAPER_CONTROLLERS)})") from None
 
@@ -295,7 +301,7 @@ def _setpoint_runs(
 # sweep
 # ----------------------------------------------------------------------------------------------
 SWEEP_SETPOINTS_KPPS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 80, 90, 95)
-SWEEP_CONTROLLERS = ("pi", "deadbeat", "deadbeat+capmin3", "xtc")
+SWEEP_CONTROLLERS = ("pi", "deadbeat", "deadbeat-capmin3", "xtc")
 
 
 def sweep(
@@ -329,7 +335,7 @@ def sweep(
         }
     rs.progress("sweep done", 1.0)
     params = rs.params(10.0, offered_kpps=offered_kpps, initial_cap_percent=initial_cap_percent)
-    out["paper"] = {"operating_range_kpps": {"pi": 20, "deadbeat": 15, "deadbeat+capmin3": 10}}
+    out["paper"] = {"operating_range_kpps": {"pi": 20, "deadbeat": 15, "deadbeat-capmin3": 10}}
     table = _sweep_table(out)
     return ExperimentResult("sweep", params, out, table, plot=lambda fig: _sweep_plot(fig, out))
 
@@ -515,7 +521,7 @@ SIXVR_CONFIGS_KPPS: dict[str, tuple[float, ...]] = {
 def sixvr(
     rs: RunSettings = RunSettings(),
     *,
-    controllers: Sequence[str] = ("deadbeat+capmin3", "xtc"),
+    controllers: Sequence[str] = ("deadbeat-capmin3", "xtc"),
     target_aggregate_kpps: float = 78.0,
     tcp_max_kpps: float = 60.0,
     calibration_s: float = 60.0,
@@ -593,7 +599,7 @@ def _sixvr_plot(fig: Any, out: dict[str, Any]) -> None:
 def tcpudp(
     rs: RunSettings = RunSettings(),
     *,
-    controllers: Sequence[str] = ("deadbeat+capmin3", "xtc"),
+    controllers: Sequence[str] = ("deadbeat-capmin3", "xtc"),
     udp_kpps: float = 100.0,
     tcp_max_kpps: float = 100.0,
     setpoints_kpps: tuple[float, float] = (20.0, 80.0),

@@ -109,7 +109,7 @@ class Vr(BaseModel):
     present: bool
     state: str = Field(description="the daemon's instance state: inactive, active or paused")
     setpoint_pps: float | None = Field(description="the daemon's current setpoint")
-    measured_pps: float | None
+    forwarded_pps: float | None
     offered_pps: float | None
     cap_percent: float | None
     saturated: Literal["cap_max", "cap_min", "cap_slack"] | None = Field(

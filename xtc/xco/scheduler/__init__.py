@@ -36,9 +36,9 @@ or before the ``K``-th slot boundary after ``t0_us``, where ``K`` is one plus th
 schedulable senders served less recently than it at ``t0_us`` (so ``K <= number of hosts``).
 """
 
-from .base import Directive, EventError, SchedulerBase
+from .base import SchedulerDirective, EventError, SchedulerBase
 from .fast import FastScheduler
 from .rate import RateLimiter
 from .reference import ReferenceScheduler
 
-__all__ = ["Directive", "EventError", "SchedulerBase", "ReferenceScheduler", "FastScheduler", "RateLimiter"]
+__all__ = ["SchedulerDirective", "EventError", "SchedulerBase", "ReferenceScheduler", "FastScheduler", "RateLimiter"]

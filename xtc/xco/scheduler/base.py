@@ -14,14 +14,14 @@ import numpy as np
 
 from ..topology import Topology
 
-__all__ = ["Directive", "EventError", "SchedulerBase"]
+__all__ = ["SchedulerDirective", "EventError", "SchedulerBase"]
 
 
 class EventError(ValueError):
     """An event the scheduler cannot take (bad host, time going backwards, ...); nothing changed."""
 
 
-class Directive(NamedTuple):
+class SchedulerDirective(NamedTuple):
     """A transmission directive (a named tuple: a slot boundary issues hundreds of them, and a
     tuple is built four times faster than a frozen dataclass).
 
@@ -111,10 +111,10 @@ class SchedulerBase:
         """The next slot boundary where slices end, microseconds (None if nobody transmits)."""
         return self._slot_end if self._active else None
 
-    def advance(self, t_us: int) -> list[Directive]:
+    def advance(self, t_us: int) -> list[SchedulerDirective]:
         """Handle every slice expiry at or before ``t_us``; returns their directives."""
         self._check_time(t_us)
-        out: list[Directive] = []
+        out: list[SchedulerDirective] = []
         while self._active and self._slot_end is not None and self._slot_end <= t_us:
             b = self._slot_end
             trig = list(self._active)
@@ -122,11 +122,11 @@ class SchedulerBase:
         self.now_us = int(t_us)
         return out
 
-    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[SchedulerDirective]:
         """Event 3: host ``x`` reports backlogged traffic for ``dests`` (added to ``B_x``)."""
         return self.backlog_many(t_us, {x: dests})
 
-    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[SchedulerDirective]:
         """Backlog reports of several hosts at the same instant, handled as one scheduling event."""
         self._check_time(t_us)
         adds: list[tuple[int, int]] = []
@@ -154,7 +154,7 @@ class SchedulerBase:
             out += self._run(int(t_us), trig, "backlog", adds, ())
         return out
 
-    def backlog_arrays(self, t_us: int, hosts: np.ndarray, counts: np.ndarray, dests: np.ndarray) -> list[Directive]:
+    def backlog_arrays(self, t_us: int, hosts: np.ndarray, counts: np.ndarray, dests: np.ndarray) -> list[SchedulerDirective]:
         """:meth:`backlog_many` with the reports as arrays: host ``hosts[i]`` reports the next
         ``counts[i]`` destinations of ``dests`` (``{hosts[i]: dests[...]}`` in that order).
 
@@ -171,7 +171,7 @@ class SchedulerBase:
 
         Returns
         -------
-        list of Directive
+        list of SchedulerDirective
             As :meth:`backlog_many`.
 
         Raises
@@ -210,7 +210,7 @@ class SchedulerBase:
             raise EventError(f"host {self.topo.hosts[int(da[selfs[0]])]} cannot be backlogged towards itself")
         return xa, la, da
 
-    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[SchedulerDirective]:
         """Several events at one instant, handled one after the other (the directives of all of them,
         in order: the same as calling :meth:`backlog` and :meth:`giveup` in turn).
 
@@ -223,10 +223,10 @@ class SchedulerBase:
 
         Returns
         -------
-        list of Directive
+        list of SchedulerDirective
             Those of the slot boundaries due at ``t_us`` first, then those of every event in turn.
         """
-        out: list[Directive] = []
+        out: list[SchedulerDirective] = []
         for kind, x, arg in events:
             if kind == "backlog":
                 out += self.backlog(t_us, x, arg)
@@ -238,7 +238,7 @@ class SchedulerBase:
             out += self.advance(t_us)
         return out
 
-    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+    def giveup(self, t_us: int, x: int, d: int) -> list[SchedulerDirective]:
         """Event 2: host ``x`` has nothing more for ``d`` (work conservation).
 
         If ``d`` is the destination ``x`` is sending to, its capacity is handed to others at once;
@@ -255,7 +255,7 @@ class SchedulerBase:
         out += self._run(int(t_us), trig, "giveup", (), [(x, d)])
         return out
 
-    def leave(self, t_us: int, x: int) -> list[Directive]:
+    def leave(self, t_us: int, x: int) -> list[SchedulerDirective]:
         """Host ``x`` leaves: its flows, and every flow towards it, are dropped."""
         self._check_time(t_us)
         x = self._check_host("host", x)
@@ -276,11 +276,11 @@ class SchedulerBase:
 
     # -- bookkeeping after Algorithm 1 ------------------------------------------------------------
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
-             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
+             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[SchedulerDirective]:
         tset = set(trig)
         grants = self._algorithm1(t_us, trig, kind, adds, removals)
         end = (t_us // self.slice_us + 1) * self.slice_us
-        out: list[Directive] = []
+        out: list[SchedulerDirective] = []
         granted: set[int] = set()
         for x, d in grants:
             granted.add(x)
@@ -292,13 +292,13 @@ class SchedulerBase:
             self._dest_key[x][d] = self._seq
             self._seq += 1
             self._active[x] = None
-            out.append(Directive(t_us, x, d, end))
+            out.append(SchedulerDirective(t_us, x, d, end))
         for t in trig:
             if t not in granted and self.dest[t] is not None:
                 self.dest[t] = None
                 self.slice_end[t] = None
                 self._active.pop(t, None)
-                out.append(Directive(t_us, t, None, None))
+                out.append(SchedulerDirective(t_us, t, None, None))
         # Every slice in force ends at the end of the slot that holds t_us (earlier boundaries were
         # handled by advance() before this event).
         self._slot_end = end if self._active else None

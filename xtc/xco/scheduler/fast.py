@@ -38,7 +38,7 @@ from itertools import chain
 import numpy as np
 
 from ..topology import Topology
-from .base import Directive, EventError, SchedulerBase
+from .base import SchedulerDirective, EventError, SchedulerBase
 
 try:
     from . import _kernel
@@ -132,7 +132,7 @@ class PyFastScheduler(SchedulerBase):
     # -- the frequent events, without the generic bookkeeping -------------------------------------
     # Same semantics as SchedulerBase.giveup / backlog: they only skip building frozensets and
     # running advance() when no slot boundary is due.
-    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+    def giveup(self, t_us: int, x: int, d: int) -> list[SchedulerDirective]:
         n = self.n
         if type(t_us) is not int or type(x) is not int or type(d) is not int \
                 or not (0 <= x < n and 0 <= d < n) or t_us < self.now_us:
@@ -146,7 +146,7 @@ class PyFastScheduler(SchedulerBase):
         out += self._run(t_us, trig, "giveup", (), [(x, d)])
         return out
 
-    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[SchedulerDirective]:
         n = self.n
         if type(t_us) is not int or type(x) is not int or t_us < self.now_us or not 0 <= x < n:
             return super().backlog(t_us, x, dests)
@@ -165,7 +165,7 @@ class PyFastScheduler(SchedulerBase):
         out += self._run(t_us, trig, "backlog", [(x, d) for d in new], ())
         return out
 
-    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[SchedulerDirective]:
         n = self.n
         if type(t_us) is not int or t_us < self.now_us:
             return super().backlog_many(t_us, groups)
@@ -198,11 +198,11 @@ class PyFastScheduler(SchedulerBase):
         return out
 
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
-             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
+             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[SchedulerDirective]:
         # SchedulerBase._run with the loops written out (same directives, same bookkeeping).
         grants = self._algorithm1(t_us, trig, kind, adds, removals)
         end = (t_us // self.slice_us + 1) * self.slice_us
-        out: list[Directive] = []
+        out: list[SchedulerDirective] = []
         dest, slice_end, key, dest_key, active = self.dest, self.slice_end, self.key, self._dest_key, self._active
         seq = self._seq
         tset = set(trig) if len(trig) > 1 else trig
@@ -217,14 +217,14 @@ class PyFastScheduler(SchedulerBase):
             dest_key[x][d] = seq
             seq += 1
             active[x] = None
-            out.append(Directive(t_us, x, d, end))
+            out.append(SchedulerDirective(t_us, x, d, end))
         self._seq = seq
         for t in trig:
             if t not in granted and dest[t] is not None:
                 dest[t] = None
                 slice_end[t] = None
                 del active[t]
-                out.append(Directive(t_us, t, None, None))
+                out.append(SchedulerDirective(t_us, t, None, None))
         self._slot_end = end if active else None
         self.now_us = int(t_us)
         return out
@@ -490,14 +490,14 @@ class KernelScheduler(PyFastScheduler):
         self._F, self._FP = F2, FP2
 
     # -- events -----------------------------------------------------------------------------------
-    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+    def giveup(self, t_us: int, x: int, d: int) -> list[SchedulerDirective]:
         n = self.n
         if type(t_us) is not int or type(x) is not int or type(d) is not int \
                 or not (0 <= x < n and 0 <= d < n) or t_us < self.now_us:
             return SchedulerBase.giveup(self, t_us, x, d)  # validation errors, numpy ints
         return self._one(t_us, 0, x, d)
 
-    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[SchedulerDirective]:
         n = self.n
         if type(t_us) is not int or type(x) is not int or t_us < self.now_us or not 0 <= x < n:
             return SchedulerBase.backlog(self, t_us, x, dests)
@@ -509,7 +509,7 @@ class KernelScheduler(PyFastScheduler):
             return self._one(t_us, 1, x, ds[0])
         return self._batch(t_us, [1, 0, 1, x, len(ds), *ds], len(ds))
 
-    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[SchedulerDirective]:
         """:meth:`SchedulerBase.backlog_many`, through :meth:`backlog_arrays` (one kernel call)."""
         xs = list(groups)
         vals = [v if type(v) is list else list(v) for v in groups.values()]
@@ -523,7 +523,7 @@ class KernelScheduler(PyFastScheduler):
         except EventError:
             return SchedulerBase.backlog_many(self, t_us, dict(zip(xs, vals)))  # raises the generic error
 
-    def backlog_arrays(self, t_us: int, hosts: np.ndarray, counts: np.ndarray, dests: np.ndarray) -> list[Directive]:
+    def backlog_arrays(self, t_us: int, hosts: np.ndarray, counts: np.ndarray, dests: np.ndarray) -> list[SchedulerDirective]:
         """:meth:`SchedulerBase.backlog_arrays` in one kernel call (:func:`._kernel.add_backlogs`,
         then the event)."""
         xa, la, da = self._check_arrays(t_us, hosts, counts, dests)
@@ -538,7 +538,7 @@ class KernelScheduler(PyFastScheduler):
         out += self._run(int(t_us), trig[:nt], "backlog", (), ())
         return out
 
-    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[SchedulerDirective]:
         """:meth:`SchedulerBase.events_at` in one kernel call (:func:`._kernel.run_batch`) when every
         event is a well-formed give-up or backlog report (otherwise one event after the other)."""
         n = self.n
@@ -572,7 +572,7 @@ class KernelScheduler(PyFastScheduler):
                 return SchedulerBase.events_at(self, t_us, events)
         return self._batch(t_us, ev, flows)
 
-    def _one(self, t_us: int, kind: int, x: int, d: int) -> list[Directive]:
+    def _one(self, t_us: int, kind: int, x: int, d: int) -> list[SchedulerDirective]:
         """A well-formed give-up (``kind`` 0) or backlog report of one destination (1) of ``x`` for
         ``d`` at ``t_us`` (:func:`._kernel.run_one`: no array built), after the slot boundary due."""
         due = self._active and self._slot_end is not None and self._slot_end <= t_us
@@ -586,7 +586,7 @@ class KernelScheduler(PyFastScheduler):
             self._refresh_for_batch()
         return self._records(t_us, out)
 
-    def _batch(self, t_us: int, ev: list[int], flows: int) -> list[Directive]:
+    def _batch(self, t_us: int, ev: list[int], flows: int) -> list[SchedulerDirective]:
         """Well-formed give-ups and backlog reports at ``t_us`` (``ev`` as :func:`._kernel.run_batch`
         takes it, ``flows`` destinations reported in all), after the slot boundary due if any."""
         due = self._active and self._slot_end is not None and self._slot_end <= t_us
@@ -612,7 +612,7 @@ class KernelScheduler(PyFastScheduler):
         self._CS, self._CE, self._ORD = K.refresh(self._H, self._F, self._FP, self._LK, self._ctr, self._CS,
                                                   self._CE, self._ORD, self._obuf[:st[6]], st[5], st[4])
 
-    def _records(self, t_us: int, out: list[Directive]) -> list[Directive]:
+    def _records(self, t_us: int, out: list[SchedulerDirective]) -> list[SchedulerDirective]:
         """The directives of :func:`._kernel.run_batch`'s records (appended to ``out``)."""
         nrec = int(self._ctr[_kernel.C_ST + 3])
         if nrec:
@@ -624,11 +624,11 @@ class KernelScheduler(PyFastScheduler):
                 if d >= 0:
                     dest[x] = d
                     active[x] = None
-                    out.append(mk(Directive, (t_us, x, d, end, None)))
+                    out.append(mk(SchedulerDirective, (t_us, x, d, end, None)))
                 else:
                     dest[x] = None
                     del active[x]
-                    out.append(mk(Directive, (t_us, x, None, None, None)))
+                    out.append(mk(SchedulerDirective, (t_us, x, None, None, None)))
             self._slot_end = end if active else None
         self.now_us = t_us
         return out
@@ -637,7 +637,7 @@ class KernelScheduler(PyFastScheduler):
         return _kernel.flows_to(self._H, self._F, x).tolist()
 
     def _run(self, t_us: int, trig: Sequence[int], kind: str,
-             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[Directive]:
+             adds: Sequence[tuple[int, int]], removals: Sequence[tuple[int, int]]) -> list[SchedulerDirective]:
         K = _kernel
         dest = self.dest
         if isinstance(trig, np.ndarray):  # (many backlog reports: flows recorded, no adds here)
@@ -678,7 +678,7 @@ class KernelScheduler(PyFastScheduler):
         nh = int(out_arr[1])
         o = out_arr[2:2 + 2 * ng + nh].tolist()
         end = (t_us // self.slice_us + 1) * self.slice_us
-        mk = tuple.__new__  # Directive(t_us, x, d, end), without the argument handling
+        mk = tuple.__new__  # SchedulerDirective(t_us, x, d, end), without the argument handling
         out = []
         add = out.append
         # (the order of _active is the order of the triggering set at the next slot boundary, and
@@ -686,11 +686,11 @@ class KernelScheduler(PyFastScheduler):
         for x, d in zip(o[0:2 * ng:2], o[1:2 * ng:2]):
             dest[x] = d
             active[x] = None
-            add(mk(Directive, (t_us, x, d, end, None)))
+            add(mk(SchedulerDirective, (t_us, x, d, end, None)))
         for t in o[2 * ng:]:
             dest[t] = None
             del active[t]
-            add(mk(Directive, (t_us, t, None, None, None)))
+            add(mk(SchedulerDirective, (t_us, t, None, None, None)))
         self._slot_end = end if active else None
         self.now_us = int(t_us)
         return out

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..topology import Topology
-from .base import Directive
+from .base import SchedulerDirective
 from .fast import FastScheduler
 
 __all__ = ["HybridScheduler", "slice_rates_bps"]
@@ -77,7 +77,7 @@ class HybridScheduler:
         self.slice_us = slice_us
         self.n = topo.n_hosts
 
-    def _rated(self, out: list[Directive]) -> list[Directive]:
+    def _rated(self, out: list[SchedulerDirective]) -> list[SchedulerDirective]:
         r = self.rate_bps
         return [d if d.dest is None else d._replace(rate_bps=int(r[d.host])) for d in out]
 
@@ -103,27 +103,27 @@ class HybridScheduler:
         """``B_x``."""
         return self._sched.backlog_group(x)
 
-    def advance(self, t_us: int) -> list[Directive]:
+    def advance(self, t_us: int) -> list[SchedulerDirective]:
         """Slice expiries at or before ``t_us``."""
         return self._rated(self._sched.advance(t_us))
 
-    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[SchedulerDirective]:
         """Host ``x`` reports backlogged traffic for ``dests``."""
         return self._rated(self._sched.backlog(t_us, x, dests))
 
-    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[SchedulerDirective]:
         """Several backlog reports at one instant, one scheduling event."""
         return self._rated(self._sched.backlog_many(t_us, groups))
 
-    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[Directive]:
+    def events_at(self, t_us: int, events: Sequence[tuple[str, int, Any]]) -> list[SchedulerDirective]:
         """Several backlog reports and give-ups at one instant (:meth:`FastScheduler.events_at`)."""
         return self._rated(self._sched.events_at(t_us, events))
 
-    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+    def giveup(self, t_us: int, x: int, d: int) -> list[SchedulerDirective]:
         """Host ``x`` has nothing more for ``d``."""
         return self._rated(self._sched.giveup(t_us, x, d))
 
-    def leave(self, t_us: int, x: int) -> list[Directive]:
+    def leave(self, t_us: int, x: int) -> list[SchedulerDirective]:
         """Host ``x`` leaves."""
         return self._rated(self._sched.leave(t_us, x))
 

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from ..topology import Topology
-from .base import Directive, EventError
+from .base import SchedulerDirective, EventError
 
 __all__ = ["MAX_LINK_FRACTION", "RateLimiter"]
 
@@ -88,7 +88,7 @@ class RateLimiter:
         return {(x, d): min(int(nic_left[x]) // int(n_out[x]), int(share[self.topo.path(x, d)].min()))
                 for x, d in flows}
 
-    def _recompute(self, t_us: int) -> list[Directive]:
+    def _recompute(self, t_us: int) -> list[SchedulerDirective]:
         flows = [(x, d) for x in range(self.n) for d in self.B[x]]
         caps = self.link_share_bps.copy()
         nic_left = self.topo.nic_bps.astype(np.int64)
@@ -113,13 +113,13 @@ class RateLimiter:
                 fixed_set = set(fixed)
                 free = [f for f in free if f not in fixed_set]
                 new.update(self._shares(np.maximum(caps, 0), n_flows, np.maximum(nic_left, 0), n_out, free))
-        out = [Directive(t_us, x, d, None, r) for (x, d), r in new.items() if self.rate_bps.get((x, d)) != r]
-        out += [Directive(t_us, x, d, None, 0) for (x, d) in self.rate_bps if (x, d) not in new]
+        out = [SchedulerDirective(t_us, x, d, None, r) for (x, d), r in new.items() if self.rate_bps.get((x, d)) != r]
+        out += [SchedulerDirective(t_us, x, d, None, 0) for (x, d) in self.rate_bps if (x, d) not in new]
         self.rate_bps = new
         self.now_us = int(t_us)
         return out
 
-    def advance(self, t_us: int) -> list[Directive]:
+    def advance(self, t_us: int) -> list[SchedulerDirective]:
         """Rates do not expire; only checks the time."""
         self._check(t_us)
         self.now_us = int(t_us)
@@ -128,7 +128,7 @@ class RateLimiter:
     def next_expiry_us(self) -> int | None:
         return None
 
-    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[Directive]:
+    def backlog(self, t_us: int, x: int, dests: Iterable[int]) -> list[SchedulerDirective]:
         """Flows from ``x`` to ``dests`` become backlogged."""
         dests = list(dests)
         self._check(t_us, x, *dests)
@@ -139,7 +139,7 @@ class RateLimiter:
                 self._flow(x, d, True)
         return self._recompute(int(t_us))
 
-    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[Directive]:
+    def backlog_many(self, t_us: int, groups: Mapping[int, Iterable[int]]) -> list[SchedulerDirective]:
         """Backlog reports of several hosts at one instant (the rates are recomputed once)."""
         checked = {x: list(ds) for x, ds in groups.items()}
         for x, ds in checked.items():
@@ -152,7 +152,7 @@ class RateLimiter:
                     self._flow(x, d, True)
         return self._recompute(int(t_us))
 
-    def demand(self, t_us: int, x: int, bounds: Iterable[tuple[int, int]]) -> list[Directive]:
+    def demand(self, t_us: int, x: int, bounds: Iterable[tuple[int, int]]) -> list[SchedulerDirective]:
         """Host ``x`` reports what its flows need: ``(d, bps)`` bounds flow ``(x, d)`` to ``bps``
         bits/s (> 0), ``(d, 0)`` lifts its bound.  A flow that is not backlogged is left alone (its
         report crossed a give-up)."""
@@ -169,14 +169,14 @@ class RateLimiter:
                 self.bound_bps.pop((x, d), None)
         return self._recompute(int(t_us))
 
-    def giveup(self, t_us: int, x: int, d: int) -> list[Directive]:
+    def giveup(self, t_us: int, x: int, d: int) -> list[SchedulerDirective]:
         """Flow ``(x, d)`` has nothing more to send (its rate goes to 0)."""
         self._check(t_us, x, d)
         if d in self.B[x]:
             self._flow(x, d, False)
         return self._recompute(int(t_us))
 
-    def leave(self, t_us: int, x: int) -> list[Directive]:
+    def leave(self, t_us: int, x: int) -> list[SchedulerDirective]:
         """Host ``x`` leaves: its flows and the flows towards it are dropped."""
         self._check(t_us, x)
         for d in list(self.B[x]):

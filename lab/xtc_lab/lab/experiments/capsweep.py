@@ -57,7 +57,7 @@ PERIOD_S = 1.0
 #: known to about +-1 kp/s and a 1 kp/s rule mostly finds no plateau at all.  3% is about two standard
 #: errors; what the paper's 1% rule gives is reported beside it.
 PLATEAU_TOL_FRACTION = 0.03
-#: caps.min_percent of the model file written: the actuator's floor, as in the paper's model file; the
+#: controller.cap_min_percent of the model file written: the actuator's floor, as in the paper's model file; the
 #: cap_min chosen by the paper's rule is recorded under [extra.cap_min] (use it with [controller] cap_min_percent).
 CAPS_FLOOR = 1.0
 PAYLOAD_BYTES = 64
@@ -270,7 +270,7 @@ def _fit_and_design(result: dict[str, Any], csv_path: Path, model_path: Path, to
                                                        "time_s", "settling")}
     try:
         t = train_from_sweep(sweep, provenance(sweep, csv_path.name, sha256_of_file(csv_path), None),
-                             name="lab", plateau_tol_kpps=tol, accept_poor_fit=True, caps_min_percent=CAPS_FLOOR)
+                             name="lab", plateau_tol_kpps=tol, accept_poor_fit=True, cap_min_percent=CAPS_FLOOR)
     except TrainingError as e:
         ctx.say(f"capsweep: the fit failed: {e}")
         result["fit_error"] = str(e)

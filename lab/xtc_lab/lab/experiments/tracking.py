@@ -33,6 +33,7 @@ from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              measure_with_generator, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
+from xtc_lab.sim.experiments import CONTROLLER_ALIASES
 from xtc_lab.sim.metrics import settling_periods
 
 TITLE = "setpoint tracking with the paper's PI, dead-beat, dead-beat+cap_min and XTC's controller"
@@ -156,7 +157,7 @@ def lowest_held(steps: list[dict[str, Any]]) -> float | None:
 # ------------------------------------------------------------------------------ the run
 class SampleTap:
     """The daemon's own view, one row per control period: a thread subscribed to its ``samples`` PUB
-    (``xtc-samples/1``) keeps ``[t_s, t_unix_s, period_s, measured_pps, offered_pps, cap_percent]`` of ``vr``,
+    (``xtc-samples/2``) keeps ``[t_s, t_unix_s, period_s, forwarded_pps, offered_pps, cap_percent]`` of ``vr``,
     ``t_s`` the receive time on ``clock`` (the recorder's, s).
 
     Beside the host-side 1 s rates it shows what the controller was told (a late period, a short read).
@@ -190,7 +191,7 @@ class SampleTap:
                 continue
             for smp in decode_samples(body):
                 if smp["vr"] == self._vr:
-                    self.rows.append([round(self._clock(), 3), smp["t_unix_s"], smp["period_s"], smp["measured_pps"], smp["offered_pps"],
+                    self.rows.append([round(self._clock(), 3), smp["t_unix_s"], smp["period_s"], smp["forwarded_pps"], smp["offered_pps"],
                                       smp["cap_percent"]])
 
     def close(self) -> list[list[float | None]]:
@@ -203,7 +204,8 @@ class SampleTap:
 
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
-    names = [c.strip() for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
+    names = [CONTROLLER_ALIASES.get(c.strip(), c.strip())
+             for c in (args.controllers or ("xtc" if ctx.quick else ",".join(CONTROLLERS))).split(",") if c.strip()]
     bad = [n for n in names if n not in CONTROLLERS]
     if bad:
         raise ValueError(f"unknown controllers {bad}: choose from {', '.join(CONTROLLERS)}")
@@ -261,7 +263,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                                                "restored_exactly": (None if setting_before is None or setting_after is None
                                                                     else setting_before == setting_after),
                                                "lowest_held_pps": lowest_held(steps), "recording": rec.to_json(),
-                                               "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "measured_pps",
+                                               "daemon_samples": {"fields": ["t_s", "t_unix_s", "period_s", "forwarded_pps",
                                                                              "offered_pps", "cap_percent"],
                                                                   "rows": daemon_rows}}
         caps.close()

@@ -47,7 +47,7 @@ def fig1a(ctx: Any) -> Fig1a:
 
 
 @dataclass
-class Flow:
+class TrafficFlow:
     sender: str
     proto: str  # "tcp" or "udp"
     port: int
@@ -117,7 +117,7 @@ def run_flows(tb: Testbed, senders: Sequence[tuple[str, str]], receiver: str | M
             assert srv.stdout is not None
             if srv.stdout.readline().strip() != b"ready":
                 raise LabError(f"UDP sink on port {port} did not start")
-        flows.append(Flow(h, proto, port, srv, rcv))
+        flows.append(TrafficFlow(h, proto, port, srv, rcv))
     for rcv in dict.fromkeys(f.receiver for f in flows):
         wait_listening(tb, tb.vm(rcv)[1], [f.port for f in flows if f.proto == "tcp" and f.receiver == rcv])
     for f in flows:
