@@ -101,7 +101,7 @@ def test_report_says_so_when_the_fit_fails(tmp_path: Path) -> None:
 
 
 def test_report_names_a_qemu_vr_and_what_its_tap_counts(tmp_path: Path) -> None:
-    flat = [Sample(25_000.0, c, i, 10_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
+    flat = [SweepSample(25_000.0, c, i, 10_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
             for c in (5.0, 10.0, 20.0) for i in range(3)]
     csv = tmp_path / "capsweep.csv"
     write_sweep_csv(csv, flat)

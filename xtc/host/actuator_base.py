@@ -121,14 +121,14 @@ def _check_quota_period_original(params: Params, quota_key: str, period_key: str
         raise ValueError(f"{what} original: {period_key} must be > 0, got {params}")
 
 
-def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
-    """Clamp a cap to ``[cap_min, cap_max]`` after checking it is a real finite number.
+def clamp_cap(cap_percent: float, cap_min_percent: float, cap_max_percent: float) -> float:
+    """Clamp a cap to ``[cap_min_percent, cap_max_percent]`` after checking it is a real finite number.
 
     Parameters
     ----------
     cap_percent : float
         Wanted cap, percent of one CPU.
-    cap_min, cap_max : float
+    cap_min_percent, cap_max_percent : float
         Bounds, percent of one CPU.
 
     Raises
@@ -143,18 +143,18 @@ def clamp_cap(cap_percent: float, cap_min: float, cap_max: float) -> float:
     c = float(cap_percent)
     if not math.isfinite(c):
         raise ValueError(f"cap_percent must be finite, got {cap_percent!r}; nothing written")
-    return min(max(c, cap_min), cap_max)
+    return min(max(c, cap_min_percent), cap_max_percent)
 
 
-def _check_bounds(cap_min: float, cap_max: float) -> tuple[float, float]:
-    for name, v in (("cap_min", cap_min), ("cap_max", cap_max)):
+def _check_bounds(cap_min_percent: float, cap_max_percent: float) -> tuple[float, float]:
+    for name, v in (("cap_min_percent", cap_min_percent), ("cap_max_percent", cap_max_percent)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
             raise ValueError(f"{name} must be a finite number, got {v!r}")
-    lo, hi = float(cap_min), float(cap_max)
+    lo, hi = float(cap_min_percent), float(cap_max_percent)
     if not CAP_FLOOR_PERCENT <= lo <= hi <= CAP_CEILING_PERCENT:
         raise ValueError(
-            f"cap bounds must satisfy {CAP_FLOOR_PERCENT:g} <= cap_min <= cap_max <= "
-            f"{CAP_CEILING_PERCENT:g} (percent of one CPU), got cap_min={lo:g}, cap_max={hi:g}"
+            f"cap bounds must satisfy {CAP_FLOOR_PERCENT:g} <= cap_min_percent <= cap_max_percent <= "
+            f"{CAP_CEILING_PERCENT:g} (percent of one CPU), got cap_min_percent={lo:g}, cap_max_percent={hi:g}"
         )
     return lo, hi
 
@@ -210,8 +210,8 @@ class CapActuator(Protocol):
 
     vr: str
     backend: str
-    cap_min: float
-    cap_max: float
+    cap_min_percent: float
+    cap_max_percent: float
     refresh_s: float
 
     def read_cap(self) -> float | None: ...
@@ -234,12 +234,12 @@ class _ActuatorBase:
 
     backend = "?"
 
-    def __init__(self, vr: str, target: str, cap_min: float, cap_max: float) -> None:
+    def __init__(self, vr: str, target: str, cap_min_percent: float, cap_max_percent: float) -> None:
         if not isinstance(vr, str) or not vr:
             raise ValueError(f"VR name must be a non-empty string, got {vr!r}")
         self.vr = vr
         self.target = target
-        self.cap_min, self.cap_max = _check_bounds(cap_min, cap_max)
+        self.cap_min_percent, self.cap_max_percent = _check_bounds(cap_min_percent, cap_max_percent)
         self._original: OriginalCap | None = None
         #: Number of writes made (for status and tests).
         self.write_count = 0
@@ -291,7 +291,7 @@ class _ActuatorBase:
             The cap now in force, percent of one CPU, as the hypervisor/kernel
             reports it after the write (or without a write when unchanged).
         """
-        c = clamp_cap(cap_percent, self.cap_min, self.cap_max)
+        c = clamp_cap(cap_percent, self.cap_min_percent, self.cap_max_percent)
         known, self._known = self._known, None  # trusted again only once this call has succeeded
         now = self.clock()
         if known is None or self._original is None or now - self._known_s >= self.refresh_s:
@@ -406,5 +406,5 @@ class _ActuatorBase:
         return after.get(key) == orig.get(key)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vr={self.vr!r}, target={self.target!r}, cap=[{self.cap_min:g}, {self.cap_max:g}])"
+        return f"{type(self).__name__}(vr={self.vr!r}, target={self.target!r}, cap=[{self.cap_min_percent:g}, {self.cap_max_percent:g}])"
 

@@ -46,9 +46,9 @@ class _CgroupBase(_ActuatorBase):
     open_fds = 0
     fd_budget = _fd_budget()
 
-    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None, cap_min: float, cap_max: float) -> None:
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None, cap_min_percent: float, cap_max_percent: float) -> None:
         self.dir = Path(cgroup_dir)
-        super().__init__(vr or str(self.dir), str(self.dir), cap_min, cap_max)
+        super().__init__(vr or str(self.dir), str(self.dir), cap_min_percent, cap_max_percent)
         # File name -> path string, built once: set_cap reads two files and writes one every time
         # the cap changes, for every VR and period.
         self._paths: dict[str, str] = {}
@@ -215,9 +215,9 @@ class CgroupV1Actuator(_CgroupBase):
     HOT = QUOTA
     PERIOD = "cpu.cfs_period_us"
 
-    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min: float = 1.0, cap_max: float = 100.0,
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  cfs_period_us: int = 0) -> None:
-        super().__init__(cgroup_dir, vr, cap_min, cap_max)
+        super().__init__(cgroup_dir, vr, cap_min_percent, cap_max_percent)
         self.cfs_period_us = check_cfs_period(cfs_period_us)
 
     def _read(self) -> Params:
@@ -275,9 +275,9 @@ class CgroupV2Actuator(_CgroupBase):
     FILE = "cpu.max"
     HOT = FILE
 
-    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min: float = 1.0, cap_max: float = 100.0,
+    def __init__(self, cgroup_dir: str | os.PathLike[str], vr: str | None = None, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  cfs_period_us: int = 0) -> None:
-        super().__init__(cgroup_dir, vr, cap_min, cap_max)
+        super().__init__(cgroup_dir, vr, cap_min_percent, cap_max_percent)
         self.cfs_period_us = check_cfs_period(cfs_period_us)
 
     @staticmethod

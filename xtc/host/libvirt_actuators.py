@@ -34,20 +34,20 @@ class XenCapActuator(_ActuatorBase):
     conn : LibvirtConn
     domain : str
         libvirt domain name of the VR.
-    cap_min, cap_max : float
+    cap_min_percent, cap_max_percent : float
         Bounds in percent of one CPU; there must be an integer between them.
     """
 
     backend = "xen"
 
-    def __init__(self, conn: LibvirtConn, domain: str, cap_min: float = 1.0, cap_max: float = 100.0) -> None:
-        super().__init__(domain, domain, cap_min, cap_max)
+    def __init__(self, conn: LibvirtConn, domain: str, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0) -> None:
+        super().__init__(domain, domain, cap_min_percent, cap_max_percent)
         self.conn = conn
-        self._int_min = max(1, math.ceil(self.cap_min - 1e-9))
-        self._int_max = math.floor(self.cap_max + 1e-9)
+        self._int_min = max(1, math.ceil(self.cap_min_percent - 1e-9))
+        self._int_max = math.floor(self.cap_max_percent + 1e-9)
         if self._int_min > self._int_max:
             raise ValueError(
-                f"Xen caps are integers: no integer cap in [{self.cap_min:g}, {self.cap_max:g}]"
+                f"Xen caps are integers: no integer cap in [{self.cap_min_percent:g}, {self.cap_max_percent:g}]"
             )
 
     def _read(self) -> Params:
@@ -113,13 +113,13 @@ class LibvirtQuotaActuator(_ActuatorBase):
         self,
         conn: LibvirtConn,
         domain: str,
-        cap_min: float = 1.0,
-        cap_max: float = 100.0,
+        cap_min_percent: float = 1.0,
+        cap_max_percent: float = 100.0,
         quota_param: str = "vcpu_quota",
         period_param: str = "vcpu_period",
         cfs_period_us: int = 0,
     ) -> None:
-        super().__init__(domain, domain, cap_min, cap_max)
+        super().__init__(domain, domain, cap_min_percent, cap_max_percent)
         self.conn = conn
         self.quota_param = quota_param
         self.period_param = period_param
@@ -215,9 +215,9 @@ class QemuVcpuQuotaActuator(LibvirtQuotaActuator):
     cap: such a guest is refused (:class:`ActuatorError`, nothing written).
     """
 
-    def __init__(self, conn: LibvirtConn, domain: str, cap_min: float = 1.0, cap_max: float = 100.0,
+    def __init__(self, conn: LibvirtConn, domain: str, cap_min_percent: float = 1.0, cap_max_percent: float = 100.0,
                  cfs_period_us: int = 0) -> None:
-        super().__init__(conn, domain, cap_min, cap_max, "vcpu_quota", "vcpu_period", cfs_period_us)
+        super().__init__(conn, domain, cap_min_percent, cap_max_percent, "vcpu_quota", "vcpu_period", cfs_period_us)
 
     def _read(self) -> Params:
         vcpus = int(self.conn.with_domain(self.vr, lambda d: d.info()[3], "read the vCPU count"))
