@@ -2,18 +2,13 @@
 
 A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
 period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
-its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`:
-``u``, ``carry``, ``quant``, ``u_force``, ``e_prev``/``has_prev``, ``noise``, ``descent``, ``steps``);
-a controller attached to rows (:meth:`ControllerBank.rows`) reads and writes its row through
-properties, so ``to_state``, ``start``, ``applied`` and the state file see the same numbers, and
-:func:`copy.deepcopy` of one gives a controller with its own row.
+its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`).
 
 Numbers: ``log10`` and ``10 ** x`` are computed with :mod:`math` element by element (numpy's
 vectorised versions may differ from the C library's in the last bit), so a VR's caps do not depend on
 how many VRs share its bank (tests/unit/test_control_properties.py).  The lag probe's bookkeeping runs
-per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR); the observer's
-step, the probe's hedge and the transient's end are part of the law here.  Fixed Cap has no law to
-step: :meth:`ControllerBank.like` returns None for it.
+per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR).  Fixed Cap
+has no law to step: :meth:`ControllerBank.like` returns None for it.
 """
 
 from __future__ import annotations
@@ -27,15 +22,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import BoundedController
-from .laws import (_EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING, OBSERVER_TARGET_BOUNDS,
-                   PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX, PROBE_WINDOW_PERIODS,
-                   SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS, XtcController)
+from .laws import (_EXACT_DECADES, _FLOAT_MAX, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING,
+                   OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
+                   PROBE_WINDOW_PERIODS, SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS,
+                   XtcController)
 from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
 
 _log10 = math.log10
-_FLOAT_MAX = 1.7976931348623157e308
 
 
 def _pow10(x: np.ndarray) -> np.ndarray:
@@ -106,61 +101,54 @@ def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]
     return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
 
 
-
-
 def _rates_ok(v: np.ndarray) -> np.ndarray:
     """Where a rate is what ``check_rate`` accepts: finite and >= 0 (pps)."""
     return (v >= 0.0) & (v <= _FLOAT_MAX)
 
 
 # ---------------------------------------------------------------------------------- rows
+#: The law's state: (the controller's attribute, its column of :class:`Rows`, the value's type; None:
+#: a float or None, kept with a flag column ``has_<column>``).  XTC's law keeps them all, the paper's
+#: PI the first five and ``_e_prev`` (:data:`_PI_COLUMNS`).  The lag probe's transient: under way, its
+#: age, the last setpoint and the periods since the activation or a setpoint move (``_lag_probe_in``).
+_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("_u", "u", float), ("_carry", "carry", float), ("_quant_decades", "quant", float), ("_u_force", "u_force", float),
+    ("steps", "steps", int), ("_E_prev", "e_prev", None), ("_noise_log", "noise", float), ("_descent", "descent", bool),
+    ("_transient", "transient", bool), ("_transient_age", "transient_age", int), ("_r_prev", "r_prev", None),
+    ("_setpoint_age", "setpoint_age", int))
+_PI_COLUMNS = _COLUMNS[:5] + (("_e_prev", "e_prev", None),)
+#: Each type's column: counts are Python ints (no overflow), an optional float has its flag column.
+_DTYPE = {float: np.float64, None: np.float64, bool: bool, int: object}
+
+
 class Rows:
-    """The law's state of a list of controllers, as columns (one row per controller).
+    """The law's state of a list of controllers, as columns (:data:`_COLUMNS`; one row per controller).
 
     Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an instance
     of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state attributes are
-    properties on its row, so every reader and writer of a controller sees the columns' numbers.
-    A controller attached again takes its values along; a copy of one is a plain controller with
-    the same state.  ``steps`` and the two ages are columns of Python ints, the rest float64 and bool.
+    properties on its row, so every reader and writer of a controller (``to_state``, ``start``,
+    ``applied``, the state file) sees the columns' numbers.  A controller attached again takes its
+    values along; a copy of one (:func:`copy.copy`, :func:`copy.deepcopy`) is a plain controller
+    with the same state.
     """
 
-    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps",
-                 "transient", "transient_age", "r_prev", "has_r_prev", "setpoint_age")
+    __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev")
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.u = np.zeros(n)
-        self.carry = np.zeros(n)
-        self.quant = np.zeros(n)
-        self.u_force = np.zeros(n)
-        self.e_prev = np.zeros(n)
-        self.has_prev = np.zeros(n, dtype=bool)
-        self.noise = np.zeros(n)
-        self.descent = np.zeros(n, dtype=bool)
-        self.steps = np.zeros(n, dtype=object)
-        # The lag probe's transient: under way, its age, the last setpoint and the periods since the
-        # activation or a setpoint move (ControllerBank._lag_probe_in).
-        self.transient = np.zeros(n, dtype=bool)
-        self.transient_age = np.zeros(n, dtype=object)
-        self.r_prev = np.zeros(n)
-        self.has_r_prev = np.zeros(n, dtype=bool)
-        self.setpoint_age = np.zeros(n, dtype=object)
+        for _, col, kind in _COLUMNS:
+            setattr(self, col, np.zeros(n, dtype=_DTYPE[kind]))
+            if kind is None:
+                setattr(self, "has_" + col, np.zeros(n, dtype=bool))
 
 
-def _float_col(col: str) -> property:
+def _column(col: str, kind: Any) -> property:
+    """A controller's attribute kept in column ``col`` of its rows, of type ``kind`` (:data:`_COLUMNS`)."""
     get_col = attrgetter(col)
-
-    def get(self: Any) -> float:
-        return get_col(self._rows)[self._row].item()
-
-    def put(self: Any, v: float) -> None:
-        get_col(self._rows)[self._row] = v
-
-    return property(get, put)
-
-
-def _prev_col(col: str = "e_prev", has: str = "has_prev") -> property:
-    get_col, get_has = attrgetter(col), attrgetter(has)
+    if kind is not None:
+        return property(lambda self: kind(get_col(self._rows)[self._row]),
+                        lambda self, v: get_col(self._rows).__setitem__(self._row, v))
+    get_has = attrgetter("has_" + col)
 
     def get(self: Any) -> float | None:
         rows = self._rows
@@ -174,30 +162,6 @@ def _prev_col(col: str = "e_prev", has: str = "has_prev") -> property:
     return property(get, put)
 
 
-def _bool_col(col: str) -> property:
-    get_col = attrgetter(col)
-
-    def get(self: Any) -> bool:
-        return bool(get_col(self._rows)[self._row])
-
-    def put(self: Any, v: bool) -> None:
-        get_col(self._rows)[self._row] = v
-
-    return property(get, put)
-
-
-def _int_col(col: str) -> property:
-    get_col = attrgetter(col)
-
-    def get(self: Any) -> int:
-        return get_col(self._rows)[self._row]
-
-    def put(self: Any, v: int) -> None:
-        get_col(self._rows)[self._row] = v
-
-    return property(get, put)
-
-
 #: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
 _OWNED = ("lag_estimator",)
 
@@ -206,7 +170,7 @@ class _Attached:
     """What :class:`_XtcRow` and :class:`_PIRow` add to their controller class: the copies."""
 
     _plain: type
-    _state: tuple[str, ...]
+    _state: tuple[tuple[str, str, Any], ...]
 
     def _detached(self, memo: dict[int, Any] | None) -> Any:
         cls = self._plain
@@ -217,7 +181,7 @@ class _Attached:
         if memo is None:  # a plain copy still owns its estimator (``start`` resets them in place)
             d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
         new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
-        for name in self._state:
+        for name, _, _ in self._state:
             setattr(new, name, getattr(self, name))  # floats, bools and ints: immutable
         return new
 
@@ -228,46 +192,23 @@ class _Attached:
         return self._detached(memo)
 
 
-_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps",
-                  "_transient", "_transient_age", "_r_prev", "_setpoint_age")
-_PI_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_e_prev", "steps")
-
-
-class _LawRow(_Attached):
-    """The state both laws keep, as columns of a :class:`Rows`."""
-
-    _u = _float_col("u")
-    _carry = _float_col("carry")
-    _quant_decades = _float_col("quant")
-    _u_force = _float_col("u_force")
-    steps = _int_col("steps")
-
-
-class _XtcRow(_LawRow, XtcController):
+class _XtcRow(_Attached, XtcController):
     """An :class:`~xtc.control.laws.XtcController` whose state is a row of a :class:`Rows`."""
 
-    _plain = XtcController
-    _state = _XTC_ROW_STATE
-    _E_prev = _prev_col()
-    _noise_log = _float_col("noise")
-    _descent = _bool_col("descent")
-    _transient = _bool_col("transient")
-    _transient_age = _int_col("transient_age")
-    _r_prev = _prev_col("r_prev", "has_r_prev")
-    _setpoint_age = _int_col("setpoint_age")
+    _plain, _state = XtcController, _COLUMNS
 
 
-class _PIRow(_LawRow, PaperPI):
+class _PIRow(_Attached, PaperPI):
     """A :class:`~xtc.control.paper.PaperPI` whose state is a row of a :class:`Rows`."""
 
-    _plain = PaperPI
-    _state = _PI_ROW_STATE
-    _e_prev = _prev_col()
+    _plain, _state = PaperPI, _PI_COLUMNS
 
+
+for _row_cls in (_XtcRow, _PIRow):
+    for _name, _col, _kind in _row_cls._state:
+        setattr(_row_cls, _name, _column(_col, _kind))
 
 _ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
-_PLAIN_CLASS: dict[type, type] = {XtcController: XtcController, PaperPI: PaperPI,
-                                  _XtcRow: XtcController, _PIRow: PaperPI}
 _ROW_TYPES = (_XtcRow, _PIRow)
 _EVERYTHING = slice(None)
 #: The banks of :meth:`ControllerBank.of`, by class and parameters.
@@ -276,7 +217,7 @@ _ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
 def _plain_type(ctl: Any) -> type:
     t = type(ctl)
-    return _PLAIN_CLASS.get(t, t)
+    return t._plain if t in _ROW_TYPES else t
 
 
 def _attached_rows(ctls: Sequence[Any]) -> tuple[Rows | None, Any]:
@@ -329,13 +270,10 @@ class ControllerBank:
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
         # Without ``reuse`` the bank keeps nothing between calls (:meth:`of`: shared, thread-safe).
-        log10_of, pow10 = (_Reuse(_log10_of), _Reuse(_pow10)) if reuse else (_log10_of, _pow10)
-        self._log10_r = log10_of
-        self._pow10_u_step = pow10
-        self._pow10_u = _Reuse(_pow10) if reuse else _pow10
-        self._log10_want = _Reuse(_log10_of) if reuse else _log10_of
-        self._log10_got = _Reuse(_log10_of) if reuse else _log10_of
-        self._pow10_u_after = _Reuse(_pow10) if reuse else _pow10
+        self._log10_r, self._log10_want, self._log10_got = \
+            (_Reuse(_log10_of), _Reuse(_log10_of), _Reuse(_log10_of)) if reuse else (_log10_of,) * 3
+        self._pow10_u_step, self._pow10_u, self._pow10_u_after = \
+            (_Reuse(_pow10), _Reuse(_pow10), _Reuse(_pow10)) if reuse else (_pow10,) * 3
         self._u_min = proto._u_min
         self._u_max = proto._u_max
         self.params: tuple[Any, ...] = self._params_of(proto)
@@ -382,27 +320,18 @@ class ControllerBank:
         n = len(ctls)
         if len(set(map(id, ctls))) != n:
             return None
-        state = _XTC_ROW_STATE if self.cls is XtcController else _PI_ROW_STATE
+        state = _COLUMNS if self.cls is XtcController else _PI_COLUMNS
         rows = Rows(n)
         if n:
-            cols = dict(zip(state, zip(*map(attrgetter(*state), ctls))))
-            rows.u[:] = cols["_u"]
-            rows.carry[:] = cols["_carry"]
-            rows.quant[:] = cols["_quant_decades"]
-            rows.u_force[:] = cols["_u_force"]
-            rows.e_prev[:], rows.has_prev[:] = _optional(cols["_E_prev" if self.cls is XtcController else "_e_prev"])
-            rows.steps[:] = cols["steps"]
-            if self.cls is XtcController:
-                rows.noise[:] = cols["_noise_log"]
-                rows.descent[:] = cols["_descent"]
-                rows.transient[:] = cols["_transient"]
-                rows.transient_age[:] = cols["_transient_age"]
-                rows.r_prev[:], rows.has_r_prev[:] = _optional(cols["_r_prev"])
-                rows.setpoint_age[:] = cols["_setpoint_age"]
+            for (_, col, kind), values in zip(state, zip(*map(attrgetter(*(name for name, _, _ in state)), ctls))):
+                if kind is None:
+                    getattr(rows, col)[:], getattr(rows, "has_" + col)[:] = _optional(values)
+                else:
+                    getattr(rows, col)[:] = values
         row_cls = _ROW_CLASS[self.cls]
         for k, c in enumerate(ctls):
             d = c.__dict__
-            for name in state:
+            for name, _, _ in state:
                 d.pop(name, None)
             if type(c) is not row_cls:
                 c.__class__ = row_cls
@@ -545,7 +474,7 @@ class ControllerBank:
         probe's answer ``lag`` (None: the law without the lag); the next caps."""
         t = self.tuning
         u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
-        e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
+        e_prev, has_prev = rows.e_prev[at], rows.has_e_prev[at]
         descent_t = rows.descent[at]
         u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
         e0 = self.params[4]
@@ -614,12 +543,15 @@ class ControllerBank:
             u_top = self._u_max - _EXACT_DECADES
             # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
             # step; the cap in force is read only where the rest holds and it decides.
+            def from_top(where: np.ndarray) -> np.ndarray:
+                top = was_descent.copy()
+                for k in np.flatnonzero(where & ~was_descent).tolist():
+                    top[k] = u_force_rows[k] >= u_top
+                return top
+
             more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & (r < y_wanted)
             if more.any():
-                top = was_descent.copy()
-                for k in np.flatnonzero(more & ~was_descent).tolist():
-                    top[k] = u_force_rows[k] >= u_top
-                sat = sat | (more & top)
+                sat = sat | (more & from_top(more))
             descent = sat & (r < y_wanted)
             f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
             du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
@@ -628,10 +560,7 @@ class ControllerBank:
             # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
             fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
             if fd.any():
-                top = was_descent.copy()
-                for k in np.flatnonzero(fd & ~was_descent).tolist():
-                    top[k] = u_force_rows[k] >= u_top
-                fd &= top
+                fd &= from_top(fd)
                 du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
                 du_beat = np.where(fine, du_fine, du_beat)
                 fine = fine & ~fd
@@ -664,7 +593,7 @@ class ControllerBank:
                 if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
                     rows.transient[k if isinstance(at, slice) else at[k]] = False
         rows.e_prev[at] = E
-        rows.has_prev[at] = True
+        rows.has_e_prev[at] = True
         rows.noise[at] = noise
         rows.descent[at] = descent
         rows.steps[at] += 1
@@ -700,7 +629,7 @@ class ControllerBank:
                  rows: Rows, at: Any = _EVERYTHING) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
-        u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_prev[at]
+        u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_e_prev[at]
         y = y_pps / 1000.0
         r = r_pps / 1000.0
         e = r - y
@@ -710,7 +639,7 @@ class ControllerBank:
         u, caps = self._stepped(u, du, move, carry)
         rows.u[at] = u
         rows.e_prev[at] = e
-        rows.has_prev[at] = True
+        rows.has_e_prev[at] = True
         rows.steps[at] += 1
         return caps
 

@@ -3,9 +3,8 @@
 :class:`LagEstimator` measures the lag ``g`` of a VR's measured rate (the fraction of a cap move its
 first period's mean misses) from one sample: the move from rest that the controller's lag probe
 (``XtcTuning.lag_probe``) chose, and the follow-up move it chose for the purpose.  Its observer then
-gives the rate the cap in force settles to.  The recursive least-squares estimate of the elasticity
-(``GainEstimator``, ``XtcTuning.adaptive``) and the samples taken from any move (without the probe)
-were removed on 2026-11-26: no configuration reached them (docs/design/control-law.md).
+gives the rate the cap in force settles to.  (What no configuration reached was removed on 2026-11-26:
+docs/design/control-law.md.)
 """
 
 from __future__ import annotations
@@ -61,10 +60,6 @@ class LagTuning:
     noise_sigmas : float
         The rate's change in the move's first period must exceed this many standard deviations of
         the difference of two noisy samples (the controller's noise estimate).
-    forgetting : float
-        Weight kept by the past samples at each new one (0 < forgetting <= 1).
-    prior_weight : float
-        Weight of the model's lag against the first sample (0: the first sample alone).
     lag_max : float
         Largest lag believed; a sample beyond ``[0, lag_max]`` is not used.
     unconstrained_fraction : float
@@ -88,8 +83,6 @@ class LagTuning:
     min_move_decades: float = 0.1
     rest_fraction: float = 0.25
     noise_sigmas: float = 4.0
-    forgetting: float = 0.7
-    prior_weight: float = 0.0
     lag_max: float = 0.8
     unconstrained_fraction: float = 0.97
     fit_fraction: float = 0.03
@@ -122,7 +115,7 @@ class LagEstimator:
     against the third period (below).  Several: the third period's rate, predicted with each (its move proportional as well),
     decides, and none is taken unless the best predicts it within ``verify_fraction`` (or the
     noise band).  A sample taken from two periods whose lag misses the third by more than that
-    is undone.  Samples are averaged with forgetting (``forgetting``, ``prior_weight``).
+    is undone.  One sample per activation (the probe's): the lag is then the sample's.
 
     Guards: the move at least ``min_move_decades``, the cap nearly still before it
     (``rest_fraction``); the two periods after it not offered-limited (their rate is the cap's
@@ -159,12 +152,9 @@ class LagEstimator:
         self._pole = pole_of_lag(self._lag)
         self._x_next: float | None = None
         self.settled_pps = 0.0
-        self._weight = self.tuning.prior_weight
         self._pending: tuple[tuple[float, ...], float, float, tuple[float, ...]] | None = None
         self._check: tuple[Any, ...] | None = None
-        self.rejected = 0
         self.samples = 0
-        self.last_sample: float | None = None
         #: A probe was taken in this activation (one at most), and its sample is due in the next period.
         self.probed = False
         self._probe_armed = False
@@ -201,25 +191,17 @@ class LagEstimator:
         bool
             True if this period completed a sample.
         """
-        t = self.tuning
         h = self._push(rate_pps, log_cap, offered_pps)
         lag_before = self._lag
         self._verify(h, noise_fraction)
         sample = self._sample(h, noise_fraction)
-        if sample is None and self._lag != lag_before:
-            x = rate_pps  # a sample undone: the state for the model's lag, from this period's rate
-            self._x_next = None
         if sample is not None:
             g, x = sample
-            w = t.forgetting * self._weight
-            self._lag = (w * self._lag + g) / (w + 1.0)
-            self._pole = pole_of_lag(self._lag)
-            self._weight = w + 1.0
+            self._lag, self._pole = g, pole_of_lag(g)
             self.samples += 1
-            self.last_sample = g
-            if self._lag != g:  # the state for the lag now used
-                x = self._x_next if self._x_next is not None else rate_pps
         else:
+            if self._lag != lag_before:  # a sample undone: the state for the model's lag, from this period's rate
+                self._x_next = None
             x = rate_pps if self._x_next is None else self._x_next
         self._observe(rate_pps, x)
         return sample is not None
@@ -273,7 +255,7 @@ class LagEstimator:
             return 0.0
         (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1) = h[-3:] if len(h) >= 3 else (h[0],) + h
         move = u1 - u0
-        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, True) \
+        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move) \
                 or fr1 >= t.unconstrained_fraction or m0 <= 0:
             return 0.0
         d1 = m1 - m0
@@ -287,10 +269,10 @@ class LagEstimator:
         self.probed = True
         self._probe_armed = True
 
-    def _at_rest(self, m_b: float, u_b: float, m0: float, u0: float, move: float, probe: bool) -> bool:
+    def _at_rest(self, m_b: float, u_b: float, m0: float, u0: float, move: float) -> bool:
         """Whether the period before a move was at rest: the cap nearly still, or for a probe the rate."""
         t = self.tuning
-        return abs(u0 - u_b) <= t.rest_fraction * abs(move) or (probe and abs(m0 - m_b) <= t.probe_rest_fraction * m0)
+        return abs(u0 - u_b) <= t.rest_fraction * abs(move) or abs(m0 - m_b) <= t.probe_rest_fraction * m0
 
     def _sample(self, h: tuple[tuple[float, float, float], ...], noise_fraction: float) -> tuple[float, float] | None:
         """A lag sample completed by the newest period: (lag, x(g) at this period's start) or None."""
@@ -318,7 +300,7 @@ class LagEstimator:
         probe, self._probe_armed = self._probe_armed and not self.samples, False
         if not probe:
             return None
-        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, True) or fr1 >= lim or fr2 >= lim or m0 <= 0:
+        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move) or fr1 >= lim or fr2 >= lim or m0 <= 0:
             return None
         d1 = m1 - m0
         if d1 * move <= 0:
@@ -326,7 +308,7 @@ class LagEstimator:
         moves = (u2 - u1,)
         roots = self._roots(m0, d1, m2, moves[0], max(t.fit_fraction, t.noise_sigmas * noise_fraction) * m2)
         if len(roots) == 1:
-            self._check = (roots[0], m0, d1, moves, self._lag, self._weight, self.samples)
+            self._check = (roots[0], m0, d1, moves, self._lag, self.samples)
             return roots[0], self._predict(roots[0], m0, d1, moves)[1]
         if roots:
             self._pending = (tuple(roots), m0, d1, moves)
@@ -337,15 +319,13 @@ class LagEstimator:
         chk, self._check = self._check, None
         if chk is None:
             return
-        g, m0, d1, moves, lag, weight, samples = chk
+        g, m0, d1, moves, lag, samples = chk
         m3, u3, fr3 = h[-1]
         if fr3 >= self.tuning.unconstrained_fraction:
             return
         pred = self._predict(g, m0, d1, moves + (u3 - h[-2][1],))[0]
         if abs(pred - m3) > max(self.tuning.verify_fraction, self.tuning.noise_sigmas * noise_fraction) * m3:
-            self._lag, self._weight, self.samples = lag, weight, samples
-            self._pole = pole_of_lag(lag)
-            self.rejected += 1
+            self._lag, self._pole, self.samples = lag, pole_of_lag(lag), samples
 
     @staticmethod
     def _predict(g: float, m0: float, d1: float, moves: tuple[float, ...]) -> tuple[float, float]:
@@ -397,7 +377,7 @@ class LagEstimator:
 
     def to_state(self) -> dict[str, Any]:
         """JSON-serialisable state."""
-        return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": self._weight, "samples": self.samples,
+        return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": float(self.samples), "samples": self.samples,
                 "x_next_pps": self._x_next, "probed": self.probed, "probe_armed": self._probe_armed,
                 "probe_rest_pps": self.probe_rest_pps}
 
@@ -416,7 +396,7 @@ class LagEstimator:
             rest = float(s.get("probe_rest_pps", 0.0))
             if not (math.isfinite(rest) and rest >= 0.0):
                 raise ValueError
-            self._hist, self._lag, self._weight, self.samples = hist, lag, weight, samples
+            self._hist, self._lag, self.samples = hist, lag, samples
             self._pole, self._x_next = pole_of_lag(lag), x
             self.probed, self._probe_armed = s.get("probed") is True, s.get("probe_armed") is True
             self.probe_rest_pps = rest
