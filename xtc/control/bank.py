@@ -409,6 +409,18 @@ class ControllerBank:
             return self._step_xtc(ctls, y, r, off, rows, at, cpu, lag), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
+    def step_one(self, ctl: Any, y: float, r: float, off: float = math.nan, cpu: float = math.nan) -> float:
+        """``ctl.step`` on rates it has checked (pps; ``off`` and ``cpu`` NaN where unknown): the law on
+        its one row, with none of :meth:`step`'s checks and list handling; the next cap."""
+        rows = ctl.__dict__["_rows"] if type(ctl) in _ROW_TYPES else self.rows((ctl,))
+        at = _EVERYTHING if rows.n == 1 else np.array((ctl.__dict__["_row"],))  # its own row: views, not copies
+        ys, rs = np.array((y,)), np.array((r,))
+        if self.cls is not XtcController:
+            return self._step_pi((ctl,), ys, rs, rows, at)[0].item()
+        offs = np.array((off,))
+        lag = self._lag_probe_in((ctl,), ys, rs, offs, rows, at) if self.tuning.lag_probe else None
+        return self._step_xtc((ctl,), ys, rs, offs, rows, at, np.array((cpu,), dtype=np.float64), lag)[0].item()
+
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = _EVERYTHING) -> _Lag | None:
         """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
@@ -475,15 +487,7 @@ class ControllerBank:
         t = self.tuning
         u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
         e_prev, has_prev = rows.e_prev[at], rows.has_e_prev[at]
-        descent_t = rows.descent[at]
-        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
-        e0 = self.params[4]
-
-        # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
-        not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         log_y = _log10_of(np.maximum(y, 1.0))
-        a = t.design_lag
-        kp = a / (1.0 - a)
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
         # on a whole-percent actuator the dithered periods then all say the same, and the integrator
         # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
@@ -508,6 +512,35 @@ class ControllerBank:
 
         err = np.abs(r - y_judged)
         move = err >= t.dead_zone_fraction * r
+        if move.any():
+            du, descent = self._move(y, r, off, E, E_prev, has_prev, y_wanted, err, move, noise, rows, at, cpu, lag)
+        else:  # every row inside the dead zone: u stays, no descent (what the move would give)
+            du, descent = np.zeros(len(y)), np.zeros(len(y), dtype=bool)
+        new_u, caps = self._stepped(u, du, move, carry)
+        if has_x is not None:
+            # The transient ends where the next period's mean and the rate the new cap settles to are
+            # both within transient_end_fraction of the setpoint.
+            end = TRANSIENT_END_FRACTION
+            for k in np.flatnonzero(has_x).tolist():
+                rk = r[k].item()
+                moved = 10.0 ** (new_u[k].item() - u[k].item())
+                if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
+                    rows.transient[k if isinstance(at, slice) else at[k]] = False
+        rows.e_prev[at] = E
+        rows.has_e_prev[at] = True
+        rows.noise[at] = noise
+        rows.descent[at] = descent
+        rows.steps[at] += 1
+        rows.u[at] = new_u  # inside the dead zone u stays: the same number
+        return caps
+
+    def _move(self, y: np.ndarray, r: np.ndarray, off: np.ndarray, E: np.ndarray, E_prev: np.ndarray,
+              has_prev: np.ndarray, y_wanted: np.ndarray, err: np.ndarray, move: np.ndarray, noise: np.ndarray,
+              rows: Rows, at: Any, cpu: np.ndarray | None, lag: _Lag | None) -> tuple[np.ndarray, np.ndarray]:
+        """The step of XTC's law (decades; taken only where ``move``: outside the dead zone) and where a
+        descent from saturation is under way, from :meth:`_step_xtc`'s errors (``err``: pps), judged rates
+        and new noise estimate."""
+        t, u, quant = self.tuning, rows.u[at], rows.quant[at]
         noise_band = t.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
@@ -520,8 +553,14 @@ class ControllerBank:
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
                 1.0 + np.maximum(PERSIST_BAND_FRACTION, noise_band), persist)
         fine = (err < band * r) & ~persist
-        if has_x is not None:
-            fine &= ~has_x
+        if lag is not None and lag.has_x.any():
+            fine &= ~lag.has_x
+        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        e0 = self.params[4]
+        a = t.design_lag
+        kp = a / (1.0 - a)
+        # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
+        not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         du_beat = (kp + self.params[3]) * E - kp * E_prev
         if lag is not None and lag.observed.any():
             # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
@@ -536,10 +575,10 @@ class ControllerBank:
                     r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
                 du_beat[k] = _log10(max(r_to, 1.0)) - _log10(max(ys * y_wanted[k].item() / yk if yk > 0 else ys, 1.0))
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
-        descent = np.zeros(u.shape, dtype=bool)
+        descent = np.zeros(len(y), dtype=bool)
         if e0 > 0.0:
             sat = not_limited
-            was_descent = np.array(descent_t, dtype=bool)
+            was_descent = rows.descent[at]  # (read only: the new one is written after the step)
             u_top = self._u_max - _EXACT_DECADES
             # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
             # step; the cap in force is read only where the rest holds and it decides.
@@ -549,16 +588,18 @@ class ControllerBank:
                     top[k] = u_force_rows[k] >= u_top
                 return top
 
-            more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & (r < y_wanted)
+            below = r < y_wanted
+            more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & below
             if more.any():
                 sat = sat | (more & from_top(more))
-            descent = sat & (r < y_wanted)
-            f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
-            du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
-            descent &= move & ~fine
+            descent = sat & below
+            if descent.any():
+                f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
+                du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
+                descent &= move & ~fine
             # The descent inside the fine band, from the top cap or on after such a step: the gentle
             # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
-            fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
+            fd = fine & move & not_limited & below & (noise_band <= t.fine_band_fraction)
             if fd.any():
                 fd &= from_top(fd)
                 du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
@@ -581,24 +622,7 @@ class ControllerBank:
             u_force = u_force_rows[k]
             bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
             hold[k[bound]] = False
-        du = np.where(hold, 0.0, du)
-        new_u, caps = self._stepped(u, du, move, carry)
-        if has_x is not None:
-            # The transient ends where the next period's mean and the rate the new cap settles to are
-            # both within transient_end_fraction of the setpoint.
-            end = TRANSIENT_END_FRACTION
-            for k in np.flatnonzero(has_x).tolist():
-                rk = r[k].item()
-                moved = 10.0 ** (new_u[k].item() - u[k].item())
-                if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
-                    rows.transient[k if isinstance(at, slice) else at[k]] = False
-        rows.e_prev[at] = E
-        rows.has_e_prev[at] = True
-        rows.noise[at] = noise
-        rows.descent[at] = descent
-        rows.steps[at] += 1
-        rows.u[at] = new_u  # inside the dead zone u stays: the same number
-        return caps
+        return np.where(hold, 0.0, du), descent
 
     def _probe_step(self, lag: _Lag, k: int, du: float, u: float, y: float, r: float, E: float) -> float:
         """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the

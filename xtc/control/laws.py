@@ -16,8 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
-
 from xtc.models import CapBounds, LogCapModel
 
 from .bounded import BoundedController, ControllerError, check_rate
@@ -42,11 +40,6 @@ _EXACT_DECADES = math.log10(1.001)
 def _rate(name: str, v: Any) -> float:
     """``check_rate``'s verdict; a finite float >= 0 (the meter's every value) passes as it is."""
     return v if type(v) is float and 0.0 <= v <= _FLOAT_MAX else check_rate(name, v)
-
-
-def _one(v: float) -> Any:
-    """A one-row array of ``v`` (the scalar step is the bank's law on one row)."""
-    return np.array((v,), dtype=np.float64)
 
 
 #: The law's constants that no configuration, CLI or named variant sets (they were ``XtcTuning`` fields
@@ -222,9 +215,7 @@ class XtcController(BoundedController):
         offered = math.nan if offered_pps is None else _rate("offered_pps", offered_pps)
         from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
-        caps, _ = ControllerBank.of(self).step([self], _one(y), _one(r), _one(offered),
-                                               cpu_percent=_one(math.nan if cpu_percent is None else cpu_percent))
-        return caps[0].item()
+        return ControllerBank.of(self).step_one(self, y, r, offered, math.nan if cpu_percent is None else cpu_percent)
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
