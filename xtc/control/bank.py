@@ -631,7 +631,7 @@ class ControllerBank:
         lag.estimators[k].arm_probe()
         if lag.probe_move[k] * E < 0.0:
             return du  # the rate passed the setpoint: the law's move back, sampled all the same
-        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
+        # The settled rate a lag of PROBE_LAG_MAX implies, and the move it asks, against the law's.
         c = PROBE_LAG_MAX
         f_lag = max((y - c * lag.rest[k].item()) / (1.0 - c), 1.0)
         lim = t.max_step_decades
