@@ -414,12 +414,11 @@ class ControllerBank:
         its one row, with none of :meth:`step`'s checks and list handling; the next cap."""
         rows = ctl.__dict__["_rows"] if type(ctl) in _ROW_TYPES else self.rows((ctl,))
         at = _EVERYTHING if rows.n == 1 else np.array((ctl.__dict__["_row"],))  # its own row: views, not copies
-        ys, rs = np.array((y,)), np.array((r,))
+        ys, rs, offs, cpus = (np.array((v,), dtype=np.float64) for v in (y, r, off, cpu))
         if self.cls is not XtcController:
             return self._step_pi((ctl,), ys, rs, rows, at)[0].item()
-        offs = np.array((off,))
         lag = self._lag_probe_in((ctl,), ys, rs, offs, rows, at) if self.tuning.lag_probe else None
-        return self._step_xtc((ctl,), ys, rs, offs, rows, at, np.array((cpu,), dtype=np.float64), lag)[0].item()
+        return self._step_xtc((ctl,), ys, rs, offs, rows, at, cpus, lag)[0].item()
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = _EVERYTHING) -> _Lag | None:
