@@ -42,6 +42,18 @@ def test_bad_input_raises_and_leaves_state_unchanged(kind, measured, setpoint):
     assert c.to_state() == before
 
 
+def test_a_cpu_reading_that_is_no_number_raises_and_leaves_state_unchanged():
+    """The one-row step makes its arrays before it steps: the lag probe's bookkeeping is not half done."""
+    c = make_controller(PAPER, "xtc")
+    c.start(100.0)
+    for y in (100_000.0, 60_000.0, 45_000.0):  # a move from rest: the lag probe has work to do
+        c.applied(c.step(y, 40_000.0, 100_000.0))
+    before = c.to_state()
+    with pytest.raises(ValueError):
+        c.step(41_000.0, 40_000.0, 100_000.0, "a lot")  # type: ignore[arg-type]
+    assert c.to_state() == before
+
+
 @pytest.mark.parametrize("kind", ["pi", "deadbeat", "xtc"])
 def test_bumpless_start_inside_dead_zone_keeps_the_cap(kind):
     c = make_controller(PAPER, kind)

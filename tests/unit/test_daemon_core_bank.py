@@ -93,7 +93,8 @@ def _as_readings(readings: dict, lists: dict) -> Readings:
 
 def _reference_rows(core: DaemonCore) -> list:
     """The sample rows as :meth:`DaemonCore.describe` gives each VR (the rows' definition)."""
-    return [[core.describe(n)[f] for f in SAMPLE_FIELDS] for n in sorted(set(core.vrs) | set(core.instances))]
+    views = (core.describe(n) for n in sorted(set(core.vrs) | set(core.instances)))
+    return [[d[f] for f in SAMPLE_FIELDS] for d in views]
 
 
 def _drive(core: DaemonCore, seed: int, kind: str, n_vrs: int = 12, periods: int = 40, scalar: bool = False,

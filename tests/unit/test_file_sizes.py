@@ -16,7 +16,6 @@ TREES = ("xtc", "lab/xtc_lab")
 #: Long files that other work in progress splits or shrinks; each entry goes when that work lands
 #: (the test fails on an entry that is no longer needed, so the list cannot go stale).
 PENDING = {
-    "xtc/control/bank.py": "the one control law (issue 47 item 3) rewrites xtc/control/",
 }
 
 

@@ -2,18 +2,17 @@
 
 A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
 period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
-its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`:
-``u``, ``carry``, ``quant``, ``u_force``, ``e_prev``/``has_prev``, ``noise``, ``descent``, ``steps``);
-a controller attached to rows (:meth:`ControllerBank.rows`) reads and writes its row through
-properties, so ``to_state``, ``start``, ``applied`` and the state file see the same numbers, and
-:func:`copy.deepcopy` of one gives a controller with its own row.
+its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`).
 
 Numbers: ``log10`` and ``10 ** x`` are computed with :mod:`math` element by element (numpy's
 vectorised versions may differ from the C library's in the last bit), so a VR's caps do not depend on
 how many VRs share its bank (tests/unit/test_control_properties.py).  The lag probe's bookkeeping runs
-per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR); the observer's
-step, the probe's hedge and the transient's end are part of the law here.  Fixed Cap has no law to
-step: :meth:`ControllerBank.like` returns None for it.
+per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR).  Fixed Cap
+has no law to step: :meth:`ControllerBank.like` returns None for it.
+
+Why one file: the law is one job (XTC's and the paper's step, their state columns and the lag
+probe's bookkeeping, which the step reads and writes in the same period); split, each half would
+reach into the other's columns.
 """
 
 from __future__ import annotations
@@ -27,15 +26,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import BoundedController
-from .laws import (_EXACT_DECADES, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING, OBSERVER_TARGET_BOUNDS,
-                   PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX, PROBE_WINDOW_PERIODS,
-                   SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS, XtcController)
+from .laws import (_EXACT_DECADES, _FLOAT_MAX, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING,
+                   OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
+                   PROBE_WINDOW_PERIODS, SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS,
+                   XtcController)
 from .paper import PaperPI
 
 __all__ = ["ControllerBank"]
 
 _log10 = math.log10
-_FLOAT_MAX = 1.7976931348623157e308
 
 
 def _pow10(x: np.ndarray) -> np.ndarray:
@@ -106,61 +105,54 @@ def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]
     return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
 
 
-
-
 def _rates_ok(v: np.ndarray) -> np.ndarray:
     """Where a rate is what ``check_rate`` accepts: finite and >= 0 (pps)."""
     return (v >= 0.0) & (v <= _FLOAT_MAX)
 
 
 # ---------------------------------------------------------------------------------- rows
+#: The law's state: (the controller's attribute, its column of :class:`Rows`, the value's type; None:
+#: a float or None, kept with a flag column ``has_<column>``).  XTC's law keeps them all, the paper's
+#: PI the first five and ``_e_prev`` (:data:`_PI_COLUMNS`).  The lag probe's transient: under way, its
+#: age, the last setpoint and the periods since the activation or a setpoint move (``_lag_probe_in``).
+_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("_u", "u", float), ("_carry", "carry", float), ("_quant_decades", "quant", float), ("_u_force", "u_force", float),
+    ("steps", "steps", int), ("_E_prev", "e_prev", None), ("_noise_log", "noise", float), ("_descent", "descent", bool),
+    ("_transient", "transient", bool), ("_transient_age", "transient_age", int), ("_r_prev", "r_prev", None),
+    ("_setpoint_age", "setpoint_age", int))
+_PI_COLUMNS = _COLUMNS[:5] + (("_e_prev", "e_prev", None),)
+#: Each type's column: counts are Python ints (no overflow), an optional float has its flag column.
+_DTYPE = {float: np.float64, None: np.float64, bool: bool, int: object}
+
+
 class Rows:
-    """The law's state of a list of controllers, as columns (one row per controller).
+    """The law's state of a list of controllers, as columns (:data:`_COLUMNS`; one row per controller).
 
     Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an instance
     of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state attributes are
-    properties on its row, so every reader and writer of a controller sees the columns' numbers.
-    A controller attached again takes its values along; a copy of one is a plain controller with
-    the same state.  ``steps`` and the two ages are columns of Python ints, the rest float64 and bool.
+    properties on its row, so every reader and writer of a controller (``to_state``, ``start``,
+    ``applied``, the state file) sees the columns' numbers.  A controller attached again takes its
+    values along; a copy of one (:func:`copy.copy`, :func:`copy.deepcopy`) is a plain controller
+    with the same state.
     """
 
-    __slots__ = ("n", "u", "carry", "quant", "u_force", "e_prev", "has_prev", "noise", "descent", "steps",
-                 "transient", "transient_age", "r_prev", "has_r_prev", "setpoint_age")
+    __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev")
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.u = np.zeros(n)
-        self.carry = np.zeros(n)
-        self.quant = np.zeros(n)
-        self.u_force = np.zeros(n)
-        self.e_prev = np.zeros(n)
-        self.has_prev = np.zeros(n, dtype=bool)
-        self.noise = np.zeros(n)
-        self.descent = np.zeros(n, dtype=bool)
-        self.steps = np.zeros(n, dtype=object)
-        # The lag probe's transient: under way, its age, the last setpoint and the periods since the
-        # activation or a setpoint move (ControllerBank._lag_probe_in).
-        self.transient = np.zeros(n, dtype=bool)
-        self.transient_age = np.zeros(n, dtype=object)
-        self.r_prev = np.zeros(n)
-        self.has_r_prev = np.zeros(n, dtype=bool)
-        self.setpoint_age = np.zeros(n, dtype=object)
+        for _, col, kind in _COLUMNS:
+            setattr(self, col, np.zeros(n, dtype=_DTYPE[kind]))
+            if kind is None:
+                setattr(self, "has_" + col, np.zeros(n, dtype=bool))
 
 
-def _float_col(col: str) -> property:
+def _column(col: str, kind: Any) -> property:
+    """A controller's attribute kept in column ``col`` of its rows, of type ``kind`` (:data:`_COLUMNS`)."""
     get_col = attrgetter(col)
-
-    def get(self: Any) -> float:
-        return get_col(self._rows)[self._row].item()
-
-    def put(self: Any, v: float) -> None:
-        get_col(self._rows)[self._row] = v
-
-    return property(get, put)
-
-
-def _prev_col(col: str = "e_prev", has: str = "has_prev") -> property:
-    get_col, get_has = attrgetter(col), attrgetter(has)
+    if kind is not None:
+        return property(lambda self: kind(get_col(self._rows)[self._row]),
+                        lambda self, v: get_col(self._rows).__setitem__(self._row, v))
+    get_has = attrgetter("has_" + col)
 
     def get(self: Any) -> float | None:
         rows = self._rows
@@ -174,30 +166,6 @@ def _prev_col(col: str = "e_prev", has: str = "has_prev") -> property:
     return property(get, put)
 
 
-def _bool_col(col: str) -> property:
-    get_col = attrgetter(col)
-
-    def get(self: Any) -> bool:
-        return bool(get_col(self._rows)[self._row])
-
-    def put(self: Any, v: bool) -> None:
-        get_col(self._rows)[self._row] = v
-
-    return property(get, put)
-
-
-def _int_col(col: str) -> property:
-    get_col = attrgetter(col)
-
-    def get(self: Any) -> int:
-        return get_col(self._rows)[self._row]
-
-    def put(self: Any, v: int) -> None:
-        get_col(self._rows)[self._row] = v
-
-    return property(get, put)
-
-
 #: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
 _OWNED = ("lag_estimator",)
 
@@ -206,7 +174,7 @@ class _Attached:
     """What :class:`_XtcRow` and :class:`_PIRow` add to their controller class: the copies."""
 
     _plain: type
-    _state: tuple[str, ...]
+    _state: tuple[tuple[str, str, Any], ...]
 
     def _detached(self, memo: dict[int, Any] | None) -> Any:
         cls = self._plain
@@ -217,7 +185,7 @@ class _Attached:
         if memo is None:  # a plain copy still owns its estimator (``start`` resets them in place)
             d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
         new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
-        for name in self._state:
+        for name, _, _ in self._state:
             setattr(new, name, getattr(self, name))  # floats, bools and ints: immutable
         return new
 
@@ -228,46 +196,23 @@ class _Attached:
         return self._detached(memo)
 
 
-_XTC_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_E_prev", "_noise_log", "_descent", "steps",
-                  "_transient", "_transient_age", "_r_prev", "_setpoint_age")
-_PI_ROW_STATE = ("_u", "_carry", "_quant_decades", "_u_force", "_e_prev", "steps")
-
-
-class _LawRow(_Attached):
-    """The state both laws keep, as columns of a :class:`Rows`."""
-
-    _u = _float_col("u")
-    _carry = _float_col("carry")
-    _quant_decades = _float_col("quant")
-    _u_force = _float_col("u_force")
-    steps = _int_col("steps")
-
-
-class _XtcRow(_LawRow, XtcController):
+class _XtcRow(_Attached, XtcController):
     """An :class:`~xtc.control.laws.XtcController` whose state is a row of a :class:`Rows`."""
 
-    _plain = XtcController
-    _state = _XTC_ROW_STATE
-    _E_prev = _prev_col()
-    _noise_log = _float_col("noise")
-    _descent = _bool_col("descent")
-    _transient = _bool_col("transient")
-    _transient_age = _int_col("transient_age")
-    _r_prev = _prev_col("r_prev", "has_r_prev")
-    _setpoint_age = _int_col("setpoint_age")
+    _plain, _state = XtcController, _COLUMNS
 
 
-class _PIRow(_LawRow, PaperPI):
+class _PIRow(_Attached, PaperPI):
     """A :class:`~xtc.control.paper.PaperPI` whose state is a row of a :class:`Rows`."""
 
-    _plain = PaperPI
-    _state = _PI_ROW_STATE
-    _e_prev = _prev_col()
+    _plain, _state = PaperPI, _PI_COLUMNS
 
+
+for _row_cls in (_XtcRow, _PIRow):
+    for _name, _col, _kind in _row_cls._state:
+        setattr(_row_cls, _name, _column(_col, _kind))
 
 _ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
-_PLAIN_CLASS: dict[type, type] = {XtcController: XtcController, PaperPI: PaperPI,
-                                  _XtcRow: XtcController, _PIRow: PaperPI}
 _ROW_TYPES = (_XtcRow, _PIRow)
 _EVERYTHING = slice(None)
 #: The banks of :meth:`ControllerBank.of`, by class and parameters.
@@ -276,7 +221,7 @@ _ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
 def _plain_type(ctl: Any) -> type:
     t = type(ctl)
-    return _PLAIN_CLASS.get(t, t)
+    return t._plain if t in _ROW_TYPES else t
 
 
 def _attached_rows(ctls: Sequence[Any]) -> tuple[Rows | None, Any]:
@@ -329,13 +274,10 @@ class ControllerBank:
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
         # Without ``reuse`` the bank keeps nothing between calls (:meth:`of`: shared, thread-safe).
-        log10_of, pow10 = (_Reuse(_log10_of), _Reuse(_pow10)) if reuse else (_log10_of, _pow10)
-        self._log10_r = log10_of
-        self._pow10_u_step = pow10
-        self._pow10_u = _Reuse(_pow10) if reuse else _pow10
-        self._log10_want = _Reuse(_log10_of) if reuse else _log10_of
-        self._log10_got = _Reuse(_log10_of) if reuse else _log10_of
-        self._pow10_u_after = _Reuse(_pow10) if reuse else _pow10
+        self._log10_r, self._log10_want, self._log10_got = \
+            (_Reuse(_log10_of), _Reuse(_log10_of), _Reuse(_log10_of)) if reuse else (_log10_of,) * 3
+        self._pow10_u_step, self._pow10_u, self._pow10_u_after = \
+            (_Reuse(_pow10), _Reuse(_pow10), _Reuse(_pow10)) if reuse else (_pow10,) * 3
         self._u_min = proto._u_min
         self._u_max = proto._u_max
         self.params: tuple[Any, ...] = self._params_of(proto)
@@ -382,27 +324,18 @@ class ControllerBank:
         n = len(ctls)
         if len(set(map(id, ctls))) != n:
             return None
-        state = _XTC_ROW_STATE if self.cls is XtcController else _PI_ROW_STATE
+        state = _COLUMNS if self.cls is XtcController else _PI_COLUMNS
         rows = Rows(n)
         if n:
-            cols = dict(zip(state, zip(*map(attrgetter(*state), ctls))))
-            rows.u[:] = cols["_u"]
-            rows.carry[:] = cols["_carry"]
-            rows.quant[:] = cols["_quant_decades"]
-            rows.u_force[:] = cols["_u_force"]
-            rows.e_prev[:], rows.has_prev[:] = _optional(cols["_E_prev" if self.cls is XtcController else "_e_prev"])
-            rows.steps[:] = cols["steps"]
-            if self.cls is XtcController:
-                rows.noise[:] = cols["_noise_log"]
-                rows.descent[:] = cols["_descent"]
-                rows.transient[:] = cols["_transient"]
-                rows.transient_age[:] = cols["_transient_age"]
-                rows.r_prev[:], rows.has_r_prev[:] = _optional(cols["_r_prev"])
-                rows.setpoint_age[:] = cols["_setpoint_age"]
+            for (_, col, kind), values in zip(state, zip(*map(attrgetter(*(name for name, _, _ in state)), ctls))):
+                if kind is None:
+                    getattr(rows, col)[:], getattr(rows, "has_" + col)[:] = _optional(values)
+                else:
+                    getattr(rows, col)[:] = values
         row_cls = _ROW_CLASS[self.cls]
         for k, c in enumerate(ctls):
             d = c.__dict__
-            for name in state:
+            for name, _, _ in state:
                 d.pop(name, None)
             if type(c) is not row_cls:
                 c.__class__ = row_cls
@@ -480,6 +413,17 @@ class ControllerBank:
             return self._step_xtc(ctls, y, r, off, rows, at, cpu, lag), ok
         return self._step_pi(ctls, y, r, rows, at), ok
 
+    def step_one(self, ctl: Any, y: float, r: float, off: float = math.nan, cpu: float = math.nan) -> float:
+        """``ctl.step`` on rates it has checked (pps; ``off`` and ``cpu`` NaN where unknown): the law on
+        its one row, with none of :meth:`step`'s checks and list handling; the next cap."""
+        rows = ctl.__dict__["_rows"] if type(ctl) in _ROW_TYPES else self.rows((ctl,))
+        at = _EVERYTHING if rows.n == 1 else np.array((ctl.__dict__["_row"],))  # its own row: views, not copies
+        ys, rs, offs, cpus = (np.array((v,), dtype=np.float64) for v in (y, r, off, cpu))
+        if self.cls is not XtcController:
+            return self._step_pi((ctl,), ys, rs, rows, at)[0].item()
+        lag = self._lag_probe_in((ctl,), ys, rs, offs, rows, at) if self.tuning.lag_probe else None
+        return self._step_xtc((ctl,), ys, rs, offs, rows, at, cpus, lag)[0].item()
+
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = _EVERYTHING) -> _Lag | None:
         """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
@@ -545,16 +489,8 @@ class ControllerBank:
         probe's answer ``lag`` (None: the law without the lag); the next caps."""
         t = self.tuning
         u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
-        e_prev, has_prev = rows.e_prev[at], rows.has_prev[at]
-        descent_t = rows.descent[at]
-        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
-        e0 = self.params[4]
-
-        # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
-        not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
+        e_prev, has_prev = rows.e_prev[at], rows.has_e_prev[at]
         log_y = _log10_of(np.maximum(y, 1.0))
-        a = t.design_lag
-        kp = a / (1.0 - a)
         # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
         # on a whole-percent actuator the dithered periods then all say the same, and the integrator
         # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
@@ -579,6 +515,35 @@ class ControllerBank:
 
         err = np.abs(r - y_judged)
         move = err >= t.dead_zone_fraction * r
+        if move.any():
+            du, descent = self._move(y, r, off, E, E_prev, has_prev, y_wanted, err, move, noise, rows, at, cpu, lag)
+        else:  # every row inside the dead zone: u stays, no descent (what the move would give)
+            du, descent = np.zeros(len(y)), np.zeros(len(y), dtype=bool)
+        new_u, caps = self._stepped(u, du, move, carry)
+        if has_x is not None:
+            # The transient ends where the next period's mean and the rate the new cap settles to are
+            # both within transient_end_fraction of the setpoint.
+            end = TRANSIENT_END_FRACTION
+            for k in np.flatnonzero(has_x).tolist():
+                rk = r[k].item()
+                moved = 10.0 ** (new_u[k].item() - u[k].item())
+                if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
+                    rows.transient[k if isinstance(at, slice) else at[k]] = False
+        rows.e_prev[at] = E
+        rows.has_e_prev[at] = True
+        rows.noise[at] = noise
+        rows.descent[at] = descent
+        rows.steps[at] += 1
+        rows.u[at] = new_u  # inside the dead zone u stays: the same number
+        return caps
+
+    def _move(self, y: np.ndarray, r: np.ndarray, off: np.ndarray, E: np.ndarray, E_prev: np.ndarray,
+              has_prev: np.ndarray, y_wanted: np.ndarray, err: np.ndarray, move: np.ndarray, noise: np.ndarray,
+              rows: Rows, at: Any, cpu: np.ndarray | None, lag: _Lag | None) -> tuple[np.ndarray, np.ndarray]:
+        """The step of XTC's law (decades; taken only where ``move``: outside the dead zone) and where a
+        descent from saturation is under way, from :meth:`_step_xtc`'s errors (``err``: pps), judged rates
+        and new noise estimate."""
+        t, u, quant = self.tuning, rows.u[at], rows.quant[at]
         noise_band = t.noise_band_sigmas * (noise * _LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
@@ -591,8 +556,14 @@ class ControllerBank:
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
                 1.0 + np.maximum(PERSIST_BAND_FRACTION, noise_band), persist)
         fine = (err < band * r) & ~persist
-        if has_x is not None:
-            fine &= ~has_x
+        if lag is not None and lag.has_x.any():
+            fine &= ~lag.has_x
+        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        e0 = self.params[4]
+        a = t.design_lag
+        kp = a / (1.0 - a)
+        # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
+        not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         du_beat = (kp + self.params[3]) * E - kp * E_prev
         if lag is not None and lag.observed.any():
             # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
@@ -607,31 +578,33 @@ class ControllerBank:
                     r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
                 du_beat[k] = _log10(max(r_to, 1.0)) - _log10(max(ys * y_wanted[k].item() / yk if yk > 0 else ys, 1.0))
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
-        descent = np.zeros(u.shape, dtype=bool)
+        descent = np.zeros(len(y), dtype=bool)
         if e0 > 0.0:
             sat = not_limited
-            was_descent = np.array(descent_t, dtype=bool)
+            was_descent = rows.descent[at]  # (read only: the new one is written after the step)
             u_top = self._u_max - _EXACT_DECADES
             # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
             # step; the cap in force is read only where the rest holds and it decides.
-            more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & (r < y_wanted)
-            if more.any():
+            def from_top(where: np.ndarray) -> np.ndarray:
                 top = was_descent.copy()
-                for k in np.flatnonzero(more & ~was_descent).tolist():
+                for k in np.flatnonzero(where & ~was_descent).tolist():
                     top[k] = u_force_rows[k] >= u_top
-                sat = sat | (more & top)
-            descent = sat & (r < y_wanted)
-            f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
-            du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
-            descent &= move & ~fine
+                return top
+
+            below = r < y_wanted
+            more = ~sat & (off > 0) & (y >= DESCENT_FRACTION * off) & below
+            if more.any():
+                sat = sat | (more & from_top(more))
+            descent = sat & below
+            if descent.any():
+                f = np.where(was_descent & not_limited & exact, SATURATION_REPEAT_FACTOR, 1.0)
+                du_beat = np.where(descent, np.minimum(du_beat, f * E / e0), du_beat)
+                descent &= move & ~fine
             # The descent inside the fine band, from the top cap or on after such a step: the gentle
             # gain assumes elasticity 1 where it is near 0.  Not where the noise has widened the band.
-            fd = fine & move & not_limited & (r < y_wanted) & (noise_band <= t.fine_band_fraction)
+            fd = fine & move & not_limited & below & (noise_band <= t.fine_band_fraction)
             if fd.any():
-                top = was_descent.copy()
-                for k in np.flatnonzero(fd & ~was_descent).tolist():
-                    top[k] = u_force_rows[k] >= u_top
-                fd &= top
+                fd &= from_top(fd)
                 du_fine = np.where(fd, np.minimum(t.fine_gain * E, E / e0), t.fine_gain * E)
                 du_beat = np.where(fine, du_fine, du_beat)
                 fine = fine & ~fd
@@ -652,24 +625,7 @@ class ControllerBank:
             u_force = u_force_rows[k]
             bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
             hold[k[bound]] = False
-        du = np.where(hold, 0.0, du)
-        new_u, caps = self._stepped(u, du, move, carry)
-        if has_x is not None:
-            # The transient ends where the next period's mean and the rate the new cap settles to are
-            # both within transient_end_fraction of the setpoint.
-            end = TRANSIENT_END_FRACTION
-            for k in np.flatnonzero(has_x).tolist():
-                rk = r[k].item()
-                moved = 10.0 ** (new_u[k].item() - u[k].item())
-                if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
-                    rows.transient[k if isinstance(at, slice) else at[k]] = False
-        rows.e_prev[at] = E
-        rows.has_prev[at] = True
-        rows.noise[at] = noise
-        rows.descent[at] = descent
-        rows.steps[at] += 1
-        rows.u[at] = new_u  # inside the dead zone u stays: the same number
-        return caps
+        return np.where(hold, 0.0, du), descent
 
     def _probe_step(self, lag: _Lag, k: int, du: float, u: float, y: float, r: float, E: float) -> float:
         """The step in the period after a probe candidate's move (``lag_probe``): the law's ``du``, the
@@ -678,7 +634,7 @@ class ControllerBank:
         lag.estimators[k].arm_probe()
         if lag.probe_move[k] * E < 0.0:
             return du  # the rate passed the setpoint: the law's move back, sampled all the same
-        # The settled rate a lag of probe_lag_max implies, and the move it asks, against the law's.
+        # The settled rate a lag of PROBE_LAG_MAX implies, and the move it asks, against the law's.
         c = PROBE_LAG_MAX
         f_lag = max((y - c * lag.rest[k].item()) / (1.0 - c), 1.0)
         lim = t.max_step_decades
@@ -700,7 +656,7 @@ class ControllerBank:
                  rows: Rows, at: Any = _EVERYTHING) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
-        u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_prev[at]
+        u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_e_prev[at]
         y = y_pps / 1000.0
         r = r_pps / 1000.0
         e = r - y
@@ -710,7 +666,7 @@ class ControllerBank:
         u, caps = self._stepped(u, du, move, carry)
         rows.u[at] = u
         rows.e_prev[at] = e
-        rows.has_prev[at] = True
+        rows.has_e_prev[at] = True
         rows.steps[at] += 1
         return caps
 

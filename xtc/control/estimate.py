@@ -3,19 +3,17 @@
 :class:`LagEstimator` measures the lag ``g`` of a VR's measured rate (the fraction of a cap move its
 first period's mean misses) from one sample: the move from rest that the controller's lag probe
 (``XtcTuning.lag_probe``) chose, and the follow-up move it chose for the purpose.  Its observer then
-gives the rate the cap in force settles to.  The recursive least-squares estimate of the elasticity
-(``GainEstimator``, ``XtcTuning.adaptive``) and the samples taken from any move (without the probe)
-were removed on 2026-11-26: no configuration reached them (docs/design/control-law.md).
+gives the rate the cap in force settles to.  (What no configuration reached was removed on 2026-11-26:
+docs/design/control-law.md.)
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["LagTuning", "LagEstimator", "pole_of_lag"]
+__all__ = ["LagEstimator", "pole_of_lag"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -45,58 +43,37 @@ def pole_of_lag(lag: float) -> float:
 _LAG_GRID: tuple[tuple[float, float], ...] = tuple((i / 200.0, pole_of_lag(i / 200.0)) for i in range(191))
 
 
-@dataclass(frozen=True)
-class LagTuning:
-    """Tuning of :class:`LagEstimator` (dimensionless unless said).
-
-    Attributes
-    ----------
-    min_move_decades : float
-        Smallest change of ``log10(cap in force)`` that can show the lag, decades.  Samples come
-        only from a probe (:meth:`LagEstimator.probe_candidate`, :meth:`LagEstimator.arm_probe`): the
-        follow-up move is the controller's choice for the purpose.
-    rest_fraction : float
-        The cap's change in the period before the move must be at most this fraction of the move
-        (the move starts from about rest).
-    noise_sigmas : float
-        The rate's change in the move's first period must exceed this many standard deviations of
-        the difference of two noisy samples (the controller's noise estimate).
-    forgetting : float
-        Weight kept by the past samples at each new one (0 < forgetting <= 1).
-    prior_weight : float
-        Weight of the model's lag against the first sample (0: the first sample alone).
-    lag_max : float
-        Largest lag believed; a sample beyond ``[0, lag_max]`` is not used.
-    unconstrained_fraction : float
-        A period whose rate is at least this fraction of the offered rate is offered-limited:
-        it does not show the cap's effect (no sample uses it after the move).
-    fit_fraction : float
-        A residual within this fraction of the rate counts as explained.
-    verify_fraction : float
-        The third period must be predicted within this fraction of its rate.
-    floor : float
-        The settled rate is at least this fraction of the rate measured.
-    probe_noise_sigmas : float
-        A probe candidate's first-period change must exceed this many standard deviations of the
-        difference of two noisy samples.
-    probe_rest_fraction : float
-        For a probe, the period before the move also counts as rest when its rate moved by at most
-        this fraction since the one before (a VR above its knee after a step out of saturation: the
-        cap moved, the rate did not).
-    """
-
-    min_move_decades: float = 0.1
-    rest_fraction: float = 0.25
-    noise_sigmas: float = 4.0
-    forgetting: float = 0.7
-    prior_weight: float = 0.0
-    lag_max: float = 0.8
-    unconstrained_fraction: float = 0.97
-    fit_fraction: float = 0.03
-    verify_fraction: float = 0.1
-    floor: float = 0.1
-    probe_noise_sigmas: float = 2.0
-    probe_rest_fraction: float = 0.05
+#: The estimator's constants (dimensionless unless said; no configuration sets them: they were the
+#: fields of a ``LagTuning`` no caller built until 2026-11-27).
+#:
+#: Smallest change of ``log10(cap in force)`` that can show the lag, decades.  Samples come only from a
+#: probe (:meth:`LagEstimator.probe_candidate`, :meth:`LagEstimator.arm_probe`): the follow-up move is
+#: the controller's choice for the purpose.
+MIN_MOVE_DECADES = 0.1
+#: The cap's change in the period before the move must be at most this fraction of the move (the move
+#: starts from about rest).
+REST_FRACTION = 0.25
+#: The residual and the third period's prediction are also judged within this many standard deviations
+#: of the controller's noise estimate (when wider than :data:`FIT_FRACTION`, :data:`VERIFY_FRACTION`).
+NOISE_SIGMAS = 4.0
+#: Largest lag believed; a sample beyond ``[0, LAG_MAX]`` is not used.
+LAG_MAX = 0.8
+#: A period whose rate is at least this fraction of the offered rate is offered-limited: it does not
+#: show the cap's effect (no sample uses it after the move).
+UNCONSTRAINED_FRACTION = 0.97
+#: A residual within this fraction of the rate counts as explained.
+FIT_FRACTION = 0.03
+#: The third period must be predicted within this fraction of its rate.
+VERIFY_FRACTION = 0.1
+#: The settled rate is at least this fraction of the rate measured.
+SETTLED_FLOOR_FRACTION = 0.1
+#: A probe candidate's first-period change must exceed this many standard deviations of the difference
+#: of two noisy samples.
+PROBE_NOISE_SIGMAS = 2.0
+#: For a probe, the period before the move also counts as rest when its rate moved by at most this
+#: fraction since the one before (a VR above its knee after a step out of saturation: the cap moved,
+#: the rate did not).
+PROBE_REST_FRACTION = 0.05
 
 
 class LagEstimator:
@@ -116,39 +93,34 @@ class LagEstimator:
     first period gives ``f(1) = m(0) + (m(1) - m(0)) / (1 - g)``; the controller moves again at
     period 2 as the probe chose (by ``rho = 10 ** du``, 0 for the probe), taken as proportional (``f(2) = rho f(1)``, elasticity 1), so
     ``m(2)`` is a function of ``g`` alone.  Its residual is scanned on a grid of lags up to
-    ``lag_max``: its zeros, and its extrema within ``fit_fraction`` (or ``noise_sigmas`` noise
+    :data:`LAG_MAX`: its zeros, and its extrema within :data:`FIT_FRACTION` (or :data:`NOISE_SIGMAS` noise
     deviations) of ``m(2)`` (with a large second move the residual often only touches zero at
     the true lag), grouped within 0.06, are the candidates.  One candidate: taken, and checked
     against the third period (below).  Several: the third period's rate, predicted with each (its move proportional as well),
-    decides, and none is taken unless the best predicts it within ``verify_fraction`` (or the
+    decides, and none is taken unless the best predicts it within :data:`VERIFY_FRACTION` (or the
     noise band).  A sample taken from two periods whose lag misses the third by more than that
-    is undone.  Samples are averaged with forgetting (``forgetting``, ``prior_weight``).
+    is undone.  One sample per activation (the probe's): the lag is then the sample's.
 
-    Guards: the move at least ``min_move_decades``, the cap nearly still before it
-    (``rest_fraction``); the two periods after it not offered-limited (their rate is the cap's
+    Guards: the move at least :data:`MIN_MOVE_DECADES`, the cap nearly still before it
+    (:data:`REST_FRACTION`); the two periods after it not offered-limited (their rate is the cap's
     doing); the first period's change of the move's sign (and, when the probe candidate was
-    taken, beyond ``probe_noise_sigmas`` noise deviations).  Otherwise no sample.  Until
+    taken, beyond :data:`PROBE_NOISE_SIGMAS` noise deviations).  Otherwise no sample.  Until
     the first sample, and after :meth:`reset`, :attr:`lag` is the model's (``fallback_lag``) and
     :attr:`confident` is False.
 
     The observer.  Every period :attr:`settled_pps` is ``f(k)`` from the equations above with the
     lag in use (``x`` carried from period to period, set from the sample's periods when a sample
-    is taken), kept within ``[floor, 1 / (1 - g)]`` times the rate measured.  The controller
+    is taken), kept within ``[SETTLED_FLOOR_FRACTION, 1 / (1 - g)]`` times the rate measured.  The controller
     steps to the setpoint from it instead of from the measured rate (a dead-beat step for a
     first-order plant with that lag).
 
-    Parameters
-    ----------
-    fallback_lag : float
-        The model's lag ``g`` (its pole ``a``), dimensionless, 0 <= fallback_lag < 1.
-    tuning : LagTuning, optional
+    ``fallback_lag``: the model's lag ``g`` (its pole ``a``), dimensionless, 0 <= fallback_lag < 1.
     """
 
-    def __init__(self, fallback_lag: float, tuning: LagTuning | None = None):
+    def __init__(self, fallback_lag: float):
         if not (0.0 <= fallback_lag < 1.0):
             raise ValueError(f"fallback_lag must be within 0..1, got {fallback_lag}")
         self.fallback_lag = float(fallback_lag)
-        self.tuning = tuning or LagTuning()
         self.reset()
 
     def reset(self) -> None:
@@ -159,12 +131,9 @@ class LagEstimator:
         self._pole = pole_of_lag(self._lag)
         self._x_next: float | None = None
         self.settled_pps = 0.0
-        self._weight = self.tuning.prior_weight
         self._pending: tuple[tuple[float, ...], float, float, tuple[float, ...]] | None = None
         self._check: tuple[Any, ...] | None = None
-        self.rejected = 0
         self.samples = 0
-        self.last_sample: float | None = None
         #: A probe was taken in this activation (one at most), and its sample is due in the next period.
         self.probed = False
         self._probe_armed = False
@@ -201,25 +170,17 @@ class LagEstimator:
         bool
             True if this period completed a sample.
         """
-        t = self.tuning
         h = self._push(rate_pps, log_cap, offered_pps)
         lag_before = self._lag
         self._verify(h, noise_fraction)
         sample = self._sample(h, noise_fraction)
-        if sample is None and self._lag != lag_before:
-            x = rate_pps  # a sample undone: the state for the model's lag, from this period's rate
-            self._x_next = None
         if sample is not None:
             g, x = sample
-            w = t.forgetting * self._weight
-            self._lag = (w * self._lag + g) / (w + 1.0)
-            self._pole = pole_of_lag(self._lag)
-            self._weight = w + 1.0
+            self._lag, self._pole = g, pole_of_lag(g)
             self.samples += 1
-            self.last_sample = g
-            if self._lag != g:  # the state for the lag now used
-                x = self._x_next if self._x_next is not None else rate_pps
         else:
+            if self._lag != lag_before:  # a sample undone: the state for the model's lag, from this period's rate
+                self._x_next = None
             x = rate_pps if self._x_next is None else self._x_next
         self._observe(rate_pps, x)
         return sample is not None
@@ -236,7 +197,7 @@ class LagEstimator:
         (pps), and the state at the next period's start, with the lag now used."""
         g, p = self._lag, self._pole
         # Within a factor 1 - g of the rate measured (what a move from rest can leave still to come).
-        self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * self.tuning.floor, (rate_pps - g * x) / (1.0 - g)))
+        self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * SETTLED_FLOOR_FRACTION, (rate_pps - g * x) / (1.0 - g)))
         self._x_next = p * x + (1.0 - p) * self.settled_pps
 
     def quiet(self, log_cap: float, exact: bool) -> bool:
@@ -248,7 +209,7 @@ class LagEstimator:
             return False
         if self.samples or self.probed or not exact or not self._hist:
             return True
-        return abs(log_cap - self._hist[-1][1]) < self.tuning.min_move_decades
+        return abs(log_cap - self._hist[-1][1]) < MIN_MOVE_DECADES
 
     def update_quiet(self, rate_pps: float, log_cap: float, offered_pps: float | None = None) -> None:
         """:meth:`update` for a period where :meth:`quiet` holds: the history and the observer move."""
@@ -267,17 +228,16 @@ class LagEstimator:
 
         Sets :attr:`probe_rest_pps` (the rate before the move).  Decades.
         """
-        t = self.tuning
         h = self._hist
         if self.samples or self.probed or self._pending is not None or len(h) < 2:
             return 0.0
         (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1) = h[-3:] if len(h) >= 3 else (h[0],) + h
         move = u1 - u0
-        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, True) \
-                or fr1 >= t.unconstrained_fraction or m0 <= 0:
+        if abs(move) < MIN_MOVE_DECADES or not self._at_rest(m_b, u_b, m0, u0, move) \
+                or fr1 >= UNCONSTRAINED_FRACTION or m0 <= 0:
             return 0.0
         d1 = m1 - m0
-        if d1 * move <= 0 or abs(d1) < t.probe_noise_sigmas * 1.4142135623730951 * noise_fraction * max(m0, m1):
+        if d1 * move <= 0 or abs(d1) < PROBE_NOISE_SIGMAS * 1.4142135623730951 * noise_fraction * max(m0, m1):
             return 0.0
         self.probe_rest_pps = m0
         return move
@@ -287,15 +247,13 @@ class LagEstimator:
         self.probed = True
         self._probe_armed = True
 
-    def _at_rest(self, m_b: float, u_b: float, m0: float, u0: float, move: float, probe: bool) -> bool:
+    def _at_rest(self, m_b: float, u_b: float, m0: float, u0: float, move: float) -> bool:
         """Whether the period before a move was at rest: the cap nearly still, or for a probe the rate."""
-        t = self.tuning
-        return abs(u0 - u_b) <= t.rest_fraction * abs(move) or (probe and abs(m0 - m_b) <= t.probe_rest_fraction * m0)
+        return abs(u0 - u_b) <= REST_FRACTION * abs(move) or abs(m0 - m_b) <= PROBE_REST_FRACTION * m0
 
     def _sample(self, h: tuple[tuple[float, float, float], ...], noise_fraction: float) -> tuple[float, float] | None:
         """A lag sample completed by the newest period: (lag, x(g) at this period's start) or None."""
-        t = self.tuning
-        lim = t.unconstrained_fraction
+        lim = UNCONSTRAINED_FRACTION
         pend, self._pending = self._pending, None
         if pend is not None:
             # Two lags explained the move's first two periods: the third decides.
@@ -306,7 +264,7 @@ class LagEstimator:
             moves = moves + (u3 - h[-2][1],)
             best = min(roots, key=lambda g: abs(self._predict(g, m0, d1, moves)[0] - m3))
             pred, x = self._predict(best, m0, d1, moves)
-            if abs(pred - m3) > max(t.verify_fraction, t.noise_sigmas * noise_fraction) * m3:
+            if abs(pred - m3) > max(VERIFY_FRACTION, NOISE_SIGMAS * noise_fraction) * m3:
                 return None
             return best, x
         if len(h) < 3:
@@ -318,15 +276,15 @@ class LagEstimator:
         probe, self._probe_armed = self._probe_armed and not self.samples, False
         if not probe:
             return None
-        if abs(move) < t.min_move_decades or not self._at_rest(m_b, u_b, m0, u0, move, True) or fr1 >= lim or fr2 >= lim or m0 <= 0:
+        if abs(move) < MIN_MOVE_DECADES or not self._at_rest(m_b, u_b, m0, u0, move) or fr1 >= lim or fr2 >= lim or m0 <= 0:
             return None
         d1 = m1 - m0
         if d1 * move <= 0:
             return None
         moves = (u2 - u1,)
-        roots = self._roots(m0, d1, m2, moves[0], max(t.fit_fraction, t.noise_sigmas * noise_fraction) * m2)
+        roots = self._roots(m0, d1, m2, moves[0], max(FIT_FRACTION, NOISE_SIGMAS * noise_fraction) * m2)
         if len(roots) == 1:
-            self._check = (roots[0], m0, d1, moves, self._lag, self._weight, self.samples)
+            self._check = (roots[0], m0, d1, moves, self._lag, self.samples)
             return roots[0], self._predict(roots[0], m0, d1, moves)[1]
         if roots:
             self._pending = (tuple(roots), m0, d1, moves)
@@ -337,15 +295,13 @@ class LagEstimator:
         chk, self._check = self._check, None
         if chk is None:
             return
-        g, m0, d1, moves, lag, weight, samples = chk
+        g, m0, d1, moves, lag, samples = chk
         m3, u3, fr3 = h[-1]
-        if fr3 >= self.tuning.unconstrained_fraction:
+        if fr3 >= UNCONSTRAINED_FRACTION:
             return
         pred = self._predict(g, m0, d1, moves + (u3 - h[-2][1],))[0]
-        if abs(pred - m3) > max(self.tuning.verify_fraction, self.tuning.noise_sigmas * noise_fraction) * m3:
-            self._lag, self._weight, self.samples = lag, weight, samples
-            self._pole = pole_of_lag(lag)
-            self.rejected += 1
+        if abs(pred - m3) > max(VERIFY_FRACTION, NOISE_SIGMAS * noise_fraction) * m3:
+            self._lag, self._pole, self.samples = lag, pole_of_lag(lag), samples
 
     @staticmethod
     def _predict(g: float, m0: float, d1: float, moves: tuple[float, ...]) -> tuple[float, float]:
@@ -370,10 +326,9 @@ class LagEstimator:
         within 0.06 of each other are one group (their mean).
         """
         rho = 10.0 ** move2
-        lag_max = self.tuning.lag_max
         pts: list[tuple[float, float]] = []
         for g, p in _LAG_GRID:
-            if g > lag_max:
+            if g > LAG_MAX:
                 break
             f1 = m0 + d1 / (1.0 - g)
             if f1 <= 0.0:
@@ -397,7 +352,7 @@ class LagEstimator:
 
     def to_state(self) -> dict[str, Any]:
         """JSON-serialisable state."""
-        return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": self._weight, "samples": self.samples,
+        return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": float(self.samples), "samples": self.samples,
                 "x_next_pps": self._x_next, "probed": self.probed, "probe_armed": self._probe_armed,
                 "probe_rest_pps": self.probe_rest_pps}
 
@@ -406,7 +361,7 @@ class LagEstimator:
         try:
             hist = tuple((float(m), float(u), float(fr)) for m, u, fr in s["hist"])
             lag, weight, samples = float(s["lag"]), float(s["weight"]), int(s["samples"])
-            if len(hist) > 4 or not (0.0 <= lag <= self.tuning.lag_max or lag == self.fallback_lag) \
+            if len(hist) > 4 or not (0.0 <= lag <= LAG_MAX or lag == self.fallback_lag) \
                     or not all(math.isfinite(v) for x in hist for v in x) or not (weight >= 0.0 and math.isfinite(weight)):
                 raise ValueError
             x = s.get("x_next_pps")
@@ -416,7 +371,7 @@ class LagEstimator:
             rest = float(s.get("probe_rest_pps", 0.0))
             if not (math.isfinite(rest) and rest >= 0.0):
                 raise ValueError
-            self._hist, self._lag, self._weight, self.samples = hist, lag, weight, samples
+            self._hist, self._lag, self.samples = hist, lag, samples
             self._pole, self._x_next = pole_of_lag(lag), x
             self.probed, self._probe_armed = s.get("probed") is True, s.get("probe_armed") is True
             self.probe_rest_pps = rest

@@ -16,8 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
-
 from xtc.models import CapBounds, LogCapModel
 
 from .bounded import BoundedController, ControllerError, check_rate
@@ -39,9 +37,9 @@ _LN10 = math.log(10.0)
 _EXACT_DECADES = math.log10(1.001)
 
 
-def _one(v: float) -> Any:
-    """A one-row array of ``v`` (the scalar step is the bank's law on one row)."""
-    return np.array((v,), dtype=np.float64)
+def _rate(name: str, v: Any) -> float:
+    """``check_rate``'s verdict; a finite float >= 0 (the meter's every value) passes as it is."""
+    return v if type(v) is float and 0.0 <= v <= _FLOAT_MAX else check_rate(name, v)
 
 
 #: The law's constants that no configuration, CLI or named variant sets (they were ``XtcTuning`` fields
@@ -164,26 +162,22 @@ class XtcController(BoundedController):
             raise ControllerError(f"max_step_decades must be > 0, got {t.max_step_decades}")
         self.kp = t.design_lag / (1.0 - t.design_lag)
         self.ki = 1.0
-        self._E_prev: float | None = None
-        self._descent = False
-        self._transient = False
-        self._transient_age = 0
-        self._r_prev: float | None = None
-        #: Periods since the activation or the last setpoint move beyond the fine band (counted up to
-        #: ``probe_window_periods``): only inside that window can a move be a probe candidate.
-        self._setpoint_age = 0
-        self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
         self.lag_estimator = LagEstimator(t.design_lag)
+        self._reset_memory()
         e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
         self.saturation_elasticity = e0 if 0.0 < e0 < 1.0 else 0.0
 
     def _reset_memory(self) -> None:
-        self._E_prev = None
+        """The law's memory at activation (its columns: :data:`~xtc.control.bank._COLUMNS`).
+        ``_setpoint_age``: periods since the activation or the last setpoint move beyond the fine band
+        (counted up to :data:`PROBE_WINDOW_PERIODS`): only inside that window can a move be a probe
+        candidate."""
+        self._E_prev: float | None = None
         self._descent = False
         self._transient = False
         self._transient_age = 0
-        self._r_prev = None
+        self._r_prev: float | None = None
         self._setpoint_age = 0
         self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
         self.lag_estimator.reset()
@@ -217,23 +211,11 @@ class XtcController(BoundedController):
             force overrules the "not cap-limited" guard.  None, NaN, infinite
             or negative: unknown.
         """
-        # check_rate's verdicts; a finite float >= 0 (the meter's every value) passes as it is.
-        y = forwarded_pps if type(forwarded_pps) is float and 0.0 <= forwarded_pps <= _FLOAT_MAX \
-            else check_rate("forwarded_pps", forwarded_pps)
-        r = setpoint_pps if type(setpoint_pps) is float and 0.0 <= setpoint_pps <= _FLOAT_MAX \
-            else check_rate("setpoint_pps", setpoint_pps)
-        offered = offered_pps if offered_pps is None or (type(offered_pps) is float and 0.0 <= offered_pps <= _FLOAT_MAX) \
-            else check_rate("offered_pps", offered_pps)
-        caps, _ = self._bank().step([self], _one(y), _one(r), _one(math.nan if offered is None else offered),
-                                    cpu_percent=_one(math.nan if cpu_percent is None else cpu_percent))
-        return caps[0].item()
-
-    def _bank(self) -> Any:
-        """The law (:class:`~xtc.control.bank.ControllerBank`) for this controller's parameters."""
+        y, r = _rate("forwarded_pps", forwarded_pps), _rate("setpoint_pps", setpoint_pps)
+        offered = math.nan if offered_pps is None else _rate("offered_pps", offered_pps)
         from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
-        return ControllerBank.of(self)
-
+        return ControllerBank.of(self).step_one(self, y, r, offered, math.nan if cpu_percent is None else cpu_percent)
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
@@ -252,7 +234,6 @@ class XtcController(BoundedController):
         s["quant_decades"] = self._quant_decades
         if self.tuning.lag_probe:
             s["lag_estimator"] = self.lag_estimator.to_state()
-        if self.tuning.lag_probe:
             s["transient"] = {"on": self._transient, "age": self._transient_age, "setpoint_pps": self._r_prev,
                               "setpoint_age": self._setpoint_age}
         s["descent"] = self._descent

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from xtc.models import CapBounds, Gains
 
 from .bounded import BoundedController, ControllerError, check_rate
@@ -55,8 +53,7 @@ class PaperPI(BoundedController):
             check_rate("offered_pps", offered_pps)
         from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
-        caps, _ = ControllerBank.of(self).step([self], np.array((y,)), np.array((r,)))
-        return caps[0].item()
+        return ControllerBank.of(self).step_one(self, y, r)
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()
