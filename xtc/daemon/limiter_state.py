@@ -207,17 +207,26 @@ class EarlyDrop:
         if dp > 0:
             v.mean_bytes = db / dp
 
-    def _dropped_pps(self, v: _Vr, vr: str, period_s: float) -> float:
-        """Packets/s the VR's limiters dropped over the period (0 without one)."""
-        if v.limit is None or self.limiter is None or period_s <= 0:
+    def _read_drops(self) -> dict[str, int] | None:
+        """Every limiter's drop counter, in one read (None: the read failed, reported)."""
+        assert self.limiter is not None
+        ifaces = [i for v in self.vrs.values() if v.limit is not None for i in v.ifaces]
+        if not ifaces:
+            return {}
+        try:
+            return self.limiter.dropped_by_interface(ifaces)
+        except LimiterError as e:
+            self._fail("*", "read drops", e)
+            return None
+
+    def _dropped_pps(self, v: _Vr, period_s: float, drops: Mapping[str, int] | None) -> float:
+        """Packets/s the VR's limiters dropped over the period (0 without one), from this period's
+        read of every limiter's counter (None: it failed; counted as nothing dropped)."""
+        if v.limit is None or period_s <= 0 or drops is None:
             return 0.0
         total = 0
         for iface in v.ifaces:
-            try:
-                n = self.limiter.dropped_packets(iface)
-            except LimiterError as e:
-                self._fail(vr, "read drops", e)
-                continue
+            n = drops.get(iface)
             if n is None:  # gone (the VR rebooted): install again
                 v.stale = True
                 v.drops.pop(iface, None)
@@ -235,6 +244,7 @@ class EarlyDrop:
             return
         for iface in sorted(self.pending_removals):
             self._remove_iface("?", iface)
+        drops = self._read_drops()
         for vr, v in self.vrs.items():
             ifaces = vr_ifaces.get(vr, ())
             load = loads.get(vr)
@@ -243,7 +253,7 @@ class EarlyDrop:
                     self._remove(vr, v)  # paused, gone or switched off: no limiter
                 continue
             self._mean_bytes(v, ifaces, counters)
-            dropped = self._dropped_pps(v, vr, period_s)
+            dropped = self._dropped_pps(v, period_s, drops)
             if load.counter_reset:
                 v.stale = v.limit is not None
             handed = load.handed_pps
@@ -266,9 +276,10 @@ class EarlyDrop:
         for gone in set(v.ifaces) - set(ifaces):
             self._remove_iface(vr, gone)
         ok = True
+        created: dict[str, bool | None] = {}
         for iface in ifaces:
             try:
-                self.limiter.install(iface, setting)
+                created[iface] = self.limiter.install(iface, setting)
             except LimiterError as e:
                 self._fail(vr, "install" if v.limit is None else ("raise" if raising else "lower"), e)
                 ok = False
@@ -279,9 +290,15 @@ class EarlyDrop:
                 self._remove_iface(vr, iface)
             v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
             return
-        # Each limiter's drop counter from now on (a new qdisc counts from 0): the next period's
-        # offered load is what it hands the VR plus what it drops.
+        # Each limiter's drop counter from now on (a new qdisc counts from 0; a changed one goes on
+        # from this period's read): the next period's offered load is what it hands the VR plus
+        # what it drops.  Read again only when the adapter cannot tell which.
         for iface in ifaces:
+            if created[iface] is True:
+                v.drops[iface] = 0
+                continue
+            if created[iface] is False and iface in v.drops:
+                continue
             try:
                 n = self.limiter.dropped_packets(iface)
             except LimiterError:

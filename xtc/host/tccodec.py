@@ -97,6 +97,7 @@ __all__ = [
     "least_rate_Bps",
     "queue_drops",
     "qdisc_counters",
+    "root_drops",
     "root_counter_offsets",
     "set_handles",
     "set_tbf_rate",
@@ -596,6 +597,46 @@ def tbf_parameters(raw: bytes | bytearray | memoryview) -> tuple[int, int] | Non
     if qopt is None:
         return None
     return max(qopt[5], rate64 or 0), qopt[13]
+
+
+_TC_HEAD = struct.Struct("=IH10x4xiII")  # nlmsghdr len, type; tcmsg ifindex, handle, parent
+
+
+def root_drops(buf: bytes | bytearray | memoryview, handle: int, kind: str) -> dict[int, int]:
+    """``{ifindex: packets dropped}`` of every root qdisc of ``handle`` and ``kind`` in a qdisc dump
+    (early drop's limiters: one dump a period for all of them).  Only those messages are decoded
+    further; a later message for an ifindex overrides an earlier one (a leftover of an abandoned
+    dump comes first).
+
+    Raises
+    ------
+    NetlinkDecodeError
+        A message's length runs past the buffer.
+    """
+    out: dict[int, int] = {}
+    want = kind.encode("ascii")
+    off, end = 0, len(buf)
+    head = _TC_HEAD.unpack_from
+    while off + _BODY <= end:
+        mlen, mtype, ifindex, h, parent = head(buf, off)
+        if mlen < HDR_LEN or off + mlen > end:
+            raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
+        if mtype == RTM_NEWQDISC and h == handle and parent == TC_H_ROOT:
+            drops, found = 0, ""
+            for atype, a, b in iter_attrs(buf, off + _BODY, off + mlen):
+                if atype == TCA_KIND:
+                    found = bytes(buf[a:b]).rstrip(b"\0")
+                elif atype == TCA_STATS2:
+                    for st, c, d in iter_attrs(buf, a, b):
+                        if st == TCA_STATS_QUEUE and d - c >= 12:
+                            drops = _U32X3.unpack_from(buf, c)[2]
+            if found == want:
+                out[ifindex] = drops
+        off += align4(mlen)
+    return out
+
+
+_U32X3 = struct.Struct("=III")
 
 
 def queue_drops(raw: bytes | bytearray | memoryview) -> int:
