@@ -164,6 +164,10 @@ def _command_detail(cmd: Command) -> dict[str, Any]:
     detail: dict[str, Any] = {"cmd": cmd.cmd}
     if cmd.setpoint_pps is not None:
         detail["setpoint_pps"] = cmd.setpoint_pps
+    if cmd.on is not None:
+        detail["on"] = cmd.on
+    if cmd.reason is not None:
+        detail["reason"] = cmd.reason
     return detail
 
 
@@ -173,6 +177,11 @@ def _shows_applied(cmd: Command, vr: dict[str, Any] | None) -> bool:
         return vr is None or vr["state"] == "inactive"
     if vr is None:
         return False
+    if cmd.cmd in ("vr_off", "vr_on"):  # the punishments of issue 48: off = not present
+        return vr.get("present") is (cmd.cmd == "vr_on")
+    if cmd.cmd == "early_drop":  # only a 'list' reply says (a sample does not)
+        ed = vr.get("early_drop")
+        return isinstance(ed, dict) and cmd.on is not None and ed.get("on") is cmd.on
     state, sp = vr["state"], vr["setpoint_pps"]
     if cmd.cmd in ("activate", "setpoint"):
         return (state != "inactive" and sp is not None and cmd.setpoint_pps is not None
