@@ -68,6 +68,7 @@ EXAMPLES = {
     ("policer", "network-add"): "xtc policer network-add blue --description 'tenant blue'",
     ("policer", "networks"): "xtc policer networks",
     ("policer", "sla"): "xtc policer sla blue --min 10000 --max 50000",
+    ("policer", "vr-off"): "xtc policer vr-off blue on",
     ("policer", "assign"): "xtc policer assign r1 vr1 blue",
     ("policer", "setpoint"): "xtc policer setpoint r1 vr1 20k",
     ("policer", "setpoints"): "xtc policer setpoints",

@@ -134,6 +134,10 @@ ALTER TABLE routers ADD COLUMN pub_endpoint TEXT
     (5, """
 ALTER TABLE routers ADD COLUMN rev INTEGER NOT NULL DEFAULT 0
 """),
+    # 6: the punishment ladder's last resort, turning a misbehaving VR off, enabled per network (issue 48).
+    (6, """
+ALTER TABLE networks ADD COLUMN punish_vr_off INTEGER NOT NULL DEFAULT 0
+"""),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -113,6 +113,7 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
                                        _not_after(row["punish_good_since_s"], now)),
         punish_base_pps=row["punish_base_pps"],
         derived_setpoint_pps=row["derived_setpoint_pps"],
+        vr_off_allowed=bool(row.get("punish_vr_off")),
     )
 
 
@@ -120,7 +121,8 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
 #: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
 _PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "measured_pps", "offered_pps", "saturated", "sla_weight",
               "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
-              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
+              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps",
+              "punish_vr_off")
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
 
 
