@@ -151,3 +151,67 @@ def test_a_vr_off_whose_state_cannot_be_saved_is_undone(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         svc.close()
+
+
+class CountingLimiter:
+    """A limiter fake for the logic: every interface it is on 'drops' 25,000 packets a period."""
+
+    def __init__(self) -> None:
+        self.on: dict[str, Any] = {}
+        self.drops: dict[str, int] = {}
+
+    def install(self, ifname, setting):
+        created = ifname not in self.on
+        self.on[ifname] = setting
+        self.drops.setdefault(ifname, 0)
+        return created
+
+    def update(self, ifname, setting):
+        return self.install(ifname, setting)
+
+    def remove(self, ifname):
+        self.drops.pop(ifname, None)
+        return self.on.pop(ifname, None) is not None
+
+    def adopt(self, ifname):
+        return None
+
+    def dropped_packets(self, ifname):
+        return self.drops.get(ifname) if ifname in self.on else None
+
+    def dropped_by_interface(self, ifnames):
+        for i in self.on:
+            self.drops[i] += 25_000
+        return {i: self.drops[i] for i in ifnames if i in self.on}
+
+    def close(self):
+        pass
+
+
+def test_a_limited_vr_is_reported_offered_what_it_was_handed_plus_what_its_limiter_dropped(tmp_path):
+    """The policer judges misbehaviour from the reported offered rate: with early drop on, that is
+    what the host handed the VR plus what the limiter dropped (else the ladder's limiter step would
+    make the VR look as if it had backed off, and it would be restored at once); also while paused."""
+    svc, clock = make(tmp_path)
+    try:
+        svc.control.early_drop.limiter = CountingLimiter()
+        svc.run_period(clock.t, 1.0)
+        assert ask(svc, cmd="activate", vr="vr1", setpoint_pps=10_000, early_drop=True)["ok"]
+        for _ in range(8):
+            clock.t += 1.0
+            svc.run_period(clock.t, 1.0)
+        assert svc.control.early_drop.limit_of("vr1") is not None
+        n_ifs = len(svc.control.vrs["vr1"])
+        for state_cmd in (None, "pause"):
+            if state_cmd:
+                assert ask(svc, cmd=state_cmd, vr="vr1")["ok"]
+            clock.t += 1.0
+            svc.run_period(clock.t, 1.0)
+            reported = ask(svc, cmd="status", vr="vr1")["result"]
+            dropped = svc.control.early_drop.dropped_pps["vr1"]
+            assert dropped == 25_000 * n_ifs
+            # the plant hands the VR its 100,000 p/s (it does not model the limiter): reported is that plus the drops
+            assert 80_000 <= reported["offered_pps"] - dropped <= 120_000, reported
+            assert svc.control.early_drop.limit_of("vr1") is not None  # held while paused
+    finally:
+        svc.close()

@@ -232,3 +232,23 @@ def test_a_failed_read_of_the_counters_is_reported_and_never_tightens_a_limit():
     ed.period(1.0, IFS, {"vr1": UDP}, counters(9000))
     assert seen == [("*", "read drops")]
     assert ed.limit_of("vr1") is not None and ed.limit_of("vr1").rate_pps >= before.rate_pps
+
+
+def test_a_paused_instance_keeps_its_limit_and_its_drops_count_as_offered():
+    """The policer's ladder pauses a misbehaving VR after turning its early drop on: the limit is
+    held as the cap is (not removed), and what it drops is still reported as offered to the VR
+    (else the VR would look as if it had backed off)."""
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    held = ed.limit_of("vr1")
+    assert held is not None
+    for k in range(3):
+        for i in IFS["vr1"]:
+            lim.drops[i] += 30_000
+        ed.period(1.0, IFS, {"vr1": VrLoad(20_000, 1_000, 2_000, None, held=True)}, counters(9000 + k))
+        assert ed.limit_of("vr1") is held and set(lim.on) == set(IFS["vr1"])
+        assert ed.dropped_pps == {"vr1": 60_000}
+    ed.period(1.0, IFS, {}, {})  # deactivated (no load): removed
+    assert lim.on == {} and ed.dropped_pps == {}

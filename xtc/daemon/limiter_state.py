@@ -54,6 +54,9 @@ class VrLoad:
     handed_pps: float | None  # host-side TX of its interfaces (what passed the limiter)
     model_forwarded_pps: float | None  # what the VR will forward at the next cap when it is a raise (measured + model's gain)
     counter_reset: bool = False
+    #: The instance is paused: its cap stays where it is, and so does its limit (the policer's ladder
+    #: pauses a misbehaving VR with its excess still dropped at the host); only its drops are counted.
+    held: bool = False
 
 
 @dataclass
@@ -81,6 +84,9 @@ class EarlyDrop:
         self._on_failure = on_failure
         #: Interfaces whose limiter could not be removed: retried every period.
         self.pending_removals: set[str] = set()
+        #: Packets/s each limited VR's limiters dropped over the last period: part of what it was
+        #: offered, which the daemon reports as handed + dropped (:meth:`ControlLoop._early_drop_period`).
+        self.dropped_pps: dict[str, float] = {}
 
     # ------------------------------------------------------------------ choice and state
     def choose(self, vr: str, on: bool | None) -> None:
@@ -245,15 +251,22 @@ class EarlyDrop:
         for iface in sorted(self.pending_removals):
             self._remove_iface("?", iface)
         drops = self._read_drops()
+        self.dropped_pps = {}
         for vr, v in self.vrs.items():
             ifaces = vr_ifaces.get(vr, ())
             load = loads.get(vr)
             if not v.on or load is None or not ifaces:
                 if v.limit is not None and (not v.on or load is None):
-                    self._remove(vr, v)  # paused, gone or switched off: no limiter
+                    self._remove(vr, v)  # gone, inactive or switched off: no limiter
+                continue
+            if load.held:  # paused: the limit stays as the cap does; what it drops is still counted
+                if v.limit is not None:
+                    self.dropped_pps[vr] = self._dropped_pps(v, period_s, drops)
                 continue
             self._mean_bytes(v, ifaces, counters)
             dropped = self._dropped_pps(v, period_s, drops)
+            if v.limit is not None:
+                self.dropped_pps[vr] = dropped
             if load.counter_reset:
                 v.stale = v.limit is not None
             handed = load.handed_pps

@@ -189,7 +189,10 @@ class ControlLoop:
         loads: dict[str, VrLoad] = {}
         for name in [n for n, v in self.early_drop.vrs.items() if v.on]:  # only the VRs that have it: nothing else is touched
             inst, r = self.core.instances.get(name), readings.get(name)
-            if inst is None or inst.state != "active" or r is None:
+            if inst is None or r is None:
+                continue
+            if inst.state != "active":  # paused: its limit is held (the policer's ladder pauses with it on)
+                loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, None, r.counter_reset, held=True)
                 continue
             # What the VR will forward at the cap about to be written, when that is a raise: the
             # measured rate plus the model's gain between the two caps (the model's slope, not its
@@ -204,6 +207,14 @@ class ControlLoop:
                 predicted = r.forwarded_pps + max(0.0, gain_pps)
             loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, predicted, r.counter_reset)
         self.early_drop.period(period_s, self.vrs, loads, counters)
+        # What a limited VR was offered is what its interfaces handed it plus what its limiters
+        # dropped: reported so (status, list, samples), so that a policer does not take a VR whose
+        # excess the host drops for one that backed off.
+        views = self.core.vrs
+        for name, dropped in self.early_drop.dropped_pps.items():
+            view = views.get(name)
+            if dropped > 0 and view is not None and view.offered_pps is not None:
+                view.offered_pps += dropped
 
     # ---------------------------------------------------------------------------- CPU use
     def _read_cpu(self, vrs: frozenset[str], now_s: float) -> tuple[float, Mapping[str, int]] | None:
