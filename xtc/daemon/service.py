@@ -287,7 +287,9 @@ class DaemonService:
         self.control.wall_clock = wall_clock
         # --- early drop (issue 48): per-VR limiters, opt-in (xtc/daemon/limiter_state.py)
         self.control.early_drop = EarlyDrop(
-            _open_limiter(), default_on=cfg.daemon.early_drop,
+            # a backend whose interfaces are not the host's (the simulated plant's "vif1.0" may be
+            # someone else's real interface on this host) gets no limiter: early drop unavailable
+            _open_limiter() if getattr(host, "real_interfaces", True) else None, default_on=cfg.daemon.early_drop,
             tuning=LimiterTuning(margin_fraction=cfg.daemon.early_drop_margin_fraction),
             on_failure=lambda _vr, op: self.metrics.early_drop_failures.labels(op).inc())
         self._last_save_s = -math.inf
