@@ -44,3 +44,19 @@ def test_vr_off_is_off_by_default_enabled_per_network_audited_and_bad_input_chan
     rows = store.router_states(["r1"])["r1"][1]
     assert not _vr_policy(rows["a"], 0.0).vr_off_allowed
     store.close()
+
+
+def test_a_lost_reply_to_a_punishment_command_is_settled_by_what_the_daemon_shows() -> None:
+    """The engine's check of a command whose reply was lost, for the ladder's commands: ``vr_off``
+    shows as the VR not present, ``vr_on`` as present, ``early_drop`` only in a ``list`` reply."""
+    from xtc.policer.engine import _command_detail, _shows_applied
+    from xtc.policer.planner import Command
+
+    off, on = Command("vr_off", "a", reason="why"), Command("vr_on", "a")
+    assert _shows_applied(off, {"vr": "a", "state": "paused", "present": False, "setpoint_pps": 1.0})
+    assert not _shows_applied(off, {"vr": "a", "state": "paused", "present": True, "setpoint_pps": 1.0})
+    assert _shows_applied(on, {"vr": "a", "state": "paused", "present": True, "setpoint_pps": 1.0})
+    ed = Command("early_drop", "a", on=True)
+    assert _shows_applied(ed, {"vr": "a", "state": "active", "present": True, "setpoint_pps": 1.0, "early_drop": {"on": True}})
+    assert not _shows_applied(ed, {"vr": "a", "state": "active", "present": True, "setpoint_pps": 1.0})  # a sample: unknown
+    assert _command_detail(off) == {"cmd": "vr_off", "reason": "why"} and _command_detail(ed) == {"cmd": "early_drop", "on": True}
