@@ -62,7 +62,7 @@ from typing import Any, Callable
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
 from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
-from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
+from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
 from .store import Outcome, Store
 
 __all__ = ["Engine", "RouterState", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
@@ -150,7 +150,8 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
         out.append((act.pending_since_s, settings.activation.hold_s))
     m = settings.misbehaviour
     for row in rows.values():
-        if row["punish_bad_since_s"] is not None and row["punish_level"] < MAX_LEVEL:
+        top = OFF_LEVEL if row.get("punish_vr_off") else PAUSE_LEVEL  # the VR's last level (its network's switch)
+        if row["punish_bad_since_s"] is not None and row["punish_level"] < top:
             out.append((row["punish_bad_since_s"], m.hold_s))
         if row["punish_good_since_s"] is not None:
             out.append((row["punish_good_since_s"], m.restore_hold_s))
