@@ -39,6 +39,9 @@ from .libvirt_conn import LibvirtConn
 
 __all__ = ["LibvirtBackend", "xen_vif_names"]
 
+#: ``VIR_DOMAIN_XML_INACTIVE``: a domain's XML as configured (no ids, no generated names).
+_XML_INACTIVE = 2
+
 _VIF_RE = re.compile(r"^vif(\d+)\.(\d+)(-emu)?$")
 
 
@@ -131,7 +134,7 @@ class LibvirtBackend(ActuatorCaps):
 
         def off(dom: Any) -> dict[str, Any]:
             persistent = bool(dom.isPersistent())
-            xml = None if persistent else dom.XMLDesc(0)
+            xml = None if persistent else dom.XMLDesc(_XML_INACTIVE)  # its configuration, no run-time parts
             dom.destroy()
             return {"backend": "libvirt", "domain": vr, "persistent": persistent, "xml": xml}
 
