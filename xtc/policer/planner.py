@@ -234,7 +234,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
     pol: dict[str, VrPolicy] = {n: rin.policies.get(n, _NO_POLICY) for n in set(rin.policies) | set(present)}
 
     # Misbehaviour: only while the host is under control (that is when the shared Dom0 is scarce).
-    undo: list[Command] = []  # the punishments' own commands (early drop, VR off/on), sent after the reconciliation's
+    ladder_cmds: list[Command] = []  # the punishments' own commands (early drop, VR off/on), sent after the reconciliation's
     for n, p in pol.items():
         o = present.get(n)
         ms = p.misbehaviour
@@ -251,7 +251,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                     "control off" if not control_on else "VR not present")
                 events.append(Event("restore", n, {"from_level": ms.level, "reason": why}))
                 # (control off deactivates the instance, and its early drop with it)
-                undo.extend(c for c in _undo(n, ms.level, known is not None and not known.present)
+                ladder_cmds.extend(c for c in _undo(n, ms.level, known is not None and not known.present)
                             if control_on or c.cmd != "early_drop")
             if ms != MisbehaviourState() or p.punish_base_pps is not None:
                 pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
@@ -260,7 +260,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             # Seen off, and back (an operator turned it on): its ladder starts from the bottom.
             events.append(Event("restore", n, {"from_level": ms.level, "reason": "VR turned on again",
                                                "offered_pps": o.offered_pps, "forwarded_pps": o.measured_pps}))
-            undo.extend(_undo(n, ms.level, False))
+            ladder_cmds.extend(_undo(n, ms.level, False))
             pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
             continue
         top = OFF_LEVEL if p.vr_off_allowed else PAUSE_LEVEL
@@ -274,7 +274,7 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                 detail["setpoint_pps"] = max(settings.allocation.min_setpoint_pps, punished_setpoint_pps(mp, new.level, base))
             if new.level == LIMIT_LEVEL:
                 detail["action"] = "setpoint lowered; its excess dropped at the host (early drop on)"
-                undo.append(Command("early_drop", n, on=True))
+                ladder_cmds.append(Command("early_drop", n, on=True))
             elif new.level == PAUSE_LEVEL:
                 detail["action"] = "instance paused; VR flagged for an operator"
             elif new.level >= OFF_LEVEL:
@@ -282,12 +282,12 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
                           f"forwarded {o.measured_pps:.0f} p/s, for {mp.hold_s * (new.level):g} s or more")
                 detail["action"] = "VR turned off (its network enables it); an operator's vr_on brings it back"
                 detail["reason"] = reason
-                undo.append(Command("vr_off", n, reason=reason))
+                ladder_cmds.append(Command("vr_off", n, reason=reason))
             events.append(Event("punish", n, detail))
         elif ev == "restore":
             events.append(Event("restore", n, {"from_level": ms.level, "offered_pps": o.offered_pps,
                                                "forwarded_pps": o.measured_pps}))
-            undo.extend(_undo(n, ms.level, False))
+            ladder_cmds.extend(_undo(n, ms.level, False))
             base = None
         if new != ms or base != p.punish_base_pps:
             pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
@@ -346,5 +346,5 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             want = ("active", sp)
         wanted[n] = want
         commands.extend(_reconcile(present[n], *want))
-    commands.extend(undo)
+    commands.extend(ladder_cmds)
     return RouterPlan(act, control_on, pol, wanted, commands, events, demand)
