@@ -344,3 +344,37 @@ def test_a_restore_while_the_vr_is_off_turns_it_on() -> None:
     assert [c.cmd for c in plan.commands] == ["vr_on"]  # its instance goes once it is back (control off)
     plan = plan_router(Settings(activation_enabled=False, misbehaviour_enabled=False), _rin(gone, pols, mode="on"), 0.0)
     assert [c.cmd for c in plan.commands] == ["vr_on", "early_drop"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["bad", "good", "gone", "none"]), st.booleans()),
+                               min_size=1, max_size=40))
+def test_every_ladder_step_is_undone_and_vr_off_only_where_allowed(allowed: bool, steps: list) -> None:
+    """Random behaviour of one VR: the level never passes its top; ``vr_off`` only where allowed
+    and only on the step to level 4; every restore from level 2 or more takes early drop back (the
+    VR's instance kept), and from a VR that is off turns it on."""
+    mp = MisbehaviourParams(hold_s=1.0, restore_hold_s=2.0)
+    st_ = Settings(activation_enabled=False, misbehaviour=mp)
+    pols = {"c": VrPolicy(derived_setpoint_pps=36_000, vr_off_allowed=allowed)}
+    state, t = "active", 0.0
+    top = OFF_LEVEL if allowed else PAUSE_LEVEL
+    for what, control in steps:
+        obs = {"bad": VrObs("c", True, state, 9_000, 9_000, 100_000), "good": VrObs("c", True, state, 9_000, 9_000, 9_100),
+               "gone": VrObs("c", False, state, 9_000, None, None), "none": VrObs("c", True, state, 9_000, None, None)}[what]
+        before = pols["c"].misbehaviour.level
+        plan = plan_router(st_, _rin({"c": obs}, pols, mode="on" if control else "off"), t)
+        pols, t = plan.policies, t + 1.0
+        after = pols["c"].misbehaviour.level
+        cmds = [c.cmd for c in plan.commands]
+        assert after <= max(top, before)
+        assert ("vr_off" in cmds) == (after == OFF_LEVEL and before == PAUSE_LEVEL)
+        restored = [e for e in plan.events if e.kind == "restore"]
+        if restored and before >= LIMIT_LEVEL and control:
+            assert "early_drop" in cmds and all(c.on is None for c in plan.commands if c.cmd == "early_drop")
+        if restored and before >= OFF_LEVEL and not obs.present:
+            assert "vr_on" in cmds
+        state = "paused" if "pause" in cmds or (state == "paused" and "resume" not in cmds) else state
+        if "deactivate" in cmds:
+            state = "inactive"
+        elif "activate" in cmds:
+            state = "active"
