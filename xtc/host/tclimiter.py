@@ -116,15 +116,29 @@ class TcLimiter:
 
     def install(self, ifname: str, setting: LimiterSetting) -> bool:
         what = f"change tbf to {setting.rate_bytes_per_s} B/s"
-        known = self._indices.get(ifname)
-        if ifname in self._mine and known is not None:
-            # Ours since we put it there: one change, no look-up.  A change needs a root of our
-            # handle (else the kernel refuses and the full path below finds out why).
-            try:
-                self._send(ifname, what, "change", known, setting)
-                return False
-            except LimiterError:
-                self._mine.discard(ifname)
+        if ifname in self._mine:
+            # Ours since we put it there: one change, no root look-up.  A change (no NLM_F_CREATE)
+            # needs a root of our handle, else the kernel refuses and the full path below finds out why.
+            ifindex = self._index(ifname)
+            if ifindex is not None:
+                try:
+                    self._send(ifname, what, "change", ifindex, setting)
+                    return False
+                except LimiterError:
+                    pass
+            self._mine.discard(ifname)
+        else:
+            # Not known as ours: one add, no root look-up.  The kernel adds a root only over its own
+            # default (handle 0); over any other root (someone else's, or a leftover of ours) it
+            # refuses (EEXIST), and the full path below says why or changes our leftover.
+            ifindex = self._index(ifname)
+            if ifindex is not None:
+                try:
+                    self._send(ifname, f"add tbf {setting.rate_bytes_per_s} B/s", "add", ifindex, setting)
+                    self._mine.add(ifname)
+                    return True
+                except LimiterError:
+                    pass
         ifindex, root = self._require(ifname)
         if self._ours(root):
             self._send(ifname, what, "change", ifindex, setting)
@@ -145,9 +159,12 @@ class TcLimiter:
         self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", "change", ifindex, setting)
 
     def remove(self, ifname: str) -> bool:
+        mine = ifname in self._mine
         self._mine.discard(ifname)
         ifindex = self._index(ifname)
-        if ifindex is None or not self._ours(self._root(ifname, ifindex)):
+        # One of ours: deleted without a root look-up (the kernel deletes a root only of the handle
+        # asked for: EINVAL, "none", for any other).  Else only after seeing that the root is ours.
+        if ifindex is None or not (mine or self._ours(self._root(ifname, ifindex))):
             return False
         try:
             return qdiscs.delete_root(self._nl, ifindex, ROOT_HANDLE, "delete root tbf ed0:")
