@@ -54,6 +54,15 @@ def test_root_drops_picks_the_limiters_roots_out_of_a_whole_dump_by_index():
         struct.pack("=IHHIIi", 20, 3, 2, 9, 0, 0),  # NLMSG_DONE
     ])
     assert tccodec.root_drops(dump, 0x0ED0_0000, "tbf") == {3: 18, 8: 2**31}
+    # a layout learnt from one message, checked on the next: a longer TBF message (more options), one
+    # without statistics, and an HTB of the very length of a TBF are each read right
+    longer = tccodec.encode_tcmsg(tccodec.RTM_NEWQDISC, 0, 1, 9, 0x0ED0_0000, tccodec.TC_H_ROOT, 0,
+                                  attr(tccodec.TCA_KIND, b"tbf\0") + attr(tccodec.TCA_OPTIONS, b"\0" * 40)
+                                  + attr(tccodec.TCA_STATS2, attr(3, struct.pack("=IIIII", 0, 0, 5, 0, 0))))
+    bare = tccodec.encode_tcmsg(tccodec.RTM_NEWQDISC, 0, 1, 10, 0x0ED0_0000, tccodec.TC_H_ROOT, 0,
+                                attr(tccodec.TCA_KIND, b"tbf\0"))
+    mixed = _root(11, 0x0ED0_0000, b"tbf", 1) + longer + _root(12, 0x0ED0_0000, b"htb", 2) + bare + _root(13, 0x0ED0_0000, b"tbf", 3)
+    assert tccodec.root_drops(mixed, 0x0ED0_0000, "tbf") == {11: 1, 9: 5, 10: 0, 13: 3}
     bad = bytearray(dump)
     struct.pack_into("=I", bad, 0, len(dump) + 100)
     with pytest.raises(NetlinkDecodeError, match="malformed"):
