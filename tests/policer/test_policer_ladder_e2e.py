@@ -60,7 +60,7 @@ def test_the_ladder_turns_early_drop_on_keeps_it_through_the_pause_and_takes_it_
                                                          "hold_s": 2.0, "restore_hold_s": 3.0, "step_factor": 0.5})
         pol.call("POST", "/routers", json={"name": "r1", "endpoint": f"ipc://{ddir}/mgr.sock",
                                            "capacity_pps": 1e6, "control_mode": "on"})
-        wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["present"], 15, "the VR reported")
+        wait_for(lambda: any(v["name"] == vr.name and v["present"] for v in pol.get("/vrs")), 15, "the VR reported")
         pol.call("PUT", f"/vrs/r1/{vr.name}/setpoint", json={"setpoint_pps": 2000})
         with start_udp_stream(lab, vr, OFFERED_PPS, duration_s=STREAM_S):
             wait_for(lambda: limited(vifs), 40, f"early drop's limiter on {vifs} (level 2)")
