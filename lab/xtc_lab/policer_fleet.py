@@ -100,6 +100,8 @@ class FakeDaemon:
         #: are not (the request itself lost).
         self.lose_replies: set[str] = set()
         self.drop_requests: set[str] = set()
+        #: The ``early_drop`` commands' switches by VR (None: back to the default).
+        self.early_drop: dict[str, bool | None] = {}
 
     def handle(self, raw: bytes) -> bytes | None:
         """One request -> one reply, as the daemon's REP socket would answer it (None: no reply)."""
@@ -125,8 +127,11 @@ class FakeDaemon:
         v = self.vrs.get(req.vr or "")
         if v is None:
             raise api.ApiError("unknown_vr", f"no VR named {req.vr!r}")
+        if req.cmd in ("vr_off", "vr_on"):  # the policer's last punishment (issue 48): a stand-in has no VR to turn off
+            raise api.ApiError("unsupported", "the policer fleet's stand-in daemon cannot turn a VR off")
         allowed = {"status": ("inactive", "active", "paused"), "activate": ("inactive",), "pause": ("active",),
-                   "resume": ("paused",), "deactivate": ("active", "paused"), "setpoint": ("active", "paused")}
+                   "resume": ("paused",), "deactivate": ("active", "paused"), "setpoint": ("active", "paused"),
+                   "early_drop": ("active", "paused")}
         if v.state not in allowed[req.cmd]:
             raise api.ApiError("bad_state", f"'{req.cmd}' does not apply to a VR that is {v.state}")
         if req.cmd == "activate":
@@ -139,6 +144,8 @@ class FakeDaemon:
             v.state, v.held_pps = "active", None
         elif req.cmd == "deactivate":
             v.state, v.setpoint_pps, v.held_pps = "inactive", None, None
+        elif req.cmd == "early_drop":  # the policer's limiter step: recorded (a stand-in drops nothing)
+            self.early_drop[v.name] = req.early_drop
         return v.instance()
 
 

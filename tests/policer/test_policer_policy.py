@@ -10,7 +10,10 @@ from hypothesis import strategies as st
 
 from xtc.policer.planner import RouterInput, Settings, VrObs, VrPolicy, plan_router
 from xtc.policer.policy import (
+    LIMIT_LEVEL,
     MAX_LEVEL,
+    OFF_LEVEL,
+    PAUSE_LEVEL,
     ActivationParams,
     ActivationState,
     AllocationParams,
@@ -137,7 +140,7 @@ def test_misbehaviour_steps_and_restore() -> None:
         s, ev = misbehaviour_step(p, s, 100_000, 30_000, float(t))
         levels.append((s.level, ev))
     assert [lv for lv, _ in levels] == [0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3]
-    assert sum(ev == "punish" for _, ev in levels) == MAX_LEVEL
+    assert sum(ev == "punish" for _, ev in levels) == PAUSE_LEVEL  # the top, unless VR-off is enabled
     # Small excess is not misbehaviour (min_excess_pps), nor is a low ratio.
     s2, ev = misbehaviour_step(p, MisbehaviourState(), 4000, 1000, 0.0)
     assert s2.bad_since_s is None and ev is None
@@ -195,8 +198,9 @@ def test_plan_punishes_then_pauses_then_restores() -> None:
                 if c.cmd == "pause":
                     state_c = "paused"
         t += 1.0
-    assert pols["c"].misbehaviour.level == MAX_LEVEL
+    assert pols["c"].misbehaviour.level == PAUSE_LEVEL
     assert seen.count("setpoint") >= 2 and "pause" in seen
+    assert seen.count("early_drop") == 1 and "vr_off" not in seen  # the limiter step, once; no VR-off here
     assert sp_c == pytest.approx(36_000 * 0.25)
     # The freed capacity went to the others.
     assert pols["a"].derived_setpoint_pps > 36_000
@@ -210,6 +214,8 @@ def test_plan_punishes_then_pauses_then_restores() -> None:
             break
     assert pols["c"].misbehaviour.level == 0
     assert [c.cmd for c in plan.commands if c.vr == "c"][0] == "resume"
+    # ... and its early drop back to the daemon's default (no 'on': the daemon's daemon.early_drop)
+    assert [c.fields() for c in plan.commands if c.cmd == "early_drop"] == [{"vr": "c"}]
 
 
 def test_plan_manual_setpoint_and_hysteresis() -> None:
@@ -259,3 +265,116 @@ def test_allocation_counts_a_saturated_vr_at_what_it_forwards() -> None:
     floor = shares(VrObs("a", True, "active", 36_000, 45_000, 50_000, "cap_min"))
     assert floor == pytest.approx({"a": 45_000, "b": 31_500, "c": 31_500})
     assert sum(floor.values()) == pytest.approx(108_000)
+
+
+def test_the_ladder_climbs_to_vr_off_only_where_enabled() -> None:
+    """Issue 48: the last resort (level 4, the VR off) only with ``top_level=OFF_LEVEL`` (its
+    network enables it); the limiter step is level 2."""
+    p = MisbehaviourParams(ratio=1.5, min_excess_pps=5000, hold_s=1.0, restore_hold_s=3.0, step_factor=0.5)
+    assert (LIMIT_LEVEL, PAUSE_LEVEL, OFF_LEVEL, MAX_LEVEL) == (2, 3, 4, 4)
+    for top, last in ((PAUSE_LEVEL, 3), (OFF_LEVEL, 4)):
+        s = MisbehaviourState()
+        for t in range(10):
+            s, _ = misbehaviour_step(p, s, 100_000, 30_000, float(t), top)
+        assert s.level == last
+    # A top below the level (VR-off disabled while a VR was off): it stays, it does not climb.
+    s, ev = misbehaviour_step(p, MisbehaviourState(4, 0.0), 100_000, 30_000, 50.0, PAUSE_LEVEL)
+    assert s.level == 4 and ev is None
+
+
+def _climb(st_: Settings, pols: dict[str, VrPolicy], t: float, n: int) -> tuple[list, dict, float, str, float]:
+    """``n`` periods of VR c misbehaving (its daemon doing what the commands say); the commands to c."""
+    seen: list = []
+    sp_c, state_c = 36_000.0, "active"
+    for _ in range(n):
+        vrs = {"a": VrObs("a", True, "active", 36_000, 36_000, 37_000),
+               "c": VrObs("c", True, state_c, sp_c, sp_c, 100_000)}
+        plan = plan_router(st_, _rin(vrs, pols, mode="on"), t)
+        pols = plan.policies
+        for c in plan.commands:
+            if c.vr == "c":
+                seen.append(c)
+                sp_c = c.setpoint_pps or sp_c
+                state_c = "paused" if c.cmd == "pause" else state_c
+        t += 1.0
+        if any(c.cmd == "vr_off" for c in seen):
+            break
+    return seen, pols, t, state_c, sp_c
+
+
+def test_plan_turns_the_vr_off_where_allowed_keeps_it_off_and_restarts_the_ladder_when_it_is_back() -> None:
+    mp = MisbehaviourParams(hold_s=1.0, restore_hold_s=2.0)
+    st_ = Settings(activation_enabled=False, misbehaviour=mp)
+    # Not allowed (the default): it stops at the pause; no vr_off is ever sent.
+    seen, pols, _, _, _ = _climb(st_, {n: VrPolicy(derived_setpoint_pps=36_000) for n in "ac"}, 0.0, 12)
+    assert pols["c"].misbehaviour.level == PAUSE_LEVEL and all(c.cmd != "vr_off" for c in seen)
+    # Allowed for its network: after the pause, vr_off with the reason (and the audit record says so).
+    pols = {n: VrPolicy(derived_setpoint_pps=36_000, vr_off_allowed=True) for n in "ac"}
+    seen, pols, t, _, sp_c = _climb(st_, pols, 0.0, 12)
+    cmds = [c.cmd for c in seen]
+    assert cmds.index("early_drop") < cmds.index("pause") < cmds.index("vr_off")
+    off = seen[-1]
+    assert off.cmd == "vr_off" and "misbehaviour level 4" in off.fields()["reason"]
+    assert pols["c"].misbehaviour.level == OFF_LEVEL
+    # It is off (the daemon lists it, not present): it keeps its level, nothing is sent to it.
+    a = VrObs("a", True, "active", 36_000, 36_000, 37_000)
+    gone = VrObs("c", False, "paused", sp_c, None, None)
+    for _ in range(3):
+        plan = plan_router(st_, _rin({"a": a, "c": gone}, pols, mode="on"), t)
+        pols, t = plan.policies, t + 1.0
+        assert [c for c in plan.commands if c.vr == "c"] == [] and not plan.events
+    assert pols["c"].misbehaviour.level == OFF_LEVEL
+    # An operator turned it on again (vr_on at its daemon): the ladder starts from the bottom,
+    # its instance is resumed and its early drop goes back to the daemon's default.
+    back = VrObs("c", True, "paused", sp_c, 1_000, 1_000)
+    plan = plan_router(st_, _rin({"a": a, "c": back}, pols, mode="on"), t)
+    assert [e.detail.get("reason") for e in plan.events if e.vr == "c"] == ["VR turned on again"]
+    assert plan.policies["c"].misbehaviour == MisbehaviourState()
+    assert [c.cmd for c in plan.commands if c.vr == "c"][:1] == ["resume"]
+    assert [c.fields() for c in plan.commands if c.cmd == "early_drop"] == [{"vr": "c"}]
+
+
+def test_a_restore_while_the_vr_is_off_turns_it_on() -> None:
+    """Control forced off (or the policy disabled) while the VR is off: the restore sends vr_on."""
+    st_ = Settings(activation_enabled=False)
+    pols = {"c": VrPolicy(derived_setpoint_pps=36_000, vr_off_allowed=True, misbehaviour=MisbehaviourState(OFF_LEVEL))}
+    gone = {"c": VrObs("c", False, "paused", 9_000, None, None)}
+    plan = plan_router(st_, _rin(gone, pols, mode="off"), 0.0)
+    assert [(e.kind, e.detail["reason"]) for e in plan.events] == [("restore", "control off")]
+    assert [c.cmd for c in plan.commands] == ["vr_on"]  # its instance goes once it is back (control off)
+    plan = plan_router(Settings(activation_enabled=False, misbehaviour_enabled=False), _rin(gone, pols, mode="on"), 0.0)
+    assert [c.cmd for c in plan.commands] == ["vr_on", "early_drop"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["bad", "good", "gone", "none"]), st.booleans()),
+                               min_size=1, max_size=40))
+def test_every_ladder_step_is_undone_and_vr_off_only_where_allowed(allowed: bool, steps: list) -> None:
+    """Random behaviour of one VR: the level never passes its top; ``vr_off`` only where allowed
+    and only on the step to level 4; every restore from level 2 or more takes early drop back (the
+    VR's instance kept), and from a VR that is off turns it on."""
+    mp = MisbehaviourParams(hold_s=1.0, restore_hold_s=2.0)
+    st_ = Settings(activation_enabled=False, misbehaviour=mp)
+    pols = {"c": VrPolicy(derived_setpoint_pps=36_000, vr_off_allowed=allowed)}
+    state, t = "active", 0.0
+    top = OFF_LEVEL if allowed else PAUSE_LEVEL
+    for what, control in steps:
+        obs = {"bad": VrObs("c", True, state, 9_000, 9_000, 100_000), "good": VrObs("c", True, state, 9_000, 9_000, 9_100),
+               "gone": VrObs("c", False, state, 9_000, None, None), "none": VrObs("c", True, state, 9_000, None, None)}[what]
+        before = pols["c"].misbehaviour.level
+        plan = plan_router(st_, _rin({"c": obs}, pols, mode="on" if control else "off"), t)
+        pols, t = plan.policies, t + 1.0
+        after = pols["c"].misbehaviour.level
+        cmds = [c.cmd for c in plan.commands]
+        assert after <= max(top, before)
+        assert ("vr_off" in cmds) == (after == OFF_LEVEL and before == PAUSE_LEVEL)
+        restored = [e for e in plan.events if e.kind == "restore"]
+        if restored and before >= LIMIT_LEVEL and control:
+            assert "early_drop" in cmds and all(c.on is None for c in plan.commands if c.cmd == "early_drop")
+        if restored and before >= OFF_LEVEL and not obs.present:
+            assert "vr_on" in cmds
+        state = "paused" if "pause" in cmds or (state == "paused" and "resume" not in cmds) else state
+        if "deactivate" in cmds:
+            state = "inactive"
+        elif "activate" in cmds:
+            state = "active"

@@ -35,16 +35,18 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
     store = Store(f"sqlite:///{path}")
     store.close()
-    assert SCHEMA_VERSION == 6
-    # Every row as it was (a VR has one new column, the daemon's saturated flag, still null, and a
-    # router two, its samples endpoint, null, and its revision, 0), the version recorded, the new
-    # indexes and leadership rows there.
+    assert SCHEMA_VERSION == 7
+    # Every row as it was (a VR has one new column, the daemon's saturated flag, still null, a
+    # router two, its samples endpoint, null, and its revision, 0, and a network one, its VR-off
+    # switch, 0: off), the version recorded, the new indexes and leadership rows there.
     after = _tables(path)
     assert all(row[-1] is None for row in after["vrs"]) and all(row[-2:] == (None, 0) for row in after["routers"])
-    assert {**after, "vrs": [row[:-1] for row in after["vrs"]], "routers": [row[:-2] for row in after["routers"]]} == before
+    assert all(row[-1] == 0 for row in after["networks"])
+    assert {**after, "vrs": [row[:-1] for row in after["vrs"]], "routers": [row[:-2] for row in after["routers"]],
+            "networks": [row[:-1] for row in after["networks"]]} == before
     raw = sqlite3.connect(path)
     meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
-    assert meta == {"schema_version": "6", "leader_epoch": "0", "leader": ""}
+    assert meta == {"schema_version": "7", "leader_epoch": "0", "leader": ""}
     # 6: the forwarded rate's column has the wire's name, its values kept.
     cols = [r[1] for r in raw.execute("PRAGMA table_info(vrs)")]
     assert "forwarded_pps" in cols and "measured_pps" not in cols

@@ -52,3 +52,13 @@ def test_the_list_reply_carries_each_vrs_early_drop(tmp_path):
         assert early_column(format_table([vrs["vr1"]])) == "on"
     finally:
         svc.close()
+
+
+def test_the_status_table_says_a_vr_was_turned_off_and_why():
+    from xtc.daemon.ctl import format_table
+
+    row = {"vr": "vr3", "state": "paused", "present": False, "setpoint_pps": 1000.0, "forwarded_pps": None,
+           "offered_pps": None, "cap_percent": 5.0, "original_cap_percent": None,
+           "vr_off": {"reason": "floods its neighbours", "since_unix_s": 1.0}}
+    text = format_table([row])
+    assert "turned off: floods its neighbours" in text and "VR missing" not in text

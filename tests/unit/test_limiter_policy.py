@@ -100,3 +100,17 @@ def test_bad_tuning_is_one_clear_error_naming_the_field(field, value):
 
 def test_limit_is_a_value():
     assert Limit(1.0, 2, 3) == Limit(1.0, 2, 3)
+
+
+def test_a_limit_in_place_is_kept_between_the_keep_and_the_install_thresholds():
+    """Issue 48 item 4: a VR whose offered/forwarded ratio moves around 1.25 does not have its
+    limiter put on and taken off every period (each a netlink operation per interface): installed
+    above 1.25, kept down to 1.10, removed below."""
+    in_place = limit_bytes(2_400, 524, T)
+    x = inputs(setpoint=2_000, forwarded=2_000, model=None, offered=2_000 * 1.2)
+    assert decide(x, None) is None  # not installed at 1.2 ...
+    assert decide(x, in_place) is not None  # ... but kept
+    assert decide(inputs(setpoint=2_000, forwarded=2_000, model=None, offered=2_000 * 1.05), in_place) is None
+    assert decide(inputs(setpoint=2_000, forwarded=2_000, model=None, offered=2_000 * 1.3), None) is not None
+    with pytest.raises(ValueError, match="keep_fraction"):
+        LimiterTuning(keep_fraction=0.3)  # above excess_fraction: no hysteresis, the other way round

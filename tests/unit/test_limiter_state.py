@@ -19,6 +19,7 @@ class MemLimiter:
         self.drops: dict[str, int] = {}
         self.fail: set[str] = set()
         self.closed = False
+        self.reads = {"one": 0, "all": 0}  # per-interface reads, reads of every limiter at once
 
     def close(self) -> None:
         self.closed = True
@@ -26,8 +27,10 @@ class MemLimiter:
     def install(self, ifname, setting):
         if "install" in self.fail:
             raise LimiterError(f"{ifname}: refused")
+        created = ifname not in self.on
         self.on[ifname] = setting
         self.drops.setdefault(ifname, 0)
+        return created
 
     def update(self, ifname, setting):
         self.install(ifname, setting)
@@ -42,7 +45,14 @@ class MemLimiter:
         return (self.on[ifname], self.drops[ifname]) if ifname in self.on else None
 
     def dropped_packets(self, ifname):
+        self.reads["one"] += 1
         return self.drops.get(ifname) if ifname in self.on else None
+
+    def dropped_by_interface(self, ifnames):
+        self.reads["all"] += 1
+        if "read" in self.fail:
+            raise LimiterError("dump refused")
+        return {i: self.drops[i] for i in ifnames if i in self.on}
 
 
 def counters(tx_packets: int, size: int = 524) -> dict[str, IfCounters]:
@@ -187,3 +197,58 @@ def test_the_period_right_after_the_install_counts_the_limiters_drops():
         lim.drops[i] += 35_000
     ed.period(1.0, IFS, {"vr1": VrLoad(20_000, 19_500, 24_000, 20_000)}, counters(2000))
     assert ed.limit_of("vr1") is not None and set(lim.on) == set(IFS["vr1"])
+
+
+def test_one_read_of_every_limiters_counter_a_period_and_none_after_a_change():
+    """Issue 48 item 4: the drop counters of all limited VRs come from one read a period (one
+    qdisc dump), not one per interface; a limit changed in place goes on counting from that read."""
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ifs = {f"vr{k}": (f"vif{k}.0", f"vif{k}.1") for k in range(1, 6)}
+    for vr in ifs:
+        ed.choose(vr, None)
+    cnt = {i: IfCounters(rx_packets=0, tx_packets=1000, rx_bytes=0, tx_bytes=524_000, rx_drops=0, tx_drops=0)
+           for t in ifs.values() for i in t}
+    ed.period(1.0, ifs, {vr: UDP for vr in ifs}, cnt)  # five installs, nothing to read before
+    assert all(ed.limit_of(vr) is not None for vr in ifs)
+    assert lim.reads == {"one": 0, "all": 0}
+    for k in range(2, 6):
+        for i in lim.drops:
+            lim.drops[i] += 30_000
+        setpoint = 20_000 if k < 4 else 40_000  # the last two periods raise every limit (a change)
+        ed.period(1.0, ifs, {vr: VrLoad(setpoint, setpoint * 0.97, 30_000, setpoint) for vr in ifs}, cnt)
+        assert lim.reads == {"one": 0, "all": k - 1}
+    assert all(ed.limit_of(vr).rate_pps >= 40_000 * 1.2 for vr in ifs)
+
+
+def test_a_failed_read_of_the_counters_is_reported_and_never_tightens_a_limit():
+    seen = []
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True, on_failure=lambda vr, op: seen.append((vr, op)))
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    before = ed.limit_of("vr1")
+    lim.fail.add("read")
+    ed.period(1.0, IFS, {"vr1": UDP}, counters(9000))
+    assert seen == [("*", "read drops")]
+    assert ed.limit_of("vr1") is not None and ed.limit_of("vr1").rate_pps >= before.rate_pps
+
+
+def test_a_paused_instance_keeps_its_limit_and_its_drops_count_as_offered():
+    """The policer's ladder pauses a misbehaving VR after turning its early drop on: the limit is
+    held as the cap is (not removed), and what it drops is still reported as offered to the VR
+    (else the VR would look as if it had backed off)."""
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    held = ed.limit_of("vr1")
+    assert held is not None
+    for k in range(3):
+        for i in IFS["vr1"]:
+            lim.drops[i] += 30_000
+        ed.period(1.0, IFS, {"vr1": VrLoad(20_000, 1_000, 2_000, None, held=True)}, counters(9000 + k))
+        assert ed.limit_of("vr1") is held and set(lim.on) == set(IFS["vr1"])
+        assert ed.dropped_pps == {"vr1": 60_000}
+    ed.period(1.0, IFS, {}, {})  # deactivated (no load): removed
+    assert lim.on == {} and ed.dropped_pps == {}

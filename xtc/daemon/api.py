@@ -83,6 +83,17 @@ COMMANDS: dict[str, dict[str, tuple[str, bool, str]]] = {
         "vr": ("vr", True, "an active or paused VR"),
         "setpoint_pps": ("setpoint", True, "the new setpoint, packets/s"),
     },
+    "early_drop": {
+        "vr": ("vr", True, "an active or paused VR"),
+        "on": ("flag", False, "early drop on or off for this instance from now on (docs/guide/early-drop.md); "
+                              "absent: back to the daemon's daemon.early_drop"),
+    },
+    "vr_off": {
+        "vr": ("vr", True, "an active or paused VR: its instance is paused and the VR turned off (the last "
+                           "punishment, docs/guide/policer.md); refused by a backend that cannot (code unsupported)"),
+        "reason": ("text", False, "why, for the daemon's log and state file"),
+    },
+    "vr_on": {"vr": ("vr", True, "a VR this daemon turned off: turned on again; its instance stays paused")},
 }
 
 #: Error codes a reply may carry.
@@ -95,6 +106,7 @@ ERROR_CODES = {
     "unknown_vr": "no VR of that name",
     "bad_state": "the command does not apply to the instance's state",
     "backend": "the backend (hypervisor, cgroups, simulator) failed; nothing was changed",
+    "unsupported": "the backend cannot do this (e.g. turn a VR off on the netns or sim backend); nothing was changed",
     "state_not_saved": "the change could not be written to the state file (e.g. a full disk); nothing was changed",
     "internal": "an unexpected error; nothing was changed",
 }
@@ -118,8 +130,10 @@ class Request:
     vr: str | None = None
     setpoint_pps: float | None = None
     id: str | int | None = None
-    #: ``activate`` only: early drop on/off for this VR (None: the configured default).
+    #: ``activate`` and ``early_drop``: early drop on/off for this VR (None: the configured default).
     early_drop: bool | None = None
+    #: ``vr_off``: why (None: not given).
+    reason: str | None = None
 
 
 # ----------------------------------------------------------------------------------- the models
@@ -129,7 +143,10 @@ _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 VrName = Annotated[str, Field(min_length=1, max_length=MAX_VR_NAME)]
 SetpointPps = Annotated[float, Field(ge=MIN_SETPOINT_PPS, allow_inf_nan=False)]
 RequestId = Annotated[str, Field(max_length=MAX_ID_CHARS)] | Annotated[int, Field(ge=-(2**63), lt=2**63)]
-_FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps, "flag": bool}
+#: Longest ``reason`` of a ``vr_off`` request, characters.
+MAX_REASON_CHARS = 300
+_FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps, "flag": bool,
+                                "text": Annotated[str, Field(max_length=MAX_REASON_CHARS)]}
 
 
 class _RequestBase(BaseModel):
@@ -399,7 +416,7 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
         e.request_id = rid  # type: ignore[attr-defined]
         raise
     return Request(cmd=cmd, vr=getattr(req, "vr", None), setpoint_pps=getattr(req, "setpoint_pps", None), id=rid,
-                   early_drop=getattr(req, "early_drop", None))
+                   early_drop=getattr(req, "early_drop", getattr(req, "on", None)), reason=getattr(req, "reason", None))
 
 
 # numpy scalars and arrays as numbers and lists; int keys as strings (as json.dumps writes them).

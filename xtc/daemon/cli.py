@@ -56,6 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("setpoint", help="change an instance's setpoint on the fly")
     s.add_argument("vr")
     s.add_argument("setpoint", help="packets/s; suffix k for kp/s (e.g. 20k)")
+    s = sub.add_parser("early-drop", help="switch a running instance's early drop on or off (docs/guide/early-drop.md)")
+    s.add_argument("vr")
+    s.add_argument("switch", choices=("on", "off", "default"), help="'default': the daemon's daemon.early_drop")
+    s = sub.add_parser("vr-off", help="pause a VR's instance and turn the VR off (libvirt backend; "
+                                      "the policer's last punishment, docs/guide/policer.md)")
+    s.add_argument("vr")
+    s.add_argument("--reason", default=None, help="why (kept in the daemon's log and state file)")
+    s = sub.add_parser("vr-on", help="turn on a VR this daemon turned off (its instance stays paused: resume it)")
+    s.add_argument("vr")
     s = sub.add_parser("watch", help="print the published samples (one line per VR and period)")
     s.add_argument("vr", nargs="?")
     s.add_argument("--pub-endpoint", default=None,
@@ -190,6 +199,13 @@ def _cmd_ctl(args: argparse.Namespace) -> int:
             fields["setpoint_pps"] = parse_setpoint(args.setpoint)
         if cmd == "activate" and args.early_drop is not None:
             fields["early_drop"] = args.early_drop
+    elif cmd in ("early-drop", "vr-off", "vr-on"):  # the policer's punishments, by hand (issue 48)
+        fields["vr"] = args.vr
+        if cmd == "early-drop" and args.switch != "default":
+            fields["on"] = args.switch == "on"
+        if cmd == "vr-off" and args.reason:
+            fields["reason"] = args.reason
+        cmd = cmd.replace("-", "_")
     with ManagerClient(endpoint, timeout_s=args.timeout, curve_secret_file=curve_key, server_key=server_key) as c:
         try:
             rep = c.request(cmd, **fields)

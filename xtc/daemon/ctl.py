@@ -226,7 +226,10 @@ def format_table(vrs: list[dict[str, Any]]) -> str:
         note = []
         if pending:
             note.append("original cap to restore (restore pending, not controlled)")
-        if not v.get("present", True):
+        off = v.get("vr_off")
+        if isinstance(off, dict):  # turned off by this daemon (vr_off): why; 'xtc ctl vr-on' brings it back
+            note.append(f"turned off: {off.get('reason')}")
+        elif not v.get("present", True):
             note.append("VR missing")
         sat = v.get("saturated")
         if sat == "cap_slack":

@@ -22,7 +22,12 @@ The rules (:func:`decide`):
   one-second samples of a lab VR at a fixed cap (docs/results/2026-11-26-lab/capsweep.csv,
   caps 1-50 %, 120 samples) reach at most 1.16 times their mean (p99 1.14).
 - **Removed** when the VR is no longer capped below its offered load, or when the floor reaches
-  what it is offered (the limit would drop nothing the VR forwards anyway).
+  what it is offered (the limit would drop nothing the VR forwards anyway).  A limit in place
+  stays while the VR is offered more than ``1 + keep_fraction`` (< ``1 + excess_fraction``)
+  times what it forwarded and its floor is below ``1 + keep_fraction`` times that offered load
+  (a limit a little above what the VR is offered binds nothing): a VR whose rate moves around the
+  thresholds does not have its limiter put on and taken off every period (issue 48 item 4: each
+  is a netlink operation per interface).
 - **Hysteresis**: a limit in place is lowered only when the new one is more than
   ``step_fraction`` below it; it is raised as soon as the floor exceeds it (a raise is never held
   back, so the limit never binds below what the VR may forward), and then to the floor times
@@ -64,16 +69,21 @@ class LimiterTuning:
     burst_s : float
         The limiter's bucket: this many seconds of packets at the limit (the sender's bursts
         must fit, or the limiter cuts below its rate).
+    keep_fraction : float
+        A limit in place is kept while the VR is offered more than ``1 + keep_fraction`` times what
+        it forwarded (hysteresis on removal; at most ``excess_fraction``).
     """
 
     margin_fraction: float = 0.2
     step_fraction: float = 0.1
     excess_fraction: float = 0.25
     burst_s: float = 0.02
+    keep_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("margin_fraction", 0.0, 10.0), ("step_fraction", 0.0, 1.0),
-                             ("excess_fraction", 0.0, 10.0), ("burst_s", 0.001, 1.0)):
+                             ("excess_fraction", 0.0, 10.0), ("burst_s", 0.001, 1.0),
+                             ("keep_fraction", 0.0, self.excess_fraction)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
                 raise ValueError(f"early drop {name} must be within {lo:g}..{hi:g}, got {v!r}")
@@ -155,9 +165,14 @@ def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning | None =
                 return limit_bytes(floor * (1 + tuning.step_fraction), x.mean_packet_bytes, tuning)
         return current
     floor = floor_pps(x, tuning)
-    capped_below_offered = x.offered_pps > (1.0 + tuning.excess_fraction) * x.forwarded_pps
-    if not capped_below_offered or floor >= x.offered_pps:
-        return None
+    if current is None:
+        capped_below_offered = x.offered_pps > (1.0 + tuning.excess_fraction) * x.forwarded_pps
+        if not capped_below_offered or floor >= x.offered_pps:
+            return None
+    else:  # hysteresis: kept down to the keep threshold (a limit a little above the offered load binds nothing)
+        keep = 1.0 + tuning.keep_fraction
+        if x.offered_pps <= keep * x.forwarded_pps or floor >= keep * x.offered_pps:
+            return None
     if current is None:
         return limit_bytes(floor, x.mean_packet_bytes, tuning)
     if current.rate_pps < floor:  # raise now, with room: never binds below what the VR may forward

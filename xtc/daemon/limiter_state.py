@@ -54,6 +54,9 @@ class VrLoad:
     handed_pps: float | None  # host-side TX of its interfaces (what passed the limiter)
     model_forwarded_pps: float | None  # what the VR will forward at the next cap when it is a raise (measured + model's gain)
     counter_reset: bool = False
+    #: The instance is paused: its cap stays where it is, and so does its limit (the policer's ladder
+    #: pauses a misbehaving VR with its excess still dropped at the host); only its drops are counted.
+    held: bool = False
 
 
 @dataclass
@@ -81,6 +84,9 @@ class EarlyDrop:
         self._on_failure = on_failure
         #: Interfaces whose limiter could not be removed: retried every period.
         self.pending_removals: set[str] = set()
+        #: Packets/s each limited VR's limiters dropped over the last period: part of what it was
+        #: offered, which the daemon reports as handed + dropped (:meth:`ControlLoop._early_drop_period`).
+        self.dropped_pps: dict[str, float] = {}
 
     # ------------------------------------------------------------------ choice and state
     def choose(self, vr: str, on: bool | None) -> None:
@@ -207,17 +213,26 @@ class EarlyDrop:
         if dp > 0:
             v.mean_bytes = db / dp
 
-    def _dropped_pps(self, v: _Vr, vr: str, period_s: float) -> float:
-        """Packets/s the VR's limiters dropped over the period (0 without one)."""
-        if v.limit is None or self.limiter is None or period_s <= 0:
+    def _read_drops(self) -> dict[str, int] | None:
+        """Every limiter's drop counter, in one read (None: the read failed, reported)."""
+        assert self.limiter is not None
+        ifaces = [i for v in self.vrs.values() if v.limit is not None for i in v.ifaces]
+        if not ifaces:
+            return {}
+        try:
+            return self.limiter.dropped_by_interface(ifaces)
+        except LimiterError as e:
+            self._fail("*", "read drops", e)
+            return None
+
+    def _dropped_pps(self, v: _Vr, period_s: float, drops: Mapping[str, int] | None) -> float:
+        """Packets/s the VR's limiters dropped over the period (0 without one), from this period's
+        read of every limiter's counter (None: it failed; counted as nothing dropped)."""
+        if v.limit is None or period_s <= 0 or drops is None:
             return 0.0
         total = 0
         for iface in v.ifaces:
-            try:
-                n = self.limiter.dropped_packets(iface)
-            except LimiterError as e:
-                self._fail(vr, "read drops", e)
-                continue
+            n = drops.get(iface)
             if n is None:  # gone (the VR rebooted): install again
                 v.stale = True
                 v.drops.pop(iface, None)
@@ -235,15 +250,23 @@ class EarlyDrop:
             return
         for iface in sorted(self.pending_removals):
             self._remove_iface("?", iface)
+        drops = self._read_drops()
+        self.dropped_pps = {}
         for vr, v in self.vrs.items():
             ifaces = vr_ifaces.get(vr, ())
             load = loads.get(vr)
             if not v.on or load is None or not ifaces:
                 if v.limit is not None and (not v.on or load is None):
-                    self._remove(vr, v)  # paused, gone or switched off: no limiter
+                    self._remove(vr, v)  # gone, inactive or switched off: no limiter
+                continue
+            if load.held:  # paused: the limit stays as the cap does; what it drops is still counted
+                if v.limit is not None:
+                    self.dropped_pps[vr] = self._dropped_pps(v, period_s, drops)
                 continue
             self._mean_bytes(v, ifaces, counters)
-            dropped = self._dropped_pps(v, vr, period_s)
+            dropped = self._dropped_pps(v, period_s, drops)
+            if v.limit is not None:
+                self.dropped_pps[vr] = dropped
             if load.counter_reset:
                 v.stale = v.limit is not None
             handed = load.handed_pps
@@ -266,9 +289,10 @@ class EarlyDrop:
         for gone in set(v.ifaces) - set(ifaces):
             self._remove_iface(vr, gone)
         ok = True
+        created: dict[str, bool | None] = {}
         for iface in ifaces:
             try:
-                self.limiter.install(iface, setting)
+                created[iface] = self.limiter.install(iface, setting)
             except LimiterError as e:
                 self._fail(vr, "install" if v.limit is None else ("raise" if raising else "lower"), e)
                 ok = False
@@ -279,9 +303,15 @@ class EarlyDrop:
                 self._remove_iface(vr, iface)
             v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
             return
-        # Each limiter's drop counter from now on (a new qdisc counts from 0): the next period's
-        # offered load is what it hands the VR plus what it drops.
+        # Each limiter's drop counter from now on (a new qdisc counts from 0; a changed one goes on
+        # from this period's read): the next period's offered load is what it hands the VR plus
+        # what it drops.  Read again only when the adapter cannot tell which.
         for iface in ifaces:
+            if created[iface] is True:
+                v.drops[iface] = 0
+                continue
+            if created[iface] is False and iface in v.drops:
+                continue
             try:
                 n = self.limiter.dropped_packets(iface)
             except LimiterError:

@@ -37,8 +37,12 @@ from .core import Action, DaemonCore, SetCap
 from xtc.service.logs import event
 from .meter import CpuMeter, PeriodMeter, VrReading
 from .limiter_state import EarlyDrop, VrLoad
+from .power_state import PowerState, VrOff
 
-__all__ = ["ControlLoop", "PeriodReport", "ActionOutcomes", "DISCOVERY_PERIOD_S"]
+__all__ = ["ControlLoop", "PeriodReport", "ActionOutcomes", "DISCOVERY_PERIOD_S", "PUNISHMENT_COMMANDS"]
+
+#: The manager commands of the policer's punishments (issue 48), handled by the loop, not the core.
+PUNISHMENT_COMMANDS = ("early_drop", "vr_off", "vr_on")
 
 log = logging.getLogger("xtc.daemon")
 
@@ -111,6 +115,10 @@ class ControlLoop:
         # --- early drop (issue 48): the limiters on the VRs' interfaces, None = off (xtc/daemon/limiter_state.py)
         self.early_drop: EarlyDrop | None = None
         self._early_drop_last_s: float | None = None
+        # --- the VRs turned off by ``vr_off`` (issue 48: the policer's last punishment; xtc/daemon/power_state.py)
+        self.power = PowerState()
+        #: Unix seconds for the records of ``vr_off`` (the service gives its wall clock).
+        self.wall_clock: Callable[[], float] = lambda: 0.0
 
     # ------------------------------------------------------------------------ VR inventory
     def discover(self, now_s: float, force: bool = False) -> bool:
@@ -181,7 +189,10 @@ class ControlLoop:
         loads: dict[str, VrLoad] = {}
         for name in [n for n, v in self.early_drop.vrs.items() if v.on]:  # only the VRs that have it: nothing else is touched
             inst, r = self.core.instances.get(name), readings.get(name)
-            if inst is None or inst.state != "active" or r is None:
+            if inst is None or r is None:
+                continue
+            if inst.state != "active":  # paused: its limit is held (the policer's ladder pauses with it on)
+                loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, None, r.counter_reset, held=True)
                 continue
             # What the VR will forward at the cap about to be written, when that is a raise: the
             # measured rate plus the model's gain between the two caps (the model's slope, not its
@@ -196,6 +207,14 @@ class ControlLoop:
                 predicted = r.forwarded_pps + max(0.0, gain_pps)
             loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, predicted, r.counter_reset)
         self.early_drop.period(period_s, self.vrs, loads, counters)
+        # What a limited VR was offered is what its interfaces handed it plus what its limiters
+        # dropped: reported so (status, list, samples), so that a policer does not take a VR whose
+        # excess the host drops for one that backed off.
+        views = self.core.vrs
+        for name, dropped in self.early_drop.dropped_pps.items():
+            view = views.get(name)
+            if dropped > 0 and view is not None and view.offered_pps is not None:
+                view.offered_pps += dropped
 
     # ---------------------------------------------------------------------------- CPU use
     def _read_cpu(self, vrs: frozenset[str], now_s: float) -> tuple[float, Mapping[str, int]] | None:
@@ -328,6 +347,8 @@ class ControlLoop:
         :meth:`apply` with the actions.  Raises :class:`ApiError` and changes nothing when the
         request does not apply.
         """
+        if req.cmd in PUNISHMENT_COMMANDS:
+            return self._punishment(req), []
         cap, record = self.current_setting(req)
         out = self.core.handle(req, now_s, cap, record)
         if self.early_drop is not None and req.vr is not None:  # early drop: the activation's choice; deactivation removes it
@@ -336,6 +357,88 @@ class ControlLoop:
             elif req.cmd == "deactivate":
                 self.early_drop.forget(req.vr)
         return out
+
+    # ------------------------------------------------- the policer's punishments (issue 48)
+    def _instance(self, vr: str) -> Any:
+        inst = self.core.instances.get(vr)
+        if inst is None:
+            if vr not in self.core.vrs:
+                raise ApiError("unknown_vr", f"no VR named {vr!r}")
+            raise ApiError("bad_state", f"VR {vr!r} has no XTC instance (state inactive); activate it first")
+        return inst
+
+    def _punishment(self, req: Request) -> dict[str, Any]:
+        """``early_drop``, ``vr_off`` and ``vr_on``: checked, done on the host, then recorded
+        (the caller saves the state).  Raises :class:`ApiError` and changes nothing when refused."""
+        vr = req.vr
+        assert vr is not None
+        if req.cmd == "early_drop":
+            self._instance(vr)
+            ed = self.early_drop
+            want_on = bool(req.early_drop) if ed is None else (ed.default_on if req.early_drop is None else req.early_drop)
+            if want_on and (ed is None or ed.limiter is None):
+                raise ApiError("unsupported", "early drop has no limiter on this host (see the daemon's "
+                                              "early_drop_unavailable log); nothing was changed")
+            if ed is not None and ed.is_on(vr) != want_on:
+                ed.choose(vr, req.early_drop)
+                self.core.dirty = True
+                event(log, logging.INFO, "early_drop_switched", vr=vr, on=want_on)
+            return self.core.describe(vr)
+        if req.cmd == "vr_off":
+            inst = self._instance(vr)
+            if vr in self.power.off:
+                return self.core.describe(vr)  # off already: nothing to do
+            power_off = getattr(self.host, "power_off", None)
+            if power_off is None:
+                raise ApiError("unsupported", f"the {getattr(self.host, 'name', '?')} backend cannot turn a VR off; "
+                                              "nothing was changed")
+            try:
+                record = power_off(vr)
+            except HostAdapterError as e:
+                raise ApiError("backend", f"turning VR {vr!r} off failed: {e}; nothing was changed") from None
+            reason = req.reason or "not given"
+            self.power.off[vr] = VrOff(reason, self.wall_clock(), dict(record))
+            if inst.state == "active":
+                inst.state = "paused"
+            self.core.dirty = True
+            self._last_discovery_s = None  # the next period sees it gone
+            event(log, logging.WARNING, "vr_off", vr=vr, reason=reason)
+            return self.core.describe(vr)
+        # vr_on
+        off = self.power.off.get(vr)
+        if off is None:
+            if vr not in self.core.vrs and vr not in self.core.instances:
+                raise ApiError("unknown_vr", f"no VR named {vr!r}")
+            raise ApiError("bad_state", f"VR {vr!r} was not turned off by this daemon (vr_off); nothing to turn on")
+        power_on = getattr(self.host, "power_on", None)
+        if power_on is None:
+            raise ApiError("unsupported", f"the {getattr(self.host, 'name', '?')} backend cannot turn a VR on")
+        try:
+            power_on(vr, off.record)
+        except (HostAdapterError, ValueError) as e:
+            raise ApiError("backend", f"turning VR {vr!r} on failed: {e}; it is still off") from None
+        del self.power.off[vr]
+        self.core.dirty = True
+        self._last_discovery_s = None
+        event(log, logging.WARNING, "vr_on", vr=vr, was_off_for=off.reason)
+        return self.core.describe(vr)
+
+    def undo_punishment(self, req: Request, before: Any) -> None:
+        """The state file could not be written after :meth:`_punishment`: put back what it did
+        (``before``: the VR's :class:`VrOff` or early-drop choice before the request)."""
+        vr = req.vr
+        assert vr is not None
+        try:
+            if req.cmd == "early_drop" and self.early_drop is not None:
+                self.early_drop.choose(vr, before)
+            elif req.cmd == "vr_off" and before is None and vr in self.power.off:
+                off = self.power.off.pop(vr)
+                self.host.power_on(vr, off.record)  # type: ignore[attr-defined]
+            elif req.cmd == "vr_on" and before is not None and vr not in self.power.off:
+                self.power.off[vr] = VrOff(before.reason, before.since_unix_s, self.host.power_off(vr))  # type: ignore[attr-defined]
+        except (HostAdapterError, ValueError) as e:
+            event(log, logging.ERROR, "punishment_undo_failed", vr=vr, cmd=req.cmd, error=str(e))
+        self._last_discovery_s = None
 
     def handle(self, req: Request, now_s: float) -> dict[str, Any]:
         """:meth:`decide` and :meth:`apply` in one (for callers with no state file)."""

@@ -37,7 +37,7 @@ from xtc.models import PAPER_MODEL, ModelFile, load_model
 from xtc.control import Controller, make_controller
 
 from . import api
-from .api import ApiError
+from .api import ApiError, Request
 from xtc.host.actuators import refresh_of
 from xtc.host.base import Host, HostPluginError, host_plugin
 from xtc.host.cgroup import CgroupBackend
@@ -49,9 +49,10 @@ from .config import ConfigError, DaemonConfig, load_config, reachable_without_cu
 from xtc.service import curve
 from .core import DaemonCore, StateError
 from xtc.service.logs import event, setup_logging
-from .loop import ActionOutcomes, ControlLoop
+from .loop import PUNISHMENT_COMMANDS, ActionOutcomes, ControlLoop
 from .limiter_policy import LimiterTuning
 from .limiter_state import STATE_KEY as EARLY_DROP_KEY, EarlyDrop
+from .power_state import STATE_KEY as POWER_KEY
 from xtc.host.limiter import LimiterError
 from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
@@ -187,9 +188,12 @@ class DaemonService:
             reassert_period_s=cfg.daemon.reassert_period_s,
         )
         self.control = ControlLoop(self.core, host, clock=clock)
+        self.control.wall_clock = wall_clock
         # --- early drop (issue 48): per-VR limiters, opt-in (xtc/daemon/limiter_state.py)
         self.control.early_drop = EarlyDrop(
-            _open_limiter(), default_on=cfg.daemon.early_drop,
+            # a backend whose interfaces are not the host's (the simulated plant's "vif1.0" may be
+            # someone else's real interface on this host) gets no limiter: early drop unavailable
+            _open_limiter() if getattr(host, "real_interfaces", True) else None, default_on=cfg.daemon.early_drop,
             tuning=LimiterTuning(margin_fraction=cfg.daemon.early_drop_margin_fraction),
             on_failure=lambda _vr, op: self.metrics.early_drop_failures.labels(op).inc())
         self._last_save_s = -math.inf
@@ -240,8 +244,9 @@ class DaemonService:
                 raise SystemExit(f"xtc daemon: state file {cfg.state_path}: {e}; move it away to start without state") from None
             for n in notes:
                 event(log, logging.WARNING, "state_note", note=n)
-            try:  # early drop's choices (a state file without them: none)
+            try:  # early drop's choices, the VRs turned off (a state file without them: none)
                 self.control.early_drop.load_state(doc.get(EARLY_DROP_KEY), set(self.core.instances))
+                self.control.power.load_state(doc.get(POWER_KEY))
             except ValueError as e:
                 raise SystemExit(f"xtc daemon: state file {cfg.state_path}: {e}; move it away to start without state") from None
             self._fit_state_to_host()
@@ -505,7 +510,17 @@ class DaemonService:
         """The state file's document: the core's, and early drop's choices."""
         doc = self.core.to_state()
         doc[EARLY_DROP_KEY] = self.control.early_drop.to_state()
+        if self.control.power.off:
+            doc[POWER_KEY] = self.control.power.to_state()
         return doc
+
+    def _punishment_before(self, req: Request) -> Any:
+        """What a punishment command may change, as it is before it (for :meth:`ControlLoop.undo_punishment`)."""
+        if req.cmd == "early_drop" and req.vr is not None and self.control.early_drop is not None:
+            return self.control.early_drop.is_on(req.vr)
+        if req.cmd in ("vr_off", "vr_on") and req.vr is not None:
+            return self.control.power.off.get(req.vr)
+        return None
 
     # --------------------------------------------------------------------------- requests
     def _serve_requests(self, budget: int = 100) -> None:
@@ -570,6 +585,7 @@ class DaemonService:
             now = self.clock()
             was_dirty = self.core.dirty
             cp = self.core.checkpoint(req.vr) if cmd not in ("ping", "list", "status") else None
+            before = self._punishment_before(req)
             self.core.dirty = False  # so that it tells whether this request changed anything
             try:
                 result, actions = self.control.decide(req, now)
@@ -583,12 +599,21 @@ class DaemonService:
             if error is not None:
                 assert cp is not None
                 self.core.rollback(cp)  # dirty as it was, too
+                if cmd in PUNISHMENT_COMMANDS:
+                    self.control.undo_punishment(req, before)
                 raise ApiError("state_not_saved", f"{error}; nothing was changed")
             if not changed:
                 self.core.dirty = was_dirty
             self._count(self.control.apply(actions, now))
-            if req.vr is not None and cmd == "status" and self.control.early_drop is not None:  # early drop
+            if req.vr is not None and cmd in ("status", "early_drop") and self.control.early_drop is not None:  # early drop
                 result = {**result, "early_drop": self.control.early_drop.describe(req.vr)}
+            off = self.control.power.off
+            if off:  # the VRs this daemon turned off (vr_off), with why and since when
+                if req.vr is not None and req.vr in off and cmd != "list":
+                    result = {**result, "vr_off": off[req.vr].describe()}
+                elif cmd == "list":
+                    result = {**result, "vrs": [{**v, "vr_off": off[v["vr"]].describe()} if v["vr"] in off else v
+                                                for v in result["vrs"]]}
             if cmd == "list" and self.control.early_drop is not None:  # early drop, per VR, as in "status"
                 ed = self.control.early_drop
                 result = {**result, "vrs": [{**v, "early_drop": ed.describe(v["vr"])} for v in result["vrs"]]}

@@ -131,6 +131,18 @@ class Host(Protocol):
     #
     # def configured_vrs(self) -> frozenset[str] | None:
     #     """The VRs the configuration gives this backend; None: any VR it finds (all of libvirt's)."""
+    #
+    # real_interfaces: bool = True
+    #     """False for a backend whose interface names are not the host's (the simulated plant):
+    #     early drop's limiter is then not opened (it would act on whatever interface has the name)."""
+    #
+    # def power_off(self, vr: str) -> dict[str, Any]:
+    #     """Turn the VR off (the policer's last punishment, issue 48); returns the JSON record
+    #     :meth:`power_on` needs to start it again.  HostAdapterError if it cannot; a backend
+    #     without these two refuses ``vr_off`` as unsupported."""
+    #
+    # def power_on(self, vr: str, record: Mapping[str, Any]) -> None:
+    #     """Start the VR again from :meth:`power_off`'s record.  HostAdapterError if it cannot."""
 
 
 class ActuatorCaps:

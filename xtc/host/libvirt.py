@@ -29,7 +29,7 @@ Glue only: the errors, reconnects and cap arithmetic live in the adapters it use
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from .actuators import DEFAULT_REFRESH_S, CapActuator, make_actuator
 from .base import ActuatorCaps
@@ -38,6 +38,9 @@ from .ifcounters import IfCounters
 from .libvirt_conn import LibvirtConn
 
 __all__ = ["LibvirtBackend", "xen_vif_names"]
+
+#: ``VIR_DOMAIN_XML_INACTIVE``: a domain's XML as configured (no ids, no generated names).
+_XML_INACTIVE = 2
 
 _VIF_RE = re.compile(r"^vif(\d+)\.(\d+)(-emu)?$")
 
@@ -122,6 +125,37 @@ class LibvirtBackend(ActuatorCaps):
         """
         names = [v for v in vrs if v in self.domains] if self.domains else vrs
         return self.conn.cpu_time_ns(names)
+
+    def power_off(self, vr: str) -> dict[str, Any]:
+        """Turn the domain off at once (``virDomainDestroy``: the policer's last punishment, a VR
+        that would not back off is not asked to shut down).  Returns what :meth:`power_on` needs:
+        whether the domain is defined (persistent), and, when it is transient (gone once off),
+        its live XML to create it again."""
+
+        def off(dom: Any) -> dict[str, Any]:
+            persistent = bool(dom.isPersistent())
+            xml = None if persistent else dom.XMLDesc(_XML_INACTIVE)  # its configuration, no run-time parts
+            dom.destroy()
+            return {"backend": "libvirt", "domain": vr, "persistent": persistent, "xml": xml}
+
+        return self.conn.with_domain(vr, off, "turn the VR off (destroy)")
+
+    def power_on(self, vr: str, record: Mapping[str, Any]) -> None:
+        """Start the domain again: ``create`` a defined one, ``createXML`` a transient one from the
+        XML :meth:`power_off` kept.  ValueError for a record that is not one of this backend's."""
+        if record.get("backend") != "libvirt" or record.get("domain") != vr or not isinstance(record.get("persistent"), bool):
+            raise ValueError(f"not a libvirt power-off record of domain {vr!r}: {str(dict(record))[:200]}")
+        xml = record.get("xml")
+        if not record["persistent"] and not isinstance(xml, str):
+            raise ValueError(f"power-off record of transient domain {vr!r} has no XML to create it from")
+
+        def on(conn: Any) -> None:
+            if record["persistent"]:
+                conn.lookupByName(vr).create()
+            else:
+                conn.createXML(xml, 0)
+
+        self.conn.call(f"turn the VR on (start domain {vr!r})", on, vr=vr)
 
     def _act(self, vr: str) -> CapActuator:
         a = self._acts.get(vr)

@@ -21,6 +21,7 @@ LimiterSetting, Limiter, LimiterError, XEN_VIF_PATTERN, is_xen_vif
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,9 +60,11 @@ class LimiterSetting:
 class Limiter(Protocol):
     """Install, change, find and remove the limiter on host-side interfaces (one per interface)."""
 
-    def install(self, ifname: str, setting: LimiterSetting) -> None:
-        """Put the limiter on ``ifname`` (or change the one there).  Raises :class:`LimiterError`
-        when the interface is missing, carries someone else's root qdisc, or the kernel refuses."""
+    def install(self, ifname: str, setting: LimiterSetting) -> bool | None:
+        """Put the limiter on ``ifname`` (or change the one there).  Returns True when it was put on
+        (its drop counter starts from 0), False when the one there was changed (its counter goes
+        on), None when the adapter cannot tell.  Raises :class:`LimiterError` when the interface is
+        missing, carries someone else's root qdisc, or the kernel refuses."""
         ...
 
     def update(self, ifname: str, setting: LimiterSetting) -> None:
@@ -80,6 +83,12 @@ class Limiter(Protocol):
 
     def dropped_packets(self, ifname: str) -> int | None:
         """Packets the limiter on ``ifname`` dropped so far (None: no limiter there)."""
+        ...
+
+    def dropped_by_interface(self, ifnames: Iterable[str]) -> dict[str, int]:
+        """Packets the limiters on ``ifnames`` dropped so far, in one read for all of them (one
+        qdisc dump a period, not a read per interface); an interface missing from the answer has
+        no limiter (or is gone)."""
         ...
 
     def close(self) -> None:

@@ -97,6 +97,7 @@ __all__ = [
     "least_rate_Bps",
     "queue_drops",
     "qdisc_counters",
+    "root_drops",
     "root_counter_offsets",
     "set_handles",
     "set_tbf_rate",
@@ -596,6 +597,73 @@ def tbf_parameters(raw: bytes | bytearray | memoryview) -> tuple[int, int] | Non
     if qopt is None:
         return None
     return max(qopt[5], rate64 or 0), qopt[13]
+
+
+_TC_HEAD = struct.Struct("=IH10x4xiII")  # nlmsghdr len, type; tcmsg ifindex, handle, parent
+
+
+def _root_layout(buf: bytes | bytearray | memoryview, off: int, mlen: int) -> tuple[bytes, int]:
+    """The kind and the offset (from the message's start) of the drop counter of one qdisc message
+    (-1: no queue statistics)."""
+    kind, at = b"", -1
+    for atype, a, b in iter_attrs(buf, off + _BODY, off + mlen):
+        if atype == TCA_KIND:
+            kind = bytes(buf[a:b]).rstrip(b"\0")
+        elif atype == TCA_STATS2:
+            for st, c, d in iter_attrs(buf, a, b):
+                if st == TCA_STATS_QUEUE and d - c >= 12:
+                    at = c + 8 - off
+    return kind, at
+
+
+def root_drops(buf: bytes | bytearray | memoryview, handle: int, kind: str) -> dict[int, int]:
+    """``{ifindex: packets dropped}`` of every root qdisc of ``handle`` and ``kind`` in a qdisc dump
+    (early drop's limiters: one dump a period for all of them).  A later message for an ifindex
+    overrides an earlier one (a leftover of an abandoned dump comes first).
+
+    Only those messages are looked at further, and by a layout learnt once per message length (the
+    kind's and the drop counter's offsets, checked on every message: the kind's bytes and the
+    counter's attribute header; a message that does not fit is parsed in full): 2,400 limiters'
+    counters in a few milliseconds rather than 40 (parsing each message's attributes).
+
+    Raises
+    ------
+    NetlinkDecodeError
+        A message's length runs past the buffer.
+    """
+    out: dict[int, int] = {}
+    want = kind.encode("ascii")
+    kind_attr = struct.pack("=HH", 4 + len(want) + 1, TCA_KIND) + want + b"\0"
+    layouts: dict[int, int] = {}  # message length -> offset of the drop counter (-1: none)
+    off, end = 0, len(buf)
+    head = _TC_HEAD.unpack_from
+    u32 = _U32.unpack_from
+    hh = _U16X2.unpack_from
+    while off + _BODY <= end:
+        mlen, mtype, ifindex, h, parent = head(buf, off)
+        if mlen < HDR_LEN or off + mlen > end:
+            raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
+        if mtype == RTM_NEWQDISC and h == handle and parent == TC_H_ROOT:
+            at = layouts.get(mlen)
+            # TCA_KIND is the first attribute of a qdisc message; the counter sits in TCA_STATS_QUEUE
+            fits = (at is not None and buf[off + _BODY: off + _BODY + len(kind_attr)] == kind_attr
+                    and (at < 0 or hh(buf, off + at - 12)[1] == TCA_STATS_QUEUE))
+            if not fits:
+                found, at = _root_layout(buf, off, mlen)
+                if found != want:
+                    off += align4(mlen)
+                    continue
+                if buf[off + _BODY: off + _BODY + len(kind_attr)] == kind_attr and (
+                        at < 0 or hh(buf, off + at - 12)[1] == TCA_STATS_QUEUE):
+                    layouts[mlen] = at
+            out[ifindex] = u32(buf, off + at)[0] if at >= 0 else 0
+        off += align4(mlen)
+    return out
+
+
+_U32X3 = struct.Struct("=III")
+_U32 = struct.Struct("=I")
+_U16X2 = struct.Struct("=HH")
 
 
 def queue_drops(raw: bytes | bytearray | memoryview) -> int:

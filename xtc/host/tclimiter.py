@@ -22,6 +22,7 @@ TcLimiter(netns=None), ROOT_HANDLE
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 
 from xtc.host import qdiscs, tccodec
 from xtc.host.netlink import NetlinkError, error_text, in_netns, open_route_socket
@@ -50,6 +51,11 @@ class TcLimiter:
 
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
+        #: Interface name -> index, as last looked up (one name per index): the per-period read of
+        #: the drop counters (:meth:`dropped_by_interface`) finds the limiters by index in one dump.
+        self._indices: dict[str, int] = {}
+        #: Interfaces this adapter put its limiter on (and has not removed since): changed in place.
+        self._mine: set[str] = set()
         try:
             self._nl = open_route_socket(netns)
         except NetlinkError as e:
@@ -69,9 +75,16 @@ class TcLimiter:
             except OSError:
                 return None
         try:
-            return look() if self.netns is None else in_netns(self.netns, look)
+            found = look() if self.netns is None else in_netns(self.netns, look)
         except NetlinkError as e:
             raise self._fail(ifname, "find the interface", e) from None
+        if found is None:
+            self._indices.pop(ifname, None)
+        elif self._indices.get(ifname) != found:
+            for other in [n for n, i in self._indices.items() if i == found]:
+                del self._indices[other]  # an index the kernel gave another interface since
+            self._indices[ifname] = found
+        return found
 
     def _root(self, ifname: str, ifindex: int) -> tccodec.TcObject | None:
         try:
@@ -101,16 +114,43 @@ class TcLimiter:
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter: no such interface")
         return ifindex, self._root(ifname, ifindex)
 
-    def install(self, ifname: str, setting: LimiterSetting) -> None:
+    def install(self, ifname: str, setting: LimiterSetting) -> bool:
+        what = f"change tbf to {setting.rate_bytes_per_s} B/s"
+        if ifname in self._mine:
+            # Ours since we put it there: one change, no root look-up.  A change (no NLM_F_CREATE)
+            # needs a root of our handle, else the kernel refuses and the full path below finds out why.
+            ifindex = self._index(ifname)
+            if ifindex is not None:
+                try:
+                    self._send(ifname, what, "change", ifindex, setting)
+                    return False
+                except LimiterError:
+                    pass
+            self._mine.discard(ifname)
+        else:
+            # Not known as ours: one add, no root look-up.  The kernel adds a root only over its own
+            # default (handle 0); over any other root (someone else's, or a leftover of ours) it
+            # refuses (EEXIST), and the full path below says why or changes our leftover.
+            ifindex = self._index(ifname)
+            if ifindex is not None:
+                try:
+                    self._send(ifname, f"add tbf {setting.rate_bytes_per_s} B/s", "add", ifindex, setting)
+                    self._mine.add(ifname)
+                    return True
+                except LimiterError:
+                    pass
         ifindex, root = self._require(ifname)
         if self._ours(root):
-            self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", "change", ifindex, setting)
-            return
+            self._send(ifname, what, "change", ifindex, setting)
+            self._mine.add(ifname)
+            return False
         if root is not None and (root.handle != 0 or root.kind not in _DEFAULT_KINDS):
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter: the interface carries a "
                                f"{root.kind or '?'} root qdisc {root.handle >> 16:x}: that is not the kernel "
                                "default; not replaced (remove it, or leave early drop off for this VR)")
         self._send(ifname, f"add tbf {setting.rate_bytes_per_s} B/s", "add", ifindex, setting)
+        self._mine.add(ifname)
+        return True
 
     def update(self, ifname: str, setting: LimiterSetting) -> None:
         ifindex, root = self._require(ifname)
@@ -119,8 +159,12 @@ class TcLimiter:
         self._send(ifname, f"change tbf to {setting.rate_bytes_per_s} B/s", "change", ifindex, setting)
 
     def remove(self, ifname: str) -> bool:
+        mine = ifname in self._mine
+        self._mine.discard(ifname)
         ifindex = self._index(ifname)
-        if ifindex is None or not self._ours(self._root(ifname, ifindex)):
+        # One of ours: deleted without a root look-up (the kernel deletes a root only of the handle
+        # asked for: EINVAL, "none", for any other).  Else only after seeing that the root is ours.
+        if ifindex is None or not (mine or self._ours(self._root(ifname, ifindex))):
             return False
         try:
             return qdiscs.delete_root(self._nl, ifindex, ROOT_HANDLE, "delete root tbf ed0:")
@@ -139,6 +183,28 @@ class TcLimiter:
     def dropped_packets(self, ifname: str) -> int | None:
         found = self.adopt(ifname)
         return None if found is None else found[1]
+
+    def dropped_by_interface(self, ifnames: Iterable[str]) -> dict[str, int]:
+        """One qdisc dump for every limiter: the kernel's qdisc dump ignores the interface index
+        (docs/design/netlink.md), so the whole dump is read and the ``ed0:`` roots are picked out
+        by index (the names' indices as last looked up; an interface re-created since has a new
+        index and is missing from the answer until its limiter is installed again)."""
+        by_index: dict[int, str] = {}
+        for n in ifnames:
+            i = self._indices.get(n)
+            if i is None:
+                i = self._index(n)
+            if i is not None:
+                by_index[i] = n
+        if not by_index:
+            return {}
+        try:
+            buf = qdiscs.dump_tc(self._nl, tccodec.RTM_GETQDISC, 0, what="dump qdiscs (early-drop counters)")
+            found = tccodec.root_drops(buf, ROOT_HANDLE, "tbf")
+        except OSError as e:
+            raise LimiterError(f"early-drop limiter{f' (netns {self.netns})' if self.netns else ''}: "
+                               f"read the drop counters: {e}") from None
+        return {by_index[i]: d for i, d in found.items() if i in by_index}
 
     def close(self) -> None:
         self._nl.close()

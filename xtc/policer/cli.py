@@ -86,6 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--min", type=float, default=0.0, dest="min_pps", help="guaranteed minimum, packets/s")
     c.add_argument("--max", type=float, default=1e10, dest="max_pps", help="maximum, packets/s")
     c.add_argument("--weight", type=float, default=1.0)
+    c = client("vr-off", "enable or disable turning a network's misbehaving VRs off (the ladder's last resort)")
+    c.add_argument("network")
+    c.add_argument("switch", choices=("on", "off"))
     c = client("assign", "put a VR in a network")
     c.add_argument("router")
     c.add_argument("vr")
@@ -219,6 +222,8 @@ def _request(op: str, a: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
         return "POST", "/networks", None, {"name": a.name, "description": a.description}
     if op == "networks":
         return "GET", "/networks", None, None
+    if op == "vr-off":
+        return "PUT", f"/networks/{a.network}/vr-off", None, {"enabled": a.switch == "on"}
     if op == "sla":
         return "PUT", f"/networks/{a.network}/sla", None, {"min_pps": a.min_pps, "max_pps": a.max_pps, "weight": a.weight}
     if op == "assign":

@@ -138,6 +138,10 @@ ALTER TABLE routers ADD COLUMN rev INTEGER NOT NULL DEFAULT 0
     (6, """
 ALTER TABLE vrs RENAME COLUMN measured_pps TO forwarded_pps
 """),
+    # 7: the punishment ladder's last resort, turning a misbehaving VR off, enabled per network (issue 48).
+    (7, """
+ALTER TABLE networks ADD COLUMN punish_vr_off INTEGER NOT NULL DEFAULT 0
+"""),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -66,7 +66,7 @@ from typing import Any, Callable
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .samples import SampleStreams
 from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
-from .policy import MAX_LEVEL, ActivationState, MisbehaviourState
+from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
 from .store import ExchangeOutcome, Store
 
 __all__ = ["Engine", "RouterState", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
@@ -117,6 +117,7 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
                                        _not_after(row["punish_good_since_s"], now)),
         punish_base_pps=row["punish_base_pps"],
         derived_setpoint_pps=row["derived_setpoint_pps"],
+        vr_off_allowed=bool(row.get("punish_vr_off")),
     )
 
 
@@ -124,7 +125,8 @@ def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
 #: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
 _PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated", "sla_weight",
               "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
-              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps")
+              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps",
+              "punish_vr_off")
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
 
 
@@ -152,7 +154,8 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
         out.append((act.pending_since_s, settings.activation.hold_s))
     m = settings.misbehaviour
     for row in rows.values():
-        if row["punish_bad_since_s"] is not None and row["punish_level"] < MAX_LEVEL:
+        top = OFF_LEVEL if row.get("punish_vr_off") else PAUSE_LEVEL  # the VR's last level (its network's switch)
+        if row["punish_bad_since_s"] is not None and row["punish_level"] < top:
             out.append((row["punish_bad_since_s"], m.hold_s))
         if row["punish_good_since_s"] is not None:
             out.append((row["punish_good_since_s"], m.restore_hold_s))
@@ -168,6 +171,10 @@ def _command_detail(cmd: Command) -> dict[str, Any]:
     detail: dict[str, Any] = {"cmd": cmd.cmd}
     if cmd.setpoint_pps is not None:
         detail["setpoint_pps"] = cmd.setpoint_pps
+    if cmd.on is not None:
+        detail["on"] = cmd.on
+    if cmd.reason is not None:
+        detail["reason"] = cmd.reason
     return detail
 
 
@@ -177,6 +184,11 @@ def _shows_applied(cmd: Command, vr: dict[str, Any] | None) -> bool:
         return vr is None or vr["state"] == "inactive"
     if vr is None:
         return False
+    if cmd.cmd in ("vr_off", "vr_on"):  # the punishments of issue 48: off = not present
+        return vr.get("present") is (cmd.cmd == "vr_on")
+    if cmd.cmd == "early_drop":  # only a 'list' reply says (a sample does not)
+        ed = vr.get("early_drop")
+        return isinstance(ed, dict) and cmd.on is not None and ed.get("on") is cmd.on
     state, sp = vr["state"], vr["setpoint_pps"]
     if cmd.cmd in ("activate", "setpoint"):
         return (state != "inactive" and sp is not None and cmd.setpoint_pps is not None

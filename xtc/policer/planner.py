@@ -4,6 +4,16 @@
 VRs' wanted state (inactive / active at a setpoint / paused) with what its daemon reports, as a list
 of manager-API commands.  Reconciling against the report (not against what was sent last) is what
 makes the policer catch up by itself after a daemon or the policer was away.
+
+The punishments beyond setpoints and pausing (issue 48) are commands sent at the step itself, each
+undone when the VR is restored: reaching :data:`~xtc.policer.policy.LIMIT_LEVEL` sends
+``early_drop`` on (its excess dropped at the host), a restore from there sends ``early_drop``
+without ``on`` (back to the daemon's default); reaching :data:`~xtc.policer.policy.OFF_LEVEL`
+(only for a VR whose network enables it: :attr:`VrPolicy.vr_off_allowed`) sends ``vr_off`` with the
+reason.  While the VR is off (not present) it keeps its level; when it is back (an operator's
+``vr_on``) its ladder starts from the bottom; a restore while it is off (the policy disabled,
+control off) sends ``vr_on``.  A daemon that refuses one of these (an older daemon, a backend
+that cannot turn a VR off) has the refusal in the audit log and the VR stays at its level.
 """
 
 from __future__ import annotations
@@ -13,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from .policy import (
-    MAX_LEVEL,
+    LIMIT_LEVEL,
+    OFF_LEVEL,
+    PAUSE_LEVEL,
     ActivationParams,
     ActivationState,
     AllocationParams,
@@ -83,6 +95,8 @@ class VrPolicy:
     #: The unpunished setpoint when punishment began, packets/s.
     punish_base_pps: float | None = None
     derived_setpoint_pps: float | None = None
+    #: The VR's network lets the ladder's last resort turn it off (:data:`~xtc.policer.policy.OFF_LEVEL`).
+    vr_off_allowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,11 +118,19 @@ class Command:
     cmd: str
     vr: str
     setpoint_pps: float | None = None
+    #: ``early_drop``: on or off (None: back to the daemon's default).
+    on: bool | None = None
+    #: ``vr_off``: why.
+    reason: str | None = None
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"vr": self.vr}
         if self.setpoint_pps is not None:
             out["setpoint_pps"] = self.setpoint_pps
+        if self.on is not None:
+            out["on"] = self.on
+        if self.reason is not None:
+            out["reason"] = self.reason
         return out
 
 
@@ -163,6 +185,17 @@ def _reconcile(o: VrObs, want: str, sp: float | None) -> list[Command]:
     return out
 
 
+def _undo(vr: str, level: int, off_now: bool) -> list[Command]:
+    """The commands that take back a VR's punishments of ``level`` (its setpoint and pause are
+    reconciled as usual): early drop back to the daemon's default, the VR on again if it is off."""
+    out = []
+    if level >= OFF_LEVEL and off_now:
+        out.append(Command("vr_on", vr))
+    if level >= LIMIT_LEVEL:
+        out.append(Command("early_drop", vr))
+    return out
+
+
 def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPlan:
     """Run the policies for one reachable host.
 
@@ -201,31 +234,60 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
     pol: dict[str, VrPolicy] = {n: rin.policies.get(n, _NO_POLICY) for n in set(rin.policies) | set(present)}
 
     # Misbehaviour: only while the host is under control (that is when the shared Dom0 is scarce).
+    ladder_cmds: list[Command] = []  # the punishments' own commands (early drop, VR off/on), sent after the reconciliation's
     for n, p in pol.items():
         o = present.get(n)
         ms = p.misbehaviour
+        known = rin.vrs.get(n)
+        if ms.level >= OFF_LEVEL and o is None and known is not None and settings.misbehaviour_enabled and control_on:
+            # Turned off, as the ladder's last step wanted: it keeps its level while it is off (the
+            # timers cleared: "seen off", so that its coming back restarts the ladder).
+            if ms.bad_since_s is not None or ms.good_since_s is not None:
+                pol[n] = replace(p, misbehaviour=MisbehaviourState(ms.level, None, None))
+            continue
         if not (settings.misbehaviour_enabled and control_on and o is not None):
             if ms.level > 0:
                 why = "policy disabled" if not settings.misbehaviour_enabled else (
                     "control off" if not control_on else "VR not present")
                 events.append(Event("restore", n, {"from_level": ms.level, "reason": why}))
+                # (control off deactivates the instance, and its early drop with it)
+                ladder_cmds.extend(c for c in _undo(n, ms.level, known is not None and not known.present)
+                            if control_on or c.cmd != "early_drop")
             if ms != MisbehaviourState() or p.punish_base_pps is not None:
                 pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
             continue
-        new, ev = misbehaviour_step(mp, ms, o.offered_pps, o.forwarded_pps, now_s)
+        if ms.level >= OFF_LEVEL and ms.bad_since_s is None and ms.good_since_s is None:
+            # Seen off, and back (an operator turned it on): its ladder starts from the bottom.
+            events.append(Event("restore", n, {"from_level": ms.level, "reason": "VR turned on again",
+                                               "offered_pps": o.offered_pps, "forwarded_pps": o.forwarded_pps}))
+            ladder_cmds.extend(_undo(n, ms.level, False))
+            pol[n] = replace(p, misbehaviour=MisbehaviourState(), punish_base_pps=None)
+            continue
+        top = OFF_LEVEL if p.vr_off_allowed else PAUSE_LEVEL
+        new, ev = misbehaviour_step(mp, ms, o.offered_pps, o.forwarded_pps, now_s, top)
         base = p.punish_base_pps
         if ev == "punish":
             if base is None:
                 base = p.manual_setpoint_pps or p.derived_setpoint_pps or o.setpoint_pps or o.forwarded_pps or settings.allocation.min_setpoint_pps
             detail: dict[str, Any] = {"level": new.level, "offered_pps": o.offered_pps, "forwarded_pps": o.forwarded_pps}
-            if new.level < MAX_LEVEL:
+            if new.level < PAUSE_LEVEL:
                 detail["setpoint_pps"] = max(settings.allocation.min_setpoint_pps, punished_setpoint_pps(mp, new.level, base))
-            else:
+            if new.level == LIMIT_LEVEL:
+                detail["action"] = "setpoint lowered; its excess dropped at the host (early drop on)"
+                ladder_cmds.append(Command("early_drop", n, on=True))
+            elif new.level == PAUSE_LEVEL:
                 detail["action"] = "instance paused; VR flagged for an operator"
+            elif new.level >= OFF_LEVEL:
+                reason = (f"xtc policer: misbehaviour level {new.level}: offered {o.offered_pps:.0f} p/s, "
+                          f"forwarded {o.forwarded_pps:.0f} p/s, for {mp.hold_s * (new.level):g} s or more")
+                detail["action"] = "VR turned off (its network enables it); an operator's vr_on brings it back"
+                detail["reason"] = reason
+                ladder_cmds.append(Command("vr_off", n, reason=reason))
             events.append(Event("punish", n, detail))
         elif ev == "restore":
             events.append(Event("restore", n, {"from_level": ms.level, "offered_pps": o.offered_pps,
                                                "forwarded_pps": o.forwarded_pps}))
+            ladder_cmds.extend(_undo(n, ms.level, False))
             base = None
         if new != ms or base != p.punish_base_pps:
             pol[n] = replace(p, misbehaviour=new, punish_base_pps=base)
@@ -278,10 +340,11 @@ def plan_router(settings: Settings, rin: RouterInput, now_s: float) -> RouterPla
             sp = base
         if not control_on or sp is None:
             want = ("inactive", None)
-        elif lvl >= MAX_LEVEL:
+        elif lvl >= PAUSE_LEVEL:
             want = ("paused", sp)
         else:
             want = ("active", sp)
         wanted[n] = want
         commands.extend(_reconcile(present[n], *want))
+    commands.extend(ladder_cmds)
     return RouterPlan(act, control_on, pol, wanted, commands, events, demand)

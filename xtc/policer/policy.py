@@ -11,9 +11,13 @@ and :mod:`xtc.policer.engine` applies the result.
   ``off_fraction`` (< ``on_fraction``) for ``hold_s`` (hysteresis in level and in time).
 - **Misbehaviour** (:func:`misbehaviour_step`): a VR whose offered rate stays above ``ratio`` times
   its forwarded rate (and by at least ``min_excess_pps``) for ``hold_s`` climbs one punishment
-  level; every further ``hold_s`` of the same behaviour climbs another, up to :data:`MAX_LEVEL`
-  (levels 1..MAX_LEVEL-1 lower its setpoint by ``step_factor`` each, MAX_LEVEL pauses its instance
-  and flags it for an operator).  After ``restore_hold_s`` of good behaviour it is restored at once.
+  level; every further ``hold_s`` of the same behaviour climbs another, up to its top level (the
+  paper's punishments, issue 48): levels 1 and 2 lower its setpoint by ``step_factor`` each, and
+  from :data:`LIMIT_LEVEL` (2) on its excess is also dropped at the host (the daemon's early drop,
+  the paper's per-interface limiter); :data:`PAUSE_LEVEL` (3) pauses its instance and flags it for
+  an operator; :data:`OFF_LEVEL` (4), the last resort, turns the VR off, only in a network whose
+  operator enabled it (else the top is :data:`PAUSE_LEVEL`).  After ``restore_hold_s`` of good
+  behaviour it is restored at once.
 """
 
 from __future__ import annotations
@@ -37,10 +41,19 @@ __all__ = [
     "MisbehaviourState",
     "misbehaviour_step",
     "MAX_LEVEL",
+    "LIMIT_LEVEL",
+    "PAUSE_LEVEL",
+    "OFF_LEVEL",
 ]
 
-#: The last punishment level: the instance is paused and the VR flagged for an operator.
-MAX_LEVEL = 3
+#: From this punishment level on, the VR's excess is dropped at the host (the daemon's early drop).
+LIMIT_LEVEL = 2
+#: The instance is paused and the VR flagged for an operator (the top level unless VR-off is enabled).
+PAUSE_LEVEL = 3
+#: The last resort, only where an operator enabled it for the VR's network: the VR is turned off.
+OFF_LEVEL = 4
+#: The highest punishment level there is.
+MAX_LEVEL = OFF_LEVEL
 
 
 class PolicyError(ValueError):
@@ -331,6 +344,7 @@ def misbehaviour_step(
     offered_pps: float | None,
     forwarded_pps: float | None,
     now_s: float,
+    top_level: int = PAUSE_LEVEL,
 ) -> tuple[MisbehaviourState, str | None]:
     """One evaluation of the misbehaviour policy for one VR.
 
@@ -341,6 +355,9 @@ def misbehaviour_step(
         measurement) leaves the state as it is.
     now_s : float
         Time, seconds.
+    top_level : int
+        The highest level this VR climbs to: :data:`PAUSE_LEVEL`, or :data:`OFF_LEVEL` where
+        turning the VR off is enabled for its network.
 
     Returns
     -------
@@ -353,7 +370,7 @@ def misbehaviour_step(
     fwd = _finite("forwarded_pps", forwarded_pps)
     if is_misbehaving(params, off, fwd):
         since = state.bad_since_s if state.bad_since_s is not None else now_s
-        if state.level < MAX_LEVEL and now_s - since >= params.hold_s:
+        if state.level < min(top_level, MAX_LEVEL) and now_s - since >= params.hold_s:
             return MisbehaviourState(state.level + 1, now_s, None), "punish"
         return MisbehaviourState(state.level, since, None), None
     if state.level == 0:
@@ -366,7 +383,7 @@ def misbehaviour_step(
 
 def punished_setpoint_pps(params: MisbehaviourParams, level: int, base_pps: float) -> float:
     """The setpoint of a VR at punishment ``level`` whose unpunished setpoint is ``base_pps``."""
-    return base_pps * params.step_factor ** min(max(level, 0), MAX_LEVEL - 1)
+    return base_pps * params.step_factor ** min(max(level, 0), PAUSE_LEVEL - 1)
 
 
 def claims_from(entries: Mapping[str, Claim]) -> list[Claim]:

@@ -59,11 +59,13 @@ def _real(v: Any) -> float | None:
 
 
 #: The columns of a VR's row that :meth:`Store.router_states` gives (the engine's plan inputs): the VR's
-#: own, then its network's SLA.
+#: own, then its network's SLA and whether its network lets the ladder turn a VR off (null: no network).
 STATE_COLS = ("name", "present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated",
               "manual_setpoint_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps", "punish_level",
-              "punish_bad_since_s", "punish_good_since_s", "punish_base_pps", "sla_min_pps", "sla_max_pps", "sla_weight")
-_STATE_SQL = ("SELECT v.router, " + ", ".join(("n." if c.startswith("sla_") else "v.") + c for c in STATE_COLS)
+              "punish_bad_since_s", "punish_good_since_s", "punish_base_pps", "sla_min_pps", "sla_max_pps", "sla_weight",
+              "punish_vr_off")
+_NETWORK_COLS = ("sla_min_pps", "sla_max_pps", "sla_weight", "punish_vr_off")
+_STATE_SQL = ("SELECT v.router, " + ", ".join(("n." if c in _NETWORK_COLS else "v.") + c for c in STATE_COLS)
               + " FROM vrs v LEFT JOIN networks n ON v.network = n.name WHERE v.router IN ({marks})")
 #: The columns :meth:`Store.record_outcomes` writes from a measurement, and those :meth:`Store.save_plans` writes.
 _MEASURED = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated")
@@ -408,7 +410,7 @@ class Store:
         sla = None
         if r["sla_weight"] is not None:
             sla = {"min_pps": r["sla_min_pps"], "max_pps": r["sla_max_pps"], "weight": r["sla_weight"]}
-        return {"name": r["name"], "description": r["description"], "sla": sla}
+        return {"name": r["name"], "description": r["description"], "sla": sla, "vr_off": bool(r["punish_vr_off"])}
 
     def list_networks(self, limit: int = -1, offset: int = 0) -> list[dict[str, Any]]:
         return [self._net(r) for r in self._read(*self._page("SELECT * FROM networks ORDER BY name", [], limit, offset))]
@@ -449,6 +451,17 @@ class Store:
             # The routers whose VRs are in the network: their VRs' rows as the engine reads them changed.
             db.execute("UPDATE routers SET rev=rev+1 WHERE name IN (SELECT router FROM vrs WHERE network=?)", (name,))
             self._audit(db, "sla_set" if sla else "sla_removed", actor, None, None, {"network": name, "sla": sla})
+            return self._net(db.execute("SELECT * FROM networks WHERE name=?", (name,)).fetchone())
+
+    def set_vr_off(self, name: str, enabled: bool, actor: str) -> dict[str, Any]:
+        """Enable (or disable) the punishment ladder's last resort, turning a misbehaving VR off, for
+        the network's VRs (issue 48; off by default).  A VR already off stays off until it is turned on."""
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM networks WHERE name=?", (name,)).fetchone() is None:
+                raise NotFound(f"no network named {name!r}")
+            db.execute("UPDATE networks SET punish_vr_off=? WHERE name=?", (int(bool(enabled)), name))
+            db.execute("UPDATE routers SET rev=rev+1 WHERE name IN (SELECT router FROM vrs WHERE network=?)", (name,))
+            self._audit(db, "vr_off_enabled" if enabled else "vr_off_disabled", actor, None, None, {"network": name})
             return self._net(db.execute("SELECT * FROM networks WHERE name=?", (name,)).fetchone())
 
     # ------------------------------------------------------------------------------- actions

@@ -35,7 +35,8 @@ host's), so the limiter's calls are the production ones, not the per-call namesp
 ``TcLimiter(netns=...)``.  The host side hands each VR 8 frames a period and the VR side
 forwards 4-8, so the VRs forwarding less than 8/1.25 are "capped below their offered load" and
 get a limiter; the limiter's operations are counted (``limiter_ops_per_s``: installs and changes,
-removals, drop-counter reads, each one netlink round trip or more) by a pass-through wrapper.
+removals, per-interface drop-counter reads, each one netlink round trip or more, and ``dump``:
+reads of every limiter's counter in one qdisc dump, one a period) by a pass-through wrapper.
 """
 
 from __future__ import annotations
@@ -259,13 +260,15 @@ class _CountedLimiter:
 
     def __init__(self, inner: Limiter) -> None:
         self.inner = inner
-        self.ops = {"install": 0, "remove": 0, "read": 0}
+        #: "install": limiters put on or changed; "read": per-interface counter reads; "dump": reads
+        #: of every limiter's counter at once (one qdisc dump).
+        self.ops = {"install": 0, "remove": 0, "read": 0, "dump": 0}
         #: The counts at the end of the warm-up period.
         self.warm: dict[str, int] = {}
 
-    def install(self, ifname: str, setting: LimiterSetting) -> None:
+    def install(self, ifname: str, setting: LimiterSetting) -> bool | None:
         self.ops["install"] += 1
-        self.inner.install(ifname, setting)
+        return self.inner.install(ifname, setting)
 
     def update(self, ifname: str, setting: LimiterSetting) -> None:
         self.ops["install"] += 1
@@ -283,6 +286,10 @@ class _CountedLimiter:
     def dropped_packets(self, ifname: str) -> int | None:
         self.ops["read"] += 1
         return self.inner.dropped_packets(ifname)
+
+    def dropped_by_interface(self, ifnames: Iterable[str]) -> dict[str, int]:
+        self.ops["dump"] += 1
+        return self.inner.dropped_by_interface(ifnames)
 
     def close(self) -> None:
         self.inner.close()

@@ -151,6 +151,9 @@ class SimHost:
     """
 
     name = "sim"
+    #: Its ``vif<i>.<n>`` are the plant's, not the host's: the daemon opens no early-drop limiter
+    #: (it would put its qdisc on a real interface of that name, e.g. a lab's).
+    real_interfaces = False
     counter_bits = 64
 
     def __init__(self, vrs: tuple[SimVr, ...], seed: int, hypervisor_path: str | Path | None, dt_s: float = 0.1,

@@ -56,6 +56,7 @@ from .schemas import (
     Setpoint,
     SetpointIn,
     Sla,
+    VrOffIn,
     Vr,
     VrNetworkIn,
     VrPath,
@@ -95,9 +96,13 @@ engine period for every reachable router):
   The resulting setpoints are pushed to the daemons while control is on.
 * **misbehaviour**: a VR whose offered rate stays above `ratio` x its forwarded rate (and by more
   than `min_excess_pps`) for `hold_s` seconds, i.e. traffic that does not back off, is punished one
-  level: levels 1 and 2 multiply its setpoint by `step_factor` each, level 3 pauses its XTC instance
-  (its cap stays where it is) and flags the VR for an operator.  Each further `hold_s` of the same
-  behaviour climbs a level.  After `restore_hold_s` seconds of good behaviour it is restored.  Every
+  level: levels 1 and 2 multiply its setpoint by `step_factor` each, and from level 2 its excess is also
+  dropped at the host (the daemon's early drop: the paper's per-interface limiter); level 3 pauses its
+  XTC instance (its cap stays where it is) and flags the VR for an operator; level 4, only in a network
+  whose operator enabled it (`PUT /networks/{network}/vr-off`), turns the VR off (libvirt).  Each further
+  `hold_s` of the same behaviour climbs a level.  After `restore_hold_s` seconds of good behaviour it is
+  restored (its early drop back to the daemon's default; a VR that is off is turned on again when control
+  or the policy goes off, and its ladder starts from the bottom when an operator turns it on).  Every
   step is in the audit log.
 
 **Security.** Every write needs `Authorization: Bearer <token>` (401 otherwise); reads are open
@@ -401,6 +406,12 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
     @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404})
     def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
         return store.set_sla(network, None, actor)
+
+    @app.put("/networks/{network}/vr-off", response_model=Network, tags=["networks"], responses={**E401, **E404},
+             summary="Enable or disable the punishment ladder's last resort (turning a misbehaving VR off) for the network")
+    @lean.write("PUT", "/networks/(?P<network>[^/]+)/vr-off", VrOffIn, {"network": name})
+    def set_vr_off(network: NetworkPath, body: VrOffIn, actor: Writer) -> Response:
+        return _json(store.set_vr_off(network, body.enabled, actor))
 
     # ---------------------------------------------------------------------------- policies
     @app.get("/policies", response_model=Policies, tags=["policies"], responses=rd)

@@ -155,6 +155,13 @@ class Network(BaseModel):
     name: str
     description: str
     sla: Sla | None
+    vr_off: bool = Field(False, description="the punishment ladder's last resort, turning a misbehaving VR off, is "
+                                            "enabled for this network's VRs (off by default)")
+
+
+class VrOffIn(_In):
+    enabled: bool = Field(description="let the punishment ladder turn this network's misbehaving VRs off, after "
+                                      "their pause (level 4; the VR's daemon must be able to: libvirt backend)")
 
 
 class Setpoint(BaseModel):
