@@ -6,7 +6,8 @@ fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child proces
 as ``xtc policer serve``'s engine process runs it, but without the API.  After a warm-up it measures
 the process's CPU per router measurement (``sampled`` + ``listed``) for ``--window`` seconds unprofiled,
 then as long again with :mod:`cProfile` on in every engine thread (the cycle's, the worker's, the sample
-streams'), the calls of each thread's loop profiled one by one, and prints JSON: the CPU per measurement,
+streams'), the calls of each thread's loop profiled one by one on the thread's CPU clock (waits for a
+lock, the database or the interpreter lock do not count), and prints JSON: the CPU per measurement,
 and the profile's top functions by own time and by cumulative time (profiling inflates the times,
 roughly evenly; the shares are what it tells).  With ``--tracemalloc`` it also says how much of the
 resident memory Python's own objects hold (traced from the start, which slows everything) and where they
@@ -50,7 +51,7 @@ def _profiled(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*a, **kw)
         prof = getattr(_LOCAL, "prof", None)
         if prof is None:
-            prof = _LOCAL.prof = cProfile.Profile()
+            prof = _LOCAL.prof = cProfile.Profile(time.thread_time)  # the thread's CPU, not its waits
             _PROFILES.append(prof)
         _LOCAL.inside = True
         prof.enable()
@@ -92,16 +93,18 @@ def _cpu_s() -> float:
 
 def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
-                   snapshot_interval_s: float = 10.0, trace_memory: bool = False) -> dict[str, Any]:
+                   snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
         tracemalloc.start(1)
-    out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s}
+    out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
+                           "jitter": jitter}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
-                                  "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish"],
+                                  "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish",
+                                  "--jitter", str(jitter)],
                                  stdout=subprocess.DEVNULL)
         eng = store = None
         try:
@@ -168,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tracemalloc", action="store_true", help="also trace Python's allocations (slower)")
+    p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period (as the bench's)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
-                                    trace_memory=args.tracemalloc), indent=1))
+                                    trace_memory=args.tracemalloc, jitter=args.jitter), indent=1))
     return 0
 
 
