@@ -31,7 +31,7 @@ import numpy as np
 
 from xtc.policer.engine import percentiles
 
-__all__ = ["register", "run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE"]
+__all__ = ["register", "run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE", "PgServer"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
 PAGE = 100
@@ -61,14 +61,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fleet: share of the routers that answer 5 s, then fall silent 5 s, over and over, to time "
                         "how soon a router that stops answering is marked (dying_marked_s; default 0; their "
                         "silences count in measure_gap_ms)")
+    s.add_argument("--jitter", type=float, default=0.0,
+                   help="fleet: the VRs' offered rates are drawn anew every period, base x (1 +- JITTER), so that "
+                        "every sample differs from the last as a real VR's do (default 0: steady rates, and the "
+                        "same samples but for their time, which the engine records without decoding them again)")
+    s.add_argument("--postgres", action="store_true",
+                   help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
+                        "package, started and removed by the bench, instead of SQLite (its CPU is counted)")
     s.set_defaults(func=_cmd_bench)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.fleet:
-        res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, samples=args.samples,
-                              shards=args.shards, flapping_fraction=args.flapping,
-                              snapshot_interval_s=args.snapshot_interval)
+        kw = dict(samples=args.samples, shards=args.shards, flapping_fraction=args.flapping,
+                  snapshot_interval_s=args.snapshot_interval, jitter=args.jitter)
+        if args.postgres:
+            with PgServer() as pg:
+                os.environ["XTC_POLICER_DB_URL"] = pg.new_database()
+                try:
+                    res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, **kw)
+                finally:
+                    del os.environ["XTC_POLICER_DB_URL"]
+                res["database"] = f"PostgreSQL {pg.version} (fsync on), started by the bench"
+        else:
+            res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, **kw)
+            res["database"] = "SQLite (in the policer's processes)"
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -251,6 +268,64 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     return res
 
 
+class PgServer:
+    """A throw-away PostgreSQL server of the Debian package (``/usr/lib/postgresql/<v>/bin``) in a
+    temporary directory, on a unix socket there only (no TCP), fsync on, ``trust`` authentication;
+    as root its files belong to the ``postgres`` user and its tools run through ``runuser``.  A
+    context manager: started on entry, stopped and removed on exit."""
+
+    def __init__(self) -> None:
+        import shutil
+
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not found:
+            raise RuntimeError("PostgreSQL server binaries not found in /usr/lib/postgresql/*/bin"
+                               " (apt-get install postgresql)")
+        self.bindir = found[-1].parent
+        self.version = self.bindir.parent.name
+        self.dir = Path(tempfile.mkdtemp(prefix="xtc-bench-pg-"))
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.n = 0
+
+    def _run(self, *argv: str) -> None:
+        r = subprocess.run([*self.as_user, *argv], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed: {r.stdout[-1000:]} {r.stderr[-1000:]}")
+
+    def __enter__(self) -> "PgServer":
+        data = self.dir / "data"
+        self._run(str(self.bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+        opts = f"-c listen_addresses='' -c unix_socket_directories={self.dir} -c max_connections=200"
+        try:
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(self.dir / "log"), "-w",
+                      "-t", "60", "start")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import shutil
+
+        try:
+            if (self.dir / "data" / "postmaster.pid").exists():
+                self._run(str(self.bindir / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def new_database(self) -> str:
+        """A new empty database's URL."""
+        import psycopg
+
+        self.n += 1
+        with psycopg.connect(f"postgresql://postgres@/postgres?host={self.dir}", autocommit=True) as c:
+            c.execute(f"CREATE DATABASE bench{self.n}")
+        return f"postgresql://postgres@/bench{self.n}?host={self.dir}"
+
+
 def database_server_pid(url: str | None) -> int | None:
     """The postmaster's process id of a PostgreSQL server on this machine that ``url`` reaches by a unix
     socket (the first line of the socket's lock file, ``<dir>/.s.PGSQL.<port>.lock``); None for SQLite,
@@ -414,7 +489,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
                     request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
                     api_duration_s: float = 5.0, max_warmup_s: float = 300.0, flapping_fraction: float = 0.0,
-                    flap_s: float = 5.0, snapshot_interval_s: float | None = None) -> dict[str, Any]:
+                    flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -435,13 +510,15 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
     samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
     (``[engine] samples = true``); else every router is measured by ``list``.  ``shards``: the policer's
-    ``engine.shards`` (engine processes, each policing its share of the routers)."""
+    ``engine.shards`` (engine processes, each policing its share of the routers).  ``jitter``: the daemons'
+    offered rates are drawn anew every period (:class:`xtc_lab.policer_fleet.Fleet`), so that their
+    samples change as a real fleet's do."""
     import psutil
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
                            "flapping_fraction": flapping_fraction, "flap_s": flap_s,
-                           "period_s": period_s, "samples": samples, "shards": shards}
+                           "period_s": period_s, "samples": samples, "shards": shards, "jitter": jitter}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500 + routers / 1000  # the fleet leaves this out of its statistics
         # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
@@ -454,7 +531,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 [sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(share), "--vrs", str(vrs_per_router),
                  "--dead", str(dead_fraction), "--flapping", str(flapping_fraction), "--flap-s", str(flap_s),
                  "--out", str(fl_files[-1]), "--first", str(sum(shares[:i])),
-                 "--warmup-s", str(warm), *(["--publish"] if samples else [])],
+                 "--warmup-s", str(warm), "--jitter", str(jitter), *(["--publish"] if samples else [])],
                 stdout=subprocess.PIPE, text=True))
         proc = None
         try:

@@ -166,14 +166,20 @@ class Fleet:
         Which routers misbehave and the VRs' offered rates.
     first : int
         Number of the first router's name (``r00000`` for 0): several fleets, one fleet each.
+    jitter : float
+        With ``publish``: before each period's samples every VR's offered rate is drawn anew, its base
+        rate times ``1 + jitter * u`` (``u`` uniform in -1..1), so that its measurements change every
+        period as a real VR's do (0: the same rates, and the same messages but for their time).
     """
 
     def __init__(self, n_routers: int, vrs_per_router: int = 16, dead_fraction: float = 0.1,
                  slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
                  publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
-                 first: int = 0):
+                 first: int = 0, jitter: float = 0.0):
         rng = random.Random(seed)
+        self.jitter = jitter
+        self._jitter_rng = random.Random(seed + 2)
         self._rng = random.Random(seed + 1)  # the flapping daemons' phases
         self.capacity_pps = capacity_pps
         self.slow_s = slow_s
@@ -278,6 +284,10 @@ class Fleet:
                 if d.pub_silent or d.silent:
                     continue
                 d.published += 1
+                if self.jitter:
+                    base = d.__dict__.setdefault("base_pps", {n: v.offered_pps for n, v in d.vrs.items()})
+                    for n, v in d.vrs.items():
+                        v.offered_pps = round(base[n] * (1 + self.jitter * (2 * self._jitter_rng.random() - 1)))
                 rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
                 p.send_multipart(api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0])),
                                  flags=zmq.NOBLOCK)
@@ -370,12 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flap-s", type=float, default=5.0, help="a flapping router answers this long, then is silent as long")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--publish", action="store_true")
+    p.add_argument("--jitter", type=float, default=0.0, help="offered rates drawn anew each period: base x (1 +- jitter)")
     p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
     p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, flap_s=args.flap_s, transport=args.transport,
-                  publish=args.publish, seed=args.first, first=args.first).start()
+                  publish=args.publish, seed=args.first, first=args.first, jitter=args.jitter).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)

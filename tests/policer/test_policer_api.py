@@ -103,6 +103,12 @@ def test_resources_errors_and_restart(db_url: str) -> None:
     # A new process on the same file finds everything as it was; the removed router is still there.
     c2, store2 = client(db_url)
     after = {p: c2.get(p).json() for p in before}
+    # The same, but for where the VRs' measurements come from: the first store's live ones (it recorded
+    # them), the new process's from the database (which the first store wrote as the VRs appeared).
+    assert [v["measured_from"] for v in before["/vrs"]] == ["live"] and after["/vrs"][0]["measured_from"] == "snapshot"
+    for page in (before["/vrs"], after["/vrs"]):
+        for v in page:
+            del v["measured_from"]
     assert after == before
     assert after["/routers"][0]["status"] == "removed"
     # Registering it again keeps its history.

@@ -53,8 +53,10 @@ def _seed(store: Store) -> None:
 @pytest.mark.parametrize("protect_reads", [False, True])
 def test_lean_reads_answer_as_fastapi_does(tmp_path: Any, protect_reads: bool) -> None:
     url = f"sqlite:///{tmp_path / 'p.db'}"
+    seeder = Store(url)  # a store of its own: neither app's holds live measurements (both read the database)
+    _seed(seeder)
+    seeder.close()
     app, store = _app(url, protect_reads)
-    _seed(store)
     plain, plain_store = _app(url, protect_reads)
     plain.lean = None  # FastAPI alone, on the same database
     answered: list[str] = []

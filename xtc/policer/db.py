@@ -244,6 +244,20 @@ class Conn:
         """
         if not rows:
             return
+        nset, one, bulk = Conn._bulk_sql(table, columns, types, also)
+        if self.pg and len({tuple(r[nset:]) for r in rows}) == len(rows):
+            # An array holds one type: a real column's ints become floats (psycopg refuses mixed lists),
+            # an integer column's bools ints (a binary bool[] has no cast to int8[]).
+            self.raw.execute(bulk, [[None if x is None else float(x) for x in col] if t == "r"
+                                    else [None if x is None else int(x) for x in col] if t == "i" else list(col)
+                                    for t, col in zip(types, zip(*rows))])
+            return
+        self.executemany(one, rows)
+
+    @staticmethod
+    def _bulk_sql(table: str, columns: str, types: str, also: str) -> tuple[int, str, str]:
+        """:meth:`update_many`'s statements (made once): the SET columns' count, the one-row statement, and
+        PostgreSQL's one statement over arrays."""
         spec = (table, columns, types, also)
         got = Conn._bulk.get(spec)
         if got is None:
@@ -260,15 +274,18 @@ class Conn:
                     + f" FROM unnest({arrays}) AS u({', '.join(f'c{i}' for i in range(len(types)))})"
                     + " WHERE " + " AND ".join(f"{table}.{c}=u.c{len(sets) + i}" for i, c in enumerate(keys)))
             got = Conn._bulk[spec] = (len(sets), one, bulk)
-        nset, one, bulk = got
-        if self.pg and len({tuple(r[nset:]) for r in rows}) == len(rows):
-            # An array holds one type: a real column's ints become floats (psycopg refuses mixed lists),
-            # an integer column's bools ints (a binary bool[] has no cast to int8[]).
-            self.raw.execute(bulk, [[None if x is None else float(x) for x in col] if t == "r"
-                                    else [None if x is None else int(x) for x in col] if t == "i" else list(col)
-                                    for t, col in zip(types, zip(*rows))])
+        return got
+
+    def update_columns(self, table: str, columns: str, types: str, cols: list[list[Any]]) -> None:
+        """:meth:`update_many` given a list per column (as gathered from arrays: no tuple a row to build
+        on PostgreSQL, whose one statement takes the columns as they are), keys that do not repeat; a
+        ``r`` column's values must be floats or None, an ``i`` column's ints or None."""
+        if not cols or not cols[0]:
             return
-        self.executemany(one, rows)
+        if not self.pg:
+            self.update_many(table, columns, types, list(zip(*cols)))
+            return
+        self.raw.execute(Conn._bulk_sql(table, columns, types, "")[2], cols)
 
 
 _PG_ARRAY = {"r": "float8", "i": "int8", "t": "text"}

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
+from .liveshare import PUBLISH_S, LiveWriter
 from .samples import SampleStreams
 from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
@@ -297,6 +298,10 @@ class Engine:
         worker between batches, and once more when the engine stops): the routers' measurements live in
         the store's memory, and only decisions, status changes and a VR's discrete changes are written
         as they happen; a crash loses at most this long of measurements (``engine.snapshot_interval_s``).
+    live_file : path, optional
+        Where the worker publishes the live measurements for the API's processes
+        (:class:`~xtc.policer.liveshare.LiveWriter`), every :data:`~xtc.policer.liveshare.PUBLISH_S` (at
+        most a period) while batches come; removed when the engine stops.  None: not published.
     """
 
     def __init__(self, store: Store, links: LinkPool, period_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
@@ -304,7 +309,8 @@ class Engine:
                  max_backoff_s: float = 30.0, is_leader: Callable[[], bool] | None = None, batch_size: int = 256,
                  samples: SampleStreams | None = None, sample_max_age_s: float | None = None,
                  shard: tuple[int, int] = (0, 1), silence_s: float | None = None,
-                 probe_timeout_s: float | None = None, snapshot_interval_s: float = 10.0):
+                 probe_timeout_s: float | None = None, snapshot_interval_s: float = 10.0,
+                 live_file: str | None = None):
         if not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
             raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
         self.shard = shard
@@ -313,6 +319,9 @@ class Engine:
         self._next_snapshot = time.monotonic() + snapshot_interval_s
         #: Snapshots of the live measurements written (since the start).
         self.snapshots = 0
+        self._live_out = LiveWriter(live_file, 2 * period_s + 1.0) if live_file else None
+        self._live_every_s = min(PUBLISH_S, period_s)
+        self._next_live = 0.0
         self.samples = samples
         self.sample_max_age_s = 1.5 * period_s if sample_max_age_s is None else sample_max_age_s
         self.silence_s = 1.25 * period_s if silence_s is None else silence_s
@@ -492,6 +501,7 @@ class Engine:
         self._settings = settings
         started = []
         exchanges: list[tuple] = []
+        sampled: list[tuple] = []  # handed to the worker a batch at a time, not one queue entry a router
         names = set()
         for r in routers:
             name = r["name"]
@@ -503,9 +513,14 @@ class Engine:
             vrs = self._sampled_vrs(r)
             if vrs is not None:  # measured by the router's sample stream: no 'list'
                 self.sampled += 1
-                self._put(("samples", r, settings, now, vrs, time.monotonic()))
+                sampled.append(("samples", r, settings, now, vrs, time.monotonic()))
+                if len(sampled) >= self.batch_size:
+                    self._work.put((1, next(self._seq), ("batch", sampled)))
+                    sampled = []
                 continue
             exchanges.append(self._list(r, settings, now))
+        if sampled:
+            self._work.put((1, next(self._seq), ("batch", sampled)))
         self.links.exchange_many(exchanges)
         self._cycle_names = names
         for gone in set(self._state) - names:
@@ -622,7 +637,8 @@ class Engine:
     def _work_loop(self) -> None:
         while True:
             first = self._work.get()
-            items = [first[2]]
+            items: list[Any] = []
+            self._take(items, first[2])
             while len(items) < self.batch_size:  # whatever else has arrived meanwhile, failures first
                 try:
                     entry = self._work.get_nowait()
@@ -633,7 +649,7 @@ class Engine:
                     # transaction of their own, not after a batch of replies is recorded.
                     self._work.put(entry)
                     break
-                items.append(entry[2])
+                self._take(items, entry[2])
             stop = None in items
             items = [it for it in items if it is not None]
             try:
@@ -648,8 +664,32 @@ class Engine:
                     d.set()
             if stop or self.store.snapshot_pending or time.monotonic() >= self._next_snapshot:
                 self._snapshot(final=stop)
+            if self._live_out is not None:
+                self._publish_live(stop)
             if stop:
                 return
+
+    def _publish_live(self, stop: bool) -> None:
+        """Publish the live measurements for the API (the worker's thread: the table is its own) when due;
+        on the way out, remove them.  A failure is logged, never fatal: the API then shows the snapshot."""
+        out = self._live_out
+        assert out is not None
+        try:
+            if stop:
+                out.remove()
+            elif time.monotonic() >= self._next_live:
+                self._next_live = time.monotonic() + self._live_every_s
+                out.publish(self.store.live, time.time())
+        except OSError as e:
+            log.warning("live measurements not published to %s: %s", out.path, e)
+
+    @staticmethod
+    def _take(items: list[Any], item: tuple | None) -> None:
+        """Add a queue entry's item to a batch: a cycle's batch of sampled routers adds each of them."""
+        if item is not None and item[0] == "batch":
+            items.extend(item[1])
+        else:
+            items.append(item)
 
     def _snapshot(self, final: bool = False) -> None:
         """Write the live measurements (the worker's thread: the store's live values are its own), at

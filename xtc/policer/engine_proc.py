@@ -327,6 +327,7 @@ def main() -> int:
     setup_logging(cfg.get("log_format", "json"), cfg.get("log_level", "info"))
     from .engine import Engine
     from .link import LinkPool
+    from .liveshare import live_file_name
     from .samples import SampleStreams
 
     try:
@@ -351,7 +352,8 @@ def main() -> int:
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,
                     max_vrs_per_router=cfg["max_vrs_per_router"], samples=streams,
                     is_leader=leadership.held if leadership is not None else None, shard=shard,
-                    snapshot_interval_s=cfg.get("snapshot_interval_s", 10.0))
+                    snapshot_interval_s=cfg.get("snapshot_interval_s", 10.0),
+                    live_file=os.path.join(cfg["live_dir"], live_file_name(shard)) if cfg.get("live_dir") else None)
 
     def report() -> None:
         leads = engine.error is None and (leadership is None or leadership.held())

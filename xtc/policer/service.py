@@ -36,8 +36,10 @@ import logging
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -52,6 +54,7 @@ from .api import create_app
 from .config import PolicerConfigError, PolicerConfig, check_transport, server_ssl_context
 from .engine import Engine
 from .link import LinkPool
+from .liveshare import LiveReader
 from .samples import SampleStreams
 from .engine_proc import REPORT_S, EngineProcess, EngineShards
 from .httpproto import bounded_protocol
@@ -115,9 +118,18 @@ def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
             "log_format": cfg.log_format, "log_level": cfg.log_level}
 
 
-def _engine_procs(cfg: PolicerConfig, store: Store, on_crash: Callable[[BaseException], None]) -> Any:
-    """The engine's process, or ``engine.shards`` of them (:class:`EngineShards`)."""
-    settings = _engine_settings(cfg, store)
+def _live_dir() -> str:
+    """A private directory (0700) for the engines' live values (:mod:`.liveshare`): in ``/dev/shm`` (memory)
+    when there is one, else in the temporary directory."""
+    shm = "/dev/shm"
+    return tempfile.mkdtemp(prefix="xtc-policer-live-", dir=shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None)
+
+
+def _engine_procs(cfg: PolicerConfig, store: Store, on_crash: Callable[[BaseException], None],
+                  live_dir: str | None = None) -> Any:
+    """The engine's process, or ``engine.shards`` of them (:class:`EngineShards`), publishing their live
+    values in ``live_dir``."""
+    settings = {**_engine_settings(cfg, store), "live_dir": live_dir}
     return EngineProcess(settings, on_crash) if cfg.shards == 1 else EngineShards(settings, cfg.shards, on_crash)
 
 
@@ -165,8 +177,11 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
 
     notifier = Notifier.from_environ()  # before the engine's process starts: it must not inherit it
     engine: Any
+    live_dir = None
     if store.path != ":memory:":  # the engine (and on PostgreSQL the leader lock) in a process of its own
-        engine = _engine_procs(cfg, store, on_crash)
+        live_dir = _live_dir()
+        store.live_source = LiveReader(live_dir)
+        engine = _engine_procs(cfg, store, on_crash, live_dir)
     else:  # an in-memory database is this process's alone: the engine runs in a thread beside the API
         links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes)
         streams = (SampleStreams(cfg.max_vrs_per_router, cfg.curve_secret_key_file, cfg.max_reply_bytes)
@@ -185,6 +200,8 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         srv.run(sockets=[sock])
     finally:
         store.close()
+        if live_dir is not None:
+            shutil.rmtree(live_dir, ignore_errors=True)
     return 1 if failed else 0
 
 
@@ -263,7 +280,8 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
     signals.stop_event = stop
     signals.install_signal_handlers()
     notifier = Notifier.from_environ()  # the engine and the workers must not inherit it
-    engine = _engine_procs(cfg, store, on_crash)
+    live_dir = _live_dir()
+    engine = _engine_procs(cfg, store, on_crash, live_dir)
     # Bound, not listening: it holds the port (an ephemeral one is chosen here) and takes no connection.
     hold = bind_socket(cfg.host, cfg.port, reuse_port=True, listen=False)
     host, port = hold.getsockname()[:2]
@@ -272,7 +290,8 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
     workers: list[subprocess.Popen] = []
     try:
         engine.start()
-        wcfg = {**asdict(cfg), "tokens": sorted(cfg.tokens), "port": port, "access_log": access_log}
+        wcfg = {**asdict(cfg), "tokens": sorted(cfg.tokens), "port": port, "access_log": access_log,
+                "live_dir": live_dir}
         for _ in range(cfg.workers if not stop.is_set() else 0):
             p = subprocess.Popen([sys.executable, "-m", "xtc.policer.service"], stdin=subprocess.PIPE, text=True,
                                  bufsize=1)
@@ -315,6 +334,7 @@ def _supervise(cfg: PolicerConfig, store: Store, access_log: bool) -> int:
             except OSError:
                 pass
         engine.stop()
+        shutil.rmtree(live_dir, ignore_errors=True)
         hold.close()
         signals.restore_signal_handlers()
         signals.stopped()
@@ -337,9 +357,12 @@ def _worker_main() -> int:
     engine's reports."""
     d = json.loads(sys.stdin.readline())
     access_log = d.pop("access_log")
+    live_dir = d.pop("live_dir", None)
     cfg = PolicerConfig(**{**d, "tokens": frozenset(d["tokens"])})
     setup_logging(cfg.log_format, cfg.log_level)
     store = Store(cfg.db_url)
+    if live_dir:
+        store.live_source = LiveReader(live_dir)
     server: dict[str, Any] = {}
 
     def on_eof() -> None:

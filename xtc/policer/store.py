@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .live import LiveTable
+from .liveshare import LiveReader, LiveView
 from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database, parse_db_url
 from .planner import Settings
 from .policy import POLICIES, ActivationState, MisbehaviourState
@@ -134,15 +136,18 @@ class Store:
         #: engine writes keep the entry up to date).  The rows are never changed in place (a write makes
         #: new ones), so what :meth:`router_states` returned stays as it was.
         self._states: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
-        #: router -> (the VRs of its last measurement recorded, the kept rows that left, the rows written): the
-        #: same measurement (the very list: a sample stream's unchanged message) over those rows is recorded
-        #: from these, without comparing each VR again.
-        self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[tuple]]] = {}
-        #: router -> (wall time of its last measurement, that measurement's VR values as :meth:`record_outcomes`
-        #: builds them): the live measurements of the routers this store's engine measures, written to the
-        #: database only by :meth:`snapshot` (a VR's discrete changes, its appearance and disappearance, and a
-        #: router's status changes are written at once).  Empty in a process that measures nothing (the API's).
-        self._live: dict[str, tuple[float, list[tuple]]] = {}
+        #: router -> (the VRs of its last measurement recorded, the kept rows that left): the same measurement
+        #: (the very list: a sample stream's unchanged message) over those rows is recorded from these, without
+        #: comparing each VR again (its live values are already in :attr:`_live`).
+        self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]] = {}
+        #: The live measurements of the routers this store's engine measures (numpy arrays, a row per VR,
+        #: :class:`~xtc.policer.live.LiveTable`), written to the database only by :meth:`snapshot` (a VR's
+        #: discrete changes, its appearance and disappearance, and a router's status changes are written at
+        #: once).  Empty in a process that measures nothing (the API's).
+        self._live = LiveTable()
+        #: In a process that measures nothing (the API's): the engines' published live values
+        #: (:mod:`~xtc.policer.liveshare`), shown where fresh, the last snapshot's otherwise.
+        self.live_source: LiveReader | None = None
         #: Routers measured since the last :meth:`snapshot` began, and those of the one under way.
         self._dirty: set[str] = set()
         self._snapshot_queue: list[str] = []
@@ -209,6 +214,7 @@ class Store:
             "control_on": bool(r["control_on"]),
             "demand_pps": r["demand_pps"],
             "created_unix_s": r["created_unix_s"],
+            "measured_from": "snapshot",
         }
 
     def list_routers(self, include_removed: bool = True, status: str | None = None, limit: int = -1,
@@ -224,8 +230,9 @@ class Store:
         if conds:
             sql += " WHERE " + " AND ".join(conds)
         rows = self._read(*self._page(sql + " ORDER BY name", args, limit, offset))
-        if self._live:
-            return [self.live_router(self._router(r)) for r in rows]
+        view = self._view()
+        if view is not None:
+            return [self.live_router(self._router(r), view) for r in rows]
         return [self._router(r) for r in rows]
 
     def engine_routers(self, never_heard: bool = False) -> list[dict[str, Any]]:
@@ -252,7 +259,7 @@ class Store:
         rows = self._read("SELECT * FROM routers WHERE name=?", (name,))
         if not rows:
             raise NotFound(f"no router named {name!r}")
-        return self.live_router(self._router(rows[0])) if self._live else self._router(rows[0])
+        return self.live_router(self._router(rows[0]))
 
     def add_router(self, name: str, endpoint: str, capacity_pps: float, control_mode: str,
                    curve_server_key: str | None, actor: str, pub_endpoint: str | None = None) -> dict[str, Any]:
@@ -331,6 +338,7 @@ class Store:
             "wanted_setpoint_pps": r["wanted_setpoint_pps"],
             "punishment_level": r["punish_level"],
             "flagged": r["punish_level"] >= 3,
+            "measured_from": "snapshot",
         }
 
     def list_vrs(self, router: str | None = None, network: str | None = None, state: str | None = None,
@@ -351,8 +359,9 @@ class Store:
         if conds:
             sql += " WHERE " + " AND ".join(conds)
         rows = self._read(*self._page(sql + " ORDER BY router, name", args, limit, offset))
-        if self._live:
-            return [self.live_vr(self._vr(r)) for r in rows]
+        view = self._view()
+        if view is not None:
+            return [self.live_vr(self._vr(r), view) for r in rows]
         return [self._vr(r) for r in rows]
 
     def punished_vrs(self) -> list[tuple[str, str, int]]:
@@ -365,7 +374,7 @@ class Store:
         rows = self._read("SELECT * FROM vrs WHERE router=? AND name=?", (router, name))
         if not rows:
             raise NotFound(f"no VR {name!r} on router {router!r}")
-        return self.live_vr(self._vr(rows[0])) if self._live else self._vr(rows[0])
+        return self.live_vr(self._vr(rows[0]))
 
     def set_vr_network(self, router: str, name: str, network: str | None, actor: str) -> dict[str, Any]:
         with self.tx() as db:
@@ -542,11 +551,10 @@ class Store:
                     for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
                         got[row[0]][row[1]] = dict(zip(STATE_COLS, row[1:]))
                     for name, rows in got.items():  # the live measurements over the last snapshot's (the
-                        live = self._live.get(name)  # other columns are written as they change)
-                        for vals in live[1] if live is not None else ():
-                            row = rows.get(vals[9])
+                        for n, (m, o, sat) in self._live.vrs(name).items():  # other columns are written as
+                            row = rows.get(n)  # they change)
                             if row is not None:
-                                row.update(forwarded_pps=vals[3], offered_pps=vals[4], saturated=vals[6])
+                                row.update(forwarded_pps=m, offered_pps=o, saturated=sat)
                     for name, rev in stale.items():
                         cache[name] = (rev, got[name])
                         out[name] = (out[name][0], got[name])
@@ -558,8 +566,8 @@ class Store:
             self._states.pop(gone, None)
         for gone in set(self._recorded) - names:
             self._recorded.pop(gone, None)
-        for gone in set(self._live) - names:
-            self._live.pop(gone, None)
+        for gone in set(self._live.routers()) - names:
+            self._live.drop(gone)
             self._dirty.discard(gone)
 
     # ---------------------------------------------------------------------------- snapshots
@@ -573,28 +581,28 @@ class Store:
         how many VRs' rows were written."""
         if not self._snapshot_queue:  # a new snapshot: the routers measured until now
             self._snapshot_queue, self._dirty = list(self._dirty), set()
-        routers, vrs = [], []
+        batch: list[str] = []
+        n = 0
         queue = self._snapshot_queue
-        while queue and (max_rows is None or len(vrs) < max_rows):
+        live = self._live
+        while queue and (max_rows is None or n < max_rows):
             name = queue.pop()
-            live = self._live.get(name)
-            if live is None:
-                continue
-            seen, vals = live
-            routers.append((seen, name))
-            vrs.extend((v[3], v[4], v[5], v[6], seen, name, v[9]) for v in vals)
+            if name in live:
+                batch.append(name)
+                n += len(live.names(name))
+        routers, vrs = live.columns(batch)  # gathered from the arrays, a list per column
         if not routers:
             return 0
         t = self.clock()
         with self.tx() as db:
             self._fence(db)
             db.update_many("routers", "last_seen_unix_s | name", "rt", routers)
-            db.update_many("vrs", "forwarded_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
-                           "rrrtrtt", vrs)
+            db.update_columns("vrs", "forwarded_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
+                              "rrrtrtt", vrs)
             db.execute("INSERT INTO meta (key, value) VALUES ('snapshot_unix_s', ?)"
                        " ON CONFLICT (key) DO UPDATE SET value=excluded.value", (repr(t),))
         self.snapshot_unix_s = t
-        return len(vrs)
+        return len(vrs[0])
 
     def last_snapshot_unix_s(self) -> float | None:
         """Wall time of the newest snapshot of the measurements any engine wrote to the database (None:
@@ -603,28 +611,42 @@ class Store:
         return float(rows[0]["value"]) if rows else None
 
     @property
+    def live(self) -> LiveTable:
+        """The live measurements of the routers this store's engine measures."""
+        return self._live
+
+    @property
     def snapshot_pending(self) -> bool:
         """Whether a snapshot begun with ``max_rows`` has routers left to write."""
         return bool(self._snapshot_queue)
 
-    def live_router(self, router: dict[str, Any]) -> dict[str, Any]:
-        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` when this store's
-        engine measures it (else the last snapshot's)."""
-        live = self._live.get(router["name"])
-        if live is not None and router["status"] == "reachable":
-            router["last_seen_unix_s"] = live[0]
+    def _view(self) -> LiveTable | LiveView | None:
+        """Where live values are read now: this store's engine's table when it measures routers, else the
+        engines' fresh publications (:attr:`live_source`), else nowhere (None)."""
+        if self._live:
+            return self._live
+        return self.live_source.view() if self.live_source is not None else None
+
+    def live_router(self, router: dict[str, Any], view: LiveTable | LiveView | None = None) -> dict[str, Any]:
+        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` (and ``measured_from``
+        ``live``) when an engine measures it and it is reachable (else the last snapshot's)."""
+        if view is None:
+            view = self._view()
+        seen = view.seen_unix_s(router["name"]) if view is not None else None
+        if seen is not None and router["status"] == "reachable":
+            router["last_seen_unix_s"] = seen
+            router["measured_from"] = "live"
         return router
 
-    def live_vr(self, vr: dict[str, Any]) -> dict[str, Any]:
-        """A VR as :meth:`get_vr` gives it, with its live measurements when this store's engine measures
-        its router (else the last snapshot's)."""
-        live = self._live.get(vr["router"])
-        if live is not None:
-            for v in live[1]:
-                if v[9] == vr["name"]:
-                    vr.update(forwarded_pps=v[3], offered_pps=v[4], cap_percent=v[5], saturated=v[6],
-                              last_seen_unix_s=live[0])
-                    break
+    def live_vr(self, vr: dict[str, Any], view: LiveTable | LiveView | None = None) -> dict[str, Any]:
+        """A VR as :meth:`get_vr` gives it, with its live measurements (and ``measured_from`` ``live``) when
+        an engine measures its router (else the last snapshot's)."""
+        if view is None:
+            view = self._view()
+        got = view.vr(vr["router"], vr["name"]) if view is not None else None
+        if got is not None:
+            vr.update(got)
+            vr["measured_from"] = "live"
         return vr
 
     def record_poll(self, router: str, vrs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -688,8 +710,8 @@ class Store:
                         if status[name] != "reachable":  # a change: written at once (its time too)
                             seen_rows.append((o.status, o.error, now, name))
                             bumps[name] = bumps.get(name, 0) + 1
-                        else:  # reachable again: its time is live, written by the next snapshot
-                            self._live[name] = (now, self._live.get(name, (now, []))[1])
+                        elif not self._live.touch(name, now):  # reachable again: its time is live, written
+                            self._live.put(name, now, (), (), (), (), ())  # by the next snapshot
                     else:
                         other_rows.append((o.status, o.error, name))
                         bumps[name] = bumps.get(name, 0) + 1
@@ -706,7 +728,7 @@ class Store:
                 if m is not None and m[0] is o.vrs and m[1] is rows and rows is not None and name not in new_rows:
                     # The very measurement last recorded over the very rows it left: the same rows again (no VR
                     # appears, vanishes or changes), only their time moves (live, until the next snapshot).
-                    self._live[name] = (now, m[2])
+                    self._live.touch(name, now)
                     self._dirty.add(name)
                     new_rows[name] = rows
                     continue
@@ -762,14 +784,15 @@ class Store:
                         rows = None
                 for n in seen:
                     was[n] = True
-                self._live[name] = (now, mine)
+                self._live.put(name, now, [v[9] for v in mine], [v[3] for v in mine], [v[4] for v in mine],
+                               [v[5] for v in mine], [v[6] for v in mine])
                 self._dirty.add(name)
                 if (written, *changes) != (len(updates), len(inserts), len(absent), len(audits)) and name not in bumps:
                     bump_rows.append((name,))  # its VRs' rows written: other stores' kept rows are stale
                     bumps[name] = 1
                 new_rows[name] = rows
                 if rows is not None and changes == (len(inserts), len(absent), len(audits)):
-                    memo[name] = (o.vrs, rows, mine)
+                    memo[name] = (o.vrs, rows)
                 else:
                     memo.pop(name, None)
             db.update_many("routers", "status last_error last_seen_unix_s | name", "ttrt", seen_rows, "rev=rev+1")

@@ -87,6 +87,12 @@ class RouterPatch(_In):
     pub_endpoint: Annotated[str | None, Field(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc://[^\s]+)$", max_length=256)] = None
 
 
+MeasuredFrom = Literal["live", "snapshot"]
+_MEASURED_FROM = ("where the values of {what} come from: 'live', the engine that measures the router now (at most about "
+                  "half a second old); 'snapshot', the database's last snapshot of the measurements (written "
+                  "every engine.snapshot_interval_s, and what is shown while no engine publishes its live values)")
+
+
 class Router(BaseModel):
     name: str
     endpoint: str
@@ -100,6 +106,7 @@ class Router(BaseModel):
     control_on: bool = Field(description="XTC is on for this router's VRs")
     demand_pps: float | None = Field(description="aggregate demand at the last cycle, packets/s")
     created_unix_s: float
+    measured_from: MeasuredFrom = Field(description=_MEASURED_FROM.format(what="last_seen_unix_s"))
 
 
 class Vr(BaseModel):
@@ -124,6 +131,8 @@ class Vr(BaseModel):
     wanted_setpoint_pps: float | None
     punishment_level: int
     flagged: bool = Field(description="punished to the last level: an operator should look")
+    measured_from: MeasuredFrom = Field(description=_MEASURED_FROM.format(
+        what="forwarded_pps, offered_pps, cap_percent, saturated and last_seen_unix_s"))
 
 
 class VrNetworkIn(_In):

@@ -1,0 +1,182 @@
+"""Where the policer engine's CPU per measurement goes: ``python -m xtc_lab.policer_profile``.
+
+Runs the real engine (:class:`xtc.policer.engine.Engine`, its :class:`~xtc.policer.link.LinkPool` and
+:class:`~xtc.policer.samples.SampleStreams`, a SQLite or PostgreSQL store) in this process against a
+fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child process, over real sockets),
+as ``xtc policer serve``'s engine process runs it, but without the API.  After a warm-up it measures
+the process's CPU per router measurement (``sampled`` + ``listed``) for ``--window`` seconds unprofiled,
+then as long again with :mod:`cProfile` on in every engine thread (the cycle's, the worker's, the sample
+streams'), the calls of each thread's loop profiled one by one on the thread's CPU clock (waits for a
+lock, the database or the interpreter lock do not count), and prints JSON: the CPU per measurement,
+and the profile's top functions by own time and by cumulative time (profiling inflates the times,
+roughly evenly; the shares are what it tells).  With ``--tracemalloc`` it also says how much of the
+resident memory Python's own objects hold (traced from the start, which slows everything) and where they
+were allocated: the rest is native (libzmq's sockets and queues, SQLite's cache, the libraries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
+
+from xtc.policer.engine import Engine
+from xtc.policer.link import LinkPool
+from xtc.policer.samples import SampleStreams
+from xtc.policer.store import Store
+
+__all__ = ["profile_engine", "main"]
+
+_ON = threading.Event()
+_PROFILES: list[cProfile.Profile] = []
+_LOCAL = threading.local()
+
+
+def _profiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with a per-thread :class:`cProfile.Profile` on around each call while :data:`_ON` is set."""
+
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        if not _ON.is_set() or getattr(_LOCAL, "inside", False):
+            return fn(*a, **kw)
+        prof = getattr(_LOCAL, "prof", None)
+        if prof is None:
+            prof = _LOCAL.prof = cProfile.Profile(time.thread_time)  # the thread's CPU, not its waits
+            _PROFILES.append(prof)
+        _LOCAL.inside = True
+        prof.enable()
+        try:
+            return fn(*a, **kw)
+        finally:
+            prof.disable()
+            _LOCAL.inside = False
+
+    return wrapper
+
+
+def _patch() -> None:
+    """Profile the per-iteration work of each engine thread (the loops themselves only wait)."""
+    for cls, names in ((Engine, ("run_cycle", "contact_new", "probe_silent", "_handle_batch", "_snapshot")),
+                       (SampleStreams, ("_drain", "_reconcile"))):
+        for n in names:
+            setattr(cls, n, _profiled(getattr(cls, n)))
+
+
+def _top(stats: pstats.Stats, key: str, n: int) -> list[str]:
+    buf = io.StringIO()
+    stats.stream = buf  # type: ignore[attr-defined]
+    stats.sort_stats(key).print_stats(n)
+    lines = buf.getvalue().splitlines()
+    start = next((i for i, s in enumerate(lines) if s.lstrip().startswith("ncalls")), 0)
+    return [s.rstrip() for s in lines[start:] if s.strip()]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
+                   warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
+                   snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0) -> dict[str, Any]:
+    """See the module's text; returns the JSON it prints."""
+    _patch()
+    if trace_memory:
+        tracemalloc.start(1)
+    out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
+                           "jitter": jitter}
+    with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
+        fl_file = Path(tmp) / "fleet.json"
+        fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
+                                  "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish",
+                                  "--jitter", str(jitter)],
+                                 stdout=subprocess.DEVNULL)
+        eng = store = None
+        try:
+            t = time.monotonic()
+            while not fl_file.exists():
+                if fleet.poll() is not None or time.monotonic() - t > 120:
+                    raise RuntimeError("the fleet did not start")
+                time.sleep(0.1)
+            store = Store(db_url or f"sqlite:///{tmp}/policer.db")
+            for r in json.loads(fl_file.read_text()):
+                store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
+                                 pub_endpoint=r["pub_endpoint"])
+            eng = Engine(store, LinkPool(0.9), period_s=1.0, samples=SampleStreams(vrs), snapshot_interval_s=snapshot_interval_s)
+            eng.start()
+            time.sleep(warmup_s if warmup_s is not None else 10 + routers / 100)
+            out["measured_per_s"] = {}
+            for profiled in (False, True):
+                if profiled:
+                    _ON.set()
+                n0, c0, t0 = eng.sampled + eng.listed, _cpu_s(), time.monotonic()
+                time.sleep(window_s)
+                n, c, w = eng.sampled + eng.listed - n0, _cpu_s() - c0, time.monotonic() - t0
+                _ON.clear()
+                key = "profiled" if profiled else "plain"
+                out["measured_per_s"][key] = round(n / w)
+                out.setdefault("cpu_ms_per_measurement", {})[key] = round(1000 * c / n, 4) if n else None
+            if eng.error is not None:
+                raise RuntimeError("engine failed") from eng.error
+            out["cycle_ms"] = {"p50": None, "p99": None}
+            cs = sorted(eng.cycle_s)
+            if cs:
+                out["cycle_ms"] = {"p50": round(1000 * cs[len(cs) // 2]), "p99": round(1000 * cs[min(len(cs) - 1, int(0.99 * len(cs)))])}
+            out["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            out["rss_mb"] = round(_rss_bytes() / 1e6)
+            if trace_memory:
+                snap = tracemalloc.take_snapshot()
+                out["python_traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 1e6)
+                out["python_top_allocations"] = [f"{st.size / 1e6:.1f} MB {st.count} blocks {st.traceback[0].filename.rsplit('/', 2)[-1]}:{st.traceback[0].lineno}"
+                                                 for st in snap.statistics("lineno")[:top]]
+                tracemalloc.stop()
+            stats = pstats.Stats(_PROFILES[0])
+            for p in _PROFILES[1:]:
+                stats.add(p)
+            stats.strip_dirs()
+            out["top_tottime"] = _top(stats, "tottime", top)
+            out["top_cumulative"] = _top(stats, "cumulative", top)
+        finally:
+            if eng is not None:
+                eng.stop()
+            if store is not None:
+                store.close()
+            fleet.terminate()
+            fleet.wait(30)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_profile", description=__doc__.split("\n\n")[0])
+    p.add_argument("--routers", type=int, default=1000)
+    p.add_argument("--vrs", type=int, default=16)
+    p.add_argument("--dead", type=float, default=0.1)
+    p.add_argument("--window", type=float, default=10.0, help="seconds measured, unprofiled then profiled")
+    p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
+    p.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--tracemalloc", action="store_true", help="also trace Python's allocations (slower)")
+    p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period (as the bench's)")
+    args = p.parse_args(argv)
+    print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
+                                    trace_memory=args.tracemalloc, jitter=args.jitter), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

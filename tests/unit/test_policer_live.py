@@ -1,0 +1,62 @@
+"""The engine's live measurements in numpy arrays (xtc.policer.live.LiveTable): what goes in comes out,
+through new blocks, garbage and compaction, against a plain dict as the model."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from xtc.policer.live import SATURATION_CODES, LiveTable
+
+
+def _vrs(t: LiveTable, router: str) -> dict:
+    return {n: t.vr(router, n) for n in t.names(router)}
+
+
+def test_a_measurement_comes_back_with_missing_values_as_none() -> None:
+    t = LiveTable(4)
+    t.put("r1", 10.0, ["vr0", "vr1", "vr2"], [1.0, None, math.inf], [2.0, 3.0, math.nan], [None, 0.5, 1.5],
+          ["cap_max", None, "bogus"])
+    assert t.vr("r1", "vr0") == {"forwarded_pps": 1.0, "offered_pps": 2.0, "cap_percent": None, "saturated": "cap_max",
+                                 "last_seen_unix_s": 10.0}
+    assert t.vr("r1", "vr1") == {"forwarded_pps": None, "offered_pps": 3.0, "cap_percent": 0.5, "saturated": None,
+                                 "last_seen_unix_s": 10.0}
+    assert t.vr("r1", "vr2")["forwarded_pps"] is None and t.vr("r1", "vr2")["offered_pps"] is None
+    assert t.vr("r1", "vr2")["saturated"] is None  # not a value the daemon gives: not stored as one
+    assert t.vr("r1", "nope") is None and t.vr("r2", "vr0") is None
+    assert t.vrs("r1") == {"vr0": (1.0, 2.0, "cap_max"), "vr1": (None, 3.0, None), "vr2": (None, None, None)}
+    assert t.touch("r1", 11.0) and t.seen_unix_s("r1") == 11.0 and t.vr("r1", "vr0")["forwarded_pps"] == 1.0
+    assert not t.touch("r2", 11.0)
+
+
+def test_many_routers_changing_their_vr_sets_keep_their_values() -> None:
+    rng = random.Random(7)
+    t = LiveTable(8)
+    model: dict[str, tuple[float, dict]] = {}
+    for step in range(3000):
+        r = f"r{rng.randrange(60)}"
+        if rng.random() < 0.1:
+            t.drop(r)
+            model.pop(r, None)
+            continue
+        names = [f"vr{j}" for j in rng.sample(range(40), rng.randrange(0, 20))]
+        vals = [(rng.choice([None, rng.uniform(0, 1e6)]), rng.uniform(0, 1e6), rng.choice([None, 1.5]),
+                 rng.choice(SATURATION_CODES)) for _ in names]
+        t.put(r, float(step), names, [v[0] for v in vals], [v[1] for v in vals], [v[2] for v in vals],
+              [v[3] for v in vals])
+        model[r] = (float(step), {n: v for n, v in zip(names, vals)})
+        assert t.rows <= t._end <= len(t.forwarded_pps)
+    assert sorted(t.routers()) == sorted(model)
+    assert t.rows == sum(len(v[1]) for v in model.values())
+    for r, (seen, vrs) in model.items():
+        assert t.seen_unix_s(r) == seen
+        assert _vrs(t, r) == {n: {"forwarded_pps": v[0], "offered_pps": v[1], "cap_percent": v[2], "saturated": v[3],
+                                  "last_seen_unix_s": seen} for n, v in vrs.items()}
+    # The snapshot's columns: every VR of the routers asked for, in their order, the others left out.
+    asked = sorted(model)[:5] + ["not-held"]
+    heads, cols = t.columns(asked)
+    assert heads == [(model[r][0], r) for r in asked if r in model]
+    rows = list(zip(*cols))
+    assert rows == [(v[0], v[1], v[2], v[3], model[r][0], r, n) for r in asked if r in model
+                    for n, v in model[r][1].items()]
+    assert t.columns([]) == ([], [[], [], [], [], [], [], []])
