@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import BoundedController
-from .laws import (_EXACT_DECADES, _FLOAT_MAX, _LN10, _SQRT2, _SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING,
+from .laws import (EXACT_DECADES, FLOAT_MAX, LN10, SQRT2, SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING,
                    OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
                    PROBE_WINDOW_PERIODS, SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS,
                    XtcController)
@@ -107,7 +107,7 @@ def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]
 
 def _rates_ok(v: np.ndarray) -> np.ndarray:
     """Where a rate is what ``check_rate`` accepts: finite and >= 0 (pps)."""
-    return (v >= 0.0) & (v <= _FLOAT_MAX)
+    return (v >= 0.0) & (v <= FLOAT_MAX)
 
 
 # ---------------------------------------------------------------------------------- rows
@@ -214,7 +214,8 @@ for _row_cls in (_XtcRow, _PIRow):
 
 _ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
 _ROW_TYPES = (_XtcRow, _PIRow)
-_EVERYTHING = slice(None)
+#: ``at`` that means every row of the bank (the daemon steps all its VRs at once).
+ALL_ROWS = slice(None)
 #: The banks of :meth:`ControllerBank.of`, by class and parameters.
 _ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
@@ -228,12 +229,12 @@ def _attached_rows(ctls: Sequence[Any]) -> tuple[Rows | None, Any]:
     """(rows, at) when every controller of ``ctls`` is attached to the same :class:`Rows` (then
     stepping the columns is stepping them), else (None, everything)."""
     if not ctls or type(ctls[0]) not in _ROW_TYPES:
-        return None, _EVERYTHING
+        return None, ALL_ROWS
     rows = ctls[0].__dict__["_rows"]
     ds = [c.__dict__ for c in ctls]
     if all(d.get("_rows") is rows for d in ds):
         return rows, np.fromiter([d["_row"] for d in ds], dtype=np.intp, count=len(ds))
-    return None, _EVERYTHING
+    return None, ALL_ROWS
 
 
 def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
@@ -356,7 +357,7 @@ class ControllerBank:
         if rows is None:
             rows, at = _attached_rows(ctls)
             if rows is None:
-                rows, at = self.rows(ctls), _EVERYTHING
+                rows, at = self.rows(ctls), ALL_ROWS
                 if rows is None:
                     raise ValueError("a controller appears twice in the bank's list")
         return rows, at
@@ -364,7 +365,7 @@ class ControllerBank:
     # ------------------------------------------------------------------------------- step
     def step(self, ctls: Sequence[Any], forwarded_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
-             at: Any = _EVERYTHING, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+             at: Any = ALL_ROWS, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.step(measured, setpoint, offered, cpu)`` for every controller of ``ctls`` at once.
 
         Parameters
@@ -417,7 +418,7 @@ class ControllerBank:
         """``ctl.step`` on rates it has checked (pps; ``off`` and ``cpu`` NaN where unknown): the law on
         its one row, with none of :meth:`step`'s checks and list handling; the next cap."""
         rows = ctl.__dict__["_rows"] if type(ctl) in _ROW_TYPES else self.rows((ctl,))
-        at = _EVERYTHING if rows.n == 1 else np.array((ctl.__dict__["_row"],))  # its own row: views, not copies
+        at = ALL_ROWS if rows.n == 1 else np.array((ctl.__dict__["_row"],))  # its own row: views, not copies
         ys, rs, offs, cpus = (np.array((v,), dtype=np.float64) for v in (y, r, off, cpu))
         if self.cls is not XtcController:
             return self._step_pi((ctl,), ys, rs, rows, at)[0].item()
@@ -425,7 +426,7 @@ class ControllerBank:
         return self._step_xtc((ctl,), ys, rs, offs, rows, at, cpus, lag)[0].item()
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                      rows: Rows, at: Any = _EVERYTHING) -> _Lag | None:
+                      rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
         """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
         estimator's update, the probe candidate (only within :data:`~xtc.control.laws.PROBE_WINDOW_PERIODS`
         of the activation or a setpoint move beyond the fine band), the transient (from a sample or such
@@ -446,7 +447,7 @@ class ControllerBank:
             yk, rk, o = ys[k], rs[k], offs[k]
             o = None if math.isnan(o) else o
             log_cap = rows.u_force[j].item()
-            exact = abs(rows.quant[j].item()) < _EXACT_DECADES
+            exact = abs(rows.quant[j].item()) < EXACT_DECADES
             rp = rows.r_prev[j].item() if rows.has_r_prev[j] else None
             transient, age, window = bool(rows.transient[j]), rows.transient_age[j], rows.setpoint_age[j]
             rows.r_prev[j], rows.has_r_prev[j] = rk, True
@@ -456,7 +457,7 @@ class ControllerBank:
                 rows.transient[j], rows.transient_age[j] = False, age + 1
                 rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
                 continue
-            noise = rows.noise[j].item() * _LN10
+            noise = rows.noise[j].item() * LN10
             sampled = le.update(yk, log_cap, o, noise)
             moved = rp is not None and abs(rk - rp) > fb * rk
             if moved:
@@ -483,7 +484,7 @@ class ControllerBank:
         return lag
 
     def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                  rows: Rows, at: Any = _EVERYTHING, cpu: np.ndarray | None = None,
+                  rows: Rows, at: Any = ALL_ROWS, cpu: np.ndarray | None = None,
                   lag: _Lag | None = None) -> np.ndarray:
         """XTC's law (:class:`~xtc.control.laws.XtcController`'s docstring) on checked rates, with the lag
         probe's answer ``lag`` (None: the law without the lag); the next caps."""
@@ -507,8 +508,8 @@ class ControllerBank:
             y_judged = np.where(has_x, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
         # Noise estimate from the change of the error (clipped: a real step must not inflate it),
         # only where there was a previous error.
-        change = np.minimum(np.abs(E - E_prev), 3.0 * noise * _SQRT2)
-        sigma_sample = change * _SQRT_PI / 2.0
+        change = np.minimum(np.abs(E - E_prev), 3.0 * noise * SQRT2)
+        sigma_sample = change * SQRT_PI / 2.0
         new_noise = noise + NOISE_SMOOTHING * (sigma_sample - noise)
         new_noise = np.maximum(new_noise, 1e-4)
         noise = np.where(has_prev, new_noise, noise)
@@ -544,12 +545,12 @@ class ControllerBank:
         descent from saturation is under way, from :meth:`_step_xtc`'s errors (``err``: pps), judged rates
         and new noise estimate."""
         t, u, quant = self.tuning, rows.u[at], rows.quant[at]
-        noise_band = t.noise_band_sigmas * (noise * _LN10)
+        noise_band = t.noise_band_sigmas * (noise * LN10)
         band = np.maximum(t.fine_band_fraction, noise_band)
         # A disturbance inside the fine band (XtcController's docstring): dead-beat gains.
         # The two band logarithms only where the first three terms hold (elsewhere persist is
         # False whatever they are).
-        exact = np.abs(quant) < _EXACT_DECADES
+        exact = np.abs(quant) < EXACT_DECADES
         persist = has_prev & exact & (E * E_prev > 0.0)
         if persist.any():
             persist &= np.abs(E_prev) < _log10_where(1.0 + 2.0 * band, persist)
@@ -582,7 +583,7 @@ class ControllerBank:
         if e0 > 0.0:
             sat = not_limited
             was_descent = rows.descent[at]  # (read only: the new one is written after the step)
-            u_top = self._u_max - _EXACT_DECADES
+            u_top = self._u_max - EXACT_DECADES
             # Also at >= descent_fraction of the offered rate, from the top cap or on after such a
             # step; the cap in force is read only where the rest holds and it decides.
             def from_top(where: np.ndarray) -> np.ndarray:
@@ -653,7 +654,7 @@ class ControllerBank:
         return u, np.minimum(self.caps.cap_max_percent, np.maximum(self.caps.cap_min_percent, self._pow10_u_step(u) + carry))
 
     def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
-                 rows: Rows, at: Any = _EVERYTHING) -> np.ndarray:
+                 rows: Rows, at: Any = ALL_ROWS) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
         u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_e_prev[at]
@@ -672,7 +673,7 @@ class ControllerBank:
 
     # ---------------------------------------------------------------------------- applied
     def applied(self, ctls: Sequence[Any], cap_in_force_percent: np.ndarray, rows: Rows | None = None,
-                at: Any = _EVERYTHING) -> tuple[np.ndarray, np.ndarray]:
+                at: Any = ALL_ROWS) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.applied(cap)`` for every controller at once; returns their ``cap_percent`` after.
 
         ``rows`` and ``at``: the controllers' rows, as for :meth:`step`.
@@ -686,7 +687,7 @@ class ControllerBank:
         """
         rows, at = self._own(ctls, rows, at)
         got = np.asarray(cap_in_force_percent, dtype=np.float64)
-        done = (got > 0) & (got <= _FLOAT_MAX)
+        done = (got > 0) & (got <= FLOAT_MAX)
         if not done.all():
             idx = np.flatnonzero(done)
             caps = np.full(len(ctls), np.nan)

@@ -28,18 +28,18 @@ __all__ = [
 ]
 
 
-#: The largest finite float: ``0.0 <= v <= _FLOAT_MAX`` is False for NaN, infinities and negatives.
-_FLOAT_MAX = 1.7976931348623157e308
-_SQRT2 = math.sqrt(2.0)
-_SQRT_PI = math.sqrt(math.pi)
-_LN10 = math.log(10.0)
+#: The largest finite float: ``0.0 <= v <= FLOAT_MAX`` is False for NaN, infinities and negatives.
+FLOAT_MAX = 1.7976931348623157e308
+SQRT2 = math.sqrt(2.0)
+SQRT_PI = math.sqrt(math.pi)
+LN10 = math.log(10.0)
 #: A cap in force within 0.1% of the wanted one counts as exact (decades).
-_EXACT_DECADES = math.log10(1.001)
+EXACT_DECADES = math.log10(1.001)
 
 
 def _rate(name: str, v: Any) -> float:
     """``check_rate``'s verdict; a finite float >= 0 (the meter's every value) passes as it is."""
-    return v if type(v) is float and 0.0 <= v <= _FLOAT_MAX else check_rate(name, v)
+    return v if type(v) is float and 0.0 <= v <= FLOAT_MAX else check_rate(name, v)
 
 
 #: The law's constants that no configuration, CLI or named variant sets (they were ``XtcTuning`` fields
@@ -164,7 +164,7 @@ class XtcController(BoundedController):
         self.ki = 1.0
         self.lag_estimator = LagEstimator(t.design_lag)
         self._reset_memory()
-        e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * _LN10)
+        e0 = model.static_gain_kpps_per_decade / (model.ybar_kpps * LN10)
         #: The model's elasticity at its operating point, for the step out of saturation (0: none).
         self.saturation_elasticity = e0 if 0.0 < e0 < 1.0 else 0.0
 
@@ -185,7 +185,7 @@ class XtcController(BoundedController):
     @property
     def noise_fraction(self) -> float:
         """Estimated relative noise (standard deviation) of one period's rate sample."""
-        return self._noise_log * _LN10
+        return self._noise_log * LN10
 
     def fine_band(self) -> float:
         """Current half-width of the fine band, as a fraction of the setpoint."""

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from xtc.control import Controller
-from xtc.control.bank import _EVERYTHING, ControllerBank, Rows
+from xtc.control.bank import ALL_ROWS, ControllerBank, Rows
 
 from .instances import (ACTIVE, SATURATED_AFTER_PERIODS, SATURATED_TOLERANCE, SLACK_COUNT_MAX, STATE_SCHEMA, Action,
                         Checkpoint, InstanceMachine, InstanceTable, RestoreCap, SetCap, StateError, VrView,
@@ -296,7 +296,7 @@ class DaemonCore(InstanceTable):
                 self._step_one(live[k], readings[f.names[k]], None if cpu is None or cpu[k] != cpu[k] else cpu[k].item())
         if f.n_bank and in_bank.any():
             if np.array_equal(in_bank, f.in_bank):  # the usual case: every banked controller steps
-                idx, b_insts, b_ctls, at = f.bank_idx, f.bank_insts, f.bank_ctls, _EVERYTHING
+                idx, b_insts, b_ctls, at = f.bank_idx, f.bank_insts, f.bank_ctls, ALL_ROWS
             else:
                 idx = np.flatnonzero(in_bank)
                 il = idx.tolist()
@@ -336,7 +336,7 @@ class DaemonCore(InstanceTable):
         return [SetCap(live[k].vr, live[k].cap_percent) for k in np.flatnonzero(~same).tolist()]
 
     def _step_bank(self, batch: list[InstanceMachine], ctls: list[Any], forwarded: np.ndarray, offered: np.ndarray,
-                   reading_of: Callable[[int], VrReading], rows: Rows | None = None, at: Any = _EVERYTHING,
+                   reading_of: Callable[[int], VrReading], rows: Rows | None = None, at: Any = ALL_ROWS,
                    cpu: np.ndarray | None = None) -> None:
         """The bank's controllers of ``batch`` step on their rates; caps and saturation follow.
 
@@ -473,7 +473,7 @@ class DaemonCore(InstanceTable):
         if all(banked):  # the usual case: one call, no index lists
             assert self._bank is not None
             c, ok = self._bank.applied([i.controller for i in insts] if ctls is None else ctls,
-                                       np.array(got, dtype=np.float64), rows, _EVERYTHING if pos is None else pos)
+                                       np.array(got, dtype=np.float64), rows, ALL_ROWS if pos is None else pos)
             caps = c.tolist()
             todo = np.flatnonzero(~ok).tolist()
             idx: list[int] = []

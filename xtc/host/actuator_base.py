@@ -2,7 +2,7 @@
 write-on-change logic, written once.
 
 :class:`CapActuator` is the contract (described in full in :mod:`xtc.host.actuators`, the public
-face); :class:`OriginalCap` the record of a VR's setting before XTC touched it; ``_ActuatorBase``
+face); :class:`OriginalCap` the record of a VR's setting before XTC touched it; ``ActuatorBase``
 the clamp, write-on-change, read-back and original bookkeeping that every backend shares (the
 backends, :mod:`xtc.host.libvirt_actuators` and :mod:`xtc.host.cgroup_actuators`, fill in the I/O);
 and the pure quota-and-period arithmetic of the quota backends (:func:`quota_for`,
@@ -80,7 +80,7 @@ def period_for(cap_percent: float, cfs_period_us: int) -> int:
     return p
 
 
-def _quota_period_order(changes: Params, current: Params, quota_key: str, period_key: str) -> Params:
+def quota_period_order(changes: Params, current: Params, quota_key: str, period_key: str) -> Params:
     """``changes`` (a quota and a period) in the order to write them: the one whose setting in
     between (the new value with the old other one) is the lower cap first; an unlimited quota
     (restoring no limit) first, before the period it would be judged against."""
@@ -93,18 +93,18 @@ def _quota_period_order(changes: Params, current: Params, quota_key: str, period
     return {k: changes[k] for k in order}
 
 
-def _quota_period_params(cap_percent: float | None, period_us: int, quota_key: str, period_key: str) -> Params:
+def quota_period_params(cap_percent: float | None, period_us: int, quota_key: str, period_key: str) -> Params:
     """A quota-and-period setting of ``cap_percent`` (None: no limit, quota -1) on ``period_us``."""
     return {quota_key: -1 if cap_percent is None else quota_for(cap_percent, period_us), period_key: period_us}
 
 
-def _on_cfs_period(cap_percent: float, cfs_period_us: int, current: Params, quota_key: str, period_key: str) -> Params:
+def on_cfs_period(cap_percent: float, cfs_period_us: int, current: Params, quota_key: str, period_key: str) -> Params:
     """The quota and period of ``cap_percent`` on :func:`period_for`'s period, in the order to write them."""
-    return _quota_period_order(_quota_period_params(cap_percent, period_for(cap_percent, cfs_period_us), quota_key,
+    return quota_period_order(quota_period_params(cap_percent, period_for(cap_percent, cfs_period_us), quota_key,
                                                     period_key), current, quota_key, period_key)
 
 
-def _check_quota_period_original(params: Params, quota_key: str, period_key: str, what: str) -> None:
+def check_quota_period_original(params: Params, quota_key: str, period_key: str, what: str) -> None:
     """Refuse an original quota-and-period setting that is not exactly two integers with a period > 0.
 
     Raises
@@ -229,7 +229,7 @@ class CapActuator(Protocol):
     def original_from_cap(self, cap_percent: float | None) -> OriginalCap: ...
 
 
-class _ActuatorBase:
+class ActuatorBase:
     """Clamping, write-on-change, read-back and original bookkeeping; backends fill in the I/O."""
 
     backend = "?"

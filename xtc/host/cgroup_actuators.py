@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xtc.host.actuator_base import (PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US, Params, _ActuatorBase,
-    _check_quota_period_original, _on_cfs_period, _quota_period_order, _quota_period_params, check_cfs_period,
+from xtc.host.actuator_base import (PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US, Params, ActuatorBase,
+    check_quota_period_original, on_cfs_period, quota_period_order, quota_period_params, check_cfs_period,
     period_for, quota_for)
 from xtc.host.errors import ActuatorError, VRNotRunning
 
@@ -39,7 +39,7 @@ class CgroupFileStale(OSError):
     """A kept cgroup file descriptor failed twice in a row with a 'stale' errno (opened again in between)."""
 
 
-class _CgroupBase(_ActuatorBase):
+class _CgroupBase(ActuatorBase):
     #: The file each cap write writes and reads back: kept open (see :meth:`_fd`).
     HOT: str = ""
     #: Cgroup files kept open by all actuators of the process, and the most there may be.
@@ -237,7 +237,7 @@ class CgroupV1Actuator(_CgroupBase):
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         if self.cfs_period_us:
-            return _on_cfs_period(cap_percent, self.cfs_period_us, current, self.QUOTA, self.PERIOD)
+            return on_cfs_period(cap_percent, self.cfs_period_us, current, self.QUOTA, self.PERIOD)
         period = int(current[self.PERIOD])
         return {self.QUOTA: quota_for(cap_percent, period)}
 
@@ -246,19 +246,19 @@ class CgroupV1Actuator(_CgroupBase):
         return None if q < 0 else q / p * 100.0
 
     def _check_original(self, params: Params) -> None:
-        _check_quota_period_original(params, self.QUOTA, self.PERIOD, "cgroup v1")
+        check_quota_period_original(params, self.QUOTA, self.PERIOD, "cgroup v1")
 
     def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
-        return _quota_period_params(cap_percent, int(current[self.PERIOD]), self.QUOTA, self.PERIOD)
+        return quota_period_params(cap_percent, int(current[self.PERIOD]), self.QUOTA, self.PERIOD)
 
     def _restore_params(self, original: Params, current: Params) -> Params:
-        return _quota_period_order(super()._restore_params(original, current), current, self.QUOTA, self.PERIOD)
+        return quota_period_order(super()._restore_params(original, current), current, self.QUOTA, self.PERIOD)
 
     def _write(self, changes: Params, restoring: bool) -> None:
         if not restoring and (int(changes.get(self.QUOTA, QUOTA_MIN_US)) < QUOTA_MIN_US
                               or not PERIOD_MIN_US <= int(changes.get(self.PERIOD, PERIOD_MIN_US)) <= PERIOD_MAX_US):
             raise ActuatorError(f"refusing to write {changes} to {self.dir} outside restore")
-        # In the order given (_quota_period_order: the lower cap in between first; restoring
+        # In the order given (quota_period_order: the lower cap in between first; restoring
         # "no limit", the quota before the period).
         for k, v in changes.items():
             self._write_file(k, str(int(v)))

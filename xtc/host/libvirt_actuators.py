@@ -7,7 +7,7 @@ import math
 from typing import Any, Mapping
 
 from xtc.host.actuator_base import (LIBVIRT_QUOTA_MAX, PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US, Params,
-    _ActuatorBase, _check_quota_period_original, _on_cfs_period, _quota_period_order, _quota_period_params,
+    ActuatorBase, check_quota_period_original, on_cfs_period, quota_period_order, quota_period_params,
     check_cfs_period, quota_for)
 from xtc.host.errors import ActuatorError
 from xtc.host.libvirt_conn import VIR_DOMAIN_AFFECT_LIVE, LibvirtConn
@@ -20,7 +20,7 @@ def _int_param(params: Mapping[str, Any], key: str, where: str) -> int:
     return v
 
 
-class XenCapActuator(_ActuatorBase):
+class XenCapActuator(ActuatorBase):
     """Xen credit scheduler ``cap`` through libvirt.
 
     ``cap`` is an integer percent of one physical CPU; 0 means UNLIMITED, so
@@ -95,7 +95,7 @@ def _quota_unlimited(quota: int) -> bool:
     return quota <= 0 or quota >= LIBVIRT_QUOTA_MAX
 
 
-class LibvirtQuotaActuator(_ActuatorBase):
+class LibvirtQuotaActuator(ActuatorBase):
     """libvirt LXC/QEMU: ``vcpu_quota`` microseconds per ``vcpu_period`` microseconds.
 
     cap_percent = quota / period * 100.  For LXC the quota limits the whole
@@ -148,7 +148,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
 
     def _wanted(self, cap_percent: float, current: Params) -> Params:
         if self.cfs_period_us:
-            return _on_cfs_period(cap_percent, self.cfs_period_us, current, self.quota_param, self.period_param)
+            return on_cfs_period(cap_percent, self.cfs_period_us, current, self.quota_param, self.period_param)
         period = int(current[self.period_param])
         if period <= 0:
             raise ActuatorError(f"domain {self.vr!r}: {self.period_param}={period} is not a period")
@@ -161,10 +161,10 @@ class LibvirtQuotaActuator(_ActuatorBase):
         return quota / period * 100.0
 
     def _check_original(self, params: Params) -> None:
-        _check_quota_period_original(params, self.quota_param, self.period_param, "libvirt quota")
+        check_quota_period_original(params, self.quota_param, self.period_param, "libvirt quota")
 
     def _original_params_for(self, cap_percent: float | None, current: Params) -> Params:
-        return _quota_period_params(cap_percent, int(current[self.period_param]), self.quota_param, self.period_param)
+        return quota_period_params(cap_percent, int(current[self.period_param]), self.quota_param, self.period_param)
 
     def _restore_params(self, original: Params, current: Params) -> Params:
         out: Params = {}
@@ -176,7 +176,7 @@ class LibvirtQuotaActuator(_ActuatorBase):
                 out[self.quota_param] = -1
         elif oq != cq:
             out[self.quota_param] = oq
-        return _quota_period_order(out, current, self.quota_param, self.period_param)
+        return quota_period_order(out, current, self.quota_param, self.period_param)
 
     def _restored_ok(self, key: str, orig: Params, after: Params) -> bool:
         if key == self.quota_param and _quota_unlimited(int(orig[key])):
