@@ -120,15 +120,7 @@ class _Frame:
 class DaemonCore(InstanceTable):
     """All instances of one daemon and the rules that drive them: the instance table
     (:class:`~xtc.daemon.instances.InstanceTable`: requests, persistence, views) and the control period.
-
-    Parameters
-    ----------
-    controller_factory : callable
-        Returns a fresh, unstarted controller (:func:`xtc.control.make_controller`).
-    max_setpoint_pps : float
-        Largest setpoint accepted, packets/s.
-    reassert_period_s : float
-        Rewrite every controlled cap at least this often, seconds (0 = never).
+    Its parameters are the instance table's.
     """
 
     #: After a :meth:`period`: the active VRs short of their setpoints beyond the dead zone, whose
