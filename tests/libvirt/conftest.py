@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
+from procs import DaemonProc
 
 
 def require_lab_host() -> None:
@@ -47,14 +48,14 @@ def libvirtd() -> Iterator[object]:
 
 
 @pytest.fixture
-def daemons() -> Iterator[list[object]]:
-    """The daemon processes started by the test (``procs.DaemonProc``): all killed at the end."""
-    procs: list[object] = []
+def daemons() -> Iterator[list[DaemonProc]]:
+    """The daemon processes started by the test: all killed at the end."""
+    procs: list[DaemonProc] = []
     try:
         yield procs
     finally:
         for p in procs:
-            p.kill()  # type: ignore[attr-defined]
+            p.kill()
 
 
 @pytest.fixture
