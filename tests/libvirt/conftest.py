@@ -4,6 +4,8 @@
   one, or starts one the way the host lab needs, see ``xtc_lab.lab.libvirtd``) and holds a shared
   lease on it.  At the end of the session it stops the daemon only if the lab started it, no
   other process holds a lease and no domain runs; set ``XTC_LAB_KEEP_LIBVIRTD=1`` to keep it.
+* ``daemons`` (function): a list the test adds the ``xtc daemon`` processes it starts to
+  (``procs.started_daemon(cfg, daemons)``); every one is killed after the test, also when it fails.
 * ``vr_lab`` (function): a factory ``vr_lab(n_vrs=1, work_iters=0, vcpu_quota_us=-1)`` that
   returns a :class:`xtc_lab.lab.netlab.NetLab` with ``n_vrs`` LXC VRs (``lab.vrs``), each between
   its own generator and receiver namespaces.  Every lab made is torn down after the test,
@@ -18,6 +20,7 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
+from procs import DaemonProc
 
 
 def require_lab_host() -> None:
@@ -42,6 +45,17 @@ def libvirtd() -> Iterator[object]:
         yield daemon
     if os.environ.get("XTC_LAB_KEEP_LIBVIRTD") != "1":
         daemon.stop_if_unused()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[DaemonProc]]:
+    """The daemon processes started by the test: all killed at the end."""
+    procs: list[DaemonProc] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
 
 
 @pytest.fixture

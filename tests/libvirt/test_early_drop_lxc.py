@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hostneeds import tc_qdiscs
-from procs import DaemonProc, until
+from procs import started_daemon, until
 from xtc_lab.lab.harness import daemon_config_text
 
 from xtc.daemon.ctl import ManagerClient
@@ -33,17 +33,6 @@ SETPOINT_PPS = 2_000  # far below what the VR is offered: capped, its excess is 
 
 def limited(vifs: tuple[str, ...]) -> bool:
     return tc_qdiscs(vifs).count("tbf ed0: root") == len(vifs)
-
-
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[list[Any]]:
-    """The daemon processes started by the test: all killed at the end (their limiters go with the lab)."""
-    procs: list[Any] = []
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
 
 
 def test_early_drop_leaves_nothing_behind_on_an_lxc_domain(vr_lab: Callable[..., Any], libvirtd: Any,
@@ -59,19 +48,13 @@ def test_early_drop_leaves_nothing_behind_on_an_lxc_domain(vr_lab: Callable[...,
     cfg.write_text(daemon_config_text(tmp_path, libvirtd.uri, [vr.name],
                                       daemon_extra={"proc_net_dev": "/proc/net/dev"}))
 
-    def start() -> Any:
-        d = DaemonProc(cfg)
-        daemons.append(d)
-        d.wait_event("started", timeout_s=30)
-        return d
-
     def call(cmd: str, **kw: Any) -> Any:
         with ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=10) as c:
             return c.call(cmd, **kw)
 
     t0 = time.monotonic()
     with start_udp_stream(lab, vr, OFFERED_PPS, duration_s=90):
-        d = start()
+        d = started_daemon(cfg, daemons)
         call("activate", vr=vr.name, setpoint_pps=SETPOINT_PPS, early_drop=True)
         assert until(lambda: limited(vifs), 20.0), f"no limiter on {vifs}: {tc_qdiscs(vifs)}"
         ed = call("status", vr=vr.name)["early_drop"]
@@ -80,7 +63,7 @@ def test_early_drop_leaves_nothing_behind_on_an_lxc_domain(vr_lab: Callable[...,
         # SIGKILL: the limiter stays behind; the restarted daemon removes it and installs a fresh one.
         d.kill()
         assert limited(vifs), tc_qdiscs(vifs)
-        d = start()
+        d = started_daemon(cfg, daemons)
         d.wait_event("early_drop_leftovers_removed", timeout_s=15)
         assert until(lambda: limited(vifs), 20.0), f"no fresh limiter after the restart: {tc_qdiscs(vifs)}"
 

@@ -14,27 +14,17 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import DaemonProc, until
+from procs import started_daemon, until
 from xtc_lab.lab.harness import daemon_config_text
 
 from xtc.daemon.ctl import ManagerClient
 
 pytestmark = [pytest.mark.root, pytest.mark.libvirt, pytest.mark.beside, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Any]]:
-    procs: list[Any] = []
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
 
 
 def test_vr_off_turns_the_domain_off_with_its_reason_and_vr_on_brings_it_back(
@@ -54,19 +44,13 @@ def test_vr_off_turns_the_domain_off_with_its_reason_and_vr_on_brings_it_back(
         except libvirt.libvirtError:
             return False  # a transient domain is gone once off
 
-    def start() -> Any:
-        d = DaemonProc(cfg)
-        daemons.append(d)
-        d.wait_event("started", timeout_s=30)
-        return d
-
     def call(cmd: str, **kw: Any) -> Any:
         with ManagerClient(f"ipc://{tmp_path}/mgr.sock", timeout_s=20) as c:
             return c.request(cmd, **kw)
 
     try:
         assert running()
-        d = start()
+        d = started_daemon(cfg, daemons)
         assert until(lambda: call("status", vr=vr.name)["result"]["present"], 15.0)
         original = call("activate", vr=vr.name, setpoint_pps=5000)["result"]["original_cap_percent"]
         # Bad input changes nothing: the domain keeps running.
@@ -84,7 +68,7 @@ def test_vr_off_turns_the_domain_off_with_its_reason_and_vr_on_brings_it_back(
 
         # A daemon restarted meanwhile (SIGKILL) still knows the VR is off and how to start it.
         d.kill()
-        d = start()
+        d = started_daemon(cfg, daemons)
         assert call("status", vr=vr.name)["result"]["vr_off"]["reason"] == "floods its neighbours (test)"
         r = call("vr_on", vr=vr.name)
         assert r["ok"], r

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from numpy.testing import assert_allclose
@@ -84,15 +85,22 @@ def test_report_model_file_and_plot_from_a_sweep_of_the_papers_model(tmp_path: P
     assert (tmp_path / "capsweep.png").stat().st_size > 10_000
 
 
-def test_report_says_so_when_the_fit_fails(tmp_path: Path) -> None:
-    flat = [SweepSample(100_000.0, c, i, 50_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
+def _flat_sweep_fitted(tmp_path: Path, offered_pps: float, forwarded_pps: float, **result: Any) -> dict[str, Any]:
+    """The experiment's result after its fit of a flat sweep: ``forwarded_pps`` (+10 a sample) at
+    every cap, ``result`` the keys that differ from the defaults."""
+    flat = [SweepSample(offered_pps, c, i, forwarded_pps + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
             for c in (5.0, 10.0, 20.0) for i in range(3)]
     csv = tmp_path / "capsweep.csv"
     write_sweep_csv(csv, flat)
-    result = {"offered_pps": 100_000.0, "payload_bytes": 64, "uncapped_forwarded_pps": 50_000.0,
-              "settle_samples": 1, "samples_per_cap": 2, "period_s": 1.0, "csv": str(csv), "plateau_tol_kpps": 3.0,
-              "setting_before": "x", "setting_after": "y", "restored_exactly": False}
+    result = {"offered_pps": offered_pps, "payload_bytes": 64, "settle_samples": 1, "samples_per_cap": 2,
+              "period_s": 1.0, "csv": str(csv), "plateau_tol_kpps": 3.0, "setting_before": "x", **result}
     capsweep._fit_and_design(result, csv, tmp_path / "m.toml", 3.0, RunContext(out_dir=tmp_path, say=lambda m: None))
+    return result
+
+
+def test_report_says_so_when_the_fit_fails(tmp_path: Path) -> None:
+    result = _flat_sweep_fitted(tmp_path, 100_000.0, 50_000.0, uncapped_forwarded_pps=50_000.0,
+                                setting_after="y", restored_exactly=False)
     assert "fit_error" in result and not (tmp_path / "m.toml").exists()
     out = capsweep._outcome(result)
     assert "The fit failed" in out.report_md
@@ -101,15 +109,8 @@ def test_report_says_so_when_the_fit_fails(tmp_path: Path) -> None:
 
 
 def test_report_names_a_qemu_vr_and_what_its_tap_counts(tmp_path: Path) -> None:
-    flat = [SweepSample(25_000.0, c, i, 10_000.0 + 10 * i, 1.0, i == 0, 0.0, 100_000.0)
-            for c in (5.0, 10.0, 20.0) for i in range(3)]
-    csv = tmp_path / "capsweep.csv"
-    write_sweep_csv(csv, flat)
-    result = {"offered_pps": 25_000.0, "payload_bytes": 64, "uncapped_forwarded_pps": 25_000.0,
-              "settle_samples": 1, "samples_per_cap": 2, "period_s": 1.0, "csv": str(csv), "plateau_tol_kpps": 3.0,
-              "setting_before": "x", "setting_after": "x", "restored_exactly": True,
-              "measured_offered_pps_mean": 12_684.0, "vr_kind": "qemu", "accel": "tcg"}
-    capsweep._fit_and_design(result, csv, tmp_path / "m.toml", 3.0, RunContext(out_dir=tmp_path, say=lambda m: None))
+    result = _flat_sweep_fitted(tmp_path, 25_000.0, 10_000.0, uncapped_forwarded_pps=25_000.0, setting_after="x",
+                                restored_exactly=True, measured_offered_pps_mean=12_684.0, vr_kind="qemu", accel="tcg")
     md = capsweep._outcome(result).report_md
     assert "One QEMU VR (accel tcg)" in md and "One LXC VR" not in md
     assert "pps read by QEMU from its tap on average" in md and "reached the VR" not in md

@@ -4,6 +4,8 @@ The real limiter on real interfaces: tests/root/test_early_drop_netns.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from xtc.daemon.limiter_state import EarlyDrop, VrLoad
 from xtc.host.ifcounters import IfCounters
 from xtc.host.limiter import LimiterError, LimiterSetting
@@ -69,6 +71,16 @@ def run(ed: EarlyDrop, load: VrLoad, n: int = 2, ifs=IFS) -> None:
         ed.period(1.0, ifs, {"vr1": load}, counters(1000 * (k + 1)))
 
 
+def limited_udp_vr(**early_drop: Any) -> tuple[MemLimiter, EarlyDrop]:
+    """Early drop on by default (``early_drop``: its other arguments) over a UDP VR capped for two
+    periods: limited on both its interfaces."""
+    lim = MemLimiter()
+    ed = EarlyDrop(lim, default_on=True, **early_drop)
+    ed.choose("vr1", None)
+    run(ed, UDP)
+    return lim, ed
+
+
 def test_off_by_default_nothing_is_touched():
     lim = MemLimiter()
     ed = EarlyDrop(lim)
@@ -78,10 +90,7 @@ def test_off_by_default_nothing_is_touched():
 
 
 def test_a_capped_udp_vr_gets_the_limit_on_every_host_side_interface_and_a_tcp_vr_none():
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True)
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr()
     assert set(lim.on) == {"vif1.0", "vif1.1"}
     assert ed.limit_of("vr1").rate_pps >= 20_000 * 1.2
     assert lim.on["vif1.0"].rate_bytes_per_s == ed.limit_of("vr1").rate_bytes_per_s
@@ -94,10 +103,7 @@ def test_a_capped_udp_vr_gets_the_limit_on_every_host_side_interface_and_a_tcp_v
 
 
 def test_offered_counts_what_the_limiter_dropped_so_the_limit_stays_while_the_excess_lasts():
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True)
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr()
     # Now the host hands only ~24k (the limit); the limiter dropped the other ~69k/s.
     for k in range(3):
         for i in IFS["vr1"]:
@@ -137,10 +143,7 @@ def test_a_restart_removes_leftovers_and_the_next_periods_derive_a_new_limit():
 
 
 def test_a_vr_that_reboots_gets_its_limit_back():
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True)
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr()
     lim.on.clear()  # the VR rebooted: its interfaces came back without the qdisc
     lim.drops.clear()
     ed.period(1.0, IFS, {"vr1": UDP}, counters(5000))
@@ -149,10 +152,7 @@ def test_a_vr_that_reboots_gets_its_limit_back():
 
 def test_a_failed_change_is_reported_and_leaves_no_limit_at_all_rather_than_a_tight_one():
     seen = []
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True, on_failure=lambda vr, op: seen.append((vr, op)))
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr(on_failure=lambda vr, op: seen.append((vr, op)))
     lim.fail.add("install")
     ed.period(1.0, IFS, {"vr1": VrLoad(60_000, 19_500, 93_000, 60_000)}, counters(9000))  # needs a raise
     assert seen == [("vr1", "raise")] and ed.failures == 1
@@ -160,10 +160,7 @@ def test_a_failed_change_is_reported_and_leaves_no_limit_at_all_rather_than_a_ti
 
 
 def test_a_failed_removal_is_retried_every_period():
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True)
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr()
     lim.fail.add("remove")
     ed.forget("vr1")
     assert ed.pending_removals == {"vif1.0", "vif1.1"} and lim.on
@@ -223,10 +220,7 @@ def test_one_read_of_every_limiters_counter_a_period_and_none_after_a_change():
 
 def test_a_failed_read_of_the_counters_is_reported_and_never_tightens_a_limit():
     seen = []
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True, on_failure=lambda vr, op: seen.append((vr, op)))
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr(on_failure=lambda vr, op: seen.append((vr, op)))
     before = ed.limit_of("vr1")
     lim.fail.add("read")
     ed.period(1.0, IFS, {"vr1": UDP}, counters(9000))
@@ -238,10 +232,7 @@ def test_a_paused_instance_keeps_its_limit_and_its_drops_count_as_offered():
     """The policer's ladder pauses a misbehaving VR after turning its early drop on: the limit is
     held as the cap is (not removed), and what it drops is still reported as offered to the VR
     (else the VR would look as if it had backed off)."""
-    lim = MemLimiter()
-    ed = EarlyDrop(lim, default_on=True)
-    ed.choose("vr1", None)
-    run(ed, UDP)
+    lim, ed = limited_udp_vr()
     held = ed.limit_of("vr1")
     assert held is not None
     for k in range(3):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xtc_lab.xco.experiments.flows import FIG1A_BOTTLENECK, FIG1A_SENDERS, fig1a
+from xtc_lab.xco.experiments.flows import FIG1A_BOTTLENECK, FIG1A_SENDERS, failed_flows_md, fig1a, flow_errors
 from xtc_lab.xco.experiments.simcheck import lab_topology, simulated_loss
 from xtc_lab.xco.testbed import HOST_QUEUE_BYTES
 
@@ -70,3 +70,12 @@ def test_figure25_side_the_last_senders_are_udp_and_tcp_flows_get_their_goodput(
     assert r["loss_percent"] < 0.01
     assert sum(r["flow_delivered_bps"]) == pytest.approx(r["delivered_bps"])
     assert all(b > 10e6 for b in r["flow_delivered_bps"])  # every sender, TCP too, gets slices of 100 Mb/s
+
+
+def test_the_reports_name_the_flows_that_failed_at_any_point_and_say_nothing_when_none_did() -> None:
+    ok = {"sender": "s1", "proto": "tcp", "goodput_bps": 1e6}
+    points = [{"errors": flow_errors([ok, {"sender": "s2", "error": "iperf3 gave no JSON"}])},
+              {"errors": flow_errors([ok])}, {"errors": flow_errors([{"sender": "s5", "error": "refused"}])}]
+    assert points[0]["errors"] == ["s2: iperf3 gave no JSON"] and points[1]["errors"] == []
+    assert failed_flows_md(points) == "\n\nFlows that failed: s2: iperf3 gave no JSON; s5: refused."
+    assert failed_flows_md(points[1:2]) == "" and failed_flows_md([]) == ""

@@ -172,6 +172,18 @@ def run_flows_across(tb: Testbed, link: str, senders: Sequence[tuple[str, str]],
     return flows, port_delta(before, after, link, duration_s)
 
 
+def flow_errors(flows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``sender: error`` of every flow of :func:`run_flows` that failed (a point's ``errors``)."""
+    return [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]
+
+
+def failed_flows_md(points: Sequence[Mapping[str, Any]]) -> str:
+    """The report's paragraph naming the flows that failed at any of ``points`` (their ``errors``);
+    empty when none did."""
+    errors = [e for p in points for e in p["errors"]]
+    return f"\n\nFlows that failed: {'; '.join(errors)}." if errors else ""
+
+
 def port_delta(before: dict[str, Any], after: dict[str, Any], link: str, seconds: float) -> dict[str, Any]:
     """Counters of one emulated port between two :meth:`Testbed.port_stats` readings."""
     b, a = before[link], after[link]

@@ -20,7 +20,7 @@ from typing import Any
 from xtc.xco.topology import Topology, parse_topology
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, UDP_PAYLOAD_BYTES, fig1a, run_flows_across
+from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, UDP_PAYLOAD_BYTES, fig1a, flow_errors, run_flows_across
 
 NAME = "fig23"
 TITLE = "the simulator against the testbed: UDP loss at one bottleneck"
@@ -93,7 +93,7 @@ def udp_loss_points(ctx: Any, bottleneck: str, senders: Sequence[str], receiver:
         rows.append({"senders": n, "switch_port": port, "testbed_loss_percent": port["loss_percent"],
                      "testbed_goodput_bps": sum(f["goodput_bps"] for f in flows), "flows": flows,
                      "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"],
-                     "errors": [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]})
+                     "errors": flow_errors(flows)})
     result = {"bottleneck": bottleneck, "bottleneck_bps": tb.rate_bps(bottleneck), "nic_bps": nic_bps,
               "seconds_per_point": duration_s, "sim_seconds": SIM_SECONDS, "slice_us": slice_us,
               "port_buffer_bytes": tb.record["port_buffer_bytes"], "points": rows}

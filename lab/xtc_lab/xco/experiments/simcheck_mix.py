@@ -14,7 +14,14 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import label_axes
-from xtc_lab.xco.experiments.flows import FIG1A_SENDERS, UDP_PAYLOAD_BYTES, fig1a, run_flows_across
+from xtc_lab.xco.experiments.flows import (
+    FIG1A_SENDERS,
+    UDP_PAYLOAD_BYTES,
+    failed_flows_md,
+    fig1a,
+    flow_errors,
+    run_flows_across,
+)
 from xtc_lab.xco.experiments.senders import mix  # Figure 15's mixes: the last K of the five on UDP
 from xtc_lab.xco.experiments.simcheck import lab_topology, simulated_loss
 
@@ -59,7 +66,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
                      "testbed_tcp_retransmits": sum(f.get("retransmits", 0) for f in flows),
                      "sim_loss_percent": sim["loss_percent"], "sim_delivered_bps": sim["delivered_bps"],
                      "sim_tcp_per_flow_bps": sum(sim_tcp) / len(sim_tcp) if sim_tcp else None,
-                     "errors": [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]})
+                     "errors": flow_errors(flows)})
     result = {"bottleneck": bottleneck, "bottleneck_bps": rate, "nic_bps": nic, "seconds_per_point": dur,
               "sim_seconds": SIM_SECONDS, "slice_us": slice_us, "tcp_congestion": CONGESTION,
               "port_buffer_bytes": tb.record["port_buffer_bytes"], "points": rows, "paper": PAPER_NOTE}
@@ -83,7 +90,6 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         [(f"{r['n_tcp']}+{r['n_udp']}", f"{r['testbed_loss_percent']:.2f}%", f"{r['sim_loss_percent']:.2f}%",
           mbps(r["testbed_tcp_per_flow_bps"]), mbps(r["sim_tcp_per_flow_bps"]), mbps(r["testbed_goodput_bps"]),
           mbps(r["sim_delivered_bps"]), r["testbed_tcp_retransmits"]) for r in rows])
-    errors = [e for r in rows for e in r["errors"]]
     md = (f"Five senders of Figure 1(a) into r1 through `{bottleneck}` at {rate / 1e6:g} Mb/s (buffer "
           f"{tb.record['port_buffer_bytes']} bytes): K UDP at their NIC rate ({nic / 1e6:g} Mb/s, "
           f"{UDP_PAYLOAD_BYTES}-byte datagrams) and 5 - K TCP (iperf3, congestion control {CONGESTION}), {dur} s "
@@ -91,6 +97,6 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
           f"{SIM_SECONDS:g} s simulated) on the same topology at the lab's scale and buffers, mode {ctx.mode}"
           + (f", {slice_us} us slices" if ctx.mode != "none" else "") + ". The simulator does not "
           "retransmit: its TCP goodput is what its windows delivered.\n\n" + table
-          + (f"\n\nFlows that failed: {'; '.join(errors)}." if errors else "")
+          + failed_flows_md(rows)
           + f"\n\nThe paper: {PAPER_NOTE}.")
     return result, fig, md

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
-from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES
+from xtc_lab.xco.experiments.flows import UDP_PAYLOAD_BYTES, failed_flows_md
 from xtc_lab.xco.experiments.simcheck import SIM_SECONDS, udp_loss_points
 from xtc_lab.xco.experiments.uplink import AGENT_HOSTS, BOTTLENECK, RECEIVER_OF, SCALE, SENDERS
 
@@ -44,12 +44,11 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
         [(r["senders"], f"{r['senders'] * nic / rate:.2f}", f"{r['testbed_loss_percent']:.2f}%",
           f"{r['sim_loss_percent']:.2f}%", f"{r['testbed_goodput_bps'] / 1e6:.1f}",
           f"{r['sim_delivered_bps'] / 1e6:.1f}") for r in rows])
-    errors = [e for r in rows for e in r["errors"]]
     md = (f"N UDP senders s1..sN of Figure 1(b) at their NIC rate ({nic / 1e6:g} Mb/s, {UDP_PAYLOAD_BYTES}-byte "
           f"datagrams), s_k to r_k, all across `{BOTTLENECK}` at {rate / 1e6:g} Mb/s (buffer "
           f"{tb.record['port_buffer_bytes']} bytes), {dur} s per point on the testbed; the simulator "
           f"(`xtc_lab/xco/simulate.py`, fluid, {SIM_SECONDS:g} s simulated) on the same topology at the lab's "
           f"scale and buffers, mode {ctx.mode}" + (f", {slice_us} us slices" if ctx.mode != "none" else "")
-          + ".\n\n" + table + (f"\n\nFlows that failed: {'; '.join(errors)}." if errors else "")
+          + ".\n\n" + table + failed_flows_md(rows)
           + f"\n\nThe paper: {PAPER_NOTE}.")
     return result, fig, md

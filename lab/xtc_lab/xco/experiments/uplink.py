@@ -7,7 +7,7 @@ from typing import Any
 
 from xtc_lab.lab.harness import markdown_table
 from xtc_lab.xco.experiments import mix_figure
-from xtc_lab.xco.experiments.flows import ip_reassembly, port_delta, run_flows
+from xtc_lab.xco.experiments.flows import failed_flows_md, flow_errors, ip_reassembly, port_delta, run_flows
 
 NAME = "fig16"
 TITLE = "13 TCP/UDP senders over a shared uplink"
@@ -60,7 +60,7 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
                      "goodput_fraction": total / rate, "tcp_per_flow_bps": sum(tcp) / len(tcp) if tcp else None,
                      "switch_port": port, "receiver_ports_drops": sum(p["drops"] for p in receivers),
                      "receivers_ip_reassembly_fails": fails, "flows": flows,
-                     "errors": [f"{f['sender']}: {f['error']}" for f in flows if f.get("error")]})
+                     "errors": flow_errors(flows)})
     result = {"bottleneck": BOTTLENECK, "bottleneck_bps": rate, "nic_bps": nic, "udp_rate_bps": nic,
               "udp_message_bytes": UDP_MESSAGE_BYTES, "seconds_per_point": dur, "points": rows,
               "paper": PAPER_NOTE}
@@ -73,7 +73,6 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
           f"{100 * r['switch_port']['utilisation']:.1f}%", r["switch_port"]["drops"],
           f"{r['switch_port']['loss_percent']:.2f}%", r["receiver_ports_drops"], r["receivers_ip_reassembly_fails"])
          for r in rows])
-    errors = [e for r in rows for e in r["errors"]]
     md = (f"Senders s1..s13, each on its own host on sw1, send to r1..r13 on sw2 (s_k to r_k); every flow "
           f"crosses `{BOTTLENECK}` at {rate / 1e6:g} Mb/s (TBF, {tb.record['port_buffer_bytes']} bytes); each "
           f"host's link is {nic / 1e6:g} Mb/s, so the 13 offer {13 * nic / rate:.2f} times the shared link. "
@@ -81,6 +80,6 @@ def run(ctx: Any) -> tuple[dict[str, Any], Any, str]:
           f"netperf's 64 KB messages); TCP is one iperf3 connection each; {dur} s per point. Goodput is what "
           f"the receivers got (TCP: iperf3's receiver; UDP: a counting sink); drops are the TBFs' (netlink "
           f"qdisc stats); reassembly fails are the receiving VMs' (`/proc/net/snmp`).\n\n{table}"
-          + (f"\n\nFlows that failed: {'; '.join(errors)}." if errors else "")
+          + failed_flows_md(rows)
           + f"\n\nThe paper: {PAPER_NOTE}.")
     return result, fig, md
