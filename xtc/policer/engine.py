@@ -169,14 +169,7 @@ def _vr_obs(row: dict[str, Any]) -> VrObs:
 
 
 def _command_detail(cmd: Command) -> dict[str, Any]:
-    detail: dict[str, Any] = {"cmd": cmd.cmd}
-    if cmd.setpoint_pps is not None:
-        detail["setpoint_pps"] = cmd.setpoint_pps
-    if cmd.on is not None:
-        detail["on"] = cmd.on
-    if cmd.reason is not None:
-        detail["reason"] = cmd.reason
-    return detail
+    return {"cmd": cmd.cmd, **cmd.options()}
 
 
 def _shows_applied(cmd: Command, vr: dict[str, Any] | None) -> bool:

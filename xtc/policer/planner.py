@@ -124,7 +124,11 @@ class Command:
     reason: str | None = None
 
     def fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"vr": self.vr}
+        return {"vr": self.vr, **self.options()}
+
+    def options(self) -> dict[str, Any]:
+        """The optional fields that are set (``setpoint_pps``, ``on``, ``reason``; None ones left out)."""
+        out: dict[str, Any] = {}
         if self.setpoint_pps is not None:
             out["setpoint_pps"] = self.setpoint_pps
         if self.on is not None:

@@ -179,6 +179,19 @@ class Store:
             return sql + " LIMIT ? OFFSET ?", [*args, limit, offset]
         return sql + (" LIMIT -1" if self.dialect == "sqlite" else " LIMIT ALL") + " OFFSET ?", [*args, offset]
 
+    def _listing(self, sql: str, conds: list[str], args: list[Any], order_by: str, limit: int, offset: int,
+                 row: Callable[[Any], dict[str, Any]],
+                 live: Callable[[dict[str, Any], LiveTable | LiveView], dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows of ``sql`` that meet all ``conds``, ordered by ``order_by`` and paged (see :meth:`_page`),
+        each made a dictionary by ``row`` and given its live values by ``live`` (the live view read once)."""
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        rows = self._read(*self._page(f"{sql} ORDER BY {order_by}", args, limit, offset))
+        view = self._view()
+        if view is not None:
+            return [live(row(r), view) for r in rows]
+        return [row(r) for r in rows]
+
     def _audit(self, db: Conn, kind: str, actor: str, router: str | None, vr: str | None,
                detail: dict[str, Any]) -> None:
         db.execute(
@@ -227,13 +240,7 @@ class Store:
         if status is not None:
             conds.append("status = ?")
             args.append(status)
-        if conds:
-            sql += " WHERE " + " AND ".join(conds)
-        rows = self._read(*self._page(sql + " ORDER BY name", args, limit, offset))
-        view = self._view()
-        if view is not None:
-            return [self.live_router(self._router(r), view) for r in rows]
-        return [self._router(r) for r in rows]
+        return self._listing(sql, conds, args, "name", limit, offset, self._router, self.live_router)
 
     def engine_routers(self, never_heard: bool = False) -> list[dict[str, Any]]:
         """The routers the engine polices (not removed), by name, with only the columns a policy cycle
@@ -356,13 +363,7 @@ class Store:
             conds.append("punish_level >= 3" if flagged else "punish_level < 3")
         if with_setpoint:
             conds.append("(manual_setpoint_pps IS NOT NULL OR derived_setpoint_pps IS NOT NULL)")
-        if conds:
-            sql += " WHERE " + " AND ".join(conds)
-        rows = self._read(*self._page(sql + " ORDER BY router, name", args, limit, offset))
-        view = self._view()
-        if view is not None:
-            return [self.live_vr(self._vr(r), view) for r in rows]
-        return [self._vr(r) for r in rows]
+        return self._listing(sql, conds, args, "router, name", limit, offset, self._vr, self.live_vr)
 
     def punished_vrs(self) -> list[tuple[str, str, int]]:
         """``(router, vr, punishment level)`` of the VRs punished now (level > 0), by router and name: a
