@@ -22,7 +22,7 @@ import pytest
 
 from procs import daemon_config, stop_process
 from xtc.service.logs import StructuredFormatter, journal_priority, on_journal_stream, setup_logging
-from xtc.policer.config import ConfigError, loads_config
+from xtc.policer.config import PolicerConfigError, loads_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,7 +101,7 @@ def test_the_policer_log_table_is_validated() -> None:
     assert loads_config('schema = "xtc-policer/1"\n', env={}).log_format == "json"
     for text, key in (('[log]\nformat = "text"\n', "log.format"), ('[log]\nlevel = "loud"\n', "log.level"),
                       ('[log]\nfile = "x"\n', "log.file")):
-        with pytest.raises(ConfigError) as e:
+        with pytest.raises(PolicerConfigError) as e:
             loads_config('schema = "xtc-policer/1"\n' + text, env={})
         assert key in str(e.value), e.value
 
