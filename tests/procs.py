@@ -87,6 +87,19 @@ class DaemonProc:
             self.proc.wait(10)
 
 
+def compile_xco_kernels() -> None:
+    """Compile XCo's scheduler kernels (numba, cached on disk) in this process, so that an XCo
+    controller a test starts loads them (under a second) instead of compiling them: about 12 s of CPU
+    on an idle host and several times that beside other tests, on a fresh clone.  A test waiting for
+    its controller's "started" event would otherwise be timing the compiler.  Nothing to do without
+    numba (the pure-Python scheduler)."""
+    try:
+        from xtc.xco.scheduler import _kernel
+    except ImportError:
+        return
+    _kernel.warm_up()
+
+
 def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
     """Poll ``pred`` every ``dt_s`` until it is true (True) or ``timeout_s`` passed (False)."""
     end = time.monotonic() + timeout_s

@@ -20,11 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from procs import daemon_config, stop_process
+from procs import compile_xco_kernels, daemon_config, stop_process
 from xtc.service.logs import StructuredFormatter, journal_priority, on_journal_stream, setup_logging
 from xtc.policer.config import PolicerConfigError, loads_config
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _xco_kernels_compiled() -> None:
+    """The XCo controllers these tests start load the scheduler's kernels instead of compiling them."""
+    compile_xco_kernels()
 
 
 def _journal_env(path: Path) -> dict[str, str]:

@@ -21,11 +21,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from procs import free_port, stop_process
+from procs import compile_xco_kernels, free_port, stop_process
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.root, pytest.mark.beside]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _xco_kernels_compiled() -> None:
+    """The XCo controllers these tests start load the scheduler's kernels instead of compiling them."""
+    compile_xco_kernels()
 
 
 def _sh(*args: str) -> None:

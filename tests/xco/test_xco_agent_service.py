@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import free_port
+from procs import compile_xco_kernels, free_port
 
 from xtc.xco.memory_gate import MemoryGate
 from xtc.xco.agent_config import loads_agent_config
@@ -30,6 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # failed open while the controller lived (about 1 run in 5).  A real agent has a process of its own.
 SLICE = 50_000
 LEAD = 10_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _xco_kernels_compiled() -> None:
+    """The XCo controllers these tests start load the scheduler's kernels instead of compiling them."""
+    compile_xco_kernels()
 
 
 def _controller_config(tmp_path, port, extra=""):
