@@ -32,6 +32,7 @@ def _caps_in_range(series: dict) -> list[float]:
 MIN_FREE_PPS = 5_000
 
 
+@pytest.mark.experiment  # 24 s quiet, up to three runs under load: the tracking figure's quick run (the demo below holds two real VRs through the same daemon in the test command)
 @pytest.mark.timeout(3 * 150)
 def test_lab_run_tracking_quick(libvirtd, tmp_path: Path) -> None:
     # The experiment's setpoints scale to the free rate measured at its start, but the load of a

@@ -66,6 +66,7 @@ def _finite_pos(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.experiment  # 33 s: Figure 17's quick run (its pure parts: tests/unit/test_lab_tcp_pure.py)
 @pytest.mark.timeout(80)
 def test_lab_run_tcpudp_quick(libvirtd, tmp_path: Path) -> None:
     r = run_xtc(["lab", "run", "tcpudp", "--quick", "--out", str(tmp_path)], 75)
