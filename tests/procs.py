@@ -88,16 +88,15 @@ class DaemonProc:
 
 
 def compile_xco_kernels() -> None:
-    """Compile XCo's scheduler kernels (numba, cached on disk) in this process, so that an XCo
-    controller a test starts loads them (under a second) instead of compiling them: about 12 s of CPU
+    """Compile XCo's scheduler kernels (numba, cached on disk) before a test starts an XCo
+    controller, so that the controller loads them (under a second) instead of compiling them: about 12 s of CPU
     on an idle host and several times that beside other tests, on a fresh clone.  A test waiting for
-    its controller's "started" event would otherwise be timing the compiler.  Nothing to do without
-    numba (the pure-Python scheduler)."""
-    try:
-        from xtc.xco.scheduler import _kernel
-    except ImportError:
-        return
-    _kernel.warm_up()
+    its controller's "started" event would otherwise be timing the compiler.  Done in a child
+    process, which fills numba's disk cache and leaves this process's scheduler state alone (a test
+    of the first construction's compile time runs in it too).  Nothing to do without numba."""
+    subprocess.run([sys.executable, "-c", "import xtc.xco.scheduler.fast as f\n"
+                    "if f.IMPL == 'numba':\n    from xtc.xco.scheduler import _kernel; _kernel.warm_up()"],
+                   check=True, timeout=600)
 
 
 def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
