@@ -37,7 +37,7 @@ from .agent import DROP_REASONS, AgentCore, AgentOutput
 from .agent_config import AgentConfig, check_against_topology
 from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
-from .controller_service import wall_us
+from .protocol import wall_us
 from xtc.host.gate import CLOSED, OPEN, Gate, GateError
 from xtc.host.tcgate import TcGate, cleanup  # the real gate (netlink, root); it loads pyroute2 only when used
 from xtc.service.notify import Notifier

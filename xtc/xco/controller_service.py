@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import protocol as P
+from .protocol import wall_us
 from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import DROP_REASONS, ControllerCore, Send
@@ -28,7 +29,7 @@ from xtc.service.logs import event, setup_logging
 from xtc.service.signals import StopOnSignal
 from xtc.service.state import StateFileError, read_state, save_state
 
-__all__ = ["ControllerService", "run_controller", "wall_us"]
+__all__ = ["ControllerService", "run_controller"]
 
 log = logging.getLogger("xtc.xco.controller")
 
@@ -54,10 +55,6 @@ class _Metrics(ServiceMetrics):
             yield GaugeMetricFamily("xco_hosts_registered", "Registered hosts", value=len(core.hosts))
 
         self.collect_from(collect)
-
-
-def wall_us() -> int:
-    return time.time_ns() // 1000
 
 
 class ControllerService(StopOnSignal):

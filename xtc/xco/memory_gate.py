@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -23,11 +22,9 @@ import numpy as np
 
 from xtc.host.gate import CLOSED, OPEN, DestStats, Flow, GateError
 
+from .protocol import wall_us
+
 __all__ = ["MemoryGate"]
-
-
-def wall_us() -> int:
-    return time.time_ns() // 1000
 
 
 class MemoryGate:

@@ -48,13 +48,14 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+import time
 from dataclasses import dataclass
 from typing import Union
 
 __all__ = [
     "VERSION", "MAGIC", "HEADER", "HOLD", "MAX_DATAGRAM", "DecodeError",
     "Header", "Register", "Backlog", "GiveUp", "Heartbeat", "Leave", "Directive", "RateDirective",
-    "Welcome", "Ack", "Demand", "Message", "encode", "decode", "topology_digest",
+    "Welcome", "Ack", "Demand", "Message", "encode", "decode", "topology_digest", "wall_us",
 ]
 
 VERSION = 1
@@ -65,6 +66,12 @@ HOLD = 0xFFFFFFFF
 #: backlog of 2,000 destinations or a rate directive of 600 flows).
 MAX_DATAGRAM = 8192
 MAX_NAME_BYTES = 64
+
+
+def wall_us() -> int:
+    """The clock of the headers' timestamps: wall time, microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
 
 T_REGISTER, T_BACKLOG, T_GIVEUP, T_HEARTBEAT, T_LEAVE, T_DIRECTIVE, T_WELCOME, T_ACK, T_DEMAND = range(1, 10)
 TYPE_NAMES = {1: "register", 2: "backlog", 3: "giveup", 4: "heartbeat", 5: "leave", 6: "directive", 7: "welcome",
