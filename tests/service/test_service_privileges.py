@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import signal
 import socket
 import subprocess
@@ -40,6 +41,25 @@ V1_CPU = Path("/sys/fs/cgroup/cpu")
 CAP_NET_ADMIN, CAP_NET_RAW = 12, 13
 
 pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(90)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _checkout_reachable_by_other_users():
+    """The unprivileged users these tests run the checkout's code as must reach it, and a clone under
+    ``mktemp -d`` (mode 0700) is not: search permission (o+x) is granted on the directories above the
+    checkout that lack it, for this module only, and taken back after."""
+    changed = []
+    for d in (ROOT, *ROOT.parents):
+        mode = stat.S_IMODE(d.stat().st_mode)
+        if not mode & stat.S_IXOTH:
+            try:
+                os.chmod(d, mode | stat.S_IXOTH)
+            except PermissionError:  # not root: the tests skip
+                break
+            changed.append((d, mode))
+    yield
+    for d, mode in reversed(changed):
+        os.chmod(d, mode)
 
 
 def _need_root() -> None:
