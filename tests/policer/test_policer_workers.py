@@ -26,8 +26,8 @@ def _server_side_owner(client_port: int, pids: list[int]) -> int:
     inode = None
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
-        if int(f[2].split(":")[1], 16) == client_port:  # remote end = the client
-            inode = f[9]
+        if int(f[2].split(":")[1], 16) == client_port and f[9] != "0":  # remote end = the client;
+            inode = f[9]  # inode 0: an earlier connection's TIME-WAIT entry on the same port, no process's
     assert inode is not None, f"no server socket for client port {client_port}"
     for pid in pids:
         for fd in os.listdir(f"/proc/{pid}/fd"):
