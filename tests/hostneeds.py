@@ -6,8 +6,10 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,3 +91,25 @@ def tc_qdiscs(ifnames: Iterable[str]) -> str:
     text = "".join(subprocess.run(["tc", "qdisc", "show", "dev", i], check=True, capture_output=True,
                                   text=True).stdout for i in ifnames)
     return re.sub(r"refcnt \d+ ", "", text)
+
+
+@contextlib.contextmanager
+def reachable_by_other_users(checkout: Path) -> Iterator[None]:
+    """Let unprivileged users reach ``checkout`` while the block runs.  A clone under ``mktemp -d``
+    (mode 0700, as CI makes it) is not reachable by ``nobody``: search permission (o+x) is granted on
+    the directories above the checkout that lack it, and taken back after.  Not root: nothing changes
+    (the tests that need it skip)."""
+    changed = []
+    for d in (checkout, *checkout.parents):
+        mode = stat.S_IMODE(d.stat().st_mode)
+        if not mode & stat.S_IXOTH:
+            try:
+                os.chmod(d, mode | stat.S_IXOTH)
+            except PermissionError:
+                break
+            changed.append((d, mode))
+    try:
+        yield
+    finally:
+        for d, mode in reversed(changed):
+            os.chmod(d, mode)

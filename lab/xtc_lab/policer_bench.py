@@ -117,8 +117,14 @@ def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_e
         proc.wait(5)
         raise RuntimeError(f"policer did not start: {policer_log(tmp)}")
     url = json.loads(line)["url"]
-    deadline = time.monotonic() + 10
+    # Readiness, not speed: the workers and shards import the service (FastAPI, numpy, the store)
+    # after the supervisor has bound its port, which on a busy 2-core host took more than 10 s (a
+    # fresh-clone suite run with other builds beside it).  A policer that died fails at once.
+    ready_s = 60.0
+    deadline = time.monotonic() + ready_s
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"policer exited with {proc.returncode} before answering /health: {policer_log(tmp)}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return proc, url
@@ -126,7 +132,7 @@ def start_policer(tmpdir: str | Path, token: str, period_s: float = 1.0, extra_e
             pass
         time.sleep(0.05)
     proc.terminate()
-    raise RuntimeError("policer did not answer /health within 10 s")
+    raise RuntimeError(f"policer did not answer /health within {ready_s:g} s: {policer_log(tmp)}")
 
 
 def policer_log(tmpdir: str | Path, tail_bytes: int = 2000) -> str:

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 import zmtp_peer
+from hostneeds import reachable_by_other_users
 from procs import DaemonProc
 
 pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(120)]
@@ -61,6 +61,13 @@ def _need() -> None:
     for tool in ("unshare", "nsenter", "setpriv", "ip"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _checkout_reachable_by_other_users():
+    """``nobody`` runs this checkout's code: it must reach it (for this module only)."""
+    with reachable_by_other_users(REPO):
+        yield
 
 
 def _need_nobody_runs_xtc() -> None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 
 import pytest
-
+from hostneeds import reachable_by_other_users
 from procs import daemon_config, stop_process
+
 from xtc.daemon.ctl import ManagerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,21 +46,10 @@ pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(90)]
 
 @pytest.fixture(scope="module", autouse=True)
 def _checkout_reachable_by_other_users():
-    """The unprivileged users these tests run the checkout's code as must reach it, and a clone under
-    ``mktemp -d`` (mode 0700) is not: search permission (o+x) is granted on the directories above the
-    checkout that lack it, for this module only, and taken back after."""
-    changed = []
-    for d in (ROOT, *ROOT.parents):
-        mode = stat.S_IMODE(d.stat().st_mode)
-        if not mode & stat.S_IXOTH:
-            try:
-                os.chmod(d, mode | stat.S_IXOTH)
-            except PermissionError:  # not root: the tests skip
-                break
-            changed.append((d, mode))
-    yield
-    for d, mode in reversed(changed):
-        os.chmod(d, mode)
+    """The unprivileged users these tests run the checkout's code as must reach it (for this module
+    only)."""
+    with reachable_by_other_users(ROOT):
+        yield
 
 
 def _need_root() -> None:
