@@ -220,3 +220,14 @@ def test_tcpudp_refuses_the_forwarder_rcvbuf_on_qemu_before_building_a_lab(monke
     ctx = RunContext(out_dir=None, kind="qemu", say=lambda m: None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="--tcpudp-rcvbuf .* does not apply to --kind qemu"):
         tcpudp.run(ctx, args)
+
+
+def test_up_refuses_a_bad_qemu_tuning_before_touching_the_host(capsys, monkeypatch):
+    from xtc_lab.lab import lifecycle, qemu
+
+    monkeypatch.setattr(lifecycle, "host_problem", lambda mode: pytest.fail("the host was checked"))
+    monkeypatch.setenv(qemu.TUNING_ENV, "icount=auto,tb-cache=lots")
+    args = run_parser().parse_args(["lab", "up", "--kind", "qemu", "--name", "xtcq-t"])
+    assert lifecycle.cmd_up(args) == lifecycle.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "XTC_QEMU_TUNING" in err and "tb-cache='lots'" in err

@@ -78,3 +78,75 @@ def test_domain_xml_turns_off_the_host_side_segmentation_offloads() -> None:
         host = iface.find("driver/host")
         assert host is not None
         assert {k: host.get(k) for k in ("gso", "tso4", "tso6", "ufo")} == dict.fromkeys(("gso", "tso4", "tso6", "ufo"), "off")
+
+
+def _xml(**kwargs) -> ET.Element:
+    return ET.fromstring(qemu.domain_xml("lab-vr1", "/boot/vmlinuz", "/tmp/initrd.gz", "console=ttyS0",
+                                         ["lab-a1", "lab-b1"], ["vif12.0", "vif12.1"],
+                                         ["52:54:00:00:00:01", "52:54:00:00:00:02"], **kwargs))
+
+
+def test_domain_xml_default_has_no_icount_no_tb_cache_and_one_vcpu() -> None:
+    dom = _xml(accel="tcg")
+    assert dom.find("vcpu").text == "1"
+    assert dom.find("features") is None
+    assert dom.find(f"{{{qemu.QEMU_XML_NS}}}commandline") is None
+
+
+def test_domain_xml_passes_icount_through_the_qemu_namespace() -> None:
+    text = qemu.domain_xml("lab-vr1", "/k", "/i", "c", ["a"], ["vif1.0"], ["52:54:00:00:00:01"], accel="tcg",
+                           tuning=qemu.QemuTuning(icount_shift="auto", icount_sleep=False))
+    assert 'xmlns:qemu="http://libvirt.org/schemas/domain/qemu/1.0"' in text
+    dom = ET.fromstring(text)
+    args = [a.get("value") for a in dom.find(f"{{{qemu.QEMU_XML_NS}}}commandline")]
+    assert args == ["-icount", "shift=auto,sleep=off"]
+    assert _xml(accel="tcg", tuning=qemu.QemuTuning(icount_shift=3)).find(
+        f"{{{qemu.QEMU_XML_NS}}}commandline")[1].get("value") == "shift=3,sleep=on"
+
+
+def test_domain_xml_sets_the_tb_cache_and_the_vcpus() -> None:
+    dom = _xml(accel="tcg", tuning=qemu.QemuTuning(tb_cache_mib=64, vcpus=2))
+    tb = dom.find("features/tcg/tb-cache")
+    assert (tb.text, tb.get("unit")) == ("64", "MiB")
+    assert dom.find("vcpu").text == "2"
+
+
+def test_domain_xml_refuses_tcg_tuning_under_kvm() -> None:
+    with pytest.raises(qemu.QemuError, match="TCG only"):
+        _xml(accel="kvm", tuning=qemu.QemuTuning(icount_shift="auto"))
+    assert _xml(accel="kvm", tuning=qemu.QemuTuning(vcpus=2)).find("vcpu").text == "2"
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("", qemu.QemuTuning()),
+    ("icount=auto", qemu.QemuTuning(icount_shift="auto")),
+    ("icount=0,sleep=off", qemu.QemuTuning(icount_shift=0, icount_sleep=False)),
+    (" tb-cache=32 , vcpus=2 ", qemu.QemuTuning(tb_cache_mib=32, vcpus=2)),
+])
+def test_parse_tuning_reads_what_describe_writes(spec: str, want: qemu.QemuTuning) -> None:
+    assert qemu.parse_tuning(spec) == want
+    assert qemu.parse_tuning(want.describe()) == want
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("icount", "not key=value"),
+    ("icount=11", "0..10"),
+    ("icount=x", "not an integer"),
+    ("sleep=off", "icount only"),
+    ("icount=auto,sleep=maybe", "sleep='maybe'"),
+    ("tb-cache=0", "tb-cache 0"),
+    ("vcpus=9", "vcpus 9"),
+    ("threads=2", "unknown key 'threads'"),
+    ("vcpus=1,vcpus=2", "given twice"),
+])
+def test_parse_tuning_names_the_bad_key(spec: str, match: str) -> None:
+    with pytest.raises(qemu.QemuError, match=match):
+        qemu.parse_tuning(spec)
+
+
+def test_tuning_from_env_names_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv(qemu.TUNING_ENV, "icount=99")
+    with pytest.raises(qemu.QemuError, match=qemu.TUNING_ENV):
+        qemu.tuning_from_env()
+    monkeypatch.delenv(qemu.TUNING_ENV)
+    assert qemu.tuning_from_env() == qemu.QemuTuning()

@@ -180,6 +180,8 @@ def lab_session(n_vrs: int, work_iters: int = 0, stem: str = "xtcx",
     accel = qemu.pick_accel() if mode == "qemu" else None
     if accel is not None and say is not None:
         say(f"QEMU VRs: accel {accel[0]} ({accel[1]})")
+        if qemu.tuning_from_env().describe():
+            say(f"QEMU tuning ({qemu.TUNING_ENV}): {qemu.tuning_from_env().describe()}")
     with daemon.lease() if daemon is not None else nullcontext():
         lab = NetLab(prefix=random_prefix(stem)) if daemon is None else NetLab(prefix=random_prefix(stem), uri=daemon.uri)
         try:
@@ -291,9 +293,10 @@ def experiment_lab(result: dict[str, Any], n_vrs: int, work_iters: int = 0,
         result["lab_prefix"] = lab.prefix
         result["vr_kind"] = mode
         if mode == "qemu":
-            from xtc_lab.lab.qemu import pick_accel
+            from xtc_lab.lab.qemu import pick_accel, tuning_from_env
 
             result["accel"] = pick_accel()[0]
+            result["qemu_tuning"] = tuning_from_env().describe()
         yield lab, Path(tmp), CapReader(lab.uri, "qemu" if mode == "qemu" else "lxc")
 
 

@@ -327,6 +327,7 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
                 raise LabError(f"{shape.mode} mode needs libvirtd: {e}") from e
             uri = daemon.uri
         accel, accel_why = qemu.pick_accel() if shape.mode == "qemu" else ("", "")
+        tuning = qemu.tuning_from_env() if shape.mode == "qemu" else None
         lab = NetLab(prefix=name, uri=uri or DEFAULT_URI, registry=registry)
         chain: Chain | None = None
         try:
@@ -338,8 +339,10 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
                     elif shape.mode == "qemu":
                         if i == 0:
                             say(f"accel: {accel} ({accel_why})")
+                            if tuning is not None and tuning.describe():
+                                say(f"QEMU tuning ({qemu.TUNING_ENV}): {tuning.describe()}")
                         t0 = time.monotonic()
-                        lab.add_qemu_vr(accel=accel)
+                        lab.add_qemu_vr(accel=accel, tuning=tuning)
                         say(f"VR {i + 1} forwards in its guest kernel after {time.monotonic() - t0:.1f} s")
                     else:
                         lab.add_netns_vr(work_iters=shape.work_iters, cgroup=True, detach=True,
@@ -352,6 +355,7 @@ def build_lab(name: str, shape: LabShape, say: Callable[[str], None], registry: 
             record = _record_of(name, shape, lab, chain, uri)
             if shape.mode == "qemu":
                 record["accel"] = accel
+                record["qemu_tuning"] = tuning.describe() if tuning is not None else ""
             write_record(record, registry)
         except BaseException:
             say("build failed: removing what was made")
@@ -453,7 +457,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         name = check_name(args.name)
         shape = check_shape(args.mode, args.vrs, args.hops, args.work, args.work_factor)
-    except LabError as e:
+        if shape.mode == "qemu":
+            qemu.tuning_from_env()
+    except (LabError, qemu.QemuError) as e:
         return _fail("up", str(e), EXIT_USAGE)
     problem = host_problem(shape.mode)
     if problem:

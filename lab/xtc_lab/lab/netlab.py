@@ -569,17 +569,20 @@ class NetLab:
         return vr
 
     def add_qemu_vr(self, accel: str | None = None, memory_mib: int = qemu.DEFAULT_MEMORY_MIB,
-                    ready_timeout_s: float = 120.0) -> VR:
+                    ready_timeout_s: float = 120.0, tuning: qemu.QemuTuning | None = None) -> VR:
         """Create the next VR as a QEMU domain that forwards in its own kernel, and wait until it does.
 
         The lab's connection must be a QEMU one (``uri="qemu:///system"``).  ``accel`` is
         ``"kvm"`` or ``"tcg"`` (None: :func:`xtc_lab.lab.qemu.pick_accel`).  Readiness is a ping
         from the generator to the receiver answered through the guest; a guest that does not
         forward within ``ready_timeout_s`` is an error (the caller tears the lab down).
+        ``tuning`` (None: :func:`xtc_lab.lab.qemu.tuning_from_env`) sets icount, the TB cache, the vCPUs.
         """
         image = qemu.build_image()
         if accel is None:
             accel, _why = qemu.pick_accel()
+        if tuning is None:
+            tuning = qemu.tuning_from_env()
         vr = self._add_segments("qemu")
         macs_ns = [self._ns_mac(vr.tg_ns), self._ns_mac(vr.tr_ns)]
         import libvirt
@@ -590,7 +593,7 @@ class NetLab:
             guest_macs = [qemu.mac_for(v) for v in vr.vifs]
             cmdline = qemu.guest_cmdline(vr.tg_addr, vr.tr_addr, macs_ns[0], macs_ns[1], guest_macs)
             xml = qemu.domain_xml(vr.name, str(image.kernel), str(image.initrd), cmdline, vr.bridges,
-                                  vr.vifs, guest_macs, accel, memory_mib)
+                                  vr.vifs, guest_macs, accel, memory_mib, tuning=tuning)
             try:
                 conn.createXML(xml, 0)
                 break

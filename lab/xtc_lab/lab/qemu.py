@@ -40,6 +40,11 @@ CACHE_DIR = Path("/var/cache/xtc-lab/qemu")
 GUEST_MODULES = ("virtio_pci", "virtio_net")  # modules in Debian's kernel; their dependencies come via modules.dep
 DEBIAN_PACKAGES = ("qemu-system-x86", "linux-image-amd64", "busybox-static", "libvirt-daemon-driver-qemu")
 DEFAULT_MEMORY_MIB = 160
+QEMU_XML_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
+ET.register_namespace("qemu", QEMU_XML_NS)  # <qemu:commandline>, as libvirt writes it
+#: Environment variable with the lab's QEMU tuning (:func:`parse_tuning`), read when a VR is built.
+TUNING_ENV = "XTC_QEMU_TUNING"
+ICOUNT_SHIFT_MAX = 10  # QEMU's limit for -icount shift=N
 #: A cached guest image not built or used for this long is removed by the next build (s).
 STALE_IMAGE_S = 86_400.0
 
@@ -164,15 +169,97 @@ def guest_cmdline(tg_addr: str, tr_addr: str, tg_mac: str, tr_mac: str, macs: Se
             f"xtc.trmac={tr_mac} xtc.mac0={macs[0]} xtc.mac1={macs[1]} xtc.addr0={addr0} xtc.addr1={addr1}")
 
 
+@dataclass(frozen=True)
+class QemuTuning:
+    """How the QEMU VR's emulator runs (issue 49: the scatter of a throttled TCG guest's rate).
+
+    ``icount_shift``: None (no ``-icount``, the default), ``"auto"`` or 0..10: QEMU's deterministic
+    instruction-count clock, one instruction = 2**shift ns of guest time (TCG only; it also makes
+    TCG single-threaded); ``icount_sleep``: ``sleep=on|off`` (off: the guest clock does not wait
+    for real time while the guest idles).  ``tb_cache_mib``: TCG's translation-block cache (None:
+    QEMU's default).  ``vcpus``: the guest's vCPUs (a ``vcpu_quota`` cap holds each of them).
+    """
+
+    icount_shift: int | str | None = None
+    icount_sleep: bool = True
+    tb_cache_mib: int | None = None
+    vcpus: int = 1
+
+    def __post_init__(self) -> None:
+        s = self.icount_shift
+        if s is not None and s != "auto" and (isinstance(s, bool) or not isinstance(s, int)
+                                              or not 0 <= s <= ICOUNT_SHIFT_MAX):
+            raise QemuError(f"icount shift {s!r}: want 'auto' or an integer 0..{ICOUNT_SHIFT_MAX}")
+        t = self.tb_cache_mib
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= 4096):
+            raise QemuError(f"tb-cache {t!r}: want an integer number of MiB, 1..4096")
+        if isinstance(self.vcpus, bool) or not isinstance(self.vcpus, int) or not 1 <= self.vcpus <= 8:
+            raise QemuError(f"vcpus {self.vcpus!r}: want an integer 1..8")
+
+    def is_tcg_only(self) -> bool:
+        """True if an option applies to TCG only (icount, the TB cache)."""
+        return self.icount_shift is not None or self.tb_cache_mib is not None
+
+    def describe(self) -> str:
+        """The spec that :func:`parse_tuning` reads back ("" for the defaults)."""
+        parts = []
+        if self.icount_shift is not None:
+            parts += [f"icount={self.icount_shift}", f"sleep={'on' if self.icount_sleep else 'off'}"]
+        if self.tb_cache_mib is not None:
+            parts.append(f"tb-cache={self.tb_cache_mib}")
+        if self.vcpus != 1:
+            parts.append(f"vcpus={self.vcpus}")
+        return ",".join(parts)
+
+
+def parse_tuning(spec: str) -> QemuTuning:
+    """Read ``"icount=auto|N,sleep=on|off,tb-cache=MIB,vcpus=N"`` (any subset, "" = defaults).
+
+    A bad key or value is one :class:`QemuError` naming it.
+    """
+    values: dict[str, str] = {}
+    for item in (p.strip() for p in spec.split(",")):
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        if not sep or not val:
+            raise QemuError(f"QEMU tuning {spec!r}: {item!r} is not key=value")
+        if key not in ("icount", "sleep", "tb-cache", "vcpus"):
+            raise QemuError(f"QEMU tuning {spec!r}: unknown key {key!r} (want icount, sleep, tb-cache, vcpus)")
+        if key in values:
+            raise QemuError(f"QEMU tuning {spec!r}: {key!r} given twice")
+        values[key] = val
+
+    def integer(key: str) -> int:
+        try:
+            return int(values[key])
+        except ValueError:
+            raise QemuError(f"QEMU tuning {spec!r}: {key}={values[key]!r} is not an integer") from None
+
+    if "sleep" in values and "icount" not in values:
+        raise QemuError(f"QEMU tuning {spec!r}: sleep applies to icount only")
+    if values.get("sleep", "on") not in ("on", "off"):
+        raise QemuError(f"QEMU tuning {spec!r}: sleep={values['sleep']!r}, want on or off")
+    shift: int | str | None = None
+    if "icount" in values:
+        shift = "auto" if values["icount"] == "auto" else integer("icount")
+    return QemuTuning(icount_shift=shift, icount_sleep=values.get("sleep", "on") == "on",
+                      tb_cache_mib=integer("tb-cache") if "tb-cache" in values else None,
+                      vcpus=integer("vcpus") if "vcpus" in values else 1)
+
+
 def domain_xml(name: str, kernel: str, initrd: str, cmdline: str, bridges: Sequence[str],
                vifs: Sequence[str], macs: Sequence[str], accel: str = "tcg",
-               memory_mib: int = DEFAULT_MEMORY_MIB, emulator: str = str(QEMU_EMULATOR)) -> str:
-    """The XML of a one-vCPU QEMU domain booting ``kernel``/``initrd``, one virtio-net per bridge.
+               memory_mib: int = DEFAULT_MEMORY_MIB, emulator: str = str(QEMU_EMULATOR),
+               tuning: QemuTuning = QemuTuning()) -> str:
+    """The XML of a QEMU domain (one vCPU unless ``tuning`` says otherwise) booting ``kernel``/``initrd``, one virtio-net per bridge.
 
     ``accel`` is ``"kvm"`` or ``"tcg"`` (the domain type).  The host side of interface ``i`` is
     the tap ``vifs[i]`` on ``bridges[i]``, its guest side has MAC ``macs[i]``; the interfaces
     offer the guest no segmentation offload (``<host gso/tso4/tso6/ufo='off'>``), so every packet
     the guest forwards is one frame on the tap.  No scheduler limit is written: caps are set live.
+    ``tuning`` adds the TB cache size (``<features><tcg><tb-cache>``) and ``-icount`` (passed
+    through ``<qemu:commandline>``: libvirt has no element for it); both are refused under KVM.
     """
     if accel not in ("kvm", "tcg"):
         raise QemuError(f"accel {accel!r}: want 'kvm' or 'tcg'")
@@ -180,15 +267,20 @@ def domain_xml(name: str, kernel: str, initrd: str, cmdline: str, bridges: Seque
         raise QemuError("need one vif name and one MAC per bridge, and at least one bridge")
     if memory_mib < 64:
         raise QemuError(f"memory_mib {memory_mib} too small for the guest kernel (at least 64)")
+    if accel == "kvm" and tuning.is_tcg_only():
+        raise QemuError(f"QEMU tuning {tuning.describe()!r} applies to TCG only, not to accel kvm")
     dom = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
     ET.SubElement(dom, "name").text = name
     ET.SubElement(dom, "memory", unit="MiB").text = str(memory_mib)
-    ET.SubElement(dom, "vcpu").text = "1"
+    ET.SubElement(dom, "vcpu").text = str(tuning.vcpus)
     os_el = ET.SubElement(dom, "os")
     ET.SubElement(os_el, "type", arch="x86_64", machine="pc").text = "hvm"
     ET.SubElement(os_el, "kernel").text = kernel
     ET.SubElement(os_el, "initrd").text = initrd
     ET.SubElement(os_el, "cmdline").text = cmdline
+    if tuning.tb_cache_mib is not None:
+        tcg = ET.SubElement(ET.SubElement(dom, "features"), "tcg")
+        ET.SubElement(tcg, "tb-cache", unit="MiB").text = str(tuning.tb_cache_mib)
     ET.SubElement(dom, "on_poweroff").text = "destroy"
     ET.SubElement(dom, "on_reboot").text = "destroy"
     ET.SubElement(dom, "on_crash").text = "destroy"
@@ -205,6 +297,11 @@ def domain_xml(name: str, kernel: str, initrd: str, cmdline: str, bridges: Seque
         ET.SubElement(ET.SubElement(iface, "driver"), "host", gso="off", tso4="off", tso6="off", ufo="off")
     ET.SubElement(devs, "serial", type="pty")
     ET.SubElement(devs, "memballoon", model="none")
+    if tuning.icount_shift is not None:
+        cmd = ET.SubElement(dom, f"{{{QEMU_XML_NS}}}commandline")
+        value = f"shift={tuning.icount_shift},sleep={'on' if tuning.icount_sleep else 'off'}"
+        for arg in ("-icount", value):
+            ET.SubElement(cmd, f"{{{QEMU_XML_NS}}}arg", value=arg)
     return ET.tostring(dom, encoding="unicode")
 
 
@@ -228,6 +325,15 @@ def missing_requirements() -> list[str]:
     if not sorted(BOOT_DIR.glob("vmlinuz-*")):
         out.append(f"a kernel {BOOT_DIR}/vmlinuz-* (Debian package linux-image-amd64)")
     return out
+
+
+def tuning_from_env() -> QemuTuning:
+    """The lab's QEMU tuning from ``XTC_QEMU_TUNING`` (unset or empty: the defaults)."""
+    spec = os.environ.get(TUNING_ENV, "")
+    try:
+        return parse_tuning(spec)
+    except QemuError as e:
+        raise QemuError(f"{TUNING_ENV}: {e}") from None
 
 
 def pick_accel(dev_kvm: Path = Path("/dev/kvm")) -> tuple[str, str]:

@@ -176,6 +176,7 @@ class LabRecord(_Record):
     work_factor: Number = 1.0  # absent in records written before the factor existed
     uri: NonEmpty | None
     accel: Literal["kvm", "tcg"] | None = None  # qemu mode: how the guests run
+    qemu_tuning: str = ""  # qemu mode: XTC_QEMU_TUNING when the lab was built ("" = the defaults)
     cpu_cgroup: _CpuCgroup | None
     created_unix_s: Number
     vrs: list[_VrRecord]
