@@ -6,6 +6,7 @@ import dataclasses
 import re
 
 import pytest
+from configerrors import refused
 
 from xtc.daemon import config as C
 from xtc.daemon.config import ConfigError, loads_config, load_config, reload_diff
@@ -91,11 +92,8 @@ def test_defaults_and_frozen():
     ],
 )
 def test_bad_configs_name_the_key(text, key, words):
-    with pytest.raises(ConfigError) as ei:
-        loads_config(S(text), source="x.toml")
-    assert ei.value.key == key
-    assert words in str(ei.value)
-    assert str(ei.value).startswith("x.toml: ")
+    e = refused(lambda: loads_config(S(text), source="x.toml"), ConfigError, key, words)
+    assert str(e).startswith("x.toml: ")
 
 
 def test_load_config_missing_file(tmp_path):
@@ -117,9 +115,7 @@ def test_load_config_reads_file(tmp_path):
 def test_a_file_needs_its_schema_line(tmp_path, text, words):
     p = tmp_path / "c.toml"
     p.write_text(text)
-    with pytest.raises(ConfigError) as ei:
-        load_config(p)
-    assert ei.value.key == "schema" and words in str(ei.value) and str(p) in str(ei.value)
+    assert str(p) in str(refused(lambda: load_config(p), ConfigError, "schema", words))
 
 
 def test_reload_diff_separates_reloadable_keys():
@@ -181,11 +177,9 @@ CURVE = 'curve_secret_key_file = "/etc/xtc/curve/daemon.key_secret"\ncurve_clien
     ("endpoint", "ipc://@xtc-manager", "abstract Unix socket"),
 ])
 def test_an_endpoint_others_can_reach_is_refused_without_curve(key, endpoint, why):
-    with pytest.raises(ConfigError) as ei:
-        loads_config(S(f'[manager]\n{key} = "{endpoint}"\n' + SIM), source="x.toml")
-    assert ei.value.key == f"manager.{key}"
-    msg = str(ei.value)
-    assert msg.startswith(f"x.toml: 'manager.{key}': {endpoint} ") and why in msg
+    msg = str(refused(lambda: loads_config(S(f'[manager]\n{key} = "{endpoint}"\n' + SIM), source="x.toml"),
+                      ConfigError, f"manager.{key}", why))
+    assert msg.startswith(f"x.toml: 'manager.{key}': {endpoint} ")
     assert "manager.curve_secret_key_file" in msg and "\n" not in msg
     # The same endpoint with CURVE is taken (the policer on another host reaches it so).
     cfg = loads_config(S(f'[manager]\n{key} = "{endpoint}"\n{CURVE}' + SIM))

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from configerrors import refused
 from procs import free_port
 
 from xtc.xco import protocol as P
@@ -218,9 +219,7 @@ OK = 'schema = "xco-controller/1"\ntopology = "t.toml"\n'
     ('rate_link_fraction = "0.9"\n', "rate_link_fraction", "number"),
 ])
 def test_bad_config_is_refused_naming_the_key(extra, key, problem):
-    with pytest.raises(ControllerConfigError) as e:
-        loads_controller_config(OK + extra, "x.toml")
-    assert e.value.key == key and problem in e.value.problem, str(e.value)
+    refused(lambda: loads_controller_config(OK + extra, "x.toml"), ControllerConfigError, key, problem)
 
 
 def test_config_without_topology_is_refused():

@@ -3,16 +3,7 @@
 A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
 period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
 its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`).
-
-Numbers: ``log10`` and ``10 ** x`` are computed with :mod:`math` element by element (numpy's
-vectorised versions may differ from the C library's in the last bit), so a VR's caps do not depend on
-how many VRs share its bank (tests/unit/test_control_properties.py).  The lag probe's bookkeeping runs
-per row (:meth:`ControllerBank._lag_probe_in`: the estimator is a short history per VR).  Fixed Cap
-has no law to step: :meth:`ControllerBank.like` returns None for it.
-
-Why one file: the law is one job (XTC's and the paper's step, their state columns and the lag
-probe's bookkeeping, which the step reads and writes in the same period); split, each half would
-reach into the other's columns.
+Why the arithmetic is element by element and why this is one file: docs/design/control-law.md, "The bank".
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import BoundedController
-from .laws import (EXACT_DECADES, FLOAT_MAX, LN10, SQRT2, SQRT_PI, DESCENT_FRACTION, NOISE_SMOOTHING,
+from .laws import (EXACT_DECADES, FLOAT_MAX, LN10, DESCENT_FRACTION, NOISE_SMOOTHING,
                    OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
                    PROBE_WINDOW_PERIODS, SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS,
                    XtcController)
@@ -35,6 +26,8 @@ from .paper import PaperPI
 __all__ = ["ControllerBank"]
 
 _log10 = math.log10
+SQRT2 = math.sqrt(2.0)
+SQRT_PI = math.sqrt(math.pi)
 
 
 def _pow10(x: np.ndarray) -> np.ndarray:
@@ -128,12 +121,9 @@ _DTYPE = {float: np.float64, None: np.float64, bool: bool, int: object}
 class Rows:
     """The law's state of a list of controllers, as columns (:data:`_COLUMNS`; one row per controller).
 
-    Made by :meth:`ControllerBank.rows`, which *attaches* the controllers: each becomes an instance
-    of a subclass of its class (:class:`_XtcRow`, :class:`_PIRow`) whose state attributes are
-    properties on its row, so every reader and writer of a controller (``to_state``, ``start``,
-    ``applied``, the state file) sees the columns' numbers.  A controller attached again takes its
-    values along; a copy of one (:func:`copy.copy`, :func:`copy.deepcopy`) is a plain controller
-    with the same state.
+    :meth:`ControllerBank.rows` *attaches* the controllers: each becomes a :class:`_XtcRow` or
+    :class:`_PIRow`, whose state attributes are properties on its row (docs/design/control-law.md,
+    "One law; where the state lives").
     """
 
     __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev")
@@ -428,15 +418,10 @@ class ControllerBank:
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
         """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
-        estimator's update, the probe candidate (only within :data:`~xtc.control.laws.PROBE_WINDOW_PERIODS`
-        of the activation or a setpoint move beyond the fine band), the transient (from a sample or such
-        a move, for at most :data:`~xtc.control.laws.TRANSIENT_PERIODS`).  Returns what the law needs of
-        it (:class:`_Lag`), or None where no row is in a probe or a transient (the law without the lag).
-
-        The steady state's short path: where nothing can happen (no sample due or to verify, no probe
-        candidate, no setpoint move beyond the fine band, no transient under way:
-        :meth:`~xtc.control.estimate.LagEstimator.quiet`), the estimator's history and observer move
-        (:meth:`~xtc.control.estimate.LagEstimator.update_quiet`) and the counts go on.
+        estimator's update, the probe candidate, the transient (docs/design/control-law.md, "The probe").
+        Returns what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a
+        transient.  Where nothing can happen (:meth:`~xtc.control.estimate.LagEstimator.quiet`, no
+        setpoint move, no transient) the short path moves the estimator's history and observer only.
         """
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
@@ -492,9 +477,7 @@ class ControllerBank:
         u, carry, quant, noise = rows.u[at], rows.carry[at], rows.quant[at], rows.noise[at]
         e_prev, has_prev = rows.e_prev[at], rows.has_e_prev[at]
         log_y = _log10_of(np.maximum(y, 1.0))
-        # The rate the VR would have forwarded at the wanted cap (not the quantised one in force):
-        # on a whole-percent actuator the dithered periods then all say the same, and the integrator
-        # holds the rate at the mean cap (the dither's arithmetic mean), not their geometric mean.
+        # The rate the VR would have forwarded at the wanted cap (control-law.md, "Quantising actuators").
         log_y_wanted = log_y + quant
         y_wanted = np.where(y > 0, _pow10(log_y_wanted), y)
         E = self._log10_r(np.maximum(r, 1.0)) - log_y_wanted
@@ -563,7 +546,6 @@ class ControllerBank:
         e0 = self.params[4]
         a = t.design_lag
         kp = a / (1.0 - a)
-        # not_limited = offered is not None and offered > 0 and y >= unconstrained_fraction * offered
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         du_beat = (kp + self.params[3]) * E - kp * E_prev
         if lag is not None and lag.observed.any():

@@ -1,11 +1,4 @@
-"""Online estimate of a VR's lag from its response to the lag probe's move.  Pure.
-
-:class:`LagEstimator` measures the lag ``g`` of a VR's measured rate (the fraction of a cap move its
-first period's mean misses) from one sample: the move from rest that the controller's lag probe
-(``XtcTuning.lag_probe``) chose, and the follow-up move it chose for the purpose.  Its observer then
-gives the rate the cap in force settles to.  (What no configuration reached was removed on 2026-11-26:
-docs/design/control-law.md.)
-"""
+"""The lag of a VR's rate, measured from the lag probe's move (:class:`LagEstimator`).  Pure."""
 
 from __future__ import annotations
 
@@ -43,23 +36,21 @@ def pole_of_lag(lag: float) -> float:
 _LAG_GRID: tuple[tuple[float, float], ...] = tuple((i / 200.0, pole_of_lag(i / 200.0)) for i in range(191))
 
 
-#: The estimator's constants (dimensionless unless said; no configuration sets them: they were the
-#: fields of a ``LagTuning`` no caller built until 2026-11-27).
+#: The estimator's constants (dimensionless unless said; no configuration sets them; what each guards:
+#: docs/design/control-law.md, "The lag estimator").
 #:
-#: Smallest change of ``log10(cap in force)`` that can show the lag, decades.  Samples come only from a
-#: probe (:meth:`LagEstimator.probe_candidate`, :meth:`LagEstimator.arm_probe`): the follow-up move is
-#: the controller's choice for the purpose.
+#: Smallest change of ``log10(cap in force)`` that can show the lag, decades.
 MIN_MOVE_DECADES = 0.1
-#: The cap's change in the period before the move must be at most this fraction of the move (the move
-#: starts from about rest).
+#: The cap's change in the period before the move is at most this fraction of the move (about rest);
+#: for a probe the period also counts as rest when its rate moved by at most PROBE_REST_FRACTION.
 REST_FRACTION = 0.25
+PROBE_REST_FRACTION = 0.05
 #: The residual and the third period's prediction are also judged within this many standard deviations
 #: of the controller's noise estimate (when wider than :data:`FIT_FRACTION`, :data:`VERIFY_FRACTION`).
 NOISE_SIGMAS = 4.0
 #: Largest lag believed; a sample beyond ``[0, LAG_MAX]`` is not used.
 LAG_MAX = 0.8
-#: A period whose rate is at least this fraction of the offered rate is offered-limited: it does not
-#: show the cap's effect (no sample uses it after the move).
+#: A period whose rate is at least this fraction of the offered rate is offered-limited (no sample uses it).
 UNCONSTRAINED_FRACTION = 0.97
 #: A residual within this fraction of the rate counts as explained.
 FIT_FRACTION = 0.03
@@ -70,51 +61,17 @@ SETTLED_FLOOR_FRACTION = 0.1
 #: A probe candidate's first-period change must exceed this many standard deviations of the difference
 #: of two noisy samples.
 PROBE_NOISE_SIGMAS = 2.0
-#: For a probe, the period before the move also counts as rest when its rate moved by at most this
-#: fraction since the one before (a VR above its knee after a step out of saturation: the cap moved,
-#: the rate did not).
-PROBE_REST_FRACTION = 0.05
 
 
 class LagEstimator:
-    """The lag of a VR's measured rate, from its response to the lag probe's move.  Pure.
+    """The lag of a VR's measured rate, from its response to the lag probe's move, and its observer.  Pure.
 
-    The measured rate is a period's mean.  A VR whose forwarding follows its cap with a time
-    constant ``tau`` shows a cap move in the first period's mean only in part: the fraction
-    ``1 - g`` with ``g = (tau / T)(1 - exp(-T / tau))`` (the model file's pole ``a`` is this
-    ``g``: 0.0915 for the paper's VR; 0.345 on the benchmark's 4x lag, 0.432 on its half-period
-    lag).  With ``f(k)`` the rate the VR settles to at the cap in force during period ``k``,
-    ``x(k)`` its forwarding rate at the period's start and ``p = exp(-T / tau)``
-    (:func:`pole_of_lag`)::
-
-        m(k) = (1 - g) f(k) + g x(k),        x(k + 1) = p x(k) + (1 - p) f(k)
-
-    The sample.  After a move at period 1 from rest (``x(1) = m(0)``, the probe candidate), the
-    first period gives ``f(1) = m(0) + (m(1) - m(0)) / (1 - g)``; the controller moves again at
-    period 2 as the probe chose (by ``rho = 10 ** du``, 0 for the probe), taken as proportional (``f(2) = rho f(1)``, elasticity 1), so
-    ``m(2)`` is a function of ``g`` alone.  Its residual is scanned on a grid of lags up to
-    :data:`LAG_MAX`: its zeros, and its extrema within :data:`FIT_FRACTION` (or :data:`NOISE_SIGMAS` noise
-    deviations) of ``m(2)`` (with a large second move the residual often only touches zero at
-    the true lag), grouped within 0.06, are the candidates.  One candidate: taken, and checked
-    against the third period (below).  Several: the third period's rate, predicted with each (its move proportional as well),
-    decides, and none is taken unless the best predicts it within :data:`VERIFY_FRACTION` (or the
-    noise band).  A sample taken from two periods whose lag misses the third by more than that
-    is undone.  One sample per activation (the probe's): the lag is then the sample's.
-
-    Guards: the move at least :data:`MIN_MOVE_DECADES`, the cap nearly still before it
-    (:data:`REST_FRACTION`); the two periods after it not offered-limited (their rate is the cap's
-    doing); the first period's change of the move's sign (and, when the probe candidate was
-    taken, beyond :data:`PROBE_NOISE_SIGMAS` noise deviations).  Otherwise no sample.  Until
-    the first sample, and after :meth:`reset`, :attr:`lag` is the model's (``fallback_lag``) and
-    :attr:`confident` is False.
-
-    The observer.  Every period :attr:`settled_pps` is ``f(k)`` from the equations above with the
-    lag in use (``x`` carried from period to period, set from the sample's periods when a sample
-    is taken), kept within ``[SETTLED_FLOOR_FRACTION, 1 / (1 - g)]`` times the rate measured.  The controller
-    steps to the setpoint from it instead of from the measured rate (a dead-beat step for a
-    first-order plant with that lag).
-
-    ``fallback_lag``: the model's lag ``g`` (its pole ``a``), dimensionless, 0 <= fallback_lag < 1.
+    The lag ``g`` is the fraction of a cap move that the first period's mean misses (the model file's
+    pole ``a`` is this ``g``).  One sample per activation, the probe's, gives it (:meth:`update`);
+    until then, and after :meth:`reset`, :attr:`lag` is the model's (``fallback_lag``: dimensionless,
+    0 <= fallback_lag < 1) and :attr:`confident` is False.  Every period the observer gives
+    :attr:`settled_pps`, the rate the cap in force settles to, which the law steps from.  The plant's
+    equations, the sample, its guards and the observer: docs/design/control-law.md, "The lag estimator".
     """
 
     def __init__(self, fallback_lag: float):
@@ -319,7 +276,7 @@ class LagEstimator:
         return (1.0 - g) * f + g * x, x
 
     def _roots(self, m0: float, d1: float, m2: float, move2: float, tol_pps: float) -> list[float]:
-        """The lags that explain the sample (class docstring), one per separate group.
+        """The lags that explain the sample (docs/design/control-law.md, "The lag estimator"), one per group.
 
         The sample's residual ``h(g)`` (pps) on a grid of lags: its zeros, and its extrema within
         ``tol_pps`` of zero (the residual often only touches zero at the true lag); candidates

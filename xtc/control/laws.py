@@ -30,8 +30,6 @@ __all__ = [
 
 #: The largest finite float: ``0.0 <= v <= FLOAT_MAX`` is False for NaN, infinities and negatives.
 FLOAT_MAX = 1.7976931348623157e308
-SQRT2 = math.sqrt(2.0)
-SQRT_PI = math.sqrt(math.pi)
 LN10 = math.log(10.0)
 #: A cap in force within 0.1% of the wanted one counts as exact (decades).
 EXACT_DECADES = math.log10(1.001)
@@ -42,30 +40,21 @@ def _rate(name: str, v: Any) -> float:
     return v if type(v) is float and 0.0 <= v <= FLOAT_MAX else check_rate(name, v)
 
 
-#: The law's constants that no configuration, CLI or named variant sets (they were ``XtcTuning`` fields
-#: until 2026-11-26; docs/design/control-law.md).  The measurements behind each value are in
-#: docs/results/2026-11-26-control-settling/control-settling.md under the old field's name.
+#: The law's constants that no configuration, CLI or named variant sets (``XtcTuning`` fields until
+#: 2026-11-26).  What each does and why it has its value: docs/design/control-law.md, "The law's constants".
 #:
-#: Noise estimate (the class docstring, "Noise-adaptive band"): the starting estimate of the relative
-#: noise of one period's rate sample, and the weight of the newest sample in its moving average.
+#: The noise estimate: its start (relative standard deviation of one period's rate) and the newest
+#: sample's weight in its moving average.
 NOISE_INITIAL_FRACTION = 0.02
 NOISE_SMOOTHING = 0.1
-#: An error beyond this fraction of the setpoint (and beyond the noise band) in two successive periods
-#: of the same sign, inside the fine band, on an exact actuator, gets the dead-beat gains: 1 leaves the
-#: rule to a widened noise band only (0.05 turned the lab's 1 s noise into dead-beat moves of 20% of
-#: the cap).
+#: The band, a fraction of the setpoint, beyond which a persistent error gets the dead-beat gains.
 PERSIST_BAND_FRACTION = 1.0
-#: The model's step out of saturation also applies from this fraction of the offered rate, from the top
-#: cap or on after such a step ("The descent from the uncapped start").
+#: The step out of saturation also applies from this fraction of the offered rate; a repeated one is
+#: this many times the model's step.
 DESCENT_FRACTION = 0.9
-#: A step out of saturation that follows one that showed nothing is this many times the model's step,
-#: on an exact actuator ("Verdict").
 SATURATION_REPEAT_FACTOR = 2.0
-#: The lag probe (``XtcTuning.lag_probe``): the largest lag its comparison assumes (0.432: a time
-#: constant of half a period); it holds the cap when the law's move and the lag's differ by this many
-#: decades; a move is a candidate only within this many periods of the activation or of a setpoint move
-#: beyond the fine band (a daemon restarted at its setpoint read the restart's first low period as a
-#: move from rest: the cap swung 7.6-12.4% around 9%).
+#: The lag probe: the largest lag its comparison assumes, the disagreement (decades) at which it holds
+#: the cap, and the periods after an activation or a setpoint move in which a move can be a candidate.
 PROBE_LAG_MAX = 0.45
 PROBE_DISAGREEMENT_DECADES = 0.15
 PROBE_WINDOW_PERIODS = 6
@@ -102,8 +91,7 @@ class XtcTuning:
         With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`), the cap binds when the VR
         used at least this fraction of the cap in force over the last period; a cap that binds is
         raised even where ``unconstrained_fraction`` would hold it (a TCP VR forwards nearly all it is
-        offered *because* its cap holds it).  0.8, not 1: a TCP VR partly held used 0.87 of its cap on
-        the lab.  0 switches the reading off.
+        offered *because* its cap holds it).  0 switches the reading off.
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
@@ -113,16 +101,9 @@ class XtcTuning:
         The fine band widens to this many estimated noise standard deviations
         when the measurement is noisier than ``fine_band_fraction`` allows.
     lag_probe : bool
-        True by default since 2026-11-25; False steps the law without a lag estimate
-        (``make_controller(..., lag_probe=False)``, ``[controller] lag_probe = false``).  After the
-        first large move from rest whose first period shows the rate moving the right way but not all
-        the way, the law compares its move with the one a lag of :data:`PROBE_LAG_MAX` asks; where
-        they differ by :data:`PROBE_DISAGREEMENT_DECADES` or more it holds the cap one period (the
-        probe), otherwise it takes the lag's move.  The next period completes one lag sample
-        (:class:`~xtc.control.estimate.LagEstimator`).  One probe per activation.  The observer then
-        steps in a transient only (after the sample, or a setpoint change beyond the fine band, for at
-        most :data:`TRANSIENT_PERIODS`): the dead zone and the band judge the next period's predicted
-        mean, and the step aims that mean at the setpoint.
+        Measure each VR's lag with one probe per activation and step the transients that follow
+        with it (docs/design/control-law.md, "Measured lag"); False steps the law without a lag
+        estimate (``xtc-noprobe``, ``[controller] lag_probe = false``).
     """
 
     design_lag: float = 0.0915
@@ -142,11 +123,9 @@ class XtcController(BoundedController):
     docs/design/control-law.md, "The law").
 
     A one-row view of the law: :meth:`step` runs :class:`~xtc.control.bank.ControllerBank`'s law on
-    this controller's row (its own one-row :class:`~xtc.control.bank.Rows`, or a row of the daemon's
-    when the bank attached it), so the law exists once and its state (``u``, the carry, the previous
-    error, the noise estimate, the descent flag) lives in the bank's named columns.  Here: the
-    parameters, the checks of the inputs, the state file's record and the lag estimator (the bank
-    updates it per row: :meth:`~xtc.control.bank.ControllerBank._lag_probe_in`).
+    this controller's row, where its state lives (docs/design/control-law.md, "One law; where the
+    state lives").  Here: the parameters, the checks of the inputs, the state file's record and the
+    lag estimator (which the bank updates).
     """
 
     kind = "xtc"
@@ -169,10 +148,8 @@ class XtcController(BoundedController):
         self.saturation_elasticity = e0 if 0.0 < e0 < 1.0 else 0.0
 
     def _reset_memory(self) -> None:
-        """The law's memory at activation (its columns: :data:`~xtc.control.bank._COLUMNS`).
-        ``_setpoint_age``: periods since the activation or the last setpoint move beyond the fine band
-        (counted up to :data:`PROBE_WINDOW_PERIODS`): only inside that window can a move be a probe
-        candidate."""
+        """The law's memory at activation (its columns: :data:`~xtc.control.bank._COLUMNS`;
+        ``_setpoint_age``: periods since it or a setpoint move, up to :data:`PROBE_WINDOW_PERIODS`)."""
         self._E_prev: float | None = None
         self._descent = False
         self._transient = False
@@ -181,16 +158,6 @@ class XtcController(BoundedController):
         self._setpoint_age = 0
         self._noise_log = NOISE_INITIAL_FRACTION / math.log(10.0)
         self.lag_estimator.reset()
-
-    @property
-    def noise_fraction(self) -> float:
-        """Estimated relative noise (standard deviation) of one period's rate sample."""
-        return self._noise_log * LN10
-
-    def fine_band(self) -> float:
-        """Current half-width of the fine band, as a fraction of the setpoint."""
-        t = self.tuning
-        return max(t.fine_band_fraction, t.noise_band_sigmas * self.noise_fraction)
 
     def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:

@@ -29,8 +29,7 @@ class IfCounters:
     Notes
     -----
     "rx" is what the namespace that was read received on the interface, "tx"
-    what it sent.  Same fields, order and defaults as
-    ``xtc.daemon.meter.IfCounters``.
+    what it sent.
     """
 
     rx_packets: int
