@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from xtc_lab.lab import inputdrop
@@ -287,7 +287,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
         dt_s = 1.0
 
         def __init__(self, *a: Any, **k: Any) -> None: ...
-        def __enter__(self) -> FakeRecorder: return self
+        def __enter__(self) -> Self: return self
         def __exit__(self, *a: object) -> None: ...
         def to_json(self) -> dict[str, Any]: return {"series": {}, "marks": []}
 
@@ -296,7 +296,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
             self.proc = None
             events.append(("daemon", Path(workdir).name))
 
-        def __enter__(self) -> FakeDaemon: return self
+        def __enter__(self) -> Self: return self
         def __exit__(self, *a: object) -> None: events.append(("daemon stopped",))
 
         def call(self, cmd: str, **f: Any) -> dict[str, Any]:
