@@ -356,3 +356,41 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     assert result["input_drop"]["rate_bytes_per_s"] == math.ceil(1.32 * 20_000 * 524)
     assert set(out.result["phases"]) == set(tp.PHASES) and len(out.result["windows"]) == 8
     assert events[-1] == ("lab removed",)
+
+
+# ------------------------------------------------------------------ early drop's counters in sixvr and multihop
+def test_early_drop_drops_sum_the_ed0_roots_per_vr(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = {"vif1.0": inputdrop.parse_qdiscs(TC_JSON), "vif1.1": [], "vif2.0": None, "vif2.1": [{"kind": "tbf",
+                                                                                             "handle": "1:", "drops": 9}]}
+    monkeypatch.setattr(inputdrop, "qdisc_rows", lambda dev: rows[dev])
+    assert inputdrop.early_drop_drops({"a": ("vif1.0", "vif1.1"), "b": ("vif2.0", "vif2.1")}) == {"a": 40, "b": 0}
+
+
+def test_host_cpu_percent_from_proc_stat(tmp_path: Path) -> None:
+    f = tmp_path / "stat"
+    f.write_text("cpu  100 0 50 800 0 0 50 0 0 0\ncpu0 1 2 3 4 5 6 7 8\n")
+    a = inputdrop.host_cpu_ticks(str(f))
+    f.write_text("cpu  200 0 150 900 0 0 150 0 0 0\n")
+    b = inputdrop.host_cpu_ticks(str(f))
+    pc = inputdrop.host_cpu_percent(a, b, 2)
+    assert pc["softirq"] == pytest.approx(50.0) and pc["idle"] == pytest.approx(50.0) and sum(pc.values()) == 200.0
+    f.write_text("intr 1 2 3\n")
+    with pytest.raises(ValueError, match="aggregate cpu line"):
+        inputdrop.host_cpu_ticks(str(f))
+
+
+def test_sixvr_and_multihop_report_the_limiters_drops() -> None:
+    from xtc_lab.lab.experiments import multihop, sixvr
+
+    ph = {"offered_pps": [30_000.0] * 6, "limiter_dropped_pps": [0.0, 5_000.0, 0.0, 0.0, 0.0, 1.0],
+          "aggregate_pps": 60_000.0, "host_cpu_percent": {"softirq": 40.0, "system": 90.0, "idle": 5.0},
+          "load_avg_1m": 1.2}
+    md = sixvr._early_drop_md({"early_drop": True, "phases": {"without": {**ph, "limiter_dropped_pps": [0.0] * 6},
+                                                               "A": ph}})
+    assert "Early drop asked for every VR" in md and "| A | 180000 | 5001 | 0 / 5000 / 0 / 0 / 0 / 1 |" in md
+    assert sixvr._early_drop_md({"phases": {"without": {"offered_pps": [1.0]}}}) == ""  # an old result: no section
+    loss = {"sent_pps": 90_000.0, "tf1": {"handed_pps": 30_000.0, "socket_drop_pps": 2_000.0, "forwarded_pps": 27_000.0}}
+    phase = {"setpoint_pps": 27_000.0, "loss": loss, "limiter_dropped_pps": {"tf1": 60_000.0, "tf2": 0.0, "tf3": 0.0},
+             "host_cpu_percent": {"softirq": 30.0, "system": 80.0, "idle": 20.0}, "load_avg_1m": 0.8}
+    md = multihop._first_router_waste_md({"early_drop": True}, [phase], ["tf1", "tf2", "tf3"])
+    assert "early drop on" in md and "| 27000 | 90000 | 30000 | 60000 | 2000 | 27000 | 0 / 0 | 30 | 80 | 20 | 0.8 |" in md

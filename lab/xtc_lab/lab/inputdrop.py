@@ -135,3 +135,31 @@ def qdisc_rows(dev: str) -> list[dict[str, Any]] | None:
     if r.returncode != 0:
         return None
     return parse_qdiscs(r.stdout)
+
+
+#: The product's early-drop TBF on a VR's host-side interface (xtc.host.tclimiter.ROOT_HANDLE, major 0xed0).
+ED_HANDLE = "ed0:"
+
+
+def early_drop_drops(vifs: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Packets the product's early-drop limiters (``tbf ed0:``) dropped so far, summed over each key's
+    interfaces (0 for an interface without one)."""
+    return {key: sum(drops_of(qdisc_rows(v) or [], "tbf", ED_HANDLE) for v in ifs) for key, ifs in vifs.items()}
+
+
+def host_cpu_ticks(stat: str = "/proc/stat") -> dict[str, int]:
+    """The host's aggregate CPU ticks by field (``user`` .. ``steal``) from ``/proc/stat``."""
+    from pathlib import Path
+
+    f = Path(stat).read_text().splitlines()[0].split()
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    if f[0] != "cpu" or len(f) < 1 + len(names):
+        raise ValueError(f"{stat}: the first line is not the aggregate cpu line")
+    return dict(zip(names, (int(x) for x in f[1:])))
+
+
+def host_cpu_percent(a: Mapping[str, int], b: Mapping[str, int], n_cpus: int) -> dict[str, float]:
+    """CPU use between two :func:`host_cpu_ticks` readings, percent of one CPU per field (``100 * n_cpus`` in all)."""
+    d = {k: b[k] - a[k] for k in b}
+    total = sum(d.values())
+    return {k: (100.0 * n_cpus * v / total if total > 0 else float("nan")) for k, v in d.items()}
