@@ -111,3 +111,10 @@ def test_figure_17_three_ways_simulated() -> None:
     gain_same = same["with_early_drop"]["xtc"]["tcp_kpps"] - same["without_xtc"]["tcp_kpps"]
     gain_xtc = same["with"]["xtc"]["tcp_kpps"] - same["without_xtc"]["tcp_kpps"]
     assert abs(gain_same - gain_xtc) < 2.0
+
+
+def test_the_cli_refuses_a_limiter_dearer_than_delivery(capsys: pytest.CaptureFixture[str]) -> None:
+    from xtc.cli import main
+
+    assert main(["simulate", "tcpudp", "--quiet", "--limiter-work-fraction", "0.5"]) == 2
+    assert "limiter_work_fraction must be within [0, rx_work_fraction = 0.3], got 0.5" in capsys.readouterr().err

@@ -631,6 +631,8 @@ def tcpudp(
     ways, beside the lab's ``xtc lab run tcpudp --tcpudp-phases``.
     """
     specs = [controller_spec(c) for c in controllers]
+    if limiter_work_fraction is not None:
+        Dom0Config(limiter_work_fraction=limiter_work_fraction)  # checked before the long part: PlantError names it
     pair = (VRConfig(traffic=udp(udp_kpps * 1000.0)), VRConfig(traffic=tcp(tcp_max_kpps * 1000.0)))
     skip = rs.skip_s(20.0)
     rs.progress("tcpudp: calibrating Dom0", 0.0)
