@@ -32,7 +32,7 @@ def vr(k: int = 2) -> VR:
 
 # ------------------------------------------------------------------ the plan
 def test_phases_parse_in_the_order_given() -> None:
-    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+input-drop") == tp.PHASES
+    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+input-drop,xtc+input-bpf") == tp.PHASES
     assert tp.parse_phases("without,xtc+early-drop") == ("without", "xtc+early-drop")
 
 
@@ -150,6 +150,9 @@ def test_a_window_record_has_issue_48s_numbers_in_kpps() -> None:
 
 
 # ------------------------------------------------------------------ statistics over windows
+FOUR = ("without", "xtc", "xtc+early-drop", "xtc+input-drop")
+
+
 def windows(reps: int = 4, ed_gain: float = 17.0, drift: float = 3.0, ed_softirq: float = -10.0,
             tcp_limited: bool = False, xtc_udp_handed: float = 90.0) -> list[dict[str, Any]]:
     """Synthetic windows: the host drifts by ``drift`` kp/s (and points) a repetition, alike for every phase."""
@@ -194,8 +197,8 @@ def test_t_quantiles() -> None:
 
 def test_phase_stats_carry_issue_48s_schema_for_every_phase() -> None:
     st = tp.phase_stats(windows(), tp.PHASES)
-    assert list(st) == list(tp.PHASES)
-    for p in tp.PHASES:
+    assert list(st) == list(FOUR)  # a phase that did not run has no object
+    for p in FOUR:
         for key in ("udp_handed_kpps", "udp_setpoint_kpps", "udp_forwarded_kpps", "tcp_forwarded_kpps",
                     "host_softirq_percent", "host_system_percent"):
             assert isinstance(st[p][key], float), (p, key)
@@ -248,7 +251,7 @@ def test_the_report_is_json_and_markdown_with_the_phases(tmp_path: Path) -> None
                              "burst_bytes": 2, "limit_bytes": 2}}
     out = tp.outcome(result, windows())
     doc = json.loads(json.dumps(out.result, allow_nan=True))
-    assert set(doc["phases"]) == set(tp.PHASES)
+    assert set(doc["phases"]) == set(FOUR)
     assert doc["phases"]["without"]["xtc_on"] is False and doc["phases"]["without"]["udp_setpoint_kpps"] == 20.0
     assert doc["phases"]["xtc+early-drop"]["tcp_gain_over_without_kpps"] == pytest.approx(17.0, abs=0.2)
     assert "| xtc+input-drop |" in out.report_md and "ed0: at end" in out.report_md
@@ -313,9 +316,9 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
 
     n_snap = [0]
 
-    def fake_snapshot(lab: Any, vrs: Any, ifb: str | None, tps: float) -> dict[str, Any]:
+    def fake_snapshot(lab: Any, vrs: Any, limiter: Any, tps: float) -> dict[str, Any]:
         n_snap[0] += 1
-        events.append(("snapshot ifb", ifb)) if n_snap[0] % 2 else None
+        events.append(("snapshot limiter", getattr(limiter, "ifb", getattr(limiter, "mac", None)))) if n_snap[0] % 2 else None
         e0, e1 = snaps()
         return e0 if n_snap[0] % 2 else e1
 
@@ -328,16 +331,20 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     monkeypatch.setattr(tp, "_phase_summary", lambda *a: summary(tcp_fwd=30_000, udp_fwd=70_000))
     monkeypatch.setattr(tp.inputdrop, "install", lambda d: events.append(("input drop on", d.port, d.ifb)))
     monkeypatch.setattr(tp.inputdrop, "remove", lambda d, missing_ok=False: events.append(("input drop off", d.ifb)))
+    monkeypatch.setattr(tp.bpfbucket, "ns_mac", lambda ns: {"xtcx-ab12-tr2": "02:00:00:00:00:22"}[ns])
+    monkeypatch.setattr(tp.bpfbucket.BpfBucket, "install", lambda b: events.append(("bpf on", b.port, b.mac)))
+    monkeypatch.setattr(tp.bpfbucket.BpfBucket, "remove",
+                        lambda b, missing_ok=False: events.append(("bpf off", b.port)))
 
-    args = argparse.Namespace(tcpudp_phases="without,xtc,xtc+early-drop,xtc+input-drop", tcpudp_alternate=2,
+    args = argparse.Namespace(tcpudp_phases="without,xtc,xtc+early-drop,xtc+input-drop,xtc+input-bpf", tcpudp_alternate=2,
                               tcpudp_input_factor=None)
     result = {"hold_s": 15.0, "warm_s": 3.0, "settle_s": 12.0, "frame_bytes": 524, "udp_payload_bytes": 482,
               "udp_share": 0.2, "n_cpus": 2, "udp_offered_pps": 100_000.0}
     out = tp.run(RunContext(out_dir=tmp_path, kind="netns", say=lambda m: None), args, result, "paper")
 
     windows_run = [e[1] for e in events if e[0] == "window"]
-    assert windows_run == ["without #1", "xtc #1", "xtc+early-drop #1", "xtc+input-drop #1",
-                           "without #2", "xtc #2", "xtc+early-drop #2", "xtc+input-drop #2"]
+    assert windows_run == ["without #1", "xtc #1", "xtc+early-drop #1", "xtc+input-drop #1", "xtc+input-bpf #1",
+                           "without #2", "xtc #2", "xtc+early-drop #2", "xtc+input-drop #2", "xtc+input-bpf #2"]
     assert [e[2] for e in events if e[0] == "window"][:2] == [0.0, 12.0]  # no settling without a daemon
     # setpoints: 20% / 80% of the first "without" aggregate (30 + 70 kp/s)
     assert result["setpoints_pps"] == {"udp": 20_000.0, "tcp": 80_000.0}
@@ -345,16 +352,22 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     assert acts[:2] == [("activate", udp_vr.name, 20_000, False), ("activate", tcp_vr.name, 80_000, False)]
     assert acts[2:4] == [("activate", udp_vr.name, 20_000, True), ("activate", tcp_vr.name, 80_000, True)]
     assert acts[4:6] == [("activate", udp_vr.name, 20_000, False), ("activate", tcp_vr.name, 80_000, False)]
+    assert acts[6:8] == acts[4:6]  # the eBPF phase: XTC alone besides the lab's bucket
     # the input limiter: on the UDP VR's generator port, only in its phase, taken away before its daemon stops
-    on_off = [e for e in events if e[0].startswith("input drop") or e[0] in ("window", "daemon stopped")]
+    on_off = [e for e in events if e[0].startswith(("input drop", "bpf")) or e[0] in ("window", "daemon stopped")]
     i = on_off.index(("window", "xtc+input-drop #1", 12.0))
     assert on_off[i + 1:i + 4] == [("input drop on", "xtcx-ab12-g2", "xtcx-ab12-i2"), ("input drop off", "xtcx-ab12-i2"),
                                    ("daemon stopped",)]
     assert sum(e[0] == "input drop on" for e in events) == 2 == sum(e[0] == "input drop off" for e in events)
-    assert [e[1] for e in events if e[0] == "snapshot ifb"] == [None, None, None, "xtcx-ab12-i2"] * 2
-    assert sum(e[0] == "daemon" for e in events) == 6 == sum(e[0] == "daemon stopped" for e in events)
+    assert [e[1] for e in events if e[0] == "snapshot limiter"] == [None, None, None, "xtcx-ab12-i2",
+                                                                     "02:00:00:00:00:22"] * 2
+    j = on_off.index(("window", "xtc+input-bpf #2", 12.0))
+    assert on_off[j + 1:j + 4] == [("bpf on", "xtcx-ab12-g2", "02:00:00:00:00:22"), ("bpf off", "xtcx-ab12-g2"),
+                                   ("daemon stopped",)]
+    assert result["input_bpf"]["rate_pps"] == pytest.approx(1.32 * 20_000)
+    assert sum(e[0] == "daemon" for e in events) == 8 == sum(e[0] == "daemon stopped" for e in events)
     assert result["input_drop"]["rate_bytes_per_s"] == math.ceil(1.32 * 20_000 * 524)
-    assert set(out.result["phases"]) == set(tp.PHASES) and len(out.result["windows"]) == 8
+    assert set(out.result["phases"]) == set(tp.PHASES) and len(out.result["windows"]) == 10
     assert events[-1] == ("lab removed",)
 
 
@@ -394,3 +407,38 @@ def test_sixvr_and_multihop_report_the_limiters_drops() -> None:
              "host_cpu_percent": {"softirq": 30.0, "system": 80.0, "idle": 20.0}, "load_avg_1m": 0.8}
     md = multihop._first_router_waste_md({"early_drop": True}, [phase], ["tf1", "tf2", "tf3"])
     assert "early drop on" in md and "| 27000 | 90000 | 30000 | 60000 | 2000 | 27000 | 0 / 0 | 30 | 80 | 20 | 0.8 |" in md
+
+
+# ------------------------------------------------------------------ the eBPF bucket, assembled by hand
+def test_the_bucket_program_jumps_where_it_should() -> None:
+    import struct
+
+    from xtc_lab.lab import bpfbucket
+
+    code = bpfbucket.program(7)
+    insns = [struct.unpack("<BBhi", code[i:i + 8]) for i in range(0, len(code), 8)]
+    assert len(insns) == 35
+    pass_at = next(i for i, x in enumerate(insns) if x[0] == 0xB7 and x[3] == bpfbucket.TC_ACT_OK)
+    drop_at = next(i for i, x in enumerate(insns) if x[0] == 0xB7 and x[1] == 1)
+    for at, target in ((5, pass_at), (16, pass_at), (25, drop_at)):
+        assert at + 1 + insns[at][2] == target, at
+    assert insns[11] == (0x18, 0x11, 0, 7) and insns[12] == (0, 0, 0, 0)  # ld_imm64 of map fd 7 (src = PSEUDO_MAP_FD)
+    assert insns[-1][0] == 0x95 and insns[pass_at + 1][0] == 0x95
+    assert (insns[drop_at + 1][0], insns[drop_at + 1][2]) == (0xDB, 24)  # atomic add to the drop counter
+    assert insns[drop_at + 2][3] == bpfbucket.TC_ACT_SHOT
+
+
+def test_the_bucket_map_entries() -> None:
+    from xtc_lab.lab import bpfbucket
+
+    assert bpfbucket.mac_key("02:00:0a:0B:ff:01") == bytes([2, 0, 10, 11, 255, 1, 0, 0])
+    e = bpfbucket.entry(26_400.0, 0.02, dropped=5)
+    assert len(e) == 32 and bpfbucket.entry_dropped(e) == 5
+    import struct
+
+    assert struct.unpack("<QQQQ", e)[1:3] == (round(1e9 / 26_400), 20_000_000)
+    for bad in ("02:00:0a:0b:ff", "0200:0a:0b:ff:01:02", "zz:00:00:00:00:00"):
+        with pytest.raises(ValueError):
+            bpfbucket.mac_key(bad)
+    with pytest.raises(ValueError, match="must be positive"):
+        bpfbucket.entry(0.0, 0.02)

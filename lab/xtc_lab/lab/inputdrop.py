@@ -57,6 +57,20 @@ class InputDrop:
                 raise ValueError(f"input drop {name} {v!r} is not an interface name")
 
 
+    def install(self) -> None:
+        """Put it in place (:func:`install`)."""
+        install(self)
+
+    def remove(self, missing_ok: bool = False) -> None:
+        """Take it away (:func:`remove`)."""
+        remove(self, missing_ok=missing_ok)
+
+    def dropped_packets(self) -> int:
+        """Packets its TBF dropped so far (0 when it is not there)."""
+        rows = qdisc_rows(self.ifb)
+        return drops_of(rows, "tbf") if rows else 0
+
+
 def install_commands(d: InputDrop) -> list[list[str]]:
     """The commands that put ``d`` in place, in order (the IFB and its TBF first, the redirect last)."""
     return [

@@ -29,13 +29,20 @@ import datetime
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import RunContext, lab_session, markdown_table, measure_pps, wait_with_progress
+from xtc_lab.lab.harness import (
+    RunContext,
+    lab_session,
+    markdown_table,
+    measure_pps,
+    wait_with_progress,
+)
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -134,7 +141,7 @@ def residual_runs(actual: Sequence[float], estimated: Sequence[float]) -> int:
 
 
 # ------------------------------------------------------------------------------ the run
-def _plan(ctx: RunContext, args: argparse.Namespace):  # noqa: ANN202 - xtc.training.collect.SweepPlan
+def _plan(ctx: RunContext, args: argparse.Namespace):
     from xtc.training.collect import SweepPlan, parse_caps
 
     caps = parse_caps(args.sweep_caps) if getattr(args, "sweep_caps", None) else (QUICK_CAPS if ctx.quick else CAPS)
@@ -145,8 +152,8 @@ def _plan(ctx: RunContext, args: argparse.Namespace):  # noqa: ANN202 - xtc.trai
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     """Run the sweep on a fresh one-VR lab; fit and design on it (see the module docstring)."""
-    from xtc.training.sweep import TrainingError
     from xtc.host.errors import HostAdapterError
+    from xtc.training.sweep import TrainingError
 
     try:
         return _run(ctx, args)
@@ -241,7 +248,7 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     return _outcome(result)
 
 
-def _progress(ctx: RunContext, plan: Any):  # noqa: ANN202
+def _progress(ctx: RunContext, plan: Any):
     per_cap = plan.settle_samples + plan.samples_per_cap
 
     def progress(done: int, label: str) -> None:

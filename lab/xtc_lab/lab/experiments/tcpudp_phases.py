@@ -17,7 +17,10 @@ run, as in the classic run):
   on their host-side vifs; the TCP VR's source backs off, so it must get none);
 * ``xtc+input-drop``: ``xtc`` plus the lab's input-side TBF at ``--tcpudp-input-factor`` times
   the UDP setpoint (default: the level the daemon's limit holds for a VR forwarding its
-  setpoint, (1 + margin)(1 + step) = 1.32).
+  setpoint, (1 + margin)(1 + step) = 1.32);
+* ``xtc+input-bpf``: the same rate, dropped on the same port by a packet-rate bucket in eBPF
+  (:mod:`xtc_lab.lab.bpfbucket`: cls_bpf direct-action keyed by the destination MAC of the
+  frames through the VR; no IFB hop for what passes): the candidate product mechanism.
 
 Per window (one phase, one repetition): what the UDP generator sent (host RX of its port, before
 any limiter), what the host handed each VR (host TX of its vifs), what each VR forwarded, what
@@ -43,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xtc_lab.lab import inputdrop
+from xtc_lab.lab import bpfbucket, inputdrop
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.experiments.tcpudp import (
     PAPER,
@@ -66,7 +69,9 @@ from xtc_lab.lab.harness import (
 from xtc_lab.lab.netlab import VR, LabError, NetLab, pids_in_netns, read_packet_counters
 from xtc_lab.lab.traffic import start_streams, start_tcp_stream, start_udp_stream
 
-PHASES = ("without", "xtc", "xtc+early-drop", "xtc+input-drop")
+PHASES = ("without", "xtc", "xtc+early-drop", "xtc+input-drop", "xtc+input-bpf")
+#: The lab-only phases that drop the UDP VR's excess at the host's input port (before the bridge).
+INPUT_PHASES = ("xtc+input-drop", "xtc+input-bpf")
 TITLE = "Figure 17 several ways (without XTC, XTC, XTC + early drop, XTC + input-side drop), alternated"
 #: Issue 48's goals for the early-drop phase.
 HANDED_TOLERANCE = 0.10  # what the host hands the capped UDP VR, within this of its setpoint
@@ -116,6 +121,17 @@ def default_input_factor() -> float:
     from xtc.daemon.limiter_policy import DEFAULT_TUNING
 
     return (1 + DEFAULT_TUNING.margin_fraction) * (1 + DEFAULT_TUNING.step_fraction)
+
+
+def input_bpf_for(prefix: str, vr: VR, setpoint_pps: float, factor: float, mac: str) -> bpfbucket.BpfBucket:
+    """The eBPF bucket of ``vr`` on its generator's port, for frames to ``mac`` (what the generator sends
+    through it), at ``factor`` times ``setpoint_pps``, with the product's 20 ms of credit."""
+    from xtc.daemon.limiter_policy import DEFAULT_TUNING
+
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and 0.5 <= factor <= 10):
+        raise ValueError(f"--tcpudp-input-factor {factor!r}: want 0.5..10")
+    return bpfbucket.BpfBucket(port=f"{prefix}-g{vr.k}", mac=mac, rate_pps=factor * setpoint_pps,
+                               burst_s=DEFAULT_TUNING.burst_s)
 
 
 def input_drop_for(prefix: str, vr: VR, setpoint_pps: float, factor: float, frame_bytes: int) -> inputdrop.InputDrop:
@@ -245,14 +261,15 @@ def comparisons(windows: Sequence[Mapping[str, Any]], phases: Sequence[str]) -> 
     """Per phase other than ``without``: its paired differences against ``without`` (TCP gain, UDP
     loss, host softirq and system) and, for the drop phases, against ``xtc`` (what dropping early adds)."""
     out: dict[str, dict[str, Any]] = {}
+    ran = {w["phase"] for w in windows}
     for p in phases:
-        if p == "without":
+        if p == "without" or p not in ran:
             continue
         c = {name: paired_difference(windows, key, p, "without") for name, key in (
             ("tcp_gain_over_without_kpps", "tcp_forwarded_kpps"), ("udp_change_over_without_kpps", "udp_forwarded_kpps"),
             ("softirq_change_over_without_percent", "host_softirq_percent"),
             ("system_change_over_without_percent", "host_system_percent"))}
-        if p != "xtc" and "xtc" in phases:
+        if p != "xtc" and "xtc" in ran:
             c.update({name: paired_difference(windows, key, p, "xtc") for name, key in (
                 ("tcp_change_over_xtc_kpps", "tcp_forwarded_kpps"),
                 ("udp_handed_change_over_xtc_kpps", "udp_handed_kpps"),
@@ -309,7 +326,7 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
                     n_cpus: int) -> list[str]:
     """What the phases say about where the host's work on the capped VR's excess goes (sentences)."""
     lines: list[str] = []
-    xtc, ed, inp = stats.get("xtc"), stats.get("xtc+early-drop"), stats.get("xtc+input-drop")
+    xtc = stats.get("xtc")
     if xtc is None:
         return lines
 
@@ -317,14 +334,16 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
         d = comp[p][key]
         return f"{d['mean']:+.1f} (+-{d['ci95']:.1f}{', beyond the noise' if d['separated'] else ', within the noise'})"
 
-    for name, s in (("early drop (the vif)", ed), ("input-side drop (before the bridge)", inp)):
+    for p, name in (("xtc+early-drop", "early drop (the vif)"),
+                    ("xtc+input-drop", "input-side drop (IFB + TBF, before the bridge)"),
+                    ("xtc+input-bpf", "input-side drop (eBPF bucket, before the bridge)")):
+        s = stats.get(p)
         if s is None:
             continue
-        p = "xtc+early-drop" if s is ed else "xtc+input-drop"
         lines.append(
             f"With {name} the host handed the UDP VR {s['udp_handed_kpps']:.1f} kp/s (XTC alone "
             f"{xtc['udp_handed_kpps']:.1f}); the limiter dropped "
-            f"{(s['udp_dropped_by_vif_limiter_kpps'] if s is ed else s['udp_dropped_at_input_kpps']):.1f} kp/s and the VR "
+            f"{(s['udp_dropped_by_vif_limiter_kpps'] if p == 'xtc+early-drop' else s['udp_dropped_at_input_kpps']):.1f} kp/s and the VR "
             f"itself {s['udp_dropped_in_vr_kpps']:.1f} (XTC alone: the VR {xtc['udp_dropped_in_vr_kpps']:.1f}). Against XTC "
             f"alone, paired: host softirq {diff(p, 'softirq_change_over_xtc_percent')} points, system "
             f"{diff(p, 'system_change_over_xtc_percent')}, idle {diff(p, 'idle_change_over_xtc_percent')}, the UDP "
@@ -348,7 +367,7 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
 
 
 # ------------------------------------------------------------------------------ the run
-def snapshot(lab: NetLab, vrs: Mapping[str, VR], ifb: str | None, ticks_per_s: float) -> dict[str, Any]:
+def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: float) -> dict[str, Any]:
     """The counters a window needs besides the CPU picture (see :func:`window_record`)."""
     c = read_packet_counters()
     out: dict[str, Any] = {"t_s": time.monotonic(), "ticks_per_s": ticks_per_s, "sent": {}, "vif_limiter_drops": {},
@@ -367,8 +386,7 @@ def snapshot(lab: NetLab, vrs: Mapping[str, VR], ifb: str | None, ticks_per_s: f
                 except (OSError, ValueError, IndexError):
                     continue
         out["tools_ticks"][key] = ticks
-    rows = inputdrop.qdisc_rows(ifb) if ifb else None
-    out["input_drops"] = inputdrop.drops_of(rows, "tbf") if rows else 0
+    out["input_drops"] = limiter.dropped_packets() if limiter is not None else 0  # the input side's limiter
     return out
 
 
@@ -380,21 +398,21 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
     order = phase_order(phases, int(getattr(args, "tcpudp_alternate", 1)))
     factor = args.tcpudp_input_factor if getattr(args, "tcpudp_input_factor", None) is not None else default_input_factor()
     kind = ctx.kind
-    if kind == "qemu" and "xtc+input-drop" in phases:
-        raise ValueError("xtc+input-drop: a QEMU VR's generator port carries its traffic the same way, but the phase "
-                         "is built for LXC and netns VRs only")
+    if kind == "qemu" and set(INPUT_PHASES) & set(phases):
+        raise ValueError("the input-side phases are built for LXC and netns VRs only (a QEMU VR's frames are "
+                         "addressed to the guest's own MAC)")
     hold_s, warm_s, settle_s = result["hold_s"], result["warm_s"], result["settle_s"]
     frame, payload = result["frame_bytes"], result["udp_payload_bytes"]
     tps = float(os.sysconf("SC_CLK_TCK"))
     result.update(title=TITLE, phase_names=list(phases), alternate=len(order) // len(phases), order=[
-        f"{p} #{r + 1}" for r, p in order], input_factor=factor if "xtc+input-drop" in phases else None)
+        f"{p} #{r + 1}" for r, p in order], input_factor=factor if set(INPUT_PHASES) & set(phases) else None)
     windows: list[dict[str, Any]] = []
     with experiment_lab(result, 0, mode=kind, say=ctx.say) as (lab, workdir, caps):
         tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind)
         vrs = {"tcp": tcp_vr, "udp": udp_vr}
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
         setpoints: dict[str, float] | None = None
-        idrop: inputdrop.InputDrop | None = None
+        limiters: dict[str, Any] = {}  # input-side phase -> its limiter (made once, installed per window)
 
         def streams(duration_s: float) -> list[Any]:
             return start_streams(
@@ -411,15 +429,20 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
                 else:
                     assert setpoints is not None  # parse_phases: "without" runs first
                     sp = setpoints
-                    if phase == "xtc+input-drop" and idrop is None:
-                        idrop = input_drop_for(lab.prefix, udp_vr, sp["udp"], factor, frame)
+                    if phase == "xtc+input-drop" and phase not in limiters:
+                        idrop = limiters[phase] = input_drop_for(lab.prefix, udp_vr, sp["udp"], factor, frame)
                         result["input_drop"] = {"port": idrop.port, "ifb": idrop.ifb, "dst": idrop.dst_addr,
                                                 "rate_bytes_per_s": idrop.rate_bytes_per_s,
                                                 "rate_pps": idrop.rate_bytes_per_s / frame,
                                                 "burst_bytes": idrop.burst_bytes, "limit_bytes": idrop.limit_bytes}
+                    if phase == "xtc+input-bpf" and phase not in limiters:
+                        b = limiters[phase] = input_bpf_for(lab.prefix, udp_vr, sp["udp"], factor,
+                                                            bpfbucket.ns_mac(udp_vr.tr_ns))
+                        result["input_bpf"] = {"port": b.port, "mac": b.mac, "rate_pps": b.rate_pps,
+                                               "burst_s": b.burst_s}
                     times, (tcp_res, udp_res), cpu = _xtc_window(
                         ctx, lab, rec, label, streams, (warm_s, settle_s, hold_s), vrs, sp, phase,
-                        idrop if phase == "xtc+input-drop" else None, workdir / f"xtcd-{n}", model, tps)
+                        limiters.get(phase), workdir / f"xtcd-{n}", model, tps)
                 summary = _phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
                 if setpoints is None:
                     agg = summary["tcp"]["forwarded_pps"] + summary["udp"]["forwarded_pps"]
@@ -442,28 +465,29 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
 
 def _xtc_window(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: Any,
                 times_s: tuple[float, float, float], vrs: Mapping[str, VR], sp: Mapping[str, float], phase: str,
-                idrop: inputdrop.InputDrop | None, workdir: Path, model: str, tps: float) -> tuple[Any, Any, Any]:
+                idrop: Any, workdir: Path, model: str, tps: float) -> tuple[Any, Any, Any]:
     """One window with a fresh daemon holding both VRs (early drop asked for both in ``xtc+early-drop``),
-    and ``idrop`` in place from the activation to the end (taken away whatever happens)."""
+    and ``idrop`` (an input-side limiter: ``install``, ``remove``, ``dropped_packets``) in place from the
+    activation to the end (taken away whatever happens)."""
     warm_s, settle_s, hold_s = times_s
     early = phase == "xtc+early-drop"
-    installed: list[inputdrop.InputDrop] = []
+    installed: list[Any] = []
     with LabDaemon(workdir, lab.uri, daemon_domains([vrs["tcp"], vrs["udp"]]), kind="xtc", model=model,
                    cfs_period_us=ctx.cfs_period_us) as d:
         def on() -> None:
             d.call("activate", vr=vrs["udp"].name, setpoint_pps=float(sp["udp"]), early_drop=early)
             d.call("activate", vr=vrs["tcp"].name, setpoint_pps=float(sp["tcp"]), early_drop=early)
             if idrop is not None:
-                inputdrop.install(idrop)
-                installed.append(idrop)
+                installed.append(idrop)  # first: a half-done install is taken back too
+                idrop.install()
 
         try:
             return run_phase(ctx, lab, rec, label, streams, warm_s, settle_s, hold_s, on_warm=on,
                              daemon_pid=None if d.proc is None else d.proc.pid,
-                             snapshot=lambda: snapshot(lab, vrs, idrop.ifb if idrop is not None else None, tps))
+                             snapshot=lambda: snapshot(lab, vrs, idrop, tps))
         finally:
             for x in installed:
-                inputdrop.remove(x, missing_ok=True)
+                x.remove(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------ report
@@ -530,11 +554,14 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
                              "idle %"], wrows)
     work = "\n\n".join(where_work_goes(stats, comp, int(result.get("n_cpus", 2))))
     idr = result.get("input_drop")
+    ib = result.get("input_bpf")
     idtxt = ("" if not idr else
              f" The input-side limiter: ingress u32 `ip dst {idr['dst']}/32` on `{idr['port']}` + mirred to IFB "
              f"`{idr['ifb']}` with a TBF of {idr['rate_bytes_per_s']} B/s ({idr['rate_pps']:.0f} pps of "
              f"{result['frame_bytes']}-byte frames, {result.get('input_factor', 0):.2f}x the UDP setpoint), bucket and "
-             f"queue {idr['burst_bytes']} B.")
+             f"queue {idr['burst_bytes']} B.") + ("" if not ib else
+             f" The eBPF bucket: cls_bpf direct-action on `{ib['port']}`'s clsact ingress, frames to {ib['mac']} "
+             f"at {ib['rate_pps']:.0f} pps with {1000 * ib['burst_s']:.0f} ms of credit (lab/xtc_lab/lab/bpfbucket.py).")
     return f"""# {TITLE} ({PAPER}; issue 48 item 3)
 
 Two {result.get('vr_kind', 'lxc')} VRs on one {result['n_cpus']}-core host: VR 1 forwards one iperf3 TCP flow, VR 2 a paced
