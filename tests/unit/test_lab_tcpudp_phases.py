@@ -112,7 +112,7 @@ def summary(tcp_fwd: float = 30_000, udp_handed: float = 90_000, udp_fwd: float 
     return {"measure_s": [10.0, 25.0], "load_avg_1m": 1.5,
             "tcp": {**vr_(tcp_fwd / 2, tcp_fwd, tcp_fwd / 2, tcp_fwd / 2 - 100, 60.0), "goodput_bits_per_s": 60e6,
                     "iperf3": {"retransmits": 12}},
-            "udp": vr_(udp_handed, udp_fwd, udp_handed, udp_fwd, 20.0),
+            "udp": {**vr_(udp_handed, udp_fwd, udp_handed, udp_fwd, 20.0), "sender": {"sent_pps": 98_000.0}},
             "host_cpu_percent": {"softirq": softirq, "system": 80.0, "user": 5.0, "idle": 10.0, "irq": 0.0},
             "others_cpu_percent": 1.0, "daemon_cpu_percent": 2.0}
 
@@ -133,6 +133,7 @@ def test_a_window_record_has_issue_48s_numbers_in_kpps() -> None:
     w = tp.window_record("xtc+early-drop", 1, summary(udp_handed=25_000), e0, e1, {"udp": 20_000, "tcp": 80_000})
     assert (w["phase"], w["rep"], w["xtc_on"]) == ("xtc+early-drop", 1, True)
     assert w["udp_sent_kpps"] == pytest.approx(100.0)
+    assert w["udp_sender_kpps"] == pytest.approx(98.0)  # the sender's own count, whole stream
     assert w["udp_handed_kpps"] == pytest.approx(25.0)
     assert w["udp_setpoint_kpps"] == pytest.approx(20.0)
     assert w["udp_forwarded_kpps"] == pytest.approx(20.0)

@@ -78,7 +78,7 @@ HANDED_TOLERANCE = 0.10  # what the host hands the capped UDP VR, within this of
 UDP_HOLD_TOLERANCE = 0.03  # the UDP VR's forwarding, within this of its setpoint
 PAPER_TCP_GAIN_KPPS = PAPER_KPPS["tcp_gain"]
 #: The numbers every phase object of the report carries (issue 48's schema and what answers it).
-KEYS = ("udp_sent_kpps", "udp_handed_kpps", "udp_setpoint_kpps", "udp_forwarded_kpps", "udp_dropped_in_vr_kpps",
+KEYS = ("udp_sent_kpps", "udp_sender_kpps", "udp_handed_kpps", "udp_setpoint_kpps", "udp_forwarded_kpps", "udp_dropped_in_vr_kpps",
         "udp_socket_drop_kpps", "udp_dropped_by_vif_limiter_kpps", "udp_dropped_at_input_kpps",
         "tcp_handed_kpps", "tcp_forwarded_kpps", "tcp_setpoint_kpps", "tcp_dropped_in_vr_kpps",
         "tcp_dropped_by_vif_limiter_kpps", "tcp_goodput_mbps",
@@ -189,6 +189,8 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
         out[f"{key}_tools_cpu_percent"] = 100.0 * per_s("tools_ticks", key) / tps
         out[f"{key}_limited"] = bool(e1.get("limited", {}).get(key, False))
     out["udp_sent_kpps"] = per_s("sent", "udp") / 1e3
+    # the sender's own count over its whole stream (host RX of the port misses what an ingress redirect drops)
+    out["udp_sender_kpps"] = k((summary["udp"].get("sender") or {}).get("sent_pps"))
     out["udp_dropped_at_input_kpps"] = per_s("input_drops") / 1e3
     out["tcp_goodput_mbps"] = summary["tcp"].get("goodput_bits_per_s", math.nan) / 1e6
     out["tcp_retransmits"] = summary["tcp"].get("iperf3", {}).get("retransmits")
