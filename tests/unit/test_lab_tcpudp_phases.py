@@ -443,3 +443,8 @@ def test_the_bucket_map_entries() -> None:
             bpfbucket.mac_key(bad)
     with pytest.raises(ValueError, match="must be positive"):
         bpfbucket.entry(0.0, 0.02)
+
+
+def test_a_limiter_counter_that_went_back_counts_from_its_new_start() -> None:
+    assert inputdrop.drops_between(100, 150) == 50
+    assert inputdrop.drops_between(4000, 30) == 30  # removed and put on again meanwhile: a lower bound, never negative

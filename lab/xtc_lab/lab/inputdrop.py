@@ -161,6 +161,13 @@ def early_drop_drops(vifs: Mapping[str, Sequence[str]]) -> dict[str, int]:
     return {key: sum(drops_of(qdisc_rows(v) or [], "tbf", ED_HANDLE) for v in ifs) for key, ifs in vifs.items()}
 
 
+def drops_between(before: int, after: int) -> int:
+    """Drops between two readings of a limiter's counter; a counter that went back (the limiter was
+    removed and put on again meanwhile: a new qdisc counts from 0) gives what the new one counted,
+    a lower bound."""
+    return after - before if after >= before else after
+
+
 def host_cpu_ticks(stat: str = "/proc/stat") -> dict[str, int]:
     """The host's aggregate CPU ticks by field (``user`` .. ``steal``) from ``/proc/stat``."""
     from pathlib import Path

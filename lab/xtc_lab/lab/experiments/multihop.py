@@ -206,7 +206,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     caps_now = {vr.router: (rec.series[vr.name].cap_percent or [None])[-1] for vr in vrs}
                     result["phases"].append({"setpoint_pps": sp, "forwarded_pps": rates, "cap_percent": caps_now,
                                              "probes": probes, "load_avg_1m": round(load_1m, 2), "loss": loss,
-                                             "limiter_dropped_pps": {r: (ed1[r] - ed0[r]) / (m1 - m0) for r in ed1},
+                                             "limiter_dropped_pps": {r: inputdrop.drops_between(ed0[r], ed1[r]) / (m1 - m0)
+                                                                     for r in ed1},
                                              "host_cpu_percent": inputdrop.host_cpu_percent(cpu0, cpu1,
                                                                                             os.cpu_count() or 1)})
                     if sp is None:  # what the chain delivers unlimited: the base of the setpoints

@@ -297,7 +297,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 out = {"t0_s": t0, "t1_s": t1, "per_vr_pps": per_vr, "offered_pps": offered_seen,
                        "cap_percent": cap_means, "ping": rtts, "load_avg_1m": round(load_1m, 2),
                        "drops": [drops[vr.name] for vr in vrs], "backlog_drop_pps": drops["host"]["backlog_drop_pps"],
-                       "limiter_dropped_pps": [(ed1[vr.name] - ed0[vr.name]) / (m1 - m0) for vr in vrs],
+                       "limiter_dropped_pps": [inputdrop.drops_between(ed0[vr.name], ed1[vr.name]) / (m1 - m0)
+                                               for vr in vrs],
                        "host_cpu_percent": inputdrop.host_cpu_percent(cpu0, cpu1, os.cpu_count() or 1)}
                 if daemon is not None:
                     out["saturated"] = [max(set(f), key=f.count) if f else None for f in flags]
