@@ -29,6 +29,10 @@ no forwarder socket to read), and because a QEMU VR's tap counts as handed over 
 from it, each phase also records what the generators sent (``sent_pps``, the host side of their
 veths) and what the taps dropped (``tap_tx_drop_pps``).
 
+``--kind netns`` builds them as the lab's forwarder in a namespace and a cgroup each (the daemon's
+cgroup backend; a VR's CPU from its cgroup's accounting).  ``--tcpudp-phases`` runs Figure 17 several
+ways with the phases alternated (:mod:`xtc_lab.lab.experiments.tcpudp_phases`, issue 48 item 3).
+
 Units: packets/s (pps; kp/s in the report), percent of one CPU, seconds.
 
 Why one file: one experiment (Figure 17) from its run to its report, like the other experiment
