@@ -19,12 +19,7 @@ from pathlib import Path
 import psutil
 
 # The parser is the product's (the cgroup backend reads the same table); the lab asks it its questions.
-from xtc.host.mountinfo import (
-    V1_MOUNT_FLAGS,
-    CgroupMount,
-    parse_cgroup_mounts,
-    unescape_mountinfo,
-)
+from xtc.host.mountinfo import V1_MOUNT_FLAGS, CgroupMount, unescape_mountinfo, parse_cgroup_mounts
 
 __all__ = ["V1_MOUNT_FLAGS", "CgroupMount", "CpuCgroup", "LabError", "cgroup_pids", "cpu_cgroup_mounts",
            "create_cgroup", "find_cpu_cgroup", "hybrid_cgroup2_mount", "kill_pids", "lab_cgroups", "parse_cgroup_mounts", "remove_cgroup",

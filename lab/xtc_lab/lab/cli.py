@@ -75,17 +75,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from xtc.daemon.ctl import ManagerError
-    from xtc.host.actuators import check_cfs_period
     from xtc_lab.lab.experiments import available
-    from xtc_lab.lab.harness import (
-        RunContext,
-        host_description,
-        lab_host_problem,
-        measurement_lock,
-        write_outputs,
-    )
+    from xtc.daemon.ctl import ManagerError
+    from xtc_lab.lab.harness import RunContext, host_description, lab_host_problem, measurement_lock, write_outputs
     from xtc_lab.lab.libvirtd import LibvirtdError
+    from xtc.host.actuators import check_cfs_period
     from xtc_lab.lab.netlab import LabError, check_work_factor
 
     exps = available()

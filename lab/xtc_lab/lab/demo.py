@@ -18,20 +18,11 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from xtc_lab.lab.harness import (
-    CapReader,
-    LabDaemon,
-    Recorder,
-    json_safe,
-    lab_session,
-    mean,
-    measure_pps,
-    measurement_lock,
-)
+from xtc_lab.lab.harness import (CapReader, LabDaemon, Recorder, lab_session, measure_pps, measurement_lock,
+                             json_safe, mean)
 from xtc_lab.lab.traffic import start_udp_stream
 
 VR_LABELS = ("red", "blue")

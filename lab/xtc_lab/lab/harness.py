@@ -22,6 +22,8 @@ Units: packets/s (pps), percent of one CPU, seconds.
 
 from __future__ import annotations
 
+import xtc.models
+
 import fcntl
 import json
 import math
@@ -42,15 +44,7 @@ from typing import Any
 
 import psutil
 
-import xtc.models
-from xtc_lab.lab.netlab import (
-    VR,
-    LabError,
-    NetLab,
-    random_prefix,
-    read_packet_counters,
-    vr_totals,
-)
+from xtc_lab.lab.netlab import VR, LabError, NetLab, random_prefix, read_packet_counters, vr_totals
 
 MEASURE_LOCK = Path("/run/xtc/lab-measure.lock")
 #: The model fitted on the lab's own cap sweep (``xtc lab run capsweep``; shipped in the repository).

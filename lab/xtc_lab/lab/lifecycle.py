@@ -64,7 +64,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+
 from xtc_lab.lab import qemu
+from xtc_lab.lab.record import (DEFAULT_NAME, LAB_SCHEMA, LIBVIRT_MODES, MAX_LAB_VRS, LabRecordError, LabShape, check_name,
+                                check_shape, record_chain, record_vrs, shape_difference, shape_of,
+                                validate_record)
+from xtc_lab.lab.status import (HostFacts, daemon_config_toml, format_lab,
+                                health_checks, problems, status_json)
 from xtc_lab.lab.netlab import (
     LAB_REGISTRY,
     NETNS_DIR,
@@ -74,29 +80,6 @@ from xtc_lab.lab.netlab import (
     NetLab,
     add_work_arguments,
     read_packet_counters,
-)
-from xtc_lab.lab.record import (
-    DEFAULT_NAME,
-    LAB_SCHEMA,
-    LIBVIRT_MODES,
-    MAX_LAB_VRS,
-    LabRecordError,
-    LabShape,
-    check_name,
-    check_shape,
-    record_chain,
-    record_vrs,
-    shape_difference,
-    shape_of,
-    validate_record,
-)
-from xtc_lab.lab.status import (
-    HostFacts,
-    daemon_config_toml,
-    format_lab,
-    health_checks,
-    problems,
-    status_json,
 )
 
 LOCK_DIR = Path("/run/xtc/lab-locks")
@@ -237,8 +220,8 @@ def _running_domains(uri: str | None) -> tuple[dict[str, bool] | None, str | Non
 
 def gather_facts(record: Mapping[str, Any]) -> HostFacts:
     """Look at the host for what a record says should exist."""
-    from xtc_lab.lab.cgroups import cgroup_pids
     from xtc_lab.lab.libvirtd import process_start_time
+    from xtc_lab.lab.cgroups import cgroup_pids
 
     links: dict[str, tuple[bool, str]] = {}
     names = list(record["links"]) + [x for v in record["vrs"] for x in v["vifs"]]

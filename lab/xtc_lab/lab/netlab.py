@@ -81,17 +81,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+
 from xtc_lab.lab import qemu
 from xtc_lab.lab.build import build_forwarder
-from xtc_lab.lab.cgroups import (
-    CpuCgroup,
-    LabError,
-    create_cgroup,
-    find_cpu_cgroup,
-    kill_pids,
-    lab_cgroups,
-    remove_cgroup,
-)
+from xtc_lab.lab.cgroups import (CpuCgroup, LabError, create_cgroup, find_cpu_cgroup, kill_pids, lab_cgroups,
+                                  remove_cgroup)
 from xtc_lab.lab.libvirtd import process_start_time
 
 LAB_NET = ipaddress.ip_network("198.18.0.0/15")

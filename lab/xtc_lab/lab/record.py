@@ -9,27 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, field_validator, model_validator
 
 from xtc.validation import FieldProblem, Number, validation_problem, within
-from xtc_lab.lab.netlab import (
-    MODES,
-    VR,
-    Chain,
-    LabError,
-    Probe,
-    check_prefix,
-    check_work_factor,
-)
+
+from xtc_lab.lab.netlab import MODES, VR, Chain, LabError, Probe, check_prefix, check_work_factor
 
 LAB_SCHEMA = "xtc-lab/1"
 MAX_LAB_VRS = 64  # each VR holds a forwarder and six interfaces; a typo must not flood the host

@@ -29,20 +29,13 @@ import datetime
 import math
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    RunContext,
-    lab_session,
-    markdown_table,
-    measure_pps,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import RunContext, lab_session, markdown_table, measure_pps, wait_with_progress
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream
 
@@ -141,7 +134,7 @@ def residual_runs(actual: Sequence[float], estimated: Sequence[float]) -> int:
 
 
 # ------------------------------------------------------------------------------ the run
-def _plan(ctx: RunContext, args: argparse.Namespace):
+def _plan(ctx: RunContext, args: argparse.Namespace):  # noqa: ANN202 - xtc.training.collect.SweepPlan
     from xtc.training.collect import SweepPlan, parse_caps
 
     caps = parse_caps(args.sweep_caps) if getattr(args, "sweep_caps", None) else (QUICK_CAPS if ctx.quick else CAPS)
@@ -152,8 +145,8 @@ def _plan(ctx: RunContext, args: argparse.Namespace):
 
 def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     """Run the sweep on a fresh one-VR lab; fit and design on it (see the module docstring)."""
-    from xtc.host.errors import HostAdapterError
     from xtc.training.sweep import TrainingError
+    from xtc.host.errors import HostAdapterError
 
     try:
         return _run(ctx, args)
@@ -248,7 +241,7 @@ def _run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     return _outcome(result)
 
 
-def _progress(ctx: RunContext, plan: Any):
+def _progress(ctx: RunContext, plan: Any):  # noqa: ANN202
     per_cap = plan.settle_samples + plan.samples_per_cap
 
     def progress(done: int, label: str) -> None:

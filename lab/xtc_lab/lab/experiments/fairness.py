@@ -39,24 +39,10 @@ from xtc_lab.lab.experiments.tcpudp import (
     run_phase,
     summarise_phase,
 )
-from xtc_lab.lab.harness import (
-    LabDaemon,
-    Recorder,
-    RunContext,
-    controller_model,
-    experiment_lab,
-    markdown_table,
-    save_figure,
-)
+from xtc_lab.lab.harness import LabDaemon, Recorder, RunContext, controller_model, experiment_lab, markdown_table, save_figure
 from xtc_lab.lab.netlab import VR, LabError
-from xtc_lab.lab.traffic import (
-    MAX_TCP_FLOWS,
-    PAPER_TCP_FRAME_BYTES,
-    TcpResult,
-    start_streams,
-    start_tcp_stream,
-    tcp_mss_for_frame,
-)
+from xtc_lab.lab.traffic import (MAX_TCP_FLOWS, PAPER_TCP_FRAME_BYTES, TcpResult, start_streams, start_tcp_stream,
+                                 tcp_mss_for_frame)
 
 TITLE = "fairness between a VR with 1 TCP flow and a VR with n flows, without and with XTC"
 PAPER = "Figure 18"

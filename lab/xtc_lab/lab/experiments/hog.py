@@ -33,19 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    LabDaemon,
-    Recorder,
-    RunContext,
-    controller_model,
-    experiment_lab,
-    markdown_table,
-    mean,
-    measure_pps,
-    save_figure,
-    set_cap,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, measure_pps, set_cap, wait_with_progress, save_figure
 from xtc_lab.lab.hog import hog_in_vr
 from xtc_lab.lab.netlab import LabError
 from xtc_lab.lab.traffic import start_udp_stream

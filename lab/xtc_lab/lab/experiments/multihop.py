@@ -20,24 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from xtc_lab.lab import inputdrop
-from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    LabDaemon,
-    Recorder,
-    RunContext,
-    experiment_lab,
-    markdown_table,
-    mean,
-    save_figure,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
+                             save_figure, wait_with_progress)
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls
 from xtc_lab.lab.hog import vr_forwarder_pids
 from xtc_lab.lab.netlab import DEFAULT_PERIOD_US
 from xtc_lab.lab.probe import start_ping

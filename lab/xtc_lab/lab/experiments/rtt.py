@@ -25,17 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    LabDaemon,
-    Recorder,
-    RunContext,
-    controller_model,
-    experiment_lab,
-    markdown_table,
-    mean,
-    save_figure,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.probe import start_ping
 from xtc_lab.lab.traffic import start_udp_stream
 

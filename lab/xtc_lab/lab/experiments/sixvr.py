@@ -50,19 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from xtc_lab.lab import inputdrop
-from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls, vr_drops
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    LabDaemon,
-    Recorder,
-    RunContext,
-    controller_model,
-    experiment_lab,
-    markdown_table,
-    mean,
-    save_figure,
-    wait_with_progress,
-)
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls, vr_drops
+from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.hog import vr_forwarder_pids
 from xtc_lab.lab.probe import PingRun, start_ping
 from xtc_lab.lab.traffic import start_tcp_stream, start_udp_stream

@@ -51,21 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xtc_lab.lab.drops import counter_delta, loss_snapshot, vr_drops
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    QEMU_READY_TIMEOUT_S,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    controller_model,
-    experiment_lab,
-    markdown_table,
-    mean,
-    save_figure,
-    wait_with_progress,
-)
+from xtc_lab.lab.drops import counter_delta, loss_snapshot, vr_drops
 from xtc_lab.lab.hog import vr_forwarder_pids
+from xtc_lab.lab.harness import QEMU_READY_TIMEOUT_S, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,

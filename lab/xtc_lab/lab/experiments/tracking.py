@@ -25,24 +25,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from xtc_lab.lab.experiments import Goal, Outcome
-from xtc_lab.lab.harness import (
-    LAB_MODEL_FILE,
-    LabDaemon,
-    Recorder,
-    RunContext,
-    controller_model,
-    experiment_lab,
-    markdown_table,
-    mean,
-    measure_with_generator,
-    save_figure,
-    wait_with_progress,
-)
+from xtc_lab.lab.harness import (LAB_MODEL_FILE, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
+                             measure_with_generator, save_figure, wait_with_progress)
 from xtc_lab.lab.traffic import start_udp_stream
 from xtc_lab.sim.experiments import CONTROLLER_ALIASES
 from xtc_lab.sim.metrics import settling_periods
