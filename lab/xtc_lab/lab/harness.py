@@ -411,8 +411,13 @@ class LabDaemon:
             raise LabError("the daemon is not started")
         return self._client.call(cmd, **fields)
 
-    def activate(self, vr: str, setpoint_pps: float) -> None:
-        self.call("activate", vr=vr, setpoint_pps=float(setpoint_pps))
+    def activate(self, vr: str, setpoint_pps: float, early_drop: bool | None = None) -> None:
+        """Activate ``vr`` at ``setpoint_pps``; ``early_drop`` True/False asks for early drop or not
+        (issue 48; None: the daemon's default, off in the lab's daemons)."""
+        fields: dict[str, Any] = {"vr": vr, "setpoint_pps": float(setpoint_pps)}
+        if early_drop is not None:
+            fields["early_drop"] = bool(early_drop)
+        self.call("activate", **fields)
 
     def setpoint(self, vr: str, setpoint_pps: float) -> None:
         self.call("setpoint", vr=vr, setpoint_pps=float(setpoint_pps))

@@ -76,6 +76,12 @@ def register(subparsers: Any) -> None:
             e.add_argument("--setpoints-kpps", type=_csv_floats, default=None, help="comma-separated setpoints, kp/s")
             e.add_argument("--offered-kpps", type=_positive_float, default=100.0, help="UDP offered rate, kp/s (default 100)")
             e.add_argument("--initial-cap", type=_positive_float, default=1.0, help="cap at activation, percent (default 1, the paper's)")
+        if name == "tcpudp":
+            e.add_argument("--no-early-drop", action="store_true",
+                           help="leave out the runs with early drop (issue 48: XTC + the daemon's limiter)")
+            e.add_argument("--limiter-work-fraction", type=float, default=None,
+                           help="Dom0's work per packet early drop's limiter drops, as a share of a traversal, "
+                                "0..rx_work_fraction (0.3); default 0.1 (a limiter on the vif)")
         if name == "fixedcap":
             e.add_argument("--hog", type=float, default=0.15, help="CPU share of the hog inside the VR (default 0.15)")
         e.set_defaults(func=_run, experiment_name=name)
@@ -106,6 +112,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"xtc simulate sweep: --initial-cap must be within 1..100 percent, got {args.initial_cap}", file=sys.stderr)
             return 2
         kw["initial_cap_percent"] = args.initial_cap
+    if name == "tcpudp":
+        kw["early_drop"] = not args.no_early_drop
+        if args.limiter_work_fraction is not None:
+            kw["limiter_work_fraction"] = args.limiter_work_fraction
     if name == "fixedcap":
         if not (0.0 <= args.hog < 1.0):
             print(f"xtc simulate fixedcap: --hog must be within [0, 1), got {args.hog}", file=sys.stderr)

@@ -122,10 +122,10 @@ def _cap_step(actuation: str) -> float | None:
 
 
 def _run(spec: ControllerSpec, plant: PlantConfig, setpoints: Any, rs: "RunSettings", label: str,
-         warmup_s: float = 0.0) -> LoopTrace:
+         warmup_s: float = 0.0, early_drop: Sequence[bool] | None = None) -> LoopTrace:
     return run_loop(plant, lambda: spec.make(rs.model), setpoints, rs.duration_s,
                     cap_step_percent=_cap_step(rs.actuation), warmup_s=warmup_s,
-                    progress=lambda f: rs.progress(label, f))
+                    progress=lambda f: rs.progress(label, f), early_drop=early_drop)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -488,6 +488,7 @@ def calibrate_dom0_capacity(
 def _shared_dom0_runs(
     group: Sequence[VRConfig], capacity_pps: float, spec: ControllerSpec | None,
     setpoints_kpps: Sequence[float] | None, rs: RunSettings, label: str,
+    early_drop: Sequence[bool] | None = None, limiter_work_fraction: float | None = None,
 ) -> LoopTrace:
     """``rs.runs`` independent hosts, each the VRs of ``group`` on one Dom0, under ``spec`` (None: without XTC).
 
@@ -497,6 +498,10 @@ def _shared_dom0_runs(
         Each Dom0's capacity, traversals/s (the default ``rx_work_fraction``).
     setpoints_kpps : sequence of float or None
         The setpoint of each VR of ``group``, kp/s (not used without XTC).
+    early_drop : sequence of bool, optional
+        Per VR of ``group``: its activation asks for early drop (issue 48).
+    limiter_work_fraction : float, optional
+        Dom0's work per packet an early-drop limiter drops (default: :class:`Dom0Config`'s).
 
     Returns
     -------
@@ -504,12 +509,15 @@ def _shared_dom0_runs(
         Host ``r``'s VRs are columns ``r * len(group)`` onwards, in the order of ``group``.
     """
     vrs = tuple(replace(v, dom0=r) for r in range(rs.runs) for v in group)
-    plant = PlantConfig(vrs=vrs, dom0s=(Dom0Config(capacity_pps),) * rs.runs, seed=rs.seed)
+    dom0 = Dom0Config(capacity_pps) if limiter_work_fraction is None else Dom0Config(
+        capacity_pps, limiter_work_fraction=limiter_work_fraction)
+    plant = PlantConfig(vrs=vrs, dom0s=(dom0,) * rs.runs, seed=rs.seed)
     if spec is None:
         sps = np.full(len(vrs), np.nan)  # no XTC instance
     else:
         sps = np.tile(np.asarray(setpoints_kpps, dtype=float) * 1000.0, rs.runs)
-    return _run(spec or controller_spec("fixed"), plant, sps, rs, label, warmup_s=5.0)
+    ed = None if early_drop is None else [bool(e) for _ in range(rs.runs) for e in early_drop]
+    return _run(spec or controller_spec("fixed"), plant, sps, rs, label, warmup_s=5.0, early_drop=ed)
 
 
 SIXVR_CONFIGS_KPPS: dict[str, tuple[float, ...]] = {
@@ -605,6 +613,8 @@ def tcpudp(
     setpoints_kpps: tuple[float, float] = (20.0, 80.0),
     target_aggregate_kpps: float = 100.0,
     calibration_s: float = 60.0,
+    early_drop: bool = True,
+    limiter_work_fraction: float | None = None,
 ) -> ExperimentResult:
     """A UDP VR (100 kp/s, never backs off) beside a TCP VR on one Dom0 (Figure 17).
 
@@ -613,21 +623,38 @@ def tcpudp(
     packets).  Then XTC holds the UDP VR at ``setpoints_kpps[0]`` and the TCP VR
     at ``setpoints_kpps[1]``.  Reports what Dom0 still spends on UDP packets the
     capped VR drops.  The first ``rs.warmup_s`` (default 20 s) are left out of the means.
+
+    With ``early_drop`` (issue 48) each controller also runs with early drop asked for both
+    VRs (``with_early_drop``): the daemon's own limiter policy on the plant's limiter, which
+    drops the UDP VR's excess before delivery at ``limiter_work_fraction`` of a traversal per
+    packet (default :class:`Dom0Config`'s) instead of ``rx_work_fraction``: Figure 17 three
+    ways, beside the lab's ``xtc lab run tcpudp --tcpudp-phases``.
     """
     specs = [controller_spec(c) for c in controllers]
+    if limiter_work_fraction is not None:
+        Dom0Config(limiter_work_fraction=limiter_work_fraction)  # checked before the long part: PlantError names it
     pair = (VRConfig(traffic=udp(udp_kpps * 1000.0)), VRConfig(traffic=tcp(tcp_max_kpps * 1000.0)))
     skip = rs.skip_s(20.0)
     rs.progress("tcpudp: calibrating Dom0", 0.0)
     capacity = calibrate_dom0_capacity(pair, target_aggregate_kpps, seed=rs.seed, duration_s=calibration_s)
     rxw = Dom0Config().rx_work_fraction
 
-    def run(spec: ControllerSpec | None, label: str) -> dict[str, Any]:
-        tr = _shared_dom0_runs(pair, capacity, spec, setpoints_kpps, rs, label)
+    limw = Dom0Config().limiter_work_fraction if limiter_work_fraction is None else limiter_work_fraction
+
+    def run(spec: ControllerSpec | None, label: str, early: bool = False) -> dict[str, Any]:
+        tr = _shared_dom0_runs(pair, capacity, spec, setpoints_kpps, rs, label, early_drop=(True, True) if early else None,
+                               limiter_work_fraction=limw)
+        assert tr.delivered_pps is not None and tr.limiter_dropped_pps is not None
         fwd = (tr.forwarded_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 2)
-        to_vr = (tr.offered_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 2)
-        wasted = (to_vr[:, 0] - fwd[:, 0]) * rxw  # Dom0 traversals/s spent on UDP packets the VR drops
+        to_vr = (tr.delivered_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 2)
+        lim = (tr.limiter_dropped_pps[skip:].mean(axis=0) / 1000.0).reshape(rs.runs, 2)
+        # Dom0 traversals/s spent on UDP packets no VR forwards: delivered and dropped by the VR, or dropped by its limiter
+        wasted = (to_vr[:, 0] - fwd[:, 0]) * rxw + lim[:, 0] * limw
         agg = fwd.sum(axis=1)
         return {
+            "udp_limiter_dropped_kpps": float(lim[:, 0].mean()),
+            "tcp_limiter_dropped_kpps": float(lim[:, 1].mean()),
+            "dom0_utilisation": float(tr.dom0_utilisation[skip:].mean()),
             "udp_kpps": float(fwd[:, 0].mean()),
             "udp_ci_kpps": confidence_half_width(fwd[:, 0]),
             "tcp_kpps": float(fwd[:, 1].mean()),
@@ -641,29 +668,39 @@ def tcpudp(
     out: dict[str, Any] = {"dom0_capacity_pps": capacity, "setpoints_kpps": {"udp": setpoints_kpps[0], "tcp": setpoints_kpps[1]}}
     out["without_xtc"] = run(None, "tcpudp without XTC")
     out["with"] = {s.label: run(s, f"tcpudp {s.label}") for s in specs}
+    if early_drop:
+        out["with_early_drop"] = {s.label: run(s, f"tcpudp {s.label} + early drop", early=True) for s in specs}
+        out["limiter_work_fraction"] = limw
+        out["rx_work_fraction"] = rxw
     rs.progress("tcpudp done", 1.0)
     out["paper"] = {"without_xtc_aggregate_kpps": 100, "with_xtc_aggregate_kpps": 68, "tcp_gain_kpps": 16, "udp_loss_kpps": 49}
     w = out["without_xtc"]
     lines = [f"TCP VR beside a UDP VR at {udp_kpps:g} kp/s (Dom0 capacity calibrated to {capacity:.0f} traversals/s)", ""]
     lines.append(f"{'':<24}{'UDP':>8}{'TCP':>8}{'aggregate':>11}{'TCP gain':>10}{'UDP loss':>10}{'Dom0 wasted':>13}")
     lines.append(f"{'without XTC':<24}{w['udp_kpps']:8.1f}{w['tcp_kpps']:8.1f}{w['aggregate_kpps']:11.1f}{'':>10}{'':>10}{w['dom0_wasted_share']:12.0%}")
-    for n, r in out["with"].items():
+    for n, r in [*out["with"].items(), *((f"{k} + early drop", v) for k, v in out.get("with_early_drop", {}).items())]:
         r["tcp_gain_kpps"] = r["tcp_kpps"] - w["tcp_kpps"]
         r["udp_loss_kpps"] = w["udp_kpps"] - r["udp_kpps"]
         lines.append(
             f"{'with ' + n:<24}{r['udp_kpps']:8.1f}{r['tcp_kpps']:8.1f}{r['aggregate_kpps']:11.1f}"
             f"{r['tcp_gain_kpps']:10.1f}{r['udp_loss_kpps']:10.1f}{r['dom0_wasted_share']:12.0%}"
+            f"   UDP handed {r['udp_delivered_to_vr_kpps']:.1f}, limiter dropped {r['udp_limiter_dropped_kpps']:.1f} kp/s"
         )
     lines.append(f"{'paper (XTC)':<24}{20:8.0f}{'':>8}{68:11.0f}{16:10.0f}{49:10.0f}")
     lines.append(f"setpoints: UDP {setpoints_kpps[0]:g} kp/s, TCP {setpoints_kpps[1]:g} kp/s")
+    if early_drop:
+        lines.append(f"early drop: a packet the limiter drops costs Dom0 {limw:g} of a traversal, one delivered to the VR "
+                     f"{rxw:g} (the VR then drops it)")
     params = rs.params(20.0, udp_kpps=udp_kpps, tcp_max_kpps=tcp_max_kpps, setpoints_kpps=list(setpoints_kpps),
-                       target_aggregate_kpps=target_aggregate_kpps)
+                       target_aggregate_kpps=target_aggregate_kpps, early_drop=early_drop,
+                       limiter_work_fraction=limw if early_drop else None)
     return ExperimentResult("tcpudp", params, out, "\n".join(lines), plot=lambda fig: _tcpudp_plot(fig, out))
 
 
 def _tcpudp_plot(fig: Any, out: dict[str, Any]) -> None:
     ax = fig.subplots(1, 1)
-    groups = [("without XTC", out["without_xtc"])] + [(f"with {n}", r) for n, r in out["with"].items()]
+    groups = ([("without XTC", out["without_xtc"])] + [(f"with {n}", r) for n, r in out["with"].items()]
+              + [(f"with {n} + early drop", r) for n, r in out.get("with_early_drop", {}).items()])
     x = np.arange(2)
     width = 0.8 / (len(groups) + 1)
     for j, (lab, r) in enumerate(groups):

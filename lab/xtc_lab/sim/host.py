@@ -48,8 +48,9 @@ from xtc.service.state import StateFileError, save_state
 from xtc.host.counters import parse_proc_net_dev
 from xtc.host.errors import ActuatorError, VRNotRunning
 from xtc.host.ifcounters import IfCounters
+from xtc.host.limiter import LimiterError, LimiterSetting
 
-__all__ = ["SimHost", "SimClock", "SimVr", "SimSection", "render_proc_net_dev", "HYPERVISOR_FILE"]
+__all__ = ["SimHost", "SimClock", "SimLimiter", "SimVr", "SimSection", "render_proc_net_dev", "HYPERVISOR_FILE"]
 
 
 @dataclass(config=TABLE)
@@ -382,6 +383,86 @@ class SimHost:
             self.plant.step()
         if target_steps - self.plant.steps > 0:
             self._t0 = now_s - self.plant.steps * self.plant.dt_s
+
+    def limiter(self) -> SimLimiter:
+        """Early drop's limiter on the plant (:class:`SimLimiter`): what the simulated runs hand
+        :class:`xtc.daemon.limiter_state.EarlyDrop` (the daemon itself opens none on a sim host)."""
+        return SimLimiter(self)
+
+    def close(self) -> None:
+        pass
+
+
+class SimLimiter:
+    """The :class:`xtc.host.limiter.Limiter` contract on the simulated plant (issue 48's early drop).
+
+    A VR's limit is the setting on its first interface (``vif<i>.0``, where its offered packets
+    arrive), in packets/s at the plant's frame size (the daemon derives bytes/s from the mean
+    packet size the counters show: :data:`_FRAME_BYTES`); the plant drops what its source sends
+    beyond it before delivery (:meth:`xtc_lab.sim.plant.Plant.set_limit`).  The other interfaces
+    carry the setting too (the daemon puts the same limit on each) and drop nothing.
+    """
+
+    def __init__(self, host: SimHost) -> None:
+        self._host = host
+        self._settings: dict[str, LimiterSetting] = {}
+        self._base: dict[str, float] = {}  # the plant's drop counter when the limiter was put on
+
+    def _where(self, ifname: str) -> tuple[int, bool]:
+        for vr in self._host.vr_names:
+            ifs = self._host.interfaces(vr)
+            if ifname in ifs:
+                return self._host._vr(vr), ifname == ifs[0]
+        raise LimiterError(f"{ifname}: no such simulated interface")
+
+    def _dropped_now(self, i: int) -> float:
+        self._host.advance()
+        return float(self._host.plant.counters().limiter_dropped_packets[i])
+
+    def install(self, ifname: str, setting: LimiterSetting) -> bool | None:
+        i, first = self._where(ifname)
+        new = ifname not in self._settings
+        self._settings[ifname] = setting
+        if first:
+            self._host.advance()  # what came before ran without (or with the old) limit
+            self._host.plant.set_limit(i, setting.rate_bytes_per_s / _FRAME_BYTES)
+            if new:
+                self._base[ifname] = self._dropped_now(i)
+        return new
+
+    def update(self, ifname: str, setting: LimiterSetting) -> None:
+        if ifname not in self._settings:
+            raise LimiterError(f"{ifname}: no limiter to change")
+        self.install(ifname, setting)
+
+    def remove(self, ifname: str) -> bool:
+        if ifname not in self._settings:
+            return False
+        i, first = self._where(ifname)
+        del self._settings[ifname]
+        self._base.pop(ifname, None)
+        if first:
+            self._host.advance()
+            self._host.plant.set_limit(i, None)
+        return True
+
+    def dropped_packets(self, ifname: str) -> int | None:
+        if ifname not in self._settings:
+            return None
+        i, first = self._where(ifname)
+        return int(self._dropped_now(i) - self._base[ifname]) if first else 0
+
+    def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
+        d = self.dropped_packets(ifname)
+        return None if d is None else (self._settings[ifname], d)
+
+    def dropped_by_interface(self, ifnames: Iterable[str]) -> dict[str, int]:
+        out = {}
+        for n in ifnames:
+            d = self.dropped_packets(n)
+            if d is not None:
+                out[n] = d
+        return out
 
     def close(self) -> None:
         pass

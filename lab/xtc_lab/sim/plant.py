@@ -31,6 +31,11 @@ What is modelled, per sub-step of ``dt_s`` seconds:
    paper), a packet the VR forwards costs the rest, and a TCP flow's ACKs add
    ``tcp_ack_work`` traversals per data packet.  When the work asked of a Dom0
    exceeds its capacity, the packets it cannot move are dropped before the VRs.
+   **Early drop** (issue 48): a VR may have a limiter (:meth:`Plant.set_limit`, packets/s) on
+   the host side of its interfaces; what its source sends beyond the limit is dropped by the
+   host *before* delivery, at ``limiter_work_fraction`` of a traversal per packet (the lab's
+   limiter on the vif still costs the packet's way across the bridge; one on the host's input
+   port costs less), instead of ``rx_work_fraction`` for a packet delivered and dropped by the VR.
    Who loses is the Dom0's ``sharing``: ``"fair"`` (the default) is Xen's
    round-robin between the VRs' backends, a max-min fair split of Dom0's work
    (a VR that asks for less than an equal share gets all it asks, the others
@@ -405,11 +410,18 @@ class Dom0Config:
         the VRs (max-min fair split of the work; what a VR does not use goes to
         the others), "proportional" delivers the same fraction of every
         source's packets (so the heavier sender keeps the larger share).
+    limiter_work_fraction : float
+        Share of a traversal spent on a packet an early-drop limiter drops before delivery
+        (:meth:`Plant.set_limit`); at most ``rx_work_fraction`` (a limiter that cost more than
+        delivering would be pointless).  The default, a third of the delivery's work, stands for
+        a limiter on the vif: the packet still crosses the bridge, it skips the transmit into
+        the VR and the VR's receive.
     """
 
     capacity_pps: float = 120_000.0
     rx_work_fraction: float = 0.3
     sharing: Literal["fair", "proportional"] = "fair"
+    limiter_work_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         if _finite("capacity_pps", self.capacity_pps) <= 0:
@@ -418,6 +430,9 @@ class Dom0Config:
             raise PlantError(f"rx_work_fraction must be within (0, 1), got {self.rx_work_fraction}")
         if self.sharing not in ("fair", "proportional"):
             raise PlantError(f"sharing must be 'fair' or 'proportional', got {self.sharing!r}")
+        if not (0 <= _finite("limiter_work_fraction", self.limiter_work_fraction) <= self.rx_work_fraction):
+            raise PlantError(f"limiter_work_fraction must be within [0, rx_work_fraction = {self.rx_work_fraction}], "
+                             f"got {self.limiter_work_fraction}")
 
 
 @dataclass(frozen=True)
@@ -494,6 +509,8 @@ class Counters:
         forwarded (for metrics that judge the controller, not the jitter).
     dom0_work : numpy.ndarray
         Work done by each Dom0, packet traversals.
+    limiter_dropped_packets : numpy.ndarray
+        Packets each VR's early-drop limiter dropped before delivery (0 without a limiter).
     """
 
     t_s: float
@@ -502,6 +519,7 @@ class Counters:
     forwarded_packets: np.ndarray
     forwarded_clean_packets: np.ndarray
     dom0_work: np.ndarray
+    limiter_dropped_packets: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
@@ -556,6 +574,8 @@ class Plant:
         self._fair_group = np.array([d.sharing == "fair" for d in config.dom0s])
         self._rxw = rxw[self._group]
         self._txw = 1.0 - self._rxw
+        self._limw = np.array([d.limiter_work_fraction for d in config.dom0s], dtype=float)[self._group]
+        self._limit = np.full(self.n, np.inf)  # early drop: packets/s a VR's limiter lets through
         # State.
         self.t_s = 0.0
         self.steps = 0
@@ -567,6 +587,7 @@ class Plant:
         self._fwd_pkts = np.zeros(self.n)
         self._fwd_clean = np.zeros(self.n)
         self._dom0_work = np.zeros(self._n_groups)
+        self._lim_drop_pkts = np.zeros(self.n)
         self._cpu_s = np.zeros(self.n)
         self._last_util = np.zeros(self._n_groups)
         self._last_share = np.ones(self._n_groups)
@@ -627,6 +648,23 @@ class Plant:
         else:
             self._send[i] = min(self._send[i], r)
 
+    def set_limit(self, vr: int, rate_pps: float | None) -> None:
+        """Put an early-drop limiter on a VR (what the host hands it at most, packets/s), change it,
+        or take it away (None)."""
+        i = self._index(vr)
+        if rate_pps is None:
+            self._limit[i] = np.inf
+            return
+        r = _finite("rate_pps", rate_pps)
+        if r <= 0:
+            raise PlantError(f"limit rate_pps must be > 0, got {r}")
+        self._limit[i] = r
+
+    @property
+    def limits_pps(self) -> np.ndarray:
+        """Each VR's limit now, packets/s (inf: no limiter)."""
+        return self._limit.copy()
+
     # ----- outputs ------------------------------------------------------------------------
     @property
     def caps_percent(self) -> np.ndarray:
@@ -650,7 +688,8 @@ class Plant:
     def counters(self) -> Counters:
         """Cumulative packet counters (copies)."""
         return Counters(
-            self.t_s, self._src_pkts.copy(), self._to_vr_pkts.copy(), self._fwd_pkts.copy(), self._fwd_clean.copy(), self._dom0_work.copy()
+            self.t_s, self._src_pkts.copy(), self._to_vr_pkts.copy(), self._fwd_pkts.copy(), self._fwd_clean.copy(),
+            self._dom0_work.copy(), self._lim_drop_pkts.copy()
         )
 
     def capacity_pps(self) -> np.ndarray:
@@ -673,10 +712,12 @@ class Plant:
         return np.where(self._is_tcp, np.minimum(lam, c), soft)
 
     def _work(self, share_vr: np.ndarray, lam_src: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-VR Dom0 work (traversals/s), delivered rate and forwarding target for a delivered share."""
-        lam = lam_src * share_vr
+        """Per-VR Dom0 work (traversals/s), delivered rate and forwarding target for a delivered share
+        (of what passes the VR's early-drop limiter; what it drops costs ``limiter_work_fraction``)."""
+        passed = np.minimum(lam_src, self._limit)
+        lam = passed * share_vr
         y = self._forward_target(lam, c)
-        w = self._rxw * lam + (self._txw + self._ack) * y
+        w = self._rxw * lam + (self._txw + self._ack) * y + self._limw * (lam_src - passed)
         return w, lam, y
 
     def _group_sum(self, w: np.ndarray) -> np.ndarray:
@@ -758,6 +799,7 @@ class Plant:
         self._fwd_pkts += fwd
         self._fwd_clean += np.minimum(y_mean, lam) * dt
         self._dom0_work += work * dt
+        self._lim_drop_pkts += (lam_src - np.minimum(lam_src, self._limit)) * dt
         # CPU use (item 7): the delivered packets' work plus the hog's share, at most the cap.
         cpu_pct = np.minimum(self._cap, self._hog * self._cap + lam / (self._k * self._speed))
         self._cpu_s += cpu_pct * (dt / 100.0)

@@ -27,6 +27,7 @@ import numpy as np
 from xtc.control import Controller
 from xtc.daemon.api import Request
 from xtc.daemon.core import DaemonCore
+from xtc.daemon.limiter_state import EarlyDrop
 from xtc.daemon.loop import ControlLoop
 
 from .host import SimClock, SimHost
@@ -67,6 +68,10 @@ class LoopTrace:
         Work asked of each Dom0 over the period over its capacity (can exceed 1: the excess is cut).
     cap_writes : int
         Caps the host wrote (a cap equal to the one in force is not written).
+    delivered_pps : numpy.ndarray, shape (K, N)
+        Rate the host delivered to each VR over the period (from the plant), packets/s.
+    limiter_dropped_pps : numpy.ndarray, shape (K, N)
+        Rate each VR's early-drop limiter dropped before delivery over the period, packets/s.
     """
 
     vrs: tuple[str, ...]
@@ -80,6 +85,8 @@ class LoopTrace:
     cap_percent: np.ndarray
     dom0_utilisation: np.ndarray
     cap_writes: int
+    delivered_pps: np.ndarray | None = None
+    limiter_dropped_pps: np.ndarray | None = None
 
 
 def _schedule(setpoints: SetpointSchedule | Sequence[float | None] | np.ndarray, n: int) -> SetpointSchedule:
@@ -103,6 +110,7 @@ def run_loop(
     names: tuple[str, ...] | None = None,
     events: Callable[[Plant, float], None] | None = None,
     progress: Callable[[float], None] | None = None,
+    early_drop: Sequence[bool] | None = None,
 ) -> LoopTrace:
     """Run the daemon's control loop on a simulated plant for ``duration_s`` seconds.
 
@@ -133,6 +141,10 @@ def run_loop(
         began (disturbances: hogs, offered rates).
     progress : callable, optional
         Called with the fraction done after every period.
+    early_drop : sequence of bool, optional
+        Per VR: its activation asks for early drop (issue 48), the daemon's own
+        :class:`~xtc.daemon.limiter_state.EarlyDrop` on the plant's limiter
+        (:class:`~xtc_lab.sim.host.SimLimiter`).  None: no early drop.
 
     Returns
     -------
@@ -151,6 +163,10 @@ def run_loop(
     host = SimHost.for_plant(plant, names=names, clock=clock, cap_step_percent=cap_step_percent)
     core = DaemonCore(controller, max_setpoint_pps=1e9)
     loop = ControlLoop(core, host)
+    if early_drop is not None:
+        if len(early_drop) != n:
+            raise PlantError(f"need one early_drop flag per VR ({n}), got {len(early_drop)}")
+        loop.early_drop = EarlyDrop(host.limiter())
     vrs = tuple(host.vr_names)
     sim = host.plant
     dom0_capacity = np.array([d.capacity_pps for d in plant.dom0s], dtype=float)
@@ -167,7 +183,8 @@ def run_loop(
             if np.isnan(new) and np.isnan(old):
                 continue
             if np.isnan(old):
-                loop.handle(Request("activate", vr, float(new)), now_s)
+                loop.handle(Request("activate", vr, float(new),
+                                    early_drop=None if early_drop is None else bool(early_drop[i])), now_s)
             elif np.isnan(new):
                 loop.handle(Request("deactivate", vr), now_s)
             elif new != old:
@@ -180,6 +197,7 @@ def run_loop(
     clean, src = np.zeros(shape), np.zeros(shape)
     cmd, caps = np.full(shape, np.nan), np.zeros(shape)
     util = np.zeros((periods, g))
+    delivered, lim_drop = np.zeros(shape), np.zeros(shape)
     for k in range(periods):
         start_s = clock()
         if events is not None:
@@ -208,8 +226,10 @@ def run_loop(
         clean[k] = (c1.forwarded_clean_packets - c0.forwarded_clean_packets) / span
         src[k] = (c1.source_packets - c0.source_packets) / span
         util[k] = (c1.dom0_work - c0.dom0_work) / span / dom0_capacity
+        delivered[k] = (c1.to_vr_packets - c0.to_vr_packets) / span
+        lim_drop[k] = (c1.limiter_dropped_packets - c0.limiter_dropped_packets) / span
         if progress is not None:
             progress((k + 1) / periods)
     request(clock(), np.full(n, np.nan))
-    return LoopTrace(vrs, t, sp, fwd, off, clean, src, cmd, caps, util, host.cap_writes())
+    return LoopTrace(vrs, t, sp, fwd, off, clean, src, cmd, caps, util, host.cap_writes(), delivered, lim_drop)
 

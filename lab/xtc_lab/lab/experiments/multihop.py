@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
+from xtc_lab.lab import inputdrop
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.harness import (LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean,
                              save_figure, wait_with_progress)
@@ -64,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hop-no-lag-probe", action="store_true",
                    help="XTC's controller with [controller] lag_probe = false on every router (the law without "
                         "the lag probe, the default before 2026-11-25; docs/results/2026-11-26-control-settling/control-settling.md, 'The lag probe')")
+    g.add_argument("--hop-early-drop", action="store_true",
+                   help="ask for early drop on every router (issue 48: the daemon's limiter drops a capped router's "
+                        "excess on its host-side vif, the first router's waste of Figure 20); each phase then "
+                        "records what the limiters dropped and the host's CPU")
     g.add_argument("--hop-rcvbuf-first", type=int, default=0,
                    help="receive buffer of the first router's forwarder sockets, bytes; 0: the kernel's default "
                         "(default 0; under XTC this router drops what the cap holds back, and its queue, full, "
@@ -144,7 +149,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     result: dict[str, Any] = {"title": TITLE, "paper": PAPER, "offered_pps": ctx.offered_pps, "hold_s": hold_s,
                               "ping_interval_s": PING_INTERVAL_S, "phases": [],
                               "rcvbuf_bytes_asked": rcvbufs, "vcpu_period_us": args.hop_period_us, "sysctl": net_core_sysctls(),
-                              "lag_probe": not getattr(args, "hop_no_lag_probe", False)}
+                              "lag_probe": not getattr(args, "hop_no_lag_probe", False),
+                              "early_drop": bool(getattr(args, "hop_early_drop", False))}
     with experiment_lab(result, 0) as (lab, workdir, caps):  # the chain is built below
         chain = lab.add_chain(hops=HOPS, mode="lxc", work_iters=ctx.work_iters, rcvbuf_bytes=rcvbufs,
                               vcpu_period_us=args.hop_period_us)
@@ -170,17 +176,19 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         for vr in vrs:
                             d = ds[vr.router]
                             if fr == fractions[0]:
-                                d.activate(vr.name, sp)
+                                d.activate(vr.name, sp, early_drop=True if result["early_drop"] else None)
                             else:
                                 d.setpoint(vr.name, sp)
                     wait_with_progress(settle_s, f"{label}: settling", ctx.say)
                     ping_s = hold_s - settle_s
                     load_1m = os.getloadavg()[0]
                     before = loss_snapshot(vrs, pids, (tg_end, tr_end))
+                    ed0, cpu0, m0 = inputdrop.early_drop_drops(vifs), inputdrop.host_cpu_ticks(), time.monotonic()
                     pings = {name: start_ping(lab, chain.tg_ns, addr, interval_s=PING_INTERVAL_S,
                                               duration_s=ping_s) for name, addr in chain.targets()}
                     wait_with_progress(ping_s, f"{label}: probing", ctx.say)
                     probes = {name: p.result().summary() for name, p in pings.items()}
+                    ed1, cpu1, m1 = inputdrop.early_drop_drops(vifs), inputdrop.host_cpu_ticks(), time.monotonic()
                     loss = loss_breakdown(counter_delta(before, loss_snapshot(vrs, pids, (tg_end, tr_end))),
                                           chain.routers, vifs, tg_end)
                     t1 = rec.now()
@@ -188,7 +196,11 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                                                     t0, t1) for vr in vrs}
                     caps_now = {vr.router: (rec.series[vr.name].cap_percent or [None])[-1] for vr in vrs}
                     result["phases"].append({"setpoint_pps": sp, "forwarded_pps": rates, "cap_percent": caps_now,
-                                             "probes": probes, "load_avg_1m": round(load_1m, 2), "loss": loss})
+                                             "probes": probes, "load_avg_1m": round(load_1m, 2), "loss": loss,
+                                             "limiter_dropped_pps": {r: inputdrop.drops_between(ed0[r], ed1[r]) / (m1 - m0)
+                                                                     for r in ed1},
+                                             "host_cpu_percent": inputdrop.host_cpu_percent(cpu0, cpu1,
+                                                                                            os.cpu_count() or 1)})
                     if sp is None:  # what the chain delivers unlimited: the base of the setpoints
                         base = min(rates.values())
                         result["unlimited"] = {r: {"forwarded_pps": v} for r, v in rates.items()}
@@ -255,6 +267,33 @@ Of the frames lost between {routers[0]} and {routers[-1]} in these windows, the 
 """
 
 
+def _first_router_waste_md(result: dict[str, Any], phases: list[dict[str, Any]], routers: list[str]) -> str:
+    """Figure 20's first router's waste (issue 48): what the host handed it, what it forwarded, what its
+    socket dropped, what early drop's limiter dropped before handing, and the host's CPU, per phase."""
+    rows = []
+    for ph in phases:
+        lo, lim, hc = ph.get("loss"), ph.get("limiter_dropped_pps"), ph.get("host_cpu_percent")
+        if not lo or lim is None or not routers:
+            continue
+        r0 = routers[0]
+        sp = ph["setpoint_pps"]
+        rows.append(("without XTC" if sp is None else f"{sp:.0f}", f"{lo['sent_pps']:.0f}", f"{lo[r0]['handed_pps']:.0f}",
+                     f"{lim.get(r0, 0.0):.0f}", f"{lo[r0]['socket_drop_pps']:.0f}", f"{lo[r0]['forwarded_pps']:.0f}",
+                     " / ".join(f"{lim.get(r, 0.0):.0f}" for r in routers[1:]),
+                     f"{hc['softirq']:.0f}", f"{hc['system']:.0f}", f"{hc['idle']:.0f}", f"{ph.get('load_avg_1m')}"))
+    if not rows:
+        return ""
+    return (f"\n## The first router's waste (early drop {'on' if result.get('early_drop') else 'off'})\n\n"
+            "Per phase, over its probing window, packets/s: what the generator sent, what the host handed the first "
+            "router (host TX of its vif), what early drop's limiter (`tbf ed0:`) dropped before handing, what the "
+            "first router's socket dropped, what it forwarded; the later routers' limiter drops; the host's CPU "
+            "(percent of one CPU):\n\n"
+            + markdown_table(["setpoint (pps)", "sent", f"handed to {routers[0]}", "limiter dropped",
+                              f"{routers[0]} socket drops", f"{routers[0]} forwarded",
+                              "limiter drops " + " / ".join(routers[1:]), "host softirq %", "host system %",
+                              "host idle %", "load"], rows) + "\n")
+
+
 def _outcome(result: dict[str, Any]) -> Outcome:
     phases = result["phases"]
     targets = list(phases[0]["probes"]) if phases else []
@@ -299,6 +338,7 @@ What the lab shows: the first router holds the setpoint and drops what its cap h
     with_loss = [ph for ph in phases if ph.get("loss")]
     if with_loss:
         md += _loss_section(result, with_loss, routers)
+    md += _first_router_waste_md(result, phases, routers)
     goals = []
     if ctl:
         first = [abs(ph["forwarded_pps"][routers[0]] - ph["setpoint_pps"]) / ph["setpoint_pps"] for ph in ctl]

@@ -43,10 +43,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from xtc_lab.lab import inputdrop
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.drops import counter_delta, loss_snapshot, net_core_sysctls, vr_drops
 from xtc_lab.lab.harness import controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
@@ -100,6 +103,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "about 250 frames; a larger one hides the cap from XTC's meter with TCP, see the module doc)")
     g.add_argument("--sixvr-model", default=None,
                    help="model file for XTC's controller (default xtc/models/lab.toml if present, else the paper's)")
+    g.add_argument("--sixvr-early-drop", action="store_true",
+                   help="ask for early drop with every activation (issue 48: the daemon's limiter drops a capped VR's "
+                        "excess on its host-side vif); each phase then records what the limiters dropped and the "
+                        "host's CPU")
     g.add_argument("--sixvr-no-lag-probe", action="store_true",
                    help="XTC's controller with [controller] lag_probe = false (the law without the lag probe, the "
                         "default before 2026-11-25; docs/results/2026-11-26-control-settling/control-settling.md, 'The lag probe')")
@@ -225,7 +232,8 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                               "lag_probe": not getattr(args, "sixvr_no_lag_probe", False), "settle_s": settle_s,
                               "measure_s": measure_s, "ping_interval_s": ping_interval, "tolerance": TOLERANCE,
                               "rcvbuf_bytes_asked": rcvbuf or None, "sysctl": net_core_sysctls(),
-                              "load_avg_1m_start": round(os.getloadavg()[0], 2), "phases": {}}
+                              "load_avg_1m_start": round(os.getloadavg()[0], 2), "phases": {},
+                              "early_drop": bool(getattr(args, "sixvr_early_drop", False))}
     ctx.say(f"building {N_VRS} VRs (forwarder work {work} iterations per frame, receive buffer "
             f"{rcvbuf or 'the kernel default'})")
     with experiment_lab(result, 0) as (lab, workdir, caps), ExitStack() as streams:
@@ -247,6 +255,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 load_1m = os.getloadavg()[0]
                 t0 = rec.mark(f"measure {label}")
                 snap0 = loss_snapshot(vrs, pids, ())
+                ed0, cpu0, m0 = inputdrop.early_drop_drops(vifs), inputdrop.host_cpu_ticks(), time.monotonic()
                 pings: list[PingRun] = []
                 if ping_interval:
                     pings = [start_ping(lab, vr.tg_ns, vr.tr_addr, interval_s=ping_interval, duration_s=measure_s)
@@ -263,6 +272,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                         for i, vr in enumerate(vrs):
                             flags[i].append(_saturated(daemon.call("status", vr=vr.name)))
                 drops = vr_drops(counter_delta(snap0, loss_snapshot(vrs, pids, ())), vifs)
+                ed1, cpu1, m1 = inputdrop.early_drop_drops(vifs), inputdrop.host_cpu_ticks(), time.monotonic()
                 rtts = [p.result().summary() for p in pings]  # the rates below cover the probes' whole time
                 t1 = rec.now()
                 per_vr, offered_seen, cap_means = [], [], []
@@ -276,7 +286,10 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 ctx.say(f"   socket drops {', '.join(f'{x:.0f}' for x in sd)} pps; load {load_1m:.2f}")
                 out = {"t0_s": t0, "t1_s": t1, "per_vr_pps": per_vr, "offered_pps": offered_seen,
                        "cap_percent": cap_means, "ping": rtts, "load_avg_1m": round(load_1m, 2),
-                       "drops": [drops[vr.name] for vr in vrs], "backlog_drop_pps": drops["host"]["backlog_drop_pps"]}
+                       "drops": [drops[vr.name] for vr in vrs], "backlog_drop_pps": drops["host"]["backlog_drop_pps"],
+                       "limiter_dropped_pps": [inputdrop.drops_between(ed0[vr.name], ed1[vr.name]) / (m1 - m0)
+                                               for vr in vrs],
+                       "host_cpu_percent": inputdrop.host_cpu_percent(cpu0, cpu1, os.cpu_count() or 1)}
                 if daemon is not None:
                     out["saturated"] = [max(set(f), key=f.count) if f else None for f in flags]
                     out["saturated_share"] = [sum(1 for x in f if x == "cap_max") / len(f) if f else 0.0 for f in flags]
@@ -303,7 +316,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                     rec.mark(f"configuration {cfg}")
                     for vr, sp in zip(vrs, sps):
                         if i == 0:
-                            d.activate(vr.name, sp)
+                            d.activate(vr.name, sp, early_drop=True if result["early_drop"] else None)
                         else:
                             d.setpoint(vr.name, sp)
                     wait_with_progress(settle_s, f"configuration {cfg} settling", ctx.say)
@@ -331,6 +344,26 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         result["vrs"] = [vr.name for vr in vrs]
         caps.close()
     return _outcome(result)
+
+
+def _early_drop_md(result: Mapping[str, Any]) -> str:
+    """Per phase: what the host handed the VRs, what early drop's limiters dropped, and the host's CPU."""
+    rows = []
+    for key, ph in result["phases"].items():
+        if "limiter_dropped_pps" not in ph:
+            continue
+        hc = ph.get("host_cpu_percent") or {}
+        rows.append((key, f"{sum(ph['offered_pps']):.0f}", f"{sum(ph['limiter_dropped_pps']):.0f}",
+                     " / ".join(f"{x:.0f}" for x in ph["limiter_dropped_pps"]), f"{ph['aggregate_pps']:.0f}",
+                     f"{hc.get('softirq', math.nan):.0f}", f"{hc.get('system', math.nan):.0f}",
+                     f"{hc.get('idle', math.nan):.0f}", f"{ph.get('load_avg_1m', math.nan)}"))
+    if not rows:
+        return ""
+    return (f"\nEarly drop {'asked for every VR' if result.get('early_drop') else 'off'} (issue 48): what the host "
+            "handed the six VRs (host TX of their vifs), what the limiters (`tbf ed0:`) dropped before handing, "
+            "and the host's CPU (percent of one CPU):\n\n"
+            + markdown_table(["phase", "handed (pps)", "limiters dropped (pps)", "per VR", "forwarded (pps)",
+                              "host softirq %", "host system %", "host idle %", "load"], rows) + "\n")
 
 
 def _outcome(result: dict[str, Any]) -> Outcome:
@@ -411,6 +444,7 @@ rate more than 3% under the setpoint for 5 periods: the setpoint is out of reach
 than 3% under the setpoint for 5 periods while the VR used less than 0.8 of its cap: its traffic or the host,
 not its cap, is the limit).  A VR counts as flagged when at least half of the readings said so.
 {_drops_md(result)}
+{_early_drop_md(result)}
 {rtt_md}
 Without XTC after A and B the host forwarded {wa['aggregate_pps'] / 1000:.1f} kp/s
 ({100 * (wa['aggregate_pps'] / agg0 - 1):+.1f}% against before): the drift of the shared host over the run.

@@ -29,6 +29,10 @@ no forwarder socket to read), and because a QEMU VR's tap counts as handed over 
 from it, each phase also records what the generators sent (``sent_pps``, the host side of their
 veths) and what the taps dropped (``tap_tx_drop_pps``).
 
+``--kind netns`` builds them as the lab's forwarder in a namespace and a cgroup each (the daemon's
+cgroup backend; a VR's CPU from its cgroup's accounting).  ``--tcpudp-phases`` runs Figure 17 several
+ways with the phases alternated (:mod:`xtc_lab.lab.experiments.tcpudp_phases`, issue 48 item 3).
+
 Units: packets/s (pps; kp/s in the report), percent of one CPU, seconds.
 
 Why one file: one experiment (Figure 17) from its run to its report, like the other experiment
@@ -65,7 +69,7 @@ from xtc_lab.lab.traffic import (
 TITLE = "a TCP VR and a UDP VR sharing the host, without and with XTC"
 PAPER = "Figure 17"
 #: VR kinds (``--kind``): LXC VRs (the lab's forwarder) or QEMU VRs (the guest kernel forwards).
-KINDS = ("lxc", "qemu")
+KINDS = ("lxc", "netns", "qemu")
 
 #: The paper's numbers (section 7.3, kp/s): aggregate without and with XTC, setpoints, TCP gain, UDP loss.
 PAPER_KPPS = {"aggregate_without": 100.0, "aggregate_with": 68.0, "setpoint_udp": 20.0, "setpoint_tcp": 80.0,
@@ -85,6 +89,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tcpudp-udp-share", type=float, default=0.2,
                    help="UDP VR's setpoint as a share of the aggregate without XTC "
                         "(default 0.2; the TCP VR gets the rest)")
+    g.add_argument("--tcpudp-phases", default=None, metavar="P1,P2,...",
+                   help="Figure 17 several ways, alternated (issue 48 item 3): a comma list of without, xtc, "
+                        "xtc+early-drop (the daemon's limiter on the vifs), xtc+input-drop (lab only: the same excess "
+                        "dropped at the host's input port, before the bridge); the first must be 'without' "
+                        "(the setpoints come from it). Default: the classic two phases")
+    g.add_argument("--tcpudp-alternate", type=int, default=1, metavar="N",
+                   help="with --tcpudp-phases: run the phases in turn N times (default 1)")
+    g.add_argument("--tcpudp-input-factor", type=float, default=None,
+                   help="with xtc+input-drop: the input-side TBF's rate as a multiple of the UDP setpoint "
+                        "(default (1 + margin) * (1 + step) of the daemon's limiter, 1.32: the level its limit "
+                        "holds for a VR forwarding its setpoint)")
     g.add_argument("--tcpudp-frame", type=int, default=PAPER_TCP_FRAME_BYTES,
                    help=f"size of both flows' packets on the wire, bytes "
                         f"(default {PAPER_TCP_FRAME_BYTES}, the paper's)")
@@ -196,6 +211,26 @@ def other_process_ticks(lab_prefix: str, exclude: Sequence[int] = (), proc: Path
     return out
 
 
+def parse_cgroup_cpu_ns(text: str, version: int) -> int:
+    """Cumulative CPU time, ns, from a cgroup's accounting file: v1 ``cpuacct.usage`` (ns) or v2
+    ``cpu.stat`` (its ``usage_usec`` line, times 1000)."""
+    if version == 1:
+        return int(text.split()[0])
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 2 and f[0] == "usage_usec":
+            return int(f[1]) * 1000
+    raise ValueError("cpu.stat has no usage_usec line")
+
+
+def netns_vr_cpu_ns(cgroup_dir: str) -> int:
+    """A netns VR's CPU time so far, ns, from its cgroup (the file the daemon's cgroup backend reads)."""
+    from xtc.host.cgroup import cpu_time_file
+
+    path, version = cpu_time_file(cgroup_dir, lambda: Path("/proc/self/mountinfo").read_text())
+    return parse_cgroup_cpu_ns(Path(path).read_text(), version)
+
+
 def cpu_snapshot(lab: NetLab, vrs: Sequence[VR], daemon_pid: int | None = None,
                  proc: Path = Path("/proc")) -> CpuSnapshot:
     """Read every VR's CPU time (libvirt ``getCPUStats``), the host's, other processes' and the daemon's ticks now."""
@@ -205,8 +240,12 @@ def cpu_snapshot(lab: NetLab, vrs: Sequence[VR], daemon_pid: int | None = None,
     vr_ns = {}
     for vr in vrs:
         try:
+            if vr.kind == "netns":  # a netns VR: its cgroup's accounting (cpuacct.usage or cpu.stat)
+                if vr.cgroup is not None:
+                    vr_ns[vr.name] = netns_vr_cpu_ns(vr.cgroup)
+                continue
             vr_ns[vr.name] = int(lab.domain(vr).getCPUStats(True)[0]["cpu_time"])
-        except (libvirt.libvirtError, LabError, KeyError, IndexError):
+        except (libvirt.libvirtError, LabError, KeyError, IndexError, OSError, LookupError, ValueError):
             continue  # the VR is left out of this phase's CPU picture
     daemon = None
     if daemon_pid is not None:
@@ -381,13 +420,16 @@ def summarise_phase(rec: Recorder, times: PhaseTimes, cpu: Mapping[str, Any], vr
 
 def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: Callable[[float], list[Any]],
               warm_s: float, settle_s: float, hold_s: float, on_warm: Callable[[], None] | None = None,
-              daemon_pid: int | None = None) -> tuple[PhaseTimes, list[Any], dict[str, Any]]:
+              daemon_pid: int | None = None,
+              snapshot: Callable[[], Any] | None = None) -> tuple[PhaseTimes, list[Any], dict[str, Any]]:
     """Run one phase: start the streams, warm up, call ``on_warm`` (e.g. activate XTC), settle, measure.
 
     ``streams(duration_s)`` starts the phase's streams and returns them (each with ``wait``
     and ``stop``).  ``daemon_pid``: the XTC daemon, whose CPU is reported on its own.  Returns
     the phase's times, the streams' results and its host picture over the measured window: the
     CPU use of :func:`cpu_use` plus ``"paths"``, each VR's per-direction rates (:func:`path_rates`).
+    ``snapshot()``, if given, is read at both ends of the measured window, next to the CPU
+    snapshots: the two readings are the picture's ``"extra"`` (the caller's own counters).
     """
     duration_s = math.ceil(warm_s + settle_s + hold_s + 2)
     t_start = rec.mark(f"{label}: streams start")
@@ -400,6 +442,7 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
         if settle_s > 0:
             wait_with_progress(settle_s, f"{label}: settling", ctx.say)
         c0, k0 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
+        e0 = snapshot() if snapshot is not None else None
         qemu_vrs = [vr for vr in lab.vrs if vr.kind == "qemu"]
         # A QEMU VR has no forwarder process whose namespace could be read: its losses are the host side's.
         pids = {vr.name: vr_forwarder_pids(lab, vr)[0] for vr in lab.vrs if vr.kind != "qemu"}
@@ -410,6 +453,7 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
         wait_with_progress(hold_s, f"{label}: measuring", ctx.say)
         t1 = rec.mark(f"{label}: end")
         c1, k1 = cpu_snapshot(lab, lab.vrs, daemon_pid), {vr.name: vr.counters() for vr in lab.vrs}
+        e1 = snapshot() if snapshot is not None else None
         delta = counter_delta(s0, loss_snapshot([vr for vr in lab.vrs if vr.kind != "qemu"], pids, host_ifaces))
         drops = vr_drops(delta, {vr.name: vr.vifs for vr in lab.vrs if vr.kind != "qemu"})
         drops.update({vr.name: qemu_host_side(delta["host"], delta["t_s"], f"{lab.prefix}-g{vr.k}", vr.vifs)
@@ -422,6 +466,7 @@ def run_phase(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: 
     picture["paths"] = {name: path_rates(k0[name], k1[name], c1.t_s - c0.t_s) for name in k0 if name in k1}
     picture["drops"] = drops
     picture["load_avg_1m"] = round(load_1m, 2)
+    picture["extra"] = (e0, e1)
     return PhaseTimes(t_start, t0, t1), results, picture
 
 
@@ -455,13 +500,14 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     if kind == "qemu" and rcvbuf:
         raise ValueError("--tcpudp-rcvbuf sets the lab forwarder's socket buffer: it does not apply to --kind qemu "
                          "(the guest kernel forwards)")
+    if kind == "netns" and rcvbuf:
+        raise ValueError("--tcpudp-rcvbuf: netns VRs are started with the kernel's default buffer (use --kind lxc)")
+    if getattr(args, "tcpudp_phases", None):  # Figure 17 several ways, alternated (issue 48 item 3)
+        from xtc_lab.lab.experiments import tcpudp_phases
+
+        return tcpudp_phases.run(ctx, args, result, model)
     with experiment_lab(result, 0, mode=kind, say=ctx.say) as (lab, workdir, caps):
-        if kind == "qemu":
-            tcp_vr = lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S)
-            udp_vr = lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S)
-        else:
-            tcp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
-            udp_vr = lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None)
+        tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind, rcvbuf)
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
 
         def streams(duration_s: float) -> list[Any]:
@@ -481,7 +527,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
             sp = setpoints_from_aggregate(agg, share)
             result["setpoints_pps"] = sp
             ctx.say(f"-- phase 2: with XTC (UDP VR {sp['udp']:.0f} pps, TCP VR {sp['tcp']:.0f} pps)")
-            with LabDaemon(workdir / "xtcd", lab.uri, [tcp_vr.name, udp_vr.name], kind="xtc", model=model,
+            with LabDaemon(workdir / "xtcd", lab.uri, daemon_domains([tcp_vr, udp_vr]), kind="xtc", model=model,
                            cfs_period_us=ctx.cfs_period_us) as d:
                 def activate() -> None:
                     d.activate(udp_vr.name, sp["udp"])
@@ -497,6 +543,23 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     result["phases"] = phases
     result["comparison"] = compare_phases(phases["without"], phases["with"], result["setpoints_pps"])
     return _outcome(result)
+
+
+def add_two_vrs(ctx: RunContext, lab: NetLab, kind: str, rcvbuf: int = 0) -> tuple[VR, VR]:
+    """The experiment's TCP VR and UDP VR, of ``kind`` ("lxc", "netns" in its own cgroup, or "qemu")."""
+    if kind == "qemu":
+        return (lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S),
+                lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S))
+    if kind == "netns":
+        return (lab.add_netns_vr(work_iters=ctx.work_iters, cgroup=True, work_factor=ctx.work_factor),
+                lab.add_netns_vr(work_iters=ctx.work_iters, cgroup=True, work_factor=ctx.work_factor))
+    return (lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None),
+            lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None))
+
+
+def daemon_domains(vrs: Sequence[VR]) -> list[str | VR]:
+    """What :class:`LabDaemon` is given for ``vrs``: a netns VR itself (the cgroup backend), a libvirt VR by name."""
+    return [vr if vr.kind == "netns" else vr.name for vr in vrs]
 
 
 def _phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res: Any, cpu: Mapping[str, Any],
