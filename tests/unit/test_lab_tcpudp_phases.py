@@ -329,7 +329,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     monkeypatch.setattr(tp, "LabDaemon", FakeDaemon)
     monkeypatch.setattr(tp, "run_phase", fake_run_phase)
     monkeypatch.setattr(tp, "snapshot", fake_snapshot)
-    monkeypatch.setattr(tp, "_phase_summary", lambda *a: summary(tcp_fwd=30_000, udp_fwd=70_000))
+    monkeypatch.setattr(tp, "phase_summary", lambda *a: summary(tcp_fwd=30_000, udp_fwd=70_000))
     monkeypatch.setattr(tp.inputdrop, "install", lambda d: events.append(("input drop on", d.port, d.ifb)))
     monkeypatch.setattr(tp.inputdrop, "remove", lambda d, missing_ok=False: events.append(("input drop off", d.ifb)))
     monkeypatch.setattr(tp.bpfbucket, "ns_mac", lambda ns: {"xtcx-ab12-tr2": "02:00:00:00:00:22"}[ns])

@@ -7,6 +7,7 @@ import json
 import sys
 
 from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, CHECK_VALID, load_or_report, parse_setpoint, readable_or_report
+from xtc.service.curve import CurveError, check_server_files, load_public, load_secret, server_public_key, z85_key
 
 __all__ = ["register"]
 
@@ -90,9 +91,6 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     if cfg is None:
         return CHECK_INVALID
     if cfg.manager.curve_secret_key_file:
-        # pyzmq only when this runs: the parser (every --help) stays light
-        from xtc.service.curve import CurveError, check_server_files
-
         try:
             check_server_files(cfg.manager.curve_secret_key_file, cfg.manager.curve_clients_dir or "")
         except CurveError as e:
@@ -122,9 +120,6 @@ def _ctl_curve(config: str | None, curve_key: str | None, server_key: str | None
     """``xtc ctl``'s CURVE keys: (its .key_secret file, the daemon's Z85 public key), both None for
     a plain connection.  Every file is read and checked now (:class:`xtc.service.curve.CurveError`,
     a ValueError naming the file), so that a bad one stops the command before it connects."""
-    # pyzmq only when this runs: the parser (every --help) stays light
-    from xtc.service.curve import CurveError, load_public, load_secret, server_public_key, z85_key
-
     if server_key is None and daemon_secret is not None:
         server_key = server_public_key(daemon_secret).decode()
     elif server_key is not None and len(server_key) != 40:

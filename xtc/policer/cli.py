@@ -16,6 +16,7 @@ from typing import Any
 
 from xtc.service import commands
 from xtc.service.cli import CHECK_INVALID, CHECK_USAGE, CHECK_VALID, load_or_report, parse_setpoint, readable_or_report
+from xtc.service.curve import generate_keypair
 
 __all__ = ["register"]
 
@@ -179,10 +180,6 @@ def _cmd_openapi(_args: argparse.Namespace) -> int:
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    # pyzmq only when this runs: the parser (every --help) stays light
-
-    from xtc.service.curve import generate_keypair
 
     d = Path(args.directory)
     pair = [d / f"{args.name}.key", d / f"{args.name}.key_secret"]

@@ -18,6 +18,11 @@ do).  This module gives it:
   and markdown report.
 
 Units: packets/s (pps), percent of one CPU, seconds.
+
+Why one file: it is the one kit every experiment module imports, and its parts are used together
+(a session's lab feeds the daemon, the recorder and the outputs); each part is short, and the
+pieces with a job of their own already live apart (:mod:`xtc_lab.lab.record`,
+:mod:`xtc_lab.lab.status`, :mod:`xtc_lab.lab.cgroups`).
 """
 
 from __future__ import annotations

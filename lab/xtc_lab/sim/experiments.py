@@ -26,6 +26,10 @@ neighbouring caps.  The paper's prototype did not: its controller, started at ca
 leave cap 1 at low setpoints (section 7.1), which gave its operating ranges (PI 20, dead-beat
 15 kp/s).  The product's loop does not reproduce that failure.  ``actuation="exact"`` puts the
 controller's cap in force as is (libvirt LXC/QEMU quotas, cgroups).
+
+Why one file: it is the catalogue of the paper's experiments on the simulated plant, one short
+pure function each over the same result type and plant set-up; a module per experiment would
+hold a few dozen lines and import the rest from here.
 """
 
 from __future__ import annotations

@@ -519,7 +519,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
         with Recorder([tcp_vr, udp_vr], dt_s=1.0, caps=caps) as rec:
             ctx.say("-- phase 1: without XTC (both VRs unlimited)")
             times, (tcp_res, udp_res), cpu = run_phase(ctx, lab, rec, "without XTC", streams, warm_s, 0.0, hold_s)
-            phases["without"] = _phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
+            phases["without"] = phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
             _say_phase(ctx, "without XTC", phases["without"])
             agg = phases["without"]["tcp"]["forwarded_pps"] + phases["without"]["udp"]["forwarded_pps"]
             if not agg > 0:
@@ -536,7 +536,7 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                 dpid = None if d.proc is None else d.proc.pid
                 times, (tcp_res, udp_res), cpu = run_phase(ctx, lab, rec, "with XTC", streams, warm_s, settle_s,
                                                            hold_s, on_warm=activate, daemon_pid=dpid)
-            phases["with"] = _phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
+            phases["with"] = phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
             _say_phase(ctx, "with XTC", phases["with"])
         caps.close()
         result["recording"] = rec.to_json()
@@ -562,7 +562,7 @@ def daemon_domains(vrs: Sequence[VR]) -> list[str | VR]:
     return [vr if vr.kind == "netns" else vr.name for vr in vrs]
 
 
-def _phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res: Any, cpu: Mapping[str, Any],
+def phase_summary(rec: Recorder, times: PhaseTimes, tcp_res: TcpResult, udp_res: Any, cpu: Mapping[str, Any],
                    tcp_vr: VR, udp_vr: VR) -> dict[str, Any]:
     out = summarise_phase(rec, times, cpu, {"tcp": tcp_vr, "udp": udp_vr})
     out["tcp"]["goodput_bits_per_s"] = goodput_in_window(tcp_res, times.start_s, *times.window_s(rec.dt_s))

@@ -51,7 +51,7 @@ from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.experiments.tcpudp import (
     PAPER,
     PAPER_KPPS,
-    _phase_summary,
+    phase_summary,
     add_two_vrs,
     daemon_domains,
     parse_pid_stat_ticks,
@@ -151,7 +151,7 @@ def input_drop_for(prefix: str, vr: VR, setpoint_pps: float, factor: float, fram
 def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[str, Any], e1: Mapping[str, Any],
                   setpoints_pps: Mapping[str, float]) -> dict[str, Any]:
     """One window's flat record (kp/s, percent of one CPU) from the phase summary of
-    :func:`xtc_lab.lab.experiments.tcpudp._phase_summary` and the two :func:`snapshot` readings.
+    :func:`xtc_lab.lab.experiments.tcpudp.phase_summary` and the two :func:`snapshot` readings.
 
     ``e0``/``e1`` hold ``t_s``, ``sent`` (packets the generator port received, per VR key),
     ``vif_limiter_drops`` (per VR key), ``input_drops``, ``tools_ticks`` (per VR key), ``ticks_per_s``
@@ -445,7 +445,7 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
                     times, (tcp_res, udp_res), cpu = _xtc_window(
                         ctx, lab, rec, label, streams, (warm_s, settle_s, hold_s), vrs, sp, phase,
                         limiters.get(phase), workdir / f"xtcd-{n}", model, tps)
-                summary = _phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
+                summary = phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
                 if setpoints is None:
                     agg = summary["tcp"]["forwarded_pps"] + summary["udp"]["forwarded_pps"]
                     if not agg > 0:
