@@ -802,6 +802,8 @@ class LinkPool:
         self._conns.clear()
         if self._own_ctx:
             self.ctx.destroy(0)
+        if self._thread is None or not self._thread.is_alive():
+            loop.close()  # its selector and self-pipe now, not at garbage collection
 
 
 #: A VR name the policer stores: what its API's paths can address (the daemon's limit of

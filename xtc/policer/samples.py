@@ -242,6 +242,8 @@ class SampleStreams:
         """The routers to subscribe to: name -> (PUB endpoint, CURVE server key or None[, manager endpoint]);
         others are dropped.  With the manager endpoint and ``links``, the samples come over the link
         pool's connection to it (its PUB socket if the daemon refuses)."""
+        if self.links is None:  # the manager endpoint means nothing then: a router's stream is its PUB socket
+            routers = {n: how[:2] for n, how in routers.items()}
         with self._lock:
             if routers != self._wanted:
                 self._wanted = dict(routers)
@@ -289,7 +291,7 @@ class SampleStreams:
             else:
                 self._open(name, how[:2])
                 if name in self._socks:
-                    self._socks[name] = (self._socks[name][0], how)
+                    self._socks[name] = (self._socks[name][0], how)  # as wanted (refused: with its endpoint)
 
     def _link(self, name: str, how: tuple) -> None:
         assert self.links is not None
