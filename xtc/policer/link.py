@@ -230,8 +230,10 @@ MAX_UNANSWERED = 4096
 #: the daemon knows the peer no more).
 RESUBSCRIBE_PERIODS = 2.5
 #: The first wait before asking again after a ``subscribe`` that got no answer, seconds (then doubling,
-#: up to the pool's ``reconnect_max_s``).
+#: up to :data:`SUBSCRIBE_RETRY_MAX_S`: a dead daemon costs a request every 10 s; the engine measures
+#: its router by ``list`` meanwhile).
 SUBSCRIBE_RETRY_S = 0.5
+SUBSCRIBE_RETRY_MAX_S = 10.0
 #: How often the subscriptions are looked after (silent ones asked again), seconds.
 TEND_S = 0.25
 
@@ -472,7 +474,7 @@ class LinkPool:
         the sink validates it) for as long as the router stays subscribed.  When no sample came for
         :data:`RESUBSCRIBE_PERIODS` of the daemon's periods (it restarted, the connection was made
         again) or the ``subscribe`` got no answer, it is sent again, after a wait that doubles from
-        :data:`SUBSCRIBE_RETRY_S` up to ``reconnect_max_s``.  A daemon that refuses it (an older one:
+        :data:`SUBSCRIBE_RETRY_S` up to :data:`SUBSCRIBE_RETRY_MAX_S`.  A daemon that refuses it (an older one:
         ``unknown_command``) gets it no more, and ``on_refused(error)`` is called (on the I/O thread):
         the caller subscribes to the daemon's PUB socket instead.  Several routers of one daemon share
         its subscription."""
@@ -543,7 +545,7 @@ class LinkPool:
                     log.exception("subscription callback failed")
         else:  # no answer (or not a valid one): asked again later
             sub.state, sub.next_s = "off", now + sub.retry_s
-            sub.retry_s = min(2 * sub.retry_s, max(SUBSCRIBE_RETRY_S, self.reconnect_max_s))
+            sub.retry_s = min(2 * sub.retry_s, SUBSCRIBE_RETRY_MAX_S)
 
     def _tend(self) -> None:
         """Ask again the subscriptions whose samples stopped, and those whose wait is over."""
