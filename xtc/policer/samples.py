@@ -216,12 +216,9 @@ class SampleStreams:
         self.max_bytes = max_bytes
         self.clock = clock
         self._own_ctx = context is None
-        if context is None:
-            # Each stream holds two descriptors (the socket's mailbox, its connection): a third of the
-            # open-files limit of streams at most, the link pool's exchanges having another third.
-            context = zmq.Context()
-            context.set(zmq.MAX_SOCKETS, max(1024, raise_open_files_limit() // 3))
-        self.ctx = context
+        #: Where the SUB sockets are made: made at the first one when not given (with ``links`` there may
+        #: be none, and a context is two threads and their descriptors).
+        self._ctx = context
         #: Messages dropped as not valid, per router.
         self.bad: dict[str, int] = {}
         #: Valid messages taken, in all.
@@ -263,10 +260,20 @@ class SampleStreams:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        if self._own_ctx and not self._thread.is_alive():
-            self.ctx.term()
+        if self._own_ctx and self._ctx is not None and not self._thread.is_alive():
+            self._ctx.term()
 
     # ------------------------------------------------------------------------------- thread
+    @property
+    def ctx(self) -> zmq.Context:
+        """The context of the SUB sockets (made at the first use when it was not given)."""
+        if self._ctx is None:
+            # Each stream holds two descriptors (the socket's mailbox, its connection): a third of the
+            # open-files limit of streams at most, the link pool's exchanges having another third.
+            self._ctx = zmq.Context()
+            self._ctx.set(zmq.MAX_SOCKETS, max(1024, raise_open_files_limit() // 3))
+        return self._ctx
+
     @property
     def linked(self) -> int:
         """Routers whose samples come over the link pool's connections (not refused)."""
