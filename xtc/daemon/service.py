@@ -71,12 +71,14 @@ _MORE_NOBLOCK = int(zmq.NOBLOCK | zmq.SNDMORE)
 #: Subscription messages read from the XPUB socket per period, at most (a flood waits its turn).
 _MAX_SUBSCRIPTION_MESSAGES = 1000
 #: Peers that may hold a subscription to the samples over the manager socket at once (``subscribe``);
-#: more are refused (``unsupported``: the XPUB socket takes them).
-MAX_LINK_SUBSCRIBERS = 64
-#: Messages queued toward one peer of the manager socket, at most (``SNDHWM``): past it a samples
-#: message to a slow subscriber is dropped, never queued (a policer that reads nothing holds at most
-#: this many of the daemon's messages).
-MANAGER_SNDHWM = 1000
+#: more are refused (``unsupported``: the XPUB socket takes them).  A daemon's routers are each policed
+#: by one engine (the leader's shard), so a daemon has one or two subscribers.
+MAX_LINK_SUBSCRIBERS = 16
+#: Messages queued toward one peer of the manager socket, at most (``SNDHWM``; the policer's side,
+#: its kernel buffers and its own queue of 1,000 come first): past it a samples message to a slow
+#: subscriber is dropped, never queued.  What the daemon holds for slow subscribers is at most this
+#: many messages each (a body of 64 KiB or more is shared by all of them, sent without a copy).
+MANAGER_SNDHWM = 100
 #: ZeroMQ heartbeats of the manager socket, milliseconds: a peer silent for the timeout (a policer
 #: whose host vanished) is disconnected, and its subscription ends with it.
 MANAGER_HEARTBEAT_MS = 5000
