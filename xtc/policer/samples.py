@@ -25,11 +25,11 @@ counted (:attr:`SampleStreams.bad`) and dropped; the router's previous sample is
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import re
-import functools
 import selectors
 import threading
 import time
@@ -309,12 +309,12 @@ class SampleStreams:
                              functools.partial(self._on_refused, name, how))
 
     def _unlink(self, name: str) -> None:
-        how = self._linked.pop(name)
         assert self.links is not None
-        self.links.unsubscribe(name, how[2], how[1])
-        self._last_body.pop(name, None)
         with self._lock:
+            how = self._linked.pop(name)
+            self._last_body.pop(name, None)
             self._latest.pop(name, None)
+        self.links.unsubscribe(name, how[2], how[1])
 
     def _on_refused(self, name: str, how: tuple, err: BaseException) -> None:
         """The link pool's thread: the router's daemon takes no ``subscribe``: its PUB socket instead."""
@@ -333,13 +333,13 @@ class SampleStreams:
             self.bad[name] = self.bad.get(name, 0) + 1
             log.warning("router %s: samples dropped: %s", name, e)
             return
-        if last is None:
-            self._last_body.pop(name, None)
-        else:
-            self._last_body[name] = last
         self.received += 1
-        with self._lock:
+        with self._lock:  # against _unlink: nothing of a router that is no longer wanted stays
             if self._linked.get(name) is how:
+                if last is None:
+                    self._last_body.pop(name, None)
+                else:
+                    self._last_body[name] = last
                 self._latest[name] = (self.clock(), vrs)
 
     def _drop(self, name: str) -> None:
