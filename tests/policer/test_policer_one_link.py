@@ -6,6 +6,7 @@ testbed's fleet, and a real ``xtc daemon`` process for the restart."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
+from fakes.daemon import RouterPeer
 from procs import stop_process
 from xtc_lab.policer_fleet import Fleet
 
@@ -21,6 +23,7 @@ from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool, tcp_states
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
+from xtc.service.curve import generate_keypair, load_public
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +61,24 @@ def test_samples_come_over_the_one_connection_kept_to_each_daemon() -> None:
         streams.want({r["name"]: (r["pub_endpoint"], None, r["endpoint"]) for r in fleet.routers()[1:]})
         wait_for(lambda: not fleet.daemons[0].link_peers and streams.latest("r00000") is None, 5,
                  "the daemon unsubscribed")
+    finally:
+        streams.close()
+        links.close()
+        fleet.stop()
+
+
+def test_silent_and_slow_daemons_delay_no_other_subscription() -> None:
+    """Daemons that never answer, and ones that answer late, hold up only their own ``subscribe``."""
+    fleet = Fleet(12, vrs_per_router=2, dead_fraction=0.25, slow_fraction=0.25, slow_s=2.0, publish=True,
+                  period_s=0.2).start()
+    links = LinkPool(0.5)
+    streams = _streams(fleet, links)
+    try:
+        ok = [d.name for d in fleet.daemons if d.mode == "ok"]
+        t = time.monotonic()
+        wait_for(lambda: all(streams.latest(n) for n in ok), 3, "a sample of every healthy router")
+        print(f"every healthy router's first sample after {time.monotonic() - t:.2f} s")
+        assert all(streams.latest(d.name) is None for d in fleet.daemons if d.mode == "dead")
     finally:
         streams.close()
         links.close()
@@ -146,3 +167,75 @@ def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, 
     finally:
         eng.stop()
         store.close()
+
+
+def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: Path, make_daemon: Any) -> None:
+    """With CURVE the subscription is on the one authenticated connection (one handshake); a client
+    whose key the daemon does not know gets no answer and no samples."""
+    keys, clients = tmp_path / "keys", tmp_path / "clients"
+    server_pub, server_sec = generate_keypair(keys, "daemon")
+    policer_pub, policer_sec = generate_keypair(keys, "policer")
+    _, stranger_sec = generate_keypair(keys, "stranger")
+    clients.mkdir()
+    (clients / "policer.key").write_bytes(policer_pub.read_bytes())
+    server_key = load_public(server_pub).decode()
+    d = make_daemon("c", [{"name": "w1", "traffic": "udp", "offered_pps": 30000.0}], period_s=0.2,
+                    curve=(policer_sec, server_key), server_keys=(server_sec, clients))
+    pub = f"tcp://127.0.0.1:{d.pub_port}"
+    links, stranger = LinkPool(0.5, policer_sec), LinkPool(0.5, stranger_sec)
+    streams = SampleStreams(max_vrs=8, curve_secret_file=policer_sec, links=links)
+    other = SampleStreams(max_vrs=8, curve_secret_file=stranger_sec, links=stranger)
+    try:
+        streams.want({"r": (pub, server_key, d.endpoint)})
+        other.want({"r": (pub, server_key, d.endpoint)})
+        wait_for(lambda: streams.latest("r"), 10, "samples over the CURVE connection")
+        time.sleep(1.0)
+        assert other.latest("r") is None and stranger.stats()["subscribed"] == 0
+        assert links.stats()["subscriptions"] == 1 and links.connects == 1 and tcp_states([d.pub_port]) == {}
+    finally:
+        for s in (streams, other):
+            s.close()
+        links.close()
+        stranger.close()
+
+
+class _Pushy(RouterPeer):
+    """A daemon that sends samples messages nobody asked for (before every reply), and bad ones to a
+    subscriber."""
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.sock.poll(20):
+                continue
+            ident, empty, body = self.sock.recv_multipart()
+            req = json.loads(body)
+            self.requests += 1
+            self.sock.send_multipart([ident, b"", b"samples", b"{not json"])
+            result = {"subscribed": True, "period_s": 0.2} if req["cmd"] == "subscribe" else {"pong": True}
+            self.sock.send_multipart([ident, empty, json.dumps({"v": 1, "id": req["id"], "ok": True,
+                                                                "result": result}).encode()])
+
+
+def test_samples_nobody_asked_for_are_dropped_and_bad_ones_counted() -> None:
+    """A samples message on a connection without a subscription is dropped and counted
+    (``stray_samples``), never taken for a reply; a bad one to a subscriber is counted as a bad sample
+    and its router's newest good sample stays."""
+    peer = _Pushy()
+    links = LinkPool(0.5)
+    try:
+        got: list[Any] = []
+        links.exchange_many([("r", peer.endpoint, None, [{"cmd": "ping"}], lambda _r, res: got.append(res))])
+        wait_for(lambda: got, 5, "the ping's reply")
+        assert got[0] == [{"pong": True}]
+        wait_for(lambda: links.stray_samples == 1, 5, "the stray sample counted")
+        assert links.bad_replies == 0
+        streams = SampleStreams(max_vrs=8, links=links)
+        try:
+            streams.want({"r": ("tcp://127.0.0.1:1", None, peer.endpoint)})
+            wait_for(lambda: streams.bad.get("r", 0) >= 1, 5, "a bad sample over the link counted")
+            assert streams.latest("r") is None and links.bad_replies == 0
+        finally:
+            streams.close()
+    finally:
+        links.close()
+        peer.close()
