@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dead", type=float, default=0.1, help="share of the fleet's routers that are dead (default 0.1)")
     s.add_argument("--no-samples", dest="samples", action="store_false",
                    help="fleet: measure every router by 'list' (the daemons publish no samples)")
+    s.add_argument("--no-sample-link", dest="sample_link", action="store_false",
+                   help="fleet: the engine takes the samples on a second connection per router, to the daemon's PUB "
+                        "socket (engine.sample_link = false), instead of over the one it keeps to its manager socket")
     s.add_argument("--shards", type=int, default=1, help="fleet: engine processes (engine.shards, default 1)")
     s.add_argument("--snapshot-interval", type=float, default=None, metavar="SECONDS",
                    help="fleet: engine.snapshot_interval_s, seconds between the engine's writes of the measurements "
@@ -73,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.fleet:
-        kw = dict(samples=args.samples, shards=args.shards, flapping_fraction=args.flapping,
+        kw = dict(samples=args.samples, sample_link=args.sample_link, shards=args.shards, flapping_fraction=args.flapping,
                   snapshot_interval_s=args.snapshot_interval, jitter=args.jitter)
         if args.postgres:
             with PgServer() as pg:
@@ -495,7 +498,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     duration_s: float = 20.0, api_rate_per_s: float = 2000.0, period_s: float = 1.0,
                     request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
                     api_duration_s: float = 5.0, max_warmup_s: float = 300.0, flapping_fraction: float = 0.0,
-                    flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0) -> dict[str, Any]:
+                    flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0,
+                    sample_link: bool = True) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -515,7 +519,10 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     the API's process spent per request, the engine's process per second, the load generator's per
     request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
     samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
-    (``[engine] samples = true``); else every router is measured by ``list``.  ``shards``: the policer's
+    (``[engine] samples = true``); else every router is measured by ``list``.  ``sample_link``: the engine
+    takes them over the one connection it keeps to each daemon's manager socket (``engine.sample_link``),
+    else on a second connection per router, to the PUB socket; ``engine_fds`` counts the engine's open
+    files and the fleet's ``link_peers`` the subscriptions over the manager sockets.  ``shards``: the policer's
     ``engine.shards`` (engine processes, each policing its share of the routers).  ``jitter``: the daemons'
     offered rates are drawn anew every period (:class:`xtc_lab.policer_fleet.Fleet`), so that their
     samples change as a real fleet's do."""
@@ -524,7 +531,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
                            "flapping_fraction": flapping_fraction, "flap_s": flap_s,
-                           "period_s": period_s, "samples": samples, "shards": shards, "jitter": jitter}
+                           "period_s": period_s, "samples": samples, "sample_link": sample_link, "shards": shards,
+                           "jitter": jitter}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500 + routers / 1000  # the fleet leaves this out of its statistics
         # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
@@ -549,6 +557,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             fl = [r for f in fl_files for r in json.loads(f.read_text())]
             proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
                                        extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n"
+                                       + f"sample_link = {'true' if sample_link else 'false'}\n"
                                        + (f"snapshot_interval_s = {snapshot_interval_s}\n" if snapshot_interval_s else ""))
             def window() -> Any:  # the fleets' statistics since the previous window (SIGUSR1), merged
                 merged: dict[str, Any] = {}
@@ -558,8 +567,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     assert f.stdout is not None
                     for mode, m in json.loads(f.stdout.readline())["window"].items():
                         o = merged.setdefault(mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0,
-                                                  "commands": {}, "published": 0})
-                        for k in ("routers", "lists", "never_polled", "published"):
+                                                  "commands": {}, "published": 0, "link_peers": 0})
+                        for k in ("routers", "lists", "never_polled", "published", "link_peers"):
                             o[k] += m[k]
                         o["max_gap_s"] = max(o["max_gap_s"], m["max_gap_s"])
                         for k, n in m["commands"].items():
@@ -633,6 +642,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 out["rss_mb"] = {"policer_api": round(api_proc.memory_info().rss / 1e6),
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
                                  "fleet": round(sum(psutil.Process(f.pid).memory_info().rss for f in fleets) / 1e6)}
+                out["engine_fds"] = sum(p.num_fds() for p in api_proc.children(recursive=True))
 
             out["fleet"] = window()
             silenced = out["fleet"].get("flapping", {}).pop("silenced_unix_s", {})

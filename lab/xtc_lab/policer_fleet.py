@@ -7,7 +7,10 @@ same command semantics (``activate`` only an inactive VR, ``setpoint`` only an a
 ``unknown_vr``, ``bad_state``...).  Its VRs are cheap stand-ins, not the simulated plant: a VR is
 offered a fixed rate (a few with traffic that does not back off) and forwards
 ``min(offered, setpoint)`` while active, with a cap proportional to it.  With ``publish`` each
-daemon also publishes its samples every period on a PUB socket, as the real one does.
+daemon also publishes its samples every period on a PUB socket, as the real one does, and (with
+``link_samples``, as a daemon that has the command) sends them over its ROUTER socket to each peer
+that sent ``subscribe`` (docs/design/one-link.md); without ``link_samples`` it refuses ``subscribe``
+as an older daemon does (``unknown_command``).
 
 Some daemons misbehave, as a real network's do: ``dead`` ones never bind (no answer at all),
 ``slow`` ones answer after ``slow_s``, ``flapping`` ones answer for ``flap_s`` then stay silent for
@@ -102,6 +105,9 @@ class FakeDaemon:
         self.drop_requests: set[str] = set()
         #: The ``early_drop`` commands' switches by VR (None: back to the default).
         self.early_drop: dict[str, bool | None] = {}
+        #: The peers subscribed to the samples over the ROUTER socket (their envelopes), and that socket.
+        self.link_peers: dict[tuple[bytes, ...], None] = {}
+        self.router: Any = None
 
     def handle(self, raw: bytes) -> bytes | None:
         """One request -> one reply, as the daemon's REP socket would answer it (None: no reply)."""
@@ -176,8 +182,9 @@ class Fleet:
                  slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
                  publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
-                 first: int = 0, jitter: float = 0.0):
+                 first: int = 0, jitter: float = 0.0, link_samples: bool = True):
         rng = random.Random(seed)
+        self.link_samples = link_samples
         self.jitter = jitter
         self._jitter_rng = random.Random(seed + 2)
         self._rng = random.Random(seed + 1)  # the flapping daemons' phases
@@ -234,7 +241,9 @@ class Fleet:
                 continue
             s = self.ctx.socket(zmq.ROUTER)
             s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # as the daemon's: a gone peer's send fails, its subscription ends
             s.bind(d.endpoint)
+            d.router = s
             d.endpoint = s.getsockopt_string(zmq.LAST_ENDPOINT)
             self._tasks.append(asyncio.ensure_future(self._serve(d, s)))
             if d.pub_endpoint:
@@ -265,9 +274,33 @@ class Fleet:
         except ValueError:
             return
         body = frames[delim + 1] if len(frames) == delim + 2 else b"\xff"  # more than one frame: bad_json
-        reply = d.handle(body)
+        reply = self._link_command(d, tuple(frames[:delim]), body)
+        if reply is None:
+            reply = d.handle(body)
         if reply is not None:
-            s.send_multipart([*frames[:delim + 1], reply], flags=zmq.NOBLOCK)
+            try:
+                s.send_multipart([*frames[:delim + 1], reply], flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # the peer is gone or reads nothing: the reply is lost, as the daemon's is
+
+    def _link_command(self, d: FakeDaemon, peer: tuple[bytes, ...], body: bytes) -> bytes | None:
+        """``subscribe`` / ``unsubscribe`` answered as the daemon does (or refused as an older daemon
+        does, without ``link_samples``); None for any other request."""
+        if b"subscribe" not in body:
+            return None
+        try:
+            req = api.parse_request(body, 65536, MAX_SETPOINT_PPS)
+        except api.ApiError:
+            return None
+        if req.cmd not in api.LINK_COMMANDS:
+            return None
+        if not self.link_samples:
+            return api.error_reply(api.ApiError("unknown_command", f"unknown command {req.cmd!r}"), req.id)
+        if req.cmd == "subscribe":
+            d.link_peers[peer] = None
+            return api.ok_reply({"subscribed": True, "schema": api.SAMPLES_SCHEMA, "period_s": self.period_s}, req.id)
+        d.link_peers.pop(peer, None)
+        return api.ok_reply({"subscribed": False}, req.id)
 
     def _reply_later(self, d: FakeDaemon, s: zmq.asyncio.Socket, frames: list[bytes]) -> None:
         try:
@@ -280,7 +313,9 @@ class Fleet:
             while True:
                 await asyncio.sleep(self.period_s)
                 while d.inject:
-                    p.send_multipart(d.inject.pop(0), flags=zmq.NOBLOCK)
+                    raw = d.inject.pop(0)
+                    p.send_multipart(raw, flags=zmq.NOBLOCK)
+                    self._send_link(d, raw)
                 if d.pub_silent or d.silent:
                     continue
                 d.published += 1
@@ -289,10 +324,21 @@ class Fleet:
                     for n, v in d.vrs.items():
                         v.offered_pps = round(base[n] * (1 + self.jitter * (2 * self._jitter_rng.random() - 1)))
                 rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
-                p.send_multipart(api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0])),
-                                 flags=zmq.NOBLOCK)
+                msg = api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0]))
+                p.send_multipart(msg, flags=zmq.NOBLOCK)
+                self._send_link(d, msg)
         finally:
             p.close(0)
+
+    @staticmethod
+    def _send_link(d: FakeDaemon, msg: list[bytes]) -> None:
+        """A samples message to the peers subscribed over the ROUTER socket, as the daemon sends it."""
+        for peer in list(d.link_peers):
+            try:
+                d.router.send_multipart([*peer, b"", *msg], flags=zmq.NOBLOCK)
+            except zmq.ZMQError as e:
+                if e.errno == zmq.EHOSTUNREACH:  # gone: its subscription ends
+                    del d.link_peers[peer]
 
     async def _flap(self, d: FakeDaemon, first_s: float) -> None:
         await asyncio.sleep(first_s)
@@ -349,8 +395,9 @@ class Fleet:
         out: dict[str, Any] = {}
         for d in self.daemons:
             m = out.setdefault(d.mode, {"routers": 0, "lists": 0, "max_gap_s": 0.0, "never_polled": 0, "commands": {},
-                                        "published": 0})
+                                        "published": 0, "link_peers": 0})
             m["routers"] += 1
+            m["link_peers"] += len(d.link_peers)
             m["published"] += d.published
             times = [t for t in d.list_times if t >= since_s]
             m["lists"] += len(times)
@@ -380,13 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flap-s", type=float, default=5.0, help="a flapping router answers this long, then is silent as long")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--publish", action="store_true")
+    p.add_argument("--no-link-samples", dest="link_samples", action="store_false",
+                   help="refuse 'subscribe' as a daemon older than the command does (samples on the PUB socket only)")
     p.add_argument("--jitter", type=float, default=0.0, help="offered rates drawn anew each period: base x (1 +- jitter)")
     p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
     p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, flap_s=args.flap_s, transport=args.transport,
-                  publish=args.publish, seed=args.first, first=args.first, jitter=args.jitter).start()
+                  publish=args.publish, seed=args.first, first=args.first, jitter=args.jitter,
+                  link_samples=args.link_samples).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)

@@ -19,7 +19,7 @@ def test_empty_file_gives_the_defaults() -> None:
     "text, key, words",
     [
         ("bogus = 1\n", "bogus", "unknown key (allowed: auth, curve, database, engine, log, schema, server)"),
-        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, samples, shards, snapshot_interval_s)"),
+        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, sample_link, samples, shards, snapshot_interval_s)"),
         ("server = 1\n", "server", "must be a table"),
         ('schema = "xtc-policer/2"\n', "schema", "must be 'xtc-policer/1', got 'xtc-policer/2'"),
         ('[server]\nhost = ""\n', "server.host", "must be a non-empty string"),

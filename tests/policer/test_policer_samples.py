@@ -75,11 +75,13 @@ def _wait(cond, timeout_s: float, what: str) -> None:
 @contextlib.contextmanager
 def _sampled_fleet(db_url: str, n: int, vrs: int, period_s: float) -> Iterator[tuple[Fleet, Store, SampleStreams, Engine]]:
     """``n`` publishing stand-in daemons registered with their streams, an engine reading them started
-    and warmed up (one 'list' each, never seen, then the samples stand for it); all stopped after."""
+    and warmed up (one 'list' each, never seen, then the samples stand for it); all stopped after.  The
+    samples come over the links' connections (``subscribe``, the policer's default: docs/design/one-link.md)."""
     fleet = Fleet(n, vrs_per_router=vrs, dead_fraction=0.0, publish=True, period_s=period_s).start()
     store = Store(db_url)
-    streams = SampleStreams(max_vrs=8)
-    eng = Engine(store, LinkPool(0.8 * period_s), period_s=period_s, max_vrs_per_router=8, samples=streams)
+    links = LinkPool(0.8 * period_s)
+    streams = SampleStreams(max_vrs=8, links=links)
+    eng = Engine(store, links, period_s=period_s, max_vrs_per_router=8, samples=streams)
     try:
         for r in fleet.routers():
             store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test", pub_endpoint=r["pub_endpoint"])

@@ -245,7 +245,7 @@ def test_fuzz_random_requests_keep_invariants():
     names = ["vr1", "vr2", "vr3", "ghost"]
     caps = {"vr1": 50.0, "vr2": None, "vr3": 100.0}
     for k in range(3000):
-        cmd = rng.choice([c for c in api.COMMANDS if c not in PUNISHMENT_COMMANDS])  # those are the loop's
+        cmd = rng.choice([c for c in api.COMMANDS if c not in PUNISHMENT_COMMANDS + api.LINK_COMMANDS])  # the loop's, the socket's
         vr = rng.choice(names)
         sp = rng.choice([1.0, 5000.0, 20000.0, 1e6])
         r = Request(cmd, vr if "vr" in api.COMMANDS[cmd] else None, sp if "setpoint_pps" in api.COMMANDS[cmd] else None)

@@ -36,6 +36,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, Va
 __all__ = [
     "API_VERSION",
     "COMMANDS",
+    "LINK_COMMANDS",
     "ERROR_CODES",
     "ApiError",
     "Request",
@@ -94,7 +95,14 @@ COMMANDS: dict[str, dict[str, tuple[str, bool, str]]] = {
         "reason": ("text", False, "why, for the daemon's log and state file"),
     },
     "vr_on": {"vr": ("vr", True, "a VR this daemon turned off: turned on again; its instance stays paused")},
+    # The samples over the manager connection (issue 50, docs/design/one-link.md): for a DEALER client only.
+    "subscribe": {},
+    "unsubscribe": {},
 }
+
+#: The commands about the connection itself, not about a VR: the daemon's socket answers them (the
+#: sender's identity is the subscription), never the control loop.
+LINK_COMMANDS = ("subscribe", "unsubscribe")
 
 #: Error codes a reply may carry.
 ERROR_CODES = {

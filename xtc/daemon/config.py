@@ -32,7 +32,7 @@ A complete example (every key shown with its default unless marked required)::
                                      # law without it (docs/results/2026-11-26-control-settling/control-settling.md, "The lag probe")
 
     [manager]                        # docs/guide/manager-api-security.md
-    endpoint = "ipc:///run/xtc/manager.sock"      # REP socket for requests (ZeroMQ endpoint)
+    endpoint = "ipc:///run/xtc/manager.sock"      # socket for requests, and samples to whoever subscribes there (ZeroMQ endpoint)
     pub_endpoint = "ipc:///run/xtc/samples.sock"  # PUB socket for the samples (one message per period)
     max_message_bytes = 65536
     # An ipc:// socket is made mode 0660, group "xtc" when that group exists (its directory made

@@ -231,6 +231,9 @@ class DaemonMetrics(ServiceMetrics):
         self.early_drop_failures = Counter("xtc_early_drop_failures", "Failed early-drop limiter operations "
                                            "(install, raise, lower, remove), by operation", ["op"], registry=r)
         self.reloads = Counter("xtc_reloads", "Configuration reloads", ["outcome"], registry=r)
+        self.sends_dropped = Counter("xtc_manager_sends_dropped", "Messages of the manager socket not sent: a reply "
+                                     "or a samples message to a peer whose queue is full (a slow client) or that is "
+                                     "gone, by kind (reply, samples)", ["kind"], registry=r)
         self.work = Histogram(
             "xtc_period_work_seconds",
             "Wall time of one control period's work (controllers, actuation, publishing), seconds",

@@ -2,8 +2,10 @@
 
 One thread runs everything on a monotonic clock: the control period (1 s by default: the host's
 counters are read once, the controllers step, changed caps are written), manager requests
-(ZeroMQ REP) as they come, the samples (ZeroMQ XPUB, one message per period while a subscriber
-listens), the metrics and the state file after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
+(ZeroMQ ROUTER, answering REQ and DEALER clients as a REP socket did) as they come, the samples
+(ZeroMQ XPUB, one message per period while a subscriber listens; and over the manager socket to
+each peer that sent ``subscribe``: one connection per policer and router, docs/design/one-link.md),
+the metrics and the state file after every period.  Signal handlers only set flags: SIGTERM/SIGINT stop the loop
 (caps restored, state kept), SIGHUP reloads the configuration (a bad one is refused and the old
 one kept).  An unexpected exception saves the state, leaves the caps as XTC set them and exits
 non-zero, so that systemd restarts the daemon and it resumes.
@@ -68,6 +70,22 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _MORE_NOBLOCK = int(zmq.NOBLOCK | zmq.SNDMORE)
 #: Subscription messages read from the XPUB socket per period, at most (a flood waits its turn).
 _MAX_SUBSCRIPTION_MESSAGES = 1000
+#: Peers that may hold a subscription to the samples over the manager socket at once (``subscribe``);
+#: more are refused (``unsupported``: the XPUB socket takes them).  A daemon's routers are each policed
+#: by one engine (the leader's shard), so a daemon has one or two subscribers.
+MAX_LINK_SUBSCRIBERS = 16
+#: Messages queued toward one peer of the manager socket, at most (``SNDHWM``; the policer's side,
+#: its kernel buffers and its own queue of 1,000 come first): past it a samples message to a slow
+#: subscriber is dropped, never queued.  What the daemon holds for slow subscribers is at most this
+#: many messages each (a body of 64 KiB or more is shared by all of them, sent without a copy).
+MANAGER_SNDHWM = 100
+#: ZeroMQ heartbeats of the manager socket, milliseconds: a peer silent for the timeout (a policer
+#: whose host vanished) is disconnected, and its subscription ends with it.
+MANAGER_HEARTBEAT_MS = 5000
+#: A request's envelope (the routing frames before the empty delimiter: the peer's identity, and
+#: those of proxies between), at most this many frames and bytes; a longer one is dropped unanswered.
+MAX_ENVELOPE_FRAMES = 8
+MAX_ENVELOPE_BYTES = 1024
 
 
 def _scrape_wait_s(period_s: float) -> float:
@@ -199,8 +217,13 @@ class DaemonService:
         self._last_save_s = -math.inf
         #: The instances' caps in the state file last written (in the order of ``core.instances``).
         self._saved_caps: list[float] | None = None
+        #: The manager socket: a ROUTER (answering REQ and DEALER clients as a REP socket would).
         self.rep: zmq.Socket | None = None
         self.pub: zmq.Socket | None = None
+        #: The peers subscribed to the samples over the manager socket, by their envelope (issue 50):
+        #: each period's samples are sent to them there, dropped when their queue is full, and the
+        #: subscription ends when the peer is gone (its connection closed) or sends ``unsubscribe``.
+        self.link_subscribers: dict[tuple[bytes, ...], None] = {}
         #: The ipc:// socket files bound (path, inode), removed on close.
         self._ipc_files: list[tuple[Path, int]] = []
         #: The topic prefixes the PUB socket's subscribers hold (non-verbose XPUB: a prefix arrives
@@ -260,9 +283,16 @@ class DaemonService:
         self._last_save_s = self.clock()
         self._saved_caps = [i.cap_percent for i in self.core.instances.values()]
         hard = cfg.manager.max_message_bytes * TRANSPORT_LIMIT_FACTOR
-        self.rep = self.ctx.socket(zmq.REP)
+        # ROUTER, not REP: a reply goes to the peer by its identity, so the samples can too (issue 50).
+        # MANDATORY: a send to a peer that is gone fails (EHOSTUNREACH: its subscription ends) and
+        # one to a full queue fails (EAGAIN: dropped), instead of being discarded unseen.
+        self.rep = self.ctx.socket(zmq.ROUTER)
         self.rep.setsockopt(zmq.MAXMSGSIZE, hard)
         self.rep.setsockopt(zmq.LINGER, 0)
+        self.rep.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.rep.setsockopt(zmq.SNDHWM, MANAGER_SNDHWM)
+        self.rep.setsockopt(zmq.HEARTBEAT_IVL, MANAGER_HEARTBEAT_MS)
+        self.rep.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * MANAGER_HEARTBEAT_MS)
         self._bind(self.rep, "manager.endpoint", cfg.manager.endpoint)
         # XPUB: it also hands over its subscribers' subscriptions, so a period with nobody to
         # read its samples builds none (:meth:`sample_listeners`).  A subscription is a topic
@@ -435,6 +465,8 @@ class DaemonService:
                 self.pub.send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
             except zmq.Again:
                 pass
+            if self.link_subscribers:
+                self._send_link_samples(topic, body)
         self.metrics.periods.inc()
         self._save(force=False)
         self.metrics.work.observe(time.perf_counter() - t0)
@@ -444,11 +476,44 @@ class DaemonService:
             for row in rows:
                 event(log, logging.DEBUG, "sample", **dict(zip(api.SAMPLE_FIELDS, row)))
 
+    def _send_link_samples(self, topic: bytes, body: bytes) -> None:
+        """Send a period's samples to every peer subscribed over the manager socket, never waiting: a
+        peer whose queue is full (``SNDHWM``) loses this message (counted), one that is gone loses its
+        subscription."""
+        assert self.rep is not None
+        for peer in list(self.link_subscribers):
+            try:
+                self.rep.send_multipart([*peer, b"", topic, body], _NOBLOCK, copy=False)
+            except zmq.ZMQError as e:
+                if e.errno == zmq.EHOSTUNREACH:  # its connection is gone (closed, or timed out by heartbeats)
+                    del self.link_subscribers[peer]
+                    event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="gone")
+                else:  # EAGAIN: the peer reads too slowly
+                    self.metrics.sends_dropped.labels("samples").inc()
+
+    def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None) -> dict[str, Any]:
+        """``subscribe`` / ``unsubscribe``: the samples over this connection (the peer's envelope)."""
+        if peer is None:
+            raise ApiError("unsupported", f"'{cmd}' is about the connection it comes on: send it on a DEALER "
+                                          "socket connected to manager.endpoint")
+        if cmd == "unsubscribe":
+            if self.link_subscribers.pop(peer, False) is None:
+                event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="asked")
+            return {"subscribed": False}
+        if peer not in self.link_subscribers:
+            if len(self.link_subscribers) >= MAX_LINK_SUBSCRIBERS:
+                raise ApiError("unsupported", f"this daemon sends its samples over manager.endpoint to at most "
+                                              f"{MAX_LINK_SUBSCRIBERS} peers; subscribe to manager.pub_endpoint instead")
+            self.link_subscribers[peer] = None
+            event(log, logging.INFO, "samples_subscribed", peer=peer[0].hex(), subscribers=len(self.link_subscribers))
+        return {"subscribed": True, "schema": api.SAMPLES_SCHEMA, "period_s": self.cfg.daemon.control_period_s}
+
     def sample_listeners(self) -> bool:
-        """True if a subscriber of the PUB socket takes the samples' topic (its subscriptions read first)."""
+        """True if someone takes the samples: a peer subscribed over the manager socket, or a subscriber of
+        the PUB socket holding the samples' topic (its subscriptions read first, every period)."""
         pub, subs = self.pub, self.subscriptions
         if pub is None:
-            return False
+            return bool(self.link_subscribers)
         for _ in range(_MAX_SUBSCRIPTION_MESSAGES):
             try:
                 msg = pub.recv(_NOBLOCK)
@@ -458,7 +523,7 @@ class DaemonService:
                 subs.add(msg[1:])
             elif msg[:1] == b"\x00":
                 subs.discard(msg[1:])
-        return any(api.SAMPLES_TOPIC.startswith(p) for p in subs)
+        return bool(self.link_subscribers) or any(api.SAMPLES_TOPIC.startswith(p) for p in subs)
 
     def after_period_gc(self, now: float) -> None:
         """Keep Python's cyclic garbage collector off the objects that outlive a period.
@@ -527,27 +592,59 @@ class DaemonService:
         assert self.rep is not None
         for _ in range(budget):
             try:
-                frames = self._recv_request()
+                got = self._recv_request()
             except zmq.Again:
                 return
+            if got is None:
+                continue  # no envelope: not a request (a REP socket drops it too)
+            envelope, frames = got
             if isinstance(frames, ApiError):
                 reply = self._refused(frames, "?")
             else:
-                reply = self.handle_message(frames)
-            self.rep.send(reply)
+                reply = self.handle_message(frames, peer=tuple(envelope[:-1]))
+            try:  # never waits: a peer that reads nothing (its queue full) or is gone loses its reply
+                self.rep.send_multipart([*envelope, reply], _NOBLOCK)
+            except zmq.ZMQError:
+                self.metrics.sends_dropped.labels("reply").inc()
 
-    def _recv_request(self) -> list[bytes] | ApiError:
-        """One request message, read frame by frame; raises ``zmq.Again`` when there is none.
+    def _recv_request(self) -> tuple[list[bytes], list[bytes] | ApiError] | None:
+        """One request message: its envelope (the routing frames and the empty delimiter: what the
+        reply starts with) and its frames; raises ``zmq.Again`` when there is none.  None for a message
+        without a delimiter or with an envelope beyond :data:`MAX_ENVELOPE_FRAMES` /
+        :data:`MAX_ENVELOPE_BYTES` (dropped, as a REP socket drops a message without one).
 
-        The whole message (all its frames) is bounded by ``manager.max_message_bytes``: the frames
-        of a larger one are dropped as they are read, never gathered, and it gets ``too_large``.
+        The whole message (all its frames after the delimiter) is bounded by
+        ``manager.max_message_bytes``: the frames of a larger one are dropped as they are read, never
+        gathered, and it gets ``too_large``.
         """
-        assert self.rep is not None
+        sock = self.rep
+        assert sock is not None
         limit = self.cfg.manager.max_message_bytes
+        frame = sock.recv(flags=_NOBLOCK, copy=False)
+        envelope = [frame.bytes]  # the peer's identity, which the ROUTER socket puts first
+        size = len(frame)
+        more = sock.getsockopt(zmq.RCVMORE)
+        # ZeroMQ delivers a message's frames together: the rest is already here.
+        while more:
+            frame = sock.recv(copy=False)
+            more = sock.getsockopt(zmq.RCVMORE)
+            size += len(frame)
+            if len(envelope) <= MAX_ENVELOPE_FRAMES and size <= MAX_ENVELOPE_BYTES:
+                envelope.append(frame.bytes)
+            if len(frame) == 0:
+                break
+        else:
+            return None  # no delimiter
+        if len(envelope) > MAX_ENVELOPE_FRAMES or size > MAX_ENVELOPE_BYTES or envelope[-1] != b"":
+            while more:  # the rest of it, dropped
+                sock.recv(copy=False)
+                more = sock.getsockopt(zmq.RCVMORE)
+            return None
         frames: list[bytes] = []
         total = count = 0
-        frame = self.rep.recv(flags=zmq.NOBLOCK, copy=False)
-        while True:
+        while more:
+            frame = sock.recv(copy=False)
+            more = sock.getsockopt(zmq.RCVMORE)
             count += 1
             total += len(frame)
             if total <= limit:
@@ -555,21 +652,18 @@ class DaemonService:
             elif frames:
                 frames = []
             del frame
-            if not self.rep.getsockopt(zmq.RCVMORE):
-                break
-            # ZeroMQ delivers a message's frames together: the rest is already here.
-            frame = self.rep.recv(copy=False)
         if total > limit:
-            return ApiError("too_large", f"message of {total} bytes in {count} frame(s) exceeds the maximum of {limit}")
-        return frames
+            return envelope, ApiError("too_large", f"message of {total} bytes in {count} frame(s) exceeds the maximum of {limit}")
+        return envelope, frames
 
     def _refused(self, e: ApiError, cmd: str) -> bytes:
         self.metrics.requests.labels(cmd if cmd in api.COMMANDS else "?", e.code).inc()
         event(log, logging.INFO, "request_refused", cmd=cmd, code=e.code, error=e.message)
         return api.error_reply(e)
 
-    def handle_message(self, frames: list[bytes]) -> bytes:
-        """Answer one request message (all frames as received).  Never raises.
+    def handle_message(self, frames: list[bytes], peer: tuple[bytes, ...] | None = None) -> bytes:
+        """Answer one request message (all frames as received; ``peer``: the sender's routing frames, for
+        ``subscribe``).  Never raises.
 
         A request that changes an instance is saved to the state file before any cap is written;
         if the file cannot be written the change is undone and the request refused
@@ -582,6 +676,10 @@ class DaemonService:
                 raise ApiError("bad_json", f"a request is one frame, got {len(frames)}")
             req = api.parse_request(frames[0], cfg.manager.max_message_bytes, cfg.daemon.max_setpoint_pps)
             cmd = req.cmd
+            if cmd in api.LINK_COMMANDS:  # about the connection: the socket's, not the control loop's
+                result = self._subscription(cmd, peer)
+                self.metrics.requests.labels(cmd, "ok").inc()
+                return api.ok_reply(result, req.id)
             now = self.clock()
             was_dirty = self.core.dirty
             cp = self.core.checkpoint(req.vr) if cmd not in ("ping", "list", "status") else None

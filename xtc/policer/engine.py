@@ -489,7 +489,8 @@ class Engine:
         # One kept connection per daemon endpoint: said in one line when the open-files limit is short.
         self.links.expect(len({(r["endpoint"], r["curve_server_key"] or None) for r in routers}))
         if self.samples is not None:
-            self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"]) for r in routers if r["pub_endpoint"]})
+            self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"], r["endpoint"])
+                               for r in routers if r["pub_endpoint"]})
             self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}
         self._settings = settings
         started = []

@@ -347,8 +347,8 @@ def main() -> int:
     shard = (int(i), int(n))
     leadership = Leadership(store, cfg["holder"], on_crash, shard=shard) if cfg["leader_election"] else None
     links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"])
-    streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"])
-               if cfg.get("samples") else None)
+    streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"],
+                             links=links if cfg.get("sample_link", True) else None) if cfg.get("samples") else None)
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,
                     max_vrs_per_router=cfg["max_vrs_per_router"], samples=streams,
                     is_leader=leadership.held if leadership is not None else None, shard=shard,

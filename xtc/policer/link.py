@@ -4,7 +4,9 @@ The engine's link is :class:`LinkPool`: every exchange with every daemon in flig
 event loop (one poller), on one DEALER socket kept per daemon endpoint (CURVE client when the router
 has a server key and the policer a key pair: one handshake per connection), with heartbeats and
 reconnection, replies matched to requests by their ids, and a deadline per exchange so that silent
-daemons delay no other.  :class:`DaemonLink` is one blocking REQ client
+daemons delay no other; the same connection carries the daemon's samples once the pool has sent it
+``subscribe`` (:meth:`LinkPool.subscribe`: one connection per router, not two; docs/design/one-link.md).
+:class:`DaemonLink` is one blocking REQ client
 (tools and tests).
 A daemon's reply is untrusted input: its size is bounded on the socket (``MAXMSGSIZE``: a bigger
 frame drops the connection, seen here as no answer) and as a whole message (one frame of at most
@@ -30,8 +32,8 @@ from typing import Any, Callable, Iterable
 import zmq
 from pydantic import ValidationError
 
-from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, ErrorReply, Instance, OkReply, reject_json_constant,
-                            unique_json_keys)
+from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_TOPIC, ErrorReply, Instance, OkReply,
+                            reject_json_constant, unique_json_keys)
 from xtc.daemon.ctl import ManagerError, open_client
 
 log = logging.getLogger("xtc.policer.link")
@@ -223,6 +225,38 @@ RESERVED_FILES = 512
 #: Most requests remembered per connection as sent and not answered (for a reply without a
 #: readable id: it stands in the place of the oldest of them, as a REP socket answers in order).
 MAX_UNANSWERED = 4096
+#: A subscription to a daemon's samples over its connection is asked again when no sample came for
+#: this many of the daemon's periods (the daemon restarted, or the connection was cut and made again:
+#: the daemon knows the peer no more).
+RESUBSCRIBE_PERIODS = 2.5
+#: The first wait before asking again after a ``subscribe`` that got no answer, seconds (then doubling,
+#: up to :data:`SUBSCRIBE_RETRY_MAX_S`: a dead daemon costs a request every 10 s; the engine measures
+#: its router by ``list`` meanwhile).
+SUBSCRIBE_RETRY_S = 0.5
+SUBSCRIBE_RETRY_MAX_S = 10.0
+#: How often the subscriptions are looked after (silent ones asked again), seconds.
+TEND_S = 0.25
+
+SampleSink = Callable[[list[bytes]], None]
+RefusedSink = Callable[[BaseException], None]
+
+
+class _Sub:
+    """The samples of one daemon endpoint over its kept connection (``subscribe``), and who takes them."""
+
+    __slots__ = ("key", "last_s", "next_s", "period_s", "retry_s", "sinks", "state")
+
+    def __init__(self, key: tuple[str, str | None]):
+        self.key = key
+        #: router -> (what takes each samples message's frames, what is told when the daemon refuses).
+        self.sinks: dict[str, tuple[SampleSink, RefusedSink]] = {}
+        #: ``asking`` (a subscribe in flight), ``on`` (samples come), ``off`` (to ask at ``next_s``),
+        #: ``refused`` (the daemon has no such command: its sinks take the samples elsewhere).
+        self.state = "off"
+        self.last_s = 0.0
+        self.retry_s = SUBSCRIBE_RETRY_S
+        self.next_s = 0.0
+        self.period_s = 1.0
 
 
 class _Conn:
@@ -340,12 +374,25 @@ class LinkPool:
         #: context, which the context's own ``destroy`` does not see): closed by :meth:`close`.
         self._conns: dict[tuple[str, str | None], _Conn] = {}
         self._tasks: set[Any] = set()
+        #: The subscriptions to samples over the connections, by the same key (:meth:`subscribe`).
+        self._subs: dict[tuple[str, str | None], _Sub] = {}
+        #: ``subscribe`` requests answered yes and refused (an older daemon), asked again after a
+        #: silence, samples messages handed on, and ones that came for no subscription (dropped).
+        self.subscribed = 0
+        self.subscribe_refused = 0
+        self.resubscribes = 0
+        self.samples_received = 0
+        self.stray_samples = 0
 
     def stats(self) -> dict[str, int]:
         """The counters of the links (for logs and metrics)."""
         return {"connections": len(self._conns), "connects": self.connects, "resets": self.resets,
                 "idle_closed": self.idle_closed, "late_replies": self.late_replies,
-                "bad_replies": self.bad_replies, "socket_errors": self.socket_errors}
+                "bad_replies": self.bad_replies, "socket_errors": self.socket_errors,
+                "subscriptions": sum(s.state == "on" for s in list(self._subs.values())),
+                "subscribed": self.subscribed, "subscribe_refused": self.subscribe_refused,
+                "resubscribes": self.resubscribes, "samples_received": self.samples_received,
+                "stray_samples": self.stray_samples}
 
     def expect(self, daemons: int) -> bool:
         """Check that ``daemons`` connections (the fleet's distinct daemon endpoints) fit in the
@@ -379,6 +426,7 @@ class LinkPool:
                     asyncio.set_event_loop(self._loop)
                     self._loop.call_soon(ready.set)
                     self._loop.call_later(min(30.0, self.idle_s / 4), self._close_idle)
+                    self._loop.call_later(TEND_S, self._tend)
                     self._loop.run_forever()
 
                 self._thread = threading.Thread(target=run, name="policer-links", daemon=True)
@@ -414,6 +462,118 @@ class LinkPool:
                 t.add_done_callback(self._tasks.discard)
 
         loop.call_soon_threadsafe(start)
+
+    # ------------------------------------------------------------------------- subscriptions
+    def subscribe(self, router: str, endpoint: str, server_key: str | None, on_sample: SampleSink,
+                  on_refused: RefusedSink) -> None:
+        """Take a daemon's samples over the connection kept to its manager endpoint (one connection for
+        both: issue 50, docs/design/one-link.md), for ``router``.
+
+        The pool sends ``subscribe`` on that connection (made if there is none) and hands each samples
+        message that comes on it, ``[topic, body]``, to ``on_sample`` (on the I/O thread, unchecked:
+        the sink validates it) for as long as the router stays subscribed.  When no sample came for
+        :data:`RESUBSCRIBE_PERIODS` of the daemon's periods (it restarted, the connection was made
+        again) or the ``subscribe`` got no answer, it is sent again, after a wait that doubles from
+        :data:`SUBSCRIBE_RETRY_S` up to :data:`SUBSCRIBE_RETRY_MAX_S`.  A daemon that refuses it (an older one:
+        ``unknown_command``) gets it no more, and ``on_refused(error)`` is called (on the I/O thread):
+        the caller subscribes to the daemon's PUB socket instead.  Several routers of one daemon share
+        its subscription."""
+        loop = self._ensure_loop()
+        loop.call_soon_threadsafe(self._add_sink, router, (endpoint, server_key or None), on_sample, on_refused)
+
+    def unsubscribe(self, router: str, endpoint: str, server_key: str | None) -> None:
+        """``router`` takes that daemon's samples no more; the last one to leave sends ``unsubscribe``."""
+        if self._loop is None or self._closed:
+            return
+        self._loop.call_soon_threadsafe(self._remove_sink, router, (endpoint, server_key or None))
+
+    def _add_sink(self, router: str, key: tuple[str, str | None], on_sample: SampleSink, on_refused: RefusedSink) -> None:
+        sub = self._subs.get(key)
+        if sub is None:
+            sub = self._subs[key] = _Sub(key)
+        sub.sinks[router] = (on_sample, on_refused)
+        if sub.state == "refused":
+            on_refused(DaemonRefused("unknown_command", "the daemon refused 'subscribe'"))
+        elif sub.state == "off":
+            self._ask(sub)
+
+    def _remove_sink(self, router: str, key: tuple[str, str | None]) -> None:
+        sub = self._subs.get(key)
+        if sub is None or sub.sinks.pop(router, None) is None or sub.sinks:
+            return
+        del self._subs[key]
+        if sub.state in ("on", "asking") and key in self._conns:  # nobody takes them: the daemon may stop
+            self._spawn(self._talk(key[0], key[1], [{"cmd": "unsubscribe"}]))
+
+    def _spawn(self, coro: Any) -> None:
+        t = self._loop.create_task(coro)
+        self._tasks.add(t)  # the loop keeps only weak references to its tasks
+        t.add_done_callback(self._tasks.discard)
+
+    def _ask(self, sub: _Sub) -> None:
+        sub.state = "asking"
+        self._spawn(self._subscribe(sub))
+
+    async def _subscribe(self, sub: _Sub) -> None:
+        import asyncio
+
+        try:
+            async with self._sem:
+                results = await self._talk(sub.key[0], sub.key[1], [{"cmd": "subscribe"}])
+        except LinkDown as e:  # no connection could be made
+            results = [e]
+        except asyncio.CancelledError:
+            return
+        if self._subs.get(sub.key) is not sub:
+            return  # nobody wants it any more
+        res = results[0] if results else LinkDown("no answer")
+        now = self._loop.time()
+        if isinstance(res, dict):
+            p = res.get("period_s")
+            sub.period_s = float(p) if type(p) in (int, float) and 0.01 <= p <= 3600 else 1.0
+            sub.state, sub.last_s, sub.retry_s = "on", now, SUBSCRIBE_RETRY_S
+            self.subscribed += 1
+        elif isinstance(res, DaemonRefused):
+            sub.state = "refused"
+            self.subscribe_refused += 1
+            log.info("%s: no samples over the manager connection (%s): its PUB socket is subscribed to instead",
+                     sub.key[0], res)
+            for _, on_refused in list(sub.sinks.values()):
+                try:
+                    on_refused(res)
+                except Exception:
+                    log.exception("subscription callback failed")
+        else:  # no answer (or not a valid one): asked again later
+            sub.state, sub.next_s = "off", now + sub.retry_s
+            sub.retry_s = min(2 * sub.retry_s, SUBSCRIBE_RETRY_MAX_S)
+
+    def _tend(self) -> None:
+        """Ask again the subscriptions whose samples stopped, and those whose wait is over."""
+        now = self._loop.time()
+        for sub in self._subs.values():
+            if sub.state == "on" and now - sub.last_s > RESUBSCRIBE_PERIODS * sub.period_s:
+                sub.state, sub.next_s = "off", now  # the daemon knows this connection no more
+                self.resubscribes += 1
+            if sub.state == "off" and now >= sub.next_s:
+                self._ask(sub)
+        self._loop.call_later(TEND_S, self._tend)
+
+    def _sample(self, c: _Conn, frames: list[bytes]) -> None:
+        """A samples message on a connection: handed to its subscription's sinks (else dropped, counted)."""
+        sub = self._subs.get(c.key)
+        if sub is None or sub.state == "refused":
+            self.stray_samples += 1
+            return
+        sub.last_s = self._loop.time()
+        if sub.state != "on":  # a 'subscribe' whose reply was lost took effect all the same
+            sub.state = "on"
+        self.samples_received += 1
+        msg = frames[1:]
+        for on_sample, _ in list(sub.sinks.values()):
+            try:
+                on_sample(msg)
+            except Exception:
+                log.exception("samples sink failed")
 
     # ------------------------------------------------------------------------- connections
     def _conn(self, endpoint: str, server_key: str | None) -> _Conn:
@@ -453,11 +613,14 @@ class LinkPool:
         if c.reader is not None:
             c.reader.cancel()
         c.sock.close(0)
+        sub = self._subs.get(c.key)
+        if sub is not None and sub.state == "on":  # the next connection is a new peer to the daemon
+            sub.state, sub.next_s = "off", self._loop.time() if self._loop is not None else 0.0
 
     def _close_idle(self) -> None:
         now = self._loop.time()
         for c in list(self._conns.values()):
-            if not c.pending and now - c.last_used_s > self.idle_s:
+            if not c.pending and now - c.last_used_s > self.idle_s and c.key not in self._subs:
                 self.idle_closed += 1
                 self._drop(c)
         self._loop.call_later(min(30.0, self.idle_s / 4), self._close_idle)
@@ -469,6 +632,9 @@ class LinkPool:
                 frames = await c.sock.recv_multipart(copy=True)
             except zmq.ZMQError:
                 return  # closed
+            if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
+                self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
+                continue
             c.stalled_since_s = None
             self._dispatch(c, frames)
 
@@ -638,6 +804,8 @@ class LinkPool:
         self._conns.clear()
         if self._own_ctx:
             self.ctx.destroy(0)
+        if self._thread is None or not self._thread.is_alive():
+            loop.close()  # its selector and self-pipe now, not at garbage collection
 
 
 #: A VR name the policer stores: what its API's paths can address (the daemon's limit of

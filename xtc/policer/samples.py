@@ -1,4 +1,11 @@
-"""The daemons' sample streams as the policer's engine reads them: one SUB socket per router.
+"""The daemons' sample streams as the policer's engine reads them: over the connection the link pool
+keeps to each daemon's manager endpoint, or one SUB socket per router.
+
+With a :class:`~xtc.policer.link.LinkPool` (``links``), a router's samples come over the one
+connection the pool keeps to its daemon's manager endpoint (``subscribe``,
+:meth:`LinkPool.subscribe`; docs/design/one-link.md): one connection per router instead of two,
+which is what a libzmq connection costs the engine in memory (about 50 KiB each).  A daemon that
+refuses ``subscribe`` (older than the command) is subscribed to on its PUB socket as below.
 
 A daemon publishes one ``samples`` message per control period (format ``xtc-samples/2``,
 docs/manager-api.md; ``xtc-samples/1``, which named ``forwarded_pps`` ``measured_pps``, is read too, for one version) on its PUB socket (``manager.pub_endpoint``); a router registered with that
@@ -18,6 +25,7 @@ counted (:attr:`SampleStreams.bad`) and dropped; the router's previous sample is
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -34,7 +42,7 @@ from xtc.daemon.api import (SAMPLES_SCHEMA, SAMPLES_SCHEMA_V1, SAMPLES_TOPIC, SA
                             unique_json_keys)
 from xtc.daemon.ctl import open_client
 
-from .link import VR_NAME_PATTERN, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, raise_open_files_limit
+from .link import VR_NAME_PATTERN, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, LinkPool, raise_open_files_limit
 
 __all__ = ["SampleStreams", "parse_newer", "parse_samples"]
 
@@ -186,6 +194,10 @@ class SampleStreams:
         Largest message frame accepted, bytes.
     clock : callable
         Monotonic seconds; the arrival times of :meth:`latest` are on it.
+    links : LinkPool, optional
+        Take the samples of a router whose manager endpoint :meth:`want` gives over the connection
+        this pool keeps to it (``subscribe``); its PUB socket only if the daemon refuses.  None: a SUB
+        socket per router.
 
     A stream that cannot be opened (the context's ``MAX_SOCKETS``, a third of the open-files limit,
     or the limit itself reached) is logged and its router measured by ``list``.
@@ -193,27 +205,29 @@ class SampleStreams:
 
     def __init__(self, max_vrs: int = 4096, curve_secret_file: str | Path | None = None,
                  max_bytes: int = DEFAULT_MAX_REPLY_BYTES, context: zmq.Context | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, links: LinkPool | None = None):
+        self.links = links
+        #: Routers whose samples come over the link pool's connection: name -> how :meth:`want` gave it.
+        self._linked: dict[str, tuple] = {}
+        #: Routers whose daemon refused ``subscribe``: name -> how (their PUB socket is read instead).
+        self._refused: dict[str, tuple] = {}
         self.max_vrs = max_vrs
         self.curve_secret_file = curve_secret_file
         self.max_bytes = max_bytes
         self.clock = clock
         self._own_ctx = context is None
-        if context is None:
-            # Each stream holds two descriptors (the socket's mailbox, its connection): a third of the
-            # open-files limit of streams at most, the link pool's exchanges having another third.
-            context = zmq.Context()
-            context.set(zmq.MAX_SOCKETS, max(1024, raise_open_files_limit() // 3))
-        self.ctx = context
+        #: Where the SUB sockets are made: made at the first one when not given (with ``links`` there may
+        #: be none, and a context is two threads and their descriptors).
+        self._ctx = context
         #: Messages dropped as not valid, per router.
         self.bad: dict[str, int] = {}
         #: Valid messages taken, in all.
         self.received = 0
         self._lock = threading.Lock()
-        self._wanted: dict[str, tuple[str, str | None]] = {}
+        self._wanted: dict[str, tuple] = {}
         self._latest: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._last_body: dict[str, tuple[bytes, list[dict[str, Any]]]] = {}  # router -> parse_newer's memory
-        self._socks: dict[str, tuple[zmq.Socket, tuple[str, str | None]]] = {}
+        self._socks: dict[str, tuple[zmq.Socket, tuple]] = {}
         self._by_fd: dict[int, str] = {}
         self._sel = selectors.DefaultSelector()
         self._stop = threading.Event()
@@ -221,8 +235,12 @@ class SampleStreams:
         self._thread = threading.Thread(target=self._run, name="policer-samples", daemon=True)
         self._thread.start()
 
-    def want(self, routers: dict[str, tuple[str, str | None]]) -> None:
-        """The routers to subscribe to: name -> (PUB endpoint, CURVE server key or None); others are dropped."""
+    def want(self, routers: dict[str, tuple]) -> None:
+        """The routers to subscribe to: name -> (PUB endpoint, CURVE server key or None[, manager endpoint]);
+        others are dropped.  With the manager endpoint and ``links``, the samples come over the link
+        pool's connection to it (its PUB socket if the daemon refuses)."""
+        if self.links is None:  # the manager endpoint means nothing then: a router's stream is its PUB socket
+            routers = {n: how[:2] for n, how in routers.items()}
         with self._lock:
             if routers != self._wanted:
                 self._wanted = dict(routers)
@@ -242,18 +260,87 @@ class SampleStreams:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        if self._own_ctx and not self._thread.is_alive():
-            self.ctx.term()
+        if self._own_ctx and self._ctx is not None and not self._thread.is_alive():
+            self._ctx.term()
 
     # ------------------------------------------------------------------------------- thread
+    @property
+    def ctx(self) -> zmq.Context:
+        """The context of the SUB sockets (made at the first use when it was not given)."""
+        if self._ctx is None:
+            # Each stream holds two descriptors (the socket's mailbox, its connection): a third of the
+            # open-files limit of streams at most, the link pool's exchanges having another third.
+            self._ctx = zmq.Context()
+            self._ctx.set(zmq.MAX_SOCKETS, max(1024, raise_open_files_limit() // 3))
+        return self._ctx
+
+    @property
+    def linked(self) -> int:
+        """Routers whose samples come over the link pool's connections (not refused)."""
+        return len(self._linked)
+
     def _reconcile(self) -> None:
         with self._lock:
             wanted, self._changed = dict(self._wanted), False
+            refused = dict(self._refused)
         for name in [n for n, (_, how) in self._socks.items() if wanted.get(n) != how]:
             self._drop(name)
+        for name in [n for n, how in self._linked.items() if wanted.get(n) != how or refused.get(n) == how]:
+            self._unlink(name)
+        for name in [n for n, how in refused.items() if wanted.get(n) != how]:
+            with self._lock:
+                self._refused.pop(name, None)
         for name, how in wanted.items():
-            if name not in self._socks:
-                self._open(name, how)
+            if name in self._socks or name in self._linked:
+                continue
+            if self.links is not None and len(how) > 2 and how[2] and refused.get(name) != how:
+                self._link(name, how)
+            else:
+                self._open(name, how[:2])
+                if name in self._socks:
+                    self._socks[name] = (self._socks[name][0], how)  # as wanted (refused: with its endpoint)
+
+    def _link(self, name: str, how: tuple) -> None:
+        assert self.links is not None
+        if how[1] and not self.curve_secret_file:
+            return  # cannot authenticate: measured by 'list'
+        self._linked[name] = how
+        self.links.subscribe(name, how[2], how[1], functools.partial(self._deliver, name, how),
+                             functools.partial(self._on_refused, name, how))
+
+    def _unlink(self, name: str) -> None:
+        assert self.links is not None
+        with self._lock:
+            how = self._linked.pop(name)
+            self._last_body.pop(name, None)
+            self._latest.pop(name, None)
+        self.links.unsubscribe(name, how[2], how[1])
+
+    def _on_refused(self, name: str, how: tuple, err: BaseException) -> None:
+        """The link pool's thread: the router's daemon takes no ``subscribe``: its PUB socket instead."""
+        with self._lock:
+            if self._wanted.get(name) == how:
+                self._refused[name] = how
+                self._changed = True
+
+    def _deliver(self, name: str, how: tuple, frames: list[bytes]) -> None:
+        """The link pool's thread: one samples message of a router that came over its connection."""
+        if self._linked.get(name) is not how:
+            return  # no longer wanted that way
+        try:
+            vrs, last = parse_newer(frames, self._last_body.get(name), self.max_vrs, self.max_bytes)
+        except BadReply as e:
+            self.bad[name] = self.bad.get(name, 0) + 1
+            log.warning("router %s: samples dropped: %s", name, e)
+            return
+        self.received += 1
+        with self._lock:  # against _unlink: nothing of a router that is no longer wanted stays
+            if self._linked.get(name) is how:
+                if last is None:
+                    self._last_body.pop(name, None)
+                else:
+                    self._last_body[name] = last
+                self._latest[name] = (self.clock(), vrs)
 
     def _drop(self, name: str) -> None:
         s, _ = self._socks.pop(name)
@@ -317,4 +404,6 @@ class SampleStreams:
         finally:
             for name in list(self._socks):
                 self._drop(name)
+            for name in list(self._linked):
+                self._unlink(name)
             self._sel.close()

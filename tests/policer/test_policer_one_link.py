@@ -1,0 +1,241 @@
+"""One connection per router (issue 50, docs/design/one-link.md): the engine takes a daemon's samples over
+the connection its link pool keeps to the daemon's manager socket (``subscribe``), not on a second
+connection to its PUB socket; an older daemon (no such command) is read through its PUB socket; a
+lost subscription (a daemon restarted) is asked for again.  Real sockets: the stand-in daemons of the
+testbed's fleet, and a real ``xtc daemon`` process for the restart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import wait_for
+from fakes.daemon import RouterPeer
+from procs import stop_process
+from xtc_lab.policer_fleet import Fleet
+
+from xtc.policer.engine import Engine
+from xtc.policer.link import LinkPool, tcp_states
+from xtc.policer.samples import SampleStreams
+from xtc.policer.store import Store
+from xtc.service.curve import generate_keypair, load_public
+
+pytestmark = pytest.mark.slow
+
+
+def _port(endpoint: str) -> int:
+    return int(endpoint.rpartition(":")[2])
+
+
+def _streams(fleet: Fleet, links: LinkPool | None) -> SampleStreams:
+    streams = SampleStreams(max_vrs=8, links=links)
+    streams.want({r["name"]: (r["pub_endpoint"], None, r["endpoint"]) for r in fleet.routers()})
+    return streams
+
+
+def test_samples_come_over_the_one_connection_kept_to_each_daemon() -> None:
+    n = 6
+    fleet = Fleet(n, vrs_per_router=4, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp").start()
+    links = LinkPool(0.5)
+    streams = _streams(fleet, links)
+    try:
+        wait_for(lambda: all(streams.latest(d.name) for d in fleet.daemons), 10, "a sample of every router")
+        t = time.monotonic()
+        wait_for(lambda: all(streams.latest(d.name)[0] > t + 0.3 for d in fleet.daemons), 5, "samples flowing")
+        manager = [_port(d.endpoint) for d in fleet.daemons]
+        pub = [_port(d.pub_endpoint) for d in fleet.daemons]
+        assert tcp_states(manager) == {"established": n}, "one connection per daemon, to its manager socket"
+        assert tcp_states(pub) == {}, "none to the PUB sockets"
+        assert streams.linked == n and streams._socks == {}
+        assert [len(d.link_peers) for d in fleet.daemons] == [1] * n
+        st = links.stats()
+        assert st["connections"] == n and st["subscriptions"] == n and st["subscribe_refused"] == 0
+        assert {v["vr"] for v in streams.latest("r00000")[1]} == {"vr0", "vr1", "vr2", "vr3"}
+        assert streams.bad == {} and st["stray_samples"] == 0
+        # A router no longer wanted: its sink dropped, the daemon told (the last one of its subscription).
+        streams.want({r["name"]: (r["pub_endpoint"], None, r["endpoint"]) for r in fleet.routers()[1:]})
+        wait_for(lambda: not fleet.daemons[0].link_peers and streams.latest("r00000") is None, 5,
+                 "the daemon unsubscribed")
+    finally:
+        streams.close()
+        links.close()
+        fleet.stop()
+
+
+def test_silent_and_slow_daemons_delay_no_other_subscription() -> None:
+    """Daemons that never answer, and ones that answer late, hold up only their own ``subscribe``."""
+    fleet = Fleet(12, vrs_per_router=2, dead_fraction=0.25, slow_fraction=0.25, slow_s=2.0, publish=True,
+                  period_s=0.2).start()
+    links = LinkPool(0.5)
+    streams = _streams(fleet, links)
+    try:
+        ok = [d.name for d in fleet.daemons if d.mode == "ok"]
+        t = time.monotonic()
+        wait_for(lambda: all(streams.latest(n) for n in ok), 3, "a sample of every healthy router")
+        print(f"every healthy router's first sample after {time.monotonic() - t:.2f} s")
+        assert all(streams.latest(d.name) is None for d in fleet.daemons if d.mode == "dead")
+    finally:
+        streams.close()
+        links.close()
+        fleet.stop()
+
+
+def test_an_older_daemon_is_read_through_its_pub_socket() -> None:
+    n = 4
+    fleet = Fleet(n, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp",
+                  link_samples=False).start()  # they refuse 'subscribe' (unknown_command), as before it
+    links = LinkPool(0.5)
+    streams = _streams(fleet, links)
+    try:
+        wait_for(lambda: all(streams.latest(d.name) for d in fleet.daemons), 10, "a sample of every router")
+        assert links.stats()["subscribe_refused"] == n and streams.linked == 0 and len(streams._socks) == n
+        assert tcp_states([_port(d.pub_endpoint) for d in fleet.daemons]) == {"established": n}
+        assert all(not d.link_peers for d in fleet.daemons)
+    finally:
+        streams.close()
+        links.close()
+        fleet.stop()
+
+
+def test_a_lost_subscription_is_asked_for_again() -> None:
+    """A daemon that no longer sends (it forgot the peer: restarted, or the connection was made again)
+    is sent ``subscribe`` again after 2.5 of its periods without a sample; bad messages over the link
+    are counted and dropped as on the PUB socket."""
+    fleet = Fleet(2, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=0.2).start()
+    links = LinkPool(0.5)
+    streams = _streams(fleet, links)
+    try:
+        wait_for(lambda: all(streams.latest(d.name) for d in fleet.daemons), 10, "a sample of every router")
+        d = fleet.daemons[0]
+        d.link_peers.clear()
+        t = time.monotonic()
+        wait_for(lambda: d.link_peers and streams.latest(d.name)[0] > t + 0.2, 5, "subscribed again")
+        assert links.resubscribes >= 1
+        d.inject = [[b"samples", b"{not json"], [b"samples", b"{}", b"extra"]]
+        wait_for(lambda: streams.bad.get(d.name, 0) == 2, 5, "bad samples counted")
+        t = time.monotonic()
+        wait_for(lambda: streams.latest(d.name)[0] > t, 5, "good ones taken still")
+    finally:
+        streams.close()
+        links.close()
+        fleet.stop()
+
+
+def _restart(d: Any) -> None:
+    stop_process(d.proc)
+    with open(d.dir / "daemon.log", "a") as log:
+        d.proc = subprocess.Popen([*(d.argv_prefix or [sys.executable, "-m", "xtc.cli", "daemon"]), "-c", str(d.config)],
+                                  stdout=subprocess.DEVNULL, stderr=log)
+
+
+def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, make_daemon: Any) -> None:
+    """A real ``xtc daemon``: the engine measures its routers from the samples that come over the one
+    connection it keeps to the manager socket, none to the PUB socket; the daemon restarted, the
+    connection is made again and the samples asked for again, with at most one socket in TIME-WAIT."""
+    d = make_daemon("sim", [{"name": f"v{i}", "traffic": "udp", "offered_pps": 10000.0} for i in range(4)],
+                    period_s=0.2)
+    pub = f"tcp://127.0.0.1:{d.pub_port}"
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    for i in range(20):
+        store.add_router(f"r{i:02d}", d.endpoint, 1e7, "off", None, "test", pub_endpoint=pub)
+    links = LinkPool(0.5)
+    streams = SampleStreams(max_vrs=8, links=links)
+    eng = Engine(store, links, period_s=0.2, samples=streams)
+    before = tcp_states([d.port]).get("time_wait", 0)  # the fixture's own pings
+    try:
+        eng.start()
+        wait_for(lambda: eng.sampled >= 20 * 5, 15, "the routers measured from their samples")
+        assert tcp_states([d.port]).get("established") == 1 and tcp_states([d.pub_port]) == {}
+        assert links.stats()["subscriptions"] == 1 and streams.linked == 20
+        _restart(d)
+        restarted = time.monotonic()
+        wait_for(lambda: all((streams.latest(f"r{i:02d}") or (0,))[0] > restarted + 0.5 for i in range(20)), 15,
+                 "samples again from the restarted daemon")
+        sampled = eng.sampled
+        time.sleep(1.0)
+        assert eng.sampled - sampled >= 20 * 3, "measured from the samples again"
+        after, pub_after = tcp_states([d.port]), tcp_states([d.pub_port])
+        print(f"toward the daemon: {after}, its PUB socket: {pub_after}; links: {links.stats()}")
+        assert after.get("established") == 1 and after.get("time_wait", 0) - before <= 1
+        assert pub_after == {}, "never a connection to the PUB socket"
+        assert links.resubscribes + links.resets >= 1 and eng.error is None
+    finally:
+        eng.stop()
+        store.close()
+
+
+def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: Path, make_daemon: Any) -> None:
+    """With CURVE the subscription is on the one authenticated connection (one handshake); a client
+    whose key the daemon does not know gets no answer and no samples."""
+    keys, clients = tmp_path / "keys", tmp_path / "clients"
+    server_pub, server_sec = generate_keypair(keys, "daemon")
+    policer_pub, policer_sec = generate_keypair(keys, "policer")
+    _, stranger_sec = generate_keypair(keys, "stranger")
+    clients.mkdir()
+    (clients / "policer.key").write_bytes(policer_pub.read_bytes())
+    server_key = load_public(server_pub).decode()
+    d = make_daemon("c", [{"name": "w1", "traffic": "udp", "offered_pps": 30000.0}], period_s=0.2,
+                    curve=(policer_sec, server_key), server_keys=(server_sec, clients))
+    pub = f"tcp://127.0.0.1:{d.pub_port}"
+    links, stranger = LinkPool(0.5, policer_sec), LinkPool(0.5, stranger_sec)
+    streams = SampleStreams(max_vrs=8, curve_secret_file=policer_sec, links=links)
+    other = SampleStreams(max_vrs=8, curve_secret_file=stranger_sec, links=stranger)
+    try:
+        streams.want({"r": (pub, server_key, d.endpoint)})
+        other.want({"r": (pub, server_key, d.endpoint)})
+        wait_for(lambda: streams.latest("r"), 10, "samples over the CURVE connection")
+        time.sleep(1.0)
+        assert other.latest("r") is None and stranger.stats()["subscribed"] == 0
+        assert links.stats()["subscriptions"] == 1 and links.connects == 1 and tcp_states([d.pub_port]) == {}
+    finally:
+        for s in (streams, other):
+            s.close()
+        links.close()
+        stranger.close()
+
+
+class _Pushy(RouterPeer):
+    """A daemon that sends samples messages nobody asked for (before every reply), and bad ones to a
+    subscriber."""
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.sock.poll(20):
+                continue
+            ident, empty, body = self.sock.recv_multipart()
+            req = json.loads(body)
+            self.requests += 1
+            self.sock.send_multipart([ident, b"", b"samples", b"{not json"])
+            result = {"subscribed": True, "period_s": 0.2} if req["cmd"] == "subscribe" else {"pong": True}
+            self.sock.send_multipart([ident, empty, json.dumps({"v": 1, "id": req["id"], "ok": True,
+                                                                "result": result}).encode()])
+
+
+def test_samples_nobody_asked_for_are_dropped_and_bad_ones_counted() -> None:
+    """A samples message on a connection without a subscription is dropped and counted
+    (``stray_samples``), never taken for a reply; a bad one to a subscriber is counted as a bad sample
+    and its router's newest good sample stays."""
+    peer = _Pushy()
+    links = LinkPool(0.5)
+    try:
+        got: list[Any] = []
+        links.exchange_many([("r", peer.endpoint, None, [{"cmd": "ping"}], lambda _r, res: got.append(res))])
+        wait_for(lambda: got, 5, "the ping's reply")
+        assert got[0] == [{"pong": True}]
+        wait_for(lambda: links.stray_samples == 1, 5, "the stray sample counted")
+        assert links.bad_replies == 0
+        streams = SampleStreams(max_vrs=8, links=links)
+        try:
+            streams.want({"r": ("tcp://127.0.0.1:1", None, peer.endpoint)})
+            wait_for(lambda: streams.bad.get("r", 0) >= 1, 5, "a bad sample over the link counted")
+            assert streams.latest("r") is None and links.bad_replies == 0
+        finally:
+            streams.close()
+    finally:
+        links.close()
+        peer.close()
