@@ -44,7 +44,8 @@ case "$job" in
   test)
     # With arguments: pytest with them.  Without: the whole suite in two parts.  The tests that need
     # no root and no libvirt and time nothing (logic, processes on the simulated backend, the
-    # policer's API) run on every core (pytest-xdist, up to 4 workers), and beside them the root
+    # policer's API) run on every core (pytest-xdist, up to 4 workers; a worker that runs out of tests
+    # takes some from another, so one long test at the end does not leave a core idle), and beside them the root
     # tests that time nothing and share nothing with the rest (marked beside: the Debian package in
     # its own root, a QEMU domain booted and capped); the real-packet tests (marked root or libvirt)
     # and those that assert on time, rates or latency (marked exclusive) run one at a time after
@@ -54,7 +55,7 @@ case "$job" in
     workers=$(nproc 2>/dev/null || echo 1)
     [ "$workers" -gt 4 ] && workers=4
     rc=0
-    "$venv/bin/python" -m pytest -m "(not root and not libvirt and not exclusive or beside) and not experiment" -n "$workers" || rc=$?
+    "$venv/bin/python" -m pytest -m "(not root and not libvirt and not exclusive or beside) and not experiment" -n "$workers" --dist worksteal || rc=$?
     "$venv/bin/python" -m pytest -m "(root or libvirt or exclusive) and not beside and not experiment" || { r=$?; [ "$rc" = 0 ] && rc=$r; }
     exit "$rc"
     ;;

@@ -105,6 +105,7 @@ def lab_name() -> Iterator[str]:
         (REGISTRY / name).unlink(missing_ok=True)
 
 
+@pytest.mark.beside  # times nothing and uses only its own lab's namespaces, cgroups and forwarders
 def test_netns_lab_cycle(lab_name: str) -> None:
     need("netns")
     from xtc_lab.lab.libvirtd import process_start_time

@@ -272,6 +272,7 @@ def test_down_after_a_crash(lab_name: str, when: str) -> None:
             pass
 
 
+@pytest.mark.beside  # asserts the report's shape, no rate: its own lab, removed by the run
 def test_run_quick_writes_its_json(tmp_path: Path) -> None:
     """Figure 16 quick without XCo: 26 VMs on two switches, each sender to its own receiver, at the
     experiment's own scale (0.02)."""
