@@ -15,6 +15,11 @@ nesting) and a manager-API reply (:class:`xtc.daemon.api.OkReply` or
 :class:`~xtc.daemon.api.ErrorReply`).  Errors are sorted here: :class:`LinkDown` (no answer,
 transport failure) and :class:`BadReply` (an answer that is not a valid reply) mark the router
 unreachable; :class:`DaemonRefused` (the daemon answered ``ok: false``) is a refused command.
+
+Why one file: it is the policer's one adapter to the daemons, and its parts share one contract:
+the pool and the blocking client check replies with the same functions, and most of its length
+is :class:`LinkPool`, one event loop's state (connections, exchanges in flight, subscriptions)
+that a split would have to share across modules by its private names.
 """
 
 from __future__ import annotations
