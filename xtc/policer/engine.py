@@ -65,6 +65,7 @@ from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .liveshare import PUBLISH_S, LiveWriter
+from .rows import SampleRows
 from .samples import SampleStreams
 from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
 from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
@@ -617,7 +618,8 @@ class Engine:
         known = st.vr_set
         names = st.sample_names
         if names is None or names[0] is not got[1]:  # a new message: its VR names (the same list: the same names)
-            names = st.sample_names = (got[1], frozenset(v["vr"] for v in got[1]))
+            vrs = got[1]
+            names = st.sample_names = (vrs, frozenset(vrs.names if isinstance(vrs, SampleRows) else (v["vr"] for v in vrs)))
         if known is None or names[1] != known:
             return None  # never listed, or the VR set changed: 'list' tells everything
         return got[1]
