@@ -123,20 +123,29 @@ def test_parse_newer_gives_the_columns_and_the_same_list_for_a_message_equal_but
     assert vrs1.names == tuple(r[0] for r in rows)
 
 
-def test_a_sample_recorded_from_its_columns_is_recorded_as_from_its_rows(tmp_path: Any) -> None:
+def test_a_sample_recorded_from_its_columns_is_recorded_as_from_its_rows(tmp_path: Any, monkeypatch: Any) -> None:
     """The store writes, keeps live and audits the same from a sample's columns as from the same VRs as
-    dictionaries (a 'list' reply's shape), through appearances, changes and a VR gone."""
+    dictionaries (a 'list' reply's shape), through appearances, changes and a VR gone; a sample whose
+    measurements only moved goes the columns' short way."""
+    import xtc.policer.store as store_mod
     from xtc.policer.store import ExchangeOutcome, Store
+
+    short = []
+    moved = store_mod._measurements_moved
+    monkeypatch.setattr(store_mod, "_measurements_moved", lambda rows, c: short.append(moved(rows, c)) or short[-1])
 
     rng = random.Random(3)
     stores = [Store(f"sqlite:///{tmp_path}/{k}.db", clock=lambda: 1700000000.0) for k in ("cols", "dicts")]
     for s in stores:
         s.add_router("r1", "tcp://127.0.0.1:1", 1e6, "auto", None, "test")
     rows = [_row(rng, i) for i in range(16)]
-    for step in range(4):
+    for step in range(7):
         if step == 2:
             rows = rows[1:]  # a VR gone
-        rows = [[*r[:3], *(None if x is None else x * 1.1 for x in r[3:8]), *r[8:]] for r in rows]
+        if step == 4:
+            rows[3][1] = {"active": "paused"}.get(rows[3][1], "active")  # a VR's state changed
+        if step != 5:  # (step 5: the same values again)
+            rows = [[*r[:3], r[3], *(None if x is None else x * 1.1 for x in r[4:8]), *r[8:]] for r in rows]
         frames = [api.SAMPLES_TOPIC, json.dumps({"schema": api.SAMPLES_SCHEMA, "t_unix_s": 1.0, "period_s": 1.0,
                                                  "fields": FIELDS, "vrs": rows}).encode()]
         cols, _ = parse_newer(frames, None, 64)
@@ -144,7 +153,12 @@ def test_a_sample_recorded_from_its_columns_is_recorded_as_from_its_rows(tmp_pat
         for s, vrs in zip(stores, (cols, parse_samples(frames, 64))):
             s.record_outcomes([ExchangeOutcome("r1", "reachable", None, vrs=vrs)])
             s.snapshot()
+        # the rows the engine plans from, kept between measurements (read once, then following them)
+        kept = [s.router_states(["r1"])["r1"][1] for s in stores]
+        assert kept[0] == kept[1]
     a, b = ([{k: v for k, v in vr.items()} for vr in s.list_vrs("r1")] for s in stores)
     assert a == b and len(a) == 16
+    assert stores[0]._recorded["r1"][1] is stores[0]._states["r1"][1]  # the last one went the columns' way
     assert [x["kind"] for x in stores[0].list_actions("r1")] == [x["kind"] for x in stores[1].list_actions("r1")]
     assert stores[0].live.vrs("r1") == stores[1].live.vrs("r1")
+    assert sum(x is not None for x in short) == 4, short  # steps 1, 3, 5 and 6; not 2 (a VR gone) nor 4 (a state)

@@ -67,6 +67,28 @@ def _measured(vrs: Any, now: float, router: str) -> list[tuple]:
     return out
 
 
+def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows) -> dict[str, dict[str, Any]] | None:
+    """A router's kept rows with a sample's measurements, if the sample lists the rows' VRs (all but ones
+    already absent), each as present or absent, in the state and at the setpoint its row holds (then
+    nothing is written or audited now: :meth:`Store.record_outcomes` would find no change); else None.  The rows are not changed: those
+    whose measurements moved are new dictionaries in a new mapping (the very ``rows`` if none moved)."""
+    if len(rows) != len(c.names):
+        listed = frozenset(c.names)
+        if any(r["present"] for n, r in rows.items() if n not in listed):
+            return None  # a VR present before is not listed: it vanished
+    new = None
+    for n, p, s, sp, f, o, sat in zip(c.names, c.present, c.state, c.setpoint_pps, c.forwarded_pps, c.offered_pps,
+                                      c.saturated):
+        old = rows.get(n)
+        if old is None or old["present"] != p or old["state"] != s or old["daemon_setpoint_pps"] != sp:
+            return None
+        if old["forwarded_pps"] != f or old["offered_pps"] != o or old["saturated"] != sat:
+            if new is None:
+                new = dict(rows)
+            new[n] = {**old, "forwarded_pps": f, "offered_pps": o, "saturated": sat}
+    return rows if new is None else new
+
+
 #: Most names in one ``IN (...)`` list (SQLite allows 32766 parameters per statement, PostgreSQL 65535).
 _IN_CHUNK = 500
 
@@ -753,6 +775,17 @@ class Store:
                     self._dirty.add(name)
                     new_rows[name] = rows
                     continue
+                if isinstance(o.vrs, SampleRows) and rows is not None and name not in new_rows:
+                    moved = _measurements_moved(rows, o.vrs)
+                    if moved is not None:
+                        # The same VRs in the same states at the same setpoints: only measurements moved (live
+                        # until the next snapshot), nothing written or audited now; the kept rows follow them.
+                        c = o.vrs
+                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                        self._dirty.add(name)
+                        new_rows[name] = moved
+                        memo[name] = (o.vrs, moved)
+                        continue
                 was = known.get(name)
                 if was is None:
                     was = known[name] = ({n: bool(row["present"]) for n, row in cached[name].items()}
