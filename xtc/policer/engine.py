@@ -27,7 +27,11 @@ A router whose plan inputs (its VRs' measurements and policy state, its activati
 and control mode, the settings) are those of its last plan, when that plan changed nothing (nothing
 saved, sent or recorded), is not planned again while no policy timer it runs has reached its hold:
 the plan, a pure function of those inputs and the time, would again change nothing.  Its
-measurements are recorded all the same.
+measurements are recorded all the same.  The routers a batch does plan are first screened together
+over arrays (:func:`xtc.policer.quiet.quiet_routers`: the policies' per-VR arithmetic for the whole
+batch at once); one whose plan is certainly quiet (nothing changed, sent or recorded, as when its rates
+merely moved) is recorded as such without :func:`~xtc.policer.planner.plan_router`, which plans the
+others and makes every decision.
 
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
@@ -67,7 +71,8 @@ from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .liveshare import PUBLISH_S, LiveWriter
 from .rows import SampleRows
 from .samples import SampleStreams
-from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
+from .planner import Command, RouterInput, RouterPlan, Settings, VrObs, VrPolicy, plan_router
+from .quiet import quiet_routers
 from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
 from .store import ExchangeOutcome, Store
 
@@ -162,6 +167,43 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
         if row["punish_good_since_s"] is not None:
             out.append((row["punish_good_since_s"], m.restore_hold_s))
     return tuple(out)
+
+
+def _vr_changes(plan: RouterPlan, rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The VRs whose policy or wanted state the plan changes (what :meth:`Store.save_plans` writes), by name."""
+    per_vr = {}
+    for n, p in plan.policies.items():
+        want = plan.wanted.get(n, (None, None))
+        ms = p.misbehaviour
+        row = rows.get(n)
+        if row is not None and (row["derived_setpoint_pps"], row["wanted_state"], row["wanted_setpoint_pps"],
+                                row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"],
+                                row["punish_base_pps"]) == (
+                _finite(p.derived_setpoint_pps), want[0], _finite(want[1]), ms.level, ms.bad_since_s,
+                ms.good_since_s, _finite(p.punish_base_pps)):
+            continue  # unchanged: not written again
+        per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
+                     "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
+                     "wanted_setpoint_pps": want[1]}
+    return per_vr
+
+
+def _quiet_demands(todo: list[tuple]) -> dict[str, float]:
+    """The routers of ``todo`` (the batch's routers to plan: router, settings, now, t0, activation, rows, ...)
+    whose plans :func:`~xtc.policer.quiet.quiet_routers` says are quiet, with their demands: one call per
+    settings object (one per cycle)."""
+    groups: dict[int, list[tuple]] = {}
+    for t in todo:
+        groups.setdefault(id(t[1]), []).append(t)
+    out: dict[str, float] = {}
+    for group in groups.values():
+        quiet, demand = quiet_routers(group[0][1], [(t[0]["capacity_pps"], t[0]["control_mode"], t[4].on,
+                                                     t[4].pending_since_s, t[5]) for t in group],
+                                      [t[2] for t in group])
+        for t, q, d in zip(group, quiet.tolist(), demand.tolist()):
+            if q:
+                out[t[0]["name"]] = d
+    return out
 
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
@@ -339,6 +381,8 @@ class Engine:
         #: Routers measured whose plan was skipped that way, and routers planned (since the start).
         self.plans_skipped = 0
         self.planned = 0
+        #: Of the routers planned, those whose plan the batch's arrays found quiet (:mod:`~xtc.policer.quiet`).
+        self.plans_quiet = 0
         self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
@@ -760,6 +804,7 @@ class Engine:
         self.polled += len(polled)
         states = self.store.router_states([p[0]["name"] for p in polled]) if polled else {}
         plans, sends = [], []
+        todo = []
         for r, settings, now, t0 in polled:
             name = r["name"]
             if name not in states:
@@ -774,27 +819,27 @@ class Engine:
                 self.plans_skipped += 1
                 finished.append((name, t0))
                 continue
+            todo.append((r, settings, now, t0, act, rows, head, st))
+        quiet = _quiet_demands(todo)
+        for r, settings, now, t0, act, rows, head, st in todo:
+            name = r["name"]
             self.planned += 1
+            demand = quiet.get(name)
+            if demand is not None:
+                # The policy's arithmetic over the batch's arrays says this plan changes nothing (xtc.policer.quiet):
+                # recorded as plan_router's would be (its activation state and demand saved, nothing else).
+                self.plans_quiet += 1
+                st.fixed = (head, rows, _timers(settings, act, rows))
+                plans.append((name, act, demand, {}, []))
+                finished.append((name, t0))
+                continue
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
                 vrs={n: _vr_obs(row) for n, row in rows.items()},
                 policies={n: _vr_policy(row, now) for n, row in rows.items()},
             )
             plan = plan_router(settings, rin, now)
-            per_vr = {}
-            for n, p in plan.policies.items():
-                want = plan.wanted.get(n, (None, None))
-                ms = p.misbehaviour
-                row = rows.get(n)
-                if row is not None and (row["derived_setpoint_pps"], row["wanted_state"], row["wanted_setpoint_pps"],
-                                        row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"],
-                                        row["punish_base_pps"]) == (
-                        _finite(p.derived_setpoint_pps), want[0], _finite(want[1]), ms.level, ms.bad_since_s,
-                        ms.good_since_s, _finite(p.punish_base_pps)):
-                    continue  # unchanged: not written again
-                per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
-                             "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
-                             "wanted_setpoint_pps": want[1]}
+            per_vr = _vr_changes(plan, rows)
             if not per_vr and not plan.commands and not plan.events and plan.activation == act:
                 st.fixed = (head, rows, _timers(settings, act, rows))
             else:
