@@ -206,6 +206,17 @@ def _quiet_demands(todo: list[tuple]) -> dict[str, float]:
     return out
 
 
+def _fixed_timers(st: RouterState, settings: Settings, act: ActivationState) -> tuple[tuple[float, float], ...]:
+    """The timers of a router's fixed point (``st.fixed``), computed at its first use (most fixed points of a
+    fleet whose rates move are never used: the next measurement differs) from the inputs, found the same."""
+    assert st.fixed is not None
+    head, rows, timers = st.fixed
+    if timers is None:
+        timers = _timers(settings, act, rows)
+        st.fixed = (head, rows, timers)
+    return timers
+
+
 def _vr_obs(row: dict[str, Any]) -> VrObs:
     return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["forwarded_pps"],
                  row["offered_pps"], row["saturated"])
@@ -252,9 +263,9 @@ class RouterState:
         The arrival time of the sample whose silence it was last probed for (once per silence).
     fixed : tuple or None
         The inputs of its last plan (:func:`_same_inputs`'s head, the VRs' rows as the store gave them)
-        and the timers that ran (:func:`_timers`), if that plan was a fixed point (nothing to save, send
-        or record): the same inputs again, before any of those timers reaches its hold, give the same
-        nothing, and the router is not planned.
+        and the timers that ran (:func:`_timers`; None until first needed: :func:`_fixed_timers`), if that
+        plan was a fixed point (nothing to save, send or record): the same inputs again, before any of
+        those timers reaches its hold, give the same nothing, and the router is not planned.
     unanswered : (list of Command, str) or None
         The commands of its last exchange whose replies were lost (the daemon may have applied them),
         and the link's error: its next measurement tells which took effect (:meth:`Engine._confirm`).
@@ -267,7 +278,7 @@ class RouterState:
     sample_names: tuple[list, frozenset[str]] | None = None
     cmds_done_s: float = -math.inf
     probed_arrival_s: float | None = None
-    fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...]] | None = None
+    fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...] | None] | None = None
     unanswered: tuple[list[Command], str] | None = None
     measured_at_s: float | None = None
 
@@ -416,8 +427,11 @@ class Engine:
         self._worker: threading.Thread | None = None
         self._work: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
-        self._busy: dict[str, threading.Event] = {}
+        #: router -> the token of its measurement under way (:meth:`_claim`): one object, not an Event, per
+        #: router and cycle; the worker removes a batch's and notifies ``_handled`` once.
+        self._busy: dict[str, object] = {}
         self._busy_lock = threading.Lock()
+        self._handled = threading.Condition(self._busy_lock)
 
     @property
     def bad_samples(self) -> int:
@@ -439,13 +453,12 @@ class Engine:
             self._thread.join(timeout=10)
         if self._worker is not None:
             deadline = time.monotonic() + getattr(self.links, "timeout_s", 5.0) + 1.0
-            while True:
-                with self._busy_lock:
-                    pending = next(iter(self._busy.values()), None)
-                left = deadline - time.monotonic()
-                if pending is None or left <= 0 or self.error is not None:
-                    break
-                pending.wait(left)
+            with self._handled:
+                while self._busy and self.error is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._handled.wait(left)
             self._work.put((-1, 0, None))
             self._worker.join(timeout=10)
         self.links.close()
@@ -544,10 +557,10 @@ class Engine:
         for r in routers:
             name = r["name"]
             names.add(name)
-            done = self._claim(name, now)
-            if done is None:
+            token = self._claim(name, now)
+            if token is None:
                 continue
-            started.append(done)
+            started.append((name, token))
             vrs = self._sampled_vrs(r)
             if vrs is not None:  # measured by the router's sample stream: no 'list'
                 self.sampled += 1
@@ -565,9 +578,9 @@ class Engine:
             self._state.pop(gone, None)
         self.store.keep_states(names)
         if wait:
-            for done in started:
-                while not done.wait(0.1):
-                    if self.error is not None:
+            with self._handled:
+                while any(self._busy.get(n) is token for n, token in started):
+                    if not self._handled.wait(0.1) and self.error is not None:
                         raise RuntimeError("engine failed") from self.error
         self.cycles += 1
         self.last_cycle_s = now
@@ -629,9 +642,10 @@ class Engine:
         i, n = self.shard
         return n == 1 or shard_of(name, n) == i
 
-    def _claim(self, name: str, now: float) -> threading.Event | None:
-        """Mark a router busy for a measurement (the event the worker sets when it is handled), unless
-        it waits out a backoff at ``now`` (clock seconds) or is busy already (then None)."""
+    def _claim(self, name: str, now: float) -> object | None:
+        """Mark a router busy for a measurement (a token the worker removes when it is handled, then
+        notifying :attr:`_handled`), unless it waits out a backoff at ``now`` (clock seconds) or is busy
+        already (then None)."""
         st = self._state.get(name)
         retry = st.backoff if st is not None else None
         if retry is not None and retry[0] > now:
@@ -639,8 +653,8 @@ class Engine:
         with self._busy_lock:
             if name in self._busy:
                 return None
-            done = self._busy[name] = threading.Event()
-        return done
+            token = self._busy[name] = object()
+        return token
 
     def _list(self, r: dict[str, Any], settings: Settings, now: float, timeout_s: float | None = None) -> tuple:
         """The ``list`` exchange of a router (for :meth:`LinkPool.exchange_many`), its reply to the worker."""
@@ -696,11 +710,10 @@ class Engine:
             except BaseException as e:
                 self._crash(e)
                 busy = set()
-            with self._busy_lock:
-                done = [self._busy.pop(n, None) for n in {self._item_router(it) for it in items} - busy]
-            for d in done:
-                if d is not None:
-                    d.set()
+            with self._handled:
+                for n in {self._item_router(it) for it in items} - busy:
+                    self._busy.pop(n, None)
+                self._handled.notify_all()
             if stop or self.store.snapshot_pending or time.monotonic() >= self._next_snapshot:
                 self._snapshot(final=stop)
             if self._live_out is not None:
@@ -814,7 +827,8 @@ class Engine:
             head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s)
             st = self._st(name)
             fixed = st.fixed
-            if fixed is not None and _same_inputs(fixed, head, rows) and all(now - since < hold for since, hold in fixed[2]):
+            if fixed is not None and _same_inputs(fixed, head, rows) and all(
+                    now - since < hold for since, hold in _fixed_timers(st, settings, act)):
                 # The same inputs as a plan that changed nothing, and no timer has reached its hold: the same again.
                 self.plans_skipped += 1
                 finished.append((name, t0))
@@ -829,7 +843,7 @@ class Engine:
                 # The policy's arithmetic over the batch's arrays says this plan changes nothing (xtc.policer.quiet):
                 # recorded as plan_router's would be (its activation state and demand saved, nothing else).
                 self.plans_quiet += 1
-                st.fixed = (head, rows, _timers(settings, act, rows))
+                st.fixed = (head, rows, None)
                 plans.append((name, act, demand, {}, []))
                 finished.append((name, t0))
                 continue
@@ -841,7 +855,7 @@ class Engine:
             plan = plan_router(settings, rin, now)
             per_vr = _vr_changes(plan, rows)
             if not per_vr and not plan.commands and not plan.events and plan.activation == act:
-                st.fixed = (head, rows, _timers(settings, act, rows))
+                st.fixed = (head, rows, None)
             else:
                 st.fixed = None
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
