@@ -4,7 +4,7 @@
 definition of a valid message and the source of its error messages): it decodes the body (strict
 JSON, as there), transposes the rows into one tuple per field (``zip``, in C), and checks each field
 over the whole column at once (the types a column holds as one set; the states, flags and names
-against their sets; the numbers converted to one float64 array, an infinite one refused; the VR
+against their sets; the numbers by one sum (an infinite one, or an integer beyond a float, refused); the VR
 names by one regular expression over the names joined by newlines, which no name may hold).  A
 message that passes is exactly one :func:`~xtc.policer.samples.parse_samples` accepts, with the same
 values (tests/policer/test_policer_rows.py checks that on random and mutated messages); for any
@@ -24,9 +24,9 @@ import json
 import math
 import re
 from collections.abc import Iterator, Sequence
+from functools import partial
+from operator import is_not
 from typing import Any
-
-import numpy as np
 
 from xtc.daemon.api import (
     SAMPLES_SCHEMA,
@@ -44,8 +44,8 @@ _SATURATED = frozenset((None, "cap_max", "cap_min", "cap_slack"))
 _REQUIRED = ("vr", "state", "setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent", "original_cap_percent")
 _NUMBERS = ("setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent", "original_cap_percent")
 _NONE = type(None)
+_not_none = partial(is_not, None)
 _NUMBER_TYPES = frozenset((float, int, _NONE))
-_FLOAT = frozenset((float,))
 _STR = frozenset((str,))
 _STR_OR_NONE = frozenset((str, _NONE))
 _BOOL_OR_NONE = frozenset((bool, _NONE))
@@ -133,19 +133,23 @@ _EMPTY = SampleRows((), (), (), (), (), (), (), ())
 
 
 def _floats(col: tuple[Any, ...]) -> tuple[float | None, ...] | None:
-    """A column of JSON numbers or nulls as floats (None kept), or None if one is not a finite number."""
+    """A column of JSON numbers or nulls as floats (None kept), or None if one is not a finite number.
+
+    One sum over the column (in C) says whether every value is finite: an infinite one (``1e999``) makes
+    it infinite, an integer beyond a float makes ``isfinite`` overflow.  (Finite values whose sum
+    overflows are declined too, and left to the per-VR path.)  A column of floats and nulls is kept as
+    it is; integers are converted."""
     kinds = set(map(type, col))
     if not kinds <= _NUMBER_TYPES:
         return None  # a bool, a string, a list...
     try:
-        arr = np.array(col, dtype=np.float64)  # null -> NaN
+        if not math.isfinite(sum(filter(_not_none, col)) if _NONE in kinds else sum(col)):
+            return None
     except OverflowError:  # an integer beyond a float
         return None
-    if np.isinf(arr).any():
-        return None  # 1e999 decodes to infinity
-    if kinds == _FLOAT:
+    if int not in kinds:
         return col
-    return tuple(None if math.isnan(x) else x for x in arr.tolist())
+    return tuple(None if x is None else float(x) for x in col)
 
 
 def decode_rows(frames: list[bytes], max_vrs: int, max_bytes: int) -> SampleRows | None:
