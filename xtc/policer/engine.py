@@ -137,18 +137,18 @@ _PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offer
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
 
 
-def _rows_key(rows: dict[str, dict[str, Any]]) -> tuple:
-    """The VRs' part of a router's plan inputs, as one comparable value (the rest: the settings, the router's
-    capacity and control mode, its activation state)."""
-    return tuple((n, _plan_cols(rows[n])) for n in sorted(rows))
-
-
 def _same_inputs(fixed: tuple, head: tuple, rows: dict[str, dict[str, Any]]) -> bool:
     """Whether a router's plan inputs (``head``: the settings, capacity, control mode and activation state;
     ``rows``) are those kept in
     ``fixed`` (head, rows).  The store never changes rows it gave (a write makes new ones), so the very
     rows are equal ones; other rows are compared column by column."""
-    return fixed[0] == head and (fixed[1] is rows or _rows_key(fixed[1]) == _rows_key(rows))
+    if fixed[0] != head:
+        return False
+    old = fixed[1]
+    if old is rows:
+        return True
+    # the same VRs with equal plan columns, VR by VR, stopping at the first that differs (with moving rates: the first)
+    return old.keys() == rows.keys() and all(_plan_cols(old[n]) == _plan_cols(row) for n, row in rows.items())
 
 
 def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple[tuple[float, float], ...]:
