@@ -125,12 +125,18 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 if profiled:
                     _ON.set()
                 n0, c0, t0 = eng.sampled + eng.listed, _cpu_s(), time.monotonic()
+                p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
                 time.sleep(window_s)
                 n, c, w = eng.sampled + eng.listed - n0, _cpu_s() - c0, time.monotonic() - t0
                 _ON.clear()
                 key = "profiled" if profiled else "plain"
                 out["measured_per_s"][key] = round(n / w)
                 out.setdefault("cpu_ms_per_measurement", {})[key] = round(1000 * c / n, 4) if n else None
+                # routers planned (of them found quiet by the arrays, planned to nothing without plan_router),
+                # and not planned at all (the same inputs as a plan that changed nothing)
+                out.setdefault("plans", {})[key] = {"planned": eng.planned - p0[0],
+                                                    "quiet": getattr(eng, "plans_quiet", 0) - p0[1],
+                                                    "skipped": eng.plans_skipped - p0[2]}
             if eng.error is not None:
                 raise RuntimeError("engine failed") from eng.error
             out["cycle_ms"] = {"p50": None, "p99": None}

@@ -27,7 +27,11 @@ A router whose plan inputs (its VRs' measurements and policy state, its activati
 and control mode, the settings) are those of its last plan, when that plan changed nothing (nothing
 saved, sent or recorded), is not planned again while no policy timer it runs has reached its hold:
 the plan, a pure function of those inputs and the time, would again change nothing.  Its
-measurements are recorded all the same.
+measurements are recorded all the same.  The routers a batch does plan are first screened together
+over arrays (:func:`xtc.policer.quiet.quiet_routers`: the policies' per-VR arithmetic for the whole
+batch at once); one whose plan is certainly quiet (nothing changed, sent or recorded, as when its rates
+merely moved) is recorded as such without :func:`~xtc.policer.planner.plan_router`, which plans the
+others and makes every decision.
 
 A daemon's reply is untrusted: a reply that is not a valid manager-API reply, or a ``list`` whose
 VRs do not validate against the daemon's published :class:`xtc.daemon.api.Instance` model (or name
@@ -65,8 +69,10 @@ from typing import Any, Callable
 
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .liveshare import PUBLISH_S, LiveWriter
+from .rows import SampleRows
 from .samples import SampleStreams
-from .planner import Command, RouterInput, Settings, VrObs, VrPolicy, plan_router
+from .planner import Command, RouterInput, RouterPlan, Settings, VrObs, VrPolicy, plan_router
+from .quiet import quiet_routers
 from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
 from .store import ExchangeOutcome, Store
 
@@ -131,18 +137,18 @@ _PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offer
 _plan_cols = operator.itemgetter(*_PLAN_COLS)
 
 
-def _rows_key(rows: dict[str, dict[str, Any]]) -> tuple:
-    """The VRs' part of a router's plan inputs, as one comparable value (the rest: the settings, the router's
-    capacity and control mode, its activation state)."""
-    return tuple((n, _plan_cols(rows[n])) for n in sorted(rows))
-
-
 def _same_inputs(fixed: tuple, head: tuple, rows: dict[str, dict[str, Any]]) -> bool:
     """Whether a router's plan inputs (``head``: the settings, capacity, control mode and activation state;
     ``rows``) are those kept in
     ``fixed`` (head, rows).  The store never changes rows it gave (a write makes new ones), so the very
     rows are equal ones; other rows are compared column by column."""
-    return fixed[0] == head and (fixed[1] is rows or _rows_key(fixed[1]) == _rows_key(rows))
+    if fixed[0] != head:
+        return False
+    old = fixed[1]
+    if old is rows:
+        return True
+    # the same VRs with equal plan columns, VR by VR, stopping at the first that differs (with moving rates: the first)
+    return old.keys() == rows.keys() and all(_plan_cols(old[n]) == _plan_cols(row) for n, row in rows.items())
 
 
 def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple[tuple[float, float], ...]:
@@ -161,6 +167,54 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
         if row["punish_good_since_s"] is not None:
             out.append((row["punish_good_since_s"], m.restore_hold_s))
     return tuple(out)
+
+
+def _vr_changes(plan: RouterPlan, rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The VRs whose policy or wanted state the plan changes (what :meth:`Store.save_plans` writes), by name."""
+    per_vr = {}
+    for n, p in plan.policies.items():
+        want = plan.wanted.get(n, (None, None))
+        ms = p.misbehaviour
+        row = rows.get(n)
+        if row is not None and (row["derived_setpoint_pps"], row["wanted_state"], row["wanted_setpoint_pps"],
+                                row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"],
+                                row["punish_base_pps"]) == (
+                _finite(p.derived_setpoint_pps), want[0], _finite(want[1]), ms.level, ms.bad_since_s,
+                ms.good_since_s, _finite(p.punish_base_pps)):
+            continue  # unchanged: not written again
+        per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
+                     "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
+                     "wanted_setpoint_pps": want[1]}
+    return per_vr
+
+
+def _quiet_demands(todo: list[tuple]) -> dict[str, float]:
+    """The routers of ``todo`` (the batch's routers to plan: router, settings, now, t0, activation, rows, ...)
+    whose plans :func:`~xtc.policer.quiet.quiet_routers` says are quiet, with their demands: one call per
+    settings object (one per cycle)."""
+    groups: dict[int, list[tuple]] = {}
+    for t in todo:
+        groups.setdefault(id(t[1]), []).append(t)
+    out: dict[str, float] = {}
+    for group in groups.values():
+        quiet, demand = quiet_routers(group[0][1], [(t[0]["capacity_pps"], t[0]["control_mode"], t[4].on,
+                                                     t[4].pending_since_s, t[5]) for t in group],
+                                      [t[2] for t in group])
+        for t, q, d in zip(group, quiet.tolist(), demand.tolist()):
+            if q:
+                out[t[0]["name"]] = d
+    return out
+
+
+def _fixed_timers(st: RouterState, settings: Settings, act: ActivationState) -> tuple[tuple[float, float], ...]:
+    """The timers of a router's fixed point (``st.fixed``), computed at its first use (most fixed points of a
+    fleet whose rates move are never used: the next measurement differs) from the inputs, found the same."""
+    assert st.fixed is not None
+    head, rows, timers = st.fixed
+    if timers is None:
+        timers = _timers(settings, act, rows)
+        st.fixed = (head, rows, timers)
+    return timers
 
 
 def _vr_obs(row: dict[str, Any]) -> VrObs:
@@ -209,9 +263,9 @@ class RouterState:
         The arrival time of the sample whose silence it was last probed for (once per silence).
     fixed : tuple or None
         The inputs of its last plan (:func:`_same_inputs`'s head, the VRs' rows as the store gave them)
-        and the timers that ran (:func:`_timers`), if that plan was a fixed point (nothing to save, send
-        or record): the same inputs again, before any of those timers reaches its hold, give the same
-        nothing, and the router is not planned.
+        and the timers that ran (:func:`_timers`; None until first needed: :func:`_fixed_timers`), if that
+        plan was a fixed point (nothing to save, send or record): the same inputs again, before any of
+        those timers reaches its hold, give the same nothing, and the router is not planned.
     unanswered : (list of Command, str) or None
         The commands of its last exchange whose replies were lost (the daemon may have applied them),
         and the link's error: its next measurement tells which took effect (:meth:`Engine._confirm`).
@@ -224,7 +278,7 @@ class RouterState:
     sample_names: tuple[list, frozenset[str]] | None = None
     cmds_done_s: float = -math.inf
     probed_arrival_s: float | None = None
-    fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...]] | None = None
+    fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...] | None] | None = None
     unanswered: tuple[list[Command], str] | None = None
     measured_at_s: float | None = None
 
@@ -338,6 +392,8 @@ class Engine:
         #: Routers measured whose plan was skipped that way, and routers planned (since the start).
         self.plans_skipped = 0
         self.planned = 0
+        #: Of the routers planned, those whose plan the batch's arrays found quiet (:mod:`~xtc.policer.quiet`).
+        self.plans_quiet = 0
         self.batch_size = batch_size
         self.is_leader = is_leader
         self.links = links
@@ -371,8 +427,11 @@ class Engine:
         self._worker: threading.Thread | None = None
         self._work: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
-        self._busy: dict[str, threading.Event] = {}
+        #: router -> the token of its measurement under way (:meth:`_claim`): one object, not an Event, per
+        #: router and cycle; the worker removes a batch's and notifies ``_handled`` once.
+        self._busy: dict[str, object] = {}
         self._busy_lock = threading.Lock()
+        self._handled = threading.Condition(self._busy_lock)
 
     @property
     def bad_samples(self) -> int:
@@ -394,13 +453,12 @@ class Engine:
             self._thread.join(timeout=10)
         if self._worker is not None:
             deadline = time.monotonic() + getattr(self.links, "timeout_s", 5.0) + 1.0
-            while True:
-                with self._busy_lock:
-                    pending = next(iter(self._busy.values()), None)
-                left = deadline - time.monotonic()
-                if pending is None or left <= 0 or self.error is not None:
-                    break
-                pending.wait(left)
+            with self._handled:
+                while self._busy and self.error is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._handled.wait(left)
             self._work.put((-1, 0, None))
             self._worker.join(timeout=10)
         self.links.close()
@@ -500,10 +558,10 @@ class Engine:
         for r in routers:
             name = r["name"]
             names.add(name)
-            done = self._claim(name, now)
-            if done is None:
+            token = self._claim(name, now)
+            if token is None:
                 continue
-            started.append(done)
+            started.append((name, token))
             vrs = self._sampled_vrs(r)
             if vrs is not None:  # measured by the router's sample stream: no 'list'
                 self.sampled += 1
@@ -521,9 +579,9 @@ class Engine:
             self._state.pop(gone, None)
         self.store.keep_states(names)
         if wait:
-            for done in started:
-                while not done.wait(0.1):
-                    if self.error is not None:
+            with self._handled:
+                while any(self._busy.get(n) is token for n, token in started):
+                    if not self._handled.wait(0.1) and self.error is not None:
                         raise RuntimeError("engine failed") from self.error
         self.cycles += 1
         self.last_cycle_s = now
@@ -585,9 +643,10 @@ class Engine:
         i, n = self.shard
         return n == 1 or shard_of(name, n) == i
 
-    def _claim(self, name: str, now: float) -> threading.Event | None:
-        """Mark a router busy for a measurement (the event the worker sets when it is handled), unless
-        it waits out a backoff at ``now`` (clock seconds) or is busy already (then None)."""
+    def _claim(self, name: str, now: float) -> object | None:
+        """Mark a router busy for a measurement (a token the worker removes when it is handled, then
+        notifying :attr:`_handled`), unless it waits out a backoff at ``now`` (clock seconds) or is busy
+        already (then None)."""
         st = self._state.get(name)
         retry = st.backoff if st is not None else None
         if retry is not None and retry[0] > now:
@@ -595,8 +654,8 @@ class Engine:
         with self._busy_lock:
             if name in self._busy:
                 return None
-            done = self._busy[name] = threading.Event()
-        return done
+            token = self._busy[name] = object()
+        return token
 
     def _list(self, r: dict[str, Any], settings: Settings, now: float, timeout_s: float | None = None) -> tuple:
         """The ``list`` exchange of a router (for :meth:`LinkPool.exchange_many`), its reply to the worker."""
@@ -618,7 +677,8 @@ class Engine:
         known = st.vr_set
         names = st.sample_names
         if names is None or names[0] is not got[1]:  # a new message: its VR names (the same list: the same names)
-            names = st.sample_names = (got[1], frozenset(v["vr"] for v in got[1]))
+            vrs = got[1]
+            names = st.sample_names = (vrs, frozenset(vrs.names if isinstance(vrs, SampleRows) else (v["vr"] for v in vrs)))
         if known is None or names[1] != known:
             return None  # never listed, or the VR set changed: 'list' tells everything
         return got[1]
@@ -651,11 +711,10 @@ class Engine:
             except BaseException as e:
                 self._crash(e)
                 busy = set()
-            with self._busy_lock:
-                done = [self._busy.pop(n, None) for n in {self._item_router(it) for it in items} - busy]
-            for d in done:
-                if d is not None:
-                    d.set()
+            with self._handled:
+                for n in {self._item_router(it) for it in items} - busy:
+                    self._busy.pop(n, None)
+                self._handled.notify_all()
             if stop or self.store.snapshot_pending or time.monotonic() >= self._next_snapshot:
                 self._snapshot(final=stop)
             if self._live_out is not None:
@@ -759,6 +818,7 @@ class Engine:
         self.polled += len(polled)
         states = self.store.router_states([p[0]["name"] for p in polled]) if polled else {}
         plans, sends = [], []
+        todo = []
         for r, settings, now, t0 in polled:
             name = r["name"]
             if name not in states:
@@ -768,34 +828,35 @@ class Engine:
             head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s)
             st = self._st(name)
             fixed = st.fixed
-            if fixed is not None and _same_inputs(fixed, head, rows) and all(now - since < hold for since, hold in fixed[2]):
+            if fixed is not None and _same_inputs(fixed, head, rows) and all(
+                    now - since < hold for since, hold in _fixed_timers(st, settings, act)):
                 # The same inputs as a plan that changed nothing, and no timer has reached its hold: the same again.
                 self.plans_skipped += 1
                 finished.append((name, t0))
                 continue
+            todo.append((r, settings, now, t0, act, rows, head, st))
+        quiet = _quiet_demands(todo)
+        for r, settings, now, t0, act, rows, head, st in todo:
+            name = r["name"]
             self.planned += 1
+            demand = quiet.get(name)
+            if demand is not None:
+                # The policy's arithmetic over the batch's arrays says this plan changes nothing (xtc.policer.quiet):
+                # recorded as plan_router's would be (its activation state and demand saved, nothing else).
+                self.plans_quiet += 1
+                st.fixed = (head, rows, None)
+                plans.append((name, act, demand, {}, []))
+                finished.append((name, t0))
+                continue
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
                 vrs={n: _vr_obs(row) for n, row in rows.items()},
                 policies={n: _vr_policy(row, now) for n, row in rows.items()},
             )
             plan = plan_router(settings, rin, now)
-            per_vr = {}
-            for n, p in plan.policies.items():
-                want = plan.wanted.get(n, (None, None))
-                ms = p.misbehaviour
-                row = rows.get(n)
-                if row is not None and (row["derived_setpoint_pps"], row["wanted_state"], row["wanted_setpoint_pps"],
-                                        row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"],
-                                        row["punish_base_pps"]) == (
-                        _finite(p.derived_setpoint_pps), want[0], _finite(want[1]), ms.level, ms.bad_since_s,
-                        ms.good_since_s, _finite(p.punish_base_pps)):
-                    continue  # unchanged: not written again
-                per_vr[n] = {"derived_setpoint_pps": p.derived_setpoint_pps, "misbehaviour": ms,
-                             "punish_base_pps": p.punish_base_pps, "wanted_state": want[0],
-                             "wanted_setpoint_pps": want[1]}
+            per_vr = _vr_changes(plan, rows)
             if not per_vr and not plan.commands and not plan.events and plan.activation == act:
-                st.fixed = (head, rows, _timers(settings, act, rows))
+                st.fixed = (head, rows, None)
             else:
                 st.fixed = None
             plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))

@@ -42,6 +42,7 @@ from xtc.daemon.api import (SAMPLES_SCHEMA, SAMPLES_SCHEMA_V1, SAMPLES_TOPIC, SA
                             unique_json_keys)
 from xtc.daemon.ctl import open_client
 
+from .rows import SampleRows, decode_rows
 from .link import VR_NAME_PATTERN, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, LinkPool, raise_open_files_limit
 
 __all__ = ["SampleStreams", "parse_newer", "parse_samples"]
@@ -58,7 +59,10 @@ _NUMBERS = ("setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent", "orig
 
 def _number(x: Any) -> bool:
     """A finite JSON number or null (a bool is not a number)."""
-    return x is None or (type(x) in (float, int) and math.isfinite(x))
+    try:
+        return x is None or (type(x) in (float, int) and math.isfinite(x))
+    except OverflowError:  # an integer beyond a float
+        return False
 
 
 def _float(x: float | int | None) -> float | None:
@@ -109,7 +113,7 @@ def parse_samples(frames: list[bytes], max_vrs: int, max_bytes: int = DEFAULT_MA
             and all(f in fields for f in _REQUIRED) and isinstance(rows, list)):
         raise BadReply("a samples message without a 'fields' list of distinct names (with "
                        + ", ".join(_REQUIRED) + ") and a 'vrs' list")
-    if not (isinstance(period, (int, float)) and not isinstance(period, bool) and math.isfinite(period) and period > 0):
+    if not (isinstance(period, (int, float)) and not isinstance(period, bool) and _number(period) and period > 0):
         raise BadReply("a samples message without a positive 'period_s'")
     if len(rows) > max_vrs:
         raise BadReply(f"a samples message of {len(rows)} VRs, more than the {max_vrs} accepted per router")
@@ -176,7 +180,9 @@ def parse_newer(frames: list[bytes], last: tuple[bytes, list[dict[str, Any]]] | 
     rest = frames[1][m.end():] if m is not None and len(frames[1]) <= max_bytes else None
     if rest is not None and last is not None and rest == last[0]:
         return last[1], last  # the same document as a valid one but for a well-formed number it does not read
-    vrs = parse_samples(frames, max_vrs, max_bytes)
+    vrs = decode_rows(frames, max_vrs, max_bytes)  # columns, checked a field at a time
+    if vrs is None:  # not valid (parse_samples says why), or a message only the per-VR path reads
+        vrs = SampleRows.from_dicts(parse_samples(frames, max_vrs, max_bytes))
     return vrs, ((rest, vrs) if rest is not None else None)
 
 

@@ -25,10 +25,12 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Callable
 
 from .live import LiveTable
+from .rows import SampleRows
 from .liveshare import LiveReader, LiveView
 from .db import SCHEMA_VERSION, Conflict, Conn, NotFound, NotLeader, StoreError, open_database, parse_db_url
 from .planner import Settings
@@ -45,6 +47,46 @@ def _f(v: Any) -> float | None:
         return None
     f = float(v)
     return f if math.isfinite(f) else None
+
+
+def _measured(vrs: Any, now: float, router: str) -> list[tuple]:
+    """A measurement's VRs as the ``vrs`` columns :meth:`Store.record_outcomes` writes: ``(present, state,
+    daemon_setpoint_pps, forwarded_pps, offered_pps, cap_percent, saturated, last_seen_unix_s, router, name)``
+    each.  A sample's columns (:class:`~xtc.policer.rows.SampleRows`, validated: finite numbers or None, a
+    known flag) are zipped as they are; a ``list`` reply's dictionaries are read VR by VR."""
+    if isinstance(vrs, SampleRows):
+        k = len(vrs.names)
+        return list(zip(map(int, vrs.present), vrs.state, vrs.setpoint_pps, vrs.forwarded_pps, vrs.offered_pps,
+                        vrs.cap_percent, vrs.saturated, repeat(now, k), repeat(router, k), vrs.names))
+    out = []
+    for v in vrs:
+        sat = v.get("saturated")
+        out.append((int(bool(v.get("present", True))), v.get("state", "inactive"), _f(v.get("setpoint_pps")),
+                    _f(v.get("forwarded_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
+                    sat if sat in SATURATION else None, now, router, v["vr"]))
+    return out
+
+
+def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows) -> dict[str, dict[str, Any]] | None:
+    """A router's kept rows with a sample's measurements, if the sample lists the rows' VRs (all but ones
+    already absent), each as present or absent, in the state and at the setpoint its row holds (then
+    nothing is written or audited now: :meth:`Store.record_outcomes` would find no change); else None.  The rows are not changed: those
+    whose measurements moved are new dictionaries in a new mapping (the very ``rows`` if none moved)."""
+    if len(rows) != len(c.names):
+        listed = frozenset(c.names)
+        if any(r["present"] for n, r in rows.items() if n not in listed):
+            return None  # a VR present before is not listed: it vanished
+    new = None
+    for n, p, s, sp, f, o, sat in zip(c.names, c.present, c.state, c.setpoint_pps, c.forwarded_pps, c.offered_pps,
+                                      c.saturated):
+        old = rows.get(n)
+        if old is None or old["present"] != p or old["state"] != s or old["daemon_setpoint_pps"] != sp:
+            return None
+        if old["forwarded_pps"] != f or old["offered_pps"] != o or old["saturated"] != sat:
+            if new is None:
+                new = dict(rows)
+            new[n] = {**old, "forwarded_pps": f, "offered_pps": o, "saturated": sat}
+    return rows if new is None else new
 
 
 #: Most names in one ``IN (...)`` list (SQLite allows 32766 parameters per statement, PostgreSQL 65535).
@@ -733,6 +775,17 @@ class Store:
                     self._dirty.add(name)
                     new_rows[name] = rows
                     continue
+                if isinstance(o.vrs, SampleRows) and rows is not None and name not in new_rows:
+                    moved = _measurements_moved(rows, o.vrs)
+                    if moved is not None:
+                        # The same VRs in the same states at the same setpoints: only measurements moved (live
+                        # until the next snapshot), nothing written or audited now; the kept rows follow them.
+                        c = o.vrs
+                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                        self._dirty.add(name)
+                        new_rows[name] = moved
+                        memo[name] = (o.vrs, moved)
+                        continue
                 was = known.get(name)
                 if was is None:
                     was = known[name] = ({n: bool(row["present"]) for n, row in cached[name].items()}
@@ -743,14 +796,10 @@ class Store:
                 mine = []
                 copied = False
                 seen = set()
-                for v in o.vrs:
-                    n = v["vr"]
+                for vals in _measured(o.vrs, now, name):
+                    n = vals[9]
                     seen.add(n)
-                    present = bool(v.get("present", True))
-                    sat = v.get("saturated")
-                    vals = (int(present), v.get("state", "inactive"), _f(v.get("setpoint_pps")),
-                            _f(v.get("forwarded_pps")), _f(v.get("offered_pps")), _f(v.get("cap_percent")),
-                            sat if sat in SATURATION else None, now, name, n)
+                    present = vals[0]
                     mine.append(vals)
                     old = rows.get(n) if rows is not None else None
                     if n not in was:
@@ -785,8 +834,12 @@ class Store:
                         rows = None
                 for n in seen:
                     was[n] = True
-                self._live.put(name, now, [v[9] for v in mine], [v[3] for v in mine], [v[4] for v in mine],
-                               [v[5] for v in mine], [v[6] for v in mine])
+                if isinstance(o.vrs, SampleRows):  # its columns as they are
+                    c = o.vrs
+                    self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                else:
+                    self._live.put(name, now, [v[9] for v in mine], [v[3] for v in mine], [v[4] for v in mine],
+                                   [v[5] for v in mine], [v[6] for v in mine])
                 self._dirty.add(name)
                 if (written, *changes) != (len(updates), len(inserts), len(absent), len(audits)) and name not in bumps:
                     bump_rows.append((name,))  # its VRs' rows written: other stores' kept rows are stale
