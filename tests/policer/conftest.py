@@ -92,7 +92,8 @@ class Daemon:
     def ping(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"daemon {self.name} exited: {(self.dir / 'daemon.log').read_text()[-2000:]}")
+            raise AssertionError(f"daemon {self.name} exited with {self.proc.returncode}: "
+                                 f"{(self.dir / 'daemon.log').read_text()[-2000:]}")
         try:
             return bool(self.call("ping", timeout_s=0.5)["pong"])
         except (ManagerError, LinkDown):
