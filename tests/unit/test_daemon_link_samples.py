@@ -5,13 +5,28 @@ the daemon's service in this process on the simulated plant."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 
 import zmq
 from test_daemon_sample_listeners import make, step, until
 
 from xtc.daemon import api
 from xtc.daemon.service import MAX_LINK_SUBSCRIBERS
+
+
+@contextlib.contextmanager
+def served(tmp_path) -> Iterator[tuple]:
+    """The daemon's service on the simulated plant (``make``) and a ZeroMQ context for its peers:
+    (service, clock, samples built, context); both closed at the end."""
+    svc, clock, built = make(tmp_path)
+    ctx = zmq.Context()
+    try:
+        yield svc, clock, built, ctx
+    finally:
+        svc._close_sockets()
+        ctx.destroy(0)
 
 
 def _dealer(svc, ctx: zmq.Context) -> zmq.Socket:
@@ -48,9 +63,7 @@ def _samples(s: zmq.Socket, timeout_ms: int = 2000) -> list[list[bytes]]:
 
 
 def test_a_dealer_that_subscribes_gets_the_samples_on_its_manager_connection(tmp_path):
-    svc, clock, built = make(tmp_path)
-    ctx = zmq.Context()
-    try:
+    with served(tmp_path) as (svc, clock, built, ctx):
         s = _dealer(svc, ctx)
         step(svc, clock)
         assert built == [] and _samples(s, 200) == []  # nobody subscribed: none built, none sent
@@ -72,15 +85,10 @@ def test_a_dealer_that_subscribes_gets_the_samples_on_its_manager_connection(tmp
         step(svc, clock, 2)
         assert _samples(s, 200) == [] and len(built) == n  # none built for nobody
         s.close(0)
-    finally:
-        svc._close_sockets()
-        ctx.destroy(0)
 
 
 def test_a_subscriber_that_is_gone_loses_its_subscription(tmp_path):
-    svc, clock, _ = make(tmp_path)
-    ctx = zmq.Context()
-    try:
+    with served(tmp_path) as (svc, clock, _, ctx):
         s = _dealer(svc, ctx)
         assert _ask(svc, s, "subscribe")["ok"] is True
         s.close(0)  # the peer goes away without unsubscribing
@@ -92,15 +100,10 @@ def test_a_subscriber_that_is_gone_loses_its_subscription(tmp_path):
         until(gone)
         step(svc, clock)
         assert not svc.sample_listeners()  # nobody left: no more samples built
-    finally:
-        svc._close_sockets()
-        ctx.destroy(0)
 
 
 def test_a_slow_subscriber_loses_samples_and_never_holds_up_the_daemon(tmp_path):
-    svc, clock, _ = make(tmp_path)
-    ctx = zmq.Context()
-    try:
+    with served(tmp_path) as (svc, clock, _, ctx):
         svc.rep.setsockopt(zmq.SNDHWM, 4)  # before the peer connects: a pipe takes the HWM it is made with
         s = _dealer(svc, ctx)
         s.setsockopt(zmq.RCVHWM, 1)
@@ -117,18 +120,13 @@ def test_a_slow_subscriber_loses_samples_and_never_holds_up_the_daemon(tmp_path)
             svc.run_period(clock.t, 1.0)
         assert dropped.get() >= 100 and len(svc.link_subscribers) == 1  # dropped, the subscription kept
         assert len(_samples(s, 500)) <= periods
-    finally:
-        svc._close_sockets()
-        ctx.destroy(0)
 
 
 def test_req_clients_are_answered_and_cannot_be_flooded_with_samples(tmp_path):
     """A REQ client (``xtc ctl``, an older policer's tools) is answered as by the REP socket; a message
     without the empty delimiter gets no answer and changes nothing; ``subscribe`` is refused past
     :data:`MAX_LINK_SUBSCRIBERS` peers, with the way out named."""
-    svc, _, _ = make(tmp_path)
-    ctx = zmq.Context()
-    try:
+    with served(tmp_path) as (svc, _, _, ctx):
         req = ctx.socket(zmq.REQ)
         req.setsockopt(zmq.LINGER, 0)
         req.connect(svc.rep.getsockopt_string(zmq.LAST_ENDPOINT))
@@ -157,6 +155,3 @@ def test_req_clients_are_answered_and_cannot_be_flooded_with_samples(tmp_path):
         assert "manager.pub_endpoint" in rep["error"]["message"]
         assert len(svc.link_subscribers) == MAX_LINK_SUBSCRIBERS
         assert svc.handle_message([json.dumps({"v": 1, "cmd": "subscribe"}).encode()]).find(b"unsupported") > 0
-    finally:
-        svc._close_sockets()
-        ctx.destroy(0)

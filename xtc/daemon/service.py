@@ -497,7 +497,8 @@ class DaemonService:
             raise ApiError("unsupported", f"'{cmd}' is about the connection it comes on: send it on a DEALER "
                                           "socket connected to manager.endpoint")
         if cmd == "unsubscribe":
-            if self.link_subscribers.pop(peer, False) is None:
+            if peer in self.link_subscribers:
+                del self.link_subscribers[peer]
                 event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="asked")
             return {"subscribed": False}
         if peer not in self.link_subscribers:

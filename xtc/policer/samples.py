@@ -333,12 +333,10 @@ class SampleStreams:
         """The link pool's thread: one samples message of a router that came over its connection."""
         if self._linked.get(name) is not how:
             return  # no longer wanted that way
-        try:
-            vrs, last = parse_newer(frames, self._last_body.get(name), self.max_vrs, self.max_bytes)
-        except BadReply as e:
-            self.bad[name] = self.bad.get(name, 0) + 1
-            log.warning("router %s: samples dropped: %s", name, e)
+        parsed = self._parsed(name, frames)
+        if parsed is None:
             return
+        vrs, last = parsed
         self.received += 1
         with self._lock:  # against _unlink: nothing of a router that is no longer wanted stays
             if self._linked.get(name) is how:
@@ -347,6 +345,16 @@ class SampleStreams:
                 else:
                     self._last_body[name] = last
                 self._latest[name] = (self.clock(), vrs)
+
+    def _parsed(self, name: str, frames: list[bytes]) -> tuple[Any, Any] | None:
+        """One samples message of ``name`` (from its SUB socket or over the link): ``parse_newer``'s
+        (rows or None, body to keep), or None for a bad one (dropped, counted and logged)."""
+        try:
+            return parse_newer(frames, self._last_body.get(name), self.max_vrs, self.max_bytes)
+        except BadReply as e:
+            self.bad[name] = self.bad.get(name, 0) + 1
+            log.warning("router %s: samples dropped: %s", name, e)
+            return None
 
     def _drop(self, name: str) -> None:
         s, _ = self._socks.pop(name)
@@ -382,15 +390,13 @@ class SampleStreams:
                 frames = s.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            try:
-                newest, last = parse_newer(frames, self._last_body.get(name), self.max_vrs, self.max_bytes)
+            parsed = self._parsed(name, frames)
+            if parsed is not None:
+                newest, last = parsed
                 if last is None:
                     self._last_body.pop(name, None)
                 else:
                     self._last_body[name] = last
-            except BadReply as e:
-                self.bad[name] = self.bad.get(name, 0) + 1
-                log.warning("router %s: samples dropped: %s", name, e)
         if newest is not None:
             self.received += 1
             with self._lock:
