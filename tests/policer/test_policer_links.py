@@ -249,7 +249,7 @@ _LIMITED = r"""
 import logging, resource, sys, threading
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
 from xtc.policer.link import LinkPool
-pool = LinkPool(0.3)
+pool = LinkPool(3.0)  # no exchange ends (and frees its files) before the 50th is tried
 print("soft", resource.getrlimit(resource.RLIMIT_NOFILE)[0], "max", pool.max_connections)
 print("fits", pool.expect(10), pool.expect(100))
 got, done = [], threading.Event()
@@ -259,7 +259,7 @@ def cb(router, results):
         done.set()
 ports = [int(p) for p in sys.argv[1:]]
 pool.exchange_many([(f"r{i}", f"tcp://127.0.0.1:{p}", None, [{"cmd": "list"}], cb) for i, p in enumerate(ports)])
-assert done.wait(10)
+assert done.wait(30)
 print("refused", sum("open-files limit" in g for g in got), "unanswered", sum("no answer" in g for g in got),
       "errors", pool.socket_errors)
 pool.close()
@@ -267,17 +267,21 @@ pool.close()
 
 
 def test_the_open_files_limit_is_raised_and_checked(tmp_path: Path) -> None:
+    import contextlib
     import resource
+    import socket
     import sys
-
-    from conftest import free_port
 
     def limit() -> None:  # a low hard limit, and a soft one below it that the pool raises
         resource.setrlimit(resource.RLIMIT_NOFILE, (400, 600))
 
-    ports = [free_port() for _ in range(50)]  # nothing listens there: connections that never come up
-    out = subprocess.run([sys.executable, "-c", _LIMITED, *map(str, ports)], preexec_fn=limit, capture_output=True,
-                         text=True, timeout=60)
+    # Listeners that never answer: each connection comes up and stays silent until its timeout, so no
+    # connection frees its files early (a refused port did, and one more fitted on a busy machine).
+    with contextlib.ExitStack() as stack:
+        silent = [stack.enter_context(socket.create_server(("127.0.0.1", 0), backlog=4)) for _ in range(50)]
+        ports = [s.getsockname()[1] for s in silent]
+        out = subprocess.run([sys.executable, "-c", _LIMITED, *map(str, ports)], preexec_fn=limit,
+                             capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout
     print(lines)
