@@ -67,7 +67,27 @@ class Controller(Protocol):
     def start(self, cap_percent: float) -> None: ...
 
     def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
-             cpu_percent: float | None = None) -> float: ...
+             cpu_percent: float | None = None) -> float:
+        """The next cap, percent of one CPU, within the cap bounds; once per control period.
+
+        Parameters
+        ----------
+        forwarded_pps : float
+            Rate the VR forwarded over the last period, packets/s.
+        setpoint_pps : float
+            Wanted rate, packets/s.
+        offered_pps : float, optional
+            Rate offered to the VR over the last period, packets/s (None: unknown).
+        cpu_percent : float, optional
+            CPU the VR used over the last period, percent of one CPU (the host's accounting);
+            None, NaN, infinite or negative: unknown.  A law that has no use for one ignores it.
+
+        Raises
+        ------
+        ControllerError
+            A rate that is not a finite number >= 0; the controller's state is unchanged.
+        """
+        ...
 
     def applied(self, cap_in_force_percent: float) -> None: ...
 

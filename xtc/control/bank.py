@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .bounded import BoundedController
-from .laws import (EXACT_DECADES, FLOAT_MAX, LN10, DESCENT_FRACTION, NOISE_SMOOTHING,
+from .bounded import FLOAT_MAX, BoundedController
+from .laws import (EXACT_DECADES, LN10, DESCENT_FRACTION, NOISE_SMOOTHING,
                    OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
                    PROBE_WINDOW_PERIODS, SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS,
                    XtcController)
@@ -62,8 +62,7 @@ class _Reuse:
     elements whose input differs, bit for bit, from the same position of the previous call.
 
     The function is pure, so where the input is the same the output is the same number: the result
-    is the function's, exactly.  Worth it where inputs repeat from period to period: setpoints,
-    the command inside the dead zone, caps in force that did not change.
+    is the function's, exactly (where inputs repeat: docs/design/control-law.md, "The bank").
     """
 
     __slots__ = ("f", "x", "y")
@@ -356,24 +355,19 @@ class ControllerBank:
     def step(self, ctls: Sequence[Any], forwarded_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
              at: Any = ALL_ROWS, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``ctl.step(measured, setpoint, offered, cpu)`` for every controller of ``ctls`` at once.
+        """``ctl.step(forwarded, setpoint, offered, cpu)`` (:meth:`xtc.control.Controller.step`) for every
+        controller of ``ctls`` at once.
 
         Parameters
         ----------
         ctls : sequence of controllers
             Each accepted by :meth:`accepts` (not checked here).
-        forwarded_pps, setpoint_pps : array of float
-            Per controller, packets/s.
-        offered_pps : array of float, optional
-            Per controller, packets/s; NaN where unknown (the scalar ``None``).
-
+        forwarded_pps, setpoint_pps, offered_pps, cpu_percent : array of float
+            Per controller, what its ``step`` takes; NaN where the scalar one is None (``offered_pps``
+            and ``cpu_percent`` may be None: all unknown).  ``cpu_percent`` is not checked.
         rows, at : Rows, optional; slice or array of int
             The controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order (all
             by default): the state is then read and written there, not in the objects.
-        cpu_percent : array of float, optional
-            Per controller, the CPU it used over the last period, percent of one CPU; NaN where
-            unknown (the scalar ``None``).  Not checked: a NaN or negative value is unknown, as in
-            the scalar law.
 
         Returns
         -------
@@ -399,10 +393,7 @@ class ControllerBank:
             return caps, ok
         if n == 0:
             return np.empty(0), ok
-        if self.cls is XtcController:
-            lag = self._lag_probe_in(ctls, y, r, off, rows, at) if self.tuning.lag_probe else None
-            return self._step_xtc(ctls, y, r, off, rows, at, cpu, lag), ok
-        return self._step_pi(ctls, y, r, rows, at), ok
+        return self._law(ctls, y, r, off, rows, at, cpu), ok
 
     def step_one(self, ctl: Any, y: float, r: float, off: float = math.nan, cpu: float = math.nan) -> float:
         """``ctl.step`` on rates it has checked (pps; ``off`` and ``cpu`` NaN where unknown): the law on
@@ -410,10 +401,15 @@ class ControllerBank:
         rows = ctl.__dict__["_rows"] if type(ctl) in _ROW_TYPES else self.rows((ctl,))
         at = ALL_ROWS if rows.n == 1 else np.array((ctl.__dict__["_row"],))  # its own row: views, not copies
         ys, rs, offs, cpus = (np.array((v,), dtype=np.float64) for v in (y, r, off, cpu))
+        return self._law((ctl,), ys, rs, offs, rows, at, cpus)[0].item()
+
+    def _law(self, ctls: Sequence[Any], y: np.ndarray, r: np.ndarray, off: np.ndarray, rows: Rows, at: Any,
+             cpu: np.ndarray | None) -> np.ndarray:
+        """The bank's law on checked rates (pps; ``off`` and ``cpu`` NaN where unknown): the next caps."""
         if self.cls is not XtcController:
-            return self._step_pi((ctl,), ys, rs, rows, at)[0].item()
-        lag = self._lag_probe_in((ctl,), ys, rs, offs, rows, at) if self.tuning.lag_probe else None
-        return self._step_xtc((ctl,), ys, rs, offs, rows, at, cpus, lag)[0].item()
+            return self._step_pi(y, r, rows, at)
+        lag = self._lag_probe_in(ctls, y, r, off, rows, at) if self.tuning.lag_probe else None
+        return self._step_xtc(y, r, off, rows, at, cpu, lag)
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
@@ -468,9 +464,8 @@ class ControllerBank:
                 lag.estimators[k] = le
         return lag
 
-    def _step_xtc(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
-                  rows: Rows, at: Any = ALL_ROWS, cpu: np.ndarray | None = None,
-                  lag: _Lag | None = None) -> np.ndarray:
+    def _step_xtc(self, y: np.ndarray, r: np.ndarray, off: np.ndarray, rows: Rows, at: Any = ALL_ROWS,
+                  cpu: np.ndarray | None = None, lag: _Lag | None = None) -> np.ndarray:
         """XTC's law (:class:`~xtc.control.laws.XtcController`'s docstring) on checked rates, with the lag
         probe's answer ``lag`` (None: the law without the lag); the next caps."""
         t = self.tuning
@@ -543,11 +538,9 @@ class ControllerBank:
         if lag is not None and lag.has_x.any():
             fine &= ~lag.has_x
         u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
-        e0 = self.params[4]
-        a = t.design_lag
-        kp = a / (1.0 - a)
+        kp, ki, e0 = self.params[2:5]
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
-        du_beat = (kp + self.params[3]) * E - kp * E_prev
+        du_beat = (kp + ki) * E - kp * E_prev
         if lag is not None and lag.observed.any():
             # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
             # in a probe's transient, to the settled rate that puts the next period's *mean* there.
@@ -635,8 +628,7 @@ class ControllerBank:
         u = np.where(move, np.minimum(self._u_max, np.maximum(self._u_min, u + du)), u)
         return u, np.minimum(self.caps.cap_max_percent, np.maximum(self.caps.cap_min_percent, self._pow10_u_step(u) + carry))
 
-    def _step_pi(self, ctls: Sequence[PaperPI], y_pps: np.ndarray, r_pps: np.ndarray,
-                 rows: Rows, at: Any = ALL_ROWS) -> np.ndarray:
+    def _step_pi(self, y_pps: np.ndarray, r_pps: np.ndarray, rows: Rows, at: Any = ALL_ROWS) -> np.ndarray:
         kp, ki = self.params[1].kp, self.params[1].ki
         dz = self.params[2]
         u, carry, e_prev_v, has_prev = rows.u[at], rows.carry[at], rows.e_prev[at], rows.has_e_prev[at]

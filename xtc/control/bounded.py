@@ -13,7 +13,10 @@ from typing import Any, Mapping
 
 from xtc.models import CapBounds
 
-__all__ = ["ControllerError", "BoundedController", "check_rate", "check_cap"]
+__all__ = ["ControllerError", "BoundedController", "check_rate", "check_cap", "FLOAT_MAX"]
+
+#: The largest finite float: ``0.0 <= v <= FLOAT_MAX`` is False for NaN, infinities and negatives.
+FLOAT_MAX = 1.7976931348623157e308
 
 
 class ControllerError(ValueError):
@@ -21,7 +24,9 @@ class ControllerError(ValueError):
 
 
 def check_rate(name: str, value: Any) -> float:
-    """Validate a rate in pps: a finite number >= 0."""
+    """Validate a rate in pps: a finite number >= 0 (a finite float >= 0, the meter's every value, as it is)."""
+    if type(value) is float and 0.0 <= value <= FLOAT_MAX:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ControllerError(f"{name} must be a number of packets/s, got {type(value).__name__}")
     v = float(value)

@@ -188,56 +188,51 @@ class LagEstimator:
         h = self._hist
         if self.samples or self.probed or self._pending is not None or len(h) < 2:
             return 0.0
-        (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1) = h[-3:] if len(h) >= 3 else (h[0],) + h
-        move = u1 - u0
-        if abs(move) < MIN_MOVE_DECADES or not self._at_rest(m_b, u_b, m0, u0, move) \
-                or fr1 >= UNCONSTRAINED_FRACTION or m0 <= 0:
-            return 0.0
-        d1 = m1 - m0
-        if d1 * move <= 0 or abs(d1) < PROBE_NOISE_SIGMAS * 1.4142135623730951 * noise_fraction * max(m0, m1):
+        found = self._move_from_rest(h[-3:] if len(h) >= 3 else (h[0],) + h)
+        m0, m1 = h[-2][0], h[-1][0]
+        if found is None or abs(found[1]) < PROBE_NOISE_SIGMAS * 1.4142135623730951 * noise_fraction * max(m0, m1):
             return 0.0
         self.probe_rest_pps = m0
-        return move
+        return found[0]
 
     def arm_probe(self) -> None:
         """The controller took the probe: the next period completes the sample (whatever the move then)."""
         self.probed = True
         self._probe_armed = True
 
-    def _at_rest(self, m_b: float, u_b: float, m0: float, u0: float, move: float) -> bool:
-        """Whether the period before a move was at rest: the cap nearly still, or for a probe the rate."""
-        return abs(u0 - u_b) <= REST_FRACTION * abs(move) or abs(m0 - m_b) <= PROBE_REST_FRACTION * m0
+    @staticmethod
+    def _move_from_rest(h: tuple[tuple[float, float, float], ...]) -> tuple[float, float] | None:
+        """(move, decades; first period's change of rate, pps) of a move from rest that can show the lag
+        (its guards: docs/design/control-law.md, "The lag estimator"): ``h`` starts with the period
+        before, the one at rest and the move's first.  None otherwise."""
+        (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1) = h[:3]
+        move, d1 = u1 - u0, m1 - m0
+        at_rest = abs(u0 - u_b) <= REST_FRACTION * abs(move) or abs(m0 - m_b) <= PROBE_REST_FRACTION * m0
+        if abs(move) < MIN_MOVE_DECADES or not at_rest or fr1 >= UNCONSTRAINED_FRACTION or m0 <= 0 or d1 * move <= 0:
+            return None
+        return move, d1
 
     def _sample(self, h: tuple[tuple[float, float, float], ...], noise_fraction: float) -> tuple[float, float] | None:
         """A lag sample completed by the newest period: (lag, x(g) at this period's start) or None."""
-        lim = UNCONSTRAINED_FRACTION
         pend, self._pending = self._pending, None
         if pend is not None:
             # Two lags explained the move's first two periods: the third decides.
             roots, m0, d1, moves = pend
-            m3, u3, fr3 = h[-1]
-            if fr3 >= lim:
-                return None
-            moves = moves + (u3 - h[-2][1],)
-            best = min(roots, key=lambda g: abs(self._predict(g, m0, d1, moves)[0] - m3))
-            pred, x = self._predict(best, m0, d1, moves)
-            if abs(pred - m3) > max(VERIFY_FRACTION, NOISE_SIGMAS * noise_fraction) * m3:
-                return None
-            return best, x
+            third = self._third(h, roots, m0, d1, moves, noise_fraction)
+            return None if third is None or third[2] else third[:2]
         if len(h) < 3:
             return None
         # Three periods since activation: the cap was at rest before the first (it was the VR's own).
-        (m_b, u_b, _), (m0, u0, _), (m1, u1, fr1), (m2, u2, fr2) = h[-4:] if len(h) >= 4 else (h[0],) + h
-        move = u1 - u0
+        periods = h[-4:] if len(h) >= 4 else (h[0],) + h
+        (m0, _, _), (_, u1, _), (m2, u2, fr2) = periods[1:]
         # A probe's follow-up was chosen for the sample, and its first period was judged when it was taken.
         probe, self._probe_armed = self._probe_armed and not self.samples, False
         if not probe:
             return None
-        if abs(move) < MIN_MOVE_DECADES or not self._at_rest(m_b, u_b, m0, u0, move) or fr1 >= lim or fr2 >= lim or m0 <= 0:
+        found = self._move_from_rest(periods)
+        if found is None or fr2 >= UNCONSTRAINED_FRACTION:
             return None
-        d1 = m1 - m0
-        if d1 * move <= 0:
-            return None
+        d1 = found[1]
         moves = (u2 - u1,)
         roots = self._roots(m0, d1, m2, moves[0], max(FIT_FRACTION, NOISE_SIGMAS * noise_fraction) * m2)
         if len(roots) == 1:
@@ -253,12 +248,21 @@ class LagEstimator:
         if chk is None:
             return
         g, m0, d1, moves, lag, samples = chk
+        third = self._third(h, (g,), m0, d1, moves, noise_fraction)
+        if third is not None and third[2]:
+            self._lag, self._pole, self.samples = lag, pole_of_lag(lag), samples
+
+    def _third(self, h: tuple[tuple[float, float, float], ...], lags: tuple[float, ...], m0: float, d1: float,
+               moves: tuple[float, ...], noise_fraction: float) -> tuple[float, float, bool] | None:
+        """The newest period, a move's third: of ``lags`` the one that predicts its rate best, the state at
+        its start (pps) and whether it misses the rate; None where it is offered-limited."""
         m3, u3, fr3 = h[-1]
         if fr3 >= UNCONSTRAINED_FRACTION:
-            return
-        pred = self._predict(g, m0, d1, moves + (u3 - h[-2][1],))[0]
-        if abs(pred - m3) > max(VERIFY_FRACTION, NOISE_SIGMAS * noise_fraction) * m3:
-            self._lag, self._pole, self.samples = lag, pole_of_lag(lag), samples
+            return None
+        moves = moves + (u3 - h[-2][1],)
+        best = min(lags, key=lambda g: abs(self._predict(g, m0, d1, moves)[0] - m3))
+        pred, x = self._predict(best, m0, d1, moves)
+        return best, x, abs(pred - m3) > max(VERIFY_FRACTION, NOISE_SIGMAS * noise_fraction) * m3
 
     @staticmethod
     def _predict(g: float, m0: float, d1: float, moves: tuple[float, ...]) -> tuple[float, float]:

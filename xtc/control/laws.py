@@ -28,16 +28,9 @@ __all__ = [
 ]
 
 
-#: The largest finite float: ``0.0 <= v <= FLOAT_MAX`` is False for NaN, infinities and negatives.
-FLOAT_MAX = 1.7976931348623157e308
 LN10 = math.log(10.0)
 #: A cap in force within 0.1% of the wanted one counts as exact (decades).
 EXACT_DECADES = math.log10(1.001)
-
-
-def _rate(name: str, v: Any) -> float:
-    """``check_rate``'s verdict; a finite float >= 0 (the meter's every value) passes as it is."""
-    return v if type(v) is float and 0.0 <= v <= FLOAT_MAX else check_rate(name, v)
 
 
 #: The law's constants that no configuration, CLI or named variant sets (``XtcTuning`` fields until
@@ -67,11 +60,7 @@ OBSERVER_TARGET_BOUNDS = (0.5, 2.0)
 
 @dataclass(frozen=True)
 class XtcTuning:
-    """Tuning of :class:`XtcController` (see its docstring for what each does).
-
-    ``design_lag``, ``dead_zone_fraction`` and ``lag_probe`` are what :func:`~xtc.control.make_controller`
-    and the daemon's ``[controller]`` set; the others are the law's gains and bands, set only by tests
-    of its properties (the constants above are the rest).
+    """Tuning of :class:`XtcController` (who sets which field: docs/design/control-law.md, "XtcTuning: 9 fields").
 
     Attributes
     ----------
@@ -90,8 +79,7 @@ class XtcTuning:
     cap_bound_fraction : float
         With a CPU reading (``cpu_percent`` of :meth:`XtcController.step`), the cap binds when the VR
         used at least this fraction of the cap in force over the last period; a cap that binds is
-        raised even where ``unconstrained_fraction`` would hold it (a TCP VR forwards nearly all it is
-        offered *because* its cap holds it).  0 switches the reading off.
+        raised even where ``unconstrained_fraction`` would hold it.  0 switches the reading off.
     fine_band_fraction : float
         Within this relative error the controller uses the gentle integral
         gain ``fine_gain`` instead of the dead-beat gains.
@@ -161,25 +149,10 @@ class XtcController(BoundedController):
 
     def step(self, forwarded_pps: float, setpoint_pps: float, offered_pps: float | None = None,
              cpu_percent: float | None = None) -> float:
-        """Next cap (percent of one CPU).
-
-        Parameters
-        ----------
-        forwarded_pps : float
-            Rate the VR forwarded over the last period, packets/s.
-        setpoint_pps : float
-            Wanted rate, packets/s.
-        offered_pps : float, optional
-            Rate offered to the VR over the last period, packets/s; enables the
-            "not cap-limited" guard.
-        cpu_percent : float, optional
-            CPU the VR used over the last period, percent of one CPU (the
-            host's accounting): at least ``cap_bound_fraction`` of the cap in
-            force overrules the "not cap-limited" guard.  None, NaN, infinite
-            or negative: unknown.
-        """
-        y, r = _rate("forwarded_pps", forwarded_pps), _rate("setpoint_pps", setpoint_pps)
-        offered = math.nan if offered_pps is None else _rate("offered_pps", offered_pps)
+        """Next cap (:meth:`xtc.control.Controller.step`).  ``offered_pps`` enables the "not cap-limited"
+        guard; ``cpu_percent`` at least ``cap_bound_fraction`` of the cap in force overrules it."""
+        y, r = check_rate("forwarded_pps", forwarded_pps), check_rate("setpoint_pps", setpoint_pps)
+        offered = math.nan if offered_pps is None else check_rate("offered_pps", offered_pps)
         from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
         return ControllerBank.of(self).step_one(self, y, r, offered, math.nan if cpu_percent is None else cpu_percent)
