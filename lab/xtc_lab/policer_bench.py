@@ -31,7 +31,8 @@ import numpy as np
 
 from xtc.policer.engine import percentiles
 
-__all__ = ["register", "run_bench", "run_fleet_bench", "start_policer", "policer_log", "PAGE", "PgServer"]
+__all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
+           "PgServer"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
 PAGE = 100
@@ -76,19 +77,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.fleet:
-        kw = dict(samples=args.samples, sample_link=args.sample_link, shards=args.shards, flapping_fraction=args.flapping,
-                  snapshot_interval_s=args.snapshot_interval, jitter=args.jitter)
-        if args.postgres:
-            with PgServer() as pg:
-                os.environ["XTC_POLICER_DB_URL"] = pg.new_database()
-                try:
-                    res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, **kw)
-                finally:
-                    del os.environ["XTC_POLICER_DB_URL"]
-                res["database"] = f"PostgreSQL {pg.version} (fsync on), started by the bench"
-        else:
-            res = run_fleet_bench(args.fleet, args.vrs, args.dead, args.duration, args.rate, **kw)
-            res["database"] = "SQLite (in the policer's processes)"
+        res = run_fleet_bench_on("pg" if args.postgres else "sqlite", args.fleet, args.vrs, args.dead, args.duration,
+                                 args.rate, samples=args.samples, sample_link=args.sample_link, shards=args.shards,
+                                 flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
+                                 jitter=args.jitter)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -492,6 +484,27 @@ def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
     return sum(b.user + b.system - a.user - a.system for a, b in zip(before, (p.cpu_times() for p in procs)))
+
+
+def run_fleet_bench_on(database: str, routers: int, vrs_per_router: int, dead_fraction: float, duration_s: float,
+                       rate_per_s: float, **kw: Any) -> dict[str, Any]:
+    """:func:`run_fleet_bench` with the policer on SQLite (``database`` ``"sqlite"``: a file in the
+    policer's processes) or on a throw-away PostgreSQL server (``"pg"``: :class:`PgServer`, its CPU
+    counted); the result names it (``database``)."""
+    if database not in ("sqlite", "pg"):
+        raise ValueError(f"database must be 'sqlite' or 'pg', got {database!r}")
+    if database == "sqlite":
+        res = run_fleet_bench(routers, vrs_per_router, dead_fraction, duration_s, rate_per_s, **kw)
+        res["database"] = "SQLite (in the policer's processes)"
+        return res
+    with PgServer() as pg:
+        os.environ["XTC_POLICER_DB_URL"] = pg.new_database()
+        try:
+            res = run_fleet_bench(routers, vrs_per_router, dead_fraction, duration_s, rate_per_s, **kw)
+        finally:
+            del os.environ["XTC_POLICER_DB_URL"]
+        res["database"] = f"PostgreSQL {pg.version} (fsync on), started by the bench"
+    return res
 
 
 def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction: float = 0.1,

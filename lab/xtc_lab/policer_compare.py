@@ -1,0 +1,62 @@
+"""One run of a before/after comparison of the policer's engine, as the results sessions record it.
+
+``python -m xtc_lab.policer_compare BEFORE_TREE before|after sqlite|pg ROUTERS DURATION OUT.json [JITTER]``
+
+:func:`~xtc_lab.policer_bench.run_fleet_bench_on` (the path behind ``xtc policer bench --fleet``):
+ROUTERS routers of 16 VRs, 10% dead, sample streams on, one engine shard, DURATION seconds measured,
+then 5 s of API load at 100 requests/s; the VRs' offered rates drawn anew every period within
+JITTER (default 0: steady).  *before* runs the product exported to BEFORE_TREE (``git archive REV
+xtc`` unpacked there), first on the path of this process and of its children; *after* the
+installed one.  Both use the installed testbed's bench and stand-in fleet, so the load is the same.
+Writes OUT.json (the bench's result with ``code``, the host's ``uptime`` before and after and its
+load average after: contention inflates CPU times, so only runs made close together compare) and
+prints a summary line.  docs/results/2026-11-27-policer-engine*/run.py call it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: The result's keys on the summary line.
+SUMMARY = ("code", "database", "routers", "measured_per_s", "engine_cpu_ms_per_measurement",
+           "database_cpu_ms_per_measurement", "policy_cycle_ms", "rss_mb", "warmup_s", "uptime")
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (6, 7) or args[1] not in ("before", "after"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    before_tree, code, database, out = args[0], args[1], args[2], Path(args[5])
+    routers, duration_s = int(args[3]), float(args[4])
+    jitter = float(args[6]) if len(args) > 6 else 0.0
+    if code == "before":
+        os.environ["PYTHONPATH"] = before_tree
+        sys.path[:0] = [before_tree]
+    # Only now, with the path set: the product these imports load is the one measured.
+    import xtc.policer.store as used
+    from xtc_lab.policer_bench import run_fleet_bench_on
+
+    if used.__file__ is None or used.__file__.startswith(before_tree) != (code == "before"):
+        print(f"{code}: the policer in use is {used.__file__}", file=sys.stderr)
+        return 1
+    started_s, uptime_before = time.time(), _uptime()
+    res = run_fleet_bench_on(database, routers, 16, 0.1, duration_s, 100.0, samples=True, shards=1, jitter=jitter)
+    res.update(code=code, uptime_before=uptime_before, load_average_after=os.getloadavg(), started_unix_s=started_s,
+               uptime=_uptime())
+    out.write_text(json.dumps(res, indent=1))
+    print(json.dumps({k: res.get(k) for k in SUMMARY}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
