@@ -120,3 +120,26 @@ def test_the_cap_of_a_netns_vr_is_read_from_its_cgroup(tmp_path):
         assert caps(vr) is None  # unlimited
     finally:
         caps.close()
+
+
+def test_first_entry_is_the_end_of_the_first_3_sample_mean_inside_the_band() -> None:
+    assert T.first_entry([500, 900, 1000, 1040, 1300], 1000.0) == 4  # (900 + 1000 + 1040) / 3 is within 5%
+    assert T.first_entry([500, 600, 700], 1000.0) is None
+
+
+def test_step_noise_stats_bound_the_steady_mean_by_its_noise() -> None:
+    """One 10 s hold at 1,000 pps: its steady half (t = 5..10) scatters by 100 pps around 1,000."""
+    t = [float(i) for i in range(1, 11)]
+    rate = [400.0, 800.0, 950.0, 1000.0, 900.0, 1100.0, 900.0, 1100.0, 900.0, 1100.0]
+    caps = [20.0] * 4 + [10.0, 10.0, 12.0, 10.0, None, 10.0]
+    series = {"vr1": {"t_s": t, "forwarded_pps": rate, "cap_percent": caps}}
+    doc = {"hold_s": 10.0, "controllers": {"xtc": {
+        "recording": {"series": series, "marks": [{"t_s": 0.0}]},
+        "steps": [{"setpoint_pps": 1000.0, "rel_error": 0.0, "settling_periods": 6}]}}}
+    (s,) = T.step_noise_stats(doc)
+    assert s["n_steady"] == 6 and s["rate_sd_percent"] == 10.0
+    assert s["mean_se_percent"] == round(10.0 / math.sqrt(6), 2)
+    assert s["first_entry_periods"] == 5 and s["settle_periods"] == 6  # (950 + 1000 + 900) / 3: 5% under
+    assert s["cap_median_percent"] == 10.0  # the caps of the steady half: 10, 10, 12, 10, (none), 10
+    table = T.step_noise_table([s]).splitlines()
+    assert len(table) == 3 and table[2] == f"| 1.0 | +0.0 | 10.0 | {s['mean_se_percent']} | 6 | 5 | 10.0 |"

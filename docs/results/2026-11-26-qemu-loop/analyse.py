@@ -4,6 +4,8 @@ Run from the repository root with the lab's venv:
     .venv/bin/python docs/results/2026-11-26-qemu-loop/analyse.py
 Reads capsweep*/capsweep.csv and tracking-default*/ and tracking-trained/
 tracking.json (those present); writes tracking.json, delay.json, tracking.png beside this file.
+The figure is the lab's (xtc_lab.lab.experiments.tracking.plot_vm_tracking); the script as it ran drew
+it itself (git show 639126c:docs/results/2026-11-26-qemu-loop/analyse.py).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def delay_from_sweep(csv: Path) -> dict:
 
 
 def main() -> int:
-    from xtc_lab.lab.experiments.tracking import vm_tracking_report
+    from xtc_lab.lab.experiments.tracking import plot_vm_tracking, vm_tracking_report
 
     sweeps = {name: HERE / name / "capsweep.csv" for name in ("capsweep", "capsweep-run1-loaded")}
     delays = {name: delay_from_sweep(csv) for name, csv in sweeps.items() if csv.exists()}
@@ -73,36 +75,10 @@ def main() -> int:
         return 1
     rep = vm_tracking_report(runs)
     (HERE / "tracking.json").write_text(json.dumps(rep, indent=1) + "\n")
-    plot(rep, HERE / "tracking.png")
+    plot_vm_tracking(rep, HERE / "tracking.png", f"XTC on a QEMU VR ({rep['accel']}): tracking, default vs trained model")
     for r in rep["runs"]:
         print(r["model"], r["uncapped_kpps"], [(x["setpoint_pps"], x["steady_mean_pps"], x["settle_periods"]) for x in r["rows"]])
     return 0
-
-
-def plot(rep: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for r in rep["runs"]:
-        sp = [x["setpoint_pps"] / 1000 for x in r["rows"]]
-        err = [100 * (x["steady_mean_pps"] - x["setpoint_pps"]) / x["setpoint_pps"] for x in r["rows"]]
-        st = [x["settle_periods"] if x["settle_periods"] is not None else float("nan") for x in r["rows"]]
-        a1.plot(sp, err, "o-", label=r["model"])
-        a2.plot(sp, st, "o-", label=r["model"])
-    a1.axhspan(-3, 3, color="green", alpha=0.1, label="goal: within 3%")
-    a1.set_ylabel("steady mean error (%)")
-    a1.legend(fontsize=8)
-    a2.axhline(5, color="green", ls="--", label="goal: 5 periods")
-    a2.set_ylabel("settling (periods; gap = never)")
-    a2.set_xlabel("setpoint (kp/s)")
-    a2.legend(fontsize=8)
-    a1.set_title(f"XTC on a QEMU VR ({rep['accel']}): tracking, default vs trained model", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -3,20 +3,18 @@
 Run from the repository root with the lab's venv:
     .venv/bin/python docs/results/2026-11-27-qemu-icount/analyse.py
 Prints the README's table; writes tracking.json (issue 49's schema) and steps.json when a
-tracking-*/tracking.json exists (same rules as ../2026-11-27-qemu-quiet/analyse.py, reused here).
+tracking-*/tracking.json exists (same rules as ../2026-11-27-qemu-quiet/analyse.py: the lab's
+step_noise_stats and step_noise_table; the script as it ran loaded them from that script, git show
+3988d09:docs/results/2026-11-27-qemu-icount/analyse.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("quiet", HERE.parent / "2026-11-27-qemu-quiet" / "analyse.py")
-quiet = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(quiet)
 
 
 def variants_table(name: str = "variants.json") -> None:
@@ -40,7 +38,7 @@ def variants_table(name: str = "variants.json") -> None:
 
 
 def tracking() -> None:
-    from xtc_lab.lab.experiments.tracking import vm_tracking_report
+    from xtc_lab.lab.experiments.tracking import step_noise_stats, step_noise_table, vm_tracking_report
 
     runs, stats = [], {}
     for p in sorted(HERE.glob("tracking-*/tracking.json")):
@@ -48,7 +46,7 @@ def tracking() -> None:
         label = "default" if doc["model"] == "paper" else Path(doc["model"]).name
         runs.append((label, doc))
         stats[p.parent.name] = {"model": label, "qemu_tuning": doc.get("qemu_tuning"), "hold_s": doc["hold_s"],
-                                "steps": quiet.step_stats(doc)}
+                                "steps": step_noise_stats(doc)}
     if not runs:
         return
     rep = vm_tracking_report(runs)
@@ -59,12 +57,7 @@ def tracking() -> None:
     (HERE / "steps.json").write_text(json.dumps(stats, indent=1) + "\n")
     for sub, st in stats.items():
         print(f"\n## {st['model']} ({sub}, tuning {st['qemu_tuning']!r}, holds {st['hold_s']:g} s)")
-        print("| setpoint kp/s | mean error % | 1 s sd % | SE of mean % | settle (rule) | first entry | cap median % |")
-        print("|---|---|---|---|---|---|---|")
-        for s in st["steps"]:
-            print(f"| {s['setpoint_pps'] / 1000:.1f} | {s['mean_error_percent']:+.1f} | {s['rate_sd_percent']} | "
-                  f"{s['mean_se_percent']} | {s['settle_periods'] if s['settle_periods'] is not None else '-'} | "
-                  f"{s['first_entry_periods'] if s['first_entry_periods'] is not None else '-'} | {s['cap_median_percent']} |")
+        print(step_noise_table(st["steps"]))
 
 
 if __name__ == "__main__":
