@@ -163,6 +163,26 @@ def test_state_round_trip(kind):
     assert d.step(44_000, 50_000) == c.step(44_000, 50_000)
 
 
+@pytest.mark.parametrize("kind, key", [("xtc", "E_prev_decades"), ("pi", "e_prev_kpps"), ("deadbeat", "e_prev_kpps")])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "0.1", True, [0.1]])
+def test_a_previous_error_that_is_no_finite_number_is_refused_and_changes_nothing(kind, key, bad):
+    """A state file's previous error goes into the next step's proportional term: a NaN made every
+    later cap NaN, an infinite one pinned the cap at a bound.  Refused (the daemon then restarts the
+    controller from the VR's cap); the controller is as it was."""
+    c = make_controller(PAPER, kind)
+    c.start(40.0)
+    c.step(30_000, 50_000)
+    snap = c.to_state()
+    d = make_controller(PAPER, kind)
+    d.start(20.0)
+    before = d.to_state()
+    with pytest.raises(ControllerError, match=key):
+        d.restore_state({**snap, key: bad})
+    assert d.to_state() == before
+    d.restore_state({**snap, key: None})  # none yet: the next step has no proportional kick
+    assert math.isfinite(d.step(44_000, 50_000))
+
+
 def test_restore_of_another_kind_is_refused():
     c = make_controller(PAPER, "pi")
     with pytest.raises(ControllerError):

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from xtc.models import CapBounds
 
-__all__ = ["ControllerError", "BoundedController", "check_rate", "check_cap", "FLOAT_MAX"]
+__all__ = ["ControllerError", "BoundedController", "check_rate", "check_cap", "previous_error", "FLOAT_MAX"]
 
 #: The largest finite float: ``0.0 <= v <= FLOAT_MAX`` is False for NaN, infinities and negatives.
 FLOAT_MAX = 1.7976931348623157e308
@@ -44,6 +44,17 @@ def check_cap(name: str, value: Any) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ControllerError(f"{name} must be a finite cap > 0 percent, got {v}")
     return v
+
+
+def previous_error(state: Mapping[str, Any], key: str) -> float | None:
+    """A state file's previous error (``state[key]``; None or absent: none yet), which the next step's
+    proportional term multiplies: a finite number, or :class:`ControllerError` naming the key."""
+    v = state.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ControllerError(f"state has {key} = {v!r} (must be a finite number or null)")
+    return float(v)
 
 
 class BoundedController:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from xtc.models import CapBounds, LogCapModel
 
-from .bounded import BoundedController, ControllerError, check_rate
+from .bounded import BoundedController, ControllerError, check_rate, previous_error
 from .estimate import LagEstimator
 
 __all__ = [
@@ -180,9 +180,9 @@ class XtcController(BoundedController):
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
+        e_prev = previous_error(state, "E_prev_decades")
         super().restore_state(state)
-        e = state.get("E_prev_decades")
-        self._E_prev = None if e is None else float(e)
+        self._E_prev = e_prev
         n = state.get("noise_decades")
         if n is not None and math.isfinite(float(n)) and float(n) > 0:
             self._noise_log = float(n)

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from xtc.models import CapBounds, Gains
 
-from .bounded import BoundedController, ControllerError, check_rate
+from .bounded import BoundedController, ControllerError, check_rate, previous_error
 
 __all__ = ["PaperPI", "FixedCap", "FIXED_CAP_TABLE1"]
 
@@ -61,9 +61,9 @@ class PaperPI(BoundedController):
         return s
 
     def restore_state(self, state: Mapping[str, Any]) -> None:
+        e_prev = previous_error(state, "e_prev_kpps")
         super().restore_state(state)
-        e = state.get("e_prev_kpps")
-        self._e_prev = None if e is None else float(e)
+        self._e_prev = e_prev
 
 
 # Table 1 of the paper: setpoint (kp/s) -> cap (%), measured at 100 kp/s UDP offered.
