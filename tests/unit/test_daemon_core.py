@@ -207,6 +207,24 @@ def test_state_with_other_controller_kind_restarts_from_the_saved_cap():
     assert d.instances["vr1"].cap_percent == pytest.approx(40.0)
 
 
+def test_a_state_file_whose_previous_error_is_nan_restarts_the_controller_from_the_saved_cap():
+    """A NaN previous error (a hand-edited or damaged state file: JSON's NaN) was taken as it was, and
+    every cap after it was NaN; now the controller state is not reused and the VR's caps stay finite."""
+    c = core_with("vr1")
+    activate(c, "vr1", 20000.0, 40.0)
+    for a in c.period(1.0, {"vr1": VrReading(30000.0, 100000.0)}):
+        c.cap_written(a.vr, a.cap_percent, 1.0)
+    doc = json.loads(json.dumps(c.to_state()))
+    doc["instances"]["vr1"]["controller"]["E_prev_decades"] = math.nan
+    saved_cap = doc["instances"]["vr1"]["cap_percent"]
+    d = core_with("vr1")
+    notes = d.load_state(json.loads(json.dumps(doc)))
+    assert len(notes) == 1 and "not reused" in notes[0] and "E_prev_decades" in notes[0]
+    assert d.instances["vr1"].cap_percent == pytest.approx(saved_cap)
+    caps = [a.cap_percent for a in d.period(2.0, {"vr1": VrReading(25000.0, 100000.0)}) if isinstance(a, SetCap)]
+    assert caps and all(math.isfinite(x) and 1.0 <= x <= 100.0 for x in caps)
+
+
 @pytest.mark.parametrize(
     "mutate, words",
     [
