@@ -32,6 +32,7 @@ import xtc.models
 from xtc.control import KINDS, make_controller
 from xtc_lab.sim.plant import Dom0Config, Plant, PlantConfig, VRConfig, udp
 from xtc_lab.sim.run import run_loop
+from xtc_lab.unwind import unwinding
 
 VR_NAMES = ("red", "blue")
 
@@ -187,6 +188,7 @@ def main_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+@unwinding
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="two VRs held at two setpoints, live table and plot (host lab, else simulated)",
                        epilog="example: xtc demo --sim --duration-s 30")

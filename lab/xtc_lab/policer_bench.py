@@ -30,6 +30,7 @@ import httpx
 import numpy as np
 
 from xtc.policer.engine import percentiles
+from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
            "PgServer"]
@@ -38,6 +39,7 @@ __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "st
 PAGE = 100
 
 
+@unwinding
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``bench`` to ``xtc policer``'s actions (entry point group ``xtc.policer_commands``)."""
     s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)",

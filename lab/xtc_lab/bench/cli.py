@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from xtc_lab.unwind import unwinding
+from xtc_lab.xco.bench import add_xco
+
 from .control_bench import add_control
 from .daemon_bench import add_daemon
-from xtc_lab.xco.bench import add_xco
 
 __all__ = ["register"]
 
@@ -17,6 +19,7 @@ __all__ = ["register"]
 _ADDERS: list[Callable[[Any], None]] = [add_control, add_daemon, add_xco]
 
 
+@unwinding
 def register(subparsers: Any) -> None:
     """Add ``bench`` and its subcommands to the ``xtc`` command."""
     p = subparsers.add_parser("bench", help="benchmarks (control: controllers on the simulated plant)",

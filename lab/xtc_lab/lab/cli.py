@@ -15,11 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xtc_lab.unwind import unwinding
+
 EXIT_OK, EXIT_ERROR, EXIT_GOALS, EXIT_UNSUPPORTED = 0, 1, 3, 4
 #: ``--kind`` choices (the same as xtc_lab.lab.harness.LAB_MODES, kept here so the parser imports nothing heavy).
 LAB_KINDS = ("lxc", "netns", "qemu")
 
 
+@unwinding
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("lab", help="the host lab (real LXC VRs, real packets) and the paper's experiments on it",
                                epilog="example: xtc lab run tracking --quick --out out/lab")

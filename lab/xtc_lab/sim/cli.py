@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xtc_lab.unwind import unwinding
+
 __all__ = ["register", "main"]
 
 _HELP = {
@@ -52,6 +54,7 @@ def _csv_floats(text: str) -> list[float]:
     return vals
 
 
+@unwinding
 def register(subparsers: Any) -> None:
     """Add ``simulate`` and its experiments to the ``xtc`` command."""
     p = subparsers.add_parser("simulate", help="run the XTC paper's experiments on the simulated plant",

@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xtc_lab.unwind import unwinding
+
 DEFAULT_NAME = "xco-lab"
 DEFAULT_OUT = Path("docs/results/xco")
 
 
+@unwinding
 def register(subparsers: Any) -> None:
     """Add ``lab`` to the ``xtc xco`` subcommands."""
     from xtc_lab.xco.experiments import EXPERIMENTS, MODES
