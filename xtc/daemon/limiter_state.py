@@ -5,7 +5,9 @@ and the faults (issue 48; docs/design/early-drop.md, docs/guide/early-drop.md).
 each period between the controllers' decisions and the cap writes, so a limit is raised
 *before* the cap it must let through is written).  Its decisions come from the pure
 :func:`xtc.daemon.limiter_policy.decide`; its only outside system is a
-:class:`xtc.host.limiter.Limiter` (the TBF adapter :class:`xtc.host.tclimiter.TcLimiter`).
+:class:`xtc.host.limiter.Limiter` (the eBPF bucket :class:`xtc.host.bpflimiter.BpfLimiter` or the
+TBF :class:`xtc.host.tclimiter.TcLimiter`, ``daemon.early_drop_limiter``); the setting it is given
+carries the limit both in packets/s (with the credit in seconds) and in bytes/s.
 
 What it guarantees:
 
@@ -13,7 +15,7 @@ What it guarantees:
   manager API) or, when the activation did not say, when ``daemon.early_drop`` is on.  The
   choice is part of the daemon's state file (``"early_drop"``), so it survives restarts.
 - **Nothing left behind**: deactivation and SIGTERM remove the VR's limiters (the interfaces get
-  their kernel default root back, what they had before).  A restart (after SIGKILL or a crash)
+  back exactly the queueing they had before).  A restart (after SIGKILL or a crash)
   *removes* every limiter it finds on the VRs' interfaces (:meth:`EarlyDrop.start`) rather than
   adopting it: the limit it had was derived from rates of a period that is gone; the next
   period derives a fresh one from the VR's measured rates.  A VR that reboots re-creates its
@@ -285,7 +287,8 @@ class EarlyDrop:
         if want is v.limit and not v.stale and ifaces == v.ifaces:
             return
         raising = v.limit is None or want.rate_pps > v.limit.rate_pps
-        setting = LimiterSetting(want.rate_bytes_per_s, want.burst_bytes)
+        setting = LimiterSetting(want.rate_bytes_per_s, want.burst_bytes, rate_pps=want.rate_pps,
+                                 burst_s=self.tuning.burst_s)
         for gone in set(v.ifaces) - set(ifaces):
             self._remove_iface(vr, gone)
         ok = True

@@ -49,6 +49,9 @@ def _setting(o: tccodec.TcObject) -> LimiterSetting | None:
 class TcLimiter:
     """Early drop's limiters of one network namespace (the host's, or ``netns``)."""
 
+    #: What the limit counts: bytes (``LimiterSetting.rate_bytes_per_s`` and ``burst_bytes``).
+    counts = "bytes"
+
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
         #: Interface name -> index, as last looked up (one name per index): the per-period read of
