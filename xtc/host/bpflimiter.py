@@ -93,6 +93,7 @@ class BpfLimiter:
             self._close_fds()
             raise LimiterError(f"early-drop limiter (bpf): {e}") from None
         self._batch = True  # BPF_MAP_LOOKUP_BATCH until the kernel says it has none
+        self._last: dict[str, int] = {}  # each interface's drop counter at the last read
 
     # ------------------------------------------------------------------ helpers
     def _where(self, ifname: str) -> str:
@@ -280,34 +281,47 @@ class BpfLimiter:
 
     def dropped_by_interface(self, ifnames: Iterable[str]) -> dict[str, int]:
         """Every limiter's drop counter in one ``BPF_MAP_LOOKUP_BATCH`` (a look-up per interface on a
-        kernel without batches); only interfaces this adapter limits are in the answer."""
+        kernel without batches); only interfaces this adapter limits are in the answer.
+
+        An interface re-created since its install (a VR that rebooted: a new index, the filter gone
+        with the old device) is missing from the answer, so that the daemon installs it again: its
+        old entry no longer counts, so the index is looked up again for the interfaces whose counter
+        did not move since the last read (a binding limiter's moves every period: few look-ups)."""
         by_index = {on.ifindex: n for n in ifnames if (on := self._on.get(n)) is not None}
         if not by_index:
             return {}
         try:
-            if self._batch:
-                try:
-                    rows = bpfsys.map_lookup_batch(self._drops_fd, bpfprog.KEY_BYTES, bpfprog.DROPS_VALUE_BYTES,
-                                                   max(64, len(self._on) + 16))
-                    out = {}
-                    for k, v in rows:
-                        n = by_index.get(struct.unpack("<I", k)[0])
-                        if n is not None:
-                            out[n] = _U64.unpack(v)[0]
-                    return out
-                except bpfsys.BpfError as e:
-                    if e.errno not in (errno.EINVAL, errno.ENOTSUP, 524):  # 524: ENOTSUPP (kernel-internal)
-                        raise
-                    self._batch = False
-            out = {}
-            for i, n in by_index.items():
-                v = bpfsys.map_lookup(self._drops_fd, bpfprog.ifindex_key(i), bpfprog.DROPS_VALUE_BYTES)
-                if v is not None:
-                    out[n] = _U64.unpack(v)[0]
-            return out
+            got = self._read_drops(by_index)
         except bpfsys.BpfError as e:
             raise LimiterError(f"early-drop limiter (bpf){f' (netns {self.netns})' if self.netns else ''}: "
                                f"read the drop counters: {e}") from None
+        for n, d in list(got.items()):
+            if self._last.get(n) == d and self._index(n) != self._on[n].ifindex:
+                del got[n]
+        self._last = dict(got)
+        return got
+
+    def _read_drops(self, by_index: dict[int, str]) -> dict[str, int]:
+        if self._batch:
+            try:
+                rows = bpfsys.map_lookup_batch(self._drops_fd, bpfprog.KEY_BYTES, bpfprog.DROPS_VALUE_BYTES,
+                                               max(64, len(self._on) + 16))
+                out = {}
+                for k, v in rows:
+                    n = by_index.get(struct.unpack("<I", k)[0])
+                    if n is not None:
+                        out[n] = _U64.unpack(v)[0]
+                return out
+            except bpfsys.BpfError as e:
+                if e.errno not in (errno.EINVAL, errno.ENOTSUP, 524):  # 524: ENOTSUPP (kernel-internal)
+                    raise
+                self._batch = False
+        out = {}
+        for i, n in by_index.items():
+            v = bpfsys.map_lookup(self._drops_fd, bpfprog.ifindex_key(i), bpfprog.DROPS_VALUE_BYTES)
+            if v is not None:
+                out[n] = _U64.unpack(v)[0]
+        return out
 
     def _close_fds(self) -> None:
         for fd in (self._prog_fd, self._limits_fd, self._drops_fd):
