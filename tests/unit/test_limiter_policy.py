@@ -13,6 +13,7 @@ from xtc.daemon.limiter_policy import (
     decide,
     floor_pps,
     limit_bytes,
+    tuning_for,
 )
 
 T = LimiterTuning()
@@ -114,3 +115,17 @@ def test_a_limit_in_place_is_kept_between_the_keep_and_the_install_thresholds():
     assert decide(inputs(setpoint=2_000, forwarded=2_000, model=None, offered=2_000 * 1.3), None) is not None
     with pytest.raises(ValueError, match="keep_fraction"):
         LimiterTuning(keep_fraction=0.3)  # above excess_fraction: no hysteresis, the other way round
+
+
+def test_each_limiter_has_its_tuning_and_the_configured_margin_and_credit_override_it():
+    bpf, tbf = tuning_for("bpf"), tuning_for("tbf")
+    assert (bpf.margin_fraction, bpf.step_fraction, bpf.burst_s) == (0.05, 0.03, 0.3)
+    assert (tbf.margin_fraction, tbf.step_fraction, tbf.burst_s) == (0.2, 0.1, 0.02)
+    t = tuning_for("bpf", margin_fraction=0.1, credit_s=0.5)
+    assert (t.margin_fraction, t.step_fraction, t.burst_s) == (0.1, 0.03, 0.5)
+    with pytest.raises(ValueError, match="'bpf' or 'tbf'"):
+        tuning_for("htb")
+    # the eBPF limit sits 5% above the setpoint of a VR forwarding its setpoint (the TBF's 20%)
+    x = LimitInputs(20_000.0, 20_000.0, 93_000.0, None, 524.0)
+    assert decide(x, None, bpf).rate_pps == pytest.approx(21_000.0)
+    assert decide(x, None, tbf).rate_pps == pytest.approx(24_000.0)
