@@ -54,7 +54,7 @@ def test_phases_alternate_repetition_by_repetition() -> None:
 
 def test_the_input_limiter_holds_the_daemons_level_on_the_generator_port() -> None:
     assert tp.default_input_factor() == pytest.approx(1.32)
-    assert tp.default_input_factor("bpf") == pytest.approx(1.05 * 1.03)  # the eBPF limit's level
+    assert tp.default_input_factor("bpf") == pytest.approx(1.05 * 1.02)  # the eBPF limit's level
     d = tp.input_drop_for("xtcx-ab12", vr(2), setpoint_pps=20_000, factor=1.32, frame_bytes=524)
     assert (d.port, d.ifb, d.dst_addr) == ("xtcx-ab12-g2", "xtcx-ab12-i2", "198.18.2.2")
     assert d.rate_bytes_per_s == math.ceil(1.32 * 20_000 * 524)
@@ -368,7 +368,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     j = on_off.index(("window", "xtc+input-bpf #2", 12.0))
     assert on_off[j + 1:j + 4] == [("bpf on", "xtcx-ab12-g2", "02:00:00:00:00:22"), ("bpf off", "xtcx-ab12-g2"),
                                    ("daemon stopped",)]
-    assert result["input_bpf"]["rate_pps"] == pytest.approx(1.05 * 1.03 * 20_000)
+    assert result["input_bpf"]["rate_pps"] == pytest.approx(1.05 * 1.02 * 20_000)
     assert sum(e[0] == "daemon" for e in events) == 8 == sum(e[0] == "daemon stopped" for e in events)
     assert result["input_drop"]["rate_bytes_per_s"] == math.ceil(1.32 * 20_000 * 524)
     assert set(out.result["phases"]) == set(tp.PHASES) - {"xtc+early-drop-tbf"} and len(out.result["windows"]) == 10

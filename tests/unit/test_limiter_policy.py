@@ -119,10 +119,10 @@ def test_a_limit_in_place_is_kept_between_the_keep_and_the_install_thresholds():
 
 def test_each_limiter_has_its_tuning_and_the_configured_margin_and_credit_override_it():
     bpf, tbf = tuning_for("bpf"), tuning_for("tbf")
-    assert (bpf.margin_fraction, bpf.step_fraction, bpf.burst_s) == (0.05, 0.03, 0.3)
+    assert (bpf.margin_fraction, bpf.step_fraction, bpf.burst_s) == (0.05, 0.02, 0.3)
     assert (tbf.margin_fraction, tbf.step_fraction, tbf.burst_s) == (0.2, 0.1, 0.02)
     t = tuning_for("bpf", margin_fraction=0.1, credit_s=0.5)
-    assert (t.margin_fraction, t.step_fraction, t.burst_s) == (0.1, 0.03, 0.5)
+    assert (t.margin_fraction, t.step_fraction, t.burst_s) == (0.1, 0.02, 0.5)
     with pytest.raises(ValueError, match="'bpf' or 'tbf'"):
         tuning_for("htb")
     # the eBPF limit sits 5% above the setpoint of a VR forwarding its setpoint (the TBF's 20%)

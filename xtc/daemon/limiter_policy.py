@@ -94,10 +94,10 @@ DEFAULT_TUNING = LimiterTuning()
 #: The TBF's tuning (a short bucket: it has a queue of one bucket, so a deep one would delay).
 TBF_TUNING = DEFAULT_TUNING
 #: The eBPF bucket's tuning: queue-less, so a deep credit (0.3 s) costs no delay and absorbs the
-#: sender's bursts; the limit sits 5-8% above what the VR forwards at its cap (margin 0.05, step
-#: 0.03: a change is one map update, so small steps are cheap) rather than 32% (measured:
+#: sender's bursts; the limit sits 5-7% above what the VR forwards at its cap (margin 0.05, step
+#: 0.02: a change is one map update, so small steps are cheap) rather than 32% (measured:
 #: docs/design/early-drop.md).
-BPF_TUNING = LimiterTuning(margin_fraction=0.05, step_fraction=0.03, burst_s=0.3)
+BPF_TUNING = LimiterTuning(margin_fraction=0.05, step_fraction=0.02, burst_s=0.3)
 
 
 def tuning_for(limiter: str, margin_fraction: float | None = None, credit_s: float | None = None) -> LimiterTuning:

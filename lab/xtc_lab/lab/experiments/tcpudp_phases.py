@@ -24,7 +24,7 @@ run, as in the classic run):
 * ``xtc+input-bpf``: the same rate, dropped on the same port by a packet-rate bucket in eBPF
   (:mod:`xtc_lab.lab.bpfbucket`: cls_bpf direct-action keyed by the destination MAC of the
   frames through the VR; no IFB hop for what passes, the product's credit, and by default the
-  level of the product's eBPF limit, 1.08x the setpoint): the product's bucket, placed before the
+  level of the product's eBPF limit, 1.07x the setpoint): the product's bucket, placed before the
   bridge instead of on the vif (what the place costs).
 
 Per window (one phase, one repetition): what the UDP generator sent (host RX of its port, before
@@ -125,7 +125,7 @@ def phase_order(phases: Sequence[str], alternate: int) -> list[tuple[int, str]]:
 def default_input_factor(limiter: str = "tbf") -> float:
     """The input-side limit over the UDP setpoint: (1 + margin)(1 + step) of the daemon's ``limiter``
     (the level its limit holds for a VR that forwards its setpoint): 1.32 for the TBF (the IFB +
-    TBF phase), 1.08 for the eBPF bucket (the input-side bucket's phase)."""
+    TBF phase), 1.07 for the eBPF bucket (the input-side bucket's phase)."""
     from xtc.daemon.limiter_policy import tuning_for
 
     t = tuning_for(limiter)
