@@ -59,6 +59,9 @@ LIMITS_MAP, DROPS_MAP = "xtc_ed_limits", "xtc_ed_drops"
 #: Interfaces one adapter can limit at once (map entries, allocated as they are used).
 MAX_INTERFACES = 16384
 _U64 = struct.Struct("<Q")
+#: Interfaces whose drop counter did not move that one read looks up again (a re-created one is
+#: then missing from the answer, and the daemon installs its limit again).
+_INDEX_CHECKS_PER_READ = 8
 
 
 @dataclass
@@ -94,6 +97,7 @@ class BpfLimiter:
             raise LimiterError(f"early-drop limiter (bpf): {e}") from None
         self._batch = True  # BPF_MAP_LOOKUP_BATCH until the kernel says it has none
         self._last: dict[str, int] = {}  # each interface's drop counter at the last read
+        self._turn = 0  # where the next read's index look-ups start among the idle interfaces
 
     # ------------------------------------------------------------------ helpers
     def _where(self, ifname: str) -> str:
@@ -286,7 +290,8 @@ class BpfLimiter:
         An interface re-created since its install (a VR that rebooted: a new index, the filter gone
         with the old device) is missing from the answer, so that the daemon installs it again: its
         old entry no longer counts, so the index is looked up again for the interfaces whose counter
-        did not move since the last read (a binding limiter's moves every period: few look-ups)."""
+        did not move since the last read, a few a read in turn (the daemon also installs a VR's
+        limit again when its counters reset or its interfaces change: a reboot)."""
         by_index = {on.ifindex: n for n in ifnames if (on := self._on.get(n)) is not None}
         if not by_index:
             return {}
@@ -295,10 +300,14 @@ class BpfLimiter:
         except bpfsys.BpfError as e:
             raise LimiterError(f"early-drop limiter (bpf){f' (netns {self.netns})' if self.netns else ''}: "
                                f"read the drop counters: {e}") from None
-        for n, d in list(got.items()):
-            if self._last.get(n) == d and self._index(n) != self._on[n].ifindex:
-                del got[n]
+        idle = sorted(n for n, d in got.items() if self._last.get(n) == d)
         self._last = dict(got)
+        if idle:  # a few of them each read, in turn: an index look-up costs a system call
+            start = self._turn % len(idle)
+            self._turn += _INDEX_CHECKS_PER_READ
+            for n in (idle + idle)[start:start + min(_INDEX_CHECKS_PER_READ, len(idle))]:
+                if self._index(n) != self._on[n].ifindex:
+                    del got[n]
         return got
 
     def _read_drops(self, by_index: dict[int, str]) -> dict[str, int]:
