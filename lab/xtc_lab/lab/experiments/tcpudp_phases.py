@@ -86,7 +86,7 @@ UDP_HOLD_TOLERANCE = 0.03  # the UDP VR's forwarding, within this of its setpoin
 PAPER_TCP_GAIN_KPPS = PAPER_KPPS["tcp_gain"]
 #: The numbers every phase object of the report carries (issue 48's schema and what answers it).
 KEYS = ("udp_sent_kpps", "udp_sender_kpps", "udp_handed_kpps", "udp_setpoint_kpps", "udp_forwarded_kpps", "udp_dropped_in_vr_kpps",
-        "udp_socket_drop_kpps", "udp_dropped_by_vif_limiter_kpps", "udp_dropped_at_input_kpps",
+        "udp_socket_drop_kpps", "udp_dropped_by_vif_limiter_kpps", "udp_dropped_at_input_kpps", "udp_vif_limit_kpps",
         "tcp_handed_kpps", "tcp_forwarded_kpps", "tcp_setpoint_kpps", "tcp_dropped_in_vr_kpps",
         "tcp_dropped_by_vif_limiter_kpps", "tcp_goodput_mbps",
         "tcp_cap_percent", "udp_cap_percent", "tcp_vr_cpu_percent", "udp_vr_cpu_percent",
@@ -197,6 +197,9 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
         out[f"{key}_vr_cpu_percent"] = vr.get("cpu_percent", math.nan)
         out[f"{key}_tools_cpu_percent"] = 100.0 * per_s("tools_ticks", key) / tps
         out[f"{key}_limited"] = bool(e1.get("limited", {}).get(key, False))
+        # the eBPF limit on the VR's vifs at the window's start and end (NaN: none, or the TBF's)
+        out[f"{key}_vif_limit_kpps"] = statistics.fmean(
+            [e.get("vif_limit_pps", {}).get(key, math.nan) for e in (e0, e1)]) / 1e3
     out["udp_sent_kpps"] = per_s("sent", "udp") / 1e3
     # the sender's own count over its whole stream (host RX of the port misses what an ingress redirect drops)
     out["udp_sender_kpps"] = k((summary["udp"].get("sender") or {}).get("sent_pps"))
@@ -383,7 +386,7 @@ def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: floa
     """The counters a window needs besides the CPU picture (see :func:`window_record`)."""
     c = read_packet_counters()
     out: dict[str, Any] = {"t_s": time.monotonic(), "ticks_per_s": ticks_per_s, "sent": {}, "vif_limiter_drops": {},
-                           "limited": {}, "tools_ticks": {}}
+                           "limited": {}, "tools_ticks": {}, "vif_limit_pps": {}}
     for key, vr in vrs.items():
         port = c.get(f"{lab.prefix}-g{vr.k}")
         out["sent"][key] = None if port is None else port[0]  # host RX of the generator's port: what it sent
@@ -393,6 +396,7 @@ def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: floa
                                          + sum(int(b["dropped_packets"]) for b in bpf if b is not None))
         out["limited"][key] = (any(inputdrop.has_of(r, "tbf", ED_HANDLE) for r in rows)
                                or any(b is not None for b in bpf))
+        out["vif_limit_pps"][key] = max((b.get("rate_pps", math.nan) for b in bpf if b is not None), default=math.nan)
         ticks = 0
         for ns in (vr.tg_ns, vr.tr_ns):
             for pid in pids_in_netns(ns):
