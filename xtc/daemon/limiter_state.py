@@ -89,6 +89,8 @@ class EarlyDrop:
         #: Packets/s each limited VR's limiters dropped over the last period: part of what it was
         #: offered, which the daemon reports as handed + dropped (:meth:`ControlLoop._early_drop_period`).
         self.dropped_pps: dict[str, float] = {}
+        #: The limiter counts bytes (the TBF): each period measures the VR's mean packet size for it.
+        self._counts_bytes = getattr(limiter, "counts", "bytes") != "packets"
 
     # ------------------------------------------------------------------ choice and state
     def choose(self, vr: str, on: bool | None) -> None:
@@ -265,7 +267,8 @@ class EarlyDrop:
                 if v.limit is not None:
                     self.dropped_pps[vr] = self._dropped_pps(v, period_s, drops)
                 continue
-            self._mean_bytes(v, ifaces, counters)
+            if self._counts_bytes:  # the TBF's rate is in bytes, from the mean packet size
+                self._mean_bytes(v, ifaces, counters)
             dropped = self._dropped_pps(v, period_s, drops)
             if v.limit is not None:
                 self.dropped_pps[vr] = dropped

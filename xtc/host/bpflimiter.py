@@ -38,6 +38,8 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from xtc.host import bpfprog, bpfsys, qdiscs, tccodec
 from xtc.host.netlink import (
     NetlinkError,
@@ -313,14 +315,12 @@ class BpfLimiter:
     def _read_drops(self, by_index: dict[int, str]) -> dict[str, int]:
         if self._batch:
             try:
-                rows = bpfsys.map_lookup_batch(self._drops_fd, bpfprog.KEY_BYTES, bpfprog.DROPS_VALUE_BYTES,
-                                               max(64, len(self._on) + 16))
-                out = {}
-                for k, v in rows:
-                    n = by_index.get(struct.unpack("<I", k)[0])
-                    if n is not None:
-                        out[n] = _U64.unpack(v)[0]
-                return out
+                keys, values, count = bpfsys.map_dump_batch(self._drops_fd, bpfprog.KEY_BYTES,
+                                                            bpfprog.DROPS_VALUE_BYTES, max(64, len(self._on) + 16))
+                got = by_index.get
+                return {n: d for i, d in zip(np.frombuffer(keys, "<u4", count).tolist(),
+                                             np.frombuffer(values, "<u8", count).tolist(), strict=True)
+                        if (n := got(i)) is not None}
             except bpfsys.BpfError as e:
                 if e.errno not in (errno.EINVAL, errno.ENOTSUP, 524):  # 524: ENOTSUPP (kernel-internal)
                     raise

@@ -37,6 +37,7 @@ __all__ = [
     "close",
     "map_create",
     "map_delete",
+    "map_dump_batch",
     "map_get_fd_by_id",
     "map_info",
     "map_lookup",
@@ -137,11 +138,20 @@ def map_delete(map_fd: int, key: bytes) -> bool:
 def map_lookup_batch(map_fd: int, key_bytes: int, value_bytes: int, max_entries: int) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of a hash map, ``max_entries`` at a time in one call each (usually one call
     in all).  Raises :class:`BpfError` with ``EINVAL``/``ENOTSUPP`` on a kernel without batches (< 5.6)."""
+    keys, values, n = map_dump_batch(map_fd, key_bytes, value_bytes, max_entries)
+    return [(keys[i * key_bytes:(i + 1) * key_bytes], values[i * value_bytes:(i + 1) * value_bytes]) for i in range(n)]
+
+
+def map_dump_batch(map_fd: int, key_bytes: int, value_bytes: int, max_entries: int) -> tuple[bytes, bytes, int]:
+    """:func:`map_lookup_batch` as two buffers, the keys and the values back to back, and their count
+    (for a decoder that takes them whole, e.g. numpy)."""
+    kparts: list[bytes] = []
+    vparts: list[bytes] = []
+    total = 0
     keys = ctypes.create_string_buffer(key_bytes * max_entries)
     values = ctypes.create_string_buffer(value_bytes * max_entries)
     batch_in = ctypes.create_string_buffer(8)
     batch_out = ctypes.create_string_buffer(8)
-    out: list[tuple[bytes, bytes]] = []
     first = True
     while True:
         attr = ctypes.create_string_buffer(struct.pack(
@@ -155,10 +165,11 @@ def map_lookup_batch(map_fd: int, key_bytes: int, value_bytes: int, max_entries:
                 raise
             done = True
         (count,) = struct.unpack_from("<I", attr, 32)
-        kr, vr = keys.raw, values.raw
-        out += [(kr[i * key_bytes:(i + 1) * key_bytes], vr[i * value_bytes:(i + 1) * value_bytes]) for i in range(count)]
+        kparts.append(ctypes.string_at(keys, count * key_bytes))
+        vparts.append(ctypes.string_at(values, count * value_bytes))
+        total += count
         if done:
-            return out
+            return b"".join(kparts), b"".join(vparts), total
         ctypes.memmove(batch_in, batch_out, 8)
         first = False
 
