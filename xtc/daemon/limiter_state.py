@@ -116,7 +116,8 @@ class EarlyDrop:
         limit = None if v is None else v.limit
         return {"on": v is not None and v.on,
                 "limit_pps": None if limit is None else round(limit.rate_pps, 1),
-                "limit_bytes_per_s": None if limit is None else limit.rate_bytes_per_s,
+                # the TBF's rate in bytes/s; null for the eBPF bucket, which counts packets
+                "limit_bytes_per_s": None if limit is None or not self._counts_bytes else limit.rate_bytes_per_s,
                 "interfaces": [] if v is None or limit is None else list(v.ifaces)}
 
     def to_state(self) -> dict[str, Any]:
