@@ -149,6 +149,11 @@ def test_a_window_record_has_issue_48s_numbers_in_kpps() -> None:
     assert w["tcp_goodput_mbps"] == pytest.approx(60.0)
     with pytest.raises(ValueError, match="out of order"):
         tp.window_record("xtc", 0, summary(), e1, e0, {"udp": 1.0, "tcp": 1.0})
+    # the daemon took the limiter off and put it on again within the window: the new one counts from 0
+    e1["vif_limiter_drops"]["udp"] = 30_000
+    e0["vif_limiter_drops"]["udp"] = 500_000
+    w = tp.window_record("xtc+early-drop", 1, summary(udp_handed=25_000), e0, e1, {"udp": 20_000, "tcp": 80_000})
+    assert w["udp_dropped_by_vif_limiter_kpps"] == pytest.approx(3.0)  # a lower bound, never negative
 
 
 # ------------------------------------------------------------------ statistics over windows

@@ -192,7 +192,11 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
         out[f"{key}_setpoint_kpps"] = k(setpoints_pps.get(key))
         out[f"{key}_dropped_in_vr_kpps"] = k(into - to_tr) if into is not None and to_tr is not None else math.nan
         out[f"{key}_socket_drop_kpps"] = k(drops.get("socket_drop_pps"))
-        out[f"{key}_dropped_by_vif_limiter_kpps"] = per_s("vif_limiter_drops", key) / 1e3
+        # a counter that went back (the daemon took the limiter off and put it on again: a new one
+        # counts from 0) gives what the new one counted (inputdrop.drops_between: a lower bound)
+        d0, d1 = e0["vif_limiter_drops"].get(key), e1["vif_limiter_drops"].get(key)
+        out[f"{key}_dropped_by_vif_limiter_kpps"] = (
+            math.nan if d0 is None or d1 is None else inputdrop.drops_between(d0, d1) / dt / 1e3)
         out[f"{key}_cap_percent"] = vr.get("cap_percent", math.nan)
         out[f"{key}_vr_cpu_percent"] = vr.get("cpu_percent", math.nan)
         out[f"{key}_tools_cpu_percent"] = 100.0 * per_s("tools_ticks", key) / tps
