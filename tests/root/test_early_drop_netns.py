@@ -374,3 +374,37 @@ def test_a_vr_reboot_brings_the_bpf_limit_back_on_its_new_interface():
             assert "clsact" not in qdiscs(ns)
         finally:
             lim.close()
+
+
+@pytest.mark.beside  # its own xtced-<random> namespace; times nothing
+def test_a_limit_no_longer_needed_is_parked_idle_and_deactivation_removes_it_all():
+    """The VR stops exceeding: its filter stays attached but idle (no map entry: every packet
+    passes), so the next limit is map updates only; deactivation takes everything away."""
+    with netns() as ns:
+        before = queueing(ns)
+        lim = BpfLimiter(ns)
+        try:
+            ed = EarlyDrop(lim, default_on=True, tuning=BPF_TUNING)
+            ed.choose("vr7", None)
+            udp = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
+            keeps_up = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=19_600, model_forwarded_pps=None)
+            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
+            assert ed.limit_of("vr7") is not None
+            ed.period(1.0, {"vr7": IFS}, {"vr7": keeps_up}, {})
+            assert ed.limit_of("vr7") is None
+            for i in IFS:  # attached, idle: no limit
+                assert "handle 0xed0 xtc_ed+clsact" in sh("tc", "-n", ns, "filter", "show", "dev", i, "egress")
+                assert "rate_pps" not in read_attached(i, ns) and lim.adopt(i) is None
+            assert lim.dropped_by_interface(IFS) == {}
+            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})  # back: the same filters, new entries
+            assert all(read_attached(i, ns)["rate_pps"] == pytest.approx(21_000, rel=1e-4) for i in IFS)
+            ed.period(1.0, {"vr7": IFS}, {"vr7": keeps_up}, {})
+            ed.forget("vr7")  # deactivation: parked ones go too
+            assert queueing(ns) == before
+            ed.choose("vr7", None)  # SIGTERM with a parked limiter
+            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
+            ed.period(1.0, {"vr7": IFS}, {"vr7": keeps_up}, {})
+            ed.remove_all()
+            assert queueing(ns) == before
+        finally:
+            lim.close()

@@ -70,6 +70,9 @@ class _Vr:
     tx: dict[str, tuple[int, int]] = field(default_factory=dict)  # (tx bytes, tx packets) per iface
     mean_bytes: float = math.nan
     stale: bool = False  # the limit may not be in place (reboot, failed change): install again
+    #: Interfaces whose limiter was parked (the VR no longer needed a limit, but has early drop on):
+    #: the eBPF bucket's filter stays attached, idle, until the VR's early drop ends.
+    parked: tuple[str, ...] = ()
 
 
 class EarlyDrop:
@@ -155,11 +158,29 @@ class EarlyDrop:
         return True
 
     def _remove(self, vr: str, v: _Vr) -> None:
+        """The VR's limiters go, parked ones too: its interfaces end as they were."""
         if self.limiter is not None:
-            for iface in v.ifaces:
+            for iface in dict.fromkeys(v.ifaces + v.parked):
                 self._remove_iface(vr, iface)
         if v.limit is not None:
             event(log, logging.INFO, "early_drop_removed", vr=vr, interfaces=list(v.ifaces))
+        v.limit, v.ifaces, v.drops, v.stale, v.parked = None, (), {}, False, ()
+
+    def _park(self, vr: str, v: _Vr) -> None:
+        """The VR no longer needs a limit but keeps early drop on: its limiters are parked (the
+        eBPF filter stays attached, idle; the TBF is removed), so a limit that comes back is cheap."""
+        assert self.limiter is not None
+        park = getattr(self.limiter, "park", self.limiter.remove)
+        kept = []
+        for iface in v.ifaces:
+            try:
+                if park(iface):
+                    kept.append(iface)
+            except LimiterError as e:
+                self._fail(vr, "remove", e)
+                self.pending_removals.add(iface)
+        event(log, logging.INFO, "early_drop_removed", vr=vr, interfaces=list(v.ifaces))
+        v.parked = tuple(dict.fromkeys(v.parked + tuple(kept)))
         v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
 
     def forget(self, vr: str) -> None:
@@ -261,7 +282,7 @@ class EarlyDrop:
             ifaces = vr_ifaces.get(vr, ())
             load = loads.get(vr)
             if not v.on or load is None or not ifaces:
-                if v.limit is not None and (not v.on or load is None):
+                if (v.limit is not None or v.parked) and (not v.on or load is None):
                     self._remove(vr, v)  # gone, inactive or switched off: no limiter
                 continue
             if load.held:  # paused: the limit stays as the cap does; what it drops is still counted
@@ -286,15 +307,16 @@ class EarlyDrop:
         assert self.limiter is not None
         if want is None:
             if v.limit is not None:
-                self._remove(vr, v)
+                self._park(vr, v)
             return
         if want is v.limit and not v.stale and ifaces == v.ifaces:
             return
         raising = v.limit is None or want.rate_pps > v.limit.rate_pps
         setting = LimiterSetting(want.rate_bytes_per_s, want.burst_bytes, rate_pps=want.rate_pps,
                                  burst_s=self.tuning.burst_s)
-        for gone in set(v.ifaces) - set(ifaces):
+        for gone in (set(v.ifaces) | set(v.parked)) - set(ifaces):
             self._remove_iface(vr, gone)
+        v.parked = ()
         ok = True
         created: dict[str, bool | None] = {}
         for iface in ifaces:

@@ -70,6 +70,7 @@ _INDEX_CHECKS_PER_READ = 8
 class _On:
     ifindex: int
     owns_clsact: bool
+    parked: bool = False  # attached, but without map entries: it passes every packet
 
 
 def _ours(f: tccodec.TcFilter) -> bool:
@@ -156,6 +157,15 @@ class BpfLimiter:
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter (bpf): no such interface")
         key = bpfprog.ifindex_key(ifindex)
         on = self._on.get(ifname)
+        if on is not None and on.ifindex == ifindex and on.parked:
+            try:  # attached already, idle: its entries again (its counter from 0), no netlink
+                bpfsys.map_update(self._drops_fd, key, _U64.pack(0))
+                bpfsys.map_update(self._limits_fd, key, value)
+            except bpfsys.BpfError as e:
+                self._forget_entries(ifindex)
+                raise self._fail(ifname, "set the limit", e) from None
+            on.parked = False
+            return True
         if on is not None and on.ifindex == ifindex:
             try:  # a change: one map update, the bucket's tat kept (no fresh credit on every change)
                 old = bpfsys.map_lookup(self._limits_fd, key, bpfprog.LIMITS_VALUE_BYTES)
@@ -217,7 +227,7 @@ class BpfLimiter:
 
     def update(self, ifname: str, setting: LimiterSetting) -> None:
         on = self._on.get(ifname)
-        if on is None or self._index(ifname) != on.ifindex:
+        if on is None or on.parked or self._index(ifname) != on.ifindex:
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter (bpf): none to change")
         self.install(ifname, setting)
 
@@ -257,8 +267,25 @@ class BpfLimiter:
         self._forget_entries(ifindex)
         return removed
 
+    def park(self, ifname: str) -> bool:
+        """Stop limiting on ``ifname`` by deleting its map entries only: the filter stays attached
+        and passes every packet (one hash look-up each) until :meth:`remove` or the next install
+        (then map updates again, no netlink).  Attaching and detaching a clsact filter is a
+        netlink round trip or more each, and the kernel may wait for an RCU grace period when a
+        hook gets its first filter or loses its last (measured: ``xtc bench daemon --early-drop``,
+        docs/design/early-drop.md): a VR whose limit comes and goes should not pay that."""
+        on = self._on.get(ifname)
+        if on is None or on.parked or self._index(ifname) != on.ifindex:
+            return self.remove(ifname)
+        self._forget_entries(on.ifindex)
+        on.parked = True
+        self._last.pop(ifname, None)
+        return True
+
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         on = self._on.get(ifname)
+        if on is not None and on.parked:
+            return None  # attached but idle: no limit
         if on is not None and on.ifindex == self._index(ifname):
             key = bpfprog.ifindex_key(on.ifindex)
             try:
@@ -294,7 +321,7 @@ class BpfLimiter:
         old entry no longer counts, so the index is looked up again for the interfaces whose counter
         did not move since the last read, a few a read in turn (the daemon also installs a VR's
         limit again when its counters reset or its interfaces change: a reboot)."""
-        by_index = {on.ifindex: n for n in ifnames if (on := self._on.get(n)) is not None}
+        by_index = {on.ifindex: n for n in ifnames if (on := self._on.get(n)) is not None and not on.parked}
         if not by_index:
             return {}
         try:

@@ -91,6 +91,12 @@ class Limiter(Protocol):
         was none (or the interface is gone: its queueing went with it)."""
         ...
 
+    def park(self, ifname: str) -> bool:
+        """Stop limiting on ``ifname`` while the VR keeps early drop on: the adapter may leave its
+        hook attached, idle (passing every packet), so that the next install is cheap; :meth:`remove`
+        takes it away.  False if there was no limiter.  (The TBF removes.)"""
+        ...
+
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         """The limiter found on ``ifname`` (e.g. left by a killed daemon): ``(setting or None when
         unreadable, packets it dropped so far)``; None when the interface has none."""

@@ -174,6 +174,10 @@ class TcLimiter:
         except OSError as e:
             raise self._fail(ifname, "delete root tbf ed0:", e) from None
 
+    def park(self, ifname: str) -> bool:
+        """A TBF that does not limit would still be a queue: it is removed."""
+        return self.remove(ifname)
+
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         ifindex = self._index(ifname)
         if ifindex is None:
