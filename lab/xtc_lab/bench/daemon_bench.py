@@ -269,9 +269,10 @@ class _CountedLimiter:
     def __init__(self, inner: Limiter) -> None:
         self.inner = inner
         self.counts = inner.counts
-        #: "install": limiters put on or changed; "read": per-interface counter reads; "dump": reads
+        #: "install": limiters put on or changed; "park": limits taken off while the VR keeps early
+        #: drop on (the eBPF filter stays, idle); "read": per-interface counter reads; "dump": reads
         #: of every limiter's counter at once (one qdisc dump).
-        self.ops = {"install": 0, "remove": 0, "read": 0, "dump": 0}
+        self.ops = {"install": 0, "remove": 0, "park": 0, "read": 0, "dump": 0}
         #: The counts at the end of the warm-up period.
         self.warm: dict[str, int] = {}
 
@@ -287,6 +288,11 @@ class _CountedLimiter:
         removed = self.inner.remove(ifname)
         self.ops["remove"] += removed
         return removed
+
+    def park(self, ifname: str) -> bool:
+        parked = self.inner.park(ifname)
+        self.ops["park"] += parked
+        return parked
 
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         self.ops["read"] += 1
