@@ -21,6 +21,10 @@ What it guarantees:
   period derives a fresh one from the VR's measured rates.  A VR that reboots re-creates its
   interfaces without the qdisc: a counter reset or the VR coming back marks its limit as not in
   place, and the next period installs it again.
+- **Parked, not removed, while early drop stays on**: when the VR no longer needs a limit, its
+  limiters are parked (:meth:`xtc.host.limiter.Limiter.park`: the eBPF filter stays attached and
+  idle, so a limit that comes back is map updates; the TBF is removed); deactivation, SIGTERM,
+  switching early drop off or the VR going remove parked ones too.
 - **Never tighter than the setpoint**: a failed install or change is logged and counted
   (``failures``); a failed *raise* removes the limiter (no limit beats one that is too tight);
   a failed removal is retried every period until it succeeds.
