@@ -129,3 +129,13 @@ def test_each_limiter_has_its_tuning_and_the_configured_margin_and_credit_overri
     x = LimitInputs(20_000.0, 20_000.0, 93_000.0, None, 524.0)
     assert decide(x, None, bpf).rate_pps == pytest.approx(21_000.0)
     assert decide(x, None, tbf).rate_pps == pytest.approx(24_000.0)
+
+
+def test_with_the_ebpf_tuning_a_raise_lifts_the_limit_up_to_the_setpoint_not_to_an_overshooting_prediction():
+    bpf, tbf = tuning_for("bpf"), tuning_for("tbf")
+    # the VR forwards 17k for a setpoint of 20k; the controller raises its cap and the model says 26k
+    x = LimitInputs(20_000.0, 17_000.0, 93_000.0, 26_000.0, 524.0)
+    assert floor_pps(x, bpf) == pytest.approx(1.05 * 20_000)  # enough to reach the setpoint
+    assert floor_pps(x, tbf) == pytest.approx(1.2 * 26_000)  # the TBF follows the prediction
+    # never below what the VR forwards, nor below a prediction under the setpoint's level
+    assert floor_pps(LimitInputs(20_000.0, 22_000.0, 93_000.0, 26_000.0, 524.0), bpf) == pytest.approx(1.05 * 22_000)

@@ -73,6 +73,8 @@ class LimiterTuning:
     keep_fraction : float
         A limit in place is kept while the VR is offered more than ``1 + keep_fraction`` times what
         it forwarded (hysteresis on removal; at most ``excess_fraction``).
+    model_up_to_setpoint : bool
+        The model's prediction at a raised cap counts only up to the setpoint.
     """
 
     margin_fraction: float = 0.2
@@ -80,6 +82,10 @@ class LimiterTuning:
     excess_fraction: float = 0.25
     burst_s: float = 0.02
     keep_fraction: float = 0.1
+    #: The model's rate at a raised cap counts only up to the setpoint: the limit is then raised
+    #: before the cap as far as the VR needs to reach its setpoint, not to where an overshooting
+    #: prediction puts it (the eBPF bucket's tight limit would otherwise follow every raise).
+    model_up_to_setpoint: bool = False
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("margin_fraction", 0.0, 10.0), ("step_fraction", 0.0, 1.0),
@@ -97,7 +103,7 @@ TBF_TUNING = DEFAULT_TUNING
 #: sender's bursts; the limit sits 5-7% above what the VR forwards at its cap (margin 0.05, step
 #: 0.02: a change is one map update, so small steps are cheap) rather than 32% (measured:
 #: docs/design/early-drop.md).
-BPF_TUNING = LimiterTuning(margin_fraction=0.05, step_fraction=0.02, burst_s=0.3)
+BPF_TUNING = LimiterTuning(margin_fraction=0.05, step_fraction=0.02, burst_s=0.3, model_up_to_setpoint=True)
 
 
 def tuning_for(limiter: str, margin_fraction: float | None = None, credit_s: float | None = None) -> LimiterTuning:
@@ -109,7 +115,8 @@ def tuning_for(limiter: str, margin_fraction: float | None = None, credit_s: flo
     return LimiterTuning(
         margin_fraction=base.margin_fraction if margin_fraction is None else margin_fraction,
         step_fraction=base.step_fraction, excess_fraction=base.excess_fraction,
-        burst_s=base.burst_s if credit_s is None else credit_s, keep_fraction=base.keep_fraction)
+        burst_s=base.burst_s if credit_s is None else credit_s, keep_fraction=base.keep_fraction,
+        model_up_to_setpoint=base.model_up_to_setpoint)
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,10 @@ def _finite(v: float | None) -> bool:
 def floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
     """The lowest limit allowed: ``(1 + margin)`` times the largest of the setpoint, the measured
     forwarded rate and the model's rate at the cap."""
-    base = max(v for v in (x.setpoint_pps, x.forwarded_pps, x.model_forwarded_pps, 0.0) if _finite(v))
+    model = x.model_forwarded_pps
+    if tuning.model_up_to_setpoint and _finite(model) and _finite(x.setpoint_pps):
+        model = min(model, x.setpoint_pps)  # type: ignore[type-var]
+    base = max(v for v in (x.setpoint_pps, x.forwarded_pps, model, 0.0) if _finite(v))
     return base * (1.0 + tuning.margin_fraction)
 
 
