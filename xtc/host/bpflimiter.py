@@ -153,7 +153,9 @@ class BpfLimiter:
         value = self._rate(ifname, setting)
         ifindex = self._index(ifname)
         if ifindex is None:
-            self._on.pop(ifname, None)
+            gone = self._on.pop(ifname, None)
+            if gone is not None:
+                self._forget_entries(gone.ifindex)
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter (bpf): no such interface")
         key = bpfprog.ifindex_key(ifindex)
         on = self._on.get(ifname)
