@@ -570,7 +570,8 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
     rows = []
     for p, s in stats.items():
         g = comp.get(p, {}).get("tcp_gain_over_without_kpps")
-        rows.append((p, s["windows"], _pm(s, "udp_sent_kpps"), _pm(s, "udp_handed_kpps"), _pm(s, "udp_forwarded_kpps", 2),
+        rows.append((p, s["windows"], _pm(s, "udp_sent_kpps"), _pm(s, "udp_handed_kpps"), _f(s.get("udp_vif_limit_kpps"), 2),
+                     _pm(s, "udp_forwarded_kpps", 2),
                      _f(s["udp_dropped_in_vr_kpps"]), _f(s["udp_dropped_by_vif_limiter_kpps"]),
                      _f(s["udp_dropped_at_input_kpps"]), _pm(s, "tcp_forwarded_kpps"),
                      "-" if g is None else f"{g['mean']:+.1f} +-{_f(g['ci95'])}",
@@ -580,7 +581,7 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
                      _f(s["host_idle_percent"], 0), _f(s["load_avg_1m"], 2),
                      f"{s['tcp_limited_windows']}/{s['udp_limited_windows']}"))
     table = markdown_table(
-        ["phase", "windows", "UDP sent kp/s", "UDP handed kp/s", "UDP fwd kp/s", "UDP dropped by VR", "by vif limiter",
+        ["phase", "windows", "UDP sent kp/s", "UDP handed kp/s", "UDP vif limit kp/s (eBPF)", "UDP fwd kp/s", "UDP dropped by VR", "by vif limiter",
          "at input", "TCP fwd kp/s", "TCP gain over without (paired, 95%)", "TCP cap %", "TCP VR CPU %", "UDP cap %",
          "UDP VR CPU %", "UDP generator CPU %", "TCP tools CPU %", "host softirq %", "host system %", "host user %",
          "host idle %", "load", "limiter at end (TCP/UDP)"], rows)
