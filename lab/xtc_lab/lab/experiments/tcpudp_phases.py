@@ -16,7 +16,7 @@ run, as in the classic run):
 * ``xtc+early-drop``: the same with early drop asked for *both* VRs (the product's default limiter,
   the queue-less eBPF packet-rate bucket on the clsact egress of their host-side vifs,
   ``daemon.early_drop_limiter = "bpf"``; the TCP VR's source backs off, so it must get none);
-* ``xtc+early-drop-margin10``: the same eBPF bucket with ``daemon.early_drop_margin_fraction = 0.1``
+* ``xtc+early-drop-margin8``: the same eBPF bucket with ``daemon.early_drop_margin_fraction = 0.08``
   (the default 0.05: the margin measured against handed/setpoint and the UDP VR's tracking);
 * ``xtc+early-drop-tbf``: the same with the product's other limiter, the TBF ``ed0:`` root qdisc on
   the vifs (``daemon.early_drop_limiter = "tbf"``);
@@ -76,12 +76,12 @@ from xtc_lab.lab.harness import (
 from xtc_lab.lab.netlab import VR, LabError, NetLab, pids_in_netns, read_packet_counters
 from xtc_lab.lab.traffic import start_streams, start_tcp_stream, start_udp_stream
 
-PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-margin10", "xtc+early-drop-tbf", "xtc+input-drop",
+PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-margin8", "xtc+early-drop-tbf", "xtc+input-drop",
           "xtc+input-bpf")
 #: The phases with the product's early drop, and the daemon's ``[daemon]`` keys in each.
 EARLY_DROP_PHASES: dict[str, dict[str, Any]] = {
     "xtc+early-drop": {"early_drop_limiter": "bpf"},
-    "xtc+early-drop-margin10": {"early_drop_limiter": "bpf", "early_drop_margin_fraction": 0.1},
+    "xtc+early-drop-margin8": {"early_drop_limiter": "bpf", "early_drop_margin_fraction": 0.08},
     "xtc+early-drop-tbf": {"early_drop_limiter": "tbf"},
 }
 #: The lab-only phases that drop the UDP VR's excess at the host's input port (before the bridge).
@@ -360,7 +360,7 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
         return f"{d['mean']:+.1f} (+-{d['ci95']:.1f}{', beyond the noise' if d['separated'] else ', within the noise'})"
 
     for p, name in (("xtc+early-drop", "early drop (the eBPF bucket on the vif)"),
-                    ("xtc+early-drop-margin10", "early drop (the eBPF bucket on the vif, margin 0.1)"),
+                    ("xtc+early-drop-margin8", "early drop (the eBPF bucket on the vif, margin 0.08)"),
                     ("xtc+early-drop-tbf", "early drop (the TBF on the vif)"),
                     ("xtc+input-drop", "input-side drop (IFB + TBF, before the bridge)"),
                     ("xtc+input-bpf", "input-side drop (eBPF bucket, before the bridge)")):
@@ -616,7 +616,7 @@ UDP stream asked at {result['udp_offered_pps']:.0f} pps, both {result['frame_byt
 (the XTC phases after {result['settle_s']:g} s of settling with a fresh daemon).  Setpoints from the first
 `without` window: UDP VR {sp.get('udp', math.nan) / 1e3:.2f} kp/s, TCP VR {sp.get('tcp', math.nan) / 1e3:.2f} kp/s
 ({100 * result['udp_share']:.0f}% / the rest of its aggregate).  Early drop was asked for both VRs in
-`xtc+early-drop` (the daemon's eBPF bucket on the vifs), `xtc+early-drop-margin10` (the same, margin 0.1)
+`xtc+early-drop` (the daemon's eBPF bucket on the vifs), `xtc+early-drop-margin8` (the same, margin 0.08)
 and `xtc+early-drop-tbf` (its TBF).{idtxt}
 
 Means (+- standard deviation over the windows); "sent" = what the UDP generator sent (host RX of its port, before
