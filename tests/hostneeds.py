@@ -93,6 +93,29 @@ def tc_qdiscs(ifnames: Iterable[str]) -> str:
     return re.sub(r"refcnt \d+ ", "", text)
 
 
+def tc_queueing(ifnames: Iterable[str]) -> str:
+    """The interfaces' queueing: ``tc qdisc show`` (as :func:`tc_qdiscs`) and the filters on their
+    clsact hooks (``tc filter show ... ingress/egress``), without the program ids the kernel numbers."""
+    out = [tc_qdiscs(ifnames)]
+    for i in ifnames:
+        for hook in ("ingress", "egress"):
+            r = subprocess.run(["tc", "filter", "show", "dev", i, hook], check=False, capture_output=True, text=True)
+            out.append(f"{i} {hook}: {r.stdout}")
+    return re.sub(r" id \d+ ", " ", "".join(out))
+
+
+def early_drop_limiters(ifnames: Iterable[str]) -> int:
+    """How many of the interfaces carry early drop's limiter: the eBPF bucket's filter (handle 0xed0,
+    named xtc_ed...) on the clsact egress, or the TBF root ``ed0:``."""
+    n = 0
+    for i in ifnames:
+        q = subprocess.run(["tc", "qdisc", "show", "dev", i], check=False, capture_output=True, text=True).stdout
+        f = subprocess.run(["tc", "filter", "show", "dev", i, "egress"], check=False, capture_output=True,
+                           text=True).stdout
+        n += "tbf ed0: root" in q or re.search(r"handle 0xed0 xtc_ed", f) is not None
+    return n
+
+
 @contextlib.contextmanager
 def reachable_by_other_users(checkout: Path) -> Iterator[None]:
     """Let unprivileged users reach ``checkout`` while the block runs.  A clone under ``mktemp -d``

@@ -3,8 +3,9 @@ on loopback), a real daemon process (cgroup backend) and a real netns VR of the 
 UDP stream that does not back off, over real ZeroMQ sockets.
 
 The VR is held far below what it is offered (a manual setpoint), so the policer punishes it: level 1
-lowers its setpoint, level 2 turns its early drop on through the daemon's ``early_drop`` command (a
-TBF ``ed0:`` on its host-side interface, checked with ``tc`` by the test), level 3 pauses it with the
+lowers its setpoint, level 2 turns its early drop on through the daemon's ``early_drop`` command (the
+daemon's default limiter, the eBPF bucket's filter on the clsact egress of its host-side interface,
+checked with ``tc`` by the test), level 3 pauses it with the
 limit kept; every step is in the audit log.  When the stream ends, the VR is restored: resumed, its
 early drop back to the daemon's default (off), the limiter gone and the interface exactly as before.
 Everything under a random prefix, removed afterwards, also on failure.
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
-from hostneeds import cgroup_netns_lab, tc_qdiscs
+from hostneeds import cgroup_netns_lab, early_drop_limiters, tc_queueing
 from procs import DaemonProc, cgroup_daemon_config
 
 pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(150)]
@@ -29,7 +30,7 @@ STREAM_S = 30
 
 
 def limited(vifs: tuple[str, ...]) -> bool:
-    return tc_qdiscs(vifs).count("tbf ed0: root") == len(vifs)
+    return early_drop_limiters(vifs) == len(vifs)
 
 
 @pytest.fixture
@@ -46,8 +47,8 @@ def test_the_ladder_turns_early_drop_on_keeps_it_through_the_pause_and_takes_it_
     lab = netns_lab
     vr = lab.add_netns_vr(cgroup=True)
     vifs = tuple(vr.vifs)
-    before = tc_qdiscs(vifs)
-    assert "ed0:" not in before
+    before = tc_queueing(vifs)
+    assert "ed0" not in before
     ddir = tmp_path / "daemon"
     ddir.mkdir()
     d = DaemonProc(cgroup_daemon_config(ddir, vr.name, vr.cgroup, vifs))
@@ -71,7 +72,7 @@ def test_the_ladder_turns_early_drop_on_keeps_it_through_the_pause_and_takes_it_
             wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["punishment_level"] == 3, 20, "level 3 (paused)")
             wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["state"] == "paused", 10, "the instance paused")
             time.sleep(3.0)  # paused, the source still sending: the limit stays, the VR stays at its level
-            assert limited(vifs), tc_qdiscs(vifs)
+            assert limited(vifs), tc_queueing(vifs)
             assert pol.get(f"/vrs/r1/{vr.name}")["punishment_level"] == 3
             punish = pol.get("/actions", params={"vr": vr.name, "kind": "punish"})
             assert [a["detail"]["level"] for a in punish] == [1, 2, 3]
@@ -82,6 +83,6 @@ def test_the_ladder_turns_early_drop_on_keeps_it_through_the_pause_and_takes_it_
         cmds = pol.get("/actions", params={"vr": vr.name, "kind": "early_drop"})
         assert [a["detail"].get("on") for a in cmds] == [True, None], cmds
         wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["state"] == "active", 10, "the instance resumed")
-        assert tc_qdiscs(vifs) == before
+        assert tc_queueing(vifs) == before
     finally:
         d.kill()

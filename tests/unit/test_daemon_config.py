@@ -78,6 +78,8 @@ def test_defaults_and_frozen():
         ("[metrics]\nport = 70000\n" + SIM, "metrics.port", "0..65535"),
         ("[metrics]\nenabled = 1\n" + SIM, "metrics.enabled", "true or false"),
         ("[log]\nlevel = \"loud\"\n" + SIM, "log.level", "one of"),
+        ("[daemon]\nbackend = \"sim\"\nearly_drop_limiter = \"htb\"\n" + SIM, "daemon.early_drop_limiter", "'bpf', 'tbf'"),
+        ("[daemon]\nbackend = \"sim\"\nearly_drop_credit_s = 5\n" + SIM, "daemon.early_drop_credit_s", "0.001..1"),
         ("", "sim.vr", "at least one"),
         ("[[sim.vr]]\noffered_pps = 5\n", "sim.vr[0].name", "missing"),
         ("[[sim.vr]]\nname = \"a b\"\n", "sim.vr[0].name", "letters"),

@@ -32,7 +32,8 @@ def vr(k: int = 2) -> VR:
 
 # ------------------------------------------------------------------ the plan
 def test_phases_parse_in_the_order_given() -> None:
-    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+input-drop,xtc+input-bpf") == tp.PHASES
+    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+early-drop-margin8,xtc+early-drop-tbf,xtc+input-drop,"
+                           "xtc+input-bpf") == tp.PHASES
     assert tp.parse_phases("without,xtc+early-drop") == ("without", "xtc+early-drop")
 
 
@@ -54,6 +55,7 @@ def test_phases_alternate_repetition_by_repetition() -> None:
 
 def test_the_input_limiter_holds_the_daemons_level_on_the_generator_port() -> None:
     assert tp.default_input_factor() == pytest.approx(1.32)
+    assert tp.default_input_factor("bpf") == pytest.approx(1.05 * 1.02)  # the eBPF limit's level
     d = tp.input_drop_for("xtcx-ab12", vr(2), setpoint_pps=20_000, factor=1.32, frame_bytes=524)
     assert (d.port, d.ifb, d.dst_addr) == ("xtcx-ab12-g2", "xtcx-ab12-i2", "198.18.2.2")
     assert d.rate_bytes_per_s == math.ceil(1.32 * 20_000 * 524)
@@ -148,6 +150,11 @@ def test_a_window_record_has_issue_48s_numbers_in_kpps() -> None:
     assert w["tcp_goodput_mbps"] == pytest.approx(60.0)
     with pytest.raises(ValueError, match="out of order"):
         tp.window_record("xtc", 0, summary(), e1, e0, {"udp": 1.0, "tcp": 1.0})
+    # the daemon took the limiter off and put it on again within the window: the new one counts from 0
+    e1["vif_limiter_drops"]["udp"] = 30_000
+    e0["vif_limiter_drops"]["udp"] = 500_000
+    w = tp.window_record("xtc+early-drop", 1, summary(udp_handed=25_000), e0, e1, {"udp": 20_000, "tcp": 80_000})
+    assert w["udp_dropped_by_vif_limiter_kpps"] == pytest.approx(3.0)  # a lower bound, never negative
 
 
 # ------------------------------------------------------------------ statistics over windows
@@ -241,7 +248,7 @@ def test_where_the_work_goes_names_what_holds_the_tcp_vr_back() -> None:
     text = " ".join(tp.where_work_goes(st, tp.comparisons(ws, tp.PHASES), 2))
     assert "its own cap binds (cap 30%" in text
     assert "cores are nearly full" in text
-    assert "input-side drop" in text and "early drop (the vif)" in text
+    assert "input-side drop" in text and "early drop (the eBPF bucket on the vif)" in text
 
 
 def test_the_report_is_json_and_markdown_with_the_phases(tmp_path: Path) -> None:
@@ -255,7 +262,7 @@ def test_the_report_is_json_and_markdown_with_the_phases(tmp_path: Path) -> None
     assert set(doc["phases"]) == set(FOUR)
     assert doc["phases"]["without"]["xtc_on"] is False and doc["phases"]["without"]["udp_setpoint_kpps"] == 20.0
     assert doc["phases"]["xtc+early-drop"]["tcp_gain_over_without_kpps"] == pytest.approx(17.0, abs=0.2)
-    assert "| xtc+input-drop |" in out.report_md and "ed0: at end" in out.report_md
+    assert "| xtc+input-drop |" in out.report_md and "limiter at end" in out.report_md
     assert out.plot is not None
     out.plot(tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
@@ -272,6 +279,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     from xtc_lab.lab.harness import RunContext
 
     events: list[tuple[Any, ...]] = []
+    limiters: list[Any] = []  # each daemon's daemon.early_drop_limiter
     tcp_vr, udp_vr = vr(1), vr(2)
 
     class FakeLab:
@@ -299,6 +307,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
         def __init__(self, workdir: Path, uri: str, domains: Any, **k: Any) -> None:
             self.proc = None
             events.append(("daemon", Path(workdir).name))
+            limiters.append((k.get("daemon_extra") or {}).get("early_drop_limiter"))
 
         def __enter__(self) -> Self: return self
         def __exit__(self, *a: object) -> None: events.append(("daemon stopped",))
@@ -365,10 +374,15 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     j = on_off.index(("window", "xtc+input-bpf #2", 12.0))
     assert on_off[j + 1:j + 4] == [("bpf on", "xtcx-ab12-g2", "02:00:00:00:00:22"), ("bpf off", "xtcx-ab12-g2"),
                                    ("daemon stopped",)]
-    assert result["input_bpf"]["rate_pps"] == pytest.approx(1.32 * 20_000)
+    assert result["input_bpf"]["rate_pps"] == pytest.approx(1.05 * 1.02 * 20_000)
     assert sum(e[0] == "daemon" for e in events) == 8 == sum(e[0] == "daemon stopped" for e in events)
     assert result["input_drop"]["rate_bytes_per_s"] == math.ceil(1.32 * 20_000 * 524)
-    assert set(out.result["phases"]) == set(tp.PHASES) and len(out.result["windows"]) == 10
+    assert set(out.result["phases"]) == set(tp.PHASES) - {"xtc+early-drop-tbf", "xtc+early-drop-margin8"}
+    assert len(out.result["windows"]) == 10
+    assert limiters[1] == "bpf"  # xtc+early-drop: the daemon's eBPF bucket (the default, asked for by name)
+    assert {p: k["early_drop_limiter"] for p, k in tp.EARLY_DROP_PHASES.items()} == {
+        "xtc+early-drop": "bpf", "xtc+early-drop-margin8": "bpf", "xtc+early-drop-tbf": "tbf"}
+    assert tp.EARLY_DROP_PHASES["xtc+early-drop-margin8"]["early_drop_margin_fraction"] == 0.08
     assert events[-1] == ("lab removed",)
 
 

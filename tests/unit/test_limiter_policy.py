@@ -13,6 +13,7 @@ from xtc.daemon.limiter_policy import (
     decide,
     floor_pps,
     limit_bytes,
+    tuning_for,
 )
 
 T = LimiterTuning()
@@ -114,3 +115,27 @@ def test_a_limit_in_place_is_kept_between_the_keep_and_the_install_thresholds():
     assert decide(inputs(setpoint=2_000, forwarded=2_000, model=None, offered=2_000 * 1.3), None) is not None
     with pytest.raises(ValueError, match="keep_fraction"):
         LimiterTuning(keep_fraction=0.3)  # above excess_fraction: no hysteresis, the other way round
+
+
+def test_each_limiter_has_its_tuning_and_the_configured_margin_and_credit_override_it():
+    bpf, tbf = tuning_for("bpf"), tuning_for("tbf")
+    assert (bpf.margin_fraction, bpf.step_fraction, bpf.burst_s) == (0.05, 0.02, 0.3)
+    assert (tbf.margin_fraction, tbf.step_fraction, tbf.burst_s) == (0.2, 0.1, 0.02)
+    t = tuning_for("bpf", margin_fraction=0.1, credit_s=0.5)
+    assert (t.margin_fraction, t.step_fraction, t.burst_s) == (0.1, 0.02, 0.5)
+    with pytest.raises(ValueError, match="'bpf' or 'tbf'"):
+        tuning_for("htb")
+    # the eBPF limit sits 5% above the setpoint of a VR forwarding its setpoint (the TBF's 20%)
+    x = LimitInputs(20_000.0, 20_000.0, 93_000.0, None, 524.0)
+    assert decide(x, None, bpf).rate_pps == pytest.approx(21_000.0)
+    assert decide(x, None, tbf).rate_pps == pytest.approx(24_000.0)
+
+
+def test_with_the_ebpf_tuning_a_raise_lifts_the_limit_up_to_the_setpoint_not_to_an_overshooting_prediction():
+    bpf, tbf = tuning_for("bpf"), tuning_for("tbf")
+    # the VR forwards 17k for a setpoint of 20k; the controller raises its cap and the model says 26k
+    x = LimitInputs(20_000.0, 17_000.0, 93_000.0, 26_000.0, 524.0)
+    assert floor_pps(x, bpf) == pytest.approx(1.05 * 20_000)  # enough to reach the setpoint
+    assert floor_pps(x, tbf) == pytest.approx(1.2 * 26_000)  # the TBF follows the prediction
+    # never below what the VR forwards, nor below a prediction under the setpoint's level
+    assert floor_pps(LimitInputs(20_000.0, 22_000.0, 93_000.0, 26_000.0, 524.0), bpf) == pytest.approx(1.05 * 22_000)

@@ -89,6 +89,20 @@ def test_off_by_default_nothing_is_touched():
     assert lim.on == {}
 
 
+def test_a_packet_counting_limiter_is_given_the_limit_in_packets_with_its_credit():
+    from xtc.daemon.limiter_policy import BPF_TUNING
+
+    lim = MemLimiter()
+    lim.counts = "packets"  # as xtc.host.bpflimiter.BpfLimiter
+    ed = EarlyDrop(lim, tuning=BPF_TUNING)
+    ed.choose("vr1", True)
+    run(ed, UDP)
+    s = lim.on["vif1.0"]
+    assert s.rate_pps == ed.limit_of("vr1").rate_pps >= 20_000 * 1.05 and s.burst_s == 0.3
+    d = ed.describe("vr1")
+    assert d["limit_pps"] == round(s.rate_pps, 1) and d["limit_bytes_per_s"] is None  # it counts no bytes
+
+
 def test_a_capped_udp_vr_gets_the_limit_on_every_host_side_interface_and_a_tcp_vr_none():
     lim, ed = limited_udp_vr()
     assert set(lim.on) == {"vif1.0", "vif1.1"}

@@ -18,9 +18,14 @@ A complete example (every key shown with its default unless marked required)::
                                      # where the quota would be under 1 ms (25000: caps >= 4% on
                                      # 25 ms, 2-4% on 50 ms, 1-2% on 100 ms); the original period
                                      # is restored with the quota.  Not with Xen.  See below.
-    early_drop = false               # drop a capped VR's excess at the host (a TBF on its host-side
+    early_drop = false               # drop a capped VR's excess at the host (a limiter on its host-side
                                      # interfaces) for activations that do not say; docs/guide/early-drop.md
-    early_drop_margin_fraction = 0.2  # the limit is at least this much above what the VR forwards at its cap
+    early_drop_limiter = "bpf"       # "bpf": a queue-less eBPF packet-rate bucket on the interfaces'
+                                     # clsact egress; "tbf": a TBF root qdisc (docs/design/early-drop.md)
+    # early_drop_margin_fraction = 0.05  # the limit is at least this much above what the VR forwards
+                                     # at its cap (default: the limiter's, 0.05 for bpf, 0.2 for tbf)
+    # early_drop_credit_s = 0.3      # the limiter's bucket, seconds at its rate (default: the
+                                     # limiter's, 0.3 s for bpf, 0.02 s for tbf)
 
     [controller]
     model = "paper"                  # "paper" or the path of a model file
@@ -151,6 +156,8 @@ DEFAULT_PUB_ENDPOINT = "ipc:///run/xtc/samples.sock"
 BUILTIN_BACKENDS = ("libvirt", "cgroup")
 ControllerKind = Literal["xtc", "pi", "deadbeat", "fixed"]
 LogFormat = Literal["json", "kv"]
+#: Early drop's limiters (xtc.host.bpflimiter, xtc.host.tclimiter).
+EarlyDropLimiter = Literal["bpf", "tbf"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 CONTROLLER_KINDS = get_args(ControllerKind)
 LOG_FORMATS = get_args(LogFormat)
@@ -281,7 +288,9 @@ class DaemonSection:
     reassert_period_s: Annotated[Number, within(0.0, 86400.0)] = 30.0
     cfs_period_us: Annotated[Integer, within(0, 1_000_000)] = 0
     early_drop: Bool = False
-    early_drop_margin_fraction: Annotated[Number, within(0.0, 10.0)] = 0.2
+    early_drop_limiter: EarlyDropLimiter = "bpf"
+    early_drop_margin_fraction: Annotated[Number, within(0.0, 10.0)] | None = None
+    early_drop_credit_s: Annotated[Number, within(0.001, 1.0)] | None = None
 
     @model_validator(mode="after")
     def _cfs_period(self) -> DaemonSection:

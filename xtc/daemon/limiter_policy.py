@@ -18,9 +18,9 @@ The rules (:func:`decide`):
 - **Never below what the VR forwards at its cap, plus a margin**: the floor is the largest of
   the setpoint, the measured forwarded rate and, when the controller is about to raise the cap,
   the model's prediction at the new cap (so the limit is raised *before* the cap is), times
-  ``1 + margin_fraction``.  The default margin, 0.2, is measured:
-  one-second samples of a lab VR at a fixed cap (docs/results/2026-11-26-lab/capsweep.csv,
-  caps 1-50 %, 120 samples) reach at most 1.16 times their mean (p99 1.14).
+  ``1 + margin_fraction``: 0.05 for the queue-less eBPF bucket (its 0.3 s of credit takes the
+  sender's bursts), 0.2 for the TBF (its 20 ms bucket cannot: one-second samples of a lab VR at a
+  fixed cap, docs/results/2026-11-26-lab/capsweep.csv, reach at most 1.16 times their mean).
 - **Removed** when the VR is no longer capped below its offered load, or when the floor reaches
   what it is offered (the limit would drop nothing the VR forwards anyway).  A limit in place
   stays while the VR is offered more than ``1 + keep_fraction`` (< ``1 + excess_fraction``)
@@ -38,7 +38,7 @@ measured on the interface (TBF counts bytes).
 
 Public API
 ----------
-LimiterTuning, Limit, LimitInputs, decide, limit_bytes
+LimiterTuning, Limit, LimitInputs, decide, limit_bytes, tuning_for, BPF_TUNING, TBF_TUNING
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["MIN_PACKET_BYTES", "Limit", "LimitInputs", "LimiterTuning", "decide", "limit_bytes"]
+__all__ = ["BPF_TUNING", "MIN_PACKET_BYTES", "TBF_TUNING", "Limit", "LimitInputs", "LimiterTuning", "decide",
+           "limit_bytes", "tuning_for"]
 
 #: The smallest mean packet size used (an Ethernet frame without FCS); a mean below it (no
 #: packets seen) is replaced by it.
@@ -72,6 +73,8 @@ class LimiterTuning:
     keep_fraction : float
         A limit in place is kept while the VR is offered more than ``1 + keep_fraction`` times what
         it forwarded (hysteresis on removal; at most ``excess_fraction``).
+    model_up_to_setpoint : bool
+        The model's prediction at a raised cap counts only up to the setpoint.
     """
 
     margin_fraction: float = 0.2
@@ -79,6 +82,10 @@ class LimiterTuning:
     excess_fraction: float = 0.25
     burst_s: float = 0.02
     keep_fraction: float = 0.1
+    #: The model's rate at a raised cap counts only up to the setpoint: the limit is then raised
+    #: before the cap as far as the VR needs to reach its setpoint, not to where an overshooting
+    #: prediction puts it (the eBPF bucket's tight limit would otherwise follow every raise).
+    model_up_to_setpoint: bool = False
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("margin_fraction", 0.0, 10.0), ("step_fraction", 0.0, 1.0),
@@ -90,6 +97,26 @@ class LimiterTuning:
 
 
 DEFAULT_TUNING = LimiterTuning()
+#: The TBF's tuning (a short bucket: it has a queue of one bucket, so a deep one would delay).
+TBF_TUNING = DEFAULT_TUNING
+#: The eBPF bucket's tuning: queue-less, so a deep credit (0.3 s) costs no delay and absorbs the
+#: sender's bursts; the limit sits 5-7% above what the VR forwards at its cap (margin 0.05, step
+#: 0.02: a change is one map update, so small steps are cheap) rather than 32% (measured:
+#: docs/design/early-drop.md).
+BPF_TUNING = LimiterTuning(margin_fraction=0.05, step_fraction=0.02, burst_s=0.3, model_up_to_setpoint=True)
+
+
+def tuning_for(limiter: str, margin_fraction: float | None = None, credit_s: float | None = None) -> LimiterTuning:
+    """The tuning of early drop's ``limiter`` (``"bpf"`` or ``"tbf"``), with the configured margin and
+    credit where given.  Raises ValueError naming a bad one."""
+    base = {"bpf": BPF_TUNING, "tbf": TBF_TUNING}.get(limiter)
+    if base is None:
+        raise ValueError(f"early drop limiter must be 'bpf' or 'tbf', got {limiter!r}")
+    return LimiterTuning(
+        margin_fraction=base.margin_fraction if margin_fraction is None else margin_fraction,
+        step_fraction=base.step_fraction, excess_fraction=base.excess_fraction,
+        burst_s=base.burst_s if credit_s is None else credit_s, keep_fraction=base.keep_fraction,
+        model_up_to_setpoint=base.model_up_to_setpoint)
 
 
 @dataclass(frozen=True)
@@ -146,7 +173,10 @@ def _finite(v: float | None) -> bool:
 def floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
     """The lowest limit allowed: ``(1 + margin)`` times the largest of the setpoint, the measured
     forwarded rate and the model's rate at the cap."""
-    base = max(v for v in (x.setpoint_pps, x.forwarded_pps, x.model_forwarded_pps, 0.0) if _finite(v))
+    model = x.model_forwarded_pps
+    if tuning.model_up_to_setpoint and _finite(model) and _finite(x.setpoint_pps):
+        model = min(model, x.setpoint_pps)  # type: ignore[type-var]
+    base = max(v for v in (x.setpoint_pps, x.forwarded_pps, model, 0.0) if _finite(v))
     return base * (1.0 + tuning.margin_fraction)
 
 

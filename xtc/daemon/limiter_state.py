@@ -5,7 +5,9 @@ and the faults (issue 48; docs/design/early-drop.md, docs/guide/early-drop.md).
 each period between the controllers' decisions and the cap writes, so a limit is raised
 *before* the cap it must let through is written).  Its decisions come from the pure
 :func:`xtc.daemon.limiter_policy.decide`; its only outside system is a
-:class:`xtc.host.limiter.Limiter` (the TBF adapter :class:`xtc.host.tclimiter.TcLimiter`).
+:class:`xtc.host.limiter.Limiter` (the eBPF bucket :class:`xtc.host.bpflimiter.BpfLimiter` or the
+TBF :class:`xtc.host.tclimiter.TcLimiter`, ``daemon.early_drop_limiter``); the setting it is given
+carries the limit both in packets/s (with the credit in seconds) and in bytes/s.
 
 What it guarantees:
 
@@ -13,12 +15,16 @@ What it guarantees:
   manager API) or, when the activation did not say, when ``daemon.early_drop`` is on.  The
   choice is part of the daemon's state file (``"early_drop"``), so it survives restarts.
 - **Nothing left behind**: deactivation and SIGTERM remove the VR's limiters (the interfaces get
-  their kernel default root back, what they had before).  A restart (after SIGKILL or a crash)
+  back exactly the queueing they had before).  A restart (after SIGKILL or a crash)
   *removes* every limiter it finds on the VRs' interfaces (:meth:`EarlyDrop.start`) rather than
   adopting it: the limit it had was derived from rates of a period that is gone; the next
   period derives a fresh one from the VR's measured rates.  A VR that reboots re-creates its
   interfaces without the qdisc: a counter reset or the VR coming back marks its limit as not in
   place, and the next period installs it again.
+- **Parked, not removed, while early drop stays on**: when the VR no longer needs a limit, its
+  limiters are parked (:meth:`xtc.host.limiter.Limiter.park`: the eBPF filter stays attached and
+  idle, so a limit that comes back is map updates; the TBF is removed); deactivation, SIGTERM,
+  switching early drop off or the VR going remove parked ones too.
 - **Never tighter than the setpoint**: a failed install or change is logged and counted
   (``failures``); a failed *raise* removes the limiter (no limit beats one that is too tight);
   a failed removal is retried every period until it succeeds.
@@ -68,6 +74,9 @@ class _Vr:
     tx: dict[str, tuple[int, int]] = field(default_factory=dict)  # (tx bytes, tx packets) per iface
     mean_bytes: float = math.nan
     stale: bool = False  # the limit may not be in place (reboot, failed change): install again
+    #: Interfaces whose limiter was parked (the VR no longer needed a limit, but has early drop on):
+    #: the eBPF bucket's filter stays attached, idle, until the VR's early drop ends.
+    parked: tuple[str, ...] = ()
 
 
 class EarlyDrop:
@@ -87,6 +96,8 @@ class EarlyDrop:
         #: Packets/s each limited VR's limiters dropped over the last period: part of what it was
         #: offered, which the daemon reports as handed + dropped (:meth:`ControlLoop._early_drop_period`).
         self.dropped_pps: dict[str, float] = {}
+        #: The limiter counts bytes (the TBF): each period measures the VR's mean packet size for it.
+        self._counts_bytes = getattr(limiter, "counts", "bytes") != "packets"
 
     # ------------------------------------------------------------------ choice and state
     def choose(self, vr: str, on: bool | None) -> None:
@@ -112,7 +123,8 @@ class EarlyDrop:
         limit = None if v is None else v.limit
         return {"on": v is not None and v.on,
                 "limit_pps": None if limit is None else round(limit.rate_pps, 1),
-                "limit_bytes_per_s": None if limit is None else limit.rate_bytes_per_s,
+                # the TBF's rate in bytes/s; null for the eBPF bucket, which counts packets
+                "limit_bytes_per_s": None if limit is None or not self._counts_bytes else limit.rate_bytes_per_s,
                 "interfaces": [] if v is None or limit is None else list(v.ifaces)}
 
     def to_state(self) -> dict[str, Any]:
@@ -150,11 +162,29 @@ class EarlyDrop:
         return True
 
     def _remove(self, vr: str, v: _Vr) -> None:
+        """The VR's limiters go, parked ones too: its interfaces end as they were."""
         if self.limiter is not None:
-            for iface in v.ifaces:
+            for iface in dict.fromkeys(v.ifaces + v.parked):
                 self._remove_iface(vr, iface)
         if v.limit is not None:
             event(log, logging.INFO, "early_drop_removed", vr=vr, interfaces=list(v.ifaces))
+        v.limit, v.ifaces, v.drops, v.stale, v.parked = None, (), {}, False, ()
+
+    def _park(self, vr: str, v: _Vr) -> None:
+        """The VR no longer needs a limit but keeps early drop on: its limiters are parked (the
+        eBPF filter stays attached, idle; the TBF is removed), so a limit that comes back is cheap."""
+        assert self.limiter is not None
+        park = getattr(self.limiter, "park", self.limiter.remove)
+        kept = []
+        for iface in v.ifaces:
+            try:
+                if park(iface):
+                    kept.append(iface)
+            except LimiterError as e:
+                self._fail(vr, "remove", e)
+                self.pending_removals.add(iface)
+        event(log, logging.INFO, "early_drop_removed", vr=vr, interfaces=list(v.ifaces))
+        v.parked = tuple(dict.fromkeys(v.parked + tuple(kept)))
         v.limit, v.ifaces, v.drops, v.stale = None, (), {}, False
 
     def forget(self, vr: str) -> None:
@@ -256,14 +286,15 @@ class EarlyDrop:
             ifaces = vr_ifaces.get(vr, ())
             load = loads.get(vr)
             if not v.on or load is None or not ifaces:
-                if v.limit is not None and (not v.on or load is None):
+                if (v.limit is not None or v.parked) and (not v.on or load is None):
                     self._remove(vr, v)  # gone, inactive or switched off: no limiter
                 continue
             if load.held:  # paused: the limit stays as the cap does; what it drops is still counted
                 if v.limit is not None:
                     self.dropped_pps[vr] = self._dropped_pps(v, period_s, drops)
                 continue
-            self._mean_bytes(v, ifaces, counters)
+            if self._counts_bytes:  # the TBF's rate is in bytes, from the mean packet size
+                self._mean_bytes(v, ifaces, counters)
             dropped = self._dropped_pps(v, period_s, drops)
             if v.limit is not None:
                 self.dropped_pps[vr] = dropped
@@ -280,14 +311,16 @@ class EarlyDrop:
         assert self.limiter is not None
         if want is None:
             if v.limit is not None:
-                self._remove(vr, v)
+                self._park(vr, v)
             return
         if want is v.limit and not v.stale and ifaces == v.ifaces:
             return
         raising = v.limit is None or want.rate_pps > v.limit.rate_pps
-        setting = LimiterSetting(want.rate_bytes_per_s, want.burst_bytes)
-        for gone in set(v.ifaces) - set(ifaces):
+        setting = LimiterSetting(want.rate_bytes_per_s, want.burst_bytes, rate_pps=want.rate_pps,
+                                 burst_s=self.tuning.burst_s)
+        for gone in (set(v.ifaces) | set(v.parked)) - set(ifaces):
             self._remove_iface(vr, gone)
+        v.parked = ()
         ok = True
         created: dict[str, bool | None] = {}
         for iface in ifaces:

@@ -52,10 +52,11 @@ from xtc.service import curve
 from .core import DaemonCore, StateError
 from xtc.service.logs import event, setup_logging
 from .loop import PUNISHMENT_COMMANDS, ActionOutcomes, ControlLoop
-from .limiter_policy import LimiterTuning
+from .limiter_policy import tuning_for
 from .limiter_state import STATE_KEY as EARLY_DROP_KEY, EarlyDrop
 from .power_state import STATE_KEY as POWER_KEY
-from xtc.host.limiter import LimiterError
+from xtc.host.limiter import Limiter, LimiterError
+from xtc.host.bpflimiter import BpfLimiter
 from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
 from .process import give_socket_group, prepare_ipc, release_large_blocks
@@ -127,12 +128,13 @@ def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
 #: Entry points of host backends that live outside the product (the testbed's simulated plant).
 
 
-def _open_limiter() -> TcLimiter | None:
-    """Early drop's limiter (a netlink socket); None, logged, where it cannot be had."""
+def _open_limiter(kind: str = "bpf") -> Limiter | None:
+    """Early drop's limiter (``daemon.early_drop_limiter``: the eBPF bucket, its program and maps
+    and a netlink socket; or the TBF, a netlink socket); None, logged, where it cannot be had."""
     try:
-        return TcLimiter()
+        return BpfLimiter() if kind == "bpf" else TcLimiter()
     except (LimiterError, OSError) as e:
-        event(log, logging.WARNING, "early_drop_unavailable", error=str(e))
+        event(log, logging.WARNING, "early_drop_unavailable", limiter=kind, error=str(e))
         return None
 
 
@@ -211,8 +213,10 @@ class DaemonService:
         self.control.early_drop = EarlyDrop(
             # a backend whose interfaces are not the host's (the simulated plant's "vif1.0" may be
             # someone else's real interface on this host) gets no limiter: early drop unavailable
-            _open_limiter() if getattr(host, "real_interfaces", True) else None, default_on=cfg.daemon.early_drop,
-            tuning=LimiterTuning(margin_fraction=cfg.daemon.early_drop_margin_fraction),
+            _open_limiter(cfg.daemon.early_drop_limiter) if getattr(host, "real_interfaces", True) else None,
+            default_on=cfg.daemon.early_drop,
+            tuning=tuning_for(cfg.daemon.early_drop_limiter, cfg.daemon.early_drop_margin_fraction,
+                              cfg.daemon.early_drop_credit_s),
             on_failure=lambda _vr, op: self.metrics.early_drop_failures.labels(op).inc())
         self._last_save_s = -math.inf
         #: The instances' caps in the state file last written (in the order of ``core.instances``).

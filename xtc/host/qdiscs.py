@@ -33,15 +33,19 @@ from xtc.host.netlink import (
 from xtc.host.tccodec import (
     RTM_DELQDISC,
     RTM_GETQDISC,
+    RTM_GETTFILTER,
     RTM_NEWQDISC,
+    TC_H_CLSACT,
     TC_H_ROOT,
     TCA_KIND,
+    TcFilter,
     TcObject,
+    decode_filters,
     decode_tc_dump,
     encode_tcmsg,
 )
 
-__all__ = ["delete_root", "dump_tc", "put_back_root", "remove_root", "root_qdisc", "ticks_per_us"]
+__all__ = ["clsact_qdisc", "delete_root", "dump_tc", "filters", "put_back_root", "remove_root", "root_qdisc", "ticks_per_us"]
 
 
 def dump_tc(nl: RouteSocket, msg_type: int, ifindex: int, parent: int = 0, what: str = "dump") -> memoryview:
@@ -61,18 +65,40 @@ def root_qdisc(nl: RouteSocket, ifindex: int) -> TcObject | None:
     4,000 interfaces one look-up cost 28 ms of CPU (``xtc bench daemon --early-drop``,
     docs/design/early-drop.md).
     """
+    return _qdisc_at(nl, ifindex, TC_H_ROOT, "get root qdisc")
+
+
+def clsact_qdisc(nl: RouteSocket, ifindex: int) -> TcObject | None:
+    """The qdisc on ``ifindex``'s ingress/clsact hook (kind ``clsact`` or ``ingress``; None: neither)."""
+    return _qdisc_at(nl, ifindex, TC_H_CLSACT, "get clsact qdisc")
+
+
+def _qdisc_at(nl: RouteSocket, ifindex: int, parent: int, what: str) -> TcObject | None:
     seq = nl.next_seq()
     try:
-        got = nl.get(encode_tcmsg(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_ECHO, seq, ifindex, parent=TC_H_ROOT),
-                     seq, "get root qdisc")
+        got = nl.get(encode_tcmsg(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_ECHO, seq, ifindex, parent=parent),
+                     seq, what)
     except NetlinkReplyError as e:
         if e.errno in (errno.ENOENT, errno.ENODEV, errno.EINVAL):
             return None
         raise
     for o in decode_tc_dump(got):
-        if o.ifindex == ifindex and o.parent == TC_H_ROOT:
+        if o.ifindex == ifindex and o.parent == parent:
             return o
     return None
+
+
+def filters(nl: RouteSocket, ifindex: int, parent: int, what: str = "dump filters") -> list[TcFilter]:
+    """The filters on ``parent`` (e.g. a clsact hook) of ``ifindex`` (a filter dump is per device);
+    none when the device or the parent is gone."""
+    seq = nl.next_seq()
+    try:
+        buf = nl.dump(encode_tcmsg(RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex, parent=parent), seq, what)
+    except NetlinkReplyError as e:
+        if e.errno in (errno.ENOENT, errno.ENODEV, errno.EINVAL):
+            return []
+        raise
+    return [f for f in decode_filters(buf) if f.ifindex == ifindex]
 
 
 def delete_root(nl: RouteSocket, ifindex: int, handle: int, what: str = "delete root") -> bool:

@@ -59,11 +59,23 @@ from xtc.host.netlink import (
     NLMSGHDR,
     NetlinkDecodeError,
     align4,
+    attr,
+    attr_str,
     iter_attrs,
 )
 
 __all__ = [
+    "CLSACT_EGRESS",
+    "CLSACT_HANDLE",
+    "CLSACT_INGRESS",
     "COMMANDS",
+    "RTM_GETTFILTER",
+    "TC_H_CLSACT",
+    "TcFilter",
+    "decode_filters",
+    "encode_bpf_filter",
+    "encode_clsact",
+    "encode_filter_delete",
     "ETH_P_ALL",
     "ETH_P_IP",
     "ETH_P_IPV6",
@@ -675,3 +687,86 @@ def queue_drops(raw: bytes | bytearray | memoryview) -> int:
                 if st == TCA_STATS_QUEUE and d - c >= 12:
                     return struct.unpack_from("=III", raw, c)[2]
     return 0
+
+
+# --------------------------------------------------------------------------- clsact and cls_bpf
+# Early drop's eBPF limiter (xtc.host.bpflimiter): a clsact qdisc and a cls_bpf filter on its egress.
+
+#: clsact's parent and handle (the same as ingress's: a device has one or the other), and its two hooks.
+TC_H_CLSACT = 0xFFFF_FFF1
+CLSACT_HANDLE = 0xFFFF_0000
+CLSACT_INGRESS, CLSACT_EGRESS = 0xFFFF_FFF2, 0xFFFF_FFF3
+RTM_GETTFILTER = 46
+# linux/pkt_cls.h: TCA_BPF_*
+TCA_BPF_FD, TCA_BPF_NAME, TCA_BPF_FLAGS, TCA_BPF_ID = 6, 7, 8, 11
+TCA_BPF_FLAG_ACT_DIRECT = 1
+
+
+def encode_clsact(command: str, seq: int, ifindex: int) -> bytes:
+    """Add (``"add"``: fails with ``EEXIST`` when the device has a clsact or an ingress qdisc) or
+    delete (``"del"``) the clsact qdisc of ``ifindex``."""
+    msg_type, flags = {"add": (RTM_NEWQDISC, NLM_F_CREATE | NLM_F_EXCL), "del": (RTM_DELQDISC, 0)}[command]
+    return encode_tcmsg(msg_type, NLM_F_REQUEST | NLM_F_ACK | flags, seq, ifindex, CLSACT_HANDLE, TC_H_CLSACT,
+                        attrs=attr_str(TCA_KIND, "clsact"))
+
+
+def encode_bpf_filter(seq: int, *, ifindex: int, parent: int, prio: int, handle: int, prog_fd: int, name: str) -> bytes:
+    """A direct-action ``cls_bpf`` filter of program ``prog_fd`` named ``name`` on ``parent`` (a clsact
+    hook) at ``prio``/``handle``, all protocols; created, or its program and name replaced when a
+    filter of that handle is there (``NLM_F_CREATE`` without ``NLM_F_EXCL``)."""
+    opts = (attr(TCA_BPF_FD, struct.pack("=I", prog_fd)) + attr_str(TCA_BPF_NAME, name)
+            + attr(TCA_BPF_FLAGS, struct.pack("=I", TCA_BPF_FLAG_ACT_DIRECT)))
+    return encode_tcmsg(RTM_NEWTFILTER, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE, seq, ifindex, handle, parent,
+                        filter_info(prio, ETH_P_ALL), attr_str(TCA_KIND, "bpf") + attr(TCA_OPTIONS, opts))
+
+
+def encode_filter_delete(seq: int, *, ifindex: int, parent: int, prio: int, handle: int, kind: str,
+                         protocol: int = ETH_P_ALL) -> bytes:
+    """Delete the filter ``handle`` of ``kind`` at ``prio`` on ``parent``."""
+    return encode_tcmsg(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, seq, ifindex, handle, parent,
+                        filter_info(prio, protocol), attr_str(TCA_KIND, kind))
+
+
+@dataclass(frozen=True)
+class TcFilter:
+    """One filter of a filter dump: where it is, its kind, and a cls_bpf filter's name and program id."""
+
+    ifindex: int
+    parent: int
+    handle: int
+    prio: int
+    protocol: int  # host byte order
+    kind: str
+    bpf_name: str = ""
+    bpf_prog_id: int = 0
+
+
+def decode_filters(buf: bytes | memoryview) -> list[TcFilter]:
+    """The filters of an ``RTM_GETTFILTER`` dump (a priority's head message, handle 0, included).
+
+    Raises
+    ------
+    NetlinkDecodeError
+        A message's length runs past the buffer.
+    """
+    out: list[TcFilter] = []
+    off, end = 0, len(buf)
+    while off + HDR_LEN <= end:
+        mlen, mtype, _flags, _seq, _pid = NLMSGHDR.unpack_from(buf, off)
+        if mlen < HDR_LEN or off + mlen > end:
+            raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
+        if mtype == RTM_NEWTFILTER and mlen >= _BODY:
+            _fam, ifindex, handle, parent, info = TCMSG.unpack_from(buf, off + HDR_LEN)
+            kind, name, prog_id = "", "", 0
+            for atype, a, b in iter_attrs(buf, off + _BODY, off + mlen):
+                if atype == TCA_KIND:
+                    kind = bytes(buf[a:b]).rstrip(b"\0").decode("ascii", "replace")
+                elif atype == TCA_OPTIONS:
+                    for ot, c, d in iter_attrs(buf, a, b):
+                        if ot == TCA_BPF_NAME:
+                            name = bytes(buf[c:d]).rstrip(b"\0").decode("ascii", "replace")
+                        elif ot == TCA_BPF_ID and d - c >= 4:
+                            (prog_id,) = struct.unpack_from("=I", buf, c)
+            out.append(TcFilter(ifindex, parent, handle, info >> 16, socket.ntohs(info & 0xFFFF), kind, name, prog_id))
+        off += align4(mlen)
+    return out

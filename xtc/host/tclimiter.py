@@ -49,6 +49,9 @@ def _setting(o: tccodec.TcObject) -> LimiterSetting | None:
 class TcLimiter:
     """Early drop's limiters of one network namespace (the host's, or ``netns``)."""
 
+    #: What the limit counts: bytes (``LimiterSetting.rate_bytes_per_s`` and ``burst_bytes``).
+    counts = "bytes"
+
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
         #: Interface name -> index, as last looked up (one name per index): the per-period read of
@@ -170,6 +173,10 @@ class TcLimiter:
             return qdiscs.delete_root(self._nl, ifindex, ROOT_HANDLE, "delete root tbf ed0:")
         except OSError as e:
             raise self._fail(ifname, "delete root tbf ed0:", e) from None
+
+    def park(self, ifname: str) -> bool:
+        """A TBF that does not limit would still be a queue: it is removed."""
+        return self.remove(ifname)
 
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         ifindex = self._index(ifname)

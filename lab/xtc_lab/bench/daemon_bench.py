@@ -28,20 +28,24 @@ Two hosts:
   cost of formatting a real ``/proc/net/dev`` is not included, and caps are only recorded.
 
 With ``--early-drop`` (root only: issue 48) every VR's activation has ``daemon.early_drop`` on and
-the daemon's own limiter (:class:`~xtc.host.tclimiter.TcLimiter`, opened by the service as in
-production) puts real TBF root qdiscs on the ``vif<k>.<j>`` veth ends: the benchmark's thread
+the daemon's own limiter (``--early-drop-limiter``: the eBPF bucket :class:`~xtc.host.bpflimiter.BpfLimiter`,
+the default, or the TBF :class:`~xtc.host.tclimiter.TcLimiter`; opened by the service as in
+production) puts real limiters (filters on a clsact egress, or TBF root qdiscs) on the ``vif<k>.<j>``
+veth ends: the benchmark's thread
 runs inside the host-side namespace for the whole measurement (as a Dom0's daemon runs in the
 host's), so the limiter's calls are the production ones, not the per-call namespace hops of a
 ``TcLimiter(netns=...)``.  The host side hands each VR 8 frames a period and the VR side
 forwards 4-8, so the VRs forwarding less than 8/1.25 are "capped below their offered load" and
 get a limiter; the limiter's operations are counted (``limiter_ops_per_s``: installs and changes,
-removals, per-interface drop-counter reads, each one netlink round trip or more, and ``dump``:
-reads of every limiter's counter in one qdisc dump, one a period) by a pass-through wrapper.
+removals, per-interface drop-counter reads, each one netlink round trip (a map update for the
+eBPF bucket) or more, and ``dump``: reads of every limiter's counter at once, one qdisc dump or one
+batched map read, one a period) by a pass-through wrapper.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import json
 import os
@@ -244,8 +248,12 @@ class _Frames:
         host_send, vr_send, frame = self.host.sendto, self.vr.sendto, _FRAME
         for k in range(1, self.n + 1):
             for j in range(IFACES_PER_VR):
-                host_send(frame, (f"vif{k}.{j}", _ETHERTYPE))
-                host_send(frame, (f"vif{k}.{j}", _ETHERTYPE))
+                for _ in range(2):
+                    try:
+                        host_send(frame, (f"vif{k}.{j}", _ETHERTYPE))
+                    except OSError as e:  # ENOBUFS: an early-drop limiter dropped it (its job)
+                        if e.errno != errno.ENOBUFS:
+                            raise
             for f in range(int(forwarded[k - 1])):
                 vr_send(frame, (f"e{k}.{f % IFACES_PER_VR}", _ETHERTYPE))
         self.sent += 2 * IFACES_PER_VR * self.n + int(forwarded.sum())
@@ -260,9 +268,11 @@ class _CountedLimiter:
 
     def __init__(self, inner: Limiter) -> None:
         self.inner = inner
-        #: "install": limiters put on or changed; "read": per-interface counter reads; "dump": reads
+        self.counts = inner.counts
+        #: "install": limiters put on or changed; "park": limits taken off while the VR keeps early
+        #: drop on (the eBPF filter stays, idle); "read": per-interface counter reads; "dump": reads
         #: of every limiter's counter at once (one qdisc dump).
-        self.ops = {"install": 0, "remove": 0, "read": 0, "dump": 0}
+        self.ops = {"install": 0, "remove": 0, "park": 0, "read": 0, "dump": 0}
         #: The counts at the end of the warm-up period.
         self.warm: dict[str, int] = {}
 
@@ -278,6 +288,11 @@ class _CountedLimiter:
         removed = self.inner.remove(ifname)
         self.ops["remove"] += removed
         return removed
+
+    def park(self, ifname: str) -> bool:
+        parked = self.inner.park(ifname)
+        self.ops["park"] += parked
+        return parked
 
     def adopt(self, ifname: str) -> tuple[LimiterSetting | None, int] | None:
         self.ops["read"] += 1
@@ -307,12 +322,12 @@ def _enter_netns(netns: str, stack: ExitStack) -> None:
     stack.callback(setns_net, home)
 
 
-def _config(tmp: str, period_s: float, kind: str, early_drop: bool = False) -> Any:
+def _config(tmp: str, period_s: float, kind: str, early_drop: bool = False, limiter: str = "bpf") -> Any:
     # "xtc-noprobe": the xtc law without the lag probe (``[controller] lag_probe = false``).
     ctl = 'kind = "xtc"\nlag_probe = false\n' if kind == "xtc-noprobe" else f'kind = "{kind}"\n'
     return loads_config(
         f'[daemon]\nbackend = "libvirt"\ncontrol_period_s = {period_s}\nstate_dir = "{tmp}/state"\n'
-        f'early_drop = {"true" if early_drop else "false"}\n'
+        f'early_drop = {"true" if early_drop else "false"}\nearly_drop_limiter = "{limiter}"\n'
         f'[controller]\n{ctl}[metrics]\nenabled = false\n'
         f'[manager]\nendpoint = "ipc://{tmp}/m.sock"\npub_endpoint = "ipc://{tmp}/p.sock"\n'
     )
@@ -407,7 +422,7 @@ def _measure(svc: DaemonService, host: Any, n_periods: int, period_s: float, clo
 def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: str = "xtc",
                  seed: int = 1, kernel: bool | None = None, profile: str | None = None,
                  workload: str = "moving", breakdown: bool = False, subscribers: int = 1,
-                 early_drop: bool = False) -> dict[str, Any]:
+                 early_drop: bool = False, early_drop_limiter: str = "bpf") -> dict[str, Any]:
     """CPU cost of the daemon for ``n_vrs`` VRs (see the module docstring).
 
     Parameters
@@ -442,8 +457,10 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
         daemon's side of the sending is).  With 0 nobody listens, as with a policer that polls:
         the daemon then builds no samples.
     early_drop : bool
-        Every VR with early drop on (``daemon.early_drop``): real TBF limiters on the veth ends,
+        Every VR with early drop on (``daemon.early_drop``): real limiters on the veth ends,
         through the daemon's own limiter (kernel mode only; see the module).
+    early_drop_limiter : str
+        ``daemon.early_drop_limiter``: "bpf" (the eBPF bucket, the default) or "tbf".
 
     Returns
     -------
@@ -466,9 +483,9 @@ def bench_daemon(n_vrs: int, seconds: float = 5.0, period_s: float = 1.0, kind: 
     clock_s = [1000.0]
     row: dict[str, Any] = {"vrs": n_vrs, "interfaces": n_vrs * IFACES_PER_VR, "controller": kind,
                            "period_s": period_s, "workload": workload, "sample_subscribers": subscribers,
-                           "early_drop": early_drop}
+                           "early_drop": early_drop, "early_drop_limiter": early_drop_limiter if early_drop else None}
     with tempfile.TemporaryDirectory(prefix="xtc-bench-") as tmp, ExitStack() as stack:
-        cfg = _config(tmp, period_s, kind, early_drop)
+        cfg = _config(tmp, period_s, kind, early_drop, early_drop_limiter)
         if kernel:
             lab = _KernelLab(n_vrs)
             stack.callback(_check_removed, lab)
@@ -614,7 +631,9 @@ def add_daemon(sub: Any) -> None:
     p.add_argument("--breakdown", action="store_true",
                    help="also time each stage of a period (thread CPU per period, microseconds)")
     p.add_argument("--early-drop", action="store_true",
-                   help="every VR with early drop on: real TBF limiters on the veth ends (issue 48; root only)")
+                   help="every VR with early drop on: real limiters on the veth ends (issue 48; root only)")
+    p.add_argument("--early-drop-limiter", choices=("bpf", "tbf"), default="bpf",
+                   help="with --early-drop: the daemon's daemon.early_drop_limiter (default bpf)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
 
@@ -628,7 +647,8 @@ def _run(args: argparse.Namespace) -> int:
     workloads = args.workload or list(WORKLOADS)
     rows = [bench_daemon(n, seconds=args.seconds, period_s=args.period_s, kind=args.controller, kernel=kernel,
                          profile=None if args.profile is None else _profile_path(args.profile, w, len(workloads)),
-                         workload=w, breakdown=args.breakdown, subscribers=k, early_drop=args.early_drop)
+                         workload=w, breakdown=args.breakdown, subscribers=k, early_drop=args.early_drop,
+                         early_drop_limiter=args.early_drop_limiter)
             for n in args.vrs for w in workloads for k in args.subscribers]
     if args.json:
         print(json.dumps({"benchmark": "daemon", "python": platform.python_version(),

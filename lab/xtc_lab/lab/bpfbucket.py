@@ -10,29 +10,28 @@ map and, for a VR that has an entry, runs a GCRA bucket (a "theoretical arrival 
 It counts packets, not bytes.
 
 No compiler: the 35 instructions are assembled here (:func:`program`) and loaded with the
-``bpf()`` system call (``BPF_MAP_CREATE``, ``BPF_PROG_LOAD`` as ``BPF_PROG_TYPE_SCHED_CLS``);
+``bpf()`` system call through the product's :mod:`xtc.host.bpfsys` (``BPF_MAP_CREATE``,
+``BPF_PROG_LOAD`` as ``BPF_PROG_TYPE_SCHED_CLS``);
 pyroute2 attaches the program's fd (``TCA_BPF_FD``, ``TCA_BPF_FLAG_ACT_DIRECT``).  The map's
 entry is read and written with ``BPF_MAP_LOOKUP_ELEM`` / ``BPF_MAP_UPDATE_ELEM`` (about 25 us).
 Concurrency: ``tat`` is read and written without a lock (two CPUs may both let a frame through
 on the same ``tat``: the bucket errs towards passing, by at most a frame per CPU at a time); the
 drop counter is an atomic add.
 
-Lab-only for now (the ``xtc+input-bpf`` phase of ``xtc lab run tcpudp --tcpudp-phases``).
+Lab-only (the ``xtc+input-bpf`` phase of ``xtc lab run tcpudp --tcpudp-phases``): the product's
+limiter is the same bucket on the VR's host-side interface, keyed by its index
+(:mod:`xtc.host.bpflimiter`).
 Units: ns, packets/s.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import struct
 from dataclasses import dataclass, field
 
+from xtc.host import bpfsys
 from xtc_lab.lab.cgroups import LabError
 
-NR_BPF_X86_64 = 321
-BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_PROG_LOAD = 0, 1, 2, 5
-BPF_MAP_TYPE_HASH, BPF_PROG_TYPE_SCHED_CLS = 1, 3
 KEY_BYTES, VALUE_BYTES = 8, 32  # key: the MAC, 2 bytes of padding; value: tat, interval, burst, dropped (u64 each)
 SKB_DATA, SKB_DATA_END = 76, 80  # offsetof(struct __sk_buff, data / data_end)
 TC_ACT_OK, TC_ACT_SHOT = 0, 2
@@ -121,16 +120,6 @@ def ns_mac(ns: str, ifname: str = "eth0") -> str:
         raise LabError(f"no MAC for {ifname} in {ns}: {r.stderr.strip() or e}") from e
 
 
-def _bpf(cmd: int, attr: bytes) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(attr, 128)
-    r = libc.syscall(NR_BPF_X86_64, cmd, buf, 128)
-    if r < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"bpf({cmd}): {os.strerror(e)}")
-    return int(r)
-
-
 @dataclass
 class BpfBucket:
     """The bucket on ``port``'s ingress for frames to ``mac`` at ``rate_pps`` (see the module)."""
@@ -140,25 +129,18 @@ class BpfBucket:
     rate_pps: float
     burst_s: float = 0.02
     _fds: list[int] = field(default_factory=list, repr=False)
-    _buffers: list[ctypes.Array[ctypes.c_char]] = field(default_factory=list, repr=False)
 
     def install(self) -> None:
         """Create the map and the program, set the VR's entry, attach (a clsact qdisc on the port)."""
         try:
-            map_fd = _bpf(BPF_MAP_CREATE, struct.pack("<IIII", BPF_MAP_TYPE_HASH, KEY_BYTES, VALUE_BYTES, 64))
+            map_fd = bpfsys.map_create(bpfsys.MAP_HASH, KEY_BYTES, VALUE_BYTES, 64, "xtc_lab_bucket")
             self._fds.append(map_fd)
-            code = ctypes.create_string_buffer(program(map_fd), len(program(map_fd)))
-            lic = ctypes.create_string_buffer(b"GPL")
-            log = ctypes.create_string_buffer(16384)
-            self._buffers += [code, lic, log]
-            attr = struct.pack("<IIQQIIQ", BPF_PROG_TYPE_SCHED_CLS, len(code) // 8, ctypes.addressof(code),
-                               ctypes.addressof(lic), 1, len(log), ctypes.addressof(log))
             try:
-                prog_fd = _bpf(BPF_PROG_LOAD, attr)
-            except OSError as e:
-                raise LabError(f"the kernel refused the bucket program: {e}: {log.value.decode(errors='replace')[-500:]}") from e
+                prog_fd = bpfsys.prog_load(bpfsys.PROG_SCHED_CLS, program(map_fd), "xtc_lab_bucket")
+            except bpfsys.BpfError as e:
+                raise LabError(f"the kernel refused the bucket program: {e}") from e
             self._fds.append(prog_fd)
-            self._update(entry(self.rate_pps, self.burst_s))
+            bpfsys.map_update(map_fd, mac_key(self.mac), entry(self.rate_pps, self.burst_s))
             from pyroute2 import IPRoute
 
             with IPRoute() as ipr:
@@ -172,19 +154,12 @@ class BpfBucket:
             self.remove(missing_ok=True)
             raise
 
-    def _update(self, value: bytes) -> None:
-        k = ctypes.create_string_buffer(mac_key(self.mac), KEY_BYTES)
-        v = ctypes.create_string_buffer(value, VALUE_BYTES)
-        _bpf(BPF_MAP_UPDATE_ELEM, struct.pack("<I4xQQQ", self._fds[0], ctypes.addressof(k), ctypes.addressof(v), 0))
-
     def dropped_packets(self) -> int:
         """Frames to the VR the bucket dropped so far (0 when it is not installed)."""
         if not self._fds:
             return 0
-        k = ctypes.create_string_buffer(mac_key(self.mac), KEY_BYTES)
-        v = ctypes.create_string_buffer(VALUE_BYTES)
-        _bpf(BPF_MAP_LOOKUP_ELEM, struct.pack("<I4xQQQ", self._fds[0], ctypes.addressof(k), ctypes.addressof(v), 0))
-        return entry_dropped(v.raw)
+        v = bpfsys.map_lookup(self._fds[0], mac_key(self.mac), VALUE_BYTES)
+        return 0 if v is None else entry_dropped(v)
 
     def remove(self, missing_ok: bool = False) -> None:
         """Take the clsact qdisc (and with it the filter) off the port and close the fds."""
@@ -199,10 +174,7 @@ class BpfBucket:
         except Exception as e:  # noqa: BLE001 - reported below unless asked not to
             error = e
         for fd in self._fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            bpfsys.close(fd)
         self._fds.clear()
         if error is not None and not missing_ok:
             raise LabError(f"bpf bucket on {self.port}: cannot remove its clsact qdisc: {error}") from error

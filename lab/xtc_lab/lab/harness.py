@@ -369,11 +369,13 @@ class LabDaemon:
         ``[controller] lag_probe`` (XTC's controller only; None: the daemon's default, the probe on).
     cfs_period_us
         ``[daemon] cfs_period_us`` (0: left out, the VRs' own CFS period).
+    daemon_extra
+        More ``[daemon]`` keys (e.g. ``early_drop_limiter``).
     """
 
     def __init__(self, workdir: Path, uri: str, domains: Sequence[str | VR], kind: str = "xtc",
                  model: str | Path = "paper", period_s: float = 1.0, cap_min_percent: float | None = None,
-                 lag_probe: bool | None = None, cfs_period_us: int = 0):
+                 lag_probe: bool | None = None, cfs_period_us: int = 0, daemon_extra: dict[str, Any] | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.endpoint = f"ipc://{self.dir}/mgr.sock"
@@ -381,7 +383,8 @@ class LabDaemon:
         self.config = self.dir / "xtcd.toml"
         self.config.write_text(daemon_config_text(self.dir, uri, domains, kind=kind, model=model, period_s=period_s,
                                                   cap_min_percent=cap_min_percent, lag_probe=lag_probe,
-                                                  daemon_extra={"cfs_period_us": cfs_period_us} if cfs_period_us else None))
+                                                  daemon_extra={**({"cfs_period_us": cfs_period_us} if cfs_period_us
+                                                                   else {}), **(daemon_extra or {})} or None))
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: Any = None
 

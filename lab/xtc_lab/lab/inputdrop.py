@@ -156,9 +156,22 @@ ED_HANDLE = "ed0:"
 
 
 def early_drop_drops(vifs: Mapping[str, Sequence[str]]) -> dict[str, int]:
-    """Packets the product's early-drop limiters (``tbf ed0:``) dropped so far, summed over each key's
-    interfaces (0 for an interface without one)."""
-    return {key: sum(drops_of(qdisc_rows(v) or [], "tbf", ED_HANDLE) for v in ifs) for key, ifs in vifs.items()}
+    """Packets the product's early-drop limiters (the eBPF bucket's filter, read through its
+    program's maps, or the ``tbf ed0:``) dropped so far, summed over each key's interfaces (0 for an
+    interface without one)."""
+    return {key: sum(drops_of(qdisc_rows(v) or [], "tbf", ED_HANDLE) + _bpf_drops(v) for v in ifs)
+            for key, ifs in vifs.items()}
+
+
+def _bpf_drops(vif: str) -> int:
+    from xtc.host.bpflimiter import read_attached
+    from xtc.host.limiter import LimiterError
+
+    try:
+        got = read_attached(vif)
+    except LimiterError:
+        return 0
+    return 0 if got is None else int(got["dropped_packets"])
 
 
 def drops_between(before: int, after: int) -> int:

@@ -285,7 +285,7 @@ def _first_router_waste_md(result: dict[str, Any], phases: list[dict[str, Any]],
         return ""
     return (f"\n## The first router's waste (early drop {'on' if result.get('early_drop') else 'off'})\n\n"
             "Per phase, over its probing window, packets/s: what the generator sent, what the host handed the first "
-            "router (host TX of its vif), what early drop's limiter (`tbf ed0:`) dropped before handing, what the "
+            "router (host TX of its vif), what early drop's limiter (the eBPF bucket, or `tbf ed0:`) dropped before handing, what the "
             "first router's socket dropped, what it forwarded; the later routers' limiter drops; the host's CPU "
             "(percent of one CPU):\n\n"
             + markdown_table(["setpoint (pps)", "sent", f"handed to {routers[0]}", "limiter dropped",

@@ -360,7 +360,7 @@ def _early_drop_md(result: Mapping[str, Any]) -> str:
     if not rows:
         return ""
     return (f"\nEarly drop {'asked for every VR' if result.get('early_drop') else 'off'} (issue 48): what the host "
-            "handed the six VRs (host TX of their vifs), what the limiters (`tbf ed0:`) dropped before handing, "
+            "handed the six VRs (host TX of their vifs), what the limiters (the eBPF bucket, or `tbf ed0:`) dropped before handing, "
             "and the host's CPU (percent of one CPU):\n\n"
             + markdown_table(["phase", "handed (pps)", "limiters dropped (pps)", "per VR", "forwarded (pps)",
                               "host softirq %", "host system %", "host idle %", "load"], rows) + "\n")

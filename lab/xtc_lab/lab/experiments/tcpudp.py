@@ -91,7 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 0.2; the TCP VR gets the rest)")
     g.add_argument("--tcpudp-phases", default=None, metavar="P1,P2,...",
                    help="Figure 17 several ways, alternated (issue 48 item 3): a comma list of without, xtc, "
-                        "xtc+early-drop (the daemon's limiter on the vifs), xtc+input-drop (lab only: the same excess "
+                        "xtc+early-drop (the daemon's default limiter on the vifs: the eBPF bucket), "
+                        "xtc+early-drop-margin8 (the same, margin 0.08), xtc+early-drop-tbf (its TBF), "
+                        "xtc+input-drop, xtc+input-bpf (lab only: the same excess "
                         "dropped at the host's input port, before the bridge); the first must be 'without' "
                         "(the setpoints come from it). Default: the classic two phases")
     g.add_argument("--tcpudp-alternate", type=int, default=1, metavar="N",

@@ -13,21 +13,28 @@ run, as in the classic run):
 * ``without``: both VRs unlimited, no daemon;
 * ``xtc``: a fresh ``xtc daemon`` holds the UDP VR at ``--tcpudp-udp-share`` of the first
   ``without`` aggregate and the TCP VR at the rest;
-* ``xtc+early-drop``: the same with early drop asked for *both* VRs (the product's TBF ``ed0:``
-  on their host-side vifs; the TCP VR's source backs off, so it must get none);
+* ``xtc+early-drop``: the same with early drop asked for *both* VRs (the product's default limiter,
+  the queue-less eBPF packet-rate bucket on the clsact egress of their host-side vifs,
+  ``daemon.early_drop_limiter = "bpf"``; the TCP VR's source backs off, so it must get none);
+* ``xtc+early-drop-margin8``: the same eBPF bucket with ``daemon.early_drop_margin_fraction = 0.08``
+  (the default 0.05: the margin measured against handed/setpoint and the UDP VR's tracking);
+* ``xtc+early-drop-tbf``: the same with the product's other limiter, the TBF ``ed0:`` root qdisc on
+  the vifs (``daemon.early_drop_limiter = "tbf"``);
 * ``xtc+input-drop``: ``xtc`` plus the lab's input-side TBF at ``--tcpudp-input-factor`` times
-  the UDP setpoint (default: the level the daemon's limit holds for a VR forwarding its
+  the UDP setpoint (default: the level the daemon's TBF limit holds for a VR forwarding its
   setpoint, (1 + margin)(1 + step) = 1.32);
 * ``xtc+input-bpf``: the same rate, dropped on the same port by a packet-rate bucket in eBPF
   (:mod:`xtc_lab.lab.bpfbucket`: cls_bpf direct-action keyed by the destination MAC of the
-  frames through the VR; no IFB hop for what passes): the candidate product mechanism.
+  frames through the VR; no IFB hop for what passes, the product's credit, and by default the
+  level of the product's eBPF limit, 1.07x the setpoint): the product's bucket, placed before the
+  bridge instead of on the vif (what the place costs).
 
 Per window (one phase, one repetition): what the UDP generator sent (host RX of its port, before
 any limiter), what the host handed each VR (host TX of its vifs), what each VR forwarded, what
 each VR dropped itself (handed, not passed on; and its forwarder socket's drops), what the vif
 limiter and the input limiter dropped, the VRs' caps and CPU, the lab's traffic tools' CPU, the
 host's softirq, system, user and idle CPU, the load average, and whether each VR carried an
-``ed0:`` limiter at the end.  Per phase: means, standard deviations and, against ``without``
+early-drop limiter (the eBPF filter or the TBF ``ed0:``) at the end.  Per phase: means, standard deviations and, against ``without``
 (and ``xtc``), the *paired* differences of the repetitions with a 95 % t interval.
 
 Units: kp/s in the flat records (``*_kpps``), percent of one CPU (a 2-core host has 200 %).
@@ -69,7 +76,14 @@ from xtc_lab.lab.harness import (
 from xtc_lab.lab.netlab import VR, LabError, NetLab, pids_in_netns, read_packet_counters
 from xtc_lab.lab.traffic import start_streams, start_tcp_stream, start_udp_stream
 
-PHASES = ("without", "xtc", "xtc+early-drop", "xtc+input-drop", "xtc+input-bpf")
+PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-margin8", "xtc+early-drop-tbf", "xtc+input-drop",
+          "xtc+input-bpf")
+#: The phases with the product's early drop, and the daemon's ``[daemon]`` keys in each.
+EARLY_DROP_PHASES: dict[str, dict[str, Any]] = {
+    "xtc+early-drop": {"early_drop_limiter": "bpf"},
+    "xtc+early-drop-margin8": {"early_drop_limiter": "bpf", "early_drop_margin_fraction": 0.08},
+    "xtc+early-drop-tbf": {"early_drop_limiter": "tbf"},
+}
 #: The lab-only phases that drop the UDP VR's excess at the host's input port (before the bridge).
 INPUT_PHASES = ("xtc+input-drop", "xtc+input-bpf")
 TITLE = "Figure 17 several ways (without XTC, XTC, XTC + early drop, XTC + input-side drop), alternated"
@@ -79,7 +93,7 @@ UDP_HOLD_TOLERANCE = 0.03  # the UDP VR's forwarding, within this of its setpoin
 PAPER_TCP_GAIN_KPPS = PAPER_KPPS["tcp_gain"]
 #: The numbers every phase object of the report carries (issue 48's schema and what answers it).
 KEYS = ("udp_sent_kpps", "udp_sender_kpps", "udp_handed_kpps", "udp_setpoint_kpps", "udp_forwarded_kpps", "udp_dropped_in_vr_kpps",
-        "udp_socket_drop_kpps", "udp_dropped_by_vif_limiter_kpps", "udp_dropped_at_input_kpps",
+        "udp_socket_drop_kpps", "udp_dropped_by_vif_limiter_kpps", "udp_dropped_at_input_kpps", "udp_vif_limit_kpps",
         "tcp_handed_kpps", "tcp_forwarded_kpps", "tcp_setpoint_kpps", "tcp_dropped_in_vr_kpps",
         "tcp_dropped_by_vif_limiter_kpps", "tcp_goodput_mbps",
         "tcp_cap_percent", "udp_cap_percent", "tcp_vr_cpu_percent", "udp_vr_cpu_percent",
@@ -115,23 +129,25 @@ def phase_order(phases: Sequence[str], alternate: int) -> list[tuple[int, str]]:
     return [(rep, p) for rep in range(alternate) for p in phases]
 
 
-def default_input_factor() -> float:
-    """The input-side limit over the UDP setpoint: (1 + margin)(1 + step) of the daemon's limiter
-    (the level its limit holds for a VR that forwards its setpoint)."""
-    from xtc.daemon.limiter_policy import DEFAULT_TUNING
+def default_input_factor(limiter: str = "tbf") -> float:
+    """The input-side limit over the UDP setpoint: (1 + margin)(1 + step) of the daemon's ``limiter``
+    (the level its limit holds for a VR that forwards its setpoint): 1.32 for the TBF (the IFB +
+    TBF phase), 1.07 for the eBPF bucket (the input-side bucket's phase)."""
+    from xtc.daemon.limiter_policy import tuning_for
 
-    return (1 + DEFAULT_TUNING.margin_fraction) * (1 + DEFAULT_TUNING.step_fraction)
+    t = tuning_for(limiter)
+    return (1 + t.margin_fraction) * (1 + t.step_fraction)
 
 
 def input_bpf_for(prefix: str, vr: VR, setpoint_pps: float, factor: float, mac: str) -> bpfbucket.BpfBucket:
     """The eBPF bucket of ``vr`` on its generator's port, for frames to ``mac`` (what the generator sends
-    through it), at ``factor`` times ``setpoint_pps``, with the product's 20 ms of credit."""
-    from xtc.daemon.limiter_policy import DEFAULT_TUNING
+    through it), at ``factor`` times ``setpoint_pps``, with the product's eBPF credit (0.3 s)."""
+    from xtc.daemon.limiter_policy import BPF_TUNING
 
     if not (isinstance(factor, (int, float)) and math.isfinite(factor) and 0.5 <= factor <= 10):
         raise ValueError(f"--tcpudp-input-factor {factor!r}: want 0.5..10")
     return bpfbucket.BpfBucket(port=f"{prefix}-g{vr.k}", mac=mac, rate_pps=factor * setpoint_pps,
-                               burst_s=DEFAULT_TUNING.burst_s)
+                               burst_s=BPF_TUNING.burst_s)
 
 
 def input_drop_for(prefix: str, vr: VR, setpoint_pps: float, factor: float, frame_bytes: int) -> inputdrop.InputDrop:
@@ -183,11 +199,18 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
         out[f"{key}_setpoint_kpps"] = k(setpoints_pps.get(key))
         out[f"{key}_dropped_in_vr_kpps"] = k(into - to_tr) if into is not None and to_tr is not None else math.nan
         out[f"{key}_socket_drop_kpps"] = k(drops.get("socket_drop_pps"))
-        out[f"{key}_dropped_by_vif_limiter_kpps"] = per_s("vif_limiter_drops", key) / 1e3
+        # a counter that went back (the daemon took the limiter off and put it on again: a new one
+        # counts from 0) gives what the new one counted (inputdrop.drops_between: a lower bound)
+        d0, d1 = e0["vif_limiter_drops"].get(key), e1["vif_limiter_drops"].get(key)
+        out[f"{key}_dropped_by_vif_limiter_kpps"] = (
+            math.nan if d0 is None or d1 is None else inputdrop.drops_between(d0, d1) / dt / 1e3)
         out[f"{key}_cap_percent"] = vr.get("cap_percent", math.nan)
         out[f"{key}_vr_cpu_percent"] = vr.get("cpu_percent", math.nan)
         out[f"{key}_tools_cpu_percent"] = 100.0 * per_s("tools_ticks", key) / tps
         out[f"{key}_limited"] = bool(e1.get("limited", {}).get(key, False))
+        # the eBPF limit on the VR's vifs at the window's start and end (NaN: none, or the TBF's)
+        out[f"{key}_vif_limit_kpps"] = statistics.fmean(
+            [e.get("vif_limit_pps", {}).get(key, math.nan) for e in (e0, e1)]) / 1e3
     out["udp_sent_kpps"] = per_s("sent", "udp") / 1e3
     # the sender's own count over its whole stream (host RX of the port misses what an ingress redirect drops)
     out["udp_sender_kpps"] = k((summary["udp"].get("sender") or {}).get("sent_pps"))
@@ -226,7 +249,7 @@ def mean_ci(xs: Sequence[Any]) -> dict[str, float]:
 def phase_stats(windows: Sequence[Mapping[str, Any]], phases: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per phase: the mean of every :data:`KEYS` number over its windows (issue 48's flat schema), its
     standard deviation as ``<key>_sd``, ``windows`` (how many), and how many windows ended with an
-    ``ed0:`` limiter on each VR (``tcp_limited_windows``, ``udp_limited_windows``)."""
+    early-drop limiter on each VR (``tcp_limited_windows``, ``udp_limited_windows``)."""
     out: dict[str, dict[str, Any]] = {}
     for p in phases:
         ws = [w for w in windows if w["phase"] == p]
@@ -319,7 +342,7 @@ def goals(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, Mapping[str
     out.append(Goal("no harm: the TCP VR (early drop asked for it too) gets no limiter and forwards no less than "
                     "with XTC alone (beyond the noise)", harm_txt, harm_ok))
     left = [p for p, s in stats.items() if p in ("without", "xtc") and (s["tcp_limited_windows"] or s["udp_limited_windows"])]
-    out.append(Goal("nothing left behind: no ed0: limiter at the end of a window without early drop",
+    out.append(Goal("nothing left behind: no early-drop limiter at the end of a window without early drop",
                     "none" if not left else f"found in phase(s) {', '.join(left)}", not left))
     return out
 
@@ -336,7 +359,9 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
         d = comp[p][key]
         return f"{d['mean']:+.1f} (+-{d['ci95']:.1f}{', beyond the noise' if d['separated'] else ', within the noise'})"
 
-    for p, name in (("xtc+early-drop", "early drop (the vif)"),
+    for p, name in (("xtc+early-drop", "early drop (the eBPF bucket on the vif)"),
+                    ("xtc+early-drop-margin8", "early drop (the eBPF bucket on the vif, margin 0.08)"),
+                    ("xtc+early-drop-tbf", "early drop (the TBF on the vif)"),
                     ("xtc+input-drop", "input-side drop (IFB + TBF, before the bridge)"),
                     ("xtc+input-bpf", "input-side drop (eBPF bucket, before the bridge)")):
         s = stats.get(p)
@@ -345,7 +370,7 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
         lines.append(
             f"With {name} the host handed the UDP VR {s['udp_handed_kpps']:.1f} kp/s (XTC alone "
             f"{xtc['udp_handed_kpps']:.1f}); the limiter dropped "
-            f"{(s['udp_dropped_by_vif_limiter_kpps'] if p == 'xtc+early-drop' else s['udp_dropped_at_input_kpps']):.1f} kp/s and the VR "
+            f"{(s['udp_dropped_by_vif_limiter_kpps'] if p in EARLY_DROP_PHASES else s['udp_dropped_at_input_kpps']):.1f} kp/s and the VR "
             f"itself {s['udp_dropped_in_vr_kpps']:.1f} (XTC alone: the VR {xtc['udp_dropped_in_vr_kpps']:.1f}). Against XTC "
             f"alone, paired: host softirq {diff(p, 'softirq_change_over_xtc_percent')} points, system "
             f"{diff(p, 'system_change_over_xtc_percent')}, idle {diff(p, 'idle_change_over_xtc_percent')}, the UDP "
@@ -373,13 +398,17 @@ def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: floa
     """The counters a window needs besides the CPU picture (see :func:`window_record`)."""
     c = read_packet_counters()
     out: dict[str, Any] = {"t_s": time.monotonic(), "ticks_per_s": ticks_per_s, "sent": {}, "vif_limiter_drops": {},
-                           "limited": {}, "tools_ticks": {}}
+                           "limited": {}, "tools_ticks": {}, "vif_limit_pps": {}}
     for key, vr in vrs.items():
         port = c.get(f"{lab.prefix}-g{vr.k}")
         out["sent"][key] = None if port is None else port[0]  # host RX of the generator's port: what it sent
         rows = [inputdrop.qdisc_rows(v) or [] for v in vr.vifs]
-        out["vif_limiter_drops"][key] = sum(inputdrop.drops_of(r, "tbf", ED_HANDLE) for r in rows)
-        out["limited"][key] = any(inputdrop.has_of(r, "tbf", ED_HANDLE) for r in rows)
+        bpf = [_bpf_limiter(v) for v in vr.vifs]  # the eBPF bucket's, read through its program's maps
+        out["vif_limiter_drops"][key] = (sum(inputdrop.drops_of(r, "tbf", ED_HANDLE) for r in rows)
+                                         + sum(int(b["dropped_packets"]) for b in bpf if b is not None))
+        out["limited"][key] = (any(inputdrop.has_of(r, "tbf", ED_HANDLE) for r in rows)
+                               or any(b is not None for b in bpf))
+        out["vif_limit_pps"][key] = max((b.get("rate_pps", math.nan) for b in bpf if b is not None), default=math.nan)
         ticks = 0
         for ns in (vr.tg_ns, vr.tr_ns):
             for pid in pids_in_netns(ns):
@@ -392,13 +421,26 @@ def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: floa
     return out
 
 
+def _bpf_limiter(vif: str) -> dict[str, float] | None:
+    """The product's eBPF limiter on ``vif`` (its limit and drop counter), None: none (or unreadable)."""
+    from xtc.host.bpflimiter import read_attached
+    from xtc.host.limiter import LimiterError
+
+    try:
+        return read_attached(vif)
+    except LimiterError:
+        return None
+
+
 def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model: str) -> Outcome:
     """The alternated run (``result`` holds the classic run's header already)."""
     import os
 
     phases = parse_phases(args.tcpudp_phases)
     order = phase_order(phases, int(getattr(args, "tcpudp_alternate", 1)))
-    factor = args.tcpudp_input_factor if getattr(args, "tcpudp_input_factor", None) is not None else default_input_factor()
+    given = getattr(args, "tcpudp_input_factor", None)
+    factor = given if given is not None else default_input_factor("tbf")
+    factor_bpf = given if given is not None else default_input_factor("bpf")
     kind = ctx.kind
     if kind == "qemu" and set(INPUT_PHASES) & set(phases):
         raise ValueError("the input-side phases are built for LXC and netns VRs only (a QEMU VR's frames are "
@@ -438,7 +480,7 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
                                                 "rate_pps": idrop.rate_bytes_per_s / frame,
                                                 "burst_bytes": idrop.burst_bytes, "limit_bytes": idrop.limit_bytes}
                     if phase == "xtc+input-bpf" and phase not in limiters:
-                        b = limiters[phase] = input_bpf_for(lab.prefix, udp_vr, sp["udp"], factor,
+                        b = limiters[phase] = input_bpf_for(lab.prefix, udp_vr, sp["udp"], factor_bpf,
                                                             bpfbucket.ns_mac(udp_vr.tr_ns))
                         result["input_bpf"] = {"port": b.port, "mac": b.mac, "rate_pps": b.rate_pps,
                                                "burst_s": b.burst_s}
@@ -472,10 +514,11 @@ def _xtc_window(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams
     and ``idrop`` (an input-side limiter: ``install``, ``remove``, ``dropped_packets``) in place from the
     activation to the end (taken away whatever happens)."""
     warm_s, settle_s, hold_s = times_s
-    early = phase == "xtc+early-drop"
+    early = phase in EARLY_DROP_PHASES
     installed: list[Any] = []
     with LabDaemon(workdir, lab.uri, daemon_domains([vrs["tcp"], vrs["udp"]]), kind="xtc", model=model,
-                   cfs_period_us=ctx.cfs_period_us) as d:
+                   cfs_period_us=ctx.cfs_period_us,
+                   daemon_extra=EARLY_DROP_PHASES.get(phase)) as d:
         def on() -> None:
             d.call("activate", vr=vrs["udp"].name, setpoint_pps=float(sp["udp"]), early_drop=early)
             d.call("activate", vr=vrs["tcp"].name, setpoint_pps=float(sp["tcp"]), early_drop=early)
@@ -535,7 +578,8 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
     rows = []
     for p, s in stats.items():
         g = comp.get(p, {}).get("tcp_gain_over_without_kpps")
-        rows.append((p, s["windows"], _pm(s, "udp_sent_kpps"), _pm(s, "udp_handed_kpps"), _pm(s, "udp_forwarded_kpps", 2),
+        rows.append((p, s["windows"], _pm(s, "udp_sent_kpps"), _pm(s, "udp_handed_kpps"), _f(s.get("udp_vif_limit_kpps"), 2),
+                     _pm(s, "udp_forwarded_kpps", 2),
                      _f(s["udp_dropped_in_vr_kpps"]), _f(s["udp_dropped_by_vif_limiter_kpps"]),
                      _f(s["udp_dropped_at_input_kpps"]), _pm(s, "tcp_forwarded_kpps"),
                      "-" if g is None else f"{g['mean']:+.1f} +-{_f(g['ci95'])}",
@@ -545,10 +589,10 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
                      _f(s["host_idle_percent"], 0), _f(s["load_avg_1m"], 2),
                      f"{s['tcp_limited_windows']}/{s['udp_limited_windows']}"))
     table = markdown_table(
-        ["phase", "windows", "UDP sent kp/s", "UDP handed kp/s", "UDP fwd kp/s", "UDP dropped by VR", "by vif limiter",
+        ["phase", "windows", "UDP sent kp/s", "UDP handed kp/s", "UDP vif limit kp/s (eBPF)", "UDP fwd kp/s", "UDP dropped by VR", "by vif limiter",
          "at input", "TCP fwd kp/s", "TCP gain over without (paired, 95%)", "TCP cap %", "TCP VR CPU %", "UDP cap %",
          "UDP VR CPU %", "UDP generator CPU %", "TCP tools CPU %", "host softirq %", "host system %", "host user %",
-         "host idle %", "load", "ed0: at end (TCP/UDP)"], rows)
+         "host idle %", "load", "limiter at end (TCP/UDP)"], rows)
     wrows = [(f"{w['phase']} #{w['rep'] + 1}", _f(w["load_avg_1m"], 2), _f(w["udp_sent_kpps"]), _f(w["udp_handed_kpps"]),
               _f(w["udp_forwarded_kpps"], 2), _f(w["tcp_forwarded_kpps"]), _f(w["host_softirq_percent"]),
               _f(w["host_system_percent"]), _f(w["host_idle_percent"])) for w in result.get("windows", [])]
@@ -572,7 +616,8 @@ UDP stream asked at {result['udp_offered_pps']:.0f} pps, both {result['frame_byt
 (the XTC phases after {result['settle_s']:g} s of settling with a fresh daemon).  Setpoints from the first
 `without` window: UDP VR {sp.get('udp', math.nan) / 1e3:.2f} kp/s, TCP VR {sp.get('tcp', math.nan) / 1e3:.2f} kp/s
 ({100 * result['udp_share']:.0f}% / the rest of its aggregate).  Early drop was asked for both VRs in
-`xtc+early-drop`.{idtxt}
+`xtc+early-drop` (the daemon's eBPF bucket on the vifs), `xtc+early-drop-margin8` (the same, margin 0.08)
+and `xtc+early-drop-tbf` (its TBF).{idtxt}
 
 Means (+- standard deviation over the windows); "sent" = what the UDP generator sent (host RX of its port, before
 any limiter); "handed" = host TX of the VR's vifs; "dropped by VR" = handed but not passed on; CPU in percent of one
