@@ -31,6 +31,10 @@ Decoding
 same, by word offsets learnt once: numpy gathers on the hot path), :func:`root_counter_offsets`
 (where a qdisc message's counters lie).
 
+Why one file: it is the one codec of rtnetlink's traffic-control family, for the XCo gate, early
+drop's TBF and its eBPF filter alike; its encoders share the message templates and the attribute
+writers, its decoders the dump walk, and its tests check both against pyroute2's own encoding.
+
 TBF arithmetic
 --------------
 :func:`least_rate_Bps`: the least rate at which a TBF bucket fits (its buffer, in ticks, is a u32);
