@@ -18,6 +18,7 @@ unwinding
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -26,7 +27,17 @@ from typing import Any
 __all__ = ["unwinding"]
 
 
+#: The process that installed the handler: a child forked from it (pyroute2's network-namespace
+#: helpers are) inherits the handler and must die by the signal as before, not unwind the parent's
+#: stack in its own copy (it hung `xtc lab up` rebuilding a damaged lab).
+_OWNER_PID = 0
+
+
 def _terminated(signum: int, _frame: object) -> None:
+    if os.getpid() != _OWNER_PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise SystemExit(128 + signum)
 
 
@@ -35,6 +46,8 @@ def _unwinds(func: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def run(args: Any) -> Any:
         if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
             return func(args)
+        global _OWNER_PID
+        _OWNER_PID = os.getpid()
         before = signal.signal(signal.SIGTERM, _terminated)
         try:
             return func(args)

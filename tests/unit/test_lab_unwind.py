@@ -34,3 +34,45 @@ def test_sigterm_removes_what_the_command_made(tmp_path: Path) -> None:
             p.wait()
     assert rc == 128 + signal.SIGTERM
     assert list(tmp_path.glob("xtc-bench-*")) == [], "the temporary directory was left behind"
+
+
+_FORKS = r"""
+import os, signal, sys, time
+from xtc_lab.unwind import unwinding
+
+class Sub:  # the one thing unwinding needs of argparse's subparsers: a choices dict that register fills
+    choices = {}
+
+class Parser:
+    def __init__(self): self.func = None; self._actions = []
+    def get_default(self, _k): return self.func
+    def set_defaults(self, func): self.func = func
+
+@unwinding
+def register(sub):
+    p = Parser()
+    p.func = run
+    sub.choices["cmd"] = p
+
+def run(_args):
+    pid = os.fork()
+    if pid == 0:  # a helper forked by the command (pyroute2's netns helpers are)
+        try:
+            time.sleep(30)
+        finally:
+            os._exit(7)  # what an unwinding child's cleanup would reach
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    print(os.WIFSIGNALED(status) and os.WTERMSIG(status))
+
+s = Sub()
+register(s)
+s.choices["cmd"].get_default("func")(None)
+"""
+
+
+def test_a_forked_child_dies_by_sigterm_as_before() -> None:
+    out = subprocess.run([sys.executable, "-c", _FORKS], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(int(signal.SIGTERM)), "the child unwound the parent's stack instead of dying"
