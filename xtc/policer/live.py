@@ -75,6 +75,11 @@ class LiveTable:
         w = self._where.get(router)
         return () if w is None else w[1]
 
+    def slot(self, router: str) -> tuple[int, tuple[str, ...]] | None:
+        """The router's first row and its VRs' names (the rows ``start .. start + len(names)``), or None."""
+        w = self._where.get(router)
+        return None if w is None else (w[0], w[1])
+
     def index(self) -> list[tuple[str, int, tuple[str, ...], float]]:
         """``(router, first row, its VRs' names, wall time of its last measurement)`` of every router held."""
         return [(r, w[0], w[1], w[2]) for r, w in self._where.items()]
