@@ -189,8 +189,8 @@ def test_the_plan_inputs_in_arrays_plan_send_write_and_audit_what_the_dictionari
     copies = {"new": [0, 0], "old": [0, 0]}
 
     def counting(side: str, live: bool) -> Any:
-        def f(rows: dict, c: Any, live_names: Any = None) -> Any:
-            got = moved(rows, c, live_names if live else None)
+        def f(rows: dict, c: Any, live_names: Any = None, last: Any = None) -> Any:
+            got = moved(rows, c, live_names, last) if live else moved(rows, c)
             if got is not None:
                 copies[side][got is rows] += 1
             return got

@@ -67,8 +67,8 @@ def _measured(vrs: Any, now: float, router: str) -> list[tuple]:
     return out
 
 
-def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows,
-                        live_names: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]] | None:
+def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_names: tuple[str, ...] | None = None,
+                        last: SampleRows | None = None) -> dict[str, dict[str, Any]] | None:
     """A router's kept rows with a sample's measurements, if the sample lists the rows' VRs (all but ones
     already absent), each as present or absent, in the state and at the setpoint its row holds (then
     nothing is written or audited now: :meth:`Store.record_outcomes` would find no change); else None.  The rows are not changed: those
@@ -76,7 +76,12 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows,
 
     When the sample names the very VRs the live table holds for the router (``live_names``, in their
     order), nothing is copied: the very ``rows`` are returned, and those VRs' measurements are the live
-    table's alone (the rows' own may be older: :meth:`Store.plan_states`)."""
+    table's alone (the rows' own may be older: :meth:`Store.plan_states`).  ``last``: the sample last
+    recorded over these very rows (they hold its VRs' presence, states and setpoints); one of the same VRs
+    with the same of those is compared column by column, not VR by VR."""
+    if (last is not None and live_names is not None and c.names == live_names and last.names == live_names
+            and c.present == last.present and c.state == last.state and c.setpoint_pps == last.setpoint_pps):
+        return rows
     if len(rows) != len(c.names):
         listed = frozenset(c.names)
         if any(r["present"] for n, r in rows.items() if n not in listed):
@@ -808,12 +813,15 @@ class Store:
                     continue
                 if isinstance(o.vrs, SampleRows) and rows is not None and name not in new_rows:
                     slot = self._live.slot(name)
-                    moved = _measurements_moved(rows, o.vrs, slot[1] if slot is not None else None)
+                    moved = _measurements_moved(rows, o.vrs, slot[1] if slot is not None else None,
+                                                m[0] if m is not None and m[1] is rows and isinstance(m[0], SampleRows)
+                                                else None)
                     if moved is not None:
                         # The same VRs in the same states at the same setpoints: only measurements moved (live
                         # until the next snapshot), nothing written or audited now; the kept rows follow them.
                         c = o.vrs
-                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
+                                       finite=True)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
@@ -868,7 +876,8 @@ class Store:
                     was[n] = True
                 if isinstance(o.vrs, SampleRows):  # its columns as they are
                     c = o.vrs
-                    self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                    self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
+                                       finite=True)
                 else:
                     self._live.put(name, now, [v[9] for v in mine], [v[3] for v in mine], [v[4] for v in mine],
                                    [v[5] for v in mine], [v[6] for v in mine])
