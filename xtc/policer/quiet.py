@@ -27,7 +27,10 @@ planned to nothing by :func:`~xtc.policer.planner.plan_router`, with the same de
 engine with the arrays writes, sends and audits exactly what one without them does.
 
 The inputs are the store's plan-input rows (the columns of :data:`~xtc.policer.store.STATE_COLS`, as
-:meth:`~xtc.policer.store.Store.router_states` gives them), the time passed in (no clock here).
+:meth:`~xtc.policer.store.Store.router_states` gives them), the time passed in (no clock here): as
+dictionaries (:func:`quiet_routers`), or already in columns (:func:`quiet_columns`: each router's
+:func:`plan_columns`, which the engine keeps with the rows they were made from and fills with the live
+table's measurements), side by side.
 """
 
 from __future__ import annotations
