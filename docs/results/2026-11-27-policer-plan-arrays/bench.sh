@@ -12,5 +12,5 @@ run() {  # side jitter out
 }
 run before 0.05 bench-before-jitter
 run after 0.05 bench-after-jitter
-run before 0 bench-before-steady
-run after 0 bench-after-steady
+[ -n "${STEADY:-}" ] && run before 0 bench-before-steady
+[ -n "${STEADY:-}" ] && run after 0 bench-after-steady
