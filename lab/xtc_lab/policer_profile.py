@@ -9,7 +9,10 @@ then as long again with :mod:`cProfile` on in every engine thread (the cycle's, 
 streams'), the calls of each thread's loop profiled one by one on the thread's CPU clock (waits for a
 lock, the database or the interpreter lock do not count), and prints JSON: the CPU per measurement,
 and the profile's top functions by own time and by cumulative time (profiling inflates the times,
-roughly evenly; the shares are what it tells).  With ``--tracemalloc`` it also says how much of the
+roughly evenly; the shares are what it tells), and the unprofiled window's CPU per measurement of each
+thread (``thread_cpu_ms_per_measurement``: with ``--sample-link`` the link pool's I/O thread receives and
+decodes the samples, else the sample streams' thread; the worker records, screens, plans and writes; the
+cycle's thread starts the measurements; libzmq's own threads), and the load average before and after.  With ``--tracemalloc`` it also says how much of the
 resident memory Python's own objects hold (traced from the start, which slows everything) and where they
 were allocated: the rest is native (libzmq's sockets and queues, SQLite's cache, the libraries).
 """
@@ -20,6 +23,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import resource
 import subprocess
@@ -86,6 +90,27 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
+def _threads_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of this process by its name (``/proc/self/task``: a Python
+    thread by its :mod:`threading` name, another (libzmq's) by the kernel's), threads of one name summed."""
+    tick = os.sysconf("SC_CLK_TCK")
+    named = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        name = named.get(int(task.name)) or stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -93,13 +118,14 @@ def _cpu_s() -> float:
 
 def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
-                   snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0) -> dict[str, Any]:
+                   snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
+                   sample_link: bool = False) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
-                           "jitter": jitter}
+                           "jitter": jitter, "sample_link": sample_link, "loadavg_before": _loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
@@ -117,17 +143,24 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             for r in json.loads(fl_file.read_text()):
                 store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
                                  pub_endpoint=r["pub_endpoint"])
-            eng = Engine(store, LinkPool(0.9), period_s=1.0, samples=SampleStreams(vrs), snapshot_interval_s=snapshot_interval_s)
+            pool = LinkPool(0.9)
+            eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
+                         snapshot_interval_s=snapshot_interval_s)
             eng.start()
             time.sleep(warmup_s if warmup_s is not None else 10 + routers / 100)
             out["measured_per_s"] = {}
             for profiled in (False, True):
                 if profiled:
                     _ON.set()
-                n0, c0, t0 = eng.sampled + eng.listed, _cpu_s(), time.monotonic()
+                n0, c0, t0, th0 = eng.sampled + eng.listed, _cpu_s(), time.monotonic(), _threads_cpu_s()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
                 time.sleep(window_s)
                 n, c, w = eng.sampled + eng.listed - n0, _cpu_s() - c0, time.monotonic() - t0
+                if not profiled and n:  # where the unprofiled CPU goes, per thread (ms per measurement)
+                    th = _threads_cpu_s()
+                    out["thread_cpu_ms_per_measurement"] = {
+                        k: round(1000 * (v - th0.get(k, 0.0)) / n, 4) for k, v in sorted(th.items())
+                        if v - th0.get(k, 0.0) > 0}
                 _ON.clear()
                 key = "profiled" if profiled else "plain"
                 out["measured_per_s"][key] = round(n / w)
@@ -143,6 +176,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             cs = sorted(eng.cycle_s)
             if cs:
                 out["cycle_ms"] = {"p50": round(1000 * cs[len(cs) // 2]), "p99": round(1000 * cs[min(len(cs) - 1, int(0.99 * len(cs)))])}
+            out["loadavg_after"] = _loadavg()
             out["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             out["rss_mb"] = round(_rss_bytes() / 1e6)
             if trace_memory:
@@ -178,9 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tracemalloc", action="store_true", help="also trace Python's allocations (slower)")
     p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period (as the bench's)")
+    p.add_argument("--sample-link", action="store_true",
+                   help="the samples over the link's connection (as the service takes them), not a SUB socket per router")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
-                                    trace_memory=args.tracemalloc, jitter=args.jitter), indent=1))
+                                    trace_memory=args.tracemalloc, jitter=args.jitter,
+                                    sample_link=args.sample_link), indent=1))
     return 0
 
 

@@ -271,8 +271,8 @@ def test_an_engine_with_the_arrays_writes_sends_and_audits_what_one_without_them
     import xtc.policer.engine as engine_mod
 
     quiet_on = _run_engine(tmp_path, "arrays", 40)
-    monkeypatch.setattr(engine_mod, "quiet_routers", lambda settings, routers, now: (
-        np.zeros(len(routers), dtype=bool), np.full(len(routers), np.nan)))
+    monkeypatch.setattr(engine_mod, "quiet_columns", lambda settings, heads, counts, cols, now: (
+        np.zeros(len(heads), dtype=bool), np.full(len(heads), np.nan)))
     quiet_off = _run_engine(tmp_path, "per-vr", 40)
     (a, eng_a, links_a), (b, eng_b, links_b) = quiet_on, quiet_off
     assert eng_a.plans_quiet > 0.6 * eng_a.planned and eng_b.plans_quiet == 0, (eng_a.plans_quiet, eng_a.planned)

@@ -132,7 +132,8 @@ def test_a_sample_recorded_from_its_columns_is_recorded_as_from_its_rows(tmp_pat
 
     short = []
     moved = store_mod._measurements_moved
-    monkeypatch.setattr(store_mod, "_measurements_moved", lambda rows, c: short.append(moved(rows, c)) or short[-1])
+    monkeypatch.setattr(store_mod, "_measurements_moved", lambda rows, c, *more: short.append(moved(rows, c, *more))
+                        or short[-1])
 
     rng = random.Random(3)
     stores = [Store(f"sqlite:///{tmp_path}/{k}.db", clock=lambda: 1700000000.0) for k in ("cols", "dicts")]

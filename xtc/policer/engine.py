@@ -67,12 +67,15 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
+from .live import LiveTable
 from .liveshare import PUBLISH_S, LiveWriter
 from .rows import SampleRows
 from .samples import SampleStreams
 from .planner import Command, RouterInput, RouterPlan, Settings, VrObs, VrPolicy, plan_router
-from .quiet import quiet_routers
+from .quiet import COLUMNS, plan_columns, quiet_columns
 from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
 from .store import ExchangeOutcome, Store
 
@@ -188,22 +191,88 @@ def _vr_changes(plan: RouterPlan, rows: dict[str, dict[str, Any]]) -> dict[str, 
     return per_vr
 
 
-def _quiet_demands(todo: list[tuple]) -> dict[str, float]:
-    """The routers of ``todo`` (the batch's routers to plan: router, settings, now, t0, activation, rows, ...)
-    whose plans :func:`~xtc.policer.quiet.quiet_routers` says are quiet, with their demands: one call per
-    settings object (one per cycle)."""
+_FWD, _OFF, _SAT = (COLUMNS.index(c) for c in ("forwarded_pps", "offered_pps", "saturated"))
+
+
+def _live_key(live: LiveTable, name: str) -> tuple | None:
+    """The router's live measurements as a value to compare (its VRs' names and their values' bytes)."""
+    slot = live.slot(name)
+    if slot is None:
+        return None
+    s, names = slot
+    e = s + len(names)
+    return names, live.forwarded_pps[s:e].tobytes(), live.offered_pps[s:e].tobytes(), live.saturated[s:e].tobytes()
+
+
+def _plan_block(st: RouterState, rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> tuple[Any, Any]:
+    """The router's plan inputs in columns (:func:`~xtc.policer.quiet.plan_columns` of its rows, kept while the
+    store gives the very rows) and, per VR in the rows' order, its row in the live table (-1: none, its
+    row's measurements hold); (None, None): planned without the arrays."""
+    blk = st.block
+    slot = live.slot(name)
+    start, names = slot if slot is not None else (-1, ())
+    if blk is not None and blk[0] is rows and blk[2] == start and blk[3] == names:
+        return blk[1], blk[4]
+    cols = blk[1] if blk is not None and blk[0] is rows else plan_columns(rows)
+    if cols is None:
+        idx = None
+    elif tuple(rows) == names:
+        idx = np.arange(start, start + len(names), dtype=np.intp)
+    else:
+        at = {n: start + i for i, n in enumerate(names)}
+        idx = np.fromiter((at.get(n, -1) for n in rows), dtype=np.intp, count=len(rows))
+    st.block = (rows, cols, start, names, idx)
+    return cols, idx
+
+
+def _quiet_demands(todo: list[tuple], live: LiveTable) -> dict[str, float]:
+    """The routers of ``todo`` (the batch's routers to plan: router, settings, now, t0, activation, rows, head,
+    state) whose plans :func:`~xtc.policer.quiet.quiet_columns` says are quiet, with their demands: one call
+    per settings object (one per cycle).  The plan inputs are the routers' columns kept with their rows, the
+    measurements the live table's (gathered in one indexing per column)."""
     groups: dict[int, list[tuple]] = {}
     for t in todo:
         groups.setdefault(id(t[1]), []).append(t)
     out: dict[str, float] = {}
     for group in groups.values():
-        quiet, demand = quiet_routers(group[0][1], [(t[0]["capacity_pps"], t[0]["control_mode"], t[4].on,
-                                                     t[4].pending_since_s, t[5]) for t in group],
-                                      [t[2] for t in group])
+        blocks, idxs, counts = [], [], []
+        for t in group:
+            cols, idx = _plan_block(t[7], t[5], live, t[0]["name"])
+            if cols is None:
+                counts.append(-1)
+                continue
+            counts.append(cols.shape[1])
+            blocks.append(cols)
+            idxs.append(idx)
+        if blocks:
+            cols = np.concatenate(blocks, axis=1)
+            idx = np.concatenate(idxs)
+            has = idx >= 0
+            if has.all():
+                cols[_FWD], cols[_OFF], cols[_SAT] = live.forwarded_pps[idx], live.offered_pps[idx], live.saturated[idx]
+            else:
+                i = idx[has]
+                cols[_FWD, has], cols[_OFF, has], cols[_SAT, has] = (live.forwarded_pps[i], live.offered_pps[i],
+                                                                     live.saturated[i])
+        else:
+            cols = np.empty((len(COLUMNS), 0))
+        quiet, demand = quiet_columns(group[0][1], [(t[0]["capacity_pps"], t[0]["control_mode"], t[4].on,
+                                                     t[4].pending_since_s) for t in group],
+                                      np.array(counts, dtype=np.intp), cols, [t[2] for t in group])
         for t, q, d in zip(group, quiet.tolist(), demand.tolist()):
             if q:
                 out[t[0]["name"]] = d
     return out
+
+
+def _with_live(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> dict[str, dict[str, Any]]:
+    """The router's rows with the live table's measurements of the VRs it holds (new dictionaries for
+    those; the rows from :meth:`~xtc.policer.store.Store.plan_states` may hold older ones)."""
+    got = live.vrs(name)
+    if not got:
+        return rows
+    return {n: ({**row, "forwarded_pps": got[n][0], "offered_pps": got[n][1], "saturated": got[n][2]}
+                if n in got else row) for n, row in rows.items()}
 
 
 def _fixed_timers(st: RouterState, settings: Settings, act: ActivationState) -> tuple[tuple[float, float], ...]:
@@ -265,7 +334,10 @@ class RouterState:
         The inputs of its last plan (:func:`_same_inputs`'s head, the VRs' rows as the store gave them)
         and the timers that ran (:func:`_timers`; None until first needed: :func:`_fixed_timers`), if that
         plan was a fixed point (nothing to save, send or record): the same inputs again, before any of
-        those timers reaches its hold, give the same nothing, and the router is not planned.
+        those timers reaches its hold, give the same nothing, and the router is not planned.  The head holds
+        the router's live measurements (:func:`_live_key`): the rows' own may be older.
+    block : tuple or None
+        Its plan inputs in columns, kept with the rows they were made from (:func:`_plan_block`).
     unanswered : (list of Command, str) or None
         The commands of its last exchange whose replies were lost (the daemon may have applied them),
         and the link's error: its next measurement tells which took effect (:meth:`Engine._confirm`).
@@ -279,6 +351,7 @@ class RouterState:
     cmds_done_s: float = -math.inf
     probed_arrival_s: float | None = None
     fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...] | None] | None = None
+    block: tuple | None = None
     unanswered: tuple[list[Command], str] | None = None
     measured_at_s: float | None = None
 
@@ -816,7 +889,8 @@ class Engine:
                 self._gap = max(self._gap, t_rec - st.measured_at_s)
             st.measured_at_s = t_rec
         self.polled += len(polled)
-        states = self.store.router_states([p[0]["name"] for p in polled]) if polled else {}
+        states = self.store.plan_states([p[0]["name"] for p in polled]) if polled else {}
+        live = self.store.live
         plans, sends = [], []
         todo = []
         for r, settings, now, t0 in polled:
@@ -825,7 +899,7 @@ class Engine:
                 continue
             act, rows = states[name]
             act = ActivationState(act.on, _not_after(act.pending_since_s, now))
-            head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s)
+            head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s, _live_key(live, name))
             st = self._st(name)
             fixed = st.fixed
             if fixed is not None and _same_inputs(fixed, head, rows) and all(
@@ -835,7 +909,7 @@ class Engine:
                 finished.append((name, t0))
                 continue
             todo.append((r, settings, now, t0, act, rows, head, st))
-        quiet = _quiet_demands(todo)
+        quiet = _quiet_demands(todo, live)
         for r, settings, now, t0, act, rows, head, st in todo:
             name = r["name"]
             self.planned += 1
@@ -848,9 +922,10 @@ class Engine:
                 plans.append((name, act, demand, {}, []))
                 finished.append((name, t0))
                 continue
+            seen = _with_live(rows, live, name)
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
-                vrs={n: _vr_obs(row) for n, row in rows.items()},
+                vrs={n: _vr_obs(row) for n, row in seen.items()},
                 policies={n: _vr_policy(row, now) for n, row in rows.items()},
             )
             plan = plan_router(settings, rin, now)

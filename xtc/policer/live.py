@@ -75,6 +75,11 @@ class LiveTable:
         w = self._where.get(router)
         return () if w is None else w[1]
 
+    def slot(self, router: str) -> tuple[int, tuple[str, ...]] | None:
+        """The router's first row and its VRs' names (the rows ``start .. start + len(names)``), or None."""
+        w = self._where.get(router)
+        return None if w is None else (w[0], w[1])
+
     def index(self) -> list[tuple[str, int, tuple[str, ...], float]]:
         """``(router, first row, its VRs' names, wall time of its last measurement)`` of every router held."""
         return [(r, w[0], w[1], w[2]) for r, w in self._where.items()]
@@ -116,9 +121,10 @@ class LiveTable:
 
     def put(self, router: str, t_unix_s: float, names: Sequence[str], forwarded_pps: Sequence[float | None],
             offered_pps: Sequence[float | None], cap_percent: Sequence[float | None],
-            saturated: Iterable[str | None]) -> None:
+            saturated: Iterable[str | None], finite: bool = False) -> None:
         """A router's measurement at ``t_unix_s``: its VRs ``names`` (in this order) and their values
-        (None, or a non-finite number: missing; a ``saturated`` not among :data:`SATURATION_CODES`: None)."""
+        (None, or a non-finite number: missing; a ``saturated`` not among :data:`SATURATION_CODES`: None).
+        ``finite``: the numbers are known to be finite or None (a validated sample's columns)."""
         names = tuple(names)
         k = len(names)
         w = self._where.get(router)
@@ -134,13 +140,18 @@ class LiveTable:
         else:
             if w[1] != names:
                 self.layout += 1
-            w[1], w[2] = names, t_unix_s
+                w[1] = names
+            w[2] = t_unix_s
         s = w[0]
         e = s + k
         with np.errstate(invalid="ignore"):
             m = np.array(forwarded_pps, float)
             o = np.array(offered_pps, float)
             c = np.array(cap_percent, float)
+        if finite:
+            self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e] = m, o, c
+            self.saturated[s:e] = [_SAT.get(x, 0) for x in saturated]
+            return
         # A non-finite number is missing (the database has no NaN, the API returns none).
         self.forwarded_pps[s:e] = np.where(np.isfinite(m), m, np.nan) if k else m
         self.offered_pps[s:e] = np.where(np.isfinite(o), o, np.nan) if k else o

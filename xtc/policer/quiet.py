@@ -27,7 +27,10 @@ planned to nothing by :func:`~xtc.policer.planner.plan_router`, with the same de
 engine with the arrays writes, sends and audits exactly what one without them does.
 
 The inputs are the store's plan-input rows (the columns of :data:`~xtc.policer.store.STATE_COLS`, as
-:meth:`~xtc.policer.store.Store.router_states` gives them), the time passed in (no clock here).
+:meth:`~xtc.policer.store.Store.router_states` gives them), the time passed in (no clock here): as
+dictionaries (:func:`quiet_routers`), or already in columns (:func:`quiet_columns`: each router's
+:func:`plan_columns`, which the engine keeps with the rows they were made from and fills with the live
+table's measurements), side by side.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import numpy as np
 from .planner import SETPOINT_TOLERANCE, Settings
 from .policy import OFF_LEVEL, PAUSE_LEVEL
 
-__all__ = ["MARGIN", "MAX_VRS", "quiet_routers", "shares_pps"]
+__all__ = ["COLUMNS", "MARGIN", "MAX_VRS", "plan_columns", "quiet_columns", "quiet_routers", "shares_pps"]
 
 #: The relative margin the comparisons of shares and sums must clear (the array arithmetic sums in another
 #: order than the per-VR code: its results differ by a few units of 1e-16 relative to the host's budget).
@@ -55,9 +58,21 @@ _COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pp
          "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps",
          "punish_vr_off")
 _cols = operator.itemgetter(*_COLS)
+#: The plan inputs' columns, in the order of :func:`plan_columns`'s rows.
+COLUMNS = _COLS
 _STATE = {"inactive": 0, "active": 1, "paused": 2}
 _WANTED = {None: 0, "inactive": 1, "active": 2, "paused": 3}
 _SAT = {None: 0, "cap_max": 1, "cap_min": 2, "cap_slack": 3}
+
+
+def _codes(table: Mapping[Any, int]) -> Any:
+    return lambda col: [table.get(x, -1) for x in col]
+
+
+#: Each column's conversion to float64 (a flag to 0/1, a level to an integer first, a state to its code).
+_CONV = tuple({"present": lambda c: np.array(c, dtype=bool), "state": _codes(_STATE), "saturated": _codes(_SAT),
+               "wanted_state": _codes(_WANTED), "punish_level": lambda c: np.array(c, dtype=np.int64)}.get(
+    name, lambda c: np.array(c, dtype=np.float64)) for name in _COLS)
 
 
 def _python_sum(terms: np.ndarray) -> np.ndarray:
@@ -132,6 +147,25 @@ def shares_pps(capacity_pps: np.ndarray, weight: np.ndarray, min_pps: np.ndarray
     return np.where(claim, out, 0.0)
 
 
+def plan_columns(rows: Mapping[str, Mapping[str, Any]]) -> np.ndarray | None:
+    """A router's VRs' plan inputs (``rows``: name -> the columns of :data:`~xtc.policer.store.STATE_COLS`)
+    as one ``(len(COLUMNS), VRs)`` float64 array, in the rows' order: a column per name of :data:`COLUMNS`,
+    the states and flags by their codes (-1: one the policies do not know), None as NaN; None if a value
+    cannot be held so (then the router is planned)."""
+    flat = [_cols(row) for row in rows.values()]
+    out = np.empty((len(_COLS), len(flat)))
+    if not flat:
+        return out
+    cols = list(zip(*flat))
+    try:
+        for i, col in enumerate(cols):
+            conv = _CONV[i]
+            out[i] = conv(col)
+    except (TypeError, ValueError, OverflowError):
+        return None  # a value the arrays cannot hold: plan it
+    return out
+
+
 def quiet_routers(settings: Settings, routers: Sequence[tuple[float, str, bool, float | None, Mapping[str, Mapping[str, Any]]]],
                   now_s: np.ndarray | Sequence[float] | float) -> tuple[np.ndarray, np.ndarray]:
     """Which routers' plans would change nothing, and their demands.
@@ -154,24 +188,42 @@ def quiet_routers(settings: Settings, routers: Sequence[tuple[float, str, bool, 
         Per router: the host's aggregate demand as :func:`~xtc.policer.planner.plan_router` sums it (the same
         value, summed in the same order; NaN where not quiet).
     """
-    n_r = len(routers)
+    blocks = [plan_columns(rt[4]) for rt in routers]
+    counts = np.array([-1 if b is None else b.shape[1] for b in blocks], dtype=np.intp)
+    good = [b for b in blocks if b is not None]
+    cols = np.concatenate(good, axis=1) if good else np.empty((len(_COLS), 0))
+    return quiet_columns(settings, [rt[:4] for rt in routers], counts, cols, now_s)
+
+
+def quiet_columns(settings: Settings, heads: Sequence[tuple[float, str, bool, float | None]], counts: np.ndarray,
+                  cols: np.ndarray, now_s: np.ndarray | Sequence[float] | float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`quiet_routers` over the plan inputs already in columns: ``heads`` (capacity_pps, control_mode,
+    activation on, activation pending since or None) per router; ``counts`` each router's VRs (-1: none
+    given, plan it); ``cols`` the routers' :func:`plan_columns` side by side, in the routers' order (the
+    ``counts`` that are not -1 sum to its width)."""
+    n_r = len(heads)
     now = np.broadcast_to(np.asarray(now_s, dtype=np.float64), (n_r,))
     quiet = np.zeros(n_r, dtype=bool)
     demand = np.full(n_r, np.nan)
     if n_r == 0:
         return quiet, demand
-    counts = np.fromiter((len(rt[4]) for rt in routers), dtype=np.intp, count=n_r)
-    k = int(counts.max())
-    if k > MAX_VRS:
-        small = counts <= MAX_VRS
-        if small.any():
-            idx = np.flatnonzero(small)
-            q, d = quiet_routers(settings, [routers[i] for i in idx], now[idx])
+    counts = np.asarray(counts, dtype=np.intp)
+    usable = (counts >= 0) & (counts <= MAX_VRS)
+    if not usable.all():  # those without columns, or with too many VRs: planned
+        if counts.max(initial=-1) > MAX_VRS:
+            starts = np.cumsum(np.maximum(counts, 0)) - np.maximum(counts, 0)
+            keep = np.concatenate([np.arange(s, s + c) for s, c in zip(starts[usable], counts[usable])] or
+                                  [np.zeros(0, np.intp)])
+            cols = cols[:, keep]
+        idx = np.flatnonzero(usable)
+        if idx.size:
+            q, d = quiet_columns(settings, [heads[i] for i in idx], counts[idx], cols, now[idx])
             quiet[idx], demand[idx] = q, d
         return quiet, demand
-    flat = [_cols(row) for rt in routers for row in rt[4].values()]
+    k = int(counts.max())
+    total = int(counts.sum())
     r_idx = np.repeat(np.arange(n_r), counts)
-    k_idx = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
+    k_idx = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     valid = np.zeros((n_r, k), dtype=bool)
     valid[r_idx, k_idx] = True
 
@@ -180,22 +232,19 @@ def quiet_routers(settings: Settings, routers: Sequence[tuple[float, str, bool, 
         out[r_idx, k_idx] = values
         return out
 
-    cols = list(zip(*flat)) if flat else [()] * len(_COLS)
     (present, state, dsp, fwd, off, sat, weight, min_pps, max_pps, manual, level, bad, good, base, derived,
      wanted, wanted_sp, vr_off) = cols
-    try:
-        present_g = grid(np.array(present, dtype=bool), False)
-        state_g = grid(np.array([_STATE.get(s, -1) for s in state], dtype=np.int8), 0)
-        sat_g = grid(np.array([_SAT.get(s, -1) for s in sat], dtype=np.int8), 0)
-        wanted_g = grid(np.array([_WANTED.get(s, -1) for s in wanted], dtype=np.int8), 0)
-        level_g = grid(np.array(level, dtype=np.int64), 0)
-        dsp_g, fwd_g, off_g = grid(_num(dsp), np.nan), grid(_num(fwd), np.nan), grid(_num(off), np.nan)
-        w_g, min_g, max_g = grid(_num(weight), np.nan), grid(_num(min_pps), np.nan), grid(_num(max_pps), np.nan)
-        man_g, bad_g, good_g = grid(_num(manual), np.nan), grid(_num(bad), np.nan), grid(_num(good), np.nan)
-        base_g, der_g, wsp_g = grid(_num(base), np.nan), grid(_num(derived), np.nan), grid(_num(wanted_sp), np.nan)
-        vr_off_g = grid(_num(vr_off), np.nan)
-    except (TypeError, ValueError, OverflowError):
-        return quiet, demand  # a value the arrays cannot hold: plan them all
+    present_g = grid(present != 0, False)
+    state_g = grid(state.astype(np.int8), 0)
+    sat_g = grid(sat.astype(np.int8), 0)
+    wanted_g = grid(wanted.astype(np.int8), 0)
+    level_g = grid(level.astype(np.int64), 0)
+    dsp_g, fwd_g, off_g = grid(dsp, np.nan), grid(fwd, np.nan), grid(off, np.nan)
+    w_g, min_g, max_g = grid(weight, np.nan), grid(min_pps, np.nan), grid(max_pps, np.nan)
+    man_g, bad_g, good_g = grid(manual, np.nan), grid(bad, np.nan), grid(good, np.nan)
+    base_g, der_g, wsp_g = grid(base, np.nan), grid(derived, np.nan), grid(wanted_sp, np.nan)
+    vr_off_g = grid(vr_off, np.nan)
+    routers = heads
     cap = _num([rt[0] for rt in routers])
     mode = np.array([{"auto": 0, "on": 1, "off": 2}.get(rt[1], -1) for rt in routers], dtype=np.int8)
     act_on = np.array([bool(rt[2]) for rt in routers], dtype=bool)

@@ -67,15 +67,31 @@ def _measured(vrs: Any, now: float, router: str) -> list[tuple]:
     return out
 
 
-def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows) -> dict[str, dict[str, Any]] | None:
+def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_names: tuple[str, ...] | None = None,
+                        last: SampleRows | None = None) -> dict[str, dict[str, Any]] | None:
     """A router's kept rows with a sample's measurements, if the sample lists the rows' VRs (all but ones
     already absent), each as present or absent, in the state and at the setpoint its row holds (then
     nothing is written or audited now: :meth:`Store.record_outcomes` would find no change); else None.  The rows are not changed: those
-    whose measurements moved are new dictionaries in a new mapping (the very ``rows`` if none moved)."""
+    whose measurements moved are new dictionaries in a new mapping (the very ``rows`` if none moved).
+
+    When the sample names the very VRs the live table holds for the router (``live_names``, in their
+    order), nothing is copied: the very ``rows`` are returned, and those VRs' measurements are the live
+    table's alone (the rows' own may be older: :meth:`Store.plan_states`).  ``last``: the sample last
+    recorded over these very rows (they hold its VRs' presence, states and setpoints); one of the same VRs
+    with the same of those is compared column by column, not VR by VR."""
+    if (last is not None and live_names is not None and c.names == live_names and last.names == live_names
+            and c.present == last.present and c.state == last.state and c.setpoint_pps == last.setpoint_pps):
+        return rows
     if len(rows) != len(c.names):
         listed = frozenset(c.names)
         if any(r["present"] for n, r in rows.items() if n not in listed):
             return None  # a VR present before is not listed: it vanished
+    if live_names is not None and c.names == live_names:
+        for n, p, s, sp in zip(c.names, c.present, c.state, c.setpoint_pps):
+            old = rows.get(n)
+            if old is None or old["present"] != p or old["state"] != s or old["daemon_setpoint_pps"] != sp:
+                return None
+        return rows
     new = None
     for n, p, s, sp, f, o, sat in zip(c.names, c.present, c.state, c.setpoint_pps, c.forwarded_pps, c.offered_pps,
                                       c.saturated):
@@ -568,10 +584,30 @@ class Store:
 
     def router_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
         """Routers' activation states and their VRs' rows (the columns of :data:`STATE_COLS`, the network's
-        SLA joined), one snapshot; unknown names are left out.
+        SLA joined, the live measurements), one snapshot; unknown names are left out.
 
         The VRs' rows of a router whose ``rev`` is the one this store last read or wrote are not read
         again (they are what the database holds); the rows returned must not be changed."""
+        out = self.plan_states(names)
+        live = self._live
+        for name, (act, rows) in out.items():
+            got = live.vrs(name)
+            new = None
+            for n, (m, o, sat) in got.items():
+                row = rows.get(n)
+                if row is not None and (row["forwarded_pps"] != m or row["offered_pps"] != o or row["saturated"] != sat):
+                    if new is None:
+                        new = dict(rows)
+                    new[n] = {**row, "forwarded_pps": m, "offered_pps": o, "saturated": sat}
+            if new is not None:  # (the kept rows stay as they are: the engine's are its plan_states)
+                out[name] = (act, new)
+        return out
+
+    def plan_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
+        """:meth:`router_states` for this store's engine, without copying rows: the measurements of the VRs
+        the live table holds for a router (:meth:`LiveTable.slot`) are the table's, and their rows' own
+        ``forwarded_pps``, ``offered_pps`` and ``saturated`` may be older (a sample of the same VRs writes
+        the table alone); every other column, and those of the other VRs, are as :meth:`router_states` gives."""
         out: dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]] = {}
         cache = self._states
         with self.tx() as db:  # one consistent snapshot
@@ -776,12 +812,16 @@ class Store:
                     new_rows[name] = rows
                     continue
                 if isinstance(o.vrs, SampleRows) and rows is not None and name not in new_rows:
-                    moved = _measurements_moved(rows, o.vrs)
+                    slot = self._live.slot(name)
+                    moved = _measurements_moved(rows, o.vrs, slot[1] if slot is not None else None,
+                                                m[0] if m is not None and m[1] is rows and isinstance(m[0], SampleRows)
+                                                else None)
                     if moved is not None:
                         # The same VRs in the same states at the same setpoints: only measurements moved (live
                         # until the next snapshot), nothing written or audited now; the kept rows follow them.
                         c = o.vrs
-                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
+                                       finite=True)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
@@ -836,7 +876,8 @@ class Store:
                     was[n] = True
                 if isinstance(o.vrs, SampleRows):  # its columns as they are
                     c = o.vrs
-                    self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated)
+                    self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
+                                       finite=True)
                 else:
                     self._live.put(name, now, [v[9] for v in mine], [v[3] for v in mine], [v[4] for v in mine],
                                    [v[5] for v in mine], [v[6] for v in mine])
