@@ -33,7 +33,6 @@ BpfLimiter(netns=None), read_attached, FILTER_PRIO, FILTER_HANDLE, NAME, NAME_OW
 from __future__ import annotations
 
 import errno
-import socket
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from xtc.host.netlink import (
     NetlinkError,
     RouteSocket,
     error_text,
-    in_netns,
+    interface_index,
     open_route_socket,
 )
 
@@ -112,13 +111,8 @@ class BpfLimiter:
         return LimiterError(f"{self._where(ifname)}: early-drop limiter (bpf): {what}: {text}")
 
     def _index(self, ifname: str) -> int | None:
-        def look() -> int | None:
-            try:
-                return socket.if_nametoindex(ifname)
-            except OSError:
-                return None
         try:
-            return look() if self.netns is None else in_netns(self.netns, look)
+            return interface_index(ifname, self.netns)
         except NetlinkError as e:
             raise self._fail(ifname, "find the interface", e) from None
 
@@ -423,19 +417,13 @@ def read_attached(ifname: str, netns: str | None = None) -> dict[str, float] | N
     LimiterError
         The interface is missing or the kernel refused.
     """
-    def look() -> int | None:
-        try:
-            return socket.if_nametoindex(ifname)
-        except OSError:
-            return None
-
     where = ifname + (f" (netns {netns})" if netns else "")
 
     def fail(what: str, e: object) -> LimiterError:
         return LimiterError(f"{where}: early-drop limiter (bpf): {what}: {e}")
 
     try:
-        ifindex = look() if netns is None else in_netns(netns, look)
+        ifindex = interface_index(ifname, netns)
         if ifindex is None:
             raise LimiterError(f"{where}: early-drop limiter (bpf): no such interface")
         nl = open_route_socket(netns)

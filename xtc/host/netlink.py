@@ -83,6 +83,7 @@ __all__ = [
     "ext_ack_text",
     "header",
     "in_netns",
+    "interface_index",
     "iter_attrs",
     "messages",
     "open_route_socket",
@@ -563,3 +564,21 @@ def in_netns(netns: str, factory: Callable[[], _T]) -> _T:
         return run_in_netns(os.path.join(NETNS_DIR, netns), factory, f"xtc-netlink-{netns}")[0]
     except NetnsOpenError as e:
         raise NetlinkError(e.errno or _errno.EIO, f"netns {netns!r}: cannot open: {e.strerror}") from None
+
+
+def interface_index(ifname: str, netns: str | None = None) -> int | None:
+    """The index of ``ifname`` in the host's namespace or in ``/run/netns/<netns>``; None when there
+    is no such interface.
+
+    Raises
+    ------
+    NetlinkError
+        The namespace cannot be entered (see :func:`in_netns`).
+    """
+    def look() -> int | None:
+        try:
+            return socket.if_nametoindex(ifname)
+        except OSError:
+            return None
+
+    return look() if netns is None else in_netns(netns, look)

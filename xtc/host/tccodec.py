@@ -386,6 +386,23 @@ class TcObject:
         return b""
 
 
+def _dump_messages(buf: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
+    """``(offset, length, type)`` of each whole message of a dump.
+
+    Raises
+    ------
+    NetlinkDecodeError
+        A message's length runs past the buffer.
+    """
+    off, end = 0, len(buf)
+    while off + HDR_LEN <= end:
+        mlen, mtype, _flags, _seq, _pid = NLMSGHDR.unpack_from(buf, off)
+        if mlen < HDR_LEN or off + mlen > end:
+            raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
+        yield off, mlen, mtype
+        off += align4(mlen)
+
+
 def decode_tc_dump(buf: bytes | memoryview) -> list[TcObject]:
     """Decode the qdisc/class messages of a dump (any number of whole messages).
 
@@ -398,11 +415,7 @@ def decode_tc_dump(buf: bytes | memoryview) -> list[TcObject]:
         A message's length runs past the buffer.
     """
     out: list[TcObject] = []
-    off, end = 0, len(buf)
-    while off + HDR_LEN <= end:
-        mlen, mtype, _flags, _seq, _pid = NLMSGHDR.unpack_from(buf, off)
-        if mlen < HDR_LEN or off + mlen > end:
-            raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
+    for off, mlen, mtype in _dump_messages(buf):
         if mtype in (RTM_NEWQDISC, RTM_NEWTCLASS):
             body = off + HDR_LEN
             _fam, ifindex, handle, parent, _info = TCMSG.unpack_from(buf, body)
@@ -421,7 +434,6 @@ def decode_tc_dump(buf: bytes | memoryview) -> list[TcObject]:
                         elif stype == TCA_STATS_QUEUE and d - c >= 8:
                             ql, bl = struct.unpack_from("=II", buf, c)
             out.append(TcObject(mtype, ifindex, handle, parent, kind, bytes(buf[off : off + mlen]), sb, sp, ql, bl))
-        off += align4(mlen)
     return out
 
 
@@ -754,11 +766,7 @@ def decode_filters(buf: bytes | memoryview) -> list[TcFilter]:
         A message's length runs past the buffer.
     """
     out: list[TcFilter] = []
-    off, end = 0, len(buf)
-    while off + HDR_LEN <= end:
-        mlen, mtype, _flags, _seq, _pid = NLMSGHDR.unpack_from(buf, off)
-        if mlen < HDR_LEN or off + mlen > end:
-            raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
+    for off, mlen, mtype in _dump_messages(buf):
         if mtype == RTM_NEWTFILTER and mlen >= _BODY:
             _fam, ifindex, handle, parent, info = TCMSG.unpack_from(buf, off + HDR_LEN)
             kind, name, prog_id = "", "", 0
@@ -772,5 +780,4 @@ def decode_filters(buf: bytes | memoryview) -> list[TcFilter]:
                         elif ot == TCA_BPF_ID and d - c >= 4:
                             (prog_id,) = struct.unpack_from("=I", buf, c)
             out.append(TcFilter(ifindex, parent, handle, info >> 16, socket.ntohs(info & 0xFFFF), kind, name, prog_id))
-        off += align4(mlen)
     return out

@@ -21,11 +21,15 @@ TcLimiter(netns=None), ROOT_HANDLE
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 
 from xtc.host import qdiscs, tccodec
-from xtc.host.netlink import NetlinkError, error_text, in_netns, open_route_socket
+from xtc.host.netlink import (
+    NetlinkError,
+    error_text,
+    interface_index,
+    open_route_socket,
+)
 
 from .limiter import LimiterError, LimiterSetting
 
@@ -72,13 +76,8 @@ class TcLimiter:
                             f"{e if isinstance(e, NetlinkError) else error_text(e.errno or 0)}")
 
     def _index(self, ifname: str) -> int | None:
-        def look() -> int | None:
-            try:
-                return socket.if_nametoindex(ifname)
-            except OSError:
-                return None
         try:
-            found = look() if self.netns is None else in_netns(self.netns, look)
+            found = interface_index(ifname, self.netns)
         except NetlinkError as e:
             raise self._fail(ifname, "find the interface", e) from None
         if found is None:
