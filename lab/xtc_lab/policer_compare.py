@@ -1,4 +1,4 @@
-"""One run of a before/after comparison of the policer's engine, as the results sessions record it.
+"""A before/after comparison of the policer's engine, as the results sessions record it: one fleet run, their table.
 
 ``python -m xtc_lab.policer_compare BEFORE_TREE before|after sqlite|pg ROUTERS DURATION OUT.json [JITTER]``
 
@@ -10,7 +10,9 @@ xtc`` unpacked there), first on the path of this process and of its children; *a
 installed one.  Both use the installed testbed's bench and stand-in fleet, so the load is the same.
 Writes OUT.json (the bench's result with ``code``, the host's ``uptime`` before and after and its
 load average after: contention inflates CPU times, so only runs made close together compare) and
-prints a summary line.  docs/results/2026-11-27-policer-engine*/run.py call it.
+prints a summary line.  docs/results/2026-11-27-policer-*/run.py call it (and ``python -m
+xtc_lab.alternate`` runs it before and after alternated).  :func:`fleet_table` is the sessions' table of
+those runs; :func:`cpu_s_per_call` times a changed step alone, in one process.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: The result's keys on the summary line.
 SUMMARY = ("code", "database", "routers", "measured_per_s", "engine_cpu_ms_per_measurement",
@@ -49,13 +53,47 @@ def main(argv: list[str] | None = None) -> int:
     if used.__file__ is None or used.__file__.startswith(before_tree) != (code == "before"):
         print(f"{code}: the policer in use is {used.__file__}", file=sys.stderr)
         return 1
-    started_s, uptime_before = time.time(), _uptime()
+    started_s, uptime_before, load_before = time.time(), _uptime(), os.getloadavg()
     res = run_fleet_bench_on(database, routers, 16, 0.1, duration_s, 100.0, samples=True, shards=1, jitter=jitter)
-    res.update(code=code, uptime_before=uptime_before, load_average_after=os.getloadavg(), started_unix_s=started_s,
-               uptime=_uptime())
+    res.update(code=code, uptime_before=uptime_before, load_average_before=load_before,
+               load_average_after=os.getloadavg(), started_unix_s=started_s, uptime=_uptime())
     out.write_text(json.dumps(res, indent=1))
     print(json.dumps({k: res.get(k) for k in SUMMARY}))
     return 0
+
+
+
+def fleet_table(folder: Path, prefix: str = "") -> list[str]:
+    """The Markdown table of the fleet runs in ``folder``: PREFIX{before,after}-{sqlite,pg}-{jitter,steady}.json
+    (those present, in that order: the database, then moving rates or steady, then the side), as :func:`main`
+    writes them."""
+    lines = ["| run | engine CPU / measurement | database CPU / measurement | engine + database | measured / s (900 healthy) | cycle p99 | engine RSS | load (1 min) before / after |",
+             "|---|---|---|---|---|---|---|---|"]
+    for db in ("sqlite", "pg"):
+        for mode in ("jitter", "steady"):
+            for code in ("before", "after"):
+                f = folder / f"{prefix}{code}-{db}-{mode}.json"
+                if not f.exists():
+                    continue
+                r = json.loads(f.read_text())
+                e, d = r.get("engine_cpu_ms_per_measurement"), r.get("database_cpu_ms_per_measurement")
+                tot = None if e is None else round(e + (d or 0.0), 3)
+                up0 = r["uptime_before"].split("load average:")[1].split(",")[0].strip()
+                up1 = round(r["load_average_after"][0], 2)
+                name = f"{'SQLite' if db == 'sqlite' else 'PostgreSQL'}, {'jitter 0.05' if mode == 'jitter' else 'steady'}, {code}"
+                cyc = r.get("policy_cycle_ms") or {}
+                lines.append(f"| {name} | {e} ms | {'(in the engine)' if d is None else f'{d} ms'} | {tot} ms | {r.get('measured_per_s')} "
+                             f"| {cyc.get('p99')} ms | {r['rss_mb']['policer_engine']} MB | {up0} / {up1} |")
+    return lines
+
+
+def cpu_s_per_call(fn: Callable[[], Any], n: int) -> float:
+    """CPU seconds of this process per call of ``fn``, over ``n`` calls after one to warm up."""
+    fn()
+    t = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - t) / n
 
 
 if __name__ == "__main__":

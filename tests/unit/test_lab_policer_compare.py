@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -31,3 +32,22 @@ def test_a_before_run_whose_tree_is_not_the_product_in_use_stops_before_the_flee
     assert policer_compare.main([str(tmp_path / "tree"), "before", "sqlite", "10", "1", str(out)]) == 1
     assert "before: the policer in use is" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_fleet_table_lists_the_runs_present_by_database_mode_and_side(tmp_path) -> None:
+    run = {"engine_cpu_ms_per_measurement": 0.5, "database_cpu_ms_per_measurement": None, "measured_per_s": 900,
+           "uptime_before": " 10:00:00 up 1 day,  load average: 1.50, 1.20, 1.00", "load_average_after": [2.004, 1, 1],
+           "policy_cycle_ms": {"p99": 800.0}, "rss_mb": {"policer_engine": 170}}
+    for name, db_ms in (("r5-after-pg-jitter", 0.25), ("r5-before-sqlite-steady", None), ("after-sqlite-jitter", 9.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(run | {"database_cpu_ms_per_measurement": db_ms}))
+    rows = policer_compare.fleet_table(tmp_path, "r5-")
+    assert rows[2:] == [
+        "| SQLite, steady, before | 0.5 ms | (in the engine) | 0.5 ms | 900 | 800.0 ms | 170 MB | 1.50 / 2.0 |",
+        "| PostgreSQL, jitter 0.05, after | 0.5 ms | 0.25 ms | 0.75 ms | 900 | 800.0 ms | 170 MB | 1.50 / 2.0 |"]
+    assert len(rows[0].split("|")) == len(rows[2].split("|"))
+
+
+def test_cpu_per_call_warms_up_once_then_divides_by_the_calls() -> None:
+    calls = []
+    assert policer_compare.cpu_s_per_call(lambda: calls.append(sum(range(1000))), 10) >= 0.0
+    assert len(calls) == 11

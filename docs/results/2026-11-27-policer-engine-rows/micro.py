@@ -2,24 +2,19 @@
 python micro.py > micro.json.  A sample message of 16 VRs whose rates moved (as --jitter 0.05 makes them):
 decoded per VR (parse_samples, the old path) and into columns (decode_rows); 256 settled routers of 16 VRs
 whose rates moved by 5%, default settings: planned per VR (plan_router, as the engine did for each) and
-screened over the arrays (quiet_routers, one call for the batch)."""
+screened over the arrays (quiet_routers, one call for the batch).  The timing (cpu) is the lab's; the script as it ran held
+it itself (git show 800351e:docs/results/2026-11-27-policer-engine-rows/micro.py)."""
 import json, os, random, sys, time
 sys.path.insert(0, "/work/wt/engine/tests/policer")
 from dataclasses import replace
 from xtc.daemon import api
+from xtc_lab.policer_compare import cpu_s_per_call as cpu
 from xtc.policer.link import DEFAULT_MAX_REPLY_BYTES
 from xtc.policer.rows import decode_rows
 from xtc.policer.samples import parse_samples
 from xtc.policer.planner import Settings
 from xtc.policer.quiet import quiet_routers
 import test_policer_quiet as tq
-
-def cpu(fn, n):
-    fn()
-    t = time.process_time()
-    for _ in range(n):
-        fn()
-    return (time.process_time() - t) / n
 
 rng = random.Random(1)
 rows = [[f"vr{i}", "active", True, 50000.0, 40000.0 * (1 + rng.uniform(-.05, .05)), 60000.0 * (1 + rng.uniform(-.05, .05)),

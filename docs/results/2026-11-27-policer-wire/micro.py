@@ -4,17 +4,12 @@ A sample message of 16 VRs whose rates moved (as --jitter 0.05 makes them): deco
 (decode_rows, the engine's path before) and from xtc-samples/3 (decode_v3: the first message of a router,
 then one whose names and codes are the last one's, the common case); its size either way; and what the
 daemon pays to build one period's message of 16 and of 10,000 VRs either way (samples_message: orjson;
-samples_message_v3)."""
+samples_message_v3).  The timing (cpu) is the lab's; the script as it ran held
+it itself (git show 4566092:docs/results/2026-11-27-policer-wire/micro.py)."""
 import json, os, random, sys, time
 from xtc.daemon import api
+from xtc_lab.policer_compare import cpu_s_per_call as cpu
 from xtc.policer.rows import decode_rows, decode_v3
-
-def cpu(fn, n):
-    fn()
-    t = time.process_time()
-    for _ in range(n):
-        fn()
-    return (time.process_time() - t) / n
 
 def rows_of(n, rng):
     return [[f"vr{i:05d}", "active", True, 50000.0, 40000.0 * (1 + rng.uniform(-.05, .05)),
