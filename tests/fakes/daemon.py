@@ -1,6 +1,7 @@
 """What the in-process daemon tests share: a settable clock, the configuration text around the
 lines a test cares about (state, sockets and nothing else under the test's temporary folder), and a
-fake daemon's manager socket for the policer's tests (:class:`RouterPeer`)."""
+fake daemon's manager socket for the policer's tests (:class:`RouterPeer`), and the policer's link to
+stand-in daemons in this process (:class:`InProcessLinks`)."""
 
 from __future__ import annotations
 
@@ -92,3 +93,36 @@ class RouterPeer:
         self.sock.close(0)
         if self._own_ctx:
             self.ctx.term()
+
+
+class InProcessLinks:
+    """Exchanges answered at once by stand-in daemons in this process (a fake of the transport only, for a
+    test of the engine's logic: the requests go through the daemon's request parser, the replies through
+    the policer's); ``sent`` lists every request as (router, request)."""
+
+    timeout_s = 1.0
+
+    def __init__(self, daemons: dict[str, Any]):
+        self.daemons = daemons
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def expect(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def exchange_many(self, exchanges: list[tuple]) -> None:
+        from xtc.daemon.api import API_VERSION
+        from xtc.policer.link import DaemonRefused, parse_reply
+
+        for name, endpoint, _key, reqs, callback, *_ in exchanges:
+            results: list[Any] = []
+            for req in reqs:
+                self.sent.append((name, req))
+                try:
+                    raw = self.daemons[name].handle(json.dumps({"v": API_VERSION, **req, "id": len(self.sent)}).encode())
+                    results.append(parse_reply(endpoint, raw))
+                except DaemonRefused as e:
+                    results.append(e)
+            callback(name, results)

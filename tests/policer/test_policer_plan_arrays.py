@@ -18,42 +18,12 @@ import random
 from typing import Any
 
 import pytest
+from fakes.daemon import InProcessLinks
 
 import xtc.policer.engine as engine_mod
 import xtc.policer.store as store_mod
 from xtc.policer.quiet import quiet_routers
 from xtc.policer.store import Conflict, Store, StoreError
-
-
-class _Links:
-    """Exchanges answered at once by the stand-in daemons, in this process."""
-
-    timeout_s = 1.0
-
-    def __init__(self, daemons: dict[str, Any]):
-        self.daemons = daemons
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def expect(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def exchange_many(self, exchanges: list[tuple]) -> None:
-        from xtc.daemon.api import API_VERSION
-        from xtc.policer.link import DaemonRefused, parse_reply
-
-        for name, endpoint, _key, reqs, callback, *_ in exchanges:
-            results: list[Any] = []
-            for req in reqs:
-                self.sent.append((name, req))
-                try:
-                    raw = self.daemons[name].handle(json.dumps({"v": API_VERSION, **req, "id": len(self.sent)}).encode())
-                    results.append(parse_reply(endpoint, raw))
-                except DaemonRefused as e:
-                    results.append(e)
-            callback(name, results)
 
 
 def _old_quiet_demands(todo: list[tuple], live: Any) -> dict[str, float]:
@@ -104,7 +74,7 @@ def _run(tmp_path: Any, tag: str, seed: int, periods: int) -> dict[str, Any]:
 
     for _ in range(12):
         add_router()
-    links = _Links(daemons)
+    links = InProcessLinks(daemons)
     mono = [1000.0]
     eng = Engine(store, links, clock=lambda: mono[0])  # type: ignore[arg-type]
     plans: list[Any] = []

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from fakes.daemon import InProcessLinks
 
 from xtc.policer.engine import _not_after, _vr_changes, _vr_obs, _vr_policy
 from xtc.policer.planner import RouterInput, Settings, plan_router
@@ -190,41 +191,7 @@ def test_the_engine_records_a_quiet_plan_as_the_planner_would_and_plans_a_busy_o
     assert v0.setpoint_pps is not None and v0.setpoint_pps > 2 * old_sp
 
 
-class _InProcessLinks:
-    """Exchanges answered at once by stand-in daemons in this process (a fake for a test of the engine's
-    logic: the requests go through the daemon's request parser, the replies through the policer's)."""
-
-    timeout_s = 1.0
-
-    def __init__(self, daemons: dict[str, Any]):
-        self.daemons = daemons
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def expect(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def exchange_many(self, exchanges: list[tuple]) -> None:
-        import json
-
-        from xtc.daemon.api import API_VERSION
-        from xtc.policer.link import DaemonRefused, parse_reply
-
-        for name, endpoint, _key, reqs, callback, *_ in exchanges:
-            results: list[Any] = []
-            for req in reqs:
-                self.sent.append((name, req))
-                try:
-                    raw = self.daemons[name].handle(json.dumps({"v": API_VERSION, **req, "id": len(self.sent)}).encode())
-                    results.append(parse_reply(endpoint, raw))
-                except DaemonRefused as e:
-                    results.append(e)
-            callback(name, results)
-
-
-def _run_engine(tmp_path: Any, tag: str, periods: int) -> tuple[Any, Any, _InProcessLinks]:
+def _run_engine(tmp_path: Any, tag: str, periods: int) -> tuple[Any, Any, InProcessLinks]:
     """Twenty routers of 16 VRs whose offered rates move by 5% every period (now and then one VR's
     triples, or falls back), measured from their samples and planned by an engine; returns its store."""
     from xtc_lab.policer_fleet import FakeDaemon, FakeVr
@@ -243,7 +210,7 @@ def _run_engine(tmp_path: Any, tag: str, periods: int) -> tuple[Any, Any, _InPro
         store.add_router(d.name, d.endpoint, sum(v.offered_pps for v in vrs) / rng.choice([0.8, 1.1, 2.0]),
                          rng.choice(["auto", "auto", "on"]), None, "test")
     base = {(r, n): v.offered_pps for r, d in daemons.items() for n, v in d.vrs.items()}
-    links = _InProcessLinks(daemons)
+    links = InProcessLinks(daemons)
     mono = [1000.0]
     eng = Engine(store, links, clock=lambda: mono[0])  # type: ignore[arg-type]
     for k in range(periods):
