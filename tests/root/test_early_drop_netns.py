@@ -65,6 +65,55 @@ def qdiscs(ns: str) -> str:
     return re.sub(r"direct_packets_stat \d+ ", "", text)
 
 
+#: A UDP VR handed far more than its setpoint: early drop limits it.
+UDP_OVER = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
+
+
+def reboot_vif(ns: str, vif: str = "vif7.0") -> None:
+    """The VR reboots: its veth goes and comes back, without any qdisc or filter."""
+    sh("ip", "-n", ns, "link", "del", vif)
+    sh("ip", "-n", ns, "link", "add", vif, "type", "veth", "peer", "name", "eth0")
+    sh("ip", "-n", ns, "link", "set", vif, "up")
+
+
+def vr_side_reachable(ns: str) -> None:
+    """vif7.0 at 198.18.7.1 reaches the VR side (eth0) as 198.18.7.2, without waiting for ARP."""
+    sh("ip", "-n", ns, "addr", "add", "198.18.7.1/24", "dev", "vif7.0")
+    peer_mac = sh("ip", "-n", ns, "-br", "link", "show", "eth0").split()[2]
+    sh("ip", "-n", ns, "neigh", "add", "198.18.7.2", "lladdr", peer_mac, "dev", "vif7.0", "nud", "permanent")
+
+
+def vr_side_rx_packets(ns: str) -> int:
+    """The VR side's received packets (netlink; /sys shows the host's namespace)."""
+    return json.loads(sh("ip", "-n", ns, "-j", "-s", "link", "show", "eth0"))[0]["stats64"]["rx"]["packets"]
+
+
+def udp_burst(ns: str, packets: int = 2000) -> int:
+    """``packets`` UDP packets of 524 bytes on the wire from the host side to the VR side, as fast as
+    the socket takes them; how many it took."""
+
+    def blast() -> int:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sent = 0
+        for _ in range(packets):
+            try:
+                s.sendto(b"x" * 482, ("198.18.7.2", 9))
+                sent += 1
+            except OSError:
+                pass
+        s.close()
+        return sent
+
+    return run_in_netns(f"{NETNS_DIR}/{ns}", blast, "xtced-tx")[0]
+
+
+def limited(kind: str, ns: str, vif: str) -> bool:
+    """Whether ``vif`` carries a limit of early drop's ``kind`` (tbf, bpf), seen from outside the limiter."""
+    if kind == "tbf":
+        return "tbf ed0: root" in sh("tc", "-n", ns, "qdisc", "show", "dev", vif)
+    return "rate_pps" in (read_attached(vif, ns) or {})
+
+
 @pytest.mark.beside  # its own xtced-<random> namespace; times nothing
 def test_install_update_remove_on_a_real_vif_leaves_what_was_there():
     with netns() as ns:
@@ -119,7 +168,7 @@ def test_a_failed_tc_change_in_the_daemon_leaves_the_queueing_that_was_there_bef
             seen = []
             ed = EarlyDrop(lim, default_on=True, on_failure=lambda vr, op: seen.append((vr, op)))
             ed.choose("vr7", None)
-            udp = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
+            udp = UDP_OVER
             ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
             assert seen == [("vr7", "install")]
             assert ed.limit_of("vr7") is None
@@ -140,23 +189,23 @@ def test_a_failed_tc_change_in_the_daemon_leaves_the_queueing_that_was_there_bef
 
 
 @pytest.mark.beside  # its own xtced-<random> namespace; times nothing
-def test_a_vr_reboot_recreates_its_interface_and_the_limit_comes_back():
+@pytest.mark.parametrize("kind", ["tbf", "bpf"])
+def test_a_vr_reboot_recreates_its_interface_and_the_limit_comes_back(kind: str) -> None:
     with netns() as ns:
-        lim = TcLimiter(ns)
+        before = queueing(ns)
+        lim = TcLimiter(ns) if kind == "tbf" else BpfLimiter(ns)
         try:
-            ed = EarlyDrop(lim, default_on=True)
+            ed = EarlyDrop(lim, default_on=True, **({"tuning": BPF_TUNING} if kind == "bpf" else {}))
             ed.choose("vr7", None)
-            udp = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            # the VR reboots: its veth goes and comes back without the qdisc
-            sh("ip", "-n", ns, "link", "del", "vif7.0")
-            sh("ip", "-n", ns, "link", "add", "vif7.0", "type", "veth", "peer", "name", "eth0")
-            sh("ip", "-n", ns, "link", "set", "vif7.0", "up")
-            assert "tbf" not in sh("tc", "-n", ns, "qdisc", "show", "dev", "vif7.0")
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            assert qdiscs(ns).count("tbf ed0: root") == 2
+            ed.period(1.0, {"vr7": IFS}, {"vr7": UDP_OVER}, {})
+            ed.period(1.0, {"vr7": IFS}, {"vr7": UDP_OVER}, {})
+            assert [limited(kind, ns, i) for i in IFS] == [True, True]
+            reboot_vif(ns)  # its veth comes back without the qdisc or the filter
+            assert [limited(kind, ns, i) for i in IFS] == [False, True]
+            ed.period(1.0, {"vr7": IFS}, {"vr7": UDP_OVER}, {})
+            assert [limited(kind, ns, i) for i in IFS] == [True, True]
             ed.remove_all()
+            assert queueing(ns) == before
         finally:
             lim.close()
 
@@ -166,30 +215,14 @@ def test_the_limiter_drops_the_excess_before_the_vr_gets_it():
     """2,000 UDP packets of 524 bytes in a burst into a limiter of 200 packets/s with a 20-packet
     bucket: the peer (the VR side) receives about the bucket, the limiter counts the rest dropped."""
     with netns() as ns:
-        sh("ip", "-n", ns, "addr", "add", "198.18.7.1/24", "dev", "vif7.0")
-        peer_mac = sh("ip", "-n", ns, "-br", "link", "show", "eth0").split()[2]
-        sh("ip", "-n", ns, "neigh", "add", "198.18.7.2", "lladdr", peer_mac, "dev", "vif7.0", "nud", "permanent")
+        vr_side_reachable(ns)
         lim = TcLimiter(ns)
         try:
             lim.install("vif7.0", LimiterSetting(200 * 524, 20 * 524))
-
-            def rx() -> int:  # the VR side's received packets (netlink; /sys shows the host's namespace)
-                return json.loads(sh("ip", "-n", ns, "-j", "-s", "link", "show", "eth0"))[0]["stats64"]["rx"]["packets"]
-
-            def blast() -> None:
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                for _ in range(2000):
-                    try:
-                        s.sendto(b"x" * 482, ("198.18.7.2", 9))
-                    except OSError:
-                        pass
-                s.close()
-
-            path = f"{NETNS_DIR}/{ns}"
-            a = rx()
-            run_in_netns(path, blast, "xtced-tx")
+            a = vr_side_rx_packets(ns)
+            udp_burst(ns)
             time.sleep(0.2)
-            got = rx() - a
+            got = vr_side_rx_packets(ns) - a
             dropped = lim.dropped_packets("vif7.0")
             assert 10 <= got < 200, got  # the bucket (20) plus what the rate lets through while sending
             assert dropped is not None and dropped >= 1800 - got
@@ -278,7 +311,7 @@ def test_after_a_kill_the_restart_finds_the_bpf_leftovers_by_their_mark_and_remo
     not someone else's.  A failed install (vif7.1's ingress qdisc) takes the limit off vif7.0 too."""
     with netns() as ns:
         before = queueing(ns)
-        udp = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
+        udp = UDP_OVER
         killed = BpfLimiter(ns)
         ed = EarlyDrop(killed, default_on=True, tuning=BPF_TUNING)
         ed.choose("vr7", None)
@@ -318,60 +351,18 @@ def test_the_bpf_bucket_drops_real_packets_and_counts_every_one_it_drops():
     """2,000 UDP packets in a burst into a bucket of 200 packets/s with 50 ms of credit: every packet
     the host sends either reaches the VR side or is counted dropped, and most are dropped."""
     with netns() as ns:
-        sh("ip", "-n", ns, "addr", "add", "198.18.7.1/24", "dev", "vif7.0")
-        peer_mac = sh("ip", "-n", ns, "-br", "link", "show", "eth0").split()[2]
-        sh("ip", "-n", ns, "neigh", "add", "198.18.7.2", "lladdr", peer_mac, "dev", "vif7.0", "nud", "permanent")
+        vr_side_reachable(ns)
         lim = BpfLimiter(ns)
         try:
             lim.install("vif7.0", bpf_setting(200, 0.05))
-
-            def rx() -> int:
-                return json.loads(sh("ip", "-n", ns, "-j", "-s", "link", "show", "eth0"))[0]["stats64"]["rx"]["packets"]
-
-            def blast() -> int:
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                sent = 0
-                for _ in range(2000):
-                    try:
-                        s.sendto(b"x" * 482, ("198.18.7.2", 9))
-                        sent += 1
-                    except OSError:
-                        pass
-                s.close()
-                return sent
-
-            a = rx()
-            sent = run_in_netns(f"{NETNS_DIR}/{ns}", blast, "xtced-tx")[0]
+            a = vr_side_rx_packets(ns)
+            sent = udp_burst(ns)
             time.sleep(0.2)
-            got = rx() - a
+            got = vr_side_rx_packets(ns) - a
             dropped = lim.dropped_by_interface(["vif7.0"])["vif7.0"]
             assert got + dropped == sent, (got, dropped, sent)
             assert dropped > sent // 2, (got, dropped, sent)
             assert read_attached("vif7.0", ns)["dropped_packets"] == dropped
-        finally:
-            lim.close()
-
-
-@pytest.mark.beside  # its own xtced-<random> namespace; times nothing
-def test_a_vr_reboot_brings_the_bpf_limit_back_on_its_new_interface():
-    with netns() as ns:
-        lim = BpfLimiter(ns)
-        try:
-            ed = EarlyDrop(lim, default_on=True, tuning=BPF_TUNING)
-            ed.choose("vr7", None)
-            udp = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            sh("ip", "-n", ns, "link", "del", "vif7.0")
-            sh("ip", "-n", ns, "link", "add", "vif7.0", "type", "veth", "peer", "name", "eth0")
-            sh("ip", "-n", ns, "link", "set", "vif7.0", "up")
-            assert "xtc_ed" not in sh("tc", "-n", ns, "filter", "show", "dev", "vif7.0", "egress")
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
-            assert all(read_attached(i, ns) is not None for i in IFS)
-            ed.remove_all()
-            assert all(read_attached(i, ns) is None for i in IFS)
-            assert "clsact" not in qdiscs(ns)
         finally:
             lim.close()
 
@@ -386,7 +377,7 @@ def test_a_limit_no_longer_needed_is_parked_idle_and_deactivation_removes_it_all
         try:
             ed = EarlyDrop(lim, default_on=True, tuning=BPF_TUNING)
             ed.choose("vr7", None)
-            udp = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=93_000, model_forwarded_pps=20_000)
+            udp = UDP_OVER
             keeps_up = VrLoad(setpoint_pps=20_000, forwarded_pps=19_500, handed_pps=19_600, model_forwarded_pps=None)
             ed.period(1.0, {"vr7": IFS}, {"vr7": udp}, {})
             assert ed.limit_of("vr7") is not None
