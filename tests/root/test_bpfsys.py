@@ -33,6 +33,9 @@ def test_maps_hold_look_up_batch_and_delete(fds):
     with pytest.raises(bpfsys.BpfError, match=r"bpf\(map update\).*exists") as e:
         bpfsys.map_update(m, struct.pack("<I", 1), struct.pack("<Q", 0), bpfsys.BPF_NOEXIST)
     assert e.value.errno == errno.EEXIST
+    with pytest.raises(bpfsys.BpfError, match=r"bpf\(map update\)") as e:  # a missing key is an error here
+        bpfsys.map_update(m, struct.pack("<I", 999), struct.pack("<Q", 0), bpfsys.BPF_EXIST)
+    assert e.value.errno == errno.ENOENT
     assert bpfsys.map_lookup(m, struct.pack("<I", 7), 8) == struct.pack("<Q", 70)
     got = dict(bpfsys.map_lookup_batch(m, 4, 8, 16))  # several calls of 16
     assert {struct.unpack("<I", k)[0]: struct.unpack("<Q", v)[0] for k, v in got.items()} == {

@@ -101,22 +101,24 @@ def map_create(map_type: int, key_bytes: int, value_bytes: int, max_entries: int
     return _call(_MAP_CREATE, attr, name)
 
 
-def _elem(cmd: int, map_fd: int, key: bytes, value: ctypes.Array[ctypes.c_char] | None, flags: int) -> None:
+def _elem(cmd: int, map_fd: int, key: bytes, value: ctypes.Array[ctypes.c_char] | None, flags: int,
+          missing_ok: bool = False) -> bool:
+    """One element command; False when ``missing_ok`` and the map has no such key (``ENOENT``)."""
     k = ctypes.create_string_buffer(key, len(key))
     v = 0 if value is None else ctypes.addressof(value)
-    _call(cmd, struct.pack("<I4xQQQ", map_fd, ctypes.addressof(k), v, flags))
+    try:
+        _call(cmd, struct.pack("<I4xQQQ", map_fd, ctypes.addressof(k), v, flags))
+    except BpfError as e:
+        if missing_ok and e.errno == errno.ENOENT:
+            return False
+        raise
+    return True
 
 
 def map_lookup(map_fd: int, key: bytes, value_bytes: int) -> bytes | None:
     """The value of ``key`` (None: no such key)."""
     v = ctypes.create_string_buffer(value_bytes)
-    try:
-        _elem(_MAP_LOOKUP_ELEM, map_fd, key, v, 0)
-    except BpfError as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise
-    return v.raw
+    return v.raw if _elem(_MAP_LOOKUP_ELEM, map_fd, key, v, 0, missing_ok=True) else None
 
 
 def map_update(map_fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
@@ -126,13 +128,7 @@ def map_update(map_fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> N
 
 def map_delete(map_fd: int, key: bytes) -> bool:
     """Delete ``key``; False when there was none."""
-    try:
-        _elem(_MAP_DELETE_ELEM, map_fd, key, None, 0)
-    except BpfError as e:
-        if e.errno == errno.ENOENT:
-            return False
-        raise
-    return True
+    return _elem(_MAP_DELETE_ELEM, map_fd, key, None, 0, missing_ok=True)
 
 
 def map_lookup_batch(map_fd: int, key_bytes: int, value_bytes: int, max_entries: int) -> list[tuple[bytes, bytes]]:
