@@ -174,3 +174,17 @@ def test_encode_tbf_carries_the_burst_and_a_64_bit_rate_above_34_gbps() -> None:
         assert (rate64 is not None) == (rate_Bps > tccodec.U32_MAX)
         if rate64 is not None:
             assert struct.unpack_from("=Q", m, rate64[0])[0] == rate_Bps
+
+
+@pytest.mark.parametrize("mtype,decode", [(tccodec.RTM_NEWQDISC, tccodec.decode_tc_dump),
+                                          (tccodec.RTM_NEWTCLASS, tccodec.decode_tc_dump),
+                                          (tccodec.RTM_NEWTFILTER, tccodec.decode_filters)])
+def test_a_tc_message_shorter_than_its_tcmsg_is_malformed(mtype: int, decode) -> None:
+    """A dump's qdisc, class or filter message that ends before its tcmsg header: one clear error, for the
+    qdiscs and classes as for the filters (the qdiscs' decoder read past the message: a struct.error at
+    the end of the buffer, the next message's bytes as its header before it; the filters' skipped it)."""
+    short = struct.pack("=IHHII", 24, mtype, 2, 9, 0) + b"\0" * 8
+    with pytest.raises(NetlinkDecodeError, match="tc message of 24 bytes"):
+        decode(short)
+    with pytest.raises(NetlinkDecodeError, match="tc message of 24 bytes"):
+        decode(short + _class_msg(ROOT_HANDLE | 2, 0xFFFFFFFF, (10, 1), (0, 0)))

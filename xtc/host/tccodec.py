@@ -386,20 +386,24 @@ class TcObject:
         return b""
 
 
-def _dump_messages(buf: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
-    """``(offset, length, type)`` of each whole message of a dump.
+def _tc_messages(buf: bytes | memoryview, types: tuple[int, ...]) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
+    """``(offset, length, type, tcmsg)`` of each whole message of ``types`` in a dump, ``tcmsg`` its
+    header's (family, ifindex, handle, parent, info); its attributes lie from ``offset + _BODY``.
 
     Raises
     ------
     NetlinkDecodeError
-        A message's length runs past the buffer.
+        A message's length runs past the buffer, or one of ``types`` ends before its tcmsg header.
     """
     off, end = 0, len(buf)
     while off + HDR_LEN <= end:
         mlen, mtype, _flags, _seq, _pid = NLMSGHDR.unpack_from(buf, off)
         if mlen < HDR_LEN or off + mlen > end:
             raise NetlinkDecodeError(f"netlink: malformed dump message of {mlen} bytes")
-        yield off, mlen, mtype
+        if mtype in types:
+            if mlen < _BODY:
+                raise NetlinkDecodeError(f"netlink: malformed tc message of {mlen} bytes (its header needs {_BODY})")
+            yield off, mlen, mtype, TCMSG.unpack_from(buf, off + HDR_LEN)
         off += align4(mlen)
 
 
@@ -412,28 +416,25 @@ def decode_tc_dump(buf: bytes | memoryview) -> list[TcObject]:
     Raises
     ------
     NetlinkDecodeError
-        A message's length runs past the buffer.
+        A message's length runs past the buffer, or ends before its tcmsg header.
     """
     out: list[TcObject] = []
-    for off, mlen, mtype in _dump_messages(buf):
-        if mtype in (RTM_NEWQDISC, RTM_NEWTCLASS):
-            body = off + HDR_LEN
-            _fam, ifindex, handle, parent, _info = TCMSG.unpack_from(buf, body)
-            kind = ""
-            sb = sp = ql = bl = 0
-            for atype, a, b in iter_attrs(buf, body + TCMSG.size, off + mlen):
-                if atype == TCA_KIND:
-                    kind = bytes(buf[a:b]).rstrip(b"\0").decode("ascii", "replace")
-                elif atype == TCA_STATS2:
-                    for stype, c, d in iter_attrs(buf, a, b):
-                        if stype == TCA_STATS_BASIC and d - c >= 12:
-                            sb, p32 = struct.unpack_from("=QI", buf, c)
-                            sp = sp or p32
-                        elif stype == TCA_STATS_PKT64 and d - c >= 8:
-                            (sp,) = struct.unpack_from("=Q", buf, c)
-                        elif stype == TCA_STATS_QUEUE and d - c >= 8:
-                            ql, bl = struct.unpack_from("=II", buf, c)
-            out.append(TcObject(mtype, ifindex, handle, parent, kind, bytes(buf[off : off + mlen]), sb, sp, ql, bl))
+    for off, mlen, mtype, (_fam, ifindex, handle, parent, _info) in _tc_messages(buf, (RTM_NEWQDISC, RTM_NEWTCLASS)):
+        kind = ""
+        sb = sp = ql = bl = 0
+        for atype, a, b in iter_attrs(buf, off + _BODY, off + mlen):
+            if atype == TCA_KIND:
+                kind = bytes(buf[a:b]).rstrip(b"\0").decode("ascii", "replace")
+            elif atype == TCA_STATS2:
+                for stype, c, d in iter_attrs(buf, a, b):
+                    if stype == TCA_STATS_BASIC and d - c >= 12:
+                        sb, p32 = struct.unpack_from("=QI", buf, c)
+                        sp = sp or p32
+                    elif stype == TCA_STATS_PKT64 and d - c >= 8:
+                        (sp,) = struct.unpack_from("=Q", buf, c)
+                    elif stype == TCA_STATS_QUEUE and d - c >= 8:
+                        ql, bl = struct.unpack_from("=II", buf, c)
+        out.append(TcObject(mtype, ifindex, handle, parent, kind, bytes(buf[off : off + mlen]), sb, sp, ql, bl))
     return out
 
 
@@ -763,21 +764,19 @@ def decode_filters(buf: bytes | memoryview) -> list[TcFilter]:
     Raises
     ------
     NetlinkDecodeError
-        A message's length runs past the buffer.
+        A message's length runs past the buffer, or ends before its tcmsg header.
     """
     out: list[TcFilter] = []
-    for off, mlen, mtype in _dump_messages(buf):
-        if mtype == RTM_NEWTFILTER and mlen >= _BODY:
-            _fam, ifindex, handle, parent, info = TCMSG.unpack_from(buf, off + HDR_LEN)
-            kind, name, prog_id = "", "", 0
-            for atype, a, b in iter_attrs(buf, off + _BODY, off + mlen):
-                if atype == TCA_KIND:
-                    kind = bytes(buf[a:b]).rstrip(b"\0").decode("ascii", "replace")
-                elif atype == TCA_OPTIONS:
-                    for ot, c, d in iter_attrs(buf, a, b):
-                        if ot == TCA_BPF_NAME:
-                            name = bytes(buf[c:d]).rstrip(b"\0").decode("ascii", "replace")
-                        elif ot == TCA_BPF_ID and d - c >= 4:
-                            (prog_id,) = struct.unpack_from("=I", buf, c)
-            out.append(TcFilter(ifindex, parent, handle, info >> 16, socket.ntohs(info & 0xFFFF), kind, name, prog_id))
+    for off, mlen, _mtype, (_fam, ifindex, handle, parent, info) in _tc_messages(buf, (RTM_NEWTFILTER,)):
+        kind, name, prog_id = "", "", 0
+        for atype, a, b in iter_attrs(buf, off + _BODY, off + mlen):
+            if atype == TCA_KIND:
+                kind = bytes(buf[a:b]).rstrip(b"\0").decode("ascii", "replace")
+            elif atype == TCA_OPTIONS:
+                for ot, c, d in iter_attrs(buf, a, b):
+                    if ot == TCA_BPF_NAME:
+                        name = bytes(buf[c:d]).rstrip(b"\0").decode("ascii", "replace")
+                    elif ot == TCA_BPF_ID and d - c >= 4:
+                        (prog_id,) = struct.unpack_from("=I", buf, c)
+        out.append(TcFilter(ifindex, parent, handle, info >> 16, socket.ntohs(info & 0xFFFF), kind, name, prog_id))
     return out
