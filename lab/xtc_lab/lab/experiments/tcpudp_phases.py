@@ -310,7 +310,10 @@ def comparisons(windows: Sequence[Mapping[str, Any]], phases: Sequence[str]) -> 
                 ("softirq_change_over_xtc_percent", "host_softirq_percent"),
                 ("system_change_over_xtc_percent", "host_system_percent"),
                 ("idle_change_over_xtc_percent", "host_idle_percent"),
-                ("udp_tools_change_over_xtc_percent", "udp_tools_cpu_percent"))})
+                ("udp_tools_change_over_xtc_percent", "udp_tools_cpu_percent"),
+                ("tcp_vr_cpu_change_over_xtc_percent", "tcp_vr_cpu_percent"),
+                ("udp_vr_cpu_change_over_xtc_percent", "udp_vr_cpu_percent"),
+                ("delivery_cost_change_over_xtc_percent", "host_delivery_cost_cpu_percent"))})
         out[p] = c
     return out
 
@@ -385,6 +388,18 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
             f"{diff(p, 'system_change_over_xtc_percent')}, idle {diff(p, 'idle_change_over_xtc_percent')}, the UDP "
             f"generator's CPU {diff(p, 'udp_tools_change_over_xtc_percent')}, the TCP VR "
             f"{diff(p, 'tcp_change_over_xtc_kpps')} kp/s.")
+    ed = stats.get("xtc+early-drop")
+    if ed is not None and math.isfinite(xtc["host_delivery_cost_cpu_percent"]):
+        lines.append(
+            f"The emulated Dom0 delivery cost took {xtc['host_delivery_cost_cpu_percent']:.1f}% of a CPU under XTC alone "
+            f"(paid by {xtc['udp_cost_paid_kpps']:.1f} kp/s into the UDP VR, {xtc['tcp_cost_paid_kpps']:.1f} into the TCP "
+            f"VR) and {ed['host_delivery_cost_cpu_percent']:.1f}% with early drop ({ed['udp_cost_paid_kpps']:.1f} / "
+            f"{ed['tcp_cost_paid_kpps']:.1f}): early drop freed {diff('xtc+early-drop', 'delivery_cost_change_over_xtc_percent')} "
+            f"points of it. Against XTC alone, paired: host idle {diff('xtc+early-drop', 'idle_change_over_xtc_percent')}, "
+            f"the TCP VR's CPU {diff('xtc+early-drop', 'tcp_vr_cpu_change_over_xtc_percent')}, the UDP VR's CPU "
+            f"{diff('xtc+early-drop', 'udp_vr_cpu_change_over_xtc_percent')}, the UDP generator's CPU "
+            f"{diff('xtc+early-drop', 'udp_tools_change_over_xtc_percent')}, the TCP VR "
+            f"{diff('xtc+early-drop', 'tcp_change_over_xtc_kpps')} kp/s.")
     # What holds the TCP VR back under XTC: its cap, the cores, or neither.
     cap, cpu = xtc["tcp_cap_percent"], xtc["tcp_vr_cpu_percent"]
     idle = xtc["host_idle_percent"]
