@@ -738,6 +738,8 @@ def plot_phases(result: Mapping[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
     cpu = (("host_softirq_percent", "softirq", "tab:orange"), ("host_system_percent", "system", "tab:green"),
            ("host_user_percent", "user", "tab:purple"), ("host_idle_percent", "idle", "tab:gray"))
+    if any(math.isfinite(stats[n].get("host_delivery_cost_cpu_percent", math.nan)) for n in names):
+        cpu += (("host_delivery_cost_cpu_percent", "emulated delivery cost (in softirq)", "tab:brown"),)
     width = 0.8 / len(cpu)
     for i, (key, label, color) in enumerate(cpu):
         xs = [j + (i - (len(cpu) - 1) / 2) * width for j in range(len(names))]
