@@ -326,7 +326,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
 
     n_snap = [0]
 
-    def fake_snapshot(lab: Any, vrs: Any, limiter: Any, tps: float) -> dict[str, Any]:
+    def fake_snapshot(lab: Any, vrs: Any, limiter: Any, tps: float, costs: Any = None) -> dict[str, Any]:
         n_snap[0] += 1
         events.append(("snapshot limiter", getattr(limiter, "ifb", getattr(limiter, "mac", None)))) if n_snap[0] % 2 else None
         e0, e1 = snaps()

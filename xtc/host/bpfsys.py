@@ -170,16 +170,18 @@ def map_dump_batch(map_fd: int, key_bytes: int, value_bytes: int, max_entries: i
         first = False
 
 
-def prog_load(prog_type: int, insns: bytes, name: str = "", license_: str = "GPL") -> int:
+def prog_load(prog_type: int, insns: bytes, name: str = "", license_: str = "GPL", verifier_log: bool = True) -> int:
     """Load (verify and JIT) a program of 8-byte instructions; its fd.  A refusal's message ends with
-    the verifier's log."""
+    the verifier's log.  ``verifier_log=False`` asks for none: a program whose verification logs more
+    than the 64 KiB buffer (a bounded loop's) is refused with ``ENOSPC`` otherwise."""
     if not insns or len(insns) % 8:
         raise ValueError(f"a bpf program is a whole number of 8-byte instructions, got {len(insns)} bytes")
     code = ctypes.create_string_buffer(insns, len(insns))
     lic = ctypes.create_string_buffer(license_.encode("ascii"))
     log = ctypes.create_string_buffer(65536)
-    attr = struct.pack("<IIQQIIQII", prog_type, len(insns) // 8, ctypes.addressof(code), ctypes.addressof(lic), 1,
-                       len(log), ctypes.addressof(log), 0, 0) + _name(name)
+    log_attr = (1, len(log), ctypes.addressof(log)) if verifier_log else (0, 0, 0)  # level, size, buffer
+    attr = struct.pack("<IIQQIIQII", prog_type, len(insns) // 8, ctypes.addressof(code), ctypes.addressof(lic),
+                       *log_attr, 0, 0) + _name(name)
     try:
         return _call(_PROG_LOAD, attr, name)
     except BpfError as e:

@@ -55,6 +55,7 @@ from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.drops import counter_delta, loss_snapshot, vr_drops
 from xtc_lab.lab.hog import vr_forwarder_pids
 from xtc_lab.lab.harness import QEMU_READY_TIMEOUT_S, controller_model, LabDaemon, Recorder, RunContext, experiment_lab, markdown_table, mean, wait_with_progress, save_figure
+from xtc_lab.lab.hostcost import check_cost_us
 from xtc_lab.lab.netlab import VR, LabError, NetLab
 from xtc_lab.lab.traffic import (
     PAPER_TCP_FRAME_BYTES,
@@ -102,6 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with xtc+input-drop: the input-side TBF's rate as a multiple of the UDP setpoint "
                         "(default (1 + margin) * (1 + step) of the daemon's limiter, 1.32: the level its limit "
                         "holds for a VR forwarding its setpoint)")
+    g.add_argument("--host-delivery-cost-us", type=float, default=None, metavar="X",
+                   help="with --tcpudp-phases and --kind netns, lab only: emulate Xen netback's copy, X "
+                        "microseconds of host softirq work for every packet delivered into a VR (a spin in a "
+                        "cls_bpf program on the clsact ingress of the VR's own veth ends, after the product's "
+                        "early-drop limiter: a packet it drops does not pay; xtc_lab.lab.hostcost). Default: none")
     g.add_argument("--tcpudp-frame", type=int, default=PAPER_TCP_FRAME_BYTES,
                    help=f"size of both flows' packets on the wire, bytes "
                         f"(default {PAPER_TCP_FRAME_BYTES}, the paper's)")
@@ -504,6 +510,11 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
                          "(the guest kernel forwards)")
     if kind == "netns" and rcvbuf:
         raise ValueError("--tcpudp-rcvbuf: netns VRs are started with the kernel's default buffer (use --kind lxc)")
+    if getattr(args, "host_delivery_cost_us", None) is not None:
+        result["host_delivery_cost_us"] = check_cost_us(args.host_delivery_cost_us)
+        if not getattr(args, "tcpudp_phases", None) or kind != "netns":
+            raise ValueError("--host-delivery-cost-us is built for the alternated run (--tcpudp-phases) on "
+                             "--kind netns VRs (their own veth ends are in a namespace the lab names)")
     if getattr(args, "tcpudp_phases", None):  # Figure 17 several ways, alternated (issue 48 item 3)
         from xtc_lab.lab.experiments import tcpudp_phases
 

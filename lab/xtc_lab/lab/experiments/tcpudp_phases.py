@@ -46,14 +46,15 @@ run of :mod:`xtc_lab.lab.experiments.tcpudp` whose phase machinery it reuses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xtc_lab.lab import bpfbucket, inputdrop
+from xtc_lab.lab import bpfbucket, hostcost, inputdrop
 from xtc_lab.lab.experiments import Goal, Outcome
 from xtc_lab.lab.experiments.tcpudp import (
     PAPER,
@@ -99,7 +100,9 @@ KEYS = ("udp_sent_kpps", "udp_sender_kpps", "udp_handed_kpps", "udp_setpoint_kpp
         "tcp_cap_percent", "udp_cap_percent", "tcp_vr_cpu_percent", "udp_vr_cpu_percent",
         "tcp_tools_cpu_percent", "udp_tools_cpu_percent",
         "host_softirq_percent", "host_system_percent", "host_user_percent", "host_idle_percent",
-        "host_irq_percent", "others_cpu_percent", "daemon_cpu_percent", "load_avg_1m")
+        "host_irq_percent", "others_cpu_percent", "daemon_cpu_percent", "load_avg_1m",
+        "udp_cost_paid_kpps", "tcp_cost_paid_kpps", "udp_cost_cpu_percent", "tcp_cost_cpu_percent",
+        "host_delivery_cost_cpu_percent")
 #: Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: the normal's 1.96).
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -170,8 +173,9 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
     :func:`xtc_lab.lab.experiments.tcpudp.phase_summary` and the two :func:`snapshot` readings.
 
     ``e0``/``e1`` hold ``t_s``, ``sent`` (packets the generator port received, per VR key),
-    ``vif_limiter_drops`` (per VR key), ``input_drops``, ``tools_ticks`` (per VR key), ``ticks_per_s``
-    and (``e1``) ``limited`` (per VR key).
+    ``vif_limiter_drops`` (per VR key), ``input_drops``, ``tools_ticks`` (per VR key), ``ticks_per_s``,
+    (``e1``) ``limited`` (per VR key) and, with the emulated delivery cost, ``cost`` (per VR key: the
+    packets that paid it and the ns they spent, :func:`cost_counts`).
     """
     dt = e1["t_s"] - e0["t_s"]
     if dt <= 0:
@@ -211,6 +215,11 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
         # the eBPF limit on the VR's vifs at the window's start and end (NaN: none, or the TBF's)
         out[f"{key}_vif_limit_kpps"] = statistics.fmean(
             [e.get("vif_limit_pps", {}).get(key, math.nan) for e in (e0, e1)]) / 1e3
+        # the emulated delivery cost (--host-delivery-cost-us): packets into the VR that paid it
+        c0, c1 = e0.get("cost", {}).get(key), e1.get("cost", {}).get(key)
+        out[f"{key}_cost_paid_kpps"] = math.nan if c0 is None or c1 is None else (c1[0] - c0[0]) / dt / 1e3
+        out[f"{key}_cost_cpu_percent"] = math.nan if c0 is None or c1 is None else 100.0 * (c1[1] - c0[1]) / 1e9 / dt
+    out["host_delivery_cost_cpu_percent"] = out["tcp_cost_cpu_percent"] + out["udp_cost_cpu_percent"]
     out["udp_sent_kpps"] = per_s("sent", "udp") / 1e3
     # the sender's own count over its whole stream (host RX of the port misses what an ingress redirect drops)
     out["udp_sender_kpps"] = k((summary["udp"].get("sender") or {}).get("sent_pps"))
@@ -301,7 +310,10 @@ def comparisons(windows: Sequence[Mapping[str, Any]], phases: Sequence[str]) -> 
                 ("softirq_change_over_xtc_percent", "host_softirq_percent"),
                 ("system_change_over_xtc_percent", "host_system_percent"),
                 ("idle_change_over_xtc_percent", "host_idle_percent"),
-                ("udp_tools_change_over_xtc_percent", "udp_tools_cpu_percent"))})
+                ("udp_tools_change_over_xtc_percent", "udp_tools_cpu_percent"),
+                ("tcp_vr_cpu_change_over_xtc_percent", "tcp_vr_cpu_percent"),
+                ("udp_vr_cpu_change_over_xtc_percent", "udp_vr_cpu_percent"),
+                ("delivery_cost_change_over_xtc_percent", "host_delivery_cost_cpu_percent"))})
         out[p] = c
     return out
 
@@ -376,6 +388,18 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
             f"{diff(p, 'system_change_over_xtc_percent')}, idle {diff(p, 'idle_change_over_xtc_percent')}, the UDP "
             f"generator's CPU {diff(p, 'udp_tools_change_over_xtc_percent')}, the TCP VR "
             f"{diff(p, 'tcp_change_over_xtc_kpps')} kp/s.")
+    ed = stats.get("xtc+early-drop")
+    if ed is not None and math.isfinite(xtc["host_delivery_cost_cpu_percent"]):
+        lines.append(
+            f"The emulated Dom0 delivery cost took {xtc['host_delivery_cost_cpu_percent']:.1f}% of a CPU under XTC alone "
+            f"(paid by {xtc['udp_cost_paid_kpps']:.1f} kp/s into the UDP VR, {xtc['tcp_cost_paid_kpps']:.1f} into the TCP "
+            f"VR) and {ed['host_delivery_cost_cpu_percent']:.1f}% with early drop ({ed['udp_cost_paid_kpps']:.1f} / "
+            f"{ed['tcp_cost_paid_kpps']:.1f}): early drop freed {diff('xtc+early-drop', 'delivery_cost_change_over_xtc_percent')} "
+            f"points of it. Against XTC alone, paired: host idle {diff('xtc+early-drop', 'idle_change_over_xtc_percent')}, "
+            f"the TCP VR's CPU {diff('xtc+early-drop', 'tcp_vr_cpu_change_over_xtc_percent')}, the UDP VR's CPU "
+            f"{diff('xtc+early-drop', 'udp_vr_cpu_change_over_xtc_percent')}, the UDP generator's CPU "
+            f"{diff('xtc+early-drop', 'udp_tools_change_over_xtc_percent')}, the TCP VR "
+            f"{diff('xtc+early-drop', 'tcp_change_over_xtc_kpps')} kp/s.")
     # What holds the TCP VR back under XTC: its cap, the cores, or neither.
     cap, cpu = xtc["tcp_cap_percent"], xtc["tcp_vr_cpu_percent"]
     idle = xtc["host_idle_percent"]
@@ -394,7 +418,17 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
 
 
 # ------------------------------------------------------------------------------ the run
-def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: float) -> dict[str, Any]:
+def cost_counts(costs: Mapping[str, hostcost.DeliveryCost]) -> dict[str, tuple[int, int]]:
+    """Per VR key: (packets that paid the emulated delivery cost, ns spent on them) so far, over its interfaces."""
+    out = {}
+    for key, c in costs.items():
+        slots = c.counts().values()
+        out[key] = (sum(x.packets for x in slots), sum(x.spent_ns for x in slots))
+    return out
+
+
+def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: float,
+             costs: Mapping[str, hostcost.DeliveryCost] | None = None) -> dict[str, Any]:
     """The counters a window needs besides the CPU picture (see :func:`window_record`)."""
     c = read_packet_counters()
     out: dict[str, Any] = {"t_s": time.monotonic(), "ticks_per_s": ticks_per_s, "sent": {}, "vif_limiter_drops": {},
@@ -418,6 +452,8 @@ def snapshot(lab: NetLab, vrs: Mapping[str, VR], limiter: Any, ticks_per_s: floa
                     continue
         out["tools_ticks"][key] = ticks
     out["input_drops"] = limiter.dropped_packets() if limiter is not None else 0  # the input side's limiter
+    if costs:
+        out["cost"] = cost_counts(costs)
     return out
 
 
@@ -455,6 +491,11 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
         tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind)
         vrs = {"tcp": tcp_vr, "udp": udp_vr}
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
+        costs = delivery_costs(vrs, result.get("host_delivery_cost_us"))  # the emulated Dom0 cost, every phase
+        if costs:
+            result["host_delivery_cost"] = {"cost_us": result["host_delivery_cost_us"], "where": {
+                k: {"netns": c.netns, "interfaces": list(c.ifnames)} for k, c in costs.items()},
+                "how": "cls_bpf direct-action on the clsact ingress of the VR's own veth ends (lab/xtc_lab/lab/hostcost.py)"}
         setpoints: dict[str, float] | None = None
         limiters: dict[str, Any] = {}  # input-side phase -> its limiter (made once, installed per window)
 
@@ -463,13 +504,13 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
                 lambda: start_tcp_stream(lab, tcp_vr, duration_s, flows=1, frame_bytes=frame),
                 lambda: start_udp_stream(lab, udp_vr, ctx.offered_pps, duration_s, payload_bytes=payload))
 
-        with Recorder([tcp_vr, udp_vr], dt_s=1.0, caps=caps) as rec:
+        with _in_place(costs, ctx.say), Recorder([tcp_vr, udp_vr], dt_s=1.0, caps=caps) as rec:
             for n, (rep, phase) in enumerate(order):
                 label = f"{phase} #{rep + 1}"
                 ctx.say(f"-- window {n + 1}/{len(order)}: {label} (load {os.getloadavg()[0]:.2f})")
                 if phase == "without":
                     times, (tcp_res, udp_res), cpu = run_phase(ctx, lab, rec, label, streams, warm_s, 0.0, hold_s,
-                                                               snapshot=lambda: snapshot(lab, vrs, None, tps))
+                                                               snapshot=lambda: snapshot(lab, vrs, None, tps, costs))
                 else:
                     assert setpoints is not None  # parse_phases: "without" runs first
                     sp = setpoints
@@ -486,7 +527,7 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
                                                "burst_s": b.burst_s}
                     times, (tcp_res, udp_res), cpu = _xtc_window(
                         ctx, lab, rec, label, streams, (warm_s, settle_s, hold_s), vrs, sp, phase,
-                        limiters.get(phase), workdir / f"xtcd-{n}", model, tps)
+                        limiters.get(phase), workdir / f"xtcd-{n}", model, tps, costs)
                 summary = phase_summary(rec, times, tcp_res, udp_res, cpu, tcp_vr, udp_vr)
                 if setpoints is None:
                     agg = summary["tcp"]["forwarded_pps"] + summary["udp"]["forwarded_pps"]
@@ -501,15 +542,43 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
                 ctx.say(f"   {label}: UDP sent {w['udp_sent_kpps']:.1f} handed {w['udp_handed_kpps']:.1f} fwd "
                         f"{w['udp_forwarded_kpps']:.2f} kp/s, TCP fwd {w['tcp_forwarded_kpps']:.1f} kp/s, softirq "
                         f"{w['host_softirq_percent']:.0f}% system {w['host_system_percent']:.0f}% idle "
-                        f"{w['host_idle_percent']:.0f}%, limiter tcp/udp {w['tcp_limited']}/{w['udp_limited']}")
+                        f"{w['host_idle_percent']:.0f}%, limiter tcp/udp {w['tcp_limited']}/{w['udp_limited']}"
+                        + ("" if not costs else f", emulated delivery cost {w['host_delivery_cost_cpu_percent']:.0f}% "
+                           f"(paid by {w['udp_cost_paid_kpps']:.1f} / {w['tcp_cost_paid_kpps']:.1f} kp/s UDP / TCP)"))
         caps.close()
         result["recording"] = rec.to_json()
     return outcome(result, windows)
 
 
+def delivery_costs(vrs: Mapping[str, VR], cost_us: float | None) -> dict[str, hostcost.DeliveryCost]:
+    """The emulated delivery cost of each VR (none without ``cost_us``): on its own veth ends ``eth0`` and
+    ``eth1`` in its namespace (a netns VR's namespace is its name)."""
+    if cost_us is None:
+        return {}
+    bad = [vr.name for vr in vrs.values() if vr.kind != "netns"]
+    if bad:
+        raise ValueError(f"--host-delivery-cost-us: VR {bad[0]} is not a netns VR (use --kind netns)")
+    return {key: hostcost.DeliveryCost(vr.name, ("eth0", "eth1"), cost_us) for key, vr in vrs.items()}
+
+
+@contextlib.contextmanager
+def _in_place(costs: Mapping[str, hostcost.DeliveryCost], say: Any) -> Iterator[None]:
+    """Every delivery cost installed, and removed on the way out (also after an error, a half-done
+    install, or SIGTERM's SystemExit)."""
+    try:
+        for c in costs.values():
+            say(f"   emulated delivery cost: {c.cost_us:g} us a packet into {c.netns} ({', '.join(c.ifnames)})")
+            c.install()
+        yield
+    finally:
+        for c in costs.values():
+            c.remove()
+
+
 def _xtc_window(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams: Any,
                 times_s: tuple[float, float, float], vrs: Mapping[str, VR], sp: Mapping[str, float], phase: str,
-                idrop: Any, workdir: Path, model: str, tps: float) -> tuple[Any, Any, Any]:
+                idrop: Any, workdir: Path, model: str, tps: float,
+                costs: Mapping[str, hostcost.DeliveryCost] | None = None) -> tuple[Any, Any, Any]:
     """One window with a fresh daemon holding both VRs (early drop asked for both in ``xtc+early-drop``),
     and ``idrop`` (an input-side limiter: ``install``, ``remove``, ``dropped_packets``) in place from the
     activation to the end (taken away whatever happens)."""
@@ -529,7 +598,7 @@ def _xtc_window(ctx: RunContext, lab: NetLab, rec: Recorder, label: str, streams
         try:
             return run_phase(ctx, lab, rec, label, streams, warm_s, settle_s, hold_s, on_warm=on,
                              daemon_pid=None if d.proc is None else d.proc.pid,
-                             snapshot=lambda: snapshot(lab, vrs, idrop, tps))
+                             snapshot=lambda: snapshot(lab, vrs, idrop, tps, costs))
         finally:
             for x in installed:
                 x.remove(missing_ok=True)
@@ -586,13 +655,13 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
                      _f(s["tcp_cap_percent"], 0), _f(s["tcp_vr_cpu_percent"], 0), _f(s["udp_cap_percent"], 0),
                      _f(s["udp_vr_cpu_percent"], 0), _f(s["udp_tools_cpu_percent"], 0), _f(s["tcp_tools_cpu_percent"], 0),
                      _pm(s, "host_softirq_percent"), _pm(s, "host_system_percent"), _f(s["host_user_percent"], 0),
-                     _f(s["host_idle_percent"], 0), _f(s["load_avg_1m"], 2),
+                     _f(s["host_idle_percent"], 0), _f(s["host_delivery_cost_cpu_percent"], 0), _f(s["load_avg_1m"], 2),
                      f"{s['tcp_limited_windows']}/{s['udp_limited_windows']}"))
     table = markdown_table(
         ["phase", "windows", "UDP sent kp/s", "UDP handed kp/s", "UDP vif limit kp/s (eBPF)", "UDP fwd kp/s", "UDP dropped by VR", "by vif limiter",
          "at input", "TCP fwd kp/s", "TCP gain over without (paired, 95%)", "TCP cap %", "TCP VR CPU %", "UDP cap %",
          "UDP VR CPU %", "UDP generator CPU %", "TCP tools CPU %", "host softirq %", "host system %", "host user %",
-         "host idle %", "load", "limiter at end (TCP/UDP)"], rows)
+         "host idle %", "emulated delivery cost CPU %", "load", "limiter at end (TCP/UDP)"], rows)
     wrows = [(f"{w['phase']} #{w['rep'] + 1}", _f(w["load_avg_1m"], 2), _f(w["udp_sent_kpps"]), _f(w["udp_handed_kpps"]),
               _f(w["udp_forwarded_kpps"], 2), _f(w["tcp_forwarded_kpps"]), _f(w["host_softirq_percent"]),
               _f(w["host_system_percent"]), _f(w["host_idle_percent"])) for w in result.get("windows", [])]
@@ -608,7 +677,14 @@ def report_md(result: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
              f"queue {idr['burst_bytes']} B.") + ("" if not ib else
              f" The eBPF bucket: cls_bpf direct-action on `{ib['port']}`'s clsact ingress, frames to {ib['mac']} "
              f"at {ib['rate_pps']:.0f} pps with {1000 * ib['burst_s']:.0f} ms of credit (lab/xtc_lab/lab/bpfbucket.py).")
-    return f"""# {TITLE} ({PAPER}; issue 48 item 3)
+    hc = result.get("host_delivery_cost")
+    costtxt = ("" if not hc else
+               f" **Emulated Dom0 (lab only):** every packet delivered into a VR cost the host {hc['cost_us']:g} us more "
+               "of softirq work, spent by a cls_bpf program on the clsact ingress of the VR's own veth ends (after "
+               "the product's early-drop limiter: a packet it drops does not pay; lab/xtc_lab/lab/hostcost.py); "
+               "\"emulated delivery cost CPU\" is the time that program spent, in percent of one CPU.")
+    title = TITLE + ("" if not hc else f", on an emulated Dom0 ({hc['cost_us']:g} us a delivered packet)")
+    return f"""# {title} ({PAPER}; issue 48 item 3)
 
 Two {result.get('vr_kind', 'lxc')} VRs on one {result['n_cpus']}-core host: VR 1 forwards one iperf3 TCP flow, VR 2 a paced
 UDP stream asked at {result['udp_offered_pps']:.0f} pps, both {result['frame_bytes']}-byte frames.  Phases in turn
@@ -617,7 +693,7 @@ UDP stream asked at {result['udp_offered_pps']:.0f} pps, both {result['frame_byt
 `without` window: UDP VR {sp.get('udp', math.nan) / 1e3:.2f} kp/s, TCP VR {sp.get('tcp', math.nan) / 1e3:.2f} kp/s
 ({100 * result['udp_share']:.0f}% / the rest of its aggregate).  Early drop was asked for both VRs in
 `xtc+early-drop` (the daemon's eBPF bucket on the vifs), `xtc+early-drop-margin8` (the same, margin 0.08)
-and `xtc+early-drop-tbf` (its TBF).{idtxt}
+and `xtc+early-drop-tbf` (its TBF).{idtxt}{costtxt}
 
 Means (+- standard deviation over the windows); "sent" = what the UDP generator sent (host RX of its port, before
 any limiter); "handed" = host TX of the VR's vifs; "dropped by VR" = handed but not passed on; CPU in percent of one
@@ -662,6 +738,8 @@ def plot_phases(result: Mapping[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
     cpu = (("host_softirq_percent", "softirq", "tab:orange"), ("host_system_percent", "system", "tab:green"),
            ("host_user_percent", "user", "tab:purple"), ("host_idle_percent", "idle", "tab:gray"))
+    if any(math.isfinite(stats[n].get("host_delivery_cost_cpu_percent", math.nan)) for n in names):
+        cpu += (("host_delivery_cost_cpu_percent", "emulated delivery cost (in softirq)", "tab:brown"),)
     width = 0.8 / len(cpu)
     for i, (key, label, color) in enumerate(cpu):
         xs = [j + (i - (len(cpu) - 1) / 2) * width for j in range(len(names))]
