@@ -30,6 +30,31 @@ def need_root_and_ip(creates: str) -> None:
 
 
 @contextlib.contextmanager
+def namespace_pair(stem: str) -> Iterator[tuple[str, str]]:
+    """Two empty network namespaces ``<stem>-a`` and ``<stem>-b`` for a test to wire, deleted at the
+    end, also when the test fails; the test is skipped without root, ``ip`` or the right to make one.
+
+    Parameters
+    ----------
+    stem : str
+        The namespaces' common prefix: the test's own, with a random part (``xtcil-3f2a1c``).
+    """
+    need_root_and_ip("network namespaces")
+    a, b = f"{stem}-a", f"{stem}-b"
+    try:
+        subprocess.run(["ip", "netns", "add", a], check=True, capture_output=True, text=True, timeout=30)
+        subprocess.run(["ip", "netns", "add", b], check=True, capture_output=True, text=True, timeout=30)
+    except subprocess.CalledProcessError as e:
+        subprocess.run(["ip", "netns", "del", a], check=False, capture_output=True, timeout=30)
+        pytest.skip(f"cannot create a network namespace: {e.stderr.strip()}")
+    try:
+        yield a, b
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
 def cgroup_netns_lab(prefix: str) -> Iterator[Any]:
     """A lab of netns VRs with cgroups of their own (xtc_lab's NetLab, under a random name from
     ``prefix``), torn down at the end, also on failure; the test is skipped without root or a usable

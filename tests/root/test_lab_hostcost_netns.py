@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from hostneeds import need_root_and_ip
+from hostneeds import namespace_pair
 
 pytestmark = [pytest.mark.root, pytest.mark.beside, pytest.mark.timeout(60)]
 
@@ -47,16 +47,7 @@ def rx_packets(ns: str, dev: str) -> int:
 
 @contextlib.contextmanager
 def pair() -> Iterator[tuple[str, str]]:
-    need_root_and_ip("network namespaces")
-    stem = f"xtchc-{secrets.token_hex(3)}"
-    a, b = f"{stem}-a", f"{stem}-b"
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-    except subprocess.CalledProcessError as e:
-        sh("ip", "netns", "del", a, check=False)
-        pytest.skip(f"cannot create a network namespace: {e.stderr.strip()}")
-    try:
+    with namespace_pair(f"xtchc-{secrets.token_hex(3)}") as (a, b):
         for ns in (a, b):  # no IPv6 chatter (nor ARP, below): the counts are the test's own packets
             sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                "net.ipv6.conf.default.disable_ipv6=1")
@@ -70,9 +61,6 @@ def pair() -> Iterator[tuple[str, str]]:
             mac = json.loads(sh("ip", "-n", peer_ns, "-j", "link", "show", peer_dev))[0]["address"]  # no ARP either way
             sh("ip", "-n", ns, "neigh", "replace", addr, "lladdr", mac, "dev", dev, "nud", "permanent")
         yield a, b
-    finally:
-        sh("ip", "netns", "del", a, check=False)
-        sh("ip", "netns", "del", b, check=False)
 
 
 def test_every_packet_delivered_pays_the_cost_and_removal_leaves_the_queueing_as_it_was() -> None:

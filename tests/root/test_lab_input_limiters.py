@@ -19,7 +19,7 @@ import textwrap
 from collections.abc import Iterator
 
 import pytest
-from hostneeds import need_root_and_ip
+from hostneeds import namespace_pair
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
@@ -33,16 +33,7 @@ def sh(*args: str, check: bool = True) -> str:
 
 @contextlib.contextmanager
 def pair() -> Iterator[tuple[str, str, str]]:
-    need_root_and_ip("network namespaces")
-    stem = f"xtcil-{secrets.token_hex(3)}"
-    a, b = f"{stem}-a", f"{stem}-b"
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-    except subprocess.CalledProcessError as e:
-        sh("ip", "netns", "del", a, check=False)
-        pytest.skip(f"cannot create a network namespace: {e.stderr.strip()}")
-    try:
+    with namespace_pair(f"xtcil-{secrets.token_hex(3)}") as (a, b):
         sh("ip", "link", "add", "xtcil-a0", "netns", a, "type", "veth", "peer", "name", "xtcil-b0", "netns", b)
         sh("ip", "-n", a, "addr", "add", "198.18.251.1/24", "dev", "xtcil-a0")
         sh("ip", "-n", b, "addr", "add", "198.18.251.2/24", "dev", "xtcil-b0")
@@ -51,9 +42,6 @@ def pair() -> Iterator[tuple[str, str, str]]:
         mac = json.loads(sh("ip", "-n", b, "-j", "link", "show", "xtcil-b0"))[0]["address"]
         sh("ip", "-n", a, "neigh", "replace", "198.18.251.2", "lladdr", mac, "dev", "xtcil-a0", "nud", "permanent")
         yield a, b, mac
-    finally:
-        sh("ip", "netns", "del", a, check=False)
-        sh("ip", "netns", "del", b, check=False)
 
 
 def run_in_b(b: str, a: str, make: str) -> dict[str, object]:

@@ -14,6 +14,7 @@ import pytest
 from xtc_lab.lab import inputdrop
 from xtc_lab.lab.experiments import tcpudp
 from xtc_lab.lab.experiments import tcpudp_phases as tp
+from xtc_lab.lab.experiments import tcpudp_phases_report as tpr
 from xtc_lab.lab.netlab import VR
 
 # `tc -s -j qdisc show` on this kernel (an IFB's TBF and a port's ingress, recorded 2026-11-27).
@@ -173,7 +174,7 @@ def windows(reps: int = 4, ed_gain: float = 17.0, drift: float = 3.0, ed_softirq
                                               ("xtc+early-drop", base + ed_gain - jitter[r], 62.0 + ed_softirq + jitter[r],
                                                21.0, True),
                                               ("xtc+input-drop", base + ed_gain + 2, 40.0 + jitter[r], 21.0, False)):
-            w = {k: 1.0 for k in tp.KEYS}
+            w = {k: 1.0 for k in tpr.KEYS}
             w.update(phase=p, rep=r, tcp_forwarded_kpps=tcp, host_softirq_percent=soft + drift * r,
                      host_system_percent=80.0, udp_handed_kpps=handed, udp_setpoint_kpps=20.0, udp_forwarded_kpps=20.2,
                      tcp_setpoint_kpps=80.0, tcp_cap_percent=100.0, tcp_vr_cpu_percent=40.0, host_idle_percent=2.0,
@@ -185,26 +186,26 @@ def windows(reps: int = 4, ed_gain: float = 17.0, drift: float = 3.0, ed_softirq
 
 def test_paired_differences_remove_the_hosts_drift() -> None:
     ws = windows(reps=6, ed_gain=17.0, drift=3.0)
-    d = tp.paired_difference(ws, "tcp_forwarded_kpps", "xtc+early-drop", "without")
+    d = tpr.paired_difference(ws, "tcp_forwarded_kpps", "xtc+early-drop", "without")
     assert d["n"] == 6 and d["mean"] == pytest.approx(17.0 - sum([0.4, -0.3, 0.2, -0.1, 0.3, -0.2]) / 6)
     assert d["separated"] and d["ci95"] < 1.0  # the drift (3 kp/s a repetition) cancels
     # unpaired, the spread of either phase alone is the drift's
-    st = tp.phase_stats(ws, tp.PHASES)
+    st = tpr.phase_stats(ws, tp.PHASES)
     assert st["without"]["tcp_forwarded_kpps_sd"] > 5.0
-    same = tp.paired_difference(ws, "host_system_percent", "xtc", "without")
+    same = tpr.paired_difference(ws, "host_system_percent", "xtc", "without")
     assert same["mean"] == 0.0 and not same["separated"]
-    assert tp.paired_difference(ws[:4], "tcp_forwarded_kpps", "xtc", "without")["n"] == 1  # one rep: no interval
+    assert tpr.paired_difference(ws[:4], "tcp_forwarded_kpps", "xtc", "without")["n"] == 1  # one rep: no interval
 
 
 def test_t_quantiles() -> None:
-    assert tp.t95(1) == pytest.approx(12.706) and tp.t95(9) == pytest.approx(2.262) and tp.t95(40) == 1.96
-    assert math.isnan(tp.t95(0))
-    m = tp.mean_ci([1.0, 2.0, 3.0, float("nan"), None])
+    assert tpr.t95(1) == pytest.approx(12.706) and tpr.t95(9) == pytest.approx(2.262) and tpr.t95(40) == 1.96
+    assert math.isnan(tpr.t95(0))
+    m = tpr.mean_ci([1.0, 2.0, 3.0, float("nan"), None])
     assert m["n"] == 3 and m["mean"] == 2.0 and m["ci95"] == pytest.approx(4.303 / math.sqrt(3))
 
 
 def test_phase_stats_carry_issue_48s_schema_for_every_phase() -> None:
-    st = tp.phase_stats(windows(), tp.PHASES)
+    st = tpr.phase_stats(windows(), tp.PHASES)
     assert list(st) == list(FOUR)  # a phase that did not run has no object
     for p in FOUR:
         for key in ("udp_handed_kpps", "udp_setpoint_kpps", "udp_forwarded_kpps", "tcp_forwarded_kpps",
@@ -214,8 +215,8 @@ def test_phase_stats_carry_issue_48s_schema_for_every_phase() -> None:
 
 
 def goal_map(ws: list[dict[str, Any]]) -> dict[str, bool]:
-    st = tp.phase_stats(ws, tp.PHASES)
-    return {g.goal: g.met for g in tp.goals(st, tp.comparisons(ws, tp.PHASES))}
+    st = tpr.phase_stats(ws, tp.PHASES)
+    return {g.goal: g.met for g in tpr.goals(st, tpr.comparisons(ws, tp.PHASES))}
 
 
 def goal(goals: dict[str, bool], start: str) -> bool:
@@ -235,8 +236,8 @@ def test_goals_met_and_missed() -> None:
 
 def test_goals_need_the_early_drop_phase() -> None:
     ws = [w for w in windows() if w["phase"] in ("without", "xtc")]
-    st = tp.phase_stats(ws, ("without", "xtc"))
-    assert tp.goals(st, tp.comparisons(ws, ("without", "xtc"))) == []
+    st = tpr.phase_stats(ws, ("without", "xtc"))
+    assert tpr.goals(st, tpr.comparisons(ws, ("without", "xtc"))) == []
 
 
 def test_where_the_work_goes_names_what_holds_the_tcp_vr_back() -> None:
@@ -244,8 +245,8 @@ def test_where_the_work_goes_names_what_holds_the_tcp_vr_back() -> None:
     for w in ws:
         if w["phase"] == "xtc":
             w.update(tcp_cap_percent=30.0, tcp_vr_cpu_percent=29.0)
-    st = tp.phase_stats(ws, tp.PHASES)
-    text = " ".join(tp.where_work_goes(st, tp.comparisons(ws, tp.PHASES), 2))
+    st = tpr.phase_stats(ws, tp.PHASES)
+    text = " ".join(tpr.where_work_goes(st, tpr.comparisons(ws, tp.PHASES), 2))
     assert "its own cap binds (cap 30%" in text
     assert "cores are nearly full" in text
     assert "input-side drop" in text and "early drop (the eBPF bucket on the vif)" in text
@@ -257,7 +258,7 @@ def test_the_report_is_json_and_markdown_with_the_phases(tmp_path: Path) -> None
               "settle_s": 12.0, "udp_share": 0.2, "input_factor": 1.32,
               "input_drop": {"port": "p-g2", "ifb": "p-i2", "dst": "198.18.2.2", "rate_bytes_per_s": 1, "rate_pps": 26400,
                              "burst_bytes": 2, "limit_bytes": 2}}
-    out = tp.outcome(result, windows())
+    out = tpr.outcome(result, windows())
     doc = json.loads(json.dumps(out.result, allow_nan=True))
     assert set(doc["phases"]) == set(FOUR)
     assert doc["phases"]["without"]["xtc_on"] is False and doc["phases"]["without"]["udp_setpoint_kpps"] == 20.0
