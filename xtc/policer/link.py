@@ -241,6 +241,9 @@ SUBSCRIBE_RETRY_S = 0.5
 SUBSCRIBE_RETRY_MAX_S = 10.0
 #: How often the subscriptions are looked after (silent ones asked again), seconds.
 TEND_S = 0.25
+#: Most messages read from one connection in one turn of the I/O thread's loop; the rest after every other
+#: ready connection's turn (a daemon that floods its connection delays no other by more than a batch).
+READ_BATCH = 64
 
 SampleSink = Callable[[list[bytes]], None]
 RefusedSink = Callable[[BaseException], None]
@@ -267,7 +270,8 @@ class _Sub:
 class _Conn:
     """One kept connection: a DEALER socket toward one daemon endpoint (with one CURVE server key)."""
 
-    __slots__ = ("key", "endpoint", "sock", "pending", "order", "last_used_s", "stalled_since_s", "reader", "closed")
+    __slots__ = ("key", "endpoint", "sock", "fd", "pending", "order", "last_used_s", "stalled_since_s", "writers",
+                 "closed")
 
     def __init__(self, key: tuple[str, str | None], sock: Any, now_s: float):
         self.key = key
@@ -280,7 +284,10 @@ class _Conn:
         self.last_used_s = now_s
         #: When the oldest request sent since the last reply went out (None: no reply awaited since).
         self.stalled_since_s: float | None = None
-        self.reader: Any = None
+        #: The socket's ``ZMQ_FD``: readable when its events may have changed (read by the I/O thread's loop).
+        self.fd: int = sock.getsockopt(zmq.FD)
+        #: Sends waiting for the socket to take a message (the connection not up yet: ``IMMEDIATE``).
+        self.writers: list[Any] = []
         self.closed = False
 
 
@@ -375,8 +382,8 @@ class LinkPool:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
-        #: The kept connections by (endpoint, CURVE server key) (made on the I/O thread's shadow
-        #: context, which the context's own ``destroy`` does not see): closed by :meth:`close`.
+        #: The kept connections by (endpoint, CURVE server key) (plain sockets, used on the I/O thread only:
+        #: its loop waits on their ``ZMQ_FD``\ s, :meth:`_readable`): closed by :meth:`close`.
         self._conns: dict[tuple[str, str | None], _Conn] = {}
         self._tasks: set[Any] = set()
         #: The subscriptions to samples over the connections, by the same key (:meth:`subscribe`).
@@ -420,9 +427,6 @@ class LinkPool:
             if self._closed:
                 raise RuntimeError("the link pool is closed")
             if self._loop is None:
-                import zmq.asyncio
-
-                self._actx = zmq.asyncio.Context.shadow(self.ctx)
                 self._loop = asyncio.new_event_loop()
                 self._sem = asyncio.Semaphore(self.max_in_flight)
                 ready = threading.Event()
@@ -598,13 +602,13 @@ class LinkPool:
                    zmq.RECONNECT_IVL: 100, zmq.RECONNECT_IVL_MAX: max(100, int(self.reconnect_max_s * 1000)),
                    zmq.HEARTBEAT_IVL: hb_ms, zmq.HEARTBEAT_TIMEOUT: 3 * hb_ms, zmq.HEARTBEAT_TTL: 3 * hb_ms}
         try:
-            s = open_client(self._actx, endpoint, None, self.curve_secret_file, server_key, options, kind=zmq.DEALER)
+            s = open_client(self.ctx, endpoint, None, self.curve_secret_file, server_key, options, kind=zmq.DEALER)
         except (zmq.ZMQError, ValueError) as e:  # CurveError is a ValueError
             if isinstance(e, zmq.ZMQError) and e.errno == errno.EMFILE:
                 self.socket_errors += 1  # too many sockets: this router's error, never the process's
             raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
         c = self._conns[key] = _Conn(key, s, self._loop.time())
-        c.reader = self._loop.create_task(self._read(c))
+        self._loop.add_reader(c.fd, self._readable, c)
         self.connects += 1
         return c
 
@@ -615,8 +619,12 @@ class LinkPool:
         c.closed = True
         if self._conns.get(c.key) is c:
             del self._conns[c.key]
-        if c.reader is not None:
-            c.reader.cancel()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(c.fd)
+        for fut in c.writers:
+            if not fut.done():
+                fut.set_exception(zmq.ZMQError(errno.ENOTSOCK))
+        c.writers.clear()
         c.sock.close(0)
         sub = self._subs.get(c.key)
         if sub is not None and sub.state == "on":  # the next connection is a new peer to the daemon
@@ -630,18 +638,64 @@ class LinkPool:
                 self._drop(c)
         self._loop.call_later(min(30.0, self.idle_s / 4), self._close_idle)
 
-    async def _read(self, c: _Conn) -> None:
-        """Take every reply of a connection as it comes, and hand it to the request it answers."""
-        while True:
+    def _readable(self, c: _Conn) -> None:
+        """The loop's callback when a connection's ``ZMQ_FD`` is readable (and after a send): its messages
+        read without waiting (``NOBLOCK``) until ``EAGAIN``, at most :data:`READ_BATCH` in this turn (the
+        rest after every other ready connection's turn), each handed on as it is read: a samples message
+        to its subscription's sinks, a reply to the request it answers.  The descriptor signals a change
+        of the socket's events, not each message: every message there is must be read before the loop
+        waits on it again, and a message that cannot be handed on is dropped (counted) and the next read.
+        Then the sends waiting for the connection (``IMMEDIATE``) are woken if it takes messages now."""
+        if c.closed:
+            return
+        recv = c.sock.recv_multipart
+        for _ in range(READ_BATCH):
             try:
-                frames = await c.sock.recv_multipart(copy=True)
+                frames = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
             except zmq.ZMQError:
                 return  # closed
-            if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
-                self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
-                continue
-            c.stalled_since_s = None
-            self._dispatch(c, frames)
+            try:
+                if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
+                    self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
+                else:
+                    c.stalled_since_s = None
+                    self._dispatch(c, frames)
+            except Exception:  # never: both sort bad input themselves; the next message is read all the same
+                self.bad_replies += 1
+                log.exception("%s: a message could not be handed on", c.endpoint)
+            if c.closed:
+                return
+        else:  # a full batch: the rest at the loop's next turn (the descriptor will not say it again)
+            self._loop.call_soon(self._readable, c)
+            return
+        if c.writers:
+            try:
+                writable = c.sock.getsockopt(zmq.EVENTS) & zmq.POLLOUT
+            except zmq.ZMQError:
+                return
+            if writable:
+                for fut in c.writers:
+                    if not fut.done():
+                        fut.set_result(None)
+                c.writers.clear()
+
+    async def _send(self, c: _Conn, frames: list[bytes]) -> None:
+        """Send a message on a connection, waiting while it takes none (not connected: ``IMMEDIATE``;
+        woken by :meth:`_readable`).  Raises ``zmq.ZMQError`` (the connection closed)."""
+        while True:
+            try:
+                c.sock.send_multipart(frames, zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                fut = self._loop.create_future()
+                c.writers.append(fut)
+                self._loop.call_soon(self._readable, c)  # the failed send may have taken the descriptor's signal
+                await fut
+        # A send may have taken the socket's pending commands, and with them the descriptor's signal of a
+        # message that arrived: look at the socket once more in this turn.
+        self._loop.call_soon(self._readable, c)
 
     def _dispatch(self, c: _Conn, frames: list[bytes]) -> None:
         endpoint = c.endpoint
@@ -743,7 +797,7 @@ class LinkPool:
                     if len(c.order) > MAX_UNANSWERED:
                         c.order.popleft()
                     # Waits while the connection is not up (IMMEDIATE): nothing is queued for later.
-                    await c.sock.send_multipart([b"", json.dumps({"v": API_VERSION, **doc, "id": rid}).encode()])
+                    await self._send(c, [b"", json.dumps({"v": API_VERSION, **doc, "id": rid}).encode()])
                     if c.stalled_since_s is None:
                         c.stalled_since_s = loop.time()
                 for _, fut in sent:
