@@ -578,7 +578,7 @@ class LinkPool:
             sub.state = "on"
         self.samples_received += 1
         msg = frames[1:]
-        for on_sample, _ in list(sub.sinks.values()):
+        for on_sample, _ in sub.sinks.values():  # (changed only by the loop's own callbacks, not during this)
             try:
                 on_sample(msg)
             except Exception:
@@ -640,7 +640,7 @@ class LinkPool:
 
     def _readable(self, c: _Conn) -> None:
         """The loop's callback when a connection's ``ZMQ_FD`` is readable (and after a send): its messages
-        read without waiting (``NOBLOCK``) until ``EAGAIN``, at most :data:`READ_BATCH` in this turn (the
+        read without waiting (``NOBLOCK``) while the socket's ``EVENTS`` say there is one, at most :data:`READ_BATCH` in this turn (the
         rest after every other ready connection's turn), each handed on as it is read: a samples message
         to its subscription's sinks, a reply to the request it answers.  The descriptor signals a change
         of the socket's events, not each message: every message there is must be read before the loop
@@ -648,38 +648,40 @@ class LinkPool:
         Then the sends waiting for the connection (``IMMEDIATE``) are woken if it takes messages now."""
         if c.closed:
             return
-        recv = c.sock.recv_multipart
-        for _ in range(READ_BATCH):
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            except zmq.ZMQError:
-                return  # closed
-            try:
-                if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
-                    self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
-                else:
-                    c.stalled_since_s = None
-                    self._dispatch(c, frames)
-            except Exception:  # never: both sort bad input themselves; the next message is read all the same
-                self.bad_replies += 1
-                log.exception("%s: a message could not be handed on", c.endpoint)
-            if c.closed:
+        sock = c.sock
+        recv = sock.recv_multipart
+        events = 0
+        try:
+            for _ in range(READ_BATCH):
+                try:
+                    frames = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    events = sock.getsockopt(zmq.EVENTS) if c.writers else 0
+                    break
+                try:
+                    if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
+                        self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
+                    else:
+                        c.stalled_since_s = None
+                        self._dispatch(c, frames)
+                except Exception:  # never: both sort bad input themselves; the next message is read all the same
+                    self.bad_replies += 1
+                    log.exception("%s: a message could not be handed on", c.endpoint)
+                if c.closed:
+                    return
+                events = sock.getsockopt(zmq.EVENTS)  # (cheaper than the EAGAIN of one more read)
+                if not events & zmq.POLLIN:
+                    break
+            else:  # a full batch: the rest at the loop's next turn (the descriptor will not say it again)
+                self._loop.call_soon(self._readable, c)
                 return
-        else:  # a full batch: the rest at the loop's next turn (the descriptor will not say it again)
-            self._loop.call_soon(self._readable, c)
-            return
-        if c.writers:
-            try:
-                writable = c.sock.getsockopt(zmq.EVENTS) & zmq.POLLOUT
-            except zmq.ZMQError:
-                return
-            if writable:
-                for fut in c.writers:
-                    if not fut.done():
-                        fut.set_result(None)
-                c.writers.clear()
+        except zmq.ZMQError:
+            return  # closed
+        if c.writers and events & zmq.POLLOUT:
+            for fut in c.writers:
+                if not fut.done():
+                    fut.set_result(None)
+            c.writers.clear()
 
     async def _send(self, c: _Conn, frames: list[bytes]) -> None:
         """Send a message on a connection, waiting while it takes none (not connected: ``IMMEDIATE``;
