@@ -2,7 +2,7 @@
 
 :func:`decode_rows` is the fast path of :func:`xtc.policer.samples.parse_samples` (which stays the
 definition of a valid message and the source of its error messages): it decodes the body (strict
-JSON, as there), transposes the rows into one tuple per field (``zip``, in C), and checks each field
+JSON, as there; orjson for a body written as a daemon writes it, :func:`_strict_json`), transposes the rows into one tuple per field (``zip``, in C), and checks each field
 over the whole column at once (the types a column holds as one set; the states, flags and names
 against their sets; the numbers by one sum (an infinite one, or an integer beyond a float, refused); the VR
 names by one regular expression over the names joined by newlines, which no name may hold).  A
@@ -27,6 +27,8 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from operator import is_not
 from typing import Any
+
+import orjson
 
 from xtc.daemon.api import (
     SAMPLES_SCHEMA,
@@ -152,6 +154,25 @@ def _floats(col: tuple[Any, ...]) -> tuple[float | None, ...] | None:
     return tuple(None if x is None else float(x) for x in col)
 
 
+def _strict_json(body: bytes) -> Any:
+    """``body``'s JSON document read strictly (no NaN or infinity, no member twice), as
+    :func:`~xtc.policer.samples.parse_samples` reads it; raises ValueError (or RecursionError).
+
+    orjson reads it (about 3 us for 16 VRs, against 19 us for the standard library with the hook that
+    refuses a member written twice) when the body is exactly orjson's own writing of what it read: what a
+    daemon sends (:func:`xtc.daemon.api.encode`).  orjson takes a member written twice (the last one), but
+    its writing of a document holds each member once, so a body equal to it holds none twice; and it
+    refuses NaN and the infinities, as the strict reading does.  Any other body (written otherwise, or
+    one orjson refuses) is read by the standard library as before."""
+    try:
+        doc = orjson.loads(body)
+        if orjson.dumps(doc) == body:
+            return doc
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    return json.loads(body, parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
+
+
 def decode_rows(frames: list[bytes], max_vrs: int, max_bytes: int) -> SampleRows | None:
     """The VRs of a valid ``xtc-samples/2`` message as columns, or None when it is not one this fast path
     takes (then :func:`~xtc.policer.samples.parse_samples` decides, and says why it refuses it).
@@ -168,7 +189,7 @@ def decode_rows(frames: list[bytes], max_vrs: int, max_bytes: int) -> SampleRows
     if len(frames) != 2 or frames[0] != SAMPLES_TOPIC or len(frames[1]) > max_bytes:
         return None
     try:
-        doc = json.loads(frames[1], parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
+        doc = _strict_json(frames[1])
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if type(doc) is not dict or doc.get("schema") != SAMPLES_SCHEMA:
