@@ -6,7 +6,9 @@ it are still taken.  Real sockets: test daemons' ROUTER sockets on loopback (:cl
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import threading
 import time
 from typing import Any
@@ -17,7 +19,7 @@ from conftest import wait_for
 from fakes.daemon import RouterPeer
 
 from xtc.daemon import api
-from xtc.policer.link import READ_BATCH, LinkPool
+from xtc.policer.link import READ_BATCH, LinkPool, _PacedSelector
 from xtc.policer.samples import SampleStreams
 
 pytestmark = pytest.mark.slow
@@ -133,3 +135,30 @@ def test_a_bad_message_in_a_burst_is_dropped_and_counted_and_the_others_are_take
         streams.close()
         pool.close()
         peer.close()
+
+
+@pytest.mark.exclusive  # times
+def test_the_paced_wait_holds_back_no_timer_and_no_ready_callback() -> None:
+    """The I/O thread's selector waits at most once a pace (here 0.3 s), but a timer due sooner still runs
+    at its time, and callbacks already ready run at once; a readable socket is read within the pace."""
+    loop = asyncio.SelectorEventLoop(_PacedSelector(0.3))
+    a, b = socket.socketpair()
+    try:
+        loop.run_until_complete(asyncio.sleep(0))  # a wait: the next one is held back until 0.3 s after it
+        t = time.monotonic()
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert time.monotonic() - t < 0.2, "a timer held back by the pace"
+        t = time.monotonic()
+        for _ in range(20):  # ready callbacks: each turn's wait has timeout 0
+            loop.run_until_complete(asyncio.sleep(0))
+        assert time.monotonic() - t < 0.2, "ready callbacks held back by the pace"
+        got = loop.create_future()
+        loop.add_reader(a.fileno(), lambda: got.done() or got.set_result(time.monotonic()))
+        t = time.monotonic()
+        b.send(b"x")
+        read_at = loop.run_until_complete(asyncio.wait_for(got, 2))
+        assert read_at - t < 0.3 + 0.1, "a readable socket waited more than the pace"
+    finally:
+        loop.close()
+        a.close()
+        b.close()
