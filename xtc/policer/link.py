@@ -249,6 +249,7 @@ READ_BATCH = 64
 #: The I/O thread waits on its sockets at most once every this many seconds (:class:`_PacedSelector`).
 PACE_S = 0.01
 
+
 class _PacedSelector(selectors.DefaultSelector):  # type: ignore[valid-type,misc]
     """The I/O thread's ``epoll``, waited on at most once every ``pace_s``: what becomes readable meanwhile
     is read in one turn of the loop (one wake-up of the thread for many connections, not one each: at
@@ -674,12 +675,13 @@ class LinkPool:
 
     def _readable(self, c: _Conn) -> None:
         """The loop's callback when a connection's ``ZMQ_FD`` is readable (and after a send): its messages
-        read without waiting (``NOBLOCK``) while the socket's ``EVENTS`` say there is one, at most :data:`READ_BATCH` in this turn (the
-        rest after every other ready connection's turn), each handed on as it is read: a samples message
-        to its subscription's sinks, a reply to the request it answers.  The descriptor signals a change
-        of the socket's events, not each message: every message there is must be read before the loop
-        waits on it again, and a message that cannot be handed on is dropped (counted) and the next read.
-        Then the sends waiting for the connection (``IMMEDIATE``) are woken if it takes messages now."""
+        read without waiting (``NOBLOCK``) while the socket's ``EVENTS`` say there is one, at most
+        :data:`READ_BATCH` in this turn (the rest after every other ready connection's turn), each handed
+        on as it is read: a samples message to its subscription's sinks, a reply to the request it answers.
+        The descriptor signals a change of the socket's events, not each message: every message there is
+        must be read before the loop waits on it again, and a message that cannot be handed on is dropped
+        (counted) and the next read.  Then the sends waiting for the connection (``IMMEDIATE``) are woken
+        if it takes messages now."""
         if c.closed:
             return
         sock = c.sock
