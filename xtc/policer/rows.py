@@ -6,9 +6,9 @@ JSON, as there; by orjson when it is written as a daemon writes it, :func:`_stri
 the rows into one tuple per field (``zip``, in C), and checks each field over the whole column at once
 (the types a column holds as one set; the states, flags and names against their sets; the numbers by
 one sum (an infinite one, or an integer beyond a float, refused); the VR names by one regular
-expression over the names joined by newlines, which no name may hold).  A message that passes is exactly one :func:`~xtc.policer.samples.parse_samples` accepts, with the same
-values (tests/policer/test_policer_rows.py checks that on random and mutated messages); for any
-other, :func:`decode_rows` returns None and the caller asks :func:`~xtc.policer.samples.parse_samples`,
+expression over the names joined by newlines, which no name may hold).  A message that passes is
+exactly one :func:`~xtc.policer.samples.parse_samples` accepts, with the same values
+(tests/policer/test_policer_rows.py checks that on random and mutated messages); for any other, :func:`decode_rows` returns None and the caller asks :func:`~xtc.policer.samples.parse_samples`,
 which refuses it with its one clear error (or, for a message only the fast path declines, such as
 ``xtc-samples/1``, decodes it per VR).
 
