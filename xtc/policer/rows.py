@@ -2,20 +2,21 @@
 
 :func:`decode_rows` is the fast path of :func:`xtc.policer.samples.parse_samples` (which stays the
 definition of a valid message and the source of its error messages): it decodes the body (strict
-JSON, as there; by orjson when it is written as a daemon writes it, :func:`_strict_json`), transposes
-the rows into one tuple per field (``zip``, in C), and checks each field over the whole column at once
-(the types a column holds as one set; the states, flags and names against their sets; the numbers by
-one sum (an infinite one, or an integer beyond a float, refused); the VR names by one regular
-expression over the names joined by newlines, which no name may hold).  A message that passes is
-exactly one :func:`~xtc.policer.samples.parse_samples` accepts, with the same values
-(tests/policer/test_policer_rows.py checks that on random and mutated messages); for any other, :func:`decode_rows` returns None and the caller asks :func:`~xtc.policer.samples.parse_samples`,
+JSON, as there), transposes the rows into one tuple per field (``zip``, in C), and checks each field
+over the whole column at once (the types a column holds as one set; the states, flags and names
+against their sets; the numbers by one sum (an infinite one, or an integer beyond a float, refused); the VR
+names by one regular expression over the names joined by newlines, which no name may hold).  A
+message that passes is exactly one :func:`~xtc.policer.samples.parse_samples` accepts, with the same
+values (tests/policer/test_policer_rows.py checks that on random and mutated messages); for any
+other, :func:`decode_rows` returns None and the caller asks :func:`~xtc.policer.samples.parse_samples`,
 which refuses it with its one clear error (or, for a message only the fast path declines, such as
 ``xtc-samples/1``, decodes it per VR).
 
 What the JSON wire still costs per VR: the decoder makes a list per row and an object per value (in
 C); the columns are tuples of those values.  No Python code runs per VR, and no dictionary is made
 per VR unless a consumer iterates the rows as dictionaries (:meth:`SampleRows.__iter__`, the rare
-paths: a lost reply's confirmation).
+paths: a lost reply's confirmation).  The body is read by orjson when it is written as a daemon writes
+it, by the standard library otherwise (:func:`_strict_json`).
 """
 
 from __future__ import annotations
