@@ -163,3 +163,23 @@ def test_a_sample_recorded_from_its_columns_is_recorded_as_from_its_rows(tmp_pat
     assert [x["kind"] for x in stores[0].list_actions("r1")] == [x["kind"] for x in stores[1].list_actions("r1")]
     assert stores[0].live.vrs("r1") == stores[1].live.vrs("r1")
     assert sum(x is not None for x in short) == 4, short  # steps 1, 3, 5 and 6; not 2 (a VR gone) nor 4 (a state)
+
+
+def test_the_columns_are_the_validators_rows_on_messages_as_a_daemon_writes_them() -> None:
+    """The same agreement on bodies written as a daemon writes them (orjson, compact: what the fast path
+    decodes with orjson), their mutations, and such bodies with a member written twice (which the strict
+    reading refuses and orjson alone would take, the last one winning)."""
+    rng = random.Random(51)
+    seen = {"ok": 0, "bad": 0, "slow": 0}
+    for _ in range(200):
+        doc = _doc(rng, rng.choice([0, 1, 2, 16, 33]))
+        body = api.encode(doc)
+        seen[_same([api.SAMPLES_TOPIC, body])] += 1
+        for d in _mutations(rng, doc):
+            seen[_same([api.SAMPLES_TOPIC, api.encode(d)])] += 1
+        for key in ("schema", "period_s", "fields", "vrs", "t_unix_s"):
+            twice = body[:-1] + b"," + api.encode({key: doc[key]})[1:]
+            assert _same([api.SAMPLES_TOPIC, twice]) == "bad", f"{key} twice taken"
+            seen["bad"] += 1
+    assert seen["ok"] > 200 and seen["bad"] > 1500, seen
+    assert seen["slow"] <= 200, seen

@@ -15,7 +15,8 @@ which refuses it with its one clear error (or, for a message only the fast path 
 What the JSON wire still costs per VR: the decoder makes a list per row and an object per value (in
 C); the columns are tuples of those values.  No Python code runs per VR, and no dictionary is made
 per VR unless a consumer iterates the rows as dictionaries (:meth:`SampleRows.__iter__`, the rare
-paths: a lost reply's confirmation).
+paths: a lost reply's confirmation).  The body is read by orjson when it is written as a daemon writes
+it, by the standard library otherwise (:func:`_strict_json`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from operator import is_not
 from typing import Any
+
+import orjson
 
 from xtc.daemon.api import (
     SAMPLES_SCHEMA,
@@ -152,6 +155,25 @@ def _floats(col: tuple[Any, ...]) -> tuple[float | None, ...] | None:
     return tuple(None if x is None else float(x) for x in col)
 
 
+def _strict_json(body: bytes) -> Any:
+    """``body``'s JSON document read strictly (no NaN or infinity, no member twice), as
+    :func:`~xtc.policer.samples.parse_samples` reads it; raises ValueError (or RecursionError).
+
+    orjson reads it (about 3 us for 16 VRs, against 19 us for the standard library with the hook that
+    refuses a member written twice) when the body is exactly orjson's own writing of what it read: what a
+    daemon sends (:func:`xtc.daemon.api.encode`).  orjson takes a member written twice (the last one), but
+    its writing of a document holds each member once, so a body equal to it holds none twice; and it
+    refuses NaN and the infinities, as the strict reading does.  Any other body (written otherwise, or
+    one orjson refuses) is read by the standard library as before."""
+    try:
+        doc = orjson.loads(body)
+        if orjson.dumps(doc) == body:
+            return doc
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    return json.loads(body, parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
+
+
 def decode_rows(frames: list[bytes], max_vrs: int, max_bytes: int) -> SampleRows | None:
     """The VRs of a valid ``xtc-samples/2`` message as columns, or None when it is not one this fast path
     takes (then :func:`~xtc.policer.samples.parse_samples` decides, and says why it refuses it).
@@ -168,7 +190,7 @@ def decode_rows(frames: list[bytes], max_vrs: int, max_bytes: int) -> SampleRows
     if len(frames) != 2 or frames[0] != SAMPLES_TOPIC or len(frames[1]) > max_bytes:
         return None
     try:
-        doc = json.loads(frames[1], parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
+        doc = _strict_json(frames[1])
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if type(doc) is not dict or doc.get("schema") != SAMPLES_SCHEMA:
