@@ -27,6 +27,14 @@ def test_a_measurement_comes_back_with_missing_values_as_none() -> None:
     assert t.vrs("r1") == {"vr0": (1.0, 2.0, "cap_max"), "vr1": (None, 3.0, None), "vr2": (None, None, None)}
     assert t.touch("r1", 11.0) and t.seen_unix_s("r1") == 11.0 and t.vr("r1", "vr0")["forwarded_pps"] == 1.0
     assert not t.touch("r2", 11.0)
+    # A validated sample's columns (finite numbers or None, tuples): the same flags again, and other flags over
+    # the same VRs, come back as they went in.
+    for sat in (("cap_min", None, "cap_slack"), ("cap_min", None, "cap_slack"), (None, "cap_max", None)):
+        t.put("r1", 12.0, ("vr0", "vr1", "vr2"), (4.0, None, 6.0), (5.0, 5.5, None), (None, 1.0, 2.0), sat, finite=True)
+        assert t.vrs("r1") == {"vr0": (4.0, 5.0, sat[0]), "vr1": (None, 5.5, sat[1]), "vr2": (6.0, None, sat[2])}
+        assert t.vr("r1", "vr1")["cap_percent"] == 1.0 and t.vr("r1", "vr0")["cap_percent"] is None
+    t.put("r3", 12.0, (), (), (), (), (), finite=True)
+    assert t.vrs("r3") == {} and t.seen_unix_s("r3") == 12.0
 
 
 def test_many_routers_changing_their_vr_sets_keep_their_values() -> None:

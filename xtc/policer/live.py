@@ -24,6 +24,25 @@ __all__ = ["LiveTable", "SATURATION_CODES"]
 #: The daemon's ``saturated`` values, by their code in the table (0: None).
 SATURATION_CODES: tuple[str | None, ...] = (None, "cap_max", "cap_min", "cap_slack")
 _SAT = {s: i for i, s in enumerate(SATURATION_CODES)}
+#: A router's VRs' ``saturated`` flags (a tuple, as a sample's column) -> their codes: a fleet's flags repeat
+#: from one period to the next, so a measurement's codes are one dictionary lookup (in C), not one a VR.
+_SAT_MEMO: dict[tuple, np.ndarray] = {}
+_SAT_MEMO_MAX = 4096
+
+
+def _sat_codes(saturated: Iterable[str | None]) -> np.ndarray:
+    """The codes of ``saturated`` (one not among :data:`SATURATION_CODES`: 0, None); not to be changed."""
+    key = saturated if type(saturated) is tuple else tuple(saturated)
+    try:
+        got = _SAT_MEMO.get(key)
+    except TypeError:  # an unhashable value (not a flag: 0)
+        return np.array([_SAT.get(x, 0) if isinstance(x, str) else 0 for x in key], np.int8)
+    if got is None:
+        got = np.array([_SAT.get(x, 0) for x in key], np.int8)
+        if len(_SAT_MEMO) >= _SAT_MEMO_MAX:
+            _SAT_MEMO.clear()
+        _SAT_MEMO[key] = got
+    return got
 
 
 def _num(x: float) -> float | None:
@@ -144,19 +163,20 @@ class LiveTable:
             w[2] = t_unix_s
         s = w[0]
         e = s + k
+        if finite:  # the three columns in one conversion (None: NaN)
+            moc = np.array((forwarded_pps, offered_pps, cap_percent), float)
+            self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e] = moc
+            self.saturated[s:e] = _sat_codes(saturated)
+            return
         with np.errstate(invalid="ignore"):
             m = np.array(forwarded_pps, float)
             o = np.array(offered_pps, float)
             c = np.array(cap_percent, float)
-        if finite:
-            self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e] = m, o, c
-            self.saturated[s:e] = [_SAT.get(x, 0) for x in saturated]
-            return
         # A non-finite number is missing (the database has no NaN, the API returns none).
         self.forwarded_pps[s:e] = np.where(np.isfinite(m), m, np.nan) if k else m
         self.offered_pps[s:e] = np.where(np.isfinite(o), o, np.nan) if k else o
         self.cap_percent[s:e] = np.where(np.isfinite(c), c, np.nan) if k else c
-        self.saturated[s:e] = [_SAT.get(x, 0) for x in saturated]
+        self.saturated[s:e] = _sat_codes(saturated)
 
     def touch(self, router: str, t_unix_s: float) -> bool:
         """A measurement of the router equal to its last one, at ``t_unix_s``; False if it has none."""
