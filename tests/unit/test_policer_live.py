@@ -35,6 +35,15 @@ def test_a_measurement_comes_back_with_missing_values_as_none() -> None:
         assert t.vr("r1", "vr1")["cap_percent"] == 1.0 and t.vr("r1", "vr0")["cap_percent"] is None
     t.put("r3", 12.0, (), (), (), (), (), finite=True)
     assert t.vrs("r3") == {} and t.seen_unix_s("r3") == 12.0
+    # A router's demand at its last plan: kept until the next, gone with the router.
+    assert t.demand_pps("r1") is None
+    t.set_demand("r1", 99.5)
+    assert t.demand_pps("r1") == 99.5
+    t.set_demand("r1", math.nan)
+    assert t.demand_pps("r1") is None
+    t.set_demand("r1", 7.0)
+    t.drop("r1")
+    assert t.demand_pps("r1") is None
 
 
 def test_many_routers_changing_their_vr_sets_keep_their_values() -> None:

@@ -897,8 +897,8 @@ class Engine:
             name = r["name"]
             if name not in states:
                 continue
-            act, rows = states[name]
-            act = ActivationState(act.on, _not_after(act.pending_since_s, now))
+            stored, rows = states[name]
+            act = ActivationState(stored.on, _not_after(stored.pending_since_s, now))
             head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s, _live_key(live, name))
             st = self._st(name)
             fixed = st.fixed
@@ -908,18 +908,21 @@ class Engine:
                 self.plans_skipped += 1
                 finished.append((name, t0))
                 continue
-            todo.append((r, settings, now, t0, act, rows, head, st))
+            todo.append((r, settings, now, t0, act, rows, head, st, stored))
         quiet = _quiet_demands(todo, live)
-        for r, settings, now, t0, act, rows, head, st in todo:
+        for r, settings, now, t0, act, rows, head, st, stored in todo:
             name = r["name"]
             self.planned += 1
             demand = quiet.get(name)
             if demand is not None:
                 # The policy's arithmetic over the batch's arrays says this plan changes nothing (xtc.policer.quiet):
-                # recorded as plan_router's would be (its activation state and demand saved, nothing else).
+                # recorded as plan_router's would be: nothing saved (its demand, a measurement, is kept live and
+                # written by the snapshot).
                 self.plans_quiet += 1
                 st.fixed = (head, rows, None)
-                plans.append((name, act, demand, {}, []))
+                live.set_demand(name, demand)  # a measurement: in the snapshot
+                if act != stored:  # a pending time from before a reboot, moved to now: saved
+                    plans.append((name, act, demand, {}, []))
                 finished.append((name, t0))
                 continue
             seen = _with_live(rows, live, name)
@@ -934,7 +937,11 @@ class Engine:
                 st.fixed = (head, rows, None)
             else:
                 st.fixed = None
-            plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
+            live.set_demand(name, plan.demand_pps)
+            if per_vr or plan.events or plan.commands or plan.activation != stored:
+                # a decision, or commands (sent only once the save has checked this engine still leads): saved now
+                plans.append((name, plan.activation, plan.demand_pps, per_vr,
+                              [(e.kind, e.vr, e.detail) for e in plan.events]))
             if plan.commands:
                 sends.append((r, list(plan.commands), t0))
             else:

@@ -53,7 +53,8 @@ class LiveTable:
     """The live measurements (``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated``) of the
     VRs of the routers one engine measures, and each router's last measurement's wall time."""
 
-    __slots__ = ("forwarded_pps", "offered_pps", "cap_percent", "saturated", "_where", "_end", "_used", "layout")
+    __slots__ = ("forwarded_pps", "offered_pps", "cap_percent", "saturated", "_where", "_end", "_used", "layout",
+                 "_demand")
 
     def __init__(self, capacity: int = 1024):
         self.forwarded_pps = np.full(capacity, np.nan)
@@ -67,6 +68,9 @@ class LiveTable:
         #: Changes whenever a router's rows move, appear or go, or its VRs' names change (not their values
         #: or times): a copy of :meth:`index` stays right while this is the same.
         self.layout = 0
+        #: router -> its hosts' aggregate demand at its last plan (packets/s): a measurement, written by the
+        #: snapshot with the others (the plan's decisions are written at once).
+        self._demand: dict[str, float] = {}
 
     def __len__(self) -> int:
         """Routers held."""
@@ -178,6 +182,15 @@ class LiveTable:
         self.cap_percent[s:e] = np.where(np.isfinite(c), c, np.nan) if k else c
         self.saturated[s:e] = _sat_codes(saturated)
 
+    def set_demand(self, router: str, demand_pps: float) -> None:
+        """The router's aggregate demand at its plan now (packets/s), kept until the next and snapshotted."""
+        self._demand[router] = demand_pps
+
+    def demand_pps(self, router: str) -> float | None:
+        """The router's demand at its last plan (None: none since it is held, or not a finite number)."""
+        d = self._demand.get(router)
+        return d if d is not None and math.isfinite(d) else None
+
     def touch(self, router: str, t_unix_s: float) -> bool:
         """A measurement of the router equal to its last one, at ``t_unix_s``; False if it has none."""
         w = self._where.get(router)
@@ -188,6 +201,7 @@ class LiveTable:
 
     def drop(self, router: str) -> None:
         w = self._where.pop(router, None)
+        self._demand.pop(router, None)
         if w is not None:
             self.layout += 1
             self._used -= len(w[1])

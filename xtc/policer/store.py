@@ -653,7 +653,7 @@ class Store:
     def snapshot(self, max_rows: int | None = None) -> int:
         """Write the live measurements of the routers measured since the last snapshot began (their VRs'
         ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and ``last_seen_unix_s``, and the
-        routers' ``last_seen_unix_s``) in one transaction, fenced on the leadership epoch; the other
+        routers' ``last_seen_unix_s`` and ``demand_pps``, the demand at their last plan) in one transaction, fenced on the leadership epoch; the other
         columns are written as they change.  ``max_rows``: write about that many VRs' rows (whole
         routers) and leave the rest of this snapshot to the next calls (:attr:`snapshot_pending`), so
         that a large one does not hold the engine's worker (and SQLite's write lock) at once.  Returns
@@ -672,10 +672,19 @@ class Store:
         routers, vrs = live.columns(batch)  # gathered from the arrays, a list per column
         if not routers:
             return 0
+        # A router's demand at its last plan with its time (a router not planned since it is held: its time only).
+        planned, seen = [], []
+        for t_seen, name in routers:
+            d = live.demand_pps(name)
+            if d is None:
+                seen.append((t_seen, name))
+            else:
+                planned.append((t_seen, d, name))
         t = self.clock()
         with self.tx() as db:
             self._fence(db)
-            db.update_many("routers", "last_seen_unix_s | name", "rt", routers)
+            db.update_many("routers", "last_seen_unix_s demand_pps | name", "rrt", planned)
+            db.update_many("routers", "last_seen_unix_s | name", "rt", seen)
             db.update_columns("vrs", "forwarded_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
                               "rrrtrtt", vrs)
             db.execute("INSERT INTO meta (key, value) VALUES ('snapshot_unix_s', ?)"
@@ -707,14 +716,17 @@ class Store:
         return self.live_source.view() if self.live_source is not None else None
 
     def live_router(self, router: dict[str, Any], view: LiveTable | LiveView | None = None) -> dict[str, Any]:
-        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` (and ``measured_from``
-        ``live``) when an engine measures it and it is reachable (else the last snapshot's)."""
+        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` and ``demand_pps`` (and
+        ``measured_from`` ``live``) when an engine measures it and it is reachable (else the last snapshot's)."""
         if view is None:
             view = self._view()
         seen = view.seen_unix_s(router["name"]) if view is not None else None
         if seen is not None and router["status"] == "reachable":
             router["last_seen_unix_s"] = seen
             router["measured_from"] = "live"
+            demand = view.demand_pps(router["name"])
+            if demand is not None:
+                router["demand_pps"] = demand
         return router
 
     def live_vr(self, vr: dict[str, Any], view: LiveTable | LiveView | None = None) -> dict[str, Any]:
