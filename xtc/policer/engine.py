@@ -195,13 +195,9 @@ _FWD, _OFF, _SAT = (COLUMNS.index(c) for c in ("forwarded_pps", "offered_pps", "
 
 
 def _live_key(live: LiveTable, name: str) -> tuple | None:
-    """The router's live measurements as a value to compare (its VRs' names and their values' bytes)."""
-    slot = live.slot(name)
-    if slot is None:
-        return None
-    s, names = slot
-    e = s + len(names)
-    return names, live.forwarded_pps[s:e].tobytes(), live.offered_pps[s:e].tobytes(), live.saturated[s:e].tobytes()
+    """The router's live measurements as a value to compare (:meth:`LiveTable.key`: its VRs' names and the
+    write that left their values; a measurement of equal values is recorded without a write)."""
+    return live.key(name)
 
 
 def _plan_block(st: RouterState, rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> tuple[Any, Any]:
@@ -335,7 +331,7 @@ class RouterState:
         and the timers that ran (:func:`_timers`; None until first needed: :func:`_fixed_timers`), if that
         plan was a fixed point (nothing to save, send or record): the same inputs again, before any of
         those timers reaches its hold, give the same nothing, and the router is not planned.  The head holds
-        the router's live measurements (:func:`_live_key`): the rows' own may be older.
+        the router's live measurements' key (:func:`_live_key`): the rows' own may be older.
     block : tuple or None
         Its plan inputs in columns, kept with the rows they were made from (:func:`_plan_block`).
     unanswered : (list of Command, str) or None

@@ -54,14 +54,15 @@ class LiveTable:
     VRs of the routers one engine measures, and each router's last measurement's wall time."""
 
     __slots__ = ("forwarded_pps", "offered_pps", "cap_percent", "saturated", "_where", "_end", "_used", "layout",
-                 "_demand")
+                 "_demand", "_writes")
 
     def __init__(self, capacity: int = 1024):
         self.forwarded_pps = np.full(capacity, np.nan)
         self.offered_pps = np.full(capacity, np.nan)
         self.cap_percent = np.full(capacity, np.nan)
         self.saturated = np.zeros(capacity, np.int8)
-        #: router -> [first row, its VRs' names (tuple), wall time of its last measurement]
+        #: router -> [first row, its VRs' names (tuple), wall time of its last measurement, the number of the
+        #: last write of its values (:meth:`key`)]
         self._where: dict[str, list[Any]] = {}
         self._end = 0  # rows allocated (in use or garbage)
         self._used = 0  # rows in use
@@ -71,6 +72,7 @@ class LiveTable:
         #: router -> its hosts' aggregate demand at its last plan (packets/s): a measurement, written by the
         #: snapshot with the others (the plan's decisions are written at once).
         self._demand: dict[str, float] = {}
+        self._writes = 0  # measurements written (put), the last one's number kept per router: see key()
 
     def __len__(self) -> int:
         """Routers held."""
@@ -102,6 +104,12 @@ class LiveTable:
         """The router's first row and its VRs' names (the rows ``start .. start + len(names)``), or None."""
         w = self._where.get(router)
         return None if w is None else (w[0], w[1])
+
+    def key(self, router: str) -> tuple[tuple[str, ...], int] | None:
+        """What identifies the router's live values now (its VRs' names and the number of the write that left
+        them; :meth:`touch` keeps it): equal keys, equal values (None: not held).  Cheaper than the values."""
+        w = self._where.get(router)
+        return None if w is None else (w[1], w[3])
 
     def index(self) -> list[tuple[str, int, tuple[str, ...], float]]:
         """``(router, first row, its VRs' names, wall time of its last measurement)`` of every router held."""
@@ -144,10 +152,12 @@ class LiveTable:
 
     def put(self, router: str, t_unix_s: float, names: Sequence[str], forwarded_pps: Sequence[float | None],
             offered_pps: Sequence[float | None], cap_percent: Sequence[float | None],
-            saturated: Iterable[str | None], finite: bool = False) -> None:
+            saturated: Iterable[str | None], finite: bool = False, moved: bool | None = None) -> None:
         """A router's measurement at ``t_unix_s``: its VRs ``names`` (in this order) and their values
         (None, or a non-finite number: missing; a ``saturated`` not among :data:`SATURATION_CODES`: None).
-        ``finite``: the numbers are known to be finite or None (a validated sample's columns)."""
+        ``finite``: the numbers are known to be finite or None (a validated sample's columns).  ``moved``:
+        whether ``forwarded_pps``, ``offered_pps`` or ``saturated`` differ from what the table holds for the
+        same VRs, when the caller knows (None: compared here); the router's :meth:`key` changes only then."""
         names = tuple(names)
         k = len(names)
         w = self._where.get(router)
@@ -156,31 +166,37 @@ class LiveTable:
                 self._used -= len(w[1])
                 del self._where[router]
             self._grow(k)
-            w = self._where[router] = [self._end, names, t_unix_s]
+            self._writes += 1
+            w = self._where[router] = [self._end, names, t_unix_s, self._writes]
             self._end += k
             self._used += k
             self.layout += 1
+            moved = False  # a new key already
         else:
             if w[1] != names:
                 self.layout += 1
                 w[1] = names
+                moved = True
             w[2] = t_unix_s
         s = w[0]
         e = s + k
         if finite:  # the three columns in one conversion (None: NaN)
-            moc = np.array((forwarded_pps, offered_pps, cap_percent), float)
-            self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e] = moc
-            self.saturated[s:e] = _sat_codes(saturated)
-            return
-        with np.errstate(invalid="ignore"):
-            m = np.array(forwarded_pps, float)
-            o = np.array(offered_pps, float)
-            c = np.array(cap_percent, float)
-        # A non-finite number is missing (the database has no NaN, the API returns none).
-        self.forwarded_pps[s:e] = np.where(np.isfinite(m), m, np.nan) if k else m
-        self.offered_pps[s:e] = np.where(np.isfinite(o), o, np.nan) if k else o
-        self.cap_percent[s:e] = np.where(np.isfinite(c), c, np.nan) if k else c
-        self.saturated[s:e] = _sat_codes(saturated)
+            m, o, c = np.array((forwarded_pps, offered_pps, cap_percent), float)
+        else:
+            with np.errstate(invalid="ignore"):
+                m = np.array(forwarded_pps, float)
+                o = np.array(offered_pps, float)
+                c = np.array(cap_percent, float)
+            if k:  # a non-finite number is missing (the database has no NaN, the API returns none)
+                m, o, c = (np.where(np.isfinite(x), x, np.nan) for x in (m, o, c))
+        sat = _sat_codes(saturated)
+        if moved is None:
+            moved = (self.forwarded_pps[s:e].tobytes() != m.tobytes() or self.offered_pps[s:e].tobytes() != o.tobytes()
+                     or self.saturated[s:e].tobytes() != sat.tobytes())
+        if moved:
+            self._writes += 1
+            w[3] = self._writes
+        self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e], self.saturated[s:e] = m, o, c, sat
 
     def set_demand(self, router: str, demand_pps: float) -> None:
         """The router's aggregate demand at its plan now (packets/s), kept until the next and snapshotted."""
@@ -192,7 +208,8 @@ class LiveTable:
         return d if d is not None and math.isfinite(d) else None
 
     def touch(self, router: str, t_unix_s: float) -> bool:
-        """A measurement of the router equal to its last one, at ``t_unix_s``; False if it has none."""
+        """A measurement of the router equal to its last one, at ``t_unix_s`` (its :meth:`key` kept); False if
+        it has none."""
         w = self._where.get(router)
         if w is None:
             return False

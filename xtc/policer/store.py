@@ -825,15 +825,23 @@ class Store:
                     continue
                 if isinstance(o.vrs, SampleRows) and rows is not None and name not in new_rows:
                     slot = self._live.slot(name)
-                    moved = _measurements_moved(rows, o.vrs, slot[1] if slot is not None else None,
-                                                m[0] if m is not None and m[1] is rows and isinstance(m[0], SampleRows)
-                                                else None)
+                    live_names = slot[1] if slot is not None else None
+                    last = m[0] if m is not None and m[1] is rows and isinstance(m[0], SampleRows) else None
+                    c = o.vrs
+                    moved = _measurements_moved(rows, c, live_names, last)
                     if moved is not None:
                         # The same VRs in the same states at the same setpoints: only measurements moved (live
                         # until the next snapshot), nothing written or audited now; the kept rows follow them.
-                        c = o.vrs
-                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
-                                       finite=True)
+                        # Against the last sample recorded over these rows (its values are the table's), the
+                        # columns compared whole (in C); else in the table.
+                        held = last is not None and c.names == live_names and last.names == live_names
+                        same = (held and c.forwarded_pps == last.forwarded_pps and c.offered_pps == last.offered_pps
+                                and c.saturated == last.saturated)
+                        if same and c.cap_percent == last.cap_percent:
+                            self._live.touch(name, now)  # the very values again
+                        else:
+                            self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent,
+                                           c.saturated, finite=True, moved=not same if held else None)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
