@@ -619,6 +619,8 @@ class Engine:
             self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"], r["endpoint"])
                                for r in routers if r["pub_endpoint"]})
             self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}
+        if settings == self._settings:  # the same object while the settings are the same: compared once a cycle,
+            settings = self._settings  # not once a router (a router's fixed point holds the settings it was planned by)
         self._settings = settings
         started = []
         exchanges: list[tuple] = []
@@ -845,7 +847,7 @@ class Engine:
         """Record a batch of replies (one transaction), plan the routers that answered ``list`` (one read,
         one write), send their commands.  Returns the routers whose commands are in flight (still busy)."""
         outcomes: list[ExchangeOutcome] = []
-        polled: list[tuple[dict[str, Any], Settings, float, float]] = []
+        polled: list[tuple[dict[str, Any], Settings, float, float, RouterState]] = []
         finished: list[tuple[str, float]] = []  # (router, t0): handled to the end in this batch
         for item in items:
             if item[0] == "list":
@@ -862,13 +864,14 @@ class Engine:
                 st = self._st(name)
                 st.backoff = None
                 st.vr_set = frozenset(v["vr"] for v in vrs)
-                outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
-                polled.append((r, settings, now, t0))
+                outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs, st)))
+                polled.append((r, settings, now, t0, st))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)
                 _, r, settings, now, vrs, t0 = item
-                self._st(r["name"]).backoff = None
-                outcomes.append(ExchangeOutcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
-                polled.append((r, settings, now, t0))
+                st = self._st(r["name"])
+                st.backoff = None
+                outcomes.append(ExchangeOutcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs, st)))
+                polled.append((r, settings, now, t0, st))
             else:
                 _, name, cmds, results, t0 = item
                 self._st(name).cmds_done_s = time.monotonic()
@@ -880,7 +883,7 @@ class Engine:
         polled = [p for p in polled if prev.get(p[0]["name"]) is not None]  # removed meanwhile: not planned
         t_rec = time.monotonic()
         for p in polled:
-            st = self._st(p[0]["name"])
+            st = p[4]
             if st.measured_at_s is not None:
                 self._gap = max(self._gap, t_rec - st.measured_at_s)
             st.measured_at_s = t_rec
@@ -889,14 +892,14 @@ class Engine:
         live = self.store.live
         plans, sends = [], []
         todo = []
-        for r, settings, now, t0 in polled:
+        for r, settings, now, t0, st in polled:
             name = r["name"]
             if name not in states:
                 continue
             stored, rows = states[name]
-            act = ActivationState(stored.on, _not_after(stored.pending_since_s, now))
+            pending = stored.pending_since_s
+            act = stored if pending is None or pending <= now else ActivationState(stored.on, now)  # (_not_after)
             head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s, _live_key(live, name))
-            st = self._st(name)
             fixed = st.fixed
             if fixed is not None and _same_inputs(fixed, head, rows) and all(
                     now - since < hold for since, hold in _fixed_timers(st, settings, act)):
@@ -988,12 +991,14 @@ class Engine:
                 records.append((cmd.cmd, cmd.vr, detail))
         return ExchangeOutcome(name, None, records=records)
 
-    def _confirm(self, name: str, vrs: list[dict[str, Any]]) -> list[tuple[str, str | None, dict[str, Any]]]:
+    def _confirm(self, name: str, vrs: list[dict[str, Any]],
+                 st: RouterState | None = None) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The audit records of the router's commands whose replies were lost, now that a measurement
         newer than them shows what the daemon holds: a command it shows applied is recorded as its own
         kind (``reply_lost``: true), one it does not as ``command_unanswered`` (the plan sends what is
-        still wanted again, recorded on its own)."""
-        st = self._st(name)
+        still wanted again, recorded on its own).  ``st``: the router's :class:`RouterState`, when the caller has it."""
+        if st is None:
+            st = self._st(name)
         got, st.unanswered = st.unanswered, None
         if got is None:
             return []
