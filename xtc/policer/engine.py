@@ -261,14 +261,19 @@ def _quiet_demands(todo: list[tuple], live: LiveTable) -> dict[str, float]:
     return out
 
 
-def _with_live(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> dict[str, dict[str, Any]]:
-    """The router's rows with the live table's measurements of the VRs it holds (new dictionaries for
-    those; the rows from :meth:`~xtc.policer.store.Store.plan_states` may hold older ones)."""
+def _observed(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> dict[str, VrObs]:
+    """The router's VRs as its daemon reported them (:func:`_vr_obs` of its rows), with the live table's
+    measurements of the VRs it holds (the rows from :meth:`~xtc.policer.store.Store.plan_states` may hold
+    older ones), made from the rows and the table without a copy of a row."""
     got = live.vrs(name)
     if not got:
-        return rows
-    return {n: ({**row, "forwarded_pps": got[n][0], "offered_pps": got[n][1], "saturated": got[n][2]}
-                if n in got else row) for n, row in rows.items()}
+        return {n: _vr_obs(row) for n, row in rows.items()}
+    out = {}
+    for n, row in rows.items():
+        m = got.get(n)
+        out[n] = _vr_obs(row) if m is None else VrObs(row["name"], bool(row["present"]), row["state"],
+                                                      row["daemon_setpoint_pps"], m[0], m[1], m[2])
+    return out
 
 
 def _fixed_timers(st: RouterState, settings: Settings, act: ActivationState) -> tuple[tuple[float, float], ...]:
@@ -924,10 +929,9 @@ class Engine:
                     plans.append((name, act, demand, {}, []))
                 finished.append((name, t0))
                 continue
-            seen = _with_live(rows, live, name)
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
-                vrs={n: _vr_obs(row) for n, row in seen.items()},
+                vrs=_observed(rows, live, name),
                 policies={n: _vr_policy(row, now) for n, row in rows.items()},
             )
             plan = plan_router(settings, rin, now)
