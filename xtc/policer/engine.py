@@ -893,7 +893,7 @@ class Engine:
                 self._gap = max(self._gap, t_rec - st.measured_at_s)
             st.measured_at_s = t_rec
         self.polled += len(polled)
-        states = self.store.plan_states([p[0]["name"] for p in polled]) if polled else {}
+        states = self.store.plan_states([p[0]["name"] for p in polled], recorded=True) if polled else {}
         live = self.store.live
         plans, sends = [], []
         todo = []

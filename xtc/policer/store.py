@@ -198,6 +198,9 @@ class Store:
         #: (the very list: a sample stream's unchanged message) over those rows is recorded from these, without
         #: comparing each VR again (its live values are already in :attr:`_live`).
         self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]] = {}
+        #: router -> (its activation state, its revision) as :meth:`record_outcomes` last left them (its
+        #: transaction read them; :meth:`plan_states` with ``recorded``).
+        self._recorded_heads: dict[str, tuple[ActivationState, int]] = {}
         #: The live measurements of the routers this store's engine measures (numpy arrays, a row per VR,
         #: :class:`~xtc.policer.live.LiveTable`), written to the database only by :meth:`snapshot` (a VR's
         #: discrete changes, its appearance and disappearance, and a router's status changes are written at
@@ -603,13 +606,29 @@ class Store:
                 out[name] = (act, new)
         return out
 
-    def plan_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
+    def plan_states(self, names: list[str], recorded: bool = False) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
         """:meth:`router_states` for this store's engine, without copying rows: the measurements of the VRs
         the live table holds for a router (:meth:`LiveTable.slot`) are the table's, and their rows' own
         ``forwarded_pps``, ``offered_pps`` and ``saturated`` may be older (a sample of the same VRs writes
-        the table alone); every other column, and those of the other VRs, are as :meth:`router_states` gives."""
+        the table alone); every other column, and those of the other VRs, are as :meth:`router_states` gives.
+
+        ``recorded``: the routers were just measured by :meth:`record_outcomes`, whose transaction read their
+        activation states and revisions: a router whose kept rows are of that revision is taken from there
+        (no transaction at all when all are); the others are read as without."""
         out: dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]] = {}
         cache = self._states
+        if recorded:
+            heads, left = self._recorded_heads, []
+            for name in names:
+                h = heads.get(name)
+                c = cache.get(name)
+                if h is not None and c is not None and c[0] == h[1]:
+                    out[name] = (h[0], c[1])
+                else:
+                    left.append(name)
+            if not left:
+                return out
+            names = left
         with self.tx() as db:  # one consistent snapshot
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
@@ -771,11 +790,14 @@ class Store:
             cache = self._states
             cached: dict[str, dict[str, dict[str, Any]]] = {}  # router -> its rows kept, valid at this rev
             revs: dict[str, int] = {}
+            acts: dict[str, ActivationState] = {}
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
-                for name, st, rev in db.tuples(f"SELECT name, status, rev FROM routers WHERE name IN ({marks})", chunk):
+                for name, st, rev, on, pending in db.tuples("SELECT name, status, rev, control_on, activation_pending_since_s"
+                                                            f" FROM routers WHERE name IN ({marks})", chunk):
                     prev[name] = None if st == "removed" else str(st)
                     revs[name] = rev
+                    acts[name] = ActivationState(bool(on), pending)
                     c = cache.get(name)
                     if c is not None and c[0] == rev:
                         cached[name] = c[1]
@@ -921,6 +943,7 @@ class Store:
             self._audit_many(db, audits)
         # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev),
         # those whose measurements only changed too (live: the database's rev is the same).
+        self._recorded_heads = {name: (act, revs[name] + bumps.get(name, 0)) for name, act in acts.items()}
         for name in bumps.keys() | new_rows.keys():
             rows = new_rows[name] if name in new_rows else cached.get(name)
             if rows is None or name not in cached or prev.get(name) is None:
