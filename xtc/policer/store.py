@@ -105,6 +105,9 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
     return rows if new is None else new
 
 
+#: The activation states without a timer (immutable: one object each for every router in them).
+_STEADY = {False: ActivationState(False, None), True: ActivationState(True, None)}
+
 #: Most names in one ``IN (...)`` list (SQLite allows 32766 parameters per statement, PostgreSQL 65535).
 _IN_CHUNK = 500
 
@@ -797,7 +800,7 @@ class Store:
                                                             f" FROM routers WHERE name IN ({marks})", chunk):
                     prev[name] = None if st == "removed" else str(st)
                     revs[name] = rev
-                    acts[name] = ActivationState(bool(on), pending)
+                    acts[name] = _STEADY[bool(on)] if pending is None else ActivationState(bool(on), pending)
                     c = cache.get(name)
                     if c is not None and c[0] == rev:
                         cached[name] = c[1]
@@ -814,7 +817,8 @@ class Store:
             status = dict(prev)
             for o in outcomes:
                 name = o.router
-                audits.extend((kind, "policer", name, vr, detail) for kind, vr, detail in o.records)
+                if o.records:
+                    audits.extend((kind, "policer", name, vr, detail) for kind, vr, detail in o.records)
                 if prev[name] is None:
                     continue
                 if o.status is not None:
