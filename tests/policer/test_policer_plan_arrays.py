@@ -171,7 +171,7 @@ def test_the_plan_inputs_in_arrays_plan_send_write_and_audit_what_the_dictionari
     monkeypatch.setattr(store_mod, "_measurements_moved", counting("old", False))
     monkeypatch.setattr(engine_mod, "_quiet_demands", _old_quiet_demands)
     monkeypatch.setattr(engine_mod, "_live_key", lambda live, name: None)
-    monkeypatch.setattr(engine_mod, "_with_live", lambda rows, live, name: rows)
+    monkeypatch.setattr(engine_mod, "_observed", lambda rows, live, name: {n: engine_mod._vr_obs(r) for n, r in rows.items()})
     old = _run(tmp_path, "old", seed, 30)
     # Not vacuous: the fleet was planned, punished, commanded, changed; most measurements only moved.
     planned, quiet, _ = new["counts"]

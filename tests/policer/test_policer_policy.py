@@ -98,6 +98,21 @@ def test_weighted_max_min_examples() -> None:
         (1.0, [Claim("a", weight=0)], "weight"),
         (1.0, [Claim("a", min_pps=5, max_pps=4)], "below min_pps"),
         (1.0, [Claim("a", demand_pps=-1)], "demand_pps"),
+        # floats, as the planner gives them (the checks' quick path must let none of these through)
+        (1.0, [Claim("a", weight=0.0)], "weight"),
+        (1.0, [Claim("a", weight=math.inf)], "weight"),
+        (1.0, [Claim("a", weight=math.nan)], "weight"),
+        (1.0, [Claim("a", min_pps=-0.5)], "min_pps"),
+        (1.0, [Claim("a", min_pps=math.nan)], "min_pps"),
+        (1.0, [Claim("a", min_pps=math.inf)], "min_pps"),
+        (1.0, [Claim("a", min_pps=5.0, max_pps=4.0)], "below min_pps"),
+        (1.0, [Claim("a", max_pps=math.nan)], "max_pps"),
+        (1.0, [Claim("a", max_pps=True)], "max_pps"),  # type: ignore[arg-type]
+        (1.0, [Claim("a", demand_pps=-1.0)], "demand_pps"),
+        (1.0, [Claim("a", demand_pps=math.inf)], "demand_pps"),
+        (1.0, [Claim("a", demand_pps=math.nan)], "demand_pps"),
+        (1.0, [Claim("a", weight=True)], "weight"),  # type: ignore[arg-type]
+        (math.inf, [Claim("a")], "capacity_pps"),
     ],
 )
 def test_weighted_max_min_refuses_bad_input(cap: float, claims: list[Claim], msg: str) -> None:

@@ -24,7 +24,7 @@ from xtc.policer.policy import (
     weighted_max_min,
 )
 from xtc.policer.quiet import quiet_routers, shares_pps
-from xtc.policer.store import STATE_COLS
+from xtc.policer.store import STATE_COLS, Store
 
 
 def _vr(rng: random.Random, i: int, cap: float, k: int) -> dict[str, Any]:
@@ -189,6 +189,45 @@ def test_the_engine_records_a_quiet_plan_as_the_planner_would_and_plans_a_busy_o
     tick(1)
     assert eng.plans_quiet == quiet + 3
     assert v0.setpoint_pps is not None and v0.setpoint_pps > 2 * old_sp
+
+
+def test_a_quiet_plans_demand_is_a_measurement_live_and_written_by_the_snapshot(one_router_engine: Any) -> None:
+    """A router's demand moves with every measurement: a quiet plan writes nothing (no row, no revision); the
+    engine's process shows the new demand live, another process (the API's, which measures nothing) the last
+    snapshot's, until the next snapshot writes it.  A plan that decides something saves its demand with it."""
+    _, store, eng, d, tick = one_router_engine(2.0, 3)
+    store.set_policy("misbehaviour", {"enabled": False, "ratio": 1.5, "min_excess_pps": 5000.0, "hold_s": 3.0,
+                                      "restore_hold_s": 5.0, "step_factor": 0.5}, "test")
+    store.add_router(d.name, d.endpoint, 1e7, "on", None, "test")
+    tick(4)
+    store.snapshot()
+    other = Store(store.url)  # a process that measures nothing: the database's values
+    try:
+        rev = other._read("SELECT rev FROM routers WHERE name=?", (d.name,))[0]["rev"]
+        written = other.get_router(d.name)["demand_pps"]
+        quiet = eng.plans_quiet
+        for k in range(3):
+            for v in d.vrs.values():
+                v.offered_pps *= 1.02 if k % 2 == 0 else 1 / 1.02
+            tick(1)
+        assert eng.plans_quiet == quiet + 3
+        rows = store.router_state(d.name)[1]
+        demand = sum(max(r["offered_pps"], r["forwarded_pps"]) for r in rows.values())
+        assert demand != written
+        live = store.get_router(d.name)
+        assert live["demand_pps"] == demand and live["measured_from"] == "live"
+        assert other.get_router(d.name)["demand_pps"] == written, "a quiet plan wrote its demand"
+        assert other._read("SELECT rev FROM routers WHERE name=?", (d.name,))[0]["rev"] == rev
+        store.snapshot()
+        assert other.get_router(d.name)["demand_pps"] == demand
+        # A plan that decides (a tripled rate: a new setpoint) saves its demand at once.
+        d.vrs["vr0"].offered_pps *= 3
+        tick(1)
+        rows = store.router_state(d.name)[1]
+        assert other.get_router(d.name)["demand_pps"] == sum(max(r["offered_pps"], r["forwarded_pps"])
+                                                              for r in rows.values())
+    finally:
+        other.close()
 
 
 def _run_engine(tmp_path: Any, tag: str, periods: int) -> tuple[Any, Any, InProcessLinks]:

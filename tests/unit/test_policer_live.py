@@ -27,6 +27,44 @@ def test_a_measurement_comes_back_with_missing_values_as_none() -> None:
     assert t.vrs("r1") == {"vr0": (1.0, 2.0, "cap_max"), "vr1": (None, 3.0, None), "vr2": (None, None, None)}
     assert t.touch("r1", 11.0) and t.seen_unix_s("r1") == 11.0 and t.vr("r1", "vr0")["forwarded_pps"] == 1.0
     assert not t.touch("r2", 11.0)
+    # A validated sample's columns (finite numbers or None, tuples): the same flags again, and other flags over
+    # the same VRs, come back as they went in.
+    for sat in (("cap_min", None, "cap_slack"), ("cap_min", None, "cap_slack"), (None, "cap_max", None)):
+        t.put("r1", 12.0, ("vr0", "vr1", "vr2"), (4.0, None, 6.0), (5.0, 5.5, None), (None, 1.0, 2.0), sat, finite=True)
+        assert t.vrs("r1") == {"vr0": (4.0, 5.0, sat[0]), "vr1": (None, 5.5, sat[1]), "vr2": (6.0, None, sat[2])}
+        assert t.vr("r1", "vr1")["cap_percent"] == 1.0 and t.vr("r1", "vr0")["cap_percent"] is None
+    t.put("r3", 12.0, (), (), (), (), (), finite=True)
+    assert t.vrs("r3") == {} and t.seen_unix_s("r3") == 12.0
+    # The key of a router's live values: the same while the plan's measurements (forwarded, offered, saturated)
+    # and the VRs are the same, whoever writes them; another when one of them moves.
+    k0 = t.key("r1")
+    t.put("r1", 13.0, ["vr0", "vr1", "vr2"], [4.0, None, 6.0], [5.0, 5.5, None], [7.0, 1.0, 2.0], [None, "cap_max", None])
+    assert t.key("r1") == k0 and t.vr("r1", "vr0")["cap_percent"] == 7.0  # (a cap alone is not a plan input)
+    assert t.touch("r1", 14.0) and t.key("r1") == k0
+    t.put("r1", 15.0, ("vr0", "vr1", "vr2"), (4.0, None, 6.0), (5.0, 5.5, None), (None, 1.0, 2.0),
+          (None, "cap_max", None), finite=True, moved=False)
+    assert t.key("r1") == k0
+    for change in ([4.5, None, 6.0], [5.0, 5.5, None]), ([4.0, None, 6.0], [5.0, 5.5, 1.0]):
+        t.put("r1", 16.0, ["vr0", "vr1", "vr2"], *change, [None] * 3, [None, "cap_max", None])
+        assert t.key("r1") != k0
+        k0 = t.key("r1")
+    t.put("r1", 16.0, ["vr0", "vr1", "vr2"], [4.0, None, 6.0], [5.0, 5.5, 1.0], [None] * 3, [None, None, None])
+    assert t.key("r1") != k0
+    k0 = t.key("r1")
+    t.put("r1", 16.0, ["vr1", "vr0", "vr2"], [4.0, None, 6.0], [5.0, 5.5, 1.0], [None] * 3, [None, None, None])
+    assert t.key("r1") != k0 and t.key("r1")[0] == ("vr1", "vr0", "vr2")
+    t.drop("r1")
+    t.put("r1", 16.0, ["vr1", "vr0", "vr2"], [4.0, None, 6.0], [5.0, 5.5, 1.0], [None] * 3, [None, None, None])
+    assert t.key("r1") != k0 and t.key("r9") is None
+    # A router's demand at its last plan: kept until the next, gone with the router.
+    assert t.demand_pps("r1") is None
+    t.set_demand("r1", 99.5)
+    assert t.demand_pps("r1") == 99.5
+    t.set_demand("r1", math.nan)
+    assert t.demand_pps("r1") is None
+    t.set_demand("r1", 7.0)
+    t.drop("r1")
+    assert t.demand_pps("r1") is None
 
 
 def test_many_routers_changing_their_vr_sets_keep_their_values() -> None:

@@ -27,6 +27,7 @@ def test_a_reader_gets_what_the_engines_publish_while_fresh(tmp_path: Path) -> N
     w1 = LiveWriter(tmp_path / live_file_name((1, 2)), fresh_for_s=3.0)
     reader = LiveReader(tmp_path)
     assert reader.view() is None  # nothing published
+    t0.set_demand("r1", 1234.5)  # a router's demand at its last plan (r2: not planned yet)
     w0.publish(t0, now)
     w1.publish(t1, now)
     v = reader.view()
@@ -36,6 +37,7 @@ def test_a_reader_gets_what_the_engines_publish_while_fresh(tmp_path: Path) -> N
     assert v.vr("r1", "b")["forwarded_pps"] is None
     assert v.vr("r9", "z")["forwarded_pps"] == 9.0 and v.seen_unix_s("r9") == now - 0.1  # the other shard's
     assert v.vr("r1", "nope") is None and v.vr("r3", "a") is None and v.seen_unix_s("r3") is None
+    assert v.demand_pps("r1") == 1234.5 and v.demand_pps("r2") is None and v.demand_pps("r3") is None
 
     # New values, same layout: read again (the file was replaced), the index kept.
     index = reader._cache[live_file_name((0, 2))].routers

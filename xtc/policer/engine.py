@@ -195,13 +195,9 @@ _FWD, _OFF, _SAT = (COLUMNS.index(c) for c in ("forwarded_pps", "offered_pps", "
 
 
 def _live_key(live: LiveTable, name: str) -> tuple | None:
-    """The router's live measurements as a value to compare (its VRs' names and their values' bytes)."""
-    slot = live.slot(name)
-    if slot is None:
-        return None
-    s, names = slot
-    e = s + len(names)
-    return names, live.forwarded_pps[s:e].tobytes(), live.offered_pps[s:e].tobytes(), live.saturated[s:e].tobytes()
+    """The router's live measurements as a value to compare (:meth:`LiveTable.key`: its VRs' names and the
+    write that left their values; a measurement of equal values is recorded without a write)."""
+    return live.key(name)
 
 
 def _plan_block(st: RouterState, rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> tuple[Any, Any]:
@@ -265,14 +261,19 @@ def _quiet_demands(todo: list[tuple], live: LiveTable) -> dict[str, float]:
     return out
 
 
-def _with_live(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> dict[str, dict[str, Any]]:
-    """The router's rows with the live table's measurements of the VRs it holds (new dictionaries for
-    those; the rows from :meth:`~xtc.policer.store.Store.plan_states` may hold older ones)."""
+def _observed(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> dict[str, VrObs]:
+    """The router's VRs as its daemon reported them (:func:`_vr_obs` of its rows), with the live table's
+    measurements of the VRs it holds (the rows from :meth:`~xtc.policer.store.Store.plan_states` may hold
+    older ones), made from the rows and the table without a copy of a row."""
     got = live.vrs(name)
     if not got:
-        return rows
-    return {n: ({**row, "forwarded_pps": got[n][0], "offered_pps": got[n][1], "saturated": got[n][2]}
-                if n in got else row) for n, row in rows.items()}
+        return {n: _vr_obs(row) for n, row in rows.items()}
+    out = {}
+    for n, row in rows.items():
+        m = got.get(n)
+        out[n] = _vr_obs(row) if m is None else VrObs(row["name"], bool(row["present"]), row["state"],
+                                                      row["daemon_setpoint_pps"], m[0], m[1], m[2])
+    return out
 
 
 def _fixed_timers(st: RouterState, settings: Settings, act: ActivationState) -> tuple[tuple[float, float], ...]:
@@ -335,7 +336,7 @@ class RouterState:
         and the timers that ran (:func:`_timers`; None until first needed: :func:`_fixed_timers`), if that
         plan was a fixed point (nothing to save, send or record): the same inputs again, before any of
         those timers reaches its hold, give the same nothing, and the router is not planned.  The head holds
-        the router's live measurements (:func:`_live_key`): the rows' own may be older.
+        the router's live measurements' key (:func:`_live_key`): the rows' own may be older.
     block : tuple or None
         Its plan inputs in columns, kept with the rows they were made from (:func:`_plan_block`).
     unanswered : (list of Command, str) or None
@@ -623,6 +624,8 @@ class Engine:
             self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"], r["endpoint"])
                                for r in routers if r["pub_endpoint"]})
             self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}
+        if settings == self._settings:  # the same object while the settings are the same: compared once a cycle,
+            settings = self._settings  # not once a router (a router's fixed point holds the settings it was planned by)
         self._settings = settings
         started = []
         exchanges: list[tuple] = []
@@ -849,7 +852,7 @@ class Engine:
         """Record a batch of replies (one transaction), plan the routers that answered ``list`` (one read,
         one write), send their commands.  Returns the routers whose commands are in flight (still busy)."""
         outcomes: list[ExchangeOutcome] = []
-        polled: list[tuple[dict[str, Any], Settings, float, float]] = []
+        polled: list[tuple[dict[str, Any], Settings, float, float, RouterState]] = []
         finished: list[tuple[str, float]] = []  # (router, t0): handled to the end in this batch
         for item in items:
             if item[0] == "list":
@@ -866,13 +869,14 @@ class Engine:
                 st = self._st(name)
                 st.backoff = None
                 st.vr_set = frozenset(v["vr"] for v in vrs)
-                outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs)))
-                polled.append((r, settings, now, t0))
+                outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs, st)))
+                polled.append((r, settings, now, t0, st))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)
                 _, r, settings, now, vrs, t0 = item
-                self._st(r["name"]).backoff = None
-                outcomes.append(ExchangeOutcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs)))
-                polled.append((r, settings, now, t0))
+                st = self._st(r["name"])
+                st.backoff = None
+                outcomes.append(ExchangeOutcome(r["name"], "reachable", None, vrs=vrs, records=self._confirm(r["name"], vrs, st)))
+                polled.append((r, settings, now, t0, st))
             else:
                 _, name, cmds, results, t0 = item
                 self._st(name).cmds_done_s = time.monotonic()
@@ -884,23 +888,23 @@ class Engine:
         polled = [p for p in polled if prev.get(p[0]["name"]) is not None]  # removed meanwhile: not planned
         t_rec = time.monotonic()
         for p in polled:
-            st = self._st(p[0]["name"])
+            st = p[4]
             if st.measured_at_s is not None:
                 self._gap = max(self._gap, t_rec - st.measured_at_s)
             st.measured_at_s = t_rec
         self.polled += len(polled)
-        states = self.store.plan_states([p[0]["name"] for p in polled]) if polled else {}
+        states = self.store.plan_states([p[0]["name"] for p in polled], recorded=True) if polled else {}
         live = self.store.live
         plans, sends = [], []
         todo = []
-        for r, settings, now, t0 in polled:
+        for r, settings, now, t0, st in polled:
             name = r["name"]
             if name not in states:
                 continue
-            act, rows = states[name]
-            act = ActivationState(act.on, _not_after(act.pending_since_s, now))
+            stored, rows = states[name]
+            pending = stored.pending_since_s
+            act = stored if pending is None or pending <= now else ActivationState(stored.on, now)  # (_not_after)
             head = (settings, r["capacity_pps"], r["control_mode"], act.on, act.pending_since_s, _live_key(live, name))
-            st = self._st(name)
             fixed = st.fixed
             if fixed is not None and _same_inputs(fixed, head, rows) and all(
                     now - since < hold for since, hold in _fixed_timers(st, settings, act)):
@@ -908,24 +912,26 @@ class Engine:
                 self.plans_skipped += 1
                 finished.append((name, t0))
                 continue
-            todo.append((r, settings, now, t0, act, rows, head, st))
+            todo.append((r, settings, now, t0, act, rows, head, st, stored))
         quiet = _quiet_demands(todo, live)
-        for r, settings, now, t0, act, rows, head, st in todo:
+        for r, settings, now, t0, act, rows, head, st, stored in todo:
             name = r["name"]
             self.planned += 1
             demand = quiet.get(name)
             if demand is not None:
                 # The policy's arithmetic over the batch's arrays says this plan changes nothing (xtc.policer.quiet):
-                # recorded as plan_router's would be (its activation state and demand saved, nothing else).
+                # recorded as plan_router's would be: nothing saved (its demand, a measurement, is kept live and
+                # written by the snapshot).
                 self.plans_quiet += 1
                 st.fixed = (head, rows, None)
-                plans.append((name, act, demand, {}, []))
+                live.set_demand(name, demand)  # a measurement: in the snapshot
+                if act != stored:  # a pending time from before a reboot, moved to now: saved
+                    plans.append((name, act, demand, {}, []))
                 finished.append((name, t0))
                 continue
-            seen = _with_live(rows, live, name)
             rin = RouterInput(
                 name=name, capacity_pps=r["capacity_pps"], control_mode=r["control_mode"], activation=act,
-                vrs={n: _vr_obs(row) for n, row in seen.items()},
+                vrs=_observed(rows, live, name),
                 policies={n: _vr_policy(row, now) for n, row in rows.items()},
             )
             plan = plan_router(settings, rin, now)
@@ -934,7 +940,11 @@ class Engine:
                 st.fixed = (head, rows, None)
             else:
                 st.fixed = None
-            plans.append((name, plan.activation, plan.demand_pps, per_vr, [(e.kind, e.vr, e.detail) for e in plan.events]))
+            live.set_demand(name, plan.demand_pps)
+            if per_vr or plan.events or plan.commands or plan.activation != stored:
+                # a decision, or commands (sent only once the save has checked this engine still leads): saved now
+                plans.append((name, plan.activation, plan.demand_pps, per_vr,
+                              [(e.kind, e.vr, e.detail) for e in plan.events]))
             if plan.commands:
                 sends.append((r, list(plan.commands), t0))
             else:
@@ -985,12 +995,14 @@ class Engine:
                 records.append((cmd.cmd, cmd.vr, detail))
         return ExchangeOutcome(name, None, records=records)
 
-    def _confirm(self, name: str, vrs: list[dict[str, Any]]) -> list[tuple[str, str | None, dict[str, Any]]]:
+    def _confirm(self, name: str, vrs: list[dict[str, Any]],
+                 st: RouterState | None = None) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The audit records of the router's commands whose replies were lost, now that a measurement
         newer than them shows what the daemon holds: a command it shows applied is recorded as its own
         kind (``reply_lost``: true), one it does not as ``command_unanswered`` (the plan sends what is
-        still wanted again, recorded on its own)."""
-        st = self._st(name)
+        still wanted again, recorded on its own).  ``st``: the router's :class:`RouterState`, when the caller has it."""
+        if st is None:
+            st = self._st(name)
         got, st.unanswered = st.unanswered, None
         if got is None:
             return []

@@ -24,6 +24,25 @@ __all__ = ["LiveTable", "SATURATION_CODES"]
 #: The daemon's ``saturated`` values, by their code in the table (0: None).
 SATURATION_CODES: tuple[str | None, ...] = (None, "cap_max", "cap_min", "cap_slack")
 _SAT = {s: i for i, s in enumerate(SATURATION_CODES)}
+#: A router's VRs' ``saturated`` flags (a tuple, as a sample's column) -> their codes: a fleet's flags repeat
+#: from one period to the next, so a measurement's codes are one dictionary lookup (in C), not one a VR.
+_SAT_MEMO: dict[tuple, np.ndarray] = {}
+_SAT_MEMO_MAX = 4096
+
+
+def _sat_codes(saturated: Iterable[str | None]) -> np.ndarray:
+    """The codes of ``saturated`` (one not among :data:`SATURATION_CODES`: 0, None); not to be changed."""
+    key = saturated if type(saturated) is tuple else tuple(saturated)
+    try:
+        got = _SAT_MEMO.get(key)
+    except TypeError:  # an unhashable value (not a flag: 0)
+        return np.array([_SAT.get(x, 0) if isinstance(x, str) else 0 for x in key], np.int8)
+    if got is None:
+        got = np.array([_SAT.get(x, 0) for x in key], np.int8)
+        if len(_SAT_MEMO) >= _SAT_MEMO_MAX:
+            _SAT_MEMO.clear()
+        _SAT_MEMO[key] = got
+    return got
 
 
 def _num(x: float) -> float | None:
@@ -34,20 +53,26 @@ class LiveTable:
     """The live measurements (``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated``) of the
     VRs of the routers one engine measures, and each router's last measurement's wall time."""
 
-    __slots__ = ("forwarded_pps", "offered_pps", "cap_percent", "saturated", "_where", "_end", "_used", "layout")
+    __slots__ = ("forwarded_pps", "offered_pps", "cap_percent", "saturated", "_where", "_end", "_used", "layout",
+                 "_demand", "_writes")
 
     def __init__(self, capacity: int = 1024):
         self.forwarded_pps = np.full(capacity, np.nan)
         self.offered_pps = np.full(capacity, np.nan)
         self.cap_percent = np.full(capacity, np.nan)
         self.saturated = np.zeros(capacity, np.int8)
-        #: router -> [first row, its VRs' names (tuple), wall time of its last measurement]
+        #: router -> [first row, its VRs' names (tuple), wall time of its last measurement, the number of the
+        #: last write of its values (:meth:`key`)]
         self._where: dict[str, list[Any]] = {}
         self._end = 0  # rows allocated (in use or garbage)
         self._used = 0  # rows in use
         #: Changes whenever a router's rows move, appear or go, or its VRs' names change (not their values
         #: or times): a copy of :meth:`index` stays right while this is the same.
         self.layout = 0
+        #: router -> its hosts' aggregate demand at its last plan (packets/s): a measurement, written by the
+        #: snapshot with the others (the plan's decisions are written at once).
+        self._demand: dict[str, float] = {}
+        self._writes = 0  # measurements written (put), the last one's number kept per router: see key()
 
     def __len__(self) -> int:
         """Routers held."""
@@ -79,6 +104,12 @@ class LiveTable:
         """The router's first row and its VRs' names (the rows ``start .. start + len(names)``), or None."""
         w = self._where.get(router)
         return None if w is None else (w[0], w[1])
+
+    def key(self, router: str) -> tuple[tuple[str, ...], int] | None:
+        """What identifies the router's live values now (its VRs' names and the number of the write that left
+        them; :meth:`touch` keeps it): equal keys, equal values (None: not held).  Cheaper than the values."""
+        w = self._where.get(router)
+        return None if w is None else (w[1], w[3])
 
     def index(self) -> list[tuple[str, int, tuple[str, ...], float]]:
         """``(router, first row, its VRs' names, wall time of its last measurement)`` of every router held."""
@@ -121,10 +152,12 @@ class LiveTable:
 
     def put(self, router: str, t_unix_s: float, names: Sequence[str], forwarded_pps: Sequence[float | None],
             offered_pps: Sequence[float | None], cap_percent: Sequence[float | None],
-            saturated: Iterable[str | None], finite: bool = False) -> None:
+            saturated: Iterable[str | None], finite: bool = False, moved: bool | None = None) -> None:
         """A router's measurement at ``t_unix_s``: its VRs ``names`` (in this order) and their values
         (None, or a non-finite number: missing; a ``saturated`` not among :data:`SATURATION_CODES`: None).
-        ``finite``: the numbers are known to be finite or None (a validated sample's columns)."""
+        ``finite``: the numbers are known to be finite or None (a validated sample's columns).  ``moved``:
+        whether ``forwarded_pps``, ``offered_pps`` or ``saturated`` differ from what the table holds for the
+        same VRs, when the caller knows (None: compared here); the router's :meth:`key` changes only then."""
         names = tuple(names)
         k = len(names)
         w = self._where.get(router)
@@ -133,33 +166,50 @@ class LiveTable:
                 self._used -= len(w[1])
                 del self._where[router]
             self._grow(k)
-            w = self._where[router] = [self._end, names, t_unix_s]
+            self._writes += 1
+            w = self._where[router] = [self._end, names, t_unix_s, self._writes]
             self._end += k
             self._used += k
             self.layout += 1
+            moved = False  # a new key already
         else:
             if w[1] != names:
                 self.layout += 1
                 w[1] = names
+                moved = True
             w[2] = t_unix_s
         s = w[0]
         e = s + k
-        with np.errstate(invalid="ignore"):
-            m = np.array(forwarded_pps, float)
-            o = np.array(offered_pps, float)
-            c = np.array(cap_percent, float)
-        if finite:
-            self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e] = m, o, c
-            self.saturated[s:e] = [_SAT.get(x, 0) for x in saturated]
-            return
-        # A non-finite number is missing (the database has no NaN, the API returns none).
-        self.forwarded_pps[s:e] = np.where(np.isfinite(m), m, np.nan) if k else m
-        self.offered_pps[s:e] = np.where(np.isfinite(o), o, np.nan) if k else o
-        self.cap_percent[s:e] = np.where(np.isfinite(c), c, np.nan) if k else c
-        self.saturated[s:e] = [_SAT.get(x, 0) for x in saturated]
+        if finite:  # the three columns in one conversion (None: NaN)
+            m, o, c = np.array((forwarded_pps, offered_pps, cap_percent), float)
+        else:
+            with np.errstate(invalid="ignore"):
+                m = np.array(forwarded_pps, float)
+                o = np.array(offered_pps, float)
+                c = np.array(cap_percent, float)
+            if k:  # a non-finite number is missing (the database has no NaN, the API returns none)
+                m, o, c = (np.where(np.isfinite(x), x, np.nan) for x in (m, o, c))
+        sat = _sat_codes(saturated)
+        if moved is None:
+            moved = (self.forwarded_pps[s:e].tobytes() != m.tobytes() or self.offered_pps[s:e].tobytes() != o.tobytes()
+                     or self.saturated[s:e].tobytes() != sat.tobytes())
+        if moved:
+            self._writes += 1
+            w[3] = self._writes
+        self.forwarded_pps[s:e], self.offered_pps[s:e], self.cap_percent[s:e], self.saturated[s:e] = m, o, c, sat
+
+    def set_demand(self, router: str, demand_pps: float) -> None:
+        """The router's aggregate demand at its plan now (packets/s), kept until the next and snapshotted."""
+        self._demand[router] = demand_pps
+
+    def demand_pps(self, router: str) -> float | None:
+        """The router's demand at its last plan (None: none since it is held, or not a finite number)."""
+        d = self._demand.get(router)
+        return d if d is not None and math.isfinite(d) else None
 
     def touch(self, router: str, t_unix_s: float) -> bool:
-        """A measurement of the router equal to its last one, at ``t_unix_s``; False if it has none."""
+        """A measurement of the router equal to its last one, at ``t_unix_s`` (its :meth:`key` kept); False if
+        it has none."""
         w = self._where.get(router)
         if w is None:
             return False
@@ -168,6 +218,7 @@ class LiveTable:
 
     def drop(self, router: str) -> None:
         w = self._where.pop(router, None)
+        self._demand.pop(router, None)
         if w is not None:
             self.layout += 1
             self._used -= len(w[1])

@@ -15,7 +15,7 @@ file is read from the database's last snapshot, and each router and VR the API r
 The file (little-endian): the header :data:`_HEAD` (magic, the writer's random id, the table's layout,
 the wall time it was written, how long it stays fresh, the routers, the rows, the index's bytes), the
 index (JSON ``[[router, first row, [VR names]], ...]``, padded to 8 bytes), then per router the wall
-time of its last measurement (float64), and the columns ``forwarded_pps``, ``offered_pps``,
+time of its last measurement and its demand at its last plan (float64 each, NaN: none), and the columns ``forwarded_pps``, ``offered_pps``,
 ``cap_percent`` (float64, NaN: none) and ``saturated`` (int8 codes, :data:`~xtc.policer.live.SATURATION_CODES`).
 """
 
@@ -40,7 +40,7 @@ log = logging.getLogger("xtc.policer.live")
 
 #: Seconds between two publications of an engine's live measurements (at most: a period's).
 PUBLISH_S = 0.5
-_MAGIC = b"XTCLIVE1"
+_MAGIC = b"XTCLIVE2"
 _HEAD = struct.Struct("<8sQQddQQQ")
 
 
@@ -68,6 +68,7 @@ class LiveWriter:
         end = table.end
         parts = [_HEAD.pack(_MAGIC, self._id, table.layout, now_unix_s, self.fresh_for_s, len(idx), end, len(self._index)),
                  self._index, np.array([x[3] for x in idx], np.float64).tobytes(),
+                 np.array([table.demand_pps(x[0]) for x in idx], np.float64).tobytes(),
                  table.forwarded_pps[:end].tobytes(), table.offered_pps[:end].tobytes(), table.cap_percent[:end].tobytes(),
                  table.saturated[:end].tobytes()]
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -86,7 +87,7 @@ class LiveWriter:
 
 
 class _Parsed:
-    __slots__ = ("key", "id", "layout", "written", "fresh_for", "routers", "seen", "m", "o", "c", "sat")
+    __slots__ = ("key", "id", "layout", "written", "fresh_for", "routers", "seen", "demand", "m", "o", "c", "sat")
 
 
 def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
@@ -102,6 +103,8 @@ def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
         p.routers = {r: (i, s, {name: s + k for k, name in enumerate(names)})
                      for i, (r, s, names) in enumerate(json.loads(data[_HEAD.size:at]))}
     p.seen = np.frombuffer(data, np.float64, n, at)
+    at += 8 * n
+    p.demand = np.frombuffer(data, np.float64, n, at)
     at += 8 * n
     p.m = np.frombuffer(data, np.float64, end, at)
     p.o = np.frombuffer(data, np.float64, end, at + 8 * end)
@@ -133,6 +136,11 @@ class LiveView:
         """When the router was last measured (None: no engine publishes it)."""
         f = self._find(router)
         return None if f is None else float(f[0].seen[f[1][0]])
+
+    def demand_pps(self, router: str) -> float | None:
+        """The router's demand at its last plan (None: no engine publishes it, or none yet)."""
+        f = self._find(router)
+        return None if f is None else _num(float(f[0].demand[f[1][0]]))
 
     def vr(self, router: str, name: str) -> dict[str, Any] | None:
         """A VR's live ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and

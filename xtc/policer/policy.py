@@ -61,6 +61,8 @@ class PolicyError(ValueError):
 
 
 def _finite(name: str, v: float, lo: float = 0.0) -> float:
+    if type(v) is float and v >= lo and math.isfinite(v):  # the common case, at once (the planner's every VR)
+        return v
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise PolicyError(f"{name} must be a number, got {type(v).__name__}")
     f = float(v)
@@ -141,6 +143,10 @@ def _check_claims(claims: Sequence[Claim]) -> None:
         if c.key in seen:
             raise PolicyError(f"claim {c.key!r} appears twice")
         seen.add(c.key)
+        w, lo, hi, d = c.weight, c.min_pps, c.max_pps, c.demand_pps
+        if (type(w) is float and 0.0 < w < math.inf and type(lo) is float and 0.0 <= lo < math.inf
+                and type(hi) is float and hi >= lo and (d is None or type(d) is float and 0.0 <= d < math.inf)):
+            continue  # valid: the common case, decided without the messages below
         if _finite(f"{c.key}: weight", c.weight) <= 0:
             raise PolicyError(f"{c.key}: weight must be > 0, got {c.weight}")
         _finite(f"{c.key}: min_pps", c.min_pps)
@@ -187,9 +193,11 @@ def weighted_max_min(capacity_pps: float, claims: Sequence[Claim]) -> dict[str, 
         scale = cap / total_min
         return {c.key: c.min_pps * scale for c in claims}
     uppers = [c.upper_pps() for c in claims]
+    weights = [c.weight for c in claims]
+    mins = [c.min_pps for c in claims]
 
     def shares(level: float) -> list[float]:
-        return [min(max(c.weight * level, c.min_pps), u) for c, u in zip(claims, uppers)]
+        return [min(max(w * level, m), u) for w, m, u in zip(weights, mins, uppers)]
 
     # The sum of shares is piecewise linear and non-decreasing in the level; its kinks are where a
     # share leaves its floor or reaches its ceiling.

@@ -105,6 +105,9 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
     return rows if new is None else new
 
 
+#: The activation states without a timer (immutable: one object each for every router in them).
+_STEADY = {False: ActivationState(False, None), True: ActivationState(True, None)}
+
 #: Most names in one ``IN (...)`` list (SQLite allows 32766 parameters per statement, PostgreSQL 65535).
 _IN_CHUNK = 500
 
@@ -198,6 +201,9 @@ class Store:
         #: (the very list: a sample stream's unchanged message) over those rows is recorded from these, without
         #: comparing each VR again (its live values are already in :attr:`_live`).
         self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]] = {}
+        #: router -> (its activation state, its revision) as :meth:`record_outcomes` last left them (its
+        #: transaction read them; :meth:`plan_states` with ``recorded``).
+        self._recorded_heads: dict[str, tuple[ActivationState, int]] = {}
         #: The live measurements of the routers this store's engine measures (numpy arrays, a row per VR,
         #: :class:`~xtc.policer.live.LiveTable`), written to the database only by :meth:`snapshot` (a VR's
         #: discrete changes, its appearance and disappearance, and a router's status changes are written at
@@ -603,13 +609,29 @@ class Store:
                 out[name] = (act, new)
         return out
 
-    def plan_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
+    def plan_states(self, names: list[str], recorded: bool = False) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
         """:meth:`router_states` for this store's engine, without copying rows: the measurements of the VRs
         the live table holds for a router (:meth:`LiveTable.slot`) are the table's, and their rows' own
         ``forwarded_pps``, ``offered_pps`` and ``saturated`` may be older (a sample of the same VRs writes
-        the table alone); every other column, and those of the other VRs, are as :meth:`router_states` gives."""
+        the table alone); every other column, and those of the other VRs, are as :meth:`router_states` gives.
+
+        ``recorded``: the routers were just measured by :meth:`record_outcomes`, whose transaction read their
+        activation states and revisions: a router whose kept rows are of that revision is taken from there
+        (no transaction at all when all are); the others are read as without."""
         out: dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]] = {}
         cache = self._states
+        if recorded:
+            heads, left = self._recorded_heads, []
+            for name in names:
+                h = heads.get(name)
+                c = cache.get(name)
+                if h is not None and c is not None and c[0] == h[1]:
+                    out[name] = (h[0], c[1])
+                else:
+                    left.append(name)
+            if not left:
+                return out
+            names = left
         with self.tx() as db:  # one consistent snapshot
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
@@ -653,7 +675,7 @@ class Store:
     def snapshot(self, max_rows: int | None = None) -> int:
         """Write the live measurements of the routers measured since the last snapshot began (their VRs'
         ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and ``last_seen_unix_s``, and the
-        routers' ``last_seen_unix_s``) in one transaction, fenced on the leadership epoch; the other
+        routers' ``last_seen_unix_s`` and ``demand_pps``, the demand at their last plan) in one transaction, fenced on the leadership epoch; the other
         columns are written as they change.  ``max_rows``: write about that many VRs' rows (whole
         routers) and leave the rest of this snapshot to the next calls (:attr:`snapshot_pending`), so
         that a large one does not hold the engine's worker (and SQLite's write lock) at once.  Returns
@@ -672,10 +694,19 @@ class Store:
         routers, vrs = live.columns(batch)  # gathered from the arrays, a list per column
         if not routers:
             return 0
+        # A router's demand at its last plan with its time (a router not planned since it is held: its time only).
+        planned, seen = [], []
+        for t_seen, name in routers:
+            d = live.demand_pps(name)
+            if d is None:
+                seen.append((t_seen, name))
+            else:
+                planned.append((t_seen, d, name))
         t = self.clock()
         with self.tx() as db:
             self._fence(db)
-            db.update_many("routers", "last_seen_unix_s | name", "rt", routers)
+            db.update_many("routers", "last_seen_unix_s demand_pps | name", "rrt", planned)
+            db.update_many("routers", "last_seen_unix_s | name", "rt", seen)
             db.update_columns("vrs", "forwarded_pps offered_pps cap_percent saturated last_seen_unix_s | router name",
                               "rrrtrtt", vrs)
             db.execute("INSERT INTO meta (key, value) VALUES ('snapshot_unix_s', ?)"
@@ -707,14 +738,17 @@ class Store:
         return self.live_source.view() if self.live_source is not None else None
 
     def live_router(self, router: dict[str, Any], view: LiveTable | LiveView | None = None) -> dict[str, Any]:
-        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` (and ``measured_from``
-        ``live``) when an engine measures it and it is reachable (else the last snapshot's)."""
+        """A router as :meth:`get_router` gives it, with its live ``last_seen_unix_s`` and ``demand_pps`` (and
+        ``measured_from`` ``live``) when an engine measures it and it is reachable (else the last snapshot's)."""
         if view is None:
             view = self._view()
         seen = view.seen_unix_s(router["name"]) if view is not None else None
         if seen is not None and router["status"] == "reachable":
             router["last_seen_unix_s"] = seen
             router["measured_from"] = "live"
+            demand = view.demand_pps(router["name"])
+            if demand is not None:
+                router["demand_pps"] = demand
         return router
 
     def live_vr(self, vr: dict[str, Any], view: LiveTable | LiveView | None = None) -> dict[str, Any]:
@@ -759,11 +793,14 @@ class Store:
             cache = self._states
             cached: dict[str, dict[str, dict[str, Any]]] = {}  # router -> its rows kept, valid at this rev
             revs: dict[str, int] = {}
+            acts: dict[str, ActivationState] = {}
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
-                for name, st, rev in db.tuples(f"SELECT name, status, rev FROM routers WHERE name IN ({marks})", chunk):
+                for name, st, rev, on, pending in db.tuples("SELECT name, status, rev, control_on, activation_pending_since_s"
+                                                            f" FROM routers WHERE name IN ({marks})", chunk):
                     prev[name] = None if st == "removed" else str(st)
                     revs[name] = rev
+                    acts[name] = _STEADY[bool(on)] if pending is None else ActivationState(bool(on), pending)
                     c = cache.get(name)
                     if c is not None and c[0] == rev:
                         cached[name] = c[1]
@@ -780,7 +817,8 @@ class Store:
             status = dict(prev)
             for o in outcomes:
                 name = o.router
-                audits.extend((kind, "policer", name, vr, detail) for kind, vr, detail in o.records)
+                if o.records:
+                    audits.extend((kind, "policer", name, vr, detail) for kind, vr, detail in o.records)
                 if prev[name] is None:
                     continue
                 if o.status is not None:
@@ -813,15 +851,23 @@ class Store:
                     continue
                 if isinstance(o.vrs, SampleRows) and rows is not None and name not in new_rows:
                     slot = self._live.slot(name)
-                    moved = _measurements_moved(rows, o.vrs, slot[1] if slot is not None else None,
-                                                m[0] if m is not None and m[1] is rows and isinstance(m[0], SampleRows)
-                                                else None)
+                    live_names = slot[1] if slot is not None else None
+                    last = m[0] if m is not None and m[1] is rows and isinstance(m[0], SampleRows) else None
+                    c = o.vrs
+                    moved = _measurements_moved(rows, c, live_names, last)
                     if moved is not None:
                         # The same VRs in the same states at the same setpoints: only measurements moved (live
                         # until the next snapshot), nothing written or audited now; the kept rows follow them.
-                        c = o.vrs
-                        self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
-                                       finite=True)
+                        # Against the last sample recorded over these rows (its values are the table's), the
+                        # columns compared whole (in C); else in the table.
+                        held = last is not None and c.names == live_names and last.names == live_names
+                        same = (held and c.forwarded_pps == last.forwarded_pps and c.offered_pps == last.offered_pps
+                                and c.saturated == last.saturated)
+                        if same and c.cap_percent == last.cap_percent:
+                            self._live.touch(name, now)  # the very values again
+                        else:
+                            self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent,
+                                           c.saturated, finite=True, moved=not same if held else None)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
@@ -901,6 +947,7 @@ class Store:
             self._audit_many(db, audits)
         # Committed: the kept rows follow (a router another transaction changed meanwhile has a higher rev),
         # those whose measurements only changed too (live: the database's rev is the same).
+        self._recorded_heads = {name: (act, revs[name] + bumps.get(name, 0)) for name, act in acts.items()}
         for name in bumps.keys() | new_rows.keys():
             rows = new_rows[name] if name in new_rows else cached.get(name)
             if rows is None or name not in cached or prev.get(name) is None:

@@ -106,7 +106,7 @@ class Router(BaseModel):
     control_on: bool = Field(description="XTC is on for this router's VRs")
     demand_pps: float | None = Field(description="aggregate demand at the last cycle, packets/s")
     created_unix_s: float
-    measured_from: MeasuredFrom = Field(description=_MEASURED_FROM.format(what="last_seen_unix_s"))
+    measured_from: MeasuredFrom = Field(description=_MEASURED_FROM.format(what="last_seen_unix_s and demand_pps"))
 
 
 class Vr(BaseModel):
