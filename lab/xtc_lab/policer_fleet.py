@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import sys
@@ -415,6 +416,7 @@ class Fleet:
 def main(argv: list[str] | None = None) -> int:
     """Run a fleet as a process: write its routers to ``--out`` (JSON), serve until SIGTERM, print statistics.
 
+    It also stops when the process that started it dies (a killed bench leaves no fleet behind).
     On SIGUSR1 it prints ``{"window": statistics}`` for the time since the previous SIGUSR1 (or the
     start) and starts a new window.
     """
@@ -445,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGUSR1, lambda *_: mark.set())
     since = time.monotonic() + args.warmup_s
+    parent = os.getppid()
     while not stop.wait(0.05):
+        if os.getppid() != parent:  # the bench or profile that started it is gone (killed): so is the fleet
+            stop.set()
+            continue
         if mark.is_set():  # SIGUSR1: print the statistics since the last mark, start a new window
             mark.clear()
             now = time.monotonic()
