@@ -116,10 +116,6 @@ class BpfLimiter:
         except NetlinkError as e:
             raise self._fail(ifname, "find the interface", e) from None
 
-    def _ack(self, msg: bytes, what: str) -> tuple[int, str]:
-        acks, _ = self._nl.transact([msg], what)
-        return next(iter(acks.values()))
-
     def _leftover(self, ifname: str, ifindex: int) -> tccodec.TcFilter | None:
         try:
             found = qdiscs.filters(self._nl, ifindex, tccodec.CLSACT_EGRESS, "dump egress filters")
@@ -191,7 +187,7 @@ class BpfLimiter:
     def _attach(self, ifname: str, ifindex: int) -> bool:
         """A clsact (unless there is one) and the filter on its egress; whether the clsact is ours."""
         try:
-            code, kmsg = self._ack(tccodec.encode_clsact("add", self._nl.next_seq(), ifindex), "add clsact")
+            code, kmsg = self._nl.ack(tccodec.encode_clsact("add", self._nl.next_seq(), ifindex), "add clsact")
             added = code == 0
             owns = added
             if code == errno.EEXIST:
@@ -207,7 +203,7 @@ class BpfLimiter:
             raise self._fail(ifname, "add clsact", e) from None
         what = "attach the filter"
         try:
-            code, kmsg = self._ack(tccodec.encode_bpf_filter(
+            code, kmsg = self._nl.ack(tccodec.encode_bpf_filter(
                 self._nl.next_seq(), ifindex=ifindex, parent=tccodec.CLSACT_EGRESS, prio=FILTER_PRIO,
                 handle=FILTER_HANDLE, prog_fd=self._prog_fd, name=NAME_OWNS_CLSACT if owns else NAME), what)
         except NetlinkError as e:
@@ -215,7 +211,7 @@ class BpfLimiter:
         if code:
             if added:
                 try:
-                    self._ack(tccodec.encode_clsact("del", self._nl.next_seq(), ifindex), "delete clsact")
+                    self._nl.ack(tccodec.encode_clsact("del", self._nl.next_seq(), ifindex), "delete clsact")
                 except NetlinkError:
                     pass
             raise self._fail(ifname, what, error_text(code, kmsg))
@@ -244,7 +240,7 @@ class BpfLimiter:
             owns = left.bpf_name == NAME_OWNS_CLSACT
         what = "delete the filter"
         try:
-            code, kmsg = self._ack(tccodec.encode_filter_delete(
+            code, kmsg = self._nl.ack(tccodec.encode_filter_delete(
                 self._nl.next_seq(), ifindex=ifindex, parent=tccodec.CLSACT_EGRESS, prio=FILTER_PRIO,
                 handle=FILTER_HANDLE, kind="bpf"), what)
             if code and code not in (errno.ENOENT, errno.EINVAL):
@@ -255,7 +251,7 @@ class BpfLimiter:
                         for f in qdiscs.filters(self._nl, ifindex, hook, "dump clsact filters")]
                 if not rest:
                     what = "delete clsact"
-                    code, kmsg = self._ack(tccodec.encode_clsact("del", self._nl.next_seq(), ifindex), what)
+                    code, kmsg = self._nl.ack(tccodec.encode_clsact("del", self._nl.next_seq(), ifindex), what)
                     if code and code not in (errno.ENOENT, errno.EINVAL):
                         raise self._fail(ifname, what, error_text(code, kmsg))
         except NetlinkError as e:

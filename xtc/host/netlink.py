@@ -346,6 +346,11 @@ class RouteSocket:
         seqs = [_SEQ.unpack_from(m, 8)[0] for m in messages_]
         return self.send_batch(b"".join(messages_) if len(messages_) > 1 else messages_[0], seqs, what)
 
+    def ack(self, message: bytes | bytearray, what: str = "netlink request") -> tuple[int, str]:
+        """Send one whole message and read its ACK: ``(errno, kernel message)``, errno 0 for success."""
+        acks, _ = self.transact([message], what)
+        return next(iter(acks.values()))
+
     def send_batch(self, payload: bytes | bytearray, seqs: list[int],
                    what: str = "netlink request") -> tuple[dict[int, tuple[int, str]], list[tuple[int, int]]]:
         """Send ``payload`` (whole messages with sequence numbers ``seqs``, each asking for an ACK)

@@ -111,7 +111,7 @@ def delete_root(nl: RouteSocket, ifindex: int, handle: int, what: str = "delete 
         The kernel refused for another reason.
     """
     msg = encode_tcmsg(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, handle, TC_H_ROOT)
-    code, kmsg = _ack(nl, msg, what)
+    code, kmsg = nl.ack(msg, what)
     if code in (errno.ENOENT, errno.EINVAL):
         return False
     if code:
@@ -137,7 +137,7 @@ def put_back_root(nl: RouteSocket, ifindex: int, original: TcObject | None) -> N
     what = f"restore original root {original.kind}"
     msg = encode_tcmsg(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, nl.next_seq(),
                        ifindex, original.handle, TC_H_ROOT, 0, attrs)
-    code, kmsg = _ack(nl, msg, what)
+    code, kmsg = nl.ack(msg, what)
     if code:
         raise NetlinkReplyError(code, what, kmsg)
 
@@ -172,11 +172,6 @@ def remove_root(ifname: str, netns: str | None, *, handle: int, kind: str) -> bo
         return delete_root(nl, ifindex, handle, f"delete root {kind} {handle >> 16:x}:")
     finally:
         nl.close()
-
-
-def _ack(nl: RouteSocket, msg: bytes, what: str) -> tuple[int, str]:
-    acks, _ = nl.transact([msg], what)
-    return next(iter(acks.values()))
 
 
 _TICKS: list[float] = []

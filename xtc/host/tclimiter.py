@@ -103,10 +103,9 @@ class TcLimiter:
         msg = tccodec.encode_tbf(command, self._nl.next_seq(), ifindex=ifindex, handle=ROOT_HANDLE,
                                  parent=tccodec.TC_H_ROOT, rate_Bps=setting.rate_bytes_per_s, burst=burst, limit=burst)
         try:
-            acks, _ = self._nl.transact([msg], what)
+            code, kmsg = self._nl.ack(msg, what)
         except OSError as e:
             raise self._fail(ifname, what, e) from None
-        code, kmsg = next(iter(acks.values()))
         if code:
             raise LimiterError(f"{self._where(ifname)}: early-drop limiter: {what}: {error_text(code, kmsg)}")
 

@@ -203,13 +203,13 @@ class DeliveryCost:
         ifindex = interface_index(ifname, self.netns)
         if ifindex is None:
             raise OSError(errno.ENODEV, f"{where}: no such interface")
-        code, kmsg = _ack(nl, tccodec.encode_clsact("add", nl.next_seq(), ifindex), "add clsact")
+        code, kmsg = nl.ack(tccodec.encode_clsact("add", nl.next_seq(), ifindex), "add clsact")
         if code == errno.EEXIST:
             raise OSError(code, f"{where}: the interface has a clsact or ingress qdisc already: not touched")
         if code:
             raise OSError(code, f"{where}: add clsact: {error_text(code, kmsg)}")
         self._on[ifname] = ifindex
-        code, kmsg = _ack(nl, tccodec.encode_bpf_filter(nl.next_seq(), ifindex=ifindex, parent=tccodec.CLSACT_INGRESS,
+        code, kmsg = nl.ack(tccodec.encode_bpf_filter(nl.next_seq(), ifindex=ifindex, parent=tccodec.CLSACT_INGRESS,
                                                         prio=FILTER_PRIO, handle=FILTER_HANDLE, prog_fd=prog, name=NAME),
                           "attach the filter")
         if code:
@@ -231,7 +231,7 @@ class DeliveryCost:
             try:
                 with open_route_socket(self.netns) as nl:
                     for ifname, ifindex in list(self._on.items()):
-                        code, kmsg = _ack(nl, tccodec.encode_clsact("del", nl.next_seq(), ifindex), "delete clsact")
+                        code, kmsg = nl.ack(tccodec.encode_clsact("del", nl.next_seq(), ifindex), "delete clsact")
                         if code and code not in (errno.ENOENT, errno.EINVAL, errno.ENODEV):
                             errors.append(f"{ifname}: {error_text(code, kmsg)}")
                         del self._on[ifname]
@@ -253,8 +253,3 @@ class DeliveryCost:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
-
-
-def _ack(nl: RouteSocket, msg: bytes, what: str) -> tuple[int, str]:
-    acks, _ = nl.transact([msg], what)
-    return next(iter(acks.values()))
