@@ -74,7 +74,9 @@ def _profiled(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _patch() -> None:
     """Profile the per-iteration work of each engine thread (the loops themselves only wait)."""
     for cls, names in ((Engine, ("run_cycle", "contact_new", "probe_silent", "_handle_batch", "_snapshot")),
-                       (SampleStreams, ("_drain", "_reconcile"))):
+                       (SampleStreams, ("_drain", "_reconcile")),
+                       # the link pool's I/O thread: a samples message handed on (decoded), a reply taken
+                       (LinkPool, ("_sample", "_dispatch"))):
         for n in names:
             setattr(cls, n, _profiled(getattr(cls, n)))
     Engine.run_cycle = _STARTS.wrap(Engine.run_cycle)  # type: ignore[method-assign]
@@ -146,6 +148,13 @@ def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of another process of this machine, by ``/proc``."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -192,13 +201,14 @@ def window_figures(m0: Mark, m1: Mark) -> dict[str, Any]:
 def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
-                   sample_link: bool = False) -> dict[str, Any]:
+                   sample_link: bool = False, schema: str | None = None) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
-                           "jitter": jitter, "sample_link": sample_link, "loadavg_before": _loadavg()}
+                           "jitter": jitter, "sample_link": sample_link, "schema": schema,
+                           "loadavg_before": _loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
@@ -216,7 +226,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             for r in json.loads(fl_file.read_text()):
                 store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
                                  pub_endpoint=r["pub_endpoint"])
-            pool = LinkPool(0.9)
+            pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}))  # (an older xtc has no schema)
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
             eng.start()
@@ -232,7 +242,10 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 if profiled:
                     _ON.set()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
+                f0 = _proc_cpu_s(fleet.pid)
                 m0, m1 = take_window(mark, _STARTS.next_mark, time.sleep, window_s, eng.period_s)
+                if not profiled:  # the stand-in fleet's own CPU (it shares the machine)
+                    out["fleet_cpu_s_per_s"] = round((_proc_cpu_s(fleet.pid) - f0) / (m1.t - m0.t), 3)
                 fig = window_figures(m0, m1)
                 out["window"]["profiled" if profiled else "plain"] = {k: fig[k] for k in ("cycles", "measurements", "seconds")}
                 n = fig["measurements"]
@@ -291,10 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period (as the bench's)")
     p.add_argument("--sample-link", action="store_true",
                    help="the samples over the link's connection (as the service takes them), not a SUB socket per router")
+    p.add_argument("--schema", default=None,
+                   help="the samples' format the engine asks its daemons for (xtc-samples/2 or /3; default: the engine's)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
-                                    sample_link=args.sample_link), indent=1))
+                                    sample_link=args.sample_link, schema=args.schema), indent=1))
     return 0
 
 
