@@ -262,8 +262,6 @@ _V3_K = len(V3_NUMBERS)
 _V3_HEADER_MAX = 4096  # a header holds five numbers (and, rarely, the VRs' actuation errors)
 _FINITE_NUMBER = (float, int)
 _least, _most = np.minimum.reduce, np.maximum.reduce
-#: The header's decoder, made once (``json.loads`` with hooks makes one a call: half its time on a header).
-_HEADER = json.JSONDecoder(parse_constant=reject_json_constant, object_pairs_hook=unique_json_keys)
 
 
 class V3Memory:
@@ -338,7 +336,7 @@ def decode_v3(frames: list[bytes], max_vrs: int, max_bytes: int,
     if last is not None and rest is not None and rest == last.head_rest and body == last.body and last.vrs is not None:
         return last.vrs, last  # the last valid message again but for its time: the very same VRs
     try:
-        doc = _HEADER.decode(head.decode("utf-8"))
+        doc = _strict_json(head)  # (orjson for a header as the daemon writes it, as for /2's body)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise _bad(f"whose header is not strict JSON: {str(e)[:200]}") from None
     if type(doc) is not dict or doc.get("schema") != SAMPLES_SCHEMA_V3:
