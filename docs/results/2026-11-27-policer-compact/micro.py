@@ -1,6 +1,11 @@
-import random, timeit, json
+"""One 16-VR message decoded alone, /2 (decode_rows) against /3 (decode_v3, with the router's last memory): python micro.py."""
+
+import random
+import timeit
+
 from xtc.daemon import api
 from xtc.policer.rows import decode_rows, decode_v3
+
 rng = random.Random(1)
 def rows():
     return sorted([[f"vr{j:02d}", "active", True, 5e4, rng.uniform(1e4, 5e4), rng.uniform(1e4, 6e4), rng.uniform(5, 90), 100.0, None, None][:len(api.SAMPLE_FIELDS)] for j in range(16)], key=lambda r: r[0])
