@@ -45,6 +45,10 @@ __all__ = ["Fleet", "FakeDaemon", "FakeVr"]
 MAX_SETPOINT_PPS = 1e8
 
 
+#: The compact samples format, when the xtc this fleet runs with has it (a comparison's "before" side runs
+#: this fleet with an older xtc first on the path: its policer never asks for it).
+_V3 = getattr(api, "SAMPLES_SCHEMA_V3", None)
+
 class FakeVr:
     """A cheap stand-in VR: offered ``offered_pps``, forwards ``min(offered, setpoint)`` while active.
 
@@ -106,8 +110,9 @@ class FakeDaemon:
         self.drop_requests: set[str] = set()
         #: The ``early_drop`` commands' switches by VR (None: back to the default).
         self.early_drop: dict[str, bool | None] = {}
-        #: The peers subscribed to the samples over the ROUTER socket (their envelopes), and that socket.
-        self.link_peers: dict[tuple[bytes, ...], None] = {}
+        #: The peers subscribed to the samples over the ROUTER socket (their envelopes, with the format each
+        #: asked for), and that socket.
+        self.link_peers: dict[tuple[bytes, ...], str] = {}
         self.router: Any = None
 
     def handle(self, raw: bytes) -> bytes | None:
@@ -183,9 +188,10 @@ class Fleet:
                  slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
                  publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
-                 first: int = 0, jitter: float = 0.0, link_samples: bool = True):
+                 first: int = 0, jitter: float = 0.0, link_samples: bool = True, samples_v3: bool = True):
         rng = random.Random(seed)
         self.link_samples = link_samples
+        self.samples_v3 = samples_v3
         self.jitter = jitter
         self._jitter_rng = random.Random(seed + 2)
         self._rng = random.Random(seed + 1)  # the flapping daemons' phases
@@ -298,8 +304,11 @@ class Fleet:
         if not self.link_samples:
             return api.error_reply(api.ApiError("unknown_command", f"unknown command {req.cmd!r}"), req.id)
         if req.cmd == "subscribe":
-            d.link_peers[peer] = None
-            return api.ok_reply({"subscribed": True, "schema": api.SAMPLES_SCHEMA, "period_s": self.period_s}, req.id)
+            schema = getattr(req, "schema", None)  # (None from an xtc older than xtc-samples/3)
+            if schema is not None and not self.samples_v3:  # as a daemon older than the member refuses it
+                return api.error_reply(api.ApiError("bad_field", "unknown field 'schema' for command 'subscribe'"), req.id)
+            d.link_peers[peer] = schema or api.SAMPLES_SCHEMA
+            return api.ok_reply({"subscribed": True, "schema": d.link_peers[peer], "period_s": self.period_s}, req.id)
         d.link_peers.pop(peer, None)
         return api.ok_reply({"subscribed": False}, req.id)
 
@@ -316,7 +325,7 @@ class Fleet:
                 while d.inject:
                     raw = d.inject.pop(0)
                     p.send_multipart(raw, flags=zmq.NOBLOCK)
-                    self._send_link(d, raw)
+                    self._send_link(d, {}, raw)
                 if d.pub_silent or d.silent:
                     continue
                 d.published += 1
@@ -325,16 +334,28 @@ class Fleet:
                     for n, v in d.vrs.items():
                         v.offered_pps = round(base[n] * (1 + self.jitter * (2 * self._jitter_rng.random() - 1)))
                 rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
-                msg = api.samples_message(time.time(), self.period_s, sorted(rows, key=lambda r: r[0]))
-                p.send_multipart(msg, flags=zmq.NOBLOCK)
-                self._send_link(d, msg)
+                rows.sort(key=lambda r: r[0])
+                t = time.time()
+                # Each format built only when someone takes it, as the daemon does: the PUB socket's only while
+                # no peer takes the samples over the ROUTER socket (a policer reads one or the other), so that
+                # the fleet's own work is that of the formats its policer asks for.
+                wants = set(d.link_peers.values())
+                msg = api.samples_message(t, self.period_s, rows) if not wants or api.SAMPLES_SCHEMA in wants else None
+                if not wants:
+                    p.send_multipart(msg, flags=zmq.NOBLOCK)
+                v3 = api.samples_message_v3(t, self.period_s, rows) if _V3 and _V3 in wants else None
+                self._send_link(d, {api.SAMPLES_SCHEMA: msg, _V3: v3})
         finally:
             p.close(0)
 
     @staticmethod
-    def _send_link(d: FakeDaemon, msg: list[bytes]) -> None:
-        """A samples message to the peers subscribed over the ROUTER socket, as the daemon sends it."""
-        for peer in list(d.link_peers):
+    def _send_link(d: FakeDaemon, msgs: dict[str, list[bytes] | None], raw: list[bytes] | None = None) -> None:
+        """A samples message to the peers subscribed over the ROUTER socket, as the daemon sends it: in the
+        format each asked for (``msgs``: format -> frames), or ``raw`` to every one."""
+        for peer, schema in list(d.link_peers.items()):
+            msg = raw if raw is not None else msgs.get(schema)
+            if msg is None:
+                continue
             try:
                 d.router.send_multipart([*peer, b"", *msg], flags=zmq.NOBLOCK)
             except zmq.ZMQError as e:
@@ -431,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--publish", action="store_true")
     p.add_argument("--no-link-samples", dest="link_samples", action="store_false",
                    help="refuse 'subscribe' as a daemon older than the command does (samples on the PUB socket only)")
+    p.add_argument("--no-samples-v3", dest="samples_v3", action="store_false",
+                   help="refuse 'subscribe' with a 'schema' member as a daemon older than xtc-samples/3 does")
     p.add_argument("--jitter", type=float, default=0.0, help="offered rates drawn anew each period: base x (1 +- jitter)")
     p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
@@ -438,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, flap_s=args.flap_s, transport=args.transport,
                   publish=args.publish, seed=args.first, first=args.first, jitter=args.jitter,
-                  link_samples=args.link_samples).start()
+                  link_samples=args.link_samples, samples_v3=args.samples_v3).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)

@@ -4,8 +4,9 @@ Runs the real engine (:class:`xtc.policer.engine.Engine`, its :class:`~xtc.polic
 :class:`~xtc.policer.samples.SampleStreams`, a SQLite or PostgreSQL store) in this process against a
 fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child process, over real sockets),
 as ``xtc policer serve``'s engine process runs it, but without the API.  After a warm-up it measures
-the process's CPU per router measurement (``sampled`` + ``listed``) for ``--window`` seconds unprofiled,
-then as long again with :mod:`cProfile` on in every engine thread (the cycle's, the worker's, the sample
+the process's CPU per router measurement (``sampled`` + ``listed``) over ``--window`` periods (seconds at
+the profile's period of 1 s) of whole cycles, from a cycle's start to another's (``window``: the cycles, the
+measurements and the seconds it covers), unprofiled, then as long again with :mod:`cProfile` on in every engine thread (the cycle's, the worker's, the sample
 streams'), the calls of each thread's loop profiled one by one on the thread's CPU clock (waits for a
 lock, the database or the interpreter lock do not count), and prints JSON: the CPU per measurement,
 and the profile's top functions by own time and by cumulative time (profiling inflates the times,
@@ -32,15 +33,17 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
 
-__all__ = ["profile_engine", "main"]
+__all__ = ["Mark", "main", "profile_engine", "take_window", "window_figures"]
 
 _ON = threading.Event()
 _PROFILES: list[cProfile.Profile] = []
@@ -71,9 +74,43 @@ def _profiled(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _patch() -> None:
     """Profile the per-iteration work of each engine thread (the loops themselves only wait)."""
     for cls, names in ((Engine, ("run_cycle", "contact_new", "probe_silent", "_handle_batch", "_snapshot")),
-                       (SampleStreams, ("_drain", "_reconcile"))):
+                       (SampleStreams, ("_drain", "_reconcile")),
+                       # the link pool's I/O thread: a samples message handed on (decoded), a reply taken
+                       (LinkPool, ("_sample", "_dispatch"))):
         for n in names:
             setattr(cls, n, _profiled(getattr(cls, n)))
+    Engine.run_cycle = _STARTS.wrap(Engine.run_cycle)  # type: ignore[method-assign]
+
+
+class _CycleStarts:
+    """Marks taken on the engine's cycle thread at a cycle's start, before it counts any measurement."""
+
+    def __init__(self) -> None:
+        self._want: threading.Event | None = None
+        self._mark: Mark | None = None
+        self.mark: Callable[[], Mark] | None = None  # set once the engine exists
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            want = self._want
+            if want is not None and self.mark is not None:
+                self._want = None
+                self._mark = self.mark()
+                want.set()
+            return fn(*a, **kw)
+
+        return wrapper
+
+    def next_mark(self, timeout_s: float = 30.0) -> Mark:
+        """The mark at the next cycle's start (waits for it)."""
+        want = self._want = threading.Event()
+        if not want.wait(timeout_s):
+            raise RuntimeError(f"no engine cycle started in {timeout_s} s")
+        assert self._mark is not None
+        return self._mark
+
+
+_STARTS = _CycleStarts()
 
 
 def _top(stats: pstats.Stats, key: str, n: int) -> list[str]:
@@ -111,21 +148,67 @@ def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of another process of this machine, by ``/proc``."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
+@dataclass(frozen=True)
+class Mark:
+    """The counters at one instant: the engine's cycles and measurements (``sampled`` + ``listed``), the
+    process's CPU seconds, each thread's CPU seconds by name, the monotonic time."""
+
+    cycles: int
+    measurements: int
+    cpu_s: float
+    threads_cpu_s: dict[str, float]
+    t: float
+
+
+def take_window(mark: Callable[[], Mark], next_cycle_mark: Callable[[], Mark], sleep: Callable[[float], None],
+                window_s: float, period_s: float) -> tuple[Mark, Mark]:
+    """The marks at a window's start and end: both at a cycle's start (``next_cycle_mark``: the mark at the
+    next cycle's start, before it counts any measurement), ``round(window_s / period_s)`` cycles (at least
+    one) apart.  So the window holds exactly the measurements its cycles counted and about that many
+    periods' CPU.  (Marks ``window_s`` apart at any instant (``mark``, ``sleep``) held 9 to 11 cycles'
+    measurements in 10 s, as a cycle counts its measurements all at once, some time after its start.)"""
+    cycles = max(1, round(window_s / period_s))
+    m0 = m1 = next_cycle_mark()
+    while m1.cycles < m0.cycles + cycles:
+        m1 = next_cycle_mark()
+    return m0, m1
+
+
+def window_figures(m0: Mark, m1: Mark) -> dict[str, Any]:
+    """A window's figures from its two marks: ms of CPU per measurement (the process's and each thread's),
+    measurements a second, the measurements and the cycles it covers."""
+    n, c, w = m1.measurements - m0.measurements, m1.cpu_s - m0.cpu_s, m1.t - m0.t
+    return {"cycles": m1.cycles - m0.cycles, "measurements": n, "seconds": round(w, 3),
+            "measured_per_s": round(n / w) if w > 0 else None,
+            "cpu_ms_per_measurement": round(1000 * c / n, 4) if n else None,
+            "thread_cpu_ms_per_measurement": {
+                k: round(1000 * (v - m0.threads_cpu_s.get(k, 0.0)) / n, 4) for k, v in sorted(m1.threads_cpu_s.items())
+                if v - m0.threads_cpu_s.get(k, 0.0) > 0} if n else {}}
+
+
 def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
-                   sample_link: bool = False) -> dict[str, Any]:
+                   sample_link: bool = False, schema: str | None = None) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
-                           "jitter": jitter, "sample_link": sample_link, "loadavg_before": _loadavg()}
+                           "jitter": jitter, "sample_link": sample_link, "schema": schema,
+                           "loadavg_before": _loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
@@ -143,28 +226,35 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             for r in json.loads(fl_file.read_text()):
                 store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
                                  pub_endpoint=r["pub_endpoint"])
-            pool = LinkPool(0.9)
+            pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}))  # (an older xtc has no schema)
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
             eng.start()
             time.sleep(warmup_s if warmup_s is not None else 10 + routers / 100)
             out["measured_per_s"] = {}
+
+            def mark() -> Mark:
+                return Mark(eng.cycles, eng.sampled + eng.listed, _cpu_s(), _threads_cpu_s(), time.monotonic())
+
+            _STARTS.mark = mark
+            out["window"] = {}
             for profiled in (False, True):
                 if profiled:
                     _ON.set()
-                n0, c0, t0, th0 = eng.sampled + eng.listed, _cpu_s(), time.monotonic(), _threads_cpu_s()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
-                time.sleep(window_s)
-                n, c, w = eng.sampled + eng.listed - n0, _cpu_s() - c0, time.monotonic() - t0
+                f0 = _proc_cpu_s(fleet.pid)
+                m0, m1 = take_window(mark, _STARTS.next_mark, time.sleep, window_s, eng.period_s)
+                if not profiled:  # the stand-in fleet's own CPU (it shares the machine)
+                    out["fleet_cpu_s_per_s"] = round((_proc_cpu_s(fleet.pid) - f0) / (m1.t - m0.t), 3)
+                fig = window_figures(m0, m1)
+                out["window"]["profiled" if profiled else "plain"] = {k: fig[k] for k in ("cycles", "measurements", "seconds")}
+                n = fig["measurements"]
                 if not profiled and n:  # where the unprofiled CPU goes, per thread (ms per measurement)
-                    th = _threads_cpu_s()
-                    out["thread_cpu_ms_per_measurement"] = {
-                        k: round(1000 * (v - th0.get(k, 0.0)) / n, 4) for k, v in sorted(th.items())
-                        if v - th0.get(k, 0.0) > 0}
+                    out["thread_cpu_ms_per_measurement"] = fig["thread_cpu_ms_per_measurement"]
                 _ON.clear()
                 key = "profiled" if profiled else "plain"
-                out["measured_per_s"][key] = round(n / w)
-                out.setdefault("cpu_ms_per_measurement", {})[key] = round(1000 * c / n, 4) if n else None
+                out["measured_per_s"][key] = fig["measured_per_s"]
+                out.setdefault("cpu_ms_per_measurement", {})[key] = fig["cpu_ms_per_measurement"]
                 # routers planned (of them found quiet by the arrays, planned to nothing without plan_router),
                 # and not planned at all (the same inputs as a plan that changed nothing)
                 out.setdefault("plans", {})[key] = {"planned": eng.planned - p0[0],
@@ -206,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--routers", type=int, default=1000)
     p.add_argument("--vrs", type=int, default=16)
     p.add_argument("--dead", type=float, default=0.1)
-    p.add_argument("--window", type=float, default=10.0, help="seconds measured, unprofiled then profiled")
+    p.add_argument("--window", type=float, default=10.0, help="seconds measured (whole cycles of 1 s), unprofiled then profiled")
     p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
     p.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
     p.add_argument("--top", type=int, default=30)
@@ -214,10 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period (as the bench's)")
     p.add_argument("--sample-link", action="store_true",
                    help="the samples over the link's connection (as the service takes them), not a SUB socket per router")
+    p.add_argument("--schema", default=None,
+                   help="the samples' format the engine asks its daemons for (xtc-samples/2 or /3; default: the engine's)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
-                                    sample_link=args.sample_link), indent=1))
+                                    sample_link=args.sample_link, schema=args.schema), indent=1))
     return 0
 
 

@@ -19,7 +19,8 @@ def test_empty_file_gives_the_defaults() -> None:
     "text, key, words",
     [
         ("bogus = 1\n", "bogus", "unknown key (allowed: auth, curve, database, engine, log, schema, server)"),
-        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, sample_link, samples, shards, snapshot_interval_s)"),
+        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, sample_link, sample_schema, samples, shards, snapshot_interval_s)"),
+        ('[engine]\nsample_schema = "xtc-samples/9"\n', "engine.sample_schema", "xtc-samples/2"),
         ("server = 1\n", "server", "must be a table"),
         ('schema = "xtc-policer/2"\n', "schema", "must be 'xtc-policer/1', got 'xtc-policer/2'"),
         ('[server]\nhost = ""\n', "server.host", "must be a non-empty string"),
@@ -61,5 +62,7 @@ def test_values_are_carried_over(tmp_path: Path) -> None:
     assert (cfg.host, cfg.port, cfg.db_url, cfg.period_s, cfg.request_timeout_s) == ("0.0.0.0", 9000, "sqlite://", 2.0, 0.5)
     assert isinstance(cfg.port, int) and isinstance(cfg.period_s, float) and cfg.samples is True
     assert cfg.workers == 3 and cfg.shards == 4
+    assert cfg.sample_schema == "xtc-samples/3"
+    assert loads_config('[engine]\nsample_schema = "xtc-samples/2"\n', env={}).sample_schema == "xtc-samples/2"
     assert cfg.allow_plain_http is True and cfg.header_timeout_s == 2.5 and cfg.tls_certificate_file is None
     assert cfg.curve_secret_key_file == str(k)

@@ -7,6 +7,8 @@ testbed's fleet, and a real ``xtc daemon`` process for the restart."""
 from __future__ import annotations
 
 import json
+import math
+import struct
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from fakes.daemon import RouterPeer
 from procs import stop_process
 from xtc_lab.policer_fleet import Fleet
 
+from xtc.daemon import api
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool, tcp_states
 from xtc.policer.samples import SampleStreams
@@ -245,3 +248,64 @@ def test_samples_nobody_asked_for_are_dropped_and_bad_ones_counted() -> None:
     finally:
         links.close()
         peer.close()
+
+
+def test_the_compact_format_is_asked_for_and_a_daemon_without_it_keeps_json() -> None:
+    """The pool asks for ``xtc-samples/3`` in ``subscribe``; a daemon that refuses the member (older than
+    it: ``bad_field``) is asked again without it and sends /2 on the same connection; the engine's
+    streams read both, with the same values; bad /3 messages over the link are dropped and counted, and
+    the router's good samples go on."""
+    new = Fleet(3, vrs_per_router=4, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp").start()
+    old = Fleet(3, vrs_per_router=4, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp", first=3,
+                samples_v3=False).start()
+    links = LinkPool(0.5)
+    streams = SampleStreams(max_vrs=8, links=links)
+    streams.want({r["name"]: (r["pub_endpoint"], None, r["endpoint"]) for f in (new, old) for r in f.routers()})
+    daemons = [*new.daemons, *old.daemons]
+    try:
+        wait_for(lambda: all(streams.latest(d.name) for d in daemons), 10, "a sample of every router")
+        st = links.stats()
+        assert st["subscribed_v3"] == 3 and st["subscribed"] == 6 and st["subscribe_refused"] == 0
+        assert [list(d.link_peers.values()) for d in new.daemons] == [["xtc-samples/3"]] * 3
+        assert [list(d.link_peers.values()) for d in old.daemons] == [["xtc-samples/2"]] * 3
+        assert streams.linked == 6 and streams._socks == {} and streams.bad == {}
+        for d in daemons:  # the daemon's VRs, as it holds them
+            got = {v["vr"]: (v["state"], v["offered_pps"]) for v in streams.latest(d.name)[1]}
+            assert got == {n: (v.state, float(v.offered_pps)) for n, v in d.vrs.items()}, d.name
+        d = new.daemons[0]
+        good = api.samples_message_v3(1.0, 0.2, [[f"vr{i}", "inactive", True, None, 1.0, 1.0, None, None, None, None]
+                                                  for i in range(2)])
+        body = good[2]  # the numbers (2 VRs x 5), the codes (2 x 4), the names
+        d.inject = [[good[0], good[1].replace(b'"layout":1', b'"layout":7'), body],
+                    [*good[:2], body[:72] + struct.pack("<d", math.nan) + body[80:]],  # a NaN
+                    [*good[:2], body[:-1]],  # a byte short
+                    [*good[:2], body[:88] + b"vr0\nvr0\n"]]  # a VR twice
+        wait_for(lambda: streams.bad.get(d.name, 0) == 4, 5, "the bad /3 messages counted")
+        t = time.monotonic()
+        wait_for(lambda: streams.latest(d.name)[0] > t, 5, "good ones taken still")
+        assert links.stats()["stray_samples"] == 0
+    finally:
+        streams.close()
+        links.close()
+        new.stop()
+        old.stop()
+
+
+@pytest.mark.parametrize("schema", ["xtc-samples/2", None])
+def test_the_served_policer_asks_for_the_format_its_configuration_names(make_policer: Any, schema: str | None) -> None:
+    """``engine.sample_schema`` reaches the engine's link pool of ``xtc policer serve``: each daemon holds
+    the subscription in that format (the default: ``xtc-samples/3``), and its routers are measured."""
+    fleet = Fleet(3, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp").start()
+    try:
+        pol = make_policer(period_s=0.2, extra_config=f'sample_schema = "{schema}"\n' if schema else "")
+        for r in fleet.routers():
+            pol.call("POST", "/routers", json={"name": r["name"], "endpoint": r["endpoint"], "capacity_pps": 1e6,
+                                               "pub_endpoint": r["pub_endpoint"]})
+        want = schema or "xtc-samples/3"
+        wait_for(lambda: all(list(d.link_peers.values()) == [want] for d in fleet.daemons), 15,
+                 f"every daemon subscribed in {want}")
+        wait_for(lambda: all(pol.get(f"/routers/{d.name}")["status"] == "reachable" for d in fleet.daemons), 10,
+                 "every router measured")
+        assert pol.get("/health")["bad_samples"] == 0
+    finally:
+        fleet.stop()

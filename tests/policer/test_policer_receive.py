@@ -162,3 +162,35 @@ def test_the_paced_wait_holds_back_no_timer_and_no_ready_callback() -> None:
         loop.close()
         a.close()
         b.close()
+
+
+def test_bad_compact_messages_in_a_burst_are_dropped_and_counted_and_the_others_are_taken() -> None:
+    """The same over ``xtc-samples/3`` (columns in a binary frame): good messages, one whose body is cut
+    short, one whose numbers hold a NaN, one of four frames, and a good one last: the bad ones counted,
+    the good ones taken as /3, the last the router's newest."""
+    peer = _Pusher()
+    pool = LinkPool(2.0)
+    streams = SampleStreams(max_vrs=8, links=pool)
+
+    def v3(t: float, forwarded_pps: float) -> list[bytes]:
+        return api.samples_message_v3(t, 1.0, [[*ROW[:4], forwarded_pps, *ROW[5:]]])
+
+    try:
+        streams.want({"r": ("tcp://127.0.0.1:1", None, peer.endpoint)})
+        wait_for(lambda: pool.stats()["subscriptions"] == 1 and peer.ident is not None, 5, "the subscription")
+        received = pool.samples_received
+        topic, head, body = v3(2.0, 200.0)
+        nan = bytearray(body)
+        nan[8:16] = b"\x00\x00\x00\x00\x00\x00\xf8\x7f"  # the first VR's forwarded_pps: NaN
+        peer.bursts.append([v3(1.0, 100.0), [topic, head, body[:-3]], [topic, head, bytes(nan)],
+                            [topic, head, body, b"more"], v3(2.0, 200.0), v3(3.0, 300.0)])
+        wait_for(lambda: pool.samples_received - received == 6, 5, "the burst's samples")
+        wait_for(lambda: streams.latest("r") is not None and streams.latest("r")[1].forwarded_pps[0] == 300.0, 2,
+                 "the last good sample taken")
+        assert streams.latest("r")[1].arrays is not None  # read as /3
+        assert streams.bad == {"r": 3}
+        assert pool.bad_replies == 0 and pool.stats()["stray_samples"] == 0
+    finally:
+        streams.close()
+        pool.close()
+        peer.close()

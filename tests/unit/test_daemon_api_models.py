@@ -37,7 +37,8 @@ def test_the_module_prints_the_schema_and_refuses_other_arguments() -> None:
 def test_every_command_has_a_model_with_its_fields() -> None:
     assert list(api.REQUEST_MODELS) == list(api.COMMANDS)
     for cmd, model in api.REQUEST_MODELS.items():
-        assert set(model.model_fields) == {"v", "id", "cmd", *api.COMMANDS[cmd]}
+        # (by their names on the wire: a field named as an attribute of BaseModel has it as its alias)
+        assert {f.alias or n for n, f in model.model_fields.items()} == {"v", "id", "cmd", *api.COMMANDS[cmd]}
         assert model.model_config["extra"] == "forbid" and model.model_config["frozen"]
 
 

@@ -37,9 +37,9 @@ def _dealer(svc, ctx: zmq.Context) -> zmq.Socket:
     return s
 
 
-def _ask(svc, s: zmq.Socket, cmd: str, rid: int = 1) -> dict:
+def _ask(svc, s: zmq.Socket, cmd: str, rid: int = 1, **fields) -> dict:
     """Send a request on a DEALER, let the daemon serve it, and return the reply."""
-    s.send_multipart([b"", json.dumps({"v": 1, "cmd": cmd, "id": rid}).encode()])
+    s.send_multipart([b"", json.dumps({"v": 1, "cmd": cmd, "id": rid, **fields}).encode()])
     got: list = []
 
     def served() -> bool:
@@ -155,3 +155,48 @@ def test_req_clients_are_answered_and_cannot_be_flooded_with_samples(tmp_path):
         assert "manager.pub_endpoint" in rep["error"]["message"]
         assert len(svc.link_subscribers) == MAX_LINK_SUBSCRIBERS
         assert svc.handle_message([json.dumps({"v": 1, "cmd": "subscribe"}).encode()]).find(b"unsupported") > 0
+
+
+def test_a_peer_that_asks_for_xtc_samples_3_gets_the_compact_format_and_the_others_keep_2(tmp_path):
+    """``subscribe`` with ``schema`` ``xtc-samples/3``: that peer gets the columns in binary frames (the same
+    values as the JSON rows), another peer and the PUB socket keep /2; each format is built once a period,
+    only when someone takes it; an unknown format is refused and changes nothing."""
+    from xtc.policer.rows import decode_v3
+
+    with served(tmp_path) as (svc, clock, _, ctx):
+        s3, s2 = _dealer(svc, ctx), _dealer(svc, ctx)
+        rep = _ask(svc, s3, "subscribe", 1, schema=api.SAMPLES_SCHEMA_V3)
+        assert rep["result"] == {"subscribed": True, "schema": api.SAMPLES_SCHEMA_V3, "period_s": 1.0}
+        bad = _ask(svc, s2, "subscribe", 2, schema="xtc-samples/9")
+        assert bad["ok"] is False and bad["error"]["code"] == "bad_field" and "schema" in bad["error"]["message"]
+        assert len(svc.link_subscribers) == 1
+        made = {"v2": 0, "v3": 0}
+        real2, real3 = api.samples_message, api.samples_message_v3
+
+        def count(kind, real):
+            def f(*a):
+                made[kind] += 1
+                return real(*a)
+            return f
+
+        api.samples_message, api.samples_message_v3 = count("v2", real2), count("v3", real3)
+        try:
+            step(svc, clock)
+            (m3,) = _samples(s3)
+            assert made == {"v2": 0, "v3": 1}  # only /3 wanted: /2 not built
+            assert _ask(svc, s2, "subscribe", 3)["result"]["schema"] == api.SAMPLES_SCHEMA
+            step(svc, clock)
+            (m3b,) = _samples(s3)
+            (m2,) = _samples(s2)
+            assert made == {"v2": 1, "v3": 2}
+        finally:
+            api.samples_message, api.samples_message_v3 = real2, real3
+        assert m3[:2] == [b"", api.SAMPLES_TOPIC] and len(m3) == 4 and len(m2) == 3
+        vrs, _ = decode_v3(m3b[1:], 4096, 65536)
+        want = api.decode_samples(m2[2])
+        keys = ("vr", "state", "present", "setpoint_pps", "forwarded_pps", "offered_pps", "cap_percent", "saturated")
+        assert [{k: v[k] for k in keys} for v in vrs] == [{k: w[k] for k in keys} for w in want]
+        # The peer that asked for /3 can go back to /2 by subscribing again.
+        assert _ask(svc, s3, "subscribe", 4, schema=api.SAMPLES_SCHEMA)["result"]["schema"] == api.SAMPLES_SCHEMA
+        step(svc, clock)
+        assert len(_samples(s3)[0]) == 3

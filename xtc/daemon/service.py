@@ -224,10 +224,13 @@ class DaemonService:
         #: The manager socket: a ROUTER (answering REQ and DEALER clients as a REP socket would).
         self.rep: zmq.Socket | None = None
         self.pub: zmq.Socket | None = None
-        #: The peers subscribed to the samples over the manager socket, by their envelope (issue 50):
-        #: each period's samples are sent to them there, dropped when their queue is full, and the
-        #: subscription ends when the peer is gone (its connection closed) or sends ``unsubscribe``.
-        self.link_subscribers: dict[tuple[bytes, ...], None] = {}
+        #: The peers subscribed to the samples over the manager socket, by their envelope (issue 50), with
+        #: the format each asked for (``xtc-samples/2`` or ``/3``): each period's samples are sent to them
+        #: there, dropped when their queue is full, and the subscription ends when the peer is gone (its
+        #: connection closed) or sends ``unsubscribe``.
+        self.link_subscribers: dict[tuple[bytes, ...], str] = {}
+        #: Whether a subscriber of the PUB socket held the samples' topic at the last period's look.
+        self.pub_listeners = False
         #: The ipc:// socket files bound (path, inode), removed on close.
         self._ipc_files: list[tuple[Path, int]] = []
         #: The topic prefixes the PUB socket's subscribers hold (non-verbose XPUB: a prefix arrives
@@ -462,15 +465,21 @@ class DaemonService:
             rows = self.core.sample_rows()
             self.metrics.update(rows)
         if publish:
-            assert self.pub is not None and rows is not None
-            topic, body = api.samples_message(self.wall_clock(), period_s, rows)
-            try:
-                self.pub.send(topic, _MORE_NOBLOCK)
-                self.pub.send(body, _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
-            except zmq.Again:
-                pass
+            assert rows is not None
+            t = self.wall_clock()
+            # Each format built once a period, only when someone takes it: the PUB socket's readers and the
+            # peers that asked for /2 take /2, those that asked for /3 take /3.
+            wants = set(self.link_subscribers.values())
+            v2 = api.samples_message(t, period_s, rows) if self.pub_listeners or api.SAMPLES_SCHEMA in wants else None
+            if v2 is not None and self.pub_listeners and self.pub is not None:
+                try:
+                    self.pub.send(v2[0], _MORE_NOBLOCK)
+                    self.pub.send(v2[1], _NOBLOCK)  # a PUB socket takes the rest of a message it took the start of
+                except zmq.Again:
+                    pass
             if self.link_subscribers:
-                self._send_link_samples(topic, body)
+                v3 = api.samples_message_v3(t, period_s, rows) if api.SAMPLES_SCHEMA_V3 in wants else None
+                self._send_link_samples({api.SAMPLES_SCHEMA: v2, api.SAMPLES_SCHEMA_V3: v3})
         self.metrics.periods.inc()
         self._save(force=False)
         self.metrics.work.observe(time.perf_counter() - t0)
@@ -480,14 +489,17 @@ class DaemonService:
             for row in rows:
                 event(log, logging.DEBUG, "sample", **dict(zip(api.SAMPLE_FIELDS, row)))
 
-    def _send_link_samples(self, topic: bytes, body: bytes) -> None:
-        """Send a period's samples to every peer subscribed over the manager socket, never waiting: a
-        peer whose queue is full (``SNDHWM``) loses this message (counted), one that is gone loses its
-        subscription."""
+    def _send_link_samples(self, messages: dict[str, list[bytes] | None]) -> None:
+        """Send a period's samples to every peer subscribed over the manager socket, in the format it asked
+        for (``messages``: format -> its frames), never waiting: a peer whose queue is full (``SNDHWM``)
+        loses this message (counted), one that is gone loses its subscription."""
         assert self.rep is not None
-        for peer in list(self.link_subscribers):
+        for peer, schema in list(self.link_subscribers.items()):
+            msg = messages.get(schema)
+            if msg is None:
+                continue
             try:
-                self.rep.send_multipart([*peer, b"", topic, body], _NOBLOCK, copy=False)
+                self.rep.send_multipart([*peer, b"", *msg], _NOBLOCK, copy=False)
             except zmq.ZMQError as e:
                 if e.errno == zmq.EHOSTUNREACH:  # its connection is gone (closed, or timed out by heartbeats)
                     del self.link_subscribers[peer]
@@ -495,8 +507,9 @@ class DaemonService:
                 else:  # EAGAIN: the peer reads too slowly
                     self.metrics.sends_dropped.labels("samples").inc()
 
-    def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None) -> dict[str, Any]:
-        """``subscribe`` / ``unsubscribe``: the samples over this connection (the peer's envelope)."""
+    def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None, schema: str | None = None) -> dict[str, Any]:
+        """``subscribe`` / ``unsubscribe``: the samples over this connection (the peer's envelope), in the
+        format ``schema`` asks for (None: ``xtc-samples/2``); a peer subscribed again takes the new one."""
         if peer is None:
             raise ApiError("unsupported", f"'{cmd}' is about the connection it comes on: send it on a DEALER "
                                           "socket connected to manager.endpoint")
@@ -509,15 +522,17 @@ class DaemonService:
             if len(self.link_subscribers) >= MAX_LINK_SUBSCRIBERS:
                 raise ApiError("unsupported", f"this daemon sends its samples over manager.endpoint to at most "
                                               f"{MAX_LINK_SUBSCRIBERS} peers; subscribe to manager.pub_endpoint instead")
-            self.link_subscribers[peer] = None
-            event(log, logging.INFO, "samples_subscribed", peer=peer[0].hex(), subscribers=len(self.link_subscribers))
-        return {"subscribed": True, "schema": api.SAMPLES_SCHEMA, "period_s": self.cfg.daemon.control_period_s}
+            event(log, logging.INFO, "samples_subscribed", peer=peer[0].hex(), subscribers=len(self.link_subscribers) + 1,
+                  schema=schema or api.SAMPLES_SCHEMA)
+        self.link_subscribers[peer] = schema or api.SAMPLES_SCHEMA
+        return {"subscribed": True, "schema": schema or api.SAMPLES_SCHEMA, "period_s": self.cfg.daemon.control_period_s}
 
     def sample_listeners(self) -> bool:
         """True if someone takes the samples: a peer subscribed over the manager socket, or a subscriber of
         the PUB socket holding the samples' topic (its subscriptions read first, every period)."""
         pub, subs = self.pub, self.subscriptions
         if pub is None:
+            self.pub_listeners = False
             return bool(self.link_subscribers)
         for _ in range(_MAX_SUBSCRIPTION_MESSAGES):
             try:
@@ -528,7 +543,8 @@ class DaemonService:
                 subs.add(msg[1:])
             elif msg[:1] == b"\x00":
                 subs.discard(msg[1:])
-        return bool(self.link_subscribers) or any(api.SAMPLES_TOPIC.startswith(p) for p in subs)
+        self.pub_listeners = any(api.SAMPLES_TOPIC.startswith(p) for p in subs)
+        return bool(self.link_subscribers) or self.pub_listeners
 
     def after_period_gc(self, now: float) -> None:
         """Keep Python's cyclic garbage collector off the objects that outlive a period.
@@ -682,7 +698,7 @@ class DaemonService:
             req = api.parse_request(frames[0], cfg.manager.max_message_bytes, cfg.daemon.max_setpoint_pps)
             cmd = req.cmd
             if cmd in api.LINK_COMMANDS:  # about the connection: the socket's, not the control loop's
-                result = self._subscription(cmd, peer)
+                result = self._subscription(cmd, peer, req.schema)
                 self.metrics.requests.labels(cmd, "ok").inc()
                 return api.ok_reply(result, req.id)
             now = self.clock()

@@ -32,6 +32,9 @@ A complete example (defaults shown)::
     sample_link = true        # take the samples over the one connection kept to each daemon's manager
                               # endpoint ('subscribe'); a daemon that refuses it (older) through its
                               # pub_endpoint (false: a second connection per router, to pub_endpoint)
+    sample_schema = "xtc-samples/3" # the samples' format asked for over that connection: "xtc-samples/3"
+                              # (columns in a binary frame: cheaper to decode, dearer for the daemon
+                              # to build) or "xtc-samples/2" (JSON rows); a daemon without /3 sends /2
     shards = 1                # engine processes, each policing the routers whose name hashes to it
                               # (one core each; every policer on one database must give the same number)
     snapshot_interval_s = 10.0 # seconds between two writes of the routers' live measurements to the
@@ -110,6 +113,7 @@ class PolicerConfig:
     max_reply_bytes: int = 8 * 1024 * 1024
     samples: bool = True
     sample_link: bool = True
+    sample_schema: str = "xtc-samples/3"
     shards: int = 1
     snapshot_interval_s: float = 10.0
     log_format: str = "json"
@@ -124,7 +128,8 @@ class PolicerConfig:
                 "protect_reads": self.protect_reads, "period_s": self.period_s,
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
-                "samples": self.samples, "sample_link": self.sample_link, "shards": self.shards,
+                "samples": self.samples, "sample_link": self.sample_link, "sample_schema": self.sample_schema,
+                "shards": self.shards,
                 "snapshot_interval_s": self.snapshot_interval_s, "log_format": self.log_format,
                 "log_level": self.log_level}
 
@@ -188,6 +193,7 @@ class _Engine:
     max_reply_bytes: Annotated[int, Strict(), within(1024, 1 << 30)] = _DEFAULT.max_reply_bytes
     samples: Annotated[bool, Strict()] = _DEFAULT.samples
     sample_link: Annotated[bool, Strict()] = _DEFAULT.sample_link
+    sample_schema: Literal["xtc-samples/2", "xtc-samples/3"] = "xtc-samples/3"
     shards: Annotated[int, Strict(), within(1, MAX_SHARDS)] = _DEFAULT.shards
     snapshot_interval_s: Annotated[Number, within(0.05, 3600)] = _DEFAULT.snapshot_interval_s
 
@@ -270,6 +276,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         max_reply_bytes=d.engine.max_reply_bytes,
         samples=d.engine.samples,
         sample_link=d.engine.sample_link,
+        sample_schema=d.engine.sample_schema,
         shards=d.engine.shards,
         snapshot_interval_s=d.engine.snapshot_interval_s,
         log_format=d.log.format,

@@ -754,7 +754,10 @@ class Engine:
         names = st.sample_names
         if names is None or names[0] is not got[1]:  # a new message: its VR names (the same list: the same names)
             vrs = got[1]
-            names = st.sample_names = (vrs, frozenset(vrs.names if isinstance(vrs, SampleRows) else (v["vr"] for v in vrs)))
+            if names is not None and isinstance(vrs, SampleRows) and getattr(names[0], "names", None) is vrs.names:
+                names = st.sample_names = (vrs, names[1])  # (the very names of the last one: xtc-samples/3 keeps them)
+            else:
+                names = st.sample_names = (vrs, frozenset(vrs.names if isinstance(vrs, SampleRows) else (v["vr"] for v in vrs)))
         if known is None or names[1] != known:
             return None  # never listed, or the VR set changed: 'list' tells everything
         return got[1]

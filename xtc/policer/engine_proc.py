@@ -346,7 +346,8 @@ def main() -> int:
     i, n = cfg.get("shard", (0, 1))
     shard = (int(i), int(n))
     leadership = Leadership(store, cfg["holder"], on_crash, shard=shard) if cfg["leader_election"] else None
-    links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"])
+    links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"],
+                     sample_schema=cfg.get("sample_schema", "xtc-samples/3"))
     streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"],
                              links=links if cfg.get("sample_link", True) else None) if cfg.get("samples") else None)
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,

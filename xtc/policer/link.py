@@ -39,8 +39,8 @@ from typing import Any, Callable, Iterable
 import zmq
 from pydantic import ValidationError
 
-from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_TOPIC, ErrorReply, Instance, OkReply,
-                            reject_json_constant, unique_json_keys)
+from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_SCHEMA, SAMPLES_SCHEMA_V3, SAMPLES_SCHEMAS, SAMPLES_TOPIC,
+                            ErrorReply, Instance, OkReply, reject_json_constant, unique_json_keys)
 from xtc.daemon.ctl import ManagerError, open_client
 
 log = logging.getLogger("xtc.policer.link")
@@ -282,7 +282,7 @@ RefusedSink = Callable[[BaseException], None]
 class _Sub:
     """The samples of one daemon endpoint over its kept connection (``subscribe``), and who takes them."""
 
-    __slots__ = ("key", "last_s", "next_s", "period_s", "retry_s", "sinks", "state")
+    __slots__ = ("key", "last_s", "next_s", "period_s", "plain", "retry_s", "sinks", "state")
 
     def __init__(self, key: tuple[str, str | None]):
         self.key = key
@@ -295,6 +295,8 @@ class _Sub:
         self.retry_s = SUBSCRIBE_RETRY_S
         self.next_s = 0.0
         self.period_s = 1.0
+        #: ``subscribe`` is sent without ``schema`` (the daemon refused the member: older than it).
+        self.plain = False
 
 
 class _Conn:
@@ -381,7 +383,13 @@ class LinkPool:
     def __init__(self, timeout_s: float, curve_secret_file: str | Path | None = None,
                  context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
                  max_in_flight: int | None = None, heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
-                 idle_s: float = 300.0, stall_s: float | None = None, pace_s: float = PACE_S):
+                 idle_s: float = 300.0, stall_s: float | None = None, pace_s: float = PACE_S,
+                 sample_schema: str = SAMPLES_SCHEMA_V3):
+        if sample_schema not in SAMPLES_SCHEMAS:
+            raise ValueError(f"sample_schema must be one of {', '.join(SAMPLES_SCHEMAS)}, got {sample_schema!r}")
+        #: The samples' format asked for in ``subscribe`` (a daemon that does not know the member is asked
+        #: again without it, and sends ``xtc-samples/2``).
+        self.sample_schema = sample_schema
         self.timeout_s = timeout_s
         self.pace_s = pace_s
         self.curve_secret_file = curve_secret_file
@@ -426,6 +434,8 @@ class LinkPool:
         #: ``subscribe`` requests answered yes and refused (an older daemon), asked again after a
         #: silence, samples messages handed on, and ones that came for no subscription (dropped).
         self.subscribed = 0
+        #: Of them, answered with the compact format ``xtc-samples/3``.
+        self.subscribed_v3 = 0
         self.subscribe_refused = 0
         self.resubscribes = 0
         self.samples_received = 0
@@ -437,7 +447,8 @@ class LinkPool:
                 "idle_closed": self.idle_closed, "late_replies": self.late_replies,
                 "bad_replies": self.bad_replies, "socket_errors": self.socket_errors,
                 "subscriptions": sum(s.state == "on" for s in list(self._subs.values())),
-                "subscribed": self.subscribed, "subscribe_refused": self.subscribe_refused,
+                "subscribed": self.subscribed, "subscribed_v3": self.subscribed_v3,
+                "subscribe_refused": self.subscribe_refused,
                 "resubscribes": self.resubscribes, "samples_received": self.samples_received,
                 "stray_samples": self.stray_samples}
 
@@ -563,7 +574,10 @@ class LinkPool:
 
         try:
             async with self._sem:
-                results = await self._talk(sub.key[0], sub.key[1], [{"cmd": "subscribe"}])
+                ask = {"cmd": "subscribe"}
+                if not sub.plain and self.sample_schema != SAMPLES_SCHEMA:
+                    ask["schema"] = self.sample_schema
+                results = await self._talk(sub.key[0], sub.key[1], [ask])
         except LinkDown as e:  # no connection could be made
             results = [e]
         except asyncio.CancelledError:
@@ -577,6 +591,12 @@ class LinkPool:
             sub.period_s = float(p) if type(p) in (int, float) and 0.01 <= p <= 3600 else 1.0
             sub.state, sub.last_s, sub.retry_s = "on", now, SUBSCRIBE_RETRY_S
             self.subscribed += 1
+            self.subscribed_v3 += res.get("schema") == SAMPLES_SCHEMA_V3
+        elif isinstance(res, DaemonRefused) and res.code == "bad_field" and not sub.plain:
+            # A daemon that has 'subscribe' but not its 'schema' member: asked again without it (xtc-samples/2).
+            sub.plain = True
+            log.info("%s: 'subscribe' without the samples' format (%s): xtc-samples/2", sub.key[0], res)
+            self._ask(sub)
         elif isinstance(res, DaemonRefused):
             sub.state = "refused"
             self.subscribe_refused += 1

@@ -152,12 +152,15 @@ class LiveTable:
 
     def put(self, router: str, t_unix_s: float, names: Sequence[str], forwarded_pps: Sequence[float | None],
             offered_pps: Sequence[float | None], cap_percent: Sequence[float | None],
-            saturated: Iterable[str | None], finite: bool = False, moved: bool | None = None) -> None:
+            saturated: Iterable[str | None], finite: bool = False, moved: bool | None = None,
+            arrays: tuple[Any, Any, Any, Any] | None = None) -> None:
         """A router's measurement at ``t_unix_s``: its VRs ``names`` (in this order) and their values
         (None, or a non-finite number: missing; a ``saturated`` not among :data:`SATURATION_CODES`: None).
         ``finite``: the numbers are known to be finite or None (a validated sample's columns).  ``moved``:
         whether ``forwarded_pps``, ``offered_pps`` or ``saturated`` differ from what the table holds for the
-        same VRs, when the caller knows (None: compared here); the router's :meth:`key` changes only then."""
+        same VRs, when the caller knows (None: compared here); the router's :meth:`key` changes only then.
+        ``arrays``: the same values as the table holds them (``forwarded_pps``, ``offered_pps``,
+        ``cap_percent`` as float64 with NaN for missing, the saturation codes), written as they are."""
         names = tuple(names)
         k = len(names)
         w = self._where.get(router)
@@ -180,7 +183,9 @@ class LiveTable:
             w[2] = t_unix_s
         s = w[0]
         e = s + k
-        if finite:  # the three columns in one conversion (None: NaN)
+        if arrays is not None:  # (a sample decoded into arrays: no object per value)
+            m, o, c, sat = arrays
+        elif finite:  # the three columns in one conversion (None: NaN)
             m, o, c = np.array((forwarded_pps, offered_pps, cap_percent), float)
         else:
             with np.errstate(invalid="ignore"):
@@ -189,7 +194,8 @@ class LiveTable:
                 c = np.array(cap_percent, float)
             if k:  # a non-finite number is missing (the database has no NaN, the API returns none)
                 m, o, c = (np.where(np.isfinite(x), x, np.nan) for x in (m, o, c))
-        sat = _sat_codes(saturated)
+        if arrays is None:
+            sat = _sat_codes(saturated)
         if moved is None:
             moved = (self.forwarded_pps[s:e].tobytes() != m.tobytes() or self.offered_pps[s:e].tobytes() != o.tobytes()
                      or self.saturated[s:e].tobytes() != sat.tobytes())

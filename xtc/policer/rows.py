@@ -29,18 +29,24 @@ from functools import partial
 from operator import is_not
 from typing import Any
 
+import numpy as np
 import orjson
 
 from xtc.daemon.api import (
     SAMPLES_SCHEMA,
+    SAMPLES_SCHEMA_V3,
     SAMPLES_TOPIC,
+    V3_LAYOUT,
+    V3_NUMBERS,
+    V3_SATURATED,
+    V3_STATES,
     reject_json_constant,
     unique_json_keys,
 )
 
-from .link import VR_PATTERN
+from .link import VR_PATTERN, BadReply
 
-__all__ = ["SampleRows", "decode_rows"]
+__all__ = ["SampleRows", "V3Memory", "decode_rows", "decode_v3"]
 
 _STATES = frozenset(("inactive", "active", "paused"))
 _SATURATED = frozenset((None, "cap_max", "cap_min", "cap_slack"))
@@ -69,6 +75,7 @@ class SampleRows(Sequence[dict[str, Any]]):
 
     __slots__ = (
         "_dicts",
+        "arrays",
         "cap_percent",
         "forwarded_pps",
         "names",
@@ -92,6 +99,10 @@ class SampleRows(Sequence[dict[str, Any]]):
         self.cap_percent = cap_percent
         self.saturated = saturated
         self._dicts: list[dict[str, Any]] | None = None
+        #: The live table's columns as arrays, when the message came as them (``xtc-samples/3``):
+        #: ``forwarded_pps``, ``offered_pps``, ``cap_percent`` (float64, NaN: missing) and the saturation
+        #: codes (uint8, :data:`xtc.policer.live.SATURATION_CODES`' order); None otherwise.
+        self.arrays: tuple[Any, Any, Any, Any] | None = None
 
     @classmethod
     def from_dicts(cls, vrs: Sequence[dict[str, Any]]) -> SampleRows:
@@ -242,3 +253,158 @@ def decode_rows(frames: list[bytes], max_vrs: int, max_bytes: int) -> SampleRows
         nums[k] = got
     return SampleRows(names, state, present, nums["setpoint_pps"], nums["forwarded_pps"], nums["offered_pps"],
                       nums["cap_percent"], sat)
+
+
+# ------------------------------------------------------------------------------------ xtc-samples/3
+_V3_STATES = tuple(V3_STATES)
+_V3_SAT = tuple(V3_SATURATED)
+_V3_K = len(V3_NUMBERS)
+_V3_HEADER_MAX = 4096  # a header holds five numbers (and, rarely, the VRs' actuation errors)
+_FINITE_NUMBER = (float, int)
+_least, _most = np.minimum.reduce, np.maximum.reduce
+
+
+class V3Memory:
+    """What :func:`decode_v3` keeps of a router's last valid ``xtc-samples/3`` message: its names and codes
+    and what they decoded to (decoded again only when their bytes change), its body and the rest of its
+    header after the time, and its VRs (a message equal to it but for its time gives the very same VRs)."""
+
+    __slots__ = ("body", "codes", "codes_b", "head_rest", "names", "names_b", "nulls", "vrs")
+
+    def __init__(self, names_b: bytes, names: tuple[str, ...], codes_b: bytes,
+                 codes: tuple[tuple[str, ...], tuple[bool, ...], tuple[str | None, ...]],
+                 nulls: tuple[tuple[int, ...], ...]):
+        self.names_b, self.names, self.codes_b, self.codes, self.nulls = names_b, names, codes_b, codes, nulls
+        self.body = b""
+        self.head_rest: bytes | None = None
+        self.vrs: SampleRows | None = None
+
+
+#: The start of a header as the daemon writes it (its schema, then its time: a plain decimal number, always
+#: finite), for the message equal to the last but for its time (as :func:`~xtc.policer.samples.parse_newer`).
+_TIMED_V3 = re.compile(rb'\{"schema":' + re.escape(json.dumps(SAMPLES_SCHEMA_V3).encode())
+                       + rb',"t_unix_s":-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,20})?,')
+
+
+def _bad(why: str) -> BadReply:
+    return BadReply(f"an {SAMPLES_SCHEMA_V3} message {why}")
+
+
+def decode_v3(frames: list[bytes], max_vrs: int, max_bytes: int,
+              last: V3Memory | None = None) -> tuple[SampleRows, V3Memory]:
+    """The VRs of a valid ``xtc-samples/3`` message (:func:`xtc.daemon.api.samples_message_v3`) as columns.
+
+    The numbers are read with one :func:`numpy.frombuffer` and checked over the whole message at once
+    (every value finite and not negative: one minimum and one maximum); the names and the codes are decoded
+    only when their bytes differ from the router's last valid message's (``last``: a VR set and its
+    states and flags change rarely; the check is a comparison of bytes); a message equal to the last
+    one but for its time gives its very VRs without decoding anything (as
+    :func:`~xtc.policer.samples.parse_newer` does for /2: the store and the engine then skip what they
+    did for them already).  No Python code runs per VR
+    but where a column holds missing values (their places come from the codes, kept with them).
+
+    Parameters
+    ----------
+    frames : list of bytes
+        The message's frames (topic, header, body).
+    max_vrs : int
+        Most VRs accepted.
+    max_bytes : int
+        Largest message accepted (all its frames), bytes.
+    last : V3Memory, optional
+        What this returned second for the router's last valid message.
+
+    Returns
+    -------
+    vrs, memory
+        The VRs, and what to pass as ``last`` next time.
+
+    Raises
+    ------
+    BadReply
+        Not a valid message (wrong frames or lengths, an unknown layout, too many VRs, a bad name,
+        state or flag, a number that is NaN, infinite or negative), saying which, never echoing the input.
+    """
+    if len(frames) != 3 or frames[0] != SAMPLES_TOPIC:
+        raise _bad(f"of {len(frames)} frame(s) (the topic {SAMPLES_TOPIC.decode()!r}, a header and a body expected)")
+    _, head, body = frames
+    size = len(head) + len(body)
+    if size > max_bytes or len(head) > _V3_HEADER_MAX:
+        raise _bad(f"of {size} bytes (at most {max_bytes}, a header of at most {_V3_HEADER_MAX})")
+    m = _TIMED_V3.match(head)
+    rest = head[m.end():] if m is not None else None
+    if last is not None and rest is not None and rest == last.head_rest and body == last.body and last.vrs is not None:
+        return last.vrs, last  # the last valid message again but for its time: the very same VRs
+    try:
+        doc = _strict_json(head)  # (orjson for a header as the daemon writes it, as for /2's body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise _bad(f"whose header is not strict JSON: {str(e)[:200]}") from None
+    if type(doc) is not dict or doc.get("schema") != SAMPLES_SCHEMA_V3:
+        raise _bad(f"whose header does not say schema {SAMPLES_SCHEMA_V3!r}")
+    layout, n, period, t = doc.get("layout"), doc.get("vrs"), doc.get("period_s"), doc.get("t_unix_s")
+    if type(layout) is not int or layout != V3_LAYOUT:
+        raise _bad(f"of layout {str(layout)[:20]!r} (this reader knows layout {V3_LAYOUT})")
+    if type(n) is not int or not 0 <= n <= max_vrs:
+        raise _bad(f"of {str(n)[:20]} VRs (0 to {max_vrs} accepted per router)")
+    for what, x in (("period_s", period), ("t_unix_s", t)):
+        try:
+            ok = type(x) in _FINITE_NUMBER and math.isfinite(x) and (what != "period_s" or x > 0)
+        except OverflowError:  # an integer beyond a float
+            ok = False
+        if not ok:
+            raise _bad(f"without a {'positive ' if what == 'period_s' else ''}finite {what!r}")
+    errors = doc.get("actuation_errors")
+    if errors is not None and (type(errors) is not dict or not set(map(type, errors.values())) <= _STR):
+        raise _bad("whose 'actuation_errors' is not an object of strings")
+    fixed = (8 * _V3_K + 4) * n
+    if len(body) < fixed + 2 * n:  # the numbers, the codes, and names of at least one character and a newline
+        raise _bad(f"of {n} VRs with a body of {len(body)} bytes (at least {fixed + 2 * n} expected)")
+    codes_b, names_b = body[8 * _V3_K * n:fixed], body[fixed:]
+    if last is not None and names_b == last.names_b:
+        names = last.names
+    else:
+        try:
+            text = names_b.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad("whose names are not UTF-8") from None
+        if text.count("\n") != n or (n and not text.endswith("\n")) or not _NAMES.fullmatch(text):
+            raise _bad(f"whose names are not {n} VR names matching {VR_PATTERN}, each ended by a newline")
+        names = tuple(text.split("\n")[:-1]) if n else ()
+        if len(set(names)) != n:
+            raise _bad("that names a VR twice")
+    if errors and not set(errors) <= set(names):
+        raise _bad("whose 'actuation_errors' names a VR it does not list")
+    if last is not None and codes_b == last.codes_b:
+        codes, nulls = last.codes, last.nulls
+    else:
+        st, pr, sa, mi = codes_b[:n], codes_b[n:2 * n], codes_b[2 * n:3 * n], codes_b[3 * n:]
+        if st.translate(None, b"\x00\x01\x02") or pr.translate(None, b"\x00\x01") \
+                or sa.translate(None, b"\x00\x01\x02\x03") or (n and max(mi) >= 1 << _V3_K):
+            raise _bad("with a state, presence, saturation or missing-value code it does not define")
+        codes = (tuple(map(_V3_STATES.__getitem__, st)), tuple(map(bool, pr)), tuple(map(_V3_SAT.__getitem__, sa)))
+        nulls = tuple(tuple(i for i, m in enumerate(mi) if m & (1 << j)) if any(m & (1 << j) for m in mi) else ()
+                      for j in range(_V3_K))
+    mem = V3Memory(names_b, names, codes_b, codes, nulls)
+    if not n:
+        mem.body, mem.head_rest, mem.vrs = body, rest, _EMPTY
+        return _EMPTY, mem
+    nums = np.frombuffer(body, "<f8", _V3_K * n)
+    if not (_least(nums) >= 0.0 and _most(nums) < math.inf):  # (NaN fails both)
+        raise _bad("with a number that is NaN, infinite or negative")
+    grid = nums.reshape(_V3_K, n)
+    cols = grid.tolist()
+    live = grid[1:4]  # forwarded_pps, offered_pps, cap_percent
+    for j, where in enumerate(nulls):
+        if where:
+            col = cols[j]
+            for i in where:
+                col[i] = None
+            if 1 <= j <= 3:
+                if live.base is not None:
+                    live = live.copy()
+                live[j - 1, list(where)] = math.nan
+    out = SampleRows(names, codes[0], codes[1], tuple(cols[0]), tuple(cols[1]), tuple(cols[2]), tuple(cols[3]),
+                     codes[2])
+    out.arrays = (live[0], live[1], live[2], np.frombuffer(codes_b, np.int8, n, 2 * n))
+    mem.body, mem.head_rest, mem.vrs = body, rest, out
+    return out, mem

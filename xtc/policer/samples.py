@@ -4,8 +4,11 @@ keeps to each daemon's manager endpoint, or one SUB socket per router.
 With a :class:`~xtc.policer.link.LinkPool` (``links``), a router's samples come over the one
 connection the pool keeps to its daemon's manager endpoint (``subscribe``,
 :meth:`LinkPool.subscribe`; docs/design/one-link.md): one connection per router instead of two,
-which is what a libzmq connection costs the engine in memory (about 50 KiB each).  A daemon that
-refuses ``subscribe`` (older than the command) is subscribed to on its PUB socket as below.
+which is what a libzmq connection costs the engine in memory (about 50 KiB each).  The daemon sends
+them there in the format the pool asks for: ``xtc-samples/3`` (columns in a binary frame,
+:func:`xtc.policer.rows.decode_v3`) or, from a daemon older than it, ``xtc-samples/2``; each message is
+read by its frames.  A daemon that refuses ``subscribe`` (older than the command) is subscribed to on
+its PUB socket as below.
 
 A daemon publishes one ``samples`` message per control period (format ``xtc-samples/2``,
 docs/manager-api.md; ``xtc-samples/1``, which named ``forwarded_pps`` ``measured_pps``, is read too, for one version) on its PUB socket (``manager.pub_endpoint``); a router registered with that
@@ -42,7 +45,7 @@ from xtc.daemon.api import (SAMPLES_SCHEMA, SAMPLES_SCHEMA_V1, SAMPLES_TOPIC, SA
                             unique_json_keys)
 from xtc.daemon.ctl import open_client
 
-from .rows import SampleRows, decode_rows
+from .rows import SampleRows, V3Memory, decode_rows, decode_v3
 from .link import VR_NAME_PATTERN, DEFAULT_MAX_REPLY_BYTES, VR_PATTERN, BadReply, LinkPool, raise_open_files_limit
 
 __all__ = ["SampleStreams", "parse_newer", "parse_samples"]
@@ -347,10 +350,14 @@ class SampleStreams:
                 self._latest[name] = (self.clock(), vrs)
 
     def _parsed(self, name: str, frames: list[bytes]) -> tuple[Any, Any] | None:
-        """One samples message of ``name`` (from its SUB socket or over the link): ``parse_newer``'s
-        (rows or None, body to keep), or None for a bad one (dropped, counted and logged)."""
+        """One samples message of ``name`` (from its SUB socket or over the link): ``parse_newer``'s (or, for
+        an ``xtc-samples/3`` message, ``decode_v3``'s) (rows, memory to keep), or None for a bad one
+        (dropped, counted and logged)."""
+        last = self._last_body.get(name)
         try:
-            return parse_newer(frames, self._last_body.get(name), self.max_vrs, self.max_bytes)
+            if len(frames) == 3:  # xtc-samples/3 (asked for in 'subscribe'): columns in a binary frame
+                return decode_v3(frames, self.max_vrs, self.max_bytes, last if isinstance(last, V3Memory) else None)
+            return parse_newer(frames, last if isinstance(last, tuple) else None, self.max_vrs, self.max_bytes)
         except BadReply as e:
             self.bad[name] = self.bad.get(name, 0) + 1
             log.warning("router %s: samples dropped: %s", name, e)

@@ -867,7 +867,8 @@ class Store:
                             self._live.touch(name, now)  # the very values again
                         else:
                             self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent,
-                                           c.saturated, finite=True, moved=not same if held else None)
+                                           c.saturated, finite=True, moved=not same if held else None,
+                                           arrays=c.arrays)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
@@ -923,7 +924,7 @@ class Store:
                 if isinstance(o.vrs, SampleRows):  # its columns as they are
                     c = o.vrs
                     self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent, c.saturated,
-                                       finite=True)
+                                   finite=True, arrays=c.arrays)
                 else:
                     self._live.put(name, now, [v[9] for v in mine], [v[3] for v in mine], [v[4] for v in mine],
                                    [v[5] for v in mine], [v[6] for v in mine])
