@@ -250,7 +250,11 @@ class Fleet:
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # as the daemon's: a gone peer's send fails, its subscription ends
             s.bind(d.endpoint)
-            d.router = s
+            # Sends go through a plain (blocking-API) shadow of the socket: the asyncio socket's
+            # send_multipart puts a send's error on the future it returns instead of raising it, so a
+            # gone peer's EHOSTUNREACH was never seen (its subscription never ended) and was logged as
+            # "Future exception was never retrieved" once per samples message.
+            d.router = zmq.Socket.shadow(s.underlying)
             d.endpoint = s.getsockopt_string(zmq.LAST_ENDPOINT)
             self._tasks.append(asyncio.ensure_future(self._serve(d, s)))
             if d.pub_endpoint:
@@ -269,13 +273,13 @@ class Fleet:
                 if d.silent:
                     continue
                 if d.mode == "slow":
-                    asyncio.get_running_loop().call_later(self.slow_s, self._reply_later, d, s, frames)
+                    asyncio.get_running_loop().call_later(self.slow_s, self._reply_later, d, frames)
                     continue
-                self._reply(d, s, frames)
+                self._reply(d, frames)
         finally:
             s.close(0)
 
-    def _reply(self, d: FakeDaemon, s: zmq.asyncio.Socket, frames: list[bytes]) -> None:
+    def _reply(self, d: FakeDaemon, frames: list[bytes]) -> None:
         try:
             delim = frames.index(b"")
         except ValueError:
@@ -286,7 +290,7 @@ class Fleet:
             reply = d.handle(body)
         if reply is not None:
             try:
-                s.send_multipart([*frames[:delim + 1], reply], flags=zmq.NOBLOCK)
+                d.router.send_multipart([*frames[:delim + 1], reply], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass  # the peer is gone or reads nothing: the reply is lost, as the daemon's is
 
@@ -312,9 +316,9 @@ class Fleet:
         d.link_peers.pop(peer, None)
         return api.ok_reply({"subscribed": False}, req.id)
 
-    def _reply_later(self, d: FakeDaemon, s: zmq.asyncio.Socket, frames: list[bytes]) -> None:
+    def _reply_later(self, d: FakeDaemon, frames: list[bytes]) -> None:
         try:
-            self._reply(d, s, frames)
+            self._reply(d, frames)
         except zmq.ZMQError:
             pass
 
