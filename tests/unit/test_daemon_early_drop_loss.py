@@ -111,8 +111,8 @@ def run(socket_loss: float, loss_bound_fraction: float | None = None, periods: i
     host = LossyVrHost(lim, socket_loss)
     core = DaemonCore(lambda: make_controller(xtc.models.PAPER_MODEL), max_setpoint_pps=1e9)
     loop = ControlLoop(core, host)
-    ed = loop.early_drop = EarlyDrop(lim, default_on=True,
-                                     tuning=tuning_for("bpf", loss_bound_fraction=loss_bound_fraction))
+    tuning = tuning_for("bpf") if loss_bound_fraction is None else tuning_for("bpf", loss_bound_fraction=loss_bound_fraction)
+    ed = loop.early_drop = EarlyDrop(lim, default_on=True, tuning=tuning)
     loop.period(host.t_s)
     loop.handle(Request("activate", "udp1", SETPOINT), host.t_s)
     if state is not None:  # a restarted daemon: early drop's part of the state file
