@@ -165,3 +165,19 @@ def test_the_learned_loss_survives_a_restart_in_the_state_file() -> None:
     assert min(x[2] for x in seen[1:]) >= 1.05 * 1.05 * SETPOINT
     _, _, seen_fresh = run(0.13, periods=8)
     assert min(x[2] for x in seen_fresh[1:]) < 1.06 * SETPOINT  # without it: learned again from 1.05x
+
+
+def test_the_configured_bound_reaches_the_daemons_early_drop(tmp_path) -> None:
+    from fakes.daemon import Clock, daemon_toml
+    from xtc_lab.sim.host import SimHost
+
+    from xtc.daemon.config import loads_config
+    from xtc.daemon.service import DaemonService
+
+    for extra, want in (("", 0.25), ("early_drop_loss_bound_fraction = 0.1\n", 0.1),
+                        ("early_drop_loss_bound_fraction = 0\n", 0.0)):
+        cfg = loads_config(daemon_toml(tmp_path, 'backend = "sim"\n' + extra, '[[sim.vr]]\nname = "vr1"\n'))
+        clock = Clock()
+        svc = DaemonService(cfg, SimHost.from_config(cfg, clock=clock), clock=clock, wall_clock=lambda: 0.0)
+        assert svc.control.early_drop.tuning.loss_bound_fraction == want
+        assert svc.control.early_drop.tuning.margin_fraction == 0.05  # the eBPF bucket's, untouched
