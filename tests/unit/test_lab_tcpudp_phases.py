@@ -149,6 +149,12 @@ def test_a_window_record_has_issue_48s_numbers_in_kpps() -> None:
     assert w["host_softirq_percent"] == 60.0 and w["host_system_percent"] == 80.0
     assert w["udp_limited"] is True and w["tcp_limited"] is False
     assert w["tcp_goodput_mbps"] == pytest.approx(60.0)
+    assert math.isnan(w["udp_run_delay_ms_per_s"]) and math.isnan(w["udp_rcvbuf_bytes"])  # not read: NaN
+    s = summary(udp_handed=25_000)
+    s["udp"]["drops"].update(throttled_share=0.25, throttled_s_per_s=0.1, run_delay_share=0.3, rcvbuf_bytes=212992)
+    w2 = tp.window_record("xtc+early-drop", 1, s, e0, e1, {"udp": 20_000, "tcp": 80_000})
+    assert (w2["udp_throttled_share"], w2["udp_throttled_ms_per_s"], w2["udp_run_delay_ms_per_s"],
+            w2["udp_rcvbuf_bytes"]) == (0.25, 100.0, 300.0, 212992)
     with pytest.raises(ValueError, match="out of order"):
         tp.window_record("xtc", 0, summary(), e1, e0, {"udp": 1.0, "tcp": 1.0})
     # the daemon took the limiter off and put it on again within the window: the new one counts from 0
