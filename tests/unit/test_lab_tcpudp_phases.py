@@ -340,7 +340,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
         return e0 if n_snap[0] % 2 else e1
 
     monkeypatch.setattr(tp, "experiment_lab", fake_lab)
-    monkeypatch.setattr(tp, "add_two_vrs", lambda ctx, lab, kind: (tcp_vr, udp_vr))
+    monkeypatch.setattr(tp, "add_two_vrs", lambda ctx, lab, kind, rcvbuf=0: (tcp_vr, udp_vr))
     monkeypatch.setattr(tp, "Recorder", FakeRecorder)
     monkeypatch.setattr(tp, "LabDaemon", FakeDaemon)
     monkeypatch.setattr(tp, "run_phase", fake_run_phase)

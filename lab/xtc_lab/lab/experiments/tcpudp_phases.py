@@ -290,7 +290,7 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
         f"{p} #{r + 1}" for r, p in order], input_factor=factor if set(INPUT_PHASES) & set(phases) else None)
     windows: list[dict[str, Any]] = []
     with experiment_lab(result, 0, mode=kind, say=ctx.say) as (lab, workdir, caps):
-        tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind)
+        tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind, result.get("rcvbuf_bytes_asked") or 0)
         vrs = {"tcp": tcp_vr, "udp": udp_vr}
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
         costs = delivery_costs(vrs, result.get("host_delivery_cost_us"))  # the emulated Dom0 cost, every phase
