@@ -53,39 +53,52 @@ def test_the_bpf_default_bounds_the_vrs_own_losses_at_a_quarter_above_the_setpoi
 
 
 def test_a_limited_vr_short_of_its_setpoint_whose_cap_does_not_bind_learns_its_loss_smoothed():
+    # the limit over the setpoint at which, losing 13%, it would forward 98% of its setpoint
+    want = 0.98 * 13_800 / 12_000
+    assert T.loss_aim_fraction == 0.98  # the controller's dead zone
     one = loss_factor(1.0, loss_in(), T)
-    assert one == pytest.approx(1.0 + T.loss_smoothing * (13_800 / 12_000 - 1.0))  # a quarter of the way
-    assert learn(loss_in(), 30) == pytest.approx(13_800 / 12_000, rel=1e-4)  # then the loss itself, 1.15
+    assert one == pytest.approx(1.0 + T.loss_smoothing * (want - 1.0))  # a quarter of the way
+    assert learn(loss_in(), 30) == pytest.approx(want, rel=1e-4)  # then all of it, 1.127
 
 
 def test_its_limit_is_raised_by_that_loss_so_that_what_it_forwards_can_reach_the_setpoint():
     loss = learn(loss_in(), 30)
     cur = limit_bytes(14_100, 524, T)  # the old rule's limit: (1.05)(1.02) of the setpoint, about
     got = decide(limit_in(), cur, T, loss)
-    assert got.rate_pps >= 1.05 * SP * 1.15  # the margin over the setpoint, on top of what the VR loses
-    # handed that limit, the VR losing 13% forwards at least its setpoint
-    assert got.rate_pps * 12_000 / 13_800 >= SP
+    assert got.rate_pps == pytest.approx(loss * SP)  # raised to the floor the loss asks for, exactly
+    # handed that limit, the VR losing 13% forwards 98% of its setpoint: at it, as the controller counts
+    assert got.rate_pps * 12_000 / 13_800 == pytest.approx(0.98 * SP, rel=1e-3)
     # the old rule (no loss) keeps the limit at most where it was: the VR 7% below its setpoint
     old = decide(limit_in(), cur, T)
     assert old.rate_pps <= cur.rate_pps and old.rate_pps * 12_000 / 13_800 < 0.95 * SP
 
 
-def test_when_the_cap_binds_the_vrs_drops_never_raise_the_limit_and_what_was_learned_fades():
-    # XTC alone at the same host: cap 13%, CPU 14%: the cap binds, and its drops are the cap's
+def test_when_the_cap_binds_the_vrs_drops_never_raise_the_limit():
+    # XTC alone at the same host: cap 13%, CPU 13.8%: the cap binds, and its drops are the cap's
     binding = loss_in(handed=14_100, forwarded=9_000, cpu=13.8, cap=13.0)
     assert cap_binds(13.8, 13.0, T) is True and cap_binds(26.0, 64.0, T) is False
+    assert cap_binds(10.4, 13.0, T) is True and cap_binds(10.3, 13.0, T) is False  # at 80% of the cap
     assert loss_factor(1.0, binding, T) == 1.0  # never raised from nothing
-    learned = learn(loss_in(), 30)
-    faded = loss_factor(learned, binding, T)
-    assert 1.0 < faded < learned  # never raised: it fades
-    assert learn(binding, 40, learned) == pytest.approx(1.0, abs=1e-4)
+    assert loss_factor(1.1, binding, T) == 1.1  # nor from what it learned
     assert decide(limit_in(forwarded=9_000), None, T, 1.0).rate_pps == pytest.approx(floor_pps(limit_in(), T))
 
 
-def test_without_a_cpu_reading_or_a_cap_the_factor_is_held_not_learned():
+def test_a_vr_its_cap_holds_at_its_setpoint_lowers_its_factor_to_what_its_own_losses_need():
+    # the host got quiet: handed 1.127x its setpoint, its cap holds it at the setpoint (its cap's drops)
+    k = 0.98 * 13_800 / 12_000
+    f = k
+    for _ in range(60):  # handed what the factor asks for, its cap holding it at the setpoint
+        f = loss_factor(f, loss_in(handed=f * SP, forwarded=SP, limit=f * SP, cpu=12.9, cap=13.0), T)
+        assert f <= k
+    assert f == pytest.approx(1.0, abs=0.01)  # 0.98 x handed / forwarded, period by period
+    # a factor is lowered whatever the cap did, and without a CPU reading too
+    assert loss_factor(1.2, loss_in(cpu=None), T) < 1.2
+
+
+def test_without_a_cpu_reading_or_a_cap_the_factor_is_never_raised():
     for x in (loss_in(cpu=None), loss_in(cap=None), loss_in(cpu=math.nan), loss_in(cpu=-1.0), loss_in(cap=0.0)):
         assert loss_factor(1.0, x, T) == 1.0
-        assert loss_factor(1.12, x, T) == 1.12
+        assert loss_factor(1.12, x, T) == 1.12  # (1.127 would be a raise)
 
 
 def test_a_vr_not_held_by_its_limit_or_without_one_learns_nothing():
@@ -98,7 +111,7 @@ def test_a_vr_not_held_by_its_limit_or_without_one_learns_nothing():
 def test_a_vr_at_or_above_its_setpoint_only_ever_lowers_its_factor():
     at = loss_in(forwarded=SP, handed=SP * 1.15)
     assert loss_factor(1.05, at, T) == 1.05  # a larger loss at the setpoint: not raised
-    assert loss_factor(1.2, at, T) < 1.2  # a smaller one lowers it
+    assert loss_factor(1.2, at, T) < 1.2  # needing less lowers it
 
 
 def test_the_runaway_guard_more_drops_a_higher_limit_a_busier_host_stops_at_the_bound():
@@ -123,12 +136,16 @@ def test_the_runaway_guard_more_drops_a_higher_limit_a_busier_host_stops_at_the_
     assert floor_pps(limit_in(), T, loss=10.0) == pytest.approx(TOP * SP)
 
 
-def test_the_hysteresis_step_never_carries_a_loss_raised_limit_past_the_bound():
+def test_a_loss_raised_limit_goes_to_its_floor_no_step_above_and_never_past_the_bound():
     cur = limit_bytes(1.07 * SP, 524, T)
-    got = decide(limit_in(), cur, T, loss=1.24)  # floor 1.05 * 1.24 = 1.302 -> the bound, 1.25
-    assert got.rate_pps == pytest.approx(TOP * SP)
-    got = decide(limit_in(), cur, T, loss=1.1)  # floor 1.155: the step above it, still under the bound
-    assert got.rate_pps == pytest.approx(1.05 * 1.1 * SP * 1.02)
+    assert decide(limit_in(), cur, T, loss=1.2).rate_pps == pytest.approx(1.2 * SP)  # no 2% step on top
+    assert decide(limit_in(), cur, T, loss=1.4).rate_pps == pytest.approx(TOP * SP)  # the bound
+    # a loss below the plain floor changes nothing: the margin's floor and its step, as before
+    assert decide(limit_in(), None, T, loss=1.03).rate_pps == pytest.approx(1.05 * SP)
+    # lowered only past the hysteresis step, as before
+    at = limit_bytes(1.2 * SP, 524, T)
+    assert decide(limit_in(), at, T, loss=1.19) is at
+    assert decide(limit_in(), at, T, loss=1.1).rate_pps == pytest.approx(1.1 * SP)
 
 
 def test_the_bound_never_lowers_the_limit_below_the_plain_rule():

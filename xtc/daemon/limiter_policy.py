@@ -37,17 +37,22 @@ The rules (:func:`decide`):
   drop part of it at its own socket when its forwarder waits for a CPU behind the host's softirq
   and the other tasks (measured on an emulated Dom0: 13% of what it was handed, with its cap far
   above its CPU use).  Then a limit of ``1 + margin`` times the setpoint holds it below its setpoint,
-  and raising its cap does not help.  While the VR is limited (handed at least ``limited_fraction``
-  of the limit), forwards below its setpoint and its cap does **not** bind (its CPU use over the
-  period below ``cap_bound_fraction`` of the cap in force: the controller's own test), the limit is
-  raised by its measured loss, handed / forwarded, smoothed (``loss_smoothing`` a period) and bounded:
-  the floor becomes ``(1 + margin) * setpoint * loss``, never above ``1 + loss_bound_fraction`` times
-  the setpoint (the runaway guard: more drops -> a higher limit -> a busier host -> more drops stops
-  there).  When the cap binds, the VR's drops are the cap's: they never raise the limit, and what
-  was learned fades (``loss_smoothing`` a period).  Without a CPU reading (the daemon reads it
-  only for a VR short of its setpoint) the factor is held.  ``loss_bound_fraction = 0`` switches it
-  off (the limit then stays within ``(1 + margin)(1 + step)`` of the setpoint: what the host hands the
-  VR is chosen over its tracking).  A TCP VR is unaffected: it is never limited in the first place.
+  and raising its cap does not help.  The VR's *loss factor* is the limit, over its setpoint, at
+  which it would forward ``loss_aim_fraction`` (0.98: the controller's dead zone) of its setpoint,
+  losing what it loses: ``loss_aim_fraction * handed / forwarded``, smoothed (``loss_smoothing`` a
+  period), at most ``1 + loss_bound_fraction`` (the runaway guard: more drops -> a higher limit -> a
+  busier host -> more drops stops there).  The floor is at least the setpoint times it: the
+  smallest limit at which the VR is at its setpoint as the controller counts it.  It is **raised**
+  only while the VR is limited (handed at least ``limited_fraction`` of the limit), forwards below
+  its setpoint and its cap does **not** bind (its CPU use over the period below
+  ``cap_bound_fraction`` of the cap in force: the controller's own test; the daemon reads the CPU of
+  a VR short of its setpoint); **lowered** whenever the VR is limited and would need less (that
+  never undoes early drop).  While the cap binds the VR's drops are the cap's: they never raise
+  the limit; a VR its cap holds at its setpoint is handed more than it forwards, so its factor
+  falls to what its own losses need.
+  ``loss_bound_fraction = 0`` switches it off (the limit then stays within ``(1 + margin)(1 +
+  step)`` of the setpoint: what the host hands the VR is chosen over its rate).  A TCP VR is
+  unaffected: it is never limited in the first place.
 
 Rates are packets/s; the limiter is given bytes/s too, from the mean packet size the host
 measured on the interface (TBF counts bytes).
@@ -95,9 +100,11 @@ class LimiterTuning:
     loss_bound_fraction : float
         The VR's own losses (:func:`loss_factor`) may raise the limit up to ``1 + loss_bound_fraction``
         times the setpoint, never above (the runaway guard); 0: they never raise it.
+    loss_aim_fraction : float
+        The loss factor is the limit at which the VR would forward this fraction of its setpoint
+        (0.98: the controller's dead zone, :attr:`xtc.control.laws.XtcTuning.dead_zone_fraction`).
     loss_smoothing : float
-        Weight of one period's measured loss in the smoothed loss factor (0..1], and how fast a
-        learned factor fades while the cap binds.
+        Weight of one period's measurement in the smoothed loss factor (0..1].
     cap_bound_fraction : float
         The cap binds when the VR used at least this fraction of the cap in force over the period
         (the controller's test: :attr:`xtc.control.laws.XtcTuning.cap_bound_fraction`).
@@ -117,6 +124,7 @@ class LimiterTuning:
     #: The VR's own losses raise the limit up to 1.25x the setpoint (0: never; docs/design/early-drop.md,
     #: "The VR's own losses"): the 13% an emulated Dom0's VR lost at its socket fits under it with the margin.
     loss_bound_fraction: float = 0.25
+    loss_aim_fraction: float = 0.98
     loss_smoothing: float = 0.25
     cap_bound_fraction: float = 0.8
     limited_fraction: float = 0.9
@@ -125,7 +133,7 @@ class LimiterTuning:
         for name, lo, hi in (("margin_fraction", 0.0, 10.0), ("step_fraction", 0.0, 1.0),
                              ("excess_fraction", 0.0, 10.0), ("burst_s", 0.001, 1.0),
                              ("keep_fraction", 0.0, self.excess_fraction), ("loss_bound_fraction", 0.0, 1.0),
-                             ("loss_smoothing", 0.001, 1.0), ("cap_bound_fraction", 0.001, 1.0),
+                             ("loss_aim_fraction", 0.5, 1.0), ("loss_smoothing", 0.001, 1.0), ("cap_bound_fraction", 0.001, 1.0),
                              ("limited_fraction", 0.0, 1.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
@@ -218,29 +226,28 @@ def _plain_floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
 
 
 def _loss_floor_pps(x: LimitInputs, tuning: LimiterTuning, loss: float) -> float:
-    """The floor the VR's own losses ask for: ``(1 + margin) * setpoint * loss``, at most
+    """The floor the VR's own losses ask for: the setpoint times its loss factor, at most
     ``1 + loss_bound_fraction`` times the setpoint (0 when there is none)."""
     if not (_finite(loss) and loss > 1.0 and _finite(x.setpoint_pps) and x.setpoint_pps > 0):
         return 0.0
-    top = _loss_top(tuning)
-    return min(x.setpoint_pps * min(loss, top) * (1.0 + tuning.margin_fraction), x.setpoint_pps * top)
+    return x.setpoint_pps * min(loss, _loss_top(tuning))
 
 
 def floor_pps(x: LimitInputs, tuning: LimiterTuning, loss: float = 1.0) -> float:
     """The lowest limit allowed: ``(1 + margin)`` times the largest of the setpoint, the measured
     forwarded rate and the model's rate at the cap; and, with the VR's own ``loss``
-    (:func:`loss_factor`, above 1), at least ``(1 + margin) * setpoint * loss`` up to
-    ``1 + loss_bound_fraction`` times the setpoint."""
+    (:func:`loss_factor`, above 1), at least the setpoint times it, up to ``1 + loss_bound_fraction``
+    times the setpoint."""
     return max(_plain_floor_pps(x, tuning), _loss_floor_pps(x, tuning, loss))
 
 
 def _raised(x: LimitInputs, tuning: LimiterTuning, loss: float, floor: float) -> float:
-    """A raise goes ``step_fraction`` above the floor; where the VR's losses set the floor, never
-    above their bound (the step does not carry the limit past the runaway guard)."""
-    up = floor * (1.0 + tuning.step_fraction)
+    """A raise goes ``step_fraction`` above the floor; where the VR's losses set the floor, to the
+    floor itself (their factor is smoothed already, and the step would carry what the host hands
+    the VR past what it needs, or past the runaway guard)."""
     if floor > _plain_floor_pps(x, tuning):
-        up = min(up, max(floor, x.setpoint_pps * _loss_top(tuning)))
-    return up
+        return floor
+    return floor * (1.0 + tuning.step_fraction)
 
 
 @dataclass(frozen=True)
@@ -279,15 +286,20 @@ def cap_binds(cpu_percent: float | None, cap_percent: float | None, tuning: Limi
 
 
 def loss_factor(prev: float, x: LossInputs, tuning: LimiterTuning | None = None) -> float:
-    """The VR's smoothed loss factor (handed / forwarded, 1 = none) after this period, from ``prev``.
+    """The VR's smoothed loss factor after this period, from ``prev`` (1: none): the limit, over the
+    setpoint, at which the VR would forward ``loss_aim_fraction`` of its setpoint, losing what it
+    lost over the period (``loss_aim_fraction * handed / forwarded``, at most ``1 + loss_bound_fraction``).
 
-    - Learned (``prev`` moves ``loss_smoothing`` of the way to this period's handed / forwarded,
-      at most ``1 + loss_bound_fraction``) while the VR is limited (handed at least
-      ``limited_fraction`` of the limit), forwards below its setpoint and its cap does not bind.
-      A VR at or above its setpoint only lowers it (a smaller loss), never raises it.
-    - Fades (``loss_smoothing`` of the way to 1) while the cap binds: the VR's drops are then the
-      cap's, and they must not raise the limit (that would undo early drop).
-    - Held otherwise: no limit, not limited, no CPU reading or cap, a missing measurement.
+    - Raised (``loss_smoothing`` of the way to this period's value) only while the VR is limited
+      (handed at least ``limited_fraction`` of the limit), forwards below its setpoint and its cap
+      does not bind (a CPU reading under ``cap_bound_fraction`` of the cap in force).
+    - Lowered the same way whenever the VR is limited and this period's value is lower (it needs
+      less: that never undoes early drop).  A VR whose cap holds it at its setpoint is handed more
+      than it forwards by its cap's drops, so its value falls period by period to what its own
+      losses need.
+    - Never raised while the cap binds (its drops are then the cap's: raising the limit for them
+      would undo early drop), nor without a CPU reading, nor at or above the setpoint.
+    - Held otherwise: no limit, not limited, a missing measurement.
     - 1 when ``loss_bound_fraction`` is 0 (switched off).
     """
     tuning = tuning or DEFAULT_TUNING
@@ -296,19 +308,17 @@ def loss_factor(prev: float, x: LossInputs, tuning: LimiterTuning | None = None)
         return 1.0
     prev = min(max(prev, 1.0), top) if _finite(prev) else 1.0
     a = tuning.loss_smoothing
-    binds = cap_binds(x.cpu_percent, x.cap_percent, tuning)
-    if binds:
-        return 1.0 + (prev - 1.0) * (1.0 - a)
-    if (binds is None or not (_finite(x.handed_pps) and _finite(x.forwarded_pps) and _finite(x.limit_pps)
-                              and _finite(x.setpoint_pps))):
+    if not (_finite(x.handed_pps) and _finite(x.forwarded_pps) and _finite(x.limit_pps) and _finite(x.setpoint_pps)):
         return prev
     handed, fwd, limit = float(x.handed_pps), float(x.forwarded_pps), float(x.limit_pps)  # type: ignore[arg-type]
     if fwd <= 0.0 or limit <= 0.0 or handed < tuning.limited_fraction * limit:
         return prev
-    sample = min(max(handed / fwd, 1.0), top)
-    if fwd >= x.setpoint_pps and sample > prev:
-        return prev
-    return prev + a * (sample - prev)
+    sample = min(max(tuning.loss_aim_fraction * handed / fwd, 1.0), top)
+    if sample < prev:  # it needs less: lowered whatever its cap did (a binding cap's drops only overstate the need)
+        return prev + a * (sample - prev)
+    if fwd < x.setpoint_pps and cap_binds(x.cpu_percent, x.cap_percent, tuning) is False:
+        return prev + a * (sample - prev)
+    return prev  # at its setpoint, its cap binding, or not known whether it does: never raised
 
 
 def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning | None = None, loss: float = 1.0) -> Limit | None:
