@@ -203,3 +203,13 @@ def test_the_configured_bound_reaches_the_daemons_early_drop(tmp_path) -> None:
         svc = DaemonService(cfg, SimHost.from_config(cfg, clock=clock), clock=clock, wall_clock=lambda: 0.0)
         assert svc.control.early_drop.tuning.loss_bound_fraction == want
         assert svc.control.early_drop.tuning.margin_fraction == 0.05  # the eBPF bucket's, untouched
+
+
+def test_when_the_vr_stops_losing_its_cap_holds_it_and_the_limit_comes_back_down() -> None:
+    host, ed, _ = run(0.13)
+    k = ed.loss_of("udp1")
+    host.loss = 0.0  # the host is quiet again: the VR forwards all it is handed, its cap holds it
+    seen = periods_of(host, 80)
+    assert ed.loss_of("udp1") < min(k, 1.05)  # lowered to what it needs: below the plain floor
+    assert tail(seen, 0, 20) <= 1.08 * SETPOINT  # handed what the plain rule hands, as before
+    assert abs(tail(seen, 1, 20) - SETPOINT) <= 0.03 * SETPOINT
