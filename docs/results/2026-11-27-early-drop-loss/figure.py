@@ -10,7 +10,7 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 PHASES = (("xtc+early-drop-noloss", "the rule before (loss bound 0)", "tab:gray"),
           ("xtc+early-drop", "with the VR's own losses (default)", "tab:red"))
