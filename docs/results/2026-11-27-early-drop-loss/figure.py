@@ -1,6 +1,7 @@
 """The figure of this session: what the host hands the capped UDP VR and what it forwards, over its
 setpoint, window by window, in each run given (issue 48's two goals: handed within 10%, forwarding
-within 3%): ``.venv/bin/python docs/results/2026-11-27-early-drop-loss/figure.py OUT.png LABEL=RUN.json ...``."""
+within 3%): ``.venv/bin/python docs/results/2026-11-27-early-drop-loss/figure.py OUT.png LABEL=RUN.json ...``;
+``LABEL=RUN.json@before``: a run made before this rule, whose ``xtc+early-drop`` is the rule before."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ def main() -> None:
     out, runs = sys.argv[1], [a.split("=", 1) for a in sys.argv[2:]]
     fig, axes = plt.subplots(1, len(runs), figsize=(6.2 * len(runs), 4.6), squeeze=False)
     for ax, (label, path) in zip(axes[0], runs):
-        with open(path) as fh:
+        before = path.endswith("@before")
+        with open(path.removesuffix("@before")) as fh:
             d = json.load(fh)
         xs: list[float] = [0.98, 1.3]
         ys: list[float] = [0.85, 1.08]
         for phase, name, color in PHASES:
+            if before:
+                phase = {"xtc+early-drop-noloss": "xtc+early-drop", "xtc+early-drop": ""}[phase]
             ws = [w for w in d["windows"] if w["phase"] == phase]
             if not ws:
                 continue
