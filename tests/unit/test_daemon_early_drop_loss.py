@@ -167,7 +167,7 @@ def test_the_learned_loss_survives_a_restart_in_the_state_file() -> None:
     """SIGKILL + restart: the restarted daemon removes the limiter it finds (its rate came from periods
     that are gone) and takes the saved state over (the core's instances and caps, early drop's choices
     and now each VR's loss factor): the next limit counts the VR's losses at once."""
-    host, ed, _ = run(0.13)
+    _, ed, _ = run(0.13)
     k = ed.to_state()["vrs"]["udp1"]["loss_factor"]
     assert 1.1 < k <= 1.25
 
