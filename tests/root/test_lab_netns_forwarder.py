@@ -164,3 +164,28 @@ def test_orphaned_lab_is_found_and_removed_after_its_owner_is_killed(netns_lab, 
             owner.kill()
             owner.wait()
         teardown_orphans(registry)
+
+
+@pytest.mark.beside  # its own lab namespaces; times nothing
+def test_a_netns_vrs_forwarder_gets_the_receive_buffer_asked(netns_lab) -> None:
+    """``--tcpudp-rcvbuf`` on ``--kind netns`` (issue 48: is the VR's own loss its socket's buffer?):
+    the forwarder's packet sockets hold the buffer asked, as ``ss`` reports it (the lab's drop counters)."""
+    import subprocess
+
+    from xtc_lab.lab.drops import parse_ss_packet
+    from xtc_lab.lab.netlab import NetLab
+
+    lab: NetLab = netns_lab  # type: ignore[assignment]
+    default = lab.add_netns_vr()
+    big = lab.add_netns_vr(rcvbuf_bytes=1_703_936)
+    deadline = time.monotonic() + 5.0
+    got: dict[str, dict[str, int]] = {}
+    while time.monotonic() < deadline:
+        got = {vr.name: parse_ss_packet(subprocess.run(
+            ["nsenter", "-t", str(vr.process.pid), "-n", "ss", "-0", "-m", "-H"], capture_output=True, text=True,
+            timeout=10, check=False).stdout) for vr in (default, big)}
+        if all("eth0" in g for g in got.values()):
+            break
+        time.sleep(0.1)
+    assert got[big.name]["eth0"]["rcvbuf_bytes"] == 1_703_936, got
+    assert got[default.name]["eth0"]["rcvbuf_bytes"] == int(Path("/proc/sys/net/core/rmem_default").read_text())

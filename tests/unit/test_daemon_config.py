@@ -80,6 +80,8 @@ def test_defaults_and_frozen():
         ("[log]\nlevel = \"loud\"\n" + SIM, "log.level", "one of"),
         ("[daemon]\nbackend = \"sim\"\nearly_drop_limiter = \"htb\"\n" + SIM, "daemon.early_drop_limiter", "'bpf', 'tbf'"),
         ("[daemon]\nbackend = \"sim\"\nearly_drop_credit_s = 5\n" + SIM, "daemon.early_drop_credit_s", "0.001..1"),
+        ("[daemon]\nbackend = \"sim\"\nearly_drop_loss_bound_fraction = 1.5\n" + SIM,
+         "daemon.early_drop_loss_bound_fraction", "0..1"),
         ("", "sim.vr", "at least one"),
         ("[[sim.vr]]\noffered_pps = 5\n", "sim.vr[0].name", "missing"),
         ("[[sim.vr]]\nname = \"a b\"\n", "sim.vr[0].name", "letters"),

@@ -467,6 +467,11 @@ def test_vr_drops_counts_both_directions_of_a_two_way_forwarder() -> None:
     assert (v["socket_drop_pps"], v["socket_drop_eth0_pps"], v["host_tx_drop_pps"]) == (50.0, 45.0, 1.0)
     assert v["socket_drop_share"] == pytest.approx(50 / 600)
     assert (v["cpu_share"], v["throttled_share"], v["rcvbuf_bytes"]) == (0.5, 0.25, 212992)
+    assert v["throttled_s_per_s"] == 0.0 and v["run_delay_share"] is None  # not read: none
+    delta["vr1"]["cgroup"]["throttled_s"] = 0.5
+    delta["vr1"]["run_delay_s"] = 0.6  # waited runnable for a CPU (schedstat), 0.3 s a second
+    v = vr_drops(delta, {"vr1": ("v1", "v2")})["vr1"]
+    assert (v["throttled_s_per_s"], v["run_delay_share"]) == (0.25, 0.3)
 
 
 def test_qemu_host_side_rates_from_the_host_counters() -> None:

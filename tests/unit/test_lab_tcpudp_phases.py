@@ -33,8 +33,8 @@ def vr(k: int = 2) -> VR:
 
 # ------------------------------------------------------------------ the plan
 def test_phases_parse_in_the_order_given() -> None:
-    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+early-drop-margin8,xtc+early-drop-tbf,xtc+input-drop,"
-                           "xtc+input-bpf") == tp.PHASES
+    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+early-drop-noloss,xtc+early-drop-margin8,xtc+early-drop-tbf,"
+                           "xtc+input-drop,xtc+input-bpf") == tp.PHASES
     assert tp.parse_phases("without,xtc+early-drop") == ("without", "xtc+early-drop")
 
 
@@ -149,6 +149,12 @@ def test_a_window_record_has_issue_48s_numbers_in_kpps() -> None:
     assert w["host_softirq_percent"] == 60.0 and w["host_system_percent"] == 80.0
     assert w["udp_limited"] is True and w["tcp_limited"] is False
     assert w["tcp_goodput_mbps"] == pytest.approx(60.0)
+    assert math.isnan(w["udp_run_delay_ms_per_s"]) and math.isnan(w["udp_rcvbuf_bytes"])  # not read: NaN
+    s = summary(udp_handed=25_000)
+    s["udp"]["drops"].update(throttled_share=0.25, throttled_s_per_s=0.1, run_delay_share=0.3, rcvbuf_bytes=212992)
+    w2 = tp.window_record("xtc+early-drop", 1, s, e0, e1, {"udp": 20_000, "tcp": 80_000})
+    assert (w2["udp_throttled_share"], w2["udp_throttled_ms_per_s"], w2["udp_run_delay_ms_per_s"],
+            w2["udp_rcvbuf_bytes"]) == (0.25, 100.0, 300.0, 212992)
     with pytest.raises(ValueError, match="out of order"):
         tp.window_record("xtc", 0, summary(), e1, e0, {"udp": 1.0, "tcp": 1.0})
     # the daemon took the limiter off and put it on again within the window: the new one counts from 0
@@ -334,7 +340,7 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
         return e0 if n_snap[0] % 2 else e1
 
     monkeypatch.setattr(tp, "experiment_lab", fake_lab)
-    monkeypatch.setattr(tp, "add_two_vrs", lambda ctx, lab, kind: (tcp_vr, udp_vr))
+    monkeypatch.setattr(tp, "add_two_vrs", lambda ctx, lab, kind, rcvbuf=0: (tcp_vr, udp_vr))
     monkeypatch.setattr(tp, "Recorder", FakeRecorder)
     monkeypatch.setattr(tp, "LabDaemon", FakeDaemon)
     monkeypatch.setattr(tp, "run_phase", fake_run_phase)
@@ -378,11 +384,16 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     assert result["input_bpf"]["rate_pps"] == pytest.approx(1.05 * 1.02 * 20_000)
     assert sum(e[0] == "daemon" for e in events) == 8 == sum(e[0] == "daemon stopped" for e in events)
     assert result["input_drop"]["rate_bytes_per_s"] == math.ceil(1.32 * 20_000 * 524)
-    assert set(out.result["phases"]) == set(tp.PHASES) - {"xtc+early-drop-tbf", "xtc+early-drop-margin8"}
+    assert set(out.result["phases"]) == set(tp.PHASES) - {"xtc+early-drop-tbf", "xtc+early-drop-margin8",
+                                                          "xtc+early-drop-noloss"}
     assert len(out.result["windows"]) == 10
     assert limiters[1] == "bpf"  # xtc+early-drop: the daemon's eBPF bucket (the default, asked for by name)
     assert {p: k["early_drop_limiter"] for p, k in tp.EARLY_DROP_PHASES.items()} == {
-        "xtc+early-drop": "bpf", "xtc+early-drop-margin8": "bpf", "xtc+early-drop-tbf": "tbf"}
+        "xtc+early-drop": "bpf", "xtc+early-drop-noloss": "bpf", "xtc+early-drop-margin8": "bpf",
+        "xtc+early-drop-tbf": "tbf"}
+    # the rule before the VR's own losses raised its limit: the bound at 0 (and the default leaves it be)
+    assert tp.EARLY_DROP_PHASES["xtc+early-drop-noloss"]["early_drop_loss_bound_fraction"] == 0.0
+    assert "early_drop_loss_bound_fraction" not in tp.EARLY_DROP_PHASES["xtc+early-drop"]
     assert tp.EARLY_DROP_PHASES["xtc+early-drop-margin8"]["early_drop_margin_fraction"] == 0.08
     assert events[-1] == ("lab removed",)
 

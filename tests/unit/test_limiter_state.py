@@ -257,3 +257,39 @@ def test_a_paused_instance_keeps_its_limit_and_its_drops_count_as_offered():
         assert ed.dropped_pps == {"vr1": 60_000}
     ed.period(1.0, IFS, {}, {})  # deactivated (no load): removed
     assert lim.on == {} and ed.dropped_pps == {}
+
+
+def test_the_vrs_loss_factor_is_saved_restored_and_a_bad_one_is_one_clear_error_taking_nothing():
+    import pytest
+
+    from xtc.daemon.limiter_policy import BPF_TUNING
+
+    lim = MemLimiter()
+    lim.counts = "packets"
+    ed = EarlyDrop(lim, tuning=BPF_TUNING)
+    ed.choose("vr1", True)
+    run(ed, UDP)  # limited
+    limit = ed.limit_of("vr1").rate_pps
+    # handed its limit, it forwards 13% less, its cap (64%) far above its CPU use (26%): it learns
+    lossy = VrLoad(setpoint_pps=20_000, forwarded_pps=0.87 * limit, handed_pps=limit, model_forwarded_pps=None,
+                   cpu_percent=26.0, cap_percent=64.0)
+    for k in range(10):
+        ed.period(1.0, IFS, {"vr1": lossy}, counters(1000 * (k + 3)))
+    loss = ed.loss_of("vr1")
+    assert loss > 1.05
+    doc = ed.to_state()
+    assert doc == {"vrs": {"vr1": {"on": True, "loss_factor": round(loss, 6)}}}
+    ed2 = EarlyDrop(MemLimiter(), tuning=BPF_TUNING)  # the daemon restarted (after SIGKILL)
+    ed2.load_state(doc, {"vr1"})
+    assert ed2.is_on("vr1") and ed2.loss_of("vr1") == pytest.approx(loss)
+    # a VR whose cap binds (CPU 60% of a 64% cap) has its drops never raise the limit
+    limit = ed.limit_of("vr1").rate_pps
+    bound = VrLoad(setpoint_pps=20_000, forwarded_pps=0.5 * limit, handed_pps=limit, model_forwarded_pps=None,
+                   cpu_percent=60.0, cap_percent=64.0)
+    ed.period(1.0, IFS, {"vr1": bound}, counters(20_000))
+    assert ed.loss_of("vr1") == loss
+    for bad in (0.5, "1.1", True, float("nan"), 11.0):
+        ed3 = EarlyDrop(MemLimiter())
+        with pytest.raises(ValueError, match=r"early_drop\.vrs\.vr1\.loss_factor"):
+            ed3.load_state({"vrs": {"vr0": {"on": True}, "vr1": {"on": True, "loss_factor": bad}}}, {"vr0", "vr1"})
+        assert ed3.vrs == {}  # nothing taken over

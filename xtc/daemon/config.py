@@ -26,6 +26,9 @@ A complete example (every key shown with its default unless marked required)::
                                      # at its cap (default: the limiter's, 0.05 for bpf, 0.2 for tbf)
     # early_drop_credit_s = 0.3      # the limiter's bucket, seconds at its rate (default: the
                                      # limiter's, 0.3 s for bpf, 0.02 s for tbf)
+    # early_drop_loss_bound_fraction = 0.25  # the VR's own losses (its cap not binding) may raise its
+                                     # limit up to (1 + this) x its setpoint; 0: never (what the host
+                                     # hands it stays within 7% of the setpoint, its rate may not)
 
     [controller]
     model = "paper"                  # "paper" or the path of a model file
@@ -291,6 +294,7 @@ class DaemonSection:
     early_drop_limiter: EarlyDropLimiter = "bpf"
     early_drop_margin_fraction: Annotated[Number, within(0.0, 10.0)] | None = None
     early_drop_credit_s: Annotated[Number, within(0.001, 1.0)] | None = None
+    early_drop_loss_bound_fraction: Annotated[Number, within(0.0, 1.0)] | None = None
 
     @model_validator(mode="after")
     def _cfs_period(self) -> DaemonSection:

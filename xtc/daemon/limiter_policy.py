@@ -33,21 +33,43 @@ The rules (:func:`decide`):
   back, so the limit never binds below what the VR may forward), and then to the floor times
   ``1 + step_fraction``, so that noise does not raise it every period.
 
+- **The VR's own losses** (:func:`loss_factor`, a saturated host): a VR handed its limit may still
+  drop part of it at its own socket when its forwarder waits for a CPU behind the host's softirq
+  and the other tasks (measured on an emulated Dom0: 13% of what it was handed, with its cap far
+  above its CPU use).  Then a limit of ``1 + margin`` times the setpoint holds it below its setpoint,
+  and raising its cap does not help.  The VR's *loss factor* is the limit, over its setpoint, at
+  which it would forward ``loss_aim_fraction`` (0.98: the controller's dead zone) of its setpoint,
+  losing what it loses: ``loss_aim_fraction * handed / forwarded``, smoothed (``loss_smoothing`` a
+  period), at most ``1 + loss_bound_fraction`` (the runaway guard: more drops -> a higher limit -> a
+  busier host -> more drops stops there).  The floor is at least the setpoint times it: the
+  smallest limit at which the VR is at its setpoint as the controller counts it.  It is **raised**
+  only while the VR is limited (handed at least ``limited_fraction`` of the limit), forwards below
+  its setpoint and its cap does **not** bind (its CPU use over the period below
+  ``cap_bound_fraction`` of the cap in force: the controller's own test; the daemon reads the CPU of
+  a VR short of its setpoint); **lowered** whenever the VR is limited and would need less (that
+  never undoes early drop).  While the cap binds the VR's drops are the cap's: they never raise
+  the limit; a VR its cap holds at its setpoint is handed more than it forwards, so its factor
+  falls to what its own losses need.
+  ``loss_bound_fraction = 0`` switches it off (the limit then stays within ``(1 + margin)(1 +
+  step)`` of the setpoint: what the host hands the VR is chosen over its rate).  A TCP VR is
+  unaffected: it is never limited in the first place.
+
 Rates are packets/s; the limiter is given bytes/s too, from the mean packet size the host
 measured on the interface (TBF counts bytes).
 
 Public API
 ----------
-LimiterTuning, Limit, LimitInputs, decide, limit_bytes, tuning_for, BPF_TUNING, TBF_TUNING
+LimiterTuning, Limit, LimitInputs, LossInputs, decide, floor_pps, loss_factor, limit_bytes, tuning_for,
+BPF_TUNING, TBF_TUNING
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["BPF_TUNING", "MIN_PACKET_BYTES", "TBF_TUNING", "Limit", "LimitInputs", "LimiterTuning", "decide",
-           "limit_bytes", "tuning_for"]
+__all__ = ["BPF_TUNING", "MIN_PACKET_BYTES", "TBF_TUNING", "Limit", "LimitInputs", "LimiterTuning", "LossInputs",
+           "decide", "floor_pps", "limit_bytes", "loss_factor", "tuning_for"]
 
 #: The smallest mean packet size used (an Ethernet frame without FCS); a mean below it (no
 #: packets seen) is replaced by it.
@@ -75,6 +97,19 @@ class LimiterTuning:
         it forwarded (hysteresis on removal; at most ``excess_fraction``).
     model_up_to_setpoint : bool
         The model's prediction at a raised cap counts only up to the setpoint.
+    loss_bound_fraction : float
+        The VR's own losses (:func:`loss_factor`) may raise the limit up to ``1 + loss_bound_fraction``
+        times the setpoint, never above (the runaway guard); 0: they never raise it.
+    loss_aim_fraction : float
+        The loss factor is the limit at which the VR would forward this fraction of its setpoint
+        (0.98: the controller's dead zone, :attr:`xtc.control.laws.XtcTuning.dead_zone_fraction`).
+    loss_smoothing : float
+        Weight of one period's measurement in the smoothed loss factor (0..1].
+    cap_bound_fraction : float
+        The cap binds when the VR used at least this fraction of the cap in force over the period
+        (the controller's test: :attr:`xtc.control.laws.XtcTuning.cap_bound_fraction`).
+    limited_fraction : float
+        The VR counts as limited when it was handed at least this fraction of the limit in place.
     """
 
     margin_fraction: float = 0.2
@@ -86,11 +121,20 @@ class LimiterTuning:
     #: before the cap as far as the VR needs to reach its setpoint, not to where an overshooting
     #: prediction puts it (the eBPF bucket's tight limit would otherwise follow every raise).
     model_up_to_setpoint: bool = False
+    #: The VR's own losses raise the limit up to 1.25x the setpoint (0: never; docs/design/early-drop.md,
+    #: "The VR's own losses"): the 13% an emulated Dom0's VR lost at its socket fits under it with the margin.
+    loss_bound_fraction: float = 0.25
+    loss_aim_fraction: float = 0.98
+    loss_smoothing: float = 0.25
+    cap_bound_fraction: float = 0.8
+    limited_fraction: float = 0.9
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("margin_fraction", 0.0, 10.0), ("step_fraction", 0.0, 1.0),
                              ("excess_fraction", 0.0, 10.0), ("burst_s", 0.001, 1.0),
-                             ("keep_fraction", 0.0, self.excess_fraction)):
+                             ("keep_fraction", 0.0, self.excess_fraction), ("loss_bound_fraction", 0.0, 1.0),
+                             ("loss_aim_fraction", 0.5, 1.0), ("loss_smoothing", 0.001, 1.0), ("cap_bound_fraction", 0.001, 1.0),
+                             ("limited_fraction", 0.0, 1.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
                 raise ValueError(f"early drop {name} must be within {lo:g}..{hi:g}, got {v!r}")
@@ -106,17 +150,16 @@ TBF_TUNING = DEFAULT_TUNING
 BPF_TUNING = LimiterTuning(margin_fraction=0.05, step_fraction=0.02, burst_s=0.3, model_up_to_setpoint=True)
 
 
-def tuning_for(limiter: str, margin_fraction: float | None = None, credit_s: float | None = None) -> LimiterTuning:
-    """The tuning of early drop's ``limiter`` (``"bpf"`` or ``"tbf"``), with the configured margin and
-    credit where given.  Raises ValueError naming a bad one."""
+def tuning_for(limiter: str, margin_fraction: float | None = None, credit_s: float | None = None,
+               loss_bound_fraction: float | None = None) -> LimiterTuning:
+    """The tuning of early drop's ``limiter`` (``"bpf"`` or ``"tbf"``), with the configured margin,
+    credit and bound on the VR's own losses where given.  Raises ValueError naming a bad one."""
     base = {"bpf": BPF_TUNING, "tbf": TBF_TUNING}.get(limiter)
     if base is None:
         raise ValueError(f"early drop limiter must be 'bpf' or 'tbf', got {limiter!r}")
-    return LimiterTuning(
-        margin_fraction=base.margin_fraction if margin_fraction is None else margin_fraction,
-        step_fraction=base.step_fraction, excess_fraction=base.excess_fraction,
-        burst_s=base.burst_s if credit_s is None else credit_s, keep_fraction=base.keep_fraction,
-        model_up_to_setpoint=base.model_up_to_setpoint)
+    return replace(base, margin_fraction=base.margin_fraction if margin_fraction is None else margin_fraction,
+                   burst_s=base.burst_s if credit_s is None else credit_s,
+                   loss_bound_fraction=base.loss_bound_fraction if loss_bound_fraction is None else loss_bound_fraction)
 
 
 @dataclass(frozen=True)
@@ -170,9 +213,11 @@ def _finite(v: float | None) -> bool:
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
-    """The lowest limit allowed: ``(1 + margin)`` times the largest of the setpoint, the measured
-    forwarded rate and the model's rate at the cap."""
+def _loss_top(tuning: LimiterTuning) -> float:
+    return 1.0 + tuning.loss_bound_fraction
+
+
+def _plain_floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
     model = x.model_forwarded_pps
     if tuning.model_up_to_setpoint and _finite(model) and _finite(x.setpoint_pps):
         model = min(model, x.setpoint_pps)  # type: ignore[type-var]
@@ -180,21 +225,118 @@ def floor_pps(x: LimitInputs, tuning: LimiterTuning) -> float:
     return base * (1.0 + tuning.margin_fraction)
 
 
-def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning | None = None) -> Limit | None:
+def _loss_floor_pps(x: LimitInputs, tuning: LimiterTuning, loss: float) -> float:
+    """The floor the VR's own losses ask for: the setpoint times its loss factor, at most
+    ``1 + loss_bound_fraction`` times the setpoint (0 when there is none)."""
+    if not (_finite(loss) and loss > 1.0 and _finite(x.setpoint_pps) and x.setpoint_pps > 0):
+        return 0.0
+    return x.setpoint_pps * min(loss, _loss_top(tuning))
+
+
+def floor_pps(x: LimitInputs, tuning: LimiterTuning, loss: float = 1.0) -> float:
+    """The lowest limit allowed: ``(1 + margin)`` times the largest of the setpoint, the measured
+    forwarded rate and the model's rate at the cap; and, with the VR's own ``loss``
+    (:func:`loss_factor`, above 1), at least the setpoint times it, up to ``1 + loss_bound_fraction``
+    times the setpoint."""
+    return max(_plain_floor_pps(x, tuning), _loss_floor_pps(x, tuning, loss))
+
+
+def _raised(x: LimitInputs, tuning: LimiterTuning, loss: float, floor: float) -> float:
+    """A raise goes ``step_fraction`` above the floor; where the VR's losses set the floor, to the
+    floor itself (their factor is smoothed already, and the step would carry what the host hands
+    the VR past what it needs, or past the runaway guard)."""
+    if floor > _plain_floor_pps(x, tuning):
+        return floor
+    return floor * (1.0 + tuning.step_fraction)
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """What :func:`loss_factor` looks at (one VR, the period just ended).
+
+    Attributes
+    ----------
+    setpoint_pps, forwarded_pps : float
+        The instance's setpoint and what the VR forwarded.
+    handed_pps : float or None
+        What the host handed the VR (host-side TX of its interfaces: what passed the limiter).
+    limit_pps : float or None
+        The limit in place over the period (None: none).
+    cpu_percent : float or None
+        The VR's CPU use over the period, percent of one CPU (None: not read; the daemon reads it
+        for the VRs short of their setpoints).
+    cap_percent : float or None
+        The cap in force over the period (None: not known).
+    """
+
+    setpoint_pps: float
+    forwarded_pps: float | None
+    handed_pps: float | None
+    limit_pps: float | None
+    cpu_percent: float | None
+    cap_percent: float | None
+
+
+def cap_binds(cpu_percent: float | None, cap_percent: float | None, tuning: LimiterTuning) -> bool | None:
+    """Whether the cap in force held the VR (it used at least ``cap_bound_fraction`` of it); None when
+    that is not known (no reading, or not finite)."""
+    if not (_finite(cpu_percent) and _finite(cap_percent)) or cpu_percent < 0 or cap_percent <= 0:  # type: ignore[operator]
+        return None
+    return cpu_percent >= tuning.cap_bound_fraction * cap_percent  # type: ignore[operator]
+
+
+def loss_factor(prev: float, x: LossInputs, tuning: LimiterTuning | None = None) -> float:
+    """The VR's smoothed loss factor after this period, from ``prev`` (1: none): the limit, over the
+    setpoint, at which the VR would forward ``loss_aim_fraction`` of its setpoint, losing what it
+    lost over the period (``loss_aim_fraction * handed / forwarded``, at most ``1 + loss_bound_fraction``).
+
+    - Raised (``loss_smoothing`` of the way to this period's value) only while the VR is limited
+      (handed at least ``limited_fraction`` of the limit), forwards below its setpoint and its cap
+      does not bind (a CPU reading under ``cap_bound_fraction`` of the cap in force).
+    - Lowered the same way whenever the VR is limited and this period's value is lower (it needs
+      less: that never undoes early drop).  A VR whose cap holds it at its setpoint is handed more
+      than it forwards by its cap's drops, so its value falls period by period to what its own
+      losses need.
+    - Never raised while the cap binds (its drops are then the cap's: raising the limit for them
+      would undo early drop), nor without a CPU reading, nor at or above the setpoint.
+    - Held otherwise: no limit, not limited, a missing measurement.
+    - 1 when ``loss_bound_fraction`` is 0 (switched off).
+    """
+    tuning = tuning or DEFAULT_TUNING
+    top = _loss_top(tuning)
+    if tuning.loss_bound_fraction <= 0.0:
+        return 1.0
+    prev = min(max(prev, 1.0), top) if _finite(prev) else 1.0
+    a = tuning.loss_smoothing
+    if not (_finite(x.handed_pps) and _finite(x.forwarded_pps) and _finite(x.limit_pps) and _finite(x.setpoint_pps)):
+        return prev
+    handed, fwd, limit = float(x.handed_pps), float(x.forwarded_pps), float(x.limit_pps)  # type: ignore[arg-type]
+    if fwd <= 0.0 or limit <= 0.0 or handed < tuning.limited_fraction * limit:
+        return prev
+    sample = min(max(tuning.loss_aim_fraction * handed / fwd, 1.0), top)
+    if sample < prev:  # it needs less: lowered whatever its cap did (a binding cap's drops only overstate the need)
+        return prev + a * (sample - prev)
+    if fwd < x.setpoint_pps and cap_binds(x.cpu_percent, x.cap_percent, tuning) is False:
+        return prev + a * (sample - prev)
+    return prev  # at its setpoint, its cap binding, or not known whether it does: never raised
+
+
+def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning | None = None, loss: float = 1.0) -> Limit | None:
     """The limit to have in place after this period (``current`` itself when it stays, None: no limiter).
 
-    See the module's rules.  A measurement that is missing or not finite keeps ``current``
-    raised to the floor if it is below it (never tighter), or removes nothing and installs
-    nothing.
+    See the module's rules; ``loss`` is the VR's :func:`loss_factor` (1: none).  A measurement that
+    is missing or not finite keeps ``current`` raised to the floor if it is below it (never tighter),
+    or removes nothing and installs nothing.
     """
     tuning = tuning or DEFAULT_TUNING
     if not (_finite(x.offered_pps) and _finite(x.forwarded_pps) and x.forwarded_pps >= 0 and x.offered_pps >= 0):
         if current is not None and _finite(x.setpoint_pps):
-            floor = floor_pps(LimitInputs(x.setpoint_pps, 0.0, 0.0, x.model_forwarded_pps, x.mean_packet_bytes), tuning)
+            y = LimitInputs(x.setpoint_pps, 0.0, 0.0, x.model_forwarded_pps, x.mean_packet_bytes)
+            floor = floor_pps(y, tuning, loss)
             if current.rate_pps < floor:
-                return limit_bytes(floor * (1 + tuning.step_fraction), x.mean_packet_bytes, tuning)
+                return limit_bytes(_raised(y, tuning, loss, floor), x.mean_packet_bytes, tuning)
         return current
-    floor = floor_pps(x, tuning)
+    floor = floor_pps(x, tuning, loss)
     if current is None:
         capped_below_offered = x.offered_pps > (1.0 + tuning.excess_fraction) * x.forwarded_pps
         if not capped_below_offered or floor >= x.offered_pps:
@@ -206,7 +348,7 @@ def decide(x: LimitInputs, current: Limit | None, tuning: LimiterTuning | None =
     if current is None:
         return limit_bytes(floor, x.mean_packet_bytes, tuning)
     if current.rate_pps < floor:  # raise now, with room: never binds below what the VR may forward
-        return limit_bytes(floor * (1.0 + tuning.step_fraction), x.mean_packet_bytes, tuning)
+        return limit_bytes(_raised(x, tuning, loss, floor), x.mean_packet_bytes, tuning)
     if floor < current.rate_pps * (1.0 - tuning.step_fraction):
         return limit_bytes(floor, x.mean_packet_bytes, tuning)
     return current

@@ -25,6 +25,10 @@ What it guarantees:
   limiters are parked (:meth:`xtc.host.limiter.Limiter.park`: the eBPF filter stays attached and
   idle, so a limit that comes back is map updates; the TBF is removed); deactivation, SIGTERM,
   switching early drop off or the VR going remove parked ones too.
+- **The VR's own losses** (:func:`xtc.daemon.limiter_policy.loss_factor`): each VR's smoothed loss
+  factor (handed / forwarded while it is limited, short of its setpoint and its cap does not bind)
+  raises its limit, bounded; it is part of the state file (``"loss_factor"``), so a restart after
+  SIGKILL installs the limit with it, as the other choices survive.
 - **Never tighter than the setpoint**: a failed install or change is logged and counted
   (``failures``); a failed *raise* removes the limiter (no limit beats one that is too tight);
   a failed removal is retried every period until it succeeds.
@@ -41,7 +45,15 @@ from typing import Any
 from xtc.host.limiter import Limiter, LimiterError, LimiterSetting
 from xtc.service.logs import event
 
-from .limiter_policy import DEFAULT_TUNING, Limit, LimiterTuning, LimitInputs, decide
+from .limiter_policy import (
+    DEFAULT_TUNING,
+    Limit,
+    LimiterTuning,
+    LimitInputs,
+    LossInputs,
+    decide,
+    loss_factor,
+)
 
 __all__ = ["STATE_KEY", "EarlyDrop", "VrLoad"]
 
@@ -63,6 +75,10 @@ class VrLoad:
     #: The instance is paused: its cap stays where it is, and so does its limit (the policer's ladder
     #: pauses a misbehaving VR with its excess still dropped at the host); only its drops are counted.
     held: bool = False
+    #: The VR's CPU use over the period, percent of one CPU (None: not read), and the cap in force
+    #: over it (None: not known): whether the cap bound (:func:`~xtc.daemon.limiter_policy.loss_factor`).
+    cpu_percent: float | None = None
+    cap_percent: float | None = None
 
 
 @dataclass
@@ -77,6 +93,8 @@ class _Vr:
     #: Interfaces whose limiter was parked (the VR no longer needed a limit, but has early drop on):
     #: the eBPF bucket's filter stays attached, idle, until the VR's early drop ends.
     parked: tuple[str, ...] = ()
+    #: The VR's smoothed loss factor (handed / forwarded where its cap does not bind; 1: none).
+    loss: float = 1.0
 
 
 class EarlyDrop:
@@ -127,21 +145,33 @@ class EarlyDrop:
                 "limit_bytes_per_s": None if limit is None or not self._counts_bytes else limit.rate_bytes_per_s,
                 "interfaces": [] if v is None or limit is None else list(v.ifaces)}
 
+    def loss_of(self, vr: str) -> float:
+        """The VR's smoothed loss factor (1: none, or no early drop)."""
+        v = self.vrs.get(vr)
+        return 1.0 if v is None else v.loss
+
     def to_state(self) -> dict[str, Any]:
-        return {"vrs": {n: {"on": v.on} for n, v in sorted(self.vrs.items())}}
+        return {"vrs": {n: ({"on": v.on, "loss_factor": round(v.loss, 6)} if v.loss != 1.0 else {"on": v.on})
+                        for n, v in sorted(self.vrs.items())}}
 
     def load_state(self, doc: Any, instances: set[str]) -> None:
-        """Take over the choices saved by :meth:`to_state` (a missing part: none).  Raises ValueError naming the problem."""
+        """Take over the choices saved by :meth:`to_state` (a missing part: none).  Raises ValueError
+        naming the problem (and takes over nothing)."""
         if doc is None:
             return
         vrs = doc.get("vrs") if isinstance(doc, dict) else None
         if not isinstance(vrs, dict):
             raise ValueError(f"'{STATE_KEY}' must be an object with 'vrs'")
+        got: dict[str, _Vr] = {}
         for n, d in vrs.items():
             if not isinstance(d, dict) or not isinstance(d.get("on"), bool):
                 raise ValueError(f"'{STATE_KEY}.vrs.{n}' must be an object with a boolean 'on'")
+            loss = d.get("loss_factor", 1.0)
+            if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 1.0 <= loss <= 10.0:
+                raise ValueError(f"'{STATE_KEY}.vrs.{n}.loss_factor' must be a number within 1..10, got {loss!r}")
             if n in instances:
-                self.vrs[n] = _Vr(on=d["on"])
+                got[n] = _Vr(on=d["on"], loss=float(loss))
+        self.vrs.update(got)
 
     # ------------------------------------------------------------------------- faults
     def _fail(self, vr: str, what: str, e: LimiterError) -> None:
@@ -303,8 +333,12 @@ class EarlyDrop:
             handed = load.handed_pps
             offered = math.nan if handed is None else handed + dropped
             fwd = math.nan if load.forwarded_pps is None else load.forwarded_pps
+            if not load.counter_reset:  # the VR's own losses under the limit in place over the period
+                v.loss = loss_factor(v.loss, LossInputs(load.setpoint_pps, load.forwarded_pps, handed,
+                                                        None if v.limit is None else v.limit.rate_pps,
+                                                        load.cpu_percent, load.cap_percent), self.tuning)
             want = decide(LimitInputs(load.setpoint_pps, fwd, offered, load.model_forwarded_pps, v.mean_bytes),
-                          v.limit, self.tuning)
+                          v.limit, self.tuning, v.loss)
             self._apply(vr, v, ifaces, want)
 
     def _apply(self, vr: str, v: _Vr, ifaces: tuple[str, ...], want: Limit | None) -> None:
@@ -353,6 +387,6 @@ class EarlyDrop:
                 v.drops.pop(iface, None)
             else:
                 v.drops[iface] = n
-        event(log, logging.INFO, "early_drop_limit", vr=vr, rate_pps=round(want.rate_pps),
+        event(log, logging.INFO, "early_drop_limit", vr=vr, rate_pps=round(want.rate_pps), loss_factor=round(v.loss, 3),
               rate_bytes_per_s=want.rate_bytes_per_s, burst_bytes=want.burst_bytes, interfaces=list(ifaces))
         v.limit, v.ifaces, v.stale = want, ifaces, False

@@ -171,15 +171,16 @@ class ControlLoop:
         actions = self.core.period(now_s, readings, cpu)
         self._start_cpu(now_s)
         if self.early_drop is not None:  # early drop: limits follow *before* the caps are written
-            self._early_drop_period(now_s, readings, counters if readings else {}, actions)
+            self._early_drop_period(now_s, readings, counters if readings else {}, actions, cpu)
         report.outcomes = self.apply(actions, now_s)
         return report
 
     # --------------------------------------------------------------- early drop (issue 48)
     def _early_drop_period(self, now_s: float, readings: Mapping[str, VrReading], counters: Mapping[str, Any],
-                           actions: list[Action]) -> None:
+                           actions: list[Action], cpu_percent: Mapping[str, float] | None = None) -> None:
         """Hand :class:`EarlyDrop` each active instance's period (with the model's prediction when
-        the cap about to be written is a raise)."""
+        the cap about to be written is a raise, and the VR's CPU use over the period with the cap in
+        force over it where the daemon read it: whether the cap bound)."""
         assert self.early_drop is not None
         last, self._early_drop_last_s = self._early_drop_last_s, now_s
         if not self.early_drop.vrs and not self.early_drop.pending_removals:
@@ -205,7 +206,8 @@ class ControlLoop:
                     and hasattr(model, "steady_state_kpps")):
                 gain_pps = 1000.0 * (model.steady_state_kpps(nxt) - model.steady_state_kpps(cur))
                 predicted = r.forwarded_pps + max(0.0, gain_pps)
-            loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, predicted, r.counter_reset)
+            loads[name] = VrLoad(inst.setpoint_pps, r.forwarded_pps, r.offered_pps, predicted, r.counter_reset,
+                                 cpu_percent=(cpu_percent or {}).get(name), cap_percent=cur)
         self.early_drop.period(period_s, self.vrs, loads, counters)
         # What a limited VR was offered is what its interfaces handed it plus what its limiters
         # dropped: reported so (status, list, samples), so that a policer does not take a VR whose

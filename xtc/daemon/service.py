@@ -216,7 +216,7 @@ class DaemonService:
             _open_limiter(cfg.daemon.early_drop_limiter) if getattr(host, "real_interfaces", True) else None,
             default_on=cfg.daemon.early_drop,
             tuning=tuning_for(cfg.daemon.early_drop_limiter, cfg.daemon.early_drop_margin_fraction,
-                              cfg.daemon.early_drop_credit_s),
+                              cfg.daemon.early_drop_credit_s, cfg.daemon.early_drop_loss_bound_fraction),
             on_failure=lambda _vr, op: self.metrics.early_drop_failures.labels(op).inc())
         self._last_save_s = -math.inf
         #: The instances' caps in the state file last written (in the order of ``core.instances``).

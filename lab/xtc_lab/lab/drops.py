@@ -3,12 +3,14 @@
 Shared by the lab experiments (multihop, sixvr, tcpudp): :func:`loss_snapshot` reads, once,
 every counter that says where a frame was dropped (the host's per-CPU backlog, the host-side
 veths and qdiscs, each VR's own interfaces, its forwarder's packet sockets (``ss -0 -m``,
-``skmem`` ``d``: the receive queue was full), its CPU seconds and its CFS throttling);
+``skmem`` ``d``: the receive queue was full), its CPU seconds, the time it waited runnable for a CPU (``/proc/<pid>/schedstat``) and its CFS
+throttling);
 :func:`counter_delta` subtracts two readings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -109,8 +111,9 @@ def loss_snapshot(vrs: Sequence[Any], pids: dict[str, int], host_ifaces: Sequenc
         per VR in ``vrs`` (by its key): ``dev`` (the VR's eth0/eth1 as it sees them), ``sockets``
         (its packet sockets per interface: ``rcvbuf_bytes``, ``queued_bytes``, ``drops``),
         ``udp`` (``/proc/net/snmp`` Udp counters of its namespace), ``qdisc_drops``,
-        ``cpu_s`` (the forwarder's CPU seconds) and ``cgroup`` (``nr_periods``,
-        ``nr_throttled``, ``throttled_s`` of its cpu cgroup, when readable).
+        ``cpu_s`` (the forwarder's CPU seconds), ``run_delay_s`` (seconds it waited runnable for a
+        CPU: the scheduler's ``/proc/<pid>/schedstat``, when readable) and ``cgroup``
+        (``nr_periods``, ``nr_throttled``, ``throttled_s`` of its cpu cgroup, when readable).
     """
     import subprocess
 
@@ -135,6 +138,8 @@ def loss_snapshot(vrs: Sequence[Any], pids: dict[str, int], host_ifaces: Sequenc
             d["cpu_s"] = (int(stat[11]) + int(stat[12])) / tck
         except OSError:
             continue
+        with contextlib.suppress(OSError, ValueError, IndexError):  # (no CONFIG_SCHED_INFO: left out)
+            d["run_delay_s"] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
         ss = subprocess.run(["nsenter", "-t", str(pid), "-n", "ss", "-0", "-m", "-H"], capture_output=True,
                             text=True, timeout=10)
         d["sockets"] = parse_ss_packet(ss.stdout)
@@ -179,7 +184,9 @@ def vr_drops(delta: dict[str, Any], vifs: dict[str, Any]) -> dict[str, dict[str,
         queues were full, ``ss`` skmem ``d``), ``socket_drop_share`` (of ``received_pps``),
         ``socket_drop_eth0_pps`` (the data direction), ``forwarded_pps`` (host-side RX from the
         VR), ``cpu_share`` (forwarder CPU seconds per second), ``throttled_share`` (fraction of
-        its CFS periods throttled), ``rcvbuf_bytes`` (of its eth0 socket); and ``"host"``:
+        its CFS periods throttled), ``throttled_s_per_s`` (seconds throttled per second),
+        ``run_delay_share`` (seconds its forwarder waited runnable for a CPU per second; None
+        when not readable), ``rcvbuf_bytes`` (of its eth0 socket); and ``"host"``:
         ``backlog_drop_pps`` (the host's per-CPU input backlog).
     """
     dt = delta["t_s"]
@@ -199,6 +206,8 @@ def vr_drops(delta: dict[str, Any], vifs: dict[str, Any]) -> dict[str, dict[str,
             "forwarded_pps": (h[up]["rx_packets"] + h[down]["rx_packets"]) / dt,
             "cpu_share": d.get("cpu_s", 0.0) / dt,
             "throttled_share": (cg["nr_throttled"] / cg["nr_periods"]) if cg.get("nr_periods") else 0.0,
+            "throttled_s_per_s": cg.get("throttled_s", 0.0) / dt,
+            "run_delay_share": d["run_delay_s"] / dt if "run_delay_s" in d else None,
             "rcvbuf_bytes": socks.get("eth0", {}).get("rcvbuf_bytes"),
         }
     return out

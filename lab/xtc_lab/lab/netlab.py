@@ -628,7 +628,7 @@ class NetLab:
             return str(nsr.link("get", index=self._index(nsr, "eth0"))[0].get("address"))
 
     def add_netns_vr(self, work_iters: int = 0, cgroup: bool = False, detach: bool = False,
-                     work_factor: float = 1.0) -> VR:
+                     work_factor: float = 1.0, rcvbuf_bytes: int | None = None) -> VR:
         """Create the next VR as the forwarder in a plain network namespace ``<prefix>-vr<k>``.
 
         No libvirt needed.  The forwarder's pid is ``vr.process.pid``.
@@ -645,12 +645,16 @@ class NetLab:
             terminal (a persistent lab); :meth:`teardown` still stops it.
         work_factor
             Per-frame work factor (see :func:`forwarder_argv`).
+        rcvbuf_bytes
+            The forwarder's packet sockets' receive buffer (None: the kernel's default; see
+            :func:`forwarder_argv`).
         """
         self._check_work(work_iters)
         check_work_factor(work_factor)
         cg = self.cpu_cgroup() if cgroup else None  # before anything exists: no cgroup, nothing made
         vr = self._add_segments("netns")
-        self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10), cg, detach)
+        self._start_netns(vr, forwarder_argv(self.forwarder, work_iters, work_factor, wait_s=10,
+                                             rcvbuf_bytes=rcvbuf_bytes), cg, detach)
         return vr
 
     def add_chain(self, hops: int = 3, mode: str = "lxc", work_iters: int = 0, cgroup: bool = True,

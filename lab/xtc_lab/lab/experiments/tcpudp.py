@@ -93,6 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tcpudp-phases", default=None, metavar="P1,P2,...",
                    help="Figure 17 several ways, alternated (issue 48 item 3): a comma list of without, xtc, "
                         "xtc+early-drop (the daemon's default limiter on the vifs: the eBPF bucket), "
+                        "xtc+early-drop-noloss (the same, the VR's own losses not counted), "
                         "xtc+early-drop-margin8 (the same, margin 0.08), xtc+early-drop-tbf (its TBF), "
                         "xtc+input-drop, xtc+input-bpf (lab only: the same excess "
                         "dropped at the host's input port, before the bridge); the first must be 'without' "
@@ -508,8 +509,6 @@ def run(ctx: RunContext, args: argparse.Namespace) -> Outcome:
     if kind == "qemu" and rcvbuf:
         raise ValueError("--tcpudp-rcvbuf sets the lab forwarder's socket buffer: it does not apply to --kind qemu "
                          "(the guest kernel forwards)")
-    if kind == "netns" and rcvbuf:
-        raise ValueError("--tcpudp-rcvbuf: netns VRs are started with the kernel's default buffer (use --kind lxc)")
     if getattr(args, "host_delivery_cost_us", None) is not None:
         result["host_delivery_cost_us"] = check_cost_us(args.host_delivery_cost_us)
         if not getattr(args, "tcpudp_phases", None) or kind != "netns":
@@ -564,8 +563,10 @@ def add_two_vrs(ctx: RunContext, lab: NetLab, kind: str, rcvbuf: int = 0) -> tup
         return (lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S),
                 lab.add_qemu_vr(ready_timeout_s=QEMU_READY_TIMEOUT_S))
     if kind == "netns":
-        return (lab.add_netns_vr(work_iters=ctx.work_iters, cgroup=True, work_factor=ctx.work_factor),
-                lab.add_netns_vr(work_iters=ctx.work_iters, cgroup=True, work_factor=ctx.work_factor))
+        return (lab.add_netns_vr(work_iters=ctx.work_iters, cgroup=True, work_factor=ctx.work_factor,
+                                 rcvbuf_bytes=rcvbuf or None),
+                lab.add_netns_vr(work_iters=ctx.work_iters, cgroup=True, work_factor=ctx.work_factor,
+                                 rcvbuf_bytes=rcvbuf or None))
     return (lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None),
             lab.add_vr(work_iters=ctx.work_iters, rcvbuf_bytes=rcvbuf or None))
 

@@ -16,6 +16,8 @@ run, as in the classic run):
 * ``xtc+early-drop``: the same with early drop asked for *both* VRs (the product's default limiter,
   the queue-less eBPF packet-rate bucket on the clsact egress of their host-side vifs,
   ``daemon.early_drop_limiter = "bpf"``; the TCP VR's source backs off, so it must get none);
+* ``xtc+early-drop-noloss``: the same eBPF bucket with ``daemon.early_drop_loss_bound_fraction = 0``
+  (the rule before the VR's own losses at its socket raised its limit: the paired comparison);
 * ``xtc+early-drop-margin8``: the same eBPF bucket with ``daemon.early_drop_margin_fraction = 0.08``
   (the default 0.05: the margin measured against handed/setpoint and the UDP VR's tracking);
 * ``xtc+early-drop-tbf``: the same with the product's other limiter, the TBF ``ed0:`` root qdisc on
@@ -178,6 +180,14 @@ def window_record(phase: str, rep: int, summary: Mapping[str, Any], e0: Mapping[
         out[f"{key}_setpoint_kpps"] = k(setpoints_pps.get(key))
         out[f"{key}_dropped_in_vr_kpps"] = k(into - to_tr) if into is not None and to_tr is not None else math.nan
         out[f"{key}_socket_drop_kpps"] = k(drops.get("socket_drop_pps"))
+        # where the VR's own drops come from: its cap (CFS throttling), its forwarder waiting for a CPU
+        # (runnable, not running), or its socket's buffer (the receive buffer it had)
+        out[f"{key}_throttled_share"] = drops.get("throttled_share", math.nan)
+        out[f"{key}_throttled_ms_per_s"] = 1e3 * drops.get("throttled_s_per_s", math.nan)
+        rd = drops.get("run_delay_share")
+        out[f"{key}_run_delay_ms_per_s"] = math.nan if rd is None else 1e3 * rd
+        rb = drops.get("rcvbuf_bytes")
+        out[f"{key}_rcvbuf_bytes"] = math.nan if rb is None else rb
         # a counter that went back (the daemon took the limiter off and put it on again: a new one
         # counts from 0) gives what the new one counted (inputdrop.drops_between: a lower bound)
         d0, d1 = e0["vif_limiter_drops"].get(key), e1["vif_limiter_drops"].get(key)
@@ -280,7 +290,7 @@ def run(ctx: RunContext, args: argparse.Namespace, result: dict[str, Any], model
         f"{p} #{r + 1}" for r, p in order], input_factor=factor if set(INPUT_PHASES) & set(phases) else None)
     windows: list[dict[str, Any]] = []
     with experiment_lab(result, 0, mode=kind, say=ctx.say) as (lab, workdir, caps):
-        tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind)
+        tcp_vr, udp_vr = add_two_vrs(ctx, lab, kind, result.get("rcvbuf_bytes_asked") or 0)
         vrs = {"tcp": tcp_vr, "udp": udp_vr}
         result["vrs"] = {"tcp": tcp_vr.name, "udp": udp_vr.name}
         costs = delivery_costs(vrs, result.get("host_delivery_cost_us"))  # the emulated Dom0 cost, every phase

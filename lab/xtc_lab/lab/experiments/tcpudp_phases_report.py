@@ -24,11 +24,13 @@ from xtc_lab.lab.harness import (
     save_figure,
 )
 
-PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-margin8", "xtc+early-drop-tbf", "xtc+input-drop",
-          "xtc+input-bpf")
+PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-noloss", "xtc+early-drop-margin8", "xtc+early-drop-tbf",
+          "xtc+input-drop", "xtc+input-bpf")
 #: The phases with the product's early drop, and the daemon's ``[daemon]`` keys in each.
 EARLY_DROP_PHASES: dict[str, dict[str, Any]] = {
     "xtc+early-drop": {"early_drop_limiter": "bpf"},
+    # the rule before the VR's own losses raised the limit (daemon.early_drop_loss_bound_fraction = 0)
+    "xtc+early-drop-noloss": {"early_drop_limiter": "bpf", "early_drop_loss_bound_fraction": 0.0},
     "xtc+early-drop-margin8": {"early_drop_limiter": "bpf", "early_drop_margin_fraction": 0.08},
     "xtc+early-drop-tbf": {"early_drop_limiter": "tbf"},
 }
@@ -49,7 +51,10 @@ KEYS = ("udp_sent_kpps", "udp_sender_kpps", "udp_handed_kpps", "udp_setpoint_kpp
         "host_softirq_percent", "host_system_percent", "host_user_percent", "host_idle_percent",
         "host_irq_percent", "others_cpu_percent", "daemon_cpu_percent", "load_avg_1m",
         "udp_cost_paid_kpps", "tcp_cost_paid_kpps", "udp_cost_cpu_percent", "tcp_cost_cpu_percent",
-        "host_delivery_cost_cpu_percent")
+        "host_delivery_cost_cpu_percent",
+        # where the VRs' own drops come from: the cap (CFS throttling), waiting for a CPU, the socket's buffer
+        "udp_throttled_share", "udp_throttled_ms_per_s", "udp_run_delay_ms_per_s", "udp_rcvbuf_bytes",
+        "tcp_throttled_share", "tcp_throttled_ms_per_s", "tcp_run_delay_ms_per_s")
 #: Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: the normal's 1.96).
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -193,6 +198,7 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
         return f"{d['mean']:+.1f} (+-{d['ci95']:.1f}{', beyond the noise' if d['separated'] else ', within the noise'})"
 
     for p, name in (("xtc+early-drop", "early drop (the eBPF bucket on the vif)"),
+                    ("xtc+early-drop-noloss", "early drop (the eBPF bucket on the vif, the VR's own losses not counted)"),
                     ("xtc+early-drop-margin8", "early drop (the eBPF bucket on the vif, margin 0.08)"),
                     ("xtc+early-drop-tbf", "early drop (the TBF on the vif)"),
                     ("xtc+input-drop", "input-side drop (IFB + TBF, before the bridge)"),
@@ -326,8 +332,8 @@ UDP stream asked at {result['udp_offered_pps']:.0f} pps, both {result['frame_byt
 (the XTC phases after {result['settle_s']:g} s of settling with a fresh daemon).  Setpoints from the first
 `without` window: UDP VR {sp.get('udp', math.nan) / 1e3:.2f} kp/s, TCP VR {sp.get('tcp', math.nan) / 1e3:.2f} kp/s
 ({100 * result['udp_share']:.0f}% / the rest of its aggregate).  Early drop was asked for both VRs in
-`xtc+early-drop` (the daemon's eBPF bucket on the vifs), `xtc+early-drop-margin8` (the same, margin 0.08)
-and `xtc+early-drop-tbf` (its TBF).{idtxt}{costtxt}
+`xtc+early-drop` (the daemon's eBPF bucket on the vifs), `xtc+early-drop-noloss` (the same without raising the
+limit for the VR's own losses), `xtc+early-drop-margin8` (the same, margin 0.08) and `xtc+early-drop-tbf` (its TBF).{idtxt}{costtxt}
 
 Means (+- standard deviation over the windows); "sent" = what the UDP generator sent (host RX of its port, before
 any limiter); "handed" = host TX of the VR's vifs; "dropped by VR" = handed but not passed on; CPU in percent of one
