@@ -113,7 +113,8 @@ def run(socket_loss: float, loss_bound_fraction: float | None = None, periods: i
     host = LossyVrHost(lim, socket_loss)
     core = DaemonCore(lambda: make_controller(xtc.models.PAPER_MODEL), max_setpoint_pps=1e9)
     loop = ControlLoop(core, host)
-    tuning = tuning_for("bpf") if loss_bound_fraction is None else tuning_for("bpf", loss_bound_fraction=loss_bound_fraction)
+    # the rule on (0.25, as an operator sets it) unless the test says otherwise; off by default
+    tuning = tuning_for("bpf", loss_bound_fraction=0.25 if loss_bound_fraction is None else loss_bound_fraction)
     ed = loop.early_drop = EarlyDrop(lim, default_on=True, tuning=tuning)
     loop.period(host.t_s)
     loop.handle(Request("activate", "udp1", SETPOINT), host.t_s)
@@ -196,7 +197,7 @@ def test_the_configured_bound_reaches_the_daemons_early_drop(tmp_path) -> None:
     from xtc.daemon.config import loads_config
     from xtc.daemon.service import DaemonService
 
-    for extra, want in (("", 0.25), ("early_drop_loss_bound_fraction = 0.1\n", 0.1),
+    for extra, want in (("", 0.0), ("early_drop_loss_bound_fraction = 0.25\n", 0.25), ("early_drop_loss_bound_fraction = 0.1\n", 0.1),
                         ("early_drop_loss_bound_fraction = 0\n", 0.0)):
         cfg = loads_config(daemon_toml(tmp_path, 'backend = "sim"\n' + extra, '[[sim.vr]]\nname = "vr1"\n'))
         clock = Clock()

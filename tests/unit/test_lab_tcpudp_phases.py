@@ -33,7 +33,7 @@ def vr(k: int = 2) -> VR:
 
 # ------------------------------------------------------------------ the plan
 def test_phases_parse_in_the_order_given() -> None:
-    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+early-drop-noloss,xtc+early-drop-margin8,xtc+early-drop-tbf,"
+    assert tp.parse_phases("without, xtc,xtc+early-drop,xtc+early-drop-noloss,xtc+early-drop-loss,xtc+early-drop-margin8,xtc+early-drop-tbf,"
                            "xtc+input-drop,xtc+input-bpf") == tp.PHASES
     assert tp.parse_phases("without,xtc+early-drop") == ("without", "xtc+early-drop")
 
@@ -385,15 +385,16 @@ def test_the_run_alternates_windows_asks_early_drop_and_puts_the_input_limiter_o
     assert sum(e[0] == "daemon" for e in events) == 8 == sum(e[0] == "daemon stopped" for e in events)
     assert result["input_drop"]["rate_bytes_per_s"] == math.ceil(1.32 * 20_000 * 524)
     assert set(out.result["phases"]) == set(tp.PHASES) - {"xtc+early-drop-tbf", "xtc+early-drop-margin8",
-                                                          "xtc+early-drop-noloss"}
+                                                          "xtc+early-drop-noloss", "xtc+early-drop-loss"}
     assert len(out.result["windows"]) == 10
     assert limiters[1] == "bpf"  # xtc+early-drop: the daemon's eBPF bucket (the default, asked for by name)
     assert {p: k["early_drop_limiter"] for p, k in tp.EARLY_DROP_PHASES.items()} == {
-        "xtc+early-drop": "bpf", "xtc+early-drop-noloss": "bpf", "xtc+early-drop-margin8": "bpf",
+        "xtc+early-drop": "bpf", "xtc+early-drop-noloss": "bpf", "xtc+early-drop-loss": "bpf", "xtc+early-drop-margin8": "bpf",
         "xtc+early-drop-tbf": "tbf"}
     # the rule before the VR's own losses raised its limit: the bound at 0 (and the default leaves it be)
     assert tp.EARLY_DROP_PHASES["xtc+early-drop-noloss"]["early_drop_loss_bound_fraction"] == 0.0
     assert "early_drop_loss_bound_fraction" not in tp.EARLY_DROP_PHASES["xtc+early-drop"]
+    assert tp.EARLY_DROP_PHASES["xtc+early-drop-loss"]["early_drop_loss_bound_fraction"] == 0.25
     assert tp.EARLY_DROP_PHASES["xtc+early-drop-margin8"]["early_drop_margin_fraction"] == 0.08
     assert events[-1] == ("lab removed",)
 

@@ -25,7 +25,7 @@ from xtc.daemon.limiter_policy import (
     tuning_for,
 )
 
-T = BPF_TUNING
+T = tuning_for("bpf", loss_bound_fraction=0.25)  # the rule on, as an operator sets it
 SP = 12_900.0
 TOP = 1.0 + T.loss_bound_fraction
 
@@ -46,8 +46,10 @@ def learn(x: LossInputs, n: int, prev: float = 1.0) -> float:
     return prev
 
 
-def test_the_bpf_default_bounds_the_vrs_own_losses_at_a_quarter_above_the_setpoint():
-    assert T.loss_bound_fraction == 0.25 and tuning_for("bpf").loss_bound_fraction == 0.25
+def test_the_vrs_own_losses_raise_no_limit_unless_the_operator_sets_the_bound():
+    assert BPF_TUNING.loss_bound_fraction == 0.0 and tuning_for("bpf").loss_bound_fraction == 0.0
+    assert tuning_for("tbf").loss_bound_fraction == 0.0
+    assert T.loss_bound_fraction == 0.25
     assert tuning_for("bpf", loss_bound_fraction=0.1).loss_bound_fraction == 0.1
     assert tuning_for("tbf", loss_bound_fraction=0.0).loss_bound_fraction == 0.0
 

@@ -262,11 +262,12 @@ def test_a_paused_instance_keeps_its_limit_and_its_drops_count_as_offered():
 def test_the_vrs_loss_factor_is_saved_restored_and_a_bad_one_is_one_clear_error_taking_nothing():
     import pytest
 
-    from xtc.daemon.limiter_policy import BPF_TUNING
+    from xtc.daemon.limiter_policy import tuning_for
 
+    on = tuning_for("bpf", loss_bound_fraction=0.25)  # the rule on (off by default)
     lim = MemLimiter()
     lim.counts = "packets"
-    ed = EarlyDrop(lim, tuning=BPF_TUNING)
+    ed = EarlyDrop(lim, tuning=on)
     ed.choose("vr1", True)
     run(ed, UDP)  # limited
     limit = ed.limit_of("vr1").rate_pps
@@ -279,7 +280,7 @@ def test_the_vrs_loss_factor_is_saved_restored_and_a_bad_one_is_one_clear_error_
     assert loss > 1.05
     doc = ed.to_state()
     assert doc == {"vrs": {"vr1": {"on": True, "loss_factor": round(loss, 6)}}}
-    ed2 = EarlyDrop(MemLimiter(), tuning=BPF_TUNING)  # the daemon restarted (after SIGKILL)
+    ed2 = EarlyDrop(MemLimiter(), tuning=on)  # the daemon restarted (after SIGKILL)
     ed2.load_state(doc, {"vr1"})
     assert ed2.is_on("vr1") and ed2.loss_of("vr1") == pytest.approx(loss)
     # a VR whose cap binds (CPU 60% of a 64% cap) has its drops never raise the limit

@@ -26,9 +26,9 @@ A complete example (every key shown with its default unless marked required)::
                                      # at its cap (default: the limiter's, 0.05 for bpf, 0.2 for tbf)
     # early_drop_credit_s = 0.3      # the limiter's bucket, seconds at its rate (default: the
                                      # limiter's, 0.3 s for bpf, 0.02 s for tbf)
-    # early_drop_loss_bound_fraction = 0.25  # the VR's own losses (its cap not binding) may raise its
-                                     # limit up to (1 + this) x its setpoint; 0: never (what the host
-                                     # hands it stays within 7% of the setpoint, its rate may not)
+    # early_drop_loss_bound_fraction = 0.25  # off (0) by default; the VR's own losses (its cap not
+                                     # binding) may raise its limit up to (1 + this) x its setpoint:
+                                     # its rate reached, what the host hands it above 1.1x
 
     [controller]
     model = "paper"                  # "paper" or the path of a model file

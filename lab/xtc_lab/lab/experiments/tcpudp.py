@@ -93,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tcpudp-phases", default=None, metavar="P1,P2,...",
                    help="Figure 17 several ways, alternated (issue 48 item 3): a comma list of without, xtc, "
                         "xtc+early-drop (the daemon's default limiter on the vifs: the eBPF bucket), "
-                        "xtc+early-drop-noloss (the same, the VR's own losses not counted), "
+                        "xtc+early-drop-noloss (the same, the VR's own losses not counted: the default), "
+                        "xtc+early-drop-loss (the same, the VR's own losses up to 1.25x), "
                         "xtc+early-drop-margin8 (the same, margin 0.08), xtc+early-drop-tbf (its TBF), "
                         "xtc+input-drop, xtc+input-bpf (lab only: the same excess "
                         "dropped at the host's input port, before the bridge); the first must be 'without' "

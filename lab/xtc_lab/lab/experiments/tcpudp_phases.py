@@ -17,7 +17,10 @@ run, as in the classic run):
   the queue-less eBPF packet-rate bucket on the clsact egress of their host-side vifs,
   ``daemon.early_drop_limiter = "bpf"``; the TCP VR's source backs off, so it must get none);
 * ``xtc+early-drop-noloss``: the same eBPF bucket with ``daemon.early_drop_loss_bound_fraction = 0``
-  (the rule before the VR's own losses at its socket raised its limit: the paired comparison);
+  (the rule before the VR's own losses at its socket raised its limit: the paired comparison;
+  since that rule is off by default, the same as ``xtc+early-drop``);
+* ``xtc+early-drop-loss``: the same eBPF bucket with ``daemon.early_drop_loss_bound_fraction = 0.25``
+  (the VR's own losses raise its limit up to 1.25x the setpoint: the opt-in rule);
 * ``xtc+early-drop-margin8``: the same eBPF bucket with ``daemon.early_drop_margin_fraction = 0.08``
   (the default 0.05: the margin measured against handed/setpoint and the UDP VR's tracking);
 * ``xtc+early-drop-tbf``: the same with the product's other limiter, the TBF ``ed0:`` root qdisc on

@@ -24,13 +24,15 @@ from xtc_lab.lab.harness import (
     save_figure,
 )
 
-PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-noloss", "xtc+early-drop-margin8", "xtc+early-drop-tbf",
+PHASES = ("without", "xtc", "xtc+early-drop", "xtc+early-drop-noloss", "xtc+early-drop-loss", "xtc+early-drop-margin8", "xtc+early-drop-tbf",
           "xtc+input-drop", "xtc+input-bpf")
 #: The phases with the product's early drop, and the daemon's ``[daemon]`` keys in each.
 EARLY_DROP_PHASES: dict[str, dict[str, Any]] = {
     "xtc+early-drop": {"early_drop_limiter": "bpf"},
     # the rule before the VR's own losses raised the limit (daemon.early_drop_loss_bound_fraction = 0)
     "xtc+early-drop-noloss": {"early_drop_limiter": "bpf", "early_drop_loss_bound_fraction": 0.0},
+    # the VR's own losses raising the limit up to 1.25x the setpoint (off by default)
+    "xtc+early-drop-loss": {"early_drop_limiter": "bpf", "early_drop_loss_bound_fraction": 0.25},
     "xtc+early-drop-margin8": {"early_drop_limiter": "bpf", "early_drop_margin_fraction": 0.08},
     "xtc+early-drop-tbf": {"early_drop_limiter": "tbf"},
 }
@@ -199,6 +201,7 @@ def where_work_goes(stats: Mapping[str, Mapping[str, Any]], comp: Mapping[str, M
 
     for p, name in (("xtc+early-drop", "early drop (the eBPF bucket on the vif)"),
                     ("xtc+early-drop-noloss", "early drop (the eBPF bucket on the vif, the VR's own losses not counted)"),
+                    ("xtc+early-drop-loss", "early drop (the eBPF bucket on the vif, the VR's own losses up to 1.25x)"),
                     ("xtc+early-drop-margin8", "early drop (the eBPF bucket on the vif, margin 0.08)"),
                     ("xtc+early-drop-tbf", "early drop (the TBF on the vif)"),
                     ("xtc+input-drop", "input-side drop (IFB + TBF, before the bridge)"),
