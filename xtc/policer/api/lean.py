@@ -245,6 +245,8 @@ class LeanPath:
                 finally:
                     self._lock.release()
             return await run_in_threadpool(route.fn, _a=None, **kw)
+        except NotFound as e:  # as the app's handler answers it
+            return JSONResponse({"detail": str(e)}, status_code=404)
         except Exception:  # noqa: BLE001 - FastAPI answers it again, with its error
             return None
 
