@@ -87,7 +87,16 @@ class LiveWriter:
 
 
 class _Parsed:
-    __slots__ = ("key", "id", "layout", "written", "fresh_for", "routers", "seen", "demand", "m", "o", "c", "sat")
+    __slots__ = ("key", "id", "layout", "written", "fresh_for", "routers", "seen", "demand", "m", "o", "c", "sat",
+                 "_lists")
+
+    def lists(self) -> tuple[list[float], list[float], list[float], list[float], list[float], list[int]]:
+        """The columns as Python lists (made at the first read of this publication): a request reads
+        its routers and VRs value by value, and a list's item costs a fraction of a numpy scalar's."""
+        if self._lists is None:
+            self._lists = (self.seen.tolist(), self.demand.tolist(), self.m.tolist(), self.o.tolist(),
+                           self.c.tolist(), self.sat.tolist())
+        return self._lists
 
 
 def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
@@ -95,6 +104,7 @@ def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
     if magic != _MAGIC:
         raise ValueError("not a live-values file")
     p = _Parsed()
+    p._lists = None
     p.id, p.layout, p.written, p.fresh_for = wid, layout, written, fresh_for
     at = _HEAD.size + ilen
     if prev is not None and (prev.id, prev.layout) == (wid, layout):
@@ -135,12 +145,12 @@ class LiveView:
     def seen_unix_s(self, router: str) -> float | None:
         """When the router was last measured (None: no engine publishes it)."""
         f = self._find(router)
-        return None if f is None else float(f[0].seen[f[1][0]])
+        return None if f is None else f[0].lists()[0][f[1][0]]
 
     def demand_pps(self, router: str) -> float | None:
         """The router's demand at its last plan (None: no engine publishes it, or none yet)."""
         f = self._find(router)
-        return None if f is None else _num(float(f[0].demand[f[1][0]]))
+        return None if f is None else _num(f[0].lists()[1][f[1][0]])
 
     def vr(self, router: str, name: str) -> dict[str, Any] | None:
         """A VR's live ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and
@@ -152,9 +162,10 @@ class LiveView:
         k = rows.get(name)
         if k is None:
             return None
-        return {"forwarded_pps": _num(float(p.m[k])), "offered_pps": _num(float(p.o[k])),
-                "cap_percent": _num(float(p.c[k])), "saturated": SATURATION_CODES[p.sat[k]] if 0 <= p.sat[k] < 4 else None,
-                "last_seen_unix_s": float(p.seen[i])}
+        seen, _, m, o, c, sat = p.lists()
+        code = sat[k]
+        return {"forwarded_pps": _num(m[k]), "offered_pps": _num(o[k]), "cap_percent": _num(c[k]),
+                "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
 
 class LiveReader:
