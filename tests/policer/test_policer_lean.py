@@ -271,3 +271,21 @@ def test_a_lean_read_waits_in_the_threadpool_while_a_write_holds_the_store(tmp_p
     assert time.monotonic() - t0 >= 0.25, "answered while the store was held"
     t.join(5)
     store.close()
+
+
+def test_a_listing_is_encoded_by_orjson_and_what_it_refuses_by_the_standard_library() -> None:
+    """The routes' JSON (xtc.policer.api.routes._json): orjson's bytes (as compact as before, UTF-8 as
+    is, numbers as Python writes them but for small ones: 0.00001 rather than 1e-05); an int beyond 64
+    bits, which orjson refuses, still answered by the standard library's encoder."""
+    import json
+
+    import orjson
+
+    from xtc.policer.api.routes import _json
+
+    page = [{"router": "r\u00e9", "name": "v1", "forwarded_pps": 1000.5, "last_seen_unix_s": 1795788141.2992609,
+             "cap_percent": None, "present": True, "punishment_level": 0, "small": 1e-05}]
+    r = _json(page)
+    assert r.body == orjson.dumps(page) and r.media_type == "application/json" and r.status_code == 200
+    assert json.loads(r.body) == page and b"\xc3\xa9" in r.body and b"0.00001" in r.body
+    assert _json({"id": 2**70}, 201).body == b'{"id":1180591620717411303424}' and _json({"id": 2**70}, 201).status_code == 201
