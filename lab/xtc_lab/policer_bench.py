@@ -88,7 +88,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                  args.rate, samples=args.samples, sample_link=args.sample_link, shards=args.shards,
                                  flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
                                  jitter=args.jitter, api_duration_s=args.api_duration,
-                                 api_concurrency=args.concurrency)
+                                 api_concurrency=args.concurrency, workers=args.workers)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -506,6 +506,18 @@ def _dying_marked_s(c: Any, silenced: dict[str, list[float]], period_s: float, f
             "unmarked": unmarked, "silent_while_unreachable": skipped}
 
 
+def _api_and_engine_processes(pid: int) -> tuple[list[Any], list[Any]]:
+    """The psutil processes of the policer ``pid`` (``xtc policer serve``) that serve the API (itself, and its
+    workers when it supervises them: ``-m xtc.policer.service``), and those of its engine (the others)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    api, engine = [root], []
+    for p in root.children(recursive=True):
+        (api if "xtc.policer.service" in p.cmdline() else engine).append(p)
+    return api, engine
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -590,7 +602,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     api_duration_s: float = 5.0, max_warmup_s: float = 300.0, flapping_fraction: float = 0.0,
                     flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0,
                     sample_link: bool = True, api_concurrency: int = 32,
-                    api_window: Callable[[int, bool], None] | None = None) -> dict[str, Any]:
+                    api_window: Callable[[int, bool, str, str], None] | None = None,
+                    workers: int = 1) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -617,15 +630,18 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     takes them over the one connection it keeps to each daemon's manager socket (``engine.sample_link``),
     else on a second connection per router, to the PUB socket; ``engine_fds`` counts the engine's open
     files and the fleet's ``link_peers`` the subscriptions over the manager sockets.  ``shards``: the policer's
-    ``engine.shards`` (engine processes, each policing its share of the routers).  ``jitter``: the daemons'
+    ``engine.shards`` (engine processes, each policing its share of the routers); ``workers``: its
+    ``server.workers`` (API processes).  ``jitter``: the daemons'
     offered rates are drawn anew every period (:class:`xtc_lab.policer_fleet.Fleet`), so that their
-    samples change as a real fleet's do.  ``api_window``: called with the API process's id and True just
-    before the API's timed load, with False just after it (``python -m xtc_lab.policer_api_profile``
-    profiles that window)."""
+    samples change as a real fleet's do.  ``api_window``: called with the API process's id, True, the policer's URL
+    and a token just before the API's timed load, with False just after it (``python -m
+    xtc_lab.policer_api_profile`` profiles that window; ``python -m xtc_lab.policer_api_cpu --fleet``
+    measures its requests one at a time there)."""
     import psutil
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
+                           "workers": workers,
                            "flapping_fraction": flapping_fraction, "flap_s": flap_s,
                            "period_s": period_s, "samples": samples, "sample_link": sample_link, "shards": shards,
                            "jitter": jitter, "product": str(Path(xtc.__file__).parent)}
@@ -651,7 +667,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     raise RuntimeError("the fleet did not start")
                 time.sleep(0.1)
             fl = [r for f in fl_files for r in json.loads(f.read_text())]
-            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
+            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s, workers=workers,
                                        extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n"
                                        + f"sample_link = {'true' if sample_link else 'false'}\n"
                                        + (f"snapshot_interval_s = {snapshot_interval_s}\n" if snapshot_interval_s else ""))
@@ -742,21 +758,21 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
 
             out["fleet"] = window()
             silenced = out["fleet"].get("flapping", {}).pop("silenced_unix_s", {})
-            # The API while the engine goes on policing the fleet: the CPU of the API's process and of the
-            # engine's (its children), and the engine's measurements, over the load's timed window.
-            api_ps = psutil.Process(proc.pid)
-            engine_ps = api_ps.children(recursive=True)
+            # The API while the engine goes on policing the fleet: the CPU of the API's processes (the one
+            # that serves, or the supervisor and its workers) and of the engine's, and the engine's
+            # measurements, over the load's timed window.
+            api_ps, engine_ps = _api_and_engine_processes(proc.pid)
             db_cpu = _database_cpu()
             window_open: list[bool] = []
 
             def counters() -> dict[str, float]:
                 if api_window is not None:
-                    api_window(proc.pid, not window_open)
+                    api_window(proc.pid, not window_open, base, token)
                     window_open.append(True)
-                api_t = api_ps.cpu_times()
+                api_s = sum(t.user + t.system for t in (p.cpu_times() for p in api_ps))
                 engine_s = sum(t.user + t.system for t in (p.cpu_times() for p in engine_ps))
                 h = httpx.get(base + "/health", timeout=30).json()
-                return {"api_cpu_s": api_t.user + api_t.system, "engine_cpu_s": engine_s,
+                return {"api_cpu_s": api_s, "engine_cpu_s": engine_s,
                         "measured": (h.get("sampled") or 0) + (h.get("listed") or 0),
                         "database_cpu_s": db_cpu() if db_cpu is not None else 0.0}
 
