@@ -1,12 +1,15 @@
 """The policer API's CPU per request, request kind by request kind: ``python -m xtc_lab.policer_api_cpu``.
 
-    python -m xtc_lab.policer_api_cpu [-n 2000] [--repeat 3] [--out FILE]
+    python -m xtc_lab.policer_api_cpu [-n 2000] [--repeat 3] [--fleet ROUTERS] [--out FILE]
 
 Starts ``xtc policer serve`` on a temporary SQLite file (:func:`~xtc_lab.policer_bench.start_policer`,
 as ``xtc policer bench`` does, seeded as the bench seeds it, :func:`~xtc_lab.policer_bench.seed_policer`: 8
 networks with SLAs, 4 routers whose daemons do not exist), then sends N requests of each kind in :data:`KINDS` one after the
 other on one kept-alive connection, and divides the API process's user + system CPU (its engine's
-child process left out) by N; the best of ``--repeat`` runs per kind.  Requests one at a time on one
+child process left out) by N; the best of ``--repeat`` runs per kind.  With ``--fleet N`` the
+policer is the one :func:`~xtc_lab.policer_bench.run_fleet_bench` starts, policing N stand-in routers
+of 16 VRs (10 % dead), and the requests are sent once the engine has activated them, so that a page
+of routers or VRs is full (100 items) and its live values are the engine's.  Requests one at a time on one
 connection are the cheapest case for the server; ``xtc policer bench`` (requests in parallel, all the
 policer's processes) is the other one.  :func:`mix_ms_per_request` weighs the kinds by the bench's
 mix.  Prints (and with ``--out`` writes) JSON: the product measured (its path), the load average
@@ -24,6 +27,7 @@ import os
 import secrets
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -100,27 +104,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m xtc_lab.policer_api_cpu", description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=2000, help="requests of each kind (default 2000)")
     ap.add_argument("--repeat", type=int, default=3, help="runs; the best of them per kind (default 3)")
+    ap.add_argument("--fleet", type=int, default=0, metavar="ROUTERS",
+                    help="measure while the engine polices this many stand-in routers (default 0: none)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     args = ap.parse_args(argv)
-    if args.n < 1 or args.repeat < 1:
-        ap.error("-n and --repeat must be at least 1")
-    token = secrets.token_urlsafe(24)
-    runs = []
+    if args.n < 1 or args.repeat < 1 or args.fleet < 0:
+        ap.error("-n and --repeat must be at least 1, --fleet at least 0")
+    runs: list[dict[str, Any]] = []
     counter = itertools.count()
-    with tempfile.TemporaryDirectory(prefix="xtc-policer-cpu-") as tmp:
-        proc, url = start_policer(tmp, token)
-        try:
-            asyncio.run(seed_policer(url, token))
-            for _ in range(args.repeat):
-                load = os.getloadavg()
-                ms = asyncio.run(measure(url, token, args.n, psutil.Process(proc.pid), counter=counter))
-                runs.append({"loadavg_1_5_15": [round(x, 2) for x in load], "ms_per_request": ms})
-        finally:
-            proc.terminate()
-            proc.wait(10)
+
+    def runs_against(pid: int, url: str, token: str) -> None:
+        for _ in range(args.repeat):
+            load = os.getloadavg()
+            ms = asyncio.run(measure(url, token, args.n, psutil.Process(pid), counter=counter))
+            runs.append({"loadavg_1_5_15": [round(x, 2) for x in load], "ms_per_request": ms})
+
+    if args.fleet:
+        from xtc_lab.policer_bench import run_fleet_bench
+
+        def window(pid: int, start: bool, url: str, token: str) -> None:
+            if start:  # called on the bench's event loop: the measurement gets a loop of its own
+                t = threading.Thread(target=runs_against, args=(pid, url, token))
+                t.start()
+                t.join()
+
+        fleet = run_fleet_bench(routers=args.fleet, duration_s=2.0, api_rate_per_s=50.0, api_duration_s=0.5,
+                                api_window=window)
+    else:
+        token = secrets.token_urlsafe(24)
+        with tempfile.TemporaryDirectory(prefix="xtc-policer-cpu-") as tmp:
+            proc, url = start_policer(tmp, token)
+            try:
+                asyncio.run(seed_policer(url, token))
+                runs_against(proc.pid, url, token)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+    if not runs:
+        print("python -m xtc_lab.policer_api_cpu: nothing measured", file=sys.stderr)
+        return 1
     best = {k: min(r["ms_per_request"][k] for r in runs) for k in runs[0]["ms_per_request"]}
-    res = {"product": str(Path(xtc.__file__).parent), "n_per_kind": args.n, "runs": runs,
-           "best_ms_per_request": best, "mix_ms_per_request": mix_ms_per_request(best)}
+    res: dict[str, Any] = {"product": str(Path(xtc.__file__).parent), "n_per_kind": args.n, "fleet_routers": args.fleet,
+                           "runs": runs, "best_ms_per_request": best, "mix_ms_per_request": mix_ms_per_request(best)}
+    if args.fleet:
+        res["engine_measured_per_s"] = fleet["measured_per_s"]
     text = json.dumps(res, indent=1)
     if args.out is not None:
         args.out.write_text(text + "\n")

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["XTC_LAB_YAPPI_DIR"] = str(out_dir)
         api_pid: list[int] = []
 
-        def window(pid: int, start: bool) -> None:
+        def window(pid: int, start: bool, _url: str, _token: str) -> None:
             api_pid.append(pid)
             os.kill(pid, signal.SIGUSR2)
             if not start:  # wait for the statistics
