@@ -9,6 +9,13 @@ of reads (lists of routers, VRs, networks, one network, the audit log) and write
 router capacity changes, new networks).  Latency is measured per request from the moment it is
 sent.  Returns (and the CLI prints) JSON: requests/s achieved, latency percentiles in milliseconds,
 errors and status counts.
+
+Why one file: ``xtc policer bench`` is one command, whose two modes (the API alone; the API while the
+engine polices a stand-in fleet, ``--fleet``) share the throw-away policer's start, the load
+generator, the seed and the CPU accounting of the policer's processes; the throw-away PostgreSQL
+server serves only them.  The parts with a job of their own live apart: the stand-in fleet
+(:mod:`xtc_lab.policer_fleet`), the API goals' arithmetic (:mod:`xtc_lab.policer_api_goals`), the
+before/after comparison (:mod:`xtc_lab.policer_compare`).
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ import numpy as np
 
 import xtc
 from xtc.policer.engine import percentiles
+from xtc_lab.policer_api_goals import api_figures, api_goals
 from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
-           "PgServer", "API_GOALS", "api_figures", "api_goals", "BenchConn", "seed_policer"]
+           "PgServer", "BenchConn", "seed_policer"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
 PAGE = 100
@@ -524,57 +532,6 @@ def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     return sum(b.user + b.system - a.user - a.system for a, b in zip(before, (p.cpu_times() for p in procs)))
 
 
-#: Issue 50's goals for the API, while the engine polices its fleet: policer CPU per request (ms), p99 (ms), at this rate.
-API_GOALS = {"cpu_ms_per_request": 0.2, "p99_ms": 20.0, "rate_per_s": 2000.0}
-
-
-def api_figures(requests: int, window: dict[str, float], database: bool = False) -> dict[str, Any]:
-    """The API load's CPU figures from its timed window's counters (:func:`_load`'s ``window``: the API
-    process's and the engine processes' CPU seconds, the engine's router measurements, the seconds):
-    CPU per request of the API's process alone and of all the policer's processes (the API's and the
-    engine's: the engine polices meanwhile, and its CPU is not the API's), the engine's CPU per second
-    and per measurement, its measurements per second; with ``database`` (a PostgreSQL server on this
-    machine), the server's CPU per request and per second as well."""
-    if requests <= 0 or window["window_s"] <= 0:
-        raise ValueError("api_figures: no requests or no window")
-    api_s, engine_s, measured, w = window["api_cpu_s"], window["engine_cpu_s"], window["measured"], window["window_s"]
-    out: dict[str, Any] = {
-        "policer_api_cpu_ms_per_request": round(1000 * api_s / requests, 3),
-        "policer_cpu_ms_per_request": round(1000 * (api_s + engine_s) / requests, 3),
-        "engine_cpu_s_per_s": round(engine_s / w, 3),
-        "engine_measured_per_s": round(measured / w, 1),
-        "engine_cpu_ms_per_measurement": round(1000 * engine_s / measured, 3) if measured > 0 else None,
-    }
-    if database:
-        out["database_cpu_ms_per_request"] = round(1000 * window["database_cpu_s"] / requests, 3)
-        out["database_cpu_s_per_s"] = round(window["database_cpu_s"] / w, 3)
-    return out
-
-
-def api_goals(api: dict[str, Any], healthy_routers: int, period_s: float) -> dict[str, Any]:
-    """Issue 50's two API goals (:data:`API_GOALS`) beside what the load measured (``api``: :func:`_load`'s
-    result with :func:`api_figures`'), and the engine's measurements per second beside its healthy
-    routers' (each measured once a period): whether both goals were met while the engine policed."""
-    served = sum(n for code, n in api["statuses"].items() if code.startswith("2"))
-    return {
-        "offered_per_s": api["offered_rate_per_s"],
-        "served_2xx_per_s": round(served / api["duration_s"], 1),
-        "errors": api["errors"],
-        "p50_ms": api["latency_ms"]["p50"],
-        "p99_ms": api["latency_ms"]["p99"],
-        "p99_goal_ms": API_GOALS["p99_ms"],
-        "policer_api_cpu_ms_per_request": api["policer_api_cpu_ms_per_request"],
-        "policer_cpu_ms_per_request": api["policer_cpu_ms_per_request"],
-        "cpu_goal_ms_per_request": API_GOALS["cpu_ms_per_request"],
-        "engine_measured_per_s": api["engine_measured_per_s"],
-        "engine_healthy_routers_per_s": round(healthy_routers / period_s, 1),
-        "p99_met": api["latency_ms"]["p99"] <= API_GOALS["p99_ms"] and api["errors"] == 0
-        and api["offered_rate_per_s"] >= API_GOALS["rate_per_s"],
-        "api_cpu_met": api["policer_api_cpu_ms_per_request"] <= API_GOALS["cpu_ms_per_request"],
-        "policer_cpu_met": api["policer_cpu_ms_per_request"] <= API_GOALS["cpu_ms_per_request"],
-    }
-
-
 def run_fleet_bench_on(database: str, routers: int, vrs_per_router: int, dead_fraction: float, duration_s: float,
                        rate_per_s: float, **kw: Any) -> dict[str, Any]:
     """:func:`run_fleet_bench` with the policer on SQLite (``database`` ``"sqlite"``: a file in the
@@ -622,9 +579,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     then the API's requests/s and latency while the engine goes on policing the fleet (``api``: ``api_rate_per_s``
     for ``api_duration_s`` at most ``api_concurrency`` in flight; over its timed window the CPU the API's
     process spent per request, that of all the policer's processes per request, the engine's per second
-    and per measurement, the engine's measurements per second (:func:`api_figures`), the load
+    and per measurement, the engine's measurements per second (:func:`~xtc_lab.policer_api_goals.api_figures`), the load
     generator's CPU per request, and the fleet's statistics over that time; ``api_goals``: issue 50's
-    API goals beside them, :func:`api_goals`).  ``samples``: the daemons publish their
+    API goals beside them, :func:`~xtc_lab.policer_api_goals.api_goals`).  ``samples``: the daemons publish their
     samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
     (``[engine] samples = true``); else every router is measured by ``list``.  ``sample_link``: the engine
     takes them over the one connection it keeps to each daemon's manager socket (``engine.sample_link``),

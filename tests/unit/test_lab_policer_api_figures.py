@@ -1,11 +1,11 @@
-"""The API bench's arithmetic under a fleet (xtc_lab.policer_bench.api_figures, api_goals): CPU per
+"""The API bench's arithmetic under a fleet (xtc_lab.policer_api_goals.api_figures, api_goals): CPU per
 request of the API's process and of all the policer's processes kept apart, the engine's rate."""
 
 from __future__ import annotations
 
 import pytest
 
-from xtc_lab.policer_bench import API_GOALS, api_figures, api_goals
+from xtc_lab.policer_api_goals import API_GOALS, api_figures, api_goals
 
 WINDOW = {"window_s": 10.0, "api_cpu_s": 3.0, "engine_cpu_s": 1.5, "measured": 9000, "database_cpu_s": 0.0}
 
