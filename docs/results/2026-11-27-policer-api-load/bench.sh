@@ -15,3 +15,8 @@ for k in $(seq 1 "${ROUNDS:-2}"); do
   $PY -m xtc_lab.alternate --before "$BEFORE" --each side=$order bench-$k-{side} -- \
     $PY -m xtc.cli policer bench --fleet 1000 --rate 2000 --duration 5 --api-duration 10
 done
+# Then one pair with two API worker processes (server.workers = 2; the API's CPU is the supervisor's and the
+# workers'), to see what a second process does to the latency on 2 cores.
+[ -n "${WORKERS2:-1}" ] || exit 0
+$PY -m xtc_lab.alternate --before "$BEFORE" --each side=before,after bench-w2-{side} -- \
+  $PY -m xtc.cli policer bench --fleet 1000 --rate 2000 --duration 5 --api-duration 10 --workers 2

@@ -40,7 +40,7 @@ def bench_table() -> list[str]:
     lines = ["| run | load (1 min) | served 2xx/s | p50 ms | p99 ms | API CPU ms/request | policer CPU ms/request "
              "| engine measured/s (900 healthy) | engine CPU s/s | load generator ms/request |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for p in sorted(HERE.glob("bench-*.json")):
+    for p in sorted(HERE.glob("bench-*.json"), key=lambda p: ("w2" in p.stem, p.stem)):
         try:
             r = json.loads(p.read_text())
         except json.JSONDecodeError:
