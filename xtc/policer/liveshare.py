@@ -123,34 +123,44 @@ def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
     return p
 
 
-def _num(x: float) -> float | None:
-    return None if x != x else x
-
-
 class LiveView:
-    """The fresh live values of every engine that publishes, at one moment (one request's)."""
+    """The fresh live values of every engine that publishes, at one moment (one request's).
 
-    __slots__ = ("_files",)
+    A page reads its routers' values one after the other, a router's VRs together: the router last
+    found is kept with its publication's columns."""
+
+    __slots__ = ("_files", "_last", "_last_found")
 
     def __init__(self, files: list[_Parsed]):
         self._files = files
+        self._last: str | None = None
+        self._last_found: tuple[tuple[list[float], ...], int, dict[str, int]] | None = None
 
-    def _find(self, router: str) -> tuple[_Parsed, tuple[int, int, dict[str, int]]] | None:
+    def _find(self, router: str) -> tuple[tuple[Any, ...], int, dict[str, int]] | None:
+        """The router's publication's columns (:meth:`_Parsed.lists`), its position and its VRs' rows."""
+        if router == self._last:
+            return self._last_found
+        found = None
         for p in self._files:
             got = p.routers.get(router)
             if got is not None:
-                return p, got
-        return None
+                found = (p.lists(), got[0], got[2])
+                break
+        self._last, self._last_found = router, found
+        return found
 
     def seen_unix_s(self, router: str) -> float | None:
         """When the router was last measured (None: no engine publishes it)."""
         f = self._find(router)
-        return None if f is None else f[0].lists()[0][f[1][0]]
+        return None if f is None else f[0][0][f[1]]
 
     def demand_pps(self, router: str) -> float | None:
         """The router's demand at its last plan (None: no engine publishes it, or none yet)."""
         f = self._find(router)
-        return None if f is None else _num(f[0].lists()[1][f[1][0]])
+        if f is None:
+            return None
+        x = f[0][1][f[1]]
+        return None if x != x else x  # noqa: PLR0124 - NaN: none
 
     def vr(self, router: str, name: str) -> dict[str, Any] | None:
         """A VR's live ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and
@@ -158,13 +168,13 @@ class LiveView:
         f = self._find(router)
         if f is None:
             return None
-        p, (i, _, rows) = f
+        (seen, _, m, o, c, sat), i, rows = f
         k = rows.get(name)
         if k is None:
             return None
-        seen, _, m, o, c, sat = p.lists()
-        code = sat[k]
-        return {"forwarded_pps": _num(m[k]), "offered_pps": _num(o[k]), "cap_percent": _num(c[k]),
+        fw, of, cp, code = m[k], o[k], c[k], sat[k]
+        return {"forwarded_pps": None if fw != fw else fw, "offered_pps": None if of != of else of,  # noqa: PLR0124
+                "cap_percent": None if cp != cp else cp,  # noqa: PLR0124 - NaN: none
                 "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
 
