@@ -204,6 +204,22 @@ WRITES: list[tuple[str, str, bytes, dict[str, str]]] = [
     ("PUT", "/policies/allocation", b'{"target_fraction":0.8}', J),
     ("PUT", "/policies/misbehaviour", b'{"enabled":false}', J),
     ("PUT", "/policies/allocation", b'{"target_fraction":0.7}', {"Content-Type": "text/plain"}),
+    # Deletes: no body, no query, the token exactly as "Bearer <token>"
+    ("PUT", "/vrs/r1/v1/network", b'{"network":"n1"}', J),
+    ("DELETE", "/vrs/r1/v1/setpoint", b'', {}),
+    ("DELETE", "/vrs/r1/nope/setpoint", b'', {}),  # 404
+    ("DELETE", "/networks/n3/sla", b'', {}),
+    ("DELETE", "/networks/nope/sla", b'', {}),  # 404
+    ("DELETE", "/networks/n1", b'', {}),  # 409: a VR belongs to it
+    ("DELETE", "/networks/n3", b'', {}),  # 204
+    ("DELETE", "/networks/n3", b'', {}),  # 404 now
+    ("DELETE", "/networks/n2?x=1", b'', {}),  # a query: FastAPI's
+    ("DELETE", "/networks/n2", b'{}', J),  # a body: FastAPI's
+    ("DELETE", "/networks/n2", b'', {"Authorization": "Bearer nope"}),  # 401
+    ("DELETE", "/routers/-x", b'', {}),  # 422 (path)
+    ("DELETE", "/routers/r3", b'', {}),
+    ("DELETE", "/routers/r3", b'', {}),  # removed already: kept, answered again
+    ("DELETE", "/routers/nope", b'', {}),  # 404
 ]
 
 
@@ -241,7 +257,13 @@ def test_lean_writes_answer_and_write_as_fastapi_does(tmp_path: Any) -> None:
     assert ("POST", "/routers", 201) in written and ("POST", "/routers", 409) in written
     assert ("PATCH", "/routers/r1", 422) in written and ("PATCH", "/routers/nope", 404) in written
     assert ("PUT", "/policies/misbehaviour", 200) in written and ("PUT", "/networks/n1/sla", 200) in written
-    assert len(written) == 16, written
+    # ... and the plain deletes, their 404 and 409, not a delete with a query, a body or a wrong token.
+    for d in (("DELETE", "/vrs/r1/v1/setpoint", 200), ("DELETE", "/vrs/r1/nope/setpoint", 404),
+              ("DELETE", "/networks/n3/sla", 200), ("DELETE", "/networks/n1", 409), ("DELETE", "/networks/n3", 204),
+              ("DELETE", "/networks/n3", 404), ("DELETE", "/routers/r3", 200), ("DELETE", "/routers/nope", 404)):
+        assert d in written, (d, written)
+    assert not any(m == "DELETE" and p in ("/networks/n2", "/routers/-x") for m, p, _ in written), written
+    assert len(written) == 17 + 10, written
     sa.close()
     sb.close()
 

@@ -344,8 +344,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/routers/{router}", response_model=Router, tags=["routers"], responses={**E401, **E404},
                 summary="Mark a router removed (kept, with its history; no longer polled)")
-    def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
-        return _router_out(store.remove_router(router, actor))
+    @lean.delete("/routers/(?P<router>[^/]+)", {"router": name})
+    def remove_router(router: RouterPath, actor: Writer) -> Response:
+        return _json(_router_out(store.remove_router(router, actor)))
 
     # --------------------------------------------------------------------------------- vrs
     @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
@@ -378,8 +379,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**E401, **E404},
                 summary="Drop a manual setpoint (the allocation policy decides again)")
-    def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
-        return store.set_manual_setpoint(router, vr, None, actor)
+    @lean.delete("/vrs/(?P<router>[^/]+)/(?P<vr>[^/]+)/setpoint", {"router": name, "vr": vr_name})
+    def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> Response:
+        return _json(store.set_manual_setpoint(router, vr, None, actor))
 
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
              summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
@@ -411,8 +413,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**E401, **E404, **E409},
                 summary="Delete a network that no VR belongs to")
-    def remove_network(network: NetworkPath, actor: Writer) -> None:
+    @lean.delete("/networks/(?P<network>[^/]+)", {"network": name})
+    def remove_network(network: NetworkPath, actor: Writer) -> Response:
         store.remove_network(network, actor)
+        return Response(status_code=204)
 
     @app.put("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404},
              summary="Set the network's SLA: guaranteed minimum, maximum (packets/s per VR) and weight")
@@ -421,8 +425,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return _json(store.set_sla(network, body.model_dump(), actor))
 
     @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404})
-    def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
-        return store.set_sla(network, None, actor)
+    @lean.delete("/networks/(?P<network>[^/]+)/sla", {"network": name})
+    def clear_sla(network: NetworkPath, actor: Writer) -> Response:
+        return _json(store.set_sla(network, None, actor))
 
     @app.put("/networks/{network}/vr-off", response_model=Network, tags=["networks"], responses={**E401, **E404},
              summary="Enable or disable the punishment ladder's last resort (turning a misbehaving VR off) for the network")
