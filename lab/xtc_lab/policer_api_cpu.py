@@ -51,6 +51,7 @@ KINDS: list[Kind] = [
     ("PUT /networks/net1/sla", "PUT", "/networks/net1/sla", {"min_pps": 1000, "max_pps": 50000, "weight": 2}, True),
     ("PATCH /routers/r1", "PATCH", "/routers/r1", {"capacity_pps": 120000.0}, True),
     ("POST /networks", "POST", "/networks", lambda i: {"name": f"cpu{os.getpid()}-{i}"}, True),
+    ("DELETE /networks/net7/sla", "DELETE", "/networks/net7/sla", None, True),
     ("GET /networks/nope (404)", "GET", "/networks/nope", None, False),
     ("GET /routers/nope (404)", "GET", "/routers/nope", None, False),
     ("GET /routers?limit=0 (422)", "GET", "/routers?limit=0", None, False),
