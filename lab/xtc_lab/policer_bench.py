@@ -9,6 +9,13 @@ of reads (lists of routers, VRs, networks, one network, the audit log) and write
 router capacity changes, new networks).  Latency is measured per request from the moment it is
 sent.  Returns (and the CLI prints) JSON: requests/s achieved, latency percentiles in milliseconds,
 errors and status counts.
+
+Why one file: ``xtc policer bench`` is one command, whose two modes (the API alone; the API while the
+engine polices a stand-in fleet, ``--fleet``) share the throw-away policer's start, the load
+generator, the seed and the CPU accounting of the policer's processes; the throw-away PostgreSQL
+server serves only them.  The parts with a job of their own live apart: the stand-in fleet
+(:mod:`xtc_lab.policer_fleet`), the API goals' arithmetic (:mod:`xtc_lab.policer_api_goals`), the
+before/after comparison (:mod:`xtc_lab.policer_compare`).
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from typing import Any, Callable
 import httpx
 import numpy as np
 
+import xtc
 from xtc.policer.engine import percentiles
+from xtc_lab.policer_api_goals import api_figures, api_goals
 from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
-           "PgServer"]
+           "PgServer", "BenchConn", "seed_policer"]
 
 #: Items per page of the lists the load test reads (``/routers``, ``/vrs``), as an operator's screen pages them.
 PAGE = 100
@@ -45,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("bench", help="load test against a throw-away policer on loopback (prints JSON)",
                        epilog="example: xtc policer bench --rate 500 --duration 5")
     s.add_argument("--rate", type=float, default=500.0, help="requests/s to offer (default 500)")
-    s.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
+    s.add_argument("--duration", type=float, default=5.0,
+                   help="seconds (default 5); with --fleet, of policing measured before the API's load")
     s.add_argument("--concurrency", type=int, default=32, help="requests in flight at most (default 32)")
     s.add_argument("--write-fraction", type=float, default=0.2, help="share of writes (default 0.2)")
     s.add_argument("--workers", type=int, default=1, help="API worker processes of the throw-away policer (default 1)")
@@ -71,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fleet: the VRs' offered rates are drawn anew every period, base x (1 +- JITTER), so that "
                         "every sample differs from the last as a real VR's do (default 0: steady rates, and the "
                         "same samples but for their time, which the engine records without decoding them again)")
+    s.add_argument("--api-duration", type=float, default=5.0, metavar="SECONDS",
+                   help="fleet: seconds of API load (at --rate, --concurrency in flight) while the engine polices "
+                        "(default 5); the result's api_goals sets issue 50's API goals beside the figures")
     s.add_argument("--postgres", action="store_true",
                    help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
                         "package, started and removed by the bench, instead of SQLite (its CPU is counted)")
@@ -82,7 +95,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         res = run_fleet_bench_on("pg" if args.postgres else "sqlite", args.fleet, args.vrs, args.dead, args.duration,
                                  args.rate, samples=args.samples, sample_link=args.sample_link, shards=args.shards,
                                  flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
-                                 jitter=args.jitter)
+                                 jitter=args.jitter, api_duration_s=args.api_duration,
+                                 api_concurrency=args.concurrency, workers=args.workers)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -140,7 +154,20 @@ def policer_log(tmpdir: str | Path, tail_bytes: int = 2000) -> str:
         return ""
 
 
-class _Conn:
+async def seed_policer(url: str, token: str) -> None:
+    """What the load reads and writes, made at the policer at ``url`` (with ``token``): networks
+    ``net0``-``net7`` with SLAs, routers ``r0``-``r3`` whose daemons do not exist (control off)."""
+    auth = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=10.0) as c:
+        for i in range(8):
+            await c.post("/networks", json={"name": f"net{i}"}, headers=auth)
+            await c.put(f"/networks/net{i}/sla", json={"min_pps": 1000, "max_pps": 50000, "weight": 1 + i}, headers=auth)
+        for i in range(4):
+            await c.post("/routers", json={"name": f"r{i}", "endpoint": f"tcp://127.0.0.1:{1 + i}",
+                                           "capacity_pps": 100000, "control_mode": "off"}, headers=auth)
+
+
+class BenchConn:
     """One keep-alive HTTP/1.1 connection (a minimal client: the load generator must cost little CPU)."""
 
     def __init__(self, host: str, port: int):
@@ -183,23 +210,22 @@ class _Conn:
 
 
 async def _load(url: str, token: str, rate_per_s: float, duration_s: float, concurrency: int,
-                write_fraction: float, seed: int, server_cpu_s: Callable[[], float] | None = None) -> dict[str, Any]:
+                write_fraction: float, seed: int, server_cpu_s: Callable[[], float] | None = None,
+                around: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+    """The load itself (seeded first); ``server_cpu_s``: the server's CPU seconds so far, read at the
+    timed window's start and end; ``around``: counters (name -> value) read there too, whose
+    differences over the window are the result's ``window`` (with ``window_s``, the seconds between the
+    two readings)."""
     rng = np.random.default_rng(seed)
     auth = {"Authorization": f"Bearer {token}"}
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     lat_s: list[float] = []
     statuses: dict[str, int] = {}
     errors = 0
-    async with httpx.AsyncClient(base_url=url, timeout=10.0) as c:
-        for i in range(8):
-            await c.post("/networks", json={"name": f"net{i}"}, headers=auth)
-            await c.put(f"/networks/net{i}/sla", json={"min_pps": 1000, "max_pps": 50000, "weight": 1 + i}, headers=auth)
-        for i in range(4):
-            await c.post("/routers", json={"name": f"r{i}", "endpoint": f"tcp://127.0.0.1:{1 + i}",
-                                           "capacity_pps": 100000, "control_mode": "off"}, headers=auth)
-    idle: asyncio.Queue[_Conn] = asyncio.Queue()
+    await seed_policer(url, token)
+    idle: asyncio.Queue[BenchConn] = asyncio.Queue()
     for _ in range(concurrency):
-        idle.put_nowait(_Conn(host, int(port)))
+        idle.put_nowait(BenchConn(host, int(port)))
 
     def make(i: int) -> tuple[str, str, dict[str, Any] | None, dict[str, str] | None]:
         if rng.random() < write_fraction:
@@ -234,6 +260,8 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
 
     n = int(rate_per_s * duration_s)
     tasks = []
+    around0 = around() if around is not None else {}
+    t_around = time.perf_counter()
     cpu0 = time.process_time()
     server0 = server_cpu_s() if server_cpu_s is not None else 0.0
     t_start = time.perf_counter()
@@ -246,6 +274,8 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     elapsed = time.perf_counter() - t_start
     client_cpu_s = time.process_time() - cpu0
     server_s = server_cpu_s() - server0 if server_cpu_s is not None else None
+    around1 = around() if around is not None else {}
+    window_s = time.perf_counter() - t_around
     while not idle.empty():
         idle.get_nowait().close()
     lat_ms = np.array(lat_s) * 1000.0
@@ -268,6 +298,8 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     }
     if server_s is not None:  # the policer's processes (API workers, their supervisor, the engine)
         res["server_cpu_ms_per_request"] = round(1000 * server_s / n, 3)
+    if around is not None:
+        res["window"] = {"window_s": round(window_s, 3), **{k: round(around1[k] - around0[k], 3) for k in around0}}
     return res
 
 
@@ -482,6 +514,18 @@ def _dying_marked_s(c: Any, silenced: dict[str, list[float]], period_s: float, f
             "unmarked": unmarked, "silent_while_unreachable": skipped}
 
 
+def _api_and_engine_processes(pid: int) -> tuple[list[Any], list[Any]]:
+    """The psutil processes of the policer ``pid`` (``xtc policer serve``) that serve the API (itself, and its
+    workers when it supervises them: ``-m xtc.policer.service``), and those of its engine (the others)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    api, engine = [root], []
+    for p in root.children(recursive=True):
+        (api if "xtc.policer.service" in p.cmdline() else engine).append(p)
+    return api, engine
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -514,7 +558,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     request_timeout_s: float = 0.9, samples: bool = True, shards: int = 1,
                     api_duration_s: float = 5.0, max_warmup_s: float = 300.0, flapping_fraction: float = 0.0,
                     flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0,
-                    sample_link: bool = True) -> dict[str, Any]:
+                    sample_link: bool = True, api_concurrency: int = 32,
+                    api_window: Callable[[int, bool, str, str], None] | None = None,
+                    workers: int = 1) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -530,24 +576,32 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     a router that answered fell silent, the ``flapping_fraction`` of the fleet that answers ``flap_s``
     seconds and is silent as long, over and over, measured in the policing window), the resident
     memory of the processes (MB),
-    then the API's requests/s and latency while the engine goes on policing the fleet (with the CPU
-    the API's process spent per request, the engine's process per second, the load generator's per
-    request, and the fleet's statistics over that time).  ``samples``: the daemons publish their
+    then the API's requests/s and latency while the engine goes on policing the fleet (``api``: ``api_rate_per_s``
+    for ``api_duration_s`` at most ``api_concurrency`` in flight; over its timed window the CPU the API's
+    process spent per request, that of all the policer's processes per request, the engine's per second
+    and per measurement, the engine's measurements per second (:func:`~xtc_lab.policer_api_goals.api_figures`), the load
+    generator's CPU per request, and the fleet's statistics over that time; ``api_goals``: issue 50's
+    API goals beside them, :func:`~xtc_lab.policer_api_goals.api_goals`).  ``samples``: the daemons publish their
     samples, the routers are registered with their ``pub_endpoint`` and the engine reads the streams
     (``[engine] samples = true``); else every router is measured by ``list``.  ``sample_link``: the engine
     takes them over the one connection it keeps to each daemon's manager socket (``engine.sample_link``),
     else on a second connection per router, to the PUB socket; ``engine_fds`` counts the engine's open
     files and the fleet's ``link_peers`` the subscriptions over the manager sockets.  ``shards``: the policer's
-    ``engine.shards`` (engine processes, each policing its share of the routers).  ``jitter``: the daemons'
+    ``engine.shards`` (engine processes, each policing its share of the routers); ``workers``: its
+    ``server.workers`` (API processes).  ``jitter``: the daemons'
     offered rates are drawn anew every period (:class:`xtc_lab.policer_fleet.Fleet`), so that their
-    samples change as a real fleet's do."""
+    samples change as a real fleet's do.  ``api_window``: called with the API process's id, True, the policer's URL
+    and a token just before the API's timed load, with False just after it (``python -m
+    xtc_lab.policer_api_profile`` profiles that window; ``python -m xtc_lab.policer_api_cpu --fleet``
+    measures its requests one at a time there)."""
     import psutil
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
+                           "workers": workers,
                            "flapping_fraction": flapping_fraction, "flap_s": flap_s,
                            "period_s": period_s, "samples": samples, "sample_link": sample_link, "shards": shards,
-                           "jitter": jitter}
+                           "jitter": jitter, "product": str(Path(xtc.__file__).parent)}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500 + routers / 1000  # the fleet leaves this out of its statistics
         # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
@@ -570,7 +624,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     raise RuntimeError("the fleet did not start")
                 time.sleep(0.1)
             fl = [r for f in fl_files for r in json.loads(f.read_text())]
-            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s,
+            proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s, workers=workers,
                                        extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n"
                                        + f"sample_link = {'true' if sample_link else 'false'}\n"
                                        + (f"snapshot_interval_s = {snapshot_interval_s}\n" if snapshot_interval_s else ""))
@@ -661,16 +715,28 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
 
             out["fleet"] = window()
             silenced = out["fleet"].get("flapping", {}).pop("silenced_unix_s", {})
-            # The API while the engine goes on policing the fleet.
-            pol = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            cpu0 = [p.cpu_times() for p in pol]
+            # The API while the engine goes on policing the fleet: the CPU of the API's processes (the one
+            # that serves, or the supervisor and its workers) and of the engine's, and the engine's
+            # measurements, over the load's timed window.
+            api_ps, engine_ps = _api_and_engine_processes(proc.pid)
             db_cpu = _database_cpu()
-            out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, 32, 0.2, 1))
-            n, dur = out["api"]["requests"], out["api"]["duration_s"]
-            if db_cpu is not None:  # the engine's queries as well as the API's
-                out["api"]["database_cpu_s_per_s"] = round(db_cpu() / dur, 3)
-            out["api"]["policer_api_cpu_ms_per_request"] = round(1000 * _cpu_s_since(cpu0[:1], pol[:1]) / n, 3)
-            out["api"]["engine_cpu_s_per_s"] = round(_cpu_s_since(cpu0[1:], pol[1:]) / dur, 2)
+            window_open: list[bool] = []
+
+            def counters() -> dict[str, float]:
+                if api_window is not None:
+                    api_window(proc.pid, not window_open, base, token)
+                    window_open.append(True)
+                api_s = sum(t.user + t.system for t in (p.cpu_times() for p in api_ps))
+                engine_s = sum(t.user + t.system for t in (p.cpu_times() for p in engine_ps))
+                h = httpx.get(base + "/health", timeout=30).json()
+                return {"api_cpu_s": api_s, "engine_cpu_s": engine_s,
+                        "measured": (h.get("sampled") or 0) + (h.get("listed") or 0),
+                        "database_cpu_s": db_cpu() if db_cpu is not None else 0.0}
+
+            out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, api_concurrency, 0.2, 1,
+                                           around=counters))
+            out["api"].update(api_figures(out["api"]["requests"], out["api"]["window"], db_cpu is not None))
+            out["api_goals"] = api_goals(out["api"], sum(r["mode"] == "ok" for r in fl), period_s)
             out["fleet_during_api"] = window()["ok"]
             with httpx.Client(base_url=base, timeout=30) as c:
                 if silenced:  # routers that fell silent in the policing window: when were they marked?

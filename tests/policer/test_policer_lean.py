@@ -29,6 +29,8 @@ PATHS = [
     "/actions", "/actions?limit=3", "/actions?after_id=2&limit=3", "/actions?kind=sla_set", "/actions?kind=Bad",
     "/actions?router=r1&vr=v1", "/actions?limit=1001", "/actions?after_id=-1",
     "/policies", "/policies?x=1",
+    "/health", "/health?recent=5", "/health?recent=600", "/health?recent=0", "/health?recent=601", "/health?recent=x",
+    "/health?recent=5&recent=6", "/health?other=1",
 ]
 
 
@@ -82,13 +84,76 @@ def test_lean_reads_answer_as_fastapi_does(tmp_path: Any, protect_reads: bool) -
             assert ra.headers.get("www-authenticate") == rb.headers.get("www-authenticate"), (path, h)
     # The lean path did answer the plain valid reads (and only with the token when reads are protected).
     for must in ("/routers?limit=2&offset=1", "/vrs/r1/v1?", "/networks/n1?", "/actions?after_id=2&limit=3",
-                 "/policies?", "/vrs?flagged=true", "/setpoints?router=r1"):
+                 "/policies?", "/vrs?flagged=true", "/setpoints?router=r1",
+                 # the service's health, and a read of what does not exist (the store's 404)
+                 "/health?", "/health?recent=5", "/routers/nope?", "/networks/nope?", "/vrs/r1/nope?", "/vrs/nope/v1?"):
         assert any(x.startswith(must) for x in answered), (must, answered)
-    assert not any("limit=1.0" in x or "nope" in x or "flagged=1" in x or "limit=2&limit" in x for x in answered)
+    assert not any("limit=1.0" in x or "flagged=1" in x or "limit=2&limit" in x or "recent=0" in x
+                   or "recent=5&" in x or "-bad" in x or "%" in x for x in answered), answered
     if protect_reads:  # only with the token exactly as "Bearer <token>"
         assert set(tokens) == {f"Bearer {TOKEN}".encode()}, set(tokens)
     store.close()
     plain_store.close()
+
+
+class _Engine:
+    """What /health reads of an engine (no thread, no daemons)."""
+
+    def __init__(self, error: object = None, leads: bool = True):
+        self.error, self.cycles, self.bad_replies = error, 42, {"r1": 2, "r2": 1}
+        self.sampled, self.listed, self.probed, self.bad_samples = 900, 100, 3, 1
+        self.cycle_s = [0.01 * (i % 7) + 0.001 * i for i in range(700)]
+        self.gap_s = [1.0 + 0.01 * (i % 5) for i in range(650)]
+        self.is_leader = lambda: leads
+        self.leader_epoch = 4
+        self.shard_states = [{"shard": 0, "leader": True, "epoch": 4, "cycles": 42},
+                             {"shard": 1, "leader": False, "epoch": None, "cycles": 40}]
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("protect_reads", [False, True])
+@pytest.mark.parametrize("engine", [_Engine(), _Engine(error=RuntimeError("x")), _Engine(leads=False), None])
+def test_lean_health_answers_as_fastapi_does(tmp_path: Any, protect_reads: bool, engine: Any) -> None:
+    """/health on the lean path: the same bytes as FastAPI's route (its model without the fields that are
+    None), the engine's figures and the census of the routers; with protect_reads, only a caller with
+    the token exactly as "Bearer <token>" gets more than 'status' (and only that one the lean path answers)."""
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    _seed(store)
+    cfg = PolicerConfig(tokens=frozenset({TOKEN}), protect_reads=protect_reads)
+    app, plain = create_app(cfg, store, engine), create_app(cfg, store, engine)
+    plain.lean = None
+    answered = []
+    lean = app.lean
+
+    async def counting(scope: dict[str, Any]) -> Any:
+        r = await type(lean).answer(lean, scope)
+        if r is not None:
+            answered.append((scope["query_string"], dict(scope["headers"]).get(b"authorization")))
+        return r
+
+    lean.answer = counting
+    a, b = TestClient(app), TestClient(plain)
+    for h in ({"Authorization": f"Bearer {TOKEN}"}, {"Authorization": "Bearer wrong"}, {}):
+        for q in ("", "?recent=3", "?recent=600"):
+            ra, rb = a.get("/health" + q, headers=h), b.get("/health" + q, headers=h)
+            assert (ra.status_code, ra.content, ra.headers.get("content-type")) == \
+                   (rb.status_code, rb.content, rb.headers.get("content-type")), (q, h)
+    compared = len(answered)
+    full = a.get("/health?recent=3", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert full["routers"] == 2 and full["unreachable"] == ["r2"] and full["engine_cycles"] == (42 if engine else 0)
+    if engine is not None and engine.error is None:
+        assert full["cycle_ms"] == {"p50": 748.0, "p99": 759.0, "max": 759.0}, full  # the 3 most recent cycles
+    assert (b"", f"Bearer {TOKEN}".encode()) in answered and (b"recent=3", f"Bearer {TOKEN}".encode()) in answered
+    if protect_reads:  # a caller without the token is FastAPI's (it gets 'status' only)
+        assert {t for _, t in answered} == {f"Bearer {TOKEN}".encode()}
+    else:
+        assert compared == 9
+    store.close()
 
 
 def test_lean_reads_see_writes_at_once(tmp_path: Any) -> None:
@@ -139,6 +204,22 @@ WRITES: list[tuple[str, str, bytes, dict[str, str]]] = [
     ("PUT", "/policies/allocation", b'{"target_fraction":0.8}', J),
     ("PUT", "/policies/misbehaviour", b'{"enabled":false}', J),
     ("PUT", "/policies/allocation", b'{"target_fraction":0.7}', {"Content-Type": "text/plain"}),
+    # Deletes: no body, no query, the token exactly as "Bearer <token>"
+    ("PUT", "/vrs/r1/v1/network", b'{"network":"n1"}', J),
+    ("DELETE", "/vrs/r1/v1/setpoint", b'', {}),
+    ("DELETE", "/vrs/r1/nope/setpoint", b'', {}),  # 404
+    ("DELETE", "/networks/n3/sla", b'', {}),
+    ("DELETE", "/networks/nope/sla", b'', {}),  # 404
+    ("DELETE", "/networks/n1", b'', {}),  # 409: a VR belongs to it
+    ("DELETE", "/networks/n3", b'', {}),  # 204
+    ("DELETE", "/networks/n3", b'', {}),  # 404 now
+    ("DELETE", "/networks/n2?x=1", b'', {}),  # a query: FastAPI's
+    ("DELETE", "/networks/n2", b'{}', J),  # a body: FastAPI's
+    ("DELETE", "/networks/n2", b'', {"Authorization": "Bearer nope"}),  # 401
+    ("DELETE", "/routers/-x", b'', {}),  # 422 (path)
+    ("DELETE", "/routers/r3", b'', {}),
+    ("DELETE", "/routers/r3", b'', {}),  # removed already: kept, answered again
+    ("DELETE", "/routers/nope", b'', {}),  # 404
 ]
 
 
@@ -176,7 +257,13 @@ def test_lean_writes_answer_and_write_as_fastapi_does(tmp_path: Any) -> None:
     assert ("POST", "/routers", 201) in written and ("POST", "/routers", 409) in written
     assert ("PATCH", "/routers/r1", 422) in written and ("PATCH", "/routers/nope", 404) in written
     assert ("PUT", "/policies/misbehaviour", 200) in written and ("PUT", "/networks/n1/sla", 200) in written
-    assert len(written) == 16, written
+    # ... and the plain deletes, their 404 and 409, not a delete with a query, a body or a wrong token.
+    for d in (("DELETE", "/vrs/r1/v1/setpoint", 200), ("DELETE", "/vrs/r1/nope/setpoint", 404),
+              ("DELETE", "/networks/n3/sla", 200), ("DELETE", "/networks/n1", 409), ("DELETE", "/networks/n3", 204),
+              ("DELETE", "/networks/n3", 404), ("DELETE", "/routers/r3", 200), ("DELETE", "/routers/nope", 404)):
+        assert d in written, (d, written)
+    assert not any(m == "DELETE" and p in ("/networks/n2", "/routers/-x") for m, p, _ in written), written
+    assert len(written) == 17 + 10, written
     sa.close()
     sb.close()
 
@@ -206,3 +293,21 @@ def test_a_lean_read_waits_in_the_threadpool_while_a_write_holds_the_store(tmp_p
     assert time.monotonic() - t0 >= 0.25, "answered while the store was held"
     t.join(5)
     store.close()
+
+
+def test_a_listing_is_encoded_by_orjson_and_what_it_refuses_by_the_standard_library() -> None:
+    """The routes' JSON (xtc.policer.api.routes._json): orjson's bytes (as compact as before, UTF-8 as
+    is, numbers as Python writes them but for small ones: 0.00001 rather than 1e-05); an int beyond 64
+    bits, which orjson refuses, still answered by the standard library's encoder."""
+    import json
+
+    import orjson
+
+    from xtc.policer.api.routes import _json
+
+    page = [{"router": "r\u00e9", "name": "v1", "forwarded_pps": 1000.5, "last_seen_unix_s": 1795788141.2992609,
+             "cap_percent": None, "present": True, "punishment_level": 0, "small": 1e-05}]
+    r = _json(page)
+    assert r.body == orjson.dumps(page) and r.media_type == "application/json" and r.status_code == 200
+    assert json.loads(r.body) == page and b"\xc3\xa9" in r.body and b"0.00001" in r.body
+    assert _json({"id": 2**70}, 201).body == b'{"id":1180591620717411303424}' and _json({"id": 2**70}, 201).status_code == 201

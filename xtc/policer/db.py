@@ -334,30 +334,54 @@ SQLITE_BUSY_TIMEOUT_S = 10.0
 
 
 class SqliteDatabase(Database):
-    """One sqlite3 connection under a lock (WAL, foreign keys on).
+    """A sqlite3 connection for the transactions under a lock (WAL, foreign keys on), and one for the
+    reads under a lock of its own.
 
     Several processes share the file (the API's and the engine's): a write transaction waits for
     another's lock by retrying every 0.1-1 ms, for up to :data:`SQLITE_BUSY_TIMEOUT_S`.  Not SQLite's
     own busy timeout: Debian's library (3.40) behaves as one built without ``usleep``, whose busy
-    handler sleeps a whole second between attempts, which stalled the API's writes (and, through
-    the connection's lock, its reads) for 1-2 s behind the engine's short transactions.
+    handler sleeps a whole second between attempts, which stalled the API's writes for 1-2 s behind
+    the engine's short transactions.
+
+    A read outside a transaction of its thread takes the read connection: in WAL a reader neither waits
+    for a writer nor sees its transaction before the commit, so a read never waits behind this
+    process's write transaction (which may itself be waiting for the engine's write lock), as on
+    PostgreSQL, and the API reads on its event loop (:attr:`inline_lock`) while a write runs in a
+    worker thread.  A read inside a transaction of its thread takes the transaction's connection and
+    sees the transaction.  An in-memory database (``:memory:``) has one connection for both.
     """
 
     dialect = "sqlite"
 
     def __init__(self, path: str):
+        self.db = self._connect(path, writer=True)
+        self.lock = threading.RLock()
+        self._in_tx = threading.local()
+        if path == ":memory:" or path.startswith("file:"):  # a second connection could be another database
+            self.rdb, self.read_lock = self.db, self.lock
+        else:
+            try:
+                self.rdb = self._connect(path, writer=False)
+            except StoreError:
+                self.db.close()
+                raise
+            self.read_lock = threading.RLock()
+        self.inline_lock = self.read_lock
+        self.conn = Conn(self.db, False)
+
+    @staticmethod
+    def _connect(path: str, writer: bool) -> sqlite3.Connection:
         try:
-            self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.execute("PRAGMA busy_timeout=0")  # SQLITE_BUSY at once; _busy_retry waits
+            db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
+            db.row_factory = sqlite3.Row
+            if writer:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA busy_timeout=0")  # SQLITE_BUSY at once; _busy_retry waits
+            return db
         except sqlite3.Error as e:
             raise StoreError(f"cannot open database {path}: {e}") from None
-        self.lock = threading.RLock()
-        self.inline_lock = self.lock
-        self.conn = Conn(self.db, False)
 
     @staticmethod
     def _busy_retry(fn: Any) -> Any:
@@ -380,6 +404,7 @@ class SqliteDatabase(Database):
     def tx(self) -> Iterator[Conn]:
         with self.lock:
             self._busy_retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
+            self._in_tx.on = True
             try:
                 yield self.conn
             except sqlite3.IntegrityError as e:
@@ -388,15 +413,22 @@ class SqliteDatabase(Database):
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
+            finally:
+                self._in_tx.on = False
             self._busy_retry(lambda: self.db.execute("COMMIT"))
 
     def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
-        with self.lock:
-            return self._busy_retry(lambda: self.db.execute(sql, args).fetchall())
+        if getattr(self._in_tx, "on", False):  # inside this thread's transaction: what it sees
+            with self.lock:
+                return self._busy_retry(lambda: self.db.execute(sql, args).fetchall())
+        with self.read_lock:
+            return self._busy_retry(lambda: self.rdb.execute(sql, args).fetchall())
 
     def close(self) -> None:
-        with self.lock:
+        with self.lock, self.read_lock:
             self.db.close()
+            if self.rdb is not self.db:
+                self.rdb.close()
 
 
 #: After a failed connection of the read connection, seconds before it is tried again.

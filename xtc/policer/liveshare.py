@@ -87,7 +87,16 @@ class LiveWriter:
 
 
 class _Parsed:
-    __slots__ = ("key", "id", "layout", "written", "fresh_for", "routers", "seen", "demand", "m", "o", "c", "sat")
+    __slots__ = ("key", "id", "layout", "written", "fresh_for", "routers", "seen", "demand", "m", "o", "c", "sat",
+                 "_lists")
+
+    def lists(self) -> tuple[list[float], list[float], list[float], list[float], list[float], list[int]]:
+        """The columns as Python lists (made at the first read of this publication): a request reads
+        its routers and VRs value by value, and a list's item costs a fraction of a numpy scalar's."""
+        if self._lists is None:
+            self._lists = (self.seen.tolist(), self.demand.tolist(), self.m.tolist(), self.o.tolist(),
+                           self.c.tolist(), self.sat.tolist())
+        return self._lists
 
 
 def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
@@ -95,6 +104,7 @@ def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
     if magic != _MAGIC:
         raise ValueError("not a live-values file")
     p = _Parsed()
+    p._lists = None
     p.id, p.layout, p.written, p.fresh_for = wid, layout, written, fresh_for
     at = _HEAD.size + ilen
     if prev is not None and (prev.id, prev.layout) == (wid, layout):
@@ -113,34 +123,44 @@ def _parse(data: bytes, prev: _Parsed | None) -> _Parsed:
     return p
 
 
-def _num(x: float) -> float | None:
-    return None if x != x else x
-
-
 class LiveView:
-    """The fresh live values of every engine that publishes, at one moment (one request's)."""
+    """The fresh live values of every engine that publishes, at one moment (one request's).
 
-    __slots__ = ("_files",)
+    A page reads its routers' values one after the other, a router's VRs together: the router last
+    found is kept with its publication's columns."""
+
+    __slots__ = ("_files", "_last", "_last_found")
 
     def __init__(self, files: list[_Parsed]):
         self._files = files
+        self._last: str | None = None
+        self._last_found: tuple[tuple[list[float], ...], int, dict[str, int]] | None = None
 
-    def _find(self, router: str) -> tuple[_Parsed, tuple[int, int, dict[str, int]]] | None:
+    def _find(self, router: str) -> tuple[tuple[Any, ...], int, dict[str, int]] | None:
+        """The router's publication's columns (:meth:`_Parsed.lists`), its position and its VRs' rows."""
+        if router == self._last:
+            return self._last_found
+        found = None
         for p in self._files:
             got = p.routers.get(router)
             if got is not None:
-                return p, got
-        return None
+                found = (p.lists(), got[0], got[2])
+                break
+        self._last, self._last_found = router, found
+        return found
 
     def seen_unix_s(self, router: str) -> float | None:
         """When the router was last measured (None: no engine publishes it)."""
         f = self._find(router)
-        return None if f is None else float(f[0].seen[f[1][0]])
+        return None if f is None else f[0][0][f[1]]
 
     def demand_pps(self, router: str) -> float | None:
         """The router's demand at its last plan (None: no engine publishes it, or none yet)."""
         f = self._find(router)
-        return None if f is None else _num(float(f[0].demand[f[1][0]]))
+        if f is None:
+            return None
+        x = f[0][1][f[1]]
+        return None if x != x else x  # noqa: PLR0124 - NaN: none
 
     def vr(self, router: str, name: str) -> dict[str, Any] | None:
         """A VR's live ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and
@@ -148,13 +168,14 @@ class LiveView:
         f = self._find(router)
         if f is None:
             return None
-        p, (i, _, rows) = f
+        (seen, _, m, o, c, sat), i, rows = f
         k = rows.get(name)
         if k is None:
             return None
-        return {"forwarded_pps": _num(float(p.m[k])), "offered_pps": _num(float(p.o[k])),
-                "cap_percent": _num(float(p.c[k])), "saturated": SATURATION_CODES[p.sat[k]] if 0 <= p.sat[k] < 4 else None,
-                "last_seen_unix_s": float(p.seen[i])}
+        fw, of, cp, code = m[k], o[k], c[k], sat[k]
+        return {"forwarded_pps": None if fw != fw else fw, "offered_pps": None if of != of else of,  # noqa: PLR0124
+                "cap_percent": None if cp != cp else cp,  # noqa: PLR0124 - NaN: none
+                "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
 
 class LiveReader:

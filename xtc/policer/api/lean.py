@@ -11,6 +11,9 @@ FastAPI route calls, when the request is plainly valid:
   name patterns, the literals), no body, and (with ``protect_reads``) an ``Authorization`` header
   that is exactly ``Bearer <a configured token>``; it runs on the event loop when the store's read
   connection is free at once, else in the threadpool (as the FastAPI route does);
+* a delete (``DELETE``): its path matches, no query, no body, an ``Authorization`` header exactly
+  ``Bearer <a configured token>``; it runs in the threadpool, and a refusal of the store (404, 409) is
+  answered as FastAPI's handlers answer it;
 * a write (``POST``, ``PUT``, ``PATCH`` with a JSON body): its path matches, no query, an
   ``Authorization`` header exactly ``Bearer <a configured token>``, ``Content-Type:
   application/json``, a ``Content-Length`` within the body limit, a body that is strict JSON and
@@ -111,7 +114,7 @@ class LeanPath:
         self._lock = inline_lock
         self._max_body = max_body_bytes
         self._routes: list[_Route] = []
-        self._writes: dict[str, list[_Route]] = {"POST": [], "PUT": [], "PATCH": []}
+        self._writes: dict[str, list[_Route]] = {"POST": [], "PUT": [], "PATCH": [], "DELETE": []}
 
     def get(self, path: str, params: dict[str, Parser] | None = None,
             **query: Parser) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
@@ -132,6 +135,16 @@ class LeanPath:
 
         def register(fn: Callable[..., Response]) -> Callable[..., Response]:
             self._writes[method].append(_Route(re.compile(path), params or {}, {}, fn, body))
+            return fn
+
+        return register
+
+    def delete(self, path: str, params: dict[str, Parser] | None = None) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+        """Register the decorated function (called with ``actor`` and the path parameters; it returns a
+        :class:`Response`) for ``DELETE path``."""
+
+        def register(fn: Callable[..., Response]) -> Callable[..., Response]:
+            self._writes["DELETE"].append(_Route(re.compile(path), params or {}, {}, fn))
             return fn
 
         return register
@@ -169,6 +182,14 @@ class LeanPath:
         if found is None or scope["query_string"]:
             return None, receive
         route, kw = found
+        if route.body is None:  # a delete: no body
+            for k, v in scope["headers"]:
+                if (k == b"content-length" and v != b"0") or k == b"transfer-encoding":
+                    return None, receive
+            actor = self._actor(scope["headers"])
+            if actor is None:
+                return None, receive
+            return await self._run(route, {"actor": actor, **kw}), receive
         length = -1
         content_type = None
         for k, v in scope["headers"]:
@@ -201,14 +222,20 @@ class LeanPath:
             model = route.body.model_validate(strict_json(b"".join(chunks)))  # type: ignore[union-attr]
         except (ValueError, UnicodeDecodeError, ValidationError):
             return None, _replay(messages, receive)
+        return await self._run(route, {"body": model, "actor": actor, **kw}), receive
+
+    @staticmethod
+    async def _run(route: _Route, kw: dict[str, Any]) -> Response:
+        """A write's answer: its function in the threadpool (as FastAPI runs it), a refusal as FastAPI's
+        handlers answer it."""
         try:
-            return await run_in_threadpool(route.fn, body=model, actor=actor, **kw), receive
+            return await run_in_threadpool(route.fn, **kw)
         except NotFound as e:
-            return JSONResponse({"detail": str(e)}, status_code=404), receive
+            return JSONResponse({"detail": str(e)}, status_code=404)
         except Conflict as e:
-            return JSONResponse({"detail": str(e)}, status_code=409), receive
+            return JSONResponse({"detail": str(e)}, status_code=409)
         except HTTPException as e:
-            return await http_exception_handler(None, e), receive  # type: ignore[arg-type]
+            return await http_exception_handler(None, e)  # type: ignore[arg-type]
 
     async def answer(self, scope: dict[str, Any]) -> Response | None:
         """The response to ``scope``'s read, or None: FastAPI answers it."""
@@ -245,6 +272,8 @@ class LeanPath:
                 finally:
                     self._lock.release()
             return await run_in_threadpool(route.fn, _a=None, **kw)
+        except NotFound as e:  # as the app's handler answers it
+            return JSONResponse({"detail": str(e)}, status_code=404)
         except Exception:  # noqa: BLE001 - FastAPI answers it again, with its error
             return None
 

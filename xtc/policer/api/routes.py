@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -113,9 +114,15 @@ unless the service is configured with `protect_reads`.
 def _json(items: list[dict[str, Any]] | dict[str, Any], status: int = 200) -> Response:
     """A list (or one object) already in its response model's shape, serialised at once (the route's
     response model documents it; validating and serialising thousands of items through it costs more
-    than the query)."""
-    return Response(json.dumps(items, ensure_ascii=False, allow_nan=False, separators=(",", ":")), status,
-                    media_type="application/json")
+    than the query), by orjson: a page of 100 VRs in a tenth of the standard library's C encoder's CPU
+    (0.33 ms there, most of the page's cost after the query).  Its numbers are Python's but for small
+    ones (0.00001, not 1e-05), and it writes a NaN as null.  What it refuses (an int beyond 64 bits, a
+    str that is not UTF-8) the standard library writes."""
+    try:
+        body = orjson.dumps(items)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        body = json.dumps(items, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return Response(body, status, media_type="application/json")
 
 
 def _model_json(model: type[BaseModel], d: dict[str, Any]) -> Response:
@@ -254,14 +261,24 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
              summary="Is the service and its engine running, does this process lead? (only 'status' without a token when reads are protected)")
     def health(request: Request, recent: Annotated[QueryInt | None, Query(
             ge=1, le=600, description="cycle_ms and measure_gap_ms over only the most recent this many cycles "
-            "(default: all kept, at most 600)")] = None) -> dict[str, Any]:
-        status = "failed" if engine is not None and engine.error is not None else "ok"
+            "(default: all kept, at most 600)")] = None) -> Response:
         if cfg.protect_reads:
             scheme, _, tok = request.headers.get("authorization", "").partition(" ")
             try:
                 _check(HTTPAuthorizationCredentials(scheme=scheme, credentials=tok.strip()) if scheme else None)
             except HTTPException:
-                return {"status": status}
+                return _json({"status": "failed" if engine is not None and engine.error is not None else "ok"})
+        return lean_health(None, recent)
+
+    @lean.get("/health", recent=digits(1, 600))
+    def lean_health(_a: None, recent: int | None = None) -> Response:
+        """/health in full (on the lean path: for a caller with the token when reads are protected), as
+        the route's model serialises it, the fields that are None left out."""
+        return _json(Health.model_validate(health_of(recent)).model_dump(mode="json", exclude_none=True))
+
+    def health_of(recent: int | None) -> dict[str, Any]:
+        """/health's answer in full."""
+        status = "failed" if engine is not None and engine.error is not None else "ok"
         n_routers, unreachable = store.router_census()  # counted; only the unreachable ones are named
         k = recent or 600
         running = engine is not None and engine.error is None
@@ -327,8 +344,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/routers/{router}", response_model=Router, tags=["routers"], responses={**E401, **E404},
                 summary="Mark a router removed (kept, with its history; no longer polled)")
-    def remove_router(router: RouterPath, actor: Writer) -> dict[str, Any]:
-        return _router_out(store.remove_router(router, actor))
+    @lean.delete("/routers/(?P<router>[^/]+)", {"router": name})
+    def remove_router(router: RouterPath, actor: Writer) -> Response:
+        return _json(_router_out(store.remove_router(router, actor)))
 
     # --------------------------------------------------------------------------------- vrs
     @app.get("/vrs", response_model=list[Vr], tags=["vrs"], responses=rd,
@@ -361,8 +379,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/vrs/{router}/{vr}/setpoint", response_model=Vr, tags=["setpoints"], responses={**E401, **E404},
                 summary="Drop a manual setpoint (the allocation policy decides again)")
-    def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> dict[str, Any]:
-        return store.set_manual_setpoint(router, vr, None, actor)
+    @lean.delete("/vrs/(?P<router>[^/]+)/(?P<vr>[^/]+)/setpoint", {"router": name, "vr": vr_name})
+    def clear_setpoint(router: RouterPath, vr: VrPath, actor: Writer) -> Response:
+        return _json(store.set_manual_setpoint(router, vr, None, actor))
 
     @app.get("/setpoints", response_model=list[Setpoint], tags=["setpoints"], responses=rd,
              summary="VRs' setpoints and where they come from, by router and VR, one page (limit, offset), filtered")
@@ -394,8 +413,10 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
     @app.delete("/networks/{network}", status_code=204, tags=["networks"], responses={**E401, **E404, **E409},
                 summary="Delete a network that no VR belongs to")
-    def remove_network(network: NetworkPath, actor: Writer) -> None:
+    @lean.delete("/networks/(?P<network>[^/]+)", {"network": name})
+    def remove_network(network: NetworkPath, actor: Writer) -> Response:
         store.remove_network(network, actor)
+        return Response(status_code=204)
 
     @app.put("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404},
              summary="Set the network's SLA: guaranteed minimum, maximum (packets/s per VR) and weight")
@@ -404,8 +425,9 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
         return _json(store.set_sla(network, body.model_dump(), actor))
 
     @app.delete("/networks/{network}/sla", response_model=Network, tags=["networks"], responses={**E401, **E404})
-    def clear_sla(network: NetworkPath, actor: Writer) -> dict[str, Any]:
-        return store.set_sla(network, None, actor)
+    @lean.delete("/networks/(?P<network>[^/]+)/sla", {"network": name})
+    def clear_sla(network: NetworkPath, actor: Writer) -> Response:
+        return _json(store.set_sla(network, None, actor))
 
     @app.put("/networks/{network}/vr-off", response_model=Network, tags=["networks"], responses={**E401, **E404},
              summary="Enable or disable the punishment ladder's last resort (turning a misbehaving VR off) for the network")
