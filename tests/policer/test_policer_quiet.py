@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from fakes.daemon import InProcessLinks
+from fakes.engine_run import run_engine
 
 from xtc.policer.engine import _not_after, _vr_changes, _vr_obs, _vr_policy
 from xtc.policer.planner import RouterInput, Settings, plan_router
@@ -230,56 +230,13 @@ def test_a_quiet_plans_demand_is_a_measurement_live_and_written_by_the_snapshot(
         other.close()
 
 
-def _run_engine(tmp_path: Any, tag: str, periods: int) -> tuple[Any, Any, InProcessLinks]:
-    """Twenty routers of 16 VRs whose offered rates move by 5% every period (now and then one VR's
-    triples, or falls back), measured from their samples and planned by an engine; returns its store."""
-    from xtc_lab.policer_fleet import FakeDaemon, FakeVr
-
-    from xtc.daemon import api
-    from xtc.policer.engine import Engine
-    from xtc.policer.samples import parse_newer
-    from xtc.policer.store import Store
-
-    rng = random.Random(11)
-    store = Store(f"sqlite:///{tmp_path}/{tag}.db", clock=lambda: 1.7e9)
-    daemons = {}
-    for i in range(20):
-        vrs = [FakeVr(f"vr{j:02d}", rng.uniform(2e4, 6e4)) for j in range(16)]
-        d = daemons[f"r{i:02d}"] = FakeDaemon(f"r{i:02d}", f"tcp://127.0.0.1:{20000 + i}", "ok", vrs)
-        store.add_router(d.name, d.endpoint, sum(v.offered_pps for v in vrs) / rng.choice([0.8, 1.1, 2.0]),
-                         rng.choice(["auto", "auto", "on"]), None, "test")
-    base = {(r, n): v.offered_pps for r, d in daemons.items() for n, v in d.vrs.items()}
-    links = InProcessLinks(daemons)
-    mono = [1000.0]
-    eng = Engine(store, links, clock=lambda: mono[0])  # type: ignore[arg-type]
-    for k in range(periods):
-        mono[0] += 1.0
-        for (r, n), b in base.items():
-            daemons[r].vrs[n].offered_pps = round(b * (1 + 0.05 * (2 * rng.random() - 1)))
-        if k % 7 == 3:
-            r, n = rng.choice(list(base))
-            base[r, n] *= rng.choice([3.0, 1 / 3])
-        settings = store.settings()
-        items = []
-        for r in store.engine_routers():
-            d = daemons[r["name"]]
-            rows = [[inst.get(f) for f in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
-            vrs, _ = parse_newer(api.samples_message(1.7e9, 1.0, rows), None, 64)
-            items.append(("samples", r, settings, mono[0], vrs, 0.0))
-        eng._handle_batch(items)
-        while not eng._work.empty():  # the commands' replies
-            eng._handle_batch([eng._work.get_nowait()[2]])
-    store.snapshot()
-    return store, eng, links
-
-
 def test_an_engine_with_the_arrays_writes_sends_and_audits_what_one_without_them_does(tmp_path: Any, monkeypatch: Any) -> None:
     import xtc.policer.engine as engine_mod
 
-    quiet_on = _run_engine(tmp_path, "arrays", 40)
+    quiet_on = run_engine(tmp_path, "arrays", 40)
     monkeypatch.setattr(engine_mod, "quiet_columns", lambda settings, heads, counts, cols, now: (
         np.zeros(len(heads), dtype=bool), np.full(len(heads), np.nan)))
-    quiet_off = _run_engine(tmp_path, "per-vr", 40)
+    quiet_off = run_engine(tmp_path, "per-vr", 40)
     (a, eng_a, links_a), (b, eng_b, links_b) = quiet_on, quiet_off
     assert eng_a.plans_quiet > 0.6 * eng_a.planned and eng_b.plans_quiet == 0, (eng_a.plans_quiet, eng_a.planned)
     assert eng_a.planned == eng_b.planned

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fakes.engine_run import json_samples, run_engine
+
 from xtc.daemon import api
 from xtc.policer.link import BadReply
 from xtc.policer.rows import SampleRows, V3Memory, decode_v3
@@ -275,62 +277,16 @@ def test_a_sample_recorded_from_the_compact_format_is_recorded_as_from_json(tmp_
     assert [x["kind"] for x in stores[0].list_actions("r1")] == [x["kind"] for x in stores[1].list_actions("r1")]
 
 
-def _run_engine(tmp_path: Any, fmt: str, periods: int) -> tuple[Any, Any, Any]:
-    """Twenty routers of 16 VRs whose offered rates move by 5% every period (now and then one VR's triples
-    or falls back), measured from their samples in format ``fmt`` (each router's decoder memory kept, as the
-    streams keep it) and planned by an engine over in-process links; returns its store, engine and links."""
-    from fakes.daemon import InProcessLinks
-    from xtc_lab.policer_fleet import FakeDaemon, FakeVr
-
-    from xtc.policer.engine import Engine
-    from xtc.policer.samples import parse_newer
-    from xtc.policer.store import Store
-
-    rng = random.Random(11)
-    store = Store(f"sqlite:///{tmp_path}/{fmt[-1]}.db", clock=lambda: 1.7e9)
-    daemons = {}
-    for i in range(20):
-        vrs = [FakeVr(f"vr{j:02d}", rng.uniform(2e4, 6e4)) for j in range(16)]
-        d = daemons[f"r{i:02d}"] = FakeDaemon(f"r{i:02d}", f"tcp://127.0.0.1:{20000 + i}", "ok", vrs)
-        store.add_router(d.name, d.endpoint, sum(v.offered_pps for v in vrs) / rng.choice([0.8, 1.1, 2.0]),
-                         rng.choice(["auto", "auto", "on"]), None, "test")
-    base = {(r, n): v.offered_pps for r, d in daemons.items() for n, v in d.vrs.items()}
-    links = InProcessLinks(daemons)
-    mono = [1000.0]
-    eng = Engine(store, links, clock=lambda: mono[0])  # type: ignore[arg-type]
-    memory: dict[str, Any] = {}
-    for k in range(periods):
-        mono[0] += 1.0
-        if k % 5 != 4:  # (every fifth period the same rates again: the message equal but for its time)
-            for (r, n), b in base.items():
-                daemons[r].vrs[n].offered_pps = round(b * (1 + 0.05 * (2 * rng.random() - 1)))
-        if k % 7 == 3:
-            r, n = rng.choice(list(base))
-            base[r, n] *= rng.choice([3.0, 1 / 3])
-        settings = store.settings()
-        items = []
-        for r in store.engine_routers():
-            d = daemons[r["name"]]
-            rows = sorted(([inst.get(f) for f in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())),
-                          key=lambda row: row[0])
-            if fmt == api.SAMPLES_SCHEMA_V3:
-                vrs, memory[d.name] = decode_v3(api.samples_message_v3(1.7e9 + k, 1.0, rows), 64, MAX_BYTES,
-                                                memory.get(d.name))
-            else:
-                vrs, memory[d.name] = parse_newer(api.samples_message(1.7e9 + k, 1.0, rows), memory.get(d.name), 64)
-            items.append(("samples", r, settings, mono[0], vrs, 0.0))
-        eng._handle_batch(items)
-        while not eng._work.empty():  # the commands' replies
-            eng._handle_batch([eng._work.get_nowait()[2]])
-    store.snapshot()
-    return store, eng, links
+def _compact_samples(rows: list[list[Any]], k: int, memory: Any) -> tuple[Any, Any]:
+    """The rows as ``xtc-samples/3``, decoded as the link pool decodes them."""
+    return decode_v3(api.samples_message_v3(1.7e9 + k, 1.0, rows), 64, MAX_BYTES, memory)
 
 
 def test_an_engine_fed_the_compact_format_decides_sends_and_audits_what_one_fed_json_does(tmp_path: Any) -> None:
     """The same fleet's samples, as ``xtc-samples/3`` and as ``/2``: the same plans, commands (in the same
     order), rows, live measurements and audit log."""
-    (a, eng_a, links_a), (b, eng_b, links_b) = (_run_engine(tmp_path, f, 40) for f in (api.SAMPLES_SCHEMA_V3,
-                                                                                       api.SAMPLES_SCHEMA))
+    (a, eng_a, links_a), (b, eng_b, links_b) = (run_engine(tmp_path, tag, 40, decode, same_every=5)
+                                                         for tag, decode in (("3", _compact_samples), ("2", json_samples)))
     assert eng_a.planned == eng_b.planned and eng_a.plans_skipped == eng_b.plans_skipped > 0
     assert eng_a.plans_quiet == eng_b.plans_quiet > 0
     assert len(links_a.sent) > 100 and links_a.sent == links_b.sent
