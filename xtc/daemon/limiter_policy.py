@@ -68,6 +68,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from xtc.control import XtcTuning
+
 __all__ = ["BPF_TUNING", "MIN_PACKET_BYTES", "TBF_TUNING", "Limit", "LimitInputs", "LimiterTuning", "LossInputs",
            "decide", "floor_pps", "limit_bytes", "loss_factor", "tuning_for"]
 
@@ -75,6 +77,9 @@ __all__ = ["BPF_TUNING", "MIN_PACKET_BYTES", "TBF_TUNING", "Limit", "LimitInputs
 #: packets seen) is replaced by it.
 MIN_PACKET_BYTES = 60
 
+
+#: The XTC controller's default tuning: early drop's test of a binding cap and its aim are the controller's.
+_CONTROLLER = XtcTuning()
 
 @dataclass(frozen=True)
 class LimiterTuning:
@@ -126,9 +131,10 @@ class LimiterTuning:
     #: host 0.25 took what the host hands the VR past issue 48's 10% (docs/design/early-drop.md, "A VR's
     #: own losses"); 0.25 fits the 13% an emulated Dom0's VR lost at its socket, with the margin.
     loss_bound_fraction: float = 0.0
-    loss_aim_fraction: float = 0.98
+    #: The controller's own definitions, not copies: its dead zone and its test of a binding cap.
+    loss_aim_fraction: float = 1.0 - _CONTROLLER.dead_zone_fraction
     loss_smoothing: float = 0.25
-    cap_bound_fraction: float = 0.8
+    cap_bound_fraction: float = _CONTROLLER.cap_bound_fraction
     limited_fraction: float = 0.9
 
     def __post_init__(self) -> None:
