@@ -215,6 +215,10 @@ def test_the_tables_cells_and_lines() -> None:
     lines = tpr.over_xtc_lines(comp)
     assert [line.split(" vs ")[0] for line in lines] == [p for p in comp if p not in ("without", "xtc")]
     assert lines and all("paired: tcp_kpps " in line and ", softirq_percent " in line for line in lines), lines
+    run = {"setpoints_pps": {"udp": 20_000.0, "tcp": 31_500.0}, "host_delivery_cost_us": 3, "alternate": 7}
+    assert tpr.setpoints_line(run) == "setpoints: UDP 20.00 kp/s, TCP 31.50 kp/s; cost 3 us; windows per phase 7"
+    s = {"udp_forwarded_kpps": 20.2, "udp_setpoint_kpps": 20.0}
+    assert tpr.udp_error_text("xtc", s) == " (+1.0%)" and tpr.udp_error_text("without", s) == ""
     assert tpr.goal_lines([{"name": "a", "met": True, "measured": 1}, {"goal": "b", "measured": "x"}]) == [
         "- [x] a: 1", "- [ ] b: x"]
 

@@ -3,8 +3,8 @@ where the UDP VR's own drops come from and the paired differences between two ea
 ``.venv/bin/python docs/results/2026-11-27-early-drop-loss/tables.py RUN.json``.
 
 The cells' number and interval formats, the paired lines against XTC alone and the goals are the lab's
-(xtc_lab.lab.experiments.tcpudp_phases_report: number, interval, over_xtc_lines, goal_lines; the same
-bytes out); the script as it ran held them itself (git show 3576c2e:docs/results/2026-11-27-early-drop-loss/tables.py)."""
+(xtc_lab.lab.experiments.tcpudp_phases_report: number, interval, over_xtc_lines, goal_lines, with the
+setpoints line and the UDP VR's error: the same bytes out); the script as it ran held them itself (git show 3576c2e:docs/results/2026-11-27-early-drop-loss/tables.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ import math
 import statistics
 import sys
 
-from xtc_lab.lab.experiments.tcpudp_phases_report import goal_lines, over_xtc_lines
+from xtc_lab.lab.experiments.tcpudp_phases_report import (
+    goal_lines,
+    over_xtc_lines,
+    setpoints_line,
+    udp_error_text,
+)
 from xtc_lab.lab.experiments.tcpudp_phases_report import interval as ci
 from xtc_lab.lab.experiments.tcpudp_phases_report import number as f
 
@@ -36,8 +41,7 @@ def main() -> None:
     with open(sys.argv[1]) as fh:
         d = json.load(fh)
     ph, comp, win = d["phases"], d["comparisons"], d["windows"]
-    print(f"setpoints: UDP {d['setpoints_pps']['udp'] / 1e3:.2f} kp/s, TCP {d['setpoints_pps']['tcp'] / 1e3:.2f} kp/s; "
-          f"cost {d.get('host_delivery_cost_us')} us; windows per phase {d['alternate']}; {d.get('command')}")
+    print(f"{setpoints_line(d)}; {d.get('command')}")
     print()
     print("| phase | UDP handed (x setpoint) | eBPF limit (x setpoint) | UDP fwd (vs setpoint) | dropped by the UDP VR "
           "(% of handed) / by the vif limiter | UDP VR CPU / cap % | throttled ms/s | waiting for a CPU ms/s | "
@@ -46,7 +50,7 @@ def main() -> None:
     for p, s in ph.items():
         c = comp.get(p, {})
         sp = s["udp_setpoint_kpps"]
-        err = "" if p == "without" else f" ({100 * (s['udp_forwarded_kpps'] / sp - 1):+.1f}%)"
+        err = udp_error_text(p, s)
         lim = s.get("udp_vif_limit_kpps")
         print(f"| {p} | {f(s['udp_handed_kpps'])} ({f(s['udp_handed_kpps'] / sp, 3)}x) | "
               f"{'-' if not isinstance(lim, (int, float)) or not math.isfinite(lim) else f'{lim:.1f} ({lim / sp:.3f}x)'} | "

@@ -293,6 +293,20 @@ def interval(c: Mapping[str, Any] | None) -> str:
     return f"{c['mean']:+.1f} +-{number(c['ci95'])}{sep}"
 
 
+def setpoints_line(result: Mapping[str, Any]) -> str:
+    """A run's setpoints, emulated delivery cost and windows per phase, in one line."""
+    sp = result["setpoints_pps"]
+    return (f"setpoints: UDP {sp['udp'] / 1e3:.2f} kp/s, TCP {sp['tcp'] / 1e3:.2f} kp/s; "
+            f"cost {result.get('host_delivery_cost_us')} us; windows per phase {result['alternate']}")
+
+
+def udp_error_text(phase: str, s: Mapping[str, Any]) -> str:
+    """`` (+1.0%)``: how far the UDP VR forwarded from its setpoint in ``phase`` (nothing without XTC)."""
+    if phase == "without":
+        return ""
+    return f" ({100 * (s['udp_forwarded_kpps'] / s['udp_setpoint_kpps'] - 1):+.1f}%)"
+
+
 def over_xtc_lines(comp: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Per phase compared with XTC alone (:func:`comparisons`), one line of its paired differences."""
     return [f"{p} vs XTC alone, paired: " + ", ".join(
