@@ -133,7 +133,8 @@ def validation_problem(
         hint = (hints or {}).get(str(loc[-1]))
         if hint:
             return key, hint if hint.startswith("unknown key") else f"unknown key; did you mean '{hint}'?"
-        allowed = sorted(getattr(table, "__pydantic_fields__", {}))
+        # as a file writes them: a field's alias where it has one (XCo's ``schema`` is the field ``schema_``)
+        allowed = sorted(info.alias or name for name, info in getattr(table, "__pydantic_fields__", {}).items())
         return key, f"unknown key (allowed: {', '.join(allowed)})"
     if kind == "value_error":
         return key, str(cause)

@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import pytest
+from fakes.sample_rows import changing_rows
 
 from xtc.daemon import api
 from xtc.policer.link import DEFAULT_MAX_REPLY_BYTES, BadReply
@@ -139,14 +140,7 @@ def test_a_sample_recorded_from_its_columns_is_recorded_as_from_its_rows(tmp_pat
     stores = [Store(f"sqlite:///{tmp_path}/{k}.db", clock=lambda: 1700000000.0) for k in ("cols", "dicts")]
     for s in stores:
         s.add_router("r1", "tcp://127.0.0.1:1", 1e6, "auto", None, "test")
-    rows = [_row(rng, i) for i in range(16)]
-    for step in range(7):
-        if step == 2:
-            rows = rows[1:]  # a VR gone
-        if step == 4:
-            rows[3][1] = {"active": "paused"}.get(rows[3][1], "active")  # a VR's state changed
-        if step != 5:  # (step 5: the same values again)
-            rows = [[*r[:3], r[3], *(None if x is None else x * 1.1 for x in r[4:8]), *r[8:]] for r in rows]
+    for _, rows in changing_rows([_row(rng, i) for i in range(16)]):
         frames = [api.SAMPLES_TOPIC, json.dumps({"schema": api.SAMPLES_SCHEMA, "t_unix_s": 1.0, "period_s": 1.0,
                                                  "fields": FIELDS, "vrs": rows}).encode()]
         cols, _ = parse_newer(frames, None, 64)

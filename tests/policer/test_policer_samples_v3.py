@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fakes.engine_run import json_samples, run_engine
+from fakes.sample_rows import changing_rows
 
 from xtc.daemon import api
 from xtc.policer.link import BadReply
@@ -250,15 +250,8 @@ def test_a_sample_recorded_from_the_compact_format_is_recorded_as_from_json(tmp_
     stores = [Store(f"sqlite:///{tmp_path}/{k}.db", clock=lambda: 1700000000.0) for k in ("v3", "v2")]
     for s in stores:
         s.add_router("r1", "tcp://127.0.0.1:1", 1e6, "auto", None, "test")
-    rows = _rows(rng, 16)
     mem = None
-    for step in range(7):
-        if step == 2:
-            rows = rows[1:]  # a VR gone
-        if step == 4:
-            rows[3][1] = {"active": "paused"}.get(rows[3][1], "active")  # a VR's state changed
-        if step != 5:  # (step 5: the same values again)
-            rows = [[*r[:4], *(None if x is None else x * 1.1 for x in r[4:8]), *r[8:]] for r in rows]
+    for step, rows in changing_rows(_rows(rng, 16)):
         v3, mem = decode_v3(api.samples_message_v3(1.0, 1.0, rows), 64, MAX_BYTES, mem)
         v2 = decode_rows(api.samples_message(1.0, 1.0, rows), 64, MAX_BYTES)
         assert v3.arrays is not None and v2 is not None and v2.arrays is None

@@ -55,3 +55,25 @@ def test_check_config_speaks_one_convention(name: str, etc: Path, capsys: pytest
     assert rc == 2 and out == "" and "missing.toml" in err, (rc, out, err)
     rc, out, err = _run(cmd, capsys)
     assert rc == 2 and out == "", (rc, out, err)
+
+
+#: schema -> the command that runs the service on a configuration file
+RUN = {
+    "xtc-daemon/1": ["daemon", "-c"],
+    "xtc-policer/1": ["policer", "serve", "-c"],
+    "xco-controller/1": ["xco", "controller", "-c"],
+    "xco-agent/1": ["xco", "agent", "-c"],
+}
+
+
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if tomllib.loads((PACKAGING / n).read_text())["schema"] in RUN])
+def test_a_service_refuses_an_invalid_configuration_before_it_starts(
+        name: str, etc: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit status 2 and one line on stderr naming the command, the file and the key; nothing on stdout."""
+    cmd = RUN[tomllib.loads((PACKAGING / name).read_text())["schema"]]
+    bad = etc / f"bad-{installed_name(name)}"
+    bad.write_text((etc / installed_name(name)).read_text().replace("schema =", "bogus_key = 1\nschema =", 1))
+    rc, out, err = _run([*cmd, str(bad)], capsys)
+    assert rc == 2 and out == "", (rc, out, err)
+    assert err.startswith(f"xtc {cmd[0]}") and str(bad) in err and "'bogus_key': unknown key" in err, err
+    assert len(err.splitlines()) == 1, err

@@ -203,6 +203,26 @@ def test_paired_differences_remove_the_hosts_drift() -> None:
     assert tpr.paired_difference(ws[:4], "tcp_forwarded_kpps", "xtc", "without")["n"] == 1  # one rep: no interval
 
 
+def test_the_tables_cells_and_lines() -> None:
+    """What the sessions' README tables (docs/results/*/tables.py) print: cells, paired lines, goals."""
+    assert [tpr.number(v) for v in (1.25, 3, None, math.nan, math.inf, "x")] == ["1.2", "3.0", "-", "-", "-", "-"]
+    assert tpr.number(2 / 3, 2) == "0.67"
+    assert tpr.interval({"mean": 17.04, "ci95": 0.52, "separated": True}) == "+17.0 +-0.5"
+    assert tpr.interval({"mean": -0.2, "ci95": 1.0, "separated": False}) == "-0.2 +-1.0 (noise)"
+    assert tpr.interval(None) == "-" and tpr.interval({"mean": math.nan}) == "-"
+    ws = windows(reps=6, ed_gain=17.0, drift=3.0)
+    comp = tpr.comparisons(ws, tp.PHASES)
+    lines = tpr.over_xtc_lines(comp)
+    assert [line.split(" vs ")[0] for line in lines] == [p for p in comp if p not in ("without", "xtc")]
+    assert lines and all("paired: tcp_kpps " in line and ", softirq_percent " in line for line in lines), lines
+    run = {"setpoints_pps": {"udp": 20_000.0, "tcp": 31_500.0}, "host_delivery_cost_us": 3, "alternate": 7}
+    assert tpr.setpoints_line(run) == "setpoints: UDP 20.00 kp/s, TCP 31.50 kp/s; cost 3 us; windows per phase 7"
+    s = {"udp_forwarded_kpps": 20.2, "udp_setpoint_kpps": 20.0}
+    assert tpr.udp_error_text("xtc", s) == " (+1.0%)" and tpr.udp_error_text("without", s) == ""
+    assert tpr.goal_lines([{"name": "a", "met": True, "measured": 1}, {"goal": "b", "measured": "x"}]) == [
+        "- [x] a: 1", "- [ ] b: x"]
+
+
 def test_t_quantiles() -> None:
     assert tpr.t95(1) == pytest.approx(12.706) and tpr.t95(9) == pytest.approx(2.262) and tpr.t95(40) == 1.96
     assert math.isnan(tpr.t95(0))

@@ -222,6 +222,13 @@ def test_bad_config_is_refused_naming_the_key(extra, key, problem):
     refused(lambda: loads_controller_config(OK + extra, "x.toml"), ControllerConfigError, key, problem)
 
 
+def test_an_unknown_key_is_told_the_keys_as_they_are_written():
+    # the schema key is a field named schema_ (a pydantic alias): the list names what a file can write
+    e = refused(lambda: loads_controller_config(OK + "bogus = 1\n", "x.toml"), ControllerConfigError, "bogus")
+    assert e.problem.startswith("unknown key (allowed: auth_key_file, ") and ", schema, " in e.problem, e.problem
+    assert "schema_" not in e.problem, e.problem
+
+
 def test_config_without_topology_is_refused():
     with pytest.raises(ControllerConfigError, match="'topology': missing"):
         loads_controller_config('schema = "xco-controller/1"\n')

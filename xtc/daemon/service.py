@@ -50,6 +50,7 @@ from xtc.host.libvirt import LibvirtBackend
 from .config import ConfigError, DaemonConfig, load_config, reachable_without_curve, reload_diff
 from xtc.service import curve
 from .core import DaemonCore, StateError
+from xtc.service.cli import load_or_report
 from xtc.service.logs import event, setup_logging
 from .loop import PUNISHMENT_COMMANDS, ActionOutcomes, ControlLoop
 from .limiter_policy import tuning_for
@@ -836,10 +837,8 @@ class DaemonService:
 
 def run_daemon(config_path: str | Path) -> int:
     """``xtc daemon --config FILE``: load, run until SIGTERM, restore caps.  Returns the exit code."""
-    try:
-        cfg = load_config(config_path)
-    except ConfigError as e:
-        print(f"xtc daemon: {e}", flush=True)
+    cfg = load_or_report(lambda: load_config(config_path), ConfigError, "xtc daemon")
+    if cfg is None:
         return 2
     setup_logging(cfg.log.format, cfg.log.level)
     release_large_blocks()

@@ -34,12 +34,13 @@ from typing import Any
 
 from . import protocol as P
 from .agent import DROP_REASONS, AgentCore, AgentOutput
-from .agent_config import AgentConfig, check_against_topology
+from .agent_config import AgentConfig, AgentConfigError, check_against_topology, load_agent_config
 from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .protocol import wall_us
 from xtc.host.gate import CLOSED, OPEN, Gate, GateError
 from xtc.host.tcgate import TcGate, cleanup  # the real gate (netlink, root); it loads pyroute2 only when used
+from xtc.service.cli import load_or_report
 from xtc.service.notify import Notifier
 from xtc.service.logs import event, setup_logging
 from xtc.service.signals import StopOnSignal
@@ -544,18 +545,6 @@ class AgentService(StopOnSignal):
         return 0
 
 
-def _load(config_path: str | Path, prog: str) -> tuple[AgentConfig | None, int]:
-    import sys
-
-    from .agent_config import AgentConfigError, load_agent_config
-
-    try:
-        return load_agent_config(config_path), 0
-    except AgentConfigError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return None, 2
-
-
 def run_agent(config_path: str | Path) -> int:
     """``xtc xco agent -c FILE``: load, validate, take over the uplink, run until SIGTERM/SIGINT.
 
@@ -563,14 +552,12 @@ def run_agent(config_path: str | Path) -> int:
     """
     import sys
 
-
-    from .agent_config import AgentConfigError
     from .topology import TopologyError
 
     prog = "xtc xco agent"
-    cfg, rc = _load(config_path, prog)
+    cfg = load_or_report(lambda: load_agent_config(config_path), AgentConfigError, prog)
     if cfg is None:
-        return rc
+        return 2
     setup_logging(cfg.log.format, cfg.log.level)
     try:
         from .topology import load_topology
@@ -611,9 +598,9 @@ def run_cleanup(config_path: str | Path) -> int:
     import sys
 
     prog = "xtc xco agent --cleanup"
-    cfg, rc = _load(config_path, prog)
+    cfg = load_or_report(lambda: load_agent_config(config_path), AgentConfigError, prog)
     if cfg is None:
-        return rc
+        return 2
 
     try:
         removed = cleanup(cfg.uplink, cfg.netns, gso_max_segs=cfg.gate_gso_max_segs)

@@ -23,7 +23,8 @@ from .protocol import wall_us
 from xtc.service.metrics import ServiceMetrics, labelled_counter
 from .auth import AuthError, load_key, opened, seal
 from .controller import DROP_REASONS, ControllerCore, Send
-from .controller_config import ControllerConfig
+from .controller_config import ControllerConfig, ControllerConfigError, load_controller_config
+from xtc.service.cli import load_or_report
 from xtc.service.notify import Notifier
 from xtc.service.logs import event, setup_logging
 from xtc.service.signals import StopOnSignal
@@ -254,14 +255,10 @@ def run_controller(config_path: str | Path) -> int:
     """``xtc xco controller -c FILE``: load, validate, run until SIGTERM/SIGINT.  Returns the exit code."""
     import sys
 
-
-    from .controller_config import ControllerConfigError, load_controller_config
     from .topology import TopologyError
 
-    try:
-        cfg = load_controller_config(config_path)
-    except ControllerConfigError as e:
-        print(f"xtc xco controller: {e}", file=sys.stderr)
+    cfg = load_or_report(lambda: load_controller_config(config_path), ControllerConfigError, "xtc xco controller")
+    if cfg is None:
         return 2
     setup_logging(cfg.log.format, cfg.log.level)
     try:

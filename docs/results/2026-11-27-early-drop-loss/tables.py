@@ -1,6 +1,10 @@
 """The README's tables from an alternated run's JSON (``xtc lab run tcpudp --tcpudp-phases ...``), with
 where the UDP VR's own drops come from and the paired differences between two early-drop phases:
-``.venv/bin/python docs/results/2026-11-27-early-drop-loss/tables.py RUN.json``."""
+``.venv/bin/python docs/results/2026-11-27-early-drop-loss/tables.py RUN.json``.
+
+The cells' number and interval formats, the paired lines against XTC alone and the goals are the lab's
+(xtc_lab.lab.experiments.tcpudp_phases_report: number, interval, over_xtc_lines, goal_lines, with the
+setpoints line and the UDP VR's error: the same bytes out); the script as it ran held them itself (git show 3576c2e:docs/results/2026-11-27-early-drop-loss/tables.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +13,16 @@ import math
 import statistics
 import sys
 
+from xtc_lab.lab.experiments.tcpudp_phases_report import (
+    goal_lines,
+    over_xtc_lines,
+    setpoints_line,
+    udp_error_text,
+)
+from xtc_lab.lab.experiments.tcpudp_phases_report import interval as ci
+from xtc_lab.lab.experiments.tcpudp_phases_report import number as f
+
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
-def f(v: object, nd: int = 1) -> str:
-    return "-" if not isinstance(v, (int, float)) or not math.isfinite(v) else f"{v:.{nd}f}"
-
-
-def ci(c: dict | None) -> str:
-    if not c or not isinstance(c.get("mean"), (int, float)) or not math.isfinite(c["mean"]):
-        return "-"
-    sep = "" if c.get("separated") else " (noise)"
-    return f"{c['mean']:+.1f} +-{f(c['ci95'])}{sep}"
 
 
 def paired(windows: list[dict], a: str, b: str, key: str) -> str:
@@ -39,8 +41,7 @@ def main() -> None:
     with open(sys.argv[1]) as fh:
         d = json.load(fh)
     ph, comp, win = d["phases"], d["comparisons"], d["windows"]
-    print(f"setpoints: UDP {d['setpoints_pps']['udp'] / 1e3:.2f} kp/s, TCP {d['setpoints_pps']['tcp'] / 1e3:.2f} kp/s; "
-          f"cost {d.get('host_delivery_cost_us')} us; windows per phase {d['alternate']}; {d.get('command')}")
+    print(f"{setpoints_line(d)}; {d.get('command')}")
     print()
     print("| phase | UDP handed (x setpoint) | eBPF limit (x setpoint) | UDP fwd (vs setpoint) | dropped by the UDP VR "
           "(% of handed) / by the vif limiter | UDP VR CPU / cap % | throttled ms/s | waiting for a CPU ms/s | "
@@ -49,7 +50,7 @@ def main() -> None:
     for p, s in ph.items():
         c = comp.get(p, {})
         sp = s["udp_setpoint_kpps"]
-        err = "" if p == "without" else f" ({100 * (s['udp_forwarded_kpps'] / sp - 1):+.1f}%)"
+        err = udp_error_text(p, s)
         lim = s.get("udp_vif_limit_kpps")
         print(f"| {p} | {f(s['udp_handed_kpps'])} ({f(s['udp_handed_kpps'] / sp, 3)}x) | "
               f"{'-' if not isinstance(lim, (int, float)) or not math.isfinite(lim) else f'{lim:.1f} ({lim / sp:.3f}x)'} | "
@@ -60,11 +61,8 @@ def main() -> None:
               f"{ci(c.get('tcp_gain_over_without_kpps'))} | {ci(c.get('tcp_change_over_xtc_kpps'))} | "
               f"{f(s['host_softirq_percent'])} | {f(s['host_idle_percent'])} | {f(s.get('host_delivery_cost_cpu_percent'))} |")
     print()
-    for p, c in comp.items():
-        if "softirq_change_over_xtc_percent" not in c:
-            continue
-        print(f"{p} vs XTC alone, paired: " + ", ".join(
-            f"{k.replace('_change_over_xtc', '')} {ci(v)}" for k, v in c.items() if k.endswith(("_over_xtc_percent", "_over_xtc_kpps"))))
+    for line in over_xtc_lines(comp):
+        print(line)
     if "xtc+early-drop" in ph and "xtc+early-drop-noloss" in ph:
         print()
         print("xtc+early-drop vs xtc+early-drop-noloss, paired (kp/s or points): " + ", ".join(
@@ -82,8 +80,8 @@ def main() -> None:
               f"{f(w['udp_vr_cpu_percent'], 1)} | {f(w.get('udp_throttled_ms_per_s'), 0)} | "
               f"{f(w.get('udp_run_delay_ms_per_s'), 0)} | {f(w.get('udp_rcvbuf_bytes'), 0)} | {f(w['host_idle_percent'])} |")
     print()
-    for g in d.get("goals", []):
-        print(f"- [{'x' if g.get('met') else ' '}] {g.get('name') or g.get('goal')}: {g.get('measured')}")
+    for line in goal_lines(d.get("goals", [])):
+        print(line)
 
 
 if __name__ == "__main__":

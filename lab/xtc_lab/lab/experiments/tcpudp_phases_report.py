@@ -275,8 +275,49 @@ def outcome(result: dict[str, Any], windows: list[dict[str, Any]]) -> Outcome:
     return Outcome(result=result, report_md=md, plot=plot, goals=gs)
 
 
-def _f(v: Any, nd: int = 1) -> str:
+# ------------------------------------------------------------------------------ pure: the tables' cells
+def number(v: Any, nd: int = 1) -> str:
+    """``v`` with ``nd`` decimals, or ``-`` when it is missing or not finite (a table's cell)."""
     return "-" if not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+
+
+_f = number  # the short name the report's tables use
+
+
+def interval(c: Mapping[str, Any] | None) -> str:
+    """A paired difference (:func:`paired_difference`) as ``+mean +-half-width``, `` (noise)`` when its
+    interval holds 0, or ``-`` when there is none."""
+    if not c or not isinstance(c.get("mean"), (int, float)) or not math.isfinite(c["mean"]):
+        return "-"
+    sep = "" if c.get("separated") else " (noise)"
+    return f"{c['mean']:+.1f} +-{number(c['ci95'])}{sep}"
+
+
+def setpoints_line(result: Mapping[str, Any]) -> str:
+    """A run's setpoints, emulated delivery cost and windows per phase, in one line."""
+    sp = result["setpoints_pps"]
+    return (f"setpoints: UDP {sp['udp'] / 1e3:.2f} kp/s, TCP {sp['tcp'] / 1e3:.2f} kp/s; "
+            f"cost {result.get('host_delivery_cost_us')} us; windows per phase {result['alternate']}")
+
+
+def udp_error_text(phase: str, s: Mapping[str, Any]) -> str:
+    """`` (+1.0%)``: how far the UDP VR forwarded from its setpoint in ``phase`` (nothing without XTC)."""
+    if phase == "without":
+        return ""
+    return f" ({100 * (s['udp_forwarded_kpps'] / s['udp_setpoint_kpps'] - 1):+.1f}%)"
+
+
+def over_xtc_lines(comp: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Per phase compared with XTC alone (:func:`comparisons`), one line of its paired differences."""
+    return [f"{p} vs XTC alone, paired: " + ", ".join(
+        f"{k.replace('_change_over_xtc', '')} {interval(v)}" for k, v in c.items()
+        if k.endswith(("_over_xtc_percent", "_over_xtc_kpps")))
+        for p, c in comp.items() if "softirq_change_over_xtc_percent" in c]
+
+
+def goal_lines(goals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The goals of a result's ``goals`` list as a markdown check list."""
+    return [f"- [{'x' if g.get('met') else ' '}] {g.get('name') or g.get('goal')}: {g.get('measured')}" for g in goals]
 
 
 def _pm(s: Mapping[str, Any], key: str, nd: int = 1) -> str:
