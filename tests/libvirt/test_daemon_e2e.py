@@ -20,8 +20,9 @@ are read back through libvirt (``schedulerParameters()`` on a fresh connection).
 What is proved:
 
 * setpoints (scaled to what the unlimited VR forwards at the start of each test, the median of
-  three 2 s samples, so the tests run at whatever rate a busy host forwards): the forwarded rate,
-  averaged over the second half of a ~30 s run, is within 10% of a
+  three 2 s samples, so the tests run at whatever rate a busy host forwards): once a 2 s mean is within
+  10% (the controller settled: longer on a busy host), the forwarded rate over the next 15 s
+  (packets over seconds, from /proc/net/dev) is within 10% of a
   setpoint at 30% of the rate the unlimited VR forwards; then within 10% of a second setpoint set
   live with ``xtc ctl setpoint``; SIGTERM gives the domain back exactly ``vcpu_period`` 50000 and
   ``vcpu_quota`` -1;
@@ -388,31 +389,42 @@ def stop_with_sigterm(d: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------- tests
+def settle_then_mean(lab: Lab, setpoint_pps: float, settle_timeout_s: float = 30.0) -> tuple[float, float, float]:
+    """Wait until a 2 s mean is within 10% of ``setpoint_pps`` (the controller settled; on a busy
+    host that takes longer), then measure the VR's mean rate over :data:`HOLD_S` from the counters
+    (time-weighted: the packets over the seconds, not a mean of rates).  Returns (seconds to settle,
+    mean pps, the 2 s mean that ended the settling)."""
+    last: list[float] = []
+
+    def near() -> bool:
+        last[:] = [forwarded_pps(lab.vifs, 2.0)]
+        return abs(last[0] - setpoint_pps) <= TOLERANCE * setpoint_pps
+
+    t = until(near, settle_timeout_s, 0.0)
+    assert t is not None, f"rate not within 10% of {setpoint_pps:.0f} pps within {settle_timeout_s} s (last 2 s mean {last})"
+    return t, forwarded_pps(lab.vifs, HOLD_S), last[0]
+
+
+HOLD_S = 15.0  # the span over which a settled VR's mean rate must be within 10% of its setpoint
+
+
 def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_original: Lab, daemon) -> None:
     lab = at_original
     sp1, sp2 = setpoint_for(lab, 0.30), setpoint_for(lab, 0.55)
     assert_original(lab)
-    run_s = 30.0
     with lab.stream(STREAM_S) as stream, RateTrace(lambda: lab.vifs) as trace:
         d = daemon()
         time.sleep(1.0)
         t_act = time.monotonic()
         res = d.client.call("activate", vr=lab.vr.name, setpoint_pps=sp1)
         assert res["original_record"] == {"backend": "libvirt-quota", "target": lab.vr.name, "params": ORIGINAL}
-        time.sleep(run_s)
-        t_mid1 = time.monotonic()
+        settle1, mean1, _ = settle_then_mean(lab, sp1)
         q1 = sched_params(lab.uri, lab.vr.name)
-        # The second half of the run, measured from /proc/net/dev by the trace thread.
-        first = trace.between(t_act + run_s / 2, t_mid1)
-        mean1 = sum(first) / len(first)
 
         cp = xtc_ctl(d, "setpoint", lab.vr.name, f"{sp2 / 1000:g}k")
         assert cp.returncode == 0, cp.stdout + cp.stderr
         t_sp2 = time.monotonic()
-        time.sleep(run_s)
-        t_end = time.monotonic()
-        second = trace.between(t_sp2 + run_s / 2, t_end)
-        mean2 = sum(second) / len(second)
+        settle2, mean2, _ = settle_then_mean(lab, sp2)
         q2 = sched_params(lab.uri, lab.vr.name)
         status = d.client.call("status", vr=lab.vr.name)
 
@@ -420,9 +432,10 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
         rc = d.wait(20)
         stopped = d.wait_event("stopped", timeout_s=5)
         stream.stop()
-    say(f"setpoint {sp1:.0f} pps: mean {mean1:.0f} pps over the last {run_s / 2:g} s "
+    first, second = trace.between(t_act, t_sp2), trace.between(t_sp2, time.monotonic())
+    say(f"setpoint {sp1:.0f} pps: settled in {settle1:.1f} s, mean {mean1:.0f} pps over the next {HOLD_S:g} s "
         f"(error {100 * (mean1 - sp1) / sp1:+.1f}%), quota {q1 and q1['vcpu_quota']} us / {ORIG_PERIOD_US} us; "
-        f"setpoint {sp2:.0f} pps (xtc ctl): mean {mean2:.0f} pps (error {100 * (mean2 - sp2) / sp2:+.1f}%), "
+        f"setpoint {sp2:.0f} pps (xtc ctl): settled in {settle2:.1f} s, mean {mean2:.0f} pps (error {100 * (mean2 - sp2) / sp2:+.1f}%), "
         f"quota {q2 and q2['vcpu_quota']} us; daemon saw {status['forwarded_pps']:.0f} pps")
     assert abs(mean1 - sp1) <= TOLERANCE * sp1, (mean1, sp1, first)
     assert abs(mean2 - sp2) <= TOLERANCE * sp2, (mean2, sp2, second)
