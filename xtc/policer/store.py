@@ -105,6 +105,20 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
     return rows if new is None else new
 
 
+#: The words a VR's row holds in ``state`` and ``wanted_state``, one object each: the database gives a new
+#: string per row read (about 55 bytes each), and the engine keeps its routers' rows.
+_WORDS = {w: w for w in ("inactive", "active", "paused")}
+
+
+def _kept_row(values: tuple) -> dict[str, Any]:
+    """A VR's row as :meth:`Store.plan_states` keeps it (:data:`STATE_COLS` from ``values``), its words shared."""
+    row = dict(zip(STATE_COLS, values))
+    st, wanted = row["state"], row["wanted_state"]
+    row["state"] = _WORDS.get(st, st)
+    row["wanted_state"] = _WORDS.get(wanted, wanted)
+    return row
+
+
 #: The activation states without a timer (immutable: one object each for every router in them).
 _STEADY = {False: ActivationState(False, None), True: ActivationState(True, None)}
 
@@ -650,7 +664,7 @@ class Store:
                 if stale:
                     got: dict[str, dict[str, dict[str, Any]]] = {n: {} for n in stale}
                     for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
-                        got[row[0]][row[1]] = dict(zip(STATE_COLS, row[1:]))
+                        got[row[0]][row[1]] = _kept_row(row[1:])
                     for name, rows in got.items():  # the live measurements over the last snapshot's (the
                         for n, (m, o, sat) in self._live.vrs(name).items():  # other columns are written as
                             row = rows.get(n)  # they change)
