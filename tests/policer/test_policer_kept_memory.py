@@ -1,16 +1,19 @@
 """What the engine keeps per router between its measurements, held once (issue 50's memory goal): the words
-of its kept VR rows (a string the database gives anew for every row read), and its routers' VR sets (the
-set of the last ``list`` and that of the newest sample, equal on a settled router)."""
+of its kept VR rows (a string the database gives anew for every row read), its routers' VR sets (the set of
+the last ``list`` and that of the newest sample, equal on a settled router), and a compact sample's numbers
+(in the arrays it came as, not as tuples of floats)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import pytest
+
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
 from xtc.policer.rows import SampleRows
-from xtc.policer.store import Store
+from xtc.policer.store import ExchangeOutcome, Store
 
 
 def test_kept_rows_share_their_state_words(tmp_path: Path) -> None:
@@ -63,3 +66,40 @@ def test_a_settled_router_keeps_one_vr_set(tmp_path: Path) -> None:
         eng.stop()
         pool.close()
         store.close()
+
+
+def _v3(t: float, rows: list[list]) -> SampleRows:
+    from xtc.daemon import api
+    from xtc.policer.rows import decode_v3
+
+    vrs, _ = decode_v3(api.samples_message_v3(t, 1.0, rows), 64, 1 << 20)
+    return vrs
+
+
+def test_a_compact_sample_keeps_its_numbers_in_arrays_until_a_column_is_asked_for(tmp_path: Path) -> None:
+    """An ``xtc-samples/3`` message recorded over a settled router's rows, its rates moved, leaves its number
+    columns as arrays (no tuple of floats made); asked for, they are what the message says."""
+    rows = [[f"vr{i}", "active", True, 1000.0 + i, 900.0 + i, 1200.0, 5.0, None, None, None] for i in range(16)]
+    rows[3][6] = None  # a missing value
+    s = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        s.add_router("r1", "tcp://127.0.0.1:1", 1e7, "on", None, "test")
+        first = _v3(1.0, rows)
+        s.record_outcomes([ExchangeOutcome("r1", "reachable", None, vrs=first)])  # the VRs' rows made
+        s.plan_states(["r1"])
+        second = _v3(2.0, rows)
+        s.record_outcomes([ExchangeOutcome("r1", "reachable", None, vrs=second)])
+        s.plan_states(["r1"], recorded=True)
+        for r in rows:
+            r[4] *= 1.05  # the rates move, nothing else
+        third = _v3(3.0, rows)
+        s.record_outcomes([ExchangeOutcome("r1", "reachable", None, vrs=third)])
+        assert third._cols == [None] * 4, "the number columns of a compact message made as tuples of floats"
+        assert s.live.vrs("r1")["vr2"] == (pytest.approx(902.0 * 1.05), 1200.0, None)
+        assert third.forwarded_pps == tuple(r[4] for r in rows)
+        assert third.cap_percent[3] is None and third.cap_percent[0] == 5.0
+        assert third.same_numbers(second, (0, 2, 3)) and not third.same_numbers(second, (1,))
+        assert second.same_numbers(_v3(9.0, [[*r[:4], r[4] / 1.05, *r[5:]] for r in rows]), (0, 1, 2, 3))
+        assert not second.same_numbers(_v3(9.0, [[*r[:6], 5.0, *r[7:]] for r in rows]), (3,))  # missing != 5.0
+    finally:
+        s.close()

@@ -80,7 +80,7 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
     recorded over these very rows (they hold its VRs' presence, states and setpoints); one of the same VRs
     with the same of those is compared column by column, not VR by VR."""
     if (last is not None and live_names is not None and c.names == live_names and last.names == live_names
-            and c.present == last.present and c.state == last.state and c.setpoint_pps == last.setpoint_pps):
+            and c.present == last.present and c.state == last.state and c.same_numbers(last, (0,))):
         return rows
     if len(rows) != len(c.names):
         listed = frozenset(c.names)
@@ -875,14 +875,13 @@ class Store:
                         # Against the last sample recorded over these rows (its values are the table's), the
                         # columns compared whole (in C); else in the table.
                         held = last is not None and c.names == live_names and last.names == live_names
-                        same = (held and c.forwarded_pps == last.forwarded_pps and c.offered_pps == last.offered_pps
-                                and c.saturated == last.saturated)
-                        if same and c.cap_percent == last.cap_percent:
+                        same = held and c.saturated == last.saturated and c.same_numbers(last, (1, 2))
+                        if same and c.same_numbers(last, (3,)):
                             self._live.touch(name, now)  # the very values again
-                        else:
-                            self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent,
-                                           c.saturated, finite=True, moved=not same if held else None,
-                                           arrays=c.arrays)
+                        else:  # (a message of arrays is written from them: its columns' tuples are not made)
+                            nums = ((), (), ()) if c.arrays is not None else (c.forwarded_pps, c.offered_pps, c.cap_percent)
+                            self._live.put(name, now, c.names, *nums, c.saturated, finite=True,
+                                           moved=not same if held else None, arrays=c.arrays)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
