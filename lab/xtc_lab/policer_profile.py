@@ -317,7 +317,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
-                   profiled_window: bool = True, structures: bool = False, trim: bool = False) -> dict[str, Any]:
+                   profiled_window: bool = True, structures: bool = False, trim: bool = False,
+                   link_only: bool = False) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
@@ -329,7 +330,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
                                   "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish",
-                                  "--jitter", str(jitter)],
+                                  "--jitter", str(jitter), *(["--no-pub-socket"] if link_only else [])],
                                  stdout=subprocess.DEVNULL)
         eng = store = None
         try:
@@ -445,13 +446,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", action="store_true",
                    help="also the bytes reachable from each of the engine's, store's, streams' and pool's attributes")
     p.add_argument("--trim", action="store_true", help="also the RSS after glibc's malloc_trim(0), and its time")
+    p.add_argument("--link-only", action="store_true",
+                   help="the stand-in fleet without PUB sockets (with --sample-link: 5,000 daemons fit 20,000 descriptors)")
     p.add_argument("--no-profile", action="store_true", help="skip the profiled window (CPU unprofiled, RSS)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
                                     sample_link=args.sample_link, schema=args.schema, census_types=args.census,
                                     profiled_window=not args.no_profile, structures=args.sizes,
-                                    trim=args.trim), indent=1))
+                                    trim=args.trim, link_only=args.link_only), indent=1))
     return 0
 
 
