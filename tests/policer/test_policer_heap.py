@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-
 # In a process of its own: 60,000 buffers of 2,000 bytes (malloc'd: larger than Python's small objects),
 # one kept in ten (so the heap's top stays in use and nothing is given back by free()), the rest freed.
 _CHILD = """

@@ -53,13 +53,13 @@ def test_one_router_holds_curve_connections_to_daemons_of_different_keys(tmp_pat
                 deadline = min(deadline, time.monotonic() + 0.5)
             for i, (s, _) in enumerate(daemons):
                 if s.poll(10):
-                    peer, empty, body = s.recv_multipart()
+                    peer, _, body = s.recv_multipart()
                     heard[i] = body
                     s.send_multipart([peer, b"", b"pong from %d" % i])
         assert heard == {0: b"ping 0", 1: b"ping 1"}  # d2 got nothing: no handshake, no message
         replies = {}
         while r.poll(200):
-            peer, empty, body = r.recv_multipart()
+            peer, _, body = r.recv_multipart()
             replies[peer] = body
         assert replies == {b"d0": b"pong from 0", b"d1": b"pong from 1"}
         events: dict[str, set[int]] = {}
