@@ -449,11 +449,10 @@ def decode_v3(frames: list[bytes], max_vrs: int, max_bytes: int,
     grid = nums.reshape(_V3_K, n)  # (a view of the body: the columns' tuples are made when asked for)
     live = grid[1:4]  # forwarded_pps, offered_pps, cap_percent
     for j, where in enumerate(nulls):
-        if where:
-            if 1 <= j <= 3:
-                if live.base is not None:
-                    live = live.copy()
-                live[j - 1, list(where)] = math.nan
+        if where and 1 <= j <= 3:
+            if live.base is not None:
+                live = live.copy()
+            live[j - 1, list(where)] = math.nan
     out = SampleRows.from_grid(names, codes[0], codes[1], grid, nulls, codes[2])
     out.arrays = (live[0], live[1], live[2], np.frombuffer(codes_b, np.int8, n, 2 * n))
     mem.body, mem.head_rest, mem.vrs = body, rest, out
