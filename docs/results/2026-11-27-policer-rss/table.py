@@ -48,7 +48,7 @@ def slopes(side, lo=250, hi=1000):
 def zmq_table():
     print("\nlibzmq, the policer's side, KiB per connection (after malloc_trim in brackets)")
     print("| transport | connections | samples each | N DEALER sockets | one ROUTER socket | saved, after the trim |\n|---|---|---|---|---|---|")
-    for t in ("ipc", "tcp", "curve-ipc"):
+    for t in ("ipc", "tcp", "curve-ipc", "small-ipc", "small-tcp"):
         for n in (1000, 5000):
             for m in (3, 300):
                 d = load(f"zmq-{t}-{n}-m{m}")
@@ -63,7 +63,7 @@ def zmq_table():
                 print(f"| {t} | {n:,} | {m} | {f(de)} | {f(ro)} | {saved:.1f} |")
 
 
-for side in ("before", "after", "after2"):
+for side in ("before", "after", "after2", "small"):
     rss_table(side)
     slopes(side)
 zmq_table()
