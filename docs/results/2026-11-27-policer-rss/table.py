@@ -30,7 +30,8 @@ def slopes(side, lo=250, hi=1000):
     print(f"| what | at {lo} | at {hi} | per router |\n|---|---|---|---|")
     rows = [("RSS", a["rss_mb"] * 1e6, b["rss_mb"] * 1e6)]
     for key in ("pymalloc_arenas", "pymalloc_in_use", "malloc_in_use", "malloc_free", "malloc_mmapped"):
-        rows.append((key, a["heap_bytes"][key], b["heap_bytes"][key]))
+        if key in a["heap_bytes"] and key in b["heap_bytes"]:
+            rows.append((key, a["heap_bytes"][key], b["heap_bytes"][key]))
     rows.append(("Python objects reachable from the engine", sum(a["structure_bytes"].values()),
                  sum(b["structure_bytes"].values())))
     for name, x, y in rows:
@@ -63,7 +64,7 @@ def zmq_table():
                 print(f"| {t} | {n:,} | {m} | {f(de)} | {f(ro)} | {saved:.1f} |")
 
 
-for side in ("before", "after", "after2", "small"):
+for side in ("before", "after", "after2", "small", "nopymalloc"):
     rss_table(side)
     slopes(side)
 zmq_table()
