@@ -188,8 +188,13 @@ class Fleet:
                  slow_fraction: float = 0.0, flapping_fraction: float = 0.0, slow_s: float = 0.3,
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
                  publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
-                 first: int = 0, jitter: float = 0.0, link_samples: bool = True, samples_v3: bool = True):
+                 first: int = 0, jitter: float = 0.0, link_samples: bool = True, samples_v3: bool = True,
+                 pub_socket: bool = True):
         rng = random.Random(seed)
+        #: With ``publish``: bind the PUB sockets (False: the samples go only to peers subscribed over the
+        #: ROUTER socket; the routers keep their PUB endpoints, unbound: a fleet of 5,000 daemons with PUB
+        #: sockets needs about 25,000 descriptors).
+        self.pub_socket = pub_socket
         self.link_samples = link_samples
         self.samples_v3 = samples_v3
         self.jitter = jitter
@@ -258,10 +263,12 @@ class Fleet:
             d.endpoint = s.getsockopt_string(zmq.LAST_ENDPOINT)
             self._tasks.append(asyncio.ensure_future(self._serve(d, s)))
             if d.pub_endpoint:
-                p = self.ctx.socket(zmq.PUB)
-                p.setsockopt(zmq.LINGER, 0)
-                p.bind(d.pub_endpoint)
-                d.pub_endpoint = p.getsockopt_string(zmq.LAST_ENDPOINT)
+                p = None
+                if self.pub_socket:
+                    p = self.ctx.socket(zmq.PUB)
+                    p.setsockopt(zmq.LINGER, 0)
+                    p.bind(d.pub_endpoint)
+                    d.pub_endpoint = p.getsockopt_string(zmq.LAST_ENDPOINT)
                 self._tasks.append(asyncio.ensure_future(self._publish(d, p)))
             if d.mode == "flapping":  # each at its own phase: they do not all fall silent at once
                 self._tasks.append(asyncio.ensure_future(self._flap(d, self.flap_s * (1 + self._rng.random()))))
@@ -322,13 +329,14 @@ class Fleet:
         except zmq.ZMQError:
             pass
 
-    async def _publish(self, d: FakeDaemon, p: zmq.asyncio.Socket) -> None:
+    async def _publish(self, d: FakeDaemon, p: zmq.asyncio.Socket | None) -> None:
         try:
             while True:
                 await asyncio.sleep(self.period_s)
                 while d.inject:
                     raw = d.inject.pop(0)
-                    p.send_multipart(raw, flags=zmq.NOBLOCK)
+                    if p is not None:
+                        p.send_multipart(raw, flags=zmq.NOBLOCK)
                     self._send_link(d, {}, raw)
                 if d.pub_silent or d.silent:
                     continue
@@ -345,12 +353,13 @@ class Fleet:
                 # the fleet's own work is that of the formats its policer asks for.
                 wants = set(d.link_peers.values())
                 msg = api.samples_message(t, self.period_s, rows) if not wants or api.SAMPLES_SCHEMA in wants else None
-                if not wants:
+                if not wants and p is not None:
                     p.send_multipart(msg, flags=zmq.NOBLOCK)
                 v3 = api.samples_message_v3(t, self.period_s, rows) if _V3 and _V3 in wants else None
                 self._send_link(d, {api.SAMPLES_SCHEMA: msg, _V3: v3})
         finally:
-            p.close(0)
+            if p is not None:
+                p.close(0)
 
     @staticmethod
     def _send_link(d: FakeDaemon, msgs: dict[str, list[bytes] | None], raw: list[bytes] | None = None) -> None:
@@ -458,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="refuse 'subscribe' as a daemon older than the command does (samples on the PUB socket only)")
     p.add_argument("--no-samples-v3", dest="samples_v3", action="store_false",
                    help="refuse 'subscribe' with a 'schema' member as a daemon older than xtc-samples/3 does")
+    p.add_argument("--no-pub-socket", dest="pub_socket", action="store_false",
+                   help="with --publish, no PUB sockets: the samples only over the ROUTER socket to its subscribers")
     p.add_argument("--jitter", type=float, default=0.0, help="offered rates drawn anew each period: base x (1 +- jitter)")
     p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
@@ -465,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, flap_s=args.flap_s, transport=args.transport,
                   publish=args.publish, seed=args.first, first=args.first, jitter=args.jitter,
-                  link_samples=args.link_samples, samples_v3=args.samples_v3).start()
+                  link_samples=args.link_samples, samples_v3=args.samples_v3, pub_socket=args.pub_socket).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)

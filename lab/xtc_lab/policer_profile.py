@@ -15,13 +15,21 @@ thread (``thread_cpu_ms_per_measurement``: with ``--sample-link`` the link pool'
 decodes the samples, else the sample streams' thread; the worker records, screens, plans and writes; the
 cycle's thread starts the measurements; libzmq's own threads), and the load average before and after.  With ``--tracemalloc`` it also says how much of the
 resident memory Python's own objects hold (traced from the start, which slows everything) and where they
-were allocated: the rest is native (libzmq's sockets and queues, SQLite's cache, the libraries).
+were allocated: the rest is native (libzmq's sockets and queues, SQLite's cache, the libraries).  With
+``--census`` it counts the objects the garbage collector tracks, by type (their count and ``sys.getsizeof``
+bytes: the containers themselves, not what they hold), after the windows; ``--no-profile`` skips the
+profiled window (an RSS run at a fleet the machine barely carries); ``--sizes`` gives the bytes reachable from each
+of the engine's, its store's, sample streams' and link pool's attributes (:func:`deep_sizes`).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
+import ctypes
+import ctypes.util
+import gc
 import io
 import json
 import os
@@ -33,6 +41,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +153,112 @@ def _threads_cpu_s() -> dict[str, float]:
     return out
 
 
+def census(objects: list[Any] | None = None, top: int = 30) -> list[dict[str, Any]]:
+    """The objects the garbage collector tracks, by type: ``top`` types by ``sys.getsizeof`` bytes, each with
+    its count and bytes (a container's own size, not what it holds; untracked objects, such as floats and
+    strings, are counted only inside the ``sys.getsizeof`` of the containers that hold them: not at all)."""
+    count: collections.Counter[str] = collections.Counter()
+    size: collections.Counter[str] = collections.Counter()
+    for o in gc.get_objects() if objects is None else objects:
+        t = type(o)
+        name = f"{t.__module__}.{t.__qualname__}"
+        count[name] += 1
+        try:
+            size[name] += sys.getsizeof(o)
+        except TypeError:
+            pass
+    return [{"type": k, "count": count[k], "bytes": b} for k, b in size.most_common(top)]
+
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType, types.FrameType,
+           types.MethodType, threading.Thread, type(threading.Lock()), type(threading.RLock()), threading.Condition,
+           threading.Event)
+
+
+def deep_sizes(roots: dict[str, Any]) -> dict[str, int]:
+    """The bytes (``sys.getsizeof``, each object once) reachable from each named object, in the order given: an
+    object reachable from two is counted in the first.  Objects named elsewhere in ``roots`` (and the objects
+    whose attributes are named), types, modules, functions, methods, frames, threads and locks are not followed
+    (a bound method would lead back to its object, a thread to every module).  A numpy array that owns its data
+    counts it; a ZeroMQ socket counts only its Python object (what libzmq holds is native)."""
+    stop = {id(o) for o in roots.values()}
+    seen: set[int] = set()
+    out: dict[str, int] = {}
+    for name, root in roots.items():
+        total, todo = 0, [root]
+        while todo:
+            o = todo.pop()
+            i = id(o)
+            if i in seen or (i in stop and o is not root) or isinstance(o, _OPAQUE):
+                continue
+            seen.add(i)
+            try:
+                total += sys.getsizeof(o)
+            except TypeError:
+                pass
+            todo.extend(gc.get_referents(o))
+        out[name] = total
+    return out
+
+
+def _engine_structures(eng: Engine) -> dict[str, Any]:
+    """The engine's, its store's, sample streams' and link pool's attributes by name, the per-router ones first."""
+    first = ["store._live", "store._states", "store._recorded", "store._recorded_heads", "engine._state",
+             "samples._latest", "samples._last_body", "samples._linked", "links._conns", "links._subs"]
+    objs = {"engine": eng, "store": eng.store, "samples": eng.samples, "links": eng.links}
+    attrs: dict[str, Any] = {}
+    for owner, o in objs.items():
+        names = list(getattr(o, "__dict__", {})) + [n for c in type(o).__mro__ for n in getattr(c, "__slots__", ())]
+        for n in names:
+            if hasattr(o, n) and not isinstance(getattr(o, n), (int, float, str, bool, type(None))):
+                attrs[f"{owner}.{n}"] = getattr(o, n)
+    ordered = {k: attrs[k] for k in first if k in attrs}
+    ordered.update((k, v) for k, v in attrs.items() if k not in ordered)
+    return {**{f"({k})": v for k, v in objs.items()}, **ordered}
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
+
+
+def heap() -> dict[str, int]:
+    """Where this process's heap is, in bytes: Python's small-object allocator (``pymalloc_arenas``: its arenas,
+    ``pymalloc_in_use``: the blocks in use in them, from :func:`sys._debugmallocstats`) and the C library's
+    ``malloc`` (``malloc_in_use``, ``malloc_free``: free but held, ``malloc_mmapped``: large blocks mapped on
+    their own; glibc's ``mallinfo2``, all arenas).  Python's objects larger than 512 bytes, numpy's data,
+    libzmq's and SQLite's memory are all in ``malloc``."""
+    out: dict[str, int] = {}
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    for line in text.splitlines():
+        left, _, right = line.partition("=")
+        value = right.strip().replace(",", "")
+        if not value.isdigit():
+            continue
+        if "bytes/arena" in left:
+            out["pymalloc_arenas"] = int(value)
+        elif left.startswith("# bytes in allocated blocks"):
+            out["pymalloc_in_use"] = int(value)
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        mi = libc.mallinfo2()
+        out.update(malloc_in_use=mi.uordblks, malloc_free=mi.fordblks, malloc_mmapped=mi.hblkhd)
+    except (OSError, AttributeError):  # not glibc, or older than 2.33
+        pass
+    return out
+
+
 def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -201,7 +316,9 @@ def window_figures(m0: Mark, m1: Mark) -> dict[str, Any]:
 def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
-                   sample_link: bool = False, schema: str | None = None) -> dict[str, Any]:
+                   sample_link: bool = False, schema: str | None = None, census_types: bool = False,
+                   profiled_window: bool = True, structures: bool = False, trim: bool = False,
+                   link_only: bool = False) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
@@ -213,7 +330,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
                                   "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish",
-                                  "--jitter", str(jitter)],
+                                  "--jitter", str(jitter), *(["--no-pub-socket"] if link_only else [])],
                                  stdout=subprocess.DEVNULL)
         eng = store = None
         try:
@@ -238,7 +355,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
 
             _STARTS.mark = mark
             out["window"] = {}
-            for profiled in (False, True):
+            for profiled in (False, True) if profiled_window else (False,):
                 if profiled:
                     _ON.set()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
@@ -268,19 +385,38 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 out["cycle_ms"] = {"p50": round(1000 * cs[len(cs) // 2]), "p99": round(1000 * cs[min(len(cs) - 1, int(0.99 * len(cs)))])}
             out["loadavg_after"] = _loadavg()
             out["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-            out["rss_mb"] = round(_rss_bytes() / 1e6)
+            out["rss_mb"] = round(_rss_bytes() / 1e6, 1)
+            out["heap_bytes"] = heap()
+            if trim:  # what the C library would give back: its free pages (glibc's malloc_trim), and how long it takes
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                t0 = time.perf_counter()
+                libc.malloc_trim(0)
+                out["trim_ms"] = round(1000 * (time.perf_counter() - t0), 2)
+                out["rss_after_trim_mb"] = round(_rss_bytes() / 1e6, 1)
+                out["heap_after_trim_bytes"] = heap()
             if trace_memory:
                 snap = tracemalloc.take_snapshot()
                 out["python_traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 1e6)
                 out["python_top_allocations"] = [f"{st.size / 1e6:.1f} MB {st.count} blocks {st.traceback[0].filename.rsplit('/', 2)[-1]}:{st.traceback[0].lineno}"
                                                  for st in snap.statistics("lineno")[:top]]
+                out["python_allocations"] = [{"site": f"{st.traceback[0].filename.rsplit('/', 2)[-1]}:{st.traceback[0].lineno}",
+                                              "bytes": st.size, "blocks": st.count}
+                                             for st in snap.statistics("lineno") if st.size >= 100_000]
                 tracemalloc.stop()
-            stats = pstats.Stats(_PROFILES[0])
-            for p in _PROFILES[1:]:
-                stats.add(p)
-            stats.strip_dirs()
-            out["top_tottime"] = _top(stats, "tottime", top)
-            out["top_cumulative"] = _top(stats, "cumulative", top)
+            if census_types:
+                out["python_types"] = census(top=top)
+            if structures:
+                roots = _engine_structures(eng)
+                got = deep_sizes(roots)
+                out["structure_bytes"] = {k: v for k, v in sorted(got.items(), key=lambda kv: -kv[1])
+                                          if v >= 10_000 and not k.startswith("(")}
+            if _PROFILES:
+                stats = pstats.Stats(_PROFILES[0])
+                for p in _PROFILES[1:]:
+                    stats.add(p)
+                stats.strip_dirs()
+                out["top_tottime"] = _top(stats, "tottime", top)
+                out["top_cumulative"] = _top(stats, "cumulative", top)
         finally:
             if eng is not None:
                 eng.stop()
@@ -306,10 +442,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="the samples over the link's connection (as the service takes them), not a SUB socket per router")
     p.add_argument("--schema", default=None,
                    help="the samples' format the engine asks its daemons for (xtc-samples/2 or /3; default: the engine's)")
+    p.add_argument("--census", action="store_true", help="also count the objects the garbage collector tracks, by type")
+    p.add_argument("--sizes", action="store_true",
+                   help="also the bytes reachable from each of the engine's, store's, streams' and pool's attributes")
+    p.add_argument("--trim", action="store_true", help="also the RSS after glibc's malloc_trim(0), and its time")
+    p.add_argument("--link-only", action="store_true",
+                   help="the stand-in fleet without PUB sockets (with --sample-link: 5,000 daemons fit 20,000 descriptors)")
+    p.add_argument("--no-profile", action="store_true", help="skip the profiled window (CPU unprofiled, RSS)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
-                                    sample_link=args.sample_link, schema=args.schema), indent=1))
+                                    sample_link=args.sample_link, schema=args.schema, census_types=args.census,
+                                    profiled_window=not args.no_profile, structures=args.sizes,
+                                    trim=args.trim, link_only=args.link_only), indent=1))
     return 0
 
 

@@ -24,7 +24,6 @@ that a split would have to share across modules by its private names.
 
 from __future__ import annotations
 
-import collections
 import errno
 import json
 import logging
@@ -311,8 +310,10 @@ class _Conn:
         self.sock = sock
         #: request id -> the future its exchange waits on (requests in flight, sent or being sent).
         self.pending: dict[int, Any] = {}
-        #: ids sent on this socket and not answered, oldest first (those past their deadline included).
-        self.order: collections.deque[int] = collections.deque()
+        #: ids sent on this socket and not answered, oldest first (those past their deadline included): a list,
+        #: not a deque (an empty deque holds a block of 760 bytes, a list 56; it holds one or two ids but on a
+        #: silent daemon's connection, and at most MAX_UNANSWERED, so ``pop(0)`` costs nothing that counts).
+        self.order: list[int] = []
         self.last_used_s = now_s
         #: When the oldest request sent since the last reply went out (None: no reply awaited since).
         self.stalled_since_s: float | None = None
@@ -776,9 +777,9 @@ class LinkPool:
             if fut is not None:
                 # Requests before it past their deadline will get no reply (a REP answers in order).
                 while c.order and c.order[0] != rid and c.order[0] not in c.pending:
-                    c.order.popleft()
+                    c.order.pop(0)
                 if c.order and c.order[0] == rid:
-                    c.order.popleft()
+                    c.order.pop(0)
                 else:
                     try:
                         c.order.remove(rid)
@@ -803,7 +804,7 @@ class LinkPool:
         self.bad_replies += 1
         # A REP socket answers in order: this reply stands in the place of the oldest request unanswered.
         if c.order:
-            fut = c.pending.pop(c.order.popleft(), None)
+            fut = c.pending.pop(c.order.pop(0), None)
             if fut is not None and not fut.done():
                 fut.set_result(err)
 
@@ -853,7 +854,7 @@ class LinkPool:
                     # out all the same, and its reply must then be known as late, not as foreign.
                     c.order.append(rid)
                     if len(c.order) > MAX_UNANSWERED:
-                        c.order.popleft()
+                        c.order.pop(0)
                     # Waits while the connection is not up (IMMEDIATE): nothing is queued for later.
                     await self._send(c, [b"", json.dumps({"v": API_VERSION, **doc, "id": rid}).encode()])
                     if c.stalled_since_s is None:

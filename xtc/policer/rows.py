@@ -71,18 +71,22 @@ class SampleRows(Sequence[dict[str, Any]]):
 
     As a sequence it is the list of dictionaries :func:`~xtc.policer.samples.parse_samples` gives (made
     when first asked for, once); the engine and the store read the columns.
+
+    A message that came as arrays (``xtc-samples/3``, :meth:`from_grid`) keeps its numbers there and makes
+    the tuples of ``setpoint_pps``, ``forwarded_pps``, ``offered_pps`` and ``cap_percent`` only when one is
+    asked for (a tuple of 16 floats is about 550 bytes, and the engine holds a router's newest sample and
+    its last recorded one); :meth:`same_numbers` compares two messages' columns without making them.
     """
 
     __slots__ = (
+        "_cols",
         "_dicts",
+        "_grid",
+        "_nulls",
         "arrays",
-        "cap_percent",
-        "forwarded_pps",
         "names",
-        "offered_pps",
         "present",
         "saturated",
-        "setpoint_pps",
         "state",
     )
 
@@ -93,16 +97,67 @@ class SampleRows(Sequence[dict[str, Any]]):
         self.names = names
         self.state = state
         self.present = present
-        self.setpoint_pps = setpoint_pps
-        self.forwarded_pps = forwarded_pps
-        self.offered_pps = offered_pps
-        self.cap_percent = cap_percent
+        #: setpoint_pps, forwarded_pps, offered_pps, cap_percent (None: not made yet, from ``_grid``)
+        self._cols: list[tuple[float | None, ...] | None] = [setpoint_pps, forwarded_pps, offered_pps, cap_percent]
         self.saturated = saturated
         self._dicts: list[dict[str, Any]] | None = None
+        #: The numbers as a (columns, VRs) float64 array and each column's missing places (``xtc-samples/3``).
+        self._grid: Any = None
+        self._nulls: tuple[tuple[int, ...], ...] = ()
         #: The live table's columns as arrays, when the message came as them (``xtc-samples/3``):
         #: ``forwarded_pps``, ``offered_pps``, ``cap_percent`` (float64, NaN: missing) and the saturation
         #: codes (uint8, :data:`xtc.policer.live.SATURATION_CODES`' order); None otherwise.
         self.arrays: tuple[Any, Any, Any, Any] | None = None
+
+    @classmethod
+    def from_grid(cls, names: tuple[str, ...], state: tuple[str, ...], present: tuple[bool, ...], grid: Any,
+                  nulls: tuple[tuple[int, ...], ...], saturated: tuple[str | None, ...]) -> SampleRows:
+        """The columns of a message whose numbers are ``grid`` (a ``(columns, VRs)`` float64 array: setpoint,
+        forwarded, offered, cap percent first), ``nulls[j]`` the places of column ``j``'s missing values."""
+        out = cls(names, state, present, None, None, None, None, saturated)  # type: ignore[arg-type]
+        out._grid, out._nulls = grid, nulls
+        return out
+
+    def _col(self, j: int) -> tuple[float | None, ...]:
+        got = self._cols[j]
+        if got is None:
+            col = self._grid[j].tolist()
+            if j < len(self._nulls):
+                for i in self._nulls[j]:
+                    col[i] = None
+            got = self._cols[j] = tuple(col)
+        return got
+
+    @property
+    def setpoint_pps(self) -> tuple[float | None, ...]:
+        return self._col(0)
+
+    @property
+    def forwarded_pps(self) -> tuple[float | None, ...]:
+        return self._col(1)
+
+    @property
+    def offered_pps(self) -> tuple[float | None, ...]:
+        return self._col(2)
+
+    @property
+    def cap_percent(self) -> tuple[float | None, ...]:
+        return self._col(3)
+
+    def same_numbers(self, other: SampleRows, columns: tuple[int, ...]) -> bool:
+        """Whether ``other`` holds the same values in these columns (0: setpoint_pps, 1: forwarded_pps,
+        2: offered_pps, 3: cap_percent).  Two messages of arrays are compared as bytes with their missing
+        places (a value -0.0 against 0.0 then differs: said different, never the same when not); else the
+        tuples."""
+        if self._grid is not None and other._grid is not None and len(self.names) == len(other.names):
+            sn, on = self._nulls, other._nulls
+            for j in columns:
+                if (sn[j] if j < len(sn) else ()) != (on[j] if j < len(on) else ()):
+                    return False
+                if self._grid[j].tobytes() != other._grid[j].tobytes():
+                    return False
+            return True
+        return all(self._col(j) == other._col(j) for j in columns)
 
     @classmethod
     def from_dicts(cls, vrs: Sequence[dict[str, Any]]) -> SampleRows:
@@ -391,20 +446,14 @@ def decode_v3(frames: list[bytes], max_vrs: int, max_bytes: int,
     nums = np.frombuffer(body, "<f8", _V3_K * n)
     if not (_least(nums) >= 0.0 and _most(nums) < math.inf):  # (NaN fails both)
         raise _bad("with a number that is NaN, infinite or negative")
-    grid = nums.reshape(_V3_K, n)
-    cols = grid.tolist()
+    grid = nums.reshape(_V3_K, n)  # (a view of the body: the columns' tuples are made when asked for)
     live = grid[1:4]  # forwarded_pps, offered_pps, cap_percent
     for j, where in enumerate(nulls):
-        if where:
-            col = cols[j]
-            for i in where:
-                col[i] = None
-            if 1 <= j <= 3:
-                if live.base is not None:
-                    live = live.copy()
-                live[j - 1, list(where)] = math.nan
-    out = SampleRows(names, codes[0], codes[1], tuple(cols[0]), tuple(cols[1]), tuple(cols[2]), tuple(cols[3]),
-                     codes[2])
+        if where and 1 <= j <= 3:
+            if live.base is not None:
+                live = live.copy()
+            live[j - 1, list(where)] = math.nan
+    out = SampleRows.from_grid(names, codes[0], codes[1], grid, nulls, codes[2])
     out.arrays = (live[0], live[1], live[2], np.frombuffer(codes_b, np.int8, n, 2 * n))
     mem.body, mem.head_rest, mem.vrs = body, rest, out
     return out, mem

@@ -80,7 +80,7 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
     recorded over these very rows (they hold its VRs' presence, states and setpoints); one of the same VRs
     with the same of those is compared column by column, not VR by VR."""
     if (last is not None and live_names is not None and c.names == live_names and last.names == live_names
-            and c.present == last.present and c.state == last.state and c.setpoint_pps == last.setpoint_pps):
+            and c.present == last.present and c.state == last.state and c.same_numbers(last, (0,))):
         return rows
     if len(rows) != len(c.names):
         listed = frozenset(c.names)
@@ -103,6 +103,20 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
                 new = dict(rows)
             new[n] = {**old, "forwarded_pps": f, "offered_pps": o, "saturated": sat}
     return rows if new is None else new
+
+
+#: The words a VR's row holds in ``state`` and ``wanted_state``, one object each: the database gives a new
+#: string per row read (about 55 bytes each), and the engine keeps its routers' rows.
+_WORDS = {w: w for w in ("inactive", "active", "paused")}
+
+
+def _kept_row(values: tuple) -> dict[str, Any]:
+    """A VR's row as :meth:`Store.plan_states` keeps it (:data:`STATE_COLS` from ``values``), its words shared."""
+    row = dict(zip(STATE_COLS, values))
+    st, wanted = row["state"], row["wanted_state"]
+    row["state"] = _WORDS.get(st, st)
+    row["wanted_state"] = _WORDS.get(wanted, wanted)
+    return row
 
 
 #: The activation states without a timer (immutable: one object each for every router in them).
@@ -650,7 +664,7 @@ class Store:
                 if stale:
                     got: dict[str, dict[str, dict[str, Any]]] = {n: {} for n in stale}
                     for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
-                        got[row[0]][row[1]] = dict(zip(STATE_COLS, row[1:]))
+                        got[row[0]][row[1]] = _kept_row(row[1:])
                     for name, rows in got.items():  # the live measurements over the last snapshot's (the
                         for n, (m, o, sat) in self._live.vrs(name).items():  # other columns are written as
                             row = rows.get(n)  # they change)
@@ -861,14 +875,13 @@ class Store:
                         # Against the last sample recorded over these rows (its values are the table's), the
                         # columns compared whole (in C); else in the table.
                         held = last is not None and c.names == live_names and last.names == live_names
-                        same = (held and c.forwarded_pps == last.forwarded_pps and c.offered_pps == last.offered_pps
-                                and c.saturated == last.saturated)
-                        if same and c.cap_percent == last.cap_percent:
+                        same = held and c.saturated == last.saturated and c.same_numbers(last, (1, 2))
+                        if same and c.same_numbers(last, (3,)):
                             self._live.touch(name, now)  # the very values again
-                        else:
-                            self._live.put(name, now, c.names, c.forwarded_pps, c.offered_pps, c.cap_percent,
-                                           c.saturated, finite=True, moved=not same if held else None,
-                                           arrays=c.arrays)
+                        else:  # (a message of arrays is written from them: its columns' tuples are not made)
+                            nums = ((), (), ()) if c.arrays is not None else (c.forwarded_pps, c.offered_pps, c.cap_percent)
+                            self._live.put(name, now, c.names, *nums, c.saturated, finite=True,
+                                           moved=not same if held else None, arrays=c.arrays)
                         self._dirty.add(name)
                         new_rows[name] = moved
                         memo[name] = (o.vrs, moved)
