@@ -1,4 +1,4 @@
-"""The C library's free heap given back (xtc/policer/heap.py): on glibc, pages freed in the middle of the
+"""The C library's free heap given back (xtc/service/heap.py): on glibc, pages freed in the middle of the
 heap stay resident until ``malloc_trim``; after it the process holds what it uses."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 # one kept in ten (so the heap's top stays in use and nothing is given back by free()), the rest freed.
 _CHILD = """
 import resource, sys
-from xtc.policer.heap import release_free_heap
+from xtc.service.heap import release_free_heap
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
 blocks = [bytearray(2000) for _ in range(60_000)]

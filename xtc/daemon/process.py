@@ -1,11 +1,9 @@
-"""What the daemon's process sets up around its loop: glibc's large blocks given back to the system,
-and the ``ipc://`` socket files of the manager API (their directory, group and mode; a socket in
+"""What the daemon's process sets up around its loop (glibc's large blocks: :mod:`xtc.service.heap`):
+the ``ipc://`` socket files of the manager API (their directory, group and mode; a socket in
 use refused).  :mod:`xtc.daemon.service` calls these before and while it binds."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import grp
 import os
@@ -13,24 +11,7 @@ import socket
 import stat
 from pathlib import Path
 
-__all__ = ["give_socket_group", "prepare_ipc", "release_large_blocks"]
-
-#: Blocks of at least this many bytes are mmapped by glibc's malloc (and so go back to the system
-#: when freed), bytes.  ZeroMQ allocates each received frame; without a fixed threshold, glibc
-#: raises it after the first large free and keeps the memory of large messages for ever.
-MMAP_THRESHOLD_BYTES = 64 * 1024
-_M_MMAP_THRESHOLD = -3
-
-
-def release_large_blocks() -> bool:
-    """Make glibc return freed large blocks (received messages) to the system.  False if not glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError, TypeError):
-        return False
-
+__all__ = ["give_socket_group", "prepare_ipc"]
 
 #: The group whose members may connect to the manager API's ipc:// sockets (root always can).
 SOCKET_GROUP = "xtc"

@@ -60,7 +60,8 @@ from xtc.host.limiter import Limiter, LimiterError
 from xtc.host.bpflimiter import BpfLimiter
 from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
-from .process import give_socket_group, prepare_ipc, release_large_blocks
+from .process import give_socket_group, prepare_ipc
+from xtc.service.heap import release_large_blocks
 from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
 from xtc.service.signals import StopOnSignal

@@ -69,7 +69,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .heap import release_free_heap
+from xtc.service.heap import release_free_heap
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .live import LiveTable
 from .liveshare import PUBLISH_S, LiveWriter
