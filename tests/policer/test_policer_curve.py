@@ -70,7 +70,7 @@ def test_a_daemon_beyond_loopback_takes_curve_from_its_config_and_the_policer_re
 
     r = subprocess.run([sys.executable, "-m", "xtc.cli", "daemon", "-c", str(d.config)], capture_output=True, text=True,
                        timeout=30)
-    assert r.returncode == 2 and "'manager.endpoint': tcp://0.0.0.0:" in r.stdout and "refused without CURVE" in r.stdout
+    assert r.returncode == 2 and "'manager.endpoint': tcp://0.0.0.0:" in r.stderr and "refused without CURVE" in r.stderr and r.stdout == ""
     d.config.write_text(wide.replace("[manager]\n", f'[manager]\ncurve_secret_key_file = "{server_sec}"\n'
                                                     f'curve_clients_dir = "{clients}"\n'))
     try:
