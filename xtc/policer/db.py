@@ -302,7 +302,9 @@ class Database:
     def tx(self) -> Any:  # a context manager yielding a Conn
         raise NotImplementedError
 
-    def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+    def read(self, sql: str, args: tuple | list = (), tuples: bool = False) -> list[Any]:
+        """The rows of a query outside a transaction: mappings of their columns, or with ``tuples`` plain
+        tuples in the order of its columns (:meth:`Conn.tuples`: no mapping a row, for pages of them)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -417,12 +419,15 @@ class SqliteDatabase(Database):
                 self._in_tx.on = False
             self._busy_retry(lambda: self.db.execute("COMMIT"))
 
-    def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+    def read(self, sql: str, args: tuple | list = (), tuples: bool = False) -> list[Any]:
         if getattr(self._in_tx, "on", False):  # inside this thread's transaction: what it sees
-            with self.lock:
-                return self._busy_retry(lambda: self.db.execute(sql, args).fetchall())
-        with self.read_lock:
-            return self._busy_retry(lambda: self.rdb.execute(sql, args).fetchall())
+            lock, db = self.lock, self.db
+        else:
+            lock, db = self.read_lock, self.rdb
+        with lock:
+            if tuples:
+                return self._busy_retry(lambda: Conn(db, False).tuples(sql, args))
+            return self._busy_retry(lambda: db.execute(sql, args).fetchall())
 
     def close(self) -> None:
         with self.lock, self.read_lock:
@@ -487,7 +492,10 @@ class PgDatabase(Database):
             except psycopg.IntegrityError as e:
                 raise Conflict(str(e).splitlines()[0]) from None
 
-    def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+    def read(self, sql: str, args: tuple | list = (), tuples: bool = False) -> list[Any]:
+        def rows(c: Any) -> list[Any]:
+            return Conn(c, True).tuples(sql, args) if tuples else Conn(c, True).execute(sql, args).fetchall()
+
         if self.lock.acquire(blocking=False):
             try:
                 c = self._read_conn
@@ -496,13 +504,13 @@ class PgDatabase(Database):
                                            else None)
                 if c is not None:
                     try:
-                        return Conn(c, True).execute(sql, args).fetchall()
+                        return rows(c)
                     except self._psycopg.OperationalError:
                         self._drop_reader()  # the session is gone: the pool answers (and reports)
             finally:
                 self.lock.release()
         with self.pool.connection() as c:
-            return Conn(c, True).execute(sql, args).fetchall()
+            return rows(c)
 
     def _connect_reader(self) -> Any:
         try:

@@ -136,9 +136,10 @@ def _actor(token: bytes) -> str:
 
 
 def _router_out(r: dict[str, Any]) -> dict[str, Any]:
-    out = dict(r)
-    out["curve"] = out.pop("curve_server_key") is not None
-    return out
+    """The store's router (a dictionary of its own, changed in place) as the API shows it: whether it has
+    a CURVE key, not the key."""
+    r["curve"] = r.pop("curve_server_key") is not None
+    return r
 
 
 class PolicerApp(FastAPI):
