@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["API_GOALS", "api_figures", "api_goals"]
+import numpy as np
+
+__all__ = ["API_GOALS", "api_figures", "api_goals", "latency_by_phase", "latency_p99_by_second"]
 
 
 #: Issue 50's goals for the API, while the engine polices its fleet: policer CPU per request (ms), p99 (ms), at this rate.
@@ -57,3 +60,39 @@ def api_goals(api: dict[str, Any], healthy_routers: int, period_s: float) -> dic
         "api_cpu_met": api["policer_api_cpu_ms_per_request"] <= API_GOALS["cpu_ms_per_request"],
         "policer_cpu_met": api["policer_cpu_ms_per_request"] <= API_GOALS["cpu_ms_per_request"],
     }
+
+
+def latency_by_phase(sent_s: Sequence[float], latency_ms: Sequence[float], period_s: float,
+                     bins: int = 10) -> list[dict[str, Any]]:
+    """The requests' latency by where in the engine's period each was sent: ``sent_s`` on
+    ``CLOCK_MONOTONIC`` (``time.monotonic()``), on which one engine starts its cycles at phase 0 modulo
+    ``period_s`` (:meth:`xtc.policer.engine.Engine.cycle_phase_s`).  Per bin of ``period_s / bins``: its
+    phase (ms), its requests, their p50 and p99, and of the requests at or above the overall p99 the share
+    sent in it (1/``bins`` each if the tail did not depend on the phase)."""
+    if period_s <= 0 or bins < 1:
+        raise ValueError("latency_by_phase: the period and the bins must be positive")
+    if len(sent_s) == 0:
+        return []
+    lat = np.asarray(latency_ms, float)
+    k = np.minimum((np.asarray(sent_s, float) % period_s / period_s * bins).astype(int), bins - 1)
+    slow = lat >= np.percentile(lat, 99)
+    step_ms = 1000 * period_s / bins
+    out = []
+    for b in range(bins):
+        m = k == b
+        out.append({"phase_ms": [round(b * step_ms), round((b + 1) * step_ms)], "n": int(m.sum()),
+                    "p50_ms": round(float(np.percentile(lat[m], 50)), 2) if m.any() else None,
+                    "p99_ms": round(float(np.percentile(lat[m], 99)), 2) if m.any() else None,
+                    "share_of_slowest_1pct": round(float((m & slow).sum() / slow.sum()), 3)})
+    return out
+
+
+def latency_p99_by_second(sent_s: Sequence[float], latency_ms: Sequence[float]) -> list[dict[str, Any]]:
+    """Each second of the load's (from its first request): its requests and their p99 latency (ms)."""
+    if len(sent_s) == 0:
+        return []
+    t = np.asarray(sent_s, float)
+    lat = np.asarray(latency_ms, float)
+    sec = ((t - t.min()) // 1.0).astype(int)
+    return [{"second": int(s), "n": int((sec == s).sum()), "p99_ms": round(float(np.percentile(lat[sec == s], 99)), 2)}
+            for s in np.unique(sec)]

@@ -38,7 +38,7 @@ import numpy as np
 
 import xtc
 from xtc.policer.engine import percentiles
-from xtc_lab.policer_api_goals import api_figures, api_goals
+from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_phase, latency_p99_by_second
 from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
@@ -84,6 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--api-duration", type=float, default=5.0, metavar="SECONDS",
                    help="fleet: seconds of API load (at --rate, --concurrency in flight) while the engine polices "
                         "(default 5); the result's api_goals sets issue 50's API goals beside the figures")
+    s.add_argument("--api-nice", type=int, default=None, metavar="N",
+                   help="fleet: every thread of the API's processes at this nice value during the API's load (as an "
+                        "operator's systemd Nice= would set it; negative: a higher priority, as root)")
+    s.add_argument("--engine-cpus", default=None, metavar="LIST",
+                   help="fleet: every thread of the engine's processes pinned to these CPUs (comma-separated, as "
+                        "systemd's CPUAffinity= would) during the API's load")
     s.add_argument("--postgres", action="store_true",
                    help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
                         "package, started and removed by the bench, instead of SQLite (its CPU is counted)")
@@ -96,7 +102,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                  args.rate, samples=args.samples, sample_link=args.sample_link, shards=args.shards,
                                  flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
                                  jitter=args.jitter, api_duration_s=args.api_duration,
-                                 api_concurrency=args.concurrency, workers=args.workers)
+                                 api_concurrency=args.concurrency, workers=args.workers, api_nice=args.api_nice,
+                                 engine_cpus=[int(c) for c in args.engine_cpus.split(",")] if args.engine_cpus else None)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -211,15 +218,18 @@ class BenchConn:
 
 async def _load(url: str, token: str, rate_per_s: float, duration_s: float, concurrency: int,
                 write_fraction: float, seed: int, server_cpu_s: Callable[[], float] | None = None,
-                around: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+                around: Callable[[], dict[str, float]] | None = None, period_s: float | None = None) -> dict[str, Any]:
     """The load itself (seeded first); ``server_cpu_s``: the server's CPU seconds so far, read at the
     timed window's start and end; ``around``: counters (name -> value) read there too, whose
     differences over the window are the result's ``window`` (with ``window_s``, the seconds between the
-    two readings)."""
+    two readings).  ``period_s``: the engine's period; the result then has the latency by the phase of
+    that period each request was sent at (``latency_by_phase``) and each second's p99
+    (``latency_p99_by_second``)."""
     rng = np.random.default_rng(seed)
     auth = {"Authorization": f"Bearer {token}"}
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     lat_s: list[float] = []
+    sent_s: list[float] = []  # CLOCK_MONOTONIC, the engine's cycles' clock
     statuses: dict[str, int] = {}
     errors = 0
     await seed_policer(url, token)
@@ -245,6 +255,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None) -> None:
         nonlocal errors
         conn = await idle.get()
+        sent_s.append(time.monotonic())
         t0 = time.perf_counter()
         try:
             status = await conn.request(method, path, body, headers)
@@ -300,6 +311,9 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         res["server_cpu_ms_per_request"] = round(1000 * server_s / n, 3)
     if around is not None:
         res["window"] = {"window_s": round(window_s, 3), **{k: round(around1[k] - around0[k], 3) for k in around0}}
+    if period_s is not None:
+        res["latency_by_phase"] = latency_by_phase(sent_s, lat_ms, period_s)
+        res["latency_p99_by_second"] = latency_p99_by_second(sent_s, lat_ms)
     return res
 
 
@@ -526,6 +540,18 @@ def _api_and_engine_processes(pid: int) -> tuple[list[Any], list[Any]]:
     return api, engine
 
 
+def _schedule(procs: list[Any], nice: int | None = None, cpus: list[int] | None = None) -> None:
+    """Every thread of ``procs`` (psutil processes) at the nice value ``nice`` and/or pinned to ``cpus``: both
+    are a thread's on Linux, and the processes' threads already run (systemd's Nice= and CPUAffinity= set
+    them before the service starts, so that every thread inherits them)."""
+    for p in procs:
+        for t in p.threads():
+            if nice is not None:
+                os.setpriority(os.PRIO_PROCESS, t.id, nice)
+            if cpus is not None:
+                os.sched_setaffinity(t.id, cpus)
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -560,7 +586,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0,
                     sample_link: bool = True, api_concurrency: int = 32,
                     api_window: Callable[[int, bool, str, str], None] | None = None,
-                    workers: int = 1) -> dict[str, Any]:
+                    workers: int = 1, api_nice: int | None = None, engine_cpus: list[int] | None = None) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -593,7 +619,10 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     samples change as a real fleet's do.  ``api_window``: called with the API process's id, True, the policer's URL
     and a token just before the API's timed load, with False just after it (``python -m
     xtc_lab.policer_api_profile`` profiles that window; ``python -m xtc_lab.policer_api_cpu --fleet``
-    measures its requests one at a time there)."""
+    measures its requests one at a time there).  ``api_nice``, ``engine_cpus``: for the API's load, every
+    thread of the API's processes at that nice value, every thread of the engine's pinned to those CPUs
+    (:func:`_schedule`), as an operator would run them; ``api.latency_by_phase`` says where in the engine's
+    period the slowest requests were sent."""
     import psutil
 
     token = secrets.token_urlsafe(24)
@@ -719,6 +748,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             # that serves, or the supervisor and its workers) and of the engine's, and the engine's
             # measurements, over the load's timed window.
             api_ps, engine_ps = _api_and_engine_processes(proc.pid)
+            out["api_nice"], out["engine_cpus"] = api_nice, engine_cpus
+            _schedule(api_ps, nice=api_nice)
+            _schedule(engine_ps, cpus=engine_cpus)
             db_cpu = _database_cpu()
             window_open: list[bool] = []
 
@@ -734,7 +766,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                         "database_cpu_s": db_cpu() if db_cpu is not None else 0.0}
 
             out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, api_concurrency, 0.2, 1,
-                                           around=counters))
+                                           around=counters, period_s=period_s if shards == 1 else None))
             out["api"].update(api_figures(out["api"]["requests"], out["api"]["window"], db_cpu is not None))
             out["api_goals"] = api_goals(out["api"], sum(r["mode"] == "ok" for r in fl), period_s)
             out["fleet_during_api"] = window()["ok"]

@@ -60,3 +60,22 @@ def test_the_mix_weighs_each_kind_by_its_share_of_the_bench() -> None:
     assert mix_ms_per_request(reads_double) == 0.18  # reads are 80 % of the mix
     with pytest.raises(ValueError, match="not measured: GET /vrs"):
         mix_ms_per_request({k: 0.1 for k in MIX if k != "GET /vrs?limit=100"})
+
+
+def test_the_latency_by_phase_of_the_engines_period_and_by_second() -> None:
+    """Requests sent 0-0.1 s into each period (the engine's cycle starts at phase 0 of CLOCK_MONOTONIC) are
+    slow, the others fast: the phase's bins say where, each second's p99 when."""
+    from xtc_lab.policer_api_goals import latency_by_phase, latency_p99_by_second
+
+    sent = [100.005 + i / 100 for i in range(300)]  # 3 s, 100 a second, from phase 0 (off the bins' edges)
+    lat = [50.0 if (s % 1.0) < 0.1 else 2.0 for s in sent]
+    bins = latency_by_phase(sent, lat, period_s=1.0, bins=10)
+    assert [b["phase_ms"] for b in bins[:2]] == [[0, 100], [100, 200]] and len(bins) == 10
+    assert bins[0]["n"] == 30 and bins[0]["p99_ms"] == 50.0 and bins[0]["share_of_slowest_1pct"] == 1.0
+    assert all(b["p99_ms"] == 2.0 and b["share_of_slowest_1pct"] == 0.0 for b in bins[1:])
+    assert sum(b["n"] for b in bins) == 300
+    by_s = latency_p99_by_second(sent, lat)
+    assert [s["second"] for s in by_s] == [0, 1, 2] and all(s["n"] == 100 and s["p99_ms"] == 50.0 for s in by_s)
+    with pytest.raises(ValueError, match="period"):
+        latency_by_phase(sent, lat, period_s=0.0)
+    assert latency_by_phase([], [], 1.0) == [] and latency_p99_by_second([], []) == []
