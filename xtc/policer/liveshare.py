@@ -178,6 +178,27 @@ class LiveView:
                 "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
 
+    def merge_vr(self, vr: dict[str, Any]) -> bool:
+        """:meth:`vr`'s values written into ``vr`` (a VR as the store gives it: ``router``, ``name``), with
+        ``measured_from`` ``live``, without a dictionary of their own (a page's VRs, one after the other);
+        False, ``vr`` unchanged: no engine publishes it."""
+        f = self._find(vr["router"])
+        if f is None:
+            return False
+        (seen, _, m, o, c, sat), i, rows = f
+        k = rows.get(vr["name"])
+        if k is None:
+            return False
+        fw, of, cp, code = m[k], o[k], c[k], sat[k]
+        vr["forwarded_pps"] = None if fw != fw else fw  # noqa: PLR0124 - NaN: none
+        vr["offered_pps"] = None if of != of else of  # noqa: PLR0124
+        vr["cap_percent"] = None if cp != cp else cp  # noqa: PLR0124
+        vr["saturated"] = SATURATION_CODES[code] if 0 <= code < 4 else None
+        vr["last_seen_unix_s"] = seen[i]
+        vr["measured_from"] = "live"
+        return True
+
+
 class LiveReader:
     """Reads the files of the live directory ``directory`` (see the module)."""
 

@@ -756,6 +756,9 @@ class Store:
         an engine measures its router (else the last snapshot's)."""
         if view is None:
             view = self._view()
+        if isinstance(view, LiveView):  # the API's process: the publication's values written in at once
+            view.merge_vr(vr)
+            return vr
         got = view.vr(vr["router"], vr["name"]) if view is not None else None
         if got is not None:
             vr.update(got)
