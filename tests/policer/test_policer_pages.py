@@ -88,6 +88,9 @@ def test_a_page_holds_each_item_as_its_own_read_gives_it(db_url: str, tmp_path: 
         v = api.get_vr("r1", "a")
         assert (v["forwarded_pps"], v["saturated"], v["last_seen_unix_s"], v["measured_from"]) == \
             (11.5, "cap_slack", now, "live")
+        r1, r4 = api.get_router("r1"), api.get_router("r4")
+        assert (r1["last_seen_unix_s"], r1["demand_pps"], r1["measured_from"]) == (now, 4321.0, "live")
+        assert r4["measured_from"] == "snapshot" and r4["status"] == "unreachable"
         b, c = api.get_vr("r1", "b"), api.get_vr("r1", "c")
         assert (b["forwarded_pps"], b["offered_pps"], b["cap_percent"], b["saturated"]) == (None, 1.0, None, None)
         assert (c["offered_pps"], c["cap_percent"], c["saturated"], c["measured_from"]) == (None, 1.5, "cap_min", "live")

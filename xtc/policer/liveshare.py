@@ -178,6 +178,23 @@ class LiveView:
                 "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
 
+    def merge_router(self, router: dict[str, Any]) -> bool:
+        """A reachable router's (as the store gives it: ``name``, ``status``) live ``last_seen_unix_s`` and
+        ``demand_pps`` (when it has one) written into ``router``, with ``measured_from`` ``live``; False,
+        ``router`` unchanged: not reachable, or no engine publishes it."""
+        if router["status"] != "reachable":
+            return False
+        f = self._find(router["name"])
+        if f is None:
+            return False
+        cols, i = f[0], f[1]
+        router["last_seen_unix_s"] = cols[0][i]
+        router["measured_from"] = "live"
+        demand = cols[1][i]
+        if demand == demand:  # noqa: PLR0124 - NaN: none
+            router["demand_pps"] = demand
+        return True
+
     def merge_vr(self, vr: dict[str, Any]) -> bool:
         """:meth:`vr`'s values written into ``vr`` (a VR as the store gives it: ``router``, ``name``), with
         ``measured_from`` ``live``, without a dictionary of their own (a page's VRs, one after the other);

@@ -742,6 +742,9 @@ class Store:
         ``measured_from`` ``live``) when an engine measures it and it is reachable (else the last snapshot's)."""
         if view is None:
             view = self._view()
+        if isinstance(view, LiveView):  # the API's process: the publication's values written in at once
+            view.merge_router(router)
+            return router
         seen = view.seen_unix_s(router["name"]) if view is not None else None
         if seen is not None and router["status"] == "reachable":
             router["last_seen_unix_s"] = seen
