@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from conftest import TOKEN
 from procs import stop_process
+from xtc_lab.policer_bench import policer_log, start_policer
+
 from xtc.policer import service
 from xtc.policer.config import PolicerConfig
-from xtc_lab.policer_bench import policer_log, start_policer
 
 
 async def _app(scope: dict, receive: object, send: object) -> None:  # never called
