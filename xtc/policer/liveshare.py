@@ -178,42 +178,47 @@ class LiveView:
                 "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
 
-    def merge_router(self, router: dict[str, Any]) -> bool:
-        """A reachable router's (as the store gives it: ``name``, ``status``) live ``last_seen_unix_s`` and
-        ``demand_pps`` (when it has one) written into ``router``, with ``measured_from`` ``live``; False,
-        ``router`` unchanged: not reachable, or no engine publishes it."""
-        if router["status"] != "reachable":
-            return False
-        f = self._find(router["name"])
-        if f is None:
-            return False
-        cols, i = f[0], f[1]
-        router["last_seen_unix_s"] = cols[0][i]
-        router["measured_from"] = "live"
-        demand = cols[1][i]
-        if demand == demand:  # noqa: PLR0124 - NaN: none
-            router["demand_pps"] = demand
-        return True
+    def merge_routers(self, routers: list[dict[str, Any]]) -> None:
+        """Each reachable router's (as the store gives them: ``name``, ``status``) live ``last_seen_unix_s``
+        and ``demand_pps`` (when it has one) written into its dictionary, with ``measured_from`` ``live``; the
+        others (not reachable, or no engine publishes them) left as they are.  One pass over a page, no
+        dictionary of the values' own."""
+        for router in routers:
+            if router["status"] != "reachable":
+                continue
+            f = self._find(router["name"])
+            if f is None:
+                continue
+            cols, i = f[0], f[1]
+            router["last_seen_unix_s"] = cols[0][i]
+            router["measured_from"] = "live"
+            demand = cols[1][i]
+            if demand == demand:  # noqa: PLR0124 - NaN: none
+                router["demand_pps"] = demand
 
-    def merge_vr(self, vr: dict[str, Any]) -> bool:
-        """:meth:`vr`'s values written into ``vr`` (a VR as the store gives it: ``router``, ``name``), with
-        ``measured_from`` ``live``, without a dictionary of their own (a page's VRs, one after the other);
-        False, ``vr`` unchanged: no engine publishes it."""
-        f = self._find(vr["router"])
-        if f is None:
-            return False
-        (seen, _, m, o, c, sat), i, rows = f
-        k = rows.get(vr["name"])
-        if k is None:
-            return False
-        fw, of, cp, code = m[k], o[k], c[k], sat[k]
-        vr["forwarded_pps"] = None if fw != fw else fw  # noqa: PLR0124 - NaN: none
-        vr["offered_pps"] = None if of != of else of  # noqa: PLR0124
-        vr["cap_percent"] = None if cp != cp else cp  # noqa: PLR0124
-        vr["saturated"] = SATURATION_CODES[code] if 0 <= code < 4 else None
-        vr["last_seen_unix_s"] = seen[i]
-        vr["measured_from"] = "live"
-        return True
+    def merge_vrs(self, vrs: list[dict[str, Any]]) -> None:
+        """Each VR's (as the store gives them: ``router``, ``name``) :meth:`vr` values written into its
+        dictionary, with ``measured_from`` ``live``; those no engine publishes left as they are.  One pass
+        over a page (a router's VRs one after the other), no dictionary of the values' own."""
+        last, f = None, None
+        codes = SATURATION_CODES
+        for vr in vrs:
+            router = vr["router"]
+            if router != last:
+                last, f = router, self._find(router)
+            if f is None:
+                continue
+            k = f[2].get(vr["name"])
+            if k is None:
+                continue
+            seen, _, m, o, c, sat = f[0]
+            fw, of, cp, code = m[k], o[k], c[k], sat[k]
+            vr["forwarded_pps"] = None if fw != fw else fw  # noqa: PLR0124 - NaN: none
+            vr["offered_pps"] = None if of != of else of  # noqa: PLR0124
+            vr["cap_percent"] = None if cp != cp else cp  # noqa: PLR0124
+            vr["saturated"] = codes[code] if 0 <= code < 4 else None
+            vr["last_seen_unix_s"] = seen[f[1]]
+            vr["measured_from"] = "live"
 
 
 class LiveReader:

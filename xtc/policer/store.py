@@ -258,17 +258,23 @@ class Store:
 
     def _listing(self, sql: str, conds: list[str], args: list[Any], order_by: str, limit: int, offset: int,
                  row: Callable[[Any], dict[str, Any]],
-                 live: Callable[[dict[str, Any], LiveTable | LiveView], dict[str, Any]]) -> list[dict[str, Any]]:
+                 live: Callable[[dict[str, Any], LiveTable | LiveView], dict[str, Any]],
+                 live_page: Callable[[LiveView, list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
         """The rows of ``sql`` that meet all ``conds``, ordered by ``order_by`` and paged (see :meth:`_page`),
         each (a tuple of the columns ``sql`` selects: no mapping a row, a page's rows cost half as much
-        CPU) made a dictionary by ``row`` and given its live values by ``live`` (the live view read once)."""
+        CPU) made a dictionary by ``row`` and given its live values by ``live``, or in the API's process
+        by ``live_page`` over the page in one pass (the live view read once)."""
         if conds:
             sql += " WHERE " + " AND ".join(conds)
         rows = self.db.read(*self._page(f"{sql} ORDER BY {order_by}", args, limit, offset), tuples=True)
+        items = list(map(row, rows))
         view = self._view()
-        if view is not None:
-            return [live(row(r), view) for r in rows]
-        return [row(r) for r in rows]
+        if isinstance(view, LiveView):
+            live_page(view, items)
+        elif view is not None:
+            for item in items:
+                live(item, view)
+        return items
 
     def _audit(self, db: Conn, kind: str, actor: str, router: str | None, vr: str | None,
                detail: dict[str, Any]) -> None:
@@ -313,7 +319,8 @@ class Store:
         if status is not None:
             conds.append("status = ?")
             args.append(status)
-        return self._listing(sql, conds, args, "name", limit, offset, self._router_of, self.live_router)
+        return self._listing(sql, conds, args, "name", limit, offset, self._router_of, self.live_router,
+                             LiveView.merge_routers)
 
     def engine_routers(self, never_heard: bool = False) -> list[dict[str, Any]]:
         """The routers the engine polices (not removed), by name, with only the columns a policy cycle
@@ -427,7 +434,8 @@ class Store:
             conds.append("punish_level >= 3" if flagged else "punish_level < 3")
         if with_setpoint:
             conds.append("(manual_setpoint_pps IS NOT NULL OR derived_setpoint_pps IS NOT NULL)")
-        return self._listing(sql, conds, args, "router, name", limit, offset, self._vr_of, self.live_vr)
+        return self._listing(sql, conds, args, "router, name", limit, offset, self._vr_of, self.live_vr,
+                             LiveView.merge_vrs)
 
     def punished_vrs(self) -> list[tuple[str, str, int]]:
         """``(router, vr, punishment level)`` of the VRs punished now (level > 0), by router and name: a
@@ -743,7 +751,7 @@ class Store:
         if view is None:
             view = self._view()
         if isinstance(view, LiveView):  # the API's process: the publication's values written in at once
-            view.merge_router(router)
+            view.merge_routers([router])
             return router
         seen = view.seen_unix_s(router["name"]) if view is not None else None
         if seen is not None and router["status"] == "reachable":
@@ -760,7 +768,7 @@ class Store:
         if view is None:
             view = self._view()
         if isinstance(view, LiveView):  # the API's process: the publication's values written in at once
-            view.merge_vr(vr)
+            view.merge_vrs([vr])
             return vr
         got = view.vr(vr["router"], vr["name"]) if view is not None else None
         if got is not None:
