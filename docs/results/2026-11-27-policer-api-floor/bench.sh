@@ -7,7 +7,8 @@
 #    db076ca exported to /tmp/api2-before with a uvloop.py that raises ImportError, as main ran: without
 #    uvloop), the order swapped each pair.
 # 2. The tail: what an operator would do, on this branch only, alternated with the plain run: every thread of
-#    the API's process at nice -10 (systemd Nice=-10), the engine's process pinned to CPU 1 (CPUAffinity=1).
+#    the API's process at nice -10 (systemd Nice=-10), the engine's process pinned to CPU 1 (CPUAffinity=1),
+#    both, two API worker processes (server.workers = 2).
 set -u
 cd "$(dirname "$0")"
 PY=${PY:-/work/wt/api2/.venv/bin/python}
@@ -19,5 +20,6 @@ for k in $(seq 1 "${ROUNDS:-3}"); do
 done
 [ -n "${TAIL:-1}" ] || exit 0
 for k in 1 2; do
-  $PY -m xtc_lab.alternate --each opt:flag=plain:--workers=1,nice:--api-nice=-10,pin:--engine-cpus=1 tail-$k-{opt} -- $BENCH {flag}
+  $PY -m xtc_lab.alternate --each opt:a:b=plain:--workers=1:--workers=1,nice:--api-nice=-10:--workers=1,pin:--engine-cpus=1:--workers=1,both:--api-nice=-10:--engine-cpus=1,w2:--workers=2:--workers=2 \
+    tail-$k-{opt} -- $BENCH {a} {b}
 done
