@@ -38,7 +38,7 @@ import numpy as np
 
 import xtc
 from xtc.policer.engine import percentiles
-from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_phase, latency_p99_by_second
+from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_kind, latency_by_phase, latency_p99_by_second
 from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
@@ -224,12 +224,16 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     differences over the window are the result's ``window`` (with ``window_s``, the seconds between the
     two readings).  ``period_s``: the engine's period; the result then has the latency by the phase of
     that period each request was sent at (``latency_by_phase``) and each second's p99
-    (``latency_p99_by_second``)."""
+    (``latency_p99_by_second``), and the reads' and the writes' apart (``latency_by_kind``).  ``latency_ms`` is
+    each request's from the moment it had a connection (as before); ``latency_from_due_ms`` from the moment it
+    was due, its wait for one of the ``concurrency`` connections counted."""
     rng = np.random.default_rng(seed)
     auth = {"Authorization": f"Bearer {token}"}
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     lat_s: list[float] = []
     sent_s: list[float] = []  # CLOCK_MONOTONIC, the engine's cycles' clock
+    methods: list[str] = []
+    due_lat_s: list[float] = []  # from the moment the request was due (its connection's wait counted)
     statuses: dict[str, int] = {}
     errors = 0
     await seed_policer(url, token)
@@ -252,10 +256,11 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
                 "/actions?limit=20"][k]
         return "GET", path, None, None
 
-    async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None) -> None:
+    async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None,
+                  due: float) -> None:
         nonlocal errors
         conn = await idle.get()
-        sent_s.append(time.monotonic())
+        sent = time.monotonic()
         t0 = time.perf_counter()
         try:
             status = await conn.request(method, path, body, headers)
@@ -265,7 +270,11 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         except OSError as e:
             code = type(e).__name__
             errors += 1
-        lat_s.append(time.perf_counter() - t0)
+        end = time.perf_counter()
+        lat_s.append(end - t0)
+        due_lat_s.append(end - due)
+        sent_s.append(sent)  # in the order of lat_s: the requests end out of order
+        methods.append(method)
         statuses[code] = statuses.get(code, 0) + 1
         idle.put_nowait(conn)
 
@@ -280,7 +289,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         delay = t_start + i / rate_per_s - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(*make(i))))
+        tasks.append(asyncio.create_task(one(*make(i), t_start + i / rate_per_s)))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t_start
     client_cpu_s = time.process_time() - cpu0
@@ -303,6 +312,8 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
             "p99": round(float(np.percentile(lat_ms, 99)), 2),
             "max": round(float(lat_ms.max()), 2),
         },
+        "latency_from_due_ms": {q: round(float(np.percentile(np.array(due_lat_s) * 1000.0, p)), 2)
+                                for q, p in (("p50", 50), ("p99", 99))},
         "errors": errors,
         "statuses": statuses,
         "client_cpu_ms_per_request": round(1000 * client_cpu_s / n, 3),
@@ -314,6 +325,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
     if period_s is not None:
         res["latency_by_phase"] = latency_by_phase(sent_s, lat_ms, period_s)
         res["latency_p99_by_second"] = latency_p99_by_second(sent_s, lat_ms)
+        res["latency_by_kind"] = latency_by_kind(methods, lat_ms)
     return res
 
 
@@ -552,6 +564,18 @@ def _schedule(procs: list[Any], nice: int | None = None, cpus: list[int] | None 
                 os.sched_setaffinity(t.id, cpus)
 
 
+def _runqueue_wait_s(procs: list[Any]) -> float:
+    """Seconds the main threads of ``procs`` (psutil processes; an API process's event loop) have spent
+    runnable but waiting for a CPU (``/proc/PID/schedstat``'s second field; 0 where it is not there)."""
+    total = 0.0
+    for p in procs:
+        try:
+            total += int(Path(f"/proc/{p.pid}/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -761,7 +785,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 api_s = sum(t.user + t.system for t in (p.cpu_times() for p in api_ps))
                 engine_s = sum(t.user + t.system for t in (p.cpu_times() for p in engine_ps))
                 h = httpx.get(base + "/health", timeout=30).json()
-                return {"api_cpu_s": api_s, "engine_cpu_s": engine_s,
+                return {"api_cpu_s": api_s, "engine_cpu_s": engine_s, "api_loop_runqueue_wait_s": _runqueue_wait_s(api_ps),
                         "measured": (h.get("sampled") or 0) + (h.get("listed") or 0),
                         "database_cpu_s": db_cpu() if db_cpu is not None else 0.0}
 

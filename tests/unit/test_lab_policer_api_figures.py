@@ -17,6 +17,8 @@ def test_cpu_per_request_of_the_api_and_of_all_the_policers_processes_are_apart(
     assert f["engine_cpu_s_per_s"] == 0.15 and f["engine_measured_per_s"] == 900.0
     assert f["engine_cpu_ms_per_measurement"] == pytest.approx(0.167)
     assert "database_cpu_ms_per_request" not in f
+    assert "api_loop_runqueue_wait_ms_per_s" not in f
+    assert api_figures(20000, {**WINDOW, "api_loop_runqueue_wait_s": 0.25})["api_loop_runqueue_wait_ms_per_s"] == 25.0
 
 
 def test_a_database_server_is_counted_apart_and_an_idle_engine_has_no_cost_per_measurement() -> None:
@@ -79,3 +81,14 @@ def test_the_latency_by_phase_of_the_engines_period_and_by_second() -> None:
     with pytest.raises(ValueError, match="period"):
         latency_by_phase(sent, lat, period_s=0.0)
     assert latency_by_phase([], [], 1.0) == [] and latency_p99_by_second([], []) == []
+
+
+def test_the_latency_of_reads_and_writes_apart() -> None:
+    from xtc_lab.policer_api_goals import latency_by_kind
+
+    kinds = ["GET"] * 98 + ["PUT", "POST"]
+    lat = [1.0] * 98 + [40.0, 60.0]
+    got = latency_by_kind(kinds, lat)
+    assert got["read"] == {"n": 98, "p50_ms": 1.0, "p99_ms": 1.0, "max_ms": 1.0, "share_of_slowest_1pct": 0.0}
+    assert got["write"]["n"] == 2 and got["write"]["max_ms"] == 60.0 and got["write"]["share_of_slowest_1pct"] == 1.0
+    assert latency_by_kind([], []) == {}

@@ -45,6 +45,17 @@ def benches(pattern: str) -> None:
               f"{early if early is None else round(early, 2)} |")
 
 
+def phases(pattern: str) -> None:
+    """Per run: the share of the slowest 1 % sent in each tenth of the engine's period, and each second's p99."""
+    print("| run | share of the slowest 1 % by phase of the period (0-100 ms, ..., 900-1000 ms) | p99 ms each second |")
+    print("|---|---|---|")
+    for f in sorted(HERE.glob(pattern)):
+        a = json.loads(f.read_text())["api"]
+        ph = " ".join(f"{b['share_of_slowest_1pct']:.2f}" for b in a.get("latency_by_phase", []))
+        secs = " ".join(f"{s['p99_ms']:.0f}" for s in a.get("latency_p99_by_second", []))
+        print(f"| {f.stem} | {ph} | {secs} |")
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "all"
     if what in ("kinds", "all"):
@@ -52,3 +63,6 @@ if __name__ == "__main__":
     if what in ("bench", "all"):
         benches("bench-*.json")
         benches("tail-*.json")
+    if what in ("phases", "all"):
+        phases("bench-*.json")
+        phases("tail-*.json")
