@@ -6,20 +6,33 @@
 # 1. ROUNDS pairs before/after alternated (python -m xtc_lab.alternate; before = main at the branch point
 #    db076ca exported to /tmp/api2-before with a uvloop.py that raises ImportError, as main ran: without
 #    uvloop), the order swapped each pair.
-# 2. The tail: what an operator would do, on this branch only, alternated with the plain run: every thread of
-#    the API's process at nice -10 (systemd Nice=-10), the engine's process pinned to CPU 1 (CPUAffinity=1),
-#    both, two API worker processes (server.workers = 2).
+# 2. The writes' tail (this branch): the engine's snapshot off during the load (--snapshot-interval 3600)
+#    and the snapshot in batches of 512 rows, not 4096 (SNAPSHOT_ROWS in xtc/policer/engine.py, changed in a
+#    copy of this branch's xtc at /tmp/api2-snap512), alternated with this branch as it is.
+# 3. The operator's options (this branch), alternated with the plain run: every thread of the API's process
+#    at nice -10 (systemd Nice=-10), the engine's process pinned to CPU 1 (CPUAffinity=1), both, two API
+#    worker processes (server.workers = 2).
 set -u
 cd "$(dirname "$0")"
 PY=${PY:-/work/wt/api2/.venv/bin/python}
 BEFORE=${BEFORE:-/tmp/api2-before}
+SNAP=${SNAP:-/tmp/api2-snap512}
 BENCH="$PY -m xtc.cli policer bench --fleet 1000 --rate 2000 --duration 5 --api-duration 10"
-for k in $(seq 1 "${ROUNDS:-3}"); do
-  if [ $((k % 2)) = 1 ]; then order=before,after; else order=after,before; fi
-  $PY -m xtc_lab.alternate --before "$BEFORE" --each side=$order bench-$k-{side} -- $BENCH
-done
-[ -n "${TAIL:-1}" ] || exit 0
-for k in 1 2; do
-  $PY -m xtc_lab.alternate --each opt:a:b=plain:--workers=1:--workers=1,nice:--api-nice=-10:--workers=1,pin:--engine-cpus=1:--workers=1,both:--api-nice=-10:--engine-cpus=1,w2:--workers=2:--workers=2 \
-    tail-$k-{opt} -- $BENCH {a} {b}
-done
+if [ -n "${PAIRS:-1}" ]; then
+  for k in $(seq 1 "${ROUNDS:-3}"); do
+    if [ $((k % 2)) = 1 ]; then order=before,after; else order=after,before; fi
+    $PY -m xtc_lab.alternate --before "$BEFORE" --each side=$order bench-$k-{side} -- $BENCH
+  done
+fi
+if [ -n "${WRITES:-1}" ]; then
+  for k in 1 2; do
+    $PY -m xtc_lab.alternate --each v:pp:x=as-is::--workers=1,nosnap::--snapshot-interval=3600,rows512:$SNAP:--workers=1 \
+      writes-$k-{v} -- env PYTHONPATH={pp} $BENCH {x}
+  done
+fi
+if [ -n "${TAIL:-1}" ]; then
+  for k in 1 2; do
+    $PY -m xtc_lab.alternate --each opt:a:b=plain:--workers=1:--workers=1,nice:--api-nice=-10:--workers=1,pin:--engine-cpus=1:--workers=1,both:--api-nice=-10:--engine-cpus=1,w2:--workers=2:--workers=2 \
+      tail-$k-{opt} -- $BENCH {a} {b}
+  done
+fi

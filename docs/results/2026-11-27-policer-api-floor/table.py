@@ -31,22 +31,27 @@ def kinds(names: list[str]) -> None:
 
 
 def benches(pattern: str) -> None:
+    if not list(HERE.glob(pattern)):
+        return
     ld = loads()
-    print("| run | load (1 min) | served 2xx/s | p50 ms | p99 ms | API CPU ms/request | policer CPU ms/request"
-          " | engine measured/s | share of the slowest 1 % sent 0-200 ms into the period |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| run | load (1 min) | served 2xx/s | p50 ms | p99 ms | reads p99 | writes p99 | p99 from due | API CPU ms/request"
+          " | policer CPU ms/request | engine measured/s | API loop waiting for a CPU, ms/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for f in sorted(HERE.glob(pattern)):
         d = json.loads(f.read_text())
         g, a = d["api_goals"], d["api"]
-        ph = a.get("latency_by_phase") or []
-        early = sum(b["share_of_slowest_1pct"] for b in ph[:2]) if ph else None
+        k = a.get("latency_by_kind", {})
         print(f"| {f.stem} | {ld.get(f.stem, '?')} | {g['served_2xx_per_s']} | {g['p50_ms']} | {g['p99_ms']} | "
+              f"{k.get('read', {}).get('p99_ms')} | {k.get('write', {}).get('p99_ms')} | "
+              f"{a.get('latency_from_due_ms', {}).get('p99')} | "
               f"{g['policer_api_cpu_ms_per_request']} | {g['policer_cpu_ms_per_request']} | {g['engine_measured_per_s']} | "
-              f"{early if early is None else round(early, 2)} |")
+              f"{a.get('api_loop_runqueue_wait_ms_per_s')} |")
 
 
 def phases(pattern: str) -> None:
     """Per run: the share of the slowest 1 % sent in each tenth of the engine's period, and each second's p99."""
+    if not list(HERE.glob(pattern)):
+        return
     print("| run | share of the slowest 1 % by phase of the period (0-100 ms, ..., 900-1000 ms) | p99 ms each second |")
     print("|---|---|---|")
     for f in sorted(HERE.glob(pattern)):
@@ -62,7 +67,9 @@ if __name__ == "__main__":
         kinds(sys.argv[2:] or sorted(p.stem for p in HERE.glob("cpu-*.json")))
     if what in ("bench", "all"):
         benches("bench-*.json")
+        benches("writes-*.json")
         benches("tail-*.json")
     if what in ("phases", "all"):
         phases("bench-*.json")
+        phases("writes-*.json")
         phases("tail-*.json")
