@@ -97,3 +97,23 @@ def test_a_page_holds_each_item_as_its_own_read_gives_it(db_url: str, tmp_path: 
         assert api.list_vrs()[3]["measured_from"] == "snapshot"  # r2: no engine publishes it
     finally:
         api.close()
+
+
+def test_the_audit_logs_details_read_back_as_written(tmp_path: Path) -> None:
+    """A page of the audit log reads each record's detail as the standard library would (orjson, and the
+    standard library for what orjson refuses: an integer beyond 64 bits)."""
+    import json
+
+    s = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        details = [{"a": 0.1, "b": 1e-05, "c": 1795799561.1903431, "d": [1, None, True, "é\u2028"]},
+                   {"big": 2**70, "neg": -(2**64)}, {"nested": {"x": {"y": []}}, "s": "\"quoted\" \\ /"}, {},
+                   {"u64": 2**64 - 1, "i64": -(2**63), "digits": "12345678901234567890"}, {"lone": "\ud800"}]
+        for d in details:
+            s.audit("test", "tester", "r1", None, d)
+        got = [a["detail"] for a in s.list_actions(kind="test")]
+        assert got == details
+        assert got == [json.loads(json.dumps(d)) for d in details]
+        assert type(got[1]["big"]) is int and type(got[0]["a"]) is float and type(got[4]["u64"]) is int
+    finally:
+        s.close()

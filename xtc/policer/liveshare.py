@@ -183,18 +183,21 @@ class LiveView:
         and ``demand_pps`` (when it has one) written into its dictionary, with ``measured_from`` ``live``; the
         others (not reachable, or no engine publishes them) left as they are.  One pass over a page, no
         dictionary of the values' own."""
+        files = [(p.routers, p.lists()) for p in self._files]
         for router in routers:
             if router["status"] != "reachable":
                 continue
-            f = self._find(router["name"])
-            if f is None:
-                continue
-            cols, i = f[0], f[1]
-            router["last_seen_unix_s"] = cols[0][i]
-            router["measured_from"] = "live"
-            demand = cols[1][i]
-            if demand == demand:  # noqa: PLR0124 - NaN: none
-                router["demand_pps"] = demand
+            name = router["name"]
+            for index, cols in files:
+                got = index.get(name)
+                if got is not None:
+                    i = got[0]
+                    router["last_seen_unix_s"] = cols[0][i]
+                    router["measured_from"] = "live"
+                    demand = cols[1][i]
+                    if demand == demand:  # noqa: PLR0124 - NaN: none
+                        router["demand_pps"] = demand
+                    break
 
     def merge_vrs(self, vrs: list[dict[str, Any]]) -> None:
         """Each VR's (as the store gives them: ``router``, ``name``) :meth:`vr` values written into its

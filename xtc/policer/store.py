@@ -23,11 +23,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Any, Callable
+
+import orjson
 
 from .live import LiveTable
 from .rows import SampleRows
@@ -52,6 +55,24 @@ _VR_COLUMNS = ("router", "name", "network", "present", "state", "daemon_setpoint
 _VR_FIELDS = ("router", "name", "network", "present", "state", "setpoint_pps", "forwarded_pps", "offered_pps",
               "cap_percent", "saturated", "last_seen_unix_s", "manual_setpoint_pps", "derived_setpoint_pps",
               "wanted_state", "wanted_setpoint_pps", "punishment_level")
+
+
+#: 20 digits in a row: in an audit record's detail (``json.dumps``: a float has at most 17), an integer that may
+#: not fit in 64 bits, which orjson would read as a float.
+_LONG_DIGITS = re.compile(r"\d{20}")
+
+
+def _detail(text: str) -> Any:
+    """An audit record's detail, as :meth:`Store._audit` wrote it (``json.dumps``), read by orjson (a page of
+    20 records' details in about half the standard library's time); the standard library reads what orjson
+    would not read the same: a detail with 20 digits in a row (an integer beyond 64 bits, which orjson makes
+    a float) or one orjson refuses (a lone surrogate escaped in a string)."""
+    if _LONG_DIGITS.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def _f(v: Any) -> float | None:
@@ -559,7 +580,7 @@ class Store:
         args.append(limit)
         return [
             {"id": r["id"], "t_unix_s": r["t_unix_s"], "kind": r["kind"], "actor": r["actor"], "router": r["router"],
-             "vr": r["vr"], "detail": json.loads(r["detail"])}
+             "vr": r["vr"], "detail": _detail(r["detail"])}
             for r in self._read(sql, tuple(args))
         ]
 
