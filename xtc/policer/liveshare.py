@@ -177,7 +177,6 @@ class LiveView:
                 "cap_percent": None if cp != cp else cp,  # noqa: PLR0124 - NaN: none
                 "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
-
     def merge_routers(self, routers: list[dict[str, Any]]) -> None:
         """Each reachable router's (as the store gives them: ``name``, ``status``) live ``last_seen_unix_s``
         and ``demand_pps`` (when it has one) written into its dictionary, with ``measured_from`` ``live``; the
