@@ -18,21 +18,41 @@ PY=${PY:-/work/wt/api2/.venv/bin/python}
 BEFORE=${BEFORE:-/tmp/api2-before}
 SNAP=${SNAP:-/tmp/api2-snap512}
 BENCH="$PY -m xtc.cli policer bench --fleet 1000 --rate 2000 --duration 5 --api-duration 10"
-if [ -n "${PAIRS:-1}" ]; then
+if [ -n "${PAIRS-1}" ]; then
   for k in $(seq 1 "${ROUNDS:-3}"); do
     if [ $((k % 2)) = 1 ]; then order=before,after; else order=after,before; fi
     $PY -m xtc_lab.alternate --before "$BEFORE" --each side=$order bench-$k-{side} -- $BENCH
   done
 fi
-if [ -n "${WRITES:-1}" ]; then
+if [ -n "${WRITES-1}" ]; then
   for k in 1 2; do
     $PY -m xtc_lab.alternate --each v:pp:x=as-is::--workers=1,nosnap::--snapshot-interval=3600,rows512:$SNAP:--workers=1 \
       writes-$k-{v} -- env PYTHONPATH={pp} $BENCH {x}
   done
 fi
-if [ -n "${TAIL:-1}" ]; then
+if [ -n "${TAIL-1}" ]; then
   for k in 1 2; do
     $PY -m xtc_lab.alternate --each opt:a:b=plain:--workers=1:--workers=1,nice:--api-nice=-10:--workers=1,pin:--engine-cpus=1:--workers=1,both:--api-nice=-10:--engine-cpus=1,w2:--workers=2:--workers=2 \
       tail-$k-{opt} -- $BENCH {a} {b}
   done
+fi
+# 4. (added in the window) a fourth pair, and the nice option twice more against the plain run.
+if [ -n "${MORE:-}" ]; then
+  $PY -m xtc_lab.alternate --before "$BEFORE" --each side=after,before bench-4-{side} -- $BENCH
+  for k in 3 4; do
+    $PY -m xtc_lab.alternate --each opt:a=plain:--workers=1,nice:--api-nice=-10 tail-$k-{opt} -- $BENCH {a}
+  done
+fi
+# 5. (added in the window) the GIL's switch interval 0.5 ms in the API's process (a sitecustomize in
+#    /tmp/api2-swi that calls sys.setswitchinterval(0.0005) when the process is `xtc policer serve`; the
+#    others keep 5 ms), against the plain run.
+if [ -n "${SWI:-}" ]; then
+  for k in 1 2; do
+    $PY -m xtc_lab.alternate --each v:pp=plain:,swi:/tmp/api2-swi swi-$k-{v} -- env PYTHONPATH={pp} $BENCH
+  done
+fi
+# 6. (added in the window) at 1,500 requests/s offered: plain and nice -10.
+if [ -n "${R1500:-}" ]; then
+  $PY -m xtc_lab.alternate --each opt:a=plain:--workers=1,nice:--api-nice=-10 rate1500-{opt} -- \
+    $PY -m xtc.cli policer bench --fleet 1000 --rate 1500 --duration 5 --api-duration 10 {a}
 fi

@@ -69,7 +69,10 @@ if __name__ == "__main__":
         benches("bench-*.json")
         benches("writes-*.json")
         benches("tail-*.json")
+        benches("swi-*.json")
+        benches("rate1500-*.json")
     if what in ("phases", "all"):
         phases("bench-*.json")
         phases("writes-*.json")
         phases("tail-*.json")
+        phases("swi-*.json")
