@@ -230,7 +230,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
         return inline
 
-    lean = app.lean = LeanPath(cfg.tokens, _actor, cfg.protect_reads, lock, MAX_BODY_BYTES)
+    lean = app.lean = LeanPath(cfg.tokens, _actor, cfg.protect_reads, lock, MAX_BODY_BYTES,
+                               getattr(store.db, "no_wait", None))
     name, vr_name = matching(NAME_PATTERN), matching(VR_PATTERN)
     page = {"limit": digits(1, MAX_PAGE), "offset": digits(0, 2**62)}
 
