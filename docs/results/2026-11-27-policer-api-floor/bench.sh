@@ -56,3 +56,18 @@ if [ -n "${R1500:-}" ]; then
   $PY -m xtc_lab.alternate --each opt:a=plain:--workers=1,nice:--api-nice=-10 rate1500-{opt} -- \
     $PY -m xtc.cli policer bench --fleet 1000 --rate 1500 --duration 5 --api-duration 10 {a}
 fi
+# 7. (added in the window) a diagnostic: the lean path's writes called on the event loop instead of the
+#    threadpool (a copy of this branch at /tmp/api2-inline, lean.py's _run), against the branch as it is.
+if [ -n "${INLINE:-}" ]; then
+  for k in 1 2; do
+    $PY -m xtc_lab.alternate --each v:pp=as-is:,inline:/tmp/api2-inline inline-$k-{v} -- env PYTHONPATH={pp} $BENCH
+  done
+fi
+# 8. (added in the window) the final code (writes on the event loop when the write lock is free at once):
+#    two more pairs before/after, bench-5 and bench-6.
+if [ -n "${FINAL:-}" ]; then
+  for k in ${FINAL_PAIRS:-5 6}; do
+    if [ $((k % 2)) = 1 ]; then order=before,after; else order=after,before; fi
+    $PY -m xtc_lab.alternate --before "$BEFORE" --each side=$order bench-$k-{side} -- $BENCH
+  done
+fi
