@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import TOKEN
 from procs import stop_process
+from xtc_lab.policer_bench import start_policer
+
 from xtc.policer.db import WouldWait
 from xtc.policer.store import Store
-from xtc_lab.policer_bench import start_policer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
