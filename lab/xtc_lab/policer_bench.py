@@ -38,7 +38,7 @@ import numpy as np
 
 import xtc
 from xtc.policer.engine import percentiles
-from xtc_lab.policer_api_goals import api_figures, api_goals
+from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_kind, latency_by_phase, latency_p99_by_second
 from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
@@ -84,6 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--api-duration", type=float, default=5.0, metavar="SECONDS",
                    help="fleet: seconds of API load (at --rate, --concurrency in flight) while the engine polices "
                         "(default 5); the result's api_goals sets issue 50's API goals beside the figures")
+    s.add_argument("--api-nice", type=int, default=None, metavar="N",
+                   help="fleet: every thread of the API's processes at this nice value during the API's load (as an "
+                        "operator's systemd Nice= would set it; negative: a higher priority, as root)")
+    s.add_argument("--engine-cpus", default=None, metavar="LIST",
+                   help="fleet: every thread of the engine's processes pinned to these CPUs (comma-separated, as "
+                        "systemd's CPUAffinity= would) during the API's load")
     s.add_argument("--postgres", action="store_true",
                    help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
                         "package, started and removed by the bench, instead of SQLite (its CPU is counted)")
@@ -96,7 +102,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                  args.rate, samples=args.samples, sample_link=args.sample_link, shards=args.shards,
                                  flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
                                  jitter=args.jitter, api_duration_s=args.api_duration,
-                                 api_concurrency=args.concurrency, workers=args.workers)
+                                 api_concurrency=args.concurrency, workers=args.workers, api_nice=args.api_nice,
+                                 engine_cpus=[int(c) for c in args.engine_cpus.split(",")] if args.engine_cpus else None)
         print(json.dumps(res, indent=1))
         return 0
     res = run_bench(rate_per_s=args.rate, duration_s=args.duration, concurrency=args.concurrency,
@@ -211,15 +218,22 @@ class BenchConn:
 
 async def _load(url: str, token: str, rate_per_s: float, duration_s: float, concurrency: int,
                 write_fraction: float, seed: int, server_cpu_s: Callable[[], float] | None = None,
-                around: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+                around: Callable[[], dict[str, float]] | None = None, period_s: float | None = None) -> dict[str, Any]:
     """The load itself (seeded first); ``server_cpu_s``: the server's CPU seconds so far, read at the
     timed window's start and end; ``around``: counters (name -> value) read there too, whose
     differences over the window are the result's ``window`` (with ``window_s``, the seconds between the
-    two readings)."""
+    two readings).  ``period_s``: the engine's period; the result then has the latency by the phase of
+    that period each request was sent at (``latency_by_phase``) and each second's p99
+    (``latency_p99_by_second``), and the reads' and the writes' apart (``latency_by_kind``).  ``latency_ms`` is
+    each request's from the moment it had a connection (as before); ``latency_from_due_ms`` from the moment it
+    was due, its wait for one of the ``concurrency`` connections counted."""
     rng = np.random.default_rng(seed)
     auth = {"Authorization": f"Bearer {token}"}
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     lat_s: list[float] = []
+    sent_s: list[float] = []  # CLOCK_MONOTONIC, the engine's cycles' clock
+    methods: list[str] = []
+    due_lat_s: list[float] = []  # from the moment the request was due (its connection's wait counted)
     statuses: dict[str, int] = {}
     errors = 0
     await seed_policer(url, token)
@@ -242,9 +256,11 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
                 "/actions?limit=20"][k]
         return "GET", path, None, None
 
-    async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None) -> None:
+    async def one(method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None,
+                  due: float) -> None:
         nonlocal errors
         conn = await idle.get()
+        sent = time.monotonic()
         t0 = time.perf_counter()
         try:
             status = await conn.request(method, path, body, headers)
@@ -254,7 +270,11 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         except OSError as e:
             code = type(e).__name__
             errors += 1
-        lat_s.append(time.perf_counter() - t0)
+        end = time.perf_counter()
+        lat_s.append(end - t0)
+        due_lat_s.append(end - due)
+        sent_s.append(sent)  # in the order of lat_s: the requests end out of order
+        methods.append(method)
         statuses[code] = statuses.get(code, 0) + 1
         idle.put_nowait(conn)
 
@@ -269,7 +289,7 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         delay = t_start + i / rate_per_s - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(*make(i))))
+        tasks.append(asyncio.create_task(one(*make(i), t_start + i / rate_per_s)))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t_start
     client_cpu_s = time.process_time() - cpu0
@@ -292,6 +312,8 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
             "p99": round(float(np.percentile(lat_ms, 99)), 2),
             "max": round(float(lat_ms.max()), 2),
         },
+        "latency_from_due_ms": {q: round(float(np.percentile(np.array(due_lat_s) * 1000.0, p)), 2)
+                                for q, p in (("p50", 50), ("p99", 99))},
         "errors": errors,
         "statuses": statuses,
         "client_cpu_ms_per_request": round(1000 * client_cpu_s / n, 3),
@@ -300,6 +322,10 @@ async def _load(url: str, token: str, rate_per_s: float, duration_s: float, conc
         res["server_cpu_ms_per_request"] = round(1000 * server_s / n, 3)
     if around is not None:
         res["window"] = {"window_s": round(window_s, 3), **{k: round(around1[k] - around0[k], 3) for k in around0}}
+    if period_s is not None:
+        res["latency_by_phase"] = latency_by_phase(sent_s, lat_ms, period_s)
+        res["latency_p99_by_second"] = latency_p99_by_second(sent_s, lat_ms)
+        res["latency_by_kind"] = latency_by_kind(methods, lat_ms)
     return res
 
 
@@ -526,6 +552,30 @@ def _api_and_engine_processes(pid: int) -> tuple[list[Any], list[Any]]:
     return api, engine
 
 
+def _schedule(procs: list[Any], nice: int | None = None, cpus: list[int] | None = None) -> None:
+    """Every thread of ``procs`` (psutil processes) at the nice value ``nice`` and/or pinned to ``cpus``: both
+    are a thread's on Linux, and the processes' threads already run (systemd's Nice= and CPUAffinity= set
+    them before the service starts, so that every thread inherits them)."""
+    for p in procs:
+        for t in p.threads():
+            if nice is not None:
+                os.setpriority(os.PRIO_PROCESS, t.id, nice)
+            if cpus is not None:
+                os.sched_setaffinity(t.id, cpus)
+
+
+def _runqueue_wait_s(procs: list[Any]) -> float:
+    """Seconds the main threads of ``procs`` (psutil processes; an API process's event loop) have spent
+    runnable but waiting for a CPU (``/proc/PID/schedstat``'s second field; 0 where it is not there)."""
+    total = 0.0
+    for p in procs:
+        try:
+            total += int(Path(f"/proc/{p.pid}/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def _cpu_s_since(before: list[Any], procs: list[Any]) -> float:
     """User + system CPU seconds that ``procs`` (psutil processes) spent since ``before`` (their
     ``cpu_times()`` then, in the same order)."""
@@ -560,7 +610,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0,
                     sample_link: bool = True, api_concurrency: int = 32,
                     api_window: Callable[[int, bool, str, str], None] | None = None,
-                    workers: int = 1) -> dict[str, Any]:
+                    workers: int = 1, api_nice: int | None = None, engine_cpus: list[int] | None = None) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -593,7 +643,10 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     samples change as a real fleet's do.  ``api_window``: called with the API process's id, True, the policer's URL
     and a token just before the API's timed load, with False just after it (``python -m
     xtc_lab.policer_api_profile`` profiles that window; ``python -m xtc_lab.policer_api_cpu --fleet``
-    measures its requests one at a time there)."""
+    measures its requests one at a time there).  ``api_nice``, ``engine_cpus``: for the API's load, every
+    thread of the API's processes at that nice value, every thread of the engine's pinned to those CPUs
+    (:func:`_schedule`), as an operator would run them; ``api.latency_by_phase`` says where in the engine's
+    period the slowest requests were sent."""
     import psutil
 
     token = secrets.token_urlsafe(24)
@@ -719,6 +772,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             # that serves, or the supervisor and its workers) and of the engine's, and the engine's
             # measurements, over the load's timed window.
             api_ps, engine_ps = _api_and_engine_processes(proc.pid)
+            out["api_nice"], out["engine_cpus"] = api_nice, engine_cpus
+            _schedule(api_ps, nice=api_nice)
+            _schedule(engine_ps, cpus=engine_cpus)
             db_cpu = _database_cpu()
             window_open: list[bool] = []
 
@@ -729,12 +785,12 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 api_s = sum(t.user + t.system for t in (p.cpu_times() for p in api_ps))
                 engine_s = sum(t.user + t.system for t in (p.cpu_times() for p in engine_ps))
                 h = httpx.get(base + "/health", timeout=30).json()
-                return {"api_cpu_s": api_s, "engine_cpu_s": engine_s,
+                return {"api_cpu_s": api_s, "engine_cpu_s": engine_s, "api_loop_runqueue_wait_s": _runqueue_wait_s(api_ps),
                         "measured": (h.get("sampled") or 0) + (h.get("listed") or 0),
                         "database_cpu_s": db_cpu() if db_cpu is not None else 0.0}
 
             out["api"] = asyncio.run(_load(base, token, api_rate_per_s, api_duration_s, api_concurrency, 0.2, 1,
-                                           around=counters))
+                                           around=counters, period_s=period_s if shards == 1 else None))
             out["api"].update(api_figures(out["api"]["requests"], out["api"]["window"], db_cpu is not None))
             out["api_goals"] = api_goals(out["api"], sum(r["mode"] == "ok" for r in fl), period_s)
             out["fleet_during_api"] = window()["ok"]

@@ -17,6 +17,8 @@ def test_cpu_per_request_of_the_api_and_of_all_the_policers_processes_are_apart(
     assert f["engine_cpu_s_per_s"] == 0.15 and f["engine_measured_per_s"] == 900.0
     assert f["engine_cpu_ms_per_measurement"] == pytest.approx(0.167)
     assert "database_cpu_ms_per_request" not in f
+    assert "api_loop_runqueue_wait_ms_per_s" not in f
+    assert api_figures(20000, {**WINDOW, "api_loop_runqueue_wait_s": 0.25})["api_loop_runqueue_wait_ms_per_s"] == 25.0
 
 
 def test_a_database_server_is_counted_apart_and_an_idle_engine_has_no_cost_per_measurement() -> None:
@@ -60,3 +62,33 @@ def test_the_mix_weighs_each_kind_by_its_share_of_the_bench() -> None:
     assert mix_ms_per_request(reads_double) == 0.18  # reads are 80 % of the mix
     with pytest.raises(ValueError, match="not measured: GET /vrs"):
         mix_ms_per_request({k: 0.1 for k in MIX if k != "GET /vrs?limit=100"})
+
+
+def test_the_latency_by_phase_of_the_engines_period_and_by_second() -> None:
+    """Requests sent 0-0.1 s into each period (the engine's cycle starts at phase 0 of CLOCK_MONOTONIC) are
+    slow, the others fast: the phase's bins say where, each second's p99 when."""
+    from xtc_lab.policer_api_goals import latency_by_phase, latency_p99_by_second
+
+    sent = [100.005 + i / 100 for i in range(300)]  # 3 s, 100 a second, from phase 0 (off the bins' edges)
+    lat = [50.0 if (s % 1.0) < 0.1 else 2.0 for s in sent]
+    bins = latency_by_phase(sent, lat, period_s=1.0, bins=10)
+    assert [b["phase_ms"] for b in bins[:2]] == [[0, 100], [100, 200]] and len(bins) == 10
+    assert bins[0]["n"] == 30 and bins[0]["p99_ms"] == 50.0 and bins[0]["share_of_slowest_1pct"] == 1.0
+    assert all(b["p99_ms"] == 2.0 and b["share_of_slowest_1pct"] == 0.0 for b in bins[1:])
+    assert sum(b["n"] for b in bins) == 300
+    by_s = latency_p99_by_second(sent, lat)
+    assert [s["second"] for s in by_s] == [0, 1, 2] and all(s["n"] == 100 and s["p99_ms"] == 50.0 for s in by_s)
+    with pytest.raises(ValueError, match="period"):
+        latency_by_phase(sent, lat, period_s=0.0)
+    assert latency_by_phase([], [], 1.0) == [] and latency_p99_by_second([], []) == []
+
+
+def test_the_latency_of_reads_and_writes_apart() -> None:
+    from xtc_lab.policer_api_goals import latency_by_kind
+
+    kinds = ["GET"] * 98 + ["PUT", "POST"]
+    lat = [1.0] * 98 + [40.0, 60.0]
+    got = latency_by_kind(kinds, lat)
+    assert got["read"] == {"n": 98, "p50_ms": 1.0, "p99_ms": 1.0, "max_ms": 1.0, "share_of_slowest_1pct": 0.0}
+    assert got["write"]["n"] == 2 and got["write"]["max_ms"] == 60.0 and got["write"]["share_of_slowest_1pct"] == 1.0
+    assert latency_by_kind([], []) == {}

@@ -26,9 +26,14 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-__all__ = ["SCHEMA_VERSION", "MIGRATIONS", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url",
+__all__ = ["SCHEMA_VERSION", "MIGRATIONS", "WouldWait", "StoreError", "NotFound", "Conflict", "NotLeader", "parse_db_url",
            "Database", "SqliteDatabase", "PgDatabase", "open_database", "LeaderLock", "LEADER_LOCK_KEY",
            "SHARD_LOCK_NS"]
+
+
+class WouldWait(Exception):
+    """A transaction begun under :meth:`SqliteDatabase.no_wait` found a write lock taken (this process's, or
+    SQLite's: another process's writer); nothing was written."""
 
 
 class StoreError(Exception):
@@ -302,7 +307,9 @@ class Database:
     def tx(self) -> Any:  # a context manager yielding a Conn
         raise NotImplementedError
 
-    def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+    def read(self, sql: str, args: tuple | list = (), tuples: bool = False) -> list[Any]:
+        """The rows of a query outside a transaction: mappings of their columns, or with ``tuples`` plain
+        tuples in the order of its columns (:meth:`Conn.tuples`: no mapping a row, for pages of them)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -357,6 +364,7 @@ class SqliteDatabase(Database):
         self.db = self._connect(path, writer=True)
         self.lock = threading.RLock()
         self._in_tx = threading.local()
+        self._at_once = threading.local()
         if path == ":memory:" or path.startswith("file:"):  # a second connection could be another database
             self.rdb, self.read_lock = self.db, self.lock
         else:
@@ -401,9 +409,36 @@ class SqliteDatabase(Database):
                 delay_s = min(2 * delay_s, 0.001)
 
     @contextmanager
+    def no_wait(self) -> Iterator[None]:
+        """On this thread, the next transaction (:meth:`tx`) begins only if it can at once: this process's
+        transaction lock and SQLite's write lock free, else :class:`WouldWait` before anything is written.
+        The transactions after it in the block wait as usual (the API's event loop runs a write this way,
+        and hands it to a thread when it would wait)."""
+        self._at_once.on = True
+        try:
+            yield
+        finally:
+            self._at_once.on = False
+
+    @contextmanager
     def tx(self) -> Iterator[Conn]:
-        with self.lock:
-            self._busy_retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
+        at_once = getattr(self._at_once, "on", False)
+        if at_once:
+            self._at_once.on = False
+            if not self.lock.acquire(blocking=False):
+                raise WouldWait
+        else:
+            self.lock.acquire()
+        try:
+            if at_once:
+                try:
+                    self.db.execute("BEGIN IMMEDIATE")  # busy_timeout 0: SQLITE_BUSY at once
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) and "busy" not in str(e):
+                        raise
+                    raise WouldWait from None
+            else:
+                self._busy_retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
             self._in_tx.on = True
             try:
                 yield self.conn
@@ -416,13 +451,18 @@ class SqliteDatabase(Database):
             finally:
                 self._in_tx.on = False
             self._busy_retry(lambda: self.db.execute("COMMIT"))
+        finally:
+            self.lock.release()
 
-    def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+    def read(self, sql: str, args: tuple | list = (), tuples: bool = False) -> list[Any]:
         if getattr(self._in_tx, "on", False):  # inside this thread's transaction: what it sees
-            with self.lock:
-                return self._busy_retry(lambda: self.db.execute(sql, args).fetchall())
-        with self.read_lock:
-            return self._busy_retry(lambda: self.rdb.execute(sql, args).fetchall())
+            lock, db = self.lock, self.db
+        else:
+            lock, db = self.read_lock, self.rdb
+        with lock:
+            if tuples:
+                return self._busy_retry(lambda: Conn(db, False).tuples(sql, args))
+            return self._busy_retry(lambda: db.execute(sql, args).fetchall())
 
     def close(self) -> None:
         with self.lock, self.read_lock:
@@ -487,7 +527,10 @@ class PgDatabase(Database):
             except psycopg.IntegrityError as e:
                 raise Conflict(str(e).splitlines()[0]) from None
 
-    def read(self, sql: str, args: tuple | list = ()) -> list[Any]:
+    def read(self, sql: str, args: tuple | list = (), tuples: bool = False) -> list[Any]:
+        def rows(c: Any) -> list[Any]:
+            return Conn(c, True).tuples(sql, args) if tuples else Conn(c, True).execute(sql, args).fetchall()
+
         if self.lock.acquire(blocking=False):
             try:
                 c = self._read_conn
@@ -496,13 +539,13 @@ class PgDatabase(Database):
                                            else None)
                 if c is not None:
                     try:
-                        return Conn(c, True).execute(sql, args).fetchall()
+                        return rows(c)
                     except self._psycopg.OperationalError:
                         self._drop_reader()  # the session is gone: the pool answers (and reports)
             finally:
                 self.lock.release()
         with self.pool.connection() as c:
-            return Conn(c, True).execute(sql, args).fetchall()
+            return rows(c)
 
     def _connect_reader(self) -> Any:
         try:

@@ -177,6 +177,51 @@ class LiveView:
                 "cap_percent": None if cp != cp else cp,  # noqa: PLR0124 - NaN: none
                 "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
 
+    def merge_routers(self, routers: list[dict[str, Any]]) -> None:
+        """Each reachable router's (as the store gives them: ``name``, ``status``) live ``last_seen_unix_s``
+        and ``demand_pps`` (when it has one) written into its dictionary, with ``measured_from`` ``live``; the
+        others (not reachable, or no engine publishes them) left as they are.  One pass over a page, no
+        dictionary of the values' own."""
+        files = [(p.routers, p.lists()) for p in self._files]
+        for router in routers:
+            if router["status"] != "reachable":
+                continue
+            name = router["name"]
+            for index, cols in files:
+                got = index.get(name)
+                if got is not None:
+                    i = got[0]
+                    router["last_seen_unix_s"] = cols[0][i]
+                    router["measured_from"] = "live"
+                    demand = cols[1][i]
+                    if demand == demand:  # noqa: PLR0124 - NaN: none
+                        router["demand_pps"] = demand
+                    break
+
+    def merge_vrs(self, vrs: list[dict[str, Any]]) -> None:
+        """Each VR's (as the store gives them: ``router``, ``name``) :meth:`vr` values written into its
+        dictionary, with ``measured_from`` ``live``; those no engine publishes left as they are.  One pass
+        over a page (a router's VRs one after the other), no dictionary of the values' own."""
+        last, f = None, None
+        codes = SATURATION_CODES
+        for vr in vrs:
+            router = vr["router"]
+            if router != last:
+                last, f = router, self._find(router)
+            if f is None:
+                continue
+            k = f[2].get(vr["name"])
+            if k is None:
+                continue
+            seen, _, m, o, c, sat = f[0]
+            fw, of, cp, code = m[k], o[k], c[k], sat[k]
+            vr["forwarded_pps"] = None if fw != fw else fw  # noqa: PLR0124 - NaN: none
+            vr["offered_pps"] = None if of != of else of  # noqa: PLR0124
+            vr["cap_percent"] = None if cp != cp else cp  # noqa: PLR0124
+            vr["saturated"] = codes[code] if 0 <= code < 4 else None
+            vr["last_seen_unix_s"] = seen[f[1]]
+            vr["measured_from"] = "live"
+
 
 class LiveReader:
     """Reads the files of the live directory ``directory`` (see the module)."""

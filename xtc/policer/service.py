@@ -93,9 +93,22 @@ def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = T
     return s
 
 
+def _event_loop() -> str:
+    """uvicorn's event loop: uvloop (the policer extra's) when it imports, else asyncio's own, said once
+    in the log (it serves the same, at more CPU per request: docs/design/policer-api.md)."""
+    try:
+        import uvloop  # noqa: F401 - a third-party module, imported only to see that it is there
+    except ImportError as e:
+        log.warning("uvloop is not installed (%s): serving on asyncio's own event loop, at more CPU per request"
+                    " (pip install uvloop, or the policer extra)", e)
+        return "asyncio"
+    return "uvloop"
+
+
 def _uvicorn(app: Any, access_log: bool, cfg: PolicerConfig) -> uvicorn.Server:
     # httptools with the request head bounded (MAX_HEADER_BYTES, header_timeout_s): a fifth less CPU per
-    # request than h11.  TLS: the context checked by the configuration (server_ssl_context), not uvicorn's.
+    # request than h11; on uvloop (_event_loop).  TLS: the context checked by the configuration
+    # (server_ssl_context), not uvicorn's.
     ssl_factory = None
     if cfg.tls_certificate_file is not None and cfg.tls_key_file is not None:
         ctx = server_ssl_context(cfg.tls_certificate_file, cfg.tls_key_file)
@@ -103,7 +116,8 @@ def _uvicorn(app: Any, access_log: bool, cfg: PolicerConfig) -> uvicorn.Server:
     # log_config=None: uvicorn's records go to the root logger's structured handler (setup_logging),
     # not to uvicorn's own plain-text handlers.
     config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=access_log, lifespan="on",
-                            http=bounded_protocol(cfg.header_timeout_s), ssl_context_factory=ssl_factory)
+                            http=bounded_protocol(cfg.header_timeout_s), loop=_event_loop(),
+                            ssl_context_factory=ssl_factory)
     if access_log:  # uvicorn sets its access logger to log_level, which would drop every record
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     return uvicorn.Server(config)

@@ -136,9 +136,10 @@ def _actor(token: bytes) -> str:
 
 
 def _router_out(r: dict[str, Any]) -> dict[str, Any]:
-    out = dict(r)
-    out["curve"] = out.pop("curve_server_key") is not None
-    return out
+    """The store's router (a dictionary of its own, changed in place) as the API shows it: whether it has
+    a CURVE key, not the key."""
+    r["curve"] = r.pop("curve_server_key") is not None
+    return r
 
 
 class PolicerApp(FastAPI):
@@ -229,7 +230,8 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
 
         return inline
 
-    lean = app.lean = LeanPath(cfg.tokens, _actor, cfg.protect_reads, lock, MAX_BODY_BYTES)
+    lean = app.lean = LeanPath(cfg.tokens, _actor, cfg.protect_reads, lock, MAX_BODY_BYTES,
+                               getattr(store.db, "no_wait", None))
     name, vr_name = matching(NAME_PATTERN), matching(VR_PATTERN)
     page = {"limit": digits(1, MAX_PAGE), "offset": digits(0, 2**62)}
 
