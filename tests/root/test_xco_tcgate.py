@@ -629,11 +629,18 @@ def test_gso_max_segs_one_hands_the_gate_frames_and_is_given_back(lab: Lab) -> N
     kill gives the kernel's default back."""
     frame = 1500 + 14
     assert _gso_max_segs(lab) == 65535
-    with installed(lab.gate()) as gate:
-        packets, nbytes = _held_tcp_packet_bytes(lab, gate)
     # without it: GSO packets (some held packet is bigger than a frame; how big depends on TCP's
-    # pacing rate: 2.9-14 KB on average here, smaller on a loaded host)
-    assert packets > 0 and nbytes > packets * frame, (packets, nbytes)
+    # pacing rate: 2.9-14 KB on average here, smaller on a loaded host, and once in a CI run every one
+    # of 90 held packets was a single frame), so the connection is run again, up to three times, until
+    # TCP shows it
+    tries = []
+    for _ in range(3):
+        with installed(lab.gate()) as gate:
+            tries.append(_held_tcp_packet_bytes(lab, gate))
+        packets, nbytes = tries[-1]
+        if packets > 0 and nbytes > packets * frame:
+            break
+    assert packets > 0 and nbytes > packets * frame, tries
     assert _gso_max_segs(lab) == 65535
     gate = lab.gate(gso_max_segs=1)
     with installed(gate):
