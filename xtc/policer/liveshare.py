@@ -168,14 +168,12 @@ class LiveView:
         f = self._find(router)
         if f is None:
             return None
-        (seen, _, m, o, c, sat), i, rows = f
-        k = rows.get(name)
+        k = f[2].get(name)
         if k is None:
             return None
-        fw, of, cp, code = m[k], o[k], c[k], sat[k]
-        return {"forwarded_pps": None if fw != fw else fw, "offered_pps": None if of != of else of,  # noqa: PLR0124
-                "cap_percent": None if cp != cp else cp,  # noqa: PLR0124 - NaN: none
-                "saturated": SATURATION_CODES[code] if 0 <= code < 4 else None, "last_seen_unix_s": seen[i]}
+        out: dict[str, Any] = {}
+        _write_vr(out, f, k)
+        return out
 
     def merge_routers(self, routers: list[dict[str, Any]]) -> None:
         """Each reachable router's (as the store gives them: ``name``, ``status``) live ``last_seen_unix_s``
@@ -203,7 +201,6 @@ class LiveView:
         dictionary, with ``measured_from`` ``live``; those no engine publishes left as they are.  One pass
         over a page (a router's VRs one after the other), no dictionary of the values' own."""
         last, f = None, None
-        codes = SATURATION_CODES
         for vr in vrs:
             router = vr["router"]
             if router != last:
@@ -213,14 +210,21 @@ class LiveView:
             k = f[2].get(vr["name"])
             if k is None:
                 continue
-            seen, _, m, o, c, sat = f[0]
-            fw, of, cp, code = m[k], o[k], c[k], sat[k]
-            vr["forwarded_pps"] = None if fw != fw else fw  # noqa: PLR0124 - NaN: none
-            vr["offered_pps"] = None if of != of else of  # noqa: PLR0124
-            vr["cap_percent"] = None if cp != cp else cp  # noqa: PLR0124
-            vr["saturated"] = codes[code] if 0 <= code < 4 else None
-            vr["last_seen_unix_s"] = seen[f[1]]
+            _write_vr(vr, f, k)
             vr["measured_from"] = "live"
+
+
+def _write_vr(out: dict[str, Any], found: tuple, k: int) -> None:
+    """VR ``k``'s live ``forwarded_pps``, ``offered_pps``, ``cap_percent``, ``saturated`` and
+    ``last_seen_unix_s`` written into ``out``, from a router's publication as :meth:`LiveView._find` gives it
+    (NaN and an unknown saturation code: None)."""
+    (seen, _, m, o, c, sat), i, _rows = found
+    fw, of, cp, code = m[k], o[k], c[k], sat[k]
+    out["forwarded_pps"] = None if fw != fw else fw  # noqa: PLR0124 - NaN: none
+    out["offered_pps"] = None if of != of else of  # noqa: PLR0124
+    out["cap_percent"] = None if cp != cp else cp  # noqa: PLR0124
+    out["saturated"] = SATURATION_CODES[code] if 0 <= code < 4 else None
+    out["last_seen_unix_s"] = seen[i]
 
 
 class LiveReader:
