@@ -525,14 +525,17 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
                 # The new domain starts unlimited; the daemon must cap it again.
                 capped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 20.0)
                 assert capped is not None, f"cap not re-applied to the new domain: {d.client.call('status', vr=lab.vr.name)}"
-                held = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 25.0, 0.0)
-                assert held is not None, f"setpoint not held after the VR restart: {d.client.call('status', vr=lab.vr.name)}"
-                rate = forwarded_pps(lab.vifs, 4.0)
-                if abs(rate - sp) > TOLERANCE * sp:
-                    # the window began when a 2 s mean first touched the band, the cap still settling
-                    # (on a slow machine: 33.4 kp/s for 29.8): measured again once, same tolerance
-                    say(f"4 s mean {rate:.0f} pps for {sp:.0f} right after the band was reached; measured again")
+                # Settled (a 2 s mean within the band), then a 4 s mean within it.  A 2 s mean can touch
+                # the band while the cap still swings (on a slow machine 33.4 kp/s for 29.8; on a busy
+                # one 24.4 then 36.2 kp/s for 29.7): then settled and measured again, up to three
+                # times in all, the same tolerance.
+                for attempt in range(3):
+                    held = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 25.0, 0.0)
+                    assert held is not None, f"setpoint not held after the VR restart: {d.client.call('status', vr=lab.vr.name)}"
                     rate = forwarded_pps(lab.vifs, 4.0)
+                    if abs(rate - sp) <= TOLERANCE * sp:
+                        break
+                    say(f"4 s mean {rate:.0f} pps for {sp:.0f} after the band was reached (try {attempt + 1}); settled and measured again")
                 report.append((new_vifs, up_s, capped, held, rate))
                 assert abs(rate - sp) <= TOLERANCE * sp, (rate, sp)
                 # The cap it settles at is of the same order as before (no bogus rate drove it away).
