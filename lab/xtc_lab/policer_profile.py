@@ -52,7 +52,8 @@ from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
 
-__all__ = ["Mark", "main", "profile_engine", "take_window", "window_figures"]
+__all__ = ["Mark", "loadavg", "main", "proc_cpu_s", "process_cpu_s", "profile_engine", "take_window", "threads_cpu_s",
+           "window_figures"]
 
 _ON = threading.Event()
 _PROFILES: list[cProfile.Profile] = []
@@ -136,7 +137,7 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def _threads_cpu_s() -> dict[str, float]:
+def threads_cpu_s() -> dict[str, float]:
     """CPU seconds (user + system) of each thread of this process by its name (``/proc/self/task``: a Python
     thread by its :mod:`threading` name, another (libzmq's) by the kernel's), threads of one name summed."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -259,18 +260,18 @@ def heap() -> dict[str, int]:
     return out
 
 
-def _loadavg() -> str:
+def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def _proc_cpu_s(pid: int) -> float:
+def proc_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of another process of this machine, by ``/proc``."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_s() -> float:
+def process_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -325,7 +326,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "jitter": jitter, "sample_link": sample_link, "schema": schema,
-                           "loadavg_before": _loadavg()}
+                           "loadavg_before": loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
         fl_file = Path(tmp) / "fleet.json"
         fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
@@ -351,7 +352,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             out["measured_per_s"] = {}
 
             def mark() -> Mark:
-                return Mark(eng.cycles, eng.sampled + eng.listed, _cpu_s(), _threads_cpu_s(), time.monotonic())
+                return Mark(eng.cycles, eng.sampled + eng.listed, process_cpu_s(), threads_cpu_s(), time.monotonic())
 
             _STARTS.mark = mark
             out["window"] = {}
@@ -359,10 +360,10 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 if profiled:
                     _ON.set()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
-                f0 = _proc_cpu_s(fleet.pid)
+                f0 = proc_cpu_s(fleet.pid)
                 m0, m1 = take_window(mark, _STARTS.next_mark, time.sleep, window_s, eng.period_s)
                 if not profiled:  # the stand-in fleet's own CPU (it shares the machine)
-                    out["fleet_cpu_s_per_s"] = round((_proc_cpu_s(fleet.pid) - f0) / (m1.t - m0.t), 3)
+                    out["fleet_cpu_s_per_s"] = round((proc_cpu_s(fleet.pid) - f0) / (m1.t - m0.t), 3)
                 fig = window_figures(m0, m1)
                 out["window"]["profiled" if profiled else "plain"] = {k: fig[k] for k in ("cycles", "measurements", "seconds")}
                 n = fig["measurements"]
@@ -383,7 +384,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             cs = sorted(eng.cycle_s)
             if cs:
                 out["cycle_ms"] = {"p50": round(1000 * cs[len(cs) // 2]), "p99": round(1000 * cs[min(len(cs) - 1, int(0.99 * len(cs)))])}
-            out["loadavg_after"] = _loadavg()
+            out["loadavg_after"] = loadavg()
             out["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             out["rss_mb"] = round(_rss_bytes() / 1e6, 1)
             out["heap_bytes"] = heap()

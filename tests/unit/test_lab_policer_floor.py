@@ -1,0 +1,21 @@
+"""The receive-floor tool (xtc_lab.policer_floor): its consumers over a small real fleet."""
+
+from __future__ import annotations
+
+import pytest
+from xtc_lab.policer_floor import floor
+
+
+def test_an_unknown_consumer_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="consumer must be one of raw, none, streams, engine"):
+        floor(routers=2, consumer="everything")
+
+
+@pytest.mark.parametrize("consumer, thread", [("none", "policer-links"), ("raw", "raw-recv")])
+def test_the_floor_counts_each_message_and_charges_it_to_its_threads(consumer: str, thread: str) -> None:
+    # 6 daemons of 4 VRs, one dead: 5 messages a second, every one counted, their CPU in the receiving
+    # thread and libzmq's I/O thread.
+    out = floor(routers=6, vrs=4, dead=0.2, window_s=1.5, consumer=consumer, warmup_s=1.5)
+    assert 3.0 <= out["per_s"] <= 7.0, out
+    assert out["cpu_ms_per_message"] > 0 and out["refused"] == 0
+    assert {thread, "ZMQbg/IO/0"} <= set(out["thread_cpu_ms_per_message"]), out
