@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ import zmq.asyncio
 
 from xtc.daemon import api
 
-__all__ = ["Fleet", "FakeDaemon", "FakeVr"]
+__all__ = ["FakeDaemon", "FakeVr", "Fleet", "fleet_process"]
 
 MAX_SETPOINT_PPS = 1e8
 
@@ -56,7 +59,7 @@ class FakeVr:
     daemon stops adjusting a paused instance's cap and leaves it where it is (docs/manager-api.md), so
     a punished VR whose traffic does not back off stays held, as it would on a real host."""
 
-    __slots__ = ("name", "offered_pps", "state", "setpoint_pps", "held_pps")
+    __slots__ = ("held_pps", "name", "offered_pps", "setpoint_pps", "state")
 
     def __init__(self, name: str, offered_pps: float):
         self.name = name
@@ -383,7 +386,7 @@ class Fleet:
                 d.silenced.append((time.monotonic(), time.time()))
             await asyncio.sleep(self.flap_s)
 
-    def start(self) -> "Fleet":
+    def start(self) -> Fleet:
         """Serve in a background thread; returns once every socket is bound."""
         self._loop = asyncio.new_event_loop()
         ready = threading.Event()
@@ -445,6 +448,34 @@ class Fleet:
             if d.mode == "flapping":
                 m.setdefault("silenced_unix_s", {})[d.name] = [u for mono, u in d.silenced if mono >= since_s]
         return out
+
+
+@contextlib.contextmanager
+def fleet_process(routers: int, vrs: int = 16, dead: float = 0.1, jitter: float = 0.0, *,
+                  pub_socket: bool = True, start_timeout_s: float = 120.0) -> Iterator[tuple[subprocess.Popen, list[dict[str, Any]]]]:
+    """A publishing fleet in a child process (``python -m xtc_lab.policer_fleet --publish``, its output
+    discarded): yields the process and its routers once it has written them, and stops it on the way out
+    (SIGTERM, then SIGKILL after 30 s).  ``pub_socket=False``: samples only over the daemons' ROUTER sockets."""
+    with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
+        out = Path(tmp) / "fleet.json"
+        proc = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
+                                 "--vrs", str(vrs), "--dead", str(dead), "--out", str(out), "--publish",
+                                 "--jitter", str(jitter), *([] if pub_socket else ["--no-pub-socket"])],
+                                stdout=subprocess.DEVNULL)
+        try:
+            t = time.monotonic()
+            while not out.exists():
+                if proc.poll() is not None or time.monotonic() - t > start_timeout_s:
+                    raise RuntimeError("the fleet did not start")
+                time.sleep(0.1)
+            yield proc, json.loads(out.read_text())
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

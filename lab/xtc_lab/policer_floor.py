@@ -34,12 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import select
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -49,6 +47,7 @@ from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
 
+from .policer_fleet import fleet_process
 from .policer_profile import loadavg, proc_cpu_s, process_cpu_s, threads_cpu_s
 
 __all__ = ["CONSUMERS", "floor", "main"]
@@ -118,21 +117,11 @@ def floor(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float
         raise ValueError(f"consumer must be one of {', '.join(CONSUMERS)}, not {consumer!r}")
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "consumer": consumer, "jitter": jitter, "loadavg_before": loadavg()}
-    with tempfile.TemporaryDirectory(prefix="xtc-floor-") as tmp:
-        fl_file = Path(tmp) / "fleet.json"
-        fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
-                                  "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish",
-                                  "--jitter", str(jitter), *([] if consumer == "raw" else ["--no-pub-socket"])],
-                                 stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="xtc-floor-") as tmp, \
+            fleet_process(routers, vrs, dead, jitter, pub_socket=consumer == "raw") as (fleet, fleet_routers):
         pool = LinkPool(0.9)
         streams = eng = store = raw = None
         try:
-            t = time.monotonic()
-            while not fl_file.exists():
-                if fleet.poll() is not None or time.monotonic() - t > 120:
-                    raise RuntimeError("the fleet did not start")
-                time.sleep(0.1)
-            fleet_routers = json.loads(fl_file.read_text())
             counter = _Counter()
             if consumer == "raw":
                 raw = _RawReader([r["pub_endpoint"] for r in fleet_routers])
@@ -186,11 +175,6 @@ def floor(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float
             pool.close()
             if store is not None:
                 store.close()
-            fleet.terminate()
-            try:
-                fleet.wait(30)
-            except subprocess.TimeoutExpired:
-                fleet.kill()
     return out
 
 

@@ -35,7 +35,6 @@ import json
 import os
 import pstats
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,6 +50,8 @@ from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
+
+from .policer_fleet import fleet_process
 
 __all__ = ["Mark", "loadavg", "main", "proc_cpu_s", "process_cpu_s", "profile_engine", "take_window", "threads_cpu_s",
            "window_figures"]
@@ -327,21 +328,12 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "jitter": jitter, "sample_link": sample_link, "schema": schema,
                            "loadavg_before": loadavg()}
-    with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp:
-        fl_file = Path(tmp) / "fleet.json"
-        fleet = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
-                                  "--vrs", str(vrs), "--dead", str(dead), "--out", str(fl_file), "--publish",
-                                  "--jitter", str(jitter), *(["--no-pub-socket"] if link_only else [])],
-                                 stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
+            fleet_process(routers, vrs, dead, jitter, pub_socket=not link_only) as (fleet, fleet_routers):
         eng = store = None
         try:
-            t = time.monotonic()
-            while not fl_file.exists():
-                if fleet.poll() is not None or time.monotonic() - t > 120:
-                    raise RuntimeError("the fleet did not start")
-                time.sleep(0.1)
             store = Store(db_url or f"sqlite:///{tmp}/policer.db")
-            for r in json.loads(fl_file.read_text()):
+            for r in fleet_routers:
                 store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
                                  pub_endpoint=r["pub_endpoint"])
             pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}))  # (an older xtc has no schema)
@@ -423,8 +415,6 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 eng.stop()
             if store is not None:
                 store.close()
-            fleet.terminate()
-            fleet.wait(30)
     return out
 
 
