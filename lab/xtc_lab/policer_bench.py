@@ -38,6 +38,7 @@ import numpy as np
 
 import xtc
 from xtc.policer.engine import percentiles
+from xtc.policer.link import tcp_states
 from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_kind, latency_by_phase, latency_p99_by_second
 from xtc_lab.unwind import unwinding
 
@@ -90,6 +91,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--engine-cpus", default=None, metavar="LIST",
                    help="fleet: every thread of the engine's processes pinned to these CPUs (comma-separated, as "
                         "systemd's CPUAffinity= would) during the API's load")
+    s.add_argument("--transport", choices=("ipc", "tcp"), default="ipc",
+                   help="fleet: the stand-in daemons' sockets, Unix (ipc, the default) or TCP on 127.0.0.1; with tcp the "
+                        "result counts the policer's TCP sockets toward them by state at the end of the policing "
+                        "window (fleet_tcp_states: time_wait, established, ...)")
     s.add_argument("--postgres", action="store_true",
                    help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
                         "package, started and removed by the bench, instead of SQLite (its CPU is counted)")
@@ -103,6 +108,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                  flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
                                  jitter=args.jitter, api_duration_s=args.api_duration,
                                  api_concurrency=args.concurrency, workers=args.workers, api_nice=args.api_nice,
+                                 transport=args.transport,
                                  engine_cpus=[int(c) for c in args.engine_cpus.split(",")] if args.engine_cpus else None)
         print(json.dumps(res, indent=1))
         return 0
@@ -610,7 +616,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     flap_s: float = 5.0, snapshot_interval_s: float | None = None, jitter: float = 0.0,
                     sample_link: bool = True, api_concurrency: int = 32,
                     api_window: Callable[[int, bool, str, str], None] | None = None,
-                    workers: int = 1, api_nice: int | None = None, engine_cpus: list[int] | None = None) -> dict[str, Any]:
+                    workers: int = 1, api_nice: int | None = None, engine_cpus: list[int] | None = None,
+                    transport: str = "ipc") -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -646,15 +653,21 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     measures its requests one at a time there).  ``api_nice``, ``engine_cpus``: for the API's load, every
     thread of the API's processes at that nice value, every thread of the engine's pinned to those CPUs
     (:func:`_schedule`), as an operator would run them; ``api.latency_by_phase`` says where in the engine's
-    period the slowest requests were sent."""
+    period the slowest requests were sent.  ``transport``: the stand-in daemons listen on Unix sockets
+    (``ipc``) or on TCP at 127.0.0.1 (``tcp``); with ``tcp``, ``fleet_tcp_states`` counts this host's TCP
+    sockets toward the fleet's ports by state, toward the answering daemons and toward the dead ones (:func:`xtc.policer.link.tcp_states`) at the end of the
+    policing window: issue 50's TIME-WAIT figure (a connection per exchange left one per exchange)."""
     import psutil
+
+    if transport not in ("ipc", "tcp"):
+        raise ValueError(f"transport must be 'ipc' or 'tcp', got {transport!r}")
 
     token = secrets.token_urlsafe(24)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs_per_router, "dead_fraction": dead_fraction,
                            "workers": workers,
                            "flapping_fraction": flapping_fraction, "flap_s": flap_s,
                            "period_s": period_s, "samples": samples, "sample_link": sample_link, "shards": shards,
-                           "jitter": jitter, "product": str(Path(xtc.__file__).parent)}
+                           "jitter": jitter, "transport": transport, "product": str(Path(xtc.__file__).parent)}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500 + routers / 1000  # the fleet leaves this out of its statistics
         # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
@@ -667,7 +680,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 [sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(share), "--vrs", str(vrs_per_router),
                  "--dead", str(dead_fraction), "--flapping", str(flapping_fraction), "--flap-s", str(flap_s),
                  "--out", str(fl_files[-1]), "--first", str(sum(shares[:i])),
-                 "--warmup-s", str(warm), "--jitter", str(jitter), *(["--publish"] if samples else [])],
+                 "--warmup-s", str(warm), "--jitter", str(jitter), "--transport", transport,
+                 *(["--publish"] if samples else [])],
                 stdout=subprocess.PIPE, text=True))
         proc = None
         try:
@@ -708,10 +722,12 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     if samples:
                         reg["pub_endpoint"] = r["pub_endpoint"]
                     try:
-                        c.post("/routers", json=reg, headers=auth)
+                        got = c.post("/routers", json=reg, headers=auth)
                     except httpx.HTTPError as e:
                         raise RuntimeError(f"registering {r['name']}: {e}; policer exit status {proc.poll()};"
                                            f" its log ends: {policer_log(tmp)}") from e
+                    if got.status_code >= 400:  # a router the bench means to police, refused: say so
+                        raise RuntimeError(f"registering {r['name']}: HTTP {got.status_code} {got.text[:500]}")
                 out["register_s"] = round(time.monotonic() - t_reg, 1)
                 dead = {r["name"] for r in fl if r["mode"] == "dead"}
                 marked: dict[str, float] = {}
@@ -765,6 +781,15 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                                  "policer_engine": round(sum(p.memory_info().rss for p in api_proc.children(recursive=True)) / 1e6),
                                  "fleet": round(sum(psutil.Process(f.pid).memory_info().rss for f in fleets) / 1e6)}
                 out["engine_fds"] = sum(p.num_fds() for p in api_proc.children(recursive=True))
+                if transport == "tcp":  # the policer's sockets toward the daemons, after the policing window
+                    # by the daemons' kind: a dead one is a loopback port nobody listens on, which a
+                    # reconnecting socket can now and then connect to itself (TCP's simultaneous open)
+                    for kind, rs in (("answering", [r for r in fl if r["mode"] != "dead"]),
+                                     ("dead", [r for r in fl if r["mode"] == "dead"])):
+                        ports = {int(p) for r in rs for k in ("endpoint", "pub_endpoint")
+                                 if (p := (r.get(k) or ":").rsplit(":", 1)[1]).isdigit()}  # (an unbound PUB's: "*")
+                        out.setdefault("fleet_tcp_states", {})[kind] = tcp_states(ports)
+                    out["fleet_tcp_states_after_s"] = round(time.monotonic() - t_reg, 1)
 
             out["fleet"] = window()
             silenced = out["fleet"].get("flapping", {}).pop("silenced_unix_s", {})

@@ -29,6 +29,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -230,8 +231,16 @@ class Fleet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: list[asyncio.Task] = []
+        #: Sockets that hold the dead daemons' TCP ports (bound, never listening).
+        self._held: list[socket.socket] = []
 
     # ---------------------------------------------------------------------------- serving
+    def _held_endpoint(self) -> str:
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.bind(("127.0.0.1", 0))
+        self._held.append(held)
+        return f"tcp://127.0.0.1:{held.getsockname()[1]}"
+
     async def _bind_all(self) -> None:
         from xtc.policer.link import raise_open_files_limit
 
@@ -248,11 +257,14 @@ class Fleet:
         raise_open_files_limit()
         for d in self.daemons:
             if d.mode == "dead":
-                if d.endpoint.startswith("tcp"):  # a port nobody listens on
-                    s = self.ctx.socket(zmq.ROUTER)
-                    port = s.bind_to_random_port("tcp://127.0.0.1")
-                    s.close(0)
-                    d.endpoint = f"tcp://127.0.0.1:{port}"
+                if d.endpoint.startswith("tcp"):
+                    # A port nobody listens on, held for the fleet's life by a socket bound to it that never
+                    # listens (a connection to it is refused): a port merely freed again could be handed
+                    # to a daemon bound after it (a dead router answered by another one), or be picked as a
+                    # connecting socket's own port (TCP's simultaneous open: a connection to itself).
+                    d.endpoint = self._held_endpoint()
+                    if d.pub_endpoint:  # (registered with the router: a valid endpoint, as dead as the other)
+                        d.pub_endpoint = self._held_endpoint()
                 continue
             s = self.ctx.socket(zmq.ROUTER)
             s.setsockopt(zmq.LINGER, 0)
@@ -415,6 +427,8 @@ class Fleet:
             if self._thread is not None:
                 self._thread.join(10)
         self.ctx.destroy(0)
+        for held in self._held:
+            held.close()
         if self._tmp is not None:
             self._tmp.cleanup()
 

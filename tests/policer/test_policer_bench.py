@@ -50,11 +50,13 @@ def test_bench_refuses_bad_parameters() -> None:
 
 def test_fleet_bench_with_two_shards() -> None:
     """``xtc policer bench --fleet`` end to end, small: stand-in daemons in their own process (a fifth
-    dead), two engine shards, the window's cycles, then the API under load."""
+    dead), two engine shards, the window's cycles, then the API under load.  The daemons on TCP: the
+    policer's sockets toward them counted by state, one kept connection per answering daemon and none
+    in TIME-WAIT."""
     from xtc_lab.policer_bench import run_fleet_bench
 
     res = run_fleet_bench(routers=30, vrs_per_router=4, dead_fraction=0.2, duration_s=2.0, api_rate_per_s=50,
-                          shards=2, api_duration_s=1.0)
+                          shards=2, api_duration_s=1.0, transport="tcp")
     print(json.dumps({k: v for k, v in res.items() if k != "api"}))
     assert res["shards"] == 2 and res["dead_marked"] == "6/6"
     # From the audit log: every dead router's registration to its router_unreachable record.
@@ -66,6 +68,8 @@ def test_fleet_bench_with_two_shards() -> None:
     # ... before the window: the warm-up waits for the start-up's activations.
     assert res["activations_sent_at_start"] == "96/96" and res["warmup_s"] > 0
     assert res["fleet"]["dead"]["lists"] == 0 and res["api"]["errors"] == 0
+    tcp = res["fleet_tcp_states"]["answering"]
+    assert tcp.get("established") == 24 and tcp.get("time_wait", 0) == 0, res["fleet_tcp_states"]
 
 
 def test_fleet_bench_times_routers_that_fall_silent() -> None:
