@@ -466,15 +466,17 @@ class Fleet:
 
 @contextlib.contextmanager
 def fleet_process(routers: int, vrs: int = 16, dead: float = 0.1, jitter: float = 0.0, *,
-                  pub_socket: bool = True, start_timeout_s: float = 120.0) -> Iterator[tuple[subprocess.Popen, list[dict[str, Any]]]]:
+                  pub_socket: bool = True, transport: str = "ipc", start_timeout_s: float = 120.0) -> Iterator[tuple[subprocess.Popen, list[dict[str, Any]]]]:
     """A publishing fleet in a child process (``python -m xtc_lab.policer_fleet --publish``, its output
     discarded): yields the process and its routers once it has written them, and stops it on the way out
-    (SIGTERM, then SIGKILL after 30 s).  ``pub_socket=False``: samples only over the daemons' ROUTER sockets."""
+    (SIGTERM, then SIGKILL after 30 s).  ``pub_socket=False``: samples only over the daemons' ROUTER sockets;
+    ``transport``: their sockets on Unix (``ipc``) or TCP at 127.0.0.1 (``tcp``)."""
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         out = Path(tmp) / "fleet.json"
         proc = subprocess.Popen([sys.executable, "-m", "xtc_lab.policer_fleet", "--routers", str(routers),
                                  "--vrs", str(vrs), "--dead", str(dead), "--out", str(out), "--publish",
-                                 "--jitter", str(jitter), *([] if pub_socket else ["--no-pub-socket"])],
+                                 "--jitter", str(jitter), "--transport", transport,
+                                 *([] if pub_socket else ["--no-pub-socket"])],
                                 stdout=subprocess.DEVNULL)
         try:
             t = time.monotonic()
