@@ -1,6 +1,6 @@
 #!/bin/bash
 # side.sh before|after COMMAND...: COMMAND with the product of that side first on PYTHONPATH and this worktree's lab
-# after it: before = main at the branch point f3b84a7 (`git archive f3b84a7 xtc | tar -x -C /tmp/cycle-before`),
+# after it: before = main at the branch point 638ae02 (`git archive 638ae02 xtc | tar -x -C /tmp/cycle-before`),
 # after = this branch's worktree.  (xtc_lab.alternate's own sides run the installed product on the after side,
 # which is main's editable install here: this worktree has no environment of its own.)
 set -u

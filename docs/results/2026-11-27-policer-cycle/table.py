@@ -30,7 +30,7 @@ for f in sorted(glob.glob(str(here / "profile*.json")), key=lambda f: (int(re.fi
 print()
 print("Each run in round order, and the median (ms of CPU per measurement):")
 print()
-print("| | what | before (main, f3b84a7) | after (this branch) |")
+print("| | what | before (main, 638ae02) | after (this branch) |")
 print("|---|---|---|---|")
 for mode in ("steady", "jitter"):
     for i, what in enumerate(("a measurement", "**cycle thread**", "link thread", "worker", "ZMQ I/O thread", "other threads")):
