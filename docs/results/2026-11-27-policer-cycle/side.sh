@@ -12,4 +12,5 @@ case "$1" in
   *) echo "side.sh: before or after, not $1" >&2; exit 2 ;;
 esac
 shift
+echo "side $PYTHONPATH" >&2  # in the run's .err: which product it ran
 exec "$@"
