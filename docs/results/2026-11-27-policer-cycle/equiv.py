@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
-from fakes.daemon import InProcessLinks  # noqa: E402
-from xtc_lab.policer_fleet import FakeDaemon, FakeVr  # noqa: E402
+from fakes.daemon import InProcessLinks
+from xtc_lab.policer_fleet import FakeDaemon, FakeVr
 
-import xtc  # noqa: E402
-from xtc.daemon import api  # noqa: E402
-from xtc.policer.engine import Engine  # noqa: E402
-from xtc.policer.samples import parse_newer  # noqa: E402
-from xtc.policer.store import Conflict, Store, StoreError  # noqa: E402
+import xtc
+from xtc.daemon import api
+from xtc.policer.engine import Engine
+from xtc.policer.samples import parse_newer
+from xtc.policer.store import Conflict, Store, StoreError
 
 
 class Streams:

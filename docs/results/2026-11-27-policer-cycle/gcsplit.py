@@ -1,6 +1,14 @@
 """The garbage collector's passes per thread and generation over a policer_profile run (gc.callbacks, thread CPU).
 Debug aid of this session."""
-import gc, sys, threading, time, runpy, collections, atexit, json
+import atexit
+import collections
+import gc
+import json
+import runpy
+import sys
+import threading
+import time
+
 acc = collections.defaultdict(lambda: [0, 0.0, 0, 0.0])
 st = {}
 def cb(phase, info):

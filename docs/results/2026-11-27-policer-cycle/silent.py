@@ -1,8 +1,13 @@
 """How many streams SampleStreams.older_than finds silent per call, and their silence (s), over a policer_profile
 run; and how many routers probe_silent sent list.  Debug aid of this session."""
-import sys, time, runpy, atexit, collections
-from xtc.policer import samples as sm
+import atexit
+import collections
+import runpy
+import sys
+
 from xtc.policer import engine as em
+from xtc.policer import samples as sm
+
 stats = collections.Counter(); ages = []
 f = sm.SampleStreams.older_than
 def g(self, t):
@@ -19,7 +24,6 @@ def p(self):
     n = pf(self); stats["probed"] += n; return n
 em.Engine.probe_silent = p
 def dump():
-    import statistics
     print(dict(stats), "ages:", collections.Counter(round(a, 1) for a in ages).most_common(15), file=sys.stderr)
 atexit.register(dump)
 sys.argv = ["policer_profile"] + sys.argv[1:]

@@ -1,7 +1,14 @@
 """The CPU each engine function costs its thread (time.thread_time around each call), over a policer_profile run: the
 cycle thread split.  Debug aid of this session, not a product tool."""
-import sys, threading, time, runpy, collections, atexit, json, gc
+import atexit
+import collections
+import json
+import runpy
+import sys
+import time
+
 from xtc.policer import engine as em
+
 acc = collections.defaultdict(lambda: [0, 0.0])
 def wrap(cls, name):
     f = getattr(cls, name)
@@ -15,10 +22,13 @@ def wrap(cls, name):
 for n in ("run_cycle", "contact_new", "probe_silent"):
     wrap(em.Engine, n)
 from xtc.policer import store as sm
+
 wrap(sm.Store, "engine_routers"); wrap(sm.Store, "settings"); wrap(sm.Store, "keep_states")
 from xtc.policer import link as lm
+
 wrap(lm.LinkPool, "exchange_many")
 from xtc.policer import samples as smp
+
 if hasattr(smp.SampleStreams, "latest_all"): wrap(smp.SampleStreams, "latest_all")
 wrap(smp.SampleStreams, "older_than")
 tt = {}
