@@ -35,7 +35,7 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
     store = Store(f"sqlite:///{path}")
     store.close()
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
     # Every row as it was (a VR has one new column, the daemon's saturated flag, still null, a
     # router two, its samples endpoint, null, and its revision, 0, and a network one, its VR-off
     # switch, 0: off), the version recorded, the new indexes and leadership rows there.
@@ -46,7 +46,10 @@ def test_schema1_file_upgrades_in_place(tmp_path: Path) -> None:
             "networks": [row[:-1] for row in after["networks"]]} == before
     raw = sqlite3.connect(path)
     meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
-    assert meta == {"schema_version": "7", "leader_epoch": "0", "leader": ""}
+    # 8: the router generation (moved by triggers; the upgrade itself changes no router).
+    assert meta == {"schema_version": "8", "leader_epoch": "0", "leader": "", "routers_gen": "0"}
+    triggers = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+    assert triggers == {"routers_gen_insert", "routers_gen_delete", "routers_gen_update", "routers_gen_status"}
     # 6: the forwarded rate's column has the wire's name, its values kept.
     cols = [r[1] for r in raw.execute("PRAGMA table_info(vrs)")]
     assert "forwarded_pps" in cols and "measured_pps" not in cols

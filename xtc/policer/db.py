@@ -59,9 +59,11 @@ MIGRATE_LOCK_KEY = 0x7874635F6D696772  # "xtc_migr"
 #: ``(SHARD_LOCK_NS, n * 65536 + i)``; ``(SHARD_LOCK_NS, 0)`` serialises the takes (see :class:`LeaderLock`).
 SHARD_LOCK_NS = 0x78746373  # "xtcs"
 
-#: (version, DDL) in order; ``{real}`` and ``{autoid}`` are filled per dialect.  Version 1 is the
-#: first release's schema verbatim (``IF NOT EXISTS``: a version-1 file is left as it is).
-MIGRATIONS: list[tuple[int, str]] = [
+#: (version, DDL) in order; ``{real}`` and ``{autoid}`` are filled per dialect, or the DDL is given per
+#: dialect (a dict).  Statements end with a semicolon at the end of a line (one inside a line, in a
+#: trigger's body, does not end it).  Version 1 is the first release's schema verbatim (``IF NOT
+#: EXISTS``: a version-1 file is left as it is).
+MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
     (1, """
 CREATE TABLE IF NOT EXISTS routers (
     name TEXT PRIMARY KEY,
@@ -147,6 +149,27 @@ ALTER TABLE vrs RENAME COLUMN measured_pps TO forwarded_pps
     (7, """
 ALTER TABLE networks ADD COLUMN punish_vr_off INTEGER NOT NULL DEFAULT 0
 """),
+    # 8: the router list's generation (``meta.routers_gen``), incremented by triggers in the same transaction
+    # as any change to what the engine reads of the routers (:meth:`Store.engine_routers`: a router added,
+    # deleted, removed or registered again, its endpoints, key, capacity or control mode written), whoever
+    # writes it: the engine reads the list again only when the generation moved.  Per dialect (the
+    # triggers' bodies); a statement ends with a semicolon at the end of its line.
+    (8, {
+        "sqlite": """
+INSERT INTO meta (key, value) VALUES ('routers_gen', '0');
+CREATE TRIGGER routers_gen_insert AFTER INSERT ON routers BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'routers_gen'; END;
+CREATE TRIGGER routers_gen_delete AFTER DELETE ON routers BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'routers_gen'; END;
+CREATE TRIGGER routers_gen_update AFTER UPDATE OF name, endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint ON routers BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'routers_gen'; END;
+CREATE TRIGGER routers_gen_status AFTER UPDATE OF status ON routers WHEN (OLD.status = 'removed') IS NOT (NEW.status = 'removed') BEGIN UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'routers_gen'; END
+""",
+        "postgresql": """
+INSERT INTO meta (key, value) VALUES ('routers_gen', '0');
+CREATE OR REPLACE FUNCTION xtc_routers_gen() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'routers_gen'; RETURN NULL; END $$;
+CREATE TRIGGER routers_gen_insert_delete AFTER INSERT OR DELETE ON routers FOR EACH ROW EXECUTE FUNCTION xtc_routers_gen();
+CREATE TRIGGER routers_gen_update AFTER UPDATE OF name, endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint ON routers FOR EACH ROW EXECUTE FUNCTION xtc_routers_gen();
+CREATE TRIGGER routers_gen_status AFTER UPDATE OF status ON routers FOR EACH ROW WHEN ((OLD.status = 'removed') IS DISTINCT FROM (NEW.status = 'removed')) EXECUTE FUNCTION xtc_routers_gen()
+""",
+    }),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -186,8 +209,10 @@ def parse_db_url(url: str) -> str:
     return rest[1:]
 
 
-def _statements(ddl: str, dialect: str) -> list[str]:
-    return [s.strip() for s in ddl.format(**_DIALECT[dialect]).split(";") if s.strip()]
+def _statements(ddl: str | dict[str, str], dialect: str) -> list[str]:
+    """A migration's statements for ``dialect``: split at the semicolons that end a line."""
+    text = ddl[dialect] if isinstance(ddl, dict) else ddl.format(**_DIALECT[dialect])
+    return [s.strip() for s in re.split(r";[ \t]*(?:\n|$)", text) if s.strip()]
 
 
 class Conn:

@@ -455,10 +455,14 @@ class Engine:
         #: the last cycle read them; a router the cycle no longer lists is dropped whole.
         self._state: dict[str, RouterState] = {}
         self._routers: dict[str, dict[str, Any]] = {}  # the last cycle's routers (this shard's), by name
+        #: (the store's router list, this shard's routers as (name, router), their names) (:meth:`_fleet`).
+        self._fleet_kept: tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]], frozenset[str]] | None = None
         #: This shard's routers the last cycle read, and the new ones :meth:`contact_new` sent ``list`` since.
         self._cycle_names: set[str] = set()
         #: Routers sent their first ``list`` between cycles (since the start).
         self.first_contacts = 0
+        #: The router generation read before the routers were last read (by a cycle or :meth:`contact_new`).
+        self._contact_gen: str | None = None
         self._settings: Settings | None = None
         self._leading = False  # the last cycle ran (this engine led)
         #: Router measurements taken from a sample stream, and by sending ``list`` (since the start).
@@ -617,51 +621,85 @@ class Engine:
         self._cycle = [time.monotonic(), 0.0]
         settings = self.store.settings()
         now = self.clock()
-        routers = self.store.engine_routers()
-        routers = [r for r in routers if self._mine(r["name"])]
-        # One kept connection per daemon endpoint: said in one line when the open-files limit is short.
-        self.links.expect(len({(r["endpoint"], r["curve_server_key"] or None) for r in routers}))
-        if self.samples is not None:
-            self.samples.want({r["name"]: (r["pub_endpoint"], r["curve_server_key"], r["endpoint"])
-                               for r in routers if r["pub_endpoint"]})
-            self._routers = {r["name"]: r for r in routers if r["pub_endpoint"]}
+        routers, names = self._fleet()
+        self._contact_gen = self.store.engine_routers_generation  # the generation read before that list
         if settings == self._settings:  # the same object while the settings are the same: compared once a cycle,
             settings = self._settings  # not once a router (a router's fixed point holds the settings it was planned by)
         self._settings = settings
-        started = []
+        # The routers not busy and not waiting out a backoff at ``now``, claimed under one lock with this cycle's
+        # token (what :meth:`_claim` does a router at a time, for the measurements between cycles).
+        # (Three lists, not a tuple a router: the cycle's thread allocates little, and so triggers few of the
+        # garbage collector's passes over the whole heap.)
+        state = self._state
+        token = object()
+        claimed: list[str] = []
+        claimed_r: list[dict[str, Any]] = []
+        claimed_st: list[RouterState | None] = []
+        busy = self._busy
+        with self._busy_lock:
+            for name, r in routers:
+                if name in busy:
+                    continue
+                st = state.get(name)
+                if st is None or (retry := st.backoff) is None or retry[0] <= now:
+                    busy[name] = token
+                    claimed.append(name)
+                    claimed_r.append(r)
+                    claimed_st.append(st)
         exchanges: list[tuple] = []
         sampled: list[tuple] = []  # handed to the worker a batch at a time, not one queue entry a router
-        names = set()
-        for r in routers:
-            name = r["name"]
-            names.add(name)
-            token = self._claim(name, now)
-            if token is None:
-                continue
-            started.append((name, token))
-            vrs = self._sampled_vrs(r)
-            if vrs is not None:  # measured by the router's sample stream: no 'list'
-                self.sampled += 1
-                sampled.append(("samples", r, settings, now, vrs, time.monotonic()))
-                if len(sampled) >= self.batch_size:
-                    self._work.put((1, next(self._seq), ("batch", sampled)))
-                    sampled = []
-                continue
+        samples = self.samples
+        latest = samples.latest_all() if samples is not None else {}
+        max_age, batch_size, monotonic = self.sample_max_age_s, self.batch_size, time.monotonic
+        for name, r, st in zip(claimed, claimed_r, claimed_st):
+            got = latest.get(name)
+            if got is not None and r["pub_endpoint"]:
+                t = monotonic()
+                if t - got[0] <= max_age:  # else a stale or silent stream
+                    if st is None:
+                        st = self._st(name)
+                    vrs = self._sample_vrs(st, got)
+                    if vrs is not None:  # measured by the router's sample stream: no 'list'
+                        self.sampled += 1
+                        sampled.append(("samples", r, settings, now, vrs, t))
+                        if len(sampled) >= batch_size:
+                            self._work.put((1, next(self._seq), ("batch", sampled)))
+                            sampled = []
+                        continue
             exchanges.append(self._list(r, settings, now))
         if sampled:
             self._work.put((1, next(self._seq), ("batch", sampled)))
         self.links.exchange_many(exchanges)
-        self._cycle_names = names
-        for gone in set(self._state) - names:
-            self._state.pop(gone, None)
+        self._cycle_names = set(names)
+        for gone in state.keys() - names:
+            state.pop(gone, None)
         self.store.keep_states(names)
         if wait:
             with self._handled:
-                while any(self._busy.get(n) is token for n, token in started):
+                while any(busy.get(n) is token for n in claimed):
                     if not self._handled.wait(0.1) and self.error is not None:
                         raise RuntimeError("engine failed") from self.error
         self.cycles += 1
         self.last_cycle_s = now
+
+    def _fleet(self) -> tuple[list[tuple[str, dict[str, Any]]], frozenset[str]]:
+        """This shard's routers, as ``(name, router)`` in the store's order, and their names.  Made again, and
+        the link pool's and the sample streams' expectations with them, only when the store's list is another
+        (:meth:`Store.engine_routers` gives the very list while no router was added, removed or changed)."""
+        routers = self.store.engine_routers()
+        kept = self._fleet_kept
+        if kept is not None and kept[0] is routers:
+            return kept[1], kept[2]
+        mine = [(r["name"], r) for r in routers if self._mine(r["name"])]
+        names = frozenset(n for n, _ in mine)
+        # One kept connection per daemon endpoint: said in one line when the open-files limit is short.
+        self.links.expect(len({(r["endpoint"], r["curve_server_key"] or None) for _, r in mine}))
+        if self.samples is not None:
+            self.samples.want({n: (r["pub_endpoint"], r["curve_server_key"], r["endpoint"])
+                               for n, r in mine if r["pub_endpoint"]})
+            self._routers = {n: r for n, r in mine if r["pub_endpoint"]}
+        self._fleet_kept = (routers, mine, names)
+        return mine, names
 
     def contact_new(self) -> int:
         """Send ``list`` now, with the links' own timeout, to every router of this shard that was
@@ -672,6 +710,12 @@ class Engine:
         sent (the background loop calls this between cycles; tests call it directly)."""
         if self._settings is None:
             return 0  # no cycle yet: the first one reaches every router
+        # A router registered (or registered again) since the routers were last read here moved the router
+        # generation (Store.routers_generation) after the one read before them: while it has not moved, none
+        # is new (one row read ten times a period instead of every never-heard router's).
+        gen = self.store.routers_generation()
+        if gen == self._contact_gen:
+            return 0
         self._ensure_worker()
         settings, now = self._settings, self.clock()
         exchanges: list[tuple] = []
@@ -684,6 +728,7 @@ class Engine:
                 continue
             self.first_contacts += 1
             exchanges.append(self._list(r, settings, now))
+        self._contact_gen = gen  # read before these routers: what came after it moves it again
         self.links.exchange_many(exchanges)
         return len(exchanges)
 
@@ -742,13 +787,19 @@ class Engine:
 
     def _sampled_vrs(self, r: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The router's VRs from its newest sample if that can stand for a ``list``: at most
-        ``sample_max_age_s`` old and naming the VRs the router's last ``list`` named; else None."""
+        ``sample_max_age_s`` old and naming the VRs the router's last ``list`` named; else None (a router
+        at a time: :meth:`run_cycle` does the same over the streams' samples read at once)."""
         if self.samples is None or not r["pub_endpoint"]:
             return None
         got = self.samples.latest(r["name"])
         if got is None or time.monotonic() - got[0] > self.sample_max_age_s:
             return None  # never seen, or a stale or silent stream
-        st = self._st(r["name"])
+        return self._sample_vrs(self._st(r["name"]), got)
+
+    def _sample_vrs(self, st: RouterState, got: tuple[float, Any]) -> Any:
+        """The VRs of a router's newest sample ``got`` (arrival time, VRs; at most ``sample_max_age_s`` old) if it
+        can stand for a ``list``: it arrived after the replies to the router's last commands and names the VRs
+        the router's last ``list`` named; else None.  ``st``: the router's :class:`RouterState`."""
         if got[0] <= st.cmds_done_s:
             return None  # published before the last commands took effect: it would undo them
         known = st.vr_set

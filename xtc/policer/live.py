@@ -92,6 +92,10 @@ class LiveTable:
     def routers(self) -> list[str]:
         return list(self._where)
 
+    def gone(self, names: set[str] | frozenset[str]) -> set[str]:
+        """The routers the table holds that are not in ``names``."""
+        return self._where.keys() - names
+
     def seen_unix_s(self, router: str) -> float | None:
         w = self._where.get(router)
         return None if w is None else w[2]

@@ -234,7 +234,12 @@ class SampleStreams:
         self.received = 0
         self._lock = threading.Lock()
         self._wanted: dict[str, tuple] = {}
+        #: router -> (arrival time, VRs) of its newest valid sample, in the order of arrival (a new one is put
+        #: last: :meth:`_put_latest`), so that :meth:`older_than` stops at the first one not older; while
+        #: ``_in_order`` (the clock never went back between two arrivals).
         self._latest: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._in_order = True
+        self._last_arrival = -math.inf
         self._last_body: dict[str, tuple[bytes, list[dict[str, Any]]]] = {}  # router -> parse_newer's memory
         self._socks: dict[str, tuple[zmq.Socket, tuple]] = {}
         self._by_fd: dict[int, str] = {}
@@ -260,11 +265,35 @@ class SampleStreams:
         with self._lock:
             return self._latest.get(name)
 
+    def latest_all(self) -> dict[str, tuple[float, list[dict[str, Any]]]]:
+        """:meth:`latest` of every router that has a sample, in one pass under the lock (a copy)."""
+        with self._lock:
+            return self._latest.copy()
+
     def older_than(self, t: float) -> list[tuple[str, float]]:
         """``(router, arrival time)`` of every stream whose newest valid sample arrived before ``t``
-        (on ``clock``): the silent ones, in one pass under the lock."""
+        (on ``clock``): the silent ones, under the lock.  The samples are kept in the order of their
+        arrival, so only the silent ones and the first that is not are looked at (it is called ten times
+        a period between cycles: not the whole fleet each time); after the clock went back, every one."""
+        out = []
         with self._lock:
-            return [(n, v[0]) for n, v in self._latest.items() if v[0] < t]
+            if not self._in_order:
+                return [(n, v[0]) for n, v in self._latest.items() if v[0] < t]
+            for n, v in self._latest.items():
+                if v[0] >= t:
+                    break
+                out.append((n, v[0]))
+        return out
+
+    def _put_latest(self, name: str, vrs: Any) -> None:
+        """Keep ``vrs`` as the router's newest sample, arrived now (under the lock): last in the order of arrival."""
+        t = self.clock()
+        if t < self._last_arrival:
+            self._in_order = False  # a clock that went back: older_than looks at every stream
+        self._last_arrival = t
+        latest = self._latest
+        latest.pop(name, None)
+        latest[name] = (t, vrs)
 
     def close(self) -> None:
         self._stop.set()
@@ -347,7 +376,7 @@ class SampleStreams:
                     self._last_body.pop(name, None)
                 else:
                     self._last_body[name] = last
-                self._latest[name] = (self.clock(), vrs)
+                self._put_latest(name, vrs)
 
     def _parsed(self, name: str, frames: list[bytes]) -> tuple[Any, Any] | None:
         """One samples message of ``name`` (from its SUB socket or over the link): ``parse_newer``'s (or, for
@@ -407,7 +436,7 @@ class SampleStreams:
         if newest is not None:
             self.received += 1
             with self._lock:
-                self._latest[name] = (self.clock(), newest)
+                self._put_latest(name, newest)
 
     def _run(self) -> None:
         try:

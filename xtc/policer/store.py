@@ -249,6 +249,10 @@ class Store:
         #: (the very list: a sample stream's unchanged message) over those rows is recorded from these, without
         #: comparing each VR again (its live values are already in :attr:`_live`).
         self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]] = {}
+        #: (the router generation, the list) of the last full read of :meth:`engine_routers`, and how many
+        #: such reads were made (the others returned that list).
+        self._engine_routers: tuple[str, list[dict[str, Any]]] | None = None
+        self.engine_routers_reads = 0
         #: router -> (its activation state, its revision) as :meth:`record_outcomes` last left them (its
         #: transaction read them; :meth:`plan_states` with ``recorded``).
         self._recorded_heads: dict[str, tuple[ActivationState, int]] = {}
@@ -363,14 +367,43 @@ class Store:
         ``pub_endpoint``).  Read every cycle, so not :meth:`list_routers`' whole rows: 5,000 routers
         take 9-11 ms of CPU a cycle this way, 18-21 ms as whole rows.
 
+        Read again only when the database's router generation (``meta.routers_gen``, incremented by
+        triggers in the transaction of any change to what this reads, whoever makes it: this store,
+        another process's, plain SQL) moved since the last read; else the very list of that read is
+        returned (one read of one row a cycle instead of the fleet's rows): the list and its
+        dictionaries must not be changed.  The generation is read first, so the list kept is at least
+        as new as the generation kept with it (each statement outside a transaction reads its own
+        snapshot): a change committed in between is read once more at the next call, never missed.
+
         ``never_heard``: only those not heard from since their registration (status ``unknown``; read
-        through the status index, between cycles)."""
-        where = "status = 'unknown'" if never_heard else "status != 'removed'"
-        rows = self._read("SELECT name, endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint"
-                          f" FROM routers WHERE {where} ORDER BY name")
-        return [{"name": r["name"], "endpoint": r["endpoint"], "capacity_pps": r["capacity_pps"],
-                 "control_mode": r["control_mode"], "curve_server_key": r["curve_server_key"],
-                 "pub_endpoint": r["pub_endpoint"]} for r in rows]
+        through the status index, between cycles), read every time."""
+        cols = "SELECT name, endpoint, capacity_pps, control_mode, curve_server_key, pub_endpoint FROM routers"
+        if never_heard:
+            return self._engine_routers_of(self.db.read(f"{cols} WHERE status = 'unknown' ORDER BY name", tuples=True))
+        gen = self.routers_generation()
+        kept = self._engine_routers
+        if kept is not None and kept[0] == gen:
+            return kept[1]
+        routers = self._engine_routers_of(self.db.read(f"{cols} WHERE status != 'removed' ORDER BY name", tuples=True))
+        self._engine_routers = (gen, routers)
+        self.engine_routers_reads += 1
+        return routers
+
+    def routers_generation(self) -> str:
+        """The database's router generation (``meta.routers_gen``): it moves with every committed change to what
+        :meth:`engine_routers` reads (a router registered, removed, deleted, its endpoints, key, capacity or
+        control mode written), by any writer (triggers, in the writer's transaction)."""
+        return str(self.db.read("SELECT value FROM meta WHERE key = 'routers_gen'", tuples=True)[0][0])
+
+    @property
+    def engine_routers_generation(self) -> str | None:
+        """The router generation read just before :meth:`engine_routers`' list was last read (None: never)."""
+        return None if self._engine_routers is None else self._engine_routers[0]
+
+    @staticmethod
+    def _engine_routers_of(rows: list[tuple]) -> list[dict[str, Any]]:
+        return [{"name": r[0], "endpoint": r[1], "capacity_pps": r[2], "control_mode": r[3], "curve_server_key": r[4],
+                 "pub_endpoint": r[5]} for r in rows]
 
     def router_census(self) -> tuple[int, list[str]]:
         """The number of routers not removed, and the names of the unreachable ones (by name)."""
@@ -706,11 +739,11 @@ class Store:
 
     def keep_states(self, names: set[str] | frozenset[str]) -> None:
         """Forget the VRs' rows kept for routers not in ``names`` (routers gone)."""
-        for gone in set(self._states) - names:
+        for gone in self._states.keys() - names:
             self._states.pop(gone, None)
-        for gone in set(self._recorded) - names:
+        for gone in self._recorded.keys() - names:
             self._recorded.pop(gone, None)
-        for gone in set(self._live.routers()) - names:
+        for gone in self._live.gone(names):
             self._live.drop(gone)
             self._dirty.discard(gone)
 
