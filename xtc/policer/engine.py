@@ -118,6 +118,12 @@ def _finite(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
+def _backing_off(st: RouterState | None, now: float) -> bool:
+    """Whether a router (its state, None: never handled) waits out a backoff at ``now`` (clock seconds): not
+    to be claimed for a measurement, by a cycle or between cycles."""
+    return st is not None and st.backoff is not None and st.backoff[0] > now
+
+
 def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
     return VrPolicy(
         weight=row["sla_weight"] if row["sla_weight"] is not None else 1.0,
@@ -641,7 +647,7 @@ class Engine:
                 if name in busy:
                     continue
                 st = state.get(name)
-                if st is None or (retry := st.backoff) is None or retry[0] <= now:
+                if not _backing_off(st, now):
                     busy[name] = token
                     claimed.append(name)
                     claimed_r.append(r)
@@ -769,9 +775,7 @@ class Engine:
         """Mark a router busy for a measurement (a token the worker removes when it is handled, then
         notifying :attr:`_handled`), unless it waits out a backoff at ``now`` (clock seconds) or is busy
         already (then None)."""
-        st = self._state.get(name)
-        retry = st.backoff if st is not None else None
-        if retry is not None and retry[0] > now:
+        if _backing_off(self._state.get(name), now):
             return None
         with self._busy_lock:
             if name in self._busy:
