@@ -161,6 +161,7 @@ def census(objects: list[Any] | None = None, top: int = 30) -> list[dict[str, An
     strings, are counted only inside the ``sys.getsizeof`` of the containers that hold them: not at all)."""
     count: collections.Counter[str] = collections.Counter()
     size: collections.Counter[str] = collections.Counter()
+    gc.unfreeze()  # (the frozen ones are not in gc.get_objects(); the engine freezes again after its next cycle)
     for o in gc.get_objects() if objects is None else objects:
         t = type(o)
         name = f"{t.__module__}.{t.__qualname__}"
@@ -339,6 +340,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}))  # (an older xtc has no schema)
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
+            eng.manage_gc = True  # as the engine's process runs it (an xtc before it ignores the attribute)
             eng.start()
             time.sleep(warmup_s if warmup_s is not None else 10 + routers / 100)
             out["measured_per_s"] = {}
@@ -352,6 +354,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 if profiled:
                     _ON.set()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
+                c0 = (eng.sampled, eng.listed, eng.probed)
                 f0 = proc_cpu_s(fleet.pid)
                 m0, m1 = take_window(mark, _STARTS.next_mark, time.sleep, window_s, eng.period_s)
                 if not profiled:  # the stand-in fleet's own CPU (it shares the machine)
@@ -370,6 +373,10 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 out.setdefault("plans", {})[key] = {"planned": eng.planned - p0[0],
                                                     "quiet": getattr(eng, "plans_quiet", 0) - p0[1],
                                                     "skipped": eng.plans_skipped - p0[2]}
+                # the measurements by where they came from: a sample, or a `list` (of them the probes of streams
+                # that fell silent)
+                out.setdefault("measured_by", {})[key] = {"sampled": eng.sampled - c0[0], "listed": eng.listed - c0[1],
+                                                          "probed": eng.probed - c0[2]}
             if eng.error is not None:
                 raise RuntimeError("engine failed") from eng.error
             out["cycle_ms"] = {"p50": None, "p99": None}
