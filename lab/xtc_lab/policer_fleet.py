@@ -204,6 +204,7 @@ class Fleet:
         self.jitter = jitter
         self._jitter_rng = random.Random(seed + 2)
         self._rng = random.Random(seed + 1)  # the flapping daemons' phases
+        self._phase_rng = random.Random(seed + 3)  # the publishing daemons' phases in the period
         self.capacity_pps = capacity_pps
         self.slow_s = slow_s
         self.flap_s = flap_s
@@ -345,11 +346,12 @@ class Fleet:
             pass
 
     async def _publish(self, d: FakeDaemon, p: zmq.asyncio.Socket | None) -> None:
-        # On a fixed schedule, as the daemon's period is: a sleep of a whole period after each message
-        # would add the time the messages took to build, and the samples would drift later than the
-        # policer's silence check expects (about 2.6% of measurements became `list` probes).
+        # On a fixed schedule, as the daemon's period is (a sleep of a whole period after each message would
+        # add the time the messages took to build, and the samples would drift later than the policer's
+        # silence check expects), each daemon at its own phase: real daemons start at different times, so
+        # their samples arrive spread over the period, not in one burst that the policer reads in one batch.
         loop = asyncio.get_running_loop()
-        next_t = loop.time() + self.period_s
+        next_t = loop.time() + self.period_s * (1.0 + self._phase_rng.random())
         try:
             while True:
                 await asyncio.sleep(max(0.0, next_t - loop.time()))

@@ -161,7 +161,6 @@ def census(objects: list[Any] | None = None, top: int = 30) -> list[dict[str, An
     strings, are counted only inside the ``sys.getsizeof`` of the containers that hold them: not at all)."""
     count: collections.Counter[str] = collections.Counter()
     size: collections.Counter[str] = collections.Counter()
-    gc.unfreeze()  # (the frozen ones are not in gc.get_objects(); the engine freezes again after its next cycle)
     for o in gc.get_objects() if objects is None else objects:
         t = type(o)
         name = f"{t.__module__}.{t.__qualname__}"
@@ -340,7 +339,6 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}))  # (an older xtc has no schema)
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
-            eng.manage_gc = True  # as the engine's process runs it (an xtc before it ignores the attribute)
             eng.start()
             time.sleep(warmup_s if warmup_s is not None else 10 + routers / 100)
             out["measured_per_s"] = {}

@@ -23,6 +23,7 @@ within a period; the decisions are :mod:`xtc.daemon.core`'s, the process's set-u
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -60,7 +61,6 @@ from xtc.host.bpflimiter import BpfLimiter
 from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
 from .process import give_socket_group, prepare_ipc
-from xtc.service.collector import PeriodicFreeze
 from xtc.service.heap import release_large_blocks
 from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
 from xtc.service.notify import Notifier
@@ -242,7 +242,7 @@ class DaemonService:
         #: Run the garbage collector as :meth:`after_period_gc` says (the daemon process does; a
         #: library user or a test leaves the process's collector alone).
         self.manage_gc = False
-        self._gc = PeriodicFreeze(GC_FULL_PERIOD_S)
+        self._last_full_gc_s = -math.inf
         #: systemd's readiness and watchdog (:mod:`xtc.service.notify`); a no-op one unless
         #: :func:`run_daemon` gives the one from the environment.
         self.notifier = Notifier(None)
@@ -549,11 +549,20 @@ class DaemonService:
         return bool(self.link_subscribers) or self.pub_listeners
 
     def after_period_gc(self, now: float) -> None:
-        """Keep Python's cyclic garbage collector off the objects that outlive a period
-        (:class:`xtc.service.collector.PeriodicFreeze`, a full collection every
-        :data:`GC_FULL_PERIOD_S`): at 10,000 VRs its full passes over every instance, controller and
-        counter table cost 100 ms or more per period."""
-        self._gc.after_period(now)
+        """Keep Python's cyclic garbage collector off the objects that outlive a period.
+
+        At 10,000 VRs the collector's full passes over every instance, controller and counter
+        table cost 100 ms or more per period (the period's own work is acyclic and freed by
+        reference counting).  So what is alive at the end of a period is frozen
+        (:func:`gc.freeze`: later collections skip it), and once every :data:`GC_FULL_PERIOD_S`
+        everything is unfrozen and collected, so that cycles among objects that died since are
+        reclaimed then.
+        """
+        if now - self._last_full_gc_s >= GC_FULL_PERIOD_S:
+            self._last_full_gc_s = now
+            gc.unfreeze()
+            gc.collect()
+        gc.freeze()
 
     def _count(self, outcomes: ActionOutcomes) -> None:
         ok = outcomes.writes_ok + outcomes.restores_ok

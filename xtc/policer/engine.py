@@ -69,7 +69,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from xtc.service.collector import PeriodicFreeze
 from xtc.service.heap import release_free_heap
 from .link import BadReply, DaemonRefused, LinkDown, LinkPool, parse_vr_list
 from .live import LiveTable
@@ -91,9 +90,6 @@ log = logging.getLogger("xtc.policer.engine")
 #: Most VRs' rows of a snapshot of the measurements written after one batch (about 40-80 ms of SQLite's
 #: write lock here): a snapshot of 80,000 VRs takes about 20 batches instead of stalling one by seconds.
 SNAPSHOT_ROWS = 4096
-
-#: With ``manage_gc``: a full garbage collection at most this often, seconds.
-GC_FULL_PERIOD_S = 3600.0
 
 
 def shard_of(router: str, shards: int) -> int:
@@ -512,11 +508,6 @@ class Engine:
         self._gap = 0.0
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        #: Keep Python's cyclic collector off the routers, streams and rows after each cycle, with a
-        #: full collection hourly (:class:`~xtc.service.collector.PeriodicFreeze`), as the daemon does.
-        #: The engine's process sets it; a library user or a test leaves the process's collector alone.
-        self.manage_gc = False
-        self._gc = PeriodicFreeze(GC_FULL_PERIOD_S)
         self._thread: threading.Thread | None = None
         self._worker: threading.Thread | None = None
         self._work: queue.PriorityQueue = queue.PriorityQueue()
@@ -586,8 +577,6 @@ class Engine:
                 self._leading = self.is_leader is None or self.is_leader()
                 if self._leading:
                     self.run_cycle()
-                if self.manage_gc:
-                    self._gc.after_period(time.monotonic())
             except BaseException as e:  # a bug: stop, and let the service exit
                 self._crash(e)
                 return

@@ -381,7 +381,6 @@ def main() -> int:
     threading.Thread(target=watch_parent, name="policer-engine-parent", daemon=True).start()
     if leadership is not None:
         leadership.start()
-    engine.manage_gc = True
     engine.start()
     report()
     while not done.wait(REPORT_S):
