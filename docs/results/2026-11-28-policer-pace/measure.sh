@@ -12,6 +12,7 @@ for k in $(seq ${FIRST:-1} ${ROUNDS:-2}); do
   if [ $((k % 2)) = 1 ]; then order=0.01,0.025,0.05; else order=0.05,0.025,0.01; fi
   PYTHONPATH=$tree:$tree/lab $PY -m xtc_lab.alternate --each mode:jitter=steady:0,jitter:0.05 --each pace=$order \
     "pace$k-{pace}-{mode}" -- \
-    $PY -m xtc_lab.policer_profile --routers 1000 --window 10 --jitter {jitter} --sample-link --top 5 --no-profile \
+    env PYTHONPATH=$tree:$tree/lab $PY -m xtc_lab.policer_profile --routers 1000 --window 10 --jitter {jitter} \
+      --sample-link --top 5 --no-profile \
       --pace-s {pace}
 done
