@@ -320,13 +320,13 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
                    profiled_window: bool = True, structures: bool = False, trim: bool = False,
-                   link_only: bool = False) -> dict[str, Any]:
+                   link_only: bool = False, pace_s: float | None = None) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
-                           "jitter": jitter, "sample_link": sample_link, "schema": schema,
+                           "jitter": jitter, "sample_link": sample_link, "schema": schema, "pace_s": pace_s,
                            "loadavg_before": loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
             fleet_process(routers, vrs, dead, jitter, pub_socket=not link_only) as (fleet, fleet_routers):
@@ -336,7 +336,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             for r in fleet_routers:
                 store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
                                  pub_endpoint=r["pub_endpoint"])
-            pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}))  # (an older xtc has no schema)
+            pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}),  # (an older xtc has no schema)
+                            **({"pace_s": pace_s} if pace_s is not None else {}))
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
             eng.start()
@@ -445,12 +446,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--link-only", action="store_true",
                    help="the stand-in fleet without PUB sockets (with --sample-link: 5,000 daemons fit 20,000 descriptors)")
     p.add_argument("--no-profile", action="store_true", help="skip the profiled window (CPU unprofiled, RSS)")
+    p.add_argument("--pace-s", type=float, default=None,
+                   help="the link pool's pace, seconds: its I/O thread waits on its sockets at most once this often "
+                        "(default: the pool's, xtc.policer.link.PACE_S)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
                                     sample_link=args.sample_link, schema=args.schema, census_types=args.census,
                                     profiled_window=not args.no_profile, structures=args.sizes,
-                                    trim=args.trim, link_only=args.link_only), indent=1))
+                                    trim=args.trim, link_only=args.link_only, pace_s=args.pace_s), indent=1))
     return 0
 
 
