@@ -87,6 +87,44 @@ def fleet_table(folder: Path, prefix: str = "") -> list[str]:
     return lines
 
 
+#: The engine's threads that a profile table shows, in this order.
+PROFILE_THREADS = ("ZMQbg/IO/0", "policer-links", "policer-engine", "policer-worker", "policer-samples")
+
+
+def profile_tables(folder: Path, pattern: str, names: tuple[str, ...]) -> list[str]:
+    """The Markdown tables of a session's ``python -m xtc_lab.policer_profile`` runs in ``folder``: the files
+    matching ``pattern``, named ``<prefix><round>-<name>-<name>....json`` (``names`` names the parts after the
+    round, e.g. ``("side", "mode")``).  First each run (its CPU per measurement, the threads', the cycle's p50 /
+    p99 and the RSS), then per value of ``names`` the CPU of each round and the medians."""
+    import re
+    import statistics
+
+    runs = []
+    for f in sorted(folder.glob(pattern)):
+        rnd, *parts = f.stem.split("-")
+        runs.append((re.sub(r"^\D*", "", rnd), tuple(parts), json.loads(f.read_text())))
+    lines = ["| round | " + " | ".join(names) + " | CPU / measurement (ms) | " + " | ".join(PROFILE_THREADS)
+             + " | cycle p50 / p99 (ms) | RSS (MB) |",
+             "|---|" + "---|" * len(names) + "---|" + "---|" * len(PROFILE_THREADS) + "---|---|"]
+    for rnd, parts, d in sorted(runs, key=lambda r: (r[1], r[0])):
+        t, cyc = d["thread_cpu_ms_per_measurement"], d.get("cycle_ms") or {}
+        lines.append(f"| {rnd} | " + " | ".join(parts) + f" | {d['cpu_ms_per_measurement']['plain']:.4f} | "
+                     + " | ".join(f"{t.get(k, 0):.4f}" for k in PROFILE_THREADS)
+                     + f" | {cyc.get('p50')} / {cyc.get('p99')} | {d.get('rss_mb')} |")
+    lines += ["", "| " + " | ".join(names) + " | CPU / measurement, each round (ms) | median | link pool's thread, "
+              "median | worker, median | libzmq I/O, median |", "|" + "---|" * (len(names) + 5)]
+    for parts in sorted({r[1] for r in runs}):
+        ds = [d for _, p, d in sorted(runs, key=lambda r: r[0]) if p == parts]
+        cpu = [d["cpu_ms_per_measurement"]["plain"] for d in ds]
+
+        def med(thread: str, ds: list[dict[str, Any]] = ds) -> str:
+            return f"{statistics.median(d['thread_cpu_ms_per_measurement'].get(thread, 0) for d in ds):.4f}"
+
+        lines.append("| " + " | ".join(parts) + f" | {' / '.join(f'{c:.4f}' for c in cpu)} | {statistics.median(cpu):.4f} | "
+                     f"{med('policer-links')} | {med('policer-worker')} | {med('ZMQbg/IO/0')} |")
+    return lines
+
+
 def cpu_s_per_call(fn: Callable[[], Any], n: int) -> float:
     """CPU seconds of this process per call of ``fn``, over ``n`` calls after one to warm up."""
     fn()

@@ -51,3 +51,22 @@ def test_cpu_per_call_warms_up_once_then_divides_by_the_calls() -> None:
     calls = []
     assert policer_compare.cpu_s_per_call(lambda: calls.append(sum(range(1000))), 10) >= 0.0
     assert len(calls) == 11
+
+
+def test_profile_tables_show_each_run_and_each_groups_rounds_and_medians(tmp_path) -> None:
+    def run(name: str, cpu: float, links: float) -> None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "cpu_ms_per_measurement": {"plain": cpu}, "cycle_ms": {"p50": 100, "p99": 900}, "rss_mb": 160.0,
+            "thread_cpu_ms_per_measurement": {"policer-links": links, "policer-worker": 0.02}}))
+
+    run("pace1-0.01-steady", 0.2, 0.10)
+    run("pace2-0.01-steady", 0.1, 0.06)
+    run("pace3-0.01-steady", 0.3, 0.08)
+    run("pace1-0.05-steady", 0.15, 0.05)
+    (tmp_path / "other-0.01-steady.json").write_text("not a profile run")  # not matched by the pattern
+    lines = policer_compare.profile_tables(tmp_path, "pace*-*-*.json", ("pace (s)", "mode"))
+    assert lines[0].startswith("| round | pace (s) | mode | CPU / measurement (ms) |")
+    assert "| 2 | 0.01 | steady | 0.1000 | 0.0000 | 0.0600 |" in "\n".join(lines)
+    assert "| 0.01 | steady | 0.2000 / 0.1000 / 0.3000 | 0.2000 | 0.0800 | 0.0200 | 0.0000 |" in lines
+    assert "| 0.05 | steady | 0.1500 | 0.1500 | 0.0500 | 0.0200 | 0.0000 |" in lines
+    assert all(line.count("|") == lines[0].count("|") for line in lines[:6])
