@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -96,9 +98,6 @@ def profile_tables(folder: Path, pattern: str, names: tuple[str, ...]) -> list[s
     matching ``pattern``, named ``<prefix><round>-<name>-<name>....json`` (``names`` names the parts after the
     round, e.g. ``("side", "mode")``).  First each run (its CPU per measurement, the threads', the cycle's p50 /
     p99 and the RSS), then per value of ``names`` the CPU of each round and the medians."""
-    import re
-    import statistics
-
     runs = []
     for f in sorted(folder.glob(pattern)):
         rnd, *parts = f.stem.split("-")
@@ -116,12 +115,10 @@ def profile_tables(folder: Path, pattern: str, names: tuple[str, ...]) -> list[s
     for parts in sorted({r[1] for r in runs}):
         ds = [d for _, p, d in sorted(runs, key=lambda r: r[0]) if p == parts]
         cpu = [d["cpu_ms_per_measurement"]["plain"] for d in ds]
-
-        def med(thread: str, ds: list[dict[str, Any]] = ds) -> str:
-            return f"{statistics.median(d['thread_cpu_ms_per_measurement'].get(thread, 0) for d in ds):.4f}"
-
+        meds = [statistics.median(d["thread_cpu_ms_per_measurement"].get(t, 0) for d in ds)
+                for t in ("policer-links", "policer-worker", "ZMQbg/IO/0")]
         lines.append("| " + " | ".join(parts) + f" | {' / '.join(f'{c:.4f}' for c in cpu)} | {statistics.median(cpu):.4f} | "
-                     f"{med('policer-links')} | {med('policer-worker')} | {med('ZMQbg/IO/0')} |")
+                     + " | ".join(f"{m:.4f}" for m in meds) + " |")
     return lines
 
 
