@@ -44,6 +44,11 @@ import zmq.asyncio
 
 from xtc.daemon import api
 
+try:
+    from xtc.daemon.sample_udp import UdpSamples
+except ImportError:  # a comparison's "before" side, older than the samples' datagrams
+    UdpSamples = None  # type: ignore[assignment,misc]
+
 __all__ = ["FakeDaemon", "FakeVr", "Fleet", "fleet_process"]
 
 MAX_SETPOINT_PPS = 1e8
@@ -193,13 +198,17 @@ class Fleet:
                  flap_s: float = 5.0, transport: str = "ipc", directory: str | Path | None = None,
                  publish: bool = False, period_s: float = 1.0, seed: int = 0, capacity_pps: float = 200_000.0,
                  first: int = 0, jitter: float = 0.0, link_samples: bool = True, samples_v3: bool = True,
-                 pub_socket: bool = True):
+                 pub_socket: bool = True, samples_udp: bool = True):
         rng = random.Random(seed)
         #: With ``publish``: bind the PUB sockets (False: the samples go only to peers subscribed over the
         #: ROUTER socket; the routers keep their PUB endpoints, unbound: a fleet of 5,000 daemons with PUB
         #: sockets needs about 25,000 descriptors).
         self.pub_socket = pub_socket
         self.link_samples = link_samples
+        #: Send the samples as datagrams to a peer whose ``subscribe`` asks for them (False: refuse the
+        #: member, as a daemon older than it does), with the daemon's own adapter.
+        self.samples_udp = samples_udp and UdpSamples is not None
+        self.udp = UdpSamples() if UdpSamples is not None else None
         self.samples_v3 = samples_v3
         self.jitter = jitter
         self._jitter_rng = random.Random(seed + 2)
@@ -334,9 +343,20 @@ class Fleet:
             schema = getattr(req, "schema", None)  # (None from an xtc older than xtc-samples/3)
             if schema is not None and not self.samples_v3:  # as a daemon older than the member refuses it
                 return api.error_reply(api.ApiError("bad_field", "unknown field 'schema' for command 'subscribe'"), req.id)
+            udp = getattr(req, "udp", None)
+            if udp is not None and not self.samples_udp:
+                return api.error_reply(api.ApiError("bad_field", "unknown field 'udp' for command 'subscribe'"), req.id)
             d.link_peers[peer] = schema or api.SAMPLES_SCHEMA
-            return api.ok_reply({"subscribed": True, "schema": d.link_peers[peer], "period_s": self.period_s}, req.id)
+            reply = {"subscribed": True, "schema": d.link_peers[peer], "period_s": self.period_s}
+            if self.udp is not None and udp is None:
+                self.udp.drop((d.name, peer))
+            elif self.udp is not None:
+                self.udp.set((d.name, peer), *udp)
+                reply["udp"] = True
+            return api.ok_reply(reply, req.id)
         d.link_peers.pop(peer, None)
+        if self.udp is not None:
+            self.udp.drop((d.name, peer))
         return api.ok_reply({"subscribed": False}, req.id)
 
     def _reply_later(self, d: FakeDaemon, frames: list[bytes]) -> None:
@@ -386,19 +406,24 @@ class Fleet:
             if p is not None:
                 p.close(0)
 
-    @staticmethod
-    def _send_link(d: FakeDaemon, msgs: dict[str, list[bytes] | None], raw: list[bytes] | None = None) -> None:
+    def _send_link(self, d: FakeDaemon, msgs: dict[str, list[bytes] | None], raw: list[bytes] | None = None) -> None:
         """A samples message to the peers subscribed over the ROUTER socket, as the daemon sends it: in the
-        format each asked for (``msgs``: format -> frames), or ``raw`` to every one."""
+        format each asked for (``msgs``: format -> frames), or ``raw`` to every one; as a datagram to one that
+        asked for them so (the daemon's :class:`~xtc.daemon.sample_udp.UdpSamples`)."""
+        udp = self.udp
         for peer, schema in list(d.link_peers.items()):
             msg = raw if raw is not None else msgs.get(schema)
             if msg is None:
+                continue
+            if udp and udp.send((d.name, peer), msg):
                 continue
             try:
                 d.router.send_multipart([*peer, b"", *msg], flags=zmq.NOBLOCK)
             except zmq.ZMQError as e:
                 if e.errno == zmq.EHOSTUNREACH:  # gone: its subscription ends
                     del d.link_peers[peer]
+                    if udp is not None:
+                        udp.drop((d.name, peer))
 
     async def _flap(self, d: FakeDaemon, first_s: float) -> None:
         await asyncio.sleep(first_s)
@@ -437,6 +462,8 @@ class Fleet:
             if self._thread is not None:
                 self._thread.join(10)
         self.ctx.destroy(0)
+        if self.udp is not None:
+            self.udp.close()
         for held in self._held:
             held.close()
         if self._tmp is not None:
@@ -524,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="refuse 'subscribe' as a daemon older than the command does (samples on the PUB socket only)")
     p.add_argument("--no-samples-v3", dest="samples_v3", action="store_false",
                    help="refuse 'subscribe' with a 'schema' member as a daemon older than xtc-samples/3 does")
+    p.add_argument("--no-samples-udp", dest="samples_udp", action="store_false",
+                   help="refuse 'subscribe' with a 'udp' member as a daemon older than the samples' datagrams does")
     p.add_argument("--no-pub-socket", dest="pub_socket", action="store_false",
                    help="with --publish, no PUB sockets: the samples only over the ROUTER socket to its subscribers")
     p.add_argument("--jitter", type=float, default=0.0, help="offered rates drawn anew each period: base x (1 +- jitter)")
@@ -533,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     fleet = Fleet(args.routers, args.vrs, args.dead, args.slow, args.flapping, flap_s=args.flap_s, transport=args.transport,
                   publish=args.publish, seed=args.first, first=args.first, jitter=args.jitter,
-                  link_samples=args.link_samples, samples_v3=args.samples_v3, pub_socket=args.pub_socket).start()
+                  link_samples=args.link_samples, samples_v3=args.samples_v3, pub_socket=args.pub_socket,
+                  samples_udp=args.samples_udp).start()
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(fleet.routers()))
     tmp.rename(args.out)

@@ -320,14 +320,14 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
                    profiled_window: bool = True, structures: bool = False, trim: bool = False,
-                   link_only: bool = False, pace_s: float | None = None) -> dict[str, Any]:
+                   link_only: bool = False, pace_s: float | None = None, sample_udp: str | None = None) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "jitter": jitter, "sample_link": sample_link, "schema": schema, "pace_s": pace_s,
-                           "loadavg_before": loadavg()}
+                           "sample_udp": sample_udp, "loadavg_before": loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
             fleet_process(routers, vrs, dead, jitter, pub_socket=not link_only) as (fleet, fleet_routers):
         eng = store = None
@@ -337,7 +337,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "profile",
                                  pub_endpoint=r["pub_endpoint"])
             pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}),  # (an older xtc has no schema)
-                            **({"pace_s": pace_s} if pace_s is not None else {}))
+                            **({"pace_s": pace_s} if pace_s is not None else {}),
+                            **({"sample_udp": sample_udp} if sample_udp else {}))  # (an older xtc has none)
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
             eng.start()
@@ -383,6 +384,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
             if cs:
                 out["cycle_ms"] = {"p50": round(1000 * cs[len(cs) // 2]), "p99": round(1000 * cs[min(len(cs) - 1, int(0.99 * len(cs)))])}
             out["loadavg_after"] = loadavg()
+            out["links"] = pool.stats()  # (how the samples came: samples_received, udp_received, udp_dropped)
             out["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             out["rss_mb"] = round(_rss_bytes() / 1e6, 1)
             out["heap_bytes"] = heap()
@@ -449,12 +451,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pace-s", type=float, default=None,
                    help="the link pool's pace, seconds: its I/O thread waits on its sockets at most once this often "
                         "(default: the pool's, xtc.policer.link.PACE_S)")
+    p.add_argument("--sample-udp", default=None, metavar="ADDRESS[:PORT]",
+                   help="with --sample-link: the samples as signed UDP datagrams to this address (engine.sample_udp; "
+                        "without a port, any free one)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
                                     sample_link=args.sample_link, schema=args.schema, census_types=args.census,
                                     profiled_window=not args.no_profile, structures=args.sizes,
-                                    trim=args.trim, link_only=args.link_only, pace_s=args.pace_s), indent=1))
+                                    trim=args.trim, link_only=args.link_only, pace_s=args.pace_s,
+                                    sample_udp=(args.sample_udp if not args.sample_udp or ":" in args.sample_udp
+                                                else args.sample_udp + ":0")), indent=1))
     return 0
 
 

@@ -23,6 +23,7 @@ committed as docs/manager-api.schema.json; ``python -m xtc.daemon.api --write`` 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import sys
@@ -52,6 +53,8 @@ __all__ = [
     "decode_samples",
     "json_schema",
     "SAMPLES_TOPIC",
+    "UdpTarget",
+    "udp_address",
     "SAMPLES_SCHEMA",
     "SAMPLES_SCHEMA_V1",
     "SAMPLES_SCHEMA_V3",
@@ -107,7 +110,11 @@ COMMANDS: dict[str, dict[str, tuple[str, bool, str]]] = {
     "vr_on": {"vr": ("vr", True, "a VR this daemon turned off: turned on again; its instance stays paused")},
     # The samples over the manager connection (issue 50, docs/design/one-link.md): for a DEALER client only.
     "subscribe": {"schema": ("samples_schema", False, ("the samples' format: xtc-samples/2 (JSON rows, the default) or "
-                                                       "xtc-samples/3 (columns in a binary frame, docs/manager-api.md)"))},
+                                                       "xtc-samples/3 (columns in a binary frame, docs/manager-api.md)")),
+                  "udp": ("udp_target", False, ("the samples as signed UDP datagrams instead of messages on this "
+                                                "connection (docs/design/samples-udp.md): {\"to\": \"ADDRESS:PORT\" (an IP "
+                                                "address, IPv6 in brackets), \"key\": 64 hex digits (a fresh key of 32 "
+                                                "bytes)}; one period in LINK_EVERY still comes on the connection"))},
     "unsubscribe": {},
 }
 
@@ -155,6 +162,9 @@ class Request:
     reason: str | None = None
     #: ``subscribe``: the samples' format asked for (None: not given, :data:`SAMPLES_SCHEMA`).
     schema: str | None = None
+    #: ``subscribe``: the samples as UDP datagrams, to ``(IP address, port)`` signed with ``key``
+    #: (32 bytes; None: on the connection).
+    udp: tuple[tuple[str, int], bytes] | None = None
 
 
 # ----------------------------------------------------------------------------------- the models
@@ -166,9 +176,49 @@ SetpointPps = Annotated[float, Field(ge=MIN_SETPOINT_PPS, allow_inf_nan=False)]
 RequestId = Annotated[str, Field(max_length=MAX_ID_CHARS)] | Annotated[int, Field(ge=-(2**63), lt=2**63)]
 #: Longest ``reason`` of a ``vr_off`` request, characters.
 MAX_REASON_CHARS = 300
+
+
+def udp_address(text: str, any_port: bool = False) -> tuple[str, int]:
+    """``"ADDRESS:PORT"`` (an IP address, an IPv6 one in brackets; no name: the daemon resolves none) as
+    ``(address, port)``; ValueError naming the problem.  Port 0 is refused (nobody reads it) unless
+    ``any_port`` (an address to bind: any free port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"{text[:80]!r} is not ADDRESS:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):  # ValueError for a name
+            raise ValueError(f"{text[:80]!r}: brackets are for an IPv6 address")
+    elif not isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address):
+        raise ValueError(f"{text[:80]!r}: an IPv6 address is written in brackets, [ADDRESS]:PORT")
+    p = int(port)
+    if not (0 if any_port else 1) <= p < 65536:
+        raise ValueError(f"{text[:80]!r}: the port must be {0 if any_port else 1}-65535")
+    return host, p
+
+
+class UdpTarget(BaseModel):
+    """``subscribe``'s ``udp``: where the peer reads the samples' datagrams, and their key."""
+
+    model_config = _STRICT
+
+    to: str = Field(max_length=64, description="ADDRESS:PORT: an IP address (IPv6 in brackets) and a UDP port")
+    key: str = Field(pattern=r"^[0-9a-f]{64}$", description="the datagrams' key: 32 bytes as 64 lower-case hex digits")
+
+    @field_validator("to")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        try:
+            udp_address(v)
+        except ValueError as e:
+            raise ValueError(f"'udp.to': {e}") from None
+        return v
+
+
 _FIELD_TYPES: dict[str, Any] = {"vr": VrName, "setpoint": SetpointPps, "flag": bool,
                                 "text": Annotated[str, Field(max_length=MAX_REASON_CHARS)],
-                                "samples_schema": Literal["xtc-samples/2", "xtc-samples/3"]}
+                                "samples_schema": Literal["xtc-samples/2", "xtc-samples/3"],
+                                "udp_target": UdpTarget}
 #: Request fields whose name is an attribute of pydantic's BaseModel: the model's field is named with a
 #: trailing underscore and takes the wire's name as its alias.
 _ALIASED = frozenset(("schema",))
@@ -358,14 +408,14 @@ def _id_problem(e: ValidationError, v: Any) -> str:
 
 def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str:
     errors = e.errors()
-    unknown = sorted(str(err["loc"][0]) for err in errors if err["type"] == "extra_forbidden")
+    unknown = sorted(".".join(map(str, err["loc"])) for err in errors if err["type"] == "extra_forbidden")
     if unknown:
         return f"unknown field {unknown[0][:64]!r} for command '{cmd}'"
     missing = [err for err in errors if err["type"] == "missing"]
     err = (missing or errors)[0]
     name, kind, v = str(err["loc"][0]), err["type"], err.get("input")
     if kind == "missing":
-        return f"missing field '{name}' for command '{cmd}'"
+        return f"missing field '{'.'.join(map(str, err['loc']))}' for command '{cmd}'"
     if name == "vr":
         if kind == "string_type":
             return f"'vr' must be a string, got {type(v).__name__}"
@@ -381,7 +431,9 @@ def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str
             return f"'setpoint_pps' must be at least {MIN_SETPOINT_PPS:g} packet/s, got {v:g}"
     if kind == "value_error":
         return str(err["ctx"]["error"])
-    return f"{name!r}: {err['msg']}"
+    if name == "udp" and kind == "string_pattern_mismatch":
+        return "'udp.key' must be 64 lower-case hex digits (32 bytes)"
+    return f"{'.'.join(map(str, err['loc']))!r}: {err['msg']}"
 
 
 def reject_json_constant(name: str) -> Any:
@@ -461,7 +513,11 @@ def parse_request(raw: bytes, max_bytes: int, max_setpoint_pps: float) -> Reques
         raise
     return Request(cmd=cmd, vr=getattr(req, "vr", None), setpoint_pps=getattr(req, "setpoint_pps", None), id=rid,
                    early_drop=getattr(req, "early_drop", getattr(req, "on", None)), reason=getattr(req, "reason", None),
-                   schema=getattr(req, "schema_", None))
+                   schema=getattr(req, "schema_", None), udp=_udp(getattr(req, "udp", None)))
+
+
+def _udp(t: UdpTarget | None) -> tuple[tuple[str, int], bytes] | None:
+    return None if t is None else (udp_address(t.to), bytes.fromhex(t.key))
 
 
 # numpy scalars and arrays as numbers and lists; int keys as strings (as json.dumps writes them).

@@ -60,6 +60,7 @@ from xtc.host.limiter import Limiter, LimiterError
 from xtc.host.bpflimiter import BpfLimiter
 from xtc.host.tclimiter import TcLimiter
 from .metrics import DaemonMetrics
+from .sample_udp import UdpSamples
 from .process import give_socket_group, prepare_ipc
 from xtc.service.heap import release_large_blocks
 from xtc.service.state import StateFileError, lock_state_dir, read_state, save_state
@@ -231,6 +232,8 @@ class DaemonService:
         #: there, dropped when their queue is full, and the subscription ends when the peer is gone (its
         #: connection closed) or sends ``unsubscribe``.
         self.link_subscribers: dict[tuple[bytes, ...], str] = {}
+        #: Of them, those that asked for their samples as UDP datagrams (``subscribe`` with ``udp``).
+        self.udp = UdpSamples()
         #: Whether a subscriber of the PUB socket held the samples' topic at the last period's look.
         self.pub_listeners = False
         #: The ipc:// socket files bound (path, inode), removed on close.
@@ -370,6 +373,7 @@ class DaemonService:
         for s in (self.rep, self.pub):
             if s is not None:
                 s.close(0)
+        self.udp.close()
         # libzmq leaves an ipc:// socket's file behind; remove ours (not one another daemon bound since).
         for path, ino in self._ipc_files:
             try:
@@ -496,28 +500,35 @@ class DaemonService:
         for (``messages``: format -> its frames), never waiting: a peer whose queue is full (``SNDHWM``)
         loses this message (counted), one that is gone loses its subscription."""
         assert self.rep is not None
+        udp = self.udp
         for peer, schema in list(self.link_subscribers.items()):
             msg = messages.get(schema)
             if msg is None:
+                continue
+            if udp and udp.send(peer, msg):  # (else this period's on the connection: see UdpSamples.send)
                 continue
             try:
                 self.rep.send_multipart([*peer, b"", *msg], _NOBLOCK, copy=False)
             except zmq.ZMQError as e:
                 if e.errno == zmq.EHOSTUNREACH:  # its connection is gone (closed, or timed out by heartbeats)
                     del self.link_subscribers[peer]
+                    udp.drop(peer)
                     event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="gone")
                 else:  # EAGAIN: the peer reads too slowly
                     self.metrics.sends_dropped.labels("samples").inc()
 
-    def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None, schema: str | None = None) -> dict[str, Any]:
+    def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None, schema: str | None = None,
+                      udp: tuple[tuple[str, int], bytes] | None = None) -> dict[str, Any]:
         """``subscribe`` / ``unsubscribe``: the samples over this connection (the peer's envelope), in the
-        format ``schema`` asks for (None: ``xtc-samples/2``); a peer subscribed again takes the new one."""
+        format ``schema`` asks for (None: ``xtc-samples/2``), as datagrams to ``udp`` (address, key) if given;
+        a peer subscribed again takes the new one."""
         if peer is None:
             raise ApiError("unsupported", f"'{cmd}' is about the connection it comes on: send it on a DEALER "
                                           "socket connected to manager.endpoint")
         if cmd == "unsubscribe":
             if peer in self.link_subscribers:
                 del self.link_subscribers[peer]
+                self.udp.drop(peer)
                 event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="asked")
             return {"subscribed": False}
         if peer not in self.link_subscribers:
@@ -527,7 +538,14 @@ class DaemonService:
             event(log, logging.INFO, "samples_subscribed", peer=peer[0].hex(), subscribers=len(self.link_subscribers) + 1,
                   schema=schema or api.SAMPLES_SCHEMA)
         self.link_subscribers[peer] = schema or api.SAMPLES_SCHEMA
-        return {"subscribed": True, "schema": schema or api.SAMPLES_SCHEMA, "period_s": self.cfg.daemon.control_period_s}
+        reply = {"subscribed": True, "schema": schema or api.SAMPLES_SCHEMA, "period_s": self.cfg.daemon.control_period_s}
+        if udp is None:
+            self.udp.drop(peer)
+        else:
+            self.udp.set(peer, *udp)
+            event(log, logging.INFO, "samples_udp", peer=peer[0].hex(), to=f"{udp[0][0]}:{udp[0][1]}")
+            reply["udp"] = True
+        return reply
 
     def sample_listeners(self) -> bool:
         """True if someone takes the samples: a peer subscribed over the manager socket, or a subscriber of
@@ -700,7 +718,7 @@ class DaemonService:
             req = api.parse_request(frames[0], cfg.manager.max_message_bytes, cfg.daemon.max_setpoint_pps)
             cmd = req.cmd
             if cmd in api.LINK_COMMANDS:  # about the connection: the socket's, not the control loop's
-                result = self._subscription(cmd, peer, req.schema)
+                result = self._subscription(cmd, peer, req.schema, req.udp)
                 self.metrics.requests.labels(cmd, "ok").inc()
                 return api.ok_reply(result, req.id)
             now = self.clock()

@@ -325,6 +325,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = json.loads(sys.stdin.readline())
     setup_logging(cfg.get("log_format", "json"), cfg.get("log_level", "info"))
+    from .config import sample_udp_address, udp_text
     from .engine import Engine
     from .link import LinkPool
     from .liveshare import live_file_name
@@ -346,8 +347,14 @@ def main() -> int:
     i, n = cfg.get("shard", (0, 1))
     shard = (int(i), int(n))
     leadership = Leadership(store, cfg["holder"], on_crash, shard=shard) if cfg["leader_election"] else None
-    links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"],
-                     sample_schema=cfg.get("sample_schema", "xtc-samples/3"))
+    udp = cfg.get("sample_udp")
+    try:
+        links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"],
+                         sample_schema=cfg.get("sample_schema", "xtc-samples/3"),
+                         sample_udp=udp_text(sample_udp_address(udp, shard[0])) if udp else None)
+    except OSError as e:
+        print(f"xtc policer engine: engine.sample_udp {udp}: cannot bind shard {shard[0]}'s socket: {e}", file=sys.stderr)
+        return 2
     streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"],
                              links=links if cfg.get("sample_link", True) else None) if cfg.get("samples") else None)
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,

@@ -29,7 +29,9 @@ import json
 import logging
 import math
 import re
+import secrets
 import selectors
+import socket
 import threading
 import time
 from pathlib import Path
@@ -38,9 +40,12 @@ from typing import Any, Callable, Iterable
 import zmq
 from pydantic import ValidationError
 
+from xtc.daemon import datagram
 from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_SCHEMA, SAMPLES_SCHEMA_V3, SAMPLES_SCHEMAS, SAMPLES_TOPIC,
                             ErrorReply, Instance, OkReply, reject_json_constant, unique_json_keys)
 from xtc.daemon.ctl import ManagerError, open_client
+
+from .config import sample_udp_address, udp_text
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -247,6 +252,12 @@ TEND_S = 0.25
 READ_BATCH = 64
 #: The I/O thread waits on its sockets at most once every this many seconds (:class:`_PacedSelector`).
 PACE_S = 0.01
+#: Most datagrams read from the samples' UDP socket in one turn of the I/O thread's loop (the rest at its
+#: next turn, after the connections' turns).
+READ_DATAGRAMS = 512
+#: The samples' UDP socket's receive buffer asked for, bytes (the kernel caps it at ``net.core.rmem_max``):
+#: room for the datagrams of a few thousand routers that arrive between two of the loop's turns.
+UDP_RCVBUF_BYTES = 4 << 20
 
 
 class _PacedSelector(selectors.DefaultSelector):  # type: ignore[valid-type,misc]
@@ -281,7 +292,8 @@ RefusedSink = Callable[[BaseException], None]
 class _Sub:
     """The samples of one daemon endpoint over its kept connection (``subscribe``), and who takes them."""
 
-    __slots__ = ("key", "last_s", "next_s", "period_s", "plain", "retry_s", "sinks", "state")
+    __slots__ = ("key", "last_s", "next_s", "period_s", "plain", "retry_s", "sinks", "state", "udp_id", "udp_seq",
+                 "no_udp")
 
     def __init__(self, key: tuple[str, str | None]):
         self.key = key
@@ -296,6 +308,12 @@ class _Sub:
         self.period_s = 1.0
         #: ``subscribe`` is sent without ``schema`` (the daemon refused the member: older than it).
         self.plain = False
+        #: The id of the key of the datagrams asked for at the last ``subscribe`` (None: on the connection),
+        #: and the sequence number of the last datagram taken.
+        self.udp_id: bytes | None = None
+        self.udp_seq = 0
+        #: ``subscribe`` is sent without ``udp`` (the daemon refused the member: older than it).
+        self.no_udp = False
 
 
 class _Conn:
@@ -379,15 +397,25 @@ class LinkPool:
         The I/O thread waits on its sockets at most once every this many seconds, and reads then every
         connection that has messages (one wake-up for many); a message waits at most that long more.
         0: at once.
+    sample_udp : str, optional
+        ``ADDRESS:PORT`` (an IP address, IPv6 in brackets; port 0: any free one) to take the samples on as
+        UDP datagrams (docs/design/samples-udp.md): bound here (an error raises ``OSError``), and sent in
+        each ``subscribe`` with a fresh key; a daemon that does not know the member sends them on the
+        connection.  None: on the connection.
     """
 
     def __init__(self, timeout_s: float, curve_secret_file: str | Path | None = None,
                  context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
                  max_in_flight: int | None = None, heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  idle_s: float = 300.0, stall_s: float | None = None, pace_s: float = PACE_S,
-                 sample_schema: str = SAMPLES_SCHEMA_V3):
+                 sample_schema: str = SAMPLES_SCHEMA_V3, sample_udp: str | None = None):
         if sample_schema not in SAMPLES_SCHEMAS:
             raise ValueError(f"sample_schema must be one of {', '.join(SAMPLES_SCHEMAS)}, got {sample_schema!r}")
+        #: The samples' UDP socket and the address the daemons are told (None: samples on the connections).
+        self._udp: socket.socket | None = None
+        self.udp_to: str | None = None
+        if sample_udp is not None:
+            self._udp, self.udp_to = _bind_udp(sample_udp)
         #: The samples' format asked for in ``subscribe`` (a daemon that does not know the member is asked
         #: again without it, and sends ``xtc-samples/2``).
         self.sample_schema = sample_schema
@@ -441,6 +469,14 @@ class LinkPool:
         self.resubscribes = 0
         self.samples_received = 0
         self.stray_samples = 0
+        #: The datagrams' keys by their ids (the subscriptions' whose last ``subscribe`` asked for them).
+        self._udp_keys: dict[bytes, bytes] = {}
+        self._udp_subs: dict[bytes, _Sub] = {}
+        #: ``subscribe`` answered with the datagrams on; datagrams taken; datagrams dropped, by reason
+        #: (:class:`xtc.daemon.datagram.DatagramError`'s, or ``replayed``: a sequence number not above the last).
+        self.subscribed_udp = 0
+        self.udp_received = 0
+        self.udp_dropped: dict[str, int] = {}
 
     def stats(self) -> dict[str, int]:
         """The counters of the links (for logs and metrics)."""
@@ -451,7 +487,8 @@ class LinkPool:
                 "subscribed": self.subscribed, "subscribed_v3": self.subscribed_v3,
                 "subscribe_refused": self.subscribe_refused,
                 "resubscribes": self.resubscribes, "samples_received": self.samples_received,
-                "stray_samples": self.stray_samples}
+                "stray_samples": self.stray_samples, "subscribed_udp": self.subscribed_udp,
+                "udp_received": self.udp_received, "udp_dropped": sum(self.udp_dropped.values())}
 
     def expect(self, daemons: int) -> bool:
         """Check that ``daemons`` connections (the fleet's distinct daemon endpoints) fit in the
@@ -483,6 +520,8 @@ class LinkPool:
                     self._loop.call_soon(ready.set)
                     self._loop.call_later(min(30.0, self.idle_s / 4), self._close_idle)
                     self._loop.call_later(TEND_S, self._tend)
+                    if self._udp is not None:
+                        self._loop.add_reader(self._udp.fileno(), self._datagrams)
                     self._loop.run_forever()
 
                 self._thread = threading.Thread(target=run, name="policer-links", daemon=True)
@@ -558,6 +597,7 @@ class LinkPool:
         if sub is None or sub.sinks.pop(router, None) is None or sub.sinks:
             return
         del self._subs[key]
+        self._forget_udp(sub)
         if sub.state in ("on", "asking") and key in self._conns:  # nobody takes them: the daemon may stop
             self._spawn(self._talk(key[0], key[1], [{"cmd": "unsubscribe"}]))
 
@@ -575,9 +615,15 @@ class LinkPool:
 
         try:
             async with self._sem:
-                ask = {"cmd": "subscribe"}
+                ask: dict[str, Any] = {"cmd": "subscribe"}
                 if not sub.plain and self.sample_schema != SAMPLES_SCHEMA:
                     ask["schema"] = self.sample_schema
+                self._forget_udp(sub)
+                if self.udp_to is not None and not sub.no_udp:  # a fresh key each time: never one a datagram was sent with
+                    key = secrets.token_bytes(datagram.KEY_BYTES)
+                    sub.udp_id, sub.udp_seq = datagram.key_id_of(key), 0
+                    self._udp_keys[sub.udp_id], self._udp_subs[sub.udp_id] = key, sub
+                    ask["udp"] = {"to": self.udp_to, "key": key.hex()}
                 results = await self._talk(sub.key[0], sub.key[1], [ask])
         except LinkDown as e:  # no connection could be made
             results = [e]
@@ -593,6 +639,13 @@ class LinkPool:
             sub.state, sub.last_s, sub.retry_s = "on", now, SUBSCRIBE_RETRY_S
             self.subscribed += 1
             self.subscribed_v3 += res.get("schema") == SAMPLES_SCHEMA_V3
+            self.subscribed_udp += res.get("udp") is True
+        elif isinstance(res, DaemonRefused) and res.code == "bad_field" and "udp" in ask and "'udp" in str(res):
+            # A daemon that does not know 'udp' (older), or cannot send to that address: on the connection.
+            sub.no_udp = True
+            self._forget_udp(sub)
+            log.info("%s: samples on the connection, not as datagrams (%s)", sub.key[0], res)
+            self._ask(sub)
         elif isinstance(res, DaemonRefused) and res.code == "bad_field" and not sub.plain:
             # A daemon that has 'subscribe' but not its 'schema' member: asked again without it (xtc-samples/2).
             sub.plain = True
@@ -629,11 +682,54 @@ class LinkPool:
         if sub is None or sub.state == "refused":
             self.stray_samples += 1
             return
+        self._deliver(sub, frames[1:])
+
+    def _forget_udp(self, sub: _Sub) -> None:
+        """The datagrams with the subscription's last key are taken no more."""
+        if sub.udp_id is not None:
+            self._udp_keys.pop(sub.udp_id, None)
+            self._udp_subs.pop(sub.udp_id, None)
+            sub.udp_id = None
+
+    def _datagrams(self) -> None:
+        """The loop's callback when the samples' UDP socket is readable: its datagrams read without waiting,
+        at most :data:`READ_DATAGRAMS` in this turn (the rest at the next), each checked (its key's tag, a
+        sequence number above the last taken) and its message handed to its subscription's sinks; one that
+        does not check is dropped and counted by reason."""
+        udp = self._udp
+        if udp is None:
+            return
+        buf = bytearray(65536)
+        view = memoryview(buf)
+        keys, subs, dropped = self._udp_keys, self._udp_subs, self.udp_dropped
+        recv_into, decode = udp.recv_into, datagram.decode
+        for _ in range(READ_DATAGRAMS):
+            try:
+                n = recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # an ICMP error queued on the socket, or closed
+                continue
+            try:
+                key_id, seq, frames = decode(view[:n], keys)
+            except datagram.DatagramError as e:
+                dropped[e.reason] = dropped.get(e.reason, 0) + 1
+                continue
+            sub = subs[key_id]
+            if seq <= sub.udp_seq:
+                dropped["replayed"] = dropped.get("replayed", 0) + 1
+                continue
+            sub.udp_seq = seq
+            self.udp_received += 1
+            self._deliver(sub, frames)
+        self._loop.call_soon(self._datagrams)  # a full turn: the rest at the next
+
+    def _deliver(self, sub: _Sub, msg: list[bytes]) -> None:
+        """A samples message (``[topic, ...]``) of a subscription, from its connection or a datagram."""
         sub.last_s = self._loop.time()
         if sub.state != "on":  # a 'subscribe' whose reply was lost took effect all the same
             sub.state = "on"
         self.samples_received += 1
-        msg = frames[1:]
         for on_sample, _ in sub.sinks.values():  # (changed only by the loop's own callbacks, not during this)
             try:
                 on_sample(msg)
@@ -920,10 +1016,28 @@ class LinkPool:
             c.closed = True
             c.sock.close(0)
         self._conns.clear()
+        if self._udp is not None:
+            self._udp.close()
         if self._own_ctx:
             self.ctx.destroy(0)
         if self._thread is None or not self._thread.is_alive():
             loop.close()  # its selector and self-pipe now, not at garbage collection
+
+
+def _bind_udp(text: str) -> tuple[socket.socket, str]:
+    """The samples' UDP socket bound to ``ADDRESS:PORT`` (:func:`~xtc.policer.config.sample_udp_address`;
+    port 0: a free one), non-blocking, and the address the daemons are told (``ADDRESS:PORT`` with the
+    port bound).  Raises ``ValueError`` for a bad address, ``OSError`` if it cannot be bound."""
+    addr = sample_udp_address(text)
+    s = socket.socket(socket.AF_INET6 if ":" in addr[0] else socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF_BYTES)
+        s.bind(addr)
+        s.setblocking(False)
+    except OSError:
+        s.close()
+        raise
+    return s, udp_text((addr[0], s.getsockname()[1]))
 
 
 #: A VR name the policer stores: what its API's paths can address (the daemon's limit of
