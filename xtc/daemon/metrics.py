@@ -234,6 +234,10 @@ class DaemonMetrics(ServiceMetrics):
         self.sends_dropped = Counter("xtc_manager_sends_dropped", "Messages of the manager socket not sent: a reply "
                                      "or a samples message to a peer whose queue is full (a slow client) or that is "
                                      "gone, by kind (reply, samples)", ["kind"], registry=r)
+        self.sample_datagrams = Counter("xtc_manager_sample_datagrams", "Samples messages to peers subscribed with "
+                                        "udp: sent as datagrams, or sent on the connection because the datagram could "
+                                        "not be (refused by the kernel, too big), by outcome (sent, failed)",
+                                        ["outcome"], registry=r)
         self.work = Histogram(
             "xtc_period_work_seconds",
             "Wall time of one control period's work (controllers, actuation, publishing), seconds",

@@ -501,6 +501,7 @@ class DaemonService:
         loses this message (counted), one that is gone loses its subscription."""
         assert self.rep is not None
         udp = self.udp
+        sent, failed = udp.sent, udp.failed
         for peer, schema in list(self.link_subscribers.items()):
             msg = messages.get(schema)
             if msg is None:
@@ -516,6 +517,10 @@ class DaemonService:
                     event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="gone")
                 else:  # EAGAIN: the peer reads too slowly
                     self.metrics.sends_dropped.labels("samples").inc()
+        if udp.sent > sent:
+            self.metrics.sample_datagrams.labels("sent").inc(udp.sent - sent)
+        if udp.failed > failed:
+            self.metrics.sample_datagrams.labels("failed").inc(udp.failed - failed)
 
     def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None, schema: str | None = None,
                       udp: tuple[tuple[str, int], bytes] | None = None) -> dict[str, Any]:
