@@ -72,11 +72,28 @@ class Daemon:
         self.config = self.dir / "daemon.toml"
         self.config.write_text("\n".join(lines) + "\n")
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         argv = self.argv_prefix or [sys.executable, "-m", "xtc.cli", "daemon"]
-        self.proc = subprocess.Popen([*argv, "-c", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir / "daemon.log", "a"))
-        wait_for(self.ping, 15, f"daemon {self.name} to answer")
+        with open(self.dir / "daemon.log", "a") as log:
+            self.proc = subprocess.Popen([*argv, "-c", str(self.config)], stdout=subprocess.DEVNULL, stderr=log)
+        if wait:
+            wait_for(self.ping, 15, f"daemon {self.name} to answer")
+
+    def restart(self) -> None:
+        """Stopped (SIGTERM, waited for) and started again at once, without waiting for it to answer."""
+        stop_process(self.proc)
+        self.start(wait=False)
+
+    def sampled_routers(self, db: Path, n: int) -> Any:
+        """A policer's store (SQLite file ``db``) with ``n`` routers on this daemon, control off, each with
+        its PUB endpoint (so measured from samples)."""
+        from xtc.policer.store import Store
+
+        store = Store(f"sqlite:///{db}")
+        for i in range(n):
+            store.add_router(f"r{i:02d}", self.endpoint, 1e7, "off", None, "test",
+                             pub_endpoint=f"tcp://127.0.0.1:{self.pub_port}")
+        return store
 
     def call(self, cmd: str, timeout_s: float = 1.0, **fields: Any) -> dict[str, Any]:
         """One request to the daemon (its own ctl client; the policer's link when CURVE is on)."""

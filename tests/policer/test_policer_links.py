@@ -19,7 +19,6 @@ import zmq.auth.thread
 
 from conftest import wait_for
 from fakes.daemon import RouterPeer
-from procs import stop_process
 from xtc.service.curve import generate_keypair, load_public
 from xtc.policer.engine import Engine
 from xtc.policer.link import BadReply, LinkDown, LinkPool, tcp_states
@@ -30,14 +29,6 @@ pytestmark = pytest.mark.slow
 
 def _tcp_states(port: int) -> dict[str, int]:
     return tcp_states([port])
-
-
-def _restart(d: Any) -> None:
-    """Stop the daemon and start it again on the same endpoint, without the test's own requests (its
-    ``ping`` would open connections of its own toward the daemon)."""
-    stop_process(d.proc)
-    d.proc = subprocess.Popen([*(d.argv_prefix or [__import__("sys").executable, "-m", "xtc.cli", "daemon"]),
-                               "-c", str(d.config)], stdout=subprocess.DEVNULL, stderr=open(d.dir / "daemon.log", "a"))
 
 
 def test_policing_by_list_keeps_one_connection_and_reconnects_a_restarted_daemon(tmp_path: Path,
@@ -57,7 +48,7 @@ def test_policing_by_list_keeps_one_connection_and_reconnects_a_restarted_daemon
         time.sleep(2.0)
         mid = _tcp_states(d.port)
         listed_before = eng.listed
-        _restart(d)
+        d.restart()  # (not waiting with pings: the test's own requests would open connections of their own)
         restarted_at = time.time()
         wait_for(lambda: all((r["last_seen_unix_s"] or 0) > restarted_at + 0.3 and r["status"] == "reachable"
                              for r in store.list_routers()), 15, "every router measured again after the restart")

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,14 +16,12 @@ from typing import Any
 import pytest
 from conftest import wait_for
 from fakes.daemon import RouterPeer
-from procs import stop_process
 from xtc_lab.policer_fleet import Fleet
 
 from xtc.daemon import api
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool, tcp_states
 from xtc.policer.samples import SampleStreams
-from xtc.policer.store import Store
 from xtc.service.curve import generate_keypair, load_public
 
 pytestmark = pytest.mark.slow
@@ -135,23 +131,13 @@ def test_a_lost_subscription_is_asked_for_again() -> None:
         fleet.stop()
 
 
-def _restart(d: Any) -> None:
-    stop_process(d.proc)
-    with open(d.dir / "daemon.log", "a") as log:
-        d.proc = subprocess.Popen([*(d.argv_prefix or [sys.executable, "-m", "xtc.cli", "daemon"]), "-c", str(d.config)],
-                                  stdout=subprocess.DEVNULL, stderr=log)
-
-
 def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, make_daemon: Any) -> None:
     """A real ``xtc daemon``: the engine measures its routers from the samples that come over the one
     connection it keeps to the manager socket, none to the PUB socket; the daemon restarted, the
     connection is made again and the samples asked for again, with at most one socket in TIME-WAIT."""
     d = make_daemon("sim", [{"name": f"v{i}", "traffic": "udp", "offered_pps": 10000.0} for i in range(4)],
                     period_s=0.2)
-    pub = f"tcp://127.0.0.1:{d.pub_port}"
-    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
-    for i in range(20):
-        store.add_router(f"r{i:02d}", d.endpoint, 1e7, "off", None, "test", pub_endpoint=pub)
+    store = d.sampled_routers(tmp_path / "p.db", 20)
     links = LinkPool(0.5)
     streams = SampleStreams(max_vrs=8, links=links)
     eng = Engine(store, links, period_s=0.2, samples=streams)
@@ -161,7 +147,7 @@ def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, 
         wait_for(lambda: eng.sampled >= 20 * 5, 15, "the routers measured from their samples")
         assert tcp_states([d.port]).get("established") == 1 and tcp_states([d.pub_port]) == {}
         assert links.stats()["subscriptions"] == 1 and streams.linked == 20
-        _restart(d)
+        d.restart()
         restarted = time.monotonic()
         wait_for(lambda: all((streams.latest(f"r{i:02d}") or (0,))[0] > restarted + 0.5 for i in range(20)), 15,
                  "samples again from the restarted daemon")

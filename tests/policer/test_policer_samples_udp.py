@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,14 +17,12 @@ from typing import Any
 import pytest
 from conftest import wait_for
 from fakes.daemon import RouterPeer
-from procs import stop_process
 from xtc_lab.policer_fleet import Fleet
 
 from xtc.daemon import api, datagram
 from xtc.policer.engine import Engine
 from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
-from xtc.policer.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -164,10 +160,7 @@ def test_an_engine_measures_a_real_daemon_from_its_datagrams_across_its_restart(
     the daemon ends the subscription at its next period on the connection."""
     d = make_daemon("u", [{"name": f"v{i}", "traffic": "udp", "offered_pps": 10000.0} for i in range(4)],
                     period_s=0.1)
-    pub = f"tcp://127.0.0.1:{d.pub_port}"
-    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
-    for i in range(10):
-        store.add_router(f"r{i:02d}", d.endpoint, 1e7, "off", None, "test", pub_endpoint=pub)
+    store = d.sampled_routers(tmp_path / "p.db", 10)
     links = LinkPool(0.5, sample_udp="127.0.0.1:0")
     streams = SampleStreams(max_vrs=8, links=links)
     eng = Engine(store, links, period_s=0.2, samples=streams)
@@ -175,10 +168,7 @@ def test_an_engine_measures_a_real_daemon_from_its_datagrams_across_its_restart(
         eng.start()
         wait_for(lambda: eng.sampled >= 10 * 5 and links.udp_received >= 10, 15, "the routers measured from datagrams")
         assert links.stats()["subscribed_udp"] == 1 and links.udp_dropped == {}
-        stop_process(d.proc)
-        with open(d.dir / "daemon.log", "a") as log:
-            d.proc = subprocess.Popen([sys.executable, "-m", "xtc.cli", "daemon", "-c", str(d.config)],
-                                      stdout=subprocess.DEVNULL, stderr=log)
+        d.restart()
         restarted = time.monotonic()
         wait_for(lambda: links.stats()["subscribed_udp"] >= 2, 15, "subscribed again")
         received = links.udp_received
