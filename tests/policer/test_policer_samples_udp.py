@@ -196,3 +196,20 @@ def test_an_engine_measures_a_real_daemon_from_its_datagrams_across_its_restart(
             assert time.monotonic() - t < 5.0, "datagrams still sent to an engine gone"
     finally:
         rx.close()
+
+
+def test_the_served_policer_takes_datagrams_on_the_address_its_configuration_names(make_policer: Any) -> None:
+    """``engine.sample_udp`` reaches the engine process of ``xtc policer serve``: every daemon holds a
+    datagram target, sends datagrams, and its routers are measured."""
+    fleet = Fleet(3, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp").start()
+    try:
+        pol = make_policer(period_s=0.2, extra_config='sample_udp = "127.0.0.1:0"\n')
+        for r in fleet.routers():
+            pol.call("POST", "/routers", json={"name": r["name"], "endpoint": r["endpoint"], "capacity_pps": 1e6,
+                                               "pub_endpoint": r["pub_endpoint"]})
+        wait_for(lambda: len(fleet.udp) == 3 and fleet.udp.sent >= 3 * 5, 15, "every daemon sending datagrams")
+        wait_for(lambda: all(pol.get(f"/routers/{d.name}")["status"] == "reachable" for d in fleet.daemons), 10,
+                 "every router measured")
+        assert pol.get("/health")["bad_samples"] == 0 and fleet.udp.failed == 0
+    finally:
+        fleet.stop()

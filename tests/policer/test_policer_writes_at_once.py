@@ -57,6 +57,35 @@ def test_a_transaction_asked_not_to_wait_refuses_at_once_and_writes_nothing(tmp_
         s.close()
 
 
+def _reads_while_a_write_waits(tmp_path: Path, url: str) -> tuple[list[float], dict[str, object]]:
+    """Another connection holds SQLite's write lock for 1.5 s; a write is sent, then five reads: the reads'
+    times, and the write's status and time."""
+    held = threading.Event()
+    t = threading.Thread(target=_hold_write_lock, args=(tmp_path / "policer.db", 1.5, held))
+    t.start()
+    held.wait(5)
+    got: dict[str, object] = {}
+
+    def write() -> None:
+        t0 = time.monotonic()
+        got["status"] = httpx.put(url + "/networks/n1/sla", json={"min_pps": 1, "max_pps": 5, "weight": 1},
+                                  headers=AUTH, timeout=10).status_code
+        got["write_s"] = time.monotonic() - t0
+
+    w = threading.Thread(target=write)
+    w.start()
+    time.sleep(0.2)  # the write is waiting for the lock
+    read_s = []
+    with httpx.Client(base_url=url, timeout=10) as c:
+        for _ in range(5):
+            t0 = time.monotonic()
+            assert c.get("/networks/n1").status_code == 200
+            read_s.append(time.monotonic() - t0)
+    w.join()
+    t.join()
+    return read_s, got
+
+
 def test_a_write_behind_another_writer_does_not_hold_the_reads(tmp_path: Path) -> None:
     """A real ``xtc policer serve``: while another connection holds SQLite's write lock for 1.5 s, a write
     waits for it (and then succeeds), and reads sent meanwhile are answered at once."""
@@ -65,29 +94,13 @@ def test_a_write_behind_another_writer_does_not_hold_the_reads(tmp_path: Path) -
         with httpx.Client(base_url=url, timeout=10) as c:
             assert c.post("/networks", json={"name": "n1"}, headers=AUTH).status_code == 201
             c.get("/networks/n1")
-        held = threading.Event()
-        t = threading.Thread(target=_hold_write_lock, args=(tmp_path / "policer.db", 1.5, held))
-        t.start()
-        held.wait(5)
-        got: dict[str, object] = {}
-
-        def write() -> None:
-            t0 = time.monotonic()
-            got["status"] = httpx.put(url + "/networks/n1/sla", json={"min_pps": 1, "max_pps": 5, "weight": 1},
-                                      headers=AUTH, timeout=10).status_code
-            got["write_s"] = time.monotonic() - t0
-
-        w = threading.Thread(target=write)
-        w.start()
-        time.sleep(0.2)  # the write is waiting for the lock
-        read_s = []
-        with httpx.Client(base_url=url, timeout=10) as c:
-            for _ in range(5):
-                t0 = time.monotonic()
-                assert c.get("/networks/n1").status_code == 200
-                read_s.append(time.monotonic() - t0)
-        w.join()
-        t.join()
+        # Measured again (up to three times, each printed) when a read took longer: a stall of a busy host
+        # is not the lock; the bound stays.  A read held by the lock takes about its 1.5 s.
+        for attempt in range(3):
+            read_s, got = _reads_while_a_write_waits(tmp_path, url)
+            print(f"attempt {attempt + 1}: reads {[round(x, 3) for x in read_s]} s, write {got}")
+            if max(read_s) < 0.3:
+                break
         assert max(read_s) < 0.3, read_s
         assert got["status"] == 200 and got["write_s"] >= 1.0, got
     finally:

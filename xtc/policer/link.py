@@ -488,7 +488,7 @@ class LinkPool:
                 "subscribe_refused": self.subscribe_refused,
                 "resubscribes": self.resubscribes, "samples_received": self.samples_received,
                 "stray_samples": self.stray_samples, "subscribed_udp": self.subscribed_udp,
-                "udp_received": self.udp_received, "udp_dropped": sum(self.udp_dropped.values())}
+                "udp_received": self.udp_received, "udp_dropped": sum(list(self.udp_dropped.values()))}
 
     def expect(self, daemons: int) -> bool:
         """Check that ``daemons`` connections (the fleet's distinct daemon endpoints) fit in the
