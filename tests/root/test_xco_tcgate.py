@@ -642,11 +642,19 @@ def test_gso_max_segs_one_hands_the_gate_frames_and_is_given_back(lab: Lab) -> N
             break
     assert packets > 0 and nbytes > packets * frame, tries
     assert _gso_max_segs(lab) == 65535
-    gate = lab.gate(gso_max_segs=1)
-    with installed(gate):
-        assert _gso_max_segs(lab) == 1
-        packets, nbytes = _held_tcp_packet_bytes(lab, gate)
-        assert packets >= 10 and nbytes <= packets * frame, (packets, nbytes)
+    # with it: frames only, judged over at least 10 held packets; a loaded host may leave fewer in the
+    # class when the gate closes (9 once in a fresh-clone run), so the connection is run again, each time
+    # through a gate of its own, up to three times
+    tries = []
+    for _ in range(3):
+        with installed(lab.gate(gso_max_segs=1)) as gate:
+            assert _gso_max_segs(lab) == 1
+            tries.append(_held_tcp_packet_bytes(lab, gate))
+        packets, nbytes = tries[-1]
+        if packets >= 10 and nbytes <= packets * frame:
+            break
+    print("held with gso_max_segs=1 (packets, bytes):", tries)
+    assert packets >= 10 and nbytes <= packets * frame, (packets, nbytes)
     assert _gso_max_segs(lab) == 65535
     # killed while installed: cleanup() knows the value the gate sets and puts the default back
     gate = lab.gate(gso_max_segs=1)
