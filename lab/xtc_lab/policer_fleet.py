@@ -348,11 +348,11 @@ class Fleet:
                 return api.error_reply(api.ApiError("bad_field", "unknown field 'udp' for command 'subscribe'"), req.id)
             d.link_peers[peer] = schema or api.SAMPLES_SCHEMA
             reply = {"subscribed": True, "schema": d.link_peers[peer], "period_s": self.period_s}
-            if self.udp is not None and udp is None:
-                self.udp.drop((d.name, peer))
-            elif self.udp is not None:
+            if udp is not None:  # (self.udp is there: samples_udp is on)
                 self.udp.set((d.name, peer), *udp)
                 reply["udp"] = True
+            elif self.udp is not None:
+                self.udp.drop((d.name, peer))
             return api.ok_reply(reply, req.id)
         d.link_peers.pop(peer, None)
         if self.udp is not None:

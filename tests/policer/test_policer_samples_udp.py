@@ -27,12 +27,6 @@ from xtc.policer.samples import SampleStreams
 pytestmark = pytest.mark.slow
 
 
-def _streams(fleet: Fleet, links: LinkPool) -> SampleStreams:
-    streams = SampleStreams(max_vrs=8, links=links)
-    streams.want({r["name"]: (r["pub_endpoint"], None, r["endpoint"]) for r in fleet.routers()})
-    return streams
-
-
 def test_the_fleet_s_samples_come_as_datagrams_and_an_older_daemon_s_on_the_connection() -> None:
     new = Fleet(4, vrs_per_router=4, dead_fraction=0.0, publish=True, period_s=0.1, transport="tcp").start()
     old = Fleet(2, vrs_per_router=4, dead_fraction=0.0, publish=True, period_s=0.1, transport="tcp", first=4,

@@ -18,6 +18,11 @@ from xtc.daemon import api, datagram
 KEY = bytes(range(32))
 
 
+def _exported(svc, outcome: str) -> float | None:
+    """The daemon's ``xtc_manager_sample_datagrams_total`` for ``outcome``, as a scrape reads it."""
+    return svc.metrics.registry.get_sample_value("xtc_manager_sample_datagrams_total", {"outcome": outcome})
+
+
 def _udp_reader() -> socket.socket:
     r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     r.bind(("127.0.0.1", 0))
@@ -48,7 +53,7 @@ def test_a_peer_that_asks_for_datagrams_gets_nine_periods_in_ten_as_datagrams(tm
             on_link = _samples(s, 500)
             assert len(on_link) == 2 and all(m[1] == api.SAMPLES_TOPIC for m in on_link)  # periods 10 and 20
             assert svc.udp.sent == 18 and svc.udp.failed == 0
-            assert svc.metrics.sample_datagrams.labels("sent")._value.get() == 18
+            assert _exported(svc, "sent") == 18
             # Asked again without udp: on the connection only; then unsubscribed: nothing.
             assert "udp" not in _ask(svc, s, "subscribe", 2, schema="xtc-samples/3")["result"]
             step(svc, clock, 3)
@@ -96,7 +101,7 @@ def test_a_datagram_the_kernel_refuses_goes_on_the_connection(tmp_path):
             assert _ask(svc, s, "subscribe", udp={"to": "255.255.255.255:9", "key": KEY.hex()})["result"]["udp"] is True
             step(svc, clock, 4)
             assert len(_samples(s)) == 4 and svc.udp.failed == 4 and svc.udp.sent == 0
-            assert svc.metrics.sample_datagrams.labels("failed")._value.get() == 4
+            assert _exported(svc, "failed") == 4
         finally:
             s.close(0)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from itertools import repeat
@@ -197,6 +198,9 @@ def udp_address(text: str, any_port: bool = False) -> tuple[str, int]:
     return host, p
 
 
+_HEX_KEY = re.compile(r"[0-9a-f]{64}")
+
+
 class UdpTarget(BaseModel):
     """``subscribe``'s ``udp``: where the peer reads the samples' datagrams, and their key."""
 
@@ -212,6 +216,13 @@ class UdpTarget(BaseModel):
             udp_address(v)
         except ValueError as e:
             raise ValueError(f"'udp.to': {e}") from None
+        return v
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key(cls, v: Any) -> Any:
+        if not isinstance(v, str) or not _HEX_KEY.fullmatch(v):
+            raise ValueError("'udp.key' must be 64 lower-case hex digits (32 bytes)")
         return v
 
 
@@ -431,8 +442,6 @@ def _field_problem(e: ValidationError, cmd: str, max_setpoint_pps: float) -> str
             return f"'setpoint_pps' must be at least {MIN_SETPOINT_PPS:g} packet/s, got {v:g}"
     if kind == "value_error":
         return str(err["ctx"]["error"])
-    if name == "udp" and kind == "string_pattern_mismatch":
-        return "'udp.key' must be 64 lower-case hex digits (32 bytes)"
     return f"{'.'.join(map(str, err['loc']))!r}: {err['msg']}"
 
 

@@ -24,14 +24,14 @@ the last rows it has; so the daemon builds rows only in periods that someone rea
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from xtc.service.metrics import ServiceMetrics
+from xtc.service.metrics import ServiceMetrics, labelled_counter
 
 from .api import SAMPLE_FIELDS
 
@@ -234,10 +234,13 @@ class DaemonMetrics(ServiceMetrics):
         self.sends_dropped = Counter("xtc_manager_sends_dropped", "Messages of the manager socket not sent: a reply "
                                      "or a samples message to a peer whose queue is full (a slow client) or that is "
                                      "gone, by kind (reply, samples)", ["kind"], registry=r)
-        self.sample_datagrams = Counter("xtc_manager_sample_datagrams", "Samples messages to peers subscribed with "
-                                        "udp: sent as datagrams, or sent on the connection because the datagram could "
-                                        "not be (refused by the kernel, too big), by outcome (sent, failed)",
-                                        ["outcome"], registry=r)
+        #: The samples' datagrams by outcome (``sent``, ``failed``), read at each scrape: the service points it
+        #: at its :meth:`~xtc.daemon.sample_udp.UdpSamples.counts`.
+        self.sample_datagrams: Callable[[], Mapping[str, int]] = dict
+        self.collect_from(lambda: [labelled_counter(
+            "xtc_manager_sample_datagrams", "Samples messages to peers subscribed with udp: sent as datagrams, or sent "
+            "on the connection because the datagram could not be (refused by the kernel, too big), by outcome "
+            "(sent, failed)", "outcome", self.sample_datagrams(), always=("sent", "failed"))])
         self.work = Histogram(
             "xtc_period_work_seconds",
             "Wall time of one control period's work (controllers, actuation, publishing), seconds",

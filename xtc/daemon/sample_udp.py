@@ -46,6 +46,10 @@ class UdpSamples:
         self.sent = 0
         self.failed = 0
 
+    def counts(self) -> dict[str, int]:
+        """The datagrams by outcome: ``sent``, ``failed`` (sent on the connection instead)."""
+        return {"sent": self.sent, "failed": self.failed}
+
     def __contains__(self, peer: Hashable) -> bool:
         return peer in self._targets
 
@@ -74,7 +78,7 @@ class UdpSamples:
         if t.periods % datagram.LINK_EVERY == 0:
             return False
         t.seq += 1
-        data = datagram.encode(t.key, t.key_id, t.seq, [bytes(f) for f in frames])
+        data = datagram.encode(t.key, t.key_id, t.seq, frames)
         if len(data) > datagram.MAX_DATAGRAM_BYTES:
             self._failed(t, f"a datagram of {len(data)} bytes, more than {datagram.MAX_DATAGRAM_BYTES}")
             return False

@@ -234,6 +234,7 @@ class DaemonService:
         self.link_subscribers: dict[tuple[bytes, ...], str] = {}
         #: Of them, those that asked for their samples as UDP datagrams (``subscribe`` with ``udp``).
         self.udp = UdpSamples()
+        self.metrics.sample_datagrams = self.udp.counts
         #: Whether a subscriber of the PUB socket held the samples' topic at the last period's look.
         self.pub_listeners = False
         #: The ipc:// socket files bound (path, inode), removed on close.
@@ -501,7 +502,6 @@ class DaemonService:
         loses this message (counted), one that is gone loses its subscription."""
         assert self.rep is not None
         udp = self.udp
-        sent, failed = udp.sent, udp.failed
         for peer, schema in list(self.link_subscribers.items()):
             msg = messages.get(schema)
             if msg is None:
@@ -517,10 +517,6 @@ class DaemonService:
                     event(log, logging.INFO, "samples_unsubscribed", peer=peer[0].hex(), reason="gone")
                 else:  # EAGAIN: the peer reads too slowly
                     self.metrics.sends_dropped.labels("samples").inc()
-        if udp.sent > sent:
-            self.metrics.sample_datagrams.labels("sent").inc(udp.sent - sent)
-        if udp.failed > failed:
-            self.metrics.sample_datagrams.labels("failed").inc(udp.failed - failed)
 
     def _subscription(self, cmd: str, peer: tuple[bytes, ...] | None, schema: str | None = None,
                       udp: tuple[tuple[str, int], bytes] | None = None) -> dict[str, Any]:

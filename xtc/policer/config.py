@@ -83,7 +83,7 @@ from xtc.service.curve import CurveError, load_secret
 from xtc.validation import DocumentError, Number, parse_document, within
 
 __all__ = ["SCHEMA", "PolicerConfigError", "PolicerConfig", "load_config", "loads_config", "TOKENS_ENV", "DB_URL_ENV",
-           "check_transport", "server_ssl_context", "is_loopback", "sample_udp_address", "udp_text"]
+           "check_transport", "server_ssl_context", "is_loopback", "sample_udp_address"]
 
 SCHEMA = "xtc-policer/1"
 TOKENS_ENV = "XTC_POLICER_TOKENS"
@@ -154,11 +154,6 @@ def sample_udp_address(text: str, shard: int = 0) -> tuple[str, int]:
     if port and port + shard > 65535:
         raise ValueError(f"{text!r}: shard {shard} would bind port {port + shard}, past 65535")
     return host, port + shard if port else 0
-
-
-def udp_text(addr: tuple[str, int]) -> str:
-    """``(address, port)`` as ``ADDRESS:PORT`` (an IPv6 address in brackets)."""
-    return f"[{addr[0]}]:{addr[1]}" if ":" in addr[0] else f"{addr[0]}:{addr[1]}"
 
 
 def _sample_udp(v: str) -> str:

@@ -325,7 +325,6 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = json.loads(sys.stdin.readline())
     setup_logging(cfg.get("log_format", "json"), cfg.get("log_level", "info"))
-    from .config import sample_udp_address, udp_text
     from .engine import Engine
     from .link import LinkPool
     from .liveshare import live_file_name
@@ -351,7 +350,7 @@ def main() -> int:
     try:
         links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"],
                          sample_schema=cfg.get("sample_schema", "xtc-samples/3"),
-                         sample_udp=udp_text(sample_udp_address(udp, shard[0])) if udp else None)
+                         sample_udp=udp or None, sample_udp_shard=shard[0])
     except OSError as e:
         print(f"xtc policer engine: engine.sample_udp {udp}: cannot bind shard {shard[0]}'s socket: {e}", file=sys.stderr)
         return 2

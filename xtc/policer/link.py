@@ -45,7 +45,7 @@ from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_SCHEMA, SAMPLES_SC
                             ErrorReply, Instance, OkReply, reject_json_constant, unique_json_keys)
 from xtc.daemon.ctl import ManagerError, open_client
 
-from .config import sample_udp_address, udp_text
+from .config import sample_udp_address
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -398,24 +398,26 @@ class LinkPool:
         connection that has messages (one wake-up for many); a message waits at most that long more.
         0: at once.
     sample_udp : str, optional
-        ``ADDRESS:PORT`` (an IP address, IPv6 in brackets; port 0: any free one) to take the samples on as
-        UDP datagrams (docs/design/samples-udp.md): bound here (an error raises ``OSError``), and sent in
-        each ``subscribe`` with a fresh key; a daemon that does not know the member sends them on the
-        connection.  None: on the connection.
+        ``engine.sample_udp``: ``ADDRESS:PORT`` (an IP address, IPv6 in brackets; port 0: any free one) to
+        take the samples on as UDP datagrams (docs/design/samples-udp.md): bound here (an error raises
+        ``OSError``), and sent in each ``subscribe`` with a fresh key; a daemon that does not know the
+        member sends them on the connection.  None: on the connection.
+    sample_udp_shard : int
+        The engine shard this pool serves: it binds PORT + this (:func:`~xtc.policer.config.sample_udp_address`).
     """
 
     def __init__(self, timeout_s: float, curve_secret_file: str | Path | None = None,
                  context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
                  max_in_flight: int | None = None, heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  idle_s: float = 300.0, stall_s: float | None = None, pace_s: float = PACE_S,
-                 sample_schema: str = SAMPLES_SCHEMA_V3, sample_udp: str | None = None):
+                 sample_schema: str = SAMPLES_SCHEMA_V3, sample_udp: str | None = None, sample_udp_shard: int = 0):
         if sample_schema not in SAMPLES_SCHEMAS:
             raise ValueError(f"sample_schema must be one of {', '.join(SAMPLES_SCHEMAS)}, got {sample_schema!r}")
         #: The samples' UDP socket and the address the daemons are told (None: samples on the connections).
         self._udp: socket.socket | None = None
         self.udp_to: str | None = None
         if sample_udp is not None:
-            self._udp, self.udp_to = _bind_udp(sample_udp)
+            self._udp, self.udp_to = _bind_udp(sample_udp_address(sample_udp, sample_udp_shard))
         #: The samples' format asked for in ``subscribe`` (a daemon that does not know the member is asked
         #: again without it, and sends ``xtc-samples/2``).
         self.sample_schema = sample_schema
@@ -1024,11 +1026,10 @@ class LinkPool:
             loop.close()  # its selector and self-pipe now, not at garbage collection
 
 
-def _bind_udp(text: str) -> tuple[socket.socket, str]:
-    """The samples' UDP socket bound to ``ADDRESS:PORT`` (:func:`~xtc.policer.config.sample_udp_address`;
-    port 0: a free one), non-blocking, and the address the daemons are told (``ADDRESS:PORT`` with the
-    port bound).  Raises ``ValueError`` for a bad address, ``OSError`` if it cannot be bound."""
-    addr = sample_udp_address(text)
+def _bind_udp(addr: tuple[str, int]) -> tuple[socket.socket, str]:
+    """The samples' UDP socket bound to ``(IP address, port)`` (port 0: a free one), non-blocking, and the
+    address the daemons are told (``ADDRESS:PORT`` with the port bound, an IPv6 address in brackets).
+    Raises ``OSError`` if it cannot be bound."""
     s = socket.socket(socket.AF_INET6 if ":" in addr[0] else socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF_BYTES)
@@ -1037,7 +1038,8 @@ def _bind_udp(text: str) -> tuple[socket.socket, str]:
     except OSError:
         s.close()
         raise
-    return s, udp_text((addr[0], s.getsockname()[1]))
+    port = s.getsockname()[1]
+    return s, (f"[{addr[0]}]:{port}" if ":" in addr[0] else f"{addr[0]}:{port}")
 
 
 #: A VR name the policer stores: what its API's paths can address (the daemon's limit of
