@@ -180,6 +180,7 @@ def test_netns_lab_cycle(lab_name: str) -> None:
 
 
 @pytest.mark.libvirt
+@pytest.mark.beside  # times nothing (pings with their timeouts) and uses only its own lab
 def test_lxc_lab_cycle(lab_name: str) -> None:
     need("lxc")
     name = lab_name
@@ -208,6 +209,7 @@ def test_lxc_lab_cycle(lab_name: str) -> None:
 
 
 @pytest.mark.libvirt
+@pytest.mark.beside  # times nothing (pings with their timeouts) and uses only its own lab
 def test_three_routers_in_a_line(lab_name: str) -> None:
     need("lxc")
     from xtc.daemon.config import loads_config

@@ -153,6 +153,7 @@ def test_capture_at_an_egress_keeps_what_leaves_and_stamps_it_before_the_peer_ge
     assert set(docs["egress"]["sizes"][addr_a]) == {84}  # ICMP echo, 56 bytes of data
 
 
+@pytest.mark.beside  # times nothing and uses only its own lab
 def test_up_ping_status_down(lab_name: str) -> None:
     from xtc_lab.xco.testbed import Testbed, read_record
 
@@ -244,6 +245,7 @@ CRASH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.beside  # times nothing and uses only its own lab
 @pytest.mark.parametrize("when", ["after-build", "mid-build"])
 def test_down_after_a_crash(lab_name: str, when: str) -> None:
     from xtc_lab.xco.testbed import read_record
@@ -293,6 +295,7 @@ def test_run_quick_writes_its_json(tmp_path: Path) -> None:
     assert with_prefix(doc["lab_prefix"]) == []  # the run removed its lab
 
 
+@pytest.mark.beside  # times nothing and uses only its own lab name
 def test_refuses_addresses_outside_the_benchmark_range(lab_name: str, tmp_path: Path) -> None:
     from xtc.xco.topology import parse_topology
     from xtc_lab.lab.netlab import LabError
