@@ -18,7 +18,8 @@ from xtc.daemon.ctl import watch_samples
 
 from .conftest import hypervisor_caps, write_config
 
-pytestmark = pytest.mark.exclusive  # times and rates: run alone
+# The tests that hold rates or time a control period run alone (exclusive); those that check refusals, a fuzz
+# (a floor of 1,000 messages in 30 s, where a quiet host does 3,000 in 5 s) and the config run in the parallel part.
 
 VR1 = '[[sim.vr]]\nname = "vr1"\noffered_pps = 100000\ninitial_cap_percent = 80.0\n'
 VR2 = '[[sim.vr]]\nname = "vr2"\noffered_pps = 50000\ninitial_cap_percent = 60.0\n'
@@ -46,6 +47,7 @@ def within(samples: list[dict], setpoint: float, tol: float = 0.10) -> np.ndarra
     return m
 
 
+@pytest.mark.exclusive  # times and rates: run alone
 def test_holds_setpoint_follows_live_change_metrics_and_sigterm_restores(tmp_path, start_daemon, client_for):
     cfg = write_config(tmp_path, VR1 + VR2)
     d = start_daemon(cfg)
@@ -76,6 +78,7 @@ def test_holds_setpoint_follows_live_change_metrics_and_sigterm_restores(tmp_pat
     assert state["instances"]["vr1"]["setpoint_pps"] == 60000
 
 
+@pytest.mark.exclusive  # times and rates: run alone
 def test_sigkill_and_restart_resume_instances_and_true_originals(tmp_path, start_daemon, client_for):
     cfg = write_config(tmp_path, VR1 + VR2)
     d = start_daemon(cfg)
@@ -107,6 +110,7 @@ def test_sigkill_and_restart_resume_instances_and_true_originals(tmp_path, start
     assert hypervisor_caps(tmp_path) == {"vr1": 80.0, "vr2": 60.0}
 
 
+@pytest.mark.exclusive  # times and rates: run alone
 def test_sighup_reload_good_bad_and_fixed_keys(tmp_path, start_daemon, client_for):
     cfg = write_config(tmp_path, VR1)
     d = start_daemon(cfg)
