@@ -86,8 +86,8 @@ def _patch() -> None:
     """Profile the per-iteration work of each engine thread (the loops themselves only wait)."""
     for cls, names in ((Engine, ("run_cycle", "contact_new", "probe_silent", "_handle_batch", "_snapshot")),
                        (SampleStreams, ("_drain", "_reconcile")),
-                       # the link pool's I/O thread: a samples message handed on (decoded), a reply taken
-                       (LinkPool, ("_sample", "_dispatch"))):
+                       # the link pool's I/O thread: a samples message handed on (decoded), a turn of datagrams, a reply taken
+                       (LinkPool, ("_sample", "_dispatch", "_datagrams"))):
         for n in names:
             setattr(cls, n, _profiled(getattr(cls, n)))
     Engine.run_cycle = _STARTS.wrap(Engine.run_cycle)  # type: ignore[method-assign]
@@ -320,14 +320,24 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
                    profiled_window: bool = True, structures: bool = False, trim: bool = False,
-                   link_only: bool = False, pace_s: float | None = None, sample_udp: str | None = None) -> dict[str, Any]:
+                   link_only: bool = False, pace_s: float | None = None, sample_udp: str | None = None,
+                   gc_policy: bool = True) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
+    gc_set = False
+    if gc_policy:  # the engine process's garbage-collector setting, as xtc.policer.engine_proc makes it
+        try:
+            from xtc.service.collector import raise_young_threshold
+        except ImportError:  # an older xtc: none
+            pass
+        else:
+            raise_young_threshold()
+            gc_set = True
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "jitter": jitter, "sample_link": sample_link, "schema": schema, "pace_s": pace_s,
-                           "sample_udp": sample_udp, "loadavg_before": loadavg()}
+                           "sample_udp": sample_udp, "gc_policy": gc_set, "loadavg_before": loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
             fleet_process(routers, vrs, dead, jitter, pub_socket=not link_only) as (fleet, fleet_routers):
         eng = store = None
@@ -454,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-udp", default=None, metavar="ADDRESS[:PORT]",
                    help="with --sample-link: the samples as signed UDP datagrams to this address (engine.sample_udp; "
                         "without a port, any free one)")
+    p.add_argument("--gc-default", action="store_true",
+                   help="leave Python's garbage collector as it is (default: the engine process's young threshold, "
+                        "xtc.service.collector)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
@@ -461,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
                                     profiled_window=not args.no_profile, structures=args.sizes,
                                     trim=args.trim, link_only=args.link_only, pace_s=args.pace_s,
                                     sample_udp=(args.sample_udp if not args.sample_udp or ":" in args.sample_udp
-                                                else args.sample_udp + ":0")), indent=1))
+                                                else args.sample_udp + ":0"),
+                                    gc_policy=not args.gc_default), indent=1))
     return 0
 
 

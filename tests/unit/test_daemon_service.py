@@ -180,7 +180,7 @@ def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monk
 
     svc, clock = make(tmp_path)
     full: list[float] = []
-    monkeypatch.setattr(service_mod.gc, "collect", lambda *a: full.append(clock.t) or 0)
+    monkeypatch.setattr(gc, "collect", lambda *a: full.append(clock.t) or 0)
     try:
         drive(svc, clock, 1)
         assert full == []  # not managed: the collector left alone

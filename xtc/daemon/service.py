@@ -23,7 +23,6 @@ within a period; the decisions are :mod:`xtc.daemon.core`'s, the process's set-u
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import math
@@ -51,6 +50,7 @@ from .config import ConfigError, DaemonConfig, load_config, reachable_without_cu
 from xtc.service import curve
 from .core import DaemonCore, StateError
 from xtc.service.cli import load_or_report
+from xtc.service.collector import FULL_PERIOD_S, PeriodicFreeze
 from xtc.service.logs import event, setup_logging
 from .loop import PUNISHMENT_COMMANDS, ActionOutcomes, ControlLoop
 from .limiter_policy import tuning_for
@@ -110,7 +110,9 @@ STATE_SAVE_PERIOD_S = 10.0
 STATE_SAVE_IDLE_PERIOD_S = 300.0
 #: With ``manage_gc``: a full garbage collection at most this often, seconds (see
 #: :meth:`DaemonService.after_period_gc`).
-GC_FULL_PERIOD_S = 3600.0
+GC_FULL_PERIOD_S = FULL_PERIOD_S
+
+
 def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
     """A function returning fresh controllers as the ``[controller]`` section says."""
     c = cfg.controller
@@ -246,7 +248,7 @@ class DaemonService:
         #: Run the garbage collector as :meth:`after_period_gc` says (the daemon process does; a
         #: library user or a test leaves the process's collector alone).
         self.manage_gc = False
-        self._last_full_gc_s = -math.inf
+        self._freeze: PeriodicFreeze | None = None
         #: systemd's readiness and watchdog (:mod:`xtc.service.notify`); a no-op one unless
         #: :func:`run_daemon` gives the one from the environment.
         self.notifier = Notifier(None)
@@ -568,20 +570,14 @@ class DaemonService:
         return bool(self.link_subscribers) or self.pub_listeners
 
     def after_period_gc(self, now: float) -> None:
-        """Keep Python's cyclic garbage collector off the objects that outlive a period.
-
-        At 10,000 VRs the collector's full passes over every instance, controller and counter
-        table cost 100 ms or more per period (the period's own work is acyclic and freed by
-        reference counting).  So what is alive at the end of a period is frozen
-        (:func:`gc.freeze`: later collections skip it), and once every :data:`GC_FULL_PERIOD_S`
-        everything is unfrozen and collected, so that cycles among objects that died since are
-        reclaimed then.
-        """
-        if now - self._last_full_gc_s >= GC_FULL_PERIOD_S:
-            self._last_full_gc_s = now
-            gc.unfreeze()
-            gc.collect()
-        gc.freeze()
+        """Keep Python's cyclic garbage collector off the objects that outlive a period
+        (:class:`xtc.service.collector.PeriodicFreeze`: frozen after each period, everything collected once
+        every :data:`GC_FULL_PERIOD_S`).  At 10,000 VRs the collector's full passes over every instance,
+        controller and counter table cost 100 ms or more per period (the period's own work is acyclic
+        and freed by reference counting)."""
+        if self._freeze is None:
+            self._freeze = PeriodicFreeze(GC_FULL_PERIOD_S)
+        self._freeze.after_round(now)
 
     def _count(self, outcomes: ActionOutcomes) -> None:
         ok = outcomes.writes_ok + outcomes.restores_ok

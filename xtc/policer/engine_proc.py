@@ -32,6 +32,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from xtc.service.collector import raise_young_threshold
 from xtc.service.logs import setup_logging
 
 from .db import LeaderLock, NotLeader, StoreError
@@ -356,6 +357,7 @@ def main() -> int:
         return 2
     streams = (SampleStreams(cfg["max_vrs_per_router"], cfg["curve_secret_key_file"], cfg["max_reply_bytes"],
                              links=links if cfg.get("sample_link", True) else None) if cfg.get("samples") else None)
+    raise_young_threshold()  # the collector's young passes no longer walk each batch while it is in use
     engine = Engine(store, links, period_s=cfg["period_s"], on_crash=on_crash,
                     max_vrs_per_router=cfg["max_vrs_per_router"], samples=streams,
                     is_leader=leadership.held if leadership is not None else None, shard=shard,
