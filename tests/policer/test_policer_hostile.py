@@ -400,8 +400,14 @@ def test_serve_access_log_logs_requests(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         url = json.loads(proc.stdout.readline())["url"]
-        wait_for(lambda: httpx.get(url + "/health?probe=1", timeout=1).status_code == 200, 10, "the policer")
-        httpx.get(url + "/routers", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=2)
+        def healthy() -> bool:  # a probe that times out on a loaded host is not an answer yet: asked again
+            try:
+                return httpx.get(url + "/health?probe=1", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, 10, "the policer")
+        httpx.get(url + "/routers", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
         # (a JSON log record: its msg is uvicorn's access line)
