@@ -248,7 +248,7 @@ class DaemonService:
         #: Run the garbage collector as :meth:`after_period_gc` says (the daemon process does; a
         #: library user or a test leaves the process's collector alone).
         self.manage_gc = False
-        self._freeze: PeriodicFreeze | None = None
+        self._freeze = PeriodicFreeze(GC_FULL_PERIOD_S)
         #: systemd's readiness and watchdog (:mod:`xtc.service.notify`); a no-op one unless
         #: :func:`run_daemon` gives the one from the environment.
         self.notifier = Notifier(None)
@@ -575,8 +575,6 @@ class DaemonService:
         every :data:`GC_FULL_PERIOD_S`).  At 10,000 VRs the collector's full passes over every instance,
         controller and counter table cost 100 ms or more per period (the period's own work is acyclic
         and freed by reference counting)."""
-        if self._freeze is None:
-            self._freeze = PeriodicFreeze(GC_FULL_PERIOD_S)
         self._freeze.after_round(now)
 
     def _count(self, outcomes: ActionOutcomes) -> None:
