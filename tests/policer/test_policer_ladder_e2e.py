@@ -29,6 +29,11 @@ OFFERED_PPS = 30_000
 STREAM_S = 30
 
 
+def early_drop_actions(pol: Any, vr: str) -> list[Any]:
+    """The ``on`` of each ``early_drop`` command the policer recorded for the VR, oldest first."""
+    return [a["detail"].get("on") for a in pol.get("/actions", params={"vr": vr, "kind": "early_drop"})]
+
+
 def limited(vifs: tuple[str, ...]) -> bool:
     return early_drop_limiters(vifs) == len(vifs)
 
@@ -67,8 +72,8 @@ def test_the_ladder_turns_early_drop_on_keeps_it_through_the_pause_and_takes_it_
             wait_for(lambda: limited(vifs), 40, f"early drop's limiter on {vifs} (level 2)")
             v = pol.get(f"/vrs/r1/{vr.name}")
             assert v["punishment_level"] >= 2, v
-            cmds = pol.get("/actions", params={"vr": vr.name, "kind": "early_drop"})
-            assert [a["detail"].get("on") for a in cmds] == [True], cmds
+            # A command's record is written when its reply comes back, after the daemon applied it.
+            wait_for(lambda: early_drop_actions(pol, vr.name) == [True], 10, "the early_drop command recorded")
             wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["punishment_level"] == 3, 20, "level 3 (paused)")
             wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["state"] == "paused", 10, "the instance paused")
             time.sleep(3.0)  # paused, the source still sending: the limit stays, the VR stays at its level
@@ -80,8 +85,7 @@ def test_the_ladder_turns_early_drop_on_keeps_it_through_the_pause_and_takes_it_
         # The stream is over: good behaviour, restored; its early drop back to the default (off).
         wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["punishment_level"] == 0, 30, "the VR restored")
         wait_for(lambda: not limited(vifs), 15, "the limiter removed")
-        cmds = pol.get("/actions", params={"vr": vr.name, "kind": "early_drop"})
-        assert [a["detail"].get("on") for a in cmds] == [True, None], cmds
+        wait_for(lambda: early_drop_actions(pol, vr.name) == [True, None], 10, "the early_drop reset recorded")
         wait_for(lambda: pol.get(f"/vrs/r1/{vr.name}")["state"] == "active", 10, "the instance resumed")
         assert tc_queueing(vifs) == before
     finally:
