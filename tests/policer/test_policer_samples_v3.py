@@ -233,6 +233,52 @@ def test_any_bytes_give_a_valid_message_or_one_bad_reply_never_another_error() -
     assert took > 100 and refused > 1000, (took, refused)
 
 
+def _decoded(frames: list[bytes], mem: V3Memory | None) -> Any:
+    """The VRs as dictionaries, or the refusal's message."""
+    try:
+        vrs, _ = decode_v3(frames, 8, MAX_BYTES, mem)
+    except BadReply as e:
+        return str(e)
+    return [{k: v[k] for k in KEYS} for v in vrs]
+
+
+def test_a_message_with_the_last_ones_header_but_for_its_time_decodes_as_it_does_alone() -> None:
+    """The header equal to the last valid one's but for its time is not decoded again: what the message
+    gives, or the reason it is refused, is the same with the router's memory as without it."""
+    rows = [[f"vr{i}", "active", True, 1000.0, 900.0, 1200.0, 5.0, None, None, None] for i in range(3)]
+    rows[1][8] = "EPERM"  # an actuation error in the header, of vr1
+    _, mem = decode_v3(api.samples_message_v3(1.0, 1.0, rows), 8, MAX_BYTES)
+    assert mem.head_rest is not None  # the daemon's header: the pattern takes its time
+    cases = {
+        "rates moved": {4: 950.0, 5: 1250.5},
+        "a rate -0.0 (not negative)": {4: -0.0},
+        "a rate whose top byte is 0x7F, finite": {5: 2.0 ** 1023},
+        "a NaN rate": {4: math.nan},
+        "a negative rate": {5: -3.0},
+    }
+    for what, change in cases.items():
+        changed = [list(r) for r in rows]
+        for j, v in change.items():
+            changed[2][j] = v
+        frames = api.samples_message_v3(2.0 + len(what), 1.0, changed)
+        if what.startswith(("a NaN", "a negative")):  # (the encoder writes what is not finite as missing)
+            n = len(rows)
+            nums = bytearray(frames[2][:40 * n])
+            struct.pack_into("<d", nums, 8 * ((j - 3) * n + 2), v)
+            frames = [frames[0], frames[1], bytes(nums) + frames[2][40 * n:]]
+        alone, with_mem = _decoded(frames, None), _decoded(frames, mem)
+        assert with_mem == alone, what
+        assert isinstance(alone, str) == what.startswith(("a NaN", "a negative")), (what, alone)
+    # The same header, but the VR its error names is gone: refused with the memory as without.
+    renamed = [list(r) for r in rows]
+    renamed[1][0] = "vr7"
+    renamed[1][8] = None
+    frames = api.samples_message_v3(9.0, 1.0, renamed)
+    frames = [frames[0], api.samples_message_v3(9.0, 1.0, rows)[1], frames[2]]
+    assert _decoded(frames, None) == _decoded(frames, mem)
+    assert "does not list" in _decoded(frames, mem)
+
+
 def test_memory_of_a_message_is_kept_only_from_a_valid_one() -> None:
     m = _good()
     _, mem = decode_v3(m, 8, MAX_BYTES)
