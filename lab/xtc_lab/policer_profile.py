@@ -51,6 +51,11 @@ from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
 
+try:
+    from xtc.service.collector import raise_young_threshold
+except ImportError:  # an older product (a results session's before side) sets no threshold
+    raise_young_threshold = None  # type: ignore[assignment]
+
 from .policer_fleet import fleet_process
 
 __all__ = ["Mark", "loadavg", "main", "proc_cpu_s", "process_cpu_s", "profile_engine", "take_window", "threads_cpu_s",
@@ -324,15 +329,9 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    gc_policy: bool = True) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints."""
     _patch()
-    gc_set = False
-    if gc_policy:  # the engine process's garbage-collector setting, as xtc.policer.engine_proc makes it
-        try:
-            from xtc.service.collector import raise_young_threshold
-        except ImportError:  # an older xtc: none
-            pass
-        else:
-            raise_young_threshold()
-            gc_set = True
+    gc_set = gc_policy and raise_young_threshold is not None
+    if gc_set:  # the engine process's garbage-collector setting, as xtc.policer.engine_proc makes it
+        raise_young_threshold()
     if trace_memory:
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,

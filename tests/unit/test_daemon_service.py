@@ -9,6 +9,7 @@ import pytest
 
 from xtc.daemon.config import loads_config
 from xtc.daemon.service import DaemonService
+from xtc.service.collector import FULL_PERIOD_S
 from xtc_lab.sim.host import SimHost, render_proc_net_dev
 from xtc.host.counters import parse_proc_net_dev
 
@@ -176,8 +177,6 @@ def test_state_saved_when_caps_move_or_after_the_idle_bound(tmp_path, monkeypatc
 def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monkeypatch):
     import gc
 
-    import xtc.daemon.service as service_mod
-
     svc, clock = make(tmp_path)
     full: list[float] = []
     monkeypatch.setattr(gc, "collect", lambda *a: full.append(clock.t) or 0)
@@ -189,9 +188,9 @@ def test_managed_gc_freezes_after_each_period_and_collects_hourly(tmp_path, monk
         drive(svc, clock, 3)
         assert gc.get_freeze_count() > 0  # what outlives a period is frozen
         assert full == [clock.t - 2]  # one full collection, at the first managed period
-        clock.t += service_mod.GC_FULL_PERIOD_S - 3
+        clock.t += FULL_PERIOD_S - 3
         drive(svc, clock, 2)
-        assert len(full) == 2 and full[1] - full[0] >= service_mod.GC_FULL_PERIOD_S
+        assert len(full) == 2 and full[1] - full[0] >= FULL_PERIOD_S
     finally:
         gc.unfreeze()
         svc.close()

@@ -50,7 +50,7 @@ from .config import ConfigError, DaemonConfig, load_config, reachable_without_cu
 from xtc.service import curve
 from .core import DaemonCore, StateError
 from xtc.service.cli import load_or_report
-from xtc.service.collector import FULL_PERIOD_S, PeriodicFreeze
+from xtc.service.collector import PeriodicFreeze
 from xtc.service.logs import event, setup_logging
 from .loop import PUNISHMENT_COMMANDS, ActionOutcomes, ControlLoop
 from .limiter_policy import tuning_for
@@ -108,9 +108,6 @@ STATE_SAVE_PERIOD_S = 10.0
 #: the caps a restart resumes from are already in the file, and only the controllers' memory (last
 #: error, noise estimate, step count) is older (at 1000 VRs one save costs 20-30 ms of CPU).
 STATE_SAVE_IDLE_PERIOD_S = 300.0
-#: With ``manage_gc``: a full garbage collection at most this often, seconds (see
-#: :meth:`DaemonService.after_period_gc`).
-GC_FULL_PERIOD_S = FULL_PERIOD_S
 
 
 def controller_factory(cfg: DaemonConfig) -> Callable[[], Controller]:
@@ -248,7 +245,7 @@ class DaemonService:
         #: Run the garbage collector as :meth:`after_period_gc` says (the daemon process does; a
         #: library user or a test leaves the process's collector alone).
         self.manage_gc = False
-        self._freeze = PeriodicFreeze(GC_FULL_PERIOD_S)
+        self._freeze = PeriodicFreeze()
         #: systemd's readiness and watchdog (:mod:`xtc.service.notify`); a no-op one unless
         #: :func:`run_daemon` gives the one from the environment.
         self.notifier = Notifier(None)
@@ -572,9 +569,9 @@ class DaemonService:
     def after_period_gc(self, now: float) -> None:
         """Keep Python's cyclic garbage collector off the objects that outlive a period
         (:class:`xtc.service.collector.PeriodicFreeze`: frozen after each period, everything collected once
-        every :data:`GC_FULL_PERIOD_S`).  At 10,000 VRs the collector's full passes over every instance,
-        controller and counter table cost 100 ms or more per period (the period's own work is acyclic
-        and freed by reference counting)."""
+        every :data:`~xtc.service.collector.FULL_PERIOD_S`).  At 10,000 VRs the collector's full passes over
+        every instance, controller and counter table cost 100 ms or more per period (the period's own work
+        is acyclic and freed by reference counting)."""
         self._freeze.after_round(now)
 
     def _count(self, outcomes: ActionOutcomes) -> None:

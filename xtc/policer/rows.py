@@ -378,10 +378,11 @@ def decode_v3(frames: list[bytes], max_vrs: int, max_bytes: int,
     """The VRs of a valid ``xtc-samples/3`` message (:func:`xtc.daemon.api.samples_message_v3`) as columns.
 
     The numbers are read with one :func:`numpy.frombuffer` and checked over the whole message at once
-    (every value finite and not negative: one minimum and one maximum); the names and the codes are decoded
-    only when their bytes differ from the router's last valid message's (``last``: a VR set and its
-    states and flags change rarely; the check is a comparison of bytes); a message equal to the last
-    one but for its time gives its very VRs without decoding anything (as
+    (every value finite and not negative: each number's top byte below 0x7F, one slice and one translate;
+    else one minimum and one maximum); the header, the names and the codes are decoded only when their
+    bytes differ from the router's last valid message's (``last``: the header but for its time, a VR set
+    and its states and flags change rarely; the check is a comparison of bytes); a message equal to the
+    last one but for its time gives its very VRs without decoding anything (as
     :func:`~xtc.policer.samples.parse_newer` does for /2: the store and the engine then skip what they
     did for them already).  No Python code runs per VR
     but where a column holds missing values (their places come from the codes, kept with them).
