@@ -7,7 +7,7 @@ as ``xtc policer serve``'s engine process runs it, but without the API.  After a
 the process's CPU per router measurement (``sampled`` + ``listed``) over ``--window`` periods (seconds at
 the profile's period of 1 s) of whole cycles, from a cycle's start to another's (``window``: the cycles, the
 measurements and the seconds it covers), unprofiled, then as long again with :mod:`cProfile` on in every engine thread (the cycle's, the worker's, the sample
-streams'), the calls of each thread's loop profiled one by one on the thread's CPU clock (waits for a
+streams', and the link pool's I/O thread: every callback and task step of its loop), the calls of each thread's loop profiled one by one on the thread's CPU clock (waits for a
 lock, the database or the interpreter lock do not count), and prints JSON: the CPU per measurement,
 and the profile's top functions by own time and by cumulative time (profiling inflates the times,
 roughly evenly; the shares are what it tells), and the unprofiled window's CPU per measurement of each
@@ -25,6 +25,7 @@ of the engine's, its store's, sample streams' and link pool's attributes (:func:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import cProfile
 import ctypes
@@ -91,8 +92,10 @@ def _patch() -> None:
     """Profile the per-iteration work of each engine thread (the loops themselves only wait)."""
     for cls, names in ((Engine, ("run_cycle", "contact_new", "probe_silent", "_handle_batch", "_snapshot")),
                        (SampleStreams, ("_drain", "_reconcile")),
-                       # the link pool's I/O thread: a samples message handed on (decoded), a turn of datagrams, a reply taken
-                       (LinkPool, ("_sample", "_dispatch", "_datagrams"))):
+                       # the link pool's I/O thread: every callback and task step its loop runs (a turn of datagrams,
+                       # a connection read, an exchange's and a subscription's steps, the timers), the only asyncio
+                       # loop in the engine's process
+                       (asyncio.Handle, ("_run",))):
         for n in names:
             setattr(cls, n, _profiled(getattr(cls, n)))
     Engine.run_cycle = _STARTS.wrap(Engine.run_cycle)  # type: ignore[method-assign]
@@ -326,8 +329,9 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
                    profiled_window: bool = True, structures: bool = False, trim: bool = False,
                    link_only: bool = False, pace_s: float | None = None, sample_udp: str | None = None,
-                   gc_policy: bool = True) -> dict[str, Any]:
-    """See the module's text; returns the JSON it prints."""
+                   gc_policy: bool = True, stats_path: str | None = None) -> dict[str, Any]:
+    """See the module's text; returns the JSON it prints.  ``stats_path``: also write the profiled window's
+    whole profile there (:mod:`pstats`' format: callers and callees, which the top lists do not show)."""
     _patch()
     gc_set = gc_policy and raise_young_threshold is not None
     if gc_set:  # the engine process's garbage-collector setting, as xtc.policer.engine_proc makes it
@@ -427,6 +431,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 stats.strip_dirs()
                 out["top_tottime"] = _top(stats, "tottime", top)
                 out["top_cumulative"] = _top(stats, "cumulative", top)
+                if stats_path:
+                    stats.dump_stats(stats_path)
         finally:
             if eng is not None:
                 eng.stop()
@@ -466,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gc-default", action="store_true",
                    help="leave Python's garbage collector as it is (default: the engine process's young threshold, "
                         "xtc.service.collector)")
+    p.add_argument("--stats", default=None, metavar="PATH",
+                   help="also write the profiled window's whole profile to PATH (pstats: its callers and callees)")
     args = p.parse_args(argv)
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
@@ -474,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                                     trim=args.trim, link_only=args.link_only, pace_s=args.pace_s,
                                     sample_udp=(args.sample_udp if not args.sample_udp or ":" in args.sample_udp
                                                 else args.sample_udp + ":0"),
-                                    gc_policy=not args.gc_default), indent=1))
+                                    gc_policy=not args.gc_default, stats_path=args.stats), indent=1))
     return 0
 
 
