@@ -31,3 +31,8 @@ done
 .venv/bin/python $D/collections.py --routers 1000 --window 10 --jitter 0.05 --sample-link --sample-udp 127.0.0.1 \
   --no-profile > $D/collections.json 2> $D/collections.err
 echo "collections rc=$? end $(date -u +%FT%TZ)" >> $D/runs.log
+# Sizing a compiled check of a turn of datagrams (batch_check.py), three runs.
+for i in 1 2 3; do
+  .venv/bin/python $D/batch_check.py > $D/batch$i.json 2> $D/batch$i.err
+  echo "batch $i rc=$? end $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $D/runs.log
+done
