@@ -24,8 +24,7 @@ What is proved:
   10% (the controller settled: longer on a busy host), the forwarded rate over the next 15 s
   (packets over seconds, from /proc/net/dev) is within 10% of a
   setpoint at 30% of the rate the unlimited VR forwards; then within 10% of a second setpoint set
-  live with ``xtc ctl setpoint`` (each settled and measured up to three times: a stall of the host
-  can move one 15 s mean); SIGTERM gives the domain back exactly ``vcpu_period`` 50000 and
+  live with ``xtc ctl setpoint``; SIGTERM gives the domain back exactly ``vcpu_period`` 50000 and
   ``vcpu_quota`` -1;
 * SIGKILL: the cap stays as XTC set it (the VR stays limited); the VR then restarts while no
   daemon runs (unlimited again, with its XML's period); a new daemon resumes the same instance and
@@ -40,6 +39,10 @@ What is proved:
   quota stays set throughout (never unlimited, the rate never jumps), the rate is within 10% of
   the setpoint afterwards, and the daemon reconnects (a new setpoint is written through the new
   connection).
+
+Every "held" (a mean within 10% of the setpoint once a 2 s mean was) is settled and measured up to three
+times (:func:`held_mean`): a 2 s mean can touch the band while the cap still swings, and a stall of a busy
+host can move one mean; the tolerance is the same every time.
 
 Xen cannot run on this host (no Xen hypervisor, see notes on the host lab), so the Xen ``cap``
 path (integer percent, 0 = UNLIMITED never written by accident, restore of an original 0) is tested
@@ -395,10 +398,11 @@ def stop_with_sigterm(d: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------- tests
-def settle_then_mean(lab: Lab, setpoint_pps: float, settle_timeout_s: float = 30.0) -> tuple[float, float, float]:
+def settle_then_mean(lab: Lab, setpoint_pps: float, settle_timeout_s: float = 30.0,
+                     hold_s: float | None = None) -> tuple[float, float, float]:
     """Wait until a 2 s mean is within 10% of ``setpoint_pps`` (the controller settled; on a busy
-    host that takes longer), then measure the VR's mean rate over :data:`HOLD_S` from the counters
-    (time-weighted: the packets over the seconds, not a mean of rates).  Returns (seconds to settle,
+    host that takes longer), then measure the VR's mean rate over ``hold_s`` (:data:`HOLD_S` by default) from
+    the counters (time-weighted: the packets over the seconds, not a mean of rates).  Returns (seconds to settle,
     mean pps, the 2 s mean that ended the settling)."""
     last: list[float] = []
 
@@ -408,7 +412,25 @@ def settle_then_mean(lab: Lab, setpoint_pps: float, settle_timeout_s: float = 30
 
     t = until(near, settle_timeout_s, 0.0)
     assert t is not None, f"rate not within 10% of {setpoint_pps:.0f} pps within {settle_timeout_s} s (last 2 s mean {last})"
-    return t, forwarded_pps(lab.vifs, HOLD_S), last[0]
+    return t, forwarded_pps(lab.vifs, HOLD_S if hold_s is None else hold_s), last[0]
+
+
+def held_mean(lab: Lab, setpoint_pps: float, hold_s: float | None = None, settle_timeout_s: float = 30.0,
+              trace: RateTrace | None = None, since: str = "") -> tuple[float, float]:
+    """:func:`settle_then_mean`, its mean within 10% of the setpoint, measured up to three times (a 2 s mean
+    can touch the band while the cap still swings, and a stall of a busy host can move one mean: on a slow
+    machine 33.4 kp/s for 29.8 after a VR restart, on a busy one 24.4 then 36.2 kp/s for 29.7, and once +29%
+    over 15 s at the usual cap); the tolerance the same every time.  A miss shows ``trace``'s rates since this
+    call (``since``: what started them).  Returns (seconds to settle, mean pps) of the run that held."""
+    t0 = time.monotonic()
+
+    def measure() -> tuple[float, float]:
+        settle, mean, _ = settle_then_mean(lab, setpoint_pps, settle_timeout_s, hold_s)
+        shown = f"; every 0.5 s since {since}: {kpps(trace.between(t0, time.monotonic()))}" if trace is not None else ""
+        assert abs(mean - setpoint_pps) <= TOLERANCE * setpoint_pps, f"mean {mean:.0f} for {setpoint_pps:.0f} pps{shown}"
+        return settle, mean
+
+    return measured_until_held(measure, f"setpoint {setpoint_pps:.0f} pps")
 
 
 HOLD_S = 15.0  # the span over which a settled VR's mean rate must be within 10% of its setpoint
@@ -419,30 +441,16 @@ def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_o
     sp1, sp2 = setpoint_for(lab, 0.30), setpoint_for(lab, 0.55)
     assert_original(lab)
     with lab.stream(STREAM_S) as stream, RateTrace(lambda: lab.vifs) as trace:
-
-        def held(sp: float, since: str) -> tuple[float, float]:
-            """Settle, then the 15 s mean within 10% of ``sp``: measured up to three times (a busy-host run
-            once saw +29% at the usual cap, a stall, then the usual error in five runs beside a busy loop)."""
-            t0 = time.monotonic()
-
-            def measure() -> tuple[float, float]:
-                settle, mean, _ = settle_then_mean(lab, sp)
-                assert abs(mean - sp) <= TOLERANCE * sp, \
-                    f"mean {mean:.0f} for {sp:.0f} pps; every 0.5 s since {since}: {kpps(trace.between(t0, time.monotonic()))}"
-                return settle, mean
-
-            return measured_until_held(measure, f"setpoint {sp:.0f} pps")
-
         d = daemon()
         time.sleep(1.0)
         res = d.client.call("activate", vr=lab.vr.name, setpoint_pps=sp1)
         assert res["original_record"] == {"backend": "libvirt-quota", "target": lab.vr.name, "params": ORIGINAL}
-        settle1, mean1 = held(sp1, "activate")
+        settle1, mean1 = held_mean(lab, sp1, trace=trace, since="activate")
         q1 = sched_params(lab.uri, lab.vr.name)
 
         cp = xtc_ctl(d, "setpoint", lab.vr.name, f"{sp2 / 1000:g}k")
         assert cp.returncode == 0, cp.stdout + cp.stderr
-        settle2, mean2 = held(sp2, "the change")
+        settle2, mean2 = held_mean(lab, sp2, trace=trace, since="the change")
         q2 = sched_params(lab.uri, lab.vr.name)
         status = d.client.call("status", vr=lab.vr.name)
 
@@ -501,9 +509,7 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         recapped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 10.0)
         assert recapped is not None, d2.client.call("status", vr=lab.vr.name)
         # Settled (a 2 s mean within 10%, as after the other restarts), then held over 8 s.
-        held = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 20.0, 0.0)
-        assert held is not None, f"setpoint not held after the restart: {d2.client.call('status', vr=lab.vr.name)}"
-        mean = forwarded_pps(lab.vifs, 8.0)
+        _, mean = held_mean(lab, sp, hold_s=8.0, settle_timeout_s=20.0)
         q_run = sched_params(lab.uri, lab.vr.name)
         stop_with_sigterm(d2)
         stream.stop()
@@ -516,7 +522,6 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
     assert max(cpu_dead) <= 1.05 * cap_percent(q_dead), (cpu_dead, cap_percent(q_dead), dead)
     assert abs(rate_dead - sp) <= 2 * TOLERANCE * sp, \
         f"samples {[round(r) for r in dead]} pps at a cap of {cap_percent(q_dead):.1f}% (VR CPU {[round(c, 1) for c in cpu_dead]}%), setpoint {sp:.0f}"
-    assert abs(mean - sp) <= TOLERANCE * sp
     assert_original(lab)
 
 
@@ -540,19 +545,9 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
                 # The new domain starts unlimited; the daemon must cap it again.
                 capped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 20.0)
                 assert capped is not None, f"cap not re-applied to the new domain: {d.client.call('status', vr=lab.vr.name)}"
-                # Settled (a 2 s mean within the band), then a 4 s mean within it.  A 2 s mean can touch
-                # the band while the cap still swings (on a slow machine 33.4 kp/s for 29.8; on a busy
-                # one 24.4 then 36.2 kp/s for 29.7): then settled and measured again, up to three
-                # times in all, the same tolerance.
-                for attempt in range(3):
-                    held = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 25.0, 0.0)
-                    assert held is not None, f"setpoint not held after the VR restart: {d.client.call('status', vr=lab.vr.name)}"
-                    rate = forwarded_pps(lab.vifs, 4.0)
-                    if abs(rate - sp) <= TOLERANCE * sp:
-                        break
-                    say(f"4 s mean {rate:.0f} pps for {sp:.0f} after the band was reached (try {attempt + 1}); settled and measured again")
+                # Settled (a 2 s mean within the band), then a 4 s mean within it (measured up to three times).
+                held, rate = held_mean(lab, sp, hold_s=4.0, settle_timeout_s=25.0)
                 report.append((new_vifs, up_s, capped, held, rate))
-                assert abs(rate - sp) <= TOLERANCE * sp, (rate, sp)
                 # The cap it settles at is of the same order as before (no bogus rate drove it away).
                 q = sched_params(lab.uri, lab.vr.name)
                 assert q is not None and 0.5 <= cap_percent(q) / cap_percent(old) <= 2.0, (old, q)
@@ -595,9 +590,7 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
         q_after = sched_params(lab.uri, lab.vr.name)
         time.sleep(2.0)
         during = trace.between(t0, time.monotonic())
-        back = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - sp) <= TOLERANCE * sp, 20.0, 0.0)
-        assert back is not None, f"rate not back within 10% of {sp:.0f} pps: {d.client.call('status', vr=lab.vr.name)}"
-        rate = forwarded_pps(lab.vifs, 8.0)
+        back, rate = held_mean(lab, sp, hold_s=8.0, settle_timeout_s=20.0)
         # Reconnected: a higher setpoint needs a clearly larger quota, written through a new connection.
         # Measured against the quota in force at the old setpoint now, not the one right after the
         # restart: what a percent of CPU forwards drifts on a shared host (once 10,169 us then, and
@@ -620,7 +613,6 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
     assert pid_before is not None and pid_after is not None and pid_after != pid_before
     assert quota_limited(q_after), f"cap lost over the libvirtd restart: {q_after}"
     assert during and max(during) <= 1.5 * sp, during  # never unlimited meanwhile
-    assert abs(rate - sp) <= TOLERANCE * sp
     assert quota_limited(q_held), q_held
     assert moved is not None and quota_limited(q_new), f"{q_held} -> {q_new}: {status}"
     assert status["actuation_error"] is None
