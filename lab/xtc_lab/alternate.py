@@ -1,6 +1,6 @@
 """A results session's measurements, one after another, before/after alternated: ``python -m xtc_lab.alternate``.
 
-    python -m xtc_lab.alternate [--before TREE] [--log FILE] [--each NAMES=VALUES ...] [--to-log] OUT -- COMMAND ...
+    python -m xtc_lab.alternate [--before TREE] [--log FILE] [--each NAMES=VALUES ...] [--rounds N] [--to-log] OUT -- COMMAND ...
 
 For each combination of the ``--each`` values (nested in the order given: the last changes fastest),
 runs COMMAND once, in this folder, with ``{NAME}`` replaced by the value in OUT and in every word of
@@ -9,7 +9,9 @@ that writes its own OUT.json, as ``python -m xtc_lab.policer_compare`` does), it
 OUT.err.  ``--each jitter=0.05,0`` gives ``{jitter}`` two values; ``--each mode:jitter=jitter:0.05,steady:0``
 gives two names their values together.  A step whose ``side`` is ``before`` runs with TREE (the product
 exported by ``git archive REV xtc`` and unpacked there) alone on ``PYTHONPATH``, so the child imports
-that product; ``after`` runs the installed one (``PYTHONPATH`` empty).  The log (default runs.log) gets
+that product; ``after`` runs the installed one (``PYTHONPATH`` empty).  ``--rounds N`` runs all of it N
+times, ``{round}`` the round's number (1 to N), with the ``side`` values in the order given in odd rounds and
+turned in even ones (before, after; then after, before), so that neither side always runs first.  The log (default runs.log) gets
 ``== OUT HH:MM:SS load L1 L5 L15`` before each run and ``   done HH:MM:SS load L1 L5 L15 rc=N`` after it:
 contention inflates CPU times, so only runs made close together compare and the load is on record.
 
@@ -66,21 +68,30 @@ def _fields(template: str) -> set[str]:
     return {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
 
 
-def steps(out: str, command: Sequence[str], each: Sequence[str]) -> list[Step]:
-    """The runs, in order: every combination of the ``each`` specs (:func:`parse_each`), the last fastest.
+def steps(out: str, command: Sequence[str], each: Sequence[str], rounds: int | None = None) -> list[Step]:
+    """The runs, in order: every combination of the ``each`` specs (:func:`parse_each`), the last fastest;
+    with ``rounds``, all of them that many times, ``{round}`` given, the ``side`` values turned in even rounds.
 
-    Raises ValueError naming a ``{NAME}`` that no ``--each`` gives, or a name given twice."""
+    Raises ValueError naming a ``{NAME}`` that no ``--each`` gives, a name given twice, or rounds below 1."""
     axes = [parse_each(s) for s in each]
     names = [n for ns, _ in axes for n in ns]
+    if rounds is not None:
+        if rounds < 1:
+            raise ValueError(f"--rounds {rounds}: at least 1")
+        names.append("round")
     if len(set(names)) != len(names):
         raise ValueError(f"--each: a name given twice among {', '.join(names)}")
     missing = set().union(*(_fields(t) for t in (out, *command))) - set(names)
     if missing:
         raise ValueError(f"{{{', '.join(sorted(missing))}}} in OUT or COMMAND: no --each gives it")
     result = []
-    for combo in itertools.product(*(values for _, values in axes)):
-        env = {n: v for (ns, _), vs in zip(axes, combo) for n, v in zip(ns, vs)}
-        result.append(Step(out.format(**env), [w.format(**env) for w in command], env.get("side")))
+    for k in range(1, (rounds or 1) + 1):
+        turned = [(ns, vs[::-1] if k % 2 == 0 and "side" in ns else vs) for ns, vs in axes]
+        for combo in itertools.product(*(values for _, values in turned)):
+            env = {n: v for (ns, _), vs in zip(turned, combo) for n, v in zip(ns, vs)}
+            if rounds is not None:
+                env["round"] = str(k)
+            result.append(Step(out.format(**env), [w.format(**env) for w in command], env.get("side")))
     return result
 
 
@@ -109,13 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--before", metavar="TREE", help="the product to import on the before side")
     p.add_argument("--log", type=Path, default=Path("runs.log"))
     p.add_argument("--each", action="append", default=[], metavar="NAMES=VALUES")
+    p.add_argument("--rounds", type=int, default=None, metavar="N",
+                   help="all of it N times, {round} the round, the side values turned in even rounds")
     p.add_argument("--to-log", action="store_true", help="the command's standard output to the log, not OUT.json")
     p.add_argument("out", metavar="OUT")
     ns = p.parse_args(args[: args.index("--")] if "--" in args else args)
     try:
         if not command:
             raise ValueError("no COMMAND after --")
-        todo = steps(ns.out, command, ns.each)
+        todo = steps(ns.out, command, ns.each, ns.rounds)
         if ns.before is None and any(s.side == "before" for s in todo):
             raise ValueError("a step on the before side needs --before TREE")
     except ValueError as e:

@@ -20,6 +20,25 @@ def test_the_runs_nest_in_the_order_given_the_last_fastest() -> None:
     assert got[3].command[-1] == "0" and got[3].side == "after"
 
 
+def test_rounds_repeat_the_runs_with_the_sides_turned_in_even_rounds() -> None:
+    got = alternate.steps("p{round}-{side}-{db}", ["run", "{round}"], ["side=before,after", "db=a,b"], rounds=3)
+    assert [s.out for s in got] == [
+        "p1-before-a", "p1-before-b", "p1-after-a", "p1-after-b",
+        "p2-after-a", "p2-after-b", "p2-before-a", "p2-before-b",
+        "p3-before-a", "p3-before-b", "p3-after-a", "p3-after-b"]
+    assert got[4] == Step("p2-after-a", ["run", "2"], "after")
+    # without --rounds, {round} is a name no --each gives
+    with pytest.raises(ValueError, match="round"):
+        alternate.steps("p{round}", ["x"], ["side=before,after"])
+
+
+def test_rounds_below_one_are_refused_and_nothing_runs(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert alternate.main(["--rounds", "0", "--each", "side=before,after", "--before", "/t", "{side}", "--", "true"]) == 2
+    assert "--rounds 0: at least 1" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_an_empty_value_and_no_side() -> None:
     got = alternate.steps("daemon{n}", ["x"], ["n=,-2"])
     assert [(s.out, s.side) for s in got] == [("daemon", None), ("daemon-2", None)]
