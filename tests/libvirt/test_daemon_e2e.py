@@ -353,7 +353,7 @@ def activate_and_settle(lab: Lab, d: Any, setpoint_pps: float, timeout_s: float 
     """Activate the VR at ``setpoint_pps``; return the seconds until a 2 s mean is within 10%."""
     res = d.client.call("activate", vr=lab.vr.name, setpoint_pps=setpoint_pps)
     assert res["state"] == "active" and res["original_record"]["params"] == ORIGINAL, res
-    t = until(lambda: abs(forwarded_pps(lab.vifs, 2.0) - setpoint_pps) <= TOLERANCE * setpoint_pps, timeout_s, 0.0)
+    t, _ = settled_s(lab, setpoint_pps, timeout_s)
     assert t is not None, f"rate not within 10% of {setpoint_pps:.0f} pps within {timeout_s} s: {d.client.call('status', vr=lab.vr.name)}"
     return t
 
@@ -399,42 +399,41 @@ def stop_with_sigterm(d: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------- tests
-def settle_then_mean(lab: Lab, setpoint_pps: float, settle_timeout_s: float = 30.0,
-                     hold_s: float | None = None) -> tuple[float, float, float]:
-    """Wait until a 2 s mean is within 10% of ``setpoint_pps`` (the controller settled; on a busy
-    host that takes longer), then measure the VR's mean rate over ``hold_s`` (:data:`HOLD_S` by default) from
-    the counters (time-weighted: the packets over the seconds, not a mean of rates).  Returns (seconds to settle,
-    mean pps, the 2 s mean that ended the settling)."""
+HOLD_S = 15.0  # the span over which a settled VR's mean rate must be within 10% of its setpoint
+
+
+def settled_s(lab: Lab, setpoint_pps: float, timeout_s: float) -> tuple[float | None, float | None]:
+    """The seconds until a 2 s mean of the VR's rate is within 10% of ``setpoint_pps`` (the controller settled;
+    on a busy host that takes longer; None: not within ``timeout_s``), and the last 2 s mean."""
     last: list[float] = []
 
     def near() -> bool:
         last[:] = [forwarded_pps(lab.vifs, 2.0)]
         return abs(last[0] - setpoint_pps) <= TOLERANCE * setpoint_pps
 
-    t = until(near, settle_timeout_s, 0.0)
-    assert t is not None, f"rate not within 10% of {setpoint_pps:.0f} pps within {settle_timeout_s} s (last 2 s mean {last})"
-    return t, forwarded_pps(lab.vifs, HOLD_S if hold_s is None else hold_s), last[0]
+    return until(near, timeout_s, 0.0), (last[0] if last else None)
 
 
-def held_mean(lab: Lab, setpoint_pps: float, hold_s: float | None = None, settle_timeout_s: float = 30.0,
+def held_mean(lab: Lab, setpoint_pps: float, hold_s: float = HOLD_S, settle_timeout_s: float = 30.0,
               trace: RateTrace | None = None, since: str = "") -> tuple[float, float]:
-    """:func:`settle_then_mean`, its mean within 10% of the setpoint, measured up to three times (a 2 s mean
-    can touch the band while the cap still swings, and a stall of a busy host can move one mean: on a slow
+    """Settled (:func:`settled_s`), then the VR's mean rate over ``hold_s`` from the counters (time-weighted: the
+    packets over the seconds, not a mean of rates) within 10% of the setpoint, measured up to three times (a 2 s
+    mean can touch the band while the cap still swings, and a stall of a busy host can move one mean: on a slow
     machine 33.4 kp/s for 29.8 after a VR restart, on a busy one 24.4 then 36.2 kp/s for 29.7, and once +29%
     over 15 s at the usual cap); the tolerance the same every time.  A miss shows ``trace``'s rates since this
     call (``since``: what started them).  Returns (seconds to settle, mean pps) of the run that held."""
     t0 = time.monotonic()
 
     def measure() -> tuple[float, float]:
-        settle, mean, _ = settle_then_mean(lab, setpoint_pps, settle_timeout_s, hold_s)
+        settle, last = settled_s(lab, setpoint_pps, settle_timeout_s)
+        assert settle is not None, \
+            f"rate not within 10% of {setpoint_pps:.0f} pps within {settle_timeout_s} s (last 2 s mean {last})"
+        mean = forwarded_pps(lab.vifs, hold_s)
         shown = f"; every 0.5 s since {since}: {kpps(trace.between(t0, time.monotonic()))}" if trace is not None else ""
         assert abs(mean - setpoint_pps) <= TOLERANCE * setpoint_pps, f"mean {mean:.0f} for {setpoint_pps:.0f} pps{shown}"
         return settle, mean
 
     return measured_until_held(measure, f"setpoint {setpoint_pps:.0f} pps")
-
-
-HOLD_S = 15.0  # the span over which a settled VR's mean rate must be within 10% of its setpoint
 
 
 def test_daemon_holds_two_setpoints_and_sigterm_restores_the_exact_original(at_original: Lab, daemon) -> None:
