@@ -12,24 +12,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from xtc_lab.procs import stop_process  # noqa: F401  (the lab's, for the tests that take it from here)
+
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
     """A port of 127.0.0.1 free at the time of the call (TCP by default; ``socket.SOCK_DGRAM`` for UDP)."""
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def stop_process(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
-    """SIGTERM ``proc`` if it still runs and wait for it; SIGKILL it if it has not ended by ``timeout_s``."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 class DaemonProc:

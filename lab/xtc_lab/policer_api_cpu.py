@@ -36,6 +36,7 @@ import psutil
 
 import xtc
 from xtc_lab.policer_bench import PAGE, BenchConn, seed_policer, start_policer
+from xtc_lab.procs import stop_process
 
 __all__ = ["KINDS", "MIX", "Kind", "main", "measure", "mix_ms_per_request"]
 
@@ -139,8 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(seed_policer(url, token))
                 runs_against(proc.pid, url, token)
             finally:
-                proc.terminate()
-                proc.wait(10)
+                stop_process(proc)
     if not runs:
         print("python -m xtc_lab.policer_api_cpu: nothing measured", file=sys.stderr)
         return 1

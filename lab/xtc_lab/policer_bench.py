@@ -40,6 +40,7 @@ import xtc
 from xtc.policer.engine import percentiles
 from xtc.policer.link import tcp_states
 from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_kind, latency_by_phase, latency_p99_by_second
+from xtc_lab.procs import stop_process, stop_processes
 from xtc_lab.unwind import unwinding
 
 __all__ = ["register", "run_bench", "run_fleet_bench", "run_fleet_bench_on", "start_policer", "policer_log", "PAGE",
@@ -475,12 +476,7 @@ def run_bench(rate_per_s: float = 500.0, duration_s: float = 5.0, concurrency: i
                 res["database_cpu_ms_per_request"] = round(1000 * db_cpu() / res["requests"], 3)
             res["workers"] = workers
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     return res
 
 
@@ -829,11 +825,5 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                 f.terminate()
                 f.communicate(timeout=60)
         finally:
-            for p in (proc, *fleets):
-                if p is not None and p.poll() is None:
-                    p.terminate()
-                    try:
-                        p.wait(10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+            stop_processes((proc, *fleets))
     return out

@@ -43,6 +43,7 @@ import zmq
 import zmq.asyncio
 
 from xtc.daemon import api
+from xtc_lab.procs import stop_process
 
 try:
     from xtc.daemon.sample_udp import UdpSamples
@@ -523,12 +524,17 @@ def fleet_process(routers: int, vrs: int = 16, dead: float = 0.1, jitter: float 
                 time.sleep(0.1)
             yield proc, json.loads(out.read_text())
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, 30)
+
+
+def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
+    """The stand-in fleet's options, as every tool that starts one takes them (``--routers``, ``--vrs``, ``--dead``,
+    ``--jitter``: the arguments of :class:`Fleet` and :func:`fleet_process` of the same names)."""
+    p.add_argument("--routers", type=int, default=1000, help="stand-in daemons (default 1000)")
+    p.add_argument("--vrs", type=int, default=16, help="VRs a daemon (default 16)")
+    p.add_argument("--dead", type=float, default=0.1, help="share of the daemons that never answer (default 0.1)")
+    p.add_argument("--jitter", type=float, default=0.0,
+                   help="the VRs' offered rates drawn anew each period: base x (1 +- jitter) (default 0: steady)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -539,9 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     start) and starts a new window.
     """
     p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_fleet", description=main.__doc__)
-    p.add_argument("--routers", type=int, default=1000)
-    p.add_argument("--vrs", type=int, default=16)
-    p.add_argument("--dead", type=float, default=0.1)
+    add_fleet_arguments(p)
     p.add_argument("--slow", type=float, default=0.0)
     p.add_argument("--flapping", type=float, default=0.0)
     p.add_argument("--flap-s", type=float, default=5.0, help="a flapping router answers this long, then is silent as long")
@@ -555,7 +559,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="refuse 'subscribe' with a 'udp' member as a daemon older than the samples' datagrams does")
     p.add_argument("--no-pub-socket", dest="pub_socket", action="store_false",
                    help="with --publish, no PUB sockets: the samples only over the ROUTER socket to its subscribers")
-    p.add_argument("--jitter", type=float, default=0.0, help="offered rates drawn anew each period: base x (1 +- jitter)")
     p.add_argument("--first", type=int, default=0, help="number of the first router's name (several fleets)")
     p.add_argument("--out", required=True, help="JSON file the routers are written to")
     p.add_argument("--warmup-s", type=float, default=0.0, help="statistics leave out the first seconds")

@@ -47,7 +47,7 @@ from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
 
-from .policer_fleet import fleet_process
+from .policer_fleet import add_fleet_arguments, fleet_process
 from .policer_profile import loadavg, proc_cpu_s, process_cpu_s, threads_cpu_s
 
 __all__ = ["CONSUMERS", "floor", "main"]
@@ -180,12 +180,9 @@ def floor(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_floor", description=__doc__.split("\n\n")[0])
-    p.add_argument("--routers", type=int, default=1000)
-    p.add_argument("--vrs", type=int, default=16)
-    p.add_argument("--dead", type=float, default=0.1)
+    add_fleet_arguments(p)
     p.add_argument("--window", type=float, default=10.0, help="seconds measured")
     p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
-    p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period")
     p.add_argument("--consumer", choices=CONSUMERS, default="none", help="what takes each message (see above)")
     args = p.parse_args(argv)
     print(json.dumps(floor(args.routers, args.vrs, args.dead, args.window, args.consumer, args.jitter, args.warmup),

@@ -57,7 +57,7 @@ try:
 except ImportError:  # an older product (a results session's before side) sets no threshold
     raise_young_threshold = None  # type: ignore[assignment]
 
-from .policer_fleet import fleet_process
+from .policer_fleet import add_fleet_arguments, fleet_process
 
 __all__ = ["Mark", "loadavg", "main", "proc_cpu_s", "process_cpu_s", "profile_engine", "take_window", "threads_cpu_s",
            "window_figures"]
@@ -443,15 +443,12 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_profile", description=__doc__.split("\n\n")[0])
-    p.add_argument("--routers", type=int, default=1000)
-    p.add_argument("--vrs", type=int, default=16)
-    p.add_argument("--dead", type=float, default=0.1)
+    add_fleet_arguments(p)
     p.add_argument("--window", type=float, default=10.0, help="seconds measured (whole cycles of 1 s), unprofiled then profiled")
     p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
     p.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tracemalloc", action="store_true", help="also trace Python's allocations (slower)")
-    p.add_argument("--jitter", type=float, default=0.0, help="the fleet's offered rates drawn anew each period (as the bench's)")
     p.add_argument("--sample-link", action="store_true",
                    help="the samples over the link's connection (as the service takes them), not a SUB socket per router")
     p.add_argument("--schema", default=None,

@@ -158,6 +158,11 @@ class EngineProcess:
             self._reader.join(timeout=5)
 
 
+def _summed(counter: str) -> property:
+    """A counter of :class:`EngineShards`: the shards' processes' own, summed."""
+    return property(lambda self: sum(getattr(p, counter) for p in self.procs), doc=f"``{counter}``, summed over the shards")
+
+
 class EngineShards:
     """``engine.shards`` engine processes, shard ``i`` of ``n`` each (:class:`EngineProcess` with
     ``shard`` in its settings), seen by the API as one engine.
@@ -203,21 +208,10 @@ class EngineShards:
     def bad_replies(self) -> dict[str, int]:
         return {"all": sum(sum(p.bad_replies.values()) for p in self.procs)}
 
-    @property
-    def sampled(self) -> int:
-        return sum(p.sampled for p in self.procs)
-
-    @property
-    def listed(self) -> int:
-        return sum(p.listed for p in self.procs)
-
-    @property
-    def bad_samples(self) -> int:
-        return sum(p.bad_samples for p in self.procs)
-
-    @property
-    def probed(self) -> int:
-        return sum(p.probed for p in self.procs)
+    sampled = _summed("sampled")
+    listed = _summed("listed")
+    bad_samples = _summed("bad_samples")
+    probed = _summed("probed")
 
     def _aligned_max(self, attr: str) -> list[float]:
         lists = [getattr(p, attr) for p in self.procs if p.is_leader()] or [getattr(p, attr) for p in self.procs]

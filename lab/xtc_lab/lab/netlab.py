@@ -87,6 +87,7 @@ from xtc_lab.lab.build import build_forwarder
 from xtc_lab.lab.cgroups import (CpuCgroup, LabError, create_cgroup, find_cpu_cgroup, kill_pids, lab_cgroups,
                                   remove_cgroup)
 from xtc_lab.lab.libvirtd import process_start_time
+from xtc_lab.procs import stop_processes
 
 LAB_NET = ipaddress.ip_network("198.18.0.0/15")
 MAX_VRS = 250
@@ -817,15 +818,7 @@ class NetLab:
 
     def teardown(self) -> list[str]:
         """Stop the lab's processes and remove everything with the lab's prefix."""
-        for p in self.processes:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.processes:
-            try:
-                p.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.processes, 3)
         self.processes.clear()
         removed = teardown_prefix(self.prefix, self.uri if self._conn is not None else None)
         if self._conn is not None:

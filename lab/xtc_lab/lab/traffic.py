@@ -47,6 +47,7 @@ from typing import Any
 
 from xtc_lab.lab.build import build_udpsend
 from xtc_lab.lab.netlab import VR, LabError, NetLab
+from xtc_lab.procs import stop_processes
 
 DEFAULT_PORT = 5201
 #: Ethernet + IPv4 + TCP headers, bytes (no options); the MSS excludes them.
@@ -160,14 +161,7 @@ class _Stream:
 
     def stop(self) -> None:
         """Stop client and server now (idempotent)."""
-        for p in (self.client, self.server):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=3)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop_processes((self.client, self.server), 3)
 
     def __enter__(self) -> Any:
         return self

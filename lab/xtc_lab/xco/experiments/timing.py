@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from xtc_lab.lab.netlab import LabError
+from xtc_lab.procs import stop_process
 from xtc_lab.xco.experiments.flows import helper
 from xtc_lab.xco.testbed import Testbed
 
@@ -38,12 +38,7 @@ def capture(tb: Testbed, ns: str, dst_addr: str, max_s: float, egress_if: str | 
             raise LabError(f"capture in {ns} did not start")
         yield out
     finally:
-        if p.poll() is None:
-            p.terminate()
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_process(p, 30)
     try:
         out.update(json.loads(path.read_text()))
     finally:
