@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import string
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Step", "main", "run_steps", "steps"]
+__all__ = ["Step", "main", "run_steps", "start_loads", "steps"]
 
 SIDES = ("before", "after")
 
@@ -98,6 +99,17 @@ def steps(out: str, command: Sequence[str], each: Sequence[str], rounds: int | N
 def _stamp() -> str:
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return f"{time.strftime('%H:%M:%S', time.gmtime())} load {load}"
+
+
+def start_loads(log: Path) -> dict[str, str]:
+    """Each run's 1-minute load average at its start, by its OUT name, from a log :func:`run_steps` wrote (a
+    run made twice: its last start)."""
+    out = {}
+    for line in log.read_text().splitlines():
+        m = re.match(r"== (\S+) \S+ load (\S+)", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
 
 
 def run_steps(todo: Sequence[Step], before_tree: str | None, log: Path, to_log: bool = False) -> Iterator[int]:

@@ -83,6 +83,12 @@ def test_each_run_gets_its_sides_product_its_files_and_its_own_status_in_the_log
     assert [re.sub(r"\d\d:\d\d:\d\d load \S+ \S+ \S+", "T", x) for x in log] == [
         "== p3-before T", "   done T rc=3", "== p3-after T", "   done T rc=3",
         "== p0-before T", "   done T rc=0", "== p0-after T", "   done T rc=0"]
+    # The tables' scripts read each run's load at its start back from the log.
+    loads = alternate.start_loads(tmp_path / "runs.log")
+    assert sorted(loads) == ["p0-after", "p0-before", "p3-after", "p3-before"]
+    assert all(float(v) >= 0 for v in loads.values())
+    first = next(x for x in log if x.startswith("== p3-before"))
+    assert loads["p3-before"] == first.split("load ")[1].split()[0]
 
 
 def test_to_log_appends_the_commands_output_to_the_log(tmp_path, monkeypatch) -> None:

@@ -1,20 +1,19 @@
 """The README's tables from this folder's JSON: ``python table.py`` (per request kind: cpu-*.json; the 2,000/s
-runs: bench-*.json and tail-*.json, with the 1-minute load average runs.log recorded at each run's start)."""
+runs: bench-*.json and tail-*.json, with the 1-minute load average runs.log recorded at each run's start).
+
+The load averages are read by the lab's ``xtc_lab.alternate.start_loads`` (the same bytes out); the script as it
+ran read them itself (git show 21cdbef:docs/results/2026-11-27-policer-api-floor/table.py)."""
 import json
-import re
 import sys
 from pathlib import Path
+
+from xtc_lab.alternate import start_loads
 
 HERE = Path(__file__).parent
 
 
 def loads() -> dict[str, str]:
-    out = {}
-    for line in (HERE / "runs.log").read_text().splitlines():
-        m = re.match(r"== (\S+) \S+ load (\S+)", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
+    return start_loads(HERE / "runs.log")
 
 
 def kinds(names: list[str]) -> None:

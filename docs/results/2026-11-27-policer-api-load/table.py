@@ -1,22 +1,21 @@
-"""The tables of this session's README from its JSON files and runs.log: ``python table.py``."""
+"""The tables of this session's README from its JSON files and runs.log: ``python table.py``.
+
+The load averages are read by the lab's ``xtc_lab.alternate.start_loads`` (the same bytes out); the script as it
+ran read them itself (git show 21cdbef:docs/results/2026-11-27-policer-api-load/table.py)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+
+from xtc_lab.alternate import start_loads
 
 HERE = Path(__file__).parent
 
 
 def loads() -> dict[str, str]:
     """Each run's 1-minute load average at its start (runs.log, as python -m xtc_lab.alternate writes it)."""
-    out = {}
-    for line in (HERE / "runs.log").read_text().splitlines():
-        m = re.match(r"== (\S+) \S+ load (\S+)", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
+    return start_loads(HERE / "runs.log")
 
 
 def cpu_table(prefix: str) -> list[str]:
