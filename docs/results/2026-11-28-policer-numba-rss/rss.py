@@ -25,13 +25,13 @@ def rss_mb() -> float:
 
 
 out = {"cached": os.environ.get("CACHED") == "1"}
-import numpy  # noqa: E402,F401  (the engine's own imports first)
-import zmq  # noqa: E402,F401
+import numpy  # noqa: F401  (the engine's own imports first)
+import zmq  # noqa: F401
 
-import xtc.policer.engine  # noqa: E402,F401
+import xtc.policer.engine  # noqa: F401
 
 out["engine_imports_mb"] = rss_mb()
-import numba  # noqa: E402
+import numba
 
 out["numba"] = numba.__version__
 out["numba_imported_mb"] = rss_mb()
