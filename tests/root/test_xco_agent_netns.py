@@ -264,6 +264,23 @@ def gate_open_intervals(events: list[dict], dest: int, t0_us: int, t1_us: int) -
     return _open_intervals(events, dest, t0_us, t1_us, lambda e: e["applied_us"])
 
 
+def longest_closed_us(events: list[dict], dest: int, t0_us: int, t1_us: int) -> int:
+    """The longest stretch of ``[t0_us, t1_us)`` during which the agent's gate held ``dest`` closed
+    (:func:`gate_open_intervals`): what XCo held, as against a gap at the receiver, which a stalled
+    sender or host makes too."""
+    iv = gate_open_intervals(events, dest, t0_us, t1_us)
+    if not iv:
+        return t1_us - t0_us
+    edges = [iv[0][0] - t0_us, t1_us - iv[-1][1]]
+    return max([b[0] - a[1] for a, b in itertools.pairwise(iv)] + edges)
+
+
+def stolen_ms() -> float:
+    """CPU time this VM's vCPUs have waited for the hypervisor so far (``steal`` of /proc/stat), ms."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def first_packet_after_open_us(events: list[dict], dest: int, arrivals_us: list[int]) -> list[int]:
     """For each directive that opened ``dest`` (after one that did not) within the arrivals: from
     when it was due (``start_us``, or its arrival if later) to the first packet at the receiver."""
@@ -405,13 +422,19 @@ def test_agents_gate_real_links(net, tmp_path):
         # run on a 2-core VM a stall of the host left a 26.5 ms gap in what r1 received.
         def one_sender() -> None:
             time.sleep(0.3)
-            t_b0 = time.time_ns()
+            t_b0, steal0 = time.time_ns(), stolen_ms()
             alone = _udpsend(net, "s1", 2.0)
             n_alone = _sent(alone)
             time.sleep(0.2)
             rx_b = [t for s, t in rcv.between(t_b0, time.time_ns()) if s == HOSTS["s1"][0]]
             gaps_ms = [(b - a) / 1e6 for a, b in zip(rx_b[len(rx_b) // 4:], rx_b[len(rx_b) // 4 + 1:])]
-            print(f"alone: sent {n_alone} received {len(rx_b)}, largest gap in the last 3/4 {max(gaps_ms):.2f} ms")
+            # What tells a hold by XCo from a stall of the sender or the host, should the gap miss its bound: how
+            # long the gate held r1 closed over the same packets, and the CPU time the hypervisor took meanwhile.
+            held_ms = longest_closed_us(agents["s1"].events, list(HOSTS).index("r1"), rx_b[len(rx_b) // 4] // 1000,
+                                        rx_b[-1] // 1000) / 1000 if rx_b else float("nan")
+            print(f"alone: sent {n_alone} received {len(rx_b)}, largest gap in the last 3/4 {max(gaps_ms):.2f} ms; "
+                  f"the gate held r1 closed at most {held_ms:.2f} ms of it; CPU stolen by the hypervisor meanwhile "
+                  f"{stolen_ms() - steal0:.0f} ms")
             assert len(rx_b) >= 0.95 * n_alone, (len(rx_b), n_alone)
             # a paced sender below the link rate has nothing queued while open: it gives the
             # destination up, is held, reports its backlog again and is granted again (a slice at most,
