@@ -1,6 +1,6 @@
 """A results session's measurements, one after another, before/after alternated: ``python -m xtc_lab.alternate``.
 
-    python -m xtc_lab.alternate [--before TREE] [--log FILE] [--each NAMES=VALUES ...] [--rounds N] [--to-log] OUT -- COMMAND ...
+    python -m xtc_lab.alternate [--before TREE] [--log FILE] [--each NAMES=VALUES ...] [--rounds N [--turn NAME ...]] [--to-log] OUT -- COMMAND ...
 
 For each combination of the ``--each`` values (nested in the order given: the last changes fastest),
 runs COMMAND once, in this folder, with ``{NAME}`` replaced by the value in OUT and in every word of
@@ -11,7 +11,8 @@ gives two names their values together.  A step whose ``side`` is ``before`` runs
 exported by ``git archive REV xtc`` and unpacked there) alone on ``PYTHONPATH``, so the child imports
 that product; ``after`` runs the installed one (``PYTHONPATH`` empty).  ``--rounds N`` runs all of it N
 times, ``{round}`` the round's number (1 to N), with the ``side`` values in the order given in odd rounds and
-turned in even ones (before, after; then after, before), so that neither side always runs first.  The log (default runs.log) gets
+turned in even ones (before, after; then after, before), so that neither side always runs first; ``--turn NAME``
+turns NAME's values instead (given again, several names; ``side`` then only if named).  The log (default runs.log) gets
 ``== OUT HH:MM:SS load L1 L5 L15`` before each run and ``   done HH:MM:SS load L1 L5 L15 rc=N`` after it:
 contention inflates CPU times, so only runs made close together compare and the load is on record.
 
@@ -69,13 +70,20 @@ def _fields(template: str) -> set[str]:
     return {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
 
 
-def steps(out: str, command: Sequence[str], each: Sequence[str], rounds: int | None = None) -> list[Step]:
+def steps(out: str, command: Sequence[str], each: Sequence[str], rounds: int | None = None,
+          turn: Sequence[str] = ()) -> list[Step]:
     """The runs, in order: every combination of the ``each`` specs (:func:`parse_each`), the last fastest;
-    with ``rounds``, all of them that many times, ``{round}`` given, the ``side`` values turned in even rounds.
+    with ``rounds``, all of them that many times, ``{round}`` given, the values of the axes named in ``turn``
+    (none named: ``side``'s) turned in even rounds.
 
-    Raises ValueError naming a ``{NAME}`` that no ``--each`` gives, a name given twice, or rounds below 1."""
+    Raises ValueError naming a ``{NAME}`` that no ``--each`` gives, a name given twice, rounds below 1, or a
+    ``turn`` name that no ``--each`` gives or without rounds."""
     axes = [parse_each(s) for s in each]
     names = [n for ns, _ in axes for n in ns]
+    if turn and rounds is None:
+        raise ValueError(f"--turn {' '.join(turn)}: only rounds turn an order; give --rounds N")
+    if set(turn) - set(names):
+        raise ValueError(f"--turn {', '.join(sorted(set(turn) - set(names)))}: no --each gives it")
     if rounds is not None:
         if rounds < 1:
             raise ValueError(f"--rounds {rounds}: at least 1")
@@ -85,9 +93,10 @@ def steps(out: str, command: Sequence[str], each: Sequence[str], rounds: int | N
     missing = set().union(*(_fields(t) for t in (out, *command))) - set(names)
     if missing:
         raise ValueError(f"{{{', '.join(sorted(missing))}}} in OUT or COMMAND: no --each gives it")
+    turning = set(turn or ("side",))
     result = []
     for k in range(1, (rounds or 1) + 1):
-        turned = [(ns, vs[::-1] if k % 2 == 0 and "side" in ns else vs) for ns, vs in axes]
+        turned = [(ns, vs[::-1] if k % 2 == 0 and turning & set(ns) else vs) for ns, vs in axes]
         for combo in itertools.product(*(values for _, values in turned)):
             env = {n: v for (ns, _), vs in zip(turned, combo) for n, v in zip(ns, vs)}
             if rounds is not None:
@@ -134,13 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--each", action="append", default=[], metavar="NAMES=VALUES")
     p.add_argument("--rounds", type=int, default=None, metavar="N",
                    help="all of it N times, {round} the round, the side values turned in even rounds")
+    p.add_argument("--turn", action="append", default=[], metavar="NAME",
+                   help="with --rounds, turn NAME's values in even rounds instead of side's (given again: several)")
     p.add_argument("--to-log", action="store_true", help="the command's standard output to the log, not OUT.json")
     p.add_argument("out", metavar="OUT")
     ns = p.parse_args(args[: args.index("--")] if "--" in args else args)
     try:
         if not command:
             raise ValueError("no COMMAND after --")
-        todo = steps(ns.out, command, ns.each, ns.rounds)
+        todo = steps(ns.out, command, ns.each, ns.rounds, ns.turn)
         if ns.before is None and any(s.side == "before" for s in todo):
             raise ValueError("a step on the before side needs --before TREE")
     except ValueError as e:

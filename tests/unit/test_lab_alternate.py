@@ -32,6 +32,30 @@ def test_rounds_repeat_the_runs_with_the_sides_turned_in_even_rounds() -> None:
         alternate.steps("p{round}", ["x"], ["side=before,after"])
 
 
+def test_turn_names_the_axes_turned_in_even_rounds_instead_of_side() -> None:
+    got = alternate.steps("p{round}-{impl}-{side}", ["run"], ["impl=python,c", "side=before,after"], rounds=2,
+                          turn=["impl"])
+    assert [s.out for s in got] == [
+        "p1-python-before", "p1-python-after", "p1-c-before", "p1-c-after",
+        "p2-c-before", "p2-c-after", "p2-python-before", "p2-python-after"]
+    # a name in a joint axis turns the whole axis; two names, both axes
+    got = alternate.steps("{round}{a}{b}{c}", ["x"], ["a:b=1:2,3:4", "c=x,y"], rounds=2, turn=["b", "c"])
+    assert [s.out for s in got] == ["112x", "112y", "134x", "134y", "234y", "234x", "212y", "212x"]
+
+
+@pytest.mark.parametrize(("turn", "rounds", "message"), [
+    (["db"], 2, "--turn db: no --each gives it"),
+    (["impl"], None, "--turn impl: only rounds turn an order; give --rounds N"),
+])
+def test_a_bad_turn_is_refused_and_nothing_runs(tmp_path, monkeypatch, capsys, turn, rounds, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = [*(["--rounds", str(rounds)] if rounds else []), *(w for t in turn for w in ("--turn", t)),
+            "--each", "impl=python,c", "{impl}", "--", "true"]
+    assert alternate.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_rounds_below_one_are_refused_and_nothing_runs(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert alternate.main(["--rounds", "0", "--each", "side=before,after", "--before", "/t", "{side}", "--", "true"]) == 2
