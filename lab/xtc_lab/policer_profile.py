@@ -19,7 +19,9 @@ were allocated: the rest is native (libzmq's sockets and queues, SQLite's cache,
 ``--census`` it counts the objects the garbage collector tracks, by type (their count and ``sys.getsizeof``
 bytes: the containers themselves, not what they hold), after the windows; ``--no-profile`` skips the
 profiled window (an RSS run at a fleet the machine barely carries); ``--sizes`` gives the bytes reachable from each
-of the engine's, its store's, sample streams' and link pool's attributes (:func:`deep_sizes`).
+of the engine's, its store's, sample streams' and link pool's attributes (:func:`deep_sizes`).  ``--time
+module:function`` (given again, several) also gives the thread CPU inside that function of the product over the
+unprofiled window's cycles (``timed``: its calls, us a call and us a measurement; :mod:`xtc_lab.thread_timers`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ except ImportError:  # an older product (a results session's before side) sets n
     raise_young_threshold = None  # type: ignore[assignment]
 
 from .policer_fleet import add_fleet_arguments, fleet_process
+from .thread_timers import FunctionTimers
 
 __all__ = ["Mark", "loadavg", "main", "proc_cpu_s", "process_cpu_s", "profile_engine", "take_window", "threads_cpu_s",
            "window_figures"]
@@ -323,15 +326,43 @@ def window_figures(m0: Mark, m1: Mark) -> dict[str, Any]:
                 if v - m0.threads_cpu_s.get(k, 0.0) > 0} if n else {}}
 
 
+def _timers_on(timers: FunctionTimers, next_cycle_mark: Callable[[], Mark]) -> Callable[[], Mark]:
+    """``next_cycle_mark`` that switches ``timers`` on once it has the mark: from the window's first cycle start
+    (the profile's thread switches them off at its last, a few microseconds late)."""
+
+    def marked() -> Mark:
+        m = next_cycle_mark()
+        timers.start()
+        return m
+
+    return marked
+
+
 def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
                    warmup_s: float | None = None, db_url: str | None = None, top: int = 30,
                    snapshot_interval_s: float = 10.0, trace_memory: bool = False, jitter: float = 0.0,
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
                    profiled_window: bool = True, structures: bool = False, trim: bool = False,
                    link_only: bool = False, pace_s: float | None = None, sample_udp: str | None = None,
-                   gc_policy: bool = True, stats_path: str | None = None) -> dict[str, Any]:
+                   gc_policy: bool = True, stats_path: str | None = None, timed: tuple[str, ...] = ()) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints.  ``stats_path``: also write the profiled window's
-    whole profile there (:mod:`pstats`' format: callers and callees, which the top lists do not show)."""
+    whole profile there (:mod:`pstats`' format: callers and callees, which the top lists do not show).
+    ``timed``: the functions (``module:attribute``) whose thread CPU the unprofiled window also gives; a name
+    that does not resolve raises ValueError before anything starts."""
+    timers = FunctionTimers(timed)
+    try:
+        return _profile_engine(timers, routers, vrs, dead, window_s, warmup_s, db_url, top, snapshot_interval_s,
+                               trace_memory, jitter, sample_link, schema, census_types, profiled_window, structures,
+                               trim, link_only, pace_s, sample_udp, gc_policy, stats_path)
+    finally:
+        timers.restore()
+
+
+def _profile_engine(timers: FunctionTimers, routers: int, vrs: int, dead: float, window_s: float,
+                    warmup_s: float | None, db_url: str | None, top: int, snapshot_interval_s: float,
+                    trace_memory: bool, jitter: float, sample_link: bool, schema: str | None, census_types: bool,
+                    profiled_window: bool, structures: bool, trim: bool, link_only: bool, pace_s: float | None,
+                    sample_udp: str | None, gc_policy: bool, stats_path: str | None) -> dict[str, Any]:
     _patch()
     gc_set = gc_policy and raise_young_threshold is not None
     if gc_set:  # the engine process's garbage-collector setting, as xtc.policer.engine_proc makes it
@@ -369,7 +400,9 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
                 c0 = (eng.sampled, eng.listed, eng.probed)
                 f0 = proc_cpu_s(fleet.pid)
-                m0, m1 = take_window(mark, _STARTS.next_mark, time.sleep, window_s, eng.period_s)
+                m0, m1 = take_window(mark, _STARTS.next_mark if profiled else _timers_on(timers, _STARTS.next_mark),
+                                     time.sleep, window_s, eng.period_s)
+                timers.stop()
                 if not profiled:  # the stand-in fleet's own CPU (it shares the machine)
                     out["fleet_cpu_s_per_s"] = round((proc_cpu_s(fleet.pid) - f0) / (m1.t - m0.t), 3)
                 fig = window_figures(m0, m1)
@@ -377,6 +410,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 n = fig["measurements"]
                 if not profiled and n:  # where the unprofiled CPU goes, per thread (ms per measurement)
                     out["thread_cpu_ms_per_measurement"] = fig["thread_cpu_ms_per_measurement"]
+                if not profiled and (inside := timers.figures(n)):  # and inside the functions named (--time)
+                    out["timed"] = inside
                 _ON.clear()
                 key = "profiled" if profiled else "plain"
                 out["measured_per_s"][key] = fig["measured_per_s"]
@@ -469,9 +504,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gc-default", action="store_true",
                    help="leave Python's garbage collector as it is (default: the engine process's young threshold, "
                         "xtc.service.collector)")
+    p.add_argument("--time", action="append", default=[], metavar="MODULE:FUNCTION",
+                   help="also the thread CPU inside this function of the product over the unprofiled window (given "
+                        "again: several; e.g. xtc.policer.store:Store.record_outcomes)")
     p.add_argument("--stats", default=None, metavar="PATH",
                    help="also write the profiled window's whole profile to PATH (pstats: its callers and callees)")
     args = p.parse_args(argv)
+    try:
+        FunctionTimers(args.time).restore()  # every name resolves (else nothing starts)
+    except ValueError as e:
+        p.error(f"--time {e}")
     print(json.dumps(profile_engine(args.routers, args.vrs, args.dead, args.window, args.warmup, args.db, args.top,
                                     trace_memory=args.tracemalloc, jitter=args.jitter,
                                     sample_link=args.sample_link, schema=args.schema, census_types=args.census,
@@ -479,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                                     trim=args.trim, link_only=args.link_only, pace_s=args.pace_s,
                                     sample_udp=(args.sample_udp if not args.sample_udp or ":" in args.sample_udp
                                                 else args.sample_udp + ":0"),
-                                    gc_policy=not args.gc_default, stats_path=args.stats), indent=1))
+                                    gc_policy=not args.gc_default, stats_path=args.stats, timed=tuple(args.time)),
+                     indent=1))
     return 0
 
 
