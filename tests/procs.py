@@ -89,14 +89,36 @@ def compile_xco_kernels() -> None:
                    check=True, timeout=600)
 
 
-def until(pred: Callable[[], Any], timeout_s: float, dt_s: float = 0.2) -> bool:
-    """Poll ``pred`` every ``dt_s`` until it is true (True) or ``timeout_s`` passed (False)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(dt_s)
-    return False
+def _poll(pred: Callable[[], Any], timeout_s: float, step_s: float) -> tuple[Any, float]:
+    """Ask ``pred`` every ``step_s`` until it gives something truthy or ``timeout_s`` passed (then once more, so a
+    slow poll never misses a last chance): its last answer and the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        got = pred()
+        if got or time.monotonic() - t0 >= timeout_s:
+            return got, time.monotonic() - t0
+        time.sleep(step_s)
+
+
+def waited_s(pred: Callable[[], Any], timeout_s: float, step_s: float = 0.2) -> float | None:
+    """The seconds until ``pred()`` was true, or None if it was not within ``timeout_s``."""
+    got, t = _poll(pred, timeout_s, step_s)
+    return t if got else None
+
+
+def until(pred: Callable[[], Any], timeout_s: float, step_s: float = 0.2) -> bool:
+    """Whether ``pred()`` came true within ``timeout_s``."""
+    return bool(_poll(pred, timeout_s, step_s)[0])
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float, what: str | Callable[[], Any], step_s: float = 0.1) -> Any:
+    """``pred()``'s first truthy answer; fails after ``timeout_s`` naming ``what`` (or what ``what()`` says then) and
+    the last answer."""
+    got, _ = _poll(pred, timeout_s, step_s)
+    if not got:
+        raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what() if callable(what) else what} "
+                             f"(last: {got!r})")
+    return got
 
 
 def measured_until_held(measure: Callable[[], Any], what: str, attempts: int = 3, pause_s: float = 0.0) -> Any:

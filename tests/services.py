@@ -20,13 +20,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-from procs import DaemonProc, daemon_config, free_port, stop_process
+from procs import DaemonProc, daemon_config, free_port, stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 XCO_TOPOLOGY = ROOT / "tests" / "xco" / "data" / "fig1a.toml"
@@ -67,13 +66,6 @@ def scrape(url: str) -> str:
     return urllib.request.urlopen(url, timeout=10).read().decode()
 
 
-def _until(pred: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _daemon(d: Path, stack: ExitStack) -> str:
     from xtc.daemon.ctl import ManagerClient
 
@@ -100,7 +92,7 @@ initial_cap_percent = 60.0
         return 'xtc_vr_cap_ratio{vr="vr1"}' in text and 'xtc_vr_forwarded_packets_total{vr="vr1"} 0.0' not in text \
             and 'xtc_vr_forwarded_packets_total{vr="vr1"}' in text
 
-    _until(counted, "the daemon's per-VR series")
+    wait_for(counted, 20.0, "the daemon's per-VR series", 0.05)
     return url
 
 
@@ -148,7 +140,7 @@ def _xco(d: Path, stack: ExitStack) -> tuple[str, str]:
         svc.close()
 
     stack.callback(stop_agent)
-    _until(lambda: svc.core.welcomed, "the agent's welcome")
+    wait_for(lambda: svc.core.welcomed, 20.0, "the agent's welcome", 0.05)
     return f"http://127.0.0.1:{ctl_port}/metrics", f"http://127.0.0.1:{svc.metrics_port}/metrics"
 
 

@@ -71,7 +71,7 @@ from typing import Any
 
 import pytest
 
-from procs import DaemonProc, measured_until_held
+from procs import DaemonProc, measured_until_held, waited_s
 from xtc_lab.lab.harness import daemon_config_text
 from xtc.daemon.ctl import ManagerClient, watch_samples
 from xtc.host.libvirt_conn import LibvirtConn
@@ -190,16 +190,6 @@ def cap_percent(p: dict[str, int] | None) -> float:
     return 100.0 * p["vcpu_quota"] / p["vcpu_period"]
 
 
-def until(pred: Callable[[], bool], timeout_s: float, dt_s: float = 0.2) -> float | None:
-    """Seconds until ``pred()`` holds (None if it did not within ``timeout_s``)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if pred():
-            return time.monotonic() - t0
-        time.sleep(dt_s)
-    return None
-
-
 # ------------------------------------------------------------------------------- fixtures
 class Lab:
     """The module's lab: one LXC VR, its free (unlimited) forwarding rate and a running stream."""
@@ -224,7 +214,7 @@ class Lab:
         conn = libvirt.open(self.uri)
         try:
             conn.lookupByName(self.vr.name).destroy()  # transient: it is gone
-            gone = until(lambda: not any(Path(f"/sys/class/net/{v}").exists() for v in self.vifs), 10.0, 0.05)
+            gone = waited_s(lambda: not any(Path(f"/sys/class/net/{v}").exists() for v in self.vifs), 10.0, 0.05)
             assert gone is not None, f"vifs {self.vifs} still there after destroy"
             if new_vifs:
                 self.vr.vifs = NetLab._free_vifs()
@@ -375,7 +365,7 @@ def settle_to_a_steady_cap(lab: Lab, d: Any, setpoint_pps: float, timeout_s: flo
         last[:] = [c0, c1, rate]
         return abs(c1 - c0) <= 0.05 * c0 and abs(rate - setpoint_pps) <= TOLERANCE * setpoint_pps
 
-    assert until(steady, timeout_s, 0.0) is not None, \
+    assert waited_s(steady, timeout_s, 0.0) is not None, \
         f"the cap did not hold still within {timeout_s} s (cap % before, after, pps: {last}): {d.client.call('status', vr=lab.vr.name)}"
     return time.monotonic() - t0, last[1]
 
@@ -411,7 +401,7 @@ def settled_s(lab: Lab, setpoint_pps: float, timeout_s: float) -> tuple[float | 
         last[:] = [forwarded_pps(lab.vifs, 2.0)]
         return abs(last[0] - setpoint_pps) <= TOLERANCE * setpoint_pps
 
-    return until(near, timeout_s, 0.0), (last[0] if last else None)
+    return waited_s(near, timeout_s, 0.0), (last[0] if last else None)
 
 
 def held_mean(lab: Lab, setpoint_pps: float, hold_s: float = HOLD_S, settle_timeout_s: float = 30.0,
@@ -506,7 +496,7 @@ def test_sigkill_then_restart_resumes_and_still_restores_the_true_original(at_or
         st = d2.client.call("status", vr=lab.vr.name)
         assert st["state"] == "active" and st["setpoint_pps"] == sp
         assert st["original_record"]["params"] == ORIGINAL  # not what it finds at restart
-        recapped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 10.0)
+        recapped = waited_s(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 10.0)
         assert recapped is not None, d2.client.call("status", vr=lab.vr.name)
         # Settled (a 2 s mean within 10%, as after the other restarts), then held over 8 s.
         _, mean = held_mean(lab, sp, hold_s=8.0, settle_timeout_s=20.0)
@@ -543,7 +533,7 @@ def test_vr_destroyed_and_started_again_is_followed_without_a_huge_rate_or_a_wro
                 assert new is not None and new["id"] != old["id"]  # type: ignore[index]
                 assert (lab.vifs != old_vifs) == new_vifs
                 # The new domain starts unlimited; the daemon must cap it again.
-                capped = until(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 20.0)
+                capped = waited_s(lambda: quota_limited(sched_params(lab.uri, lab.vr.name)), 20.0)
                 assert capped is not None, f"cap not re-applied to the new domain: {d.client.call('status', vr=lab.vr.name)}"
                 # Settled (a 2 s mean within the band), then a 4 s mean within it (measured up to three times).
                 held, rate = held_mean(lab, sp, hold_s=4.0, settle_timeout_s=25.0)
@@ -610,7 +600,7 @@ def test_libvirtd_restart_under_a_running_daemon_keeps_the_cap_and_reconnects(at
         # 11,468 us enough for 1.5 times the setpoint 15 s later).
         q_held = sched_params(lab.uri, lab.vr.name)
         d.client.call("setpoint", vr=lab.vr.name, setpoint_pps=sp_after)
-        moved = until(
+        moved = waited_s(
             lambda: (sched_params(lab.uri, lab.vr.name) or {}).get("vcpu_quota", 0) >= 1.25 * q_held["vcpu_quota"],  # type: ignore[index]
             15.0,
         )

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import until
 
 from xtc_lab.lab.harness import measure_pps, set_cap
 from xtc_lab.lab.hog import (
@@ -53,12 +54,7 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return until(lambda: not _alive(pid), timeout_s, 0.05)
 
 
 def test_hog_joins_the_forwarders_cgroup_and_takes_the_vrs_cpu(vr_lab) -> None:

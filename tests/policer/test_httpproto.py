@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from conftest import free_port, wait_for
+from procs import free_port, wait_for
 from xtc.policer.httpproto import MAX_HEADER_BYTES, BoundedHttpToolsProtocol
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import zmq
 
-from conftest import wait_for
+from procs import wait_for
 from xtc.policer.link import DaemonLink, LinkDown
 from xtc.daemon.ctl import ManagerClient, ManagerError
 from xtc.service.curve import CurveError, generate_keypair, load_public, secure_context

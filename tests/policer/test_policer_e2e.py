@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import wait_for
+from procs import wait_for
 
 pytestmark = pytest.mark.slow
 

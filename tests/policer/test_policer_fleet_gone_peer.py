@@ -13,7 +13,7 @@ import gc
 import logging
 
 import zmq
-from conftest import wait_for
+from procs import wait_for
 from xtc_lab.policer_fleet import Fleet
 
 from xtc.daemon import api

@@ -14,7 +14,8 @@ import httpx
 import psutil
 import pytest
 
-from conftest import TOKEN, wait_for
+from conftest import TOKEN
+from procs import wait_for
 from fakes.daemon import RouterPeer
 from procs import stop_process
 from xtc.policer.engine import Engine

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from procs import wait_for
 from hostneeds import cgroup_netns_lab, early_drop_limiters, tc_queueing
 from procs import DaemonProc, cgroup_daemon_config
 

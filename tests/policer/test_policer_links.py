@@ -17,7 +17,7 @@ import pytest
 import zmq
 import zmq.auth.thread
 
-from conftest import wait_for
+from procs import wait_for
 from fakes.daemon import RouterPeer
 from xtc.service.curve import generate_keypair, load_public
 from xtc.policer.engine import Engine
@@ -169,7 +169,7 @@ def test_a_silent_daemon_delays_no_other_on_kept_connections(peers: Any) -> None
 
 
 def test_nothing_is_queued_toward_a_daemon_that_is_down(peers: Any) -> None:
-    from conftest import free_port
+    from procs import free_port
 
     port = free_port()
     pool = LinkPool(0.3)

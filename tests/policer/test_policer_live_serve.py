@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from conftest import TOKEN, wait_for
+from conftest import TOKEN
+from procs import wait_for
 
 from procs import stop_process
 from xtc.policer.store import Store

@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import wait_for
+from procs import wait_for
 
 from xtc.policer.store import Store
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from procs import wait_for
 from fakes.daemon import RouterPeer
 from xtc_lab.policer_fleet import Fleet
 

@@ -11,7 +11,8 @@ from typing import Any, Callable
 import httpx
 import pytest
 
-from conftest import TOKEN, wait_for
+from conftest import TOKEN
+from procs import wait_for
 
 ROUNDS = 150  # per writer; the old code mixed up about one reply in ten
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import zmq
-from conftest import wait_for
+from procs import wait_for
 from fakes.daemon import RouterPeer
 
 from xtc.daemon import api

@@ -15,6 +15,7 @@ from xtc.policer.link import BadReply, LinkPool, parse_vr_list
 from xtc.policer.samples import SampleStreams, parse_samples
 from xtc.policer.store import Store
 from xtc_lab.policer_fleet import Fleet
+from procs import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # times and rates: run alone
 
@@ -66,10 +67,7 @@ def test_parse_samples_takes_a_valid_message_and_refuses_the_others() -> None:
 
 
 def _wait(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
+    wait_for(cond, timeout_s, what, 0.02)
 
 
 def _watch(store: Store, streams: SampleStreams, routers: list[str], seconds: float,

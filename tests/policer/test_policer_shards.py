@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import wait_for
+from procs import wait_for
 from xtc.policer.db import LeaderLock
 from xtc.policer.engine import Engine, shard_of
 from xtc.policer.link import LinkPool

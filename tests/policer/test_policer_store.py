@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from procs import wait_for
 
 from xtc.policer.db import SCHEMA_VERSION, LeaderLock
 from xtc.policer.policy import ActivationState

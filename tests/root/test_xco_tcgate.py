@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from netns_udp import TimestampReceiver
+from procs import until
 
 from xtc.host import tcgate
 from xtc.host.tcgate import (
@@ -164,13 +165,9 @@ def send(sock: socket.socket, n: int, payload: int = 200) -> None:
         sock.sendto(i.to_bytes(4, "big").ljust(payload, b"x"), (DST, PORT))
 
 
-def wait_for(pred, timeout_s: float = 1.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.005)
-    return pred()
+def soon(pred) -> bool:
+    """Whether ``pred()`` comes true within a second (the gate's packets and counters settle in milliseconds)."""
+    return until(pred, 1.0, 0.005)
 
 
 @contextlib.contextmanager
@@ -205,14 +202,14 @@ def test_a_closed_destination_holds_all_its_flows_and_releases_them_when_opened(
             time.sleep(0.1)
             assert gate.stats()[1] == held  # nothing more leaves
             gate.set_states({1: OPEN})
-            assert wait_for(lambda: rx.count() == 70), rx.count()
+            assert soon(lambda: rx.count() == 70), rx.count()
             assert rx.sources.count(OTHER_SRC) == 20
             st = gate.stats()[1]
             assert (st.sent_packets, st.backlog_packets) == (70, 0)
             assert st.sent_bytes == 70 * FRAME
             # open stays open: the next packets go straight through
             send(sock, 10)
-            assert wait_for(lambda: rx.count() == 80)
+            assert soon(lambda: rx.count() == 80)
         sock.close()
         sock2.close()
 
@@ -254,7 +251,7 @@ def test_frames_a_full_class_drops_do_not_undo_the_recorded_states(lab: Lab) -> 
             gate._pk = fake.real  # frames go out again (a real refusal kicks the qdisc all the same)
             gate.set_states({1: OPEN})  # recorded CLOSED, so this is sent: everything comes
             assert gate.states()[1] == OPEN
-            assert wait_for(lambda: rx.count() - n0 == 50), rx.count() - n0
+            assert soon(lambda: rx.count() - n0 == 50), rx.count() - n0
         sock.close()
 
 
@@ -284,7 +281,7 @@ def test_a_slice_budget_holds_in_the_kernel_once_spent(lab: Lab) -> None:
             assert rx.count() - n0 == 70, rx.count() - n0
             gate.set_states({1: OPEN})  # budget recorded, so a plain OPEN is a change: all of it goes
             assert gate.states()[1] == OPEN
-            assert wait_for(lambda: rx.count() == 120), rx.count()
+            assert soon(lambda: rx.count() == 120), rx.count()
             assert gate.slot_budget_bytes(-5, False) == gate.closed_burst_bytes  # never below a frame
         sock.close()
 
@@ -326,7 +323,7 @@ def test_a_rate_limited_destination_that_went_idle_sends_its_rate_burst_at_once(
             sent = gate.stats()[1].sent_bytes - before
             elapsed = time.monotonic() - start
             assert 5_000 - FRAME <= sent <= 5_000 + rate_bps / 8 * elapsed + FRAME, (sent, elapsed)
-            assert wait_for(lambda: gate.stats()[1].backlog_packets == 0)
+            assert soon(lambda: gate.stats()[1].backlog_packets == 0)
             time.sleep(0.06)  # idle: 20 ms refill the bucket
         sock.close()
     with installed(lab.gate()) as gate:  # the default: 1 ms at 2 Mb/s is less than a frame
@@ -345,7 +342,7 @@ def test_icmp_and_unknown_flows_pass_a_closed_destination(lab: Lab) -> None:
         other = udp_sender(lab.snd, OTHER_SRC)  # 198.18.21.11 -> .2: a flow the gate does not know
         with receiver(lab.rcv) as rx:
             send(other, 20)
-            assert wait_for(lambda: rx.count() == 20), rx.count()
+            assert soon(lambda: rx.count() == 20), rx.count()
             assert set(rx.sources) == {OTHER_SRC}
         other.close()
         assert gate.stats()[1].sent_packets == 0  # the pings went through the default class
@@ -605,7 +602,7 @@ def test_tcp_control_packets_pass_a_closed_destination_and_data_does_not(lab: La
                 assert held.backlog_packets >= 1 and held.backlog_bytes >= 5000 - len(got)
                 udp = udp_sender(lab.snd)
                 send(udp, 5, payload=40)  # 82-byte frames: short, but not TCP
-                assert wait_for(lambda: gate.stats()[1].backlog_packets == held.backlog_packets + 5)
+                assert soon(lambda: gate.stats()[1].backlog_packets == held.backlog_packets + 5)
                 gate.set_states({1: OPEN})
                 while len(got) < 5000:
                     got += conn.recv(10000)
@@ -727,7 +724,7 @@ def test_a_small_flow_passes_a_closed_destination_until_moved_into_it(lab: Lab) 
         with receiver(lab.rcv) as rx:
             send(sock, 20)
             send(other, 10)
-            assert wait_for(lambda: rx.sources.count(OTHER_SRC) == 10), rx.sources
+            assert soon(lambda: rx.sources.count(OTHER_SRC) == 10), rx.sources
             sent, backlog, packets, small_sent = gate.counters((1,), (small,))
             assert small_sent.tolist() == [10 * FRAME] and packets[0] > 0
             assert sent[0] + backlog[0] == 20 * FRAME and sent[0] <= gate.closed_burst_bytes
@@ -737,7 +734,7 @@ def test_a_small_flow_passes_a_closed_destination_until_moved_into_it(lab: Lab) 
             time.sleep(0.1)
             assert rx.sources.count(OTHER_SRC) == 10
             gate.set_states({1: OPEN})
-            assert wait_for(lambda: rx.count() == 40), rx.count()
+            assert soon(lambda: rx.count() == 40), rx.count()
         sock.close()
         other.close()
 
@@ -814,7 +811,7 @@ def test_counters_match_stats_and_open_burst_is_applied(lab: Lab) -> None:
                                                  [st[d].backlog_packets for d in dests]]
             assert got[2][1] > 0
             gate.set_states({1: OPEN})
-            assert wait_for(lambda: gate.counters(dests)[2][1] == 0)
+            assert soon(lambda: gate.counters(dests)[2][1] == 0)
             assert gate.counters(dests)[0][1] == 30 * FRAME
         sock.close()
         out = sh("tc", "-n", lab.snd, "-d", "qdisc", "show", "dev", "gs0")
@@ -858,7 +855,7 @@ def test_a_100_gbps_uplink_and_a_40_gbps_rate_reach_the_kernel_whole(lab: Lab) -
             sock = udp_sender(lab.snd)
             send(sock, 50)
             sock.close()
-            assert wait_for(lambda: r.count() == 50)
+            assert soon(lambda: r.count() == 50)
         gate.set_states({1: 50_000_000_000})
         tbf = sorted(q["options"]["rate"] for q in lab.tc_json("qdisc") if q["kind"] == "tbf")
         assert tbf == [1_000_000, 5_000_000_000, 6_250_000_000], tbf
@@ -900,12 +897,12 @@ def test_quiet_probe_sees_a_held_queue_and_a_small_flows_bytes(lab: Lab) -> None
             assert gate.counters((1,), (small,))[2][0] > 0
             assert gate.quiet() is False and gate.quiet() is False
             gate.set_states({1: OPEN})
-            assert wait_for(lambda: rx.count() == 20)
+            assert soon(lambda: rx.count() == 20)
             assert gate.quiet() is True  # nothing queued, no headroom asked
             assert gate.quiet(1000) is False  # the 20 held frames left since the base: base moved here
             assert gate.quiet(1000) is True  # (1000: room for a stray frame of the kernel's)
             send(other, 10)  # the small flow sends 10 frames, unheld
-            assert wait_for(lambda: rx.count() == 30)
+            assert soon(lambda: rx.count() == 30)
             assert gate.quiet(None) is True  # nothing queued, no headroom asked
             assert gate.quiet(10 * FRAME + 10_000) is True
             assert gate.quiet(10 * FRAME - 1) is False  # it may have passed its threshold

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from hostneeds import reachable_by_other_users
-from procs import daemon_config, stop_process
+from procs import daemon_config, stop_process, wait_for
 
 from xtc.daemon.ctl import ManagerClient
 
@@ -64,13 +64,6 @@ def _caps(pid: int) -> dict[str, int]:
     out = {k: int(st[k].strip(), 16) for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")}
     out["uid"] = int(st["Uid"].split()[1])  # effective
     return out
-
-
-def _until(pred, timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < end, what
-        time.sleep(0.1)
 
 
 def _ready(notify: socket.socket, proc: subprocess.Popen, who: str) -> None:
@@ -124,7 +117,7 @@ interfaces = ["lo"]
             caps = _caps(proc.pid)
             assert caps == {"CapEff": 0, "CapPrm": 0, "CapBnd": 0, "CapAmb": 0, "uid": 0}, caps
             c.call("activate", vr="vr1", setpoint_pps=100.0)
-            _until(lambda: int((cg / "cpu.cfs_quota_us").read_text()) > 0, 15, "the daemon never capped the cgroup")
+            wait_for(lambda: int((cg / "cpu.cfs_quota_us").read_text()) > 0, 15, "the daemon to cap the cgroup")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
         assert proc.returncode == 0, out

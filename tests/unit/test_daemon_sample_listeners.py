@@ -17,6 +17,7 @@ from xtc.daemon.service import DaemonService
 from xtc_lab.sim.host import SimHost
 
 from fakes.daemon import Clock, daemon_toml
+from procs import wait_for
 
 VRS = '[[sim.vr]]\nname = "vr1"\ninitial_cap_percent = 80.0\n'
 
@@ -46,13 +47,6 @@ def step(svc, clock, periods: int = 1) -> None:
         svc.run_period(clock.t, 1.0)
 
 
-def until(cond, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def test_samples_are_built_and_sent_only_while_a_subscriber_takes_their_topic(tmp_path):
     svc, clock, built = make(tmp_path)
     ctx = zmq.Context.instance()
@@ -65,13 +59,14 @@ def test_samples_are_built_and_sent_only_while_a_subscriber_takes_their_topic(tm
         other = ctx.socket(zmq.SUB)
         other.connect(endpoint)
         other.setsockopt(zmq.SUBSCRIBE, b"something-else")
-        until(lambda: b"something-else" in svc.subscriptions or svc.sample_listeners())
+        wait_for(lambda: b"something-else" in svc.subscriptions or svc.sample_listeners(), 5.0,
+                 "the other topic's subscription", 0.005)
         step(svc, clock, 2)
         assert built == []  # a subscriber of another topic does not count
         sub = ctx.socket(zmq.SUB)
         sub.connect(endpoint)
         sub.setsockopt(zmq.SUBSCRIBE, b"samples")
-        until(svc.sample_listeners)
+        wait_for(svc.sample_listeners, 5.0, "the samples' subscriber", 0.005)
         step(svc, clock)
         assert len(built) == 1
         assert sub.poll(2000)
@@ -80,7 +75,7 @@ def test_samples_are_built_and_sent_only_while_a_subscriber_takes_their_topic(tm
         assert topic == b"samples" and sample["vr"] == "vr1" and sample["setpoint_pps"] == 30000
         sub.close(0)
         sub = None
-        until(lambda: not svc.sample_listeners())
+        wait_for(lambda: not svc.sample_listeners(), 5.0, "the subscriber to leave", 0.005)
         n = len(built)
         step(svc, clock, 2)
         assert len(built) == n  # the last subscriber left: back to none
@@ -110,7 +105,7 @@ def test_a_scrape_waits_for_the_next_period_and_gets_its_rows(tmp_path):
         out: list = []
         t = threading.Thread(target=_scrape, args=(svc.metrics_port, out))
         t.start()
-        until(svc.metrics.rows_wanted)
+        wait_for(svc.metrics.rows_wanted, 5.0, "the scrape to want rows", 0.005)
         time.sleep(0.05)
         assert t.is_alive() and not out  # the scrape waits for the period
         step(svc, clock)
@@ -133,7 +128,7 @@ def test_a_scrape_takes_the_last_rows_when_no_period_comes(tmp_path):
         out: list = []
         t = threading.Thread(target=_scrape, args=(svc.metrics_port, out))
         t.start()
-        until(svc.metrics.rows_wanted)
+        wait_for(svc.metrics.rows_wanted, 5.0, "the scrape to want rows", 0.005)
         step(svc, clock)
         t.join(5)
         first = _measured(out[0])
