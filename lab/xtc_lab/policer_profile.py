@@ -349,20 +349,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
     whole profile there (:mod:`pstats`' format: callers and callees, which the top lists do not show).
     ``timed``: the functions (``module:attribute``) whose thread CPU the unprofiled window also gives; a name
     that does not resolve raises ValueError before anything starts."""
-    timers = FunctionTimers(timed)
-    try:
-        return _profile_engine(timers, routers, vrs, dead, window_s, warmup_s, db_url, top, snapshot_interval_s,
-                               trace_memory, jitter, sample_link, schema, census_types, profiled_window, structures,
-                               trim, link_only, pace_s, sample_udp, gc_policy, stats_path)
-    finally:
-        timers.restore()
-
-
-def _profile_engine(timers: FunctionTimers, routers: int, vrs: int, dead: float, window_s: float,
-                    warmup_s: float | None, db_url: str | None, top: int, snapshot_interval_s: float,
-                    trace_memory: bool, jitter: float, sample_link: bool, schema: str | None, census_types: bool,
-                    profiled_window: bool, structures: bool, trim: bool, link_only: bool, pace_s: float | None,
-                    sample_udp: str | None, gc_policy: bool, stats_path: str | None) -> dict[str, Any]:
+    timers = FunctionTimers(timed)  # (restored at the end of the with block below)
     _patch()
     gc_set = gc_policy and raise_young_threshold is not None
     if gc_set:  # the engine process's garbage-collector setting, as xtc.policer.engine_proc makes it
@@ -372,7 +359,7 @@ def _profile_engine(timers: FunctionTimers, routers: int, vrs: int, dead: float,
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "jitter": jitter, "sample_link": sample_link, "schema": schema, "pace_s": pace_s,
                            "sample_udp": sample_udp, "gc_policy": gc_set, "loadavg_before": loadavg()}
-    with tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
+    with timers, tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
             fleet_process(routers, vrs, dead, jitter, pub_socket=not link_only) as (fleet, fleet_routers):
         eng = store = None
         try:

@@ -19,7 +19,7 @@ import importlib
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["FunctionTimers", "resolve"]
 
@@ -50,7 +50,8 @@ def resolve(target: str) -> tuple[Any, str]:
 
 class FunctionTimers:
     """Wrappers that total the thread CPU of calls made while :meth:`start` ... :meth:`stop`; :meth:`restore`
-    puts the functions back.  Every name is resolved before any is replaced, so a bad one changes nothing."""
+    (or the end of a ``with`` block) puts the functions back.  Every name is resolved before any is replaced,
+    so a bad one changes nothing."""
 
     def __init__(self, targets: Iterable[str], clock: Callable[[], int] = time.thread_time_ns) -> None:
         owners = [(t, *resolve(t)) for t in targets]
@@ -86,6 +87,12 @@ class FunctionTimers:
 
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         return timed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
 
     def start(self) -> None:
         self._on.set()

@@ -93,6 +93,15 @@ def test_restore_puts_every_function_back_as_it_was(target) -> None:
     assert target.Thing().inherited(1) == 2
 
 
+def test_a_with_block_puts_them_back_also_when_it_fails(target) -> None:
+    work = target.work
+    with pytest.raises(RuntimeError), FunctionTimers([f"{MOD}:work"]) as timers:
+        timers.start()
+        assert target.work(1) == 2 and target.work is not work
+        raise RuntimeError("the run failed")
+    assert target.work is work
+
+
 @pytest.mark.parametrize(("name", "message"), [
     ("work", "a function is named module:function or module:Class.method"),
     (f"{MOD}:", "a function is named"),
