@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterator
 
 import zmq
-from test_daemon_sample_listeners import make, step, until
+from procs import wait_for
+from test_daemon_sample_listeners import make, step
 
 from xtc.daemon import api
 from xtc.daemon.service import MAX_LINK_SUBSCRIBERS
@@ -48,7 +49,7 @@ def _ask(svc, s: zmq.Socket, cmd: str, rid: int = 1, **fields) -> dict:
             got.append(s.recv_multipart())
         return bool(got)
 
-    until(served)
+    wait_for(served, 5.0, "the reply", 0.005)
     frames = got[0]
     assert len(frames) == 2 and frames[0] == b"", frames
     return json.loads(frames[1])
@@ -97,7 +98,7 @@ def test_a_subscriber_that_is_gone_loses_its_subscription(tmp_path):
             step(svc, clock)
             return not svc.link_subscribers
 
-        until(gone)
+        wait_for(gone, 5.0, "the link subscriber to leave", 0.005)
         step(svc, clock)
         assert not svc.sample_listeners()  # nobody left: no more samples built
 
@@ -131,10 +132,10 @@ def test_req_clients_are_answered_and_cannot_be_flooded_with_samples(tmp_path):
         req.setsockopt(zmq.LINGER, 0)
         req.connect(svc.rep.getsockopt_string(zmq.LAST_ENDPOINT))
         req.send(json.dumps({"v": 1, "cmd": "ping", "id": "a"}).encode())
-        until(lambda: (svc._serve_requests(), req.poll(10))[1])
+        wait_for(lambda: (svc._serve_requests(), req.poll(10))[1], 5.0, "the reply", 0.005)
         assert json.loads(req.recv())["result"]["pong"] is True
         req.send(b"{not json")
-        until(lambda: (svc._serve_requests(), req.poll(10))[1])
+        wait_for(lambda: (svc._serve_requests(), req.poll(10))[1], 5.0, "the reply", 0.005)
         assert json.loads(req.recv())["error"]["code"] == "bad_json"
 
         raw = ctx.socket(zmq.DEALER)

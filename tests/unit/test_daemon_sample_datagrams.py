@@ -11,7 +11,8 @@ import socket
 
 import pytest
 from test_daemon_link_samples import _ask, _dealer, _samples, served
-from test_daemon_sample_listeners import step, until
+from procs import wait_for
+from test_daemon_sample_listeners import step
 
 from xtc.daemon import api, datagram
 
@@ -117,7 +118,7 @@ def test_a_peer_that_is_gone_is_found_out_at_a_period_on_the_connection(tmp_path
                 step(svc, clock)
                 return not svc.link_subscribers
 
-            until(gone)
+            wait_for(gone, 5.0, "the link subscriber to leave", 0.005)
             assert len(svc.udp) == 0
             sent = svc.udp.sent
             step(svc, clock, datagram.LINK_EVERY)
