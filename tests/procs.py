@@ -121,20 +121,49 @@ def wait_for(pred: Callable[[], Any], timeout_s: float, what: str | Callable[[],
     return got
 
 
+def stolen_ms() -> float:
+    """CPU time this VM's vCPUs have waited for the hypervisor so far (``steal`` of /proc/stat, summed over the
+    CPUs), ms."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+#: A run that misses a bound while the hypervisor took more than this share of the VM's CPU time (``steal``)
+#: measured the host's neighbours, not the software: it is measured again without counting as a miss, at most
+#: :data:`STOLEN_RUNS` times a measurement (then such runs count).  In one CI run the hypervisor took 25-35%
+#: during each of three runs of the XCo agents' test, whose gate held 26-36 ms (the bound is 20).
+STOLEN_SHARE = 0.10
+STOLEN_RUNS = 4
+
+
 def measured_until_held(measure: Callable[[], Any], what: str, attempts: int = 3, pause_s: float = 0.0) -> Any:
     """Run ``measure`` (a real-time measurement and its assertions) again when it misses a bound, i.e. raises
-    AssertionError: at most ``attempts`` runs, each miss printed, the last one's raised; the bounds stay what the
-    measurement asserts; ``pause_s`` between runs.  A loaded host stalls now and then; a schedule that is wrong
-    misses every time."""
-    for attempt in range(1, attempts + 1):
+    AssertionError: at most ``attempts`` runs that count, each miss printed, the last one's raised; the bounds
+    stay what the measurement asserts; ``pause_s`` between runs.  A loaded host stalls now and then; a schedule
+    that is wrong misses every time.  A miss while the hypervisor took more than :data:`STOLEN_SHARE` of this
+    VM's CPU does not count (up to :data:`STOLEN_RUNS` of them)."""
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    misses = stolen_runs = 0
+    while True:
+        t0, steal0 = time.monotonic(), stolen_ms()
         try:
             return measure()
         except AssertionError as e:
-            if attempt == attempts:
-                raise
-            print(f"{what}, run {attempt} missed a bound ({str(e)[:300]}); measuring again")
-            time.sleep(pause_s)
-    raise AssertionError("attempts must be at least 1")
+            share = (stolen_ms() - steal0) / 1000 / max(1e-9, (time.monotonic() - t0) * (os.cpu_count() or 1))
+            if share > STOLEN_SHARE and stolen_runs < STOLEN_RUNS:
+                stolen_runs += 1
+                print(f"{what}: a run missed a bound while the hypervisor took {share:.0%} of this VM's CPU "
+                      f"({str(e)[:300]}); not counted, measuring again")
+            else:
+                misses += 1
+                if misses == attempts:
+                    print(f"{what}: {misses} runs missed a bound, {stolen_runs} more while the hypervisor took "
+                          f"the CPU; the last one's error follows")
+                    raise
+                print(f"{what}, run {misses} missed a bound ({str(e)[:300]}); the hypervisor took {share:.0%} of "
+                      f"this VM's CPU meanwhile; measuring again")
+        time.sleep(pause_s)
 
 
 def started_daemon(cfg: Path, procs: list, event: str = "started", timeout_s: float = 30.0) -> DaemonProc:

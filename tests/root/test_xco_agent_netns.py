@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 from netns_udp import TimestampReceiver
-from procs import free_port, measured_until_held
+from procs import free_port, measured_until_held, stolen_ms
 
 from xtc.host.tcgate import in_netns
 
@@ -273,12 +273,6 @@ def longest_closed_us(events: list[dict], dest: int, t0_us: int, t1_us: int) -> 
         return t1_us - t0_us
     edges = [iv[0][0] - t0_us, t1_us - iv[-1][1]]
     return max([b[0] - a[1] for a, b in itertools.pairwise(iv)] + edges)
-
-
-def stolen_ms() -> float:
-    """CPU time this VM's vCPUs have waited for the hypervisor so far (``steal`` of /proc/stat), ms."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def first_packet_after_open_us(events: list[dict], dest: int, arrivals_us: list[int]) -> list[int]:
