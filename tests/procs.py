@@ -130,8 +130,8 @@ def stolen_ms() -> float:
 
 #: A run that misses a bound while the hypervisor took more than this share of the VM's CPU time (``steal``)
 #: measured the host's neighbours, not the software: it is measured again without counting as a miss, at most
-#: :data:`STOLEN_RUNS` times a measurement (then such runs count).  In one CI run the hypervisor took 25-35%
-#: during each of three runs of the XCo agents' test, whose gate held 26-36 ms (the bound is 20).
+#: :data:`STOLEN_RUNS` times a measurement (then such runs count).  In one CI run the hypervisor took 1.4-1.9 s of CPU
+#: during each of three 2.5-s runs on 2 CPUs of the XCo agents' test, whose gate held 26-36 ms (the bound is 20).
 STOLEN_SHARE = 0.10
 STOLEN_RUNS = 4
 
