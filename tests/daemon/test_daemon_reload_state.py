@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import wait_for
 
 from .conftest import hypervisor_caps, write_config
 
@@ -25,13 +26,11 @@ def xtc(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess:
 
 def capped(tmp_path: Path, below: float = 60.0, timeout_s: float = 10.0) -> float:
     """Wait until the daemon has capped vr1 below ``below`` (the simulated hypervisor's file)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
+    def cap_below() -> tuple[float] | None:  # in a tuple: a cap of 0 is an answer too
         cap = hypervisor_caps(tmp_path)["vr1"]
-        if cap is not None and cap < below:
-            return cap
-        time.sleep(0.1)
-    raise AssertionError(f"vr1 never capped below {below}: {hypervisor_caps(tmp_path)}")
+        return (cap,) if cap is not None and cap < below else None
+
+    return wait_for(cap_below, timeout_s, lambda: f"vr1 capped below {below}: {hypervisor_caps(tmp_path)}")[0]
 
 
 def refused_once(d, n: int, words: tuple[str, ...]) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from procs import wait_for
 
 from xtc.training.fit import cap_levels
 from xtc.training.sweep import read_sweep_csv
@@ -120,11 +121,13 @@ def test_sigterm_during_the_sweep_restores_the_exact_setting(lab_vr, tmp_path: P
         p = subprocess.Popen(collect(lab, vr.name, out, "--caps", "5,10", "--samples", "20"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 15
-            while setting(lab, vr) == (PERIOD_US, QUOTA_US):  # wait for the sweep's first cap
-                assert p.poll() is None, p.communicate()[1]
-                assert time.monotonic() < deadline, "the sweep never set a cap"
-                time.sleep(0.1)
+            def capped() -> bool:  # the sweep's first cap
+                if setting(lab, vr) != (PERIOD_US, QUOTA_US):
+                    return True
+                assert p.poll() is None, p.communicate()[1]  # the sweep still runs
+                return False
+
+            wait_for(capped, 15, "the sweep to set a cap")
             assert setting(lab, vr) == (PERIOD_US, 2_500)  # 5% of the VR's 50 ms period
             p.send_signal(signal.SIGTERM)
             _, err = p.communicate(timeout=15)

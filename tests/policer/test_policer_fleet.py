@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import wait_for
 from pydantic import TypeAdapter
 
 from xtc.daemon.api import ErrorReply, Instance, OkReply
@@ -82,10 +83,13 @@ def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
         return json.loads(fleet.stdout.readline())["window"]
 
     try:
-        deadline = time.monotonic() + 120
-        while not routers_file.exists():
-            assert fleet.poll() is None and time.monotonic() < deadline, "the fleet did not start"
-            time.sleep(0.1)
+        def started() -> bool:
+            if routers_file.exists():
+                return True
+            assert fleet.poll() is None, "the fleet did not start"  # it exited
+            return False
+
+        wait_for(started, 120, "the fleet to start (its routers file)")
         routers = json.loads(routers_file.read_text())
         for r in routers:
             store.add_router(r["name"], r["endpoint"], r["capacity_pps"], "on", None, "test")
@@ -153,10 +157,7 @@ def test_a_router_registered_between_cycles_is_reached_at_once(db_url: str) -> N
 
     def just_after_a_cycle() -> None:
         c = eng.cycles
-        deadline = time.monotonic() + 5 * period_s
-        while eng.cycles == c:
-            assert time.monotonic() < deadline, "the engine runs its cycles"
-            time.sleep(0.005)
+        wait_for(lambda: eng.cycles != c, 5 * period_s, "the engine's next cycle", step_s=0.005)
 
     try:
         register("r00000")
@@ -166,10 +167,8 @@ def test_a_router_registered_between_cycles_is_reached_at_once(db_url: str) -> N
         just_after_a_cycle()
         t_reg = time.monotonic()
         register("r00001")
-        deadline = t_reg + 0.8 * period_s
-        while store.get_router("r00001")["status"] != "reachable":
-            assert time.monotonic() < deadline, "a live new router measured before the next cycle"
-            time.sleep(0.01)
+        wait_for(lambda: store.get_router("r00001")["status"] == "reachable", t_reg + 0.8 * period_s - time.monotonic(),
+                 "a live new router measured before the next cycle", step_s=0.01)
         live_s = time.monotonic() - t_reg
         assert len(by_name["r00001"].list_times) >= 1
         # Dead from its registration: marked within a tenth of a period + the timeout (+ the worker's turn).
@@ -179,10 +178,8 @@ def test_a_router_registered_between_cycles_is_reached_at_once(db_url: str) -> N
             just_after_a_cycle()
             t_reg = time.monotonic()
             register(name)
-            deadline = t_reg + 3 * period_s
-            while store.get_router(name)["status"] != "unreachable":
-                assert time.monotonic() < deadline, f"{name} marked"
-                time.sleep(0.01)
+            wait_for(lambda n=name: store.get_router(n)["status"] == "unreachable", t_reg + 3 * period_s - time.monotonic(),
+                     f"{name} marked", step_s=0.01)
             took.append(round(time.monotonic() - t_reg, 3))
             if took[-1] <= 0.8 * period_s:
                 break

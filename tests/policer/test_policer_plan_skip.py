@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from procs import until, wait_for
 
 from xtc_lab.policer_fleet import Fleet
 
@@ -193,9 +194,7 @@ def test_a_stop_during_a_batch_lets_it_send_its_commands(world: Any) -> None:
     stopper.join(15)
     assert not stopper.is_alive()
     assert eng.error is None, f"the stop failed the engine: {eng.error!r}"
-    deadline = time.monotonic() + 5
-    while d.commands.get("activate", 0) < len(d.vrs) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    until(lambda: d.commands.get("activate", 0) >= len(d.vrs), 5, step_s=0.02)
     assert d.commands.get("activate", 0) == len(d.vrs), d.commands
 
 
@@ -232,10 +231,7 @@ def test_failures_are_recorded_in_a_batch_of_their_own(world: Any) -> None:
     for ghost in ("ghost1", "ghost2"):
         eng._put(("list", routers[ghost], settings, now, [LinkDown("no answer within 300 ms")], time.monotonic()))
     go_on.set()
-    deadline = time.monotonic() + 10
-    while len(batches) < 3:
-        assert time.monotonic() < deadline, f"batches: {batches}"
-        time.sleep(0.01)
+    wait_for(lambda: len(batches) >= 3, 10, lambda: f"3 batches: {batches}", step_s=0.01)
     assert batches[1] == [("ghost1", "unreachable"), ("ghost2", "unreachable")], batches
     # the answer after them (with, if it has arrived by then, the first batch's commands' reply)
     assert (d.name, "reachable") in batches[2] and all(st != "unreachable" for _, st in batches[2]), batches

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from conftest import TOKEN
-from procs import stop_process
+from procs import stop_process, wait_for
 from xtc.cli import main
 
 
@@ -73,15 +73,16 @@ def _serve(cfg: Path, *extra: str) -> tuple[subprocess.Popen, str | None, str]:
 
 
 def _ready(url: str, verify: Any = True) -> None:
-    deadline = time.monotonic() + 15
-    while True:
+    errors: list[httpx.HTTPError] = []
+
+    def healthy() -> bool:
         try:
-            if httpx.get(url + "/health", verify=verify, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)
+            return httpx.get(url + "/health", verify=verify, timeout=2).status_code == 200
+        except httpx.HTTPError as e:
+            errors.append(e)
+            return False
+
+    wait_for(healthy, 15, lambda: f"{url}/health to answer 200 (last error: {errors[-1] if errors else None!r})")
 
 
 def _check_config(capsys: pytest.CaptureFixture[str], cfg: Path) -> tuple[int, str, str]:

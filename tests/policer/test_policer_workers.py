@@ -6,10 +6,10 @@ import http.client
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 from conftest import TOKEN
+from procs import until
 from xtc_lab.policer_bench import start_policer
 
 
@@ -89,10 +89,8 @@ def test_write_on_one_worker_read_on_another_and_sigterm_stops_all(tmp_path: Pat
             c.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
-        deadline = time.monotonic() + 5
-        while any(map(_alive, workers + engines)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(map(_alive, workers + engines)), "a worker or the engine outlived SIGTERM"
+        assert until(lambda: not any(map(_alive, workers + engines)), 5, step_s=0.05), \
+            "a worker or the engine outlived SIGTERM"
     finally:
         if proc.poll() is None:
             proc.kill()

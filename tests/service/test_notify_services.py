@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from sdnotify import MDWE_MAIN, kernel_has_mdwe, unit_denies_write_execute
-from procs import daemon_config, free_port, stop_process
+from procs import daemon_config, free_port, stop_process, wait_for
 from xtc.daemon.ctl import ManagerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,10 +98,8 @@ def test_daemon_ready_when_its_manager_socket_answers_and_watchdog_fed(tmp_path:
             c.call("activate", vr="vr1", setpoint_pps=20000.0)
         # The status follows, with the watchdog (within half its interval).
         want = "1 instance(s) of 1 VR(s), period 3 s"
-        end = time.monotonic() + 5
-        while not any(m.get("STATUS") == want for _, m in notify_socket.with_key("WATCHDOG")):
-            assert time.monotonic() < end, notify_socket.messages
-            time.sleep(0.05)
+        wait_for(lambda: any(m.get("STATUS") == want for _, m in notify_socket.with_key("WATCHDOG")), 5,
+                 lambda: f"a WATCHDOG=1 with STATUS={want!r}: {notify_socket.messages}", step_s=0.05)
         _stop_says_stopping(proc, notify_socket, tmp_path)
     finally:
         stop_process(proc)

@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from procs import until, wait_for
 
 PARENT = """
 import subprocess, sys, time
@@ -33,16 +34,10 @@ def test_the_fleet_stops_when_the_process_that_started_it_is_killed(tmp_path: Pa
     assert parent.stdout is not None
     fleet_pid = int(parent.stdout.readline())
     try:
-        deadline = time.monotonic() + 30
-        while not out.exists():
-            assert time.monotonic() < deadline, "the fleet never wrote its routers"
-            time.sleep(0.05)
+        wait_for(out.exists, 30, "the fleet to write its routers", step_s=0.05)
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
-        deadline = time.monotonic() + 5
-        while _alive(fleet_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(fleet_pid), "the fleet outlived the process that started it"
+        assert until(lambda: not _alive(fleet_pid), 5, step_s=0.05), "the fleet outlived the process that started it"
     finally:
         parent.kill()
         try:

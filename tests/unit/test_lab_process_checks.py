@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 
+from procs import until
 from xtc_lab.lab import cgroups
 from xtc_lab.lab.harness import ancestors
 
@@ -32,10 +33,7 @@ def test_a_zombie_and_a_reaped_process_are_gone_a_live_one_is_not() -> None:
     p = subprocess.Popen(["sleep", "30"])
     assert not cgroups._is_gone(p.pid)
     p.kill()
-    deadline = time.monotonic() + 5
-    while not cgroups._is_gone(p.pid) and time.monotonic() < deadline:  # a zombie until reaped
-        time.sleep(0.01)
-    assert cgroups._is_gone(p.pid)
+    assert until(lambda: cgroups._is_gone(p.pid), 5, step_s=0.01)  # a zombie until reaped
     p.wait()
     assert cgroups._is_gone(p.pid)
 

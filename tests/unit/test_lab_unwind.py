@@ -14,17 +14,21 @@ import sys
 import time
 from pathlib import Path
 
+from procs import wait_for
+
 
 def test_sigterm_removes_what_the_command_made(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "xtc.cli", "bench", "daemon", "--file", "--vrs", "200", "--seconds", "1000000"]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("xtc-bench-*")):
-            assert p.poll() is None, p.stderr.read() if p.stderr else ""
-            assert time.monotonic() < deadline, "the bench made no temporary directory in 60 s"
-            time.sleep(0.05)
+        def made_its_directory() -> bool:
+            if list(tmp_path.glob("xtc-bench-*")):
+                return True
+            assert p.poll() is None, p.stderr.read() if p.stderr else ""  # the bench still runs
+            return False
+
+        wait_for(made_its_directory, 60, "the bench's temporary directory", step_s=0.05)
         time.sleep(0.3)  # inside the measurement
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=30)

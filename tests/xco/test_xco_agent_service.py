@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import compile_xco_kernels, free_port, measured_until_held
+from procs import compile_xco_kernels, free_port, measured_until_held, wait_for
 
 from xtc.host.gate import CLOSED, OPEN
 from xtc.xco.agent_config import loads_agent_config
@@ -151,10 +151,7 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         for n in names:
             cfg = loads_agent_config(_agent_text(n, port), base_dir=tmp_path)
             agents[n] = Running(AgentService(cfg, MemoryGate()))
-        deadline = time.monotonic() + 5
-        while not all(a.svc.core.welcomed for a in agents.values()):
-            assert time.monotonic() < deadline, "agents not welcomed"
-            time.sleep(0.01)
+        wait_for(lambda: all(a.svc.core.welcomed for a in agents.values()), 5, "the agents to be welcomed", step_s=0.01)
         ctl.wait_for(lambda e: ctl.registered() == set(names), timeout=5)
         r1 = agents["s1"].svc.topo.host_id("r1")
         # Five senders into r1 (Figure 1(a)): each waits 4 slots between its slots, longer than the
@@ -239,10 +236,8 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rogue:
             rogue.sendto(P.encode(P.Directive(P.Header(r1, r1_svc.core.ctl_session, 10**6, time.time_ns() // 1000),
                                               0, 0, SLICE)), r1_svc.sock.getsockname())
-            deadline = time.monotonic() + 2
-            while r1_svc.core.dropped["address"] != 1:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            wait_for(lambda: r1_svc.core.dropped["address"] == 1, 2,
+                     lambda: f"the rogue datagram dropped (dropped: {r1_svc.core.dropped})", step_s=0.01)
         assert r1_svc.core.dest is None
         from prometheus_client import generate_latest
 
@@ -259,10 +254,8 @@ def test_agents_follow_the_controllers_slots_and_fail_open_when_it_dies(tmp_path
     # The controller is killed: every waiting agent fails open within 3 slices of its last message.
     t_kill = time.time_ns() // 1000
     ctl.kill()
-    deadline = time.monotonic() + 2
-    while not all(agents[n].svc.core.failed_open for n in senders):
-        assert time.monotonic() < deadline, {n: agents[n].svc.core.failed_open for n in senders}
-        time.sleep(0.002)
+    wait_for(lambda: all(agents[n].svc.core.failed_open for n in senders), 2,
+             lambda: f"the senders to fail open: {({n: agents[n].svc.core.failed_open for n in senders})}", step_s=0.002)
     t_all = max(agents[n].svc.core.failed_open_since_us for n in senders)
     # The core sets failed_open in the agent's thread, then the service gives the states to the gate:
     # read here, between the two, the gate has not been told yet (seen at load with a busy loop).
@@ -433,10 +426,8 @@ def test_with_a_shared_key_only_agents_holding_it_are_welcomed_and_scheduled(tmp
         r1 = s1.topo.host_id("r1")
         (f,) = [f for f in s1.core.flows if f.dest_host == r1]
         s1.gate.offer(f, None)
-        deadline = time.monotonic() + 10
-        while s1.core.directives < 3:
-            assert time.monotonic() < deadline, (s1.core.sent, s1.core.received, s1.core.dropped)
-            time.sleep(0.02)
+        wait_for(lambda: s1.core.directives >= 3, 10,
+                 lambda: f"3 directives to s1: {(s1.core.sent, s1.core.received, s1.core.dropped)}", step_s=0.02)
         s2 = agents["s2"].svc.core
         assert not s2.welcomed and s2.dropped["auth"] == 0 and s2.sent["register"] >= 2
         assert s1.core.dropped["auth"] == 0 and "s2" not in ctl.registered()
