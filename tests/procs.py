@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from xtc_lab.lab.inputdrop import host_cpu_ticks
 from xtc_lab.procs import stop_process  # noqa: F401  (the lab's, for the tests that take it from here)
 
 
@@ -124,8 +125,7 @@ def wait_for(pred: Callable[[], Any], timeout_s: float, what: str | Callable[[],
 def stolen_ms() -> float:
     """CPU time this VM's vCPUs have waited for the hypervisor so far (``steal`` of /proc/stat, summed over the
     CPUs), ms."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    return host_cpu_ticks()["steal"] * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 #: A run that misses a bound while the hypervisor took more than this share of the VM's CPU time (``steal``)
