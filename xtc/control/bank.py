@@ -413,55 +413,76 @@ class ControllerBank:
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
-        """The lag probe's part of the step (``XtcTuning.lag_probe``), row by row, before the law: the
-        estimator's update, the probe candidate, the transient (docs/design/control-law.md, "The probe").
+        """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimator's
+        update, the probe candidate, the transient (docs/design/control-law.md, "The probe").
         Returns what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a
         transient.  Where nothing can happen (:meth:`~xtc.control.estimate.LagEstimator.quiet`, no
         setpoint move, no transient) the short path moves the estimator's history and observer only.
+
+        The rows' columns are read and written whole; what is left row by row is the estimators' own
+        state (each :class:`~xtc.control.estimate.LagEstimator` is an object): the quiet rows call
+        :meth:`~xtc.control.estimate.LagEstimator.update_quiet`, the others the whole update, in the rows'
+        order (each row's arithmetic the same IEEE operations on the same values as one row alone).
         """
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
-        offs, ys, rs = off.tolist(), y.tolist(), r.tolist()
-        idx = range(len(ctls)) if isinstance(at, slice) else np.asarray(at).tolist()
-        for k, j in enumerate(idx):
+        # The columns as they were (copies: written below), in the order of ``ctls``.
+        log_cap, quant = rows.u_force[at].copy(), rows.quant[at]
+        rp_arr, has_rp = rows.r_prev[at].copy(), rows.has_r_prev[at].copy()
+        transient_arr, age_arr, window_arr = (rows.transient[at].copy(), rows.transient_age[at].copy(),
+                                              rows.setpoint_age[at].copy())
+        exact_arr = np.abs(quant) < EXACT_DECADES
+        with np.errstate(invalid="ignore"):
+            # the setpoint within the fine band of the last one (or no last one), the transient over
+            steady = (~has_rp | (np.abs(r - rp_arr) <= fb * r)) & (~transient_arr | (age_arr >= TRANSIENT_PERIODS))
+        ys, caps_l, offs, exact_l = y.tolist(), log_cap.tolist(), off.tolist(), exact_arr.tolist()
+        busy: list[int] = []
+        for k, ok in enumerate(steady.tolist()):
             le = ctls[k].lag_estimator
-            yk, rk, o = ys[k], rs[k], offs[k]
-            o = None if math.isnan(o) else o
-            log_cap = rows.u_force[j].item()
-            exact = abs(rows.quant[j].item()) < EXACT_DECADES
-            rp = rows.r_prev[j].item() if rows.has_r_prev[j] else None
-            transient, age, window = bool(rows.transient[j]), rows.transient_age[j], rows.setpoint_age[j]
-            rows.r_prev[j], rows.has_r_prev[j] = rk, True
-            if le.quiet(log_cap, exact) and (rp is None or abs(rk - rp) <= fb * rk) \
-                    and (not transient or age >= TRANSIENT_PERIODS):
-                le.update_quiet(yk, log_cap, o)
-                rows.transient[j], rows.transient_age[j] = False, age + 1
-                rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
-                continue
-            noise = rows.noise[j].item() * LN10
-            sampled = le.update(yk, log_cap, o, noise)
-            moved = rp is not None and abs(rk - rp) > fb * rk
-            if moved:
-                window = 0
-            probe_move = le.probe_candidate(noise) if exact and window < PROBE_WINDOW_PERIODS else 0.0
-            rows.setpoint_age[j] = min(window + 1, PROBE_WINDOW_PERIODS)
-            if sampled or moved:
-                transient, age = True, 0
-            elif transient and age >= TRANSIENT_PERIODS:
-                transient = False
-            rows.transient[j], rows.transient_age[j] = transient, age + 1
-            observed = transient and le.confident and exact
-            if observed or probe_move:
-                if lag is None:
-                    lag = _Lag(len(ctls))
-                lag.observed[k] = observed
-                lag.probe_move[k] = probe_move
-                lag.y_settled[k] = le.settled_pps
-                x = le.next_state_pps if observed else None
-                if x is not None:
-                    lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
-                lag.rest[k] = le.probe_rest_pps
-                lag.estimators[k] = le
+            if ok and le.quiet(caps_l[k], exact_l[k]):
+                o = offs[k]
+                le.update_quiet(ys[k], caps_l[k], None if math.isnan(o) else o)
+            else:
+                busy.append(k)
+        # Quiet rows: the transient over (its age counted on), the periods since a setpoint move counted on.
+        new_transient = np.zeros(len(ctls), dtype=bool)
+        new_age = age_arr + 1
+        new_window = np.minimum(window_arr + 1, PROBE_WINDOW_PERIODS)
+        if busy:
+            rs, rps, has_rps = r.tolist(), rp_arr.tolist(), has_rp.tolist()
+            transients, ages, windows = transient_arr.tolist(), age_arr.tolist(), window_arr.tolist()
+            noises = (rows.noise[at] if not isinstance(at, slice) else rows.noise[at].copy())[busy].tolist()
+            for k, noise in zip(busy, noises):
+                le = ctls[k].lag_estimator
+                yk, rk, o, exact = ys[k], rs[k], offs[k], exact_l[k]
+                rp = rps[k] if has_rps[k] else None
+                transient, age, window = transients[k], ages[k], windows[k]
+                noise *= LN10
+                sampled = le.update(yk, caps_l[k], None if math.isnan(o) else o, noise)
+                moved = rp is not None and abs(rk - rp) > fb * rk
+                if moved:
+                    window = 0
+                probe_move = le.probe_candidate(noise) if exact and window < PROBE_WINDOW_PERIODS else 0.0
+                new_window[k] = min(window + 1, PROBE_WINDOW_PERIODS)
+                if sampled or moved:
+                    transient, age = True, 0
+                elif transient and age >= TRANSIENT_PERIODS:
+                    transient = False
+                new_transient[k], new_age[k] = transient, age + 1
+                observed = transient and le.confident and exact
+                if observed or probe_move:
+                    if lag is None:
+                        lag = _Lag(len(ctls))
+                    lag.observed[k] = observed
+                    lag.probe_move[k] = probe_move
+                    lag.y_settled[k] = le.settled_pps
+                    x = le.next_state_pps if observed else None
+                    if x is not None:
+                        lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
+                    lag.rest[k] = le.probe_rest_pps
+                    lag.estimators[k] = le
+        rows.r_prev[at], rows.has_r_prev[at] = r, True
+        rows.transient[at], rows.transient_age[at], rows.setpoint_age[at] = new_transient, new_age, new_window
         return lag
 
     def _step_xtc(self, y: np.ndarray, r: np.ndarray, off: np.ndarray, rows: Rows, at: Any = ALL_ROWS,
