@@ -414,26 +414,19 @@ class ControllerBank:
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
         """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimator's
-        update, the probe candidate, the transient (docs/design/control-law.md, "The probe").
-        Returns what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a
-        transient.  Where nothing can happen (:meth:`~xtc.control.estimate.LagEstimator.quiet`, no
-        setpoint move, no transient) the short path moves the estimator's history and observer only.
-
-        The rows' columns are read and written whole; what is left row by row is the estimators' own
-        state (each :class:`~xtc.control.estimate.LagEstimator` is an object): the quiet rows call
-        :meth:`~xtc.control.estimate.LagEstimator.update_quiet`, the others the whole update, in the rows'
-        order (each row's arithmetic the same IEEE operations on the same values as one row alone).
-        """
+        update, the probe candidate, the transient (docs/design/control-law.md, "The probe").  Returns
+        what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a transient.  The
+        columns are read and written whole; row by row, each row's estimator (an object): where nothing can
+        happen (:meth:`~xtc.control.estimate.LagEstimator.quiet`, no setpoint move, no transient) only
+        its history and observer move (``update_quiet``), elsewhere its whole update."""
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
         # The columns as they were (copies: written below), in the order of ``ctls``.
-        log_cap, quant = rows.u_force[at].copy(), rows.quant[at]
-        rp_arr, has_rp = rows.r_prev[at].copy(), rows.has_r_prev[at].copy()
-        transient_arr, age_arr, window_arr = (rows.transient[at].copy(), rows.transient_age[at].copy(),
-                                              rows.setpoint_age[at].copy())
+        log_cap, quant, rp_arr, has_rp, transient_arr, age_arr, window_arr = (
+            rows.u_force[at].copy(), rows.quant[at], rows.r_prev[at].copy(), rows.has_r_prev[at].copy(),
+            rows.transient[at].copy(), rows.transient_age[at].copy(), rows.setpoint_age[at].copy())
         exact_arr = np.abs(quant) < EXACT_DECADES
-        with np.errstate(invalid="ignore"):
-            # the setpoint within the fine band of the last one (or no last one), the transient over
+        with np.errstate(invalid="ignore"):  # steady: the setpoint within the fine band of the last, the transient over
             steady = (~has_rp | (np.abs(r - rp_arr) <= fb * r)) & (~transient_arr | (age_arr >= TRANSIENT_PERIODS))
         ys, caps_l, offs, exact_l = y.tolist(), log_cap.tolist(), off.tolist(), exact_arr.tolist()
         busy: list[int] = []
@@ -444,14 +437,13 @@ class ControllerBank:
                 le.update_quiet(ys[k], caps_l[k], None if math.isnan(o) else o)
             else:
                 busy.append(k)
-        # Quiet rows: the transient over (its age counted on), the periods since a setpoint move counted on.
-        new_transient = np.zeros(len(ctls), dtype=bool)
-        new_age = age_arr + 1
+        # Quiet rows: the transient over, its age and the periods since a setpoint move counted on.
+        new_transient, new_age = np.zeros(len(ctls), dtype=bool), age_arr + 1
         new_window = np.minimum(window_arr + 1, PROBE_WINDOW_PERIODS)
         if busy:
             rs, rps, has_rps = r.tolist(), rp_arr.tolist(), has_rp.tolist()
             transients, ages, windows = transient_arr.tolist(), age_arr.tolist(), window_arr.tolist()
-            noises = (rows.noise[at] if not isinstance(at, slice) else rows.noise[at].copy())[busy].tolist()
+            noises = rows.noise[at][busy].tolist()
             for k, noise in zip(busy, noises):
                 le = ctls[k].lag_estimator
                 yk, rk, o, exact = ys[k], rs[k], offs[k], exact_l[k]
