@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pytest
 from fakes.engine_run import run_engine
 
 from xtc.policer.engine import _not_after, _vr_changes, _vr_obs, _vr_policy
@@ -42,9 +43,9 @@ def _vr(rng: random.Random, i: int, cap: float, k: int) -> dict[str, Any]:
     return row
 
 
-def _router(rng: random.Random) -> dict[str, Any]:
+def _router(rng: random.Random, vrs: int | None = None) -> dict[str, Any]:
     cap = rng.uniform(1e5, 5e6)
-    k = rng.choice([0, 1, 3, 16, 16, 16, 30])
+    k = rng.choice([0, 1, 3, 16, 16, 16, 30]) if vrs is None else vrs
     return {"capacity_pps": cap, "control_mode": rng.choice(["auto", "auto", "auto", "on", "off"]),
             "on": rng.random() < 0.5, "pending": None, "rows": {r["name"]: r for r in (_vr(rng, i, cap, k) for i in range(k))}}
 
@@ -85,11 +86,13 @@ def _jitter(rng: random.Random, rt: dict[str, Any], by: float) -> None:
                                    if row[k] is not None}}
 
 
-def _fleet(seed: int, routers: int, settings: Settings | None = None) -> tuple[Settings, list[dict[str, Any]], float]:
-    """Routers whose plans have settled (planned and obeyed for a few periods), then their rates moved by 5%."""
+def _fleet(seed: int, routers: int, settings: Settings | None = None,
+           vrs: int | None = None) -> tuple[Settings, list[dict[str, Any]], float]:
+    """Routers whose plans have settled (planned and obeyed for a few periods), then their rates moved by 5%;
+    ``vrs`` VRs each (None: 0 to 30, mixed)."""
     rng = random.Random(seed)
     settings = _settings(rng) if settings is None else settings
-    fleet = [_router(rng) for _ in range(routers)]
+    fleet = [_router(rng, vrs) for _ in range(routers)]
     now = 1000.0
     for rt in fleet:
         rt["act"] = ActivationState(rt.pop("on"), rt.pop("pending"))
@@ -104,10 +107,12 @@ def _fleet(seed: int, routers: int, settings: Settings | None = None) -> tuple[S
     return settings, fleet, now
 
 
-def test_every_router_the_arrays_call_quiet_is_planned_to_nothing_with_the_same_demand() -> None:
+@pytest.mark.parametrize("vrs", [None, 16], ids=["mixed", "16-each"])
+def test_every_router_the_arrays_call_quiet_is_planned_to_nothing_with_the_same_demand(vrs: int | None) -> None:
+    # 16-each: every router of the batch has as many VRs, the arrays' shortcut (the columns reshaped)
     quiet_n = nothing_n = total = 0
     for seed in range(12):
-        settings, fleet, now = _fleet(seed, 60)
+        settings, fleet, now = _fleet(seed, 60, vrs=vrs)
         acts = [replace(rt["act"], pending_since_s=_not_after(rt["act"].pending_since_s, now)) for rt in fleet]
         quiet, demand = quiet_routers(settings, [(rt["capacity_pps"], rt["control_mode"], a.on, a.pending_since_s,
                                                   rt["rows"]) for rt, a in zip(fleet, acts)], now)
@@ -123,6 +128,22 @@ def test_every_router_the_arrays_call_quiet_is_planned_to_nothing_with_the_same_
                 assert demand[i] == plan.demand_pps, (seed, i, demand[i], plan.demand_pps)
     # Not a vacuous screen: it finds most of the plans that change nothing.
     assert quiet_n >= 0.6 * nothing_n and nothing_n >= 0.3 * total, (quiet_n, nothing_n, total)
+
+
+def test_a_batch_of_routers_with_as_many_vrs_each_is_screened_as_a_mixed_one() -> None:
+    """The shortcut for a batch whose routers all have k VRs (each column reshaped, no scatter) answers what
+    the general path does: the same batch with a router of no VRs appended takes the general path."""
+    said = []
+    for seed in range(6):
+        settings, fleet, now = _fleet(seed, 40, vrs=16)
+        args = [(rt["capacity_pps"], rt["control_mode"], rt["act"].on, _not_after(rt["act"].pending_since_s, now),
+                 rt["rows"]) for rt in fleet]
+        quiet, demand = quiet_routers(settings, args, now)
+        quiet2, demand2 = quiet_routers(settings, [*args, (1e6, "auto", False, None, {})], now)
+        assert quiet.tolist() == quiet2[:-1].tolist(), seed
+        np.testing.assert_array_equal(demand, demand2[:-1])
+        said += quiet.tolist()
+    assert 0.2 * len(said) < sum(said) < len(said), sum(said)  # both answers among them
 
 
 def test_a_quiet_fleet_turns_busy_where_a_vr_misbehaves_or_the_daemon_lost_its_setpoint() -> None:

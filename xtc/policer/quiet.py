@@ -63,6 +63,7 @@ COLUMNS = _COLS
 _STATE = {"inactive": 0, "active": 1, "paused": 2}
 _WANTED = {None: 0, "inactive": 1, "active": 2, "paused": 3}
 _SAT = {None: 0, "cap_max": 1, "cap_min": 2, "cap_slack": 3}
+_MODE = {"auto": 0, "on": 1, "off": 2}
 
 
 def _codes(table: Mapping[Any, int]) -> Any:
@@ -222,15 +223,21 @@ def quiet_columns(settings: Settings, heads: Sequence[tuple[float, str, bool, fl
         return quiet, demand
     k = int(counts.max())
     total = int(counts.sum())
-    r_idx = np.repeat(np.arange(n_r), counts)
-    k_idx = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    valid = np.zeros((n_r, k), dtype=bool)
-    valid[r_idx, k_idx] = True
+    if total == n_r * k:  # every router has k VRs (a fleet's usual batch): each column is its grid, reshaped
+        valid = np.ones((n_r, k), dtype=bool)
 
-    def grid(values: np.ndarray, fill: Any) -> np.ndarray:
-        out = np.full((n_r, k), fill, dtype=values.dtype)
-        out[r_idx, k_idx] = values
-        return out
+        def grid(values: np.ndarray, fill: Any) -> np.ndarray:
+            return values.reshape(n_r, k)
+    else:
+        r_idx = np.repeat(np.arange(n_r), counts)
+        k_idx = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        valid = np.zeros((n_r, k), dtype=bool)
+        valid[r_idx, k_idx] = True
+
+        def grid(values: np.ndarray, fill: Any) -> np.ndarray:
+            out = np.full((n_r, k), fill, dtype=values.dtype)
+            out[r_idx, k_idx] = values
+            return out
 
     (present, state, dsp, fwd, off, sat, weight, min_pps, max_pps, manual, level, bad, good, base, derived,
      wanted, wanted_sp, vr_off) = cols
@@ -244,11 +251,11 @@ def quiet_columns(settings: Settings, heads: Sequence[tuple[float, str, bool, fl
     man_g, bad_g, good_g = grid(manual, np.nan), grid(bad, np.nan), grid(good, np.nan)
     base_g, der_g, wsp_g = grid(base, np.nan), grid(derived, np.nan), grid(wanted_sp, np.nan)
     vr_off_g = grid(vr_off, np.nan)
-    routers = heads
-    cap = _num([rt[0] for rt in routers])
-    mode = np.array([{"auto": 0, "on": 1, "off": 2}.get(rt[1], -1) for rt in routers], dtype=np.int8)
-    act_on = np.array([bool(rt[2]) for rt in routers], dtype=bool)
-    pending = _num([rt[3] for rt in routers])
+    caps_h, modes_h, on_h, pending_h = zip(*heads)
+    cap = _num(caps_h)
+    mode = np.array([_MODE.get(m, -1) for m in modes_h], dtype=np.int8)
+    act_on = np.array([bool(a) for a in on_h], dtype=bool)
+    pending = _num(pending_h)
     ok = (mode >= 0) & np.isfinite(cap) & (cap > 0)
     ok &= ((state_g >= 0) & (sat_g >= 0) & (wanted_g >= 0) | ~valid).all(axis=1)
     pres = valid & present_g
