@@ -421,10 +421,10 @@ class ControllerBank:
         its history and observer move (``update_quiet``), elsewhere its whole update."""
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
-        # The columns as they were (copies: written below), in the order of ``ctls``.
+        # The columns in the order of ``ctls`` (views where ``at`` is a slice: all read before any is written).
         log_cap, quant, rp_arr, has_rp, transient_arr, age_arr, window_arr = (
-            rows.u_force[at].copy(), rows.quant[at], rows.r_prev[at].copy(), rows.has_r_prev[at].copy(),
-            rows.transient[at].copy(), rows.transient_age[at].copy(), rows.setpoint_age[at].copy())
+            rows.u_force[at], rows.quant[at], rows.r_prev[at], rows.has_r_prev[at],
+            rows.transient[at], rows.transient_age[at], rows.setpoint_age[at])
         exact_arr = np.abs(quant) < EXACT_DECADES
         with np.errstate(invalid="ignore"):  # steady: the setpoint within the fine band of the last, the transient over
             steady = (~has_rp | (np.abs(r - rp_arr) <= fb * r)) & (~transient_arr | (age_arr >= TRANSIENT_PERIODS))
