@@ -25,8 +25,8 @@ def group(pattern: str) -> list[dict]:
     return [run(p) for p in sorted(HERE.glob(pattern))]
 
 
-def span(rows: list[dict], key: str, fmt: str) -> str:
-    v = sorted(r[key] for r in rows)
+def span(rows: list[dict], key: str, fmt: str, scale: float = 1.0) -> str:
+    v = sorted(r[key] * scale for r in rows)
     return f"{fmt.format(v[0])}-{fmt.format(v[-1])}" if len(v) > 1 else fmt.format(v[0])
 
 
@@ -41,9 +41,8 @@ lines = ["| runs | n | the daemon's CPU (% of a core) | its core stage (ms a per
          "the counters (ms) |", "|---|---|---|---|---|---|"]
 for name, rows in groups.items():
     lines.append(f"| {name} | {len(rows)} | {span(rows, 'core_percent', '{:.2f}')} | "
-                 f"{span([{'x': r['core_us'] / 1e3} for r in rows], 'x', '{:.1f}')} | "
-                 f"{span([{'x': r['bank_us'] / 1e3} for r in rows], 'x', '{:.2f}')} | "
-                 f"{span([{'x': r['counters_us'] / 1e3} for r in rows], 'x', '{:.1f}')} |")
+                 f"{span(rows, 'core_us', '{:.1f}', 1e-3)} | {span(rows, 'bank_us', '{:.2f}', 1e-3)} | "
+                 f"{span(rows, 'counters_us', '{:.1f}', 1e-3)} |")
 (HERE / "table.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 
