@@ -1,5 +1,6 @@
 """The lag estimate (xtc.control.estimate.LagEstimator) outside the probe (tests/unit/test_control_lag_probe.py)."""
 
+import copy
 import math
 import random
 
@@ -86,3 +87,79 @@ def test_a_state_written_with_the_removed_gain_estimator_still_loads():
     e.restore_state(state)
     assert d.to_state() == e.to_state() == state
     assert d.step(10.2e3, 10e3, 100e3) == e.step(10.2e3, 10e3, 100e3)
+
+
+def _estimators(n, seed):
+    """``n`` estimators in states a period of the probe can leave: histories of 0-4 periods after moves
+    of the cap from rest, some probes armed, samples taken, pending or checked (plain objects)."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        est = LagEstimator(A)
+        cap = rng.choice([100.0, 30.0, 10.0])
+        rate = 3.27e3 * cap
+        for _ in range(rng.randrange(0, 7)):
+            if rng.random() < 0.3:
+                est.arm_probe()
+            cap = cap * rng.choice([1.0, 1.0, 1.05, 0.3, 3.0])
+            rate = rate * (1.0 + 0.8 * (rng.random() - 0.5)) if rng.random() < 0.9 else rate
+            est.update(rate, math.log10(cap), rng.choice([None, 0.0, 1.2 * rate, rate, 50e3]), rng.choice([0.0, 0.02]))
+        if k % 7 == 3:
+            est.restore_state({**est.to_state(), "samples": -1})  # a count no activation makes: truthy as ever
+        if k % 11 == 5 and est._hist:  # two lags explained a probe's first two periods: the third decides
+            est._pending = ((0.2, 0.5), est._hist[-1][0], -0.3 * est._hist[-1][0], (-0.5,))
+        out.append(est)
+    return out
+
+
+def _record(est):
+    return est.to_state(), est.settled_pps, est.next_state_pps, est._check, est._pending, est.lag
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_columns_quiet_update_is_each_estimators_update_where_quiet(seed):
+    """:class:`LagRows`' update on whole columns, where :meth:`LagRows.quiet` holds, leaves every
+    estimator as its own :meth:`LagEstimator.update` does (the same numbers, bit for bit), with no
+    sample and no probe candidate; and an attached estimator's own update is a plain one's."""
+    from xtc.control.estimate import LagRows
+
+    plain = _estimators(300, seed)
+    attached = [copy.deepcopy(e) for e in plain]
+    rows = LagRows.attach(attached)
+    assert all(_record(a) == _record(p) for a, p in zip(attached, plain))
+    rng = np.random.default_rng(seed)
+    n = len(plain)
+    log_cap = np.array([e._hist[-1][1] if e._hist else 1.0 for e in plain]) + rng.choice([0.0, 0.01, -0.3, 0.5], n)
+    rate = rng.uniform(1e3, 2e5, n)
+    offered = rng.choice([np.nan, 0.0, 1e5, 3e5], n)
+    exact = rng.random(n) < 0.7
+    quiet = rows.quiet(slice(None), log_cap, exact)
+    assert 0 < quiet.sum() < n  # both kinds of rows in the test
+    idx = np.flatnonzero(quiet)
+    rows.update_quiet(idx, rate[idx], log_cap[idx], offered[idx])
+    for k in range(n):
+        off = None if math.isnan(offered[k]) else float(offered[k])
+        if quiet[k]:
+            assert plain[k].update(float(rate[k]), float(log_cap[k]), off, 0.02) is False
+            assert not exact[k] or plain[k].probe_candidate(0.02) == 0.0
+        else:  # the attached estimator's own update (its state read and written through its row)
+            assert attached[k].update(float(rate[k]), float(log_cap[k]), off, 0.02) == \
+                plain[k].update(float(rate[k]), float(log_cap[k]), off, 0.02)
+        assert _record(attached[k]) == _record(plain[k]), k
+
+
+def test_attached_estimators_copy_as_plain_ones_and_attach_once():
+    from xtc.control.estimate import LagRows
+
+    ests = _estimators(5, 1)
+    before = [_record(e) for e in ests]
+    LagRows.attach(ests)
+    copies = [copy.copy(e) for e in ests] + [copy.deepcopy(e) for e in ests]
+    assert all(type(c) is LagEstimator for c in copies)
+    assert [_record(c) for c in copies] == before * 2
+    ests[0].reset()  # the copies are their own
+    assert _record(copies[0]) == before[0] and _record(ests[0]) == _record(LagEstimator(A))
+    moved = LagRows.attach(ests[:2])  # attached again elsewhere: the state goes along
+    assert _record(ests[1]) == before[1] and ests[1]._rows is moved
+    with pytest.raises(ValueError, match="appears twice"):
+        LagRows.attach([ests[2], ests[2]])

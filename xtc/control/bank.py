@@ -11,12 +11,13 @@ from __future__ import annotations
 import copy
 import math
 from itertools import repeat
-from operator import attrgetter
 from typing import Any, Sequence
 
 import numpy as np
 
 from .bounded import FLOAT_MAX, BoundedController
+from .columns import column_property, new_columns
+from .estimate import LagRows
 from .laws import (EXACT_DECADES, LN10, DESCENT_FRACTION, NOISE_SMOOTHING,
                    OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
                    PROBE_WINDOW_PERIODS, SATURATION_REPEAT_FACTOR, TRANSIENT_END_FRACTION, TRANSIENT_PERIODS,
@@ -89,14 +90,6 @@ class _Reuse:
         return y  # never written to in place (here or by the callers)
 
 
-def _optional(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(values with None as 0.0, where not None) of a tuple of floats and Nones."""
-    if None not in values:
-        return np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool)
-    has = np.array([v is not None for v in values], dtype=bool)
-    return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
-
-
 def _rates_ok(v: np.ndarray) -> np.ndarray:
     """Where a rate is what ``check_rate`` accepts: finite and >= 0 (pps)."""
     return (v >= 0.0) & (v <= FLOAT_MAX)
@@ -113,46 +106,21 @@ _COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("_transient", "transient", bool), ("_transient_age", "transient_age", int), ("_r_prev", "r_prev", None),
     ("_setpoint_age", "setpoint_age", int))
 _PI_COLUMNS = _COLUMNS[:5] + (("_e_prev", "e_prev", None),)
-#: Each type's column: counts are Python ints (no overflow), an optional float has its flag column.
-_DTYPE = {float: np.float64, None: np.float64, bool: bool, int: object}
-
-
 class Rows:
-    """The law's state of a list of controllers, as columns (:data:`_COLUMNS`; one row per controller).
+    """The law's state of a list of controllers, as columns (:data:`_COLUMNS`; one row per controller),
+    and for XTC's law their lag estimators' (:attr:`lag`, a :class:`~xtc.control.estimate.LagRows`).
 
     :meth:`ControllerBank.rows` *attaches* the controllers: each becomes a :class:`_XtcRow` or
     :class:`_PIRow`, whose state attributes are properties on its row (docs/design/control-law.md,
-    "One law; where the state lives").
+    "One law; where the state lives"); an XTC controller's estimator is attached to the same row of :attr:`lag`.
     """
 
-    __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev")
+    __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev", "lag")
 
     def __init__(self, n: int) -> None:
         self.n = n
-        for _, col, kind in _COLUMNS:
-            setattr(self, col, np.zeros(n, dtype=_DTYPE[kind]))
-            if kind is None:
-                setattr(self, "has_" + col, np.zeros(n, dtype=bool))
-
-
-def _column(col: str, kind: Any) -> property:
-    """A controller's attribute kept in column ``col`` of its rows, of type ``kind`` (:data:`_COLUMNS`)."""
-    get_col = attrgetter(col)
-    if kind is not None:
-        return property(lambda self: kind(get_col(self._rows)[self._row]),
-                        lambda self, v: get_col(self._rows).__setitem__(self._row, v))
-    get_has = attrgetter("has_" + col)
-
-    def get(self: Any) -> float | None:
-        rows = self._rows
-        return get_col(rows)[self._row].item() if get_has(rows)[self._row] else None
-
-    def put(self: Any, v: float | None) -> None:
-        rows = self._rows
-        get_has(rows)[self._row] = v is not None
-        get_col(rows)[self._row] = 0.0 if v is None else v
-
-    return property(get, put)
+        new_columns(self, n, _COLUMNS, ())
+        self.lag: LagRows | None = None
 
 
 #: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
@@ -199,7 +167,7 @@ class _PIRow(_Attached, PaperPI):
 
 for _row_cls in (_XtcRow, _PIRow):
     for _name, _col, _kind in _row_cls._state:
-        setattr(_row_cls, _name, _column(_col, _kind))
+        setattr(_row_cls, _name, column_property(_col, _kind))
 
 _ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
 _ROW_TYPES = (_XtcRow, _PIRow)
@@ -309,19 +277,17 @@ class ControllerBank:
 
         From then on each controller's state lives in its row (see :class:`Rows`), and
         :meth:`step` and :meth:`applied` given these rows work on the columns alone.  None (and
-        nothing attached) when a controller appears twice in ``ctls``.
+        nothing attached) when a controller, or an XTC controller's lag estimator, appears twice in ``ctls``.
         """
         n = len(ctls)
-        if len(set(map(id, ctls))) != n:
+        if len(set(map(id, ctls))) != n or (self.cls is XtcController and len({id(c.lag_estimator) for c in ctls}) != n):
             return None
         state = _COLUMNS if self.cls is XtcController else _PI_COLUMNS
         rows = Rows(n)
         if n:
-            for (_, col, kind), values in zip(state, zip(*map(attrgetter(*(name for name, _, _ in state)), ctls))):
-                if kind is None:
-                    getattr(rows, col)[:], getattr(rows, "has_" + col)[:] = _optional(values)
-                else:
-                    getattr(rows, col)[:] = values
+            new_columns(rows, n, state, ctls)
+        if self.cls is XtcController:
+            rows.lag = LagRows.attach([c.lag_estimator for c in ctls])
         row_cls = _ROW_CLASS[self.cls]
         for k, c in enumerate(ctls):
             d = c.__dict__
@@ -341,14 +307,14 @@ class ControllerBank:
         Raises
         ------
         ValueError
-            A controller appears twice in ``ctls`` (one state cannot take two steps at once).
+            A controller (or its lag estimator) appears twice in ``ctls`` (one state cannot take two steps at once).
         """
         if rows is None:
             rows, at = _attached_rows(ctls)
             if rows is None:
                 rows, at = self.rows(ctls), ALL_ROWS
                 if rows is None:
-                    raise ValueError("a controller appears twice in the bank's list")
+                    raise ValueError("a controller (or its lag estimator) appears twice in the bank's list")
         return rows, at
 
     # ------------------------------------------------------------------------------- step
@@ -416,9 +382,9 @@ class ControllerBank:
         """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimator's
         update, the probe candidate, the transient (docs/design/control-law.md, "The probe").  Returns
         what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a transient.  The
-        columns are read and written whole; row by row, each row's estimator (an object): where nothing can
-        happen (:meth:`~xtc.control.estimate.LagEstimator.quiet`, no setpoint move, no transient) only
-        its history and observer move (``update_quiet``), elsewhere its whole update."""
+        columns are read and written whole, the estimators' too where nothing can happen (no setpoint
+        move, no transient, :meth:`~xtc.control.estimate.LagRows.quiet`): only their history and observer
+        move.  Elsewhere, row by row, each row's estimator (attached to the row) takes its whole update."""
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
         # The columns in the order of ``ctls`` (views where ``at`` is a slice: all read before any is written).
@@ -428,19 +394,18 @@ class ControllerBank:
         exact_arr = np.abs(quant) < EXACT_DECADES
         with np.errstate(invalid="ignore"):  # steady: the setpoint within the fine band of the last, the transient over
             steady = (~has_rp | (np.abs(r - rp_arr) <= fb * r)) & (~transient_arr | (age_arr >= TRANSIENT_PERIODS))
-        ys, caps_l, offs, exact_l = y.tolist(), log_cap.tolist(), off.tolist(), exact_arr.tolist()
-        busy: list[int] = []
-        for k, ok in enumerate(steady.tolist()):
-            le = ctls[k].lag_estimator
-            if ok and le.quiet(caps_l[k], exact_l[k]):
-                o = offs[k]
-                le.update_quiet(ys[k], caps_l[k], None if math.isnan(o) else o)
-            else:
-                busy.append(k)
+        est = rows.lag
+        assert est is not None  # (XTC's rows have their estimators': :meth:`rows`)
+        quiet = steady & est.quiet(at, log_cap, exact_arr)
+        idx = np.flatnonzero(quiet)
+        if len(idx):
+            est.update_quiet(_subset(at, idx), y[idx], log_cap[idx], off[idx])
+        busy = np.flatnonzero(~quiet).tolist()
         # Quiet rows: the transient over, its age and the periods since a setpoint move counted on.
         new_transient, new_age = np.zeros(len(ctls), dtype=bool), age_arr + 1
         new_window = np.minimum(window_arr + 1, PROBE_WINDOW_PERIODS)
         if busy:
+            ys, caps_l, offs, exact_l = y.tolist(), log_cap.tolist(), off.tolist(), exact_arr.tolist()
             rs, rps, has_rps = r.tolist(), rp_arr.tolist(), has_rp.tolist()
             transients, ages, windows = transient_arr.tolist(), age_arr.tolist(), window_arr.tolist()
             noises = rows.noise[at][busy].tolist()

@@ -1,12 +1,17 @@
-"""The lag of a VR's rate, measured from the lag probe's move (:class:`LagEstimator`).  Pure."""
+"""The lag of a VR's rate, measured from the lag probe's move (:class:`LagEstimator`), and many
+estimators' state as columns (:class:`LagRows`).  Pure."""
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-__all__ = ["LagEstimator", "pole_of_lag"]
+import numpy as np
+
+from .columns import column_property, new_columns
+
+__all__ = ["LagEstimator", "LagRows", "pole_of_lag"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -156,22 +161,6 @@ class LagEstimator:
         # Within a factor 1 - g of the rate measured (what a move from rest can leave still to come).
         self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * SETTLED_FLOOR_FRACTION, (rate_pps - g * x) / (1.0 - g)))
         self._x_next = p * x + (1.0 - p) * self.settled_pps
-
-    def quiet(self, log_cap: float, exact: bool) -> bool:
-        """Whether a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
-        nor verify a sample and leaves :meth:`probe_candidate` at 0.0 (``exact``: the cap in force was the
-        one wanted; only then is a probe candidate asked for).  Where it holds,
-        :meth:`update_quiet` does what :meth:`update` does (the controller's bank relies on it)."""
-        if self._check is not None or self._pending is not None or self._probe_armed:
-            return False
-        if self.samples or self.probed or not exact or not self._hist:
-            return True
-        return abs(log_cap - self._hist[-1][1]) < MIN_MOVE_DECADES
-
-    def update_quiet(self, rate_pps: float, log_cap: float, offered_pps: float | None = None) -> None:
-        """:meth:`update` for a period where :meth:`quiet` holds: the history and the observer move."""
-        self._push(rate_pps, log_cap, offered_pps)
-        self._observe(rate_pps, rate_pps if self._x_next is None else self._x_next)
 
     @property
     def next_state_pps(self) -> float | None:
@@ -338,3 +327,115 @@ class LagEstimator:
             self.probe_rest_pps = rest
         except (KeyError, TypeError, ValueError):
             self.reset()
+
+
+# ---------------------------------------------------------------------------------- rows
+#: The estimator's state in columns (:class:`LagRows`): (attribute, column, kind), as
+#: :func:`~xtc.control.columns.column_property` takes them.  The history has two columns of its own.
+_LAG_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("fallback_lag", "fallback", float), ("_lag", "lag", float), ("_pole", "pole", float),
+    ("_x_next", "x_next", None), ("settled_pps", "settled", float), ("samples", "samples", int),
+    ("probed", "probed", bool), ("_probe_armed", "armed", bool), ("probe_rest_pps", "rest", float),
+    ("_pending", "pending", object), ("_check", "check", object))
+#: Periods of history an estimator keeps (:meth:`LagEstimator._push`).
+_HIST = 4
+
+
+class LagRows:
+    """The state of a list of lag estimators as columns, one row each (:data:`_LAG_COLUMNS`; ``hist``:
+    each row's history right-aligned, newest last, of which the last ``hist_len`` periods are kept).
+
+    :meth:`attach` makes each estimator a :class:`_LagRow`, whose state attributes are properties on
+    its row; the controllers' bank attaches an XTC controller's estimator to the row of its controller.
+    :meth:`quiet` and :meth:`update_quiet` are the estimator's update on whole columns, for the periods
+    where nothing but its history and observer can move; elsewhere the bank calls the estimator's
+    :meth:`~LagEstimator.update`.
+    """
+
+    __slots__ = ("n", "hist", "hist_len", "has_x_next", *(col for _, col, _ in _LAG_COLUMNS))
+
+    @classmethod
+    def attach(cls, estimators: Sequence[LagEstimator]) -> LagRows:
+        """Columns holding the state of ``estimators`` (each once), which are attached to them."""
+        n = len(estimators)
+        if len(set(map(id, estimators))) != n:
+            raise ValueError("a lag estimator appears twice in the list to attach")
+        rows = cls.__new__(cls)
+        rows.n = n
+        new_columns(rows, n, _LAG_COLUMNS, estimators)
+        rows.hist, rows.hist_len = np.zeros((n, _HIST, 3)), np.zeros(n, dtype=np.intp)
+        for k, est in enumerate(estimators):
+            rows.put_hist(k, est._hist)
+        for k, est in enumerate(estimators):
+            d = est.__dict__
+            for name, _, _ in _LAG_COLUMNS:
+                d.pop(name, None)
+            d.pop("_hist", None)
+            est.__class__ = _LagRow
+            d["_rows"], d["_row"] = rows, k
+        return rows
+
+    def get_hist(self, k: int) -> tuple[tuple[float, float, float], ...]:
+        """Row ``k``'s history, oldest first (:attr:`LagEstimator._hist`)."""
+        n = int(self.hist_len[k])
+        return tuple(map(tuple, self.hist[k, _HIST - n:].tolist())) if n else ()
+
+    def put_hist(self, k: int, h: tuple[tuple[float, float, float], ...]) -> None:
+        """Row ``k``'s history set to ``h`` (at most :data:`_HIST` periods, oldest first)."""
+        if h:
+            self.hist[k, _HIST - len(h):] = h
+        self.hist_len[k] = len(h)
+
+    def quiet(self, at: Any, log_cap: np.ndarray, exact: np.ndarray) -> np.ndarray:
+        """Where a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
+        nor verify a sample and leaves :meth:`~LagEstimator.probe_candidate` at 0.0, of the rows ``at``
+        (``exact``: the cap in force was the one wanted; only then is a probe candidate asked for).
+        Where it holds, :meth:`update_quiet` does what :meth:`LagEstimator.update` does."""
+        with np.errstate(invalid="ignore"):
+            near = np.abs(log_cap - self.hist[at, _HIST - 1, 1]) < MIN_MOVE_DECADES
+        idle = (self.samples[at] != 0) | self.probed[at] | ~exact | (self.hist_len[at] == 0) | near
+        return idle & np.equal(self.check[at], None) & np.equal(self.pending[at], None) & ~self.armed[at]
+
+    def update_quiet(self, idx: np.ndarray, rate_pps: np.ndarray, log_cap: np.ndarray, offered_pps: np.ndarray) -> None:
+        """:meth:`LagEstimator.update` of the rows ``idx`` (an index array) where :meth:`quiet` holds: the
+        history and the observer move.  ``offered_pps`` NaN where unknown; the same numbers, element by
+        element, as each estimator's own update (Python's ``min`` and ``max`` as ``where``)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(offered_pps > 0, rate_pps / offered_pps, 0.0)
+            h = self.hist[idx]
+            h[:, :-1] = h[:, 1:]
+            h[:, -1, 0], h[:, -1, 1], h[:, -1, 2] = rate_pps, log_cap, frac
+            self.hist[idx] = h
+            self.hist_len[idx] = np.minimum(self.hist_len[idx] + 1, _HIST)
+            g, p = self.lag[idx], self.pole[idx]
+            x = np.where(self.has_x_next[idx], self.x_next[idx], rate_pps)
+            floor, rise = rate_pps * SETTLED_FLOOR_FRACTION, (rate_pps - g * x) / (1.0 - g)
+            high = np.where(rise > floor, rise, floor)
+            top = rate_pps / (1.0 - g)
+            settled = np.where(high < top, high, top)
+            self.settled[idx] = settled
+            self.x_next[idx] = p * x + (1.0 - p) * settled
+            self.has_x_next[idx] = True
+
+
+class _LagRow(LagEstimator):
+    """A :class:`LagEstimator` whose state is a row of a :class:`LagRows`; a copy is a plain one."""
+
+    _hist = property(lambda self: self._rows.get_hist(self._row), lambda self, h: self._rows.put_hist(self._row, h))
+
+    def __copy__(self) -> LagEstimator:
+        new = LagEstimator.__new__(LagEstimator)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")})
+        for name, _, _ in _LAG_COLUMNS:
+            setattr(new, name, getattr(self, name))  # floats, bools, ints, tuples and None: immutable
+        new._hist = self._hist
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LagEstimator:
+        new = self.__copy__()
+        memo[id(self)] = new
+        return new
+
+
+for _name, _col, _kind in _LAG_COLUMNS:
+    setattr(_LagRow, _name, column_property(_col, _kind))

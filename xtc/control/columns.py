@@ -1,0 +1,72 @@
+"""An object's state kept in a row of named numpy columns, read and written through properties.  Pure.
+
+The controllers' bank (:mod:`xtc.control.bank`) keeps each controller's state, and its lag estimator's
+(:mod:`xtc.control.estimate`), in columns with one row per controller, so that a period's law runs on
+whole columns; an *attached* object (``_rows``, ``_row`` in its ``__dict__``) reads and writes its
+attributes there (docs/design/control-law.md, "One law; where the state lives").
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DTYPE", "column_property", "optional_column", "new_columns"]
+
+#: Each kind's column: counts are Python ints (no overflow), an optional float (kind None) has a flag
+#: column ``has_<column>``, ``object`` holds any value as it is.
+DTYPE: dict[Any, Any] = {float: np.float64, None: np.float64, bool: bool, int: object, object: object}
+
+
+def column_property(col: str, kind: Any) -> property:
+    """An attribute kept in column ``col`` of the object's rows (``self._rows``, row ``self._row``),
+    of kind ``kind`` (a key of :data:`DTYPE`)."""
+    get_col = attrgetter(col)
+    if kind is object:
+        return property(lambda self: get_col(self._rows)[self._row],
+                        lambda self, v: get_col(self._rows).__setitem__(self._row, v))
+    if kind is not None:
+        return property(lambda self: kind(get_col(self._rows)[self._row]),
+                        lambda self, v: get_col(self._rows).__setitem__(self._row, v))
+    get_has = attrgetter("has_" + col)
+
+    def get(self: Any) -> float | None:
+        rows = self._rows
+        return get_col(rows)[self._row].item() if get_has(rows)[self._row] else None
+
+    def put(self: Any, v: float | None) -> None:
+        rows = self._rows
+        get_has(rows)[self._row] = v is not None
+        get_col(rows)[self._row] = 0.0 if v is None else v
+
+    return property(get, put)
+
+
+def optional_column(values: tuple[float | None, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(values with None as 0.0, where not None) of a tuple of floats and Nones."""
+    if None not in values:
+        return np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool)
+    has = np.array([v is not None for v in values], dtype=bool)
+    return np.array([0.0 if v is None else v for v in values], dtype=np.float64), has
+
+
+def new_columns(rows: Any, n: int, spec: tuple[tuple[str, str, Any], ...], objs: list[Any] | tuple[Any, ...]) -> None:
+    """Give ``rows`` the columns of ``spec`` ((attribute, column, kind) each), of ``n`` rows holding
+    the attributes of ``objs`` (``n`` of them, or none: zeros)."""
+    for name, col, kind in spec:
+        vals = tuple(map(attrgetter(name), objs)) if objs else None
+        arr = np.zeros(n, dtype=DTYPE[kind]) if kind is not object else np.full(n, None, dtype=object)
+        if kind is None:
+            has = np.zeros(n, dtype=bool)
+            if vals is not None:
+                arr[:], has[:] = optional_column(vals)
+            setattr(rows, "has_" + col, has)
+        elif vals is not None:
+            if kind is object:
+                for k, v in enumerate(vals):
+                    arr[k] = v  # (a tuple as one value, not as a row of values)
+            else:
+                arr[:] = vals
+        setattr(rows, col, arr)
