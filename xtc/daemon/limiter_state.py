@@ -127,6 +127,16 @@ class EarlyDrop:
         if cur is None or cur.on != want:
             self.vrs[vr] = _Vr(on=want)
 
+    def on_vrs(self) -> list[str]:
+        """The VRs with early drop on."""
+        return [vr for vr, v in self.vrs.items() if v.on]
+
+    def idle(self) -> bool:
+        """Whether a period has nothing to do: no VR with early drop on, no limiter in place or parked,
+        none left to remove (then :meth:`period` need not run; a daemon with early drop available and
+        off everywhere walks its VRs once)."""
+        return not self.pending_removals and not any(v.on or v.limit is not None or v.parked for v in self.vrs.values())
+
     def is_on(self, vr: str) -> bool:
         v = self.vrs.get(vr)
         return v is not None and v.on
@@ -273,10 +283,10 @@ class EarlyDrop:
         if dp > 0:
             v.mean_bytes = db / dp
 
-    def _read_drops(self) -> dict[str, int] | None:
-        """Every limiter's drop counter, in one read (None: the read failed, reported)."""
+    def _read_drops(self, vrs: list[_Vr]) -> dict[str, int] | None:
+        """The drop counter of every limiter of ``vrs``, in one read (None: the read failed, reported)."""
         assert self.limiter is not None
-        ifaces = [i for v in self.vrs.values() if v.limit is not None for i in v.ifaces]
+        ifaces = [i for v in vrs if v.limit is not None for i in v.ifaces]
         if not ifaces:
             return {}
         try:
@@ -310,9 +320,11 @@ class EarlyDrop:
             return
         for iface in sorted(self.pending_removals):
             self._remove_iface("?", iface)
-        drops = self._read_drops()
+        # Only the VRs with early drop on or a limiter in place or parked: nothing to do for the others.
+        engaged = [(vr, v) for vr, v in self.vrs.items() if v.on or v.limit is not None or v.parked]
+        drops = self._read_drops([v for _, v in engaged])
         self.dropped_pps = {}
-        for vr, v in self.vrs.items():
+        for vr, v in engaged:
             ifaces = vr_ifaces.get(vr, ())
             load = loads.get(vr)
             if not v.on or load is None or not ifaces:

@@ -183,12 +183,12 @@ class ControlLoop:
         force over it where the daemon read it: whether the cap bound)."""
         assert self.early_drop is not None
         last, self._early_drop_last_s = self._early_drop_last_s, now_s
-        if not self.early_drop.vrs and not self.early_drop.pending_removals:
-            return  # nobody has early drop: nothing to look at
+        if self.early_drop.idle():
+            return  # nobody has early drop or a limiter: nothing to look at
         period_s = 0.0 if last is None else now_s - last
         next_cap = {a.vr: a.cap_percent for a in actions if isinstance(a, SetCap)}
         loads: dict[str, VrLoad] = {}
-        for name in [n for n, v in self.early_drop.vrs.items() if v.on]:  # only the VRs that have it: nothing else is touched
+        for name in self.early_drop.on_vrs():  # only the VRs that have it: nothing else is touched
             inst, r = self.core.instances.get(name), readings.get(name)
             if inst is None or r is None:
                 continue
