@@ -294,3 +294,21 @@ def test_the_vrs_loss_factor_is_saved_restored_and_a_bad_one_is_one_clear_error_
         with pytest.raises(ValueError, match=r"early_drop\.vrs\.vr1\.loss_factor"):
             ed3.load_state({"vrs": {"vr0": {"on": True}, "vr1": {"on": True, "loss_factor": bad}}}, {"vr0", "vr1"})
         assert ed3.vrs == {}  # nothing taken over
+
+
+def test_a_period_looks_only_at_the_vrs_with_early_drop_or_a_limiter_and_is_idle_without_any():
+    lim = MemLimiter()
+    ed = EarlyDrop(lim)
+    ed.choose("vr1", None)
+    ed.choose("vr2", False)
+    assert ed.idle() and ed.on_vrs() == []
+    ed.choose("vr1", True)
+    assert not ed.idle() and ed.on_vrs() == ["vr1"]
+    run(ed, UDP)
+    assert set(lim.on) == {"vif1.0", "vif1.1"}
+    lim.fail.add("remove")
+    ed.choose("vr1", False)  # switched off, and its limiters refuse to go: not idle until they went
+    assert ed.on_vrs() == [] and not ed.idle() and lim.on
+    lim.fail.clear()
+    ed.period(1.0, IFS, {}, {})
+    assert lim.on == {} and ed.idle() and ed.dropped_pps == {}
