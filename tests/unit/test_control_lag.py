@@ -91,11 +91,21 @@ def test_a_state_written_with_the_removed_gain_estimator_still_loads():
 
 def _estimators(n, seed):
     """``n`` estimators in states a period of the probe can leave: histories of 0-4 periods after moves
-    of the cap from rest, some probes armed, samples taken, pending or checked (plain objects)."""
+    of the cap from rest, some probes armed, samples taken, pending or checked (plain objects); and
+    for some, the next period (rate, cap) that completes their probe's sample (else None)."""
     rng = random.Random(seed)
-    out = []
+    out, nexts = [], []
     for k in range(n):
         est = LagEstimator(A)
+        if k % 5 == 2:  # a probe armed after a move from rest: the next period completes its sample
+            caps = [rng.choice([10.0, 30.0])] * 2 + [rng.choice([3.0, 100.0])] * 2
+            rates = _periods(caps, rng.choice([0.2, 0.5]))
+            for cap, m in zip(caps[:3], rates[:3]):
+                est.update(m, math.log10(cap), 1e6)
+            est.arm_probe()
+            out.append(est)
+            nexts.append((rates[3], caps[3]))
+            continue
         cap = rng.choice([100.0, 30.0, 10.0])
         rate = 3.27e3 * cap
         for _ in range(rng.randrange(0, 7)):
@@ -108,8 +118,11 @@ def _estimators(n, seed):
             est.restore_state({**est.to_state(), "samples": -1})  # a count no activation makes: truthy as ever
         if k % 11 == 5 and est._hist:  # two lags explained a probe's first two periods: the third decides
             est._pending = ((0.2, 0.5), est._hist[-1][0], -0.3 * est._hist[-1][0], (-0.5,))
+        if k % 13 == 6:  # a state file's estimator with a history and no observer state yet
+            est.restore_state({**est.to_state(), "x_next_pps": None})
         out.append(est)
-    return out
+        nexts.append(None)
+    return out, nexts
 
 
 def _record(est):
@@ -123,7 +136,7 @@ def test_the_columns_quiet_update_is_each_estimators_update_where_quiet(seed):
     sample and no probe candidate; and an attached estimator's own update is a plain one's."""
     from xtc.control.estimate import LagRows
 
-    plain = _estimators(300, seed)
+    plain, nexts = _estimators(300, seed)
     attached = [copy.deepcopy(e) for e in plain]
     rows = LagRows.attach(attached)
     assert all(_record(a) == _record(p) for a, p in zip(attached, plain))
@@ -133,25 +146,34 @@ def test_the_columns_quiet_update_is_each_estimators_update_where_quiet(seed):
     rate = rng.uniform(1e3, 2e5, n)
     offered = rng.choice([np.nan, 0.0, 1e5, 3e5], n)
     exact = rng.random(n) < 0.7
+    for k, nxt in enumerate(nexts):
+        if nxt is not None:
+            rate[k], log_cap[k], offered[k], exact[k] = nxt[0], math.log10(nxt[1]), 1e6, True
     quiet = rows.quiet(slice(None), log_cap, exact)
     assert 0 < quiet.sum() < n  # both kinds of rows in the test
     idx = np.flatnonzero(quiet)
     rows.update_quiet(idx, rate[idx], log_cap[idx], offered[idx])
+    busy = np.flatnonzero(~quiet)[::2]  # the bank's way for the busy rows: plain copies, written back
+    copies = dict(zip(busy.tolist(), rows.plain(busy)))
     for k in range(n):
         off = None if math.isnan(offered[k]) else float(offered[k])
         if quiet[k]:
             assert plain[k].update(float(rate[k]), float(log_cap[k]), off, 0.02) is False
             assert not exact[k] or plain[k].probe_candidate(0.02) == 0.0
-        else:  # the attached estimator's own update (its state read and written through its row)
-            assert attached[k].update(float(rate[k]), float(log_cap[k]), off, 0.02) == \
+        else:  # a plain copy's update, or the attached estimator's own (through its row)
+            assert copies.get(k, attached[k]).update(float(rate[k]), float(log_cap[k]), off, 0.02) == \
                 plain[k].update(float(rate[k]), float(log_cap[k]), off, 0.02)
+    assert all(type(c) is LagEstimator for c in copies.values())
+    rows.put(busy, list(copies.values()))
+    assert any(c._check is not None for c in copies.values())  # samples taken and to be checked among them
+    for k in range(n):
         assert _record(attached[k]) == _record(plain[k]), k
 
 
 def test_attached_estimators_copy_as_plain_ones_and_attach_once():
     from xtc.control.estimate import LagRows
 
-    ests = _estimators(5, 1)
+    ests = _estimators(5, 1)[0]
     before = [_record(e) for e in ests]
     LagRows.attach(ests)
     copies = [copy.copy(e) for e in ests] + [copy.deepcopy(e) for e in ests]

@@ -409,8 +409,9 @@ class ControllerBank:
             rs, rps, has_rps = r.tolist(), rp_arr.tolist(), has_rp.tolist()
             transients, ages, windows = transient_arr.tolist(), age_arr.tolist(), window_arr.tolist()
             noises = rows.noise[at][busy].tolist()
-            for k, noise in zip(busy, noises):
-                le = ctls[k].lag_estimator
+            at_busy = _subset(at, np.array(busy, dtype=np.intp))
+            plain = est.plain(at_busy)  # their state out of the columns in one pass, written back below
+            for k, noise, le in zip(busy, noises, plain):
                 yk, rk, o, exact = ys[k], rs[k], offs[k], exact_l[k]
                 rp = rps[k] if has_rps[k] else None
                 transient, age, window = transients[k], ages[k], windows[k]
@@ -437,7 +438,8 @@ class ControllerBank:
                     if x is not None:
                         lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
                     lag.rest[k] = le.probe_rest_pps
-                    lag.estimators[k] = le
+                    lag.estimators[k] = ctls[k].lag_estimator  # (the law arms a probe on it: after ``put``)
+            est.put(at_busy, plain)
         rows.r_prev[at], rows.has_r_prev[at] = r, True
         rows.transient[at], rows.transient_age[at], rows.setpoint_age[at] = new_transient, new_age, new_window
         return lag

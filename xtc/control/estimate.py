@@ -337,6 +337,7 @@ _LAG_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("_x_next", "x_next", None), ("settled_pps", "settled", float), ("samples", "samples", int),
     ("probed", "probed", bool), ("_probe_armed", "armed", bool), ("probe_rest_pps", "rest", float),
     ("_pending", "pending", object), ("_check", "check", object))
+_LAG_NAMES = (*(name for name, _, _ in _LAG_COLUMNS), "_hist")
 #: Periods of history an estimator keeps (:meth:`LagEstimator._push`).
 _HIST = 4
 
@@ -385,6 +386,42 @@ class LagRows:
         if h:
             self.hist[k, _HIST - len(h):] = h
         self.hist_len[k] = len(h)
+
+    def plain(self, idx: np.ndarray) -> list[LagEstimator]:
+        """Plain estimators holding the state of the rows ``idx`` (an index array), read in one pass:
+        for a loop of whole updates, cheaper than through the attached estimators' properties
+        (:meth:`put` writes them back)."""
+        values = []
+        for _, col, kind in _LAG_COLUMNS:
+            got = getattr(self, col)[idx].tolist()
+            if kind is None:
+                got = [v if h else None for v, h in zip(got, getattr(self, "has_" + col)[idx].tolist())]
+            values.append(got)
+        hists, lens = self.hist[idx].tolist(), self.hist_len[idx].tolist()
+        values.append([tuple(map(tuple, h[_HIST - n:])) if n else () for h, n in zip(hists, lens)])
+        out = []
+        for one in zip(*values):
+            est = LagEstimator.__new__(LagEstimator)
+            est.__dict__.update(zip(_LAG_NAMES, one))
+            out.append(est)
+        return out
+
+    def put(self, idx: np.ndarray, estimators: Sequence[LagEstimator]) -> None:
+        """The state of plain ``estimators`` written to the rows ``idx`` (from :meth:`plain`)."""
+        ds = [est.__dict__ for est in estimators]
+        for name, col, kind in _LAG_COLUMNS:
+            got = [d[name] for d in ds]
+            if kind is None:
+                getattr(self, "has_" + col)[idx] = [v is not None for v in got]
+                got = [0.0 if v is None else v for v in got]
+            elif kind is object:  # (a tuple is one value, not a row of values)
+                one = np.empty(len(got), dtype=object)
+                for j, v in enumerate(got):
+                    one[j] = v
+                got = one
+            getattr(self, col)[idx] = got
+        for k, d in zip(idx.tolist(), ds):
+            self.put_hist(k, d["_hist"])
 
     def quiet(self, at: Any, log_cap: np.ndarray, exact: np.ndarray) -> np.ndarray:
         """Where a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
