@@ -312,3 +312,14 @@ def test_a_period_looks_only_at_the_vrs_with_early_drop_or_a_limiter_and_is_idle
     lim.fail.clear()
     ed.period(1.0, IFS, {}, {})
     assert lim.on == {} and ed.idle() and ed.dropped_pps == {}
+
+
+def test_the_vrs_with_early_drop_on_follow_the_state_file_and_forgetting():
+    ed = EarlyDrop(MemLimiter())
+    ed.load_state({"vrs": {"vr1": {"on": True}, "vr2": {"on": False}, "gone": {"on": True}}}, {"vr1", "vr2"})
+    assert ed.on_vrs() == ["vr1"] and not ed.idle()
+    ed.choose("vr2", True)
+    ed.choose("vr1", False)
+    assert ed.on_vrs() == ["vr2"]
+    ed.forget("vr2")
+    assert ed.on_vrs() == [] and ed.idle()

@@ -105,7 +105,10 @@ class EarlyDrop:
         self.limiter = limiter
         self.default_on = default_on
         self.tuning = tuning
+        #: Each VR's early drop (its entry is replaced, never changed in place, when it is switched on or off).
         self.vrs: dict[str, _Vr] = {}
+        #: The VRs whose entry has early drop on: only they can hold a limiter (switched off, it goes).
+        self._on: set[str] = set()
         #: Limiter operations that failed since start.
         self.failures = 0
         self._on_failure = on_failure
@@ -125,17 +128,25 @@ class EarlyDrop:
         if cur is not None and cur.on and not want:
             self._remove(vr, cur)
         if cur is None or cur.on != want:
-            self.vrs[vr] = _Vr(on=want)
+            self._put(vr, _Vr(on=want))
+
+    def _put(self, vr: str, v: _Vr) -> None:
+        self.vrs[vr] = v
+        if v.on:
+            self._on.add(vr)
+        else:
+            self._on.discard(vr)
 
     def on_vrs(self) -> list[str]:
-        """The VRs with early drop on."""
-        return [vr for vr, v in self.vrs.items() if v.on]
+        """The VRs with early drop on, in the order of :attr:`vrs`."""
+        on = self._on
+        return [vr for vr in self.vrs if vr in on] if on else []
 
     def idle(self) -> bool:
-        """Whether a period has nothing to do: no VR with early drop on, no limiter in place or parked,
-        none left to remove (then :meth:`period` need not run; a daemon with early drop available and
-        off everywhere walks its VRs once)."""
-        return not self.pending_removals and not any(v.on or v.limit is not None or v.parked for v in self.vrs.values())
+        """Whether a period has nothing to do: no VR with early drop on (so no limiter in place or parked:
+        one switched off or forgotten loses them at once), none left to remove.  Then :meth:`period`
+        need not run, and a daemon with early drop available and off everywhere looks at no VR."""
+        return not self.pending_removals and not self._on
 
     def is_on(self, vr: str) -> bool:
         v = self.vrs.get(vr)
@@ -181,7 +192,8 @@ class EarlyDrop:
                 raise ValueError(f"'{STATE_KEY}.vrs.{n}.loss_factor' must be a number within 1..10, got {loss!r}")
             if n in instances:
                 got[n] = _Vr(on=d["on"], loss=float(loss))
-        self.vrs.update(got)
+        for n, v in got.items():
+            self._put(n, v)
 
     # ------------------------------------------------------------------------- faults
     def _fail(self, vr: str, what: str, e: LimiterError) -> None:
@@ -230,6 +242,7 @@ class EarlyDrop:
     def forget(self, vr: str) -> None:
         """The VR's instance went (deactivated): its limiters go."""
         v = self.vrs.pop(vr, None)
+        self._on.discard(vr)
         if v is not None:
             self._remove(vr, v)
 
