@@ -19,3 +19,14 @@ cd $D && ../../../.venv/bin/python -m xtc_lab.alternate --before /tmp/before-419
 ../../../.venv/bin/python -m xtc_lab.alternate --before /tmp/before-419532a --rounds 2 \
   --each side=before,after "moving-more-{round}-{side}" -- \
   ../../../.venv/bin/xtc bench daemon --vrs 1000 --seconds 10 --controller xtc --workload moving --breakdown --json
+# The daemon's other two goals (0.1 s period; 10,000 VRs), last measured with the law before the probe: today's
+# product (after) with its default law, steady, without and with a sample subscriber.
+../../../.venv/bin/python -m xtc_lab.alternate --each k=1,2 --each subs=0,1 "period-0.1-{k}-subs{subs}" -- \
+  ../../../.venv/bin/xtc bench daemon --vrs 1000 --period-s 0.1 --seconds 10 --controller xtc --workload steady \
+  --subscribers {subs} --breakdown --json
+../../../.venv/bin/python -m xtc_lab.alternate --each subs=0,1 "vrs-10000-subs{subs}" -- \
+  ../../../.venv/bin/xtc bench daemon --vrs 10000 --seconds 20 --controller xtc --workload steady \
+  --subscribers {subs} --breakdown --json
+# After the set of VRs with early drop on (the commit after these runs' product): twice, steady, 1,000 VRs.
+../../../.venv/bin/python -m xtc_lab.alternate --each k=1,2 "idle-set-{k}" -- \
+  ../../../.venv/bin/xtc bench daemon --vrs 1000 --seconds 10 --controller xtc --workload steady --breakdown --json
