@@ -185,3 +185,54 @@ def test_attached_estimators_copy_as_plain_ones_and_attach_once():
     assert _record(ests[1]) == before[1] and ests[1]._rows is moved
     with pytest.raises(ValueError, match="appears twice"):
         LagRows.attach([ests[2], ests[2]])
+
+
+def _roots_by_the_loop(m0, d1, m2, move2, tol_pps):
+    """The sample's roots as the estimator found them one grid lag at a time (its definition: the residual's
+    sign changes, and its extrema within ``tol_pps`` of zero; groups within 0.06 averaged)."""
+    from xtc.control.estimate import _LAG_GRID, LAG_MAX
+
+    rho = 10.0 ** move2
+    pts = []
+    for g, p in _LAG_GRID:
+        f1 = m0 + d1 / (1.0 - g)
+        if g > LAG_MAX or f1 <= 0.0:
+            break
+        pts.append((g, f1 * ((1.0 - g) * rho + g * (1.0 - p)) + g * p * m0 - m2))
+    cands = []
+    for i in range(1, len(pts)):
+        (g0, h0), (g1, h1) = pts[i - 1], pts[i]
+        if (h1 >= 0.0) != (h0 >= 0.0):
+            cands.append(g0 + (g1 - g0) * h0 / (h0 - h1))
+        elif i + 1 < len(pts) and abs(h1) <= tol_pps and abs(h1) <= abs(h0) and abs(h1) <= abs(pts[i + 1][1]) \
+                and (pts[i + 1][1] >= 0.0) == (h1 >= 0.0):
+            cands.append(g1)
+    groups = []
+    for c in sorted(cands):
+        if groups and c - groups[-1][-1] <= 0.06:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return [sum(gr) / len(gr) for gr in groups]
+
+
+def test_the_samples_roots_on_the_whole_grid_at_once_are_the_loops_bit_for_bit():
+    """``_roots`` takes the residual on every grid lag at once (numpy): the same roots as the loop over the
+    grid, bit for bit, on samples near a lag's and far from any, with NaN, infinite and non-positive inputs."""
+    rng = random.Random(7)
+    est = LagEstimator(A)
+    found = 0
+    for _ in range(5000):
+        m0 = rng.choice([rng.uniform(1e3, 2e5)] * 6 + [0.0, -5.0, math.nan, 1e308])
+        d1 = rng.uniform(-1.5, 1.5) * m0 if rng.random() < 0.9 else rng.choice([math.nan, math.inf, -math.inf, 0.0])
+        move2 = rng.uniform(-1.2, 1.2)
+        g = rng.uniform(0.0, 0.8)
+        p = pole_of_lag(round(g * 200) / 200)
+        f1 = m0 + d1 / (1.0 - g) if m0 == m0 else 0.0
+        m2 = (f1 * ((1.0 - g) * 10.0 ** move2 + g * (1.0 - p)) + g * p * m0 + rng.gauss(0.0, 0.02) * abs(f1)
+              if rng.random() < 0.8 else rng.uniform(-1e5, 3e5))
+        tol = rng.choice([0.0, 0.03 * abs(m2), 1e9, math.nan])
+        want, got = _roots_by_the_loop(m0, d1, m2, move2, tol), est._roots(m0, d1, m2, move2, tol)
+        assert np.array_equal(np.array(got), np.array(want), equal_nan=True), (m0, d1, m2, move2, tol)
+        found += bool(want)
+    assert found > 500  # roots found in a good share of them

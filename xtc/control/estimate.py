@@ -55,6 +55,12 @@ PROBE_REST_FRACTION = 0.05
 NOISE_SIGMAS = 4.0
 #: Largest lag believed; a sample beyond ``[0, LAG_MAX]`` is not used.
 LAG_MAX = 0.8
+#: The grid's lags up to :data:`LAG_MAX` (g, pole p), and the sample's residual's coefficients on them as arrays
+#: (:meth:`LagEstimator._roots`: the residual on all of them at once).
+_GRID_LAG_LIST = [g for g, _ in _LAG_GRID if g <= LAG_MAX]
+_GRID_ONE_MINUS_LAG = np.array([1.0 - g for g, _ in _LAG_GRID if g <= LAG_MAX])  # 1 - g
+_GRID_LAG_OPEN = np.array([g * (1.0 - p) for g, p in _LAG_GRID if g <= LAG_MAX])  # g (1 - p)
+_GRID_LAG_POLE = np.array([g * p for g, p in _LAG_GRID if g <= LAG_MAX])  # g p
 #: A period whose rate is at least this fraction of the offered rate is offered-limited (no sample uses it).
 UNCONSTRAINED_FRACTION = 0.97
 #: A residual within this fraction of the rate counts as explained.
@@ -276,22 +282,19 @@ class LagEstimator:
         within 0.06 of each other are one group (their mean).
         """
         rho = 10.0 ** move2
-        pts: list[tuple[float, float]] = []
-        for g, p in _LAG_GRID:
-            if g > LAG_MAX:
-                break
-            f1 = m0 + d1 / (1.0 - g)
-            if f1 <= 0.0:
-                break
-            pts.append((g, f1 * ((1.0 - g) * rho + g * (1.0 - p)) + g * p * m0 - m2))
-        cands: list[float] = []
-        for i in range(1, len(pts)):
-            (g0, h0), (g1, h1) = pts[i - 1], pts[i]
-            if (h1 >= 0.0) != (h0 >= 0.0):
-                cands.append(g0 + (g1 - g0) * h0 / (h0 - h1))
-            elif i + 1 < len(pts) and abs(h1) <= tol_pps and abs(h1) <= abs(h0) and abs(h1) <= abs(pts[i + 1][1]) \
-                    and (pts[i + 1][1] >= 0.0) == (h1 >= 0.0):
-                cands.append(g1)
+        with np.errstate(all="ignore"):  # (Python's float arithmetic, element by element: the same numbers)
+            f1 = m0 + d1 / _GRID_ONE_MINUS_LAG
+            stop = np.flatnonzero(f1 <= 0.0)  # the grid ends before the first f1 <= 0
+            n = int(stop[0]) if len(stop) else len(f1)
+            h = (f1 * (_GRID_ONE_MINUS_LAG * rho + _GRID_LAG_OPEN) + _GRID_LAG_POLE * m0 - m2)[:n]
+            pos = h >= 0.0
+            zeros = (np.flatnonzero(pos[1:] != pos[:-1]) + 1).tolist()  # a sign change between i - 1 and i
+            near = (np.flatnonzero(np.abs(h[1:-1]) <= tol_pps) + 1).tolist()  # |h| within tol_pps, at 1..n-2
+        g, hs = _GRID_LAG_LIST, h.tolist() if zeros or near else ()
+        cands = [g[i - 1] + (g[i] - g[i - 1]) * hs[i - 1] / (hs[i - 1] - hs[i]) for i in zeros]
+        # An extremum of |h| within tol_pps of zero with no sign change around it.
+        cands += [g[i] for i in near if (hs[i] >= 0.0) == (hs[i - 1] >= 0.0) == (hs[i + 1] >= 0.0)
+                  and abs(hs[i]) <= abs(hs[i - 1]) and abs(hs[i]) <= abs(hs[i + 1])]
         groups: list[list[float]] = []
         for c in sorted(cands):
             if groups and c - groups[-1][-1] <= 0.06:
