@@ -27,3 +27,11 @@ $ALT --each k=1,2 --each subs=0,1 "period-0.1-{k}-subs{subs}" -- \
 $ALT --each subs=0,1 "vrs-10000-subs{subs}" -- $BENCH --vrs 10000 --seconds 20 --workload steady --subscribers {subs}
 # After the set of VRs with early drop on (the commit after the runs above): twice, steady, 1,000 VRs.
 $ALT --each k=1,2 "idle-set-{k}" -- $BENCH --vrs 1000 --workload steady
+# The lag sample's roots on the whole grid at once (the commit after 2dece45): the moving workload, where probes
+# complete samples every period, before (2dece45) and after, three rounds alternated.
+rm -rf /tmp/before-2dece45 && mkdir -p /tmp/before-2dece45 && (cd ../../.. && git archive 2dece45 xtc) | tar -x -C /tmp/before-2dece45
+$ALT --before /tmp/before-2dece45 --rounds 3 --each side=before,after "roots-{round}-{side}" -- \
+  $BENCH --vrs 1000 --workload moving
+# The same alone (roots_micro.py), three rounds alternated.
+$ALT --before /tmp/before-2dece45 --rounds 3 --each side=before,after "roots-micro-{round}-{side}" -- \
+  ../../../.venv/bin/python roots_micro.py
