@@ -190,11 +190,11 @@ def test_attached_estimators_copy_as_plain_ones_and_attach_once():
 def _roots_by_the_loop(m0, d1, m2, move2, tol_pps):
     """The sample's roots as the estimator found them one grid lag at a time (its definition: the residual's
     sign changes, and its extrema within ``tol_pps`` of zero; groups within 0.06 averaged)."""
-    from xtc.control.estimate import _LAG_GRID, LAG_MAX
+    from xtc.control.estimate import LAG_MAX
 
     rho = 10.0 ** move2
     pts = []
-    for g, p in _LAG_GRID:
+    for g, p in ((i / 200.0, pole_of_lag(i / 200.0)) for i in range(191)):  # the estimator's grid of lags
         f1 = m0 + d1 / (1.0 - g)
         if g > LAG_MAX or f1 <= 0.0:
             break

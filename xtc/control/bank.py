@@ -106,6 +106,8 @@ _COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("_transient", "transient", bool), ("_transient_age", "transient_age", int), ("_r_prev", "r_prev", None),
     ("_setpoint_age", "setpoint_age", int))
 _PI_COLUMNS = _COLUMNS[:5] + (("_e_prev", "e_prev", None),)
+
+
 class Rows:
     """The law's state of a list of controllers, as columns (:data:`_COLUMNS`; one row per controller),
     and for XTC's law their lag estimators' (:attr:`lag`, a :class:`~xtc.control.estimate.LagRows`).
@@ -384,7 +386,8 @@ class ControllerBank:
         what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a transient.  The
         columns are read and written whole, the estimators' too where nothing can happen (no setpoint
         move, no transient, :meth:`~xtc.control.estimate.LagRows.quiet`): only their history and observer
-        move.  Elsewhere, row by row, each row's estimator (attached to the row) takes its whole update."""
+        move.  Elsewhere, row by row, each estimator takes its whole update, on a plain copy read out of
+        the columns and written back (:meth:`~xtc.control.estimate.LagRows.plain`, ``put``)."""
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
         # The columns in the order of ``ctls`` (views where ``at`` is a slice: all read before any is written).
