@@ -440,7 +440,7 @@ class LagRows:
         """:meth:`LagEstimator.update` of the rows ``idx`` (an index array) where :meth:`quiet` holds: the
         history and the observer move.  ``offered_pps`` NaN where unknown; the same numbers, element by
         element, as each estimator's own update (Python's ``min`` and ``max`` as ``where``)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # (inf where Python gives inf: the same numbers, no warning)
             frac = np.where(offered_pps > 0, rate_pps / offered_pps, 0.0)
             h = self.hist[idx]
             h[:, :-1] = h[:, 1:]
