@@ -281,6 +281,17 @@ class LagEstimator:
         ``tol_pps`` of zero (the residual often only touches zero at the true lag); candidates
         within 0.06 of each other are one group (their mean).
         """
+        groups: list[list[float]] = []
+        for c in sorted(self._candidates(m0, d1, m2, move2, tol_pps)):
+            if groups and c - groups[-1][-1] <= 0.06:
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        return [sum(gr) / len(gr) for gr in groups]
+
+    @staticmethod
+    def _candidates(m0: float, d1: float, m2: float, move2: float, tol_pps: float) -> list[float]:
+        """:meth:`_roots`' candidates, each lag once: the residual on the whole grid at once (numpy)."""
         rho = 10.0 ** move2
         with np.errstate(all="ignore"):  # (Python's float arithmetic, element by element: the same numbers)
             f1 = m0 + d1 / _GRID_ONE_MINUS_LAG
@@ -295,13 +306,7 @@ class LagEstimator:
         # An extremum of |h| within tol_pps of zero with no sign change around it.
         cands += [g[i] for i in near if (hs[i] >= 0.0) == (hs[i - 1] >= 0.0) == (hs[i + 1] >= 0.0)
                   and abs(hs[i]) <= abs(hs[i - 1]) and abs(hs[i]) <= abs(hs[i + 1])]
-        groups: list[list[float]] = []
-        for c in sorted(cands):
-            if groups and c - groups[-1][-1] <= 0.06:
-                groups[-1].append(c)
-            else:
-                groups.append([c])
-        return [sum(gr) / len(gr) for gr in groups]
+        return cands
 
     def to_state(self) -> dict[str, Any]:
         """JSON-serialisable state."""
