@@ -9,11 +9,11 @@ attributes there (docs/design/control-law.md, "One law; where the state lives").
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["DTYPE", "column_property", "optional_column", "new_columns"]
+__all__ = ["DTYPE", "column_property", "new_columns", "object_column", "optional_column"]
 
 #: Each kind's column: counts are Python ints (no overflow), an optional float (kind None) has a flag
 #: column ``has_<column>``, ``object`` holds any value as it is.
@@ -64,9 +64,13 @@ def new_columns(rows: Any, n: int, spec: tuple[tuple[str, str, Any], ...], objs:
                 arr[:], has[:] = optional_column(vals)
             setattr(rows, "has_" + col, has)
         elif vals is not None:
-            if kind is object:
-                for k, v in enumerate(vals):
-                    arr[k] = v  # (a tuple as one value, not as a row of values)
-            else:
-                arr[:] = vals
+            arr[:] = object_column(vals) if kind is object else vals
         setattr(rows, col, arr)
+
+
+def object_column(values: Sequence[Any]) -> np.ndarray:
+    """``values`` as a column of objects, each one value (a tuple too, not a row of values)."""
+    out = np.empty(len(values), dtype=object)
+    for k, v in enumerate(values):
+        out[k] = v
+    return out

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .columns import column_property, new_columns
+from .columns import column_property, new_columns, object_column
 
 __all__ = ["LagEstimator", "LagRows", "pole_of_lag"]
 
@@ -422,11 +422,8 @@ class LagRows:
             if kind is None:
                 getattr(self, "has_" + col)[idx] = [v is not None for v in got]
                 got = [0.0 if v is None else v for v in got]
-            elif kind is object:  # (a tuple is one value, not a row of values)
-                one = np.empty(len(got), dtype=object)
-                for j, v in enumerate(got):
-                    one[j] = v
-                got = one
+            elif kind is object:
+                got = object_column(got)
             getattr(self, col)[idx] = got
         for k, d in zip(idx.tolist(), ds):
             self.put_hist(k, d["_hist"])
@@ -469,11 +466,8 @@ class _LagRow(LagEstimator):
     _hist = property(lambda self: self._rows.get_hist(self._row), lambda self, h: self._rows.put_hist(self._row, h))
 
     def __copy__(self) -> LagEstimator:
-        new = LagEstimator.__new__(LagEstimator)
+        new = self._rows.plain(np.array((self._row,), dtype=np.intp))[0]  # its values: all immutable
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")})
-        for name, _, _ in _LAG_COLUMNS:
-            setattr(new, name, getattr(self, name))  # floats, bools, ints, tuples and None: immutable
-        new._hist = self._hist
         return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> LagEstimator:
