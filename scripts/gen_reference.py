@@ -14,11 +14,15 @@ What each page comes from:
 - ``cli.md``: ``xtc --help`` and every subcommand's help, from the argparse parsers.
 - ``policer-api.md``: the policer's REST API, from its OpenAPI document
   (``docs/policer-openapi.json``, itself checked against the app by the policer's tests).
+- ``code-map.md``: every module of the product (``xtc``) and of the testbed (``xtc_lab``), package by
+  package in the order of the layers (docs/design/layers.md): the first paragraph of its docstring, its
+  length, and which other packages it imports (read from its source, nothing imported).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import inspect
 import io
@@ -421,6 +425,108 @@ def _ref(s: dict[str, Any]) -> str:
 # -------------------------------------------------------------------------------------- pages
 
 
+# ------------------------------------------------------------------------------ the code map
+#: The product's packages, top to bottom as docs/design/layers.md draws its layers (each imports only those
+#: below it; the chassis, ``xtc.service``, is below every service); then the testbed's.  A package missing
+#: here is an error: place it.
+CODE_MAP_PRODUCT = ("xtc", "xtc.policer", "xtc.policer.api", "xtc.training", "xtc.xco", "xtc.xco.scheduler",
+                    "xtc.daemon", "xtc.host", "xtc.control", "xtc.models", "xtc.service")
+CODE_MAP_LAB = ("xtc_lab", "xtc_lab.bench", "xtc_lab.lab", "xtc_lab.lab.experiments", "xtc_lab.sim",
+                "xtc_lab.xco", "xtc_lab.xco.experiments")
+_SOURCES = {"xtc": ROOT / "xtc", "xtc_lab": ROOT / "lab" / "xtc_lab"}
+
+
+class UnplacedPackage(Exception):
+    pass
+
+
+def _rst_to_md(text: str) -> str:
+    """A docstring's reST roles and literals as Markdown code (``:class:`~a.B``` -> ``B``)."""
+    text = re.sub(r":\w+:`~([^`]+)`", lambda m: "`" + m.group(1).rsplit(".", 1)[-1] + "`", text)
+    text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
+def _summary(tree: ast.Module) -> str:
+    """The first paragraph of a module's docstring, on one line ("" when it has none)."""
+    doc = ast.get_docstring(tree) or ""
+    return _cell(_rst_to_md(" ".join(doc.split("\n\n")[0].split())))
+
+
+def _package_of(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def _imported(tree: ast.Module, module: str, is_package: bool) -> set[str]:
+    """The modules of xtc and xtc_lab that ``module``'s source imports (relative imports resolved)."""
+    out = set()
+    here = _package_of(module, is_package).split(".")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in out if m.split(".")[0] in _SOURCES}
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the product and the testbed: its dotted name -> (its file, whether it is a package)."""
+    found = {}
+    for top, root in _SOURCES.items():
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            parts = [top, *path.relative_to(root).with_suffix("").parts]
+            is_package = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _where(imported: str, home: dict[str, str], section: str) -> str | None:
+    """The package an imported name belongs to (a module of a top package, ``xtc.validation``, as itself,
+    outside that package's own section)."""
+    module = imported if imported in home else imported.rpartition(".")[0]
+    pkg = home.get(module)
+    return module if pkg in _SOURCES and module != pkg and module.rpartition(".")[0] != section else pkg
+
+
+def code_map_page() -> str:
+    modules = _modules()
+    packages = [m for m, (_, is_pkg) in modules.items() if is_pkg]
+    unplaced = sorted(set(packages) - set(CODE_MAP_PRODUCT) - set(CODE_MAP_LAB))
+    if unplaced:
+        raise UnplacedPackage(f"place {', '.join(unplaced)} in CODE_MAP_PRODUCT or CODE_MAP_LAB")
+    order = [p for p in (*CODE_MAP_PRODUCT, *CODE_MAP_LAB) if p in modules]
+    # The deepest package that holds each module (a subpackage is a section of its own).
+    home = {m: max((p for p in order if m == p or m.startswith(p + ".")), key=len) for m in modules}
+    lines = [HEADER.format(src="the modules' sources"), "# Code map\n\n",
+             "Every module of the product (`xtc`, what a router, a policer host or an XCo host installs) and of "
+             "the testbed (`xtc_lab`, the lab, the simulator and the benchmarks, never imported by the product), "
+             "package by package: the product's from the top layer to the bottom "
+             "([Layers that run one way](../design/layers.md)), then the testbed's. For each module: the first "
+             "paragraph of its docstring, its length in lines, and the other packages it imports, read from "
+             "its source (a function's imports too). Why a part is built the way it is: the "
+             "[Design](../design/index.md) notes; how to make a change: [Developing XTC](../guide/developing.md).\n"]
+    for pkg in order:
+        members = [m for m in modules if home[m] == pkg]
+        trees = {m: ast.parse(modules[m][0].read_text()) for m in members}
+        uses = sorted({_where(i, home, pkg) for m in members for i in _imported(trees[m], m, modules[m][1])} - {pkg, None})
+        path = modules[pkg][0].parent.relative_to(ROOT)
+        lines.append(f"\n## `{pkg}`\n\n{_summary(trees[pkg]) or '(no docstring)'}\n\n")
+        lines.append(f"Folder `{path}/`. Imports: {', '.join(f'`{u}`' for u in uses) or 'no other package'}.\n\n")
+        rows = [(m, modules[m][0]) for m in members if m != pkg]
+        if rows:
+            lines.append("| module | lines | what it is |\n|---|---|---|\n")
+            for m, file in rows:
+                n = len(file.read_text().splitlines())
+                lines.append(f"| `{file.name}` | {n} | {_summary(trees[m]) or '(no docstring)'} |\n")
+    return "".join(lines)
+
+
 def pages() -> dict[str, str]:
     from xtc.daemon import config as daemon_config
     from xtc.policer import config as policer_config
@@ -443,6 +549,7 @@ def pages() -> dict[str, str]:
             agent_config, agent_config.AgentConfig),
         "cli.md": cli_page(),
         "policer-api.md": policer_api_page(),
+        "code-map.md": code_map_page(),
     }
 
 
