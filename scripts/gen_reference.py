@@ -15,8 +15,9 @@ What each page comes from:
 - ``policer-api.md``: the policer's REST API, from its OpenAPI document
   (``docs/policer-openapi.json``, itself checked against the app by the policer's tests).
 - ``code-map.md``: every module of the product (``xtc``) and of the testbed (``xtc_lab``), package by
-  package in the order of the layers (docs/design/layers.md): the first paragraph of its docstring, its
-  length, and which other packages it imports (read from its source, nothing imported).
+  package in the order of the layers (docs/design/layers.md): the first paragraph of its docstring and
+  which other packages it imports (read from its source, nothing imported; no line counts, so that the
+  page changes only with what a module is or uses).
 """
 
 from __future__ import annotations
@@ -508,8 +509,9 @@ def code_map_page() -> str:
              "the testbed (`xtc_lab`, the lab, the simulator and the benchmarks, never imported by the product), "
              "package by package: the product's from the top layer to the bottom "
              "([Layers that run one way](../design/layers.md)), then the testbed's. For each module: the first "
-             "paragraph of its docstring, its length in lines, and the other packages it imports, read from "
-             "its source (a function's imports too). Why a part is built the way it is: the "
+             "paragraph of its docstring and the other packages it imports, read from its source (a "
+             "function's imports too). A change of a module's summary or of what it imports changes this "
+             "page: `python scripts/gen_reference.py` writes it again. Why a part is built the way it is: the "
              "[Design](../design/index.md) notes; how to make a change: [Developing XTC](../guide/developing.md).\n"]
     for pkg in order:
         members = [m for m in modules if home[m] == pkg]
@@ -520,10 +522,9 @@ def code_map_page() -> str:
         lines.append(f"Folder `{path}/`. Imports: {', '.join(f'`{u}`' for u in uses) or 'no other package'}.\n\n")
         rows = [(m, modules[m][0]) for m in members if m != pkg]
         if rows:
-            lines.append("| module | lines | what it is |\n|---|---|---|\n")
+            lines.append("| module | what it is |\n|---|---|\n")
             for m, file in rows:
-                n = len(file.read_text().splitlines())
-                lines.append(f"| `{file.name}` | {n} | {_summary(trees[m]) or '(no docstring)'} |\n")
+                lines.append(f"| `{file.name}` | {_summary(trees[m]) or '(no docstring)'} |\n")
     return "".join(lines)
 
 

@@ -139,7 +139,7 @@ def test_the_code_map_names_what_each_package_imports_and_refuses_an_unplaced_pa
     page = gen.code_map_page()
     daemon = page.split("## `xtc.daemon`")[1].split("##")[0]
     assert "(no docstring)" in daemon and "Imports: `xtc.control`, `xtc.models`." in daemon  # relative, in a function
-    assert "| `bank.py` | 2 | The bank: `arrays` of `Law`. |" in page
+    assert "| `bank.py` | The bank: `arrays` of `Law`. |" in page
     assert "Imports: no other package." in page.split("## `xtc.control`")[1].split("##")[0]
     (top / "brand_new").mkdir()
     (top / "brand_new" / "__init__.py").write_text('"""New."""\n')

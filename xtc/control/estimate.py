@@ -11,7 +11,7 @@ import numpy as np
 
 from .columns import column_property, new_columns, object_column
 
-__all__ = ["LagEstimator", "LagRows", "pole_of_lag"]
+__all__ = ["LagEstimator", "LagRows", "observed", "pole_of_lag"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,6 +72,24 @@ SETTLED_FLOOR_FRACTION = 0.1
 #: A probe candidate's first-period change must exceed this many standard deviations of the difference
 #: of two noisy samples.
 PROBE_NOISE_SIGMAS = 2.0
+
+
+def _pick(cond: bool, a: float, b: float) -> float:
+    """``numpy.where`` of one element."""
+    return a if cond else b
+
+
+def observed(rate_pps: Any, x: Any, g: Any, p: Any, where: Any) -> tuple[Any, Any]:
+    """The observer's step, of one estimator (floats, ``where`` :func:`_pick`) or of many (arrays,
+    ``where`` :func:`numpy.where`): from a period's rate and the state ``x`` at its start (pps), with
+    lag ``g`` and pole ``p``, the rate the cap in force settles to and the state at the next period's
+    start (pps).  The settled rate is within a factor 1 - g of the rate measured (what a move from rest
+    can leave still to come) and at least :data:`SETTLED_FLOOR_FRACTION` of it."""
+    floor, rise = rate_pps * SETTLED_FLOOR_FRACTION, (rate_pps - g * x) / (1.0 - g)
+    high = where(rise > floor, rise, floor)
+    top = rate_pps / (1.0 - g)
+    settled = where(high < top, high, top)
+    return settled, p * x + (1.0 - p) * settled
 
 
 class LagEstimator:
@@ -161,12 +179,8 @@ class LagEstimator:
         return h
 
     def _observe(self, rate_pps: float, x: float) -> None:
-        """The observer's step: the settled rate from the period's rate and the state ``x`` at its start
-        (pps), and the state at the next period's start, with the lag now used."""
-        g, p = self._lag, self._pole
-        # Within a factor 1 - g of the rate measured (what a move from rest can leave still to come).
-        self.settled_pps = min(rate_pps / (1.0 - g), max(rate_pps * SETTLED_FLOOR_FRACTION, (rate_pps - g * x) / (1.0 - g)))
-        self._x_next = p * x + (1.0 - p) * self.settled_pps
+        """The observer's step (:func:`observed`) with the lag now used."""
+        self.settled_pps, self._x_next = observed(rate_pps, x, self._lag, self._pole, _pick)
 
     @property
     def next_state_pps(self) -> float | None:
@@ -440,8 +454,8 @@ class LagRows:
 
     def update_quiet(self, idx: np.ndarray, rate_pps: np.ndarray, log_cap: np.ndarray, offered_pps: np.ndarray) -> None:
         """:meth:`LagEstimator.update` of the rows ``idx`` (an index array) where :meth:`quiet` holds: the
-        history and the observer move.  ``offered_pps`` NaN where unknown; the same numbers, element by
-        element, as each estimator's own update (Python's ``min`` and ``max`` as ``where``)."""
+        history and the observer (:func:`observed`, the estimator's own) move.  ``offered_pps`` NaN where
+        unknown; the same numbers, element by element, as each estimator's own update."""
         with np.errstate(all="ignore"):  # (inf where Python gives inf: the same numbers, no warning)
             frac = np.where(offered_pps > 0, rate_pps / offered_pps, 0.0)
             h = self.hist[idx]
@@ -449,14 +463,8 @@ class LagRows:
             h[:, -1, 0], h[:, -1, 1], h[:, -1, 2] = rate_pps, log_cap, frac
             self.hist[idx] = h
             self.hist_len[idx] = np.minimum(self.hist_len[idx] + 1, _HIST)
-            g, p = self.lag[idx], self.pole[idx]
             x = np.where(self.has_x_next[idx], self.x_next[idx], rate_pps)
-            floor, rise = rate_pps * SETTLED_FLOOR_FRACTION, (rate_pps - g * x) / (1.0 - g)
-            high = np.where(rise > floor, rise, floor)
-            top = rate_pps / (1.0 - g)
-            settled = np.where(high < top, high, top)
-            self.settled[idx] = settled
-            self.x_next[idx] = p * x + (1.0 - p) * settled
+            self.settled[idx], self.x_next[idx] = observed(rate_pps, x, self.lag[idx], self.pole[idx], np.where)
             self.has_x_next[idx] = True
 
 
