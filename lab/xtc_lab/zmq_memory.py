@@ -13,24 +13,32 @@ and connects to all N:
 - ``router``: ONE ROUTER socket with N connections, each given its routing id
   (``ZMQ_CONNECT_ROUTING_ID``) and, with ``--curve``, its daemon's key (``ZMQ_CURVE_SERVERKEY``) set
   just before its ``connect``: libzmq copies a socket's options into each connection when it is made,
-  so one socket can hold connections to servers of different keys.
+  so one socket can hold connections to servers of different keys;
+- ``zmtp`` (not with ``--curve``): no libzmq on the client's side: N stream connections on one asyncio
+  loop, each speaking ZMTP 3.0 with the NULL mechanism by hand as a DEALER (:class:`_ZmtpDealer`),
+  to size what a connection would cost a client written without libzmq (issue 50's "cheaper
+  connection"). An experiment, not the product: no heartbeats, no CURVE, no reconnection.
 
 Each mode sends one request per connection, waits for every reply (a connection that did not answer,
 a failed CURVE handshake among them, is counted in ``unanswered``), reads all M samples per peer, and
 prints one JSON line: per mode the RSS growth per connection (KiB; the Python objects of N pyzmq sockets
-are in it), the same after glibc's ``malloc_trim(0)`` gave its free pages back, and the open files per
-connection.
+are in it), the same after glibc's ``malloc_trim(0)`` gave its free pages back, the open files per
+connection, and the client process's CPU (every thread's: libzmq's I/O thread too) per sample while the
+samples came, in microseconds (the ``dealers`` and ``router`` clients poll all N sockets with one
+``zmq.Poller``, which the policer's link pool does not: theirs is an upper bound).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import ctypes.util
 import json
 import multiprocessing as mp
 import os
 import resource
+import struct
 import sys
 import tempfile
 import time
@@ -108,6 +116,138 @@ def _serve(d: str, n: int, transport: str, curve: bool, messages: int, q: Any, g
     ctx.destroy(0)
 
 
+def _trimmed_rss() -> int | None:
+    """The RSS after glibc's ``malloc_trim(0)`` gave its free pages back (None: no such call)."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+        return _rss()
+    except (OSError, AttributeError):
+        return None
+
+
+def _figures(mode: str, n: int, unanswered: int, got: int, want: int, r0: int, r1: int, r2: int | None,
+             f0: int, f1: int, cpu_s: float) -> dict[str, Any]:
+    return {"mode": mode, "connections": n, "unanswered": unanswered, "samples_received": got, "samples_sent": want,
+            "rss_kib_per_connection": round((r1 - r0) / n / 1024, 2),
+            "rss_kib_per_connection_after_trim": None if r2 is None else round((r2 - r0) / n / 1024, 2),
+            "fds_per_connection": round((f1 - f0) / n, 2),
+            "client_cpu_us_per_sample": round(cpu_s / got * 1e6, 2) if got else None}
+
+
+#: ZMTP 3.0's greeting with the NULL mechanism, as a client (RFC 23/ZMTP).
+_GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+
+
+def _frame(body: bytes, more: bool = False, command: bool = False) -> bytes:
+    flags = (1 if more else 0) | (4 if command else 0)
+    if len(body) > 255:
+        return bytes([flags | 2]) + struct.pack(">Q", len(body)) + body
+    return bytes([flags, len(body)]) + body
+
+
+class _ZmtpDealer(asyncio.Protocol):
+    """One connection to a ROUTER, as a DEALER speaking ZMTP 3.0 with the NULL mechanism: the greeting,
+    READY, then whole messages (a list of frames) to ``on_message``; the peer's commands are skipped."""
+
+    def __init__(self, on_message: Any) -> None:
+        self.on_message = on_message
+        self.buf = bytearray()
+        self.greeted = False
+        self.parts: list[bytes] = []
+        self.pending: list[bytes] = []
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        transport.write(_GREETING)
+
+    def send(self, frames: list[bytes]) -> None:
+        """A message (its frames); written once the peer's greeting came (until then, kept)."""
+        data = b"".join(_frame(f, more=k < len(frames) - 1) for k, f in enumerate(frames))
+        if self.greeted:
+            self.transport.write(data)
+        else:
+            self.pending.append(data)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        if not self.greeted:  # READY and what waited for it go once the peer's greeting is whole
+            if len(buf) < 64:
+                return
+            del buf[:64]
+            self.greeted = True
+            ready = b"\x05READY" + bytes([11]) + b"Socket-Type" + struct.pack(">I", 6) + b"DEALER"
+            self.transport.write(b"".join([_frame(ready, command=True), *self.pending]))
+            self.pending.clear()
+        at = 0
+        while len(buf) - at >= 2:
+            flags = buf[at]
+            if flags & 2:
+                if len(buf) - at < 9:
+                    break
+                size, head = int.from_bytes(buf[at + 1:at + 9], "big"), 9
+            else:
+                size, head = buf[at + 1], 2
+            if len(buf) - at < head + size:
+                break
+            body = bytes(buf[at + head:at + head + size])
+            at += head + size
+            if flags & 4:
+                continue
+            self.parts.append(body)
+            if not flags & 1:
+                msg, self.parts = self.parts, []
+                self.on_message(self, msg)
+        del buf[:at]
+
+
+def _zmtp_client(eps: list[str], messages: int, go: Any, q: Any) -> None:
+    """The ``zmtp`` mode's process: N :class:`_ZmtpDealer` connections on one asyncio loop."""
+    n = len(eps)
+    _raise_nofile(4 * n + 256)
+
+    async def run() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.2)
+        r0, f0 = _rss(), _fds()
+        answered: set[int] = set()
+        got = 0
+
+        def on_message(conn: _ZmtpDealer, msg: list[bytes]) -> None:
+            nonlocal got
+            if msg[-1] == b"{}":
+                answered.add(id(conn))
+            else:
+                got += 1
+
+        conns = []
+        for ep in eps:
+            if ep.startswith("ipc://"):
+                _, conn = await loop.create_unix_connection(lambda: _ZmtpDealer(on_message), ep[len("ipc://"):])
+            else:
+                host, port = ep[len("tcp://"):].rsplit(":", 1)
+                _, conn = await loop.create_connection(lambda: _ZmtpDealer(on_message), host, int(port))
+            conn.send([b"", b'{"cmd": "subscribe"}'])
+            conns.append(conn)
+        deadline = time.monotonic() + 30 + n / 100
+        while len(answered) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        go.set()
+        want = messages * len(answered)
+        t, cpu0 = time.monotonic(), time.process_time()
+        while got < want and time.monotonic() - t < 30 + n * messages / 2000:
+            await asyncio.sleep(0.01)
+        cpu_s = time.process_time() - cpu0
+        r1, f1 = _rss(), _fds()
+        out = _figures("zmtp", n, n - len(answered), got, want, r0, r1, _trimmed_rss(), f0, f1, cpu_s)
+        for conn in conns:
+            conn.transport.close()
+        return out
+
+    q.put(asyncio.run(run()))
+
+
 def _client(eps: list[str], keys: list[str], mode: str, messages: int, go: Any, q: Any) -> None:
     n = len(eps)
     _raise_nofile(4 * n + 256)
@@ -171,18 +311,13 @@ def _client(eps: list[str], keys: list[str], mode: str, messages: int, go: Any, 
         drain(100)
     go.set()
     want = messages * len(answered)
-    t = time.monotonic()
+    t, cpu0 = time.monotonic(), time.process_time()
     while got < want and time.monotonic() - t < 30 + n * messages / 2000:
         drain(100)
+    cpu_s = time.process_time() - cpu0
     r1, f1 = _rss(), _fds()
-    try:  # what of it is free heap that glibc holds (given back by malloc_trim)
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-        r2: int | None = _rss()
-    except (OSError, AttributeError):
-        r2 = None
-    q.put({"rss_kib_per_connection_after_trim": None if r2 is None else round((r2 - r0) / n / 1024, 2),"mode": mode, "connections": n, "unanswered": n - len(answered), "samples_received": got,
-           "samples_sent": want, "rss_kib_per_connection": round((r1 - r0) / n / 1024, 2),
-           "fds_per_connection": round((f1 - f0) / n, 2)})
+    r2 = _trimmed_rss()  # what of it is free heap that glibc holds
+    q.put(_figures(mode, n, n - len(answered), got, want, r0, r1, r2, f0, f1, cpu_s))
     for s in socks:
         s.close(0)
     ctx.term()
@@ -201,7 +336,10 @@ def measure(n: int, transport: str = "ipc", curve: bool = False, messages: int =
     try:
         for mode in modes:
             cq = mp.Queue()
-            c = mp.Process(target=_client, args=(eps, keys, mode, messages, go, cq))
+            if mode == "zmtp":
+                c = mp.Process(target=_zmtp_client, args=(eps, messages, go, cq))
+            else:
+                c = mp.Process(target=_client, args=(eps, keys, mode, messages, go, cq))
             c.start()
             out[mode] = cq.get(timeout=300 + n / 10)
             c.join(60)
@@ -221,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--curve", action="store_true")
     p.add_argument("--messages", type=int, default=3, help="samples of 1,000 bytes each peer receives")
-    p.add_argument("--mode", action="append", choices=("dealers", "router"))
+    p.add_argument("--mode", action="append", choices=("dealers", "router", "zmtp"))
     a = p.parse_args(argv)
+    if a.curve and "zmtp" in (a.mode or ()):
+        p.error("--mode zmtp speaks the NULL mechanism only: not with --curve")
     print(json.dumps(measure(a.n, a.transport, a.curve, a.messages, tuple(a.mode or ("dealers", "router")))))
     return 0
 
