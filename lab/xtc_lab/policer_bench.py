@@ -38,7 +38,7 @@ import numpy as np
 
 import xtc
 from xtc.policer.engine import percentiles
-from xtc.policer.link import tcp_states
+from xtc.policer.link import tcp_sockets, tcp_states
 from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_kind, latency_by_phase, latency_p99_by_second
 from xtc_lab.procs import stop_process, stop_processes
 from xtc_lab.unwind import unwinding
@@ -652,7 +652,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     period the slowest requests were sent.  ``transport``: the stand-in daemons listen on Unix sockets
     (``ipc``) or on TCP at 127.0.0.1 (``tcp``); with ``tcp``, ``fleet_tcp_states`` counts this host's TCP
     sockets toward the fleet's ports by state, toward the answering daemons and toward the dead ones (:func:`xtc.policer.link.tcp_states`) at the end of the
-    policing window: issue 50's TIME-WAIT figure (a connection per exchange left one per exchange)."""
+    policing window, leaving out the sockets there were before the daemons listened: issue 50's TIME-WAIT
+    figure (a connection per exchange left one per exchange)."""
     import psutil
 
     if transport not in ("ipc", "tcp"):
@@ -670,6 +671,9 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
         parts = -(-routers // 2500) if samples else 1
         shares = [routers // parts + (i < routers % parts) for i in range(parts)]
         fl_files, fleets = [], []
+        # The sockets there are before the daemons listen, left out of ``fleet_tcp_states``: another program's
+        # connections, in TIME-WAIT toward a port that a daemon is now given, are not the policer's.
+        sockets_before = tcp_sockets() if transport == "tcp" else frozenset()
         for i, share in enumerate(shares):
             fl_files.append(Path(tmp) / f"fleet{i}.json")
             fleets.append(subprocess.Popen(
@@ -784,7 +788,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                                      ("dead", [r for r in fl if r["mode"] == "dead"])):
                         ports = {int(p) for r in rs for k in ("endpoint", "pub_endpoint")
                                  if (p := (r.get(k) or ":").rsplit(":", 1)[1]).isdigit()}  # (an unbound PUB's: "*")
-                        out.setdefault("fleet_tcp_states", {})[kind] = tcp_states(ports)
+                        out.setdefault("fleet_tcp_states", {})[kind] = tcp_states(ports, ignore=sockets_before)
                     out["fleet_tcp_states_after_s"] = round(time.monotonic() - t_reg, 1)
 
             out["fleet"] = window()

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Collection, Iterable, Iterator
 
 import zmq
 from pydantic import ValidationError
@@ -49,7 +49,7 @@ from .config import sample_udp_address
 
 log = logging.getLogger("xtc.policer.link")
 
-__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "tcp_states", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
+__all__ = ["LinkDown", "parse_reply", "raise_open_files_limit", "tcp_sockets", "tcp_states", "BadReply", "DaemonRefused", "DaemonLink", "LinkPool", "DEFAULT_MAX_REPLY_BYTES",
            "strict_json", "parse_vr_list", "VR_PATTERN"]
 
 DEFAULT_MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -194,13 +194,8 @@ _TCP_STATES = {1: "established", 2: "syn_sent", 3: "syn_recv", 4: "fin_wait1", 5
                7: "close", 8: "close_wait", 9: "last_ack", 10: "listen", 11: "closing"}
 
 
-def tcp_states(remote_ports: Iterable[int], proc_net: str | Path = "/proc/net") -> dict[str, int]:
-    """This host's TCP sockets whose remote port is one of ``remote_ports`` (the policer's side of its
-    connections toward daemons listening there), counted by state (``time_wait``, ``established``...),
-    from ``tcp`` and ``tcp6`` under ``proc_net`` (Linux; empty elsewhere).  What the bench and the
-    tests measure a policer's connections toward its fleet with."""
-    ports = set(remote_ports)
-    out: dict[str, int] = {}
+def _tcp_table(proc_net: str | Path) -> Iterator[list[str]]:
+    """The fields of each socket's line in ``tcp`` and ``tcp6`` under ``proc_net`` (none where unreadable)."""
     for table in ("tcp", "tcp6"):
         try:
             lines = (Path(proc_net) / table).read_text().splitlines()[1:]
@@ -208,9 +203,32 @@ def tcp_states(remote_ports: Iterable[int], proc_net: str | Path = "/proc/net") 
             continue
         for line in lines:
             f = line.split()
-            if len(f) > 3 and int(f[2].rpartition(":")[2], 16) in ports:
-                state = _TCP_STATES.get(int(f[3], 16), f[3])
-                out[state] = out.get(state, 0) + 1
+            if len(f) > 3:
+                yield f
+
+
+def tcp_sockets(proc_net: str | Path = "/proc/net") -> frozenset[tuple[str, str]]:
+    """This host's TCP sockets now, each as its (local, remote) addresses as the kernel's table writes them:
+    what :func:`tcp_states` is told to leave out (``ignore``)."""
+    return frozenset((f[1], f[2]) for f in _tcp_table(proc_net))
+
+
+def tcp_states(remote_ports: Iterable[int], proc_net: str | Path = "/proc/net",
+               ignore: Collection[tuple[str, str]] = frozenset()) -> dict[str, int]:
+    """This host's TCP sockets whose remote port is one of ``remote_ports`` (the policer's side of its
+    connections toward daemons listening there), counted by state (``time_wait``, ``established``...),
+    from ``tcp`` and ``tcp6`` under ``proc_net`` (Linux; empty elsewhere).  What the bench and the
+    tests measure a policer's connections toward its fleet with.
+
+    ``ignore``: sockets left out, as :func:`tcp_sockets` gave them before the daemons listened.  A port
+    is free again while sockets toward its last listener still wait in TIME-WAIT (a minute): a daemon
+    given that port would otherwise be counted with another program's connections."""
+    ports = set(remote_ports)
+    out: dict[str, int] = {}
+    for f in _tcp_table(proc_net):
+        if int(f[2].rpartition(":")[2], 16) in ports and (f[1], f[2]) not in ignore:
+            state = _TCP_STATES.get(int(f[3], 16), f[3])
+            out[state] = out.get(state, 0) + 1
     return out
 
 
