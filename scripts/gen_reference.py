@@ -16,8 +16,8 @@ What each page comes from:
   (``docs/policer-openapi.json``, itself checked against the app by the policer's tests).
 - ``code-map.md``: every module of the product (``xtc``) and of the testbed (``xtc_lab``), package by
   package in the order of the layers (docs/design/layers.md): the first paragraph of its docstring and
-  which other packages it imports (read from its source, nothing imported; no line counts, so that the
-  page changes only with what a module is or uses).
+  which other packages it imports (grimp's import graph, import-linter's: read from the sources, nothing
+  imported; no line counts, so that the page changes only with what a module is or uses).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Annotated, Any, Literal
+
+import grimp  # import-linter's import graph (the test extra, as the layers' check)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "reference"
@@ -454,26 +456,6 @@ def _summary(tree: ast.Module) -> str:
     return _cell(_rst_to_md(" ".join(doc.split("\n\n")[0].split())))
 
 
-def _package_of(module: str, is_package: bool) -> str:
-    return module if is_package else module.rpartition(".")[0]
-
-
-def _imported(tree: ast.Module, module: str, is_package: bool) -> set[str]:
-    """The modules of xtc and xtc_lab that ``module``'s source imports (relative imports resolved)."""
-    out = set()
-    here = _package_of(module, is_package).split(".")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)
-    return {m for m in out if m.split(".")[0] in _SOURCES}
-
-
 def _modules() -> dict[str, tuple[Path, bool]]:
     """Every module of the product and the testbed: its dotted name -> (its file, whether it is a package)."""
     found = {}
@@ -513,10 +495,14 @@ def code_map_page() -> str:
              "function's imports too). A change of a module's summary or of what it imports changes this "
              "page: `python scripts/gen_reference.py` writes it again. Why a part is built the way it is: the "
              "[Design](../design/index.md) notes; how to make a change: [Developing XTC](../guide/developing.md).\n"]
+    # The import graph as import-linter reads it (grimp: every import statement, a function's too, relative ones
+    # resolved; nothing imported).
+    graph = grimp.build_graph(*_SOURCES, cache_dir=None)
     for pkg in order:
         members = [m for m in modules if home[m] == pkg]
         trees = {m: ast.parse(modules[m][0].read_text()) for m in members}
-        uses = sorted({_where(i, home, pkg) for m in members for i in _imported(trees[m], m, modules[m][1])} - {pkg, None})
+        uses = sorted({_where(i, home, pkg) for m in members for i in graph.find_modules_directly_imported_by(m)}
+                      - {pkg, None})
         path = modules[pkg][0].parent.relative_to(ROOT)
         lines.append(f"\n## `{pkg}`\n\n{_summary(trees[pkg]) or '(no docstring)'}\n\n")
         lines.append(f"Folder `{path}/`. Imports: {', '.join(f'`{u}`' for u in uses) or 'no other package'}.\n\n")

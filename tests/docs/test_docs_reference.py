@@ -125,23 +125,27 @@ def test_descriptions_from_comments_above_fields_and_the_shared_tables() -> None
 
 def test_the_code_map_names_what_each_package_imports_and_refuses_an_unplaced_package(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    top = tmp_path / "xtc"
+    top = tmp_path / "mapdemo"  # (a package of its own name: the import graph finds packages on sys.path)
     for rel, text in {"__init__.py": '"""The product."""\n',
                       "control/__init__.py": '"""Laws. Pure."""\n',
-                      "control/bank.py": '"""The bank: ``arrays`` of :class:`~xtc.control.laws.Law`."""\nfrom . import laws\n',
+                      "control/bank.py": '"""The bank: ``arrays`` of :class:`~mapdemo.control.laws.Law`."""\nfrom . import laws\n',
+                      "control/laws.py": '"""Laws."""\n',
                       "daemon/__init__.py": "",
-                      "daemon/core.py": '"""The core."""\nfrom ..control import bank\n\ndef f():\n    import xtc.models\n',
+                      "daemon/core.py": '"""The core."""\nfrom ..control import bank\n\ndef f():\n    import mapdemo.models\n',
                       "models/__init__.py": '"""Models."""\n'}.items():
         (top / rel).parent.mkdir(parents=True, exist_ok=True)
         (top / rel).write_text(text)
-    monkeypatch.setattr(gen, "_SOURCES", {"xtc": top})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gen, "_SOURCES", {"mapdemo": top})
+    monkeypatch.setattr(gen, "CODE_MAP_PRODUCT", ("mapdemo", "mapdemo.daemon", "mapdemo.control", "mapdemo.models"))
+    monkeypatch.setattr(gen, "CODE_MAP_LAB", ())
     monkeypatch.setattr(gen, "ROOT", tmp_path)
     page = gen.code_map_page()
-    daemon = page.split("## `xtc.daemon`")[1].split("##")[0]
-    assert "(no docstring)" in daemon and "Imports: `xtc.control`, `xtc.models`." in daemon  # relative, in a function
+    daemon = page.split("## `mapdemo.daemon`")[1].split("##")[0]
+    assert "(no docstring)" in daemon and "Imports: `mapdemo.control`, `mapdemo.models`." in daemon  # relative, in a function
     assert "| `bank.py` | The bank: `arrays` of `Law`. |" in page
-    assert "Imports: no other package." in page.split("## `xtc.control`")[1].split("##")[0]
+    assert "Imports: no other package." in page.split("## `mapdemo.control`")[1].split("##")[0]
     (top / "brand_new").mkdir()
     (top / "brand_new" / "__init__.py").write_text('"""New."""\n')
-    with pytest.raises(gen.UnplacedPackage, match="xtc.brand_new"):
+    with pytest.raises(gen.UnplacedPackage, match="mapdemo.brand_new"):
         gen.code_map_page()
