@@ -20,7 +20,7 @@ from xtc_lab.policer_fleet import Fleet
 
 from xtc.daemon import api
 from xtc.policer.engine import Engine
-from xtc.policer.link import LinkPool, tcp_states
+from xtc.policer.link import LinkPool, tcp_sockets, tcp_states
 from xtc.policer.samples import SampleStreams
 from xtc.service.curve import generate_keypair, load_public
 
@@ -42,20 +42,17 @@ def test_samples_come_over_the_one_connection_kept_to_each_daemon() -> None:
     fleet = Fleet(n, vrs_per_router=4, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp").start()
     manager = [_port(d.endpoint) for d in fleet.daemons]
     pub = [_port(d.pub_endpoint) for d in fleet.daemons]
-    # The host's sockets toward these port numbers before the policer connects: a connection of an earlier
-    # test toward the same number can still be in TIME-WAIT (60 s); what the links add is counted above it.
-    left_before = {k: v for k, v in tcp_states(manager + pub).items() if k != "listen"}
+    # The host's sockets before the policer connects (the listeners, and connections of earlier tests toward
+    # the same port numbers still in TIME-WAIT for 60 s) are left out: what is counted is the links' own.
+    before = tcp_sockets()
     links = LinkPool(0.5)
     streams = _streams(fleet, links)
     try:
         wait_for(lambda: all(streams.latest(d.name) for d in fleet.daemons), 10, "a sample of every router")
         t = time.monotonic()
         wait_for(lambda: all(streams.latest(d.name)[0] > t + 0.3 for d in fleet.daemons), 5, "samples flowing")
-        now = {k: v for k, v in tcp_states(manager + pub).items() if k != "listen"}
-        assert tcp_states(manager).get("established") == n, "one connection per daemon, to its manager socket"
-        assert "established" not in tcp_states(pub), "none to the PUB sockets"
-        added = {k: v - left_before.get(k, 0) for k, v in now.items() if v > left_before.get(k, 0)}
-        assert added == {"established": n}, "nothing but the one connection per daemon, and none closed"
+        assert tcp_states(manager, ignore=before) == {"established": n}, "one connection per daemon, none closed"
+        assert tcp_states(pub, ignore=before) == {}, "none to the PUB sockets"
         assert streams.linked == n and streams._socks == {}
         assert [len(d.link_peers) for d in fleet.daemons] == [1] * n
         st = links.stats()
@@ -94,12 +91,13 @@ def test_an_older_daemon_is_read_through_its_pub_socket() -> None:
     n = 4
     fleet = Fleet(n, vrs_per_router=2, dead_fraction=0.0, publish=True, period_s=0.2, transport="tcp",
                   link_samples=False).start()  # they refuse 'subscribe' (unknown_command), as before it
+    before = tcp_sockets()
     links = LinkPool(0.5)
     streams = _streams(fleet, links)
     try:
         wait_for(lambda: all(streams.latest(d.name) for d in fleet.daemons), 10, "a sample of every router")
         assert links.stats()["subscribe_refused"] == n and streams.linked == 0 and len(streams._socks) == n
-        assert tcp_states([_port(d.pub_endpoint) for d in fleet.daemons]) == {"established": n}
+        assert tcp_states([_port(d.pub_endpoint) for d in fleet.daemons], ignore=before) == {"established": n}
         assert all(not d.link_peers for d in fleet.daemons)
     finally:
         streams.close()
@@ -141,11 +139,12 @@ def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, 
     links = LinkPool(0.5)
     streams = SampleStreams(max_vrs=8, links=links)
     eng = Engine(store, links, period_s=0.2, samples=streams)
-    before = tcp_states([d.port]).get("time_wait", 0)  # the fixture's own pings
+    before = tcp_sockets()  # the fixture's own pings of the daemon, and earlier tests' sockets, left out
     try:
         eng.start()
         wait_for(lambda: eng.sampled >= 20 * 5, 15, "the routers measured from their samples")
-        assert tcp_states([d.port]).get("established") == 1 and tcp_states([d.pub_port]) == {}
+        assert tcp_states([d.port], ignore=before) == {"established": 1}
+        assert tcp_states([d.pub_port], ignore=before) == {}
         assert links.stats()["subscriptions"] == 1 and streams.linked == 20
         d.restart()
         restarted = time.monotonic()
@@ -154,9 +153,9 @@ def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, 
         sampled = eng.sampled
         time.sleep(1.0)
         assert eng.sampled - sampled >= 20 * 3, "measured from the samples again"
-        after, pub_after = tcp_states([d.port]), tcp_states([d.pub_port])
+        after, pub_after = tcp_states([d.port], ignore=before), tcp_states([d.pub_port], ignore=before)
         print(f"toward the daemon: {after}, its PUB socket: {pub_after}; links: {links.stats()}")
-        assert after.get("established") == 1 and after.get("time_wait", 0) - before <= 1
+        assert after.get("established") == 1 and after.get("time_wait", 0) <= 1, after
         assert pub_after == {}, "never a connection to the PUB socket"
         assert links.resubscribes + links.resets >= 1 and eng.error is None
     finally:
@@ -177,6 +176,7 @@ def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: P
     d = make_daemon("c", [{"name": "w1", "traffic": "udp", "offered_pps": 30000.0}], period_s=0.2,
                     curve=(policer_sec, server_key), server_keys=(server_sec, clients))
     pub = f"tcp://127.0.0.1:{d.pub_port}"
+    before = tcp_sockets()  # an earlier test's connection toward the PUB port's number can still wait
     links, stranger = LinkPool(0.5, policer_sec), LinkPool(0.5, stranger_sec)
     streams = SampleStreams(max_vrs=8, curve_secret_file=policer_sec, links=links)
     other = SampleStreams(max_vrs=8, curve_secret_file=stranger_sec, links=stranger)
@@ -186,7 +186,8 @@ def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: P
         wait_for(lambda: streams.latest("r"), 10, "samples over the CURVE connection")
         time.sleep(1.0)
         assert other.latest("r") is None and stranger.stats()["subscribed"] == 0
-        assert links.stats()["subscriptions"] == 1 and links.connects == 1 and tcp_states([d.pub_port]) == {}
+        assert links.stats()["subscriptions"] == 1 and links.connects == 1
+        assert tcp_states([d.pub_port], ignore=before) == {}, "no connection to the PUB socket"
     finally:
         for s in (streams, other):
             s.close()

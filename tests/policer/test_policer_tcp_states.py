@@ -28,6 +28,15 @@ def test_the_states_by_remote_port_and_the_sockets_left_out(tmp_path: Path) -> N
     assert tcp_states([8080], tmp_path / "nowhere") == {} and tcp_sockets(tmp_path / "nowhere") == frozenset()
 
 
+def test_a_new_connection_on_the_addresses_of_one_left_out_is_counted(tmp_path: Path) -> None:
+    """Loopback lets a new connection reuse the very addresses of a socket in TIME-WAIT: once established,
+    it is the policer's, and counted."""
+    (tmp_path / "tcp").write_text(HEAD + _line(0, 40000, 8080, 6))
+    before = tcp_sockets(tmp_path)
+    (tmp_path / "tcp").write_text(HEAD + _line(0, 40000, 8080, 1))
+    assert tcp_states([8080], tmp_path, ignore=before) == {"established": 1}
+
+
 def test_a_port_given_again_is_not_counted_with_its_last_listeners_connections() -> None:
     """On this host's loopback: a connection to a listener, closed by its client first (so in TIME-WAIT on
     the client's side), then a new listener on the same port and a connection to it: the first connection is

@@ -207,26 +207,27 @@ def _tcp_table(proc_net: str | Path) -> Iterator[list[str]]:
                 yield f
 
 
-def tcp_sockets(proc_net: str | Path = "/proc/net") -> frozenset[tuple[str, str]]:
-    """This host's TCP sockets now, each as its (local, remote) addresses as the kernel's table writes them:
-    what :func:`tcp_states` is told to leave out (``ignore``)."""
-    return frozenset((f[1], f[2]) for f in _tcp_table(proc_net))
+def tcp_sockets(proc_net: str | Path = "/proc/net") -> frozenset[tuple[str, str, str]]:
+    """This host's TCP sockets now, each as its (local address, remote address, state) as the kernel's table
+    writes them: what :func:`tcp_states` is told to leave out (``ignore``).  The state is part of the key,
+    so that a new connection that reuses the addresses of a socket left in TIME-WAIT is counted."""
+    return frozenset((f[1], f[2], f[3]) for f in _tcp_table(proc_net))
 
 
 def tcp_states(remote_ports: Iterable[int], proc_net: str | Path = "/proc/net",
-               ignore: Collection[tuple[str, str]] = frozenset()) -> dict[str, int]:
+               ignore: Collection[tuple[str, str, str]] = frozenset()) -> dict[str, int]:
     """This host's TCP sockets whose remote port is one of ``remote_ports`` (the policer's side of its
     connections toward daemons listening there), counted by state (``time_wait``, ``established``...),
     from ``tcp`` and ``tcp6`` under ``proc_net`` (Linux; empty elsewhere).  What the bench and the
     tests measure a policer's connections toward its fleet with.
 
-    ``ignore``: sockets left out, as :func:`tcp_sockets` gave them before the daemons listened.  A port
+    ``ignore``: sockets left out, as :func:`tcp_sockets` gave them before the policer connected.  A port
     is free again while sockets toward its last listener still wait in TIME-WAIT (a minute): a daemon
     given that port would otherwise be counted with another program's connections."""
     ports = set(remote_ports)
     out: dict[str, int] = {}
     for f in _tcp_table(proc_net):
-        if int(f[2].rpartition(":")[2], 16) in ports and (f[1], f[2]) not in ignore:
+        if int(f[2].rpartition(":")[2], 16) in ports and (f[1], f[2], f[3]) not in ignore:
             state = _TCP_STATES.get(int(f[3], 16), f[3])
             out[state] = out.get(state, 0) + 1
     return out
