@@ -236,8 +236,9 @@ def _toml(v: Any) -> str:
 
 
 def _unit(key: str) -> str:
+    name = "_" + key.rpartition(".")[2]  # a whole word of the name: `port`, `pub_port`, not `link_transport`
     for suffix, unit in UNITS:
-        if key.endswith(suffix):
+        if name.endswith(suffix if suffix.startswith("_") else "_" + suffix):
             return unit
     return ""
 
