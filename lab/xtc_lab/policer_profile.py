@@ -344,11 +344,13 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                    sample_link: bool = False, schema: str | None = None, census_types: bool = False,
                    profiled_window: bool = True, structures: bool = False, trim: bool = False,
                    link_only: bool = False, pace_s: float | None = None, sample_udp: str | None = None,
-                   gc_policy: bool = True, stats_path: str | None = None, timed: tuple[str, ...] = ()) -> dict[str, Any]:
+                   gc_policy: bool = True, stats_path: str | None = None, timed: tuple[str, ...] = (),
+                   link_transport: str | None = None) -> dict[str, Any]:
     """See the module's text; returns the JSON it prints.  ``stats_path``: also write the profiled window's
     whole profile there (:mod:`pstats`' format: callers and callees, which the top lists do not show).
     ``timed``: the functions (``module:attribute``) whose thread CPU the unprofiled window also gives; a name
-    that does not resolve raises ValueError before anything starts."""
+    that does not resolve raises ValueError before anything starts.  ``link_transport``: the link pool's
+    ``transport`` (``engine.link_transport``; None: the pool's default)."""
     timers = FunctionTimers(timed)  # (restored at the end of the with block below)
     _patch()
     gc_set = gc_policy and raise_young_threshold is not None
@@ -358,7 +360,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
         tracemalloc.start(1)
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
                            "jitter": jitter, "sample_link": sample_link, "schema": schema, "pace_s": pace_s,
-                           "sample_udp": sample_udp, "gc_policy": gc_set, "loadavg_before": loadavg()}
+                           "sample_udp": sample_udp, "link_transport": link_transport, "gc_policy": gc_set,
+                           "loadavg_before": loadavg()}
     with timers, tempfile.TemporaryDirectory(prefix="xtc-prof-") as tmp, \
             fleet_process(routers, vrs, dead, jitter, pub_socket=not link_only) as (fleet, fleet_routers):
         eng = store = None
@@ -369,7 +372,8 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                                  pub_endpoint=r["pub_endpoint"])
             pool = LinkPool(0.9, **({"sample_schema": schema} if schema else {}),  # (an older xtc has no schema)
                             **({"pace_s": pace_s} if pace_s is not None else {}),
-                            **({"sample_udp": sample_udp} if sample_udp else {}))  # (an older xtc has none)
+                            **({"sample_udp": sample_udp} if sample_udp else {}),  # (an older xtc has none)
+                            **({"transport": link_transport} if link_transport else {}))
             eng = Engine(store, pool, period_s=1.0, samples=SampleStreams(vrs, links=pool if sample_link else None),
                          snapshot_interval_s=snapshot_interval_s)
             eng.start()
@@ -488,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-udp", default=None, metavar="ADDRESS[:PORT]",
                    help="with --sample-link: the samples as signed UDP datagrams to this address (engine.sample_udp; "
                         "without a port, any free one)")
+    p.add_argument("--link-transport", choices=("zmtp", "libzmq"), default=None,
+                   help="how the link pool speaks to the daemons (engine.link_transport; default: the pool's)")
     p.add_argument("--gc-default", action="store_true",
                    help="leave Python's garbage collector as it is (default: the engine process's young threshold, "
                         "xtc.service.collector)")
@@ -508,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                                     trim=args.trim, link_only=args.link_only, pace_s=args.pace_s,
                                     sample_udp=(args.sample_udp if not args.sample_udp or ":" in args.sample_udp
                                                 else args.sample_udp + ":0"),
-                                    gc_policy=not args.gc_default, stats_path=args.stats, timed=tuple(args.time)),
+                                    gc_policy=not args.gc_default, stats_path=args.stats, timed=tuple(args.time),
+                                    link_transport=args.link_transport),
                      indent=1))
     return 0
 

@@ -14,10 +14,9 @@ and connects to all N:
   (``ZMQ_CONNECT_ROUTING_ID``) and, with ``--curve``, its daemon's key (``ZMQ_CURVE_SERVERKEY``) set
   just before its ``connect``: libzmq copies a socket's options into each connection when it is made,
   so one socket can hold connections to servers of different keys;
-- ``zmtp`` (not with ``--curve``): no libzmq on the client's side: N stream connections on one asyncio
-  loop, each speaking ZMTP 3.0 with the NULL mechanism by hand as a DEALER (:class:`_ZmtpDealer`),
-  to size what a connection would cost a client written without libzmq (issue 50's "cheaper
-  connection"). An experiment, not the product: no heartbeats, no CURVE, no reconnection.
+- ``zmtp``: no libzmq on the client's side: N connections on one asyncio loop, each the policer's own
+  ZMTP connection (:class:`xtc.policer.zmtp.ZmtpConnection`, ``engine.link_transport = "zmtp"``), with
+  CURVE when ``--curve``.
 
 Each mode sends one request per connection, waits for every reply (a connection that did not answer,
 a failed CURVE handshake among them, is counted in ``unanswered``), reads all M samples per peer, and
@@ -34,17 +33,20 @@ import argparse
 import asyncio
 import ctypes
 import ctypes.util
+import functools
 import json
 import multiprocessing as mp
 import os
 import resource
-import struct
 import sys
 import tempfile
 import time
 from typing import Any
 
 import zmq
+from zmq.utils import z85
+
+from xtc.policer.zmtp import CurveKeys, ZmtpConnection
 
 __all__ = ["main", "measure"]
 
@@ -134,76 +136,9 @@ def _figures(mode: str, n: int, unanswered: int, got: int, want: int, r0: int, r
             "client_cpu_us_per_sample": round(cpu_s / got * 1e6, 2) if got else None}
 
 
-#: ZMTP 3.0's greeting with the NULL mechanism, as a client (RFC 23/ZMTP).
-_GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
-
-
-def _frame(body: bytes, more: bool = False, command: bool = False) -> bytes:
-    flags = (1 if more else 0) | (4 if command else 0)
-    if len(body) > 255:
-        return bytes([flags | 2]) + struct.pack(">Q", len(body)) + body
-    return bytes([flags, len(body)]) + body
-
-
-class _ZmtpDealer(asyncio.Protocol):
-    """One connection to a ROUTER, as a DEALER speaking ZMTP 3.0 with the NULL mechanism: the greeting,
-    READY, then whole messages (a list of frames) to ``on_message``; the peer's commands are skipped."""
-
-    def __init__(self, on_message: Any) -> None:
-        self.on_message = on_message
-        self.buf = bytearray()
-        self.greeted = False
-        self.parts: list[bytes] = []
-        self.pending: list[bytes] = []
-        self.transport: Any = None
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        transport.write(_GREETING)
-
-    def send(self, frames: list[bytes]) -> None:
-        """A message (its frames); written once the peer's greeting came (until then, kept)."""
-        data = b"".join(_frame(f, more=k < len(frames) - 1) for k, f in enumerate(frames))
-        if self.greeted:
-            self.transport.write(data)
-        else:
-            self.pending.append(data)
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        if not self.greeted:  # READY and what waited for it go once the peer's greeting is whole
-            if len(buf) < 64:
-                return
-            del buf[:64]
-            self.greeted = True
-            ready = b"\x05READY" + bytes([11]) + b"Socket-Type" + struct.pack(">I", 6) + b"DEALER"
-            self.transport.write(b"".join([_frame(ready, command=True), *self.pending]))
-            self.pending.clear()
-        at = 0
-        while len(buf) - at >= 2:
-            flags = buf[at]
-            if flags & 2:
-                if len(buf) - at < 9:
-                    break
-                size, head = int.from_bytes(buf[at + 1:at + 9], "big"), 9
-            else:
-                size, head = buf[at + 1], 2
-            if len(buf) - at < head + size:
-                break
-            body = bytes(buf[at + head:at + head + size])
-            at += head + size
-            if flags & 4:
-                continue
-            self.parts.append(body)
-            if not flags & 1:
-                msg, self.parts = self.parts, []
-                self.on_message(self, msg)
-        del buf[:at]
-
-
-def _zmtp_client(eps: list[str], messages: int, go: Any, q: Any) -> None:
-    """The ``zmtp`` mode's process: N :class:`_ZmtpDealer` connections on one asyncio loop."""
+def _zmtp_client(eps: list[str], keys: list[str], messages: int, go: Any, q: Any) -> None:
+    """The ``zmtp`` mode's process: N connections spoken by the policer's own ZMTP (:class:`ZmtpConnection`,
+    as the link pool makes them with ``engine.link_transport = "zmtp"``) on one asyncio loop."""
     n = len(eps)
     _raise_nofile(4 * n + 256)
 
@@ -213,23 +148,22 @@ def _zmtp_client(eps: list[str], messages: int, go: Any, q: Any) -> None:
         r0, f0 = _rss(), _fds()
         answered: set[int] = set()
         got = 0
+        client_pub, client_sec = zmq.curve_keypair() if keys else (b"", b"")
 
-        def on_message(conn: _ZmtpDealer, msg: list[bytes]) -> None:
+        def on_message(i: int, msg: list[bytes]) -> None:
             nonlocal got
             if msg[-1] == b"{}":
-                answered.add(id(conn))
+                answered.add(i)
             else:
                 got += 1
 
-        conns = []
-        for ep in eps:
-            if ep.startswith("ipc://"):
-                _, conn = await loop.create_unix_connection(lambda: _ZmtpDealer(on_message), ep[len("ipc://"):])
-            else:
-                host, port = ep[len("tcp://"):].rsplit(":", 1)
-                _, conn = await loop.create_connection(lambda: _ZmtpDealer(on_message), host, int(port))
-            conn.send([b"", b'{"cmd": "subscribe"}'])
-            conns.append(conn)
+        conns: list[ZmtpConnection] = []
+        for i, ep in enumerate(eps):
+            curve = (CurveKeys(z85.decode(client_pub), z85.decode(client_sec), z85.decode(keys[i])) if keys
+                     else None)
+            conns.append(ZmtpConnection(loop, ep, curve, functools.partial(on_message, i),
+                                        functools.partial(lambda i: conns[i].send([b"", b'{"cmd": "subscribe"}']), i),
+                                        max_frame_bytes=1 << 20, handshake_s=30 + n / 100))
         deadline = time.monotonic() + 30 + n / 100
         while len(answered) < n and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -242,7 +176,8 @@ def _zmtp_client(eps: list[str], messages: int, go: Any, q: Any) -> None:
         r1, f1 = _rss(), _fds()
         out = _figures("zmtp", n, n - len(answered), got, want, r0, r1, _trimmed_rss(), f0, f1, cpu_s)
         for conn in conns:
-            conn.transport.close()
+            conn.close()
+        await asyncio.sleep(0.1)
         return out
 
     q.put(asyncio.run(run()))
@@ -337,7 +272,7 @@ def measure(n: int, transport: str = "ipc", curve: bool = False, messages: int =
         for mode in modes:
             cq = mp.Queue()
             if mode == "zmtp":
-                c = mp.Process(target=_zmtp_client, args=(eps, messages, go, cq))
+                c = mp.Process(target=_zmtp_client, args=(eps, keys, messages, go, cq))
             else:
                 c = mp.Process(target=_client, args=(eps, keys, mode, messages, go, cq))
             c.start()
@@ -361,8 +296,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=3, help="samples of 1,000 bytes each peer receives")
     p.add_argument("--mode", action="append", choices=("dealers", "router", "zmtp"))
     a = p.parse_args(argv)
-    if a.curve and "zmtp" in (a.mode or ()):
-        p.error("--mode zmtp speaks the NULL mechanism only: not with --curve")
     print(json.dumps(measure(a.n, a.transport, a.curve, a.messages, tuple(a.mode or ("dealers", "router")))))
     return 0
 

@@ -19,7 +19,7 @@ def test_empty_file_gives_the_defaults() -> None:
     "text, key, words",
     [
         ("bogus = 1\n", "bogus", "unknown key (allowed: auth, curve, database, engine, log, schema, server)"),
-        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, sample_link, sample_schema, sample_udp, samples, shards, snapshot_interval_s)"),
+        ("[engine]\nperiod = 1\n", "engine.period", "unknown key (allowed: link_transport, max_reply_bytes, max_vrs_per_router, period_s, request_timeout_s, sample_link, sample_schema, sample_udp, samples, shards, snapshot_interval_s)"),
         ('[engine]\nsample_schema = "xtc-samples/9"\n', "engine.sample_schema", "xtc-samples/2"),
         ('[engine]\nsample_udp = "0.0.0.0:7400"\n', "engine.sample_udp", "wildcard address; give the address the daemons reach"),
         ('[engine]\nsample_udp = "policer.example:7400"\n', "engine.sample_udp", "does not appear to be an IPv4 or IPv6"),
@@ -36,6 +36,7 @@ def test_empty_file_gives_the_defaults() -> None:
         ("[engine]\nshards = 65\n", "engine.shards", "1..64, got 65"),
         ('[engine]\nshards = "2"\n', "engine.shards", "integer"),
         ("[engine]\nperiod_s = 0.01\n", "engine.period_s", "0.05..3600, got 0.01"),
+        ("[engine]\nlink_transport = \"zmq\"\n", "engine.link_transport", "must be one of 'zmtp', 'libzmq', got 'zmq'"),
         ("[engine]\nrequest_timeout_s = nan\n", "engine.request_timeout_s", "finite"),
         ("[auth]\nprotect_reads = 1\n", "auth.protect_reads", "true or false"),
         ('[engine]\nsamples = "yes"\n', "engine.samples", "true or false"),

@@ -236,15 +236,15 @@ _LIMITED = r"""
 import logging, resource, sys, threading
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
 from xtc.policer.link import LinkPool
-pool = LinkPool(3.0)  # no exchange ends (and frees its files) before the 50th is tried
+pool = LinkPool(3.0, transport=sys.argv[1])  # no exchange ends (and frees its files) before the last is tried
 print("soft", resource.getrlimit(resource.RLIMIT_NOFILE)[0], "max", pool.max_connections)
 print("fits", pool.expect(10), pool.expect(100))
+ports = [int(p) for p in sys.argv[2:]]
 got, done = [], threading.Event()
 def cb(router, results):
     got.append(str(results[0]))
-    if len(got) == 50:
+    if len(got) == len(ports):
         done.set()
-ports = [int(p) for p in sys.argv[1:]]
 pool.exchange_many([(f"r{i}", f"tcp://127.0.0.1:{p}", None, [{"cmd": "list"}], cb) for i, p in enumerate(ports)])
 assert done.wait(30)
 print("refused", sum("open-files limit" in g for g in got), "unanswered", sum("no answer" in g for g in got),
@@ -253,7 +253,9 @@ pool.close()
 """
 
 
-def test_the_open_files_limit_is_raised_and_checked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport, per_connection, listeners", [("libzmq", 2, 50), ("zmtp", 1, 100)])
+def test_the_open_files_limit_is_raised_and_checked(tmp_path: Path, transport: str, per_connection: int,
+                                                    listeners: int) -> None:
     import contextlib
     import resource
     import socket
@@ -265,16 +267,17 @@ def test_the_open_files_limit_is_raised_and_checked(tmp_path: Path) -> None:
     # Listeners that never answer: each connection comes up and stays silent until its timeout, so no
     # connection frees its files early (a refused port did, and one more fitted on a busy machine).
     with contextlib.ExitStack() as stack:
-        silent = [stack.enter_context(socket.create_server(("127.0.0.1", 0), backlog=4)) for _ in range(50)]
+        silent = [stack.enter_context(socket.create_server(("127.0.0.1", 0), backlog=4)) for _ in range(listeners)]
         ports = [s.getsockname()[1] for s in silent]
-        out = subprocess.run([sys.executable, "-c", _LIMITED, *map(str, ports)], preexec_fn=limit,
+        out = subprocess.run([sys.executable, "-c", _LIMITED, transport, *map(str, ports)], preexec_fn=limit,
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout
     print(lines)
-    assert "soft 600 max 44" in lines, "the soft limit raised to the hard one, two files per connection"
+    most = (600 - 512) // per_connection  # the soft limit raised to the hard one, 512 kept for the rest
+    assert f"soft 600 max {most}" in lines
     assert "fits True False" in lines
-    assert lines.count("the fleet has 100 daemons but the open-files limit (600) allows 44 connections") == 1
-    assert "LimitNOFILE" in lines
+    assert lines.count(f"the fleet has 100 daemons but the open-files limit (600) allows {most} connections") == 1
+    assert f"LimitNOFILE=) to at least {100 * per_connection + 512}" in lines
     # Past the limit a router's exchange fails, the others go on and the process lives.
-    assert "refused 6 unanswered 44 errors 6" in lines
+    assert f"refused {listeners - most} unanswered {most} errors {listeners - most}" in lines

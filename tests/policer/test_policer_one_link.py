@@ -163,9 +163,11 @@ def test_an_engine_follows_a_restarted_daemon_on_one_connection(tmp_path: Path, 
         store.close()
 
 
-def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: Path, make_daemon: Any) -> None:
+@pytest.mark.parametrize("transport", ["zmtp", "libzmq"])
+def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: Path, make_daemon: Any,
+                                                                     transport: str) -> None:
     """With CURVE the subscription is on the one authenticated connection (one handshake); a client
-    whose key the daemon does not know gets no answer and no samples."""
+    whose key the daemon does not know gets no answer and no samples.  Both ways of speaking the link."""
     keys, clients = tmp_path / "keys", tmp_path / "clients"
     server_pub, server_sec = generate_keypair(keys, "daemon")
     policer_pub, policer_sec = generate_keypair(keys, "policer")
@@ -177,7 +179,7 @@ def test_samples_over_a_curve_connection_and_none_for_an_unknown_key(tmp_path: P
                     curve=(policer_sec, server_key), server_keys=(server_sec, clients))
     pub = f"tcp://127.0.0.1:{d.pub_port}"
     before = tcp_sockets()  # an earlier test's connection toward the PUB port's number can still wait
-    links, stranger = LinkPool(0.5, policer_sec), LinkPool(0.5, stranger_sec)
+    links, stranger = LinkPool(0.5, policer_sec, transport=transport), LinkPool(0.5, stranger_sec, transport=transport)
     streams = SampleStreams(max_vrs=8, curve_secret_file=policer_sec, links=links)
     other = SampleStreams(max_vrs=8, curve_secret_file=stranger_sec, links=stranger)
     try:

@@ -71,12 +71,13 @@ class _Slow(RouterPeer):
         return [json.dumps({"v": 1, "id": req["id"], "ok": True, "result": {"pong": True}}).encode()]
 
 
-def test_a_flooding_daemon_delays_another_connections_reply_by_at_most_a_batch() -> None:
+@pytest.mark.parametrize("transport", ["zmtp", "libzmq"])
+def test_a_flooding_daemon_delays_another_connections_reply_by_at_most_a_batch(transport: str) -> None:
     """A daemon's burst of thousands of messages that reached the socket before another daemon's reply
     is read a batch at a time, the other connection's turn between two batches: the reply is handed on
     after at most a couple of batches of the burst, not after the whole of it."""
     flood, other = _Pusher(), _Slow()
-    pool = LinkPool(5.0)
+    pool = LinkPool(5.0, transport=transport)
     seen: list[Any] = []  # the order in which the link thread hands things on
     try:
         pool.subscribe("flood", flood.endpoint, None, lambda frames: seen.append("a"), lambda e: None)

@@ -35,6 +35,10 @@ A complete example (defaults shown)::
     sample_schema = "xtc-samples/3" # the samples' format asked for over that connection: "xtc-samples/3"
                               # (columns in a binary frame: cheaper to decode, dearer for the daemon
                               # to build) or "xtc-samples/2" (JSON rows); a daemon without /3 sends /2
+    link_transport = "zmtp"   # how the connections to the daemons are spoken: "zmtp" (ZeroMQ's protocol
+                              # spoken by the policer, about 2 KiB a connection) or "libzmq" (a libzmq
+                              # socket a daemon, 60-70 KiB a connection); the daemons see no difference
+                              # (docs/design/zmtp-link.md)
     shards = 1                # engine processes, each policing the routers whose name hashes to it
                               # (one core each; every policer on one database must give the same number)
     sample_udp = ""           # ADDRESS:PORT: take the samples as signed UDP datagrams on this address
@@ -121,6 +125,7 @@ class PolicerConfig:
     sample_link: bool = True
     sample_schema: str = "xtc-samples/3"
     sample_udp: str | None = None
+    link_transport: str = "zmtp"
     shards: int = 1
     snapshot_interval_s: float = 10.0
     log_format: str = "json"
@@ -136,7 +141,7 @@ class PolicerConfig:
                 "request_timeout_s": self.request_timeout_s, "curve_secret_key_file": self.curve_secret_key_file,
                 "max_vrs_per_router": self.max_vrs_per_router, "max_reply_bytes": self.max_reply_bytes,
                 "samples": self.samples, "sample_link": self.sample_link, "sample_schema": self.sample_schema,
-                "sample_udp": self.sample_udp, "shards": self.shards,
+                "sample_udp": self.sample_udp, "link_transport": self.link_transport, "shards": self.shards,
                 "snapshot_interval_s": self.snapshot_interval_s, "log_format": self.log_format,
                 "log_level": self.log_level}
 
@@ -220,6 +225,7 @@ class _Engine:
     sample_link: Annotated[bool, Strict()] = _DEFAULT.sample_link
     sample_schema: Literal["xtc-samples/2", "xtc-samples/3"] = "xtc-samples/3"
     sample_udp: Annotated[str, Strict(), AfterValidator(_sample_udp)] = ""
+    link_transport: Literal["zmtp", "libzmq"] = "zmtp"
     shards: Annotated[int, Strict(), within(1, MAX_SHARDS)] = _DEFAULT.shards
     snapshot_interval_s: Annotated[Number, within(0.05, 3600)] = _DEFAULT.snapshot_interval_s
 
@@ -304,6 +310,7 @@ def loads_config(text: str, env: Mapping[str, str] | None = None) -> PolicerConf
         sample_link=d.engine.sample_link,
         sample_schema=d.engine.sample_schema,
         sample_udp=d.engine.sample_udp or None,
+        link_transport=d.engine.link_transport,
         shards=d.engine.shards,
         snapshot_interval_s=d.engine.snapshot_interval_s,
         log_format=d.log.format,

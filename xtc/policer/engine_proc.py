@@ -345,7 +345,8 @@ def main() -> int:
     try:
         links = LinkPool(cfg["request_timeout_s"], cfg["curve_secret_key_file"], max_reply_bytes=cfg["max_reply_bytes"],
                          sample_schema=cfg.get("sample_schema", "xtc-samples/3"),
-                         sample_udp=udp or None, sample_udp_shard=shard[0])
+                         sample_udp=udp or None, sample_udp_shard=shard[0],
+                         transport=cfg.get("link_transport", "zmtp"))
     except OSError as e:
         print(f"xtc policer engine: engine.sample_udp {udp}: cannot bind shard {shard[0]}'s socket: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """The policer's side of the ZeroMQ link to the host daemons: the only module that talks to them.
 
 The engine's link is :class:`LinkPool`: every exchange with every daemon in flight at once over one
-event loop (one poller), on one DEALER socket kept per daemon endpoint (CURVE client when the router
+event loop (one poller), on one connection kept per daemon endpoint, spoken as a DEALER by
+:mod:`xtc.policer.zmtp` or by a libzmq socket (``transport``; CURVE client when the router
 has a server key and the policer a key pair: one handshake per connection), with heartbeats and
 reconnection, replies matched to requests by their ids, and a deadline per exchange so that silent
 daemons delay no other; the same connection carries the daemon's samples once the pool has sent it
@@ -45,7 +46,10 @@ from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_SCHEMA, SAMPLES_SC
                             ErrorReply, Instance, OkReply, reject_json_constant, unique_json_keys)
 from xtc.daemon.ctl import ManagerError, open_client
 
+from xtc.service.curve import CurveError
+
 from .config import sample_udp_address
+from .zmtp import CurveKeys, ZmtpConnection, curve_keys
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -248,7 +252,10 @@ def raise_open_files_limit() -> int:
 
 Callback = Callable[[str, list[Any]], None]
 
-#: Open files a kept connection holds (the ZeroMQ socket's mailbox and its TCP socket).
+#: The ways a connection to a daemon is spoken (``engine.link_transport``).
+LINK_TRANSPORTS = ("libzmq", "zmtp")
+#: Open files a kept libzmq connection holds (the ZeroMQ socket's mailbox and its TCP socket; one spoken by hand
+#: holds its TCP socket only).
 FILES_PER_CONNECTION = 2
 #: Open files kept aside for everything else of the process (database, HTTP, sample streams' base).
 RESERVED_FILES = 512
@@ -339,12 +346,14 @@ class _Conn:
     """One kept connection: a DEALER socket toward one daemon endpoint (with one CURVE server key)."""
 
     __slots__ = ("key", "endpoint", "sock", "fd", "pending", "order", "last_used_s", "stalled_since_s", "writers",
-                 "closed")
+                 "closed", "zmtp")
 
     def __init__(self, key: tuple[str, str | None], sock: Any, now_s: float):
         self.key = key
         self.endpoint = key[0]
+        #: A libzmq DEALER socket, or (``zmtp``) the connection spoken by hand, filled in after this is made.
         self.sock = sock
+        self.zmtp: ZmtpConnection | None = None
         #: request id -> the future its exchange waits on (requests in flight, sent or being sent).
         self.pending: dict[int, Any] = {}
         #: ids sent on this socket and not answered, oldest first (those past their deadline included): a list,
@@ -355,7 +364,7 @@ class _Conn:
         #: When the oldest request sent since the last reply went out (None: no reply awaited since).
         self.stalled_since_s: float | None = None
         #: The socket's ``ZMQ_FD``: readable when its events may have changed (read by the I/O thread's loop).
-        self.fd: int = sock.getsockopt(zmq.FD)
+        self.fd: int = sock.getsockopt(zmq.FD) if sock is not None else -1
         #: Sends waiting for the socket to take a message (the connection not up yet: ``IMMEDIATE``).
         self.writers: list[Any] = []
         self.closed = False
@@ -423,13 +432,23 @@ class LinkPool:
         member sends them on the connection.  None: on the connection.
     sample_udp_shard : int
         The engine shard this pool serves: it binds PORT + this (:func:`~xtc.policer.config.sample_udp_address`).
+    transport : str
+        ``engine.link_transport``: ``libzmq``, a libzmq DEALER socket a daemon (60-70 KiB a connection), or
+        ``zmtp``, the same protocol spoken here on the I/O thread's loop (:mod:`xtc.policer.zmtp`, about 2 KiB
+        a connection, docs/design/zmtp-link.md).  The daemons cannot tell them apart.
     """
 
     def __init__(self, timeout_s: float, curve_secret_file: str | Path | None = None,
                  context: zmq.Context | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
                  max_in_flight: int | None = None, heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  idle_s: float = 300.0, stall_s: float | None = None, pace_s: float = PACE_S,
-                 sample_schema: str = SAMPLES_SCHEMA_V3, sample_udp: str | None = None, sample_udp_shard: int = 0):
+                 sample_schema: str = SAMPLES_SCHEMA_V3, sample_udp: str | None = None, sample_udp_shard: int = 0,
+                 transport: str = "zmtp"):
+        if transport not in LINK_TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(LINK_TRANSPORTS)}, got {transport!r}")
+        #: ``libzmq`` (a DEALER socket a connection) or ``zmtp`` (ZMTP spoken here: :mod:`xtc.policer.zmtp`).
+        self.transport = transport
+        self._curve_keys: dict[str, CurveKeys] = {}
         if sample_schema not in SAMPLES_SCHEMAS:
             raise ValueError(f"sample_schema must be one of {', '.join(SAMPLES_SCHEMAS)}, got {sample_schema!r}")
         #: The samples' UDP socket and the address the daemons are told (None: samples on the connections).
@@ -450,7 +469,8 @@ class LinkPool:
         self.stall_s = 3 * timeout_s if stall_s is None else stall_s
         self.open_files = raise_open_files_limit()
         #: Most kept connections the open-files limit allows.
-        self.max_connections = max(16, (self.open_files - RESERVED_FILES) // FILES_PER_CONNECTION)
+        self.files_per_connection = 1 if transport == "zmtp" else FILES_PER_CONNECTION  # (zmtp: its TCP socket only)
+        self.max_connections = max(16, (self.open_files - RESERVED_FILES) // self.files_per_connection)
         self.max_in_flight = max_in_flight or 8192
         log.info("open files: limit %d, room for %d daemon connections", self.open_files, self.max_connections)
         self._own_ctx = context is None
@@ -520,7 +540,7 @@ class LinkPool:
             log.error("the fleet has %d daemons but the open-files limit (%d) allows %d connections: "
                       "daemons past that are marked unreachable; raise the limit (LimitNOFILE=) to at least %d",
                       daemons, self.open_files, self.max_connections,
-                      daemons * FILES_PER_CONNECTION + RESERVED_FILES)
+                      daemons * self.files_per_connection + RESERVED_FILES)
         self._expected = daemons
         return fits
 
@@ -770,6 +790,8 @@ class LinkPool:
             self.socket_errors += 1
             raise LinkDown(f"cannot connect to {endpoint}: {len(self._conns)} daemon connections open, the most "
                            f"the open-files limit ({self.open_files}) allows")
+        if self.transport == "zmtp":
+            return self._zmtp_conn(key)
         hb_ms = max(100, int(self.heartbeat_s * 1000))
         options = {zmq.MAXMSGSIZE: self.max_reply_bytes, zmq.RCVHWM: 1000, zmq.SNDHWM: 1000, zmq.IMMEDIATE: 1,
                    zmq.RECONNECT_IVL: 100, zmq.RECONNECT_IVL_MAX: max(100, int(self.reconnect_max_s * 1000)),
@@ -785,6 +807,24 @@ class LinkPool:
         self.connects += 1
         return c
 
+    def _zmtp_conn(self, key: tuple[str, str | None]) -> _Conn:
+        endpoint, server_key = key
+        keys = None
+        try:
+            if server_key:
+                keys = self._curve_keys.get(server_key)
+                if keys is None:
+                    keys = self._curve_keys[server_key] = curve_keys(self.curve_secret_file, server_key)
+            c = _Conn(key, None, self._loop.time())
+            c.zmtp = ZmtpConnection(self._loop, endpoint, keys, lambda frames: self._take(c, frames),
+                                    max_frame_bytes=self.max_reply_bytes, heartbeat_s=self.heartbeat_s,
+                                    reconnect_max_s=self.reconnect_max_s, batch=READ_BATCH)
+        except (ValueError, CurveError) as e:
+            raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
+        self._conns[key] = c
+        self.connects += 1
+        return c
+
     def _drop(self, c: _Conn) -> None:
         """Close a connection (its requests in flight fail at their deadlines)."""
         if c.closed:
@@ -792,13 +832,16 @@ class LinkPool:
         c.closed = True
         if self._conns.get(c.key) is c:
             del self._conns[c.key]
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(c.fd)
-        for fut in c.writers:
-            if not fut.done():
-                fut.set_exception(zmq.ZMQError(errno.ENOTSOCK))
-        c.writers.clear()
-        c.sock.close(0)
+        if c.zmtp is not None:
+            c.zmtp.close()
+        else:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(c.fd)
+            for fut in c.writers:
+                if not fut.done():
+                    fut.set_exception(zmq.ZMQError(errno.ENOTSOCK))
+            c.writers.clear()
+            c.sock.close(0)
         sub = self._subs.get(c.key)
         if sub is not None and sub.state == "on":  # the next connection is a new peer to the daemon
             sub.state, sub.next_s = "off", self._loop.time() if self._loop is not None else 0.0
@@ -832,15 +875,7 @@ class LinkPool:
                 except zmq.Again:
                     events = sock.getsockopt(zmq.EVENTS) if c.writers else 0
                     break
-                try:
-                    if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
-                        self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
-                    else:
-                        c.stalled_since_s = None
-                        self._dispatch(c, frames)
-                except Exception:  # never: both sort bad input themselves; the next message is read all the same
-                    self.bad_replies += 1
-                    log.exception("%s: a message could not be handed on", c.endpoint)
+                self._take(c, frames)
                 if c.closed:
                     return
                 events = sock.getsockopt(zmq.EVENTS)  # (cheaper than the EAGAIN of one more read)
@@ -857,9 +892,30 @@ class LinkPool:
                     fut.set_result(None)
             c.writers.clear()
 
+    def _take(self, c: _Conn, frames: list[bytes]) -> None:
+        """A message read on a connection: a samples message to its subscription's sinks, a reply to the
+        request it answers.  One that cannot be handed on is dropped and counted."""
+        try:
+            if len(frames) >= 3 and frames[0] == b"" and frames[1] == SAMPLES_TOPIC:  # (a reply's frame is JSON)
+                self._sample(c, frames)  # pushed by the daemon (subscribe): not a reply
+            else:
+                c.stalled_since_s = None
+                self._dispatch(c, frames)
+        except Exception:  # never: both sort bad input themselves; the next message is read all the same
+            self.bad_replies += 1
+            log.exception("%s: a message could not be handed on", c.endpoint)
+
     async def _send(self, c: _Conn, frames: list[bytes]) -> None:
         """Send a message on a connection, waiting while it takes none (not connected: ``IMMEDIATE``;
-        woken by :meth:`_readable`).  Raises ``zmq.ZMQError`` (the connection closed)."""
+        woken by :meth:`_readable`, or by the hand-spoken connection when it is up).  Raises
+        ``zmq.ZMQError`` or ``ConnectionError`` (the connection closed)."""
+        z = c.zmtp
+        if z is not None:
+            while not z.send(frames):
+                fut = self._loop.create_future()
+                z.waiters.append(fut)
+                await fut
+            return
         while True:
             try:
                 c.sock.send_multipart(frames, zmq.NOBLOCK)
@@ -991,7 +1047,7 @@ class LinkPool:
                 self.resets += 1
                 log.info("%s: no reply for %.1f s: connecting again", endpoint, loop.time() - stalled)
                 self._drop(c)
-        except zmq.ZMQError as e:
+        except (zmq.ZMQError, ConnectionError) as e:
             err = LinkDown(f"{endpoint}: {e}")
             results += [err] * (len(requests) - len(results))
         finally:
@@ -1019,6 +1075,10 @@ class LinkPool:
             return
 
         async def _cancel() -> None:
+            for c in list(self._conns.values()):
+                if c.zmtp is not None:  # closed on the loop, so that their sockets close with it
+                    c.closed = True
+                    c.zmtp.close()
             for t in asyncio.all_tasks():
                 if t is not asyncio.current_task():
                     t.cancel()
@@ -1035,7 +1095,10 @@ class LinkPool:
         # open socket for ever).
         for c in list(self._conns.values()):
             c.closed = True
-            c.sock.close(0)
+            if c.zmtp is not None:
+                c.zmtp.close()  # (its transport is the loop's: gone with it)
+            else:
+                c.sock.close(0)
         self._conns.clear()
         if self._udp is not None:
             self._udp.close()

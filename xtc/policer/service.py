@@ -128,7 +128,7 @@ def _engine_settings(cfg: PolicerConfig, store: Store) -> dict[str, Any]:
     return {"db_url": cfg.db_url, "period_s": cfg.period_s, "request_timeout_s": cfg.request_timeout_s,
             "curve_secret_key_file": cfg.curve_secret_key_file,
             "max_reply_bytes": cfg.max_reply_bytes, "max_vrs_per_router": cfg.max_vrs_per_router,
-            "samples": cfg.samples, "sample_link": cfg.sample_link, "sample_schema": cfg.sample_schema, "sample_udp": cfg.sample_udp, "snapshot_interval_s": cfg.snapshot_interval_s, "holder": holder, "leader_election": store.dialect == "postgresql",
+            "samples": cfg.samples, "sample_link": cfg.sample_link, "sample_schema": cfg.sample_schema, "sample_udp": cfg.sample_udp, "link_transport": cfg.link_transport, "snapshot_interval_s": cfg.snapshot_interval_s, "holder": holder, "leader_election": store.dialect == "postgresql",
             "log_format": cfg.log_format, "log_level": cfg.log_level}
 
 
@@ -198,7 +198,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
         engine = _engine_procs(cfg, store, on_crash, live_dir)
     else:  # an in-memory database is this process's alone: the engine runs in a thread beside the API
         links = LinkPool(cfg.request_timeout_s, cfg.curve_secret_key_file, max_reply_bytes=cfg.max_reply_bytes,
-                         sample_schema=cfg.sample_schema, sample_udp=cfg.sample_udp)
+                         sample_schema=cfg.sample_schema, sample_udp=cfg.sample_udp, transport=cfg.link_transport)
         streams = (SampleStreams(cfg.max_vrs_per_router, cfg.curve_secret_key_file, cfg.max_reply_bytes,
                                  links=links if cfg.sample_link else None) if cfg.samples else None)
         engine = Engine(store, links, period_s=cfg.period_s, on_crash=on_crash,

@@ -1,7 +1,8 @@
 #!/bin/sh
 # From the repository's top: a daemon connection's memory and CPU on the policer's side, libzmq's DEALER against
 # a client that speaks ZMTP 3.0 by hand on asyncio (python -m xtc_lab.zmq_memory --mode zmtp), issue 50's "cheaper
-# connection than libzmq".  No root needed.
+# connection than libzmq".  No root needed.  The zmtp mode was the lab's _ZmtpDealer at commit 8e71c2d (run
+# `git show 8e71c2d:lab/xtc_lab/zmq_memory.py`); since 2026-11-29-policer-zmtp-link it runs the product's connection.
 set -u
 cd docs/results/2026-11-29-policer-zmtp-client || exit 1
 ALT="../../../.venv/bin/python -m xtc_lab.alternate"
