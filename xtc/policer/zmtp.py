@@ -36,14 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nacl.bindings import (
-    crypto_box,
-    crypto_box_afternm,
-    crypto_box_beforenm,
-    crypto_box_keypair,
-    crypto_box_open,
-    crypto_box_open_afternm,
-)
+from nacl.bindings import (crypto_box, crypto_box_afternm, crypto_box_beforenm, crypto_box_keypair, crypto_box_open,
+                           crypto_box_open_afternm)
 from nacl.exceptions import CryptoError
 from zmq.utils import z85
 
@@ -144,27 +138,9 @@ class ZmtpClient:
         The largest message (all its frames) taken from the peer.
     """
 
-    __slots__ = (
-        "_buf",
-        "_cn_public",
-        "_cn_secret",
-        "_greeted",
-        "_nonce",
-        "_parts",
-        "_parts_bytes",
-        "_peer_nonce",
-        "_precom",
-        "_welcomed",
-        "curve",
-        "max_frame_bytes",
-        "max_message_bytes",
-        "out",
-        "peer_properties",
-        "peer_ttl_s",
-        "pings_answered",
-        "pongs",
-        "ready",
-    )
+    __slots__ = ("_buf", "_cn_public", "_cn_secret", "_greeted", "_nonce", "_parts", "_parts_bytes", "_peer_nonce",
+                 "_precom", "_welcomed", "curve", "max_frame_bytes", "max_message_bytes", "out", "peer_properties",
+                 "peer_ttl_s", "pings_answered", "pongs", "ready")
 
     def __init__(self, curve: CurveKeys | None = None, max_frame_bytes: int = 1 << 20,
                  max_message_bytes: int | None = None) -> None:
@@ -454,36 +430,10 @@ class ZmtpConnection(asyncio.Protocol):
     A protocol error (:class:`ZmtpError`) is counted in :attr:`errors`, logged, and the connection cut.
     """
 
-    __slots__ = (
-        "_attempt",
-        "_backlog",
-        "_closed",
-        "_ivl_s",
-        "_last_rx_s",
-        "_last_tx_s",
-        "_next",
-        "_paused",
-        "_timer",
-        "address",
-        "batch",
-        "client",
-        "curve",
-        "endpoint",
-        "errors",
-        "handshake_s",
-        "handshakes",
-        "heartbeat_s",
-        "last_error",
-        "last_loss",
-        "loop",
-        "losses",
-        "max_frame_bytes",
-        "on_message",
-        "on_up",
-        "reconnect_max_s",
-        "transport",
-        "waiters",
-    )
+    __slots__ = ("_attempt", "_backlog", "_closed", "_ivl_s", "_last_rx_s", "_last_tx_s", "_next", "_paused",
+                 "_timer", "address", "batch", "client", "curve", "endpoint", "errors", "handshake_s", "handshakes",
+                 "heartbeat_s", "last_error", "last_loss", "loop", "losses", "max_frame_bytes", "on_message",
+                 "on_up", "reconnect_max_s", "transport", "waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, curve: CurveKeys | None,
                  on_message: Callable[[list[bytes]], None], on_up: Callable[[], None] | None = None,
