@@ -36,8 +36,8 @@ A complete example (defaults shown)::
                               # (columns in a binary frame: cheaper to decode, dearer for the daemon
                               # to build) or "xtc-samples/2" (JSON rows); a daemon without /3 sends /2
     link_transport = "zmtp"   # how the connections to the daemons are spoken: "zmtp" (ZeroMQ's protocol
-                              # spoken by the policer, about 2 KiB a connection) or "libzmq" (a libzmq
-                              # socket a daemon, 60-70 KiB a connection); the daemons see no difference
+                              # spoken by the policer, under 10 KiB a connection) or "libzmq" (a libzmq
+                              # socket a daemon, 68-91 KiB a connection); the daemons see no difference
                               # (docs/design/zmtp-link.md)
     shards = 1                # engine processes, each policing the routers whose name hashes to it
                               # (one core each; every policer on one database must give the same number)

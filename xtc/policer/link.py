@@ -433,8 +433,8 @@ class LinkPool:
     sample_udp_shard : int
         The engine shard this pool serves: it binds PORT + this (:func:`~xtc.policer.config.sample_udp_address`).
     transport : str
-        ``engine.link_transport``: ``libzmq``, a libzmq DEALER socket a daemon (60-70 KiB a connection), or
-        ``zmtp``, the same protocol spoken here on the I/O thread's loop (:mod:`xtc.policer.zmtp`, about 2 KiB
+        ``engine.link_transport``: ``libzmq``, a libzmq DEALER socket a daemon (68-91 KiB a connection), or
+        ``zmtp``, the same protocol spoken here on the I/O thread's loop (:mod:`xtc.policer.zmtp`, 6.5-9.6 KiB
         a connection, docs/design/zmtp-link.md).  The daemons cannot tell them apart.
     """
 

@@ -1,9 +1,9 @@
 """ZMTP 3.1 spoken by hand as a DEALER client, with the NULL or the CURVE mechanism: the policer's side of a
 daemon link without libzmq (issue 50, docs/design/zmtp-link.md).
 
-libzmq holds 60-70 KiB a connection once it has carried traffic (its pipes' chunks and its engine's
-buffers), about 330 MB of an engine's 660 at 5,000 routers; a connection spoken here holds about 2 KiB
-(docs/results/2026-11-29-policer-zmtp-client).  The daemon's side stays libzmq: this speaks to its
+libzmq holds 68-91 KiB a connection once it has carried traffic (its pipes' chunks and its engine's
+buffers), about 330 MB of an engine's 660 at 5,000 routers; a connection spoken here holds 6.5-9.6 KiB
+(docs/results/2026-11-29-policer-zmtp-link).  The daemon's side stays libzmq: this speaks to its
 ROUTER socket exactly as a libzmq DEALER does.
 
 :class:`ZmtpClient` is the protocol alone (sans-I/O): bytes from the peer in (:meth:`ZmtpClient.receive`,
