@@ -362,3 +362,49 @@ def test_a_connection_that_only_receives_is_kept_by_its_pings() -> None:
     finally:
         router.close(0)
         ctx.term()
+
+
+def test_a_subscription_is_asked_again_as_soon_as_its_connection_is_made_again() -> None:
+    """The daemon restarted on the same port (a new socket: it knows the policer's connection no more): the
+    pool, which sees the new handshake, sends ``subscribe`` again at once, not after 2.5 of the daemon's
+    periods of silence (here 10 s each, so 25 s)."""
+    import json
+
+    from fakes.daemon import RouterPeer
+
+    from xtc.policer.link import LinkPool
+
+    class Daemon(RouterPeer):
+        asked: list[float] = []
+
+        def reply(self, req: dict) -> list[bytes]:
+            if req["cmd"] == "subscribe":
+                Daemon.asked.append(time.monotonic())
+            result = {"subscribed": True, "period_s": 10.0} if req["cmd"] == "subscribe" else {}
+            return [json.dumps({"v": 1, "id": req["id"], "ok": True, "result": result}).encode()]
+
+    d = Daemon()
+    pool = LinkPool(1.0, transport="zmtp", heartbeat_s=0.5, reconnect_max_s=0.2)
+    try:
+        pool.subscribe("r", d.endpoint, None, lambda frames: None, lambda e: None)
+        deadline = time.monotonic() + 5
+        while pool.stats()["subscriptions"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(Daemon.asked) == 1
+        port = d.port
+        d.close()
+        for _ in range(100):  # the port free again (libzmq closes on its I/O thread)
+            try:
+                d = Daemon(port=port)
+                break
+            except zmq.ZMQError:
+                time.sleep(0.02)
+        restarted = time.monotonic()
+        while len(Daemon.asked) < 2 and time.monotonic() < restarted + 10:
+            time.sleep(0.02)
+        assert len(Daemon.asked) == 2, "subscribe not asked again within 10 s of the restart"
+        print(f"asked again {Daemon.asked[1] - restarted:.2f} s after the restart")
+        assert Daemon.asked[1] - restarted < 5.0 and pool.resubscribes == 1
+    finally:
+        pool.close()
+        d.close()

@@ -817,13 +817,24 @@ class LinkPool:
                     keys = self._curve_keys[server_key] = curve_keys(self.curve_secret_file, server_key)
             c = _Conn(key, None, self._loop.time())
             c.zmtp = ZmtpConnection(self._loop, endpoint, keys, lambda frames: self._take(c, frames),
-                                    max_frame_bytes=self.max_reply_bytes, heartbeat_s=self.heartbeat_s,
-                                    reconnect_max_s=self.reconnect_max_s, batch=READ_BATCH)
+                                    lambda: self._up_again(c), max_frame_bytes=self.max_reply_bytes,
+                                    heartbeat_s=self.heartbeat_s, reconnect_max_s=self.reconnect_max_s,
+                                    batch=READ_BATCH)
         except (ValueError, CurveError) as e:
             raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
         self._conns[key] = c
         self.connects += 1
         return c
+
+    def _up_again(self, c: _Conn) -> None:
+        """A hand-spoken connection's handshake done: when it is not its first (the connection was lost and
+        made again), the daemon knows it as a new peer, so its subscription is asked again now, not after
+        :data:`RESUBSCRIBE_PERIODS` of silence (a libzmq socket reconnects without saying so)."""
+        sub = self._subs.get(c.key)
+        if c.zmtp is not None and c.zmtp.handshakes > 1 and sub is not None and sub.state == "on":
+            sub.state, sub.next_s = "off", self._loop.time()
+            self.resubscribes += 1
+            self._ask(sub)
 
     def _drop(self, c: _Conn) -> None:
         """Close a connection (its requests in flight fail at their deadlines)."""
