@@ -132,7 +132,7 @@ def _drive(c: ZmtpClient, s: socket.socket, done: object, timeout_s: float = 5.0
 
 def _exchange_with(router: zmq.Socket, c: ZmtpClient, s: socket.socket) -> None:
     _drive(c, s, lambda g: c.ready)
-    assert c.peer_properties[b"socket-type"] == b"ROUTER"
+    assert c.peer_type == b"ROUTER"
     c.send([b"", b"request", b"x" * 70000])
     s.sendall(bytes(c.out))
     c.out.clear()
@@ -408,3 +408,38 @@ def test_a_subscription_is_asked_again_as_soon_as_its_connection_is_made_again()
     finally:
         pool.close()
         d.close()
+
+
+@pytest.mark.parametrize("endpoint", ["ipc://{tmp}/m.sock", "ipc://@xtc-zmtp-test-{pid}"])
+def test_ipc_endpoints_a_path_and_an_abstract_name(tmp_path: Path, endpoint: str) -> None:
+    import os
+
+    ep = endpoint.format(tmp=tmp_path, pid=os.getpid())
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(ep)
+    got: list[list[bytes]] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        conn = ZmtpConnection(loop, ep, None, got.append)
+        while not conn.ready:
+            fut = loop.create_future()
+            conn.waiters.append(fut)
+            await asyncio.wait_for(fut, 5)
+        assert conn.send([b"", b"ping"])
+        for _ in range(250):
+            if router.poll(0):
+                peer, *_ = router.recv_multipart()
+                router.send_multipart([peer, b"", b"pong"])
+            if got:
+                break
+            await asyncio.sleep(0.02)
+        conn.close()
+
+    try:
+        asyncio.run(run())
+        assert got == [[b"", b"pong"]]
+    finally:
+        router.close(0)
+        ctx.term()

@@ -139,7 +139,7 @@ class ZmtpClient:
     """
 
     __slots__ = ("_buf", "_cn_public", "_cn_secret", "_greeted", "_nonce", "_parts", "_parts_bytes", "_peer_nonce",
-                 "_precom", "_welcomed", "curve", "max_frame_bytes", "max_message_bytes", "out", "peer_properties",
+                 "_precom", "_welcomed", "curve", "max_frame_bytes", "max_message_bytes", "out", "peer_type",
                  "peer_ttl_s", "pings_answered", "pongs", "ready")
 
     def __init__(self, curve: CurveKeys | None = None, max_frame_bytes: int = 1 << 20,
@@ -151,8 +151,9 @@ class ZmtpClient:
         self.out = bytearray(_greeting(b"CURVE" if curve else b"NULL"))
         #: True once the handshake is done (messages may be sent).
         self.ready = False
-        #: The peer's READY properties (lower-case names), once ready.
-        self.peer_properties: dict[bytes, bytes] = {}
+        #: The peer's socket type (its READY's ``Socket-Type``), once ready (its other properties are not kept:
+        #: a few hundred bytes a connection).
+        self.peer_type = b""
         #: PONGs received (each PING of ours answered), and PINGs answered.
         self.pongs = 0
         self.pings_answered = 0
@@ -325,7 +326,7 @@ class ZmtpClient:
         if kind not in _PEERS_OF_DEALER:
             raise ZmtpError(f"peer is a {kind.decode(errors='replace') or 'socket of no type'}: a DEALER "
                             f"talks to ROUTER, DEALER or REP")
-        self.peer_properties = props
+        self.peer_type = kind
         self.ready = True
 
     def _welcome(self, rest: bytes) -> None:
@@ -404,9 +405,11 @@ def curve_keys(client_secret_file: str | Path, server_key_z85: str | bytes) -> C
 
 
 def _address(endpoint: str) -> tuple[str, str | int]:
-    """``("ipc", path)`` or ``(host, port)`` of a ``ipc://PATH`` or ``tcp://HOST:PORT`` endpoint."""
+    """``("ipc", path)`` or ``(host, port)`` of a ``ipc://PATH`` or ``tcp://HOST:PORT`` endpoint
+    (``ipc://@NAME``: Linux's abstract socket NAME, as libzmq reads it)."""
     if endpoint.startswith("ipc://"):
-        return "ipc", endpoint[len("ipc://"):]
+        path = endpoint[len("ipc://"):]
+        return "ipc", "\0" + path[1:] if path.startswith("@") else path
     if endpoint.startswith("tcp://"):
         host, _, port = endpoint[len("tcp://"):].rpartition(":")
         if host and port.isdigit():
