@@ -9,8 +9,8 @@ daemons delay no other; the same connection carries the daemon's samples once th
 ``subscribe`` (:meth:`LinkPool.subscribe`: one connection per router, not two; docs/design/one-link.md).
 :class:`DaemonLink` is one blocking REQ client
 (tools and tests).
-A daemon's reply is untrusted input: its size is bounded on the socket (``MAXMSGSIZE``: a bigger
-frame drops the connection, seen here as no answer) and as a whole message (one frame of at most
+A daemon's reply is untrusted input: its size is bounded on the connection (a bigger frame, and with
+``zmtp`` a bigger message, drops the connection, seen here as no answer) and as a whole message (one frame of at most
 ``max_reply_bytes``), it must be strict JSON (no NaN, no Infinity, no duplicate keys, bounded
 nesting) and a manager-API reply (:class:`xtc.daemon.api.OkReply` or
 :class:`~xtc.daemon.api.ErrorReply`).  Errors are sorted here: :class:`LinkDown` (no answer,
