@@ -23,7 +23,7 @@ from xtc.policer.zmtp import (
     curve_keys,
     parse_metadata,
 )
-from xtc.service.curve import CurveError, generate_keypair, load_public, secure_context
+from xtc.service.curve import CurveError, generate_keypair, load_public, load_secret, secure_context
 
 ROUTER_GREETING = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x01" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
 
@@ -443,3 +443,46 @@ def test_ipc_endpoints_a_path_and_an_abstract_name(tmp_path: Path, endpoint: str
     finally:
         router.close(0)
         ctx.term()
+
+
+@pytest.mark.parametrize("curve", [False, True], ids=["null", "curve"])
+def test_the_daemons_pings_are_answered(curve_daemon: tuple, curve: bool) -> None:
+    """The daemon's manager socket PINGs its peers and cuts one that stays silent (xtc daemon: every 5 s,
+    cut after 15): a libzmq ROUTER that PINGs every 0.1 s and cuts after 0.3 s keeps the connection, which
+    answers each PING with a PONG and sends none of its own (its heartbeat 60 s), plain and in CURVE's boxes."""
+    fixture_router, _, keys, server_key = curve_daemon
+    # A socket of its own, its heartbeat set before it binds (a listener's connections take its options then):
+    # with CURVE on the fixture's context (the daemon's authenticator, CURVE server by default), else on its own.
+    ctx = fixture_router.context if curve else zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.setsockopt(zmq.HEARTBEAT_IVL, 100)
+    router.setsockopt(zmq.HEARTBEAT_TIMEOUT, 300)
+    if curve:
+        router.curve_server = True
+        router.curve_secretkey = load_secret(keys / "daemon.key_secret")[1]
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    got: list[list[bytes]] = []
+
+    async def run() -> ZmtpConnection:
+        loop = asyncio.get_running_loop()
+        keys_ = curve_keys(keys / "policer.key_secret", server_key) if curve else None
+        conn = ZmtpConnection(loop, f"tcp://127.0.0.1:{port}", keys_, got.append, heartbeat_s=60.0)
+        while not conn.ready:
+            fut = loop.create_future()
+            conn.waiters.append(fut)
+            await asyncio.wait_for(fut, 5)
+        await asyncio.sleep(1.5)
+        assert conn.client is not None
+        answered = conn.client.pings_answered
+        conn.close()
+        assert answered >= 5, f"only {answered} PINGs answered in 1.5 s"
+        return conn
+
+    try:
+        conn = asyncio.run(run())
+        assert conn.handshakes == 1 and conn.losses == 0, conn.last_loss
+    finally:
+        router.close(0)
+        if not curve:
+            ctx.term()
