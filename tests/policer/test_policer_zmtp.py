@@ -486,3 +486,54 @@ def test_the_daemons_pings_are_answered(curve_daemon: tuple, curve: bool) -> Non
         router.close(0)
         if not curve:
             ctx.term()
+
+
+def test_a_peer_that_breaks_the_protocol_after_each_handshake_is_connected_to_with_backoff() -> None:
+    """A hostile daemon completes the handshake and sends a frame with reserved flags, every time: each
+    connection is cut (a protocol error), and the next is made after a wait that doubles (0.1, 0.2, 0.4,
+    0.8, then 1 s here), not ten times a second."""
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted = [0]
+    stop = threading.Event()
+
+    def hostile() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted[0] += 1
+            with conn:
+                conn.sendall(ROUTER_GREETING + _ready())
+                time.sleep(0.05)  # the handshake done on the policer's side, then the bad frame
+                conn.sendall(b"\x08\x00")
+                conn.settimeout(1.0)
+                try:
+                    while conn.recv(4096):
+                        pass
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=hostile, daemon=True)
+    t.start()
+
+    async def run() -> ZmtpConnection:
+        conn = ZmtpConnection(asyncio.get_running_loop(), f"tcp://127.0.0.1:{port}", None, lambda m: None,
+                              heartbeat_s=5.0, reconnect_max_s=1.0)
+        await asyncio.sleep(3.0)
+        conn.close()
+        return conn
+
+    try:
+        conn = asyncio.run(run())
+        print(f"{accepted[0]} connections in 3 s, {conn.errors} protocol errors: {conn.last_error}")
+        assert conn.errors >= 3 and "reserved flags" in conn.last_error
+        assert accepted[0] <= 8, f"{accepted[0]} connections in 3 s: no backoff"
+    finally:
+        stop.set()
+        t.join(5)
+        server.close()

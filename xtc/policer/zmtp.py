@@ -421,9 +421,11 @@ class ZmtpConnection(asyncio.Protocol):
     """A kept DEALER connection to one endpoint on an asyncio loop, made again whenever it is lost.
 
     It connects at once, and again after a loss or a failed attempt, waiting 0.1 s doubled each time up to
-    ``reconnect_max_s`` (reset by a handshake that succeeds); an attempt that has not finished its handshake
-    in ``handshake_s`` is given up.  Heartbeats (RFC 37): a PING every ``heartbeat_s`` in which the peer or
-    this side was silent, and the connection cut (then made again) when the peer has been silent for three.
+    ``reconnect_max_s`` (back to 0.1 s once a connection stayed up ``heartbeat_s``: a peer that breaks the
+    protocol right after each handshake is not connected to ten times a second); an attempt that has not
+    finished its handshake in ``handshake_s`` is given up.  Heartbeats (RFC 37): a PING every ``heartbeat_s``
+    in which the peer or this side was silent, and the connection cut (then made again) when the peer has been
+    silent for three.
 
     :meth:`send` queues a message only while the handshake is done (nothing waits for a peer that is down,
     as libzmq's ``IMMEDIATE``); ``waiters`` (futures) are woken when the connection comes up or its buffer
@@ -434,9 +436,9 @@ class ZmtpConnection(asyncio.Protocol):
     """
 
     __slots__ = ("_attempt", "_backlog", "_closed", "_ivl_s", "_last_rx_s", "_last_tx_s", "_next", "_paused",
-                 "_timer", "address", "batch", "client", "curve", "endpoint", "errors", "handshake_s", "handshakes",
-                 "heartbeat_s", "last_error", "last_loss", "loop", "losses", "max_frame_bytes", "on_message",
-                 "on_up", "reconnect_max_s", "transport", "waiters")
+                 "_timer", "_up_s", "address", "batch", "client", "curve", "endpoint", "errors", "handshake_s",
+                 "handshakes", "heartbeat_s", "last_error", "last_loss", "loop", "losses", "max_frame_bytes",
+                 "on_message", "on_up", "reconnect_max_s", "transport", "waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, curve: CurveKeys | None,
                  on_message: Callable[[list[bytes]], None], on_up: Callable[[], None] | None = None,
@@ -469,6 +471,7 @@ class ZmtpConnection(asyncio.Protocol):
         self._paused = False
         self._closed = False
         self._ivl_s = 0.1
+        self._up_s = 0.0
         self._last_rx_s = 0.0
         self._last_tx_s = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -532,6 +535,9 @@ class ZmtpConnection(asyncio.Protocol):
             return
         self.losses += 1
         self.last_loss = why
+        if self._up_s and self.loop.time() - self._up_s >= self.heartbeat_s:
+            self._ivl_s = 0.1  # it was up a while: the next attempt soon; one cut soon after its handshake backs off
+        self._up_s = 0.0
         log.debug("%s: %s; again in %.1f s", self.endpoint, why, self._ivl_s)
         if self._timer is not None:
             self._timer.cancel()
@@ -602,7 +608,7 @@ class ZmtpConnection(asyncio.Protocol):
             c.out.clear()
         if c.ready and not was_ready:
             self.handshakes += 1
-            self._ivl_s = 0.1
+            self._up_s = self.loop.time()
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = self.loop.call_later(self.heartbeat_s, self._check)
