@@ -5,11 +5,12 @@ it.  The same stand-in fleet as :mod:`xtc_lab.policer_profile` (``python -m xtc_
 child process, one publishing daemon a router, real sockets) sends each router's samples over the
 connection the link pool keeps to its daemon, as the service takes them; this process runs the
 product's own receive path (:class:`xtc.policer.link.LinkPool`: its I/O thread, its paced ``epoll`` over
-the connections' ``ZMQ_FD``\\ s, its reads a batch a turn) and hands each message to one of three
+the connections, spoken by the pool itself or, with ``--link-transport libzmq``, libzmq sockets read through
+their ``ZMQ_FD``\\ s, its reads a batch a turn) and hands each message to one of three
 consumers, one per run:
 
 ``none``
-    a sink that only counts the message: libzmq's I/O thread and the link pool's loop, nothing else
+    a sink that only counts the message: the link pool's loop (and libzmq's I/O thread with libzmq), nothing else
     (the transport's floor);
 ``streams``
     :class:`xtc.policer.samples.SampleStreams`, as the engine's: each message validated and decoded
@@ -111,15 +112,18 @@ class _Counter:
 
 
 def floor(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float = 10.0,
-          consumer: str = "none", jitter: float = 0.0, warmup_s: float | None = None) -> dict[str, Any]:
-    """See the module's text; returns the JSON it prints."""
+          consumer: str = "none", jitter: float = 0.0, warmup_s: float | None = None,
+          link_transport: str | None = None) -> dict[str, Any]:
+    """See the module's text; returns the JSON it prints.  ``link_transport``: the link pool's ``transport``
+    (``engine.link_transport``; None: the pool's default)."""
     if consumer not in CONSUMERS:
         raise ValueError(f"consumer must be one of {', '.join(CONSUMERS)}, not {consumer!r}")
     out: dict[str, Any] = {"routers": routers, "vrs_per_router": vrs, "dead_fraction": dead, "window_s": window_s,
-                           "consumer": consumer, "jitter": jitter, "loadavg_before": loadavg()}
+                           "consumer": consumer, "jitter": jitter, "link_transport": link_transport,
+                           "loadavg_before": loadavg()}
     with tempfile.TemporaryDirectory(prefix="xtc-floor-") as tmp, \
             fleet_process(routers, vrs, dead, jitter, pub_socket=consumer == "raw") as (fleet, fleet_routers):
-        pool = LinkPool(0.9)
+        pool = LinkPool(0.9, **({"transport": link_transport} if link_transport else {}))
         streams = eng = store = raw = None
         try:
             counter = _Counter()
@@ -184,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=10.0, help="seconds measured")
     p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
     p.add_argument("--consumer", choices=CONSUMERS, default="none", help="what takes each message (see above)")
+    p.add_argument("--link-transport", choices=("zmtp", "libzmq"), default=None,
+                   help="how the link pool speaks to the daemons (engine.link_transport; default: the pool's)")
     args = p.parse_args(argv)
-    print(json.dumps(floor(args.routers, args.vrs, args.dead, args.window, args.consumer, args.jitter, args.warmup),
+    print(json.dumps(floor(args.routers, args.vrs, args.dead, args.window, args.consumer, args.jitter, args.warmup,
+                           args.link_transport),
                      indent=1))
     return 0
 

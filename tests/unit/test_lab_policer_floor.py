@@ -11,11 +11,13 @@ def test_an_unknown_consumer_is_refused_before_anything_starts() -> None:
         floor(routers=2, consumer="everything")
 
 
-@pytest.mark.parametrize("consumer, thread", [("none", "policer-links"), ("raw", "raw-recv")])
-def test_the_floor_counts_each_message_and_charges_it_to_its_threads(consumer: str, thread: str) -> None:
+@pytest.mark.parametrize("consumer, threads", [("none", {"policer-links"}), ("raw", {"raw-recv", "ZMQbg/IO/0"})])
+def test_the_floor_counts_each_message_and_charges_it_to_its_threads(consumer: str, threads: set[str]) -> None:
     # 6 daemons of 4 VRs, one dead: 5 messages a second, every one counted, their CPU in the receiving
-    # thread and libzmq's I/O thread.
+    # thread (and libzmq's I/O thread for the raw SUB sockets; the link pool speaks ZMTP itself: none).
     out = floor(routers=6, vrs=4, dead=0.2, window_s=1.5, consumer=consumer, warmup_s=1.5)
     assert 3.0 <= out["per_s"] <= 7.0, out
     assert out["cpu_ms_per_message"] > 0 and out["refused"] == 0
-    assert {thread, "ZMQbg/IO/0"} <= set(out["thread_cpu_ms_per_message"]), out
+    seen = set(out["thread_cpu_ms_per_message"])
+    assert threads <= seen, out
+    assert consumer == "raw" or "ZMQbg/IO/0" not in seen, out
