@@ -191,8 +191,8 @@ def test_curve_refused_for_a_key_the_daemon_does_not_know(curve_daemon: tuple) -
 
 
 def test_curve_with_another_server_key_is_not_taken_for_the_daemon(curve_daemon: tuple) -> None:
-    """A server that is not the one whose key we hold: its WELCOME does not open (the daemon, for its part,
-    cannot open our HELLO, and drops it without an answer)."""
+    """A server that is not the one whose key we hold: the daemon cannot open our HELLO and closes the
+    connection without an answer (were it to answer, its WELCOME would not open)."""
     _, port, keys, _ = curve_daemon
     other_pub, _ = generate_keypair(keys, "other")
     c = ZmtpClient(curve_keys(keys / "policer.key_secret", load_public(other_pub).decode()))
