@@ -96,6 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fleet: the stand-in daemons' sockets, Unix (ipc, the default) or TCP on 127.0.0.1; with tcp the "
                         "result counts the policer's TCP sockets toward them by state at the end of the policing "
                         "window (fleet_tcp_states: time_wait, established, ...)")
+    s.add_argument("--link-transport", choices=("zmtp", "libzmq"), default=None,
+                   help="fleet: how the policer speaks to the daemons (engine.link_transport; default: its default)")
     s.add_argument("--postgres", action="store_true",
                    help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
                         "package, started and removed by the bench, instead of SQLite (its CPU is counted)")
@@ -109,7 +111,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                  flapping_fraction=args.flapping, snapshot_interval_s=args.snapshot_interval,
                                  jitter=args.jitter, api_duration_s=args.api_duration,
                                  api_concurrency=args.concurrency, workers=args.workers, api_nice=args.api_nice,
-                                 transport=args.transport,
+                                 transport=args.transport, link_transport=args.link_transport,
                                  engine_cpus=[int(c) for c in args.engine_cpus.split(",")] if args.engine_cpus else None)
         print(json.dumps(res, indent=1))
         return 0
@@ -613,7 +615,7 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                     sample_link: bool = True, api_concurrency: int = 32,
                     api_window: Callable[[int, bool, str, str], None] | None = None,
                     workers: int = 1, api_nice: int | None = None, engine_cpus: list[int] | None = None,
-                    transport: str = "ipc") -> dict[str, Any]:
+                    transport: str = "ipc", link_transport: str | None = None) -> dict[str, Any]:
     """The policer against a fleet of stand-in daemons (``python -m xtc_lab.policer_fleet`` in a child
     process): ``routers`` registered (control on), ``duration_s`` seconds of policing measured after a
     warm-up (``warmup_s`` from the fleet's start: until the engine has sent every healthy VR its
@@ -653,7 +655,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
     (``ipc``) or on TCP at 127.0.0.1 (``tcp``); with ``tcp``, ``fleet_tcp_states`` counts this host's TCP
     sockets toward the fleet's ports by state, toward the answering daemons and toward the dead ones (:func:`xtc.policer.link.tcp_states`) at the end of the
     policing window, leaving out the sockets there were before the daemons listened: issue 50's TIME-WAIT
-    figure (a connection per exchange left one per exchange)."""
+    figure (a connection per exchange left one per exchange).  ``link_transport``: the policer's
+    ``engine.link_transport`` (None: its default, named in the result as given)."""
     import psutil
 
     if transport not in ("ipc", "tcp"):
@@ -664,7 +667,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
                            "workers": workers,
                            "flapping_fraction": flapping_fraction, "flap_s": flap_s,
                            "period_s": period_s, "samples": samples, "sample_link": sample_link, "shards": shards,
-                           "jitter": jitter, "transport": transport, "product": str(Path(xtc.__file__).parent)}
+                           "jitter": jitter, "transport": transport, "link_transport": link_transport,
+                           "product": str(Path(xtc.__file__).parent)}
     with tempfile.TemporaryDirectory(prefix="xtc-fleet-") as tmp:
         warm = 6.0 + routers / 500 + routers / 1000  # the fleet leaves this out of its statistics
         # Publishing daemons hold about 5 descriptors each: at most 2,500 of them per fleet process.
@@ -694,7 +698,8 @@ def run_fleet_bench(routers: int = 5000, vrs_per_router: int = 16, dead_fraction
             proc, base = start_policer(tmp, token, period_s, request_timeout_s=request_timeout_s, workers=workers,
                                        extra_config=f"samples = {'true' if samples else 'false'}\nshards = {shards}\n"
                                        + f"sample_link = {'true' if sample_link else 'false'}\n"
-                                       + (f"snapshot_interval_s = {snapshot_interval_s}\n" if snapshot_interval_s else ""))
+                                       + (f"snapshot_interval_s = {snapshot_interval_s}\n" if snapshot_interval_s else "")
+                                       + (f'link_transport = "{link_transport}"\n' if link_transport else ""))
             def window() -> Any:  # the fleets' statistics since the previous window (SIGUSR1), merged
                 merged: dict[str, Any] = {}
                 for f in fleets:

@@ -77,11 +77,13 @@ def test_fleet_bench_times_routers_that_fall_silent() -> None:
     and over; the bench times each silence of the policing window from its start to the router's
     ``router_unreachable`` record (``dying_marked_s``).  Every silence is marked while it lasts: 3 s
     (the engine marks a silent router 1.35-1.85 periods after its last sample, so a silence shorter
-    than 2 periods may end before it is marked); a 6 s window holds one silence of each."""
+    than 2 periods may end before it is marked); a 6 s window holds one silence of each.  The policer's links
+    on libzmq here (``engine.link_transport``; the other fleet tests run the default, ZMTP spoken by the policer)."""
     from xtc_lab.policer_bench import run_fleet_bench
 
     res = run_fleet_bench(routers=12, vrs_per_router=2, dead_fraction=0.0, duration_s=6.0, api_rate_per_s=20,
-                          api_duration_s=0.5, flapping_fraction=0.25, flap_s=3.0)
+                          api_duration_s=0.5, flapping_fraction=0.25, flap_s=3.0, link_transport="libzmq")
+    assert res["link_transport"] == "libzmq"
     dying = res["dying_marked_s"]
     print(json.dumps(dying))
     assert res["fleet"]["flapping"]["routers"] == 3 and "silenced_unix_s" not in res["fleet"]["flapping"]
