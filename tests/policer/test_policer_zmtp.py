@@ -23,7 +23,13 @@ from xtc.policer.zmtp import (
     curve_keys,
     parse_metadata,
 )
-from xtc.service.curve import CurveError, generate_keypair, load_public, load_secret, secure_context
+from xtc.service.curve import (
+    CurveError,
+    generate_keypair,
+    load_public,
+    load_secret,
+    secure_context,
+)
 
 ROUTER_GREETING = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x01" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
 
@@ -108,6 +114,14 @@ def test_curve_keys_are_checked(tmp_path: Path) -> None:
 
 
 # -- against libzmq -----------------------------------------------------------------------------------------
+
+async def _up(conn: ZmtpConnection, timeout_s: float = 5.0) -> None:
+    """Wait until the connection's handshake is done (as the link pool's sends wait: on its ``waiters``)."""
+    while not conn.ready:
+        fut = asyncio.get_running_loop().create_future()
+        conn.waiters.append(fut)
+        await asyncio.wait_for(fut, timeout_s)
+
 
 def _drive(c: ZmtpClient, s: socket.socket, done: object, timeout_s: float = 5.0) -> list[list[bytes]]:
     """Write what the client has, read what comes, until ``done(messages)``."""
@@ -233,10 +247,7 @@ def test_a_kept_connection_comes_back_after_the_daemon_does() -> None:
         conn = ZmtpConnection(loop, f"tcp://127.0.0.1:{port}", None, got.append, lambda: ups.append(loop.time()),
                               heartbeat_s=0.2, reconnect_max_s=0.4)
         for round_ in range(2):
-            while not conn.ready:
-                fut = loop.create_future()
-                conn.waiters.append(fut)
-                await asyncio.wait_for(fut, 5)
+            await _up(conn)
             assert conn.send([b"", b"ask %d" % round_])
             peer = None
             for _ in range(100):
@@ -339,10 +350,7 @@ def test_a_connection_that_only_receives_is_kept_by_its_pings() -> None:
     async def run() -> ZmtpConnection:
         loop = asyncio.get_running_loop()
         conn = ZmtpConnection(loop, f"tcp://127.0.0.1:{port}", None, got.append, heartbeat_s=0.2)
-        while not conn.ready:
-            fut = loop.create_future()
-            conn.waiters.append(fut)
-            await asyncio.wait_for(fut, 5)
+        await _up(conn)
         assert conn.send([b"", b"hello"])
         for _ in range(100):
             if router.poll(0):
@@ -423,10 +431,7 @@ def test_ipc_endpoints_a_path_and_an_abstract_name(tmp_path: Path, endpoint: str
     async def run() -> None:
         loop = asyncio.get_running_loop()
         conn = ZmtpConnection(loop, ep, None, got.append)
-        while not conn.ready:
-            fut = loop.create_future()
-            conn.waiters.append(fut)
-            await asyncio.wait_for(fut, 5)
+        await _up(conn)
         assert conn.send([b"", b"ping"])
         for _ in range(250):
             if router.poll(0):
@@ -468,10 +473,7 @@ def test_the_daemons_pings_are_answered(curve_daemon: tuple, curve: bool) -> Non
         loop = asyncio.get_running_loop()
         keys_ = curve_keys(keys / "policer.key_secret", server_key) if curve else None
         conn = ZmtpConnection(loop, f"tcp://127.0.0.1:{port}", keys_, got.append, heartbeat_s=60.0)
-        while not conn.ready:
-            fut = loop.create_future()
-            conn.waiters.append(fut)
-            await asyncio.wait_for(fut, 5)
+        await _up(conn)
         await asyncio.sleep(1.5)
         assert conn.client is not None
         answered = conn.client.pings_answered
