@@ -9,10 +9,13 @@ import asyncio
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import zmq
+from procs import wait_for
 
 from xtc.policer.zmtp import (
     GREETING_BYTES,
@@ -30,6 +33,8 @@ from xtc.service.curve import (
     load_secret,
     secure_context,
 )
+
+T = TypeVar("T")
 
 ROUTER_GREETING = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x01" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
 
@@ -114,6 +119,18 @@ def test_curve_keys_are_checked(tmp_path: Path) -> None:
 
 
 # -- against libzmq -----------------------------------------------------------------------------------------
+
+def _bound_again(make: Callable[[], T]) -> T:
+    """``make()`` (a socket bound on a port just closed) once the port is free again: libzmq closes a socket on
+    its I/O thread, a moment after ``close``."""
+    def attempt() -> T | None:
+        try:
+            return make()
+        except zmq.ZMQError:
+            return None
+
+    return wait_for(attempt, 2, "the port free again", step_s=0.02)
+
 
 async def _up(conn: ZmtpConnection, timeout_s: float = 5.0) -> None:
     """Wait until the connection's handshake is done (as the link pool's sends wait: on its ``waiters``)."""
@@ -273,14 +290,17 @@ def test_a_kept_connection_comes_back_after_the_daemon_does() -> None:
     def rebind() -> None:
         nonlocal router
         router.close(0)
-        router = ctx.socket(zmq.ROUTER)
-        for _ in range(100):  # (libzmq closes a socket on its I/O thread: the port is free a moment later)
+
+        def bound() -> zmq.Socket:
+            r = ctx.socket(zmq.ROUTER)
             try:
-                router.bind(f"tcp://127.0.0.1:{port}")
-                return
+                r.bind(f"tcp://127.0.0.1:{port}")
             except zmq.ZMQError:
-                time.sleep(0.02)
-        raise AssertionError(f"port {port} not free again")
+                r.close(0)
+                raise
+            return r
+
+        router = _bound_again(bound)
 
     try:
         conn = asyncio.run(run())
@@ -324,9 +344,7 @@ def test_the_link_pool_cuts_a_daemon_that_never_ends_its_message() -> None:
         pool.exchange_many([("r", f"tcp://127.0.0.1:{port}", None, [{"cmd": "list"}], lambda _r, res: got.append(res))])
         t.join(20)
         assert not t.is_alive(), "the hostile daemon was never cut"
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: got, 5, "the exchange's answer")
         conns = list(pool._conns.values())
         errors = sum(c.zmtp.errors for c in conns)
         print(f"the daemon sent {sent[0] >> 10} KiB before the cut; errors {errors}; {got}")
@@ -395,22 +413,14 @@ def test_a_subscription_is_asked_again_as_soon_as_its_connection_is_made_again()
     pool = LinkPool(1.0, transport="zmtp", heartbeat_s=0.5, reconnect_max_s=0.2)
     try:
         pool.subscribe("r", d.endpoint, None, lambda frames: None, lambda e: None)
-        deadline = time.monotonic() + 5
-        while pool.stats()["subscriptions"] != 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: pool.stats()["subscriptions"] == 1, 5, "the subscription")
         assert len(Daemon.asked) == 1
         port = d.port
         d.close()
-        for _ in range(100):  # the port free again (libzmq closes on its I/O thread)
-            try:
-                d = Daemon(port=port)
-                break
-            except zmq.ZMQError:
-                time.sleep(0.02)
+        d = _bound_again(lambda: Daemon(port=port))
         restarted = time.monotonic()
-        while len(Daemon.asked) < 2 and time.monotonic() < restarted + 10:
-            time.sleep(0.02)
-        assert len(Daemon.asked) == 2, "subscribe not asked again within 10 s of the restart"
+        wait_for(lambda: len(Daemon.asked) >= 2, 10, "subscribe asked again within 10 s of the restart", step_s=0.02)
+        assert len(Daemon.asked) == 2
         print(f"asked again {Daemon.asked[1] - restarted:.2f} s after the restart")
         assert Daemon.asked[1] - restarted < 5.0 and pool.resubscribes == 1
     finally:

@@ -46,10 +46,8 @@ from xtc.daemon.api import (API_VERSION, MAX_VR_NAME, SAMPLES_SCHEMA, SAMPLES_SC
                             ErrorReply, Instance, OkReply, reject_json_constant, unique_json_keys)
 from xtc.daemon.ctl import ManagerError, open_client
 
-from xtc.service.curve import CurveError
-
 from .config import sample_udp_address
-from .zmtp import CurveKeys, ZmtpConnection, curve_keys
+from .zmtp import ZmtpConnection, curve_keys
 
 log = logging.getLogger("xtc.policer.link")
 
@@ -448,7 +446,6 @@ class LinkPool:
             raise ValueError(f"transport must be one of {', '.join(LINK_TRANSPORTS)}, got {transport!r}")
         #: ``libzmq`` (a DEALER socket a connection) or ``zmtp`` (ZMTP spoken here: :mod:`xtc.policer.zmtp`).
         self.transport = transport
-        self._curve_keys: dict[str, CurveKeys] = {}
         if sample_schema not in SAMPLES_SCHEMAS:
             raise ValueError(f"sample_schema must be one of {', '.join(SAMPLES_SCHEMAS)}, got {sample_schema!r}")
         #: The samples' UDP socket and the address the daemons are told (None: samples on the connections).
@@ -809,18 +806,14 @@ class LinkPool:
 
     def _zmtp_conn(self, key: tuple[str, str | None]) -> _Conn:
         endpoint, server_key = key
-        keys = None
-        try:
-            if server_key:
-                keys = self._curve_keys.get(server_key)
-                if keys is None:
-                    keys = self._curve_keys[server_key] = curve_keys(self.curve_secret_file, server_key)
+        try:  # (the secret file read again only when it changed: load_secret's own cache, as for libzmq's)
+            keys = curve_keys(self.curve_secret_file, server_key) if server_key else None
             c = _Conn(key, None, self._loop.time())
             c.zmtp = ZmtpConnection(self._loop, endpoint, keys, lambda frames: self._take(c, frames),
                                     lambda: self._up_again(c), max_frame_bytes=self.max_reply_bytes,
                                     heartbeat_s=self.heartbeat_s, reconnect_max_s=self.reconnect_max_s,
                                     batch=READ_BATCH)
-        except (ValueError, CurveError) as e:
+        except ValueError as e:  # CurveError is a ValueError
             raise LinkDown(f"cannot connect to {endpoint}: {e}") from None
         self._conns[key] = c
         self.connects += 1
@@ -831,7 +824,7 @@ class LinkPool:
         made again), the daemon knows it as a new peer, so its subscription is asked again now, not after
         :data:`RESUBSCRIBE_PERIODS` of silence (a libzmq socket reconnects without saying so)."""
         sub = self._subs.get(c.key)
-        if c.zmtp is not None and c.zmtp.handshakes > 1 and sub is not None and sub.state == "on":
+        if c.zmtp.handshakes > 1 and sub is not None and sub.state == "on":  # type: ignore[union-attr]
             sub.state, sub.next_s = "off", self._loop.time()
             self.resubscribes += 1
             self._ask(sub)

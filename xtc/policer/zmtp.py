@@ -41,7 +41,7 @@ from nacl.bindings import (crypto_box, crypto_box_afternm, crypto_box_beforenm, 
 from nacl.exceptions import CryptoError
 from zmq.utils import z85
 
-from xtc.service.curve import CurveError, load_secret
+from xtc.service.curve import CurveError, client_keys
 
 __all__ = [
     "GREETING_BYTES",
@@ -97,6 +97,12 @@ def _frame(flags: int, body: bytes) -> bytes:
     if n < 256:
         return bytes([flags, n]) + body
     return bytes([flags | _LONG]) + _SHORT.pack(n) + body
+
+
+def _reason(error_body: bytes) -> str:
+    """The reason an ERROR command gives (RFC 23: its length, then its text)."""
+    reason = error_body[1:1 + error_body[0]].decode(errors="replace") if error_body else ""
+    return reason or "no reason given"
 
 
 def _metadata(props: dict[bytes, bytes]) -> bytes:
@@ -241,13 +247,7 @@ class ZmtpClient:
                 break
             pos = end
             if plain and self.ready and flags & ~(_MORE | _LONG) == 0:  # a message's frame (the usual case)
-                self._parts_bytes += size
-                if self._parts_bytes > self.max_message_bytes:
-                    raise ZmtpError(f"message of more than {self.max_message_bytes} bytes")
-                self._parts.append(data[at:end])
-                if not flags & _MORE:
-                    messages.append(self._parts)
-                    self._parts, self._parts_bytes = [], 0
+                self._part(data[at:end], flags & _MORE, messages)
                 continue
             if flags & ~(_MORE | _LONG | _COMMAND):
                 raise ZmtpError(f"frame with reserved flags {flags:#04x}")
@@ -291,11 +291,15 @@ class ZmtpClient:
         if flags & _COMMAND:
             self._traffic_command(body)
             return
+        self._part(body, flags & _MORE, messages)
+
+    def _part(self, body: bytes, more: int, messages: list[list[bytes]]) -> None:
+        """A message's frame: added to the message under way (bounded), which is whole without ``more``."""
         self._parts_bytes += len(body)
         if self._parts_bytes > self.max_message_bytes:
             raise ZmtpError(f"message of more than {self.max_message_bytes} bytes")
         self._parts.append(body)
-        if not flags & _MORE:
+        if not more:
             messages.append(self._parts)
             self._parts, self._parts_bytes = [], 0
 
@@ -307,8 +311,7 @@ class ZmtpClient:
     def _handshake(self, body: bytes) -> None:
         name, rest = self._name(body)
         if name == b"ERROR":
-            reason = rest[1:1 + rest[0]].decode(errors="replace") if rest else ""
-            raise ZmtpError(f"peer refused the handshake: {reason or 'no reason given'}")
+            raise ZmtpError(f"peer refused the handshake: {_reason(rest)}")
         if self.curve is None:
             if name != b"READY":
                 raise ZmtpError(f"unexpected {name.decode(errors='replace')} in the NULL handshake")
@@ -386,18 +389,15 @@ class ZmtpClient:
         elif name == b"PONG":
             self.pongs += 1
         elif name == b"ERROR":
-            reason = rest[1:1 + rest[0]].decode(errors="replace") if rest else ""
-            raise ZmtpError(f"peer sent ERROR: {reason or 'no reason given'}")
+            raise ZmtpError(f"peer sent ERROR: {_reason(rest)}")
         # other commands (SUBSCRIBE, CANCEL...) mean nothing to a DEALER: skipped, as libzmq does
 
 
 def curve_keys(client_secret_file: str | Path, server_key_z85: str | bytes) -> CurveKeys:
-    """A CURVE client's keys from its ``.key_secret`` file and its server's Z85 public key (the files and
-    keys the libzmq path takes; :class:`~xtc.service.curve.CurveError` names a bad one)."""
-    pub, sec = load_secret(client_secret_file)
-    key = server_key_z85.encode() if isinstance(server_key_z85, str) else server_key_z85
-    if len(key) != 40:
-        raise CurveError(f"a server public key is 40 Z85 characters, got {len(key)}")
+    """A CURVE client's keys from its ``.key_secret`` file and its server's Z85 public key, as the libzmq path
+    takes them (:func:`~xtc.service.curve.client_keys`: :class:`~xtc.service.curve.CurveError` names a bad
+    one), decoded."""
+    pub, sec, key = client_keys(client_secret_file, server_key_z85)
     try:
         return CurveKeys(z85.decode(pub), z85.decode(sec), z85.decode(key))
     except (ValueError, KeyError) as e:
@@ -487,7 +487,7 @@ class ZmtpConnection(asyncio.Protocol):
     def send(self, frames: list[bytes]) -> bool:
         """Queue one message; False (nothing queued) while the connection is not :attr:`ready`."""
         c, t = self.client, self.transport
-        if c is None or t is None or not c.ready or self._paused:
+        if c is None or t is None or not self.ready:
             return False
         c.send(frames)
         t.write(bytes(c.out))
@@ -619,16 +619,10 @@ class ZmtpConnection(asyncio.Protocol):
             self._hand_on(messages, t)
 
     def _hand_on(self, messages: list[list[bytes]], t: asyncio.Transport) -> None:
-        """Hand on at most a batch of ``messages`` now; the rest at the loop's next turns, reading paused."""
-        on_message, batch = self.on_message, self.batch
-        for m in messages[:batch]:
-            on_message(m)
-            if self.transport is not t:  # cut by the callee
-                return
-        if len(messages) > batch:
-            self._backlog, self._next = messages, batch
-            t.pause_reading()
-            self.loop.call_soon(self._more, t)
+        """Hand on the messages read, at most a batch now: the rest at the loop's next turns, reading paused
+        meanwhile (:meth:`_more`)."""
+        self._backlog, self._next = messages, 0
+        self._more(t)
 
     def _more(self, t: asyncio.Transport) -> None:
         if self.transport is not t:  # lost meanwhile: the rest with it
@@ -638,15 +632,16 @@ class ZmtpConnection(asyncio.Protocol):
         on_message = self.on_message
         for m in backlog[i:i + self.batch]:
             on_message(m)
-            if self.transport is not t:
+            if self.transport is not t:  # cut by the callee
                 self._backlog = []
                 return
         self._next = i + self.batch
         if self._next < len(backlog):
+            t.pause_reading()  # (again: nothing)
             self.loop.call_soon(self._more, t)
         else:
             self._backlog = []
-            t.resume_reading()
+            t.resume_reading()  # (not paused: nothing)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

@@ -28,7 +28,7 @@ import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
 __all__ = ["CurveError", "generate_keypair", "load_secret", "load_public", "server_public_key", "check_clients_dir",
-           "check_server_files", "z85_key", "secure_context", "client_options"]
+           "check_server_files", "z85_key", "secure_context", "client_keys", "client_options"]
 
 
 class CurveError(ValueError):
@@ -158,12 +158,17 @@ def secure_context(server_secret_file: str | Path, clients_dir: str | Path,
     return ctx, auth
 
 
-def client_options(sock: zmq.Socket, client_secret_file: str | Path, server_public_key: bytes | str) -> None:
-    """Make ``sock`` (before it connects) a CURVE client of a server with that public key."""
+def client_keys(client_secret_file: str | Path, server_public_key: bytes | str) -> tuple[bytes, bytes, bytes]:
+    """A CURVE client's (public, secret) Z85 keys from its ``.key_secret`` file and its server's Z85 public
+    key, each checked (:class:`CurveError` names a bad one): what every CURVE client of a daemon takes."""
     pub, sec = load_secret(client_secret_file)
     key = server_public_key.encode() if isinstance(server_public_key, str) else server_public_key
     if len(key) != 40:
         raise CurveError(f"a server public key is 40 Z85 characters, got {len(key)}")
-    sock.curve_publickey = pub
-    sock.curve_secretkey = sec
-    sock.curve_serverkey = key
+    return pub, sec, key
+
+
+def client_options(sock: zmq.Socket, client_secret_file: str | Path, server_public_key: bytes | str) -> None:
+    """Make ``sock`` (before it connects) a CURVE client of a server with that public key."""
+    sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = client_keys(client_secret_file,
+                                                                                   server_public_key)
