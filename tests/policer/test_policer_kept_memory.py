@@ -26,9 +26,9 @@ def test_kept_rows_share_their_state_words(tmp_path: Path) -> None:
         got = s.plan_states(["r1", "r2"])
         one, two = got["r1"][1], got["r2"][1]
         for n, word in (("a", "active"), ("b", "paused"), ("c", "inactive")):
-            assert one[n]["state"] == two[n]["state"] == word
-            assert one[n]["state"] is two[n]["state"], "each row read holds a string of its own"
-            assert one[n]["wanted_state"] is two[n]["wanted_state"]
+            assert one[n].state == two[n].state == word
+            assert one[n].state is two[n].state, "each row read holds a string of its own"
+            assert one[n].wanted_state is two[n].wanted_state
     finally:
         s.close()
 

@@ -107,13 +107,13 @@ def test_a_running_misbehaviour_timer_has_the_router_planned_at_its_hold(world: 
     v0 = d.vrs["vr0"]
     store.set_manual_setpoint(d.name, "vr0", v0.offered_pps / 4, "test")  # it forwards a quarter of what it is offered
     while store.get_vr(d.name, "vr0")["punishment_level"] == 0:
-        since = store.router_state(d.name)[1]["vr0"]["punish_bad_since_s"]
+        since = store.router_state(d.name)[1]["vr0"].punish_bad_since_s
         assert since is None or eng.clock() - since < 3.0, "not punished when the hold was reached"
         tick(1)
     assert eng.clock() - since == 3.0, "punished at the first cycle that reached the hold"
     # Level 1, bad again: each further hold climbs a level, to the last (paused), where it stays.
     for level in (2, 3):
-        since = store.router_state(d.name)[1]["vr0"]["punish_bad_since_s"]
+        since = store.router_state(d.name)[1]["vr0"].punish_bad_since_s
         while store.get_vr(d.name, "vr0")["punishment_level"] < level:
             assert eng.clock() - since < 3.0
             tick(1)
@@ -128,7 +128,7 @@ def test_a_running_misbehaviour_timer_has_the_router_planned_at_its_hold(world: 
     for _ in range(30):
         if store.get_vr(d.name, "vr0")["punishment_level"] == 0:
             break
-        since = store.router_state(d.name)[1]["vr0"]["punish_good_since_s"]
+        since = store.router_state(d.name)[1]["vr0"].punish_good_since_s
         assert since is None or eng.clock() - since < 5.0, "not restored when the hold was reached"
         tick(1)
     assert eng.clock() - since == 5.0, "restored at the first cycle that reached the hold"

@@ -25,10 +25,10 @@ from xtc.policer.policy import (
     weighted_max_min,
 )
 from xtc.policer.quiet import quiet_routers, shares_pps
-from xtc.policer.store import STATE_COLS, Store
+from xtc.policer.store import STATE_COLS, Store, VrRow
 
 
-def _vr(rng: random.Random, i: int, cap: float, k: int) -> dict[str, Any]:
+def _vr(rng: random.Random, i: int, cap: float, k: int) -> VrRow:
     rate = rng.uniform(0, 2.5 * cap / max(k, 1))
     fwd = rate * rng.uniform(0.3, 1.0)
     row = {c: None for c in STATE_COLS}
@@ -40,14 +40,14 @@ def _vr(rng: random.Random, i: int, cap: float, k: int) -> dict[str, Any]:
                sla_min_pps=rng.choice([None, None, 0.0, cap / 100]),
                manual_setpoint_pps=rng.choice([None] * 12 + [cap / 40]), punish_vr_off=rng.choice([None, 0, 1]))
     row["sla_max_pps"] = rng.choice([None, None, (row["sla_min_pps"] or 0.0) + cap / 10])
-    return row
+    return VrRow(**row)
 
 
 def _router(rng: random.Random, vrs: int | None = None) -> dict[str, Any]:
     cap = rng.uniform(1e5, 5e6)
     k = rng.choice([0, 1, 3, 16, 16, 16, 30]) if vrs is None else vrs
     return {"capacity_pps": cap, "control_mode": rng.choice(["auto", "auto", "auto", "on", "off"]),
-            "on": rng.random() < 0.5, "pending": None, "rows": {r["name"]: r for r in (_vr(rng, i, cap, k) for i in range(k))}}
+            "on": rng.random() < 0.5, "pending": None, "rows": {r.name: r for r in (_vr(rng, i, cap, k) for i in range(k))}}
 
 
 def _settings(rng: random.Random) -> Settings:
@@ -71,19 +71,19 @@ def _apply(rt: dict[str, Any], plan: Any, changes: dict[str, dict[str, Any]]) ->
     rt["act"] = plan.activation
     for n, d in changes.items():
         ms = d["misbehaviour"]
-        rt["rows"][n] = {**rt["rows"][n], "derived_setpoint_pps": d["derived_setpoint_pps"],
-                         "wanted_state": d["wanted_state"], "wanted_setpoint_pps": d["wanted_setpoint_pps"],
-                         "punish_level": ms.level, "punish_bad_since_s": ms.bad_since_s,
-                         "punish_good_since_s": ms.good_since_s, "punish_base_pps": d["punish_base_pps"]}
+        rt["rows"][n] = rt["rows"][n]._replace(
+            derived_setpoint_pps=d["derived_setpoint_pps"], wanted_state=d["wanted_state"],
+            wanted_setpoint_pps=d["wanted_setpoint_pps"], punish_level=ms.level, punish_bad_since_s=ms.bad_since_s,
+            punish_good_since_s=ms.good_since_s, punish_base_pps=d["punish_base_pps"])
     for n, row in rt["rows"].items():
-        if row["present"] and row["wanted_state"] is not None:
-            rt["rows"][n] = {**row, "state": row["wanted_state"], "daemon_setpoint_pps": row["wanted_setpoint_pps"]}
+        if row.present and row.wanted_state is not None:
+            rt["rows"][n] = row._replace(state=row.wanted_state, daemon_setpoint_pps=row.wanted_setpoint_pps)
 
 
 def _jitter(rng: random.Random, rt: dict[str, Any], by: float) -> None:
     for n, row in rt["rows"].items():
-        rt["rows"][n] = {**row, **{k: row[k] * (1 + rng.uniform(-by, by)) for k in ("forwarded_pps", "offered_pps")
-                                   if row[k] is not None}}
+        rt["rows"][n] = row._replace(**{k: getattr(row, k) * (1 + rng.uniform(-by, by))
+                                        for k in ("forwarded_pps", "offered_pps") if getattr(row, k) is not None})
 
 
 def _fleet(seed: int, routers: int, settings: Settings | None = None,
@@ -152,10 +152,10 @@ def test_a_quiet_fleet_turns_busy_where_a_vr_misbehaves_or_the_daemon_lost_its_s
                     for rt in fleet]
     quiet, _ = quiet_routers(settings, args(), now)
     i = next(i for i, (q, rt) in enumerate(zip(quiet, fleet)) if q and any(
-        r["present"] and r["state"] == "active" for r in rt["rows"].values()))
+        r.present and r.state == "active" for r in rt["rows"].values()))
     rt = fleet[i]
-    n = next(n for n, r in rt["rows"].items() if r["present"] and r["state"] == "active")
-    rt["rows"][n] = {**rt["rows"][n], "daemon_setpoint_pps": rt["rows"][n]["daemon_setpoint_pps"] * 1.5}
+    n = next(n for n, r in rt["rows"].items() if r.present and r.state == "active")
+    rt["rows"][n] = rt["rows"][n]._replace(daemon_setpoint_pps=rt["rows"][n].daemon_setpoint_pps * 1.5)
     assert not quiet_routers(settings, args(), now)[0][i]
     assert any(c.cmd == "setpoint" for c in _plan(settings, rt, now).commands)
 
@@ -200,9 +200,9 @@ def test_the_engine_records_a_quiet_plan_as_the_planner_would_and_plans_a_busy_o
     assert sum(d.commands.values()) == sent
     after = store.router_state(d.name)[1]
     policy_cols = ("derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps", "punish_level")
-    assert {n: [r[c] for c in policy_cols] for n, r in after.items()} == \
-        {n: [r[c] for c in policy_cols] for n, r in before.items()}
-    demand = sum(max(r["offered_pps"], r["forwarded_pps"]) for r in after.values())
+    assert {n: [getattr(r, c) for c in policy_cols] for n, r in after.items()} == \
+        {n: [getattr(r, c) for c in policy_cols] for n, r in before.items()}
+    demand = sum(max(r.offered_pps, r.forwarded_pps) for r in after.values())
     assert store.get_router(d.name)["demand_pps"] == demand
     v0 = d.vrs["vr0"]
     old_sp = v0.setpoint_pps
@@ -233,7 +233,7 @@ def test_a_quiet_plans_demand_is_a_measurement_live_and_written_by_the_snapshot(
             tick(1)
         assert eng.plans_quiet == quiet + 3
         rows = store.router_state(d.name)[1]
-        demand = sum(max(r["offered_pps"], r["forwarded_pps"]) for r in rows.values())
+        demand = sum(max(r.offered_pps, r.forwarded_pps) for r in rows.values())
         assert demand != written
         live = store.get_router(d.name)
         assert live["demand_pps"] == demand and live["measured_from"] == "live"
@@ -245,7 +245,7 @@ def test_a_quiet_plans_demand_is_a_measurement_live_and_written_by_the_snapshot(
         d.vrs["vr0"].offered_pps *= 3
         tick(1)
         rows = store.router_state(d.name)[1]
-        assert other.get_router(d.name)["demand_pps"] == sum(max(r["offered_pps"], r["forwarded_pps"])
+        assert other.get_router(d.name)["demand_pps"] == sum(max(r.offered_pps, r.forwarded_pps)
                                                               for r in rows.values())
     finally:
         other.close()

@@ -360,7 +360,7 @@ def test_kept_rows_are_what_the_database_holds(db_url: str) -> None:
         eng.router_states(["r0"])
     api.remove_router("r0", "test")
     api.add_router("r0", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
-    assert not any(v["present"] for v in eng.router_states(["r0"])["r0"][1].values())  # read again: absent
+    assert not any(v.present for v in eng.router_states(["r0"])["r0"][1].values())  # read again: absent
     out = ExchangeOutcome("r0", "reachable", None, vrs=same)
     eng.record_outcomes([out])
     assert out.appeared == vrs and eng.router_states(["r0"])["r0"] == fresh()["r0"]
@@ -463,15 +463,15 @@ def test_measurements_live_in_memory_until_a_snapshot(db_url: str) -> None:
     s.add_router("r1", "tcp://127.0.0.1:1", 1e5, "auto", None, "test")
     s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "forwarded_pps": 5.0}])])
     assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # appeared: written at once
-    assert s.router_states(["r1"])["r1"][1]["a"]["forwarded_pps"] == 5.0  # its rows kept from now on
+    assert s.router_states(["r1"])["r1"][1]["a"].forwarded_pps == 5.0  # its rows kept from now on
     t[0] = 101.0
     s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "active", "forwarded_pps": 7.0}])])
     assert _raw_vrs(db_url) == {"a": (5.0, "active", 100.0)}  # a new measurement only: live
     assert (s.get_vr("r1", "a")["forwarded_pps"], s.get_vr("r1", "a")["last_seen_unix_s"]) == (7.0, 101.0)
     assert s.get_router("r1")["last_seen_unix_s"] == 101.0
-    assert s.router_states(["r1"])["r1"][1]["a"]["forwarded_pps"] == 7.0
+    assert s.router_states(["r1"])["r1"][1]["a"].forwarded_pps == 7.0
     s.set_manual_setpoint("r1", "a", 3000.0, "test")  # another writer: the rows are read again, live values over them
-    assert s.router_states(["r1"])["r1"][1]["a"]["forwarded_pps"] == 7.0
+    assert s.router_states(["r1"])["r1"][1]["a"].forwarded_pps == 7.0
     t[0] = 102.0
     s.record_outcomes([ExchangeOutcome("r1", "reachable", vrs=[{"vr": "a", "state": "paused", "forwarded_pps": 8.0}])])
     assert _raw_vrs(db_url) == {"a": (8.0, "paused", 102.0)}  # its state changed: written at once

@@ -59,7 +59,6 @@ import collections
 import itertools
 import logging
 import math
-import operator
 import queue
 import threading
 import time
@@ -78,7 +77,7 @@ from .samples import SampleStreams
 from .planner import Command, RouterInput, RouterPlan, Settings, VrObs, VrPolicy, plan_router
 from .quiet import COLUMNS, plan_columns, quiet_columns
 from .policy import OFF_LEVEL, PAUSE_LEVEL, ActivationState, MisbehaviourState
-from .store import ExchangeOutcome, Store
+from .store import ExchangeOutcome, Store, VrRow
 
 __all__ = ["Engine", "RouterState", "shard_of", "percentiles", "CYCLE_BUCKETS_S"]
 
@@ -124,30 +123,21 @@ def _backing_off(st: RouterState | None, now: float) -> bool:
     return st is not None and st.backoff is not None and st.backoff[0] > now
 
 
-def _vr_policy(row: dict[str, Any], now: float) -> VrPolicy:
+def _vr_policy(row: VrRow, now: float) -> VrPolicy:
     return VrPolicy(
-        weight=row["sla_weight"] if row["sla_weight"] is not None else 1.0,
-        min_pps=row["sla_min_pps"] if row["sla_min_pps"] is not None else 0.0,
-        max_pps=row["sla_max_pps"] if row["sla_max_pps"] is not None else math.inf,
-        manual_setpoint_pps=row["manual_setpoint_pps"],
-        misbehaviour=MisbehaviourState(row["punish_level"], _not_after(row["punish_bad_since_s"], now),
-                                       _not_after(row["punish_good_since_s"], now)),
-        punish_base_pps=row["punish_base_pps"],
-        derived_setpoint_pps=row["derived_setpoint_pps"],
-        vr_off_allowed=bool(row.get("punish_vr_off")),
+        weight=row.sla_weight if row.sla_weight is not None else 1.0,
+        min_pps=row.sla_min_pps if row.sla_min_pps is not None else 0.0,
+        max_pps=row.sla_max_pps if row.sla_max_pps is not None else math.inf,
+        manual_setpoint_pps=row.manual_setpoint_pps,
+        misbehaviour=MisbehaviourState(row.punish_level, _not_after(row.punish_bad_since_s, now),
+                                       _not_after(row.punish_good_since_s, now)),
+        punish_base_pps=row.punish_base_pps,
+        derived_setpoint_pps=row.derived_setpoint_pps,
+        vr_off_allowed=bool(row.punish_vr_off),
     )
 
 
-#: The VR columns :func:`plan_router` reads (through :func:`_vr_obs` and :func:`_vr_policy`) or writes:
-#: a router's plan inputs are these, its activation state, capacity, control mode and the settings.
-_PLAN_COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated", "sla_weight",
-              "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
-              "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps",
-              "punish_vr_off")
-_plan_cols = operator.itemgetter(*_PLAN_COLS)
-
-
-def _same_inputs(fixed: tuple, head: tuple, rows: dict[str, dict[str, Any]]) -> bool:
+def _same_inputs(fixed: tuple, head: tuple, rows: dict[str, VrRow]) -> bool:
     """Whether a router's plan inputs (``head``: the settings, capacity, control mode and activation state;
     ``rows``) are those kept in
     ``fixed`` (head, rows).  The store never changes rows it gave (a write makes new ones), so the very
@@ -157,11 +147,12 @@ def _same_inputs(fixed: tuple, head: tuple, rows: dict[str, dict[str, Any]]) -> 
     old = fixed[1]
     if old is rows:
         return True
-    # the same VRs with equal plan columns, VR by VR, stopping at the first that differs (with moving rates: the first)
-    return old.keys() == rows.keys() and all(_plan_cols(old[n]) == _plan_cols(row) for n, row in rows.items())
+    # the same VRs with equal rows (every column but the name is a plan input), VR by VR, stopping at the first
+    # that differs (with moving rates: the first)
+    return old.keys() == rows.keys() and all(old[n] == row for n, row in rows.items())
 
 
-def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, Any]]) -> tuple[tuple[float, float], ...]:
+def _timers(settings: Settings, act: ActivationState, rows: dict[str, VrRow]) -> tuple[tuple[float, float], ...]:
     """The policy timers that run, as ``(since_s, hold_s)``: until ``now - since_s >= hold_s`` for one of
     them, a plan of unchanged inputs does not depend on the time (:func:`~xtc.policer.policy.activation_step`
     and :func:`~xtc.policer.policy.misbehaviour_step` read it only to start a timer or to compare one
@@ -171,24 +162,24 @@ def _timers(settings: Settings, act: ActivationState, rows: dict[str, dict[str, 
         out.append((act.pending_since_s, settings.activation.hold_s))
     m = settings.misbehaviour
     for row in rows.values():
-        top = OFF_LEVEL if row.get("punish_vr_off") else PAUSE_LEVEL  # the VR's last level (its network's switch)
-        if row["punish_bad_since_s"] is not None and row["punish_level"] < top:
-            out.append((row["punish_bad_since_s"], m.hold_s))
-        if row["punish_good_since_s"] is not None:
-            out.append((row["punish_good_since_s"], m.restore_hold_s))
+        top = OFF_LEVEL if row.punish_vr_off else PAUSE_LEVEL  # the VR's last level (its network's switch)
+        if row.punish_bad_since_s is not None and row.punish_level < top:
+            out.append((row.punish_bad_since_s, m.hold_s))
+        if row.punish_good_since_s is not None:
+            out.append((row.punish_good_since_s, m.restore_hold_s))
     return tuple(out)
 
 
-def _vr_changes(plan: RouterPlan, rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _vr_changes(plan: RouterPlan, rows: dict[str, VrRow]) -> dict[str, dict[str, Any]]:
     """The VRs whose policy or wanted state the plan changes (what :meth:`Store.save_plans` writes), by name."""
     per_vr = {}
     for n, p in plan.policies.items():
         want = plan.wanted.get(n, (None, None))
         ms = p.misbehaviour
         row = rows.get(n)
-        if row is not None and (row["derived_setpoint_pps"], row["wanted_state"], row["wanted_setpoint_pps"],
-                                row["punish_level"], row["punish_bad_since_s"], row["punish_good_since_s"],
-                                row["punish_base_pps"]) == (
+        if row is not None and (row.derived_setpoint_pps, row.wanted_state, row.wanted_setpoint_pps,
+                                row.punish_level, row.punish_bad_since_s, row.punish_good_since_s,
+                                row.punish_base_pps) == (
                 _finite(p.derived_setpoint_pps), want[0], _finite(want[1]), ms.level, ms.bad_since_s,
                 ms.good_since_s, _finite(p.punish_base_pps)):
             continue  # unchanged: not written again
@@ -207,7 +198,7 @@ def _live_key(live: LiveTable, name: str) -> tuple | None:
     return live.key(name)
 
 
-def _plan_block(st: RouterState, rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> tuple[Any, Any]:
+def _plan_block(st: RouterState, rows: dict[str, VrRow], live: LiveTable, name: str) -> tuple[Any, Any]:
     """The router's plan inputs in columns (:func:`~xtc.policer.quiet.plan_columns` of its rows, kept while the
     store gives the very rows) and, per VR in the rows' order, its row in the live table (-1: none, its
     row's measurements hold); (None, None): planned without the arrays."""
@@ -268,7 +259,7 @@ def _quiet_demands(todo: list[tuple], live: LiveTable) -> dict[str, float]:
     return out
 
 
-def _observed(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> dict[str, VrObs]:
+def _observed(rows: dict[str, VrRow], live: LiveTable, name: str) -> dict[str, VrObs]:
     """The router's VRs as its daemon reported them (:func:`_vr_obs` of its rows), with the live table's
     measurements of the VRs it holds (the rows from :meth:`~xtc.policer.store.Store.plan_states` may hold
     older ones), made from the rows and the table without a copy of a row."""
@@ -278,8 +269,8 @@ def _observed(rows: dict[str, dict[str, Any]], live: LiveTable, name: str) -> di
     out = {}
     for n, row in rows.items():
         m = got.get(n)
-        out[n] = _vr_obs(row) if m is None else VrObs(row["name"], bool(row["present"]), row["state"],
-                                                      row["daemon_setpoint_pps"], m[0], m[1], m[2])
+        out[n] = _vr_obs(row) if m is None else VrObs(row.name, bool(row.present), row.state,
+                                                      row.daemon_setpoint_pps, m[0], m[1], m[2])
     return out
 
 
@@ -294,9 +285,9 @@ def _fixed_timers(st: RouterState, settings: Settings, act: ActivationState) -> 
     return timers
 
 
-def _vr_obs(row: dict[str, Any]) -> VrObs:
-    return VrObs(row["name"], bool(row["present"]), row["state"], row["daemon_setpoint_pps"], row["forwarded_pps"],
-                 row["offered_pps"], row["saturated"])
+def _vr_obs(row: VrRow) -> VrObs:
+    return VrObs(row.name, bool(row.present), row.state, row.daemon_setpoint_pps, row.forwarded_pps,
+                 row.offered_pps, row.saturated)
 
 
 def _command_detail(cmd: Command) -> dict[str, Any]:
@@ -358,7 +349,7 @@ class RouterState:
     sample_names: tuple[list, frozenset[str]] | None = None
     cmds_done_s: float = -math.inf
     probed_arrival_s: float | None = None
-    fixed: tuple[tuple, dict[str, dict[str, Any]], tuple[tuple[float, float], ...] | None] | None = None
+    fixed: tuple[tuple, dict[str, VrRow], tuple[tuple[float, float], ...] | None] | None = None
     block: tuple | None = None
     unanswered: tuple[list[Command], str] | None = None
     measured_at_s: float | None = None

@@ -27,8 +27,8 @@ planned to nothing by :func:`~xtc.policer.planner.plan_router`, with the same de
 engine with the arrays writes, sends and audits exactly what one without them does.
 
 The inputs are the store's plan-input rows (the columns of :data:`~xtc.policer.store.STATE_COLS`, as
-:meth:`~xtc.policer.store.Store.router_states` gives them), the time passed in (no clock here): as
-dictionaries (:func:`quiet_routers`), or already in columns (:func:`quiet_columns`: each router's
+:meth:`~xtc.policer.store.Store.router_states` gives them: :class:`~xtc.policer.store.VrRow`), the time passed in
+(no clock here): as rows (:func:`quiet_routers`), or already in columns (:func:`quiet_columns`: each router's
 :func:`plan_columns`, which the engine keeps with the rows they were made from and fills with the live
 table's measurements), side by side.
 """
@@ -57,7 +57,7 @@ _COLS = ("present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pp
          "sla_min_pps", "sla_max_pps", "manual_setpoint_pps", "punish_level", "punish_bad_since_s",
          "punish_good_since_s", "punish_base_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps",
          "punish_vr_off")
-_cols = operator.itemgetter(*_COLS)
+_cols = operator.attrgetter(*_COLS)
 #: The plan inputs' columns, in the order of :func:`plan_columns`'s rows.
 COLUMNS = _COLS
 _STATE = {"inactive": 0, "active": 1, "paused": 2}
@@ -148,8 +148,8 @@ def shares_pps(capacity_pps: np.ndarray, weight: np.ndarray, min_pps: np.ndarray
     return np.where(claim, out, 0.0)
 
 
-def plan_columns(rows: Mapping[str, Mapping[str, Any]]) -> np.ndarray | None:
-    """A router's VRs' plan inputs (``rows``: name -> the columns of :data:`~xtc.policer.store.STATE_COLS`)
+def plan_columns(rows: Mapping[str, Any]) -> np.ndarray | None:
+    """A router's VRs' plan inputs (``rows``: name -> its :class:`~xtc.policer.store.VrRow`)
     as one ``(len(COLUMNS), VRs)`` float64 array, in the rows' order: a column per name of :data:`COLUMNS`,
     the states and flags by their codes (-1: one the policies do not know), None as NaN; None if a value
     cannot be held so (then the router is planned)."""
@@ -167,7 +167,7 @@ def plan_columns(rows: Mapping[str, Mapping[str, Any]]) -> np.ndarray | None:
     return out
 
 
-def quiet_routers(settings: Settings, routers: Sequence[tuple[float, str, bool, float | None, Mapping[str, Mapping[str, Any]]]],
+def quiet_routers(settings: Settings, routers: Sequence[tuple[float, str, bool, float | None, Mapping[str, Any]]],
                   now_s: np.ndarray | Sequence[float] | float) -> tuple[np.ndarray, np.ndarray]:
     """Which routers' plans would change nothing, and their demands.
 
@@ -177,7 +177,7 @@ def quiet_routers(settings: Settings, routers: Sequence[tuple[float, str, bool, 
     routers : sequence of (capacity_pps, control_mode, activation on, activation pending since or None, rows)
         Each router's plan inputs as the engine hands them to :func:`~xtc.policer.planner.plan_router`: its
         capacity, control mode, activation state (the pending time already no later than ``now_s``) and
-        its VRs' rows (name -> the columns of :data:`~xtc.policer.store.STATE_COLS`), in the rows' order.
+        its VRs' rows (name -> its :class:`~xtc.policer.store.VrRow`), in the rows' order.
     now_s : float or array
         The time of each router's plan (the same clock as the timers).
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import orjson
 
@@ -101,8 +101,8 @@ def _measured(vrs: Any, now: float, router: str) -> list[tuple]:
     return out
 
 
-def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_names: tuple[str, ...] | None = None,
-                        last: SampleRows | None = None) -> dict[str, dict[str, Any]] | None:
+def _measurements_moved(rows: dict[str, VrRow], c: SampleRows, live_names: tuple[str, ...] | None = None,
+                        last: SampleRows | None = None) -> dict[str, VrRow] | None:
     """A router's kept rows with a sample's measurements, if the sample lists the rows' VRs (all but ones
     already absent), each as present or absent, in the state and at the setpoint its row holds (then
     nothing is written or audited now: :meth:`Store.record_outcomes` would find no change); else None.  The rows are not changed: those
@@ -118,24 +118,24 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
         return rows
     if len(rows) != len(c.names):
         listed = frozenset(c.names)
-        if any(r["present"] for n, r in rows.items() if n not in listed):
+        if any(r.present for n, r in rows.items() if n not in listed):
             return None  # a VR present before is not listed: it vanished
     if live_names is not None and c.names == live_names:
         for n, p, s, sp in zip(c.names, c.present, c.state, c.setpoint_pps):
             old = rows.get(n)
-            if old is None or old["present"] != p or old["state"] != s or old["daemon_setpoint_pps"] != sp:
+            if old is None or old.present != p or old.state != s or old.daemon_setpoint_pps != sp:
                 return None
         return rows
     new = None
     for n, p, s, sp, f, o, sat in zip(c.names, c.present, c.state, c.setpoint_pps, c.forwarded_pps, c.offered_pps,
                                       c.saturated):
         old = rows.get(n)
-        if old is None or old["present"] != p or old["state"] != s or old["daemon_setpoint_pps"] != sp:
+        if old is None or old.present != p or old.state != s or old.daemon_setpoint_pps != sp:
             return None
-        if old["forwarded_pps"] != f or old["offered_pps"] != o or old["saturated"] != sat:
+        if old.forwarded_pps != f or old.offered_pps != o or old.saturated != sat:
             if new is None:
                 new = dict(rows)
-            new[n] = {**old, "forwarded_pps": f, "offered_pps": o, "saturated": sat}
+            new[n] = old._replace(forwarded_pps=f, offered_pps=o, saturated=sat)
     return rows if new is None else new
 
 
@@ -144,13 +144,38 @@ def _measurements_moved(rows: dict[str, dict[str, Any]], c: SampleRows, live_nam
 _WORDS = {w: w for w in ("inactive", "active", "paused")}
 
 
-def _kept_row(values: tuple) -> dict[str, Any]:
+class VrRow(NamedTuple):
+    """A VR's row as :meth:`Store.router_states` gives it (the engine's plan inputs): the VR's own columns, then
+    its network's SLA and whether its network lets the ladder turn a VR off (None: no network).  A tuple, not a
+    dictionary: the engine keeps one per VR of its shard (80,000 at 5,000 routers), and a tuple of these 19
+    fields takes 209 bytes against a dictionary's 472 (docs/design/policer-memory.md).  Never changed in place:
+    a change is a new row (``_replace``)."""
+
+    name: str
+    present: int
+    state: str
+    daemon_setpoint_pps: float | None
+    forwarded_pps: float | None
+    offered_pps: float | None
+    saturated: str | None
+    manual_setpoint_pps: float | None
+    derived_setpoint_pps: float | None
+    wanted_state: str | None
+    wanted_setpoint_pps: float | None
+    punish_level: int
+    punish_bad_since_s: float | None
+    punish_good_since_s: float | None
+    punish_base_pps: float | None
+    sla_min_pps: float | None
+    sla_max_pps: float | None
+    sla_weight: float | None
+    punish_vr_off: int | None
+
+
+def _kept_row(values: tuple) -> VrRow:
     """A VR's row as :meth:`Store.plan_states` keeps it (:data:`STATE_COLS` from ``values``), its words shared."""
-    row = dict(zip(STATE_COLS, values))
-    st, wanted = row["state"], row["wanted_state"]
-    row["state"] = _WORDS.get(st, st)
-    row["wanted_state"] = _WORDS.get(wanted, wanted)
-    return row
+    st, wanted = values[2], values[9]
+    return VrRow(values[0], values[1], _WORDS.get(st, st), *values[3:9], _WORDS.get(wanted, wanted), *values[10:])
 
 
 #: The activation states without a timer (immutable: one object each for every router in them).
@@ -171,10 +196,7 @@ def _real(v: Any) -> float | None:
 
 #: The columns of a VR's row that :meth:`Store.router_states` gives (the engine's plan inputs): the VR's
 #: own, then its network's SLA and whether its network lets the ladder turn a VR off (null: no network).
-STATE_COLS = ("name", "present", "state", "daemon_setpoint_pps", "forwarded_pps", "offered_pps", "saturated",
-              "manual_setpoint_pps", "derived_setpoint_pps", "wanted_state", "wanted_setpoint_pps", "punish_level",
-              "punish_bad_since_s", "punish_good_since_s", "punish_base_pps", "sla_min_pps", "sla_max_pps", "sla_weight",
-              "punish_vr_off")
+STATE_COLS: tuple[str, ...] = VrRow._fields
 _NETWORK_COLS = ("sla_min_pps", "sla_max_pps", "sla_weight", "punish_vr_off")
 _STATE_SQL = ("SELECT v.router, " + ", ".join(("n." if c in _NETWORK_COLS else "v.") + c for c in STATE_COLS)
               + " FROM vrs v LEFT JOIN networks n ON v.network = n.name WHERE v.router IN ({marks})")
@@ -244,11 +266,11 @@ class Store:
         #: (every transaction that writes a router's VRs or policy state increments it; this store's
         #: engine writes keep the entry up to date).  The rows are never changed in place (a write makes
         #: new ones), so what :meth:`router_states` returned stays as it was.
-        self._states: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
+        self._states: dict[str, tuple[int, dict[str, VrRow]]] = {}
         #: router -> (the VRs of its last measurement recorded, the kept rows that left): the same measurement
         #: (the very list: a sample stream's unchanged message) over those rows is recorded from these, without
         #: comparing each VR again (its live values are already in :attr:`_live`).
-        self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]] = {}
+        self._recorded: dict[str, tuple[list[dict[str, Any]], dict[str, VrRow]]] = {}
         #: (the router generation, the list) of the last full read of :meth:`engine_routers`, and how many
         #: such reads were made (the others returned that list).
         self._engine_routers: tuple[str, list[dict[str, Any]]] | None = None
@@ -657,14 +679,14 @@ class Store:
             return self.policies(db)[name]
 
     # ------------------------------------------------------------------------ engine's view
-    def router_state(self, name: str) -> tuple[ActivationState, dict[str, dict[str, Any]]]:
+    def router_state(self, name: str) -> tuple[ActivationState, dict[str, VrRow]]:
         """A router's activation state and its VRs' raw rows (with SLA columns joined)."""
         st = self.router_states([name])
         if name not in st:
             raise NotFound(f"no router named {name!r}")
         return st[name]
 
-    def router_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
+    def router_states(self, names: list[str]) -> dict[str, tuple[ActivationState, dict[str, VrRow]]]:
         """Routers' activation states and their VRs' rows (the columns of :data:`STATE_COLS`, the network's
         SLA joined, the live measurements), one snapshot; unknown names are left out.
 
@@ -677,15 +699,15 @@ class Store:
             new = None
             for n, (m, o, sat) in got.items():
                 row = rows.get(n)
-                if row is not None and (row["forwarded_pps"] != m or row["offered_pps"] != o or row["saturated"] != sat):
+                if row is not None and (row.forwarded_pps != m or row.offered_pps != o or row.saturated != sat):
                     if new is None:
                         new = dict(rows)
-                    new[n] = {**row, "forwarded_pps": m, "offered_pps": o, "saturated": sat}
+                    new[n] = row._replace(forwarded_pps=m, offered_pps=o, saturated=sat)
             if new is not None:  # (the kept rows stay as they are: the engine's are its plan_states)
                 out[name] = (act, new)
         return out
 
-    def plan_states(self, names: list[str], recorded: bool = False) -> dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]]:
+    def plan_states(self, names: list[str], recorded: bool = False) -> dict[str, tuple[ActivationState, dict[str, VrRow]]]:
         """:meth:`router_states` for this store's engine, without copying rows: the measurements of the VRs
         the live table holds for a router (:meth:`LiveTable.slot`) are the table's, and their rows' own
         ``forwarded_pps``, ``offered_pps`` and ``saturated`` may be older (a sample of the same VRs writes
@@ -694,7 +716,7 @@ class Store:
         ``recorded``: the routers were just measured by :meth:`record_outcomes`, whose transaction read their
         activation states and revisions: a router whose kept rows are of that revision is taken from there
         (no transaction at all when all are); the others are read as without."""
-        out: dict[str, tuple[ActivationState, dict[str, dict[str, Any]]]] = {}
+        out: dict[str, tuple[ActivationState, dict[str, VrRow]]] = {}
         cache = self._states
         if recorded:
             heads, left = self._recorded_heads, []
@@ -724,14 +746,14 @@ class Store:
                         stale[name] = rev
                         out[name] = (act, {})
                 if stale:
-                    got: dict[str, dict[str, dict[str, Any]]] = {n: {} for n in stale}
+                    got: dict[str, dict[str, VrRow]] = {n: {} for n in stale}
                     for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
                         got[row[0]][row[1]] = _kept_row(row[1:])
                     for name, rows in got.items():  # the live measurements over the last snapshot's (the
                         for n, (m, o, sat) in self._live.vrs(name).items():  # other columns are written as
                             row = rows.get(n)  # they change)
                             if row is not None:
-                                row.update(forwarded_pps=m, offered_pps=o, saturated=sat)
+                                rows[n] = row._replace(forwarded_pps=m, offered_pps=o, saturated=sat)
                     for name, rev in stale.items():
                         cache[name] = (rev, got[name])
                         out[name] = (out[name][0], got[name])
@@ -873,7 +895,7 @@ class Store:
             discrete: dict[str, dict[str, tuple]] = {}
             polled = [o.router for o in outcomes if o.vrs is not None]
             cache = self._states
-            cached: dict[str, dict[str, dict[str, Any]]] = {}  # router -> its rows kept, valid at this rev
+            cached: dict[str, dict[str, VrRow]] = {}  # router -> its rows kept, valid at this rev
             revs: dict[str, int] = {}
             acts: dict[str, ActivationState] = {}
             for chunk in _chunks(names):
@@ -895,7 +917,7 @@ class Store:
             seen_rows, other_rows, updates, inserts, absent, bump_rows = [], [], [], [], [], []
             memo = self._recorded
             bumps: dict[str, int] = {}  # router -> its rev's increments in this transaction
-            new_rows: dict[str, dict[str, dict[str, Any]] | None] = {}  # router -> its rows now (None: not known)
+            new_rows: dict[str, dict[str, VrRow] | None] = {}  # router -> its rows now (None: not known)
             status = dict(prev)
             for o in outcomes:
                 name = o.router
@@ -956,7 +978,7 @@ class Store:
                         continue
                 was = known.get(name)
                 if was is None:
-                    was = known[name] = ({n: bool(row["present"]) for n, row in cached[name].items()}
+                    was = known[name] = ({n: bool(row.present) for n, row in cached[name].items()}
                                          if name in cached else {})
                 held = discrete.setdefault(name, {})
                 changes = len(inserts), len(absent), len(audits)
@@ -973,7 +995,7 @@ class Store:
                     if n not in was:
                         inserts.append(vals)
                         held[n] = vals[:3]
-                    elif ((old["present"], old["state"], old["daemon_setpoint_pps"]) if old is not None
+                    elif ((old.present, old.state, old.daemon_setpoint_pps) if old is not None
                           else held.get(n)) != vals[:3]:
                         updates.append(vals)  # appeared, vanished, or its state or setpoint changed: written now
                         held[n] = vals[:3]
@@ -981,12 +1003,12 @@ class Store:
                     if rows is not None:
                         if old is None:
                             rows = None  # a new row: read it whole next time
-                        elif (old["present"], old["state"], old["daemon_setpoint_pps"], old["forwarded_pps"],
-                              old["offered_pps"], old["saturated"]) != (vals[0], vals[1], vals[2], vals[3], vals[4], vals[6]):
+                        elif (old.present, old.state, old.daemon_setpoint_pps, old.forwarded_pps, old.offered_pps,
+                              old.saturated) != (vals[0], vals[1], vals[2], vals[3], vals[4], vals[6]):
                             if not copied:
                                 rows, copied = dict(rows), True
-                            rows[n] = {**old, "present": vals[0], "state": vals[1], "daemon_setpoint_pps": vals[2],
-                                       "forwarded_pps": vals[3], "offered_pps": vals[4], "saturated": vals[6]}
+                            rows[n] = old._replace(present=vals[0], state=vals[1], daemon_setpoint_pps=vals[2],
+                                                   forwarded_pps=vals[3], offered_pps=vals[4], saturated=vals[6])
                     if present and not was.get(n, False):
                         o.appeared.append(n)
                         audits.append(("vr_appeared", "policer", name, n, {}))
@@ -1054,7 +1076,7 @@ class Store:
             names = [p[0] for p in plans]
             removed = set()
             cache = self._states
-            kept: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}  # router -> (rev after this, its rows)
+            kept: dict[str, tuple[int, dict[str, VrRow]]] = {}  # router -> (rev after this, its rows)
             for chunk in _chunks(names):
                 marks = ",".join("?" * len(chunk))
                 for name, st, rev in db.tuples(f"SELECT name, status, rev FROM routers WHERE name IN ({marks})", chunk):
@@ -1081,10 +1103,10 @@ class Store:
                             vrs = None
                             kept.pop(router, None)
                         else:
-                            vrs[n] = {**old, "derived_setpoint_pps": vals[0], "wanted_state": vals[1],
-                                      "wanted_setpoint_pps": vals[2], "punish_level": int(vals[3]),
-                                      "punish_bad_since_s": _real(vals[4]), "punish_good_since_s": _real(vals[5]),
-                                      "punish_base_pps": vals[6]}
+                            vrs[n] = old._replace(derived_setpoint_pps=vals[0], wanted_state=vals[1],
+                                                  wanted_setpoint_pps=vals[2], punish_level=int(vals[3]),
+                                                  punish_bad_since_s=_real(vals[4]), punish_good_since_s=_real(vals[5]),
+                                                  punish_base_pps=vals[6])
                 if vrs is not None:
                     kept[router] = (kept[router][0], vrs)
                 audits.extend((kind, "policer", router, vr, detail) for kind, vr, detail in events)
