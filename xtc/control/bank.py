@@ -8,7 +8,6 @@ Why the arithmetic is element by element and why this is one file: docs/design/c
 
 from __future__ import annotations
 
-import copy
 import math
 from itertools import repeat
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import FLOAT_MAX, BoundedController
-from .columns import column_property, new_columns
+from .columns import Attached, attach, new_columns
 from .estimate import LagRows
 from .laws import (EXACT_DECADES, LN10, DESCENT_FRACTION, NOISE_SMOOTHING,
                    OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
@@ -125,53 +124,21 @@ class Rows:
         self.lag: LagRows | None = None
 
 
-#: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
-_OWNED = ("lag_estimator",)
-
-
-class _Attached:
-    """What :class:`_XtcRow` and :class:`_PIRow` add to their controller class: the copies."""
-
-    _plain: type
-    _state: tuple[tuple[str, str, Any], ...]
-
-    def _detached(self, memo: dict[int, Any] | None) -> Any:
-        cls = self._plain
-        new = cls.__new__(cls)
-        if memo is not None:
-            memo[id(self)] = new
-        d = {k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")}
-        if memo is None:  # a plain copy still owns its estimator (``start`` resets them in place)
-            d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
-        new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
-        for name, _, _ in self._state:
-            setattr(new, name, getattr(self, name))  # floats, bools and ints: immutable
-        return new
-
-    def __copy__(self) -> Any:
-        return self._detached(None)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self._detached(memo)
-
-
-class _XtcRow(_Attached, XtcController):
+class _XtcRow(Attached, XtcController):
     """An :class:`~xtc.control.laws.XtcController` whose state is a row of a :class:`Rows`."""
 
-    _plain, _state = XtcController, _COLUMNS
+    _plain, _spec, _owned = XtcController, _COLUMNS, ("lag_estimator",)
+    _state = tuple(name for name, _, _ in _spec)
 
 
-class _PIRow(_Attached, PaperPI):
+class _PIRow(Attached, PaperPI):
     """A :class:`~xtc.control.paper.PaperPI` whose state is a row of a :class:`Rows`."""
 
-    _plain, _state = PaperPI, _PI_COLUMNS
+    _plain, _spec = PaperPI, _PI_COLUMNS
+    _state = tuple(name for name, _, _ in _spec)
 
 
-for _row_cls in (_XtcRow, _PIRow):
-    for _name, _col, _kind in _row_cls._state:
-        setattr(_row_cls, _name, column_property(_col, _kind))
-
-_ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
+_ROW_CLASS: dict[type, type[Attached]] = {XtcController: _XtcRow, PaperPI: _PIRow}
 _ROW_TYPES = (_XtcRow, _PIRow)
 #: ``at`` that means every row of the bank (the daemon steps all its VRs at once).
 ALL_ROWS = slice(None)
@@ -290,15 +257,7 @@ class ControllerBank:
             new_columns(rows, n, state, ctls)
         if self.cls is XtcController:
             rows.lag = LagRows.attach([c.lag_estimator for c in ctls])
-        row_cls = _ROW_CLASS[self.cls]
-        for k, c in enumerate(ctls):
-            d = c.__dict__
-            for name, _, _ in state:
-                d.pop(name, None)
-            if type(c) is not row_cls:
-                c.__class__ = row_cls
-            d["_rows"] = rows
-            d["_row"] = k
+        attach(ctls, rows, _ROW_CLASS[self.cls])
         return rows
 
     def _own(self, ctls: Sequence[Any], rows: Rows | None, at: Any) -> tuple[Rows, Any]:

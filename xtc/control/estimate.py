@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .columns import column_property, new_columns, object_column
+from .columns import Attached, attach, new_columns, object_column
 
 __all__ = ["LagEstimator", "LagRows", "observed", "pole_of_lag"]
 
@@ -389,13 +389,7 @@ class LagRows:
         rows.hist, rows.hist_len = np.zeros((n, _HIST, 3)), np.zeros(n, dtype=np.intp)
         for k, est in enumerate(estimators):
             rows.put_hist(k, est._hist)
-        for k, est in enumerate(estimators):
-            d = est.__dict__
-            for name, _, _ in _LAG_COLUMNS:
-                d.pop(name, None)
-            d.pop("_hist", None)
-            est.__class__ = _LagRow
-            d["_rows"], d["_row"] = rows, k
+        attach(estimators, rows, _LagRow)
         return rows
 
     def get_hist(self, k: int) -> tuple[tuple[float, float, float], ...]:
@@ -468,21 +462,8 @@ class LagRows:
             self.has_x_next[idx] = True
 
 
-class _LagRow(LagEstimator):
+class _LagRow(Attached, LagEstimator):
     """A :class:`LagEstimator` whose state is a row of a :class:`LagRows`; a copy is a plain one."""
 
+    _plain, _spec, _state = LagEstimator, _LAG_COLUMNS, _LAG_NAMES
     _hist = property(lambda self: self._rows.get_hist(self._row), lambda self, h: self._rows.put_hist(self._row, h))
-
-    def __copy__(self) -> LagEstimator:
-        new = self._rows.plain(np.array((self._row,), dtype=np.intp))[0]  # its values: all immutable
-        new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")})
-        return new
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> LagEstimator:
-        new = self.__copy__()
-        memo[id(self)] = new
-        return new
-
-
-for _name, _col, _kind in _LAG_COLUMNS:
-    setattr(_LagRow, _name, column_property(_col, _kind))
