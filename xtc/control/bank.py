@@ -2,7 +2,7 @@
 
 A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
 period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
-its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`).
+its one row (:meth:`ControllerBank.step_one`).  The state lives in the bank's named columns (:class:`Rows`).
 Why the arithmetic is element by element and why this is one file: docs/design/control-law.md, "The bank".
 """
 
@@ -118,9 +118,9 @@ class Rows:
 
     __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev", "lag")
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        new_columns(self, n, _COLUMNS, ())
+    def __init__(self, ctls: Sequence[Any], spec: tuple[tuple[str, str, Any], ...]) -> None:
+        self.n = len(ctls)
+        new_columns(self, self.n, spec, ctls)  # (the paper's PI: its columns only)
         self.lag: LagRows | None = None
 
 
@@ -142,25 +142,11 @@ _ROW_CLASS: dict[type, type[Attached]] = {XtcController: _XtcRow, PaperPI: _PIRo
 _ROW_TYPES = (_XtcRow, _PIRow)
 #: ``at`` that means every row of the bank (the daemon steps all its VRs at once).
 ALL_ROWS = slice(None)
-#: The banks of :meth:`ControllerBank.of`, by class and parameters.
-_ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
 
 def _plain_type(ctl: Any) -> type:
     t = type(ctl)
     return t._plain if t in _ROW_TYPES else t
-
-
-def _attached_rows(ctls: Sequence[Any]) -> tuple[Rows | None, Any]:
-    """(rows, at) when every controller of ``ctls`` is attached to the same :class:`Rows` (then
-    stepping the columns is stepping them), else (None, everything)."""
-    if not ctls or type(ctls[0]) not in _ROW_TYPES:
-        return None, ALL_ROWS
-    rows = ctls[0].__dict__["_rows"]
-    ds = [c.__dict__ for c in ctls]
-    if all(d.get("_rows") is rows for d in ds):
-        return rows, np.fromiter([d["_row"] for d in ds], dtype=np.intp, count=len(ds))
-    return None, ALL_ROWS
 
 
 def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
@@ -196,32 +182,17 @@ class ControllerBank:
     come again, which gives the same numbers).
     """
 
-    def __init__(self, proto: BoundedController, reuse: bool = True) -> None:
+    def __init__(self, proto: BoundedController) -> None:
         self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
-        # Without ``reuse`` the bank keeps nothing between calls (:meth:`of`: shared, thread-safe).
-        self._log10_r, self._log10_want, self._log10_got = \
-            (_Reuse(_log10_of), _Reuse(_log10_of), _Reuse(_log10_of)) if reuse else (_log10_of,) * 3
-        self._pow10_u_step, self._pow10_u, self._pow10_u_after = \
-            (_Reuse(_pow10), _Reuse(_pow10), _Reuse(_pow10)) if reuse else (_pow10,) * 3
+        self._log10_r, self._log10_want, self._log10_got = _Reuse(_log10_of), _Reuse(_log10_of), _Reuse(_log10_of)
+        self._pow10_u_step, self._pow10_u, self._pow10_u_after = _Reuse(_pow10), _Reuse(_pow10), _Reuse(_pow10)
         self._u_min = proto._u_min
         self._u_max = proto._u_max
         self.params: tuple[Any, ...] = self._params_of(proto)
         if isinstance(proto, XtcController):
             self.tuning = proto.tuning
-
-    @classmethod
-    def of(cls, ctl: Any) -> "ControllerBank":
-        """The law for one controller's own steps (its scalar ``step``): a bank without memory,
-        shared by the controllers of the same parameters."""
-        key = (_plain_type(ctl), *cls._params_of(ctl))
-        bank = _ONE_ROW.get(key)
-        if bank is None:
-            if len(_ONE_ROW) >= 64:
-                _ONE_ROW.clear()
-            bank = _ONE_ROW[key] = cls(ctl, reuse=False)
-        return bank
 
     @staticmethod
     def _params_of(ctl: Any) -> tuple[Any, ...]:
@@ -232,10 +203,7 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        t = _plain_type(proto)
-        if t is XtcController or t is PaperPI:
-            return cls(proto)
-        return None
+        return cls(proto) if _plain_type(proto) in _ROW_CLASS else None
 
     def accepts(self, ctl: Any) -> bool:
         """True if ``ctl`` has this bank's class and parameters (the bank steps it exactly)."""
@@ -251,10 +219,7 @@ class ControllerBank:
         n = len(ctls)
         if len(set(map(id, ctls))) != n or (self.cls is XtcController and len({id(c.lag_estimator) for c in ctls}) != n):
             return None
-        state = _COLUMNS if self.cls is XtcController else _PI_COLUMNS
-        rows = Rows(n)
-        if n:
-            new_columns(rows, n, state, ctls)
+        rows = Rows(ctls, _COLUMNS if self.cls is XtcController else _PI_COLUMNS)
         if self.cls is XtcController:
             rows.lag = LagRows.attach([c.lag_estimator for c in ctls])
         attach(ctls, rows, _ROW_CLASS[self.cls])
@@ -262,21 +227,19 @@ class ControllerBank:
 
     def _own(self, ctls: Sequence[Any], rows: Rows | None, at: Any) -> tuple[Rows, Any]:
         """(rows, at) that hold the state of ``ctls``: the given ones, the rows they are all attached
-        to, or new rows they are attached to now (:meth:`rows`).  The bank reads and writes the
-        state there only, never in the controller objects.
-
-        Raises
-        ------
-        ValueError
-            A controller (or its lag estimator) appears twice in ``ctls`` (one state cannot take two steps at once).
-        """
+        to, or new rows they are attached to now (:meth:`rows`; ValueError where a controller or its lag
+        estimator appears twice in ``ctls``).  The bank reads and writes the state there only."""
+        if rows is not None:
+            return rows, at
+        if ctls and type(ctls[0]) in _ROW_TYPES:  # all attached to the same rows: stepping them is stepping those
+            rows = ctls[0].__dict__["_rows"]
+            ds = [c.__dict__ for c in ctls]
+            if all(d.get("_rows") is rows for d in ds):
+                return rows, np.fromiter([d["_row"] for d in ds], dtype=np.intp, count=len(ds))
+        rows = self.rows(ctls)
         if rows is None:
-            rows, at = _attached_rows(ctls)
-            if rows is None:
-                rows, at = self.rows(ctls), ALL_ROWS
-                if rows is None:
-                    raise ValueError("a controller (or its lag estimator) appears twice in the bank's list")
-        return rows, at
+            raise ValueError("a controller (or its lag estimator) appears twice in the bank's list")
+        return rows, ALL_ROWS
 
     # ------------------------------------------------------------------------------- step
     def step(self, ctls: Sequence[Any], forwarded_pps: np.ndarray, setpoint_pps: np.ndarray,
@@ -318,8 +281,6 @@ class ControllerBank:
                 caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows, _subset(at, idx),
                                       None if cpu is None else cpu[idx])[0]
             return caps, ok
-        if n == 0:
-            return np.empty(0), ok
         return self._law(ctls, y, r, off, rows, at, cpu), ok
 
     def step_one(self, ctl: Any, y: float, r: float, off: float = math.nan, cpu: float = math.nan) -> float:
@@ -610,8 +571,6 @@ class ControllerBank:
             if len(idx):
                 caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows, _subset(at, idx))[0]
             return caps, done
-        if len(ctls) == 0:
-            return np.empty(0), done
         u, carry = rows.u[at], rows.carry[at]
         want = self._pow10_u(u)
         carry = carry + want - got
