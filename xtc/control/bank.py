@@ -156,17 +156,16 @@ def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
 
 class _Lag:
     """The lag probe's answer for the controllers of one step (:meth:`ControllerBank._lag_probe_in`):
-    where the observer steps (``observed``), the probe candidate's move (decades, 0.0: none), the
-    rate the cap in force settles to (pps), the observer's next state (pps) and lag where it has one,
-    the rate at rest before the candidate's move (pps), and the estimators (None: quiet)."""
+    where the observer steps (``observed``) and there the rate the cap in force settles to, the
+    observer's next state (pps) and its lag; the probe candidate's move (decades, 0.0: none), the rate
+    at rest before it (pps) and the estimators (None: quiet)."""
 
-    __slots__ = ("observed", "probe_move", "y_settled", "has_x", "x_next", "g", "rest", "estimators")
+    __slots__ = ("observed", "probe_move", "y_settled", "x_next", "g", "rest", "estimators")
 
     def __init__(self, n: int) -> None:
         self.observed = np.zeros(n, dtype=bool)
         self.probe_move = np.zeros(n)
         self.y_settled = np.zeros(n)
-        self.has_x = np.zeros(n, dtype=bool)
         self.x_next = np.zeros(n)
         self.g = np.zeros(n)
         self.rest = np.zeros(n)
@@ -354,13 +353,9 @@ class ControllerBank:
                 if observed or probe_move:
                     if lag is None:
                         lag = _Lag(len(ctls))
-                    lag.observed[k] = observed
-                    lag.probe_move[k] = probe_move
-                    lag.y_settled[k] = le.settled_pps
-                    x = le.next_state_pps if observed else None
-                    if x is not None:
-                        lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
-                    lag.rest[k] = le.probe_rest_pps
+                    lag.observed[k], lag.probe_move[k], lag.rest[k] = observed, probe_move, le.probe_rest_pps
+                    if observed:  # (the update has given the observer its next state)
+                        lag.y_settled[k], lag.x_next[k], lag.g[k] = le.settled_pps, le.next_state_pps, le.lag
                     lag.estimators[k] = ctls[k].lag_estimator  # (the law arms a probe on it: after ``put``)
             est.put(at_busy, plain)
         rows.r_prev[at], rows.has_r_prev[at] = r, True
@@ -383,10 +378,9 @@ class ControllerBank:
         # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
         # mean the next period will have at the cap in force (the observer's prediction).
         y_judged = y_wanted
-        has_x = None
-        if lag is not None and lag.has_x.any():
-            has_x = lag.has_x
-            y_judged = np.where(has_x, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
+        obs = lag.observed if lag is not None and lag.observed.any() else None
+        if obs is not None:
+            y_judged = np.where(obs, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
         # Noise estimate from the change of the error (clipped: a real step must not inflate it),
         # only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * SQRT2)
@@ -402,11 +396,11 @@ class ControllerBank:
         else:  # every row inside the dead zone: u stays, no descent (what the move would give)
             du, descent = np.zeros(len(y)), np.zeros(len(y), dtype=bool)
         new_u, caps = self._stepped(u, du, move, carry)
-        if has_x is not None:
+        if obs is not None:
             # The transient ends where the next period's mean and the rate the new cap settles to are
             # both within transient_end_fraction of the setpoint.
             end = TRANSIENT_END_FRACTION
-            for k in np.flatnonzero(has_x).tolist():
+            for k in np.flatnonzero(obs).tolist():
                 rk = r[k].item()
                 moved = 10.0 ** (new_u[k].item() - u[k].item())
                 if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
@@ -438,23 +432,20 @@ class ControllerBank:
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
                 1.0 + np.maximum(PERSIST_BAND_FRACTION, noise_band), persist)
         fine = (err < band * r) & ~persist
-        if lag is not None and lag.has_x.any():
-            fine &= ~lag.has_x
+        if lag is not None:
+            fine &= ~lag.observed
         u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
         kp, ki, e0 = self.params[2:5]
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         du_beat = (kp + ki) * E - kp * E_prev
         if lag is not None and lag.observed.any():
-            # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
-            # in a probe's transient, to the settled rate that puts the next period's *mean* there.
-            du_beat = du_beat.copy()
+            # The step from the rate the cap in force settles to (the lag's observer) to the settled
+            # rate that puts the next period's *mean* at the setpoint.
             lo, hi = OBSERVER_TARGET_BOUNDS
             for k in np.flatnonzero(lag.observed & move & ~fine).tolist():
                 yk, rk, ys = y[k].item(), r[k].item(), lag.y_settled[k].item()
-                r_to = rk
-                if lag.has_x[k]:
-                    g, x = lag.g[k].item(), lag.x_next[k].item()
-                    r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
+                g, x = lag.g[k].item(), lag.x_next[k].item()
+                r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
                 du_beat[k] = _log10(max(r_to, 1.0)) - _log10(max(ys * y_wanted[k].item() / yk if yk > 0 else ys, 1.0))
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         descent = np.zeros(len(y), dtype=bool)
@@ -492,7 +483,6 @@ class ControllerBank:
         if lag is not None:
             probing = np.flatnonzero((lag.probe_move != 0.0) & move)
             if len(probing):
-                du = du.copy()
                 for k in probing.tolist():
                     du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
