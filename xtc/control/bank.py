@@ -245,25 +245,14 @@ class ControllerBank:
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
              at: Any = ALL_ROWS, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.step(forwarded, setpoint, offered, cpu)`` (:meth:`xtc.control.Controller.step`) for every
-        controller of ``ctls`` at once.
+        controller of ``ctls`` (each accepted by :meth:`accepts`: not checked here) at once.
 
-        Parameters
-        ----------
-        ctls : sequence of controllers
-            Each accepted by :meth:`accepts` (not checked here).
-        forwarded_pps, setpoint_pps, offered_pps, cpu_percent : array of float
-            Per controller, what its ``step`` takes; NaN where the scalar one is None (``offered_pps``
-            and ``cpu_percent`` may be None: all unknown).  ``cpu_percent`` is not checked.
-        rows, at : Rows, optional; slice or array of int
-            The controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order (all
-            by default): the state is then read and written there, not in the objects.
-
-        Returns
-        -------
-        caps, stepped : array of float, array of bool
-            The commanded caps (percent of one CPU) and where the step was taken.  Where a rate is
-            not what the scalar step accepts (NaN, infinite, negative), nothing is changed and
-            ``stepped`` is False: step that controller alone to get its error.
+        The rates and CPU readings are arrays, one element per controller, NaN where the scalar step's
+        is None (``offered_pps`` and ``cpu_percent`` None: all unknown; ``cpu_percent`` is not checked).
+        ``rows`` and ``at``: the controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order
+        (all by default).  Returns the commanded caps (percent of one CPU) and where the step was taken:
+        where a rate is not what the scalar step accepts (NaN, infinite, negative), nothing is changed
+        and the cap is NaN (step that controller alone to get its error).
         """
         n = len(ctls)
         rows, at = self._own(ctls, rows, at)
@@ -272,15 +261,13 @@ class ControllerBank:
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
         ok = _rates_ok(y) & _rates_ok(r) & (np.isnan(off) | _rates_ok(off))
         cpu = None if cpu_percent is None else np.asarray(cpu_percent, dtype=np.float64)
-        if not ok.all():
-            idx = np.flatnonzero(ok)
-            caps = np.full(n, np.nan)
-            if len(idx):
-                sub = [ctls[i] for i in idx.tolist()]
-                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows, _subset(at, idx),
-                                      None if cpu is None else cpu[idx])[0]
-            return caps, ok
-        return self._law(ctls, y, r, off, rows, at, cpu), ok
+        if ok.all():
+            return self._law(ctls, y, r, off, rows, at, cpu), ok
+        idx = np.flatnonzero(ok)
+        caps = np.full(n, np.nan)
+        caps[idx] = self._law([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows, _subset(at, idx),
+                              None if cpu is None else cpu[idx])
+        return caps, ok
 
     def step_one(self, ctl: Any, y: float, r: float, off: float = math.nan, cpu: float = math.nan) -> float:
         """``ctl.step`` on rates it has checked (pps; ``off`` and ``cpu`` NaN where unknown): the law on
@@ -300,13 +287,10 @@ class ControllerBank:
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
-        """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimator's
-        update, the probe candidate, the transient (docs/design/control-law.md, "The probe").  Returns
-        what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a transient.  The
-        columns are read and written whole, the estimators' too where nothing can happen (no setpoint
-        move, no transient, :meth:`~xtc.control.estimate.LagRows.quiet`): only their history and observer
-        move.  Elsewhere, row by row, each estimator takes its whole update, on a plain copy read out of
-        the columns and written back (:meth:`~xtc.control.estimate.LagRows.plain`, ``put``)."""
+        """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimators'
+        update, the probe candidate, the transient (docs/design/control-law.md, "The probe" and "The bank":
+        the quiet rows on whole columns, the others row by row).  Returns what the law needs of it
+        (:class:`_Lag`), or None where no row is in a probe or a transient."""
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
         # The columns in the order of ``ctls`` (views where ``at`` is a slice: all read before any is written).
@@ -434,7 +418,7 @@ class ControllerBank:
         fine = (err < band * r) & ~persist
         if lag is not None:
             fine &= ~lag.observed
-        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        u_force_rows = rows.u_force[at]
         kp, ki, e0 = self.params[2:5]
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         du_beat = (kp + ki) * E - kp * E_prev
@@ -541,16 +525,11 @@ class ControllerBank:
     # ---------------------------------------------------------------------------- applied
     def applied(self, ctls: Sequence[Any], cap_in_force_percent: np.ndarray, rows: Rows | None = None,
                 at: Any = ALL_ROWS) -> tuple[np.ndarray, np.ndarray]:
-        """``ctl.applied(cap)`` for every controller at once; returns their ``cap_percent`` after.
+        """``ctl.applied(cap)`` for every controller at once (``rows`` and ``at`` as for :meth:`step`).
 
-        ``rows`` and ``at``: the controllers' rows, as for :meth:`step`.
-
-        Returns
-        -------
-        caps, done : array of float, array of bool
-            Each controller's :attr:`cap_percent` afterwards, and where the cap was taken.  Where
-            it is not what ``check_cap`` accepts (finite, > 0) nothing is changed and ``done`` is
-            False: call that controller's :meth:`applied` alone to get its error.
+        Returns each controller's :attr:`cap_percent` afterwards and where the cap was taken: where it is
+        not what ``check_cap`` accepts (finite, > 0) nothing is changed and the cap is NaN (call that
+        controller's :meth:`applied` alone to get its error).
         """
         rows, at = self._own(ctls, rows, at)
         got = np.asarray(cap_in_force_percent, dtype=np.float64)
@@ -558,8 +537,7 @@ class ControllerBank:
         if not done.all():
             idx = np.flatnonzero(done)
             caps = np.full(len(ctls), np.nan)
-            if len(idx):
-                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows, _subset(at, idx))[0]
+            caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows, _subset(at, idx))[0]
             return caps, done
         u, carry = rows.u[at], rows.carry[at]
         want = self._pow10_u(u)
