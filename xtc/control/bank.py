@@ -120,7 +120,7 @@ class Rows:
 
     def __init__(self, ctls: Sequence[Any], spec: tuple[tuple[str, str, Any], ...]) -> None:
         self.n = len(ctls)
-        new_columns(self, self.n, spec, ctls)  # (the paper's PI: its columns only)
+        new_columns(self, spec, ctls)  # (the paper's PI: its columns only)
         self.lag: LagRows | None = None
 
 

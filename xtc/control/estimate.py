@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .columns import Attached, attach, new_columns, object_column
+from .columns import Attached, attach, new_columns, put_columns
 
 __all__ = ["LagEstimator", "LagRows", "observed", "pole_of_lag"]
 
@@ -349,7 +349,7 @@ class LagRows:
             raise ValueError("a lag estimator appears twice in the list to attach")
         rows = cls.__new__(cls)
         rows.n = n
-        new_columns(rows, n, _LAG_COLUMNS, estimators)
+        new_columns(rows, _LAG_COLUMNS, estimators)
         rows.hist, rows.hist_len = np.zeros((n, _HIST, 3)), np.zeros(n, dtype=np.intp)
         for k, est in enumerate(estimators):
             rows.put_hist(k, est._hist)
@@ -388,17 +388,9 @@ class LagRows:
 
     def put(self, idx: np.ndarray, estimators: Sequence[LagEstimator]) -> None:
         """The state of plain ``estimators`` written to the rows ``idx`` (from :meth:`plain`)."""
-        ds = [est.__dict__ for est in estimators]
-        for name, col, kind in _LAG_COLUMNS:
-            got = [d[name] for d in ds]
-            if kind is None:
-                getattr(self, "has_" + col)[idx] = [v is not None for v in got]
-                got = [0.0 if v is None else v for v in got]
-            elif kind is object:
-                got = object_column(got)
-            getattr(self, col)[idx] = got
-        for k, d in zip(idx.tolist(), ds):
-            self.put_hist(k, d["_hist"])
+        put_columns(self, _LAG_COLUMNS, idx, estimators)
+        for k, est in zip(idx.tolist(), estimators):
+            self.put_hist(k, est._hist)
 
     def quiet(self, at: Any, log_cap: np.ndarray, exact: np.ndarray) -> np.ndarray:
         """Where a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
