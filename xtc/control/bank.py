@@ -45,15 +45,9 @@ def _log10_where(x: np.ndarray, where: np.ndarray) -> np.ndarray:
     """``math.log10`` of ``x`` where ``where`` holds (NaN elsewhere); a value repeated across
     elements (a band at its floor) is computed once, which is the same number."""
     out = np.full(len(x), np.nan)
-    idx = np.flatnonzero(where)
-    if len(idx) == 0:
-        return out
-    sub = x[idx]
-    first = sub[0]
-    if (sub == first).all():
-        out[idx] = _log10(first.item())
-    else:
-        out[idx] = _log10_of(sub)
+    sub = x[where]
+    if len(sub):
+        out[where] = _log10(sub[0].item()) if (sub == sub[0]).all() else _log10_of(sub)
     return out
 
 
@@ -69,21 +63,17 @@ class _Reuse:
 
     def __init__(self, f: Any) -> None:
         self.f = f
-        self.x: np.ndarray | None = None
-        self.y: np.ndarray | None = None
+        self.x = self.y = np.empty(0)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         x = np.array(x, dtype=np.float64)  # a copy: the caller's array may change
-        px, py = self.x, self.y
-        if px is None or py is None or len(px) != len(x):
+        y = self.y
+        if len(x) != len(self.x):
             y = self.f(x)
         else:
-            changed = x.view(np.uint64) != px.view(np.uint64)
-            if not changed.any():
-                y = py
-            else:
-                y = py.copy()
-                idx = np.flatnonzero(changed)
+            idx = np.flatnonzero(x.view(np.uint64) != self.x.view(np.uint64))
+            if len(idx):
+                y = y.copy()
                 y[idx] = self.f(x[idx])
         self.x, self.y = x, y
         return y  # never written to in place (here or by the callers)
@@ -311,19 +301,14 @@ class ControllerBank:
         new_transient, new_age = np.zeros(len(ctls), dtype=bool), age_arr + 1
         new_window = np.minimum(window_arr + 1, PROBE_WINDOW_PERIODS)
         if busy:
-            ys, caps_l, offs, exact_l = y.tolist(), log_cap.tolist(), off.tolist(), exact_arr.tolist()
-            rs, rps, has_rps = r.tolist(), rp_arr.tolist(), has_rp.tolist()
-            transients, ages, windows = transient_arr.tolist(), age_arr.tolist(), window_arr.tolist()
-            noises = rows.noise[at][busy].tolist()
             at_busy = _subset(at, np.array(busy, dtype=np.intp))
             plain = est.plain(at_busy)  # their state out of the columns in one pass, written back below
-            for k, noise, le in zip(busy, noises, plain):
-                yk, rk, o, exact = ys[k], rs[k], offs[k], exact_l[k]
-                rp = rps[k] if has_rps[k] else None
-                transient, age, window = transients[k], ages[k], windows[k]
+            cols = (y, r, log_cap, off, exact_arr, has_rp, rp_arr, transient_arr, age_arr, window_arr, rows.noise[at])
+            for k, le, (yk, rk, cap, o, exact, has_rp_k, rp, transient, age, window, noise) in zip(
+                    busy, plain, zip(*(c[busy].tolist() for c in cols))):
                 noise *= LN10
-                sampled = le.update(yk, caps_l[k], None if math.isnan(o) else o, noise)
-                moved = rp is not None and abs(rk - rp) > fb * rk
+                sampled = le.update(yk, cap, None if math.isnan(o) else o, noise)
+                moved = has_rp_k and abs(rk - rp) > fb * rk
                 if moved:
                     window = 0
                 probe_move = le.probe_candidate(noise) if exact and window < PROBE_WINDOW_PERIODS else 0.0
