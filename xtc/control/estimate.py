@@ -299,15 +299,12 @@ class LagEstimator:
         try:
             hist = tuple((float(m), float(u), float(fr)) for m, u, fr in s["hist"])
             lag, weight, samples = float(s["lag"]), float(s["weight"]), int(s["samples"])
-            if len(hist) > 4 or not (0.0 <= lag <= LAG_MAX or lag == self.fallback_lag) \
+            if len(hist) > _HIST or not (0.0 <= lag <= LAG_MAX or lag == self.fallback_lag) \
                     or not all(math.isfinite(v) for x in hist for v in x) or not (weight >= 0.0 and math.isfinite(weight)):
                 raise ValueError
-            x = s.get("x_next_pps")
-            x = None if x is None else float(x)
-            if x is not None and not math.isfinite(x):
-                raise ValueError
+            x = None if s.get("x_next_pps") is None else float(s["x_next_pps"])
             rest = float(s.get("probe_rest_pps", 0.0))
-            if not (math.isfinite(rest) and rest >= 0.0):
+            if not (x is None or math.isfinite(x)) or not (math.isfinite(rest) and rest >= 0.0):
                 raise ValueError
             self._hist, self.lag, self.samples = hist, lag, samples
             self._pole, self.next_state_pps = pole_of_lag(lag), x

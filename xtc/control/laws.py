@@ -205,7 +205,4 @@ class XtcController(BoundedController):
                 if type(sa) is int and 0 <= sa <= PROBE_WINDOW_PERIODS:
                     self._setpoint_age = sa
         lag = state.get("lag_estimator")
-        if isinstance(lag, Mapping):
-            self.lag_estimator.restore_state(lag)
-        else:
-            self.lag_estimator.reset()
+        self.lag_estimator.restore_state(lag if isinstance(lag, Mapping) else {})  # ({}: a reset)
