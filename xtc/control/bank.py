@@ -354,8 +354,7 @@ class ControllerBank:
         # only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * SQRT2)
         sigma_sample = change * SQRT_PI / 2.0
-        new_noise = noise + NOISE_SMOOTHING * (sigma_sample - noise)
-        new_noise = np.maximum(new_noise, 1e-4)
+        new_noise = np.maximum(noise + NOISE_SMOOTHING * (sigma_sample - noise), 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
         err = np.abs(r - y_judged)
@@ -450,18 +449,15 @@ class ControllerBank:
                 descent |= fd
         du = np.where(fine, t.fine_gain * E, du_beat)
         if lag is not None:
-            probing = np.flatnonzero((lag.probe_move != 0.0) & move)
-            if len(probing):
-                for k in probing.tolist():
-                    du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
+            for k in np.flatnonzero((lag.probe_move != 0.0) & move).tolist():
+                du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         hold = (du > 0) & not_limited
         if cpu is not None and t.cap_bound_fraction > 0.0 and hold.any():
             # A cap that binds (the VR used cap_bound_fraction of the cap in force) overrules the guard;
             # the caps in force are read only where the guard holds a raise (NaN compares False).
             k = np.flatnonzero(hold)
-            u_force = u_force_rows[k]
-            bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
+            bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force_rows[k])) & (cpu[k] < np.inf)
             hold[k[bound]] = False
         return np.where(hold, 0.0, du), descent
 
