@@ -37,7 +37,6 @@ def pole_of_lag(lag: float) -> float:
     return math.exp(-1.0 / math.exp(0.5 * (lo + hi)))
 
 
-
 #: The estimator's constants (dimensionless unless said; no configuration sets them; what each guards:
 #: docs/design/control-law.md, "The lag estimator").
 #:
