@@ -2,13 +2,12 @@
 
 A :class:`ControllerBank` steps a list of controllers of one kind and tuning at once (the daemon's
 period, 1000 VRs); a controller's own :meth:`~xtc.control.laws.XtcController.step` is the same law on
-its one row (:meth:`ControllerBank.of`).  The state lives in the bank's named columns (:class:`Rows`).
+its one row (:meth:`ControllerBank.step_one`).  The state lives in the bank's named columns (:class:`Rows`).
 Why the arithmetic is element by element and why this is one file: docs/design/control-law.md, "The bank".
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from itertools import repeat
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .bounded import FLOAT_MAX, BoundedController
-from .columns import column_property, new_columns
+from .columns import Attached, attach, new_columns
 from .estimate import LagRows
 from .laws import (EXACT_DECADES, LN10, DESCENT_FRACTION, NOISE_SMOOTHING,
                    OBSERVER_TARGET_BOUNDS, PERSIST_BAND_FRACTION, PROBE_DISAGREEMENT_DECADES, PROBE_LAG_MAX,
@@ -46,15 +45,9 @@ def _log10_where(x: np.ndarray, where: np.ndarray) -> np.ndarray:
     """``math.log10`` of ``x`` where ``where`` holds (NaN elsewhere); a value repeated across
     elements (a band at its floor) is computed once, which is the same number."""
     out = np.full(len(x), np.nan)
-    idx = np.flatnonzero(where)
-    if len(idx) == 0:
-        return out
-    sub = x[idx]
-    first = sub[0]
-    if (sub == first).all():
-        out[idx] = _log10(first.item())
-    else:
-        out[idx] = _log10_of(sub)
+    sub = x[where]
+    if len(sub):
+        out[where] = _log10(sub[0].item()) if (sub == sub[0]).all() else _log10_of(sub)
     return out
 
 
@@ -70,21 +63,17 @@ class _Reuse:
 
     def __init__(self, f: Any) -> None:
         self.f = f
-        self.x: np.ndarray | None = None
-        self.y: np.ndarray | None = None
+        self.x = self.y = np.empty(0)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         x = np.array(x, dtype=np.float64)  # a copy: the caller's array may change
-        px, py = self.x, self.y
-        if px is None or py is None or len(px) != len(x):
+        y = self.y
+        if len(x) != len(self.x):
             y = self.f(x)
         else:
-            changed = x.view(np.uint64) != px.view(np.uint64)
-            if not changed.any():
-                y = py
-            else:
-                y = py.copy()
-                idx = np.flatnonzero(changed)
+            idx = np.flatnonzero(x.view(np.uint64) != self.x.view(np.uint64))
+            if len(idx):
+                y = y.copy()
                 y[idx] = self.f(x[idx])
         self.x, self.y = x, y
         return y  # never written to in place (here or by the callers)
@@ -119,81 +108,35 @@ class Rows:
 
     __slots__ = ("n", *(col for _, col, _ in _COLUMNS), "has_e_prev", "has_r_prev", "lag")
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        new_columns(self, n, _COLUMNS, ())
+    def __init__(self, ctls: Sequence[Any], spec: tuple[tuple[str, str, Any], ...]) -> None:
+        self.n = len(ctls)
+        new_columns(self, spec, ctls)  # (the paper's PI: its columns only)
         self.lag: LagRows | None = None
 
 
-#: A controller's sub-objects with state of their own, copied by :func:`copy.copy` of an attached one.
-_OWNED = ("lag_estimator",)
-
-
-class _Attached:
-    """What :class:`_XtcRow` and :class:`_PIRow` add to their controller class: the copies."""
-
-    _plain: type
-    _state: tuple[tuple[str, str, Any], ...]
-
-    def _detached(self, memo: dict[int, Any] | None) -> Any:
-        cls = self._plain
-        new = cls.__new__(cls)
-        if memo is not None:
-            memo[id(self)] = new
-        d = {k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")}
-        if memo is None:  # a plain copy still owns its estimator (``start`` resets them in place)
-            d.update({k: copy.deepcopy(d[k]) for k in _OWNED if k in d})
-        new.__dict__.update(d if memo is None else copy.deepcopy(d, memo))
-        for name, _, _ in self._state:
-            setattr(new, name, getattr(self, name))  # floats, bools and ints: immutable
-        return new
-
-    def __copy__(self) -> Any:
-        return self._detached(None)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self._detached(memo)
-
-
-class _XtcRow(_Attached, XtcController):
+class _XtcRow(Attached, XtcController):
     """An :class:`~xtc.control.laws.XtcController` whose state is a row of a :class:`Rows`."""
 
-    _plain, _state = XtcController, _COLUMNS
+    _plain, _spec, _owned = XtcController, _COLUMNS, ("lag_estimator",)
+    _state = tuple(name for name, _, _ in _spec)
 
 
-class _PIRow(_Attached, PaperPI):
+class _PIRow(Attached, PaperPI):
     """A :class:`~xtc.control.paper.PaperPI` whose state is a row of a :class:`Rows`."""
 
-    _plain, _state = PaperPI, _PI_COLUMNS
+    _plain, _spec = PaperPI, _PI_COLUMNS
+    _state = tuple(name for name, _, _ in _spec)
 
 
-for _row_cls in (_XtcRow, _PIRow):
-    for _name, _col, _kind in _row_cls._state:
-        setattr(_row_cls, _name, column_property(_col, _kind))
-
-_ROW_CLASS: dict[type, type] = {XtcController: _XtcRow, PaperPI: _PIRow}
+_ROW_CLASS: dict[type, type[Attached]] = {XtcController: _XtcRow, PaperPI: _PIRow}
 _ROW_TYPES = (_XtcRow, _PIRow)
 #: ``at`` that means every row of the bank (the daemon steps all its VRs at once).
 ALL_ROWS = slice(None)
-#: The banks of :meth:`ControllerBank.of`, by class and parameters.
-_ONE_ROW: dict[tuple[Any, ...], "ControllerBank"] = {}
 
 
 def _plain_type(ctl: Any) -> type:
     t = type(ctl)
     return t._plain if t in _ROW_TYPES else t
-
-
-def _attached_rows(ctls: Sequence[Any]) -> tuple[Rows | None, Any]:
-    """(rows, at) when every controller of ``ctls`` is attached to the same :class:`Rows` (then
-    stepping the columns is stepping them), else (None, everything)."""
-    if not ctls or type(ctls[0]) not in _ROW_TYPES:
-        return None, ALL_ROWS
-    rows = ctls[0].__dict__["_rows"]
-    ds = [c.__dict__ for c in ctls]
-    if all(d.get("_rows") is rows for d in ds):
-        return rows, np.fromiter([d["_row"] for d in ds], dtype=np.intp, count=len(ds))
-    return None, ALL_ROWS
 
 
 def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
@@ -203,17 +146,16 @@ def _subset(at: Any, idx: np.ndarray) -> np.ndarray:
 
 class _Lag:
     """The lag probe's answer for the controllers of one step (:meth:`ControllerBank._lag_probe_in`):
-    where the observer steps (``observed``), the probe candidate's move (decades, 0.0: none), the
-    rate the cap in force settles to (pps), the observer's next state (pps) and lag where it has one,
-    the rate at rest before the candidate's move (pps), and the estimators (None: quiet)."""
+    where the observer steps (``observed``) and there the rate the cap in force settles to, the
+    observer's next state (pps) and its lag; the probe candidate's move (decades, 0.0: none), the rate
+    at rest before it (pps) and the estimators (None: quiet)."""
 
-    __slots__ = ("observed", "probe_move", "y_settled", "has_x", "x_next", "g", "rest", "estimators")
+    __slots__ = ("observed", "probe_move", "y_settled", "x_next", "g", "rest", "estimators")
 
     def __init__(self, n: int) -> None:
         self.observed = np.zeros(n, dtype=bool)
         self.probe_move = np.zeros(n)
         self.y_settled = np.zeros(n)
-        self.has_x = np.zeros(n, dtype=bool)
         self.x_next = np.zeros(n)
         self.g = np.zeros(n)
         self.rest = np.zeros(n)
@@ -229,32 +171,17 @@ class ControllerBank:
     come again, which gives the same numbers).
     """
 
-    def __init__(self, proto: BoundedController, reuse: bool = True) -> None:
+    def __init__(self, proto: BoundedController) -> None:
         self.cls = _plain_type(proto)
         self.caps = proto.caps
         # Results of the element-wise math of the last call, reused where inputs repeat (exact).
-        # Without ``reuse`` the bank keeps nothing between calls (:meth:`of`: shared, thread-safe).
-        self._log10_r, self._log10_want, self._log10_got = \
-            (_Reuse(_log10_of), _Reuse(_log10_of), _Reuse(_log10_of)) if reuse else (_log10_of,) * 3
-        self._pow10_u_step, self._pow10_u, self._pow10_u_after = \
-            (_Reuse(_pow10), _Reuse(_pow10), _Reuse(_pow10)) if reuse else (_pow10,) * 3
+        self._log10_r, self._log10_want, self._log10_got = _Reuse(_log10_of), _Reuse(_log10_of), _Reuse(_log10_of)
+        self._pow10_u_step, self._pow10_u, self._pow10_u_after = _Reuse(_pow10), _Reuse(_pow10), _Reuse(_pow10)
         self._u_min = proto._u_min
         self._u_max = proto._u_max
         self.params: tuple[Any, ...] = self._params_of(proto)
         if isinstance(proto, XtcController):
             self.tuning = proto.tuning
-
-    @classmethod
-    def of(cls, ctl: Any) -> "ControllerBank":
-        """The law for one controller's own steps (its scalar ``step``): a bank without memory,
-        shared by the controllers of the same parameters."""
-        key = (_plain_type(ctl), *cls._params_of(ctl))
-        bank = _ONE_ROW.get(key)
-        if bank is None:
-            if len(_ONE_ROW) >= 64:
-                _ONE_ROW.clear()
-            bank = _ONE_ROW[key] = cls(ctl, reuse=False)
-        return bank
 
     @staticmethod
     def _params_of(ctl: Any) -> tuple[Any, ...]:
@@ -265,10 +192,7 @@ class ControllerBank:
     @classmethod
     def like(cls, proto: Any) -> "ControllerBank | None":
         """A bank for controllers like ``proto`` (same class and parameters), or None if it has none."""
-        t = _plain_type(proto)
-        if t is XtcController or t is PaperPI:
-            return cls(proto)
-        return None
+        return cls(proto) if _plain_type(proto) in _ROW_CLASS else None
 
     def accepts(self, ctl: Any) -> bool:
         """True if ``ctl`` has this bank's class and parameters (the bank steps it exactly)."""
@@ -284,65 +208,41 @@ class ControllerBank:
         n = len(ctls)
         if len(set(map(id, ctls))) != n or (self.cls is XtcController and len({id(c.lag_estimator) for c in ctls}) != n):
             return None
-        state = _COLUMNS if self.cls is XtcController else _PI_COLUMNS
-        rows = Rows(n)
-        if n:
-            new_columns(rows, n, state, ctls)
+        rows = Rows(ctls, _COLUMNS if self.cls is XtcController else _PI_COLUMNS)
         if self.cls is XtcController:
             rows.lag = LagRows.attach([c.lag_estimator for c in ctls])
-        row_cls = _ROW_CLASS[self.cls]
-        for k, c in enumerate(ctls):
-            d = c.__dict__
-            for name, _, _ in state:
-                d.pop(name, None)
-            if type(c) is not row_cls:
-                c.__class__ = row_cls
-            d["_rows"] = rows
-            d["_row"] = k
+        attach(ctls, rows, _ROW_CLASS[self.cls])
         return rows
 
     def _own(self, ctls: Sequence[Any], rows: Rows | None, at: Any) -> tuple[Rows, Any]:
         """(rows, at) that hold the state of ``ctls``: the given ones, the rows they are all attached
-        to, or new rows they are attached to now (:meth:`rows`).  The bank reads and writes the
-        state there only, never in the controller objects.
-
-        Raises
-        ------
-        ValueError
-            A controller (or its lag estimator) appears twice in ``ctls`` (one state cannot take two steps at once).
-        """
+        to, or new rows they are attached to now (:meth:`rows`; ValueError where a controller or its lag
+        estimator appears twice in ``ctls``).  The bank reads and writes the state there only."""
+        if rows is not None:
+            return rows, at
+        if ctls and type(ctls[0]) in _ROW_TYPES:  # all attached to the same rows: stepping them is stepping those
+            rows = ctls[0].__dict__["_rows"]
+            ds = [c.__dict__ for c in ctls]
+            if all(d.get("_rows") is rows for d in ds):
+                return rows, np.fromiter([d["_row"] for d in ds], dtype=np.intp, count=len(ds))
+        rows = self.rows(ctls)
         if rows is None:
-            rows, at = _attached_rows(ctls)
-            if rows is None:
-                rows, at = self.rows(ctls), ALL_ROWS
-                if rows is None:
-                    raise ValueError("a controller (or its lag estimator) appears twice in the bank's list")
-        return rows, at
+            raise ValueError("a controller (or its lag estimator) appears twice in the bank's list")
+        return rows, ALL_ROWS
 
     # ------------------------------------------------------------------------------- step
     def step(self, ctls: Sequence[Any], forwarded_pps: np.ndarray, setpoint_pps: np.ndarray,
              offered_pps: np.ndarray | None = None, rows: Rows | None = None,
              at: Any = ALL_ROWS, cpu_percent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``ctl.step(forwarded, setpoint, offered, cpu)`` (:meth:`xtc.control.Controller.step`) for every
-        controller of ``ctls`` at once.
+        controller of ``ctls`` (each accepted by :meth:`accepts`: not checked here) at once.
 
-        Parameters
-        ----------
-        ctls : sequence of controllers
-            Each accepted by :meth:`accepts` (not checked here).
-        forwarded_pps, setpoint_pps, offered_pps, cpu_percent : array of float
-            Per controller, what its ``step`` takes; NaN where the scalar one is None (``offered_pps``
-            and ``cpu_percent`` may be None: all unknown).  ``cpu_percent`` is not checked.
-        rows, at : Rows, optional; slice or array of int
-            The controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order (all
-            by default): the state is then read and written there, not in the objects.
-
-        Returns
-        -------
-        caps, stepped : array of float, array of bool
-            The commanded caps (percent of one CPU) and where the step was taken.  Where a rate is
-            not what the scalar step accepts (NaN, infinite, negative), nothing is changed and
-            ``stepped`` is False: step that controller alone to get its error.
+        The rates and CPU readings are arrays, one element per controller, NaN where the scalar step's
+        is None (``offered_pps`` and ``cpu_percent`` None: all unknown; ``cpu_percent`` is not checked).
+        ``rows`` and ``at``: the controllers' rows (:meth:`rows`) and which of them ``ctls`` are, in order
+        (all by default).  Returns the commanded caps (percent of one CPU) and where the step was taken:
+        where a rate is not what the scalar step accepts (NaN, infinite, negative), nothing is changed
+        and the cap is NaN (step that controller alone to get its error).
         """
         n = len(ctls)
         rows, at = self._own(ctls, rows, at)
@@ -351,17 +251,13 @@ class ControllerBank:
         off = np.full(n, np.nan) if offered_pps is None else np.asarray(offered_pps, dtype=np.float64)
         ok = _rates_ok(y) & _rates_ok(r) & (np.isnan(off) | _rates_ok(off))
         cpu = None if cpu_percent is None else np.asarray(cpu_percent, dtype=np.float64)
-        if not ok.all():
-            idx = np.flatnonzero(ok)
-            caps = np.full(n, np.nan)
-            if len(idx):
-                sub = [ctls[i] for i in idx.tolist()]
-                caps[idx] = self.step(sub, y[idx], r[idx], off[idx], rows, _subset(at, idx),
-                                      None if cpu is None else cpu[idx])[0]
-            return caps, ok
-        if n == 0:
-            return np.empty(0), ok
-        return self._law(ctls, y, r, off, rows, at, cpu), ok
+        if ok.all():
+            return self._law(ctls, y, r, off, rows, at, cpu), ok
+        idx = np.flatnonzero(ok)
+        caps = np.full(n, np.nan)
+        caps[idx] = self._law([ctls[i] for i in idx.tolist()], y[idx], r[idx], off[idx], rows, _subset(at, idx),
+                              None if cpu is None else cpu[idx])
+        return caps, ok
 
     def step_one(self, ctl: Any, y: float, r: float, off: float = math.nan, cpu: float = math.nan) -> float:
         """``ctl.step`` on rates it has checked (pps; ``off`` and ``cpu`` NaN where unknown): the law on
@@ -381,13 +277,10 @@ class ControllerBank:
 
     def _lag_probe_in(self, ctls: Sequence[XtcController], y: np.ndarray, r: np.ndarray, off: np.ndarray,
                       rows: Rows, at: Any = ALL_ROWS) -> _Lag | None:
-        """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimator's
-        update, the probe candidate, the transient (docs/design/control-law.md, "The probe").  Returns
-        what the law needs of it (:class:`_Lag`), or None where no row is in a probe or a transient.  The
-        columns are read and written whole, the estimators' too where nothing can happen (no setpoint
-        move, no transient, :meth:`~xtc.control.estimate.LagRows.quiet`): only their history and observer
-        move.  Elsewhere, row by row, each estimator takes its whole update, on a plain copy read out of
-        the columns and written back (:meth:`~xtc.control.estimate.LagRows.plain`, ``put``)."""
+        """The lag probe's part of the step (``XtcTuning.lag_probe``), before the law: the estimators'
+        update, the probe candidate, the transient (docs/design/control-law.md, "The probe" and "The bank":
+        the quiet rows on whole columns, the others row by row).  Returns what the law needs of it
+        (:class:`_Lag`), or None where no row is in a probe or a transient."""
         lag: _Lag | None = None
         fb = self.tuning.fine_band_fraction
         # The columns in the order of ``ctls`` (views where ``at`` is a slice: all read before any is written).
@@ -408,19 +301,14 @@ class ControllerBank:
         new_transient, new_age = np.zeros(len(ctls), dtype=bool), age_arr + 1
         new_window = np.minimum(window_arr + 1, PROBE_WINDOW_PERIODS)
         if busy:
-            ys, caps_l, offs, exact_l = y.tolist(), log_cap.tolist(), off.tolist(), exact_arr.tolist()
-            rs, rps, has_rps = r.tolist(), rp_arr.tolist(), has_rp.tolist()
-            transients, ages, windows = transient_arr.tolist(), age_arr.tolist(), window_arr.tolist()
-            noises = rows.noise[at][busy].tolist()
             at_busy = _subset(at, np.array(busy, dtype=np.intp))
             plain = est.plain(at_busy)  # their state out of the columns in one pass, written back below
-            for k, noise, le in zip(busy, noises, plain):
-                yk, rk, o, exact = ys[k], rs[k], offs[k], exact_l[k]
-                rp = rps[k] if has_rps[k] else None
-                transient, age, window = transients[k], ages[k], windows[k]
+            cols = (y, r, log_cap, off, exact_arr, has_rp, rp_arr, transient_arr, age_arr, window_arr, rows.noise[at])
+            for k, le, (yk, rk, cap, o, exact, has_rp_k, rp, transient, age, window, noise) in zip(
+                    busy, plain, zip(*(c[busy].tolist() for c in cols))):
                 noise *= LN10
-                sampled = le.update(yk, caps_l[k], None if math.isnan(o) else o, noise)
-                moved = rp is not None and abs(rk - rp) > fb * rk
+                sampled = le.update(yk, cap, None if math.isnan(o) else o, noise)
+                moved = has_rp_k and abs(rk - rp) > fb * rk
                 if moved:
                     window = 0
                 probe_move = le.probe_candidate(noise) if exact and window < PROBE_WINDOW_PERIODS else 0.0
@@ -434,13 +322,9 @@ class ControllerBank:
                 if observed or probe_move:
                     if lag is None:
                         lag = _Lag(len(ctls))
-                    lag.observed[k] = observed
-                    lag.probe_move[k] = probe_move
-                    lag.y_settled[k] = le.settled_pps
-                    x = le.next_state_pps if observed else None
-                    if x is not None:
-                        lag.has_x[k], lag.x_next[k], lag.g[k] = True, x, le.lag
-                    lag.rest[k] = le.probe_rest_pps
+                    lag.observed[k], lag.probe_move[k], lag.rest[k] = observed, probe_move, le.probe_rest_pps
+                    if observed:  # (the update has given the observer its next state)
+                        lag.y_settled[k], lag.x_next[k], lag.g[k] = le.settled_pps, le.next_state_pps, le.lag
                     lag.estimators[k] = ctls[k].lag_estimator  # (the law arms a probe on it: after ``put``)
             est.put(at_busy, plain)
         rows.r_prev[at], rows.has_r_prev[at] = r, True
@@ -463,16 +347,14 @@ class ControllerBank:
         # The rate the dead zone and the bands judge: the one measured, or in a probe's transient the
         # mean the next period will have at the cap in force (the observer's prediction).
         y_judged = y_wanted
-        has_x = None
-        if lag is not None and lag.has_x.any():
-            has_x = lag.has_x
-            y_judged = np.where(has_x, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
+        obs = lag.observed if lag is not None and lag.observed.any() else None
+        if obs is not None:
+            y_judged = np.where(obs, np.maximum(1.0, (1.0 - lag.g) * lag.y_settled + lag.g * lag.x_next), y_wanted)
         # Noise estimate from the change of the error (clipped: a real step must not inflate it),
         # only where there was a previous error.
         change = np.minimum(np.abs(E - E_prev), 3.0 * noise * SQRT2)
         sigma_sample = change * SQRT_PI / 2.0
-        new_noise = noise + NOISE_SMOOTHING * (sigma_sample - noise)
-        new_noise = np.maximum(new_noise, 1e-4)
+        new_noise = np.maximum(noise + NOISE_SMOOTHING * (sigma_sample - noise), 1e-4)
         noise = np.where(has_prev, new_noise, noise)
 
         err = np.abs(r - y_judged)
@@ -482,11 +364,11 @@ class ControllerBank:
         else:  # every row inside the dead zone: u stays, no descent (what the move would give)
             du, descent = np.zeros(len(y)), np.zeros(len(y), dtype=bool)
         new_u, caps = self._stepped(u, du, move, carry)
-        if has_x is not None:
+        if obs is not None:
             # The transient ends where the next period's mean and the rate the new cap settles to are
             # both within transient_end_fraction of the setpoint.
             end = TRANSIENT_END_FRACTION
-            for k in np.flatnonzero(has_x).tolist():
+            for k in np.flatnonzero(obs).tolist():
                 rk = r[k].item()
                 moved = 10.0 ** (new_u[k].item() - u[k].item())
                 if abs(rk - y_judged[k].item()) < end * rk and abs(rk - lag.y_settled[k].item() * moved) < end * rk:
@@ -518,23 +400,20 @@ class ControllerBank:
             persist &= np.minimum(np.abs(E), np.abs(E_prev)) >= _log10_where(
                 1.0 + np.maximum(PERSIST_BAND_FRACTION, noise_band), persist)
         fine = (err < band * r) & ~persist
-        if lag is not None and lag.has_x.any():
-            fine &= ~lag.has_x
-        u_force_rows = rows.u_force if isinstance(at, slice) else rows.u_force[at]
+        if lag is not None:
+            fine &= ~lag.observed
+        u_force_rows = rows.u_force[at]
         kp, ki, e0 = self.params[2:5]
         not_limited = (off > 0) & (y >= t.unconstrained_fraction * off)  # NaN compares False
         du_beat = (kp + ki) * E - kp * E_prev
         if lag is not None and lag.observed.any():
-            # The step to the setpoint from the rate the cap in force settles to (the lag's observer);
-            # in a probe's transient, to the settled rate that puts the next period's *mean* there.
-            du_beat = du_beat.copy()
+            # The step from the rate the cap in force settles to (the lag's observer) to the settled
+            # rate that puts the next period's *mean* at the setpoint.
             lo, hi = OBSERVER_TARGET_BOUNDS
             for k in np.flatnonzero(lag.observed & move & ~fine).tolist():
                 yk, rk, ys = y[k].item(), r[k].item(), lag.y_settled[k].item()
-                r_to = rk
-                if lag.has_x[k]:
-                    g, x = lag.g[k].item(), lag.x_next[k].item()
-                    r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
+                g, x = lag.g[k].item(), lag.x_next[k].item()
+                r_to = min(hi * rk, max(lo * rk, (rk - g * x) / (1.0 - g)))
                 du_beat[k] = _log10(max(r_to, 1.0)) - _log10(max(ys * y_wanted[k].item() / yk if yk > 0 else ys, 1.0))
         # Leaving saturation: at least the model's step downwards (XtcController's docstring).
         descent = np.zeros(len(y), dtype=bool)
@@ -570,19 +449,15 @@ class ControllerBank:
                 descent |= fd
         du = np.where(fine, t.fine_gain * E, du_beat)
         if lag is not None:
-            probing = np.flatnonzero((lag.probe_move != 0.0) & move)
-            if len(probing):
-                du = du.copy()
-                for k in probing.tolist():
-                    du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
+            for k in np.flatnonzero((lag.probe_move != 0.0) & move).tolist():
+                du[k] = self._probe_step(lag, k, du[k].item(), u[k].item(), y[k].item(), r[k].item(), E[k].item())
         du = np.maximum(-t.max_step_decades, np.minimum(t.max_step_decades, du))
         hold = (du > 0) & not_limited
         if cpu is not None and t.cap_bound_fraction > 0.0 and hold.any():
             # A cap that binds (the VR used cap_bound_fraction of the cap in force) overrules the guard;
             # the caps in force are read only where the guard holds a raise (NaN compares False).
             k = np.flatnonzero(hold)
-            u_force = u_force_rows[k]
-            bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force)) & (cpu[k] < np.inf)
+            bound = (cpu[k] >= t.cap_bound_fraction * _pow10(u_force_rows[k])) & (cpu[k] < np.inf)
             hold[k[bound]] = False
         return np.where(hold, 0.0, du), descent
 
@@ -631,16 +506,11 @@ class ControllerBank:
     # ---------------------------------------------------------------------------- applied
     def applied(self, ctls: Sequence[Any], cap_in_force_percent: np.ndarray, rows: Rows | None = None,
                 at: Any = ALL_ROWS) -> tuple[np.ndarray, np.ndarray]:
-        """``ctl.applied(cap)`` for every controller at once; returns their ``cap_percent`` after.
+        """``ctl.applied(cap)`` for every controller at once (``rows`` and ``at`` as for :meth:`step`).
 
-        ``rows`` and ``at``: the controllers' rows, as for :meth:`step`.
-
-        Returns
-        -------
-        caps, done : array of float, array of bool
-            Each controller's :attr:`cap_percent` afterwards, and where the cap was taken.  Where
-            it is not what ``check_cap`` accepts (finite, > 0) nothing is changed and ``done`` is
-            False: call that controller's :meth:`applied` alone to get its error.
+        Returns each controller's :attr:`cap_percent` afterwards and where the cap was taken: where it is
+        not what ``check_cap`` accepts (finite, > 0) nothing is changed and the cap is NaN (call that
+        controller's :meth:`applied` alone to get its error).
         """
         rows, at = self._own(ctls, rows, at)
         got = np.asarray(cap_in_force_percent, dtype=np.float64)
@@ -648,11 +518,8 @@ class ControllerBank:
         if not done.all():
             idx = np.flatnonzero(done)
             caps = np.full(len(ctls), np.nan)
-            if len(idx):
-                caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows, _subset(at, idx))[0]
+            caps[idx] = self.applied([ctls[i] for i in idx.tolist()], got[idx], rows, _subset(at, idx))[0]
             return caps, done
-        if len(ctls) == 0:
-            return np.empty(0), done
         u, carry = rows.u[at], rows.carry[at]
         want = self._pow10_u(u)
         carry = carry + want - got

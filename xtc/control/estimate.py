@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .columns import column_property, new_columns, object_column
+from .columns import Attached, attach, new_columns, put_columns
 
 __all__ = ["LagEstimator", "LagRows", "observed", "pole_of_lag"]
 
@@ -37,13 +37,11 @@ def pole_of_lag(lag: float) -> float:
     return math.exp(-1.0 / math.exp(0.5 * (lo + hi)))
 
 
-#: (lag, pole) pairs on a grid of lags 0..0.95, for the estimator's sample equation.
-_LAG_GRID: tuple[tuple[float, float], ...] = tuple((i / 200.0, pole_of_lag(i / 200.0)) for i in range(191))
-
-
 #: The estimator's constants (dimensionless unless said; no configuration sets them; what each guards:
 #: docs/design/control-law.md, "The lag estimator").
 #:
+#: Periods of history an estimator keeps.
+_HIST = 4
 #: Smallest change of ``log10(cap in force)`` that can show the lag, decades.
 MIN_MOVE_DECADES = 0.1
 #: The cap's change in the period before the move is at most this fraction of the move (about rest);
@@ -55,12 +53,11 @@ PROBE_REST_FRACTION = 0.05
 NOISE_SIGMAS = 4.0
 #: Largest lag believed; a sample beyond ``[0, LAG_MAX]`` is not used.
 LAG_MAX = 0.8
-#: The grid's lags up to :data:`LAG_MAX` (g, pole p), and the sample's residual's coefficients on them as arrays
-#: (:meth:`LagEstimator._roots`: the residual on all of them at once).
-_GRID_LAG_LIST = [g for g, _ in _LAG_GRID if g <= LAG_MAX]
-_GRID_ONE_MINUS_LAG = np.array([1.0 - g for g, _ in _LAG_GRID if g <= LAG_MAX])  # 1 - g
-_GRID_LAG_OPEN = np.array([g * (1.0 - p) for g, p in _LAG_GRID if g <= LAG_MAX])  # g (1 - p)
-_GRID_LAG_POLE = np.array([g * p for g, p in _LAG_GRID if g <= LAG_MAX])  # g p
+#: A grid of lags 0..LAG_MAX, and the sample's residual's coefficients on them (1 - g, g (1 - p), g p: as
+#: arrays, :meth:`LagEstimator._candidates` takes the residual on all of them at once).
+_GRID_LAG_LIST = [i / 200.0 for i in range(201) if i / 200.0 <= LAG_MAX]
+_GRID_G, _GRID_P = np.array(_GRID_LAG_LIST), np.array([pole_of_lag(g) for g in _GRID_LAG_LIST])
+_GRID_ONE_MINUS_LAG, _GRID_LAG_OPEN, _GRID_LAG_POLE = 1.0 - _GRID_G, _GRID_G * (1.0 - _GRID_P), _GRID_G * _GRID_P
 #: A period whose rate is at least this fraction of the offered rate is offered-limited (no sample uses it).
 UNCONSTRAINED_FRACTION = 0.97
 #: A residual within this fraction of the rate counts as explained.
@@ -113,9 +110,11 @@ class LagEstimator:
         """Forget every sample (a new activation)."""
         # (rate pps, log10 cap, rate / offered or 0 if unknown), oldest first
         self._hist: tuple[tuple[float, float, float], ...] = ()
-        self._lag = self.fallback_lag
-        self._pole = pole_of_lag(self._lag)
-        self._x_next: float | None = None
+        self.lag = self.fallback_lag
+        self._pole = pole_of_lag(self.lag)
+        #: The observer's forwarding rate at the next period's start, and the rate the cap in force
+        #: settles to (pps; None and 0.0 before the first period).
+        self.next_state_pps: float | None = None
         self.settled_pps = 0.0
         self._pending: tuple[tuple[float, ...], float, float, tuple[float, ...]] | None = None
         self._check: tuple[Any, ...] | None = None
@@ -131,61 +130,27 @@ class LagEstimator:
         """True once a sample has been taken (the estimate is then the data's)."""
         return self.samples > 0
 
-    @property
-    def lag(self) -> float:
-        """The lag ``g`` to design for: the estimate, or the model's until a sample says more."""
-        return self._lag
-
     def update(self, rate_pps: float, log_cap: float, offered_pps: float | None = None,
                noise_fraction: float = 0.0) -> bool:
-        """Feed one period: the rate measured (pps), ``log10`` of the cap in force during it.
-
-        Parameters
-        ----------
-        rate_pps : float
-            Rate measured over the period, packets/s.
-        log_cap : float
-            ``log10`` of the cap in force during it (percent of one CPU).
-        offered_pps : float, optional
-            Rate offered during it, packets/s (None: unknown, the period counts as not limited).
-        noise_fraction : float
-            Relative standard deviation of one period's rate sample (the controller's estimate).
-
-        Returns
-        -------
-        bool
-            True if this period completed a sample.
-        """
-        h = self._push(rate_pps, log_cap, offered_pps)
-        lag_before = self._lag
+        """Feed one period: the rate measured (pps), ``log10`` of the cap in force during it (percent of
+        one CPU), the rate offered (pps; None: unknown, the period counts as not limited) and the relative
+        standard deviation of one period's rate sample (the controller's estimate).  True if the period
+        completed a sample."""
+        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
+        h = self._hist = self._hist[1 - _HIST:] + ((rate_pps, log_cap, frac),)
+        lag_before = self.lag
         self._verify(h, noise_fraction)
         sample = self._sample(h, noise_fraction)
         if sample is not None:
             g, x = sample
-            self._lag, self._pole = g, pole_of_lag(g)
+            self.lag, self._pole = g, pole_of_lag(g)
             self.samples += 1
         else:
-            if self._lag != lag_before:  # a sample undone: the state for the model's lag, from this period's rate
-                self._x_next = None
-            x = rate_pps if self._x_next is None else self._x_next
-        self._observe(rate_pps, x)
+            if self.lag != lag_before:  # a sample undone: the state for the model's lag, from this period's rate
+                self.next_state_pps = None
+            x = rate_pps if self.next_state_pps is None else self.next_state_pps
+        self.settled_pps, self.next_state_pps = observed(rate_pps, x, self.lag, self._pole, _pick)
         return sample is not None
-
-    def _push(self, rate_pps: float, log_cap: float, offered_pps: float | None) -> tuple[tuple[float, float, float], ...]:
-        """Append a period to the history (the newest four kept); returns the history."""
-        frac = rate_pps / offered_pps if offered_pps is not None and offered_pps > 0 else 0.0
-        h = self._hist[-3:] + ((rate_pps, log_cap, frac),)
-        self._hist = h
-        return h
-
-    def _observe(self, rate_pps: float, x: float) -> None:
-        """The observer's step (:func:`observed`) with the lag now used."""
-        self.settled_pps, self._x_next = observed(rate_pps, x, self._lag, self._pole, _pick)
-
-    @property
-    def next_state_pps(self) -> float | None:
-        """The observer's forwarding rate at the next period's start, packets/s (None before the first period)."""
-        return self._x_next
 
     def probe_candidate(self, noise_fraction: float = 0.0) -> float:
         """The newest period's move if it is the first after a large move from rest whose rate moved the
@@ -245,7 +210,7 @@ class LagEstimator:
         moves = (u2 - u1,)
         roots = self._roots(m0, d1, m2, moves[0], max(FIT_FRACTION, NOISE_SIGMAS * noise_fraction) * m2)
         if len(roots) == 1:
-            self._check = (roots[0], m0, d1, moves, self._lag, self.samples)
+            self._check = (roots[0], m0, d1, moves, self.lag, self.samples)
             return roots[0], self._predict(roots[0], m0, d1, moves)[1]
         if roots:
             self._pending = (tuple(roots), m0, d1, moves)
@@ -259,7 +224,7 @@ class LagEstimator:
         g, m0, d1, moves, lag, samples = chk
         third = self._third(h, (g,), m0, d1, moves, noise_fraction)
         if third is not None and third[2]:
-            self._lag, self._pole, self.samples = lag, pole_of_lag(lag), samples
+            self.lag, self._pole, self.samples = lag, pole_of_lag(lag), samples
 
     def _third(self, h: tuple[tuple[float, float, float], ...], lags: tuple[float, ...], m0: float, d1: float,
                moves: tuple[float, ...], noise_fraction: float) -> tuple[float, float, bool] | None:
@@ -324,8 +289,8 @@ class LagEstimator:
 
     def to_state(self) -> dict[str, Any]:
         """JSON-serialisable state."""
-        return {"hist": [list(x) for x in self._hist], "lag": self._lag, "weight": float(self.samples), "samples": self.samples,
-                "x_next_pps": self._x_next, "probed": self.probed, "probe_armed": self._probe_armed,
+        return {"hist": [list(x) for x in self._hist], "lag": self.lag, "weight": float(self.samples), "samples": self.samples,
+                "x_next_pps": self.next_state_pps, "probed": self.probed, "probe_armed": self._probe_armed,
                 "probe_rest_pps": self.probe_rest_pps}
 
     def restore_state(self, s: Mapping[str, Any]) -> None:
@@ -333,18 +298,15 @@ class LagEstimator:
         try:
             hist = tuple((float(m), float(u), float(fr)) for m, u, fr in s["hist"])
             lag, weight, samples = float(s["lag"]), float(s["weight"]), int(s["samples"])
-            if len(hist) > 4 or not (0.0 <= lag <= LAG_MAX or lag == self.fallback_lag) \
+            if len(hist) > _HIST or not (0.0 <= lag <= LAG_MAX or lag == self.fallback_lag) \
                     or not all(math.isfinite(v) for x in hist for v in x) or not (weight >= 0.0 and math.isfinite(weight)):
                 raise ValueError
-            x = s.get("x_next_pps")
-            x = None if x is None else float(x)
-            if x is not None and not math.isfinite(x):
-                raise ValueError
+            x = None if s.get("x_next_pps") is None else float(s["x_next_pps"])
             rest = float(s.get("probe_rest_pps", 0.0))
-            if not (math.isfinite(rest) and rest >= 0.0):
+            if not (x is None or math.isfinite(x)) or not (math.isfinite(rest) and rest >= 0.0):
                 raise ValueError
-            self._hist, self._lag, self.samples = hist, lag, samples
-            self._pole, self._x_next = pole_of_lag(lag), x
+            self._hist, self.lag, self.samples = hist, lag, samples
+            self._pole, self.next_state_pps = pole_of_lag(lag), x
             self.probed, self._probe_armed = s.get("probed") is True, s.get("probe_armed") is True
             self.probe_rest_pps = rest
         except (KeyError, TypeError, ValueError):
@@ -355,13 +317,11 @@ class LagEstimator:
 #: The estimator's state in columns (:class:`LagRows`): (attribute, column, kind), as
 #: :func:`~xtc.control.columns.column_property` takes them.  The history has two columns of its own.
 _LAG_COLUMNS: tuple[tuple[str, str, Any], ...] = (
-    ("fallback_lag", "fallback", float), ("_lag", "lag", float), ("_pole", "pole", float),
-    ("_x_next", "x_next", None), ("settled_pps", "settled", float), ("samples", "samples", int),
+    ("fallback_lag", "fallback", float), ("lag", "lag", float), ("_pole", "pole", float),
+    ("next_state_pps", "x_next", None), ("settled_pps", "settled", float), ("samples", "samples", int),
     ("probed", "probed", bool), ("_probe_armed", "armed", bool), ("probe_rest_pps", "rest", float),
     ("_pending", "pending", object), ("_check", "check", object))
 _LAG_NAMES = (*(name for name, _, _ in _LAG_COLUMNS), "_hist")
-#: Periods of history an estimator keeps (:meth:`LagEstimator._push`).
-_HIST = 4
 
 
 class LagRows:
@@ -385,17 +345,11 @@ class LagRows:
             raise ValueError("a lag estimator appears twice in the list to attach")
         rows = cls.__new__(cls)
         rows.n = n
-        new_columns(rows, n, _LAG_COLUMNS, estimators)
+        new_columns(rows, _LAG_COLUMNS, estimators)
         rows.hist, rows.hist_len = np.zeros((n, _HIST, 3)), np.zeros(n, dtype=np.intp)
         for k, est in enumerate(estimators):
             rows.put_hist(k, est._hist)
-        for k, est in enumerate(estimators):
-            d = est.__dict__
-            for name, _, _ in _LAG_COLUMNS:
-                d.pop(name, None)
-            d.pop("_hist", None)
-            est.__class__ = _LagRow
-            d["_rows"], d["_row"] = rows, k
+        attach(estimators, rows, _LagRow)
         return rows
 
     def get_hist(self, k: int) -> tuple[tuple[float, float, float], ...]:
@@ -430,17 +384,9 @@ class LagRows:
 
     def put(self, idx: np.ndarray, estimators: Sequence[LagEstimator]) -> None:
         """The state of plain ``estimators`` written to the rows ``idx`` (from :meth:`plain`)."""
-        ds = [est.__dict__ for est in estimators]
-        for name, col, kind in _LAG_COLUMNS:
-            got = [d[name] for d in ds]
-            if kind is None:
-                getattr(self, "has_" + col)[idx] = [v is not None for v in got]
-                got = [0.0 if v is None else v for v in got]
-            elif kind is object:
-                got = object_column(got)
-            getattr(self, col)[idx] = got
-        for k, d in zip(idx.tolist(), ds):
-            self.put_hist(k, d["_hist"])
+        put_columns(self, _LAG_COLUMNS, idx, estimators)
+        for k, est in zip(idx.tolist(), estimators):
+            self.put_hist(k, est._hist)
 
     def quiet(self, at: Any, log_cap: np.ndarray, exact: np.ndarray) -> np.ndarray:
         """Where a period at ``log_cap`` (``log10`` of the cap in force during it) can neither complete
@@ -468,21 +414,8 @@ class LagRows:
             self.has_x_next[idx] = True
 
 
-class _LagRow(LagEstimator):
+class _LagRow(Attached, LagEstimator):
     """A :class:`LagEstimator` whose state is a row of a :class:`LagRows`; a copy is a plain one."""
 
+    _plain, _spec, _state = LagEstimator, _LAG_COLUMNS, _LAG_NAMES
     _hist = property(lambda self: self._rows.get_hist(self._row), lambda self, h: self._rows.put_hist(self._row, h))
-
-    def __copy__(self) -> LagEstimator:
-        new = self._rows.plain(np.array((self._row,), dtype=np.intp))[0]  # its values: all immutable
-        new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_rows", "_row")})
-        return new
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> LagEstimator:
-        new = self.__copy__()
-        memo[id(self)] = new
-        return new
-
-
-for _name, _col, _kind in _LAG_COLUMNS:
-    setattr(_LagRow, _name, column_property(_col, _kind))

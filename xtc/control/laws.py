@@ -155,7 +155,7 @@ class XtcController(BoundedController):
         offered = math.nan if offered_pps is None else check_rate("offered_pps", offered_pps)
         from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
-        return ControllerBank.of(self).step_one(self, y, r, offered, math.nan if cpu_percent is None else cpu_percent)
+        return ControllerBank(self).step_one(self, y, r, offered, math.nan if cpu_percent is None else cpu_percent)
 
     def cap_bound(self, cpu_percent: float | None) -> bool | None:
         """Whether a VR that used ``cpu_percent`` (percent of one CPU) over the last period was held
@@ -205,7 +205,4 @@ class XtcController(BoundedController):
                 if type(sa) is int and 0 <= sa <= PROBE_WINDOW_PERIODS:
                     self._setpoint_age = sa
         lag = state.get("lag_estimator")
-        if isinstance(lag, Mapping):
-            self.lag_estimator.restore_state(lag)
-        else:
-            self.lag_estimator.reset()
+        self.lag_estimator.restore_state(lag if isinstance(lag, Mapping) else {})  # ({}: a reset)

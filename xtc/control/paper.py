@@ -53,7 +53,7 @@ class PaperPI(BoundedController):
             check_rate("offered_pps", offered_pps)
         from .bank import ControllerBank  # bank.py builds on this module: the law's one home
 
-        return ControllerBank.of(self).step_one(self, y, r)
+        return ControllerBank(self).step_one(self, y, r)
 
     def to_state(self) -> dict[str, Any]:
         s = super().to_state()
