@@ -67,6 +67,11 @@ def test_state_round_trip():
         assert (est.lag, est.settled_pps) == (twin.lag, twin.settled_pps)
     twin.restore_state({"hist": "junk"})
     assert twin.lag == A and not twin.confident
+    for bad in (math.inf, -math.inf, math.nan):  # a state file's JSON may hold Infinity or NaN for the count
+        twin.restore_state({**est.to_state(), "samples": 2})
+        assert twin.confident
+        twin.restore_state({**est.to_state(), "samples": bad})
+        assert twin.lag == A and not twin.confident
 
 
 def test_a_state_written_with_the_removed_gain_estimator_still_loads():

@@ -309,7 +309,7 @@ class LagEstimator:
             self._pole, self.next_state_pps = pole_of_lag(lag), x
             self.probed, self._probe_armed = s.get("probed") is True, s.get("probe_armed") is True
             self.probe_rest_pps = rest
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # (int() of an infinite count overflows)
             self.reset()
 
 
