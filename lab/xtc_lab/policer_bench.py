@@ -40,6 +40,7 @@ import xtc
 from xtc.policer.engine import percentiles
 from xtc.policer.link import tcp_sockets, tcp_states
 from xtc_lab.policer_api_goals import api_figures, api_goals, latency_by_kind, latency_by_phase, latency_p99_by_second
+from xtc_lab.policer_fleet import add_policer_arguments
 from xtc_lab.procs import stop_process, stop_processes
 from xtc_lab.unwind import unwinding
 
@@ -96,8 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fleet: the stand-in daemons' sockets, Unix (ipc, the default) or TCP on 127.0.0.1; with tcp the "
                         "result counts the policer's TCP sockets toward them by state at the end of the policing "
                         "window (fleet_tcp_states: time_wait, established, ...)")
-    s.add_argument("--link-transport", choices=("zmtp", "libzmq"), default=None,
-                   help="fleet: how the policer speaks to the daemons (engine.link_transport; default: its default)")
+    add_policer_arguments(s, "fleet: ")
     s.add_argument("--postgres", action="store_true",
                    help="fleet: the policer on a throw-away PostgreSQL server (fsync on) of this machine's Debian "
                         "package, started and removed by the bench, instead of SQLite (its CPU is counted)")

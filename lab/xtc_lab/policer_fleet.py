@@ -43,6 +43,7 @@ import zmq
 import zmq.asyncio
 
 from xtc.daemon import api
+from xtc.policer.link import LINK_TRANSPORTS
 from xtc_lab.procs import stop_process
 
 try:
@@ -535,6 +536,19 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dead", type=float, default=0.1, help="share of the daemons that never answer (default 0.1)")
     p.add_argument("--jitter", type=float, default=0.0,
                    help="the VRs' offered rates drawn anew each period: base x (1 +- jitter) (default 0: steady)")
+
+
+def add_policer_arguments(p: Any, help_prefix: str = "") -> None:
+    """The options of a tool that polices a stand-in fleet, as every such tool takes them: ``--link-transport``
+    (how the policer speaks to the daemons; ``help_prefix`` before its help, e.g. ``"fleet: "``)."""
+    p.add_argument("--link-transport", choices=LINK_TRANSPORTS, default=None,
+                   help=f"{help_prefix}how the policer speaks to the daemons (engine.link_transport; default: its default)")
+
+
+def add_window_arguments(p: argparse.ArgumentParser, window_help: str) -> None:
+    """``--window`` (seconds measured, 10 by default; ``window_help`` says how) and ``--warmup`` (seconds before)."""
+    p.add_argument("--window", type=float, default=10.0, help=window_help)
+    p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
 
 
 def main(argv: list[str] | None = None) -> int:

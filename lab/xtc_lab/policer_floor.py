@@ -48,7 +48,7 @@ from xtc.policer.link import LinkPool
 from xtc.policer.samples import SampleStreams
 from xtc.policer.store import Store
 
-from .policer_fleet import add_fleet_arguments, fleet_process
+from .policer_fleet import add_fleet_arguments, add_policer_arguments, add_window_arguments, fleet_process
 from .policer_profile import loadavg, proc_cpu_s, process_cpu_s, threads_cpu_s
 
 __all__ = ["CONSUMERS", "floor", "main"]
@@ -185,11 +185,9 @@ def floor(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window_s: float
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_floor", description=__doc__.split("\n\n")[0])
     add_fleet_arguments(p)
-    p.add_argument("--window", type=float, default=10.0, help="seconds measured")
-    p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
+    add_window_arguments(p, "seconds measured")
     p.add_argument("--consumer", choices=CONSUMERS, default="none", help="what takes each message (see above)")
-    p.add_argument("--link-transport", choices=("zmtp", "libzmq"), default=None,
-                   help="how the link pool speaks to the daemons (engine.link_transport; default: the pool's)")
+    add_policer_arguments(p)
     args = p.parse_args(argv)
     print(json.dumps(floor(args.routers, args.vrs, args.dead, args.window, args.consumer, args.jitter, args.warmup,
                            args.link_transport),

@@ -59,7 +59,7 @@ try:
 except ImportError:  # an older product (a results session's before side) sets no threshold
     raise_young_threshold = None  # type: ignore[assignment]
 
-from .policer_fleet import add_fleet_arguments, fleet_process
+from .policer_fleet import add_fleet_arguments, add_policer_arguments, add_window_arguments, fleet_process
 from .thread_timers import FunctionTimers
 
 __all__ = ["Mark", "loadavg", "main", "proc_cpu_s", "process_cpu_s", "profile_engine", "take_window", "threads_cpu_s",
@@ -470,8 +470,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xtc_lab.policer_profile", description=__doc__.split("\n\n")[0])
     add_fleet_arguments(p)
-    p.add_argument("--window", type=float, default=10.0, help="seconds measured (whole cycles of 1 s), unprofiled then profiled")
-    p.add_argument("--warmup", type=float, default=None, help="seconds before (default 10 + routers / 100)")
+    add_window_arguments(p, "seconds measured (whole cycles of 1 s), unprofiled then profiled")
     p.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tracemalloc", action="store_true", help="also trace Python's allocations (slower)")
@@ -492,8 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-udp", default=None, metavar="ADDRESS[:PORT]",
                    help="with --sample-link: the samples as signed UDP datagrams to this address (engine.sample_udp; "
                         "without a port, any free one)")
-    p.add_argument("--link-transport", choices=("zmtp", "libzmq"), default=None,
-                   help="how the link pool speaks to the daemons (engine.link_transport; default: the pool's)")
+    add_policer_arguments(p)
     p.add_argument("--gc-default", action="store_true",
                    help="leave Python's garbage collector as it is (default: the engine process's young threshold, "
                         "xtc.service.collector)")
