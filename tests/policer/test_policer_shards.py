@@ -141,6 +141,15 @@ def test_two_shards_police_every_router(make_daemon: Any, make_policer: Any) -> 
     assert count >= 2 and got[("xtc_policer_cycle_seconds_bucket", "+Inf")] == count, got
     assert 0 < got[("xtc_policer_cycle_seconds_sum", None)] < count * 0.5 * 4, got
 
+    # and the links' counters, summed over the shards: one kept connection to each router's daemon
+    def links() -> dict[str, float]:
+        text = pol.http.get("/metrics").text
+        return {s.name: s.value for f in text_string_to_metric_families(text) if f.name.startswith("xtc_policer_link_")
+                for s in f.samples}
+    wait_for(lambda: links().get("xtc_policer_link_connections") == 2, 5, "both shards' links reported")
+    got = links()
+    assert got["xtc_policer_link_connects_total"] >= 2 and got["xtc_policer_link_socket_errors_total"] == 0, got
+
 
 @pytest.mark.parametrize("policer_db", ["postgresql"])
 def test_a_standby_takes_every_shard_and_another_layout_never_leads(make_daemon: Any, make_policer: Any) -> None:

@@ -514,6 +514,11 @@ class Engine:
         """Sample messages dropped as not valid since the start."""
         return sum(self.samples.bad.values()) if self.samples is not None else 0
 
+    @property
+    def link_stats(self) -> dict[str, int]:
+        """The link pool's counters (:meth:`~xtc.policer.link.LinkPool.stats`)."""
+        return self.links.stats()
+
     # ------------------------------------------------------------------------------- thread
     def start(self) -> None:
         self._ensure_worker()

@@ -12,9 +12,9 @@ The parent sends the child its settings as one JSON line on its stdin and keeps 
 child stops when it reaches end of file (the parent stopped it, or died: even SIGKILLed, its end of
 the pipe is closed by the kernel).  The child reports on its stdout, one JSON line every
 :data:`REPORT_S` and at each change of leadership: cycles run, replies dropped, recent cycle times,
-whether it leads and under which epoch, and its error if it failed.  :class:`EngineProcess` is the
-parent's view of it, with the attributes the API reads of an in-process
-:class:`~xtc.policer.engine.Engine` (``cycles``, ``bad_replies``, ``cycle_s``, ``error``,
+whether it leads and under which epoch, its link pool's counters, and its error if it failed.
+:class:`EngineProcess` is the parent's view of it, with the attributes the API reads of an in-process
+:class:`~xtc.policer.engine.Engine` (``cycles``, ``bad_replies``, ``cycle_s``, ``link_stats``, ``error``,
 ``is_leader``).  With ``engine.shards`` n > 1 the parent starts n such children, shard ``i`` of ``n``
 each (its own routers, :func:`~xtc.policer.engine.shard_of`; on PostgreSQL its own leader lock and
 epoch), and :class:`EngineShards` shows them to the API as one.  If the child fails or dies, ``on_crash`` is called and ``serve`` exits with status 1,
@@ -72,6 +72,8 @@ class EngineProcess:
         self.cycle_s: list[float] = []
         self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}
         self.gap_s: list[float] = []
+        #: The link pool's counters at the child's last report (:meth:`~xtc.policer.link.LinkPool.stats`).
+        self.link_stats: dict[str, int] = {}
         self.error: BaseException | None = None
         self.leader_epoch: int | None = None
         self._leads = False
@@ -120,6 +122,7 @@ class EngineProcess:
             self.cycle_s = rep["cycle_s"]
             self.cycle_hist = rep.get("cycle_hist", self.cycle_hist)
             self.gap_s = rep["gap_s"]
+            self.link_stats = rep.get("links", self.link_stats)
             self.leader_epoch = rep["epoch"]
             self._leads = rep["leader"]
             self._reported.set()
@@ -167,8 +170,8 @@ class EngineShards:
     """``engine.shards`` engine processes, shard ``i`` of ``n`` each (:class:`EngineProcess` with
     ``shard`` in its settings), seen by the API as one engine.
 
-    ``cycles`` is the fewest any shard has run; ``sampled``, ``listed``, ``probed``, ``bad_samples`` and
-    ``bad_replies`` are summed; ``cycle_s`` and ``gap_s`` are, cycle by cycle from the newest, the
+    ``cycles`` is the fewest any shard has run; ``sampled``, ``listed``, ``probed``, ``bad_samples``,
+    ``bad_replies`` and each counter of ``link_stats`` are summed; ``cycle_s`` and ``gap_s`` are, cycle by cycle from the newest, the
     longest of the shards this process leads (the policy cycle of those routers ends with its slowest
     shard); ``is_leader()`` is true while this process leads at least one shard, and
     :attr:`shard_states` tells which.  A shard's process that fails or dies fails them all
@@ -207,6 +210,14 @@ class EngineShards:
     @property
     def bad_replies(self) -> dict[str, int]:
         return {"all": sum(sum(p.bad_replies.values()) for p in self.procs)}
+
+    @property
+    def link_stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.procs:
+            for k, v in p.link_stats.items():
+                out[k] = out.get(k, 0) + v
+        return out
 
     sampled = _summed("sampled")
     listed = _summed("listed")
@@ -365,7 +376,7 @@ def main() -> int:
                "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed,
                "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
                "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
-               "cycle_hist": engine.cycle_hist,
+               "cycle_hist": engine.cycle_hist, "links": engine.link_stats,
                "leader": leads,
                "epoch": store.fence_epoch if leads else None,
                "error": repr(failed[0]) if failed else None}

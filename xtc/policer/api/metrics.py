@@ -13,7 +13,27 @@ from prometheus_client.core import (
 from ..engine import CYCLE_BUCKETS_S
 from ..store import Store
 
-__all__ = ["PolicerCollector"]
+__all__ = ["LINK_METRICS", "PolicerCollector"]
+
+#: The engine's link counters as metrics: (the metric's name, gauge or counter, its help, the counters of
+#: :meth:`~xtc.policer.link.LinkPool.stats` it sums).
+LINK_METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("xtc_policer_link_connections", "gauge", "Kept connections to the daemons' endpoints", ("connections",)),
+    ("xtc_policer_link_subscriptions", "gauge", "Daemons whose samples come over their kept connection",
+     ("subscriptions",)),
+    ("xtc_policer_link_connects", "counter", "Kept connections opened (again after one was closed idle or reset)",
+     ("connects",)),
+    ("xtc_policer_link_resets", "counter", "Kept connections dropped and opened again because the daemon "
+     "answered no request for the stall time", ("resets",)),
+    ("xtc_policer_link_replies_dropped", "counter", "Replies dropped by the links: after their request's "
+     "deadline, or invalid", ("late_replies", "bad_replies")),
+    ("xtc_policer_link_socket_errors", "counter", "Connections that could not be opened (open-files limit)",
+     ("socket_errors",)),
+    ("xtc_policer_link_samples", "counter", "Samples messages taken, over the connections and as datagrams",
+     ("samples_received", "udp_received")),
+    ("xtc_policer_link_samples_dropped", "counter", "Samples messages dropped by the links: for no "
+     "subscription, or datagrams refused", ("stray_samples", "udp_dropped")),
+)
 
 
 class PolicerCollector:
@@ -24,7 +44,10 @@ class PolicerCollector:
     ``xtc_policer_vr_punishment_level{router,vr}`` (punished VRs only); ``xtc_policer_leader``;
     ``xtc_policer_cycle_seconds`` (a histogram of the policy cycles).  Counters:
     ``xtc_policer_punishments_total{level}`` (from the audit log), ``xtc_policer_engine_cycles_total``,
-    ``xtc_policer_bad_replies_total``.
+    ``xtc_policer_bad_replies_total``.  The engine's links to the daemons (:data:`LINK_METRICS`, from its
+    link pool's counters, summed over the shards): gauges ``xtc_policer_link_connections`` and
+    ``xtc_policer_link_subscriptions``, and counters of connections made and reset, replies and samples
+    taken or dropped.
     """
 
     def __init__(self, store: Store, engine: Any):
@@ -80,6 +103,10 @@ class PolicerCollector:
                                   value=e.cycles if e is not None else 0)
         yield CounterMetricFamily("xtc_policer_bad_replies", "Daemon replies dropped as invalid",
                                   value=sum(e.bad_replies.values()) if e is not None else 0)
+        links = getattr(e, "link_stats", None) or {}
+        for name, kind, help_text, counters in LINK_METRICS:
+            family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+            yield family(name, help_text, value=sum(links.get(c, 0) for c in counters))
         h = getattr(e, "cycle_hist", None) or {"counts": [], "sum": 0.0}
         counts = h["counts"] or [0] * (len(CYCLE_BUCKETS_S) + 1)
         cum, buckets = 0, []
