@@ -33,6 +33,28 @@ def test_kept_rows_share_their_state_words(tmp_path: Path) -> None:
         s.close()
 
 
+def test_a_vr_name_is_one_string_in_the_samples_the_kept_rows_and_the_list(tmp_path: Path) -> None:
+    """A VR's name comes from three decoders (a compact sample's names, a database row, a ``list`` reply), each
+    making a string of its own; they are interned, so the engine keeps one per name: here a sample's and the
+    kept rows' (the engine interns its routers' VR sets from ``list`` the same way)."""
+    from xtc.daemon import api
+    from xtc.policer.rows import decode_v3
+
+    names = ["".join(["vr-", "name-", str(i)]) for i in range(3)]  # made at run time: not interned already
+    rows = [[n, "active", True, 1000.0, 900.0, 1200.0, 5.0, None, None, None] for n in names]
+    sampled, _ = decode_v3(api.samples_message_v3(1.0, 1.0, rows), 64, 1 << 20)
+    s = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        s.add_router("r1", "tcp://127.0.0.1:1", 100_000.0, "on", None, "test")
+        s.record_poll("r1", [{"vr": "".join(["vr-", "name-", str(i)]), "state": "active"} for i in range(3)])
+        kept = s.plan_states(["r1"])["r1"][1]
+        for n in sampled.names:
+            (key,) = [k for k in kept if k == n]
+            assert key is n and kept[n].name is n, "a name held twice"
+    finally:
+        s.close()
+
+
 class _Samples:
     """A unit test's stand-in for the sample streams: the newest sample of every router, just arrived."""
 

@@ -60,6 +60,7 @@ import itertools
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 import zlib
@@ -928,7 +929,7 @@ class Engine:
                     continue
                 st = self._st(name)
                 st.backoff = None
-                st.vr_set = frozenset(v["vr"] for v in vrs)
+                st.vr_set = frozenset(sys.intern(v["vr"]) for v in vrs)  # (one string a name: _kept_row)
                 outcomes.append(ExchangeOutcome(name, "reachable", None, vrs=vrs, records=self._confirm(name, vrs, st)))
                 polled.append((r, settings, now, t0, st))
             elif item[0] == "samples":  # validated as it arrived (SampleStreams)

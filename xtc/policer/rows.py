@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from functools import partial
 from operator import is_not
@@ -438,7 +439,8 @@ def decode_v3(frames: list[bytes], max_vrs: int, max_bytes: int,
             raise _bad("whose names are not UTF-8") from None
         if text.count("\n") != n or (n and not text.endswith("\n")) or not _NAMES.fullmatch(text):
             raise _bad(f"whose names are not {n} VR names matching {VR_PATTERN}, each ended by a newline")
-        names = tuple(text.split("\n")[:-1]) if n else ()
+        # (interned: the engine keeps a VR's name from its samples, its kept row and its last 'list' once)
+        names = tuple(map(sys.intern, text.split("\n")[:-1])) if n else ()
         if len(set(names)) != n:
             raise _bad("that names a VR twice")
     if errors and not set(errors) <= set(names):

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
@@ -173,9 +174,10 @@ class VrRow(NamedTuple):
 
 
 def _kept_row(values: tuple) -> VrRow:
-    """A VR's row as :meth:`Store.plan_states` keeps it (:data:`STATE_COLS` from ``values``), its words shared."""
+    """A VR's row as :meth:`Store.plan_states` keeps it (:data:`STATE_COLS` from ``values``), its words shared and
+    its name interned (one string for it in the samples' names, the kept row and the last ``list``)."""
     st, wanted = values[2], values[9]
-    return VrRow(values[0], values[1], _WORDS.get(st, st), *values[3:9], _WORDS.get(wanted, wanted), *values[10:])
+    return VrRow(sys.intern(values[0]), values[1], _WORDS.get(st, st), *values[3:9], _WORDS.get(wanted, wanted), *values[10:])
 
 
 #: The activation states without a timer (immutable: one object each for every router in them).
@@ -748,7 +750,8 @@ class Store:
                 if stale:
                     got: dict[str, dict[str, VrRow]] = {n: {} for n in stale}
                     for row in db.tuples(_STATE_SQL.format(marks=",".join("?" * len(stale))), list(stale)):
-                        got[row[0]][row[1]] = _kept_row(row[1:])
+                        kept_row = _kept_row(row[1:])
+                        got[row[0]][kept_row.name] = kept_row
                     for name, rows in got.items():  # the live measurements over the last snapshot's (the
                         for n, (m, o, sat) in self._live.vrs(name).items():  # other columns are written as
                             row = rows.get(n)  # they change)
