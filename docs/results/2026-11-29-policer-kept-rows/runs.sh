@@ -25,3 +25,11 @@ malloc)
     PYTHONPATH=/tmp/rss/after:/tmp/rss/after/lab python -m xtc_lab.policer_profile --routers 5000 --window 5 \
     --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
 esac
+# (added last: the VR names interned, 21a05551 "int", against its parent c9a066ec "noint", checked out as the
+# trees above; two rounds)
+case "$1" in
+intern)
+  python -m xtc_lab.alternate --rounds 2 --turn tree --each tree=noint,int "intern-{round}-{tree}" -- \
+    env PYTHONPATH=/tmp/rss/{tree}:/tmp/rss/{tree}/lab python -m xtc_lab.policer_profile --routers 5000 --window 5 \
+    --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
+esac
