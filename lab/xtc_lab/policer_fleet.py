@@ -15,7 +15,8 @@ as an older daemon does (``unknown_command``).
 Some daemons misbehave, as a real network's do: ``dead`` ones never bind (no answer at all),
 ``slow`` ones answer after ``slow_s``, ``flapping`` ones answer for ``flap_s`` then stay silent for
 ``flap_s``, over and over (each at its own phase: the first silence 1-2 ``flap_s`` after the start;
-:attr:`FakeDaemon.silenced` keeps when each silence began).  Every daemon runs as a coroutine on one asyncio loop (epoll over all the sockets), in a
+:attr:`FakeDaemon.silenced` keeps when each silence began).  Every daemon's socket is read by a callback of one
+asyncio loop (epoll over all the sockets; a publishing daemon's samples are a coroutine of it), in a
 thread (:meth:`Fleet.start`) or as a process (``python -m xtc_lab.policer_fleet``: writes the
 routers to a JSON file, serves until SIGTERM, then prints its statistics as one JSON line).
 """
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import operator
 import os
 import random
 import signal
@@ -40,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from xtc.daemon import api
 from xtc.policer.link import LINK_TRANSPORTS
@@ -52,6 +53,8 @@ except ImportError:  # a comparison's "before" side, older than the samples' dat
     UdpSamples = None  # type: ignore[assignment,misc]
 
 __all__ = ["FakeDaemon", "FakeVr", "Fleet", "fleet_process"]
+
+_BY_NAME = operator.attrgetter("name")
 
 MAX_SETPOINT_PPS = 1e8
 
@@ -84,6 +87,15 @@ class FakeVr:
         if self.state == "active" and self.setpoint_pps:
             return min(self.offered_pps, self.setpoint_pps)
         return self.offered_pps
+
+    def sample_row(self) -> list[Any]:
+        """The VR as a samples message's row (the values of :data:`xtc.daemon.api.SAMPLE_FIELDS` that
+        :meth:`instance` gives, in that order, without making the dictionary: a fleet of 5,000 daemons of
+        16 VRs builds 80,000 rows a period)."""
+        on = self.state != "inactive"
+        fwd = self.forwarded_pps()
+        return [self.name, self.state, True, self.setpoint_pps, float(fwd), float(self.offered_pps),
+                round(fwd / 1000.0, 3) if on else None, None, None, None]
 
     def instance(self) -> dict[str, Any]:
         """The VR as the manager API's ``Instance`` object."""
@@ -238,7 +250,7 @@ class Fleet:
             vrs = [FakeVr(f"vr{j}", round(share * rng.uniform(0.3, 1.4) * (3.0 if rng.random() < 0.02 else 1.0)))
                    for j in range(vrs_per_router)]
             self.daemons.append(FakeDaemon(name, ep, mode, vrs, pub))
-        self.ctx = zmq.asyncio.Context()
+        self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 4 * n_routers + 1024)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -267,6 +279,7 @@ class Fleet:
             except (ImportError, ValueError, OSError):
                 pass
         raise_open_files_limit()
+        loop = asyncio.get_running_loop()
         for d in self.daemons:
             if d.mode == "dead":
                 if d.endpoint.startswith("tcp"):
@@ -282,13 +295,11 @@ class Fleet:
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # as the daemon's: a gone peer's send fails, its subscription ends
             s.bind(d.endpoint)
-            # Sends go through a plain (blocking-API) shadow of the socket: the asyncio socket's
-            # send_multipart puts a send's error on the future it returns instead of raising it, so a
-            # gone peer's EHOSTUNREACH was never seen (its subscription never ended) and was logged as
-            # "Future exception was never retrieved" once per samples message.
-            d.router = zmq.Socket.shadow(s.underlying)
+            d.router = s
             d.endpoint = s.getsockopt_string(zmq.LAST_ENDPOINT)
-            self._tasks.append(asyncio.ensure_future(self._serve(d, s)))
+            # A plain socket read when the loop sees its descriptor (one callback, no future a message: what
+            # zmq.asyncio costs a message was a third of the fleet's CPU), drained whole each time.
+            loop.add_reader(s.getsockopt(zmq.FD), self._readable, d)
             if d.pub_endpoint:
                 p = None
                 if self.pub_socket:
@@ -300,18 +311,24 @@ class Fleet:
             if d.mode == "flapping":  # each at its own phase: they do not all fall silent at once
                 self._tasks.append(asyncio.ensure_future(self._flap(d, self.flap_s * (1 + self._rng.random()))))
 
-    async def _serve(self, d: FakeDaemon, s: zmq.asyncio.Socket) -> None:
-        try:
-            while True:
-                frames = await s.recv_multipart()
-                if d.silent:
-                    continue
-                if d.mode == "slow":
-                    asyncio.get_running_loop().call_later(self.slow_s, self._reply_later, d, frames)
-                    continue
-                self._reply(d, frames)
-        finally:
-            s.close(0)
+    def _readable(self, d: FakeDaemon) -> None:
+        """Every request waiting on the daemon's socket, answered (its descriptor is edge-triggered: it says
+        only that something came since it was last read, so the socket is read until it has nothing; a send
+        outside this loop may take that news, so each is followed by a call of this)."""
+        s = d.router
+        if s is None or s.closed:
+            return
+        while s.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frames = s.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if d.silent:
+                continue
+            if d.mode == "slow":
+                asyncio.get_running_loop().call_later(self.slow_s, self._reply_later, d, frames)
+                continue
+            self._reply(d, frames)
 
     def _reply(self, d: FakeDaemon, frames: list[bytes]) -> None:
         try:
@@ -366,8 +383,9 @@ class Fleet:
             self._reply(d, frames)
         except zmq.ZMQError:
             pass
+        self._readable(d)
 
-    async def _publish(self, d: FakeDaemon, p: zmq.asyncio.Socket | None) -> None:
+    async def _publish(self, d: FakeDaemon, p: zmq.Socket | None) -> None:
         # On a fixed schedule, as the daemon's period is (a sleep of a whole period after each message would
         # add the time the messages took to build, and the samples would drift later than the policer's
         # silence check expects), each daemon at its own phase: real daemons start at different times, so
@@ -385,6 +403,7 @@ class Fleet:
                     if p is not None:
                         p.send_multipart(raw, flags=zmq.NOBLOCK)
                     self._send_link(d, {}, raw)
+                    self._readable(d)
                 if d.pub_silent or d.silent:
                     continue
                 d.published += 1
@@ -392,8 +411,7 @@ class Fleet:
                     base = d.__dict__.setdefault("base_pps", {n: v.offered_pps for n, v in d.vrs.items()})
                     for n, v in d.vrs.items():
                         v.offered_pps = round(base[n] * (1 + self.jitter * (2 * self._jitter_rng.random() - 1)))
-                rows = [[inst.get(k) for k in api.SAMPLE_FIELDS] for inst in (v.instance() for v in d.vrs.values())]
-                rows.sort(key=lambda r: r[0])
+                rows = [v.sample_row() for v in sorted(d.vrs.values(), key=_BY_NAME)]  # (as the daemon sorts them)
                 t = time.time()
                 # Each format built only when someone takes it, as the daemon does: the PUB socket's only while
                 # no peer takes the samples over the ROUTER socket (a policer reads one or the other), so that
@@ -404,6 +422,8 @@ class Fleet:
                     p.send_multipart(msg, flags=zmq.NOBLOCK)
                 v3 = api.samples_message_v3(t, self.period_s, rows) if _V3 and _V3 in wants else None
                 self._send_link(d, {api.SAMPLES_SCHEMA: msg, _V3: v3})
+                if wants:
+                    self._readable(d)
         finally:
             if p is not None:
                 p.close(0)
@@ -458,6 +478,11 @@ class Fleet:
                 for t in self._tasks:
                     t.cancel()
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+                loop = asyncio.get_running_loop()
+                for d in self.daemons:
+                    if d.router is not None and not d.router.closed:
+                        loop.remove_reader(d.router.getsockopt(zmq.FD))
+                        d.router.close(0)
 
             asyncio.run_coroutine_threadsafe(_cancel(), self._loop).result(30)
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -66,6 +66,26 @@ def test_a_paused_stand_in_vr_keeps_its_cap_where_it_was() -> None:
     fleet.stop()
 
 
+def test_a_stand_in_vrs_sample_row_is_its_instance_in_the_samples_order() -> None:
+    # The fleet builds its samples' rows without the instance's dictionary; they must say the same.
+    from xtc.daemon.api import SAMPLE_FIELDS
+
+    fleet = Fleet(1, vrs_per_router=1, dead_fraction=0.0)
+    d = fleet.daemons[0]
+    v = d.vrs["vr0"]
+    v.offered_pps = 9000.0
+    seen = []
+    for cmd in (b'{"v": 1, "cmd": "status", "vr": "vr0"}', b'{"v": 1, "cmd": "activate", "vr": "vr0", "setpoint_pps": 3000}',
+                b'{"v": 1, "cmd": "pause", "vr": "vr0"}', b'{"v": 1, "cmd": "setpoint", "vr": "vr0", "setpoint_pps": 1234.5}',
+                b'{"v": 1, "cmd": "resume", "vr": "vr0"}', b'{"v": 1, "cmd": "deactivate", "vr": "vr0"}'):
+        d.handle(cmd)
+        inst = v.instance()
+        assert v.sample_row() == [inst.get(k) for k in SAMPLE_FIELDS]
+        seen.append(v.state)
+    assert seen == ["inactive", "active", "paused", "paused", "active", "inactive"]
+    fleet.stop()
+
+
 def test_300_routers_10_percent_dead(tmp_path: Path) -> None:
     # The fleet runs in a process of its own, as the routers are other machines: the policer's
     # threads do not share an interpreter with 300 stand-in daemons.
