@@ -389,7 +389,7 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                 if profiled:
                     _ON.set()
                 p0 = (eng.planned, getattr(eng, "plans_quiet", 0), eng.plans_skipped)
-                c0 = (eng.sampled, eng.listed, eng.probed)
+                c0 = (eng.sampled, eng.listed, eng.probed, getattr(eng, "shed", 0))
                 f0 = proc_cpu_s(fleet.pid)
                 m0, m1 = take_window(mark, _STARTS.next_mark if profiled else _timers_on(timers, _STARTS.next_mark),
                                      time.sleep, window_s, eng.period_s)
@@ -413,9 +413,10 @@ def profile_engine(routers: int = 1000, vrs: int = 16, dead: float = 0.1, window
                                                     "quiet": getattr(eng, "plans_quiet", 0) - p0[1],
                                                     "skipped": eng.plans_skipped - p0[2]}
                 # the measurements by where they came from: a sample, or a `list` (of them the probes of streams
-                # that fell silent)
+                # that fell silent); and those put off while the engine was behind
                 out.setdefault("measured_by", {})[key] = {"sampled": eng.sampled - c0[0], "listed": eng.listed - c0[1],
-                                                          "probed": eng.probed - c0[2]}
+                                                          "probed": eng.probed - c0[2],
+                                                          "shed": getattr(eng, "shed", 0) - c0[3]}
             if eng.error is not None:
                 raise RuntimeError("engine failed") from eng.error
             out["cycle_ms"] = {"p50": None, "p99": None}

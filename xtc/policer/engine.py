@@ -313,6 +313,21 @@ def _shows_applied(cmd: Command, vr: dict[str, Any] | None) -> bool:
     return state == {"pause": "paused", "resume": "active"}.get(cmd.cmd)
 
 
+#: While more than this share of the streams with a sample (and at least :data:`BEHIND_MIN` of them) are late at
+#: once, the engine takes itself to be behind (its own link thread is late with them: a fleet seldom falls silent
+#: a fifth at a time) and sheds load rather than adding it (:meth:`Engine.run_cycle`, :meth:`Engine.probe_silent`).
+BEHIND_SHARE = 0.2
+BEHIND_MIN = 20
+#: While behind, a router whose stream's newest sample is at most this many periods old waits for its next
+#: sample instead of being sent ``list`` or probed: a ``list`` costs the engine several times a sample.
+BEHIND_WAIT_PERIODS = 3.0
+
+
+def behind(late: int, streams: int) -> bool:
+    """Whether ``late`` streams of the ``streams`` that have a sample say the engine itself is behind."""
+    return late >= BEHIND_MIN and late > BEHIND_SHARE * streams
+
+
 @dataclass(slots=True)
 class RouterState:
     """What the engine keeps of one router between its measurements (one object per router of its shard,
@@ -449,6 +464,10 @@ class Engine:
         self.probe_timeout_s = min(links_timeout, 0.5 * period_s) if probe_timeout_s is None else probe_timeout_s
         #: Routers sent ``list`` between cycles because their stream fell silent (since the start).
         self.probed = 0
+        #: Measurements put off while the engine was behind (a router left for its next sample instead of
+        #: sent ``list`` by a cycle or a probe; since the start), and the cycles and probes that shed.
+        self.shed = 0
+        self.shedding = 0
         #: router -> what the engine keeps of it (:class:`RouterState`): this shard's routers handled since
         #: the last cycle read them; a router the cycle no longer lists is dropped whole.
         self._state: dict[str, RouterState] = {}
@@ -654,10 +673,20 @@ class Engine:
         samples = self.samples
         latest = samples.latest_all() if samples is not None else {}
         max_age, batch_size, monotonic = self.sample_max_age_s, self.batch_size, time.monotonic
+        # Behind (many streams late at once): a router whose stream is late but not silent waits for its next
+        # sample instead of a 'list', which would cost more than the sample it stands for.
+        wait_from = monotonic() - BEHIND_WAIT_PERIODS * self.period_s
+        stale_from = monotonic() - max_age
+        late = sum(1 for got in latest.values() if wait_from <= got[0] < stale_from)
+        waits = behind(late, len(latest))
+        released: list[str] = []
         for name, r, st in zip(claimed, claimed_r, claimed_st):
             got = latest.get(name)
             if got is not None and r["pub_endpoint"]:
                 t = monotonic()
+                if waits and wait_from <= got[0] and t - got[0] > max_age:
+                    released.append(name)
+                    continue
                 if t - got[0] <= max_age:  # else a stale or silent stream
                     if st is None:
                         st = self._st(name)
@@ -672,6 +701,13 @@ class Engine:
             exchanges.append(self._list(r, settings, now))
         if sampled:
             self._work.put((1, next(self._seq), ("batch", sampled)))
+        if released:
+            self.shed += len(released)
+            self.shedding += 1
+            with self._busy_lock:
+                for name in released:
+                    if busy.get(name) is token:
+                        del busy[name]
         self.links.exchange_many(exchanges)
         self._cycle_names = set(names)
         for gone in state.keys() - names:
@@ -746,7 +782,14 @@ class Engine:
         self._ensure_worker()
         settings, now = self._settings, self.clock()
         exchanges: list[tuple] = []
-        for name, arrived in self.samples.older_than(time.monotonic() - self.silence_s):
+        silent = self.samples.older_than(time.monotonic() - self.silence_s)
+        wait_from = time.monotonic() - BEHIND_WAIT_PERIODS * self.period_s
+        late = sum(1 for _, arrived in silent if arrived >= wait_from)
+        if behind(late, self.samples.streams()):  # behind: only the streams silent for longer are probed
+            self.shed += late
+            self.shedding += 1
+            silent = [(n, a) for n, a in silent if a < wait_from]
+        for name, arrived in silent:
             r = self._routers.get(name)
             if r is None or self._st(name).probed_arrival_s == arrived or self._claim(name, now) is None:
                 continue

@@ -270,6 +270,10 @@ class SampleStreams:
         with self._lock:
             return self._latest.copy()
 
+    def streams(self) -> int:
+        """How many routers have a newest valid sample."""
+        return len(self._latest)
+
     def older_than(self, t: float) -> list[tuple[str, float]]:
         """``(router, arrival time)`` of every stream whose newest valid sample arrived before ``t``
         (on ``clock``): the silent ones, under the lock.  The samples are kept in the order of their
