@@ -101,7 +101,7 @@ class _Engine:
 
     def __init__(self, error: object = None, leads: bool = True):
         self.error, self.cycles, self.bad_replies = error, 42, {"r1": 2, "r2": 1}
-        self.sampled, self.listed, self.probed, self.bad_samples = 900, 100, 3, 1
+        self.sampled, self.listed, self.probed, self.shed, self.bad_samples = 900, 100, 3, 7, 1
         self.cycle_s = [0.01 * (i % 7) + 0.001 * i for i in range(700)]
         self.gap_s = [1.0 + 0.01 * (i % 5) for i in range(650)]
         self.is_leader = lambda: leads
@@ -153,6 +153,20 @@ def test_lean_health_answers_as_fastapi_does(tmp_path: Any, protect_reads: bool,
         assert {t for _, t in answered} == {f"Bearer {TOKEN}".encode()}
     else:
         assert compared == 9
+    store.close()
+
+
+def test_health_and_metrics_count_the_measurements_shed_while_behind(tmp_path: Any) -> None:
+    """The engine's measurements put off while it was behind (``Engine.shed``) in /health and in /metrics, the
+    signal that it needs more shards."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    _seed(store)
+    c = TestClient(create_app(PolicerConfig(tokens=frozenset({TOKEN})), store, _Engine()))
+    assert c.get("/health", headers={"Authorization": f"Bearer {TOKEN}"}).json()["shed"] == 7
+    got = {s.name: s.value for f in text_string_to_metric_families(c.get("/metrics").text) for s in f.samples}
+    assert got["xtc_policer_measurements_shed_total"] == 7, got
     store.close()
 
 

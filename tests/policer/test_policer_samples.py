@@ -280,3 +280,38 @@ def test_a_router_that_falls_silent_is_marked_within_two_periods(db_url: str) ->
         assert took[-1][0] <= 2 * period_s, f"a router that fell silent marked within 2 periods: {took}"
         assert "within 250 ms" in store.get_router(name)["last_error"]
         assert eng.error is None
+
+
+def test_the_engine_behind_waits_for_late_samples_instead_of_sending_list(db_url: str) -> None:
+    """Many streams late at once say the engine itself is behind (a fleet seldom falls silent a fifth at a time):
+    then a router whose stream is late waits for its next sample, up to ``BEHIND_WAIT_PERIODS``, instead of being
+    sent ``list`` (which costs the engine several times a sample: the fallback made an engine that fell behind
+    at 5,000 routers collapse to a third of its measurements, docs/results/2026-11-29-policer-lean-fleet).
+    Here 40 of 60 streams stop while their daemons answer: the first to be late are probed as before, the rest
+    wait while at least 20 are late, and every one is sent ``list`` within a few periods and stays reachable."""
+    from xtc.policer.engine import BEHIND_MIN, BEHIND_WAIT_PERIODS, behind
+
+    assert behind(BEHIND_MIN, BEHIND_MIN) and not behind(BEHIND_MIN - 1, BEHIND_MIN - 1) and not behind(25, 1000)
+    period_s = 0.5
+    with _sampled_fleet(db_url, 60, 2, period_s) as (fleet, store, streams, eng):
+        quiet = fleet.daemons[:40]
+        for d in quiet:
+            d.pub_silent = True
+        t_silent = time.monotonic()
+        lists0 = {d.name: len(d.list_times) for d in quiet}
+        time.sleep(0.2 * period_s)  # (a sample on its way arrives: none is probed before 1.25 periods)
+        last = {d.name: streams.latest(d.name)[0] for d in quiet}  # each one's last sample's arrival (monotonic)
+        _wait(lambda: all(len(d.list_times) > lists0[d.name] for d in quiet), 8 * period_s + 4, "every quiet router sent list")
+        waited = {}
+        for d in quiet:
+            first = d.list_times[lists0[d.name]]  # (the fleet's clock: monotonic, this process)
+            waited[d.name] = round((first - last[d.name]) / period_s, 2)
+        print("periods from the last sample to the first list:", sorted(waited.values()), "shed:", eng.shed)
+        assert eng.shed > 0 and eng.shedding > 0
+        # Without the rule each would be probed 1.25-1.5 periods after its last sample (the first ones still are:
+        # fewer than 20 late); with it, while 20 or more were late, the others waited, until so many had passed
+        # BEHIND_WAIT_PERIODS that fewer than 20 were late (in one run: 17 at 1.26-1.36 periods, 23 at 2.68-3.10).
+        assert sum(w >= 2.0 for w in waited.values()) >= 10, waited
+        assert max(waited.values()) <= BEHIND_WAIT_PERIODS + 3, waited  # (a cycle a period, the rest the host)
+        assert all(store.get_router(d.name)["status"] == "reachable" for d in quiet)
+        assert time.monotonic() - t_silent < 8 * period_s + 4 and eng.error is None

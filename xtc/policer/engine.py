@@ -420,6 +420,11 @@ class Engine:
         most the links' timeout): a daemon that died is marked about 1.3-1.85 periods after its
         last sample instead of 2.4-3.4 (the next cycle's stale sample, then a whole timeout), and
         one that answers is measured by the reply as by any ``list``.
+        While the engine is behind (:func:`behind`: a fifth of the streams with a sample, and at least
+        :data:`BEHIND_MIN`, late at once) neither the cycle nor the probe sends ``list`` to a router whose
+        newest sample is at most :data:`BEHIND_WAIT_PERIODS` periods old: it waits for its next sample
+        (counted in :attr:`shed`), since a ``list`` costs several times a sample and an engine that fell
+        behind would otherwise fall further (docs/design/samples-vs-list.md).
         Also between cycles, at the same tick, a router registered since the last cycle read the
         routers (never heard from: status ``unknown``) is sent its first ``list`` at once, with the
         links' own timeout, rather than at the next cycle (:meth:`contact_new`): one dead from its
@@ -464,8 +469,9 @@ class Engine:
         self.probe_timeout_s = min(links_timeout, 0.5 * period_s) if probe_timeout_s is None else probe_timeout_s
         #: Routers sent ``list`` between cycles because their stream fell silent (since the start).
         self.probed = 0
-        #: Measurements put off while the engine was behind (a router left for its next sample instead of
-        #: sent ``list`` by a cycle or a probe; since the start), and the cycles and probes that shed.
+        #: Measurements put off while the engine was behind (since the start): routers a cycle left to wait
+        #: for their next sample instead of sending them ``list``; and the cycles and probes (every tenth of a
+        #: period) that shed.
         self.shed = 0
         self.shedding = 0
         #: router -> what the engine keeps of it (:class:`RouterState`): this shard's routers handled since
@@ -786,7 +792,6 @@ class Engine:
         wait_from = time.monotonic() - BEHIND_WAIT_PERIODS * self.period_s
         late = sum(1 for _, arrived in silent if arrived >= wait_from)
         if behind(late, self.samples.streams()):  # behind: only the streams silent for longer are probed
-            self.shed += late
             self.shedding += 1
             silent = [(n, a) for n, a in silent if a < wait_from]
         for name, arrived in silent:

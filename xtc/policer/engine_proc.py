@@ -66,9 +66,10 @@ class EngineProcess:
         self.on_crash = on_crash
         self.cycles = 0
         self.bad_replies: dict[str, int] = {}
-        #: Router measurements taken from sample streams and by 'list', sample messages dropped, and
-        #: routers probed between cycles because their stream fell silent.
-        self.sampled = self.listed = self.bad_samples = self.probed = 0
+        #: Router measurements taken from sample streams and by 'list', sample messages dropped,
+        #: routers probed between cycles because their stream fell silent, and measurements put off
+        #: while the engine was behind (:attr:`xtc.policer.engine.Engine.shed`).
+        self.sampled = self.listed = self.bad_samples = self.probed = self.shed = 0
         self.cycle_s: list[float] = []
         self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}
         self.gap_s: list[float] = []
@@ -119,6 +120,7 @@ class EngineProcess:
             self.bad_replies = {"all": rep["bad_replies"]}
             self.sampled, self.listed, self.bad_samples = rep["sampled"], rep["listed"], rep["bad_samples"]
             self.probed = rep.get("probed", 0)
+            self.shed = rep.get("shed", 0)
             self.cycle_s = rep["cycle_s"]
             self.cycle_hist = rep.get("cycle_hist", self.cycle_hist)
             self.gap_s = rep["gap_s"]
@@ -223,6 +225,7 @@ class EngineShards:
     listed = _summed("listed")
     bad_samples = _summed("bad_samples")
     probed = _summed("probed")
+    shed = _summed("shed")
 
     def _aligned_max(self, attr: str) -> list[float]:
         lists = [getattr(p, attr) for p in self.procs if p.is_leader()] or [getattr(p, attr) for p in self.procs]
@@ -373,7 +376,7 @@ def main() -> int:
     def report() -> None:
         leads = engine.error is None and (leadership is None or leadership.held())
         rep = {"cycles": engine.cycles, "bad_replies": sum(engine.bad_replies.values()),
-               "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed,
+               "sampled": engine.sampled, "listed": engine.listed, "probed": engine.probed, "shed": engine.shed,
                "bad_samples": sum(streams.bad.values()) if streams is not None else 0,
                "cycle_s": [round(x, 6) for x in engine.cycle_s], "gap_s": [round(x, 6) for x in engine.gap_s],
                "cycle_hist": engine.cycle_hist, "links": engine.link_stats,

@@ -223,7 +223,7 @@ def run_server(cfg: PolicerConfig, access_log: bool = False) -> int:
 # ------------------------------------------------------------------------------ several workers
 
 #: The engine's attributes the API reads (``/health``, ``/metrics``), relayed to the workers.
-_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "bad_samples", "cycle_s", "cycle_hist", "gap_s",
+_RELAYED = ("cycles", "bad_replies", "sampled", "listed", "probed", "shed", "bad_samples", "cycle_s", "cycle_hist", "gap_s",
             "leader_epoch")
 
 
@@ -235,7 +235,7 @@ class RelayedEngine:
 
     def __init__(self, stream: Any, on_eof: Callable[[], None]):
         self.stream, self.on_eof = stream, on_eof
-        self.cycles = self.sampled = self.listed = self.probed = self.bad_samples = 0
+        self.cycles = self.sampled = self.listed = self.probed = self.shed = self.bad_samples = 0
         self.bad_replies: dict[str, int] = {}
         self.cycle_s: list[float] = []
         self.cycle_hist: dict[str, Any] = {"counts": [], "sum": 0.0}

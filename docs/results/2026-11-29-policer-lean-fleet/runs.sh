@@ -23,3 +23,19 @@ r4000)
     env PYTHONPATH=/tmp/rss/{fleet}:/tmp/rss/{fleet}/lab python -m xtc_lab.policer_profile --routers 4000 --window 5 \
     --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 150 --top 20 ;;
 esac
+# (added last: the engine shedding load while behind, "shed" (the shed branch's first commit, checked out in
+# /tmp/rss/shed), against the same fleet without it ("lean"), two rounds at 5,000 routers)
+case "$1" in
+shed)
+  python -m xtc_lab.alternate --rounds 2 --turn engine --each engine=lean,shed "s5000-{round}-{engine}" -- \
+    env PYTHONPATH=/tmp/rss/{engine}:/tmp/rss/{engine}/lab python -m xtc_lab.policer_profile --routers 5000 --window 5 \
+    --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
+esac
+# (added after "shed": the same two engines, each stopped for 5 s a minute into its warm-up (trigger.sh), two
+# rounds: does an engine that fell behind come back?)
+case "$1" in
+trigger)
+  python -m xtc_lab.alternate --rounds 2 --turn engine --each engine=lean,shed "t5000-{round}-{engine}" -- \
+    env PYTHONPATH=/tmp/rss/{engine}:/tmp/rss/{engine}/lab STOP_AT=60 STOP_S=5 sh trigger.sh python -m xtc_lab.policer_profile \
+    --routers 5000 --window 5 --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
+esac

@@ -13,8 +13,8 @@ HERE = Path(__file__).resolve().parent
 def runs_table() -> list[str]:
     lines = ["| run | routers | the fleet's CPU (cores) | measured / s | CPU / measurement (ms) | links thread | worker "
              "| measured by sample / list / probe (window) | resets | late replies | RSS (MB) | pymalloc arenas (in use) (MB) "
-             "| structures (MB) |", "|" + "---|" * 13]
-    for f in sorted(HERE.glob("r*-*-*.json")):
+             "| structures (MB) | shed (the window) |", "|" + "---|" * 14]
+    for f in sorted(HERE.glob("[rst]*-*-*.json")):
         if not f.stat().st_size:  # (a run still going)
             continue
         d = json.loads(f.read_text())
@@ -24,7 +24,7 @@ def runs_table() -> list[str]:
             f"| {d['cpu_ms_per_measurement']['plain']} | {t.get('policer-links')} | {t.get('policer-worker')} "
             f"| {by['sampled']:,} / {by['listed']:,} / {by['probed']:,} | {ln['resets']:,} | {ln['late_replies']:,} "
             f"| {d['rss_mb']} | {heap['pymalloc_arenas'] / 1e6:.1f} ({heap['pymalloc_in_use'] / 1e6:.1f}) "
-            f"| {sum(d['structure_bytes'].values()) / 1e6:.1f} |")
+            f"| {sum(d['structure_bytes'].values()) / 1e6:.1f} | {by.get('shed', '')} |")
     return lines
 
 
@@ -37,7 +37,7 @@ def plot(path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for fleet, marker in (("main", "o"), ("lean", "s")):
         pts = []
-        for f in sorted(HERE.glob(f"r*-*-{fleet}.json")):
+        for f in sorted(HERE.glob(f"r*-*-{fleet}.json")):  # (the fleet runs: r3000, r4000, r5000)
             d = json.loads(f.read_text())
             pts.append((d["routers"], d["measured_per_s"]["plain"]))
         ax.scatter(*zip(*pts), marker=marker, label=f"measured / s, fleet {fleet}")

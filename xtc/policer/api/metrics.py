@@ -44,7 +44,8 @@ class PolicerCollector:
     ``xtc_policer_vr_punishment_level{router,vr}`` (punished VRs only); ``xtc_policer_leader``;
     ``xtc_policer_cycle_seconds`` (a histogram of the policy cycles).  Counters:
     ``xtc_policer_punishments_total{level}`` (from the audit log), ``xtc_policer_engine_cycles_total``,
-    ``xtc_policer_bad_replies_total``.  The engine's links to the daemons (:data:`LINK_METRICS`, from its
+    ``xtc_policer_bad_replies_total``, ``xtc_policer_measurements_shed_total`` (measurements put off while the
+    engine was behind).  The engine's links to the daemons (:data:`LINK_METRICS`, from its
     link pool's counters, summed over the shards): gauges ``xtc_policer_link_connections`` and
     ``xtc_policer_link_subscriptions``, and counters of connections made and reset, replies and samples
     taken or dropped.
@@ -103,6 +104,9 @@ class PolicerCollector:
                                   value=e.cycles if e is not None else 0)
         yield CounterMetricFamily("xtc_policer_bad_replies", "Daemon replies dropped as invalid",
                                   value=sum(e.bad_replies.values()) if e is not None else 0)
+        yield CounterMetricFamily("xtc_policer_measurements_shed", "Router measurements put off while the engine was "
+                                  "behind: the router waited for its next sample instead of being sent 'list'",
+                                  value=getattr(e, "shed", 0) if e is not None else 0)
         links = getattr(e, "link_stats", None) or {}
         for name, kind, help_text, counters in LINK_METRICS:
             family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily

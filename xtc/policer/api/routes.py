@@ -293,6 +293,7 @@ def create_app(cfg: PolicerConfig, store: Store, engine: Any = None) -> FastAPI:
                 "sampled": engine.sampled if engine is not None else 0,
                 "listed": engine.listed if engine is not None else 0,
                 "probed": getattr(engine, "probed", 0) if engine is not None else 0,
+                "shed": getattr(engine, "shed", 0) if engine is not None else 0,
                 "bad_samples": engine.bad_samples if engine is not None else 0,
                 "measure_gap_ms": percentiles(list(engine.gap_s)[-k:], 1000) if engine is not None and engine.gap_s else None,
                 "cycle_ms": percentiles(list(engine.cycle_s)[-k:], 1000) if engine is not None and engine.cycle_s else None,

@@ -256,6 +256,9 @@ class Health(BaseModel):
     listed: int | None = Field(None, description="router measurements asked for with 'list' since the start")
     probed: int | None = Field(None, description="of those, routers sent 'list' between cycles because their "
                                "sample stream fell silent (a daemon that stopped is marked within 2 periods)")
+    shed: int | None = Field(None, description="router measurements put off while the engine was behind (a fifth "
+                             "of the streams or more late at once): the router waited for its next sample instead "
+                             "of being sent 'list', since the start; rising: the engine needs more shards")
     bad_samples: int | None = Field(None, description="sample messages dropped as invalid since the start")
     measure_gap_ms: dict[str, float] | None = Field(
         None, description="per recent cycle, the longest time a router went between two of its measurements "
