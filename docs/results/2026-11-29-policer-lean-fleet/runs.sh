@@ -1,41 +1,35 @@
 #!/bin/sh
-# The stand-in fleet before (main: d556f4cc, its daemons' sockets read through zmq.asyncio, its samples' rows
-# built from the instance dictionaries) and after (38d5c33e: one reader callback a socket, rows built directly),
-# each tree checked out by `git worktree add --detach /tmp/rss/{main,lean} REV` and imported by PYTHONPATH (the
-# fleet is a child process of the profile tool and inherits it), alternated (python -m xtc_lab.alternate;
-# runs.log has the load before and after each run).  The engine is the same code in both trees.
-# PART: r5000 (5,000 routers x 16 VRs after 180 s, two rounds) or r3000 (3,000 routers after 120 s, one round).
+# This session's runs, from this folder (the script as the runs ran it, one case a part: 40d53597; the same
+# runs, the profile tool's shared arguments said once: r4000 now names --turn, which one value leaves as it was,
+# and trigger sets its variables with a second env).  Each tree was checked out by
+# `git worktree add --detach /tmp/rss/NAME REV` and imported by PYTHONPATH (the fleet is a child process of the
+# profile tool and inherits it): main d556f4cc (the fleet before: its daemons' sockets read through
+# zmq.asyncio, its samples' rows built from the instance dictionaries), lean 38d5c33e (after: one reader
+# callback a socket, rows built directly; the engine the same as main's), shed 2bc74506 (lean's fleet, the
+# engine shedding load while behind).  Runs alternate through python -m xtc_lab.alternate; runs.log has the
+# load before and after each run.
+#   r5000    the fleets, 5,000 routers x 16 VRs after 180 s, two rounds
+#   r3000    the fleets, 3,000 routers after 120 s, one round
+#   r4000    where the engine stops keeping up: the lean fleet, 4,000 routers after 150 s, one run
+#   shed     the engines without and with load shedding, the lean fleet, 5,000 routers, two rounds
+#   trigger  the same, each engine stopped for 5 s a minute into its warm-up (trigger.sh), two rounds
 set -e
-case "${1:?r5000 or r3000}" in
-r5000)
-  python -m xtc_lab.alternate --rounds 2 --turn fleet --each fleet=main,lean "r5000-{round}-{fleet}" -- \
-    env PYTHONPATH=/tmp/rss/{fleet}:/tmp/rss/{fleet}/lab python -m xtc_lab.policer_profile --routers 5000 --window 5 \
-    --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
-r3000)
-  python -m xtc_lab.alternate --rounds 1 --turn fleet --each fleet=main,lean "r3000-{round}-{fleet}" -- \
-    env PYTHONPATH=/tmp/rss/{fleet}:/tmp/rss/{fleet}/lab python -m xtc_lab.policer_profile --routers 3000 --window 5 \
-    --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 120 --top 20 ;;
-esac
-# (added after the two parts above: where the engine stops keeping up, with the lean fleet, one run)
-case "$1" in
-r4000)
-  python -m xtc_lab.alternate --rounds 1 --each fleet=lean "r4000-{round}-{fleet}" -- \
-    env PYTHONPATH=/tmp/rss/{fleet}:/tmp/rss/{fleet}/lab python -m xtc_lab.policer_profile --routers 4000 --window 5 \
-    --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 150 --top 20 ;;
-esac
-# (added last: the engine shedding load while behind, "shed" (the shed branch's first commit, checked out in
-# /tmp/rss/shed), against the same fleet without it ("lean"), two rounds at 5,000 routers)
-case "$1" in
-shed)
-  python -m xtc_lab.alternate --rounds 2 --turn engine --each engine=lean,shed "s5000-{round}-{engine}" -- \
-    env PYTHONPATH=/tmp/rss/{engine}:/tmp/rss/{engine}/lab python -m xtc_lab.policer_profile --routers 5000 --window 5 \
-    --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
-esac
-# (added after "shed": the same two engines, each stopped for 5 s a minute into its warm-up (trigger.sh), two
-# rounds: does an engine that fell behind come back?)
-case "$1" in
-trigger)
-  python -m xtc_lab.alternate --rounds 2 --turn engine --each engine=lean,shed "t5000-{round}-{engine}" -- \
-    env PYTHONPATH=/tmp/rss/{engine}:/tmp/rss/{engine}/lab STOP_AT=60 STOP_S=5 sh trigger.sh python -m xtc_lab.policer_profile \
-    --routers 5000 --window 5 --jitter 0.05 --sample-link --link-only --no-profile --sizes --warmup 180 --top 20 ;;
+
+# alternate NAME-PATTERN AXIS=VALUES ROUNDS ROUTERS WARMUP [WRAPPER...]: the profile tool's runs, with moving
+# rates, the samples over the links and no PUB sockets, each tree on PYTHONPATH by the axis' value
+alternate() {
+  pattern=$1 axis=${2%%=*} each=$2 rounds=$3 routers=$4 warmup=$5
+  shift 5
+  python -m xtc_lab.alternate --rounds "$rounds" --turn "$axis" --each "$each" "$pattern" -- \
+    env PYTHONPATH="/tmp/rss/{$axis}:/tmp/rss/{$axis}/lab" "$@" python -m xtc_lab.policer_profile \
+    --routers "$routers" --window 5 --jitter 0.05 --sample-link --link-only --no-profile --sizes \
+    --warmup "$warmup" --top 20
+}
+
+case "${1:?r5000, r3000, r4000, shed or trigger}" in
+r5000) alternate "r5000-{round}-{fleet}" fleet=main,lean 2 5000 180 ;;
+r3000) alternate "r3000-{round}-{fleet}" fleet=main,lean 1 3000 120 ;;
+r4000) alternate "r4000-{round}-{fleet}" fleet=lean 1 4000 150 ;;
+shed) alternate "s5000-{round}-{engine}" engine=lean,shed 2 5000 180 ;;
+trigger) alternate "t5000-{round}-{engine}" engine=lean,shed 2 5000 180 env STOP_AT=60 STOP_S=5 sh trigger.sh ;;
 esac
