@@ -98,13 +98,9 @@ class FakeVr:
                 round(fwd / 1000.0, 3) if on else None, None, None, None]
 
     def instance(self) -> dict[str, Any]:
-        """The VR as the manager API's ``Instance`` object."""
-        on = self.state != "inactive"
-        fwd = self.forwarded_pps()
-        return {"vr": self.name, "state": self.state, "present": True, "setpoint_pps": self.setpoint_pps,
-                "forwarded_pps": float(fwd), "offered_pps": float(self.offered_pps),
-                "cap_percent": round(fwd / 1000.0, 3) if on else None, "original_cap_percent": None,
-                "original_record": None, "actuation_error": None}
+        """The VR as the manager API's ``Instance`` object (its sample row's values, and no original record)."""
+        row = self.sample_row()
+        return {**dict(zip(api.SAMPLE_FIELDS[:8], row[:8])), "original_record": None, "actuation_error": row[8]}
 
 
 class FakeDaemon:
@@ -403,7 +399,6 @@ class Fleet:
                     if p is not None:
                         p.send_multipart(raw, flags=zmq.NOBLOCK)
                     self._send_link(d, {}, raw)
-                    self._readable(d)
                 if d.pub_silent or d.silent:
                     continue
                 d.published += 1
@@ -422,8 +417,6 @@ class Fleet:
                     p.send_multipart(msg, flags=zmq.NOBLOCK)
                 v3 = api.samples_message_v3(t, self.period_s, rows) if _V3 and _V3 in wants else None
                 self._send_link(d, {api.SAMPLES_SCHEMA: msg, _V3: v3})
-                if wants:
-                    self._readable(d)
         finally:
             if p is not None:
                 p.close(0)
@@ -433,6 +426,7 @@ class Fleet:
         format each asked for (``msgs``: format -> frames), or ``raw`` to every one; as a datagram to one that
         asked for them so (the daemon's :class:`~xtc.daemon.sample_udp.UdpSamples`)."""
         udp = self.udp
+        sent = False
         for peer, schema in list(d.link_peers.items()):
             msg = raw if raw is not None else msgs.get(schema)
             if msg is None:
@@ -446,6 +440,9 @@ class Fleet:
                     del d.link_peers[peer]
                     if udp is not None:
                         udp.drop((d.name, peer))
+            sent = True
+        if sent:  # (a send may take the socket's edge-triggered news of a request: read what came)
+            self._readable(d)
 
     async def _flap(self, d: FakeDaemon, first_s: float) -> None:
         await asyncio.sleep(first_s)
